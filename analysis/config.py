@@ -1,0 +1,511 @@
+"""YAML configuration: the one loader and its pydantic v2 schema.
+
+Every problem with a config file is reported as a single-line :class:`ConfigError`
+of the form ``"{path}: {dotted.location}: {message}"``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from analysis.errors import ConfigError
+
+__all__ = [
+    "AnnealConfig", "Config", "ConfigError", "CutConfig", "DatasetConfig", "EventCutConfig",
+    "ExecutorConfig", "GenerateConfig", "HistConfig", "ObjectiveConfig", "ObjectiveTermConfig", "ObjectSelectionConfig",
+    "ObservableConfig", "OptimizerConfig", "OutputConfig", "ParameterConfig", "ScheduleConfig",
+    "SelectionConfig", "config_from_dict", "load_config",
+]
+
+Op = Literal[">", "<", ">=", "<="]
+_EXPR = re.compile(r"^(?:(sum|count|abs)\()?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?\)?$")
+_CUT_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FUNCTION = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")  # skhep:, root://, https://, ...
+_ERR = "diffcoffea"  # pydantic error type of our own checks; ctx carries msg and sub-location
+
+
+def _fail(where: str, msg: str) -> PydanticCustomError:
+    """Build a validation error at sub-location ``where`` (dotted, relative to the model)."""
+    return PydanticCustomError(_ERR, "{msg}", {"msg": msg, "where": where})
+
+
+def _suggest(word: str, choices: list[str], what: str = "allowed keys") -> str:
+    """Return "; did you mean 'x'?" or "; <what>: a, b, c" for a misspelt ``word``."""
+    close = difflib.get_close_matches(word, choices, n=1)
+    if close:
+        return f"; did you mean '{close[0]}'?"
+    return f"; {what}: {', '.join(choices) or '(none)'}"
+
+
+def _one_of(obj: BaseModel, a: str, b: str) -> None:
+    """Require exactly one of the fields ``a`` and ``b`` to be set."""
+    given = [getattr(obj, a) is not None, getattr(obj, b) is not None]
+    if all(given):
+        raise _fail(b, f"give either '{a}' or '{b}', not both")
+    if not any(given):
+        raise _fail("", f"needs one of '{a}' or '{b}'")
+
+
+def _check_width(cls: type, v: float) -> float:
+    """Shared field validator: a cut width must be >= 0 (0 means a hard cut)."""
+    if not v >= 0:
+        raise ValueError(f"width must be >= 0, got {v}")
+    return v
+
+
+class _Model(BaseModel):
+    """Base for all config models: unknown keys are errors, with a spelling suggestion."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            fields = list(cls.model_fields)
+            for key in data:
+                if key not in fields:
+                    raise _fail(str(key), "unknown key" + _suggest(str(key), fields))
+        return data
+
+
+class GenerateConfig(_Model):
+    """Demo files made on first use by :mod:`analysis.generate` (deterministic, seeded)."""
+
+    process: Literal["ttbar", "dy"]
+    events: int = Field(ge=1)
+    files: int = Field(default=1, ge=1)
+    seed: int = 0
+    dir: str
+
+
+class DatasetConfig(_Model):
+    """One dataset: its files, tree, per-event weight branch and normalisation.
+
+    With ``generate``, ``files`` may be left out: they are the generated ones.
+    """
+
+    files: list[str] | None = None
+    generate: GenerateConfig | None = None
+    treename: str = "Events"
+    weight: str | None = None
+    role: Literal["signal", "background", "data"] | None = None
+    xsec: float | None = Field(default=None, gt=0)
+    scale: float | None = Field(default=None, ge=0)
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("files")
+    @classmethod
+    def _nonempty(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError("empty file list")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> DatasetConfig:
+        if self.files is None and self.generate is None:
+            raise _fail("files", "missing required key")
+        if self.xsec is not None and self.scale is not None:
+            raise _fail("scale", "give either 'xsec' or 'scale', not both")
+        return self
+
+
+class ExecutorConfig(_Model):
+    """How chunks are processed (coffea executor)."""
+
+    type: Literal["iterative", "futures", "dask"] = "iterative"
+    workers: int = Field(default=1, ge=1)
+    chunksize: int = Field(default=100_000, ge=1)
+    address: str | None = None
+    retries: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ExecutorConfig:
+        if self.address is not None and self.type != "dask":
+            raise _fail("address", f"only allowed with type: dask, got type '{self.type}'")
+        return self
+
+
+class ParameterConfig(_Model):
+    """A (possibly trainable) analysis parameter such as a cut threshold."""
+
+    init: float
+    bounds: tuple[float, float] | None = None
+    trainable: bool = True
+    integer: bool = False
+
+    @field_validator("bounds", mode="before")
+    @classmethod
+    def _pair(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)) and len(v) != 2:
+            raise ValueError(f"expected [lower, upper], got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> ParameterConfig:
+        if self.bounds is not None:
+            lo, hi = self.bounds
+            if not lo < hi:
+                raise _fail("bounds", f"lower bound {lo} must be below upper bound {hi}")
+            if not lo <= self.init <= hi:
+                raise _fail("init", f"init {self.init} is outside bounds [{lo}, {hi}]")
+        elif self.trainable:
+            raise _fail("", "trainable parameter needs bounds: [lower, upper]")
+        if self.integer and not float(self.init).is_integer():
+            raise _fail("init", f"integer parameter needs an integer init, got {self.init}")
+        return self
+
+
+class CutConfig(_Model):
+    """One soft cut on a field of the selected object collection."""
+
+    var: str
+    op: Op
+    param: str | None = None
+    value: float | None = None
+    width: float = 0.0
+
+    @field_validator("var")
+    @classmethod
+    def _var(cls, v: str) -> str:
+        if not _CUT_VAR.match(v):
+            raise ValueError(f"invalid variable '{v}'; expected a field name like pt or abs_eta")
+        return v
+
+    _width = field_validator("width")(_check_width)
+
+    @model_validator(mode="after")
+    def _check(self) -> CutConfig:
+        _one_of(self, "param", "value")
+        return self
+
+
+class ObjectSelectionConfig(_Model):
+    """Soft per-object cuts on one collection (e.g. Jet)."""
+
+    collection: str
+    cuts: list[CutConfig] = []
+
+
+class EventCutConfig(_Model):
+    """An event-level cut: on the number of selected objects or on an event branch."""
+
+    count: str | None = None
+    var: str | None = None
+    op: Op
+    param: str | None = None
+    value: float | None = None
+    width: float = 0.0
+
+    _width = field_validator("width")(_check_width)
+
+    @model_validator(mode="after")
+    def _check(self) -> EventCutConfig:
+        _one_of(self, "count", "var")
+        _one_of(self, "param", "value")
+        if self.count is not None and self.width != 0:
+            raise _fail("width", "width is only used by 'var' cuts, not by 'count' cuts")
+        if self.count is not None and self.value is not None and not self.value.is_integer():
+            raise _fail("value", f"a count cut needs an integer value, got {self.value}")
+        return self
+
+
+class SelectionConfig(_Model):
+    """Object cuts followed by event cuts."""
+
+    objects: ObjectSelectionConfig | None = None
+    events: list[EventCutConfig] = []
+
+
+Stat = Literal["mean", "var", "std", "skew", "kurtosis", "covar", "corr", "linear_fit"]
+_PAIR_STATS = ("covar", "corr", "linear_fit")
+
+
+class HistConfig(_Model):
+    """Binning of an observable's histogram in the optimisation plots."""
+
+    bins: int = Field(default=40, ge=1)
+    range: tuple[float, float]
+
+    @model_validator(mode="after")
+    def _check(self) -> HistConfig:
+        if not self.range[0] < self.range[1]:
+            raise _fail("range", f"expected [low, high] with low < high, got {list(self.range)}")
+        return self
+
+
+class ObservableConfig(_Model):
+    """Statistics of one expression ``x`` (and optionally a second ``y``)."""
+
+    name: str
+    x: str
+    y: str | None = None
+    stats: list[Stat] = Field(min_length=1)
+    hist: HistConfig | None = None
+
+    @field_validator("x", "y")
+    @classmethod
+    def _expr(cls, v: str | None) -> str | None:
+        if v is not None and not (_EXPR.match(v) and v.count("(") == v.count(")")):
+            raise ValueError(
+                f"invalid expression '{v}'; expected e.g. Jet.pt, abs(Jet.eta), "
+                "sum(Jet.pt), count(Jet), MET.pt"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> ObservableConfig:
+        pair = [s for s in self.stats if s in _PAIR_STATS]
+        if pair and self.y is None:
+            raise _fail("stats", f"{', '.join(pair)} need a second expression 'y'")
+        return self
+
+
+class OutputConfig(_Model):
+    """Where results are written."""
+
+    dir: str = "results"
+
+
+class ScheduleConfig(_Model):
+    """An optax learning-rate schedule: ``optax.<name>(**kwargs)``."""
+
+    name: str
+    kwargs: dict[str, Any] = {}
+
+
+class AnnealConfig(_Model):
+    """Annealing of cut widths from their configured value to value * final_width_factor."""
+
+    final_width_factor: float = Field(default=0.1, gt=0, le=1)
+    schedule: Literal["exponential", "linear", "none"] = "exponential"
+
+
+class OptimizerConfig(_Model):
+    """Optimiser settings for parameter training."""
+
+    name: str = "adam"
+    learning_rate: float = Field(default=0.05, gt=0)
+    steps: int = Field(default=60, ge=0)
+    schedule: ScheduleConfig | None = None
+    kwargs: dict[str, Any] = {}
+    anneal: AnnealConfig = AnnealConfig()
+    tolerance: float = Field(default=1e-4, ge=0)
+    window: int = Field(default=5, ge=1)
+    stochastic: bool = False
+    chunks_per_step: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    method: Literal["first_order", "newton"] = "first_order"
+
+
+class ObjectiveTermConfig(_Model):
+    """One term of the objective to optimise."""
+
+    type: Literal["significance", "target", "python"]
+    sigma_b: float = Field(default=0.0, ge=0)
+    stat: str | None = None
+    value: float | None = None
+    weight: float = 1.0
+    function: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ObjectiveTermConfig:
+        if self.type == "target":
+            for key in ("stat", "value"):
+                if getattr(self, key) is None:
+                    raise _fail(key, f"a target term needs '{key}'")
+        if self.type == "python":
+            if self.function is None:
+                raise _fail("function", "a python term needs 'function: pkg.module:func'")
+            if not _FUNCTION.match(self.function):
+                raise _fail("function", f"expected 'pkg.module:func', got '{self.function}'")
+        return self
+
+
+class ObjectiveConfig(_Model):
+    """The objective: a weighted sum of terms."""
+
+    terms: list[ObjectiveTermConfig] = Field(min_length=1)
+
+
+class Config(_Model):
+    """Top-level configuration. ``base_dir`` and ``source`` are set by the loader."""
+
+    datasets: dict[str, DatasetConfig] = Field(min_length=1)
+    executor: ExecutorConfig = ExecutorConfig()
+    parameters: dict[str, ParameterConfig] = {}
+    selection: SelectionConfig = SelectionConfig()
+    observables: list[ObservableConfig] = []
+    output: OutputConfig = OutputConfig()
+    lumi: float = Field(default=1.0, gt=0)
+    objective: ObjectiveConfig | None = None
+    optimizer: OptimizerConfig = OptimizerConfig()
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _source: str = PrivateAttr(default="<config>")
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory that relative paths in the config are resolved against."""
+        return self._base_dir
+
+    @property
+    def source(self) -> str:
+        """Where the config came from (file path or "<config>"), for messages."""
+        return self._source
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> Config:
+        names = list(self.parameters)
+        objects = self.selection.objects
+        cuts = [(f"objects.cuts.{i}", c) for i, c in enumerate(objects.cuts if objects else [])]
+        cuts += [(f"events.{i}", c) for i, c in enumerate(self.selection.events)]
+        for where, cut in cuts:
+            if cut.param is not None and cut.param not in self.parameters:
+                hint = _suggest(cut.param, names, "defined parameters")
+                raise _fail(f"selection.{where}.param", f"unknown parameter '{cut.param}'{hint}")
+        for i, ev in enumerate(self.selection.events):
+            if ev.count is None:
+                continue
+            if objects is None or ev.count != objects.collection:
+                want = f"'{objects.collection}'" if objects else "(no selection.objects given)"
+                raise _fail(
+                    f"selection.events.{i}.count",
+                    f"unknown collection '{ev.count}'; must be the selected collection {want}",
+                )
+            if ev.param is not None and not float(self.parameters[ev.param].init).is_integer():
+                init = self.parameters[ev.param].init
+                raise _fail(
+                    f"parameters.{ev.param}.init",
+                    f"used by a count cut, needs an integer init, got {init}",
+                )
+        seen: set[str] = set()
+        for i, obs in enumerate(self.observables):
+            if obs.name in seen:
+                raise _fail(f"observables.{i}.name", f"duplicate observable name '{obs.name}'")
+            seen.add(obs.name)
+        return self
+
+    def trainable_names(self) -> list[str]:
+        """Names of trainable parameters, in declaration order."""
+        return [name for name, p in self.parameters.items() if p.trainable]
+
+    def initial_params(self) -> dict[str, float]:
+        """Initial values of all parameters (trainable or not), in declaration order."""
+        return {name: float(p.init) for name, p in self.parameters.items()}
+
+    def bounds_of(self, name: str) -> tuple[float, float] | None:
+        """Bounds of parameter ``name`` (None if unbounded); KeyError if unknown."""
+        return self.parameters[name].bounds
+
+    def resolve_path(self, path: str) -> str:
+        """Resolve a relative file path against ``base_dir``; URLs like ``skhep:x`` are kept."""
+        if _URL.match(path) or os.path.isabs(path):
+            return path
+        return str(self.base_dir / path)
+
+
+# ---------------------------------------------------------------- error formatting
+
+_TYPE_NAMES = {
+    "int": "an integer", "float": "a number", "bool": "true or false", "string": "a string",
+    "list": "a list", "tuple": "a list", "dict": "a mapping", "model": "a mapping",
+    "finite": "a finite number",
+}
+_LIMITS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="),
+           "less_than": ("lt", "<"), "less_than_equal": ("le", "<=")}
+
+
+def _show(value: Any) -> str:
+    """Short one-line repr of an offending value."""
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _format_error(err: Any) -> str:
+    """Turn one pydantic error dict into ``"dotted.location: message"``."""
+    typ, ctx = err["type"], err.get("ctx") or {}
+    loc = [str(part) for part in err["loc"]]
+    if loc and loc[-1] == "[key]":  # a non-string mapping key, e.g. a parameter named 1
+        loc.pop()
+    name = next((p for p in reversed(loc) if not p.isdigit()), "value")
+    got = _show(err.get("input"))
+    if typ == _ERR:
+        loc += [p for p in ctx["where"].split(".") if p]
+        msg = ctx["msg"]
+    elif typ in ("value_error", "assertion_error"):
+        msg = str(ctx.get("error", err["msg"]))
+    elif typ == "missing":
+        msg = "missing required key"
+    elif typ == "literal_error":
+        msg = f"expected one of {ctx['expected']}, got {got}"
+    elif typ in _LIMITS:
+        key, op = _LIMITS[typ]
+        msg = f"{name} must be {op} {ctx[key]}, got {got}"
+    elif typ == "too_short":
+        msg = f"{name} must not be empty"
+    else:
+        kind = next((v for k, v in _TYPE_NAMES.items() if typ.startswith(k + "_")), None)
+        msg = f"expected {kind}, got {got}" if kind else err["msg"]
+    where = ".".join(loc) or "(top level)"
+    return f"{where}: {msg}".replace("\n", " ")
+
+
+def config_from_dict(
+    data: dict, *, source: str = "<config>", base_dir: Path | None = None
+) -> Config:
+    """Validate an already-parsed config mapping; raise a one-line ConfigError on problems."""
+    if not isinstance(data, dict):
+        kind = "an empty file" if data is None else type(data).__name__
+        raise ConfigError(f"{source}: top level must be a mapping of keys, got {kind}")
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        n = len(errors) - 1
+        more = f" (and {n} more error{'s' if n > 1 else ''})" if n else ""
+        raise ConfigError(f"{source}: {_format_error(errors[0])}{more}") from None
+    cfg._base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
+    cfg._source = source
+    return cfg
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    """Read, parse and validate a YAML config file."""
+    source = os.fspath(path)
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{source}: cannot read: {reason}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{source}:{line} invalid YAML: {problem}".replace("\n", " ")) from None
+    return config_from_dict(data, source=source, base_dir=Path(source).resolve().parent)

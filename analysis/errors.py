@@ -1,0 +1,20 @@
+"""Exception hierarchy for user-facing diffcoffea errors."""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "DiffcoffeaError", "InputError"]
+
+
+class DiffcoffeaError(Exception):
+    """User-facing error: str(e) is ONE line naming the file/key/value and what was expected.
+
+    The CLI prints it and exits with status 2.
+    """
+
+
+class ConfigError(DiffcoffeaError):
+    """The YAML configuration is unreadable or does not match the schema."""
+
+
+class InputError(DiffcoffeaError):
+    """Bad input data: unreadable data files, missing trees or branches, etc."""

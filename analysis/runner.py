@@ -1,0 +1,279 @@
+"""The driver: datasets to files, coffea executors, one pass over all chunks.
+
+:class:`Evaluator` resolves files, builds the executor (one dask ``Client`` reused
+for every pass), preprocesses the fileset once (coffea otherwise re-reads each
+file's metadata on every pass) and runs :class:`processors.DiffProcessor` for any
+parameter values. Datasets whose files hold no events still get a (zero) state, so
+every dataset is reported with the number of events seen.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.columns import ChunkColumns
+from analysis.config import Config
+from analysis.errors import InputError
+from analysis.kernel import chunk_state
+from analysis.plan import Plan, build_plan, initial_widths
+from analysis.results import DatasetState
+
+SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
+
+
+def resolve_skhep(name: str, where: str) -> str:
+    """Path of a scikit-hep-testdata file, from its local cache (no download needed)."""
+    cached = SKHEP_CACHE / name
+    if cached.is_file():
+        return str(cached)
+    try:
+        import skhep_testdata
+
+        return str(skhep_testdata.data_path(name))
+    except Exception as err:  # no network here: say what to do instead
+        raise InputError(
+            f"{where}: skhep:{name} is not in {SKHEP_CACHE} and could not be downloaded "
+            f"({type(err).__name__}); copy the file there"
+        ) from None
+
+
+def resolve_fileset(config: Config) -> dict[str, dict[str, Any]]:
+    """``{dataset: {"files": {path: treename}}}`` with globs expanded and files checked.
+
+    Relative paths are relative to the config file's directory. Each file is opened
+    once with uproot to check that the tree exists (a clear error now, rather than
+    a coffea traceback later).
+    """
+    import uproot
+
+    fileset: dict[str, dict[str, Any]] = {}
+    for name, ds in config.datasets.items():
+        where = f"{config.source}: datasets.{name}.files"
+        paths: list[str] = []
+        if ds.generate is not None:
+            from analysis.generate import ensure_dataset
+
+            g = ds.generate
+            made = ensure_dataset(
+                config.resolve_path(g.dir),
+                process=g.process,
+                n_events=g.events,
+                n_files=g.files,
+                seed=g.seed,
+            )
+            paths.extend(str(p) for p in made)
+        for entry in ds.files or []:
+            if entry.startswith("skhep:"):
+                paths.append(resolve_skhep(entry[len("skhep:") :], where))
+                continue
+            path = config.resolve_path(entry)
+            if any(c in path for c in "*?["):
+                matches = sorted(glob.glob(path))
+                if not matches:
+                    raise InputError(f"{where}: no file matches {entry!r} (looked for {path})")
+                paths.extend(matches)
+            elif not os.path.isfile(path):
+                raise InputError(f"{where}: no such file {entry!r} (looked for {path})")
+            else:
+                paths.append(path)
+        for path in paths:
+            try:
+                with uproot.open(path) as f:
+                    if ds.treename not in f:
+                        raise InputError(
+                            f"{path}: no tree {ds.treename!r} (datasets.{name}.treename); "
+                            f"keys: {', '.join(sorted({k.split(';')[0] for k in f.keys()}))}"
+                        )
+            except InputError:
+                raise
+            except Exception as err:
+                raise InputError(f"{path}: not a readable ROOT file ({err})") from None
+        fileset[name] = {"files": {p: ds.treename for p in paths}, "metadata": {}}
+    return fileset
+
+
+def empty_columns(plan: Plan) -> ChunkColumns:
+    """Columns of a chunk with no events."""
+    return ChunkColumns(
+        n_events=0,
+        weight=np.zeros(0),
+        counts=None if plan.collection is None else np.zeros(0, dtype=np.int64),
+        objects={k: np.zeros(0) for k in plan.object_fields} if plan.collection else {},
+        events={k: np.zeros(0) for k in plan.event_keys},
+    )
+
+
+def empty_state(plan: Plan, theta: np.ndarray, widths: np.ndarray, order: int) -> DatasetState:
+    """The state of a dataset with no events (zero yields, undefined statistics)."""
+    return chunk_state(empty_columns(plan), plan, theta, widths, order=order)
+
+
+class Evaluator:
+    """Runs passes over all chunks of all datasets for given parameter values."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        executor: str | None = None,
+        workers: int | None = None,
+        chunksize: int | None = None,
+        status: bool = False,
+    ) -> None:
+        self.config = config
+        self.plan = build_plan(config)
+        self.fileset = resolve_fileset(config)
+        ex = config.executor
+        self.executor_type = executor or ex.type
+        self.workers = workers or ex.workers
+        self.chunksize = chunksize or ex.chunksize
+        self.status = status
+        self._client = None
+        self._cluster = None
+        self._chunks: list | None = None
+        self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
+
+    # -- executors ------------------------------------------------------------
+    def _executor(self):
+        from coffea import processor
+
+        retries = self.config.executor.retries
+        if self.executor_type == "iterative":
+            return processor.IterativeExecutor(status=self.status, retries=retries)
+        if self.executor_type == "futures":
+            return processor.FuturesExecutor(
+                workers=self.workers, status=self.status, retries=retries
+            )
+        if self._client is None:
+            # Workers must compute in float64 too: they inherit JAX_ENABLE_X64 from here.
+            os.environ["JAX_ENABLE_X64"] = "1"
+            from dask.distributed import Client, LocalCluster
+
+            address = self.config.executor.address
+            if address:
+                self._client = Client(address)
+            else:
+                self._cluster = LocalCluster(
+                    n_workers=self.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                )
+                self._client = Client(self._cluster)
+        return processor.DaskExecutor(client=self._client, status=self.status, retries=retries)
+
+    def _runner(self):
+        import coffea.util
+        from coffea import processor
+        from coffea.nanoevents import NanoAODSchema
+
+        # coffea draws its progress bars whatever the executor's ``status`` says.
+        coffea.util.coffea_console.quiet = not self.status
+
+        NanoAODSchema.warn_missing_crossrefs = False
+        return processor.Runner(
+            executor=self._executor(),
+            chunksize=self.chunksize,
+            schema=NanoAODSchema,
+            savemetrics=False,
+        )
+
+    @property
+    def chunks(self) -> list:
+        """coffea work items, computed once and reused by every pass."""
+        if self._chunks is None:
+            self._chunks = list(self._runner().preprocess(self.fileset))
+        return self._chunks
+
+    # -- passes -----------------------------------------------------------------
+    def theta_and_widths(
+        self, params: dict[str, float] | None = None, widths: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        values = dict(self.config.initial_params())
+        if params:
+            unknown = set(params) - set(values)
+            if unknown:
+                raise InputError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+            values.update(params)
+        theta = np.array([values[n] for n in self.plan.param_names], dtype=np.float64)
+        w = np.asarray(initial_widths(self.config) if widths is None else widths, dtype=np.float64)
+        return theta, w
+
+    def run(
+        self,
+        params: dict[str, float] | None = None,
+        *,
+        widths: Any = None,
+        order: int = 1,
+        chunks: list | None = None,
+    ) -> dict[str, DatasetState]:
+        """One pass: ``{dataset: DatasetState}`` (every configured dataset present)."""
+        from processors import DiffProcessor
+
+        theta, w = self.theta_and_widths(params, widths)
+        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=order)
+        items = self.chunks if chunks is None else chunks
+        out: dict[str, DatasetState] = {}
+        if items:
+            out = dict(self._runner()(items, processor_instance=proc))
+        for name in self.config.datasets:
+            if name not in out:
+                out[name] = empty_state(self.plan, theta, w, order)
+        return out
+
+    def run_histograms(
+        self,
+        index: int,
+        bins: int,
+        low: float,
+        high: float,
+        params: dict[str, float] | None = None,
+        *,
+        widths: Any = None,
+    ) -> dict[str, Any]:
+        """``{dataset: hist.Hist}`` of observable ``index`` with the soft selection weights."""
+        import hist
+
+        from processors import DiffProcessor
+
+        theta, w = self.theta_and_widths(params, widths)
+        proc = DiffProcessor(
+            self.plan, theta, w, self.weight_branches, histogram=(index, bins, low, high)
+        )
+        out = dict(self._runner()(self.chunks, processor_instance=proc)) if self.chunks else {}
+        name = self.plan.observables[index].name
+        for ds in self.config.datasets:
+            if ds not in out:
+                out[ds] = hist.Hist(
+                    hist.axis.Regular(bins, low, high, name=name), storage=hist.storage.Weight()
+                )
+        return out
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def prime_skhep_cache(data_dir: str | os.PathLike) -> None:
+    """Copy the scikit-hep-testdata files found in ``data_dir`` into its offline cache."""
+    SKHEP_CACHE.mkdir(parents=True, exist_ok=True)
+    for name in ("nanoAOD_2015_CMS_Open_Data_ttbar.root",):
+        src = Path(data_dir) / name
+        if src.is_file() and not (SKHEP_CACHE / name).is_file():
+            shutil.copyfile(src, SKHEP_CACHE / name)

@@ -1,0 +1,476 @@
+"""Differentiable weighted statistics with awkward's API (``ak.mean``, ``ak.var``, ...).
+
+Every function takes the data positionally and options by keyword:
+``f(x, [y,] weight=None, ..., axis=None)``.
+
+Inputs (``x``, ``y``, ``weight``) may be
+
+* an awkward Array (numpy or JAX backend), flat or with one level of lists
+  (``events.Jet.pt``, also after event masking; fields of ``Momentum4D`` records);
+* a 1-D numpy or JAX array (flat data);
+* a :class:`~analysis.stats.jagged.Jagged` (what ``jax.jit``-compiled code uses).
+
+Everything is upcast to float64 (float32 NanoAOD included) and the results are
+float64 JAX arrays.
+
+``axis=None`` reduces over all elements and returns a scalar (0-d array); ``axis=1``
+(or ``-1``) needs lists and returns one value per list. For flat input ``axis=0`` and
+``axis=-1`` mean all elements (as in awkward); ``axis=1`` is an error. An empty
+selection (zero total weight, an empty list, no elements) gives NaN, with a zero
+(finite) gradient.
+
+Weights are expected non-negative (they may be traced, e.g. soft cuts
+``jax.nn.sigmoid((pt - theta) / width)``); given per element, as a scalar, or per
+list (a flat array whose length is the number of lists and differs from the number
+of elements is broadcast to the elements of each list). Statistics are those of
+awkward: population normalisation by ``W = sum w`` (``var``: ``M2 / (W - ddof)``).
+
+Precision: central moments use the corrected two-pass algorithm of
+:mod:`analysis.stats._core` (never raw power sums); ``moment`` is a raw moment by
+definition. Gradients are exact derivatives of the computed values.
+"""
+
+from __future__ import annotations
+
+import numbers
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from analysis.stats import _core
+from analysis.stats.jagged import (
+    Jagged,
+    _is_awkward,
+    awkward_parts,
+    concrete,
+    segment_ids_from_offsets,
+)
+
+__all__ = [
+    "LinearFit",
+    "central_moment",
+    "corr",
+    "covar",
+    "kurtosis",
+    "linear_fit",
+    "mean",
+    "moment",
+    "skew",
+    "std",
+    "var",
+]
+
+Array = jax.Array
+
+
+class LinearFit(NamedTuple):
+    """Result of :func:`linear_fit`; fields as the record of ``ak.linear_fit``.
+
+    A NamedTuple (so a JAX pytree: works with ``jacfwd``/``jacrev``/``vmap``) that
+    also allows ``fit["slope"]`` like awkward's record.
+    """
+
+    intercept: Array
+    slope: Array
+    intercept_error: Array
+    slope_error: Array
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            if key not in self._fields:
+                raise KeyError(f"LinearFit has no field {key!r}; fields: {', '.join(self._fields)}")
+            return getattr(self, key)
+        return tuple.__getitem__(self, key)
+
+
+# --- input normalisation -----------------------------------------------------------
+
+
+class _Parts(NamedTuple):
+    values: Any  # 1-D JAX array (any real dtype) or 0-d for a scalar weight
+    offsets: Any  # None for flat data; numpy or JAX int array otherwise
+    source: Any  # the Jagged it came from (to reuse its cached segment ids), else None
+
+
+def _parts(obj: Any, name: str, *, allow_scalar: bool = False) -> _Parts:
+    """Split any supported input into flat values and list offsets, checking types."""
+    if isinstance(obj, Jagged):
+        return _Parts(obj.values, obj.offsets, obj)
+    if _is_awkward(obj):
+        values, offsets = awkward_parts(obj, name)
+        return _Parts(values, offsets, None)
+    if isinstance(obj, jax.Array):
+        arr = obj
+    elif isinstance(obj, (np.ndarray, np.generic, numbers.Number, list, tuple)):
+        arr = np.asarray(obj)
+    else:
+        raise TypeError(
+            f"{name}: expected an awkward Array, a 1-D numpy/JAX array or a Jagged, "
+            f"found {type(obj).__name__}"
+        )
+    if np.dtype(arr.dtype).kind not in "biuf":
+        raise TypeError(f"{name}: expected real numbers, found dtype {arr.dtype}")
+    if arr.ndim == 0 and allow_scalar:
+        return _Parts(arr, None, None)
+    if arr.ndim != 1:
+        expected = "a scalar or a 1-D array" if allow_scalar else "a 1-D array"
+        raise ValueError(
+            f"{name}: expected {expected} (use an awkward Array or Jagged for lists), "
+            f"found shape {tuple(arr.shape)}"
+        )
+    return _Parts(arr, None, None)
+
+
+def _traced(*arrays: Any) -> bool:
+    return any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def _f64(a: Any) -> Any:
+    """float64 copy: numpy for concrete data (cheap host-side padding), JAX for tracers."""
+    if _traced(a):
+        return a.astype(jnp.float64)
+    return np.asarray(a, dtype=np.float64)
+
+
+def _take(a: Any, index: Any) -> Any:
+    return jnp.asarray(a)[index] if _traced(a, index) else a[index]
+
+
+def _check_same_lists(a: _Parts, b: _Parts, name: str) -> None:
+    """``b`` (named ``name``) must have the lists of ``a`` (``x``)."""
+    na, nb = a.offsets.shape[0] - 1, b.offsets.shape[0] - 1
+    if na != nb:
+        raise ValueError(f"{name}: expected {na} lists (as x), found {nb}")
+    if a.values.shape[0] != b.values.shape[0]:
+        raise ValueError(
+            f"{name}: expected {a.values.shape[0]} elements (as x), found {b.values.shape[0]}"
+        )
+    if a.offsets is b.offsets:
+        return
+    oa, ob = concrete(a.offsets), concrete(b.offsets)
+    if oa is not None and ob is not None and not np.array_equal(oa, ob):
+        i = int(np.flatnonzero(np.diff(oa) != np.diff(ob))[0])
+        raise ValueError(
+            f"{name}: expected the list lengths of x; list {i} has {int(oa[i + 1] - oa[i])} "
+            f"elements in x and {int(ob[i + 1] - ob[i])} in {name}"
+        )
+
+
+class _Prepared(NamedTuple):
+    x: Array  # float64 values
+    y: Array | None
+    w: Array  # float64 weights, one per element
+    segment_ids: Array | None  # set for per-list results
+    num_segments: int | None
+
+
+def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
+    """Validate and normalise inputs: float64 flat values and per-element weights."""
+    if axis is not None and (
+        isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or axis not in (0, 1, -1)
+    ):
+        raise ValueError(f"{func}: axis: expected None, 0, 1 or -1, found {axis!r}")
+    px = _parts(x, "x")
+    n = px.values.shape[0]
+    jagged = px.offsets is not None
+    if not jagged and axis == 1:
+        raise ValueError(
+            f"{func}: axis=1 needs lists (an awkward Array of lists or a Jagged), but x is "
+            f"flat ({n} elements); use axis=None"
+        )
+    if jagged and axis == 0:
+        raise ValueError(
+            f"{func}: axis=0 (across lists, position by position) is not supported; "
+            "use axis=None (all elements) or axis=1 (one value per list)"
+        )
+    per_list = jagged and axis in (1, -1)
+    num_lists = px.offsets.shape[0] - 1 if jagged else None
+
+    seg_cache: list[Any] = []
+
+    def segment_ids() -> Any:
+        if not seg_cache:
+            if px.source is not None:
+                seg_cache.append(px.source.segment_ids())
+            else:
+                seg_cache.append(segment_ids_from_offsets(px.offsets, n))
+        return seg_cache[0]
+
+    yv = None
+    if y is not None:
+        py = _parts(y, "y")
+        if py.offsets is not None:
+            if not jagged:
+                raise ValueError(f"{func}: y has lists but x is flat; expected the same structure")
+            _check_same_lists(px, py, "y")
+        elif py.values.shape[0] != n:
+            raise ValueError(f"{func}: y: expected {n} elements (as x), found {py.values.shape[0]}")
+        yv = _f64(py.values)
+
+    if weight is None:
+        w = np.ones(n, dtype=np.float64)
+    else:
+        pw = _parts(weight, "weight", allow_scalar=True)
+        if pw.values.ndim == 0:
+            full = jnp.full if _traced(pw.values) else np.full
+            w = full(n, pw.values, dtype=np.float64)
+        elif pw.offsets is not None:
+            if not jagged:
+                raise ValueError(
+                    f"{func}: weight has lists but x is flat; expected {n} weights (one per element)"
+                )
+            _check_same_lists(px, pw, "weight")
+            w = _f64(pw.values)
+        else:
+            m = pw.values.shape[0]
+            if m == n:
+                w = _f64(pw.values)
+            elif jagged and m == num_lists:
+                w = _take(_f64(pw.values), segment_ids())
+            else:
+                per_list_hint = f" or {num_lists} (one per list)" if jagged else ""
+                raise ValueError(
+                    f"{func}: weight: expected {n} values (one per element){per_list_hint}, "
+                    f"found {m}"
+                )
+    if per_list:
+        return _Prepared(_f64(px.values), yv, w, segment_ids(), num_lists)
+    return _Prepared(_f64(px.values), yv, w, None, None)
+
+
+def _check_order(n: Any, func: str, *, minimum: int | None = None) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{func}: n: expected an integer order, found {n!r}")
+    if minimum is not None and n < minimum:
+        raise ValueError(f"{func}: n: expected an integer >= {minimum}, found {n}")
+    return int(n)
+
+
+def _check_ddof(ddof: Any, func: str) -> float:
+    if isinstance(ddof, bool) or not isinstance(ddof, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{func}: ddof: expected a number, found {ddof!r}")
+    return float(ddof)
+
+
+# --- padding to size buckets, and the jitted kernels ------------------------------
+# Eager calls with data of a new length would otherwise compile every primitive
+# anew (~0.4 s per call). Padding to a few bucket sizes (elements of weight 0, which
+# add exact zeros to every sum, in an extra dummy list) lets one compiled kernel
+# serve all lengths in a bucket; under an outer jit it costs at most 1/8 extra work.
+
+
+def _bucket(n: int) -> int:
+    """Smallest bucket >= n: powers of two up to 1024, then 8 steps per octave."""
+    if n <= 1024:
+        return max(16, 1 << max(n - 1, 0).bit_length())
+    step = 1 << (n.bit_length() - 4)
+    return -(-n // step) * step
+
+
+def _pad(a: Any, size: int, fill: float) -> Any:
+    extra = size - a.shape[0]
+    if extra == 0:
+        return a
+    if _traced(a):
+        return jnp.concatenate([a, jnp.full(extra, fill, dtype=a.dtype)])
+    a = np.asarray(a)
+    return np.concatenate([a, np.full(extra, fill, dtype=a.dtype)])
+
+
+class _Padded(NamedTuple):
+    x: Any
+    y: Any
+    w: Any
+    segment_ids: Any
+    num_segments: int | None
+    num_lists: int | None
+
+
+def _padded(p: _Prepared) -> _Padded:
+    size = _bucket(p.x.shape[0])
+    # x, y padded with 1 (not 0): x**n stays finite for negative orders n.
+    x = _pad(p.x, size, 1.0)
+    y = None if p.y is None else _pad(p.y, size, 1.0)
+    w = _pad(p.w, size, 0.0)
+    if p.segment_ids is None:
+        return _Padded(x, y, w, None, None, None)
+    num_lists = p.num_segments
+    seg = _pad(p.segment_ids, size, num_lists)  # padding goes to a dummy last list
+    return _Padded(x, y, w, seg, _bucket(num_lists + 1), num_lists)
+
+
+def _unpad(out: Any, q: _Padded) -> Any:
+    if q.num_lists is None:
+        return out
+    return jax.tree_util.tree_map(lambda a: a[: q.num_lists], out)
+
+
+# One compiled kernel per bucket computes every statistic of its family (the state
+# is shared; XLA drops unused outputs under an outer jit), rather than one kernel per
+# statistic: fewer compilations for eager use with new data sizes.
+
+
+@partial(jax.jit, static_argnames=("num_segments",))
+def _univariate(
+    x: Array, w: Array, segment_ids: Array | None, ddof: Array, *, num_segments: int | None
+) -> dict[str, Array]:
+    s = _core.moments(x, w, segment_ids, num_segments)
+    return {
+        "mean": _core.state_mean(s),
+        "var": _core.state_var(s, ddof),
+        "std": _core.state_std(s, ddof),
+        "skew": _core.state_skew(s),
+        "kurtosis": _core.state_kurtosis(s),
+    }
+
+
+@partial(jax.jit, static_argnames=("num_segments", "order", "central"))
+def _moment(
+    x: Array,
+    w: Array,
+    segment_ids: Array | None,
+    *,
+    num_segments: int | None,
+    order: int,
+    central: bool,
+) -> Array:
+    if central:
+        sumw, total = _core.central_moment_sum(x, w, order, segment_ids, num_segments)
+    else:
+        sumw = _core._reduce(w, segment_ids, num_segments)
+        total = _core._reduce(w * x**order, segment_ids, num_segments)
+    return _core.safe_div(total, sumw)
+
+
+@partial(jax.jit, static_argnames=("num_segments",))
+def _bivariate(
+    x: Array, y: Array, w: Array, segment_ids: Array | None, *, num_segments: int | None
+) -> dict[str, Any]:
+    s = _core.comoments(x, y, w, segment_ids, num_segments)
+    return {name: func(s) for name, func in _core.BIVARIATE.items()}
+
+
+def _run1(stat: str, x: Any, weight: Any, axis: Any, ddof: float = 0.0) -> Array:
+    q = _padded(_prepare(x, None, weight, axis, stat))
+    out = _univariate(q.x, q.w, q.segment_ids, np.float64(ddof), num_segments=q.num_segments)
+    return _unpad(out[stat], q)
+
+
+def _run_moment(stat: str, x: Any, weight: Any, axis: Any, order: int) -> Array:
+    q = _padded(_prepare(x, None, weight, axis, stat))
+    out = _moment(
+        q.x,
+        q.w,
+        q.segment_ids,
+        num_segments=q.num_segments,
+        order=order,
+        central=stat == "central_moment",
+    )
+    return _unpad(out, q)
+
+
+def _run2(stat: str, x: Any, y: Any, weight: Any, axis: Any) -> Any:
+    q = _padded(_prepare(x, y, weight, axis, stat))
+    out = _bivariate(q.x, q.y, q.w, q.segment_ids, num_segments=q.num_segments)
+    return _unpad(out[stat], q)
+
+
+# --- public functions --------------------------------------------------------------
+
+
+def mean(x: Any, weight: Any = None, axis: int | None = None) -> Array:
+    """Weighted mean ``sum w x / sum w``, as ``ak.mean``.
+
+    Returns float64: a scalar for ``axis=None``, one value per list for ``axis=1``;
+    NaN where the total weight is zero (empty input or list), with zero gradient.
+    """
+    return _run1("mean", x, weight, axis)
+
+
+def var(x: Any, weight: Any = None, ddof: float = 0, axis: int | None = None) -> Array:
+    """Weighted variance ``sum w (x - mu)**2 / (sum w - ddof)``, as ``ak.var``.
+
+    float64; NaN where ``sum w - ddof == 0`` (e.g. empty input, or one element with
+    ``ddof=1``), with zero gradient.
+    """
+    return _run1("var", x, weight, axis, ddof=_check_ddof(ddof, "var"))
+
+
+def std(x: Any, weight: Any = None, ddof: float = 0, axis: int | None = None) -> Array:
+    """Weighted standard deviation ``sqrt(var(x, weight, ddof))``, as ``ak.std``.
+
+    float64; NaN where the variance is undefined; 0 (with a zero, not infinite,
+    gradient) for constant data.
+    """
+    return _run1("std", x, weight, axis, ddof=_check_ddof(ddof, "std"))
+
+
+def moment(x: Any, n: int, weight: Any = None, axis: int | None = None) -> Array:
+    """Raw moment ``sum w x**n / sum w`` about zero, as ``ak.moment``.
+
+    ``n`` is an integer (negative orders give ``inf`` at ``x == 0``, as awkward).
+    This is a raw power sum by definition: use :func:`central_moment` for moments
+    about the mean. float64; NaN where the total weight is zero.
+    """
+    return _run_moment("moment", x, weight, axis, _check_order(n, "moment"))
+
+
+def central_moment(x: Any, n: int, weight: Any = None, axis: int | None = None) -> Array:
+    """Central moment ``sum w (x - mu)**n / sum w`` (``n >= 0``; n = 2 is ``var``).
+
+    Corrected two-pass (binomial expansion about a constant centre). float64; NaN
+    where the total weight is zero.
+    """
+    order = _check_order(n, "central_moment", minimum=0)
+    return _run_moment("central_moment", x, weight, axis, order)
+
+
+def skew(x: Any, weight: Any = None, axis: int | None = None) -> Array:
+    """Skewness ``m3 / m2**1.5`` with ``mk = sum w (x - mu)**k / sum w``.
+
+    Fisher-Pearson, biased: ``scipy.stats.skew(x, bias=True)`` for unit weights.
+    float64; NaN where the total weight is zero or the data are constant
+    (``m2 <= (eps * mean)**2``, scipy's rule).
+    """
+    return _run1("skew", x, weight, axis)
+
+
+def kurtosis(x: Any, weight: Any = None, axis: int | None = None) -> Array:
+    """Excess kurtosis ``m4 / m2**2 - 3`` (Fisher, biased; scipy's default).
+
+    float64; NaN where the total weight is zero or the data are constant.
+    """
+    return _run1("kurtosis", x, weight, axis)
+
+
+def covar(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> Array:
+    """Weighted covariance ``sum w (x - mu_x)(y - mu_y) / sum w``, as ``ak.covar``.
+
+    ``y`` has the structure of ``x``. float64; NaN where the total weight is zero.
+    """
+    return _run2("covar", x, y, weight, axis)
+
+
+def corr(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> Array:
+    """Weighted correlation ``Cxy / sqrt(Cxx Cyy)`` (centred sums), as ``ak.corr``.
+
+    float64; NaN where the total weight is zero or x or y is constant.
+    """
+    return _run2("corr", x, y, weight, axis)
+
+
+def linear_fit(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> LinearFit:
+    """Weighted least-squares line ``y = intercept + slope x``, as ``ak.linear_fit``.
+
+    With centred sums ``Cxx``, ``Cxy``: ``slope = Cxy / Cxx``,
+    ``intercept = mu_y - slope mu_x``, ``slope_error = sqrt(1 / Cxx)``,
+    ``intercept_error = sqrt((Cxx + W mu_x**2) / (W Cxx))`` (awkward's formulas; the
+    weights enter linearly, they are not ``1 / sigma**2`` unless you make them so).
+    Returns a :class:`LinearFit` of float64 arrays. Where the fit is undefined
+    (zero total weight, or all x equal, e.g. one point) every field is NaN; awkward
+    gives ``inf`` for some of them there.
+    """
+    return LinearFit(**_run2("linear_fit", x, y, weight, axis))

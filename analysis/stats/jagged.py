@@ -1,0 +1,315 @@
+"""A minimal jagged (list-of-lists) array for JAX, and conversion from awkward.
+
+:class:`Jagged` is what jit-compiled code uses: a pytree of two leaves,
+
+* ``values``: the flat elements (1-D float JAX array; the differentiable part),
+* ``offsets``: list boundaries (1-D int array of length ``num_lists + 1``, starting
+  at 0 and ending at ``len(values)``); constant data, never differentiated.
+
+Because both are leaves, ``jax.jit`` retraces only when their *shapes* change, not for
+every new chunk of events with the same number of lists and elements; the number of
+lists (``len(offsets) - 1``) is therefore static under ``jit``.
+
+:func:`from_awkward` turns an awkward array of one level of lists (``events.Jet.pt``,
+also after event masking or a jagged mask, i.e. ListOffsetArray, ListArray, RegularArray
+and IndexedArray layouts) into a :class:`Jagged`. On awkward's JAX backend the data
+buffer may be a tracer (inside ``jax.grad``): it is only gathered, so gradients flow
+back to the awkward array. Index buffers are concrete (awkward keeps them out of the
+pytree leaves), and are read with numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Jagged", "from_awkward"]
+
+
+def concrete(a: Any) -> np.ndarray | None:
+    """``a`` as a numpy array if its value is known now, ``None`` if it is a JAX tracer."""
+    if isinstance(a, jax.core.Tracer):
+        return None
+    return np.asarray(a)
+
+
+def segment_ids_from_offsets(offsets: Any, num_elements: int) -> Any:
+    """List index of every element (int32, length ``num_elements``).
+
+    Concrete offsets give a numpy constant; traced offsets (a ``Jagged`` passed as a
+    ``jit`` argument) a JAX computation: a scatter of +1 at each list start, then a
+    cumulative sum (empty lists add several +1 at one position; starts equal to
+    ``num_elements`` belong to trailing empty lists and are dropped).
+    """
+    off = concrete(offsets)
+    if off is not None:
+        counts = np.diff(off)
+        return np.repeat(np.arange(counts.shape[0], dtype=np.int32), counts)
+    starts = jnp.zeros(num_elements, dtype=jnp.int32).at[offsets[1:-1]].add(1, mode="drop")
+    return jnp.cumsum(starts, dtype=jnp.int32)
+
+
+def _check_real(dtype: Any, what: str) -> None:
+    kind = np.dtype(dtype).kind
+    if kind not in "biuf":
+        raise TypeError(f"{what}: expected real numbers (bool, int or float), found dtype {dtype}")
+
+
+@jax.tree_util.register_pytree_node_class
+class Jagged:
+    """A list of variable-length lists of numbers, stored as flat ``values`` + ``offsets``.
+
+    ``values``: 1-D real array (kept in its dtype; the statistics upcast to float64).
+    ``offsets``: 1-D integer array (numpy or JAX), ``offsets[0] == 0``,
+    ``offsets[-1] == len(values)``, non-decreasing. List ``i`` is
+    ``values[offsets[i]:offsets[i + 1]]``. Zero lists: ``offsets == [0]``.
+
+    Checks are made in Python when the arrays are concrete (not under tracing).
+    Differentiate with respect to ``values`` (e.g. ``jax.grad(lambda v:
+    stats.mean(pt.with_values(v)))(pt.values)``): ``offsets`` is an integer leaf, so
+    ``jax.grad`` of a whole ``Jagged`` needs ``allow_int=True``.
+    """
+
+    __slots__ = ("values", "offsets", "_segment_ids")
+
+    def __init__(self, values: Any, offsets: Any) -> None:
+        if not isinstance(values, jax.Array):  # tracers are jax.Array too
+            values = jnp.asarray(values)
+        if not isinstance(offsets, jax.Array):
+            offsets = np.asarray(offsets)
+        if values.ndim != 1:
+            raise ValueError(f"Jagged values: expected a 1-D array, found shape {values.shape}")
+        _check_real(values.dtype, "Jagged values")
+        if offsets.ndim != 1 or offsets.shape[0] < 1:
+            raise ValueError(
+                f"Jagged offsets: expected a 1-D array of length num_lists + 1 >= 1, "
+                f"found shape {offsets.shape}"
+            )
+        if np.dtype(offsets.dtype).kind not in "iu":
+            raise TypeError(f"Jagged offsets: expected integers, found dtype {offsets.dtype}")
+        off = concrete(offsets)
+        if off is not None:
+            n = values.shape[0]
+            if off[0] != 0 or off[-1] != n:
+                raise ValueError(
+                    f"Jagged offsets: expected offsets[0] == 0 and offsets[-1] == len(values) "
+                    f"== {n}, found {int(off[0])} and {int(off[-1])}"
+                )
+            if np.any(np.diff(off) < 0):
+                raise ValueError("Jagged offsets: expected non-decreasing offsets")
+        self.values = values
+        self.offsets = offsets
+        self._segment_ids = None
+
+    # --- pytree protocol: both arrays are leaves, nothing static but the shapes ---
+    def tree_flatten(self) -> tuple[tuple[Any, Any], None]:
+        return (self.values, self.offsets), None
+
+    @classmethod
+    def tree_unflatten(cls, aux: None, children: tuple[Any, Any]) -> Jagged:
+        # JAX rebuilds pytrees with tracers, None or sentinels as leaves: no checks.
+        obj = object.__new__(cls)
+        obj.values, obj.offsets = children
+        obj._segment_ids = None
+        return obj
+
+    # --- structure -------------------------------------------------------------
+    @property
+    def num_lists(self) -> int:
+        """Number of lists, ``len(offsets) - 1`` (a Python int, static under ``jit``)."""
+        return int(self.offsets.shape[0]) - 1
+
+    @property
+    def num_elements(self) -> int:
+        """Total number of elements, ``len(values)``."""
+        return int(self.values.shape[0])
+
+    def __len__(self) -> int:
+        return self.num_lists
+
+    @property
+    def counts(self) -> Any:
+        """Length of each list (numpy for concrete offsets, else JAX)."""
+        off = concrete(self.offsets)
+        return np.diff(off) if off is not None else jnp.diff(self.offsets)
+
+    def segment_ids(self) -> Any:
+        """List index of each element (int32); cached when the offsets are concrete."""
+        if self._segment_ids is not None:
+            return self._segment_ids
+        ids = segment_ids_from_offsets(self.offsets, self.num_elements)
+        if isinstance(ids, np.ndarray):
+            self._segment_ids = ids
+        return ids
+
+    def with_values(self, values: Any) -> Jagged:
+        """Same lists, new per-element ``values`` (same length)."""
+        values = values if isinstance(values, jax.Array) else jnp.asarray(values)
+        if values.shape != self.values.shape:
+            raise ValueError(
+                f"Jagged.with_values: expected values of shape {self.values.shape}, "
+                f"found {values.shape}"
+            )
+        out = Jagged.tree_unflatten(None, (values, self.offsets))
+        out._segment_ids = self._segment_ids
+        return out
+
+    def map(self, fn: Callable[[Any], Any]) -> Jagged:
+        """Apply an elementwise function to the values: ``pt.map(lambda v: (v - c) / 5)``."""
+        return self.with_values(fn(self.values))
+
+    def to_awkward(self) -> Any:
+        """An awkward array (numpy backend) with the same lists; needs concrete arrays."""
+        import awkward as ak
+
+        return ak.unflatten(np.asarray(self.values), np.asarray(self.counts))
+
+    def __repr__(self) -> str:
+        return (
+            f"Jagged(num_lists={self.num_lists}, num_elements={self.num_elements}, "
+            f"dtype={self.values.dtype})"
+        )
+
+
+# --- awkward ----------------------------------------------------------------------
+
+
+def _is_awkward(obj: Any) -> bool:
+    mod = type(obj).__module__
+    return mod.startswith("awkward.") or mod == "awkward"
+
+
+def _leaf(content: Any, name: str) -> tuple[Any, np.ndarray | None]:
+    """Flat numeric buffer of an element-level layout, plus an optional gather index."""
+    if content.is_unknown:  # EmptyArray: lists that are all empty
+        return np.zeros(0, dtype=np.float64), None
+    if type(content).__name__ == "UnmaskedArray":  # option type with nothing missing
+        return _leaf(content.content, name)
+    if content.is_option:
+        raise TypeError(
+            f"{name}: missing values (None) are not supported; "
+            "use ak.drop_none or ak.fill_none first"
+        )
+    if content.is_indexed:  # IndexedArray without missing values: a lazy gather
+        data, inner = _leaf(content.content, name)
+        index = np.asarray(content.index.data).astype(np.int64, copy=False)
+        return data, index if inner is None else inner[index]
+    if content.is_numpy:
+        data = content.data
+        if len(data.shape) != 1:
+            raise ValueError(
+                f"{name}: expected numbers inside the lists, found nested dimensions "
+                f"(element shape {tuple(data.shape[1:])})"
+            )
+        _check_real(data.dtype, name)
+        return data, None
+    if content.is_record:
+        fields = ", ".join(content.fields)
+        raise TypeError(
+            f"{name}: expected numbers, found records with fields ({fields}); "
+            "pass one field, e.g. jets.pt"
+        )
+    if content.is_list:
+        raise ValueError(f"{name}: expected at most one level of lists, found deeper nesting")
+    raise TypeError(f"{name}: unsupported awkward layout {type(content).__name__}")
+
+
+def _list_bounds(layout: Any, name: str) -> tuple[np.ndarray, np.ndarray, Any] | None:
+    """``(starts, stops, content)`` of a list layout (through IndexedArrays); None if flat."""
+    if layout.is_indexed and not layout.is_option:
+        inner = _list_bounds(layout.content, name)
+        if inner is None:
+            return None
+        index = np.asarray(layout.index.data).astype(np.int64, copy=False)
+        return inner[0][index], inner[1][index], inner[2]
+    if type(layout).__name__ == "UnmaskedArray":
+        return _list_bounds(layout.content, name)
+    if layout.is_option:
+        raise TypeError(
+            f"{name}: missing lists (None) are not supported; use ak.drop_none or ak.fill_none"
+        )
+    if layout.parameter("__array__") in ("string", "bytestring", "char", "byte"):
+        raise TypeError(f"{name}: expected numbers, found strings")
+    if layout.is_regular:
+        size = int(layout.size)
+        starts = np.arange(layout.length, dtype=np.int64) * size
+        return starts, starts + size, layout.content
+    if layout.is_list:
+        if hasattr(layout, "offsets"):
+            off = np.asarray(layout.offsets.data).astype(np.int64, copy=False)
+            return off[:-1], off[1:], layout.content
+        starts = np.asarray(layout.starts.data).astype(np.int64, copy=False)
+        stops = np.asarray(layout.stops.data).astype(np.int64, copy=False)
+        return starts, stops, layout.content
+    if layout.is_numpy and len(layout.data.shape) == 2:
+        return _list_bounds(layout.to_RegularArray(), name)
+    return None
+
+
+def awkward_parts(array: Any, name: str = "array") -> tuple[Any, np.ndarray | None]:
+    """``(values, offsets)`` of an awkward array; ``offsets`` is None for a flat array.
+
+    ``values`` is in the input dtype: numpy on awkward's numpy backend, a JAX array
+    (possibly a tracer) on its JAX backend; ``offsets`` is numpy int64 starting at 0.
+    """
+    import awkward as ak
+
+    layout = ak.to_layout(array)
+    backend = ak.backend(layout)
+    if backend not in ("cpu", "jax"):
+        raise TypeError(f"{name}: awkward backend {backend!r} is not supported (cpu or jax)")
+    bounds = _list_bounds(layout, name)
+    if bounds is None:
+        data, index = _leaf(layout, name)
+        offsets = None
+        positions = index
+    else:
+        starts, stops, content = bounds
+        counts = stops - starts
+        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        data, index = _leaf(content, name)
+        contiguous = counts.shape[0] == 0 or bool(np.all(starts[1:] == stops[:-1]))
+        if contiguous and index is None:
+            lo = int(starts[0]) if counts.shape[0] else 0
+            hi = lo + int(offsets[-1])
+            positions = None if (lo == 0 and hi == data.shape[0]) else slice(lo, hi)
+        else:
+            # element k of list i sits at starts[i] + k
+            positions = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
+            if index is not None:
+                positions = index[positions]
+    if backend == "cpu":
+        data = np.asarray(data)
+        values = data if positions is None else data[positions]
+    else:
+        data = data if isinstance(data, jax.Array) else jnp.asarray(data)
+        values = data if positions is None else data[positions]
+    return values, offsets
+
+
+def from_awkward(array: Any) -> Jagged:
+    """Convert an awkward array of one level of lists of numbers to a :class:`Jagged`.
+
+    Accepts ListOffsetArray, ListArray, RegularArray and IndexedArray layouts (e.g.
+    ``events.Jet.pt``, after ``events[mask]`` or ``jets[jets.pt > 30]``) on the numpy
+    or JAX backend. Values are upcast to float64 (NanoAOD is float32), so that soft-cut
+    weights built from them, ``jax.nn.sigmoid((pt.values - theta) / 5)``, are float64
+    too. On the JAX backend they stay differentiable: inside ``jax.grad`` the buffer is
+    a tracer, only gathered and cast. Empty input gives a ``Jagged`` with zero lists.
+    Raises ``TypeError`` for records, strings, missing values and non-awkward input,
+    ``ValueError`` for flat or doubly nested arrays.
+    """
+    if not _is_awkward(array):
+        raise TypeError(f"from_awkward: expected an awkward Array, found {type(array).__name__}")
+    values, offsets = awkward_parts(array, "from_awkward")
+    if offsets is None:
+        raise ValueError(
+            "from_awkward: expected one level of lists (e.g. events.Jet.pt), found a flat array; "
+            "flat arrays can be passed to the statistics directly"
+        )
+    return Jagged.tree_unflatten(None, (jnp.asarray(values).astype(jnp.float64), offsets))

@@ -1,0 +1,73 @@
+"""The coffea processor: read a chunk's columns, evaluate the kernel, return addable states."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from coffea import processor
+
+from analysis.columns import extract_columns
+from analysis.kernel import chunk_state, grid_state, observable_entries
+from analysis.plan import Plan
+
+# NanoAODSchema warns on every chunk of these files about branches it rebuilds
+# (Photon_mass, Photon_charge) and cross-references absent from slim files.
+warnings.filterwarnings("ignore", message="Branch .* already exists", category=RuntimeWarning)
+warnings.filterwarnings("ignore", message="Missing cross-reference", category=RuntimeWarning)
+
+
+class DiffProcessor(processor.ProcessorABC):
+    """Per chunk: ``{dataset: DatasetState}`` with states and their parameter derivatives.
+
+    Holds only what the validated config says (plan, parameter values, widths, each
+    dataset's weight branch); no globals, no file I/O beyond the chunk coffea hands in.
+    ``order`` is 1 for Jacobians, 2 to add Hessians. With ``histogram=(index, bins,
+    low, high)`` it fills instead a ``hist.Hist`` of observable ``index`` per dataset,
+    with the soft selection weights (for plots). With ``grid=True``, ``theta`` is a
+    ``(G, n_params)`` array and the states of all G points are computed (no derivatives).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        theta: np.ndarray,
+        widths: np.ndarray,
+        weight_branches: dict[str, str | None],
+        *,
+        order: int = 1,
+        histogram: tuple[int, int, float, float] | None = None,
+        grid: bool = False,
+    ) -> None:
+        self.plan = plan
+        self.theta = np.asarray(theta, dtype=np.float64)
+        self.widths = np.asarray(widths, dtype=np.float64)
+        self.weight_branches = dict(weight_branches)
+        self.order = order
+        self.histogram = histogram
+        self.grid = grid
+
+    def process(self, events):
+        dataset = events.metadata["dataset"]
+        source = f"{events.metadata.get('filename', dataset)}"
+        cols = extract_columns(
+            events, self.plan, weight_branch=self.weight_branches.get(dataset), source=source
+        )
+        if self.histogram is not None:
+            return {dataset: self._fill(cols)}
+        if self.grid:
+            return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
+        return {dataset: chunk_state(cols, self.plan, self.theta, self.widths, order=self.order)}
+
+    def _fill(self, cols):
+        import hist
+
+        index, bins, low, high = self.histogram
+        name = self.plan.observables[index].name
+        h = hist.Hist(hist.axis.Regular(bins, low, high, name=name), storage=hist.storage.Weight())
+        x, w = observable_entries(cols, self.plan, self.theta, self.widths, index)
+        h.fill(x, weight=w)
+        return h
+
+    def postprocess(self, accumulator):
+        return accumulator

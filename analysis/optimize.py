@@ -380,7 +380,9 @@ class Optimization:
         """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters."""
         params = self.params()
         widths = annealed_widths(self.w0, max(self.step - 1, 0), self.config)
-        soft = self.evaluate(params, widths, strict=False)
+        # Second order at the optimum costs nothing extra in passes: its Hessian tells
+        # how sharp the optimum is (per parameter, in parameter units).
+        soft = self.evaluate(params, widths, order=2, strict=False)
         self.final_states = self.last_states
         hard_p = self.hard_params(params)
         hard = self.evaluate(hard_p, np.zeros_like(self.w0), strict=False)
@@ -397,8 +399,16 @@ class Optimization:
                 out["error"] = r["error"]
             return out
 
+        soft_out = pack(soft, params, widths)
+        if soft["grad"] is not None:
+            names = self.coords.names
+            soft_out["gradient"] = {n: float(g) for n, g in zip(names, soft["grad"])}
+            soft_out["hessian"] = {
+                a: {b: float(soft["hess"][i, j]) for j, b in enumerate(names)}
+                for i, a in enumerate(names)
+            }
         return {
-            "soft": pack(soft, params, widths),
+            "soft": soft_out,
             "hard": pack(hard, hard_p, np.zeros_like(self.w0)),
         }
 

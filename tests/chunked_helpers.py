@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 import analysis  # noqa: F401  (enables JAX float64 before anything else imports jax)
@@ -27,6 +28,12 @@ TTBAR = DATA_DIR / "nanoAOD_2015_CMS_Open_Data_ttbar.root"
 DY = DATA_DIR / "nano_dy.root"
 EMPTY = DATA_DIR / "nano_dy_empty.root"
 TTBAR_EVENTS, DY_EVENTS = 200, 40
+
+# NanoAODSchema notes, once per chunk, branches it rebuilds in these slim files.
+NANOAOD_WARNINGS = [
+    pytest.mark.filterwarnings("ignore:Branch .* already exists:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:Missing cross-reference:RuntimeWarning"),
+]
 
 UNIVARIATE = ["mean", "var", "std", "skew", "kurtosis"]
 BIVARIATE = ["covar", "corr", "linear_fit"]

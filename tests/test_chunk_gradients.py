@@ -31,6 +31,7 @@ from analysis.results import dataset_report, derivatives, statistics
 from analysis.runner import Evaluator
 from tests.chunked_helpers import (
     DY,
+    NANOAOD_WARNINGS,
     TTBAR,
     analysis_config,
     flatten,
@@ -41,6 +42,8 @@ from tests.chunked_helpers import (
 
 REL_STEP = 1e-5  # central differences: truncation ~(h/width)^2, rounding ~1e-16/h
 FD_RTOL = 1e-6
+
+pytestmark = NANOAOD_WARNINGS
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from tests.chunked_helpers import (
     BIVARIATE,
     DY_EVENTS,
     LINEAR_FIT_PARTS,
+    NANOAOD_WARNINGS,
     TTBAR_EVENTS,
     UNIVARIATE,
     analysis_config,
@@ -38,6 +39,8 @@ from tests.chunked_helpers import (
 
 WHOLE_FILE = 1_000_000
 EXPECTED_EVENTS = {"ttbar": TTBAR_EVENTS, "dy": DY_EVENTS, "empty": 0}
+
+pytestmark = NANOAOD_WARNINGS
 
 
 @pytest.fixture(scope="module")

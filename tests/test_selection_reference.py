@@ -24,6 +24,7 @@ from analysis.config import config_from_dict
 from analysis.results import dataset_report
 from analysis.runner import Evaluator
 from tests.chunked_helpers import (
+    NANOAOD_WARNINGS,
     TTBAR,
     TTBAR_EVENTS,
     UNIVARIATE,
@@ -33,6 +34,8 @@ from tests.chunked_helpers import (
 )
 
 LD = np.longdouble  # x87 extended precision: the reference is more precise than float64
+
+pytestmark = NANOAOD_WARNINGS
 
 
 @pytest.fixture(scope="module")

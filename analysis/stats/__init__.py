@@ -9,6 +9,7 @@ processor, and :mod:`analysis.stats.fused` for the fast soft-cut kernel.
 
 from __future__ import annotations
 
+from analysis.stats import fused
 from analysis.stats._core import CoMoments, Moments, comoments, moments
 from analysis.stats.api import (
     LinearFit,
@@ -35,6 +36,7 @@ __all__ = [
     "corr",
     "covar",
     "from_awkward",
+    "fused",
     "kurtosis",
     "linear_fit",
     "mean",

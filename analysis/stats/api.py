@@ -25,9 +25,22 @@ list (a flat array whose length is the number of lists and differs from the numb
 of elements is broadcast to the elements of each list). Statistics are those of
 awkward: population normalisation by ``W = sum w`` (``var``: ``M2 / (W - ddof)``).
 
+Undefined results are NaN (with zero gradient), never ``inf`` or rounding noise:
+zero total weight; ``var``/``std`` with ``ddof > 0`` where ``W <= ddof``; ``skew``,
+``kurtosis``, ``corr`` and every field of ``linear_fit`` where the data are constant
+up to rounding (scipy's rule ``m2 <= (eps * mean)**2``). Elsewhere the values are
+awkward's to ~1e-12 relative. (Where they differ: awkward gives ``inf`` for some
+``linear_fit`` fields of a degenerate fit, noise or negative variances for
+``W <= ddof``, and noise for single-point correlations with non-dyadic weights.)
+XLA on CPU flushes subnormal numbers (< 2.2e-308) to zero.
+
 Precision: central moments use the corrected two-pass algorithm of
 :mod:`analysis.stats._core` (never raw power sums); ``moment`` is a raw moment by
 definition. Gradients are exact derivatives of the computed values.
+
+Eager calls run jit-compiled kernels on inputs padded (with zero weights) to a few
+bucket sizes, so new data lengths rarely trigger a compilation; inside ``jax.jit``
+the statistics are traced like any JAX code.
 """
 
 from __future__ import annotations

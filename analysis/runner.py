@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.columns import ChunkColumns
+from analysis.columns import ChunkColumns, extract_columns
 from analysis.config import Config
 from analysis.errors import InputError
 from analysis.kernel import chunk_state
@@ -137,6 +137,7 @@ class Evaluator:
         self._client = None
         self._cluster = None
         self._chunks: list | None = None
+        self._validated = False
         self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
 
     # -- executors ------------------------------------------------------------
@@ -184,6 +185,33 @@ class Evaluator:
             savemetrics=False,
         )
 
+    def validate_columns(self) -> None:
+        """Read what the plan needs from the first event of each dataset, here.
+
+        A missing collection, field or weight branch is then a one-line
+        :class:`InputError` before any chunk is dispatched: coffea's futures
+        executor drops a worker's exception (it prints the traceback and raises a
+        bare ``Exception``), so such errors must not first surface in a worker.
+        """
+        if self._validated:
+            return
+        import warnings
+
+        from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+
+        for name, ds in self.fileset.items():
+            for path, tree in ds["files"].items():
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    events = NanoEventsFactory.from_root(
+                        {path: tree}, schemaclass=NanoAODSchema, mode="eager", entry_stop=1
+                    ).events()
+                if len(events) == 0:
+                    continue  # an empty file: try the dataset's next one
+                extract_columns(events, self.plan, weight_branch=self.weight_branches[name], source=path)
+                break
+        self._validated = True
+
     @property
     def chunks(self) -> list:
         """coffea work items, computed once and reused by every pass."""
@@ -217,6 +245,7 @@ class Evaluator:
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
+        self.validate_columns()
         proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=order)
         items = self.chunks if chunks is None else chunks
         out: dict[str, DatasetState] = {}

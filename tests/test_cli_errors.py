@@ -149,11 +149,6 @@ def test_data_error_is_one_line_naming_data_file_and_name(case, tmp_path, capsys
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="futures executor: coffea re-raises worker errors as a bare Exception whose "
-    "cause (the InputError) is lost in the process pool, so the CLI shows a traceback",
-)
 def test_data_error_on_futures_executor_is_one_line(tmp_path, capsys) -> None:
     data = _config(weight="genWeigth")
     rc, _ = _run(tmp_path, data, "--executor", "futures", "--workers", "2")

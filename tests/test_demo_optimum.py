@@ -116,7 +116,11 @@ def test_adam_reaches_the_best_hard_cut_of_a_fine_grid(demo_dir, capsys):
     grid = ref.z(PT_GRID, BTAG_GRID)
     best = np.unravel_index(np.nanargmax(grid), grid.shape)
     z_best = float(grid[best])
-    best_params = {"jet_pt_min": PT_GRID[best[0]], "btag_min": BTAG_GRID[best[1]], "min_jets": best[2] + 1}
+    best_params = {
+        "jet_pt_min": float(PT_GRID[best[0]]),
+        "btag_min": float(BTAG_GRID[best[1]]),
+        "min_jets": int(best[2]) + 1,
+    }
 
     # The start is far from the optimum, and poor.
     z_start = ref.at(START)
@@ -141,7 +145,8 @@ def test_adam_reaches_the_best_hard_cut_of_a_fine_grid(demo_dir, capsys):
     with capsys.disabled():
         print(
             f"\ndemo optimum: grid best Z = {z_best:.3f} at {best_params}; start Z = {z_start:.3f}; "
-            f"optimised hard Z = {z_ours:.3f} at {hard['parameters']} after {run.step} steps "
+            f"optimised hard Z = {z_ours:.3f} at "
+            f"{ {k: round(v, 4) for k, v in hard['parameters'].items()} } after {run.step} steps "
             f"(soft Z = {final['soft']['significance']:.3f}); ratio = {ratio:.4f}"
         )
     assert ratio >= 0.98, f"optimised hard Z {z_ours:.3f} is {ratio:.1%} of the grid's best {z_best:.3f}"

@@ -44,20 +44,36 @@ from analysis.results import statistics
 from analysis.stats._core import safe_sqrt
 
 
+def _log1p_minus(a):
+    """``log1p(a) - a`` without cancellation for small ``|a|`` (series below 1e-2)."""
+    small = jnp.abs(a) < 1e-2
+    a_s = jnp.where(small, a, 0.0)
+    series = a_s * a_s * (-1 / 2 + a_s * (1 / 3 + a_s * (-1 / 4 + a_s * (1 / 5 + a_s * (-1 / 6)))))
+    a_l = jnp.where(small, 1.0, a)
+    return jnp.where(small, series, jnp.log1p(a_l) - a_l)
+
+
 def asimov_significance(s, b, var_b):
     """Asimov discovery significance ``Z_A(s, b, var_b)`` (see the module docstring).
 
     ``b`` must be > 0 (the caller checks); ``var_b`` is an absolute variance.
+    Written without cancellation (the two logarithms of the textbook form cancel
+    to O(s^2) for small ``s/b``): with ``A = s b / (b^2 + (s+b) v)``,
+    ``B = v s / (b (b+v))`` and ``g(a) = log1p(a) - a``,
+    ``Z^2 / 2 = s^2 b^2 / ((b^2 + (s+b) v)(b + v)) + (s+b) g(A) - (b^2/v) g(B)``,
+    and ``Z^2 / 2 = s^2 / b + (s+b) g(s/b)`` for ``v = 0``.
     """
     tiny = var_b <= 1e-12 * b * b
     v = jnp.where(tiny, 1.0, var_b)
     sb = s + b
-    z2_v = 2.0 * (
-        sb * jnp.log(sb * (b + v) / (b * b + sb * v))
-        - (b * b / v) * jnp.log1p(v * s / (b * (b + v)))
+    den = b * b + sb * v
+    half_z2_v = (
+        (s * b) ** 2 / (den * (b + v))
+        + sb * _log1p_minus(s * b / den)
+        - (b * b / v) * _log1p_minus(v * s / (b * (b + v)))
     )
-    z2_0 = 2.0 * (sb * jnp.log1p(s / b) - s)
-    return safe_sqrt(jnp.maximum(jnp.where(tiny, z2_0, z2_v), 0.0))
+    half_z2_0 = s * s / b + sb * _log1p_minus(s / b)
+    return safe_sqrt(jnp.maximum(2.0 * jnp.where(tiny, half_z2_0, half_z2_v), 0.0))
 
 
 def dataset_norm(config: Config, name: str, sumw: float) -> float:

@@ -209,23 +209,36 @@ class ObjectSelectionConfig(_Model):
 
 
 class EventCutConfig(_Model):
-    """An event-level cut: on the number of selected objects or on an event branch."""
+    """An event-level cut: on the number of selected objects or on an event branch.
+
+    ``width`` of a ``var`` cut is the sigmoid width (default 0: hard). For a
+    ``count`` cut it smooths the step of a non-integer N between integers, in units
+    of N (default 1.0, nearly linear interpolation; 0 rounds N), and is annealed
+    like the other widths so that a trained N ends close to an integer.
+    """
 
     count: str | None = None
     var: str | None = None
     op: Op
     param: str | None = None
     value: float | None = None
-    width: float = 0.0
+    width: float | None = None
 
-    _width = field_validator("width")(_check_width)
+    @field_validator("width")
+    @classmethod
+    def _width(cls, v: float | None) -> float | None:
+        return v if v is None else _check_width(cls, v)
+
+    def effective_width(self) -> float:
+        """The width in force: as given, else 1.0 for count cuts and 0.0 (hard) for var cuts."""
+        if self.width is not None:
+            return self.width
+        return 1.0 if self.count is not None else 0.0
 
     @model_validator(mode="after")
     def _check(self) -> EventCutConfig:
         _one_of(self, "count", "var")
         _one_of(self, "param", "value")
-        if self.count is not None and self.width != 0:
-            raise _fail("width", "width is only used by 'var' cuts, not by 'count' cuts")
         if self.count is not None and self.value is not None and not self.value.is_integer():
             raise _fail("value", f"a count cut needs an integer value, got {self.value}")
         return self

@@ -61,18 +61,32 @@ def count_distribution(p, starts, counts, cap: int, max_count: int):
     return q
 
 
-def prob_count_at_least(q, n):
-    """``P(K >= n)`` for a real ``n``, linear between integers (so ``n`` has a gradient).
+def integer_step(frac, width):
+    """Smoothed step from 0 to 1 over ``frac`` in [0, 1]: how far a non-integer N
+    has moved from ``floor(N)`` to ``floor(N) + 1``.
 
-    For integer ``n`` this is the exact Poisson-binomial tail; the derivative with
-    respect to ``n`` is ``-P(K = floor(n))`` between integers.
+    ``(sigmoid((frac - 1/2) / width) - sigmoid(-1/(2 width))) / (sigmoid(1/(2 width)) - sigmoid(-1/(2 width)))``:
+    nearly linear for ``width >= 1``, rounding (``frac >= 1/2``) for ``width == 0``;
+    0 at ``frac = 0`` for every width, so integer N are exact.
     """
+    soft = width > 0
+    w = jnp.where(soft, width, 1.0)
+    lo = jax.nn.sigmoid(-0.5 / w)
+    hi = jax.nn.sigmoid(0.5 / w)
+    smooth = (jax.nn.sigmoid((frac - 0.5) / w) - lo) / (hi - lo)
+    return jnp.where(soft, smooth, (frac >= 0.5).astype(frac.dtype))
+
+
+def prob_count_at_least(q, n, width):
+    """``P(K >= n)`` for a real ``n``: the exact Poisson-binomial tail at integers,
+    blended between ``floor(n)`` and ``floor(n) + 1`` by :func:`integer_step`, so
+    ``n`` has a gradient ``-P(K = floor n) * step'(frac n)``."""
     cap = q.shape[1] - 1
     tails = jnp.cumsum(q[:, ::-1], axis=1)[:, ::-1]  # tails[:, k] = P(K >= k)
     tails = jnp.concatenate([tails, jnp.zeros_like(tails[:, :1])], axis=1)
     n = jnp.clip(n, 0.0, float(cap))
     lo = jnp.floor(n)
-    frac = n - lo
+    frac = integer_step(n - lo, width)
     i = lo.astype(jnp.int32)
     return (1.0 - frac) * tails[:, i] + frac * tails[:, jnp.minimum(i + 1, cap + 1)]
 
@@ -130,14 +144,15 @@ def _selection(theta, widths, arrays, plan: Plan, shapes: Shapes, hard: bool = F
                 )
             for cut in plan.count_cuts:
                 n = _threshold(theta, cut.param, cut.value)
+                cw = widths[cut.width_index]
                 if cut.op == ">=":
-                    ev_sel = ev_sel * prob_count_at_least(q, n)
+                    ev_sel = ev_sel * prob_count_at_least(q, n, cw)
                 elif cut.op == ">":
-                    ev_sel = ev_sel * prob_count_at_least(q, n + 1.0)
+                    ev_sel = ev_sel * prob_count_at_least(q, n + 1.0, cw)
                 elif cut.op == "<":
-                    ev_sel = ev_sel * (1.0 - prob_count_at_least(q, n))
+                    ev_sel = ev_sel * (1.0 - prob_count_at_least(q, n, cw))
                 else:  # "<="
-                    ev_sel = ev_sel * (1.0 - prob_count_at_least(q, n + 1.0))
+                    ev_sel = ev_sel * (1.0 - prob_count_at_least(q, n + 1.0, cw))
     for cut in plan.event_cuts:
         v = _expr_values(cut.expr, arrays, obj_w, segment, n_events)
         t = _threshold(theta, cut.param, cut.value)

@@ -276,7 +276,8 @@ class Optimization:
         out = dict(params)
         for i, name in enumerate(self.plan.param_names):
             if self.plan.integer[i] and name in out:
-                out[name] = float(np.round(out[name]))
+                # round half up, as the kernel's width-0 step does
+                out[name] = float(np.floor(out[name] + 0.5))
         return out
 
     def resume(self) -> None:

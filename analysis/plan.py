@@ -72,11 +72,13 @@ class EventVarCut:
 
 @dataclass(frozen=True)
 class CountCut:
-    """Soft "number of selected objects OP N" (Poisson-binomial)."""
+    """Soft "number of selected objects OP N" (Poisson-binomial); the width smooths
+    a non-integer N between integers."""
 
     op: str
     param: int | None
     value: float | None
+    width_index: int
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,8 @@ def build_plan(config: Config) -> Plan:
                 top = value
             # ">" N is ">=" N + 1, and a non-integer N interpolates up to ceil(N).
             cap = max(cap, int(math.floor(top)) + 2)
-            count_cuts.append(CountCut(ev.op, param, value))
+            count_cuts.append(CountCut(ev.op, param, value, n_widths))
+            n_widths += 1
         else:
             expr = parse_expr(ev.var, collection, f"{config.source}: selection.events.{i}.var")
             if expr.level != "event" or expr.kind != "branch":
@@ -247,8 +250,8 @@ def build_plan(config: Config) -> Plan:
 
 
 def initial_widths(config: Config) -> list[float]:
-    """The configured cut widths, in the plan's width order (object cuts, then event var cuts)."""
+    """The configured cut widths, in the plan's width order (object cuts, then event cuts)."""
     sel = config.selection
     widths = [c.width for c in (sel.objects.cuts if sel.objects is not None else [])]
-    widths += [e.width for e in sel.events if e.count is None]
+    widths += [e.effective_width() for e in sel.events]
     return widths

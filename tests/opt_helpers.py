@@ -40,7 +40,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "min_jets": {"init": 2, "bounds": [1, 6], "integer": True},
 }
 NAMES = tuple(PARAMETERS)
-WIDTHS = (5.0, 0.2, 0.05)  # the configured widths of the three object cuts
+WIDTHS = (5.0, 0.2, 0.05, 1.0)  # three object cuts, then the count cut's integer smoothing (default 1)
 
 
 def small_data(tmp_path_factory) -> Path:

@@ -44,7 +44,7 @@ def _random_chunk(rng: np.random.Generator, mean_jets: float = 4.0) -> ChunkColu
 
 
 THETA = np.array([30.0, 2.4, 2.0])
-WIDTHS = np.array([5.0, 0.1])
+WIDTHS = np.array([5.0, 0.1, 1.0])  # two object cuts, then the count cut's integer smoothing
 
 
 def test_100_random_chunks_compile_at_most_10_times() -> None:

@@ -76,7 +76,7 @@ def test_valid_config_loads_with_defaults(tmp_path: Path) -> None:
     assert cfg.parameters["jet_pt_min"].bounds == (15.0, 200.0)
     cut = cfg.selection.objects.cuts[1]
     assert (cut.var, cut.op, cut.param, cut.value, cut.width) == ("abs_eta", "<", "jet_abs_eta_max", None, 0.1)
-    assert cfg.selection.events[0].count == "Jet" and cfg.selection.events[0].width == 0.0
+    assert cfg.selection.events[0].count == "Jet" and cfg.selection.events[0].effective_width() == 1.0
     assert [o.name for o in cfg.observables] == ["jet_pt", "jet_pt_eta", "ht"]
     assert cfg.observables[2].x == "sum(Jet.pt)" and cfg.observables[2].y is None
     assert cfg.output.dir == "results/ttbar"

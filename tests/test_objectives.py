@@ -128,7 +128,7 @@ def test_yields_match_independent_numpy_hard_cut(data):
     ev = Evaluator(cfg)
     objective = Objective(cfg, ev.plan)
     params = {"jet_pt_min": 32.5, "jet_abs_eta_max": 2.4, "btag_min": 0.1, "min_jets": 2.0}
-    states = ev.run(params, widths=np.zeros(3), order=1)
+    states = ev.run(params, widths=np.zeros(4), order=1)
     yields = objective_from_states(objective, states)["yields"]
     for name, xsec in (("ttbar", 831.76), ("dy", 6077.0)):
         jets = H.read_jets(sorted((data / name).glob("*.root")))

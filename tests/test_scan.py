@@ -65,7 +65,7 @@ def test_scan_equals_separate_hard_cut_evaluations(scanned, point):
     points = np.array(result["points"])
     i = int(np.flatnonzero(np.all(np.isclose(points, point, rtol=1e-12), axis=1))[0])
     params = dict(zip(GRID, points[i], strict=True))
-    states = ev.run(params, widths=np.zeros(3), order=1)
+    states = ev.run(params, widths=np.zeros(4), order=1)
     alone = objective_from_states(Objective(cfg, ev.plan), states)
     assert result["objective"][i] is not None
     assert result["objective"][i] == pytest.approx(alone["objective"], rel=1e-10)
@@ -78,7 +78,7 @@ def test_scan_marks_points_without_background_invalid(scanned):
     empty = [i for i, v in enumerate(result["objective"]) if v is None]
     assert empty, "the grid should reach a point without background"
     params = dict(zip(GRID, result["points"][empty[0]], strict=True))
-    states = ev.run(params, widths=np.zeros(3), order=1)
+    states = ev.run(params, widths=np.zeros(4), order=1)
     with pytest.raises(DiffcoffeaError, match="background yield is 0"):
         objective_from_states(Objective(cfg, ev.plan), states)
     best = result["best"]

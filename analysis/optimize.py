@@ -13,6 +13,9 @@ the trainable parameters; then an optax update.
   ``f = anneal.final_width_factor``, so soft cuts approach hard ones.
 - Convergence: stop when ``|J_k - J_{k-window}| <= tolerance * max(|J_k|, 1e-12)``
   after annealing has finished (annealing itself moves the objective).
+- Newton (``method: newton``): the exact Hessian comes from the same pass (chunk
+  Hessians merge like Jacobians); a trust region in unit coordinates with the
+  usual actual/predicted-decrease ratio test accepts or rejects each step.
 - Stochastic mode: a step uses ``chunks_per_step`` chunks (at least one of every
   dataset) drawn with a generator seeded by ``(seed, step)``, so a resumed run
   draws the same chunks.
@@ -261,7 +264,11 @@ class Optimization:
         self.order = 2 if self.opt_cfg.method == "newton" else 1
         init = config.initial_params()
         self.u = np.clip(self.coords.to_u([init[n] for n in names]), 0.0, 1.0)
-        self.opt_state = self.optimizer.init(jnp.asarray(self.u))
+        if self.opt_cfg.method == "newton":
+            # Trust-region state: the last accepted point with its gradient and Hessian.
+            self.opt_state = {"radius": np.float64(0.1), "u": None, "obj": None, "g": None, "h": None, "d": None, "pred": None}
+        else:
+            self.opt_state = self.optimizer.init(jnp.asarray(self.u))
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.converged = False
@@ -284,7 +291,8 @@ class Optimization:
         data = load_checkpoint(self.outdir / CHECKPOINT, self.fingerprint)
         self.step = data["step"]
         self.u = np.asarray(data["u"], dtype=np.float64)
-        self.opt_state = jax.tree_util.tree_map(jnp.asarray, data["opt_state"])
+        state = data["opt_state"]
+        self.opt_state = state if self.opt_cfg.method == "newton" else jax.tree_util.tree_map(jnp.asarray, state)
         self.history = data["history"]
         self.converged = data.get("converged", False)
 
@@ -341,7 +349,7 @@ class Optimization:
         g_u = res["grad"] * self.coords.scale
         if self.opt_cfg.method == "newton":
             h_u = res["hess"] * np.outer(self.coords.scale, self.coords.scale)
-            self.u = np.clip(self.u + newton_update(g_u, h_u), 0.0, 1.0)
+            self.u = self._newton_step(res["objective"], g_u, h_u)
         else:
             updates, self.opt_state = self.optimizer.update(
                 jnp.asarray(g_u), self.opt_state, jnp.asarray(self.u)
@@ -364,6 +372,34 @@ class Optimization:
         self.converged = self._converged()
         self.checkpoint()
         return entry
+
+    def _newton_step(self, obj: float, g_u: np.ndarray, h_u: np.ndarray) -> np.ndarray:
+        """A trust-region Newton step (one pass per step, as first order).
+
+        The ratio ``rho`` of the actual to the predicted decrease of the last step
+        decides: ``rho < 0`` rejects it (back to the last accepted point, radius / 4),
+        ``rho < 1/4`` accepts but shrinks the radius, ``rho > 3/4`` with a step at the
+        radius widens it (up to 0.5 in unit coordinates). With annealing the
+        objectives of successive steps also differ by the change of widths.
+        """
+        st = self.opt_state
+        radius = float(st["radius"])
+        if st["obj"] is None:
+            accept = True
+        else:
+            rho = (st["obj"] - obj) / max(float(st["pred"]), 1e-300)
+            accept = rho >= 0
+            if rho < 0.25:
+                radius /= 4.0
+            elif rho > 0.75 and np.linalg.norm(st["d"]) >= 0.99 * radius:
+                radius = min(2.0 * radius, 0.5)
+        if accept:
+            st = {"u": np.array(self.u), "obj": obj, "g": g_u, "h": h_u}
+        d = newton_update(st["g"], st["h"], radius=radius)
+        d = np.clip(st["u"] + d, 0.0, 1.0) - st["u"]  # the step actually taken (bounds)
+        pred = -(float(st["g"] @ d) + 0.5 * float(d @ st["h"] @ d))
+        self.opt_state = {**st, "radius": np.float64(radius), "d": d, "pred": np.float64(pred)}
+        return st["u"] + d
 
     def _converged(self) -> bool:
         w = self.opt_cfg.window

@@ -266,7 +266,15 @@ class Optimization:
         self.u = np.clip(self.coords.to_u([init[n] for n in names]), 0.0, 1.0)
         if self.opt_cfg.method == "newton":
             # Trust-region state: the last accepted point with its gradient and Hessian.
-            self.opt_state = {"radius": np.float64(0.1), "u": None, "obj": None, "g": None, "h": None, "d": None, "pred": None}
+            self.opt_state = {
+                "radius": np.float64(0.1),
+                "u": None,
+                "obj": None,
+                "g": None,
+                "h": None,
+                "d": None,
+                "pred": None,
+            }
         else:
             self.opt_state = self.optimizer.init(jnp.asarray(self.u))
         self.step = 0
@@ -292,7 +300,9 @@ class Optimization:
         self.step = data["step"]
         self.u = np.asarray(data["u"], dtype=np.float64)
         state = data["opt_state"]
-        self.opt_state = state if self.opt_cfg.method == "newton" else jax.tree_util.tree_map(jnp.asarray, state)
+        self.opt_state = (
+            state if self.opt_cfg.method == "newton" else jax.tree_util.tree_map(jnp.asarray, state)
+        )
         self.history = data["history"]
         self.converged = data.get("converged", False)
 
@@ -481,23 +491,14 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
 
 def scan_states(evaluator, thetas: np.ndarray) -> dict[str, DatasetState]:
     """States of every grid point (rows of ``thetas``: full parameter vectors), hard cuts, one pass."""
+    from analysis.kernel import grid_state
+    from analysis.runner import empty_columns
     from processors import DiffProcessor
 
     plan = evaluator.plan
     zeros = np.zeros(plan.n_widths)
     proc = DiffProcessor(plan, thetas, zeros, evaluator.weight_branches, order=0, grid=True)
-    out = (
-        dict(evaluator._runner()(evaluator.chunks, processor_instance=proc))
-        if evaluator.chunks
-        else {}
-    )
-    from analysis.kernel import grid_state
-    from analysis.runner import empty_columns
-
-    for name in evaluator.config.datasets:
-        if name not in out:
-            out[name] = grid_state(empty_columns(plan), plan, thetas, zeros)
-    return out
+    return evaluator.process(proc, lambda: grid_state(empty_columns(plan), plan, thetas, zeros))
 
 
 def scan(

@@ -208,7 +208,9 @@ class Evaluator:
                     ).events()
                 if len(events) == 0:
                     continue  # an empty file: try the dataset's next one
-                extract_columns(events, self.plan, weight_branch=self.weight_branches[name], source=path)
+                extract_columns(
+                    events, self.plan, weight_branch=self.weight_branches[name], source=path
+                )
                 break
         self._validated = True
 
@@ -245,15 +247,21 @@ class Evaluator:
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
-        self.validate_columns()
         proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=order)
+        return self.process(proc, lambda: empty_state(self.plan, theta, w, order), chunks=chunks)
+
+    def process(self, proc, empty: Any, *, chunks: list | None = None) -> dict[str, Any]:
+        """Run ``proc`` over ``chunks`` (default: all) on the executor; every pass goes here.
+
+        Columns are checked first (:meth:`validate_columns`); datasets without
+        chunks (empty files) get ``empty()``, so every configured dataset is present.
+        """
+        self.validate_columns()
         items = self.chunks if chunks is None else chunks
-        out: dict[str, DatasetState] = {}
-        if items:
-            out = dict(self._runner()(items, processor_instance=proc))
+        out = dict(self._runner()(items, processor_instance=proc)) if items else {}
         for name in self.config.datasets:
             if name not in out:
-                out[name] = empty_state(self.plan, theta, w, order)
+                out[name] = empty()
         return out
 
     def run_histograms(
@@ -267,22 +275,15 @@ class Evaluator:
         widths: Any = None,
     ) -> dict[str, Any]:
         """``{dataset: hist.Hist}`` of observable ``index`` with the soft selection weights."""
-        import hist
-
         from processors import DiffProcessor
+        from processors.diff_processor import empty_histogram
 
         theta, w = self.theta_and_widths(params, widths)
         proc = DiffProcessor(
             self.plan, theta, w, self.weight_branches, histogram=(index, bins, low, high)
         )
-        out = dict(self._runner()(self.chunks, processor_instance=proc)) if self.chunks else {}
         name = self.plan.observables[index].name
-        for ds in self.config.datasets:
-            if ds not in out:
-                out[ds] = hist.Hist(
-                    hist.axis.Regular(bins, low, high, name=name), storage=hist.storage.Weight()
-                )
-        return out
+        return self.process(proc, lambda: empty_histogram(name, bins, low, high))
 
     def close(self) -> None:
         if self._client is not None:

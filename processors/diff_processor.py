@@ -60,14 +60,18 @@ class DiffProcessor(processor.ProcessorABC):
         return {dataset: chunk_state(cols, self.plan, self.theta, self.widths, order=self.order)}
 
     def _fill(self, cols):
-        import hist
-
         index, bins, low, high = self.histogram
-        name = self.plan.observables[index].name
-        h = hist.Hist(hist.axis.Regular(bins, low, high, name=name), storage=hist.storage.Weight())
+        h = empty_histogram(self.plan.observables[index].name, bins, low, high)
         x, w = observable_entries(cols, self.plan, self.theta, self.widths, index)
         h.fill(x, weight=w)
         return h
 
     def postprocess(self, accumulator):
         return accumulator
+
+
+def empty_histogram(name: str, bins: int, low: float, high: float):
+    """A weighted ``hist.Hist`` with one regular axis (what a histogram pass fills and adds)."""
+    import hist
+
+    return hist.Hist(hist.axis.Regular(bins, low, high, name=name), storage=hist.storage.Weight())

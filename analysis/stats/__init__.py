@@ -10,16 +10,18 @@ processor, and :mod:`analysis.stats.fused` for the fast soft-cut kernel.
 from __future__ import annotations
 
 from analysis.stats import fused
-from analysis.stats._core import CoMoments, Moments, comoments, moments
+from analysis.stats._core import CoMoments, Moments
 from analysis.stats.api import (
     LinearFit,
     central_moment,
+    comoments,
     corr,
     covar,
     kurtosis,
     linear_fit,
     mean,
     moment,
+    moments,
     skew,
     std,
     var,

@@ -65,6 +65,8 @@ from analysis.stats.jagged import (
 __all__ = [
     "LinearFit",
     "central_moment",
+    "comoments",
+    "moments",
     "corr",
     "covar",
     "kurtosis",
@@ -367,6 +369,11 @@ def _bivariate(
 
 
 def _run1(stat: str, x: Any, weight: Any, axis: Any, ddof: float = 0.0) -> Array:
+    if isinstance(x, _core.Moments):
+        _state_only(stat, weight, axis)
+        if stat in ("var", "std"):
+            return _core.UNIVARIATE[stat](x, ddof)
+        return _core.UNIVARIATE[stat](x)
     q = _padded(_prepare(x, None, weight, axis, stat))
     out = _univariate(q.x, q.w, q.segment_ids, np.float64(ddof), num_segments=q.num_segments)
     return _unpad(out[stat], q)
@@ -386,9 +393,19 @@ def _run_moment(stat: str, x: Any, weight: Any, axis: Any, order: int) -> Array:
 
 
 def _run2(stat: str, x: Any, y: Any, weight: Any, axis: Any) -> Any:
+    if isinstance(x, _core.CoMoments):
+        if y is not None:
+            raise TypeError(f"{stat}: x is a CoMoments state; pass no y")
+        _state_only(stat, weight, axis)
+        return _core.BIVARIATE[stat](x)
     q = _padded(_prepare(x, y, weight, axis, stat))
     out = _bivariate(q.x, q.y, q.w, q.segment_ids, num_segments=q.num_segments)
     return _unpad(out[stat], q)
+
+
+def _state_only(stat: str, weight: Any, axis: Any) -> None:
+    if weight is not None or axis is not None:
+        raise TypeError(f"{stat}: x is a state (already reduced); weight and axis must be None")
 
 
 # --- public functions --------------------------------------------------------------
@@ -459,7 +476,7 @@ def kurtosis(x: Any, weight: Any = None, axis: int | None = None) -> Array:
     return _run1("kurtosis", x, weight, axis)
 
 
-def covar(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> Array:
+def covar(x: Any, y: Any = None, weight: Any = None, axis: int | None = None) -> Array:
     """Weighted covariance ``sum w (x - mu_x)(y - mu_y) / sum w``, as ``ak.covar``.
 
     ``y`` has the structure of ``x``. float64; NaN where the total weight is zero.
@@ -467,7 +484,7 @@ def covar(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> Array:
     return _run2("covar", x, y, weight, axis)
 
 
-def corr(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> Array:
+def corr(x: Any, y: Any = None, weight: Any = None, axis: int | None = None) -> Array:
     """Weighted correlation ``Cxy / sqrt(Cxx Cyy)`` (centred sums), as ``ak.corr``.
 
     float64; NaN where the total weight is zero or x or y is constant.
@@ -475,7 +492,7 @@ def corr(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> Array:
     return _run2("corr", x, y, weight, axis)
 
 
-def linear_fit(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> LinearFit:
+def linear_fit(x: Any, y: Any = None, weight: Any = None, axis: int | None = None) -> LinearFit:
     """Weighted least-squares line ``y = intercept + slope x``, as ``ak.linear_fit``.
 
     With centred sums ``Cxx``, ``Cxy``: ``slope = Cxy / Cxx``,
@@ -487,3 +504,26 @@ def linear_fit(x: Any, y: Any, weight: Any = None, axis: int | None = None) -> L
     gives ``inf`` for some of them there.
     """
     return LinearFit(**_run2("linear_fit", x, y, weight, axis))
+
+
+def moments(x: Any, weight: Any = None) -> _core.Moments:
+    """Mergeable state of ``x`` over all elements: ``Moments(W, center, dmean, M2, M3, M4)``.
+
+    ``W = sum w``, ``mu = center + dmean`` the weighted mean, ``Mk = sum w (x - mu)**k``
+    (corrected two-pass). Accepts every input the other functions accept (awkward,
+    numpy/JAX 1-D, :class:`Jagged`); float64 scalars. ``mean``, ``var``, ``std``, ``skew``
+    and ``kurtosis`` accept the state in place of data; :func:`analysis.stats.merge`
+    merges two states exactly. Empty input gives ``W = 0`` (a neutral element).
+    """
+    p = _prepare(x, None, weight, None, "moments")
+    return _core.moments(jnp.asarray(p.x), jnp.asarray(p.w))
+
+
+def comoments(x: Any, y: Any, weight: Any = None) -> _core.CoMoments:
+    """Mergeable co-moment state of ``x`` and ``y`` over all elements (see :func:`moments`).
+
+    ``CoMoments(W, cx, dmx, cy, dmy, Cxx, Cyy, Cxy)`` with ``Cxy = sum w (x - mu_x)(y - mu_y)``;
+    ``covar``, ``corr`` and ``linear_fit`` accept it in place of ``x, y``.
+    """
+    p = _prepare(x, y, weight, None, "comoments")
+    return _core.comoments(jnp.asarray(p.x), jnp.asarray(p.y), jnp.asarray(p.w))

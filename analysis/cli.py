@@ -1,5 +1,9 @@
 """Command line: ``diffcoffea evaluate | optimize | scan | make-dataset`` (also ``python -m analysis``).
 
+The top layer: it parses arguments, loads the config, asks the driver
+(:class:`analysis.runner.Evaluator`), the optimisation loop (:mod:`analysis.optimize`)
+or the grid scan (:mod:`analysis.scan`) for results, writes them and prints summaries.
+
 Errors in the input (config, files, branches) print one line and exit with code 2;
 ``--debug`` shows the traceback instead.
 """
@@ -14,7 +18,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from analysis.config import Config, load_config
 from analysis.errors import DiffcoffeaError
+
+__all__ = [
+    "build_parser",
+    "main",
+    "make_evaluator",
+    "output_dir",
+    "parse_grid",
+    "run_optimize",
+    "run_scan",
+    "write_json",
+]
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -106,10 +124,12 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def output_dir(config, args) -> Path:
+    """``--output`` if given, else the config's ``output.dir``."""
     return Path(args.output) if args.output else Path(config.output.dir)
 
 
 def make_evaluator(config, args):
+    """The driver for ``config`` with the command line's executor overrides."""
     from analysis.runner import Evaluator
 
     return Evaluator(
@@ -122,7 +142,6 @@ def make_evaluator(config, args):
 
 
 def cmd_evaluate(args) -> int:
-    from analysis.config import load_config
     from analysis.report import evaluation_report, print_summary
 
     config = load_config(args.config)
@@ -154,22 +173,157 @@ def cmd_make_dataset(args) -> int:
     return 0
 
 
-def cmd_optimize(args) -> int:
-    from analysis.optimize import run_optimize
-
-    return run_optimize(args)
+# --- optimize and scan ---------------------------------------------------------------
 
 
-def cmd_scan(args) -> int:
-    from analysis.optimize import run_scan
+def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
+    """``["name=lo:hi:n", ...]`` to ``{name: values}`` (inclusive, evenly spaced)."""
+    grid: dict[str, np.ndarray] = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        parts = spec.split(":")
+        try:
+            if not sep or len(parts) != 3:
+                raise ValueError
+            lo, hi, n = float(parts[0]), float(parts[1]), int(parts[2])
+            if n < 1:
+                raise ValueError
+        except ValueError:
+            raise DiffcoffeaError(
+                f"--grid {item!r}: expected NAME=LOW:HIGH:N, e.g. jet_pt_min=20:100:17"
+            ) from None
+        if name not in config.parameters:
+            raise DiffcoffeaError(
+                f"--grid {item!r}: unknown parameter {name!r}; parameters: {', '.join(config.parameters)}"
+            )
+        grid[name] = np.linspace(lo, hi, n)
+    if not grid:
+        raise DiffcoffeaError("scan: give at least one --grid NAME=LOW:HIGH:N")
+    return grid
 
-    return run_scan(args)
+
+def run_optimize(args) -> int:
+    """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
+    objective, per-dataset statistics) and plots in the output directory."""
+    from analysis.optimize import CHECKPOINT, Optimization
+    from analysis.plots import plot_histograms, plot_history
+    from analysis.results import dataset_report
+
+    config = load_config(args.config)
+    outdir = output_dir(config, args)
+    quiet = args.quiet
+    args.quiet = True  # per-pass coffea bars would drown the step bar
+    with make_evaluator(config, args) as ev:
+        run = Optimization(config, ev, outdir, steps=args.steps)
+        if args.resume:
+            run.resume()
+        elif (outdir / CHECKPOINT).exists():
+            (outdir / CHECKPOINT).unlink()
+        initial_params = config.initial_params()
+        _loop(run, quiet)
+        final = run.final()
+        report = {
+            "config": str(config.source),
+            "trainable": list(run.coords.names),
+            "bounds": {
+                n: [float(lo), float(hi)]
+                for n, lo, hi in zip(run.coords.names, run.coords.lower, run.coords.upper)
+            },
+            "optimizer": config.optimizer.model_dump(mode="json"),
+            "steps_run": run.step,
+            "passes": run.step + 2,
+            "converged": run.converged,
+            "history": run.history,
+            "final": final,
+            "parameters": final["soft"]["parameters"],
+            "datasets": {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets},
+        }
+        write_json(outdir / "results.json", report)
+        if not args.no_plots:
+            plot_history(run.history, outdir)
+            if config.observables:
+                plot_histograms(
+                    ev, config, initial_params, run.w0, final["hard"]["parameters"], outdir
+                )
+    if not quiet:
+        _print_final(report, outdir)
+    return 0
+
+
+def _loop(run, quiet: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [
+        TextColumn("[bold blue]optimize"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("objective {task.fields[obj]}"),
+        TextColumn("step {task.fields[dt]}"),
+        TimeElapsedColumn(),
+    ]
+    with Progress(*columns, disable=quiet) as bar:
+        task = bar.add_task("opt", total=run.opt_cfg.steps, completed=run.step, obj="-", dt="-")
+        while not run.done:
+            entry = run.do_step()
+            bar.update(
+                task,
+                completed=run.step,
+                obj=f"{entry['objective']:.6g}",
+                dt=f"{entry['wall_time_s']:.2f}s",
+            )
+
+
+def _print_final(report: dict[str, Any], outdir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(
+        title=f"after {report['steps_run']} steps ({report['passes']} passes over the data)",
+        title_justify="left",
+    )
+    t.add_column("")
+    t.add_column("soft", justify="right")
+    t.add_column("hard (width 0)", justify="right")
+    soft, hard = report["final"]["soft"], report["final"]["hard"]
+    fmt = lambda x: "-" if x is None else f"{x:.6g}"  # noqa: E731
+    t.add_row("objective", fmt(soft["objective"]), fmt(hard["objective"]))
+    t.add_row("significance", fmt(soft["significance"]), fmt(hard["significance"]))
+    for n in report["trainable"]:
+        t.add_row(n, fmt(soft["parameters"][n]), fmt(hard["parameters"][n]))
+    console.print(t)
+    console.print(f"wrote {outdir / 'results.json'} and plots in {outdir}")
+
+
+def run_scan(args) -> int:
+    """``diffcoffea scan``: :func:`analysis.scan.scan` on the ``--grid``, written to
+    scan.json (and into results.json when an optimisation left one there)."""
+    from analysis.scan import scan
+
+    config = load_config(args.config)
+    grid = parse_grid(args.grid, config)
+    outdir = output_dir(config, args)
+    start = time.perf_counter()
+    with make_evaluator(config, args) as ev:
+        result = scan(config, ev, grid)
+    result["wall_time_s"] = time.perf_counter() - start
+    write_json(outdir / "scan.json", result)
+    results = outdir / "results.json"
+    if results.exists():  # keep the scan beside an optimisation's results
+        data = json.loads(results.read_text())
+        data["scan"] = result
+        write_json(results, data)
+    if not args.quiet:
+        best = result["best"]
+        print(f"{result['n_points']} grid points in one pass; best: {best}")
+        print(f"wrote {outdir / 'scan.json'}")
+    return 0
 
 
 COMMANDS = {
     "evaluate": cmd_evaluate,
-    "optimize": cmd_optimize,
-    "scan": cmd_scan,
+    "optimize": run_optimize,
+    "scan": run_scan,
     "make-dataset": cmd_make_dataset,
 }
 

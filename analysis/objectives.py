@@ -35,12 +35,14 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from analysis.config import Config
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.plan import Plan
-from analysis.results import statistics
+from analysis.results import DatasetState, derivatives, statistics
 from analysis.stats._core import safe_sqrt
 
 
@@ -245,3 +247,51 @@ class Objective:
             stats[n]["mc_variance"] + stats[n]["mc_variance_floor"] for n in self.background
         )
         return asimov_significance(s, jnp.where(b > 0, b, 1.0), var)
+
+
+def objective_from_states(
+    objective: Objective, states: dict[str, DatasetState], *, order: int = 1, strict: bool = True
+) -> dict[str, Any]:
+    """Objective value, gradient (and Hessian) from merged per-dataset states.
+
+    Also returns the significance (if configured) and each dataset's yield, for
+    the history. Where the objective is undefined (zero background yield) it raises
+    :class:`DiffcoffeaError`, or with ``strict=False`` returns ``None`` values and
+    the message under ``"error"`` (for the final report).
+    """
+    values, jacs, hesses = {}, {}, {}
+    for name, st in states.items():
+        values[name], jacs[name], hesses[name] = st.taylor()
+    sumw = {name: st.sumw for name, st in states.items()}
+    events = {name: st.events for name, st in states.items()}
+    stats0 = objective.stats(jax.tree_util.tree_map(jnp.asarray, values), sumw, events)
+    yields = {n: float(stats0[n]["yield"]) for n in states}
+    try:
+        objective.check(stats0)
+    except DiffcoffeaError as err:
+        if strict:
+            raise
+        return {
+            "objective": None,
+            "grad": None,
+            "hess": None,
+            "significance": None,
+            "yields": yields,
+            "error": str(err),
+        }
+
+    def fn(s):
+        stats = objective.stats(s, sumw, events)
+        out = {"objective": objective.value(stats)}
+        if objective.signal and objective.background:
+            out["significance"] = objective.significance(stats)
+        return out
+
+    val, grad, hess = derivatives(fn, values, jacs, hesses if order >= 2 else None, order=order)
+    return {
+        "objective": float(val["objective"]),
+        "grad": np.asarray(grad["objective"], dtype=np.float64),
+        "hess": None if hess is None else np.asarray(hess["objective"], dtype=np.float64),
+        "significance": float(val["significance"]) if "significance" in val else None,
+        "yields": yields,
+    }

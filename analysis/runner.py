@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import numpy as np
 from analysis.columns import ChunkColumns, extract_columns
 from analysis.config import Config
 from analysis.errors import InputError
-from analysis.kernel import chunk_state
+from analysis.kernel import chunk_state, grid_state
 from analysis.plan import Plan, build_plan, initial_widths
 from analysis.results import DatasetState
 
@@ -285,6 +284,19 @@ class Evaluator:
         name = self.plan.observables[index].name
         return self.process(proc, lambda: empty_histogram(name, bins, low, high))
 
+    def run_grid(self, thetas: Any) -> dict[str, DatasetState]:
+        """One pass with hard cuts at every row of ``thetas`` (``(G, n_params)``: full
+        parameter vectors): ``{dataset: DatasetState}`` whose leaves have a leading
+        axis ``G`` (values only, no derivatives)."""
+        from processors import DiffProcessor
+
+        thetas = np.asarray(thetas, dtype=np.float64)
+        zeros = np.zeros(self.plan.n_widths)
+        proc = DiffProcessor(self.plan, thetas, zeros, self.weight_branches, order=0, grid=True)
+        return self.process(
+            proc, lambda: grid_state(empty_columns(self.plan), self.plan, thetas, zeros)
+        )
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -299,11 +311,3 @@ class Evaluator:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def prime_skhep_cache(data_dir: str | os.PathLike) -> None:
-    """Copy the scikit-hep-testdata files found in ``data_dir`` into its offline cache."""
-    SKHEP_CACHE.mkdir(parents=True, exist_ok=True)
-    for name in ("nanoAOD_2015_CMS_Open_Data_ttbar.root",):
-        src = Path(data_dir) / name
-        if src.is_file() and not (SKHEP_CACHE / name).is_file():
-            shutil.copyfile(src, SKHEP_CACHE / name)

@@ -17,8 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis.objectives import Objective, asimov_significance, dataset_norm
-from analysis.optimize import objective_from_states
+from analysis.objectives import Objective, asimov_significance, dataset_norm, objective_from_states
 from analysis.results import dataset_report
 from analysis.runner import Evaluator
 from tests import opt_helpers as H

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.objectives import Objective
-from analysis.optimize import Optimization, objective_from_states
+from analysis.objectives import Objective, objective_from_states
+from analysis.optimize import Optimization
 from analysis.runner import Evaluator
 from tests import opt_helpers as H
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.cli import main
+from analysis.cli import main, parse_grid
 from analysis.errors import DiffcoffeaError
-from analysis.objectives import Objective
-from analysis.optimize import objective_from_states, parse_grid, scan
+from analysis.objectives import Objective, objective_from_states
 from analysis.runner import Evaluator
+from analysis.scan import scan
 from tests import opt_helpers as H
 
 GRID = {

@@ -6,7 +6,6 @@ of the form ``"{path}: {dotted.location}: {message}"``.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from pathlib import Path
@@ -15,16 +14,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from analysis.errors import ConfigError
+from analysis.schema import _ERR, _fail, _Model, _suggest
+from analysis.stats import registry
+from analysis.terms import TERM_TYPES, ObjectiveTerm
 
 __all__ = [
     "AnnealConfig", "Config", "ConfigError", "CutConfig", "DatasetConfig", "EventCutConfig",
@@ -36,24 +36,7 @@ __all__ = [
 Op = Literal[">", "<", ">=", "<="]
 _EXPR = re.compile(r"^(?:(sum|count|abs)\()?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?\)?$")
 _CUT_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_FUNCTION = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")  # skhep:, root://, https://, ...
-_ERR = "diffcoffea"  # pydantic error type of our own checks; ctx carries msg and sub-location
-
-
-def _fail(where: str, msg: str) -> PydanticCustomError:
-    """Build a validation error at sub-location ``where`` (dotted, relative to the model)."""
-    return PydanticCustomError(_ERR, "{msg}", {"msg": msg, "where": where})
-
-
-def _suggest(word: str, choices: list[str], what: str = "allowed keys") -> str:
-    """Return "; did you mean 'x'?" or "; <what>: a, b, c" for a misspelt ``word``."""
-    close = difflib.get_close_matches(word, choices, n=1)
-    if close:
-        return f"; did you mean '{close[0]}'?"
-    return f"; {what}: {', '.join(choices) or '(none)'}"
-
-
 def _one_of(obj: BaseModel, a: str, b: str) -> None:
     """Require exactly one of the fields ``a`` and ``b`` to be set."""
     given = [getattr(obj, a) is not None, getattr(obj, b) is not None]
@@ -68,22 +51,6 @@ def _check_width(cls: type, v: float) -> float:
     if not v >= 0:
         raise ValueError(f"width must be >= 0, got {v}")
     return v
-
-
-class _Model(BaseModel):
-    """Base for all config models: unknown keys are errors, with a spelling suggestion."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_unknown_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            fields = list(cls.model_fields)
-            for key in data:
-                if key not in fields:
-                    raise _fail(str(key), "unknown key" + _suggest(str(key), fields))
-        return data
 
 
 class GenerateConfig(_Model):
@@ -251,8 +218,9 @@ class SelectionConfig(_Model):
     events: list[EventCutConfig] = []
 
 
-Stat = Literal["mean", "var", "std", "skew", "kurtosis", "covar", "corr", "linear_fit"]
-_PAIR_STATS = ("covar", "corr", "linear_fit")
+# Statistic names come from the one registry (analysis.stats.registry).
+Stat = Literal[registry.NAMES]  # type: ignore[valid-type]
+_PAIR_STATS = registry.BIVARIATE
 
 
 class HistConfig(_Model):
@@ -332,34 +300,14 @@ class OptimizerConfig(_Model):
     method: Literal["first_order", "newton"] = "first_order"
 
 
-class ObjectiveTermConfig(_Model):
-    """One term of the objective to optimise."""
-
-    type: Literal["significance", "target", "python"]
-    sigma_b: float = Field(default=0.0, ge=0)
-    stat: str | None = None
-    value: float | None = None
-    weight: float = 1.0
-    function: str | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> ObjectiveTermConfig:
-        if self.type == "target":
-            for key in ("stat", "value"):
-                if getattr(self, key) is None:
-                    raise _fail(key, f"a target term needs '{key}'")
-        if self.type == "python":
-            if self.function is None:
-                raise _fail("function", "a python term needs 'function: pkg.module:func'")
-            if not _FUNCTION.match(self.function):
-                raise _fail("function", f"expected 'pkg.module:func', got '{self.function}'")
-        return self
+# One class per objective term (validation and value), told apart by ``type``.
+ObjectiveTermConfig = ObjectiveTerm
 
 
 class ObjectiveConfig(_Model):
     """The objective: a weighted sum of terms."""
 
-    terms: list[ObjectiveTermConfig] = Field(min_length=1)
+    terms: list[ObjectiveTerm] = Field(min_length=1)
 
 
 class Config(_Model):
@@ -460,6 +408,9 @@ def _format_error(err: Any) -> str:
     """Turn one pydantic error dict into ``"dotted.location: message"``."""
     typ, ctx = err["type"], err.get("ctx") or {}
     loc = [str(part) for part in err["loc"]]
+    # pydantic names the member of a discriminated union in the location
+    # (objective.terms.0.target.stat): the config has no such key, drop it.
+    loc = [p for i, p in enumerate(loc) if not (i >= 2 and loc[i - 2] == "terms" and p in TERM_TYPES)]
     if loc and loc[-1] == "[key]":  # a non-string mapping key, e.g. a parameter named 1
         loc.pop()
     name = next((p for p in reversed(loc) if not p.isdigit()), "value")
@@ -471,6 +422,12 @@ def _format_error(err: Any) -> str:
         msg = str(ctx.get("error", err["msg"]))
     elif typ == "missing":
         msg = "missing required key"
+    elif typ in ("union_tag_invalid", "union_tag_not_found"):
+        loc.append(str(ctx.get("discriminator", "type")).strip("'"))
+        if typ == "union_tag_not_found":
+            msg = "missing required key"
+        else:
+            msg = f"expected one of {ctx['expected_tags']}, got {_show(ctx['tag'])}"
     elif typ == "literal_error":
         msg = f"expected one of {ctx['expected']}, got {got}"
     elif typ in _LIMITS:

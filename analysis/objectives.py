@@ -31,8 +31,6 @@ selection), ``scale`` if given, else 1.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -43,42 +41,21 @@ from analysis.config import Config
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.plan import Plan
 from analysis.results import DatasetState, derivatives, statistics
-from analysis.stats._core import safe_sqrt
+from analysis.stats.registry import json_paths
+from analysis.terms import SignificanceTerm, Term, asimov_significance, significance_z
 
-
-def _log1p_minus(a):
-    """``log1p(a) - a`` without cancellation for small ``|a|`` (series below 1e-2)."""
-    small = jnp.abs(a) < 1e-2
-    a_s = jnp.where(small, a, 0.0)
-    series = a_s * a_s * (-1 / 2 + a_s * (1 / 3 + a_s * (-1 / 4 + a_s * (1 / 5 + a_s * (-1 / 6)))))
-    a_l = jnp.where(small, 1.0, a)
-    return jnp.where(small, series, jnp.log1p(a_l) - a_l)
-
-
-def asimov_significance(s, b, var_b):
-    """Asimov discovery significance ``Z_A(s, b, var_b)`` (see the module docstring).
-
-    ``b`` must be > 0 (the caller checks); ``var_b`` is an absolute variance.
-    Written without cancellation (the two logarithms of the textbook form cancel
-    to O(s^2) for small ``s/b``): with ``A = s b / (b^2 + (s+b) v)``,
-    ``B = v s / (b (b+v))`` and ``g(a) = log1p(a) - a``,
-    ``Z^2 / 2 = s^2 b^2 / ((b^2 + (s+b) v)(b + v)) + (s+b) g(A) - (b^2/v) g(B)``,
-    and ``Z^2 / 2 = s^2 / b + (s+b) g(s/b)`` for ``v = 0``.
-    """
-    tiny = var_b <= 1e-12 * b * b
-    v = jnp.where(tiny, 1.0, var_b)
-    sb = s + b
-    den = b * b + sb * v
-    half_z2_v = (
-        (s * b) ** 2 / (den * (b + v))
-        + sb * _log1p_minus(s * b / den)
-        - (b * b / v) * _log1p_minus(v * s / (b * (b + v)))
-    )
-    half_z2_0 = s * s / b + sb * _log1p_minus(s / b)
-    return safe_sqrt(jnp.maximum(2.0 * jnp.where(tiny, half_z2_0, half_z2_v), 0.0))
+__all__ = [
+    "DATASET_STATS",
+    "Objective",
+    "asimov_significance",
+    "dataset_norm",
+    "objective_from_states",
+    "stat_paths",
+]
 
 
 def dataset_norm(config: Config, name: str, sumw: float) -> float:
+    """``norm_d``: ``xsec * lumi / sumw_d`` (0 if ``sumw_d`` is 0), else ``scale``, else 1."""
     ds = config.datasets[name]
     if ds.xsec is not None:
         return ds.xsec * config.lumi / sumw if sumw != 0 else 0.0
@@ -87,68 +64,29 @@ def dataset_norm(config: Config, name: str, sumw: float) -> float:
     return 1.0
 
 
-def _lookup(stats: dict, path: str) -> Any:
-    node: Any = stats
-    for part in path.split("."):
-        node = node[part]
-    return node
+# Dataset-level statistics of results.json (beside each observable's statistics).
+DATASET_STATS = ("yield", "mc_variance", "mc_variance_floor", "selected_sumw", "selected_sumw2")
 
 
 def stat_paths(config: Config, plan: Plan) -> list[str]:
-    """Every statistic a ``target`` term may name."""
+    """Every statistic a ``target`` term may name (from the registry of statistics)."""
     paths = []
     for ds in config.datasets:
-        paths += [
-            f"{ds}.{k}"
-            for k in (
-                "yield",
-                "mc_variance",
-                "mc_variance_floor",
-                "selected_sumw",
-                "selected_sumw2",
-            )
-        ]
+        paths += [f"{ds}.{k}" for k in DATASET_STATS]
         for obs in plan.observables:
-            paths += [f"{ds}.{obs.name}.{s}" for s in obs.univariate]
-            for s in obs.bivariate:
-                if s == "linear_fit":
-                    paths += [
-                        f"{ds}.{obs.name}.linear_fit.{k}"
-                        for k in ("intercept", "slope", "intercept_error", "slope_error")
-                    ]
-                else:
-                    paths.append(f"{ds}.{obs.name}.{s}")
+            paths += [f"{ds}.{obs.name}.{p}" for s in obs.statistics for p in json_paths(s)]
     return paths
 
 
-def _import_function(spec: str, where: str) -> Callable:
-    module, _, name = spec.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module), name)
-    except Exception as err:
-        raise ConfigError(
-            f"{where}: cannot import {spec!r} ({type(err).__name__}: {err})"
-        ) from None
-    if not callable(fn):
-        raise ConfigError(f"{where}: {spec!r} is not callable")
-    return fn
-
-
-def _call_user(fn: Callable, spec: str, stats: dict[str, Any], source: str) -> Any:
-    """Call a user's ``python`` term; its exceptions become one-line user-facing errors."""
-    try:
-        return fn(stats)
-    except DiffcoffeaError:
-        raise
-    except Exception as err:
-        msg = " ".join(str(err).split())
-        raise DiffcoffeaError(
-            f"{source}: objective: python function {spec!r} raised {type(err).__name__}: {msg}"
-        ) from err
-
-
 class Objective:
-    """The configured objective, checked against the datasets and observables at construction."""
+    """The configured objective: its terms bound to the analysis at construction.
+
+    ``Objective(config, plan)`` checks every term (:meth:`analysis.terms.Term.bind`);
+    :meth:`stats` builds the statistics the terms read, :meth:`check` raises where
+    the objective is undefined, :meth:`value` is the weighted sum of the terms.
+    Attributes read by the terms: ``source``, ``datasets``, ``signal``,
+    ``background`` (dataset names by role) and ``paths`` (see :func:`stat_paths`).
+    """
 
     def __init__(self, config: Config, plan: Plan) -> None:
         if config.objective is None:
@@ -157,39 +95,15 @@ class Objective:
             )
         self.config = config
         self.plan = plan
-        self.terms: list[tuple[str, Any, Any]] = []
+        self.source = config.source
+        self.datasets = list(config.datasets)
         roles = {n: d.role for n, d in config.datasets.items()}
         self.signal = [n for n, r in roles.items() if r == "signal"]
         self.background = [n for n, r in roles.items() if r == "background"]
-        paths = stat_paths(config, plan)
-        for i, term in enumerate(config.objective.terms):
-            where = f"{config.source}: objective.terms.{i}"
-            if term.type == "significance":
-                for role, names in (("signal", self.signal), ("background", self.background)):
-                    if not names:
-                        raise ConfigError(
-                            f"{where}: significance needs a dataset with role: {role}; none of "
-                            f"{', '.join(config.datasets)} has it"
-                        )
-                self.terms.append(("significance", term, None))
-            elif term.type == "target":
-                dataset = term.stat.split(".", 1)[0]
-                if dataset not in config.datasets:
-                    raise ConfigError(
-                        f"{where}.stat: {term.stat!r} names unknown dataset {dataset!r}; "
-                        f"datasets: {', '.join(config.datasets)}"
-                    )
-                if term.stat not in paths:
-                    import difflib
-
-                    close = difflib.get_close_matches(term.stat, paths, n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else ""
-                    raise ConfigError(f"{where}.stat: unknown statistic {term.stat!r}{hint}")
-                self.terms.append(("target", term, None))
-            else:
-                self.terms.append(
-                    ("python", term, _import_function(term.function, f"{where}.function"))
-                )
+        self.paths = stat_paths(config, plan)
+        self.terms: list[Term] = list(config.objective.terms)
+        for i, term in enumerate(self.terms):
+            term.bind(self, f"{config.source}: objective.terms.{i}")
 
     def stats(
         self, states: dict[str, Any], sumw: dict[str, float], events: dict[str, int]
@@ -208,45 +122,24 @@ class Objective:
         return out
 
     def check(self, stats: dict[str, Any]) -> None:
-        """Raise a clear error when the objective is undefined (zero background yield)."""
-        if any(t[0] == "significance" for t in self.terms):
-            b = sum(float(stats[n]["yield"]) for n in self.background)
-            if not b > 0:
-                raise DiffcoffeaError(
-                    f"{self.config.source}: objective: background yield is {b:g} "
-                    f"(datasets {', '.join(self.background)}); the significance is undefined - "
-                    "loosen the selection or check the background files"
-                )
+        """Raise a clear error when the objective is undefined (e.g. zero background yield)."""
+        for term in self.terms:
+            term.check(stats, self)
 
     def value(self, stats: dict[str, Any]):
         """JAX: the objective (to minimise) from :meth:`stats`."""
         total = 0.0
-        for kind, term, fn in self.terms:
-            if kind == "significance":
-                total = total - term.weight * self._z(stats, term.sigma_b)
-            elif kind == "target":
-                total = total + term.weight * (_lookup(stats, term.stat) - term.value) ** 2
-            else:
-                total = total + term.weight * _call_user(
-                    fn, term.function, stats, self.config.source
-                )
+        for term in self.terms:
+            total = total + term.weight * term.loss(stats, self)
         return total
 
     def significance(self, stats: dict[str, Any], sigma_b: float = 0.0):
         """JAX: ``Z_A`` alone (for reports), with the first significance term's ``sigma_b``."""
-        for kind, term, _ in self.terms:
-            if kind == "significance":
+        for term in self.terms:
+            if isinstance(term, SignificanceTerm):
                 sigma_b = term.sigma_b
                 break
-        return self._z(stats, sigma_b)
-
-    def _z(self, stats: dict[str, Any], sigma_b: float):
-        s = sum(stats[n]["yield"] for n in self.signal)
-        b = sum(stats[n]["yield"] for n in self.background)
-        var = (sigma_b * b) ** 2 + sum(
-            stats[n]["mc_variance"] + stats[n]["mc_variance_floor"] for n in self.background
-        )
-        return asimov_significance(s, jnp.where(b > 0, b, 1.0), var)
+        return significance_z(stats, self.signal, self.background, sigma_b)
 
 
 def objective_from_states(

@@ -24,9 +24,25 @@ from dataclasses import dataclass
 
 from analysis.config import Config
 from analysis.errors import ConfigError
+from analysis.stats import registry
 
-UNIVARIATE_STATS = ("mean", "var", "std", "skew", "kurtosis")
-BIVARIATE_STATS = ("covar", "corr", "linear_fit")
+__all__ = [
+    "BIVARIATE_STATS",
+    "UNIVARIATE_STATS",
+    "CountCut",
+    "EventVarCut",
+    "Expr",
+    "ObjectCut",
+    "Observable",
+    "Plan",
+    "build_plan",
+    "initial_widths",
+    "parse_expr",
+]
+
+# From the one registry of statistics (one variable: of Moments; two: of CoMoments).
+UNIVARIATE_STATS = registry.UNIVARIATE
+BIVARIATE_STATS = registry.BIVARIATE
 
 _EXPR = re.compile(
     r"^(?:(?P<fn>sum|count|abs)\()?(?P<a>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<b>[A-Za-z_][A-Za-z0-9_]*))?\)?$"
@@ -51,6 +67,14 @@ class Expr:
 
 @dataclass(frozen=True)
 class ObjectCut:
+    """Soft cut on a field of the selection collection: ``field OP threshold`` per object.
+
+    ``absolute`` cuts ``|field|``; ``greater`` is True for ``>``/``>=``; ``inclusive``
+    for ``>=``/``<=`` (matters only for the hard step, width 0). The threshold is the
+    parameter at index ``param`` of the full parameter vector, or the constant
+    ``value``; its sigmoid width is ``widths[width_index]``.
+    """
+
     field: str
     absolute: bool
     greater: bool  # ">" / ">=": pass when value exceeds the threshold
@@ -62,6 +86,11 @@ class ObjectCut:
 
 @dataclass(frozen=True)
 class EventVarCut:
+    """Soft cut on a per-event branch (``expr``, e.g. ``MET.pt``): ``expr OP threshold``.
+
+    Fields as :class:`ObjectCut`; the event weight is multiplied by the pass probability.
+    """
+
     expr: Expr
     greater: bool
     inclusive: bool
@@ -83,15 +112,31 @@ class CountCut:
 
 @dataclass(frozen=True)
 class Observable:
+    """An observable: expression ``x`` (and ``y`` for statistics of two variables) and the
+    statistics asked for, split by arity (names of :mod:`analysis.stats.registry`)."""
+
     name: str
     x: Expr
     y: Expr | None
     univariate: tuple[str, ...]
     bivariate: tuple[str, ...]
 
+    @property
+    def statistics(self) -> tuple[str, ...]:
+        """All statistics of this observable, those of one variable first."""
+        return self.univariate + self.bivariate
+
 
 @dataclass(frozen=True)
 class Plan:
+    """What one pass reads and computes (see the module docstring), built by :func:`build_plan`.
+
+    Parameters are addressed by index into ``param_names`` (the full vector ``theta``);
+    ``trainable`` indexes the ones derivatives are taken for. Cut widths are addressed
+    by ``width_index`` (object cuts, then event cuts, ``n_widths`` in all). The columns
+    to read are ``collection``'s ``object_fields`` and the per-event ``event_keys``.
+    """
+
     param_names: tuple[str, ...]
     trainable: tuple[int, ...]  # indices of trainable parameters in param_names
     integer: tuple[bool, ...]
@@ -107,6 +152,7 @@ class Plan:
 
     @property
     def trainable_names(self) -> tuple[str, ...]:
+        """Names of the trainable parameters, in ``trainable`` order."""
         return tuple(self.param_names[i] for i in self.trainable)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from analysis.plan import Plan
 from analysis.stats import _core
 from analysis.stats.merge import Dual, merge_comoments, merge_moments
+from analysis.stats.registry import observable_statistics
 
 # In a Moments / CoMoments tuple these positions hold constant centres, not Duals.
 _CENTRES = {"moments": (1,), "comoments": (1, 3)}
@@ -150,20 +151,14 @@ def statistics(states: dict, plan: Plan) -> dict:
     Returns ``{"selected_sumw", "selected_sumw2", "observables": {name: {stat: value}}}``
     with ``linear_fit`` a dict of intercept, slope and their errors.
     """
-    out = {
+    return {
         "selected_sumw": states["selected_sumw"],
         "selected_sumw2": states["selected_sumw2"],
-        "observables": {},
+        "observables": {
+            obs.name: observable_statistics(states["observables"][obs.name], obs.statistics)
+            for obs in plan.observables
+        },
     }
-    for obs in plan.observables:
-        entry = states["observables"][obs.name]
-        stats = {}
-        for s in obs.univariate:
-            stats[s] = _core.UNIVARIATE[s](entry["moments"])
-        for s in obs.bivariate:
-            stats[s] = _core.BIVARIATE[s](entry["comoments"])
-        out["observables"][obs.name] = stats
-    return out
 
 
 def derivatives(

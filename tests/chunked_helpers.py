@@ -16,14 +16,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 import analysis  # noqa: F401  (enables JAX float64 before anything else imports jax)
 from analysis.columns import ChunkColumns, extract_columns
 from analysis.plan import Plan
+from analysis.stats import registry
+from tests.conftest import SHARED_DATA as DATA_DIR
 
-# /work/shared/data next to the project checkout (see the data README there).
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 TTBAR = DATA_DIR / "nanoAOD_2015_CMS_Open_Data_ttbar.root"
 DY = DATA_DIR / "nano_dy.root"
 EMPTY = DATA_DIR / "nano_dy_empty.root"
@@ -35,16 +34,9 @@ NANOAOD_WARNINGS = [
     pytest.mark.filterwarnings("ignore:Missing cross-reference:RuntimeWarning"),
 ]
 
-UNIVARIATE = ["mean", "var", "std", "skew", "kurtosis"]
-BIVARIATE = ["covar", "corr", "linear_fit"]
-LINEAR_FIT_PARTS = ("intercept", "slope", "intercept_error", "slope_error")
-
-
-def prime_skhep_cache() -> None:
-    """Make ``skhep:`` names resolve offline (idempotent; conftest may already do it)."""
-    from analysis.runner import prime_skhep_cache as prime
-
-    prime(DATA_DIR)
+UNIVARIATE = list(registry.UNIVARIATE)
+BIVARIATE = list(registry.BIVARIATE)
+LINEAR_FIT_PARTS = registry.STATISTICS["linear_fit"].fields
 
 
 def analysis_config(
@@ -88,12 +80,6 @@ def analysis_config(
             {"name": "ht", "x": "sum(Jet.pt)", "stats": list(UNIVARIATE)},
         ],
     }
-
-
-def write_config(directory: Path, data: Mapping[str, Any], name: str = "config.yaml") -> Path:
-    path = Path(directory) / name
-    path.write_text(yaml.safe_dump(dict(data), sort_keys=False))
-    return path
 
 
 # --- reading real files ------------------------------------------------------------

@@ -1,38 +1,43 @@
-"""Shared pytest configuration and fixtures.
+"""Shared pytest configuration, fixtures and helpers (the one place for test plumbing).
 
-Real NanoAOD files live outside the repository, in ``shared/data`` beside the project
-root (``Path(__file__).resolve().parents[1].parent / "shared" / "data"``). This machine
-has no internet: ``skhep_testdata.data_path(name)`` only works offline once the file is
-in its cache, ``~/.local/skhepdata/``, so the cache is primed from ``shared/data`` when
-the test session starts.
+- Data: real NanoAOD files live outside the repository, in ``shared/data`` beside the
+  project root (:data:`SHARED_DATA`, fixture ``shared_data``); small generated
+  ttbar/DY datasets for the optimisation tests are written once per session (fixture
+  ``small_data``, see ``tests/opt_helpers.py``).
+- Offline cache: this machine has no internet, so ``skhep_testdata.data_path(name)``
+  only works once the file is in ``~/.local/skhepdata``; the cache is primed from
+  ``shared/data`` when the session starts, by the same helper as ``.ci/run``
+  (``.ci/prime_skhep_cache.py``).
+- Helpers, imported as ``from tests.conftest import ...``: :func:`write_config` (the
+  one YAML config writer), :func:`central_difference` (the one finite-difference
+  helper) and :func:`one_line_error` (the one check of a command-line error).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import jax
+import numpy as np
 import pytest
+import yaml
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
-SKHEP_FILES = ("nanoAOD_2015_CMS_Open_Data_ttbar.root",)
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+ERROR_PREFIX = "diffcoffea: error: "
 
 
 def _prime_skhep_cache() -> None:
-    """Copy the scikit-hep-testdata files we use into its cache, unless already there."""
-    for name in SKHEP_FILES:
-        src, dst = SHARED_DATA / name, SKHEP_CACHE / name
-        if not src.is_file():
-            continue  # the tests that need it fail with skhep_testdata's own message
-        if dst.is_file() and dst.stat().st_size == src.stat().st_size:
-            continue
-        SKHEP_CACHE.mkdir(parents=True, exist_ok=True)
-        # copy then rename: parallel workers (pytest-xdist) never see a partial file
-        tmp = dst.with_name(f".{name}.{os.getpid()}.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
+    spec = importlib.util.spec_from_file_location(
+        "prime_skhep_cache", REPO / ".ci" / "prime_skhep_cache.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.prime(SHARED_DATA)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,3 +50,69 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"shared data directory not found: {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Generated ``ttbar/`` and ``dy/`` datasets of the optimisation tests (written once)."""
+    from tests.opt_helpers import small_data as make
+
+    return make(tmp_path_factory)
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def write_config(path: Path, cfg: Mapping[str, Any]) -> Path:
+    """Write ``cfg`` as YAML to ``path`` (``path/config.yaml`` if ``path`` is a directory)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(dict(cfg), sort_keys=False))
+    return path
+
+
+# Central differences: ((offset in steps, integer weight), ...), denominator (times the step).
+_STENCILS = {3: (((1, 1), (-1, -1)), 2.0), 5: (((-2, 1), (-1, -8), (1, 8), (2, -1)), 12.0)}
+
+
+def central_difference(
+    f: Callable[[np.ndarray], Any],
+    x: Sequence[float] | np.ndarray,
+    step: float | Sequence[float] | np.ndarray,
+    *,
+    indices: Sequence[int] | None = None,
+    points: int = 3,
+) -> Any:
+    """Central finite differences of ``f`` at ``x`` along each component in ``indices``.
+
+    ``f`` maps a float64 vector to a number, an array or a pytree of arrays; ``step`` is
+    one step for all components or one per component of ``x``. ``points=3`` is
+    ``(f(x + h e_i) - f(x - h e_i)) / (2 h)``; ``points=5`` is
+    ``(-f(x + 2h) + 8 f(x + h) - 8 f(x - h) + f(x - 2h)) / (12 h)``. The result has
+    the shape of ``f``'s output with a trailing axis over ``indices`` (default: all).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    steps = np.broadcast_to(np.asarray(step, dtype=np.float64), x.shape)
+    weights, denominator = _STENCILS[points]
+    columns = []
+    for i in range(len(x)) if indices is None else indices:
+        h = float(steps[i])
+        terms = []
+        for k, c in weights:
+            shifted = x.copy()
+            shifted[i] += k * h
+            terms.append(jax.tree_util.tree_map(lambda v, c=c: c * np.asarray(v), f(shifted)))
+        columns.append(
+            jax.tree_util.tree_map(lambda *t, h=h: sum(t[1:], t[0]) / (denominator * h), *terms)
+        )
+    return jax.tree_util.tree_map(lambda *c: np.stack(c, axis=-1), *columns)
+
+
+def one_line_error(stderr: str) -> str:
+    """The single ``diffcoffea: error: ...`` line of a command's ``stderr`` (asserted to be
+    exactly one line, ending in a newline); returned without the newline."""
+    assert stderr.startswith(ERROR_PREFIX), stderr
+    assert stderr.endswith("\n") and stderr.count("\n") == 1, f"not one line: {stderr!r}"
+    return stderr.strip()

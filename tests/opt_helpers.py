@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from analysis.config import Config, config_from_dict
 from analysis.generate import ensure_dataset
 
@@ -44,10 +42,9 @@ WIDTHS = (5.0, 0.2, 0.05, 1.0)  # three object cuts, then the count cut's intege
 
 
 def small_data(tmp_path_factory) -> Path:
-    """Directory with ``ttbar/`` and ``dy/`` generated datasets, shared by the session.
-
-    ``ensure_dataset`` keeps a manifest, so the second test module to ask reuses the files.
-    """
+    """Directory with ``ttbar/`` and ``dy/`` generated datasets (the session fixture
+    ``small_data`` of ``conftest.py`` calls this once; ``ensure_dataset`` keeps a
+    manifest, so a second call reuses the files)."""
     base = tmp_path_factory.getbasetemp() / "opt-small-data"
     ensure_dataset(base / "ttbar", process="ttbar", n_events=EVENTS, n_files=FILES, seed=11)
     ensure_dataset(base / "dy", process="dy", n_events=EVENTS, n_files=FILES, seed=12)
@@ -106,13 +103,6 @@ def make_config(data: Path, **sections: Any) -> Config:
     return config_from_dict(config_dict(data, **sections), source="<test>", base_dir=data)
 
 
-def write_config(path: Path, cfg: dict[str, Any]) -> Path:
-    """Write ``cfg`` as YAML to ``path`` (for the command line)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
-
-
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for ``python -m analysis`` in a subprocess: the repo importable."""
     env = dict(os.environ)
@@ -137,14 +127,6 @@ def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None)
         text=True,
         timeout=timeout,
     )
-
-
-def one_line(stderr: str) -> str:
-    """The single ``diffcoffea: error: ...`` line of ``stderr`` (asserts it is the only line)."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one line on stderr, got:\n{stderr}"
-    assert lines[0].startswith("diffcoffea: error: "), lines[0]
-    return lines[0]
 
 
 def comparable_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -35,10 +35,10 @@ from tests.chunked_helpers import (
     TTBAR,
     analysis_config,
     flatten,
-    prime_skhep_cache,
     read_columns,
     slice_columns,
 )
+from tests.conftest import central_difference
 
 REL_STEP = 1e-5  # central differences: truncation ~(h/width)^2, rounding ~1e-16/h
 FD_RTOL = 1e-6
@@ -101,12 +101,6 @@ def _assert_fd_close(analytic: np.ndarray, fd: np.ndarray, typical: float, what:
     return bool(scale > 1e-6 * typical)
 
 
-def _theta_shift(theta: np.ndarray, index: int, step: float) -> np.ndarray:
-    out = theta.copy()
-    out[index] += step
-    return out
-
-
 @pytest.mark.parametrize("dataset", ["ttbar", "dy"])
 def test_chunk_jacobian_and_hessian_match_finite_differences(setup, columns, dataset) -> None:
     _, plan, theta, widths = setup
@@ -126,25 +120,26 @@ def test_chunk_jacobian_and_hessian_match_finite_differences(setup, columns, dat
             for leaf in (*jac_l.values(), *hess_l.values()):
                 assert np.all(leaf == 0)
             continue
-        for k, index in enumerate(plan.trainable):
-            h = REL_STEP * abs(theta[index])
-            plus = _theta_shift(theta, index, h)
-            minus = _theta_shift(theta, index, -h)
-            up = state_leaves(evaluate_chunk(plus, widths, arrays, plan, shapes, order=0)[0])
-            down = state_leaves(evaluate_chunk(minus, widths, arrays, plan, shapes, order=0)[0])
-            jac_up = state_leaves(evaluate_chunk(plus, widths, arrays, plan, shapes, order=1)[1])
-            jac_down = state_leaves(evaluate_chunk(minus, widths, arrays, plan, shapes, order=1)[1])
+        def leaves(t, order, part, arrays=arrays, shapes=shapes):
+            return state_leaves(evaluate_chunk(t, widths, arrays, plan, shapes, order=order)[part])
+
+        steps = REL_STEP * np.abs(theta)
+        fd_value = central_difference(
+            lambda t: leaves(t, 0, 0), theta, steps, indices=plan.trainable
+        )
+        fd_jac = central_difference(lambda t: leaves(t, 1, 1), theta, steps, indices=plan.trainable)
+        for k in range(len(plan.trainable)):
             for key in jac_l:
                 nontrivial += _assert_fd_close(
                     jac_l[key][..., k],
-                    (up[key] - down[key]) / (2 * h),
+                    fd_value[key][..., k],
                     typical_jac[key],
                     f"d {key} / d theta{k}",
                 )
                 # Row k of the Hessian is the derivative of the Jacobian along theta_k.
                 nontrivial += _assert_fd_close(
                     hess_l[key][..., k, :],
-                    (jac_up[key] - jac_down[key]) / (2 * h),
+                    fd_jac[key][..., k],
                     typical_hess[key],
                     f"d2 {key} / d theta{k} d theta",
                 )
@@ -208,7 +203,6 @@ def test_merged_derivatives_equal_jax_on_whole_file(setup, columns, dataset) -> 
 
 
 def test_evaluator_gradients_equal_finite_differences_of_evaluate(tmp_path) -> None:
-    prime_skhep_cache()
     data = analysis_config({"ttbar": {"files": ["skhep:" + TTBAR.name], "weight": "genWeight"}})
     config = config_from_dict(data)
     with Evaluator(config, executor="iterative", chunksize=100) as ev:
@@ -217,19 +211,28 @@ def test_evaluator_gradients_equal_finite_differences_of_evaluate(tmp_path) -> N
         base = dataset_report(ev.run()["ttbar"], plan)
         params = config.initial_params()
         flat_base = dict(flatten(base))
-        for name in plan.trainable_names:
-            h = REL_STEP * params[name]
-            up = dict(flatten(dataset_report(ev.run({name: params[name] + h})["ttbar"], plan)))
-            down = dict(flatten(dataset_report(ev.run({name: params[name] - h})["ttbar"], plan)))
+        names = plan.trainable_names
+        x = np.array([params[n] for n in names])
+
+        def report(v: np.ndarray) -> dict[str, float]:
+            run = ev.run(dict(zip(names, (float(t) for t in v), strict=True)))
+            report = dict(flatten(dataset_report(run["ttbar"], plan)))
+            return {k: v for k, v in report.items() if k in selected}
+
+        # Values (or null) of the statistics and yields, and their gradient keys.
+        selected = {}
+        for key in flat_base:
+            if key.endswith("/value"):
+                selected[key] = f"{key[: -len('value')]}grad/"
+            elif key in ("selected_sumw", "selected_sumw2"):
+                selected[key] = f"{key}_grad/"
+        fd = central_difference(report, x, REL_STEP * x)
+        for j, name in enumerate(names):
             checked = 0
             for key, value in flat_base.items():
-                if key.endswith("/value"):
-                    grad_key = f"{key[: -len('value')]}grad/{name}"
-                elif key in ("selected_sumw", "selected_sumw2"):
-                    grad_key = f"{key}_grad/{name}"
-                else:
+                if key not in selected:
                     continue
-                fd = (up[key] - down[key]) / (2 * h)
-                assert flat_base[grad_key] == pytest.approx(fd, rel=FD_RTOL), (key, name, value)
+                grad_key = selected[key] + name
+                assert flat_base[grad_key] == pytest.approx(fd[key][j], rel=FD_RTOL), (key, name, value)
                 checked += 1
             assert checked == 2 + 2 * 5 + 2 + 4

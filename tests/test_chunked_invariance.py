@@ -33,9 +33,8 @@ from tests.chunked_helpers import (
     differences,
     flatten,
     is_finite_number,
-    prime_skhep_cache,
-    write_config,
 )
+from tests.conftest import write_config
 
 WHOLE_FILE = 1_000_000
 EXPECTED_EVENTS = {"ttbar": TTBAR_EVENTS, "dy": DY_EVENTS, "empty": 0}
@@ -45,7 +44,6 @@ pytestmark = NANOAOD_WARNINGS
 
 @pytest.fixture(scope="module")
 def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    prime_skhep_cache()
     return write_config(tmp_path_factory.mktemp("invariance"), analysis_config())
 
 

@@ -29,8 +29,8 @@ from tests.chunked_helpers import (
     NANOAOD_WARNINGS,
     analysis_config,
     flatten,
-    write_config,
 )
+from tests.conftest import one_line_error, write_config
 
 pytestmark = NANOAOD_WARNINGS
 
@@ -43,13 +43,6 @@ def _run(tmp_path: Path, data: dict[str, Any], *extra: str) -> tuple[int, Path]:
     path = write_config(tmp_path, data)
     rc = main(["evaluate", str(path), "--output", str(tmp_path / "out"), "--quiet", *extra])
     return rc, path
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert err.startswith("diffcoffea: error: "), err
-    assert err.endswith("\n") and err.count("\n") == 1, f"not one line: {err!r}"
-    return err.strip()
 
 
 def _set(keys: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
@@ -98,7 +91,7 @@ def test_config_error_is_one_line_naming_file_and_key(case, tmp_path, capsys) ->
     mutate(data)
     rc, path = _run(tmp_path, data)
     assert rc == 2
-    message = _one_line_error(capsys)
+    message = one_line_error(capsys.readouterr().err)
     assert str(path) in message
     for text in expected:
         assert text in message, (text, message)
@@ -108,7 +101,7 @@ def test_config_error_is_one_line_naming_file_and_key(case, tmp_path, capsys) ->
 def test_missing_config_file(tmp_path, capsys) -> None:
     missing = tmp_path / "nope.yaml"
     assert main(["evaluate", str(missing), "--quiet"]) == 2
-    message = _one_line_error(capsys)
+    message = one_line_error(capsys.readouterr().err)
     assert str(missing) in message and "no such file" in message
 
 
@@ -142,7 +135,7 @@ def test_data_error_is_one_line_naming_data_file_and_name(case, tmp_path, capsys
     mutate(data)
     rc, _ = _run(tmp_path, data)
     assert rc == 2
-    message = _one_line_error(capsys)
+    message = one_line_error(capsys.readouterr().err)
     assert str(DY) in message
     for text in expected:
         assert text in message, (text, message)
@@ -153,7 +146,7 @@ def test_data_error_on_futures_executor_is_one_line(tmp_path, capsys) -> None:
     data = _config(weight="genWeigth")
     rc, _ = _run(tmp_path, data, "--executor", "futures", "--workers", "2")
     assert rc == 2
-    assert "genWeigth" in _one_line_error(capsys)
+    assert "genWeigth" in one_line_error(capsys.readouterr().err)
 
 
 def test_debug_shows_the_traceback(tmp_path) -> None:

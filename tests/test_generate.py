@@ -21,8 +21,8 @@ from analysis.generate import (
     split_events,
     write_dataset,
 )
+from tests.conftest import SHARED_DATA
 
-DATA_DIR = Path(__file__).parents[1].parent / "shared" / "data"
 # Reference file per process; see the module docstring of analysis.generate for why the
 # 2015 Open Data ttbar file (btagDeepFlavB = -3000 placeholders) is not used.
 REFERENCE = {"ttbar": "nano_tt_v12.root", "dy": "nano_dy.root"}
@@ -278,7 +278,7 @@ def test_runner_with_nanoaod_schema(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("process", PROCESSES)
 def test_resembles_real_nanoaod(process: str) -> None:
-    ref = DATA_DIR / REFERENCE[process]
+    ref = SHARED_DATA / REFERENCE[process]
     if not ref.is_file():
         pytest.skip(f"reference file {ref} not available")
     with uproot.open(ref) as f:

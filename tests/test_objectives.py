@@ -10,7 +10,6 @@ between integers, where the soft ">= N" count is linear in N.
 from __future__ import annotations
 
 from decimal import Decimal, getcontext
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +20,7 @@ from analysis.objectives import Objective, asimov_significance, dataset_norm, ob
 from analysis.results import dataset_report
 from analysis.runner import Evaluator
 from tests import opt_helpers as H
+from tests.conftest import central_difference
 
 # Where derivatives are checked: away from bounds, min_jets between integers.
 CENTER = {"jet_pt_min": 40.0, "jet_abs_eta_max": 2.3, "btag_min": 0.3, "min_jets": 2.4}
@@ -41,18 +41,13 @@ OBJECTIVES["sum"] = [t for terms in OBJECTIVES.values() for t in terms]
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return H.small_data(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def passes(data):
+def passes(small_data):
     """States of every pass the finite differences need, computed once for all objectives.
 
     ``center``: order 2 (gradient and Hessian); ``shifted[(i, k)]``: parameter ``i``
     moved by ``k`` steps, order 1 (value and gradient).
     """
-    ev = Evaluator(H.make_config(data))
+    ev = Evaluator(H.make_config(small_data))
     widths = np.array(H.WIDTHS)
     center = ev.run(CENTER, widths=widths, order=2)
     shifted = {}
@@ -65,7 +60,7 @@ def passes(data):
 
 
 @pytest.fixture(scope="module")
-def evaluated(data, passes):
+def evaluated(small_data, passes):
     """``evaluated(kind)``: objective results at the centre (order 2) and every shifted point.
 
     Cached per objective kind: the gradient and Hessian tests share them.
@@ -75,7 +70,7 @@ def evaluated(data, passes):
 
     def get(kind: str) -> tuple[dict, dict]:
         if kind not in cache:
-            cfg = H.make_config(data, objective={"terms": OBJECTIVES[kind]})
+            cfg = H.make_config(small_data, objective={"terms": OBJECTIVES[kind]})
             objective = Objective(cfg, ev.plan)
             at_center = objective_from_states(objective, center, order=2)
             around = {key: objective_from_states(objective, states) for key, states in shifted.items()}
@@ -86,12 +81,15 @@ def evaluated(data, passes):
 
 
 def _stencil(f) -> np.ndarray:
-    """Five-point central difference of ``f(i, k)`` (value at ``k`` steps along parameter ``i``)."""
-    out = []
-    for i in range(len(H.NAMES)):
-        d = -f(i, 2) + 8.0 * f(i, 1) - 8.0 * f(i, -1) + f(i, -2)
-        out.append(d / (12.0 * STEPS[i]))
-    return np.array(out)
+    """Five-point central difference of ``f(i, k)`` (value at ``k`` steps along parameter
+    ``i``, from the precomputed passes), with a trailing axis over the parameters ``i``."""
+    center = np.array([CENTER[n] for n in H.NAMES])
+
+    def at(v: np.ndarray):
+        i = int(np.flatnonzero(v != center)[0])
+        return f(i, int(round((v[i] - center[i]) / STEPS[i])))
+
+    return central_difference(at, center, STEPS, points=5)
 
 
 @pytest.mark.parametrize("kind", list(OBJECTIVES))
@@ -112,7 +110,7 @@ def test_hessian_matches_finite_differences_of_gradient(evaluated, kind):
     hess = center["hess"]
     assert hess.shape == (len(H.NAMES), len(H.NAMES))
     # Column i: derivative of the (exact, order-1) gradient along parameter i.
-    fd = _stencil(lambda i, k: around[(i, k)]["grad"]).T
+    fd = _stencil(lambda i, k: around[(i, k)]["grad"])
     scale = np.outer(STEPS, STEPS) * 1e8  # unit coordinates
     h_u, fd_u = hess * scale, fd * scale
     np.testing.assert_allclose(h_u, h_u.T, rtol=1e-10, atol=1e-12 * np.abs(h_u).max())
@@ -121,16 +119,16 @@ def test_hessian_matches_finite_differences_of_gradient(evaluated, kind):
     assert np.abs(h_u - np.diag(np.diag(h_u))).max() > 1e-3 * np.abs(h_u).max()
 
 
-def test_yields_match_independent_numpy_hard_cut(data):
+def test_yields_match_independent_numpy_hard_cut(small_data):
     """Hard-cut yields (widths 0) of the pipeline against uproot + numpy, with the xsec normalisation."""
-    cfg = H.make_config(data)
+    cfg = H.make_config(small_data)
     ev = Evaluator(cfg)
     objective = Objective(cfg, ev.plan)
     params = {"jet_pt_min": 32.5, "jet_abs_eta_max": 2.4, "btag_min": 0.1, "min_jets": 2.0}
     states = ev.run(params, widths=np.zeros(4), order=1)
     yields = objective_from_states(objective, states)["yields"]
     for name, xsec in (("ttbar", 831.76), ("dy", 6077.0)):
-        jets = H.read_jets(sorted((data / name).glob("*.root")))
+        jets = H.read_jets(sorted((small_data / name).glob("*.root")))
         sumw, sumw2, total = H.hard_cut_sums(jets, 2.4, [32.5], [0.1], 2)
         assert sumw[0, 0, 1] > 0
         norm = xsec * 10.0 / total
@@ -228,12 +226,8 @@ def test_asimov_precision_for_small_signals(s, b, var, rel):
 def test_asimov_gradient_matches_finite_differences(s, b, var):
     x = jnp.array([s, b, var], dtype=jnp.float64)
     grad = np.asarray(jax.grad(lambda v: asimov_significance(v[0], v[1], v[2]))(x))
-    fd = []
-    for i in range(3):
-        if var == 0 and i == 2:
-            continue  # one-sided at var = 0: the branch switch
-        h = 1e-5 * max(abs(float(x[i])), 1.0)
-        e = np.eye(3)[i] * h
-        f = lambda v: _z_decimal(*v)  # noqa: E731
-        fd.append((f(np.asarray(x) + e) - f(np.asarray(x) - e)) / (2 * h))
+    steps = 1e-5 * np.maximum(np.abs(np.asarray(x)), 1.0)
+    # var = 0 is one-sided (the branch switch): no difference along var there.
+    indices = [0, 1] if var == 0 else [0, 1, 2]
+    fd = central_difference(lambda v: _z_decimal(*v), np.asarray(x), steps, indices=indices)
     np.testing.assert_allclose(grad[: len(fd)], fd, rtol=1e-7)

@@ -13,14 +13,9 @@ from analysis.runner import Evaluator
 from tests import opt_helpers as H
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return H.small_data(tmp_path_factory)
-
-
-def _run(data: Path, outdir: Path, **sections) -> Optimization:
+def _run(small_data: Path, outdir: Path, **sections) -> Optimization:
     """Run an optimisation to the end (in process); returns it for inspection."""
-    cfg = H.make_config(data, **sections)
+    cfg = H.make_config(small_data, **sections)
     run = Optimization(cfg, Evaluator(cfg), outdir)
     while not run.done:
         run.do_step()
@@ -41,8 +36,8 @@ def _in_bounds(params: dict[str, float]) -> None:
     ],
     ids=["adam", "sgd"],
 )
-def test_bounds_hold_at_every_step_with_a_huge_learning_rate(data, tmp_path, optimizer):
-    run = _run(data, tmp_path, optimizer=optimizer)
+def test_bounds_hold_at_every_step_with_a_huge_learning_rate(small_data, tmp_path, optimizer):
+    run = _run(small_data, tmp_path, optimizer=optimizer)
     assert len(run.history) == optimizer["steps"]
     at_bound = 0
     for entry in run.history:
@@ -56,10 +51,10 @@ def test_bounds_hold_at_every_step_with_a_huge_learning_rate(data, tmp_path, opt
 
 
 @pytest.mark.parametrize("schedule", ["exponential", "linear"])
-def test_annealing_reaches_the_final_width(data, tmp_path, schedule):
+def test_annealing_reaches_the_final_width(small_data, tmp_path, schedule):
     steps, factor = 5, 0.2
     run = _run(
-        data,
+        small_data,
         tmp_path,
         optimizer={
             "learning_rate": 0.01,
@@ -79,15 +74,15 @@ def test_annealing_reaches_the_final_width(data, tmp_path, schedule):
     np.testing.assert_allclose(mid, expect, rtol=1e-12)
 
 
-def test_no_annealing_keeps_the_widths(data, tmp_path):
-    run = _run(data, tmp_path, optimizer={"steps": 3, "anneal": {"schedule": "none"}})
+def test_no_annealing_keeps_the_widths(small_data, tmp_path):
+    run = _run(small_data, tmp_path, optimizer={"steps": 3, "anneal": {"schedule": "none"}})
     for entry in run.history:
         np.testing.assert_array_equal(entry["widths"], H.WIDTHS)
 
 
-def _jet_pt_mean_at_start(data: Path, tmp_path: Path) -> float:
+def _jet_pt_mean_at_start(small_data: Path, tmp_path: Path) -> float:
     """ttbar.jet_pt.mean where an optimisation starts (its parameters, its widths)."""
-    cfg = H.make_config(data, objective={"terms": [{"type": "target", "stat": "ttbar.yield", "value": 0.0}]})
+    cfg = H.make_config(small_data, objective={"terms": [{"type": "target", "stat": "ttbar.yield", "value": 0.0}]})
     probe = Optimization(cfg, Evaluator(cfg), tmp_path / "probe")
     states = probe.ev.run(probe.params(), widths=probe.w0, order=1)
     from analysis.results import dataset_report
@@ -95,12 +90,12 @@ def _jet_pt_mean_at_start(data: Path, tmp_path: Path) -> float:
     return dataset_report(states["ttbar"], probe.ev.plan)["observables"]["jet_pt"]["mean"]["value"]
 
 
-def test_convergence_stops_early_on_a_flat_objective(data, tmp_path):
+def test_convergence_stops_early_on_a_flat_objective(small_data, tmp_path):
     """A target met at the start: zero gradient, constant objective, stop after ``window`` steps."""
-    mean = _jet_pt_mean_at_start(data, tmp_path)
+    mean = _jet_pt_mean_at_start(small_data, tmp_path)
     window = 3
     run = _run(
-        data,
+        small_data,
         tmp_path / "run",
         objective={"terms": [{"type": "target", "stat": "ttbar.jet_pt.mean", "value": mean}]},
         optimizer={"steps": 40, "window": window, "tolerance": 1e-4, "anneal": {"schedule": "none"}},
@@ -110,9 +105,9 @@ def test_convergence_stops_early_on_a_flat_objective(data, tmp_path):
     assert run.history[-1]["objective"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_no_early_stop_while_the_objective_moves(data, tmp_path):
+def test_no_early_stop_while_the_objective_moves(small_data, tmp_path):
     run = _run(
-        data,
+        small_data,
         tmp_path,
         objective={"terms": [{"type": "target", "stat": "ttbar.jet_pt.mean", "value": 200.0}]},
         optimizer={"steps": 6, "window": 2, "tolerance": 1e-6, "anneal": {"schedule": "none"}},
@@ -138,9 +133,9 @@ def _key(chunk) -> tuple:
     return (chunk.dataset, chunk.filename, chunk.entrystart, chunk.entrystop)
 
 
-def _stochastic(data: Path, outdir: Path, seed: int, steps: int = 4):
+def _stochastic(small_data: Path, outdir: Path, seed: int, steps: int = 4):
     cfg = H.make_config(
-        data, optimizer={"steps": steps, "stochastic": True, "chunks_per_step": 2, "seed": seed}
+        small_data, optimizer={"steps": steps, "stochastic": True, "chunks_per_step": 2, "seed": seed}
     )
     ev = Evaluator(cfg)
     spy = _ChunkSpy(ev)
@@ -150,8 +145,8 @@ def _stochastic(data: Path, outdir: Path, seed: int, steps: int = 4):
     return run, spy, ev
 
 
-def test_stochastic_mode_uses_a_reproducible_subset_of_chunks(data, tmp_path):
-    run, spy, ev = _stochastic(data, tmp_path / "a", seed=7)
+def test_stochastic_mode_uses_a_reproducible_subset_of_chunks(small_data, tmp_path):
+    run, spy, ev = _stochastic(small_data, tmp_path / "a", seed=7)
     every = {_key(c) for c in ev.chunks}
     assert len(every) == 8  # 2 datasets x 2 files x 2 chunks
     assert len(spy.calls) == 4
@@ -168,20 +163,20 @@ def test_stochastic_mode_uses_a_reproducible_subset_of_chunks(data, tmp_path):
     redo = objective_from_states(Objective(run.config, ev.plan), states)
     assert redo["objective"] == pytest.approx(step["objective"], rel=1e-12)
 
-    again, spy2, _ = _stochastic(data, tmp_path / "b", seed=7)
+    again, spy2, _ = _stochastic(small_data, tmp_path / "b", seed=7)
     assert spy2.calls == spy.calls
     assert H.comparable_history(again.history) == H.comparable_history(run.history)
 
-    other, spy3, _ = _stochastic(data, tmp_path / "c", seed=8)
+    other, spy3, _ = _stochastic(small_data, tmp_path / "c", seed=8)
     assert spy3.calls != spy.calls
 
 
-def test_newton_improves_the_objective(data, tmp_path):
+def test_newton_improves_the_objective(small_data, tmp_path):
     """On a smooth objective (fixed widths; the integer min_jets not trained) Newton steps
     go downhill at every step and reach a stationary point within a few steps."""
     parameters = {**H.PARAMETERS, "min_jets": {**H.PARAMETERS["min_jets"], "trainable": False}}
     run = _run(
-        data,
+        small_data,
         tmp_path,
         parameters=parameters,
         optimizer={"method": "newton", "steps": 5, "anneal": {"schedule": "none"}},
@@ -197,10 +192,10 @@ def test_newton_improves_the_objective(data, tmp_path):
         _in_bounds(entry["parameters"])
 
 
-def test_checkpoint_written_after_every_step(data, tmp_path):
+def test_checkpoint_written_after_every_step(small_data, tmp_path):
     import pickle
 
-    cfg = H.make_config(data, optimizer={"steps": 3})
+    cfg = H.make_config(small_data, optimizer={"steps": 3})
     run = Optimization(cfg, Evaluator(cfg), tmp_path)
     for k in range(1, 4):
         run.do_step()

@@ -9,20 +9,16 @@ import pytest
 
 from analysis.cli import main
 from tests import opt_helpers as H
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return H.small_data(tmp_path_factory)
+from tests.conftest import one_line_error, write_config
 
 
 def _fails(cfg: dict, tmp_path: Path, capsys, *extra: str) -> str:
-    config = H.write_config(tmp_path / "bad.yaml", cfg)
+    config = write_config(tmp_path / "bad.yaml", cfg)
     out = tmp_path / "out"
     capsys.readouterr()
     argv = ["optimize", str(config), "-o", str(out), "--quiet", "--no-plots", *extra]
     assert main(argv) == 2
-    line = H.one_line(capsys.readouterr().err)
+    line = one_line_error(capsys.readouterr().err)
     assert not (out / "results.json").exists()
     return line
 
@@ -80,34 +76,34 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_objective_or_optimizer(data, tmp_path, capsys, case):
+def test_bad_objective_or_optimizer(small_data, tmp_path, capsys, case):
     sections, expected = CASES[case]
-    line = _fails(H.config_dict(data, **sections), tmp_path, capsys)
+    line = _fails(H.config_dict(small_data, **sections), tmp_path, capsys)
     for text in expected:
         assert text in line, f"{text!r} not in {line!r}"
 
 
-def test_significance_without_background(data, tmp_path, capsys):
-    cfg = H.config_dict(data)
+def test_significance_without_background(small_data, tmp_path, capsys):
+    cfg = H.config_dict(small_data)
     del cfg["datasets"]["dy"]["role"]
     line = _fails(cfg, tmp_path, capsys)
     assert "objective.terms.0" in line and "role: background" in line
     assert "ttbar" in line and "dy" in line  # which datasets were looked at
 
 
-def test_significance_without_signal(data, tmp_path, capsys):
-    cfg = H.config_dict(data)
+def test_significance_without_signal(small_data, tmp_path, capsys):
+    cfg = H.config_dict(small_data)
     cfg["datasets"]["ttbar"]["role"] = "background"
     line = _fails(cfg, tmp_path, capsys)
     assert "role: signal" in line
 
 
-def test_zero_background_yield(data, tmp_path, capsys):
+def test_zero_background_yield(small_data, tmp_path, capsys):
     """Hard cuts no background event passes, from the first step: one clear line, no NaN run."""
     params = copy.deepcopy(H.PARAMETERS)
     params["btag_min"]["init"] = 0.95
     params["min_jets"]["init"] = 6
-    cfg = H.config_dict(data, parameters=params)
+    cfg = H.config_dict(small_data, parameters=params)
     for cut in cfg["selection"]["objects"]["cuts"]:
         cut["width"] = 0.0
     line = _fails(cfg, tmp_path, capsys)
@@ -115,32 +111,32 @@ def test_zero_background_yield(data, tmp_path, capsys):
     assert "significance is undefined" in line
 
 
-def test_no_trainable_parameter(data, tmp_path, capsys):
+def test_no_trainable_parameter(small_data, tmp_path, capsys):
     params = {n: {**p, "trainable": False} for n, p in H.PARAMETERS.items()}
-    line = _fails(H.config_dict(data, parameters=params), tmp_path, capsys)
+    line = _fails(H.config_dict(small_data, parameters=params), tmp_path, capsys)
     assert "parameters" in line and "no trainable parameter" in line
 
 
-def test_resume_without_checkpoint(data, tmp_path, capsys):
-    line = _fails(H.config_dict(data), tmp_path, capsys, "--resume")
+def test_resume_without_checkpoint(small_data, tmp_path, capsys):
+    line = _fails(H.config_dict(small_data), tmp_path, capsys, "--resume")
     assert "checkpoint.pkl" in line and "no checkpoint to resume from" in line
 
 
-def test_resume_with_a_changed_config(data, tmp_path, capsys):
-    config = H.write_config(tmp_path / "bad.yaml", H.config_dict(data, optimizer={"steps": 2}))
+def test_resume_with_a_changed_config(small_data, tmp_path, capsys):
+    config = write_config(tmp_path / "bad.yaml", H.config_dict(small_data, optimizer={"steps": 2}))
     out = tmp_path / "out"
     assert main(["optimize", str(config), "-o", str(out), "--quiet", "--no-plots"]) == 0
     (out / "results.json").unlink()
     before = (out / "checkpoint.pkl").read_bytes()
-    changed = H.config_dict(data, optimizer={"steps": 2, "learning_rate": 0.01})
+    changed = H.config_dict(small_data, optimizer={"steps": 2, "learning_rate": 0.01})
     line = _fails(changed, tmp_path, capsys, "--resume")
     assert "checkpoint.pkl" in line and "different config" in line
     # The old checkpoint is not touched.
     assert (out / "checkpoint.pkl").read_bytes() == before
 
 
-def test_debug_shows_the_traceback(data, tmp_path):
-    config = H.write_config(tmp_path / "bad.yaml", H.config_dict(data, optimizer={"name": "adamm"}))
+def test_debug_shows_the_traceback(small_data, tmp_path):
+    config = write_config(tmp_path / "bad.yaml", H.config_dict(small_data, optimizer={"name": "adamm"}))
     from analysis.errors import ConfigError
 
     with pytest.raises(ConfigError, match="adamm"):

@@ -15,15 +15,11 @@ import pytest
 
 from analysis.cli import main
 from tests import opt_helpers as H
+from tests.conftest import one_line_error, write_config
 from tests.userlosses import FAIL_BELOW
 
 STEPS = 6
 KILL_AFTER = 2  # steps completed when the run is killed
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return H.small_data(tmp_path_factory)
 
 
 def _optimize(config: Path, outdir: Path, *extra: str) -> list[str]:
@@ -72,8 +68,8 @@ def _kill_after(config: Path, outdir: Path, steps_done: int, timeout: float = 24
     return ckpt
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(data, tmp_path):
-    config = H.write_config(tmp_path / "opt.yaml", H.config_dict(data, optimizer={"steps": STEPS}))
+def test_killed_run_resumes_to_the_uninterrupted_result(small_data, tmp_path):
+    config = write_config(tmp_path / "opt.yaml", H.config_dict(small_data, optimizer={"steps": STEPS}))
 
     assert main(_optimize(config, tmp_path / "whole")) == 0
     whole = json.loads((tmp_path / "whole" / "results.json").read_text())
@@ -95,9 +91,9 @@ def test_killed_run_resumes_to_the_uninterrupted_result(data, tmp_path):
     assert resumed["final"] == whole["final"]
 
 
-def test_resume_after_the_last_step_only_reports(data, tmp_path):
+def test_resume_after_the_last_step_only_reports(small_data, tmp_path):
     """Resuming a finished run runs no more steps and reports the same result."""
-    config = H.write_config(tmp_path / "opt.yaml", H.config_dict(data, optimizer={"steps": 2}))
+    config = write_config(tmp_path / "opt.yaml", H.config_dict(small_data, optimizer={"steps": 2}))
     out = tmp_path / "out"
     assert main(_optimize(config, out)) == 0
     first = json.loads((out / "results.json").read_text())
@@ -112,17 +108,17 @@ def _fails_cleanly(argv: list[str], capsys, outdir: Path) -> tuple[str, dict]:
     """Run the CLI in process: exit 2, one error line, checkpoint kept, no results."""
     capsys.readouterr()
     assert main(argv) == 2
-    line = H.one_line(capsys.readouterr().err)
+    line = one_line_error(capsys.readouterr().err)
     ckpt = _checkpoint(outdir)
     assert ckpt is not None, "the last checkpoint was not kept"
     assert not (outdir / "results.json").exists()
     return line, ckpt
 
 
-def test_python_objective_raising_mid_run_keeps_the_checkpoint(data, tmp_path, capsys, monkeypatch):
+def test_python_objective_raising_mid_run_keeps_the_checkpoint(small_data, tmp_path, capsys, monkeypatch):
     terms = [{"type": "python", "function": "tests.userlosses:fails_when_tight"}]
-    cfg = H.config_dict(data, objective={"terms": terms}, optimizer={"steps": 5})
-    config = H.write_config(tmp_path / "opt.yaml", cfg)
+    cfg = H.config_dict(small_data, objective={"terms": terms}, optimizer={"steps": 5})
+    config = write_config(tmp_path / "opt.yaml", cfg)
 
     # Without the limit the loss only tightens the cuts: find where the yield falls at step 3.
     monkeypatch.delenv(FAIL_BELOW, raising=False)
@@ -140,10 +136,10 @@ def test_python_objective_raising_mid_run_keeps_the_checkpoint(data, tmp_path, c
     assert H.comparable_history(ckpt["history"]) == H.comparable_history(history[:3])
 
 
-def test_vanishing_background_mid_run_keeps_the_checkpoint(data, tmp_path, capsys):
+def test_vanishing_background_mid_run_keeps_the_checkpoint(small_data, tmp_path, capsys):
     """Hard object cuts and a loss that raises min_jets: the background runs out after a few steps."""
     cfg = H.config_dict(
-        data,
+        small_data,
         objective={
             "terms": [
                 {"type": "significance", "weight": 1e-6},
@@ -154,7 +150,7 @@ def test_vanishing_background_mid_run_keeps_the_checkpoint(data, tmp_path, capsy
     )
     for cut in cfg["selection"]["objects"]["cuts"]:
         cut["width"] = 0.0
-    config = H.write_config(tmp_path / "opt.yaml", cfg)
+    config = write_config(tmp_path / "opt.yaml", cfg)
     out = tmp_path / "out"
     line, ckpt = _fails_cleanly(_optimize(config, out), capsys, out)
     assert "background yield is 0" in line and "dy" in line
@@ -163,4 +159,4 @@ def test_vanishing_background_mid_run_keeps_the_checkpoint(data, tmp_path, capsy
     # The run can be inspected and resumed from there: the checkpoint matches the config.
     capsys.readouterr()
     assert main(_optimize(config, out, "--resume")) == 2
-    assert "background yield is 0" in H.one_line(capsys.readouterr().err)
+    assert "background yield is 0" in one_line_error(capsys.readouterr().err)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from analysis.objectives import Objective, objective_from_states
 from analysis.runner import Evaluator
 from analysis.scan import scan
 from tests import opt_helpers as H
+from tests.conftest import one_line_error, write_config
 
 GRID = {
     "jet_pt_min": np.linspace(25.0, 45.0, 5),
@@ -23,13 +23,8 @@ GRID = {
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return H.small_data(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def scanned(data):
-    cfg = H.make_config(data)
+def scanned(small_data):
+    cfg = H.make_config(small_data)
     ev = Evaluator(cfg)
     ev.chunks  # noqa: B018 - preprocess first: only the scan's own passes are counted
     passes = []
@@ -87,8 +82,8 @@ def test_scan_marks_points_without_background_invalid(scanned):
     assert best["significance"] == pytest.approx(-best["objective"], rel=1e-12)
 
 
-def test_scan_command_writes_the_best_point(data, tmp_path, capsys):
-    config = H.write_config(tmp_path / "scan.yaml", H.config_dict(data))
+def test_scan_command_writes_the_best_point(small_data, tmp_path, capsys):
+    config = write_config(tmp_path / "scan.yaml", H.config_dict(small_data))
     out = tmp_path / "out"
     argv = ["scan", str(config), "-o", str(out), "--quiet"]
     argv += ["--grid", "jet_pt_min=20:60:5", "--grid", "min_jets=1:3:3"]
@@ -115,23 +110,23 @@ def test_scan_command_writes_the_best_point(data, tmp_path, capsys):
         ("jet_pt_mni=20:60:5", "unknown parameter 'jet_pt_mni'"),
     ],
 )
-def test_bad_grid_exits_2_with_one_line(data, tmp_path, capsys, grid, expect):
-    config = H.write_config(tmp_path / "scan.yaml", H.config_dict(data))
+def test_bad_grid_exits_2_with_one_line(small_data, tmp_path, capsys, grid, expect):
+    config = write_config(tmp_path / "scan.yaml", H.config_dict(small_data))
     capsys.readouterr()
     assert main(["scan", str(config), "-o", str(tmp_path / "out"), "--quiet", "--grid", grid]) == 2
-    line = H.one_line(capsys.readouterr().err)
+    line = one_line_error(capsys.readouterr().err)
     assert grid in line and expect in line
     assert not (tmp_path / "out" / "scan.json").exists()
 
 
-def test_scan_without_grid_exits_2(data, tmp_path, capsys):
-    config = H.write_config(tmp_path / "scan.yaml", H.config_dict(data))
+def test_scan_without_grid_exits_2(small_data, tmp_path, capsys):
+    config = write_config(tmp_path / "scan.yaml", H.config_dict(small_data))
     capsys.readouterr()
     assert main(["scan", str(config), "-o", str(tmp_path / "out"), "--quiet"]) == 2
-    assert "--grid" in H.one_line(capsys.readouterr().err)
+    assert "--grid" in one_line_error(capsys.readouterr().err)
 
 
-def test_parse_grid_is_inclusive(data):
-    grid = parse_grid(["jet_pt_min=20:60:5", "min_jets=1:6:6"], H.make_config(data))
+def test_parse_grid_is_inclusive(small_data):
+    grid = parse_grid(["jet_pt_min=20:60:5", "min_jets=1:6:6"], H.make_config(small_data))
     np.testing.assert_array_equal(grid["jet_pt_min"], [20.0, 30.0, 40.0, 50.0, 60.0])
     np.testing.assert_array_equal(grid["min_jets"], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])

@@ -30,7 +30,6 @@ from tests.chunked_helpers import (
     UNIVARIATE,
     analysis_config,
     flatten,
-    prime_skhep_cache,
 )
 
 LD = np.longdouble  # x87 extended precision: the reference is more precise than float64
@@ -179,7 +178,6 @@ def test_poisson_binomial_references_agree() -> None:
 
 @pytest.fixture(scope="module")
 def soft_evaluator():
-    prime_skhep_cache()
     config = config_from_dict(
         analysis_config({"ttbar": {"files": ["skhep:" + TTBAR.name], "weight": "genWeight"}})
     )
@@ -248,7 +246,6 @@ def awkward_reference(arrays: dict[str, Any], weighted: bool) -> dict:
 
 
 def test_hard_cuts_equal_awkward(ttbar_arrays, tmp_path) -> None:
-    prime_skhep_cache()
     file = ["skhep:" + TTBAR.name]
     config = config_from_dict(
         analysis_config(

@@ -1,0 +1,99 @@
+"""The one registry of statistics: name, arity, function of a state, JSON fields.
+
+Everything that lists statistics is derived from :data:`STATISTICS`: the config's
+``observables[].stats`` choices (:data:`analysis.config.Stat`), the plan's split into
+statistics of one variable (of a :class:`~analysis.stats.Moments` state) and of two
+(of a :class:`~analysis.stats.CoMoments` state), the statistics computed from merged
+states (:func:`observable_statistics`), the objective's ``target`` paths
+(:func:`json_paths`), the reports and the tests.
+
+Pure maths: no files, no config, no coffea. Adding a statistic is one
+:class:`Statistic` entry here (see the README's "Extending" section), e.g.::
+
+    Statistic("cv", 1, lambda s: _core.safe_div(_core.state_std(s), _core.state_mean(s)),
+              doc="coefficient of variation std / mean")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.stats import _core
+
+__all__ = [
+    "BIVARIATE",
+    "NAMES",
+    "STATISTICS",
+    "UNIVARIATE",
+    "Statistic",
+    "json_paths",
+    "observable_statistics",
+]
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One statistic of an observable.
+
+    ``arity`` 1: a function of the :class:`~analysis.stats.Moments` state of ``x``;
+    ``arity`` 2: of the :class:`~analysis.stats.CoMoments` state of ``(x, y)``.
+    ``of_state`` is a pure JAX function (float64; NaN with zero gradient where
+    undefined, e.g. for an empty selection). ``fields`` is empty for a single value,
+    else the keys of the dict ``of_state`` returns (each a JSON entry of its own).
+    """
+
+    name: str
+    arity: int
+    of_state: Callable[[Any], Any]
+    fields: tuple[str, ...] = ()
+    doc: str = ""
+
+    @property
+    def state(self) -> str:
+        """The state it is computed from: ``"moments"`` or ``"comoments"``."""
+        return "moments" if self.arity == 1 else "comoments"
+
+
+STATISTICS: dict[str, Statistic] = {
+    s.name: s
+    for s in (
+        Statistic("mean", 1, _core.state_mean, doc="weighted mean"),
+        Statistic("var", 1, _core.state_var, doc="weighted population variance"),
+        Statistic("std", 1, _core.state_std, doc="square root of var"),
+        Statistic("skew", 1, _core.state_skew, doc="m3 / m2^(3/2)"),
+        Statistic("kurtosis", 1, _core.state_kurtosis, doc="m4 / m2^2 - 3 (excess)"),
+        Statistic("covar", 2, _core.state_covar, doc="weighted covariance of x and y"),
+        Statistic("corr", 2, _core.state_corr, doc="Pearson correlation of x and y"),
+        Statistic(
+            "linear_fit",
+            2,
+            _core.state_linear_fit,
+            fields=("intercept", "slope", "intercept_error", "slope_error"),
+            doc="weighted least-squares line y = intercept + slope x (as ak.linear_fit)",
+        ),
+    )
+}
+NAMES: tuple[str, ...] = tuple(STATISTICS)
+UNIVARIATE: tuple[str, ...] = tuple(n for n, s in STATISTICS.items() if s.arity == 1)
+BIVARIATE: tuple[str, ...] = tuple(n for n, s in STATISTICS.items() if s.arity == 2)
+
+
+def json_paths(name: str) -> tuple[str, ...]:
+    """Dotted paths of a statistic's values below its observable: ``("mean",)``,
+    ``("linear_fit.intercept", "linear_fit.slope", ...)``."""
+    stat = STATISTICS[name]
+    return tuple(f"{name}.{f}" for f in stat.fields) if stat.fields else (name,)
+
+
+def observable_statistics(states: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """JAX: ``{name: value}`` of the statistics ``names`` of one observable, from its
+    merged ``states`` (``{"moments": Moments, "comoments": CoMoments}``, the latter only
+    for two variables). Values are arrays, or dicts of arrays for statistics with
+    ``fields``; empty ``names`` give ``{}``."""
+    out = {}
+    for name in names:
+        stat = STATISTICS[name]
+        out[name] = stat.of_state(states[stat.state])
+    return out

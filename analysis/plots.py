@@ -8,6 +8,12 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "histogram_range",
+    "plot_histograms",
+    "plot_history",
+]
+
 
 def _pyplot():
     import matplotlib

@@ -7,6 +7,11 @@ from typing import Any
 
 from analysis.results import DatasetState, dataset_report
 
+__all__ = [
+    "evaluation_report",
+    "print_summary",
+]
+
 
 def evaluation_report(
     evaluator, states: dict[str, DatasetState], overrides: dict[str, float] | None = None

@@ -5,6 +5,11 @@ for every pass), preprocesses the fileset once (coffea otherwise re-reads each
 file's metadata on every pass) and runs :class:`processors.DiffProcessor` for any
 parameter values. Datasets whose files hold no events still get a (zero) state, so
 every dataset is reported with the number of events seen.
+
+Layers: the driver sits above :mod:`processors` and is the only ``analysis`` module
+that imports it, inside the pass methods (:meth:`Evaluator.run`,
+:meth:`Evaluator.run_grid`, :meth:`Evaluator.run_histograms`), never at import time,
+so ``processors`` can import ``analysis`` (checked by ``tests/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,15 @@ from analysis.errors import InputError
 from analysis.kernel import chunk_state, grid_state
 from analysis.plan import Plan, build_plan, initial_widths
 from analysis.results import DatasetState
+
+__all__ = [
+    "SKHEP_CACHE",
+    "Evaluator",
+    "empty_columns",
+    "empty_state",
+    "resolve_fileset",
+    "resolve_skhep",
+]
 
 SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
 

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import awkward as ak
@@ -42,7 +44,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import stats
+# `python benchmarks/bench_stats.py` from the repository root imports this checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analysis import stats  # noqa: E402
 from analysis.stats import fused
 
 THETA = (30.0, 2.4, 0.3)

@@ -24,6 +24,9 @@ The optimiser minimises the sum of the configured terms:
   ``"pkg.module:func"``; ``stats[dataset]`` holds ``yield``, ``mc_variance``, ``mc_variance_floor``,
   ``selected_sumw``, ``selected_sumw2``, ``sumw`` and ``observables`` as in results.json.
 
+Each term is a class of :mod:`analysis.terms` (its config keys, checks and value);
+this module builds the statistics they read and sums them, with derivatives.
+
 Yields: ``norm_d * selected_sumw_d`` with ``norm_d = xsec * lumi / sumw_d`` for a
 dataset with ``xsec`` (pb; lumi in 1/pb; ``sumw_d`` the sum of event weights before
 selection), ``scale`` if given, else 1.

@@ -32,7 +32,9 @@ selection), ``scale`` if given, else 1.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
@@ -119,13 +121,41 @@ def stat_paths(config: Config, plan: Plan) -> list[str]:
     return paths
 
 
-def _import_function(spec: str, where: str) -> Callable:
+def _search_path(config_dir: Path | None) -> list[str]:
+    """Where a ``python`` term's module is looked up: the config's directory, then ``sys.path``.
+
+    ``sys.path[0]`` is the entry point's own directory (the current directory for
+    ``python -m analysis``, the script's ``bin/`` for ``diffcoffea``); it is left out for
+    those two entry points so that both import the same module.
+    """
+    path = list(sys.path)
+    entry = sys.argv[0] if sys.argv else ""
+    if path and (
+        Path(entry).name in ("diffcoffea", "diffcoffea.exe")
+        or Path(entry).parts[-2:] == ("analysis", "__main__.py")
+    ):
+        path = path[1:]
+    return ([str(config_dir)] if config_dir is not None else []) + path
+
+
+def _import_function(spec: str, where: str, config_dir: Path | None = None) -> Callable:
+    """Import ``"pkg.module:func"`` from the config's directory, else ``sys.path``.
+
+    Trust model: a config that names Python code runs it, like a Makefile; only run
+    configs you trust. Nothing else in a config or data file runs code.
+    """
     module, _, name = spec.partition(":")
+    saved = sys.path[:]
     try:
-        fn = getattr(importlib.import_module(module), name)
+        sys.path[:] = _search_path(config_dir)  # restored below: only this lookup changes
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        finally:
+            sys.path[:] = saved
     except Exception as err:
+        looked = f"; looked in {config_dir} and sys.path" if config_dir is not None else ""
         raise ConfigError(
-            f"{where}: cannot import {spec!r} ({type(err).__name__}: {err})"
+            f"{where}: cannot import {spec!r} ({type(err).__name__}: {err}){looked}"
         ) from None
     if not callable(fn):
         raise ConfigError(f"{where}: {spec!r} is not callable")
@@ -186,7 +216,11 @@ class Objective:
                 self.terms.append(("target", term, None))
             else:
                 self.terms.append(
-                    ("python", term, _import_function(term.function, f"{where}.function"))
+                    (
+                        "python",
+                        term,
+                        _import_function(term.function, f"{where}.function", config.base_dir),
+                    )
                 )
 
     def stats(

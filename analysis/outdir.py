@@ -25,10 +25,19 @@ from analysis.errors import DiffcoffeaError
 __all__ = ["LOCK", "OutputError", "check_output_dir", "claim_output"]
 
 LOCK = ".diffcoffea.lock"
+_HELD: set[str] = set()  # lock files held by this process
 
 
 class OutputError(DiffcoffeaError):
     """The output directory is unusable or in use by another run."""
+
+
+def _exists(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _name_max(path: Path) -> int:
@@ -45,16 +54,18 @@ def check_output_dir(path: str | os.PathLike) -> Path:
     way, or the directory cannot be created or written to.
     """
     out = Path(path)
-    existing = next((p for p in [out, *out.parents] if p.exists()), Path("."))
-    limit = _name_max(existing if existing.is_dir() else existing.parent)
+    existing = next((p for p in out.absolute().parents if _exists(p)), Path("/"))
+    limit = _name_max(existing)
     for part in out.parts:
         if len(os.fsencode(part)) > limit:
             raise OutputError(
                 f"output directory {out}: name {part[:20]!r}... is {len(os.fsencode(part))} "
                 f"bytes, longer than the {limit} the file system allows"
             )
+    if len(os.fsencode(str(out.absolute()))) >= 4096:  # PATH_MAX on Linux
+        raise OutputError(f"output directory {out}: path longer than 4096 bytes")
     for p in [out, *out.parents]:
-        if p.exists() and not p.is_dir():
+        if _exists(p) and not p.is_dir():
             raise OutputError(f"output directory {out}: {p} exists and is not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -107,24 +118,18 @@ def _read(fd: int) -> dict:
     return info if isinstance(info, dict) else {"pid": None}
 
 
-@contextlib.contextmanager
-def claim_output(path: str | os.PathLike, *, command: str = "run") -> Iterator[Path]:
-    """Check the output directory and hold its lock for the duration of the ``with`` block."""
-    out = check_output_dir(path)
-    lock = out / LOCK
-    me = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "command": command,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+def _acquire(lock: Path, me: dict, key: str, out: Path) -> None:
+    """Write ``me`` into the lock file unless a live run holds it (see :func:`claim_output`)."""
     with _flocked(lock) as fd:
         held = _read(fd)
         pid = held.get("pid")
-        if held and pid != me["pid"]:
+        # Our own PID: a run of this process still holds it, or a dead process's lock
+        # whose PID was reused for us (containers reuse PIDs often): take that over.
+        ours = pid == me["pid"] and held.get("host") == me["host"] and key not in _HELD
+        if held and not ours:
             if not isinstance(pid, int):
                 raise OutputError(f"{lock}: unreadable lock file; delete it if no run uses {out}")
-            if held.get("host") != me["host"] or _alive(pid):
+            if held.get("host") != me["host"] or pid == me["pid"] or _alive(pid):
                 where = f" on {held.get('host')}" if held.get("host") != me["host"] else ""
                 raise OutputError(
                     f"output directory {out} is in use by another run (pid {pid}{where}, "
@@ -135,9 +140,29 @@ def claim_output(path: str | os.PathLike, *, command: str = "run") -> Iterator[P
         os.lseek(fd, 0, os.SEEK_SET)
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(me).encode())
+
+
+@contextlib.contextmanager
+def claim_output(path: str | os.PathLike, *, command: str = "run") -> Iterator[Path]:
+    """Check the output directory and hold its lock for the duration of the ``with`` block."""
+    out = check_output_dir(path)
+    lock = out / LOCK
+    key = str(lock.resolve())
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        _acquire(lock, me, key, out)
+    except OSError as err:
+        raise OutputError(f"{lock}: cannot take the lock: {err.strerror or err}") from None
+    _HELD.add(key)
     try:
         yield out
     finally:
+        _HELD.discard(key)
         if lock.exists():  # (deleted by hand: nothing to release, do not recreate it)
             with contextlib.suppress(OSError), _flocked(lock) as fd:
                 if _read(fd).get("pid") == me["pid"]:

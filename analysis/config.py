@@ -7,6 +7,7 @@ of the form ``"{path}: {dotted.location}: {message}"``.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import reprlib
@@ -62,6 +63,14 @@ def _one_of(obj: BaseModel, a: str, b: str) -> None:
         raise _fail(b, f"give either '{a}' or '{b}', not both")
     if not any(given):
         raise _fail("", f"needs one of '{a}' or '{b}'")
+
+
+def _finite_kwargs(cls: type, v: dict[str, Any]) -> dict[str, Any]:
+    """Shared field validator: numbers passed on to optax must be finite (kwargs are untyped)."""
+    for key, value in v.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _fail(str(key), f"expected a finite number, got {value}")
+    return v
 
 
 def _check_width(cls: type, v: float) -> float:
@@ -310,6 +319,8 @@ class ScheduleConfig(_Model):
     name: str
     kwargs: dict[str, Any] = {}
 
+    _kwargs = field_validator("kwargs")(_finite_kwargs)
+
 
 class AnnealConfig(_Model):
     """Annealing of cut widths from their configured value to value * final_width_factor."""
@@ -327,6 +338,8 @@ class OptimizerConfig(_Model):
     schedule: ScheduleConfig | None = None
     kwargs: dict[str, Any] = {}
     anneal: AnnealConfig = AnnealConfig()
+
+    _kwargs = field_validator("kwargs")(_finite_kwargs)
     tolerance: float = Field(default=1e-4, ge=0)
     window: int = Field(default=5, ge=1)
     stochastic: bool = False

@@ -23,6 +23,9 @@ The optimiser minimises the sum of the configured terms:
 - ``python``: ``weight * f(stats)`` with ``f`` a user's JAX function imported from
   ``"pkg.module:func"``; ``stats[dataset]`` holds ``yield``, ``mc_variance``, ``mc_variance_floor``,
   ``selected_sumw``, ``selected_sumw2``, ``sumw`` and ``observables`` as in results.json.
+  Trust model: a config that names Python code runs it, like a Makefile. The module
+  is looked up in the config file's directory first, then on ``sys.path`` (the same
+  for ``diffcoffea`` and ``python -m analysis``, see :func:`_search_path`).
 
 Yields: ``norm_d * selected_sumw_d`` with ``norm_d = xsec * lumi / sumw_d`` for a
 dataset with ``xsec`` (pb; lumi in 1/pb; ``sumw_d`` the sum of event weights before

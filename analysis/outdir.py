@@ -69,8 +69,9 @@ def check_output_dir(path: str | os.PathLike) -> Path:
             raise OutputError(f"output directory {out}: {p} exists and is not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise OutputError(f"output directory {out}: cannot create: {err.strerror}") from None
+    except (OSError, ValueError) as err:  # ValueError: an embedded NUL byte
+        reason = getattr(err, "strerror", None) or str(err)
+        raise OutputError(f"output directory {out!s}: cannot create: {reason}") from None
     probe = out / f".diffcoffea-probe-{os.getpid()}"
     try:  # os.access is not enough (root, ACLs, read-only mounts): really write
         probe.write_bytes(b"")

@@ -51,6 +51,11 @@ NONFINITE = {
     "object width": ("width: 5.0", "width: .inf", "selection.objects.cuts.0.width"),
     "event width": ("width: 1.0", "width: .nan", "selection.events.0.width"),
     "learning rate": ("learning_rate: 0.05", "learning_rate: .inf", "optimizer.learning_rate"),
+    "optax kwargs": (
+        "learning_rate: 0.05",
+        "learning_rate: 0.05, kwargs: {b1: .nan}",
+        "optimizer.kwargs.b1",
+    ),
 }
 
 

@@ -112,3 +112,16 @@ def test_any_utf8_dataset_name_loads(tmp_path, name):
     cfg = load_config(path)
     assert list(cfg.datasets) == [name]
     assert cfg.datasets[name].files == [f"{name}.root"]
+
+
+def test_value_excerpt_is_bounded_for_shared_structures():
+    """The formatter's excerpt of a value never walks all of a shared (aliased) structure."""
+    from analysis.config import _show
+
+    value: list = ["lol"] * 9
+    for _ in range(6):
+        value = [value] * 9  # 4.8e6 strings if expanded (a plain repr takes seconds)
+    start = time.perf_counter()
+    text = _show(value)
+    assert time.perf_counter() - start < 0.05
+    assert len(text) <= 60 and text.startswith("[[")

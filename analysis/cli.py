@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import math
 import os
 import signal
@@ -251,6 +252,13 @@ COMMANDS = {
 }
 
 
+def _on_sigint(signum, frame):
+    # The user asked to stop: the executor's teardown (a dask cluster cancelling its
+    # tasks, killing workers) is expected, so its warnings would only bury the one line.
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    raise KeyboardInterrupt
+
+
 def _interrupted(from_command_line: bool) -> int:
     """Ctrl-C: one line, exit 130. The checkpoint is intact (it is replaced atomically)."""
     with contextlib.suppress(ValueError):  # (not the main thread)
@@ -269,10 +277,10 @@ def _interrupted(from_command_line: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; ``argv=None`` (the real command line) exits hard on Ctrl-C."""
     if argv is None:
-        # Python's default handler, explicitly: Ctrl-C raises KeyboardInterrupt here
-        # even if a library replaced the handler while being imported.
+        # Ctrl-C raises KeyboardInterrupt here (replacing analysis/__init__'s start-up
+        # handler, or whatever a library installed while being imported).
         with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, _on_sigint)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -528,6 +528,7 @@ def config_from_dict(
 
 # ---------------------------------------------------------------- YAML loading
 
+MAX_CONFIG_BYTES = 10_000_000
 MAX_YAML_NODES = 100_000  # after alias expansion; a real config has a few hundred
 MAX_YAML_DEPTH = 200
 
@@ -628,7 +629,11 @@ def load_config(path: str | os.PathLike) -> Config:
     """Read, parse and validate a YAML config file."""
     source = os.fspath(path)
     try:
-        text = Path(source).read_text(encoding="utf-8")
+        with open(source, "rb") as f:  # bounded: `diffcoffea evaluate /dev/zero` must not hang
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES} bytes; not a config")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -125,3 +125,13 @@ def test_value_excerpt_is_bounded_for_shared_structures():
     text = _show(value)
     assert time.perf_counter() - start < 0.05
     assert len(text) <= 60 and text.startswith("[[")
+
+
+def test_endless_config_file_is_refused(tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match="/dev/zero: larger than"):
+        load_config("/dev/zero")
+    assert time.perf_counter() - start < 1.0
+    path = tmp_path / "crlf.yaml"
+    path.write_bytes(b"datasets:\r\n  a: {files: a.root}\r\n")  # Windows line ends still load
+    assert list(load_config(path).datasets) == ["a"]

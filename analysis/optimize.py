@@ -20,8 +20,9 @@ the trainable parameters; then an optax update.
   dataset) drawn with a generator seeded by ``(seed, step)``, so a resumed run
   draws the same chunks.
 - Checkpoint: after every step ``checkpoint.npz`` (parameters, optimiser state,
-  history; data only, :mod:`analysis.checkpoint`) is written atomically in the output directory; ``--resume`` continues
-  from it and reaches the same final parameters as an uninterrupted run.
+  history; data only, see :mod:`analysis.checkpoint`) is written atomically in the
+  output directory; ``--resume`` continues from it and reaches the same final
+  parameters as an uninterrupted run.
 """
 
 from __future__ import annotations

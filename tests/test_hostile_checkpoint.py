@@ -225,3 +225,28 @@ def test_python_term_lookup_is_config_dir_then_sys_path(tmp_path, monkeypatch, e
     with pytest.raises(ConfigError, match=r"w: cannot import 'h10_cwd:loss'.*looked in"):
         _import_function("h10_cwd:loss", "w", confdir)
     assert sys.path == before  # the lookup leaves sys.path as it was
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["first_order", "newton"])
+def test_resumed_run_continues_exactly(data, tmp_path, method):
+    """Save after 2 steps, resume in a fresh run, 1 more step: the same as 3 steps straight."""
+    from analysis.optimize import Optimization
+    from analysis.runner import Evaluator
+
+    def fresh(out: Path) -> Optimization:
+        cfg = H.make_config(data, optimizer={"steps": 3, "method": method})
+        return Optimization(cfg, Evaluator(cfg), out)
+
+    straight = fresh(tmp_path / "a")
+    for _ in range(3):
+        straight.do_step()
+    first = fresh(tmp_path / "b")
+    for _ in range(2):
+        first.do_step()
+    resumed = fresh(tmp_path / "b")
+    resumed.resume()
+    assert resumed.step == 2
+    resumed.do_step()
+    np.testing.assert_array_equal(resumed.u, straight.u)
+    assert H.comparable_history(resumed.history) == H.comparable_history(straight.history)

@@ -11,8 +11,12 @@ Errors in the input (config, files, branches) print one line and exit with code 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -25,14 +29,28 @@ from analysis.errors import DiffcoffeaError
 
 __all__ = [
     "build_parser",
+    "claim_run",
+    "json_safe",
     "main",
     "make_evaluator",
     "output_dir",
     "parse_grid",
+    "positive_int",
     "run_optimize",
     "run_scan",
     "write_json",
 ]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--workers``, ``--chunksize``, ``--steps``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -41,8 +59,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--executor", choices=["iterative", "futures", "dask"], help="override executor.type"
     )
-    p.add_argument("--workers", type=int, help="override executor.workers")
-    p.add_argument("--chunksize", type=int, help="override executor.chunksize")
+    p.add_argument("--workers", type=positive_int, help="override executor.workers")
+    p.add_argument("--chunksize", type=positive_int, help="override executor.chunksize")
     p.add_argument("--quiet", action="store_true", help="no progress bars or summary")
 
 
@@ -66,9 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("optimize", help="optimise the selection parameters")
     _add_run_options(p)
-    p.add_argument("--steps", type=int, help="override optimizer.steps")
+    p.add_argument("--steps", type=positive_int, help="override optimizer.steps")
     p.add_argument(
         "--resume", action="store_true", help="continue from the checkpoint in the output dir"
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="start over, deleting an earlier checkpoint"
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
@@ -112,15 +133,36 @@ def _parse_sets(items: list[str]) -> dict[str, float]:
             out[name.strip()] = float(value)
         except ValueError:
             raise DiffcoffeaError(f"--set {item!r}: expected NAME=NUMBER") from None
+        if not math.isfinite(out[name.strip()]):
+            raise DiffcoffeaError(f"--set {item!r}: expected a finite number")
     return out
 
 
+def json_safe(data: Any) -> Any:
+    """``data`` as strict JSON values: NaN and +-inf become None (null), numpy becomes Python."""
+    if isinstance(data, dict):
+        return {str(k): json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    if isinstance(data, np.ndarray):
+        return json_safe(data.tolist())
+    if isinstance(data, np.generic):
+        data = data.item()
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (temp file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write strict JSON atomically (temp file, then rename); NaN/inf are written as null."""
+    text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise DiffcoffeaError(f"{path}: cannot write results: {err.strerror or err}") from None
 
 
 def output_dir(config, args) -> Path:
@@ -147,7 +189,7 @@ def cmd_evaluate(args) -> int:
     config = load_config(args.config)
     overrides = _parse_sets(args.set)
     start = time.perf_counter()
-    with make_evaluator(config, args) as ev:
+    with claim_run(config, args), make_evaluator(config, args) as ev:
         states = ev.run(overrides)
         report = evaluation_report(ev, states, overrides)
     report["wall_time_s"] = time.perf_counter() - start
@@ -173,6 +215,35 @@ def cmd_make_dataset(args) -> int:
     return 0
 
 
+def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
+    """Check and lock the output directory before any computation (:mod:`analysis.outdir`).
+
+    For ``optimize``, an earlier checkpoint there is kept unless ``--resume`` continues
+    it or ``--overwrite`` deletes it.
+    """
+    from analysis.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
+    from analysis.outdir import claim_output
+
+    out = output_dir(config, args)
+    claim = claim_output(out, command=args.command)
+    if args.command != "optimize" or args.resume:
+        return claim
+    stack = contextlib.ExitStack()
+    stack.enter_context(claim)
+    with stack:  # released again if the checkpoint check fails
+        for name in (CHECKPOINT, LEGACY_CHECKPOINT):
+            old = out / name
+            if not old.exists():
+                continue
+            if not args.overwrite:
+                raise DiffcoffeaError(
+                    f"{old}: a checkpoint of an earlier run is there; add --resume to continue "
+                    "it or --overwrite to start over"
+                )
+            old.unlink()
+        return stack.pop_all()
+
+
 # --- optimize and scan ---------------------------------------------------------------
 
 
@@ -186,11 +257,12 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
             if not sep or len(parts) != 3:
                 raise ValueError
             lo, hi, n = float(parts[0]), float(parts[1]), int(parts[2])
-            if n < 1:
+            if n < 1 or not np.isfinite([lo, hi]).all():
                 raise ValueError
         except ValueError:
             raise DiffcoffeaError(
-                f"--grid {item!r}: expected NAME=LOW:HIGH:N, e.g. jet_pt_min=20:100:17"
+                f"--grid {item!r}: expected NAME=LOW:HIGH:N with finite LOW, HIGH and N >= 1, "
+                "e.g. jet_pt_min=20:100:17"
             ) from None
         if name not in config.parameters:
             raise DiffcoffeaError(
@@ -205,7 +277,7 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
 def run_optimize(args) -> int:
     """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
     objective, per-dataset statistics) and plots in the output directory."""
-    from analysis.optimize import CHECKPOINT, Optimization
+    from analysis.optimize import Optimization
     from analysis.plots import plot_histograms, plot_history
     from analysis.results import dataset_report
 
@@ -213,12 +285,12 @@ def run_optimize(args) -> int:
     outdir = output_dir(config, args)
     quiet = args.quiet
     args.quiet = True  # per-pass coffea bars would drown the step bar
-    with make_evaluator(config, args) as ev:
+    # claim_run locks the output dir and refuses (or, with --overwrite, deletes) an
+    # earlier checkpoint unless --resume continues it.
+    with claim_run(config, args), make_evaluator(config, args) as ev:
         run = Optimization(config, ev, outdir, steps=args.steps)
         if args.resume:
             run.resume()
-        elif (outdir / CHECKPOINT).exists():
-            (outdir / CHECKPOINT).unlink()
         initial_params = config.initial_params()
         _loop(run, quiet)
         final = run.final()
@@ -301,18 +373,19 @@ def run_scan(args) -> int:
     from analysis.scan import scan
 
     config = load_config(args.config)
-    grid = parse_grid(args.grid, config)
     outdir = output_dir(config, args)
-    start = time.perf_counter()
-    with make_evaluator(config, args) as ev:
-        result = scan(config, ev, grid)
-    result["wall_time_s"] = time.perf_counter() - start
-    write_json(outdir / "scan.json", result)
-    results = outdir / "results.json"
-    if results.exists():  # keep the scan beside an optimisation's results
-        data = json.loads(results.read_text())
-        data["scan"] = result
-        write_json(results, data)
+    with claim_run(config, args):  # the output dir is checked first, as for optimize
+        grid = parse_grid(args.grid, config)
+        start = time.perf_counter()
+        with make_evaluator(config, args) as ev:
+            result = scan(config, ev, grid)
+        result["wall_time_s"] = time.perf_counter() - start
+        write_json(outdir / "scan.json", result)
+        results = outdir / "results.json"
+        if results.exists():  # keep the scan beside an optimisation's results
+            data = json.loads(results.read_text())
+            data["scan"] = result
+            write_json(results, data)
     if not args.quiet:
         best = result["best"]
         print(f"{result['n_points']} grid points in one pass; best: {best}")
@@ -328,14 +401,41 @@ COMMANDS = {
 }
 
 
+def _on_sigint(signum, frame):
+    # The user asked to stop: the executor's teardown (a dask cluster cancelling its
+    # tasks, killing workers) is expected, so its warnings would only bury the one line.
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    raise KeyboardInterrupt
+
+
+def _interrupted(from_command_line: bool) -> int:
+    """Ctrl-C: one line, exit 130. The checkpoint is intact (it is replaced atomically)."""
+    with contextlib.suppress(ValueError):  # (not the main thread)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt this
+    print("diffcoffea: interrupted", file=sys.stderr)
+    if from_command_line:
+        # Skip interpreter teardown: an interrupt inside JAX/XLA initialisation or a
+        # compilation can leave state whose atexit/finaliser teardown segfaults.
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(130)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; ``argv=None`` (the real command line) exits hard on Ctrl-C."""
+    if argv is None:
+        # Ctrl-C raises KeyboardInterrupt here (replacing analysis/__init__'s start-up
+        # handler, or whatever a library installed while being imported).
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGINT, _on_sigint)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        print("diffcoffea: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(argv is None)
     except Exception as err:
         cause = _root_cause(err)
         if cause is None or args.debug:

@@ -6,8 +6,10 @@ of the form ``"{path}: {dotted.location}: {message}"``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import reprlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +32,7 @@ __all__ = [
     "AnnealConfig", "Config", "ConfigError", "CutConfig", "DatasetConfig", "EventCutConfig",
     "ExecutorConfig", "GenerateConfig", "HistConfig", "ObjectiveConfig", "ObjectiveTermConfig", "ObjectSelectionConfig",
     "ObservableConfig", "OptimizerConfig", "OutputConfig", "ParameterConfig", "ScheduleConfig",
-    "SelectionConfig", "config_from_dict", "load_config",
+    "SelectionConfig", "config_from_dict", "load_config", "parse_yaml",
 ]
 
 Op = Literal[">", "<", ">=", "<="]
@@ -44,6 +46,14 @@ def _one_of(obj: BaseModel, a: str, b: str) -> None:
         raise _fail(b, f"give either '{a}' or '{b}', not both")
     if not any(given):
         raise _fail("", f"needs one of '{a}' or '{b}'")
+
+
+def _finite_kwargs(cls: type, v: dict[str, Any]) -> dict[str, Any]:
+    """Shared field validator: numbers passed on to optax must be finite (kwargs are untyped)."""
+    for key, value in v.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _fail(str(key), f"expected a finite number, got {value}")
+    return v
 
 
 def _check_width(cls: type, v: float) -> float:
@@ -275,6 +285,8 @@ class ScheduleConfig(_Model):
     name: str
     kwargs: dict[str, Any] = {}
 
+    _kwargs = field_validator("kwargs")(_finite_kwargs)
+
 
 class AnnealConfig(_Model):
     """Annealing of cut widths from their configured value to value * final_width_factor."""
@@ -292,6 +304,8 @@ class OptimizerConfig(_Model):
     schedule: ScheduleConfig | None = None
     kwargs: dict[str, Any] = {}
     anneal: AnnealConfig = AnnealConfig()
+
+    _kwargs = field_validator("kwargs")(_finite_kwargs)
     tolerance: float = Field(default=1e-4, ge=0)
     window: int = Field(default=5, ge=1)
     stochastic: bool = False
@@ -398,9 +412,15 @@ _LIMITS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="),
            "less_than": ("lt", "<"), "less_than_equal": ("le", "<=")}
 
 
+_REPR = reprlib.Repr()
+# Bounded: YAML aliases can make a small file a huge shared structure; never expand it.
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 2, 4, 4, 4
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60
+
+
 def _show(value: Any) -> str:
-    """Short one-line repr of an offending value."""
-    text = repr(value).replace("\n", " ")
+    """Short one-line repr of an offending value (bounded in time and size)."""
+    text = _REPR.repr(value).replace("\n", " ")
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -461,21 +481,118 @@ def config_from_dict(
     return cfg
 
 
-def load_config(path: str | os.PathLike) -> Config:
-    """Read, parse and validate a YAML config file."""
-    source = os.fspath(path)
+# ---------------------------------------------------------------- YAML loading
+
+MAX_CONFIG_BYTES = 10_000_000
+MAX_YAML_NODES = 100_000  # after alias expansion; a real config has a few hundred
+MAX_YAML_DEPTH = 200
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate mapping keys and alias bombs.
+
+    Aliases are allowed (``&defaults`` / ``*defaults``, merge keys ``<<``) as long as the
+    document, with every alias expanded, has at most :data:`MAX_YAML_NODES` nodes and
+    depth :data:`MAX_YAML_DEPTH`, and no alias refers to a node containing itself. The
+    check counts each node once (memoised), so a "billion laughs" document is refused
+    in microseconds, before anything is constructed.
+    """
+
+    def compose_document(self):  # noqa: D102 (PyYAML API)
+        node = super().compose_document()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+    def construct_mapping(self, node, deep=False):  # noqa: D102 (PyYAML API)
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # keys merged from an alias may be overridden: that is YAML
+                key = self.construct_object(key_node, deep=False)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # unhashable key: PyYAML reports it below
+                    continue
+                if first is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        None, None,
+                        f"duplicate key {_show(key)} (first at line {first.start_mark.line + 1})",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a YAML graph whose alias expansion is too large, too deep or cyclic."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    active: set[int] = set()
+
+    def visit(node: yaml.Node, level: int) -> tuple[int, int]:
+        key = id(node)
+        if key in active:
+            raise yaml.composer.ComposerError(
+                None, None, "recursive alias (a node containing itself)", node.start_mark
+            )
+        if key in sizes:
+            return sizes[key], depths[key]
+        if level > MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", node.start_mark
+            )
+        active.add(key)
+        size, depth = 1, 0
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            s, d = visit(child, level + 1)
+            size, depth = size + s, max(depth, d + 1)
+            if size > MAX_YAML_NODES:
+                raise yaml.composer.ComposerError(
+                    None, None,
+                    f"more than {MAX_YAML_NODES} values once aliases are expanded "
+                    "(an alias bomb?)",
+                    node.start_mark,
+                )
+        active.discard(key)
+        sizes[key], depths[key] = size, depth
+        return size, depth
+
+    visit(root, 0)
+
+
+def parse_yaml(text: str, source: str = "<config>") -> Any:
+    """Parse YAML text with :class:`_StrictLoader`; problems are one-line ConfigErrors."""
     try:
-        text = Path(source).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"{source}: cannot read: {reason}") from None
-    try:
-        data = yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{source}:{line} invalid YAML: {problem}".replace("\n", " ")) from None
+    except RecursionError:  # PyYAML's composer recurses per nesting level
+        raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    """Read, parse and validate a YAML config file."""
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:  # bounded: `diffcoffea evaluate /dev/zero` must not hang
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES} bytes; not a config")
+        text = raw.decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{source}: cannot read: {reason}") from None
+    data = parse_yaml(text, source)
     return config_from_dict(data, source=source, base_dir=Path(source).resolve().parent)

@@ -23,6 +23,9 @@ The optimiser minimises the sum of the configured terms:
 - ``python``: ``weight * f(stats)`` with ``f`` a user's JAX function imported from
   ``"pkg.module:func"``; ``stats[dataset]`` holds ``yield``, ``mc_variance``, ``mc_variance_floor``,
   ``selected_sumw``, ``selected_sumw2``, ``sumw`` and ``observables`` as in results.json.
+  Trust model: a config that names Python code runs it, like a Makefile. The module
+  is looked up in the config file's directory first, then on ``sys.path`` (the same
+  for ``diffcoffea`` and ``python -m analysis``, see :func:`analysis.terms._search_path`).
 
 Each term is a class of :mod:`analysis.terms` (its config keys, checks and value);
 this module builds the statistics they read and sums them, with derivatives.
@@ -88,7 +91,8 @@ class Objective:
     :meth:`stats` builds the statistics the terms read, :meth:`check` raises where
     the objective is undefined, :meth:`value` is the weighted sum of the terms.
     Attributes read by the terms: ``source``, ``datasets``, ``signal``,
-    ``background`` (dataset names by role) and ``paths`` (see :func:`stat_paths`).
+    ``background`` (dataset names by role), ``paths`` (see :func:`stat_paths`) and
+    ``base_dir`` (the config's directory, searched first for a ``python`` term's module).
     """
 
     def __init__(self, config: Config, plan: Plan) -> None:
@@ -99,6 +103,7 @@ class Objective:
         self.config = config
         self.plan = plan
         self.source = config.source
+        self.base_dir = config.base_dir
         self.datasets = list(config.datasets)
         roles = {n: d.role for n, d in config.datasets.items()}
         self.signal = [n for n, r in roles.items() if r == "signal"]

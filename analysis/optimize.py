@@ -17,9 +17,10 @@ respect to the trainable parameters; then one update of the configured optimiser
 - Stochastic mode: a step uses ``chunks_per_step`` chunks (at least one of every
   dataset) drawn with a generator seeded by ``(seed, step)``, so a resumed run
   draws the same chunks.
-- Checkpoint: after every step ``checkpoint.pkl`` (parameters, optimiser state,
-  history) is written atomically in the output directory; ``--resume`` continues
-  from it and reaches the same final parameters as an uninterrupted run.
+- Checkpoint: after every step ``checkpoint.npz`` (parameters, optimiser state,
+  history; data only, see :mod:`analysis.checkpoint`) is written atomically in the
+  output directory; ``--resume`` continues from it and reaches the same final
+  parameters as an uninterrupted run.
 
 The command-line entry (``diffcoffea optimize``) is :func:`analysis.cli.run_optimize`.
 """
@@ -28,8 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from analysis import checkpoint as _ckpt
 from analysis.config import Config
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.objectives import Objective, objective_from_states
@@ -52,10 +52,34 @@ __all__ = [
     "annealed_widths",
     "config_fingerprint",
     "load_checkpoint",
+    "require_finite",
     "save_checkpoint",
 ]
 
-CHECKPOINT = "checkpoint.pkl"
+CHECKPOINT = _ckpt.CHECKPOINT
+
+
+def require_finite(res: dict[str, Any], step: int, checkpoint: Path) -> None:
+    """Stop with one line if the objective or its derivatives at ``step`` are not finite.
+
+    Raised before the update, so the checkpoint on disk is the last good one.
+    """
+    bad = [
+        key
+        for key in ("objective", "grad", "hess")
+        if res.get(key) is not None and not np.all(np.isfinite(res[key]))
+    ]
+    if bad:
+        kept = (
+            f"the checkpoint after step {step - 1} is kept ({checkpoint})"
+            if step > 0
+            else "no checkpoint was written"
+        )
+        what = "objective" if "objective" in bad else f"{'/'.join(bad)} of the objective"
+        raise DiffcoffeaError(
+            f"optimize: step {step}: the {what} is not finite "
+            f"(objective {res.get('objective')}); stopped, {kept}"
+        )
 
 
 def annealed_widths(w0: np.ndarray, step: int, config: Config) -> np.ndarray:
@@ -97,29 +121,13 @@ def config_fingerprint(config: Config) -> str:
 
 
 def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
-    """Pickle ``data`` to ``path`` atomically (write a temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write ``data`` to ``path`` atomically, data only (see :mod:`analysis.checkpoint`)."""
+    _ckpt.save_checkpoint(path, data)
 
 
-def load_checkpoint(path: Path, fingerprint: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            data = pickle.load(f)
-    except FileNotFoundError:
-        raise DiffcoffeaError(f"{path}: no checkpoint to resume from") from None
-    except Exception as err:
-        raise DiffcoffeaError(f"{path}: unreadable checkpoint ({type(err).__name__})") from None
-    if data.get("fingerprint") != fingerprint:
-        raise DiffcoffeaError(
-            f"{path}: checkpoint was made with a different config; use another --output or drop --resume"
-        )
-    return data
+def load_checkpoint(path: Path, fingerprint: str, **expect: Any) -> dict[str, Any]:
+    """Read and validate a checkpoint, never unpickling (see :mod:`analysis.checkpoint`)."""
+    return _ckpt.load_checkpoint(path, fingerprint, **expect)
 
 
 class Optimization:
@@ -173,7 +181,10 @@ class Optimization:
         return out
 
     def resume(self) -> None:
-        data = load_checkpoint(self.outdir / CHECKPOINT, self.fingerprint)
+        data = load_checkpoint(
+            self.outdir / CHECKPOINT, self.fingerprint, like=self.opt_state,
+            names=self.coords.names, config=_ckpt.config_snapshot(self.config),
+        )
         self.step = data["step"]
         self.u = np.asarray(data["u"], dtype=np.float64)
         self.opt_state = jax.tree_util.tree_map(jnp.asarray, data["opt_state"])
@@ -185,6 +196,8 @@ class Optimization:
             self.outdir / CHECKPOINT,
             {
                 "fingerprint": self.fingerprint,
+                "names": self.coords.names,
+                "config": _ckpt.config_snapshot(self.config),
                 "step": self.step,
                 "u": np.array(self.u),
                 "opt_state": jax.tree_util.tree_map(np.asarray, self.opt_state),
@@ -230,6 +243,7 @@ class Optimization:
         widths = annealed_widths(self.w0, k, self.config)
         params = self.params()
         res = self.evaluate(params, widths, order=self.order, chunks=self._chunks_for(k))
+        require_finite(res, k, self.outdir / CHECKPOINT)
         scale = self.coords.scale
         g_u = res["grad"] * scale
         h_u = None if res["hess"] is None else res["hess"] * np.outer(scale, scale)

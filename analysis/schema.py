@@ -35,7 +35,9 @@ def _suggest(word: str, choices: list[str], what: str = "allowed keys") -> str:
 class _Model(BaseModel):
     """Base for all config models: unknown keys are errors, with a spelling suggestion."""
 
-    model_config = ConfigDict(extra="forbid")
+    # allow_inf_nan=False: NaN/inf in any float field (YAML .nan, .inf) is an error
+    # naming the key, never a value that poisons every result downstream.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -12,7 +12,8 @@ discriminated union :data:`ObjectiveTerm`, on ``type``) and knows
 
 ``ctx`` is the :class:`analysis.objectives.Objective` being built: ``source`` (for
 messages), ``datasets``, ``signal`` and ``background`` (dataset names by role),
-``paths`` (every statistic a ``target`` may name). ``stats[dataset]`` holds ``yield``,
+``paths`` (every statistic a ``target`` may name), ``base_dir`` (the config file's
+directory, where a ``python`` term's module is looked up first). ``stats[dataset]`` holds ``yield``,
 ``mc_variance``, ``mc_variance_floor``, ``selected_sumw``, ``selected_sumw2``, ``sumw``
 and each observable's statistics, as in results.json (see :mod:`analysis.objectives`).
 
@@ -25,7 +26,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import jax.numpy as jnp
@@ -182,13 +185,41 @@ class TargetTerm(Term):
         return (_lookup(stats, self.stat) - self.value) ** 2
 
 
-def _import_function(spec: str, where: str) -> Callable:
+def _search_path(config_dir: Path | None) -> list[str]:
+    """Where a ``python`` term's module is looked up: the config's directory, then ``sys.path``.
+
+    ``sys.path[0]`` is the entry point's own directory (the current directory for
+    ``python -m analysis``, the script's ``bin/`` for ``diffcoffea``); it is left out for
+    those two entry points so that both import the same module.
+    """
+    path = list(sys.path)
+    entry = sys.argv[0] if sys.argv else ""
+    if path and (
+        Path(entry).name in ("diffcoffea", "diffcoffea.exe")
+        or Path(entry).parts[-2:] == ("analysis", "__main__.py")
+    ):
+        path = path[1:]
+    return ([str(config_dir)] if config_dir is not None else []) + path
+
+
+def _import_function(spec: str, where: str, config_dir: Path | None = None) -> Callable:
+    """Import ``"pkg.module:func"`` from the config's directory, else ``sys.path``.
+
+    Trust model: a config that names Python code runs it, like a Makefile; only run
+    configs you trust. Nothing else in a config or data file runs code.
+    """
     module, _, name = spec.partition(":")
+    saved = sys.path[:]
     try:
-        fn = getattr(importlib.import_module(module), name)
+        sys.path[:] = _search_path(config_dir)  # restored below: only this lookup changes
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        finally:
+            sys.path[:] = saved
     except Exception as err:
+        looked = f"; looked in {config_dir} and sys.path" if config_dir is not None else ""
         raise ConfigError(
-            f"{where}: cannot import {spec!r} ({type(err).__name__}: {err})"
+            f"{where}: cannot import {spec!r} ({type(err).__name__}: {err}){looked}"
         ) from None
     if not callable(fn):
         raise ConfigError(f"{where}: {spec!r} is not callable")
@@ -209,7 +240,12 @@ def _call_user(fn: Callable, spec: str, stats: dict[str, Any], source: str) -> A
 
 
 class PythonTerm(Term):
-    """``f(stats)`` with ``f`` a user's JAX function imported from ``"pkg.module:func"``."""
+    """``f(stats)`` with ``f`` a user's JAX function imported from ``"pkg.module:func"``.
+
+    The module is looked up in the config file's directory first, then on ``sys.path``
+    (see :func:`_search_path`). Trust model: a config that names Python code runs it,
+    like a Makefile.
+    """
 
     type: Literal["python"] = "python"
     function: str | None = None
@@ -225,7 +261,8 @@ class PythonTerm(Term):
 
     def bind(self, ctx: Any, where: str) -> None:
         assert self.function is not None
-        self._fn = _import_function(self.function, f"{where}.function")
+        config_dir = getattr(ctx, "base_dir", None)  # the config file's directory
+        self._fn = _import_function(self.function, f"{where}.function", config_dir)
 
     def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
         assert self._fn is not None and self.function is not None, "bind() first"

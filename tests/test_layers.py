@@ -43,10 +43,12 @@ LAYERS: dict[str, int] = {
     "processors": 2,
     "processors.diff_processor": 2,
     "analysis.runner": 3,
+    "analysis.checkpoint": 4,
     "analysis.objectives": 4,
     "analysis.optimizers": 4,
     "analysis.optimize": 4,
     "analysis.scan": 4,
+    "analysis.outdir": 5,
     "analysis.report": 5,
     "analysis.plots": 5,
     "analysis.cli": 5,
@@ -61,8 +63,6 @@ OPTIONAL_LAYERS = {
     "analysis.pbinom": 1,
     "analysis.testing": 1,
     "analysis.faults": 3,
-    "analysis.checkpoint": 4,
-    "analysis.outdir": 5,
 }
 
 

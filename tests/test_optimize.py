@@ -193,14 +193,13 @@ def test_newton_improves_the_objective(small_data, tmp_path):
 
 
 def test_checkpoint_written_after_every_step(small_data, tmp_path):
-    import pickle
+    from analysis.checkpoint import CHECKPOINT, read_checkpoint
 
     cfg = H.make_config(small_data, optimizer={"steps": 3})
     run = Optimization(cfg, Evaluator(cfg), tmp_path)
     for k in range(1, 4):
         run.do_step()
-        with open(tmp_path / "checkpoint.pkl", "rb") as f:
-            saved = pickle.load(f)
+        saved = read_checkpoint(tmp_path / CHECKPOINT)
         assert saved["step"] == k
         assert len(saved["history"]) == k
         np.testing.assert_array_equal(saved["u"], run.u)

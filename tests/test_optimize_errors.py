@@ -119,7 +119,7 @@ def test_no_trainable_parameter(small_data, tmp_path, capsys):
 
 def test_resume_without_checkpoint(small_data, tmp_path, capsys):
     line = _fails(H.config_dict(small_data), tmp_path, capsys, "--resume")
-    assert "checkpoint.pkl" in line and "no checkpoint to resume from" in line
+    assert "checkpoint.npz" in line and "no checkpoint to resume from" in line
 
 
 def test_resume_with_a_changed_config(small_data, tmp_path, capsys):
@@ -127,12 +127,12 @@ def test_resume_with_a_changed_config(small_data, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["optimize", str(config), "-o", str(out), "--quiet", "--no-plots"]) == 0
     (out / "results.json").unlink()
-    before = (out / "checkpoint.pkl").read_bytes()
+    before = (out / "checkpoint.npz").read_bytes()
     changed = H.config_dict(small_data, optimizer={"steps": 2, "learning_rate": 0.01})
     line = _fails(changed, tmp_path, capsys, "--resume")
-    assert "checkpoint.pkl" in line and "different config" in line
+    assert "checkpoint.npz" in line and "different config" in line
     # The old checkpoint is not touched.
-    assert (out / "checkpoint.pkl").read_bytes() == before
+    assert (out / "checkpoint.npz").read_bytes() == before
 
 
 def test_debug_shows_the_traceback(small_data, tmp_path):

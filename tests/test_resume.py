@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import signal
 import subprocess
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.checkpoint import CHECKPOINT, read_checkpoint
 from analysis.cli import main
 from tests import opt_helpers as H
 from tests.conftest import one_line_error, write_config
@@ -27,11 +27,9 @@ def _optimize(config: Path, outdir: Path, *extra: str) -> list[str]:
 
 
 def _checkpoint(outdir: Path) -> dict | None:
-    try:
-        with open(outdir / "checkpoint.pkl", "rb") as f:
-            return pickle.load(f)
-    except FileNotFoundError:
+    if not (outdir / CHECKPOINT).exists():
         return None
+    return read_checkpoint(outdir / CHECKPOINT)
 
 
 def _kill_after(config: Path, outdir: Path, steps_done: int, timeout: float = 240) -> dict:

@@ -1,0 +1,170 @@
+"""The output directory: checked before any computation, and locked for one run at a time.
+
+:func:`claim_output` makes sure the directory can hold the results (it is, or can be
+created as, a writable directory whose path components are not too long) and takes
+a lock file ``.diffcoffea.lock`` in it, holding the PID, host and command of the run.
+A second run into the same directory fails with one line naming the holder. A lock
+left by a process that no longer exists (same host) is taken over. Acquiring and
+releasing are serialised with ``flock`` on the lock file, held only for those few
+microseconds, so no worker process ever inherits a held lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from analysis.errors import DiffcoffeaError
+
+__all__ = ["LOCK", "OutputError", "check_output_dir", "claim_output"]
+
+LOCK = ".diffcoffea.lock"
+_HELD: set[str] = set()  # lock files held by this process
+
+
+class OutputError(DiffcoffeaError):
+    """The output directory is unusable or in use by another run."""
+
+
+def _exists(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _name_max(path: Path) -> int:
+    try:
+        return os.pathconf(path, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def check_output_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` if needed and check that it is a writable directory; return it.
+
+    Raises :class:`OutputError` (one line) if a component is too long, a file is in the
+    way, or the directory cannot be created or written to.
+    """
+    out = Path(path)
+    existing = next((p for p in out.absolute().parents if _exists(p)), Path("/"))
+    limit = _name_max(existing)
+    for part in out.parts:
+        if len(os.fsencode(part)) > limit:
+            raise OutputError(
+                f"output directory {out}: name {part[:20]!r}... is {len(os.fsencode(part))} "
+                f"bytes, longer than the {limit} the file system allows"
+            )
+    if len(os.fsencode(str(out.absolute()))) >= 4096:  # PATH_MAX on Linux
+        raise OutputError(f"output directory {out}: path longer than 4096 bytes")
+    for p in [out, *out.parents]:
+        if _exists(p) and not p.is_dir():
+            raise OutputError(f"output directory {out}: {p} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as err:  # ValueError: an embedded NUL byte
+        reason = getattr(err, "strerror", None) or str(err)
+        raise OutputError(f"output directory {out!s}: cannot create: {reason}") from None
+    probe = out / f".diffcoffea-probe-{os.getpid()}"
+    try:  # os.access is not enough (root, ACLs, read-only mounts): really write
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise OutputError(f"output directory {out}: not writable: {err.strerror}") from None
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, belongs to someone else
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _flocked(path: Path) -> Iterator[int]:
+    """An fd of ``path`` (created if needed) under an exclusive flock, same inode as the path."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:  # released (unlinked) while we waited
+                same = False
+            if same:
+                yield fd
+                return
+        finally:
+            os.close(fd)  # closing releases the flock
+
+
+def _read(fd: int) -> dict:
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = os.read(fd, 4096)
+    try:
+        info = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+    except (UnicodeDecodeError, ValueError):
+        info = {"pid": None}
+    return info if isinstance(info, dict) else {"pid": None}
+
+
+def _acquire(lock: Path, me: dict, key: str, out: Path) -> None:
+    """Write ``me`` into the lock file unless a live run holds it (see :func:`claim_output`)."""
+    with _flocked(lock) as fd:
+        held = _read(fd)
+        pid = held.get("pid")
+        # Our own PID: a run of this process still holds it, or a dead process's lock
+        # whose PID was reused for us (containers reuse PIDs often): take that over.
+        ours = pid == me["pid"] and held.get("host") == me["host"] and key not in _HELD
+        if held and not ours:
+            if not isinstance(pid, int):
+                raise OutputError(f"{lock}: unreadable lock file; delete it if no run uses {out}")
+            if held.get("host") != me["host"] or pid == me["pid"] or _alive(pid):
+                where = f" on {held.get('host')}" if held.get("host") != me["host"] else ""
+                raise OutputError(
+                    f"output directory {out} is in use by another run (pid {pid}{where}, "
+                    f"{held.get('command', '?')} since {held.get('started', '?')}); "
+                    f"use another --output, or delete {lock} if that run is gone"
+                )
+            # else: a stale lock of a dead process; taken over below
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(me).encode())
+
+
+@contextlib.contextmanager
+def claim_output(path: str | os.PathLike, *, command: str = "run") -> Iterator[Path]:
+    """Check the output directory and hold its lock for the duration of the ``with`` block."""
+    out = check_output_dir(path)
+    lock = out / LOCK
+    key = str(lock.resolve())
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        _acquire(lock, me, key, out)
+    except OSError as err:
+        raise OutputError(f"{lock}: cannot take the lock: {err.strerror or err}") from None
+    _HELD.add(key)
+    try:
+        yield out
+    finally:
+        _HELD.discard(key)
+        if lock.exists():  # (deleted by hand: nothing to release, do not recreate it)
+            with contextlib.suppress(OSError), _flocked(lock) as fd:
+                if _read(fd).get("pid") == me["pid"]:
+                    os.unlink(lock)

@@ -35,7 +35,7 @@ import numpy as np
 
 from analysis.stats.merge import describe_difference, is_state, merge
 
-__all__ = ["Derived", "derive", "differentiable", "taylor_derivatives"]
+__all__ = ["Derived", "derive", "differentiable", "taylor_derivatives", "value_and_derivatives"]
 
 
 # --- checks ---------------------------------------------------------------------------
@@ -154,6 +154,11 @@ def _to_numpy(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), tree)
 
 
+def _symmetric(h: Any) -> np.ndarray:
+    h = np.asarray(h, dtype=np.float64)
+    return 0.5 * (h + np.swapaxes(h, -1, -2))
+
+
 # --- Derived --------------------------------------------------------------------------
 
 
@@ -163,7 +168,7 @@ class Derived:
     ``names``: parameter names (sorted); ``value``: pytree of states and sums (the
     merged states once added up); ``jac`` / ``hess``: the same pytree with trailing
     ``(P,)`` / ``(P, P)`` axes (``hess`` is None for first order, ``jac`` too for
-    ``order=0``: values only). ``a + b`` merges exactly (:mod:`analysis.stats.merge`),
+    ``order=0``: values only; the Hessian is stored symmetrised, ``(H + H^T) / 2``). ``a + b`` merges exactly (:mod:`analysis.stats.merge`),
     ``0 + a`` is ``a`` (so ``sum()`` works); ``a + b`` with different parameter
     names, structures or orders raises ``ValueError`` naming the difference.
     Pickles (numpy leaves), so coffea's executors ship it between processes.
@@ -175,7 +180,9 @@ class Derived:
         self.names = tuple(names)
         self.value = value
         self.jac = jac
-        self.hess = hess
+        # Symmetrised: a Taylor expansion (how merges and statistics are differentiated)
+        # only sees the symmetric part, so an empty merge now returns it bit for bit.
+        self.hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
 
     def __getstate__(self) -> tuple:
         return (self.names, self.value, self.jac, self.hess)
@@ -267,22 +274,34 @@ def derive(fn: Callable[[dict], Any], theta: Mapping[str, float], *, order: int 
     def f(t):
         return _checked_states(fn(dict(zip(names, t, strict=True))), "stats.derive")
 
+    if order == 0:
+        return Derived(names, _to_numpy(f(t0)))
+    value, jac, hess = value_and_derivatives(f, t0, order=order)
+    return Derived(names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
+
+
+def value_and_derivatives(f: Callable[[Any], Any], t0: Any, *, order: int) -> tuple[Any, Any, Any]:
+    """``(f(t0), jacfwd(f)(t0), hessian)`` of a function of a parameter vector ``t0``,
+    tracing ``f`` once per derivative order (``jacfwd`` with the value as auxiliary
+    output). ``order`` 0 gives ``(value, None, None)``, 1 no Hessian. Used by
+    :func:`derive` and by the YAML pipeline's jitted chunk kernel alike."""
+
     def first(t):
         v = f(t)
         return v, v
 
     if order == 0:
-        return Derived(names, _to_numpy(f(t0)))
+        return f(t0), None, None
     if order == 1:
         jac, value = jax.jacfwd(first, has_aux=True)(t0)
-        return Derived(names, _to_numpy(value), _to_numpy(jac))
+        return value, jac, None
 
     def second(t):
         jac, value = jax.jacfwd(first, has_aux=True)(t)
         return jac, (jac, value)
 
     hess, (jac, value) = jax.jacfwd(second, has_aux=True)(t0)
-    return Derived(names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
+    return value, jac, hess
 
 
 # --- differentiable -----------------------------------------------------------------

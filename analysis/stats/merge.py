@@ -10,15 +10,17 @@ Jacobian and Hessian by differentiating the merge through the states' Taylor
 expansion (:mod:`analysis.stats.derive`).
 
 Why JAX and not the former hand-written numpy ``Dual`` class (value, gradient and
-Hessian carried through ``+ - * /``): measured on this branch, the two agree to the
-last bits. On 100 chunks of ``1e6 + N(0, 1)`` (tests/test_merge.py) var, skew and
-kurtosis of the merged state differ from a float64 corrected two-pass computation
-on the concatenation by at most 1.4e-13 / 6.2e-12 / 3.5e-13 relative with the JAX merge,
-the same figures as with ``Dual``, and the hypothesis properties (associativity,
-commutativity, the empty state as identity, any split equal to the whole, derivatives
-included) pass at the same 1e-10 tolerances. At equal exactness the JAX merge is the
-simpler: one formula, no second arithmetic to maintain, and one way (JAX) to carry
-derivatives through the whole package.
+Hessian carried through ``+ - * /``): measured (both versions side by side), they are
+equally exact. On 100 chunks of ``1e6 + N(0, 1)`` (tests/test_merge.py), merged by a
+left fold or a balanced tree, var / skew / kurtosis differ from a float64 corrected
+two-pass computation on the concatenation by 0 / 1.4e-14 / 7e-14 relative with
+``Dual`` and with this merge (eager or jitted) alike. With derivatives (30 such
+chunks, weights soft-cut by two parameters, order 2), every merged state's value,
+Jacobian and Hessian differs from the whole-sample one by at most 2.2e-15 of its
+largest entry through :class:`~analysis.stats.Derived` and 2.4e-15 through ``Dual``.
+A merge of two order-2 states costs ~0.45 ms (jitted) against ~0.95 ms. At equal
+exactness the JAX version is the simpler: one formula and no second arithmetic to
+maintain, and JAX is the only way derivatives are carried in the package.
 
 The means are split as ``center + dmean`` (see :class:`~analysis.stats.Moments`):
 ``cb - ca`` is a difference of constants (exact when they are close) and the small

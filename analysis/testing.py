@@ -27,7 +27,12 @@ from analysis.stats import _core
 from analysis.stats.derive import Derived, derive, taylor_derivatives
 from analysis.stats.merge import is_state
 
-__all__ = ["assert_chunk_gradients", "assert_chunk_invariance", "statistics_of"]
+__all__ = [
+    "assert_chunk_gradients",
+    "assert_chunk_invariance",
+    "assert_derived_close",
+    "statistics_of",
+]
 
 
 def _fit_field(field: str) -> Callable[[Any], Any]:
@@ -152,6 +157,13 @@ def _outputs(out: Any, where: str = "") -> Iterator[tuple[str, Derived]]:
 def _slices(n: int, pieces: int) -> list[tuple[int, int]]:
     edges = np.linspace(0, n, pieces + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def assert_derived_close(want: Derived, got: Derived, *, rtol: float = 1e-10, label: str = "") -> None:
+    """Every statistic of ``got`` (see :func:`statistics_of`) and its gradient equal
+    ``want``'s to ``rtol`` relative to the largest of the statistic's value and
+    gradients (at least 1 for skew, kurtosis and corr); NaN matches NaN."""
+    _compare(label, want, got, rtol, "")
 
 
 def _compare(label: str, want: Derived, got: Derived, rtol: float, where: str) -> None:

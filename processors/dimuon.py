@@ -66,6 +66,11 @@ class DimuonProcessor(processor.ProcessorABC):
         self.order = order
 
     def process(self, events):
+        fn = self.chunk_function(events)
+        return {events.metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
+
+    def chunk_function(self, events):
+        """``fn(theta) -> states`` of one chunk (what ``process`` derives; for tests)."""
         muons = events.Muon
         pt = stats.from_awkward(muons.pt)
         abs_eta = stats.from_awkward(abs(muons.eta))
@@ -93,7 +98,7 @@ class DimuonProcessor(processor.ProcessorABC):
             pair_w = p[i1] * p[i2]
             return {"mass": stats.moments(mass, weight=pair_w), "pairs": jnp.sum(pair_w)}
 
-        return {events.metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
+        return fn
 
     def postprocess(self, accumulator):
         return accumulator

@@ -65,6 +65,11 @@ class JetMomentsProcessor(processor.ProcessorABC):
         self.order = order
 
     def process(self, events):
+        fn = self.chunk_function(events)
+        return {events.metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
+
+    def chunk_function(self, events):
+        """``fn(theta) -> states`` of one chunk (what ``process`` derives; for tests)."""
         pt = stats.from_awkward(events.Jet.pt)
         abs_eta = stats.from_awkward(abs(events.Jet.eta))
         n_events = len(pt)
@@ -85,7 +90,7 @@ class JetMomentsProcessor(processor.ProcessorABC):
                 "events": np.float64(n_events),
             }
 
-        return {events.metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
+        return fn
 
     def postprocess(self, accumulator):
         return accumulator

@@ -182,7 +182,8 @@ def _compare(label: str, want: Derived, got: Derived, rtol: float, where: str) -
                 continue
             if not abs(a - b) <= rtol * scale:
                 raise AssertionError(
-                    f"{where}{label} {stat} {what}: {b!r} merged vs {a!r} for the whole chunk "
+                    f"{where}{' '.join(filter(None, (label, stat, what)))}: {b!r} merged vs {a!r} "
+                    "for the whole chunk "
                     f"(relative difference {abs(a - b) / scale:.3g} > {rtol:g})"
                 )
 

@@ -42,7 +42,9 @@ def _as_input(x: Any, name: str) -> tuple[Any, Any]:
         return jnp.asarray(j.values, dtype=jnp.float64), j.offsets
     arr = jnp.asarray(x, dtype=jnp.float64)
     if arr.ndim > 1:
-        raise ValueError(f"{name}: expected flat values or one level of lists, found shape {arr.shape}")
+        raise ValueError(
+            f"{name}: expected flat values or one level of lists, found shape {arr.shape}"
+        )
     return arr, None
 
 

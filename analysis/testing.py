@@ -82,7 +82,10 @@ def _all_statistics(d: Derived) -> dict[str, tuple[float, dict[str, float]]]:
     return {
         label: (
             float(val[label]),
-            {k: float(v) for k, v in zip(d.names, np.asarray(grad[label]).reshape(-1), strict=True)},
+            {
+                k: float(v)
+                for k, v in zip(d.names, np.asarray(grad[label]).reshape(-1), strict=True)
+            },
         )
         for label in stats
     }
@@ -122,7 +125,9 @@ def assert_chunk_gradients(
         if math.isnan(value):
             bad = [k for k, v in grad.items() if not math.isfinite(v)]
             if bad:
-                raise AssertionError(f"{label} is undefined (NaN) and its gradient w.r.t. {bad[0]!r} is not finite")
+                raise AssertionError(
+                    f"{label} is undefined (NaN) and its gradient w.r.t. {bad[0]!r} is not finite"
+                )
             continue
         defined.append(label)
         for k in names:
@@ -159,7 +164,9 @@ def _slices(n: int, pieces: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def assert_derived_close(want: Derived, got: Derived, *, rtol: float = 1e-10, label: str = "") -> None:
+def assert_derived_close(
+    want: Derived, got: Derived, *, rtol: float = 1e-10, label: str = ""
+) -> None:
     """Every statistic of ``got`` (see :func:`statistics_of`) and its gradient equal
     ``want``'s to ``rtol`` relative to the largest of the statistic's value and
     gradients (at least 1 for skew, kurtosis and corr); NaN matches NaN."""
@@ -216,6 +223,8 @@ def assert_chunk_invariance(
         parts = [processor.process(events[a:b]) for a, b in bounds]
         merged = dict(_outputs(coffea_processor.accumulate(parts)))
         if merged.keys() != whole.keys():
-            raise AssertionError(f"{k} pieces: outputs {sorted(merged)} vs {sorted(whole)} for the whole chunk")
+            raise AssertionError(
+                f"{k} pieces: outputs {sorted(merged)} vs {sorted(whole)} for the whole chunk"
+            )
         for label, want in whole.items():
             _compare(label, want, merged[label], rtol, f"{k} pieces: ")

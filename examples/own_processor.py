@@ -53,7 +53,9 @@ else:
 runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=args.chunksize)
 
 # One chunked pass per gradient: jax.grad sees the merged Jacobian of the states.
-f = stats.differentiable(lambda th: runner({"ttbar": [args.file]}, MeanJetPt(th), treename="Events")["ttbar"])
+f = stats.differentiable(
+    lambda th: runner({"ttbar": [args.file]}, MeanJetPt(th), treename="Events")["ttbar"]
+)
 
 
 def loss(theta):

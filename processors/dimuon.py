@@ -11,7 +11,8 @@ Uses only the public API (:mod:`analysis.stats`, :mod:`analysis.soft`) and ``vec
     out["dy"].value_and_grad(lambda s: stats.mean(s["mass"]))
 
 Muon ``i`` passes with probability
-``p_i = soft_cut(pt, ">", mu_pt_min) * soft_cut(|eta|, "<", mu_abs_eta_max) * soft_cut(pfRelIso04_all, "<", mu_iso_max)``.
+``p_i = soft_cut(pt, ">", mu_pt_min) * soft_cut(|eta|, "<", mu_abs_eta_max)
+* soft_cut(pfRelIso04_all, "<", mu_iso_max)`` (each with its width).
 Every opposite-charge pair of muons of an event (hard: charge is discrete) whose
 invariant mass (``vector`` ``Momentum4D`` from pt, eta, phi, mass; float64) lies in
 the Z window ``low < m < high`` (hard: the mass does not depend on the cuts) weighs

@@ -79,12 +79,16 @@ class JetMomentsProcessor(processor.ProcessorABC):
         def fn(theta):
             p = (
                 soft_cut(pt, ">", theta["jet_pt_min"], self.widths["jet_pt_min"]).values
-                * soft_cut(abs_eta, "<", theta["jet_abs_eta_max"], self.widths["jet_abs_eta_max"]).values
+                * soft_cut(
+                    abs_eta, "<", theta["jet_abs_eta_max"], self.widths["jet_abs_eta_max"]
+                ).values
             )
             p_event = count_at_least(stats.Jagged(p, pt.offsets), self.min_jets)
             ht = jax.ops.segment_sum(p * pt_values, jet_event, num_segments=n_events)
             return {
-                "jet_pt": stats.moments(pt, weight=stats.Jagged(p * p_event[jet_event], pt.offsets)),
+                "jet_pt": stats.moments(
+                    pt, weight=stats.Jagged(p * p_event[jet_event], pt.offsets)
+                ),
                 "ht": stats.moments(ht, weight=p_event),
                 "selected": jnp.sum(p_event),
                 "events": np.float64(n_events),

@@ -103,7 +103,9 @@ def test_chunk_helpers_fail_on_wrong_derivatives(sample) -> None:
         """Returns a mean as a plain sum: merging adds means, which is wrong."""
 
         def process(self, events):
-            return {"d": stats.derive(lambda th: {"mean": stats.mean(events) * th["a"]}, {"a": 1.0})}
+            return {
+                "d": stats.derive(lambda th: {"mean": stats.mean(events) * th["a"]}, {"a": 1.0})
+            }
 
     with pytest.raises(AssertionError, match=r"2 pieces: \['d'\] \['mean'\] value"):
         assert_chunk_invariance(Averaging(), x, splits=(2,), empty=False)
@@ -113,6 +115,7 @@ def test_empty_and_all_cut_chunks_are_neutral(sample) -> None:
     x, y = sample
     part = stats.derive(chunk_fn(x[:50], y[:50]), THETA, order=2)
     for empty_x in (x[:0], x[:50] - 100.0):  # no entries; every entry cut (hard)
+
         def fn(theta, ex=empty_x):
             w = soft_cut(ex, ">", theta["x_min"], 0.0) * soft_cut(ex, "<", theta["y_max"], 0.0)
             return {
@@ -129,7 +132,9 @@ def test_empty_and_all_cut_chunks_are_neutral(sample) -> None:
         assert all(v == 0.0 for v in hgrad.values())
         for merged in (part + empty, empty + part):
             for got, want in zip(merged.taylor(), part.taylor(), strict=True):
-                for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+                for a, b in zip(
+                    jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True
+                ):
                     np.testing.assert_array_equal(a, b)
 
 
@@ -149,15 +154,21 @@ def test_bad_input_is_one_clear_error(sample) -> None:
         lambda th: chunk_fn(x, y)({"x_min": th["x_min"], "y_max": th["y_cut"]}),
         {"x_min": 0.3, "y_cut": 1.2},
     )
-    with pytest.raises(ValueError, match=r"parameter names differ: \['x_min', 'y_max'\] vs \['x_min', 'y_cut'\]"):
+    with pytest.raises(
+        ValueError, match=r"parameter names differ: \['x_min', 'y_max'\] vs \['x_min', 'y_cut'\]"
+    ):
         d + other
     fewer = stats.derive(lambda th: {"x": chunk_fn(x, y)(th)["x"]}, THETA)
-    with pytest.raises(ValueError, match=r"state structures differ only in the first: \[\"\['counts'\]"):
+    with pytest.raises(
+        ValueError, match=r"state structures differ only in the first: \[\"\['counts'\]"
+    ):
         d + fewer
     with pytest.raises(ValueError, match="derivative orders differ: 1 vs 2"):
         d + stats.derive(chunk_fn(x, y), THETA, order=2)
     swapped = stats.derive(lambda th: {**chunk_fn(x, y)(th), "n": stats.moments(x)}, THETA)
-    with pytest.raises(ValueError, match=r"at \['n'\]: Array vs Moments|at \['n'\]: ndarray vs Moments"):
+    with pytest.raises(
+        ValueError, match=r"at \['n'\]: Array vs Moments|at \['n'\]: ndarray vs Moments"
+    ):
         d + swapped
     with pytest.raises(TypeError, match=r"fn\(theta\)\['label'\] is a str"):
         stats.derive(lambda th: {"label": "jets", "n": th["a"]}, {"a": 1.0})
@@ -187,7 +198,9 @@ def test_differentiable_grad_matches_finite_differences_of_the_full_pass(sample)
 
     def plain(theta):  # the same loss from values only (no custom derivatives)
         s = sum(_pieces_at(x, y, theta, 0)).value
-        return float((stats.mean(s["x"]) - 1.5) ** 2 + stats.linear_fit(s["xy"]).slope + 0.01 * s["n"])
+        return float(
+            (stats.mean(s["x"]) - 1.5) ** 2 + stats.linear_fit(s["xy"]).slope + 0.01 * s["n"]
+        )
 
     value, grad = jax.value_and_grad(loss)(THETA)
     assert len(passes) == 1
@@ -216,7 +229,9 @@ def test_differentiable_errors() -> None:
     with pytest.raises(ValueError, match="second derivatives need run"):
         jax.hessian(lambda th: f(th)["s"])({"a": 3.0})
     g = stats.differentiable(lambda th: stats.derive(lambda t: {"s": t["b"]}, {"b": 1.0}))
-    with pytest.raises(ValueError, match=r"derivatives w.r.t. \['b'\]; expected the keys of theta \['a'\]"):
+    with pytest.raises(
+        ValueError, match=r"derivatives w.r.t. \['b'\]; expected the keys of theta \['a'\]"
+    ):
         g({"a": 1.0})
     with pytest.raises(ValueError, match=r"theta\['a'\] = inf"):
         f({"a": float("inf")})

@@ -65,9 +65,16 @@ def test_futures_and_dask_executors_equal_the_whole_file(shared_data, ttbar_whol
 
     # Workers compute in float64 only if they inherit JAX_ENABLE_X64 (set by `analysis`).
     assert os.environ.get("JAX_ENABLE_X64") == "1"
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
         with Client(cluster) as client:
-            out = _run(processor.DaskExecutor(client=client, status=False), fileset, JetMomentsProcessor(), 100)
+            out = _run(
+                processor.DaskExecutor(client=client, status=False),
+                fileset,
+                JetMomentsProcessor(),
+                100,
+            )
     assert_derived_close(ttbar_whole, out["ttbar"], rtol=1e-10)
 
 
@@ -106,7 +113,14 @@ def test_jax_grad_through_differentiable_equals_finite_differences(shared_data) 
 def test_example_script_runs_end_to_end(shared_data) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "examples/own_processor.py", "--steps", "2", "--file", str(shared_data / TTBAR)],
+        [
+            sys.executable,
+            "examples/own_processor.py",
+            "--steps",
+            "2",
+            "--file",
+            str(shared_data / TTBAR),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -61,7 +61,9 @@ def test_jet_moments_match_awkward_hard_cuts(ttbar) -> None:
     selected = ak.num(good) >= 2
     assert 0 < ak.sum(selected) < len(ttbar)
     _assert_moments(d.value["jet_pt"], ak.to_numpy(ak.flatten(good.pt[selected])))
-    _assert_moments(d.value["ht"], ak.to_numpy(ak.sum(ak.values_astype(good.pt, np.float64), axis=1)[selected]))
+    _assert_moments(
+        d.value["ht"], ak.to_numpy(ak.sum(ak.values_astype(good.pt, np.float64), axis=1)[selected])
+    )
     assert float(d.value["selected"]) == ak.sum(selected)
     assert float(d.value["events"]) == len(ttbar)
     _, grad = d.value_and_grad(lambda s: stats.mean(s["jet_pt"]))
@@ -74,7 +76,9 @@ def test_dimuon_mass_matches_awkward_vector_hard_cuts(dy) -> None:
     d = proc.process(dy)["dy"]
     mu = dy.Muon
     good = mu[(mu.pt > 10.0) & (abs(mu.eta) < 2.4) & (mu.pfRelIso04_all < 0.15)]
-    p4 = vector.zip({k: ak.values_astype(good[k], np.float64) for k in ("pt", "eta", "phi", "mass")})
+    p4 = vector.zip(
+        {k: ak.values_astype(good[k], np.float64) for k in ("pt", "eta", "phi", "mass")}
+    )
     a, b = ak.unzip(ak.combinations(p4, 2))
     qa, qb = ak.unzip(ak.combinations(good.charge, 2))
     mass = (a + b).mass

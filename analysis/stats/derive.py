@@ -43,7 +43,9 @@ __all__ = ["Derived", "derive", "differentiable", "taylor_derivatives", "value_a
 
 def _names(theta: Any, func: str) -> tuple[str, ...]:
     if not isinstance(theta, Mapping):
-        raise TypeError(f"{func}: theta: expected a dict of parameter values, found {type(theta).__name__}")
+        raise TypeError(
+            f"{func}: theta: expected a dict of parameter values, found {type(theta).__name__}"
+        )
     for key in theta:
         if not isinstance(key, str):
             raise TypeError(f"{func}: theta: expected string parameter names, found {key!r}")
@@ -60,10 +62,14 @@ def _theta_vector(theta: Mapping, names: tuple[str, ...], func: str) -> np.ndarr
     out = []
     for name in names:
         v = theta[name]
-        if isinstance(v, bool) or not isinstance(v, (numbers.Real, np.ndarray, np.generic, jax.Array)):
+        if isinstance(v, bool) or not isinstance(
+            v, (numbers.Real, np.ndarray, np.generic, jax.Array)
+        ):
             raise TypeError(f"{func}: theta[{name!r}]: expected a number, found {type(v).__name__}")
         if np.ndim(v) != 0:
-            raise ValueError(f"{func}: theta[{name!r}]: expected a scalar, found shape {np.shape(v)}")
+            raise ValueError(
+                f"{func}: theta[{name!r}]: expected a scalar, found shape {np.shape(v)}"
+            )
         out.append(float(v))
     vec = np.asarray(out, dtype=np.float64)
     _check_finite(names, vec, func)
@@ -168,8 +174,8 @@ class Derived:
     ``names``: parameter names (sorted); ``value``: pytree of states and sums (the
     merged states once added up); ``jac`` / ``hess``: the same pytree with trailing
     ``(P,)`` / ``(P, P)`` axes (``hess`` is None for first order, ``jac`` too for
-    ``order=0``: values only; the Hessian is stored symmetrised, ``(H + H^T) / 2``). ``a + b`` merges exactly (:mod:`analysis.stats.merge`),
-    ``0 + a`` is ``a`` (so ``sum()`` works); ``a + b`` with different parameter
+    ``order=0``: values only; the Hessian is stored symmetrised, ``(H + H^T) / 2``).
+    ``a + b`` merges exactly (:mod:`analysis.stats.merge`), ``0 + a`` is ``a`` (so ``sum()`` works); ``a + b`` with different parameter
     names, structures or orders raises ``ValueError`` naming the difference.
     Pickles (numpy leaves), so coffea's executors ship it between processes.
     """
@@ -202,10 +208,13 @@ class Derived:
     def _check_compatible(self, other: Derived) -> None:
         if self.names != other.names:
             raise ValueError(
-                f"Derived + Derived: parameter names differ: {list(self.names)} vs {list(other.names)}"
+                "Derived + Derived: parameter names differ: "
+                f"{list(self.names)} vs {list(other.names)}"
             )
         if self.order != other.order:
-            raise ValueError(f"Derived + Derived: derivative orders differ: {self.order} vs {other.order}")
+            raise ValueError(
+                f"Derived + Derived: derivative orders differ: {self.order} vs {other.order}"
+            )
         diff = describe_difference(self.value, other.value)
         if diff is not None:
             raise ValueError(f"Derived + Derived: state structures differ {diff}")
@@ -240,7 +249,9 @@ class Derived:
         """``(g(value), {name: dg/dname})`` for a scalar JAX function ``g`` of the states."""
         val, grad, _ = self._derivatives(g, 1)
         if np.ndim(val) != 0:
-            raise ValueError(f"Derived.value_and_grad: g must return a scalar, found shape {np.shape(val)}")
+            raise ValueError(
+                f"Derived.value_and_grad: g must return a scalar, found shape {np.shape(val)}"
+            )
         grad = np.asarray(grad, dtype=np.float64).reshape(-1)
         return float(val), {n: float(v) for n, v in zip(self.names, grad, strict=True)}
 
@@ -248,9 +259,14 @@ class Derived:
         """``{name: {name: d2g/dname dname}}`` for a scalar JAX function ``g`` (needs order 2)."""
         val, _, hess = self._derivatives(g, 2)
         if np.ndim(val) != 0:
-            raise ValueError(f"Derived.hessian: g must return a scalar, found shape {np.shape(val)}")
+            raise ValueError(
+                f"Derived.hessian: g must return a scalar, found shape {np.shape(val)}"
+            )
         h = np.asarray(hess, dtype=np.float64).reshape(self.n_params, self.n_params)
-        return {a: {b: float(h[i, j]) for j, b in enumerate(self.names)} for i, a in enumerate(self.names)}
+        return {
+            a: {b: float(h[i, j]) for j, b in enumerate(self.names)}
+            for i, a in enumerate(self.names)
+        }
 
     def __repr__(self) -> str:
         return f"Derived(names={list(self.names)}, order={self.order}, value={self.value!r})"
@@ -338,11 +354,13 @@ def differentiable(run: Callable[[dict], Derived]) -> Callable[[Mapping[str, Any
                 )
             if out.names != names:
                 raise ValueError(
-                    f"stats.differentiable: run(theta) returned derivatives w.r.t. {list(out.names)}; "
-                    f"expected the keys of theta {list(names)}"
+                    "stats.differentiable: run(theta) returned derivatives w.r.t. "
+                    f"{list(out.names)}; expected the keys of theta {list(names)}"
                 )
             if out.order < 1:
-                raise ValueError("stats.differentiable: run(theta) returned a Derived without derivatives")
+                raise ValueError(
+                    "stats.differentiable: run(theta) returned a Derived without derivatives"
+                )
             memo.update(key=key, derived=out, passes=memo.get("passes", 0) + 1)
             memo["structure"] = {
                 part: jax.tree_util.tree_map(
@@ -354,7 +372,9 @@ def differentiable(run: Callable[[dict], Derived]) -> Callable[[Mapping[str, Any
 
     def leaves(t: Any, names: tuple[str, ...], part: str) -> list:
         if not isinstance(t, jax.core.Tracer):
-            return [jnp.asarray(a) for a in jax.tree_util.tree_leaves(getattr(host(t, names), part))]
+            return [
+                jnp.asarray(a) for a in jax.tree_util.tree_leaves(getattr(host(t, names), part))
+            ]
         if "structure" not in memo:
             raise ValueError(
                 "stats.differentiable: under jax.jit the output structure of run is not known yet; "

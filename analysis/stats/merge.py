@@ -122,7 +122,10 @@ def describe_difference(a: Any, b: Any) -> str | None:
         keys_b = {jax.tree_util.keystr(p) for p, _ in pb}
         only_a, only_b = sorted(keys_a - keys_b), sorted(keys_b - keys_a)
         if only_a or only_b:
-            return f"only in the first: {only_a or 'nothing'}; only in the second: {only_b or 'nothing'}"
+            return (
+                f"only in the first: {only_a or 'nothing'}; "
+                f"only in the second: {only_b or 'nothing'}"
+            )
         for (path, la), (_, lb) in zip(pa, pb, strict=True):
             if (is_state(la) or is_state(lb)) and type(la) is not type(lb):
                 return (

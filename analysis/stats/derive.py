@@ -171,12 +171,14 @@ def _symmetric(h: Any) -> np.ndarray:
 class Derived:
     """Mergeable states with their derivatives w.r.t. named parameters (float64).
 
-    ``names``: parameter names (sorted); ``value``: pytree of states and sums (the
+    ``names``: parameter names; ``value``: pytree of states and sums (the
     merged states once added up); ``jac`` / ``hess``: the same pytree with trailing
     ``(P,)`` / ``(P, P)`` axes (``hess`` is None for first order, ``jac`` too for
     ``order=0``: values only; the Hessian is stored symmetrised, ``(H + H^T) / 2``).
-    ``a + b`` merges exactly (:mod:`analysis.stats.merge`), ``0 + a`` is ``a`` (so ``sum()`` works); ``a + b`` with different parameter
-    names, structures or orders raises ``ValueError`` naming the difference.
+    ``a + b`` merges exactly (:mod:`analysis.stats.merge`), ``0 + a`` is ``a`` (so
+    ``sum()`` works); ``a + b`` with different parameter names, structures or orders
+    raises ``ValueError`` naming the difference. ``names`` follow the Jacobian's
+    parameter axis (sorted by :func:`derive`; the YAML kernel uses the plan's order).
     Pickles (numpy leaves), so coffea's executors ship it between processes.
     """
 

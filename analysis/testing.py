@@ -154,6 +154,8 @@ def assert_chunk_gradients(
 def _outputs(out: Any, where: str = "") -> Iterator[tuple[str, Derived]]:
     if isinstance(out, Derived):
         yield where or "output", out
+    elif isinstance(getattr(out, "derived", None), Derived):  # the YAML pipeline's DatasetState
+        yield where or "output", out.derived
     elif isinstance(out, Mapping):
         for k, v in out.items():
             yield from _outputs(v, f"{where}[{k!r}]")
@@ -206,7 +208,8 @@ def assert_chunk_invariance(
     """Processing ``events`` in pieces and merging equals processing it whole.
 
     ``processor``: a coffea ``ProcessorABC`` whose output is a dict (possibly
-    nested) of :class:`~analysis.stats.Derived`; ``events``: one chunk of NanoEvents
+    nested) of :class:`~analysis.stats.Derived` (or of objects holding one as
+    ``.derived``, as the YAML pipeline's ``DatasetState``); ``events``: one chunk of NanoEvents
     (``events.metadata`` must name the dataset, as coffea sets it). For each ``k`` in
     ``splits`` the events are cut into ``k`` contiguous pieces (plus an empty piece
     first when ``empty``), processed one by one and merged with

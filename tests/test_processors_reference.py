@@ -15,8 +15,8 @@ import vector
 
 from analysis import stats
 from analysis.testing import assert_chunk_gradients, assert_chunk_invariance
-from processors import DimuonProcessor, JetMomentsProcessor
-from tests.chunked_helpers import read_events
+from processors import DiffProcessor, DimuonProcessor, JetMomentsProcessor
+from tests.chunked_helpers import analysis_config, read_events
 
 TTBAR = "nanoAOD_2015_CMS_Open_Data_ttbar.root"
 DY = "nano_dy.root"
@@ -101,3 +101,15 @@ def test_chunk_gradients_of_both_processors(ttbar, dy) -> None:
 def test_chunk_invariance_of_both_processors(ttbar, dy) -> None:
     assert_chunk_invariance(JetMomentsProcessor(order=2), ttbar[:60], splits=(2,))
     assert_chunk_invariance(DimuonProcessor({"mu_pt_min": 10.0}), dy, splits=(2,))
+
+
+@pytest.mark.slow
+def test_chunk_invariance_of_the_yaml_pipeline_processor(ttbar) -> None:
+    from analysis.config import config_from_dict
+    from analysis.plan import build_plan, initial_widths
+
+    config = config_from_dict(analysis_config())
+    plan = build_plan(config)
+    theta = [config.parameters[name].init for name in plan.param_names]
+    proc = DiffProcessor(plan, theta, initial_widths(config), {"ttbar": "genWeight"}, order=2)
+    assert_chunk_invariance(proc, ttbar[:60], splits=(2,))

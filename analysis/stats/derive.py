@@ -339,7 +339,8 @@ def differentiable(run: Callable[[dict], Derived]) -> Callable[[Mapping[str, Any
 
     Under ``jax.jit`` ``run`` is called back from the compiled code
     (``jax.pure_callback``), which needs the output structure: call ``f`` once outside
-    ``jit`` first, otherwise a ``ValueError`` says so.
+    ``jit`` first, otherwise a ``ValueError`` says so. ``f.passes()`` counts the calls
+    of ``run`` so far.
     """
     memo: dict[str, Any] = {}
 

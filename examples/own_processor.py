@@ -33,39 +33,42 @@ class MeanJetPt(processor.ProcessorABC):
         return accumulator
 
 
-p = argparse.ArgumentParser()
-p.add_argument("--file", default="../shared/data/nanoAOD_2015_CMS_Open_Data_ttbar.root")
-p.add_argument("--executor", choices=["iterative", "futures", "dask"], default="iterative")
-p.add_argument("--chunksize", type=int, default=100)
-p.add_argument("--steps", type=int, default=10)
-p.add_argument("--target", type=float, default=60.0)
-args = p.parse_args()
-warnings.filterwarnings("ignore", module="coffea")  # NanoAODSchema notes on these files
-coffea.util.coffea_console.quiet = True  # no progress bars
-if args.executor == "dask":
-    from dask.distributed import Client
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--file", default="../shared/data/nanoAOD_2015_CMS_Open_Data_ttbar.root")
+    p.add_argument("--executor", choices=["iterative", "futures", "dask"], default="iterative")
+    p.add_argument("--chunksize", type=int, default=100)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--target", type=float, default=60.0)
+    args = p.parse_args()
+    warnings.filterwarnings("ignore", module="coffea")  # NanoAODSchema notes on these files
+    coffea.util.coffea_console.quiet = True  # no progress bars
+    if args.executor == "dask":
+        from dask.distributed import Client
 
-    executor = processor.DaskExecutor(client=Client(n_workers=2, threads_per_worker=1))
-elif args.executor == "futures":
-    executor = processor.FuturesExecutor(workers=2, status=False)
-else:
-    executor = processor.IterativeExecutor(status=False)
-runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=args.chunksize)
+        executor = processor.DaskExecutor(client=Client(n_workers=2, threads_per_worker=1))
+    elif args.executor == "futures":
+        executor = processor.FuturesExecutor(workers=2, status=False)
+    else:
+        executor = processor.IterativeExecutor(status=False)
+    runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=args.chunksize)
 
-# One chunked pass per gradient: jax.grad sees the merged Jacobian of the states.
-f = stats.differentiable(
-    lambda th: runner({"ttbar": [args.file]}, MeanJetPt(th), treename="Events")["ttbar"]
-)
+    # One chunked pass per gradient: jax.grad sees the merged Jacobian of the states.
+    f = stats.differentiable(
+        lambda th: runner({"ttbar": [args.file]}, MeanJetPt(th), treename="Events")["ttbar"]
+    )
+
+    def loss(theta):
+        return (stats.mean(f(theta)["jet_pt"]) - args.target) ** 2
+
+    theta, opt = {"pt_min": 20.0}, optax.adam(2.0)
+    state = opt.init(theta)
+    for step in range(args.steps):
+        value, grad = jax.value_and_grad(loss)(theta)
+        updates, state = opt.update(grad, state)
+        theta = optax.apply_updates(theta, updates)
+        print(f"step {step}: loss {float(value):.4g}, pt_min -> {float(theta['pt_min']):.3f} GeV")
 
 
-def loss(theta):
-    return (stats.mean(f(theta)["jet_pt"]) - args.target) ** 2
-
-
-theta, opt = {"pt_min": 20.0}, optax.adam(2.0)
-state = opt.init(theta)
-for step in range(args.steps):
-    value, grad = jax.value_and_grad(loss)(theta)
-    updates, state = opt.update(grad, state)
-    theta = optax.apply_updates(theta, updates)
-    print(f"step {step}: loss {float(value):.4g}, pt_min -> {float(theta['pt_min']):.3f} GeV")
+if __name__ == "__main__":  # dask and futures workers re-import this file
+    main()

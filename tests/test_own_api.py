@@ -82,6 +82,7 @@ def test_merged_pieces_equal_the_whole_in_any_grouping(sample) -> None:
             assert h_merged[a][b] == pytest.approx(h_whole[a][b], rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_derive_gradients_match_finite_differences(sample) -> None:
     x, y = sample
     assert_chunk_gradients(chunk_fn(x[:50], y[:50]), THETA, rtol=1e-6)

@@ -26,6 +26,7 @@ from analysis.columns import ChunkColumns, Shapes, pad_columns
 from analysis.plan import Expr, Observable, Plan
 from analysis.results import DatasetState
 from analysis.stats import _core
+from analysis.stats.derive import value_and_derivatives
 
 
 def soft_pass(value, threshold, width, *, greater: bool, inclusive: bool):
@@ -233,11 +234,7 @@ def _evaluate(theta_full, widths, arrays, plan: Plan, shapes: Shapes, order: int
     def f(t):
         return chunk_states(_with_trainable(theta_full, t, plan), widths, arrays, plan, shapes)
 
-    if order == 0:
-        return f(t0), None, None
-    jac, value = jax.jacfwd(lambda t: (f(t), f(t)), has_aux=True)(t0)
-    hess = jax.jacfwd(jax.jacfwd(f))(t0) if order >= 2 else None
-    return value, jac, hess
+    return value_and_derivatives(f, t0, order=order)
 
 
 def evaluate_chunk(theta_full, widths, arrays, plan: Plan, shapes: Shapes, *, order: int = 1):
@@ -281,7 +278,12 @@ def evaluate_chunk_grid(thetas, widths, arrays, plan: Plan, shapes: Shapes, *, b
 
 
 def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *, order: int = 1) -> DatasetState:
-    """Evaluate one chunk's columns into a :class:`DatasetState` (shared with tests and the driver)."""
+    """Evaluate one chunk's columns into a :class:`DatasetState` (shared with tests and the driver).
+
+    Its states carry their derivatives as a :class:`analysis.stats.Derived` w.r.t. the
+    plan's trainable parameters (computed by the same ``value_and_derivatives`` as
+    :func:`analysis.stats.derive`, inside this module's jit with the plan static).
+    """
     arrays, shapes = pad_columns(cols, plan)
     value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
     return DatasetState.from_chunk(
@@ -290,7 +292,7 @@ def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *, order: int = 1
         hess,
         events=cols.n_events,
         sumw=float(np.sum(cols.weight)),
-        n_params=len(plan.trainable),
+        names=plan.trainable_names,
     )
 
 
@@ -300,5 +302,5 @@ def grid_state(cols: ChunkColumns, plan: Plan, thetas, widths=None) -> DatasetSt
     arrays, shapes = pad_columns(cols, plan)
     value = evaluate_chunk_grid(thetas, np.zeros(plan.n_widths), arrays, plan, shapes)
     return DatasetState.from_chunk(
-        value, None, None, events=cols.n_events, sumw=float(np.sum(cols.weight)), n_params=0
+        value, None, None, events=cols.n_events, sumw=float(np.sum(cols.weight)), names=()
     )

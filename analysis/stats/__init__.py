@@ -4,7 +4,10 @@
 See :mod:`analysis.stats.api` for the conventions (inputs, axis, weights, NaN for
 empty selections), :mod:`analysis.stats.jagged` for the jit-friendly :class:`Jagged`
 type, :mod:`analysis.stats._core` for the moment states shared with the chunked
-processor, and :mod:`analysis.stats.fused` for the fast soft-cut kernel.
+processor, :mod:`analysis.stats.merge` for the exact merge of states,
+:mod:`analysis.stats.derive` for states with derivatives (:class:`Derived`,
+:func:`derive`, :func:`differentiable`), and :mod:`analysis.stats.fused` for the
+fast soft-cut kernel.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ from analysis.stats.api import (
     std,
     var,
 )
+from analysis.stats.derive import Derived, derive, differentiable
 from analysis.stats.jagged import Jagged, from_awkward
+from analysis.stats.merge import merge
 
 __all__ = [
     "CoMoments",
+    "Derived",
     "Jagged",
     "LinearFit",
     "Moments",
@@ -37,11 +43,14 @@ __all__ = [
     "comoments",
     "corr",
     "covar",
+    "derive",
+    "differentiable",
     "from_awkward",
     "fused",
     "kurtosis",
     "linear_fit",
     "mean",
+    "merge",
     "moment",
     "moments",
     "skew",

@@ -1,166 +1,73 @@
-"""Exact merging of moment states across chunks, with their derivatives.
+"""Exact merging of moment states across chunks: pure JAX, so derivatives come from JAX.
 
-A chunk returns centred sums ``(W, mu, M2, M3, M4)`` (and co-moments) together with
-their Jacobian (and optionally Hessian) with respect to the selection parameters.
+A chunk's states are centred sums ``Moments(W, center, dmean, M2, M3, M4)`` and
+``CoMoments(W, cx, dmx, cy, dmy, Cxx, Cyy, Cxy)`` (:mod:`analysis.stats._core`).
 Merging two chunks is a rational function of both states (Pebay 2008, Chan et al.
-1979), so the merged derivatives follow from the chain rule. :class:`Dual` carries
-``value``, ``grad`` and ``hess`` through that arithmetic in float64 numpy, so the
-merge formula is written once and gives values, gradients and Hessians that are
-exact up to rounding, whatever the chunking or merge order.
+1979); :func:`merge` applies it to every state of two pytrees of the same structure
+and adds plain sums. It is ordinary JAX code, so ``jax.jit``, ``jax.jacfwd`` and
+``jax.hessian`` go through it, and :class:`analysis.stats.Derived` gets the merged
+Jacobian and Hessian by differentiating the merge through the states' Taylor
+expansion (:mod:`analysis.stats.derive`).
 
-Shapes: ``value`` has any shape ``S``; ``grad`` is ``S + (P,)`` and ``hess`` is
-``S + (P, P)`` for ``P`` parameters (``hess`` may be ``None``: first order only).
+Why JAX and not the former hand-written numpy ``Dual`` class (value, gradient and
+Hessian carried through ``+ - * /``): measured (both versions side by side), they are
+equally exact. On 100 chunks of ``1e6 + N(0, 1)`` (tests/test_merge.py), merged by a
+left fold or a balanced tree, var / skew / kurtosis differ from a float64 corrected
+two-pass computation on the concatenation by 0 / 1.4e-14 / 7e-14 relative with
+``Dual`` and with this merge (eager or jitted) alike. With derivatives (30 such
+chunks, weights soft-cut by two parameters, order 2), every merged state's value,
+Jacobian and Hessian differs from the whole-sample one by at most 2.2e-15 of its
+largest entry through :class:`~analysis.stats.Derived` and 2.4e-15 through ``Dual``.
+A merge of two order-2 states costs ~0.45 ms (jitted) against ~0.95 ms. At equal
+exactness the JAX version is the simpler: one formula and no second arithmetic to
+maintain, and JAX is the only way derivatives are carried in the package.
+
+The means are split as ``center + dmean`` (see :class:`~analysis.stats.Moments`):
+``cb - ca`` is a difference of constants (exact when they are close) and the small
+``db - da`` carries the derivatives, so ``delta = mu_b - mu_a`` keeps its digits.
+An empty side (``W = 0``) leaves the other side unchanged, bit for bit.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+import jax
+import jax.numpy as jnp
+
+from analysis.stats._core import CoMoments, Moments
+
+__all__ = ["is_state", "merge", "merge_comoments", "merge_moments"]
 
 
-def _outer(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return a[..., :, None] * b[..., None, :]
+def is_state(x: Any) -> bool:
+    """True for a mergeable state (:class:`Moments` or :class:`CoMoments`)."""
+    return isinstance(x, (Moments, CoMoments))
 
 
-class Dual:
-    """A value with its gradient (and Hessian) w.r.t. P parameters; float64 numpy.
-
-    Supports ``+ - * /`` with other Duals and plain numbers, and integer powers:
-    exactly what the merge formulas need.
-    """
-
-    __slots__ = ("value", "grad", "hess")
-    # Make ``ndarray + Dual`` call Dual.__radd__ instead of building an object array.
-    __array_ufunc__ = None
-
-    def __init__(self, value: Any, grad: Any, hess: Any = None) -> None:
-        self.value = np.array(value, dtype=np.float64)
-        self.grad = np.array(grad, dtype=np.float64)
-        self.hess = None if hess is None else np.array(hess, dtype=np.float64)
-        if self.grad.shape[:-1] != self.value.shape:
-            raise ValueError(
-                f"Dual: grad shape {self.grad.shape} does not extend value shape {self.value.shape}"
-            )
-
-    @classmethod
-    def constant(cls, value: Any, like: Dual) -> Dual:
-        value = np.asarray(value, dtype=np.float64)
-        p = like.grad.shape[-1]
-        grad = np.zeros(value.shape + (p,))
-        hess = None if like.hess is None else np.zeros(value.shape + (p, p))
-        return cls(value, grad, hess)
-
-    def _lift(self, other: Any) -> Dual:
-        return other if isinstance(other, Dual) else Dual.constant(other, self)
-
-    def __add__(self, other: Any) -> Dual:
-        o = self._lift(other)
-        hess = None if self.hess is None or o.hess is None else self.hess + o.hess
-        return Dual(self.value + o.value, self.grad + o.grad, hess)
-
-    __radd__ = __add__
-
-    def __neg__(self) -> Dual:
-        return Dual(-self.value, -self.grad, None if self.hess is None else -self.hess)
-
-    def __sub__(self, other: Any) -> Dual:
-        return self + (-self._lift(other))
-
-    def __rsub__(self, other: Any) -> Dual:
-        return self._lift(other) - self
-
-    def __mul__(self, other: Any) -> Dual:
-        if not isinstance(other, Dual):
-            c = np.asarray(other, dtype=np.float64)
-            return Dual(
-                self.value * c,
-                self.grad * c[..., None],
-                None if self.hess is None else self.hess * c[..., None, None],
-            )
-        a, b = self, other
-        va, vb = a.value[..., None], b.value[..., None]
-        grad = va * b.grad + vb * a.grad
-        hess = None
-        if a.hess is not None and b.hess is not None:
-            hess = (
-                va[..., None] * b.hess
-                + vb[..., None] * a.hess
-                + _outer(a.grad, b.grad)
-                + _outer(b.grad, a.grad)
-            )
-        return Dual(a.value * b.value, grad, hess)
-
-    __rmul__ = __mul__
-
-    def reciprocal(self) -> Dual:
-        """``1 / self``; where the value is 0 the result is 0 with zero derivatives
-        (used only for ``1 / W`` of an empty merge, whose terms all vanish)."""
-        ok = self.value != 0
-        inv = np.where(ok, 1.0 / np.where(ok, self.value, 1.0), 0.0)
-        grad = -self.grad * (inv * inv)[..., None]
-        hess = None
-        if self.hess is not None:
-            hess = (
-                -self.hess * (inv * inv)[..., None, None]
-                + 2 * _outer(self.grad, self.grad) * (inv**3)[..., None, None]
-            )
-        return Dual(inv, grad, hess)
-
-    def __truediv__(self, other: Any) -> Dual:
-        if not isinstance(other, Dual):
-            return self * (1.0 / np.asarray(other, dtype=np.float64))
-        return self * other.reciprocal()
-
-    def __pow__(self, n: int) -> Dual:
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"Dual supports positive integer powers, got {n!r}")
-        out = self
-        for _ in range(n - 1):
-            out = out * self
-        return out
-
-    def __repr__(self) -> str:
-        return f"Dual(value={self.value!r}, grad={self.grad!r})"
+def _reciprocal(n: Any) -> Any:
+    """``1 / n``, and 0 (with zero derivatives) where ``n == 0``: an empty merge."""
+    ok = n != 0
+    return jnp.where(ok, 1.0 / jnp.where(ok, n, 1.0), 0.0)
 
 
-def select(cond: Any, a: Any, b: Any) -> Any:
-    """Elementwise ``a if cond else b`` for numbers, numpy arrays and :class:`Dual`."""
-    if isinstance(a, Dual) or isinstance(b, Dual):
-        like = a if isinstance(a, Dual) else b
-        a = like._lift(a)
-        b = like._lift(b)
-        c = np.asarray(cond)
-        hess = None
-        if a.hess is not None and b.hess is not None:
-            hess = np.where(c[..., None, None], a.hess, b.hess)
-        return Dual(np.where(c, a.value, b.value), np.where(c[..., None], a.grad, b.grad), hess)
-    return np.where(cond, a, b)
-
-
-def _value(a: Any) -> np.ndarray:
-    return a.value if isinstance(a, Dual) else np.asarray(a, dtype=np.float64)
-
-
-def _merge_mean(na: Any, ca: Any, da: Any, nb: Any, cb: Any, db: Any, inv_n: Any):
+def _merge_mean(na, ca, da, nb, cb, db, inv_n):
     """Merged mean as ``(center, dmean)`` plus ``delta = mu_b - mu_a``.
 
-    ``cb - ca`` is a difference of constants (exact when they are close) and the
-    small ``db - da`` carries the derivatives, so ``delta`` keeps its digits. The
-    merged centre is that of the heavier side, so ``dmean`` stays small.
+    The merged centre is that of the heavier side, so ``dmean`` stays small.
     """
-    delta = (np.asarray(cb) - np.asarray(ca)) + (db - da)
-    keep_a = np.abs(_value(na)) >= np.abs(_value(nb))
-    center = np.where(keep_a, ca, cb)
-    dmean = select(keep_a, da + delta * nb * inv_n, db - delta * na * inv_n)
+    ca, cb = jax.lax.stop_gradient(ca), jax.lax.stop_gradient(cb)
+    delta = (cb - ca) + (db - da)
+    keep_a = jnp.abs(na) >= jnp.abs(nb)
+    center = jnp.where(keep_a, ca, cb)
+    dmean = jnp.where(keep_a, da + delta * nb * inv_n, db - delta * na * inv_n)
     return center, dmean, delta
 
 
-def merge_moments(a: tuple, b: tuple) -> tuple:
-    """Merge two ``(W, center, dmean, M2, M3, M4)`` states (Pebay's pairwise formulas).
+def merge_moments(a: Any, b: Any) -> Moments:
+    """Merge two ``Moments(W, center, dmean, M2, M3, M4)`` states (Pebay's pairwise formulas).
 
-    Works on floats, numpy arrays and :class:`Dual` (``center`` is always a plain
-    constant); an empty side (W = 0) leaves the other unchanged.
+    Tuples in that order are accepted too. float64 JAX arrays of any (equal) shape.
     """
     na, ca, da, m2a, m3a, m4a = a
     nb, cb, db, m2b, m3b, m4b = b
@@ -182,11 +89,11 @@ def merge_moments(a: tuple, b: tuple) -> tuple:
         + 6.0 * delta * delta * (na * na * m2b + nb * nb * m2a) * inv_n * inv_n
         + 4.0 * delta * (na * m3b - nb * m3a) * inv_n
     )
-    return (n, center, dmean, m2, m3, m4)
+    return Moments(n, center, dmean, m2, m3, m4)
 
 
-def merge_comoments(a: tuple, b: tuple) -> tuple:
-    """Merge two ``(W, cx, dmx, cy, dmy, Cxx, Cyy, Cxy)`` states."""
+def merge_comoments(a: Any, b: Any) -> CoMoments:
+    """Merge two ``CoMoments(W, cx, dmx, cy, dmy, Cxx, Cyy, Cxy)`` states."""
     na, cxa, dxa, cya, dya, cxxa, cyya, cxya = a
     nb, cxb, dxb, cyb, dyb, cxxb, cyyb, cxyb = b
     n = na + nb
@@ -194,7 +101,7 @@ def merge_comoments(a: tuple, b: tuple) -> tuple:
     cx, dmx, deltax = _merge_mean(na, cxa, dxa, nb, cxb, dxb, inv_n)
     cy, dmy, deltay = _merge_mean(na, cya, dya, nb, cyb, dyb, inv_n)
     f = na * nb * inv_n
-    return (
+    return CoMoments(
         n,
         cx,
         dmx,
@@ -206,9 +113,55 @@ def merge_comoments(a: tuple, b: tuple) -> tuple:
     )
 
 
-def _reciprocal(n: Any) -> Any:
-    if isinstance(n, Dual):
-        return n.reciprocal()
-    n = np.asarray(n, dtype=np.float64)
-    ok = n != 0
-    return np.where(ok, 1.0 / np.where(ok, n, 1.0), 0.0)
+def describe_difference(a: Any, b: Any) -> str | None:
+    """Where two pytrees of states and sums differ (structure or a leaf's shape), or None."""
+    pa, ta = jax.tree_util.tree_flatten_with_path(a, is_leaf=is_state)
+    pb, tb = jax.tree_util.tree_flatten_with_path(b, is_leaf=is_state)
+    if ta != tb:  # type: ignore[operator]  # PyTreeDef compares by structure
+        keys_a = {jax.tree_util.keystr(p) for p, _ in pa}
+        keys_b = {jax.tree_util.keystr(p) for p, _ in pb}
+        only_a, only_b = sorted(keys_a - keys_b), sorted(keys_b - keys_a)
+        if only_a or only_b:
+            return (
+                f"only in the first: {only_a or 'nothing'}; "
+                f"only in the second: {only_b or 'nothing'}"
+            )
+        for (path, la), (_, lb) in zip(pa, pb, strict=True):
+            if (is_state(la) or is_state(lb)) and type(la) is not type(lb):
+                return (
+                    f"at {jax.tree_util.keystr(path) or 'the root'}: {type(la).__name__} "
+                    f"vs {type(lb).__name__}"
+                )
+        return f"tree structures {ta} vs {tb}"
+    for (path, la), (_, lb) in zip(pa, pb, strict=True):
+        if (is_state(la) or is_state(lb)) and type(la) is not type(lb):
+            return f"at {jax.tree_util.keystr(path)}: {type(la).__name__} vs {type(lb).__name__}"
+        sa = jnp.shape(la[0] if is_state(la) else la)
+        sb = jnp.shape(lb[0] if is_state(lb) else lb)
+        if sa != sb:
+            return f"at {jax.tree_util.keystr(path) or 'the root'}: shape {sa} vs {sb}"
+    return None
+
+
+def merge(a: Any, b: Any) -> Any:
+    """Exact merge of two pytrees of the same structure: states merge, plain sums add.
+
+    Leaves are :class:`Moments` / :class:`CoMoments` states (merged by
+    :func:`merge_moments` / :func:`merge_comoments`) or arrays of sums (added);
+    containers are dicts, lists and tuples. Pure JAX (jit- and grad-friendly), float64.
+    Associative and commutative up to rounding; a state with ``W = 0`` (an empty
+    chunk) is a neutral element. Different structures or leaf shapes raise
+    ``ValueError`` naming where they differ (nothing is broadcast).
+    """
+    diff = describe_difference(a, b)
+    if diff is not None:
+        raise ValueError(f"stats.merge: the two state pytrees differ {diff}")
+
+    def one(x: Any, y: Any) -> Any:
+        if isinstance(x, Moments):
+            return merge_moments(x, y)
+        if isinstance(x, CoMoments):
+            return merge_comoments(x, y)
+        return x + y
+
+    return jax.tree_util.tree_map(one, a, b, is_leaf=is_state)

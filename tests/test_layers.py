@@ -32,6 +32,8 @@ LAYERS: dict[str, int] = {
     "analysis.stats.jagged": 0,
     "analysis.stats.merge": 0,
     "analysis.stats.registry": 0,
+    "analysis.stats.derive": 0,
+    "analysis.soft": 1,
     "analysis.schema": 1,
     "analysis.terms": 1,
     "analysis.config": 1,
@@ -39,9 +41,12 @@ LAYERS: dict[str, int] = {
     "analysis.columns": 1,
     "analysis.results": 1,
     "analysis.kernel": 1,
+    "analysis.testing": 1,
     "analysis.generate": 1,
     "processors": 2,
     "processors.diff_processor": 2,
+    "processors.dimuon": 2,
+    "processors.jet_moments": 2,
     "analysis.runner": 3,
     "analysis.checkpoint": 4,
     "analysis.objectives": 4,
@@ -58,10 +63,7 @@ LAYERS: dict[str, int] = {
 PROCESSORS_ENTRY = {"analysis.runner"}
 # Layers known to the test but owned by other branches: placed when they exist.
 OPTIONAL_LAYERS = {
-    "analysis.stats.derive": 0,
-    "analysis.soft": 1,
     "analysis.pbinom": 1,
-    "analysis.testing": 1,
     "analysis.faults": 3,
 }
 

@@ -461,11 +461,11 @@ class _Structured(NamedTuple):
 
 def _gather(data: Any, index: np.ndarray, ok: np.ndarray, backend: str) -> Any:
     safe = np.where(ok, index, 0)
+    if data.shape[0] == 0:  # nothing but missing values (e.g. ?unknown)
+        return np.zeros(safe.shape[0])
     if backend == "jax":
-        values = jnp.asarray(data)[safe].astype(jnp.float64) if safe.size else jnp.zeros(0)
-        return jnp.where(ok, values, 0.0)
-    values = np.asarray(data, dtype=np.float64)[safe] if safe.size else np.zeros(0)
-    return np.where(ok, values, 0.0)
+        return jnp.where(ok, jnp.asarray(data)[safe].astype(jnp.float64), 0.0)
+    return np.where(ok, np.asarray(data, dtype=np.float64)[safe], 0.0)
 
 
 def _structure(
@@ -522,8 +522,8 @@ def _finish(stat: str, out: Any, st: _Structured, opts: _Options, x: Any) -> Any
     if not st.awkward:
         shape = () if is_scalar else ak.to_numpy(ak.fill_none(template, 0, axis=-1)).shape
         if fields:
-            return LinearFit(**{k: jnp.reshape(v, shape) for k, v in parts.items()})
-        return jnp.reshape(flat, shape)
+            return LinearFit(**{k: jnp.asarray(v).reshape(shape) for k, v in parts.items()})
+        return jnp.asarray(flat).reshape(shape)
     missing = opts.mask_identity
     if is_scalar:
         if missing and template is None:

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from analysis import stats
 
 RTOL = 1e-12
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # the size of the terms each statistic sums (values up to 20): absolute floor RTOL * SCALE
 SCALE = {"mean": 20, "var": 400, "std": 20, "covar": 400, "corr": 1, "moment": 8000}
 

@@ -127,11 +127,9 @@ def jagged_data(draw: st.DrawFn) -> dict[str, ak.Array]:
 
 
 def _weights(d: dict[str, ak.Array]) -> list[ak.Array | None]:
-    out: list[ak.Array | None] = [None, d["w"]]
-    # a per-list weight is only broadcast when its length differs from the element count
-    if len(d["wl"]) != ak.count(d["x"]):
-        out.append(d["wl"])
-    return out
+    # one weight per list broadcasts per list (by structure, as awkward), also when
+    # the number of lists equals the number of elements
+    return [None, d["w"], d["wl"]]
 
 
 # --- hypothesis: awkward parity ----------------------------------------------------

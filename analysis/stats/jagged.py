@@ -487,7 +487,7 @@ def group(
         axis = int(axis)
     filled = ak.fill_none(base, -1, axis=-1)
     index = [None if p is None else _flat(ak.fill_none(p, -1, axis=-1)) for p in masked]
-    ok = index[0] >= 0
+    ok = np.logical_and.reduce([i >= 0 for i in index if i is not None])
     n = ok.shape[0]
     template = ak.count(base, axis=axis, keepdims=keepdims, mask_identity=mask_identity)
     posaxis = None if axis is None else (axis if axis >= 0 else depth + axis)

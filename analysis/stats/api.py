@@ -1,37 +1,42 @@
 """Differentiable weighted statistics with awkward's API (``ak.mean``, ``ak.var``, ...).
 
-Every function takes the data positionally and options by keyword:
-``f(x, [y,] weight=None, ..., axis=None)``.
+Every function takes the data positionally and options by keyword, with awkward's
+signatures: ``f(x, [y | n,] weight=None, [ddof=0,] axis=None, *, keepdims=False,
+mask_identity=False, highlevel=True, behavior=None, attrs=None)``. ``skew``,
+``kurtosis`` and ``central_moment`` (not in awkward) take the same keywords.
 
-Inputs (``x``, ``y``, ``weight``) may be
+Three kinds of input, three kinds of result:
 
-* an awkward Array (numpy or JAX backend), flat or with one level of lists
-  (``events.Jet.pt``, also after event masking; fields of ``Momentum4D`` records);
-* a 1-D numpy or JAX array (flat data);
-* a :class:`~analysis.stats.jagged.Jagged` (what ``jax.jit``-compiled code uses).
+* **awkward Arrays and Python lists** (numpy or JAX backend; any depth, option
+  types, regular dimensions): awkward's semantics and awkward's results. ``weight``
+  and ``y`` broadcast against ``x`` as awkward broadcasts ``x * weight`` (decided by
+  structure: a flat array with one weight per event is per list, whatever the
+  counts); a None in x, y or weight masks that element; ``axis`` is any valid axis
+  (negative from the innermost; a non-innermost axis combines position by
+  position: leading jet, second jet, ...); empty groups give NaN, or None with
+  ``mask_identity=True``; ``keepdims`` keeps a length-1 dimension. The result is an
+  awkward Array of float64 (``LinearFit`` records for ``linear_fit``), or a scalar
+  for ``axis=None`` (``np.float64``, None, or an ``ak.Record``). On awkward's JAX
+  backend the numbers stay JAX (tracers under ``jax.grad``): the structure is worked
+  out by awkward on the element *positions*, the numbers are only gathered, so
+  gradients flow to the input and from the awkward result (``ak.to_jax``).
+* **numpy and JAX arrays** (any shape; axes as numpy): float64 JAX arrays, shaped
+  as numpy's results (NaN for empty groups); ``linear_fit`` gives a
+  :class:`LinearFit` NamedTuple (a pytree).
+* **Jagged** (:mod:`analysis.stats.jagged`): the ``jax.jit``/``jax.grad`` path for
+  one level of lists, where an awkward Array cannot live. ``axis`` is None, 1 or -1;
+  a flat ``weight`` or ``y`` is per element (aligned with ``x.values``; per-list
+  weights via ``x.expand(w)``); results are JAX arrays (NaN, never None).
 
-Everything is upcast to float64 (float32 NanoAOD included) and the results are
-float64 JAX arrays.
-
-``axis=None`` reduces over all elements and returns a scalar (0-d array); ``axis=1``
-(or ``-1``) needs lists and returns one value per list. For flat input ``axis=0`` and
-``axis=-1`` mean all elements (as in awkward); ``axis=1`` is an error. An empty
-selection (zero total weight, an empty list, no elements) gives NaN, with a zero
-(finite) gradient.
-
-Weights are expected non-negative (they may be traced, e.g. soft cuts
-``jax.nn.sigmoid((pt - theta) / width)``); given per element, as a scalar, or per
-list (a flat array whose length is the number of lists and differs from the number
-of elements is broadcast to the elements of each list). Statistics are those of
-awkward: population normalisation by ``W = sum w`` (``var``: ``M2 / (W - ddof)``).
-
-Undefined results are NaN (with zero gradient), never ``inf`` or rounding noise:
-zero total weight; ``var``/``std`` with ``ddof > 0`` where ``W <= ddof``; ``skew``,
-``kurtosis``, ``corr`` and every field of ``linear_fit`` where the data are constant
-up to rounding (scipy's rule ``m2 <= (eps * mean)**2``). Elsewhere the values are
-awkward's to ~1e-12 relative. (Where they differ: awkward gives ``inf`` for some
-``linear_fit`` fields of a degenerate fit, noise or negative variances for
-``W <= ddof``, and noise for single-point correlations with non-dyadic weights.)
+A scalar ``weight`` (a Python number or a 0-d array) is accepted with any input
+(awkward refuses it). Everything is computed in float64 (float32 NanoAOD is upcast
+before any product). Undefined results are NaN with a zero (finite) gradient, never
+``inf`` or rounding noise: zero total weight; ``var``/``std`` with ``ddof > 0`` where
+``W <= ddof``; ``skew``, ``kurtosis``, ``corr`` and every field of ``linear_fit``
+where the data are constant up to rounding (scipy's rule ``m2 <= (eps * mean)**2``).
+Infinities and NaN propagate as in numpy (``mean([1, inf]) = inf``, ``var = nan``).
+Elsewhere the values are awkward's to ~1e-12 relative; the deliberate differences
+are listed in the project README (statistics section).
 XLA on CPU flushes subnormal numbers (< 2.2e-308) to zero.
 
 Precision: central moments use the corrected two-pass algorithm of

@@ -16,6 +16,13 @@ and IndexedArray layouts) into a :class:`Jagged`. On awkward's JAX backend the d
 buffer may be a tracer (inside ``jax.grad``): it is only gathered, so gradients flow
 back to the awkward array. Index buffers are concrete (awkward keeps them out of the
 pytree leaves), and are read with numpy.
+
+For awkward inputs of any structure (option types, any depth, regular dimensions)
+:func:`shadow`, :func:`group` and :func:`rebuild` let awkward itself decide
+broadcasting, missing values and the grouping of any ``axis``, on the *positions*
+of the elements; the numbers (numpy, JAX or tracers) are gathered by position and
+reduced by the JAX kernels, and the results are put back into awkward's result
+structure (see :mod:`analysis.stats.api`).
 """
 
 from __future__ import annotations
@@ -68,7 +75,9 @@ class Jagged:
     ``offsets[-1] == len(values)``, non-decreasing. List ``i`` is
     ``values[offsets[i]:offsets[i + 1]]``. Zero lists: ``offsets == [0]``.
 
-    Checks are made in Python when the arrays are concrete (not under tracing).
+    Flat weights (and ``y``) given with a ``Jagged`` are per element, aligned with
+    ``values``; one weight per list is passed as ``x.expand(w)`` (never guessed from
+    lengths). Checks are made in Python when the arrays are concrete (not under tracing).
     Differentiate with respect to ``values`` (e.g. ``jax.grad(lambda v:
     stats.mean(pt.with_values(v)))(pt.values)``): ``offsets`` is an integer leaf, so
     ``jax.grad`` of a whole ``Jagged`` needs ``allow_int=True``.

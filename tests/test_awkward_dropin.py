@@ -355,3 +355,28 @@ def test_weight_gradient_through_awkward_structure() -> None:
     fd = [(f(w + e[i]) - f(w - e[i])) / 2e-6 for i in range(4)]
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-9)
     assert np.all(np.isfinite(g))
+
+
+def test_jit_paths_keep_working() -> None:
+    """Jagged (one level of lists) and JAX arrays of any shape under jit and grad."""
+    pt = stats.from_awkward(ak.Array([[50.0, 30.0, 20.0], [], [40.0], [60.0, 25.0]]))
+
+    @jax.jit
+    def per_event(c: jax.Array) -> jax.Array:
+        w = jax.nn.sigmoid((pt.values - c) / 5.0)
+        return stats.mean(pt, weight=w, axis=1, keepdims=True)
+
+    out = per_event(jnp.float64(30.0))
+    assert out.shape == (4, 1) and math.isnan(out[1, 0])
+    assert stats.mean(pt, keepdims=True).shape == (1, 1)
+    assert stats.mean(pt.values, keepdims=True).shape == (1,)
+    grid = jnp.arange(12.0).reshape(3, 4) ** 1.5
+
+    def f(a: jax.Array) -> jax.Array:
+        return jnp.sum(stats.std(a, axis=0))
+
+    assert jax.jit(f)(grid) == pytest.approx(float(np.sum(np.std(np.asarray(grid), axis=0))))
+    g = jax.jit(jax.grad(f))(grid)
+    e = np.zeros((3, 4))
+    e[1, 2] = 1e-6
+    assert g[1, 2] == pytest.approx(float((f(grid + e) - f(grid - e)) / 2e-6), rel=1e-6)

@@ -380,3 +380,21 @@ def test_jit_paths_keep_working() -> None:
     e = np.zeros((3, 4))
     e[1, 2] = 1e-6
     assert g[1, 2] == pytest.approx(float((f(grid + e) - f(grid - e)) / 2e-6), rel=1e-6)
+
+
+def test_documented_differences() -> None:
+    """The README's table: where we differ from awkward, on purpose."""
+    # None in only one variable: the pair is dropped (awkward: covar([0], [None]) = 0)
+    assert math.isnan(stats.covar(ak.Array([0.0]), ak.Array([None, 1.0])[:1]))
+    x, y = ak.Array([[1.0, 2.0, 4.0]]), ak.Array([[3.0, None, 1.0]])
+    both = ak.Array([[1.0, 4.0]]), ak.Array([[3.0, 1.0]])
+    assert stats.covar(x, y, axis=1).to_list() == ak.covar(*both, axis=1).to_list()
+    # an empty axis=None reduction with mask_identity=True is None (awkward: TypeError)
+    assert stats.moment(ak.Array(np.zeros(0)), 2, mask_identity=True) is None
+    # undefined fits: every field NaN (awkward: inf in some)
+    fit = stats.linear_fit(ak.Array([2.0]), ak.Array([3.0]))
+    assert all(math.isnan(fit[f]) for f in fit.fields)
+    # ddof beyond the total weight: NaN (awkward: inf or a negative variance)
+    assert math.isnan(stats.var(ak.Array([2.0]), ddof=1))
+    # a scalar weight is accepted
+    assert stats.mean(ak.Array([[1.0], [3.0]]), weight=2.5) == 2.0

@@ -398,3 +398,15 @@ def test_documented_differences() -> None:
     assert math.isnan(stats.var(ak.Array([2.0]), ddof=1))
     # a scalar weight is accepted
     assert stats.mean(ak.Array([[1.0], [3.0]]), weight=2.5) == 2.0
+
+
+def test_named_axes() -> None:
+    x = ak.with_named_axis(ak.Array([[1.0, 2.0], [3.0], [4.0, 5.0, 6.0]]), ("events", "jets"))
+    for axis in ("events", "jets"):
+        for keepdims in (False, True):
+            ours = stats.var(x, axis=axis, keepdims=keepdims)
+            ref = ak.var(x, axis=axis, keepdims=keepdims)
+            assert_like_awkward(ours, ref, 40)
+            assert ours.named_axis == ref.named_axis
+    with pytest.raises(ValueError, match="'muons' is not a named axis"):
+        stats.mean(x, axis="muons")

@@ -549,17 +549,20 @@ def _finish(stat: str, out: Any, st: _Structured, opts: _Options, x: Any) -> Any
         )
     else:
         layout = _jag.rebuild(flat, template, backend=st.backend, missing=missing)
-    return _wrap(layout, opts, x) if opts.highlevel else layout
+    return _wrap(layout, opts, x, template.attrs) if opts.highlevel else layout
 
 
-def _wrap(layout: Any, opts: _Options, x: Any) -> Any:
+def _wrap(layout: Any, opts: _Options, x: Any, attrs: Any = None) -> Any:
+    """Highlevel result: the caller's ``behavior``/``attrs``, else those of ``x``
+    (``attrs``: of the result structure, which holds awkward's named axes)."""
     import awkward as ak
 
     behavior = opts.behavior if opts.behavior is not None else getattr(x, "behavior", None)
-    attrs = opts.attrs if opts.attrs is not None else getattr(x, "attrs", None)
-    if isinstance(x, ak.Array) and opts.attrs is None:
-        attrs = x.attrs or None
-    return ak.Array(layout, behavior=behavior, attrs=attrs)
+    if opts.attrs is not None:
+        attrs = opts.attrs
+    elif attrs is None and isinstance(x, ak.Array):
+        attrs = x.attrs
+    return ak.Array(layout, behavior=behavior, attrs=dict(attrs) if attrs else None)
 
 
 def _compute(

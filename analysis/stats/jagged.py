@@ -436,7 +436,9 @@ def shadow(obj: Any, name: str) -> Shadow:
     leaves: list[Any] = []
     pos = _shadow_layout(layout, name, leaves)
     (data,) = leaves
-    return Shadow(ak.Array(pos), data.reshape(-1), True)
+    # attrs carry awkward's named axes: the grouping resolves them like awkward
+    attrs = obj.attrs if isinstance(obj, ak.Array) and obj.attrs else None
+    return Shadow(ak.Array(pos, attrs=attrs), data.reshape(-1), True)
 
 
 class Grouping(NamedTuple):
@@ -506,6 +508,12 @@ def group(
     masked = [None if p is None else next(it) for p in positions]
     base = masked[0]
     depth = base.layout.purelist_depth
+    named = axis  # what ak.count gets: a named axis keeps awkward's named-axis result
+    if isinstance(axis, str):
+        names = base.named_axis
+        if axis not in names:
+            raise ValueError(f"{func}: axis: {axis!r} is not a named axis of x ({names})")
+        axis = names[axis]
     if axis is not None:
         if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
             raise TypeError(f"{func}: axis: expected None or an integer, found {axis!r}")
@@ -519,7 +527,7 @@ def group(
     index = [None if p is None else _flat(ak.fill_none(p, -1, axis=-1)) for p in masked]
     ok = np.logical_and.reduce([i >= 0 for i in index if i is not None])
     n = ok.shape[0]
-    template = ak.count(base, axis=axis, keepdims=keepdims, mask_identity=mask_identity)
+    template = ak.count(base, axis=named, keepdims=keepdims, mask_identity=mask_identity)
     posaxis = None if axis is None else (axis if axis >= 0 else depth + axis)
     if posaxis is None:
         seg, num = None, 1

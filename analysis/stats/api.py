@@ -454,9 +454,6 @@ def _with_keepdims(out: Any, p: _Prepared, keepdims: bool) -> Any:
 
 # --- awkward structure (any axis, options, broadcasting) ----------------------------
 
-_MEAN_FAMILY = ("mean", "var", "std", "skew", "kurtosis")
-
-
 class _Structured(NamedTuple):
     prepared: _Prepared
     grouping: _jag.Grouping

@@ -410,3 +410,34 @@ def test_named_axes() -> None:
             assert ours.named_axis == ref.named_axis
     with pytest.raises(ValueError, match="'muons' is not a named axis"):
         stats.mean(x, axis="muons")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(bivariate=True))
+def test_jax_backend_gives_the_numpy_backend_results(case: dict[str, Any]) -> None:
+    """Results on awkward's JAX backend: JAX-backed, same structure, type and numbers."""
+    x, y, kw = case["x"], case["y"], _kw(case)
+    if isinstance(kw["weight"], ak.Array):
+        kw["weight"] = _jax_backend(kw["weight"])
+    xj, yj = _jax_backend(x), _jax_backend(y)
+    np_kw = {**kw, "weight": case["weight"]}
+    for ours, ref in [
+        (stats.std(xj, **kw), stats.std(x, **np_kw)),
+        (stats.corr(xj, yj, **kw), stats.corr(x, y, **np_kw)),
+    ]:
+        if isinstance(ref, ak.Array):
+            assert ak.backend(ours) == "jax"
+            ours = ak.to_backend(ours, "cpu")
+        assert_like_awkward(ours if ours is None or isinstance(ours, ak.Array) else float(ours), ref)
+
+
+def test_regular_dimensions_every_keyword() -> None:
+    rng = np.random.default_rng(5)
+    cube = np.round(rng.normal(size=(3, 4, 2)) * 8) / 8
+    for x in (ak.Array(cube), ak.to_regular(ak.Array(cube.tolist()), axis=None)):
+        for axis in (None, 0, 1, 2, -1, -2):
+            for keepdims in (False, True):
+                for mi in (False, True):
+                    kw = {"axis": axis, "keepdims": keepdims, "mask_identity": mi}
+                    assert_like_awkward(stats.mean(x, **kw), ak.mean(x, **kw), 10)
+                    assert_like_awkward(stats.covar(x, x, **kw), ak.covar(x, x, **kw), 100)

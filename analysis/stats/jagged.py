@@ -436,6 +436,8 @@ def shadow(obj: Any, name: str) -> Shadow:
     leaves: list[Any] = []
     pos = _shadow_layout(layout, name, leaves)
     (data,) = leaves
+    if backend == "jax" and not isinstance(data, jax.Array):  # EmptyArray: no buffer
+        data = jnp.asarray(data)
     # attrs carry awkward's named axes: the grouping resolves them like awkward
     attrs = obj.attrs if isinstance(obj, ak.Array) and obj.attrs else None
     return Shadow(ak.Array(pos, attrs=attrs), data.reshape(-1), True)

@@ -441,3 +441,14 @@ def test_regular_dimensions_every_keyword() -> None:
                     kw = {"axis": axis, "keepdims": keepdims, "mask_identity": mi}
                     assert_like_awkward(stats.mean(x, **kw), ak.mean(x, **kw), 10)
                     assert_like_awkward(stats.covar(x, x, **kw), ak.covar(x, x, **kw), 100)
+
+
+def test_typetracer_gives_awkward_types() -> None:
+    """dask-awkward builds graphs on typetracers: types, no numbers."""
+    x = ak.Array([[1.0, 2.0], [], [3.0]], backend="typetracer")
+    for ours, ref in [
+        (stats.mean(x, axis=1), ak.mean(x, axis=1)),
+        (stats.skew(x, axis=0, keepdims=True), ak.var(x, axis=0, keepdims=True)),
+        (stats.linear_fit(x, x, axis=1), ak.linear_fit(x, x, axis=1)),
+    ]:
+        assert ak.backend(ours) == "typetracer" and str(ours.type) == str(ref.type)

@@ -54,6 +54,7 @@ import numbers
 from functools import partial
 from typing import Any, NamedTuple
 
+import awkward as ak
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,6 +86,12 @@ __all__ = [
 ]
 
 Array = jax.Array
+
+# awkward's functions as imported (kept even if ``ak.mean`` etc. are replaced by ours)
+_AWKWARD = {
+    name: getattr(ak.operations, name)
+    for name in ("mean", "var", "std", "moment", "covar", "corr", "linear_fit")
+}
 
 
 class LinearFit(NamedTuple):
@@ -509,7 +516,6 @@ def _scalar_result(value: Any, backend: str) -> Any:
 def _finish(stat: str, out: Any, st: _Structured, opts: _Options, x: Any) -> Any:
     """Results in awkward's form: awkward Arrays (or scalars) for awkward inputs,
     JAX arrays shaped like numpy's results for numpy/JAX inputs."""
-    import awkward as ak
 
     g = st.grouping
     # jitted kernels return dicts with sorted keys: awkward's field order explicitly
@@ -552,7 +558,6 @@ def _finish(stat: str, out: Any, st: _Structured, opts: _Options, x: Any) -> Any
 def _wrap(layout: Any, opts: _Options, x: Any, attrs: Any = None) -> Any:
     """Highlevel result: the caller's ``behavior``/``attrs``, else those of ``x``
     (``attrs``: of the result structure, which holds awkward's named axes)."""
-    import awkward as ak
 
     behavior = opts.behavior if opts.behavior is not None else getattr(x, "behavior", None)
     if opts.attrs is not None:
@@ -560,6 +565,29 @@ def _wrap(layout: Any, opts: _Options, x: Any, attrs: Any = None) -> Any:
     elif attrs is None and isinstance(x, ak.Array):
         attrs = x.attrs
     return ak.Array(layout, behavior=behavior, attrs=dict(attrs) if attrs else None)
+
+
+def _typetracer(*objs: Any) -> bool:
+
+    return any(_is_awkward(o) and ak.backend(o) == "typetracer" for o in objs)
+
+
+def _awkward_types(
+    stat: str, x: Any, y: Any, weight: Any, axis: Any, opts: _Options, ddof: float, order: Any
+) -> Any:
+    """Typetracer inputs (dask-awkward's graph building) carry types, no numbers:
+    awkward's own function gives the result type (ours: that of ``ak.var``)."""
+    func = _AWKWARD.get(stat) or _AWKWARD["var"]
+    kw = dict(opts._asdict())
+    if stat in ("covar", "corr", "linear_fit"):
+        return func(x, y, weight, axis, **kw)
+    if stat == "moment":
+        return func(x, order, weight, axis, **kw)
+    if stat in ("var", "std"):
+        return func(x, weight, ddof, axis, **kw)
+    if func is _AWKWARD["var"]:
+        return func(x, weight, 0, axis, **kw)
+    return func(x, weight, axis, **kw)
 
 
 def _compute(
@@ -578,6 +606,8 @@ def _compute(
         out = _kernel(stat, p, ddof, order)
         out = LinearFit(**out) if stat == "linear_fit" else out
         return _with_keepdims(out, p, opts.keepdims)
+    if _typetracer(x, y, weight):
+        return _awkward_types(stat, x, y, weight, axis, opts, ddof, order)
     st = _structure(x, y, weight, axis, opts.keepdims, opts.mask_identity, stat)
     return _finish(stat, _kernel(stat, st.prepared, ddof, order), st, opts, x)
 

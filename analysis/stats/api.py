@@ -20,6 +20,8 @@ Three kinds of input, three kinds of result:
   backend the numbers stay JAX (tracers under ``jax.grad``): the structure is worked
   out by awkward on the element *positions*, the numbers are only gathered, so
   gradients flow to the input and from the awkward result (``ak.to_jax``).
+  ``axis`` may be one of awkward's named axes; typetracer inputs (dask-awkward)
+  get awkward's own result types.
 * **numpy and JAX arrays** (any shape; axes as numpy): float64 JAX arrays, shaped
   as numpy's results (NaN for empty groups); ``linear_fit`` gives a
   :class:`LinearFit` NamedTuple (a pytree).

@@ -89,7 +89,8 @@ STATISTICS: dict[str, Callable[[ak.Array], object]] = {
     "covar": lambda j: stats.covar(j.pt, j.eta),
     "corr": lambda j: stats.corr(j.pt, j.eta),
     "linear_fit": lambda j: stats.linear_fit(j.pt, j.eta).slope * 1e3,
-    "var_per_event": lambda j: jax.numpy.sum(stats.var(j.pt, axis=1)),
+    # awkward inputs give awkward results: ak.to_jax (differentiable) before jnp.sum
+    "var_per_event": lambda j: jax.numpy.sum(ak.to_jax(stats.var(j.pt, axis=1))),
 }
 
 

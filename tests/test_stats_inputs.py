@@ -71,16 +71,24 @@ def test_weights_per_element_per_list_and_scalar() -> None:
     x = Jagged(FLAT, OFFSETS)
     per_list = np.array([1.0, 2.0, 0.5, 3.0, 0.25])
     broadcast = np.repeat(per_list, COUNTS)
+    # a Jagged takes per-list weights explicitly (x.expand), awkward by structure
     np.testing.assert_allclose(
-        stats.var(x, weight=per_list, axis=1), stats.var(x, weight=broadcast, axis=1), rtol=1e-15
+        stats.var(x, weight=x.expand(per_list), axis=1),
+        stats.var(x, weight=broadcast, axis=1),
+        rtol=1e-15,
     )
-    np.testing.assert_allclose(stats.mean(x, weight=per_list), stats.mean(x, weight=broadcast))
+    np.testing.assert_allclose(
+        stats.mean(x, weight=x.expand(per_list)), stats.mean(x, weight=broadcast)
+    )
+    np.testing.assert_allclose(
+        stats.mean(ak.Array(LISTS), weight=per_list), stats.mean(x, weight=broadcast)
+    )
     jagged_w = ak.unflatten(broadcast, COUNTS)
     np.testing.assert_allclose(stats.mean(x, weight=jagged_w), stats.mean(x, weight=broadcast))
     np.testing.assert_allclose(stats.mean(x, weight=2.5), stats.mean(x), rtol=1e-15)
     # awkward agrees on the per-list broadcast
     np.testing.assert_allclose(
-        stats.mean(x, weight=per_list, axis=1),
+        stats.mean(ak.Array(LISTS), weight=ak.Array(per_list), axis=1),
         ak.to_numpy(
             ak.fill_none(ak.mean(ak.Array(LISTS), weight=ak.Array(per_list), axis=1), np.nan)
         ),
@@ -94,8 +102,8 @@ def test_empty_inputs() -> None:
     assert np.isnan(stats.var(empty_lists))
     all_empty = ak.Array([[], [], []])
     np.testing.assert_array_equal(np.isnan(stats.mean(all_empty, axis=1)), [True] * 3)
-    fit = stats.linear_fit(all_empty, all_empty, axis=1)
-    assert all(v.shape == (3,) and np.all(np.isnan(v)) for v in fit)
+    fit = stats.linear_fit(all_empty, all_empty, axis=1)  # awkward's LinearFit records
+    assert all(len(fit[f]) == 3 and np.all(np.isnan(ak.to_numpy(fit[f]))) for f in fit.fields)
 
 
 def test_linear_fit_record() -> None:
@@ -132,12 +140,26 @@ def test_jagged_container() -> None:
             ValueError,
             r"axis=1 needs lists .* x is flat \(10 elements\)",
         ),
-        (lambda: stats.mean(ak.Array(LISTS), axis=0), ValueError, "axis=0 .* not supported"),
-        (lambda: stats.mean(FLAT, axis=2), ValueError, "axis: expected None, 0, 1 or -1"),
+        (lambda: stats.mean(Jagged(FLAT, OFFSETS), axis=0), ValueError, "axis=0 .* Jagged"),
+        (
+            lambda: stats.mean(FLAT, axis=2),
+            ValueError,
+            r"axis: expected None or an integer in \[-1, 0\] for x of depth 1, found 2",
+        ),
         (
             lambda: stats.mean(Jagged(FLAT, OFFSETS), weight=np.ones(7)),
             ValueError,
-            r"weight: expected 10 values \(one per element\) or 5 \(one per list\), found 7",
+            r"weight: expected 10 values \(one per element\), found 7",
+        ),
+        (
+            lambda: stats.mean(Jagged(FLAT, OFFSETS), weight=np.ones(5)),
+            ValueError,
+            r"found 5; for one weight per list \(5\) pass x.expand\(weight\)",
+        ),
+        (
+            lambda: stats.mean(ak.Array(LISTS), weight=np.ones(7)),
+            ValueError,
+            "cannot broadcast the inputs",
         ),
         (
             lambda: stats.mean(FLAT, weight=np.ones(3)),
@@ -148,16 +170,13 @@ def test_jagged_container() -> None:
         (
             lambda: stats.covar(ak.Array(LISTS), ak.Array(LISTS[::-1])),
             ValueError,
-            "list 0 has 3 elements in x and 4 in y",
+            "covar: cannot broadcast the inputs to one structure",
         ),
         (
             lambda: stats.mean(ak.zip({"a": ak.Array(LISTS)})),
             TypeError,
             r"found records with fields \(a\)",
         ),
-        (lambda: stats.mean(ak.Array([[1.0, None], [2.0]])), TypeError, "missing values"),
-        (lambda: stats.mean(ak.Array([[[1.0]], [[2.0]]])), ValueError, "at most one level"),
-        (lambda: stats.mean(np.ones((3, 2))), ValueError, r"expected a 1-D array .* \(3, 2\)"),
         (lambda: stats.mean(np.ones(3, complex)), TypeError, "expected real numbers"),
         (lambda: stats.mean("abc"), TypeError, "found str"),
         (lambda: stats.moment(FLAT, 1.5), TypeError, "n: expected an integer order"),

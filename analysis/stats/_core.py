@@ -103,6 +103,12 @@ def _drop_rounding_residue(m2: Array, subtracted: Array) -> Array:
     return jnp.where(residue, 0.0, m2)
 
 
+def _undefined_if_infinite(m: Array, center: Array) -> Array:
+    """NaN where the mean is inf or NaN: deviations from an infinite mean are undefined
+    (numpy and awkward give NaN for the variance of ``[1, inf]``)."""
+    return jnp.where(jnp.isfinite(center), m, jnp.nan)
+
+
 def _expand(a: Array, segment_ids: Array | None) -> Array:
     return a if segment_ids is None else a[segment_ids]
 
@@ -115,7 +121,12 @@ def _centre(
     ``r = sum w d / W`` so that the exact mean is ``c + r`` (corrected two-pass)."""
     sumw = _reduce(w, segment_ids, num_segments)
     center = jax.lax.stop_gradient(safe_div(_reduce(w * x, segment_ids, num_segments), sumw, 0.0))
-    d = x - _expand(center, segment_ids)
+    # An infinite or NaN element makes the plain mean inf or NaN (as in numpy and
+    # awkward): keep that as the centre and no correction (x - inf would be NaN).
+    # The deviations are set to 0 there (double where: no NaN gradient elsewhere).
+    finite = jnp.isfinite(center)
+    d = x - _expand(jnp.where(finite, center, 0.0), segment_ids)
+    d = jnp.where(_expand(finite, segment_ids), d, 0.0)
     r = safe_div(_reduce(w * d, segment_ids, num_segments), sumw, 0.0)
     return sumw, center, d, r
 
@@ -142,9 +153,9 @@ def moments(
         sumw,
         center,
         r,
-        _drop_rounding_residue(s2 - sumw * r2, sumw * r2),
-        s3 - 3.0 * r * s2 + 2.0 * sumw * r2 * r,
-        s4 - 4.0 * r * s3 + 6.0 * r2 * s2 - 3.0 * sumw * r2 * r2,
+        _undefined_if_infinite(_drop_rounding_residue(s2 - sumw * r2, sumw * r2), center),
+        _undefined_if_infinite(s3 - 3.0 * r * s2 + 2.0 * sumw * r2 * r, center),
+        _undefined_if_infinite(s4 - 4.0 * r * s3 + 6.0 * r2 * s2 - 3.0 * sumw * r2 * r2, center),
     )
 
 
@@ -168,9 +179,9 @@ def comoments(
         rx,
         cy,
         ry,
-        _drop_rounding_residue(sxx - sumw * rx * rx, sumw * rx * rx),
-        _drop_rounding_residue(syy - sumw * ry * ry, sumw * ry * ry),
-        sxy - sumw * rx * ry,
+        _undefined_if_infinite(_drop_rounding_residue(sxx - sumw * rx * rx, sumw * rx * rx), cx),
+        _undefined_if_infinite(_drop_rounding_residue(syy - sumw * ry * ry, sumw * ry * ry), cy),
+        _undefined_if_infinite(_undefined_if_infinite(sxy - sumw * rx * ry, cx), cy),
     )
 
 
@@ -187,12 +198,12 @@ def central_moment_sum(
     """
     from math import comb
 
-    sumw, _, d, r = _centre(x, w, segment_ids, num_segments)
+    sumw, center, d, r = _centre(x, w, segment_ids, num_segments)
     total = 0.0
     for k in range(n + 1):
         sk = sumw if k == 0 else _reduce(w * d**k, segment_ids, num_segments)
         total = total + comb(n, k) * sk * (-r) ** (n - k)
-    return sumw, total
+    return sumw, total if n == 0 else _undefined_if_infinite(total, center)
 
 
 # --- statistics from states -------------------------------------------------------

@@ -1,37 +1,44 @@
 """Differentiable weighted statistics with awkward's API (``ak.mean``, ``ak.var``, ...).
 
-Every function takes the data positionally and options by keyword:
-``f(x, [y,] weight=None, ..., axis=None)``.
+Every function takes the data positionally and options by keyword, with awkward's
+signatures: ``f(x, [y | n,] weight=None, [ddof=0,] axis=None, *, keepdims=False,
+mask_identity=False, highlevel=True, behavior=None, attrs=None)``. ``skew``,
+``kurtosis`` and ``central_moment`` (not in awkward) take the same keywords.
 
-Inputs (``x``, ``y``, ``weight``) may be
+Three kinds of input, three kinds of result:
 
-* an awkward Array (numpy or JAX backend), flat or with one level of lists
-  (``events.Jet.pt``, also after event masking; fields of ``Momentum4D`` records);
-* a 1-D numpy or JAX array (flat data);
-* a :class:`~analysis.stats.jagged.Jagged` (what ``jax.jit``-compiled code uses).
+* **awkward Arrays and Python lists** (numpy or JAX backend; any depth, option
+  types, regular dimensions): awkward's semantics and awkward's results. ``weight``
+  and ``y`` broadcast against ``x`` as awkward broadcasts ``x * weight`` (decided by
+  structure: a flat array with one weight per event is per list, whatever the
+  counts); a None in x, y or weight masks that element; ``axis`` is any valid axis
+  (negative from the innermost; a non-innermost axis combines position by
+  position: leading jet, second jet, ...); empty groups give NaN, or None with
+  ``mask_identity=True``; ``keepdims`` keeps a length-1 dimension. The result is an
+  awkward Array of float64 (``LinearFit`` records for ``linear_fit``), or a scalar
+  for ``axis=None`` (``np.float64``, None, or an ``ak.Record``). On awkward's JAX
+  backend the numbers stay JAX (tracers under ``jax.grad``): the structure is worked
+  out by awkward on the element *positions*, the numbers are only gathered, so
+  gradients flow to the input and from the awkward result (``ak.to_jax``).
+  ``axis`` may be one of awkward's named axes; typetracer inputs (dask-awkward)
+  get awkward's own result types.
+* **numpy and JAX arrays** (any shape; axes as numpy): float64 JAX arrays, shaped
+  as numpy's results (NaN for empty groups); ``linear_fit`` gives a
+  :class:`LinearFit` NamedTuple (a pytree).
+* **Jagged** (:mod:`analysis.stats.jagged`): the ``jax.jit``/``jax.grad`` path for
+  one level of lists, where an awkward Array cannot live. ``axis`` is None, 1 or -1;
+  a flat ``weight`` or ``y`` is per element (aligned with ``x.values``; per-list
+  weights via ``x.expand(w)``); results are JAX arrays (NaN, never None).
 
-Everything is upcast to float64 (float32 NanoAOD included) and the results are
-float64 JAX arrays.
-
-``axis=None`` reduces over all elements and returns a scalar (0-d array); ``axis=1``
-(or ``-1``) needs lists and returns one value per list. For flat input ``axis=0`` and
-``axis=-1`` mean all elements (as in awkward); ``axis=1`` is an error. An empty
-selection (zero total weight, an empty list, no elements) gives NaN, with a zero
-(finite) gradient.
-
-Weights are expected non-negative (they may be traced, e.g. soft cuts
-``jax.nn.sigmoid((pt - theta) / width)``); given per element, as a scalar, or per
-list (a flat array whose length is the number of lists and differs from the number
-of elements is broadcast to the elements of each list). Statistics are those of
-awkward: population normalisation by ``W = sum w`` (``var``: ``M2 / (W - ddof)``).
-
-Undefined results are NaN (with zero gradient), never ``inf`` or rounding noise:
-zero total weight; ``var``/``std`` with ``ddof > 0`` where ``W <= ddof``; ``skew``,
-``kurtosis``, ``corr`` and every field of ``linear_fit`` where the data are constant
-up to rounding (scipy's rule ``m2 <= (eps * mean)**2``). Elsewhere the values are
-awkward's to ~1e-12 relative. (Where they differ: awkward gives ``inf`` for some
-``linear_fit`` fields of a degenerate fit, noise or negative variances for
-``W <= ddof``, and noise for single-point correlations with non-dyadic weights.)
+A scalar ``weight`` (a Python number or a 0-d array) is accepted with any input
+(awkward refuses it). Everything is computed in float64 (float32 NanoAOD is upcast
+before any product). Undefined results are NaN with a zero (finite) gradient, never
+``inf`` or rounding noise: zero total weight; ``var``/``std`` with ``ddof > 0`` where
+``W <= ddof``; ``skew``, ``kurtosis``, ``corr`` and every field of ``linear_fit``
+where the data are constant up to rounding (scipy's rule ``m2 <= (eps * mean)**2``).
+Infinities and NaN propagate as in numpy (``mean([1, inf]) = inf``, ``var = nan``).
+Elsewhere the values are awkward's to ~1e-12 relative; the deliberate differences
+are listed in the project README (statistics section).
 XLA on CPU flushes subnormal numbers (< 2.2e-308) to zero.
 
 Precision: central moments use the corrected two-pass algorithm of
@@ -49,11 +56,13 @@ import numbers
 from functools import partial
 from typing import Any, NamedTuple
 
+import awkward as ak
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from analysis.stats import _core
+from analysis.stats import jagged as _jag
 from analysis.stats.jagged import (
     Jagged,
     _is_awkward,
@@ -79,6 +88,12 @@ __all__ = [
 ]
 
 Array = jax.Array
+
+# awkward's functions as imported (kept even if ``ak.mean`` etc. are replaced by ours)
+_AWKWARD = {
+    name: getattr(ak.operations, name)
+    for name in ("mean", "var", "std", "moment", "covar", "corr", "linear_fit")
+}
 
 
 class LinearFit(NamedTuple):
@@ -150,10 +165,6 @@ def _f64(a: Any) -> Any:
     return np.asarray(a, dtype=np.float64)
 
 
-def _take(a: Any, index: Any) -> Any:
-    return jnp.asarray(a)[index] if _traced(a, index) else a[index]
-
-
 def _check_same_lists(a: _Parts, b: _Parts, name: str) -> None:
     """``b`` (named ``name``) must have the lists of ``a`` (``x``)."""
     na, nb = a.offsets.shape[0] - 1, b.offsets.shape[0] - 1
@@ -180,6 +191,7 @@ class _Prepared(NamedTuple):
     w: Array  # float64 weights, one per element
     segment_ids: Array | None  # set for per-list results
     num_segments: int | None
+    jagged: bool = False  # x had lists (axis=None with keepdims gives shape (1, 1))
 
 
 def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
@@ -198,8 +210,8 @@ def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
         )
     if jagged and axis == 0:
         raise ValueError(
-            f"{func}: axis=0 (across lists, position by position) is not supported; "
-            "use axis=None (all elements) or axis=1 (one value per list)"
+            f"{func}: axis=0 (across lists, position by position) is not supported for a "
+            "Jagged; pass an awkward Array (e.g. x.to_awkward()), or use axis=None or axis=1"
         )
     per_list = jagged and axis in (1, -1)
     num_lists = px.offsets.shape[0] - 1 if jagged else None
@@ -240,20 +252,24 @@ def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
             _check_same_lists(px, pw, "weight")
             w = _f64(pw.values)
         else:
+            # A flat weight is per element (aligned with the flat values), never
+            # guessed from its length: with as many lists as elements that guess
+            # would silently take per-list weights per element.
             m = pw.values.shape[0]
-            if m == n:
-                w = _f64(pw.values)
-            elif jagged and m == num_lists:
-                w = _take(_f64(pw.values), segment_ids())
-            else:
-                per_list_hint = f" or {num_lists} (one per list)" if jagged else ""
+            if m != n:
+                hint = ""
+                if jagged:
+                    hint = (
+                        f"; for one weight per list ({num_lists}) pass x.expand(weight) "
+                        "or use awkward Arrays, which broadcast per list"
+                    )
                 raise ValueError(
-                    f"{func}: weight: expected {n} values (one per element){per_list_hint}, "
-                    f"found {m}"
+                    f"{func}: weight: expected {n} values (one per element), found {m}{hint}"
                 )
+            w = _f64(pw.values)
     if per_list:
-        return _Prepared(_f64(px.values), yv, w, segment_ids(), num_lists)
-    return _Prepared(_f64(px.values), yv, w, None, None)
+        return _Prepared(_f64(px.values), yv, w, segment_ids(), num_lists, True)
+    return _Prepared(_f64(px.values), yv, w, None, None, jagged)
 
 
 def _check_order(n: Any, func: str, *, minimum: int | None = None) -> int:
@@ -368,39 +384,234 @@ def _bivariate(
     return {name: func(s) for name, func in _core.BIVARIATE.items()}
 
 
-def _run1(stat: str, x: Any, weight: Any, axis: Any, ddof: float = 0.0) -> Array:
-    if isinstance(x, _core.Moments):
-        _state_only(stat, weight, axis)
-        if stat in ("var", "std"):
-            return _core.UNIVARIATE[stat](x, ddof)
-        return _core.UNIVARIATE[stat](x)
-    q = _padded(_prepare(x, None, weight, axis, stat))
-    out = _univariate(q.x, q.w, q.segment_ids, np.float64(ddof), num_segments=q.num_segments)
-    return _unpad(out[stat], q)
+class _Options(NamedTuple):
+    keepdims: bool
+    mask_identity: bool
+    highlevel: bool
+    behavior: Any
+    attrs: Any
 
 
-def _run_moment(stat: str, x: Any, weight: Any, axis: Any, order: int) -> Array:
-    q = _padded(_prepare(x, None, weight, axis, stat))
-    out = _moment(
-        q.x,
-        q.w,
-        q.segment_ids,
-        num_segments=q.num_segments,
-        order=order,
-        central=stat == "central_moment",
-    )
-    return _unpad(out, q)
+def _options(
+    func: str, keepdims: Any, mask_identity: Any, highlevel: Any, behavior: Any, attrs: Any
+) -> _Options:
+    flags = (("keepdims", keepdims), ("mask_identity", mask_identity), ("highlevel", highlevel))
+    for name, value in flags:
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{func}: {name}: expected True or False, found {value!r}")
+    return _Options(bool(keepdims), bool(mask_identity), bool(highlevel), behavior, attrs)
 
 
-def _run2(stat: str, x: Any, y: Any, weight: Any, axis: Any) -> Any:
-    if isinstance(x, _core.CoMoments):
-        if y is not None:
-            raise TypeError(f"{stat}: x is a CoMoments state; pass no y")
-        _state_only(stat, weight, axis)
-        return _core.BIVARIATE[stat](x)
-    q = _padded(_prepare(x, y, weight, axis, stat))
+def _is_array(obj: Any) -> bool:
+    return isinstance(obj, (jax.Array, np.ndarray))
+
+
+def _is_scalar(obj: Any) -> bool:
+    return (
+        isinstance(obj, (numbers.Real, np.generic)) and not isinstance(obj, (bool, np.bool_))
+    ) or (_is_array(obj) and obj.ndim == 0)
+
+
+def _flat_path(x: Any, y: Any, weight: Any, axis: Any) -> bool:
+    """The original flat/:class:`Jagged` path (also what ``jax.jit`` code uses)."""
+    if isinstance(x, Jagged):
+        return True
+    if not (_is_array(x) and x.ndim == 1):
+        return False
+    if y is not None and not (_is_array(y) and y.ndim == 1):
+        return False
+    if weight is not None and not (_is_scalar(weight) or (_is_array(weight) and weight.ndim == 1)):
+        return False
+    return axis is None or (not isinstance(axis, bool) and axis in (0, 1, -1))
+
+
+# --- kernels on prepared flat inputs -----------------------------------------------
+
+
+def _kernel(stat: str, p: _Prepared, ddof: float, order: Any) -> Any:
+    """The statistic per segment (or a scalar) from prepared float64 inputs."""
+    q = _padded(p)
+    if stat in _core.UNIVARIATE:
+        out = _univariate(q.x, q.w, q.segment_ids, np.float64(ddof), num_segments=q.num_segments)
+        return _unpad(out[stat], q)
+    if stat in ("moment", "central_moment"):
+        out = _moment(
+            q.x,
+            q.w,
+            q.segment_ids,
+            num_segments=q.num_segments,
+            order=order,
+            central=stat == "central_moment",
+        )
+        return _unpad(out, q)
     out = _bivariate(q.x, q.y, q.w, q.segment_ids, num_segments=q.num_segments)
     return _unpad(out[stat], q)
+
+
+def _with_keepdims(out: Any, p: _Prepared, keepdims: bool) -> Any:
+    if not keepdims:
+        return out
+    shape = (1, 1) if p.segment_ids is None and p.jagged else None
+
+    def expand(a: Any) -> Any:
+        if shape is not None:
+            return a.reshape(shape)
+        return a[..., None] if p.segment_ids is not None else a.reshape(1)
+
+    return jax.tree_util.tree_map(expand, out)
+
+
+# --- awkward structure (any axis, options, broadcasting) ----------------------------
+
+class _Structured(NamedTuple):
+    prepared: _Prepared
+    grouping: _jag.Grouping
+    backend: str  # "cpu" or "jax": where the numbers live
+    awkward: bool  # some input was awkward (or a list): awkward results
+
+
+def _gather(data: Any, index: np.ndarray, ok: np.ndarray, backend: str) -> Any:
+    safe = np.where(ok, index, 0)
+    if data.shape[0] == 0:  # nothing but missing values (e.g. ?unknown)
+        return np.zeros(safe.shape[0])
+    if backend == "jax":
+        return jnp.where(ok, jnp.asarray(data)[safe].astype(jnp.float64), 0.0)
+    return np.where(ok, np.asarray(data, dtype=np.float64)[safe], 0.0)
+
+
+def _structure(
+    x: Any, y: Any, weight: Any, axis: Any, keepdims: bool, mask_identity: bool, func: str
+) -> _Structured:
+    """Inputs broadcast and grouped by awkward's rules; numbers gathered as float64."""
+    sx = _jag.shadow(x, "x")
+    sy = None if y is None else _jag.shadow(y, "y")
+    scalar_w = weight is not None and _is_scalar(weight)
+    sw = None if weight is None or scalar_w else _jag.shadow(weight, "weight")
+    g = _jag.group(
+        [sx.positions, None if sy is None else sy.positions, None if sw is None else sw.positions],
+        axis,
+        keepdims,
+        mask_identity,
+        func,
+    )
+    shadows = [s for s in (sx, sy, sw) if s is not None]
+    traced = any(isinstance(s.data, jax.Array) for s in shadows) or (
+        scalar_w and isinstance(weight, jax.Array)
+    )
+    backend = "jax" if traced else "cpu"
+    xv = _gather(sx.data, g.index[0], g.ok, backend)
+    yv = None if sy is None else _gather(sy.data, g.index[1], g.ok, backend)
+    if sw is not None:
+        w = _gather(sw.data, g.index[2], g.ok, backend)
+    else:
+        scale = 1.0 if weight is None else weight
+        w = (jnp if backend == "jax" else np).where(g.ok, scale, 0.0).astype(np.float64)
+    seg = g.segment_ids
+    p = _Prepared(xv, yv, w, seg, None if seg is None else g.num_segments)
+    return _Structured(p, g, backend, any(s.awkward for s in shadows))
+
+
+def _scalar_result(value: Any, backend: str) -> Any:
+    return value.reshape(()) if backend == "jax" else np.float64(np.asarray(value).reshape(()))
+
+
+def _finish(stat: str, out: Any, st: _Structured, opts: _Options, x: Any) -> Any:
+    """Results in awkward's form: awkward Arrays (or scalars) for awkward inputs,
+    JAX arrays shaped like numpy's results for numpy/JAX inputs."""
+
+    g = st.grouping
+    # jitted kernels return dicts with sorted keys: awkward's field order explicitly
+    fields = list(LinearFit._fields) if isinstance(out, dict) else None
+    parts = {k: jnp.reshape(out[k], (-1,)) for k in fields} if fields else None
+    flat = None if fields else jnp.reshape(out, (-1,))
+    if st.backend == "cpu":
+        parts = None if parts is None else {k: np.asarray(v) for k, v in parts.items()}
+        flat = None if flat is None else np.asarray(flat)
+    template = g.template
+    is_scalar = not isinstance(template, ak.Array)
+    if not st.awkward:
+        shape = () if is_scalar else ak.to_numpy(ak.fill_none(template, 0, axis=-1)).shape
+        if fields:
+            return LinearFit(**{k: jnp.asarray(v).reshape(shape) for k, v in parts.items()})
+        return jnp.asarray(flat).reshape(shape)
+    missing = opts.mask_identity
+    if is_scalar:
+        if missing and template is None:
+            return None
+        if fields:
+            record = ak.contents.RecordArray(
+                [ak.contents.NumpyArray(v) for v in parts.values()],
+                fields,
+                parameters={"__record__": "LinearFit"},
+            )
+            return _wrap(record, opts, x)[0] if opts.highlevel else record[0]
+        return _scalar_result(flat, st.backend)
+    if fields:
+        layout = ak.contents.RecordArray(
+            [_jag.rebuild(v, template, backend=st.backend, missing=missing) for v in parts.values()],
+            fields,
+            parameters={"__record__": "LinearFit"},
+        )
+    else:
+        layout = _jag.rebuild(flat, template, backend=st.backend, missing=missing)
+    return _wrap(layout, opts, x, template.attrs) if opts.highlevel else layout
+
+
+def _wrap(layout: Any, opts: _Options, x: Any, attrs: Any = None) -> Any:
+    """Highlevel result: the caller's ``behavior``/``attrs``, else those of ``x``
+    (``attrs``: of the result structure, which holds awkward's named axes)."""
+
+    behavior = opts.behavior if opts.behavior is not None else getattr(x, "behavior", None)
+    if opts.attrs is not None:
+        attrs = opts.attrs
+    elif attrs is None and isinstance(x, ak.Array):
+        attrs = x.attrs
+    return ak.Array(layout, behavior=behavior, attrs=dict(attrs) if attrs else None)
+
+
+def _typetracer(*objs: Any) -> bool:
+
+    return any(_is_awkward(o) and ak.backend(o) == "typetracer" for o in objs)
+
+
+def _awkward_types(
+    stat: str, x: Any, y: Any, weight: Any, axis: Any, opts: _Options, ddof: float, order: Any
+) -> Any:
+    """Typetracer inputs (dask-awkward's graph building) carry types, no numbers:
+    awkward's own function gives the result type (ours: that of ``ak.var``)."""
+    func = _AWKWARD.get(stat) or _AWKWARD["var"]
+    kw = dict(opts._asdict())
+    if stat in ("covar", "corr", "linear_fit"):
+        return func(x, y, weight, axis, **kw)
+    if stat == "moment":
+        return func(x, order, weight, axis, **kw)
+    if stat in ("var", "std"):
+        return func(x, weight, ddof, axis, **kw)
+    if func is _AWKWARD["var"]:
+        return func(x, weight, 0, axis, **kw)
+    return func(x, weight, axis, **kw)
+
+
+def _compute(
+    stat: str,
+    x: Any,
+    y: Any,
+    weight: Any,
+    axis: Any,
+    opts: _Options,
+    *,
+    ddof: float = 0.0,
+    order: Any = None,
+) -> Any:
+    if _flat_path(x, y, weight, axis):
+        p = _prepare(x, y, weight, axis, stat)
+        out = _kernel(stat, p, ddof, order)
+        out = LinearFit(**out) if stat == "linear_fit" else out
+        return _with_keepdims(out, p, opts.keepdims)
+    if _typetracer(x, y, weight):
+        return _awkward_types(stat, x, y, weight, axis, opts, ddof, order)
+    st = _structure(x, y, weight, axis, opts.keepdims, opts.mask_identity, stat)
+    return _finish(stat, _kernel(stat, st.prepared, ddof, order), st, opts, x)
 
 
 def _state_only(stat: str, weight: Any, axis: Any) -> None:
@@ -408,102 +619,253 @@ def _state_only(stat: str, weight: Any, axis: Any) -> None:
         raise TypeError(f"{stat}: x is a state (already reduced); weight and axis must be None")
 
 
+def _run1(stat: str, x: Any, weight: Any, axis: Any, opts: _Options, ddof: float = 0.0) -> Any:
+    if isinstance(x, _core.Moments):
+        _state_only(stat, weight, axis)
+        if stat in ("var", "std"):
+            return _core.UNIVARIATE[stat](x, ddof)
+        return _core.UNIVARIATE[stat](x)
+    return _compute(stat, x, None, weight, axis, opts, ddof=ddof)
+
+
+def _run2(stat: str, x: Any, y: Any, weight: Any, axis: Any, opts: _Options) -> Any:
+    if isinstance(x, _core.CoMoments):
+        if y is not None:
+            raise TypeError(f"{stat}: x is a CoMoments state; pass no y")
+        _state_only(stat, weight, axis)
+        out = _core.BIVARIATE[stat](x)
+        return LinearFit(**out) if stat == "linear_fit" else out
+    if y is None:
+        raise TypeError(f"{stat}: expected y (data with the structure of x) or a CoMoments state")
+    return _compute(stat, x, y, weight, axis, opts)
+
+
 # --- public functions --------------------------------------------------------------
+# Keywords after ``axis`` are awkward's: ``keepdims`` keeps the reduced dimension
+# (length 1); ``mask_identity=True`` gives None for empty groups (awkward inputs; NaN
+# in JAX results); ``highlevel=False`` returns the layout; ``behavior`` and ``attrs``
+# are attached to awkward results.
 
 
-def mean(x: Any, weight: Any = None, axis: int | None = None) -> Array:
+def mean(
+    x: Any,
+    weight: Any = None,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Weighted mean ``sum w x / sum w``, as ``ak.mean``.
 
-    Returns float64: a scalar for ``axis=None``, one value per list for ``axis=1``;
-    NaN where the total weight is zero (empty input or list), with zero gradient.
+    float64: a scalar for ``axis=None``, else one value per group; NaN where the total
+    weight is zero (empty group), with zero gradient (None with ``mask_identity``).
     """
-    return _run1("mean", x, weight, axis)
+    opts = _options("mean", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _run1("mean", x, weight, axis, opts)
 
 
-def var(x: Any, weight: Any = None, ddof: float = 0, axis: int | None = None) -> Array:
+def var(
+    x: Any,
+    weight: Any = None,
+    ddof: float = 0,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Weighted variance ``sum w (x - mu)**2 / (sum w - ddof)``, as ``ak.var``.
 
     float64; NaN where ``sum w - ddof == 0`` (e.g. empty input, or one element with
-    ``ddof=1``), with zero gradient.
+    ``ddof=1``) or ``sum w <= ddof``, with zero gradient.
     """
-    return _run1("var", x, weight, axis, ddof=_check_ddof(ddof, "var"))
+    opts = _options("var", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _run1("var", x, weight, axis, opts, ddof=_check_ddof(ddof, "var"))
 
 
-def std(x: Any, weight: Any = None, ddof: float = 0, axis: int | None = None) -> Array:
+def std(
+    x: Any,
+    weight: Any = None,
+    ddof: float = 0,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Weighted standard deviation ``sqrt(var(x, weight, ddof))``, as ``ak.std``.
 
     float64; NaN where the variance is undefined; 0 (with a zero, not infinite,
     gradient) for constant data.
     """
-    return _run1("std", x, weight, axis, ddof=_check_ddof(ddof, "std"))
+    opts = _options("std", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _run1("std", x, weight, axis, opts, ddof=_check_ddof(ddof, "std"))
 
 
-def moment(x: Any, n: int, weight: Any = None, axis: int | None = None) -> Array:
+def moment(
+    x: Any,
+    n: int,
+    weight: Any = None,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Raw moment ``sum w x**n / sum w`` about zero, as ``ak.moment``.
 
     ``n`` is an integer (negative orders give ``inf`` at ``x == 0``, as awkward).
     This is a raw power sum by definition: use :func:`central_moment` for moments
     about the mean. float64; NaN where the total weight is zero.
     """
-    return _run_moment("moment", x, weight, axis, _check_order(n, "moment"))
+    opts = _options("moment", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _compute("moment", x, None, weight, axis, opts, order=_check_order(n, "moment"))
 
 
-def central_moment(x: Any, n: int, weight: Any = None, axis: int | None = None) -> Array:
+def central_moment(
+    x: Any,
+    n: int,
+    weight: Any = None,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Central moment ``sum w (x - mu)**n / sum w`` (``n >= 0``; n = 2 is ``var``).
 
     Corrected two-pass (binomial expansion about a constant centre). float64; NaN
     where the total weight is zero.
     """
     order = _check_order(n, "central_moment", minimum=0)
-    return _run_moment("central_moment", x, weight, axis, order)
+    opts = _options("central_moment", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _compute("central_moment", x, None, weight, axis, opts, order=order)
 
 
-def skew(x: Any, weight: Any = None, axis: int | None = None) -> Array:
+def skew(
+    x: Any,
+    weight: Any = None,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Skewness ``m3 / m2**1.5`` with ``mk = sum w (x - mu)**k / sum w``.
 
     Fisher-Pearson, biased: ``scipy.stats.skew(x, bias=True)`` for unit weights.
     float64; NaN where the total weight is zero or the data are constant
     (``m2 <= (eps * mean)**2``, scipy's rule).
     """
-    return _run1("skew", x, weight, axis)
+    opts = _options("skew", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _run1("skew", x, weight, axis, opts)
 
 
-def kurtosis(x: Any, weight: Any = None, axis: int | None = None) -> Array:
+def kurtosis(
+    x: Any,
+    weight: Any = None,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Excess kurtosis ``m4 / m2**2 - 3`` (Fisher, biased; scipy's default).
 
     float64; NaN where the total weight is zero or the data are constant.
     """
-    return _run1("kurtosis", x, weight, axis)
+    opts = _options("kurtosis", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _run1("kurtosis", x, weight, axis, opts)
 
 
-def covar(x: Any, y: Any = None, weight: Any = None, axis: int | None = None) -> Array:
+def covar(
+    x: Any,
+    y: Any = None,
+    weight: Any = None,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Weighted covariance ``sum w (x - mu_x)(y - mu_y) / sum w``, as ``ak.covar``.
 
-    ``y`` has the structure of ``x``. float64; NaN where the total weight is zero.
+    ``y`` broadcasts against ``x``. float64; NaN where the total weight is zero.
     """
-    return _run2("covar", x, y, weight, axis)
+    opts = _options("covar", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _run2("covar", x, y, weight, axis, opts)
 
 
-def corr(x: Any, y: Any = None, weight: Any = None, axis: int | None = None) -> Array:
+def corr(
+    x: Any,
+    y: Any = None,
+    weight: Any = None,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Weighted correlation ``Cxy / sqrt(Cxx Cyy)`` (centred sums), as ``ak.corr``.
 
     float64; NaN where the total weight is zero or x or y is constant.
     """
-    return _run2("corr", x, y, weight, axis)
+    opts = _options("corr", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _run2("corr", x, y, weight, axis, opts)
 
 
-def linear_fit(x: Any, y: Any = None, weight: Any = None, axis: int | None = None) -> LinearFit:
+def linear_fit(
+    x: Any,
+    y: Any = None,
+    weight: Any = None,
+    axis: int | None = None,
+    *,
+    keepdims: bool = False,
+    mask_identity: bool = False,
+    highlevel: bool = True,
+    behavior: Any = None,
+    attrs: Any = None,
+) -> Any:
     """Weighted least-squares line ``y = intercept + slope x``, as ``ak.linear_fit``.
 
     With centred sums ``Cxx``, ``Cxy``: ``slope = Cxy / Cxx``,
     ``intercept = mu_y - slope mu_x``, ``slope_error = sqrt(1 / Cxx)``,
     ``intercept_error = sqrt((Cxx + W mu_x**2) / (W Cxx))`` (awkward's formulas; the
     weights enter linearly, they are not ``1 / sigma**2`` unless you make them so).
-    Returns a :class:`LinearFit` of float64 arrays. Where the fit is undefined
-    (zero total weight, or all x equal, e.g. one point) every field is NaN; awkward
-    gives ``inf`` for some of them there.
+    Awkward inputs give awkward's ``LinearFit`` records (an ``ak.Record`` for
+    ``axis=None``); numpy/JAX/:class:`Jagged` inputs and states a :class:`LinearFit`
+    of float64 JAX arrays (a pytree). Where the fit is undefined (zero total weight,
+    or all x equal, e.g. one point) every field is NaN; awkward gives ``inf`` for
+    some of them there.
     """
-    return LinearFit(**_run2("linear_fit", x, y, weight, axis))
+    opts = _options("linear_fit", keepdims, mask_identity, highlevel, behavior, attrs)
+    return _run2("linear_fit", x, y, weight, axis, opts)
+
+
+def _flat_prepared(x: Any, y: Any, weight: Any, func: str) -> _Prepared:
+    """float64 values and weights of all elements (missing ones with zero weight)."""
+    if _flat_path(x, y, weight, None):
+        return _prepare(x, y, weight, None, func)
+    return _structure(x, y, weight, None, False, False, func).prepared
 
 
 def moments(x: Any, weight: Any = None) -> _core.Moments:
@@ -511,11 +873,12 @@ def moments(x: Any, weight: Any = None) -> _core.Moments:
 
     ``W = sum w``, ``mu = center + dmean`` the weighted mean, ``Mk = sum w (x - mu)**k``
     (corrected two-pass). Accepts every input the other functions accept (awkward,
-    numpy/JAX 1-D, :class:`Jagged`); float64 scalars. ``mean``, ``var``, ``std``, ``skew``
+    numpy/JAX arrays, :class:`Jagged`; weights broadcast as awkward broadcasts, missing
+    values skipped); float64 scalars. ``mean``, ``var``, ``std``, ``skew``
     and ``kurtosis`` accept the state in place of data; :func:`analysis.stats.merge`
     merges two states exactly. Empty input gives ``W = 0`` (a neutral element).
     """
-    p = _prepare(x, None, weight, None, "moments")
+    p = _flat_prepared(x, None, weight, "moments")
     return _core.moments(jnp.asarray(p.x), jnp.asarray(p.w))
 
 
@@ -525,5 +888,5 @@ def comoments(x: Any, y: Any, weight: Any = None) -> _core.CoMoments:
     ``CoMoments(W, cx, dmx, cy, dmy, Cxx, Cyy, Cxy)`` with ``Cxy = sum w (x - mu_x)(y - mu_y)``;
     ``covar``, ``corr`` and ``linear_fit`` accept it in place of ``x, y``.
     """
-    p = _prepare(x, y, weight, None, "comoments")
+    p = _flat_prepared(x, y, weight, "comoments")
     return _core.comoments(jnp.asarray(p.x), jnp.asarray(p.y), jnp.asarray(p.w))

@@ -1,0 +1,183 @@
+"""Run awkward's own tests of its statistics with ``analysis.stats`` substituted.
+
+Usage::
+
+    git -C <awkward.git> archive HEAD tests | tar -x -C /tmp/ak
+    PYTHONPATH=$PWD python scripts/awkward_suite.py /tmp/ak/tests [-k EXPR] [-v]
+
+``ak.mean``, ``ak.var``, ``ak.std``, ``ak.moment``, ``ak.covar``, ``ak.corr`` and
+``ak.linear_fit`` (also as ``ak.operations.*``, in their modules, and behind
+``np.mean`` etc.) are replaced by ours; every call is also made with real awkward and
+the two results are compared (numbers to 1e-12 relative, NaN/None positions, type).
+Only the test files that mention one of these functions are collected, and only tests
+that actually call one are counted. Prints pass/fail counts, the failing tests, and
+the calls whose results differ from awkward's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import awkward as ak
+import numpy as np
+import pytest
+
+from analysis import stats
+
+NAMES = ("mean", "var", "std", "moment", "covar", "corr", "linear_fit")
+PATTERN = re.compile(
+    r"\b(?:ak|awkward)\.(?:operations\.)?(?:" + "|".join(NAMES) + r")\(|np\.(?:mean|var|std)\("
+)
+
+
+def _same(a: Any, b: Any, rtol: float = 1e-12) -> bool:
+    """Equal as nested lists: numbers to ``rtol`` (NaN == NaN), None and structure exact."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], rtol) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(u, v, rtol) for u, v in zip(a, b, strict=True))
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        fa, fb = complex(a), complex(b)
+    except TypeError:
+        return a == b
+    if any(math.isnan(v) for v in (fa.real, fa.imag, fb.real, fb.imag)):
+        return all(math.isnan(u) == math.isnan(v) for u, v in ((fa.real, fb.real), (fa.imag, fb.imag)))
+    return abs(fa - fb) <= rtol * max(abs(fa), abs(fb)) or fa == fb
+
+
+def _plain(result: Any) -> Any:
+    if isinstance(result, (ak.Array, ak.Record)):
+        return result.to_list()
+    if isinstance(result, ak.contents.Content):
+        return ak.to_list(result)
+    if hasattr(result, "tolist"):
+        return result.tolist()
+    return result
+
+
+def _type(result: Any) -> str:
+    if isinstance(result, (ak.Array, ak.Record)):
+        return str(result.type)
+    if hasattr(result, "dtype") and not isinstance(result, np.generic):
+        return f"{type(result).__name__} {result.dtype}"
+    if isinstance(result, ak.contents.Content):
+        return "layout " + str(result.form.type)
+    return type(result).__name__ if result is not None else "None"
+
+
+def _types_only(args: tuple[Any, ...]) -> bool:
+    return any(
+        isinstance(a, (ak.Array, ak.Record)) and ak.backend(a) == "typetracer" for a in args
+    )
+
+
+class Substitute:
+    """pytest plugin: swaps the functions in, records which tests called them."""
+
+    def __init__(self) -> None:
+        self.originals: dict[tuple[Any, str], Any] = {}
+        self.called = False
+        self.outcomes: dict[str, str] = {}
+        self.mismatches: list[str] = []
+        self.calls = 0
+
+    def _wrapper(self, name: str, real: Any) -> Any:
+        ours = getattr(stats, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.called = True
+            self.calls += 1
+            try:
+                expected = real(*args, **kwargs)
+            except Exception as err:  # awkward refuses: ours must refuse too
+                try:
+                    ours(*args, **kwargs)
+                except Exception:
+                    raise
+                self.mismatches.append(f"{name}: awkward raises {type(err).__name__}, ours not")
+                raise
+            got = ours(*args, **kwargs)
+            if _types_only(args):  # typetracer: no numbers to compare
+                if _type(got) != _type(expected):
+                    self.mismatches.append(
+                        f"{name}: type {_type(got)} != awkward {_type(expected)}"
+                    )
+            elif not _same(_plain(got), _plain(expected)):
+                self.mismatches.append(
+                    f"{name}: value {_plain(got)!r:.120} != awkward {_plain(expected)!r:.120}"
+                )
+            elif _type(got) != _type(expected):
+                self.mismatches.append(f"{name}: type {_type(got)} != awkward {_type(expected)}")
+            return got
+
+        return call
+
+    def install(self) -> None:
+        modules = [ak, ak.operations]
+        for name in NAMES:
+            module = getattr(ak.operations, f"ak_{name}")
+            real = getattr(module, name)
+            wrapper = self._wrapper(name, real)
+            for owner in (*modules, module):
+                self.originals[(owner, name)] = getattr(owner, name)
+                setattr(owner, name, wrapper)
+
+    def uninstall(self) -> None:
+        for (owner, name), value in self.originals.items():
+            setattr(owner, name, value)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: Any) -> Any:
+        self.called = False
+        self.install()
+        try:
+            yield
+        finally:
+            self.uninstall()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "call" and self.called:
+            self.outcomes[item.nodeid] = report.outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tests", type=Path, help="awkward's tests/ directory")
+    parser.add_argument("-k", default=None, help="pytest -k expression")
+    parser.add_argument("-v", action="store_true", help="show every failure's message")
+    args = parser.parse_args(argv)
+    files = sorted(
+        str(p) for p in args.tests.glob("test_*.py") if PATTERN.search(p.read_text(errors="ignore"))
+    )
+    plugin = Substitute()
+    pytest_args = [*files, "-q", "-p", "no:cacheprovider", "-W", "ignore"]
+    pytest_args += ["--tb=line" if args.v else "--tb=no", "-rN"]
+    if args.k:
+        pytest_args += ["-k", args.k]
+    pytest.main(pytest_args, plugins=[plugin])
+    counts = Counter(plugin.outcomes.values())
+    print(f"\n{len(files)} files; {len(plugin.outcomes)} tests call the seven functions "
+          f"({plugin.calls} calls)")
+    print(f"passed {counts['passed']}, failed {counts['failed']}, skipped {counts['skipped']}")
+    for nodeid, outcome in sorted(plugin.outcomes.items()):
+        if outcome == "failed":
+            print(f"  FAILED {nodeid}")
+    print(f"calls whose result differs from awkward's: {len(plugin.mismatches)}")
+    for line, n in Counter(plugin.mismatches).most_common():
+        print(f"  {n} x {line}")
+    return 0 if counts["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -522,10 +522,10 @@ def _finish(stat: str, out: Any, st: _Structured, opts: _Options, x: Any) -> Any
     g = st.grouping
     # jitted kernels return dicts with sorted keys: awkward's field order explicitly
     fields = list(LinearFit._fields) if isinstance(out, dict) else None
-    parts = {k: jnp.reshape(out[k], (-1,)) for k in fields} if fields else None
+    parts: dict[str, Any] = {k: jnp.reshape(out[k], (-1,)) for k in fields} if fields else {}
     flat = None if fields else jnp.reshape(out, (-1,))
     if st.backend == "cpu":
-        parts = None if parts is None else {k: np.asarray(v) for k, v in parts.items()}
+        parts = {k: np.asarray(v) for k, v in parts.items()}
         flat = None if flat is None else np.asarray(flat)
     template = g.template
     is_scalar = not isinstance(template, ak.Array)

@@ -509,6 +509,7 @@ def group(
     it = iter(present)
     masked = [None if p is None else next(it) for p in positions]
     base = masked[0]
+    assert base is not None  # x is always present
     depth = base.layout.purelist_depth
     named = axis  # what ak.count gets: a named axis keeps awkward's named-axis result
     if isinstance(axis, str):

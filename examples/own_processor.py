@@ -14,6 +14,7 @@ from coffea import processor
 from coffea.nanoevents import NanoAODSchema
 
 from analysis import stats
+from analysis.runner import resolve_skhep
 from analysis.soft import soft_cut
 
 
@@ -35,12 +36,18 @@ class MeanJetPt(processor.ProcessorABC):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--file", default="../shared/data/nanoAOD_2015_CMS_Open_Data_ttbar.root")
+    p.add_argument(
+        "--file",
+        default="skhep:nanoAOD_2015_CMS_Open_Data_ttbar.root",
+        help="a NanoAOD file, or skhep:NAME (a scikit-hep-testdata file, as in the configs)",
+    )
     p.add_argument("--executor", choices=["iterative", "futures", "dask"], default="iterative")
     p.add_argument("--chunksize", type=int, default=100)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--target", type=float, default=60.0)
     args = p.parse_args()
+    if args.file.startswith("skhep:"):
+        args.file = resolve_skhep(args.file[len("skhep:") :], "--file")
     warnings.filterwarnings("ignore", module="coffea")  # NanoAODSchema notes on these files
     coffea.util.coffea_console.quiet = True  # no progress bars
     if args.executor == "dask":

@@ -71,16 +71,27 @@ def _start(n: int, cap: int, dtype):
     return q0, stays
 
 
-def _recursion_t(p, starts, counts, cap: int, max_count: int):
-    q0, stays = _start(starts.shape[0], cap, p.dtype)
+# Event tiles: the recursions run over all positions for TILE events at a time, so
+# that a tile's distributions ((cap + 1) x TILE floats, and its prefixes for the
+# gradient) stay in cache across the steps. Over all events at once, every step
+# streamed the whole (cap + 1, events) state through memory: 2-4x slower.
+TILE = 1024
 
-    def step(q, pos):
-        _, pj = _at_position(p, starts, counts, pos)
-        return _add_object(q, pj, stays), None
 
-    # unroll=4 measured ~1.5x faster than 1 (forward and jacfwd) on 131k events.
-    q, _ = jax.lax.scan(step, q0, jnp.arange(max_count), unroll=4)
-    return q
+def _tiles(pd, tile: int):
+    """``(tiles, max_count, tile)`` view of the dense ``(max_count, events)`` probabilities
+    (events padded with probability-0 objects to a whole number of tiles)."""
+    max_count, n_events = pd.shape
+    tile = min(tile, n_events) or 1
+    n_tiles = -(-n_events // tile)
+    pd = jnp.pad(pd, ((0, 0), (0, n_tiles * tile - n_events)))
+    return pd.reshape(max_count, n_tiles, tile).transpose(1, 0, 2)
+
+
+def _untile(x, n_events: int):
+    """``(tiles, ..., tile)`` -> ``(..., events)``."""
+    x = jnp.moveaxis(x, 0, -2)
+    return x.reshape(*x.shape[:-2], -1)[..., :n_events]
 
 
 def count_recursion(p, starts, counts, cap: int, max_count: int):
@@ -92,7 +103,19 @@ def count_recursion(p, starts, counts, cap: int, max_count: int):
     ``q = (1, 0, ..., 0)``. One object is added per step (``lax.scan`` over the position
     within the event); each step costs O(events * cap).
     """
-    return _recursion_t(p, starts, counts, cap, max_count).T
+    # The value alone is fastest over all events at once in (events, cap + 1) layout
+    # (measured ~20% faster than the tiled row layout the derivative passes use).
+    q0 = jnp.zeros((starts.shape[0], cap + 1), p.dtype).at[:, 0].set(1.0)
+    stays = jnp.ones(cap + 1, p.dtype).at[cap].set(0.0)
+
+    def step(q, pos):
+        _, pj = _at_position(p, starts, counts, pos)
+        moved = jnp.pad(q[:, :-1], ((0, 0), (1, 0))) * pj[:, None]
+        return q * (1.0 - pj[:, None] * stays) + moved, None
+
+    # unroll=4 measured ~1.5x faster than 1 (forward and jacfwd) on 131k events.
+    q, _ = jax.lax.scan(step, q0, jnp.arange(max_count), unroll=4)
+    return q
 
 
 def _convolve_t(a, b):
@@ -197,10 +220,6 @@ def _dense_p(p, starts, counts, max_count: int):
     return jnp.where(valid, p[jnp.where(valid, starts[None, :] + pos, 0)], 0.0)
 
 
-def _block_size(max_count: int) -> int:
-    return next(b for b in (4, 2, 1) if max_count % b == 0)
-
-
 def _object_positions(starts, counts, n_obj: int):
     """``(event, position)`` of every object; ``event == len(starts)`` outside every event."""
     event = _object_events(starts, counts, n_obj)
@@ -222,36 +241,23 @@ def _expectation_gradient_t(p, starts, counts, c, cap: int, max_count: int):
     sums of products of probabilities only (exact to rounding for ``p`` in [0, 1]).
     """
     n_obj, n_events = p.shape[0], starts.shape[0]
-    q0, stays = _start(n_events, cap, p.dtype)
-    block = _block_size(max_count)
-    pb = _dense_p(p, starts, counts, max_count).reshape(max_count // block, block, n_events)
-
-    # Checkpoints: the forward pass keeps the distribution at the start of each block
-    # of positions only; the backward pass recomputes a block's prefixes from it.
-    # Storing every prefix instead ((max_count, cap + 1, events) floats) made both
-    # passes memory-bound, ~3x slower on 131k events.
-    def prefixes(q, pblk):
-        return jax.lax.scan(lambda q, pj: (_add_object(q, pj, stays), q), q, pblk, unroll=block)
-
-    def forward(q, pblk):
-        return prefixes(q, pblk)[0], q
-
-    q, starts_of_blocks = jax.lax.scan(forward, q0, pb)
-    a0 = jnp.broadcast_to(c[:, :, None], (*c.shape, n_events)).astype(p.dtype)
+    tiles = _tiles(_dense_p(p, starts, counts, max_count), TILE)
+    q0, stays = _start(tiles.shape[-1], cap, p.dtype)
+    a0 = jnp.broadcast_to(c[:, :, None], (*c.shape, tiles.shape[-1])).astype(p.dtype)
 
     def adjoint(a, xs):
         f, pj = xs
         up = jnp.pad(a[:, 1:], ((0, 0), (0, 1), (0, 0)))  # a[k + 1], 0 at the cap
-        h = jnp.sum(f * (up - a * stays[:, None]), axis=1)  # (m, events)
+        h = jnp.sum(f * (up - a * stays[:, None]), axis=1)  # (m, tile)
         return a * (1.0 - pj * stays[:, None]) + up * pj, h
 
-    def backward(a, xs):
-        q_start, pblk = xs
-        _, before = prefixes(q_start, pblk)
-        return jax.lax.scan(adjoint, a, (before, pblk), reverse=True, unroll=block)
+    def one_tile(pt):
+        q, before = jax.lax.scan(lambda q, pj: (_add_object(q, pj, stays), q), q0, pt, unroll=4)
+        _, h = jax.lax.scan(adjoint, a0, (before, pt), reverse=True, unroll=4)
+        return q, h
 
-    _, hs = jax.lax.scan(backward, a0, (starts_of_blocks, pb), reverse=True)
-    hs = hs.reshape(max_count, *hs.shape[2:])
+    q, hs = jax.lax.map(one_tile, tiles)
+    q, hs = _untile(q, n_events), _untile(hs, n_events)  # (cap + 1, events), (L, m, events)
     event, position, inside = _object_positions(starts, counts, n_obj)
     h = hs[position, :, jnp.where(inside, event, 0)]  # (objects, m)
     h = jnp.where(inside[:, None], h, 0.0)

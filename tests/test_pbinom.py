@@ -77,7 +77,8 @@ def assert_close(actual, expected, rtol=RTOL):
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * scale)
 
 
-CASES = [(0, 40, 3.0, 8, 4), (1, 30, 6.0, 16, 3), (2, 25, 2.0, 8, 1), (3, 20, 9.0, 16, 8)]
+# (seed, events, mean objects, max_count, cap): caps below, at and above typical counts.
+CASES = [(0, 30, 3.0, 8, 4), (2, 20, 2.0, 8, 1), (3, 16, 9.0, 16, 8)]
 
 
 @pytest.fixture(params=CASES, ids=lambda c: f"seed{c[0]}-cap{c[4]}")
@@ -122,15 +123,18 @@ def test_tail_weights_match_prob_count_at_least(events):
         assert_close(kernel.prob_count_at_least(q, n, width), expected, 0)
 
 
+@pytest.mark.slow
 def test_distribution_jacobian_against_old_recursion(events):
     p, starts, counts, cap, max_count = events
     ref = jax.jacfwd(reference_recursion)(p, starts, counts, cap, max_count)
-    assert_close(jax.jacfwd(pbinom.count_distribution)(p, starts, counts, cap, max_count), ref)
-    assert_close(jax.jacrev(pbinom.count_distribution)(p, starts, counts, cap, max_count), ref)
+    for jac in (jax.jacfwd, jax.jacrev):
+        fn = jax.jit(jac(pbinom.count_distribution), static_argnums=(3, 4))
+        assert_close(fn(p, starts, counts, cap, max_count), ref)
     # Objects outside every event have no influence.
     assert not np.any(np.asarray(ref)[..., int(np.asarray(counts).sum()) :])
 
 
+@pytest.mark.slow
 def test_expectation_jacobian_against_old_recursion(events):
     p, starts, counts, cap, max_count = events
     c = tail_rows(cap)
@@ -141,8 +145,9 @@ def test_expectation_jacobian_against_old_recursion(events):
     def new(p, c):
         return pbinom.count_expectation(p, starts, counts, c, cap, max_count)
 
-    ref = jax.jacfwd(reference, argnums=(0, 1))(p, c)
-    for jac in (jax.jacfwd(new, argnums=(0, 1))(p, c), jax.jacrev(new, argnums=(0, 1))(p, c)):
+    ref = jax.jit(jax.jacfwd(reference, argnums=(0, 1)))(p, c)
+    for diff in (jax.jacfwd, jax.jacrev):
+        jac = jax.jit(diff(new, argnums=(0, 1)))(p, c)
         assert_close(jac[0], ref[0])
         assert_close(jac[1], ref[1])
     _, h = pbinom.count_expectation_gradient(p, starts, counts, c, cap, max_count)
@@ -169,20 +174,16 @@ def test_jacobian_against_finite_differences():
             ]
         )
 
-    jac = np.asarray(jax.jacfwd(f)(p))
+    jac = np.asarray(jax.jit(jax.jacfwd(f))(p))
     step = 1e-6
-    fd = np.stack(
-        [
-            (np.asarray(f(p.at[j].add(step))) - np.asarray(f(p.at[j].add(-step)))) / (2 * step)
-            for j in range(p.shape[0])
-        ],
-        axis=1,
-    )
+    shifts = step * jnp.eye(p.shape[0])
+    fd = (jax.jit(jax.vmap(f))(p + shifts) - jax.jit(jax.vmap(f))(p - shifts)).T / (2 * step)
     # The count distribution is multilinear in p: central differences are exact up
     # to rounding (~1e-16 / step).
     np.testing.assert_allclose(jac, fd, rtol=0, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_hessian_against_old_recursion():
     p, starts, counts = make_events(5, 15, mean=4.0, max_count=8, pad=3)
     cap, max_count = 4, 8
@@ -202,12 +203,12 @@ def test_hessian_against_old_recursion():
     def new_e(p, c):
         return jnp.sum(pbinom.count_expectation(p, starts, counts, c, cap, max_count) * gm)
 
-    ref = jax.jacfwd(jax.jacfwd(ref_q))(p)
+    ref = jax.jit(jax.jacfwd(jax.jacfwd(ref_q)))(p)
     assert np.abs(np.asarray(ref)).max() > 0.1  # a Hessian that is not trivially zero
-    assert_close(jax.jacfwd(jax.jacfwd(new_q))(p), ref)
-    assert_close(jax.hessian(new_q)(p), ref)
-    ref = jax.jacfwd(jax.jacfwd(ref_e, argnums=(0, 1)), argnums=(0, 1))(p, c)
-    new = jax.jacfwd(jax.jacfwd(new_e, argnums=(0, 1)), argnums=(0, 1))(p, c)
+    assert_close(jax.jit(jax.jacfwd(jax.jacfwd(new_q)))(p), ref)
+    assert_close(jax.jit(jax.hessian(new_q))(p), ref)
+    ref = jax.jit(jax.jacfwd(jax.jacfwd(ref_e, argnums=(0, 1)), argnums=(0, 1)))(p, c)
+    new = jax.jit(jax.jacfwd(jax.jacfwd(new_e, argnums=(0, 1)), argnums=(0, 1)))(p, c)
     for a, b in zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(ref)):
         assert_close(a, b)
 
@@ -237,4 +238,4 @@ def test_parameter_chain_under_jit():
 
     theta = jnp.asarray([30.0, 2.3])
     for fn in (jax.jacfwd, lambda f: jax.jacfwd(jax.jacfwd(f))):
-        assert_close(jax.jit(fn(make(new_count)))(theta), fn(make(ref_count))(theta))
+        assert_close(jax.jit(fn(make(new_count)))(theta), jax.jit(fn(make(ref_count)))(theta))

@@ -52,7 +52,7 @@ def _enable_compilation_cache() -> None:
     jax.config.update("jax_compilation_cache_dir", path)
     # Cache every kernel whose compilation is noticeable; the chunk kernels take 1-10 s,
     # the small helpers (padding, merging) well under the threshold.
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 

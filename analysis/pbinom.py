@@ -11,16 +11,23 @@ Derivative. Adding object ``j`` to the others (``K = K_{-j} + B_j``) gives
 
     dq[k] / dp_j = r[k - 1] - r[k]   (k < cap, r[-1] = 0),     dq[cap] / dp_j = r[cap - 1],
 
-and in particular ``d P(K >= n) / dp_j = P(K_{-j} = n - 1)``. ``r`` is computed for every
-object from prefix and suffix distributions (the objects before ``j`` in its event and
-those after it: one forward and one backward recursion) and their capped convolution.
-Every term is a sum of products of probabilities, so it is accurate to a few ulp even
-for ``p_j`` equal to 0 or 1 (dividing ``j`` out of ``q`` instead is unstable for ``p_j``
-near 1 and undefined at 1). The forward-mode rule (:func:`jax.custom_jvp`) is then
-``dq[e] = sum_{j in e} dp_j (D r_j)``: linear in the tangent, so reverse mode transposes
-it, and computed once for all tangents (``jax.jacfwd`` with n parameters costs one
-gather-multiply-add per parameter instead of n tangent recursions). Second derivatives
-differentiate the rule itself, so ``jacfwd(jacfwd(...))`` stays exact.
+and in particular ``d P(K >= n) / dp_j = P(K_{-j} = n - 1)``. Two exact ways to use it,
+both sums of products of probabilities only (accurate to a few ulp even for ``p_j``
+equal to 0 or 1; dividing ``j`` out of ``q`` instead is unstable for ``p_j`` near 1 and
+undefined at 1), both :func:`jax.custom_jvp` rules whose tangent is linear in ``dp``
+(so reverse mode transposes them) and computed once for all parameters:
+
+* :func:`count_distribution` (the whole ``q``): ``r`` for every object from its prefix
+  and suffix distributions (one forward and one backward recursion) and their capped
+  convolution; ``dq[e] = sum_{j in e} dp_j (D r_j)``.
+* :func:`count_expectation` (``sum_k c[k] q[k]`` for a few weight rows ``c``, e.g.
+  ``P(K >= n)`` via :func:`tail_weights`; what the pipeline needs): an adjoint
+  recursion gives ``h_j = d value / dp_j`` per object, and ``dvalue[e] = sum_j dp_j h_j``:
+  one multiply-add per object and parameter instead of a tangent recursion per
+  parameter (``jax.jacfwd`` pushes n tangents through the whole recursion).
+
+Second derivatives differentiate the rules themselves, so ``jacfwd(jacfwd(...))`` and
+``jax.hessian`` stay exact (at the cost of differentiating the recursions, as before).
 
 All functions are pure JAX, float64 under ``jax_enable_x64``; layouts are flat: ``p``
 holds the objects of all events back to back, event ``e`` owning
@@ -229,15 +236,15 @@ def _object_positions(starts, counts, n_obj: int):
 
 
 def _expectation_gradient_t(p, starts, counts, c, cap: int, max_count: int):
-    """``(q, h)``: the capped distribution (``(cap + 1, events)``) and ``h``: :func:`count_expectation` and its derivative with respect to each
-    object's pass probability, ``h[j, m] = d value[event(j), m] / dp_j``
-    (``(objects, m)``; 0 outside every event).
+    """``(q, h)``: the capped distribution (``(cap + 1, events)``) and the derivative of
+    :func:`count_expectation` with respect to each object's pass probability,
+    ``h[j, m] = d value[event(j), m] / dp_j`` (``(objects, m)``; 0 outside every event).
 
     Adjoint recursion: with ``M(p)`` the linear map that adds one object to a capped
     distribution, ``value = c . M(p_{L-1}) ... M(p_0) e_0``. Going backwards from
     ``a = c``, ``h`` of the object at position ``i`` is ``F_i . (dM/dp) a_{i+1}`` with
-    ``F_i`` the distribution of the objects before it (stored by the forward pass),
-    then ``a_i = M(p_i)^T a_{i+1}``. Two recursions for any number of parameters;
+    ``F_i`` the distribution of the objects before it (stored by the forward pass,
+    per tile of events), then ``a_i = M(p_i)^T a_{i+1}``. Two recursions for any number of parameters;
     sums of products of probabilities only (exact to rounding for ``p`` in [0, 1]).
     """
     n_obj, n_events = p.shape[0], starts.shape[0]

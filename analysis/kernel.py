@@ -210,7 +210,14 @@ def _evaluate(theta_full, widths, arrays, plan: Plan, shapes: Shapes, order: int
 
     if order == 0:
         return f(t0), None, None
-    jac, value = jax.jacfwd(lambda t: (f(t), f(t)), has_aux=True)(t0)
+
+    def with_value(t):
+        # One call: its states are both the differentiated output and the value
+        # (calling f twice traced the whole selection, count recursions included, twice).
+        states = f(t)
+        return states, states
+
+    jac, value = jax.jacfwd(with_value, has_aux=True)(t0)
     hess = jax.jacfwd(jax.jacfwd(f))(t0) if order >= 2 else None
     return value, jac, hess
 

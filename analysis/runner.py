@@ -217,7 +217,7 @@ class Evaluator:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
                     events = NanoEventsFactory.from_root(
-                        {path: tree}, schemaclass=NanoAODSchema, mode="eager", entry_stop=1
+                        {path: tree}, schemaclass=NanoAODSchema, mode="virtual", entry_stop=1
                     ).events()
                 if len(events) == 0:
                     continue  # an empty file: try the dataset's next one

@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "analysis.stats.registry": 0,
     "analysis.stats.derive": 0,
     "analysis.soft": 1,
+    "analysis.pbinom": 1,
     "analysis.schema": 1,
     "analysis.terms": 1,
     "analysis.config": 1,
@@ -63,7 +64,6 @@ LAYERS: dict[str, int] = {
 PROCESSORS_ENTRY = {"analysis.runner"}
 # Layers known to the test but owned by other branches: placed when they exist.
 OPTIONAL_LAYERS = {
-    "analysis.pbinom": 1,
     "analysis.faults": 3,
 }
 

@@ -1,0 +1,348 @@
+"""Soft object counts: the Poisson-binomial distribution and its cheap exact derivative.
+
+An event holds objects ``j`` that pass a soft selection independently with
+probability ``p_j``; the number ``K`` of passing objects is Poisson-binomial. The
+distribution is *capped*: ``q[k] = P(K = k)`` for ``k < cap`` and ``q[cap] = P(K >= cap)``
+(counts above ``cap`` are never asked for, so they are not tracked).
+
+Derivative. Adding object ``j`` to the others (``K = K_{-j} + B_j``) gives
+``q[k] = (1 - p_j) r[k] + p_j r[k - 1]`` (and ``q[cap] = r[cap] + p_j r[cap - 1]``) with
+``r`` the capped distribution of ``K_{-j}``, so
+
+    dq[k] / dp_j = r[k - 1] - r[k]   (k < cap, r[-1] = 0),     dq[cap] / dp_j = r[cap - 1],
+
+and in particular ``d P(K >= n) / dp_j = P(K_{-j} = n - 1)``. Two exact ways to use it,
+both sums of products of probabilities only (accurate to a few ulp even for ``p_j``
+equal to 0 or 1; dividing ``j`` out of ``q`` instead is unstable for ``p_j`` near 1 and
+undefined at 1), both :func:`jax.custom_jvp` rules whose tangent is linear in ``dp``
+(so reverse mode transposes them) and computed once for all parameters:
+
+* :func:`count_distribution` (the whole ``q``): ``r`` for every object from its prefix
+  and suffix distributions (one forward and one backward recursion) and their capped
+  convolution; ``dq[e] = sum_{j in e} dp_j (D r_j)``.
+* :func:`count_expectation` (``sum_k c[k] q[k]`` for a few weight rows ``c``, e.g.
+  ``P(K >= n)`` via :func:`tail_weights`; what the pipeline needs): an adjoint
+  recursion gives ``h_j = d value / dp_j`` per object, and ``dvalue[e] = sum_j dp_j h_j``:
+  one multiply-add per object and parameter instead of a tangent recursion per
+  parameter (``jax.jacfwd`` pushes n tangents through the whole recursion).
+
+Second derivatives differentiate the rules themselves, so ``jacfwd(jacfwd(...))`` and
+``jax.hessian`` stay exact (at the cost of differentiating the recursions, as before).
+
+All functions are pure JAX, float64 under ``jax_enable_x64``; layouts are flat: ``p``
+holds the objects of all events back to back, event ``e`` owning
+``p[starts[e] : starts[e] + counts[e]]``; objects outside every event are ignored.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "capped_convolve",
+    "count_distribution",
+    "count_expectation",
+    "count_expectation_gradient",
+    "count_recursion",
+    "integer_step",
+    "leave_one_out",
+    "prob_count_at_least",
+    "tail_weights",
+]
+
+
+def _add_object(q, pj, stays):
+    """Capped distribution after adding one object passing with probability ``pj``
+    (``(events,)``). ``q`` is ``(cap + 1, events)``: one contiguous row per count, which
+    XLA's CPU backend handles several times faster than a minor axis of length cap + 1.
+    The last state absorbs: ``P(K >= cap)`` never moves down."""
+    moved = jnp.pad(q[:-1], ((1, 0), (0, 0))) * pj
+    return q * (1.0 - pj * stays[:, None]) + moved
+
+
+def _at_position(p, starts, counts, pos):
+    """``(index, p)`` of each event's object number ``pos``; ``index`` is ``len(p)``
+    (out of range: dropped by scatters) and ``p`` is 0 where the event has fewer objects."""
+    valid = pos < counts
+    index = jnp.where(valid, starts + pos, p.shape[0])
+    pj = jnp.where(valid, p[jnp.where(valid, starts + pos, 0)], 0.0)
+    return index, pj
+
+
+def _start(n: int, cap: int, dtype):
+    q0 = jnp.zeros((cap + 1, n), dtype).at[0].set(1.0)
+    stays = jnp.ones(cap + 1, dtype).at[cap].set(0.0)
+    return q0, stays
+
+
+# Event tiles: the recursions run over all positions for TILE events at a time, so
+# that a tile's distributions ((cap + 1) x TILE floats, and its prefixes for the
+# gradient) stay in cache across the steps. Over all events at once, every step
+# streamed the whole (cap + 1, events) state through memory: 2-4x slower.
+TILE = 1024
+
+
+def _tiles(pd, tile: int):
+    """``(tiles, max_count, tile)`` view of the dense ``(max_count, events)`` probabilities
+    (events padded with probability-0 objects to a whole number of tiles)."""
+    max_count, n_events = pd.shape
+    tile = min(tile, n_events) or 1
+    n_tiles = -(-n_events // tile)
+    pd = jnp.pad(pd, ((0, 0), (0, n_tiles * tile - n_events)))
+    return pd.reshape(max_count, n_tiles, tile).transpose(1, 0, 2)
+
+
+def _untile(x, n_events: int):
+    """``(tiles, ..., tile)`` -> ``(..., events)``."""
+    x = jnp.moveaxis(x, 0, -2)
+    return x.reshape(*x.shape[:-2], -1)[..., :n_events]
+
+
+def count_recursion(p, starts, counts, cap: int, max_count: int):
+    """The capped Poisson-binomial distribution by the plain recursion (no custom rule).
+
+    ``p``: ``(objects,)`` pass probabilities; ``starts``, ``counts``: ``(events,)`` int;
+    ``max_count`` >= the largest count (static length of the loop over positions).
+    Returns ``q`` of shape ``(events, cap + 1)``; an event without objects has
+    ``q = (1, 0, ..., 0)``. One object is added per step (``lax.scan`` over the position
+    within the event); each step costs O(events * cap).
+    """
+    # The value alone is fastest over all events at once in (events, cap + 1) layout
+    # (measured ~20% faster than the tiled row layout the derivative passes use).
+    q0 = jnp.zeros((starts.shape[0], cap + 1), p.dtype).at[:, 0].set(1.0)
+    stays = jnp.ones(cap + 1, p.dtype).at[cap].set(0.0)
+
+    def step(q, pos):
+        _, pj = _at_position(p, starts, counts, pos)
+        moved = jnp.pad(q[:, :-1], ((0, 0), (1, 0))) * pj[:, None]
+        return q * (1.0 - pj[:, None] * stays) + moved, None
+
+    # unroll=4 measured ~1.5x faster than 1 (forward and jacfwd) on 131k events.
+    q, _ = jax.lax.scan(step, q0, jnp.arange(max_count), unroll=4)
+    return q
+
+
+def _convolve_t(a, b):
+    """:func:`capped_convolve` on ``(cap + 1, n)`` rows."""
+    cap = a.shape[0] - 1
+    rows = []
+    for k in range(cap):
+        acc = a[0] * b[k]
+        for i in range(1, k + 1):
+            acc = acc + a[i] * b[k - i]
+        rows.append(acc)
+    tail_b = b[cap]  # P(B >= cap - i), accumulated from i = 0 upwards
+    acc = a[0] * tail_b
+    for i in range(1, cap + 1):
+        tail_b = tail_b + b[cap - i]
+        acc = acc + a[i] * tail_b
+    rows.append(acc)
+    return jnp.stack(rows)
+
+
+def capped_convolve(a, b):
+    """Capped distribution of ``A + B`` for independent counts with capped distributions
+    ``a``, ``b`` (``(..., cap + 1)``): ``r[k] = sum_{i <= k} a[i] b[k - i]`` for ``k < cap``
+    and ``r[cap] = sum_i a[i] P(B >= cap - i)``. Sums of non-negative products only."""
+    a, b = jnp.moveaxis(a, -1, 0), jnp.moveaxis(b, -1, 0)
+    return jnp.moveaxis(_convolve_t(a, b), 0, -1)
+
+
+def _leave_one_out_t(p, starts, counts, cap: int, max_count: int):
+    n_obj = p.shape[0]
+    q0, stays = _start(starts.shape[0], cap, p.dtype)
+    buf0 = jnp.zeros((cap + 1, n_obj), p.dtype)
+
+    # Each object's slot is written exactly once (scatter-add into zeros: its JVP is
+    # another scatter-add, unlike scatter-set with possibly repeated dropped indices).
+    def forward(carry, pos):
+        q, before = carry
+        index, pj = _at_position(p, starts, counts, pos)
+        before = before.at[:, index].add(q, mode="drop")
+        return (_add_object(q, pj, stays), before), None
+
+    def backward(carry, pos):
+        s, after = carry
+        index, pj = _at_position(p, starts, counts, pos)
+        after = after.at[:, index].add(s, mode="drop")
+        return (_add_object(s, pj, stays), after), None
+
+    positions = jnp.arange(max_count)
+    (q, before), _ = jax.lax.scan(forward, (q0, buf0), positions, unroll=4)
+    (_, after), _ = jax.lax.scan(backward, (q0, buf0), positions, reverse=True, unroll=4)
+    # Objects outside every event got no prefix (zeros), so their r is 0.
+    return q, _convolve_t(before, after)
+
+
+def leave_one_out(p, starts, counts, cap: int, max_count: int):
+    """``(q, r)``: the capped distribution ``q`` (``(events, cap + 1)``, as
+    :func:`count_recursion`) and, per object, the capped distribution ``r`` of the
+    *other* objects of its event (``(objects, cap + 1)``; zeros for objects outside
+    every event). Costs about two recursions plus one small convolution per object."""
+    q, r = _leave_one_out_t(p, starts, counts, cap, max_count)
+    return q.T, r.T
+
+
+def _object_events(starts, counts, n_obj: int):
+    """Event index of every object: the number of events ending at or before it
+    (events without objects end where the next one starts, so they are counted)."""
+    ends = starts + counts
+    marks = jnp.zeros(n_obj + 1, jnp.int32).at[ends].add(1, mode="drop")
+    return jnp.cumsum(marks)[:n_obj]
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def count_distribution(p, starts, counts, cap: int, max_count: int):
+    """Capped Poisson-binomial distribution of the number of passing objects per event.
+
+    ``p``: per-object pass probability (flat, float); ``starts``, ``counts``: per-event
+    int arrays; returns ``q`` of shape ``(events, cap + 1)`` with ``q[:, k] = P(K = k)`` for
+    ``k < cap`` and ``q[:, cap] = P(K >= cap)``; events without objects get
+    ``(1, 0, ..., 0)``. Values by :func:`count_recursion`; derivatives by the
+    leave-one-out rule of the module docstring (forward and reverse mode, any order).
+    """
+    return count_recursion(p, starts, counts, cap, max_count)
+
+
+@count_distribution.defjvp
+def _count_distribution_jvp(cap, max_count, primals, tangents):
+    p, starts, counts = primals
+    dp = tangents[0]
+    q, r = _leave_one_out_t(p, starts, counts, cap, max_count)
+    # D r: dq[k]/dp_j = r[k-1] - r[k] below the cap, r[cap-1] at the cap.
+    grad = (jnp.pad(r[:-1], ((1, 0), (0, 0))) - r.at[cap].set(0.0)).T
+    segment = _object_events(starts, counts, p.shape[0])
+    dq = jax.ops.segment_sum(dp[:, None] * grad, segment, starts.shape[0], indices_are_sorted=True)
+    return q.T, dq
+
+
+def _dense_p(p, starts, counts, max_count: int):
+    """``(max_count, events)``: the pass probability of each event's object number
+    ``pos`` (0 where the event has fewer objects), gathered once for all passes."""
+    pos = jnp.arange(max_count, dtype=starts.dtype)[:, None]
+    valid = pos < counts[None, :]
+    return jnp.where(valid, p[jnp.where(valid, starts[None, :] + pos, 0)], 0.0)
+
+
+def _object_positions(starts, counts, n_obj: int):
+    """``(event, position)`` of every object; ``event == len(starts)`` outside every event."""
+    event = _object_events(starts, counts, n_obj)
+    inside = event < starts.shape[0]
+    position = jnp.arange(n_obj, dtype=starts.dtype) - starts[jnp.where(inside, event, 0)]
+    return event, jnp.where(inside, position, 0), inside
+
+
+def _expectation_gradient_t(p, starts, counts, c, cap: int, max_count: int):
+    """``(q, h)``: the capped distribution (``(cap + 1, events)``) and the derivative of
+    :func:`count_expectation` with respect to each object's pass probability,
+    ``h[j, m] = d value[event(j), m] / dp_j`` (``(objects, m)``; 0 outside every event).
+
+    Adjoint recursion: with ``M(p)`` the linear map that adds one object to a capped
+    distribution, ``value = c . M(p_{L-1}) ... M(p_0) e_0``. Going backwards from
+    ``a = c``, ``h`` of the object at position ``i`` is ``F_i . (dM/dp) a_{i+1}`` with
+    ``F_i`` the distribution of the objects before it (stored by the forward pass,
+    per tile of events), then ``a_i = M(p_i)^T a_{i+1}``. Two recursions for any number of parameters;
+    sums of products of probabilities only (exact to rounding for ``p`` in [0, 1]).
+    """
+    n_obj, n_events = p.shape[0], starts.shape[0]
+    tiles = _tiles(_dense_p(p, starts, counts, max_count), TILE)
+    q0, stays = _start(tiles.shape[-1], cap, p.dtype)
+    a0 = jnp.broadcast_to(c[:, :, None], (*c.shape, tiles.shape[-1])).astype(p.dtype)
+
+    def adjoint(a, xs):
+        f, pj = xs
+        up = jnp.pad(a[:, 1:], ((0, 0), (0, 1), (0, 0)))  # a[k + 1], 0 at the cap
+        h = jnp.sum(f * (up - a * stays[:, None]), axis=1)  # (m, tile)
+        return a * (1.0 - pj * stays[:, None]) + up * pj, h
+
+    def one_tile(pt):
+        q, before = jax.lax.scan(lambda q, pj: (_add_object(q, pj, stays), q), q0, pt, unroll=4)
+        _, h = jax.lax.scan(adjoint, a0, (before, pt), reverse=True, unroll=4)
+        return q, h
+
+    q, hs = jax.lax.map(one_tile, tiles)
+    q, hs = _untile(q, n_events), _untile(hs, n_events)  # (cap + 1, events), (L, m, events)
+    event, position, inside = _object_positions(starts, counts, n_obj)
+    h = hs[position, :, jnp.where(inside, event, 0)]  # (objects, m)
+    h = jnp.where(inside[:, None], h, 0.0)
+    return q, h
+
+
+def count_expectation_gradient(p, starts, counts, c, cap: int, max_count: int):
+    """``(value, h)``: :func:`count_expectation` (``(events, m)``) and its derivative with
+    respect to each object's pass probability, ``h[j, m] = d value[event(j), m] / dp_j``
+    (``(objects, m)``; 0 for objects outside every event). See
+    :func:`_expectation_gradient_t` for the method."""
+    q, h = _expectation_gradient_t(p, starts, counts, c, cap, max_count)
+    return (c @ q).T, h
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(4, 5))
+def count_expectation(p, starts, counts, c, cap: int, max_count: int):
+    """``value[e, m] = sum_k c[m, k] q[e, k]``: expectations of functions of the capped
+    count, e.g. ``P(K >= n)`` with ``c[m] = (0, .., 0, 1, .., 1)`` (see :func:`tail_weights`).
+
+    ``p``, ``starts``, ``counts`` as in :func:`count_distribution`; ``c``: ``(m, cap + 1)``
+    float. Returns ``(events, m)``. Same values as ``count_distribution(...) @ c.T``,
+    but its derivative costs two recursions and one gather-multiply-add per parameter
+    per object (:func:`count_expectation_gradient`), instead of a tangent recursion
+    per parameter; differentiable to any order, forward and reverse.
+    """
+    return count_recursion(p, starts, counts, cap, max_count) @ c.T
+
+
+@count_expectation.defjvp
+def _count_expectation_jvp(cap, max_count, primals, tangents):
+    p, starts, counts, c = primals
+    dp, dc = tangents[0], tangents[3]
+    q, h = _expectation_gradient_t(p, starts, counts, c, cap, max_count)
+    event, _, _ = _object_positions(starts, counts, p.shape[0])
+    dvalue = jax.ops.segment_sum(dp[:, None] * h, event, starts.shape[0], indices_are_sorted=True)
+    return (c @ q).T, dvalue + (dc @ q).T
+
+
+def tail_weights(n, width, cap: int):
+    """Weights ``c`` (``(cap + 1,)``) with ``sum_k c[k] q[k] =`` :func:`prob_count_at_least`:
+    ``c[k] = (1 - s) [k >= floor n] + s [k >= floor n + 1]``, ``s = integer_step(frac n, width)``,
+    ``n`` clipped to ``[0, cap]``."""
+    n = jnp.clip(n, 0.0, float(cap))
+    lo = jnp.floor(n)
+    frac = integer_step(n - lo, width)
+    k = jnp.arange(cap + 1, dtype=lo.dtype)
+    return (1.0 - frac) * (k >= lo).astype(lo.dtype) + frac * (k >= lo + 1.0).astype(lo.dtype)
+
+
+def integer_step(frac, width):
+    """Smoothed step from 0 to 1 over ``frac`` in [0, 1]: how far a non-integer N
+    has moved from ``floor(N)`` to ``floor(N) + 1``.
+
+    ``(sigmoid((frac - 1/2) / width) - sigmoid(-1/(2 width))) / (sigmoid(1/(2 width)) - sigmoid(-1/(2 width)))``:
+    nearly linear for ``width >= 1``, rounding (``frac >= 1/2``) for ``width == 0``;
+    0 at ``frac = 0`` for every width, so integer N are exact.
+    """
+    soft = width > 0
+    w = jnp.where(soft, width, 1.0)
+    lo = jax.nn.sigmoid(-0.5 / w)
+    hi = jax.nn.sigmoid(0.5 / w)
+    smooth = (jax.nn.sigmoid((frac - 0.5) / w) - lo) / (hi - lo)
+    return jnp.where(soft, smooth, (frac >= 0.5).astype(frac.dtype))
+
+
+def prob_count_at_least(q, n, width):
+    """``P(K >= n)`` for a real ``n``: the exact Poisson-binomial tail at integers,
+    blended between ``floor(n)`` and ``floor(n) + 1`` by :func:`integer_step`, so
+    ``n`` has a gradient ``-P(K = floor n) * step'(frac n)``.
+
+    ``q``: ``(events, cap + 1)`` from :func:`count_distribution`; ``n`` is clipped to
+    ``[0, cap]``; returns ``(events,)``."""
+    cap = q.shape[1] - 1
+    tails = jnp.cumsum(q[:, ::-1], axis=1)[:, ::-1]  # tails[:, k] = P(K >= k)
+    tails = jnp.concatenate([tails, jnp.zeros_like(tails[:, :1])], axis=1)
+    n = jnp.clip(n, 0.0, float(cap))
+    lo = jnp.floor(n)
+    frac = integer_step(n - lo, width)
+    i = lo.astype(jnp.int32)
+    return (1.0 - frac) * tails[:, i] + frac * tails[:, jnp.minimum(i + 1, cap + 1)]

@@ -1,0 +1,159 @@
+"""First gradient pass vs the plain coffea pass a user runs today, side by side.
+
+On the same generated NanoAOD-layout files (analysis.generate: half ttbar, half
+Drell-Yan), the same coffea executor, preprocessed chunks and chunk size:
+
+1. plain coffea: a ``ProcessorABC`` that applies the demo config's selection as hard
+   cuts with awkward (jet pT, |eta|, b-tag, >= N jets) and accumulates the weighted
+   yield and the jet-pT sums (what the soft pass computes, without derivatives);
+2. diffcoffea: one ``Evaluator.run`` (soft selection, states + Jacobian with respect to
+   the 4 parameters), reading the files again like any first pass.
+
+Both are timed after one warm-up pass (compilation, page cache); the best of
+``--repeat`` passes is reported, with the ratio (goal: <= 1.5).
+
+    PYTHONPATH=. python benchmarks/bench_pass.py                   # 2M events, 8 files
+    PYTHONPATH=. python benchmarks/bench_pass.py --events 400000   # reduced
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GOAL = 1.5
+
+
+def demo_config(data_dir: Path, events: int, files: int, chunksize: int):
+    """configs/demo.yaml with its datasets resized and generated under ``data_dir``."""
+    from analysis.config import config_from_dict
+
+    data = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    data = copy.deepcopy(data)
+    for name, ds in data["datasets"].items():
+        ds["generate"].update(
+            events=max(events // 2, 1),
+            files=max(files // 2, 1),
+            dir=str(data_dir / name),
+        )
+    data["executor"] = {"type": "iterative", "chunksize": chunksize}
+    data["output"] = {"dir": str(data_dir / "out")}
+    return config_from_dict(data, source="bench_pass", base_dir=ROOT / "configs")
+
+
+def plain_processor(config):
+    """The demo selection as hard cuts with awkward, at the config's initial values."""
+    import awkward as ak
+    import numpy as np
+    from coffea import processor
+
+    init = config.initial_params()
+
+    class HardCuts(processor.ProcessorABC):
+        def process(self, events):
+            jets = events.Jet
+            good = (
+                (jets.pt > init["jet_pt_min"])
+                & (abs(jets.eta) < init["jet_abs_eta_max"])
+                & (jets.btagDeepFlavB > init["btag_min"])
+            )
+            selected = ak.sum(good, axis=1) >= init["min_jets"]
+            w = np.asarray(events.genWeight[selected], dtype=np.float64)
+            pt = jets.pt[good][selected]
+            wj = ak.flatten(ak.broadcast_arrays(w, pt)[0])
+            x = np.asarray(ak.flatten(pt), dtype=np.float64)
+            wj = np.asarray(wj, dtype=np.float64)
+            out = np.array([w.sum(), (w * w).sum(), wj.sum(), (wj * x).sum(), (wj * x * x).sum()])
+            return {events.metadata["dataset"]: out}
+
+        def postprocess(self, accumulator):
+            return accumulator
+
+    return HardCuts()
+
+
+def best_of(fn, repeat: int) -> tuple[float, float, float]:
+    """(warm-up wall time, best wall time and best CPU time of ``repeat`` further calls).
+
+    CPU time (this process, all threads) is reported too: on a shared machine the wall
+    time of a pass grows with the other processes' load, its CPU time much less."""
+    t0 = time.perf_counter()
+    fn()
+    warm = time.perf_counter() - t0
+    walls, cpus = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return warm, min(walls), min(cpus)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--events", type=int, default=2_000_000, help="total events (default 2M)")
+    p.add_argument("--files", type=int, default=8, help="files in total (default 8)")
+    p.add_argument("--chunksize", type=int, default=200_000, help="events per chunk")
+    p.add_argument("--repeat", type=int, default=3, help="timed passes after the warm-up")
+    p.add_argument(
+        "--data-dir",
+        default=os.path.join(tempfile.gettempdir(), "diffcoffea-bench"),
+        help="where the generated files are kept (reused if present)",
+    )
+    args = p.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT))
+    import jax
+    import numpy as np
+
+    from analysis.runner import Evaluator
+
+    data_dir = Path(args.data_dir) / f"{args.events}x{args.files}"
+    t0 = time.perf_counter()
+    config = demo_config(data_dir, args.events, args.files, args.chunksize)
+    with Evaluator(config) as ev:
+        t_setup = time.perf_counter() - t0  # generation (first time) + file checks
+        chunks = ev.chunks
+        hard = plain_processor(config)
+        plain_warm, plain, plain_cpu = best_of(lambda: ev.process(hard, lambda: None), args.repeat)
+        grad_warm, grad, grad_cpu = best_of(lambda: ev.run(order=1), args.repeat)
+        states = ev.run(order=1)
+        yields = ev.process(hard, lambda: None)
+
+    n_params = len(ev.plan.trainable)
+    load = os.getloadavg()[0]
+    print(
+        f"{args.events} events in {args.files} files, {len(chunks)} chunks of <= "
+        f"{args.chunksize}; jax {jax.__version__}, {os.cpu_count()} cores, "
+        f"load average {load:.1f}; setup {t_setup:.1f} s"
+    )
+    print(f"| {'pass':<52} | {'warm-up [s]':>11} | {'best [s]':>8} | {'CPU [s]':>7} |")
+    print(f"|{'-' * 54}|{'-' * 12}:|{'-' * 9}:|{'-' * 8}:|")
+    rows = [
+        ("plain coffea, hard cuts with awkward, no gradient", plain_warm, plain, plain_cpu),
+        (f"diffcoffea Evaluator.run, value + {n_params}-param Jacobian", grad_warm, grad, grad_cpu),
+    ]
+    for label, warm, best, cpu in rows:
+        print(f"| {label:<52} | {warm:>11.2f} | {best:>8.2f} | {cpu:>7.2f} |")
+    ratio = grad / plain
+    verdict = "met" if ratio <= GOAL else "not met"
+    print(f"ratio gradient / plain = {ratio:.2f}   (goal <= {GOAL}: {verdict})")
+    print(f"CPU-time ratio = {grad_cpu / plain_cpu:.2f}")
+    # A consistency check, not a benchmark: soft and hard yields are of the same order.
+    for name, st in states.items():
+        hard_sumw = float(np.asarray(yields[name])[0])
+        soft_sumw = float(st.yields["selected_sumw"].value)
+        print(f"  {name}: hard-cut sum w = {hard_sumw:.1f}, soft sum w = {soft_sumw:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

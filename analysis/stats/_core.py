@@ -21,7 +21,7 @@ internal mean), and the gradient is zero rather than NaN (double ``where``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -305,3 +305,23 @@ UNIVARIATE = {
     "kurtosis": state_kurtosis,
 }
 BIVARIATE = {"covar": state_covar, "corr": state_corr, "linear_fit": state_linear_fit}
+
+
+class LinearFit(NamedTuple):
+    """Result of :func:`linear_fit`; fields as the record of ``ak.linear_fit``.
+
+    A NamedTuple (so a JAX pytree: works with ``jacfwd``/``jacrev``/``vmap``) that
+    also allows ``fit["slope"]`` like awkward's record.
+    """
+
+    intercept: Array
+    slope: Array
+    intercept_error: Array
+    slope_error: Array
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            if key not in self._fields:
+                raise KeyError(f"LinearFit has no field {key!r}; fields: {', '.join(self._fields)}")
+            return getattr(self, key)
+        return tuple.__getitem__(self, key)

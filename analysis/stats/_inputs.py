@@ -26,6 +26,8 @@ from analysis.stats.jagged import (
 )
 
 Array = jax.Array
+# numpy for concrete data (cheap host-side padding), JAX for tracers
+Vector = Array | np.ndarray
 
 
 class _Parts(NamedTuple):
@@ -41,6 +43,7 @@ def _parts(obj: Any, name: str, *, allow_scalar: bool = False) -> _Parts:
     if _is_awkward(obj):
         values, offsets = awkward_parts(obj, name)
         return _Parts(values, offsets, None)
+    arr: Vector
     if isinstance(obj, jax.Array):
         arr = obj
     elif isinstance(obj, (np.ndarray, np.generic, numbers.Number, list, tuple)):
@@ -95,10 +98,10 @@ def _check_same_lists(a: _Parts, b: _Parts, name: str) -> None:
 
 
 class _Prepared(NamedTuple):
-    x: Array  # float64 values
-    y: Array | None
-    w: Array  # float64 weights, one per element
-    segment_ids: Array | None  # set for per-list results
+    x: Vector  # float64 values
+    y: Vector | None
+    w: Vector  # float64 weights, one per element
+    segment_ids: Vector | None  # set for per-list results
     num_segments: int | None
     jagged: bool = False  # x had lists (axis=None with keepdims gives shape (1, 1))
 
@@ -147,7 +150,7 @@ def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
         yv = _f64(py.values)
 
     if weight is None:
-        w = np.ones(n, dtype=np.float64)
+        w: Vector = np.ones(n, dtype=np.float64)
     else:
         pw = _parts(weight, "weight", allow_scalar=True)
         if pw.values.ndim == 0:

@@ -63,6 +63,7 @@ def _padded(p: _Prepared) -> _Padded:
     if p.segment_ids is None:
         return _Padded(x, y, w, None, None, None)
     num_lists = p.num_segments
+    assert num_lists is not None  # set together with segment_ids
     seg = _pad(p.segment_ids, size, num_lists)  # padding goes to a dummy last list
     return _Padded(x, y, w, seg, _bucket(num_lists + 1), num_lists)
 

@@ -124,7 +124,7 @@ def shadow(obj: Any, name: str) -> Shadow:
 class Grouping(NamedTuple):
     """Where each element goes in a reduction, and the result's structure.
 
-    ``index``: for each of x, y, weight (None if absent or scalar) the position of every
+    ``indices``: for each of x, y, weight (None if absent or scalar) the position of every
     element in its flat numbers, -1 for missing (None) elements; ``ok``: not missing;
     ``segment_ids``: result slot of every element (None: one slot, ``axis=None``);
     ``template``: ``ak.count`` of the broadcast structure with the caller's ``axis``,
@@ -132,7 +132,7 @@ class Grouping(NamedTuple):
     scalar for ``axis=None`` without ``keepdims``.
     """
 
-    index: list[np.ndarray | None]
+    indices: list[np.ndarray | None]
     ok: np.ndarray
     segment_ids: np.ndarray | None
     num_segments: int
@@ -274,7 +274,7 @@ def rebuild(values: Any, template: Any, *, backend: str, missing: bool) -> Any:
         skeleton = ak.to_backend(skeleton, "jax", highlevel=False)
     leaf = c.NumpyArray(values)
     if missing or none.any():
-        index = np.where(none, -1, np.arange(none.shape[0]))
+        index: np.ndarray | jax.Array = np.where(none, -1, np.arange(none.shape[0]))
         if backend == "jax":
             index = jnp.asarray(index)
         leaf = c.IndexedOptionArray(ak.index.Index64(index), leaf)

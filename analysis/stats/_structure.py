@@ -47,6 +47,12 @@ def _gather(data: Any, index: np.ndarray, ok: np.ndarray, backend: str) -> Any:
     return np.where(ok, np.asarray(data, dtype=np.float64)[safe], 0.0)
 
 
+def _given(index: np.ndarray | None) -> np.ndarray:
+    """The index of an input that is present (``group`` gives None only for absent ones)."""
+    assert index is not None
+    return index
+
+
 def _structure(
     x: Any, y: Any, weight: Any, axis: Any, keepdims: bool, mask_identity: bool, func: str
 ) -> _Structured:
@@ -67,10 +73,10 @@ def _structure(
         scalar_w and isinstance(weight, jax.Array)
     )
     backend = "jax" if traced else "cpu"
-    xv = _gather(sx.data, g.index[0], g.ok, backend)
-    yv = None if sy is None else _gather(sy.data, g.index[1], g.ok, backend)
+    xv = _gather(sx.data, _given(g.indices[0]), g.ok, backend)
+    yv = None if sy is None else _gather(sy.data, _given(g.indices[1]), g.ok, backend)
     if sw is not None:
-        w = _gather(sw.data, g.index[2], g.ok, backend)
+        w = _gather(sw.data, _given(g.indices[2]), g.ok, backend)
     else:
         scale = 1.0 if weight is None else weight
         w = (jnp if backend == "jax" else np).where(g.ok, scale, 0.0).astype(np.float64)
@@ -91,7 +97,7 @@ def _finish(stat: str, out: Any, st: _Structured, opts: _Options, x: Any) -> Any
     # jitted kernels return dicts with sorted keys: awkward's field order explicitly
     fields = list(LinearFit._fields) if isinstance(out, dict) else None
     parts: dict[str, Any] = {k: jnp.reshape(out[k], (-1,)) for k in fields} if fields else {}
-    flat = None if fields else jnp.reshape(out, (-1,))
+    flat: jax.Array | np.ndarray | None = None if fields else jnp.reshape(out, (-1,))
     if st.backend == "cpu":
         parts = {k: np.asarray(v) for k, v in parts.items()}
         flat = None if flat is None else np.asarray(flat)

@@ -129,7 +129,7 @@ def _run2(stat: str, x: Any, y: Any, weight: Any, axis: Any, opts: _Options) -> 
             raise TypeError(f"{stat}: x is a CoMoments state; pass no y")
         _state_only(stat, weight, axis)
         out = _core.BIVARIATE[stat](x)
-        return LinearFit(**out) if stat == "linear_fit" else out
+        return LinearFit(**out) if isinstance(out, dict) else out  # dict: linear_fit
     if y is None:
         raise TypeError(f"{stat}: expected y (data with the structure of x) or a CoMoments state")
     return _compute(stat, x, y, weight, axis, opts)

@@ -81,6 +81,7 @@ class Jagged:
     """
 
     __slots__ = ("values", "offsets", "_segment_ids")
+    _segment_ids: np.ndarray | None  # cached for concrete offsets only
 
     def __init__(self, values: Any, offsets: Any) -> None:
         if not isinstance(values, jax.Array):  # tracers are jax.Array too
@@ -286,7 +287,7 @@ def awkward_parts(array: Any, name: str = "array") -> tuple[Any, np.ndarray | No
     if bounds is None:
         data, index = _leaf(layout, name)
         offsets = None
-        positions = index
+        positions: np.ndarray | slice | None = index
     else:
         starts, stops, content = bounds
         counts = stops - starts
@@ -303,12 +304,12 @@ def awkward_parts(array: Any, name: str = "array") -> tuple[Any, np.ndarray | No
             positions = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
             if index is not None:
                 positions = index[positions]
+    buffer: np.ndarray | jax.Array
     if backend == "cpu":
-        data = np.asarray(data)
-        values = data if positions is None else data[positions]
+        buffer = np.asarray(data)
     else:
-        data = data if isinstance(data, jax.Array) else jnp.asarray(data)
-        values = data if positions is None else data[positions]
+        buffer = data if isinstance(data, jax.Array) else jnp.asarray(data)
+    values = buffer if positions is None else buffer[positions]
     return values, offsets
 
 

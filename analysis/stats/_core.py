@@ -21,7 +21,8 @@ internal mean), and the gradient is zero rather than NaN (double ``where``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +73,7 @@ class CoMoments(NamedTuple):
         return self.center_y + self.dmean_y
 
 
-def safe_div(num: Array, den: Array, fill: float = float("nan")) -> Array:
+def safe_div(num: Array | float, den: Array, fill: float = float("nan")) -> Array:
     """``num / den`` where ``den != 0``, else ``fill``; the gradient is finite (0) there."""
     ok = den != 0
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), fill)
@@ -199,7 +200,8 @@ def central_moment_sum(
     from math import comb
 
     sumw, center, d, r = _centre(x, w, segment_ids, num_segments)
-    total = 0.0
+    # zeros + t is t exactly (as 0.0 + t), and keeps total an Array for any n >= 0
+    total = jnp.zeros_like(sumw)
     for k in range(n + 1):
         sk = sumw if k == 0 else _reduce(w * d**k, segment_ids, num_segments)
         total = total + comb(n, k) * sk * (-r) ** (n - k)
@@ -214,7 +216,7 @@ def state_mean(s: Moments) -> Array:
     return jnp.where(s.sumw != 0, s.mean, jnp.nan)
 
 
-def state_var(s: Moments, ddof: float = 0) -> Array:
+def state_var(s: Moments, ddof: float | Array = 0) -> Array:
     """``M2 / (W - ddof)`` (awkward's ``ak.var`` convention with weights).
 
     NaN where ``W == 0``; for ``ddof != 0`` also where ``W <= ddof`` (fewer effective
@@ -224,7 +226,7 @@ def state_var(s: Moments, ddof: float = 0) -> Array:
     return jnp.where(defined, safe_div(s.m2, s.sumw - ddof), jnp.nan)
 
 
-def state_std(s: Moments, ddof: float = 0) -> Array:
+def state_std(s: Moments, ddof: float | Array = 0) -> Array:
     return safe_sqrt(state_var(s, ddof))
 
 
@@ -297,11 +299,37 @@ def state_linear_fit(s: CoMoments) -> dict[str, Array]:
     }
 
 
-UNIVARIATE = {
+# var and std take ddof after the state
+UNIVARIATE: dict[str, Callable[..., Array]] = {
     "mean": state_mean,
     "var": state_var,
     "std": state_std,
     "skew": state_skew,
     "kurtosis": state_kurtosis,
 }
-BIVARIATE = {"covar": state_covar, "corr": state_corr, "linear_fit": state_linear_fit}
+# linear_fit gives a dict of its four fields, the others an Array
+BIVARIATE: dict[str, Callable[[CoMoments], Array | dict[str, Array]]] = {
+    "covar": state_covar,
+    "corr": state_corr,
+    "linear_fit": state_linear_fit,
+}
+
+
+class LinearFit(NamedTuple):
+    """Result of :func:`linear_fit`; fields as the record of ``ak.linear_fit``.
+
+    A NamedTuple (so a JAX pytree: works with ``jacfwd``/``jacrev``/``vmap``) that
+    also allows ``fit["slope"]`` like awkward's record.
+    """
+
+    intercept: Array
+    slope: Array
+    intercept_error: Array
+    slope_error: Array
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            if key not in self._fields:
+                raise KeyError(f"LinearFit has no field {key!r}; fields: {', '.join(self._fields)}")
+            return getattr(self, key)
+        return tuple.__getitem__(self, key)

@@ -80,6 +80,8 @@ def _soft_factors(
         s = 1.0 / (1.0 + e)
         one_minus.append(e * s)
         w = s if w is None else w * s
+    if w is None:  # the callers always pass cuts; this narrows the type
+        raise ValueError("_soft_factors: expected at least one cut")
     return w, one_minus
 
 

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     # A consistency check, not a benchmark: soft and hard yields are of the same order.
     for name, st in states.items():
         hard_sumw = float(np.asarray(yields[name])[0])
-        soft_sumw = float(st.yields["selected_sumw"].value)
+        soft_sumw = float(st.derived.value["selected_sumw"])
         print(f"  {name}: hard-cut sum w = {hard_sumw:.1f}, soft sum w = {soft_sumw:.1f}")
     return 0
 

@@ -26,6 +26,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="override executor.workers")
     p.add_argument("--chunksize", type=int, help="override executor.chunksize")
     p.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    p.add_argument(
+        "--skip-bad-files",
+        action="store_true",
+        default=None,
+        help="go on without unreadable files/chunks (listed in results.json); "
+        "default: config's skip_bad_files (false)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +125,7 @@ def make_evaluator(config, args):
         workers=args.workers,
         chunksize=args.chunksize,
         status=not args.quiet,
+        skip_bad_files=getattr(args, "skip_bad_files", None),
     )
 
 

@@ -5,26 +5,51 @@ for every pass), preprocesses the fileset once (coffea otherwise re-reads each
 file's metadata on every pass) and runs :class:`processors.DiffProcessor` for any
 parameter values. Datasets whose files hold no events still get a (zero) state, so
 every dataset is reported with the number of events seen.
+
+Faults (see :mod:`analysis.faults`): every file is opened here first, so an
+unreadable file, a directory or a missing tree is one line before any chunk is
+dispatched; a chunk that fails in a worker comes back as a record, which becomes one
+:class:`InputError` naming file, entries and cause, or (``skip_bad_files``) a skip
+listed in results.json. coffea hashes dataset names and file paths as ASCII, so
+non-ASCII names get ASCII keys and non-ASCII paths ASCII symbolic links for coffea,
+mapped back in every output and message.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from coffea.nanoevents import NanoAODSchema
 
 from analysis.columns import ChunkColumns, extract_columns
 from analysis.config import Config
-from analysis.errors import InputError
+from analysis.errors import DiffcoffeaError, InputError
+from analysis.faults import FAULTS_KEY, Fault, Faults, describe
 from analysis.kernel import chunk_state
 from analysis.plan import Plan, build_plan, initial_widths
 from analysis.results import DatasetState
 
 SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
+
+# How long a pass may wait to connect to a dask scheduler (never a hang on a dead address).
+DASK_CONNECT_TIMEOUT = "30s"
+
+
+class EventSchema(NanoAODSchema):
+    """NanoAOD schema that accepts files without run/luminosityBlock/event (not needed here).
+
+    A module-level class so that it pickles by reference to every worker.
+    """
+
+    error_missing_event_ids = False
+    warn_missing_crossrefs = False
 
 
 def resolve_skhep(name: str, where: str) -> str:
@@ -43,15 +68,42 @@ def resolve_skhep(name: str, where: str) -> str:
         ) from None
 
 
-def resolve_fileset(config: Config) -> dict[str, dict[str, Any]]:
-    """``{dataset: {"files": {path: treename}}}`` with globs expanded and files checked.
+def check_file(path: str, treename: str) -> str | None:
+    """Why ``path`` cannot be read as a ROOT file with tree ``treename`` (``None``: it can).
 
-    Relative paths are relative to the config file's directory. Each file is opened
-    once with uproot to check that the tree exists (a clear error now, rather than
-    a coffea traceback later).
+    Opens the file and its tree and reads the branch list and entry count, which is
+    what coffea does before any chunk is read, so a truncated file, a corrupt header
+    or tree, or a directory fails here, with one line, not in a worker.
     """
     import uproot
 
+    if os.path.isdir(path):
+        return "is a directory, not a ROOT file"
+    try:
+        with uproot.open(path) as f:
+            if treename not in f:
+                keys = ", ".join(sorted({k.split(";")[0] for k in f.keys()}))
+                return f"no tree {treename!r} (keys: {keys or 'none'})"
+            tree = f[treename]
+            if not hasattr(tree, "num_entries"):
+                return f"{treename!r} is a {type(tree).__name__}, not a TTree"
+            tree.num_entries  # noqa: B018  (reads the entry count)
+            tree.keys()
+    except Exception as err:
+        return f"not a readable ROOT file ({describe(err)})"
+    return None
+
+
+def resolve_fileset(
+    config: Config, *, skipped: list[Fault] | None = None
+) -> dict[str, dict[str, Any]]:
+    """``{dataset: {"files": {path: treename}}}`` with globs expanded and files checked.
+
+    Relative paths are relative to the config file's directory. Each file is checked
+    with :func:`check_file`: an unreadable one is an :class:`InputError`, or, if a
+    ``skipped`` list is given, appended to it as a :class:`~analysis.faults.Fault`
+    and left out.
+    """
     fileset: dict[str, dict[str, Any]] = {}
     for name, ds in config.datasets.items():
         where = f"{config.source}: datasets.{name}.files"
@@ -78,24 +130,48 @@ def resolve_fileset(config: Config) -> dict[str, dict[str, Any]]:
                 if not matches:
                     raise InputError(f"{where}: no file matches {entry!r} (looked for {path})")
                 paths.extend(matches)
-            elif not os.path.isfile(path):
+            elif not os.path.exists(path):
                 raise InputError(f"{where}: no such file {entry!r} (looked for {path})")
             else:
                 paths.append(path)
+        good = []
         for path in paths:
-            try:
-                with uproot.open(path) as f:
-                    if ds.treename not in f:
-                        raise InputError(
-                            f"{path}: no tree {ds.treename!r} (datasets.{name}.treename); "
-                            f"keys: {', '.join(sorted({k.split(';')[0] for k in f.keys()}))}"
-                        )
-            except InputError:
-                raise
-            except Exception as err:
-                raise InputError(f"{path}: not a readable ROOT file ({err})") from None
-        fileset[name] = {"files": {p: ds.treename for p in paths}, "metadata": {}}
+            problem = check_file(path, ds.treename)
+            if problem is None:
+                good.append(path)
+            elif skipped is None:
+                raise InputError(f"{path}: {problem} (datasets.{name})")
+            else:
+                skipped.append(Fault(name, path, None, None, problem))
+        fileset[name] = {"files": {p: ds.treename for p in good}, "metadata": {}}
     return fileset
+
+
+def _ascii_keys(names: list[str]) -> dict[str, str]:
+    """``{name: key}``: ASCII names are their own key; others get a unique ASCII key."""
+    taken = {n for n in names if n.isascii()}
+    out = {}
+    for name in names:
+        if name.isascii():
+            out[name] = name
+            continue
+        base = name.encode("ascii", "backslashreplace").decode().replace("\\", "_")
+        key, i = base, 1
+        while key in taken:
+            key, i = f"{base}_{i}", i + 1
+        taken.add(key)
+        out[name] = key
+    return out
+
+
+_WORK_ITEM = re.compile(
+    r"WorkItem\(dataset='(?P<dataset>[^']*)', filename='(?P<file>[^']*)', "
+    r"treename='[^']*', entrystart=(?P<start>\d+), entrystop=(?P<stop>\d+)"
+)
+
+
+class _WorkerTraceback(Exception):
+    """The traceback of a chunk that failed in a worker (shown with ``--debug``)."""
 
 
 def empty_columns(plan: Plan) -> ChunkColumns:
@@ -125,20 +201,66 @@ class Evaluator:
         workers: int | None = None,
         chunksize: int | None = None,
         status: bool = False,
+        skip_bad_files: bool | None = None,
     ) -> None:
         self.config = config
         self.plan = build_plan(config)
-        self.fileset = resolve_fileset(config)
         ex = config.executor
         self.executor_type = executor or ex.type
         self.workers = workers or ex.workers
         self.chunksize = chunksize or ex.chunksize
         self.status = status
+        self.skip_bad_files = config.skip_bad_files if skip_bad_files is None else skip_bad_files
+        self.nonfinite = config.nonfinite
         self._client = None
         self._cluster = None
         self._chunks: list | None = None
         self._validated = False
-        self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
+        self._linkdir: str | None = None
+        skipped: list[Fault] = []
+        resolved = resolve_fileset(config, skipped=skipped if self.skip_bad_files else None)
+        #: every skipped chunk or file and every non-finite drop seen so far (all passes)
+        self.faults = Faults(skipped)
+        # coffea's keys: ASCII dataset names and file paths (see the module docstring).
+        keys = _ascii_keys(list(resolved))
+        self._names = {key: name for name, key in keys.items()}
+        self._paths: dict[str, str] = {}  # ASCII alias -> the user's path
+        self.fileset = {
+            keys[name]: {
+                "files": {self._alias(p): tree for p, tree in ds["files"].items()},
+                "metadata": {"nonfinite": self.nonfinite},
+            }
+            for name, ds in resolved.items()
+        }
+        #: weight branch per coffea dataset key (``events.metadata["dataset"]`` in a chunk)
+        self.weight_branches = {keys[name]: ds.weight for name, ds in config.datasets.items()}
+
+    # -- names and paths ----------------------------------------------------------
+    def _alias(self, path: str) -> str:
+        """``path``, or an ASCII symbolic link to it (coffea hashes paths as ASCII)."""
+        if path.isascii():
+            return path
+        if self._linkdir is None:
+            self._linkdir = tempfile.mkdtemp(prefix="diffcoffea-links-")
+            if not self._linkdir.isascii():
+                raise InputError(
+                    f"{path}: non-ASCII file paths need an ASCII temporary directory "
+                    f"(TMPDIR), got {self._linkdir}"
+                )
+        alias = os.path.join(self._linkdir, f"{len(self._paths)}.root")
+        os.symlink(os.path.abspath(path), alias)
+        self._paths[alias] = path
+        return alias
+
+    def _unalias(self, text: str) -> str:
+        """``text`` with ASCII aliases replaced by the user's file paths."""
+        for alias, path in self._paths.items():
+            text = text.replace(alias, path)
+        return text
+
+    def dataset_name(self, key: str) -> str:
+        """The configured dataset name of a coffea dataset key (chunk metadata)."""
+        return self._names.get(key, key)
 
     # -- executors ------------------------------------------------------------
     def _executor(self):
@@ -158,7 +280,7 @@ class Evaluator:
 
             address = self.config.executor.address
             if address:
-                self._client = Client(address)
+                self._client = Client(address, timeout=DASK_CONNECT_TIMEOUT)
             else:
                 self._cluster = LocalCluster(
                     n_workers=self.workers,
@@ -172,16 +294,14 @@ class Evaluator:
     def _runner(self):
         import coffea.util
         from coffea import processor
-        from coffea.nanoevents import NanoAODSchema
 
         # coffea draws its progress bars whatever the executor's ``status`` says.
         coffea.util.coffea_console.quiet = not self.status
 
-        NanoAODSchema.warn_missing_crossrefs = False
         return processor.Runner(
             executor=self._executor(),
             chunksize=self.chunksize,
-            schema=NanoAODSchema,
+            schema=EventSchema,
             savemetrics=False,
         )
 
@@ -192,25 +312,51 @@ class Evaluator:
         :class:`InputError` before any chunk is dispatched: coffea's futures
         executor drops a worker's exception (it prints the traceback and raises a
         bare ``Exception``), so such errors must not first surface in a worker.
+        A first event that cannot be read is one line too (with ``skip_bad_files``
+        the file is passed over here; the pass records its chunks as skipped).
+        Non-finite values are left to the pass, which counts or reports them.
         """
         if self._validated:
             return
         import warnings
 
-        from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+        from coffea.nanoevents import NanoEventsFactory
 
-        for name, ds in self.fileset.items():
+        for key, ds in self.fileset.items():
             for path, tree in ds["files"].items():
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    events = NanoEventsFactory.from_root(
-                        {path: tree}, schemaclass=NanoAODSchema, mode="eager", entry_stop=1
-                    ).events()
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        events = NanoEventsFactory.from_root(
+                            {path: tree}, schemaclass=EventSchema, mode="eager", entry_stop=1
+                        ).events()
+                except Exception as err:
+                    if self.skip_bad_files:
+                        continue
+                    user = self._paths.get(path, path)
+                    raise InputError(
+                        f"{user}, entries 0-1 (datasets.{self.dataset_name(key)}): "
+                        f"{self._unalias(describe(err))}"
+                    ) from err
                 if len(events) == 0:
                     continue  # an empty file: try the dataset's next one
-                extract_columns(
-                    events, self.plan, weight_branch=self.weight_branches[name], source=path
-                )
+                try:
+                    extract_columns(
+                        events,
+                        self.plan,
+                        weight_branch=self.weight_branches[key],
+                        source=self._paths.get(path, path),
+                        nonfinite="drop",
+                    )
+                except DiffcoffeaError:
+                    raise
+                except Exception as err:
+                    if self.skip_bad_files:
+                        continue
+                    raise InputError(
+                        f"{self._paths.get(path, path)}, entries 0-1: "
+                        f"{self._unalias(describe(err))}"
+                    ) from err
                 break
         self._validated = True
 
@@ -218,8 +364,69 @@ class Evaluator:
     def chunks(self) -> list:
         """coffea work items, computed once and reused by every pass."""
         if self._chunks is None:
-            self._chunks = list(self._runner().preprocess(self.fileset))
+            try:
+                self._chunks = list(self._runner().preprocess(self.fileset))
+            except Exception as err:
+                raise self._executor_error(err) from err
         return self._chunks
+
+    # -- faults -------------------------------------------------------------------
+    def _executor_error(self, err: Exception) -> Exception:
+        """A one-line :class:`InputError` for an exception out of coffea, when it names
+        a chunk (coffea puts the ``WorkItem`` in its messages); otherwise ``err``."""
+        if isinstance(err, DiffcoffeaError):
+            return err
+        e: BaseException | None = err
+        seen = set()
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            if isinstance(e, DiffcoffeaError):
+                return e
+            m = _WORK_ITEM.search(str(e))
+            if m:
+                where = (
+                    f"{self._unalias(m['file'])}, entries {m['start']}-{m['stop']} "
+                    f"(datasets.{self.dataset_name(m['dataset'])})"
+                )
+                if "KilledWorker" in str(e):
+                    return InputError(
+                        f"{where}: the dask workers processing this chunk died repeatedly "
+                        "(a crash or out of memory?)"
+                    )
+                return InputError(f"{where}: {self._unalias(describe(e))}")
+            e = e.__cause__ or e.__context__
+        return err
+
+    def _absorb(self, faults: Faults | None) -> None:
+        """Record a pass's faults; without ``skip_bad_files`` a skipped chunk is an error."""
+        if not faults:
+            return
+        faults = faults.renamed(self.dataset_name, self._unalias)
+        self.faults = self.faults + faults
+        bad = faults.skipped_list()
+        if bad and not self.skip_bad_files:
+            f = bad[0]
+            reason = f.reason
+            if reason.startswith(f.file + ":"):
+                reason = reason[len(f.file) + 1 :].strip()
+            more = f" (and {len(bad) - 1} more chunks)" if len(bad) > 1 else ""
+            hint = (
+                "; skip_bad_files: true (or --skip-bad-files) goes on without it"
+                if f.kind == "read"
+                else ""
+            )
+            raise InputError(
+                f"{f.where} (datasets.{f.dataset}): {reason}{more}{hint}"
+            ) from _WorkerTraceback(self._unalias(f.detail))
+
+    def faults_report(self) -> dict[str, Any]:
+        """The ``faults`` entry of results.json: policies, skipped chunks, dropped counts."""
+        return {
+            "skip_bad_files": self.skip_bad_files,
+            "nonfinite": self.nonfinite,
+            "skipped": [f.to_json() for f in self.faults.skipped_list()],
+            "dropped": self.faults.dropped_totals(),
+        }
 
     # -- passes -----------------------------------------------------------------
     def theta_and_widths(
@@ -255,10 +462,18 @@ class Evaluator:
 
         Columns are checked first (:meth:`validate_columns`); datasets without
         chunks (empty files) get ``empty()``, so every configured dataset is present.
+        Output keys are the configured dataset names; the processor's fault record
+        (:func:`analysis.faults.guarded`) is taken out and recorded in :attr:`faults`
+        (an :class:`InputError` for a failed chunk unless ``skip_bad_files``).
         """
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
-        out = dict(self._runner()(items, processor_instance=proc)) if items else {}
+        try:
+            out = dict(self._runner()(items, processor_instance=proc)) if items else {}
+        except Exception as err:
+            raise self._executor_error(err) from err
+        self._absorb(out.pop(FAULTS_KEY, None))
+        out = {self.dataset_name(k): v for k, v in out.items()}
         for name in self.config.datasets:
             if name not in out:
                 out[name] = empty()
@@ -286,6 +501,9 @@ class Evaluator:
         return self.process(proc, lambda: empty_histogram(name, bins, low, high))
 
     def close(self) -> None:
+        if self._linkdir is not None:
+            shutil.rmtree(self._linkdir, ignore_errors=True)
+            self._linkdir = None
         if self._client is not None:
             self._client.close()
             self._client = None

@@ -594,6 +594,7 @@ def run_optimize(args) -> int:
             "final": final,
             "parameters": final["soft"]["parameters"],
             "datasets": {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets},
+            "faults": ev.faults_report(),
         }
         write_json(outdir / "results.json", report)
         if not args.no_plots:
@@ -649,6 +650,9 @@ def _print_final(report: dict[str, Any], outdir: Path) -> None:
     for n in report["trainable"]:
         t.add_row(n, fmt(soft["parameters"][n]), fmt(hard["parameters"][n]))
     console.print(t)
+    from analysis.report import print_faults
+
+    print_faults(report.get("faults"), console)
     console.print(f"wrote {outdir / 'results.json'} and plots in {outdir}")
 
 
@@ -661,6 +665,7 @@ def run_scan(args) -> int:
     start = time.perf_counter()
     with make_evaluator(config, args) as ev:
         result = scan(config, ev, grid)
+        result["faults"] = ev.faults_report()
     result["wall_time_s"] = time.perf_counter() - start
     write_json(outdir / "scan.json", result)
     results = outdir / "results.json"

@@ -68,39 +68,45 @@ def resolve_skhep(name: str, where: str) -> str:
         ) from None
 
 
-def check_file(path: str, treename: str) -> str | None:
-    """Why ``path`` cannot be read as a ROOT file with tree ``treename`` (``None``: it can).
+class BadFile(Exception):
+    """Why a file cannot be read (a one-line reason, without the path)."""
+
+
+def open_file(path: str, treename: str) -> tuple[int, bytes]:
+    """``(entries, uuid)`` of tree ``treename`` in ``path``; :class:`BadFile` if unreadable.
 
     Opens the file and its tree and reads the branch list and entry count, which is
-    what coffea does before any chunk is read, so a truncated file, a corrupt header
-    or tree, or a directory fails here, with one line, not in a worker.
+    all coffea's preprocessing would do, so a truncated file, a corrupt header or
+    tree, or a directory fails here, with one line, not in a worker.
     """
     import uproot
 
     if os.path.isdir(path):
-        return "is a directory, not a ROOT file"
+        raise BadFile("is a directory, not a ROOT file")
     try:
         with uproot.open(path) as f:
             if treename not in f:
                 keys = ", ".join(sorted({k.split(";")[0] for k in f.keys()}))
-                return f"no tree {treename!r} (keys: {keys or 'none'})"
+                raise BadFile(f"no tree {treename!r} (keys: {keys or 'none'})")
             tree = f[treename]
             if not hasattr(tree, "num_entries"):
-                return f"{treename!r} is a {type(tree).__name__}, not a TTree"
-            tree.num_entries  # noqa: B018  (reads the entry count)
+                raise BadFile(f"{treename!r} is a {type(tree).__name__}, not a TTree")
             tree.keys()
+            return int(tree.num_entries), f.file.fUUID
+    except BadFile:
+        raise
     except Exception as err:
-        return f"not a readable ROOT file ({describe(err)})"
-    return None
+        raise BadFile(f"not a readable ROOT file ({describe(err)})") from err
 
 
 def resolve_fileset(
     config: Config, *, skipped: list[Fault] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """``{dataset: {"files": {path: treename}}}`` with globs expanded and files checked.
+    """``{dataset: {"files": {path: treename}, "entries": {path: (n, uuid)}}}``, globs
+    expanded and every file opened.
 
-    Relative paths are relative to the config file's directory. Each file is checked
-    with :func:`check_file`: an unreadable one is an :class:`InputError`, or, if a
+    Relative paths are relative to the config file's directory. Each file is opened
+    with :func:`open_file`: an unreadable one is an :class:`InputError`, or, if a
     ``skipped`` list is given, appended to it as a :class:`~analysis.faults.Fault`
     and left out.
     """
@@ -134,16 +140,15 @@ def resolve_fileset(
                 raise InputError(f"{where}: no such file {entry!r} (looked for {path})")
             else:
                 paths.append(path)
-        good = []
+        entries = {}
         for path in paths:
-            problem = check_file(path, ds.treename)
-            if problem is None:
-                good.append(path)
-            elif skipped is None:
-                raise InputError(f"{path}: {problem} (datasets.{name})")
-            else:
-                skipped.append(Fault(name, path, None, None, problem))
-        fileset[name] = {"files": {p: ds.treename for p in good}, "metadata": {}}
+            try:
+                entries[path] = open_file(path, ds.treename)
+            except BadFile as bad:
+                if skipped is None:
+                    raise InputError(f"{path}: {bad} (datasets.{name})") from bad
+                skipped.append(Fault(name, path, None, None, str(bad)))
+        fileset[name] = {"files": {p: ds.treename for p in entries}, "entries": entries}
     return fileset
 
 
@@ -228,9 +233,12 @@ class Evaluator:
         self.fileset = {
             keys[name]: {
                 "files": {self._alias(p): tree for p, tree in ds["files"].items()},
-                "metadata": {"nonfinite": self.nonfinite},
+                "metadata": {"nonfinite": self.nonfinite},  # in every chunk's events.metadata
             }
             for name, ds in resolved.items()
+        }
+        self._entries = {
+            self._alias(p): n_uuid for ds in resolved.values() for p, n_uuid in ds["entries"].items()
         }
         #: weight branch per coffea dataset key (``events.metadata["dataset"]`` in a chunk)
         self.weight_branches = {keys[name]: ds.weight for name, ds in config.datasets.items()}
@@ -240,6 +248,9 @@ class Evaluator:
         """``path``, or an ASCII symbolic link to it (coffea hashes paths as ASCII)."""
         if path.isascii():
             return path
+        for alias, original in self._paths.items():
+            if original == path:
+                return alias
         if self._linkdir is None:
             self._linkdir = tempfile.mkdtemp(prefix="diffcoffea-links-")
             if not self._linkdir.isascii():
@@ -328,7 +339,7 @@ class Evaluator:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", RuntimeWarning)
                         events = NanoEventsFactory.from_root(
-                            {path: tree}, schemaclass=EventSchema, mode="eager", entry_stop=1
+                            {path: tree}, schemaclass=EventSchema, mode="virtual", entry_stop=1
                         ).events()
                 except Exception as err:
                     if self.skip_bad_files:
@@ -364,10 +375,18 @@ class Evaluator:
     def chunks(self) -> list:
         """coffea work items, computed once and reused by every pass."""
         if self._chunks is None:
-            try:
-                self._chunks = list(self._runner().preprocess(self.fileset))
-            except Exception as err:
-                raise self._executor_error(err) from err
+            # coffea's own chunking, from the entry counts read when the files were
+            # checked: its preprocessing would open every file once more (in workers,
+            # where a failure loses its cause).
+            from coffea.processor.executor import FileMeta
+
+            chunks = []
+            for key, ds in self.fileset.items():
+                for path, tree in ds["files"].items():
+                    n, uuid = self._entries[path]
+                    meta = {"numentries": n, "uuid": uuid, **ds["metadata"]}
+                    chunks.extend(FileMeta(key, path, tree, meta).chunks(self.chunksize, False))
+            self._chunks = chunks
         return self._chunks
 
     # -- faults -------------------------------------------------------------------

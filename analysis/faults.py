@@ -162,9 +162,7 @@ class Faults:
 
     def __init__(self, skipped: Iterable[Fault] = (), dropped: Iterable[Dropped] = ()) -> None:
         self.skipped = {(f.dataset, f.file, f.start, f.stop): f for f in skipped}
-        self.dropped = {
-            (d.dataset, d.file, d.start, d.stop, d.branch): d for d in dropped
-        }
+        self.dropped = {(d.dataset, d.file, d.start, d.stop, d.branch): d for d in dropped}
 
     def __add__(self, other: Faults) -> Faults:
         if not isinstance(other, Faults):

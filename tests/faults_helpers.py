@@ -80,14 +80,15 @@ def compressed_baskets(path: Path, treename: str = "Events") -> dict[str, list[t
     tree = uproot.open(path)[treename]
     out: dict[str, list[tuple[int, int]]] = {}
     for name, branch in tree.items():
-        seeks = branch.member("fBasketSeek")
-        for i in range(branch.num_baskets):
-            compressed = branch.basket_compressed_bytes(i)
-            if compressed == 0 or compressed >= branch.basket_uncompressed_bytes(i):
-                continue
-            seek = int(seeks[i])
-            nbytes = struct.unpack(">i", raw[seek : seek + 4])[0]  # TKey fNbytes
-            out.setdefault(name, []).append((seek + nbytes - compressed, seek + nbytes))
+        for seek in branch.member("fBasketSeek")[: branch.num_baskets]:
+            seek = int(seek)
+            if seek == 0:
+                continue  # a basket kept in the TTree object itself
+            # TKey header: fNbytes (int32), fVersion (int16), fObjlen (int32),
+            # fDatime (uint32), fKeylen (int16); the payload follows the key.
+            nbytes, _, objlen, _, keylen = struct.unpack(">ihiIh", raw[seek : seek + 16])
+            if nbytes - keylen < objlen:
+                out.setdefault(name, []).append((seek + keylen, seek + nbytes))
     return out
 
 

@@ -175,23 +175,6 @@ class Faults:
     def __bool__(self) -> bool:
         return bool(self.skipped or self.dropped)
 
-    def renamed(self, rename: Callable[[str], str], unalias: Callable[[str], str]) -> Faults:
-        """The same record with dataset keys and file aliases mapped back for users."""
-        import dataclasses
-
-        return Faults(
-            (
-                dataclasses.replace(
-                    f, dataset=rename(f.dataset), file=unalias(f.file), reason=unalias(f.reason)
-                )
-                for f in self.skipped.values()
-            ),
-            (
-                dataclasses.replace(d, dataset=rename(d.dataset), file=unalias(d.file))
-                for d in self.dropped.values()
-            ),
-        )
-
     def skipped_list(self) -> list[Fault]:
         """Skipped chunks sorted by dataset, file and first entry."""
         return sorted(

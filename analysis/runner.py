@@ -10,9 +10,13 @@ Faults (see :mod:`analysis.faults`): every file is opened here first, so an
 unreadable file, a directory or a missing tree is one line before any chunk is
 dispatched; a chunk that fails in a worker comes back as a record, which becomes one
 :class:`InputError` naming file, entries and cause, or (``skip_bad_files``) a skip
-listed in results.json. coffea hashes dataset names and file paths as ASCII, so
-non-ASCII names get ASCII keys and non-ASCII paths ASCII symbolic links for coffea,
-mapped back in every output and message.
+listed in results.json.
+
+The chunks are made here, with coffea's own ``FileMeta.chunks``, from the entry
+counts read by that check, instead of by coffea's preprocessing, which would open
+every file again and hashes dataset names and file paths with
+``coffea.util._hash`` (``bytes(..., "ascii")``: a ``UnicodeEncodeError`` for any
+non-ASCII name or path). So any UTF-8 dataset name and path works.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import glob
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -152,23 +155,6 @@ def resolve_fileset(
     return fileset
 
 
-def _ascii_keys(names: list[str]) -> dict[str, str]:
-    """``{name: key}``: ASCII names are their own key; others get a unique ASCII key."""
-    taken = {n for n in names if n.isascii()}
-    out = {}
-    for name in names:
-        if name.isascii():
-            out[name] = name
-            continue
-        base = name.encode("ascii", "backslashreplace").decode().replace("\\", "_")
-        key, i = base, 1
-        while key in taken:
-            key, i = f"{base}_{i}", i + 1
-        taken.add(key)
-        out[name] = key
-    return out
-
-
 _WORK_ITEM = re.compile(
     r"WorkItem\(dataset='(?P<dataset>[^']*)', filename='(?P<file>[^']*)', "
     r"treename='[^']*', entrystart=(?P<start>\d+), entrystop=(?P<stop>\d+)"
@@ -221,57 +207,13 @@ class Evaluator:
         self._cluster = None
         self._chunks: list | None = None
         self._validated = False
-        self._linkdir: str | None = None
         skipped: list[Fault] = []
-        resolved = resolve_fileset(config, skipped=skipped if self.skip_bad_files else None)
+        self.fileset = resolve_fileset(config, skipped=skipped if self.skip_bad_files else None)
+        for ds in self.fileset.values():
+            ds["metadata"] = {"nonfinite": self.nonfinite}  # in every chunk's events.metadata
         #: every skipped chunk or file and every non-finite drop seen so far (all passes)
         self.faults = Faults(skipped)
-        # coffea's keys: ASCII dataset names and file paths (see the module docstring).
-        keys = _ascii_keys(list(resolved))
-        self._names = {key: name for name, key in keys.items()}
-        self._paths: dict[str, str] = {}  # ASCII alias -> the user's path
-        self.fileset = {
-            keys[name]: {
-                "files": {self._alias(p): tree for p, tree in ds["files"].items()},
-                "metadata": {"nonfinite": self.nonfinite},  # in every chunk's events.metadata
-            }
-            for name, ds in resolved.items()
-        }
-        self._entries = {
-            self._alias(p): n_uuid for ds in resolved.values() for p, n_uuid in ds["entries"].items()
-        }
-        #: weight branch per coffea dataset key (``events.metadata["dataset"]`` in a chunk)
-        self.weight_branches = {keys[name]: ds.weight for name, ds in config.datasets.items()}
-
-    # -- names and paths ----------------------------------------------------------
-    def _alias(self, path: str) -> str:
-        """``path``, or an ASCII symbolic link to it (coffea hashes paths as ASCII)."""
-        if path.isascii():
-            return path
-        for alias, original in self._paths.items():
-            if original == path:
-                return alias
-        if self._linkdir is None:
-            self._linkdir = tempfile.mkdtemp(prefix="diffcoffea-links-")
-            if not self._linkdir.isascii():
-                raise InputError(
-                    f"{path}: non-ASCII file paths need an ASCII temporary directory "
-                    f"(TMPDIR), got {self._linkdir}"
-                )
-        alias = os.path.join(self._linkdir, f"{len(self._paths)}.root")
-        os.symlink(os.path.abspath(path), alias)
-        self._paths[alias] = path
-        return alias
-
-    def _unalias(self, text: str) -> str:
-        """``text`` with ASCII aliases replaced by the user's file paths."""
-        for alias, path in self._paths.items():
-            text = text.replace(alias, path)
-        return text
-
-    def dataset_name(self, key: str) -> str:
-        """The configured dataset name of a coffea dataset key (chunk metadata)."""
-        return self._names.get(key, key)
+        self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
 
     # -- executors ------------------------------------------------------------
     def _executor(self):
@@ -333,7 +275,7 @@ class Evaluator:
 
         from coffea.nanoevents import NanoEventsFactory
 
-        for key, ds in self.fileset.items():
+        for name, ds in self.fileset.items():
             for path, tree in ds["files"].items():
                 try:
                     with warnings.catch_warnings():
@@ -344,10 +286,8 @@ class Evaluator:
                 except Exception as err:
                     if self.skip_bad_files:
                         continue
-                    user = self._paths.get(path, path)
                     raise InputError(
-                        f"{user}, entries 0-1 (datasets.{self.dataset_name(key)}): "
-                        f"{self._unalias(describe(err))}"
+                        f"{path}, entries 0-1 (datasets.{name}): {describe(err)}"
                     ) from err
                 if len(events) == 0:
                     continue  # an empty file: try the dataset's next one
@@ -355,8 +295,8 @@ class Evaluator:
                     extract_columns(
                         events,
                         self.plan,
-                        weight_branch=self.weight_branches[key],
-                        source=self._paths.get(path, path),
+                        weight_branch=self.weight_branches[name],
+                        source=path,
                         nonfinite="drop",
                     )
                 except DiffcoffeaError:
@@ -365,8 +305,7 @@ class Evaluator:
                     if self.skip_bad_files:
                         continue
                     raise InputError(
-                        f"{self._paths.get(path, path)}, entries 0-1: "
-                        f"{self._unalias(describe(err))}"
+                        f"{path}, entries 0-1 (datasets.{name}): {describe(err)}"
                     ) from err
                 break
         self._validated = True
@@ -381,11 +320,11 @@ class Evaluator:
             from coffea.processor.executor import FileMeta
 
             chunks = []
-            for key, ds in self.fileset.items():
+            for name, ds in self.fileset.items():
                 for path, tree in ds["files"].items():
-                    n, uuid = self._entries[path]
+                    n, uuid = ds["entries"][path]
                     meta = {"numentries": n, "uuid": uuid, **ds["metadata"]}
-                    chunks.extend(FileMeta(key, path, tree, meta).chunks(self.chunksize, False))
+                    chunks.extend(FileMeta(name, path, tree, meta).chunks(self.chunksize, False))
             self._chunks = chunks
         return self._chunks
 
@@ -403,16 +342,13 @@ class Evaluator:
                 return e
             m = _WORK_ITEM.search(str(e))
             if m:
-                where = (
-                    f"{self._unalias(m['file'])}, entries {m['start']}-{m['stop']} "
-                    f"(datasets.{self.dataset_name(m['dataset'])})"
-                )
+                where = f"{m['file']}, entries {m['start']}-{m['stop']} (datasets.{m['dataset']})"
                 if "KilledWorker" in str(e):
                     return InputError(
                         f"{where}: the dask workers processing this chunk died repeatedly "
                         "(a crash or out of memory?)"
                     )
-                return InputError(f"{where}: {self._unalias(describe(e))}")
+                return InputError(f"{where}: {describe(e)}")
             e = e.__cause__ or e.__context__
         return err
 
@@ -420,7 +356,6 @@ class Evaluator:
         """Record a pass's faults; without ``skip_bad_files`` a skipped chunk is an error."""
         if not faults:
             return
-        faults = faults.renamed(self.dataset_name, self._unalias)
         self.faults = self.faults + faults
         bad = faults.skipped_list()
         if bad and not self.skip_bad_files:
@@ -436,7 +371,7 @@ class Evaluator:
             )
             raise InputError(
                 f"{f.where} (datasets.{f.dataset}): {reason}{more}{hint}"
-            ) from _WorkerTraceback(self._unalias(f.detail))
+            ) from _WorkerTraceback(f.detail)
 
     def faults_report(self) -> dict[str, Any]:
         """The ``faults`` entry of results.json: policies, skipped chunks, dropped counts."""
@@ -481,7 +416,7 @@ class Evaluator:
 
         Columns are checked first (:meth:`validate_columns`); datasets without
         chunks (empty files) get ``empty()``, so every configured dataset is present.
-        Output keys are the configured dataset names; the processor's fault record
+        The processor's fault record
         (:func:`analysis.faults.guarded`) is taken out and recorded in :attr:`faults`
         (an :class:`InputError` for a failed chunk unless ``skip_bad_files``).
         """
@@ -492,7 +427,6 @@ class Evaluator:
         except Exception as err:
             raise self._executor_error(err) from err
         self._absorb(out.pop(FAULTS_KEY, None))
-        out = {self.dataset_name(k): v for k, v in out.items()}
         for name in self.config.datasets:
             if name not in out:
                 out[name] = empty()
@@ -520,9 +454,6 @@ class Evaluator:
         return self.process(proc, lambda: empty_histogram(name, bins, low, high))
 
     def close(self) -> None:
-        if self._linkdir is not None:
-            shutil.rmtree(self._linkdir, ignore_errors=True)
-            self._linkdir = None
         if self._client is not None:
             self._client.close()
             self._client = None

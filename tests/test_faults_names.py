@@ -1,9 +1,10 @@
 """Any UTF-8 dataset name and file path works, on every executor.
 
-coffea hashes dataset names and file paths as ASCII (``coffea.util._hash``), so a
-non-ASCII name or path used to end in ``UnicodeEncodeError``. The driver gives coffea
-ASCII keys and ASCII symbolic links and maps them back: results.json and messages
-show the user's names and paths.
+coffea's preprocessing hashes dataset names and file paths as ASCII
+(``FileMeta.__hash__`` -> ``coffea.util._hash``), so a non-ASCII name or path used to
+end in ``UnicodeEncodeError``. The driver now makes the chunks itself from its own
+file check (``Evaluator.chunks``), so nothing hashes them; results.json and messages
+show the names and paths as given.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import shutil
 
 import pytest
 
-from analysis.runner import _ascii_keys
 from tests.chunked_helpers import NANOAOD_WARNINGS, differences
 from tests.faults_helpers import (
     compressed_baskets,
@@ -70,10 +70,3 @@ def test_utf8_path_in_an_error_message(tmp_path, capsys) -> None:
     assert rc == 2
     message = one_line_error(capsys)
     assert str(bad) in message and f"datasets.{NAME}" in message
-
-
-def test_ascii_keys_are_unique() -> None:
-    keys = _ascii_keys(["é", "_xe9", "_xe9_1", "b"])
-    assert keys["b"] == "b" and keys["_xe9"] == "_xe9"
-    assert all(k.isascii() for k in keys.values())
-    assert len(set(keys.values())) == 4

@@ -59,7 +59,8 @@ def describe(err: BaseException) -> str:
 
     coffea and awkward wrap reading errors (``Failed processing file: WorkItem(...)``,
     ``This error occurred while calling ...`` with a dump of the arguments); the first
-    line of the deepest exception in the chain is what went wrong. A
+    paragraph of the deepest exception in the chain is what went wrong (with the first
+    lines of the next two if it is as short as uproot's ``while reading``). A
     :class:`~analysis.errors.DiffcoffeaError` in the chain is already one line and is
     used as it is. Whitespace is collapsed and the text is capped at 300 characters.
     """
@@ -78,7 +79,12 @@ def describe(err: BaseException) -> str:
     text = str(inner).strip()
     # awkward appends "\n\nThis error occurred while calling ..."; uproot adds the file path
     # and the source on further lines: the first paragraph is the cause.
-    text = re.split(r"\n\s*\n|This error occurred while", text)[0]
+    text = text.split("This error occurred while")[0]
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    text = paragraphs[0] if paragraphs else ""
+    if len(text) < 30 and len(paragraphs) > 1:
+        # uproot: "while reading" / "TBasket ... (the object)" / "attempting to get bytes ..."
+        text = " ".join([text, *(p.splitlines()[0] for p in paragraphs[1:3])])
     name = type(inner).__name__
     if name.islower():  # zlib.error, lzma.LZMAError is fine: qualify the bare ones
         name = f"{type(inner).__module__}.{name}"

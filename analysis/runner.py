@@ -21,10 +21,13 @@ non-ASCII name or path). So any UTF-8 dataset name and path works.
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import io
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +157,9 @@ def resolve_fileset(
         fileset[name] = {"files": {p: ds.treename for p in entries}, "entries": entries}
     return fileset
 
+
+# coffea's wrapper around an error before ``process``: "... The error was: OSError('...')."
+_THE_ERROR_WAS = re.compile(r"The error was: (?P<type>[\w.]+)\((?P<q>['\"])(?P<text>.*)(?P=q)\)", re.S)
 
 _WORK_ITEM = re.compile(
     r"WorkItem\(dataset='(?P<dataset>[^']*)', filename='(?P<file>[^']*)', "
@@ -348,7 +354,14 @@ class Evaluator:
                         f"{where}: the dask workers processing this chunk died repeatedly "
                         "(a crash or out of memory?)"
                     )
-                return InputError(f"{where}: {describe(e)}")
+                inner = _THE_ERROR_WAS.search(str(e))
+                if inner:  # the futures executor keeps only the wrapper's text
+                    text = inner["text"].replace("\\n", " ")
+                    cause = describe(Exception(f"{inner['type']}: {text}"))
+                    cause = cause.removeprefix("Exception: ")
+                else:
+                    cause = describe(e)
+                return InputError(f"{where}: {cause}")
             e = e.__cause__ or e.__context__
         return err
 
@@ -423,13 +436,28 @@ class Evaluator:
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
         try:
-            out = dict(self._runner()(items, processor_instance=proc)) if items else {}
+            out = dict(self._call(items, proc)) if items else {}
         except Exception as err:
             raise self._executor_error(err) from err
         self._absorb(out.pop(FAULTS_KEY, None))
         for name in self.config.datasets:
             if name not in out:
                 out[name] = empty()
+        return out
+
+    def _call(self, items: list, proc) -> Any:
+        """coffea's runner on ``items``; the futures executor's printed traceback is held back.
+
+        That executor prints a failing task's traceback to stderr before re-raising
+        (the exception keeps it as its cause, shown with ``--debug``): it is written
+        out only if the pass succeeds after all, so that an error stays one line.
+        """
+        if self.executor_type != "futures":
+            return self._runner()(items, processor_instance=proc)
+        held = io.StringIO()
+        with contextlib.redirect_stderr(held):
+            out = self._runner()(items, processor_instance=proc)
+        sys.stderr.write(held.getvalue())
         return out
 
     def run_histograms(

@@ -168,3 +168,25 @@ def test_debug_shows_the_worker_traceback(files, tmp_path) -> None:
         main(["--debug", "evaluate", str(path), "--quiet", "-o", str(tmp_path / "out")])
     cause = info.value.__cause__
     assert cause is not None and "Traceback" in str(cause) and "zlib" in str(cause)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_file_damaged_after_the_check_is_one_line(executor, tmp_path, capsys) -> None:
+    """A file that fails to open in a worker (before ``process``): coffea's own wrapper
+    error becomes one line too, and the futures executor's printed traceback is held back."""
+    from analysis.config import config_from_dict
+    from analysis.runner import Evaluator
+
+    good = write_nano(tmp_path / "good.root", jets(1))
+    later = write_nano(tmp_path / "later.root", jets(2))
+    data = analysis_config(_ds(good, later))
+    data["executor"] = {"type": executor, "workers": 2, "chunksize": 30}
+    with Evaluator(config_from_dict(data, base_dir=tmp_path)) as ev:
+        assert len(ev.chunks) == 4
+        later.write_bytes(b"not ROOT any more" * 10)
+        with pytest.raises(InputError) as info:
+            ev.run()
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{later}, entries 0-30 (datasets.dy): ")
+    assert "ValueError: not a ROOT file" in message and "WorkItem" not in message, message
+    assert "Traceback" not in capsys.readouterr().err

@@ -241,7 +241,9 @@ def guarded(process: Callable) -> Callable:
     On success the output gains ``{FAULTS_KEY: Faults(dropped=...)}`` if non-finite
     entries were dropped; on any ``Exception`` the chunk's output is only
     ``{FAULTS_KEY: Faults([Fault(dataset, file, start, stop, reason)])}`` (none of
-    the chunk is used). ``KeyboardInterrupt`` and ``SystemExit`` pass through.
+    the chunk is used). ``KeyboardInterrupt`` and ``SystemExit`` pass through, and so
+    does every exception when ``events.metadata`` has no ``entrystart`` (not a chunk
+    from a coffea executor: a direct call, e.g. in a test, raises as it would unwrapped).
     """
 
     @functools.wraps(process)
@@ -251,6 +253,8 @@ def guarded(process: Callable) -> Callable:
         try:
             out = process(self, events, *args, **kwargs)
         except Exception as err:
+            if chunk.start is None:
+                raise  # not a coffea chunk (a direct call, e.g. in a test): nothing to record
             fault = Fault(
                 chunk.dataset,
                 chunk.file,

@@ -57,6 +57,14 @@ def test_guarded_returns_a_record_instead_of_raising() -> None:
         _Proc(KeyboardInterrupt()).process(_Events())
 
 
+def test_guarded_raises_outside_a_coffea_chunk() -> None:
+    class Plain:
+        metadata = {"dataset": "dy"}  # no entry range: called directly, not by an executor
+
+    with pytest.raises(zlib.error):
+        _Proc(zlib.error("Error -3")).process(Plain())
+
+
 def test_guarded_attaches_dropped_counts_only_when_there_are_some() -> None:
     assert _Proc().process(_Events()) == {"dy": 1}
     out = _Proc(drop=3).process(_Events())

@@ -134,9 +134,7 @@ def _finite(
     offset: int,
 ) -> ChunkColumns:
     """``cols`` without non-finite values (see :func:`extract_columns`)."""
-    object_bad = {
-        _object_branch(plan, k): ~np.isfinite(v) for k, v in cols.objects.items()
-    }
+    object_bad = {_object_branch(plan, k): ~np.isfinite(v) for k, v in cols.objects.items()}
     event_bad = {k: ~np.isfinite(v) for k, v in cols.events.items()}
     if weight_branch is not None:
         event_bad = {weight_branch: ~np.isfinite(cols.weight), **event_bad}

@@ -1,9 +1,8 @@
 """The driver: datasets to files, coffea executors, one pass over all chunks.
 
 :class:`Evaluator` resolves files, builds the executor (one dask ``Client`` reused
-for every pass), preprocesses the fileset once (coffea otherwise re-reads each
-file's metadata on every pass) and runs :class:`processors.DiffProcessor` for any
-parameter values. Datasets whose files hold no events still get a (zero) state, so
+for every pass), makes the chunks once (see below) and runs
+:class:`processors.DiffProcessor` for any parameter values. Datasets whose files hold no events still get a (zero) state, so
 every dataset is reported with the number of events seen.
 
 Faults (see :mod:`analysis.faults`): every file is opened here first, so an
@@ -159,7 +158,9 @@ def resolve_fileset(
 
 
 # coffea's wrapper around an error before ``process``: "... The error was: OSError('...')."
-_THE_ERROR_WAS = re.compile(r"The error was: (?P<type>[\w.]+)\((?P<q>['\"])(?P<text>.*)(?P=q)\)", re.S)
+_THE_ERROR_WAS = re.compile(
+    r"The error was: (?P<type>[\w.]+)\((?P<q>['\"])(?P<text>.*)(?P=q)\)", re.S
+)
 
 _WORK_ITEM = re.compile(
     r"WorkItem\(dataset='(?P<dataset>[^']*)', filename='(?P<file>[^']*)', "
@@ -429,9 +430,9 @@ class Evaluator:
 
         Columns are checked first (:meth:`validate_columns`); datasets without
         chunks (empty files) get ``empty()``, so every configured dataset is present.
-        The processor's fault record
-        (:func:`analysis.faults.guarded`) is taken out and recorded in :attr:`faults`
-        (an :class:`InputError` for a failed chunk unless ``skip_bad_files``).
+        The processor's fault record (:func:`analysis.faults.guarded`) is taken out
+        and kept in :attr:`faults`; a failed chunk is then an :class:`InputError`
+        unless ``skip_bad_files``.
         """
         self.validate_columns()
         items = self.chunks if chunks is None else chunks

@@ -379,7 +379,7 @@ class Evaluator:
                 reason = reason[len(f.file) + 1 :].strip()
             more = f" (and {len(bad) - 1} more chunks)" if len(bad) > 1 else ""
             hint = (
-                "; skip_bad_files: true (or --skip-bad-files) goes on without it"
+                "; skip_bad_files: true (or --skip-bad-files) goes on without bad chunks"
                 if f.kind == "read"
                 else ""
             )

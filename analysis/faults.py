@@ -235,13 +235,28 @@ def _chunk_of(events: Any) -> _Chunk:
     )
 
 
+def _attempts(call: Callable[[], Any], chunk: _Chunk, retries: int) -> Any:
+    """``call()``, tried ``1 + retries`` times while it fails with a reading error
+    (a :class:`~analysis.errors.DiffcoffeaError` is not retried: it would fail again)."""
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except Exception as err:
+            if attempt == retries or _is_input_error(err):
+                raise
+            chunk.dropped.clear()  # counts of the failed attempt
+    raise AssertionError("unreachable")
+
+
 def guarded(process: Callable) -> Callable:
     """Decorate a processor's ``process(self, events)`` so that it never raises.
 
     On success the output gains ``{FAULTS_KEY: Faults(dropped=...)}`` if non-finite
     entries were dropped; on any ``Exception`` the chunk's output is only
     ``{FAULTS_KEY: Faults([Fault(dataset, file, start, stop, reason)])}`` (none of
-    the chunk is used). ``KeyboardInterrupt`` and ``SystemExit`` pass through, and so
+    the chunk is used). ``events.metadata["retries"]`` (set by the driver from
+    ``executor.retries``) more attempts are made first, since coffea's own retries
+    never see the exception. ``KeyboardInterrupt`` and ``SystemExit`` pass through, and so
     does every exception when ``events.metadata`` has no ``entrystart`` (not a chunk
     from a coffea executor: a direct call, e.g. in a test, raises as it would unwrapped).
     """
@@ -249,9 +264,12 @@ def guarded(process: Callable) -> Callable:
     @functools.wraps(process)
     def wrapper(self, events, *args, **kwargs):
         chunk = _chunk_of(events)
+        meta = getattr(events, "metadata", None) or {}
         token = _ACTIVE.set(chunk)
         try:
-            out = process(self, events, *args, **kwargs)
+            out = _attempts(
+                lambda: process(self, events, *args, **kwargs), chunk, int(meta.get("retries") or 0)
+            )
         except Exception as err:
             if chunk.start is None:
                 raise  # not a coffea chunk (a direct call, e.g. in a test): nothing to record

@@ -217,7 +217,8 @@ class Evaluator:
         skipped: list[Fault] = []
         self.fileset = resolve_fileset(config, skipped=skipped if self.skip_bad_files else None)
         for ds in self.fileset.values():
-            ds["metadata"] = {"nonfinite": self.nonfinite}  # in every chunk's events.metadata
+            # in every chunk's events.metadata (read by columns.py and faults.guarded)
+            ds["metadata"] = {"nonfinite": self.nonfinite, "retries": ex.retries}
         #: every skipped chunk or file and every non-finite drop seen so far (all passes)
         self.faults = Faults(skipped)
         self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}

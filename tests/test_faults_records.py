@@ -85,3 +85,28 @@ def test_faults_merge_is_a_union_per_chunk() -> None:
     }
     assert (b + a).dropped_totals() == total.dropped_totals()
     assert not Faults() and total
+
+
+def test_guarded_retries_reading_errors_as_configured() -> None:
+    class Flaky:
+        calls = 0
+
+        @guarded
+        def process(self, events):
+            self.calls += 1
+            note_dropped("Jet_pt", objects=1)
+            if self.calls < 3:
+                raise OSError("timeout")
+            return {"dy": 1}
+
+    class Retrying(_Events):
+        metadata = {**_Events.metadata, "retries": 2}
+
+    proc = Flaky()
+    out = proc.process(Retrying())
+    assert proc.calls == 3 and out["dy"] == 1
+    assert out[FAULTS_KEY].dropped_totals()["dy"]["objects"] == 1  # the last attempt only
+    proc = Flaky()
+    assert list(proc.process(_Events())) == [FAULTS_KEY] and proc.calls == 1
+    failing = _Proc(InputError("no branch"))
+    assert list(failing.process(Retrying())) == [FAULTS_KEY]  # not retried

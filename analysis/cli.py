@@ -62,6 +62,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int, help="override executor.workers")
     p.add_argument("--chunksize", type=positive_int, help="override executor.chunksize")
     p.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    p.add_argument(
+        "--skip-bad-files",
+        action="store_true",
+        default=None,
+        help="go on without unreadable files/chunks (listed in results.json); "
+        "default: config's skip_bad_files (false)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,6 +187,7 @@ def make_evaluator(config, args):
         workers=args.workers,
         chunksize=args.chunksize,
         status=not args.quiet,
+        skip_bad_files=getattr(args, "skip_bad_files", None),
     )
 
 
@@ -309,6 +317,7 @@ def run_optimize(args) -> int:
             "final": final,
             "parameters": final["soft"]["parameters"],
             "datasets": {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets},
+            "faults": ev.faults_report(),
         }
         write_json(outdir / "results.json", report)
         if not args.no_plots:
@@ -364,6 +373,9 @@ def _print_final(report: dict[str, Any], outdir: Path) -> None:
     for n in report["trainable"]:
         t.add_row(n, fmt(soft["parameters"][n]), fmt(hard["parameters"][n]))
     console.print(t)
+    from analysis.report import print_faults
+
+    print_faults(report.get("faults"), console)
     console.print(f"wrote {outdir / 'results.json'} and plots in {outdir}")
 
 
@@ -379,6 +391,7 @@ def run_scan(args) -> int:
         start = time.perf_counter()
         with make_evaluator(config, args) as ev:
             result = scan(config, ev, grid)
+            result["faults"] = ev.faults_report()
         result["wall_time_s"] = time.perf_counter() - start
         write_json(outdir / "scan.json", result)
         results = outdir / "results.json"

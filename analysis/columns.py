@@ -14,6 +14,7 @@ import awkward as ak
 import numpy as np
 
 from analysis.errors import InputError
+from analysis.faults import NONFINITE_POLICIES, note_dropped
 from analysis.plan import Plan
 
 
@@ -68,11 +69,31 @@ def _event_branch(events, key: str, source: str) -> np.ndarray:
     return np.asarray(ak.to_numpy(value), dtype=np.float64)
 
 
-def extract_columns(events, plan: Plan, *, weight_branch: str | None, source: str) -> ChunkColumns:
+def extract_columns(
+    events,
+    plan: Plan,
+    *,
+    weight_branch: str | None,
+    source: str,
+    nonfinite: str | None = None,
+) -> ChunkColumns:
     """Read what ``plan`` needs from one chunk of ``events``.
 
     ``source`` (usually the file name) is named in every error message.
+
+    Non-finite values (NaN, +-inf) in any column read, weights included, are never
+    passed on: with ``nonfinite="error"`` (the default) they raise an
+    :class:`InputError` naming ``source``, the branch and the first such entry (the
+    entry number in the file: the chunk's ``entrystart`` from ``events.metadata`` is
+    added); with ``"drop"`` the objects with a non-finite field, then the events with
+    a non-finite weight or per-event branch, are removed and their numbers noted
+    (:func:`analysis.faults.note_dropped`). ``None`` takes the policy from
+    ``events.metadata["nonfinite"]`` (set by the driver for every chunk), else ``"error"``.
     """
+    meta = getattr(events, "metadata", None) or {}
+    policy = nonfinite or meta.get("nonfinite") or "error"
+    if policy not in NONFINITE_POLICIES:
+        raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {policy!r}")
     n = len(events)
     if weight_branch is not None:
         weight = _event_branch(events, weight_branch, source)
@@ -89,7 +110,73 @@ def extract_columns(events, plan: Plan, *, weight_branch: str | None, source: st
             )
     for key in plan.event_keys:
         cols.events[key] = _event_branch(events, key, source)
-    return cols
+    return _finite(
+        cols,
+        plan,
+        weight_branch=weight_branch,
+        policy=policy,
+        source=source,
+        offset=int(meta.get("entrystart") or 0),
+    )
+
+
+def _object_branch(plan: Plan, name: str) -> str:
+    return f"{plan.collection}_{name}"  # the NanoAOD branch name, as users know it
+
+
+def _finite(
+    cols: ChunkColumns,
+    plan: Plan,
+    *,
+    weight_branch: str | None,
+    policy: str,
+    source: str,
+    offset: int,
+) -> ChunkColumns:
+    """``cols`` without non-finite values (see :func:`extract_columns`)."""
+    object_bad = {_object_branch(plan, k): ~np.isfinite(v) for k, v in cols.objects.items()}
+    event_bad = {k: ~np.isfinite(v) for k, v in cols.events.items()}
+    if weight_branch is not None:
+        event_bad = {weight_branch: ~np.isfinite(cols.weight), **event_bad}
+    object_bad = {k: m for k, m in object_bad.items() if m.any()}
+    event_bad = {k: m for k, m in event_bad.items() if m.any()}
+    if not object_bad and not event_bad:
+        return cols
+    counts = cols.counts if cols.counts is not None else np.zeros(cols.n_events, np.int64)
+    event_of_object = np.repeat(np.arange(cols.n_events), counts)
+    if policy == "error":
+        first = []  # (entry, branch, value)
+        for branch, m in object_bad.items():
+            i = int(np.argmax(m))
+            field = branch[len(plan.collection) + 1 :]
+            first.append((int(event_of_object[i]), branch, cols.objects[field][i]))
+        for branch, m in event_bad.items():
+            i = int(np.argmax(m))
+            value = cols.weight[i] if branch == weight_branch else cols.events[branch][i]
+            first.append((i, branch, value))
+        entry, branch, value = min(first, key=lambda t: t[0])
+        raise InputError(
+            f"{source}: branch {branch!r} has a non-finite value ({value}) at entry "
+            f"{offset + entry}; expected finite numbers (or set 'nonfinite: drop' to drop "
+            "such objects and events)"
+        )
+    keep_obj = np.ones(len(event_of_object), dtype=bool)
+    for branch, m in object_bad.items():
+        note_dropped(branch, objects=int((m & keep_obj).sum()))
+        keep_obj &= ~m
+    keep_ev = np.ones(cols.n_events, dtype=bool)
+    for branch, m in event_bad.items():
+        note_dropped(branch, events=int((m & keep_ev).sum()))
+        keep_ev &= ~m
+    keep_obj &= keep_ev[event_of_object]
+    new_counts = np.bincount(event_of_object[keep_obj], minlength=cols.n_events)
+    return ChunkColumns(
+        n_events=int(keep_ev.sum()),
+        weight=cols.weight[keep_ev],
+        counts=None if cols.counts is None else new_counts[keep_ev].astype(np.int64),
+        objects={k: v[keep_obj] for k, v in cols.objects.items()},
+        events={k: v[keep_ev] for k, v in cols.events.items()},
+    )
 
 
 # --- padding to bucket sizes -----------------------------------------------------

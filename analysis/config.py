@@ -329,6 +329,10 @@ class Config(_Model):
 
     datasets: dict[str, DatasetConfig] = Field(min_length=1)
     executor: ExecutorConfig = ExecutorConfig()
+    # Data faults (analysis.faults): skip unreadable files/chunks (recorded in results.json)
+    # instead of stopping; NaN/inf in a branch read: one-line error, or drop and count them.
+    skip_bad_files: bool = False
+    nonfinite: Literal["error", "drop"] = "error"
     parameters: dict[str, ParameterConfig] = {}
     selection: SelectionConfig = SelectionConfig()
     observables: list[ObservableConfig] = []

@@ -33,6 +33,7 @@ def evaluation_report(
         "datasets": {
             name: dataset_report(states[name], plan) for name in evaluator.config.datasets
         },
+        "faults": evaluator.faults_report(),
     }
 
 
@@ -70,4 +71,26 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
                     for part, sub in entry.items():
                         row(f"{obs}.{stat}.{part}", sub)
         console.print(table)
+    print_faults(report.get("faults"), console)
     console.print(f"wrote {path}")
+
+
+def print_faults(faults: dict[str, Any] | None, console: Any) -> None:
+    """Skipped files/chunks and dropped non-finite entries, one line each (if any)."""
+    if not faults:
+        return
+    for f in faults["skipped"]:
+        entries = "" if f["entries"] is None else f", entries {f['entries'][0]}-{f['entries'][1]}"
+        console.print(
+            f"[yellow]skipped[/] {f['dataset']}: {f['file']}{entries}: {f['reason']}",
+            markup=True,
+            highlight=False,
+        )
+    for ds, d in faults["dropped"].items():
+        branches = ", ".join(f"{b} {n}" for b, n in d["branches"].items())
+        console.print(
+            f"[yellow]dropped[/] {ds}: {d['objects']} objects and {d['events']} events "
+            f"with non-finite values ({branches})",
+            markup=True,
+            highlight=False,
+        )

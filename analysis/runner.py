@@ -1,29 +1,46 @@
 """The driver: datasets to files, coffea executors, one pass over all chunks.
 
 :class:`Evaluator` resolves files, builds the executor (one dask ``Client`` reused
-for every pass), preprocesses the fileset once (coffea otherwise re-reads each
-file's metadata on every pass) and runs :class:`processors.DiffProcessor` for any
-parameter values. Datasets whose files hold no events still get a (zero) state, so
+for every pass), makes the chunks once (see below) and runs
+:class:`processors.DiffProcessor` for any parameter values. Datasets whose files hold no events still get a (zero) state, so
 every dataset is reported with the number of events seen.
 
 Layers: the driver sits above :mod:`processors` and is the only ``analysis`` module
 that imports it, inside the pass methods (:meth:`Evaluator.run`,
 :meth:`Evaluator.run_grid`, :meth:`Evaluator.run_histograms`), never at import time,
 so ``processors`` can import ``analysis`` (checked by ``tests/test_layers.py``).
+
+Faults (see :mod:`analysis.faults`): every file is opened here first, so an
+unreadable file, a directory or a missing tree is one line before any chunk is
+dispatched; a chunk that fails in a worker comes back as a record, which becomes one
+:class:`InputError` naming file, entries and cause, or (``skip_bad_files``) a skip
+listed in results.json.
+
+The chunks are made here, with coffea's own ``FileMeta.chunks``, from the entry
+counts read by that check, instead of by coffea's preprocessing, which would open
+every file again and hashes dataset names and file paths with
+``coffea.util._hash`` (``bytes(..., "ascii")``: a ``UnicodeEncodeError`` for any
+non-ASCII name or path). So any UTF-8 dataset name and path works.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import io
 import os
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from coffea.nanoevents import NanoAODSchema
 
 from analysis.columns import ChunkColumns, extract_columns
 from analysis.config import Config
-from analysis.errors import InputError
+from analysis.errors import DiffcoffeaError, InputError
+from analysis.faults import FAULTS_KEY, Fault, Faults, describe
 from analysis.kernel import chunk_state, grid_state
 from analysis.plan import Plan, build_plan, initial_widths
 from analysis.results import DatasetState
@@ -38,6 +55,19 @@ __all__ = [
 ]
 
 SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
+
+# How long a pass may wait to connect to a dask scheduler (never a hang on a dead address).
+DASK_CONNECT_TIMEOUT = "30s"
+
+
+class EventSchema(NanoAODSchema):
+    """NanoAOD schema that accepts files without run/luminosityBlock/event (not needed here).
+
+    A module-level class so that it pickles by reference to every worker.
+    """
+
+    error_missing_event_ids = False
+    warn_missing_crossrefs = False
 
 
 def resolve_skhep(name: str, where: str) -> str:
@@ -56,15 +86,48 @@ def resolve_skhep(name: str, where: str) -> str:
         ) from None
 
 
-def resolve_fileset(config: Config) -> dict[str, dict[str, Any]]:
-    """``{dataset: {"files": {path: treename}}}`` with globs expanded and files checked.
+class BadFile(Exception):
+    """Why a file cannot be read (a one-line reason, without the path)."""
 
-    Relative paths are relative to the config file's directory. Each file is opened
-    once with uproot to check that the tree exists (a clear error now, rather than
-    a coffea traceback later).
+
+def open_file(path: str, treename: str) -> tuple[int, bytes]:
+    """``(entries, uuid)`` of tree ``treename`` in ``path``; :class:`BadFile` if unreadable.
+
+    Opens the file and its tree and reads the branch list and entry count, which is
+    all coffea's preprocessing would do, so a truncated file, a corrupt header or
+    tree, or a directory fails here, with one line, not in a worker.
     """
     import uproot
 
+    if os.path.isdir(path):
+        raise BadFile("is a directory, not a ROOT file")
+    try:
+        with uproot.open(path) as f:
+            if treename not in f:
+                keys = ", ".join(sorted({k.split(";")[0] for k in f.keys()}))
+                raise BadFile(f"no tree {treename!r} (keys: {keys or 'none'})")
+            tree = f[treename]
+            if not hasattr(tree, "num_entries"):
+                raise BadFile(f"{treename!r} is a {type(tree).__name__}, not a TTree")
+            tree.keys()
+            return int(tree.num_entries), f.file.fUUID
+    except BadFile:
+        raise
+    except Exception as err:
+        raise BadFile(f"not a readable ROOT file ({describe(err)})") from err
+
+
+def resolve_fileset(
+    config: Config, *, skipped: list[Fault] | None = None
+) -> dict[str, dict[str, Any]]:
+    """``{dataset: {"files": {path: treename}, "entries": {path: (n, uuid)}}}``, globs
+    expanded and every file opened.
+
+    Relative paths are relative to the config file's directory. Each file is opened
+    with :func:`open_file`: an unreadable one is an :class:`InputError`, or, if a
+    ``skipped`` list is given, appended to it as a :class:`~analysis.faults.Fault`
+    and left out.
+    """
     fileset: dict[str, dict[str, Any]] = {}
     for name, ds in config.datasets.items():
         where = f"{config.source}: datasets.{name}.files"
@@ -91,24 +154,35 @@ def resolve_fileset(config: Config) -> dict[str, dict[str, Any]]:
                 if not matches:
                     raise InputError(f"{where}: no file matches {entry!r} (looked for {path})")
                 paths.extend(matches)
-            elif not os.path.isfile(path):
+            elif not os.path.exists(path):
                 raise InputError(f"{where}: no such file {entry!r} (looked for {path})")
             else:
                 paths.append(path)
+        entries = {}
         for path in paths:
             try:
-                with uproot.open(path) as f:
-                    if ds.treename not in f:
-                        raise InputError(
-                            f"{path}: no tree {ds.treename!r} (datasets.{name}.treename); "
-                            f"keys: {', '.join(sorted({k.split(';')[0] for k in f.keys()}))}"
-                        )
-            except InputError:
-                raise
-            except Exception as err:
-                raise InputError(f"{path}: not a readable ROOT file ({err})") from None
-        fileset[name] = {"files": {p: ds.treename for p in paths}, "metadata": {}}
+                entries[path] = open_file(path, ds.treename)
+            except BadFile as bad:
+                if skipped is None:
+                    raise InputError(f"{path}: {bad} (datasets.{name})") from bad
+                skipped.append(Fault(name, path, None, None, str(bad)))
+        fileset[name] = {"files": {p: ds.treename for p in entries}, "entries": entries}
     return fileset
+
+
+# coffea's wrapper around an error before ``process``: "... The error was: OSError('...')."
+_THE_ERROR_WAS = re.compile(
+    r"The error was: (?P<type>[\w.]+)\((?P<q>['\"])(?P<text>.*)(?P=q)\)", re.S
+)
+
+_WORK_ITEM = re.compile(
+    r"WorkItem\(dataset='(?P<dataset>[^']*)', filename='(?P<file>[^']*)', "
+    r"treename='[^']*', entrystart=(?P<start>\d+), entrystop=(?P<stop>\d+)"
+)
+
+
+class _WorkerTraceback(Exception):
+    """The traceback of a chunk that failed in a worker (shown with ``--debug``)."""
 
 
 def empty_columns(plan: Plan) -> ChunkColumns:
@@ -138,19 +212,28 @@ class Evaluator:
         workers: int | None = None,
         chunksize: int | None = None,
         status: bool = False,
+        skip_bad_files: bool | None = None,
     ) -> None:
         self.config = config
         self.plan = build_plan(config)
-        self.fileset = resolve_fileset(config)
         ex = config.executor
         self.executor_type = executor or ex.type
         self.workers = workers or ex.workers
         self.chunksize = chunksize or ex.chunksize
         self.status = status
+        self.skip_bad_files = config.skip_bad_files if skip_bad_files is None else skip_bad_files
+        self.nonfinite = config.nonfinite
         self._client = None
         self._cluster = None
         self._chunks: list | None = None
         self._validated = False
+        skipped: list[Fault] = []
+        self.fileset = resolve_fileset(config, skipped=skipped if self.skip_bad_files else None)
+        for ds in self.fileset.values():
+            # in every chunk's events.metadata (read by columns.py and faults.guarded)
+            ds["metadata"] = {"nonfinite": self.nonfinite, "retries": ex.retries}
+        #: every skipped chunk or file and every non-finite drop seen so far (all passes)
+        self.faults = Faults(skipped)
         self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
 
     # -- executors ------------------------------------------------------------
@@ -171,7 +254,7 @@ class Evaluator:
 
             address = self.config.executor.address
             if address:
-                self._client = Client(address)
+                self._client = Client(address, timeout=DASK_CONNECT_TIMEOUT)
             else:
                 self._cluster = LocalCluster(
                     n_workers=self.workers,
@@ -185,16 +268,14 @@ class Evaluator:
     def _runner(self):
         import coffea.util
         from coffea import processor
-        from coffea.nanoevents import NanoAODSchema
 
         # coffea draws its progress bars whatever the executor's ``status`` says.
         coffea.util.coffea_console.quiet = not self.status
 
-        NanoAODSchema.warn_missing_crossrefs = False
         return processor.Runner(
             executor=self._executor(),
             chunksize=self.chunksize,
-            schema=NanoAODSchema,
+            schema=EventSchema,
             savemetrics=False,
         )
 
@@ -205,25 +286,48 @@ class Evaluator:
         :class:`InputError` before any chunk is dispatched: coffea's futures
         executor drops a worker's exception (it prints the traceback and raises a
         bare ``Exception``), so such errors must not first surface in a worker.
+        A first event that cannot be read is one line too (with ``skip_bad_files``
+        the file is passed over here; the pass records its chunks as skipped).
+        Non-finite values are left to the pass, which counts or reports them.
         """
         if self._validated:
             return
         import warnings
 
-        from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+        from coffea.nanoevents import NanoEventsFactory
 
         for name, ds in self.fileset.items():
             for path, tree in ds["files"].items():
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    events = NanoEventsFactory.from_root(
-                        {path: tree}, schemaclass=NanoAODSchema, mode="virtual", entry_stop=1
-                    ).events()
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        events = NanoEventsFactory.from_root(
+                            {path: tree}, schemaclass=EventSchema, mode="virtual", entry_stop=1
+                        ).events()
+                except Exception as err:
+                    if self.skip_bad_files:
+                        continue
+                    raise InputError(
+                        f"{path}, entries 0-1 (datasets.{name}): {describe(err)}"
+                    ) from err
                 if len(events) == 0:
                     continue  # an empty file: try the dataset's next one
-                extract_columns(
-                    events, self.plan, weight_branch=self.weight_branches[name], source=path
-                )
+                try:
+                    extract_columns(
+                        events,
+                        self.plan,
+                        weight_branch=self.weight_branches[name],
+                        source=path,
+                        nonfinite="drop",
+                    )
+                except DiffcoffeaError:
+                    raise
+                except Exception as err:
+                    if self.skip_bad_files:
+                        continue
+                    raise InputError(
+                        f"{path}, entries 0-1 (datasets.{name}): {describe(err)}"
+                    ) from err
                 break
         self._validated = True
 
@@ -231,8 +335,80 @@ class Evaluator:
     def chunks(self) -> list:
         """coffea work items, computed once and reused by every pass."""
         if self._chunks is None:
-            self._chunks = list(self._runner().preprocess(self.fileset))
+            # coffea's own chunking, from the entry counts read when the files were
+            # checked: its preprocessing would open every file once more (in workers,
+            # where a failure loses its cause).
+            from coffea.processor.executor import FileMeta
+
+            chunks = []
+            for name, ds in self.fileset.items():
+                for path, tree in ds["files"].items():
+                    n, uuid = ds["entries"][path]
+                    meta = {"numentries": n, "uuid": uuid, **ds["metadata"]}
+                    chunks.extend(FileMeta(name, path, tree, meta).chunks(self.chunksize, False))
+            self._chunks = chunks
         return self._chunks
+
+    # -- faults -------------------------------------------------------------------
+    def _executor_error(self, err: Exception) -> Exception:
+        """A one-line :class:`InputError` for an exception out of coffea, when it names
+        a chunk (coffea puts the ``WorkItem`` in its messages); otherwise ``err``."""
+        if isinstance(err, DiffcoffeaError):
+            return err
+        e: BaseException | None = err
+        seen = set()
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            if isinstance(e, DiffcoffeaError):
+                return e
+            m = _WORK_ITEM.search(str(e))
+            if m:
+                where = f"{m['file']}, entries {m['start']}-{m['stop']} (datasets.{m['dataset']})"
+                if "KilledWorker" in str(e):
+                    return InputError(
+                        f"{where}: the dask workers processing this chunk died repeatedly "
+                        "(a crash or out of memory?)"
+                    )
+                inner = _THE_ERROR_WAS.search(str(e))
+                if inner:  # the futures executor keeps only the wrapper's text
+                    text = inner["text"].replace("\\n", " ")
+                    cause = describe(Exception(f"{inner['type']}: {text}"))
+                    cause = cause.removeprefix("Exception: ")
+                else:
+                    cause = describe(e)
+                return InputError(f"{where}: {cause}")
+            e = e.__cause__ or e.__context__
+        return err
+
+    def _absorb(self, faults: Faults | None) -> None:
+        """Record a pass's faults; without ``skip_bad_files`` a skipped chunk is an error."""
+        if not faults:
+            return
+        self.faults = self.faults + faults
+        bad = faults.skipped_list()
+        if bad and not self.skip_bad_files:
+            f = bad[0]
+            reason = f.reason
+            if reason.startswith(f.file + ":"):
+                reason = reason[len(f.file) + 1 :].strip()
+            more = f" (and {len(bad) - 1} more chunks)" if len(bad) > 1 else ""
+            hint = (
+                "; skip_bad_files: true (or --skip-bad-files) goes on without bad chunks"
+                if f.kind == "read"
+                else ""
+            )
+            raise InputError(
+                f"{f.where} (datasets.{f.dataset}): {reason}{more}{hint}"
+            ) from _WorkerTraceback(f.detail)
+
+    def faults_report(self) -> dict[str, Any]:
+        """The ``faults`` entry of results.json: policies, skipped chunks, dropped counts."""
+        return {
+            "skip_bad_files": self.skip_bad_files,
+            "nonfinite": self.nonfinite,
+            "skipped": [f.to_json() for f in self.faults.skipped_list()],
+            "dropped": self.faults.dropped_totals(),
+        }
 
     # -- passes -----------------------------------------------------------------
     def theta_and_widths(
@@ -268,13 +444,35 @@ class Evaluator:
 
         Columns are checked first (:meth:`validate_columns`); datasets without
         chunks (empty files) get ``empty()``, so every configured dataset is present.
+        The processor's fault record (:func:`analysis.faults.guarded`) is taken out
+        and kept in :attr:`faults`; a failed chunk is then an :class:`InputError`
+        unless ``skip_bad_files``.
         """
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
-        out = dict(self._runner()(items, processor_instance=proc)) if items else {}
+        try:
+            out = dict(self._call(items, proc)) if items else {}
+        except Exception as err:
+            raise self._executor_error(err) from err
+        self._absorb(out.pop(FAULTS_KEY, None))
         for name in self.config.datasets:
             if name not in out:
                 out[name] = empty()
+        return out
+
+    def _call(self, items: list, proc) -> Any:
+        """coffea's runner on ``items``; the futures executor's printed traceback is held back.
+
+        That executor prints a failing task's traceback to stderr before re-raising
+        (the exception keeps it as its cause, shown with ``--debug``): it is written
+        out only if the pass succeeds after all, so that an error stays one line.
+        """
+        if self.executor_type != "futures":
+            return self._runner()(items, processor_instance=proc)
+        held = io.StringIO()
+        with contextlib.redirect_stderr(held):
+            out = self._runner()(items, processor_instance=proc)
+        sys.stderr.write(held.getvalue())
         return out
 
     def run_histograms(

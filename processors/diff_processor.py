@@ -8,6 +8,7 @@ import numpy as np
 from coffea import processor
 
 from analysis.columns import extract_columns
+from analysis.faults import guarded
 from analysis.kernel import chunk_state, grid_state, observable_entries
 from analysis.plan import Plan
 
@@ -47,6 +48,7 @@ class DiffProcessor(processor.ProcessorABC):
         self.histogram = histogram
         self.grid = grid
 
+    @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"

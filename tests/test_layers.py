@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "analysis.terms": 1,
     "analysis.config": 1,
     "analysis.plan": 1,
+    "analysis.faults": 1,  # chunk-fault records: used by columns, processors and the driver
     "analysis.columns": 1,
     "analysis.results": 1,
     "analysis.kernel": 1,
@@ -68,7 +69,6 @@ LAYERS: dict[str, int] = {
 PROCESSORS_ENTRY = {"analysis.runner"}
 # Layers known to the test but owned by other branches: placed when they exist.
 OPTIONAL_LAYERS = {
-    "analysis.faults": 3,
 }
 
 

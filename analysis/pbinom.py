@@ -187,11 +187,21 @@ def leave_one_out(p, starts, counts, cap: int, max_count: int):
 
 
 def _object_events(starts, counts, n_obj: int):
-    """Event index of every object: the number of events ending at or before it
-    (events without objects end where the next one starts, so they are counted)."""
-    ends = starts + counts
-    marks = jnp.zeros(n_obj + 1, jnp.int32).at[ends].add(1, mode="drop")
-    return jnp.cumsum(marks)[:n_obj]
+    """Event index of every object (``len(starts)`` for objects outside every event).
+
+    Events own contiguous, increasing object ranges (jagged offsets); events without
+    objects may sit anywhere (padding events are often given ``start = 0``), so each
+    non-empty event marks its first object and a running maximum carries the index
+    forward; objects past an event's end belong to none.
+    """
+    n_events = starts.shape[0]
+    ids = jnp.arange(n_events, dtype=jnp.int32)
+    first = jnp.where(counts > 0, starts, n_obj)  # empty events mark nothing
+    marks = jnp.full(n_obj, -1, jnp.int32).at[first].max(ids, mode="drop")
+    last = jax.lax.cummax(marks)
+    safe = jnp.maximum(last, 0)
+    inside = (last >= 0) & (jnp.arange(n_obj, dtype=starts.dtype) < starts[safe] + counts[safe])
+    return jnp.where(inside, last, n_events)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(3, 4))
@@ -215,7 +225,7 @@ def _count_distribution_jvp(cap, max_count, primals, tangents):
     # D r: dq[k]/dp_j = r[k-1] - r[k] below the cap, r[cap-1] at the cap.
     grad = (jnp.pad(r[:-1], ((1, 0), (0, 0))) - r.at[cap].set(0.0)).T
     segment = _object_events(starts, counts, p.shape[0])
-    dq = jax.ops.segment_sum(dp[:, None] * grad, segment, starts.shape[0], indices_are_sorted=True)
+    dq = jax.ops.segment_sum(dp[:, None] * grad, segment, starts.shape[0])
     return q.T, dq
 
 
@@ -300,7 +310,7 @@ def _count_expectation_jvp(cap, max_count, primals, tangents):
     dp, dc = tangents[0], tangents[3]
     q, h = _expectation_gradient_t(p, starts, counts, c, cap, max_count)
     event, _, _ = _object_positions(starts, counts, p.shape[0])
-    dvalue = jax.ops.segment_sum(dp[:, None] * h, event, starts.shape[0], indices_are_sorted=True)
+    dvalue = jax.ops.segment_sum(dp[:, None] * h, event, starts.shape[0])
     return (c @ q).T, dvalue + (dc @ q).T
 
 

@@ -239,3 +239,22 @@ def test_parameter_chain_under_jit():
     theta = jnp.asarray([30.0, 2.3])
     for fn in (jax.jacfwd, lambda f: jax.jacfwd(jax.jacfwd(f))):
         assert_close(jax.jit(fn(make(new_count)))(theta), jax.jit(fn(make(ref_count)))(theta))
+
+
+def test_padding_events_anywhere_keep_each_object_in_its_event():
+    """Empty padding events placed with ``start = 0`` after the real ones (as
+    ``analysis.soft.count_at_least`` pads to size buckets) must not shift objects into
+    other events: the Jacobians of both custom rules equal the plain recursion's."""
+    p, starts, counts = make_events(11, 12, mean=3.0, max_count=6)
+    starts = jnp.concatenate([starts, jnp.zeros(4, starts.dtype)])
+    counts = jnp.concatenate([counts, jnp.zeros(4, counts.dtype)])
+    cap, max_count = 4, 8
+    c = pbinom.tail_weights(jnp.asarray(2.0), jnp.asarray(0.0), cap)[None, :]
+    assert_close(
+        jax.jacfwd(lambda q: pbinom.count_distribution(q, starts, counts, cap, max_count))(p),
+        jax.jacfwd(lambda q: reference_recursion(q, starts, counts, cap, max_count))(p),
+    )
+    assert_close(
+        jax.jacfwd(lambda q: pbinom.count_expectation(q, starts, counts, c, cap, max_count))(p),
+        jax.jacfwd(lambda q: reference_recursion(q, starts, counts, cap, max_count) @ c.T)(p),
+    )

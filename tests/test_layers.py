@@ -32,6 +32,8 @@ LAYERS: dict[str, int] = {
     "analysis.stats.jagged": 0,
     "analysis.stats.merge": 0,
     "analysis.stats.registry": 0,
+    "analysis.fourvec": 0,  # pure maths beside the statistics layer
+    "analysis.objects": 0,
     "analysis.schema": 1,
     "analysis.terms": 1,
     "analysis.config": 1,

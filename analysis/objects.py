@@ -54,7 +54,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import NamedTuple
 
 import jax
@@ -295,6 +295,8 @@ class CountModel:
     @cached_property
     def _state_counts(self) -> np.ndarray:
         """``(S, V)``: the count of each variable in each flat state."""
+        if not self.shape:
+            return np.zeros((1, 0), dtype=np.int64)
         grid = np.indices(self.shape).reshape(len(self.shape), -1).T
         return grid.reshape(self.n_states, len(self.shape))
 
@@ -424,6 +426,7 @@ def _prepare(model, probs, layouts, thresholds):
 # --- public functions ------------------------------------------------------------------
 
 
+@partial(jax.jit, static_argnames=("model",))
 def membership(probs: Mapping[str, jnp.ndarray], layouts: Mapping[str, Layout], model):
     """``P(object in set)`` per set, ``(E, M)``: the product of the own probabilities
     along the parent chain (0 at padding, NaN for overflow events)."""
@@ -436,6 +439,7 @@ def membership(probs: Mapping[str, jnp.ndarray], layouts: Mapping[str, Layout], 
     return out
 
 
+@partial(jax.jit, static_argnames=("model",))
 def joint_distribution(probs, layouts, model: CountModel):
     """Joint distribution of the count variables, ``(E, cap_1 + 1, ..., cap_V + 1)``
     (top index of each axis = ``K_v >= cap_v``); sums to 1 per event. ``probs``: set
@@ -451,6 +455,7 @@ def joint_distribution(probs, layouts, model: CountModel):
     return _nan_where(bad, F).reshape((e,) + model.shape)
 
 
+@partial(jax.jit, static_argnames=("model",))
 def event_pass(probs, layouts, model: CountModel, thresholds):
     """``P(all count conditions hold)`` per event, ``(E,)``: the exact expectation of the
     hard-cut decision (module docstring). ``thresholds``: ``(n_counts,)`` ``n`` of each
@@ -464,6 +469,7 @@ def event_pass(probs, layouts, model: CountModel, thresholds):
     return _nan_where(bad, G[:, 0])
 
 
+@partial(jax.jit, static_argnames=("model",))
 def object_weights(probs, layouts, model: CountModel, thresholds):
     """``P(object in set and all count conditions hold)`` per set, ``(E, M)`` (0 at
     padding): conditioning on the object's own pattern ``p``, ``w_j(s) = sum_{p ∋ s}
@@ -530,6 +536,21 @@ def leading(
     each object may take under that candidate: ``O(T N P S)`` per event.
     ``T > max_tuples`` raises :class:`ObjectCapError`.
     """
+    slots = tuple((str(name), int(r)) for name, r in slots)
+    return _leading(probs, layouts, model, thresholds, slots, rank, max_tuples=max_tuples)
+
+
+@partial(jax.jit, static_argnames=("model", "slots", "max_tuples"))
+def _leading(
+    probs,
+    layouts,
+    model: CountModel,
+    thresholds,
+    slots: Sequence[tuple[str, int]],
+    rank: Mapping[str, jnp.ndarray],
+    *,
+    max_tuples: int = 4096,
+):
     pis, f, bad = _prepare(model, probs, layouts, thresholds)
     e = bad.shape[0]
     depth: dict[str, int] = {}

@@ -266,8 +266,7 @@ class CountModel:
             rows = []
             for bits in itertools.product((False, True), repeat=len(sets)):
                 if all(
-                    not b or s.parent is None or bits[idx[s.parent]]
-                    for b, s in zip(bits, sets)
+                    not b or s.parent is None or bits[idx[s.parent]] for b, s in zip(bits, sets)
                 ):
                     rows.append(bits)
             out[c] = np.array(rows, dtype=bool).reshape(len(rows), len(sets))

@@ -137,9 +137,7 @@ def enumerate_event(e, counts, probs, rank, model_counts, thresholds, slots_list
     joint = np.zeros(model.shape)
     if not model.shape:
         joint = np.array(prob.sum())
-    idx = tuple(
-        np.minimum(sum(k[name] for name in names), cap) for names, cap in model.variables
-    )
+    idx = tuple(np.minimum(sum(k[name] for name in names), cap) for names, cap in model.variables)
     if model.shape:
         np.add.at(joint, idx, prob)
     out["joint"] = joint
@@ -155,7 +153,9 @@ def enumerate_event(e, counts, probs, rank, model_counts, thresholds, slots_list
             cs = np.cumsum(ordered, axis=1)
             hit = ordered & (cs == r + 1)
             exists &= hit.any(axis=1)
-            picks.append(np.array(order + [0])[np.argmax(hit, axis=1)] if m else np.zeros(len(conf), int))
+            picks.append(
+                np.array(order + [0])[np.argmax(hit, axis=1)] if m else np.zeros(len(conf), int)
+            )
         keep = exists & (wp > 0)
         for row in np.flatnonzero(keep):
             table[tuple(int(p[row]) for p in picks)] += wp[row]

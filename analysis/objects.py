@@ -79,6 +79,7 @@ __all__ = [
     "object_weights",
     "required_cap",
     "soft_pass",
+    "sum_moments",
     "take",
 ]
 
@@ -504,6 +505,53 @@ def object_weights(probs, layouts, model: CountModel, thresholds):
             has = jnp.asarray(model.patterns[c][:, i], dtype=jnp.float64)
             out[s.name] = _nan_where(bad, wp @ has)
     return out
+
+
+@partial(jax.jit, static_argnames=("model", "order"))
+def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order: int = 2):
+    """``E[X^r 1{all count conditions hold}]`` for ``r = 0..order``, ``(E, order + 1)``,
+    of an event-level sum over selected objects ``X = sum_s sum_{j in s} values[s]_j``
+    (``values``: set name -> ``(E, M)``; e.g. HT = ``{"jets": jet_pt}``; ``{"jets": 1}``
+    counts). Column 0 is :func:`event_pass`; a soft event state needs these raw
+    moments (``sum_e w_e E[X^r pass]``), which per-object weights alone cannot give
+    for ``r >= 2``.
+
+    Backward recursion with binomial expansion: ``G_r(k) <- sum_p pi_p sum_{i<=r}
+    C(r, i) x_p^i G_{r-i}(tgt_p(k))``, ``x_p`` = the object's contribution in pattern
+    ``p``, from ``G_r = f`` if ``r = 0`` else 0. ``O(N P S order^2)`` per event.
+    """
+    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    e = bad.shape[0]
+    S = model.n_states
+    G = jnp.zeros((e, order + 1, S), dtype=jnp.float64).at[:, 0].set(f)
+    binom = np.array([[math.comb(r, i) for i in range(order + 1)] for r in range(order + 1)])
+    for c in reversed(model.collections):
+        sets = model._sets_of[c]
+        pats = model.patterns[c]
+        m = layouts[c].valid.shape[1]
+        x = jnp.zeros((e, m, len(pats)), dtype=jnp.float64)
+        for i, s in enumerate(sets):
+            if s.name in values:
+                v = jnp.broadcast_to(jnp.asarray(values[s.name], dtype=jnp.float64), (e, m))
+                v = jnp.where(layouts[c].valid, v, 0.0)
+                x = x + v[..., None] * jnp.asarray(pats[:, i], dtype=jnp.float64)
+        tgt = jnp.asarray(model.targets[c])
+
+        def step(g, xs, tgt=tgt):
+            pi_m, x_m = xs  # (E, P)
+            gt = g[:, :, tgt]  # (E, R, P, S): moments after this object, given its pattern
+            powers = x_m[:, None, :] ** jnp.arange(order + 1)[None, :, None]  # (E, R, P)
+            new = []
+            for r in range(order + 1):
+                terms = sum(
+                    binom[r, i] * powers[:, i, :, None] * gt[:, r - i] for i in range(r + 1)
+                )
+                new.append(jnp.einsum("ep,eps->es", pi_m, terms))
+            return jnp.stack(new, axis=1), None
+
+        xs = (jnp.moveaxis(pis[c], 1, 0), jnp.moveaxis(x, 1, 0))
+        G, _ = jax.lax.scan(step, G, xs, reverse=True)
+    return _nan_where(bad, G[:, :, 0])
 
 
 def leading(

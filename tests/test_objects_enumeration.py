@@ -27,6 +27,7 @@ from analysis.objects import (
     layout,
     leading,
     object_weights,
+    sum_moments,
 )
 
 SETS = (
@@ -130,6 +131,8 @@ def enumerate_event(e, counts, probs, rank, model_counts, thresholds, slots_list
     wp = prob * passed
 
     out = {"pass": wp.sum(), "weights": {}, "leading": []}
+    x = sum(member[name][:, : M[COLLECTION[name]]] @ v[e] for name, v in sum_values(rank).items())
+    out["moments"] = np.array([(wp * x**r).sum() for r in range(3)])
     for s in SETS:
         out["weights"][s.name] = (wp[:, None] * member[s.name]).sum(axis=0)
     # Joint distribution of the model's variables (capped), as the model orders them.
@@ -163,6 +166,11 @@ def enumerate_event(e, counts, probs, rank, model_counts, thresholds, slots_list
     return out
 
 
+def sum_values(rank):
+    """Per-set values of the event sum X (as HT; a b-jet adds its jets and bjets terms)."""
+    return {"jets": rank["Jet"] / 100, "bjets": rank["Jet"] / 1000, "muons": rank["Muon"] / 50}
+
+
 @pytest.fixture(scope="module")
 def events():
     return random_events(seed=8, n_events=10)
@@ -185,6 +193,8 @@ def test_against_enumeration(events, name):
     p = np.asarray(event_pass(jprobs, lays, model, th))
     w = {k: np.asarray(v) for k, v in object_weights(jprobs, lays, model, th).items()}
     joint = np.asarray(joint_distribution(jprobs, lays, model))
+    values = {k: jnp.asarray(v) for k, v in sum_values(rank).items()}
+    moments = np.asarray(sum_moments(jprobs, lays, model, th, values, order=2))
     ranks = {s.name: rank[s.collection] for s in SETS}
     # Every slot kind on the AGC-like model; two on the others (each one compiles).
     slots_list = SLOTS if name == "agc" else SLOTS[2:4]
@@ -197,6 +207,7 @@ def test_against_enumeration(events, name):
         ref = enumerate_event(e, counts, probs, rank, model_counts, thresholds, slots_list)
         np.testing.assert_allclose(p[e], ref["pass"], rtol=0, atol=1e-10)
         np.testing.assert_allclose(joint[e], ref["joint"], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(moments[e], ref["moments"], rtol=1e-10, atol=1e-10)
         for s in SETS:
             m = counts[s.collection][e]
             np.testing.assert_allclose(w[s.name][e, :m], ref["weights"][s.name][:m], atol=1e-10)

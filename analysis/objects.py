@@ -387,10 +387,12 @@ def _nan_where(bad, x):
 def _backward(G, pi, tgt):
     """Value function through one collection: ``G <- sum_p pi_p G[..., tgt_p]`` for each
     object, last object first. ``G``: ``(E, ..., S)``; ``pi``: ``(E, ..., M, P)``."""
-    tgt = jnp.asarray(tgt)
+    tgt = np.asarray(tgt)
 
+    # Elementwise products and constant-index takes, not einsum: batched tiny matmuls
+    # (and their jacfwd) are ~50x slower on CPU.
     def step(g, pi_m):
-        return jnp.einsum("...p,...ps->...s", pi_m, g[..., tgt]), None
+        return sum(pi_m[..., p, None] * jnp.take(g, tgt[p], axis=-1) for p in range(len(tgt))), None
 
     xs = jnp.moveaxis(pi, -2, 0)
     g, _ = jax.lax.scan(step, G, xs, reverse=True)
@@ -407,7 +409,7 @@ def _forward(F, pi, T):
     ``(M, E, S)`` stack of distributions *before* each object."""
 
     def step(f, pi_m):
-        return jnp.einsum("ep,ek,pkt->et", pi_m, f, T), f
+        return sum(pi_m[:, p, None] * (f @ T[p]) for p in range(T.shape[0])), f
 
     return jax.lax.scan(step, F, jnp.moveaxis(pi, 1, 0))
 
@@ -491,13 +493,14 @@ def object_weights(probs, layouts, model: CountModel, thresholds):
     out = {}
     G = jnp.broadcast_to(f, (e, S))
     for c in reversed(cols):
-        tgt = jnp.asarray(model.targets[c])
+        tgt = np.asarray(model.targets[c])
 
         def step(g, xs, tgt=tgt):
             pi_m, f_m = xs
-            gt = g[:, tgt]  # (E, P, S): value after this object, given its pattern
-            h = jnp.einsum("ek,epk->ep", f_m, gt)
-            return jnp.einsum("ep,eps->es", pi_m, gt), pi_m * h
+            # value after this object given its pattern p, and h_p = sum_k F(k) G(tgt_p(k))
+            gt = [jnp.take(g, tgt[p], axis=-1) for p in range(len(tgt))]
+            h = jnp.stack([jnp.sum(f_m * gp, axis=-1) for gp in gt], axis=-1)
+            return sum(pi_m[:, p, None] * gp for p, gp in enumerate(gt)), pi_m * h
 
         G, wp = jax.lax.scan(step, G, (jnp.moveaxis(pis[c], 1, 0), stacks[c]), reverse=True)
         wp = jnp.moveaxis(wp, 0, 1)  # (E, M, P)
@@ -535,18 +538,20 @@ def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order:
                 v = jnp.broadcast_to(jnp.asarray(values[s.name], dtype=jnp.float64), (e, m))
                 v = jnp.where(layouts[c].valid, v, 0.0)
                 x = x + v[..., None] * jnp.asarray(pats[:, i], dtype=jnp.float64)
-        tgt = jnp.asarray(model.targets[c])
+        tgt = np.asarray(model.targets[c])
 
         def step(g, xs, tgt=tgt):
             pi_m, x_m = xs  # (E, P)
-            gt = g[:, :, tgt]  # (E, R, P, S): moments after this object, given its pattern
-            powers = x_m[:, None, :] ** jnp.arange(order + 1)[None, :, None]  # (E, R, P)
-            new = []
-            for r in range(order + 1):
-                terms = sum(
-                    binom[r, i] * powers[:, i, :, None] * gt[:, r - i] for i in range(r + 1)
-                )
-                new.append(jnp.einsum("ep,eps->es", pi_m, terms))
+            new = [0.0] * (order + 1)
+            for p in range(len(tgt)):
+                gt = jnp.take(g, tgt[p], axis=-1)  # (E, R, S): moments after, given p
+                xp = x_m[:, p, None]
+                powers = [jnp.ones_like(xp)]
+                for _ in range(order):
+                    powers.append(powers[-1] * xp)
+                for r in range(order + 1):
+                    terms = sum(binom[r, i] * powers[i] * gt[:, r - i] for i in range(r + 1))
+                    new[r] = new[r] + pi_m[:, p, None] * terms
             return jnp.stack(new, axis=1), None
 
         xs = (jnp.moveaxis(pis[c], 1, 0), jnp.moveaxis(x, 1, 0))

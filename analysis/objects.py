@@ -306,6 +306,21 @@ class CountModel:
         pattern to each state (absorbing at the caps)."""
         caps = np.array([cap for _, cap in self.variables], dtype=np.int64)
         out = {}
+        for c in self._sets_of:
+            pats = self.patterns[c]
+            d = self.increments[c]
+            new = np.minimum(self._state_counts[None, :, :] + d[:, None, :], caps)
+            if len(self.shape):
+                out[c] = np.ravel_multi_index(tuple(np.moveaxis(new, -1, 0)), self.shape)
+            else:
+                out[c] = np.zeros((len(pats), 1), dtype=np.int64)
+        return out
+
+    @cached_property
+    def increments(self) -> dict[str, np.ndarray]:
+        """Per collection, ``(P, V)`` int: how much an object of each pattern adds to
+        each count variable."""
+        out = {}
         for c, sets in self._sets_of.items():
             pats = self.patterns[c]
             d = np.zeros((len(pats), len(self.variables)), dtype=np.int64)
@@ -313,11 +328,7 @@ class CountModel:
                 mult = Counter(names)
                 for i, s in enumerate(sets):
                     d[:, v] += pats[:, i] * mult.get(s.name, 0)
-            new = np.minimum(self._state_counts[None, :, :] + d[:, None, :], caps)
-            if len(self.shape):
-                out[c] = np.ravel_multi_index(tuple(np.moveaxis(new, -1, 0)), self.shape)
-            else:
-                out[c] = np.zeros((len(pats), 1), dtype=np.int64)
+            out[c] = d
         return out
 
     def set_index(self, name: str) -> tuple[str, int]:
@@ -399,17 +410,31 @@ def _backward(G, pi, tgt):
     return g
 
 
-def _onehot_transfer(tgt, n_states):
-    """``(P, S, S)`` one-hot: ``T[p, k, t] = [tgt[p, k] == t]``."""
-    return jnp.asarray(np.eye(n_states)[np.asarray(tgt)])
+def _shift(x, d, shape):
+    """Distribution ``x`` ``(E, S)`` after adding ``d`` ``(V,)`` to every count, mass
+    beyond a cap absorbed into the cap: per axis ``[0]*d, x[:cap-d], sum(x[cap-d:])``."""
+    e = x.shape[0]
+    y = x.reshape((e,) + shape)
+    for v, dv in enumerate(d):
+        if dv == 0:
+            continue
+        cap = shape[v] - 1
+        axis = v + 1
+        keep = max(cap - int(dv), 0)
+        zeros = jnp.zeros(y.shape[:axis] + (cap - keep,) + y.shape[axis + 1 :], y.dtype)
+        head = jax.lax.slice_in_dim(y, 0, keep, axis=axis)
+        tail = jnp.sum(jax.lax.slice_in_dim(y, keep, cap + 1, axis=axis), axis=axis, keepdims=True)
+        y = jnp.concatenate([zeros, head, tail], axis=axis)
+    return y.reshape(e, math.prod(shape))
 
 
-def _forward(F, pi, T):
-    """Forward distribution through one collection; returns the final ``F`` and the
-    ``(M, E, S)`` stack of distributions *before* each object."""
+def _forward(F, pi, d, shape):
+    """Forward distribution through one collection (``d``: ``(P, V)`` increments);
+    returns the final ``F`` and the ``(M, E, S)`` stack of distributions *before*
+    each object."""
 
     def step(f, pi_m):
-        return sum(pi_m[:, p, None] * (f @ T[p]) for p in range(T.shape[0])), f
+        return sum(pi_m[:, p, None] * _shift(f, d[p], shape) for p in range(len(d))), f
 
     return jax.lax.scan(step, F, jnp.moveaxis(pi, 1, 0))
 
@@ -452,7 +477,7 @@ def joint_distribution(probs, layouts, model: CountModel):
     F = jnp.zeros((e, model.n_states), dtype=jnp.float64).at[:, 0].set(1.0)
     bad = jnp.zeros((e,), dtype=bool)
     for c in model.collections:
-        F, _ = _forward(F, pis[c], _onehot_transfer(model.targets[c], model.n_states))
+        F, _ = _forward(F, pis[c], model.increments[c], model.shape)
         bad = bad | layouts[c].overflow
     return _nan_where(bad, F).reshape((e,) + model.shape)
 
@@ -489,7 +514,7 @@ def object_weights(probs, layouts, model: CountModel, thresholds):
     stacks = {}
     for c in cols:
         before.append(F)
-        F, stacks[c] = _forward(F, pis[c], _onehot_transfer(model.targets[c], S))
+        F, stacks[c] = _forward(F, pis[c], model.increments[c], model.shape)
     out = {}
     G = jnp.broadcast_to(f, (e, S))
     for c in reversed(cols):

@@ -395,15 +395,14 @@ def _nan_where(bad, x):
     return jnp.where(bad, jnp.nan, x)
 
 
-def _backward(G, pi, tgt):
+def _backward(G, pi, d, shape):
     """Value function through one collection: ``G <- sum_p pi_p G[..., tgt_p]`` for each
     object, last object first. ``G``: ``(E, ..., S)``; ``pi``: ``(E, ..., M, P)``."""
-    tgt = np.asarray(tgt)
 
-    # Elementwise products and constant-index takes, not einsum: batched tiny matmuls
-    # (and their jacfwd) are ~50x slower on CPU.
+    # Elementwise products and slices, not einsum or gathers: their jacfwd (batched
+    # tiny matmuls, batched gathers) is many times slower on CPU.
     def step(g, pi_m):
-        return sum(pi_m[..., p, None] * jnp.take(g, tgt[p], axis=-1) for p in range(len(tgt))), None
+        return sum(pi_m[..., p, None] * _pull(g, d[p], shape) for p in range(len(d))), None
 
     xs = jnp.moveaxis(pi, -2, 0)
     g, _ = jax.lax.scan(step, G, xs, reverse=True)
@@ -426,6 +425,25 @@ def _shift(x, d, shape):
         tail = jnp.sum(jax.lax.slice_in_dim(y, keep, cap + 1, axis=axis), axis=axis, keepdims=True)
         y = jnp.concatenate([zeros, head, tail], axis=axis)
     return y.reshape(e, math.prod(shape))
+
+
+def _pull(g, d, shape):
+    """Value ``g`` ``(..., S)`` read at the states after adding ``d`` (``G(min(k + d,
+    cap))``): per axis ``g[d:cap+1]`` then ``g[cap]`` repeated (slices, no gather, so
+    that jacfwd stays cheap)."""
+    lead = g.shape[:-1]
+    y = g.reshape(lead + shape)
+    for v, dv in enumerate(d):
+        if dv == 0:
+            continue
+        cap = shape[v] - 1
+        axis = len(lead) + v
+        start = min(int(dv), cap)
+        head = jax.lax.slice_in_dim(y, start, cap + 1, axis=axis)
+        top = jax.lax.slice_in_dim(y, cap, cap + 1, axis=axis)
+        reps = y.shape[:axis] + (start,) + y.shape[axis + 1 :]
+        y = jnp.concatenate([head, jnp.broadcast_to(top, reps)], axis=axis)
+    return y.reshape(lead + (math.prod(shape),))
 
 
 def _forward(F, pi, d, shape):
@@ -492,7 +510,7 @@ def event_pass(probs, layouts, model: CountModel, thresholds):
     e = bad.shape[0]
     G = jnp.broadcast_to(f, (e, model.n_states))
     for c in reversed(model.collections):
-        G = _backward(G, pis[c], model.targets[c])
+        G = _backward(G, pis[c], model.increments[c], model.shape)
     return _nan_where(bad, G[:, 0])
 
 
@@ -518,12 +536,12 @@ def object_weights(probs, layouts, model: CountModel, thresholds):
     out = {}
     G = jnp.broadcast_to(f, (e, S))
     for c in reversed(cols):
-        tgt = np.asarray(model.targets[c])
+        d = model.increments[c]
 
-        def step(g, xs, tgt=tgt):
+        def step(g, xs, d=d):
             pi_m, f_m = xs
             # value after this object given its pattern p, and h_p = sum_k F(k) G(tgt_p(k))
-            gt = [jnp.take(g, tgt[p], axis=-1) for p in range(len(tgt))]
+            gt = [_pull(g, d[p], model.shape) for p in range(len(d))]
             h = jnp.stack([jnp.sum(f_m * gp, axis=-1) for gp in gt], axis=-1)
             return sum(pi_m[:, p, None] * gp for p, gp in enumerate(gt)), pi_m * h
 
@@ -563,13 +581,13 @@ def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order:
                 v = jnp.broadcast_to(jnp.asarray(values[s.name], dtype=jnp.float64), (e, m))
                 v = jnp.where(layouts[c].valid, v, 0.0)
                 x = x + v[..., None] * jnp.asarray(pats[:, i], dtype=jnp.float64)
-        tgt = np.asarray(model.targets[c])
+        d = model.increments[c]
 
-        def step(g, xs, tgt=tgt):
+        def step(g, xs, d=d):
             pi_m, x_m = xs  # (E, P)
             new = [0.0] * (order + 1)
-            for p in range(len(tgt)):
-                gt = jnp.take(g, tgt[p], axis=-1)  # (E, R, S): moments after, given p
+            for p in range(len(d)):
+                gt = _pull(g, d[p], model.shape)  # (E, R, S): moments after, given p
                 xp = x_m[:, p, None]
                 powers = [jnp.ones_like(xp)]
                 for _ in range(order):
@@ -670,7 +688,7 @@ def _leading(
         allowed[c] = allowed[c] * ok
     G = jnp.broadcast_to(f, (e, n_tuples, model.n_states))
     for c in reversed(model.collections):
-        G = _backward(G, pis[c][:, None] * allowed[c], model.targets[c])
+        G = _backward(G, pis[c][:, None] * allowed[c], model.increments[c], model.shape)
     weight = _nan_where(bad, G[..., 0])
     index = tuple(members[name][..., r] for name, r in slots)
     return index, weight

@@ -142,3 +142,23 @@ def test_empty_inputs():
     only_b = CountModel(model.sets, (Count(("bjets",), "<", 1),))
     np.testing.assert_array_equal(event_pass(probs, none, only_b, th[:1]), [1.0, 1.0])
     assert np.all(np.asarray(object_weights(probs, none, only_b, th[:1])["jets"]) == 0)
+
+
+def test_shifts_match_transfer_map():
+    """The slice-based recursions equal the explicit transfer map ``tgt_p``: pulling a
+    value reads ``g[tgt_p]``, pushing a distribution is its adjoint (mass preserved)."""
+    from analysis.objects import _pull, _shift
+
+    model = CountModel(
+        (ObjectSet("jets", "Jet"), ObjectSet("bjets", "Jet", parent="jets")),
+        (Count(("jets",), ">=", 3), Count(("jets", "bjets"), "<", 2), Count(("bjets",), "==", 0)),
+    )
+    rng = np.random.default_rng(0)
+    g = jnp.asarray(rng.random((2, model.n_states)))
+    x = jnp.asarray(rng.random((2, model.n_states)))
+    for p, d in enumerate(model.increments["Jet"]):
+        tgt = model.targets["Jet"][p]
+        np.testing.assert_array_equal(_pull(g, d, model.shape), np.asarray(g)[:, tgt])
+        pushed = np.zeros((2, model.n_states))
+        np.add.at(pushed, (slice(None), tgt), np.asarray(x))
+        np.testing.assert_allclose(_shift(x, d, model.shape), pushed, rtol=1e-15)

@@ -669,8 +669,10 @@ def _leading(
         )
     # (T, len(names)) index into each set's combos: the Cartesian product.
     grid = np.indices(sizes).reshape(len(sizes), -1).T.reshape(n_tuples, len(sizes))
-    allowed = {c: jnp.ones((e, n_tuples) + pis[c].shape[1:], dtype=jnp.float64) for c in pis}
     members: dict[str, jnp.ndarray] = {}
+    # Per collection: (object -> rank position (E, M), candidate rank positions (T, r+1),
+    # patterns holding the set (P,)) of each indexed set on it.
+    cons: dict[str, list] = {}
     for a, name in enumerate(names):
         c, i = model.set_index(name)
         lay = layouts[c]
@@ -679,16 +681,46 @@ def _leading(
         pos = jnp.argsort(order, axis=1, stable=True)  # object -> rank position
         r = jnp.asarray(combos[a][grid[:, a]])  # (T, depth + 1) rank positions
         members[name] = jnp.take(order, r, axis=1)  # (E, T, depth + 1) objects
-        inside = jnp.any(pos[:, None, :, None] == r[None, :, None, :], axis=-1)
-        above = pos[:, None, :] < r[None, :, -1, None]
-        has = jnp.asarray(model.patterns[c][:, i])
-        ok = jnp.where(
-            inside[..., None], has, jnp.where(above[..., None], ~has, True)
-        )  # (E, T, M, P)
-        allowed[c] = allowed[c] * ok
-    G = jnp.broadcast_to(f, (e, n_tuples, model.n_states))
-    for c in reversed(model.collections):
-        G = _backward(G, pis[c][:, None] * allowed[c], model.increments[c], model.shape)
+        cons.setdefault(c, []).append((pos, r, jnp.asarray(model.patterns[c][:, i])))
+
+    def constrained(G, c):
+        """Backward through ``c`` with, per object, the patterns each candidate allows
+        (in the set if it is a member, out of it if ranked above the last member),
+        built per step: never an ``(E, T, M, P)`` array."""
+        d = model.increments[c]
+
+        def step(g, xs):
+            pi_m, pos_m = xs
+            allowed = pi_m[:, None, :]
+            for (_, r, has), pm in zip(cons[c], pos_m):
+                inside = jnp.any(pm[:, None, None] == r[None], axis=-1)  # (E, T)
+                above = pm[:, None] < r[None, :, -1]
+                ok = jnp.where(inside[..., None], has, jnp.where(above[..., None], ~has, True))
+                allowed = allowed * ok
+            return sum(
+                allowed[..., p, None] * _pull(g, d[p], model.shape) for p in range(len(d))
+            ), None
+
+        xs = (jnp.moveaxis(pis[c], 1, 0), tuple(pos.T for pos, _, _ in cons[c]))
+        G, _ = jax.lax.scan(step, G, xs, reverse=True)
+        return G
+
+    cols = model.collections
+    first = min(cols.index(c) for c in cons)
+    last = max(cols.index(c) for c in cons)
+    G = jnp.broadcast_to(f, (e, model.n_states))
+    for c in reversed(cols[last + 1 :]):  # shared by every candidate
+        G = _backward(G, pis[c], model.increments[c], model.shape)
+    G = jnp.broadcast_to(G[:, None, :], (e, n_tuples, model.n_states))
+    for c in reversed(cols[first : last + 1]):
+        if c in cons:
+            G = constrained(G, c)
+        else:
+            G = _backward(G, pis[c][:, None], model.increments[c], model.shape)
+    F = jnp.zeros((e, model.n_states), dtype=jnp.float64).at[:, 0].set(1.0)
+    for c in cols[:first]:  # shared too: forward, then one dot
+        F, _ = _forward(F, pis[c], model.increments[c], model.shape)
+    G = jnp.sum(F[:, None, :] * G, axis=-1, keepdims=True)
     weight = _nan_where(bad, G[..., 0])
     index = tuple(members[name][..., r] for name, r in slots)
     return index, weight

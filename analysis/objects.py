@@ -659,7 +659,8 @@ def _leading(
     for name in names:
         c, _ = model.set_index(name)
         m = layouts[c].valid.shape[1]
-        combos.append(np.array(list(itertools.combinations(range(m), depth[name] + 1))))
+        rows = list(itertools.combinations(range(m), depth[name] + 1))
+        combos.append(np.array(rows, dtype=np.int64).reshape(len(rows), depth[name] + 1))
     sizes = [len(x) for x in combos]
     n_tuples = math.prod(sizes)
     if n_tuples > max_tuples:

@@ -135,6 +135,11 @@ def test_empty_inputs():
         probs, empty, model, th, [("jets", 0), ("jets", 1)], {"jets": probs["jets"]}
     )
     assert w.shape == (0, 3) and i.shape == (0, 3)
+    # An index beyond max_objects: no candidate at all.
+    two = {"Jet": layout([0], [2], 2)}
+    probs2 = {"jets": jnp.ones((1, 2)), "bjets": jnp.ones((1, 2))}
+    (k,), w = leading(probs2, two, model, th, [("jets", 2)], {"jets": probs2["jets"]})
+    assert w.shape == (1, 0) and k.shape == (1, 0)
     # Events without objects: no count passes ">= 1"; "< 1" always passes.
     none = {"Jet": layout(np.zeros(2, int), np.zeros(2, int), 1)}
     probs = {"jets": jnp.ones((2, 1)), "bjets": jnp.ones((2, 1))}

@@ -39,9 +39,10 @@ non-negative products, exact and stable at ``q`` in {0, 1}.
 
 Cost per event (``S = prod_v (cap_v + 1)`` states, ``P`` patterns per collection,
 ``N`` objects over all collections): :func:`event_pass` ``O(N P S)``;
-:func:`object_weights` ``O(N P S^2)`` (a forward pass with one-hot transfer matrices)
-and ``N S`` stored states; :func:`leading` ``O(T N P S)`` with ``T`` candidate tuples
-(``C(M, r + 1)`` per set indexed up to ``[r]``), capped by ``max_tuples``
+:func:`object_weights` ``O(N P S)`` (a forward and a backward pass) and ``N S``
+stored states; :func:`sum_moments` ``O(N P S r^2)`` to order ``r``; :func:`leading`
+``O(T N_c P S)`` with ``T`` candidate tuples (``C(M, r + 1)`` per set indexed up to
+``[r]``) and ``N_c`` objects of the indexed collections, capped by ``max_tuples``
 (:class:`ObjectCapError`). Caps: ``max_objects`` per collection and event
 (:func:`check_counts` raises :class:`ObjectCapError` on the host; inside a traced
 function an event beyond it gets NaN results), ``cap`` per count.
@@ -489,7 +490,7 @@ def joint_distribution(probs, layouts, model: CountModel):
     """Joint distribution of the count variables, ``(E, cap_1 + 1, ..., cap_V + 1)``
     (top index of each axis = ``K_v >= cap_v``); sums to 1 per event. ``probs``: set
     name -> own pass probability ``(E, M)`` of its collection; ``layouts``: collection
-    -> :class:`Layout`. O(N P S^2) per event."""
+    -> :class:`Layout`. O(N P S) per event."""
     pis = {c: _pattern_probs(model, probs, layouts, c) for c in model.collections}
     e = next(iter(pis.values())).shape[0]
     F = jnp.zeros((e, model.n_states), dtype=jnp.float64).at[:, 0].set(1.0)

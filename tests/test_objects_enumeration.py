@@ -181,7 +181,12 @@ def _layouts(counts):
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param("agc", marks=pytest.mark.slow), "ops", "none"]
+    "name",
+    [
+        pytest.param("agc", marks=pytest.mark.slow),
+        pytest.param("ops", marks=pytest.mark.slow),
+        "none",
+    ],
 )  # agc compiles every slot kind (~20 s on a loaded 2-core machine)
 def test_against_enumeration(events, name):
     counts, probs, rank = events

@@ -39,6 +39,8 @@ LAYERS: dict[str, int] = {
     "analysis.stats.derive": 0,
     "analysis.soft": 1,
     "analysis.pbinom": 1,
+    "analysis.fourvec": 0,  # pure maths beside the statistics layer
+    "analysis.objects": 0,
     "analysis.schema": 1,
     "analysis.terms": 1,
     "analysis.config": 1,

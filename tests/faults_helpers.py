@@ -21,7 +21,9 @@ import pytest
 import uproot
 
 from analysis.cli import main
-from tests.chunked_helpers import analysis_config, write_config
+from tests.chunked_helpers import analysis_config
+from tests.conftest import one_line_error as conftest_one_line_error
+from tests.conftest import write_config
 
 N_EVENTS = 60
 
@@ -124,8 +126,5 @@ def evaluate(
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    """The CLI's error: exactly one line on stderr, starting with ``diffcoffea: error:``."""
-    err = capsys.readouterr().err
-    assert err.startswith("diffcoffea: error: "), err
-    assert err.endswith("\n") and err.count("\n") == 1, f"not one line: {err!r}"
-    return err.strip()
+    """The CLI's one-line error from captured stderr (:func:`tests.conftest.one_line_error`)."""
+    return conftest_one_line_error(capsys.readouterr().err)

@@ -17,7 +17,8 @@ import pytest
 
 from analysis.cli import main
 from analysis.errors import InputError
-from tests.chunked_helpers import NANOAOD_WARNINGS, analysis_config, differences, write_config
+from tests.chunked_helpers import NANOAOD_WARNINGS, analysis_config, differences
+from tests.conftest import write_config
 from tests.faults_helpers import (
     N_EVENTS,
     compressed_baskets,

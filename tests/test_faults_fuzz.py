@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from analysis.cli import main
-from tests.chunked_helpers import NANOAOD_WARNINGS, analysis_config, differences, write_config
+from tests.chunked_helpers import NANOAOD_WARNINGS, analysis_config, differences
+from tests.conftest import write_config
 from tests.faults_helpers import compressed_baskets
 
 pytestmark = [*NANOAOD_WARNINGS, pytest.mark.slow]

@@ -96,7 +96,8 @@ def test_nonfinite_drop_equals_the_file_without_them(kind, tmp_path, capsys) -> 
 
 def test_nonfinite_drop_is_in_the_summary(tmp_path, capsys) -> None:
     from analysis.cli import main
-    from tests.chunked_helpers import analysis_config, write_config
+    from tests.chunked_helpers import analysis_config
+    from tests.conftest import write_config
 
     bad, _ = _damaged("jet pt")
     path = write_nano(tmp_path / "bad.root", bad)

@@ -32,7 +32,6 @@ LAYERS: dict[str, int] = {
     "analysis.stats._shadow": 0,
     "analysis.stats._structure": 0,
     "analysis.stats.api": 0,
-    "analysis.stats.fused": 0,
     "analysis.stats.jagged": 0,
     "analysis.stats.merge": 0,
     "analysis.stats.registry": 0,

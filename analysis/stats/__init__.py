@@ -6,13 +6,11 @@ empty selections), :mod:`analysis.stats.jagged` for the jit-friendly :class:`Jag
 type, :mod:`analysis.stats._core` for the moment states shared with the chunked
 processor, :mod:`analysis.stats.merge` for the exact merge of states,
 :mod:`analysis.stats.derive` for states with derivatives (:class:`Derived`,
-:func:`derive`, :func:`differentiable`), and :mod:`analysis.stats.fused` for the
-fast soft-cut kernel.
+:func:`derive`, :func:`differentiable`).
 """
 
 from __future__ import annotations
 
-from analysis.stats import fused
 from analysis.stats._core import CoMoments, Moments
 from analysis.stats.api import (
     LinearFit,
@@ -46,7 +44,6 @@ __all__ = [
     "derive",
     "differentiable",
     "from_awkward",
-    "fused",
     "kurtosis",
     "linear_fit",
     "mean",

@@ -116,7 +116,7 @@ def evaluate(
     """``evaluate`` through ``main``: ``(exit code, results.json or None)``."""
     data = analysis_config(datasets)
     data.update(config or {})
-    path = write_config(tmp_path, data, name)
+    path = write_config(tmp_path / name, data)
     out = tmp_path / f"out-{Path(name).stem}"
     results = out / "results.json"
     if results.exists():

@@ -11,6 +11,7 @@ results.json and in the summary. A file without run/luminosityBlock/event works.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,9 @@ def test_file_damaged_after_the_check_is_one_line(executor, tmp_path, capsys) ->
         with pytest.raises(InputError) as info:
             ev.run()
     message = str(info.value)
-    assert "\n" not in message and message.startswith(f"{later}, entries 0-30 (datasets.dy): ")
+    # Either chunk of the file may fail first on the parallel executors.
+    assert "\n" not in message and re.match(
+        rf"{re.escape(str(later))}, entries (0-30|30-60) \(datasets\.dy\): ", message
+    ), message
     assert "ValueError: not a ROOT file" in message and "WorkItem" not in message, message
     assert "Traceback" not in capsys.readouterr().err

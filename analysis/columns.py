@@ -17,6 +17,14 @@ from analysis.errors import InputError
 from analysis.faults import NONFINITE_POLICIES, note_dropped
 from analysis.plan import Plan
 
+__all__ = [
+    "ChunkColumns",
+    "Shapes",
+    "bucket",
+    "extract_columns",
+    "pad_columns",
+]
+
 
 @dataclass
 class ChunkColumns:

@@ -29,6 +29,19 @@ from analysis.results import DatasetState
 from analysis.stats import _core
 from analysis.stats.derive import value_and_derivatives
 
+__all__ = [
+    "chunk_state",
+    "chunk_states",
+    "count_distribution",
+    "evaluate_chunk",
+    "evaluate_chunk_grid",
+    "grid_state",
+    "integer_step",
+    "observable_entries",
+    "prob_count_at_least",
+    "soft_pass",
+]
+
 
 def soft_pass(value, threshold, width, *, greater: bool, inclusive: bool):
     """Probability that ``value`` passes ``value > threshold`` (or ``<``), smoothed by ``width``."""

@@ -12,6 +12,11 @@ from analysis.faults import guarded
 from analysis.kernel import chunk_state, grid_state, observable_entries
 from analysis.plan import Plan
 
+__all__ = [
+    "DiffProcessor",
+    "empty_histogram",
+]
+
 # NanoAODSchema warns on every chunk of these files about branches it rebuilds
 # (Photon_mass, Photon_charge) and cross-references absent from slim files.
 warnings.filterwarnings("ignore", message="Branch .* already exists", category=RuntimeWarning)

@@ -116,7 +116,7 @@ def test_any_utf8_dataset_name_loads(tmp_path, name):
 
 def test_value_excerpt_is_bounded_for_shared_structures():
     """The formatter's excerpt of a value never walks all of a shared (aliased) structure."""
-    from analysis.config import _show
+    from analysis.yamlsafe import show_value as _show
 
     value: list = ["lol"] * 9
     for _ in range(6):

@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "analysis.pbinom": 1,
     "analysis.fourvec": 0,  # pure maths beside the statistics layer
     "analysis.objects": 0,
+    "analysis.yamlsafe": 1,
     "analysis.schema": 1,
     "analysis.terms": 1,
     "analysis.config": 1,
@@ -63,6 +64,7 @@ LAYERS: dict[str, int] = {
     "analysis.outdir": 5,
     "analysis.report": 5,
     "analysis.plots": 5,
+    "analysis.commands": 5,
     "analysis.cli": 5,
     "analysis.__main__": 5,
 }

@@ -522,7 +522,10 @@ class Config(_Model):
                         "sets the count's cap)",
                     )
             if entry.var is not None:
-                node = exprs.resolve(exprs.parse(entry.var), set())
+                try:
+                    node = exprs.resolve(exprs.parse(entry.var), sets)
+                except ValueError as err:
+                    raise _fail(f"selection.{i}.var", str(err)) from None
                 if node.kind != "branch":
                     raise _fail(f"selection.{i}.var", f"expected a per-event branch (e.g. "
                                 f"MET.pt), got '{entry.var}'")

@@ -281,7 +281,9 @@ class Shapes:
 def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], Shapes]:
     """Pad ``cols`` with zero-weight entries to bucket sizes; return arrays and shapes."""
     n = cols.n_events
-    e = bucket(n, MIN_EVENTS)
+    # The object-set kernel's cost per padded event is much higher (joint count states,
+    # candidates): a smaller event floor there.
+    e = bucket(n, MIN_EVENTS if plan.sets is None else SET_MIN_EVENTS)
     arrays: dict[str, np.ndarray] = {}
     w = np.zeros(e, dtype=np.float64)
     w[:n] = cols.weight
@@ -317,6 +319,7 @@ def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], 
 # Per-event object axis of the object-set form: padded to a multiple of SET_OBJECT_STEP
 # (not a power of two): indexed observables cost C(M, i + 1) candidates.
 SET_OBJECT_STEP = 4
+SET_MIN_EVENTS = 64
 
 
 def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:

@@ -14,6 +14,11 @@ Expression language for observables and event cuts (see the README):
   ``count(C)``: per event, the soft number of selected objects ``sum_j w_j``;
 - anything else (``MET.pt``, ``MET_pt``, ``genWeight``, ``abs(MET.phi)``): a
   per-event branch, weighted by event weight x soft event selection.
+
+With a top-level ``objects:`` (several object sets, a ``selection`` list of joint
+counts and branch cuts, indexed and 4-vector observables; grammar in
+:mod:`analysis.exprs`) the plan carries a :class:`SetPlan` in ``sets`` and the
+single-collection fields are empty; :mod:`analysis.setkernel` computes it.
 """
 
 from __future__ import annotations

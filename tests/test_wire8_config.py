@@ -142,3 +142,27 @@ def test_old_single_collection_form_is_unchanged() -> None:
         "observables": [{"name": "n", "x": "count(Jet)", "stats": ["mean"]}],
     })
     assert build_plan(cfg).sets is None
+
+
+def test_nonfinite_object_values_error_or_drop_whole_events() -> None:
+    import numpy as np
+
+    from analysis.columns import ChunkColumns, _finite
+    from analysis.errors import InputError
+
+    pt = np.array([10.0, np.nan, 5.0, 7.0])
+    cols = ChunkColumns(
+        n_events=3, weight=np.ones(3), events={"MET.pt": np.array([1.0, 2.0, 3.0])},
+        collections={"Jet": (np.array([1, 2, 1]), {"pt": pt})},
+    )
+    with pytest.raises(InputError, match=r"f.root: branch 'Jet_pt' has a non-finite value at "
+                                          r"entry 11"):
+        _finite(cols, None, weight_branch=None, policy="error", source="f.root", offset=10)
+    # outside a guarded chunk note_dropped records nothing (faults tests cover recording)
+    out = _finite(cols, None, weight_branch=None, policy="drop", source="f.root", offset=0)
+    assert out.n_events == 2
+    counts, flat = out.collections["Jet"]
+    assert counts.tolist() == [1, 1]
+    assert flat["pt"].tolist() == [10.0, 7.0]
+    assert out.events["MET.pt"].tolist() == [1.0, 3.0]
+

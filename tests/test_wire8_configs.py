@@ -43,3 +43,17 @@ def test_evaluate_object_set_config_on_real_files(name, tmp_path, capsys) -> Non
     numbers = _finite_numbers(json.loads(text))
     assert numbers and all(math.isfinite(v) for v in numbers)
     assert "NaN" not in text
+
+
+def test_empty_file_gives_zero_yields(shared_data) -> None:
+    import yaml
+
+    from analysis.config import config_from_dict
+    from analysis.runner import Evaluator
+
+    data = yaml.safe_load((CONFIGS / "dimuon.yaml").read_text())
+    data["datasets"]["dy"]["files"] = [str(shared_data / "nano_dy_empty.root")]
+    state = Evaluator(config_from_dict(data)).run(order=1)["dy"]
+    assert state.events == 0
+    assert float(state.derived.value["selected_sumw"]) == 0.0
+    assert float(state.observables["mll"]["moments"].sumw) == 0.0

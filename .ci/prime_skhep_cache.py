@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
-SKHEP_FILES = ("nanoAOD_2015_CMS_Open_Data_ttbar.root",)
+# The last two are not scikit-hep-testdata files: they live only in ../shared/data and
+# are primed under their own names so that configs can name them as skhep:NAME.
+SKHEP_FILES = ("nanoAOD_2015_CMS_Open_Data_ttbar.root", "nano_tt_v12.root", "nano_dy.root")
 
 
 def prime(data_dir: str | os.PathLike[str], cache: Path = SKHEP_CACHE) -> list[Path]:

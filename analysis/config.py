@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -21,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from analysis import exprs
 from analysis.errors import ConfigError
 from analysis.schema import _ERR, _fail, _Model, _suggest
 from analysis.stats import registry
@@ -31,7 +33,7 @@ from analysis.yamlsafe import show_value as _show
 __all__ = [
     "AnnealConfig", "Config", "ConfigError", "CutConfig", "DatasetConfig", "EventCutConfig",
     "ExecutorConfig", "GenerateConfig", "HistConfig", "ObjectiveConfig", "ObjectiveTermConfig", "ObjectSelectionConfig",
-    "ObservableConfig", "OptimizerConfig", "OutputConfig", "ParameterConfig", "ScheduleConfig",
+    "ObjectSetConfig", "ObservableConfig", "OptimizerConfig", "SelectionEntryConfig", "OutputConfig", "ParameterConfig", "ScheduleConfig",
     "SelectionConfig", "config_from_dict", "load_config", "parse_yaml",
 ]
 
@@ -221,11 +223,95 @@ class EventCutConfig(_Model):
         return self
 
 
+class ObjectSetConfig(_Model):
+    """A named object set (``objects:`` mapping): on a ``collection`` or derived
+    ``from`` another set, with its own soft ``cuts``, ranked by ``rank_by`` for ``S[i]``."""
+
+    collection: str | None = None
+    from_: str | None = Field(default=None, alias="from")
+    cuts: list[CutConfig] = []
+    rank_by: str = "pt"
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            keys = ["collection", "from", "cuts", "rank_by"]
+            for key in data:
+                if key not in keys:
+                    raise _fail(str(key), "unknown key" + _suggest(str(key), keys))
+        return data
+
+    @field_validator("rank_by")
+    @classmethod
+    def _rank(cls, v: str) -> str:
+        if not _CUT_VAR.match(v):
+            raise ValueError(f"invalid field '{v}'; expected a field name like pt")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> ObjectSetConfig:
+        if self.collection is not None and self.from_ is not None:
+            raise _fail("from", "give either 'collection' or 'from', not both")
+        if self.collection is None and self.from_ is None:
+            raise _fail("", "needs one of 'collection' or 'from'")
+        return self
+
+
+class SelectionEntryConfig(_Model):
+    """One event condition of the list form of ``selection`` (with ``objects:``):
+    ``{count: set or [sets], op, value|param}`` (hard integer condition on the joint
+    count) or ``{var: branch, op, value|param, width}`` (soft cut on a per-event branch)."""
+
+    count: str | list[str] | None = None
+    var: str | None = None
+    op: Literal[">", "<", ">=", "<=", "=="]
+    param: str | None = None
+    value: float | None = None
+    width: float | None = None
+
+    @field_validator("width")
+    @classmethod
+    def _width(cls, v: float | None) -> float | None:
+        return v if v is None else _check_width(cls, v)
+
+    @model_validator(mode="after")
+    def _check(self) -> SelectionEntryConfig:
+        _one_of(self, "count", "var")
+        _one_of(self, "param", "value")
+        if self.count is not None:
+            if self.width is not None:
+                raise _fail("width", "a count condition is a hard integer condition; no width")
+            if self.value is not None and not (self.value.is_integer() and self.value >= 0):
+                raise _fail("value", f"a count needs an integer >= 0, got {self.value}")
+            if isinstance(self.count, list) and not self.count:
+                raise _fail("count", "empty list of sets")
+        elif self.op == "==":
+            raise _fail("op", "'==' is only for counts; a var cut needs >, >=, < or <=")
+        return self
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        """The counted sets (``()`` for a var cut)."""
+        if self.count is None:
+            return ()
+        return (self.count,) if isinstance(self.count, str) else tuple(self.count)
+
+
 class SelectionConfig(_Model):
-    """Object cuts followed by event cuts."""
+    """Object cuts followed by event cuts; or, with top-level ``objects:``, a list of
+    event conditions (``entries``; written as a YAML list under ``selection``)."""
 
     objects: ObjectSelectionConfig | None = None
     events: list[EventCutConfig] = []
+    entries: list[SelectionEntryConfig] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _listed(cls, data: Any) -> Any:
+        return {"entries": data} if isinstance(data, list) else data
 
 
 # Statistic names come from the one registry (analysis.stats.registry).
@@ -259,6 +345,12 @@ class ObservableConfig(_Model):
     @classmethod
     def _expr(cls, v: str | None) -> str | None:
         if v is not None and not (_EXPR.match(v) and v.count("(") == v.count(")")):
+            try:
+                exprs.parse(v)  # the object-set grammar (checked against sets by Config)
+                return v
+            except ValueError as err:
+                if any(c in v for c in "[+,") or str(err).startswith("unknown function"):
+                    raise ValueError(str(err)) from None
             raise ValueError(
                 f"invalid expression '{v}'; expected e.g. Jet.pt, abs(Jet.eta), "
                 "sum(Jet.pt), count(Jet), MET.pt"
@@ -334,6 +426,7 @@ class Config(_Model):
     skip_bad_files: bool = False
     nonfinite: Literal["error", "drop"] = "error"
     parameters: dict[str, ParameterConfig] = {}
+    objects: dict[str, ObjectSetConfig] = {}
     selection: SelectionConfig = SelectionConfig()
     observables: list[ObservableConfig] = []
     output: OutputConfig = OutputConfig()
@@ -356,6 +449,8 @@ class Config(_Model):
 
     @model_validator(mode="after")
     def _cross_check(self) -> Config:
+        if self.objects or self.selection.entries is not None:
+            return self._check_sets()
         names = list(self.parameters)
         objects = self.selection.objects
         cuts = [(f"objects.cuts.{i}", c) for i, c in enumerate(objects.cuts if objects else [])]
@@ -384,6 +479,78 @@ class Config(_Model):
             if obs.name in seen:
                 raise _fail(f"observables.{i}.name", f"duplicate observable name '{obs.name}'")
             seen.add(obs.name)
+        return self
+
+    def _param(self, where: str, name: str | None) -> None:
+        if name is not None and name not in self.parameters:
+            hint = _suggest(name, list(self.parameters), "defined parameters")
+            raise _fail(where, f"unknown parameter '{name}'{hint}")
+
+    def _check_sets(self) -> Config:
+        """Cross-checks of the object-set form (``objects:`` and a ``selection`` list)."""
+        sel = self.selection
+        if sel.objects is not None or sel.events:
+            raise _fail("selection", "with 'objects:', selection is a list of conditions")
+        if not self.objects:
+            raise _fail("objects", "a selection list needs object sets under 'objects:'")
+        sets = self.objects
+        for name, s in sets.items():
+            seen = {name}
+            parent = s.from_
+            while parent is not None:
+                if parent not in sets:
+                    hint = _suggest(parent, list(sets), "sets")
+                    raise _fail(f"objects.{name}.from", f"unknown set '{parent}'{hint}")
+                if parent in seen:
+                    raise _fail(f"objects.{name}.from", f"cycle in 'from' via '{parent}'")
+                seen.add(parent)
+                parent = sets[parent].from_
+            for i, cut in enumerate(s.cuts):
+                self._param(f"objects.{name}.cuts.{i}.param", cut.param)
+        for i, entry in enumerate(sel.entries or []):
+            self._param(f"selection.{i}.param", entry.param)
+            for name in entry.sets:
+                if name not in sets:
+                    hint = _suggest(name, list(sets), "sets")
+                    raise _fail(f"selection.{i}.count", f"unknown set '{name}'{hint}")
+            if entry.count is not None and entry.param is not None:
+                p = self.parameters[entry.param]
+                if p.bounds is None or not float(p.init).is_integer():
+                    raise _fail(
+                        f"parameters.{entry.param}",
+                        "used by a count, needs an integer init and bounds (the upper bound "
+                        "sets the count's cap)",
+                    )
+            if entry.var is not None:
+                try:
+                    node = exprs.resolve(exprs.parse(entry.var), sets)
+                except ValueError as err:
+                    raise _fail(f"selection.{i}.var", str(err)) from None
+                if node.kind != "branch":
+                    raise _fail(f"selection.{i}.var", f"expected a per-event branch (e.g. "
+                                f"MET.pt), got '{entry.var}'")
+        seen_obs: set[str] = set()
+        for i, obs in enumerate(self.observables):
+            if obs.name in seen_obs:
+                raise _fail(f"observables.{i}.name", f"duplicate observable name '{obs.name}'")
+            seen_obs.add(obs.name)
+            nodes = {}
+            for key in ("x", "y"):
+                text = getattr(obs, key)
+                if text is None:
+                    continue
+                try:
+                    nodes[key] = exprs.resolve(exprs.parse(text), sets)
+                except ValueError as err:
+                    raise _fail(f"observables.{i}.{key}", str(err)) from None
+            x, y = nodes["x"], nodes.get("y")
+            if y is not None and (y.level != x.level or y.sets != x.sets
+                                  or y.slots != x.slots or x.kind in ("sum", "count")):
+                raise _fail(
+                    f"observables.{i}.y",
+                    f"'{obs.y}' does not pair with x '{obs.x}' entry by entry (both must be "
+                    "fields of one set, of the same indexed objects, or per-event branches)",
+                )
         return self
 
     def trainable_names(self) -> list[str]:
@@ -423,6 +590,8 @@ def _format_error(err: Any) -> str:
     # pydantic names the member of a discriminated union in the location
     # (objective.terms.0.target.stat): the config has no such key, drop it.
     loc = [p for i, p in enumerate(loc) if not (i >= 2 and loc[i - 2] == "terms" and p in TERM_TYPES)]
+    if len(loc) >= 2 and loc[:2] == ["selection", "entries"]:  # the list form
+        del loc[1]
     if loc and loc[-1] == "[key]":  # a non-string mapping key, e.g. a parameter named 1
         loc.pop()
     name = next((p for p in reversed(loc) if not p.isdigit()), "value")

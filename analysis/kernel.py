@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import pbinom
+from analysis import pbinom, setkernel
 from analysis.columns import ChunkColumns, Shapes, pad_columns
 from analysis.plan import Expr, Observable, Plan
 from analysis.results import DatasetState
@@ -161,6 +161,8 @@ def _observable_entries(obs: Observable, event_weight, obj_w, segment, arrays, n
 
 def chunk_states(theta, widths, arrays, plan: Plan, shapes: Shapes, hard: bool = False):
     """Mergeable states of one (padded) chunk as a pytree of float64 arrays."""
+    if plan.sets is not None:  # the object-set form (exact at width 0 whatever ``hard``)
+        return setkernel.chunk_states(theta, widths, arrays, plan, shapes)
     event_weight, obj_w, segment = _selection(theta, widths, arrays, plan, shapes, hard)
     out = {
         "selected_sumw": jnp.sum(event_weight),
@@ -180,6 +182,8 @@ def chunk_states(theta, widths, arrays, plan: Plan, shapes: Shapes, hard: bool =
 
 @partial(jax.jit, static_argnames=("plan", "shapes", "index"))
 def _entries(theta, widths, arrays, plan: Plan, shapes: Shapes, index: int):
+    if plan.sets is not None:
+        return setkernel.observable_entries(theta, widths, arrays, plan, shapes, index)
     event_weight, obj_w, segment = _selection(theta, widths, arrays, plan, shapes)
     x, _, w = _observable_entries(
         plan.observables[index], event_weight, obj_w, segment, arrays, shapes.events

@@ -14,6 +14,11 @@ Expression language for observables and event cuts (see the README):
   ``count(C)``: per event, the soft number of selected objects ``sum_j w_j``;
 - anything else (``MET.pt``, ``MET_pt``, ``genWeight``, ``abs(MET.phi)``): a
   per-event branch, weighted by event weight x soft event selection.
+
+With a top-level ``objects:`` (several object sets, a ``selection`` list of joint
+counts and branch cuts, indexed and 4-vector observables; grammar in
+:mod:`analysis.exprs`) the plan carries a :class:`SetPlan` in ``sets`` and the
+single-collection fields are empty; :mod:`analysis.setkernel` computes it.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ import math
 import re
 from dataclasses import dataclass
 
+from analysis import exprs
 from analysis.config import Config
 from analysis.errors import ConfigError
+from analysis.objects import Count, CountModel, ObjectSet, required_cap
 from analysis.stats import registry
 
 __all__ = [
@@ -35,6 +42,8 @@ __all__ = [
     "ObjectCut",
     "Observable",
     "Plan",
+    "SetPlan",
+    "SetSpec",
     "build_plan",
     "initial_widths",
     "parse_expr",
@@ -149,11 +158,146 @@ class Plan:
     count_cap: int  # states of the Poisson-binomial recursion: P(K = 0..cap-1), P(K >= cap)
     observables: tuple[Observable, ...]
     n_widths: int
+    sets: SetPlan | None = None  # the object-set form (``objects:``), else None
 
     @property
     def trainable_names(self) -> tuple[str, ...]:
         """Names of the trainable parameters, in ``trainable`` order."""
         return tuple(self.param_names[i] for i in self.trainable)
+
+
+@dataclass(frozen=True)
+class SetSpec:
+    """One object set: its collection, parent set, own cuts and ranking field."""
+
+    name: str
+    collection: str
+    parent: str | None
+    cuts: tuple[ObjectCut, ...]
+    rank_by: str
+
+
+@dataclass(frozen=True)
+class SetPlan:
+    """The object-set form of a plan (``objects:`` configs; see :mod:`analysis.setkernel`).
+
+    ``model``: the static count model; ``thresholds``: ``(param, value)`` of each of its
+    counts; ``fields``: ``((collection, (field, ...)), ...)`` to read; ``nodes``: the
+    parsed ``(x, y)`` of each observable, in plan order; ``orders``: power-sum order of
+    each observable (2, or 4 with skew/kurtosis).
+    """
+
+    sets: tuple[SetSpec, ...]
+    model: CountModel
+    thresholds: tuple[tuple[int | None, float | None], ...]
+    fields: tuple[tuple[str, tuple[str, ...]], ...]
+    nodes: tuple[tuple[exprs.Node, exprs.Node | None], ...]
+    orders: tuple[int, ...]
+
+    def collection_of(self, name: str) -> str:
+        return next(s.collection for s in self.sets if s.name == name)
+
+
+def _object_cut(cut, names: tuple[str, ...], width_index: int) -> ObjectCut:
+    absolute = cut.var.startswith("abs_")
+    param, value = _threshold(cut.param, cut.value, names)
+    return ObjectCut(
+        cut.var[4:] if absolute else cut.var, absolute, cut.op in (">", ">="),
+        cut.op in (">=", "<="), param, value, width_index,
+    )
+
+
+def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
+    """:func:`build_plan` of the object-set form (config already cross-checked)."""
+    src = config.source
+    cfg_sets = config.objects
+
+    def collection(name: str) -> str:
+        s = cfg_sets[name]
+        return s.collection if s.collection is not None else collection(s.from_)
+
+    n_widths = 0
+    specs = []
+    fields: dict[str, list[str]] = {}
+
+    def need(c: str, f: str) -> None:
+        fields.setdefault(c, [])
+        if f not in fields[c]:
+            fields[c].append(f)
+
+    for name, s in cfg_sets.items():
+        c = collection(name)
+        cuts = []
+        for cut in s.cuts:
+            oc = _object_cut(cut, names, n_widths)
+            n_widths += 1
+            need(c, oc.field)
+            cuts.append(oc)
+        need(c, s.rank_by)
+        specs.append(SetSpec(name, c, s.from_, tuple(cuts), s.rank_by))
+    counts, thresholds, event_cuts, event_keys = [], [], [], []
+    for entry in config.selection.entries or []:
+        param, value = _threshold(entry.param, entry.value, names)
+        if entry.count is not None:
+            if param is not None:
+                top = config.parameters[entry.param].bounds[1]
+            else:
+                top = value
+            counts.append(Count(entry.sets, entry.op, required_cap(entry.op, int(math.floor(top)))))
+            thresholds.append((param, value))
+        else:
+            key = exprs.resolve(exprs.parse(entry.var), set()).head
+            if key not in event_keys:
+                event_keys.append(key)
+            expr = Expr(entry.var, "event", "branch", key)
+            event_cuts.append(EventVarCut(expr, entry.op in (">", ">="), entry.op in (">=", "<="),
+                                          param, value, n_widths))
+            n_widths += 1
+    try:
+        model = CountModel(
+            tuple(ObjectSet(s.name, s.collection, s.parent) for s in specs), tuple(counts)
+        )
+    except ConfigError as err:
+        raise ConfigError(f"{src}: objects: {err}") from None
+    observables, nodes, orders = [], [], []
+    for obs in config.observables:
+        pair = []
+        for key in ("x", "y"):
+            text = getattr(obs, key)
+            if text is None:
+                pair.append(None)
+                continue
+            node = exprs.resolve(exprs.parse(text), cfg_sets)
+            if node.kind == "branch":
+                if node.head not in event_keys:
+                    event_keys.append(node.head)
+            elif node.kind in ("p4", "pair"):
+                for s, _ in node.slots:
+                    for f in ("pt", "eta", "phi", "mass"):
+                        need(collection(s), f)
+            elif node.field is not None:
+                need(collection(node.head or node.slots[0][0]), node.field)
+            pair.append(node)
+        nodes.append(tuple(pair))
+        uni = tuple(s for s in obs.stats if s in UNIVARIATE_STATS)
+        bi = tuple(s for s in obs.stats if s in BIVARIATE_STATS)
+        orders.append(4 if any(s in ("skew", "kurtosis") for s in uni) else 2)
+        x = pair[0]
+        level = "object" if x.level != "event" else "event"
+        observables.append(Observable(
+            obs.name, Expr(obs.x, level, x.kind, x.field),
+            None if obs.y is None else Expr(obs.y, level, pair[1].kind, pair[1].field), uni, bi,
+        ))
+    set_plan = SetPlan(
+        tuple(specs), model, tuple(thresholds),
+        tuple((c, tuple(f)) for c, f in fields.items()), tuple(nodes), tuple(orders),
+    )
+    return Plan(
+        param_names=names, trainable=trainable, integer=integer, collection=None,
+        object_fields=(), event_keys=tuple(event_keys), object_cuts=(),
+        event_cuts=tuple(event_cuts), count_cuts=(), count_cap=1,
+        observables=tuple(observables), n_widths=n_widths, sets=set_plan,
+    )
 
 
 def parse_expr(text: str, collection: str | None, where: str) -> Expr:
@@ -194,6 +338,8 @@ def build_plan(config: Config) -> Plan:
     names = tuple(config.parameters)
     trainable = tuple(i for i, n in enumerate(names) if config.parameters[n].trainable)
     integer = tuple(config.parameters[n].integer for n in names)
+    if config.objects:
+        return _build_set_plan(config, names, trainable, integer)
     sel = config.selection
     collection = sel.objects.collection if sel.objects is not None else None
     object_fields: list[str] = []
@@ -297,6 +443,11 @@ def build_plan(config: Config) -> Plan:
 
 def initial_widths(config: Config) -> list[float]:
     """The configured cut widths, in the plan's width order (object cuts, then event cuts)."""
+    if config.objects:
+        widths = [c.width for s in config.objects.values() for c in s.cuts]
+        return widths + [
+            e.width or 0.0 for e in config.selection.entries or [] if e.count is None
+        ]
     sel = config.selection
     widths = [c.width for c in (sel.objects.cuts if sel.objects is not None else [])]
     widths += [e.effective_width() for e in sel.events]

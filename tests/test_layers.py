@@ -44,7 +44,9 @@ LAYERS: dict[str, int] = {
     "analysis.schema": 1,
     "analysis.terms": 1,
     "analysis.config": 1,
+    "analysis.exprs": 1,  # observable grammar of object sets (config and plan)
     "analysis.plan": 1,
+    "analysis.setkernel": 1,  # per-chunk maths of the object-set form
     "analysis.faults": 1,  # chunk-fault records: used by columns, processors and the driver
     "analysis.columns": 1,
     "analysis.results": 1,

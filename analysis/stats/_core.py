@@ -21,6 +21,7 @@ internal mean), and the gradient is zero rather than NaN (double ``where``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -158,6 +159,50 @@ def moments(
         _undefined_if_infinite(s3 - 3.0 * r * s2 + 2.0 * sumw * r2 * r, center),
         _undefined_if_infinite(s4 - 4.0 * r * s3 + 6.0 * r2 * s2 - 3.0 * sumw * r2 * r2, center),
     )
+
+
+def _shift_powers(b: Array, d: Array) -> list[Array]:
+    """``sum_i C(r, i) b_i d^(r - i)``, r = 0..R: power sums about ``c`` from those
+    about ``c + d`` (``b``: ``(..., R + 1)``; ``d`` broadcast against ``b[..., 0]``)."""
+    out = []
+    for r in range(b.shape[-1]):
+        term = 0.0
+        for i in range(r + 1):
+            term = term + math.comb(r, i) * b[..., i] * d ** (r - i)
+        out.append(term)
+    return out
+
+
+def moments_from_expectations(a: Array, w: Array) -> Moments:
+    """:class:`Moments` of entries with random values: ``a[e, r] = E[X_e^r 1_e]``
+    (``r = 0..R``, ``R`` = 2 or 4; ``1_e`` an entry's indicator, so ``a[e, 0]`` is its
+    probability) and constant weights ``w[e]``: the exact expectation of the state of
+    the realised entries, ``W = sum w a_0``, ``Mk = sum w E[(X - mu)^k 1]``.
+
+    Precision: each entry is first centred on its own conditional mean ``a_1 / a_0``
+    (no gradient), then on the global centre, so that no raw power sum of large values
+    is cancelled (a hard-cut entry, ``a_r = x^r``, is then exact). With ``R = 2``
+    ``M3``/``M4`` are NaN (constant: zero gradient). Empty input: zeros, as
+    :func:`moments`.
+    """
+    a = jnp.asarray(a)
+    big_r = a.shape[-1] - 1
+    if big_r < 4:  # zeros now, NaN for M3/M4 at the end
+        a = jnp.concatenate([a, jnp.zeros(a.shape[:-1] + (4 - big_r,), a.dtype)], -1)
+    own = jax.lax.stop_gradient(safe_div(a[:, 1], a[:, 0], 0.0))
+    # powers about each entry's own centre
+    b = jnp.stack(_shift_powers(a, -own), axis=-1)
+    sumw = jnp.sum(w * b[:, 0])
+    center = jax.lax.stop_gradient(safe_div(jnp.sum(w * a[:, 1]), sumw, 0.0))
+    s = [jnp.sum(w * t) for t in _shift_powers(b, own - center)]
+    r = safe_div(s[1], sumw, 0.0)
+    r2 = r * r
+    m2 = _drop_rounding_residue(s[2] - sumw * r2, sumw * r2)
+    m3 = s[3] - 3.0 * r * s[2] + 2.0 * sumw * r2 * r
+    m4 = s[4] - 4.0 * r * s[3] + 6.0 * r2 * s[2] - 3.0 * sumw * r2 * r2
+    if big_r < 4:
+        m3 = m4 = jnp.full_like(m2, jnp.nan)
+    return Moments(sumw, center, r, m2, m3, m4)
 
 
 def comoments(

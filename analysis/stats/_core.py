@@ -164,9 +164,9 @@ def moments(
 def _shift_powers(b: Array, d: Array) -> list[Array]:
     """``sum_i C(r, i) b_i d^(r - i)``, r = 0..R: power sums about ``c`` from those
     about ``c + d`` (``b``: ``(..., R + 1)``; ``d`` broadcast against ``b[..., 0]``)."""
-    out = []
+    out: list[Array] = []
     for r in range(b.shape[-1]):
-        term = 0.0
+        term = jnp.zeros_like(b[..., 0])
         for i in range(r + 1):
             term = term + math.comb(r, i) * b[..., i] * d ** (r - i)
         out.append(term)

@@ -1,0 +1,234 @@
+"""Column cache across passes: each chunk's columns read once, kept in memory or on disk.
+
+The first pass of an :class:`analysis.runner.Evaluator` reads every chunk from ROOT
+(coffea, NanoEvents) and its processor hands back, next to its states, the chunk's
+:class:`~analysis.columns.ChunkColumns` in a :class:`ColumnBatch` under the output key
+:data:`COLUMNS_KEY`. The driver stores them in a :class:`ColumnCache`; a later pass
+whose chunks are all cached evaluates them in the driver's process, without coffea,
+uproot or NanoEvents (see :mod:`analysis.runner`).
+
+Key (:func:`chunk_key`): the file's UUID (uproot's ``file.uuid``, the ROOT ``fUUID``),
+the tree, the entry range, the branches the plan reads, the weight branch and the
+non-finite policy (the cached columns are those left after ``nonfinite: drop``). The
+path is not in the key; a file rewritten at the same path has a new UUID, so its old
+entries are never used (a new :class:`Evaluator` opens every file and sees the new
+UUID; one evaluator checks each file once, when it starts).
+
+Memory: columns are kept in memory up to ``budget`` bytes; beyond that each further
+chunk is written to a ``.npz`` file (numpy's own format, read back with
+``allow_pickle=False``) in a private temporary directory, removed by :meth:`close`.
+
+Only chunks that were read and evaluated without error reach the cache: a failing
+chunk's output is just its fault record (:func:`analysis.faults.guarded`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import uuid as uuidlib
+from typing import Any
+
+import numpy as np
+
+from analysis.columns import ChunkColumns
+
+__all__ = [
+    "COLUMNS_KEY",
+    "DEFAULT_BUDGET",
+    "ColumnBatch",
+    "ColumnCache",
+    "chunk_key",
+    "columns_nbytes",
+    "plan_branches",
+    "uuid_text",
+]
+
+#: Output key of the columns a first pass hands back (not a string: never a dataset name).
+COLUMNS_KEY = ("diffcoffea", "columns")
+
+#: Default in-memory budget in bytes (``cache_memory_mb`` in the config).
+DEFAULT_BUDGET = 1024 * 2**20
+
+
+def uuid_text(raw: Any) -> str:
+    """A file UUID as text: ``bytes`` (uproot's ``fUUID``, coffea's ``WorkItem``) or ``str``."""
+    if isinstance(raw, (bytes, bytearray)):
+        return str(uuidlib.UUID(bytes=bytes(raw))) if len(raw) == 16 else bytes(raw).hex()
+    return str(raw)
+
+
+def plan_branches(plan: Any) -> str:
+    """What ``plan`` reads, as text: the selection collection, its fields, per-event branches.
+
+    Any further reading attribute a plan may grow (``collections``) is included, so a
+    config that needs another branch never meets a cache entry without it.
+    """
+    parts = {
+        name: getattr(plan, name)
+        for name in ("collection", "object_fields", "event_keys", "collections")
+        if hasattr(plan, name)
+    }
+    return repr(sorted(parts.items()))
+
+
+def chunk_key(
+    fileuuid: Any,
+    treename: str,
+    start: int,
+    stop: int,
+    *,
+    branches: str,
+    weight_branch: str | None,
+    nonfinite: str,
+) -> tuple:
+    """The cache key of one chunk (see the module docstring)."""
+    return (uuid_text(fileuuid), treename, int(start), int(stop), branches, weight_branch, nonfinite)
+
+
+def columns_nbytes(cols: ChunkColumns) -> int:
+    """Bytes held by the arrays of ``cols``."""
+    return sum(a.nbytes for _, a in _flatten(cols))
+
+
+def _flatten(cols: ChunkColumns) -> list[tuple[str, np.ndarray]]:
+    """``[(name, array)]`` of every array field, dict fields as ``field/key``."""
+    out = []
+    for f in dataclasses.fields(cols):
+        value = getattr(cols, f.name)
+        if isinstance(value, np.ndarray):
+            out.append((f.name, value))
+        elif isinstance(value, dict):
+            out.extend((f"{f.name}/{k}", np.asarray(v)) for k, v in value.items())
+    return out
+
+
+def _own(value: Any) -> Any:
+    """``value`` with every array its own copy (a view would keep a whole chunk's
+    NanoEvents buffers alive and hide their size from the budget)."""
+    if isinstance(value, np.ndarray):
+        return value if value.base is None else value.copy()
+    if isinstance(value, dict):
+        return {k: _own(v) for k, v in value.items()}
+    return value
+
+
+def _save(path: str, cols: ChunkColumns) -> None:
+    """``cols`` as a ``.npz`` file; a JSON manifest says how to rebuild the dataclass."""
+    manifest: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for f in dataclasses.fields(cols):
+        value = getattr(cols, f.name)
+        if isinstance(value, np.ndarray):
+            arrays[f"a{len(arrays)}"] = value
+            manifest[f.name] = ["array", f"a{len(arrays) - 1}"]
+        elif isinstance(value, dict):
+            names = {}
+            for k, v in value.items():
+                arrays[f"a{len(arrays)}"] = np.asarray(v)
+                names[k] = f"a{len(arrays) - 1}"
+            manifest[f.name] = ["dict", names]
+        else:  # None, int, str: JSON
+            manifest[f.name] = ["json", value]
+    np.savez(path, __manifest__=np.array(json.dumps(manifest)), **arrays)
+
+
+def _load(path: str) -> ChunkColumns:
+    with np.load(path, allow_pickle=False) as z:
+        manifest = json.loads(str(z["__manifest__"]))
+        kwargs: dict[str, Any] = {}
+        for name, (kind, what) in manifest.items():
+            if kind == "array":
+                kwargs[name] = z[what]
+            elif kind == "dict":
+                kwargs[name] = {k: z[v] for k, v in what.items()}
+            else:
+                kwargs[name] = what
+    return ChunkColumns(**kwargs)
+
+
+class ColumnBatch:
+    """Columns of some chunks, ``{key: ChunkColumns}``, addable (``a + b`` merges).
+
+    What a first pass's processor returns under :data:`COLUMNS_KEY`, merged by coffea's
+    ``processor.accumulate`` like every other output.
+    """
+
+    def __init__(self, columns: dict[tuple, ChunkColumns] | None = None) -> None:
+        self.columns = dict(columns or {})
+
+    def __add__(self, other: ColumnBatch) -> ColumnBatch:
+        if not isinstance(other, ColumnBatch):
+            return NotImplemented
+        return ColumnBatch({**self.columns, **other.columns})
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+
+class ColumnCache:
+    """Chunk columns by :func:`chunk_key`: in memory up to ``budget`` bytes, then on disk.
+
+    ``spill_dir``: where the ``.npz`` files go (default: a new temporary directory).
+    ``reads`` counts the columns handed out from disk, for tests and benchmarks.
+    """
+
+    def __init__(self, *, budget: int = DEFAULT_BUDGET, spill_dir: str | None = None) -> None:
+        self.budget = int(budget)
+        self._memory: dict[tuple, ChunkColumns] = {}
+        self._disk: dict[tuple, str] = {}
+        self.memory_bytes = 0
+        self._spill_root = spill_dir
+        self._spill_dir: str | None = None
+        self.reads = 0
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._memory or key in self._disk
+
+    def __len__(self) -> int:
+        return len(self._memory) + len(self._disk)
+
+    @property
+    def spilled(self) -> int:
+        """Number of chunks kept on disk."""
+        return len(self._disk)
+
+    def put(self, key: tuple, cols: ChunkColumns) -> None:
+        """Keep ``cols`` under ``key`` (in memory if it fits the budget, else on disk)."""
+        if key in self:
+            return
+        cols = dataclasses.replace(
+            cols, **{f.name: _own(getattr(cols, f.name)) for f in dataclasses.fields(cols)}
+        )
+        n = columns_nbytes(cols)
+        if self.memory_bytes + n <= self.budget:
+            self._memory[key] = cols
+            self.memory_bytes += n
+            return
+        if self._spill_dir is None:
+            if self._spill_root is not None:
+                os.makedirs(self._spill_root, exist_ok=True)
+            self._spill_dir = tempfile.mkdtemp(prefix="diffcoffea-cache-", dir=self._spill_root)
+        path = os.path.join(self._spill_dir, f"chunk{len(self._disk)}.npz")
+        _save(path, cols)
+        self._disk[key] = path
+
+    def get(self, key: tuple) -> ChunkColumns:
+        """The columns under ``key`` (``KeyError`` if absent)."""
+        if key in self._memory:
+            return self._memory[key]
+        path = self._disk[key]
+        self.reads += 1
+        return _load(path)
+
+    def close(self) -> None:
+        """Forget every entry and remove the spill directory."""
+        self._memory.clear()
+        self._disk.clear()
+        self.memory_bytes = 0
+        if self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+            self._spill_dir = None

@@ -114,3 +114,34 @@ def test_uuid_is_uproots_file_uuid(tmp_path):
     with Evaluator(small_config(tmp_path, files)) as ev:
         item = next(i for i in ev.chunks if i.dataset == "dy")
         assert ev._key(item)[0] == want
+
+
+def test_spill_roundtrip_keeps_every_field(tmp_path):
+    """A spilled entry comes back equal, dtypes, ``None`` and empty dicts included."""
+    from analysis.columns import ChunkColumns
+
+    cols = [
+        ChunkColumns(
+            n_events=3,
+            weight=np.array([1.0, 0.5, 2.0]),
+            counts=np.array([2, 0, 1], dtype=np.int64),
+            objects={"pt": np.array([10.0, 20.0, 30.0])},
+            events={"MET_pt": np.array([1.0, 2.0, 3.0])},
+        ),
+        ChunkColumns(n_events=2, weight=np.ones(2)),  # no collection: counts None
+    ]
+    cache = ColumnCache(budget=0, spill_dir=str(tmp_path))
+    for i, c in enumerate(cols):
+        cache.put(("k", i), c)
+    for i, c in enumerate(cols):
+        got = cache.get(("k", i))
+        assert got.n_events == c.n_events and (got.counts is None) == (c.counts is None)
+        for name in ("weight", "counts"):
+            a, b = getattr(got, name), getattr(c, name)
+            if b is not None:
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+        for name in ("objects", "events"):
+            a, b = getattr(got, name), getattr(c, name)
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in b)
+    assert cache.spilled == 2 and cache.memory_bytes == 0
+    cache.close()

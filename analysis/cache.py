@@ -18,6 +18,12 @@ Memory: columns are kept in memory up to ``budget`` bytes; beyond that each furt
 chunk is written to a ``.npz`` file (numpy's own format, read back with
 ``allow_pickle=False``) in a private temporary directory, removed by :meth:`close`.
 
+Where the columns go: a processor running in the driver's own process (the iterative
+executor) puts them straight into the driver's cache (:func:`local_cache`), so that
+the budget bounds the memory during the first pass too; in a worker process (futures,
+dask) they travel back with the chunk's output, and the driver stores them after the
+pass (the first pass then holds all of them at once in the driver).
+
 Only chunks that were read and evaluated without error reach the cache: a failing
 chunk's output is just its fault record (:func:`analysis.faults.guarded`).
 """
@@ -30,6 +36,7 @@ import os
 import shutil
 import tempfile
 import uuid as uuidlib
+import weakref
 from typing import Any
 
 import numpy as np
@@ -43,6 +50,7 @@ __all__ = [
     "ColumnCache",
     "chunk_key",
     "columns_nbytes",
+    "local_cache",
     "plan_branches",
     "uuid_text",
 ]
@@ -169,6 +177,16 @@ class ColumnBatch:
         return len(self.columns)
 
 
+# Caches of this process by token; a forked worker inherits the dict, so the pid is checked.
+_LOCAL: weakref.WeakValueDictionary[str, ColumnCache] = weakref.WeakValueDictionary()
+
+
+def local_cache(token: str | None) -> ColumnCache | None:
+    """The cache ``token`` names if it lives in this process (not in a forked copy)."""
+    cache = _LOCAL.get(token) if token else None
+    return cache if cache is not None and cache.pid == os.getpid() else None
+
+
 class ColumnCache:
     """Chunk columns by :func:`chunk_key`: in memory up to ``budget`` bytes, then on disk.
 
@@ -184,6 +202,10 @@ class ColumnCache:
         self._spill_root = spill_dir
         self._spill_dir: str | None = None
         self.reads = 0
+        self.pid = os.getpid()
+        #: names this cache to processors running in this process (see :func:`local_cache`)
+        self.token = uuidlib.uuid4().hex
+        _LOCAL[self.token] = self
 
     def __contains__(self, key: tuple) -> bool:
         return key in self._memory or key in self._disk

@@ -481,13 +481,14 @@ class Evaluator:
             cached = [item for item in items if self._key(item) in self.cache]
             items = [item for item in items if self._key(item) not in self.cache]
             proc.keep_columns = True
+            proc.cache_token = self.cache.token
         try:
             out = dict(self._call(items, proc)) if items else {}
         except Exception as err:
             raise self._executor_error(err) from err
         finally:
             if cacheable:
-                proc.keep_columns = False
+                proc.keep_columns, proc.cache_token = False, None
         batch = out.pop(COLUMNS_KEY, None)
         self._absorb(out.pop(FAULTS_KEY, None))
         if batch is not None:

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from coffea import processor
 
-from analysis.cache import COLUMNS_KEY, ColumnBatch, chunk_key, plan_branches
+from analysis.cache import COLUMNS_KEY, ColumnBatch, chunk_key, local_cache, plan_branches
 from analysis.columns import extract_columns
 from analysis.faults import guarded
 from analysis.kernel import chunk_state, grid_state, observable_entries
@@ -30,7 +30,8 @@ class DiffProcessor(processor.ProcessorABC):
     ``(G, n_params)`` array and the states of all G points are computed (no derivatives).
     With ``keep_columns=True`` the chunk's columns are returned too, in a
     :class:`analysis.cache.ColumnBatch` under :data:`analysis.cache.COLUMNS_KEY`, for
-    the driver's column cache; :meth:`evaluate` is what a cached chunk goes through.
+    the driver's column cache (or, in the driver's own process, put straight into the
+    cache ``cache_token`` names); :meth:`evaluate` is what a cached chunk goes through.
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class DiffProcessor(processor.ProcessorABC):
         self.histogram = histogram
         self.grid = grid
         self.keep_columns = keep_columns
+        self.cache_token: str | None = None
 
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
@@ -72,7 +74,11 @@ class DiffProcessor(processor.ProcessorABC):
                 weight_branch=weight_branch,
                 nonfinite=meta.get("nonfinite") or "error",
             )
-            out[COLUMNS_KEY] = ColumnBatch({key: cols})
+            sink = local_cache(self.cache_token)
+            if sink is not None:
+                sink.put(key, cols)
+            else:
+                out[COLUMNS_KEY] = ColumnBatch({key: cols})
         return out
 
     def evaluate(self, dataset: str, cols) -> dict:

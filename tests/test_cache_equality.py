@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.cache import ColumnCache
+from analysis.cache import COLUMNS_KEY, ColumnCache
 from analysis.runner import Evaluator
 from tests.cache_helpers import STEPS, OpenCounter, assert_same, small_config
 from tests.chunked_helpers import NANOAOD_WARNINGS
@@ -35,7 +35,12 @@ def _steps_equal(ev: Evaluator) -> None:
 
 
 @pytest.mark.parametrize(
-    "executor", ["iterative", "futures", pytest.param("dask", marks=pytest.mark.slow)]
+    "executor",
+    [
+        "iterative",
+        pytest.param("futures", marks=pytest.mark.slow),  # ~20 s: a process pool per pass
+        pytest.param("dask", marks=pytest.mark.slow),
+    ],
 )
 def test_cached_steps_equal_uncached(executor, tmp_path):
     with Evaluator(small_config(tmp_path), executor=executor, workers=2) as ev:
@@ -61,9 +66,21 @@ def test_spilled_cache_equals_memory_cache(tmp_path, monkeypatch):
     config = small_config(tmp_path)
     spill = ColumnCache(budget=0, spill_dir=str(tmp_path / "spill"))
     with Evaluator(config, cache=spill) as ev, Evaluator(config) as mem:
+        shipped = []
+        call = ev._call
+
+        def recording(items, proc):
+            out = call(items, proc)
+            shipped.append(COLUMNS_KEY in out)
+            return out
+
+        monkeypatch.setattr(ev, "_call", recording)
         for params in STEPS:
             assert_same(ev.run(params), mem.run(params), rtol=0.0)
         assert spill.spilled == len(spill) == 8 and mem.cache.spilled == 0
+        # iterative: the chunks went straight to the cache (to disk) while the pass ran,
+        # none came back with the output; only the first pass ran coffea
+        assert shipped == [False]
         assert spill.reads == 8 * (len(STEPS) - 1)  # every cached pass read the .npz files
         assert len(list((tmp_path / "spill").rglob("*.npz"))) == 8
     spill.close()

@@ -73,6 +73,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="go on without unreadable files/chunks (listed in results.json); "
         "default: config's skip_bad_files (false)",
     )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="read the files on every pass (default: the config's cache, true: columns "
+        "read once and kept for later passes)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

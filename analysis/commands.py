@@ -93,6 +93,7 @@ def make_evaluator(config, args):
         chunksize=args.chunksize,
         status=not args.quiet,
         skip_bad_files=getattr(args, "skip_bad_files", None),
+        cache=False if getattr(args, "no_cache", False) else None,
     )
 
 

@@ -425,6 +425,10 @@ class Config(_Model):
     # instead of stopping; NaN/inf in a branch read: one-line error, or drop and count them.
     skip_bad_files: bool = False
     nonfinite: Literal["error", "drop"] = "error"
+    # Column cache (analysis.cache): the first pass's columns serve every later pass;
+    # above cache_memory_mb they spill to .npz files in a temporary directory.
+    cache: bool = True
+    cache_memory_mb: float = Field(default=1024, ge=0)
     parameters: dict[str, ParameterConfig] = {}
     objects: dict[str, ObjectSetConfig] = {}
     selection: SelectionConfig = SelectionConfig()

@@ -21,6 +21,17 @@ counts read by that check, instead of by coffea's preprocessing, which would ope
 every file again and hashes dataset names and file paths with
 ``coffea.util._hash`` (``bytes(..., "ascii")``: a ``UnicodeEncodeError`` for any
 non-ASCII name or path). So any UTF-8 dataset name and path works.
+
+Column cache (:mod:`analysis.cache`, on unless ``cache: false`` or ``--no-cache``): a
+pass of :class:`processors.DiffProcessor` runs coffea only on the chunks not yet
+cached, and those hand their columns back with their states (so on futures and dask
+the first pass ships each chunk's columns to the driver once); the cached chunks are
+evaluated here, in the driver's process, one after the other, with no file opened.
+So after the first pass every pass (optimisation steps, final evaluations, histograms,
+scans) runs in-process whatever the executor: on this 2-core machine that is the
+fastest route (no scheduling, no pickling of states), but it does not spread the
+kernel over several machines. Chunks stay in memory up to ``cache_memory_mb``, then
+spill to disk. A failed chunk is never cached (it is read again on the next pass).
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from typing import Any
 import numpy as np
 from coffea.nanoevents import NanoAODSchema
 
+from analysis.cache import COLUMNS_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.columns import ChunkColumns, extract_columns
 from analysis.config import Config
 from analysis.errors import DiffcoffeaError, InputError
@@ -213,7 +225,11 @@ class Evaluator:
         chunksize: int | None = None,
         status: bool = False,
         skip_bad_files: bool | None = None,
+        cache: bool | ColumnCache | None = None,
     ) -> None:
+        """``cache``: ``None`` follows the config's ``cache``; ``False`` reads the files on
+        every pass; a :class:`~analysis.cache.ColumnCache` is used (and not closed) as
+        it is, e.g. shared by several evaluators of the same files."""
         self.config = config
         self.plan = build_plan(config)
         ex = config.executor
@@ -235,6 +251,15 @@ class Evaluator:
         #: every skipped chunk or file and every non-finite drop seen so far (all passes)
         self.faults = Faults(skipped)
         self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
+        self._own_cache = False
+        if isinstance(cache, ColumnCache):
+            self.cache: ColumnCache | None = cache
+        elif cache is False or (cache is None and not config.cache):
+            self.cache = None
+        else:
+            self.cache = ColumnCache(budget=int(config.cache_memory_mb * 2**20))
+            self._own_cache = True
+        self._branches = plan_branches(self.plan)
 
     # -- executors ------------------------------------------------------------
     def _executor(self):
@@ -450,15 +475,52 @@ class Evaluator:
         """
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
+        cached: list = []
+        cacheable = self.cache is not None and hasattr(proc, "keep_columns")
+        if cacheable:
+            cached = [item for item in items if self._key(item) in self.cache]
+            items = [item for item in items if self._key(item) not in self.cache]
+            proc.keep_columns = True
+            proc.cache_token = self.cache.token
         try:
             out = dict(self._call(items, proc)) if items else {}
         except Exception as err:
             raise self._executor_error(err) from err
+        finally:
+            if cacheable:
+                proc.keep_columns, proc.cache_token = False, None
+        batch = out.pop(COLUMNS_KEY, None)
         self._absorb(out.pop(FAULTS_KEY, None))
+        if batch is not None:
+            for key, cols in batch.columns.items():
+                self.cache.put(key, cols)
+        if cached:
+            out = self._from_cache(cached, proc, out)
         for name in self.config.datasets:
             if name not in out:
                 out[name] = empty()
         return out
+
+    def _key(self, item) -> tuple:
+        """The cache key of coffea work item ``item``."""
+        return chunk_key(
+            item.fileuuid,
+            item.treename,
+            item.entrystart,
+            item.entrystop,
+            branches=self._branches,
+            weight_branch=self.weight_branches[item.dataset],
+            nonfinite=self.nonfinite,
+        )
+
+    def _from_cache(self, items: list, proc, out: dict[str, Any]) -> dict[str, Any]:
+        """``out`` plus ``proc``'s outputs for the cached chunks ``items``, evaluated here,
+        in chunk order (as the iterative executor adds them)."""
+        from coffea import processor
+
+        parts = [out] if out else []
+        parts.extend(proc.evaluate(item.dataset, self.cache.get(self._key(item))) for item in items)
+        return dict(processor.accumulate(parts))
 
     def _call(self, items: list, proc) -> Any:
         """coffea's runner on ``items``; the futures executor's printed traceback is held back.
@@ -510,6 +572,8 @@ class Evaluator:
         )
 
     def close(self) -> None:
+        if self.cache is not None and self._own_cache:
+            self.cache.close()
         if self._client is not None:
             self._client.close()
             self._client = None

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 from coffea import processor
 
+from analysis.cache import COLUMNS_KEY, ColumnBatch, chunk_key, local_cache, plan_branches
 from analysis.columns import extract_columns
 from analysis.faults import guarded
 from analysis.kernel import chunk_state, grid_state, observable_entries
@@ -32,6 +33,10 @@ class DiffProcessor(processor.ProcessorABC):
     low, high)`` it fills instead a ``hist.Hist`` of observable ``index`` per dataset,
     with the soft selection weights (for plots). With ``grid=True``, ``theta`` is a
     ``(G, n_params)`` array and the states of all G points are computed (no derivatives).
+    With ``keep_columns=True`` the chunk's columns are returned too, in a
+    :class:`analysis.cache.ColumnBatch` under :data:`analysis.cache.COLUMNS_KEY`, for
+    the driver's column cache (or, in the driver's own process, put straight into the
+    cache ``cache_token`` names); :meth:`evaluate` is what a cached chunk goes through.
     """
 
     def __init__(
@@ -44,6 +49,7 @@ class DiffProcessor(processor.ProcessorABC):
         order: int = 1,
         histogram: tuple[int, int, float, float] | None = None,
         grid: bool = False,
+        keep_columns: bool = False,
     ) -> None:
         self.plan = plan
         self.theta = np.asarray(theta, dtype=np.float64)
@@ -52,14 +58,36 @@ class DiffProcessor(processor.ProcessorABC):
         self.order = order
         self.histogram = histogram
         self.grid = grid
+        self.keep_columns = keep_columns
+        self.cache_token: str | None = None
 
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"
-        cols = extract_columns(
-            events, self.plan, weight_branch=self.weight_branches.get(dataset), source=source
-        )
+        weight_branch = self.weight_branches.get(dataset)
+        cols = extract_columns(events, self.plan, weight_branch=weight_branch, source=source)
+        out = self.evaluate(dataset, cols)
+        if self.keep_columns:
+            meta = events.metadata
+            key = chunk_key(
+                meta.get("fileuuid", ""),
+                meta.get("treename", ""),
+                meta["entrystart"],
+                meta["entrystop"],
+                branches=plan_branches(self.plan),
+                weight_branch=weight_branch,
+                nonfinite=meta.get("nonfinite") or "error",
+            )
+            sink = local_cache(self.cache_token)
+            if sink is not None:
+                sink.put(key, cols)
+            else:
+                out[COLUMNS_KEY] = ColumnBatch({key: cols})
+        return out
+
+    def evaluate(self, dataset: str, cols) -> dict:
+        """``{dataset: output}`` of one chunk's columns (no file access)."""
         if self.histogram is not None:
             return {dataset: self._fill(cols)}
         if self.grid:

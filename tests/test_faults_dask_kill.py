@@ -73,7 +73,8 @@ def _slow_processor(ev: Evaluator, seconds: float, die_on: int | None = None):
 
 def test_killed_worker_pass_completes_with_identical_results(tmp_path) -> None:
     config = config_from_dict(_config(tmp_path), base_dir=tmp_path)
-    with Evaluator(config) as ev:
+    # cache off: the second pass must run on the workers (a cached one runs in the driver)
+    with Evaluator(config, cache=False) as ev:
         proc, empty = _slow_processor(ev, 0.3)
         clean = _bounded(lambda: ev.process(proc, empty))
         pids = ev._client.run(os.getpid)

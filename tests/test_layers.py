@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "analysis.setkernel": 1,  # per-chunk maths of the object-set form
     "analysis.faults": 1,  # chunk-fault records: used by columns, processors and the driver
     "analysis.columns": 1,
+    "analysis.cache": 1,  # column cache across passes: used by processors and the driver
     "analysis.results": 1,
     "analysis.kernel": 1,
     "analysis.testing": 1,

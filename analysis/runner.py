@@ -329,15 +329,8 @@ class Evaluator:
                         events = NanoEventsFactory.from_root(
                             {path: tree}, schemaclass=EventSchema, mode="virtual", entry_stop=1
                         ).events()
-                except Exception as err:
-                    if self.skip_bad_files:
-                        continue
-                    raise InputError(
-                        f"{path}, entries 0-1 (datasets.{name}): {describe(err)}"
-                    ) from err
-                if len(events) == 0:
-                    continue  # an empty file: try the dataset's next one
-                try:
+                    if len(events) == 0:
+                        continue  # an empty file: try the dataset's next one
                     extract_columns(
                         events,
                         self.plan,
@@ -347,7 +340,7 @@ class Evaluator:
                     )
                 except DiffcoffeaError:
                     raise
-                except Exception as err:
+                except Exception as err:  # unreadable: one line, or skipped
                     if self.skip_bad_files:
                         continue
                     raise InputError(

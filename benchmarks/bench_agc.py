@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_pass import best_of  # noqa: E402  (one timing helper for the pass benchmarks)
+
 GOAL = 2.0
 
 
@@ -83,20 +85,6 @@ def plain_processor(config):
             return accumulator
 
     return HardCuts()
-
-
-def best_of(fn, repeat: int) -> tuple[float, float, float]:
-    """(warm-up wall time, best wall and best CPU time of ``repeat`` further calls)."""
-    t0 = time.perf_counter()
-    fn()
-    warm = time.perf_counter() - t0
-    walls, cpus = [], []
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    return warm, min(walls), min(cpus)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ line naming the file and entries (``KilledWorker``), not a traceback or a hang.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -104,5 +105,7 @@ def test_chunk_killing_every_worker_is_one_line(tmp_path) -> None:
                 _bounded(lambda: ev.process(proc, empty))
     message = str(info.value)
     assert "\n" not in message
-    assert str(tmp_path / "f0.root") in message and "entries 20-30" in message
+    # The culprit is f0's entries 20-30, but a chunk queued on the same dying workers
+    # can be marked failed first ("workers died while trying to run it"): any chunk.
+    assert re.search(rf"{re.escape(str(tmp_path))}/f\d\.root, entries \d+-\d+ ", message), message
     assert "died" in message

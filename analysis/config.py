@@ -187,7 +187,22 @@ class ObjectSelectionConfig(_Model):
     cuts: list[CutConfig] = []
 
 
-class EventCutConfig(_Model):
+class _EventCondition(_Model):
+    """What both forms of an event condition share: a branch cut or a count (its
+    ``count`` and ``op`` types differ by form), a threshold, a width."""
+
+    var: str | None = None
+    param: str | None = None
+    value: float | None = None
+    width: float | None = None
+
+    @field_validator("width")
+    @classmethod
+    def _width(cls, v: float | None) -> float | None:
+        return v if v is None else _check_width(cls, v)
+
+
+class EventCutConfig(_EventCondition):
     """An event-level cut: on the number of selected objects or on an event branch.
 
     ``width`` of a ``var`` cut is the sigmoid width (default 0: hard). For a
@@ -197,16 +212,7 @@ class EventCutConfig(_Model):
     """
 
     count: str | None = None
-    var: str | None = None
     op: Op
-    param: str | None = None
-    value: float | None = None
-    width: float | None = None
-
-    @field_validator("width")
-    @classmethod
-    def _width(cls, v: float | None) -> float | None:
-        return v if v is None else _check_width(cls, v)
 
     def effective_width(self) -> float:
         """The width in force: as given, else 1.0 for count cuts and 0.0 (hard) for var cuts."""
@@ -260,22 +266,13 @@ class ObjectSetConfig(_Model):
         return self
 
 
-class SelectionEntryConfig(_Model):
+class SelectionEntryConfig(_EventCondition):
     """One event condition of the list form of ``selection`` (with ``objects:``):
     ``{count: set or [sets], op, value|param}`` (hard integer condition on the joint
     count) or ``{var: branch, op, value|param, width}`` (soft cut on a per-event branch)."""
 
     count: str | list[str] | None = None
-    var: str | None = None
     op: Literal[">", "<", ">=", "<=", "=="]
-    param: str | None = None
-    value: float | None = None
-    width: float | None = None
-
-    @field_validator("width")
-    @classmethod
-    def _width(cls, v: float | None) -> float | None:
-        return v if v is None else _check_width(cls, v)
 
     @model_validator(mode="after")
     def _check(self) -> SelectionEntryConfig:

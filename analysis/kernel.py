@@ -24,6 +24,7 @@ import numpy as np
 
 from analysis import pbinom, setkernel
 from analysis.columns import ChunkColumns, Shapes, pad_columns
+from analysis.objects import soft_pass  # one soft cut for both kernels
 from analysis.plan import Expr, Observable, Plan
 from analysis.results import DatasetState
 from analysis.stats import _core
@@ -41,15 +42,6 @@ __all__ = [
     "prob_count_at_least",
     "soft_pass",
 ]
-
-
-def soft_pass(value, threshold, width, *, greater: bool, inclusive: bool):
-    """Probability that ``value`` passes ``value > threshold`` (or ``<``), smoothed by ``width``."""
-    z = value - threshold if greater else threshold - value
-    soft = width > 0
-    s = jax.nn.sigmoid(z / jnp.where(soft, width, 1.0))
-    hard = (z >= 0) if inclusive else (z > 0)
-    return jnp.where(soft, s, hard.astype(z.dtype))
 
 
 def count_distribution(p, starts, counts, cap: int, max_count: int):

@@ -98,7 +98,8 @@ def soft_pass(value, threshold, width, *, greater: bool, inclusive: bool):
     """``P(value > threshold)`` (``greater``) or ``P(value < threshold)``, smoothed:
     ``sigmoid(z / width)`` with ``z = value - threshold`` (or ``threshold - value``);
     ``width == 0`` is the hard step ``z > 0`` (``z >= 0`` if ``inclusive``) with zero
-    gradient. Same semantics as ``analysis.kernel.soft_pass``; float64, any shape."""
+    gradient. The one soft cut of both kernels (:mod:`analysis.kernel` re-exports it);
+    float64, any shape."""
     z = value - threshold if greater else threshold - value
     soft = width > 0
     s = jax.nn.sigmoid(z / jnp.where(soft, width, 1.0))

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.stats.jagged import _check_real, _is_awkward
+from analysis.stats.jagged import _check_real, _is_awkward, records_error
 
 # The structure is worked out by awkward itself on a *shadow*: the input's layout with
 # its number buffer replaced by the positions 0..n-1 (numpy, whatever the backend).
@@ -51,11 +51,7 @@ def _shadow_layout(node: Any, name: str, leaves: list[Any]) -> Any:
         size = int(np.prod(data.shape))
         return c.NumpyArray(np.arange(size, dtype=np.int64).reshape(tuple(data.shape)))
     if node.is_record:
-        fields = ", ".join(node.fields)
-        raise TypeError(
-            f"{name}: expected numbers, found records with fields ({fields}); "
-            "pass one field, e.g. jets.pt"
-        )
+        raise records_error(node, name)
     if node.is_union:
         raise TypeError(f"{name}: expected numbers, found a union of types")
     inner = _shadow_layout(node.content, name, leaves)

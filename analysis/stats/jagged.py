@@ -229,14 +229,19 @@ def _leaf(content: Any, name: str) -> tuple[Any, np.ndarray | None]:
         _check_real(data.dtype, name)
         return data, None
     if content.is_record:
-        fields = ", ".join(content.fields)
-        raise TypeError(
-            f"{name}: expected numbers, found records with fields ({fields}); "
-            "pass one field, e.g. jets.pt"
-        )
+        raise records_error(content, name)
     if content.is_list:
         raise ValueError(f"{name}: expected at most one level of lists, found deeper nesting")
     raise TypeError(f"{name}: unsupported awkward layout {type(content).__name__}")
+
+
+def records_error(node: Any, name: str) -> TypeError:
+    """The error for records where numbers are expected (shared with the awkward engine)."""
+    fields = ", ".join(node.fields)
+    return TypeError(
+        f"{name}: expected numbers, found records with fields ({fields}); "
+        "pass one field, e.g. jets.pt"
+    )
 
 
 def _list_bounds(layout: Any, name: str) -> tuple[np.ndarray, np.ndarray, Any] | None:

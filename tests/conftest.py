@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 import yaml
 
+from analysis.objects import ObjectSet
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 ERROR_PREFIX = "diffcoffea: error: "
@@ -116,3 +118,12 @@ def one_line_error(stderr: str) -> str:
     assert stderr.startswith(ERROR_PREFIX), stderr
     assert stderr.endswith("\n") and stderr.count("\n") == 1, f"not one line: {stderr!r}"
     return stderr.strip()
+
+
+# The AGC-style object sets of the object-engine tests (tests/test_objects_*.py).
+AGC_SETS = (
+    ObjectSet("jets", "Jet"),
+    ObjectSet("bjets", "Jet", parent="jets"),
+    ObjectSet("muons", "Muon"),
+    ObjectSet("electrons", "Electron"),
+)

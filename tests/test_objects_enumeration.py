@@ -29,13 +29,9 @@ from analysis.objects import (
     object_weights,
     sum_moments,
 )
+from tests.conftest import AGC_SETS
 
-SETS = (
-    ObjectSet("jets", "Jet"),
-    ObjectSet("bjets", "Jet", parent="jets"),
-    ObjectSet("muons", "Muon"),
-    ObjectSet("electrons", "Electron"),
-)
+SETS = AGC_SETS
 COLLECTION = {s.name: s.collection for s in SETS}
 PARENT = {s.name: s.parent for s in SETS}
 M = {"Jet": 6, "Muon": 2, "Electron": 2}

@@ -17,7 +17,6 @@ from analysis.fourvec import P4, add, total
 from analysis.objects import (
     Count,
     CountModel,
-    ObjectSet,
     event_pass,
     layout,
     leading,
@@ -25,14 +24,9 @@ from analysis.objects import (
     soft_pass,
     take,
 )
-from tests.conftest import central_difference
+from tests.conftest import AGC_SETS, central_difference
 
-SETS = (
-    ObjectSet("jets", "Jet"),
-    ObjectSet("bjets", "Jet", parent="jets"),
-    ObjectSet("muons", "Muon"),
-    ObjectSet("electrons", "Electron"),
-)
+SETS = AGC_SETS
 MODEL = CountModel(
     SETS,
     (

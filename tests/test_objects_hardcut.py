@@ -26,7 +26,6 @@ from analysis.fourvec import P4, add, delta_phi, delta_r, total
 from analysis.objects import (
     Count,
     CountModel,
-    ObjectSet,
     event_pass,
     layout,
     leading,
@@ -34,6 +33,7 @@ from analysis.objects import (
     soft_pass,
     take,
 )
+from tests.conftest import AGC_SETS
 
 vector.register_awkward()
 
@@ -42,12 +42,7 @@ FIELDS = {
     "Muon": ("pt", "eta", "phi", "mass", "pfRelIso04_all"),
     "Electron": ("pt", "eta", "phi", "mass"),
 }
-SETS = (
-    ObjectSet("jets", "Jet"),
-    ObjectSet("bjets", "Jet", parent="jets"),
-    ObjectSet("muons", "Muon"),
-    ObjectSet("electrons", "Electron"),
-)
+SETS = AGC_SETS
 
 # file, thresholds, count conditions (sets, op, n); the 2015 file has no DeepFlav
 # b-tag (-3000), so it uses CSVv2.

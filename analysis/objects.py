@@ -412,21 +412,21 @@ def _backward(G, pi, d, shape):
 
 
 def _shift(x, d, shape):
-    """Distribution ``x`` ``(E, S)`` after adding ``d`` ``(V,)`` to every count, mass
+    """Distribution ``x`` ``(..., S)`` after adding ``d`` ``(V,)`` to every count, mass
     beyond a cap absorbed into the cap: per axis ``[0]*d, x[:cap-d], sum(x[cap-d:])``."""
-    e = x.shape[0]
-    y = x.reshape((e,) + shape)
+    lead = x.shape[:-1]
+    y = x.reshape(lead + shape)
     for v, dv in enumerate(d):
         if dv == 0:
             continue
         cap = shape[v] - 1
-        axis = v + 1
+        axis = len(lead) + v
         keep = max(cap - int(dv), 0)
         zeros = jnp.zeros(y.shape[:axis] + (cap - keep,) + y.shape[axis + 1 :], y.dtype)
         head = jax.lax.slice_in_dim(y, 0, keep, axis=axis)
         tail = jnp.sum(jax.lax.slice_in_dim(y, keep, cap + 1, axis=axis), axis=axis, keepdims=True)
         y = jnp.concatenate([zeros, head, tail], axis=axis)
-    return y.reshape(e, math.prod(shape))
+    return y.reshape(lead + (math.prod(shape),))
 
 
 def _pull(g, d, shape):
@@ -604,6 +604,104 @@ def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order:
     return _nan_where(bad, G[:, :, 0])
 
 
+def _step(x, pi_m, d, shape, keep, *, pull: bool):
+    """One object on ``x`` ``(E, ..., S)`` restricted to the patterns ``keep`` (static
+    bools, ``(P,)``): a forward distribution step (``pull=False``, :func:`_shift`) or a
+    value-function step (``pull=True``, :func:`_pull`). ``pi_m``: ``(E, P)``."""
+    move = _pull if pull else _shift
+    bshape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    terms = [pi_m[:, p].reshape(bshape) * move(x, d[p], shape) for p in range(len(d)) if keep[p]]
+    return sum(terms) if terms else jnp.zeros_like(x)
+
+
+def _tuple_index(tuples: np.ndarray, sub: np.ndarray) -> np.ndarray:
+    """Row of each ``sub`` tuple in ``tuples`` (both ``(n, j)`` static int arrays)."""
+    where = {tuple(int(v) for v in row): i for i, row in enumerate(tuples)}
+    return np.array([where[tuple(int(v) for v in row)] for row in sub], dtype=np.int64)
+
+
+def _combos(m: int, j: int) -> np.ndarray:
+    rows = list(itertools.combinations(range(m), j))
+    return np.array(rows, dtype=np.int64).reshape(len(rows), j)
+
+
+def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
+    """Weights of every candidate ``(a_0 < ... < a_r)`` (``r = depth``, rank positions)
+    of one indexed set ``name``, ``(E, C(M, r + 1))``, in :func:`_combos` order.
+
+    The count state does not depend on the order in which objects are added, so the
+    set's collection is walked in rank order (``order``: ``(E, M)`` rank position ->
+    object) and everything else is folded into one value function ``G`` first. With
+    ``I_m`` / ``O_m`` the step of object ``m`` restricted to the patterns in / out of
+    the set and ``A_m = I_m + O_m``,
+
+    ``w(a) = < I_{a_{r-1}} L_{r-1}(a_0..a_{r-2}) , R_{a_{r-1}}(a_r) >``
+
+    where ``L_j(t)`` (a ``j``-tuple ``t``) is the count distribution of rank positions
+    ``< m`` (the scan position) with exactly ``t`` among them in the set, built
+    forward by layers (``L_0 = O ... O delta_0``; a ``j``-tuple is created at its last
+    position from its prefix, then carried by ``O``), and ``R_m(c) = O_{m+1} ... O_{c-1}
+    I_c A_{c+1} ... A_{M-1} G`` (positions after ``m``, ``c`` the only member up to
+    ``c``) is built backward for all ``c`` at once. Cost per event ``O((sum_{j<r}
+    C(M, j) + M) M P S + C(M, r + 1) S)`` instead of ``O(C(M, r + 1) M P S)``; all
+    sums of non-negative products (exact, no division).
+    """
+    c, i = model.set_index(name)
+    shape = model.shape
+    d = model.increments[c]
+    has = model.patterns[c][:, i]
+    out, inn, every = ~has, has, np.ones_like(has)
+    pi = jnp.take_along_axis(pis[c], order[..., None], axis=1)  # (E, M, P) rank order
+    e, m = pi.shape[:2]
+    S = model.n_states
+    G = jnp.broadcast_to(f, (e, S))
+    for c2 in reversed(model.collections):
+        if c2 != c:
+            G = _backward(G, pis[c2], model.increments[c2], shape)
+    steps = (jnp.moveaxis(pi, 1, 0), jnp.arange(m))
+    cidx = jnp.arange(m)[None, :, None]
+
+    def back(carry, xs):
+        B, R = carry  # B: value of positions > m (all free); R[c]: R_m(c)
+        pi_m, pos = xs
+        kept = _step(R, pi_m, d, shape, out, pull=True)
+        made = _step(B, pi_m, d, shape, inn, pull=True)[:, None, :]
+        R_new = jnp.where(cidx > pos, kept, jnp.where(cidx == pos, made, 0.0))
+        return (_step(B, pi_m, d, shape, every, pull=True), R_new), R
+
+    init = (G, jnp.zeros((e, m, S), dtype=jnp.float64))
+    (_, R_first), R_after = jax.lax.scan(back, init, steps, reverse=True)
+    R = jnp.concatenate([R_first[None], R_after], axis=0)  # [m + 1] = R_m, (M+1, E, M, S)
+    cands = _combos(m, depth + 1)
+    if not len(cands):
+        return jnp.zeros((e, 0), dtype=jnp.float64)
+    if depth == 0:
+        return R[0][:, cands[:, 0], 0]
+    layers = [_combos(m, j) for j in range(depth)]
+    last = [np.full(1, -1)] + [t[:, -1] for t in layers[1:]]
+    prefix = [None] + [_tuple_index(layers[j - 1], t[:, :-1]) for j, t in enumerate(layers)
+                       if j > 0]
+
+    def fwd(Ls, xs):
+        pi_m, pos = xs
+        emit = _step(Ls[-1], pi_m, d, shape, inn, pull=False)
+        new = [_step(Ls[0], pi_m, d, shape, out, pull=False)]
+        for j in range(1, depth):
+            kept = _step(Ls[j], pi_m, d, shape, out, pull=False)
+            made = _step(jnp.take(Ls[j - 1], prefix[j], axis=1), pi_m, d, shape, inn, pull=False)
+            lj = jnp.asarray(last[j])[None, :, None]
+            new.append(jnp.where(lj < pos, kept, jnp.where(lj == pos, made, 0.0)))
+        return new, emit
+
+    L0 = [jnp.zeros((e, 1, S), dtype=jnp.float64).at[:, :, 0].set(1.0)]
+    L0 += [jnp.zeros((e, len(t), S), dtype=jnp.float64) for t in layers[1:]]
+    _, emits = jax.lax.scan(fwd, L0, steps)  # (M, E, C(M, r), S)
+    a_prev = cands[:, depth - 1]
+    left = emits[a_prev, :, _tuple_index(layers[depth - 1], cands[:, : depth - 1])]  # (T, E, S)
+    right = R[a_prev + 1, :, cands[:, depth]]  # (T, E, S)
+    return jnp.moveaxis(jnp.sum(left * right, axis=-1), 0, 1)
+
+
 def leading(
     probs,
     layouts,
@@ -670,6 +768,15 @@ def _leading(
             f"{' + '.join(f'{n}[{r}]' for n, r in slots)}: {n_tuples} candidate tuples "
             f"exceed max_tuples={max_tuples}; lower max_objects or raise the cap"
         )
+    if len(names) == 1:  # one indexed set: the rank-order recursion
+        name = names[0]
+        c, _ = model.set_index(name)
+        lay = layouts[c]
+        key = jnp.where(lay.valid, jnp.asarray(rank[name], dtype=jnp.float64), -jnp.inf)
+        order = jnp.argsort(-key, axis=1, stable=True)  # rank position -> object
+        weight = _leading_ranked(pis, f, model, name, depth[name], order)
+        members = jnp.take(order, jnp.asarray(combos[0]), axis=1)  # (E, T, depth + 1)
+        return tuple(members[..., r] for _, r in slots), _nan_where(bad, weight)
     # (T, len(names)) index into each set's combos: the Cartesian product.
     grid = np.indices(sizes).reshape(len(sizes), -1).T.reshape(n_tuples, len(sizes))
     members: dict[str, jnp.ndarray] = {}

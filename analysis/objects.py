@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.errors import ConfigError, InputError
+from analysis.pbinom import integer_step
 
 __all__ = [
     "OPS",
@@ -149,15 +150,22 @@ def layout(starts, counts, max_objects: int) -> Layout:
     return Layout(index, valid, counts > max_objects)
 
 
-def check_counts(counts, max_objects: int, *, collection: str) -> None:
+def check_counts(
+    counts, max_objects: int, *, collection: str, source: str | None = None, offset: int = 0,
+    key: str | None = None,
+) -> None:
     """Raise :class:`ObjectCapError` (one line) if an event of ``collection`` has more
-    than ``max_objects`` objects (host side, on concrete counts)."""
+    than ``max_objects`` objects (host side, on concrete counts). ``source`` (a file)
+    and ``offset`` (its first entry) locate the event; ``key`` names the setting to
+    raise. Nothing is truncated: beyond a cap there is no result."""
     counts = np.asarray(counts)
     if counts.size and int(counts.max()) > max_objects:
         event = int(np.argmax(counts))
+        where = f"{source}: " if source else ""
         raise ObjectCapError(
-            f"collection {collection!r}: event {event} has {int(counts.max())} objects, "
-            f"more than max_objects={max_objects}; raise the cap"
+            f"{where}collection {collection!r}: event {offset + event} has "
+            f"{int(counts.max())} objects, more than max_objects={max_objects}; raise "
+            f"{key or 'the cap'}"
         )
 
 
@@ -367,10 +375,30 @@ def _pattern_probs(model: CountModel, probs: Mapping[str, jnp.ndarray], layouts,
     return jnp.where(valid[..., None], pi, empty)
 
 
-def _pass_table(model: CountModel, thresholds):
-    """``(f, ok)``: ``f`` ``(S,)`` = product of the count indicators in each state; ``ok``
-    = every threshold within its cap (else results are NaN)."""
+def _at_least(k, n, width):
+    """Smoothed ``[k >= n]`` at integer states ``k`` for a real threshold ``n``:
+    ``(1 - s) [k >= floor n] + s [k >= floor n + 1]``, ``s = integer_step(n - floor n,
+    width)`` (:func:`analysis.pbinom.integer_step`): exact at integer ``n``; at width 0
+    a non-integer ``n`` rounds to the nearest integer."""
+    lo = jnp.floor(n)
+    s = integer_step(n - lo, width)
+    return (1.0 - s) * (k >= lo).astype(k.dtype) + s * (k >= lo + 1.0).astype(k.dtype)
+
+
+def _pass_table(model: CountModel, thresholds, widths=None):
+    """``(f, ok)``: ``f`` ``(S,)`` = product of the (smoothed) count indicators in each
+    state; ``ok`` = every threshold within its cap (else results are NaN).
+
+    The indicator of ``K op n`` is built from :func:`_at_least` as the single-collection
+    form's soft ``>= N`` (:func:`analysis.pbinom.tail_weights`): ``>= n``; ``> n`` is
+    ``>= n + 1``; ``< n`` is ``1 - [>= n]``; ``<= n`` is ``1 - [>= n + 1]``; ``== n`` is
+    ``[>= n] - [>= n + 1]``. ``widths``: ``(n_counts,)`` step widths (``None``: 0), so a
+    trainable ``n`` has the gradient ``-s'(frac n) P(K = floor n ...)``; at integer ``n``
+    every indicator is the hard one."""
     thresholds = jnp.asarray(thresholds, dtype=jnp.float64).reshape(len(model.counts))
+    if widths is None:
+        widths = jnp.zeros(len(model.counts), dtype=jnp.float64)
+    widths = jnp.asarray(widths, dtype=jnp.float64).reshape(len(model.counts))
     f = jnp.ones(model.n_states, dtype=jnp.float64)
     ok = jnp.asarray(True)
     var_of = {names: v for v, (names, _) in enumerate(model.variables)}
@@ -378,16 +406,20 @@ def _pass_table(model: CountModel, thresholds):
         v = var_of[tuple(sorted(c.sets))]
         cap = model.variables[v][1]
         k = jnp.asarray(model._state_counts[:, v], dtype=jnp.float64)
-        n = thresholds[j]
-        ind = {
-            ">": k > n,
-            ">=": k >= n,
-            "<": k < n,
-            "<=": k <= n,
-            "==": k == n,
-        }[c.op]
-        f = f * ind.astype(jnp.float64)
-        ok = ok & ((n <= cap) if c.op in (">=", "<") else (n < cap))
+        n, w = thresholds[j], widths[j]
+        if c.op == ">=":
+            ind = _at_least(k, n, w)
+        elif c.op == ">":
+            ind = _at_least(k, n + 1.0, w)
+        elif c.op == "<":
+            ind = 1.0 - _at_least(k, n, w)
+        elif c.op == "<=":
+            ind = 1.0 - _at_least(k, n + 1.0, w)
+        else:
+            ind = _at_least(k, n, w) - _at_least(k, n + 1.0, w)
+        f = f * ind
+        # The top state means K >= cap: exact while no indicator looks above it.
+        ok = ok & ((n <= cap) if c.op in (">=", "<") else (n + 1.0 <= cap))
     return f, ok
 
 
@@ -459,9 +491,9 @@ def _forward(F, pi, d, shape):
     return jax.lax.scan(step, F, jnp.moveaxis(pi, 1, 0))
 
 
-def _prepare(model, probs, layouts, thresholds):
+def _prepare(model, probs, layouts, thresholds, count_widths=None):
     pis = {c: _pattern_probs(model, probs, layouts, c) for c in model.collections}
-    f, ok = _pass_table(model, thresholds)
+    f, ok = _pass_table(model, thresholds, count_widths)
     e = next(iter(pis.values())).shape[0]
     bad = ~ok
     for c in model.collections:
@@ -503,12 +535,12 @@ def joint_distribution(probs, layouts, model: CountModel):
 
 
 @partial(jax.jit, static_argnames=("model",))
-def event_pass(probs, layouts, model: CountModel, thresholds):
+def event_pass(probs, layouts, model: CountModel, thresholds, count_widths=None):
     """``P(all count conditions hold)`` per event, ``(E,)``: the exact expectation of the
     hard-cut decision (module docstring). ``thresholds``: ``(n_counts,)`` ``n`` of each
     :class:`Count`, in order (traced; gradient 0). No counts: 1. NaN for overflow
     events and thresholds beyond a cap."""
-    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
     G = jnp.broadcast_to(f, (e, model.n_states))
     for c in reversed(model.collections):
@@ -517,14 +549,14 @@ def event_pass(probs, layouts, model: CountModel, thresholds):
 
 
 @partial(jax.jit, static_argnames=("model",))
-def object_weights(probs, layouts, model: CountModel, thresholds):
+def object_weights(probs, layouts, model: CountModel, thresholds, count_widths=None):
     """``P(object in set and all count conditions hold)`` per set, ``(E, M)`` (0 at
     padding): conditioning on the object's own pattern ``p``, ``w_j(s) = sum_{p ∋ s}
     pi_jp sum_k F_j(k) G_{j+1}(min(k + d(p), cap))`` with ``F_j`` the joint distribution
     of the objects before ``j`` and ``G_{j+1}`` the value function of those after it
     (leave-one-out by prefix/suffix recursions, no division). Summed over the patterns
     it is :func:`event_pass` for every ``j``."""
-    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
     S = model.n_states
     cols = model.collections
@@ -556,7 +588,9 @@ def object_weights(probs, layouts, model: CountModel, thresholds):
 
 
 @partial(jax.jit, static_argnames=("model", "order"))
-def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order: int = 2):
+def sum_moments(
+    probs, layouts, model: CountModel, thresholds, values, count_widths=None, *, order: int = 2
+):
     """``E[X^r 1{all count conditions hold}]`` for ``r = 0..order``, ``(E, order + 1)``,
     of an event-level sum over selected objects ``X = sum_s sum_{j in s} values[s]_j``
     (``values``: set name -> ``(E, M)``; e.g. HT = ``{"jets": jet_pt}``; ``{"jets": 1}``
@@ -568,7 +602,7 @@ def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order:
     C(r, i) x_p^i G_{r-i}(tgt_p(k))``, ``x_p`` = the object's contribution in pattern
     ``p``, from ``G_r = f`` if ``r = 0`` else 0. ``O(N P S order^2)`` per event.
     """
-    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
     S = model.n_states
     G = jnp.zeros((e, order + 1, S), dtype=jnp.float64).at[:, 0].set(f)
@@ -709,8 +743,9 @@ def leading(
     thresholds,
     slots: Sequence[tuple[str, int]],
     rank: Mapping[str, jnp.ndarray],
+    count_widths=None,
     *,
-    max_tuples: int = 4096,
+    max_tuples: int | None = 4096,
 ):
     """Candidate objects for indexed selected objects and their weights.
 
@@ -727,12 +762,19 @@ def leading(
     rank positions (``C(M, r + 1)``), members of the set, with every other object ranked
     above the last one outside it; sets are combined as a Cartesian product (two sets
     of one collection may pick the same object, as ``jets[0] + bjets[0]`` does in a
-    hard-cut analysis). Each candidate's weight is one backward pass with the patterns
-    each object may take under that candidate: ``O(T N P S)`` per event.
-    ``T > max_tuples`` raises :class:`ObjectCapError`.
+    hard-cut analysis).
+
+    Cost per event: one indexed set (``jets[0] + jets[1] + jets[2]``, the common case)
+    walks its collection in rank order (:func:`_leading_ranked`), ``O((sum_{j<r}
+    C(M, j) + M) M P S + T S)``; several sets: each candidate's weight is one backward
+    pass with the patterns each object may take under it, ``O(T N P S)``.
+    ``T > max_tuples`` raises :class:`ObjectCapError` (``None``: no bound, for callers
+    whose per-event object count is capped).
     """
     slots = tuple((str(name), int(r)) for name, r in slots)
-    return _leading(probs, layouts, model, thresholds, slots, rank, max_tuples=max_tuples)
+    return _leading(
+        probs, layouts, model, thresholds, slots, rank, count_widths, max_tuples=max_tuples
+    )
 
 
 @partial(jax.jit, static_argnames=("model", "slots", "max_tuples"))
@@ -743,10 +785,11 @@ def _leading(
     thresholds,
     slots: Sequence[tuple[str, int]],
     rank: Mapping[str, jnp.ndarray],
+    count_widths=None,
     *,
-    max_tuples: int = 4096,
+    max_tuples: int | None = 4096,
 ):
-    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
     depth: dict[str, int] = {}
     for name, r in slots:
@@ -763,10 +806,13 @@ def _leading(
         combos.append(np.array(rows, dtype=np.int64).reshape(len(rows), depth[name] + 1))
     sizes = [len(x) for x in combos]
     n_tuples = math.prod(sizes)
-    if n_tuples > max_tuples:
+    if max_tuples is not None and n_tuples > max_tuples:
+        ms = ", ".join(f"{model.set_index(n)[0]}: {layouts[model.set_index(n)[0]].valid.shape[1]}"
+                       for n in names)
         raise ObjectCapError(
             f"{' + '.join(f'{n}[{r}]' for n, r in slots)}: {n_tuples} candidate tuples "
-            f"exceed max_tuples={max_tuples}; lower max_objects or raise the cap"
+            f"per event (objects per event {ms}) exceed max_tuples={max_tuples}; set "
+            "max_objects on the collection to allow them"
         )
     if len(names) == 1:  # one indexed set: the rank-order recursion
         name = names[0]

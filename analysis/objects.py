@@ -730,10 +730,12 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
     L0 = [jnp.zeros((e, 1, S), dtype=jnp.float64).at[:, :, 0].set(1.0)]
     L0 += [jnp.zeros((e, len(t), S), dtype=jnp.float64) for t in layers[1:]]
     _, emits = jax.lax.scan(fwd, L0, steps)  # (M, E, C(M, r), S)
+    # Contract over the states per last-prefix position m first, then pick the
+    # candidates: an (M, E, C(M, r), M) array instead of a (T, E, S) one.
+    dots = jnp.einsum("meps,mecs->mepc", emits, R[1:])
     a_prev = cands[:, depth - 1]
-    left = emits[a_prev, :, _tuple_index(layers[depth - 1], cands[:, : depth - 1])]  # (T, E, S)
-    right = R[a_prev + 1, :, cands[:, depth]]  # (T, E, S)
-    return jnp.moveaxis(jnp.sum(left * right, axis=-1), 0, 1)
+    pfx = _tuple_index(layers[depth - 1], cands[:, : depth - 1])
+    return dots[a_prev, :, pfx, cands[:, depth]].T
 
 
 def leading(

@@ -29,8 +29,15 @@ objects' patterns (never a product of marginals): one object moves the state ``k
 counted by ``v``. The top state ``cap_v`` of a variable is absorbing (``K_v >=
 cap_v``), which is exact as long as every condition on ``K_v`` is constant for all
 ``k >= cap_v``: ``K >= n`` and ``K < n`` need ``n <= cap``; ``K > n``, ``K <= n``,
-``K == n`` need ``n < cap`` (:func:`required_cap`). A threshold beyond its count's cap
-makes every result NaN (with zero gradient): never a silent bias.
+``K == n`` need ``n + 1 <= cap`` (:func:`required_cap`). A threshold beyond its count's
+cap makes every result NaN (with zero gradient): never a silent bias.
+
+Count thresholds are real and trainable: ``K op n`` is the blended decision ``(1 - s)
+[K op floor n] + s [K op floor n + 1]``, ``s = integer_step(n - floor n, width)``
+(:func:`analysis.pbinom.integer_step`, the single-collection form's soft ``>= N``),
+and every result is its exact expectation; integer ``n`` (or width 0 and a rounded
+``n``) is the hard condition. ``d/dn`` is ``s'`` times the probability of the states
+where the two integer conditions differ; at integer ``n`` it is the right derivative.
 
 The event pass probability is ``P = sum_k Q(k) f(k)``, ``f(k) = prod_c [k_{v(c)} op_c
 n_c]``, computed by the backward (value-function) recursion ``G <- sum_p pi_p
@@ -41,11 +48,14 @@ Cost per event (``S = prod_v (cap_v + 1)`` states, ``P`` patterns per collection
 ``N`` objects over all collections): :func:`event_pass` ``O(N P S)``;
 :func:`object_weights` ``O(N P S)`` (a forward and a backward pass) and ``N S``
 stored states; :func:`sum_moments` ``O(N P S r^2)`` to order ``r``; :func:`leading`
-``O(T N_c P S)`` with ``T`` candidate tuples (``C(M, r + 1)`` per set indexed up to
-``[r]``) and ``N_c`` objects of the indexed collections, capped by ``max_tuples``
-(:class:`ObjectCapError`). Caps: ``max_objects`` per collection and event
-(:func:`check_counts` raises :class:`ObjectCapError` on the host; inside a traced
-function an event beyond it gets NaN results), ``cap`` per count.
+with ``T`` candidate tuples (``C(M, r + 1)`` for a set indexed up to ``[r]``): one
+indexed set (``jets[0] + jets[1] + jets[2]``) ``O((sum_{j<r} C(M, j) + M) M P S + T M)``
+by a walk in rank order (:func:`_leading_ranked`), several sets (``muons[0] +
+bjets[0]``) ``O(T N_c P S)`` with ``N_c`` objects of their collections; ``T`` is
+bounded by ``max_tuples`` (:class:`ObjectCapError`). Caps: ``max_objects`` per
+collection and event (:func:`check_counts` raises :class:`ObjectCapError` on the
+host, naming file and entry; inside a traced function an event beyond the layout's
+width gets NaN results), ``cap`` per count (from the threshold or its upper bound).
 """
 
 from __future__ import annotations
@@ -729,9 +739,9 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
 
     L0 = [jnp.zeros((e, 1, S), dtype=jnp.float64).at[:, :, 0].set(1.0)]
     L0 += [jnp.zeros((e, len(t), S), dtype=jnp.float64) for t in layers[1:]]
-    _, emits = jax.lax.scan(fwd, L0, steps)  # (M, E, C(M, r), S)
+    _, emits = jax.lax.scan(fwd, L0, steps)  # (M, E, C(M, r - 1), S)
     # Contract over the states per last-prefix position m first, then pick the
-    # candidates: an (M, E, C(M, r), M) array instead of a (T, E, S) one.
+    # candidates: an (M, E, C(M, r - 1), M) array instead of a (T, E, S) one.
     dots = jnp.einsum("meps,mecs->mepc", emits, R[1:])
     a_prev = cands[:, depth - 1]
     pfx = _tuple_index(layers[depth - 1], cands[:, : depth - 1])

@@ -779,7 +779,7 @@ def leading(
 
     Cost per event: one indexed set (``jets[0] + jets[1] + jets[2]``, the common case)
     walks its collection in rank order (:func:`_leading_ranked`), ``O((sum_{j<r}
-    C(M, j) + M) M P S + T S)``; several sets: each candidate's weight is one backward
+    C(M, j) + M) M P S + C(M, r - 1) M^2 S)``; several sets: each candidate's weight is one backward
     pass with the patterns each object may take under it, ``O(T N P S)``.
     ``T > max_tuples`` raises :class:`ObjectCapError` (``None``: no bound, for callers
     whose per-event object count is capped).

@@ -648,14 +648,19 @@ def sum_moments(
     return _nan_where(bad, G[:, :, 0])
 
 
-def _step(x, pi_m, d, shape, keep, *, pull: bool):
-    """One object on ``x`` ``(E, ..., S)`` restricted to the patterns ``keep`` (static
-    bools, ``(P,)``): a forward distribution step (``pull=False``, :func:`_shift`) or a
-    value-function step (``pull=True``, :func:`_pull`). ``pi_m``: ``(E, P)``."""
+def _step(x, pi_m, d, shape, has, *, pull: bool):
+    """One object on ``x`` ``(E, ..., S)``, split by whether its pattern is in the set
+    (``has``: static bools, ``(P,)``): ``(in, out)``, the step restricted to the
+    patterns with and without the set, each pattern's move computed once. A forward
+    distribution step (``pull=False``, :func:`_shift`) or a value-function step
+    (``pull=True``, :func:`_pull`). ``pi_m``: ``(E, P)``."""
     move = _pull if pull else _shift
     bshape = (x.shape[0],) + (1,) * (x.ndim - 1)
-    terms = [pi_m[:, p].reshape(bshape) * move(x, d[p], shape) for p in range(len(d)) if keep[p]]
-    return sum(terms) if terms else jnp.zeros_like(x)
+    parts: list[list] = [[], []]
+    for p in range(len(d)):
+        parts[0 if has[p] else 1].append(pi_m[:, p].reshape(bshape) * move(x, d[p], shape))
+    inn, out = (sum(t) if t else jnp.zeros_like(x) for t in parts)
+    return inn, out
 
 
 def _tuple_index(tuples: np.ndarray, sub: np.ndarray) -> np.ndarray:
@@ -695,7 +700,6 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
     shape = model.shape
     d = model.increments[c]
     has = model.patterns[c][:, i]
-    out, inn, every = ~has, has, np.ones_like(has)
     pi = jnp.take_along_axis(pis[c], order[..., None], axis=1)  # (E, M, P) rank order
     e, m = pi.shape[:2]
     S = model.n_states
@@ -709,10 +713,12 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
     def back(carry, xs):
         B, R = carry  # B: value of positions > m (all free); R[c]: R_m(c)
         pi_m, pos = xs
-        kept = _step(R, pi_m, d, shape, out, pull=True)
-        made = _step(B, pi_m, d, shape, inn, pull=True)[:, None, :]
-        R_new = jnp.where(cidx > pos, kept, jnp.where(cidx == pos, made, 0.0))
-        return (_step(B, pi_m, d, shape, every, pull=True), R_new), R
+        # R needs only the out-part (XLA drops the unused in-part); B needs both: the
+        # in-part starts R_m(m), their sum carries B.
+        _, kept = _step(R, pi_m, d, shape, has, pull=True)
+        made, b_out = _step(B, pi_m, d, shape, has, pull=True)
+        R_new = jnp.where(cidx > pos, kept, jnp.where(cidx == pos, made[:, None, :], 0.0))
+        return (made + b_out, R_new), R
 
     init = (G, jnp.zeros((e, m, S), dtype=jnp.float64))
     (_, R_first), R_after = jax.lax.scan(back, init, steps, reverse=True)
@@ -729,14 +735,13 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
 
     def fwd(Ls, xs):
         pi_m, pos = xs
-        emit = _step(Ls[-1], pi_m, d, shape, inn, pull=False)
-        new = [_step(Ls[0], pi_m, d, shape, out, pull=False)]
+        split = [_step(L, pi_m, d, shape, has, pull=False) for L in Ls]  # (in, out)
+        new = [split[0][1]]
         for j in range(1, depth):
-            kept = _step(Ls[j], pi_m, d, shape, out, pull=False)
-            made = _step(jnp.take(Ls[j - 1], prefix[j], axis=1), pi_m, d, shape, inn, pull=False)
+            made = jnp.take(split[j - 1][0], prefix[j], axis=1)  # the prefix, then m in
             lj = jnp.asarray(last[j])[None, :, None]
-            new.append(jnp.where(lj < pos, kept, jnp.where(lj == pos, made, 0.0)))
-        return new, emit
+            new.append(jnp.where(lj < pos, split[j][1], jnp.where(lj == pos, made, 0.0)))
+        return new, split[-1][0]
 
     L0 = [jnp.zeros((e, 1, S), dtype=jnp.float64).at[:, :, 0].set(1.0)]
     L0 += [jnp.zeros((e, len(t), S), dtype=jnp.float64) for t in layers[1:]]

@@ -697,16 +697,24 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
     sums of non-negative products (exact, no division).
     """
     c, i = model.set_index(name)
-    shape = model.shape
-    d = model.increments[c]
     has = model.patterns[c][:, i]
     pi = jnp.take_along_axis(pis[c], order[..., None], axis=1)  # (E, M, P) rank order
     e, m = pi.shape[:2]
-    S = model.n_states
-    G = jnp.broadcast_to(f, (e, S))
+    G = jnp.broadcast_to(f, (e, model.n_states))
     for c2 in reversed(model.collections):
         if c2 != c:
-            G = _backward(G, pis[c2], model.increments[c2], shape)
+            G = _backward(G, pis[c2], model.increments[c2], model.shape)
+    # The walk starts from no object, and this collection leaves the count variables it
+    # does not touch at 0: only G's slab at 0 on those axes is ever read.
+    d_all = model.increments[c]
+    touched = [v for v in range(len(model.shape)) if np.any(d_all[:, v])]
+    G = G.reshape((e,) + model.shape)[
+        (slice(None),) + tuple(slice(None) if v in touched else 0 for v in range(len(model.shape)))
+    ]
+    shape = tuple(model.shape[v] for v in touched)
+    d = d_all[:, touched]
+    S = math.prod(shape)
+    G = G.reshape(e, S)
     steps = (jnp.moveaxis(pi, 1, 0), jnp.arange(m))
     cidx = jnp.arange(m)[None, :, None]
 

@@ -49,8 +49,9 @@ Cost per event (``S = prod_v (cap_v + 1)`` states, ``P`` patterns per collection
 :func:`object_weights` ``O(N P S)`` (a forward and a backward pass) and ``N S``
 stored states; :func:`sum_moments` ``O(N P S r^2)`` to order ``r``; :func:`leading`
 with ``T`` candidate tuples (``C(M, r + 1)`` for a set indexed up to ``[r]``): one
-indexed set (``jets[0] + jets[1] + jets[2]``) ``O((sum_{j<r} C(M, j) + M) M P S +
-C(M, r - 1) M^2 S)`` by a walk in rank order (:func:`_leading_ranked`), several sets (``muons[0] +
+indexed set (``jets[0] + jets[1] + jets[2]``) ``O((sum_{j<r} C(M, j) + M) M P S_c +
+C(M, r - 1) M^2 S_c)`` by a walk in rank order (:func:`_leading_ranked`; ``S_c``: the
+states of the count variables its collection touches), several sets (``muons[0] +
 bjets[0]``) ``O(T N_c P S)`` with ``N_c`` objects of their collections; ``T`` is
 bounded by ``max_tuples`` (:class:`ObjectCapError`). Caps: ``max_objects`` per
 collection and event (:func:`check_counts` raises :class:`ObjectCapError` on the
@@ -692,8 +693,9 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
     position from its prefix, then carried by ``O``), and ``R_m(c) = O_{m+1} ... O_{c-1}
     I_c A_{c+1} ... A_{M-1} G`` (positions after ``m``, ``c`` the only member up to
     ``c``) is built backward for all ``c`` at once. Cost per event ``O((sum_{j<r}
-    C(M, j) + M) M P S + C(M, r - 1) M^2 S)`` (the last term one batched product)
-    instead of ``O(C(M, r + 1) M P S)``; all
+    C(M, j) + M) M P S_c + C(M, r - 1) M^2 S_c)`` (the last term one batched product;
+    ``S_c``: the states of the variables this collection touches, the others staying
+    at 0 during the walk) instead of ``O(C(M, r + 1) M P S)``; all
     sums of non-negative products (exact, no division).
     """
     c, i = model.set_index(name)
@@ -792,8 +794,9 @@ def leading(
 
     Cost per event: one indexed set (``jets[0] + jets[1] + jets[2]``, the common case)
     walks its collection in rank order (:func:`_leading_ranked`), ``O((sum_{j<r}
-    C(M, j) + M) M P S + C(M, r - 1) M^2 S)``; several sets: each candidate's weight is one backward
-    pass with the patterns each object may take under it, ``O(T N P S)``.
+    C(M, j) + M) M P S_c + C(M, r - 1) M^2 S_c)``; several sets: each candidate's
+    weight is one backward pass with the patterns each object may take under it,
+    ``O(T N P S)``.
     ``T > max_tuples`` raises :class:`ObjectCapError` (``None``: no bound, for callers
     whose per-event object count is capped).
     """

@@ -120,3 +120,52 @@ def test_within_the_cap_results_are_the_uncapped_ones() -> None:
     assert float(ma.sumw) == float(mb.sumw) and float(ma.m2) == float(mb.m2)
     np.testing.assert_array_equal(capped.taylor()[1]["selected_sumw"],
                                   uncapped.taylor()[1]["selected_sumw"])
+
+
+def test_max_objects_lifts_the_candidate_bound() -> None:
+    """31 jets: 4495 trijet candidates exceed the default bound of 4096 (one-line
+    ObjectCapError naming the observable); with ``max_objects`` on the jets the same
+    chunk runs, and its trijet weights add up to P(>= 3 jets pass)."""
+    import jax.numpy as jnp
+
+    from analysis.columns import ChunkColumns, pad_columns
+    from analysis.objects import ObjectCapError
+    from analysis.setkernel import chunk_states
+
+    def run(cap):
+        jets = {"collection": "Jet", "cuts": [{"var": "pt", "op": ">", "value": 30.0,
+                                               "width": 5.0}]}
+        if cap is not None:
+            jets["max_objects"] = cap
+        cfg = config_from_dict({
+            "datasets": {"d": {"files": ["x.root"]}},
+            "objects": {"jets": jets},
+            "selection": [{"count": "jets", "op": ">=", "value": 0}],
+            "observables": [{"name": "m3j", "x": "mass(jets[0] + jets[1] + jets[2])",
+                             "stats": ["mean"]}],
+        })
+        plan = build_plan(cfg)
+        rng = np.random.default_rng(31)
+        flat = {"pt": rng.uniform(20, 60, 31), "eta": rng.uniform(-2, 2, 31),
+                "phi": rng.uniform(-3, 3, 31), "mass": rng.uniform(1, 10, 31)}
+        cols = ChunkColumns(n_events=1, weight=np.ones(1),
+                            collections={"Jet": (np.array([31]), flat)})
+        arrays, shapes = pad_columns(cols, plan)
+        theta = jnp.zeros(len(plan.param_names))
+        widths = jnp.asarray(initial_widths(cfg))
+        return chunk_states(theta, widths, arrays, plan, shapes), flat
+
+    with pytest.raises(ObjectCapError, match=r"jets\[0\] \+ jets\[1\] \+ jets\[2\]: 4495 "
+                                             r"candidate tuples per event \(objects per event "
+                                             r"Jet: 31\) exceed max_tuples=4096"):
+        run(None)
+    state, flat = run(40)
+    q = 1 / (1 + np.exp(-(flat["pt"] - 30.0) / 5.0))
+    # P(K >= 3) of the Poisson-binomial, by a direct recursion
+    dist = np.zeros(32)
+    dist[0] = 1.0
+    for p in q:
+        dist[1:] = dist[1:] * (1 - p) + dist[:-1] * p
+        dist[0] *= 1 - p
+    np.testing.assert_allclose(float(state["observables"]["m3j"]["moments"].sumw),
+                               dist[3:].sum(), rtol=1e-10)

@@ -850,8 +850,8 @@ def _leading(
         key = jnp.where(lay.valid, jnp.asarray(rank[name], dtype=jnp.float64), -jnp.inf)
         order = jnp.argsort(-key, axis=1, stable=True)  # rank position -> object
         weight = _leading_ranked(pis, f, model, name, depth[name], order)
-        members = jnp.take(order, jnp.asarray(combos[0]), axis=1)  # (E, T, depth + 1)
-        return tuple(members[..., r] for _, r in slots), _nan_where(bad, weight)
+        picked = jnp.take(order, jnp.asarray(combos[0]), axis=1)  # (E, T, depth + 1)
+        return tuple(picked[..., r] for _, r in slots), _nan_where(bad, weight)
     # (T, len(names)) index into each set's combos: the Cartesian product.
     grid = np.indices(sizes).reshape(len(sizes), -1).T.reshape(n_tuples, len(sizes))
     members: dict[str, jnp.ndarray] = {}

@@ -109,6 +109,7 @@ def test_event_beyond_max_objects_exits_2_with_one_line(tmp_path, capsys) -> Non
                             "max_objects=1; raise objects.muons.max_objects"), message
 
 
+@pytest.mark.slow  # two compilations (~15 s on a loaded 2-core machine)
 def test_within_the_cap_results_are_the_uncapped_ones() -> None:
     capped = Evaluator(config_from_dict(base())).run(order=1)["dy"]
     free = copy.deepcopy(base())

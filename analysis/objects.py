@@ -52,7 +52,8 @@ with ``T`` candidate tuples (``C(M, r + 1)`` for a set indexed up to ``[r]``): o
 indexed set (``jets[0] + jets[1] + jets[2]``) ``O((sum_{j<r} C(M, j) + M) M P S_c +
 C(M, r - 1) M^2 S_c)`` by a walk in rank order (:func:`_leading_ranked`; ``S_c``: the
 states of the count variables its collection touches), several sets (``muons[0] +
-bjets[0]``) ``O(T N_c P S)`` with ``N_c`` objects of their collections; ``T`` is
+bjets[0]``) at most ``O(T N_c P S)`` with ``N_c`` objects of their collections (two
+sets on two collections: the walk once per candidate of the smaller one); ``T`` is
 bounded by ``max_tuples`` (:class:`ObjectCapError`). Caps: ``max_objects`` per
 collection and event (:func:`check_counts` raises :class:`ObjectCapError` on the
 host, naming file and entry; inside a traced function an event beyond the layout's
@@ -675,7 +676,7 @@ def _combos(m: int, j: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(len(rows), j)
 
 
-def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
+def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order, G=None):
     """Weights of every candidate ``(a_0 < ... < a_r)`` (``r = depth``, rank positions)
     of one indexed set ``name``, ``(E, C(M, r + 1))``, in :func:`_combos` order.
 
@@ -697,15 +698,22 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
     ``S_c``: the states of the variables this collection touches, the others staying
     at 0 during the walk) instead of ``O(C(M, r + 1) M P S)``; all
     sums of non-negative products (exact, no division).
+
+    ``G``: ``(E T, n_states)`` value functions of everything but this collection,
+    ``T`` per event, event-major (default: computed from ``f``, ``T = 1``); the walk
+    then runs once per row and returns ``(E T, C(M, r + 1))``.
     """
     c, i = model.set_index(name)
     has = model.patterns[c][:, i]
     pi = jnp.take_along_axis(pis[c], order[..., None], axis=1)  # (E, M, P) rank order
+    if G is None:  # the value function of every other collection
+        G = jnp.broadcast_to(f, (pi.shape[0], model.n_states))
+        for c2 in reversed(model.collections):
+            if c2 != c:
+                G = _backward(G, pis[c2], model.increments[c2], model.shape)
+    if G.shape[0] != pi.shape[0]:  # (E T, S): T value functions per event
+        pi = jnp.repeat(pi, G.shape[0] // pi.shape[0], axis=0)
     e, m = pi.shape[:2]
-    G = jnp.broadcast_to(f, (e, model.n_states))
-    for c2 in reversed(model.collections):
-        if c2 != c:
-            G = _backward(G, pis[c2], model.increments[c2], model.shape)
     # The walk starts from no object, and this collection leaves the count variables it
     # does not touch at 0: only G's slab at 0 on those axes is ever read.
     d_all = model.increments[c]
@@ -764,6 +772,28 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order):
     return dots[a_prev, :, pfx, cands[:, depth]].T
 
 
+def _constrained(G, pi, d, shape, cons_c):
+    """Backward through one collection (``pi``: ``(E, M, P)``) with, per object, the
+    patterns each candidate allows (in the set if it is a member, out of it if ranked
+    above the last member), built per step: never an ``(E, T, M, P)`` array.
+    ``G``: ``(E, T, S)``; ``cons_c``: ``(object -> rank position (E, M), candidate rank
+    positions (T, r + 1), patterns holding the set (P,))`` of each indexed set on it."""
+
+    def step(g, xs):
+        pi_m, pos_m = xs
+        allowed = pi_m[:, None, :]
+        for (_, r, has), pm in zip(cons_c, pos_m):
+            inside = jnp.any(pm[:, None, None] == r[None], axis=-1)  # (E, T)
+            above = pm[:, None] < r[None, :, -1]
+            ok = jnp.where(inside[..., None], has, jnp.where(above[..., None], ~has, True))
+            allowed = allowed * ok
+        return sum(allowed[..., p, None] * _pull(g, d[p], shape) for p in range(len(d))), None
+
+    xs = (jnp.moveaxis(pi, 1, 0), tuple(pos.T for pos, _, _ in cons_c))
+    G, _ = jax.lax.scan(step, G, xs, reverse=True)
+    return G
+
+
 def leading(
     probs,
     layouts,
@@ -794,9 +824,11 @@ def leading(
 
     Cost per event: one indexed set (``jets[0] + jets[1] + jets[2]``, the common case)
     walks its collection in rank order (:func:`_leading_ranked`), ``O((sum_{j<r}
-    C(M, j) + M) M P S_c + C(M, r - 1) M^2 S_c)``; several sets: each candidate's
-    weight is one backward pass with the patterns each object may take under it,
-    ``O(T N P S)``.
+    C(M, j) + M) M P S_c + C(M, r - 1) M^2 S_c)``; two sets on two collections: the
+    one with fewer candidates (``T_b``) constrained per candidate, ``O(T_b N_b P S)``,
+    then the walk of the other once per such candidate; otherwise (two sets of one
+    collection, ``jets[0] + bjets[0]``, or more sets) each candidate's weight is one
+    backward pass with the patterns each object may take under it, ``O(T N P S)``.
     ``T > max_tuples`` raises :class:`ObjectCapError` (``None``: no bound, for callers
     whose per-event object count is capped).
     """
@@ -854,6 +886,40 @@ def _leading(
         return tuple(picked[..., r] for _, r in slots), _nan_where(bad, weight)
     # (T, len(names)) index into each set's combos: the Cartesian product.
     grid = np.indices(sizes).reshape(len(sizes), -1).T.reshape(n_tuples, len(sizes))
+    cols = model.collections
+    if len(names) == 2 and n_tuples and model.set_index(names[0])[0] != model.set_index(
+        names[1]
+    )[0]:
+        # Two sets on two collections (deltaR(muons[0], electrons[0]), muons[0] +
+        # bjets[0]): the set with fewer candidates is constrained per candidate (as
+        # below), giving one value function each; the other is walked in rank order
+        # for all of its candidates at once on every one of them.
+        ia = int(np.argmax(sizes))
+        ib = 1 - ia
+        orders = {}
+        for name in names:
+            c, _ = model.set_index(name)
+            key = jnp.where(layouts[c].valid, jnp.asarray(rank[name], dtype=jnp.float64),
+                            -jnp.inf)
+            orders[name] = jnp.argsort(-key, axis=1, stable=True)  # rank position -> object
+        (ca, _), (cb, jb) = model.set_index(names[ia]), model.set_index(names[ib])
+        G = jnp.broadcast_to(f, (e, model.n_states))
+        for c in reversed(cols):
+            if c not in (ca, cb):
+                G = _backward(G, pis[c], model.increments[c], model.shape)
+        G = jnp.broadcast_to(G[:, None, :], (e, sizes[ib], model.n_states))
+        pos_b = jnp.argsort(orders[names[ib]], axis=1, stable=True)  # object -> rank pos.
+        G = _constrained(G, pis[cb], model.increments[cb], model.shape,
+                         [(pos_b, jnp.asarray(combos[ib]), jnp.asarray(model.patterns[cb][:, jb]))])
+        w = _leading_ranked(pis, f, model, names[ia], depth[names[ia]], orders[names[ia]],
+                            G=G.reshape(e * sizes[ib], model.n_states))
+        w = w.reshape(e, sizes[ib], sizes[ia])
+        weight = (jnp.swapaxes(w, 1, 2) if ia == 0 else w).reshape(e, n_tuples)
+        picked = {
+            name: jnp.take(orders[name], jnp.asarray(combos[a][grid[:, a]]), axis=1)
+            for a, name in enumerate(names)
+        }
+        return tuple(picked[name][..., r] for name, r in slots), _nan_where(bad, weight)
     members: dict[str, jnp.ndarray] = {}
     # Per collection: (object -> rank position (E, M), candidate rank positions (T, r+1),
     # patterns holding the set (P,)) of each indexed set on it.
@@ -869,28 +935,8 @@ def _leading(
         cons.setdefault(c, []).append((pos, r, jnp.asarray(model.patterns[c][:, i])))
 
     def constrained(G, c):
-        """Backward through ``c`` with, per object, the patterns each candidate allows
-        (in the set if it is a member, out of it if ranked above the last member),
-        built per step: never an ``(E, T, M, P)`` array."""
-        d = model.increments[c]
+        return _constrained(G, pis[c], model.increments[c], model.shape, cons[c])
 
-        def step(g, xs):
-            pi_m, pos_m = xs
-            allowed = pi_m[:, None, :]
-            for (_, r, has), pm in zip(cons[c], pos_m):
-                inside = jnp.any(pm[:, None, None] == r[None], axis=-1)  # (E, T)
-                above = pm[:, None] < r[None, :, -1]
-                ok = jnp.where(inside[..., None], has, jnp.where(above[..., None], ~has, True))
-                allowed = allowed * ok
-            return sum(
-                allowed[..., p, None] * _pull(g, d[p], model.shape) for p in range(len(d))
-            ), None
-
-        xs = (jnp.moveaxis(pis[c], 1, 0), tuple(pos.T for pos, _, _ in cons[c]))
-        G, _ = jax.lax.scan(step, G, xs, reverse=True)
-        return G
-
-    cols = model.collections
     first = min(cols.index(c) for c in cons)
     last = max(cols.index(c) for c in cons)
     G = jnp.broadcast_to(f, (e, model.n_states))

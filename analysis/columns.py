@@ -15,6 +15,7 @@ import numpy as np
 
 from analysis.errors import InputError
 from analysis.faults import NONFINITE_POLICIES, note_dropped
+from analysis.objects import check_counts
 from analysis.plan import Plan
 
 __all__ = [
@@ -116,6 +117,9 @@ def extract_columns(
         for name, fields in plan.sets.fields:
             coll = _get(events, name, "collection", source)
             counts = np.asarray(ak.to_numpy(ak.num(coll, axis=1)), dtype=np.int64)
+            if name in plan.sets.caps:  # objects.<set>.max_objects: one line, no truncation
+                check_counts(counts, plan.sets.caps[name], collection=name, source=source,
+                             offset=int(meta.get("entrystart") or 0), key=plan.sets.cap_keys[name])
             flat = {
                 f: np.asarray(
                     ak.to_numpy(ak.flatten(_get(coll, f, f"field of {name}", source))),

@@ -201,6 +201,13 @@ class _EventCondition(_Model):
     def _width(cls, v: float | None) -> float | None:
         return v if v is None else _check_width(cls, v)
 
+    def effective_width(self) -> float:
+        """The width in force: as given, else 1.0 for count cuts (the smoothed integer
+        step of :func:`analysis.pbinom.integer_step`) and 0.0 (hard) for var cuts."""
+        if self.width is not None:
+            return self.width
+        return 1.0 if getattr(self, "count", None) is not None else 0.0
+
 
 class EventCutConfig(_EventCondition):
     """An event-level cut: on the number of selected objects or on an event branch.
@@ -214,12 +221,6 @@ class EventCutConfig(_EventCondition):
     count: str | None = None
     op: Op
 
-    def effective_width(self) -> float:
-        """The width in force: as given, else 1.0 for count cuts and 0.0 (hard) for var cuts."""
-        if self.width is not None:
-            return self.width
-        return 1.0 if self.count is not None else 0.0
-
     @model_validator(mode="after")
     def _check(self) -> EventCutConfig:
         _one_of(self, "count", "var")
@@ -231,12 +232,19 @@ class EventCutConfig(_EventCondition):
 
 class ObjectSetConfig(_Model):
     """A named object set (``objects:`` mapping): on a ``collection`` or derived
-    ``from`` another set, with its own soft ``cuts``, ranked by ``rank_by`` for ``S[i]``."""
+    ``from`` another set, with its own soft ``cuts``, ranked by ``rank_by`` for ``S[i]``.
+
+    ``max_objects`` (on a set with ``collection`` only): the most objects of that
+    collection an event may hold; an event with more stops the run with a one-line
+    error naming the file, collection and entry (never a silent truncation). It also
+    lifts the default bound of 4096 candidates of an indexed observable (``S[i]``:
+    ``C(M, i + 1)`` per event) to what ``max_objects`` allows."""
 
     collection: str | None = None
     from_: str | None = Field(default=None, alias="from")
     cuts: list[CutConfig] = []
     rank_by: str = "pt"
+    max_objects: int | None = Field(default=None, ge=1)
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=False)
 
@@ -244,7 +252,7 @@ class ObjectSetConfig(_Model):
     @classmethod
     def _no_unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            keys = ["collection", "from", "cuts", "rank_by"]
+            keys = ["collection", "from", "cuts", "rank_by", "max_objects"]
             for key in data:
                 if key not in keys:
                     raise _fail(str(key), "unknown key" + _suggest(str(key), keys))
@@ -263,13 +271,19 @@ class ObjectSetConfig(_Model):
             raise _fail("from", "give either 'collection' or 'from', not both")
         if self.collection is None and self.from_ is None:
             raise _fail("", "needs one of 'collection' or 'from'")
+        if self.from_ is not None and self.max_objects is not None:
+            raise _fail("max_objects", f"caps a collection: set it on the root set of "
+                        f"'{self.from_}' (the one with 'collection')")
         return self
 
 
 class SelectionEntryConfig(_EventCondition):
     """One event condition of the list form of ``selection`` (with ``objects:``):
-    ``{count: set or [sets], op, value|param}`` (hard integer condition on the joint
-    count) or ``{var: branch, op, value|param, width}`` (soft cut on a per-event branch)."""
+    ``{count: set or [sets], op, value|param[, width]}`` (integer condition on the joint
+    count; a ``param`` threshold ``n`` is smoothed between ``floor(n)`` and
+    ``floor(n) + 1`` by :func:`analysis.pbinom.integer_step` of ``width``, default 1.0,
+    so it is trainable; integer ``n`` is exact) or ``{var: branch, op, value|param,
+    width}`` (soft cut on a per-event branch)."""
 
     count: str | list[str] | None = None
     op: Literal[">", "<", ">=", "<=", "=="]
@@ -279,8 +293,9 @@ class SelectionEntryConfig(_EventCondition):
         _one_of(self, "count", "var")
         _one_of(self, "param", "value")
         if self.count is not None:
-            if self.width is not None:
-                raise _fail("width", "a count condition is a hard integer condition; no width")
+            if self.width is not None and self.param is None:
+                raise _fail("width", "a count condition is a hard integer condition; a width "
+                            "only smooths a trainable 'param' threshold")
             if self.value is not None and not (self.value.is_integer() and self.value >= 0):
                 raise _fail("value", f"a count needs an integer >= 0, got {self.value}")
             if isinstance(self.count, list) and not self.count:

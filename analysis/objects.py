@@ -29,8 +29,15 @@ objects' patterns (never a product of marginals): one object moves the state ``k
 counted by ``v``. The top state ``cap_v`` of a variable is absorbing (``K_v >=
 cap_v``), which is exact as long as every condition on ``K_v`` is constant for all
 ``k >= cap_v``: ``K >= n`` and ``K < n`` need ``n <= cap``; ``K > n``, ``K <= n``,
-``K == n`` need ``n < cap`` (:func:`required_cap`). A threshold beyond its count's cap
-makes every result NaN (with zero gradient): never a silent bias.
+``K == n`` need ``n + 1 <= cap`` (:func:`required_cap`). A threshold beyond its count's
+cap makes every result NaN (with zero gradient): never a silent bias.
+
+Count thresholds are real and trainable: ``K op n`` is the blended decision ``(1 - s)
+[K op floor n] + s [K op floor n + 1]``, ``s = integer_step(n - floor n, width)``
+(:func:`analysis.pbinom.integer_step`, the single-collection form's soft ``>= N``),
+and every result is its exact expectation; integer ``n`` (or width 0 and a rounded
+``n``) is the hard condition. ``d/dn`` is ``s'`` times the probability of the states
+where the two integer conditions differ; at integer ``n`` it is the right derivative.
 
 The event pass probability is ``P = sum_k Q(k) f(k)``, ``f(k) = prod_c [k_{v(c)} op_c
 n_c]``, computed by the backward (value-function) recursion ``G <- sum_p pi_p
@@ -41,11 +48,16 @@ Cost per event (``S = prod_v (cap_v + 1)`` states, ``P`` patterns per collection
 ``N`` objects over all collections): :func:`event_pass` ``O(N P S)``;
 :func:`object_weights` ``O(N P S)`` (a forward and a backward pass) and ``N S``
 stored states; :func:`sum_moments` ``O(N P S r^2)`` to order ``r``; :func:`leading`
-``O(T N_c P S)`` with ``T`` candidate tuples (``C(M, r + 1)`` per set indexed up to
-``[r]``) and ``N_c`` objects of the indexed collections, capped by ``max_tuples``
-(:class:`ObjectCapError`). Caps: ``max_objects`` per collection and event
-(:func:`check_counts` raises :class:`ObjectCapError` on the host; inside a traced
-function an event beyond it gets NaN results), ``cap`` per count.
+with ``T`` candidate tuples (``C(M, r + 1)`` for a set indexed up to ``[r]``): one
+indexed set (``jets[0] + jets[1] + jets[2]``) ``O((sum_{j<r} C(M, j) + M) M P S_c +
+C(M, r - 1) M^2 S_c)`` by a walk in rank order (:func:`_leading_ranked`; ``S_c``: the
+states of the count variables its collection touches), several sets (``muons[0] +
+bjets[0]``) at most ``O(T N_c P S)`` with ``N_c`` objects of their collections (two
+sets on two collections: the walk once per candidate of the smaller one); ``T`` is
+bounded by ``max_tuples`` (:class:`ObjectCapError`). Caps: ``max_objects`` per
+collection and event (:func:`check_counts` raises :class:`ObjectCapError` on the
+host, naming file and entry; inside a traced function an event beyond the layout's
+width gets NaN results), ``cap`` per count (from the threshold or its upper bound).
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.errors import ConfigError, InputError
+from analysis.pbinom import integer_step
 
 __all__ = [
     "OPS",
@@ -149,15 +162,22 @@ def layout(starts, counts, max_objects: int) -> Layout:
     return Layout(index, valid, counts > max_objects)
 
 
-def check_counts(counts, max_objects: int, *, collection: str) -> None:
+def check_counts(
+    counts, max_objects: int, *, collection: str, source: str | None = None, offset: int = 0,
+    key: str | None = None,
+) -> None:
     """Raise :class:`ObjectCapError` (one line) if an event of ``collection`` has more
-    than ``max_objects`` objects (host side, on concrete counts)."""
+    than ``max_objects`` objects (host side, on concrete counts). ``source`` (a file)
+    and ``offset`` (its first entry) locate the event; ``key`` names the setting to
+    raise. Nothing is truncated: beyond a cap there is no result."""
     counts = np.asarray(counts)
     if counts.size and int(counts.max()) > max_objects:
         event = int(np.argmax(counts))
+        where = f"{source}: " if source else ""
         raise ObjectCapError(
-            f"collection {collection!r}: event {event} has {int(counts.max())} objects, "
-            f"more than max_objects={max_objects}; raise the cap"
+            f"{where}collection {collection!r}: event {offset + event} has "
+            f"{int(counts.max())} objects, more than max_objects={max_objects}; raise "
+            f"{key or 'the cap'}"
         )
 
 
@@ -367,10 +387,30 @@ def _pattern_probs(model: CountModel, probs: Mapping[str, jnp.ndarray], layouts,
     return jnp.where(valid[..., None], pi, empty)
 
 
-def _pass_table(model: CountModel, thresholds):
-    """``(f, ok)``: ``f`` ``(S,)`` = product of the count indicators in each state; ``ok``
-    = every threshold within its cap (else results are NaN)."""
+def _at_least(k, n, width):
+    """Smoothed ``[k >= n]`` at integer states ``k`` for a real threshold ``n``:
+    ``(1 - s) [k >= floor n] + s [k >= floor n + 1]``, ``s = integer_step(n - floor n,
+    width)`` (:func:`analysis.pbinom.integer_step`): exact at integer ``n``; at width 0
+    a non-integer ``n`` rounds to the nearest integer."""
+    lo = jnp.floor(n)
+    s = integer_step(n - lo, width)
+    return (1.0 - s) * (k >= lo).astype(k.dtype) + s * (k >= lo + 1.0).astype(k.dtype)
+
+
+def _pass_table(model: CountModel, thresholds, widths=None):
+    """``(f, ok)``: ``f`` ``(S,)`` = product of the (smoothed) count indicators in each
+    state; ``ok`` = every threshold within its cap (else results are NaN).
+
+    The indicator of ``K op n`` is built from :func:`_at_least` as the single-collection
+    form's soft ``>= N`` (:func:`analysis.pbinom.tail_weights`): ``>= n``; ``> n`` is
+    ``>= n + 1``; ``< n`` is ``1 - [>= n]``; ``<= n`` is ``1 - [>= n + 1]``; ``== n`` is
+    ``[>= n] - [>= n + 1]``. ``widths``: ``(n_counts,)`` step widths (``None``: 0), so a
+    trainable ``n`` has the gradient ``-s'(frac n) P(K = floor n ...)``; at integer ``n``
+    every indicator is the hard one."""
     thresholds = jnp.asarray(thresholds, dtype=jnp.float64).reshape(len(model.counts))
+    if widths is None:
+        widths = jnp.zeros(len(model.counts), dtype=jnp.float64)
+    widths = jnp.asarray(widths, dtype=jnp.float64).reshape(len(model.counts))
     f = jnp.ones(model.n_states, dtype=jnp.float64)
     ok = jnp.asarray(True)
     var_of = {names: v for v, (names, _) in enumerate(model.variables)}
@@ -378,16 +418,20 @@ def _pass_table(model: CountModel, thresholds):
         v = var_of[tuple(sorted(c.sets))]
         cap = model.variables[v][1]
         k = jnp.asarray(model._state_counts[:, v], dtype=jnp.float64)
-        n = thresholds[j]
-        ind = {
-            ">": k > n,
-            ">=": k >= n,
-            "<": k < n,
-            "<=": k <= n,
-            "==": k == n,
-        }[c.op]
-        f = f * ind.astype(jnp.float64)
-        ok = ok & ((n <= cap) if c.op in (">=", "<") else (n < cap))
+        n, w = thresholds[j], widths[j]
+        if c.op == ">=":
+            ind = _at_least(k, n, w)
+        elif c.op == ">":
+            ind = _at_least(k, n + 1.0, w)
+        elif c.op == "<":
+            ind = 1.0 - _at_least(k, n, w)
+        elif c.op == "<=":
+            ind = 1.0 - _at_least(k, n + 1.0, w)
+        else:
+            ind = _at_least(k, n, w) - _at_least(k, n + 1.0, w)
+        f = f * ind
+        # The top state means K >= cap: exact while no indicator looks above it.
+        ok = ok & ((n <= cap) if c.op in (">=", "<") else (n + 1.0 <= cap))
     return f, ok
 
 
@@ -412,21 +456,21 @@ def _backward(G, pi, d, shape):
 
 
 def _shift(x, d, shape):
-    """Distribution ``x`` ``(E, S)`` after adding ``d`` ``(V,)`` to every count, mass
+    """Distribution ``x`` ``(..., S)`` after adding ``d`` ``(V,)`` to every count, mass
     beyond a cap absorbed into the cap: per axis ``[0]*d, x[:cap-d], sum(x[cap-d:])``."""
-    e = x.shape[0]
-    y = x.reshape((e,) + shape)
+    lead = x.shape[:-1]
+    y = x.reshape(lead + shape)
     for v, dv in enumerate(d):
         if dv == 0:
             continue
         cap = shape[v] - 1
-        axis = v + 1
+        axis = len(lead) + v
         keep = max(cap - int(dv), 0)
         zeros = jnp.zeros(y.shape[:axis] + (cap - keep,) + y.shape[axis + 1 :], y.dtype)
         head = jax.lax.slice_in_dim(y, 0, keep, axis=axis)
         tail = jnp.sum(jax.lax.slice_in_dim(y, keep, cap + 1, axis=axis), axis=axis, keepdims=True)
         y = jnp.concatenate([zeros, head, tail], axis=axis)
-    return y.reshape(e, math.prod(shape))
+    return y.reshape(lead + (math.prod(shape),))
 
 
 def _pull(g, d, shape):
@@ -459,9 +503,9 @@ def _forward(F, pi, d, shape):
     return jax.lax.scan(step, F, jnp.moveaxis(pi, 1, 0))
 
 
-def _prepare(model, probs, layouts, thresholds):
+def _prepare(model, probs, layouts, thresholds, count_widths=None):
     pis = {c: _pattern_probs(model, probs, layouts, c) for c in model.collections}
-    f, ok = _pass_table(model, thresholds)
+    f, ok = _pass_table(model, thresholds, count_widths)
     e = next(iter(pis.values())).shape[0]
     bad = ~ok
     for c in model.collections:
@@ -503,12 +547,12 @@ def joint_distribution(probs, layouts, model: CountModel):
 
 
 @partial(jax.jit, static_argnames=("model",))
-def event_pass(probs, layouts, model: CountModel, thresholds):
+def event_pass(probs, layouts, model: CountModel, thresholds, count_widths=None):
     """``P(all count conditions hold)`` per event, ``(E,)``: the exact expectation of the
     hard-cut decision (module docstring). ``thresholds``: ``(n_counts,)`` ``n`` of each
     :class:`Count`, in order (traced; gradient 0). No counts: 1. NaN for overflow
     events and thresholds beyond a cap."""
-    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
     G = jnp.broadcast_to(f, (e, model.n_states))
     for c in reversed(model.collections):
@@ -517,14 +561,14 @@ def event_pass(probs, layouts, model: CountModel, thresholds):
 
 
 @partial(jax.jit, static_argnames=("model",))
-def object_weights(probs, layouts, model: CountModel, thresholds):
+def object_weights(probs, layouts, model: CountModel, thresholds, count_widths=None):
     """``P(object in set and all count conditions hold)`` per set, ``(E, M)`` (0 at
     padding): conditioning on the object's own pattern ``p``, ``w_j(s) = sum_{p ∋ s}
     pi_jp sum_k F_j(k) G_{j+1}(min(k + d(p), cap))`` with ``F_j`` the joint distribution
     of the objects before ``j`` and ``G_{j+1}`` the value function of those after it
     (leave-one-out by prefix/suffix recursions, no division). Summed over the patterns
     it is :func:`event_pass` for every ``j``."""
-    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
     S = model.n_states
     cols = model.collections
@@ -556,7 +600,9 @@ def object_weights(probs, layouts, model: CountModel, thresholds):
 
 
 @partial(jax.jit, static_argnames=("model", "order"))
-def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order: int = 2):
+def sum_moments(
+    probs, layouts, model: CountModel, thresholds, values, count_widths=None, *, order: int = 2
+):
     """``E[X^r 1{all count conditions hold}]`` for ``r = 0..order``, ``(E, order + 1)``,
     of an event-level sum over selected objects ``X = sum_s sum_{j in s} values[s]_j``
     (``values``: set name -> ``(E, M)``; e.g. HT = ``{"jets": jet_pt}``; ``{"jets": 1}``
@@ -568,7 +614,7 @@ def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order:
     C(r, i) x_p^i G_{r-i}(tgt_p(k))``, ``x_p`` = the object's contribution in pattern
     ``p``, from ``G_r = f`` if ``r = 0`` else 0. ``O(N P S order^2)`` per event.
     """
-    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
     S = model.n_states
     G = jnp.zeros((e, order + 1, S), dtype=jnp.float64).at[:, 0].set(f)
@@ -604,6 +650,150 @@ def sum_moments(probs, layouts, model: CountModel, thresholds, values, *, order:
     return _nan_where(bad, G[:, :, 0])
 
 
+def _step(x, pi_m, d, shape, has, *, pull: bool):
+    """One object on ``x`` ``(E, ..., S)``, split by whether its pattern is in the set
+    (``has``: static bools, ``(P,)``): ``(in, out)``, the step restricted to the
+    patterns with and without the set, each pattern's move computed once. A forward
+    distribution step (``pull=False``, :func:`_shift`) or a value-function step
+    (``pull=True``, :func:`_pull`). ``pi_m``: ``(E, P)``."""
+    move = _pull if pull else _shift
+    bshape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    parts: list[list] = [[], []]
+    for p in range(len(d)):
+        parts[0 if has[p] else 1].append(pi_m[:, p].reshape(bshape) * move(x, d[p], shape))
+    inn, out = (sum(t) if t else jnp.zeros_like(x) for t in parts)
+    return inn, out
+
+
+def _tuple_index(tuples: np.ndarray, sub: np.ndarray) -> np.ndarray:
+    """Row of each ``sub`` tuple in ``tuples`` (both ``(n, j)`` static int arrays)."""
+    where = {tuple(int(v) for v in row): i for i, row in enumerate(tuples)}
+    return np.array([where[tuple(int(v) for v in row)] for row in sub], dtype=np.int64)
+
+
+def _combos(m: int, j: int) -> np.ndarray:
+    rows = list(itertools.combinations(range(m), j))
+    return np.array(rows, dtype=np.int64).reshape(len(rows), j)
+
+
+def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order, G=None):
+    """Weights of every candidate ``(a_0 < ... < a_r)`` (``r = depth``, rank positions)
+    of one indexed set ``name``, ``(E, C(M, r + 1))``, in :func:`_combos` order.
+
+    The count state does not depend on the order in which objects are added, so the
+    set's collection is walked in rank order (``order``: ``(E, M)`` rank position ->
+    object) and everything else is folded into one value function ``G`` first. With
+    ``I_m`` / ``O_m`` the step of object ``m`` restricted to the patterns in / out of
+    the set and ``A_m = I_m + O_m``,
+
+    ``w(a) = < I_{a_{r-1}} L_{r-1}(a_0..a_{r-2}) , R_{a_{r-1}}(a_r) >``
+
+    where ``L_j(t)`` (a ``j``-tuple ``t``) is the count distribution of rank positions
+    ``< m`` (the scan position) with exactly ``t`` among them in the set, built
+    forward by layers (``L_0 = O ... O delta_0``; a ``j``-tuple is created at its last
+    position from its prefix, then carried by ``O``), and ``R_m(c) = O_{m+1} ... O_{c-1}
+    I_c A_{c+1} ... A_{M-1} G`` (positions after ``m``, ``c`` the only member up to
+    ``c``) is built backward for all ``c`` at once. Cost per event ``O((sum_{j<r}
+    C(M, j) + M) M P S_c + C(M, r - 1) M^2 S_c)`` (the last term one batched product;
+    ``S_c``: the states of the variables this collection touches, the others staying
+    at 0 during the walk) instead of ``O(C(M, r + 1) M P S)``; all
+    sums of non-negative products (exact, no division).
+
+    ``G``: ``(E T, n_states)`` value functions of everything but this collection,
+    ``T`` per event, event-major (default: computed from ``f``, ``T = 1``); the walk
+    then runs once per row and returns ``(E T, C(M, r + 1))``.
+    """
+    c, i = model.set_index(name)
+    has = model.patterns[c][:, i]
+    pi = jnp.take_along_axis(pis[c], order[..., None], axis=1)  # (E, M, P) rank order
+    if G is None:  # the value function of every other collection
+        G = jnp.broadcast_to(f, (pi.shape[0], model.n_states))
+        for c2 in reversed(model.collections):
+            if c2 != c:
+                G = _backward(G, pis[c2], model.increments[c2], model.shape)
+    if G.shape[0] != pi.shape[0]:  # (E T, S): T value functions per event
+        pi = jnp.repeat(pi, G.shape[0] // pi.shape[0], axis=0)
+    e, m = pi.shape[:2]
+    # The walk starts from no object, and this collection leaves the count variables it
+    # does not touch at 0: only G's slab at 0 on those axes is ever read.
+    d_all = model.increments[c]
+    touched = [v for v in range(len(model.shape)) if np.any(d_all[:, v])]
+    G = G.reshape((e,) + model.shape)[
+        (slice(None),) + tuple(slice(None) if v in touched else 0 for v in range(len(model.shape)))
+    ]
+    shape = tuple(model.shape[v] for v in touched)
+    d = d_all[:, touched]
+    S = math.prod(shape)
+    G = G.reshape(e, S)
+    steps = (jnp.moveaxis(pi, 1, 0), jnp.arange(m))
+    cidx = jnp.arange(m)[None, :, None]
+
+    def back(carry, xs):
+        B, R = carry  # B: value of positions > m (all free); R[c]: R_m(c)
+        pi_m, pos = xs
+        # R needs only the out-part (XLA drops the unused in-part); B needs both: the
+        # in-part starts R_m(m), their sum carries B.
+        _, kept = _step(R, pi_m, d, shape, has, pull=True)
+        made, b_out = _step(B, pi_m, d, shape, has, pull=True)
+        R_new = jnp.where(cidx > pos, kept, jnp.where(cidx == pos, made[:, None, :], 0.0))
+        return (made + b_out, R_new), R
+
+    init = (G, jnp.zeros((e, m, S), dtype=jnp.float64))
+    (_, R_first), R_after = jax.lax.scan(back, init, steps, reverse=True)
+    R = jnp.concatenate([R_first[None], R_after], axis=0)  # [m + 1] = R_m, (M+1, E, M, S)
+    cands = _combos(m, depth + 1)
+    if not len(cands):
+        return jnp.zeros((e, 0), dtype=jnp.float64)
+    if depth == 0:
+        return R[0][:, cands[:, 0], 0]
+    layers = [_combos(m, j) for j in range(depth)]
+    last = [np.full(1, -1)] + [t[:, -1] for t in layers[1:]]
+    prefix = [None] + [_tuple_index(layers[j - 1], t[:, :-1]) for j, t in enumerate(layers)
+                       if j > 0]
+
+    def fwd(Ls, xs):
+        pi_m, pos = xs
+        split = [_step(L, pi_m, d, shape, has, pull=False) for L in Ls]  # (in, out)
+        new = [split[0][1]]
+        for j in range(1, depth):
+            made = jnp.take(split[j - 1][0], prefix[j], axis=1)  # the prefix, then m in
+            lj = jnp.asarray(last[j])[None, :, None]
+            new.append(jnp.where(lj < pos, split[j][1], jnp.where(lj == pos, made, 0.0)))
+        return new, split[-1][0]
+
+    L0 = [jnp.zeros((e, 1, S), dtype=jnp.float64).at[:, :, 0].set(1.0)]
+    L0 += [jnp.zeros((e, len(t), S), dtype=jnp.float64) for t in layers[1:]]
+    _, emits = jax.lax.scan(fwd, L0, steps)  # (M, E, C(M, r - 1), S)
+    # Contract over the states per last-prefix position m first, then pick the
+    # candidates: an (M, E, C(M, r - 1), M) array instead of a (T, E, S) one.
+    dots = jnp.einsum("meps,mecs->mepc", emits, R[1:])
+    a_prev = cands[:, depth - 1]
+    pfx = _tuple_index(layers[depth - 1], cands[:, : depth - 1])
+    return dots[a_prev, :, pfx, cands[:, depth]].T
+
+
+def _constrained(G, pi, d, shape, cons_c):
+    """Backward through one collection (``pi``: ``(E, M, P)``) with, per object, the
+    patterns each candidate allows (in the set if it is a member, out of it if ranked
+    above the last member), built per step: never an ``(E, T, M, P)`` array.
+    ``G``: ``(E, T, S)``; ``cons_c``: ``(object -> rank position (E, M), candidate rank
+    positions (T, r + 1), patterns holding the set (P,))`` of each indexed set on it."""
+
+    def step(g, xs):
+        pi_m, pos_m = xs
+        allowed = pi_m[:, None, :]
+        for (_, r, has), pm in zip(cons_c, pos_m):
+            inside = jnp.any(pm[:, None, None] == r[None], axis=-1)  # (E, T)
+            above = pm[:, None] < r[None, :, -1]
+            ok = jnp.where(inside[..., None], has, jnp.where(above[..., None], ~has, True))
+            allowed = allowed * ok
+        return sum(allowed[..., p, None] * _pull(g, d[p], shape) for p in range(len(d))), None
+
+    xs = (jnp.moveaxis(pi, 1, 0), tuple(pos.T for pos, _, _ in cons_c))
+    G, _ = jax.lax.scan(step, G, xs, reverse=True)
+    return G
+
+
 def leading(
     probs,
     layouts,
@@ -611,8 +801,9 @@ def leading(
     thresholds,
     slots: Sequence[tuple[str, int]],
     rank: Mapping[str, jnp.ndarray],
+    count_widths=None,
     *,
-    max_tuples: int = 4096,
+    max_tuples: int | None = 4096,
 ):
     """Candidate objects for indexed selected objects and their weights.
 
@@ -629,12 +820,22 @@ def leading(
     rank positions (``C(M, r + 1)``), members of the set, with every other object ranked
     above the last one outside it; sets are combined as a Cartesian product (two sets
     of one collection may pick the same object, as ``jets[0] + bjets[0]`` does in a
-    hard-cut analysis). Each candidate's weight is one backward pass with the patterns
-    each object may take under that candidate: ``O(T N P S)`` per event.
-    ``T > max_tuples`` raises :class:`ObjectCapError`.
+    hard-cut analysis).
+
+    Cost per event: one indexed set (``jets[0] + jets[1] + jets[2]``, the common case)
+    walks its collection in rank order (:func:`_leading_ranked`), ``O((sum_{j<r}
+    C(M, j) + M) M P S_c + C(M, r - 1) M^2 S_c)``; two sets on two collections: the
+    one with fewer candidates (``T_b``) constrained per candidate, ``O(T_b N_b P S)``,
+    then the walk of the other once per such candidate; otherwise (two sets of one
+    collection, ``jets[0] + bjets[0]``, or more sets) each candidate's weight is one
+    backward pass with the patterns each object may take under it, ``O(T N P S)``.
+    ``T > max_tuples`` raises :class:`ObjectCapError` (``None``: no bound, for callers
+    whose per-event object count is capped).
     """
     slots = tuple((str(name), int(r)) for name, r in slots)
-    return _leading(probs, layouts, model, thresholds, slots, rank, max_tuples=max_tuples)
+    return _leading(
+        probs, layouts, model, thresholds, slots, rank, count_widths, max_tuples=max_tuples
+    )
 
 
 @partial(jax.jit, static_argnames=("model", "slots", "max_tuples"))
@@ -645,10 +846,11 @@ def _leading(
     thresholds,
     slots: Sequence[tuple[str, int]],
     rank: Mapping[str, jnp.ndarray],
+    count_widths=None,
     *,
-    max_tuples: int = 4096,
+    max_tuples: int | None = 4096,
 ):
-    pis, f, bad = _prepare(model, probs, layouts, thresholds)
+    pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
     depth: dict[str, int] = {}
     for name, r in slots:
@@ -665,13 +867,59 @@ def _leading(
         combos.append(np.array(rows, dtype=np.int64).reshape(len(rows), depth[name] + 1))
     sizes = [len(x) for x in combos]
     n_tuples = math.prod(sizes)
-    if n_tuples > max_tuples:
+    if max_tuples is not None and n_tuples > max_tuples:
+        ms = ", ".join(f"{model.set_index(n)[0]}: {layouts[model.set_index(n)[0]].valid.shape[1]}"
+                       for n in names)
         raise ObjectCapError(
             f"{' + '.join(f'{n}[{r}]' for n, r in slots)}: {n_tuples} candidate tuples "
-            f"exceed max_tuples={max_tuples}; lower max_objects or raise the cap"
+            f"per event (objects per event {ms}) exceed max_tuples={max_tuples}; set "
+            "max_objects on the collection to allow them"
         )
+    if len(names) == 1:  # one indexed set: the rank-order recursion
+        name = names[0]
+        c, _ = model.set_index(name)
+        lay = layouts[c]
+        key = jnp.where(lay.valid, jnp.asarray(rank[name], dtype=jnp.float64), -jnp.inf)
+        order = jnp.argsort(-key, axis=1, stable=True)  # rank position -> object
+        weight = _leading_ranked(pis, f, model, name, depth[name], order)
+        picked = jnp.take(order, jnp.asarray(combos[0]), axis=1)  # (E, T, depth + 1)
+        return tuple(picked[..., r] for _, r in slots), _nan_where(bad, weight)
     # (T, len(names)) index into each set's combos: the Cartesian product.
     grid = np.indices(sizes).reshape(len(sizes), -1).T.reshape(n_tuples, len(sizes))
+    cols = model.collections
+    if len(names) == 2 and n_tuples and model.set_index(names[0])[0] != model.set_index(
+        names[1]
+    )[0]:
+        # Two sets on two collections (deltaR(muons[0], electrons[0]), muons[0] +
+        # bjets[0]): the set with fewer candidates is constrained per candidate (as
+        # below), giving one value function each; the other is walked in rank order
+        # for all of its candidates at once on every one of them.
+        ia = int(np.argmax(sizes))
+        ib = 1 - ia
+        orders = {}
+        for name in names:
+            c, _ = model.set_index(name)
+            key = jnp.where(layouts[c].valid, jnp.asarray(rank[name], dtype=jnp.float64),
+                            -jnp.inf)
+            orders[name] = jnp.argsort(-key, axis=1, stable=True)  # rank position -> object
+        (ca, _), (cb, jb) = model.set_index(names[ia]), model.set_index(names[ib])
+        G = jnp.broadcast_to(f, (e, model.n_states))
+        for c in reversed(cols):
+            if c not in (ca, cb):
+                G = _backward(G, pis[c], model.increments[c], model.shape)
+        G = jnp.broadcast_to(G[:, None, :], (e, sizes[ib], model.n_states))
+        pos_b = jnp.argsort(orders[names[ib]], axis=1, stable=True)  # object -> rank pos.
+        G = _constrained(G, pis[cb], model.increments[cb], model.shape,
+                         [(pos_b, jnp.asarray(combos[ib]), jnp.asarray(model.patterns[cb][:, jb]))])
+        w = _leading_ranked(pis, f, model, names[ia], depth[names[ia]], orders[names[ia]],
+                            G=G.reshape(e * sizes[ib], model.n_states))
+        w = w.reshape(e, sizes[ib], sizes[ia])
+        weight = (jnp.swapaxes(w, 1, 2) if ia == 0 else w).reshape(e, n_tuples)
+        picked = {
+            name: jnp.take(orders[name], jnp.asarray(combos[a][grid[:, a]]), axis=1)
+            for a, name in enumerate(names)
+        }
+        return tuple(picked[name][..., r] for name, r in slots), _nan_where(bad, weight)
     members: dict[str, jnp.ndarray] = {}
     # Per collection: (object -> rank position (E, M), candidate rank positions (T, r+1),
     # patterns holding the set (P,)) of each indexed set on it.
@@ -687,28 +935,8 @@ def _leading(
         cons.setdefault(c, []).append((pos, r, jnp.asarray(model.patterns[c][:, i])))
 
     def constrained(G, c):
-        """Backward through ``c`` with, per object, the patterns each candidate allows
-        (in the set if it is a member, out of it if ranked above the last member),
-        built per step: never an ``(E, T, M, P)`` array."""
-        d = model.increments[c]
+        return _constrained(G, pis[c], model.increments[c], model.shape, cons[c])
 
-        def step(g, xs):
-            pi_m, pos_m = xs
-            allowed = pi_m[:, None, :]
-            for (_, r, has), pm in zip(cons[c], pos_m):
-                inside = jnp.any(pm[:, None, None] == r[None], axis=-1)  # (E, T)
-                above = pm[:, None] < r[None, :, -1]
-                ok = jnp.where(inside[..., None], has, jnp.where(above[..., None], ~has, True))
-                allowed = allowed * ok
-            return sum(
-                allowed[..., p, None] * _pull(g, d[p], model.shape) for p in range(len(d))
-            ), None
-
-        xs = (jnp.moveaxis(pis[c], 1, 0), tuple(pos.T for pos, _, _ in cons[c]))
-        G, _ = jax.lax.scan(step, G, xs, reverse=True)
-        return G
-
-    cols = model.collections
     first = min(cols.index(c) for c in cons)
     last = max(cols.index(c) for c in cons)
     G = jnp.broadcast_to(f, (e, model.n_states))

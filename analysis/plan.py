@@ -184,7 +184,10 @@ class SetPlan:
     ``model``: the static count model; ``thresholds``: ``(param, value)`` of each of its
     counts; ``fields``: ``((collection, (field, ...)), ...)`` to read; ``nodes``: the
     parsed ``(x, y)`` of each observable, in plan order; ``orders``: power-sum order of
-    each observable (2, or 4 with skew/kurtosis).
+    each observable (2, or 4 with skew/kurtosis); ``max_objects``: ``((collection,
+    cap, set), ...)`` for the collections with a configured cap (the smallest over its
+    root sets, and the set giving it); ``count_widths``: the width index of each
+    count's smoothed integer step (``None``: a fixed integer value, exact without one).
     """
 
     sets: tuple[SetSpec, ...]
@@ -193,6 +196,18 @@ class SetPlan:
     fields: tuple[tuple[str, tuple[str, ...]], ...]
     nodes: tuple[tuple[exprs.Node, exprs.Node | None], ...]
     orders: tuple[int, ...]
+    max_objects: tuple[tuple[str, int, str], ...] = ()
+    count_widths: tuple[int | None, ...] = ()
+
+    @property
+    def caps(self) -> dict[str, int]:
+        """Collection -> its ``max_objects`` cap (capped collections only)."""
+        return {c: cap for c, cap, _ in self.max_objects}
+
+    @property
+    def cap_keys(self) -> dict[str, str]:
+        """Collection -> the config key of its cap (for error messages)."""
+        return {c: f"objects.{name}.max_objects" for c, _, name in self.max_objects}
 
     def collection_of(self, name: str) -> str:
         return next(s.collection for s in self.sets if s.name == name)
@@ -236,15 +251,20 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
         need(c, s.rank_by)
         specs.append(SetSpec(name, c, s.from_, tuple(cuts), s.rank_by))
     counts, thresholds, event_cuts, event_keys = [], [], [], []
+    count_widths: list[int | None] = []
     for entry in config.selection.entries or []:
         param, value = _threshold(entry.param, entry.value, names)
         if entry.count is not None:
-            if param is not None:
-                top = config.parameters[entry.param].bounds[1]
+            if param is not None:  # a trainable n stays within its bounds
+                top = int(math.ceil(config.parameters[entry.param].bounds[1]))
             else:
-                top = value
-            counts.append(Count(entry.sets, entry.op, required_cap(entry.op, int(math.floor(top)))))
+                top = int(value)
+            counts.append(Count(entry.sets, entry.op, required_cap(entry.op, top)))
             thresholds.append((param, value))
+            # A trainable threshold's smoothed integer step has a width (annealed like
+            # the others); a fixed integer value is exact without one.
+            count_widths.append(n_widths if param is not None else None)
+            n_widths += param is not None
         else:
             key = exprs.resolve(exprs.parse(entry.var), set()).head
             if key not in event_keys:
@@ -288,9 +308,17 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             obs.name, Expr(obs.x, level, x.kind, x.field),
             None if obs.y is None else Expr(obs.y, level, pair[1].kind, pair[1].field), uni, bi,
         ))
+    caps: dict[str, tuple[int, str]] = {}
+    for name, s in cfg_sets.items():
+        if s.max_objects is not None:
+            c = collection(name)
+            if c not in caps or s.max_objects < caps[c][0]:
+                caps[c] = (s.max_objects, name)
     set_plan = SetPlan(
         tuple(specs), model, tuple(thresholds),
         tuple((c, tuple(f)) for c, f in fields.items()), tuple(nodes), tuple(orders),
+        max_objects=tuple((c, cap, name) for c, (cap, name) in caps.items()),
+        count_widths=tuple(count_widths),
     )
     return Plan(
         param_names=names, trainable=trainable, integer=integer, collection=None,
@@ -446,7 +474,8 @@ def initial_widths(config: Config) -> list[float]:
     if config.objects:
         widths = [c.width for s in config.objects.values() for c in s.cuts]
         return widths + [
-            e.width or 0.0 for e in config.selection.entries or [] if e.count is None
+            e.effective_width() for e in config.selection.entries or []
+            if e.count is None or e.param is not None
         ]
     sel = config.selection
     widths = [c.width for c in (sel.objects.cuts if sel.objects is not None else [])]

@@ -19,8 +19,9 @@ of the hard-cut state (:mod:`analysis.objects`):
 - a branch (``MET.pt``): one entry per event with weight ``w_e``.
 
 Entries are linear in their weights, so every moment order and co-moment is exact.
-Count conditions are hard integer conditions (a count ``param`` is a threshold with
-zero gradient). Cost per event (``S`` joint count states, ``N`` objects): see
+A count condition with a ``param`` threshold ``n`` is the single-collection form's soft
+integer step: the expectation of ``(1 - s) [K op floor n] + s [K op floor n + 1]``,
+``s = integer_step(frac n, width)``, so ``n`` is trainable; integer ``n`` is exact. Cost per event (``S`` joint count states, ``N`` objects): see
 :mod:`analysis.objects`; an indexed observable costs ``C(M, i + 1)`` candidates with
 ``M`` the per-event object axis (the chunk's largest multiplicity rounded up to a
 multiple of :data:`analysis.columns.SET_OBJECT_STEP`).
@@ -73,6 +74,9 @@ class _Chunk:
             self.probs[s.name] = q
         th = [_threshold(theta, p, v) for p, v in self.sp.thresholds]
         self.th = jnp.stack(th) if th else jnp.zeros((0,), jnp.float64)
+        # Smoothed integer step of each count (0 for a fixed integer value: exact).
+        cw = [jnp.asarray(0.0) if i is None else widths[i] for i in self.sp.count_widths]
+        self.cw = jnp.stack(cw).astype(jnp.float64) if cw else jnp.zeros((0,), jnp.float64)
         ev = arrays["weight"]
         for cut in plan.event_cuts:
             v = arrays[f"event:{cut.expr.key}"]
@@ -81,7 +85,7 @@ class _Chunk:
                 v, t, widths[cut.width_index], greater=cut.greater, inclusive=cut.inclusive
             )
         self.ev = ev  # weight x event cuts (without the count decision)
-        self.p = event_pass(self.probs, self.lays, self.sp.model, self.th)
+        self.p = event_pass(self.probs, self.lays, self.sp.model, self.th, self.cw)
         self._ow = None
 
     def field(self, c: str, f: str):
@@ -89,7 +93,7 @@ class _Chunk:
 
     def object_weights(self):
         if self._ow is None:
-            self._ow = object_weights(self.probs, self.lays, self.sp.model, self.th)
+            self._ow = object_weights(self.probs, self.lays, self.sp.model, self.th, self.cw)
         return self._ow
 
     def entries(self, node, cand=None):
@@ -134,12 +138,16 @@ class _Chunk:
             s.name: self.field(s.collection, s.rank_by)
             for s in self.sp.sets if s.name in dict(node.slots)
         }
-        return leading(self.probs, self.lays, self.sp.model, self.th, node.slots, rank)
+        # max_objects on every indexed collection bounds the candidates: no default bound.
+        capped = all(self.sp.collection_of(s) in self.sp.caps for s, _ in node.slots)
+        return leading(self.probs, self.lays, self.sp.model, self.th, node.slots, rank, self.cw,
+                       max_tuples=None if capped else 4096)
 
     def event_sum(self, node, order: int):
         c = self.sp.collection_of(node.head)
         values = {node.head: 1.0 if node.kind == "count" else self.field(c, node.field)}
-        a = sum_moments(self.probs, self.lays, self.sp.model, self.th, values, order=order)
+        a = sum_moments(self.probs, self.lays, self.sp.model, self.th, values, self.cw,
+                        order=order)
         return _core.moments_from_expectations(a, self.ev)
 
 

@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "analysis.stats.registry": 0,
     "analysis.stats.derive": 0,
     "analysis.soft": 1,
-    "analysis.pbinom": 1,
+    "analysis.pbinom": 0,  # pure maths (jax only): objects uses its integer_step
     "analysis.fourvec": 0,  # pure maths beside the statistics layer
     "analysis.objects": 0,
     "analysis.yamlsafe": 1,

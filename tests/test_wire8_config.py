@@ -64,7 +64,9 @@ def test_valid_object_set_config_builds_a_plan() -> None:
     # count caps: >= n_min (upper bound 4) -> 4; == 1 -> 2
     assert [c.cap for c in plan.sets.model.counts] == [4, 2]
     assert plan.event_keys == ("MET.pt",)
-    assert initial_widths(cfg) == [5.0, 0.0, 2.0]
+    # object cuts, then entries: the trainable count's integer step (default 1.0), MET
+    assert initial_widths(cfg) == [5.0, 0.0, 1.0, 2.0]
+    assert plan.sets.count_widths == (2, None)
     assert len(initial_widths(cfg)) == plan.n_widths
 
 

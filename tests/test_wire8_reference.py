@@ -1,6 +1,6 @@
 """The object-set form at width 0 against an independent awkward + vector hard-cut
 analysis on the real NanoAOD files (1e-12), one observable of every kind; gradients
-against central finite differences; chunk invariance on the iterative executor."""
+against central finite differences; chunk invariance on the iterative and futures executors."""
 
 from __future__ import annotations
 
@@ -191,10 +191,13 @@ def test_gradients_match_central_differences() -> None:
 
 
 @pytest.mark.slow
-def test_chunk_invariance_iterative() -> None:
+@pytest.mark.parametrize("executor", ["iterative", "futures"])
+def test_chunk_invariance(executor: str) -> None:
     path = str(SHARED_DATA / "nano_tt_v12.root")
     whole = Evaluator(config_from_dict(agc(path))).run(order=1)["tt"]
-    split = Evaluator(config_from_dict(agc(path, chunksize=50))).run(order=1)["tt"]
+    cfg = config_from_dict(agc(path, chunksize=50))
+    with Evaluator(cfg, executor=executor, workers=2) as ev:
+        split = ev.run(order=1)["tt"]
     assert split.chunks == 4 and whole.chunks == 1
     np.testing.assert_allclose(_flat(split), _flat(whole), rtol=1e-10)
     np.testing.assert_allclose(_flat_jac(split), _flat_jac(whole), rtol=1e-9,

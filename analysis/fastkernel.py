@@ -1,0 +1,548 @@
+"""The pipeline kernel in numba: states and their Jacobian from unpadded columns.
+
+:func:`evaluate_columns` returns the same ``(value, jac)`` pytrees as
+:func:`analysis.kernel.evaluate_chunk` (``selected_sumw``, ``selected_sumw2`` and per
+observable :class:`~analysis.stats.Moments` / :class:`~analysis.stats.CoMoments`;
+Jacobian leaves with a trailing axis over the plan's trainable parameters) for the
+single-collection plan form (``plan.sets is None``) and ``order <= 1``, directly from
+a chunk's :class:`~analysis.columns.ChunkColumns` (flat object values and counts: no
+padding of events, objects or the count recursion). The JAX kernel stays the
+reference (and computes Hessians, the object-set form, grids and histogram entries).
+
+Derivatives are analytic, in float64, in one pass over the objects for the selection
+and two per observable (the centre of the moments first, as the JAX kernel does):
+
+- object pass ``p_j = prod_c s_c(v_j)``, ``s = sigmoid(z / width)`` with
+  ``z = v - t`` (``>``) or ``t - v`` (``<``), ``ds/dt = -+ s (1 - s) / width``; width 0
+  is the hard step (``z >= 0`` if inclusive, else ``z > 0``) with zero derivative;
+- soft count ``A = sum_k c[k] P(K = k)`` (``c``: :func:`analysis.pbinom.tail_weights`,
+  with ``dc/dn`` from JAX once per chunk), its derivative ``dA/dp_j`` by the forward
+  prefix distributions and a backward adjoint recursion over the event's own objects
+  (:func:`analysis.pbinom.count_expectation_gradient`'s maths), plus ``sum_k dc[k] q[k]``;
+- event cuts on branches, soft sums and soft counts; the event selection is the
+  product of all factors (product rule, no division);
+- moments about a constant centre ``c = sum w x / W`` (no gradient), ``d = x - c``:
+  ``S_k = sum w d^k`` and ``dS_k = sum (dw d^k + k w d^(k-1) dx)``, then the corrected
+  two-pass formulas of :func:`analysis.stats._core.moments` and their derivatives.
+
+Events are processed in blocks of :data:`BLOCK` (a fixed size: the result does not
+depend on the number of threads); each block's partial sums are stored and added in
+block order. Compiled with ``cache=True`` (workers and later runs load the machine
+code from ``__pycache__``). Empty chunks give the zeros the JAX kernel gives.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+
+from analysis import pbinom
+from analysis.columns import ChunkColumns
+from analysis.plan import Expr, Plan
+from analysis.stats._core import CoMoments, Moments
+
+__all__ = ["BLOCK", "evaluate_columns", "supports"]
+
+# Events per block: partial sums per block, added in block order (deterministic).
+BLOCK = 4096
+
+_FIELD, _BRANCH, _SUM, _COUNT = 0, 1, 2, 3
+_KINDS = {"field": _FIELD, "branch": _BRANCH, "sum": _SUM, "count": _COUNT}
+# Accumulators of one observable in the second pass (value and one per parameter):
+# W, sum w d, sum w d^2, sum w d^3, sum w d^4, sum w e, sum w e^2, sum w d e
+# with d = x - cx and e = y - cy.
+_NACC = 8
+
+
+def supports(plan: Plan, order: int) -> bool:
+    """True when :func:`evaluate_columns` computes ``plan`` at ``order``."""
+    return plan.sets is None and order <= 1
+
+
+# --- numba kernels ---------------------------------------------------------------------
+
+
+@numba.njit(cache=True, inline="always")
+def _soft(v, t, width, greater, inclusive):
+    """``(s, ds/dt)`` of :func:`analysis.objects.soft_pass` (``ds/dv = -ds/dt``)."""
+    z = v - t if greater else t - v
+    if width > 0.0:
+        s = 1.0 / (1.0 + np.exp(-(z / width)))
+        ds = s * (1.0 - s) / width
+        return s, (-ds if greater else ds)
+    if inclusive:
+        return (1.0 if z >= 0.0 else 0.0), 0.0
+    return (1.0 if z > 0.0 else 0.0), 0.0
+
+
+@numba.njit(cache=True, inline="always")
+def _event_expr(kind, src, absolute, e, o0, o1, p, dp, ofields, efields, dout):
+    """Value of an event-level expression of event ``e`` (objects ``o0:o1``); its
+    derivative with respect to each trainable parameter goes to ``dout``."""
+    n_par = dout.shape[0]
+    for k in range(n_par):
+        dout[k] = 0.0
+    if kind == _BRANCH:
+        v = efields[src][e]
+    elif kind == _SUM:
+        f = ofields[src]
+        v = 0.0
+        for j in range(o0, o1):
+            v += p[j] * f[j]
+            for k in range(n_par):
+                dout[k] += dp[j, k] * f[j]
+    else:  # count
+        v = 0.0
+        for j in range(o0, o1):
+            v += p[j]
+            for k in range(n_par):
+                dout[k] += dp[j, k]
+    if absolute and v < 0.0:
+        v = -v
+        for k in range(n_par):
+            dout[k] = -dout[k]
+    return v
+
+
+@numba.njit(cache=True, parallel=True)
+def _selection(
+    weight, offsets, ofields, efields,
+    cut_src, cut_abs, cut_greater, cut_incl, cut_t, cut_w, cut_par,
+    cw, dcw, count_less,
+    ev_kind, ev_src, ev_abs, ev_greater, ev_incl, ev_t, ev_w, ev_par,
+    n_par, max_count, block,
+):
+    """Soft selection of all events: per object ``p``, ``dp`` (``(objects, P)``), per
+    event ``ew`` (weight x selection), ``dew``; per block ``sum ew``, ``sum ew^2`` and
+    their derivatives (``(blocks, 2, 1 + P)``)."""
+    n_ev = weight.shape[0]
+    n_obj = offsets[n_ev]
+    n_cuts = cut_src.shape[0]
+    n_cc = cw.shape[0]
+    cap = cw.shape[1] - 1
+    n_ec = ev_kind.shape[0]
+    n_fac = n_cc + n_ec
+    p = np.empty(n_obj)
+    dp = np.zeros((n_obj, n_par))
+    ew = np.empty(n_ev)
+    dew = np.zeros((n_ev, n_par))
+    n_blocks = (n_ev + block - 1) // block
+    sums = np.zeros((n_blocks, 2, 1 + n_par))
+    for b in numba.prange(n_blocks):
+        s = np.empty(n_cuts)
+        ds = np.empty(n_cuts)
+        fwd = np.empty((max_count + 1, cap + 1))
+        adj = np.empty((n_cc, cap + 1))
+        q = np.empty(cap + 1)
+        fac = np.empty(n_fac)
+        dfac = np.zeros((n_fac, n_par))
+        dv = np.empty(n_par)
+        acc = sums[b]
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            o0, o1 = offsets[e], offsets[e + 1]
+            # object cuts: p = prod s_c, dp/dt_c = ds_c prod_{c' != c} s_c'
+            for j in range(o0, o1):
+                pj = 1.0
+                for c in range(n_cuts):
+                    v = ofields[cut_src[c]][j]
+                    if cut_abs[c]:
+                        v = abs(v)
+                    s[c], ds[c] = _soft(v, cut_t[c], cut_w[c], cut_greater[c], cut_incl[c])
+                    pj *= s[c]
+                p[j] = pj
+                for c in range(n_cuts):
+                    if cut_par[c] >= 0 and ds[c] != 0.0:
+                        g = ds[c]
+                        for c2 in range(n_cuts):
+                            if c2 != c:
+                                g *= s[c2]
+                        dp[j, cut_par[c]] += g
+            # count cuts: forward prefix distributions, then the adjoint per cut
+            if n_cc > 0:
+                for k in range(cap + 1):
+                    fwd[0, k] = 0.0
+                fwd[0, 0] = 1.0
+                for i in range(o1 - o0):
+                    pj = p[o0 + i]
+                    fwd[i + 1, 0] = fwd[i, 0] * (1.0 - pj)
+                    for k in range(1, cap):
+                        fwd[i + 1, k] = fwd[i, k] * (1.0 - pj) + fwd[i, k - 1] * pj
+                    fwd[i + 1, cap] = fwd[i, cap] + fwd[i, cap - 1] * pj
+                n_loc = o1 - o0
+                for k in range(cap + 1):
+                    q[k] = fwd[n_loc, k]
+                for m in range(n_cc):
+                    a_val = 0.0
+                    for k in range(cap + 1):
+                        a_val += cw[m, k] * q[k]
+                        adj[m, k] = cw[m, k]
+                    for r in range(n_par):
+                        g = 0.0
+                        for k in range(cap + 1):
+                            g += dcw[m, k, r] * q[k]
+                        dfac[m, r] = g
+                    for i in range(n_loc - 1, -1, -1):
+                        j = o0 + i
+                        pj = p[j]
+                        h = 0.0
+                        for k in range(cap):
+                            h += fwd[i, k] * (adj[m, k + 1] - adj[m, k])
+                        for k in range(cap):
+                            adj[m, k] = adj[m, k] * (1.0 - pj) + adj[m, k + 1] * pj
+                        if h != 0.0:
+                            for r in range(n_par):
+                                dfac[m, r] += h * dp[j, r]
+                    if count_less[m]:
+                        fac[m] = 1.0 - a_val
+                        for r in range(n_par):
+                            dfac[m, r] = -dfac[m, r]
+                    else:
+                        fac[m] = a_val
+            # event cuts
+            for c in range(n_ec):
+                v = _event_expr(ev_kind[c], ev_src[c], ev_abs[c], e, o0, o1, p, dp,
+                                ofields, efields, dv)
+                sv, dsv = _soft(v, ev_t[c], ev_w[c], ev_greater[c], ev_incl[c])
+                fac[n_cc + c] = sv
+                for r in range(n_par):
+                    dfac[n_cc + c, r] = -dsv * dv[r]
+                if ev_par[c] >= 0:
+                    dfac[n_cc + c, ev_par[c]] += dsv
+            sel = 1.0
+            for i in range(n_fac):
+                sel *= fac[i]
+            w = weight[e]
+            ew[e] = w * sel
+            for i in range(n_fac):
+                rest = w
+                for i2 in range(n_fac):
+                    if i2 != i:
+                        rest *= fac[i2]
+                for r in range(n_par):
+                    dew[e, r] += rest * dfac[i, r]
+            acc[0, 0] += ew[e]
+            acc[1, 0] += ew[e] * ew[e]
+            for r in range(n_par):
+                acc[0, 1 + r] += dew[e, r]
+                acc[1, 1 + r] += 2.0 * ew[e] * dew[e, r]
+    return p, dp, ew, dew, sums
+
+
+@numba.njit(cache=True, inline="always")
+def _entry_value(kind, src, absolute, e, j, o0, o1, p, dp, ofields, efields, dout):
+    if kind == _FIELD:
+        v = ofields[src][j]
+        return abs(v) if absolute else v
+    return _event_expr(kind, src, absolute, e, o0, o1, p, dp, ofields, efields, dout)
+
+
+@numba.njit(cache=True, parallel=True)
+def _observables(
+    offsets, ofields, efields, p, dp, ew, dew,
+    obj_level, x_kind, x_src, x_abs, has_y, y_kind, y_src, y_abs,
+    cx, cy, second, n_par, block,
+):
+    """Per block and observable: first pass (``second`` False) ``W, sum w x, sum w y``
+    in ``[..., 0:3, 0]``; second pass the :data:`_NACC` sums about the centres
+    ``cx``, ``cy`` with their derivatives (``(blocks, observables, _NACC, 1 + P)``)."""
+    n_ev = ew.shape[0]
+    n_obs = obj_level.shape[0]
+    n_blocks = (n_ev + block - 1) // block
+    out = np.zeros((n_blocks, n_obs, _NACC, 1 + n_par))
+    for b in numba.prange(n_blocks):
+        dx = np.zeros(n_par)
+        dy = np.zeros(n_par)
+        dw = np.empty(n_par)
+        for o in range(n_obs):
+            acc = out[b, o]
+            for r in range(n_par):  # object fields have no derivative (never written)
+                dx[r] = 0.0
+                dy[r] = 0.0
+            for e in range(b * block, min(n_ev, (b + 1) * block)):
+                o0, o1 = offsets[e], offsets[e + 1]
+                if obj_level[o]:
+                    j0, j1 = o0, o1
+                else:
+                    j0, j1 = 0, 1
+                for j in range(j0, j1):
+                    x = _entry_value(x_kind[o], x_src[o], x_abs[o], e, j, o0, o1, p, dp,
+                                     ofields, efields, dx)
+                    y = 0.0
+                    if has_y[o]:
+                        y = _entry_value(y_kind[o], y_src[o], y_abs[o], e, j, o0, o1, p, dp,
+                                         ofields, efields, dy)
+                    if obj_level[o]:
+                        w = ew[e] * p[j]
+                        for r in range(n_par):
+                            dw[r] = dew[e, r] * p[j] + ew[e] * dp[j, r]
+                    else:
+                        w = ew[e]
+                        for r in range(n_par):
+                            dw[r] = dew[e, r]
+                    if not second:
+                        acc[0, 0] += w
+                        acc[1, 0] += w * x
+                        acc[2, 0] += w * y
+                        continue
+                    d = x - cx[o]
+                    ey = y - cy[o]
+                    wd = w * d
+                    wd2 = wd * d
+                    acc[0, 0] += w
+                    acc[1, 0] += wd
+                    acc[2, 0] += wd2
+                    acc[3, 0] += wd2 * d
+                    acc[4, 0] += wd2 * d * d
+                    acc[5, 0] += w * ey
+                    acc[6, 0] += w * ey * ey
+                    acc[7, 0] += wd * ey
+                    d2 = d * d
+                    d3 = d2 * d
+                    for r in range(n_par):
+                        g, gx, gy = dw[r], dx[r], dy[r]
+                        acc[0, 1 + r] += g
+                        acc[1, 1 + r] += g * d + w * gx
+                        acc[2, 1 + r] += g * d2 + 2.0 * wd * gx
+                        acc[3, 1 + r] += g * d3 + 3.0 * wd * d * gx
+                        acc[4, 1 + r] += g * d3 * d + 4.0 * wd * d2 * gx
+                        acc[5, 1 + r] += g * ey + w * gy
+                        acc[6, 1 + r] += g * ey * ey + 2.0 * w * ey * gy
+                        acc[7, 1 + r] += g * d * ey + w * (gx * ey + d * gy)
+    return out
+
+
+# --- host side -------------------------------------------------------------------------
+
+
+@partial(jax.jit, static_argnames=("cap",))
+def _tail_weights(n, width, cap: int):
+    """``c`` (``(m, cap + 1)``) of each count cut and ``dc/dn`` (same shape)."""
+
+    def one(n1, w1):
+        f = partial(pbinom.tail_weights, width=w1, cap=cap)
+        return f(n1), jax.jacfwd(f)(n1)
+
+    return jax.vmap(one)(n, width)
+
+
+def _par_index(plan: Plan, param: int | None) -> int:
+    return plan.trainable.index(param) if param is not None and param in plan.trainable else -1
+
+
+def _threshold(theta: np.ndarray, param: int | None, value: float | None) -> float:
+    return float(theta[param]) if param is not None else float(value)
+
+
+def _safe_div(num, den):
+    return num / den if den != 0 else 0.0
+
+
+def _moments_state(tot: np.ndarray, center: float, finite: bool):
+    """``(Moments, jac Moments)`` from the summed accumulators ``tot`` (``(_NACC, 1 + P)``)
+    about ``center`` (as :func:`analysis.stats._core.moments`)."""
+    w, dw = tot[0, 0], tot[0, 1:]
+    s1, s2, s3, s4 = tot[1, 0], tot[2, 0], tot[3, 0], tot[4, 0]
+    ds1, ds2, ds3, ds4 = tot[1, 1:], tot[2, 1:], tot[3, 1:], tot[4, 1:]
+    r = _safe_div(s1, w)
+    dr = (ds1 - r * dw) / w if w != 0 else np.zeros_like(dw)
+    r2 = r * r
+    m2 = s2 - w * r2
+    dm2 = ds2 - dw * r2 - 2.0 * w * r * dr
+    if m2 < 0 and -m2 <= 1e-8 * abs(w * r2):
+        m2, dm2 = 0.0, np.zeros_like(dw)
+    m3 = s3 - 3.0 * r * s2 + 2.0 * w * r2 * r
+    dm3 = ds3 - 3.0 * (dr * s2 + r * ds2) + 2.0 * (dw * r2 * r + 3.0 * w * r2 * dr)
+    m4 = s4 - 4.0 * r * s3 + 6.0 * r2 * s2 - 3.0 * w * r2 * r2
+    dm4 = (
+        ds4 - 4.0 * (dr * s3 + r * ds3) + 6.0 * (2.0 * r * dr * s2 + r2 * ds2)
+        - 3.0 * (dw * r2 * r2 + 4.0 * w * r2 * r * dr)
+    )
+    zero = np.zeros_like(dw)
+    if not finite:
+        m2 = m3 = m4 = np.nan
+        dm2 = dm3 = dm4 = zero
+    value = Moments(*(np.array(v, dtype=np.float64) for v in (w, center, r, m2, m3, m4)))
+    jac = Moments(dw.copy(), zero, dr, dm2, dm3, dm4)
+    return value, jac
+
+
+def _comoments_state(tot: np.ndarray, cx: float, cy: float, fx: bool, fy: bool):
+    """``(CoMoments, jac CoMoments)`` from the summed accumulators (as
+    :func:`analysis.stats._core.comoments`)."""
+    w, dw = tot[0, 0], tot[0, 1:]
+    zero = np.zeros_like(dw)
+    rx = _safe_div(tot[1, 0], w)
+    ry = _safe_div(tot[5, 0], w)
+    drx = (tot[1, 1:] - rx * dw) / w if w != 0 else zero
+    dry = (tot[5, 1:] - ry * dw) / w if w != 0 else zero
+
+    def square(s, ds, r, dr):
+        m = s - w * (r * r)
+        dm = ds - dw * (r * r) - 2.0 * w * r * dr
+        if m < 0 and -m <= 1e-8 * abs(w * (r * r)):
+            return 0.0, zero
+        return m, dm
+
+    cxx, dcxx = square(tot[2, 0], tot[2, 1:], rx, drx)
+    cyy, dcyy = square(tot[6, 0], tot[6, 1:], ry, dry)
+    cxy = tot[7, 0] - w * rx * ry
+    dcxy = tot[7, 1:] - dw * rx * ry - w * (drx * ry + rx * dry)
+    if not fx:
+        cxx, dcxx = np.nan, zero
+    if not fy:
+        cyy, dcyy = np.nan, zero
+    if not (fx and fy):
+        cxy, dcxy = np.nan, zero
+    value = CoMoments(*(np.array(v, dtype=np.float64) for v in (w, cx, rx, cy, ry, cxx, cyy, cxy)))
+    jac = CoMoments(dw.copy(), zero, drx, zero, dry, dcxx, dcyy, dcxy)
+    return value, jac
+
+
+def _encode(expr: Expr, ofield: dict[str, int], efield: dict[str, int]) -> tuple[int, int, bool]:
+    kind = _KINDS[expr.kind]
+    if kind in (_FIELD, _SUM):
+        src = ofield[expr.key]
+    elif kind == _BRANCH:
+        src = efield[expr.key]
+    else:
+        src = 0
+    return kind, src, bool(expr.absolute)
+
+
+def _field_tuple(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    # A dummy first entry: numba cannot index an empty tuple.
+    return tuple([np.zeros(1)] + [np.ascontiguousarray(a, dtype=np.float64) for a in arrays])
+
+
+def evaluate_columns(
+    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int = 1
+) -> tuple[dict, dict | None]:
+    """``(value, jac)`` of one chunk, as :func:`analysis.kernel.evaluate_chunk` returns
+    them (numpy float64; ``jac`` None for ``order=0``); ``plan`` must satisfy
+    :func:`supports`."""
+    if not supports(plan, order):
+        raise ValueError("fastkernel: needs plan.sets None and order <= 1")
+    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+    widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
+    n_par = len(plan.trainable)
+    n_ev = int(cols.n_events)
+    weight = np.ascontiguousarray(cols.weight, dtype=np.float64)
+    counts = (
+        np.asarray(cols.counts, dtype=np.int64) if cols.counts is not None
+        else np.zeros(n_ev, np.int64)
+    )
+    offsets = np.zeros(n_ev + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    max_count = int(counts.max(initial=0))
+    onames = list(cols.objects)
+    enames = list(cols.events)
+    ofield = {k: i + 1 for i, k in enumerate(onames)}
+    efield = {k: i + 1 for i, k in enumerate(enames)}
+    ofields = _field_tuple([cols.objects[k] for k in onames])
+    efields = _field_tuple([cols.events[k] for k in enames])
+
+    cuts = plan.object_cuts
+    cut_src = np.array([ofield[c.field] for c in cuts], np.int64)
+    cut_abs = np.array([c.absolute for c in cuts], np.bool_)
+    cut_greater = np.array([c.greater for c in cuts], np.bool_)
+    cut_incl = np.array([c.inclusive for c in cuts], np.bool_)
+    cut_t = np.array([_threshold(theta, c.param, c.value) for c in cuts], np.float64)
+    cut_w = np.array([widths[c.width_index] for c in cuts], np.float64)
+    cut_par = np.array([_par_index(plan, c.param) for c in cuts], np.int64)
+
+    cap = plan.count_cap
+    ccuts = plan.count_cuts
+    cw = np.zeros((len(ccuts), cap + 1))
+    dcw = np.zeros((len(ccuts), cap + 1, n_par))
+    if ccuts:
+        n = np.array([
+            _threshold(theta, c.param, c.value) + (1.0 if c.op in (">", "<=") else 0.0)
+            for c in ccuts
+        ])
+        cw_j, slope = _tail_weights(
+            jnp.asarray(n), jnp.asarray(np.array([widths[c.width_index] for c in ccuts])), cap
+        )
+        cw = np.array(cw_j, dtype=np.float64)
+        slope = np.asarray(slope, dtype=np.float64)
+        for m, c in enumerate(ccuts):
+            r = _par_index(plan, c.param)
+            if r >= 0:
+                dcw[m, :, r] = slope[m]
+    count_less = np.array([c.op in ("<", "<=") for c in ccuts], np.bool_)
+
+    ecuts = plan.event_cuts
+    enc = [_encode(c.expr, ofield, efield) for c in ecuts]
+    ev_kind = np.array([k for k, _, _ in enc], np.int64)
+    ev_src = np.array([s for _, s, _ in enc], np.int64)
+    ev_abs = np.array([a for _, _, a in enc], np.bool_)
+    ev_greater = np.array([c.greater for c in ecuts], np.bool_)
+    ev_incl = np.array([c.inclusive for c in ecuts], np.bool_)
+    ev_t = np.array([_threshold(theta, c.param, c.value) for c in ecuts], np.float64)
+    ev_w = np.array([widths[c.width_index] for c in ecuts], np.float64)
+    ev_par = np.array([_par_index(plan, c.param) for c in ecuts], np.int64)
+
+    p, dp, ew, dew, sums = _selection(
+        weight, offsets, ofields, efields,
+        cut_src, cut_abs, cut_greater, cut_incl, cut_t, cut_w, cut_par,
+        cw, dcw, count_less,
+        ev_kind, ev_src, ev_abs, ev_greater, ev_incl, ev_t, ev_w, ev_par,
+        n_par, max_count, BLOCK,
+    )
+    tot = sums.sum(axis=0) if sums.shape[0] else np.zeros((2, 1 + n_par))
+    value: dict[str, Any] = {
+        "selected_sumw": np.array(tot[0, 0], dtype=np.float64),
+        "selected_sumw2": np.array(tot[1, 0], dtype=np.float64),
+        "observables": {},
+    }
+    jac: dict[str, Any] = {
+        "selected_sumw": tot[0, 1:].copy(),
+        "selected_sumw2": tot[1, 1:].copy(),
+        "observables": {},
+    }
+    obs = plan.observables
+    if obs:
+        xs = [_encode(o.x, ofield, efield) for o in obs]
+        ys = [_encode(o.y, ofield, efield) if o.y is not None else (0, 0, False) for o in obs]
+        args = (
+            np.array([o.x.level == "object" for o in obs], np.bool_),
+            np.array([k for k, _, _ in xs], np.int64),
+            np.array([s for _, s, _ in xs], np.int64),
+            np.array([a for _, _, a in xs], np.bool_),
+            np.array([o.y is not None for o in obs], np.bool_),
+            np.array([k for k, _, _ in ys], np.int64),
+            np.array([s for _, s, _ in ys], np.int64),
+            np.array([a for _, _, a in ys], np.bool_),
+        )
+        zeros = np.zeros(len(obs))
+        first = _observables(offsets, ofields, efields, p, dp, ew, dew, *args,
+                             zeros, zeros, False, n_par, BLOCK).sum(axis=0)
+        w_tot = first[:, 0, 0]
+        cx = np.array([_safe_div(first[i, 1, 0], w_tot[i]) for i in range(len(obs))])
+        cy = np.array([_safe_div(first[i, 2, 0], w_tot[i]) for i in range(len(obs))])
+        fx, fy = np.isfinite(cx), np.isfinite(cy)
+        second = _observables(offsets, ofields, efields, p, dp, ew, dew, *args,
+                              np.where(fx, cx, 0.0), np.where(fy, cy, 0.0), True, n_par,
+                              BLOCK).sum(axis=0)
+        for i, o in enumerate(obs):
+            tot_o = second[i]
+            if not fx[i]:  # deviations from an infinite mean are set to 0
+                tot_o[1:5] = 0.0
+                tot_o[7] = 0.0
+            if not fy[i]:
+                tot_o[5:8] = 0.0
+            ventry: dict[str, Any] = {}
+            jentry: dict[str, Any] = {}
+            if o.univariate:
+                ventry["moments"], jentry["moments"] = _moments_state(tot_o, cx[i], fx[i])
+            if o.bivariate:
+                ventry["comoments"], jentry["comoments"] = _comoments_state(
+                    tot_o, cx[i], cy[i], fx[i], fy[i]
+                )
+            value["observables"][o.name] = ventry
+            jac["observables"][o.name] = jentry
+    return value, (jac if order >= 1 else None)

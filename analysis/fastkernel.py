@@ -330,8 +330,8 @@ def _tail_weights(n, width, cap: int):
     return jax.vmap(one)(n, width)
 
 
-def _par_index(plan: Plan, param: int | None) -> int:
-    return plan.trainable.index(param) if param is not None and param in plan.trainable else -1
+def _par_index(trainable: tuple[int, ...], param: int | None) -> int:
+    return trainable.index(param) if param is not None and param in trainable else -1
 
 
 def _threshold(theta: np.ndarray, param: int | None, value: float | None) -> float:
@@ -429,7 +429,9 @@ def evaluate_columns(
         raise ValueError("fastkernel: needs plan.sets None and order <= 1")
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
     widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
-    n_par = len(plan.trainable)
+    # order 0: no derivatives at all (no parameter is differentiated in the kernels)
+    trainable = plan.trainable if order >= 1 else ()
+    n_par = len(trainable)
     n_ev = int(cols.n_events)
     weight = np.ascontiguousarray(cols.weight, dtype=np.float64)
     counts = (
@@ -453,7 +455,7 @@ def evaluate_columns(
     cut_incl = np.array([c.inclusive for c in cuts], np.bool_)
     cut_t = np.array([_threshold(theta, c.param, c.value) for c in cuts], np.float64)
     cut_w = np.array([widths[c.width_index] for c in cuts], np.float64)
-    cut_par = np.array([_par_index(plan, c.param) for c in cuts], np.int64)
+    cut_par = np.array([_par_index(trainable, c.param) for c in cuts], np.int64)
 
     cap = plan.count_cap
     ccuts = plan.count_cuts
@@ -470,7 +472,7 @@ def evaluate_columns(
         cw = np.array(cw_j, dtype=np.float64)
         slope = np.asarray(slope, dtype=np.float64)
         for m, c in enumerate(ccuts):
-            r = _par_index(plan, c.param)
+            r = _par_index(trainable, c.param)
             if r >= 0:
                 dcw[m, :, r] = slope[m]
     count_less = np.array([c.op in ("<", "<=") for c in ccuts], np.bool_)
@@ -484,7 +486,7 @@ def evaluate_columns(
     ev_incl = np.array([c.inclusive for c in ecuts], np.bool_)
     ev_t = np.array([_threshold(theta, c.param, c.value) for c in ecuts], np.float64)
     ev_w = np.array([widths[c.width_index] for c in ecuts], np.float64)
-    ev_par = np.array([_par_index(plan, c.param) for c in ecuts], np.int64)
+    ev_par = np.array([_par_index(trainable, c.param) for c in ecuts], np.int64)
 
     p, dp, ew, dew, sums = _selection(
         weight, offsets, ofields, efields,

@@ -67,7 +67,7 @@ def supports(plan: Plan, order: int) -> bool:
 # --- numba kernels ---------------------------------------------------------------------
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _soft(v, t, width, greater, inclusive):
     """``(s, ds/dt)`` of :func:`analysis.objects.soft_pass` (``ds/dv = -ds/dt``)."""
     z = v - t if greater else t - v
@@ -80,7 +80,7 @@ def _soft(v, t, width, greater, inclusive):
     return (1.0 if z > 0.0 else 0.0), 0.0
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _event_expr(kind, src, absolute, e, o0, o1, p, dp, ofields, efields, dout):
     """Value of an event-level expression of event ``e`` (objects ``o0:o1``); its
     derivative with respect to each trainable parameter goes to ``dout``."""
@@ -109,7 +109,7 @@ def _event_expr(kind, src, absolute, e, o0, o1, p, dp, ofields, efields, dout):
     return v
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def _selection(
     weight, offsets, ofields, efields,
     cut_src, cut_abs, cut_greater, cut_incl, cut_t, cut_w, cut_par,
@@ -133,7 +133,7 @@ def _selection(
     dew = np.zeros((n_ev, n_par))
     n_blocks = (n_ev + block - 1) // block
     sums = np.zeros((n_blocks, 2, 1 + n_par))
-    for b in numba.prange(n_blocks):
+    for b in range(n_blocks):
         s = np.empty(n_cuts)
         ds = np.empty(n_cuts)
         fwd = np.empty((max_count + 1, cap + 1))
@@ -233,7 +233,7 @@ def _selection(
     return p, dp, ew, dew, sums
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _entry_value(kind, src, absolute, e, j, o0, o1, p, dp, ofields, efields, dout):
     if kind == _FIELD:
         v = ofields[src][j]
@@ -241,23 +241,30 @@ def _entry_value(kind, src, absolute, e, j, o0, o1, p, dp, ofields, efields, dou
     return _event_expr(kind, src, absolute, e, o0, o1, p, dp, ofields, efields, dout)
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def _observables(
     offsets, ofields, efields, p, dp, ew, dew,
-    obj_level, x_kind, x_src, x_abs, has_y, y_kind, y_src, y_abs,
+    obj_level, x_kind, x_src, x_abs, has_y, y_kind, y_src, y_abs, high,
     cx, cy, second, n_par, block,
 ):
     """Per block and observable: first pass (``second`` False) ``W, sum w x, sum w y``
     in ``[..., 0:3, 0]``; second pass the :data:`_NACC` sums about the centres
-    ``cx``, ``cy`` with their derivatives (``(blocks, observables, _NACC, 1 + P)``)."""
+    ``cx``, ``cy`` with their derivatives (``(blocks, observables, _NACC, 1 + P)``);
+    ``high``: whether ``d^3``, ``d^4`` are needed (statistics of one variable).
+
+    An entry's weight is ``ew[e] * p_j`` (per object) or ``ew[e]`` (per event), so each
+    event's sums are ``ew[e] T`` with ``T = sum_j p_j t_j`` (``t_j``: the powers of the
+    deviations) and their derivatives ``dew[e] T + ew[e] U``, ``U = sum_j dp_j t_j``
+    (per object) or ``U = dt`` (per event: the derivatives of sums and counts)."""
     n_ev = ew.shape[0]
     n_obs = obj_level.shape[0]
     n_blocks = (n_ev + block - 1) // block
     out = np.zeros((n_blocks, n_obs, _NACC, 1 + n_par))
-    for b in numba.prange(n_blocks):
+    for b in range(n_blocks):
         dx = np.zeros(n_par)
         dy = np.zeros(n_par)
-        dw = np.empty(n_par)
+        t = np.empty(_NACC)
+        u = np.empty((_NACC, n_par))
         for o in range(n_obs):
             acc = out[b, o]
             for r in range(n_par):  # object fields have no derivative (never written)
@@ -265,54 +272,103 @@ def _observables(
                 dy[r] = 0.0
             for e in range(b * block, min(n_ev, (b + 1) * block)):
                 o0, o1 = offsets[e], offsets[e + 1]
-                if obj_level[o]:
-                    j0, j1 = o0, o1
-                else:
-                    j0, j1 = 0, 1
-                for j in range(j0, j1):
-                    x = _entry_value(x_kind[o], x_src[o], x_abs[o], e, j, o0, o1, p, dp,
-                                     ofields, efields, dx)
-                    y = 0.0
-                    if has_y[o]:
-                        y = _entry_value(y_kind[o], y_src[o], y_abs[o], e, j, o0, o1, p, dp,
-                                         ofields, efields, dy)
+                wev = ew[e]
+                if not second:
                     if obj_level[o]:
-                        w = ew[e] * p[j]
-                        for r in range(n_par):
-                            dw[r] = dew[e, r] * p[j] + ew[e] * dp[j, r]
+                        for j in range(o0, o1):
+                            x = _entry_value(x_kind[o], x_src[o], x_abs[o], e, j, o0, o1, p,
+                                             dp, ofields, efields, dx)
+                            y = 0.0
+                            if has_y[o]:
+                                y = _entry_value(y_kind[o], y_src[o], y_abs[o], e, j, o0, o1, p,
+                                                 dp, ofields, efields, dy)
+                            w = wev * p[j]
+                            acc[0, 0] += w
+                            acc[1, 0] += w * x
+                            acc[2, 0] += w * y
                     else:
-                        w = ew[e]
-                        for r in range(n_par):
-                            dw[r] = dew[e, r]
-                    if not second:
-                        acc[0, 0] += w
-                        acc[1, 0] += w * x
-                        acc[2, 0] += w * y
-                        continue
-                    d = x - cx[o]
-                    ey = y - cy[o]
-                    wd = w * d
-                    wd2 = wd * d
-                    acc[0, 0] += w
-                    acc[1, 0] += wd
-                    acc[2, 0] += wd2
-                    acc[3, 0] += wd2 * d
-                    acc[4, 0] += wd2 * d * d
-                    acc[5, 0] += w * ey
-                    acc[6, 0] += w * ey * ey
-                    acc[7, 0] += wd * ey
-                    d2 = d * d
-                    d3 = d2 * d
+                        x = _entry_value(x_kind[o], x_src[o], x_abs[o], e, 0, o0, o1, p, dp,
+                                         ofields, efields, dx)
+                        y = 0.0
+                        if has_y[o]:
+                            y = _entry_value(y_kind[o], y_src[o], y_abs[o], e, 0, o0, o1, p,
+                                             dp, ofields, efields, dy)
+                        acc[0, 0] += wev
+                        acc[1, 0] += wev * x
+                        acc[2, 0] += wev * y
+                    continue
+                for k in range(_NACC):
+                    t[k] = 0.0
                     for r in range(n_par):
-                        g, gx, gy = dw[r], dx[r], dy[r]
-                        acc[0, 1 + r] += g
-                        acc[1, 1 + r] += g * d + w * gx
-                        acc[2, 1 + r] += g * d2 + 2.0 * wd * gx
-                        acc[3, 1 + r] += g * d3 + 3.0 * wd * d * gx
-                        acc[4, 1 + r] += g * d3 * d + 4.0 * wd * d2 * gx
-                        acc[5, 1 + r] += g * ey + w * gy
-                        acc[6, 1 + r] += g * ey * ey + 2.0 * w * ey * gy
-                        acc[7, 1 + r] += g * d * ey + w * (gx * ey + d * gy)
+                        u[k, r] = 0.0
+                if obj_level[o]:
+                    fx = ofields[x_src[o]]
+                    fy = ofields[y_src[o]]
+                    for j in range(o0, o1):
+                        x = fx[j]
+                        if x_abs[o]:
+                            x = abs(x)
+                        d = x - cx[o]
+                        pj = p[j]
+                        d2 = d * d
+                        t[0] += pj
+                        t[1] += pj * d
+                        t[2] += pj * d2
+                        if high[o]:
+                            t[3] += pj * d2 * d
+                            t[4] += pj * d2 * d2
+                        if has_y[o]:
+                            y = fy[j]
+                            if y_abs[o]:
+                                y = abs(y)
+                            ey = y - cy[o]
+                            t[5] += pj * ey
+                            t[6] += pj * ey * ey
+                            t[7] += pj * d * ey
+                        for r in range(n_par):
+                            g = dp[j, r]
+                            if g != 0.0:
+                                u[0, r] += g
+                                u[1, r] += g * d
+                                u[2, r] += g * d2
+                                if high[o]:
+                                    u[3, r] += g * d2 * d
+                                    u[4, r] += g * d2 * d2
+                                if has_y[o]:
+                                    u[5, r] += g * ey
+                                    u[6, r] += g * ey * ey
+                                    u[7, r] += g * d * ey
+                else:
+                    x = _entry_value(x_kind[o], x_src[o], x_abs[o], e, 0, o0, o1, p, dp,
+                                     ofields, efields, dx)
+                    d = x - cx[o]
+                    d2 = d * d
+                    t[0] = 1.0
+                    t[1] = d
+                    t[2] = d2
+                    t[3] = d2 * d
+                    t[4] = d2 * d2
+                    ey = 0.0
+                    if has_y[o]:
+                        y = _entry_value(y_kind[o], y_src[o], y_abs[o], e, 0, o0, o1, p, dp,
+                                         ofields, efields, dy)
+                        ey = y - cy[o]
+                        t[5] = ey
+                        t[6] = ey * ey
+                        t[7] = d * ey
+                    for r in range(n_par):
+                        gx, gy = dx[r], dy[r]
+                        u[1, r] = gx
+                        u[2, r] = 2.0 * d * gx
+                        u[3, r] = 3.0 * d2 * gx
+                        u[4, r] = 4.0 * d2 * d * gx
+                        u[5, r] = gy
+                        u[6, r] = 2.0 * ey * gy
+                        u[7, r] = gx * ey + d * gy
+                for k in range(_NACC):
+                    acc[k, 0] += wev * t[k]
+                    for r in range(n_par):
+                        acc[k, 1 + r] += dew[e, r] * t[k] + wev * u[k, r]
     return out
 
 
@@ -414,9 +470,17 @@ def _encode(expr: Expr, ofield: dict[str, int], efield: dict[str, int]) -> tuple
     return kind, src, bool(expr.absolute)
 
 
+# Columns reach numba as a tuple of arrays (no copy); its length is part of the compiled
+# signature, so it is padded to a multiple of this with a dummy array: one compilation
+# serves every plan with up to 7 fields (a cold compilation takes several seconds).
+_TUPLE_STEP = 8
+
+
 def _field_tuple(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-    # A dummy first entry: numba cannot index an empty tuple.
-    return tuple([np.zeros(1)] + [np.ascontiguousarray(a, dtype=np.float64) for a in arrays])
+    # Index 0 is the dummy (numba cannot index an empty tuple); fields start at 1.
+    dummy = np.zeros(1)
+    fields = [dummy] + [np.ascontiguousarray(a, dtype=np.float64) for a in arrays]
+    return tuple(fields + [dummy] * (-len(fields) % _TUPLE_STEP))
 
 
 def evaluate_columns(
@@ -476,6 +540,16 @@ def evaluate_columns(
             if r >= 0:
                 dcw[m, :, r] = slope[m]
     count_less = np.array([c.op in ("<", "<=") for c in ccuts], np.bool_)
+    # Above the last step of every weight row (and of its derivative) the rows are
+    # constant: the states from there on merge into one absorbing top bin, P(K >= top),
+    # and the recursion runs over top + 1 states instead of cap + 1 (3 instead of 9 for
+    # the demo's ">= 2"). Same sum, exactly: sum_{k >= top} c[k] q[k] = c[top] P(K >= top).
+    if ccuts:
+        steps = np.flatnonzero(
+            (np.diff(cw, axis=1) != 0).any(axis=0) | (np.diff(dcw, axis=1) != 0).any(axis=(0, 2))
+        )
+        top = int(steps[-1]) + 1 if steps.size else 1
+        cw, dcw = cw[:, : top + 1].copy(), dcw[:, : top + 1].copy()
 
     ecuts = plan.event_cuts
     enc = [_encode(c.expr, ofield, efield) for c in ecuts]
@@ -519,6 +593,7 @@ def evaluate_columns(
             np.array([k for k, _, _ in ys], np.int64),
             np.array([s for _, s, _ in ys], np.int64),
             np.array([a for _, _, a in ys], np.bool_),
+            np.array([bool(o.univariate) for o in obs], np.bool_),
         )
         zeros = np.zeros(len(obs))
         first = _observables(offsets, ofields, efields, p, dp, ew, dew, *args,

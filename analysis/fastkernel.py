@@ -33,6 +33,9 @@ code from ``__pycache__``). Empty chunks give the zeros the JAX kernel gives.
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -81,16 +84,17 @@ def _soft(v, t, width, greater, inclusive):
 
 
 @numba.njit(cache=True)
-def _event_expr(kind, src, absolute, e, o0, o1, p, dp, ofields, efields, dout):
-    """Value of an event-level expression of event ``e`` (objects ``o0:o1``); its
-    derivative with respect to each trainable parameter goes to ``dout``."""
+def _event_expr(kind, absolute, e, o0, o1, p, dp, f, dout):
+    """Value of an event-level expression of event ``e`` (objects ``o0:o1``): the branch
+    ``f[e]``, the soft sum ``sum_j p_j f_j`` or the soft count ``sum_j p_j``; its
+    derivative with respect to each trainable parameter goes to ``dout``. (Arrays are
+    passed one by one: a call with the field tuples costs more than the sum.)"""
     n_par = dout.shape[0]
     for k in range(n_par):
         dout[k] = 0.0
     if kind == _BRANCH:
-        v = efields[src][e]
+        v = f[e]
     elif kind == _SUM:
-        f = ofields[src]
         v = 0.0
         for j in range(o0, o1):
             v += p[j] * f[j]
@@ -115,27 +119,20 @@ def _selection(
     cut_src, cut_abs, cut_greater, cut_incl, cut_t, cut_w, cut_par,
     cw, dcw, count_less,
     ev_kind, ev_src, ev_abs, ev_greater, ev_incl, ev_t, ev_w, ev_par,
-    n_par, max_count, block,
+    n_par, max_count, block, p, dp, ew, dew, sums, b0, b1,
 ):
-    """Soft selection of all events: per object ``p``, ``dp`` (``(objects, P)``), per
-    event ``ew`` (weight x selection), ``dew``; per block ``sum ew``, ``sum ew^2`` and
-    their derivatives (``(blocks, 2, 1 + P)``)."""
+    """Soft selection of the events of blocks ``b0:b1``: fills per object ``p``, ``dp``
+    (``(objects, P)``), per event ``ew`` (weight x selection), ``dew``; per block ``sum
+    ew``, ``sum ew^2`` and their derivatives (``sums``: ``(blocks, 2, 1 + P)``, zeros)."""
     n_ev = weight.shape[0]
-    n_obj = offsets[n_ev]
     n_cuts = cut_src.shape[0]
     n_cc = cw.shape[0]
     cap = cw.shape[1] - 1
     n_ec = ev_kind.shape[0]
     n_fac = n_cc + n_ec
-    p = np.empty(n_obj)
-    dp = np.zeros((n_obj, n_par))
-    ew = np.empty(n_ev)
-    dew = np.zeros((n_ev, n_par))
-    n_blocks = (n_ev + block - 1) // block
-    sums = np.zeros((n_blocks, 2, 1 + n_par))
-    for b in range(n_blocks):
-        s = np.empty(n_cuts)
-        ds = np.empty(n_cuts)
+    for b in range(b0, b1):
+        s = np.empty((max_count + 1, n_cuts))
+        ds = np.empty((max_count + 1, n_cuts))
         fwd = np.empty((max_count + 1, cap + 1))
         adj = np.empty((n_cc, cap + 1))
         q = np.empty(cap + 1)
@@ -145,22 +142,30 @@ def _selection(
         acc = sums[b]
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             o0, o1 = offsets[e], offsets[e + 1]
-            # object cuts: p = prod s_c, dp/dt_c = ds_c prod_{c' != c} s_c'
-            for j in range(o0, o1):
-                pj = 1.0
-                for c in range(n_cuts):
-                    v = ofields[cut_src[c]][j]
+            # object cuts: p = prod s_c, dp/dt_c = ds_c prod_{c' != c} s_c' (cut by cut,
+            # so that each cut's column is taken out of the tuple once per event)
+            n_loc = o1 - o0
+            for c in range(n_cuts):
+                f = ofields[cut_src[c]]
+                for i in range(n_loc):
+                    v = f[o0 + i]
                     if cut_abs[c]:
                         v = abs(v)
-                    s[c], ds[c] = _soft(v, cut_t[c], cut_w[c], cut_greater[c], cut_incl[c])
-                    pj *= s[c]
-                p[j] = pj
+                    s[i, c], ds[i, c] = _soft(v, cut_t[c], cut_w[c], cut_greater[c], cut_incl[c])
+            for i in range(n_loc):
+                j = o0 + i
+                pj = 1.0
                 for c in range(n_cuts):
-                    if cut_par[c] >= 0 and ds[c] != 0.0:
-                        g = ds[c]
+                    pj *= s[i, c]
+                p[j] = pj
+                for r in range(n_par):
+                    dp[j, r] = 0.0
+                for c in range(n_cuts):
+                    if cut_par[c] >= 0 and ds[i, c] != 0.0:
+                        g = ds[i, c]
                         for c2 in range(n_cuts):
                             if c2 != c:
-                                g *= s[c2]
+                                g *= s[i, c2]
                         dp[j, cut_par[c]] += g
             # count cuts: forward prefix distributions, then the adjoint per cut
             if n_cc > 0:
@@ -173,7 +178,6 @@ def _selection(
                     for k in range(1, cap):
                         fwd[i + 1, k] = fwd[i, k] * (1.0 - pj) + fwd[i, k - 1] * pj
                     fwd[i + 1, cap] = fwd[i, cap] + fwd[i, cap - 1] * pj
-                n_loc = o1 - o0
                 for k in range(cap + 1):
                     q[k] = fwd[n_loc, k]
                 for m in range(n_cc):
@@ -205,8 +209,8 @@ def _selection(
                         fac[m] = a_val
             # event cuts
             for c in range(n_ec):
-                v = _event_expr(ev_kind[c], ev_src[c], ev_abs[c], e, o0, o1, p, dp,
-                                ofields, efields, dv)
+                f = efields[ev_src[c]] if ev_kind[c] == _BRANCH else ofields[ev_src[c]]
+                v = _event_expr(ev_kind[c], ev_abs[c], e, o0, o1, p, dp, f, dv)
                 sv, dsv = _soft(v, ev_t[c], ev_w[c], ev_greater[c], ev_incl[c])
                 fac[n_cc + c] = sv
                 for r in range(n_par):
@@ -218,6 +222,8 @@ def _selection(
                 sel *= fac[i]
             w = weight[e]
             ew[e] = w * sel
+            for r in range(n_par):
+                dew[e, r] = 0.0
             for i in range(n_fac):
                 rest = w
                 for i2 in range(n_fac):
@@ -230,27 +236,19 @@ def _selection(
             for r in range(n_par):
                 acc[0, 1 + r] += dew[e, r]
                 acc[1, 1 + r] += 2.0 * ew[e] * dew[e, r]
-    return p, dp, ew, dew, sums
-
-
-@numba.njit(cache=True)
-def _entry_value(kind, src, absolute, e, j, o0, o1, p, dp, ofields, efields, dout):
-    if kind == _FIELD:
-        v = ofields[src][j]
-        return abs(v) if absolute else v
-    return _event_expr(kind, src, absolute, e, o0, o1, p, dp, ofields, efields, dout)
 
 
 @numba.njit(cache=True, nogil=True)
 def _observables(
     offsets, ofields, efields, p, dp, ew, dew,
     obj_level, x_kind, x_src, x_abs, has_y, y_kind, y_src, y_abs, high,
-    cx, cy, second, n_par, block,
+    cx, cy, second, n_par, block, out, b0, b1,
 ):
     """Per block and observable: first pass (``second`` False) ``W, sum w x, sum w y``
     in ``[..., 0:3, 0]``; second pass the :data:`_NACC` sums about the centres
     ``cx``, ``cy`` with their derivatives (``(blocks, observables, _NACC, 1 + P)``);
-    ``high``: whether ``d^3``, ``d^4`` are needed (statistics of one variable).
+    ``high``: whether ``d^3``, ``d^4`` are needed (statistics of one variable). Fills
+    blocks ``b0:b1`` of ``out`` (zeros).
 
     An entry's weight is ``ew[e] * p_j`` (per object) or ``ew[e]`` (per event), so each
     event's sums are ``ew[e] T`` with ``T = sum_j p_j t_j`` (``t_j``: the powers of the
@@ -258,9 +256,7 @@ def _observables(
     (per object) or ``U = dt`` (per event: the derivatives of sums and counts)."""
     n_ev = ew.shape[0]
     n_obs = obj_level.shape[0]
-    n_blocks = (n_ev + block - 1) // block
-    out = np.zeros((n_blocks, n_obs, _NACC, 1 + n_par))
-    for b in range(n_blocks):
+    for b in range(b0, b1):
         dx = np.zeros(n_par)
         dy = np.zeros(n_par)
         t = np.empty(_NACC)
@@ -270,29 +266,27 @@ def _observables(
             for r in range(n_par):  # object fields have no derivative (never written)
                 dx[r] = 0.0
                 dy[r] = 0.0
+            fx = efields[x_src[o]] if x_kind[o] == _BRANCH else ofields[x_src[o]]
+            fy = efields[y_src[o]] if y_kind[o] == _BRANCH else ofields[y_src[o]]
             for e in range(b * block, min(n_ev, (b + 1) * block)):
                 o0, o1 = offsets[e], offsets[e + 1]
                 wev = ew[e]
                 if not second:
                     if obj_level[o]:
                         for j in range(o0, o1):
-                            x = _entry_value(x_kind[o], x_src[o], x_abs[o], e, j, o0, o1, p,
-                                             dp, ofields, efields, dx)
+                            x = abs(fx[j]) if x_abs[o] else fx[j]
                             y = 0.0
                             if has_y[o]:
-                                y = _entry_value(y_kind[o], y_src[o], y_abs[o], e, j, o0, o1, p,
-                                                 dp, ofields, efields, dy)
+                                y = abs(fy[j]) if y_abs[o] else fy[j]
                             w = wev * p[j]
                             acc[0, 0] += w
                             acc[1, 0] += w * x
                             acc[2, 0] += w * y
                     else:
-                        x = _entry_value(x_kind[o], x_src[o], x_abs[o], e, 0, o0, o1, p, dp,
-                                         ofields, efields, dx)
+                        x = _event_expr(x_kind[o], x_abs[o], e, o0, o1, p, dp, fx, dx)
                         y = 0.0
                         if has_y[o]:
-                            y = _entry_value(y_kind[o], y_src[o], y_abs[o], e, 0, o0, o1, p,
-                                             dp, ofields, efields, dy)
+                            y = _event_expr(y_kind[o], y_abs[o], e, o0, o1, p, dp, fy, dy)
                         acc[0, 0] += wev
                         acc[1, 0] += wev * x
                         acc[2, 0] += wev * y
@@ -302,8 +296,6 @@ def _observables(
                     for r in range(n_par):
                         u[k, r] = 0.0
                 if obj_level[o]:
-                    fx = ofields[x_src[o]]
-                    fy = ofields[y_src[o]]
                     for j in range(o0, o1):
                         x = fx[j]
                         if x_abs[o]:
@@ -339,8 +331,7 @@ def _observables(
                                     u[6, r] += g * ey * ey
                                     u[7, r] += g * d * ey
                 else:
-                    x = _entry_value(x_kind[o], x_src[o], x_abs[o], e, 0, o0, o1, p, dp,
-                                     ofields, efields, dx)
+                    x = _event_expr(x_kind[o], x_abs[o], e, o0, o1, p, dp, fx, dx)
                     d = x - cx[o]
                     d2 = d * d
                     t[0] = 1.0
@@ -350,8 +341,7 @@ def _observables(
                     t[4] = d2 * d2
                     ey = 0.0
                     if has_y[o]:
-                        y = _entry_value(y_kind[o], y_src[o], y_abs[o], e, 0, o0, o1, p, dp,
-                                         ofields, efields, dy)
+                        y = _event_expr(y_kind[o], y_abs[o], e, o0, o1, p, dp, fy, dy)
                         ey = y - cy[o]
                         t[5] = ey
                         t[6] = ey * ey
@@ -369,10 +359,53 @@ def _observables(
                     acc[k, 0] += wev * t[k]
                     for r in range(n_par):
                         acc[k, 1 + r] += dew[e, r] * t[k] + wev * u[k, r]
-    return out
 
 
 # --- host side -------------------------------------------------------------------------
+
+
+def _threads() -> int:
+    """Threads the kernels run on: ``DIFFCOFFEA_KERNEL_THREADS``, else all cores (up to 4).
+    Blocks are split into contiguous ranges, one per thread, and their partial sums are
+    added in block order: results do not depend on the number of threads."""
+    env = os.environ.get("DIFFCOFFEA_KERNEL_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+_POOL: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked worker makes its own
+_LOCAL = threading.local()
+
+
+def _run_blocks(kernel, args: tuple, n_blocks: int) -> None:
+    """``kernel(*args, b0, b1)`` over all blocks, in contiguous ranges on the pool."""
+    threads = min(_threads(), n_blocks)
+    if threads <= 1:
+        kernel(*args, 0, n_blocks)
+        return
+    pid = os.getpid()
+    if pid not in _POOL:
+        _POOL.clear()
+        _POOL[pid] = ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="fastkernel")
+    edges = np.linspace(0, n_blocks, threads + 1).astype(int)
+    futures = [
+        _POOL[pid].submit(kernel, *args, int(a), int(b))
+        for a, b in zip(edges[:-1], edges[1:], strict=True)
+    ]
+    for f in futures:
+        f.result()
+
+
+def _work(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A per-thread scratch array, reused across chunks (a fresh one per chunk cost page
+    faults and zeroing of tens of MB); every entry is written before it is read."""
+    size = int(np.prod(shape))
+    buf = getattr(_LOCAL, name, None)
+    if buf is None or buf.size < size:
+        buf = np.empty(size)
+        setattr(_LOCAL, name, buf)
+    return buf[:size].reshape(shape)
 
 
 @partial(jax.jit, static_argnames=("cap",))
@@ -562,14 +595,19 @@ def evaluate_columns(
     ev_w = np.array([widths[c.width_index] for c in ecuts], np.float64)
     ev_par = np.array([_par_index(trainable, c.param) for c in ecuts], np.int64)
 
-    p, dp, ew, dew, sums = _selection(
+    n_obj = int(offsets[-1])
+    n_blocks = -(-n_ev // BLOCK)
+    p, dp = _work("p", (n_obj,)), _work("dp", (n_obj, n_par))
+    ew, dew = _work("ew", (n_ev,)), _work("dew", (n_ev, n_par))
+    sums = np.zeros((n_blocks, 2, 1 + n_par))
+    _run_blocks(_selection, (
         weight, offsets, ofields, efields,
         cut_src, cut_abs, cut_greater, cut_incl, cut_t, cut_w, cut_par,
         cw, dcw, count_less,
         ev_kind, ev_src, ev_abs, ev_greater, ev_incl, ev_t, ev_w, ev_par,
-        n_par, max_count, BLOCK,
-    )
-    tot = sums.sum(axis=0) if sums.shape[0] else np.zeros((2, 1 + n_par))
+        n_par, max_count, BLOCK, p, dp, ew, dew, sums,
+    ), n_blocks)
+    tot = sums.sum(axis=0)
     value: dict[str, Any] = {
         "selected_sumw": np.array(tot[0, 0], dtype=np.float64),
         "selected_sumw2": np.array(tot[1, 0], dtype=np.float64),
@@ -596,15 +634,19 @@ def evaluate_columns(
             np.array([bool(o.univariate) for o in obs], np.bool_),
         )
         zeros = np.zeros(len(obs))
-        first = _observables(offsets, ofields, efields, p, dp, ew, dew, *args,
-                             zeros, zeros, False, n_par, BLOCK).sum(axis=0)
+        out = np.zeros((n_blocks, len(obs), _NACC, 1 + n_par))
+        _run_blocks(_observables, (offsets, ofields, efields, p, dp, ew, dew, *args,
+                                   zeros, zeros, False, n_par, BLOCK, out), n_blocks)
+        first = out.sum(axis=0)
         w_tot = first[:, 0, 0]
         cx = np.array([_safe_div(first[i, 1, 0], w_tot[i]) for i in range(len(obs))])
         cy = np.array([_safe_div(first[i, 2, 0], w_tot[i]) for i in range(len(obs))])
         fx, fy = np.isfinite(cx), np.isfinite(cy)
-        second = _observables(offsets, ofields, efields, p, dp, ew, dew, *args,
-                              np.where(fx, cx, 0.0), np.where(fy, cy, 0.0), True, n_par,
-                              BLOCK).sum(axis=0)
+        out = np.zeros((n_blocks, len(obs), _NACC, 1 + n_par))
+        _run_blocks(_observables, (offsets, ofields, efields, p, dp, ew, dew, *args,
+                                   np.where(fx, cx, 0.0), np.where(fy, cy, 0.0), True, n_par,
+                                   BLOCK, out), n_blocks)
+        second = out.sum(axis=0)
         for i, o in enumerate(obs):
             tot_o = second[i]
             if not fx[i]:  # deviations from an infinite mean are set to 0

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numba
 import numpy as np
 import pytest
 import yaml
@@ -278,18 +277,15 @@ def test_chunk_state_routes_and_engine_jax():
         chunk_state(cols, plan, theta, widths, engine="numba")
 
 
-def test_independent_of_thread_count():
+def test_independent_of_thread_count(monkeypatch):
     plan, theta, widths = features()
     cols = synthetic(3 * fastkernel.BLOCK + 5, seed=11, big=9)
     runs: list[Any] = []
-    before = numba.get_num_threads()
-    try:
-        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
-            numba.set_num_threads(threads)
-            runs.append(fastkernel.evaluate_columns(cols, plan, theta, widths))
-    finally:
-        numba.set_num_threads(before)
-    for a, b in zip(jax.tree_util.tree_leaves(runs[0]), jax.tree_util.tree_leaves(runs[-1])):
-        assert np.array_equal(a, b, equal_nan=True)
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("DIFFCOFFEA_KERNEL_THREADS", threads)
+        runs.append(fastkernel.evaluate_columns(cols, plan, theta, widths))
+    for run in runs[1:]:
+        for a, b in zip(jax.tree_util.tree_leaves(runs[0]), jax.tree_util.tree_leaves(run)):
+            assert np.array_equal(a, b, equal_nan=True)
     assert isinstance(runs[0][0]["observables"]["pt"]["moments"], Moments)
     assert isinstance(runs[0][1]["observables"]["pt_eta"]["comoments"], CoMoments)

@@ -190,7 +190,7 @@ def _selection(
                         for k in range(cap + 1):
                             g += dcw[m, k, r] * q[k]
                         dfac[m, r] = g
-                    for i in range(n_loc - 1, -1, -1):
+                    for i in range(n_loc - 1 if n_par > 0 else -1, -1, -1):
                         j = o0 + i
                         pj = p[j]
                         h = 0.0

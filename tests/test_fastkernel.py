@@ -289,3 +289,16 @@ def test_independent_of_thread_count(monkeypatch):
             assert np.array_equal(a, b, equal_nan=True)
     assert isinstance(runs[0][0]["observables"]["pt"]["moments"], Moments)
     assert isinstance(runs[0][1]["observables"]["pt_eta"]["comoments"], CoMoments)
+
+
+def test_no_collection():
+    # Events only: a soft MET cut and MET moments, no object collection read.
+    plan, theta, widths = make_plan({
+        "parameters": {"met_min": {"init": 10.0, "bounds": [0.0, 100.0]}},
+        "selection": {"events": [{"var": "MET.pt", "op": ">=", "param": "met_min", "width": 4.0}]},
+        "observables": [{"name": "met", "x": "MET.pt", "stats": ["mean", "skew"]}],
+    })
+    assert plan.collection is None
+    cols = synthetic(300, seed=13)
+    cols = ChunkColumns(cols.n_events, cols.weight, None, {}, cols.events)
+    compare(plan, cols, theta, widths)

@@ -302,3 +302,19 @@ def test_no_collection():
     cols = synthetic(300, seed=13)
     cols = ChunkColumns(cols.n_events, cols.weight, None, {}, cols.events)
     compare(plan, cols, theta, widths)
+
+
+def test_no_trainable_parameter_and_order_0():
+    cfg = features_config(width=1.0, inverted=False)
+    for p in cfg["parameters"].values():
+        p["trainable"] = False
+    plan, theta, widths = make_plan(cfg)
+    assert plan.trainable == ()
+    cols = synthetic(200, seed=17, big=8)
+    _, jac = compare(plan, cols, theta, widths)
+    assert jac["selected_sumw"].shape == (0,)
+    value, none = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
+    assert none is None
+    arrays, shapes = pad_columns(cols, plan)
+    ref, _, _ = evaluate_chunk(theta, widths, arrays, plan, shapes, order=0)
+    assert_close(ref, value, RTOL, "order 0")

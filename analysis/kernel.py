@@ -8,6 +8,11 @@ parameters, many outputs) and optionally Hessian with respect to the trainable
 parameters; it is defined at module level so that each worker compiles it once per
 bucket shape, not once per chunk.
 
+:func:`chunk_state` (what the processor and the driver call) runs the numba kernel
+:mod:`analysis.fastkernel` instead wherever it applies (single-collection plans,
+``order <= 1``: the optimisation steps); this module's JAX kernel is the reference
+and computes Hessians, the object-set form, grid scans and histogram entries.
+
 Soft cuts: an object passes ``value > theta`` with probability
 ``sigmoid((value - theta) / width)`` (mirrored for ``<``); ``width == 0`` is the
 hard step, with zero gradient. Widths are traced inputs, so annealing them to zero

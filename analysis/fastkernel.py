@@ -119,7 +119,7 @@ def _event_expr(kind, absolute, e, o0, o1, p, dp, f, dout):
 def _selection(
     weight, offsets, ofields, efields,
     cut_src, cut_abs, cut_greater, cut_incl, cut_t, cut_w, cut_par,
-    cw, dcw, count_less,
+    cw, dcw, count_par, count_less,
     ev_kind, ev_src, ev_abs, ev_greater, ev_incl, ev_t, ev_w, ev_par,
     n_par, max_count, block, p, dp, ew, dew, sums, b0, b1,
 ):
@@ -188,10 +188,12 @@ def _selection(
                         a_val += cw[m, k] * q[k]
                         adj[m, k] = cw[m, k]
                     for r in range(n_par):
+                        dfac[m, r] = 0.0
+                    if count_par[m] >= 0:  # the weights' own derivative, sum_k dc[k] q[k]
                         g = 0.0
                         for k in range(cap + 1):
-                            g += dcw[m, k, r] * q[k]
-                        dfac[m, r] = g
+                            g += dcw[m, k] * q[k]
+                        dfac[m, count_par[m]] = g
                     for i in range(n_loc - 1 if n_par > 0 else -1, -1, -1):
                         j = o0 + i
                         pj = p[j]
@@ -559,7 +561,8 @@ def evaluate_columns(
     cap = plan.count_cap
     ccuts = plan.count_cuts
     cw = np.zeros((len(ccuts), cap + 1))
-    dcw = np.zeros((len(ccuts), cap + 1, n_par))
+    dcw = np.zeros((len(ccuts), cap + 1))  # dc/dn, for the cut's own parameter
+    count_par = np.array([_par_index(trainable, c.param) for c in ccuts], np.int64)
     if ccuts:
         n = np.array([
             _threshold(theta, c.param, c.value) + (1.0 if c.op in (">", "<=") else 0.0)
@@ -569,19 +572,15 @@ def evaluate_columns(
             jnp.asarray(n), jnp.asarray(np.array([widths[c.width_index] for c in ccuts])), cap
         )
         cw = np.array(cw_j, dtype=np.float64)
-        slope = np.asarray(slope, dtype=np.float64)
-        for m, c in enumerate(ccuts):
-            r = _par_index(trainable, c.param)
-            if r >= 0:
-                dcw[m, :, r] = slope[m]
+        dcw = np.where((count_par >= 0)[:, None], np.asarray(slope, dtype=np.float64), 0.0)
     count_less = np.array([c.op in ("<", "<=") for c in ccuts], np.bool_)
     # Above the last step of every weight row (and of its derivative) the rows are
     # constant: the states from there on merge into one absorbing top bin, P(K >= top),
-    # and the recursion runs over top + 1 states instead of cap + 1 (3 instead of 9 for
+    # and the recursion runs over top + 1 states instead of cap + 1 (4 instead of 9 for
     # the demo's ">= 2"). Same sum, exactly: sum_{k >= top} c[k] q[k] = c[top] P(K >= top).
     if ccuts:
         steps = np.flatnonzero(
-            (np.diff(cw, axis=1) != 0).any(axis=0) | (np.diff(dcw, axis=1) != 0).any(axis=(0, 2))
+            (np.diff(cw, axis=1) != 0).any(axis=0) | (np.diff(dcw, axis=1) != 0).any(axis=0)
         )
         top = int(steps[-1]) + 1 if steps.size else 1
         cw, dcw = cw[:, : top + 1].copy(), dcw[:, : top + 1].copy()
@@ -605,7 +604,7 @@ def evaluate_columns(
     _run_blocks(_selection, (
         weight, offsets, ofields, efields,
         cut_src, cut_abs, cut_greater, cut_incl, cut_t, cut_w, cut_par,
-        cw, dcw, count_less,
+        cw, dcw, count_par, count_less,
         ev_kind, ev_src, ev_abs, ev_greater, ev_incl, ev_t, ev_w, ev_par,
         n_par, max_count, BLOCK, p, dp, ew, dew, sums,
     ), n_blocks)

@@ -25,10 +25,17 @@ and two per observable (the centre of the moments first, as the JAX kernel does)
   ``S_k = sum w d^k`` and ``dS_k = sum (dw d^k + k w d^(k-1) dx)``, then the corrected
   two-pass formulas of :func:`analysis.stats._core.moments` and their derivatives.
 
-Events are processed in blocks of :data:`BLOCK` (a fixed size: the result does not
-depend on the number of threads); each block's partial sums are stored and added in
-block order. Compiled with ``cache=True`` (workers and later runs load the machine
-code from ``__pycache__``). Empty chunks give the zeros the JAX kernel gives.
+The special cases follow :mod:`analysis.stats._core`: a centre that is not finite
+gives NaN centred sums with zero derivatives; a centred sum of squares that comes out
+negative by rounding only is 0 (zero derivative); ``W = 0`` gives a zero ``dmean``.
+Empty chunks (and chunks whose events all fail) give the zeros the JAX kernel gives.
+
+Events are processed in blocks of :data:`BLOCK` (a fixed size), and each block's
+partial sums are added in block order, so the result does not depend on the number of
+threads (``DIFFCOFFEA_KERNEL_THREADS``, default 1: contiguous block ranges on a thread
+pool, the kernels release the GIL). Compiled once per machine with ``cache=True``
+(workers and later runs load the machine code from ``__pycache__``); serial ``njit``,
+because ``parallel=True`` took a minute to compile.
 """
 
 from __future__ import annotations

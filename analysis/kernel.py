@@ -8,6 +8,11 @@ parameters, many outputs) and optionally Hessian with respect to the trainable
 parameters; it is defined at module level so that each worker compiles it once per
 bucket shape, not once per chunk.
 
+:func:`chunk_state` (what the processor and the driver call) runs the numba kernel
+:mod:`analysis.fastkernel` instead wherever it applies (single-collection plans,
+``order <= 1``: the optimisation steps); this module's JAX kernel is the reference
+and computes Hessians, the object-set form, grid scans and histogram entries.
+
 Soft cuts: an object passes ``value > theta`` with probability
 ``sigmoid((value - theta) / width)`` (mirrored for ``<``); ``width == 0`` is the
 hard step, with zero gradient. Widths are traced inputs, so annealing them to zero
@@ -22,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import pbinom, setkernel
+from analysis import fastkernel, pbinom, setkernel
 from analysis.columns import ChunkColumns, Shapes, pad_columns
 from analysis.objects import soft_pass  # one soft cut for both kernels
 from analysis.plan import Expr, Observable, Plan
@@ -261,13 +266,26 @@ def evaluate_chunk_grid(thetas, widths, arrays, plan: Plan, shapes: Shapes, *, b
     return jax.tree_util.tree_map(lambda a: np.array(a, dtype=np.float64), out)
 
 
-def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *, order: int = 1) -> DatasetState:
+def chunk_state(
+    cols: ChunkColumns, plan: Plan, theta, widths, *, order: int = 1, engine: str = "auto"
+) -> DatasetState:
     """Evaluate one chunk's columns into a :class:`DatasetState` (shared with tests and the driver).
 
     Its states carry their derivatives as a :class:`analysis.stats.Derived` w.r.t. the
-    plan's trainable parameters (computed by the same ``value_and_derivatives`` as
-    :func:`analysis.stats.derive`, inside this module's jit with the plan static).
+    plan's trainable parameters. ``engine="auto"`` runs the numba kernel
+    (:func:`analysis.fastkernel.evaluate_columns`: unpadded columns, analytic
+    derivatives) where it applies (single-collection plans, ``order <= 1``) and the JAX
+    kernel otherwise (Hessians, the object-set form); ``engine="jax"`` forces the JAX
+    kernel (the reference: ``value_and_derivatives`` inside this module's jit).
     """
+    if engine not in ("auto", "jax"):
+        raise ValueError(f"engine must be 'auto' or 'jax', got {engine!r}")
+    if engine == "auto" and fastkernel.supports(plan, order):
+        value, jac = fastkernel.evaluate_columns(cols, plan, theta, widths, order=order)
+        return DatasetState.from_chunk(
+            value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
+            names=plan.trainable_names,
+        )
     arrays, shapes = pad_columns(cols, plan)
     value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
     return DatasetState.from_chunk(

@@ -18,6 +18,10 @@ to the plain pass (goals: <= 1.5 for 2, <= 0.5 for 3).
 
     PYTHONPATH=. python benchmarks/bench_pass.py                   # 2M events, 8 files
     PYTHONPATH=. python benchmarks/bench_pass.py --events 400000   # reduced
+
+``--kernel`` also times the kernels alone on every chunk's in-memory columns (ms per
+100k events, value only and value + Jacobian): the JAX kernel (``evaluate_chunk``,
+padding included) against the numba kernel (``analysis.fastkernel``) that the passes run.
 """
 
 from __future__ import annotations
@@ -104,6 +108,65 @@ def best_of(fn, repeat: int) -> tuple[float, float, float]:
     return warm, min(walls), min(cpus)
 
 
+def chunk_columns(ev) -> list:
+    """Every chunk's columns, read with NanoEvents as the processor reads them."""
+    import warnings
+
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+
+    from analysis.columns import extract_columns
+
+    out = []
+    for item in ev.chunks:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            events = NanoEventsFactory.from_root(
+                {item.filename: item.treename}, entry_start=item.entrystart,
+                entry_stop=item.entrystop, schemaclass=NanoAODSchema, mode="eager",
+            ).events()
+        out.append(extract_columns(events, ev.plan, weight_branch=ev.weight_branches[item.dataset],
+                                   source=item.filename))
+    return out
+
+
+def fastkernel_threads() -> int:
+    from analysis import fastkernel
+
+    return fastkernel._threads()
+
+
+def kernel_times(ev, config, repeat: int) -> list[tuple[str, float, float]]:
+    """``(kernel, value only, value + Jacobian)`` in ms per 100k events, on the chunks'
+    in-memory columns: the JAX kernel (padding included) and the numba kernel."""
+    import numpy as np
+
+    from analysis import fastkernel
+    from analysis.columns import pad_columns
+    from analysis.kernel import evaluate_chunk
+    from analysis.plan import initial_widths
+
+    plan = ev.plan
+    theta = np.array([config.initial_params()[n] for n in plan.param_names])
+    widths = np.array(initial_widths(config))
+    cols = chunk_columns(ev)
+    per = 1e5 / sum(c.n_events for c in cols) * 1e3
+
+    def jax_pass(order):
+        for c in cols:
+            arrays, shapes = pad_columns(c, plan)
+            evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
+
+    def fast_pass(order):
+        for c in cols:
+            fastkernel.evaluate_columns(c, plan, theta, widths, order=order)
+
+    rows = []
+    for label, fn in (("JAX (XLA CPU, padded)", jax_pass), ("numba (unpadded)", fast_pass)):
+        times = [best_of(lambda fn=fn, o=o: fn(o), repeat)[1] * per for o in (0, 1)]
+        rows.append((label, *times))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--events", type=int, default=2_000_000, help="total events (default 2M)")
@@ -120,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir",
         default=os.path.join(tempfile.gettempdir(), "diffcoffea-bench"),
         help="where the generated files are kept (reused if present)",
+    )
+    p.add_argument(
+        "--kernel",
+        action="store_true",
+        help="also time the kernels alone (JAX vs numba) on the chunks' in-memory columns",
     )
     args = p.parse_args(argv)
 
@@ -178,6 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "met" if ratio <= GOAL_CACHED else "not met"
     print(f"ratio cached gradient / plain = {ratio:.2f}   (goal <= {GOAL_CACHED}: {verdict})")
     print(f"CPU-time ratio cached = {cached_cpu / plain_cpu:.2f}")
+    if args.kernel:
+        threads = fastkernel_threads()
+        print(f"kernel alone, ms per 100k events (best of {args.repeat}; numba on {threads} "
+              "thread(s), DIFFCOFFEA_KERNEL_THREADS):")
+        print(f"| {'kernel':<24} | {'value only':>10} | {'value + Jacobian':>16} |")
+        print(f"|{'-' * 26}|{'-' * 11}:|{'-' * 17}:|")
+        for label, t0, t1 in kernel_times(ev, config, args.repeat):
+            print(f"| {label:<24} | {t0:>10.1f} | {t1:>16.1f} |")
     # A consistency check, not a benchmark: soft and hard yields are of the same order.
     for name, st in states.items():
         hard_sumw = float(np.asarray(yields[name])[0])

@@ -4,7 +4,8 @@
 running ~1M events), so ``pad_columns`` pads every chunk, with zero-weight
 entries, to a few bucket shapes. 100 chunks of 50..5000 events with Poisson(4)
 jets must compile the kernel at most 10 times, and padding must not change any
-result.
+result. (The padded JAX kernel, forced with ``engine="jax"``; ``chunk_state`` runs the
+unpadded numba kernel by default.)
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def test_100_random_chunks_compile_at_most_10_times() -> None:
     for _ in range(100):
         cols = _random_chunk(rng)
         shapes.add(pad_columns(cols, plan)[1])
-        state = chunk_state(cols, plan, THETA, WIDTHS)
+        state = chunk_state(cols, plan, THETA, WIDTHS, engine="jax")
         merged = state if merged is None else merged + state
         # Stop early rather than compile dozens of shapes when bucketing regresses.
         assert kernel._evaluate._cache_size() - before <= MAX_COMPILATIONS, len(shapes)
@@ -115,10 +116,10 @@ def test_padding_layout(n_events: int) -> None:
 def test_more_padding_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = _plan("padding_invariance")
     cols = _random_chunk(np.random.default_rng(99))
-    small = dataset_report(chunk_state(cols, plan, THETA, WIDTHS), plan)
+    small = dataset_report(chunk_state(cols, plan, THETA, WIDTHS, engine="jax"), plan)
     monkeypatch.setattr(columns, "MIN_EVENTS", 8 * columns.MIN_EVENTS)
     monkeypatch.setattr(columns, "MIN_OBJECTS", 8 * columns.MIN_OBJECTS)
     monkeypatch.setattr(columns, "MIN_MAX_COUNT", 4 * columns.MIN_MAX_COUNT)
     assert pad_columns(cols, plan)[1].events == 8 * 1024
-    large = dataset_report(chunk_state(cols, plan, THETA, WIDTHS), plan)
+    large = dataset_report(chunk_state(cols, plan, THETA, WIDTHS, engine="jax"), plan)
     assert not differences(small, large, rtol=1e-12)

@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     "analysis.cache": 1,  # column cache across passes: used by processors and the driver
     "analysis.results": 1,
     "analysis.kernel": 1,
+    "analysis.fastkernel": 1,  # numba kernel behind kernel.chunk_state (order <= 1)
     "analysis.testing": 1,
     "analysis.generate": 1,
     "processors": 2,

@@ -24,7 +24,9 @@ Array = jax.Array
 # Eager calls with data of a new length would otherwise compile every primitive
 # anew (~0.4 s per call). Padding to a few bucket sizes (elements of weight 0, which
 # add exact zeros to every sum, in an extra dummy list) lets one compiled kernel
-# serve all lengths in a bucket; under an outer jit it costs at most 1/8 extra work.
+# serve all lengths in a bucket. Under an outer jit (any input a tracer) the kernel
+# is inlined into the caller's computation, so padding would only add work (a copy of
+# the weights and of every tangent): traced inputs are not padded.
 
 
 def _bucket(n: int) -> int:
@@ -55,6 +57,8 @@ class _Padded(NamedTuple):
 
 
 def _padded(p: _Prepared) -> _Padded:
+    if _traced(p.x, p.y, p.w, p.segment_ids):
+        return _Padded(p.x, p.y, p.w, p.segment_ids, p.num_segments, None)
     size = _bucket(p.x.shape[0])
     # x, y padded with 1 (not 0): x**n stays finite for negative orders n.
     x = _pad(p.x, size, 1.0)

@@ -48,6 +48,7 @@ def power_sums(v: Any, d: Any, order: int) -> Array:
     """
     v = jnp.asarray(v)
     d = jnp.asarray(d)
+    _check_shapes(tuple(v.shape), tuple(d.shape))
     dtype = jnp.result_type(v, d)
     return power_sums_p.bind(v.astype(dtype), d.astype(dtype), order=int(order))
 

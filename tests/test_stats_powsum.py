@@ -83,9 +83,7 @@ def test_second_derivatives_equal_those_of_plain_sums() -> None:
     g = lambda v, d: jnp.sum(power_sums(v, d, ORDER) * weights)  # noqa: E731
     r = lambda v, d: jnp.sum(reference(v, d) * weights)  # noqa: E731
     for argnums in (0, 1, (0, 1)):
-        jax.tree_util.tree_map(
-            close, jax.hessian(g, argnums)(v, d), jax.hessian(r, argnums)(v, d)
-        )
+        jax.tree_util.tree_map(close, jax.hessian(g, argnums)(v, d), jax.hessian(r, argnums)(v, d))
         got = jax.jacfwd(jax.jacfwd(g, argnums), argnums)(v, d)
         jax.tree_util.tree_map(close, got, jax.jacfwd(jax.jacfwd(r, argnums), argnums)(v, d))
 

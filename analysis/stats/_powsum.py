@@ -78,27 +78,26 @@ def _add(a: tuple[Array, ...], b: tuple[Array, ...]) -> tuple[Array, ...]:
     return tuple(x + y for x, y in zip(a, b))
 
 
-def _fused_sums(v: Array, d: Array, order: int) -> list[Array]:
-    """One ``lax.reduce`` over the last axis for all powers (XLA fuses the producers of
-    ``v`` into it, so tangents of the weights are never stored)."""
-    terms = [v]
-    for _ in range(order):
-        terms.append(terms[-1] * d)
-    zeros = tuple(jnp.zeros((), v.dtype) for _ in terms)
-    return list(lax.reduce(tuple(terms), zeros, _add, (v.ndim - 1,)))
+def _reduce_last(terms: list[Array]) -> list[Array]:
+    """One ``lax.reduce`` of all ``terms`` over their last axis (XLA fuses the producers
+    of the terms into it, so e.g. tangents of the weights are never stored)."""
+    zeros = tuple(jnp.zeros((), t.dtype) for t in terms)
+    return list(lax.reduce(tuple(terms), zeros, _add, (terms[0].ndim - 1,)))
 
 
 def _impl(v: Array, d: Array, *, order: int) -> Array:
+    terms = [v]
+    for _ in range(order):
+        terms.append(terms[-1] * d)
     n = v.shape[-1]
     m = n // _BLOCK * _BLOCK
-    lead = v.shape[:-1]
-    sums = _fused_sums(v[..., m:], d[..., m:], order)  # the tail (< _BLOCK elements)
+    # Blocks and tail are cut from the products, not from v and d: d is often the
+    # caller's constant data inside jit, and XLA would fold slices of it into new
+    # constants at compile time (seconds for millions of elements).
+    sums = _reduce_last([t[..., m:] for t in terms])  # the tail (< _BLOCK elements)
     if m:
-        dm = d[..., :m]
-        blocks = _fused_sums(
-            v[..., :m].reshape(lead + (m // _BLOCK, _BLOCK)),
-            dm.reshape(dm.shape[:-1] + (m // _BLOCK, _BLOCK)),
-            order,
+        blocks = _reduce_last(
+            [t[..., :m].reshape(v.shape[:-1] + (m // _BLOCK, _BLOCK)) for t in terms]
         )
         sums = [jnp.sum(b, axis=-1) + t for b, t in zip(blocks, sums)]
     # The barrier keeps every power in the compiled loop even where the caller uses

@@ -13,6 +13,8 @@ States are *centred sums* (not normalised): for weights ``w`` and values ``x``
 
 computed in two passes (mean first, then centred powers), so that central moments
 never come from raw power sums (which lose all precision for x = 1e6 + N(0, 1)).
+Over all elements each pass is one fused loop computing every power at once
+(:mod:`analysis.stats._powsum`), also for the tangents under ``jax.jacfwd``.
 The same states merge exactly across chunks (:mod:`analysis.stats.merge`).
 
 Division is "safe": where a denominator is zero the value is NaN (or 0 for the

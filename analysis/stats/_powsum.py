@@ -29,7 +29,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend.core import Primitive
+
+try:
+    from jax.extend.core import Primitive
+except ImportError:  # jax < 0.4.36 (pyproject allows >= 0.4.30)
+    from jax.core import Primitive  # type: ignore[attr-defined,no-redef]
 from jax.interpreters import ad, batching, mlir
 
 Array = jax.Array

@@ -149,3 +149,27 @@ def test_public_api_jacobian_against_finite_differences() -> None:
             step = jnp.zeros(2).at[i].set(h)
             fd[:, i] = (f(theta + step, axis) - f(theta - step, axis)) / (2 * h)
         close(jf, fd, rtol=1e-6)
+
+
+def test_inputs_are_padded_to_buckets_only_outside_jit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Eager calls (also eager grad/jacfwd, whose tracers reach the kernels) pad to a
+    # bucket size so that one compiled kernel serves many lengths; inside jit the
+    # padding would only store copies of the weights and their tangents.
+    from analysis.stats import _kernels
+
+    sizes: list[tuple[int, int]] = []
+    padded = _kernels._padded
+
+    def spy(p: object) -> object:
+        q = padded(p)  # type: ignore[arg-type]
+        sizes.append((p.x.shape[0], q.x.shape[0]))  # type: ignore[attr-defined]
+        return q
+
+    monkeypatch.setattr(_kernels, "_padded", spy)
+    w, x = data(1000, seed=7)  # positive weights
+    var = lambda w: stats.var(x, weight=w)  # noqa: E731
+    eager = [var(w), jax.grad(var)(w), jax.jacfwd(var)(w)]
+    jitted = [jax.jit(var)(w), jax.jit(jax.grad(var))(w), jax.jit(jax.jacfwd(var))(w)]
+    assert sizes == [(1000, 1024)] * 3 + [(1000, 1000)] * 3
+    for a, b in zip(eager, jitted):
+        close(a, b)

@@ -120,6 +120,8 @@ def test_order_zero_and_empty_input() -> None:
 def test_bad_shapes_are_refused() -> None:
     with pytest.raises(ValueError, match="power_sums: expected d of shape"):
         power_sums(jnp.ones(5), jnp.ones(4), 2)
+    with pytest.raises(ValueError, match="power_sums: order: expected an integer >= 0"):
+        power_sums(jnp.ones(5), jnp.ones(5), -1)
 
 
 @pytest.mark.slow

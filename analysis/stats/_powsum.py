@@ -53,6 +53,8 @@ def power_sums(v: Any, d: Any, order: int) -> Array:
     v = jnp.asarray(v)
     d = jnp.asarray(d)
     _check_shapes(tuple(v.shape), tuple(d.shape))
+    if int(order) < 0:
+        raise ValueError(f"power_sums: order: expected an integer >= 0, found {order}")
     dtype = jnp.result_type(v, d)
     return power_sums_p.bind(v.astype(dtype), d.astype(dtype), order=int(order))
 

@@ -75,7 +75,6 @@ def test_derivatives_equal_those_of_plain_sums(n: int) -> None:
             jax.tree_util.tree_map(close, got, want)
 
 
-@pytest.mark.slow
 def test_second_derivatives_equal_those_of_plain_sums() -> None:
     # reverse inside forward (jax.hessian) and forward over forward; n**3 work, so small
     v, d = data(9, seed=6)
@@ -124,7 +123,6 @@ def test_bad_shapes_are_refused() -> None:
         power_sums(jnp.ones(5), jnp.ones(5), -1)
 
 
-@pytest.mark.slow
 def test_public_api_jacobian_against_finite_differences() -> None:
     # Soft-cut weights through mean/var/skew/kurtosis of a Jagged, all elements and
     # per list, under jit(jacfwd) and jacrev; sizes cross the block length.

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "analysis.stats._core": 0,
     "analysis.stats._inputs": 0,
     "analysis.stats._kernels": 0,
+    "analysis.stats._powsum": 0,
     "analysis.stats._shadow": 0,
     "analysis.stats._structure": 0,
     "analysis.stats.api": 0,

@@ -13,6 +13,8 @@ States are *centred sums* (not normalised): for weights ``w`` and values ``x``
 
 computed in two passes (mean first, then centred powers), so that central moments
 never come from raw power sums (which lose all precision for x = 1e6 + N(0, 1)).
+Over all elements each pass is one fused loop computing every power at once
+(:mod:`analysis.stats._powsum`), also for the tangents under ``jax.jacfwd``.
 The same states merge exactly across chunks (:mod:`analysis.stats.merge`).
 
 Division is "safe": where a denominator is zero the value is NaN (or 0 for the
@@ -27,6 +29,8 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+from analysis.stats._powsum import power_sums
 
 Array = jax.Array
 
@@ -115,22 +119,46 @@ def _expand(a: Array, segment_ids: Array | None) -> Array:
     return a if segment_ids is None else a[segment_ids]
 
 
+def _power_sums(
+    w: Array, d: Array, order: int, segment_ids: Array | None, num_segments: int | None
+) -> list[Array]:
+    """``[sum w d**k for k = 0..order]`` (scalars, or one entry per segment).
+
+    Over all elements this is one fused pass (:func:`analysis.stats._powsum.power_sums`,
+    which also keeps the Jacobian under ``jax.jacfwd`` to one pass); per segment it is
+    one ``segment_sum`` per power.
+    """
+    if segment_ids is None:
+        s = power_sums(w, d, order)
+        return [s[k] for k in range(order + 1)]
+    out = [_reduce(w, segment_ids, num_segments)]
+    p = w
+    for _ in range(order):
+        p = p * d
+        out.append(_reduce(p, segment_ids, num_segments))
+    return out
+
+
 def _centre(
     x: Array, w: Array, segment_ids: Array | None, num_segments: int | None
-) -> tuple[Array, Array, Array, Array]:
-    """First pass: ``W``, a constant centre ``c`` (the rounded mean, no gradient),
-    the deviations ``d = x - c`` (exact for x near c), and the residual mean
-    ``r = sum w d / W`` so that the exact mean is ``c + r`` (corrected two-pass)."""
-    sumw = _reduce(w, segment_ids, num_segments)
-    center = jax.lax.stop_gradient(safe_div(_reduce(w * x, segment_ids, num_segments), sumw, 0.0))
+) -> tuple[Array, Array]:
+    """First pass: a constant centre ``c`` (the rounded weighted mean, no gradient, 0
+    where the total weight is 0) and the deviations ``d = x - c`` (exact for x near c).
+    The second pass's ``r = sum w d / W`` then gives the exact mean ``c + r``
+    (corrected two-pass)."""
+    # The centre has no gradient: its pass needs no tangents (stop_gradient on the
+    # inputs, not only the output, so that jacfwd does not compute them at all).
+    sumw, swx = _power_sums(
+        jax.lax.stop_gradient(w), jax.lax.stop_gradient(x), 1, segment_ids, num_segments
+    )
+    center = safe_div(swx, sumw, 0.0)
     # An infinite or NaN element makes the plain mean inf or NaN (as in numpy and
     # awkward): keep that as the centre and no correction (x - inf would be NaN).
     # The deviations are set to 0 there (double where: no NaN gradient elsewhere).
     finite = jnp.isfinite(center)
     d = x - _expand(jnp.where(finite, center, 0.0), segment_ids)
     d = jnp.where(_expand(finite, segment_ids), d, 0.0)
-    r = safe_div(_reduce(w * d, segment_ids, num_segments), sumw, 0.0)
-    return sumw, center, d, r
+    return center, d
 
 
 def moments(
@@ -145,11 +173,9 @@ def moments(
     With ``segment_ids=None`` everything is reduced to scalars; otherwise there is
     one entry per segment (``num_segments`` a Python int). Empty segments give zeros.
     """
-    sumw, center, d, r = _centre(x, w, segment_ids, num_segments)
-    wd2 = w * d * d
-    s2 = _reduce(wd2, segment_ids, num_segments)
-    s3 = _reduce(wd2 * d, segment_ids, num_segments)
-    s4 = _reduce(wd2 * d * d, segment_ids, num_segments)
+    center, d = _centre(x, w, segment_ids, num_segments)
+    sumw, s1, s2, s3, s4 = _power_sums(w, d, 4, segment_ids, num_segments)
+    r = safe_div(s1, sumw, 0.0)
     r2 = r * r
     return Moments(
         sumw,
@@ -213,12 +239,13 @@ def comoments(
     num_segments: int | None = None,
 ) -> CoMoments:
     """Centred co-moment sums ``(W, cx, dmx, cy, dmy, Cxx, Cyy, Cxy)`` (corrected two-pass)."""
-    sumw, cx, dx, rx = _centre(x, w, segment_ids, num_segments)
-    _, cy, dy, ry = _centre(y, w, segment_ids, num_segments)
-    wdx = w * dx
-    sxx = _reduce(wdx * dx, segment_ids, num_segments)
-    syy = _reduce(w * dy * dy, segment_ids, num_segments)
-    sxy = _reduce(wdx * dy, segment_ids, num_segments)
+    cx, dx = _centre(x, w, segment_ids, num_segments)
+    cy, dy = _centre(y, w, segment_ids, num_segments)
+    sumw, sx, sxx = _power_sums(w, dx, 2, segment_ids, num_segments)
+    _, sy, syy = _power_sums(w, dy, 2, segment_ids, num_segments)
+    sxy = _power_sums(w * dy, dx, 1, segment_ids, num_segments)[1]
+    rx = safe_div(sx, sumw, 0.0)
+    ry = safe_div(sy, sumw, 0.0)
     return CoMoments(
         sumw,
         cx,
@@ -244,12 +271,14 @@ def central_moment_sum(
     """
     from math import comb
 
-    sumw, center, d, r = _centre(x, w, segment_ids, num_segments)
+    center, d = _centre(x, w, segment_ids, num_segments)
+    s = _power_sums(w, d, max(n, 1), segment_ids, num_segments)
+    sumw = s[0]
+    r = safe_div(s[1], sumw, 0.0)
     # zeros + t is t exactly (as 0.0 + t), and keeps total an Array for any n >= 0
     total = jnp.zeros_like(sumw)
     for k in range(n + 1):
-        sk = sumw if k == 0 else _reduce(w * d**k, segment_ids, num_segments)
-        total = total + comb(n, k) * sk * (-r) ** (n - k)
+        total = total + comb(n, k) * s[k] * (-r) ** (n - k)
     return sumw, total if n == 0 else _undefined_if_infinite(total, center)
 
 

@@ -71,9 +71,15 @@ def _traced(*arrays: Any) -> bool:
 
 
 def _f64(a: Any) -> Any:
-    """float64 copy: numpy for concrete data (cheap host-side padding), JAX for tracers."""
+    """float64: numpy for concrete data (cheap host-side padding), JAX for tracers.
+
+    A concrete float64 JAX array is kept as it is: inside ``jax.jit`` it is the
+    caller's constant, which a numpy copy would duplicate in the compiled program.
+    """
     if _traced(a):
         return a.astype(jnp.float64)
+    if isinstance(a, jax.Array) and a.dtype == jnp.float64:
+        return a
     return np.asarray(a, dtype=np.float64)
 
 

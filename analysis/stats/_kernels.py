@@ -24,7 +24,27 @@ Array = jax.Array
 # Eager calls with data of a new length would otherwise compile every primitive
 # anew (~0.4 s per call). Padding to a few bucket sizes (elements of weight 0, which
 # add exact zeros to every sum, in an extra dummy list) lets one compiled kernel
-# serve all lengths in a bucket; under an outer jit it costs at most 1/8 extra work.
+# serve all lengths in a bucket (also for eager jax.grad/jacfwd/vmap, whose tracers
+# reach the kernel). Under an outer jit the kernel is inlined into the caller's
+# compiled computation, so padding there would only add work (a stored copy of the
+# weights and of every tangent, the largest cost in the jit(jacfwd) profile): inputs
+# traced for compilation are not padded.
+
+
+def _staged() -> bool:
+    """True while JAX traces for compilation (``jax.jit``, ``lax.scan`` bodies, ...)."""
+    try:  # JAX internals: the stack of active traces
+        from jax._src import core as jax_core
+        from jax._src.interpreters.partial_eval import DynamicJaxprTrace
+
+        trace = jax_core.trace_ctx.trace
+        while trace is not None:
+            if isinstance(trace, DynamicJaxprTrace):
+                return True
+            trace = getattr(trace, "parent_trace", None)
+        return False
+    except (ImportError, AttributeError):  # moved in another JAX version: do not pad
+        return True
 
 
 def _bucket(n: int) -> int:
@@ -55,6 +75,8 @@ class _Padded(NamedTuple):
 
 
 def _padded(p: _Prepared) -> _Padded:
+    if _traced(p.x, p.y, p.w, p.segment_ids) and _staged():
+        return _Padded(p.x, p.y, p.w, p.segment_ids, p.num_segments, None)
     size = _bucket(p.x.shape[0])
     # x, y padded with 1 (not 0): x**n stays finite for negative orders n.
     x = _pad(p.x, size, 1.0)

@@ -24,14 +24,16 @@ non-ASCII name or path). So any UTF-8 dataset name and path works.
 
 Column cache (:mod:`analysis.cache`, on unless ``cache: false`` or ``--no-cache``): a
 pass of :class:`processors.DiffProcessor` runs coffea only on the chunks not yet
-cached, and those hand their columns back with their states (so on futures and dask
-the first pass ships each chunk's columns to the driver once); the cached chunks are
-evaluated here, in the driver's process, one after the other, with no file opened.
-So after the first pass every pass (optimisation steps, final evaluations, histograms,
-scans) runs in-process whatever the executor: on this 2-core machine that is the
-fastest route (no scheduling, no pickling of states), but it does not spread the
-kernel over several machines. Chunks stay in memory up to ``cache_memory_mb``, then
-spill to disk. A failed chunk is never cached (it is read again on the next pass).
+cached. Where a chunk's columns are kept after it was read depends on the executor:
+iterative, in the driver's cache (put there by the processor itself); futures, in the
+driver's cache too (they come back with the chunk's states, so the first pass ships
+every chunk's columns to the driver once); dask, in a cache of the worker process
+that read it (same budget, per worker), and only the worker's address comes back.
+Later passes evaluate the driver's chunks here, one after the other, and send each
+worker's chunks to that worker as tasks pinned there (no column goes through the
+scheduler); a chunk whose worker died is read again. No file is opened for a cached
+chunk. Chunks stay in memory up to ``cache_memory_mb``, then spill to disk. A failed
+chunk is never cached (it is read again on the next pass).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from typing import Any
 import numpy as np
 from coffea.nanoevents import NanoAODSchema
 
-from analysis.cache import COLUMNS_KEY, ColumnCache, chunk_key, plan_branches
+from analysis.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.columns import ChunkColumns, extract_columns
 from analysis.config import Config
 from analysis.errors import DiffcoffeaError, InputError
@@ -70,6 +72,9 @@ SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
 
 # How long a pass may wait to connect to a dask scheduler (never a hang on a dead address).
 DASK_CONNECT_TIMEOUT = "30s"
+
+# Seconds between checks for dead workers while waiting for tasks pinned to workers.
+WORKER_POLL = 1.0
 
 
 class EventSchema(NanoAODSchema):
@@ -465,30 +470,53 @@ class Evaluator:
         The processor's fault record (:func:`analysis.faults.guarded`) is taken out
         and kept in :attr:`faults`; a failed chunk is then an :class:`InputError`
         unless ``skip_bad_files``.
+
+        With the column cache, chunks kept by dask workers are evaluated there (sent
+        first, so they run while the driver reads and evaluates the others), chunks
+        kept here are evaluated here, and the rest are read through coffea; a chunk
+        whose worker is gone is read again. Outputs are added in this order: the chunks
+        read, then the cached ones in chunk order, then those read again.
         """
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
-        cached: list = []
         cacheable = self.cache is not None and hasattr(proc, "keep_columns")
+        here: set[int] = set()
+        there: list = []
+        read = list(items)
         if cacheable:
-            cached = [item for item in items if self._key(item) in self.cache]
-            items = [item for item in items if self._key(item) not in self.cache]
-            proc.keep_columns = True
-            proc.cache_token = self.cache.token
+            keys = [self._key(item) for item in items]
+            here = {i for i, k in enumerate(keys) if self.cache.holds(k)}
+            there = [
+                (i, items[i], k) for i, k in enumerate(keys) if i not in here and k in self.cache
+            ]
+            on_workers = {i for i, _, _ in there}
+            read = [item for i, item in enumerate(items) if i not in here and i not in on_workers]
+        pending = self._submit(there, proc) if there else []
         try:
-            out = dict(self._call(items, proc)) if items else {}
-        except Exception as err:
-            raise self._executor_error(err) from err
+            out = self._read(read, proc, cacheable)
+            parts = [out] if out else []
+            # here first: the driver works while the workers run theirs
+            done = {
+                i: proc.evaluate(items[i].dataset, self.cache.get(self._key(items[i])))
+                for i in sorted(here)
+            }
+            remote, lost = self._gather(pending)
         finally:
-            if cacheable:
-                proc.keep_columns, proc.cache_token = False, None
-        batch = out.pop(COLUMNS_KEY, None)
-        self._absorb(out.pop(FAULTS_KEY, None))
-        if batch is not None:
-            for key, cols in batch.columns.items():
-                self.cache.put(key, cols)
-        if cached:
-            out = self._from_cache(cached, proc, out)
+            for *_, future in pending:  # none left running if this pass failed
+                if future is not None:
+                    future.cancel()
+        done.update(remote)
+        parts.extend(done[i] for i in sorted(done))
+        if lost:
+            again = self._read(lost, proc, cacheable)
+            if again:
+                parts.append(again)
+        if len(parts) > 1:
+            from coffea import processor
+
+            out = dict(processor.accumulate(parts))
+        else:
+            out = dict(parts[0]) if parts else {}
         for name in self.config.datasets:
             if name not in out:
                 out[name] = empty()
@@ -506,14 +534,114 @@ class Evaluator:
             nonfinite=self.nonfinite,
         )
 
-    def _from_cache(self, items: list, proc, out: dict[str, Any]) -> dict[str, Any]:
-        """``out`` plus ``proc``'s outputs for the cached chunks ``items``, evaluated here,
-        in chunk order (as the iterative executor adds them)."""
-        from coffea import processor
+    def _read(self, items: list, proc, cacheable: bool) -> dict[str, Any]:
+        """``proc`` on ``items`` through coffea (files read); their columns go to the cache."""
+        if not items:
+            return {}
+        if cacheable:
+            proc.keep_columns = True
+            proc.cache_token = self.cache.token
+            # on dask, each worker keeps the columns it read (same budget per worker)
+            proc.worker_budget = self.cache.budget if self.executor_type == "dask" else None
+        try:
+            out = dict(self._call(items, proc))
+        except Exception as err:
+            raise self._executor_error(err) from err
+        finally:
+            if cacheable:
+                proc.keep_columns, proc.cache_token, proc.worker_budget = False, None, None
+        batch = out.pop(COLUMNS_KEY, None)
+        places = out.pop(PLACES_KEY, None)
+        self._absorb(out.pop(FAULTS_KEY, None))
+        if batch is not None:
+            for key, cols in batch.columns.items():
+                self.cache.put(key, cols)
+        if places is not None:
+            for key, address in places.places.items():
+                self.cache.place(key, address)
+        return out
 
-        parts = [out] if out else []
-        parts.extend(proc.evaluate(item.dataset, self.cache.get(self._key(item))) for item in items)
-        return dict(processor.accumulate(parts))
+    def _alive_workers(self) -> set[str]:
+        if self._client is None:
+            return set()
+        return set(self._client.scheduler_info(n_workers=-1)["workers"])
+
+    def _submit(self, chunks: list, proc) -> list:
+        """Each ``(index, item, key)`` of ``chunks`` sent to the dask worker that keeps its
+        columns, as a task pinned there: ``[(index, item, key, address, future)]``.
+
+        Only the processor and the key travel; the task evaluates the worker's own
+        columns (:func:`analysis.cache.evaluate_on_worker`)."""
+        from analysis.cache import evaluate_on_worker
+
+        alive = self._alive_workers()
+        token = self.cache.token
+        out = []
+        for i, item, key in chunks:
+            address = self.cache.where(key)
+            if address not in alive:  # that worker is gone: a task pinned to it never runs
+                out.append((i, item, key, address, None))
+                continue
+            future = self._client.submit(
+                evaluate_on_worker,
+                proc,
+                token,
+                key,
+                item.dataset,
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
+            )
+            out.append((i, item, key, address, future))
+        return out
+
+    def _gather(self, pending: list) -> tuple[dict[int, Any], list]:
+        """Outputs of the tasks :meth:`_submit` sent, ``{index: output}``, and the work
+        items to read again: those whose worker died (or restarted without them).
+
+        Polls: a task pinned to a dead worker would wait forever for it, so every
+        :data:`WORKER_POLL` seconds the tasks of workers the scheduler no longer knows
+        are cancelled and their chunks forgotten by the cache."""
+        from distributed import KilledWorker, wait
+
+        results: dict[int, Any] = {}
+        lost: list = []
+        waiting = {}
+        for i, item, key, address, future in pending:
+            if future is None:
+                self.cache.forget(key)
+                lost.append((i, item))
+            else:
+                waiting[i] = (item, key, address, future)
+        while waiting:
+            with contextlib.suppress(TimeoutError):
+                wait(
+                    [w[3] for w in waiting.values()],
+                    timeout=WORKER_POLL,
+                    return_when="FIRST_COMPLETED",
+                )
+            for i, (item, key, _, future) in list(waiting.items()):
+                if not future.done():
+                    continue
+                del waiting[i]
+                try:
+                    value = future.result()
+                except KilledWorker:  # its worker died while running it: read it again
+                    value = None
+                if value is None:
+                    self.cache.forget(key)
+                    lost.append((i, item))
+                else:
+                    results[i] = value
+            if waiting:
+                alive = self._alive_workers()
+                for i, (item, key, address, future) in list(waiting.items()):
+                    if address not in alive:
+                        future.cancel()
+                        del waiting[i]
+                        self.cache.forget(key)
+                        lost.append((i, item))
+        return results, [item for _, item in sorted(lost, key=lambda x: x[0])]
 
     def _call(self, items: list, proc) -> Any:
         """coffea's runner on ``items``; the futures executor's printed traceback is held back.
@@ -565,6 +693,14 @@ class Evaluator:
         )
 
     def close(self) -> None:
+        if self.cache is not None and self.cache.remote:
+            # the workers' caches go (their spill files too); their places are then stale
+            if self._client is not None:
+                from analysis.cache import drop_worker_cache
+
+                with contextlib.suppress(Exception):
+                    self._client.run(drop_worker_cache, self.cache.token)
+            self.cache.remote.clear()
         if self.cache is not None and self._own_cache:
             self.cache.close()
         if self._client is not None:
@@ -579,4 +715,3 @@ class Evaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
-

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from coffea import processor
 
-from analysis.cache import COLUMNS_KEY, ColumnBatch, chunk_key, local_cache, plan_branches
+from analysis.cache import chunk_key, keep_columns, plan_branches
 from analysis.columns import extract_columns
 from analysis.faults import guarded
 from analysis.kernel import chunk_state, grid_state, observable_entries
@@ -36,7 +36,9 @@ class DiffProcessor(processor.ProcessorABC):
     With ``keep_columns=True`` the chunk's columns are returned too, in a
     :class:`analysis.cache.ColumnBatch` under :data:`analysis.cache.COLUMNS_KEY`, for
     the driver's column cache (or, in the driver's own process, put straight into the
-    cache ``cache_token`` names); :meth:`evaluate` is what a cached chunk goes through.
+    cache ``cache_token`` names; in a dask worker with ``worker_budget`` set, kept by
+    the worker: see :func:`analysis.cache.keep_columns`); :meth:`evaluate` is what a
+    cached chunk goes through.
     """
 
     def __init__(
@@ -60,6 +62,8 @@ class DiffProcessor(processor.ProcessorABC):
         self.grid = grid
         self.keep_columns = keep_columns
         self.cache_token: str | None = None
+        #: set by the driver on dask: keep the columns in the worker, within this budget
+        self.worker_budget: int | None = None
 
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
@@ -79,11 +83,10 @@ class DiffProcessor(processor.ProcessorABC):
                 weight_branch=weight_branch,
                 nonfinite=meta.get("nonfinite") or "error",
             )
-            sink = local_cache(self.cache_token)
-            if sink is not None:
-                sink.put(key, cols)
-            else:
-                out[COLUMNS_KEY] = ColumnBatch({key: cols})
+            extra = keep_columns(
+                key, cols, token=self.cache_token, worker_budget=self.worker_budget
+            )
+            out.update(extra)
         return out
 
     def evaluate(self, dataset: str, cols) -> dict:

@@ -669,15 +669,31 @@ class Evaluator:
         widths: Any = None,
     ) -> dict[str, Any]:
         """``{dataset: hist.Hist}`` of observable ``index`` with the soft selection weights."""
+        spec = {"index": index, "bins": bins, "low": low, "high": high}
+        return self.fill_histograms([{**spec, "params": params, "widths": widths}])[0]
+
+    def fill_histograms(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several histograms in one pass: for each spec ``{"index", "bins", "low",
+        "high", "params", "widths"}`` (the last two optional, as for :meth:`run`), the
+        ``{dataset: hist.Hist}`` of observable ``index`` with that selection's weights."""
         from processors import DiffProcessor
         from processors.diff_processor import empty_histogram
 
-        theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(
-            self.plan, theta, w, self.weight_branches, histogram=(index, bins, low, high)
-        )
-        name = self.plan.observables[index].name
-        return self.process(proc, lambda: empty_histogram(name, bins, low, high))
+        filled = []
+        for spec in specs:
+            theta, w = self.theta_and_widths(spec.get("params"), spec.get("widths"))
+            filled.append((spec["index"], spec["bins"], spec["low"], spec["high"], theta, w))
+        theta0, w0 = self.theta_and_widths()
+        proc = DiffProcessor(self.plan, theta0, w0, self.weight_branches, histograms=tuple(filled))
+
+        def empty():
+            return {
+                i: empty_histogram(self.plan.observables[f[0]].name, *f[1:4])
+                for i, f in enumerate(filled)
+            }
+
+        out = self.process(proc, empty)
+        return [{name: out[name][i] for name in self.config.datasets} for i in range(len(specs))]
 
     def run_grid(self, thetas: Any) -> dict[str, DatasetState]:
         """One pass with hard cuts at every row of ``thetas`` (``(G, n_params)``: full

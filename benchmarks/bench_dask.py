@@ -55,13 +55,17 @@ def cached_passes(config, workers: int, repeat: int) -> dict:
             k = next(steps)
             ev.run({n: init[n] * (1 + 0.01 * (1 + k % 5) * (-1) ** k) for n in trainable})
 
-        def worker_cpu() -> float:
-            return sum(ev._client.run(time.process_time).values())
+        def worker_cpu() -> dict[str, float]:
+            return ev._client.run(time.process_time)
 
         cpu0 = worker_cpu()
         warm, best, cpu = best_of(cached_pass, repeat)
-        # CPU time of the workers (all threads) per cached pass: the work to share
-        worker = (worker_cpu() - cpu0) / (repeat + 1)
+        cpu1 = worker_cpu()
+        # CPU time of the workers (all threads) per cached pass: the work to share, and
+        # the busiest worker's share (the wall time on free cores cannot be shorter)
+        per_worker = [(cpu1[a] - cpu0.get(a, 0.0)) / (repeat + 1) for a in cpu1]
+        worker = sum(per_worker)
+        busiest = max(per_worker)
         spread = Counter(ev.cache.remote.values())
         assert len(ev.cache) == len(ev.chunks) and ev.cache.memory_bytes == 0
     return {
@@ -70,6 +74,7 @@ def cached_passes(config, workers: int, repeat: int) -> dict:
         "best": best,
         "cpu": cpu,
         "worker_cpu": worker,
+        "busiest_cpu": busiest,
         "spread": sorted(spread.values(), reverse=True),
         "states": first,
     }
@@ -134,14 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| {'workers':>7} | {'first pass [s]':>14} | {'cached warm-up [s]':>18} "
         f"| {'cached best [s]':>15} | {'worker CPU per pass [s]':>23} "
-        f"| {'driver CPU [s]':>14} | {'chunks per worker':>17} |"
+        f"| {'busiest worker CPU [s]':>22} | {'driver CPU [s]':>14} | {'chunks per worker':>17} |"
     )
-    print(f"|{'-' * 8}:|{'-' * 15}:|{'-' * 19}:|{'-' * 16}:|{'-' * 24}:|{'-' * 15}:|{'-' * 18}:|")
+    print(
+        f"|{'-' * 8}:|{'-' * 15}:|{'-' * 19}:|{'-' * 16}:|{'-' * 24}:|{'-' * 23}:|{'-' * 15}:"
+        f"|{'-' * 18}:|"
+    )
     for n, r in ((1, one), (2, two)):
         spread = "/".join(str(x) for x in r["spread"])
         print(
             f"| {n:>7} | {r['first']:>14.2f} | {r['warm']:>18.2f} | {r['best']:>15.2f} "
-            f"| {r['worker_cpu']:>23.2f} | {r['cpu']:>14.2f} | {spread:>17} |"
+            f"| {r['worker_cpu']:>23.2f} | {r['busiest_cpu']:>22.2f} | {r['cpu']:>14.2f} "
+            f"| {spread:>17} |"
         )
     speedup = one["best"] / two["best"]
     verdict = "met" if speedup >= GOAL else "not met"

@@ -39,6 +39,7 @@ chunk's output is just its fault record (:func:`analysis.faults.guarded`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -59,6 +60,7 @@ __all__ = [
     "ColumnBatch",
     "ColumnCache",
     "ColumnPlaces",
+    "adopt_columns",
     "chunk_key",
     "columns_nbytes",
     "drop_worker_cache",
@@ -66,6 +68,7 @@ __all__ = [
     "keep_columns",
     "local_cache",
     "plan_branches",
+    "take_columns",
     "uuid_text",
     "worker_address",
     "worker_cache",
@@ -307,7 +310,7 @@ class ColumnCache:
             if self._spill_root is not None:
                 os.makedirs(self._spill_root, exist_ok=True)
             self._spill_dir = tempfile.mkdtemp(prefix="diffcoffea-cache-", dir=self._spill_root)
-        path = os.path.join(self._spill_dir, f"chunk{len(self._disk)}.npz")
+        path = os.path.join(self._spill_dir, f"chunk{uuidlib.uuid4().hex}.npz")
         _save(path, cols)
         self._disk[key] = path
 
@@ -318,6 +321,16 @@ class ColumnCache:
         path = self._disk[key]
         self.reads += 1
         return _load(path)
+
+    def discard(self, key: tuple) -> None:
+        """Drop the columns of ``key`` kept here (memory or disk), if any."""
+        cols = self._memory.pop(key, None)
+        if cols is not None:
+            self.memory_bytes -= columns_nbytes(cols)
+        path = self._disk.pop(key, None)
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
     def close(self) -> None:
         """Forget every entry and remove the spill directory."""
@@ -398,3 +411,23 @@ def evaluate_on_worker(proc: Any, token: str, key: tuple, dataset: str) -> dict 
     if cache is None or not cache.holds(key):
         return None
     return proc.evaluate(dataset, cache.get(key))
+
+
+def take_columns(token: str, key: tuple) -> ChunkColumns | None:
+    """The columns of ``key`` this worker keeps, removed from its cache (the first half
+    of a move to another worker; ``None`` if it does not have them)."""
+    cache = worker_cache(token)
+    if cache is None or not cache.holds(key):
+        return None
+    cols = cache.get(key)
+    cache.discard(key)
+    return cols
+
+
+def adopt_columns(token: str, key: tuple, cols: ChunkColumns | None, *, budget: int) -> bool | None:
+    """Keep ``cols`` under ``key`` in this worker's cache (the second half of a move);
+    ``None`` if there was nothing to move (the driver then reads the chunk again)."""
+    if cols is None:
+        return None
+    worker_cache(token, budget=budget).put(key, cols)
+    return True

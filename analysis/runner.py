@@ -511,6 +511,8 @@ class Evaluator:
             again = self._read(lost, proc, cacheable)
             if again:
                 parts.append(again)
+        if cacheable and (read or lost) and self.cache.remote:
+            self._rebalance()
         if len(parts) > 1:
             from coffea import processor
 
@@ -595,13 +597,59 @@ class Evaluator:
             out.append((i, item, key, address, future))
         return out
 
+    def _rebalance(self) -> None:
+        """Even out the number of chunks the live workers keep (at most one apart).
+
+        A first pass leaves each chunk on the worker that happened to read it, often
+        unevenly (6 and 4 of 10), and later passes run each chunk where it is kept, so
+        the busiest worker sets their time. Chunks move from the worker with the most
+        to the one with the fewest, worker to worker (a task on the first hands the
+        columns to a task on the second; the scheduler sees only the tasks). A move
+        that fails leaves the chunk to be read again."""
+        from analysis.cache import adopt_columns, take_columns
+
+        alive = self._alive_workers()
+        held: dict[str, list] = {a: [] for a in alive}
+        for key, address in self.cache.remote.items():
+            if address in held:
+                held[address].append(key)
+        moves = []
+        while held:
+            src = max(held, key=lambda a: len(held[a]))
+            dst = min(held, key=lambda a: len(held[a]))
+            if len(held[src]) - len(held[dst]) <= 1:
+                break
+            key = held[src].pop()
+            held[dst].append(key)
+            moves.append((key, src, dst))
+        if not moves:
+            return
+        token, budget = self.cache.token, self.cache.budget
+        pending = []
+        for i, (key, src, dst) in enumerate(moves):
+            pin = {"allow_other_workers": False, "pure": False}
+            taken = self._client.submit(take_columns, token, key, workers=[src], **pin)
+            done = self._client.submit(
+                adopt_columns, token, key, taken, budget=budget, workers=[dst], **pin
+            )
+            pending.append((i, key, key, (src, dst), done))
+        try:
+            moved, _ = self._gather(pending)  # a failed move: forgotten, read again
+        finally:
+            for *_, future in pending:
+                future.cancel()
+        for i in moved:
+            key, _, dst = moves[i]
+            self.cache.place(key, dst)
+
     def _gather(self, pending: list) -> tuple[dict[int, Any], list]:
         """Outputs of the tasks :meth:`_submit` sent, ``{index: output}``, and the work
         items to read again: those whose worker died (or restarted without them).
 
         Polls: a task pinned to a dead worker would wait forever for it, so every
         :data:`WORKER_POLL` seconds the tasks of workers the scheduler no longer knows
-        are cancelled and their chunks forgotten by the cache."""
+        are cancelled and their chunks forgotten by the cache (``address`` may be a
+        tuple: the task needs all of those workers)."""
         from distributed import KilledWorker, wait
 
         results: dict[int, Any] = {}
@@ -636,7 +684,8 @@ class Evaluator:
             if waiting:
                 alive = self._alive_workers()
                 for i, (item, key, address, future) in list(waiting.items()):
-                    if address not in alive:
+                    needed = address if isinstance(address, tuple) else (address,)
+                    if not set(needed) <= alive:
                         future.cancel()
                         del waiting[i]
                         self.cache.forget(key)

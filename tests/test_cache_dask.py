@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -19,9 +20,11 @@ from analysis.cache import (
     ColumnBatch,
     ColumnCache,
     ColumnPlaces,
+    adopt_columns,
     drop_worker_cache,
     evaluate_on_worker,
     keep_columns,
+    take_columns,
     worker_cache,
 )
 from analysis.runner import Evaluator, empty_columns
@@ -73,6 +76,12 @@ def test_worker_cache_evaluates_only_what_it_holds(tmp_path):
     out = evaluate_on_worker(proc, "tok-test", ("k",), "dy")
     assert out["dy"].events == 0
     assert evaluate_on_worker(proc, "tok-test", ("other",), "dy") is None
+    # a move: taken out here, kept again (on another worker, in a cluster)
+    taken = take_columns("tok-test", ("k",))
+    assert taken is cols and not worker_cache("tok-test").holds(("k",))
+    assert take_columns("tok-test", ("k",)) is None
+    assert adopt_columns("tok-test", ("k",), None, budget=0) is None
+    assert adopt_columns("tok-test", ("k",), taken, budget=0) is True
     assert drop_worker_cache("tok-test") == 1 and worker_cache("tok-test") is None
 
 
@@ -123,8 +132,25 @@ def test_workers_keep_their_chunks(tmp_path, monkeypatch):
         assert len(spill) == 8 and spill.memory_bytes == 0 and spill.spilled == 0
         held = _held(ev)
         assert set(spill.remote.values()) <= set(held)
-        assert sum(n for n, _ in held.values()) == 8
+        assert sorted(n for n, _ in held.values()) == [4, 4]  # evened out after the first pass
         assert all(n == s for n, s in held.values())  # over budget: on the workers' disks
+        # pile every chunk onto one worker by hand, then even them out again (moves
+        # worker to worker); the passes below run on the moved columns
+        client, token = ev._client, spill.token
+        first, second = sorted(held)
+        pin = {"allow_other_workers": False, "pure": False}
+        for key, address in list(spill.remote.items()):
+            if address == second:
+                taken = client.submit(take_columns, token, key, workers=[second], **pin)
+                moved = client.submit(
+                    adopt_columns, token, key, taken, budget=0, workers=[first], **pin
+                )
+                assert moved.result() is True
+                spill.place(key, first)
+        assert _held(ev)[first] == (8, 8) and _held(ev)[second] == (0, 0)
+        ev._rebalance()
+        assert sorted(_held(ev).values()) == [(4, 4), (4, 4)]
+        assert sorted(Counter(spill.remote.values()).values()) == [4, 4]
         # histogram and second-order passes also run on the workers
         hist = ev.run_histograms(0, 10, 0.0, 200.0, STEPS[1])
         order2 = ev.run(STEPS[2], order=2)

@@ -634,7 +634,11 @@ class Evaluator:
             )
             pending.append((i, key, key, (src, dst), done))
         try:
-            moved, _ = self._gather(pending)  # a failed move: forgotten, read again
+            moved, _ = self._gather(pending)  # a lost move: forgotten, read again
+        except Exception:  # a move that raised: those chunks are read again, not fatal
+            moved = {}
+            for key, _, _ in moves:
+                self.cache.forget(key)
         finally:
             for *_, future in pending:
                 future.cancel()

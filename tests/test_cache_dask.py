@@ -132,6 +132,9 @@ def test_workers_keep_their_chunks(tmp_path, monkeypatch):
         assert len(spill) == 8 and spill.memory_bytes == 0 and spill.spilled == 0
         held = _held(ev)
         assert set(spill.remote.values()) <= set(held)
+        # the workers of the evaluator's LocalCluster compute with one thread each
+        threads = ev._client.run(lambda: os.environ.get("NUMBA_NUM_THREADS"))
+        assert set(threads.values()) == {os.environ.get("NUMBA_NUM_THREADS", "1")}
         assert sorted(n for n, _ in held.values()) == [4, 4]  # evened out after the first pass
         assert all(n == s for n, s in held.values())  # over budget: on the workers' disks
         # pile every chunk onto one worker by hand, then even them out again (moves
@@ -208,3 +211,12 @@ def test_killed_worker_chunks_are_read_again(tmp_path, monkeypatch):
         assert_same(ev.run(STEPS[0]), want[0], plan=ev.plan, rtol=1e-10)
         assert len(calls) == 1 + len(rest)
     assert np.isfinite(got["dy"].sumw)
+
+
+def test_worker_threads_env_keeps_what_the_user_set():
+    from analysis.runner import WORKER_THREADS_ENV, worker_threads_env
+
+    assert worker_threads_env({}) == WORKER_THREADS_ENV
+    mine = {"XLA_FLAGS": "--xla_dump_to=/tmp/x", "PATH": "/bin"}
+    env = worker_threads_env(mine)
+    assert "XLA_FLAGS" not in env and env["NUMBA_NUM_THREADS"] == "1"

@@ -9,8 +9,9 @@ speed-up 2 workers / 1 worker (goal >= 1.7), with how the chunks were spread.
 
 ``--threads 1`` (default) starts the workers with one compute thread each for XLA and
 numba (``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``,
-``NUMBA_NUM_THREADS=1``), so that 2 workers do not fight over the cores; ``--threads
-0`` leaves the libraries' defaults (all cores per worker).
+``NUMBA_NUM_THREADS=1``; what the Evaluator's own LocalCluster sets unless the user set
+them), so that 2 workers do not fight over the cores; ``--threads 0`` sets the
+libraries' defaults (a pool as large as the machine per worker).
 
     PYTHONPATH=. python benchmarks/bench_dask.py                    # 2M events, 8 files
     PYTHONPATH=. python benchmarks/bench_dask.py --events 400000    # reduced
@@ -122,9 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.plan import build_plan
     from analysis.results import dataset_report
 
+    # read by the worker processes when they start (the driver's XLA is already up)
     if args.threads == 1:
-        # read by the worker processes when they start (the driver's XLA is already up)
-        os.environ.update(SINGLE_THREAD_ENV)
+        os.environ.update(SINGLE_THREAD_ENV)  # what the Evaluator's LocalCluster sets too
+    else:  # set, so that the Evaluator keeps them: the libraries' defaults
+        cores = str(os.cpu_count() or 1)
+        os.environ.update({"XLA_FLAGS": "", "NUMBA_NUM_THREADS": cores, "OMP_NUM_THREADS": cores})
     data_dir = Path(args.data_dir) / f"{args.events}x{args.files}"
     config = demo_config(data_dir, args.events, args.files, args.chunksize, "dask")
     one = cached_passes(config, 1, args.repeat)

@@ -68,6 +68,7 @@ def test_final_reuses_the_last_step_and_skips_the_hessian(small_data, tmp_path, 
     np.testing.assert_allclose(final["hard"]["significance"], ref["significance"], rtol=1e-12)
 
 
+@pytest.mark.slow  # compiles the second-order kernel (~15 s on a loaded machine)
 def test_hessian_when_asked_matches_finite_differences(small_data, tmp_path, monkeypatch):
     cfg = H.make_config(small_data, optimizer={"steps": 2}, output={"hessian": True})
     run = _optimise(cfg, tmp_path)

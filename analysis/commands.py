@@ -217,7 +217,7 @@ def run_optimize(args) -> int:
             },
             "optimizer": config.optimizer.model_dump(mode="json"),
             "steps_run": run.step,
-            "passes": run.step + 2,
+            "passes": run.step + run.final_passes,
             "converged": run.converged,
             "history": run.history,
             "final": final,
@@ -230,7 +230,13 @@ def run_optimize(args) -> int:
             plot_history(run.history, outdir)
             if config.observables:
                 plot_histograms(
-                    ev, config, initial_params, run.w0, final["hard"]["parameters"], outdir
+                    ev,
+                    config,
+                    initial_params,
+                    run.w0,
+                    final["hard"]["parameters"],
+                    outdir,
+                    initial_states=run.initial_states,
                 )
     if not quiet:
         _print_final(report, outdir)

@@ -381,6 +381,9 @@ class OutputConfig(_Model):
     """Where results are written."""
 
     dir: str = "results"
+    # optimize: the soft objective's Hessian at the final parameters in results.json
+    # (a second-order pass, ~10x a step; always there with method: newton)
+    hessian: bool = False
 
 
 class ScheduleConfig(_Model):

@@ -165,6 +165,12 @@ class Optimization:
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.converged = False
+        #: passes over the data run by this object (a reused pass is not counted)
+        self.passes = 0
+        self._last: tuple | None = None
+        self.last_states: dict | None = None
+        #: the states of step 0 (initial parameters and widths, all chunks), if run here
+        self.initial_states: dict | None = None
 
     # parameters
     def params(self, u: np.ndarray | None = None) -> dict[str, float]:
@@ -232,9 +238,22 @@ class Optimization:
         chunks=None,
         strict: bool = True,
     ) -> dict[str, Any]:
-        states = self.ev.run(params, widths=widths, order=order, chunks=chunks)
+        states = self._reusable(params, widths, order) if chunks is None else None
+        if states is None:
+            states = self.ev.run(params, widths=widths, order=order, chunks=chunks)
+            self.passes += 1
+            self._last = (dict(params), np.array(widths, dtype=np.float64), order, chunks is None)
         self.last_states = states
         return objective_from_states(self.objective, states, order=order, strict=strict)
+
+    def _reusable(self, params: dict[str, float], widths: np.ndarray, order: int):
+        """The last pass's states if it was over all chunks at exactly these parameters
+        and widths, with at least this derivative order; else ``None``."""
+        if self._last is None:
+            return None
+        p, w, o, full = self._last
+        same = p == params and np.array_equal(w, np.asarray(widths, dtype=np.float64))
+        return self.last_states if full and same and o >= order else None
 
     def do_step(self) -> dict[str, Any]:
         """One pass and one update; appends to the history and writes the checkpoint."""
@@ -242,7 +261,10 @@ class Optimization:
         k = self.step
         widths = annealed_widths(self.w0, k, self.config)
         params = self.params()
-        res = self.evaluate(params, widths, order=self.order, chunks=self._chunks_for(k))
+        chunks = self._chunks_for(k)
+        res = self.evaluate(params, widths, order=self.order, chunks=chunks)
+        if k == 0 and chunks is None:
+            self.initial_states = self.last_states  # for the plots' initial histogram
         require_finite(res, k, self.outdir / CHECKPOINT)
         scale = self.coords.scale
         g_u = res["grad"] * scale
@@ -284,15 +306,25 @@ class Optimization:
         return self.converged or self.step >= self.opt_cfg.steps
 
     def final(self) -> dict[str, Any]:
-        """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters."""
+        """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters.
+
+        At most two passes: the soft one reuses the last step's states when the last
+        update left the parameters unchanged; the hard one needs values only. The
+        Hessian of the soft objective (how sharp the optimum is, per parameter, in
+        parameter units) is computed only when asked for (``output.hessian``) or
+        already part of every step (``method: newton``): a second-order pass costs
+        about ten first-order ones.
+        """
         params = self.params()
         widths = annealed_widths(self.w0, max(self.step - 1, 0), self.config)
-        # Second order at the optimum costs nothing extra in passes: its Hessian tells
-        # how sharp the optimum is (per parameter, in parameter units).
-        soft = self.evaluate(params, widths, order=2, strict=False)
+        passes = self.passes
+        order = 2 if self.config.output.hessian or self.order >= 2 else 1
+        soft = self.evaluate(params, widths, order=order, strict=False)
         self.final_states = self.last_states
         hard_p = self.hard_params(params)
-        hard = self.evaluate(hard_p, np.zeros_like(self.w0), strict=False)
+        hard = self.evaluate(hard_p, np.zeros_like(self.w0), order=0, strict=False)
+        #: passes the final evaluations ran (1 or 2)
+        self.final_passes = self.passes - passes
 
         def pack(r, p, w):
             out = {
@@ -307,9 +339,10 @@ class Optimization:
             return out
 
         soft_out = pack(soft, params, widths)
+        names = self.coords.names
         if soft["grad"] is not None:
-            names = self.coords.names
             soft_out["gradient"] = {n: float(g) for n, g in zip(names, soft["grad"])}
+        if soft["hess"] is not None:
             soft_out["hessian"] = {
                 a: {b: float(soft["hess"][i, j]) for j, b in enumerate(names)}
                 for i, a in enumerate(names)

@@ -65,15 +65,18 @@ def plot_history(history: list[dict[str, Any]], outdir: Path) -> list[Path]:
 
 
 def histogram_range(
-    config, evaluator, params: dict[str, float], widths
+    config, evaluator, params: dict[str, float], widths, *, states: dict | None = None
 ) -> tuple[int, float, float]:
-    """Binning of the main observable: from its config ``hist``, else mean +- a few std."""
+    """Binning of the main observable: from its config ``hist``, else mean +- a few std
+    of the states at ``params`` and ``widths`` (``states`` if given: a pass's states at
+    exactly those values, e.g. an optimisation's step 0; else a values-only pass)."""
     obs = config.observables[0]
     if obs.hist is not None:
         return obs.hist.bins, obs.hist.range[0], obs.hist.range[1]
     from analysis.stats import _core
 
-    states = evaluator.run(params, widths=widths, order=1)
+    if states is None:
+        states = evaluator.run(params, widths=widths, order=0)
     lows, highs = [], []
     for st in states.values():
         if "moments" not in st.observables[obs.name]:
@@ -90,15 +93,29 @@ def histogram_range(
 
 
 def plot_histograms(
-    evaluator, config, initial: dict[str, float], w0, final: dict[str, float], outdir: Path
+    evaluator,
+    config,
+    initial: dict[str, float],
+    w0,
+    final: dict[str, float],
+    outdir: Path,
+    *,
+    initial_states: dict | None = None,
 ) -> list[Path]:
-    """``hist_<dataset>.png``: the main observable at the initial (soft) and final (hard) selection."""
+    """``hist_<dataset>.png``: the main observable at the initial (soft) and final (hard)
+    selection, both filled in one pass. ``initial_states``: the states at ``initial``
+    and ``w0`` if already computed (for the binning when the config gives none)."""
     import mplhep
 
     plt = _pyplot()
-    bins, low, high = histogram_range(config, evaluator, initial, w0)
-    before = evaluator.run_histograms(0, bins, low, high, initial, widths=w0)
-    after = evaluator.run_histograms(0, bins, low, high, final, widths=np.zeros_like(w0))
+    bins, low, high = histogram_range(config, evaluator, initial, w0, states=initial_states)
+    binning = {"index": 0, "bins": bins, "low": low, "high": high}
+    before, after = evaluator.fill_histograms(
+        [
+            {**binning, "params": initial, "widths": w0},
+            {**binning, "params": final, "widths": np.zeros_like(w0)},
+        ]
+    )
     name = config.observables[0].name
     paths = []
     for ds in config.datasets:

@@ -24,14 +24,16 @@ non-ASCII name or path). So any UTF-8 dataset name and path works.
 
 Column cache (:mod:`analysis.cache`, on unless ``cache: false`` or ``--no-cache``): a
 pass of :class:`processors.DiffProcessor` runs coffea only on the chunks not yet
-cached, and those hand their columns back with their states (so on futures and dask
-the first pass ships each chunk's columns to the driver once); the cached chunks are
-evaluated here, in the driver's process, one after the other, with no file opened.
-So after the first pass every pass (optimisation steps, final evaluations, histograms,
-scans) runs in-process whatever the executor: on this 2-core machine that is the
-fastest route (no scheduling, no pickling of states), but it does not spread the
-kernel over several machines. Chunks stay in memory up to ``cache_memory_mb``, then
-spill to disk. A failed chunk is never cached (it is read again on the next pass).
+cached. Where a chunk's columns are kept after it was read depends on the executor:
+iterative, in the driver's cache (put there by the processor itself); futures, in the
+driver's cache too (they come back with the chunk's states, so the first pass ships
+every chunk's columns to the driver once); dask, in a cache of the worker process
+that read it (same budget, per worker), and only the worker's address comes back.
+Later passes evaluate the driver's chunks here, one after the other, and send each
+worker's chunks to that worker as tasks pinned there (no column goes through the
+scheduler); a chunk whose worker died is read again. No file is opened for a cached
+chunk. Chunks stay in memory up to ``cache_memory_mb``, then spill to disk. A failed
+chunk is never cached (it is read again on the next pass).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from typing import Any
 import numpy as np
 from coffea.nanoevents import NanoAODSchema
 
-from analysis.cache import COLUMNS_KEY, ColumnCache, chunk_key, plan_branches
+from analysis.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.columns import ChunkColumns, extract_columns
 from analysis.config import Config
 from analysis.errors import DiffcoffeaError, InputError
@@ -59,17 +61,37 @@ from analysis.results import DatasetState
 
 __all__ = [
     "SKHEP_CACHE",
+    "WORKER_THREADS_ENV",
     "Evaluator",
     "empty_columns",
     "empty_state",
     "resolve_fileset",
     "resolve_skhep",
+    "worker_threads_env",
 ]
 
 SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
 
 # How long a pass may wait to connect to a dask scheduler (never a hang on a dead address).
 DASK_CONNECT_TIMEOUT = "30s"
+
+# Seconds between checks for dead workers while waiting for tasks pinned to workers.
+WORKER_POLL = 1.0
+
+# One compute thread per LocalCluster worker: each worker's XLA (and numba, BLAS) would
+# otherwise start a pool as large as the machine, and the workers' pools would compete
+# (on 2 cores, 2 workers were slower than 1: 0.83x; with one thread each, 1.09x at a
+# load of 3 from other jobs, and 1.9x in CPU time). Variables the user set are kept.
+WORKER_THREADS_ENV = {
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "NUMBA_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def worker_threads_env(environ: Any) -> dict[str, str]:
+    """The variables of :data:`WORKER_THREADS_ENV` not already set in ``environ``."""
+    return {k: v for k, v in WORKER_THREADS_ENV.items() if k not in environ}
 
 
 class EventSchema(NanoAODSchema):
@@ -286,6 +308,7 @@ class Evaluator:
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
+                    env=worker_threads_env(os.environ),
                 )
                 self._client = Client(self._cluster)
         return processor.DaskExecutor(client=self._client, status=self.status, retries=retries)
@@ -465,30 +488,55 @@ class Evaluator:
         The processor's fault record (:func:`analysis.faults.guarded`) is taken out
         and kept in :attr:`faults`; a failed chunk is then an :class:`InputError`
         unless ``skip_bad_files``.
+
+        With the column cache, chunks kept by dask workers are evaluated there (sent
+        first, so they run while the driver reads and evaluates the others), chunks
+        kept here are evaluated here, and the rest are read through coffea; a chunk
+        whose worker is gone is read again. Outputs are added in this order: the chunks
+        read, then the cached ones in chunk order, then those read again.
         """
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
-        cached: list = []
         cacheable = self.cache is not None and hasattr(proc, "keep_columns")
+        here: set[int] = set()
+        there: list = []
+        read = list(items)
         if cacheable:
-            cached = [item for item in items if self._key(item) in self.cache]
-            items = [item for item in items if self._key(item) not in self.cache]
-            proc.keep_columns = True
-            proc.cache_token = self.cache.token
+            keys = [self._key(item) for item in items]
+            here = {i for i, k in enumerate(keys) if self.cache.holds(k)}
+            there = [
+                (i, items[i], k) for i, k in enumerate(keys) if i not in here and k in self.cache
+            ]
+            on_workers = {i for i, _, _ in there}
+            read = [item for i, item in enumerate(items) if i not in here and i not in on_workers]
+        pending = self._submit(there, proc) if there else []
         try:
-            out = dict(self._call(items, proc)) if items else {}
-        except Exception as err:
-            raise self._executor_error(err) from err
+            out = self._read(read, proc, cacheable)
+            parts = [out] if out else []
+            # here first: the driver works while the workers run theirs
+            done = {
+                i: proc.evaluate(items[i].dataset, self.cache.get(self._key(items[i])))
+                for i in sorted(here)
+            }
+            remote, lost = self._gather(pending)
         finally:
-            if cacheable:
-                proc.keep_columns, proc.cache_token = False, None
-        batch = out.pop(COLUMNS_KEY, None)
-        self._absorb(out.pop(FAULTS_KEY, None))
-        if batch is not None:
-            for key, cols in batch.columns.items():
-                self.cache.put(key, cols)
-        if cached:
-            out = self._from_cache(cached, proc, out)
+            for *_, future in pending:  # none left running if this pass failed
+                if future is not None:
+                    future.cancel()
+        done.update(remote)
+        parts.extend(done[i] for i in sorted(done))
+        if lost:
+            again = self._read(lost, proc, cacheable)
+            if again:
+                parts.append(again)
+        if cacheable and (read or lost) and self.cache.remote:
+            self._rebalance()
+        if len(parts) > 1:
+            from coffea import processor
+
+            out = dict(processor.accumulate(parts))
+        else:
+            out = dict(parts[0]) if parts else {}
         for name in self.config.datasets:
             if name not in out:
                 out[name] = empty()
@@ -506,14 +554,165 @@ class Evaluator:
             nonfinite=self.nonfinite,
         )
 
-    def _from_cache(self, items: list, proc, out: dict[str, Any]) -> dict[str, Any]:
-        """``out`` plus ``proc``'s outputs for the cached chunks ``items``, evaluated here,
-        in chunk order (as the iterative executor adds them)."""
-        from coffea import processor
+    def _read(self, items: list, proc, cacheable: bool) -> dict[str, Any]:
+        """``proc`` on ``items`` through coffea (files read); their columns go to the cache."""
+        if not items:
+            return {}
+        if cacheable:
+            proc.keep_columns = True
+            proc.cache_token = self.cache.token
+            # on dask, each worker keeps the columns it read (same budget per worker)
+            proc.worker_budget = self.cache.budget if self.executor_type == "dask" else None
+        try:
+            out = dict(self._call(items, proc))
+        except Exception as err:
+            raise self._executor_error(err) from err
+        finally:
+            if cacheable:
+                proc.keep_columns, proc.cache_token, proc.worker_budget = False, None, None
+        batch = out.pop(COLUMNS_KEY, None)
+        places = out.pop(PLACES_KEY, None)
+        self._absorb(out.pop(FAULTS_KEY, None))
+        if batch is not None:
+            for key, cols in batch.columns.items():
+                self.cache.put(key, cols)
+        if places is not None:
+            for key, address in places.places.items():
+                self.cache.place(key, address)
+        return out
 
-        parts = [out] if out else []
-        parts.extend(proc.evaluate(item.dataset, self.cache.get(self._key(item))) for item in items)
-        return dict(processor.accumulate(parts))
+    def _alive_workers(self) -> set[str]:
+        if self._client is None:
+            return set()
+        return set(self._client.scheduler_info(n_workers=-1)["workers"])
+
+    def _submit(self, chunks: list, proc) -> list:
+        """Each ``(index, item, key)`` of ``chunks`` sent to the dask worker that keeps its
+        columns, as a task pinned there: ``[(index, item, key, address, future)]``.
+
+        Only the processor and the key travel; the task evaluates the worker's own
+        columns (:func:`analysis.cache.evaluate_on_worker`)."""
+        from analysis.cache import evaluate_on_worker
+
+        alive = self._alive_workers()
+        token = self.cache.token
+        out = []
+        for i, item, key in chunks:
+            address = self.cache.where(key)
+            if address not in alive:  # that worker is gone: a task pinned to it never runs
+                out.append((i, item, key, address, None))
+                continue
+            future = self._client.submit(
+                evaluate_on_worker,
+                proc,
+                token,
+                key,
+                item.dataset,
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
+            )
+            out.append((i, item, key, address, future))
+        return out
+
+    def _rebalance(self) -> None:
+        """Even out the number of chunks the live workers keep (at most one apart).
+
+        A first pass leaves each chunk on the worker that happened to read it, often
+        unevenly (6 and 4 of 10), and later passes run each chunk where it is kept, so
+        the busiest worker sets their time. Chunks move from the worker with the most
+        to the one with the fewest, worker to worker (a task on the first hands the
+        columns to a task on the second; the scheduler sees only the tasks). A move
+        that fails leaves the chunk to be read again."""
+        from analysis.cache import adopt_columns, take_columns
+
+        alive = self._alive_workers()
+        held: dict[str, list] = {a: [] for a in alive}
+        for key, address in self.cache.remote.items():
+            if address in held:
+                held[address].append(key)
+        moves = []
+        while held:
+            src = max(held, key=lambda a: len(held[a]))
+            dst = min(held, key=lambda a: len(held[a]))
+            if len(held[src]) - len(held[dst]) <= 1:
+                break
+            key = held[src].pop()
+            held[dst].append(key)
+            moves.append((key, src, dst))
+        if not moves:
+            return
+        token, budget = self.cache.token, self.cache.budget
+        pending = []
+        for i, (key, src, dst) in enumerate(moves):
+            pin = {"allow_other_workers": False, "pure": False}
+            taken = self._client.submit(take_columns, token, key, workers=[src], **pin)
+            done = self._client.submit(
+                adopt_columns, token, key, taken, budget=budget, workers=[dst], **pin
+            )
+            pending.append((i, key, key, (src, dst), done))
+        try:
+            moved, _ = self._gather(pending)  # a lost move: forgotten, read again
+        except Exception:  # a move that raised: those chunks are read again, not fatal
+            moved = {}
+            for key, _, _ in moves:
+                self.cache.forget(key)
+        finally:
+            for *_, future in pending:
+                future.cancel()
+        for i in moved:
+            key, _, dst = moves[i]
+            self.cache.place(key, dst)
+
+    def _gather(self, pending: list) -> tuple[dict[int, Any], list]:
+        """Outputs of the tasks :meth:`_submit` sent, ``{index: output}``, and the work
+        items to read again: those whose worker died (or restarted without them).
+
+        Polls: a task pinned to a dead worker would wait forever for it, so every
+        :data:`WORKER_POLL` seconds the tasks of workers the scheduler no longer knows
+        are cancelled and their chunks forgotten by the cache (``address`` may be a
+        tuple: the task needs all of those workers)."""
+        from distributed import KilledWorker, wait
+
+        results: dict[int, Any] = {}
+        lost: list = []
+        waiting = {}
+        for i, item, key, address, future in pending:
+            if future is None:
+                self.cache.forget(key)
+                lost.append((i, item))
+            else:
+                waiting[i] = (item, key, address, future)
+        while waiting:
+            with contextlib.suppress(TimeoutError):
+                wait(
+                    [w[3] for w in waiting.values()],
+                    timeout=WORKER_POLL,
+                    return_when="FIRST_COMPLETED",
+                )
+            for i, (item, key, _, future) in list(waiting.items()):
+                if not future.done():
+                    continue
+                del waiting[i]
+                try:
+                    value = future.result()
+                except KilledWorker:  # its worker died while running it: read it again
+                    value = None
+                if value is None:
+                    self.cache.forget(key)
+                    lost.append((i, item))
+                else:
+                    results[i] = value
+            if waiting:
+                alive = self._alive_workers()
+                for i, (item, key, address, future) in list(waiting.items()):
+                    needed = address if isinstance(address, tuple) else (address,)
+                    if not set(needed) <= alive:
+                        future.cancel()
+                        del waiting[i]
+                        self.cache.forget(key)
+                        lost.append((i, item))
+        return results, [item for _, item in sorted(lost, key=lambda x: x[0])]
 
     def _call(self, items: list, proc) -> Any:
         """coffea's runner on ``items``; the futures executor's printed traceback is held back.
@@ -541,15 +740,31 @@ class Evaluator:
         widths: Any = None,
     ) -> dict[str, Any]:
         """``{dataset: hist.Hist}`` of observable ``index`` with the soft selection weights."""
+        spec = {"index": index, "bins": bins, "low": low, "high": high}
+        return self.fill_histograms([{**spec, "params": params, "widths": widths}])[0]
+
+    def fill_histograms(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several histograms in one pass: for each spec ``{"index", "bins", "low",
+        "high", "params", "widths"}`` (the last two optional, as for :meth:`run`), the
+        ``{dataset: hist.Hist}`` of observable ``index`` with that selection's weights."""
         from processors import DiffProcessor
         from processors.diff_processor import empty_histogram
 
-        theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(
-            self.plan, theta, w, self.weight_branches, histogram=(index, bins, low, high)
-        )
-        name = self.plan.observables[index].name
-        return self.process(proc, lambda: empty_histogram(name, bins, low, high))
+        filled = []
+        for spec in specs:
+            theta, w = self.theta_and_widths(spec.get("params"), spec.get("widths"))
+            filled.append((spec["index"], spec["bins"], spec["low"], spec["high"], theta, w))
+        theta0, w0 = self.theta_and_widths()
+        proc = DiffProcessor(self.plan, theta0, w0, self.weight_branches, histograms=tuple(filled))
+
+        def empty():
+            return {
+                i: empty_histogram(self.plan.observables[f[0]].name, *f[1:4])
+                for i, f in enumerate(filled)
+            }
+
+        out = self.process(proc, empty)
+        return [{name: out[name][i] for name in self.config.datasets} for i in range(len(specs))]
 
     def run_grid(self, thetas: Any) -> dict[str, DatasetState]:
         """One pass with hard cuts at every row of ``thetas`` (``(G, n_params)``: full
@@ -565,6 +780,14 @@ class Evaluator:
         )
 
     def close(self) -> None:
+        if self.cache is not None and self.cache.remote:
+            # the workers' caches go (their spill files too); their places are then stale
+            if self._client is not None:
+                from analysis.cache import drop_worker_cache
+
+                with contextlib.suppress(Exception):
+                    self._client.run(drop_worker_cache, self.cache.token)
+            self.cache.remote.clear()
         if self.cache is not None and self._own_cache:
             self.cache.close()
         if self._client is not None:
@@ -579,4 +802,3 @@ class Evaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
-

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from coffea import processor
 
-from analysis.cache import COLUMNS_KEY, ColumnBatch, chunk_key, local_cache, plan_branches
+from analysis.cache import chunk_key, keep_columns, plan_branches
 from analysis.columns import extract_columns
 from analysis.faults import guarded
 from analysis.kernel import chunk_state, grid_state, observable_entries
@@ -29,14 +29,18 @@ class DiffProcessor(processor.ProcessorABC):
 
     Holds only what the validated config says (plan, parameter values, widths, each
     dataset's weight branch); no globals, no file I/O beyond the chunk coffea hands in.
-    ``order`` is 1 for Jacobians, 2 to add Hessians. With ``histogram=(index, bins,
-    low, high)`` it fills instead a ``hist.Hist`` of observable ``index`` per dataset,
-    with the soft selection weights (for plots). With ``grid=True``, ``theta`` is a
+    ``order`` is 1 for Jacobians, 2 to add Hessians (0: values only). With
+    ``histogram=(index, bins, low, high)`` it fills instead a ``hist.Hist`` of
+    observable ``index`` per dataset, with the soft selection weights (for plots); with
+    ``histograms=((index, bins, low, high, theta, widths), ...)`` several at once, each
+    at its own parameter values and widths, in one pass: ``{dataset: {i: hist.Hist}}``. With ``grid=True``, ``theta`` is a
     ``(G, n_params)`` array and the states of all G points are computed (no derivatives).
     With ``keep_columns=True`` the chunk's columns are returned too, in a
     :class:`analysis.cache.ColumnBatch` under :data:`analysis.cache.COLUMNS_KEY`, for
     the driver's column cache (or, in the driver's own process, put straight into the
-    cache ``cache_token`` names); :meth:`evaluate` is what a cached chunk goes through.
+    cache ``cache_token`` names; in a dask worker with ``worker_budget`` set, kept by
+    the worker: see :func:`analysis.cache.keep_columns`); :meth:`evaluate` is what a
+    cached chunk goes through.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class DiffProcessor(processor.ProcessorABC):
         *,
         order: int = 1,
         histogram: tuple[int, int, float, float] | None = None,
+        histograms: tuple | None = None,
         grid: bool = False,
         keep_columns: bool = False,
     ) -> None:
@@ -57,9 +62,12 @@ class DiffProcessor(processor.ProcessorABC):
         self.weight_branches = dict(weight_branches)
         self.order = order
         self.histogram = histogram
+        self.histograms = histograms
         self.grid = grid
         self.keep_columns = keep_columns
         self.cache_token: str | None = None
+        #: set by the driver on dask: keep the columns in the worker, within this budget
+        self.worker_budget: int | None = None
 
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
@@ -79,25 +87,25 @@ class DiffProcessor(processor.ProcessorABC):
                 weight_branch=weight_branch,
                 nonfinite=meta.get("nonfinite") or "error",
             )
-            sink = local_cache(self.cache_token)
-            if sink is not None:
-                sink.put(key, cols)
-            else:
-                out[COLUMNS_KEY] = ColumnBatch({key: cols})
+            extra = keep_columns(
+                key, cols, token=self.cache_token, worker_budget=self.worker_budget
+            )
+            out.update(extra)
         return out
 
     def evaluate(self, dataset: str, cols) -> dict:
         """``{dataset: output}`` of one chunk's columns (no file access)."""
+        if self.histograms is not None:
+            return {dataset: {i: self._fill(cols, *spec) for i, spec in enumerate(self.histograms)}}
         if self.histogram is not None:
-            return {dataset: self._fill(cols)}
+            return {dataset: self._fill(cols, *self.histogram, self.theta, self.widths)}
         if self.grid:
             return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
         return {dataset: chunk_state(cols, self.plan, self.theta, self.widths, order=self.order)}
 
-    def _fill(self, cols):
-        index, bins, low, high = self.histogram
+    def _fill(self, cols, index, bins, low, high, theta, widths):
         h = empty_histogram(self.plan.observables[index].name, bins, low, high)
-        x, w = observable_entries(cols, self.plan, self.theta, self.widths, index)
+        x, w = observable_entries(cols, self.plan, theta, widths, index)
         h.fill(x, weight=w)
         return h
 

@@ -47,7 +47,13 @@ from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.plan import Plan
 from analysis.results import DatasetState, derivatives, statistics
 from analysis.stats.registry import json_paths
-from analysis.terms import SignificanceTerm, Term, asimov_significance, significance_z
+from analysis.terms import (
+    PythonTerm,
+    SignificanceTerm,
+    Term,
+    asimov_significance,
+    significance_z,
+)
 
 __all__ = [
     "DATASET_STATS",
@@ -155,6 +161,9 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
     Compiled once per objective, order and dataset totals (constant over an
     optimisation; they enter the normalisations as Python numbers), instead of
     tracing the statistics and their ``jacfwd`` again at every step (~0.2 s a step).
+    An objective with a ``python`` term runs eagerly: the user's function is called
+    once per step with plain numbers (it may check them, or use Python control flow
+    that ``jit`` would refuse), as documented for that term.
     """
     key = (order, tuple(sumw.items()), tuple(events.items()))
     cache = objective.__dict__.setdefault("_compiled", {})
@@ -171,7 +180,8 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
             stats0 = objective.stats(values, sumw, events)
             return (stats0, *derivatives(fn, values, jacs, hesses, order=order))
 
-        cache[key] = jax.jit(run)
+        eager = any(isinstance(term, PythonTerm) for term in objective.terms)
+        cache[key] = run if eager else jax.jit(run)
     return cache[key]
 
 

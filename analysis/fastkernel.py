@@ -32,10 +32,11 @@ Empty chunks (and chunks whose events all fail) give the zeros the JAX kernel gi
 
 Events are processed in blocks of :data:`BLOCK` (a fixed size), and each block's
 partial sums are added in block order, so the result does not depend on the number of
-threads (``DIFFCOFFEA_KERNEL_THREADS``, default 1: contiguous block ranges on a thread
-pool, the kernels release the GIL). Compiled once per machine with ``cache=True``
-(workers and later runs load the machine code from ``__pycache__``); serial ``njit``,
-because ``parallel=True`` took a minute to compile.
+threads (``DIFFCOFFEA_KERNEL_THREADS``, default numba's thread count, i.e. the cores:
+contiguous block ranges on a thread pool, the kernels release the GIL). Compiled once
+per machine with ``cache=True`` (workers and later runs load the machine code from
+``__pycache__``); serial ``njit`` on each thread, because ``parallel=True`` took a
+minute to compile.
 """
 
 from __future__ import annotations
@@ -375,30 +376,33 @@ def _observables(
 # --- host side -------------------------------------------------------------------------
 
 
-def _threads() -> int:
-    """Threads the kernels run on: ``DIFFCOFFEA_KERNEL_THREADS`` (default 1). Blocks are
-    split into contiguous ranges, one per thread, and their partial sums are added in
-    block order: results do not depend on the number of threads. One by default: on the
-    shared 2-core machine 2 threads were slower in wall time (the second thread waits
-    for a core), and coffea's futures/dask workers already use the cores."""
+def _threads(threads: int | None = None) -> int:
+    """Threads the kernels run on: ``threads`` if given, else ``DIFFCOFFEA_KERNEL_THREADS``,
+    else numba's thread count (the machine's cores, or ``NUMBA_NUM_THREADS``: 1 in the
+    workers of the evaluator's dask cluster). Blocks are split into contiguous ranges,
+    one per thread, and their partial sums are added in block order: results do not
+    depend on the number of threads. The driver asks for one thread per chunk where
+    coffea's futures or dask workers already share the cores."""
+    if threads is not None:
+        return max(1, int(threads))
     env = os.environ.get("DIFFCOFFEA_KERNEL_THREADS")
-    return max(1, int(env)) if env else 1
+    return max(1, int(env)) if env else max(1, int(numba.config.NUMBA_NUM_THREADS))
 
 
 _POOL: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked worker makes its own
 _LOCAL = threading.local()
 
 
-def _run_blocks(kernel, args: tuple, n_blocks: int) -> None:
+def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
     """``kernel(*args, b0, b1)`` over all blocks, in contiguous ranges on the pool."""
-    threads = min(_threads(), n_blocks)
+    threads = min(_threads(threads), n_blocks)
     if threads <= 1:
         kernel(*args, 0, n_blocks)
         return
     pid = os.getpid()
     if pid not in _POOL:
         _POOL.clear()
-        _POOL[pid] = ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="fastkernel")
+        _POOL[pid] = ThreadPoolExecutor(thread_name_prefix="fastkernel")
     edges = np.linspace(0, n_blocks, threads + 1).astype(int)
     futures = [
         _POOL[pid].submit(kernel, *args, int(a), int(b))
@@ -528,11 +532,17 @@ def _field_tuple(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...]:
 
 
 def evaluate_columns(
-    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int = 1
+    cols: ChunkColumns,
+    plan: Plan,
+    theta: Any,
+    widths: Any,
+    *,
+    order: int = 1,
+    threads: int | None = None,
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk, as :func:`analysis.kernel.evaluate_chunk` returns
     them (numpy float64; ``jac`` None for ``order=0``); ``plan`` must satisfy
-    :func:`supports`."""
+    :func:`supports`. ``threads``: see :func:`_threads` (the result does not depend on it)."""
     if not supports(plan, order):
         raise ValueError("fastkernel: needs plan.sets None and order <= 1")
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
@@ -614,7 +624,7 @@ def evaluate_columns(
         cw, dcw, count_par, count_less,
         ev_kind, ev_src, ev_abs, ev_greater, ev_incl, ev_t, ev_w, ev_par,
         n_par, max_count, BLOCK, p, dp, ew, dew, sums,
-    ), n_blocks)
+    ), n_blocks, threads)
     tot = sums.sum(axis=0)
     value: dict[str, Any] = {
         "selected_sumw": np.array(tot[0, 0], dtype=np.float64),
@@ -644,7 +654,7 @@ def evaluate_columns(
         zeros = np.zeros(len(obs))
         out = np.zeros((n_blocks, len(obs), _NACC, 1 + n_par))
         _run_blocks(_observables, (offsets, ofields, efields, p, dp, ew, dew, *args,
-                                   zeros, zeros, False, n_par, BLOCK, out), n_blocks)
+                                   zeros, zeros, False, n_par, BLOCK, out), n_blocks, threads)
         first = out.sum(axis=0)
         w_tot = first[:, 0, 0]
         cx = np.array([_safe_div(first[i, 1, 0], w_tot[i]) for i in range(len(obs))])
@@ -653,7 +663,7 @@ def evaluate_columns(
         out = np.zeros((n_blocks, len(obs), _NACC, 1 + n_par))
         _run_blocks(_observables, (offsets, ofields, efields, p, dp, ew, dew, *args,
                                    np.where(fx, cx, 0.0), np.where(fy, cy, 0.0), True, n_par,
-                                   BLOCK, out), n_blocks)
+                                   BLOCK, out), n_blocks, threads)
         second = out.sum(axis=0)
         for i, o in enumerate(obs):
             tot_o = second[i]

@@ -267,7 +267,14 @@ def evaluate_chunk_grid(thetas, widths, arrays, plan: Plan, shapes: Shapes, *, b
 
 
 def chunk_state(
-    cols: ChunkColumns, plan: Plan, theta, widths, *, order: int = 1, engine: str = "auto"
+    cols: ChunkColumns,
+    plan: Plan,
+    theta,
+    widths,
+    *,
+    order: int = 1,
+    engine: str = "auto",
+    threads: int | None = None,
 ) -> DatasetState:
     """Evaluate one chunk's columns into a :class:`DatasetState` (shared with tests and the driver).
 
@@ -277,11 +284,15 @@ def chunk_state(
     derivatives) where it applies (single-collection plans, ``order <= 1``) and the JAX
     kernel otherwise (Hessians, the object-set form); ``engine="jax"`` forces the JAX
     kernel (the reference: ``value_and_derivatives`` inside this module's jit).
+    ``threads``: the numba kernel's threads (default: the cores; see
+    :func:`analysis.fastkernel.evaluate_columns`); the result does not depend on it.
     """
     if engine not in ("auto", "jax"):
         raise ValueError(f"engine must be 'auto' or 'jax', got {engine!r}")
     if engine == "auto" and fastkernel.supports(plan, order):
-        value, jac = fastkernel.evaluate_columns(cols, plan, theta, widths, order=order)
+        value, jac = fastkernel.evaluate_columns(
+            cols, plan, theta, widths, order=order, threads=threads
+        )
         return DatasetState.from_chunk(
             value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
             names=plan.trainable_names,

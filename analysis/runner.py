@@ -563,6 +563,10 @@ class Evaluator:
             proc.cache_token = self.cache.token
             # on dask, each worker keeps the columns it read (same budget per worker)
             proc.worker_budget = self.cache.budget if self.executor_type == "dask" else None
+        # coffea's futures/dask workers share the cores already: one kernel thread each
+        shared = self.executor_type in ("futures", "dask") and hasattr(proc, "kernel_threads")
+        if shared:
+            proc.kernel_threads = 1
         try:
             out = dict(self._call(items, proc))
         except Exception as err:
@@ -570,6 +574,8 @@ class Evaluator:
         finally:
             if cacheable:
                 proc.keep_columns, proc.cache_token, proc.worker_budget = False, None, None
+            if shared:
+                proc.kernel_threads = None
         batch = out.pop(COLUMNS_KEY, None)
         places = out.pop(PLACES_KEY, None)
         self._absorb(out.pop(FAULTS_KEY, None))

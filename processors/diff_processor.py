@@ -68,6 +68,9 @@ class DiffProcessor(processor.ProcessorABC):
         self.cache_token: str | None = None
         #: set by the driver on dask: keep the columns in the worker, within this budget
         self.worker_budget: int | None = None
+        #: threads of the numba kernel per chunk (None: the cores); the driver sets 1 for
+        #: passes on futures/dask workers, which already share the cores
+        self.kernel_threads: int | None = None
 
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
@@ -101,7 +104,11 @@ class DiffProcessor(processor.ProcessorABC):
             return {dataset: self._fill(cols, *self.histogram, self.theta, self.widths)}
         if self.grid:
             return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
-        return {dataset: chunk_state(cols, self.plan, self.theta, self.widths, order=self.order)}
+        state = chunk_state(
+            cols, self.plan, self.theta, self.widths, order=self.order,
+            threads=self.kernel_threads,
+        )
+        return {dataset: state}
 
     def _fill(self, cols, index, bins, low, high, theta, widths):
         h = empty_histogram(self.plan.observables[index].name, bins, low, high)

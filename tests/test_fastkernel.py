@@ -318,3 +318,13 @@ def test_no_trainable_parameter_and_order_0():
     arrays, shapes = pad_columns(cols, plan)
     ref, _, _ = evaluate_chunk(theta, widths, arrays, plan, shapes, order=0)
     assert_close(ref, value, RTOL, "order 0")
+
+
+def test_thread_count_follows_numba_then_the_environment_then_the_argument(monkeypatch):
+    import numba
+
+    monkeypatch.delenv("DIFFCOFFEA_KERNEL_THREADS", raising=False)
+    assert fastkernel._threads() == max(1, numba.config.NUMBA_NUM_THREADS)
+    monkeypatch.setenv("DIFFCOFFEA_KERNEL_THREADS", "3")
+    assert fastkernel._threads() == 3
+    assert fastkernel._threads(1) == 1

@@ -13,8 +13,8 @@ By default the diffcoffea passes after the first take their columns from the col
 cache (``cache: true``, the config default) while the plain processor reads the file
 every time; ``--no-cache`` makes diffcoffea read the file on every pass too.
 
-    PYTHONPATH=. python benchmarks/bench_agc.py                       # configs/agc_ttbar.yaml
-    PYTHONPATH=. python benchmarks/bench_agc.py configs/agc_ttbar_v12.yaml
+    python benchmarks/bench_agc.py                       # configs/agc_ttbar.yaml
+    python benchmarks/bench_agc.py configs/agc_ttbar_v12.yaml
 """
 
 from __future__ import annotations

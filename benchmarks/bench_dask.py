@@ -13,8 +13,8 @@ numba (``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threa
 them), so that 2 workers do not fight over the cores; ``--threads 0`` sets the
 libraries' defaults (a pool as large as the machine per worker).
 
-    PYTHONPATH=. python benchmarks/bench_dask.py                    # 2M events, 8 files
-    PYTHONPATH=. python benchmarks/bench_dask.py --events 400000    # reduced
+    python benchmarks/bench_dask.py                    # 2M events, 8 files
+    python benchmarks/bench_dask.py --events 400000    # reduced
 """
 
 from __future__ import annotations

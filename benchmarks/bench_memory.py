@@ -10,8 +10,8 @@ process (``getrusage``), the peak of the sum of RSS over the driver and all its
 descendants (dask or futures workers; sampled with psutil every 0.1 s), the cache's
 chunks in memory and on disk, and the times. Goal: peak <= 2 GB and flat from 2M to 10M.
 
-    PYTHONPATH=. python benchmarks/bench_memory.py --events 2000000 10000000
-    PYTHONPATH=. python benchmarks/bench_memory.py --events 200000 --file-events 50000
+    python benchmarks/bench_memory.py --events 2000000 10000000
+    python benchmarks/bench_memory.py --events 200000 --file-events 50000
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ first read are inside step 0; the final soft and hard evaluations; the history p
 the histogram plots). Goal: whole <= 1.3 x sum of steps + compilation, i.e. the second
 run's ratio <= 1.3.
 
-    PYTHONPATH=. python benchmarks/bench_optimize.py                   # 400k events, 8 steps
-    PYTHONPATH=. python benchmarks/bench_optimize.py --events 40000 --steps 3
+    python benchmarks/bench_optimize.py                   # 400k events, 8 steps
+    python benchmarks/bench_optimize.py --events 40000 --steps 3
 """
 
 from __future__ import annotations

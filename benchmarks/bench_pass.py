@@ -16,8 +16,8 @@ All are timed after one warm-up pass (compilation, page cache; for 3, also the p
 that fills the cache); the best of ``--repeat`` passes is reported, with the ratios
 to the plain pass (goals: <= 1.5 for 2, <= 0.5 for 3).
 
-    PYTHONPATH=. python benchmarks/bench_pass.py                   # 2M events, 8 files
-    PYTHONPATH=. python benchmarks/bench_pass.py --events 400000   # reduced
+    python benchmarks/bench_pass.py                   # 2M events, 8 files
+    python benchmarks/bench_pass.py --events 400000   # reduced
 
 ``--kernel`` also times the kernels alone on every chunk's in-memory columns (ms per
 100k events, value only and value + Jacobian): the JAX kernel (``evaluate_chunk``,

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 from analysis.commands import (
     claim_run,
@@ -155,6 +156,21 @@ def _on_sigint(signum, frame):
     raise KeyboardInterrupt
 
 
+_default_unraisablehook = sys.unraisablehook
+
+
+def _on_unraisable(info) -> None:
+    """A Ctrl-C that landed in a finaliser or a gc callback (JAX has one) is swallowed
+    by Python ("Exception ignored in ...") and the run would go on to the end; deliver
+    it again a moment later, when the main thread is back in ordinary code."""
+    if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+        timer = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+        timer.daemon = True
+        timer.start()
+        return
+    _default_unraisablehook(info)
+
+
 def _interrupted(from_command_line: bool) -> int:
     """Ctrl-C: one line, exit 130. The checkpoint is intact (it is replaced atomically)."""
     with contextlib.suppress(ValueError):  # (not the main thread)
@@ -177,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         # handler, or whatever a library installed while being imported).
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGINT, _on_sigint)
+        sys.unraisablehook = _on_unraisable
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -253,3 +253,45 @@ def test_ctrl_c_mid_run_exits_130_with_the_checkpoint_intact(data, tmp_path):
 def test_diffcoffea_error_is_raised_for_bad_claims(tmp_path):
     with pytest.raises(DiffcoffeaError):
         check_output_dir(tmp_path / ("y" * 400))
+
+
+def test_ctrl_c_swallowed_by_a_gc_callback_is_delivered_again(monkeypatch):
+    """A KeyboardInterrupt raised inside a gc callback (JAX registers one) is ignored by
+    Python; the command line's unraisable hook sends SIGINT again, so the run stops."""
+    import gc
+    import logging
+
+    from analysis import cli
+
+    def callback(phase, info):
+        if phase == "start":
+            gc.callbacks.remove(callback)
+            raise KeyboardInterrupt  # as the SIGINT handler would, inside the callback
+
+    level = logging.getLogger("distributed").level
+    old = signal.signal(signal.SIGINT, cli._on_sigint)
+    monkeypatch.setattr(sys, "unraisablehook", cli._on_unraisable)
+    try:
+        gc.callbacks.append(callback)
+        with pytest.raises(KeyboardInterrupt):
+            gc.collect()  # swallowed here ("Exception ignored in ...")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, old)
+        logging.getLogger("distributed").setLevel(level)
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
+
+
+def test_other_unraisable_exceptions_go_to_the_default_hook(monkeypatch):
+    from types import SimpleNamespace
+
+    from analysis import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_default_unraisablehook", seen.append)
+    info = SimpleNamespace(exc_type=ValueError, exc_value=ValueError("x"))
+    cli._on_unraisable(info)
+    assert seen == [info]

@@ -9,12 +9,15 @@
   ``shared/data`` when the session starts, by the same helper as ``.ci/run``
   (``.ci/prime_skhep_cache.py``).
 - Helpers, imported as ``from tests.conftest import ...``: :func:`write_config` (the
-  one YAML config writer), :func:`central_difference` (the one finite-difference
-  helper) and :func:`one_line_error` (the one check of a command-line error).
+  one YAML config writer), :func:`edited` (a config with one value replaced),
+  :func:`central_difference` (the one finite-difference helper),
+  :func:`one_line_error` (the one check of a command-line error) and
+  :func:`load_script` (a benchmark or CI script as a module).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,14 +35,17 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 ERROR_PREFIX = "diffcoffea: error: "
 
 
-def _prime_skhep_cache() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "prime_skhep_cache", REPO / ".ci" / "prime_skhep_cache.py"
-    )
+def load_script(path: Path) -> Any:
+    """The module of a script outside the package (``.ci/``, ``benchmarks/``), by path."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.prime(SHARED_DATA)
+    return module
+
+
+def _prime_skhep_cache() -> None:
+    load_script(REPO / ".ci" / "prime_skhep_cache.py").prime(SHARED_DATA)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -77,6 +83,21 @@ def write_config(path: Path, cfg: Mapping[str, Any]) -> Path:
 
 # Central differences: ((offset in steps, integer weight), ...), denominator (times the step).
 _STENCILS = {3: (((1, 1), (-1, -1)), 2.0), 5: (((-2, 1), (-1, -8), (1, 8), (2, -1)), 12.0)}
+
+
+def edited(cfg: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``cfg`` with the entry at ``path`` (``"a/0/b"``: keys and list
+    indices) set to ``value``."""
+    out = copy.deepcopy(dict(cfg))
+    *head, last = path.split("/")
+    node: Any = out
+    for key in head:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return out
 
 
 def central_difference(

@@ -22,7 +22,7 @@ from analysis.config import config_from_dict
 from analysis.errors import ConfigError
 from analysis.plan import build_plan, initial_widths
 from analysis.runner import Evaluator
-from tests.conftest import SHARED_DATA, one_line_error, write_config
+from tests.conftest import SHARED_DATA, edited, one_line_error, write_config
 
 DY = str(SHARED_DATA / "nano_dy.root")
 
@@ -46,16 +46,7 @@ def base() -> dict[str, Any]:
 
 
 def edit(path: str, value: Any) -> dict[str, Any]:
-    cfg = copy.deepcopy(base())
-    *head, last = path.split("/")
-    node = cfg
-    for key in head:
-        node = node[int(key)] if isinstance(node, list) else node[key]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return cfg
+    return edited(base(), path, value)
 
 
 CASES = [

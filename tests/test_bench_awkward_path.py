@@ -3,23 +3,19 @@ and its agreement check can fail."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import awkward as ak
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_awkward_path", ROOT / "benchmarks" / "bench_awkward_path.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "bench_awkward_path.py")
 
 
 def test_bench_awkward_path_tiny(bench, capsys):

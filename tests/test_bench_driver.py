@@ -3,12 +3,12 @@ size (so that they cannot rot)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from tests.chunked_helpers import NANOAOD_WARNINGS
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,10 +16,7 @@ pytestmark = [*NANOAOD_WARNINGS, pytest.mark.slow]
 
 
 def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / f"{name}.py")
 
 
 def test_bench_memory_tiny(tmp_path, capsys):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from tests.chunked_helpers import NANOAOD_WARNINGS
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,11 +15,7 @@ pytestmark = [*NANOAOD_WARNINGS, pytest.mark.slow]
 
 
 def test_bench_pass_tiny(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location(
-        "bench_pass", ROOT / "benchmarks" / "bench_pass.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(ROOT / "benchmarks" / "bench_pass.py")
     argv = ["--events", "4000", "--files", "2", "--chunksize", "1000", "--repeat", "1"]
     assert bench.main([*argv, "--data-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -4,12 +4,13 @@ the Jacobian against central finite differences of that numpy reference."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,12 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_stats", ROOT / "benchmarks" / "bench_stats.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "bench_stats.py")
 
 
 def test_bench_stats_tiny(bench, capsys):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ from analysis.cli import main
 from analysis.config import config_from_dict
 from analysis.errors import ConfigError
 from analysis.plan import build_plan, initial_widths
-from tests.conftest import SHARED_DATA, one_line_error, write_config
+from tests.conftest import SHARED_DATA, edited, one_line_error, write_config
 
 
 def base() -> dict[str, Any]:
@@ -43,16 +42,7 @@ def base() -> dict[str, Any]:
 
 
 def edit(path: str, value: Any) -> dict[str, Any]:
-    cfg = copy.deepcopy(base())
-    *head, last = path.split("/")
-    node = cfg
-    for key in head:
-        node = node[int(key)] if isinstance(node, list) else node[key]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return cfg
+    return edited(base(), path, value)
 
 
 def test_valid_object_set_config_builds_a_plan() -> None:

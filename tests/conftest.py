@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import yaml
 
-from analysis.objects import ObjectSet
+from analysis.select.objects import ObjectSet
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -141,7 +141,7 @@ def one_line_error(stderr: str) -> str:
     return stderr.strip()
 
 
-# The AGC-style object sets of the object-engine tests (tests/test_objects_*.py).
+# The AGC-style object sets of the object-engine tests (tests/select/test_objects_*.py).
 AGC_SETS = (
     ObjectSet("jets", "Jet"),
     ObjectSet("bjets", "Jet", parent="jets"),

@@ -326,9 +326,6 @@ class SelectionConfig(_Model):
         return {"entries": data} if isinstance(data, list) else data
 
 
-# Statistic names come from the one registry (analysis.stats.registry).
-Stat = Literal[registry.NAMES]  # type: ignore[valid-type]
-_PAIR_STATS = registry.BIVARIATE
 
 
 class HistConfig(_Model):
@@ -350,8 +347,19 @@ class ObservableConfig(_Model):
     name: str
     x: str
     y: str | None = None
-    stats: list[Stat] = Field(min_length=1)
+    stats: list[str] = Field(min_length=1)
     hist: HistConfig | None = None
+
+    @field_validator("stats")
+    @classmethod
+    def _stats(cls, v: list[str]) -> list[str]:
+        # Names from the one registry (analysis.stats.registry), read now: never a copy.
+        known = [repr(n) for n in registry.names()]
+        for i, name in enumerate(v):
+            if name not in registry.STATISTICS:
+                expected = ", ".join(known[:-1]) + f" or {known[-1]}"
+                raise _fail(str(i), f"expected one of {expected}, got {_show(name)}")
+        return v
 
     @field_validator("x", "y")
     @classmethod
@@ -371,7 +379,7 @@ class ObservableConfig(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> ObservableConfig:
-        pair = [s for s in self.stats if s in _PAIR_STATS]
+        pair = [s for s in self.stats if registry.STATISTICS[s].arity == 2]
         if pair and self.y is None:
             raise _fail("stats", f"{', '.join(pair)} need a second expression 'y'")
         return self

@@ -49,9 +49,16 @@ __all__ = [
     "parse_expr",
 ]
 
-# From the one registry of statistics (one variable: of Moments; two: of CoMoments).
+# The shipped statistics (one variable: of Moments; two: of CoMoments); the plan reads
+# the registry itself (:func:`_split_stats`), so a statistic registered later is seen.
 UNIVARIATE_STATS = registry.UNIVARIATE
 BIVARIATE_STATS = registry.BIVARIATE
+
+
+def _split_stats(stats) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(of one variable, of two)`` of an observable's statistics, from the registry."""
+    arity = {n: registry.STATISTICS[n].arity for n in stats}
+    return tuple(n for n in stats if arity[n] == 1), tuple(n for n in stats if arity[n] == 2)
 
 _EXPR = re.compile(
     r"^(?:(?P<fn>sum|count|abs)\()?(?P<a>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<b>[A-Za-z_][A-Za-z0-9_]*))?\)?$"
@@ -184,7 +191,8 @@ class SetPlan:
     ``model``: the static count model; ``thresholds``: ``(param, value)`` of each of its
     counts; ``fields``: ``((collection, (field, ...)), ...)`` to read; ``nodes``: the
     parsed ``(x, y)`` of each observable, in plan order; ``orders``: power-sum order of
-    each observable (2, or 4 with skew/kurtosis); ``max_objects``: ``((collection,
+    each observable (the highest ``order`` its statistics declare in
+    :mod:`analysis.stats.registry`, at least 2); ``max_objects``: ``((collection,
     cap, set), ...)`` for the collections with a configured cap (the smallest over its
     root sets, and the set giving it); ``count_widths``: the width index of each
     count's smoothed integer step (``None``: a fixed integer value, exact without one).
@@ -299,9 +307,9 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
                 need(collection(node.head or node.slots[0][0]), node.field)
             pair.append(node)
         nodes.append(tuple(pair))
-        uni = tuple(s for s in obs.stats if s in UNIVARIATE_STATS)
-        bi = tuple(s for s in obs.stats if s in BIVARIATE_STATS)
-        orders.append(4 if any(s in ("skew", "kurtosis") for s in uni) else 2)
+        uni, bi = _split_stats(obs.stats)
+        # the moment order the statistics declare (at least 2: M2 is always there)
+        orders.append(max(2, registry.moment_order(uni)))
         x = pair[0]
         level = "object" if x.level != "event" else "event"
         observables.append(Observable(
@@ -449,8 +457,7 @@ def build_plan(config: Config) -> Plan:
                     f"{where}.y: {obs.y!r} is per {y.level} but x {obs.x!r} is per {x.level}; "
                     "both must be per object or both per event"
                 )
-        uni = tuple(s for s in obs.stats if s in UNIVARIATE_STATS)
-        bi = tuple(s for s in obs.stats if s in BIVARIATE_STATS)
+        uni, bi = _split_stats(obs.stats)
         observables.append(Observable(obs.name, x, y, uni, bi))
 
     return Plan(

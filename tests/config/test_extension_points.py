@@ -3,14 +3,11 @@ optimisers' one interface (optax ``GradientTransformationExtraArgs``). Fast: no 
 
 from __future__ import annotations
 
-import typing
-
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from analysis.config import loader as config_module
 from analysis.config.loader import config_from_dict
 from analysis.config.terms import TERM_TYPES, PythonTerm, SignificanceTerm, TargetTerm
 from analysis.errors import ConfigError
@@ -38,8 +35,13 @@ def _config(**extra):
 # --- registry -------------------------------------------------------------------------
 
 
-def test_config_plan_and_paths_come_from_the_registry():
-    assert typing.get_args(config_module.Stat) == registry.NAMES
+def test_config_plan_and_paths_come_from_the_registry(monkeypatch):
+    # a statistic registered after import is a valid config choice (no copy of the names)
+    extra = registry.Statistic("cv", 1, lambda s: s.m2, order=2)
+    monkeypatch.setitem(registry.STATISTICS, "cv", extra)
+    cfg = _config(observables=[{"name": "o", "x": "Jet.pt", "stats": ["cv"]}])
+    assert build_plan(cfg).observables[0].univariate == ("cv",)
+    monkeypatch.delitem(registry.STATISTICS, "cv")
     assert plan_module.UNIVARIATE_STATS == registry.UNIVARIATE
     assert plan_module.BIVARIATE_STATS == registry.BIVARIATE
     assert set(registry.UNIVARIATE) | set(registry.BIVARIATE) == set(registry.NAMES)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from analysis.config.loader import Config
 from analysis.errors import ConfigError
-from analysis.select import exprs
+from analysis.select import exprs, functions
 from analysis.select.objects import Count, CountModel, ObjectSet, required_cap
 from analysis.stats import registry
 
@@ -81,14 +81,40 @@ class Expr:
     absolute: bool = False
 
 
+class _CutKind:
+    """The cut kind (:mod:`analysis.select.cuts`) of a cut and its thresholds."""
+
+    greater: bool
+    inclusive: bool
+    param: int | None
+    value: float | None
+    op: str
+    more: tuple[tuple[int | None, float | None], ...]
+
+    @property
+    def kind_op(self) -> str:
+        """The ``op`` that picks the cut kind (a threshold's from ``greater``/``inclusive``
+        when built without one)."""
+        if self.op:
+            return self.op
+        return (">" if self.greater else "<") + ("=" if self.inclusive else "")
+
+    @property
+    def bounds(self) -> tuple[tuple[int | None, float | None], ...]:
+        """``(param, value)`` of every threshold, in the kind's ``bounds`` order."""
+        return ((self.param, self.value),) + self.more
+
+
 @dataclass(frozen=True)
-class ObjectCut:
+class ObjectCut(_CutKind):
     """Soft cut on a field of the selection collection: ``field OP threshold`` per object.
 
     ``absolute`` cuts ``|field|``; ``greater`` is True for ``>``/``>=``; ``inclusive``
     for ``>=``/``<=`` (matters only for the hard step, width 0). The threshold is the
     parameter at index ``param`` of the full parameter vector, or the constant
-    ``value``; its sigmoid width is ``widths[width_index]``.
+    ``value``; its sigmoid width is ``widths[width_index]``. ``op``: the cut kind's op
+    (``"window"``; empty: the threshold of ``greater``/``inclusive``); ``more``: the
+    thresholds after the first (a window's ``hi``; its ``lo`` is ``param``/``value``).
     """
 
     field: str
@@ -98,10 +124,12 @@ class ObjectCut:
     param: int | None  # index into the full parameter vector
     value: float | None
     width_index: int
+    op: str = ""
+    more: tuple[tuple[int | None, float | None], ...] = ()
 
 
 @dataclass(frozen=True)
-class EventVarCut:
+class EventVarCut(_CutKind):
     """Soft cut on a per-event branch (``expr``, e.g. ``MET.pt``): ``expr OP threshold``.
 
     Fields as :class:`ObjectCut`; the event weight is multiplied by the pass probability.
@@ -113,6 +141,16 @@ class EventVarCut:
     param: int | None
     value: float | None
     width_index: int
+    op: str = ""
+    more: tuple[tuple[int | None, float | None], ...] = ()
+
+
+def _cut_args(cut, names: tuple[str, ...], width_index: int) -> dict:
+    """The threshold fields of :class:`ObjectCut`/:class:`EventVarCut` for a config cut."""
+    (param, value), *more = (_threshold(p, v, names) for p, v in cut.thresholds())
+    return {"greater": cut.op in (">", ">="), "inclusive": cut.op in (">=", "<="),
+            "param": param, "value": value, "width_index": width_index, "op": cut.op,
+            "more": tuple(more)}
 
 
 @dataclass(frozen=True)
@@ -223,11 +261,8 @@ class SetPlan:
 
 def _object_cut(cut, names: tuple[str, ...], width_index: int) -> ObjectCut:
     absolute = cut.var.startswith("abs_")
-    param, value = _threshold(cut.param, cut.value, names)
-    return ObjectCut(
-        cut.var[4:] if absolute else cut.var, absolute, cut.op in (">", ">="),
-        cut.op in (">=", "<="), param, value, width_index,
-    )
+    return ObjectCut(cut.var[4:] if absolute else cut.var, absolute,
+                     **_cut_args(cut, names, width_index))
 
 
 def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
@@ -261,8 +296,8 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
     counts, thresholds, event_cuts, event_keys = [], [], [], []
     count_widths: list[int | None] = []
     for entry in config.selection.entries or []:
-        param, value = _threshold(entry.param, entry.value, names)
         if entry.count is not None:
+            param, value = _threshold(entry.param, entry.value, names)
             if param is not None:  # a trainable n stays within its bounds
                 top = int(math.ceil(config.parameters[entry.param].bounds[1]))
             else:
@@ -278,8 +313,7 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             if key not in event_keys:
                 event_keys.append(key)
             expr = Expr(entry.var, "event", "branch", key)
-            event_cuts.append(EventVarCut(expr, entry.op in (">", ">="), entry.op in (">=", "<="),
-                                          param, value, n_widths))
+            event_cuts.append(EventVarCut(expr, **_cut_args(entry, names, n_widths)))
             n_widths += 1
     try:
         model = CountModel(
@@ -299,10 +333,14 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             if node.kind == "branch":
                 if node.head not in event_keys:
                     event_keys.append(node.head)
-            elif node.kind in ("p4", "pair"):
+            elif node.kind == "call":  # the fields the function reads (its registry entry)
+                fn_fields = functions.FUNCTIONS[node.fn].fields
                 for s, _ in node.slots:
-                    for f in ("pt", "eta", "phi", "mass"):
+                    for f in fn_fields:
                         need(collection(s), f)
+                for key in (f"{g}.{f}" for g in node.groups for f in fn_fields):
+                    if key not in event_keys:
+                        event_keys.append(key)
             elif node.field is not None:
                 need(collection(node.head or node.slots[0][0]), node.field)
             pair.append(node)
@@ -369,6 +407,13 @@ def _threshold(cfg_param: str | None, cfg_value: float | None, names: tuple[str,
     return (names.index(cfg_param), None) if cfg_param is not None else (None, float(cfg_value))
 
 
+def _threshold_kind(cut, where: str) -> None:
+    """The single-collection form has threshold cuts only (its kernels know no kinds)."""
+    if cut.op not in (">", ">=", "<", "<="):
+        raise ConfigError(f"{where}: a '{cut.op}' cut needs the object-set form "
+                          "(top-level 'objects:' and a 'selection' list)")
+
+
 def build_plan(config: Config) -> Plan:
     """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
     names = tuple(config.parameters)
@@ -390,7 +435,8 @@ def build_plan(config: Config) -> Plan:
 
     object_cuts = []
     n_widths = 0
-    for cut in sel.objects.cuts if sel.objects is not None else []:
+    for i, cut in enumerate(sel.objects.cuts if sel.objects is not None else []):
+        _threshold_kind(cut, f"{config.source}: selection.objects.cuts.{i}.op")
         absolute = cut.var.startswith("abs_")
         field = cut.var[4:] if absolute else cut.var
         if field not in object_fields:
@@ -412,6 +458,7 @@ def build_plan(config: Config) -> Plan:
     count_cuts = []
     cap = 1
     for i, ev in enumerate(sel.events):
+        _threshold_kind(ev, f"{config.source}: selection.events.{i}.op")
         param, value = _threshold(ev.param, ev.value, names)
         if ev.count is not None:
             if collection is None or ev.count != collection:

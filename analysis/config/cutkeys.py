@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import model_serializer, model_validator
 
 from analysis.config.schema import _fail, _Model, _suggest
 from analysis.select import cuts
@@ -100,6 +100,16 @@ class CutKeys(_Model):
             if msg is not None:
                 raise _fail(_keys(bounds[-1])[0], msg)
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        # Dumped as written (lo: 20, not limits: {lo: 20}): a dump is a valid config, and
+        # the dump (a checkpoint's fingerprint) of a cut without named thresholds is
+        # what it was before kinds.
+        data = handler(self)
+        if isinstance(data, dict):
+            data.update(data.pop("limits", None) or {})
+        return data
 
     def _get(self, key: str) -> Any:
         return getattr(self, key) if key in ("value", "param") else self.limits.get(key)

@@ -9,9 +9,15 @@ import optax
 import pytest
 
 from analysis.config.loader import config_from_dict
-from analysis.config.terms import TERM_TYPES, PythonTerm, SignificanceTerm, TargetTerm
+from analysis.config.terms import (
+    TERM_TYPES,
+    PythonTerm,
+    SignificanceTerm,
+    TargetTerm,
+    TermContext,
+)
 from analysis.errors import ConfigError
-from analysis.optimize.objectives import stat_paths
+from analysis.optimize.objectives import Objective, stat_paths
 from analysis.optimize.optimizers import make_optimizer, newton_trust_region
 from analysis.pipeline import plan as plan_module
 from analysis.pipeline.plan import build_plan
@@ -86,6 +92,14 @@ def test_terms_are_classes_of_a_discriminated_union():
     kinds = [type(t) for t in cfg.objective.terms]
     assert kinds == [SignificanceTerm, TargetTerm, PythonTerm]
     assert TERM_TYPES == ("significance", "target", "python")
+
+
+def test_terms_see_the_objective_as_their_typed_context():
+    cfg = _config(objective={"terms": [{"type": "significance"}]})
+    ctx = Objective(cfg, build_plan(cfg))
+    assert isinstance(ctx, TermContext)
+    assert (ctx.signal, ctx.background, ctx.source) == (["sig"], ["bkg"], "<config>")
+    assert "sig.jet_pt.mean" in ctx.paths
 
 
 @pytest.mark.parametrize(

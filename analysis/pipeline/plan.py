@@ -47,6 +47,7 @@ __all__ = [
     "build_plan",
     "initial_widths",
     "parse_expr",
+    "threshold_value",
 ]
 
 # The shipped statistics (one variable: of Moments; two: of CoMoments); the plan reads
@@ -81,6 +82,13 @@ class Expr:
     absolute: bool = False
 
 
+def threshold_value(theta, param: int | None, value: float | None):
+    """A threshold's value: the parameter ``theta[param]``, else the constant ``value``
+    (as ``theta``'s dtype; ``theta`` a numpy or JAX vector). The one reading of a
+    ``(param, value)`` pair, for every kernel."""
+    return theta[param] if param is not None else theta.dtype.type(value)
+
+
 class _CutKind:
     """The cut kind (:mod:`analysis.select.cuts`) of a cut and its thresholds."""
 
@@ -103,6 +111,10 @@ class _CutKind:
     def bounds(self) -> tuple[tuple[int | None, float | None], ...]:
         """``(param, value)`` of every threshold, in the kind's ``bounds`` order."""
         return ((self.param, self.value),) + self.more
+
+    def threshold_values(self, theta) -> list:
+        """The values of :attr:`bounds` for the parameter vector ``theta``."""
+        return [threshold_value(theta, p, v) for p, v in self.bounds]
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from analysis.pipeline.plan import Plan
+from analysis.pipeline.plan import Plan, threshold_value
 from analysis.select import cuts, functions
 from analysis.select.objects import (
     event_pass,
@@ -46,14 +46,9 @@ from analysis.stats import _core
 __all__ = ["chunk_states", "observable_entries"]
 
 
-def _threshold(theta, param, value):
-    return theta[param] if param is not None else jnp.asarray(value, theta.dtype)
-
-
 def _cut(theta, widths, cut, v):
     """Pass probability of values ``v`` under ``cut`` (its kind: :mod:`analysis.select.cuts`)."""
-    bounds = [_threshold(theta, p, x) for p, x in cut.bounds]
-    return cuts.probability(cut.kind_op, v, bounds, widths[cut.width_index])
+    return cuts.probability(cut.kind_op, v, cut.threshold_values(theta), widths[cut.width_index])
 
 
 class _Chunk:
@@ -73,7 +68,7 @@ class _Chunk:
                 v = self.field(s.collection, cut.field)
                 q = q * _cut(theta, widths, cut, jnp.abs(v) if cut.absolute else v)
             self.probs[s.name] = q
-        th = [_threshold(theta, p, v) for p, v in self.sp.thresholds]
+        th = [jnp.asarray(threshold_value(theta, p, v)) for p, v in self.sp.thresholds]
         self.th = jnp.stack(th) if th else jnp.zeros((0,), jnp.float64)
         # Smoothed integer step of each count (0 for a fixed integer value: exact).
         cw = [jnp.asarray(0.0) if i is None else widths[i] for i in self.sp.count_widths]

@@ -22,8 +22,10 @@ def configurations(q: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndar
     """``(conf, prob)`` of ``n = len(q)`` independent bits passing with probabilities
     ``q``: ``conf`` ``(2^n, n)`` bool (rows in ``itertools.product`` order, all-fail
     first), ``prob`` ``(2^n,)`` = ``prod_i (q_i if conf_i else 1 - q_i)``, summing to 1.
-    No bits: one configuration of probability 1."""
-    q = np.asarray(q, dtype=np.float64).reshape(-1)
+    No bits: one configuration of probability 1. ``prob`` has ``q``'s float dtype (at
+    least float64: a long-double ``q`` gives long-double probabilities)."""
+    q = np.asarray(q)
+    q = q.astype(np.result_type(q.dtype, np.float64)).reshape(-1)
     n = len(q)
     conf = np.array(list(itertools.product((False, True), repeat=n)), dtype=bool)
     conf = conf.reshape(2**n, n)

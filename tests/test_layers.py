@@ -37,6 +37,10 @@ LAYERS: dict[str, int] = {
     "analysis.stats.merge": 0,
     "analysis.stats.registry": 0,
     "analysis.stats.derive": 0,
+    "analysis.stats._params": 0,
+    "analysis.stats.pullback": 0,
+    "analysis.stats.mlp": 0,
+    "analysis.weights": 1,  # npz files of learned-score weights (data only)
     "analysis.soft": 1,
     "analysis.pbinom": 0,  # pure maths (jax only): objects uses its integer_step
     "analysis.fourvec": 0,  # pure maths beside the statistics layer

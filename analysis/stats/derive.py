@@ -23,7 +23,9 @@ The one way this package carries derivatives through chunked passes:
 
 from __future__ import annotations
 
+import hashlib
 import numbers
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -396,26 +398,87 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
 
     if task == "pullback":
         return _pullback(f, t0, spec.names, theta)
-    if task == "values" or order == 0:
+    if task == "values":
+        return Derived(spec.names, _to_numpy(_values(f, t0)))
+    if order == 0:
         return Derived(spec.names, _to_numpy(f(t0)))
     value, jac, hess = value_and_derivatives(f, t0, order=order)
     return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
 
 
+# Compiled pullbacks by chunk-function structure: the jaxpr's text (which names no
+# data: the chunk's arrays are its constants, passed as arguments) and the shapes.
+# Chunks of one pass run the same code, and every gradient step sees the same chunks
+# again: a structure met a second time is compiled (one call instead of thousands of
+# eager operations), one met once runs eagerly (chunk shapes that never repeat cost
+# no compilation). At most _COMPILED_MAX are compiled per process, then eager again.
+_COMPILED: dict[str, Callable[..., Any]] = {}
+_SEEN: OrderedDict[str, None] = OrderedDict()
+_COMPILED_MAX = 64
+_SEEN_MAX = 4096
+
+
+def _cached_call(kind: str, closed: Any, extra: Any, build: Callable[[Any], Any], *args: Any):
+    """``build(jaxpr)(*args)``, compiled when this structure is met a second time."""
+    text = str(closed.jaxpr)
+    key = hashlib.sha256(repr((kind, text, extra)).encode()).hexdigest()
+    fun = _COMPILED.get(key)
+    if fun is None:
+        fun = build(closed.jaxpr)
+        # a function object in the text (" at 0x...") is never the same twice
+        if key in _SEEN and len(_COMPILED) < _COMPILED_MAX and " at 0x" not in text:
+            fun = _COMPILED[key] = jax.jit(fun)
+        _SEEN[key] = None
+        _SEEN.move_to_end(key)
+        while len(_SEEN) > _SEEN_MAX:
+            _SEEN.popitem(last=False)
+    return fun(*args)
+
+
+def _signature(consts: list) -> list:
+    return [(np.shape(c), str(np.result_type(c))) for c in consts]
+
+
+def _values(f: Callable[[Any], Any], t0: Any) -> Any:
+    """``f(t0)``: the first pass's chunk states (compiled from the second sight on)."""
+    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    out_tree = jax.tree_util.tree_structure(shapes)
+    consts = list(closed.consts)
+
+    def build(jaxpr):
+        return lambda consts, t: jax.core.eval_jaxpr(jaxpr, consts, t)
+
+    flat = _cached_call("values", closed, (out_tree, _signature(consts)), build, consts, t0)
+    return jax.tree_util.tree_unflatten(out_tree, flat)
+
+
 def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: PassTheta):
-    payload = theta.payload
+    """The chunk's states and ``grad <T_bar, T_c(theta)>`` (one reverse sweep)."""
+    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    diff = describe_difference(shapes, theta.merged)
+    if diff is not None:
+        raise ValueError(
+            "stats.derive: the chunk's states differ from the merged states of the "
+            f"first pass {diff}"
+        )
+    out_tree = jax.tree_util.tree_structure(shapes)
+    pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
+    consts = list(closed.consts)
 
-    def scalar(t):
-        s = f(t)
-        diff = describe_difference(s, theta.merged)
-        if diff is not None:
-            raise ValueError(
-                "stats.derive: the chunk's states differ from the merged states of the "
-                f"first pass {diff}"
-            )
-        return pulled_sum(s, payload), s
+    def build(jaxpr):
+        def grad_and_states(consts, t, pay):
+            def scalar(tt):
+                flat = jax.core.eval_jaxpr(jaxpr, consts, tt)
+                states = jax.tree_util.tree_unflatten(out_tree, flat)
+                return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), flat
 
-    grad, value = jax.grad(scalar, has_aux=True)(t0)
+            return jax.grad(scalar, has_aux=True)(t)
+
+        return grad_and_states
+
+    extra = (out_tree, pay_tree, [np.shape(p) for p in pay], _signature(consts))
+    grad, flat = _cached_call("pullback", closed, extra, build, consts, t0, pay)
+    value = jax.tree_util.tree_unflatten(out_tree, flat)
     return Pullback(names, _to_numpy(value), np.asarray(grad, dtype=np.float64))
 
 
@@ -451,6 +514,8 @@ def value_and_derivatives(f: Callable[[Any], Any], t0: Any, *, order: int) -> tu
 AUTO_FORWARD_MAX = 16
 
 _MODES = ("auto", "forward", "reverse")
+
+_payload = jax.jit(pullback_payload)  # compiled once per merged-state structure
 
 _NO_FORWARD = (
     "stats.differentiable: forward-mode derivatives (jax.jvp, jax.jacfwd, jax.hessian) "
@@ -649,7 +714,7 @@ def differentiable(
         cotangent = jax.tree_util.tree_unflatten(
             jax.tree_util.tree_structure(merged), [np.asarray(c, dtype=np.float64) for c in cts]
         )
-        payload = _to_numpy(pullback_payload(merged, cotangent))
+        payload = _to_numpy(_payload(merged, cotangent))
         out = call(
             PassTheta(spec.unflatten(vec, as_numpy=True), "pullback", merged, payload)
         )

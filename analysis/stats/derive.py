@@ -1,24 +1,54 @@
 """States with their derivatives: :class:`Derived`, :func:`derive`, :func:`differentiable`.
 
-The one way this package carries derivatives through chunked passes:
+The one way this package carries derivatives through chunked passes. Parameters
+``theta`` are any pytree of real arrays (a dict of floats, a dict of arrays, an
+equinox module such as :class:`analysis.stats.MLP`; :mod:`analysis.stats._params`
+names the entries and fixes their order).
+
+Forward mode (few parameters):
 
 * :func:`derive` evaluates ``fn(theta)`` (a pytree of mergeable states and sums,
   written in JAX: soft cuts, :func:`analysis.stats.moments`, ...) with its Jacobian
-  (and Hessian) with respect to every entry of the dict ``theta``, by ``jax.jacfwd``.
+  (and Hessian) with respect to every entry of ``theta``, by ``jax.jacfwd``.
 * A :class:`Derived` holds ``value``, ``jac`` and ``hess`` pytrees of float64 numpy
   arrays (Jacobian leaves have a trailing parameter axis ``(P,)``, Hessian leaves
-  ``(P, P)``, parameters in sorted name order). ``a + b`` merges exactly: the merged
-  value is :func:`analysis.stats.merge` of the values, and its derivatives are those of
-  the merge applied to the states' Taylor expansions ``s(d) = s0 + J d + d^T H d / 2``
-  at ``d = 0`` (``jax.jacfwd`` / ``jax.hessian``, jit-compiled once per structure).
-  Any chunking, merge order or grouping gives the same result up to rounding, so a
-  coffea processor returns ``{dataset: Derived}`` and ``processor.accumulate`` merges.
+  ``(P, P)``). ``a + b`` merges exactly: the merged value is
+  :func:`analysis.stats.merge` of the values, and its derivatives are those of the
+  merge applied to the states' Taylor expansions ``s(d) = s0 + J d + d^T H d / 2`` at
+  ``d = 0`` (``jax.jacfwd`` / ``jax.hessian``, jit-compiled once per structure). Any
+  chunking, merge order or grouping gives the same result up to rounding, so a coffea
+  processor returns ``{dataset: Derived}`` and ``processor.accumulate`` merges.
 * Statistics come at the end, from the merged states: ``d.value_and_grad(g)`` and
   ``d.hessian(g)`` differentiate any JAX function ``g`` of the states by the same
   Taylor expansion (exact by the chain rule).
-* :func:`differentiable` turns ``run(theta) -> Derived`` (one chunked pass) into a JAX
-  function whose derivatives are the merged Jacobian (and Hessian), so ``jax.grad``
-  of any loss of the merged states costs one pass.
+
+Reverse mode (many parameters: cost and memory per chunk independent of P times the
+number of states):
+
+* :func:`differentiable` ``(run, mode="reverse")`` runs a first pass of values only
+  and, for ``jax.grad``, a second pass that pulls the loss's cotangent ``S_bar`` of the
+  merged states back through every chunk. ``run`` receives a :class:`PassTheta`, which
+  the processor passes to :func:`derive` unchanged (it travels to the executors'
+  workers with the processor): in the second pass :func:`derive` returns a
+  :class:`Pullback`, the chunk's states and an O(P) gradient share, and
+  ``processor.accumulate`` adds the shares.
+* Exact whatever the chunking and executor: with ``a`` the merged mean (a constant from
+  the first pass), the merged centred moments are a fixed function of power sums about
+  ``a`` that add over chunks, ``M_r = sum_c sum_{i in c} w_i (x_i - mu)^r`` with
+  ``mu = a + T_1 / T_0`` and ``T_r = sum_c T_{c,r}``,
+  ``T_{c,r} = sum_{i in c} w_i (x_i - a)^r = sum_k C(r, k) M_{c,k} (mu_c - a)^(r - k)``.
+  So ``dL/dtheta = sum_c d/dtheta <T_bar, T_c(theta)>`` with
+  ``T_bar = (dS/dT)^T S_bar`` computed once from the merged state: each chunk's share
+  is a function of its own inputs and constants only (:mod:`analysis.stats.pullback`
+  gives the formulas, also for co-moments and sums).
+* In reverse mode the chunk computations are compiled the second time a chunk
+  structure (the function's jaxpr and its arrays' shapes) is met, i.e. from the
+  second gradient step on; a structure met once runs eagerly. Forward mode runs
+  eagerly, as before.
+* :func:`differentiable` ``(run)`` (``mode="auto"``) picks forward mode up to
+  :data:`AUTO_FORWARD_MAX` parameters and reverse mode above; ``jax.grad``,
+  ``jax.value_and_grad`` and ``jax.jit`` work in both; ``jax.hessian`` needs forward
+  mode (order-2 states) and refuses in one line in reverse mode.
 """
 
 from __future__ import annotations

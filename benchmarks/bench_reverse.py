@@ -214,6 +214,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"auto-mode step, max / min over P = {', '.join(str(rows[t]['P']) for t in rows if t != 358)}: "
             f"{flat:.2f} (goal <= {GOAL_FLAT}: {'met' if flat <= GOAL_FLAT else 'not met'})"
         )
+    ratios = [r["reverse"] / r["value"] for r in rows.values() if "reverse" in r]
+    if len(ratios) > 1:
+        print(
+            f"reverse step / value pass over every P: {min(ratios):.2f} .. {max(ratios):.2f} "
+            f"(spread {max(ratios) / min(ratios):.2f}x; the value pass itself grows with the network)"
+        )
     return rows
 
 

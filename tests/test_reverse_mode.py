@@ -32,16 +32,15 @@ CHUNKINGS = [(0, 200), (0, 50, 50, 100, 150, 200), (0, 7, 120, 200)]
 
 
 @pytest.fixture(scope="module")
-def sample():
+def data():
     rng = np.random.default_rng(11)
-    x = rng.normal(1.0, 1.0, 200)
-    y = 0.5 * x + rng.normal(0.0, 0.7, 200)
-    return x, y
+    x = rng.gamma(2.0, 0.7, 200)  # skewed: the third and fourth moments matter
+    return x, 0.5 * x + rng.normal(0.0, 0.7, 200)
 
 
 def chunk_fn(x, y):
     def fn(theta):
-        w = soft_cut(x, ">", theta["x_min"], 0.4) * soft_cut(y, "<", theta["y_max"], 0.3)
+        w = soft_cut(y, "<", theta["y_max"], 0.3) * soft_cut(x, ">", theta["x_min"], 0.4)
         return {
             "x": stats.moments(x, weight=w),
             "y": stats.moments(1e3 + y, weight=w * w),  # far from 0: the centring matters
@@ -86,8 +85,8 @@ def _close(got, want, rtol, what=""):
         assert float(got[k]) == pytest.approx(float(want[k]), rel=rtol, abs=1e-13), (what, k)
 
 
-def test_reverse_equals_forward_on_every_chunking(sample) -> None:
-    x, y = sample
+def test_reverse_equals_forward_on_every_chunking(data) -> None:
+    x, y = data
     reference = None
     for bounds in CHUNKINGS:
         for reverse_order in (False, True):
@@ -106,10 +105,10 @@ def test_reverse_equals_forward_on_every_chunking(sample) -> None:
 
 
 @pytest.mark.slow
-def test_reverse_gradient_of_every_state_field(sample) -> None:
+def test_reverse_gradient_of_every_state_field(data) -> None:
     """Each field of each merged state, one at a time: the pullback of that field alone
     (a cotangent with one non-zero entry) equals its forward-mode Jacobian row."""
-    x, y = sample
+    x, y = data
     run = runner(x, y, CHUNKINGS[2])
     fwd = stats.differentiable(run, mode="forward")
     rev = stats.differentiable(run, mode="reverse")
@@ -132,8 +131,8 @@ def _plain(x, y, bounds, theta_vec, unravel, score_loss):
     return total.value
 
 
-def test_thousand_parameters_directional_derivatives_match_finite_differences(sample) -> None:
-    x, y = sample
+def test_thousand_parameters_directional_derivatives_match_finite_differences(data) -> None:
+    x, y = data
     net = stats.mlp(2, hidden=(30, 30), seed=3)
     theta = {"cut": 0.1, "net": net}
     standard = stats.Standardisation(np.array([1.0, 0.5]), np.array([1.0, 0.9]))
@@ -173,8 +172,8 @@ def test_thousand_parameters_directional_derivatives_match_finite_differences(sa
         assert float(gflat @ v) == pytest.approx(fd, rel=1e-6, abs=1e-10)
 
 
-def test_pytree_parameters_in_both_modes(sample) -> None:
-    x, y = sample
+def test_pytree_parameters_in_both_modes(data) -> None:
+    x, y = data
     theta = {"cuts": np.array([0.3, 1.2]), "scale": {"s": 2.0}}
 
     def fn_of(xc, yc):
@@ -201,8 +200,8 @@ def test_pytree_parameters_in_both_modes(sample) -> None:
         stats.derive(fn_of(x, y), {"cuts": np.array([0.3, 1.0]), "scale": {"s": "big"}})
 
 
-def test_auto_mode_jit_and_hessian(sample) -> None:
-    x, y = sample
+def test_auto_mode_jit_and_hessian(data) -> None:
+    x, y = data
     run = runner(x, y, CHUNKINGS[1])
     auto = stats.differentiable(run)
     assert auto.mode_for(THETA) == "forward"
@@ -221,8 +220,8 @@ def test_auto_mode_jit_and_hessian(sample) -> None:
         jax.jit(lambda th: fresh(th)["n"])(THETA)
 
 
-def test_a_pass_that_drops_theta_or_is_not_deterministic(sample) -> None:
-    x, y = sample
+def test_a_pass_that_drops_theta_or_is_not_deterministic(data) -> None:
+    x, y = data
 
     def copying(theta):  # a processor that rebuilds theta as a plain dict
         return stats.derive(chunk_fn(x, y), dict(theta))
@@ -242,10 +241,10 @@ def test_a_pass_that_drops_theta_or_is_not_deterministic(sample) -> None:
         jax.grad(lambda th: g(th)["n"])(THETA)
 
 
-def test_undefined_states_keep_finite_gradients(sample) -> None:
+def test_undefined_states_keep_finite_gradients(data) -> None:
     """A state with an infinite value is NaN; a loss of the other states has the same,
     finite gradient in both modes (no 0 * NaN in the pullback)."""
-    x, y = sample
+    x, y = data
     bad = x.copy()
     bad[3] = np.inf
 
@@ -269,8 +268,8 @@ def test_undefined_states_keep_finite_gradients(sample) -> None:
     assert float(grads[1]["x_min"]) == pytest.approx(float(grads[0]["x_min"]), rel=1e-10)
 
 
-def test_pass_objects_pickle_and_merge(sample) -> None:
-    x, y = sample
+def test_pass_objects_pickle_and_merge(data) -> None:
+    x, y = data
     theta = PassTheta({"x_min": np.float64(0.3), "y_max": np.float64(1.2)}, "values")
     back = pickle.loads(pickle.dumps(theta))
     assert back.task == "values" and back["x_min"] == 0.3 and sorted(back) == ["x_min", "y_max"]

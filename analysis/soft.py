@@ -8,7 +8,7 @@ Poisson-binomial distribution of the number of passing objects). Both are JAX co
 so ``threshold``, ``n`` and the data-dependent probabilities may be traced (inside
 :func:`analysis.stats.derive`, ``jax.grad``, ``jax.jit``).
 
-These are the YAML pipeline's own cut functions (:mod:`analysis.kernel`), so a
+These are the YAML pipeline's own cut functions (:mod:`analysis.pipeline.kernel`), so a
 hand-written processor selects exactly as a configured one does.
 """
 
@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.kernel import count_distribution, prob_count_at_least, soft_pass
+from analysis.select.objects import soft_pass
+from analysis.select.pbinom import count_distribution, prob_count_at_least
 from analysis.stats.jagged import Jagged, _is_awkward, concrete, from_awkward
 
 __all__ = ["count_at_least", "soft_cut"]

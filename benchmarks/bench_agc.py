@@ -99,9 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="diffcoffea reads the files on every pass (no column cache)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from analysis.config import load_config
-    from analysis.runner import Evaluator
-
+    from analysis.config.loader import load_config
+    from analysis.driver.runner import Evaluator
     config = load_config(args.config)
     with Evaluator(config, chunksize=args.chunksize,
                    cache=False if args.no_cache else None) as ev:

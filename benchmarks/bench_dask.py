@@ -42,8 +42,7 @@ SINGLE_THREAD_ENV = {
 
 def cached_passes(config, workers: int, repeat: int) -> dict:
     """First pass and best cached pass on a LocalCluster of ``workers`` workers."""
-    from analysis.runner import Evaluator
-
+    from analysis.driver.runner import Evaluator
     init = config.initial_params()
     steps = iter(range(1, 1000))
     with Evaluator(config, executor="dask", workers=workers) as ev:
@@ -120,9 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     import jax
 
-    from analysis.plan import build_plan
-    from analysis.results import dataset_report
-
+    from analysis.pipeline.plan import build_plan
+    from analysis.pipeline.results import dataset_report
     # read by the worker processes when they start (the driver's XLA is already up)
     if args.threads == 1:
         os.environ.update(SINGLE_THREAD_ENV)  # what the Evaluator's LocalCluster sets too

@@ -38,8 +38,7 @@ GRIDS = {
 
 def main() -> int:
     sys.path.insert(0, str(ROOT))
-    from analysis.cli import main as cli
-
+    from analysis.cli.parser import main as cli
     p = argparse.ArgumentParser()
     p.add_argument("--grid-points", choices=list(GRIDS), default="small")
     args = p.parse_args()

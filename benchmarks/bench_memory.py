@@ -78,8 +78,7 @@ class TreeSampler:
 
 def one_size(args) -> dict:
     """The first pass and ``args.passes`` cached passes on ``args.one`` events (this process)."""
-    from analysis.runner import Evaluator
-
+    from analysis.driver.runner import Evaluator
     n = args.one
     files = max(2, 2 * -(-n // (2 * args.file_events)))  # whole files of <= file_events per dataset
     data_dir = Path(args.data_dir) / f"{n}x{files}"

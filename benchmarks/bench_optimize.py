@@ -65,9 +65,9 @@ class Phases:
 
 
 def one_run(config: Path, out: Path, steps: int) -> dict:
-    from analysis import optimize, plots
-    from analysis.cli import main as cli
-
+    from analysis.cli import plots
+    from analysis.cli.parser import main as cli
+    from analysis.optimize import loop as optimize
     phases = Phases()
     saved = [
         (optimize.Optimization, "final", optimize.Optimization.final),

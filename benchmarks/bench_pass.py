@@ -1,6 +1,6 @@
 """First gradient pass vs the plain coffea pass a user runs today, side by side.
 
-On the same generated NanoAOD-layout files (analysis.generate: half ttbar, half
+On the same generated NanoAOD-layout files (analysis.data.generate: half ttbar, half
 Drell-Yan), the same coffea executor, preprocessed chunks and chunk size:
 
 1. plain coffea: a ``ProcessorABC`` that applies the demo config's selection as hard
@@ -21,7 +21,7 @@ to the plain pass (goals: <= 1.5 for 2, <= 0.5 for 3).
 
 ``--kernel`` also times the kernels alone on every chunk's in-memory columns (ms per
 100k events, value only and value + Jacobian): the JAX kernel (``evaluate_chunk``,
-padding included) against the numba kernel (``analysis.fastkernel``) that the passes run.
+padding included) against the numba kernel (``analysis.pipeline.fastkernel``) that the passes run.
 """
 
 from __future__ import annotations
@@ -45,8 +45,7 @@ def demo_config(
     data_dir: Path, events: int, files: int, chunksize: int, executor: str = "iterative"
 ):
     """configs/demo.yaml with its datasets resized and generated under ``data_dir``."""
-    from analysis.config import config_from_dict
-
+    from analysis.config.loader import config_from_dict
     data = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
     data = copy.deepcopy(data)
     for name, ds in data["datasets"].items():
@@ -114,8 +113,7 @@ def chunk_columns(ev) -> list:
 
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
-    from analysis.columns import extract_columns
-
+    from analysis.data.columns import extract_columns
     out = []
     for item in ev.chunks:
         with warnings.catch_warnings():
@@ -130,7 +128,7 @@ def chunk_columns(ev) -> list:
 
 
 def fastkernel_threads() -> int:
-    from analysis import fastkernel
+    from analysis.pipeline import fastkernel
 
     return fastkernel._threads()
 
@@ -140,11 +138,10 @@ def kernel_times(ev, config, repeat: int) -> list[tuple[str, float, float]]:
     in-memory columns: the JAX kernel (padding included) and the numba kernel."""
     import numpy as np
 
-    from analysis import fastkernel
-    from analysis.columns import pad_columns
-    from analysis.kernel import evaluate_chunk
-    from analysis.plan import initial_widths
-
+    from analysis.pipeline import fastkernel
+    from analysis.pipeline.kernel import evaluate_chunk
+    from analysis.pipeline.layout import pad_columns
+    from analysis.pipeline.plan import initial_widths
     plan = ev.plan
     theta = np.array([config.initial_params()[n] for n in plan.param_names])
     widths = np.array(initial_widths(config))
@@ -195,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
     import numpy as np
 
-    from analysis.runner import Evaluator
-
+    from analysis.driver.runner import Evaluator
     data_dir = Path(args.data_dir) / f"{args.events}x{args.files}"
     t0 = time.perf_counter()
     config = demo_config(data_dir, args.events, args.files, args.chunksize, args.executor)

@@ -14,7 +14,7 @@ from coffea import processor
 from coffea.nanoevents import NanoAODSchema
 
 from analysis import stats
-from analysis.runner import resolve_skhep
+from analysis.driver.runner import resolve_skhep
 from analysis.soft import soft_cut
 
 

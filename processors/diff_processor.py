@@ -7,11 +7,11 @@ import warnings
 import numpy as np
 from coffea import processor
 
-from analysis.cache import chunk_key, keep_columns, plan_branches
-from analysis.columns import extract_columns
-from analysis.faults import guarded
-from analysis.kernel import chunk_state, grid_state, observable_entries
-from analysis.plan import Plan
+from analysis.data.cache import chunk_key, keep_columns, plan_branches
+from analysis.data.columns import extract_columns
+from analysis.data.faults import guarded
+from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
+from analysis.pipeline.plan import Plan
 
 __all__ = [
     "DiffProcessor",
@@ -36,10 +36,10 @@ class DiffProcessor(processor.ProcessorABC):
     at its own parameter values and widths, in one pass: ``{dataset: {i: hist.Hist}}``. With ``grid=True``, ``theta`` is a
     ``(G, n_params)`` array and the states of all G points are computed (no derivatives).
     With ``keep_columns=True`` the chunk's columns are returned too, in a
-    :class:`analysis.cache.ColumnBatch` under :data:`analysis.cache.COLUMNS_KEY`, for
+    :class:`analysis.data.cache.ColumnBatch` under :data:`analysis.data.cache.COLUMNS_KEY`, for
     the driver's column cache (or, in the driver's own process, put straight into the
     cache ``cache_token`` names; in a dask worker with ``worker_budget`` set, kept by
-    the worker: see :func:`analysis.cache.keep_columns`); :meth:`evaluate` is what a
+    the worker: see :func:`analysis.data.cache.keep_columns`); :meth:`evaluate` is what a
     cached chunk goes through.
     """
 

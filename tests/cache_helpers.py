@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import uproot
 
-from analysis.config import config_from_dict
-from analysis.results import DatasetState, dataset_report
+from analysis.config.loader import config_from_dict
+from analysis.pipeline.results import DatasetState, dataset_report
 from tests.chunked_helpers import analysis_config, differences
 from tests.faults_helpers import jets, write_nano
 

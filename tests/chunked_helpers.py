@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import analysis  # noqa: F401  (enables JAX float64 before anything else imports jax)
-from analysis.columns import ChunkColumns, extract_columns
-from analysis.plan import Plan
+from analysis.data.columns import extract_columns
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
 from analysis.stats import registry
 from tests.conftest import SHARED_DATA as DATA_DIR
 

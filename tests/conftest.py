@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import numpy as np
 import pytest
 import yaml
 
-from analysis.objects import ObjectSet
+from analysis.select.objects import ObjectSet
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -141,10 +142,35 @@ def one_line_error(stderr: str) -> str:
     return stderr.strip()
 
 
-# The AGC-style object sets of the object-engine tests (tests/test_objects_*.py).
+# The AGC-style object sets of the object-engine tests (tests/select/test_objects_*.py).
 AGC_SETS = (
     ObjectSet("jets", "Jet"),
     ObjectSet("bjets", "Jet", parent="jets"),
     ObjectSet("muons", "Muon"),
     ObjectSet("electrons", "Electron"),
 )
+
+
+# --- memory log ----------------------------------------------------------------------
+# DIFFCOFFEA_RSS_LOG=<file>: after each test, append "<resident MB>\t<peak MB>\t<test id>",
+# to find which tests make the suite's process grow (``sort -n`` the file).
+
+
+def _rss_mb() -> tuple[float, float]:
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    try:
+        with open("/proc/self/statm") as f:
+            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        resident = float("nan")
+    return resident, peak
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    log = os.environ.get("DIFFCOFFEA_RSS_LOG")
+    if log:
+        resident, peak = _rss_mb()
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{resident:.0f}\t{peak:.0f}\t{nodeid}\n")

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import uproot
 
-from analysis.cli import main
+from analysis.cli.parser import main
 from tests.chunked_helpers import analysis_config
 from tests.conftest import one_line_error as conftest_one_line_error
 from tests.conftest import write_config

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.config import Config, config_from_dict
-from analysis.generate import ensure_dataset
+from analysis.config.loader import Config, config_from_dict
+from analysis.data.generate import ensure_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -11,7 +11,7 @@ expansion (:mod:`analysis.stats.derive`).
 
 Why JAX and not the former hand-written numpy ``Dual`` class (value, gradient and
 Hessian carried through ``+ - * /``): measured (both versions side by side), they are
-equally exact. On 100 chunks of ``1e6 + N(0, 1)`` (tests/test_merge.py), merged by a
+equally exact. On 100 chunks of ``1e6 + N(0, 1)`` (tests/stats/test_merge.py), merged by a
 left fold or a balanced tree, var / skew / kurtosis differ from a float64 corrected
 two-pass computation on the concatenation by 0 / 1.4e-14 / 7e-14 relative with
 ``Dual`` and with this merge (eager or jitted) alike. With derivatives (30 such

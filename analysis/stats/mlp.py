@@ -15,7 +15,7 @@ any variable, ``soft_cut(s, ">", theta["cut"], width)``). Layers are
 
 :func:`to_arrays` / :func:`from_arrays` convert to and from a flat dict of numpy
 arrays (``layers.0.weight``, ``layers.0.bias``, ...): data only, for npz files
-(:mod:`analysis.weights`); :func:`from_arrays` checks every key, shape and value
+(:mod:`analysis.select.weights`); :func:`from_arrays` checks every key, shape and value
 against the network the configuration describes and raises a one-line
 :class:`~analysis.errors.InputError` otherwise. Empty input (no entries) gives an
 empty score.

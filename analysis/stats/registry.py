@@ -1,7 +1,7 @@
 """The one registry of statistics: name, arity, function of a state, JSON fields.
 
 Everything that lists statistics is derived from :data:`STATISTICS`: the config's
-``observables[].stats`` choices (:data:`analysis.config.Stat`), the plan's split into
+``observables[].stats`` choices (:data:`analysis.config.loader.Stat`), the plan's split into
 statistics of one variable (of a :class:`~analysis.stats.Moments` state) and of two
 (of a :class:`~analysis.stats.CoMoments` state), the statistics computed from merged
 states (:func:`observable_statistics`), the objective's ``target`` paths

@@ -1,0 +1,311 @@
+"""The commands behind the command line (:mod:`analysis.cli.parser`): ``evaluate``,
+``optimize``, ``scan``, ``make-dataset``, and what they share (output directory
+claim, JSON writing, the evaluator built from the arguments, summaries).
+
+Each takes the parsed ``argparse`` namespace and returns an exit code; user errors are
+raised as :class:`~analysis.errors.DiffcoffeaError` (the command line prints one line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.config.loader import Config, load_config
+from analysis.errors import DiffcoffeaError
+
+__all__ = [
+    "claim_run",
+    "cmd_evaluate",
+    "cmd_make_dataset",
+    "json_safe",
+    "make_evaluator",
+    "output_dir",
+    "parse_grid",
+    "run_optimize",
+    "run_scan",
+    "write_json",
+]
+
+
+def _parse_sets(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise DiffcoffeaError(f"--set {item!r}: expected NAME=NUMBER") from None
+        if not math.isfinite(out[name.strip()]):
+            raise DiffcoffeaError(f"--set {item!r}: expected a finite number")
+    return out
+
+
+def json_safe(data: Any) -> Any:
+    """``data`` as strict JSON values: NaN and +-inf become None (null), numpy becomes Python."""
+    if isinstance(data, dict):
+        return {str(k): json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    if isinstance(data, np.ndarray):
+        return json_safe(data.tolist())
+    if isinstance(data, np.generic):
+        data = data.item()
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write strict JSON atomically (temp file, then rename); NaN/inf are written as null."""
+    text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise DiffcoffeaError(f"{path}: cannot write results: {err.strerror or err}") from None
+
+
+def output_dir(config, args) -> Path:
+    """``--output`` if given, else the config's ``output.dir``."""
+    return Path(args.output) if args.output else Path(config.output.dir)
+
+
+def make_evaluator(config, args):
+    """The driver for ``config`` with the command line's executor overrides."""
+    from analysis.driver.runner import Evaluator
+    return Evaluator(
+        config,
+        executor=args.executor,
+        workers=args.workers,
+        chunksize=args.chunksize,
+        status=not args.quiet,
+        skip_bad_files=getattr(args, "skip_bad_files", None),
+        cache=False if getattr(args, "no_cache", False) else None,
+    )
+
+
+def cmd_evaluate(args) -> int:
+    from analysis.cli.report import evaluation_report, print_summary
+    config = load_config(args.config)
+    overrides = _parse_sets(args.set)
+    start = time.perf_counter()
+    with claim_run(config, args), make_evaluator(config, args) as ev:
+        states = ev.run(overrides)
+        report = evaluation_report(ev, states, overrides)
+    report["wall_time_s"] = time.perf_counter() - start
+    out = output_dir(config, args)
+    write_json(out / "results.json", report)
+    if not args.quiet:
+        print_summary(report, out / "results.json")
+    return 0
+
+
+def cmd_make_dataset(args) -> int:
+    from analysis.data.generate import write_dataset
+    if args.events < 0 or args.files < 1:
+        raise DiffcoffeaError(
+            f"--events must be >= 0 and --files >= 1, got {args.events} and {args.files}"
+        )
+    paths = write_dataset(
+        args.outdir, process=args.process, n_events=args.events, n_files=args.files, seed=args.seed
+    )
+    for p in paths:
+        print(p)
+    return 0
+
+
+def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
+    """Check and lock the output directory before any computation (:mod:`analysis.cli.outdir`).
+
+    For ``optimize``, an earlier checkpoint there is kept unless ``--resume`` continues
+    it or ``--overwrite`` deletes it.
+    """
+    from analysis.cli.outdir import claim_output
+    from analysis.optimize.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
+    out = output_dir(config, args)
+    claim = claim_output(out, command=args.command)
+    if args.command != "optimize" or args.resume:
+        return claim
+    stack = contextlib.ExitStack()
+    stack.enter_context(claim)
+    with stack:  # released again if the checkpoint check fails
+        for name in (CHECKPOINT, LEGACY_CHECKPOINT):
+            old = out / name
+            if not old.exists():
+                continue
+            if not args.overwrite:
+                raise DiffcoffeaError(
+                    f"{old}: a checkpoint of an earlier run is there; add --resume to continue "
+                    "it or --overwrite to start over"
+                )
+            old.unlink()
+        return stack.pop_all()
+
+
+# --- optimize and scan ---------------------------------------------------------------
+
+
+def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
+    """``["name=lo:hi:n", ...]`` to ``{name: values}`` (inclusive, evenly spaced)."""
+    grid: dict[str, np.ndarray] = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        parts = spec.split(":")
+        try:
+            if not sep or len(parts) != 3:
+                raise ValueError
+            lo, hi, n = float(parts[0]), float(parts[1]), int(parts[2])
+            if n < 1 or not np.isfinite([lo, hi]).all():
+                raise ValueError
+        except ValueError:
+            raise DiffcoffeaError(
+                f"--grid {item!r}: expected NAME=LOW:HIGH:N with finite LOW, HIGH and N >= 1, "
+                "e.g. jet_pt_min=20:100:17"
+            ) from None
+        if name not in config.parameters:
+            raise DiffcoffeaError(
+                f"--grid {item!r}: unknown parameter {name!r}; parameters: {', '.join(config.parameters)}"
+            )
+        grid[name] = np.linspace(lo, hi, n)
+    if not grid:
+        raise DiffcoffeaError("scan: give at least one --grid NAME=LOW:HIGH:N")
+    return grid
+
+
+def run_optimize(args) -> int:
+    """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
+    objective, per-dataset statistics) and plots in the output directory."""
+    from analysis.cli.plots import plot_histograms, plot_history
+    from analysis.optimize.loop import Optimization
+    from analysis.pipeline.results import dataset_report
+    config = load_config(args.config)
+    outdir = output_dir(config, args)
+    quiet = args.quiet
+    args.quiet = True  # per-pass coffea bars would drown the step bar
+    # claim_run locks the output dir and refuses (or, with --overwrite, deletes) an
+    # earlier checkpoint unless --resume continues it.
+    with claim_run(config, args), make_evaluator(config, args) as ev:
+        run = Optimization(config, ev, outdir, steps=args.steps)
+        if args.resume:
+            run.resume()
+        initial_params = config.initial_params()
+        _loop(run, quiet)
+        final = run.final()
+        report = {
+            "config": str(config.source),
+            "trainable": list(run.coords.names),
+            "bounds": {
+                n: [float(lo), float(hi)]
+                for n, lo, hi in zip(run.coords.names, run.coords.lower, run.coords.upper)
+            },
+            "optimizer": config.optimizer.model_dump(mode="json"),
+            "steps_run": run.step,
+            "passes": run.step + run.final_passes,
+            "converged": run.converged,
+            "history": run.history,
+            "final": final,
+            "parameters": final["soft"]["parameters"],
+            "datasets": {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets},
+            "faults": ev.faults_report(),
+        }
+        write_json(outdir / "results.json", report)
+        if not args.no_plots:
+            plot_history(run.history, outdir)
+            if config.observables:
+                plot_histograms(
+                    ev,
+                    config,
+                    initial_params,
+                    run.w0,
+                    final["hard"]["parameters"],
+                    outdir,
+                    initial_states=run.initial_states,
+                )
+    if not quiet:
+        _print_final(report, outdir)
+    return 0
+
+
+def _loop(run, quiet: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [
+        TextColumn("[bold blue]optimize"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("objective {task.fields[obj]}"),
+        TextColumn("step {task.fields[dt]}"),
+        TimeElapsedColumn(),
+    ]
+    with Progress(*columns, disable=quiet) as bar:
+        task = bar.add_task("opt", total=run.opt_cfg.steps, completed=run.step, obj="-", dt="-")
+        while not run.done:
+            entry = run.do_step()
+            bar.update(
+                task,
+                completed=run.step,
+                obj=f"{entry['objective']:.6g}",
+                dt=f"{entry['wall_time_s']:.2f}s",
+            )
+
+
+def _print_final(report: dict[str, Any], outdir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(
+        title=f"after {report['steps_run']} steps ({report['passes']} passes over the data)",
+        title_justify="left",
+    )
+    t.add_column("")
+    t.add_column("soft", justify="right")
+    t.add_column("hard (width 0)", justify="right")
+    soft, hard = report["final"]["soft"], report["final"]["hard"]
+    fmt = lambda x: "-" if x is None else f"{x:.6g}"  # noqa: E731
+    t.add_row("objective", fmt(soft["objective"]), fmt(hard["objective"]))
+    t.add_row("significance", fmt(soft["significance"]), fmt(hard["significance"]))
+    for n in report["trainable"]:
+        t.add_row(n, fmt(soft["parameters"][n]), fmt(hard["parameters"][n]))
+    console.print(t)
+    from analysis.cli.report import print_faults
+    print_faults(report.get("faults"), console)
+    console.print(f"wrote {outdir / 'results.json'} and plots in {outdir}")
+
+
+def run_scan(args) -> int:
+    """``diffcoffea scan``: :func:`analysis.optimize.scan.scan` on the ``--grid``, written to
+    scan.json (and into results.json when an optimisation left one there)."""
+    from analysis.optimize.scan import scan
+    config = load_config(args.config)
+    outdir = output_dir(config, args)
+    with claim_run(config, args):  # the output dir is checked first, as for optimize
+        grid = parse_grid(args.grid, config)
+        start = time.perf_counter()
+        with make_evaluator(config, args) as ev:
+            result = scan(config, ev, grid)
+            result["faults"] = ev.faults_report()
+        result["wall_time_s"] = time.perf_counter() - start
+        write_json(outdir / "scan.json", result)
+        results = outdir / "results.json"
+        if results.exists():  # keep the scan beside an optimisation's results
+            data = json.loads(results.read_text())
+            data["scan"] = result
+            write_json(results, data)
+    if not args.quiet:
+        best = result["best"]
+        print(f"{result['n_points']} grid points in one pass; best: {best}")
+        print(f"wrote {outdir / 'scan.json'}")
+    return 0

@@ -1,0 +1,212 @@
+"""Command line: ``diffcoffea evaluate | optimize | scan | make-dataset`` (also ``python -m analysis``).
+
+The top layer: it parses arguments and runs a command of :mod:`analysis.cli.commands`, which loads the config, asks the driver
+(:class:`analysis.driver.runner.Evaluator`), the optimisation loop (:mod:`analysis.optimize.loop`)
+or the grid scan (:mod:`analysis.optimize.scan`) for results, writes them and prints summaries.
+
+Errors in the input (config, files, branches) print one line and exit with code 2;
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+
+from analysis.cli.commands import (
+    claim_run,
+    cmd_evaluate,
+    cmd_make_dataset,
+    json_safe,
+    make_evaluator,
+    output_dir,
+    parse_grid,
+    run_optimize,
+    run_scan,
+    write_json,
+)
+from analysis.errors import DiffcoffeaError
+
+__all__ = [
+    "build_parser",
+    "claim_run",
+    "json_safe",
+    "main",
+    "make_evaluator",
+    "output_dir",
+    "parse_grid",
+    "positive_int",
+    "run_optimize",
+    "run_scan",
+    "write_json",
+]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--workers``, ``--chunksize``, ``--steps``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML analysis config")
+    p.add_argument("--output", "-o", help="output directory (default: the config's output.dir)")
+    p.add_argument(
+        "--executor", choices=["iterative", "futures", "dask"], help="override executor.type"
+    )
+    p.add_argument("--workers", type=positive_int, help="override executor.workers")
+    p.add_argument("--chunksize", type=positive_int, help="override executor.chunksize")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    p.add_argument(
+        "--skip-bad-files",
+        action="store_true",
+        default=None,
+        help="go on without unreadable files/chunks (listed in results.json); "
+        "default: config's skip_bad_files (false)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="read the files on every pass (default: the config's cache, true: columns "
+        "read once and kept for later passes)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="diffcoffea",
+        description="Differentiable selections and statistics over NanoAOD with coffea.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("evaluate", help="one pass: statistics and their gradients")
+    _add_run_options(p)
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a parameter value",
+    )
+
+    p = sub.add_parser("optimize", help="optimise the selection parameters")
+    _add_run_options(p)
+    p.add_argument("--steps", type=positive_int, help="override optimizer.steps")
+    p.add_argument(
+        "--resume", action="store_true", help="continue from the checkpoint in the output dir"
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="start over, deleting an earlier checkpoint"
+    )
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+    p = sub.add_parser("scan", help="hard-cut objective on a grid (all points in one pass)")
+    _add_run_options(p)
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="NAME=LO:HI:N",
+        help="grid of one parameter (repeat for more); other parameters stay at init",
+    )
+
+    p = sub.add_parser("make-dataset", help="write NanoAOD-layout demo files")
+    p.add_argument("outdir")
+    p.add_argument("--process", choices=["ttbar", "dy"], required=True)
+    p.add_argument("--events", type=int, default=200_000)
+    p.add_argument("--files", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def _root_cause(err: BaseException) -> DiffcoffeaError | None:
+    """A user-facing error, possibly wrapped by coffea's executors."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, DiffcoffeaError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+COMMANDS = {
+    "evaluate": cmd_evaluate,
+    "optimize": run_optimize,
+    "scan": run_scan,
+    "make-dataset": cmd_make_dataset,
+}
+
+
+def _on_sigint(signum, frame):
+    # The user asked to stop: the executor's teardown (a dask cluster cancelling its
+    # tasks, killing workers) is expected, so its warnings would only bury the one line.
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    raise KeyboardInterrupt
+
+
+_default_unraisablehook = sys.unraisablehook
+
+
+def _on_unraisable(info) -> None:
+    """A Ctrl-C that landed in a finaliser or a gc callback (JAX has one) is swallowed
+    by Python ("Exception ignored in ...") and the run would go on to the end; deliver
+    it again a moment later, when the main thread is back in ordinary code."""
+    if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+        timer = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+        timer.daemon = True
+        timer.start()
+        return
+    _default_unraisablehook(info)
+
+
+def _interrupted(from_command_line: bool) -> int:
+    """Ctrl-C: one line, exit 130. The checkpoint is intact (it is replaced atomically)."""
+    with contextlib.suppress(ValueError):  # (not the main thread)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt this
+    print("diffcoffea: interrupted", file=sys.stderr)
+    if from_command_line:
+        # Skip interpreter teardown: an interrupt inside JAX/XLA initialisation or a
+        # compilation can leave state whose atexit/finaliser teardown segfaults.
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(130)
+    return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; ``argv=None`` (the real command line) exits hard on Ctrl-C."""
+    if argv is None:
+        # Ctrl-C raises KeyboardInterrupt here (replacing analysis/__init__'s start-up
+        # handler, or whatever a library installed while being imported).
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGINT, _on_sigint)
+        sys.unraisablehook = _on_unraisable
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        return _interrupted(argv is None)
+    except Exception as err:
+        cause = _root_cause(err)
+        if cause is None or args.debug:
+            raise
+        print(f"diffcoffea: error: {cause}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

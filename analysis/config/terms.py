@@ -1,0 +1,275 @@
+"""Objective terms: one class per ``type``, with its config validation and its value.
+
+Each class is the pydantic model of one entry of ``objective.terms`` (the config's
+discriminated union :data:`ObjectiveTerm`, on ``type``) and knows
+
+- ``bind(ctx, where)``: check it against the analysis (datasets, statistics), raising a
+  one-line :class:`~analysis.errors.ConfigError` naming ``where``;
+- ``check(stats, ctx)``: raise :class:`~analysis.errors.DiffcoffeaError` where it is
+  undefined (e.g. zero background yield);
+- ``loss(stats, ctx)``: a JAX function of the statistics; the objective (to minimise)
+  is ``sum(term.weight * term.loss(stats, ctx))``.
+
+``ctx`` is the :class:`analysis.optimize.objectives.Objective` being built: ``source`` (for
+messages), ``datasets``, ``signal`` and ``background`` (dataset names by role),
+``paths`` (every statistic a ``target`` may name), ``base_dir`` (the config file's
+directory, where a ``python`` term's module is looked up first). ``stats[dataset]`` holds ``yield``,
+``mc_variance``, ``mc_variance_floor``, ``selected_sumw``, ``selected_sumw2``, ``sumw``
+and each observable's statistics, as in results.json (see :mod:`analysis.optimize.objectives`).
+
+Adding a term is one class here, added to :data:`ObjectiveTerm` (see the README's
+"Extending" section).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import jax.numpy as jnp
+from pydantic import Field, PrivateAttr, model_validator
+
+from analysis.config.schema import _fail, _Model
+from analysis.errors import ConfigError, DiffcoffeaError
+from analysis.stats._core import safe_sqrt
+
+__all__ = [
+    "TERM_TYPES",
+    "ObjectiveTerm",
+    "PythonTerm",
+    "SignificanceTerm",
+    "TargetTerm",
+    "Term",
+    "asimov_significance",
+    "significance_z",
+]
+
+_FUNCTION = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+# --- the Asimov significance (pure JAX) ------------------------------------------------
+
+
+def _log1p_minus(a):
+    """``log1p(a) - a`` without cancellation for small ``|a|`` (series below 1e-2)."""
+    small = jnp.abs(a) < 1e-2
+    a_s = jnp.where(small, a, 0.0)
+    series = a_s * a_s * (-1 / 2 + a_s * (1 / 3 + a_s * (-1 / 4 + a_s * (1 / 5 + a_s * (-1 / 6)))))
+    a_l = jnp.where(small, 1.0, a)
+    return jnp.where(small, series, jnp.log1p(a_l) - a_l)
+
+
+def asimov_significance(s, b, var_b):
+    """Asimov discovery significance ``Z_A(s, b, var_b)`` (see :mod:`analysis.optimize.objectives`).
+
+    ``b`` must be > 0 (the caller checks); ``var_b`` is an absolute variance.
+    Written without cancellation (the two logarithms of the textbook form cancel
+    to O(s^2) for small ``s/b``): with ``A = s b / (b^2 + (s+b) v)``,
+    ``B = v s / (b (b+v))`` and ``g(a) = log1p(a) - a``,
+    ``Z^2 / 2 = s^2 b^2 / ((b^2 + (s+b) v)(b + v)) + (s+b) g(A) - (b^2/v) g(B)``,
+    and ``Z^2 / 2 = s^2 / b + (s+b) g(s/b)`` for ``v = 0``.
+    """
+    tiny = var_b <= 1e-12 * b * b
+    v = jnp.where(tiny, 1.0, var_b)
+    sb = s + b
+    den = b * b + sb * v
+    half_z2_v = (
+        (s * b) ** 2 / (den * (b + v))
+        + sb * _log1p_minus(s * b / den)
+        - (b * b / v) * _log1p_minus(v * s / (b * (b + v)))
+    )
+    half_z2_0 = s * s / b + sb * _log1p_minus(s / b)
+    return safe_sqrt(jnp.maximum(2.0 * jnp.where(tiny, half_z2_0, half_z2_v), 0.0))
+
+
+def significance_z(stats: dict[str, Any], signal: list[str], background: list[str], sigma_b):
+    """JAX: ``Z_A`` of the summed signal over the summed background yields, with background
+    variance ``(sigma_b b)^2`` plus the Monte Carlo variance and its floor."""
+    s = sum(stats[n]["yield"] for n in signal)
+    b = sum(stats[n]["yield"] for n in background)
+    var = (sigma_b * b) ** 2 + sum(
+        stats[n]["mc_variance"] + stats[n]["mc_variance_floor"] for n in background
+    )
+    return asimov_significance(s, jnp.where(b > 0, b, 1.0), var)
+
+
+# --- the terms ------------------------------------------------------------------------
+
+
+class Term(_Model):
+    """Base of the objective terms: a ``weight`` and the three hooks (module docstring)."""
+
+    weight: float = 1.0
+
+    def bind(self, ctx: Any, where: str) -> None:
+        """Check the term against the analysis; raise :class:`ConfigError` naming ``where``."""
+
+    def check(self, stats: dict[str, Any], ctx: Any) -> None:
+        """Raise :class:`DiffcoffeaError` where the term is undefined for ``stats``."""
+
+    def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
+        """JAX: the term's value (before ``weight``) from the statistics."""
+        raise NotImplementedError
+
+
+class SignificanceTerm(Term):
+    """``-Z_A`` of all ``role: signal`` over all ``role: background`` datasets, with a
+    relative background uncertainty ``sigma_b``."""
+
+    type: Literal["significance"] = "significance"
+    sigma_b: float = Field(default=0.0, ge=0)
+
+    def bind(self, ctx: Any, where: str) -> None:
+        for role, names in (("signal", ctx.signal), ("background", ctx.background)):
+            if not names:
+                raise ConfigError(
+                    f"{where}: significance needs a dataset with role: {role}; none of "
+                    f"{', '.join(ctx.datasets)} has it"
+                )
+
+    def check(self, stats: dict[str, Any], ctx: Any) -> None:
+        b = sum(float(stats[n]["yield"]) for n in ctx.background)
+        if not b > 0:
+            raise DiffcoffeaError(
+                f"{ctx.source}: objective: background yield is {b:g} "
+                f"(datasets {', '.join(ctx.background)}); the significance is undefined - "
+                "loosen the selection or check the background files"
+            )
+
+    def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
+        return -significance_z(stats, ctx.signal, ctx.background, self.sigma_b)
+
+
+def _lookup(stats: dict, path: str) -> Any:
+    node: Any = stats
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
+class TargetTerm(Term):
+    """``(stat - value)^2`` for a statistic named ``dataset.observable.stat`` (e.g.
+    ``ttbar.jet_pt.mean``, ``ttbar.jet_pt_eta.linear_fit.slope``) or ``dataset.yield``."""
+
+    type: Literal["target"] = "target"
+    stat: str | None = None
+    value: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TargetTerm:
+        for key in ("stat", "value"):
+            if getattr(self, key) is None:
+                raise _fail(key, f"a target term needs '{key}'")
+        return self
+
+    def bind(self, ctx: Any, where: str) -> None:
+        assert self.stat is not None
+        dataset = self.stat.split(".", 1)[0]
+        if dataset not in ctx.datasets:
+            raise ConfigError(
+                f"{where}.stat: {self.stat!r} names unknown dataset {dataset!r}; "
+                f"datasets: {', '.join(ctx.datasets)}"
+            )
+        if self.stat not in ctx.paths:
+            close = difflib.get_close_matches(self.stat, ctx.paths, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{where}.stat: unknown statistic {self.stat!r}{hint}")
+
+    def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
+        assert self.stat is not None
+        return (_lookup(stats, self.stat) - self.value) ** 2
+
+
+def _search_path(config_dir: Path | None) -> list[str]:
+    """Where a ``python`` term's module is looked up: the config's directory, then ``sys.path``.
+
+    ``sys.path[0]`` is the entry point's own directory (the current directory for
+    ``python -m analysis``, the script's ``bin/`` for ``diffcoffea``); it is left out for
+    those two entry points so that both import the same module.
+    """
+    path = list(sys.path)
+    entry = sys.argv[0] if sys.argv else ""
+    if path and (
+        Path(entry).name in ("diffcoffea", "diffcoffea.exe")
+        or Path(entry).parts[-2:] == ("analysis", "__main__.py")
+    ):
+        path = path[1:]
+    return ([str(config_dir)] if config_dir is not None else []) + path
+
+
+def _import_function(spec: str, where: str, config_dir: Path | None = None) -> Callable:
+    """Import ``"pkg.module:func"`` from the config's directory, else ``sys.path``.
+
+    Trust model: a config that names Python code runs it, like a Makefile; only run
+    configs you trust. Nothing else in a config or data file runs code.
+    """
+    module, _, name = spec.partition(":")
+    saved = sys.path[:]
+    try:
+        sys.path[:] = _search_path(config_dir)  # restored below: only this lookup changes
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        finally:
+            sys.path[:] = saved
+    except Exception as err:
+        looked = f"; looked in {config_dir} and sys.path" if config_dir is not None else ""
+        raise ConfigError(
+            f"{where}: cannot import {spec!r} ({type(err).__name__}: {err}){looked}"
+        ) from None
+    if not callable(fn):
+        raise ConfigError(f"{where}: {spec!r} is not callable")
+    return fn
+
+
+def _call_user(fn: Callable, spec: str, stats: dict[str, Any], source: str) -> Any:
+    """Call a user's ``python`` term; its exceptions become one-line user-facing errors."""
+    try:
+        return fn(stats)
+    except DiffcoffeaError:
+        raise
+    except Exception as err:
+        msg = " ".join(str(err).split())
+        raise DiffcoffeaError(
+            f"{source}: objective: python function {spec!r} raised {type(err).__name__}: {msg}"
+        ) from err
+
+
+class PythonTerm(Term):
+    """``f(stats)`` with ``f`` a user's JAX function imported from ``"pkg.module:func"``.
+
+    The module is looked up in the config file's directory first, then on ``sys.path``
+    (see :func:`_search_path`). Trust model: a config that names Python code runs it,
+    like a Makefile.
+    """
+
+    type: Literal["python"] = "python"
+    function: str | None = None
+    _fn: Callable | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _check(self) -> PythonTerm:
+        if self.function is None:
+            raise _fail("function", "a python term needs 'function: pkg.module:func'")
+        if not _FUNCTION.match(self.function):
+            raise _fail("function", f"expected 'pkg.module:func', got '{self.function}'")
+        return self
+
+    def bind(self, ctx: Any, where: str) -> None:
+        assert self.function is not None
+        config_dir = getattr(ctx, "base_dir", None)  # the config file's directory
+        self._fn = _import_function(self.function, f"{where}.function", config_dir)
+
+    def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
+        assert self._fn is not None and self.function is not None, "bind() first"
+        return _call_user(self._fn, self.function, stats, ctx.source)
+
+
+# The config's union of terms, told apart by ``type``: add a new term class here.
+_TERMS = (SignificanceTerm, TargetTerm, PythonTerm)
+ObjectiveTerm = Annotated[Union[_TERMS], Field(discriminator="type")]  # noqa: UP007
+TERM_TYPES: tuple[str, ...] = tuple(t.model_fields["type"].default for t in _TERMS)

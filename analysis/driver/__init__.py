@@ -1,0 +1,1 @@
+"""The driver: files, coffea executors (iterative, futures, dask), passes over the data."""

@@ -1,0 +1,1 @@
+"""Optimisation: objectives, optimisers, the loop (:mod:`.loop`), checkpoints, the grid scan."""

@@ -1,0 +1,353 @@
+"""The optimisation loop: state, steps, annealing, convergence, stochastic chunks.
+
+Each step is one pass over all chunks (any coffea executor) giving the objective
+and its exact gradient (and, when the optimiser asks for it, its Hessian) with
+respect to the trainable parameters; then one update of the configured optimiser
+(:mod:`analysis.optimize.optimizers`: any optax optimiser, or Newton's trust region).
+
+- Coordinates: the optimiser sees ``u = (theta - lower) / (upper - lower)``, so one
+  learning rate suits a pT threshold in GeV and a b-tag score in [0, 1].
+- Bounds: projection. After each update ``u`` is clipped to [0, 1]; parameters
+  never leave their bounds.
+- Annealing: every cut width follows ``w_k = w_0 * f**(k / (steps - 1))``
+  (``exponential``) or ``w_0 * (1 - (1 - f) k / (steps - 1))`` (``linear``), with
+  ``f = anneal.final_width_factor``, so soft cuts approach hard ones.
+- Convergence: stop when ``|J_k - J_{k-window}| <= tolerance * max(|J_k|, 1e-12)``
+  after annealing has finished (annealing itself moves the objective).
+- Stochastic mode: a step uses ``chunks_per_step`` chunks (at least one of every
+  dataset) drawn with a generator seeded by ``(seed, step)``, so a resumed run
+  draws the same chunks.
+- Checkpoint: after every step ``checkpoint.npz`` (parameters, optimiser state,
+  history; data only, see :mod:`analysis.optimize.checkpoint`) is written atomically in the
+  output directory; ``--resume`` continues from it and reaches the same final
+  parameters as an uninterrupted run.
+
+The command-line entry (``diffcoffea optimize``) is :func:`analysis.cli.parser.run_optimize`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from analysis.config.loader import Config
+from analysis.errors import ConfigError, DiffcoffeaError
+from analysis.optimize import checkpoint as _ckpt
+from analysis.optimize.objectives import Objective, objective_from_states
+from analysis.optimize.optimizers import make_optimizer
+from analysis.pipeline.plan import initial_widths
+
+__all__ = [
+    "CHECKPOINT",
+    "Coordinates",
+    "Optimization",
+    "annealed_widths",
+    "config_fingerprint",
+    "load_checkpoint",
+    "require_finite",
+    "save_checkpoint",
+]
+
+CHECKPOINT = _ckpt.CHECKPOINT
+
+
+def require_finite(res: dict[str, Any], step: int, checkpoint: Path) -> None:
+    """Stop with one line if the objective or its derivatives at ``step`` are not finite.
+
+    Raised before the update, so the checkpoint on disk is the last good one.
+    """
+    bad = [
+        key
+        for key in ("objective", "grad", "hess")
+        if res.get(key) is not None and not np.all(np.isfinite(res[key]))
+    ]
+    if bad:
+        kept = (
+            f"the checkpoint after step {step - 1} is kept ({checkpoint})"
+            if step > 0
+            else "no checkpoint was written"
+        )
+        what = "objective" if "objective" in bad else f"{'/'.join(bad)} of the objective"
+        raise DiffcoffeaError(
+            f"optimize: step {step}: the {what} is not finite "
+            f"(objective {res.get('objective')}); stopped, {kept}"
+        )
+
+
+def annealed_widths(w0: np.ndarray, step: int, config: Config) -> np.ndarray:
+    """Cut widths at ``step`` (see the module docstring)."""
+    a = config.optimizer.anneal
+    steps = config.optimizer.steps
+    frac = 1.0 if steps <= 1 else min(step / (steps - 1), 1.0)
+    if a.schedule == "none":
+        factor = 1.0
+    elif a.schedule == "linear":
+        factor = 1.0 - (1.0 - a.final_width_factor) * frac
+    else:
+        factor = a.final_width_factor**frac
+    return np.asarray(w0, dtype=np.float64) * factor
+
+
+class Coordinates:
+    """Map trainable parameters to [0, 1]^P by their bounds, and back."""
+
+    def __init__(self, config: Config, names: tuple[str, ...]) -> None:
+        self.names = names
+        b = np.array([config.bounds_of(n) for n in names], dtype=np.float64).reshape(len(names), 2)
+        self.lower, self.upper = b[:, 0], b[:, 1]
+        self.scale = self.upper - self.lower
+
+    def to_u(self, theta: Any) -> np.ndarray:
+        """Unit coordinates of parameter values (in ``names`` order)."""
+        return (np.asarray(theta) - self.lower) / self.scale
+
+    def to_theta(self, u: Any) -> np.ndarray:
+        """Parameter values of unit coordinates."""
+        return self.lower + np.asarray(u) * self.scale
+
+
+def config_fingerprint(config: Config) -> str:
+    """Hash of everything that changes the optimisation (the checkpoint must match it)."""
+    data = config.model_dump(mode="json", exclude={"output": True, "executor": True})
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` atomically, data only (see :mod:`analysis.optimize.checkpoint`)."""
+    _ckpt.save_checkpoint(path, data)
+
+
+def load_checkpoint(path: Path, fingerprint: str, **expect: Any) -> dict[str, Any]:
+    """Read and validate a checkpoint, never unpickling (see :mod:`analysis.optimize.checkpoint`)."""
+    return _ckpt.load_checkpoint(path, fingerprint, **expect)
+
+
+class Optimization:
+    """State and steps of one optimisation run (see the module docstring).
+
+    ``Optimization(config, evaluator, outdir)``: :meth:`do_step` runs one pass and one
+    optimiser update (and writes the checkpoint), :attr:`done` says when to stop,
+    :meth:`final` evaluates the soft and hard objective at the final parameters.
+    """
+
+    def __init__(
+        self, config: Config, evaluator, outdir: Path, *, steps: int | None = None
+    ) -> None:
+        self.config = config
+        self.ev = evaluator
+        self.plan = evaluator.plan
+        self.objective = Objective(config, self.plan)
+        self.outdir = Path(outdir)
+        if steps is not None:
+            config.optimizer.steps = steps
+        self.opt_cfg = config.optimizer
+        names = self.plan.trainable_names
+        if not names:
+            raise ConfigError(
+                f"{config.source}: parameters: nothing to optimise (no trainable parameter)"
+            )
+        self.coords = Coordinates(config, names)
+        self.optimizer = make_optimizer(config)
+        self.w0 = np.asarray(initial_widths(config), dtype=np.float64)
+        self.fingerprint = config_fingerprint(config)
+        self.order = self.optimizer.order
+        init = config.initial_params()
+        self.u = np.clip(self.coords.to_u([init[n] for n in names]), 0.0, 1.0)
+        self.opt_state = self.optimizer.transform.init(jnp.asarray(self.u))
+        self.step = 0
+        self.history: list[dict[str, Any]] = []
+        self.converged = False
+        #: passes over the data run by this object (a reused pass is not counted)
+        self.passes = 0
+        self._last: tuple | None = None
+        self.last_states: dict | None = None
+        #: the states of step 0 (initial parameters and widths, all chunks), if run here
+        self.initial_states: dict | None = None
+
+    # parameters
+    def params(self, u: np.ndarray | None = None) -> dict[str, float]:
+        theta = self.coords.to_theta(self.u if u is None else u)
+        return {n: float(v) for n, v in zip(self.coords.names, theta)}
+
+    def hard_params(self, params: dict[str, float]) -> dict[str, float]:
+        """Parameters for the hard-cut evaluation: integer parameters rounded."""
+        out = dict(params)
+        for i, name in enumerate(self.plan.param_names):
+            if self.plan.integer[i] and name in out:
+                # round half up, as the kernel's width-0 step does
+                out[name] = float(np.floor(out[name] + 0.5))
+        return out
+
+    def resume(self) -> None:
+        data = load_checkpoint(
+            self.outdir / CHECKPOINT, self.fingerprint, like=self.opt_state,
+            names=self.coords.names, config=_ckpt.config_snapshot(self.config),
+        )
+        self.step = data["step"]
+        self.u = np.asarray(data["u"], dtype=np.float64)
+        self.opt_state = jax.tree_util.tree_map(jnp.asarray, data["opt_state"])
+        self.history = data["history"]
+        self.converged = data.get("converged", False)
+
+    def checkpoint(self) -> None:
+        save_checkpoint(
+            self.outdir / CHECKPOINT,
+            {
+                "fingerprint": self.fingerprint,
+                "names": self.coords.names,
+                "config": _ckpt.config_snapshot(self.config),
+                "step": self.step,
+                "u": np.array(self.u),
+                "opt_state": jax.tree_util.tree_map(np.asarray, self.opt_state),
+                "history": self.history,
+                "converged": self.converged,
+            },
+        )
+
+    def _chunks_for(self, step: int) -> list | None:
+        if not self.opt_cfg.stochastic:
+            return None
+        chunks = self.ev.chunks
+        k = min(self.opt_cfg.chunks_per_step or max(1, len(chunks) // 4), len(chunks))
+        rng = np.random.default_rng([self.opt_cfg.seed, step])
+        # One chunk of every dataset first: a dataset left out of a step has zero
+        # yield, and a zero background yield makes the significance undefined.
+        groups: dict[str, list[int]] = {}
+        for i, chunk in enumerate(chunks):
+            groups.setdefault(chunk.dataset, []).append(i)
+        picked = {int(rng.choice(idx)) for idx in groups.values()}
+        rest = [i for i in range(len(chunks)) if i not in picked]
+        extra = min(max(k - len(picked), 0), len(rest))
+        picked.update(int(i) for i in rng.choice(rest, size=extra, replace=False))
+        return [chunks[i] for i in sorted(picked)]
+
+    def evaluate(
+        self,
+        params: dict[str, float],
+        widths: np.ndarray,
+        *,
+        order: int = 1,
+        chunks=None,
+        strict: bool = True,
+    ) -> dict[str, Any]:
+        states = self._reusable(params, widths, order) if chunks is None else None
+        if states is None:
+            states = self.ev.run(params, widths=widths, order=order, chunks=chunks)
+            self.passes += 1
+            self._last = (dict(params), np.array(widths, dtype=np.float64), order, chunks is None)
+        self.last_states = states
+        return objective_from_states(self.objective, states, order=order, strict=strict)
+
+    def _reusable(self, params: dict[str, float], widths: np.ndarray, order: int):
+        """The last pass's states if it was over all chunks at exactly these parameters
+        and widths, with at least this derivative order; else ``None``."""
+        if self._last is None:
+            return None
+        p, w, o, full = self._last
+        same = p == params and np.array_equal(w, np.asarray(widths, dtype=np.float64))
+        return self.last_states if full and same and o >= order else None
+
+    def do_step(self) -> dict[str, Any]:
+        """One pass and one update; appends to the history and writes the checkpoint."""
+        start = time.perf_counter()
+        k = self.step
+        widths = annealed_widths(self.w0, k, self.config)
+        params = self.params()
+        chunks = self._chunks_for(k)
+        res = self.evaluate(params, widths, order=self.order, chunks=chunks)
+        if k == 0 and chunks is None:
+            self.initial_states = self.last_states  # for the plots' initial histogram
+        require_finite(res, k, self.outdir / CHECKPOINT)
+        scale = self.coords.scale
+        g_u = res["grad"] * scale
+        h_u = None if res["hess"] is None else res["hess"] * np.outer(scale, scale)
+        updates, self.opt_state = self.optimizer.transform.update(
+            jnp.asarray(g_u),
+            self.opt_state,
+            jnp.asarray(self.u),
+            value=res["objective"],
+            hessian=None if h_u is None else jnp.asarray(h_u),
+        )
+        self.u = np.clip(np.asarray(optax.apply_updates(jnp.asarray(self.u), updates)), 0.0, 1.0)
+        entry = {
+            "step": k,
+            "objective": res["objective"],
+            "significance": res["significance"],
+            "gradient": {n: float(v) for n, v in zip(self.coords.names, res["grad"])},
+            "parameters": params,
+            "widths": [float(w) for w in widths],
+            "yields": res["yields"],
+            "wall_time_s": time.perf_counter() - start,
+        }
+        self.history.append(entry)
+        self.step += 1
+        self.converged = self._converged()
+        self.checkpoint()
+        return entry
+
+    def _converged(self) -> bool:
+        w = self.opt_cfg.window
+        annealed = self.opt_cfg.anneal.schedule == "none" or self.step >= self.opt_cfg.steps
+        if not annealed or len(self.history) <= w:
+            return False
+        a, b = self.history[-1]["objective"], self.history[-1 - w]["objective"]
+        return abs(a - b) <= self.opt_cfg.tolerance * max(abs(a), 1e-12)
+
+    @property
+    def done(self) -> bool:
+        return self.converged or self.step >= self.opt_cfg.steps
+
+    def final(self) -> dict[str, Any]:
+        """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters.
+
+        At most two passes: the soft one reuses the last step's states when the last
+        update left the parameters unchanged; the hard one needs values only. The
+        Hessian of the soft objective (how sharp the optimum is, per parameter, in
+        parameter units) is computed only when asked for (``output.hessian``) or
+        already part of every step (``method: newton``): a second-order pass costs
+        about ten first-order ones.
+        """
+        params = self.params()
+        widths = annealed_widths(self.w0, max(self.step - 1, 0), self.config)
+        passes = self.passes
+        order = 2 if self.config.output.hessian or self.order >= 2 else 1
+        soft = self.evaluate(params, widths, order=order, strict=False)
+        self.final_states = self.last_states
+        hard_p = self.hard_params(params)
+        hard = self.evaluate(hard_p, np.zeros_like(self.w0), order=0, strict=False)
+        #: passes the final evaluations ran (1 or 2)
+        self.final_passes = self.passes - passes
+
+        def pack(r, p, w):
+            out = {
+                "parameters": p,
+                "widths": [float(x) for x in w],
+                "objective": r["objective"],
+                "significance": r["significance"],
+                "yields": r["yields"],
+            }
+            if "error" in r:
+                out["error"] = r["error"]
+            return out
+
+        soft_out = pack(soft, params, widths)
+        names = self.coords.names
+        if soft["grad"] is not None:
+            soft_out["gradient"] = {n: float(g) for n, g in zip(names, soft["grad"])}
+        if soft["hess"] is not None:
+            soft_out["hessian"] = {
+                a: {b: float(soft["hess"][i, j]) for j, b in enumerate(names)}
+                for i, a in enumerate(names)
+            }
+        return {
+            "soft": soft_out,
+            "hard": pack(hard, hard_p, np.zeros_like(self.w0)),
+        }

@@ -1,0 +1,225 @@
+"""Objectives: pure JAX functions of the merged statistics of all datasets.
+
+The optimiser minimises the sum of the configured terms:
+
+- ``significance``: ``-Z_A``, the Asimov significance of the soft-selected signal
+  yield ``s`` over the background yield ``b`` with background variance
+  ``(sigma_b b)^2 + sigma_MC^2`` (Cowan, Cranmer, Gross, Vitells, Eur.Phys.J. C71 (2011) 1554):
+
+      Z_A^2 = 2 [ (s+b) ln((s+b)(b+v) / (b^2+(s+b)v)) - (b^2/v) ln(1 + v s / (b (b+v))) ]
+
+  and ``Z_A^2 = 2 [(s+b) ln(1+s/b) - s]`` for ``v = 0``. ``sigma_MC^2`` is the
+  Monte Carlo statistical variance, ``sum_d norm_d^2 * sum of squared selected
+  event weights``, plus, per background sample, the variance of one average
+  simulated event ``(norm_d * sumw_d / events_d)^2``: the uncertainty of a sample
+  in which (almost) no simulated event survives. Without that floor ``b`` and its
+  variance can both be driven to ~0 by soft cuts and ``Z_A`` diverges; with it,
+  ``Z_A -> 0`` as ``b -> 0``, so an optimum cannot hide in a corner with one
+  simulated background event.
+- ``target``: ``weight * (stat - value)^2`` for any statistic of results.json,
+  named ``dataset.observable.stat`` (``ttbar.jet_pt.mean``,
+  ``ttbar.jet_pt_eta.linear_fit.slope``) or ``dataset.yield`` /
+  ``dataset.selected_sumw``.
+- ``python``: ``weight * f(stats)`` with ``f`` a user's JAX function imported from
+  ``"pkg.module:func"``; ``stats[dataset]`` holds ``yield``, ``mc_variance``, ``mc_variance_floor``,
+  ``selected_sumw``, ``selected_sumw2``, ``sumw`` and ``observables`` as in results.json.
+  Trust model: a config that names Python code runs it, like a Makefile. The module
+  is looked up in the config file's directory first, then on ``sys.path`` (the same
+  for ``diffcoffea`` and ``python -m analysis``, see :func:`analysis.config.terms._search_path`).
+
+Each term is a class of :mod:`analysis.config.terms` (its config keys, checks and value);
+this module builds the statistics they read and sums them, with derivatives.
+
+Yields: ``norm_d * selected_sumw_d`` with ``norm_d = xsec * lumi / sumw_d`` for a
+dataset with ``xsec`` (pb; lumi in 1/pb; ``sumw_d`` the sum of event weights before
+selection), ``scale`` if given, else 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from analysis.config.loader import Config
+from analysis.config.terms import (
+    PythonTerm,
+    SignificanceTerm,
+    Term,
+    asimov_significance,
+    significance_z,
+)
+from analysis.errors import ConfigError, DiffcoffeaError
+from analysis.pipeline.plan import Plan
+from analysis.pipeline.results import DatasetState, derivatives, statistics
+from analysis.stats.registry import json_paths
+
+__all__ = [
+    "DATASET_STATS",
+    "Objective",
+    "asimov_significance",
+    "dataset_norm",
+    "objective_from_states",
+    "stat_paths",
+]
+
+
+def dataset_norm(config: Config, name: str, sumw: float) -> float:
+    """``norm_d``: ``xsec * lumi / sumw_d`` (0 if ``sumw_d`` is 0), else ``scale``, else 1."""
+    ds = config.datasets[name]
+    if ds.xsec is not None:
+        return ds.xsec * config.lumi / sumw if sumw != 0 else 0.0
+    if ds.scale is not None:
+        return ds.scale
+    return 1.0
+
+
+# Dataset-level statistics of results.json (beside each observable's statistics).
+DATASET_STATS = ("yield", "mc_variance", "mc_variance_floor", "selected_sumw", "selected_sumw2")
+
+
+def stat_paths(config: Config, plan: Plan) -> list[str]:
+    """Every statistic a ``target`` term may name (from the registry of statistics)."""
+    paths = []
+    for ds in config.datasets:
+        paths += [f"{ds}.{k}" for k in DATASET_STATS]
+        for obs in plan.observables:
+            paths += [f"{ds}.{obs.name}.{p}" for s in obs.statistics for p in json_paths(s)]
+    return paths
+
+
+class Objective:
+    """The configured objective: its terms bound to the analysis at construction.
+
+    ``Objective(config, plan)`` checks every term (:meth:`analysis.config.terms.Term.bind`);
+    :meth:`stats` builds the statistics the terms read, :meth:`check` raises where
+    the objective is undefined, :meth:`value` is the weighted sum of the terms.
+    Attributes read by the terms: ``source``, ``datasets``, ``signal``,
+    ``background`` (dataset names by role), ``paths`` (see :func:`stat_paths`) and
+    ``base_dir`` (the config's directory, searched first for a ``python`` term's module).
+    """
+
+    def __init__(self, config: Config, plan: Plan) -> None:
+        if config.objective is None:
+            raise ConfigError(
+                f"{config.source}: objective: missing; optimize and scan need an objective"
+            )
+        self.config = config
+        self.plan = plan
+        self.source = config.source
+        self.base_dir = config.base_dir
+        self.datasets = list(config.datasets)
+        roles = {n: d.role for n, d in config.datasets.items()}
+        self.signal = [n for n, r in roles.items() if r == "signal"]
+        self.background = [n for n, r in roles.items() if r == "background"]
+        self.paths = stat_paths(config, plan)
+        self.terms: list[Term] = list(config.objective.terms)
+        for i, term in enumerate(self.terms):
+            term.bind(self, f"{config.source}: objective.terms.{i}")
+
+    def stats(
+        self, states: dict[str, Any], sumw: dict[str, float], events: dict[str, int]
+    ) -> dict[str, Any]:
+        """JAX: results.json-like statistics of every dataset, plus normalised yields."""
+        out = {}
+        for name, st in states.items():
+            s = statistics(st, self.plan)
+            norm = dataset_norm(self.config, name, sumw[name])
+            s["sumw"] = sumw[name]
+            s["yield"] = norm * s["selected_sumw"]
+            s["mc_variance"] = norm * norm * s["selected_sumw2"]
+            one_event = norm * sumw[name] / events[name] if events[name] else 0.0
+            s["mc_variance_floor"] = one_event * one_event
+            out[name] = {**s, **s.pop("observables")}
+        return out
+
+    def check(self, stats: dict[str, Any]) -> None:
+        """Raise a clear error when the objective is undefined (e.g. zero background yield)."""
+        for term in self.terms:
+            term.check(stats, self)
+
+    def value(self, stats: dict[str, Any]):
+        """JAX: the objective (to minimise) from :meth:`stats`."""
+        total = 0.0
+        for term in self.terms:
+            total = total + term.weight * term.loss(stats, self)
+        return total
+
+    def significance(self, stats: dict[str, Any], sigma_b: float = 0.0):
+        """JAX: ``Z_A`` alone (for reports), with the first significance term's ``sigma_b``."""
+        for term in self.terms:
+            if isinstance(term, SignificanceTerm):
+                sigma_b = term.sigma_b
+                break
+        return significance_z(stats, self.signal, self.background, sigma_b)
+
+
+def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any:
+    """The jitted ``(values, jacs, hesses) -> (stats, value, grad, hess)`` of ``objective``.
+
+    Compiled once per objective, order and dataset totals (constant over an
+    optimisation; they enter the normalisations as Python numbers), instead of
+    tracing the statistics and their ``jacfwd`` again at every step (~0.2 s a step).
+    An objective with a ``python`` term runs eagerly: the user's function is called
+    once per step with plain numbers (it may check them, or use Python control flow
+    that ``jit`` would refuse), as documented for that term.
+    """
+    key = (order, tuple(sumw.items()), tuple(events.items()))
+    cache = objective.__dict__.setdefault("_compiled", {})
+    if key not in cache:
+
+        def fn(s):
+            stats = objective.stats(s, sumw, events)
+            out = {"objective": objective.value(stats)}
+            if objective.signal and objective.background:
+                out["significance"] = objective.significance(stats)
+            return out
+
+        def run(values, jacs, hesses):
+            stats0 = objective.stats(values, sumw, events)
+            return (stats0, *derivatives(fn, values, jacs, hesses, order=order))
+
+        eager = any(isinstance(term, PythonTerm) for term in objective.terms)
+        cache[key] = run if eager else jax.jit(run)
+    return cache[key]
+
+
+def objective_from_states(
+    objective: Objective, states: dict[str, DatasetState], *, order: int = 1, strict: bool = True
+) -> dict[str, Any]:
+    """Objective value, gradient (and Hessian) from merged per-dataset states.
+
+    Also returns the significance (if configured) and each dataset's yield, for
+    the history. Where the objective is undefined (zero background yield) it raises
+    :class:`DiffcoffeaError`, or with ``strict=False`` returns ``None`` values and
+    the message under ``"error"`` (for the final report).
+    """
+    values, jacs, hesses = {}, {}, {}
+    for name, st in states.items():
+        values[name], jacs[name], hesses[name] = st.taylor()
+    sumw = {name: st.sumw for name, st in states.items()}
+    events = {name: st.events for name, st in states.items()}
+    run = _compiled(objective, order, sumw, events)
+    stats0, val, grad, hess = run(values, jacs, hesses if order >= 2 else None)
+    yields = {n: float(stats0[n]["yield"]) for n in states}
+    try:
+        objective.check(stats0)
+    except DiffcoffeaError as err:
+        if strict:
+            raise
+        return {
+            "objective": None,
+            "grad": None,
+            "hess": None,
+            "significance": None,
+            "yields": yields,
+            "error": str(err),
+        }
+    return {
+        "objective": float(val["objective"]),
+        "grad": np.asarray(grad["objective"], dtype=np.float64),
+        "hess": None if hess is None else np.asarray(hess["objective"], dtype=np.float64),
+        "significance": float(val["significance"]) if "significance" in val else None,
+        "yields": yields,
+    }

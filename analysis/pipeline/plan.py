@@ -1,0 +1,483 @@
+"""The static plan of an analysis: which columns to read and what to compute.
+
+A :class:`Plan` is built once from the validated config. It is a frozen, hashable
+description (cuts, observables, parameter order), so it can be a static argument of
+``jax.jit`` and is cheap to pickle to coffea workers. Parameter *values* and cut
+widths are not part of it: they change every optimisation step without recompiling.
+
+Expression language for observables and event cuts (see the README):
+
+- ``C.f`` with ``C`` the selection collection: one value per selected object,
+  weighted by event weight x soft event selection x soft object selection;
+  ``abs(C.f)`` the same with ``|f|``;
+- ``sum(C.f)``: per event, the soft-selected sum ``sum_j w_j f_j`` over objects;
+  ``count(C)``: per event, the soft number of selected objects ``sum_j w_j``;
+- anything else (``MET.pt``, ``MET_pt``, ``genWeight``, ``abs(MET.phi)``): a
+  per-event branch, weighted by event weight x soft event selection.
+
+With a top-level ``objects:`` (several object sets, a ``selection`` list of joint
+counts and branch cuts, indexed and 4-vector observables; grammar in
+:mod:`analysis.select.exprs`) the plan carries a :class:`SetPlan` in ``sets`` and the
+single-collection fields are empty; :mod:`analysis.pipeline.setkernel` computes it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from analysis.config.loader import Config
+from analysis.errors import ConfigError
+from analysis.select import exprs
+from analysis.select.objects import Count, CountModel, ObjectSet, required_cap
+from analysis.stats import registry
+
+__all__ = [
+    "BIVARIATE_STATS",
+    "UNIVARIATE_STATS",
+    "CountCut",
+    "EventVarCut",
+    "Expr",
+    "ObjectCut",
+    "Observable",
+    "Plan",
+    "SetPlan",
+    "SetSpec",
+    "build_plan",
+    "initial_widths",
+    "parse_expr",
+]
+
+# From the one registry of statistics (one variable: of Moments; two: of CoMoments).
+UNIVARIATE_STATS = registry.UNIVARIATE
+BIVARIATE_STATS = registry.BIVARIATE
+
+_EXPR = re.compile(
+    r"^(?:(?P<fn>sum|count|abs)\()?(?P<a>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<b>[A-Za-z_][A-Za-z0-9_]*))?\)?$"
+)
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A parsed observable expression.
+
+    ``level`` is ``"object"`` (one value per object of the selection collection)
+    or ``"event"`` (one value per event). ``kind`` is ``"field"``, ``"sum"``,
+    ``"count"`` or ``"branch"``; ``key`` names the column that is read.
+    """
+
+    text: str
+    level: str
+    kind: str
+    key: str | None
+    absolute: bool = False
+
+
+@dataclass(frozen=True)
+class ObjectCut:
+    """Soft cut on a field of the selection collection: ``field OP threshold`` per object.
+
+    ``absolute`` cuts ``|field|``; ``greater`` is True for ``>``/``>=``; ``inclusive``
+    for ``>=``/``<=`` (matters only for the hard step, width 0). The threshold is the
+    parameter at index ``param`` of the full parameter vector, or the constant
+    ``value``; its sigmoid width is ``widths[width_index]``.
+    """
+
+    field: str
+    absolute: bool
+    greater: bool  # ">" / ">=": pass when value exceeds the threshold
+    inclusive: bool
+    param: int | None  # index into the full parameter vector
+    value: float | None
+    width_index: int
+
+
+@dataclass(frozen=True)
+class EventVarCut:
+    """Soft cut on a per-event branch (``expr``, e.g. ``MET.pt``): ``expr OP threshold``.
+
+    Fields as :class:`ObjectCut`; the event weight is multiplied by the pass probability.
+    """
+
+    expr: Expr
+    greater: bool
+    inclusive: bool
+    param: int | None
+    value: float | None
+    width_index: int
+
+
+@dataclass(frozen=True)
+class CountCut:
+    """Soft "number of selected objects OP N" (Poisson-binomial); the width smooths
+    a non-integer N between integers."""
+
+    op: str
+    param: int | None
+    value: float | None
+    width_index: int
+
+
+@dataclass(frozen=True)
+class Observable:
+    """An observable: expression ``x`` (and ``y`` for statistics of two variables) and the
+    statistics asked for, split by arity (names of :mod:`analysis.stats.registry`)."""
+
+    name: str
+    x: Expr
+    y: Expr | None
+    univariate: tuple[str, ...]
+    bivariate: tuple[str, ...]
+
+    @property
+    def statistics(self) -> tuple[str, ...]:
+        """All statistics of this observable, those of one variable first."""
+        return self.univariate + self.bivariate
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one pass reads and computes (see the module docstring), built by :func:`build_plan`.
+
+    Parameters are addressed by index into ``param_names`` (the full vector ``theta``);
+    ``trainable`` indexes the ones derivatives are taken for. Cut widths are addressed
+    by ``width_index`` (object cuts, then event cuts, ``n_widths`` in all). The columns
+    to read are ``collection``'s ``object_fields`` and the per-event ``event_keys``.
+    """
+
+    param_names: tuple[str, ...]
+    trainable: tuple[int, ...]  # indices of trainable parameters in param_names
+    integer: tuple[bool, ...]
+    collection: str | None
+    object_fields: tuple[str, ...]  # fields of the collection to read
+    event_keys: tuple[str, ...]  # per-event branches to read
+    object_cuts: tuple[ObjectCut, ...]
+    event_cuts: tuple[EventVarCut, ...]
+    count_cuts: tuple[CountCut, ...]
+    count_cap: int  # states of the Poisson-binomial recursion: P(K = 0..cap-1), P(K >= cap)
+    observables: tuple[Observable, ...]
+    n_widths: int
+    sets: SetPlan | None = None  # the object-set form (``objects:``), else None
+
+    @property
+    def trainable_names(self) -> tuple[str, ...]:
+        """Names of the trainable parameters, in ``trainable`` order."""
+        return tuple(self.param_names[i] for i in self.trainable)
+
+
+@dataclass(frozen=True)
+class SetSpec:
+    """One object set: its collection, parent set, own cuts and ranking field."""
+
+    name: str
+    collection: str
+    parent: str | None
+    cuts: tuple[ObjectCut, ...]
+    rank_by: str
+
+
+@dataclass(frozen=True)
+class SetPlan:
+    """The object-set form of a plan (``objects:`` configs; see :mod:`analysis.pipeline.setkernel`).
+
+    ``model``: the static count model; ``thresholds``: ``(param, value)`` of each of its
+    counts; ``fields``: ``((collection, (field, ...)), ...)`` to read; ``nodes``: the
+    parsed ``(x, y)`` of each observable, in plan order; ``orders``: power-sum order of
+    each observable (2, or 4 with skew/kurtosis); ``max_objects``: ``((collection,
+    cap, set), ...)`` for the collections with a configured cap (the smallest over its
+    root sets, and the set giving it); ``count_widths``: the width index of each
+    count's smoothed integer step (``None``: a fixed integer value, exact without one).
+    """
+
+    sets: tuple[SetSpec, ...]
+    model: CountModel
+    thresholds: tuple[tuple[int | None, float | None], ...]
+    fields: tuple[tuple[str, tuple[str, ...]], ...]
+    nodes: tuple[tuple[exprs.Node, exprs.Node | None], ...]
+    orders: tuple[int, ...]
+    max_objects: tuple[tuple[str, int, str], ...] = ()
+    count_widths: tuple[int | None, ...] = ()
+
+    @property
+    def caps(self) -> dict[str, int]:
+        """Collection -> its ``max_objects`` cap (capped collections only)."""
+        return {c: cap for c, cap, _ in self.max_objects}
+
+    @property
+    def cap_keys(self) -> dict[str, str]:
+        """Collection -> the config key of its cap (for error messages)."""
+        return {c: f"objects.{name}.max_objects" for c, _, name in self.max_objects}
+
+    def collection_of(self, name: str) -> str:
+        return next(s.collection for s in self.sets if s.name == name)
+
+
+def _object_cut(cut, names: tuple[str, ...], width_index: int) -> ObjectCut:
+    absolute = cut.var.startswith("abs_")
+    param, value = _threshold(cut.param, cut.value, names)
+    return ObjectCut(
+        cut.var[4:] if absolute else cut.var, absolute, cut.op in (">", ">="),
+        cut.op in (">=", "<="), param, value, width_index,
+    )
+
+
+def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
+    """:func:`build_plan` of the object-set form (config already cross-checked)."""
+    src = config.source
+    cfg_sets = config.objects
+
+    def collection(name: str) -> str:
+        s = cfg_sets[name]
+        return s.collection if s.collection is not None else collection(s.from_)
+
+    n_widths = 0
+    specs = []
+    fields: dict[str, list[str]] = {}
+
+    def need(c: str, f: str) -> None:
+        fields.setdefault(c, [])
+        if f not in fields[c]:
+            fields[c].append(f)
+
+    for name, s in cfg_sets.items():
+        c = collection(name)
+        cuts = []
+        for cut in s.cuts:
+            oc = _object_cut(cut, names, n_widths)
+            n_widths += 1
+            need(c, oc.field)
+            cuts.append(oc)
+        need(c, s.rank_by)
+        specs.append(SetSpec(name, c, s.from_, tuple(cuts), s.rank_by))
+    counts, thresholds, event_cuts, event_keys = [], [], [], []
+    count_widths: list[int | None] = []
+    for entry in config.selection.entries or []:
+        param, value = _threshold(entry.param, entry.value, names)
+        if entry.count is not None:
+            if param is not None:  # a trainable n stays within its bounds
+                top = int(math.ceil(config.parameters[entry.param].bounds[1]))
+            else:
+                top = int(value)
+            counts.append(Count(entry.sets, entry.op, required_cap(entry.op, top)))
+            thresholds.append((param, value))
+            # A trainable threshold's smoothed integer step has a width (annealed like
+            # the others); a fixed integer value is exact without one.
+            count_widths.append(n_widths if param is not None else None)
+            n_widths += param is not None
+        else:
+            key = exprs.resolve(exprs.parse(entry.var), set()).head
+            if key not in event_keys:
+                event_keys.append(key)
+            expr = Expr(entry.var, "event", "branch", key)
+            event_cuts.append(EventVarCut(expr, entry.op in (">", ">="), entry.op in (">=", "<="),
+                                          param, value, n_widths))
+            n_widths += 1
+    try:
+        model = CountModel(
+            tuple(ObjectSet(s.name, s.collection, s.parent) for s in specs), tuple(counts)
+        )
+    except ConfigError as err:
+        raise ConfigError(f"{src}: objects: {err}") from None
+    observables, nodes, orders = [], [], []
+    for obs in config.observables:
+        pair = []
+        for key in ("x", "y"):
+            text = getattr(obs, key)
+            if text is None:
+                pair.append(None)
+                continue
+            node = exprs.resolve(exprs.parse(text), cfg_sets)
+            if node.kind == "branch":
+                if node.head not in event_keys:
+                    event_keys.append(node.head)
+            elif node.kind in ("p4", "pair"):
+                for s, _ in node.slots:
+                    for f in ("pt", "eta", "phi", "mass"):
+                        need(collection(s), f)
+            elif node.field is not None:
+                need(collection(node.head or node.slots[0][0]), node.field)
+            pair.append(node)
+        nodes.append(tuple(pair))
+        uni = tuple(s for s in obs.stats if s in UNIVARIATE_STATS)
+        bi = tuple(s for s in obs.stats if s in BIVARIATE_STATS)
+        orders.append(4 if any(s in ("skew", "kurtosis") for s in uni) else 2)
+        x = pair[0]
+        level = "object" if x.level != "event" else "event"
+        observables.append(Observable(
+            obs.name, Expr(obs.x, level, x.kind, x.field),
+            None if obs.y is None else Expr(obs.y, level, pair[1].kind, pair[1].field), uni, bi,
+        ))
+    caps: dict[str, tuple[int, str]] = {}
+    for name, s in cfg_sets.items():
+        if s.max_objects is not None:
+            c = collection(name)
+            if c not in caps or s.max_objects < caps[c][0]:
+                caps[c] = (s.max_objects, name)
+    set_plan = SetPlan(
+        tuple(specs), model, tuple(thresholds),
+        tuple((c, tuple(f)) for c, f in fields.items()), tuple(nodes), tuple(orders),
+        max_objects=tuple((c, cap, name) for c, (cap, name) in caps.items()),
+        count_widths=tuple(count_widths),
+    )
+    return Plan(
+        param_names=names, trainable=trainable, integer=integer, collection=None,
+        object_fields=(), event_keys=tuple(event_keys), object_cuts=(),
+        event_cuts=tuple(event_cuts), count_cuts=(), count_cap=1,
+        observables=tuple(observables), n_widths=n_widths, sets=set_plan,
+    )
+
+
+def parse_expr(text: str, collection: str | None, where: str) -> Expr:
+    """Parse ``text`` (see the module docstring); ``where`` names the config key for errors."""
+    m = _EXPR.match(text.replace(" ", ""))
+    if m is None:
+        raise ConfigError(f"{where}: cannot parse expression {text!r}")
+    fn, a, b = m.group("fn"), m.group("a"), m.group("b")
+    if fn in ("sum", "count"):
+        if collection is None or a != collection:
+            raise ConfigError(
+                f"{where}: {fn}() needs the selection collection "
+                f"({collection or 'selection.objects.collection is not set'}), got {a!r}"
+            )
+        if fn == "count":
+            if b is not None:
+                raise ConfigError(
+                    f"{where}: count() takes a collection, e.g. count({a}), got {text!r}"
+                )
+            return Expr(text, "event", "count", None)
+        if b is None:
+            raise ConfigError(f"{where}: sum() takes a field, e.g. sum({a}.pt), got {text!r}")
+        return Expr(text, "event", "sum", b)
+    absolute = fn == "abs"
+    if collection is not None and a == collection:
+        if b is None:
+            raise ConfigError(f"{where}: {text!r} names the collection; give a field, e.g. {a}.pt")
+        return Expr(text, "object", "field", b, absolute)
+    return Expr(text, "event", "branch", a if b is None else f"{a}.{b}", absolute)
+
+
+def _threshold(cfg_param: str | None, cfg_value: float | None, names: tuple[str, ...]):
+    return (names.index(cfg_param), None) if cfg_param is not None else (None, float(cfg_value))
+
+
+def build_plan(config: Config) -> Plan:
+    """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
+    names = tuple(config.parameters)
+    trainable = tuple(i for i, n in enumerate(names) if config.parameters[n].trainable)
+    integer = tuple(config.parameters[n].integer for n in names)
+    if config.objects:
+        return _build_set_plan(config, names, trainable, integer)
+    sel = config.selection
+    collection = sel.objects.collection if sel.objects is not None else None
+    object_fields: list[str] = []
+    event_keys: list[str] = []
+
+    def need(expr: Expr) -> None:
+        if expr.level == "object" or expr.kind == "sum":
+            if expr.key not in object_fields:
+                object_fields.append(expr.key)
+        elif expr.kind == "branch" and expr.key not in event_keys:
+            event_keys.append(expr.key)
+
+    object_cuts = []
+    n_widths = 0
+    for cut in sel.objects.cuts if sel.objects is not None else []:
+        absolute = cut.var.startswith("abs_")
+        field = cut.var[4:] if absolute else cut.var
+        if field not in object_fields:
+            object_fields.append(field)
+        param, value = _threshold(cut.param, cut.value, names)
+        object_cuts.append(
+            ObjectCut(
+                field,
+                absolute,
+                cut.op in (">", ">="),
+                cut.op in (">=", "<="),
+                param,
+                value,
+                n_widths,
+            )
+        )
+        n_widths += 1
+    event_cuts = []
+    count_cuts = []
+    cap = 1
+    for i, ev in enumerate(sel.events):
+        param, value = _threshold(ev.param, ev.value, names)
+        if ev.count is not None:
+            if collection is None or ev.count != collection:
+                raise ConfigError(
+                    f"{config.source}: selection.events.{i}.count: counts objects of the selection "
+                    f"collection ({collection or 'selection.objects is not set'}), got {ev.count!r}"
+                )
+            if param is not None:
+                p = config.parameters[names[param]]
+                top = max(p.init, p.bounds[1] if p.bounds else p.init)
+            else:
+                top = value
+            # ">" N is ">=" N + 1, and a non-integer N interpolates up to ceil(N).
+            cap = max(cap, int(math.floor(top)) + 2)
+            count_cuts.append(CountCut(ev.op, param, value, n_widths))
+            n_widths += 1
+        else:
+            expr = parse_expr(ev.var, collection, f"{config.source}: selection.events.{i}.var")
+            if expr.level != "event" or expr.kind != "branch":
+                raise ConfigError(
+                    f"{config.source}: selection.events.{i}.var: needs a per-event branch "
+                    f"(e.g. MET.pt), got {ev.var!r}"
+                )
+            need(expr)
+            event_cuts.append(
+                EventVarCut(
+                    expr, ev.op in (">", ">="), ev.op in (">=", "<="), param, value, n_widths
+                )
+            )
+            n_widths += 1
+
+    observables = []
+    for i, obs in enumerate(config.observables):
+        where = f"{config.source}: observables.{i}"
+        x = parse_expr(obs.x, collection, f"{where}.x")
+        need(x)
+        y = None
+        if obs.y is not None:
+            y = parse_expr(obs.y, collection, f"{where}.y")
+            need(y)
+            if y.level != x.level:
+                raise ConfigError(
+                    f"{where}.y: {obs.y!r} is per {y.level} but x {obs.x!r} is per {x.level}; "
+                    "both must be per object or both per event"
+                )
+        uni = tuple(s for s in obs.stats if s in UNIVARIATE_STATS)
+        bi = tuple(s for s in obs.stats if s in BIVARIATE_STATS)
+        observables.append(Observable(obs.name, x, y, uni, bi))
+
+    return Plan(
+        param_names=names,
+        trainable=trainable,
+        integer=integer,
+        collection=collection,
+        object_fields=tuple(object_fields),
+        event_keys=tuple(event_keys),
+        object_cuts=tuple(object_cuts),
+        event_cuts=tuple(event_cuts),
+        count_cuts=tuple(count_cuts),
+        count_cap=cap,
+        observables=tuple(observables),
+        n_widths=n_widths,
+    )
+
+
+def initial_widths(config: Config) -> list[float]:
+    """The configured cut widths, in the plan's width order (object cuts, then event cuts)."""
+    if config.objects:
+        widths = [c.width for s in config.objects.values() for c in s.cuts]
+        return widths + [
+            e.effective_width() for e in config.selection.entries or []
+            if e.count is None or e.param is not None
+        ]
+    sel = config.selection
+    widths = [c.width for c in (sel.objects.cuts if sel.objects is not None else [])]
+    widths += [e.effective_width() for e in sel.events]
+    return widths

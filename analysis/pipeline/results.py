@@ -1,0 +1,145 @@
+"""Per-dataset accumulators and the statistics computed from them.
+
+A chunk's output for one dataset is a :class:`DatasetState`: event count, sum of
+event weights, chunk count, and a :class:`analysis.stats.Derived` holding the
+mergeable states (yields, centred moment sums, co-moments) with their Jacobian (and
+optionally Hessian) with respect to the trainable parameters. ``DatasetState.__add__``
+adds the counts and merges the ``Derived`` exactly (:mod:`analysis.stats.merge`), so
+coffea's ``processor.accumulate`` gives the same result for any chunking, executor or
+merge order. This is the same public derivative-carrying state that hand-written
+processors return (``processors/``): one code path for derivatives and merging.
+
+Statistics are computed once, at the end, by a JAX function of the merged states.
+Their derivatives follow from the states' Taylor expansion: for states
+``s(theta0 + d) = s0 + J d + d^T H d / 2 + ...``, any function ``g`` of the states has
+``grad g = d/dd g(s0 + J d) at d = 0`` (and the Hessian likewise), which
+:func:`derivatives` (:func:`analysis.stats.derive.taylor_derivatives`) evaluates
+with ``jax.jacfwd``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import numpy as np
+
+from analysis.pipeline.plan import Plan
+from analysis.stats.derive import Derived
+from analysis.stats.derive import taylor_derivatives as derivatives
+from analysis.stats.registry import observable_statistics
+
+__all__ = ["DatasetState", "dataset_report", "derivatives", "statistics"]
+
+
+class DatasetState:
+    """Mergeable per-dataset result of one or more chunks (see the module docstring).
+
+    ``derived``: the states pytree ``{"selected_sumw", "selected_sumw2",
+    "observables": {name: {"moments": Moments, "comoments": CoMoments}}}`` with its
+    derivatives (order 0 for grid passes: leaves with a leading grid axis, no
+    derivatives).
+    """
+
+    def __init__(self, *, events: int, sumw: float, chunks: int, derived: Derived) -> None:
+        self.events = int(events)
+        self.sumw = float(sumw)
+        self.chunks = int(chunks)
+        self.derived = derived
+
+    @classmethod
+    def from_chunk(
+        cls,
+        value: dict,
+        jac: dict | None,
+        hess: dict | None,
+        *,
+        events: int,
+        sumw: float,
+        names: tuple[str, ...],
+    ) -> DatasetState:
+        """Build from :func:`analysis.pipeline.kernel.evaluate_chunk` output for one chunk."""
+        derived = Derived(names, value, jac, hess)
+        return cls(events=events, sumw=sumw, chunks=1, derived=derived)
+
+    def __add__(self, other: DatasetState) -> DatasetState:
+        if not isinstance(other, DatasetState):
+            return NotImplemented
+        return DatasetState(
+            events=self.events + other.events,
+            sumw=self.sumw + other.sumw,
+            chunks=self.chunks + other.chunks,
+            derived=self.derived + other.derived,
+        )
+
+    @property
+    def n_params(self) -> int:
+        return self.derived.n_params
+
+    @property
+    def observables(self) -> dict[str, dict[str, Any]]:
+        """``{name: {"moments": Moments, "comoments": CoMoments}}`` (merged values)."""
+        return self.derived.value["observables"]
+
+    def taylor(self) -> tuple[dict, dict, dict | None]:
+        """``(values, jacobians, hessians)`` pytrees of the states (JAX-ready, float64).
+
+        Leaves of ``values`` are arrays; Moments/CoMoments keep their NamedTuple type.
+        Without derivatives (grid passes) the Jacobians are zeros with a trailing
+        axis of length ``n_params``.
+        """
+        value, jac, hess = self.derived.taylor()
+        if jac is None:
+            p = self.n_params
+            jac = jax.tree_util.tree_map(lambda v: np.zeros(np.shape(v) + (p,)), value)
+        return value, jac, hess
+
+
+def statistics(states: dict, plan: Plan) -> dict:
+    """JAX function: the statistics of one dataset from its (merged) states.
+
+    Returns ``{"selected_sumw", "selected_sumw2", "observables": {name: {stat: value}}}``
+    with ``linear_fit`` a dict of intercept, slope and their errors.
+    """
+    return {
+        "selected_sumw": states["selected_sumw"],
+        "selected_sumw2": states["selected_sumw2"],
+        "observables": {
+            obs.name: observable_statistics(states["observables"][obs.name], obs.statistics)
+            for obs in plan.observables
+        },
+    }
+
+
+def _num(x: Any) -> float | None:
+    """JSON number; NaN (undefined statistic) becomes ``null``."""
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def _grad_dict(g: np.ndarray, names: tuple[str, ...]) -> dict[str, float | None]:
+    return {n: _num(v) for n, v in zip(names, np.asarray(g).reshape(-1))}
+
+
+def dataset_report(state: DatasetState, plan: Plan, *, order: int = 1) -> dict:
+    """The ``results.json`` entry of one dataset: values and gradients of every statistic."""
+    values, jacs, hesses = state.taylor()
+    val, grad, hess = derivatives(lambda s: statistics(s, plan), values, jacs, hesses, order=order)
+    names = plan.trainable_names
+    out: dict[str, Any] = {"events": state.events, "chunks": state.chunks, "sumw": state.sumw}
+    for key in ("selected_sumw", "selected_sumw2"):
+        out[key] = _num(val[key])
+        out[f"{key}_grad"] = _grad_dict(grad[key], names)
+    obs_out: dict[str, Any] = {}
+    for name, stats in val["observables"].items():
+        entry: dict[str, Any] = {}
+        for stat, v in stats.items():
+            g = grad["observables"][name][stat]
+            if isinstance(v, dict):
+                entry[stat] = {k: {"value": _num(v[k]), "grad": _grad_dict(g[k], names)} for k in v}
+            else:
+                entry[stat] = {"value": _num(v), "grad": _grad_dict(g, names)}
+        obs_out[name] = entry
+    out["observables"] = obs_out
+    return out

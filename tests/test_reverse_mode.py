@@ -25,7 +25,7 @@ from jax.flatten_util import ravel_pytree
 
 from analysis import stats
 from analysis.soft import soft_cut
-from analysis.stats.derive import AUTO_FORWARD_MAX, PassTheta, Pullback
+from analysis.stats.derive import AUTO_FORWARD_MAX, PassTheta, Pullback, choose_mode
 
 THETA = {"x_min": 0.3, "y_max": 1.2}
 CHUNKINGS = [(0, 200), (0, 50, 50, 100, 150, 200), (0, 7, 120, 200)]
@@ -206,6 +206,7 @@ def test_auto_mode_jit_and_hessian(data) -> None:
     auto = stats.differentiable(run)
     assert auto.mode_for(THETA) == "forward"
     assert auto.mode_for({"w": np.zeros(AUTO_FORWARD_MAX + 1)}) == "reverse"
+    assert choose_mode(AUTO_FORWARD_MAX) == "forward" and choose_mode(10_000, "forward") == "forward"
     rev = stats.differentiable(run, mode="reverse")
     loss = loss_of(rev)
     eager = jax.grad(loss)(THETA)

@@ -17,8 +17,8 @@ from jax.flatten_util import ravel_pytree
 
 from analysis import stats
 from analysis.errors import InputError
-from analysis.soft import soft_cut
 from analysis.select.weights import load_weights, save_weights
+from analysis.soft import soft_cut
 
 HIDDEN = (16, 16)
 

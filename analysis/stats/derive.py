@@ -73,6 +73,7 @@ __all__ = [
     "Derived",
     "PassTheta",
     "Pullback",
+    "choose_mode",
     "derive",
     "differentiable",
     "taylor_derivatives",
@@ -554,6 +555,19 @@ _NO_FORWARD = (
 )
 
 
+def choose_mode(n_params: int, mode: str = "auto") -> str:
+    """``"forward"`` or ``"reverse"``: ``mode`` itself, or for ``"auto"`` forward up to
+    :data:`AUTO_FORWARD_MAX` parameters and reverse above (the one rule, also for the
+    YAML pipeline and ``optimize``)."""
+    if mode not in _MODES:
+        raise ValueError(
+            f"stats.differentiable: mode: expected 'auto', 'forward' or 'reverse', found {mode!r}"
+        )
+    if mode != "auto":
+        return mode
+    return "forward" if n_params <= AUTO_FORWARD_MAX else "reverse"
+
+
 def _no_forward_derivatives(fun: Callable[..., Any]) -> Callable[..., Any]:
     """``fun`` with a JVP rule that refuses in one line (reverse mode's host calls)."""
     guarded = jax.custom_jvp(fun)
@@ -620,10 +634,7 @@ def differentiable(
     says so. ``f.passes()`` counts the calls of ``run``; ``f.mode_for(theta)`` says
     which mode ``theta`` gets.
     """
-    if mode not in _MODES:
-        raise ValueError(
-            f"stats.differentiable: mode: expected 'auto', 'forward' or 'reverse', found {mode!r}"
-        )
+    choose_mode(1, mode)  # checks mode
     memo: dict[str, Any] = {"passes": 0}
     fwd_memo: dict[str, Any] = {}
     rev_memo: dict[str, Any] = {}
@@ -810,9 +821,7 @@ def differentiable(
     fns: dict[Any, Any] = {}
 
     def chosen(spec: ParamSpec) -> str:
-        if mode != "auto":
-            return mode
-        return "forward" if spec.size <= AUTO_FORWARD_MAX else "reverse"
+        return choose_mode(spec.size, mode)
 
     def f(theta: Any) -> Any:
         spec = param_spec(theta, "stats.differentiable")

@@ -303,6 +303,11 @@ class PassTheta(Mapping):
     ``params``: the parameters (a pytree of numpy float64 arrays; 0-d leaves as
     ``np.float64``). When they are a dict, the object reads like it
     (``theta["pt_min"]``, ``len``, iteration); otherwise use ``theta.params``.
+
+    Every :func:`derive` call of the pass gets the same payload, so the pass must
+    compute only the states that ``run`` returns (one fileset per dataset, as in forward
+    mode, where ``run`` returns one :class:`Derived` too); a call whose states have
+    another structure raises naming the difference.
     """
 
     __slots__ = ("params", "task", "merged", "payload")

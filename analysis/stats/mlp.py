@@ -150,7 +150,7 @@ def score(net: MLP, columns: Sequence[Any], *, standard: Standardisation | None 
 
 
 def _named_leaves(net: MLP) -> list[tuple[str, Any]]:
-    out = []
+    out: list[tuple[str, Any]] = []
     for i, layer in enumerate(net.layers):
         out.append((f"layers.{i}.weight", layer.weight))
         out.append((f"layers.{i}.bias", layer.bias))

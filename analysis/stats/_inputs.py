@@ -106,7 +106,7 @@ def _check_same_lists(a: _Parts, b: _Parts, name: str) -> None:
 class _Prepared(NamedTuple):
     x: Vector  # float64 values
     y: Vector | None
-    w: Vector  # float64 weights, one per element
+    w: Vector | None  # float64 weights, one per element; None: unit (numpy kernels only)
     segment_ids: Vector | None  # set for per-list results
     num_segments: int | None
     jagged: bool = False  # x had lists (axis=None with keepdims gives shape (1, 1))

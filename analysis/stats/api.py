@@ -54,9 +54,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from analysis.stats import _core
+from analysis.stats import _core, _fast
 from analysis.stats._core import LinearFit
 from analysis.stats._inputs import (
     _check_ddof,
@@ -100,13 +101,16 @@ def _compute(
 ) -> Any:
     if _flat_path(x, y, weight, axis):
         p = _prepare(x, y, weight, axis, stat)
-        out = _kernel(stat, p, ddof, order)
+        # JAX arrays for array inputs, whichever namespace computed them
+        out = jax.tree_util.tree_map(jnp.asarray, _kernel(stat, p, ddof, order))
         out = LinearFit(**out) if stat == "linear_fit" else out
         return _with_keepdims(out, p, opts.keepdims)
     if _typetracer(x, y, weight):
         return _awkward_types(stat, x, y, weight, axis, opts, ddof, order)
-    st = _structure(x, y, weight, axis, opts.keepdims, opts.mask_identity, stat)
-    return _finish(stat, _kernel(stat, st.prepared, ddof, order), st, opts, x)
+    st = _fast.structure(x, y, weight, axis, opts.keepdims, opts.mask_identity)
+    if st is None:
+        st = _structure(x, y, weight, axis, opts.keepdims, opts.mask_identity, stat)
+    return _finish(stat, _kernel(stat, st.prepared, ddof, order), st, opts, (x, y, weight))
 
 
 def _state_only(stat: str, weight: Any, axis: Any) -> None:

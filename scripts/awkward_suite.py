@@ -69,6 +69,16 @@ def _same(a: Any, b: Any, rtol: float = 1e-12) -> bool:
     return abs(fa - fb) <= rtol * max(abs(fa), abs(fb)) or fa == fb
 
 
+def _difference(a: Any, b: Any, where: str = "") -> str:
+    """Where two nested results first differ (as :func:`_same` judges), and the values."""
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return next((_difference(a[k], b[k], f"{where}.{k}") for k in a if not _same(a[k], b[k])), "")
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        pairs = enumerate(zip(a, b, strict=True))
+        return next((_difference(u, v, f"{where}[{i}]") for i, (u, v) in pairs if not _same(u, v)), "")
+    return f"at {where or 'top'}: {a!r:.60} != awkward {b!r:.60}"
+
+
 def _plain(result: Any) -> Any:
     if isinstance(result, (ak.Array, ak.Record)):
         return result.to_list()
@@ -170,9 +180,7 @@ class Substitute:
                     f"{name}: type {_type(got)} != awkward {_type(expected)}"
                 )
         elif not _same(_plain(got), _plain(expected)):
-            self.mismatches.append(
-                f"{name}: value {_plain(got)!r:.120} != awkward {_plain(expected)!r:.120}"
-            )
+            self.mismatches.append(f"{name}: value {_difference(_plain(got), _plain(expected))}")
         elif _type(got) != _type(expected):
             self.mismatches.append(f"{name}: type {_type(got)} != awkward {_type(expected)}")
         return got

@@ -199,6 +199,8 @@ def _with_keepdims(out: Any, p: _Prepared, keepdims: bool) -> Any:
     def expand(a: Any) -> Any:
         if shape is not None:
             return a.reshape(shape)
+        if p.across:  # as awkward's 1 * var: one row of positions
+            return a[None, ...]
         return a[..., None] if p.segment_ids is not None else a.reshape(1)
 
     return jax.tree_util.tree_map(expand, out)

@@ -23,7 +23,7 @@ from analysis import stats
 from analysis.stats import _fast
 from tests.test_awkward_dropin import SCALE, _ak, assert_like_awkward
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 value = st.integers(-160, 160).map(lambda k: k / 8)  # dyadic: awkward's sums are exact
 weight = st.integers(0, 12).map(lambda k: k / 4)
 
@@ -70,10 +70,10 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         w = np.array([draw(weight) for _ in range(per)])
         w = ak.Array(w) if kind == "per_list_ak" else w
     elif kind == "element":
-        w = ak.Array(ak.to_list(x)) * 0 + 0.25 * draw(st.integers(1, 8))
+        w = ak.values_astype(x, np.float64) * 0 + 0.25 * draw(st.integers(1, 8))
     elif kind == "scalar":
         w = draw(weight)
-    y = x if draw(st.booleans()) else ak.Array(ak.to_list(x)) * 0.5 + 1.25
+    y = x if draw(st.booleans()) else ak.values_astype(x, np.float64) * 0.5 + 1.25
     return {
         "x": x,
         "y": y,

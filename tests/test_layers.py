@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "analysis.errors": 0,
     "analysis.stats": 0,
     "analysis.stats._core": 0,
+    "analysis.stats._fast": 0,
     "analysis.stats._inputs": 0,
     "analysis.stats._kernels": 0,
     "analysis.stats._powsum": 0,

@@ -107,6 +107,11 @@ def test_fast_path_like_awkward(case: dict[str, Any]) -> None:
     for name in ("covar", "corr", "linear_fit"):
         ours = getattr(stats, name)(x, y, weight=w, **kw)
         assert_like_awkward(ours, _ak(getattr(ak, name), x, y, weight=ref_w, **kw), 8000)
+    low = stats.std(x, weight=w, highlevel=False, **kw)
+    ref = _ak(ak.std, x, weight=ref_w, highlevel=False, **kw)
+    assert type(low) is type(ref)
+    if isinstance(ref, ak.contents.Content):
+        assert str(low.form.type) == str(ref.form.type)
 
 
 def test_fast_path_declines_what_it_does_not_take() -> None:

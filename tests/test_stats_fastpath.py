@@ -124,6 +124,7 @@ def test_fast_path_declines_what_it_does_not_take() -> None:
         (jag, None, None, 0),
         (ak.with_named_axis(jag, ("events", "jets")), None, None, 1),
         (jag, ak.Array([[1.0], [2.0], [3.0]]), None, 1),
+        (jag, np.array([1.0, 2.0, 3.0]), None, 1),  # y per list: awkward refuses
         (jag, None, ak.Array([[1.0, 2.0], [], [None]]), 1),
         (ak.to_regular(ak.Array([[1.0, 2.0], [3.0, 4.0]]), axis=1), None, None, 1),
         ([[1.0, 2.0], [3.0]], None, None, 1),

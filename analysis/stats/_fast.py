@@ -69,8 +69,9 @@ def _simple(obj: Any) -> _Simple | None:
     return _Simple(data, offsets)
 
 
-def _per_element(obj: Any, x: _Simple) -> np.ndarray | None:
-    """``obj`` (y or weight) broadcast to x's elements as awkward broadcasts, or None."""
+def _per_element(obj: Any, x: _Simple, *, per_list: bool = True) -> np.ndarray | None:
+    """``obj`` (y or weight) broadcast to x's elements as awkward broadcasts, or None
+    (``per_list=False``: only with x's own structure)."""
     if isinstance(obj, np.ndarray) and obj.ndim == 1 and obj.dtype.kind in "biuf":
         s: _Simple | None = _Simple(obj, None)
     else:
@@ -79,7 +80,7 @@ def _per_element(obj: Any, x: _Simple) -> np.ndarray | None:
         return None
     n = x.data.shape[0] if x.offsets is None else x.offsets.shape[0] - 1
     if s.offsets is None:  # one per element of flat x, one per list of jagged x
-        if s.data.shape[0] != n:
+        if s.data.shape[0] != n or (x.offsets is not None and not per_list):
             return None
         data = s.data if x.offsets is None else np.repeat(s.data, np.diff(x.offsets))
         return np.asarray(data, dtype=np.float64)
@@ -105,7 +106,7 @@ def structure(
     n = sx.data.shape[0]
     yv = None
     if y is not None:
-        yv = _per_element(y, sx)
+        yv = _per_element(y, sx, per_list=False)  # (awkward's reductions of y alone)
         if yv is None:
             return None
     w: np.ndarray | None

@@ -89,6 +89,7 @@ class CoMoments(NamedTuple):
 # order, ``np.bincount``) or :class:`Offsets` (contiguous lists, ``np.add.reduceat``),
 # and ``w=None`` means unit weights (no multiplications by ones).
 Namespace = Any
+Data = Any  # a jax.Array (xp=jnp) or a numpy array (xp=np)
 
 
 class Offsets:
@@ -136,15 +137,13 @@ def safe_sqrt(v: Array, *, xp: Namespace = jnp) -> Array:
     return xp.where(pos, xp.sqrt(xp.where(pos, v, 1.0)), xp.where(v == 0, 0.0, np.nan))
 
 
-def _reduce(
-    a: Array, segment_ids: Any, num_segments: int | None, xp: Namespace = jnp
-) -> Array:
+def _reduce(a: Data, segment_ids: Any, num_segments: int | None, xp: Namespace = jnp) -> Data:
     if segment_ids is None:
         return xp.sum(a)
     if isinstance(segment_ids, Offsets):
         return segment_ids.sum(a)
     if xp is np:
-        return np.bincount(segment_ids, weights=a, minlength=num_segments)[:num_segments]
+        return np.bincount(segment_ids, weights=a, minlength=num_segments or 0)[:num_segments]
     return jax.ops.segment_sum(a, segment_ids, num_segments=num_segments)
 
 
@@ -167,7 +166,7 @@ def _undefined_if_infinite(m: Array, center: Array, xp: Namespace = jnp) -> Arra
     return xp.where(xp.isfinite(center), m, np.nan)
 
 
-def _expand(a: Array, segment_ids: Any) -> Array:
+def _expand(a: Data, segment_ids: Any) -> Data:
     if segment_ids is None:
         return a
     if isinstance(segment_ids, Offsets):
@@ -213,7 +212,7 @@ def _count(d: np.ndarray, segment_ids: Any, num_segments: int | None) -> Any:
         return np.float64(d.shape[0])
     if isinstance(segment_ids, Offsets):
         return segment_ids.counts.astype(np.float64)
-    return np.bincount(segment_ids, minlength=num_segments)[:num_segments].astype(np.float64)
+    return np.bincount(segment_ids, minlength=num_segments or 0)[:num_segments].astype(np.float64)
 
 
 def _centre(
@@ -239,8 +238,8 @@ def _centre(
 
 
 def moments(
-    x: Array,
-    w: Array,
+    x: Data,
+    w: Data,
     segment_ids: Any = None,
     num_segments: int | None = None,
     *,
@@ -320,9 +319,9 @@ def moments_from_expectations(a: Array, w: Array) -> Moments:
 
 
 def comoments(
-    x: Array,
-    y: Array,
-    w: Array,
+    x: Data,
+    y: Data,
+    w: Data,
     segment_ids: Any = None,
     num_segments: int | None = None,
     *,
@@ -345,8 +344,8 @@ def comoments(
 
 
 def central_moment_sum(
-    x: Array,
-    w: Array,
+    x: Data,
+    w: Data,
     n: int,
     segment_ids: Any = None,
     num_segments: int | None = None,
@@ -369,8 +368,8 @@ def central_moment_sum(
 
 
 def raw_moment(
-    x: Array,
-    w: Array,
+    x: Data,
+    w: Data,
     n: int,
     segment_ids: Any = None,
     num_segments: int | None = None,

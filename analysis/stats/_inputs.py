@@ -107,7 +107,7 @@ class _Prepared(NamedTuple):
     x: Vector  # float64 values
     y: Vector | None
     w: Vector | None  # float64 weights, one per element; None: unit (numpy kernels only)
-    segment_ids: Vector | None  # set for per-list results
+    segment_ids: Any  # set for per-list results: Vector, or _core.Offsets (numpy)
     num_segments: int | None
     jagged: bool = False  # x had lists (axis=None with keepdims gives shape (1, 1))
     across: bool = False  # one slot per position in the lists (a Jagged at axis=0)

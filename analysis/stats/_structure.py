@@ -183,6 +183,7 @@ def _finish(stat: str, out: Any, st: _Structured, opts: _Options, inputs: tuple[
     flat: Any = None if fields else xp.asarray(out).reshape(-1)
     if not st.awkward:
         assert shape is not None
+        result: Any
         if fields:
             result = LinearFit(**{k: jnp.asarray(v).reshape(shape) for k, v in parts.items()})
         else:

@@ -1,8 +1,12 @@
-"""Bucket padding and the jit-compiled kernels behind :mod:`analysis.stats.api`.
+"""The kernels behind :mod:`analysis.stats.api`: numpy for concrete data, else jit-compiled
+JAX on inputs padded to bucket sizes.
 
 The kernels take prepared float64 inputs (:class:`analysis.stats._inputs._Prepared`)
 and return the statistic per segment (or a scalar); the maths is that of
-:mod:`analysis.stats._core`.
+:mod:`analysis.stats._core` in both (its ``xp`` namespace). Concrete numpy inputs have
+nothing to differentiate: numpy computes only the statistic asked for, with no JAX
+dispatch, device copies or padding. Anything JAX (tracers, JAX arrays, Jagged values)
+goes to the JAX kernels.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Flat numbers and one level of lists on awkward's numpy backend (``events.Jet.pt``)
 skip awkward's structural machinery (:mod:`analysis.stats._fast`): property tests
 against real awkward on every layout that path takes (``ListOffsetArray`` from 0 or
-not, contiguous ``ListArray``, int/bool/float32 numbers, empty lists), every kind of
+not, ``ListArray`` contiguous or as after ``events[mask]``, int/bool/float32 numbers,
+empty lists), every kind of
 weight and ``y``, every axis it takes, ``keepdims`` and ``mask_identity``: numbers to
 1e-12 and ``ak.type``. Also ``highlevel=False`` (layouts and scalars as awkward's) and
 ``behavior``/``attrs`` taken as awkward takes them, for all seven functions.
@@ -35,7 +36,7 @@ def _layout(draw: st.DrawFn, lists: list[list[float]], dtype: str) -> ak.Array:
     data = flat.astype(dtype) if dtype != "bool" else flat > 0
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    kind = draw(st.sampled_from(["offsets", "shifted", "listarray"]))
+    kind = draw(st.sampled_from(["offsets", "shifted", "listarray", "masked"]))
     content = ak.contents.NumpyArray(data)
     if kind == "offsets":
         layout: Any = ak.contents.ListOffsetArray(ak.index.Index64(offsets), content)
@@ -43,9 +44,21 @@ def _layout(draw: st.DrawFn, lists: list[list[float]], dtype: str) -> ak.Array:
         pad = np.zeros(2, dtype=data.dtype)
         content = ak.contents.NumpyArray(np.concatenate([pad, data, pad]))
         layout = ak.contents.ListOffsetArray(ak.index.Index64(offsets + 2), content)
-    else:  # contiguous starts/stops
+    elif kind == "listarray":  # contiguous starts/stops
         layout = ak.contents.ListArray(
             ak.index.Index64(offsets[:-1]), ak.index.Index64(offsets[1:]), content
+        )
+    else:  # events[mask]-like: lists out of order, gaps between them
+        stride = int(counts.max()) + 1 if len(lists) else 1
+        order = np.arange(len(lists))[::-1]
+        starts = order * stride
+        big = np.zeros(stride * max(len(lists), 1), dtype=data.dtype)
+        for i, j in enumerate(order):
+            big[j * stride : j * stride + counts[i]] = data[offsets[i] : offsets[i + 1]]
+        layout = ak.contents.ListArray(
+            ak.index.Index64(starts),
+            ak.index.Index64(starts + counts),
+            ak.contents.NumpyArray(big),
         )
     return ak.Array(layout)
 
@@ -163,7 +176,9 @@ def _call(module: Any, name: str, x: Any, **kw: Any) -> Any:
 )
 @pytest.mark.parametrize("axis", [None, 0, -1])
 @pytest.mark.parametrize("keepdims", [False, True])
-def test_highlevel_false_gives_awkward_layouts(name: str, x: Any, axis: Any, keepdims: bool) -> None:
+def test_highlevel_false_gives_awkward_layouts(
+    name: str, x: Any, axis: Any, keepdims: bool
+) -> None:
     kw = {"axis": axis, "keepdims": keepdims, "highlevel": False}
     ours = _call(stats, name, x, **kw)
     ref = _call(ak, name, x, **kw)

@@ -2,7 +2,7 @@
 
 ``events.Jet.pt``-like input: an awkward Array on the numpy backend that is flat
 numbers or one level of variable-length lists of numbers (``ListOffsetArray``, or a
-contiguous ``ListArray``), no missing values, no named axes; ``weight`` and ``y``
+``ListArray`` as after ``events[mask]``), no missing values, no named axes; ``weight`` and ``y``
 absent, a scalar, one per list, or with x's lists; ``axis`` None or the innermost.
 There the grouping is the list offsets themselves, the numbers go to the numpy
 namespace of :mod:`analysis.stats._core` by ``np.add.reduceat`` over those offsets,
@@ -57,8 +57,15 @@ def _simple(obj: Any) -> _Simple | None:
         offsets = node.offsets.data
     else:
         starts, stops = node.starts.data, node.stops.data
-        if not (isinstance(starts, np.ndarray) and np.array_equal(starts[1:], stops[:-1])):
+        if not isinstance(starts, np.ndarray):
             return None
+        if not np.array_equal(starts[1:], stops[:-1]):  # e.g. events[mask]: gather
+            starts = starts.astype(np.int64, copy=False)
+            counts = stops - starts
+            offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            positions = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
+            return _Simple(data[positions], offsets)
         offsets = np.append(starts[:1] if starts.shape[0] else [0], stops)
     if not isinstance(offsets, np.ndarray):
         return None

@@ -97,13 +97,14 @@ def make_evaluator(config, args):
 
 
 def cmd_evaluate(args) -> int:
-    from analysis.cli.report import evaluation_report, print_summary
+    from analysis.cli.report import evaluation_report, hard_event_counts, print_summary
     config = load_config(args.config)
     overrides = _parse_sets(args.set)
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
         states = ev.run(overrides)
-        report = evaluation_report(ev, states, overrides)
+        hard = hard_event_counts(ev, overrides)  # values only, from the cached columns
+        report = evaluation_report(ev, states, overrides, hard=hard)
     report["wall_time_s"] = time.perf_counter() - start
     out = output_dir(config, args)
     write_json(out / "results.json", report)

@@ -472,12 +472,17 @@ class Evaluator:
         widths: Any = None,
         order: int = 1,
         chunks: list | None = None,
+        unit_weights: bool = False,
     ) -> dict[str, DatasetState]:
-        """One pass: ``{dataset: DatasetState}`` (every configured dataset present)."""
+        """One pass: ``{dataset: DatasetState}`` (every configured dataset present).
+        ``unit_weights``: every event weighs 1 (with ``widths=0``, ``order=0``: the
+        selected sums are the numbers of events passing the hard cuts)."""
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=order)
+        proc = DiffProcessor(
+            self.plan, theta, w, self.weight_branches, order=order, unit_weights=unit_weights
+        )
         return self.process(proc, lambda: empty_state(self.plan, theta, w, order), chunks=chunks)
 
     def process(self, proc, empty: Any, *, chunks: list | None = None) -> dict[str, Any]:

@@ -133,6 +133,8 @@ class ParameterConfig(_Model):
     bounds: tuple[float, float] | None = None
     trainable: bool = True
     integer: bool = False
+    #: unit for plots and tables (default: from the cut's field, e.g. GeV for pt)
+    unit: str | None = None
 
     @field_validator("bounds", mode="before")
     @classmethod
@@ -352,6 +354,8 @@ class ObservableConfig(_Model):
     y: str | None = None
     stats: list[Stat] = Field(min_length=1)
     hist: HistConfig | None = None
+    #: unit of ``x`` for plots (default: from the name or field, e.g. GeV for pt, ht)
+    unit: str | None = None
 
     @field_validator("x", "y")
     @classmethod

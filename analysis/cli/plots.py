@@ -4,7 +4,8 @@ of the main observable (the first in the config) at the initial and final select
 Axes carry units (:mod:`analysis.cli.units`); parameter traces show their bounds
 (outside shaded) and the final hard-cut value; histograms are "per bin" with the bin
 width, errors from the sum of squared weights (none on empty bins, no Poisson bars on
-weighted samples), and a log y axis when the contents span more than two decades.
+weighted samples), and a log y axis when the contents span more than two decades
+(bins below 1e-3 of the largest, such as a soft selection's far tails, aside).
 """
 
 from __future__ import annotations
@@ -211,7 +212,9 @@ def plot_histograms(
         what = "sum of weights" if weighted else "entries"
         ax.set_ylabel(f"{what} / {per_bin}")
         both = np.concatenate([a, b])
-        positive = both[both > 0]
+        # the soft selection's far tails (1e-8 of an event) are not "contents": bins
+        # below 1e-3 of the largest do not decide the scale
+        positive = both[both >= 1e-3 * both.max()] if both.size and both.max() > 0 else both[:0]
         if positive.size and both.min() >= 0 and positive.max() > 100 * positive.min():
             ax.set_yscale("log")
             ax.set_ylim(positive.min() / 3, positive.max() * 30)  # room for the legend

@@ -105,7 +105,7 @@ def print_warnings(datasets: dict[str, dict[str, Any]], console: Any) -> None:
     for ds, r in datasets.items():
         if r.get("warning"):
             console.print(
-                f"[yellow]warning[/] {escape(ds)}: {escape(r['warning'])}",
+                f"[yellow]warning[/] {escape(ds)}: {escape(r['warning'])} (marked *)",
                 markup=True,
                 highlight=False,
             )
@@ -113,8 +113,8 @@ def print_warnings(datasets: dict[str, dict[str, Any]], console: Any) -> None:
 
 def print_summary(report: dict[str, Any], path: Path) -> None:
     """A table per dataset: events, yields, effective events, and each statistic with its
-    gradient; every number whole (:mod:`analysis.cli.tables`); statistics of an
-    unreliable selection marked ``*``."""
+    gradient; every number whole (:mod:`analysis.cli.tables`); the observables of an
+    unreliable selection marked ``*`` and named in a warning line."""
     from rich.console import Console
 
     console = Console()
@@ -142,8 +142,7 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
             f"{ds}: {r['events']} events, sum of weights {fmt_number(r['sumw'])}; "
             f"{_selection_line(r)}"
         )
-        caption = f"* {r['warning']}" if mark else None
-        print_table(console, title, "statistic", headers, rows, caption=caption)
+        print_table(console, title, "statistic", headers, rows)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     console.print(f"wrote {path}", highlight=False)

@@ -273,6 +273,14 @@ class Derived:
         return f"Derived(names={list(self.names)}, order={self.order}, value={self.value!r})"
 
 
+#: what a raw awkward array combined with a parameter (awkward's own, deprecated JAX
+#: backend, not registered here) raises inside ``fn``, instead of awkward's message
+AWKWARD_HINT = (
+    "stats.derive: fn combines an awkward Array with a parameter; wrap the array first: "
+    "stats.from_awkward(events.Jet.pt) (a stats.Jagged; flat arrays: ak.to_numpy(...))"
+)
+
+
 def derive(fn: Callable[[dict], Any], theta: Mapping[str, float], *, order: int = 1) -> Derived:
     """Evaluate ``fn(theta)`` with its derivatives: a :class:`Derived`.
 
@@ -289,7 +297,13 @@ def derive(fn: Callable[[dict], Any], theta: Mapping[str, float], *, order: int 
     t0 = jnp.asarray(_theta_vector(theta, names, "stats.derive"))
 
     def f(t):
-        return _checked_states(fn(dict(zip(names, t, strict=True))), "stats.derive")
+        try:
+            out = fn(dict(zip(names, t, strict=True)))
+        except RuntimeError as err:
+            if "ak.jax" not in str(err):
+                raise
+            raise TypeError(AWKWARD_HINT) from None
+        return _checked_states(out, "stats.derive")
 
     if order == 0:
         return Derived(names, _to_numpy(f(t0)))

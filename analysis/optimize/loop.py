@@ -322,7 +322,8 @@ class Optimization:
         "hard_objective", "hard_significance", "soft_hard_gap"}``: ``criterion`` is the
         convergence rule (module docstring); ``step`` the step it was met at (``None``
         if not); ``advice`` what to change when not converged (more steps; a smaller
-        learning rate when the objective oscillates, a larger one when it creeps);
+        learning rate when the objective or a parameter oscillates, a larger one when
+        it creeps);
         ``at_bound``: ``{name: "lower" | "upper"}`` of the final parameters on a bound;
         ``hard_objective``/``hard_significance``: ``{"initial", "final"}`` (hard cuts;
         initial from ``initial_hard``, the result of :meth:`hard` at the initial
@@ -339,10 +340,15 @@ class Optimization:
             objs = [h["objective"] for h in self.history[-(2 * w + 1):]]
             diffs = np.diff(objs)
             flips = int(np.sum(np.sign(diffs[1:]) * np.sign(diffs[:-1]) < 0)) if len(diffs) > 1 else 0
+            # a parameter that turns back and forth (momentum ringing) oscillates too
+            trace = np.array([[h["parameters"][n] for n in self.coords.names] for h in self.history])
+            turns = np.sign(np.diff(trace, axis=0)) if len(trace) > 1 else np.zeros((0, 1))
+            reversals = int(np.max(np.sum(turns[1:] * turns[:-1] < 0, axis=0), initial=0))
+            oscillates = flips > len(diffs) // 2 or reversals >= 3
             lr = "" if cfg.method == "newton" else f"optimizer.learning_rate (now {cfg.learning_rate:g})"
             more = f"more steps (--steps; optimizer.steps is {cfg.steps})"
-            if lr and flips > len(diffs) // 2:
-                advice = f"a smaller {lr}: the objective oscillates; or {more}"
+            if lr and oscillates:
+                advice = f"a smaller {lr}: the run oscillates; or {more}"
             elif lr:
                 advice = f"{more} or a larger {lr}"
             else:

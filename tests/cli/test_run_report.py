@@ -178,6 +178,11 @@ def test_status_not_converged_creeping_and_oscillating(run) -> None:
     st = run.status(FINAL, INITIAL)
     assert not st["converged"] and st["advice"].startswith("a smaller optimizer.learning_rate")
 
+    _history(run, np.linspace(-1, -5, 12))  # the objective creeps, a parameter rings
+    for k, h in enumerate(run.history):
+        h["parameters"] = {**h["parameters"], "jet_pt_min": [30.0, 35.0, 30.0, 25.0][k % 4]}
+    assert run.status(FINAL, INITIAL)["advice"].startswith("a smaller optimizer.learning_rate")
+
 
 def test_status_at_bound(run) -> None:
     _history(run, [-1.0, -2.0, -2.0, -2.0, -2.0])

@@ -349,6 +349,19 @@ def plot_units(config) -> dict[str, str]:
     return units_of(config)
 
 
+def _best_line(best: dict[str, Any] | None) -> str:
+    """``best: a = 1.000, b = 2.000: objective -3.000 (significance 3.000)``."""
+    from analysis.cli.tables import fmt_number
+
+    if best is None:
+        return "no grid point has a defined objective"
+    params = ", ".join(f"{n} = {fmt_number(v)}" for n, v in best["parameters"].items())
+    line = f"best: {params}: objective {fmt_number(best['objective'])}"
+    if best.get("significance") is not None:
+        line += f" (significance {fmt_number(best['significance'])})"
+    return line
+
+
 def run_scan(args) -> int:
     """``diffcoffea scan``: :func:`analysis.optimize.scan.scan` on the ``--grid``, written to
     scan.json (and into results.json when an optimisation left one there)."""
@@ -369,7 +382,6 @@ def run_scan(args) -> int:
             data["scan"] = result
             write_json(results, data)
     if not args.quiet:
-        best = result["best"]
-        print(f"{result['n_points']} grid points in one pass; best: {best}")
+        print(f"{result['n_points']} grid points in one pass; {_best_line(result['best'])}")
         print(f"wrote {outdir / 'scan.json'}")
     return 0

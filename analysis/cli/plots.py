@@ -5,7 +5,8 @@ Axes carry units (:mod:`analysis.cli.units`); parameter traces show their bounds
 (outside shaded) and the final hard-cut value; histograms are "per bin" with the bin
 width, errors from the sum of squared weights (none on empty bins, no Poisson bars on
 weighted samples), and a log y axis when the contents span more than two decades
-(bins below 1e-3 of the largest, such as a soft selection's far tails, aside).
+(bins below 1e-3 of their histogram's largest, such as a soft selection's far
+tails, aside).
 """
 
 from __future__ import annotations
@@ -213,8 +214,9 @@ def plot_histograms(
         ax.set_ylabel(f"{what} / {per_bin}")
         both = np.concatenate([a, b])
         # the soft selection's far tails (1e-8 of an event) are not "contents": bins
-        # below 1e-3 of the largest do not decide the scale
-        positive = both[both >= 1e-3 * both.max()] if both.size and both.max() > 0 else both[:0]
+        # below 1e-3 of each histogram's largest do not decide the scale
+        positive = np.concatenate([v[v >= 1e-3 * v.max()] for v in (a, b) if v.size and v.max() > 0]
+                                  or [both[:0]])
         if positive.size and both.min() >= 0 and positive.max() > 100 * positive.min():
             ax.set_yscale("log")
             ax.set_ylim(positive.min() / 3, positive.max() * 30)  # room for the legend

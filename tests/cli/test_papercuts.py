@@ -180,3 +180,14 @@ def test_configs_load_with_units(tmp_path) -> None:
     data["observables"][0]["unit"] = 3  # not a string
     with pytest.raises(ConfigError, match=r"observables\.0\.unit"):
         config_from_dict(data)
+
+
+def test_scan_prints_its_best_point_in_table_digits() -> None:
+    from analysis.cli.commands import _best_line
+
+    best = {"parameters": {"jet_pt_min": 30.0, "btag_min": 0.123456}, "objective": -3.14159,
+            "significance": 3.14159}
+    assert _best_line(best) == (
+        "best: jet_pt_min = 30.00, btag_min = 0.1235: objective -3.142 (significance 3.142)"
+    )
+    assert _best_line(None) == "no grid point has a defined objective"

@@ -29,7 +29,6 @@ __all__ = [
     "make_evaluator",
     "output_dir",
     "parse_grid",
-    "plot_units",
     "run_optimize",
     "run_scan",
     "status_lines",
@@ -192,6 +191,7 @@ def run_optimize(args) -> int:
     objective, how the run ended, per-dataset statistics) and plots in the output directory."""
     from analysis.cli.plots import plot_histograms, plot_history
     from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
+    from analysis.cli.units import units_of
     from analysis.optimize.loop import Optimization
     from analysis.pipeline.results import MIN_EFFECTIVE_EVENTS, dataset_report
     config = load_config(args.config)
@@ -226,7 +226,7 @@ def run_optimize(args) -> int:
                 for n, lo, hi in zip(run.coords.names, run.coords.lower, run.coords.upper)
             },
             "widths": named_widths(config, run.w0),
-            "units": plot_units(config),
+            "units": units_of(config),
             "optimizer": config.optimizer.model_dump(mode="json"),
             "steps_run": run.step,
             "passes": run.step + run.final_passes + closing,
@@ -340,13 +340,6 @@ def status_lines(report: dict[str, Any]) -> list[str]:
         line += f"; soft - hard at the end: {fmt_number(st['soft_hard_gap'])}"
     lines.append(line)
     return lines
-
-
-def plot_units(config) -> dict[str, str]:
-    """Units of the parameters and observables by name (:func:`analysis.cli.units.units_of`)."""
-    from analysis.cli.units import units_of
-
-    return units_of(config)
 
 
 def _best_line(best: dict[str, Any] | None) -> str:

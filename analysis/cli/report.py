@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from analysis.cli.tables import fmt_number, print_table
+from analysis.cli.units import units_of
 from analysis.pipeline.results import (
     MIN_EFFECTIVE_EVENTS,
     DatasetState,
@@ -65,8 +66,8 @@ def evaluation_report(
     *,
     hard: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """``{"parameters", "trainable", "widths", "executor", "datasets", "faults"}`` for
-    results.json; ``widths`` keyed by cut; with ``hard`` (:func:`hard_event_counts`),
+    """``{"parameters", "trainable", "widths", "units", "executor", "datasets", "faults"}``
+    for results.json; ``widths`` keyed by cut, ``units`` by name; with ``hard`` (:func:`hard_event_counts`),
     each dataset is marked (:func:`mark_reliability`)."""
     theta, widths = evaluator.theta_and_widths(overrides)
     plan = evaluator.plan
@@ -78,6 +79,7 @@ def evaluation_report(
         "parameters": {n: float(v) for n, v in zip(plan.param_names, theta)},
         "trainable": list(plan.trainable_names),
         "widths": named_widths(evaluator.config, widths),
+        "units": units_of(evaluator.config),
         "min_effective_events": MIN_EFFECTIVE_EVENTS,
         "executor": {
             "type": evaluator.executor_type,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["KNOWN_UNITS", "axis_label", "units_of"]
+__all__ = ["KNOWN_UNITS", "axis_label", "observable_unit", "parameter_unit", "units_of"]
 
 _GEV = "GeV"
 #: field or observable name (lower case) -> unit ("" for dimensionless)

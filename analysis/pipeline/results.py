@@ -191,9 +191,10 @@ def width_labels(config) -> list[str]:
         ]
     else:
         sel = config.selection
-        if sel.objects is not None:
-            labels = [cut(sel.objects.collection, c) for c in sel.objects.cuts]
-        labels += [event(e) for e in sel.events]
+        objects = getattr(sel, "objects", None)
+        if objects is not None:
+            labels = [cut(objects.collection, c) for c in objects.cuts]
+        labels += [event(e) for e in getattr(sel, "events", None) or []]
     seen: dict[str, int] = {}
     out = []
     for label in labels:

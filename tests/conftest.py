@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,28 @@ AGC_SETS = (
     ObjectSet("muons", "Muon"),
     ObjectSet("electrons", "Electron"),
 )
+
+
+# --- memory log ----------------------------------------------------------------------
+# DIFFCOFFEA_RSS_LOG=<file>: after each test, append "<resident MB>\t<peak MB>\t<test id>",
+# to find which tests make the suite's process grow (``sort -n`` the file).
+
+
+def _rss_mb() -> tuple[float, float]:
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    try:
+        with open("/proc/self/statm") as f:
+            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        resident = float("nan")
+    return resident, peak
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    log = os.environ.get("DIFFCOFFEA_RSS_LOG")
+    if log:
+        resident, peak = _rss_mb()
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{resident:.0f}\t{peak:.0f}\t{nodeid}\n")

@@ -328,10 +328,12 @@ def status_lines(report: dict[str, Any]) -> list[str]:
             f"{n} = {fmt_number(bounds[n][0 if side == 'lower' else 1])} ({side})"
             for n, side in st["at_bound"].items()
         ]
-        lines.append(
-            "at bound: " + ", ".join(parts) + " (the optimum may lie beyond: widen the bounds "
-            "if that is physical)"
+        beyond = st.get("beyond_bound") or []
+        why = (
+            f"the objective still improves beyond for {', '.join(beyond)}: widen the bounds "
+            "if that is physical" if beyond else "the optimum may lie beyond"
         )
+        lines.append("at bound: " + ", ".join(parts) + f" ({why})")
     h, z = st["hard_objective"], st["hard_significance"]
     line = f"hard-cut objective: {fmt_number(h['initial'])} -> {fmt_number(h['final'])}"
     if z["final"] is not None or z["initial"] is not None:

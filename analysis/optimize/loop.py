@@ -325,6 +325,8 @@ class Optimization:
         learning rate when the objective or a parameter oscillates, a larger one when
         it creeps);
         ``at_bound``: ``{name: "lower" | "upper"}`` of the final parameters on a bound;
+        ``beyond_bound``: those of them whose soft gradient points out of the bounds
+        (the objective would still improve beyond);
         ``hard_objective``/``hard_significance``: ``{"initial", "final"}`` (hard cuts;
         initial from ``initial_hard``, the result of :meth:`hard` at the initial
         parameters); ``soft_hard_gap``: final soft minus final hard objective.
@@ -362,6 +364,13 @@ class Optimization:
             elif self.u[i] >= 1 - 1e-9:
                 at_bound[name] = "upper"
         soft, hard = final["soft"], final["hard"]
+        # the objective is minimised: at a lower bound a positive gradient (an upper
+        # bound, a negative one) means it would still improve beyond the bound
+        grad = soft.get("gradient") or {}
+        beyond = [
+            n for n, side in at_bound.items()
+            if grad.get(n) is not None and (grad[n] > 0 if side == "lower" else grad[n] < 0)
+        ]
 
         def pair(key):
             return {"initial": None if initial_hard is None else initial_hard.get(key),
@@ -378,6 +387,7 @@ class Optimization:
             "relative_change": change,
             "advice": advice,
             "at_bound": at_bound,
+            "beyond_bound": beyond,
             "hard_objective": pair("objective"),
             "hard_significance": pair("significance"),
             "soft_hard_gap": gap,

@@ -187,10 +187,17 @@ def test_status_not_converged_creeping_and_oscillating(run) -> None:
 def test_status_at_bound(run) -> None:
     _history(run, [-1.0, -2.0, -2.0, -2.0, -2.0])
     run.u = np.array([0.0, 0.4, 1.0, 0.3])
-    st = run.status(FINAL, INITIAL)
+    # minimised: jet_pt_min would go lower (gradient > 0), btag_min would rather go down
+    grad = {"jet_pt_min": 0.3, "jet_abs_eta_max": 1.0, "btag_min": 2.0, "min_jets": -1.0}
+    final = {**FINAL, "soft": {**FINAL["soft"], "gradient": grad}}
+    st = run.status(final, INITIAL)
     assert st["at_bound"] == {"jet_pt_min": "lower", "btag_min": "upper"}
+    assert st["beyond_bound"] == ["jet_pt_min"]
     lines = status_lines(_report(run, st))
-    assert lines[1].startswith("at bound: jet_pt_min = 15.00 (lower), btag_min = 0.9500 (upper)")
+    assert lines[1] == (
+        "at bound: jet_pt_min = 15.00 (lower), btag_min = 0.9500 (upper) (the objective "
+        "still improves beyond for jet_pt_min: widen the bounds if that is physical)"
+    )
 
 
 def test_optimize_prints_the_status_and_writes_it(small_data, tmp_path, capsys) -> None:

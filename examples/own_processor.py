@@ -45,6 +45,12 @@ def main():
     p.add_argument("--chunksize", type=int, default=100)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--target", type=float, default=60.0)
+    p.add_argument(
+        "--mode",
+        choices=["auto", "forward", "reverse"],
+        default="auto",
+        help="stats.differentiable's mode: reverse is two passes per gradient, any number of parameters",
+    )
     args = p.parse_args()
     if args.file.startswith("skhep:"):
         args.file = resolve_skhep(args.file[len("skhep:") :], "--file")
@@ -60,9 +66,11 @@ def main():
         executor = processor.IterativeExecutor(status=False)
     runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=args.chunksize)
 
-    # One chunked pass per gradient: jax.grad sees the merged Jacobian of the states.
+    # One chunked pass per gradient (forward mode: jax.grad sees the merged Jacobian of
+    # the states), or two in reverse mode (values, then the pullback of the loss).
     f = stats.differentiable(
-        lambda th: runner({"ttbar": [args.file]}, MeanJetPt(th), treename="Events")["ttbar"]
+        lambda th: runner({"ttbar": [args.file]}, MeanJetPt(th), treename="Events")["ttbar"],
+        mode=args.mode,
     )
 
     def loss(theta):

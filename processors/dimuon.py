@@ -61,7 +61,11 @@ class DimuonProcessor(processor.ProcessorABC):
         window: tuple[float, float] = (60.0, 120.0),
         order: int = 1,
     ) -> None:
-        self.theta = {**DEFAULT_THETA, **dict(theta or {})}
+        # A stats.PassTheta (reverse mode) travels to stats.derive as it is: it carries
+        # what the second pass needs; a plain mapping is completed with the defaults.
+        self.theta = (
+            theta if isinstance(theta, stats.PassTheta) else {**DEFAULT_THETA, **dict(theta or {})}
+        )
         self.widths = {**DEFAULT_WIDTHS, **dict(widths or {})}
         self.window = (float(window[0]), float(window[1]))
         self.order = order

@@ -59,7 +59,11 @@ class JetMomentsProcessor(processor.ProcessorABC):
         min_jets: int = 2,
         order: int = 1,
     ) -> None:
-        self.theta = {**DEFAULT_THETA, **dict(theta or {})}
+        # A stats.PassTheta (reverse mode) travels to stats.derive as it is: it carries
+        # what the second pass needs; a plain mapping is completed with the defaults.
+        self.theta = (
+            theta if isinstance(theta, stats.PassTheta) else {**DEFAULT_THETA, **dict(theta or {})}
+        )
         self.widths = {**DEFAULT_WIDTHS, **dict(widths or {})}
         self.min_jets = int(min_jets)
         self.order = order

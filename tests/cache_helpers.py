@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 import pytest
 import uproot
@@ -15,6 +14,7 @@ from analysis.config.loader import config_from_dict
 from analysis.pipeline.results import DatasetState, dataset_report
 from tests.chunked_helpers import analysis_config, differences
 from tests.faults_helpers import jets, write_nano
+from tests.reference import flatten
 
 #: parameter values of successive passes (several optimisation-like steps)
 STEPS = [
@@ -47,8 +47,9 @@ def state_leaves(state: Any) -> list[np.ndarray]:
     """Every number of a pass's output for one dataset (state or histogram)."""
     if isinstance(state, DatasetState):
         d = state.derived
-        tree = (state.events, state.sumw, state.chunks, d.value, d.jac, d.hess)
-        return [np.asarray(x, dtype=np.float64) for x in jax.tree_util.tree_leaves(tree)]
+        tree = {"events": state.events, "sumw": state.sumw, "chunks": state.chunks,
+                "value": d.value, "jac": d.jac, "hess": d.hess}
+        return [np.asarray(x, dtype=np.float64) for _, x in flatten(tree) if x is not None]
     return [np.asarray(state.values(flow=True)), np.asarray(state.variances(flow=True))]
 
 

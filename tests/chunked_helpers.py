@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.stats import registry
 from tests.conftest import SHARED_DATA as DATA_DIR
+from tests.reference import flatten  # the one state flattener (re-exported for its users)
 
 TTBAR = DATA_DIR / "nanoAOD_2015_CMS_Open_Data_ttbar.root"
 DY = DATA_DIR / "nano_dy.root"
@@ -129,15 +130,6 @@ def split_columns(cols: ChunkColumns, size: int) -> list[ChunkColumns]:
 
 
 # --- comparing results -----------------------------------------------------------------
-
-
-def flatten(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``(path/to/leaf, leaf)`` for every leaf of nested dicts."""
-    if isinstance(tree, Mapping):
-        for key, value in tree.items():
-            yield from flatten(value, f"{prefix}/{key}" if prefix else str(key))
-    else:
-        yield prefix, tree
 
 
 def differences(

@@ -3,8 +3,9 @@
 One table of known NanoAOD fields (:data:`KNOWN_UNITS`: momenta, masses, energies in
 GeV; angles, b-tag scores, counts dimensionless); a ``unit:`` in the config (on a
 parameter or an observable) overrides it. An observable's unit comes from its name
-(``ht``, ``m3j``, ``mll``, ...) or its expression (``mass(...)``, the last field of
-``Jet.pt`` or ``sum(jets.pt)``; ``count(...)`` is a number); a parameter's from the
+(``ht``, ``m3j``, ``mll``, ...) or its expression (``mass(...)``, ``mt(...)``: GeV;
+``count(...)``, ``deltaR(...)``, ``deltaPhi(...)``: none; else the last field of
+``Jet.pt`` or ``sum(jets.pt)``); a parameter's from the
 cut it is the threshold of (``jet_pt_min`` on ``pt``: GeV), else from its name.
 """
 
@@ -27,6 +28,9 @@ KNOWN_UNITS: dict[str, str] = {
         ["eta", "abs_eta", "phi", "dr", "deltar", "btag", "count", "n", "charge"], ""
     ),
 }
+#: the unit of what an expression function returns (sum(...) has its argument's)
+_FUNCTION_UNITS = {"count": "", "mass": _GEV, "mt": _GEV, "deltaR": "", "deltaPhi": "",
+                   "deltaEta": ""}
 _FIELD = re.compile(r"\.(\w+)\s*\)*\s*$")
 
 
@@ -50,10 +54,9 @@ def observable_unit(obs: Any) -> str:
     if given is not None:
         return given
     x = obs.x.strip()
-    if x.startswith("count("):
-        return ""
-    if x.startswith("mass("):
-        return _GEV
+    function = x.split("(", 1)[0] if "(" in x else ""
+    if function in _FUNCTION_UNITS:
+        return _FUNCTION_UNITS[function]
     by_name = _lookup(obs.name)
     if by_name is not None and obs.y is None:
         return by_name
@@ -62,19 +65,25 @@ def observable_unit(obs: Any) -> str:
     return found or ""
 
 
+def _params(c: Any) -> list[str]:
+    """The parameters a cut's thresholds name (one, or a window's two ends)."""
+    pairs = c.thresholds() if hasattr(c, "thresholds") else ((c.param, c.value),)
+    return [p for p, _ in pairs if p is not None]
+
+
 def _cuts(config: Any):
-    """Every ``(var, param, is_count)`` of the config's cuts, both config forms."""
+    """Every ``(var, params, is_count)`` of the config's cuts, both config forms."""
     for s in (getattr(config, "objects", None) or {}).values():
         for c in s.cuts:
-            yield c.var, c.param, False
+            yield c.var, _params(c), False
     sel = getattr(config, "selection", None)
     if sel is None:
         return
     objects = getattr(sel, "objects", None)
     for c in getattr(objects, "cuts", None) or []:
-        yield c.var, c.param, False
+        yield c.var, _params(c), False
     for e in list(getattr(sel, "events", None) or []) + list(getattr(sel, "entries", None) or []):
-        yield e.var, e.param, getattr(e, "count", None) is not None
+        yield e.var, _params(e), getattr(e, "count", None) is not None
 
 
 def parameter_unit(config: Any, name: str) -> str:
@@ -83,8 +92,8 @@ def parameter_unit(config: Any, name: str) -> str:
     given = getattr(config.parameters[name], "unit", None)
     if given is not None:
         return given
-    for var, param, is_count in _cuts(config):
-        if param == name:
+    for var, params, is_count in _cuts(config):
+        if name in params:
             if is_count:
                 return ""
             found = _lookup(var)

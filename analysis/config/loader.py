@@ -22,12 +22,13 @@ from pydantic import (
     model_validator,
 )
 
+from analysis.config.cutkeys import CutKeys
 from analysis.config.schema import _ERR, _fail, _Model, _suggest
 from analysis.config.terms import TERM_TYPES, ObjectiveTerm
 from analysis.config.yamlsafe import MAX_CONFIG_BYTES, parse_yaml
 from analysis.config.yamlsafe import show_value as _show
 from analysis.errors import ConfigError
-from analysis.select import exprs
+from analysis.select import cuts, exprs
 from analysis.stats import registry
 
 __all__ = [
@@ -37,7 +38,7 @@ __all__ = [
     "SelectionConfig", "config_from_dict", "load_config", "parse_yaml",
 ]
 
-Op = Literal[">", "<", ">=", "<="]
+Op = Literal[cuts.OPS]  # type: ignore[valid-type]  # every registered cut kind's ops
 _EXPR = re.compile(r"^(?:(sum|count|abs)\()?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?\)?$")
 _CUT_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")  # skhep:, root://, https://, ...
@@ -158,13 +159,12 @@ class ParameterConfig(_Model):
         return self
 
 
-class CutConfig(_Model):
-    """One soft cut on a field of the selected object collection."""
+class CutConfig(CutKeys):
+    """One soft cut on a field of the selected object collection; its thresholds'
+    keys come from the kind its ``op`` names (:mod:`analysis.config.cutkeys`)."""
 
     var: str
     op: Op
-    param: str | None = None
-    value: float | None = None
     width: float = 0.0
 
     @field_validator("var")
@@ -176,11 +176,6 @@ class CutConfig(_Model):
 
     _width = field_validator("width")(_check_width)
 
-    @model_validator(mode="after")
-    def _check(self) -> CutConfig:
-        _one_of(self, "param", "value")
-        return self
-
 
 class ObjectSelectionConfig(_Model):
     """Soft per-object cuts on one collection (e.g. Jet)."""
@@ -189,13 +184,11 @@ class ObjectSelectionConfig(_Model):
     cuts: list[CutConfig] = []
 
 
-class _EventCondition(_Model):
+class _EventCondition(CutKeys):
     """What both forms of an event condition share: a branch cut or a count (its
-    ``count`` and ``op`` types differ by form), a threshold, a width."""
+    ``count`` and ``op`` types differ by form), thresholds, a width."""
 
     var: str | None = None
-    param: str | None = None
-    value: float | None = None
     width: float | None = None
 
     @field_validator("width")
@@ -226,7 +219,6 @@ class EventCutConfig(_EventCondition):
     @model_validator(mode="after")
     def _check(self) -> EventCutConfig:
         _one_of(self, "count", "var")
-        _one_of(self, "param", "value")
         if self.count is not None and self.value is not None and not self.value.is_integer():
             raise _fail("value", f"a count cut needs an integer value, got {self.value}")
         return self
@@ -288,12 +280,11 @@ class SelectionEntryConfig(_EventCondition):
     width}`` (soft cut on a per-event branch)."""
 
     count: str | list[str] | None = None
-    op: Literal[">", "<", ">=", "<=", "=="]
+    op: Literal[cuts.OPS + ("==",)]  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _check(self) -> SelectionEntryConfig:
         _one_of(self, "count", "var")
-        _one_of(self, "param", "value")
         if self.count is not None:
             if self.width is not None and self.param is None:
                 raise _fail("width", "a count condition is a hard integer condition; a width "
@@ -328,9 +319,6 @@ class SelectionConfig(_Model):
         return {"entries": data} if isinstance(data, list) else data
 
 
-# Statistic names come from the one registry (analysis.stats.registry).
-Stat = Literal[registry.NAMES]  # type: ignore[valid-type]
-_PAIR_STATS = registry.BIVARIATE
 
 
 class HistConfig(_Model):
@@ -352,10 +340,21 @@ class ObservableConfig(_Model):
     name: str
     x: str
     y: str | None = None
-    stats: list[Stat] = Field(min_length=1)
+    stats: list[str] = Field(min_length=1)
     hist: HistConfig | None = None
     #: unit of ``x`` for plots (default: from the name or field, e.g. GeV for pt, ht)
     unit: str | None = None
+
+    @field_validator("stats")
+    @classmethod
+    def _stats(cls, v: list[str]) -> list[str]:
+        # Names from the one registry (analysis.stats.registry), read now: never a copy.
+        known = [repr(n) for n in registry.names()]
+        for i, name in enumerate(v):
+            if name not in registry.STATISTICS:
+                expected = ", ".join(known[:-1]) + f" or {known[-1]}"
+                raise _fail(str(i), f"expected one of {expected}, got {_show(name)}")
+        return v
 
     @field_validator("x", "y")
     @classmethod
@@ -375,7 +374,7 @@ class ObservableConfig(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> ObservableConfig:
-        pair = [s for s in self.stats if s in _PAIR_STATS]
+        pair = [s for s in self.stats if registry.STATISTICS[s].arity == 2]
         if pair and self.y is None:
             raise _fail("stats", f"{', '.join(pair)} need a second expression 'y'")
         return self
@@ -474,14 +473,11 @@ class Config(_Model):
     def _cross_check(self) -> Config:
         if self.objects or self.selection.entries is not None:
             return self._check_sets()
-        names = list(self.parameters)
         objects = self.selection.objects
         cuts = [(f"objects.cuts.{i}", c) for i, c in enumerate(objects.cuts if objects else [])]
         cuts += [(f"events.{i}", c) for i, c in enumerate(self.selection.events)]
         for where, cut in cuts:
-            if cut.param is not None and cut.param not in self.parameters:
-                hint = _suggest(cut.param, names, "defined parameters")
-                raise _fail(f"selection.{where}.param", f"unknown parameter '{cut.param}'{hint}")
+            self._params(f"selection.{where}", cut)
         for i, ev in enumerate(self.selection.events):
             if ev.count is None:
                 continue
@@ -509,6 +505,11 @@ class Config(_Model):
             hint = _suggest(name, list(self.parameters), "defined parameters")
             raise _fail(where, f"unknown parameter '{name}'{hint}")
 
+    def _params(self, where: str, cut: CutKeys) -> None:
+        """Every parameter a cut's thresholds name exists."""
+        for (_, key), (name, _) in zip(cut.threshold_keys(), cut.thresholds()):
+            self._param(f"{where}.{key}", name)
+
     def _check_sets(self) -> Config:
         """Cross-checks of the object-set form (``objects:`` and a ``selection`` list)."""
         sel = self.selection
@@ -529,9 +530,9 @@ class Config(_Model):
                 seen.add(parent)
                 parent = sets[parent].from_
             for i, cut in enumerate(s.cuts):
-                self._param(f"objects.{name}.cuts.{i}.param", cut.param)
+                self._params(f"objects.{name}.cuts.{i}", cut)
         for i, entry in enumerate(sel.entries or []):
-            self._param(f"selection.{i}.param", entry.param)
+            self._params(f"selection.{i}", entry)
             for name in entry.sets:
                 if name not in sets:
                     hint = _suggest(name, list(sets), "sets")

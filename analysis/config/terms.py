@@ -10,10 +10,11 @@ discriminated union :data:`ObjectiveTerm`, on ``type``) and knows
 - ``loss(stats, ctx)``: a JAX function of the statistics; the objective (to minimise)
   is ``sum(term.weight * term.loss(stats, ctx))``.
 
-``ctx`` is the :class:`analysis.optimize.objectives.Objective` being built: ``source`` (for
-messages), ``datasets``, ``signal`` and ``background`` (dataset names by role),
-``paths`` (every statistic a ``target`` may name), ``base_dir`` (the config file's
-directory, where a ``python`` term's module is looked up first). ``stats[dataset]`` holds ``yield``,
+``ctx`` is a :class:`TermContext` (the :class:`analysis.optimize.objectives.Objective`
+being built): ``source`` (for messages), ``datasets``, ``signal`` and ``background``
+(dataset names by role), ``paths`` (every statistic a ``target`` may name),
+``base_dir`` (the config file's directory, where a ``python`` term's module is looked
+up first). ``stats[dataset]`` holds ``yield``,
 ``mc_variance``, ``mc_variance_floor``, ``selected_sumw``, ``selected_sumw2``, ``sumw``
 and each observable's statistics, as in results.json (see :mod:`analysis.optimize.objectives`).
 
@@ -29,7 +30,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Protocol, Union, runtime_checkable
 
 import jax.numpy as jnp
 from pydantic import Field, PrivateAttr, model_validator
@@ -45,6 +46,7 @@ __all__ = [
     "SignificanceTerm",
     "TargetTerm",
     "Term",
+    "TermContext",
     "asimov_significance",
     "significance_z",
 ]
@@ -101,18 +103,30 @@ def significance_z(stats: dict[str, Any], signal: list[str], background: list[st
 # --- the terms ------------------------------------------------------------------------
 
 
+@runtime_checkable
+class TermContext(Protocol):
+    """What a term knows of the analysis (module docstring); the objective provides it."""
+
+    source: str
+    base_dir: Path
+    datasets: list[str]
+    signal: list[str]
+    background: list[str]
+    paths: list[str]
+
+
 class Term(_Model):
     """Base of the objective terms: a ``weight`` and the three hooks (module docstring)."""
 
     weight: float = 1.0
 
-    def bind(self, ctx: Any, where: str) -> None:
+    def bind(self, ctx: TermContext, where: str) -> None:
         """Check the term against the analysis; raise :class:`ConfigError` naming ``where``."""
 
-    def check(self, stats: dict[str, Any], ctx: Any) -> None:
+    def check(self, stats: dict[str, Any], ctx: TermContext) -> None:
         """Raise :class:`DiffcoffeaError` where the term is undefined for ``stats``."""
 
-    def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
+    def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
         """JAX: the term's value (before ``weight``) from the statistics."""
         raise NotImplementedError
 
@@ -124,7 +138,7 @@ class SignificanceTerm(Term):
     type: Literal["significance"] = "significance"
     sigma_b: float = Field(default=0.0, ge=0)
 
-    def bind(self, ctx: Any, where: str) -> None:
+    def bind(self, ctx: TermContext, where: str) -> None:
         for role, names in (("signal", ctx.signal), ("background", ctx.background)):
             if not names:
                 raise ConfigError(
@@ -132,7 +146,7 @@ class SignificanceTerm(Term):
                     f"{', '.join(ctx.datasets)} has it"
                 )
 
-    def check(self, stats: dict[str, Any], ctx: Any) -> None:
+    def check(self, stats: dict[str, Any], ctx: TermContext) -> None:
         b = sum(float(stats[n]["yield"]) for n in ctx.background)
         if not b > 0:
             raise DiffcoffeaError(
@@ -141,7 +155,7 @@ class SignificanceTerm(Term):
                 "loosen the selection or check the background files"
             )
 
-    def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
+    def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
         return -significance_z(stats, ctx.signal, ctx.background, self.sigma_b)
 
 
@@ -167,7 +181,7 @@ class TargetTerm(Term):
                 raise _fail(key, f"a target term needs '{key}'")
         return self
 
-    def bind(self, ctx: Any, where: str) -> None:
+    def bind(self, ctx: TermContext, where: str) -> None:
         assert self.stat is not None
         dataset = self.stat.split(".", 1)[0]
         if dataset not in ctx.datasets:
@@ -180,7 +194,7 @@ class TargetTerm(Term):
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"{where}.stat: unknown statistic {self.stat!r}{hint}")
 
-    def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
+    def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
         assert self.stat is not None
         return (_lookup(stats, self.stat) - self.value) ** 2
 
@@ -259,12 +273,11 @@ class PythonTerm(Term):
             raise _fail("function", f"expected 'pkg.module:func', got '{self.function}'")
         return self
 
-    def bind(self, ctx: Any, where: str) -> None:
+    def bind(self, ctx: TermContext, where: str) -> None:
         assert self.function is not None
-        config_dir = getattr(ctx, "base_dir", None)  # the config file's directory
-        self._fn = _import_function(self.function, f"{where}.function", config_dir)
+        self._fn = _import_function(self.function, f"{where}.function", ctx.base_dir)
 
-    def loss(self, stats: dict[str, Any], ctx: Any) -> Any:
+    def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
         assert self._fn is not None and self.function is not None, "bind() first"
         return _call_user(self._fn, self.function, stats, ctx.source)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from analysis.config.loader import Config
 from analysis.errors import ConfigError
-from analysis.select import exprs
+from analysis.select import exprs, functions
 from analysis.select.objects import Count, CountModel, ObjectSet, required_cap
 from analysis.stats import registry
 
@@ -47,11 +47,19 @@ __all__ = [
     "build_plan",
     "initial_widths",
     "parse_expr",
+    "threshold_value",
 ]
 
-# From the one registry of statistics (one variable: of Moments; two: of CoMoments).
+# The shipped statistics (one variable: of Moments; two: of CoMoments); the plan reads
+# the registry itself (:func:`_split_stats`), so a statistic registered later is seen.
 UNIVARIATE_STATS = registry.UNIVARIATE
 BIVARIATE_STATS = registry.BIVARIATE
+
+
+def _split_stats(stats) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(of one variable, of two)`` of an observable's statistics, from the registry."""
+    arity = {n: registry.STATISTICS[n].arity for n in stats}
+    return tuple(n for n in stats if arity[n] == 1), tuple(n for n in stats if arity[n] == 2)
 
 _EXPR = re.compile(
     r"^(?:(?P<fn>sum|count|abs)\()?(?P<a>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<b>[A-Za-z_][A-Za-z0-9_]*))?\)?$"
@@ -74,14 +82,51 @@ class Expr:
     absolute: bool = False
 
 
+def threshold_value(theta, param: int | None, value: float | None):
+    """A threshold's value: the parameter ``theta[param]``, else the constant ``value``
+    (as ``theta``'s dtype; ``theta`` a numpy or JAX vector). The one reading of a
+    ``(param, value)`` pair, for every kernel."""
+    return theta[param] if param is not None else theta.dtype.type(value)
+
+
+class _CutKind:
+    """The cut kind (:mod:`analysis.select.cuts`) of a cut and its thresholds."""
+
+    greater: bool
+    inclusive: bool
+    param: int | None
+    value: float | None
+    op: str
+    more: tuple[tuple[int | None, float | None], ...]
+
+    @property
+    def kind_op(self) -> str:
+        """The ``op`` that picks the cut kind (a threshold's from ``greater``/``inclusive``
+        when built without one)."""
+        if self.op:
+            return self.op
+        return (">" if self.greater else "<") + ("=" if self.inclusive else "")
+
+    @property
+    def bounds(self) -> tuple[tuple[int | None, float | None], ...]:
+        """``(param, value)`` of every threshold, in the kind's ``bounds`` order."""
+        return ((self.param, self.value),) + self.more
+
+    def threshold_values(self, theta) -> list:
+        """The values of :attr:`bounds` for the parameter vector ``theta``."""
+        return [threshold_value(theta, p, v) for p, v in self.bounds]
+
+
 @dataclass(frozen=True)
-class ObjectCut:
+class ObjectCut(_CutKind):
     """Soft cut on a field of the selection collection: ``field OP threshold`` per object.
 
     ``absolute`` cuts ``|field|``; ``greater`` is True for ``>``/``>=``; ``inclusive``
     for ``>=``/``<=`` (matters only for the hard step, width 0). The threshold is the
     parameter at index ``param`` of the full parameter vector, or the constant
-    ``value``; its sigmoid width is ``widths[width_index]``.
+    ``value``; its sigmoid width is ``widths[width_index]``. ``op``: the cut kind's op
+    (``"window"``; empty: the threshold of ``greater``/``inclusive``); ``more``: the
+    thresholds after the first (a window's ``hi``; its ``lo`` is ``param``/``value``).
     """
 
     field: str
@@ -91,10 +136,12 @@ class ObjectCut:
     param: int | None  # index into the full parameter vector
     value: float | None
     width_index: int
+    op: str = ""
+    more: tuple[tuple[int | None, float | None], ...] = ()
 
 
 @dataclass(frozen=True)
-class EventVarCut:
+class EventVarCut(_CutKind):
     """Soft cut on a per-event branch (``expr``, e.g. ``MET.pt``): ``expr OP threshold``.
 
     Fields as :class:`ObjectCut`; the event weight is multiplied by the pass probability.
@@ -106,6 +153,16 @@ class EventVarCut:
     param: int | None
     value: float | None
     width_index: int
+    op: str = ""
+    more: tuple[tuple[int | None, float | None], ...] = ()
+
+
+def _cut_args(cut, names: tuple[str, ...], width_index: int) -> dict:
+    """The threshold fields of :class:`ObjectCut`/:class:`EventVarCut` for a config cut."""
+    (param, value), *more = (_threshold(p, v, names) for p, v in cut.thresholds())
+    return {"greater": cut.op in (">", ">="), "inclusive": cut.op in (">=", "<="),
+            "param": param, "value": value, "width_index": width_index, "op": cut.op,
+            "more": tuple(more)}
 
 
 @dataclass(frozen=True)
@@ -184,7 +241,8 @@ class SetPlan:
     ``model``: the static count model; ``thresholds``: ``(param, value)`` of each of its
     counts; ``fields``: ``((collection, (field, ...)), ...)`` to read; ``nodes``: the
     parsed ``(x, y)`` of each observable, in plan order; ``orders``: power-sum order of
-    each observable (2, or 4 with skew/kurtosis); ``max_objects``: ``((collection,
+    each observable (the highest ``order`` its statistics declare in
+    :mod:`analysis.stats.registry`, at least 2); ``max_objects``: ``((collection,
     cap, set), ...)`` for the collections with a configured cap (the smallest over its
     root sets, and the set giving it); ``count_widths``: the width index of each
     count's smoothed integer step (``None``: a fixed integer value, exact without one).
@@ -215,11 +273,8 @@ class SetPlan:
 
 def _object_cut(cut, names: tuple[str, ...], width_index: int) -> ObjectCut:
     absolute = cut.var.startswith("abs_")
-    param, value = _threshold(cut.param, cut.value, names)
-    return ObjectCut(
-        cut.var[4:] if absolute else cut.var, absolute, cut.op in (">", ">="),
-        cut.op in (">=", "<="), param, value, width_index,
-    )
+    return ObjectCut(cut.var[4:] if absolute else cut.var, absolute,
+                     **_cut_args(cut, names, width_index))
 
 
 def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
@@ -253,8 +308,8 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
     counts, thresholds, event_cuts, event_keys = [], [], [], []
     count_widths: list[int | None] = []
     for entry in config.selection.entries or []:
-        param, value = _threshold(entry.param, entry.value, names)
         if entry.count is not None:
+            param, value = _threshold(entry.param, entry.value, names)
             if param is not None:  # a trainable n stays within its bounds
                 top = int(math.ceil(config.parameters[entry.param].bounds[1]))
             else:
@@ -270,8 +325,7 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             if key not in event_keys:
                 event_keys.append(key)
             expr = Expr(entry.var, "event", "branch", key)
-            event_cuts.append(EventVarCut(expr, entry.op in (">", ">="), entry.op in (">=", "<="),
-                                          param, value, n_widths))
+            event_cuts.append(EventVarCut(expr, **_cut_args(entry, names, n_widths)))
             n_widths += 1
     try:
         model = CountModel(
@@ -291,17 +345,21 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             if node.kind == "branch":
                 if node.head not in event_keys:
                     event_keys.append(node.head)
-            elif node.kind in ("p4", "pair"):
+            elif node.kind == "call":  # the fields the function reads (its registry entry)
+                fn_fields = functions.FUNCTIONS[node.fn].fields
                 for s, _ in node.slots:
-                    for f in ("pt", "eta", "phi", "mass"):
+                    for f in fn_fields:
                         need(collection(s), f)
+                for key in (f"{g}.{f}" for g in node.groups for f in fn_fields):
+                    if key not in event_keys:
+                        event_keys.append(key)
             elif node.field is not None:
                 need(collection(node.head or node.slots[0][0]), node.field)
             pair.append(node)
         nodes.append(tuple(pair))
-        uni = tuple(s for s in obs.stats if s in UNIVARIATE_STATS)
-        bi = tuple(s for s in obs.stats if s in BIVARIATE_STATS)
-        orders.append(4 if any(s in ("skew", "kurtosis") for s in uni) else 2)
+        uni, bi = _split_stats(obs.stats)
+        # the moment order the statistics declare (at least 2: M2 is always there)
+        orders.append(max(2, registry.moment_order(uni)))
         x = pair[0]
         level = "object" if x.level != "event" else "event"
         observables.append(Observable(
@@ -361,6 +419,13 @@ def _threshold(cfg_param: str | None, cfg_value: float | None, names: tuple[str,
     return (names.index(cfg_param), None) if cfg_param is not None else (None, float(cfg_value))
 
 
+def _threshold_kind(cut, where: str) -> None:
+    """The single-collection form has threshold cuts only (its kernels know no kinds)."""
+    if cut.op not in (">", ">=", "<", "<="):
+        raise ConfigError(f"{where}: a '{cut.op}' cut needs the object-set form "
+                          "(top-level 'objects:' and a 'selection' list)")
+
+
 def build_plan(config: Config) -> Plan:
     """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
     names = tuple(config.parameters)
@@ -382,7 +447,8 @@ def build_plan(config: Config) -> Plan:
 
     object_cuts = []
     n_widths = 0
-    for cut in sel.objects.cuts if sel.objects is not None else []:
+    for i, cut in enumerate(sel.objects.cuts if sel.objects is not None else []):
+        _threshold_kind(cut, f"{config.source}: selection.objects.cuts.{i}.op")
         absolute = cut.var.startswith("abs_")
         field = cut.var[4:] if absolute else cut.var
         if field not in object_fields:
@@ -404,6 +470,7 @@ def build_plan(config: Config) -> Plan:
     count_cuts = []
     cap = 1
     for i, ev in enumerate(sel.events):
+        _threshold_kind(ev, f"{config.source}: selection.events.{i}.op")
         param, value = _threshold(ev.param, ev.value, names)
         if ev.count is not None:
             if collection is None or ev.count != collection:
@@ -449,8 +516,7 @@ def build_plan(config: Config) -> Plan:
                     f"{where}.y: {obs.y!r} is per {y.level} but x {obs.x!r} is per {x.level}; "
                     "both must be per object or both per event"
                 )
-        uni = tuple(s for s in obs.stats if s in UNIVARIATE_STATS)
-        bi = tuple(s for s in obs.stats if s in BIVARIATE_STATS)
+        uni, bi = _split_stats(obs.stats)
         observables.append(Observable(obs.name, x, y, uni, bi))
 
     return Plan(

@@ -168,11 +168,18 @@ def _short(x: float) -> str:
 
 def width_labels(config) -> list[str]:
     """A name for each cut width, in the order of :func:`analysis.pipeline.plan.initial_widths`
-    (object cuts, then event cuts): ``"jets.pt > jet_pt_min"``, ``"count(Jet) >= min_jets"``
-    (results.json keys its widths by these). Duplicates get ``" #2"``, ``" #3"``."""
+    (object cuts, then event cuts): ``"jets.pt > jet_pt_min"``, ``"count(Jet) >= min_jets"``,
+    ``"muons.pt window [mu_pt_lo, 200]"`` (results.json keys its widths by these).
+    Duplicates get ``" #2"``, ``" #3"``."""
+
+    def threshold(c) -> str:
+        # one threshold (param or value), or a kind's several (a window's lo and hi)
+        pairs = c.thresholds() if hasattr(c, "thresholds") else ((c.param, c.value),)
+        shown = [p if p is not None else f"{v:g}" for p, v in pairs]
+        return shown[0] if len(shown) == 1 else f"[{', '.join(shown)}]"
 
     def cut(prefix: str, c) -> str:
-        return f"{prefix}.{c.var} {c.op} {c.param if c.param is not None else f'{c.value:g}'}"
+        return f"{prefix}.{c.var} {c.op} {threshold(c)}"
 
     def event(e) -> str:
         count = getattr(e, "count", None)
@@ -180,7 +187,7 @@ def width_labels(config) -> list[str]:
             what = f"count({'+'.join(count) if isinstance(count, list) else count})"
         else:
             what = e.var
-        return f"{what} {e.op} {e.param if e.param is not None else f'{e.value:g}'}"
+        return f"{what} {e.op} {threshold(e)}"
 
     labels: list[str] = []
     if config.objects:

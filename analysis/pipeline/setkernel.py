@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from analysis.pipeline.plan import Plan
-from analysis.select import fourvec
+from analysis.pipeline.plan import Plan, threshold_value
+from analysis.select import cuts, functions
 from analysis.select.objects import (
     event_pass,
     layout,
     leading,
     object_weights,
-    soft_pass,
     sum_moments,
     take,
 )
@@ -47,8 +46,9 @@ from analysis.stats import _core
 __all__ = ["chunk_states", "observable_entries"]
 
 
-def _threshold(theta, param, value):
-    return theta[param] if param is not None else jnp.asarray(value, theta.dtype)
+def _cut(theta, widths, cut, v):
+    """Pass probability of values ``v`` under ``cut`` (its kind: :mod:`analysis.select.cuts`)."""
+    return cuts.probability(cut.kind_op, v, cut.threshold_values(theta), widths[cut.width_index])
 
 
 class _Chunk:
@@ -66,24 +66,16 @@ class _Chunk:
             q = lay.valid.astype(jnp.float64)
             for cut in s.cuts:
                 v = self.field(s.collection, cut.field)
-                v = jnp.abs(v) if cut.absolute else v
-                t = _threshold(theta, cut.param, cut.value)
-                q = q * soft_pass(
-                    v, t, widths[cut.width_index], greater=cut.greater, inclusive=cut.inclusive
-                )
+                q = q * _cut(theta, widths, cut, jnp.abs(v) if cut.absolute else v)
             self.probs[s.name] = q
-        th = [_threshold(theta, p, v) for p, v in self.sp.thresholds]
+        th = [jnp.asarray(threshold_value(theta, p, v)) for p, v in self.sp.thresholds]
         self.th = jnp.stack(th) if th else jnp.zeros((0,), jnp.float64)
         # Smoothed integer step of each count (0 for a fixed integer value: exact).
         cw = [jnp.asarray(0.0) if i is None else widths[i] for i in self.sp.count_widths]
         self.cw = jnp.stack(cw).astype(jnp.float64) if cw else jnp.zeros((0,), jnp.float64)
         ev = arrays["weight"]
         for cut in plan.event_cuts:
-            v = arrays[f"event:{cut.expr.key}"]
-            t = _threshold(theta, cut.param, cut.value)
-            ev = ev * soft_pass(
-                v, t, widths[cut.width_index], greater=cut.greater, inclusive=cut.inclusive
-            )
+            ev = ev * _cut(theta, widths, cut, arrays[f"event:{cut.expr.key}"])
         self.ev = ev  # weight x event cuts (without the count decision)
         self.p = event_pass(self.probs, self.lays, self.sp.model, self.th, self.cw)
         self._ow = None
@@ -108,22 +100,17 @@ class _Chunk:
         else:
             idx, wt = cand
             w = self.ev[:, None] * wt
-            vecs = []
-            for k, (s, _) in enumerate(node.slots):
-                c = self.sp.collection_of(s)
-                if node.kind == "index":
-                    vecs.append(take(self.field(c, node.field), idx[k]))
-                else:
-                    vecs.append(fourvec.P4(*(take(self.field(c, f), idx[k])
-                                             for f in ("pt", "eta", "phi", "mass"))))
             if node.kind == "index":
-                x = vecs[0]
-            elif node.kind == "p4":
-                x = getattr(fourvec.total(*vecs), node.fn)
-            elif node.fn == "deltaR":
-                x = fourvec.delta_r(*vecs)
-            else:
-                x = fourvec.delta_phi(*vecs)
+                x = take(self.field(self.sp.collection_of(node.slots[0][0]), node.field), idx[0])
+            else:  # a registered function (analysis.select.functions) of the candidates
+
+                def read(term, k, f):
+                    if k is None:  # a per-event object: its branch, one per event
+                        return self.arrays[f"event:{term}.{f}"][:, None]
+                    c = self.sp.collection_of(node.slots[k][0])
+                    return take(self.field(c, f), idx[k])
+
+                x = functions.apply(node.fn, node.args, read)
         x = jnp.abs(x) if node.absolute else x
         w = w.reshape(-1)
         # Values are data (no parameter dependence): zero them where nothing is filled
@@ -132,7 +119,7 @@ class _Chunk:
         return x, w
 
     def candidates(self, node):
-        if node.kind not in ("index", "p4", "pair"):
+        if node.kind not in ("index", "call"):
             return None
         rank = {
             s.name: self.field(s.collection, s.rank_by)

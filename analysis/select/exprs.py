@@ -5,8 +5,11 @@ Grammar (spaces ignored), ``S`` an object set, ``f`` a field, ``i`` an integer:
 - ``S.f``: one entry per object of ``S``; ``abs(S.f)`` the same with ``|f|``;
 - ``S[i].f``: the ``i``-th selected object of ``S`` (ranked by the set's ``rank_by``);
 - ``sum(S.f)``: per event, the sum over selected objects; ``count(S)``: their number;
-- ``mass|pt|eta|phi(S[i] + T[j] ...)``: of the 4-vector sum of indexed objects;
-- ``deltaR(S[i], T[j])``, ``deltaPhi(S[i], T[j])``;
+- ``fn(a, b, ...)`` with ``fn`` a registered function (:mod:`analysis.select.functions`:
+  ``mass|pt|eta|phi(S[i] + T[j] ...)`` of a 4-vector sum, ``deltaR(S[i], T[j])``,
+  ``deltaPhi(S[i], T[j])``, ``mt(S[i], MET)``): each argument an indexed object, a
+  per-event object ``X`` (its fields the branches ``X.f``) or, where the function
+  allows sums, a sum of indexed objects;
 - anything else of the form ``X.f`` or ``X`` whose ``X`` is not a set: a per-event
   branch (``MET.pt``).
 
@@ -19,9 +22,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["FUNCTIONS", "Node", "parse", "resolve"]
+from analysis.select import functions
 
-FUNCTIONS = ("mass", "pt", "eta", "phi", "deltaR", "deltaPhi", "sum", "count", "abs")
+__all__ = ["BUILTINS", "FUNCTIONS", "Node", "parse", "resolve"]
+
+BUILTINS = ("sum", "count", "abs")  # the grammar's own: event sums and |field|
+FUNCTIONS = tuple(functions.FUNCTIONS) + BUILTINS
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _FIELD = re.compile(rf"^({_NAME})(?:\.({_NAME}))?$")
 _INDEXED = re.compile(rf"^({_NAME})\[(\d+)\]$")
@@ -34,9 +40,11 @@ class Node:
     """A parsed expression.
 
     ``kind``: ``"field"`` (``S.f`` or a branch before :func:`resolve`), ``"branch"``,
-    ``"index"`` (``S[i].f``), ``"sum"``, ``"count"``, ``"p4"`` (``fn`` of a sum of
-    indexed objects; ``fn`` in mass/pt/eta/phi) or ``"pair"`` (``fn`` deltaR/deltaPhi).
-    ``head``: the set (or branch group); ``slots``: ``((set, i), ...)`` indexed objects.
+    ``"index"`` (``S[i].f``), ``"sum"``, ``"count"`` or ``"call"`` (the registered
+    function ``fn`` of :mod:`analysis.select.functions`). ``head``: the set (or branch
+    group); ``slots``: ``((set, i), ...)`` indexed objects, in order of appearance;
+    ``args`` (calls): per argument its terms, ``"S[i]"`` (the next slot) or ``"X"`` (a
+    per-event object).
     """
 
     text: str
@@ -46,6 +54,12 @@ class Node:
     slots: tuple[tuple[str, int], ...] = ()
     fn: str | None = None
     absolute: bool = False
+    args: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Per-event objects a call reads (``MET`` of ``mt(muons[0], MET)``)."""
+        return tuple(dict.fromkeys(t for a in self.args for t in a if "[" not in t))
 
     @property
     def sets(self) -> tuple[str, ...]:
@@ -61,7 +75,7 @@ class Node:
         candidate of indexed objects) or ``"event"``."""
         if self.kind == "field":
             return "object"
-        if self.kind in ("index", "p4", "pair"):
+        if self.kind in ("index", "call"):
             return "candidate"
         return "event"
 
@@ -71,6 +85,30 @@ def _slot(arg: str, text: str) -> tuple[str, int]:
     if m is None:
         raise ValueError(f"in {text!r}: expected an indexed object like jets[0], got {arg!r}")
     return m.group(1), int(m.group(2))
+
+
+def _call(fn: str, arg: str, text: str) -> Node:
+    """A registered function's node: arguments split on ``,``, sums on ``+``."""
+    kind = functions.FUNCTIONS[fn]
+    args = tuple(tuple(a.split("+")) for a in arg.split(",")) if arg else ()
+    example = ", ".join(f"jets[{i}]" for i in range(kind.arity))
+    if len(args) != kind.arity:
+        raise ValueError(f"{fn} takes {kind.arity} argument{'s' * (kind.arity != 1)}, "
+                         f"e.g. {fn}({example}), got {text!r}")
+    slots = []
+    for terms in args:
+        if len(terms) > 1 and not kind.sums:
+            raise ValueError(f"{fn} takes single objects, not sums, e.g. {fn}({example})")
+        for t in terms:
+            if "[" in t:
+                slots.append(_slot(t, text))
+            elif _FIELD.match(t) is None or "." in t:
+                raise ValueError(f"in {text!r}: expected an indexed object like jets[0] "
+                                 f"or a per-event object like MET, got {t!r}")
+    if not slots:
+        raise ValueError(f"{fn} needs an indexed object among its arguments, e.g. "
+                         f"{fn}({example}), got {text!r}")
+    return Node(text, "call", slots=tuple(slots), fn=fn, args=args)
 
 
 def parse(text: str) -> Node:
@@ -83,14 +121,8 @@ def parse(text: str) -> Node:
             raise ValueError(
                 f"unknown function {fn!r} in {text!r}; expected one of {', '.join(FUNCTIONS)}"
             )
-        if fn in ("mass", "pt", "eta", "phi"):
-            slots = tuple(_slot(a, text) for a in arg.split("+"))
-            return Node(text, "p4", slots=slots, fn=fn)
-        if fn in ("deltaR", "deltaPhi"):
-            args = arg.split(",")
-            if len(args) != 2:
-                raise ValueError(f"{fn} takes two indexed objects, e.g. {fn}(jets[0], jets[1])")
-            return Node(text, "pair", slots=tuple(_slot(a, text) for a in args), fn=fn)
+        if fn in functions.FUNCTIONS:
+            return _call(fn, arg, text)
         if fn == "count":
             if _FIELD.match(arg) is None or "." in arg:
                 raise ValueError(f"count() takes an object set, e.g. count(jets), got {text!r}")
@@ -125,6 +157,10 @@ def resolve(node: Node, sets: set[str] | dict) -> Node:
                              f"e.g. {node.head}.pt")
         key = node.head if node.field is None else f"{node.head}.{node.field}"
         return Node(node.text, "branch", head=key, absolute=node.absolute)
+    for name in node.groups:
+        if name in sets:
+            raise ValueError(f"in {node.text!r}: expected an indexed object like {name}[0], "
+                             f"got the set {name!r}")
     for name in node.sets:
         if name not in sets:
             known = ", ".join(sorted(sets)) or "(none)"

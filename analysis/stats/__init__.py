@@ -6,7 +6,9 @@ empty selections), :mod:`analysis.stats.jagged` for the jit-friendly :class:`Jag
 type, :mod:`analysis.stats._core` for the moment states shared with the chunked
 processor, :mod:`analysis.stats.merge` for the exact merge of states,
 :mod:`analysis.stats.derive` for states with derivatives (:class:`Derived`,
-:func:`derive`, :func:`differentiable`).
+:func:`derive`, :func:`differentiable`, forward or reverse mode), :mod:`analysis.stats.pullback`
+for reverse mode across chunks, :mod:`analysis.stats.mlp` for a learned score (:func:`mlp`,
+:func:`score`).
 """
 
 from __future__ import annotations
@@ -27,16 +29,21 @@ from analysis.stats.api import (
     std,
     var,
 )
-from analysis.stats.derive import Derived, derive, differentiable
+from analysis.stats.derive import Derived, PassTheta, Pullback, derive, differentiable
 from analysis.stats.jagged import Jagged, from_awkward
 from analysis.stats.merge import merge
+from analysis.stats.mlp import MLP, Standardisation, mlp, score
 
 __all__ = [
     "CoMoments",
     "Derived",
     "Jagged",
+    "MLP",
     "LinearFit",
     "Moments",
+    "PassTheta",
+    "Pullback",
+    "Standardisation",
     "central_moment",
     "comoments",
     "corr",
@@ -48,8 +55,10 @@ __all__ = [
     "linear_fit",
     "mean",
     "merge",
+    "mlp",
     "moment",
     "moments",
+    "score",
     "skew",
     "std",
     "var",

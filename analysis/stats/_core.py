@@ -201,15 +201,15 @@ def _shift_powers(b: Array, d: Array) -> list[Array]:
 
 def moments_from_expectations(a: Array, w: Array) -> Moments:
     """:class:`Moments` of entries with random values: ``a[e, r] = E[X_e^r 1_e]``
-    (``r = 0..R``, ``R`` = 2 or 4; ``1_e`` an entry's indicator, so ``a[e, 0]`` is its
+    (``r = 0..R``, ``1 <= R <= 4``; ``1_e`` an entry's indicator, so ``a[e, 0]`` is its
     probability) and constant weights ``w[e]``: the exact expectation of the state of
     the realised entries, ``W = sum w a_0``, ``Mk = sum w E[(X - mu)^k 1]``.
 
     Precision: each entry is first centred on its own conditional mean ``a_1 / a_0``
     (no gradient), then on the global centre, so that no raw power sum of large values
-    is cancelled (a hard-cut entry, ``a_r = x^r``, is then exact). With ``R = 2``
-    ``M3``/``M4`` are NaN (constant: zero gradient). Empty input: zeros, as
-    :func:`moments`.
+    is cancelled (a hard-cut entry, ``a_r = x^r``, is then exact). The moments above
+    ``R`` (``M3``/``M4`` for ``R = 2``, ``M4`` for ``R = 3``) are NaN (constant: zero
+    gradient). Empty input: zeros, as :func:`moments`.
     """
     a = jnp.asarray(a)
     big_r = a.shape[-1] - 1
@@ -226,8 +226,8 @@ def moments_from_expectations(a: Array, w: Array) -> Moments:
     m2 = _drop_rounding_residue(s[2] - sumw * r2, sumw * r2)
     m3 = s[3] - 3.0 * r * s[2] + 2.0 * sumw * r2 * r
     m4 = s[4] - 4.0 * r * s[3] + 6.0 * r2 * s[2] - 3.0 * sumw * r2 * r2
-    if big_r < 4:
-        m3 = m4 = jnp.full_like(m2, jnp.nan)
+    m2, m3, m4 = (m if k <= big_r else jnp.full_like(m, jnp.nan)
+                  for k, m in ((2, m2), (3, m3), (4, m4)))
     return Moments(sumw, center, r, m2, m3, m4)
 
 

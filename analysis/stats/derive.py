@@ -1,30 +1,61 @@
 """States with their derivatives: :class:`Derived`, :func:`derive`, :func:`differentiable`.
 
-The one way this package carries derivatives through chunked passes:
+The one way this package carries derivatives through chunked passes. Parameters
+``theta`` are any pytree of real arrays (a dict of floats, a dict of arrays, an
+equinox module such as :class:`analysis.stats.MLP`; :mod:`analysis.stats._params`
+names the entries and fixes their order).
+
+Forward mode (few parameters):
 
 * :func:`derive` evaluates ``fn(theta)`` (a pytree of mergeable states and sums,
   written in JAX: soft cuts, :func:`analysis.stats.moments`, ...) with its Jacobian
-  (and Hessian) with respect to every entry of the dict ``theta``, by ``jax.jacfwd``.
+  (and Hessian) with respect to every entry of ``theta``, by ``jax.jacfwd``.
 * A :class:`Derived` holds ``value``, ``jac`` and ``hess`` pytrees of float64 numpy
   arrays (Jacobian leaves have a trailing parameter axis ``(P,)``, Hessian leaves
-  ``(P, P)``, parameters in sorted name order). ``a + b`` merges exactly: the merged
-  value is :func:`analysis.stats.merge` of the values, and its derivatives are those of
-  the merge applied to the states' Taylor expansions ``s(d) = s0 + J d + d^T H d / 2``
-  at ``d = 0`` (``jax.jacfwd`` / ``jax.hessian``, jit-compiled once per structure).
-  Any chunking, merge order or grouping gives the same result up to rounding, so a
-  coffea processor returns ``{dataset: Derived}`` and ``processor.accumulate`` merges.
+  ``(P, P)``). ``a + b`` merges exactly: the merged value is
+  :func:`analysis.stats.merge` of the values, and its derivatives are those of the
+  merge applied to the states' Taylor expansions ``s(d) = s0 + J d + d^T H d / 2`` at
+  ``d = 0`` (``jax.jacfwd`` / ``jax.hessian``, jit-compiled once per structure). Any
+  chunking, merge order or grouping gives the same result up to rounding, so a coffea
+  processor returns ``{dataset: Derived}`` and ``processor.accumulate`` merges.
 * Statistics come at the end, from the merged states: ``d.value_and_grad(g)`` and
   ``d.hessian(g)`` differentiate any JAX function ``g`` of the states by the same
   Taylor expansion (exact by the chain rule).
-* :func:`differentiable` turns ``run(theta) -> Derived`` (one chunked pass) into a JAX
-  function whose derivatives are the merged Jacobian (and Hessian), so ``jax.grad``
-  of any loss of the merged states costs one pass.
+
+Reverse mode (many parameters: cost and memory per chunk independent of P times the
+number of states):
+
+* :func:`differentiable` ``(run, mode="reverse")`` runs a first pass of values only
+  and, for ``jax.grad``, a second pass that pulls the loss's cotangent ``S_bar`` of the
+  merged states back through every chunk. ``run`` receives a :class:`PassTheta`, which
+  the processor passes to :func:`derive` unchanged (it travels to the executors'
+  workers with the processor): in the second pass :func:`derive` returns a
+  :class:`Pullback`, the chunk's states and an O(P) gradient share, and
+  ``processor.accumulate`` adds the shares.
+* Exact whatever the chunking and executor: with ``a`` the merged mean (a constant from
+  the first pass), the merged centred moments are a fixed function of power sums about
+  ``a`` that add over chunks, ``M_r = sum_c sum_{i in c} w_i (x_i - mu)^r`` with
+  ``mu = a + T_1 / T_0`` and ``T_r = sum_c T_{c,r}``,
+  ``T_{c,r} = sum_{i in c} w_i (x_i - a)^r = sum_k C(r, k) M_{c,k} (mu_c - a)^(r - k)``.
+  So ``dL/dtheta = sum_c d/dtheta <T_bar, T_c(theta)>`` with
+  ``T_bar = (dS/dT)^T S_bar`` computed once from the merged state: each chunk's share
+  is a function of its own inputs and constants only (:mod:`analysis.stats.pullback`
+  gives the formulas, also for co-moments and sums).
+* In reverse mode the chunk computations are compiled the second time a chunk
+  structure (the function's jaxpr and its arrays' shapes) is met, i.e. from the
+  second gradient step on; a structure met once runs eagerly. Forward mode runs
+  eagerly, as before.
+* :func:`differentiable` ``(run)`` (``mode="auto"``) picks forward mode up to
+  :data:`AUTO_FORWARD_MAX` parameters and reverse mode above; ``jax.grad``,
+  ``jax.value_and_grad`` and ``jax.jit`` work in both; ``jax.hessian`` needs forward
+  mode (order-2 states) and refuses in one line in reverse mode.
 """
 
 from __future__ import annotations
 
-import math
+import hashlib
 import numbers
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -33,46 +64,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.stats._params import ParamSpec, numpy_vector, param_spec
 from analysis.stats.merge import describe_difference, is_state, merge
+from analysis.stats.pullback import pullback_payload, pulled_sum
 
-__all__ = ["Derived", "derive", "differentiable", "taylor_derivatives", "value_and_derivatives"]
+__all__ = [
+    "AUTO_FORWARD_MAX",
+    "Derived",
+    "PassTheta",
+    "Pullback",
+    "choose_mode",
+    "derive",
+    "differentiable",
+    "taylor_derivatives",
+    "value_and_derivatives",
+]
 
 
 # --- checks ---------------------------------------------------------------------------
-
-
-def _names(theta: Any, func: str) -> tuple[str, ...]:
-    if not isinstance(theta, Mapping):
-        raise TypeError(
-            f"{func}: theta: expected a dict of parameter values, found {type(theta).__name__}"
-        )
-    for key in theta:
-        if not isinstance(key, str):
-            raise TypeError(f"{func}: theta: expected string parameter names, found {key!r}")
-    return tuple(sorted(theta))
-
-
-def _check_finite(names: tuple[str, ...], values: Any, func: str) -> None:
-    for name, v in zip(names, np.asarray(values, dtype=np.float64).reshape(-1), strict=True):
-        if not math.isfinite(v):
-            raise ValueError(f"{func}: theta[{name!r}] = {v}: expected a finite number")
-
-
-def _theta_vector(theta: Mapping, names: tuple[str, ...], func: str) -> np.ndarray:
-    out = []
-    for name in names:
-        v: Any = theta[name]
-        if isinstance(v, bool) or not isinstance(
-            v, (numbers.Real, np.ndarray, np.generic, jax.Array)
-        ):
-            raise TypeError(f"{func}: theta[{name!r}]: expected a number, found {type(v).__name__}")
-        shape = tuple(getattr(v, "shape", ()))
-        if shape:
-            raise ValueError(f"{func}: theta[{name!r}]: expected a scalar, found shape {shape}")
-        out.append(float(v))
-    vec = np.asarray(out, dtype=np.float64)
-    _check_finite(names, vec, func)
-    return vec
 
 
 def _checked_states(tree: Any, func: str) -> Any:
@@ -273,6 +282,125 @@ class Derived:
         return f"Derived(names={list(self.names)}, order={self.order}, value={self.value!r})"
 
 
+# --- one pass's task (reverse mode) -------------------------------------------------
+
+
+class PassTheta(Mapping):
+    """The parameters of one chunked pass, with what every chunk must compute.
+
+    In reverse mode :func:`differentiable` hands this object to ``run(theta)`` instead
+    of the bare parameters. A processor keeps it (``self.theta = theta``) and passes it
+    unchanged to :func:`derive` in ``process``, as it does the parameters in forward
+    mode; it pickles (numpy leaves), so it travels with the processor to coffea's
+    futures and dask workers. ``task``:
+
+    * ``"values"`` (first pass): :func:`derive` returns an order-0 :class:`Derived`
+      (values only);
+    * ``"pullback"`` (second pass): :func:`derive` returns a :class:`Pullback`, the
+      chunk's states and its share of ``dL/dtheta``, from ``merged`` (the merged states
+      of the first pass) and ``payload`` (:func:`analysis.stats.pullback.pullback_payload`).
+
+    ``params``: the parameters (a pytree of numpy float64 arrays; 0-d leaves as
+    ``np.float64``). When they are a dict, the object reads like it
+    (``theta["pt_min"]``, ``len``, iteration); otherwise use ``theta.params``.
+
+    Every :func:`derive` call of the pass gets the same payload, so the pass must
+    compute only the states that ``run`` returns (one fileset per dataset, as in forward
+    mode, where ``run`` returns one :class:`Derived` too); a call whose states have
+    another structure raises naming the difference.
+    """
+
+    __slots__ = ("params", "task", "merged", "payload")
+
+    def __init__(self, params: Any, task: str, merged: Any = None, payload: Any = None) -> None:
+        if task not in ("values", "pullback"):
+            raise ValueError(f"PassTheta: task: expected 'values' or 'pullback', found {task!r}")
+        self.params = params
+        self.task = task
+        self.merged = merged
+        self.payload = payload
+
+    def __getstate__(self) -> tuple:
+        return (self.params, self.task, self.merged, self.payload)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.params, self.task, self.merged, self.payload = state
+
+    def _mapping(self) -> Mapping:
+        if not isinstance(self.params, Mapping):
+            raise TypeError(
+                f"PassTheta: the parameters are a {type(self.params).__name__}, not a dict: "
+                "read theta.params (and pass theta itself to stats.derive)"
+            )
+        return self.params
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._mapping()[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def __repr__(self) -> str:
+        return f"PassTheta(task={self.task!r}, params={self.params!r})"
+
+
+class Pullback:
+    """A chunk's states with its share of a reverse-mode gradient (float64).
+
+    ``names``: the parameter entries; ``value``: pytree of states and sums (merged by
+    ``+`` as in :class:`Derived`); ``grad``: ``(P,)`` vector, the chunk's
+    ``d/dtheta <T_bar, T_c(theta)>`` (:mod:`analysis.stats.pullback`). ``a + b``
+    merges the values and adds the gradients, which is exact: the merged gradient is
+    the sum of the chunks' shares whatever the grouping. ``0 + a`` is ``a``; pickles.
+    """
+
+    __slots__ = ("names", "value", "grad")
+
+    def __init__(self, names: Any, value: Any, grad: Any) -> None:
+        self.names = tuple(names)
+        self.value = value
+        self.grad = np.asarray(grad, dtype=np.float64)
+
+    def __getstate__(self) -> tuple:
+        return (self.names, self.value, self.grad)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.names, self.value, self.grad = state
+
+    def __add__(self, other: Any) -> Pullback:
+        if isinstance(other, numbers.Number) and other == 0:
+            return self
+        if not isinstance(other, Pullback):
+            return NotImplemented
+        if self.names != other.names:
+            raise ValueError(
+                f"Pullback + Pullback: parameter names differ: {_shown(self.names)} vs "
+                f"{_shown(other.names)}"
+            )
+        diff = describe_difference(self.value, other.value)
+        if diff is not None:
+            raise ValueError(f"Pullback + Pullback: state structures differ {diff}")
+        value, _, _ = _merge_taylor(self.value, None, None, other.value, None, None, order=0)
+        return Pullback(self.names, _to_numpy(value), self.grad + other.grad)
+
+    def __radd__(self, other: Any) -> Pullback:
+        return self.__add__(other)
+
+    def __repr__(self) -> str:
+        return f"Pullback(n_params={len(self.names)}, value={self.value!r})"
+
+
+def _shown(names: tuple[str, ...], limit: int = 8) -> str:
+    if len(names) <= limit:
+        return str(list(names))
+    return f"{list(names[:limit])[:-1]}... ({len(names)} entries)"
+
+
+# --- derive ---------------------------------------------------------------------------
+
 #: what a raw awkward array combined with a parameter (awkward's own, deprecated JAX
 #: backend, not registered here) raises inside ``fn``, instead of awkward's message
 AWKWARD_HINT = (
@@ -281,34 +409,126 @@ AWKWARD_HINT = (
 )
 
 
-def derive(fn: Callable[[dict], Any], theta: Mapping[str, float], *, order: int = 1) -> Derived:
+def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     """Evaluate ``fn(theta)`` with its derivatives: a :class:`Derived`.
 
-    ``theta``: dict of finite floats; ``fn`` receives a dict of float64 JAX scalars
-    (same keys) and returns a pytree (dicts, lists, tuples) whose leaves are states
-    (:func:`~analysis.stats.moments`, :func:`~analysis.stats.comoments`) or sums
-    (real numbers or arrays). ``order``: 0 (values only), 1 (Jacobian, default) or 2
-    (and Hessian), by forward-mode JAX (few parameters, many outputs). Anything
-    else as a leaf, or a non-finite ``theta`` value, raises naming it.
+    ``theta``: the parameters, any pytree of finite real numbers or arrays (a dict of
+    floats, a dict of arrays, an equinox module's parameters; see
+    :mod:`analysis.stats._params` for the entry names and their order). ``fn``
+    receives the same pytree with float64 JAX leaves and returns a pytree (dicts,
+    lists, tuples) whose leaves are states (:func:`~analysis.stats.moments`,
+    :func:`~analysis.stats.comoments`) or sums (real numbers or arrays). ``order``: 0
+    (values only), 1 (Jacobian, default) or 2 (and Hessian), by forward-mode JAX
+    (cost and size grow with the number of parameters P). Anything else as a leaf, or
+    a non-finite parameter, raises naming it.
+
+    ``theta`` may also be the :class:`PassTheta` that :func:`differentiable` gives
+    ``run`` in reverse mode: then ``order`` is ignored and the result is the first
+    pass's values (an order-0 :class:`Derived`) or the second pass's
+    :class:`Pullback` (one reverse-mode sweep of ``fn``, O(P) memory).
     """
     if order not in (0, 1, 2):
         raise ValueError(f"stats.derive: order: expected 0, 1 or 2, found {order!r}")
-    names = _names(theta, "stats.derive")
-    t0 = jnp.asarray(_theta_vector(theta, names, "stats.derive"))
+    task = theta.task if isinstance(theta, PassTheta) else None
+    params = theta.params if isinstance(theta, PassTheta) else theta
+    spec = param_spec(params, "stats.derive")
+    vec = numpy_vector(spec, params)
+    spec.check_finite(vec, "stats.derive")
+    t0 = jnp.asarray(vec)
 
     def f(t):
         try:
-            out = fn(dict(zip(names, t, strict=True)))
+            out = fn(spec.unflatten(t))
         except RuntimeError as err:
             if "ak.jax" not in str(err):
                 raise
             raise TypeError(AWKWARD_HINT) from None
         return _checked_states(out, "stats.derive")
 
+    if task == "pullback":
+        return _pullback(f, t0, spec.names, theta)
+    if task == "values":
+        return Derived(spec.names, _to_numpy(_values(f, t0)))
     if order == 0:
-        return Derived(names, _to_numpy(f(t0)))
+        return Derived(spec.names, _to_numpy(f(t0)))
     value, jac, hess = value_and_derivatives(f, t0, order=order)
-    return Derived(names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
+    return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
+
+
+# Compiled pullbacks by chunk-function structure: the jaxpr's text (which names no
+# data: the chunk's arrays are its constants, passed as arguments) and the shapes.
+# Chunks of one pass run the same code, and every gradient step sees the same chunks
+# again: a structure met a second time is compiled (one call instead of thousands of
+# eager operations), one met once runs eagerly (chunk shapes that never repeat cost
+# no compilation). At most _COMPILED_MAX are compiled per process, then eager again.
+_COMPILED: dict[str, Callable[..., Any]] = {}
+_SEEN: OrderedDict[str, None] = OrderedDict()
+_COMPILED_MAX = 64
+_SEEN_MAX = 4096
+
+
+def _cached_call(kind: str, closed: Any, extra: Any, build: Callable[[Any], Any], *args: Any):
+    """``build(jaxpr)(*args)``, compiled when this structure is met a second time."""
+    text = str(closed.jaxpr)
+    key = hashlib.sha256(repr((kind, text, extra)).encode()).hexdigest()
+    fun = _COMPILED.get(key)
+    if fun is None:
+        fun = build(closed.jaxpr)
+        # a function object in the text (" at 0x...") is never the same twice
+        if key in _SEEN and len(_COMPILED) < _COMPILED_MAX and " at 0x" not in text:
+            fun = _COMPILED[key] = jax.jit(fun)
+        _SEEN[key] = None
+        _SEEN.move_to_end(key)
+        while len(_SEEN) > _SEEN_MAX:
+            _SEEN.popitem(last=False)
+    return fun(*args)
+
+
+def _signature(consts: list) -> list:
+    return [(np.shape(c), str(np.result_type(c))) for c in consts]
+
+
+def _values(f: Callable[[Any], Any], t0: Any) -> Any:
+    """``f(t0)``: the first pass's chunk states (compiled from the second sight on)."""
+    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    out_tree = jax.tree_util.tree_structure(shapes)
+    consts = list(closed.consts)
+
+    def build(jaxpr):
+        return lambda consts, t: jax.core.eval_jaxpr(jaxpr, consts, t)
+
+    flat = _cached_call("values", closed, (out_tree, _signature(consts)), build, consts, t0)
+    return jax.tree_util.tree_unflatten(out_tree, flat)
+
+
+def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: PassTheta):
+    """The chunk's states and ``grad <T_bar, T_c(theta)>`` (one reverse sweep)."""
+    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    diff = describe_difference(shapes, theta.merged)
+    if diff is not None:
+        raise ValueError(
+            "stats.derive: the chunk's states differ from the merged states of the "
+            f"first pass {diff}"
+        )
+    out_tree = jax.tree_util.tree_structure(shapes)
+    pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
+    consts = list(closed.consts)
+
+    def build(jaxpr):
+        def grad_and_states(consts, t, pay):
+            def scalar(tt):
+                flat = jax.core.eval_jaxpr(jaxpr, consts, tt)
+                states = jax.tree_util.tree_unflatten(out_tree, flat)
+                return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), flat
+
+            return jax.grad(scalar, has_aux=True)(t)
+
+        return grad_and_states
+
+    extra = (out_tree, pay_tree, [np.shape(p) for p in pay], _signature(consts))
+    grad, flat = _cached_call("pullback", closed, extra, build, consts, t0, pay)
+    value = jax.tree_util.tree_unflatten(out_tree, flat)
+    return Pullback(names, _to_numpy(value), np.asarray(grad, dtype=np.float64))
 
 
 def value_and_derivatives(f: Callable[[Any], Any], t0: Any, *, order: int) -> tuple[Any, Any, Any]:
@@ -337,88 +557,177 @@ def value_and_derivatives(f: Callable[[Any], Any], t0: Any, *, order: int) -> tu
 
 # --- differentiable -----------------------------------------------------------------
 
+#: ``mode="auto"`` uses forward mode up to this many parameters, reverse mode above
+#: (benchmarks/bench_reverse.py: reverse costs two passes, forward one pass whose
+#: tangents grow with the number of parameters).
+AUTO_FORWARD_MAX = 16
 
-def differentiable(run: Callable[[dict], Derived]) -> Callable[[Mapping[str, Any]], Any]:
+_MODES = ("auto", "forward", "reverse")
+
+_payload = jax.jit(pullback_payload)  # compiled once per merged-state structure
+
+_NO_FORWARD = (
+    "stats.differentiable: forward-mode derivatives (jax.jvp, jax.jacfwd, jax.hessian) "
+    "of a reverse-mode pass are not available; use stats.differentiable(run, "
+    "mode='forward') (with stats.derive(..., order=2) for jax.hessian)"
+)
+
+
+def choose_mode(n_params: int, mode: str = "auto") -> str:
+    """``"forward"`` or ``"reverse"``: ``mode`` itself, or for ``"auto"`` forward up to
+    :data:`AUTO_FORWARD_MAX` parameters and reverse above (the one rule, also for the
+    YAML pipeline and ``optimize``)."""
+    if mode not in _MODES:
+        raise ValueError(
+            f"stats.differentiable: mode: expected 'auto', 'forward' or 'reverse', found {mode!r}"
+        )
+    if mode != "auto":
+        return mode
+    return "forward" if n_params <= AUTO_FORWARD_MAX else "reverse"
+
+
+def _no_forward_derivatives(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """``fun`` with a JVP rule that refuses in one line (reverse mode's host calls)."""
+    guarded = jax.custom_jvp(fun)
+
+    def refuse(primals, tangents):
+        raise ValueError(_NO_FORWARD)
+
+    guarded.defjvp(refuse)
+    return guarded
+
+
+def _shapes(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), jnp.float64), tree)
+
+
+def _agreeing(a: Any, b: Any) -> str | None:
+    """Where two merged state pytrees differ beyond rounding (1e-8 relative), or None."""
+    pa = jax.tree_util.tree_flatten_with_path(a, is_leaf=is_state)[0]
+    pb = jax.tree_util.tree_leaves(b, is_leaf=is_state)
+    for (path, x), y in zip(pa, pb, strict=True):
+        if is_state(x):  # compare means, not their split into centre and correction
+            xs = [x[0], x.mean if hasattr(x, "mean") else x.mean_x] + list(x[3:])
+            ys = [y[0], y.mean if hasattr(y, "mean") else y.mean_x] + list(y[3:])
+        else:
+            xs, ys = [x], [y]
+        for u, v in zip(xs, ys, strict=True):
+            u, v = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
+            finite = np.abs(u[np.isfinite(u)])
+            scale = float(finite.max()) if finite.size else 0.0
+            if not np.allclose(u, v, rtol=1e-8, atol=1e-8 * scale, equal_nan=True):
+                return jax.tree_util.keystr(path) or "the root"
+    return None
+
+
+def differentiable(
+    run: Callable[[Any], Any], *, mode: str = "auto"
+) -> Callable[[Any], Any]:
     """A JAX function ``f(theta) -> merged states`` whose derivatives come from ``run``.
 
-    ``run(theta_dict) -> Derived`` is typically one coffea ``Runner`` call whose
-    processor returns ``stats.derive(...)`` per chunk. ``f`` takes a dict of JAX
-    scalars (or floats) and returns ``run(theta).value`` as JAX arrays; its JVP is the
-    merged Jacobian and, if ``run`` returns ``order=2`` states, the Jacobian's JVP is the
-    merged Hessian (custom JVPs, which JAX also transposes for reverse mode). So
-    ``jax.grad(lambda th: loss(f(th)))``, ``jax.value_and_grad`` and (order 2)
-    ``jax.hessian`` work, with one pass of ``run`` per new ``theta`` (the last result
-    is reused for the value, Jacobian and Hessian at the same point).
+    ``run(theta)`` is typically one coffea ``Runner`` call whose processor returns
+    ``stats.derive(fn, self.theta)`` per chunk (:class:`Derived` or, in reverse mode,
+    :class:`Pullback` merged by ``processor.accumulate``). ``theta``: any pytree of
+    parameters (see :func:`derive`); ``f`` returns the merged ``value`` as JAX arrays.
+    ``jax.grad``, ``jax.value_and_grad`` and ``jax.jit`` of any loss of ``f(theta)`` work
+    in both modes:
 
-    Under ``jax.jit`` ``run`` is called back from the compiled code
-    (``jax.pure_callback``), which needs the output structure: call ``f`` once outside
-    ``jit`` first, otherwise a ``ValueError`` says so. ``f.passes()`` counts the calls
-    of ``run`` so far.
+    * ``mode="forward"``: ``run`` receives the parameters (numpy leaves) and returns
+      the merged Jacobian (and Hessian): the JVP of ``f`` (custom JVPs, which JAX
+      transposes for ``jax.grad``). One pass per new ``theta``; ``jax.hessian`` works
+      when ``run`` returns ``order=2`` states. Cost and size grow with the number of
+      parameters P.
+    * ``mode="reverse"``: ``run`` receives a :class:`PassTheta`. The value is a first
+      pass of values only; ``jax.grad`` pulls the cotangent of the merged states back
+      through a second pass, each chunk returning one O(P) vector (exact for any
+      chunking and executor: :mod:`analysis.stats.pullback` gives the formula). Two
+      passes per gradient, independent of P. ``jax.hessian`` (and any forward-mode
+      derivative) refuses in one line.
+    * ``mode="auto"`` (default): forward up to :data:`AUTO_FORWARD_MAX` parameters,
+      reverse above.
+
+    The last pass's result is reused at the same ``theta``. Under ``jax.jit`` ``run``
+    is called back from the compiled code (``jax.pure_callback``), which needs the
+    output structure: call ``f`` once outside ``jit`` first, otherwise a ``ValueError``
+    says so. ``f.passes()`` counts the calls of ``run``; ``f.mode_for(theta)`` says
+    which mode ``theta`` gets.
     """
-    memo: dict[str, Any] = {}
+    choose_mode(1, mode)  # checks mode
+    memo: dict[str, Any] = {"passes": 0}
+    fwd_memo: dict[str, Any] = {}
+    rev_memo: dict[str, Any] = {}
 
-    def host(t: Any, names: tuple[str, ...]) -> Derived:
+    def call(arg: Any) -> Any:
+        memo["passes"] += 1
+        return run(arg)
+
+    def vector(t: Any, spec: ParamSpec) -> np.ndarray:
         vec = np.asarray(t, dtype=np.float64).reshape(-1)
-        _check_finite(names, vec, "stats.differentiable")
-        key = (names, tuple(vec.tolist()))
-        if memo.get("key") != key:
-            out = run(dict(zip(names, (float(v) for v in vec), strict=True)))
+        spec.check_finite(vec, "stats.differentiable")
+        return vec
+
+    def check_names(out: Any, spec: ParamSpec) -> None:
+        if out.names != spec.names:
+            raise ValueError(
+                "stats.differentiable: run(theta) returned derivatives w.r.t. "
+                f"{_shown(out.names)}; expected the keys of theta {_shown(spec.names)}"
+            )
+
+    # forward mode ------------------------------------------------------------------
+
+    def host(t: Any, spec: ParamSpec) -> Derived:
+        vec = vector(t, spec)
+        key = (spec.key, vec.tobytes())
+        if fwd_memo.get("key") != key:
+            out = call(spec.unflatten(vec, as_numpy=True))
             if not isinstance(out, Derived):
                 raise TypeError(
                     f"stats.differentiable: run(theta) returned a {type(out).__name__}; "
                     "expected a stats.Derived (e.g. the merged output of one dataset)"
                 )
-            if out.names != names:
-                raise ValueError(
-                    "stats.differentiable: run(theta) returned derivatives w.r.t. "
-                    f"{list(out.names)}; expected the keys of theta {list(names)}"
-                )
+            check_names(out, spec)
             if out.order < 1:
                 raise ValueError(
                     "stats.differentiable: run(theta) returned a Derived without derivatives"
                 )
-            memo.update(key=key, derived=out, passes=memo.get("passes", 0) + 1)
-            memo["structure"] = {
-                part: jax.tree_util.tree_map(
-                    lambda a: jax.ShapeDtypeStruct(np.shape(a), jnp.float64), getattr(out, part)
-                )
-                for part in ("value", "jac", "hess")
+            fwd_memo.update(key=key, derived=out)
+            fwd_memo["structure"] = {
+                part: _shapes(getattr(out, part)) for part in ("value", "jac", "hess")
             }
-        return memo["derived"]
+            memo["value"] = fwd_memo["structure"]["value"]
+        return fwd_memo["derived"]
 
-    def leaves(t: Any, names: tuple[str, ...], part: str) -> list:
+    def leaves(t: Any, spec: ParamSpec, part: str) -> list:
         if not isinstance(t, jax.core.Tracer):
-            return [
-                jnp.asarray(a) for a in jax.tree_util.tree_leaves(getattr(host(t, names), part))
-            ]
-        if "structure" not in memo:
+            return [jnp.asarray(a) for a in jax.tree_util.tree_leaves(getattr(host(t, spec), part))]
+        if "structure" not in fwd_memo:
             raise ValueError(
                 "stats.differentiable: under jax.jit the output structure of run is not known yet; "
                 "call f(theta) once outside jax.jit first"
             )
-        shapes = jax.tree_util.tree_leaves(memo["structure"][part])
+        shapes = jax.tree_util.tree_leaves(fwd_memo["structure"][part])
         return jax.pure_callback(
             lambda tt: [
                 np.asarray(a, dtype=np.float64)
-                for a in jax.tree_util.tree_leaves(getattr(host(tt, names), part))
+                for a in jax.tree_util.tree_leaves(getattr(host(tt, spec), part))
             ],
             shapes,
             t,
             vmap_method="sequential",
         )
 
-    def make(names: tuple[str, ...]):
+    def make_forward(spec: ParamSpec):
         def hess_fn(t):
-            if memo.get("derived") is not None and memo["derived"].order < 2:
+            if fwd_memo.get("derived") is not None and fwd_memo["derived"].order < 2:
                 raise ValueError(
                     "stats.differentiable: second derivatives need run(theta) to return "
                     "stats.derive(..., order=2) states"
                 )
-            return leaves(t, names, "hess")
+            return leaves(t, spec, "hess")
 
         @jax.custom_jvp
         def jac_fn(t):
-            return leaves(t, names, "jac")
+            return leaves(t, spec, "jac")
 
         @jac_fn.defjvp
         def _jac_jvp(primals, tangents):
@@ -427,7 +736,7 @@ def differentiable(run: Callable[[dict], Derived]) -> Callable[[Mapping[str, Any
 
         @jax.custom_jvp
         def value_fn(t):
-            return leaves(t, names, "value")
+            return leaves(t, spec, "value")
 
         @value_fn.defjvp
         def _value_jvp(primals, tangents):
@@ -436,18 +745,112 @@ def differentiable(run: Callable[[dict], Derived]) -> Callable[[Mapping[str, Any
 
         return value_fn
 
-    fns: dict[tuple[str, ...], Any] = {}
+    # reverse mode ------------------------------------------------------------------
 
-    def f(theta: Mapping[str, Any]) -> Any:
-        names = _names(theta, "stats.differentiable")
-        t = jnp.stack([jnp.asarray(theta[n], dtype=jnp.float64).reshape(()) for n in names])
-        if names not in fns:
-            fns[names] = make(names)
-        flat = fns[names](t)
-        if "structure" not in memo:  # only reachable under tracing without structure
+    def lost(out: Any) -> ValueError:
+        return ValueError(
+            f"stats.differentiable(mode='reverse'): run(theta) returned a {type(out).__name__}"
+            + (f" of order {out.order}" if isinstance(out, Derived) else "")
+            + "; pass the theta given to run unchanged to stats.derive (it carries the "
+            "pass's task to the workers), or use mode='forward'"
+        )
+
+    def host_values(t: Any, spec: ParamSpec) -> Any:
+        vec = vector(t, spec)
+        key = (spec.key, vec.tobytes())
+        if rev_memo.get("key") != key:
+            out = call(PassTheta(spec.unflatten(vec, as_numpy=True), "values"))
+            if not isinstance(out, Derived) or out.order != 0:
+                raise lost(out)
+            check_names(out, spec)
+            rev_memo.update(key=key, merged=out.value)
+            memo["value"] = _shapes(out.value)
+        return rev_memo["merged"]
+
+    def host_pullback(t: Any, cts: list, spec: ParamSpec) -> np.ndarray:
+        merged = host_values(t, spec)
+        vec = vector(t, spec)
+        cotangent = jax.tree_util.tree_unflatten(
+            jax.tree_util.tree_structure(merged), [np.asarray(c, dtype=np.float64) for c in cts]
+        )
+        payload = _to_numpy(_payload(merged, cotangent))
+        out = call(
+            PassTheta(spec.unflatten(vec, as_numpy=True), "pullback", merged, payload)
+        )
+        if not isinstance(out, Pullback):
+            raise lost(out)
+        check_names(out, spec)
+        where = _agreeing(out.value, merged)
+        if where is not None:
+            raise ValueError(
+                "stats.differentiable(mode='reverse'): run(theta) gave different states in "
+                f"its two passes at {where}; the pass must be deterministic"
+            )
+        return out.grad
+
+    def structure() -> Any:
+        if "value" not in memo:
+            raise ValueError(
+                "stats.differentiable: under jax.jit the output structure of run is not known yet; "
+                "call f(theta) once outside jax.jit first"
+            )
+        return jax.tree_util.tree_leaves(memo["value"])
+
+    def make_reverse(spec: ParamSpec):
+        @_no_forward_derivatives
+        def values(t):
+            if not isinstance(t, jax.core.Tracer):
+                return [jnp.asarray(a) for a in jax.tree_util.tree_leaves(host_values(t, spec))]
+            return jax.pure_callback(
+                lambda tt: [
+                    np.asarray(a, dtype=np.float64)
+                    for a in jax.tree_util.tree_leaves(host_values(tt, spec))
+                ],
+                structure(),
+                t,
+                vmap_method="sequential",
+            )
+
+        @_no_forward_derivatives
+        def pull(t, cts):
+            if not any(isinstance(a, jax.core.Tracer) for a in [t, *cts]):
+                return jnp.asarray(host_pullback(t, list(cts), spec))
+            return jax.pure_callback(
+                lambda tt, cc: host_pullback(tt, list(cc), spec),
+                jax.ShapeDtypeStruct((spec.size,), jnp.float64),
+                t,
+                list(cts),
+                vmap_method="sequential",
+            )
+
+        @jax.custom_vjp
+        def value_fn(t):
+            return values(t)
+
+        def fwd(t):
+            return values(t), t
+
+        def bwd(t, cts):
+            return (pull(t, list(cts)),)
+
+        value_fn.defvjp(fwd, bwd)
+        return value_fn
+
+    fns: dict[Any, Any] = {}
+
+    def chosen(spec: ParamSpec) -> str:
+        return choose_mode(spec.size, mode)
+
+    def f(theta: Any) -> Any:
+        spec = param_spec(theta, "stats.differentiable")
+        use = chosen(spec)
+        if (use, spec.key) not in fns:
+            fns[use, spec.key] = (make_forward if use == "forward" else make_reverse)(spec)
+        flat = fns[use, spec.key](spec.vector(theta))
+        if "value" not in memo:  # only reachable under tracing without structure
             raise ValueError("stats.differentiable: run(theta) has not been evaluated")
-        treedef = jax.tree_util.tree_structure(memo["structure"]["value"])
-        return jax.tree_util.tree_unflatten(treedef, flat)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(memo["value"]), flat)
 
-    f.passes = lambda: memo.get("passes", 0)  # type: ignore[attr-defined]
+    f.passes = lambda: memo["passes"]  # type: ignore[attr-defined]
+    f.mode_for = lambda theta: chosen(param_spec(theta, "stats.differentiable"))  # type: ignore[attr-defined]
     return f

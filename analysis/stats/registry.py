@@ -7,17 +7,23 @@ statistics of one variable (of a :class:`~analysis.stats.Moments` state) and of 
 states (:func:`observable_statistics`), the objective's ``target`` paths
 (:func:`json_paths`), the reports and the tests.
 
+Every consumer reads :data:`STATISTICS` when it runs (never a copy taken at import),
+so the dict is the one place a statistic is registered. Each statistic declares the
+moment ``order`` its value needs (mean 1, variance 2, skewness 3, kurtosis 4): the plan
+asks the kernels for that order (:func:`moment_order`), so a new statistic of order 3
+gets its third moments instead of NaN.
+
 Pure maths: no files, no config, no coffea. Adding a statistic is one
 :class:`Statistic` entry here (see the README's "Extending" section), e.g.::
 
     Statistic("cv", 1, lambda s: _core.safe_div(_core.state_std(s), _core.state_mean(s)),
-              doc="coefficient of variation std / mean")
+              order=2, doc="coefficient of variation std / mean")
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.stats import _core
@@ -28,8 +34,12 @@ __all__ = [
     "STATISTICS",
     "UNIVARIATE",
     "Statistic",
+    "bivariate",
     "json_paths",
+    "moment_order",
+    "names",
     "observable_statistics",
+    "univariate",
 ]
 
 
@@ -42,6 +52,9 @@ class Statistic:
     ``of_state`` is a pure JAX function (float64; NaN with zero gradient where
     undefined, e.g. for an empty selection). ``fields`` is empty for a single value,
     else the keys of the dict ``of_state`` returns (each a JSON entry of its own).
+    ``order`` (keyword, required): the highest centred moment ``M_k`` of the state that
+    ``of_state`` reads (1 for the mean, 4 for the kurtosis; 2 for the co-moment
+    statistics); the kernels compute the moments up to it and leave higher ones NaN.
     """
 
     name: str
@@ -49,6 +62,7 @@ class Statistic:
     of_state: Callable[[Any], Any]
     fields: tuple[str, ...] = ()
     doc: str = ""
+    order: int = field(kw_only=True)
 
     @property
     def state(self) -> str:
@@ -59,25 +73,49 @@ class Statistic:
 STATISTICS: dict[str, Statistic] = {
     s.name: s
     for s in (
-        Statistic("mean", 1, _core.state_mean, doc="weighted mean"),
-        Statistic("var", 1, _core.state_var, doc="weighted population variance"),
-        Statistic("std", 1, _core.state_std, doc="square root of var"),
-        Statistic("skew", 1, _core.state_skew, doc="m3 / m2^(3/2)"),
-        Statistic("kurtosis", 1, _core.state_kurtosis, doc="m4 / m2^2 - 3 (excess)"),
-        Statistic("covar", 2, _core.state_covar, doc="weighted covariance of x and y"),
-        Statistic("corr", 2, _core.state_corr, doc="Pearson correlation of x and y"),
+        Statistic("mean", 1, _core.state_mean, order=1, doc="weighted mean"),
+        Statistic("var", 1, _core.state_var, order=2, doc="weighted population variance"),
+        Statistic("std", 1, _core.state_std, order=2, doc="square root of var"),
+        Statistic("skew", 1, _core.state_skew, order=3, doc="m3 / m2^(3/2)"),
+        Statistic("kurtosis", 1, _core.state_kurtosis, order=4, doc="m4 / m2^2 - 3 (excess)"),
+        Statistic("covar", 2, _core.state_covar, order=2, doc="weighted covariance of x and y"),
+        Statistic("corr", 2, _core.state_corr, order=2, doc="Pearson correlation of x and y"),
         Statistic(
             "linear_fit",
             2,
             _core.state_linear_fit,
             fields=("intercept", "slope", "intercept_error", "slope_error"),
+            order=2,
             doc="weighted least-squares line y = intercept + slope x (as ak.linear_fit)",
         ),
     )
 }
-NAMES: tuple[str, ...] = tuple(STATISTICS)
-UNIVARIATE: tuple[str, ...] = tuple(n for n, s in STATISTICS.items() if s.arity == 1)
-BIVARIATE: tuple[str, ...] = tuple(n for n, s in STATISTICS.items() if s.arity == 2)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered statistic, in registration order."""
+    return tuple(STATISTICS)
+
+
+def univariate() -> tuple[str, ...]:
+    """The statistics of one variable (of a ``Moments`` state)."""
+    return tuple(n for n, s in STATISTICS.items() if s.arity == 1)
+
+
+def bivariate() -> tuple[str, ...]:
+    """The statistics of two variables (of a ``CoMoments`` state)."""
+    return tuple(n for n, s in STATISTICS.items() if s.arity == 2)
+
+
+def moment_order(stats: Iterable[str]) -> int:
+    """The highest moment order the statistics ``stats`` declare (0 for none)."""
+    return max((STATISTICS[n].order for n in stats), default=0)
+
+
+# The statistics shipped (a statistic registered later is in the functions above, not here).
+NAMES: tuple[str, ...] = names()
+UNIVARIATE: tuple[str, ...] = univariate()
+BIVARIATE: tuple[str, ...] = bivariate()
 
 
 def json_paths(name: str) -> tuple[str, ...]:

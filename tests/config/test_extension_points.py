@@ -3,18 +3,21 @@ optimisers' one interface (optax ``GradientTransformationExtraArgs``). Fast: no 
 
 from __future__ import annotations
 
-import typing
-
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from analysis.config import loader as config_module
 from analysis.config.loader import config_from_dict
-from analysis.config.terms import TERM_TYPES, PythonTerm, SignificanceTerm, TargetTerm
+from analysis.config.terms import (
+    TERM_TYPES,
+    PythonTerm,
+    SignificanceTerm,
+    TargetTerm,
+    TermContext,
+)
 from analysis.errors import ConfigError
-from analysis.optimize.objectives import stat_paths
+from analysis.optimize.objectives import Objective, stat_paths
 from analysis.optimize.optimizers import make_optimizer, newton_trust_region
 from analysis.pipeline import plan as plan_module
 from analysis.pipeline.plan import build_plan
@@ -38,8 +41,13 @@ def _config(**extra):
 # --- registry -------------------------------------------------------------------------
 
 
-def test_config_plan_and_paths_come_from_the_registry():
-    assert typing.get_args(config_module.Stat) == registry.NAMES
+def test_config_plan_and_paths_come_from_the_registry(monkeypatch):
+    # a statistic registered after import is a valid config choice (no copy of the names)
+    extra = registry.Statistic("cv", 1, lambda s: s.m2, order=2)
+    monkeypatch.setitem(registry.STATISTICS, "cv", extra)
+    cfg = _config(observables=[{"name": "o", "x": "Jet.pt", "stats": ["cv"]}])
+    assert build_plan(cfg).observables[0].univariate == ("cv",)
+    monkeypatch.delitem(registry.STATISTICS, "cv")
     assert plan_module.UNIVARIATE_STATS == registry.UNIVARIATE
     assert plan_module.BIVARIATE_STATS == registry.BIVARIATE
     assert set(registry.UNIVARIATE) | set(registry.BIVARIATE) == set(registry.NAMES)
@@ -51,18 +59,40 @@ def test_config_plan_and_paths_come_from_the_registry():
     assert "sig.pt_eta.linear_fit" not in paths  # a dict-valued statistic: its fields only
 
 
-def test_registry_functions_are_the_state_functions():
-    """The registry computes what the moment-state functions compute (same maths)."""
-    x = jnp.array([1.0, 2.0, 4.0, 7.0])
-    y = jnp.array([0.5, -1.0, 2.0, 3.0])
-    w = jnp.array([1.0, 0.5, 2.0, 1.5])
-    states = {"moments": _core.moments(x, w), "comoments": _core.comoments(x, y, w)}
-    out = registry.observable_statistics(states, registry.NAMES)
-    assert list(out) == list(registry.NAMES)
-    mean = float(np.average(x, weights=w))
-    assert float(out["mean"]) == pytest.approx(mean, rel=1e-14)
-    assert float(out["var"]) == pytest.approx(float(np.average((x - mean) ** 2, weights=w)), rel=1e-13)
-    assert set(out["linear_fit"]) == set(registry.STATISTICS["linear_fit"].fields)
+def _numpy_statistics(x, y, w) -> dict:
+    """Every shipped statistic from numpy (weighted, population), independent of the
+    moment states: the reference a new statistic must be added to."""
+    mean = np.average(x, weights=w)
+    m = {k: np.average((x - mean) ** k, weights=w) for k in (2, 3, 4)}
+    my = np.average(y, weights=w)
+    cov = np.average((x - mean) * (y - my), weights=w)
+    (slope, intercept), c = np.polyfit(x, y, 1, w=np.sqrt(w), cov="unscaled")
+    return {
+        "mean": mean, "var": m[2], "std": np.sqrt(m[2]), "skew": m[3] / m[2] ** 1.5,
+        "kurtosis": m[4] / m[2] ** 2 - 3.0, "covar": cov,
+        "corr": cov / np.sqrt(m[2] * np.average((y - my) ** 2, weights=w)),
+        "linear_fit": {"intercept": intercept, "slope": slope,
+                       "intercept_error": np.sqrt(c[1, 1]), "slope_error": np.sqrt(c[0, 0])},
+    }  # fmt: skip
+
+
+def test_every_registered_statistic_against_numpy():
+    rng = np.random.default_rng(5)
+    x, y, w = rng.normal(3, 2, 40), rng.normal(-1, 1, 40), rng.uniform(0.2, 2, 40)
+    y = y + 0.5 * x
+    states = {"moments": _core.moments(jnp.asarray(x), jnp.asarray(w)),
+              "comoments": _core.comoments(jnp.asarray(x), jnp.asarray(y), jnp.asarray(w))}
+    want = _numpy_statistics(x, y, w)
+    assert set(want) == set(registry.names())  # a new statistic needs a reference here
+    got = registry.observable_statistics(states, registry.names())
+    assert list(got) == list(registry.names())
+    for name, value in want.items():
+        if isinstance(value, dict):
+            assert set(got[name]) == set(registry.STATISTICS[name].fields)
+            for k, v in value.items():
+                assert float(got[name][k]) == pytest.approx(v, rel=1e-10), (name, k)
+        else:
+            assert float(got[name]) == pytest.approx(value, rel=1e-11), name
     assert registry.json_paths("mean") == ("mean",)
     assert registry.observable_statistics(states, ()) == {}
 
@@ -84,6 +114,14 @@ def test_terms_are_classes_of_a_discriminated_union():
     kinds = [type(t) for t in cfg.objective.terms]
     assert kinds == [SignificanceTerm, TargetTerm, PythonTerm]
     assert TERM_TYPES == ("significance", "target", "python")
+
+
+def test_terms_see_the_objective_as_their_typed_context():
+    cfg = _config(objective={"terms": [{"type": "significance"}]})
+    ctx = Objective(cfg, build_plan(cfg))
+    assert isinstance(ctx, TermContext)
+    assert (ctx.signal, ctx.background, ctx.source) == (["sig"], ["bkg"], "<config>")
+    assert "sig.jet_pt.mean" in ctx.paths
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ from analysis.config.loader import load_config
 from analysis.pipeline.plan import build_plan, initial_widths
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-NAMES = ["agc_ttbar.yaml", "agc_ttbar_v12.yaml", "agc_ttbar_optimize.yaml", "dimuon.yaml"]
+NAMES = ["agc_ttbar.yaml", "agc_ttbar_v12.yaml", "agc_ttbar_optimize.yaml", "dimuon.yaml",
+         "wmunu.yaml"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -35,7 +36,7 @@ def _finite_numbers(tree) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dimuon.yaml", "agc_ttbar.yaml"])
+@pytest.mark.parametrize("name", ["dimuon.yaml", "agc_ttbar.yaml", "wmunu.yaml"])
 def test_evaluate_object_set_config_on_real_files(name, tmp_path, capsys) -> None:
     out = tmp_path / "out"
     assert main(["evaluate", str(CONFIGS / name), "--quiet", "-o", str(out)]) == 0

@@ -2,7 +2,7 @@
 exact enumeration of every event's pass/fail configurations (issue 8), 1e-10.
 
 The reference reads the file with uproot, computes every object's own pass probability
-from the sigmoid formula, enumerates all configurations of the independent own-cut bits
+from the sigmoid formula, enumerates (the oracle of tests/reference) all configurations of the independent own-cut bits
 of each event (at most 12 here: 2^12 rows), builds each configuration's hard-cut state
 (members, counts, the decision with the trainable count's blended integer step at a
 fractional threshold, ranked members, entries; masses and deltaR with ``vector``) and
@@ -13,8 +13,6 @@ branch) must agree; the count threshold's derivative must match central differen
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import uproot
@@ -23,6 +21,7 @@ import vector
 from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from tests.conftest import SHARED_DATA, central_difference
+from tests.reference import members, ranked
 
 DY = str(SHARED_DATA / "nano_dy.root")
 PARAMS = {"lep_pt": 18.0, "jet_pt": 30.0, "n_lep": 1.3}  # n_lep between integers
@@ -76,15 +75,6 @@ def p4(c, e):
     return vector.array({k: c[k][e] for k in ("pt", "eta", "phi", "mass")})
 
 
-def first_members(member, order, r):
-    """Per configuration: the object holding rank ``r`` among members (-1 if none)."""
-    if not len(order):
-        return np.full(len(member), -1)
-    ordered = member[:, order]
-    hit = ordered & (np.cumsum(ordered, axis=1) == r + 1)
-    return np.where(hit.any(axis=1), np.asarray(order)[np.argmax(hit, axis=1)], -1)
-
-
 def reference():
     """Expected power sums ``{name: [S0, S1, S2]}`` (``jpt``: also Sy, Syy, Sxy) and the
     per-event pass probabilities and event weights."""
@@ -110,15 +100,11 @@ def reference():
         q_tight = sig((0.15 - mu["pfRelIso04_all"][e]) / W["iso"])
         q_el = sig((el["pt"][e] - PARAMS["lep_pt"]) / W["lep"])
         q_jet = sig((jet["pt"][e] - PARAMS["jet_pt"]) / W["jet"])
-        q = np.concatenate([q_mu, q_tight, q_el, q_jet])
-        sizes = np.cumsum([0, len(q_mu), len(q_tight), len(q_el), len(q_jet)])
-        conf = np.array(list(itertools.product((False, True), repeat=len(q))), dtype=bool)
-        conf = conf.reshape(-1, len(q))
-        prob = np.where(conf, q, 1 - q).prod(axis=1)
-        m_mu = conf[:, sizes[0]:sizes[1]]
-        m_tight = conf[:, sizes[1]:sizes[2]] & m_mu
-        m_el = conf[:, sizes[2]:sizes[3]]
-        m_jet = conf[:, sizes[3]:sizes[4]]
+        member, prob = members(
+            {"muons": q_mu, "tight": q_tight, "electrons": q_el, "jets": q_jet},
+            {"tight": "muons"},
+        )
+        m_mu, m_tight, m_el, m_jet = (member[k] for k in ("muons", "tight", "electrons", "jets"))
         k_lep = m_mu.sum(axis=1) + m_el.sum(axis=1)
         lo = np.floor(n)
         decision = ((1 - s) * (k_lep >= lo) + s * (k_lep >= lo + 1)) * (m_tight.sum(axis=1) <= 1)
@@ -127,8 +113,7 @@ def reference():
         pt_j = jet["pt"][e]
         ht = m_jet @ pt_j
         sums["ht"] += ev[e] * np.array([wp @ ht**r for r in range(3)])
-        order_j = sorted(range(len(pt_j)), key=lambda j: -pt_j[j])
-        j0, j1 = first_members(m_jet, order_j, 0), first_members(m_jet, order_j, 1)
+        j0, j1 = ranked(m_jet, pt_j, 0), ranked(m_jet, pt_j, 1)
         ok = j0 >= 0
         x = np.where(ok, pt_j[np.maximum(j0, 0)], 0.0)
         sums["lead"] += ev[e] * np.array([(wp * ok) @ x**r for r in range(3)])
@@ -139,9 +124,7 @@ def reference():
             x = np.where(ok, mjj[np.maximum(j0, 0), np.maximum(j1, 0)], 0.0)
             sums["mjj"] += ev[e] * np.array([(wp * ok) @ x**r for r in range(3)])
         if len(mu["pt"][e]) and len(el["pt"][e]):
-            order_m = sorted(range(len(mu["pt"][e])), key=lambda j: -mu["pt"][e][j])
-            order_e = sorted(range(len(el["pt"][e])), key=lambda j: -el["pt"][e][j])
-            a0, b0 = first_members(m_mu, order_m, 0), first_members(m_el, order_e, 0)
+            a0, b0 = ranked(m_mu, mu["pt"][e], 0), ranked(m_el, el["pt"][e], 0)
             dr = p4(mu, e)[:, None].deltaR(p4(el, e)[None, :])
             ok = (a0 >= 0) & (b0 >= 0)
             x = np.where(ok, dr[np.maximum(a0, 0), np.maximum(b0, 0)], 0.0)

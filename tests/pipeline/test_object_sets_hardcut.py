@@ -17,6 +17,7 @@ from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from analysis.stats import _core
 from tests.conftest import SHARED_DATA, central_difference
+from tests.reference import flatten
 
 vector.register_awkward()
 
@@ -154,23 +155,23 @@ def test_moments_from_expectations_equal_weighted_entries() -> None:
     assert np.isnan(float(got2.m3)) and np.isnan(float(got2.m4))
 
 
-def _flat(state) -> np.ndarray:
-    v = state.derived.value
-    leaves = [v["selected_sumw"]]
+def _leaves(tree) -> np.ndarray:
+    """``selected_sumw`` and each observable's ``sumw``, mean and ``M2`` (rows: leaves)."""
+    flat = dict(flatten(tree))
+    rows = [flat["selected_sumw"]]
     for name in ("ht", "m3j", "lead", "jpt", "drbb", "met"):
-        m = v["observables"][name]["moments"]
-        leaves += [m.sumw, m.center + m.dmean, m.m2]
-    return np.array([float(x) for x in leaves])
+        m = f"observables/{name}/moments"
+        rows += [flat[f"{m}/sumw"], np.asarray(flat[f"{m}/center"]) + flat[f"{m}/dmean"],
+                 flat[f"{m}/m2"]]
+    return np.stack([np.asarray(r, dtype=np.float64).reshape(-1) for r in rows])
+
+
+def _flat(state) -> np.ndarray:
+    return _leaves(state.derived.value)[:, 0]
 
 
 def _flat_jac(state) -> np.ndarray:
-    _, jac, _ = state.taylor()
-    rows = [np.asarray(jac["selected_sumw"])]
-    for name in ("ht", "m3j", "lead", "jpt", "drbb", "met"):
-        m = jac["observables"][name]["moments"]
-        rows += [np.asarray(m.sumw), np.asarray(m.center) + np.asarray(m.dmean),
-                 np.asarray(m.m2)]
-    return np.stack([r.reshape(-1) for r in rows])
+    return _leaves(state.taylor()[1])
 
 
 @pytest.mark.slow

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import awkward as ak
@@ -31,6 +30,7 @@ from tests.chunked_helpers import (
     analysis_config,
     flatten,
 )
+from tests.reference import configurations
 
 LD = np.longdouble  # x87 extended precision: the reference is more precise than float64
 
@@ -59,9 +59,7 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 def prob_at_least_brute_force(p: np.ndarray, n_min: int) -> Any:
     """P(at least ``n_min`` of independent objects pass), by summing the probability
     of every pass/fail pattern (2**len(p) of them)."""
-    patterns = np.array(list(itertools.product((False, True), repeat=len(p))), dtype=bool)
-    patterns = patterns.reshape(2 ** len(p), len(p))
-    probability = np.where(patterns, p, 1 - p).prod(axis=1)
+    patterns, probability = configurations(p)  # the oracle of tests/reference
     return probability[patterns.sum(axis=1) >= n_min].sum(dtype=LD)
 
 

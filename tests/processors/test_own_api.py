@@ -24,6 +24,7 @@ from analysis.testing import (
     assert_chunk_invariance,
     assert_derived_close,
 )
+from tests.reference import configurations
 
 THETA = {"x_min": 0.3, "y_max": 1.2}
 # An empty piece in the middle; equal sizes otherwise, because every new array shape
@@ -246,11 +247,8 @@ def test_soft_count_matches_enumeration() -> None:
     for n in (0, 1, 2, 3):
         got = np.asarray(count_at_least(stats.Jagged(p, offsets), n))
         for e, (a, b) in enumerate(itertools.pairwise(offsets)):
-            want = sum(
-                np.prod([p[a + i] if bit else 1 - p[a + i] for i, bit in enumerate(bits)])
-                for bits in itertools.product((0, 1), repeat=b - a)
-                if sum(bits) >= n
-            )
+            conf, prob = configurations(p[a:b])  # the oracle of tests/reference
+            want = prob[conf.sum(axis=1) >= n].sum()
             assert got[e] == pytest.approx(want, abs=1e-14), (n, e)
     with pytest.raises(ValueError, match="op: expected one of"):
         soft_cut(p, "=>", 1.0, 0.1)

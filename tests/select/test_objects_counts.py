@@ -3,8 +3,8 @@
 A count condition ``K op n`` with a real threshold ``n`` and width ``w`` is the
 single-collection form's soft integer step: the decision
 ``(1 - s) [K op floor n] + s [K op floor n + 1]`` with ``s = integer_step(frac n, w)``
-(``analysis.select.pbinom``). The reference enumerates every pass/fail configuration of small
-events, builds that blended decision from the formula (written out here in numpy) and
+(``analysis.select.pbinom``). The reference (the enumeration oracle of tests/reference)
+enumerates every pass/fail configuration of small events, builds that blended decision from the formula (written out here in numpy) and
 weights it by the configuration's probability: pass probabilities, per-object weights,
 sum moments and leading candidates must agree to 1e-10; the threshold gradients must
 agree with central finite differences and be non-zero (they were 0 before).
@@ -12,7 +12,6 @@ agree with central finite differences and be non-zero (they were 0 before).
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 
 import jax
@@ -32,6 +31,7 @@ from analysis.select.objects import (
     sum_moments,
 )
 from tests.conftest import central_difference
+from tests.reference import members, ranked
 
 SETS = (
     ObjectSet("jets", "Jet"),
@@ -76,17 +76,13 @@ def events(seed=4, n=6):
 
 
 def enumerate_event(e, counts, probs, pt, thresholds, widths):
-    bits = [(s.name, j) for s in SETS for j in range(counts[COLL[s.name]][e])]
-    conf = np.array(list(itertools.product((False, True), repeat=len(bits))), dtype=bool)
-    conf = conf.reshape(-1, len(bits))
-    q = np.array([probs[name][e, j] for name, j in bits])
-    prob = np.where(conf, q, 1 - q).prod(axis=1)
-    member = {s.name: np.zeros((len(conf), M[COLL[s.name]]), dtype=bool) for s in SETS}
-    for b, (name, j) in enumerate(bits):
-        member[name][:, j] = conf[:, b]
-    member["bjets"] &= member["jets"]
+    own = {s.name: probs[s.name][e, : counts[COLL[s.name]][e]] for s in SETS}
+    member, prob = members(own, {s.name: s.parent for s in SETS})
+    member = {  # padded to the layout's width M
+        name: np.pad(m, ((0, 0), (0, M[COLL[name]] - m.shape[1]))) for name, m in member.items()
+    }
     k = {name: m.sum(axis=1) for name, m in member.items()}
-    decision = np.ones(len(conf))
+    decision = np.ones(len(prob))
     for c, n, w in zip(COUNTS, thresholds, widths):
         total = sum(k[name] for name in c.sets)
         lo = np.floor(n)
@@ -101,12 +97,11 @@ def enumerate_event(e, counts, probs, pt, thresholds, widths):
     }
     for name, depth in (("jets", 2), ("muons", 0)):
         c = COLL[name]
-        order = sorted(range(counts[c][e]), key=lambda j, c=c: -pt[c][e, j])
+        m = counts[c][e]
+        picks = np.stack([ranked(member[name][:, :m], pt[c][e, :m], r) for r in range(depth + 1)])
         table: dict[tuple, float] = defaultdict(float)
-        for row in np.flatnonzero(wp):
-            sel = [j for j in order if member[name][row, j]]
-            if len(sel) > depth:
-                table[tuple(sel[: depth + 1])] += wp[row]
+        for row in np.flatnonzero(wp * np.all(picks >= 0, axis=0)):
+            table[tuple(int(j) for j in picks[:, row])] += wp[row]
         out[name] = table
     return out
 

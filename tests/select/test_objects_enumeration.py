@@ -1,8 +1,9 @@
 """Soft object sets against exact enumeration (analysis.select.objects).
 
-The reference enumerates, per small random event, every pass/fail configuration of
-every object's own cuts (one independent Bernoulli per object and set: a jet's b-tag
-bit exists even when the jet fails, it just does not matter then), builds the hard-cut
+The reference (the enumeration oracle of tests/reference) enumerates, per small random
+event, every pass/fail configuration of every object's own cuts (one independent
+Bernoulli per object and set: a jet's b-tag bit exists even when the jet fails, it
+just does not matter then), builds the hard-cut
 state of each configuration (set members, counts, the decision, the ranked members)
 and weights it by its probability. Joint count distributions, event pass
 probabilities, per-object weights and leading-object candidates must agree to 1e-10.
@@ -10,7 +11,6 @@ probabilities, per-object weights and leading-object candidates must agree to 1e
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 
 import jax.numpy as jnp
@@ -30,6 +30,7 @@ from analysis.select.objects import (
     sum_moments,
 )
 from tests.conftest import AGC_SETS
+from tests.reference import configurations, members, ranked
 
 SETS = AGC_SETS
 COLLECTION = {s.name: s.collection for s in SETS}
@@ -104,23 +105,14 @@ def random_events(seed: int, n_events: int):
 
 def enumerate_event(e, counts, probs, rank, model_counts, thresholds, slots_list):
     """Exact expectations for event ``e`` by summing over all configurations."""
-    bits = []  # (set name, object index) of each independent Bernoulli
-    for s in SETS:
-        for j in range(counts[s.collection][e]):
-            bits.append((s.name, j))
-    n = len(bits)
-    conf = np.array(list(itertools.product((False, True), repeat=n)), dtype=bool)
-    conf = conf.reshape(2**n, n)
-    q = np.array([probs[name][e, j] for name, j in bits])
-    prob = np.where(conf, q, 1 - q).prod(axis=1)
-    own = {s.name: np.zeros((len(conf), M[s.collection]), dtype=bool) for s in SETS}
-    for b, (name, j) in enumerate(bits):
-        own[name][:, j] = conf[:, b]
-    member = {}
-    for s in SETS:  # parents come first in SETS
-        member[s.name] = own[s.name] & (member[s.parent] if s.parent else True)
+    own = {s.name: probs[s.name][e, : counts[s.collection][e]] for s in SETS}
+    member, prob = members(own, PARENT)
+    member = {  # padded to the layout's width M
+        name: np.pad(m, ((0, 0), (0, M[COLLECTION[name]] - m.shape[1])))
+        for name, m in member.items()
+    }
     k = {s.name: member[s.name].sum(axis=1) for s in SETS}
-    passed = np.ones(len(conf), dtype=bool)
+    passed = np.ones(len(prob), dtype=bool)
     for c, t in zip(model_counts, thresholds):
         total = sum(k[name] for name in c.sets)
         passed &= OPS[c.op](total, t)
@@ -143,18 +135,11 @@ def enumerate_event(e, counts, probs, rank, model_counts, thresholds, slots_list
     for slots in slots_list:
         table: dict[tuple[int, ...], float] = defaultdict(float)
         picks = []
-        exists = np.ones(len(conf), dtype=bool)
         for name, r in slots:
             c = COLLECTION[name]
             m = counts[c][e]
-            order = sorted(range(m), key=lambda j, c=c: -rank[c][e, j])  # stable
-            ordered = member[name][:, order]
-            cs = np.cumsum(ordered, axis=1)
-            hit = ordered & (cs == r + 1)
-            exists &= hit.any(axis=1)
-            picks.append(
-                np.array(order + [0])[np.argmax(hit, axis=1)] if m else np.zeros(len(conf), int)
-            )
+            picks.append(ranked(member[name][:, :m], rank[c][e, :m], r))
+        exists = np.all([p >= 0 for p in picks], axis=0)
         keep = exists & (wp > 0)
         for row in np.flatnonzero(keep):
             table[tuple(int(p[row]) for p in picks)] += wp[row]
@@ -230,8 +215,7 @@ def test_twelve_objects():
     pt = rng.uniform(20, 200, (1, 12))
     lays = {"Jet": layout([0], [12], 12)}
     th = jnp.asarray([4.0, 9.0])
-    conf = np.array(list(itertools.product((False, True), repeat=12)), dtype=bool)
-    prob = np.where(conf, q[0], 1 - q[0]).prod(axis=1)
+    conf, prob = configurations(q[0])
     k = conf.sum(axis=1)
     wp = prob * ((k >= 4) & (k < 9))
     p = np.asarray(event_pass({"jets": q}, lays, model, th))

@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +19,7 @@ import pytest
 
 from analysis.pipeline import kernel
 from analysis.select import pbinom
+from tests.reference import configurations
 
 RTOL = 1e-10
 
@@ -46,11 +45,8 @@ def enumerate_distribution(p, starts, counts, cap: int) -> np.ndarray:
     """Capped count distribution by summing over all 2^n pass/fail configurations."""
     out = np.zeros((len(starts), cap + 1))
     for e, (s, n) in enumerate(zip(starts, counts)):
-        pe = np.asarray(p[s : s + n], dtype=np.float64)
-        for passed in itertools.product((0, 1), repeat=int(n)):
-            mask = np.array(passed, dtype=bool)
-            prob = np.prod(np.where(mask, pe, 1.0 - pe))
-            out[e, min(int(mask.sum()), cap)] += prob
+        conf, prob = configurations(np.asarray(p[s : s + n], dtype=np.float64))
+        np.add.at(out[e], np.minimum(conf.sum(axis=1), cap), prob)
     return out
 
 

@@ -1,0 +1,30 @@
+"""The threshold cut ``x > t``, ``x >= t``, ``x < t``, ``x <= t`` (one sigmoid).
+
+``P = sigmoid((x - t) / width)`` for ``>``/``>=`` and ``sigmoid((t - x) / width)``
+for ``<``/``<=`` (:func:`analysis.select.objects.soft_pass`); at width 0 the hard
+step, inclusive for ``>=``/``<=``. YAML: ``{var: pt, op: ">", value: 25}`` or
+``param: jet_pt_min``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from analysis.select.objects import soft_pass
+
+__all__ = ["Threshold"]
+
+
+class Threshold:
+    """One threshold ``t`` (written ``value:`` or ``param:``)."""
+
+    ops = (">", ">=", "<", "<=")
+    bounds = ("",)
+
+    def probability(self, x: Any, bounds: Sequence[Any], width: Any, *, op: str) -> Any:
+        (t,) = bounds
+        return soft_pass(x, t, width, greater=op in (">", ">="), inclusive=op in (">=", "<="))
+
+    def check(self, op: str, values: Sequence[float | None]) -> str | None:
+        return None

@@ -1,0 +1,178 @@
+"""Reverse mode across chunks: one cotangent per chunk, exact for centred-moment merges.
+
+For a scalar loss ``L(S)`` of the merged states ``S = merge(s_1, ..., s_C)`` (each
+chunk's states ``s_c(theta)``), the gradient ``dL/dtheta`` needs only the cotangent
+``S_bar = dL/dS`` of the merged states and one vector-Jacobian product per chunk.
+The Pebay merge is not linear in the chunks' states, but it is linear in each
+chunk's *power sums about a fixed point*. Take ``a`` = the merged mean (a constant:
+the value from the first pass, no derivative). For a :class:`~analysis.stats.Moments`
+state the power sums about ``a`` add over chunks::
+
+    T_r = sum_c T_{c,r},   T_{c,r} = sum_{i in c} w_i (x_i - a)^r        (r = 0..4)
+        = sum_k C(r, k) M_{c,k} delta_c^(r - k),   delta_c = mu_c - a
+
+with ``M_{c,0} = W_c``, ``M_{c,1} = 0`` (so ``T_0 = W``, ``T_1 = W delta``,
+``T_2 = M2 + W delta^2``, ``T_3 = M3 + 3 delta M2 + W delta^3``,
+``T_4 = M4 + 4 delta M3 + 6 delta^2 M2 + W delta^4``), and the merged state is a fixed
+function of the totals, ``S = Phi(T)``: ``W = T_0``, ``mu = a + T_1 / T_0``,
+``M_r = sum_i w_i (x_i - mu)^r`` (the binomial shift back from ``a`` to ``mu``,
+e.g. ``M2 = T_2 - T_1^2 / T_0``). Both identities hold for every ``theta`` (``a`` is a
+constant), so ``S(theta) = Phi(sum_c T_c(theta))`` and, by the chain rule,
+
+    dL/dtheta = sum_c  d/dtheta < T_bar, T_c(theta) >,   T_bar = (dPhi/dT)^T S_bar
+
+with ``dPhi/dT`` taken at ``T = T(S, a)`` (the merged state's own power sums about
+``a``; at ``a = mu``, ``T_1 = 0``, which keeps the shift well conditioned). ``T_bar``
+is computed once from the merged state; each chunk differentiates the scalar
+``<T_bar, T_c(theta)>``, a function of its own inputs and the constants ``a``,
+``T_bar``: one reverse-mode pass, O(parameters) memory, independent of the other
+chunks. Exact (to rounding) for any chunking, merge order and executor: the merged
+gradient is a plain sum of the chunks'. ``CoMoments`` work the same way with
+``T = (W, sum w dx, sum w dy, sum w dx^2, sum w dy^2, sum w dx dy)`` about
+``(a_x, a_y)``; a plain sum is its own ``T`` (``T_bar = S_bar``). The centres
+(``center`` fields) are constants, as in forward mode (their cotangent is unused).
+
+Non-finite state entries (e.g. the NaN ``M3``/``M4`` of a second-order-only state, or
+the moments of data with an infinite value) are treated as constants 0 in the
+pullback, so their zero cotangents never meet a NaN (``0 * NaN``): undefined values
+stay NaN in the first pass, their gradients are finite.
+
+Everything here is pure JAX on pytrees of states (numpy in, JAX out).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from analysis.stats._core import CoMoments, Moments
+from analysis.stats.merge import is_state
+
+__all__ = ["from_sums", "pullback_payload", "pulled_sum", "sums_about"]
+
+_ORDER = 4  # Moments carry M2..M4
+
+
+def _finite(x: Any) -> Any:
+    """``x`` where its value is finite, else a constant 0 (no gradient, no NaN)."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    ok = jnp.isfinite(jax.lax.stop_gradient(x))
+    return jnp.where(ok, x, 0.0)
+
+
+def _div(num: Any, den: Any) -> Any:
+    ok = den != 0
+    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
+
+
+def _shift(m: list[Any], delta: Any) -> list[Any]:
+    """``sum_k C(r, k) m_k delta^(r - k)`` for r = 0..len(m) - 1 (``m`` about one point,
+    the result about a point ``delta`` below it)."""
+    out = []
+    for r in range(len(m)):
+        term = jnp.zeros_like(m[0])
+        for k in range(r + 1):
+            term = term + math.comb(r, k) * m[k] * delta ** (r - k)
+        out.append(term)
+    return out
+
+
+def sums_about(state: Any, a: Any) -> tuple[Any, ...]:
+    """Power sums of a state about the constant point ``a`` (a scalar per entry, or
+    ``(a_x, a_y)`` for ``CoMoments``): the quantities that add over chunks.
+
+    ``Moments``: ``(T_0, ..., T_4)``, ``T_r = sum w (x - a)^r``; ``CoMoments``:
+    ``(W, Sx, Sy, Sxx, Syy, Sxy)`` of the deviations from ``(a_x, a_y)``. Non-finite
+    entries count as 0 (see the module docstring)."""
+    if isinstance(state, Moments):
+        w, c, dm, m2, m3, m4 = (_finite(v) for v in state)
+        delta = (c - a) + dm
+        return tuple(_shift([w, jnp.zeros_like(w), m2, m3, m4], delta))
+    if isinstance(state, CoMoments):
+        w, cx, dx, cy, dy, cxx, cyy, cxy = (_finite(v) for v in state)
+        ax, ay = a
+        ex, ey = (cx - ax) + dx, (cy - ay) + dy
+        return (w, w * ex, w * ey, cxx + w * ex * ex, cyy + w * ey * ey, cxy + w * ex * ey)
+    raise TypeError(f"sums_about: expected Moments or CoMoments, found {type(state).__name__}")
+
+
+def from_sums(sums: tuple[Any, ...], a: Any, like: Any) -> Any:
+    """The state with power sums ``sums`` about ``a`` (inverse of :func:`sums_about`);
+    the centres are those of ``like`` (constants)."""
+    if isinstance(like, Moments):
+        t0, t1, t2, t3, t4 = sums
+        r = _div(t1, t0)  # mu - a
+        # about mu = a + r: the binomial shift of the sums about a by -r
+        _, _, m2, m3, m4 = _shift([t0, t1, t2, t3, t4], -r)
+        c = jnp.asarray(like.center, dtype=jnp.float64)
+        return Moments(t0, c, (a - c) + r, m2, m3, m4)
+    if isinstance(like, CoMoments):
+        w, sx, sy, sxx, syy, sxy = sums
+        ax, ay = a
+        rx, ry = _div(sx, w), _div(sy, w)
+        cx = jnp.asarray(like.center_x, dtype=jnp.float64)
+        cy = jnp.asarray(like.center_y, dtype=jnp.float64)
+        return CoMoments(
+            w,
+            cx,
+            (ax - cx) + rx,
+            cy,
+            (ay - cy) + ry,
+            sxx - rx * sx,
+            syy - ry * sy,
+            sxy - rx * sy,
+        )
+    raise TypeError(f"from_sums: expected Moments or CoMoments, found {type(like).__name__}")
+
+
+def _anchor(state: Any) -> Any:
+    """The merged mean (0 where undefined): the fixed point ``a``."""
+
+    def mean(c: Any, d: Any) -> Any:
+        mu = jnp.asarray(c, dtype=jnp.float64) + jnp.asarray(d, dtype=jnp.float64)
+        return jnp.where(jnp.isfinite(mu), mu, 0.0)
+
+    if isinstance(state, Moments):
+        return mean(state.center, state.dmean)
+    return (mean(state.center_x, state.dmean_x), mean(state.center_y, state.dmean_y))
+
+
+def _sanitised(ct: Any) -> Any:
+    return jax.tree_util.tree_map(lambda v: jnp.where(jnp.isfinite(v), v, 0.0), ct)
+
+
+def pullback_payload(merged: Any, cotangent: Any) -> list[tuple[Any, Any]]:
+    """Per leaf of the merged states (flattened with states as leaves): ``(a, T_bar)``
+    for a state, ``(None, S_bar)`` for a sum. ``cotangent``: ``dL/dS``, the same pytree
+    as ``merged`` (a state's cotangent is a state of arrays)."""
+    leaves = jax.tree_util.tree_leaves(merged, is_leaf=is_state)
+    cts = jax.tree_util.tree_leaves(cotangent, is_leaf=is_state)
+    out: list[tuple[Any, Any]] = []
+    for s, ct in zip(leaves, cts, strict=True):
+        if not is_state(s):
+            out.append((None, jnp.asarray(ct, dtype=jnp.float64)))
+            continue
+        a = _anchor(s)
+        sums = sums_about(s, a)
+        _, vjp = jax.vjp(lambda t, s=s, a=a: from_sums(t, a, s), sums)
+        (t_bar,) = vjp(type(s)(*(jnp.asarray(v, dtype=jnp.float64) for v in ct)))
+        out.append((a, _sanitised(t_bar)))
+    return out
+
+
+def pulled_sum(states: Any, payload: list[tuple[Any, Any]]) -> Any:
+    """``sum over leaves of <T_bar, T_c>``: the scalar whose gradient with respect to the
+    parameters is this chunk's share of ``dL/dtheta`` (``states``: the chunk's states,
+    a function of the parameters; ``payload``: :func:`pullback_payload`)."""
+    leaves = jax.tree_util.tree_leaves(states, is_leaf=is_state)
+    total = jnp.zeros((), dtype=jnp.float64)
+    for s, (a, t_bar) in zip(leaves, payload, strict=True):
+        if a is None:
+            total = total + jnp.sum(t_bar * _finite(s))
+            continue
+        for tb, t in zip(t_bar, sums_about(s, a), strict=True):
+            total = total + jnp.sum(tb * t)
+    return total

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -40,7 +41,9 @@ class DiffProcessor(processor.ProcessorABC):
     the driver's column cache (or, in the driver's own process, put straight into the
     cache ``cache_token`` names; in a dask worker with ``worker_budget`` set, kept by
     the worker: see :func:`analysis.data.cache.keep_columns`); :meth:`evaluate` is what a
-    cached chunk goes through.
+    cached chunk goes through. With ``unit_weights=True`` every event weighs 1 (the
+    columns' weights are ignored, cached or not): at width 0 the selected sum of
+    weights is then the number of events passing the hard cuts.
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class DiffProcessor(processor.ProcessorABC):
         histograms: tuple | None = None,
         grid: bool = False,
         keep_columns: bool = False,
+        unit_weights: bool = False,
     ) -> None:
         self.plan = plan
         self.theta = np.asarray(theta, dtype=np.float64)
@@ -65,6 +69,7 @@ class DiffProcessor(processor.ProcessorABC):
         self.histograms = histograms
         self.grid = grid
         self.keep_columns = keep_columns
+        self.unit_weights = unit_weights
         self.cache_token: str | None = None
         #: set by the driver on dask: keep the columns in the worker, within this budget
         self.worker_budget: int | None = None
@@ -98,6 +103,8 @@ class DiffProcessor(processor.ProcessorABC):
 
     def evaluate(self, dataset: str, cols) -> dict:
         """``{dataset: output}`` of one chunk's columns (no file access)."""
+        if getattr(self, "unit_weights", False):  # a copy: the cache keeps the real weights
+            cols = dataclasses.replace(cols, weight=np.ones_like(cols.weight))
         if self.histograms is not None:
             return {dataset: {i: self._fill(cols, *spec) for i, spec in enumerate(self.histograms)}}
         if self.histogram is not None:

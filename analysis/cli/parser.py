@@ -58,7 +58,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _add_debug(p: argparse.ArgumentParser) -> None:
+    # also after the subcommand; SUPPRESS keeps the main parser's value when absent here
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks")
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
+    _add_debug(p)
     p.add_argument("config", help="YAML analysis config")
     p.add_argument("--output", "-o", help="output directory (default: the config's output.dir)")
     p.add_argument(
@@ -122,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("make-dataset", help="write NanoAOD-layout demo files")
+    _add_debug(p)
     p.add_argument("outdir")
     p.add_argument("--process", choices=["ttbar", "dy"], required=True)
     p.add_argument("--events", type=int, default=200_000)

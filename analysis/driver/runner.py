@@ -66,6 +66,7 @@ __all__ = [
     "Evaluator",
     "empty_columns",
     "empty_state",
+    "as_written",
     "resolve_fileset",
     "resolve_skhep",
     "worker_threads_env",
@@ -119,6 +120,12 @@ def resolve_skhep(name: str, where: str) -> str:
             f"{where}: skhep:{name} is not in {SKHEP_CACHE} and could not be downloaded "
             f"({type(err).__name__}); copy the file there"
         ) from None
+
+
+def as_written(text: str) -> str:
+    """``text`` with paths into the scikit-hep-testdata cache written as the config's
+    ``skhep:NAME`` entries (a message should name what the user wrote)."""
+    return text.replace(f"{SKHEP_CACHE}{os.sep}", "skhep:")
 
 
 class BadFile(Exception):
@@ -198,7 +205,7 @@ def resolve_fileset(
                 entries[path] = open_file(path, ds.treename)
             except BadFile as bad:
                 if skipped is None:
-                    raise InputError(f"{path}: {bad} (datasets.{name})") from bad
+                    raise InputError(as_written(f"{path}: {bad} (datasets.{name})")) from bad
                 skipped.append(Fault(name, path, None, None, str(bad)))
         fileset[name] = {"files": {p: ds.treename for p in entries}, "entries": entries}
     return fileset
@@ -417,7 +424,7 @@ class Evaluator:
                     cause = cause.removeprefix("Exception: ")
                 else:
                     cause = describe(e)
-                return InputError(f"{where}: {cause}")
+                return InputError(as_written(f"{where}: {cause}"))
             e = e.__cause__ or e.__context__
         return err
 
@@ -439,7 +446,7 @@ class Evaluator:
                 else ""
             )
             raise InputError(
-                f"{f.where} (datasets.{f.dataset}): {reason}{more}{hint}"
+                as_written(f"{f.where} (datasets.{f.dataset}): {reason}{more}{hint}")
             ) from _WorkerTraceback(f.detail)
 
     def faults_report(self) -> dict[str, Any]:
@@ -472,12 +479,17 @@ class Evaluator:
         widths: Any = None,
         order: int = 1,
         chunks: list | None = None,
+        unit_weights: bool = False,
     ) -> dict[str, DatasetState]:
-        """One pass: ``{dataset: DatasetState}`` (every configured dataset present)."""
+        """One pass: ``{dataset: DatasetState}`` (every configured dataset present).
+        ``unit_weights``: every event weighs 1 (with ``widths=0``, ``order=0``: the
+        selected sums are the numbers of events passing the hard cuts)."""
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=order)
+        proc = DiffProcessor(
+            self.plan, theta, w, self.weight_branches, order=order, unit_weights=unit_weights
+        )
         return self.process(proc, lambda: empty_state(self.plan, theta, w, order), chunks=chunks)
 
     def process(self, proc, empty: Any, *, chunks: list | None = None) -> dict[str, Any]:

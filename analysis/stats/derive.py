@@ -401,6 +401,13 @@ def _shown(names: tuple[str, ...], limit: int = 8) -> str:
 
 # --- derive ---------------------------------------------------------------------------
 
+#: what a raw awkward array combined with a parameter (awkward's own, deprecated JAX
+#: backend, not registered here) raises inside ``fn``, instead of awkward's message
+AWKWARD_HINT = (
+    "stats.derive: fn combines an awkward Array with a parameter; wrap the array first: "
+    "stats.from_awkward(events.Jet.pt) (a stats.Jagged; flat arrays: ak.to_numpy(...))"
+)
+
 
 def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     """Evaluate ``fn(theta)`` with its derivatives: a :class:`Derived`.
@@ -430,7 +437,13 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     t0 = jnp.asarray(vec)
 
     def f(t):
-        return _checked_states(fn(spec.unflatten(t)), "stats.derive")
+        try:
+            out = fn(spec.unflatten(t))
+        except RuntimeError as err:
+            if "ak.jax" not in str(err):
+                raise
+            raise TypeError(AWKWARD_HINT) from None
+        return _checked_states(out, "stats.derive")
 
     if task == "pullback":
         return _pullback(f, t0, spec.names, theta)

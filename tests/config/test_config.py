@@ -46,16 +46,19 @@ def _write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
     return path
 
 
-def _error_for(tmp_path: Path, mutate: Callable[[dict[str, Any]], None]) -> str:
-    """Apply ``mutate`` to the valid config, write it, load it; return the one-line error."""
+def _error_for(
+    tmp_path: Path, mutate: Callable[[dict[str, Any]], None], *, one_line: bool = True
+) -> str:
+    """Apply ``mutate`` to the valid config, write it, load it; return the one-line error
+    (``one_line=False``: the error lines, several mistakes one line each)."""
     data = yaml.safe_load(VALID)
     mutate(data)
     path = _write(tmp_path, yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ConfigError) as info:
         load_config(path)
     msg = str(info.value)
-    assert "\n" not in msg
-    assert msg.startswith(f"{path}: ")
+    assert "\n" not in msg or not one_line
+    assert all(line.startswith(f"{path}: ") for line in msg.splitlines())
     return msg
 
 
@@ -249,12 +252,28 @@ def test_error_message(tmp_path: Path, case: str) -> None:
     assert msg.startswith(f"{tmp_path / 'cfg.yaml'}: {expected.split(':')[0]}:")
 
 
-def test_several_errors_reports_first_and_count(tmp_path: Path) -> None:
+def test_several_errors_are_all_reported_one_line_each(tmp_path: Path) -> None:
     def mutate(data: dict[str, Any]) -> None:
         data["executor"].update(workers=0, chunksize="abc", retries=-1)
 
-    msg = _error_for(tmp_path, mutate)
-    assert msg.endswith("executor.workers: workers must be >= 1, got 0 (and 2 more errors)")
+    lines = _error_for(tmp_path, mutate, one_line=False).splitlines()
+    src = str(tmp_path / "cfg.yaml")
+    assert len(lines) == 3 and all(line.startswith(f"{src}: executor.") for line in lines)
+    assert lines[0] == f"{src}: executor.workers: workers must be >= 1, got 0"
+    assert any("executor.chunksize" in line for line in lines)
+    assert any("executor.retries" in line for line in lines)
+
+
+def test_many_errors_are_capped(tmp_path: Path) -> None:
+    from analysis.config.loader import MAX_ERRORS
+
+    def mutate(data: dict[str, Any]) -> None:
+        for i in range(MAX_ERRORS + 5):
+            data["parameters"][f"p{i}"] = {"init": "x", "trainable": False}
+
+    lines = _error_for(tmp_path, mutate, one_line=False).splitlines()
+    assert len(lines) == MAX_ERRORS + 1
+    assert lines[-1].endswith("(and 5 more errors)")
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key,
 from analysis.data.columns import extract_columns
 from analysis.data.faults import FAULTS_KEY, Fault, Faults, describe
 from analysis.errors import DiffcoffeaError, InputError
+from analysis.pipeline.bounds import check_sizes
 from analysis.pipeline.kernel import chunk_state, grid_state
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths
@@ -272,6 +273,7 @@ class Evaluator:
             ds["metadata"] = {"nonfinite": self.nonfinite, "retries": ex.retries}
         #: every skipped chunk or file and every non-finite drop seen so far (all passes)
         self.faults = Faults(skipped)
+        check_sizes(config, self.plan, events=self.largest_chunk)
         self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
         self._own_cache = False
         if isinstance(cache, ColumnCache):
@@ -282,6 +284,12 @@ class Evaluator:
             self.cache = ColumnCache(budget=int(config.cache_memory_mb * 2**20))
             self._own_cache = True
         self._branches = plan_branches(self.plan)
+
+    @property
+    def largest_chunk(self) -> int:
+        """Events of the largest chunk (the chunk size, or the largest file if smaller)."""
+        n = max((n for ds in self.fileset.values() for n, _ in ds["entries"].values()), default=0)
+        return min(n, self.chunksize)
 
     # -- executors ------------------------------------------------------------
     def _executor(self):
@@ -777,6 +785,7 @@ class Evaluator:
         from processors import DiffProcessor
 
         thetas = np.asarray(thetas, dtype=np.float64)
+        check_sizes(self.config, self.plan, events=self.largest_chunk, grid_points=len(thetas))
         zeros = np.zeros(self.plan.n_widths)
         proc = DiffProcessor(self.plan, thetas, zeros, self.weight_branches, order=0, grid=True)
         return self.process(

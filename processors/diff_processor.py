@@ -9,7 +9,7 @@ from coffea import processor
 
 from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
-from analysis.data.faults import guarded
+from analysis.data.faults import guarded, reading
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
 
@@ -77,7 +77,8 @@ class DiffProcessor(processor.ProcessorABC):
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"
         weight_branch = self.weight_branches.get(dataset)
-        cols = extract_columns(events, self.plan, weight_branch=weight_branch, source=source)
+        with reading():  # what fails in here is a bad file (skip_bad_files may skip it)
+            cols = extract_columns(events, self.plan, weight_branch=weight_branch, source=source)
         out = self.evaluate(dataset, cols)
         if self.keep_columns:
             meta = events.metadata

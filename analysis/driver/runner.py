@@ -434,18 +434,19 @@ class Evaluator:
         if not faults:
             return
         self.faults = self.faults + faults
-        bad = faults.skipped_list()
-        if bad and not self.skip_bad_files:
+        # skip_bad_files skips bad files only: a cap, a config error, a bug or memory
+        # would bias what remains, so they always stop the run.
+        bad = [f for f in faults.skipped_list() if f.kind != "read" or not self.skip_bad_files]
+        if bad:
             f = bad[0]
             reason = f.reason
             if reason.startswith(f.file + ":"):
                 reason = reason[len(f.file) + 1 :].strip()
             more = f" (and {len(bad) - 1} more chunks)" if len(bad) > 1 else ""
-            hint = (
-                "; skip_bad_files: true (or --skip-bad-files) goes on without bad chunks"
-                if f.kind == "read"
-                else ""
-            )
+            hint = {
+                "read": "; skip_bad_files: true (or --skip-bad-files) goes on without bad chunks",
+                "error": " (not a bad file: never skipped; --debug shows the traceback)",
+            }.get(f.kind, "")
             raise InputError(
                 f"{f.where} (datasets.{f.dataset}): {reason}{more}{hint}"
             ) from _WorkerTraceback(f.detail)
@@ -456,8 +457,21 @@ class Evaluator:
             "skip_bad_files": self.skip_bad_files,
             "nonfinite": self.nonfinite,
             "skipped": [f.to_json() for f in self.faults.skipped_list()],
+            "skipped_fraction": self.skipped_fraction(),
             "dropped": self.faults.dropped_totals(),
         }
+
+    def skipped_fraction(self) -> dict[str, float | None]:
+        """Per dataset, the fraction of the entries of its readable files that were in
+        skipped chunks (0.0 when none; ``None`` when no readable file has entries). A whole
+        file skipped as unreadable has no known entries: it is listed, not counted."""
+        out: dict[str, float | None] = {}
+        for name, ds in self.fileset.items():
+            total = sum(n for n, _ in ds["entries"].values())
+            lost = sum(f.events or 0 for f in self.faults.skipped_list()
+                       if f.dataset == name and f.kind == "read")
+            out[name] = lost / total if total else None
+        return out
 
     # -- passes -----------------------------------------------------------------
     def theta_and_widths(

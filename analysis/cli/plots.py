@@ -15,6 +15,14 @@ __all__ = [
 ]
 
 
+def _save(fig, path: Path) -> None:
+    """``fig`` as a PNG, atomically (a full disk: one line naming the path, no partial file)."""
+    from analysis.data.atomic import atomic_open
+
+    with atomic_open(path, what="plot") as f:
+        fig.savefig(f, format="png", dpi=80)
+
+
 def _pyplot():
     import matplotlib
 
@@ -45,7 +53,7 @@ def plot_history(history: list[dict[str, Any]], outdir: Path) -> list[Path]:
         ax2.set_ylabel("Asimov significance", color="C1")
     fig.tight_layout()
     paths.append(outdir / "objective.png")
-    fig.savefig(paths[-1], dpi=80)
+    _save(fig, paths[-1])
     plt.close(fig)
 
     names = list(history[0]["parameters"]) if history else []
@@ -59,7 +67,7 @@ def plot_history(history: list[dict[str, Any]], outdir: Path) -> list[Path]:
         axes[-1, 0].set_xlabel("step")
         fig.tight_layout()
         paths.append(outdir / "parameters.png")
-        fig.savefig(paths[-1], dpi=80)
+        _save(fig, paths[-1])
         plt.close(fig)
     return paths
 
@@ -128,6 +136,6 @@ def plot_histograms(
         ax.legend(fontsize=14)
         fig.tight_layout()
         paths.append(Path(outdir) / f"hist_{ds}.png")
-        fig.savefig(paths[-1], dpi=80)
+        _save(fig, paths[-1])
         plt.close(fig)
     return paths

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.data.atomic import atomic_open
 from analysis.errors import DiffcoffeaError
 
 __all__ = [
@@ -81,7 +81,6 @@ def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
     (:func:`config_snapshot`). The history must be JSON data (floats, strings, None).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     layout, leaves = _layout(data["opt_state"])
     state = {
         "format": FORMAT,
@@ -98,12 +97,8 @@ def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
     text = json.dumps(state, allow_nan=True).encode("utf-8")
     arrays = {"state": np.frombuffer(text, dtype=np.uint8), "u": np.asarray(data["u"], np.float64)}
     arrays.update({f"opt_{i}": leaf for i, leaf in enumerate(leaves)})
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_open(path, what="checkpoint") as f:  # the last good one survives a full disk
         np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # --- reading ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from coffea import processor
 from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading
+from analysis.data.overflow import check_overflow
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
 
@@ -105,10 +106,12 @@ class DiffProcessor(processor.ProcessorABC):
             return {dataset: self._fill(cols, *self.histogram, self.theta, self.widths)}
         if self.grid:
             return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
-        state = chunk_state(
-            cols, self.plan, self.theta, self.widths, order=self.order,
-            threads=self.kernel_threads,
-        )
+        with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
+            state = chunk_state(
+                cols, self.plan, self.theta, self.widths, order=self.order,
+                threads=self.kernel_threads,
+            )
+        check_overflow(state, cols, self.plan, dataset=dataset)
         return {dataset: state}
 
     def _fill(self, cols, index, bins, low, high, theta, widths):

@@ -153,6 +153,17 @@ def open_file(path: str, treename: str) -> tuple[int, bytes]:
         raise BadFile(f"not a readable ROOT file ({describe(err)})") from err
 
 
+def _same_file(where: str, path: str, earlier: str, what: str) -> None:
+    """A file listed twice in a dataset is read once: one warning line says so."""
+    import warnings
+
+    from analysis.errors import DiffcoffeaWarning
+
+    warnings.warn(
+        f"{where}: {path} is {what} {earlier}; counted once", DiffcoffeaWarning, stacklevel=3
+    )
+
+
 def resolve_fileset(
     config: Config, *, skipped: list[Fault] | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -193,14 +204,26 @@ def resolve_fileset(
                 raise InputError(f"{where}: no such file {entry!r} (looked for {path})")
             else:
                 paths.append(path)
-        entries = {}
+        entries: dict[str, tuple[int, Any]] = {}
+        first: dict[Any, str] = {}  # resolved path, and file UUID -> the path met first
         for path in paths:
+            real = os.path.realpath(path)
+            if real in first:
+                _same_file(where, path, first[real], "the same file as")
+                continue
+            first[real] = path
             try:
-                entries[path] = open_file(path, ds.treename)
+                n, uuid = open_file(path, ds.treename)
             except BadFile as bad:
                 if skipped is None:
                     raise InputError(f"{path}: {bad} (datasets.{name})") from bad
                 skipped.append(Fault(name, path, None, None, str(bad)))
+                continue
+            if ("uuid", uuid) in first:
+                _same_file(where, path, first["uuid", uuid], "a copy (same ROOT file UUID) of")
+                continue
+            first["uuid", uuid] = path
+            entries[path] = (n, uuid)
         fileset[name] = {"files": {p: ds.treename for p in entries}, "entries": entries}
     return fileset
 

@@ -636,7 +636,8 @@ def sum_moments(
             new = [0.0] * (order + 1)
             for p in range(len(d)):
                 gt = _pull(g, d[p], model.shape)  # (E, R, S): moments after, given p
-                xp = x_m[:, p, None]
+                # a pattern of probability exactly 0 never changes a result (no 0 x inf)
+                xp = jnp.where(pi_m[:, p, None] == 0, 0.0, x_m[:, p, None])
                 powers = [jnp.ones_like(xp)]
                 for _ in range(order):
                     powers.append(powers[-1] * xp)

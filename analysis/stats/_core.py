@@ -158,6 +158,9 @@ def _centre(
     finite = jnp.isfinite(center)
     d = x - _expand(jnp.where(finite, center, 0.0), segment_ids)
     d = jnp.where(_expand(finite, segment_ids), d, 0.0)
+    # A finite element of weight exactly 0 never changes a result: its powers could
+    # overflow (0 x inf = NaN), so its deviation is 0 (inf/NaN elements keep numpy's NaN).
+    d = jnp.where((w == 0) & jnp.isfinite(x), 0.0, d)
     return center, d
 
 

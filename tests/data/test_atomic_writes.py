@@ -51,7 +51,7 @@ def _full_open(code: int, room: int = 100):
 
 def _checkpoint(u: np.ndarray) -> dict:
     return {"fingerprint": "f", "step": 1, "u": u, "opt_state": {"count": np.zeros(())},
-            "history": [{"step": 0, "objective": -1.0}], "converged": False}
+            "history": [{"step": 0, "objective": -1.0, "parameters": {"a": 1.0}}], "converged": False}
 
 
 @pytest.mark.parametrize("code,name", [(errno.ENOSPC, "No space left on device (ENOSPC)"),
@@ -123,7 +123,7 @@ _TMPFS_SCRIPT = textwrap.dedent(
     from analysis.cli.plots import _save
     ck = os.path.join(d, "checkpoint.npz")
     base = {"fingerprint": "f", "step": 1, "opt_state": {"n": np.zeros(())},
-            "history": [{"step": 0, "objective": -1.0}], "converged": False}
+            "history": [{"step": 0, "objective": -1.0, "parameters": {"a": 1.0}}], "converged": False}
     save_checkpoint(ck, {**base, "u": np.array([0.5])})
     try:
         save_checkpoint(ck, {**base, "u": np.random.default_rng(0).random(20000)})

@@ -9,7 +9,7 @@ from coffea import processor
 
 from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
-from analysis.data.faults import guarded, reading
+from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
@@ -78,6 +78,7 @@ class DiffProcessor(processor.ProcessorABC):
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"
         weight_branch = self.weight_branches.get(dataset)
+        same_file(events)  # replaced since the driver opened it: named as such
         with reading():  # what fails in here is a bad file (skip_bad_files may skip it)
             cols = extract_columns(events, self.plan, weight_branch=weight_branch, source=source)
         out = self.evaluate(dataset, cols)

@@ -40,6 +40,7 @@ __all__ = [
     "guarded",
     "note_dropped",
     "reading",
+    "same_file",
 ]
 
 #: Output key of the fault record. Not a string, so it never collides with a dataset name.
@@ -150,6 +151,27 @@ def reading() -> Iterator[None]:
         raise
     except Exception as err:
         raise ReadError(describe(err)) from err
+
+
+def same_file(events: Any) -> None:
+    """Raise :class:`~analysis.errors.InputError` if the file a chunk was read from is not
+    the one the driver opened (its ROOT UUID changed: replaced between passes); a
+    replaced file would otherwise be read as corruption, or silently as other data."""
+    from analysis.errors import InputError
+
+    meta = getattr(events, "metadata", None) or {}
+    expected = str(meta.get("fileuuid") or "")
+    attrs = getattr(events, "attrs", None) or {}
+    # coffea's key of the chunk's buffers: "uuid/tree/range" (a tuple in some versions)
+    key = getattr(attrs.get("@events_factory"), "_partition_key", None)
+    if isinstance(key, tuple):
+        key = key[0] if key else ""
+    found = str(key or "").split("/")[0]
+    if expected and found and found != expected:
+        raise InputError(
+            f"the file changed since it was opened (ROOT UUID {expected}, now {found}): "
+            "it was replaced during the run; run again on files that stay in place"
+        )
 
 
 def _one_line(text: str) -> str:

@@ -51,6 +51,7 @@ import numpy as np
 from coffea.nanoevents import NanoAODSchema
 
 from analysis.config.loader import Config
+from analysis.data.branches import branch_problem, required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import FAULTS_KEY, Fault, Faults, describe
@@ -126,8 +127,16 @@ class BadFile(Exception):
     """Why a file cannot be read (a one-line reason, without the path)."""
 
 
-def open_file(path: str, treename: str) -> tuple[int, bytes]:
-    """``(entries, uuid)`` of tree ``treename`` in ``path``; :class:`BadFile` if unreadable.
+class BranchError(InputError):
+    """A branch the analysis needs is missing or inconsistent (not a bad file)."""
+
+
+def open_file(
+    path: str, treename: str, required: dict[str, tuple[str, ...]] | None = None
+) -> tuple[int, bytes]:
+    """``(entries, uuid)`` of tree ``treename`` in ``path``; :class:`BadFile` if unreadable,
+    :class:`BranchError` naming the branch if one of ``required`` is missing or not one
+    value per object (:func:`analysis.data.branches.branch_problem`).
 
     Opens the file and its tree and reads the branch list and entry count, which is
     all coffea's preprocessing would do, so a truncated file, a corrupt header or
@@ -146,11 +155,14 @@ def open_file(path: str, treename: str) -> tuple[int, bytes]:
             if not hasattr(tree, "num_entries"):
                 raise BadFile(f"{treename!r} is a {type(tree).__name__}, not a TTree")
             tree.keys()
-            return int(tree.num_entries), f.file.fUUID
+            problem = branch_problem(tree, required or {})
+            if problem is None:
+                return int(tree.num_entries), f.file.fUUID
     except BadFile:
         raise
     except Exception as err:
         raise BadFile(f"not a readable ROOT file ({describe(err)})") from err
+    raise BranchError(problem)
 
 
 def _same_file(where: str, path: str, earlier: str, what: str) -> None:
@@ -165,7 +177,10 @@ def _same_file(where: str, path: str, earlier: str, what: str) -> None:
 
 
 def resolve_fileset(
-    config: Config, *, skipped: list[Fault] | None = None
+    config: Config,
+    *,
+    skipped: list[Fault] | None = None,
+    required: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{dataset: {"files": {path: treename}, "entries": {path: (n, uuid)}}}``, globs
     expanded and every file opened.
@@ -213,7 +228,9 @@ def resolve_fileset(
                 continue
             first[real] = path
             try:
-                n, uuid = open_file(path, ds.treename)
+                n, uuid = open_file(path, ds.treename, required)
+            except BranchError as err:
+                raise InputError(f"{path}: {err} (datasets.{name})") from None
             except BadFile as bad:
                 if skipped is None:
                     raise InputError(f"{path}: {bad} (datasets.{name})") from bad
@@ -290,7 +307,10 @@ class Evaluator:
         self._chunks: list | None = None
         self._validated = False
         skipped: list[Fault] = []
-        self.fileset = resolve_fileset(config, skipped=skipped if self.skip_bad_files else None)
+        self.fileset = resolve_fileset(
+            config, skipped=skipped if self.skip_bad_files else None,
+            required=required_branches(self.plan),
+        )
         for ds in self.fileset.values():
             # in every chunk's events.metadata (read by columns.py and faults.guarded)
             ds["metadata"] = {"nonfinite": self.nonfinite, "retries": ex.retries}

@@ -91,6 +91,14 @@ def test_the_cli_exits_2_with_the_line(tmp_path, capsys):
     assert "parameters.min_jets.bounds: implies 1000000003 count states" in line, line
 
 
+def test_chunk_buffers(monkeypatch):
+    config = config_from_dict(single(), source="c.yaml")
+    monkeypatch.setenv(ENV_LIMIT, "1024")
+    with pytest.raises(ResourceError, match=r"^c.yaml: executor.chunksize: implies 2 columns x "
+                                            r"1073741824 events per chunk = 16 GB"):
+        check_sizes(config, build_plan(config), events=10**9)
+
+
 def test_grid_points_multiply(monkeypatch):
     config = config_from_dict(single(), source="c.yaml")
     plan = build_plan(config)

@@ -236,10 +236,11 @@ def resolve_fileset(
                     raise InputError(f"{path}: {bad} (datasets.{name})") from bad
                 skipped.append(Fault(name, path, None, None, str(bad)))
                 continue
-            if ("uuid", uuid) in first:
-                _same_file(where, path, first["uuid", uuid], "a copy (same ROOT file UUID) of")
+            copy = ("uuid", uuid, os.path.getsize(path))  # (a damaged copy is not the file)
+            if copy in first:
+                _same_file(where, path, first[copy], "a copy (same ROOT file UUID and size) of")
                 continue
-            first["uuid", uuid] = path
+            first[copy] = path
             entries[path] = (n, uuid)
         fileset[name] = {"files": {p: ds.treename for p in entries}, "entries": entries}
     return fileset

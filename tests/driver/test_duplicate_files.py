@@ -34,7 +34,7 @@ def files(tmp_path):
     (["a.root", "a.root"], "is the same file as"),
     (["a.root", "a*.root"], "is the same file as"),
     (["a.root", "link.root"], "is the same file as"),
-    (["a.root", "copy.root"], "is a copy (same ROOT file UUID) of"),
+    (["a.root", "copy.root"], "is a copy (same ROOT file UUID and size) of"),
 ])
 def test_counted_once_with_one_warning(files, listed, what) -> None:
     cfg = config_from_dict({"datasets": {"d": {"files": listed}}}, source="c.yaml",

@@ -10,7 +10,8 @@ from coffea import processor
 
 from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
-from analysis.data.faults import guarded
+from analysis.data.faults import guarded, reading, same_file
+from analysis.data.overflow import check_overflow
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
 
@@ -82,7 +83,9 @@ class DiffProcessor(processor.ProcessorABC):
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"
         weight_branch = self.weight_branches.get(dataset)
-        cols = extract_columns(events, self.plan, weight_branch=weight_branch, source=source)
+        same_file(events)  # replaced since the driver opened it: named as such
+        with reading():  # what fails in here is a bad file (skip_bad_files may skip it)
+            cols = extract_columns(events, self.plan, weight_branch=weight_branch, source=source)
         out = self.evaluate(dataset, cols)
         if self.keep_columns:
             meta = events.metadata
@@ -111,10 +114,12 @@ class DiffProcessor(processor.ProcessorABC):
             return {dataset: self._fill(cols, *self.histogram, self.theta, self.widths)}
         if self.grid:
             return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
-        state = chunk_state(
-            cols, self.plan, self.theta, self.widths, order=self.order,
-            threads=self.kernel_threads,
-        )
+        with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
+            state = chunk_state(
+                cols, self.plan, self.theta, self.widths, order=self.order,
+                threads=self.kernel_threads,
+            )
+        check_overflow(state, cols, self.plan, dataset=dataset)
         return {dataset: state}
 
     def _fill(self, cols, index, bins, low, high, theta, widths):

@@ -28,6 +28,7 @@ PACKAGES = ("analysis", "processors")
 LAYERS: dict[str, int] = {
     "analysis": 0,  # float64 policy only (analysis/__init__.py)
     "analysis.errors": 0,
+    "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
     "analysis.stats": 0,  # pure maths: statistics, states, merges, derivatives
     "analysis.select": 1,  # soft cuts, counts, object sets, 4-vectors, expressions
     "analysis.soft": 1,  # public face of analysis.select for own processors

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -68,14 +67,10 @@ def json_safe(data: Any) -> Any:
 
 def write_json(path: Path, data: Any) -> None:
     """Write strict JSON atomically (temp file, then rename); NaN/inf are written as null."""
+    from analysis.data.atomic import write_atomic
+
     text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        raise DiffcoffeaError(f"{path}: cannot write results: {err.strerror or err}") from None
+    write_atomic(path, text, what="results")  # one line naming the path on a full disk
 
 
 def output_dir(config, args) -> Path:

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 from analysis.cli.commands import (
     claim_run,
@@ -30,7 +31,7 @@ from analysis.cli.commands import (
     run_scan,
     write_json,
 )
-from analysis.errors import DiffcoffeaError
+from analysis.errors import DiffcoffeaError, DiffcoffeaWarning
 
 __all__ = [
     "build_parser",
@@ -194,6 +195,17 @@ def _interrupted(from_command_line: bool) -> int:
     return 130
 
 
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Our own warnings as one line (``diffcoffea: warning: ...``); others as Python shows them."""
+    if issubclass(category, DiffcoffeaWarning):
+        print(f"diffcoffea: warning: {message}", file=sys.stderr)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; ``argv=None`` (the real command line) exits hard on Ctrl-C."""
     if argv is None:
@@ -205,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return _interrupted(argv is None)
     except Exception as err:

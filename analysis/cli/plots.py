@@ -26,6 +26,14 @@ __all__ = [
 ]
 
 
+def _save(fig, path: Path) -> None:
+    """``fig`` as a PNG, atomically (a full disk: one line naming the path, no partial file)."""
+    from analysis.data.atomic import atomic_open
+
+    with atomic_open(path, what="plot") as f:
+        fig.savefig(f, format="png", dpi=100)
+
+
 def _pyplot():
     import matplotlib
 
@@ -91,7 +99,7 @@ def plot_history(report: dict[str, Any], outdir: Path) -> list[Path]:
     ax.legend(fontsize=16)
     fig.tight_layout()
     paths.append(outdir / "objective.png")
-    fig.savefig(paths[-1], dpi=100)
+    _save(fig, paths[-1])
     plt.close(fig)
 
     names = list(report.get("trainable") or (history[0]["parameters"] if history else []))
@@ -133,7 +141,7 @@ def plot_history(report: dict[str, Any], outdir: Path) -> list[Path]:
                    frameon=False)
         fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.6 * nrows + 0.8)))
         paths.append(outdir / "parameters.png")
-        fig.savefig(paths[-1], dpi=100)
+        _save(fig, paths[-1])
         plt.close(fig)
     return paths
 
@@ -227,6 +235,6 @@ def plot_histograms(
         ax.legend(fontsize=14, title=f"{obs.name} = {obs.x}", title_fontsize=13)
         fig.tight_layout()
         paths.append(Path(outdir) / f"hist_{ds}.png")
-        fig.savefig(paths[-1], dpi=100)
+        _save(fig, paths[-1])
         plt.close(fig)
     return paths

@@ -82,10 +82,14 @@ def require_finite(res: dict[str, Any], step: int, checkpoint: Path) -> None:
         )
 
 
-def annealed_widths(w0: np.ndarray, step: int, config: Config) -> np.ndarray:
-    """Cut widths at ``step`` (see the module docstring)."""
+def annealed_widths(
+    w0: np.ndarray, step: int, config: Config, *, steps: int | None = None
+) -> np.ndarray:
+    """Cut widths at ``step`` (see the module docstring); ``steps``: the length of the
+    schedule (default ``optimizer.steps``; a run extended with ``--resume --steps N``
+    keeps its first length, so its path is unchanged and it goes on at the final widths)."""
     a = config.optimizer.anneal
-    steps = config.optimizer.steps
+    steps = config.optimizer.steps if steps is None else steps
     frac = 1.0 if steps <= 1 else min(step / (steps - 1), 1.0)
     if a.schedule == "none":
         factor = 1.0
@@ -115,8 +119,13 @@ class Coordinates:
 
 
 def config_fingerprint(config: Config) -> str:
-    """Hash of everything that changes the optimisation (the checkpoint must match it)."""
-    data = config.model_dump(mode="json", exclude={"output": True, "executor": True})
+    """Hash of everything that changes the optimisation (the checkpoint must match it).
+
+    Not ``optimizer.steps``: the step budget is the path's length, not the path
+    (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
+    data = config.model_dump(
+        mode="json", exclude={"output": True, "executor": True, "optimizer": {"steps"}}
+    )
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -149,6 +158,8 @@ class Optimization:
         if steps is not None:
             config.optimizer.steps = steps
         self.opt_cfg = config.optimizer
+        #: length of the annealing schedule: this run's steps, or the first run's on resume
+        self.anneal_steps = self.opt_cfg.steps
         names = self.plan.trainable_names
         if not names:
             raise ConfigError(
@@ -196,14 +207,19 @@ class Optimization:
         self.opt_state = jax.tree_util.tree_map(jnp.asarray, data["opt_state"])
         self.history = data["history"]
         self.converged = data.get("converged", False)
+        first = ((data.get("config") or {}).get("optimizer") or {}).get("steps")
+        if isinstance(first, int) and not isinstance(first, bool) and first >= 0:
+            self.anneal_steps = first
 
     def checkpoint(self) -> None:
+        snapshot = _ckpt.config_snapshot(self.config)
+        snapshot["optimizer"]["steps"] = self.anneal_steps  # the schedule's length, kept
         save_checkpoint(
             self.outdir / CHECKPOINT,
             {
                 "fingerprint": self.fingerprint,
                 "names": self.coords.names,
-                "config": _ckpt.config_snapshot(self.config),
+                "config": snapshot,
                 "step": self.step,
                 "u": np.array(self.u),
                 "opt_state": jax.tree_util.tree_map(np.asarray, self.opt_state),
@@ -259,7 +275,7 @@ class Optimization:
         """One pass and one update; appends to the history and writes the checkpoint."""
         start = time.perf_counter()
         k = self.step
-        widths = annealed_widths(self.w0, k, self.config)
+        widths = annealed_widths(self.w0, k, self.config, steps=self.anneal_steps)
         params = self.params()
         chunks = self._chunks_for(k)
         res = self.evaluate(params, widths, order=self.order, chunks=chunks)
@@ -295,7 +311,7 @@ class Optimization:
 
     def _converged(self) -> bool:
         w = self.opt_cfg.window
-        annealed = self.opt_cfg.anneal.schedule == "none" or self.step >= self.opt_cfg.steps
+        annealed = self.opt_cfg.anneal.schedule == "none" or self.step >= self.anneal_steps
         if not annealed or len(self.history) <= w:
             return False
         return self._relative_change() <= self.opt_cfg.tolerance
@@ -408,7 +424,9 @@ class Optimization:
         about ten first-order ones.
         """
         params = self.params()
-        widths = annealed_widths(self.w0, max(self.step - 1, 0), self.config)
+        widths = annealed_widths(
+            self.w0, max(self.step - 1, 0), self.config, steps=self.anneal_steps
+        )
         passes = self.passes
         order = 2 if self.config.output.hessian or self.order >= 2 else 1
         soft = self.evaluate(params, widths, order=order, strict=False)

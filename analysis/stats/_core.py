@@ -230,10 +230,15 @@ def _centre(
     # awkward): keep that as the centre and no correction (x - inf would be NaN).
     # The deviations are set to 0 there (double where: no NaN gradient elsewhere).
     finite = xp.isfinite(center)
-    if xp is np and bool(np.all(finite)):  # eager: skip the masking when nothing is infinite
+    # A finite element of weight exactly 0 never changes a result: its powers could
+    # overflow (0 x inf = NaN), so its deviation is 0 (inf/NaN elements keep numpy's NaN).
+    zero = (w == 0) & xp.isfinite(x)
+    if xp is np and bool(np.all(finite)) and not bool(np.any(zero)):
+        # eager: skip the masking when nothing is infinite and no weight is 0
         return center, x - _expand(center, segment_ids)
     d = x - _expand(xp.where(finite, center, 0.0), segment_ids)
     d = xp.where(_expand(finite, segment_ids), d, 0.0)
+    d = xp.where(zero, 0.0, d)
     return center, d
 
 

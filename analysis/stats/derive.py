@@ -190,10 +190,15 @@ class Derived:
     Pickles (numpy leaves), so coffea's executors ship it between processes.
     """
 
-    __slots__ = ("names", "value", "jac", "hess")
+    __slots__ = ("names", "value", "jac", "hess", "at")
 
-    def __init__(self, names: Any, value: Any, jac: Any = None, hess: Any = None) -> None:
+    def __init__(
+        self, names: Any, value: Any, jac: Any = None, hess: Any = None, *, at: Any = None
+    ) -> None:
         self.names = tuple(names)
+        #: the parameter values the derivatives were taken at (:func:`derive` sets them;
+        #: ``None``: unknown). ``a + b`` refuses a mixture of different points.
+        self.at = None if at is None else tuple(float(v) for v in at)
         self.value = value
         self.jac = jac
         # Symmetrised: a Taylor expansion (how merges and statistics are differentiated)
@@ -201,10 +206,11 @@ class Derived:
         self.hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
 
     def __getstate__(self) -> tuple:
-        return (self.names, self.value, self.jac, self.hess)
+        return (self.names, self.value, self.jac, self.hess, self.at)
 
     def __setstate__(self, state: tuple) -> None:
-        self.names, self.value, self.jac, self.hess = state
+        self.names, self.value, self.jac, self.hess = state[:4]
+        self.at = state[4] if len(state) > 4 else None
 
     @property
     def order(self) -> int:
@@ -228,6 +234,13 @@ class Derived:
         diff = describe_difference(self.value, other.value)
         if diff is not None:
             raise ValueError(f"Derived + Derived: state structures differ {diff}")
+        if self.at is not None and other.at is not None:
+            for name, a, b in zip(self.names, self.at, other.at, strict=True):
+                if abs(a - b) > 1e-12 * max(abs(a), abs(b), 1.0):
+                    raise ValueError(
+                        f"Derived + Derived: derived at different values of parameter "
+                        f"{name!r}: {a!r} vs {b!r} (a merge would mix two selections)"
+                    )
 
     def __add__(self, other: Any) -> Derived:
         if isinstance(other, numbers.Number) and other == 0:
@@ -238,7 +251,8 @@ class Derived:
         value, jac, hess = _merge_taylor(
             self.value, self.jac, self.hess, other.value, other.jac, other.hess, order=self.order
         )
-        return Derived(self.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
+        return Derived(self.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess),
+                       at=self.at if self.at is not None else other.at)
 
     def __radd__(self, other: Any) -> Derived:
         return self.__add__(other)
@@ -448,11 +462,11 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     if task == "pullback":
         return _pullback(f, t0, spec.names, theta)
     if task == "values":
-        return Derived(spec.names, _to_numpy(_values(f, t0)))
+        return Derived(spec.names, _to_numpy(_values(f, t0)), at=vec)
     if order == 0:
-        return Derived(spec.names, _to_numpy(f(t0)))
+        return Derived(spec.names, _to_numpy(f(t0)), at=vec)
     value, jac, hess = value_and_derivatives(f, t0, order=order)
-    return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
+    return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess), at=vec)
 
 
 # Compiled pullbacks by chunk-function structure: the jaxpr's text (which names no

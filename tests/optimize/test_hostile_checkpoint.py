@@ -40,7 +40,8 @@ def _adam_state(u):
 
 def _save(path: Path, *, opt_state=None, names=NAMES, config=None, step=2, fingerprint="f1"):
     u = np.array([0.25, 0.5, 0.75])
-    history = [{"step": k, "objective": -1.0 - k, "significance": None} for k in range(step)]
+    history = [{"step": k, "objective": -1.0 - k, "significance": None,
+                "parameters": dict.fromkeys(names or NAMES, 1.0)} for k in range(step)]
     C.save_checkpoint(
         path,
         {

@@ -37,6 +37,12 @@ LAYERS: dict[str, int] = {
     "analysis.stats.merge": 0,
     "analysis.stats.registry": 0,
     "analysis.stats.derive": 0,
+    "analysis.stats.histogram": 0,
+    "analysis.likelihood": 1,  # binned likelihoods of histogram states (stats only)
+    "analysis.likelihood.expected": 1,
+    "analysis.likelihood.fit": 1,
+    "analysis.likelihood.model": 1,
+    "analysis.likelihood.significance": 1,
     "analysis.soft": 1,
     "analysis.pbinom": 0,  # pure maths (jax only): objects uses its integer_step
     "analysis.fourvec": 0,  # pure maths beside the statistics layer

@@ -6,7 +6,8 @@ empty selections), :mod:`analysis.stats.jagged` for the jit-friendly :class:`Jag
 type, :mod:`analysis.stats._core` for the moment states shared with the chunked
 processor, :mod:`analysis.stats.merge` for the exact merge of states,
 :mod:`analysis.stats.derive` for states with derivatives (:class:`Derived`,
-:func:`derive`, :func:`differentiable`).
+:func:`derive`, :func:`differentiable`), :mod:`analysis.stats.histogram` for soft
+histograms (:func:`histogram`, :class:`Histogram`).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from analysis.stats.api import (
     var,
 )
 from analysis.stats.derive import Derived, derive, differentiable
+from analysis.stats.histogram import Histogram, histogram
 from analysis.stats.jagged import Jagged, from_awkward
 from analysis.stats.merge import merge
 
 __all__ = [
     "CoMoments",
     "Derived",
+    "Histogram",
     "Jagged",
     "LinearFit",
     "Moments",
@@ -44,6 +47,7 @@ __all__ = [
     "derive",
     "differentiable",
     "from_awkward",
+    "histogram",
     "kurtosis",
     "linear_fit",
     "mean",

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.stats.histogram import Histogram
 from analysis.stats.merge import describe_difference, is_state, merge
 
 __all__ = ["Derived", "derive", "differentiable", "taylor_derivatives", "value_and_derivatives"]
@@ -82,6 +83,8 @@ def _checked_states(tree: Any, func: str) -> Any:
     def walk(node: Any, path: str) -> Any:
         if is_state(node):
             return type(node)(*(jnp.asarray(v, dtype=jnp.float64) for v in node))
+        if isinstance(node, Histogram):
+            return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype=jnp.float64), node)
         if isinstance(node, dict):
             return {k: walk(v, f"{path}[{k!r}]") for k, v in node.items()}
         if type(node) in (list, tuple):
@@ -92,7 +95,8 @@ def _checked_states(tree: Any, func: str) -> Any:
         if not ok or np.dtype(getattr(node, "dtype", np.float64)).kind not in "iuf":
             raise TypeError(
                 f"{func}: fn(theta){path or ''} is a {type(node).__name__}; expected a "
-                "state (stats.moments / stats.comoments) or a sum (a real number or array)"
+                "state (stats.moments / stats.comoments / stats.histogram) or a sum (a real "
+                "number or array)"
             )
         return jnp.asarray(node, dtype=jnp.float64)
 
@@ -278,7 +282,8 @@ def derive(fn: Callable[[dict], Any], theta: Mapping[str, float], *, order: int 
 
     ``theta``: dict of finite floats; ``fn`` receives a dict of float64 JAX scalars
     (same keys) and returns a pytree (dicts, lists, tuples) whose leaves are states
-    (:func:`~analysis.stats.moments`, :func:`~analysis.stats.comoments`) or sums
+    (:func:`~analysis.stats.moments`, :func:`~analysis.stats.comoments`,
+    :func:`~analysis.stats.histogram`) or sums
     (real numbers or arrays). ``order``: 0 (values only), 1 (Jacobian, default) or 2
     (and Hessian), by forward-mode JAX (few parameters, many outputs). Anything
     else as a leaf, or a non-finite ``theta`` value, raises naming it.

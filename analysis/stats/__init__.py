@@ -6,7 +6,7 @@ empty selections), :mod:`analysis.stats.jagged` for the jit-friendly :class:`Jag
 type, :mod:`analysis.stats._core` for the moment states shared with the chunked
 processor, :mod:`analysis.stats.merge` for the exact merge of states,
 :mod:`analysis.stats.derive` for states with derivatives (:class:`Derived`,
-:func:`derive`, :func:`differentiable`), :mod:`analysis.stats.histogram` for soft
+:func:`derive`, :func:`differentiable`, :func:`join`), :mod:`analysis.stats.histogram` for soft
 histograms (:func:`histogram`, :class:`Histogram`).
 """
 
@@ -28,7 +28,7 @@ from analysis.stats.api import (
     std,
     var,
 )
-from analysis.stats.derive import Derived, derive, differentiable
+from analysis.stats.derive import Derived, derive, differentiable, join
 from analysis.stats.histogram import Histogram, histogram
 from analysis.stats.jagged import Jagged, from_awkward
 from analysis.stats.merge import merge
@@ -48,6 +48,7 @@ __all__ = [
     "differentiable",
     "from_awkward",
     "histogram",
+    "join",
     "kurtosis",
     "linear_fit",
     "mean",

@@ -36,7 +36,14 @@ import numpy as np
 from analysis.stats.histogram import Histogram
 from analysis.stats.merge import describe_difference, is_state, merge
 
-__all__ = ["Derived", "derive", "differentiable", "taylor_derivatives", "value_and_derivatives"]
+__all__ = [
+    "Derived",
+    "derive",
+    "differentiable",
+    "join",
+    "taylor_derivatives",
+    "value_and_derivatives",
+]
 
 
 # --- checks ---------------------------------------------------------------------------
@@ -275,6 +282,32 @@ class Derived:
 
     def __repr__(self) -> str:
         return f"Derived(names={list(self.names)}, order={self.order}, value={self.value!r})"
+
+
+def join(parts: Mapping[str, Derived]) -> Derived:
+    """One :class:`Derived` of several: value ``{key: parts[key].value}``, and the same
+    for the Jacobian and Hessian. For a processor's output ``{dataset: Derived}``, so
+    that one :func:`differentiable` pass (or one ``value_and_grad``) sees every dataset.
+    The parts must have the same parameter names and order (else ``ValueError``)."""
+    if not isinstance(parts, Mapping) or not parts:
+        raise TypeError(f"stats.join: expected a non-empty dict of Derived, found {parts!r}")
+    items = list(parts.items())
+    for key, d in items:
+        if not isinstance(d, Derived):
+            raise TypeError(f"stats.join: [{key!r}] is a {type(d).__name__}; expected a Derived")
+    key0, first = items[0]
+    for key, d in items[1:]:
+        if d.names != first.names or d.order != first.order:
+            raise ValueError(
+                f"stats.join: [{key!r}] has parameters {list(d.names)} (order {d.order}); "
+                f"[{key0!r}] has {list(first.names)} (order {first.order})"
+            )
+    value = {k: d.value for k, d in items}
+    if first.order == 0:
+        return Derived(first.names, value)
+    jac = {k: d.jac for k, d in items}
+    hess = None if first.order < 2 else {k: d.hess for k, d in items}
+    return Derived(first.names, value, jac, hess)
 
 
 def derive(fn: Callable[[dict], Any], theta: Mapping[str, float], *, order: int = 1) -> Derived:

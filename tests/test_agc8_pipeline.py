@@ -33,19 +33,32 @@ def config() -> dict:
     return {
         "datasets": {"dy": {"files": [DY], "weight": "genWeight"}},
         "executor": {"type": "iterative", "chunksize": 100_000},
-        "parameters": {"lep_pt": {"init": 20.0, "bounds": [5.0, 50.0]},
-                       "jet_pt": {"init": 25.0, "bounds": [15.0, 60.0]},
-                       "n_lep": {"init": 1, "bounds": [0, 3], "integer": True}},
+        "parameters": {
+            "lep_pt": {"init": 20.0, "bounds": [5.0, 50.0]},
+            "jet_pt": {"init": 25.0, "bounds": [15.0, 60.0]},
+            "n_lep": {"init": 1, "bounds": [0, 3], "integer": True},
+        },
         "objects": {
-            "muons": {"collection": "Muon", "max_objects": 4, "cuts": [
-                {"var": "pt", "op": ">", "param": "lep_pt", "width": W["lep"]},
-                {"var": "abs_eta", "op": "<", "value": 2.4, "width": W["eta"]}]},
-            "tight": {"from": "muons", "cuts": [
-                {"var": "pfRelIso04_all", "op": "<", "value": 0.15, "width": W["iso"]}]},
-            "electrons": {"collection": "Electron", "cuts": [
-                {"var": "pt", "op": ">", "param": "lep_pt", "width": W["lep"]}]},
-            "jets": {"collection": "Jet", "cuts": [
-                {"var": "pt", "op": ">", "param": "jet_pt", "width": W["jet"]}]},
+            "muons": {
+                "collection": "Muon",
+                "max_objects": 4,
+                "cuts": [
+                    {"var": "pt", "op": ">", "param": "lep_pt", "width": W["lep"]},
+                    {"var": "abs_eta", "op": "<", "value": 2.4, "width": W["eta"]},
+                ],
+            },
+            "tight": {
+                "from": "muons",
+                "cuts": [{"var": "pfRelIso04_all", "op": "<", "value": 0.15, "width": W["iso"]}],
+            },
+            "electrons": {
+                "collection": "Electron",
+                "cuts": [{"var": "pt", "op": ">", "param": "lep_pt", "width": W["lep"]}],
+            },
+            "jets": {
+                "collection": "Jet",
+                "cuts": [{"var": "pt", "op": ">", "param": "jet_pt", "width": W["jet"]}],
+            },
         },
         "selection": [
             {"count": ["muons", "electrons"], "op": ">=", "param": "n_lep", "width": W["n"]},
@@ -93,8 +106,9 @@ def reference():
     f64 = {}
     for c in ("Muon", "Electron", "Jet"):
         fields = ["pt", "eta", "phi", "mass"] + (["pfRelIso04_all"] if c == "Muon" else [])
-        f64[c] = {k: [np.asarray(x, dtype=np.float64) for x in a[f"{c}_{k}"].tolist()]
-                  for k in fields}
+        f64[c] = {
+            k: [np.asarray(x, dtype=np.float64) for x in a[f"{c}_{k}"].tolist()] for k in fields
+        }
     met = np.asarray(a["MET_pt"], dtype=np.float64)
     gw = np.asarray(a["genWeight"], dtype=np.float64)
     ev = gw * sig((met - 10.0) / W["met"])
@@ -106,7 +120,8 @@ def reference():
     s = integer_step(n - np.floor(n), W["n"])
     for e in range(len(met)):
         q_mu = sig((mu["pt"][e] - PARAMS["lep_pt"]) / W["lep"]) * sig(
-            (2.4 - np.abs(mu["eta"][e])) / W["eta"])
+            (2.4 - np.abs(mu["eta"][e])) / W["eta"]
+        )
         q_tight = sig((0.15 - mu["pfRelIso04_all"][e]) / W["iso"])
         q_el = sig((el["pt"][e] - PARAMS["lep_pt"]) / W["lep"])
         q_jet = sig((jet["pt"][e] - PARAMS["jet_pt"]) / W["jet"])
@@ -115,10 +130,10 @@ def reference():
         conf = np.array(list(itertools.product((False, True), repeat=len(q))), dtype=bool)
         conf = conf.reshape(-1, len(q))
         prob = np.where(conf, q, 1 - q).prod(axis=1)
-        m_mu = conf[:, sizes[0]:sizes[1]]
-        m_tight = conf[:, sizes[1]:sizes[2]] & m_mu
-        m_el = conf[:, sizes[2]:sizes[3]]
-        m_jet = conf[:, sizes[3]:sizes[4]]
+        m_mu = conf[:, sizes[0] : sizes[1]]
+        m_tight = conf[:, sizes[1] : sizes[2]] & m_mu
+        m_el = conf[:, sizes[2] : sizes[3]]
+        m_jet = conf[:, sizes[3] : sizes[4]]
         k_lep = m_mu.sum(axis=1) + m_el.sum(axis=1)
         lo = np.floor(n)
         decision = ((1 - s) * (k_lep >= lo) + s * (k_lep >= lo + 1)) * (m_tight.sum(axis=1) <= 1)
@@ -148,8 +163,7 @@ def reference():
             sums["drme"] += ev[e] * np.array([(wp * ok) @ x**r for r in range(3)])
         wj = ev[e] * (wp @ m_jet)  # per jet: weight of its entry
         eta_j = jet["eta"][e]
-        cross += [wj.sum(), wj @ pt_j, wj @ eta_j, wj @ pt_j**2, wj @ eta_j**2,
-                  wj @ (pt_j * eta_j)]
+        cross += [wj.sum(), wj @ pt_j, wj @ eta_j, wj @ pt_j**2, wj @ eta_j**2, wj @ (pt_j * eta_j)]
         sums["met"] += ev[e] * P[e] * met[e] ** np.arange(3)
     sums["jpt"] = cross[[0, 1, 3]]
     return sums, cross, P, ev
@@ -166,8 +180,7 @@ def test_soft_pipeline_against_enumeration() -> None:
         state = evaluator.run(PARAMS, order=1)["dy"]
         value = state.derived.value
         np.testing.assert_allclose(float(value["selected_sumw"]), ev @ P, rtol=1e-10)
-        np.testing.assert_allclose(float(value["selected_sumw2"]), (ev * P) @ (ev * P),
-                                   rtol=1e-10)
+        np.testing.assert_allclose(float(value["selected_sumw2"]), (ev * P) @ (ev * P), rtol=1e-10)
         for name, s in sums.items():
             m = value["observables"][name]["moments"]
             sumw, mean, m2 = _mean_m2(s)

@@ -61,14 +61,18 @@ def test_registry_functions_are_the_state_functions():
     assert list(out) == list(registry.NAMES)
     mean = float(np.average(x, weights=w))
     assert float(out["mean"]) == pytest.approx(mean, rel=1e-14)
-    assert float(out["var"]) == pytest.approx(float(np.average((x - mean) ** 2, weights=w)), rel=1e-13)
+    assert float(out["var"]) == pytest.approx(
+        float(np.average((x - mean) ** 2, weights=w)), rel=1e-13
+    )
     assert set(out["linear_fit"]) == set(registry.STATISTICS["linear_fit"].fields)
     assert registry.json_paths("mean") == ("mean",)
     assert registry.observable_statistics(states, ()) == {}
 
 
 def test_unknown_statistic_lists_the_registry():
-    with pytest.raises(ConfigError, match="observables.0.stats.0: expected one of 'mean'.*got 'meen'"):
+    with pytest.raises(
+        ConfigError, match="observables.0.stats.0: expected one of 'mean'.*got 'meen'"
+    ):
         _config(observables=[{"name": "o", "x": "Jet.pt", "stats": ["meen"]}])
 
 

@@ -82,8 +82,7 @@ LAYERS: dict[str, int] = {
 # Modules allowed to import ``processors`` (inside functions only).
 PROCESSORS_ENTRY = {"analysis.runner"}
 # Layers known to the test but owned by other branches: placed when they exist.
-OPTIONAL_LAYERS = {
-}
+OPTIONAL_LAYERS = {}
 
 
 def _modules() -> dict[str, Path]:
@@ -112,7 +111,9 @@ def _imports(name: str, path: Path) -> list[tuple[str, bool]]:
 
     def visit(node: ast.AST, top: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            inner = top and not isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            )
             if isinstance(child, ast.Import):
                 found.extend((alias.name, top) for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -149,7 +150,9 @@ def test_imports_only_look_down(name):
     for target, top in _imports(name, MODULES[name]):
         if target.split(".")[0] == "processors" and name.startswith("analysis"):
             assert name in PROCESSORS_ENTRY, f"{name} imports {target}: only the driver may"
-            assert not top, f"{name} imports {target} at import time; only inside the driver's passes"
+            assert not top, (
+                f"{name} imports {target} at import time; only inside the driver's passes"
+            )
             continue
         assert _layer(target) <= mine, (
             f"{name} (layer {mine}) imports {target} (layer {_layer(target)}): upward"

@@ -23,7 +23,9 @@ def hist_state(sumw, sumw2=None, edges=None):
     return stats.Histogram(edges, np.r_[0.0, sumw, 0.0], np.r_[0.0, sumw2, 0.0])
 
 
-def random_case(seed, *, channels=("sr", "cr"), nbins=4, mc_stat=True, bump=0.5, signal=(2.0, 12.0)):
+def random_case(
+    seed, *, channels=("sr", "cr"), nbins=4, mc_stat=True, bump=0.5, signal=(2.0, 12.0)
+):
     """States of a signal and two backgrounds, two shape systematics (one a signal-like
     bump in the background, pulled beyond |theta| = 1 by the mu = 0 fit), two lnN."""
     rng = np.random.default_rng(seed)

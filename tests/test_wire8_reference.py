@@ -24,7 +24,11 @@ CUTS = {"jet_pt_min": 25.0, "btag_min": 0.5, "lep_pt_min": 20.0}
 
 
 def agc(
-    path: str, *, chunksize: int = 100_000, widths: bool = True, btag: str = "btagDeepFlavB",
+    path: str,
+    *,
+    chunksize: int = 100_000,
+    widths: bool = True,
+    btag: str = "btagDeepFlavB",
     weight: str | None = "genWeight",
 ) -> dict[str, Any]:
     w = (lambda x: x) if widths else (lambda x: 0.0)
@@ -37,15 +41,25 @@ def agc(
             "lep_pt_min": {"init": CUTS["lep_pt_min"], "bounds": [10.0, 60.0]},
         },
         "objects": {
-            "jets": {"collection": "Jet", "cuts": [
-                {"var": "pt", "op": ">", "param": "jet_pt_min", "width": w(5.0)},
-                {"var": "abs_eta", "op": "<", "value": 2.4, "width": w(0.1)}]},
-            "bjets": {"from": "jets", "cuts": [
-                {"var": btag, "op": ">", "param": "btag_min", "width": w(0.05)}]},
-            "muons": {"collection": "Muon", "cuts": [
-                {"var": "pt", "op": ">", "param": "lep_pt_min", "width": w(2.0)}]},
-            "electrons": {"collection": "Electron", "cuts": [
-                {"var": "pt", "op": ">", "param": "lep_pt_min", "width": w(2.0)}]},
+            "jets": {
+                "collection": "Jet",
+                "cuts": [
+                    {"var": "pt", "op": ">", "param": "jet_pt_min", "width": w(5.0)},
+                    {"var": "abs_eta", "op": "<", "value": 2.4, "width": w(0.1)},
+                ],
+            },
+            "bjets": {
+                "from": "jets",
+                "cuts": [{"var": btag, "op": ">", "param": "btag_min", "width": w(0.05)}],
+            },
+            "muons": {
+                "collection": "Muon",
+                "cuts": [{"var": "pt", "op": ">", "param": "lep_pt_min", "width": w(2.0)}],
+            },
+            "electrons": {
+                "collection": "Electron",
+                "cuts": [{"var": "pt", "op": ">", "param": "lep_pt_min", "width": w(2.0)}],
+            },
         },
         "selection": [
             {"count": "jets", "op": ">=", "value": 3},
@@ -67,18 +81,37 @@ def agc(
 def reference(path: str, btag: str, weight: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``{observable: (values, weights)}`` and the selected sum of weights, by hand."""
     t = uproot.open(path)["Events"]
-    arr = t.arrays(["genWeight", "MET_pt", "Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass",
-                    f"Jet_{btag}", "Muon_pt", "Electron_pt"])
+    arr = t.arrays(
+        [
+            "genWeight",
+            "MET_pt",
+            "Jet_pt",
+            "Jet_eta",
+            "Jet_phi",
+            "Jet_mass",
+            f"Jet_{btag}",
+            "Muon_pt",
+            "Electron_pt",
+        ]
+    )
     arr = ak.values_astype(arr, np.float64)  # the engine reads float64
-    jets = ak.zip({"pt": arr.Jet_pt, "eta": arr.Jet_eta, "phi": arr.Jet_phi,
-                   "mass": arr.Jet_mass, "btag": arr[f"Jet_{btag}"]},
-                  with_name="Momentum4D")
+    jets = ak.zip(
+        {
+            "pt": arr.Jet_pt,
+            "eta": arr.Jet_eta,
+            "phi": arr.Jet_phi,
+            "mass": arr.Jet_mass,
+            "btag": arr[f"Jet_{btag}"],
+        },
+        with_name="Momentum4D",
+    )
     jets = jets[(jets.pt > CUTS["jet_pt_min"]) & (abs(jets.eta) < 2.4)]
     # rank by pT, descending, ties in file order (as the engine)
     jets = jets[ak.argsort(jets.pt, ascending=False, stable=True)]
     bjets = jets[jets.btag > CUTS["btag_min"]]
     nlep = ak.sum(arr.Muon_pt > CUTS["lep_pt_min"], axis=1) + ak.sum(
-        arr.Electron_pt > CUTS["lep_pt_min"], axis=1)
+        arr.Electron_pt > CUTS["lep_pt_min"], axis=1
+    )
     ok = (ak.num(jets) >= 3) & (ak.num(bjets) >= 1) & (nlep <= 1) & (arr.MET_pt > 20.0)
     w = np.asarray(arr.genWeight) if weight else np.ones(len(arr))
     j, b, wk = jets[ok], bjets[ok], w[np.asarray(ok)]
@@ -168,8 +201,7 @@ def _flat_jac(state) -> np.ndarray:
     rows = [np.asarray(jac["selected_sumw"])]
     for name in ("ht", "m3j", "lead", "jpt", "drbb", "met"):
         m = jac["observables"][name]["moments"]
-        rows += [np.asarray(m.sumw), np.asarray(m.center) + np.asarray(m.dmean),
-                 np.asarray(m.m2)]
+        rows += [np.asarray(m.sumw), np.asarray(m.center) + np.asarray(m.dmean), np.asarray(m.m2)]
     return np.stack([r.reshape(-1) for r in rows])
 
 
@@ -200,8 +232,9 @@ def test_chunk_invariance(executor: str) -> None:
         split = ev.run(order=1)["tt"]
     assert split.chunks == 4 and whole.chunks == 1
     np.testing.assert_allclose(_flat(split), _flat(whole), rtol=1e-10)
-    np.testing.assert_allclose(_flat_jac(split), _flat_jac(whole), rtol=1e-9,
-                               atol=1e-12 * np.abs(_flat_jac(whole)).max())
+    np.testing.assert_allclose(
+        _flat_jac(split), _flat_jac(whole), rtol=1e-9, atol=1e-12 * np.abs(_flat_jac(whole)).max()
+    )
 
 
 @pytest.mark.slow

@@ -117,7 +117,10 @@ class Channel:
         out = []
         for item in items:
             try:
-                syst, (up, down) = item
+                syst, pair = item
+                if isinstance(pair, str) or len(pair) != 2:
+                    raise ValueError
+                up, down = pair
             except (TypeError, ValueError):
                 raise LikelihoodError(
                     f"likelihood: channel {self.name!r}: variations: expected "

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from analysis.likelihood.expected import asimov, nll, nuisance_names
-from analysis.likelihood.fit import FitResult, profile
+from analysis.likelihood.fit import MAX_STEPS, FitResult, profile
 from analysis.likelihood.model import Model, templates
 from analysis.stats._core import safe_sqrt
 
@@ -56,11 +56,11 @@ class Significance(NamedTuple):
     fit: FitResult
 
 
-@partial(jax.jit, static_argnames=("model", "gradient"))
-def _significance(tmpl: Any, model: Model, gradient: Gradient) -> Significance:
+@partial(jax.jit, static_argnames=("model", "gradient", "max_steps"))
+def _significance(tmpl: Any, model: Model, gradient: Gradient, max_steps: int) -> Significance:
     data = asimov(tmpl, model)
     n = len(nuisance_names(tmpl, model))
-    fit = profile(tmpl, model, data, 0.0, differentiate=gradient == "implicit")
+    fit = profile(tmpl, model, data, 0.0, differentiate=gradient == "implicit", max_steps=max_steps)
     theta0 = fit.nuisances if gradient == "implicit" else jax.lax.stop_gradient(fit.nuisances)
     # Envelope: the NLL at the fitted point, re-evaluated with live templates and data.
     q0 = 2.0 * (nll(tmpl, model, data, 0.0, theta0) - nll(tmpl, model, data, 1.0, jnp.zeros(n)))
@@ -77,19 +77,30 @@ def _check_gradient(gradient: Any) -> Gradient:
 
 
 def significance(
-    states: Mapping[str, Any], model: Model, *, gradient: Gradient = "envelope"
+    states: Mapping[str, Any],
+    model: Model,
+    *,
+    gradient: Gradient = "envelope",
+    max_steps: int = MAX_STEPS,
 ) -> Significance:
-    """:class:`Significance` (``z``, ``q0``, the ``mu = 0`` fit) of the states."""
-    return _significance(templates(states, model), model, _check_gradient(gradient))
+    """:class:`Significance` (``z``, ``q0``, the ``mu = 0`` fit of at most ``max_steps``
+    BFGS steps) of the states."""
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"likelihood: max_steps: expected an integer >= 1, found {max_steps!r}")
+    return _significance(templates(states, model), model, _check_gradient(gradient), max_steps)
 
 
 def discovery_significance(
-    states: Mapping[str, Any], model: Model, *, gradient: Gradient = "envelope"
+    states: Mapping[str, Any],
+    model: Model,
+    *,
+    gradient: Gradient = "envelope",
+    max_steps: int = MAX_STEPS,
 ) -> Any:
     """Expected (Asimov) discovery significance ``Z = sqrt(q0)``: a float64 JAX scalar,
     differentiable in the states. The fit status is not checked (use
     :func:`significance` and :func:`~analysis.likelihood.raise_for_fit` for that)."""
-    return significance(states, model, gradient=gradient).z
+    return significance(states, model, gradient=gradient, max_steps=max_steps).z
 
 
 @partial(jax.jit, static_argnames=("model",))

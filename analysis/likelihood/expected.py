@@ -39,6 +39,7 @@ from typing import Any
 
 import evermore as evm
 import jax.numpy as jnp
+import numpy as np
 
 from analysis.likelihood.model import Model
 from analysis.stats._core import safe_div, safe_sqrt
@@ -71,41 +72,66 @@ def mc_stat_widths(tmpl: Mapping[str, Any], model: Model) -> dict[str, Any]:
     return out
 
 
+def _stacked(chan: Mapping[str, Any], model: Model) -> tuple[Any, Any, Any]:
+    """A channel's templates as arrays: nominal ``(S, B)`` and up/down ``(K, S, B)`` for
+    the model's K shape nuisances (the nominal where a sample has no such variation:
+    its morphing is then exactly 0)."""
+    samples = list(chan.values())
+    nominal = jnp.stack([jnp.asarray(s["nominal"]["sumw"], dtype=jnp.float64) for s in samples])
+    if not model.shape_names:
+        return nominal, None, None
+
+    def side(name: str, key: str) -> Any:
+        rows = [
+            s["variations"][name][key] if name in s["variations"] else s["nominal"]["sumw"]
+            for s in samples
+        ]
+        return jnp.stack([jnp.asarray(r, dtype=jnp.float64) for r in rows])
+
+    up = jnp.stack([side(k, "up") for k in model.shape_names])
+    down = jnp.stack([side(k, "down") for k in model.shape_names])
+    return nominal, up, down
+
+
 def expected(tmpl: Mapping[str, Any], model: Model, mu: Any, theta: Any) -> dict[str, Any]:
     """``{channel: lambda}`` (float64, ``(nbins,)``) at signal strength ``mu`` and
     nuisances ``theta`` (flat, :func:`nuisance_names` order). JAX, differentiable in
-    every argument but ``model``."""
+    every argument but ``model``; vectorised over samples and nuisances (one evermore
+    effect per kind and channel, so compiled fits stay small)."""
     theta = jnp.asarray(theta, dtype=jnp.float64)
-    n_norm, shapes = len(model.normalisations), model.shape_names
-    index = {s: n_norm + i for i, s in enumerate(shapes)}
+    n_norm, n_shape = len(model.normalisations), len(model.shape_names)
     widths = mc_stat_widths(tmpl, model) if model.mc_stat else {}
-    start = n_norm + len(shapes)
+    shapes_end = n_norm + n_shape
+    start = shapes_end  # of the next channel's MC-statistics factors
     out = {}
     for c in model.channels:
         chan = tmpl[c.name]
-        nb = _nbins(tmpl, c.name)
-        gamma = None
+        nominal, up, down = _stacked(chan, model)
+        names = list(chan)
+        signal = np.array([ds in model.signal for ds in names])
+        scale = jnp.where(jnp.asarray(signal)[:, None], mu, 1.0) * jnp.ones_like(nominal)
+        offset = jnp.zeros_like(nominal)
+        if n_shape:
+            morph = evm.effect.VerticalTemplateMorphing(up, down)
+            offset = morph(theta[n_norm:shapes_end, None, None], nominal[None]).offset.sum(axis=0)
+        if n_norm:
+            # kappa_j for the samples of normalisation j, 1 (no effect) elsewhere: (J, S, 1)
+            kappa = np.array(
+                [
+                    [n.kappa if ds in n.datasets else 1.0 for ds in names]
+                    for n in model.normalisations
+                ]
+            )[:, :, None]
+            lnn = evm.effect.SymmetricExponential(kappa)(theta[:n_norm, None, None], nominal[None])
+            scale = scale * lnn.scale.prod(axis=0)
         if model.mc_stat:
-            gamma_theta = theta[start : start + nb]
+            nb = nominal.shape[1]
+            gamma = evm.effect.Linear(offset=1.0, slope=widths[c.name])(
+                theta[start : start + nb], nominal
+            )
             start += nb
-        total = jnp.zeros(nb, dtype=jnp.float64)
-        for ds, sample in chan.items():
-            h = jnp.asarray(sample["nominal"]["sumw"], dtype=jnp.float64)
-            offset = jnp.zeros_like(h)
-            for s, var in sample["variations"].items():
-                morph = evm.effect.VerticalTemplateMorphing(var["up"], var["down"])
-                offset = offset + morph(theta[index[s]], h).offset
-            scale = jnp.ones_like(h)
-            if ds in model.signal:
-                scale = scale * mu
-            for j, norm in enumerate(model.normalisations):
-                if ds in norm.datasets:
-                    scale = scale * evm.effect.SymmetricExponential(norm.kappa)(theta[j], h).scale
-            if model.mc_stat:
-                gamma = evm.effect.Linear(offset=1.0, slope=widths[c.name])(gamma_theta, h)
-                scale = scale * gamma.scale
-            total = total + scale * (h + offset)
-        out[c.name] = jnp.maximum(total, model.floor)
+            scale = scale * gamma.scale
+        out[c.name] = jnp.maximum(jnp.sum(scale * (nominal + offset), axis=0), model.floor)
     return out
 
 

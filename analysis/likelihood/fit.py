@@ -38,14 +38,18 @@ RTOL = 1e-9
 ATOL = 1e-9
 MAX_STEPS = 1000
 NEWTON_STEPS = 2
+GRAD_TOL = 1e-6  # largest |dNLL/dtheta| of a converged fit (rounding is ~1e-12)
 
 
 class FitResult(NamedTuple):
     """A profile fit: fitted ``nuisances`` (flat, ``nuisance_names`` order), the ``nll``
-    there, ``converged`` (bool), ``steps`` taken and optimistix's ``result`` code."""
+    there, the largest ``|dNLL/dtheta|`` there (``gradient``), ``converged`` (BFGS
+    succeeded, the NLL is finite and ``gradient <= GRAD_TOL``), BFGS ``steps`` and
+    optimistix's ``result`` code."""
 
     nuisances: Any
     nll: Any
+    gradient: Any
     converged: Any
     steps: Any
     result: Any
@@ -72,7 +76,7 @@ def profile(
         theta = jnp.zeros(0, dtype=jnp.float64)
         value = nll(args[0], model, args[1], args[2], theta)
         ok = jnp.asarray(True)
-        return FitResult(theta, value, ok, jnp.asarray(0), jnp.asarray(0))
+        return FitResult(theta, value, jnp.zeros(()), ok, jnp.asarray(0), jnp.asarray(0))
 
     def fn(theta, a):
         t, d, m = a
@@ -89,20 +93,24 @@ def profile(
     )
     theta = _newton(fn, sol.value, args)
     value = fn(theta, args)
-    ok = (sol.result == optx.RESULTS.successful) & jnp.isfinite(value)
-    return FitResult(theta, value, ok, sol.stats["num_steps"], sol.result._value)
+    gmax = jnp.max(jnp.abs(jax.grad(fn)(theta, args)))
+    ok = (sol.result == optx.RESULTS.successful) & jnp.isfinite(value) & (gmax <= GRAD_TOL)
+    return FitResult(theta, value, gmax, ok, sol.stats["num_steps"], sol.result._value)
 
 
 def _newton(fn: Any, theta: Any, args: Any) -> Any:
     """``NEWTON_STEPS`` Newton steps ``theta - H^-1 g`` from a converged BFGS minimum,
-    each kept only if finite and not raising the NLL beyond rounding."""
+    each kept only if finite and not raising the NLL beyond rounding (one compiled
+    loop body)."""
     grad, hess = jax.grad(fn), jax.hessian(fn)
-    for _ in range(NEWTON_STEPS):
+
+    def step(_, theta):
         value = fn(theta, args)
         new = theta - jnp.linalg.solve(hess(theta, args), grad(theta, args))
         ok = jnp.all(jnp.isfinite(new)) & (fn(new, args) <= value + 1e-12 * jnp.abs(value))
-        theta = jnp.where(ok, new, theta)
-    return theta
+        return jnp.where(ok, new, theta)
+
+    return jax.lax.fori_loop(0, NEWTON_STEPS, step, theta)
 
 
 def fit_status(code: Any) -> str:
@@ -121,8 +129,8 @@ def raise_for_fit(fit: FitResult, *, step: str) -> None:
         return
     value = float(np.asarray(fit.nll))
     status = fit_status(fit.result)
-    if status == "successful":  # the minimiser stopped, but at a non-finite NLL
-        status = "non-finite NLL"
+    if status == "successful":  # BFGS stopped, but not at a minimum
+        status = f"largest |dNLL/dtheta| {float(np.asarray(fit.gradient)):.3g} > {GRAD_TOL:g}"
     raise FitError(
         f"likelihood: the {step} fit did not converge: {status} after "
         f"{int(np.asarray(fit.steps))} steps (NLL {value:.6g})"

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_stats import best_of  # noqa: E402  (one timing helper for the stats benchmarks)
 
 from analysis import likelihood as lk  # noqa: E402
 from analysis import stats  # noqa: E402
@@ -112,19 +113,6 @@ def make_model(channels: int, shapes: int, norms: int) -> lk.Model:
     return lk.Model(chans, ["sig"], normalisations, mc_stat=True)
 
 
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:
-    """(first call, best of ``repeat`` further calls) in seconds, and the last result."""
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn())
-    first = time.perf_counter() - t0
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t0)
-    return first, best, out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=200_000, help="events per dataset")
@@ -142,62 +130,69 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = tuple(sorted(THETA))
     t = jnp.asarray([THETA[n] for n in names])
 
-    def one_pass() -> stats.Derived:
-        parts = {}
-        for ds, ev in events.items():
-            value, jac, _ = derived(t, ev)
-            parts[ds] = stats.Derived(names, value, jac)
-        return stats.join(parts)
+    def one_pass() -> dict[str, Any]:  # arrays (not Derived): best_of waits for them
+        return {ds: derived(t, ev)[:2] for ds, ev in events.items()}
 
-    pass_first, pass_best, d = timed(one_pass, args.repeat)
-    d = stats.Derived(
-        d.names,
-        jax.tree_util.tree_map(np.asarray, d.value),
-        jax.tree_util.tree_map(np.asarray, d.jac),
+    pass_first, pass_best, parts = best_of(one_pass, args.repeat)
+    d = stats.join(  # numpy leaves, as coffea merges them
+        {
+            ds: stats.Derived(names, *jax.tree_util.tree_map(np.asarray, vj))
+            for ds, vj in parts.items()
+        }
     )
     tmpl = lk.templates(d.value, model)
     lk.check_templates(tmpl, model, lk.edges(d.value, model))
     n_fit = len(lk.nuisance_names(tmpl, model))
 
-    def jitted(objective: Callable[[Any], Any]) -> Callable[[], Any]:
+    on_device = jax.device_put((d.value, d.jac))
+
+    def jitted(objective: Callable[[Any], Any], *, device: bool = False) -> Callable[[], Any]:
         # what a pipeline runs: the value and the 4-parameter gradient of the objective of
-        # the merged states, through their Taylor expansion, compiled once
+        # the merged states, through their Taylor expansion, compiled once; the states are
+        # numpy (as coffea merges them: each call copies their 2 x 240 leaves to the
+        # device) or already device arrays
         f = jax.jit(lambda v, j: taylor_derivatives(objective, v, j, order=1)[:2])
-        return lambda: f(d.value, d.jac)
+        return (lambda: f(*on_device)) if device else (lambda: f(d.value, d.jac))
 
     def z_of(gradient: str) -> Callable[[Any], Any]:
         return lambda s: lk.discovery_significance(s, model, gradient=gradient)
 
     rows = []
-    fit_first, fit_best, res = timed(lambda: lk.significance(d.value, model), args.repeat)
+    fit_first, fit_best, res = best_of(lambda: lk.significance(d.value, model), args.repeat)
     lk.raise_for_fit(res.fit, step="benchmark")
     rows.append(("fit only (Z value)", fit_first, fit_best))
-    zg_first, zg_best, (z, grad) = timed(jitted(z_of("envelope")), args.repeat)
+    zg_first, zg_best, (z, grad) = best_of(jitted(z_of("envelope")), args.repeat)
     rows.append(("fit + gradient (4 params, envelope), jitted", zg_first, zg_best))
     rows.append(
         (
+            "fit + gradient (4 params, envelope), jitted, states on the device",
+            *best_of(jitted(z_of("envelope"), device=True), args.repeat)[:2],
+        )
+    )
+    rows.append(
+        (
             "fit + gradient (4 params, implicit), jitted",
-            *timed(jitted(z_of("implicit")), args.repeat)[:2],
+            *best_of(jitted(z_of("implicit")), args.repeat)[:2],
         )
     )
     rows.append(
         (
             "fit + gradient (4 params, envelope), eager Derived.value_and_grad",
-            *timed(lambda: d.value_and_grad(z_of("envelope")), args.repeat)[:2],
+            *best_of(lambda: d.value_and_grad(z_of("envelope")), args.repeat)[:2],
         )
     )
     rev = jax.jit(jax.value_and_grad(z_of("envelope")))
     rows.append(
         (
             "fit + reverse gradient w.r.t. every template entry",
-            *timed(lambda: rev(d.value), args.repeat)[:2],
+            *best_of(lambda: rev(d.value), args.repeat)[:2],
         )
     )
     sigma = jitted(lambda s: lk.mu_uncertainty(s, model))
     rows.append(
         (
             "mu uncertainty + gradient (4 params, Hessian, no fit), jitted",
-            *timed(sigma, args.repeat)[:2],
+            *best_of(sigma, args.repeat)[:2],
         )
     )
     grad = dict(zip(names, np.asarray(grad).reshape(-1), strict=True))
@@ -224,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict = "met" if share <= GOAL else "not met"
     print(
         f"fit + gradient / step = {1e3 * zg_best:.2f} ms / {1e3 * (pass_best + zg_best):.1f} ms = "
-        f"{share:.3f} (goal <= {GOAL}: {verdict})"
+        f"{share:.3f} (goal <= {GOAL}: {verdict}; the stand-in pass, numpy states)"
     )
     return 0
 

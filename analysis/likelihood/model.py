@@ -299,6 +299,12 @@ def templates(states: Mapping[str, Any], model: Model) -> Templates:
     return out
 
 
+def _first(mask: np.ndarray) -> int | None:
+    """Index of the first True entry, or None."""
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
 def check_templates(
     tmpl: Mapping[str, Any], model: Model, bin_edges: Mapping[str, Sequence[float]] | None = None
 ) -> None:
@@ -326,17 +332,15 @@ def check_templates(
                 ]
             for what, arr in arrays:
                 a = np.asarray(arr, dtype=np.float64)
-                bad = np.flatnonzero(~np.isfinite(a))
-                if bad.size:
-                    i = int(bad[0])
+                i = _first(~np.isfinite(a))
+                if i is not None:
                     raise LikelihoodError(
                         f"likelihood: channel {ch!r}, dataset {ds!r}, {what}, {bin_name(ch, i)}: "
                         f"{a[i]}; expected a finite number"
                     )
             w2 = np.asarray(sample["nominal"]["sumw2"], dtype=np.float64)
-            neg = np.flatnonzero(w2 < 0)
-            if neg.size:
-                i = int(neg[0])
+            i = _first(w2 < 0)
+            if i is not None:
                 raise LikelihoodError(
                     f"likelihood: channel {ch!r}, dataset {ds!r}, {bin_name(ch, i)}: sumw2 = "
                     f"{w2[i]:g}; expected >= 0"
@@ -344,12 +348,10 @@ def check_templates(
             if ds not in model.signal:
                 w = np.asarray(sample["nominal"]["sumw"], dtype=np.float64)
                 background = w if background is None else background + w
-        if background is not None:
-            neg = np.flatnonzero(background < 0)
-            if neg.size:
-                i = int(neg[0])
-                raise LikelihoodError(
-                    f"likelihood: channel {ch!r}, {bin_name(ch, i)}: total background sumw = "
-                    f"{background[i]:g}; expected >= 0 (negative weights dominate the bin: "
-                    "merge bins or change the edges)"
-                )
+        i = None if background is None else _first(background < 0)
+        if background is not None and i is not None:
+            raise LikelihoodError(
+                f"likelihood: channel {ch!r}, {bin_name(ch, i)}: total background sumw = "
+                f"{background[i]:g}; expected >= 0 (negative weights dominate the bin: "
+                "merge bins or change the edges)"
+            )

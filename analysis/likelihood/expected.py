@@ -116,11 +116,12 @@ def expected(tmpl: Mapping[str, Any], model: Model, mu: Any, theta: Any) -> dict
             offset = morph(theta[n_norm:shapes_end, None, None], nominal[None]).offset.sum(axis=0)
         if n_norm:
             # kappa_j for the samples of normalisation j, 1 (no effect) elsewhere: (J, S, 1)
-            kappa = np.array(
+            kappa = jnp.asarray(
                 [
                     [n.kappa if ds in n.datasets else 1.0 for ds in names]
                     for n in model.normalisations
-                ]
+                ],
+                dtype=jnp.float64,
             )[:, :, None]
             lnn = evm.effect.SymmetricExponential(kappa)(theta[:n_norm, None, None], nominal[None])
             scale = scale * lnn.scale.prod(axis=0)

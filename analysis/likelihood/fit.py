@@ -82,7 +82,7 @@ def profile(
         t, d, m = a
         return nll(t, model, d, m, theta)
 
-    sol = optx.minimise(
+    sol: Any = optx.minimise(
         fn,
         optx.BFGS(rtol=RTOL, atol=ATOL),
         jnp.zeros(n, dtype=jnp.float64),

@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "analysis.likelihood.fit": 1,
     "analysis.likelihood.model": 1,
     "analysis.likelihood.significance": 1,
+    "analysis.likelihood.summary": 1,
     "analysis.soft": 1,
     "analysis.pbinom": 0,  # pure maths (jax only): objects uses its integer_step
     "analysis.fourvec": 0,  # pure maths beside the statistics layer

@@ -140,3 +140,27 @@ def test_fit_that_does_not_converge_names_step_and_status():
     good = lk.significance(s, MODEL)
     lk.raise_for_fit(good.fit, step="step 3")  # converged: no error
     assert bool(good.fit.converged)
+
+
+def test_results_section_is_the_contract():
+    """The likelihood section of results.json: keys, in-range sums, JSON types."""
+    import json
+
+    s = states()
+    result = lk.significance(s, MODEL)
+    out = lk.results_section(s, MODEL, result, {"cut": 0.25})
+    assert json.loads(json.dumps(out)) == out
+    assert set(out) == {"channels", "normalisations", "signal", "mc_stat", "significance", "fit"}
+    sr = out["channels"]["sr"]
+    assert sr["edges"] == [0.0, 1.0, 2.0, 3.0]
+    assert sr["samples"]["bkg"]["nominal"] == {"sumw": [10.0, 8.0, 5.0], "sumw2": [1.0, 0.8, 0.5]}
+    assert sr["samples"]["sig"]["variations"]["jes"]["up"] == [2.2, 3.3000000000000003, 1.1]
+    assert out["signal"] == ["sig"] and out["mc_stat"] is True and out["normalisations"] == {}
+    assert out["significance"] == {"value": float(result.z), "grad": {"cut": 0.25}}
+    assert out["fit"]["converged"] is True
+    assert list(out["fit"]["nuisances"]) == [
+        "jes",
+        "mc_stat_sr[0]",
+        "mc_stat_sr[1]",
+        "mc_stat_sr[2]",
+    ]

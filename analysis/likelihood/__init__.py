@@ -6,7 +6,8 @@
 histogram states ``{dataset: {key: stats.Histogram}}``
 (:mod:`analysis.likelihood.significance`). The likelihood is built with evermore's
 effects and pdfs (:mod:`analysis.likelihood.expected`), fitted with optimistix
-(:mod:`analysis.likelihood.fit`). Pure maths: knows :mod:`analysis.stats` only.
+(:mod:`analysis.likelihood.fit`); :func:`results_section` is the ``likelihood`` section
+of results.json (:mod:`analysis.likelihood.summary`). Pure maths: knows :mod:`analysis.stats` only.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from analysis.likelihood.significance import (
     mu_uncertainty,
     significance,
 )
+from analysis.likelihood.summary import results_section
 
 __all__ = [
     "Channel",
@@ -50,6 +52,7 @@ __all__ = [
     "nuisance_names",
     "profile",
     "raise_for_fit",
+    "results_section",
     "significance",
     "templates",
 ]

@@ -198,3 +198,20 @@ def test_merge_refuses_different_edges():
         a + b
     with pytest.raises(ValueError, match="histogram edges"):
         stats.merge(a.value, b.value)
+
+
+def test_hessian_equals_finite_differences_of_the_jacobian():
+    x, w = _events(n=200, seed=5)
+    x = np.nan_to_num(x, posinf=1e4, neginf=-1e4)
+    fn = _chunk_fn(x, w)
+    names = sorted(THETA)
+    d = stats.derive(fn, THETA, order=2)
+
+    def jac(t):
+        j = stats.derive(fn, dict(zip(names, t, strict=True))).jac["ht"]
+        return np.concatenate([j.sumw_flow, j.sumw2_flow])
+
+    fd = central_difference(jac, [THETA[n] for n in names], [1e-2, 1e-2], points=5)
+    hess = np.concatenate([d.hess["ht"].sumw_flow, d.hess["ht"].sumw2_flow])
+    np.testing.assert_allclose(hess, fd, rtol=1e-6, atol=1e-10 * np.abs(fd).max())
+    assert np.abs(hess).max() > 1e-4

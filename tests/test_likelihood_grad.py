@@ -160,3 +160,34 @@ def test_no_signal_gives_zero_with_zero_gradient():
 
     value, grad = jax.value_and_grad(z)(1.0)
     assert float(value) == 0.0 and float(grad) == 0.0
+
+
+def _two_bin_states(x):
+    s, b = x[0], x[1]
+    z = jnp.zeros(1)
+
+    def h(v, w2):
+        return stats.Histogram([0, 1, 2], jnp.concatenate([z, v, z]), jnp.concatenate([z, w2, z]))
+
+    sig, bkg = jnp.stack([s, 2 * s]), jnp.stack([b, 0.5 * b])
+    return {
+        "sig": {"h": h(sig, 0.1 * sig), "u": h(sig * 1.1, sig * 0), "d": h(sig * 0.95, sig * 0)},
+        "bkg": {"h": h(bkg, 0.05 * bkg), "u": h(bkg * 1.04, bkg * 0), "d": h(bkg * 0.97, bkg * 0)},
+    }
+
+
+@pytest.mark.slow
+def test_implicit_hessian_equals_finite_differences_of_the_gradient():
+    """Second derivatives need the fitted point's own derivative: gradient="implicit"."""
+    model = lk.Model(
+        [lk.Channel("sr", "h", {"jes": ("u", "d")})], ["sig"], [lk.Normalisation("n", ["bkg"], 1.1)]
+    )
+    x0 = jnp.array([5.0, 20.0])
+    hess = jax.hessian(
+        lambda x: lk.discovery_significance(_two_bin_states(x), model, gradient="implicit")
+    )(x0)
+    grad = jax.grad(lambda x: lk.discovery_significance(_two_bin_states(x), model))
+    fd = central_difference(
+        lambda x: np.asarray(grad(jnp.asarray(x))), np.asarray(x0), 1e-3, points=5
+    )
+    np.testing.assert_allclose(np.asarray(hess), fd, rtol=1e-6, atol=1e-9)

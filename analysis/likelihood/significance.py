@@ -17,9 +17,10 @@ tests compare with it).
   ``q0 = 2 (NLL(0, theta_hat_hat) - NLL(1, 0))`` with every nuisance profiled at
   ``mu = 0`` (:func:`~analysis.likelihood.fit.profile`). Gradient: the envelope theorem
   (``dq0/dT = 2 (dNLL/dT at (0, theta_hat_hat) - dNLL/dT at (1, 0))``, the fitted point
-  held fixed: exact at a converged minimum, no unrolled iterations), or with
+  held fixed: exact at a converged minimum, no unrolled iterations; its *second*
+  derivatives are wrong, since the fitted point does not move), or with
   ``gradient="implicit"`` optimistix's implicit adjoint through the fit (the same first
-  derivative; needed for exact second derivatives). ``Z`` is 0 (gradient 0) where
+  derivative, and exact second derivatives: use it for Hessians). ``Z`` is 0 (gradient 0) where
   ``q0 <= 0`` (no signal).
 * :func:`mu_uncertainty`: ``sigma_mu = sqrt([H^-1]_{mu mu})``, ``H`` the Hessian of the
   NLL in ``(mu, theta)`` at the Asimov minimum: the inverse curvature of the profile

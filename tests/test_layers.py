@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "analysis.select": 1,  # soft cuts, counts, object sets, 4-vectors, expressions
     "analysis.soft": 1,  # public face of analysis.select for own processors
     "analysis.testing": 1,  # helpers for own processors' tests (stats only)
+    "analysis.likelihood": 1,  # binned likelihood, fits, Z (stats, evermore, optimistix)
     "analysis.config": 2,  # the one loader: strict YAML, schema, objective-term schemas
     "analysis.pipeline": 3,  # plan, column layout, kernels, states
     "analysis.data": 4,  # reading chunks, column cache, fault records, generator

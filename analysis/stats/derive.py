@@ -65,6 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.stats._params import ParamSpec, numpy_vector, param_spec
+from analysis.stats.histogram import Histogram
 from analysis.stats.merge import describe_difference, is_state, merge
 from analysis.stats.pullback import pullback_payload, pulled_sum
 
@@ -76,6 +77,7 @@ __all__ = [
     "choose_mode",
     "derive",
     "differentiable",
+    "join",
     "taylor_derivatives",
     "value_and_derivatives",
 ]
@@ -91,6 +93,8 @@ def _checked_states(tree: Any, func: str) -> Any:
     def walk(node: Any, path: str) -> Any:
         if is_state(node):
             return type(node)(*(jnp.asarray(v, dtype=jnp.float64) for v in node))
+        if isinstance(node, Histogram):
+            return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype=jnp.float64), node)
         if isinstance(node, dict):
             return {k: walk(v, f"{path}[{k!r}]") for k, v in node.items()}
         if type(node) in (list, tuple):
@@ -101,7 +105,8 @@ def _checked_states(tree: Any, func: str) -> Any:
         if not ok or np.dtype(getattr(node, "dtype", np.float64)).kind not in "iuf":
             raise TypeError(
                 f"{func}: fn(theta){path or ''} is a {type(node).__name__}; expected a "
-                "state (stats.moments / stats.comoments) or a sum (a real number or array)"
+                "state (stats.moments / stats.comoments / stats.histogram) or a sum (a real "
+                "number or array)"
             )
         return jnp.asarray(node, dtype=jnp.float64)
 
@@ -413,6 +418,33 @@ def _shown(names: tuple[str, ...], limit: int = 8) -> str:
     return f"{list(names[:limit])[:-1]}... ({len(names)} entries)"
 
 
+def join(parts: Mapping[str, Derived]) -> Derived:
+    """One :class:`Derived` of several: value ``{key: parts[key].value}``, and the same
+    for the Jacobian and Hessian. For a processor's output ``{dataset: Derived}``, so
+    that one :func:`differentiable` pass (or one ``value_and_grad``) sees every dataset.
+    The parts must have the same parameter names and order (else ``ValueError``)."""
+    if not isinstance(parts, Mapping) or not parts:
+        raise TypeError(f"stats.join: expected a non-empty dict of Derived, found {parts!r}")
+    items = list(parts.items())
+    for key, d in items:
+        if not isinstance(d, Derived):
+            raise TypeError(f"stats.join: [{key!r}] is a {type(d).__name__}; expected a Derived")
+    key0, first = items[0]
+    for key, d in items[1:]:
+        if d.names != first.names or d.order != first.order:
+            raise ValueError(
+                f"stats.join: [{key!r}] has parameters {list(d.names)} (order {d.order}); "
+                f"[{key0!r}] has {list(first.names)} (order {first.order})"
+            )
+    value = {k: d.value for k, d in items}
+    if first.order == 0:
+        return Derived(first.names, value)
+    jac = {k: d.jac for k, d in items}
+    hess = None if first.order < 2 else {k: d.hess for k, d in items}
+    return Derived(first.names, value, jac, hess)
+
+
+
 # --- derive ---------------------------------------------------------------------------
 
 #: what a raw awkward array combined with a parameter (awkward's own, deprecated JAX
@@ -431,7 +463,7 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     :mod:`analysis.stats._params` for the entry names and their order). ``fn``
     receives the same pytree with float64 JAX leaves and returns a pytree (dicts,
     lists, tuples) whose leaves are states (:func:`~analysis.stats.moments`,
-    :func:`~analysis.stats.comoments`) or sums (real numbers or arrays). ``order``: 0
+    :func:`~analysis.stats.comoments`, :func:`~analysis.stats.histogram`) or sums (real numbers or arrays). ``order``: 0
     (values only), 1 (Jacobian, default) or 2 (and Hessian), by forward-mode JAX
     (cost and size grow with the number of parameters P). Anything else as a leaf, or
     a non-finite parameter, raises naming it.

@@ -69,7 +69,9 @@ def test_cache_false_reads_every_pass(tmp_path, monkeypatch):
 
 
 def test_no_cache_flag(tmp_path):
-    path = write_config(tmp_path, {"datasets": {"d": {"files": [str(small_files(tmp_path)["dy"])]}}})
+    path = write_config(
+        tmp_path, {"datasets": {"d": {"files": [str(small_files(tmp_path)["dy"])]}}}
+    )
     args = build_parser().parse_args(["evaluate", str(path), "--no-cache"])
     from analysis.config.loader import load_config
     with make_evaluator(load_config(path), args) as ev:
@@ -176,8 +178,12 @@ def test_object_set_plans_key_on_their_fields(tmp_path):
         data = {
             "datasets": {"d": {"files": ["x.root"]}},
             "parameters": {"t": {"init": 30.0, "bounds": [10.0, 50.0]}},
-            "objects": {"jets": {"collection": "Jet", "cuts": [
-                {"var": field, "op": ">", "param": "t", "width": 1.0}]}},
+            "objects": {
+                "jets": {
+                    "collection": "Jet",
+                    "cuts": [{"var": field, "op": ">", "param": "t", "width": 1.0}],
+                }
+            },
             "selection": [{"count": "jets", "op": ">=", "value": 1}],
             "observables": [{"name": "pt", "x": "jets.pt", "stats": ["mean"]}],
         }

@@ -134,7 +134,12 @@ def test_futures_whole_file(config_path: Path, reference: dict, tmp_path: Path) 
     result = _evaluate(
         config_path,
         tmp_path,
-        "--executor", "futures", "--workers", "2", "--chunksize", str(WHOLE_FILE),
+        "--executor",
+        "futures",
+        "--workers",
+        "2",
+        "--chunksize",
+        str(WHOLE_FILE),
     )
     _assert_matches(reference, result["datasets"])
 

@@ -101,7 +101,10 @@ def statistics_of(value: Any) -> dict[str, Callable[[Any], Any]]:
 
         def getter(tree: Any, path: Any = path) -> Any:
             for key in path:
-                tree = tree[key.key if hasattr(key, "key") else key.idx]
+                if isinstance(key, jax.tree_util.GetAttrKey):  # a Histogram's fields
+                    tree = getattr(tree, key.name)
+                else:
+                    tree = tree[key.key if hasattr(key, "key") else key.idx]
             return tree
 
         if is_state(leaf):

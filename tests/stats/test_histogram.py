@@ -215,3 +215,16 @@ def test_hessian_equals_finite_differences_of_the_jacobian():
     hess = np.concatenate([d.hess["ht"].sumw_flow, d.hess["ht"].sumw2_flow])
     np.testing.assert_allclose(hess, fd, rtol=1e-6, atol=1e-10 * np.abs(fd).max())
     assert np.abs(hess).max() > 1e-4
+
+
+def test_testing_helpers_see_histogram_bins():
+    """analysis.testing reads a Histogram's bins (its pytree keys are attributes)."""
+    from analysis.testing import statistics_of
+
+    x = np.array([0.5, 1.5, 1.7, 3.9, 5.0])
+    w = np.array([1.0, 2.0, 0.5, 1.5, 3.0])
+    h = stats.histogram(jnp.asarray(x), [0.0, 2.0, 4.0], weight=jnp.asarray(w))
+    got = {k: float(g({"h": h})) for k, g in statistics_of({"h": h}).items()}
+    want, _ = np.histogram(x, bins=[0.0, 2.0, 4.0], weights=w)
+    assert [got[f"['h'].sumw_flow[{i}]"] for i in (1, 2)] == pytest.approx(want, rel=1e-15)
+    assert got["['h'].sumw_flow[3]"] == pytest.approx(3.0)  # 5.0 is overflow

@@ -79,13 +79,14 @@ class _Chunk:
         self.cw = jnp.stack(cw).astype(jnp.float64) if cw else jnp.zeros((0,), jnp.float64)
         ev = arrays["weight"]
         for cut in plan.event_cuts:
-            v = arrays[f"event:{cut.expr.key}"]
+            v = arrays[f"event:{cut.key}"]
             t = _threshold(theta, cut.param, cut.value)
             ev = ev * soft_pass(
                 v, t, widths[cut.width_index], greater=cut.greater, inclusive=cut.inclusive
             )
         self.ev = ev  # weight x event cuts (without the count decision)
-        self.p = event_pass(self.probs, self.lays, self.sp.model, self.th, self.cw)
+        self.p = (event_pass(self.probs, self.lays, self.sp.model, self.th, self.cw)
+                  if self.sp.model.collections else jnp.ones_like(ev))  # no sets: no counts
         self._ow = None
 
     def field(self, c: str, f: str):

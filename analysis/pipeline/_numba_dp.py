@@ -27,7 +27,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["accumulate", "cut_into", "patterns", "select", "soft", "soft_array"]
+__all__ = ["LANES", "accumulate", "centre_sums", "cut_into", "patterns", "select", "soft", "soft_array"]
 
 
 @numba.njit(cache=True)
@@ -50,57 +50,66 @@ def soft_array(v, t, width, greater, inclusive, s_out, ds_out):
         s_out[i], ds_out[i] = soft(v[i], t, width, greater, inclusive)
 
 
+# Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
+# (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
+# more than LANES - 1 trainable parameters go to the JAX kernel.
+LANES = 8
+
+
 @numba.njit(cache=True, nogil=True)
-def cut_into(v, t, width, greater, inclusive, absolute, par, q):
-    """Multiply the soft cut of values ``v`` into ``q`` (``(N, 1 + P)``: probability
-    and tangents; product rule; ``par``: the threshold's parameter, or -1)."""
-    np1 = q.shape[1]
+def cut_into(v, t, width, greater, inclusive, absolute, par, qv, qd):
+    """Multiply the soft cut of values ``v`` into probabilities ``qv`` (``(N,)``) and
+    their tangents ``qd`` (``(N, LANES)``, lane 0 zero); product rule; ``par``: the
+    threshold's parameter (its lane - 1), or -1."""
     for j in range(v.shape[0]):
         x = abs(v[j]) if absolute else v[j]
         sv, ds = soft(x, t, width, greater, inclusive)
-        q0 = q[j, 0]
-        for r in range(1, np1):
-            q[j, r] *= sv
+        q0 = qv[j]
+        for r in range(LANES):
+            qd[j, r] *= sv
         if par >= 0:
-            q[j, 1 + par] += q0 * ds
-        q[j, 0] = q0 * sv
+            qd[j, 1 + par] += q0 * ds
+        qv[j] = q0 * sv
 
 
 @numba.njit(cache=True, nogil=True)
-def patterns(q, codes, n_pat, pi):
-    """Pattern probabilities ``pi`` (``(N, P, 1 + P')``) of objects with own set
-    probabilities ``q`` (``(n_sets, N, 1 + P')``): ``codes[p, s]`` 1 in the set (``q``),
-    0 out of it with its parent in (``1 - q``), -1 unreachable (factor 1)."""
-    n_sets, n_obj, np1 = q.shape
+def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
+    """Pattern probabilities ``pv`` (``(N, P)``) and tangents ``pd`` (``(N, P, LANES)``)
+    from own set probabilities ``qv`` (``(S, N)``), ``qd`` (``(S, N, LANES)``):
+    ``codes[p, s]`` 1 in the set (``q``), 0 out of it with its parent in (``1 - q``),
+    -1 unreachable (factor 1)."""
+    n_obj = qv.shape[1]
     for j in range(n_obj):
         for p in range(n_pat):
             v = 1.0
-            for r in range(1, np1):
-                pi[j, p, r] = 0.0
+            for r in range(LANES):
+                pd[j, p, r] = 0.0
             for ls in range(n_sets):
                 code = codes[p, ls]
                 if code < 0:
                     continue
-                fac = q[ls, j, 0] if code == 1 else 1.0 - q[ls, j, 0]
-                sign = 1.0 if code == 1 else -1.0
-                for r in range(1, np1):
-                    pi[j, p, r] = pi[j, p, r] * fac + v * sign * q[ls, j, r]
+                fac = qv[ls, j] if code == 1 else 1.0 - qv[ls, j]
+                sign = v if code == 1 else -v
+                for r in range(LANES):
+                    pd[j, p, r] = pd[j, p, r] * fac + sign * qd[ls, j, r]
                 v *= fac
-            pi[j, p, 0] = v
+            pv[j, p] = v
 
 
 @numba.njit(cache=True, nogil=True)
 def select(
-    coff, base, pi_all, coll_sets, n_coll_sets, pat, n_pat, tgt, f, df, set_slot,
-    sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
+    coff, base, pv_all, pd_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f, df,
+    set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
 ):
     """Blocks ``b0:b1``: ``pe[e] = (P, dP)``; ``ow[slot, j] = (w, dw)`` for every object
     ``j`` of a set with a slot; ``sa[o, e, r] = (E[X_o^r 1], d...)`` per event sum ``o``
     (``sum_x[o, g]``: the value of object ``g``; ``sum_has[o, c, p]``: 1 where pattern
-    ``p`` of collection ``c`` holds the summed set). ``pi_all[base[c] + i]``: pattern
-    probabilities of object ``i`` of collection ``c``."""
+    ``p`` of collection ``c`` holds the summed set). ``pv_all[base[c] + i]``,
+    ``pd_all[...]``: pattern probabilities and tangents of object ``i`` of collection
+    ``c``; ``f``, ``df``: the pass table, ``df`` in lanes (lane 0 zero); ``pat_need[c,
+    p]``: pattern ``p`` holds a set with a slot. Pattern 0 (in no set) adds nothing to
+    any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents."""
     n_ev = pe.shape[0]
-    np1 = pe.shape[1]
     n_coll = coff.shape[0]
     n_states = f.shape[0]
     n_sums = sum_x.shape[0]
@@ -112,125 +121,132 @@ def select(
             need_fwd = True
     for b in range(b0, b1):
         seq_c = np.empty(max_seq, np.int64)
-        seq_i = np.empty(max_seq, np.int64)
-        F = np.zeros((max_seq + 1 if need_fwd else 1, n_states, np1))
-        G = np.empty((n_states, np1))
-        Gn = np.empty((n_states, np1))
-        H = np.empty((p_max, np1))
-        Gm = np.empty((n_sums, big_r + 1, n_states, np1))
-        Gmn = np.empty((n_sums, big_r + 1, n_states, np1))
+        seq_g = np.empty(max_seq, np.int64)
+        F = np.zeros((max_seq + 1 if need_fwd else 1, n_states, LANES))
+        G = np.empty((n_states, LANES))
+        Gn = np.empty((n_states, LANES))
+        H = np.empty((p_max, LANES))
+        Gm = np.empty((n_sums, big_r + 1, n_states, LANES))
+        Gmn = np.empty((n_sums, big_r + 1, n_states, LANES))
+        acc = np.empty(LANES)
         xp = np.empty(p_max)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             n = 0
             for c in range(n_coll):
                 for i in range(coff[c, e], coff[c, e + 1]):
                     seq_c[n] = c
-                    seq_i[n] = i
+                    seq_g[n] = base[c] + i
                     n += 1
             # forward distributions (only for per-object weights)
             if need_fwd:
                 for k in range(n_states):
-                    for r in range(np1):
+                    for r in range(LANES):
                         F[0, k, r] = 0.0
                 F[0, 0, 0] = 1.0
                 for j in range(n):
                     c = seq_c[j]
-                    g = base[c] + seq_i[j]
+                    g = seq_g[j]
+                    pv = pv_all[g, 0]
                     for k in range(n_states):
-                        for r in range(np1):
-                            F[j + 1, k, r] = 0.0
-                    for p in range(n_pat[c]):
-                        pv = pi_all[g, p, 0]
+                        fk = F[j, k, 0]
+                        for r in range(LANES):
+                            F[j + 1, k, r] = pv * F[j, k, r] + fk * pd_all[g, 0, r]
+                    for p in range(1, n_pat[c]):
+                        pv = pv_all[g, p]
                         for k in range(n_states):
                             t = tgt[c, p, k]
                             fk = F[j, k, 0]
-                            F[j + 1, t, 0] += pv * fk
-                            for r in range(1, np1):
-                                F[j + 1, t, r] += pi_all[g, p, r] * fk + pv * F[j, k, r]
+                            for r in range(LANES):
+                                F[j + 1, t, r] += pv * F[j, k, r] + fk * pd_all[g, p, r]
             # backward value functions, object weights, event sums
             for k in range(n_states):
+                for r in range(LANES):
+                    G[k, r] = df[k, r]
                 G[k, 0] = f[k]
-                for r in range(1, np1):
-                    G[k, r] = df[k, r - 1]
             for o in range(n_sums):
                 for m in range(big_r + 1):
                     for k in range(n_states):
-                        for r in range(np1):
+                        for r in range(LANES):
                             Gm[o, m, k, r] = G[k, r] if m == 0 else 0.0
             for j in range(n - 1, -1, -1):
                 c = seq_c[j]
-                g = base[c] + seq_i[j]
+                g = seq_g[j]
                 if need_fwd:
                     for p in range(n_pat[c]):
-                        for r in range(np1):
+                        if not pat_need[c, p]:
+                            continue
+                        for r in range(LANES):
                             H[p, r] = 0.0
                         for k in range(n_states):
                             t = tgt[c, p, k]
                             fk = F[j, k, 0]
-                            H[p, 0] += fk * G[t, 0]
-                            for r in range(1, np1):
-                                H[p, r] += F[j, k, r] * G[t, 0] + fk * G[t, r]
+                            gt = G[t, 0]
+                            for r in range(LANES):
+                                H[p, r] += F[j, k, r] * gt + fk * G[t, r]
+                        H[p, 0] *= 0.5  # lane 0 summed F G twice (exact)
                     for ls in range(n_coll_sets[c]):
                         slot = set_slot[coll_sets[c, ls]]
                         if slot < 0:
                             continue
-                        jj = seq_i[j]
-                        for r in range(np1):
-                            ow[slot, jj, r] = 0.0
+                        jj = g - base[c]
+                        for r in range(LANES):
+                            acc[r] = 0.0
                         for p in range(n_pat[c]):
                             if pat[c, p, ls] != 1:
                                 continue
-                            pv = pi_all[g, p, 0]
-                            ow[slot, jj, 0] += pv * H[p, 0]
-                            for r in range(1, np1):
-                                ow[slot, jj, r] += pi_all[g, p, r] * H[p, 0] + pv * H[p, r]
+                            pv = pv_all[g, p]
+                            h0 = H[p, 0]
+                            for r in range(LANES):
+                                acc[r] += pv * H[p, r] + h0 * pd_all[g, p, r]
+                        for r in range(LANES):
+                            ow[slot, jj, r] = acc[r]
                 for o in range(n_sums):
                     for p in range(n_pat[c]):
                         xp[p] = sum_x[o, g] * sum_has[o, c, p]
                     for m in range(big_r + 1):
                         for k in range(n_states):
-                            for r in range(np1):
+                            for r in range(LANES):
                                 Gmn[o, m, k, r] = 0.0
                     for p in range(n_pat[c]):
-                        pv = pi_all[g, p, 0]
+                        pv = pv_all[g, p]
                         for m in range(big_r + 1):
                             for k in range(n_states):
                                 t = tgt[c, p, k]
-                                acc0 = 0.0
+                                for r in range(LANES):
+                                    acc[r] = 0.0
                                 xpow = 1.0
                                 for ii in range(m + 1):
-                                    acc0 += binom[m, ii] * xpow * Gm[o, m - ii, t, 0]
+                                    cf = binom[m, ii] * xpow
+                                    for r in range(LANES):
+                                        acc[r] += cf * Gm[o, m - ii, t, r]
                                     xpow *= xp[p]
-                                Gmn[o, m, k, 0] += pv * acc0
-                                for r in range(1, np1):
-                                    accr = 0.0
-                                    xpow = 1.0
-                                    for ii in range(m + 1):
-                                        accr += binom[m, ii] * xpow * Gm[o, m - ii, t, r]
-                                        xpow *= xp[p]
-                                    Gmn[o, m, k, r] += pi_all[g, p, r] * acc0 + pv * accr
+                                a0 = acc[0]
+                                for r in range(LANES):
+                                    Gmn[o, m, k, r] += pv * acc[r] + a0 * pd_all[g, p, r]
                     for m in range(big_r + 1):
                         for k in range(n_states):
-                            for r in range(np1):
+                            for r in range(LANES):
                                 Gm[o, m, k, r] = Gmn[o, m, k, r]
+                pv = pv_all[g, 0]
                 for k in range(n_states):
-                    for r in range(np1):
-                        Gn[k, r] = 0.0
-                for p in range(n_pat[c]):
-                    pv = pi_all[g, p, 0]
+                    gt = G[k, 0]
+                    for r in range(LANES):
+                        Gn[k, r] = pv * G[k, r] + gt * pd_all[g, 0, r]
+                for p in range(1, n_pat[c]):
+                    pv = pv_all[g, p]
                     for k in range(n_states):
                         t = tgt[c, p, k]
-                        Gn[k, 0] += pv * G[t, 0]
-                        for r in range(1, np1):
-                            Gn[k, r] += pi_all[g, p, r] * G[t, 0] + pv * G[t, r]
+                        gt = G[t, 0]
+                        for r in range(LANES):
+                            Gn[k, r] += pv * G[t, r] + gt * pd_all[g, p, r]
                 for k in range(n_states):
-                    for r in range(np1):
+                    for r in range(LANES):
                         G[k, r] = Gn[k, r]
-            for r in range(np1):
+            for r in range(LANES):
                 pe[e, r] = G[0, r]
             for o in range(n_sums):
                 for m in range(big_r + 1):
-                    for r in range(np1):
+                    for r in range(LANES):
                         sa[o, e, m, r] = Gm[o, m, 0, r]
 
 
@@ -238,19 +254,27 @@ def select(
 def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
     """Blocks ``b0:b1`` of one observable's power sums about ``(cx, cy)``: entries
     ``eoff[e]:eoff[e + 1]`` of event ``e`` with values ``x`` (``y``) and weight
-    ``ev[e] wo[j]`` (with tangents). ``out[b]``: ``(8, 1 + P)`` = W, sum w d, d^2, d^3,
-    d^4, sum w e, e^2, d e (``d = x - cx``, ``e = y - cy``)."""
+    ``ev[e] wo[j]`` (lanes: value, tangents). ``out[b]``: ``(8, LANES)`` = W, sum w d,
+    d^2, d^3, d^4, sum w e, e^2, d e (``d = x - cx``, ``e = y - cy``)."""
     n_ev = ev.shape[0]
-    np1 = ev.shape[1]
     t = np.empty(8)
+    dw = np.empty(LANES)
     for b in range(b0, b1):
         acc = out[b]
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             we = ev[e, 0]
-            for j in range(eoff[e], eoff[e + 1]):
-                w = we * wo[j, 0]
-                if w == 0.0 and we == 0.0:
+            if we == 0.0:
+                nonzero = False
+                for r in range(LANES):
+                    if ev[e, r] != 0.0:
+                        nonzero = True
+                if not nonzero:
                     continue
+            for j in range(eoff[e], eoff[e + 1]):
+                wj = wo[j, 0]
+                for r in range(LANES):
+                    dw[r] = ev[e, r] * wj + we * wo[j, r]
+                dw[0] *= 0.5  # lane 0 is w = we wj, counted twice (exact)
                 d = x[j] - cx
                 d2 = d * d
                 t[0] = 1.0
@@ -266,9 +290,23 @@ def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
                 else:
                     t[5] = t[6] = t[7] = 0.0
                 for k in range(8):
-                    acc[k, 0] += w * t[k]
-                for r in range(1, np1):
-                    dw = ev[e, r] * wo[j, 0] + we * wo[j, r]
-                    if dw != 0.0:
-                        for k in range(8):
-                            acc[k, r] += dw * t[k]
+                    tk = t[k]
+                    for r in range(LANES):
+                        acc[k, r] += dw[r] * tk
+
+
+@numba.njit(cache=True, nogil=True)
+def centre_sums(eoff, x, y, wo, ev, block, out, b0, b1):
+    """Blocks ``b0:b1``: ``out[b] = (W, sum w x, sum w y)`` of one observable's entries
+    (values only: the centre has no gradient)."""
+    n_ev = ev.shape[0]
+    for b in range(b0, b1):
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            we = ev[e, 0]
+            if we == 0.0:
+                continue
+            for j in range(eoff[e], eoff[e + 1]):
+                w = we * wo[j, 0]
+                out[b, 0] += w
+                out[b, 1] += w * x[j]
+                out[b, 2] += w * y[j]

@@ -56,6 +56,9 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
     ``theta``, if given), else the reason (``--debug`` logs it)."""
     if order > 1:
         return f"derivatives of order {order} (the numba kernel gives Jacobians only)"
+    if order == 1 and len(plan.trainable) > _numba_dp.LANES - 1:
+        return (f"{len(plan.trainable)} trainable parameters (the numba kernel takes up to "
+                f"{_numba_dp.LANES - 1})")
     for obs in plan.observables:
         for node in (obs.x, obs.y):
             if node is not None and node.kind not in _LINEAR:
@@ -372,21 +375,24 @@ def evaluate_columns(
         np.cumsum(counts, out=coff[ci, 1:])
         base[ci + 1] = base[ci] + coff[ci, -1]
         max_seq += int(np.max(counts, initial=0))
-    pi_all = _work("pi", (int(base[-1]), tab.pat.shape[1], np1))
+    lanes = _numba_dp.LANES
+    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
+    pv_all = _work("pv", (n_tot, p_max))
+    pd_all = _work("pd", (n_tot, p_max, lanes))
     for ci, c in enumerate(tab.collections):
         n_obj = int(coff[ci, -1])
         n_sets = int(tab.n_coll_sets[ci])
-        q = np.zeros((max(n_sets, 1), n_obj, np1))
-        q[:, :, 0] = 1.0
+        qv = np.ones((max(n_sets, 1), n_obj))
+        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
         for ls in range(n_sets):
             for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]:
                 _numba_dp.cut_into(
                     np.ascontiguousarray(flats[c][cut.field], dtype=np.float64),
                     _threshold(theta, cut.param, cut.value), widths[cut.width_index],
                     cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
-                    q[ls])
-        _numba_dp.patterns(q[:n_sets] if n_sets else q[:0], tab.pat[ci, :, : max(n_sets, 1)],
-                           int(tab.n_pat[ci]), pi_all[base[ci]: base[ci + 1]])
+                    qv[ls], qd[ls])
+        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
+                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
 
     # the pass table and its derivative (the JAX definition), reduced
     model = tab.model
@@ -405,6 +411,8 @@ def evaluate_columns(
     else:
         caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, n_par))
     tgt = _targets(model, caps, tab.collections)
+    df_l = np.zeros((f.shape[0], lanes))
+    df_l[:, 1:np1] = df
 
     # what is asked: per-object weights of field observables' sets, event sums
     slot_of: dict[str, int] = {}
@@ -415,6 +423,11 @@ def evaluate_columns(
         elif obs.x.kind in ("sum", "count"):
             sums.append(i)
     set_slot = np.array([slot_of.get(n, -1) for n in tab.set_names], np.int64)
+    pat_need = np.zeros(tab.pat.shape[:2], np.bool_)
+    for ci in range(n_coll):
+        for ls in range(int(tab.n_coll_sets[ci])):
+            if set_slot[tab.coll_sets[ci, ls]] >= 0:
+                pat_need[ci] |= tab.pat[ci, :, ls] == 1
     sum_x = np.zeros((len(sums), max(int(base[-1]), 1)))
     sum_has = np.zeros((len(sums), n_coll, tab.pat.shape[1]))
     for o, i in enumerate(sums):
@@ -428,17 +441,17 @@ def evaluate_columns(
                      np.float64)
     n_all = max([int(coff[tab.collections.index(sp.collection_of(n)), -1]) for n in slot_of]
                 + [1])
-    pe = _work("pe", (n_ev, np1))
-    ow = _work("ow", (max(len(slot_of), 1), n_all, np1))
-    sa = np.zeros((len(sums), n_ev, big_r + 1, np1))
+    pe = _work("pe", (n_ev, lanes))
+    ow = _work("ow", (max(len(slot_of), 1), n_all, lanes))
+    sa = np.zeros((len(sums), n_ev, big_r + 1, lanes))
     if n_ev:
         _run_blocks(_numba_dp.select, (
-            coff, base, pi_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat, tgt, f, df,
-            set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe, ow, sa,
+            coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
+            pat_need, tgt, f, df_l, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe, ow, sa,
         ), n_blocks, threads)
 
     # event weights: weight x soft branch cuts (with tangents)
-    ev = np.zeros((n_ev, np1))
+    ev = np.zeros((n_ev, lanes))
     ev[:, 0] = cols.weight
     s_buf, ds_buf = np.empty(n_ev), np.empty(n_ev)
     for cut in plan.event_cuts:
@@ -451,7 +464,7 @@ def evaluate_columns(
             ev[:, 1 + k] += ev[:, 0] * ds_buf
         ev[:, 0] *= s_buf
     w_e = ev[:, 0] * pe[:, 0]
-    dw_e = ev[:, 1:] * pe[:, :1] + ev[:, :1] * pe[:, 1:]
+    dw_e = ev[:, 1:np1] * pe[:, :1] + ev[:, :1] * pe[:, 1:np1]
     value: dict[str, Any] = {
         "selected_sumw": np.array(np.sum(w_e), dtype=np.float64),
         "selected_sumw2": np.array(np.sum(w_e * w_e), dtype=np.float64),
@@ -470,7 +483,7 @@ def evaluate_columns(
         jentry: dict[str, Any] = {}
         if x.kind in ("sum", "count"):
             ventry["moments"], jentry["moments"] = _sum_moments_state(
-                sa[sum_of[i]], ev, sp.orders[i])
+                sa[sum_of[i]][:, :, :np1], ev[:, :np1], sp.orders[i])
         else:
             if x.kind == "field":
                 c = sp.collection_of(x.head)
@@ -489,18 +502,18 @@ def evaluate_columns(
             xv = np.ascontiguousarray(data(x), dtype=np.float64)
             yv = xv if obs.y is None else np.ascontiguousarray(data(obs.y), dtype=np.float64)
             has_y = obs.y is not None
-            first = np.zeros((n_blocks, 8, np1))
-            _run_blocks(_numba_dp.accumulate, (eoff, xv, yv, has_y, wo, ev, 0.0, 0.0, BLOCK,
-                                               first), n_blocks, threads)
+            first = np.zeros((n_blocks, 3))
+            _run_blocks(_numba_dp.centre_sums, (eoff, xv, yv, wo, ev, BLOCK, first), n_blocks,
+                        threads)
             first = first.sum(axis=0)
-            cx = _safe_div(first[1, 0], first[0, 0])
-            cy = _safe_div(first[5, 0], first[0, 0])
+            cx = _safe_div(first[1], first[0])
+            cy = _safe_div(first[2], first[0])
             fx, fy = bool(np.isfinite(cx)), bool(np.isfinite(cy))
-            out = np.zeros((n_blocks, 8, np1))
+            out = np.zeros((n_blocks, 8, lanes))
             _run_blocks(_numba_dp.accumulate, (eoff, xv, yv, has_y, wo, ev,
                                                cx if fx else 0.0, cy if fy else 0.0, BLOCK,
                                                out), n_blocks, threads)
-            tot = out.sum(axis=0)
+            tot = out.sum(axis=0)[:, :np1]
             if not fx:  # deviations from an infinite mean are set to 0
                 tot[1:5] = 0.0
                 tot[7] = 0.0

@@ -63,7 +63,8 @@ def analysis_config(
         "parameters": {
             "jet_pt_min": {"init": pt_min, "bounds": [15.0, 200.0]},
             "jet_abs_eta_max": {"init": eta_max, "bounds": [0.5, 4.7]},
-            "min_jets": {"init": min_jets, "trainable": False},
+            # the upper bound sets the count's cap (tests set min_jets up to 3)
+            "min_jets": {"init": min_jets, "bounds": [0, 4], "trainable": False},
         },
         "selection": {
             "objects": {

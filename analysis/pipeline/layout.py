@@ -40,12 +40,21 @@ class ChunkColumns:
 # event and object axes to powers of two bounds the number of compilations by the
 # number of distinct (events, objects, max multiplicity) buckets a run meets.
 #
-# A compilation costs ~1.5 s. So small chunks share a floor of MIN_EVENTS events
-# and MIN_OBJECTS objects per collection. The per-event object axis (the dense
-# ``(events, M)`` layout of :mod:`analysis.select.objects`) is the chunk's largest
-# multiplicity rounded up to SET_OBJECT_STEP.
-MIN_EVENTS = 64
+# A compilation costs ~1.5 s, as much as running ~1M events through the compiled
+# kernel, while a chunk of a few thousand events runs in ~1-2 ms whatever its padding.
+# One rule for every plan: events to a power of two >= MIN_EVENTS, each collection's
+# objects to a power of two >= MIN_OBJECTS, and the per-event object axis (the dense
+# ``(events, M)`` layout of :mod:`analysis.select.objects`) to a power of two >=
+# MIN_MAX_COUNT. Where an observable indexes a collection (``S[i]``: ``C(M, i + 1)``
+# candidates per padded event) M is the chunk's largest multiplicity rounded up to
+# SET_OBJECT_STEP instead, and the event floor is MIN_EVENTS_INDEXED: the padding costs
+# more than the compilations there (AGC trijet on the 2015 file: C(11, 3) = 165
+# candidates instead of 220 at M = 12 cut the gradient pass by 25%).
+MIN_EVENTS = 1024
 MIN_OBJECTS = 4096
+MIN_MAX_COUNT = 16
+MIN_EVENTS_INDEXED = 64
+SET_OBJECT_STEP = 1
 
 
 def bucket(n: int, minimum: int = 64) -> int:
@@ -65,7 +74,7 @@ def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], 
     """Pad ``cols`` with zero-weight entries to bucket sizes; return arrays and shapes:
     ``weight``, ``event:<key>``, and per collection ``C:counts``, ``C:starts``, ``C:<field>``."""
     n = cols.n_events
-    e = bucket(n, MIN_EVENTS)
+    e = bucket(n, MIN_EVENTS_INDEXED if _indexed(plan) else MIN_EVENTS)
     arrays: dict[str, np.ndarray] = {}
     w = np.zeros(e, dtype=np.float64)
     w[:n] = cols.weight
@@ -75,14 +84,6 @@ def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], 
         padded[:n] = value
         arrays[f"event:{key}"] = padded
     return arrays, Shapes(e, _pad_sets(cols, plan, arrays, e))
-
-
-# Per-event object axis: padded to a multiple of SET_OBJECT_STEP
-# (not a power of two): indexed observables cost C(M, i + 1) candidates, so the exact
-# chunk maximum is used (AGC trijet on the 2015 file: C(11, 3) = 165 candidates instead
-# of 220 at M = 12 cut the gradient pass by 25%) at the price of one compilation per
-# distinct maximum multiplicity among chunks.
-SET_OBJECT_STEP = 1
 
 
 def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
@@ -97,7 +98,10 @@ def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
         total = int(counts.sum())
         o = bucket(total, MIN_OBJECTS)
         top = int(counts.max(initial=0))
-        m = max(SET_OBJECT_STEP, -(-top // SET_OBJECT_STEP) * SET_OBJECT_STEP)
+        if name in _indexed(plan):
+            m = max(SET_OBJECT_STEP, -(-top // SET_OBJECT_STEP) * SET_OBJECT_STEP)
+        else:
+            m = bucket(top, MIN_MAX_COUNT)
         arrays[f"{name}:counts"] = counts
         arrays[f"{name}:starts"] = (np.cumsum(counts) - counts).astype(np.int32)
         for f in fields:
@@ -106,3 +110,10 @@ def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
             arrays[f"{name}:{f}"] = padded
         shapes.append((name, o, m))
     return tuple(shapes)
+
+
+def _indexed(plan: Plan) -> set[str]:
+    """Collections that an observable indexes (``S[i]``, 4-vector sums, deltaR)."""
+    sp = plan.sets
+    return {sp.collection_of(s) for pair in sp.nodes for node in pair if node is not None
+            for s, _ in node.slots}

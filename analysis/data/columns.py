@@ -128,6 +128,7 @@ def _finite(
     would change its event's counts and indices, so the whole event goes (one policy
     for every selection)."""
     bad_events: dict[str, np.ndarray] = {}
+    first: dict[str, float] = {}  # the first non-finite value of each branch
     for name, (counts, flat) in cols.collections.items():
         event_of = np.repeat(np.arange(cols.n_events), counts)
         for f, v in flat.items():
@@ -136,17 +137,20 @@ def _finite(
                 bad_events[f"{name}_{f}"] = np.bincount(
                     event_of[m], minlength=cols.n_events
                 ).astype(bool)
+                first[f"{name}_{f}"] = v[int(np.argmax(m))]
     for key, v in cols.events.items():
         if not np.isfinite(v).all():
             bad_events[key] = ~np.isfinite(v)
+            first[key] = v[int(np.argmax(bad_events[key]))]
     if weight_branch is not None and not np.isfinite(cols.weight).all():
         bad_events[weight_branch] = ~np.isfinite(cols.weight)
+        first[weight_branch] = cols.weight[int(np.argmax(bad_events[weight_branch]))]
     if not bad_events:
         return cols
     if policy == "error":
         branch, m = min(bad_events.items(), key=lambda kv: int(np.argmax(kv[1])))
         raise InputError(
-            f"{source}: branch {branch!r} has a non-finite value at entry "
+            f"{source}: branch {branch!r} has a non-finite value ({first[branch]}) at entry "
             f"{offset + int(np.argmax(m))}; expected finite numbers (or set "
             "'nonfinite: drop' to drop such events)"
         )

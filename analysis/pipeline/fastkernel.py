@@ -370,7 +370,10 @@ def evaluate_columns(
     base = np.zeros(n_coll + 1, np.int64)
     flats, max_seq = {}, 0
     for ci, c in enumerate(tab.collections):
-        counts, flat = cols.collections.get(c, (np.zeros(n_ev, np.int64), {}))
+        fields = dict(sp.fields).get(c, ())
+        # a collection absent from the columns (a chunk of no events) has no objects
+        counts, flat = cols.collections.get(
+            c, (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields}))
         flats[c] = flat
         np.cumsum(counts, out=coff[ci, 1:])
         base[ci + 1] = base[ci] + coff[ci, -1]

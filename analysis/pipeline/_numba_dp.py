@@ -287,9 +287,7 @@ def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
                     t[5] = g
                     t[6] = g * g
                     t[7] = d * g
-                else:
-                    t[5] = t[6] = t[7] = 0.0
-                for k in range(8):
+                for k in range(8 if has_y else 5):
                     tk = t[k]
                     for r in range(LANES):
                         acc[k, r] += dw[r] * tk

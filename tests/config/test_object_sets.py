@@ -194,7 +194,7 @@ def test_nonfinite_object_values_error_or_drop_whole_events() -> None:
         n_events=3, weight=np.ones(3), events={"MET.pt": np.array([1.0, 2.0, 3.0])},
         collections={"Jet": (np.array([1, 2, 1]), {"pt": pt})},
     )
-    with pytest.raises(InputError, match=r"f.root: branch 'Jet_pt' has a non-finite value at "
+    with pytest.raises(InputError, match=r"f.root: branch .Jet_pt. has a non-finite value \(nan\) at "
                                           r"entry 11"):
         _finite(cols, None, weight_branch=None, policy="error", source="f.root", offset=10)
     # outside a guarded chunk note_dropped records nothing (faults tests cover recording)

@@ -63,6 +63,13 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
         for node in (obs.x, obs.y):
             if node is not None and node.kind not in _LINEAR:
                 return f"observable {obs.name!r}: {node.kind} expression {node.text!r}"
+    # The loops know threshold cuts (one side, one threshold) only: any other cut kind
+    # (a window lo < x < hi, ...) goes to the JAX kernel, never computed as a threshold.
+    cuts = [c for s in plan.sets.sets for c in s.cuts] + list(plan.event_cuts)
+    for cut in cuts:
+        op = getattr(cut, "op", "") or ""
+        if getattr(cut, "more", ()) or op not in ("", ">", ">=", "<", "<="):
+            return f"a {op or 'multi-threshold'} cut (the numba kernel has threshold cuts only)"
     if theta is not None:
         theta = np.asarray(theta, dtype=np.float64).reshape(-1)
         for count, (param, value) in zip(plan.sets.model.counts, plan.sets.thresholds):

@@ -384,6 +384,16 @@ def test_why_not_names_the_reason():
     cfg = sets_config()
     cfg["observables"].append({"name": "lead", "x": "jets[0].pt", "stats": ["mean"]})
     assert "index expression 'jets[0].pt'" in fastkernel.why_not(make_plan(cfg)[0], 1)
+    # a cut kind the loops do not know (a window lo < x < hi) is refused, never computed
+    # as a threshold cut
+    import dataclasses
+    from types import SimpleNamespace
+
+    window = SimpleNamespace(op="in", more=((None, 5.0),))
+    spec = dataclasses.replace(plan.sets.sets[0], cuts=(window,))
+    other = dataclasses.replace(plan, sets=dataclasses.replace(
+        plan.sets, sets=(spec,) + plan.sets.sets[1:]))
+    assert "a in cut" in fastkernel.why_not(other, 1)
     theta[plan.param_names.index("n")] = 9.0  # beyond the cap set by the bounds
     assert "beyond its cap" in fastkernel.why_not(plan, 1, theta)
 

@@ -64,7 +64,8 @@ def analysis_config(
         "parameters": {
             "jet_pt_min": {"init": pt_min, "bounds": [15.0, 200.0]},
             "jet_abs_eta_max": {"init": eta_max, "bounds": [0.5, 4.7]},
-            "min_jets": {"init": min_jets, "trainable": False},
+            # the upper bound sets the count's cap (tests set min_jets up to 3)
+            "min_jets": {"init": min_jets, "bounds": [0, 4], "trainable": False},
         },
         "selection": {
             "objects": {
@@ -108,19 +109,17 @@ def read_columns(path: Path, plan: Plan, weight_branch: str | None = "genWeight"
 
 def slice_columns(cols: ChunkColumns, start: int, stop: int) -> ChunkColumns:
     """Events ``[start, stop)`` of ``cols`` as a chunk of their own."""
-    objects: dict[str, np.ndarray] = {}
-    counts = None
-    if cols.counts is not None:
-        offsets = np.concatenate([[0], np.cumsum(cols.counts)])
+    collections = {}
+    for name, (counts, flat) in cols.collections.items():
+        offsets = np.concatenate([[0], np.cumsum(counts)])
         lo, hi = offsets[start], offsets[stop]
-        counts = cols.counts[start:stop].copy()
-        objects = {k: v[lo:hi].copy() for k, v in cols.objects.items()}
+        collections[name] = (counts[start:stop].copy(),
+                             {k: v[lo:hi].copy() for k, v in flat.items()})
     return ChunkColumns(
         n_events=stop - start,
         weight=cols.weight[start:stop].copy(),
-        counts=counts,
-        objects=objects,
         events={k: v[start:stop].copy() for k, v in cols.events.items()},
+        collections=collections,
     )
 
 

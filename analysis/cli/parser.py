@@ -216,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.unraisablehook = _on_unraisable
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "debug", False):  # e.g. why a plan runs on the JAX kernel
+        _kernel_log = logging.getLogger("analysis.pipeline.kernel")
+        if not _kernel_log.handlers:
+            _handler = logging.StreamHandler(sys.stderr)
+            _handler.setFormatter(logging.Formatter("diffcoffea: debug: %(message)s"))
+            _kernel_log.addHandler(_handler)
+        _kernel_log.setLevel(logging.DEBUG)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning

@@ -184,17 +184,45 @@ class ObjectSelectionConfig(_Model):
     cuts: list[CutConfig] = []
 
 
+COUNT_OPS = (">", ">=", "<", "<=", "==")
+
+
 class _EventCondition(CutKeys):
-    """What both forms of an event condition share: a branch cut or a count (its
-    ``count`` and ``op`` types differ by form), thresholds, a width."""
+    """An event condition, the same in both forms: a count ``{count, op, value|param[,
+    width]}`` (an integer condition on the number of selected objects; a ``param``
+    threshold ``n`` is smoothed between ``floor(n)`` and ``floor(n) + 1`` by
+    :func:`analysis.select.pbinom.integer_step` of ``width``, default 1.0, annealed like
+    the other widths, so it is trainable; a fixed integer ``value`` is exact and takes no
+    width) or a branch cut ``{var, op, value|param, width}`` (a soft cut on a per-event
+    branch; ``width`` default 0: hard; any registered cut kind, e.g. ``window``). Counts
+    take ``>``, ``>=``, ``<``, ``<=``, ``==``; ``==`` is for counts only."""
 
     var: str | None = None
     width: float | None = None
+    op: Literal[cuts.OPS + ("==",)]  # type: ignore[valid-type]
 
     @field_validator("width")
     @classmethod
     def _width(cls, v: float | None) -> float | None:
         return v if v is None else _check_width(cls, v)
+
+    @model_validator(mode="after")
+    def _check(self) -> _EventCondition:
+        _one_of(self, "count", "var")
+        if self.count is not None:
+            if self.op not in COUNT_OPS:
+                raise _fail("op", f"a count condition needs one of {', '.join(COUNT_OPS)}; "
+                            f"got {self.op!r}")
+            if self.width is not None and self.param is None:
+                raise _fail("width", "a count condition is a hard integer condition; a width "
+                            "only smooths a trainable 'param' threshold")
+            if self.value is not None and not (self.value.is_integer() and self.value >= 0):
+                raise _fail("value", f"a count needs an integer >= 0, got {self.value}")
+            if isinstance(self.count, list) and not self.count:
+                raise _fail("count", "empty list of sets")
+        elif self.op == "==":
+            raise _fail("op", "'==' is only for counts; a var cut needs >, >=, < or <=")
+        return self
 
     def effective_width(self) -> float:
         """The width in force: as given, else 1.0 for count cuts (the smoothed integer
@@ -205,23 +233,12 @@ class _EventCondition(CutKeys):
 
 
 class EventCutConfig(_EventCondition):
-    """An event-level cut: on the number of selected objects or on an event branch.
-
-    ``width`` of a ``var`` cut is the sigmoid width (default 0: hard). For a
-    ``count`` cut it smooths the step of a non-integer N between integers, in units
-    of N (default 1.0, nearly linear interpolation; 0 rounds N), and is annealed
-    like the other widths so that a trained N ends close to an integer.
-    """
+    """An event condition of the single-collection form (``selection: {objects,
+    events}``): ``count`` names the selected collection. The loader rewrites the form
+    into an object set named after the collection and a selection list
+    (:meth:`Config._rewrite_single`)."""
 
     count: str | None = None
-    op: Op
-
-    @model_validator(mode="after")
-    def _check(self) -> EventCutConfig:
-        _one_of(self, "count", "var")
-        if self.count is not None and self.value is not None and not self.value.is_integer():
-            raise _fail("value", f"a count cut needs an integer value, got {self.value}")
-        return self
 
 
 class ObjectSetConfig(_Model):
@@ -273,29 +290,10 @@ class ObjectSetConfig(_Model):
 
 class SelectionEntryConfig(_EventCondition):
     """One event condition of the list form of ``selection`` (with ``objects:``):
-    ``{count: set or [sets], op, value|param[, width]}`` (integer condition on the joint
-    count; a ``param`` threshold ``n`` is smoothed between ``floor(n)`` and
-    ``floor(n) + 1`` by :func:`analysis.select.pbinom.integer_step` of ``width``, default 1.0,
-    so it is trainable; integer ``n`` is exact) or ``{var: branch, op, value|param,
-    width}`` (soft cut on a per-event branch)."""
+    ``count`` names a set or a list of sets (their joint count); see
+    :class:`_EventCondition`."""
 
     count: str | list[str] | None = None
-    op: Literal[cuts.OPS + ("==",)]  # type: ignore[valid-type]
-
-    @model_validator(mode="after")
-    def _check(self) -> SelectionEntryConfig:
-        _one_of(self, "count", "var")
-        if self.count is not None:
-            if self.width is not None and self.param is None:
-                raise _fail("width", "a count condition is a hard integer condition; a width "
-                            "only smooths a trainable 'param' threshold")
-            if self.value is not None and not (self.value.is_integer() and self.value >= 0):
-                raise _fail("value", f"a count needs an integer >= 0, got {self.value}")
-            if isinstance(self.count, list) and not self.count:
-                raise _fail("count", "empty list of sets")
-        elif self.op == "==":
-            raise _fail("op", "'==' is only for counts; a var cut needs >, >=, < or <=")
-        return self
 
     @property
     def sets(self) -> tuple[str, ...]:
@@ -472,32 +470,43 @@ class Config(_Model):
     @model_validator(mode="after")
     def _cross_check(self) -> Config:
         if self.objects or self.selection.entries is not None:
+            sel = self.selection
+            if sel.objects is not None or sel.events:
+                raise _fail("selection", "with 'objects:', selection is a list of conditions")
+            if not self.objects:
+                raise _fail("objects", "a selection list needs object sets under 'objects:'")
             return self._check_sets()
+        self._check_single()
+        return self._rewrite_single()._check_sets(
+            set_key=lambda name: "selection.objects", entry_key="selection.events.{}".format
+        )
+
+    def _check_single(self) -> None:
+        """What only the single-collection form can get wrong: a count of another
+        collection than the selected one."""
         objects = self.selection.objects
-        cuts = [(f"objects.cuts.{i}", c) for i, c in enumerate(objects.cuts if objects else [])]
-        cuts += [(f"events.{i}", c) for i, c in enumerate(self.selection.events)]
-        for where, cut in cuts:
-            self._params(f"selection.{where}", cut)
         for i, ev in enumerate(self.selection.events):
-            if ev.count is None:
-                continue
-            if objects is None or ev.count != objects.collection:
+            if ev.count is not None and (objects is None or ev.count != objects.collection):
                 want = f"'{objects.collection}'" if objects else "(no selection.objects given)"
                 raise _fail(
                     f"selection.events.{i}.count",
                     f"unknown collection '{ev.count}'; must be the selected collection {want}",
                 )
-            if ev.param is not None and not float(self.parameters[ev.param].init).is_integer():
-                init = self.parameters[ev.param].init
-                raise _fail(
-                    f"parameters.{ev.param}.init",
-                    f"used by a count cut, needs an integer init, got {init}",
-                )
-        seen: set[str] = set()
-        for i, obs in enumerate(self.observables):
-            if obs.name in seen:
-                raise _fail(f"observables.{i}.name", f"duplicate observable name '{obs.name}'")
-            seen.add(obs.name)
+
+    def _rewrite_single(self) -> Config:
+        """The single-collection form as YAML sugar: ``selection: {objects: {collection:
+        C, cuts}, events}`` becomes the object set ``C`` (named after its collection, so
+        that ``C.pt``, ``sum(C.pt)``, ``count(C)`` read the same in both grammars) and the
+        selection list ``events`` (``{count: C, ...}`` counts the set). Nothing after the
+        loader knows which form was written."""
+        sel = self.selection
+        if sel.objects is not None:
+            cuts = [c.model_dump() for c in sel.objects.cuts]
+            self.objects = {sel.objects.collection: ObjectSetConfig.model_validate(
+                {"collection": sel.objects.collection, "cuts": cuts})}
+        entries = [SelectionEntryConfig.model_validate(ev.model_dump(exclude_none=True))
+                   for ev in sel.events]
+        self.selection = SelectionConfig(entries=entries)
         return self
 
     def _param(self, where: str, name: str | None) -> None:
@@ -510,13 +519,13 @@ class Config(_Model):
         for (_, key), (name, _) in zip(cut.threshold_keys(), cut.thresholds()):
             self._param(f"{where}.{key}", name)
 
-    def _check_sets(self) -> Config:
-        """Cross-checks of the object-set form (``objects:`` and a ``selection`` list)."""
+    def _check_sets(
+        self, *, set_key=lambda name: f"objects.{name}", entry_key="selection.{}".format
+    ) -> Config:
+        """Cross-checks of object sets, selection list and observables. ``set_key`` and
+        ``entry_key`` give the config location of a set and of an entry (the single form
+        is checked after its rewrite, with its own locations)."""
         sel = self.selection
-        if sel.objects is not None or sel.events:
-            raise _fail("selection", "with 'objects:', selection is a list of conditions")
-        if not self.objects:
-            raise _fail("objects", "a selection list needs object sets under 'objects:'")
         sets = self.objects
         for name, s in sets.items():
             seen = {name}
@@ -524,34 +533,31 @@ class Config(_Model):
             while parent is not None:
                 if parent not in sets:
                     hint = _suggest(parent, list(sets), "sets")
-                    raise _fail(f"objects.{name}.from", f"unknown set '{parent}'{hint}")
+                    raise _fail(f"{set_key(name)}.from", f"unknown set '{parent}'{hint}")
                 if parent in seen:
-                    raise _fail(f"objects.{name}.from", f"cycle in 'from' via '{parent}'")
+                    raise _fail(f"{set_key(name)}.from", f"cycle in 'from' via '{parent}'")
                 seen.add(parent)
                 parent = sets[parent].from_
             for i, cut in enumerate(s.cuts):
-                self._params(f"objects.{name}.cuts.{i}", cut)
+                self._params(f"{set_key(name)}.cuts.{i}", cut)
         for i, entry in enumerate(sel.entries or []):
-            self._params(f"selection.{i}", entry)
+            self._params(entry_key(i), entry)
             for name in entry.sets:
                 if name not in sets:
                     hint = _suggest(name, list(sets), "sets")
-                    raise _fail(f"selection.{i}.count", f"unknown set '{name}'{hint}")
+                    raise _fail(f"{entry_key(i)}.count", f"unknown set '{name}'{hint}")
             if entry.count is not None and entry.param is not None:
-                p = self.parameters[entry.param]
-                if p.bounds is None or not float(p.init).is_integer():
-                    raise _fail(
-                        f"parameters.{entry.param}",
-                        "used by a count, needs an integer init and bounds (the upper bound "
-                        "sets the count's cap)",
-                    )
+                init = self.parameters[entry.param].init
+                if not float(init).is_integer():
+                    raise _fail(f"parameters.{entry.param}.init",
+                                f"used by a count, needs an integer init, got {init}")
             if entry.var is not None:
                 try:
                     node = exprs.resolve(exprs.parse(entry.var), sets)
                 except ValueError as err:
-                    raise _fail(f"selection.{i}.var", str(err)) from None
+                    raise _fail(f"{entry_key(i)}.var", str(err)) from None
                 if node.kind != "branch":
-                    raise _fail(f"selection.{i}.var", f"expected a per-event branch (e.g. "
+                    raise _fail(f"{entry_key(i)}.var", f"expected a per-event branch (e.g. "
                                 f"MET.pt), got '{entry.var}'")
         seen_obs: set[str] = set()
         for i, obs in enumerate(self.observables):

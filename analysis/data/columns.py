@@ -51,7 +51,7 @@ def _event_branch(events, key: str, source: str) -> np.ndarray:
     if layout.purelist_depth != 1 or not hasattr(value, "to_numpy"):
         raise InputError(
             f"{source}: branch {key!r} is not one number per event (type {ak.type(value)}); "
-            "per-object quantities need the selection collection or sum()/count()"
+            "per-object quantities need an object set, or sum()/count() of one"
         )
     return np.asarray(ak.to_numpy(value), dtype=np.float64)
 
@@ -72,8 +72,8 @@ def extract_columns(
     passed on: with ``nonfinite="error"`` (the default) they raise an
     :class:`InputError` naming ``source``, the branch and the first such entry (the
     entry number in the file: the chunk's ``entrystart`` from ``events.metadata`` is
-    added); with ``"drop"`` the objects with a non-finite field, then the events with
-    a non-finite weight or per-event branch, are removed and their numbers noted
+    added); with ``"drop"`` the events holding a non-finite value (an object field,
+    the weight or a per-event branch) are removed and their numbers noted
     (:func:`analysis.data.faults.note_dropped`). ``None`` takes the policy from
     ``events.metadata["nonfinite"]`` (set by the driver for every chunk), else ``"error"``.
     """
@@ -87,29 +87,20 @@ def extract_columns(
     else:
         weight = np.ones(n, dtype=np.float64)
     cols = ChunkColumns(n_events=n, weight=weight)
-    if plan.sets is not None:
-        for name, fields in plan.sets.fields:
-            coll = _get(events, name, "collection", source)
-            counts = np.asarray(ak.to_numpy(ak.num(coll, axis=1)), dtype=np.int64)
-            if name in plan.sets.caps:  # objects.<set>.max_objects: one line, no truncation
-                check_counts(counts, plan.sets.caps[name], collection=name, source=source,
-                             offset=int(meta.get("entrystart") or 0), key=plan.sets.cap_keys[name])
-            flat = {
-                f: np.asarray(
-                    ak.to_numpy(ak.flatten(_get(coll, f, f"field of {name}", source))),
-                    dtype=np.float64,
-                )
-                for f in fields
-            }
-            cols.collections[name] = (counts, flat)
-    if plan.collection is not None:
-        coll = _get(events, plan.collection, "collection", source)
-        cols.counts = np.asarray(ak.to_numpy(ak.num(coll, axis=1)), dtype=np.int64)
-        for name in plan.object_fields:
-            cols.objects[name] = np.asarray(
-                ak.to_numpy(ak.flatten(_get(coll, name, f"field of {plan.collection}", source))),
+    for name, fields in plan.sets.fields:
+        coll = _get(events, name, "collection", source)
+        counts = np.asarray(ak.to_numpy(ak.num(coll, axis=1)), dtype=np.int64)
+        if name in plan.sets.caps:  # objects.<set>.max_objects: one line, no truncation
+            check_counts(counts, plan.sets.caps[name], collection=name, source=source,
+                         offset=int(meta.get("entrystart") or 0), key=plan.sets.cap_keys[name])
+        flat = {
+            f: np.asarray(
+                ak.to_numpy(ak.flatten(_get(coll, f, f"field of {name}", source))),
                 dtype=np.float64,
             )
+            for f in fields
+        }
+        cols.collections[name] = (counts, flat)
     for key in plan.event_keys:
         cols.events[key] = _event_branch(events, key, source)
     return _finite(
@@ -122,76 +113,22 @@ def extract_columns(
     )
 
 
-def _object_branch(plan: Plan, name: str) -> str:
-    return f"{plan.collection}_{name}"  # the NanoAOD branch name, as users know it
-
-
 def _finite(
     cols: ChunkColumns,
-    plan: Plan,
+    plan: Plan | None,
     *,
     weight_branch: str | None,
     policy: str,
     source: str,
     offset: int,
 ) -> ChunkColumns:
-    """``cols`` without non-finite values (see :func:`extract_columns`)."""
-    if cols.collections:
-        return _finite_sets(cols, weight_branch=weight_branch, policy=policy, source=source,
-                            offset=offset)
-    object_bad = {_object_branch(plan, k): ~np.isfinite(v) for k, v in cols.objects.items()}
-    event_bad = {k: ~np.isfinite(v) for k, v in cols.events.items()}
-    if weight_branch is not None:
-        event_bad = {weight_branch: ~np.isfinite(cols.weight), **event_bad}
-    object_bad = {k: m for k, m in object_bad.items() if m.any()}
-    event_bad = {k: m for k, m in event_bad.items() if m.any()}
-    if not object_bad and not event_bad:
-        return cols
-    counts = cols.counts if cols.counts is not None else np.zeros(cols.n_events, np.int64)
-    event_of_object = np.repeat(np.arange(cols.n_events), counts)
-    if policy == "error":
-        first = []  # (entry, branch, value)
-        for branch, m in object_bad.items():
-            i = int(np.argmax(m))
-            field = branch[len(plan.collection) + 1 :]
-            first.append((int(event_of_object[i]), branch, cols.objects[field][i]))
-        for branch, m in event_bad.items():
-            i = int(np.argmax(m))
-            value = cols.weight[i] if branch == weight_branch else cols.events[branch][i]
-            first.append((i, branch, value))
-        entry, branch, value = min(first, key=lambda t: t[0])
-        raise InputError(
-            f"{source}: branch {branch!r} has a non-finite value ({value}) at entry "
-            f"{offset + entry}; expected finite numbers (or set 'nonfinite: drop' to drop "
-            "such objects and events)"
-        )
-    keep_obj = np.ones(len(event_of_object), dtype=bool)
-    for branch, m in object_bad.items():
-        note_dropped(branch, objects=int((m & keep_obj).sum()))
-        keep_obj &= ~m
-    keep_ev = np.ones(cols.n_events, dtype=bool)
-    for branch, m in event_bad.items():
-        note_dropped(branch, events=int((m & keep_ev).sum()))
-        keep_ev &= ~m
-    keep_obj &= keep_ev[event_of_object]
-    new_counts = np.bincount(event_of_object[keep_obj], minlength=cols.n_events)
-    return ChunkColumns(
-        n_events=int(keep_ev.sum()),
-        weight=cols.weight[keep_ev],
-        counts=None if cols.counts is None else new_counts[keep_ev].astype(np.int64),
-        objects={k: v[keep_obj] for k, v in cols.objects.items()},
-        events={k: v[keep_ev] for k, v in cols.events.items()},
-    )
-
-
-def _finite_sets(
-    cols: ChunkColumns, *, weight_branch: str | None, policy: str, source: str, offset: int
-) -> ChunkColumns:
-    """:func:`_finite` of the object-set form: an error naming the first bad entry, or
-    with ``drop`` the events holding any non-finite value (objects included) are
-    removed and counted (an object cannot be dropped alone without changing the
-    event's counts and indices, so the whole event goes)."""
+    """``cols`` without non-finite values (see :func:`extract_columns`): an error naming
+    the first bad entry, or with ``drop`` the events holding any non-finite value
+    (objects included) are removed and counted. An object is never dropped alone: that
+    would change its event's counts and indices, so the whole event goes (one policy
+    for every selection)."""
     bad_events: dict[str, np.ndarray] = {}
+    first: dict[str, float] = {}  # the first non-finite value of each branch
     for name, (counts, flat) in cols.collections.items():
         event_of = np.repeat(np.arange(cols.n_events), counts)
         for f, v in flat.items():
@@ -200,17 +137,20 @@ def _finite_sets(
                 bad_events[f"{name}_{f}"] = np.bincount(
                     event_of[m], minlength=cols.n_events
                 ).astype(bool)
+                first[f"{name}_{f}"] = v[int(np.argmax(m))]
     for key, v in cols.events.items():
         if not np.isfinite(v).all():
             bad_events[key] = ~np.isfinite(v)
+            first[key] = v[int(np.argmax(bad_events[key]))]
     if weight_branch is not None and not np.isfinite(cols.weight).all():
         bad_events[weight_branch] = ~np.isfinite(cols.weight)
+        first[weight_branch] = cols.weight[int(np.argmax(bad_events[weight_branch]))]
     if not bad_events:
         return cols
     if policy == "error":
         branch, m = min(bad_events.items(), key=lambda kv: int(np.argmax(kv[1])))
         raise InputError(
-            f"{source}: branch {branch!r} has a non-finite value at entry "
+            f"{source}: branch {branch!r} has a non-finite value ({first[branch]}) at entry "
             f"{offset + int(np.argmax(m))}; expected finite numbers (or set "
             "'nonfinite: drop' to drop such events)"
         )

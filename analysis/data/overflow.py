@@ -30,26 +30,21 @@ __all__ = ["check_overflow", "largest_value", "unused_moments"]
 _DECADES = 300.0
 
 
-def _columns(cols: ChunkColumns, collection: str | None = None):
-    """``(branch name, flat values, counts or None)`` of every column of ``cols``
-    (``collection``: of ``cols.objects``, the single-collection form's)."""
+def _columns(cols: ChunkColumns):
+    """``(branch name, flat values, counts or None)`` of every column of ``cols``."""
     yield "weight", np.asarray(cols.weight), None
     for name, v in cols.events.items():
         yield name, np.asarray(v), None
-    for name, v in cols.objects.items():
-        yield f"{collection}_{name}" if collection else name, np.asarray(v), cols.counts
     for coll, (counts, fields) in cols.collections.items():
         for name, v in fields.items():
             yield f"{coll}_{name}", np.asarray(v), counts
 
 
-def largest_value(
-    cols: ChunkColumns, *, weights: bool = False, collection: str | None = None
-) -> tuple[str, float, int]:
+def largest_value(cols: ChunkColumns, *, weights: bool = False) -> tuple[str, float, int]:
     """``(branch, value, event of the chunk)`` of the largest finite ``|value|`` among the
     data columns (``weights``: among the event weights); ``("", 0.0, -1)`` if none."""
     best = ("", 0.0, -1)
-    for name, v, counts in _columns(cols, collection):
+    for name, v, counts in _columns(cols):
         if (name == "weight") != weights or v.size == 0 or v.dtype.kind not in "fiu":
             continue
         a = np.where(np.isfinite(v), np.abs(v.astype(np.float64)), 0.0)
@@ -79,15 +74,13 @@ def _bad_leaf(tree: Any, unused: set[str]) -> str | None:
 
 
 def unused_moments(plan: Any) -> set[str]:
-    """State leaves no requested statistic reads: ``M3`` without skew or kurtosis, ``M4``
-    without kurtosis (a state of order 2 keeps them NaN by design)."""
+    """State leaves no requested statistic reads: the moments above the order the
+    observable's statistics declare (``plan.sets.orders``; a state keeps them NaN by
+    design)."""
     out = set()
-    for obs in getattr(plan, "observables", ()):
-        uni = set(getattr(obs, "univariate", ()))
-        if not uni & {"skew", "kurtosis"}:
-            out.add(f"observables.{obs.name}.moments.m3")
-        if "kurtosis" not in uni:
-            out.add(f"observables.{obs.name}.moments.m4")
+    for obs, order in zip(plan.observables, plan.sets.orders):
+        for k in range(order + 1, 5):
+            out.add(f"observables.{obs.name}.moments.m{k}")
     return out
 
 
@@ -96,12 +89,11 @@ def check_overflow(state: Any, cols: ChunkColumns, plan: Any, *, dataset: str) -
     overflowed float64 (module docstring); otherwise return."""
     derived = state.derived
     unused = unused_moments(plan)
-    collection = getattr(plan, "collection", None)
     bad = _bad_leaf(derived.value, unused) or _bad_leaf(derived.jac, unused)
     if bad is None:
         return
     n = max(sum(v.size for _, v, _ in _columns(cols)), 1)
-    xname, x, xevent = largest_value(cols, collection=collection)
+    xname, x, xevent = largest_value(cols)
     wname, w, wevent = largest_value(cols, weights=True)
     lw, ln = _log10(w) if w else 0.0, math.log10(n)
     if 2 * lw + ln > _DECADES or not x:

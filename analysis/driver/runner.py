@@ -273,8 +273,6 @@ def empty_columns(plan: Plan) -> ChunkColumns:
     return ChunkColumns(
         n_events=0,
         weight=np.zeros(0),
-        counts=None if plan.collection is None else np.zeros(0, dtype=np.int64),
-        objects={k: np.zeros(0) for k in plan.object_fields} if plan.collection else {},
         events={k: np.zeros(0) for k in plan.event_keys},
     )
 

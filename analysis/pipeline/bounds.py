@@ -12,7 +12,7 @@ kernels pad them: a power of two >= 64):
   ``E * prod C(max_objects, i + 1)``; key: ``objects.<set>.max_objects``;
 - histograms: ``bins + 2`` per dataset, times the grid points; key ``observables.<k>.hist.bins``;
 - chunk buffers: ``E`` times the columns read (weight, event branches, object fields of
-  the single-collection form, at least one value per event each); key ``executor.chunksize``
+  the sets, at least one value per event each); key ``executor.chunksize``
   (or ``--chunksize``).
 
 Any one beyond the limit is a one-line :class:`~analysis.limits.ResourceError`.
@@ -74,7 +74,7 @@ def check_sizes(config: Any, plan: Any, *, events: int, grid_points: int = 1) ->
     src = config.source
     e = padded_events(events)
     g = max(int(grid_points), 1)
-    columns = 1 + len(getattr(plan, "event_keys", ())) + len(getattr(plan, "object_fields", ()))
+    columns = 1 + len(plan.event_keys) + sum(len(f) for _, f in plan.sets.fields)
     check_bytes(
         f"{src}: executor.chunksize", float(e) * columns * _FLOAT,
         f"{columns} columns x {e} events per chunk",

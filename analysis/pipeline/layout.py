@@ -22,16 +22,14 @@ class ChunkColumns:
     """Columns of one chunk.
 
     ``weight``: per-event weight (float64; ones without a weight branch);
-    ``counts``: objects per event in the selection collection (``None`` without one);
-    ``objects``: flat per-object fields; ``events``: per-event branches.
+    ``events``: per-event branches; ``collections``: collection -> ``(counts, {field:
+    flat values})`` (``counts``: int64 objects per event; values float64, all objects of
+    all events back to back).
     """
 
     n_events: int
     weight: np.ndarray
-    counts: np.ndarray | None = None
-    objects: dict[str, np.ndarray] = field(default_factory=dict)
     events: dict[str, np.ndarray] = field(default_factory=dict)
-    # The object-set form (plan.sets): collection -> (counts, {field: flat values}).
     collections: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]] = field(
         default_factory=dict
     )
@@ -43,19 +41,20 @@ class ChunkColumns:
 # number of distinct (events, objects, max multiplicity) buckets a run meets.
 #
 # A compilation costs ~1.5 s, as much as running ~1M events through the compiled
-# kernel, while a chunk of a few thousand events runs in ~1-2 ms whatever its
-# padding. So small chunks all share one floor shape (MIN_EVENTS events,
-# MIN_OBJECTS objects), and the per-event loop starts at MIN_MAX_COUNT objects
-# (multiplicities 9..16 are common, so a floor of 8 flip-flopped between 8 and 16).
-# 100 chunks of 50..5000 events with Poisson(4) objects: 6..13 shapes (over 300
-# seeds) with the former 64/64/8 floors, 4..8 with these. The object floor is not
-# higher because a hard-cut grid scan of a small file pays for it on every point.
-# Larger chunks keep power-of-two buckets on each axis: padding them further (e.g.
-# objects >= 8 x events) would avoid the second object bucket that a chunk whose
-# object count straddles a power of two opens, but costs every chunk of a long run.
+# kernel, while a chunk of a few thousand events runs in ~1-2 ms whatever its padding.
+# One rule for every plan: events to a power of two >= MIN_EVENTS, each collection's
+# objects to a power of two >= MIN_OBJECTS, and the per-event object axis (the dense
+# ``(events, M)`` layout of :mod:`analysis.select.objects`) to a power of two >=
+# MIN_MAX_COUNT. Where an observable indexes a collection (``S[i]``: ``C(M, i + 1)``
+# candidates per padded event) M is the chunk's largest multiplicity rounded up to
+# SET_OBJECT_STEP instead, and the event floor is MIN_EVENTS_INDEXED: the padding costs
+# more than the compilations there (AGC trijet on the 2015 file: C(11, 3) = 165
+# candidates instead of 220 at M = 12 cut the gradient pass by 25%).
 MIN_EVENTS = 1024
 MIN_OBJECTS = 4096
 MIN_MAX_COUNT = 16
+MIN_EVENTS_INDEXED = 64
+SET_OBJECT_STEP = 1
 
 
 def bucket(n: int, minimum: int = 64) -> int:
@@ -67,18 +66,15 @@ def bucket(n: int, minimum: int = 64) -> int:
 @dataclass(frozen=True)
 class Shapes:
     events: int
-    objects: int
-    max_count: int  # static length of the per-event loop over objects
-    # The object-set form: ((collection, padded objects, max objects per event), ...).
+    # ((collection, padded objects, max objects per event), ...)
     collections: tuple[tuple[str, int, int], ...] = ()
 
 
 def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], Shapes]:
-    """Pad ``cols`` with zero-weight entries to bucket sizes; return arrays and shapes."""
+    """Pad ``cols`` with zero-weight entries to bucket sizes; return arrays and shapes:
+    ``weight``, ``event:<key>``, and per collection ``C:counts``, ``C:starts``, ``C:<field>``."""
     n = cols.n_events
-    # The object-set kernel's cost per padded event is much higher (joint count states,
-    # candidates): a smaller event floor there.
-    e = bucket(n, MIN_EVENTS if plan.sets is None else SET_MIN_EVENTS)
+    e = bucket(n, MIN_EVENTS_INDEXED if _indexed(plan) else MIN_EVENTS)
     arrays: dict[str, np.ndarray] = {}
     w = np.zeros(e, dtype=np.float64)
     w[:n] = cols.weight
@@ -87,37 +83,7 @@ def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], 
         padded = np.zeros(e, dtype=np.float64)
         padded[:n] = value
         arrays[f"event:{key}"] = padded
-    o, lmax = 1, 1
-    if plan.sets is not None:
-        return arrays, Shapes(e, o, lmax, _pad_sets(cols, plan, arrays, e))
-    if cols.counts is not None:
-        counts = np.zeros(e, dtype=np.int32)
-        counts[:n] = cols.counts
-        total = int(counts.sum())
-        o = bucket(total, MIN_OBJECTS)
-        lmax = bucket(int(counts.max(initial=0)), MIN_MAX_COUNT)
-        arrays["counts"] = counts
-        arrays["starts"] = (np.cumsum(counts) - counts).astype(np.int32)
-        seg = np.full(o, e - 1, dtype=np.int32)
-        seg[:total] = np.repeat(np.arange(e, dtype=np.int32), counts)
-        arrays["segment"] = seg
-        valid = np.zeros(o, dtype=bool)
-        valid[:total] = True
-        arrays["valid"] = valid
-        for key, value in cols.objects.items():
-            padded = np.zeros(o, dtype=np.float64)
-            padded[:total] = value
-            arrays[f"object:{key}"] = padded
-    return arrays, Shapes(e, o, lmax)
-
-
-# Per-event object axis of the object-set form: padded to a multiple of SET_OBJECT_STEP
-# (not a power of two): indexed observables cost C(M, i + 1) candidates, so the exact
-# chunk maximum is used (AGC trijet on the 2015 file: C(11, 3) = 165 candidates instead
-# of 220 at M = 12 cut the gradient pass by 25%) at the price of one compilation per
-# distinct maximum multiplicity among chunks.
-SET_OBJECT_STEP = 1
-SET_MIN_EVENTS = 64
+    return arrays, Shapes(e, _pad_sets(cols, plan, arrays, e))
 
 
 def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
@@ -132,7 +98,10 @@ def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
         total = int(counts.sum())
         o = bucket(total, MIN_OBJECTS)
         top = int(counts.max(initial=0))
-        m = max(SET_OBJECT_STEP, -(-top // SET_OBJECT_STEP) * SET_OBJECT_STEP)
+        if name in _indexed(plan):
+            m = max(SET_OBJECT_STEP, -(-top // SET_OBJECT_STEP) * SET_OBJECT_STEP)
+        else:
+            m = bucket(top, MIN_MAX_COUNT)
         arrays[f"{name}:counts"] = counts
         arrays[f"{name}:starts"] = (np.cumsum(counts) - counts).astype(np.int32)
         for f in fields:
@@ -141,3 +110,10 @@ def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
             arrays[f"{name}:{f}"] = padded
         shapes.append((name, o, m))
     return tuple(shapes)
+
+
+def _indexed(plan: Plan) -> set[str]:
+    """Collections that an observable indexes (``S[i]``, 4-vector sums, deltaR)."""
+    sp = plan.sets
+    return {sp.collection_of(s) for pair in sp.nodes for node in pair if node is not None
+            for s, _ in node.slots}

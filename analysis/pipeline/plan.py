@@ -5,26 +5,17 @@ description (cuts, observables, parameter order), so it can be a static argument
 ``jax.jit`` and is cheap to pickle to coffea workers. Parameter *values* and cut
 widths are not part of it: they change every optimisation step without recompiling.
 
-Expression language for observables and event cuts (see the README):
-
-- ``C.f`` with ``C`` the selection collection: one value per selected object,
-  weighted by event weight x soft event selection x soft object selection;
-  ``abs(C.f)`` the same with ``|f|``;
-- ``sum(C.f)``: per event, the soft-selected sum ``sum_j w_j f_j`` over objects;
-  ``count(C)``: per event, the soft number of selected objects ``sum_j w_j``;
-- anything else (``MET.pt``, ``MET_pt``, ``genWeight``, ``abs(MET.phi)``): a
-  per-event branch, weighted by event weight x soft event selection.
-
-With a top-level ``objects:`` (several object sets, a ``selection`` list of joint
-counts and branch cuts, indexed and 4-vector observables; grammar in
-:mod:`analysis.select.exprs`) the plan carries a :class:`SetPlan` in ``sets`` and the
-single-collection fields are empty; :mod:`analysis.pipeline.setkernel` computes it.
+There is one form of plan: object sets (``sets``, a :class:`SetPlan`), a selection list
+of joint counts and branch cuts, and observables in the grammar of
+:mod:`analysis.select.exprs`. The single-collection YAML form (``selection: {objects,
+events}``) is rewritten into it by the loader, so a plan does not know which form was
+written; :mod:`analysis.pipeline.setkernel` (JAX) and :mod:`analysis.pipeline.fastkernel`
+(numba) compute it.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from analysis.config.loader import Config
@@ -36,9 +27,7 @@ from analysis.stats import registry
 __all__ = [
     "BIVARIATE_STATS",
     "UNIVARIATE_STATS",
-    "CountCut",
     "EventVarCut",
-    "Expr",
     "ObjectCut",
     "Observable",
     "Plan",
@@ -46,7 +35,6 @@ __all__ = [
     "SetSpec",
     "build_plan",
     "initial_widths",
-    "parse_expr",
     "threshold_value",
 ]
 
@@ -55,31 +43,10 @@ __all__ = [
 UNIVARIATE_STATS = registry.UNIVARIATE
 BIVARIATE_STATS = registry.BIVARIATE
 
-
 def _split_stats(stats) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(of one variable, of two)`` of an observable's statistics, from the registry."""
     arity = {n: registry.STATISTICS[n].arity for n in stats}
     return tuple(n for n in stats if arity[n] == 1), tuple(n for n in stats if arity[n] == 2)
-
-_EXPR = re.compile(
-    r"^(?:(?P<fn>sum|count|abs)\()?(?P<a>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<b>[A-Za-z_][A-Za-z0-9_]*))?\)?$"
-)
-
-
-@dataclass(frozen=True)
-class Expr:
-    """A parsed observable expression.
-
-    ``level`` is ``"object"`` (one value per object of the selection collection)
-    or ``"event"`` (one value per event). ``kind`` is ``"field"``, ``"sum"``,
-    ``"count"`` or ``"branch"``; ``key`` names the column that is read.
-    """
-
-    text: str
-    level: str
-    kind: str
-    key: str | None
-    absolute: bool = False
 
 
 def threshold_value(theta, param: int | None, value: float | None):
@@ -119,7 +86,7 @@ class _CutKind:
 
 @dataclass(frozen=True)
 class ObjectCut(_CutKind):
-    """Soft cut on a field of the selection collection: ``field OP threshold`` per object.
+    """Soft cut on a field of an object set's collection: ``field OP threshold`` per object.
 
     ``absolute`` cuts ``|field|``; ``greater`` is True for ``>``/``>=``; ``inclusive``
     for ``>=``/``<=`` (matters only for the hard step, width 0). The threshold is the
@@ -142,12 +109,12 @@ class ObjectCut(_CutKind):
 
 @dataclass(frozen=True)
 class EventVarCut(_CutKind):
-    """Soft cut on a per-event branch (``expr``, e.g. ``MET.pt``): ``expr OP threshold``.
+    """Soft cut on the per-event branch ``key`` (e.g. ``MET.pt``): ``key OP threshold``.
 
     Fields as :class:`ObjectCut`; the event weight is multiplied by the pass probability.
     """
 
-    expr: Expr
+    key: str
     greater: bool
     inclusive: bool
     param: int | None
@@ -166,24 +133,13 @@ def _cut_args(cut, names: tuple[str, ...], width_index: int) -> dict:
 
 
 @dataclass(frozen=True)
-class CountCut:
-    """Soft "number of selected objects OP N" (Poisson-binomial); the width smooths
-    a non-integer N between integers."""
-
-    op: str
-    param: int | None
-    value: float | None
-    width_index: int
-
-
-@dataclass(frozen=True)
 class Observable:
     """An observable: expression ``x`` (and ``y`` for statistics of two variables) and the
     statistics asked for, split by arity (names of :mod:`analysis.stats.registry`)."""
 
     name: str
-    x: Expr
-    y: Expr | None
+    x: exprs.Node
+    y: exprs.Node | None
     univariate: tuple[str, ...]
     bivariate: tuple[str, ...]
 
@@ -199,23 +155,18 @@ class Plan:
 
     Parameters are addressed by index into ``param_names`` (the full vector ``theta``);
     ``trainable`` indexes the ones derivatives are taken for. Cut widths are addressed
-    by ``width_index`` (object cuts, then event cuts, ``n_widths`` in all). The columns
-    to read are ``collection``'s ``object_fields`` and the per-event ``event_keys``.
+    by ``width_index`` (set cuts, then the selection list's entries that have one,
+    ``n_widths`` in all). The columns to read are ``sets.fields`` and ``event_keys``.
     """
 
     param_names: tuple[str, ...]
     trainable: tuple[int, ...]  # indices of trainable parameters in param_names
     integer: tuple[bool, ...]
-    collection: str | None
-    object_fields: tuple[str, ...]  # fields of the collection to read
     event_keys: tuple[str, ...]  # per-event branches to read
-    object_cuts: tuple[ObjectCut, ...]
     event_cuts: tuple[EventVarCut, ...]
-    count_cuts: tuple[CountCut, ...]
-    count_cap: int  # states of the Poisson-binomial recursion: P(K = 0..cap-1), P(K >= cap)
     observables: tuple[Observable, ...]
     n_widths: int
-    sets: SetPlan | None = None  # the object-set form (``objects:``), else None
+    sets: SetPlan
 
     @property
     def trainable_names(self) -> tuple[str, ...]:
@@ -277,8 +228,15 @@ def _object_cut(cut, names: tuple[str, ...], width_index: int) -> ObjectCut:
                      **_cut_args(cut, names, width_index))
 
 
-def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
-    """:func:`build_plan` of the object-set form (config already cross-checked)."""
+def _threshold(cfg_param: str | None, cfg_value: float | None, names: tuple[str, ...]):
+    return (names.index(cfg_param), None) if cfg_param is not None else (None, float(cfg_value))
+
+
+def build_plan(config: Config) -> Plan:
+    """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
+    names = tuple(config.parameters)
+    trainable = tuple(i for i, n in enumerate(names) if config.parameters[n].trainable)
+    integer = tuple(config.parameters[n].integer for n in names)
     src = config.source
     cfg_sets = config.objects
 
@@ -295,6 +253,13 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
         if f not in fields[c]:
             fields[c].append(f)
 
+    parsed = [
+        tuple(None if t is None else exprs.resolve(exprs.parse(t), cfg_sets)
+              for t in (obs.x, obs.y))
+        for obs in config.observables
+    ]
+    # The ranking field is read only for sets that an observable indexes (S[i]).
+    indexed = {s for pair in parsed for node in pair if node is not None for s, _ in node.slots}
     for name, s in cfg_sets.items():
         c = collection(name)
         cuts = []
@@ -303,20 +268,24 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             n_widths += 1
             need(c, oc.field)
             cuts.append(oc)
-        need(c, s.rank_by)
+        if name in indexed:
+            need(c, s.rank_by)
+        else:
+            fields.setdefault(c, [])
         specs.append(SetSpec(name, c, s.from_, tuple(cuts), s.rank_by))
     counts, thresholds, event_cuts, event_keys = [], [], [], []
     count_widths: list[int | None] = []
     for entry in config.selection.entries or []:
         if entry.count is not None:
             param, value = _threshold(entry.param, entry.value, names)
-            if param is not None:  # a trainable n stays within its bounds
-                top = int(math.ceil(config.parameters[entry.param].bounds[1]))
+            if param is not None:  # a threshold stays within its bounds (or at its init)
+                p = config.parameters[entry.param]
+                top = int(math.ceil(max(p.init, p.bounds[1] if p.bounds else p.init)))
             else:
                 top = int(value)
             counts.append(Count(entry.sets, entry.op, required_cap(entry.op, top)))
             thresholds.append((param, value))
-            # A trainable threshold's smoothed integer step has a width (annealed like
+            # A parameter threshold's smoothed integer step has a width (annealed like
             # the others); a fixed integer value is exact without one.
             count_widths.append(n_widths if param is not None else None)
             n_widths += param is not None
@@ -324,8 +293,7 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             key = exprs.resolve(exprs.parse(entry.var), set()).head
             if key not in event_keys:
                 event_keys.append(key)
-            expr = Expr(entry.var, "event", "branch", key)
-            event_cuts.append(EventVarCut(expr, **_cut_args(entry, names, n_widths)))
+            event_cuts.append(EventVarCut(key, **_cut_args(entry, names, n_widths)))
             n_widths += 1
     try:
         model = CountModel(
@@ -333,15 +301,11 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
         )
     except ConfigError as err:
         raise ConfigError(f"{src}: objects: {err}") from None
-    observables, nodes, orders = [], [], []
-    for obs in config.observables:
-        pair = []
-        for key in ("x", "y"):
-            text = getattr(obs, key)
-            if text is None:
-                pair.append(None)
+    observables, orders = [], []
+    for obs, pair in zip(config.observables, parsed):
+        for node in pair:
+            if node is None:
                 continue
-            node = exprs.resolve(exprs.parse(text), cfg_sets)
             if node.kind == "branch":
                 if node.head not in event_keys:
                     event_keys.append(node.head)
@@ -355,17 +319,10 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
                         event_keys.append(key)
             elif node.field is not None:
                 need(collection(node.head or node.slots[0][0]), node.field)
-            pair.append(node)
-        nodes.append(tuple(pair))
         uni, bi = _split_stats(obs.stats)
         # the moment order the statistics declare (at least 2: M2 is always there)
         orders.append(max(2, registry.moment_order(uni)))
-        x = pair[0]
-        level = "object" if x.level != "event" else "event"
-        observables.append(Observable(
-            obs.name, Expr(obs.x, level, x.kind, x.field),
-            None if obs.y is None else Expr(obs.y, level, pair[1].kind, pair[1].field), uni, bi,
-        ))
+        observables.append(Observable(obs.name, pair[0], pair[1], uni, bi))
     caps: dict[str, tuple[int, str]] = {}
     for name, s in cfg_sets.items():
         if s.max_objects is not None:
@@ -374,176 +331,22 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
                 caps[c] = (s.max_objects, name)
     set_plan = SetPlan(
         tuple(specs), model, tuple(thresholds),
-        tuple((c, tuple(f)) for c, f in fields.items()), tuple(nodes), tuple(orders),
+        tuple((c, tuple(f)) for c, f in fields.items()), tuple(parsed), tuple(orders),
         max_objects=tuple((c, cap, name) for c, (cap, name) in caps.items()),
         count_widths=tuple(count_widths),
     )
     return Plan(
-        param_names=names, trainable=trainable, integer=integer, collection=None,
-        object_fields=(), event_keys=tuple(event_keys), object_cuts=(),
-        event_cuts=tuple(event_cuts), count_cuts=(), count_cap=1,
+        param_names=names, trainable=trainable, integer=integer,
+        event_keys=tuple(event_keys), event_cuts=tuple(event_cuts),
         observables=tuple(observables), n_widths=n_widths, sets=set_plan,
     )
 
 
-def parse_expr(text: str, collection: str | None, where: str) -> Expr:
-    """Parse ``text`` (see the module docstring); ``where`` names the config key for errors."""
-    m = _EXPR.match(text.replace(" ", ""))
-    if m is None:
-        raise ConfigError(f"{where}: cannot parse expression {text!r}")
-    fn, a, b = m.group("fn"), m.group("a"), m.group("b")
-    if fn in ("sum", "count"):
-        if collection is None or a != collection:
-            raise ConfigError(
-                f"{where}: {fn}() needs the selection collection "
-                f"({collection or 'selection.objects.collection is not set'}), got {a!r}"
-            )
-        if fn == "count":
-            if b is not None:
-                raise ConfigError(
-                    f"{where}: count() takes a collection, e.g. count({a}), got {text!r}"
-                )
-            return Expr(text, "event", "count", None)
-        if b is None:
-            raise ConfigError(f"{where}: sum() takes a field, e.g. sum({a}.pt), got {text!r}")
-        return Expr(text, "event", "sum", b)
-    absolute = fn == "abs"
-    if collection is not None and a == collection:
-        if b is None:
-            raise ConfigError(f"{where}: {text!r} names the collection; give a field, e.g. {a}.pt")
-        return Expr(text, "object", "field", b, absolute)
-    return Expr(text, "event", "branch", a if b is None else f"{a}.{b}", absolute)
-
-
-def _threshold(cfg_param: str | None, cfg_value: float | None, names: tuple[str, ...]):
-    return (names.index(cfg_param), None) if cfg_param is not None else (None, float(cfg_value))
-
-
-def _threshold_kind(cut, where: str) -> None:
-    """The single-collection form has threshold cuts only (its kernels know no kinds)."""
-    if cut.op not in (">", ">=", "<", "<="):
-        raise ConfigError(f"{where}: a '{cut.op}' cut needs the object-set form "
-                          "(top-level 'objects:' and a 'selection' list)")
-
-
-def build_plan(config: Config) -> Plan:
-    """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
-    names = tuple(config.parameters)
-    trainable = tuple(i for i, n in enumerate(names) if config.parameters[n].trainable)
-    integer = tuple(config.parameters[n].integer for n in names)
-    if config.objects:
-        return _build_set_plan(config, names, trainable, integer)
-    sel = config.selection
-    collection = sel.objects.collection if sel.objects is not None else None
-    object_fields: list[str] = []
-    event_keys: list[str] = []
-
-    def need(expr: Expr) -> None:
-        if expr.level == "object" or expr.kind == "sum":
-            if expr.key not in object_fields:
-                object_fields.append(expr.key)
-        elif expr.kind == "branch" and expr.key not in event_keys:
-            event_keys.append(expr.key)
-
-    object_cuts = []
-    n_widths = 0
-    for i, cut in enumerate(sel.objects.cuts if sel.objects is not None else []):
-        _threshold_kind(cut, f"{config.source}: selection.objects.cuts.{i}.op")
-        absolute = cut.var.startswith("abs_")
-        field = cut.var[4:] if absolute else cut.var
-        if field not in object_fields:
-            object_fields.append(field)
-        param, value = _threshold(cut.param, cut.value, names)
-        object_cuts.append(
-            ObjectCut(
-                field,
-                absolute,
-                cut.op in (">", ">="),
-                cut.op in (">=", "<="),
-                param,
-                value,
-                n_widths,
-            )
-        )
-        n_widths += 1
-    event_cuts = []
-    count_cuts = []
-    cap = 1
-    for i, ev in enumerate(sel.events):
-        _threshold_kind(ev, f"{config.source}: selection.events.{i}.op")
-        param, value = _threshold(ev.param, ev.value, names)
-        if ev.count is not None:
-            if collection is None or ev.count != collection:
-                raise ConfigError(
-                    f"{config.source}: selection.events.{i}.count: counts objects of the selection "
-                    f"collection ({collection or 'selection.objects is not set'}), got {ev.count!r}"
-                )
-            if param is not None:
-                p = config.parameters[names[param]]
-                top = max(p.init, p.bounds[1] if p.bounds else p.init)
-            else:
-                top = value
-            # ">" N is ">=" N + 1, and a non-integer N interpolates up to ceil(N).
-            cap = max(cap, int(math.floor(top)) + 2)
-            count_cuts.append(CountCut(ev.op, param, value, n_widths))
-            n_widths += 1
-        else:
-            expr = parse_expr(ev.var, collection, f"{config.source}: selection.events.{i}.var")
-            if expr.level != "event" or expr.kind != "branch":
-                raise ConfigError(
-                    f"{config.source}: selection.events.{i}.var: needs a per-event branch "
-                    f"(e.g. MET.pt), got {ev.var!r}"
-                )
-            need(expr)
-            event_cuts.append(
-                EventVarCut(
-                    expr, ev.op in (">", ">="), ev.op in (">=", "<="), param, value, n_widths
-                )
-            )
-            n_widths += 1
-
-    observables = []
-    for i, obs in enumerate(config.observables):
-        where = f"{config.source}: observables.{i}"
-        x = parse_expr(obs.x, collection, f"{where}.x")
-        need(x)
-        y = None
-        if obs.y is not None:
-            y = parse_expr(obs.y, collection, f"{where}.y")
-            need(y)
-            if y.level != x.level:
-                raise ConfigError(
-                    f"{where}.y: {obs.y!r} is per {y.level} but x {obs.x!r} is per {x.level}; "
-                    "both must be per object or both per event"
-                )
-        uni, bi = _split_stats(obs.stats)
-        observables.append(Observable(obs.name, x, y, uni, bi))
-
-    return Plan(
-        param_names=names,
-        trainable=trainable,
-        integer=integer,
-        collection=collection,
-        object_fields=tuple(object_fields),
-        event_keys=tuple(event_keys),
-        object_cuts=tuple(object_cuts),
-        event_cuts=tuple(event_cuts),
-        count_cuts=tuple(count_cuts),
-        count_cap=cap,
-        observables=tuple(observables),
-        n_widths=n_widths,
-    )
-
-
 def initial_widths(config: Config) -> list[float]:
-    """The configured cut widths, in the plan's width order (object cuts, then event cuts)."""
-    if config.objects:
-        widths = [c.width for s in config.objects.values() for c in s.cuts]
-        return widths + [
-            e.effective_width() for e in config.selection.entries or []
-            if e.count is None or e.param is not None
-        ]
-    sel = config.selection
-    widths = [c.width for c in (sel.objects.cuts if sel.objects is not None else [])]
-    widths += [e.effective_width() for e in sel.events]
-    return widths
+    """The configured cut widths, in the plan's width order (set cuts, then the entries
+    of the selection list that have one: parameter counts and branch cuts)."""
+    widths = [c.width for s in config.objects.values() for c in s.cuts]
+    return widths + [
+        e.effective_width() for e in config.selection.entries or []
+        if e.count is None or e.param is not None
+    ]

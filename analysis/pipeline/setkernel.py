@@ -75,9 +75,10 @@ class _Chunk:
         self.cw = jnp.stack(cw).astype(jnp.float64) if cw else jnp.zeros((0,), jnp.float64)
         ev = arrays["weight"]
         for cut in plan.event_cuts:
-            ev = ev * _cut(theta, widths, cut, arrays[f"event:{cut.expr.key}"])
+            ev = ev * _cut(theta, widths, cut, arrays[f"event:{cut.key}"])
         self.ev = ev  # weight x event cuts (without the count decision)
-        self.p = event_pass(self.probs, self.lays, self.sp.model, self.th, self.cw)
+        self.p = (event_pass(self.probs, self.lays, self.sp.model, self.th, self.cw)
+                  if self.sp.model.collections else jnp.ones_like(ev))  # no sets: no counts
         self._ow = None
 
     def field(self, c: str, f: str):

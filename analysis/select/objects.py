@@ -34,7 +34,7 @@ cap makes every result NaN (with zero gradient): never a silent bias.
 
 Count thresholds are real and trainable: ``K op n`` is the blended decision ``(1 - s)
 [K op floor n] + s [K op floor n + 1]``, ``s = integer_step(n - floor n, width)``
-(:func:`analysis.select.pbinom.integer_step`, the single-collection form's soft ``>= N``),
+(:func:`analysis.select.pbinom.integer_step`; the tail weight :func:`analysis.select.pbinom.at_least`),
 and every result is its exact expectation; integer ``n`` (or width 0 and a rounded
 ``n``) is the hard condition. ``d/dn`` is ``s'`` times the probability of the states
 where the two integer conditions differ; at integer ``n`` it is the right derivative.
@@ -76,7 +76,7 @@ import numpy as np
 
 from analysis.errors import ConfigError, InputError
 from analysis.limits import check_bytes
-from analysis.select.pbinom import integer_step
+from analysis.select.pbinom import at_least
 
 __all__ = [
     "OPS",
@@ -388,16 +388,6 @@ def _pattern_probs(model: CountModel, probs: Mapping[str, jnp.ndarray], layouts,
     return jnp.where(valid[..., None], pi, empty)
 
 
-def _at_least(k, n, width):
-    """Smoothed ``[k >= n]`` at integer states ``k`` for a real threshold ``n``:
-    ``(1 - s) [k >= floor n] + s [k >= floor n + 1]``, ``s = integer_step(n - floor n,
-    width)`` (:func:`analysis.select.pbinom.integer_step`): exact at integer ``n``; at width 0
-    a non-integer ``n`` rounds to the nearest integer."""
-    lo = jnp.floor(n)
-    s = integer_step(n - lo, width)
-    return (1.0 - s) * (k >= lo).astype(k.dtype) + s * (k >= lo + 1.0).astype(k.dtype)
-
-
 def _pass_table(model: CountModel, thresholds, widths=None):
     """``(f, ok)``: ``f`` ``(S,)`` = product of the (smoothed) count indicators in each
     state; ``ok`` = every threshold within its cap (else results are NaN).
@@ -421,15 +411,15 @@ def _pass_table(model: CountModel, thresholds, widths=None):
         k = jnp.asarray(model._state_counts[:, v], dtype=jnp.float64)
         n, w = thresholds[j], widths[j]
         if c.op == ">=":
-            ind = _at_least(k, n, w)
+            ind = at_least(k, n, w)
         elif c.op == ">":
-            ind = _at_least(k, n + 1.0, w)
+            ind = at_least(k, n + 1.0, w)
         elif c.op == "<":
-            ind = 1.0 - _at_least(k, n, w)
+            ind = 1.0 - at_least(k, n, w)
         elif c.op == "<=":
-            ind = 1.0 - _at_least(k, n + 1.0, w)
+            ind = 1.0 - at_least(k, n + 1.0, w)
         else:
-            ind = _at_least(k, n, w) - _at_least(k, n + 1.0, w)
+            ind = at_least(k, n, w) - at_least(k, n + 1.0, w)
         f = f * ind
         # The top state means K >= cap: exact while no indicator looks above it.
         ok = ok & ((n <= cap) if c.op in (">=", "<") else (n + 1.0 <= cap))

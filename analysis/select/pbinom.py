@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
+    "at_least",
     "capped_convolve",
     "count_distribution",
     "count_expectation",
@@ -314,15 +315,22 @@ def _count_expectation_jvp(cap, max_count, primals, tangents):
     return (c @ q).T, dvalue + (dc @ q).T
 
 
+def at_least(k, n, width):
+    """The count tail weight, the one definition: smoothed ``[k >= n]`` at integer counts
+    ``k`` for a real threshold ``n``, ``(1 - s) [k >= floor n] + s [k >= floor n + 1]``
+    with ``s = integer_step(n - floor n, width)``: exact at integer ``n``; at width 0 a
+    non-integer ``n`` rounds to the nearest integer. Any shapes that broadcast."""
+    lo = jnp.floor(n)
+    s = integer_step(n - lo, width)
+    k = jnp.asarray(k, dtype=lo.dtype)
+    return (1.0 - s) * (k >= lo).astype(lo.dtype) + s * (k >= lo + 1.0).astype(lo.dtype)
+
+
 def tail_weights(n, width, cap: int):
     """Weights ``c`` (``(cap + 1,)``) with ``sum_k c[k] q[k] =`` :func:`prob_count_at_least`:
-    ``c[k] = (1 - s) [k >= floor n] + s [k >= floor n + 1]``, ``s = integer_step(frac n, width)``,
-    ``n`` clipped to ``[0, cap]``."""
+    :func:`at_least` at ``k = 0..cap``, ``n`` clipped to ``[0, cap]``."""
     n = jnp.clip(n, 0.0, float(cap))
-    lo = jnp.floor(n)
-    frac = integer_step(n - lo, width)
-    k = jnp.arange(cap + 1, dtype=lo.dtype)
-    return (1.0 - frac) * (k >= lo).astype(lo.dtype) + frac * (k >= lo + 1.0).astype(lo.dtype)
+    return at_least(jnp.arange(cap + 1), n, width)
 
 
 def integer_step(frac, width):

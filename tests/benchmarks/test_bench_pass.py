@@ -22,6 +22,7 @@ def test_bench_pass_tiny(tmp_path, capsys):
     assert "4000 events in 2 files, 4 chunks of <= 1000, iterative executor" in out
     assert "ratio gradient / plain = " in out
     assert "ratio cached gradient / plain = " in out
+    assert "ratio cached gradient / floor = " in out
     # Both passes saw both datasets, and the soft yields are of the hard yields' order.
     for name in ("ttbar", "dy"):
         line = next(x for x in out.splitlines() if x.strip().startswith(f"{name}:"))

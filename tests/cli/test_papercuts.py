@@ -117,10 +117,10 @@ def test_units_from_fields_and_from_the_config() -> None:
 @pytest.fixture
 def figures(monkeypatch):
     """The figures the plot functions save (not written to disk)."""
-    from matplotlib.figure import Figure
-
     saved = []
-    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: saved.append((Path(path).name, fig)))
+    # the plots' one writer (atomic, fault-reported): record instead of writing
+    monkeypatch.setattr("analysis.cli.plots._save",
+                        lambda fig, path: saved.append((Path(path).name, fig)))
     return saved
 
 

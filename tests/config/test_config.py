@@ -77,17 +77,13 @@ def test_valid_config_loads_with_defaults(tmp_path: Path) -> None:
     assert (cfg.executor.workers, cfg.executor.retries, cfg.executor.address) == (2, 0, None)
     assert cfg.parameters["min_jets"].trainable is False
     assert cfg.parameters["jet_pt_min"].bounds == (15.0, 200.0)
-    cut = cfg.selection.objects.cuts[1]
-    assert (cut.var, cut.op, cut.param, cut.value, cut.width) == (
-        "abs_eta",
-        "<",
-        "jet_abs_eta_max",
-        None,
-        0.1,
-    )
-    assert (
-        cfg.selection.events[0].count == "Jet" and cfg.selection.events[0].effective_width() == 1.0
-    )
+    # the single-collection form is rewritten into the object set "Jet" and a list
+    assert list(cfg.objects) == ["Jet"] and cfg.objects["Jet"].collection == "Jet"
+    cut = cfg.objects["Jet"].cuts[1]
+    assert (cut.var, cut.op, cut.param, cut.value, cut.width) == ("abs_eta", "<", "jet_abs_eta_max", None, 0.1)
+    entry = cfg.selection.entries[0]
+    assert entry.sets == ("Jet",) and entry.effective_width() == 1.0
+    assert cfg.selection.objects is None and cfg.selection.events == []
     assert [o.name for o in cfg.observables] == ["jet_pt", "jet_pt_eta", "ht"]
     assert cfg.observables[2].x == "sum(Jet.pt)" and cfg.observables[2].y is None
     assert cfg.output.dir == "results/ttbar"
@@ -268,8 +264,7 @@ ERROR_CASES = {
     ),
     "count parameter not integer": (
         _set("parameters", "min_jets", "init", value=2.5),
-        "parameters.min_jets.init: used by a count cut, needs an integer init, got 2.5",
-    ),
+        "parameters.min_jets.init: used by a count, needs an integer init, got 2.5"),
     "covar without y": (
         _drop("observables", 1, "y"),
         "observables.1.stats: covar, corr, linear_fit need a second expression 'y'",

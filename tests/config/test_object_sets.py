@@ -64,89 +64,43 @@ def test_valid_object_set_config_builds_a_plan() -> None:
 
 
 CASES = [
-    (
-        "unknown set in a count",
-        edit("selection/0", {"count": "jetz", "op": ">=", "value": 2}),
-        "selection.0.count: unknown set 'jetz'; did you mean 'jets'?",
-    ),
-    (
-        "unknown set in a count list",
-        edit("selection/1", {"count": ["muons", "taus"], "op": "==", "value": 1}),
-        "selection.1.count: unknown set 'taus'",
-    ),
-    (
-        "unknown parent",
-        edit("objects/bjets", {"from": "jet"}),
-        "objects.bjets.from: unknown set 'jet'",
-    ),
-    (
-        "cycle in from",
-        edit("objects/jets", {"from": "bjets"}),
-        "objects.jets.from: cycle in 'from' via 'jets'",
-    ),
-    (
-        "collection and from",
-        edit("objects/bjets", {"from": "jets", "collection": "Jet"}),
-        "objects.bjets.from: give either 'collection' or 'from', not both",
-    ),
-    (
-        "unknown key of a set",
-        edit("objects/muons", {"collection": "Muon", "cutz": []}),
-        "objects.muons.cutz: unknown key; did you mean 'cuts'?",
-    ),
-    (
-        "unknown function",
-        edit("observables/1/x", "massx(jets[0] + jets[1])"),
-        "observables.1.x: unknown function 'massx'",
-    ),
-    (
-        "unknown set in an observable",
-        edit("observables/1/x", "mass(jets[0] + taus[0])"),
-        "observables.1.x: unknown object set 'taus'",
-    ),
-    (
-        "unknown set in sum",
-        edit("observables/0/x", "sum(taus.pt)"),
-        "observables.0.x: unknown object set 'taus'",
-    ),
-    (
-        "bad indexed argument",
-        edit("observables/2/x", "deltaR(jets[0], muons)"),
-        "observables.2.x: in 'deltaR(jets[0], muons)': expected an indexed object",
-    ),
-    (
-        "y of another set",
-        edit("observables/3/y", "muons.eta"),
-        "observables.3.y: 'muons.eta' does not pair with x",
-    ),
-    (
-        "unknown parameter of a set cut",
-        edit(
-            "objects/muons",
-            {"collection": "Muon", "cuts": [{"var": "pt", "op": ">", "param": "mu_pt"}]},
-        ),
-        "objects.muons.cuts.0.param: unknown parameter 'mu_pt'",
-    ),
-    (
-        "count with a width",
-        edit("selection/0", {"count": "jets", "op": ">=", "value": 2, "width": 1.0}),
-        "selection.0.width: a count condition is a hard integer condition",
-    ),
-    (
-        "count param without integer init",
-        edit("parameters/n_min", {"init": 2.5, "bounds": [0, 4]}),
-        "parameters.n_min: used by a count, needs an integer init",
-    ),
-    (
-        "== on a var cut",
-        edit("selection/2", {"var": "MET.pt", "op": "==", "value": 1.0}),
-        "selection.2.op: '==' is only for counts",
-    ),
-    (
-        "var cut on a set",
-        edit("selection/2", {"var": "jets.pt", "op": ">", "value": 1.0}),
-        "selection.2.var: expected a per-event branch",
-    ),
+    ("unknown set in a count", edit("selection/0", {"count": "jetz", "op": ">=", "value": 2}),
+     "selection.0.count: unknown set 'jetz'; did you mean 'jets'?"),
+    ("unknown set in a count list",
+     edit("selection/1", {"count": ["muons", "taus"], "op": "==", "value": 1}),
+     "selection.1.count: unknown set 'taus'"),
+    ("unknown parent", edit("objects/bjets", {"from": "jet"}),
+     "objects.bjets.from: unknown set 'jet'"),
+    ("cycle in from", edit("objects/jets", {"from": "bjets"}),
+     "objects.jets.from: cycle in 'from' via 'jets'"),
+    ("collection and from", edit("objects/bjets", {"from": "jets", "collection": "Jet"}),
+     "objects.bjets.from: give either 'collection' or 'from', not both"),
+    ("unknown key of a set", edit("objects/muons", {"collection": "Muon", "cutz": []}),
+     "objects.muons.cutz: unknown key; did you mean 'cuts'?"),
+    ("unknown function", edit("observables/1/x", "massx(jets[0] + jets[1])"),
+     "observables.1.x: unknown function 'massx'"),
+    ("unknown set in an observable", edit("observables/1/x", "mass(jets[0] + taus[0])"),
+     "observables.1.x: unknown object set 'taus'"),
+    ("unknown set in sum", edit("observables/0/x", "sum(taus.pt)"),
+     "observables.0.x: unknown object set 'taus'"),
+    ("bad indexed argument", edit("observables/2/x", "deltaR(jets[0], muons)"),
+     "observables.2.x: in 'deltaR(jets[0], muons)': expected an indexed object"),
+    ("y of another set", edit("observables/3/y", "muons.eta"),
+     "observables.3.y: 'muons.eta' does not pair with x"),
+    ("unknown parameter of a set cut",
+     edit("objects/muons", {"collection": "Muon", "cuts": [{"var": "pt", "op": ">",
+                                                            "param": "mu_pt"}]}),
+     "objects.muons.cuts.0.param: unknown parameter 'mu_pt'"),
+    ("count with a width", edit("selection/0", {"count": "jets", "op": ">=", "value": 2,
+                                                "width": 1.0}),
+     "selection.0.width: a count condition is a hard integer condition"),
+    ("count param without integer init",
+     edit("parameters/n_min", {"init": 2.5, "bounds": [0, 4]}),
+     "parameters.n_min.init: used by a count, needs an integer init"),
+    ("== on a var cut", edit("selection/2", {"var": "MET.pt", "op": "==", "value": 1.0}),
+     "selection.2.op: '==' is only for counts"),
+    ("var cut on a set", edit("selection/2", {"var": "jets.pt", "op": ">", "value": 1.0}),
+     "selection.2.var: expected a per-event branch"),
 ]
 
 
@@ -177,18 +131,60 @@ def test_unknown_field_of_a_collection_exits_2_with_one_line(tmp_path, capsys) -
     assert "nano_dy.root: no field of Jet 'btagDeepFlavZ'; did you mean" in message
 
 
-def test_old_single_collection_form_is_unchanged() -> None:
-    cfg = config_from_dict(
-        {
-            "datasets": {"d": {"files": ["x.root"]}},
-            "selection": {
-                "objects": {"collection": "Jet", "cuts": []},
-                "events": [{"count": "Jet", "op": ">=", "value": 2}],
-            },
-            "observables": [{"name": "n", "x": "count(Jet)", "stats": ["mean"]}],
-        }
-    )
-    assert build_plan(cfg).sets is None
+SINGLE_FORM = {
+    "datasets": {"d": {"files": ["x.root"]}},
+    "parameters": {"pt_min": {"init": 25.0, "bounds": [15.0, 60.0]},
+                   "n_min": {"init": 2, "bounds": [1, 4], "integer": True}},
+    "selection": {"objects": {"collection": "Jet", "cuts": [
+        {"var": "pt", "op": ">", "param": "pt_min", "width": 5.0},
+        {"var": "abs_eta", "op": "<", "value": 2.4, "width": 0.1}]},
+        "events": [{"count": "Jet", "op": ">=", "param": "n_min"},
+                   {"count": "Jet", "op": "<=", "value": 6},
+                   {"var": "MET.pt", "op": ">", "value": 20.0, "width": 2.0}]},
+    "observables": [{"name": "pt", "x": "Jet.pt", "y": "abs(Jet.eta)", "stats": ["mean", "corr"]},
+                    {"name": "ht", "x": "sum(Jet.pt)", "stats": ["mean", "std"]},
+                    {"name": "n", "x": "count(Jet)", "stats": ["mean"]}],
+}
+
+
+def test_single_collection_form_is_the_object_set_form() -> None:
+    """The loader rewrites ``selection: {objects, events}`` into the set ``Jet`` and a
+    selection list: both forms give the same plan (hence the same numbers)."""
+    single = config_from_dict(SINGLE_FORM)
+    sets = dict(SINGLE_FORM)
+    sets["objects"] = {"Jet": {"collection": "Jet",
+                               "cuts": SINGLE_FORM["selection"]["objects"]["cuts"]}}
+    sets["selection"] = SINGLE_FORM["selection"]["events"]
+    written = config_from_dict(sets)
+    assert build_plan(single) == build_plan(written)
+    assert initial_widths(single) == initial_widths(written) == [5.0, 0.1, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("events,message", [
+    ([{"count": "Jet", "op": ">=", "value": 2, "width": 1.0}],
+     "selection.events.0.width: a count condition is a hard integer condition"),
+    ([{"var": "MET.pt", "op": "==", "value": 1.0}], "selection.events.0.op: '==' is only for counts"),
+    ([{"var": "sum(Jet.pt)", "op": ">", "value": 1.0}],
+     "selection.events.0.var: expected a per-event branch"),
+    ([{"count": "Jet", "op": ">=", "param": "nope"}],
+     "selection.events.0.param: unknown parameter 'nope'"),
+])
+def test_single_form_errors_name_its_own_keys(events, message) -> None:
+    """One rule for both forms (a fixed count is exact, '==' only for counts), reported
+    at the key the single form was written with."""
+    cfg = dict(base(), selection={"objects": {"collection": "Jet"}, "events": events},
+               observables=[])
+    cfg.pop("objects")
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(cfg, source="c.yaml")
+    assert str(info.value).startswith(f"c.yaml: {message}"), str(info.value)
+
+
+def test_single_form_count_equal_is_allowed() -> None:
+    cfg = dict(SINGLE_FORM, selection={"objects": {"collection": "Jet"},
+                                       "events": [{"count": "Jet", "op": "==", "value": 2}]})
+    plan = build_plan(config_from_dict(cfg))
+    assert [(c.sets, c.op) for c in plan.sets.model.counts] == [(("Jet",), "==")]
 
 
 def test_nonfinite_object_values_error_or_drop_whole_events() -> None:
@@ -205,11 +201,8 @@ def test_nonfinite_object_values_error_or_drop_whole_events() -> None:
         events={"MET.pt": np.array([1.0, 2.0, 3.0])},
         collections={"Jet": (np.array([1, 2, 1]), {"pt": pt})},
     )
-    with pytest.raises(
-        InputError,
-        match=r"f.root: branch 'Jet_pt' has a non-finite value at "
-        r"entry 11",
-    ):
+    with pytest.raises(InputError, match=r"f.root: branch .Jet_pt. has a non-finite value \(nan\) at "
+                                          r"entry 11"):
         _finite(cols, None, weight_branch=None, policy="error", source="f.root", offset=10)
     # outside a guarded chunk note_dropped records nothing (faults tests cover recording)
     out = _finite(cols, None, weight_branch=None, policy="drop", source="f.root", offset=0)

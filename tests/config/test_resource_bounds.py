@@ -58,8 +58,9 @@ def sets() -> dict[str, Any]:
 
 
 HUGE = [
+    # one engine: the single form is an object set, with the same count cap
     ("count bound, single form", single(), "parameters/min_jets/bounds", [1, 1_000_000_000],
-     "parameters.min_jets.bounds: implies 1000000003 count states x 256 events per chunk"),
+     "parameters.min_jets.bounds: implies 1000000001 count states x 256 events per chunk"),
     ("count bound, object sets", sets(), "parameters/min_jets/bounds", [1, 1_000_000_000],
      "parameters.min_jets.bounds: implies 1000000001 count states x 256 events per chunk"),
     ("count value, object sets", sets(), "selection/0",
@@ -93,7 +94,7 @@ def test_the_cli_exits_2_with_the_line(tmp_path, capsys):
     assert main(["evaluate", str(path), "--quiet", "-o", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out" / "results.json").exists()
     line = one_line_error(capsys.readouterr().err)
-    assert "parameters.min_jets.bounds: implies 1000000003 count states" in line, line
+    assert "parameters.min_jets.bounds: implies 1000000001 count states" in line, line
 
 
 def test_chunk_buffers(monkeypatch):
@@ -107,9 +108,9 @@ def test_chunk_buffers(monkeypatch):
 def test_grid_points_multiply(monkeypatch):
     config = config_from_dict(single(), source="c.yaml")
     plan = build_plan(config)
-    monkeypatch.setenv(ENV_LIMIT, "1")  # 1 MB: 9 states x 256 events x 8 bytes = 18 KB
+    monkeypatch.setenv(ENV_LIMIT, "1")  # 1 MB: 7 states x 256 events x 8 bytes = 14 KB
     check_sizes(config, plan, events=200)
-    with pytest.raises(ResourceError, match=r"x 256 events per chunk x 100 grid points = 1.76 MB"):
+    with pytest.raises(ResourceError, match=r"7 count states x 256 events per chunk x 100 grid points = 1.37 MB"):
         check_sizes(config, plan, events=200, grid_points=100)
 
 

@@ -93,7 +93,7 @@ def test_plots_and_cache_spills_are_atomic(tmp_path, monkeypatch):
         _save(fig, tmp_path / "objective.png")
     plt.close(fig)
     cache = ColumnCache(budget=0, spill_dir=str(tmp_path / "spill"))
-    cols = ChunkColumns(n_events=1000, weight=np.ones(1000), counts=None, objects={}, events={})
+    cols = ChunkColumns(n_events=1000, weight=np.ones(1000), events={})
     with pytest.raises(WriteError, match=r"\.npz: cannot write cache spill file: No space left"):
         cache.put(("k",), cols)
     assert not list(tmp_path.rglob("*.tmp")) and not list(tmp_path.glob("*.png"))

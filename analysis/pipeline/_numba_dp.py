@@ -1,0 +1,323 @@
+"""The compiled loops of :mod:`analysis.pipeline.fastkernel` (numba, float64).
+
+Per event, the objects of every collection of the plan are taken in the count model's
+collection order (:class:`analysis.select.objects.CountModel`), each with its
+pattern probabilities ``pi_p`` (which sets hold it) and their tangents (forward mode,
+one per trainable parameter). With ``tgt[c, p, k]`` the joint count state after
+adding an object of pattern ``p`` to state ``k`` and ``f`` the pass table:
+
+- forward distributions ``F_0 = delta_0``, ``F_{j+1}[tgt(p, k)] += pi_jp F_j[k]``;
+- value functions ``G_N = f``, ``G_j[k] = sum_p pi_jp G_{j+1}[tgt(p, k)]``; the
+  event's pass probability is ``P = G_0[0]``;
+- the weight of object ``j`` in set ``s``: ``P(j in s and the event passes) =
+  sum_{p contains s} pi_jp sum_k F_j[k] G_{j+1}[tgt(p, k)]``;
+- event sums ``X = sum_{j in s} x_j``: ``E[X^r 1_pass]`` by the backward recursion
+  ``G_r(k) <- sum_p pi_p sum_{i <= r} C(r, i) x_p^i G_{r-i}(tgt_p(k))`` from
+  ``G_0 = f`` (:func:`analysis.select.objects.sum_moments`).
+
+These are the recursions of :mod:`analysis.select.objects` (same tables), written
+as loops; tests check them piece by piece against it and against enumeration.
+Events are processed in blocks; per-block partial sums are added in block order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+__all__ = ["LANES", "accumulate", "centre_sums", "cut_into", "patterns", "select", "soft", "soft_array"]
+
+
+@numba.njit(cache=True)
+def soft(v, t, width, greater, inclusive):
+    """``(s, ds/dt)`` of :func:`analysis.select.objects.soft_pass` (``ds/dv = -ds/dt``)."""
+    z = v - t if greater else t - v
+    if width > 0.0:
+        s = 1.0 / (1.0 + math.exp(-(z / width)))
+        ds = s * (1.0 - s) / width
+        return s, (-ds if greater else ds)
+    if inclusive:
+        return (1.0 if z >= 0.0 else 0.0), 0.0
+    return (1.0 if z > 0.0 else 0.0), 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def soft_array(v, t, width, greater, inclusive, s_out, ds_out):
+    """:func:`soft` over an array ``v`` (values and ``ds/dt`` into the outputs)."""
+    for i in range(v.shape[0]):
+        s_out[i], ds_out[i] = soft(v[i], t, width, greater, inclusive)
+
+
+# Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
+# (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
+# more than LANES - 1 trainable parameters go to the JAX kernel.
+LANES = 8
+
+
+@numba.njit(cache=True, nogil=True)
+def cut_into(v, t, width, greater, inclusive, absolute, par, qv, qd):
+    """Multiply the soft cut of values ``v`` into probabilities ``qv`` (``(N,)``) and
+    their tangents ``qd`` (``(N, LANES)``, lane 0 zero); product rule; ``par``: the
+    threshold's parameter (its lane - 1), or -1."""
+    for j in range(v.shape[0]):
+        x = abs(v[j]) if absolute else v[j]
+        sv, ds = soft(x, t, width, greater, inclusive)
+        q0 = qv[j]
+        for r in range(LANES):
+            qd[j, r] *= sv
+        if par >= 0:
+            qd[j, 1 + par] += q0 * ds
+        qv[j] = q0 * sv
+
+
+@numba.njit(cache=True, nogil=True)
+def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
+    """Pattern probabilities ``pv`` (``(N, P)``) and tangents ``pd`` (``(N, P, LANES)``)
+    from own set probabilities ``qv`` (``(S, N)``), ``qd`` (``(S, N, LANES)``):
+    ``codes[p, s]`` 1 in the set (``q``), 0 out of it with its parent in (``1 - q``),
+    -1 unreachable (factor 1)."""
+    n_obj = qv.shape[1]
+    for j in range(n_obj):
+        for p in range(n_pat):
+            v = 1.0
+            for r in range(LANES):
+                pd[j, p, r] = 0.0
+            for ls in range(n_sets):
+                code = codes[p, ls]
+                if code < 0:
+                    continue
+                fac = qv[ls, j] if code == 1 else 1.0 - qv[ls, j]
+                sign = v if code == 1 else -v
+                for r in range(LANES):
+                    pd[j, p, r] = pd[j, p, r] * fac + sign * qd[ls, j, r]
+                v *= fac
+            pv[j, p] = v
+
+
+@numba.njit(cache=True, nogil=True)
+def select(
+    coff, base, pv_all, pd_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f, df,
+    set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
+):
+    """Blocks ``b0:b1``: ``pe[e] = (P, dP)``; ``ow[slot, j] = (w, dw)`` for every object
+    ``j`` of a set with a slot; ``sa[o, e, r] = (E[X_o^r 1], d...)`` per event sum ``o``
+    (``sum_x[o, g]``: the value of object ``g``; ``sum_has[o, c, p]``: 1 where pattern
+    ``p`` of collection ``c`` holds the summed set). ``pv_all[base[c] + i]``,
+    ``pd_all[...]``: pattern probabilities and tangents of object ``i`` of collection
+    ``c``; ``f``, ``df``: the pass table, ``df`` in lanes (lane 0 zero); ``pat_need[c,
+    p]``: pattern ``p`` holds a set with a slot. Pattern 0 (in no set) adds nothing to
+    any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents."""
+    n_ev = pe.shape[0]
+    n_coll = coff.shape[0]
+    n_states = f.shape[0]
+    n_sums = sum_x.shape[0]
+    big_r = binom.shape[0] - 1
+    p_max = pat.shape[1]
+    need_fwd = False
+    for s in range(set_slot.shape[0]):
+        if set_slot[s] >= 0:
+            need_fwd = True
+    for b in range(b0, b1):
+        seq_c = np.empty(max_seq, np.int64)
+        seq_g = np.empty(max_seq, np.int64)
+        F = np.zeros((max_seq + 1 if need_fwd else 1, n_states, LANES))
+        G = np.empty((n_states, LANES))
+        Gn = np.empty((n_states, LANES))
+        H = np.empty((p_max, LANES))
+        Gm = np.empty((n_sums, big_r + 1, n_states, LANES))
+        Gmn = np.empty((n_sums, big_r + 1, n_states, LANES))
+        acc = np.empty(LANES)
+        xp = np.empty(p_max)
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            n = 0
+            for c in range(n_coll):
+                for i in range(coff[c, e], coff[c, e + 1]):
+                    seq_c[n] = c
+                    seq_g[n] = base[c] + i
+                    n += 1
+            # forward distributions (only for per-object weights)
+            if need_fwd:
+                for k in range(n_states):
+                    for r in range(LANES):
+                        F[0, k, r] = 0.0
+                F[0, 0, 0] = 1.0
+                for j in range(n):
+                    c = seq_c[j]
+                    g = seq_g[j]
+                    pv = pv_all[g, 0]
+                    for k in range(n_states):
+                        fk = F[j, k, 0]
+                        for r in range(LANES):
+                            F[j + 1, k, r] = pv * F[j, k, r] + fk * pd_all[g, 0, r]
+                    for p in range(1, n_pat[c]):
+                        pv = pv_all[g, p]
+                        for k in range(n_states):
+                            t = tgt[c, p, k]
+                            fk = F[j, k, 0]
+                            for r in range(LANES):
+                                F[j + 1, t, r] += pv * F[j, k, r] + fk * pd_all[g, p, r]
+            # backward value functions, object weights, event sums
+            for k in range(n_states):
+                for r in range(LANES):
+                    G[k, r] = df[k, r]
+                G[k, 0] = f[k]
+            for o in range(n_sums):
+                for m in range(big_r + 1):
+                    for k in range(n_states):
+                        for r in range(LANES):
+                            Gm[o, m, k, r] = G[k, r] if m == 0 else 0.0
+            for j in range(n - 1, -1, -1):
+                c = seq_c[j]
+                g = seq_g[j]
+                if need_fwd:
+                    for p in range(n_pat[c]):
+                        if not pat_need[c, p]:
+                            continue
+                        for r in range(LANES):
+                            H[p, r] = 0.0
+                        for k in range(n_states):
+                            t = tgt[c, p, k]
+                            fk = F[j, k, 0]
+                            gt = G[t, 0]
+                            for r in range(LANES):
+                                H[p, r] += F[j, k, r] * gt + fk * G[t, r]
+                        H[p, 0] *= 0.5  # lane 0 summed F G twice (exact)
+                    for ls in range(n_coll_sets[c]):
+                        slot = set_slot[coll_sets[c, ls]]
+                        if slot < 0:
+                            continue
+                        jj = g - base[c]
+                        for r in range(LANES):
+                            acc[r] = 0.0
+                        for p in range(n_pat[c]):
+                            if pat[c, p, ls] != 1:
+                                continue
+                            pv = pv_all[g, p]
+                            h0 = H[p, 0]
+                            for r in range(LANES):
+                                acc[r] += pv * H[p, r] + h0 * pd_all[g, p, r]
+                        for r in range(LANES):
+                            ow[slot, jj, r] = acc[r]
+                for o in range(n_sums):
+                    for p in range(n_pat[c]):
+                        xp[p] = sum_x[o, g] * sum_has[o, c, p]
+                    for m in range(big_r + 1):
+                        for k in range(n_states):
+                            for r in range(LANES):
+                                Gmn[o, m, k, r] = 0.0
+                    for p in range(n_pat[c]):
+                        pv = pv_all[g, p]
+                        if pv == 0.0:  # a pattern of probability exactly 0 adds nothing:
+                            nil = True  # skip it (its powers of x may overflow: 0 x inf)
+                            for r in range(1, LANES):
+                                if pd_all[g, p, r] != 0.0:
+                                    nil = False
+                            if nil:
+                                continue
+                        for m in range(big_r + 1):
+                            for k in range(n_states):
+                                t = tgt[c, p, k]
+                                for r in range(LANES):
+                                    acc[r] = 0.0
+                                xpow = 1.0
+                                for ii in range(m + 1):
+                                    cf = binom[m, ii] * xpow
+                                    for r in range(LANES):
+                                        acc[r] += cf * Gm[o, m - ii, t, r]
+                                    xpow *= xp[p]
+                                a0 = acc[0]
+                                for r in range(LANES):
+                                    Gmn[o, m, k, r] += pv * acc[r] + a0 * pd_all[g, p, r]
+                    for m in range(big_r + 1):
+                        for k in range(n_states):
+                            for r in range(LANES):
+                                Gm[o, m, k, r] = Gmn[o, m, k, r]
+                pv = pv_all[g, 0]
+                for k in range(n_states):
+                    gt = G[k, 0]
+                    for r in range(LANES):
+                        Gn[k, r] = pv * G[k, r] + gt * pd_all[g, 0, r]
+                for p in range(1, n_pat[c]):
+                    pv = pv_all[g, p]
+                    for k in range(n_states):
+                        t = tgt[c, p, k]
+                        gt = G[t, 0]
+                        for r in range(LANES):
+                            Gn[k, r] += pv * G[t, r] + gt * pd_all[g, p, r]
+                for k in range(n_states):
+                    for r in range(LANES):
+                        G[k, r] = Gn[k, r]
+            for r in range(LANES):
+                pe[e, r] = G[0, r]
+            for o in range(n_sums):
+                for m in range(big_r + 1):
+                    for r in range(LANES):
+                        sa[o, e, m, r] = Gm[o, m, 0, r]
+
+
+@numba.njit(cache=True, nogil=True)
+def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
+    """Blocks ``b0:b1`` of one observable's power sums about ``(cx, cy)``: entries
+    ``eoff[e]:eoff[e + 1]`` of event ``e`` with values ``x`` (``y``) and weight
+    ``ev[e] wo[j]`` (lanes: value, tangents). ``out[b]``: ``(8, LANES)`` = W, sum w d,
+    d^2, d^3, d^4, sum w e, e^2, d e (``d = x - cx``, ``e = y - cy``)."""
+    n_ev = ev.shape[0]
+    t = np.empty(8)
+    dw = np.empty(LANES)
+    for b in range(b0, b1):
+        acc = out[b]
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            we = ev[e, 0]
+            if we == 0.0:
+                nonzero = False
+                for r in range(LANES):
+                    if ev[e, r] != 0.0:
+                        nonzero = True
+                if not nonzero:
+                    continue
+            for j in range(eoff[e], eoff[e + 1]):
+                wj = wo[j, 0]
+                for r in range(LANES):
+                    dw[r] = ev[e, r] * wj + we * wo[j, r]
+                dw[0] *= 0.5  # lane 0 is w = we wj, counted twice (exact)
+                nil = True  # an entry of weight exactly 0 (and no tangent) adds nothing:
+                for r in range(LANES):  # skip it (its powers may overflow: 0 x inf)
+                    if dw[r] != 0.0:
+                        nil = False
+                if nil:
+                    continue
+                d = x[j] - cx
+                d2 = d * d
+                t[0] = 1.0
+                t[1] = d
+                t[2] = d2
+                t[3] = d2 * d
+                t[4] = d2 * d2
+                if has_y:
+                    g = y[j] - cy
+                    t[5] = g
+                    t[6] = g * g
+                    t[7] = d * g
+                for k in range(8 if has_y else 5):
+                    tk = t[k]
+                    for r in range(LANES):
+                        acc[k, r] += dw[r] * tk
+
+
+@numba.njit(cache=True, nogil=True)
+def centre_sums(eoff, x, y, wo, ev, block, out, b0, b1):
+    """Blocks ``b0:b1``: ``out[b] = (W, sum w x, sum w y)`` of one observable's entries
+    (values only: the centre has no gradient)."""
+    n_ev = ev.shape[0]
+    for b in range(b0, b1):
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            we = ev[e, 0]
+            if we == 0.0:
+                continue
+            for j in range(eoff[e], eoff[e + 1]):
+                w = we * wo[j, 0]
+                out[b, 0] += w
+                out[b, 1] += w * x[j]
+                out[b, 2] += w * y[j]

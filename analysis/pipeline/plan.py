@@ -28,7 +28,9 @@ import re
 from dataclasses import dataclass
 
 from analysis.config.loader import Config
+from analysis.config.score import SCORE_PREFIX
 from analysis.errors import ConfigError
+from analysis.pipeline.score import ScoreSpec, score_specs
 from analysis.select import exprs, functions
 from analysis.select.objects import Count, CountModel, ObjectSet, required_cap
 from analysis.stats import registry
@@ -216,6 +218,7 @@ class Plan:
     observables: tuple[Observable, ...]
     n_widths: int
     sets: SetPlan | None = None  # the object-set form (``objects:``), else None
+    scores: tuple[ScoreSpec, ...] = ()  # learned scores (analysis.pipeline.score)
 
     @property
     def trainable_names(self) -> tuple[str, ...]:
@@ -292,6 +295,8 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
 
     def need(c: str, f: str) -> None:
         fields.setdefault(c, [])
+        if f.startswith(SCORE_PREFIX):  # computed by the kernel, not read
+            return
         if f not in fields[c]:
             fields[c].append(f)
 
@@ -322,7 +327,7 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             n_widths += param is not None
         else:
             key = exprs.resolve(exprs.parse(entry.var), set()).head
-            if key not in event_keys:
+            if key not in event_keys and not key.startswith(SCORE_PREFIX):
                 event_keys.append(key)
             expr = Expr(entry.var, "event", "branch", key)
             event_cuts.append(EventVarCut(expr, **_cut_args(entry, names, n_widths)))
@@ -372,6 +377,13 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
             c = collection(name)
             if c not in caps or s.max_objects < caps[c][0]:
                 caps[c] = (s.max_objects, name)
+    scores = score_specs(config, names, collection)
+    for sc in scores:  # the networks' inputs are read
+        for key, _ in sc.inputs:
+            if sc.collection is not None:
+                need(sc.collection, key)
+            elif key not in event_keys:
+                event_keys.append(key)
     set_plan = SetPlan(
         tuple(specs), model, tuple(thresholds),
         tuple((c, tuple(f)) for c, f in fields.items()), tuple(nodes), tuple(orders),
@@ -382,7 +394,7 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
         param_names=names, trainable=trainable, integer=integer, collection=None,
         object_fields=(), event_keys=tuple(event_keys), object_cuts=(),
         event_cuts=tuple(event_cuts), count_cuts=(), count_cap=1,
-        observables=tuple(observables), n_widths=n_widths, sets=set_plan,
+        observables=tuple(observables), n_widths=n_widths, sets=set_plan, scores=scores,
     )
 
 
@@ -428,9 +440,13 @@ def _threshold_kind(cut, where: str) -> None:
 
 def build_plan(config: Config) -> Plan:
     """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
-    names = tuple(config.parameters)
-    trainable = tuple(i for i, n in enumerate(names) if config.parameters[n].trainable)
-    integer = tuple(config.parameters[n].integer for n in names)
+    score_params = config.score_parameters()  # after the declared ones
+    names = tuple(config.parameters) + tuple(n for n, _, _ in score_params)
+    trainable = tuple(i for i, n in enumerate(config.parameters)
+                      if config.parameters[n].trainable)
+    trainable += tuple(len(config.parameters) + i for i, (_, _, t) in enumerate(score_params) if t)
+    integer = tuple(config.parameters[n].integer for n in config.parameters)
+    integer += (False,) * len(score_params)
     if config.objects:
         return _build_set_plan(config, names, trainable, integer)
     sel = config.selection

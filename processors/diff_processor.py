@@ -12,6 +12,7 @@ from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
+from analysis.pipeline.reverse import chunk_pullback
 
 __all__ = [
     "DiffProcessor",
@@ -55,6 +56,7 @@ class DiffProcessor(processor.ProcessorABC):
         histograms: tuple | None = None,
         grid: bool = False,
         keep_columns: bool = False,
+        payloads: dict | None = None,
     ) -> None:
         self.plan = plan
         self.theta = np.asarray(theta, dtype=np.float64)
@@ -65,6 +67,8 @@ class DiffProcessor(processor.ProcessorABC):
         self.histograms = histograms
         self.grid = grid
         self.keep_columns = keep_columns
+        #: reverse mode's second pass: {dataset: payload} (analysis.pipeline.reverse)
+        self.payloads = payloads
         self.cache_token: str | None = None
         #: set by the driver on dask: keep the columns in the worker, within this budget
         self.worker_budget: int | None = None
@@ -104,6 +108,9 @@ class DiffProcessor(processor.ProcessorABC):
             return {dataset: self._fill(cols, *self.histogram, self.theta, self.widths)}
         if self.grid:
             return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
+        if self.payloads is not None:
+            pay = self.payloads[dataset]
+            return {dataset: chunk_pullback(cols, self.plan, self.theta, self.widths, pay)}
         state = chunk_state(
             cols, self.plan, self.theta, self.widths, order=self.order,
             threads=self.kernel_threads,

@@ -492,9 +492,8 @@ class Evaluator:
         merged states and ``dL/dtheta`` (``derived``: a :class:`analysis.stats.Pullback`
         over the trainable parameters) for the payloads of the first pass's merged
         states (:func:`analysis.pipeline.reverse.payload_arrays`)."""
-        from processors import DiffProcessor
-
         from analysis.stats.derive import Pullback
+        from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
         proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,

@@ -221,6 +221,10 @@ def run_optimize(args) -> int:
             "faults": ev.faults_report(),
         }
         write_json(outdir / "results.json", report)
+        if run.plan.scores:  # the trained networks, data only (score_NAME.npz)
+            from analysis.optimize.scoreopt import write_scores
+
+            write_scores(run.plan, ev.theta_and_widths(final["soft"]["parameters"])[0], outdir)
         if not args.no_plots:
             plot_history(run.history, outdir)
             if config.observables:

@@ -407,6 +407,8 @@ class OptimizerConfig(_Model):
 
     name: str = "adam"
     learning_rate: float = Field(default=0.05, gt=0)
+    # the learned scores' weights (analysis.optimize.scoreopt); default: learning_rate
+    score_learning_rate: float | None = Field(default=None, gt=0)
     steps: int = Field(default=60, ge=0)
     schedule: ScheduleConfig | None = None
     kwargs: dict[str, Any] = {}

@@ -282,7 +282,8 @@ def _print_final(report: dict[str, Any], outdir: Path) -> None:
     t.add_row("objective", fmt(soft["objective"]), fmt(hard["objective"]))
     t.add_row("significance", fmt(soft["significance"]), fmt(hard["significance"]))
     for n in report["trainable"]:
-        t.add_row(n, fmt(soft["parameters"][n]), fmt(hard["parameters"][n]))
+        if not n.startswith("score."):  # a learned score's weights: score_NAME.npz
+            t.add_row(n, fmt(soft["parameters"][n]), fmt(hard["parameters"][n]))
     console.print(t)
     from analysis.cli.report import print_faults
     print_faults(report.get("faults"), console)

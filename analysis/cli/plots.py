@@ -48,7 +48,8 @@ def plot_history(history: list[dict[str, Any]], outdir: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=80)
     plt.close(fig)
 
-    names = list(history[0]["parameters"]) if history else []
+    # cut parameters only: a learned score's weights (score.NAME...) are in score_NAME.npz
+    names = [n for n in (history[0]["parameters"] if history else []) if not n.startswith("score.")]
     if names:
         fig, axes = plt.subplots(
             len(names), 1, figsize=(8, 2.6 * len(names) + 1), sharex=True, squeeze=False

@@ -99,6 +99,10 @@ def make_evaluator(config, args):
 def cmd_evaluate(args) -> int:
     from analysis.cli.report import evaluation_report, print_summary
     config = load_config(args.config)
+    if config.scores:  # inputs standardised from a first pass (where not given)
+        from analysis.driver.standardise import standardise_scores
+
+        standardise_scores(config)
     overrides = _parse_sets(args.set)
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
@@ -191,6 +195,10 @@ def run_optimize(args) -> int:
     from analysis.optimize.loop import Optimization
     from analysis.pipeline.results import dataset_report
     config = load_config(args.config)
+    if config.scores:  # inputs standardised from a first pass (where not given)
+        from analysis.driver.standardise import standardise_scores
+
+        standardise_scores(config)
     outdir = output_dir(config, args)
     quiet = args.quiet
     args.quiet = True  # per-pass coffea bars would drown the step bar

@@ -8,7 +8,7 @@ YAML (object-set form only)::
               hidden: [16, 16], activation: tanh}
         init: {seed: 1}                  # or {file: weights.npz} (numpy npz, no pickle)
         standardise: {mean: [...], std: [...]}   # optional, else from the weights file,
-                                                 # else z = x (see README)
+                                                 # else from a first pass (see README)
         trainable: true
 
 An **object-level** score has inputs that are fields of one object set ``S``

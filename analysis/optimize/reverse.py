@@ -24,7 +24,32 @@ import jax
 import numpy as np
 
 from analysis.errors import DiffcoffeaError
-from analysis.pipeline.reverse import payload_arrays
+from analysis.optimize.objectives import PythonTerm
+from analysis.stats.pullback import pullback_payload
+
+_payload = jax.jit(pullback_payload)  # compiled once per merged-state structure
+
+
+def _to_numpy(tree):
+    return jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=np.float64), tree)
+
+
+def _cotangent(objective, sumw: dict, events: dict):
+    """The jitted ``values -> ((L, stats), dL/dvalues)`` of ``objective`` (compiled once per
+    dataset totals, as :func:`analysis.optimize.objectives._compiled`; eager with a
+    ``python`` term)."""
+    key = ("reverse", tuple(sumw.items()), tuple(events.items()))
+    cache = objective.__dict__.setdefault("_compiled", {})
+    if key not in cache:
+
+        def fn(vals):
+            stats = objective.stats(vals, sumw, events)
+            return objective.value(stats), stats
+
+        run = jax.value_and_grad(fn, has_aux=True)
+        eager = any(isinstance(term, PythonTerm) for term in objective.terms)
+        cache[key] = run if eager else jax.jit(run)
+    return cache[key]
 
 __all__ = ["reverse_objective"]
 
@@ -40,11 +65,7 @@ def reverse_objective(
     sumw = {n: st.sumw for n, st in states.items()}
     events = {n: st.events for n, st in states.items()}
 
-    def fn(vals):
-        stats = objective.stats(vals, sumw, events)
-        return objective.value(stats), stats
-
-    (val, stats0), cot = jax.value_and_grad(fn, has_aux=True)(values)
+    (val, stats0), cot = _cotangent(objective, sumw, events)(values)
     yields = {n: float(stats0[n]["yield"]) for n in states}
     base = {"hess": None, "yields": yields, "states": states}
     try:
@@ -53,7 +74,7 @@ def reverse_objective(
         if strict:
             raise
         return {**base, "objective": None, "grad": None, "significance": None, "error": str(err)}
-    payloads = {n: payload_arrays(values[n], cot[n]) for n in states}
+    payloads = {n: _to_numpy(_payload(values[n], cot[n])) for n in states}
     pulled = evaluator.run_pullback(params, payloads, widths=widths, chunks=chunks)
     grad = np.zeros(len(evaluator.plan.trainable))
     for st in pulled.values():

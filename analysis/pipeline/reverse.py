@@ -9,8 +9,8 @@ gradient of ``<T_bar, T_c(theta)>`` with respect to the trainable parameters by
 ``jax.grad`` of the JAX kernel (:func:`analysis.pipeline.kernel.chunk_states`),
 jit-compiled per bucket shape. The chunk's shares add over chunks
 (:class:`analysis.stats.Pullback` ``+``: coffea's ``accumulate``), exactly for any
-chunking and executor. :func:`payload_arrays` makes the payload numpy (it pickles
-to the workers).
+chunking and executor. The payload is numpy (it pickles to the workers):
+:func:`analysis.optimize.reverse.reverse_objective` builds it.
 """
 
 from __future__ import annotations
@@ -26,15 +26,9 @@ from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
 from analysis.stats.derive import Pullback
-from analysis.stats.pullback import pullback_payload, pulled_sum
+from analysis.stats.pullback import pulled_sum
 
-__all__ = ["chunk_pullback", "payload_arrays"]
-
-
-def payload_arrays(merged, cotangent) -> list:
-    """:func:`analysis.stats.pullback.pullback_payload` as numpy float64 (picklable)."""
-    pay = pullback_payload(merged, cotangent)
-    return jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=np.float64), pay)
+__all__ = ["chunk_pullback"]
 
 
 @partial(jax.jit, static_argnames=("plan", "shapes"))

@@ -16,6 +16,7 @@ from analysis.driver.runner import Evaluator
 from analysis.pipeline.plan import build_plan
 from analysis.stats.mlp import mlp, to_arrays
 from tests.conftest import SHARED_DATA, central_difference
+from tests.stats.test_mlp_score import numpy_mlp as numpy_network
 
 PATH = str(SHARED_DATA / "nano_tt_v12.root")
 TAG_STD = {"mean": [60.0, 1.2, 0.3], "std": [40.0, 0.8, 0.3]}
@@ -55,14 +56,8 @@ def config(*, width: float = 1.0, chunksize: int = 100_000, hidden=(4, 3)) -> di
 
 
 def numpy_mlp(arrays: dict[str, np.ndarray], x: np.ndarray, mean, std) -> np.ndarray:
-    """The network of :func:`analysis.stats.mlp.mlp` in numpy: tanh hidden layers."""
-    h = (x - np.asarray(mean)) / np.asarray(std)
-    n = len(arrays) // 2
-    for i in range(n):
-        h = h @ arrays[f"layers.{i}.weight"].T + arrays[f"layers.{i}.bias"]
-        if i < n - 1:
-            h = np.tanh(h)
-    return h[:, 0]
+    """The network in numpy (tests/stats' reference) on standardised inputs."""
+    return numpy_network(arrays, (x - np.asarray(mean)) / np.asarray(std))
 
 
 def reference(hidden=(4, 3)) -> dict[str, float]:

@@ -175,6 +175,16 @@ def check_scores(config: Any) -> list[tuple[str, str]]:
             if level[sname] is not None:
                 return [(f"selection.{i}.var", f"score '{sname}' is per object of set "
                          f"'{level[sname]}'; cut it in objects.{level[sname]}.cuts")]
+    for i, obs in enumerate(config.observables):
+        for key in ("x", "y"):
+            text = (getattr(obs, key) or "").replace(" ", "")
+            if text.startswith(SCORE_PREFIX):
+                sname = text[len(SCORE_PREFIX):]
+                if sname not in level:
+                    return [(f"observables.{i}.{key}", unknown(sname))]
+                if level[sname] is not None:
+                    return [(f"observables.{i}.{key}", f"score '{sname}' is per object; "
+                             "only an event-level score is an observable (score.NAME)")]
     return []
 
 

@@ -347,8 +347,8 @@ def _build_set_plan(config: Config, names, trainable, integer) -> Plan:
                 pair.append(None)
                 continue
             node = exprs.resolve(exprs.parse(text), cfg_sets)
-            if node.kind == "branch":
-                if node.head not in event_keys:
+            if node.kind == "branch":  # score.NAME: an event-level score's values
+                if node.head not in event_keys and not node.head.startswith(SCORE_PREFIX):
                     event_keys.append(node.head)
             elif node.kind == "call":  # the fields the function reads (its registry entry)
                 fn_fields = functions.FUNCTIONS[node.fn].fields

@@ -51,6 +51,7 @@ def config(*, width: float = 1.0, chunksize: int = 100_000, hidden=(4, 3)) -> di
         "observables": [
             {"name": "ht", "x": "sum(jets.pt)", "stats": ["mean", "std"]},
             {"name": "jpt", "x": "jets.pt", "stats": ["mean"]},
+            {"name": "evscore", "x": "score.ev", "stats": ["mean"]},  # an event-level score
         ],
     }
 
@@ -79,6 +80,7 @@ def reference(hidden=(4, 3)) -> dict[str, float]:
     jpt = ak.to_numpy(ak.flatten(pt[ok]))
     wj = np.repeat(w, np.asarray(ak.num(pt[ok])))
     return {"sumw": w.sum(), "ht": np.sum(w * ht) / w.sum(), "jpt": np.sum(wj * jpt) / wj.sum(),
+            "evscore": np.sum(w * ev[ok]) / w.sum(),
             "n": int(ok.sum()), "n_all": len(ok)}
 
 
@@ -106,7 +108,7 @@ def test_width0_equals_numpy_network_on_hard_cuts() -> None:
     np.testing.assert_allclose(float(state.derived.value["selected_sumw"]), ref["sumw"],
                                rtol=1e-12)
     obs = state.observables
-    for key in ("ht", "jpt"):
+    for key in ("ht", "jpt", "evscore"):
         m = obs[key]["moments"]
         np.testing.assert_allclose(float(m.center + m.dmean), ref[key], rtol=1e-12)
 

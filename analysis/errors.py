@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DiffcoffeaError", "InputError"]
+__all__ = ["ConfigError", "DiffcoffeaError", "DiffcoffeaWarning", "InputError"]
 
 
 class DiffcoffeaError(Exception):
@@ -18,3 +18,8 @@ class ConfigError(DiffcoffeaError):
 
 class InputError(DiffcoffeaError):
     """Bad input data: unreadable data files, missing trees or branches, etc."""
+
+
+class DiffcoffeaWarning(UserWarning):
+    """Something was done for the user that they should know (one line): the command line
+    prints it as ``diffcoffea: warning: ...``."""

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.limits import check_bytes
 from analysis.select.objects import soft_pass
 from analysis.select.pbinom import count_distribution, prob_count_at_least
 from analysis.stats.jagged import Jagged, _is_awkward, concrete, from_awkward
@@ -101,10 +102,14 @@ def count_at_least(p: Any, n: Any, width: Any = 0.0, *, cap: int | None = None) 
     off = concrete(offsets)
     if off is None:
         raise ValueError("count_at_least: p: the list offsets must be concrete (not traced)")
+    given_cap = cap
     if cap is None:
         n_value = concrete(n) if isinstance(n, jax.Array) else np.asarray(n)
         if n_value is None:
             raise ValueError("count_at_least: n is traced; pass cap= (an int above n)")
+        n_value = np.asarray(n_value)
+        if n_value.size != 1 or not math.isfinite(float(n_value)):
+            raise ValueError(f"count_at_least: n: expected a finite number, found {n!r}")
         cap = int(math.floor(float(n_value))) + 1
     if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
         raise ValueError(f"count_at_least: cap: expected an integer >= 1, found {cap!r}")
@@ -114,6 +119,12 @@ def count_at_least(p: Any, n: Any, width: Any = 0.0, *, cap: int | None = None) 
     # Padded to size buckets (empty extra events, zero extra objects) so that chunks of
     # similar sizes share one compiled recursion instead of compiling one per chunk.
     ev_size, obj_size = _bucket(n_events), _bucket(values.shape[0])
+    # The recursion holds (events, cap + 1) probabilities: refuse an n of 1e9 here, in
+    # one line, rather than in the allocator (or the out-of-memory killer).
+    check_bytes(
+        "count_at_least: n" if given_cap is None else "count_at_least: cap",
+        8.0 * ev_size * (cap + 1), f"{cap + 1} count states x {ev_size} events",
+    )
     starts = np.zeros(ev_size, dtype=np.int32)
     starts[:n_events] = off[:-1]
     padded_counts = np.zeros(ev_size, dtype=np.int32)

@@ -9,7 +9,12 @@
   the chunk processed whole, to 1e-10 relative, derivatives included.
 
 Both raise ``AssertionError`` naming the statistic (its path in the states pytree)
-and the parameter that differ.
+and the parameter that differ. :func:`load_chunk` reads the chunk to test from a
+NanoAOD file, as coffea hands it to a processor::
+
+    from analysis.testing import assert_chunk_invariance, load_chunk
+    events = load_chunk("nano.root", dataset="ttbar", entry_stop=100)
+    assert_chunk_invariance(MyProcessor(), events)
 """
 
 from __future__ import annotations
@@ -31,8 +36,44 @@ __all__ = [
     "assert_chunk_gradients",
     "assert_chunk_invariance",
     "assert_derived_close",
+    "load_chunk",
     "statistics_of",
 ]
+
+
+def load_chunk(
+    path: Any,
+    *,
+    dataset: str = "test",
+    treename: str = "Events",
+    entry_start: int | None = None,
+    entry_stop: int | None = None,
+) -> Any:
+    """Events ``[entry_start, entry_stop)`` of the NanoAOD file ``path`` as one chunk of
+    eager NanoEvents (NanoAOD schema), with ``events.metadata["dataset"] = dataset``
+    (and ``filename``, ``entrystart``, ``entrystop``) as coffea's runner sets them: what
+    :func:`assert_chunk_invariance` and a processor's ``process`` expect. A file of
+    scikit-hep-testdata: ``skhep_testdata.data_path("nanoAOD_2015_CMS_Open_Data_ttbar.root")``.
+    """
+    import warnings
+
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+
+    metadata = {"dataset": dataset, "filename": str(path)}
+    metadata["entrystart"] = entry_start or 0
+    if entry_stop is not None:
+        metadata["entrystop"] = entry_stop
+    with warnings.catch_warnings():
+        # the schema's notes about branches it rebuilds or cross-references it misses
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return NanoEventsFactory.from_root(
+            {str(path): treename},
+            schemaclass=NanoAODSchema,
+            mode="eager",
+            entry_start=entry_start,
+            entry_stop=entry_stop,
+            metadata=metadata,
+        ).events()
 
 
 def _fit_field(field: str) -> Callable[[Any], Any]:
@@ -60,7 +101,10 @@ def statistics_of(value: Any) -> dict[str, Callable[[Any], Any]]:
 
         def getter(tree: Any, path: Any = path) -> Any:
             for key in path:
-                tree = tree[key.key if hasattr(key, "key") else key.idx]
+                if isinstance(key, jax.tree_util.GetAttrKey):  # a Histogram's fields
+                    tree = getattr(tree, key.name)
+                else:
+                    tree = tree[key.key if hasattr(key, "key") else key.idx]
             return tree
 
         if is_state(leaf):

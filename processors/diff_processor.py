@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -9,7 +10,8 @@ from coffea import processor
 
 from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
-from analysis.data.faults import guarded
+from analysis.data.faults import guarded, reading, same_file
+from analysis.data.overflow import check_overflow
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.reverse import chunk_pullback
@@ -41,7 +43,9 @@ class DiffProcessor(processor.ProcessorABC):
     the driver's column cache (or, in the driver's own process, put straight into the
     cache ``cache_token`` names; in a dask worker with ``worker_budget`` set, kept by
     the worker: see :func:`analysis.data.cache.keep_columns`); :meth:`evaluate` is what a
-    cached chunk goes through.
+    cached chunk goes through. With ``unit_weights=True`` every event weighs 1 (the
+    columns' weights are ignored, cached or not): at width 0 the selected sum of
+    weights is then the number of events passing the hard cuts.
     """
 
     def __init__(
@@ -56,6 +60,7 @@ class DiffProcessor(processor.ProcessorABC):
         histograms: tuple | None = None,
         grid: bool = False,
         keep_columns: bool = False,
+        unit_weights: bool = False,
         payloads: dict | None = None,
     ) -> None:
         self.plan = plan
@@ -67,6 +72,7 @@ class DiffProcessor(processor.ProcessorABC):
         self.histograms = histograms
         self.grid = grid
         self.keep_columns = keep_columns
+        self.unit_weights = unit_weights
         #: reverse mode's second pass: {dataset: payload} (analysis.pipeline.reverse)
         self.payloads = payloads
         self.cache_token: str | None = None
@@ -81,7 +87,9 @@ class DiffProcessor(processor.ProcessorABC):
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"
         weight_branch = self.weight_branches.get(dataset)
-        cols = extract_columns(events, self.plan, weight_branch=weight_branch, source=source)
+        same_file(events)  # replaced since the driver opened it: named as such
+        with reading():  # what fails in here is a bad file (skip_bad_files may skip it)
+            cols = extract_columns(events, self.plan, weight_branch=weight_branch, source=source)
         out = self.evaluate(dataset, cols)
         if self.keep_columns:
             meta = events.metadata
@@ -102,6 +110,8 @@ class DiffProcessor(processor.ProcessorABC):
 
     def evaluate(self, dataset: str, cols) -> dict:
         """``{dataset: output}`` of one chunk's columns (no file access)."""
+        if getattr(self, "unit_weights", False):  # a copy: the cache keeps the real weights
+            cols = dataclasses.replace(cols, weight=np.ones_like(cols.weight))
         if self.histograms is not None:
             return {dataset: {i: self._fill(cols, *spec) for i, spec in enumerate(self.histograms)}}
         if self.histogram is not None:
@@ -111,10 +121,12 @@ class DiffProcessor(processor.ProcessorABC):
         if self.payloads is not None:
             pay = self.payloads[dataset]
             return {dataset: chunk_pullback(cols, self.plan, self.theta, self.widths, pay)}
-        state = chunk_state(
-            cols, self.plan, self.theta, self.widths, order=self.order,
-            threads=self.kernel_threads,
-        )
+        with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
+            state = chunk_state(
+                cols, self.plan, self.theta, self.widths, order=self.order,
+                threads=self.kernel_threads,
+            )
+        check_overflow(state, cols, self.plan, dataset=dataset)
         return {dataset: state}
 
     def _fill(self, cols, index, bins, low, high, theta, widths):

@@ -126,7 +126,9 @@ def slice_columns(cols: ChunkColumns, start: int, stop: int) -> ChunkColumns:
 
 def split_columns(cols: ChunkColumns, size: int) -> list[ChunkColumns]:
     """``cols`` cut into consecutive chunks of ``size`` events (the last one shorter)."""
-    return [slice_columns(cols, s, min(s + size, cols.n_events)) for s in range(0, cols.n_events, size)]
+    return [
+        slice_columns(cols, s, min(s + size, cols.n_events)) for s in range(0, cols.n_events, size)
+    ]
 
 
 # --- comparing results -----------------------------------------------------------------

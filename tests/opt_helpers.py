@@ -38,7 +38,12 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "min_jets": {"init": 2, "bounds": [1, 6], "integer": True},
 }
 NAMES = tuple(PARAMETERS)
-WIDTHS = (5.0, 0.2, 0.05, 1.0)  # three object cuts, then the count cut's integer smoothing (default 1)
+WIDTHS = (
+    5.0,
+    0.2,
+    0.05,
+    1.0,
+)  # three object cuts, then the count cut's integer smoothing (default 1)
 
 
 def small_data(tmp_path_factory) -> Path:
@@ -106,9 +111,7 @@ def make_config(data: Path, **sections: Any) -> Config:
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for ``python -m analysis`` in a subprocess: the repo importable."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), env.get("PYTHONPATH", "")) if p
-    )
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(extra or {})
     return env
 
@@ -130,8 +133,16 @@ def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None)
 
 
 def comparable_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """History entries without their wall times (which differ between runs)."""
-    return [{k: v for k, v in entry.items() if k != "wall_time_s"} for entry in history]
+    """History entries without their wall times (which differ between runs); widths as a
+    list in cut order (results.json keys them by cut, the checkpoint lists them)."""
+
+    def widths(w: Any) -> Any:
+        return list(w.values()) if isinstance(w, dict) else w
+
+    return [
+        {k: widths(v) if k == "widths" else v for k, v in entry.items() if k != "wall_time_s"}
+        for entry in history
+    ]
 
 
 # --- an independent hard-cut reference (numpy + uproot, none of our kernel code) ----------
@@ -146,7 +157,9 @@ def read_jets(files: list[Path] | list[str]) -> dict[str, Any]:
     parts = []
     for path in sorted(str(f) for f in files):
         with uproot.open(path) as f:
-            parts.append(f["Events"].arrays(["Jet_pt", "Jet_eta", "Jet_btagDeepFlavB", "genWeight"]))
+            parts.append(
+                f["Events"].arrays(["Jet_pt", "Jet_eta", "Jet_btagDeepFlavB", "genWeight"])
+            )
     a = ak.concatenate(parts)
     return {
         "pt": ak.values_astype(a.Jet_pt, np.float64),

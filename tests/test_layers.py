@@ -28,10 +28,12 @@ PACKAGES = ("analysis", "processors")
 LAYERS: dict[str, int] = {
     "analysis": 0,  # float64 policy only (analysis/__init__.py)
     "analysis.errors": 0,
+    "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
     "analysis.stats": 0,  # pure maths: statistics, states, merges, derivatives
     "analysis.select": 1,  # soft cuts, counts, object sets, 4-vectors, expressions
     "analysis.soft": 1,  # public face of analysis.select for own processors
     "analysis.testing": 1,  # helpers for own processors' tests (stats only)
+    "analysis.likelihood": 1,  # binned likelihood, fits, Z (stats, evermore, optimistix)
     "analysis.config": 2,  # the one loader: strict YAML, schema, objective-term schemas
     "analysis.pipeline": 3,  # plan, column layout, kernels, states
     "analysis.data": 4,  # reading chunks, column cache, fault records, generator

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ __all__ = [
     "parse_grid",
     "run_optimize",
     "run_scan",
+    "status_lines",
     "write_json",
 ]
 
@@ -67,14 +67,10 @@ def json_safe(data: Any) -> Any:
 
 def write_json(path: Path, data: Any) -> None:
     """Write strict JSON atomically (temp file, then rename); NaN/inf are written as null."""
+    from analysis.data.atomic import write_atomic
+
     text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        raise DiffcoffeaError(f"{path}: cannot write results: {err.strerror or err}") from None
+    write_atomic(path, text, what="results")  # one line naming the path on a full disk
 
 
 def output_dir(config, args) -> Path:
@@ -97,7 +93,7 @@ def make_evaluator(config, args):
 
 
 def cmd_evaluate(args) -> int:
-    from analysis.cli.report import evaluation_report, print_summary
+    from analysis.cli.report import evaluation_report, hard_event_counts, print_summary
     config = load_config(args.config)
     if config.scores:  # inputs standardised from a first pass (where not given)
         from analysis.driver.standardise import standardise_scores
@@ -107,7 +103,8 @@ def cmd_evaluate(args) -> int:
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
         states = ev.run(overrides)
-        report = evaluation_report(ev, states, overrides)
+        hard = hard_event_counts(ev, overrides)  # values only, from the cached columns
+        report = evaluation_report(ev, states, overrides, hard=hard)
     report["wall_time_s"] = time.perf_counter() - start
     out = output_dir(config, args)
     write_json(out / "results.json", report)
@@ -190,10 +187,12 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
 
 def run_optimize(args) -> int:
     """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
-    objective, per-dataset statistics) and plots in the output directory."""
+    objective, how the run ended, per-dataset statistics) and plots in the output directory."""
     from analysis.cli.plots import plot_histograms, plot_history
+    from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
+    from analysis.cli.units import units_of
     from analysis.optimize.loop import Optimization
-    from analysis.pipeline.results import dataset_report
+    from analysis.pipeline.results import MIN_EFFECTIVE_EVENTS, dataset_report
     config = load_config(args.config)
     if config.scores:  # inputs standardised from a first pass (where not given)
         from analysis.driver.standardise import standardise_scores
@@ -211,6 +210,17 @@ def run_optimize(args) -> int:
         initial_params = config.initial_params()
         _loop(run, quiet)
         final = run.final()
+        # values-only passes on the cached columns: the hard-cut objective where the run
+        # started (for "before -> after") and the events the final hard cuts keep
+        before = run.passes
+        initial_hard = run.hard(initial_params)
+        status = run.status(final, initial_hard)
+        hard = hard_event_counts(ev, final["hard"]["parameters"])
+        closing = run.passes - before + 1  # (the count pass is not the loop's)
+        datasets = {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets}
+        mark_reliability(datasets, hard)
+        for part in ("soft", "hard"):
+            final[part]["widths"] = named_widths(config, final[part]["widths"])
         report = {
             "config": str(config.source),
             "trainable": list(run.coords.names),
@@ -218,14 +228,18 @@ def run_optimize(args) -> int:
                 n: [float(lo), float(hi)]
                 for n, lo, hi in zip(run.coords.names, run.coords.lower, run.coords.upper)
             },
+            "widths": named_widths(config, run.w0),
+            "units": units_of(config),
             "optimizer": config.optimizer.model_dump(mode="json"),
             "steps_run": run.step,
-            "passes": run.step + run.final_passes,
+            "passes": run.step + run.final_passes + closing,
             "converged": run.converged,
-            "history": run.history,
+            "status": status,
+            "history": [{**h, "widths": named_widths(config, h["widths"])} for h in run.history],
             "final": final,
             "parameters": final["soft"]["parameters"],
-            "datasets": {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets},
+            "min_effective_events": MIN_EFFECTIVE_EVENTS,
+            "datasets": datasets,
             "faults": ev.faults_report(),
         }
         write_json(outdir / "results.json", report)
@@ -234,7 +248,7 @@ def run_optimize(args) -> int:
 
             write_scores(run.plan, ev.theta_and_widths(final["soft"]["parameters"])[0], outdir)
         if not args.no_plots:
-            plot_history(run.history, outdir)
+            plot_history(report, outdir)
             if config.observables:
                 plot_histograms(
                     ev,
@@ -246,7 +260,7 @@ def run_optimize(args) -> int:
                     initial_states=run.initial_states,
                 )
     if not quiet:
-        _print_final(report, outdir)
+        _print_final(report, outdir, plots=not args.no_plots)
     return 0
 
 
@@ -273,29 +287,83 @@ def _loop(run, quiet: bool) -> None:
             )
 
 
-def _print_final(report: dict[str, Any], outdir: Path) -> None:
+def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from analysis.cli.report import print_faults, print_warnings
+    from analysis.cli.tables import fmt_number, print_table
 
     console = Console()
-    t = Table(
-        title=f"after {report['steps_run']} steps ({report['passes']} passes over the data)",
-        title_justify="left",
-    )
-    t.add_column("")
-    t.add_column("soft", justify="right")
-    t.add_column("hard (width 0)", justify="right")
     soft, hard = report["final"]["soft"], report["final"]["hard"]
-    fmt = lambda x: "-" if x is None else f"{x:.6g}"  # noqa: E731
-    t.add_row("objective", fmt(soft["objective"]), fmt(hard["objective"]))
-    t.add_row("significance", fmt(soft["significance"]), fmt(hard["significance"]))
+    rows = [
+        ("objective", [fmt_number(soft["objective"]), fmt_number(hard["objective"])]),
+        ("significance", [fmt_number(soft["significance"]), fmt_number(hard["significance"])]),
+    ]
+    units = report.get("units", {})
     for n in report["trainable"]:
-        if not n.startswith("score."):  # a learned score's weights: score_NAME.npz
-            t.add_row(n, fmt(soft["parameters"][n]), fmt(hard["parameters"][n]))
-    console.print(t)
-    from analysis.cli.report import print_faults
+        if n.startswith("score."):  # a learned score's weights: score_NAME.npz
+            continue
+        label = f"{n} [{units[n]}]" if units.get(n) else n
+        rows.append((label, [fmt_number(soft["parameters"][n]), fmt_number(hard["parameters"][n])]))
+    title = f"after {report['steps_run']} steps ({report['passes']} passes over the data)"
+    print_table(console, title, "", ["soft", "hard\n(width 0)"], rows)
+    for line in status_lines(report):
+        console.print(line, highlight=False, markup=False)
+    print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
-    console.print(f"wrote {outdir / 'results.json'} and plots in {outdir}")
+    where = f" and plots in {outdir}" if plots else ""
+    console.print(f"wrote {outdir / 'results.json'}{where}", highlight=False)
+
+
+def status_lines(report: dict[str, Any]) -> list[str]:
+    """The closing lines of ``optimize`` from results.json's ``status``: converged or not
+    (and what to change), parameters at a bound, the hard-cut objective before and
+    after, the soft/hard gap."""
+    from analysis.cli.tables import fmt_number
+
+    st = report["status"]
+    if st["converged"]:
+        lines = [f"status: converged at step {st['step']} ({st['criterion']})"]
+    else:
+        change = st.get("relative_change")
+        seen = "" if change is None else f"; last change {fmt_number(change)}"
+        lines = [
+            f"status: NOT converged in {st['steps_run']} steps (criterion: "
+            f"{st['criterion']}{seen}); try {st['advice']}"
+        ]
+    if st["at_bound"]:
+        bounds = report["bounds"]
+        parts = [
+            f"{n} = {fmt_number(bounds[n][0 if side == 'lower' else 1])} ({side})"
+            for n, side in st["at_bound"].items()
+        ]
+        beyond = st.get("beyond_bound") or []
+        why = (
+            f"the objective still improves beyond for {', '.join(beyond)}: widen the bounds "
+            "if that is physical" if beyond else "the optimum may lie beyond"
+        )
+        lines.append("at bound: " + ", ".join(parts) + f" ({why})")
+    h, z = st["hard_objective"], st["hard_significance"]
+    line = f"hard-cut objective: {fmt_number(h['initial'])} -> {fmt_number(h['final'])}"
+    if z["final"] is not None or z["initial"] is not None:
+        line += f" (significance {fmt_number(z['initial'])} -> {fmt_number(z['final'])})"
+    if st["soft_hard_gap"] is not None:
+        line += f"; soft - hard at the end: {fmt_number(st['soft_hard_gap'])}"
+    lines.append(line)
+    return lines
+
+
+def _best_line(best: dict[str, Any] | None) -> str:
+    """``best: a = 1.000, b = 2.000: objective -3.000 (significance 3.000)``."""
+    from analysis.cli.tables import fmt_number
+
+    if best is None:
+        return "no grid point has a defined objective"
+    params = ", ".join(f"{n} = {fmt_number(v)}" for n, v in best["parameters"].items())
+    line = f"best: {params}: objective {fmt_number(best['objective'])}"
+    if best.get("significance") is not None:
+        line += f" (significance {fmt_number(best['significance'])})"
+    return line
 
 
 def run_scan(args) -> int:
@@ -318,7 +386,6 @@ def run_scan(args) -> int:
             data["scan"] = result
             write_json(results, data)
     if not args.quiet:
-        best = result["best"]
-        print(f"{result['n_points']} grid points in one pass; best: {best}")
+        print(f"{result['n_points']} grid points in one pass; {_best_line(result['best'])}")
         print(f"wrote {outdir / 'scan.json'}")
     return 0

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 from analysis.cli.commands import (
     claim_run,
@@ -30,7 +31,7 @@ from analysis.cli.commands import (
     run_scan,
     write_json,
 )
-from analysis.errors import DiffcoffeaError
+from analysis.errors import DiffcoffeaError, DiffcoffeaWarning
 
 __all__ = [
     "build_parser",
@@ -58,7 +59,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _add_debug(p: argparse.ArgumentParser) -> None:
+    # also after the subcommand; SUPPRESS keeps the main parser's value when absent here
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks")
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
+    _add_debug(p)
     p.add_argument("config", help="YAML analysis config")
     p.add_argument("--output", "-o", help="output directory (default: the config's output.dir)")
     p.add_argument(
@@ -122,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("make-dataset", help="write NanoAOD-layout demo files")
+    _add_debug(p)
     p.add_argument("outdir")
     p.add_argument("--process", choices=["ttbar", "dy"], required=True)
     p.add_argument("--events", type=int, default=200_000)
@@ -186,6 +195,17 @@ def _interrupted(from_command_line: bool) -> int:
     return 130
 
 
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Our own warnings as one line (``diffcoffea: warning: ...``); others as Python shows them."""
+    if issubclass(category, DiffcoffeaWarning):
+        print(f"diffcoffea: warning: {message}", file=sys.stderr)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; ``argv=None`` (the real command line) exits hard on Ctrl-C."""
     if argv is None:
@@ -197,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return _interrupted(argv is None)
     except Exception as err:

@@ -5,74 +5,149 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from analysis.pipeline.results import DatasetState, dataset_report
+import numpy as np
+
+from analysis.cli.tables import fmt_number, print_table
+from analysis.cli.units import units_of
+from analysis.pipeline.results import (
+    MIN_EFFECTIVE_EVENTS,
+    DatasetState,
+    dataset_report,
+    unreliable_reason,
+    width_labels,
+)
 
 __all__ = [
     "evaluation_report",
+    "hard_event_counts",
+    "mark_reliability",
+    "named_widths",
+    "print_faults",
     "print_summary",
+    "print_warnings",
 ]
 
 
+def named_widths(config, widths) -> dict[str, float]:
+    """``{cut label: width}`` (:func:`analysis.pipeline.results.width_labels`) for results.json."""
+    return {n: float(w) for n, w in zip(width_labels(config), np.asarray(widths).reshape(-1))}
+
+
+def hard_event_counts(evaluator, params: dict[str, float] | None = None) -> dict[str, int]:
+    """``{dataset: events passing the hard cuts}`` at ``params`` (default: the config's
+    initial values): one values-only pass at width 0 with every event weighing 1, so
+    each dataset's selected sum of weights is that count (integer parameters are
+    rounded half up by the width-0 step)."""
+    zeros = np.zeros(evaluator.plan.n_widths)
+    states = evaluator.run(params, widths=zeros, order=0, unit_weights=True)
+    return {
+        name: int(round(float(st.derived.value["selected_sumw"]))) for name, st in states.items()
+    }
+
+
+def mark_reliability(datasets: dict[str, dict[str, Any]], hard: dict[str, int]) -> None:
+    """Add ``hard_events``, ``reliable`` and (if not) ``warning`` to each dataset entry.
+
+    Unreliable (:func:`analysis.pipeline.results.unreliable_reason`): fewer than
+    :data:`~analysis.pipeline.results.MIN_EFFECTIVE_EVENTS` effective selected events,
+    or no event passing the hard cuts. The statistics stay in the entry, marked."""
+    for name, entry in datasets.items():
+        entry["hard_events"] = hard.get(name)
+        reason = unreliable_reason(entry.get("effective_events"), entry["hard_events"])
+        entry["reliable"] = reason is None
+        if reason is not None:
+            entry["warning"] = f"statistics unreliable: {reason}"
+
+
 def evaluation_report(
-    evaluator, states: dict[str, DatasetState], overrides: dict[str, float] | None = None
+    evaluator,
+    states: dict[str, DatasetState],
+    overrides: dict[str, float] | None = None,
+    *,
+    hard: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """``{"parameters", "trainable", "widths", "executor", "datasets"}`` for results.json."""
+    """``{"parameters", "trainable", "widths", "units", "executor", "datasets", "faults"}``
+    for results.json; ``widths`` keyed by cut, ``units`` by name; with ``hard`` (:func:`hard_event_counts`),
+    each dataset is marked (:func:`mark_reliability`)."""
     theta, widths = evaluator.theta_and_widths(overrides)
     plan = evaluator.plan
+    datasets = {name: dataset_report(states[name], plan) for name in evaluator.config.datasets}
+    if hard is not None:
+        mark_reliability(datasets, hard)
     return {
         "config": str(evaluator.config.source),
         "parameters": {n: float(v) for n, v in zip(plan.param_names, theta)},
         "trainable": list(plan.trainable_names),
-        "widths": [float(w) for w in widths],
+        "widths": named_widths(evaluator.config, widths),
+        "units": units_of(evaluator.config),
+        "min_effective_events": MIN_EFFECTIVE_EVENTS,
         "executor": {
             "type": evaluator.executor_type,
             "workers": evaluator.workers,
             "chunksize": evaluator.chunksize,
             "chunks": len(evaluator.chunks),
         },
-        "datasets": {
-            name: dataset_report(states[name], plan) for name in evaluator.config.datasets
-        },
+        "datasets": datasets,
         "faults": evaluator.faults_report(),
     }
 
 
-def _fmt(x: Any) -> str:
-    return "nan" if x is None else f"{x:.6g}"
+def _selection_line(r: dict[str, Any]) -> str:
+    eff = r.get("effective_events")
+    parts = [f"{fmt_number(0.0 if eff is None else eff)} effective events"]
+    if r.get("hard_events") is not None:
+        parts.append(f"{r['hard_events']} pass the hard cuts")
+    return "selected: " + ", ".join(parts)
+
+
+def print_warnings(datasets: dict[str, dict[str, Any]], console: Any) -> None:
+    """One line per unreliable dataset (see :func:`mark_reliability`)."""
+    from rich.markup import escape
+
+    for ds, r in datasets.items():
+        if r.get("warning"):
+            console.print(
+                f"[yellow]warning[/] {escape(ds)}: {escape(r['warning'])} (marked *)",
+                markup=True,
+                highlight=False,
+            )
 
 
 def print_summary(report: dict[str, Any], path: Path) -> None:
-    """A short table per dataset: events, yields and each statistic with its gradient."""
+    """A table per dataset: events, yields, effective events, and each statistic with its
+    gradient; every number whole (:mod:`analysis.cli.tables`); the observables of an
+    unreliable selection marked ``*`` and named in a warning line."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     names = report["trainable"]
+    headers = ["value", *(f"d/d\n{n}" for n in names)]
     for ds, r in report["datasets"].items():
-        table = Table(
-            title=f"{ds}: {r['events']} events, sum of weights {_fmt(r['sumw'])}",
-            title_justify="left",
-        )
-        table.add_column("statistic", no_wrap=True)
-        table.add_column("value", justify="right")
-        for n in names:
-            table.add_column(f"d/d {n}", justify="right")
+        mark = "" if r.get("reliable", True) else "*"
+        rows: list[tuple[str, list[str] | None]] = []
 
-        def row(label: str, entry: dict[str, Any], table: Table = table) -> None:
-            table.add_row(label, _fmt(entry["value"]), *(_fmt(entry["grad"][n]) for n in names))
+        def row(label: str, entry: dict[str, Any], rows: list = rows) -> None:
+            cells = [fmt_number(entry["value"]), *(fmt_number(entry["grad"][n]) for n in names)]
+            rows.append((label, cells))
 
         for key in ("selected_sumw", "selected_sumw2"):
             row(key, {"value": r[key], "grad": r[f"{key}_grad"]})
         for obs, stats in r["observables"].items():
+            rows.append((obs + mark, None))
             for stat, entry in stats.items():
                 if "value" in entry:
-                    row(f"{obs}.{stat}", entry)
+                    row(f"  {stat}", entry)
                 else:
                     for part, sub in entry.items():
-                        row(f"{obs}.{stat}.{part}", sub)
-        console.print(table)
+                        row(f"  {stat}.{part}", sub)
+        title = (
+            f"{ds}: {r['events']} events, sum of weights {fmt_number(r['sumw'])}; "
+            f"{_selection_line(r)}"
+        )
+        print_table(console, title, "statistic", headers, rows)
+    print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
-    console.print(f"wrote {path}")
+    console.print(f"wrote {path}", highlight=False)
 
 
 def print_faults(faults: dict[str, Any] | None, console: Any) -> None:

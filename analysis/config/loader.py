@@ -135,6 +135,8 @@ class ParameterConfig(_Model):
     bounds: tuple[float, float] | None = None
     trainable: bool = True
     integer: bool = False
+    #: unit for plots and tables (default: from the cut's field, e.g. GeV for pt)
+    unit: str | None = None
 
     @field_validator("bounds", mode="before")
     @classmethod
@@ -341,6 +343,8 @@ class ObservableConfig(_Model):
     y: str | None = None
     stats: list[str] = Field(min_length=1)
     hist: HistConfig | None = None
+    #: unit of ``x`` for plots (default: from the name or field, e.g. GeV for pt, ht)
+    unit: str | None = None
 
     @field_validator("stats")
     @classmethod
@@ -665,6 +669,10 @@ def _format_error(err: Any) -> str:
     return f"{where}: {msg}".replace("\n", " ")
 
 
+#: config errors listed by one run (one line each); more are counted
+MAX_ERRORS = 20
+
+
 def config_from_dict(
     data: dict, *, source: str = "<config>", base_dir: Path | None = None
 ) -> Config:
@@ -675,10 +683,13 @@ def config_from_dict(
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        n = len(errors) - 1
-        more = f" (and {n} more error{'s' if n > 1 else ''})" if n else ""
-        raise ConfigError(f"{source}: {_format_error(errors[0])}{more}") from None
+        # every error of the file, one line each (up to MAX_ERRORS), so that one run
+        # shows them all
+        lines = list(dict.fromkeys(_format_error(e) for e in exc.errors(include_url=False)))
+        shown = [f"{source}: {line}" for line in lines[:MAX_ERRORS]]
+        if len(lines) > MAX_ERRORS:
+            shown.append(f"{source}: (and {len(lines) - MAX_ERRORS} more errors)")
+        raise ConfigError("\n".join(shown)) from None
     cfg._base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
     cfg._source = source
     return cfg

@@ -9,6 +9,7 @@ problems the same way: ``_fail(where, msg)`` raises a validation error that
 from __future__ import annotations
 
 import difflib
+import typing
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -43,11 +44,43 @@ class _Model(BaseModel):
     @classmethod
     def _no_unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            fields = list(cls.model_fields)
-            for key in data:
+            fields = cls.model_fields
+            for key, value in data.items():
                 if key not in fields:
-                    raise _fail(str(key), "unknown key" + _suggest(str(key), fields))
+                    raise _fail(str(key), "unknown key" + _suggest(str(key), list(fields)))
+                where = _bool_for_number(value, fields[key].annotation)
+                if where is not None:
+                    raise _fail(
+                        f"{key}{where}", f"expected a number, got {str(value).lower()}"
+                        if where == "" else "expected a number, got a boolean"
+                    )
         return data
+
+
+def _bool_for_number(value: Any, annotation: Any) -> str | None:
+    """Where (``""`` or ``".i"``) a YAML boolean stands for a number in ``value`` of a
+    field of type ``annotation``, else ``None``: pydantic would take ``true`` as 1, and a
+    boolean is never meant as a count, a bound or a size."""
+    if not _numbers_only(annotation):
+        return None
+    if isinstance(value, bool):
+        return ""
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            if isinstance(v, bool):
+                return f".{i}"
+    return None
+
+
+def _numbers_only(annotation: Any) -> bool:
+    """Whether ``annotation`` holds numbers (int/float, optional, or tuples/lists of them)
+    and no ``bool``."""
+    if annotation in (int, float):
+        return True
+    args = [a for a in typing.get_args(annotation) if a is not type(None) and a is not Ellipsis]
+    if not args or bool in args:
+        return False
+    return all(_numbers_only(a) for a in args)
 
 
 ConfigModel = _Model

@@ -26,16 +26,21 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import math
+import numbers
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Union, runtime_checkable
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from pydantic import Field, PrivateAttr, model_validator
 
 from analysis.config.schema import _fail, _Model
+from analysis.config.yamlsafe import show_value
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.stats._core import safe_sqrt
 
@@ -241,16 +246,49 @@ def _import_function(spec: str, where: str, config_dir: Path | None = None) -> C
 
 
 def _call_user(fn: Callable, spec: str, stats: dict[str, Any], source: str) -> Any:
-    """Call a user's ``python`` term; its exceptions become one-line user-facing errors."""
+    """Call a user's ``python`` term; its exceptions become one-line user-facing errors.
+
+    Its return value is untrusted: it must be a real scalar (a Python or numpy number,
+    or a JAX scalar, also while traced), finite when concrete; anything else (a string,
+    ``None``, an array, a complex number, NaN) is one line naming the function and what
+    it returned. ``SystemExit`` raised inside is reported, not obeyed (a
+    ``KeyboardInterrupt`` is the user's Ctrl-C: exit 130, "interrupted").
+    """
+    where = f"{source}: objective: python function {spec!r}"
     try:
-        return fn(stats)
+        value = fn(stats)
     except DiffcoffeaError:
         raise
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         msg = " ".join(str(err).split())
-        raise DiffcoffeaError(
-            f"{source}: objective: python function {spec!r} raised {type(err).__name__}: {msg}"
-        ) from err
+        raise DiffcoffeaError(f"{where} raised {type(err).__name__}: {msg}") from err
+    problem = _not_a_real_scalar(value)
+    if problem:
+        raise DiffcoffeaError(f"{where} returned {problem}; expected a real finite scalar")
+    return value
+
+
+def _not_a_real_scalar(value: Any) -> str:
+    """What is wrong with a ``python`` term's return value ("" if nothing)."""
+    if isinstance(value, (bool, np.bool_)):
+        return f"a bool ({value})"
+    if not isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array)):
+        return f"{type(value).__name__} {show_value(value)}"
+    try:
+        shape, dtype = np.shape(value), jnp.result_type(value)
+    except (TypeError, ValueError, OverflowError):  # e.g. an int beyond int64
+        return f"{type(value).__name__} {show_value(value)}"
+    if shape != ():
+        return f"an array of shape {shape}"
+    if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+        return f"a {dtype} value ({value})"
+    if isinstance(value, jax.core.Tracer):
+        return ""
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float64
+        x = math.inf
+    return "" if math.isfinite(x) else f"{type(value).__name__} {show_value(value)}"
 
 
 class PythonTerm(Term):

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.data.atomic import atomic_open
 from analysis.pipeline.layout import ChunkColumns
 
 __all__ = [
@@ -187,7 +188,8 @@ def _save(path: str, cols: ChunkColumns) -> None:
     """``cols`` as a ``.npz`` file; a JSON manifest says how to rebuild the dataclass."""
     arrays: dict[str, np.ndarray] = {}
     manifest = {f.name: _encode(getattr(cols, f.name), arrays) for f in dataclasses.fields(cols)}
-    np.savez(path, __manifest__=np.array(json.dumps(manifest)), **arrays)
+    with atomic_open(path, what="cache spill file") as f:  # a full disk: one line
+        np.savez(f, __manifest__=np.array(json.dumps(manifest)), **arrays)
 
 
 def _load(path: str) -> ChunkColumns:

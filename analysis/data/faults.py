@@ -20,12 +20,13 @@ Nothing here knows about coffea; this module only needs the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import re
 import traceback
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,8 @@ __all__ = [
     "describe",
     "guarded",
     "note_dropped",
+    "reading",
+    "same_file",
 ]
 
 #: Output key of the fault record. Not a string, so it never collides with a dataset name.
@@ -106,6 +109,71 @@ def _is_input_error(err: BaseException) -> bool:
     return False
 
 
+class ReadError(Exception):
+    """Raised by :func:`reading` around an exception met while reading a chunk's file."""
+
+
+# Exceptions that only reading a damaged file raises (decompression, short reads).
+_READ_TYPES = ("zlib.error", "lzma.LZMAError", "struct.error", "_lzma.LZMAError")
+
+
+def _kind(err: BaseException) -> str:
+    """``"input"`` (a DiffcoffeaError: the message says what to change), ``"read"`` (the
+    file could not be read: met inside :func:`reading`, or a decompression or I/O error)
+    or ``"error"`` (anything else: a bug, memory; never a bad file)."""
+    from analysis.errors import DiffcoffeaError
+
+    seen: set[int] = set()
+    e: BaseException | None = err
+    kind = "error"
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, DiffcoffeaError):
+            return "input"
+        name = f"{type(e).__module__}.{type(e).__qualname__}"
+        if isinstance(e, (ReadError, OSError, EOFError)) or name in _READ_TYPES:
+            kind = "read"
+        e = e.__cause__ or e.__context__
+    return kind
+
+
+@contextlib.contextmanager
+def reading() -> Iterator[None]:
+    """Mark the reading of a chunk's columns: an exception raised inside (other than a
+    :class:`~analysis.errors.DiffcoffeaError`, which names its own cause) is a bad file,
+    which ``skip_bad_files`` may skip; outside, only decompression and I/O errors are.
+    A ``MemoryError`` is never a bad file."""
+    from analysis.errors import DiffcoffeaError
+
+    try:
+        yield
+    except (DiffcoffeaError, MemoryError):
+        raise
+    except Exception as err:
+        raise ReadError(describe(err)) from err
+
+
+def same_file(events: Any) -> None:
+    """Raise :class:`~analysis.errors.InputError` if the file a chunk was read from is not
+    the one the driver opened (its ROOT UUID changed: replaced between passes); a
+    replaced file would otherwise be read as corruption, or silently as other data."""
+    from analysis.errors import InputError
+
+    meta = getattr(events, "metadata", None) or {}
+    expected = str(meta.get("fileuuid") or "")
+    attrs = getattr(events, "attrs", None) or {}
+    # coffea's key of the chunk's buffers: "uuid/tree/range" (a tuple in some versions)
+    key = getattr(attrs.get("@events_factory"), "_partition_key", None)
+    if isinstance(key, tuple):
+        key = key[0] if key else ""
+    found = str(key or "").split("/")[0]
+    if expected and found and found != expected:
+        raise InputError(
+            f"the file changed since it was opened (ROOT UUID {expected}, now {found}): "
+            "it was replaced during the run; run again on files that stay in place"
+        )
+
+
 def _one_line(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
@@ -116,8 +184,9 @@ class Fault:
     """One chunk (or whole file, ``start`` and ``stop`` ``None``) that could not be used.
 
     ``kind`` is ``"input"`` for a :class:`~analysis.errors.DiffcoffeaError` (a missing
-    branch, a non-finite value: the message says what to change) and ``"read"`` for
-    anything else (the file could not be read or decompressed). ``detail`` is the
+    branch, a non-finite value, a cap: the message says what to change), ``"read"``
+    when the file could not be read or decompressed (the only kind ``skip_bad_files``
+    skips) and ``"error"`` for anything else (a bug, memory). ``detail`` is the
     worker's formatted traceback (shown with ``--debug`` only).
     """
 
@@ -128,6 +197,11 @@ class Fault:
     reason: str
     kind: str = "read"
     detail: str = field(default="", compare=False, repr=False)
+
+    @property
+    def events(self) -> int | None:
+        """Entries of the chunk (``None`` for a whole unreadable file)."""
+        return None if self.start is None or self.stop is None else self.stop - self.start
 
     @property
     def where(self) -> str:
@@ -141,6 +215,7 @@ class Fault:
             "dataset": self.dataset,
             "file": self.file,
             "entries": None if self.start is None else [self.start, self.stop],
+            "events": self.events,
             "reason": self.reason,
             "kind": self.kind,
         }
@@ -237,12 +312,12 @@ def _chunk_of(events: Any) -> _Chunk:
 
 def _attempts(call: Callable[[], Any], chunk: _Chunk, retries: int) -> Any:
     """``call()``, tried ``1 + retries`` times while it fails with a reading error
-    (a :class:`~analysis.errors.DiffcoffeaError` is not retried: it would fail again)."""
+    (only a reading error is retried: anything else would fail again)."""
     for attempt in range(retries + 1):
         try:
             return call()
         except Exception as err:
-            if attempt == retries or _is_input_error(err):
+            if attempt == retries or _kind(err) != "read":
                 raise
             chunk.dropped.clear()  # counts of the failed attempt
     raise AssertionError("unreachable")
@@ -279,7 +354,7 @@ def guarded(process: Callable) -> Callable:
                 chunk.start,
                 chunk.stop,
                 describe(err),
-                kind="input" if _is_input_error(err) else "read",
+                kind=_kind(err),
                 detail="".join(traceback.format_exception(err)),
             )
             return {FAULTS_KEY: Faults([fault])}

@@ -51,10 +51,12 @@ import numpy as np
 from coffea.nanoevents import NanoAODSchema
 
 from analysis.config.loader import Config
+from analysis.data.branches import branch_problem, required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import FAULTS_KEY, Fault, Faults, describe
 from analysis.errors import DiffcoffeaError, InputError
+from analysis.pipeline.bounds import check_sizes
 from analysis.pipeline.kernel import chunk_state, grid_state
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths
@@ -66,6 +68,7 @@ __all__ = [
     "Evaluator",
     "empty_columns",
     "empty_state",
+    "as_written",
     "resolve_fileset",
     "resolve_skhep",
     "worker_threads_env",
@@ -121,12 +124,26 @@ def resolve_skhep(name: str, where: str) -> str:
         ) from None
 
 
+def as_written(text: str) -> str:
+    """``text`` with paths into the scikit-hep-testdata cache written as the config's
+    ``skhep:NAME`` entries (a message should name what the user wrote)."""
+    return text.replace(f"{SKHEP_CACHE}{os.sep}", "skhep:")
+
+
 class BadFile(Exception):
     """Why a file cannot be read (a one-line reason, without the path)."""
 
 
-def open_file(path: str, treename: str) -> tuple[int, bytes]:
-    """``(entries, uuid)`` of tree ``treename`` in ``path``; :class:`BadFile` if unreadable.
+class BranchError(InputError):
+    """A branch the analysis needs is missing or inconsistent (not a bad file)."""
+
+
+def open_file(
+    path: str, treename: str, required: dict[str, tuple[str, ...]] | None = None
+) -> tuple[int, bytes]:
+    """``(entries, uuid)`` of tree ``treename`` in ``path``; :class:`BadFile` if unreadable,
+    :class:`BranchError` naming the branch if one of ``required`` is missing or not one
+    value per object (:func:`analysis.data.branches.branch_problem`).
 
     Opens the file and its tree and reads the branch list and entry count, which is
     all coffea's preprocessing would do, so a truncated file, a corrupt header or
@@ -145,15 +162,32 @@ def open_file(path: str, treename: str) -> tuple[int, bytes]:
             if not hasattr(tree, "num_entries"):
                 raise BadFile(f"{treename!r} is a {type(tree).__name__}, not a TTree")
             tree.keys()
-            return int(tree.num_entries), f.file.fUUID
+            problem = branch_problem(tree, required or {})
+            if problem is None:
+                return int(tree.num_entries), f.file.fUUID
     except BadFile:
         raise
     except Exception as err:
         raise BadFile(f"not a readable ROOT file ({describe(err)})") from err
+    raise BranchError(problem)
+
+
+def _same_file(where: str, path: str, earlier: str, what: str) -> None:
+    """A file listed twice in a dataset is read once: one warning line says so."""
+    import warnings
+
+    from analysis.errors import DiffcoffeaWarning
+
+    warnings.warn(
+        f"{where}: {path} is {what} {earlier}; counted once", DiffcoffeaWarning, stacklevel=3
+    )
 
 
 def resolve_fileset(
-    config: Config, *, skipped: list[Fault] | None = None
+    config: Config,
+    *,
+    skipped: list[Fault] | None = None,
+    required: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{dataset: {"files": {path: treename}, "entries": {path: (n, uuid)}}}``, globs
     expanded and every file opened.
@@ -192,14 +226,29 @@ def resolve_fileset(
                 raise InputError(f"{where}: no such file {entry!r} (looked for {path})")
             else:
                 paths.append(path)
-        entries = {}
+        entries: dict[str, tuple[int, Any]] = {}
+        first: dict[Any, str] = {}  # resolved path, and file UUID -> the path met first
         for path in paths:
+            real = os.path.realpath(path)
+            if real in first:
+                _same_file(where, path, first[real], "the same file as")
+                continue
+            first[real] = path
             try:
-                entries[path] = open_file(path, ds.treename)
+                n, uuid = open_file(path, ds.treename, required)
+            except BranchError as err:
+                raise InputError(f"{path}: {err} (datasets.{name})") from None
             except BadFile as bad:
                 if skipped is None:
-                    raise InputError(f"{path}: {bad} (datasets.{name})") from bad
+                    raise InputError(as_written(f"{path}: {bad} (datasets.{name})")) from bad
                 skipped.append(Fault(name, path, None, None, str(bad)))
+                continue
+            copy = ("uuid", uuid, os.path.getsize(path))  # (a damaged copy is not the file)
+            if copy in first:
+                _same_file(where, path, first[copy], "a copy (same ROOT file UUID and size) of")
+                continue
+            first[copy] = path
+            entries[path] = (n, uuid)
         fileset[name] = {"files": {p: ds.treename for p in entries}, "entries": entries}
     return fileset
 
@@ -266,12 +315,16 @@ class Evaluator:
         self._chunks: list | None = None
         self._validated = False
         skipped: list[Fault] = []
-        self.fileset = resolve_fileset(config, skipped=skipped if self.skip_bad_files else None)
+        self.fileset = resolve_fileset(
+            config, skipped=skipped if self.skip_bad_files else None,
+            required=required_branches(self.plan),
+        )
         for ds in self.fileset.values():
             # in every chunk's events.metadata (read by columns.py and faults.guarded)
             ds["metadata"] = {"nonfinite": self.nonfinite, "retries": ex.retries}
         #: every skipped chunk or file and every non-finite drop seen so far (all passes)
         self.faults = Faults(skipped)
+        check_sizes(config, self.plan, events=self.largest_chunk)
         self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
         self._own_cache = False
         if isinstance(cache, ColumnCache):
@@ -282,6 +335,12 @@ class Evaluator:
             self.cache = ColumnCache(budget=int(config.cache_memory_mb * 2**20))
             self._own_cache = True
         self._branches = plan_branches(self.plan)
+
+    @property
+    def largest_chunk(self) -> int:
+        """Events of the largest chunk (the chunk size, or the largest file if smaller)."""
+        n = max((n for ds in self.fileset.values() for n, _ in ds["entries"].values()), default=0)
+        return min(n, self.chunksize)
 
     # -- executors ------------------------------------------------------------
     def _executor(self):
@@ -417,7 +476,7 @@ class Evaluator:
                     cause = cause.removeprefix("Exception: ")
                 else:
                     cause = describe(e)
-                return InputError(f"{where}: {cause}")
+                return InputError(as_written(f"{where}: {cause}"))
             e = e.__cause__ or e.__context__
         return err
 
@@ -426,20 +485,21 @@ class Evaluator:
         if not faults:
             return
         self.faults = self.faults + faults
-        bad = faults.skipped_list()
-        if bad and not self.skip_bad_files:
+        # skip_bad_files skips bad files only: a cap, a config error, a bug or memory
+        # would bias what remains, so they always stop the run.
+        bad = [f for f in faults.skipped_list() if f.kind != "read" or not self.skip_bad_files]
+        if bad:
             f = bad[0]
             reason = f.reason
             if reason.startswith(f.file + ":"):
                 reason = reason[len(f.file) + 1 :].strip()
             more = f" (and {len(bad) - 1} more chunks)" if len(bad) > 1 else ""
-            hint = (
-                "; skip_bad_files: true (or --skip-bad-files) goes on without bad chunks"
-                if f.kind == "read"
-                else ""
-            )
+            hint = {
+                "read": "; skip_bad_files: true (or --skip-bad-files) goes on without bad chunks",
+                "error": " (not a bad file: never skipped; --debug shows the traceback)",
+            }.get(f.kind, "")
             raise InputError(
-                f"{f.where} (datasets.{f.dataset}): {reason}{more}{hint}"
+                as_written(f"{f.where} (datasets.{f.dataset}): {reason}{more}{hint}")
             ) from _WorkerTraceback(f.detail)
 
     def faults_report(self) -> dict[str, Any]:
@@ -448,8 +508,21 @@ class Evaluator:
             "skip_bad_files": self.skip_bad_files,
             "nonfinite": self.nonfinite,
             "skipped": [f.to_json() for f in self.faults.skipped_list()],
+            "skipped_fraction": self.skipped_fraction(),
             "dropped": self.faults.dropped_totals(),
         }
+
+    def skipped_fraction(self) -> dict[str, float | None]:
+        """Per dataset, the fraction of the entries of its readable files that were in
+        skipped chunks (0.0 when none; ``None`` when no readable file has entries). A whole
+        file skipped as unreadable has no known entries: it is listed, not counted."""
+        out: dict[str, float | None] = {}
+        for name, ds in self.fileset.items():
+            total = sum(n for n, _ in ds["entries"].values())
+            lost = sum(f.events or 0 for f in self.faults.skipped_list()
+                       if f.dataset == name and f.kind == "read")
+            out[name] = lost / total if total else None
+        return out
 
     # -- passes -----------------------------------------------------------------
     def theta_and_widths(
@@ -472,12 +545,17 @@ class Evaluator:
         widths: Any = None,
         order: int = 1,
         chunks: list | None = None,
+        unit_weights: bool = False,
     ) -> dict[str, DatasetState]:
-        """One pass: ``{dataset: DatasetState}`` (every configured dataset present)."""
+        """One pass: ``{dataset: DatasetState}`` (every configured dataset present).
+        ``unit_weights``: every event weighs 1 (with ``widths=0``, ``order=0``: the
+        selected sums are the numbers of events passing the hard cuts)."""
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=order)
+        proc = DiffProcessor(
+            self.plan, theta, w, self.weight_branches, order=order, unit_weights=unit_weights
+        )
         return self.process(proc, lambda: empty_state(self.plan, theta, w, order), chunks=chunks)
 
     def run_pullback(
@@ -804,6 +882,7 @@ class Evaluator:
         from processors import DiffProcessor
 
         thetas = np.asarray(thetas, dtype=np.float64)
+        check_sizes(self.config, self.plan, events=self.largest_chunk, grid_points=len(thetas))
         zeros = np.zeros(self.plan.n_widths)
         proc = DiffProcessor(self.plan, thetas, zeros, self.weight_branches, order=0, grid=True)
         return self.process(

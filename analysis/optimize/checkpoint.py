@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.data.atomic import atomic_open
 from analysis.errors import DiffcoffeaError
 
 __all__ = [
@@ -81,7 +84,6 @@ def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
     (:func:`config_snapshot`). The history must be JSON data (floats, strings, None).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     layout, leaves = _layout(data["opt_state"])
     state = {
         "format": FORMAT,
@@ -98,12 +100,8 @@ def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
     text = json.dumps(state, allow_nan=True).encode("utf-8")
     arrays = {"state": np.frombuffer(text, dtype=np.uint8), "u": np.asarray(data["u"], np.float64)}
     arrays.update({f"opt_{i}": leaf for i, leaf in enumerate(leaves)})
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_open(path, what="checkpoint") as f:  # the last good one survives a full disk
         np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # --- reading ----------------------------------------------------------------------
@@ -112,6 +110,9 @@ def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
 def _members(path: Path) -> dict[str, np.ndarray]:
     """All arrays of an ``.npz`` file, refusing pickles, object arrays and oversized members."""
     try:
+        # a FIFO (or a device) named checkpoint.npz would block the read forever
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise CheckpointError(f"{path}: not a regular file; a checkpoint is a file")
         with open(path, "rb") as f:
             head = f.read(4)
     except FileNotFoundError:
@@ -176,10 +177,47 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         )
     if not all(isinstance(e, dict) for e in state["history"]):
         raise CheckpointError(f"{path}: corrupt checkpoint: history entries are not mappings")
+    for i, entry in enumerate(state["history"]):
+        problem = _history_problem(i, entry)
+        if problem:
+            raise CheckpointError(f"{path}: corrupt checkpoint: history entry {i}: {problem}")
     leaves = []
     while f"opt_{len(leaves)}" in arrays:
         leaves.append(arrays[f"opt_{len(leaves)}"])
     return {**state, "u": arrays["u"], "leaves": leaves}
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _history_problem(i: int, entry: dict) -> str:
+    """What is wrong with history entry ``i`` ("" if nothing): ``step`` is ``i``,
+    ``objective`` a finite number, ``parameters`` (and ``gradient``) name -> finite
+    number, ``significance`` a number or null, ``widths`` a list of numbers, ``yields``
+    name -> number or null (what results.json and the plots read)."""
+    if entry.get("step") != i or isinstance(entry.get("step"), bool):
+        return f"'step' is {entry.get('step')!r}, expected {i}"
+    if not _real(entry.get("objective")):
+        return f"'objective' is {entry.get('objective')!r}, expected a finite number"
+    for key, required in (("parameters", True), ("gradient", False)):
+        value = entry.get(key)
+        if value is None and not required:
+            continue
+        if not isinstance(value, dict) or not all(_real(v) for v in value.values()):
+            return f"{key!r} should map names to finite numbers"
+    sig = entry.get("significance")
+    if sig is not None and not isinstance(sig, (int, float)):
+        return f"'significance' is {sig!r}, expected a number or null"
+    widths = entry.get("widths", [])
+    if not isinstance(widths, list) or not all(_real(w) for w in widths):
+        return "'widths' should be a list of finite numbers"
+    yields = entry.get("yields", {})
+    if not isinstance(yields, dict) or not all(
+        v is None or isinstance(v, (int, float)) for v in yields.values()
+    ):
+        return "'yields' should map datasets to numbers"
+    return ""
 
 
 def _expect(path: Path, state: dict, key: str, kind: type) -> None:
@@ -284,6 +322,20 @@ def load_checkpoint(
             f"{path}: corrupt checkpoint: parameters are {u.dtype}{list(u.shape)}, "
             f"expected {n} finite float64 values"
         )
+    if not np.all((u >= 0.0) & (u <= 1.0)):
+        bad = int(np.argmax((u < 0.0) | (u > 1.0)))
+        who = names[bad] if names is not None else f"parameter {bad}"
+        raise CheckpointError(
+            f"{path}: corrupt checkpoint: {who} is {float(u[bad])!r} in unit coordinates, outside "
+            "[0, 1] (its bounds)"
+        )
+    for i, leaf in enumerate(data["leaves"]):
+        if leaf.dtype.kind not in "biuf" or (
+            leaf.dtype.kind == "f" and not np.all(np.isfinite(leaf))
+        ):
+            raise CheckpointError(
+                f"{path}: corrupt checkpoint: optimiser state array {i} is not finite numbers"
+            )
     opt_state = (
         data["leaves"] if like is None else _rebuild(path, data["opt_state"], data["leaves"], like)
     )
@@ -295,4 +347,5 @@ def load_checkpoint(
         "opt_state": opt_state,
         "history": data["history"],
         "converged": bool(data.get("converged", False)),
+        "config": data.get("config"),
     }

@@ -85,10 +85,14 @@ def require_finite(res: dict[str, Any], step: int, checkpoint: Path) -> None:
         )
 
 
-def annealed_widths(w0: np.ndarray, step: int, config: Config) -> np.ndarray:
-    """Cut widths at ``step`` (see the module docstring)."""
+def annealed_widths(
+    w0: np.ndarray, step: int, config: Config, *, steps: int | None = None
+) -> np.ndarray:
+    """Cut widths at ``step`` (see the module docstring); ``steps``: the length of the
+    schedule (default ``optimizer.steps``; a run extended with ``--resume --steps N``
+    keeps its first length, so its path is unchanged and it goes on at the final widths)."""
     a = config.optimizer.anneal
-    steps = config.optimizer.steps
+    steps = config.optimizer.steps if steps is None else steps
     frac = 1.0 if steps <= 1 else min(step / (steps - 1), 1.0)
     if a.schedule == "none":
         factor = 1.0
@@ -127,8 +131,13 @@ class Coordinates:
 
 
 def config_fingerprint(config: Config) -> str:
-    """Hash of everything that changes the optimisation (the checkpoint must match it)."""
-    data = config.model_dump(mode="json", exclude={"output": True, "executor": True})
+    """Hash of everything that changes the optimisation (the checkpoint must match it).
+
+    Not ``optimizer.steps``: the step budget is the path's length, not the path
+    (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
+    data = config.model_dump(
+        mode="json", exclude={"output": True, "executor": True, "optimizer": {"steps"}}
+    )
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -161,6 +170,8 @@ class Optimization:
         if steps is not None:
             config.optimizer.steps = steps
         self.opt_cfg = config.optimizer
+        #: length of the annealing schedule: this run's steps, or the first run's on resume
+        self.anneal_steps = self.opt_cfg.steps
         names = self.plan.trainable_names
         if not names:
             raise ConfigError(
@@ -216,14 +227,19 @@ class Optimization:
         self.opt_state = jax.tree_util.tree_map(jnp.asarray, data["opt_state"])
         self.history = data["history"]
         self.converged = data.get("converged", False)
+        first = ((data.get("config") or {}).get("optimizer") or {}).get("steps")
+        if isinstance(first, int) and not isinstance(first, bool) and first >= 0:
+            self.anneal_steps = first
 
     def checkpoint(self) -> None:
+        snapshot = _ckpt.config_snapshot(self.config)
+        snapshot["optimizer"]["steps"] = self.anneal_steps  # the schedule's length, kept
         save_checkpoint(
             self.outdir / CHECKPOINT,
             {
                 "fingerprint": self.fingerprint,
                 "names": self.coords.names,
-                "config": _ckpt.config_snapshot(self.config),
+                "config": snapshot,
                 "step": self.step,
                 "u": np.array(self.u),
                 "opt_state": jax.tree_util.tree_map(np.asarray, self.opt_state),
@@ -286,7 +302,7 @@ class Optimization:
         """One pass and one update; appends to the history and writes the checkpoint."""
         start = time.perf_counter()
         k = self.step
-        widths = annealed_widths(self.w0, k, self.config)
+        widths = annealed_widths(self.w0, k, self.config, steps=self.anneal_steps)
         params = self.params()
         chunks = self._chunks_for(k)
         res = self.evaluate(params, widths, order=self.order, chunks=chunks)
@@ -322,11 +338,103 @@ class Optimization:
 
     def _converged(self) -> bool:
         w = self.opt_cfg.window
-        annealed = self.opt_cfg.anneal.schedule == "none" or self.step >= self.opt_cfg.steps
+        annealed = self.opt_cfg.anneal.schedule == "none" or self.step >= self.anneal_steps
         if not annealed or len(self.history) <= w:
             return False
+        return self._relative_change() <= self.opt_cfg.tolerance
+
+    def _relative_change(self) -> float | None:
+        """``|J_k - J_{k-window}| / max(|J_k|, 1e-12)`` of the last step (the convergence
+        measure), ``None`` before ``window + 1`` steps."""
+        w = self.opt_cfg.window
+        if len(self.history) <= w:
+            return None
         a, b = self.history[-1]["objective"], self.history[-1 - w]["objective"]
-        return abs(a - b) <= self.opt_cfg.tolerance * max(abs(a), 1e-12)
+        return abs(a - b) / max(abs(a), 1e-12)
+
+    def hard(self, params: dict[str, float]) -> dict[str, Any]:
+        """The hard-cut objective (width 0, integers rounded) at ``params``: one values-only pass."""
+        return self.evaluate(self.hard_params(params), np.zeros_like(self.w0), order=0, strict=False)
+
+    def status(
+        self, final: dict[str, Any], initial_hard: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """How the run ended, for results.json and the closing line of ``optimize``.
+
+        ``{"converged", "criterion", "step", "relative_change", "advice", "at_bound",
+        "hard_objective", "hard_significance", "soft_hard_gap"}``: ``criterion`` is the
+        convergence rule (module docstring); ``step`` the step it was met at (``None``
+        if not); ``advice`` what to change when not converged (more steps; a smaller
+        learning rate when the objective or a parameter oscillates, a larger one when
+        it creeps);
+        ``at_bound``: ``{name: "lower" | "upper"}`` of the final parameters on a bound;
+        ``beyond_bound``: those of them whose soft gradient points out of the bounds
+        (the objective would still improve beyond);
+        ``hard_objective``/``hard_significance``: ``{"initial", "final"}`` (hard cuts;
+        initial from ``initial_hard``, the result of :meth:`hard` at the initial
+        parameters); ``soft_hard_gap``: final soft minus final hard objective.
+        """
+        cfg = self.opt_cfg
+        w, tol = cfg.window, cfg.tolerance
+        criterion = f"objective changes by <= {tol:g} (relative) over {w} steps"
+        if cfg.anneal.schedule != "none":
+            criterion += ", after annealing"
+        change = self._relative_change()
+        advice = None
+        if not self.converged:
+            objs = [h["objective"] for h in self.history[-(2 * w + 1):]]
+            diffs = np.diff(objs)
+            flips = int(np.sum(np.sign(diffs[1:]) * np.sign(diffs[:-1]) < 0)) if len(diffs) > 1 else 0
+            # a parameter that turns back and forth (momentum ringing) oscillates too
+            trace = np.array([[h["parameters"][n] for n in self.coords.names] for h in self.history])
+            turns = np.sign(np.diff(trace, axis=0)) if len(trace) > 1 else np.zeros((0, 1))
+            reversals = int(np.max(np.sum(turns[1:] * turns[:-1] < 0, axis=0), initial=0))
+            oscillates = flips > len(diffs) // 2 or reversals >= 3
+            lr = "" if cfg.method == "newton" else f"optimizer.learning_rate (now {cfg.learning_rate:g})"
+            more = f"more steps (--steps; optimizer.steps is {cfg.steps})"
+            if lr and oscillates:
+                advice = f"a smaller {lr}: the run oscillates; or {more}"
+            elif lr:
+                advice = f"{more} or a larger {lr}"
+            else:
+                advice = more
+            if cfg.anneal.schedule != "none" and self.step < cfg.steps:
+                advice += "; annealing had not finished"
+        at_bound = {}
+        for i, name in enumerate(self.coords.names):
+            if self.u[i] <= 1e-9:
+                at_bound[name] = "lower"
+            elif self.u[i] >= 1 - 1e-9:
+                at_bound[name] = "upper"
+        soft, hard = final["soft"], final["hard"]
+        # the objective is minimised: at a lower bound a positive gradient (an upper
+        # bound, a negative one) means it would still improve beyond the bound
+        grad = soft.get("gradient") or {}
+        beyond = [
+            n for n, side in at_bound.items()
+            if grad.get(n) is not None and (grad[n] > 0 if side == "lower" else grad[n] < 0)
+        ]
+
+        def pair(key):
+            return {"initial": None if initial_hard is None else initial_hard.get(key),
+                    "final": hard.get(key)}
+
+        gap = None
+        if soft.get("objective") is not None and hard.get("objective") is not None:
+            gap = float(soft["objective"]) - float(hard["objective"])
+        return {
+            "converged": bool(self.converged),
+            "criterion": criterion,
+            "step": self.step - 1 if self.converged else None,
+            "steps_run": self.step,
+            "relative_change": change,
+            "advice": advice,
+            "at_bound": at_bound,
+            "beyond_bound": beyond,
+            "hard_objective": pair("objective"),
+            "hard_significance": pair("significance"),
+            "soft_hard_gap": gap,
+        }
 
     @property
     def done(self) -> bool:
@@ -343,7 +451,9 @@ class Optimization:
         about ten first-order ones.
         """
         params = self.params()
-        widths = annealed_widths(self.w0, max(self.step - 1, 0), self.config)
+        widths = annealed_widths(
+            self.w0, max(self.step - 1, 0), self.config, steps=self.anneal_steps
+        )
         passes = self.passes
         order = 2 if self.config.output.hessian or self.order >= 2 else 1
         soft = self.evaluate(params, widths, order=order, strict=False)

@@ -251,6 +251,15 @@ def _selection(
 
 
 @numba.njit(cache=True, nogil=True)
+def _zero_row(a, i, n):
+    """Whether ``a[i, :n]`` is all zeros (an entry without weight nor derivative)."""
+    for r in range(n):
+        if a[i, r] != 0.0:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
 def _observables(
     offsets, ofields, efields, p, dp, ew, dew,
     obj_level, x_kind, x_src, x_abs, has_y, y_kind, y_src, y_abs, high,
@@ -303,12 +312,16 @@ def _observables(
                         acc[1, 0] += wev * x
                         acc[2, 0] += wev * y
                     continue
+                if wev == 0.0 and _zero_row(dew, e, n_par):
+                    continue  # a weight of exactly 0 never changes a result (no 0 x inf)
                 for k in range(_NACC):
                     t[k] = 0.0
                     for r in range(n_par):
                         u[k, r] = 0.0
                 if obj_level[o]:
                     for j in range(o0, o1):
+                        if p[j] == 0.0 and _zero_row(dp, j, n_par):
+                            continue  # (as for events: its powers may overflow)
                         x = fx[j]
                         if x_abs[o]:
                             x = abs(x)

@@ -30,7 +30,20 @@ from analysis.stats.derive import Derived
 from analysis.stats.derive import taylor_derivatives as derivatives
 from analysis.stats.registry import observable_statistics
 
-__all__ = ["DatasetState", "dataset_report", "derivatives", "statistics"]
+__all__ = [
+    "MIN_EFFECTIVE_EVENTS",
+    "DatasetState",
+    "dataset_report",
+    "derivatives",
+    "effective_events",
+    "statistics",
+    "unreliable_reason",
+    "width_labels",
+]
+
+#: below this selected effective number of events (or with no event passing the hard
+#: cuts) a dataset's statistics are marked unreliable in the report and results.json
+MIN_EFFECTIVE_EVENTS = 10.0
 
 
 class DatasetState:
@@ -122,8 +135,84 @@ def _grad_dict(g: np.ndarray, names: tuple[str, ...]) -> dict[str, float | None]
     return {n: _num(v) for n, v in zip(names, np.asarray(g).reshape(-1))}
 
 
+def effective_events(sumw: float | None, sumw2: float | None) -> float | None:
+    """Kish's effective number of events ``sumw**2 / sumw2`` of a selection (``sumw``:
+    sum of the selection weights times event weights, ``sumw2``: sum of their squares);
+    ``None`` (null) when ``sumw2`` is 0 or undefined (nothing selected). Equals the
+    number of selected events for equal weights and hard cuts."""
+    if sumw is None or sumw2 is None or not sumw2 > 0 or not math.isfinite(sumw):
+        return None
+    return sumw * sumw / sumw2
+
+
+def unreliable_reason(
+    effective: float | None, hard: int | None, *, threshold: float = MIN_EFFECTIVE_EVENTS
+) -> str | None:
+    """Why a dataset's statistics cannot be taken as results, in a few words, or ``None``.
+
+    Unreliable: fewer than ``threshold`` effective selected events (:func:`effective_events`;
+    none at all counts as 0), or ``hard == 0`` events passing the hard cuts (width 0) at the
+    evaluated parameters (``hard=None``: not counted)."""
+    parts = []
+    eff = 0.0 if effective is None else effective
+    if eff < threshold:
+        parts.append(f"{_short(eff)} effective events < {threshold:g}")
+    if hard == 0:
+        parts.append("no event passes the hard cuts")
+    return "; ".join(parts) or None
+
+
+def _short(x: float) -> str:
+    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
+
+
+def width_labels(config) -> list[str]:
+    """A name for each cut width, in the order of :func:`analysis.pipeline.plan.initial_widths`
+    (object cuts, then event cuts): ``"jets.pt > jet_pt_min"``, ``"count(Jet) >= min_jets"``,
+    ``"muons.pt window [mu_pt_lo, 200]"`` (results.json keys its widths by these).
+    Duplicates get ``" #2"``, ``" #3"``."""
+
+    def threshold(c) -> str:
+        # one threshold (param or value), or a kind's several (a window's lo and hi)
+        pairs = c.thresholds() if hasattr(c, "thresholds") else ((c.param, c.value),)
+        shown = [p if p is not None else f"{v:g}" for p, v in pairs]
+        return shown[0] if len(shown) == 1 else f"[{', '.join(shown)}]"
+
+    def cut(prefix: str, c) -> str:
+        return f"{prefix}.{c.var} {c.op} {threshold(c)}"
+
+    def event(e) -> str:
+        count = getattr(e, "count", None)
+        if count is not None:
+            what = f"count({'+'.join(count) if isinstance(count, list) else count})"
+        else:
+            what = e.var
+        return f"{what} {e.op} {threshold(e)}"
+
+    labels: list[str] = []
+    if config.objects:
+        labels = [cut(name, c) for name, s in config.objects.items() for c in s.cuts]
+        labels += [
+            event(e) for e in config.selection.entries or []
+            if e.count is None or e.param is not None
+        ]
+    else:
+        sel = config.selection
+        objects = getattr(sel, "objects", None)
+        if objects is not None:
+            labels = [cut(objects.collection, c) for c in objects.cuts]
+        labels += [event(e) for e in getattr(sel, "events", None) or []]
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return out
+
+
 def dataset_report(state: DatasetState, plan: Plan, *, order: int = 1) -> dict:
-    """The ``results.json`` entry of one dataset: values and gradients of every statistic."""
+    """The ``results.json`` entry of one dataset: values and gradients of every statistic,
+    and ``effective_events`` (:func:`effective_events` of the selected sums)."""
     values, jacs, hesses = state.taylor()
     val, grad, hess = derivatives(lambda s: statistics(s, plan), values, jacs, hesses, order=order)
     names = plan.trainable_names
@@ -131,6 +220,7 @@ def dataset_report(state: DatasetState, plan: Plan, *, order: int = 1) -> dict:
     for key in ("selected_sumw", "selected_sumw2"):
         out[key] = _num(val[key])
         out[f"{key}_grad"] = _grad_dict(grad[key], names)
+    out["effective_events"] = effective_events(out["selected_sumw"], out["selected_sumw2"])
     obs_out: dict[str, Any] = {}
     for name, stats in val["observables"].items():
         entry: dict[str, Any] = {}

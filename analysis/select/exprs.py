@@ -84,7 +84,19 @@ def _slot(arg: str, text: str) -> tuple[str, int]:
     m = _INDEXED.match(arg)
     if m is None:
         raise ValueError(f"in {text!r}: expected an indexed object like jets[0], got {arg!r}")
-    return m.group(1), int(m.group(2))
+    return m.group(1), _index(m.group(2), text)
+
+
+#: Largest index of an indexed object (``jets[i]``): an event has far fewer objects, and
+#: the kernels size arrays by it.
+MAX_INDEX = 4095
+
+
+def _index(digits: str, text: str) -> int:
+    i = int(digits) if len(digits) < 10 else MAX_INDEX + 1  # no 4300-digit int()
+    if i > MAX_INDEX:
+        raise ValueError(f"in {text!r}: index {digits} is too large; expected at most {MAX_INDEX}")
+    return i
 
 
 def _call(fn: str, arg: str, text: str) -> Node:
@@ -138,7 +150,7 @@ def parse(text: str) -> Node:
         return Node(text, node.kind, node.head, node.field, node.slots, absolute=True)
     m = _INDEXED_FIELD.match(s)
     if m is not None:
-        return Node(text, "index", field=m.group(3), slots=((m.group(1), int(m.group(2))),))
+        return Node(text, "index", field=m.group(3), slots=((m.group(1), _index(m.group(2), text)),))
     m = _FIELD.match(s)
     if m is not None:
         return Node(text, "field", head=m.group(1), field=m.group(2))

@@ -75,6 +75,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.errors import ConfigError, InputError
+from analysis.limits import check_bytes
 from analysis.select.pbinom import integer_step
 
 __all__ = [
@@ -504,6 +505,11 @@ def _forward(F, pi, d, shape):
 
 
 def _prepare(model, probs, layouts, thresholds, count_widths=None):
+    # The recursions hold (events, states) tables: a cap of 1e9 is one line here, not an
+    # allocator's failure (or the out-of-memory killer) later.
+    e = next(iter(probs.values())).shape[0] if probs else 1
+    check_bytes("CountModel: count caps", 8.0 * e * model.n_states,
+                f"{model.n_states} joint count states x {e} events")
     pis = {c: _pattern_probs(model, probs, layouts, c) for c in model.collections}
     f, ok = _pass_table(model, thresholds, count_widths)
     e = next(iter(pis.values())).shape[0]
@@ -636,7 +642,8 @@ def sum_moments(
             new = [0.0] * (order + 1)
             for p in range(len(d)):
                 gt = _pull(g, d[p], model.shape)  # (E, R, S): moments after, given p
-                xp = x_m[:, p, None]
+                # a pattern of probability exactly 0 never changes a result (no 0 x inf)
+                xp = jnp.where(pi_m[:, p, None] == 0, 0.0, x_m[:, p, None])
                 powers = [jnp.ones_like(xp)]
                 for _ in range(order):
                     powers.append(powers[-1] * xp)

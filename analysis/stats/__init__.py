@@ -6,9 +6,10 @@ empty selections), :mod:`analysis.stats.jagged` for the jit-friendly :class:`Jag
 type, :mod:`analysis.stats._core` for the moment states shared with the chunked
 processor, :mod:`analysis.stats.merge` for the exact merge of states,
 :mod:`analysis.stats.derive` for states with derivatives (:class:`Derived`,
-:func:`derive`, :func:`differentiable`, forward or reverse mode), :mod:`analysis.stats.pullback`
-for reverse mode across chunks, :mod:`analysis.stats.mlp` for a learned score (:func:`mlp`,
-:func:`score`).
+:func:`derive`, :func:`differentiable`, forward or reverse mode, :func:`join`),
+:mod:`analysis.stats.pullback` for reverse mode across chunks, :mod:`analysis.stats.mlp`
+for a learned score (:func:`mlp`, :func:`score`), :mod:`analysis.stats.histogram` for
+soft histograms (:func:`histogram`, :class:`Histogram`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from analysis.stats.api import (
     std,
     var,
 )
-from analysis.stats.derive import Derived, PassTheta, Pullback, derive, differentiable
+from analysis.stats.derive import Derived, PassTheta, Pullback, derive, differentiable, join
+from analysis.stats.histogram import Histogram, histogram
 from analysis.stats.jagged import Jagged, from_awkward
 from analysis.stats.merge import merge
 from analysis.stats.mlp import MLP, Standardisation, mlp, score
@@ -37,6 +39,7 @@ from analysis.stats.mlp import MLP, Standardisation, mlp, score
 __all__ = [
     "CoMoments",
     "Derived",
+    "Histogram",
     "Jagged",
     "MLP",
     "LinearFit",
@@ -51,6 +54,8 @@ __all__ = [
     "derive",
     "differentiable",
     "from_awkward",
+    "histogram",
+    "join",
     "kurtosis",
     "linear_fit",
     "mean",

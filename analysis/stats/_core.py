@@ -1,5 +1,7 @@
-"""Pure JAX kernels behind :mod:`analysis.stats`: moment states and what follows from them.
+"""The kernels behind :mod:`analysis.stats`: moment states and what follows from them.
 
+Pure array maths, written once for JAX (traced, differentiable; the default) and
+numpy (eager calls on concrete data): every function takes the namespace ``xp``.
 Everything here works on flat arrays. Jagged structure enters only as integer
 ``segment_ids`` (which list each element belongs to) and a static ``num_segments``;
 both are constants, never differentiated, so ``mean = sum / count`` holds with the
@@ -29,6 +31,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from analysis.stats._powsum import power_sums
 
@@ -78,25 +81,73 @@ class CoMoments(NamedTuple):
         return self.center_y + self.dmean_y
 
 
-def safe_div(num: Array | float, den: Array, fill: float = float("nan")) -> Array:
+# --- array namespace --------------------------------------------------------------
+# Every function below takes ``xp``: ``jnp`` (the default: traced, differentiable,
+# jit-compiled) or ``np`` for eager calls on concrete numpy data, where one maths
+# serves both and numpy saves JAX's dispatch and host-device copies (no gradient
+# exists there to lose). With ``np`` the segments are numpy ``segment_ids`` (any
+# order, ``np.bincount``) or :class:`Offsets` (contiguous lists, ``np.add.reduceat``),
+# and ``w=None`` means unit weights (no multiplications by ones).
+Namespace = Any
+Data = Any  # a jax.Array (xp=jnp) or a numpy array (xp=np)
+
+
+class Offsets:
+    """Contiguous segments for the numpy namespace: segment ``i`` holds the elements
+    ``offsets[i]:offsets[i + 1]`` (list order, as awkward stores one level of lists)."""
+
+    __slots__ = ("all_nonempty", "counts", "nonempty", "starts")
+
+    def __init__(self, offsets: np.ndarray) -> None:
+        self.counts = np.diff(offsets)
+        self.nonempty = self.counts > 0
+        self.all_nonempty = bool(self.nonempty.all())
+        self.starts = offsets[:-1] if self.all_nonempty else offsets[:-1][self.nonempty]
+
+    def sum(self, a: np.ndarray) -> np.ndarray:
+        # reduceat over the starts of non-empty lists only: each sum then runs to
+        # the next non-empty start (empty lists in between hold nothing) and the
+        # last one to the end; empty lists are 0
+        if self.all_nonempty and self.starts.shape[0]:
+            return np.add.reduceat(a, self.starts)
+        out = np.zeros(self.counts.shape[0], dtype=np.result_type(a, np.float64))
+        if self.starts.shape[0]:
+            out[self.nonempty] = np.add.reduceat(a, self.starts)
+        return out
+
+    def expand(self, a: np.ndarray) -> np.ndarray:
+        return np.repeat(a, self.counts)
+
+
+def _stop(a: Any, xp: Namespace) -> Any:
+    return a if xp is np else jax.lax.stop_gradient(a)
+
+
+def safe_div(
+    num: Array | float, den: Array, fill: float = float("nan"), *, xp: Namespace = jnp
+) -> Array:
     """``num / den`` where ``den != 0``, else ``fill``; the gradient is finite (0) there."""
     ok = den != 0
-    return jnp.where(ok, num / jnp.where(ok, den, 1.0), fill)
+    return xp.where(ok, num / xp.where(ok, den, 1.0), fill)
 
 
-def safe_sqrt(v: Array) -> Array:
+def safe_sqrt(v: Array, *, xp: Namespace = jnp) -> Array:
     """``sqrt(v)`` for ``v > 0``, 0 at ``v == 0`` (gradient 0, not inf), NaN where v is NaN/negative."""
     pos = v > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, v, 1.0)), jnp.where(v == 0, 0.0, jnp.nan))
+    return xp.where(pos, xp.sqrt(xp.where(pos, v, 1.0)), xp.where(v == 0, 0.0, np.nan))
 
 
-def _reduce(a: Array, segment_ids: Array | None, num_segments: int | None) -> Array:
+def _reduce(a: Data, segment_ids: Any, num_segments: int | None, xp: Namespace = jnp) -> Data:
     if segment_ids is None:
-        return jnp.sum(a)
+        return xp.sum(a)
+    if isinstance(segment_ids, Offsets):
+        return segment_ids.sum(a)
+    if xp is np:
+        return np.bincount(segment_ids, weights=a, minlength=num_segments or 0)[:num_segments]
     return jax.ops.segment_sum(a, segment_ids, num_segments=num_segments)
 
 
-def _drop_rounding_residue(m2: Array, subtracted: Array) -> Array:
+def _drop_rounding_residue(m2: Array, subtracted: Array, xp: Namespace = jnp) -> Array:
     """Set to 0 a centred sum of squares ``S2 - W r^2`` that came out (slightly) negative.
 
     With non-negative weights it is >= 0 (Cauchy-Schwarz); a negative value tiny
@@ -105,42 +156,67 @@ def _drop_rounding_residue(m2: Array, subtracted: Array) -> Array:
     round-trip, and would make ``std`` NaN. Larger negative values (negative
     weights) are left alone.
     """
-    residue = (m2 < 0) & (-m2 <= 1e-8 * jnp.abs(subtracted))
-    return jnp.where(residue, 0.0, m2)
+    residue = (m2 < 0) & (-m2 <= 1e-8 * xp.abs(subtracted))
+    return xp.where(residue, 0.0, m2)
 
 
-def _undefined_if_infinite(m: Array, center: Array) -> Array:
+def _undefined_if_infinite(m: Array, center: Array, xp: Namespace = jnp) -> Array:
     """NaN where the mean is inf or NaN: deviations from an infinite mean are undefined
     (numpy and awkward give NaN for the variance of ``[1, inf]``)."""
-    return jnp.where(jnp.isfinite(center), m, jnp.nan)
+    return xp.where(xp.isfinite(center), m, np.nan)
 
 
-def _expand(a: Array, segment_ids: Array | None) -> Array:
-    return a if segment_ids is None else a[segment_ids]
+def _expand(a: Data, segment_ids: Any) -> Data:
+    if segment_ids is None:
+        return a
+    if isinstance(segment_ids, Offsets):
+        return segment_ids.expand(a)
+    return a[segment_ids]
 
 
 def _power_sums(
-    w: Array, d: Array, order: int, segment_ids: Array | None, num_segments: int | None
+    w: Array,
+    d: Array,
+    order: int,
+    segment_ids: Any,
+    num_segments: int | None,
+    xp: Namespace = jnp,
 ) -> list[Array]:
     """``[sum w d**k for k = 0..order]`` (scalars, or one entry per segment).
 
-    Over all elements this is one fused pass (:func:`analysis.stats._powsum.power_sums`,
-    which also keeps the Jacobian under ``jax.jacfwd`` to one pass); per segment it is
-    one ``segment_sum`` per power.
+    Over all elements (JAX) this is one fused pass
+    (:func:`analysis.stats._powsum.power_sums`, which also keeps the Jacobian under
+    ``jax.jacfwd`` to one pass); per segment, and with numpy, one sum per power.
     """
-    if segment_ids is None:
+    if segment_ids is None and xp is not np:
         s = power_sums(w, d, order)
         return [s[k] for k in range(order + 1)]
-    out = [_reduce(w, segment_ids, num_segments)]
+    if w is None:  # numpy, unit weights: the counts, and no products with ones
+        out = [_count(d, segment_ids, num_segments)]
+        p = d
+        for k in range(order):
+            p = p if k == 0 else p * d
+            out.append(_reduce(p, segment_ids, num_segments, xp))
+        return out
+    out = [_reduce(w, segment_ids, num_segments, xp)]
     p = w
     for _ in range(order):
         p = p * d
-        out.append(_reduce(p, segment_ids, num_segments))
+        out.append(_reduce(p, segment_ids, num_segments, xp))
     return out
 
 
+def _count(d: np.ndarray, segment_ids: Any, num_segments: int | None) -> Any:
+    """Number of elements (as float64) per segment, or in all: the sum of unit weights."""
+    if segment_ids is None:
+        return np.float64(d.shape[0])
+    if isinstance(segment_ids, Offsets):
+        return segment_ids.counts.astype(np.float64)
+    return np.bincount(segment_ids, minlength=num_segments or 0)[:num_segments].astype(np.float64)
+
+
 def _centre(
-    x: Array, w: Array, segment_ids: Array | None, num_segments: int | None
+    x: Array, w: Array, segment_ids: Any, num_segments: int | None, xp: Namespace = jnp
 ) -> tuple[Array, Array]:
     """First pass: a constant centre ``c`` (the rounded weighted mean, no gradient, 0
     where the total weight is 0) and the deviations ``d = x - c`` (exact for x near c).
@@ -148,21 +224,32 @@ def _centre(
     (corrected two-pass)."""
     # The centre has no gradient: its pass needs no tangents (stop_gradient on the
     # inputs, not only the output, so that jacfwd does not compute them at all).
-    sumw, swx = _power_sums(
-        jax.lax.stop_gradient(w), jax.lax.stop_gradient(x), 1, segment_ids, num_segments
-    )
-    center = safe_div(swx, sumw, 0.0)
+    sumw, swx = _power_sums(_stop(w, xp), _stop(x, xp), 1, segment_ids, num_segments, xp)
+    center = safe_div(swx, sumw, 0.0, xp=xp)
     # An infinite or NaN element makes the plain mean inf or NaN (as in numpy and
     # awkward): keep that as the centre and no correction (x - inf would be NaN).
     # The deviations are set to 0 there (double where: no NaN gradient elsewhere).
-    finite = jnp.isfinite(center)
-    d = x - _expand(jnp.where(finite, center, 0.0), segment_ids)
-    d = jnp.where(_expand(finite, segment_ids), d, 0.0)
+    finite = xp.isfinite(center)
+    # A finite element of weight exactly 0 never changes a result: its powers could
+    # overflow (0 x inf = NaN), so its deviation is 0 (inf/NaN elements keep numpy's NaN).
+    zero = (w == 0) & xp.isfinite(x)
+    if xp is np and bool(np.all(finite)) and not bool(np.any(zero)):
+        # eager: skip the masking when nothing is infinite and no weight is 0
+        return center, x - _expand(center, segment_ids)
+    d = x - _expand(xp.where(finite, center, 0.0), segment_ids)
+    d = xp.where(_expand(finite, segment_ids), d, 0.0)
+    d = xp.where(zero, 0.0, d)
     return center, d
 
 
 def moments(
-    x: Array, w: Array, segment_ids: Array | None = None, num_segments: int | None = None
+    x: Data,
+    w: Data,
+    segment_ids: Any = None,
+    num_segments: int | None = None,
+    *,
+    order: int = 4,
+    xp: Namespace = jnp,
 ) -> Moments:
     """Centred sums ``(W, center, dmean, M2, M3, M4)`` of ``x`` with weights ``w``.
 
@@ -172,19 +259,24 @@ def moments(
     ``M4 = S4 - 4 r S3 + 6 r^2 S2 - 3 W r^4`` where ``r = S1 / W`` is tiny.
     With ``segment_ids=None`` everything is reduced to scalars; otherwise there is
     one entry per segment (``num_segments`` a Python int). Empty segments give zeros.
+    ``order`` < 4 computes the sums only up to that order (the higher ``Mk`` NaN).
     """
-    center, d = _centre(x, w, segment_ids, num_segments)
-    sumw, s1, s2, s3, s4 = _power_sums(w, d, 4, segment_ids, num_segments)
-    r = safe_div(s1, sumw, 0.0)
+    center, d = _centre(x, w, segment_ids, num_segments, xp)
+    s = _power_sums(w, d, max(order, 1), segment_ids, num_segments, xp)
+    sumw, s1 = s[0], s[1]
+    r = safe_div(s1, sumw, 0.0, xp=xp)
     r2 = r * r
-    return Moments(
-        sumw,
-        center,
-        r,
-        _undefined_if_infinite(_drop_rounding_residue(s2 - sumw * r2, sumw * r2), center),
-        _undefined_if_infinite(s3 - 3.0 * r * s2 + 2.0 * sumw * r2 * r, center),
-        _undefined_if_infinite(s4 - 4.0 * r * s3 + 6.0 * r2 * s2 - 3.0 * sumw * r2 * r2, center),
-    )
+    nan = xp.full_like(sumw, np.nan)
+    m2 = m3 = m4 = nan
+    if order >= 2:
+        m2 = _drop_rounding_residue(s[2] - sumw * r2, sumw * r2, xp)
+        m2 = _undefined_if_infinite(m2, center, xp)
+    if order >= 3:
+        m3 = _undefined_if_infinite(s[3] - 3.0 * r * s[2] + 2.0 * sumw * r2 * r, center, xp)
+    if order >= 4:
+        m4 = s[4] - 4.0 * r * s[3] + 6.0 * r2 * s[2] - 3.0 * sumw * r2 * r2
+        m4 = _undefined_if_infinite(m4, center, xp)
+    return Moments(sumw, center, r, m2, m3, m4)
 
 
 def _shift_powers(b: Array, d: Array) -> list[Array]:
@@ -232,124 +324,139 @@ def moments_from_expectations(a: Array, w: Array) -> Moments:
 
 
 def comoments(
-    x: Array,
-    y: Array,
-    w: Array,
-    segment_ids: Array | None = None,
+    x: Data,
+    y: Data,
+    w: Data,
+    segment_ids: Any = None,
     num_segments: int | None = None,
+    *,
+    xp: Namespace = jnp,
 ) -> CoMoments:
     """Centred co-moment sums ``(W, cx, dmx, cy, dmy, Cxx, Cyy, Cxy)`` (corrected two-pass)."""
-    cx, dx = _centre(x, w, segment_ids, num_segments)
-    cy, dy = _centre(y, w, segment_ids, num_segments)
-    sumw, sx, sxx = _power_sums(w, dx, 2, segment_ids, num_segments)
-    _, sy, syy = _power_sums(w, dy, 2, segment_ids, num_segments)
-    sxy = _power_sums(w * dy, dx, 1, segment_ids, num_segments)[1]
-    rx = safe_div(sx, sumw, 0.0)
-    ry = safe_div(sy, sumw, 0.0)
-    return CoMoments(
-        sumw,
-        cx,
-        rx,
-        cy,
-        ry,
-        _undefined_if_infinite(_drop_rounding_residue(sxx - sumw * rx * rx, sumw * rx * rx), cx),
-        _undefined_if_infinite(_drop_rounding_residue(syy - sumw * ry * ry, sumw * ry * ry), cy),
-        _undefined_if_infinite(_undefined_if_infinite(sxy - sumw * rx * ry, cx), cy),
-    )
+    cx, dx = _centre(x, w, segment_ids, num_segments, xp)
+    cy, dy = _centre(y, w, segment_ids, num_segments, xp)
+    sumw, sx, sxx = _power_sums(w, dx, 2, segment_ids, num_segments, xp)
+    _, sy, syy = _power_sums(w, dy, 2, segment_ids, num_segments, xp)
+    sxy = _power_sums(dy if w is None else w * dy, dx, 1, segment_ids, num_segments, xp)[1]
+    rx = safe_div(sx, sumw, 0.0, xp=xp)
+    ry = safe_div(sy, sumw, 0.0, xp=xp)
+
+    def centred(sq: Array, r: Array, c: Array) -> Array:
+        return _undefined_if_infinite(_drop_rounding_residue(sq - sumw * r * r, sumw * r * r, xp), c, xp)
+
+    cxy = _undefined_if_infinite(_undefined_if_infinite(sxy - sumw * rx * ry, cx, xp), cy, xp)
+    return CoMoments(sumw, cx, rx, cy, ry, centred(sxx, rx, cx), centred(syy, ry, cy), cxy)
 
 
 def central_moment_sum(
-    x: Array,
-    w: Array,
+    x: Data,
+    w: Data,
     n: int,
-    segment_ids: Array | None = None,
+    segment_ids: Any = None,
     num_segments: int | None = None,
+    *,
+    xp: Namespace = jnp,
 ) -> tuple[Array, Array]:
     """Return ``(W, sum w (x - mu)**n)`` for any integer order ``n >= 0``.
 
     Expands ``(d - r)**n`` binomially around the constant centre (see :func:`moments`).
     """
-    from math import comb
-
-    center, d = _centre(x, w, segment_ids, num_segments)
-    s = _power_sums(w, d, max(n, 1), segment_ids, num_segments)
+    center, d = _centre(x, w, segment_ids, num_segments, xp)
+    s = _power_sums(w, d, max(n, 1), segment_ids, num_segments, xp)
     sumw = s[0]
-    r = safe_div(s[1], sumw, 0.0)
+    r = safe_div(s[1], sumw, 0.0, xp=xp)
     # zeros + t is t exactly (as 0.0 + t), and keeps total an Array for any n >= 0
-    total = jnp.zeros_like(sumw)
+    total = xp.zeros_like(sumw)
     for k in range(n + 1):
-        total = total + comb(n, k) * s[k] * (-r) ** (n - k)
-    return sumw, total if n == 0 else _undefined_if_infinite(total, center)
+        total = total + math.comb(n, k) * s[k] * (-r) ** (n - k)
+    return sumw, total if n == 0 else _undefined_if_infinite(total, center, xp)
+
+
+def raw_moment(
+    x: Data,
+    w: Data,
+    n: int,
+    segment_ids: Any = None,
+    num_segments: int | None = None,
+    *,
+    xp: Namespace = jnp,
+) -> Array:
+    """``sum w x**n / sum w`` (a raw power sum by definition; NaN where ``W == 0``)."""
+    if w is None:  # numpy, unit weights
+        sumw, wxn = _count(x, segment_ids, num_segments), x**n
+    else:
+        sumw, wxn = _reduce(w, segment_ids, num_segments, xp), w * x**n
+    return safe_div(_reduce(wxn, segment_ids, num_segments, xp), sumw, xp=xp)
 
 
 # --- statistics from states -------------------------------------------------------
 # Conventions follow awkward: population (ddof=0) normalisation by the sum of weights.
 
 
-def state_mean(s: Moments) -> Array:
-    return jnp.where(s.sumw != 0, s.mean, jnp.nan)
+def state_mean(s: Moments, *, xp: Namespace = jnp) -> Array:
+    return xp.where(s.sumw != 0, s.mean, np.nan)
 
 
-def state_var(s: Moments, ddof: float | Array = 0) -> Array:
+def state_var(s: Moments, ddof: float | Array = 0, *, xp: Namespace = jnp) -> Array:
     """``M2 / (W - ddof)`` (awkward's ``ak.var`` convention with weights).
 
     NaN where ``W == 0``; for ``ddof != 0`` also where ``W <= ddof`` (fewer effective
     entries than ``ddof``: awkward returns noise or negative variances there).
     """
-    defined = jnp.where(ddof == 0, s.sumw != 0, s.sumw > ddof)
-    return jnp.where(defined, safe_div(s.m2, s.sumw - ddof), jnp.nan)
+    defined = xp.where(ddof == 0, s.sumw != 0, s.sumw > ddof)
+    return xp.where(defined, safe_div(s.m2, s.sumw - ddof, xp=xp), np.nan)
 
 
-def state_std(s: Moments, ddof: float | Array = 0) -> Array:
-    return safe_sqrt(state_var(s, ddof))
+def state_std(s: Moments, ddof: float | Array = 0, *, xp: Namespace = jnp) -> Array:
+    return safe_sqrt(state_var(s, ddof, xp=xp), xp=xp)
 
 
-def _spread(m2: Array, sumw: Array, mean: Array) -> Array:
+def _spread(m2: Array, sumw: Array, mean: Array, xp: Namespace = jnp) -> Array:
     """A centred sum of squares, or 0 where the data are constant up to rounding.
 
     scipy's rule (``scipy.stats.skew``): ``m2 / W <= (eps * mean)**2`` means every
     deviation is below the rounding of the mean, so ratios built on it (skewness,
     correlation, slope) would be noise, with overflowing gradients.
     """
-    eps = jnp.finfo(jnp.result_type(m2)).eps
-    return jnp.where(m2 > jnp.abs(sumw) * (eps * mean) ** 2, m2, 0.0)
+    eps = np.finfo(np.float64).eps if xp is np else jnp.finfo(jnp.result_type(m2)).eps
+    return xp.where(m2 > xp.abs(sumw) * (eps * mean) ** 2, m2, 0.0)
 
 
-def _shape_ratio(s: Moments, num: Array, power: float) -> Array:
+def _shape_ratio(s: Moments, num: Array, power: float, xp: Namespace = jnp) -> Array:
     """``num * W**(power - 1) / M2**power``: the standardised moment ``(num/W) / (M2/W)**power``.
 
     Undefined (NaN, zero gradient) where ``W == 0`` or the sample is constant up to
     rounding: scipy's rule ``m2 <= (eps * mean)**2`` (``m2 = M2 / W``), beyond which
     the ratio is rounding noise and its gradient would overflow.
     """
-    ok = (s.sumw > 0) & (_spread(s.m2, s.sumw, s.mean) > 0)
-    w = jnp.where(ok, s.sumw, 1.0)
-    m2 = jnp.where(ok, s.m2, 1.0)
-    return jnp.where(ok, num * w ** (power - 1.0) / m2**power, jnp.nan)
+    ok = (s.sumw > 0) & (_spread(s.m2, s.sumw, s.mean, xp) > 0)
+    w = xp.where(ok, s.sumw, 1.0)
+    m2 = xp.where(ok, s.m2, 1.0)
+    return xp.where(ok, num * w ** (power - 1.0) / m2**power, np.nan)
 
 
-def state_skew(s: Moments) -> Array:
+def state_skew(s: Moments, *, xp: Namespace = jnp) -> Array:
     """Fisher-Pearson skewness ``m3 / m2**1.5`` with ``mk = Mk / W`` (scipy's default, biased)."""
-    return _shape_ratio(s, s.m3, 1.5)
+    return _shape_ratio(s, s.m3, 1.5, xp)
 
 
-def state_kurtosis(s: Moments) -> Array:
+def state_kurtosis(s: Moments, *, xp: Namespace = jnp) -> Array:
     """Excess kurtosis ``m4 / m2**2 - 3`` (Fisher definition, scipy's default, biased)."""
-    return _shape_ratio(s, s.m4, 2.0) - 3.0
+    return _shape_ratio(s, s.m4, 2.0, xp) - 3.0
 
 
-def state_covar(s: CoMoments) -> Array:
-    return safe_div(s.cxy, s.sumw)
+def state_covar(s: CoMoments, *, xp: Namespace = jnp) -> Array:
+    return safe_div(s.cxy, s.sumw, xp=xp)
 
 
-def state_corr(s: CoMoments) -> Array:
+def state_corr(s: CoMoments, *, xp: Namespace = jnp) -> Array:
     """``Cxy / sqrt(Cxx Cyy)``; NaN where x or y is constant (up to rounding)."""
-    cxx = _spread(s.cxx, s.sumw, s.mean_x)
-    cyy = _spread(s.cyy, s.sumw, s.mean_y)
-    return safe_div(s.cxy, safe_sqrt(cxx * cyy))
+    cxx = _spread(s.cxx, s.sumw, s.mean_x, xp)
+    cyy = _spread(s.cyy, s.sumw, s.mean_y, xp)
+    return safe_div(s.cxy, safe_sqrt(cxx * cyy, xp=xp), xp=xp)
 
 
-def state_linear_fit(s: CoMoments) -> dict[str, Array]:
+def state_linear_fit(s: CoMoments, *, xp: Namespace = jnp) -> dict[str, Array]:
     """Weighted least-squares line, as ``ak.linear_fit`` (weights enter linearly).
 
     With centred sums, awkward's ``delta = W * sum(w x^2) - (sum w x)^2 = W * Cxx``:
@@ -357,14 +464,16 @@ def state_linear_fit(s: CoMoments) -> dict[str, Array]:
     ``slope_error = sqrt(1 / Cxx)``, ``intercept_error = sqrt((Cxx + W mu_x^2) / (W Cxx))``.
     All NaN where ``W == 0`` or x is constant up to rounding (awkward: inf or noise).
     """
-    cxx = _spread(s.cxx, s.sumw, s.mean_x)
+    cxx = _spread(s.cxx, s.sumw, s.mean_x, xp)
     defined = (s.sumw != 0) & (cxx != 0)
-    slope = safe_div(s.cxy, cxx)
+    slope = safe_div(s.cxy, cxx, xp=xp)
     # slope is NaN where undefined; multiplying it into the intercept would send
     # 0 * NaN = NaN back to mean_x even where the output is masked: use 0 there.
-    intercept = jnp.where(defined, s.mean_y - jnp.where(defined, slope, 0.0) * s.mean_x, jnp.nan)
-    slope_error = safe_sqrt(safe_div(1.0, cxx))
-    intercept_error = safe_sqrt(safe_div(cxx + s.sumw * s.mean_x**2, s.sumw * cxx))
+    intercept = xp.where(defined, s.mean_y - xp.where(defined, slope, 0.0) * s.mean_x, np.nan)
+    slope_error = safe_sqrt(safe_div(1.0, cxx, xp=xp), xp=xp)
+    intercept_error = safe_sqrt(
+        safe_div(cxx + s.sumw * s.mean_x**2, s.sumw * cxx, xp=xp), xp=xp
+    )
     return {
         "intercept": intercept,
         "slope": slope,
@@ -373,7 +482,6 @@ def state_linear_fit(s: CoMoments) -> dict[str, Array]:
     }
 
 
-# var and std take ddof after the state
 UNIVARIATE: dict[str, Callable[..., Array]] = {
     "mean": state_mean,
     "var": state_var,
@@ -382,7 +490,7 @@ UNIVARIATE: dict[str, Callable[..., Array]] = {
     "kurtosis": state_kurtosis,
 }
 # linear_fit gives a dict of its four fields, the others an Array
-BIVARIATE: dict[str, Callable[[CoMoments], Array | dict[str, Array]]] = {
+BIVARIATE: dict[str, Callable[..., Array | dict[str, Array]]] = {
     "covar": state_covar,
     "corr": state_corr,
     "linear_fit": state_linear_fit,

@@ -106,18 +106,21 @@ def _check_same_lists(a: _Parts, b: _Parts, name: str) -> None:
 class _Prepared(NamedTuple):
     x: Vector  # float64 values
     y: Vector | None
-    w: Vector  # float64 weights, one per element
-    segment_ids: Vector | None  # set for per-list results
+    w: Vector | None  # float64 weights, one per element; None: unit (numpy kernels only)
+    segment_ids: Any  # set for per-list results: Vector, or _core.Offsets (numpy)
     num_segments: int | None
     jagged: bool = False  # x had lists (axis=None with keepdims gives shape (1, 1))
+    across: bool = False  # one slot per position in the lists (a Jagged at axis=0)
 
 
 def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
     """Validate and normalise inputs: float64 flat values and per-element weights."""
     if axis is not None and (
-        isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or axis not in (0, 1, -1)
+        isinstance(axis, bool)
+        or not isinstance(axis, (int, np.integer))
+        or axis not in (0, 1, -1, -2)
     ):
-        raise ValueError(f"{func}: axis: expected None, 0, 1 or -1, found {axis!r}")
+        raise ValueError(f"{func}: axis: expected None, 0, 1, -1 or -2, found {axis!r}")
     px = _parts(x, "x")
     n = px.values.shape[0]
     jagged = px.offsets is not None
@@ -126,10 +129,14 @@ def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
             f"{func}: axis=1 needs lists (an awkward Array of lists or a Jagged), but x is "
             f"flat ({n} elements); use axis=None"
         )
-    if jagged and axis == 0:
+    if not jagged and axis == -2:
+        raise ValueError(f"{func}: axis=-2 needs lists, but x is flat ({n} elements)")
+    across = jagged and axis in (0, -2)
+    if across and concrete(px.offsets) is None:
         raise ValueError(
-            f"{func}: axis=0 (across lists, position by position) is not supported for a "
-            "Jagged; pass an awkward Array (e.g. x.to_awkward()), or use axis=None or axis=1"
+            f"{func}: axis={axis} of a Jagged (position by position) needs concrete offsets "
+            "(the number of results is the longest list's length), not traced ones as for a "
+            "Jagged passed to jax.jit; close over the Jagged, or use axis=None or axis=1"
         )
     per_list = jagged and axis in (1, -1)
     num_lists = px.offsets.shape[0] - 1 if jagged else None
@@ -187,6 +194,12 @@ def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
             w = _f64(pw.values)
     if per_list:
         return _Prepared(_f64(px.values), yv, w, segment_ids(), num_lists, True)
+    if across:  # result slot = the element's position in its list (leading, second, ...)
+        off = np.asarray(concrete(px.offsets), dtype=np.int64)
+        counts = np.diff(off)
+        position = np.arange(n) - np.repeat(off[:-1], counts)
+        longest = int(counts.max()) if counts.shape[0] else 0
+        return _Prepared(_f64(px.values), yv, w, position.astype(np.int32), longest, True, True)
     return _Prepared(_f64(px.values), yv, w, None, None, jagged)
 
 
@@ -242,4 +255,4 @@ def _flat_path(x: Any, y: Any, weight: Any, axis: Any) -> bool:
         return False
     if weight is not None and not (_is_scalar(weight) or (_is_array(weight) and weight.ndim == 1)):
         return False
-    return axis is None or (not isinstance(axis, bool) and axis in (0, 1, -1))
+    return axis is None or (not isinstance(axis, bool) and axis in (0, 1, -1, -2))

@@ -1,8 +1,12 @@
-"""Bucket padding and the jit-compiled kernels behind :mod:`analysis.stats.api`.
+"""The kernels behind :mod:`analysis.stats.api`: numpy for concrete data, else jit-compiled
+JAX on inputs padded to bucket sizes.
 
 The kernels take prepared float64 inputs (:class:`analysis.stats._inputs._Prepared`)
 and return the statistic per segment (or a scalar); the maths is that of
-:mod:`analysis.stats._core`.
+:mod:`analysis.stats._core` in both (its ``xp`` namespace). Concrete numpy inputs have
+nothing to differentiate: numpy computes only the statistic asked for, with no JAX
+dispatch, device copies or padding. Anything JAX (tracers, JAX arrays, Jagged values)
+goes to the JAX kernels.
 """
 
 from __future__ import annotations
@@ -125,11 +129,9 @@ def _moment(
     order: int,
     central: bool,
 ) -> Array:
-    if central:
-        sumw, total = _core.central_moment_sum(x, w, order, segment_ids, num_segments)
-    else:
-        sumw = _core._reduce(w, segment_ids, num_segments)
-        total = _core._reduce(w * x**order, segment_ids, num_segments)
+    if not central:
+        return _core.raw_moment(x, w, order, segment_ids, num_segments)
+    sumw, total = _core.central_moment_sum(x, w, order, segment_ids, num_segments)
     return _core.safe_div(total, sumw)
 
 
@@ -144,8 +146,37 @@ def _bivariate(
 # --- kernels on prepared flat inputs -----------------------------------------------
 
 
+# moments needed per statistic (numpy computes only those)
+_ORDER = {"mean": 1, "var": 2, "std": 2, "skew": 4, "kurtosis": 4}
+
+
+def _eager(p: _Prepared) -> bool:
+    """All inputs are concrete numpy arrays: the numpy namespace (no JAX dispatch, no
+    copies to the device; nothing to differentiate)."""
+    return not any(isinstance(a, jax.Array) for a in (p.x, p.y, p.w, p.segment_ids))
+
+
+def _numpy_kernel(stat: str, p: _Prepared, ddof: float, order: Any) -> Any:
+    """The statistic with the numpy namespace of :mod:`analysis.stats._core` (same maths)."""
+    seg, num, xp = p.segment_ids, p.num_segments, np
+    with np.errstate(all="ignore"):  # 0/0, x**-n at 0: NaN/inf by the rules, no warnings
+        if stat in _core.UNIVARIATE:
+            s = _core.moments(p.x, p.w, seg, num, order=_ORDER[stat], xp=xp)
+            if stat in ("var", "std"):
+                return _core.UNIVARIATE[stat](s, ddof, xp=xp)
+            return _core.UNIVARIATE[stat](s, xp=xp)
+        if stat == "moment":
+            return _core.raw_moment(p.x, p.w, order, seg, num, xp=xp)
+        if stat == "central_moment":
+            sumw, total = _core.central_moment_sum(p.x, p.w, order, seg, num, xp=xp)
+            return _core.safe_div(total, sumw, xp=xp)
+        return _core.BIVARIATE[stat](_core.comoments(p.x, p.y, p.w, seg, num, xp=xp), xp=xp)
+
+
 def _kernel(stat: str, p: _Prepared, ddof: float, order: Any) -> Any:
     """The statistic per segment (or a scalar) from prepared float64 inputs."""
+    if _eager(p):
+        return _numpy_kernel(stat, p, ddof, order)
     q = _padded(p)
     if stat in _core.UNIVARIATE:
         out = _univariate(q.x, q.w, q.segment_ids, np.float64(ddof), num_segments=q.num_segments)
@@ -172,6 +203,8 @@ def _with_keepdims(out: Any, p: _Prepared, keepdims: bool) -> Any:
     def expand(a: Any) -> Any:
         if shape is not None:
             return a.reshape(shape)
+        if p.across:  # as awkward's 1 * var: one row of positions
+            return a[None, ...]
         return a[..., None] if p.segment_ids is not None else a.reshape(1)
 
     return jax.tree_util.tree_map(expand, out)

@@ -9,7 +9,9 @@ structure (see :mod:`analysis.stats._structure`).
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -245,6 +247,26 @@ def group(
             f"{func}: this combination of structure and axis={axis} is not supported"
         )
     return Grouping(index, ok, seg, num, template)
+
+
+@functools.cache
+def jax_backend() -> bool:
+    """awkward's JAX backend is usable (registered here if needed).
+
+    It holds JAX numbers (tracers too) in awkward results. Deprecated upstream and
+    possibly absent in later awkward versions: then results with JAX numbers are JAX
+    arrays where the result is regular (see :func:`analysis.stats._structure._finish`).
+    """
+    import awkward as ak
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the backend's deprecation warning
+            ak.jax.register_and_check()
+            ak.to_backend(ak.contents.NumpyArray(np.zeros(1)), "jax", highlevel=False)
+    except Exception:  # absent, or refuses: no awkward results with JAX numbers
+        return False
+    return True
 
 
 def _leaf_replaced(layout: Any, leaf: Any) -> Any:

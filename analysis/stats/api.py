@@ -21,14 +21,20 @@ Three kinds of input, three kinds of result:
   out by awkward on the element *positions*, the numbers are only gathered, so
   gradients flow to the input and from the awkward result (``ak.to_jax``).
   ``axis`` may be one of awkward's named axes; typetracer inputs (dask-awkward)
-  get awkward's own result types.
+  get awkward's own result types. ``behavior`` and ``attrs`` come from the
+  keywords, else from the inputs (x first), as awkward takes them. Without awkward's
+  JAX backend (deprecated upstream), JAX numbers with awkward structure give JAX
+  arrays where the result is regular, else a one-line TypeError.
 * **numpy and JAX arrays** (any shape; axes as numpy): float64 JAX arrays, shaped
   as numpy's results (NaN for empty groups); ``linear_fit`` gives a
-  :class:`LinearFit` NamedTuple (a pytree).
+  :class:`LinearFit` NamedTuple (a pytree). ``highlevel=False`` gives awkward's
+  layouts (and scalars), as for awkward inputs.
 * **Jagged** (:mod:`analysis.stats.jagged`): the ``jax.jit``/``jax.grad`` path for
-  one level of lists, where an awkward Array cannot live. ``axis`` is None, 1 or -1;
-  a flat ``weight`` or ``y`` is per element (aligned with ``x.values``; per-list
-  weights via ``x.expand(w)``); results are JAX arrays (NaN, never None).
+  one level of lists, where an awkward Array cannot live. ``axis`` is None, 1/-1
+  (per list) or 0/-2 (position by position; needs concrete offsets, i.e. not a
+  Jagged passed as a ``jit`` argument); a flat ``weight`` or ``y`` is per element
+  (aligned with ``x.values``; per-list weights via ``x.expand(w)``); results are
+  JAX arrays (NaN, never None).
 
 A scalar ``weight`` (a Python number or a 0-d array) is accepted with any input
 (awkward refuses it). Everything is computed in float64 (float32 NanoAOD is upcast
@@ -45,18 +51,22 @@ Precision: central moments use the corrected two-pass algorithm of
 :mod:`analysis.stats._core` (never raw power sums); ``moment`` is a raw moment by
 definition. Gradients are exact derivatives of the computed values.
 
-Eager calls run jit-compiled kernels on inputs padded (with zero weights) to a few
-bucket sizes, so new data lengths rarely trigger a compilation; inside ``jax.jit``
-the statistics are traced like any JAX code.
+Concrete numpy data (awkward's numpy backend, numpy arrays) is computed eagerly by the
+same maths on numpy (:mod:`analysis.stats._core` takes the namespace): nothing there
+to differentiate, and no JAX dispatch. Flat or one-level awkward lists skip awkward's
+structural work (:mod:`analysis.stats._fast`). JAX data runs jit-compiled kernels on
+inputs padded (with zero weights) to a few bucket sizes, so new data lengths rarely
+trigger a compilation; inside ``jax.jit`` the statistics are traced like any JAX code.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from analysis.stats import _core
+from analysis.stats import _core, _fast
 from analysis.stats._core import LinearFit
 from analysis.stats._inputs import (
     _check_ddof,
@@ -100,13 +110,16 @@ def _compute(
 ) -> Any:
     if _flat_path(x, y, weight, axis):
         p = _prepare(x, y, weight, axis, stat)
-        out = _kernel(stat, p, ddof, order)
+        # JAX arrays for array inputs, whichever namespace computed them
+        out = jax.tree_util.tree_map(jnp.asarray, _kernel(stat, p, ddof, order))
         out = LinearFit(**out) if stat == "linear_fit" else out
         return _with_keepdims(out, p, opts.keepdims)
     if _typetracer(x, y, weight):
         return _awkward_types(stat, x, y, weight, axis, opts, ddof, order)
-    st = _structure(x, y, weight, axis, opts.keepdims, opts.mask_identity, stat)
-    return _finish(stat, _kernel(stat, st.prepared, ddof, order), st, opts, x)
+    st = _fast.structure(x, y, weight, axis, opts.keepdims, opts.mask_identity)
+    if st is None:
+        st = _structure(x, y, weight, axis, opts.keepdims, opts.mask_identity, stat)
+    return _finish(stat, _kernel(stat, st.prepared, ddof, order), st, opts, (x, y, weight))
 
 
 def _state_only(stat: str, weight: Any, axis: Any) -> None:

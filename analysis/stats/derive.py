@@ -65,6 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.stats._params import ParamSpec, numpy_vector, param_spec
+from analysis.stats.histogram import Histogram
 from analysis.stats.merge import describe_difference, is_state, merge
 from analysis.stats.pullback import pullback_payload, pulled_sum
 
@@ -76,6 +77,7 @@ __all__ = [
     "choose_mode",
     "derive",
     "differentiable",
+    "join",
     "taylor_derivatives",
     "value_and_derivatives",
 ]
@@ -91,6 +93,8 @@ def _checked_states(tree: Any, func: str) -> Any:
     def walk(node: Any, path: str) -> Any:
         if is_state(node):
             return type(node)(*(jnp.asarray(v, dtype=jnp.float64) for v in node))
+        if isinstance(node, Histogram):
+            return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype=jnp.float64), node)
         if isinstance(node, dict):
             return {k: walk(v, f"{path}[{k!r}]") for k, v in node.items()}
         if type(node) in (list, tuple):
@@ -101,7 +105,8 @@ def _checked_states(tree: Any, func: str) -> Any:
         if not ok or np.dtype(getattr(node, "dtype", np.float64)).kind not in "iuf":
             raise TypeError(
                 f"{func}: fn(theta){path or ''} is a {type(node).__name__}; expected a "
-                "state (stats.moments / stats.comoments) or a sum (a real number or array)"
+                "state (stats.moments / stats.comoments / stats.histogram) or a sum (a real "
+                "number or array)"
             )
         return jnp.asarray(node, dtype=jnp.float64)
 
@@ -190,10 +195,15 @@ class Derived:
     Pickles (numpy leaves), so coffea's executors ship it between processes.
     """
 
-    __slots__ = ("names", "value", "jac", "hess")
+    __slots__ = ("names", "value", "jac", "hess", "at")
 
-    def __init__(self, names: Any, value: Any, jac: Any = None, hess: Any = None) -> None:
+    def __init__(
+        self, names: Any, value: Any, jac: Any = None, hess: Any = None, *, at: Any = None
+    ) -> None:
         self.names = tuple(names)
+        #: the parameter values the derivatives were taken at (:func:`derive` sets them;
+        #: ``None``: unknown). ``a + b`` refuses a mixture of different points.
+        self.at = None if at is None else tuple(float(v) for v in at)
         self.value = value
         self.jac = jac
         # Symmetrised: a Taylor expansion (how merges and statistics are differentiated)
@@ -201,10 +211,11 @@ class Derived:
         self.hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
 
     def __getstate__(self) -> tuple:
-        return (self.names, self.value, self.jac, self.hess)
+        return (self.names, self.value, self.jac, self.hess, self.at)
 
     def __setstate__(self, state: tuple) -> None:
-        self.names, self.value, self.jac, self.hess = state
+        self.names, self.value, self.jac, self.hess = state[:4]
+        self.at = state[4] if len(state) > 4 else None
 
     @property
     def order(self) -> int:
@@ -228,6 +239,13 @@ class Derived:
         diff = describe_difference(self.value, other.value)
         if diff is not None:
             raise ValueError(f"Derived + Derived: state structures differ {diff}")
+        if self.at is not None and other.at is not None:
+            for name, a, b in zip(self.names, self.at, other.at, strict=True):
+                if abs(a - b) > 1e-12 * max(abs(a), abs(b), 1.0):
+                    raise ValueError(
+                        f"Derived + Derived: derived at different values of parameter "
+                        f"{name!r}: {a!r} vs {b!r} (a merge would mix two selections)"
+                    )
 
     def __add__(self, other: Any) -> Derived:
         if isinstance(other, numbers.Number) and other == 0:
@@ -238,7 +256,8 @@ class Derived:
         value, jac, hess = _merge_taylor(
             self.value, self.jac, self.hess, other.value, other.jac, other.hess, order=self.order
         )
-        return Derived(self.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
+        return Derived(self.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess),
+                       at=self.at if self.at is not None else other.at)
 
     def __radd__(self, other: Any) -> Derived:
         return self.__add__(other)
@@ -399,7 +418,41 @@ def _shown(names: tuple[str, ...], limit: int = 8) -> str:
     return f"{list(names[:limit])[:-1]}... ({len(names)} entries)"
 
 
+def join(parts: Mapping[str, Derived]) -> Derived:
+    """One :class:`Derived` of several: value ``{key: parts[key].value}``, and the same
+    for the Jacobian and Hessian. For a processor's output ``{dataset: Derived}``, so
+    that one :func:`differentiable` pass (or one ``value_and_grad``) sees every dataset.
+    The parts must have the same parameter names and order (else ``ValueError``)."""
+    if not isinstance(parts, Mapping) or not parts:
+        raise TypeError(f"stats.join: expected a non-empty dict of Derived, found {parts!r}")
+    items = list(parts.items())
+    for key, d in items:
+        if not isinstance(d, Derived):
+            raise TypeError(f"stats.join: [{key!r}] is a {type(d).__name__}; expected a Derived")
+    key0, first = items[0]
+    for key, d in items[1:]:
+        if d.names != first.names or d.order != first.order:
+            raise ValueError(
+                f"stats.join: [{key!r}] has parameters {list(d.names)} (order {d.order}); "
+                f"[{key0!r}] has {list(first.names)} (order {first.order})"
+            )
+    value = {k: d.value for k, d in items}
+    if first.order == 0:
+        return Derived(first.names, value)
+    jac = {k: d.jac for k, d in items}
+    hess = None if first.order < 2 else {k: d.hess for k, d in items}
+    return Derived(first.names, value, jac, hess)
+
+
+
 # --- derive ---------------------------------------------------------------------------
+
+#: what a raw awkward array combined with a parameter (awkward's own, deprecated JAX
+#: backend, not registered here) raises inside ``fn``, instead of awkward's message
+AWKWARD_HINT = (
+    "stats.derive: fn combines an awkward Array with a parameter; wrap the array first: "
+    "stats.from_awkward(events.Jet.pt) (a stats.Jagged; flat arrays: ak.to_numpy(...))"
+)
 
 
 def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
@@ -410,7 +463,7 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     :mod:`analysis.stats._params` for the entry names and their order). ``fn``
     receives the same pytree with float64 JAX leaves and returns a pytree (dicts,
     lists, tuples) whose leaves are states (:func:`~analysis.stats.moments`,
-    :func:`~analysis.stats.comoments`) or sums (real numbers or arrays). ``order``: 0
+    :func:`~analysis.stats.comoments`, :func:`~analysis.stats.histogram`) or sums (real numbers or arrays). ``order``: 0
     (values only), 1 (Jacobian, default) or 2 (and Hessian), by forward-mode JAX
     (cost and size grow with the number of parameters P). Anything else as a leaf, or
     a non-finite parameter, raises naming it.
@@ -430,16 +483,22 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     t0 = jnp.asarray(vec)
 
     def f(t):
-        return _checked_states(fn(spec.unflatten(t)), "stats.derive")
+        try:
+            out = fn(spec.unflatten(t))
+        except RuntimeError as err:
+            if "ak.jax" not in str(err):
+                raise
+            raise TypeError(AWKWARD_HINT) from None
+        return _checked_states(out, "stats.derive")
 
     if task == "pullback":
         return _pullback(f, t0, spec.names, theta)
     if task == "values":
-        return Derived(spec.names, _to_numpy(_values(f, t0)))
+        return Derived(spec.names, _to_numpy(_values(f, t0)), at=vec)
     if order == 0:
-        return Derived(spec.names, _to_numpy(f(t0)))
+        return Derived(spec.names, _to_numpy(f(t0)), at=vec)
     value, jac, hess = value_and_derivatives(f, t0, order=order)
-    return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess))
+    return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess), at=vec)
 
 
 # Compiled pullbacks by chunk-function structure: the jaxpr's text (which names no

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from analysis.stats._core import CoMoments, Moments
+from analysis.stats.histogram import Histogram
 
 __all__ = ["is_state", "merge", "merge_comoments", "merge_moments"]
 
@@ -113,6 +114,29 @@ def merge_comoments(a: Any, b: Any) -> CoMoments:
     )
 
 
+def _edges_difference(a: Any, b: Any) -> str | None:
+    """Where two pytrees hold histograms with different edges (the static part of a
+    :class:`Histogram`), or None."""
+
+    def hist_or_state(x: Any) -> bool:
+        return is_state(x) or isinstance(x, Histogram)
+
+    pa, _ = jax.tree_util.tree_flatten_with_path(a, is_leaf=hist_or_state)
+    pb = {
+        jax.tree_util.keystr(p): v
+        for p, v in jax.tree_util.tree_flatten_with_path(b, is_leaf=hist_or_state)[0]
+    }
+    for path, la in pa:
+        lb = pb.get(jax.tree_util.keystr(path))
+        if isinstance(la, Histogram) and isinstance(lb, Histogram):
+            if tuple(la.edges) != tuple(lb.edges):
+                return (
+                    f"at {jax.tree_util.keystr(path) or 'the root'}: histogram edges "
+                    f"{la.edges.tolist()} vs {lb.edges.tolist()}"
+                )
+    return None
+
+
 def describe_difference(a: Any, b: Any) -> str | None:
     """Where two pytrees of states and sums differ (structure or a leaf's shape), or None."""
     pa, ta = jax.tree_util.tree_flatten_with_path(a, is_leaf=is_state)
@@ -121,6 +145,9 @@ def describe_difference(a: Any, b: Any) -> str | None:
         keys_a = {jax.tree_util.keystr(p) for p, _ in pa}
         keys_b = {jax.tree_util.keystr(p) for p, _ in pb}
         only_a, only_b = sorted(keys_a - keys_b), sorted(keys_b - keys_a)
+        edges = _edges_difference(a, b)
+        if edges is not None:
+            return edges
         if only_a or only_b:
             return (
                 f"only in the first: {only_a or 'nothing'}; "
@@ -147,7 +174,8 @@ def merge(a: Any, b: Any) -> Any:
     """Exact merge of two pytrees of the same structure: states merge, plain sums add.
 
     Leaves are :class:`Moments` / :class:`CoMoments` states (merged by
-    :func:`merge_moments` / :func:`merge_comoments`) or arrays of sums (added);
+    :func:`merge_moments` / :func:`merge_comoments`) or arrays of sums (added;
+    a :class:`~analysis.stats.Histogram` is two such sums with its edges as structure);
     containers are dicts, lists and tuples. Pure JAX (jit- and grad-friendly), float64.
     Associative and commutative up to rounding; a state with ``W = 0`` (an empty
     chunk) is a neutral element. Different structures or leaf shapes raise

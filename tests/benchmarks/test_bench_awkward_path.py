@@ -23,7 +23,7 @@ def test_bench_awkward_path_tiny(bench, capsys):
     out = capsys.readouterr().out
     assert "500 events, " in out and "load average" in out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "True" in line]
-    assert len(rows) == 5  # every call, each agreeing with awkward
+    assert len(rows) == 6  # every call, each agreeing with awkward
 
 
 def test_agree_detects_a_difference(bench):

@@ -172,8 +172,14 @@ def test_existing_checkpoint_needs_resume_or_overwrite(tmp_path, config, capsys,
 
 @pytest.mark.parametrize(
     "option, value",
-    [("--workers", "-1"), ("--workers", "0"), ("--chunksize", "0"), ("--steps", "-5"),
-     ("--steps", "0"), ("--chunksize", "1e3")],
+    [
+        ("--workers", "-1"),
+        ("--workers", "0"),
+        ("--chunksize", "0"),
+        ("--steps", "-5"),
+        ("--steps", "0"),
+        ("--chunksize", "1e3"),
+    ],
 )
 def test_counts_must_be_positive(config, capsys, option, value):
     command = "optimize" if option == "--steps" else "evaluate"

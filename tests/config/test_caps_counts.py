@@ -30,15 +30,24 @@ DY = str(SHARED_DATA / "nano_dy.root")
 def base() -> dict[str, Any]:
     return {
         "datasets": {"dy": {"files": [DY], "weight": "genWeight"}},
-        "parameters": {"lep_pt": {"init": 15.0, "bounds": [5.0, 50.0]},
-                       "n_lep": {"init": 1, "bounds": [0, 3], "integer": True}},
+        "parameters": {
+            "lep_pt": {"init": 15.0, "bounds": [5.0, 50.0]},
+            "n_lep": {"init": 1, "bounds": [0, 3], "integer": True},
+        },
         "objects": {
-            "muons": {"collection": "Muon", "max_objects": 2,
-                      "cuts": [{"var": "pt", "op": ">", "param": "lep_pt", "width": 3.0}]},
-            "electrons": {"collection": "Electron",
-                          "cuts": [{"var": "pt", "op": ">", "param": "lep_pt", "width": 3.0}]},
-            "tight": {"from": "muons", "cuts": [{"var": "pfRelIso04_all", "op": "<",
-                                                 "value": 0.15, "width": 0.05}]},
+            "muons": {
+                "collection": "Muon",
+                "max_objects": 2,
+                "cuts": [{"var": "pt", "op": ">", "param": "lep_pt", "width": 3.0}],
+            },
+            "electrons": {
+                "collection": "Electron",
+                "cuts": [{"var": "pt", "op": ">", "param": "lep_pt", "width": 3.0}],
+            },
+            "tight": {
+                "from": "muons",
+                "cuts": [{"var": "pfRelIso04_all", "op": "<", "value": 0.15, "width": 0.05}],
+            },
         },
         "selection": [{"count": ["muons", "electrons"], "op": ">=", "param": "n_lep"}],
         "observables": [{"name": "lead", "x": "muons[0].pt", "stats": ["mean"]}],
@@ -50,18 +59,31 @@ def edit(path: str, value: Any) -> dict[str, Any]:
 
 
 CASES = [
-    ("cap on a derived set", edit("objects/tight/max_objects", 2),
-     "objects.tight.max_objects: caps a collection: set it on the root set of 'muons'"),
-    ("cap of zero", edit("objects/muons/max_objects", 0),
-     "objects.muons.max_objects: max_objects must be >= 1, got 0"),
-    ("cap not an integer", edit("objects/muons/max_objects", "many"),
-     "objects.muons.max_objects: expected an integer, got 'many'"),
-    ("width on a fixed count", edit("selection/0", {"count": "muons", "op": ">=", "value": 1,
-                                                    "width": 0.5}),
-     "selection.0.width: a count condition is a hard integer condition; a width only smooths"),
-    ("negative count width", edit("selection/0", {"count": "muons", "op": ">=",
-                                                  "param": "n_lep", "width": -1.0}),
-     "selection.0.width"),
+    (
+        "cap on a derived set",
+        edit("objects/tight/max_objects", 2),
+        "objects.tight.max_objects: caps a collection: set it on the root set of 'muons'",
+    ),
+    (
+        "cap of zero",
+        edit("objects/muons/max_objects", 0),
+        "objects.muons.max_objects: max_objects must be >= 1, got 0",
+    ),
+    (
+        "cap not an integer",
+        edit("objects/muons/max_objects", "many"),
+        "objects.muons.max_objects: expected an integer, got 'many'",
+    ),
+    (
+        "width on a fixed count",
+        edit("selection/0", {"count": "muons", "op": ">=", "value": 1, "width": 0.5}),
+        "selection.0.width: a count condition is a hard integer condition; a width only smooths",
+    ),
+    (
+        "negative count width",
+        edit("selection/0", {"count": "muons", "op": ">=", "param": "n_lep", "width": -1.0}),
+        "selection.0.width",
+    ),
 ]
 
 
@@ -82,8 +104,10 @@ def test_plan_holds_caps_and_count_widths() -> None:
     assert initial_widths(cfg) == [3.0, 3.0, 0.05, 1.0]
     assert sp.count_widths == (3,)
     assert [c.cap for c in sp.model.counts] == [3]  # >= n_lep, upper bound 3
-    given = edit("selection/0", {"count": ["muons", "electrons"], "op": ">=",
-                                 "param": "n_lep", "width": 0.25})
+    given = edit(
+        "selection/0",
+        {"count": ["muons", "electrons"], "op": ">=", "param": "n_lep", "width": 0.25},
+    )
     assert initial_widths(config_from_dict(given))[-1] == 0.25
 
 
@@ -96,8 +120,10 @@ def test_event_beyond_max_objects_exits_2_with_one_line(tmp_path, capsys) -> Non
     assert main(["evaluate", str(path), "--quiet", "-o", str(tmp_path / "out")]) == 2
     message = one_line_error(capsys.readouterr().err)
     assert "nano_dy.root, entries 0-40 (datasets.dy): " in message, message
-    assert message.endswith(f"collection 'Muon': event {first} has 2 objects, more than "
-                            "max_objects=1; raise objects.muons.max_objects"), message
+    assert message.endswith(
+        f"collection 'Muon': event {first} has 2 objects, more than "
+        "max_objects=1; raise objects.muons.max_objects"
+    ), message
 
 
 @pytest.mark.slow  # two compilations (~15 s on a loaded 2-core machine)
@@ -110,8 +136,9 @@ def test_within_the_cap_results_are_the_uncapped_ones() -> None:
     assert float(a["selected_sumw"]) == float(b["selected_sumw"])
     ma, mb = a["observables"]["lead"]["moments"], b["observables"]["lead"]["moments"]
     assert float(ma.sumw) == float(mb.sumw) and float(ma.m2) == float(mb.m2)
-    np.testing.assert_array_equal(capped.taylor()[1]["selected_sumw"],
-                                  uncapped.taylor()[1]["selected_sumw"])
+    np.testing.assert_array_equal(
+        capped.taylor()[1]["selected_sumw"], uncapped.taylor()[1]["selected_sumw"]
+    )
 
 
 def test_max_objects_lifts_the_candidate_bound() -> None:
@@ -124,31 +151,44 @@ def test_max_objects_lifts_the_candidate_bound() -> None:
     from analysis.pipeline.setkernel import chunk_states
     from analysis.select.objects import ObjectCapError
     def run(cap):
-        jets = {"collection": "Jet", "cuts": [{"var": "pt", "op": ">", "value": 30.0,
-                                               "width": 5.0}]}
+        jets = {
+            "collection": "Jet",
+            "cuts": [{"var": "pt", "op": ">", "value": 30.0, "width": 5.0}],
+        }
         if cap is not None:
             jets["max_objects"] = cap
-        cfg = config_from_dict({
-            "datasets": {"d": {"files": ["x.root"]}},
-            "objects": {"jets": jets},
-            "selection": [{"count": "jets", "op": ">=", "value": 0}],
-            "observables": [{"name": "m3j", "x": "mass(jets[0] + jets[1] + jets[2])",
-                             "stats": ["mean"]}],
-        })
+        cfg = config_from_dict(
+            {
+                "datasets": {"d": {"files": ["x.root"]}},
+                "objects": {"jets": jets},
+                "selection": [{"count": "jets", "op": ">=", "value": 0}],
+                "observables": [
+                    {"name": "m3j", "x": "mass(jets[0] + jets[1] + jets[2])", "stats": ["mean"]}
+                ],
+            }
+        )
         plan = build_plan(cfg)
         rng = np.random.default_rng(31)
-        flat = {"pt": rng.uniform(20, 60, 31), "eta": rng.uniform(-2, 2, 31),
-                "phi": rng.uniform(-3, 3, 31), "mass": rng.uniform(1, 10, 31)}
-        cols = ChunkColumns(n_events=1, weight=np.ones(1),
-                            collections={"Jet": (np.array([31]), flat)})
+        flat = {
+            "pt": rng.uniform(20, 60, 31),
+            "eta": rng.uniform(-2, 2, 31),
+            "phi": rng.uniform(-3, 3, 31),
+            "mass": rng.uniform(1, 10, 31),
+        }
+        cols = ChunkColumns(
+            n_events=1, weight=np.ones(1), collections={"Jet": (np.array([31]), flat)}
+        )
         arrays, shapes = pad_columns(cols, plan)
         theta = jnp.zeros(len(plan.param_names))
         widths = jnp.asarray(initial_widths(cfg))
         return chunk_states(theta, widths, arrays, plan, shapes), flat
 
-    with pytest.raises(ObjectCapError, match=r"jets\[0\] \+ jets\[1\] \+ jets\[2\]: 4495 "
-                                             r"candidate tuples per event \(objects per event "
-                                             r"Jet: 31\) exceed max_tuples=4096"):
+    with pytest.raises(
+        ObjectCapError,
+        match=r"jets\[0\] \+ jets\[1\] \+ jets\[2\]: 4495 "
+        r"candidate tuples per event \(objects per event "
+        r"Jet: 31\) exceed max_tuples=4096",
+    ):
         run(None)
     state, flat = run(40)
     q = 1 / (1 + np.exp(-(flat["pt"] - 30.0) / 5.0))
@@ -158,5 +198,6 @@ def test_max_objects_lifts_the_candidate_bound() -> None:
     for p in q:
         dist[1:] = dist[1:] * (1 - p) + dist[:-1] * p
         dist[0] *= 1 - p
-    np.testing.assert_allclose(float(state["observables"]["m3j"]["moments"].sumw),
-                               dist[3:].sum(), rtol=1e-10)
+    np.testing.assert_allclose(
+        float(state["observables"]["m3j"]["moments"].sumw), dist[3:].sum(), rtol=1e-10
+    )

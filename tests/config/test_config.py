@@ -46,16 +46,19 @@ def _write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
     return path
 
 
-def _error_for(tmp_path: Path, mutate: Callable[[dict[str, Any]], None]) -> str:
-    """Apply ``mutate`` to the valid config, write it, load it; return the one-line error."""
+def _error_for(
+    tmp_path: Path, mutate: Callable[[dict[str, Any]], None], *, one_line: bool = True
+) -> str:
+    """Apply ``mutate`` to the valid config, write it, load it; return the one-line error
+    (``one_line=False``: the error lines, several mistakes one line each)."""
     data = yaml.safe_load(VALID)
     mutate(data)
     path = _write(tmp_path, yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ConfigError) as info:
         load_config(path)
     msg = str(info.value)
-    assert "\n" not in msg
-    assert msg.startswith(f"{path}: ")
+    assert "\n" not in msg or not one_line
+    assert all(line.startswith(f"{path}: ") for line in msg.splitlines())
     return msg
 
 
@@ -75,8 +78,16 @@ def test_valid_config_loads_with_defaults(tmp_path: Path) -> None:
     assert cfg.parameters["min_jets"].trainable is False
     assert cfg.parameters["jet_pt_min"].bounds == (15.0, 200.0)
     cut = cfg.selection.objects.cuts[1]
-    assert (cut.var, cut.op, cut.param, cut.value, cut.width) == ("abs_eta", "<", "jet_abs_eta_max", None, 0.1)
-    assert cfg.selection.events[0].count == "Jet" and cfg.selection.events[0].effective_width() == 1.0
+    assert (cut.var, cut.op, cut.param, cut.value, cut.width) == (
+        "abs_eta",
+        "<",
+        "jet_abs_eta_max",
+        None,
+        0.1,
+    )
+    assert (
+        cfg.selection.events[0].count == "Jet" and cfg.selection.events[0].effective_width() == 1.0
+    )
     assert [o.name for o in cfg.observables] == ["jet_pt", "jet_pt_eta", "ht"]
     assert cfg.observables[2].x == "sum(Jet.pt)" and cfg.observables[2].y is None
     assert cfg.output.dir == "results/ttbar"
@@ -112,13 +123,17 @@ def test_config_from_dict_and_single_file_string() -> None:
 
 def test_objective_terms_load() -> None:
     data = yaml.safe_load(VALID)
-    data["objective"] = {"terms": [
-        {"type": "significance", "sigma_b": 0.1},
-        {"type": "target", "stat": "jet_pt.mean", "value": 50.0, "weight": 0.5},
-        {"type": "python", "function": "mypkg.objectives:score"},
-    ]}
-    data["optimizer"] = {"tolerance": "1e-4", "schedule": {"name": "cosine_decay_schedule",
-                                                        "kwargs": {"decay_steps": 10}}}
+    data["objective"] = {
+        "terms": [
+            {"type": "significance", "sigma_b": 0.1},
+            {"type": "target", "stat": "jet_pt.mean", "value": 50.0, "weight": 0.5},
+            {"type": "python", "function": "mypkg.objectives:score"},
+        ]
+    }
+    data["optimizer"] = {
+        "tolerance": "1e-4",
+        "schedule": {"name": "cosine_decay_schedule", "kwargs": {"decay_steps": 10}},
+    }
     cfg = config_from_dict(data)
     assert [t.type for t in cfg.objective.terms] == ["significance", "target", "python"]
     assert cfg.optimizer.tolerance == 1e-4
@@ -139,6 +154,7 @@ def _set(*keys: Any, value: Any) -> Callable[[dict[str, Any]], None]:
         for key in keys[:-1]:
             node = node[key]
         node[keys[-1]] = value
+
     return mutate
 
 
@@ -148,6 +164,7 @@ def _drop(*keys: Any) -> Callable[[dict[str, Any]], None]:
         for key in keys[:-1]:
             node = node[key]
         del node[keys[-1]]
+
     return mutate
 
 
@@ -159,84 +176,132 @@ CUT0 = ("selection", "objects", "cuts", 0)
 
 ERROR_CASES = {
     "unknown top-level key": (
-        _set("observable", value=[]), "observable: unknown key; did you mean 'observables'?"),
+        _set("observable", value=[]),
+        "observable: unknown key; did you mean 'observables'?",
+    ),
     "unknown nested key": (
-        _set("executor", "chunksiz", value=5), "executor.chunksiz: unknown key; did you mean 'chunksize'?"),
+        _set("executor", "chunksiz", value=5),
+        "executor.chunksiz: unknown key; did you mean 'chunksize'?",
+    ),
     "unknown key without close match": (
         _set("executor", "zzz", value=5),
-        "executor.zzz: unknown key; allowed keys: type, workers, chunksize, address, retries"),
+        "executor.zzz: unknown key; allowed keys: type, workers, chunksize, address, retries",
+    ),
     "base_dir is not a key": (_set("base_dir", value="/tmp"), "base_dir: unknown key"),
     "wrong type int": (
-        _set("executor", "chunksize", value="abc"), "executor.chunksize: expected an integer, got 'abc'"),
+        _set("executor", "chunksize", value="abc"),
+        "executor.chunksize: expected an integer, got 'abc'",
+    ),
     "wrong type mapping": (
-        _set("selection", "objects", value="Jet"), "selection.objects: expected a mapping, got 'Jet'"),
+        _set("selection", "objects", value="Jet"),
+        "selection.objects: expected a mapping, got 'Jet'",
+    ),
     "bad literal": (
         _set("executor", "type", value="spark"),
-        "executor.type: expected one of 'iterative', 'futures' or 'dask', got 'spark'"),
-    "workers < 1": (_set("executor", "workers", value=0), "executor.workers: workers must be >= 1, got 0"),
+        "executor.type: expected one of 'iterative', 'futures' or 'dask', got 'spark'",
+    ),
+    "workers < 1": (
+        _set("executor", "workers", value=0),
+        "executor.workers: workers must be >= 1, got 0",
+    ),
     "address without dask": (
-        _set("executor", "address", value="tcp://h:8786"), "executor.address: only allowed with type: dask"),
+        _set("executor", "address", value="tcp://h:8786"),
+        "executor.address: only allowed with type: dask",
+    ),
     "inverted bounds": (
         _set("parameters", "jet_pt_min", "bounds", value=[200.0, 15.0]),
-        "parameters.jet_pt_min.bounds: lower bound 200.0 must be below upper bound 15.0"),
+        "parameters.jet_pt_min.bounds: lower bound 200.0 must be below upper bound 15.0",
+    ),
     "bounds not a pair": (
         _set("parameters", "jet_pt_min", "bounds", value=[15.0]),
-        "parameters.jet_pt_min.bounds: expected [lower, upper], got [15.0]"),
+        "parameters.jet_pt_min.bounds: expected [lower, upper], got [15.0]",
+    ),
     "init outside bounds": (
         _set("parameters", "jet_pt_min", "init", value=500.0),
-        "parameters.jet_pt_min.init: init 500.0 is outside bounds [15.0, 200.0]"),
+        "parameters.jet_pt_min.init: init 500.0 is outside bounds [15.0, 200.0]",
+    ),
     "trainable without bounds": (
         _drop("parameters", "jet_pt_min", "bounds"),
-        "parameters.jet_pt_min: trainable parameter needs bounds: [lower, upper]"),
+        "parameters.jet_pt_min: trainable parameter needs bounds: [lower, upper]",
+    ),
     "negative width": (
-        _set(*CUT0, "width", value=-1.0), "selection.objects.cuts.0.width: width must be >= 0, got -1.0"),
-    "missing files": (_drop("datasets", "ttbar", "files"), "datasets.ttbar.files: missing required key"),
-    "empty file list": (_set("datasets", "ttbar", "files", value=[]), "datasets.ttbar.files: empty file list"),
+        _set(*CUT0, "width", value=-1.0),
+        "selection.objects.cuts.0.width: width must be >= 0, got -1.0",
+    ),
+    "missing files": (
+        _drop("datasets", "ttbar", "files"),
+        "datasets.ttbar.files: missing required key",
+    ),
+    "empty file list": (
+        _set("datasets", "ttbar", "files", value=[]),
+        "datasets.ttbar.files: empty file list",
+    ),
     "no datasets": (_set("datasets", value={}), "datasets: datasets must not be empty"),
     "xsec and scale": (
-        _xsec_and_scale, "datasets.ttbar.scale: give either 'xsec' or 'scale', not both"),
+        _xsec_and_scale,
+        "datasets.ttbar.scale: give either 'xsec' or 'scale', not both",
+    ),
     "unknown parameter with suggestion": (
         _set(*CUT0, "param", value="jet_pt_mn"),
-        "selection.objects.cuts.0.param: unknown parameter 'jet_pt_mn'; did you mean 'jet_pt_min'?"),
+        "selection.objects.cuts.0.param: unknown parameter 'jet_pt_mn'; did you mean 'jet_pt_min'?",
+    ),
     "unknown parameter in event cut": (
         _set("selection", "events", 0, "param", value="nope_nope"),
         "selection.events.0.param: unknown parameter 'nope_nope'; defined parameters: "
-        "jet_pt_min, jet_abs_eta_max, min_jets"),
+        "jet_pt_min, jet_abs_eta_max, min_jets",
+    ),
     "param and value": (
         _set(*CUT0, "value", value=30.0),
-        "selection.objects.cuts.0.value: give either 'param' or 'value', not both"),
+        "selection.objects.cuts.0.value: give either 'param' or 'value', not both",
+    ),
     "neither param nor value": (
-        _drop(*CUT0, "param"), "selection.objects.cuts.0: needs one of 'param' or 'value'"),
+        _drop(*CUT0, "param"),
+        "selection.objects.cuts.0: needs one of 'param' or 'value'",
+    ),
     "count and var": (
         _set("selection", "events", 0, "var", value="MET_pt"),
-        "selection.events.0.var: give either 'count' or 'var', not both"),
+        "selection.events.0.var: give either 'count' or 'var', not both",
+    ),
     "count of other collection": (
         _set("selection", "events", 0, "count", value="Muon"),
-        "selection.events.0.count: unknown collection 'Muon'; must be the selected collection 'Jet'"),
+        "selection.events.0.count: unknown collection 'Muon'; must be the selected collection 'Jet'",
+    ),
     "count parameter not integer": (
         _set("parameters", "min_jets", "init", value=2.5),
-        "parameters.min_jets.init: used by a count cut, needs an integer init, got 2.5"),
+        "parameters.min_jets.init: used by a count cut, needs an integer init, got 2.5",
+    ),
     "covar without y": (
         _drop("observables", 1, "y"),
-        "observables.1.stats: covar, corr, linear_fit need a second expression 'y'"),
+        "observables.1.stats: covar, corr, linear_fit need a second expression 'y'",
+    ),
     "bad expression syntax": (
-        _set("observables", 2, "x", value="sum(Jet.pt"), "observables.2.x: invalid expression 'sum(Jet.pt'"),
+        _set("observables", 2, "x", value="sum(Jet.pt"),
+        "observables.2.x: invalid expression 'sum(Jet.pt'",
+    ),
     "unbalanced closing paren": (
-        _set("observables", 0, "x", value="Jet.pt)"), "observables.0.x: invalid expression 'Jet.pt)'"),
+        _set("observables", 0, "x", value="Jet.pt)"),
+        "observables.0.x: invalid expression 'Jet.pt)'",
+    ),
     "unknown stat": (
-        _set("observables", 0, "stats", value=["median"]), "observables.0.stats.0: expected one of 'mean'"),
+        _set("observables", 0, "stats", value=["median"]),
+        "observables.0.stats.0: expected one of 'mean'",
+    ),
     "duplicate observable": (
         _set("observables", 2, "name", value="jet_pt"),
-        "observables.2.name: duplicate observable name 'jet_pt'"),
+        "observables.2.name: duplicate observable name 'jet_pt'",
+    ),
     "target term missing stat": (
         _set("objective", value={"terms": [{"type": "target", "value": 1.0}]}),
-        "objective.terms.0.stat: a target term needs 'stat'"),
+        "objective.terms.0.stat: a target term needs 'stat'",
+    ),
     "python term bad function": (
         _set("objective", value={"terms": [{"type": "python", "function": "mymodule.score"}]}),
-        "objective.terms.0.function: expected 'pkg.module:func', got 'mymodule.score'"),
+        "objective.terms.0.function: expected 'pkg.module:func', got 'mymodule.score'",
+    ),
     "anneal factor > 1": (
         _set("optimizer", value={"anneal": {"final_width_factor": 2.0}}),
-        "optimizer.anneal.final_width_factor: final_width_factor must be <= 1"),
+        "optimizer.anneal.final_width_factor: final_width_factor must be <= 1",
+    ),
     "lumi not positive": (_set("lumi", value=0), "lumi: lumi must be > 0"),
 }
 
@@ -249,12 +314,28 @@ def test_error_message(tmp_path: Path, case: str) -> None:
     assert msg.startswith(f"{tmp_path / 'cfg.yaml'}: {expected.split(':')[0]}:")
 
 
-def test_several_errors_reports_first_and_count(tmp_path: Path) -> None:
+def test_several_errors_are_all_reported_one_line_each(tmp_path: Path) -> None:
     def mutate(data: dict[str, Any]) -> None:
         data["executor"].update(workers=0, chunksize="abc", retries=-1)
 
-    msg = _error_for(tmp_path, mutate)
-    assert msg.endswith("executor.workers: workers must be >= 1, got 0 (and 2 more errors)")
+    lines = _error_for(tmp_path, mutate, one_line=False).splitlines()
+    src = str(tmp_path / "cfg.yaml")
+    assert len(lines) == 3 and all(line.startswith(f"{src}: executor.") for line in lines)
+    assert lines[0] == f"{src}: executor.workers: workers must be >= 1, got 0"
+    assert any("executor.chunksize" in line for line in lines)
+    assert any("executor.retries" in line for line in lines)
+
+
+def test_many_errors_are_capped(tmp_path: Path) -> None:
+    from analysis.config.loader import MAX_ERRORS
+
+    def mutate(data: dict[str, Any]) -> None:
+        for i in range(MAX_ERRORS + 5):
+            data["parameters"][f"p{i}"] = {"init": "x", "trainable": False}
+
+    lines = _error_for(tmp_path, mutate, one_line=False).splitlines()
+    assert len(lines) == MAX_ERRORS + 1
+    assert lines[-1].endswith("(and 5 more errors)")
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -274,8 +355,9 @@ def test_yaml_syntax_error(tmp_path: Path) -> None:
     assert "invalid YAML" in msg
 
 
-@pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("", "an empty file"),
-                                            ("just a string\n", "str")])
+@pytest.mark.parametrize(
+    ("text", "kind"), [("- a\n- b\n", "list"), ("", "an empty file"), ("just a string\n", "str")]
+)
 def test_top_level_not_a_mapping(tmp_path: Path, text: str, kind: str) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(ConfigError) as info:

@@ -18,7 +18,7 @@ from analysis.config.loader import ConfigError, load_config
 
 # The classic "billion laughs": 9 levels of 9 aliases, ~3.9e8 strings once expanded.
 BOMB = "".join(
-    f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]\n" if p else f'{c}: &{c} [{",".join(["lol"] * 9)}]\n'
+    f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]\n" if p else f"{c}: &{c} [{','.join(['lol'] * 9)}]\n"
     for p, c in zip(["", *"abcdefgh"], "abcdefghi")
 )
 

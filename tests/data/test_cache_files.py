@@ -69,7 +69,9 @@ def test_cache_false_reads_every_pass(tmp_path, monkeypatch):
 
 
 def test_no_cache_flag(tmp_path):
-    path = write_config(tmp_path, {"datasets": {"d": {"files": [str(small_files(tmp_path)["dy"])]}}})
+    path = write_config(
+        tmp_path, {"datasets": {"d": {"files": [str(small_files(tmp_path)["dy"])]}}}
+    )
     args = build_parser().parse_args(["evaluate", str(path), "--no-cache"])
     from analysis.config.loader import load_config
     with make_evaluator(load_config(path), args) as ev:
@@ -80,11 +82,19 @@ def test_no_cache_flag(tmp_path):
 
 
 def test_failed_chunk_is_not_cached_and_drops_stay_recorded(tmp_path, monkeypatch):
+    import processors.diff_processor as dp
+
     files = small_files(tmp_path)
-    cols = jets(seed=2)
-    cols["pt"][0] = np.nan  # in the first chunk of dy
-    write_nano(files["dy"], cols)
     config = small_config(tmp_path, files, skip_bad_files=True)
+    real = dp.extract_columns
+
+    def damaged(events, *args, **kwargs):  # the first chunk of dy reads, then fails
+        out = real(events, *args, **kwargs)
+        if events.metadata["dataset"] == "dy" and events.metadata["entrystart"] == 0:
+            raise OSError("read error")
+        return out
+
+    monkeypatch.setattr(dp, "extract_columns", damaged)
     with Evaluator(config) as ev:
         ev.run(STEPS[0])
         assert len(ev.cache) == 7  # the failed chunk (non-finite, error policy) is not kept
@@ -94,6 +104,10 @@ def test_failed_chunk_is_not_cached_and_drops_stay_recorded(tmp_path, monkeypatc
         ev.run(STEPS[1])
         assert opens.calls > 0  # the failed chunk is read (and fails) again, alone
         assert len(ev.cache) == 7 and ev.faults_report()["skipped"] == skipped
+    monkeypatch.setattr(dp, "extract_columns", real)
+    cols = jets(seed=2)
+    cols["pt"][0] = np.nan  # in the first chunk of dy
+    write_nano(files["dy"], cols)
     config = small_config(tmp_path, files, nonfinite="drop")
     with Evaluator(config) as ev:
         ev.run(STEPS[0])
@@ -164,8 +178,12 @@ def test_object_set_plans_key_on_their_fields(tmp_path):
         data = {
             "datasets": {"d": {"files": ["x.root"]}},
             "parameters": {"t": {"init": 30.0, "bounds": [10.0, 50.0]}},
-            "objects": {"jets": {"collection": "Jet", "cuts": [
-                {"var": field, "op": ">", "param": "t", "width": 1.0}]}},
+            "objects": {
+                "jets": {
+                    "collection": "Jet",
+                    "cuts": [{"var": field, "op": ">", "param": "t", "width": 1.0}],
+                }
+            },
             "selection": [{"count": "jets", "op": ">=", "value": 1}],
             "observables": [{"name": "pt", "x": "jets.pt", "stats": ["mean"]}],
         }

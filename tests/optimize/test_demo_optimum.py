@@ -49,7 +49,13 @@ def demo_dir(tmp_path_factory) -> Path:
 def _config(data_dir: Path):
     datasets = {
         name: {
-            "generate": {"process": name, "events": EVENTS, "files": 2, "seed": SEEDS[name], "dir": str(data_dir / name)},
+            "generate": {
+                "process": name,
+                "events": EVENTS,
+                "files": 2,
+                "seed": SEEDS[name],
+                "dir": str(data_dir / name),
+            },
             "weight": "genWeight",
             "role": "signal" if name == "ttbar" else "background",
             "xsec": XSEC[name],
@@ -64,7 +70,11 @@ def _config(data_dir: Path):
             "jet_pt_min": {"init": START["jet_pt_min"], "bounds": list(BOUNDS["jet_pt_min"])},
             "jet_abs_eta_max": {"init": ETA_MAX, "trainable": False},
             "btag_min": {"init": START["btag_min"], "bounds": list(BOUNDS["btag_min"])},
-            "min_jets": {"init": START["min_jets"], "bounds": list(BOUNDS["min_jets"]), "integer": True},
+            "min_jets": {
+                "init": START["min_jets"],
+                "bounds": list(BOUNDS["min_jets"]),
+                "integer": True,
+            },
         },
         "selection": {
             "objects": {
@@ -73,7 +83,7 @@ def _config(data_dir: Path):
                     {"var": "pt", "op": ">", "param": "jet_pt_min", "width": 5.0},
                     {"var": "abs_eta", "op": "<", "param": "jet_abs_eta_max"},
                     {"var": "btagDeepFlavB", "op": ">", "param": "btag_min", "width": 0.05},
-                ]
+                ],
             },
             "events": [{"count": "Jet", "op": ">=", "param": "min_jets"}],
         },
@@ -149,4 +159,6 @@ def test_adam_reaches_the_best_hard_cut_of_a_fine_grid(demo_dir, capsys):
             f"{ {k: round(v, 4) for k, v in hard['parameters'].items()} } after {run.step} steps "
             f"(soft Z = {final['soft']['significance']:.3f}); ratio = {ratio:.4f}"
         )
-    assert ratio >= 0.98, f"optimised hard Z {z_ours:.3f} is {ratio:.1%} of the grid's best {z_best:.3f}"
+    assert ratio >= 0.98, (
+        f"optimised hard Z {z_ours:.3f} is {ratio:.1%} of the grid's best {z_best:.3f}"
+    )

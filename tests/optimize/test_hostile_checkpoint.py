@@ -40,7 +40,8 @@ def _adam_state(u):
 
 def _save(path: Path, *, opt_state=None, names=NAMES, config=None, step=2, fingerprint="f1"):
     u = np.array([0.25, 0.5, 0.75])
-    history = [{"step": k, "objective": -1.0 - k, "significance": None} for k in range(step)]
+    history = [{"step": k, "objective": -1.0 - k, "significance": None,
+                "parameters": dict.fromkeys(names or NAMES, 1.0)} for k in range(step)]
     C.save_checkpoint(
         path,
         {
@@ -79,8 +80,15 @@ def test_round_trip_rebuilds_the_optax_state(tmp_path):
 
 
 def test_newton_state_with_nones_round_trips(tmp_path):
-    state = {"radius": np.float64(0.1), "u": np.ones(3), "obj": np.float64(-2.0), "g": None,
-             "h": np.eye(3), "d": None, "pred": np.float64(0.5)}
+    state = {
+        "radius": np.float64(0.1),
+        "u": np.ones(3),
+        "obj": np.float64(-2.0),
+        "g": None,
+        "h": np.eye(3),
+        "d": None,
+        "pred": np.float64(0.5),
+    }
     path = tmp_path / C.CHECKPOINT
     _save(path, opt_state=state)
     like = dict.fromkeys(state)
@@ -156,8 +164,10 @@ def test_changed_parameters_and_config_are_named(tmp_path):
     u = np.array([0.25, 0.5, 0.75])
     path = tmp_path / C.CHECKPOINT
     _save(path)
-    with pytest.raises(C.CheckpointError, match="trainable parameters differ: a, b, c in the "
-                       "checkpoint, a, b, d now"):
+    with pytest.raises(
+        C.CheckpointError,
+        match="trainable parameters differ: a, b, c in the checkpoint, a, b, d now",
+    ):
         C.load_checkpoint(path, "f1", like=_adam_state(u), names=("a", "b", "d"))
     now = {"optimizer": {"learning_rate": 0.01, "steps": 6}}
     with pytest.raises(C.CheckpointError) as info:

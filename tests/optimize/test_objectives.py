@@ -78,7 +78,9 @@ def evaluated(small_data, passes):
             cfg = H.make_config(small_data, objective={"terms": OBJECTIVES[kind]})
             objective = Objective(cfg, ev.plan)
             at_center = objective_from_states(objective, center, order=2)
-            around = {key: objective_from_states(objective, states) for key, states in shifted.items()}
+            around = {
+                key: objective_from_states(objective, states) for key, states in shifted.items()
+            }
             cache[kind] = (at_center, around)
         return cache[kind]
 
@@ -219,7 +221,12 @@ def test_asimov_small_signal_limit(s_over_b, rel_var):
 
 @pytest.mark.parametrize(
     ("s", "b", "var", "rel"),
-    [(0.5, 2e3, 4e4, 1e-12), (1.0, 1e4, 1e8, 1e-12), (1e-2, 1e4, 1e8, 1e-12), (1e-4, 1e4, 0.0, 1e-12)],
+    [
+        (0.5, 2e3, 4e4, 1e-12),
+        (1.0, 1e4, 1e8, 1e-12),
+        (1e-2, 1e4, 1e8, 1e-12),
+        (1e-4, 1e4, 0.0, 1e-12),
+    ],
 )
 def test_asimov_precision_for_small_signals(s, b, var, rel):
     # The textbook form loses ~eps (b/s)^2 relative here (0 instead of 1e-7 at the
@@ -227,7 +234,9 @@ def test_asimov_precision_for_small_signals(s, b, var, rel):
     assert float(asimov_significance(s, b, var)) == pytest.approx(_z_decimal(s, b, var), rel=rel)
 
 
-@pytest.mark.parametrize(("s", "b", "var"), [(10.0, 100.0, 100.0), (1000.0, 10.0, 3.0), (5.0, 5.0, 0.0)])
+@pytest.mark.parametrize(
+    ("s", "b", "var"), [(10.0, 100.0, 100.0), (1000.0, 10.0, 3.0), (5.0, 5.0, 0.0)]
+)
 def test_asimov_gradient_matches_finite_differences(s, b, var):
     x = jnp.array([s, b, var], dtype=jnp.float64)
     grad = np.asarray(jax.grad(lambda v: asimov_significance(v[0], v[1], v[2]))(x))

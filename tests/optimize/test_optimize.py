@@ -82,7 +82,9 @@ def test_no_annealing_keeps_the_widths(small_data, tmp_path):
 
 def _jet_pt_mean_at_start(small_data: Path, tmp_path: Path) -> float:
     """ttbar.jet_pt.mean where an optimisation starts (its parameters, its widths)."""
-    cfg = H.make_config(small_data, objective={"terms": [{"type": "target", "stat": "ttbar.yield", "value": 0.0}]})
+    cfg = H.make_config(
+        small_data, objective={"terms": [{"type": "target", "stat": "ttbar.yield", "value": 0.0}]}
+    )
     probe = Optimization(cfg, Evaluator(cfg), tmp_path / "probe")
     states = probe.ev.run(probe.params(), widths=probe.w0, order=1)
     from analysis.pipeline.results import dataset_report
@@ -97,7 +99,12 @@ def test_convergence_stops_early_on_a_flat_objective(small_data, tmp_path):
         small_data,
         tmp_path / "run",
         objective={"terms": [{"type": "target", "stat": "ttbar.jet_pt.mean", "value": mean}]},
-        optimizer={"steps": 40, "window": window, "tolerance": 1e-4, "anneal": {"schedule": "none"}},
+        optimizer={
+            "steps": 40,
+            "window": window,
+            "tolerance": 1e-4,
+            "anneal": {"schedule": "none"},
+        },
     )
     assert run.converged
     assert run.step == window + 1
@@ -134,7 +141,8 @@ def _key(chunk) -> tuple:
 
 def _stochastic(small_data: Path, outdir: Path, seed: int, steps: int = 4):
     cfg = H.make_config(
-        small_data, optimizer={"steps": steps, "stochastic": True, "chunks_per_step": 2, "seed": seed}
+        small_data,
+        optimizer={"steps": steps, "stochastic": True, "chunks_per_step": 2, "seed": seed},
     )
     ev = Evaluator(cfg)
     spy = _ChunkSpy(ev)

@@ -45,12 +45,22 @@ CASES = {
         ["objective.terms.0.type", "significanse"],
     ),
     "target on a missing statistic": (
-        {"objective": _terms({"type": "significance"}, {"type": "target", "stat": "ttbar.jet_pt.meen", "value": 50})},
+        {
+            "objective": _terms(
+                {"type": "significance"},
+                {"type": "target", "stat": "ttbar.jet_pt.meen", "value": 50},
+            )
+        },
         ["objective.terms.1.stat", "'ttbar.jet_pt.meen'", "did you mean 'ttbar.jet_pt.mean'"],
     ),
     "target on a missing dataset": (
         {"objective": _terms({"type": "target", "stat": "wjets.yield", "value": 1.0})},
-        ["objective.terms.0.stat", "'wjets.yield'", "unknown dataset 'wjets'", "datasets: ttbar, dy"],
+        [
+            "objective.terms.0.stat",
+            "'wjets.yield'",
+            "unknown dataset 'wjets'",
+            "datasets: ttbar, dy",
+        ],
     ),
     "target without value": (
         {"objective": _terms({"type": "target", "stat": "ttbar.yield"})},
@@ -136,7 +146,9 @@ def test_resume_with_a_changed_config(small_data, tmp_path, capsys):
 
 
 def test_debug_shows_the_traceback(small_data, tmp_path):
-    config = write_config(tmp_path / "bad.yaml", H.config_dict(small_data, optimizer={"name": "adamm"}))
+    config = write_config(
+        tmp_path / "bad.yaml", H.config_dict(small_data, optimizer={"name": "adamm"})
+    )
     from analysis.errors import ConfigError
 
     with pytest.raises(ConfigError, match="adamm"):

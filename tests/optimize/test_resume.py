@@ -67,7 +67,9 @@ def _kill_after(config: Path, outdir: Path, steps_done: int, timeout: float = 24
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(small_data, tmp_path):
-    config = write_config(tmp_path / "opt.yaml", H.config_dict(small_data, optimizer={"steps": STEPS}))
+    config = write_config(
+        tmp_path / "opt.yaml", H.config_dict(small_data, optimizer={"steps": STEPS})
+    )
 
     assert main(_optimize(config, tmp_path / "whole")) == 0
     whole = json.loads((tmp_path / "whole" / "results.json").read_text())
@@ -113,7 +115,9 @@ def _fails_cleanly(argv: list[str], capsys, outdir: Path) -> tuple[str, dict]:
     return line, ckpt
 
 
-def test_python_objective_raising_mid_run_keeps_the_checkpoint(small_data, tmp_path, capsys, monkeypatch):
+def test_python_objective_raising_mid_run_keeps_the_checkpoint(
+    small_data, tmp_path, capsys, monkeypatch
+):
     terms = [{"type": "python", "function": "tests.userlosses:fails_when_tight"}]
     cfg = H.config_dict(small_data, objective={"terms": terms}, optimizer={"steps": 5})
     config = write_config(tmp_path / "opt.yaml", cfg)

@@ -94,7 +94,9 @@ def test_scan_command_writes_the_best_point(small_data, tmp_path, capsys):
     best = int(np.argmin(values))
     assert np.isfinite(values[best])
     assert result["best"]["objective"] == values[best]
-    assert result["best"]["parameters"] == dict(zip(["jet_pt_min", "min_jets"], result["points"][best], strict=True))
+    assert result["best"]["parameters"] == dict(
+        zip(["jet_pt_min", "min_jets"], result["points"][best], strict=True)
+    )
     assert result["best"]["parameters"]["min_jets"] in (1.0, 2.0, 3.0)
 
 

@@ -73,8 +73,10 @@ def _chunks(cols) -> list:
 def state_leaves(tree: dict) -> dict[str, np.ndarray]:
     """Flat ``{path: array}`` of a states pytree (values, Jacobian or Hessian alike),
     with each ``center*``/``dmean*`` pair replaced by their sum (the mean)."""
-    out = {"selected_sumw": np.asarray(tree["selected_sumw"]),
-           "selected_sumw2": np.asarray(tree["selected_sumw2"])}
+    out = {
+        "selected_sumw": np.asarray(tree["selected_sumw"]),
+        "selected_sumw2": np.asarray(tree["selected_sumw2"]),
+    }
     for name, entry in tree["observables"].items():
         for kind, named in entry.items():
             fields = named._asdict()
@@ -82,7 +84,7 @@ def state_leaves(tree: dict) -> dict[str, np.ndarray]:
                 if field.startswith("center"):
                     continue
                 if field.startswith("dmean"):
-                    leaf = leaf + fields["center" + field[len("dmean"):]]
+                    leaf = leaf + fields["center" + field[len("dmean") :]]
                 out[f"{name}/{kind}/{field}"] = np.asarray(leaf)
     return out
 
@@ -120,6 +122,7 @@ def test_chunk_jacobian_and_hessian_match_finite_differences(setup, columns, dat
             for leaf in (*jac_l.values(), *hess_l.values()):
                 assert np.all(leaf == 0)
             continue
+
         def leaves(t, order, part, arrays=arrays, shapes=shapes):
             return state_leaves(evaluate_chunk(t, widths, arrays, plan, shapes, order=order)[part])
 
@@ -181,9 +184,7 @@ def test_merged_derivatives_equal_jax_on_whole_file(setup, columns, dataset) -> 
     )
     assert merged.events == cols.n_events and merged.chunks == len(_chunks(cols))
     values, jacs, hesses = merged.taylor()
-    value, grad, hess = derivatives(
-        lambda s: statistics(s, plan), values, jacs, hesses, order=2
-    )
+    value, grad, hess = derivatives(lambda s: statistics(s, plan), values, jacs, hesses, order=2)
 
     arrays, shapes = pad_columns(cols, plan)
     want_value, want_grad, want_hess = _whole_file(
@@ -233,6 +234,10 @@ def test_evaluator_gradients_equal_finite_differences_of_evaluate(tmp_path) -> N
                 if key not in selected:
                     continue
                 grad_key = selected[key] + name
-                assert flat_base[grad_key] == pytest.approx(fd[key][j], rel=FD_RTOL), (key, name, value)
+                assert flat_base[grad_key] == pytest.approx(fd[key][j], rel=FD_RTOL), (
+                    key,
+                    name,
+                    value,
+                )
                 checked += 1
             assert checked == 2 + 2 * 5 + 2 + 4

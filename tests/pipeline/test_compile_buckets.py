@@ -91,7 +91,9 @@ def test_padding_layout(n_events: int) -> None:
     counts[-1] = 17  # a long list: the per-event loop must cover it
     total = int(counts.sum())
     cols = ChunkColumns(
-        n_events, rng.exponential(1.0, n_events), counts,
+        n_events,
+        rng.exponential(1.0, n_events),
+        counts,
         {"pt": rng.exponential(40.0, total), "eta": rng.normal(0.0, 2.0, total)},
     )
     arrays, shapes = pad_columns(cols, plan)
@@ -109,9 +111,7 @@ def test_padding_layout(n_events: int) -> None:
     assert not arrays["weight"][n_events:].any() and not arrays["counts"][n_events:].any()
     assert arrays["valid"][:total].all() and not arrays["valid"][total:].any()
     np.testing.assert_array_equal(arrays["object:pt"][:total], cols.objects["pt"])
-    np.testing.assert_array_equal(
-        arrays["segment"][:total], np.repeat(np.arange(n_events), counts)
-    )
+    np.testing.assert_array_equal(arrays["segment"][:total], np.repeat(np.arange(n_events), counts))
 
 
 def test_more_padding_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -86,8 +86,9 @@ def compare(plan: Plan, cols: ChunkColumns, theta, widths) -> tuple[dict, dict]:
     return v1, j1
 
 
-def synthetic(n: int, *, seed: int = 0, mean_jets: float = 4.0, ties: bool = False,
-              big: int = 0) -> ChunkColumns:
+def synthetic(
+    n: int, *, seed: int = 0, mean_jets: float = 4.0, ties: bool = False, big: int = 0
+) -> ChunkColumns:
     """``n`` events of Poisson jets (pt, eta, btag, mass), MET, negative weights included;
     the first events have 0, 1 and ``big`` jets; ``ties`` rounds values onto a grid so that
     some equal the thresholds exactly."""
@@ -103,8 +104,11 @@ def synthetic(n: int, *, seed: int = 0, mean_jets: float = 4.0, ties: bool = Fal
     if ties:
         pt, eta, btag, met = np.round(pt), np.round(eta, 1), np.round(btag, 1), np.round(met)
     return ChunkColumns(
-        n, rng.normal(0.8, 1.0, n), counts.astype(np.int64),
-        {"pt": pt, "eta": eta, "btagDeepFlavB": btag, "mass": mass}, {"MET.pt": met},
+        n,
+        rng.normal(0.8, 1.0, n),
+        counts.astype(np.int64),
+        {"pt": pt, "eta": eta, "btagDeepFlavB": btag, "mass": mass},
+        {"MET.pt": met},
     )
 
 
@@ -161,8 +165,12 @@ def features_config(*, width: float, inverted: bool) -> dict:
         "observables": [
             {"name": "pt", "x": "Jet.pt", "stats": ["mean", "std", "skew", "kurtosis"]},
             {"name": "pt_eta", "x": "Jet.pt", "y": "abs(Jet.eta)", "stats": ["covar", "corr"]},
-            {"name": "ht", "x": "sum(Jet.pt)", "y": "count(Jet)",
-             "stats": ["mean", "var", "linear_fit"]},
+            {
+                "name": "ht",
+                "x": "sum(Jet.pt)",
+                "y": "count(Jet)",
+                "stats": ["mean", "var", "linear_fit"],
+            },
             {"name": "met", "x": "abs(MET.pt)", "stats": ["mean", "kurtosis"]},
         ],
     }
@@ -293,11 +301,15 @@ def test_independent_of_thread_count(monkeypatch):
 
 def test_no_collection():
     # Events only: a soft MET cut and MET moments, no object collection read.
-    plan, theta, widths = make_plan({
-        "parameters": {"met_min": {"init": 10.0, "bounds": [0.0, 100.0]}},
-        "selection": {"events": [{"var": "MET.pt", "op": ">=", "param": "met_min", "width": 4.0}]},
-        "observables": [{"name": "met", "x": "MET.pt", "stats": ["mean", "skew"]}],
-    })
+    plan, theta, widths = make_plan(
+        {
+            "parameters": {"met_min": {"init": 10.0, "bounds": [0.0, 100.0]}},
+            "selection": {
+                "events": [{"var": "MET.pt", "op": ">=", "param": "met_min", "width": 4.0}]
+            },
+            "observables": [{"name": "met", "x": "MET.pt", "stats": ["mean", "skew"]}],
+        }
+    )
     assert plan.collection is None
     cols = synthetic(300, seed=13)
     cols = ChunkColumns(cols.n_events, cols.weight, None, {}, cols.events)

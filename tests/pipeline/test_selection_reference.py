@@ -83,7 +83,13 @@ def weighted_moments(x: np.ndarray, w: np.ndarray) -> dict[str, Any]:
     m2 = raw[2] - mu**2
     m3 = raw[3] - 3 * mu * raw[2] + 2 * mu**3
     m4 = raw[4] - 4 * mu * raw[3] + 6 * mu**2 * raw[2] - 3 * mu**4
-    return {"mean": mu, "var": m2, "std": np.sqrt(m2), "skew": m3 / m2**1.5, "kurtosis": m4 / m2**2 - 3}
+    return {
+        "mean": mu,
+        "var": m2,
+        "std": np.sqrt(m2),
+        "skew": m3 / m2**1.5,
+        "kurtosis": m4 / m2**2 - 3,
+    }
 
 
 def weighted_pair(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, Any]:

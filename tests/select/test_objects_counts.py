@@ -50,14 +50,15 @@ COUNTS = (
 )
 THRESHOLDS = np.array([2.3, 1.6, 1.45, 0.4, 3.7])
 WIDTHS = np.array([0.7, 0.3, 1.0, 0.5, 2.0])
-OPS = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal,
-       "==": np.equal}
+OPS = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal, "==": np.equal}
 
 
 def step(frac, width):
     """integer_step's formula (its docstring), in numpy."""
+
     def sig(z):
         return 1.0 / (1.0 + np.exp(-z))
+
     lo, hi = sig(-0.5 / width), sig(0.5 / width)
     return (sig((frac - 0.5) / width) - lo) / (hi - lo)
 
@@ -122,8 +123,9 @@ def test_soft_thresholds_against_enumeration(data):
     w = {k: np.asarray(v) for k, v in object_weights(jp, lays, model, th, cw).items()}
     mom = np.asarray(sum_moments(jp, lays, model, th, {"jets": pt["Jet"]}, cw, order=2))
     lead = {
-        "jets": leading(jp, lays, model, th, [("jets", 0), ("jets", 1), ("jets", 2)],
-                        {"jets": pt["Jet"]}, cw),
+        "jets": leading(
+            jp, lays, model, th, [("jets", 0), ("jets", 1), ("jets", 2)], {"jets": pt["Jet"]}, cw
+        ),
         "muons": leading(jp, lays, model, th, [("muons", 0)], {"muons": pt["Muon"]}, cw),
     }
     for e in range(len(counts["Jet"])):
@@ -172,8 +174,9 @@ def test_threshold_gradient_matches_finite_differences(data, at):
         np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=1e-9)
     else:
         h = 1e-7
-        fd = np.stack([(f(x0 + h * np.eye(len(x0))[i]) - f(x0)) / h for i in range(len(x0))],
-                      axis=1)
+        fd = np.stack(
+            [(f(x0 + h * np.eye(len(x0))[i]) - f(x0)) / h for i in range(len(x0))], axis=1
+        )
         np.testing.assert_allclose(jac, fd, rtol=1e-5, atol=1e-7)
     # Every threshold moves the pass (0 before issue 8's count steps); at the integers
     # jets >= 2 cannot: jets + bjets > 2 with bjets == 0 needs three jets.

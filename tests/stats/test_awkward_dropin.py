@@ -156,7 +156,9 @@ def _kw(case: dict[str, Any]) -> dict[str, Any]:
 def test_univariate_like_awkward(case: dict[str, Any]) -> None:
     x, kw = case["x"], _kw(case)
     for name in ("mean", "var", "std"):
-        assert_like_awkward(getattr(stats, name)(x, **kw), _ak(getattr(ak, name), x, **kw), SCALE[name])
+        assert_like_awkward(
+            getattr(stats, name)(x, **kw), _ak(getattr(ak, name), x, **kw), SCALE[name]
+        )
     for n in (0, 1, 2, 3):
         assert_like_awkward(stats.moment(x, n, **kw), _ak(ak.moment, x, n, **kw), SCALE["moment"])
 
@@ -224,9 +226,12 @@ def test_infinities_and_nan_propagate() -> None:
 
 def test_option_types_from_physics_idioms() -> None:
     jets = ak.Array([[50.0, 30.0, 20.0], [], [40.0], [60.0, 25.0]])
-    for x in (ak.firsts(jets), ak.mask(jets, jets > 25), ak.pad_none(jets, 2), ak.pad_none(
-        jets, 2, clip=True
-    )):
+    for x in (
+        ak.firsts(jets),
+        ak.mask(jets, jets > 25),
+        ak.pad_none(jets, 2),
+        ak.pad_none(jets, 2, clip=True),
+    ):
         for axis in (None, 0, -1):
             for mi in (False, True):
                 kw = {"axis": axis, "mask_identity": mi}
@@ -428,7 +433,9 @@ def test_jax_backend_gives_the_numpy_backend_results(case: dict[str, Any]) -> No
         if isinstance(ref, ak.Array):
             assert ak.backend(ours) == "jax"
             ours = ak.to_backend(ours, "cpu")
-        assert_like_awkward(ours if ours is None or isinstance(ours, ak.Array) else float(ours), ref)
+        assert_like_awkward(
+            ours if ours is None or isinstance(ours, ak.Array) else float(ours), ref
+        )
 
 
 def test_regular_dimensions_every_keyword() -> None:

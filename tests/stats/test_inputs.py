@@ -140,7 +140,12 @@ def test_jagged_container() -> None:
             ValueError,
             r"axis=1 needs lists .* x is flat \(10 elements\)",
         ),
-        (lambda: stats.mean(Jagged(FLAT, OFFSETS), axis=0), ValueError, "axis=0 .* Jagged"),
+        (
+            lambda: jax.jit(lambda j: stats.mean(j, axis=0))(Jagged(FLAT, OFFSETS)),
+            ValueError,
+            "axis=0 of a Jagged .* needs concrete offsets",
+        ),
+        (lambda: stats.mean(FLAT, axis=-2), ValueError, r"axis=-2 needs lists, but x is flat \(10 elements\)"),
         (
             lambda: stats.mean(FLAT, axis=2),
             ValueError,

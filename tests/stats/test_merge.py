@@ -95,7 +95,10 @@ def test_merge_moments_of_big_values_is_stable(big_reference) -> None:
     folded = reduce(merge_moments, states)
     tree = states
     while len(tree) > 1:
-        tree = [merge_moments(*tree[i : i + 2]) if i + 1 < len(tree) else tree[i] for i in range(0, len(tree), 2)]
+        tree = [
+            merge_moments(*tree[i : i + 2]) if i + 1 < len(tree) else tree[i]
+            for i in range(0, len(tree), 2)
+        ]
     for merged in (folded, tree[0]):
         s = _core.Moments(*(jnp.asarray(v) for v in merged))
         got = {
@@ -182,7 +185,9 @@ def natural_scales(x, y, w, offset: float) -> dict[str, float]:
     x, y, w = np.asarray(x) + offset, np.asarray(y), np.asarray(w)
     sw = w.sum()
     if sw == 0:
-        return dict.fromkeys(("sumw", "dmean", "dmean_x", "dmean_y", "m2", "m3", "m4", "cxx", "cyy", "cxy"), 0.0)
+        return dict.fromkeys(
+            ("sumw", "dmean", "dmean_x", "dmean_y", "m2", "m3", "m4", "cxx", "cyy", "cxy"), 0.0
+        )
     # Deviations are never smaller than the rounding of the mean itself.
     dx = np.abs(x - (w * x).sum() / sw) + 1e-12 * np.abs(x).max() + 1e-300
     dy = np.abs(y - (w * y).sum() / sw) + 1e-12 * np.abs(y).max() + 1e-300
@@ -201,7 +206,9 @@ def natural_scales(x, y, w, offset: float) -> dict[str, float]:
     }
 
 
-def assert_states_close(a: tuple, b: tuple, kind: str, scales: dict[str, float], rtol: float = 1e-10) -> None:
+def assert_states_close(
+    a: tuple, b: tuple, kind: str, scales: dict[str, float], rtol: float = 1e-10
+) -> None:
     ca, cb = canonical(a, kind), canonical(b, kind)
     for key in ca:
         # Derivatives carry factors of up to ~k^2 (moment order, two derivatives).
@@ -280,7 +287,9 @@ def test_any_split_merges_to_the_whole(whole, data, offset, kind) -> None:
     tail = [col[cut:] for col in whole]
     i = _index(kind)
     merged = _merge(kind)(sample_states(*head, offset)[i], sample_states(*tail, offset)[i])
-    assert_states_close(merged, sample_states(*whole, offset)[i], kind, natural_scales(*whole, offset))
+    assert_states_close(
+        merged, sample_states(*whole, offset)[i], kind, natural_scales(*whole, offset)
+    )
 
 
 def _statistics(mom: tuple, com: tuple) -> dict[str, float]:
@@ -302,7 +311,9 @@ def test_statistics_are_invariant_under_weight_scaling(whole, data, c, offset) -
     cut = data.draw(st.integers(0, len(x)), label="cut")
 
     def merged(weights):
-        parts = [sample_states(x[s], y[s], weights[s], offset) for s in (slice(0, cut), slice(cut, None))]
+        parts = [
+            sample_states(x[s], y[s], weights[s], offset) for s in (slice(0, cut), slice(cut, None))
+        ]
         return parts[0][0] + parts[1][0], parts[0][1] + parts[1][1]
 
     mom, com = merged(w)
@@ -314,14 +325,20 @@ def test_statistics_are_invariant_under_weight_scaling(whole, data, c, offset) -
         for key in ca:
             factor = 1.0 if key.startswith("dmean") else c
             np.testing.assert_allclose(
-                cb[key], factor * ca[key], rtol=1e-10, atol=1e-10 * 20 * factor * scales[key], err_msg=key
+                cb[key],
+                factor * ca[key],
+                rtol=1e-10,
+                atol=1e-10 * 20 * factor * scales[key],
+                err_msg=key,
             )
     stats, stats_c = _statistics(mom, com), _statistics(mom_c, com_c)
     magnitude = _statistic_magnitudes(np.asarray(x) + offset, np.asarray(y), np.asarray(w))
     for key, value in stats.items():
         want = value
         if key in ("fit_intercept_error", "fit_slope_error"):
-            want = value / np.sqrt(c)  # ak.linear_fit: weights enter linearly, errors ~ 1/sqrt(sum w)
+            want = value / np.sqrt(
+                c
+            )  # ak.linear_fit: weights enter linearly, errors ~ 1/sqrt(sum w)
         assert stats_c[key] == pytest.approx(want, rel=1e-9, abs=1e-9 * magnitude[key]), key
 
 

@@ -1,0 +1,58 @@
+"""Binned likelihoods of soft histograms: the model, profile fits and objectives.
+
+``from analysis import likelihood as lk``; describe the model with :class:`Model`,
+:class:`Channel` and :class:`Normalisation` (:mod:`analysis.likelihood.model`), then
+:func:`discovery_significance` / :func:`mu_uncertainty` are JAX functions of merged
+histogram states ``{dataset: {key: stats.Histogram}}``
+(:mod:`analysis.likelihood.significance`). The likelihood is built with evermore's
+effects and pdfs (:mod:`analysis.likelihood.expected`), fitted with optimistix
+(:mod:`analysis.likelihood.fit`); :func:`results_section` is the ``likelihood`` section
+of results.json (:mod:`analysis.likelihood.summary`). Pure maths: knows :mod:`analysis.stats` only.
+"""
+
+from __future__ import annotations
+
+from analysis.likelihood.expected import asimov, expected, mc_stat_widths, nll, nuisance_names
+from analysis.likelihood.fit import FitResult, fit_status, profile, raise_for_fit
+from analysis.likelihood.model import (
+    Channel,
+    FitError,
+    LikelihoodError,
+    Model,
+    Normalisation,
+    check_templates,
+    edges,
+    templates,
+)
+from analysis.likelihood.significance import (
+    Significance,
+    discovery_significance,
+    mu_uncertainty,
+    significance,
+)
+from analysis.likelihood.summary import results_section
+
+__all__ = [
+    "Channel",
+    "FitError",
+    "FitResult",
+    "LikelihoodError",
+    "Model",
+    "Normalisation",
+    "Significance",
+    "asimov",
+    "check_templates",
+    "discovery_significance",
+    "edges",
+    "expected",
+    "fit_status",
+    "mc_stat_widths",
+    "mu_uncertainty",
+    "nll",
+    "nuisance_names",
+    "profile",
+    "raise_for_fit",
+    "results_section",
+    "significance",
+    "templates",
+]

@@ -1,0 +1,357 @@
+"""The description of a binned statistical model, and its templates from histogram states.
+
+A :class:`Model` names what the likelihood is built from; the numbers come from
+merged histogram states ``{dataset: {key: stats.Histogram}}`` (e.g. ``{ds: d.value}``
+of a coffea processor's ``{dataset: stats.Derived}``):
+
+* :class:`Channel` ``(name, histogram, variations={syst: (up_key, down_key)}, datasets=None)``:
+  the channel's nominal template of each dataset is ``states[ds][histogram]``; a shape
+  systematic ``syst`` has up/down templates ``states[ds][up_key]`` / ``[down_key]``
+  (every dataset of the channel must have them: a dataset unaffected by ``syst``
+  carries its nominal histogram under those keys). ``datasets``: the samples of the
+  channel (default: every dataset of the states).
+* :class:`Normalisation` ``(name, datasets, kappa)``: an lnN uncertainty, the yields
+  of ``datasets`` scaled by ``kappa ** theta``.
+* ``Model(channels, signal, normalisations=(), mc_stat=True, floor=1e-9)``: ``signal``
+  are the datasets scaled by the signal strength ``mu``; ``mc_stat`` adds the
+  Barlow-Beeston-lite factors; ``floor`` is the smallest expected count of a bin
+  (see :mod:`analysis.likelihood.expected`).
+
+:func:`templates` turns states into the template pytree (JAX, traceable, the layout of
+the ``likelihood`` section of results.json) ``{channel: {dataset: {"nominal": {"sumw",
+"sumw2"}, "variations": {syst: {"up", "down"}}}}}`` (in-range bins, flow dropped);
+:func:`check_templates` refuses, in one line naming the bin, what would make the
+likelihood meaningless (non-finite values, negative sums of squared weights, a
+negative total background).
+
+Pure maths: knows :mod:`analysis.stats`, nothing of files, coffea or the config.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from analysis.errors import DiffcoffeaError
+from analysis.stats.histogram import Histogram
+
+__all__ = [
+    "Channel",
+    "FitError",
+    "LikelihoodError",
+    "Model",
+    "Normalisation",
+    "check_templates",
+    "edges",
+    "templates",
+]
+
+Templates = dict[str, dict[str, dict[str, Any]]]
+
+
+class LikelihoodError(DiffcoffeaError):
+    """A model or its templates are unusable: one line naming the channel, sample or bin."""
+
+
+class FitError(LikelihoodError):
+    """A profile fit did not converge: one line naming the step and the fit status."""
+
+
+def _name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise LikelihoodError(f"likelihood: {where}: expected a non-empty name, found {value!r}")
+    return value
+
+
+def _names(values: Any, where: str) -> tuple[str, ...]:
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise LikelihoodError(f"likelihood: {where}: expected a list of names, found {values!r}")
+    out = tuple(_name(v, f"{where}[{i}]") for i, v in enumerate(values))
+    if len(set(out)) != len(out):
+        raise LikelihoodError(f"likelihood: {where}: names repeat in {list(out)}")
+    return out
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """lnN normalisation uncertainty: the yields of ``datasets`` times ``kappa ** theta``
+    (pyhf ``normsys`` with ``hi = kappa``, ``lo = 1 / kappa``), ``kappa > 0``."""
+
+    name: str
+    datasets: tuple[str, ...]
+    kappa: float
+
+    def __post_init__(self) -> None:
+        _name(self.name, "normalisation name")
+        object.__setattr__(
+            self, "datasets", _names(self.datasets, f"normalisation {self.name!r}: datasets")
+        )
+        k = self.kappa
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
+            raise LikelihoodError(
+                f"likelihood: normalisation {self.name!r}: kappa = {k!r}; expected a finite "
+                "number > 0"
+            )
+        object.__setattr__(self, "kappa", float(k))
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One channel: the state key of its histogram, its shape variations
+    ``{syst: (up_key, down_key)}`` and optionally its datasets (default: all)."""
+
+    name: str
+    histogram: str
+    variations: Any = field(default=())
+    datasets: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _name(self.name, "channel name")
+        _name(self.histogram, f"channel {self.name!r}: histogram")
+        raw = self.variations
+        items = raw.items() if isinstance(raw, Mapping) else raw
+        out = []
+        for item in items:
+            try:
+                syst, pair = item
+                if isinstance(pair, str) or len(pair) != 2:
+                    raise ValueError
+                up, down = pair
+            except (TypeError, ValueError):
+                raise LikelihoodError(
+                    f"likelihood: channel {self.name!r}: variations: expected "
+                    f"{{name: (up_key, down_key)}}, found {item!r}"
+                ) from None
+            where = f"channel {self.name!r}: variation {syst!r}"
+            out.append(
+                (
+                    _name(syst, f"channel {self.name!r}: variation"),
+                    _name(up, where),
+                    _name(down, where),
+                )
+            )
+        out.sort()
+        names = [v[0] for v in out]
+        if len(set(names)) != len(names):
+            raise LikelihoodError(f"likelihood: channel {self.name!r}: variations repeat: {names}")
+        object.__setattr__(self, "variations", tuple(out))
+        if self.datasets is not None:
+            object.__setattr__(
+                self, "datasets", _names(self.datasets, f"channel {self.name!r}: datasets")
+            )
+
+    @property
+    def shapes(self) -> tuple[str, ...]:
+        return tuple(v[0] for v in self.variations)
+
+
+@dataclass(frozen=True)
+class Model:
+    """Channels, signal datasets (scaled by ``mu``), lnN normalisations, MC statistics.
+
+    Frozen and hashable (a static argument of jitted functions). ``floor``: the
+    expected count of a bin is ``max(lambda, floor)`` (documented in
+    :mod:`analysis.likelihood.expected`).
+    """
+
+    channels: tuple[Channel, ...]
+    signal: tuple[str, ...]
+    normalisations: tuple[Normalisation, ...] = ()
+    mc_stat: bool = True
+    floor: float = 1e-9
+
+    def __post_init__(self) -> None:
+        chans = tuple(self.channels)
+        if not chans or not all(isinstance(c, Channel) for c in chans):
+            raise LikelihoodError(
+                f"likelihood: channels: expected one or more Channel, found {self.channels!r}"
+            )
+        names = [c.name for c in chans]
+        if len(set(names)) != len(names):
+            raise LikelihoodError(f"likelihood: channels: names repeat in {names}")
+        object.__setattr__(self, "channels", chans)
+        object.__setattr__(self, "signal", _names(self.signal, "signal"))
+        if not self.signal:
+            raise LikelihoodError("likelihood: signal: expected at least one signal dataset")
+        norms = tuple(self.normalisations)
+        if not all(isinstance(n, Normalisation) for n in norms):
+            raise LikelihoodError(
+                f"likelihood: normalisations: expected Normalisation entries, found {norms!r}"
+            )
+        object.__setattr__(self, "normalisations", norms)
+        clash = set(self.norm_names) & set(self.shape_names)
+        if len(set(self.norm_names)) != len(self.norm_names) or clash:
+            raise LikelihoodError(
+                f"likelihood: nuisance names repeat: normalisations {list(self.norm_names)}, "
+                f"shapes {list(self.shape_names)}"
+            )
+        if not isinstance(self.mc_stat, bool):
+            raise LikelihoodError(
+                f"likelihood: mc_stat: expected true or false, found {self.mc_stat!r}"
+            )
+        if not (
+            isinstance(self.floor, (int, float)) and self.floor > 0 and math.isfinite(self.floor)
+        ):
+            raise LikelihoodError(f"likelihood: floor: expected a number > 0, found {self.floor!r}")
+        for c in chans:
+            if c.datasets is not None and not set(c.datasets) & set(self.signal):
+                raise LikelihoodError(
+                    f"likelihood: channel {c.name!r} has no signal dataset (datasets "
+                    f"{list(c.datasets)}, signal {list(self.signal)}); every channel needs one"
+                )
+
+    @property
+    def norm_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.normalisations)
+
+    @property
+    def shape_names(self) -> tuple[str, ...]:
+        """Shape nuisances: every variation name of every channel, sorted."""
+        return tuple(sorted({s for c in self.channels for s in c.shapes}))
+
+    def datasets(self, channel: Channel, states: Mapping[str, Any]) -> tuple[str, ...]:
+        """The samples of ``channel``: its ``datasets``, else every key of ``states``."""
+        return tuple(channel.datasets) if channel.datasets is not None else tuple(states)
+
+
+def _histogram(states: Mapping[str, Any], ds: str, key: str, where: str) -> Histogram:
+    if ds not in states:
+        raise LikelihoodError(
+            f"likelihood: {where}: dataset {ds!r} not in the states (found {sorted(states)})"
+        )
+    got = states[ds]
+    if not isinstance(got, Mapping) or key not in got:
+        found = sorted(got) if isinstance(got, Mapping) else type(got).__name__
+        raise LikelihoodError(
+            f"likelihood: {where}: dataset {ds!r} has no histogram {key!r} (found {found})"
+        )
+    h = got[key]
+    if not isinstance(h, Histogram):
+        raise LikelihoodError(
+            f"likelihood: {where}: states[{ds!r}][{key!r}] is a {type(h).__name__}; expected a "
+            "stats.Histogram"
+        )
+    return h
+
+
+def edges(states: Mapping[str, Any], model: Model) -> dict[str, list[float]]:
+    """``{channel: bin edges}``, checking that every template of a channel has them."""
+    out = {}
+    for c in model.channels:
+        ref: tuple[float, ...] | None = None
+        for ds in model.datasets(c, states):
+            keys = [(c.histogram, "nominal")] + [
+                (k, f"{s} {side}")
+                for s, up, dn in c.variations
+                for k, side in ((up, "up"), (dn, "down"))
+            ]
+            for key, what in keys:
+                e = tuple(_histogram(states, ds, key, f"channel {c.name!r}").edges.tolist())
+                if ref is None:
+                    ref = e
+                elif e != ref:
+                    raise LikelihoodError(
+                        f"likelihood: channel {c.name!r}: dataset {ds!r} {what} histogram "
+                        f"{key!r} has edges {list(e)}; expected {list(ref)} (as the others)"
+                    )
+        assert ref is not None
+        out[c.name] = list(ref)
+    return out
+
+
+def templates(states: Mapping[str, Any], model: Model) -> Templates:
+    """Template pytree ``{channel: {dataset: {"nominal": {"sumw", "sumw2"}, "variations":
+    {syst: {"up", "down"}}}}}`` of the in-range bins of the states (JAX-traceable:
+    only indexing). Missing datasets or keys raise :class:`LikelihoodError` naming them."""
+    out: Templates = {}
+    for c in model.channels:
+        where = f"channel {c.name!r}"
+        chan: dict[str, Any] = {}
+        for ds in model.datasets(c, states):
+            nom = _histogram(states, ds, c.histogram, where)
+            chan[ds] = {
+                "nominal": {"sumw": nom.sumw, "sumw2": nom.sumw2},
+                "variations": {
+                    s: {
+                        "up": _histogram(states, ds, up, f"{where}: variation {s!r}").sumw,
+                        "down": _histogram(states, ds, dn, f"{where}: variation {s!r}").sumw,
+                    }
+                    for s, up, dn in c.variations
+                },
+            }
+        if not set(chan) & set(model.signal):
+            raise LikelihoodError(
+                f"likelihood: channel {c.name!r} has no signal dataset (datasets {sorted(chan)}, "
+                f"signal {list(model.signal)}); every channel needs one"
+            )
+        out[c.name] = chan
+    missing = set(model.signal) - {ds for chan in out.values() for ds in chan}
+    for n in model.normalisations:
+        missing |= set(n.datasets) - {ds for chan in out.values() for ds in chan}
+    if missing:
+        raise LikelihoodError(
+            f"likelihood: datasets {sorted(missing)} of the model are in no channel"
+        )
+    return out
+
+
+def _first(mask: np.ndarray) -> int | None:
+    """Index of the first True entry, or None."""
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+def check_templates(
+    tmpl: Mapping[str, Any], model: Model, bin_edges: Mapping[str, Sequence[float]] | None = None
+) -> None:
+    """Refuse, in one line naming channel, dataset and bin, concrete templates with a
+    non-finite value, a negative ``sumw2``, or a negative total background. Empty
+    background bins are allowed (the ``floor`` of the model applies)."""
+
+    def bin_name(ch: str, i: int) -> str:
+        if bin_edges is None:
+            return f"bin {i}"
+        e = bin_edges[ch]
+        return f"bin {i} [{e[i]:g}, {e[i + 1]:g})"
+
+    for ch, chan in tmpl.items():
+        background = None
+        for ds, sample in chan.items():
+            arrays = [
+                ("nominal sumw", sample["nominal"]["sumw"]),
+                ("nominal sumw2", sample["nominal"]["sumw2"]),
+            ]
+            for s, var in sample["variations"].items():
+                arrays += [
+                    (f"variation {s!r} up", var["up"]),
+                    (f"variation {s!r} down", var["down"]),
+                ]
+            for what, arr in arrays:
+                a = np.asarray(arr, dtype=np.float64)
+                i = _first(~np.isfinite(a))
+                if i is not None:
+                    raise LikelihoodError(
+                        f"likelihood: channel {ch!r}, dataset {ds!r}, {what}, {bin_name(ch, i)}: "
+                        f"{a[i]}; expected a finite number"
+                    )
+            w2 = np.asarray(sample["nominal"]["sumw2"], dtype=np.float64)
+            i = _first(w2 < 0)
+            if i is not None:
+                raise LikelihoodError(
+                    f"likelihood: channel {ch!r}, dataset {ds!r}, {bin_name(ch, i)}: sumw2 = "
+                    f"{w2[i]:g}; expected >= 0"
+                )
+            if ds not in model.signal:
+                w = np.asarray(sample["nominal"]["sumw"], dtype=np.float64)
+                background = w if background is None else background + w
+        i = None if background is None else _first(background < 0)
+        if background is not None and i is not None:
+            raise LikelihoodError(
+                f"likelihood: channel {ch!r}, {bin_name(ch, i)}: total background sumw = "
+                f"{background[i]:g}; expected >= 0 (negative weights dominate the bin: "
+                "merge bins or change the edges)"
+            )

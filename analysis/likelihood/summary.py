@@ -1,0 +1,75 @@
+"""The ``likelihood`` section of results.json (a contract: code outside the repository reads it).
+
+:func:`results_section` turns concrete merged states, the model and a
+:class:`~analysis.likelihood.Significance` into plain JSON types::
+
+    {"channels": {CH: {"edges": [...], "samples": {DATASET: {
+        "nominal": {"sumw": [...], "sumw2": [...]},
+        "variations": {NAME: {"up": [...], "down": [...]}}}}}},
+     "normalisations": {NAME: {"datasets": [...], "kappa": k}},
+     "signal": [DATASET, ...], "mc_stat": true|false,
+     "significance": {"value": Z, "grad": {PARAM: dZ/dparam}},
+     "fit": {"converged": bool, "nuisances": {NAME: value}}}
+
+Sums are of the in-range bins (no flow bins); ``nuisances`` are the ``mu = 0`` profile
+fit's, named as :func:`~analysis.likelihood.nuisance_names`. Returns a dict; writing
+it is the caller's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from analysis.likelihood.expected import nuisance_names
+from analysis.likelihood.model import Model, edges, templates
+from analysis.likelihood.significance import Significance
+
+__all__ = ["results_section"]
+
+
+def _floats(a: Any) -> list[float]:
+    return [float(v) for v in np.asarray(a, dtype=np.float64).reshape(-1)]
+
+
+def results_section(
+    states: Mapping[str, Any],
+    model: Model,
+    result: Significance,
+    grad: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """The ``likelihood`` section (module docstring) of concrete ``states``; ``grad``:
+    ``{parameter: dZ/dparameter}`` (empty if None)."""
+    tmpl = templates(states, model)
+    bin_edges = edges(states, model)
+    channels = {}
+    for c in model.channels:
+        samples = {}
+        for ds, t in tmpl[c.name].items():
+            samples[ds] = {
+                "nominal": {k: _floats(t["nominal"][k]) for k in ("sumw", "sumw2")},
+                "variations": {
+                    s: {k: _floats(v[k]) for k in ("up", "down")}
+                    for s, v in t["variations"].items()
+                },
+            }
+        channels[c.name] = {"edges": [float(e) for e in bin_edges[c.name]], "samples": samples}
+    names = nuisance_names(tmpl, model)
+    return {
+        "channels": channels,
+        "normalisations": {
+            n.name: {"datasets": list(n.datasets), "kappa": n.kappa} for n in model.normalisations
+        },
+        "signal": list(model.signal),
+        "mc_stat": model.mc_stat,
+        "significance": {
+            "value": float(np.asarray(result.z)),
+            "grad": {k: float(v) for k, v in (grad or {}).items()},
+        },
+        "fit": {
+            "converged": bool(np.asarray(result.fit.converged)),
+            "nuisances": dict(zip(names, _floats(result.fit.nuisances), strict=True)),
+        },
+    }

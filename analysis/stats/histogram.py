@@ -1,0 +1,187 @@
+"""Soft histograms: the mergeable state of a weighted histogram under soft cuts.
+
+``stats.histogram(x, edges, weight=w, prob=p)`` is the exact expectation of the
+hard-cut histogram when entry ``i`` (an event or an object) passes the selection with
+probability ``p_i``, independently of the others (the meaning of every soft state of
+this package; ``p`` in {0, 1} is the hard cut):
+
+    sumw[b]  = E[ sum_i w_i   [pass_i] [x_i in b] ] = sum_i w_i   p_i [x_i in b]
+    sumw2[b] = E[ sum_i w_i^2 [pass_i] [x_i in b] ] = sum_i w_i^2 p_i [x_i in b]
+
+so ``sumw2`` is the expected sum of squared weights of the filled histogram (what
+``hist``'s ``Weight`` storage calls the variance), *not* ``sum_i (w_i p_i)^2``. That is
+why the event weight ``weight`` and the pass probability ``prob`` are separate
+arguments: passing ``weight=w * p`` (as one does for :func:`~analysis.stats.moments`)
+gives the right ``sumw`` but ``sumw2 = sum w^2 p^2``, the sum of squares of a histogram
+filled with the weights ``w p``, which is not an expectation of the hard-cut one.
+
+Bins follow ``hist`` / boost-histogram: bin ``b`` is ``[edges[b], edges[b + 1])``, values
+below ``edges[0]`` go to the underflow bin, values ``>= edges[-1]`` (and NaN, +inf) to
+the overflow bin. The bin of an entry is a step function of ``x``: derivatives come
+from ``w`` and ``p`` (an observable moving an entry across an edge has no derivative).
+
+The state :class:`Histogram` is a JAX pytree whose leaves are the two arrays with the
+flow bins (``sumw_flow``, ``sumw2_flow``, shape ``(nbins + 2,)``: underflow first,
+overflow last) and whose static part is the edges. Sums merge by addition, so
+:func:`analysis.stats.merge`, :class:`analysis.stats.Derived` (``a + b``) and coffea's
+``processor.accumulate`` merge it exactly; histograms with different edges refuse to
+merge, naming the edges. Jacobian and Hessian leaves of a :class:`Derived` are
+:class:`Histogram` objects too, with trailing parameter axes (``d.jac["ht"].sumw`` is
+``(nbins, P)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from analysis.stats.api import _flat_prepared
+
+__all__ = ["Flow", "Histogram", "check_edges", "histogram"]
+
+
+class Flow(NamedTuple):
+    """Under- and overflow bins of a :class:`Histogram` (arrays of any trailing shape)."""
+
+    underflow_sumw: Any
+    underflow_sumw2: Any
+    overflow_sumw: Any
+    overflow_sumw2: Any
+
+
+def check_edges(edges: Any, where: str = "stats.histogram: edges") -> tuple[float, ...]:
+    """``edges`` as a tuple of floats, or ``ValueError`` (one line naming ``where``) unless
+    they are at least two finite, strictly increasing numbers."""
+    try:
+        arr = np.asarray(edges, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: expected a list of numbers, found {edges!r}") from None
+    if arr.ndim != 1 or arr.shape[0] < 2:
+        raise ValueError(f"{where}: expected at least two bin edges (a 1-D list), found {edges!r}")
+    for i, v in enumerate(arr):
+        if not math.isfinite(v):
+            raise ValueError(f"{where}: edges[{i}] = {v}: expected finite numbers")
+    bad = np.flatnonzero(np.diff(arr) <= 0)
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise ValueError(
+            f"{where}: expected strictly increasing edges, found edges[{i}] = {arr[i]:g} "
+            f"after edges[{i - 1}] = {arr[i - 1]:g}"
+        )
+    return tuple(float(v) for v in arr)
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Histogram:
+    """Mergeable weighted-histogram state: bin edges (static) and two sums with flow bins.
+
+    ``sumw_flow``, ``sumw2_flow``: float64 arrays of shape ``(nbins + 2, ...)`` (index 0
+    the underflow, ``-1`` the overflow; trailing axes for derivatives). ``edges``: the
+    ``nbins + 1`` bin edges (numpy float64). ``sumw`` / ``sumw2``: the in-range bins;
+    :attr:`flow`: the flow bins. ``to_hist()`` gives a ``hist.Hist`` with ``Weight``
+    storage (values only). Two histograms add when their edges are equal.
+    """
+
+    __slots__ = ("_edges", "sumw_flow", "sumw2_flow")
+
+    def __init__(self, edges: Sequence[float], sumw_flow: Any, sumw2_flow: Any) -> None:
+        self._edges = tuple(edges)
+        self.sumw_flow = sumw_flow
+        self.sumw2_flow = sumw2_flow
+
+    # pytree: the two arrays are children, the edges are static (part of the structure)
+    def tree_flatten_with_keys(self) -> tuple[Any, Any]:
+        keys = jax.tree_util.GetAttrKey
+        return ((keys("sumw_flow"), self.sumw_flow), (keys("sumw2_flow"), self.sumw2_flow)), (
+            self._edges
+        )
+
+    def tree_flatten(self) -> tuple[Any, Any]:
+        return (self.sumw_flow, self.sumw2_flow), self._edges
+
+    @classmethod
+    def tree_unflatten(cls, edges: Any, children: Any) -> Histogram:
+        return cls(edges, *children)
+
+    def __getstate__(self) -> tuple:
+        return (self._edges, self.sumw_flow, self.sumw2_flow)
+
+    def __setstate__(self, state: tuple) -> None:
+        self._edges, self.sumw_flow, self.sumw2_flow = state
+
+    @property
+    def edges(self) -> np.ndarray:
+        return np.asarray(self._edges, dtype=np.float64)
+
+    @property
+    def nbins(self) -> int:
+        return len(self._edges) - 1
+
+    @property
+    def sumw(self) -> Any:
+        """Expected sum of weights per in-range bin, ``(nbins, ...)``."""
+        return self.sumw_flow[1:-1]
+
+    @property
+    def sumw2(self) -> Any:
+        """Expected sum of squared weights per in-range bin, ``(nbins, ...)``."""
+        return self.sumw2_flow[1:-1]
+
+    @property
+    def flow(self) -> Flow:
+        return Flow(self.sumw_flow[0], self.sumw2_flow[0], self.sumw_flow[-1], self.sumw2_flow[-1])
+
+    def __add__(self, other: Any) -> Histogram:
+        if not isinstance(other, Histogram):
+            return NotImplemented
+        if self._edges != other._edges:
+            raise ValueError(
+                f"Histogram + Histogram: edges differ: {list(self._edges)} vs {list(other._edges)}"
+            )
+        return Histogram(
+            self._edges, self.sumw_flow + other.sumw_flow, self.sumw2_flow + other.sumw2_flow
+        )
+
+    def to_hist(self) -> Any:
+        """A ``hist.Hist`` (variable axis with flow bins, ``Weight`` storage) of the values."""
+        import hist
+
+        h = hist.Hist(hist.axis.Variable(self._edges), storage=hist.storage.Weight())
+        view = h.view(flow=True)
+        view.value = np.asarray(self.sumw_flow, dtype=np.float64)
+        view.variance = np.asarray(self.sumw2_flow, dtype=np.float64)
+        return h
+
+    def __repr__(self) -> str:
+        return f"Histogram(edges={list(self._edges)}, sumw={self.sumw!r}, sumw2={self.sumw2!r})"
+
+
+def histogram(x: Any, edges: Sequence[float], *, weight: Any = None, prob: Any = None) -> Histogram:
+    """Soft histogram state of ``x`` (see the module docstring for the formulas).
+
+    ``x``: any input of :func:`~analysis.stats.moments` (awkward Array, numpy/JAX array,
+    :class:`~analysis.stats.Jagged`), per event or per object; ``edges``: at least two
+    strictly increasing finite numbers (else ``ValueError`` naming the first bad one);
+    ``weight``: the entry's weight ``w`` (event weight; default 1; broadcast as in
+    ``moments``); ``prob``: its probability ``p`` of passing the soft selection (default
+    1; same structure as ``x``). Missing values (None) are skipped. float64 JAX arrays;
+    empty input gives zeros (a neutral element of the merge). Differentiable in
+    ``weight`` and ``prob`` (``jax.jit`` / ``jax.grad`` / :func:`~analysis.stats.derive`).
+    """
+    fixed = check_edges(edges)
+    p = _flat_prepared(x, prob, weight, "histogram")
+    xv = jnp.asarray(p.x)
+    w = jnp.asarray(p.w)
+    pw = w if p.y is None else w * jnp.asarray(p.y)
+    # side="right": bin b holds [edges[b], edges[b+1]); x >= edges[-1] and NaN (sorted
+    # last) land in the overflow slot nbins + 1, as in boost-histogram.
+    idx = jnp.searchsorted(jnp.asarray(fixed), xv, side="right")
+    n = len(fixed) + 1
+    sumw = jax.ops.segment_sum(pw, idx, num_segments=n)
+    sumw2 = jax.ops.segment_sum(pw * w, idx, num_segments=n)
+    return Histogram(fixed, sumw, sumw2)

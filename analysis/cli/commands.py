@@ -226,7 +226,9 @@ def run_optimize(args) -> int:
             "trainable": list(run.coords.names),
             "bounds": {
                 n: [float(lo), float(hi)]
-                for n, lo, hi in zip(run.coords.names, run.coords.lower, run.coords.upper)
+                for n, lo, hi, b in zip(run.coords.names, run.coords.lower, run.coords.upper,
+                                        run.coords.bounded)
+                if b  # a learned score's weights are unbounded
             },
             "widths": named_widths(config, run.w0),
             "units": units_of(config),

@@ -402,6 +402,8 @@ class Optimization:
                 advice += "; annealing had not finished"
         at_bound = {}
         for i, name in enumerate(self.coords.names):
+            if not self.coords.bounded[i]:  # a learned score's weight: no bounds
+                continue
             if self.u[i] <= 1e-9:
                 at_bound[name] = "lower"
             elif self.u[i] >= 1 - 1e-9:

@@ -14,6 +14,7 @@ from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
+from analysis.pipeline.reverse import chunk_pullback
 
 __all__ = [
     "DiffProcessor",
@@ -60,6 +61,7 @@ class DiffProcessor(processor.ProcessorABC):
         grid: bool = False,
         keep_columns: bool = False,
         unit_weights: bool = False,
+        payloads: dict | None = None,
     ) -> None:
         self.plan = plan
         self.theta = np.asarray(theta, dtype=np.float64)
@@ -71,6 +73,8 @@ class DiffProcessor(processor.ProcessorABC):
         self.grid = grid
         self.keep_columns = keep_columns
         self.unit_weights = unit_weights
+        #: reverse mode's second pass: {dataset: payload} (analysis.pipeline.reverse)
+        self.payloads = payloads
         self.cache_token: str | None = None
         #: set by the driver on dask: keep the columns in the worker, within this budget
         self.worker_budget: int | None = None
@@ -114,6 +118,9 @@ class DiffProcessor(processor.ProcessorABC):
             return {dataset: self._fill(cols, *self.histogram, self.theta, self.widths)}
         if self.grid:
             return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
+        if self.payloads is not None:
+            pay = self.payloads[dataset]
+            return {dataset: chunk_pullback(cols, self.plan, self.theta, self.widths, pay)}
         with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
             state = chunk_state(
                 cols, self.plan, self.theta, self.widths, order=self.order,

@@ -95,6 +95,10 @@ def make_evaluator(config, args):
 def cmd_evaluate(args) -> int:
     from analysis.cli.report import evaluation_report, hard_event_counts, print_summary
     config = load_config(args.config)
+    if config.scores:  # inputs standardised from a first pass (where not given)
+        from analysis.driver.standardise import standardise_scores
+
+        standardise_scores(config)
     overrides = _parse_sets(args.set)
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
@@ -190,6 +194,10 @@ def run_optimize(args) -> int:
     from analysis.optimize.loop import Optimization
     from analysis.pipeline.results import MIN_EFFECTIVE_EVENTS, dataset_report
     config = load_config(args.config)
+    if config.scores:  # inputs standardised from a first pass (where not given)
+        from analysis.driver.standardise import standardise_scores
+
+        standardise_scores(config)
     outdir = output_dir(config, args)
     quiet = args.quiet
     args.quiet = True  # per-pass coffea bars would drown the step bar
@@ -218,7 +226,9 @@ def run_optimize(args) -> int:
             "trainable": list(run.coords.names),
             "bounds": {
                 n: [float(lo), float(hi)]
-                for n, lo, hi in zip(run.coords.names, run.coords.lower, run.coords.upper)
+                for n, lo, hi, b in zip(run.coords.names, run.coords.lower, run.coords.upper,
+                                        run.coords.bounded)
+                if b  # a learned score's weights are unbounded
             },
             "widths": named_widths(config, run.w0),
             "units": units_of(config),
@@ -235,6 +245,10 @@ def run_optimize(args) -> int:
             "faults": ev.faults_report(),
         }
         write_json(outdir / "results.json", report)
+        if run.plan.scores:  # the trained networks, data only (score_NAME.npz)
+            from analysis.optimize.scoreopt import write_scores
+
+            write_scores(run.plan, ev.theta_and_widths(final["soft"]["parameters"])[0], outdir)
         if not args.no_plots:
             plot_history(report, outdir)
             if config.observables:
@@ -289,6 +303,8 @@ def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) ->
     ]
     units = report.get("units", {})
     for n in report["trainable"]:
+        if n.startswith("score."):  # a learned score's weights: score_NAME.npz
+            continue
         label = f"{n} [{units[n]}]" if units.get(n) else n
         rows.append((label, [fmt_number(soft["parameters"][n]), fmt_number(hard["parameters"][n])]))
     title = f"after {report['steps_run']} steps ({report['passes']} passes over the data)"

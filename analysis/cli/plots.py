@@ -103,6 +103,8 @@ def plot_history(report: dict[str, Any], outdir: Path) -> list[Path]:
     plt.close(fig)
 
     names = list(report.get("trainable") or (history[0]["parameters"] if history else []))
+    # cut parameters only: a learned score's weights (score.NAME...) are in score_NAME.npz
+    names = [n for n in names if not n.startswith("score.")]
     if names:
         ncols = 1 if len(names) <= 2 else 2
         nrows = math.ceil(len(names) / ncols)

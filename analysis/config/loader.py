@@ -24,6 +24,7 @@ from pydantic import (
 
 from analysis.config.cutkeys import CutKeys
 from analysis.config.schema import _ERR, _fail, _Model, _suggest
+from analysis.config.score import SCORE_PREFIX, ScoreConfig, check_scores, score_parameters
 from analysis.config.terms import TERM_TYPES, ObjectiveTerm
 from analysis.config.yamlsafe import MAX_CONFIG_BYTES, parse_yaml
 from analysis.config.yamlsafe import show_value as _show
@@ -40,7 +41,7 @@ __all__ = [
 
 Op = Literal[cuts.OPS]  # type: ignore[valid-type]  # every registered cut kind's ops
 _EXPR = re.compile(r"^(?:(sum|count|abs)\()?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?\)?$")
-_CUT_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CUT_VAR = re.compile(r"^(score\.)?[A-Za-z_][A-Za-z0-9_]*$")  # score.NAME: analysis.config.score
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")  # skhep:, root://, https://, ...
 def _one_of(obj: BaseModel, a: str, b: str) -> None:
     """Require exactly one of the fields ``a`` and ``b`` to be set."""
@@ -408,6 +409,8 @@ class OptimizerConfig(_Model):
 
     name: str = "adam"
     learning_rate: float = Field(default=0.05, gt=0)
+    # the learned scores' weights (analysis.optimize.scoreopt); default: learning_rate
+    score_learning_rate: float | None = Field(default=None, gt=0)
     steps: int = Field(default=60, ge=0)
     schedule: ScheduleConfig | None = None
     kwargs: dict[str, Any] = {}
@@ -453,7 +456,9 @@ class Config(_Model):
     lumi: float = Field(default=1.0, gt=0)
     objective: ObjectiveConfig | None = None
     optimizer: OptimizerConfig = OptimizerConfig()
+    scores: list[ScoreConfig] = []  # learned scores (analysis.config.score)
 
+    _score_params: list | None = PrivateAttr(default=None)
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<config>")
 
@@ -581,18 +586,32 @@ class Config(_Model):
                     f"'{obs.y}' does not pair with x '{obs.x}' entry by entry (both must be "
                     "fields of one set, of the same indexed objects, or per-event branches)",
                 )
+        for where, msg in check_scores(self):
+            raise _fail(where, msg)
         return self
+
+    def score_parameters(self) -> list[tuple[str, float, bool]]:
+        """``[(name, init, trainable)]`` of the scores' parameters (cached; the weights
+        file, if any, is read once): :func:`analysis.config.score.score_parameters`."""
+        if self._score_params is None:
+            self._score_params = score_parameters(self)
+        return self._score_params
 
     def trainable_names(self) -> list[str]:
         """Names of trainable parameters, in declaration order."""
-        return [name for name, p in self.parameters.items() if p.trainable]
+        return [name for name, p in self.parameters.items() if p.trainable] + [
+            n for n, _, t in self.score_parameters() if t]
 
     def initial_params(self) -> dict[str, float]:
         """Initial values of all parameters (trainable or not), in declaration order."""
-        return {name: float(p.init) for name, p in self.parameters.items()}
+        out = {name: float(p.init) for name, p in self.parameters.items()}
+        out.update((n, v) for n, v, _ in self.score_parameters())
+        return out
 
     def bounds_of(self, name: str) -> tuple[float, float] | None:
         """Bounds of parameter ``name`` (None if unbounded); KeyError if unknown."""
+        if name.startswith(SCORE_PREFIX) and name not in self.parameters:
+            return None
         return self.parameters[name].bounds
 
     def resolve_path(self, path: str) -> str:

@@ -21,13 +21,8 @@ VECTOR_FIELDS = ("pt", "eta", "phi", "mass")
 
 
 def required_branches(plan: Any) -> dict[str, tuple[str, ...]]:
-    """Collection -> the fields the plan reads from it (both config forms)."""
-    sets = getattr(plan, "sets", None)
-    if sets is not None:
-        return {c: tuple(f) for c, f in sets.fields}
-    if getattr(plan, "collection", None):
-        return {plan.collection: tuple(plan.object_fields)}
-    return {}
+    """Collection -> the fields the plan reads from it."""
+    return {c: tuple(f) for c, f in plan.sets.fields}
 
 
 def branch_problem(tree: Any, required: dict[str, tuple[str, ...]]) -> str | None:

@@ -93,20 +93,9 @@ def uuid_text(raw: Any) -> str:
 
 
 def plan_branches(plan: Any) -> str:
-    """What ``plan`` reads, as text: the selection collection, its fields, per-event branches.
-
-    Any further reading attribute a plan may grow (``collections``) is included, so a
-    config that needs another branch never meets a cache entry without it.
-    """
-    parts = {
-        name: getattr(plan, name)
-        for name in ("collection", "object_fields", "event_keys", "collections")
-        if hasattr(plan, name)
-    }
-    sets = getattr(plan, "sets", None)
-    if sets is not None:  # object-set plans read ((collection, (field, ...)), ...)
-        parts["sets.fields"] = sets.fields
-    return repr(sorted(parts.items()))
+    """What ``plan`` reads, as text: the per-event branches and each collection's fields
+    (a config that needs another branch never meets a cache entry without it)."""
+    return repr([("event_keys", plan.event_keys), ("sets.fields", plan.sets.fields)])
 
 
 def chunk_key(

@@ -556,6 +556,33 @@ class Evaluator:
         )
         return self.process(proc, lambda: empty_state(self.plan, theta, w, order), chunks=chunks)
 
+    def run_pullback(
+        self,
+        params: dict[str, float] | None,
+        payloads: dict[str, Any],
+        *,
+        widths: Any = None,
+        chunks: list | None = None,
+    ) -> dict[str, DatasetState]:
+        """Reverse mode's second pass (:mod:`analysis.pipeline.reverse`): per dataset the
+        merged states and ``dL/dtheta`` (``derived``: a :class:`analysis.stats.Pullback`
+        over the trainable parameters) for the payloads of the first pass's merged
+        states (:func:`analysis.pipeline.reverse.payload_arrays`)."""
+        from analysis.stats.derive import Pullback
+        from processors import DiffProcessor
+
+        theta, w = self.theta_and_widths(params, widths)
+        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
+                             payloads=payloads)
+
+        def empty() -> DatasetState:
+            st = empty_state(self.plan, theta, w, 0)
+            zero = np.zeros(len(self.plan.trainable))
+            return DatasetState(events=0, sumw=0.0, chunks=0,
+                                derived=Pullback(self.plan.trainable_names, st.derived.value, zero))
+
+        return self.process(proc, empty, chunks=chunks)
+
     def process(self, proc, empty: Any, *, chunks: list | None = None) -> dict[str, Any]:
         """Run ``proc`` over ``chunks`` (default: all) on the executor; every pass goes here.
 

@@ -42,8 +42,11 @@ from analysis.config.loader import Config
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.optimize import checkpoint as _ckpt
 from analysis.optimize.objectives import Objective, objective_from_states
-from analysis.optimize.optimizers import make_optimizer
+from analysis.optimize.optimizers import Optimizer, make_optimizer
+from analysis.optimize.reverse import reverse_objective
+from analysis.optimize.scoreopt import score_mask, split_optimizer
 from analysis.pipeline.plan import initial_widths
+from analysis.stats.derive import choose_mode
 
 __all__ = [
     "CHECKPOINT",
@@ -105,9 +108,18 @@ class Coordinates:
 
     def __init__(self, config: Config, names: tuple[str, ...]) -> None:
         self.names = names
-        b = np.array([config.bounds_of(n) for n in names], dtype=np.float64).reshape(len(names), 2)
-        self.lower, self.upper = b[:, 0], b[:, 1]
+        # Unbounded entries (a learned score's weights) keep their own scale: u = theta.
+        b = [config.bounds_of(n) or (np.nan, np.nan) for n in names]
+        b = np.array(b, dtype=np.float64).reshape(len(names), 2)
+        self.bounded = np.isfinite(b[:, 0])
+        self.lower = np.where(self.bounded, b[:, 0], 0.0)
+        self.upper = np.where(self.bounded, b[:, 1], 1.0)
         self.scale = self.upper - self.lower
+
+    def clip(self, u: Any) -> np.ndarray:
+        """``u`` clipped to [0, 1] where the parameter is bounded."""
+        u = np.asarray(u, dtype=np.float64)
+        return np.where(self.bounded, np.clip(u, 0.0, 1.0), u)
 
     def to_u(self, theta: Any) -> np.ndarray:
         """Unit coordinates of parameter values (in ``names`` order)."""
@@ -167,11 +179,19 @@ class Optimization:
             )
         self.coords = Coordinates(config, names)
         self.optimizer = make_optimizer(config)
+        mask = score_mask(names)
+        if mask.any() and self.optimizer.order == 1:  # the weights' own learning rate
+            opt = config.optimizer
+            self.optimizer = Optimizer(split_optimizer(
+                config, mask, lambda lr: getattr(optax, opt.name)(learning_rate=lr, **opt.kwargs)
+            ), 1)
+        # Reverse mode (two passes) for many trainable parameters, as for own processors.
+        self.reverse = choose_mode(len(names)) == "reverse"
         self.w0 = np.asarray(initial_widths(config), dtype=np.float64)
         self.fingerprint = config_fingerprint(config)
         self.order = self.optimizer.order
         init = config.initial_params()
-        self.u = np.clip(self.coords.to_u([init[n] for n in names]), 0.0, 1.0)
+        self.u = self.coords.clip(self.coords.to_u([init[n] for n in names]))
         self.opt_state = self.optimizer.transform.init(jnp.asarray(self.u))
         self.step = 0
         self.history: list[dict[str, Any]] = []
@@ -255,6 +275,13 @@ class Optimization:
         strict: bool = True,
     ) -> dict[str, Any]:
         states = self._reusable(params, widths, order) if chunks is None else None
+        if states is None and self.reverse and order == 1:
+            res = reverse_objective(self.objective, self.ev, params, widths, chunks=chunks,
+                                    strict=strict)
+            self.passes += 2
+            self._last = None  # values only: not reusable for a gradient
+            self.last_states = res.pop("states")
+            return res
         if states is None:
             states = self.ev.run(params, widths=widths, order=order, chunks=chunks)
             self.passes += 1
@@ -292,7 +319,7 @@ class Optimization:
             value=res["objective"],
             hessian=None if h_u is None else jnp.asarray(h_u),
         )
-        self.u = np.clip(np.asarray(optax.apply_updates(jnp.asarray(self.u), updates)), 0.0, 1.0)
+        self.u = self.coords.clip(np.asarray(optax.apply_updates(jnp.asarray(self.u), updates)))
         entry = {
             "step": k,
             "objective": res["objective"],
@@ -375,6 +402,8 @@ class Optimization:
                 advice += "; annealing had not finished"
         at_bound = {}
         for i, name in enumerate(self.coords.names):
+            if not self.coords.bounded[i]:  # a learned score's weight: no bounds
+                continue
             if self.u[i] <= 1e-9:
                 at_bound[name] = "lower"
             elif self.u[i] >= 1 - 1e-9:

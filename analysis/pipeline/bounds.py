@@ -44,15 +44,9 @@ def _count_key(config: Any, i: int, entry: Any, where: str) -> str:
 def _count_states(config: Any, plan: Any) -> tuple[int, str]:
     """``(joint count states, key of the largest count)``."""
     params = config.parameters
-    sets = getattr(plan, "sets", None)
-    if sets is not None:
-        entries = [(i, e) for i, e in enumerate(config.selection.entries or []) if e.count]
-        where = "selection"
-        n_states = int(sets.model.n_states)
-    else:
-        entries = [(i, e) for i, e in enumerate(config.selection.events) if e.count]
-        where = "selection.events"
-        n_states = int(plan.count_cap) + 1
+    entries = [(i, e) for i, e in enumerate(config.selection.entries or []) if e.count]
+    where = "selection"
+    n_states = int(plan.sets.model.n_states)
     best, key = -math.inf, "selection"
     for i, e in entries:
         if e.param is not None:

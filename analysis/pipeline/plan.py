@@ -19,7 +19,9 @@ import math
 from dataclasses import dataclass
 
 from analysis.config.loader import Config
+from analysis.config.score import SCORE_PREFIX
 from analysis.errors import ConfigError
+from analysis.pipeline.score import ScoreSpec, score_specs
 from analysis.select import exprs, functions
 from analysis.select.objects import Count, CountModel, ObjectSet, required_cap
 from analysis.stats import registry
@@ -167,6 +169,7 @@ class Plan:
     observables: tuple[Observable, ...]
     n_widths: int
     sets: SetPlan
+    scores: tuple[ScoreSpec, ...] = ()  # learned scores (analysis.pipeline.score)
 
     @property
     def trainable_names(self) -> tuple[str, ...]:
@@ -234,9 +237,13 @@ def _threshold(cfg_param: str | None, cfg_value: float | None, names: tuple[str,
 
 def build_plan(config: Config) -> Plan:
     """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
-    names = tuple(config.parameters)
-    trainable = tuple(i for i, n in enumerate(names) if config.parameters[n].trainable)
-    integer = tuple(config.parameters[n].integer for n in names)
+    score_params = config.score_parameters()  # after the declared ones
+    names = tuple(config.parameters) + tuple(n for n, _, _ in score_params)
+    trainable = tuple(i for i, n in enumerate(config.parameters)
+                      if config.parameters[n].trainable)
+    trainable += tuple(len(config.parameters) + i for i, (_, _, t) in enumerate(score_params) if t)
+    integer = tuple(config.parameters[n].integer for n in config.parameters)
+    integer += (False,) * len(score_params)
     src = config.source
     cfg_sets = config.objects
 
@@ -250,6 +257,8 @@ def build_plan(config: Config) -> Plan:
 
     def need(c: str, f: str) -> None:
         fields.setdefault(c, [])
+        if f.startswith(SCORE_PREFIX):  # computed by the kernel, not read
+            return
         if f not in fields[c]:
             fields[c].append(f)
 
@@ -291,7 +300,7 @@ def build_plan(config: Config) -> Plan:
             n_widths += param is not None
         else:
             key = exprs.resolve(exprs.parse(entry.var), set()).head
-            if key not in event_keys:
+            if key not in event_keys and not key.startswith(SCORE_PREFIX):
                 event_keys.append(key)
             event_cuts.append(EventVarCut(key, **_cut_args(entry, names, n_widths)))
             n_widths += 1
@@ -306,8 +315,8 @@ def build_plan(config: Config) -> Plan:
         for node in pair:
             if node is None:
                 continue
-            if node.kind == "branch":
-                if node.head not in event_keys:
+            if node.kind == "branch":  # score.NAME: an event-level score's values
+                if node.head not in event_keys and not node.head.startswith(SCORE_PREFIX):
                     event_keys.append(node.head)
             elif node.kind == "call":  # the fields the function reads (its registry entry)
                 fn_fields = functions.FUNCTIONS[node.fn].fields
@@ -329,6 +338,13 @@ def build_plan(config: Config) -> Plan:
             c = collection(name)
             if c not in caps or s.max_objects < caps[c][0]:
                 caps[c] = (s.max_objects, name)
+    scores = score_specs(config, names, collection)
+    for sc in scores:  # the networks' inputs are read
+        for key, _ in sc.inputs:
+            if sc.collection is not None:
+                need(sc.collection, key)
+            elif key not in event_keys:
+                event_keys.append(key)
     set_plan = SetPlan(
         tuple(specs), model, tuple(thresholds),
         tuple((c, tuple(f)) for c, f in fields.items()), tuple(parsed), tuple(orders),
@@ -338,7 +354,7 @@ def build_plan(config: Config) -> Plan:
     return Plan(
         param_names=names, trainable=trainable, integer=integer,
         event_keys=tuple(event_keys), event_cuts=tuple(event_cuts),
-        observables=tuple(observables), n_widths=n_widths, sets=set_plan,
+        observables=tuple(observables), n_widths=n_widths, sets=set_plan, scores=scores,
     )
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from analysis.pipeline.plan import Plan, threshold_value
+from analysis.pipeline.score import with_scores
 from analysis.select import cuts, functions
 from analysis.select.objects import (
     event_pass,
@@ -55,6 +56,7 @@ class _Chunk:
     """Lazily computed shared pieces of one chunk (object weights, layouts, fields)."""
 
     def __init__(self, theta, widths, arrays, plan: Plan, shapes):
+        arrays = with_scores(theta, arrays, plan.scores)  # score.NAME columns
         self.plan, self.sp, self.arrays = plan, plan.sets, arrays
         self.lays = {
             c: layout(arrays[f"{c}:starts"], arrays[f"{c}:counts"], m)

@@ -1,0 +1,110 @@
+"""Benchmark: one YAML-pipeline gradient step with a learned score (16-16-1 MLP + 4 cuts,
+reverse mode) against a value-only pass and against the 4-parameter step (issue 18).
+
+Run from the repository root:
+
+    python benchmarks/bench_score.py [--events 20000] [--chunksize 20000] [--repeat 3]
+
+Data: the demo generator (``analysis.data.generate``, ttbar and DY, ``--events`` each,
+written once under ``data/generated/bench_score_*``), read through the Evaluator with
+its column cache, so every timed pass reads cached columns. Configs (object-set form):
+jets ``pt > t0``, ``|eta| < t1``, ``score.tag > t2`` with ``tag`` a 4-16-16-1 tanh MLP of
+(pt, |eta|, btag, mass) per jet, and ``MET.pt > t3``: 4 cuts + 369 weights = 373
+trainable parameters; the 4-parameter config has the same cuts with ``btag > t2``
+instead of the score. Timed (best of ``--repeat`` after a warm-up that compiles):
+
+- value-only pass: ``Evaluator.run(order=0)`` of the score config;
+- score step: :func:`analysis.optimize.reverse.reverse_objective` (values, then the
+  pullback pass), what ``optimize`` runs per step;
+- 4-parameter step: ``Evaluator.run(order=1)`` + the objective (forward mode).
+
+Goals: score step <= 4x the value-only pass, <= 1.5x the 4-parameter step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analysis.config.loader import config_from_dict  # noqa: E402
+from analysis.driver.runner import Evaluator  # noqa: E402
+from analysis.optimize.objectives import Objective, objective_from_states  # noqa: E402
+from analysis.optimize.reverse import reverse_objective  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def config(events: int, chunksize: int, score: bool) -> dict:
+    gen = REPO / "data" / "generated"
+    tag_cut = ({"var": "score.tag", "op": ">", "param": "t2", "width": 0.3} if score else
+               {"var": "btagDeepFlavB", "op": ">", "param": "t2", "width": 0.05})
+    cfg = {
+        "datasets": {
+            "ttbar": {"generate": {"process": "ttbar", "events": events, "files": 1, "seed": 1,
+                                   "dir": str(gen / f"bench_score_tt_{events}")},
+                      "weight": "genWeight", "role": "signal", "xsec": 831.76},
+            "dy": {"generate": {"process": "dy", "events": events, "files": 1, "seed": 2,
+                                "dir": str(gen / f"bench_score_dy_{events}")},
+                   "weight": "genWeight", "role": "background", "xsec": 6077.0},
+        },
+        "lumi": 10.0,
+        "executor": {"type": "iterative", "chunksize": chunksize},
+        "parameters": {
+            "t0": {"init": 25.0, "bounds": [15.0, 120.0]},
+            "t1": {"init": 2.4, "bounds": [0.5, 4.7]},
+            "t2": {"init": 0.0 if score else 0.3, "bounds": [-3.0, 3.0] if score else [0.0, 0.95]},
+            "t3": {"init": 20.0, "bounds": [0.0, 100.0]},
+        },
+        "objects": {"jets": {"collection": "Jet", "cuts": [
+            {"var": "pt", "op": ">", "param": "t0", "width": 5.0},
+            {"var": "abs_eta", "op": "<", "param": "t1", "width": 0.2}, tag_cut]}},
+        "selection": [{"count": "jets", "op": ">=", "value": 2},
+                      {"var": "MET.pt", "op": ">", "param": "t3", "width": 5.0}],
+        "observables": [{"name": "ht", "x": "sum(jets.pt)", "stats": ["mean"]}],
+        "objective": {"terms": [{"type": "significance", "sigma_b": 0.1}]},
+    }
+    if score:
+        cfg["scores"] = [{"score": "tag", "mlp": {
+            "inputs": ["jets.pt", "abs(jets.eta)", "jets.btagDeepFlavB", "jets.mass"],
+            "hidden": [16, 16]}, "init": {"seed": 1},
+            "standardise": {"mean": [50.0, 1.5, 0.3, 8.0], "std": [40.0, 1.0, 0.35, 5.0]}}]
+    return cfg
+
+
+def best(fn, repeat: int) -> float:
+    fn()  # compile, fill the cache
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=20_000)
+    ap.add_argument("--chunksize", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    cs = config_from_dict(config(a.events, a.chunksize, True), base_dir=REPO)
+    c4 = config_from_dict(config(a.events, a.chunksize, False), base_dir=REPO)
+    with Evaluator(cs) as ev, Evaluator(c4) as ev4:
+        obj, obj4 = Objective(cs, ev.plan), Objective(c4, ev4.plan)
+        print(f"score config: {len(ev.plan.trainable)} trainable parameters; "
+              f"2 x {a.events} events, chunks of {a.chunksize}")
+        values = best(lambda: ev.run(order=0), a.repeat)
+        step = best(lambda: reverse_objective(obj, ev, None, None), a.repeat)
+        four = best(lambda: objective_from_states(obj4, ev4.run(order=1), order=1), a.repeat)
+    print(f"value-only pass      {values:8.3f} s")
+    print(f"score step (reverse) {step:8.3f} s   {step / values:5.2f}x the value-only pass "
+          f"(goal <= 4)")
+    print(f"4-parameter step     {four:8.3f} s   score step {step / four:5.2f}x it (goal <= 1.5)")
+
+
+if __name__ == "__main__":
+    main()

@@ -245,6 +245,11 @@ def _import_function(spec: str, where: str, config_dir: Path | None = None) -> C
     return fn
 
 
+class TermReturnError(DiffcoffeaError):
+    """A ``python`` term returned something other than a real finite scalar (the loop
+    adds the step and the checkpoint kept)."""
+
+
 def _call_user(fn: Callable, spec: str, stats: dict[str, Any], source: str) -> Any:
     """Call a user's ``python`` term; its exceptions become one-line user-facing errors.
 
@@ -264,7 +269,7 @@ def _call_user(fn: Callable, spec: str, stats: dict[str, Any], source: str) -> A
         raise DiffcoffeaError(f"{where} raised {type(err).__name__}: {msg}") from err
     problem = _not_a_real_scalar(value)
     if problem:
-        raise DiffcoffeaError(f"{where} returned {problem}; expected a real finite scalar")
+        raise TermReturnError(f"{where} returned {problem}; expected a real finite scalar")
     return value
 
 
@@ -288,7 +293,7 @@ def _not_a_real_scalar(value: Any) -> str:
         x = float(value)
     except OverflowError:  # an int beyond float64
         x = math.inf
-    return "" if math.isfinite(x) else f"{type(value).__name__} {show_value(value)}"
+    return "" if math.isfinite(x) else f"{type(value).__name__} {show_value(value)} (not finite)"
 
 
 class PythonTerm(Term):

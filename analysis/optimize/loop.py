@@ -39,6 +39,7 @@ import numpy as np
 import optax
 
 from analysis.config.loader import Config
+from analysis.config.terms import TermReturnError
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.optimize import checkpoint as _ckpt
 from analysis.optimize.objectives import Objective, objective_from_states
@@ -62,6 +63,13 @@ __all__ = [
 CHECKPOINT = _ckpt.CHECKPOINT
 
 
+def _kept(step: int, checkpoint: Path) -> str:
+    """What a run stopped at ``step`` leaves: the checkpoint of the step before."""
+    if step > 0:
+        return f"the checkpoint after step {step - 1} is kept ({checkpoint})"
+    return "no checkpoint was written"
+
+
 def require_finite(res: dict[str, Any], step: int, checkpoint: Path) -> None:
     """Stop with one line if the objective or its derivatives at ``step`` are not finite.
 
@@ -73,11 +81,7 @@ def require_finite(res: dict[str, Any], step: int, checkpoint: Path) -> None:
         if res.get(key) is not None and not np.all(np.isfinite(res[key]))
     ]
     if bad:
-        kept = (
-            f"the checkpoint after step {step - 1} is kept ({checkpoint})"
-            if step > 0
-            else "no checkpoint was written"
-        )
+        kept = _kept(step, checkpoint)
         what = "objective" if "objective" in bad else f"{'/'.join(bad)} of the objective"
         raise DiffcoffeaError(
             f"optimize: step {step}: the {what} is not finite "
@@ -305,7 +309,12 @@ class Optimization:
         widths = annealed_widths(self.w0, k, self.config, steps=self.anneal_steps)
         params = self.params()
         chunks = self._chunks_for(k)
-        res = self.evaluate(params, widths, order=self.order, chunks=chunks)
+        try:
+            res = self.evaluate(params, widths, order=self.order, chunks=chunks)
+        except TermReturnError as err:  # name the step, as for a non-finite objective
+            raise DiffcoffeaError(
+                f"optimize: step {k}: {err}; stopped, {_kept(k, self.outdir / CHECKPOINT)}"
+            ) from None
         if k == 0 and chunks is None:
             self.initial_states = self.last_states  # for the plots' initial histogram
         require_finite(res, k, self.outdir / CHECKPOINT)

@@ -15,6 +15,7 @@ from analysis.data.overflow import check_overflow
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.reverse import chunk_pullback
+from analysis.pipeline.score_entries import score_entries
 
 __all__ = [
     "DiffProcessor",
@@ -36,7 +37,9 @@ class DiffProcessor(processor.ProcessorABC):
     ``histogram=(index, bins, low, high)`` it fills instead a ``hist.Hist`` of
     observable ``index`` per dataset, with the soft selection weights (for plots); with
     ``histograms=((index, bins, low, high, theta, widths), ...)`` several at once, each
-    at its own parameter values and widths, in one pass: ``{dataset: {i: hist.Hist}}``. With ``grid=True``, ``theta`` is a
+    at its own parameter values and widths, in one pass: ``{dataset: {i: hist.Hist}}``
+    (an ``index`` that is a string names a learned score instead: its value per object
+    or event, :func:`analysis.pipeline.score_entries.score_entries`). With ``grid=True``, ``theta`` is a
     ``(G, n_params)`` array and the states of all G points are computed (no derivatives).
     With ``keep_columns=True`` the chunk's columns are returned too, in a
     :class:`analysis.data.cache.ColumnBatch` under :data:`analysis.data.cache.COLUMNS_KEY`, for
@@ -130,6 +133,11 @@ class DiffProcessor(processor.ProcessorABC):
         return {dataset: state}
 
     def _fill(self, cols, index, bins, low, high, theta, widths):
+        if isinstance(index, str):  # a learned score's values (no cut applied)
+            h = empty_histogram(f"score.{index}", bins, low, high)
+            x, w = score_entries(cols, self.plan, theta, index)
+            h.fill(x, weight=w)
+            return h
         h = empty_histogram(self.plan.observables[index].name, bins, low, high)
         x, w = observable_entries(cols, self.plan, theta, widths, index)
         h.fill(x, weight=w)

@@ -188,7 +188,7 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
 def run_optimize(args) -> int:
     """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
     objective, how the run ended, per-dataset statistics) and plots in the output directory."""
-    from analysis.cli.plots import plot_histograms, plot_history
+    from analysis.cli.plots import plot_histograms, plot_history, plot_scores
     from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
     from analysis.cli.units import units_of
     from analysis.optimize.loop import Optimization
@@ -261,6 +261,10 @@ def run_optimize(args) -> int:
                     outdir,
                     initial_states=run.initial_states,
                 )
+            if run.plan.scores:  # score_NAME.png: signal and background, before and after
+                sumw = {n: st.sumw for n, st in run.final_states.items()}
+                plot_scores(ev, config, initial_params, final["hard"]["parameters"], outdir,
+                            sumw=sumw)
     if not quiet:
         _print_final(report, outdir, plots=not args.no_plots)
     return 0

@@ -127,7 +127,8 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
         rows: list[tuple[str, list[str] | None]] = []
 
         def row(label: str, entry: dict[str, Any], rows: list = rows) -> None:
-            cells = [fmt_number(entry["value"]), *(fmt_number(entry["grad"][n]) for n in names)]
+            grad = entry["grad"] or {}  # null: a values-only pass (dataset_report)
+            cells = [fmt_number(entry["value"]), *(fmt_number(grad.get(n)) for n in names)]
             rows.append((label, cells))
 
         for key in ("selected_sumw", "selected_sumw2"):

@@ -853,7 +853,9 @@ class Evaluator:
     def fill_histograms(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several histograms in one pass: for each spec ``{"index", "bins", "low",
         "high", "params", "widths"}`` (the last two optional, as for :meth:`run`), the
-        ``{dataset: hist.Hist}`` of observable ``index`` with that selection's weights."""
+        ``{dataset: hist.Hist}`` of observable ``index`` with that selection's weights;
+        a string ``index`` names a learned score: its values before any cut, per object
+        or event, with the event weights (``widths`` unused)."""
         from processors import DiffProcessor
         from processors.diff_processor import empty_histogram
 
@@ -865,10 +867,10 @@ class Evaluator:
         proc = DiffProcessor(self.plan, theta0, w0, self.weight_branches, histograms=tuple(filled))
 
         def empty():
-            return {
-                i: empty_histogram(self.plan.observables[f[0]].name, *f[1:4])
-                for i, f in enumerate(filled)
-            }
+            def label(i):
+                return f"score.{i}" if isinstance(i, str) else self.plan.observables[i].name
+
+            return {i: empty_histogram(label(f[0]), *f[1:4]) for i, f in enumerate(filled)}
 
         out = self.process(proc, empty)
         return [{name: out[name][i] for name in self.config.datasets} for i in range(len(specs))]

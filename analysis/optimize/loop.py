@@ -191,6 +191,15 @@ class Optimization:
             ), 1)
         # Reverse mode (two passes) for many trainable parameters, as for own processors.
         self.reverse = choose_mode(len(names)) == "reverse"
+        if mask.any() and (self.optimizer.order >= 2 or config.output.hessian):
+            # a Hessian over a network's weights: P^2 forward tangents through every chunk
+            what = ("optimizer.method: newton" if self.optimizer.order >= 2
+                    else "output.hessian: true")
+            raise ConfigError(
+                f"{config.source}: {what} needs the Hessian over all {len(names)} trainable "
+                f"parameters (a learned score's weights among them); reverse mode gives "
+                f"gradients only: use a first-order optimizer (adam, sgd) and no output.hessian"
+            )
         self.w0 = np.asarray(initial_widths(config), dtype=np.float64)
         self.fingerprint = config_fingerprint(config)
         self.order = self.optimizer.order

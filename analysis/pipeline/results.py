@@ -23,6 +23,7 @@ import math
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline.plan import Plan
@@ -131,7 +132,9 @@ def _num(x: Any) -> float | None:
     return None if math.isnan(x) else x
 
 
-def _grad_dict(g: np.ndarray, names: tuple[str, ...]) -> dict[str, float | None]:
+def _grad_dict(g: np.ndarray | None, names: tuple[str, ...]) -> dict[str, float | None] | None:
+    if g is None:  # a values-only pass (dataset_report)
+        return None
     return {n: _num(v) for n, v in zip(names, np.asarray(g).reshape(-1))}
 
 
@@ -212,15 +215,30 @@ def width_labels(config) -> list[str]:
 
 def dataset_report(state: DatasetState, plan: Plan, *, order: int = 1) -> dict:
     """The ``results.json`` entry of one dataset: values and gradients of every statistic,
-    and ``effective_events`` (:func:`effective_events` of the selected sums)."""
+    and ``effective_events`` (:func:`effective_events` of the selected sums).
+
+    States from a values-only pass (no Jacobian: reverse mode's first pass, which
+    ``optimize`` keeps above :data:`analysis.stats.derive.AUTO_FORWARD_MAX` trainable
+    parameters) have no per-statistic gradients: every ``*_grad`` and ``"grad"`` is
+    then ``null`` (not zeros) and ``"gradients"`` says why; a statistic's gradient with
+    respect to thousands of parameters would cost one reverse pass per statistic."""
+    values_only = state.derived.taylor()[1] is None and bool(plan.trainable)
     values, jacs, hesses = state.taylor()
-    val, grad, hess = derivatives(lambda s: statistics(s, plan), values, jacs, hesses, order=order)
+    if values_only:  # no gradients, and said so (not zeros)
+        val = statistics(jax.tree_util.tree_map(jnp.asarray, values), plan)
+        grad = jax.tree_util.tree_map(lambda _: None, val)
+    else:
+        val, grad, _ = derivatives(lambda s: statistics(s, plan), values, jacs, hesses,
+                                   order=order)
     names = plan.trainable_names
     out: dict[str, Any] = {"events": state.events, "chunks": state.chunks, "sumw": state.sumw}
     for key in ("selected_sumw", "selected_sumw2"):
         out[key] = _num(val[key])
         out[f"{key}_grad"] = _grad_dict(grad[key], names)
     out["effective_events"] = effective_events(out["selected_sumw"], out["selected_sumw2"])
+    if values_only:
+        out["gradients"] = ("not computed: values-only pass (reverse mode computes the "
+                            "objective's gradient only)")
     obs_out: dict[str, Any] = {}
     for name, stats in val["observables"].items():
         entry: dict[str, Any] = {}

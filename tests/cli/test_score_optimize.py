@@ -31,6 +31,13 @@ def test_optimize_writes_trained_weights(tmp_path) -> None:
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     final = res["final"]["soft"]["parameters"]
     assert len(res["history"]) == 2
+    # reverse mode: the objective's gradient per step, no per-statistic gradients (null,
+    # said so, never silent zeros)
+    grad = res["history"][0]["gradient"]
+    assert len(grad) == len(res["trainable"]) and np.abs(list(grad.values())).max() > 0
+    for ds in res["datasets"].values():
+        assert ds["selected_sumw_grad"] is None and "not computed" in ds["gradients"]
+        assert ds["observables"]["ht"]["mean"]["grad"] is None
     net, standard = load_weights(tmp_path / "out" / "score_tag.npz",
                                  mlp(3, hidden=(3,), seed=0))
     arrays = to_arrays(net)
@@ -51,3 +58,20 @@ def test_optimize_writes_trained_weights(tmp_path) -> None:
     assert len(u) == len(names)
     k = names.index("score.tag.layers.0.weight[1,2]")
     assert u[k] == final["score.tag.layers.0.weight[1,2]"]
+
+
+@pytest.mark.parametrize("change", [{"optimizer": {"method": "newton", "steps": 2}},
+                                    {"output": {"hessian": True}}])
+def test_a_hessian_over_the_weights_is_refused_in_one_line(tmp_path, change) -> None:
+    """Reverse mode gives gradients only: Newton steps or the final Hessian over a
+    network's weights stop before any step, in one line (exit 2)."""
+    from tests.conftest import one_line_error
+
+    cfg = {**_config(100_000), **change}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = run_cli("optimize", str(path), "--output", str(tmp_path / "out"), "--quiet")
+    assert out.returncode == 2, out.stderr
+    line = one_line_error(out.stderr)
+    what = "optimizer.method: newton" if "optimizer" in change else "output.hessian: true"
+    assert what in line and "reverse mode gives gradients only" in line

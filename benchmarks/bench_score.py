@@ -15,7 +15,11 @@ instead of the score. Timed (best of ``--repeat`` after a warm-up that compiles)
 
 - value-only pass: ``Evaluator.run(order=0)`` of the score config;
 - score step: :func:`analysis.optimize.reverse.reverse_objective` (values, then the
-  pullback pass), what ``optimize`` runs per step;
+  pullback pass), what ``optimize`` runs per step; with the significance objective
+  (its sweep skips the observable's states: zero cotangent,
+  :func:`analysis.stats.pullback.prune`) and with a target on ``ttbar.ht.mean`` added
+  (the sweep goes through ``sum(jets.pt)``'s count recursion too); the pullback pass
+  alone (:meth:`Evaluator.run_pullback`) beside it;
 - 4-parameter step: ``Evaluator.run(order=1)`` + the objective (forward mode).
 
 Goals: score step <= 4x the value-only pass, <= 1.5x the 4-parameter step.
@@ -24,6 +28,7 @@ Goals: score step <= 4x the value-only pass, <= 1.5x the 4-parameter step.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,12 +38,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.config.loader import config_from_dict  # noqa: E402
 from analysis.driver.runner import Evaluator  # noqa: E402
 from analysis.optimize.objectives import Objective, objective_from_states  # noqa: E402
-from analysis.optimize.reverse import reverse_objective  # noqa: E402
+from analysis.optimize.reverse import (  # noqa: E402
+    _cotangent,
+    _payload,
+    _to_numpy,
+    reverse_objective,
+)
+from analysis.stats.pullback import prune  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def config(events: int, chunksize: int, score: bool) -> dict:
+def config(events: int, chunksize: int, score: bool, target: bool = False) -> dict:
     gen = REPO / "data" / "generated"
     tag_cut = ({"var": "score.tag", "op": ">", "param": "t2", "width": 0.3} if score else
                {"var": "btagDeepFlavB", "op": ">", "param": "t2", "width": 0.05})
@@ -67,6 +78,9 @@ def config(events: int, chunksize: int, score: bool) -> dict:
         "observables": [{"name": "ht", "x": "sum(jets.pt)", "stats": ["mean"]}],
         "objective": {"terms": [{"type": "significance", "sigma_b": 0.1}]},
     }
+    if target:  # the objective reads an observable: its states are swept too
+        cfg["objective"]["terms"].append(
+            {"type": "target", "stat": "ttbar.ht.mean", "value": 300.0, "weight": 1e-4})
     if score:
         cfg["scores"] = [{"score": "tag", "mlp": {
             "inputs": ["jets.pt", "abs(jets.eta)", "jets.btagDeepFlavB", "jets.mass"],
@@ -85,6 +99,15 @@ def best(fn, repeat: int) -> float:
     return min(times)
 
 
+def payloads(obj, ev) -> dict:
+    """The pullback pass's payloads at the initial parameters (as reverse_objective)."""
+    states = ev.run(order=0)
+    values = {n: st.taylor()[0] for n, st in states.items()}
+    _, cot = _cotangent(obj, {n: st.sumw for n, st in states.items()},
+                        {n: st.events for n, st in states.items()})(values)
+    return {n: prune(_to_numpy(_payload(values[n], cot[n]))) for n in states}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=20_000)
@@ -92,18 +115,28 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     cs = config_from_dict(config(a.events, a.chunksize, True), base_dir=REPO)
+    ct = config_from_dict(config(a.events, a.chunksize, True, target=True), base_dir=REPO)
     c4 = config_from_dict(config(a.events, a.chunksize, False), base_dir=REPO)
+    load0 = os.getloadavg()[0]
     with Evaluator(cs) as ev, Evaluator(c4) as ev4:
-        obj, obj4 = Objective(cs, ev.plan), Objective(c4, ev4.plan)
+        obj, objt, obj4 = Objective(cs, ev.plan), Objective(ct, ev.plan), Objective(c4, ev4.plan)
         print(f"score config: {len(ev.plan.trainable)} trainable parameters; "
-              f"2 x {a.events} events, chunks of {a.chunksize}")
+              f"2 x {a.events} events, chunks of {a.chunksize}; load average {load0:.2f}")
         values = best(lambda: ev.run(order=0), a.repeat)
         step = best(lambda: reverse_objective(obj, ev, None, None), a.repeat)
+        pay = payloads(obj, ev)
+        pull = best(lambda: ev.run_pullback(None, pay), a.repeat)
+        stept = best(lambda: reverse_objective(objt, ev, None, None), a.repeat)
+        payt = payloads(objt, ev)
+        pullt = best(lambda: ev.run_pullback(None, payt), a.repeat)
         four = best(lambda: objective_from_states(obj4, ev4.run(order=1), order=1), a.repeat)
     print(f"value-only pass      {values:8.3f} s")
     print(f"score step (reverse) {step:8.3f} s   {step / values:5.2f}x the value-only pass "
-          f"(goal <= 4)")
+          f"(goal <= 4); its pullback pass {pull:.3f} s = {pull / values:.2f}x")
+    print(f"  objective + target on ttbar.ht.mean: step {stept:.3f} s = {stept / values:.2f}x, "
+          f"pullback pass {pullt:.3f} s = {pullt / values:.2f}x")
     print(f"4-parameter step     {four:8.3f} s   score step {step / four:5.2f}x it (goal <= 1.5)")
+    print(f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import numpy as np
 
 from analysis.errors import DiffcoffeaError
 from analysis.optimize.objectives import PythonTerm
-from analysis.stats.pullback import pullback_payload
+from analysis.stats.pullback import prune, pullback_payload
 
 _payload = jax.jit(pullback_payload)  # compiled once per merged-state structure
 
@@ -74,7 +74,8 @@ def reverse_objective(
         if strict:
             raise
         return {**base, "objective": None, "grad": None, "significance": None, "error": str(err)}
-    payloads = {n: _to_numpy(_payload(values[n], cot[n])) for n in states}
+    # states the objective does not read (zero cotangent) are left out of the sweep
+    payloads = {n: prune(_to_numpy(_payload(values[n], cot[n]))) for n in states}
     pulled = evaluator.run_pullback(params, payloads, widths=widths, chunks=chunks)
     grad = np.zeros(len(evaluator.plan.trainable))
     for st in pulled.values():

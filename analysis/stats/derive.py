@@ -67,7 +67,7 @@ import numpy as np
 from analysis.stats._params import ParamSpec, numpy_vector, param_spec
 from analysis.stats.histogram import Histogram
 from analysis.stats.merge import describe_difference, is_state, merge
-from analysis.stats.pullback import pullback_payload, pulled_sum
+from analysis.stats.pullback import prune, pullback_payload, pulled_sum
 
 __all__ = [
     "AUTO_FORWARD_MAX",
@@ -819,7 +819,7 @@ def differentiable(
         cotangent = jax.tree_util.tree_unflatten(
             jax.tree_util.tree_structure(merged), [np.asarray(c, dtype=np.float64) for c in cts]
         )
-        payload = _to_numpy(_payload(merged, cotangent))
+        payload = prune(_to_numpy(_payload(merged, cotangent)))  # zero cotangents: no sweep
         out = call(
             PassTheta(spec.unflatten(vec, as_numpy=True), "pullback", merged, payload)
         )

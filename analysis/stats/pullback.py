@@ -37,7 +37,8 @@ the moments of data with an infinite value) are treated as constants 0 in the
 pullback, so their zero cotangents never meet a NaN (``0 * NaN``): undefined values
 stay NaN in the first pass, their gradients are finite.
 
-Everything here is pure JAX on pytrees of states (numpy in, JAX out).
+Everything here is pure JAX on pytrees of states (numpy in, JAX out), except
+:func:`prune` (numpy, on the host).
 """
 
 from __future__ import annotations
@@ -47,11 +48,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from analysis.stats._core import CoMoments, Moments
 from analysis.stats.merge import is_state
 
-__all__ = ["from_sums", "pullback_payload", "pulled_sum", "sums_about"]
+__all__ = ["from_sums", "prune", "pullback_payload", "pulled_sum", "sums_about"]
 
 _ORDER = 4  # Moments carry M2..M4
 
@@ -163,13 +165,31 @@ def pullback_payload(merged: Any, cotangent: Any) -> list[tuple[Any, Any]]:
     return out
 
 
-def pulled_sum(states: Any, payload: list[tuple[Any, Any]]) -> Any:
+def prune(payload: list[tuple[Any, Any]]) -> list[tuple[Any, Any] | None]:
+    """``payload`` (numpy, from :func:`pullback_payload`) with ``None`` for every leaf
+    whose cotangent is exactly zero (a state the loss does not read, e.g. an
+    observable's moments under a significance objective): :func:`pulled_sum` skips
+    it, so the reverse sweep never runs through what computes that state (its value
+    is still computed). Exact: such a leaf adds ``0 * dT_c/dtheta = 0`` (and never
+    ``0 * inf``). The ``None`` positions are part of the pytree structure, so a jit
+    compiles once per pattern."""
+    def live(entry: tuple[Any, Any]) -> bool:
+        return any(np.any(np.asarray(v) != 0) for v in jax.tree_util.tree_leaves(entry[1]))
+
+    return [entry if live(entry) else None for entry in payload]
+
+
+def pulled_sum(states: Any, payload: list[tuple[Any, Any] | None]) -> Any:
     """``sum over leaves of <T_bar, T_c>``: the scalar whose gradient with respect to the
     parameters is this chunk's share of ``dL/dtheta`` (``states``: the chunk's states,
-    a function of the parameters; ``payload``: :func:`pullback_payload`)."""
+    a function of the parameters; ``payload``: :func:`pullback_payload`, a ``None``
+    entry (:func:`prune`) contributing nothing)."""
     leaves = jax.tree_util.tree_leaves(states, is_leaf=is_state)
     total = jnp.zeros((), dtype=jnp.float64)
-    for s, (a, t_bar) in zip(leaves, payload, strict=True):
+    for s, entry in zip(leaves, payload, strict=True):
+        if entry is None:  # a zero cotangent: no term, no reverse sweep through it
+            continue
+        a, t_bar = entry
         if a is None:
             total = total + jnp.sum(t_bar * _finite(s))
             continue

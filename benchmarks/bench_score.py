@@ -11,7 +11,7 @@ its column cache, so every timed pass reads cached columns. Configs (object-set 
 jets ``pt > t0``, ``|eta| < t1``, ``score.tag > t2`` with ``tag`` a 4-16-16-1 tanh MLP of
 (pt, |eta|, btag, mass) per jet, and ``MET.pt > t3``: 4 cuts + 369 weights = 373
 trainable parameters; the 4-parameter config has the same cuts with ``btag > t2``
-instead of the score. Timed (best of ``--repeat`` after a warm-up that compiles):
+instead of the score. Timed (best of ``--repeat``, all in turns, after a warm-up that compiles):
 
 - value-only pass: ``Evaluator.run(order=0)`` of the score config;
 - score step: :func:`analysis.optimize.reverse.reverse_objective` (values, then the
@@ -89,14 +89,18 @@ def config(events: int, chunksize: int, score: bool, target: bool = False) -> di
     return cfg
 
 
-def best(fn, repeat: int) -> float:
-    fn()  # compile, fill the cache
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
+def best(fns: dict, repeat: int) -> dict:
+    """Best time of each function, run in turns (``repeat`` rounds after a warm-up that
+    compiles and fills the cache), so that a change of the machine's load hits all alike."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    times: dict = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return {k: min(v) for k, v in times.items()}
 
 
 def payloads(obj, ev) -> dict:
@@ -122,14 +126,17 @@ def main() -> None:
         obj, objt, obj4 = Objective(cs, ev.plan), Objective(ct, ev.plan), Objective(c4, ev4.plan)
         print(f"score config: {len(ev.plan.trainable)} trainable parameters; "
               f"2 x {a.events} events, chunks of {a.chunksize}; load average {load0:.2f}")
-        values = best(lambda: ev.run(order=0), a.repeat)
-        step = best(lambda: reverse_objective(obj, ev, None, None), a.repeat)
-        pay = payloads(obj, ev)
-        pull = best(lambda: ev.run_pullback(None, pay), a.repeat)
-        stept = best(lambda: reverse_objective(objt, ev, None, None), a.repeat)
-        payt = payloads(objt, ev)
-        pullt = best(lambda: ev.run_pullback(None, payt), a.repeat)
-        four = best(lambda: objective_from_states(obj4, ev4.run(order=1), order=1), a.repeat)
+        pay, payt = payloads(obj, ev), payloads(objt, ev)
+        t = best({
+            "values": lambda: ev.run(order=0),
+            "step": lambda: reverse_objective(obj, ev, None, None),
+            "pull": lambda: ev.run_pullback(None, pay),
+            "stept": lambda: reverse_objective(objt, ev, None, None),
+            "pullt": lambda: ev.run_pullback(None, payt),
+            "four": lambda: objective_from_states(obj4, ev4.run(order=1), order=1),
+        }, a.repeat)
+    values, step, pull, stept, pullt, four = (
+        t[k] for k in ("values", "step", "pull", "stept", "pullt", "four"))
     print(f"value-only pass      {values:8.3f} s")
     print(f"score step (reverse) {step:8.3f} s   {step / values:5.2f}x the value-only pass "
           f"(goal <= 4); its pullback pass {pull:.3f} s = {pull / values:.2f}x")

@@ -18,8 +18,9 @@ the soft count; loss ``(mean - 70)^2 + std + 0.01 n``.
 
 One step is ``jax.value_and_grad(loss)(theta)`` through ``stats.differentiable(run,
 mode=...)`` at a new ``theta`` (best of ``--repeat`` after a first step that includes
-JAX's per-shape compilation); the value-only pass is ``run`` of values only
-(``PassTheta(..., "values")``, what reverse mode's first pass costs). Forward mode is
+JAX's per-shape compilation; the value pass and the steps of one P in turns); the
+value-only pass is ``run`` of values only (``PassTheta(..., "values")``, what reverse
+mode's first pass costs). Forward mode is
 skipped above ``--forward-max`` parameters (its tangents are O(P x jets) in memory:
 ~9 GB at P = 1,000 here). Where both modes run, their gradients are compared.
 
@@ -127,16 +128,22 @@ def nudged(theta: Any, k: int) -> Any:
     return {**theta, "pt_min": theta["pt_min"] + 1e-3 * k}
 
 
-def timed(func, repeat: int) -> tuple[float, float, Any]:
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(func(0))
-    first = time.perf_counter() - t0
-    best = float("inf")
-    for k in range(1, repeat + 1):
+def timed(funcs: dict[str, Any], repeat: int) -> dict[str, tuple[float, float, Any]]:
+    """``{name: (first, best, output)}``: each function once (the first call, with its
+    compilation), then ``repeat`` rounds of all of them in turns, so that a change of
+    the shared machine's load hits all alike (their ratios are side by side)."""
+    first, best, out = {}, {}, {}
+    for name, func in funcs.items():
         t0 = time.perf_counter()
-        out = jax.block_until_ready(func(k))
-        best = min(best, time.perf_counter() - t0)
-    return first, best, out
+        out[name] = jax.block_until_ready(func(0))
+        first[name] = time.perf_counter() - t0
+        best[name] = float("inf")
+    for k in range(1, repeat + 1):
+        for name, func in funcs.items():
+            t0 = time.perf_counter()
+            out[name] = jax.block_until_ready(func(k))
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {name: (first[name], best[name], out[name]) for name in funcs}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -164,17 +171,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         n = n_params(theta)
         row: dict[str, Any] = {"P": n}
         spec_params = jax.tree_util.tree_map(np.asarray, theta)
-        first, best, _ = timed(lambda k, sp=spec_params: run(PassTheta(nudged(sp, k), "values")), args.repeat)
-        row["value"] = best
-        grads = {}
+        funcs: dict[str, Any] = {
+            "value": lambda k, sp=spec_params: run(PassTheta(nudged(sp, k), "values"))}
         for mode in ("forward", "reverse"):
             if mode == "forward" and n > args.forward_max:
                 continue
-            f = stats.differentiable(run, mode=mode)
-            loss = loss_of(f)
-            first, best, (value, grad) = timed(
-                lambda k, loss=loss, th=theta: jax.value_and_grad(loss)(nudged(th, k)), args.repeat
-            )
+            loss = loss_of(stats.differentiable(run, mode=mode))
+            funcs[mode] = lambda k, loss=loss, th=theta: jax.value_and_grad(loss)(nudged(th, k))
+        res = timed(funcs, args.repeat)
+        row["value"] = res.pop("value")[1]
+        grads = {}
+        for mode, (first, best, (_, grad)) in res.items():
             row[mode], row[mode + "_first"] = best, first
             grads[mode] = np.concatenate(
                 [np.ravel(g) for g in jax.tree_util.tree_leaves(grad)]

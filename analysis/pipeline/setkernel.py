@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from analysis.pipeline.histkernel import histogram_states
 from analysis.pipeline.plan import Plan, threshold_value
 from analysis.pipeline.score import with_scores
 from analysis.select import cuts, functions
@@ -91,18 +92,20 @@ class _Chunk:
             self._ow = object_weights(self.probs, self.lays, self.sp.model, self.th, self.cw)
         return self._ow
 
-    def entries(self, node, cand=None):
-        """``(x, w)`` flat entries of a linear node; ``cand`` caches ``leading``."""
+    def entries(self, node, cand=None, ev=None):
+        """``(x, w)`` flat entries of a linear node; ``cand`` caches ``leading``; ``ev``:
+        the per-event factor of the weights (default: weight x event cuts)."""
+        ev = self.ev if ev is None else ev
         if node.kind == "branch":
             x = self.arrays[f"event:{node.head}"]
-            w = self.ev * self.p
+            w = ev * self.p
         elif node.kind == "field":
             c = self.sp.collection_of(node.head)
             x = self.field(c, node.field)
-            w = self.ev[:, None] * self.object_weights()[node.head]
+            w = ev[:, None] * self.object_weights()[node.head]
         else:
             idx, wt = cand
-            w = self.ev[:, None] * wt
+            w = ev[:, None] * wt
             if node.kind == "index":
                 x = take(self.field(self.sp.collection_of(node.slots[0][0]), node.field), idx[0])
             else:  # a registered function (analysis.select.functions) of the candidates
@@ -163,6 +166,8 @@ def chunk_states(theta, widths, arrays, plan: Plan, shapes):
                 y, _ = ch.entries(yn, cand)
                 entry["comoments"] = _core.comoments(x, y, w)
         out["observables"][obs.name] = entry
+    if plan.hists:
+        out.update(histogram_states(theta, widths, arrays, plan, shapes, ch, _Chunk))
     return out
 
 

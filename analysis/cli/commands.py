@@ -105,6 +105,10 @@ def cmd_evaluate(args) -> int:
         states = ev.run(overrides)
         hard = hard_event_counts(ev, overrides)  # values only, from the cached columns
         report = evaluation_report(ev, states, overrides, hard=hard)
+        if config.likelihood is not None:  # templates, Z and dZ/dparam at these parameters
+            from analysis.optimize.lksection import likelihood_section
+
+            report["likelihood"] = likelihood_section(config, ev.plan, states)
     report["wall_time_s"] = time.perf_counter() - start
     out = output_dir(config, args)
     write_json(out / "results.json", report)
@@ -244,6 +248,15 @@ def run_optimize(args) -> int:
             "datasets": datasets,
             "faults": ev.faults_report(),
         }
+        if config.likelihood is not None:  # final soft and hard templates, Z, the fit
+            from analysis.optimize.lksection import likelihood_section
+
+            for part, st in (("soft", run.final_states), ("hard", run.final_hard_states)):
+                try:
+                    final[part]["likelihood"] = likelihood_section(config, run.plan, st)
+                except DiffcoffeaError as err:  # unusable templates: said, not a crash
+                    final[part]["likelihood"] = {"error": str(err)}
+            report["likelihood"] = final["hard"]["likelihood"]
         write_json(outdir / "results.json", report)
         if run.plan.scores:  # the trained networks, data only (score_NAME.npz)
             from analysis.optimize.scoreopt import write_scores

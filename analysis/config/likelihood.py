@@ -59,6 +59,7 @@ __all__ = [
     "WeightConfig",
     "build_model",
     "check_likelihood",
+    "model_states",
     "parse_factor",
     "shape_systematics",
     "state_key",
@@ -346,3 +347,21 @@ def build_model(config: Any) -> Model | None:
     )
     signal = tuple(n for n in samples if config.datasets[n].role == "signal")
     return Model(channels, signal, norms, mc_stat=lk.mc_stat)
+
+
+def model_states(stats: dict[str, Any], config: Any) -> dict[str, dict[str, Any]]:
+    """``{dataset: {key: Histogram}}`` of the model's samples from the objective's
+    statistics (their normalised ``templates``); a shape systematic with ``datasets``
+    leaves the other samples at their nominal template."""
+    only = {s.name: set(s.datasets) for s in shape_systematics(config) if s.datasets is not None}
+    channels = list(config.likelihood.channels) if config.likelihood is not None else []
+    out = {}
+    for ds in model_datasets(config):
+        t = dict(stats[ds]["templates"])
+        for name, allowed in only.items():
+            if ds not in allowed:
+                for ch in channels:
+                    for side in ("up", "down"):
+                        t[state_key(ch, name, side)] = t[state_key(ch)]
+        out[ds] = t
+    return out

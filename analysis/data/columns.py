@@ -8,6 +8,7 @@ future column cache can hand it the same arrays without re-reading ROOT.
 from __future__ import annotations
 
 import difflib
+import re
 
 import awkward as ak
 import numpy as np
@@ -34,8 +35,23 @@ def _get(record, name: str, what: str, source: str):
     return record[name]
 
 
+_ITEM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]$")
+
+
 def _event_branch(events, key: str, source: str) -> np.ndarray:
     fields = list(events.fields)
+    item = _ITEM.match(key)
+    if item:  # B[i]: entry i of a per-event array branch (PSWeight[0], LHEScaleWeight[4])
+        name, i = item.group(1), int(item.group(2))
+        value = _get(events, name, "branch", source)
+        n = np.asarray(ak.to_numpy(ak.num(value, axis=1)))
+        short = np.flatnonzero(n <= i)
+        if short.size:
+            entry = int(short[0]) + int((getattr(events, "metadata", None) or {}).get(
+                "entrystart") or 0)
+            raise InputError(f"{source}: branch {key!r}: entry {entry} has {int(n[short[0]])} "
+                             f"values of {name}; expected more than {i}")
+        return np.asarray(ak.to_numpy(value[:, i]), dtype=np.float64)
     if "." in key:
         head, tail = key.split(".", 1)
         value = _get(_get(events, head, "branch", source), tail, f"field of {head}", source)

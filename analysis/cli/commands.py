@@ -264,6 +264,12 @@ def run_optimize(args) -> int:
             write_scores(run.plan, ev.theta_and_widths(final["soft"]["parameters"])[0], outdir)
         if not args.no_plots:
             plot_history(report, outdir)
+            if "channels" in (report.get("likelihood") or {}):  # templates and pulls
+                from analysis.cli.lkplots import plot_likelihood
+
+                labels = {ch: f"{c.histogram}: {_hist_x(config, c.histogram)}"
+                          for ch, c in config.likelihood.channels.items()}
+                plot_likelihood(report["likelihood"], outdir, labels=labels)
             if config.observables:
                 plot_histograms(
                     ev,
@@ -277,6 +283,10 @@ def run_optimize(args) -> int:
     if not quiet:
         _print_final(report, outdir, plots=not args.no_plots)
     return 0
+
+
+def _hist_x(config, name: str) -> str:
+    return next(h.x for h in config.histograms if h.name == name)
 
 
 def _loop(run, quiet: bool) -> None:

@@ -45,6 +45,7 @@ import numpy as np
 from analysis.config.likelihood import build_model, model_states
 from analysis.config.loader import Config
 from analysis.config.terms import (
+    DiscoverySignificanceTerm,
     PythonTerm,
     SignificanceTerm,
     Term,
@@ -172,7 +173,12 @@ class Objective:
         return total
 
     def significance(self, stats: dict[str, Any], sigma_b: float = 0.0):
-        """JAX: ``Z_A`` alone (for reports), with the first significance term's ``sigma_b``."""
+        """JAX: the significance the reports show: with a ``discovery_significance`` term
+        its ``Z`` (the binned likelihood's), else ``Z_A`` with the first significance
+        term's ``sigma_b``."""
+        for term in self.terms:
+            if isinstance(term, DiscoverySignificanceTerm):
+                return -term.loss(stats, self)
         for term in self.terms:
             if isinstance(term, SignificanceTerm):
                 sigma_b = term.sigma_b

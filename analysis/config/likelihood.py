@@ -36,7 +36,7 @@ histogram-state keys are :func:`state_key`.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
@@ -45,12 +45,10 @@ from analysis.likelihood import Channel, Model, Normalisation
 from analysis.select import exprs
 from analysis.stats.histogram import check_edges
 
-if TYPE_CHECKING:
-    from analysis.config.loader import SelectionEntryConfig
-
 __all__ = [
     "BinsConfig",
     "ChannelConfig",
+    "CorrectionConfig",
     "HistogramConfig",
     "LikelihoodConfig",
     "LnNConfig",
@@ -138,21 +136,45 @@ class ShiftConfig(_Systematic):
         return v
 
 
+class CorrectionConfig(_Model):
+    """A per-object scale factor from a correctionlib JSON file: correction ``key`` of
+    ``file``, evaluated for every object of the collection of ``set`` with the fields
+    ``inputs`` (``abs_eta``: ``|eta|``) as its numeric inputs, in order, and the
+    weight's ``up`` / ``down`` as its one string input."""
+
+    file: str
+    key: str
+    set: str
+    inputs: list[str] = Field(min_length=1)
+
+
 class WeightConfig(_Systematic):
-    """Per-event factors ``up``/``down`` (expressions of per-event branches) x the weight."""
+    """Per-event factors ``up``/``down`` (expressions of per-event branches) x the weight;
+    with ``correction``: per-object scale factors of a set (``up``/``down`` the
+    correction's string input), the event weighed by ``prod_{j in set} sf_j``."""
 
     type: Literal["weight"] = "weight"
     up: str
     down: str
+    correction: CorrectionConfig | None = None
 
     @field_validator("up", "down", mode="before")
     @classmethod
-    def _factor(cls, v: Any) -> str:
+    def _text(cls, v: Any) -> str:
         text = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
         if not isinstance(text, str):
             raise ValueError(f"expected a branch or an expression of branches, got {v!r}")
-        parse_factor(text)
         return text
+
+    @model_validator(mode="after")
+    def _factors(self) -> WeightConfig:
+        if self.correction is None:
+            for side in ("up", "down"):
+                try:
+                    parse_factor(getattr(self, side))
+                except ValueError as err:
+                    raise _fail(side, str(err)) from None
+        return self
 
 
 class LnNConfig(_Model):
@@ -174,7 +196,7 @@ class ChannelConfig(_Model):
 
     histogram: str
     # the selection list's entries (the loader resolves the name: model_rebuild)
-    selection: list[SelectionEntryConfig] = []
+    selection: list[SelectionEntryConfig] = []  # noqa: F821
     datasets: list[str] | None = None
 
 
@@ -279,6 +301,8 @@ def check_likelihood(config: Any, sets: dict) -> None:
             if ds not in config.datasets:
                 raise _fail(f"systematics.{i}.datasets.{j}",
                             f"unknown dataset '{ds}'; expected one of {', '.join(config.datasets)}")
+        if s.type == "weight" and s.correction is not None:
+            check_correction(config, s, f"systematics.{i}.correction", sets)
         if s.type == "shift":
             head = s.field.split(".", 1)[0]
             if head in sets and head not in collections:
@@ -365,3 +389,36 @@ def model_states(stats: dict[str, Any], config: Any) -> dict[str, dict[str, Any]
                         t[state_key(ch, name, side)] = t[state_key(ch)]
         out[ds] = t
     return out
+
+
+def load_correction(path: str, key: str, where: str) -> Any:
+    """The correction ``key`` of the correctionlib JSON file ``path``, or a one-line
+    error naming file and key."""
+    import correctionlib
+
+    try:
+        cset = correctionlib.CorrectionSet.from_file(path)
+    except FileNotFoundError:
+        raise _fail(where + ".file", f"{path}: no such correction file") from None
+    except Exception as err:  # noqa: BLE001  (any parse error of the file: one line)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise _fail(where + ".file", f"{path}: not a correctionlib JSON file ({first})") from None
+    names = sorted(cset.keys())
+    if key not in names:
+        raise _fail(where + ".key", f"{path} has no correction '{key}'; it has "
+                    f"{', '.join(names) or 'none'}")
+    return cset[key]
+
+
+def check_correction(config: Any, s: Any, where: str, sets: dict) -> None:
+    """File, key, set and inputs of a scale-factor weight."""
+    c = s.correction
+    if c.set not in sets:
+        raise _fail(where + ".set", f"unknown set '{c.set}'; expected one of {', '.join(sets)}")
+    corr = load_correction(config.resolve_path(c.file), c.key, where)
+    numeric = [v for v in corr.inputs if v.type in ("real", "int")]
+    strings = [v for v in corr.inputs if v.type == "string"]
+    if len(numeric) != len(c.inputs) or len(strings) != 1:
+        raise _fail(where + ".inputs", f"correction '{c.key}' takes "
+                    f"{', '.join(f'{v.name} ({v.type})' for v in corr.inputs)}; expected "
+                    f"{len(c.inputs)} numbers (inputs: {c.inputs}) and one string (up/down)")

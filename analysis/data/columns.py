@@ -15,6 +15,7 @@ import numpy as np
 
 from analysis.data.faults import NONFINITE_POLICIES, note_dropped
 from analysis.errors import InputError
+from analysis.pipeline.histplan import SF_PREFIX
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.select.objects import check_counts
@@ -114,8 +115,11 @@ def extract_columns(
                 ak.to_numpy(ak.flatten(_get(coll, f, f"field of {name}", source))),
                 dtype=np.float64,
             )
-            for f in fields
+            for f in fields if not f.startswith(SF_PREFIX)
         }
+        for corr in plan.corrections:  # per-object scale factors (correctionlib)
+            if corr.collection == name:
+                flat[corr.field] = _scale_factors(corr, flat, source)
         cols.collections[name] = (counts, flat)
     for key in plan.event_keys:
         cols.events[key] = _event_branch(events, key, source)
@@ -127,6 +131,29 @@ def extract_columns(
         source=source,
         offset=int(meta.get("entrystart") or 0),
     )
+
+
+def _scale_factors(corr, flat: dict[str, np.ndarray], source: str) -> np.ndarray:
+    """The correction of every object (flat float64), from its fields ``corr.inputs``."""
+    from analysis.data.corrections import correction
+
+    args = []
+    for x in corr.inputs:
+        v = flat[x[4:]] if x.startswith("abs_") else flat[x]
+        args.append(np.abs(v) if x.startswith("abs_") else v)
+    fn = correction(corr.path, corr.key)
+    try:
+        values = fn.evaluate(*_ordered(fn, args, corr.side))
+    except Exception as err:  # noqa: BLE001  (correctionlib's own errors: one line)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{source}: correction {corr.key!r} of {corr.path}: {first}") from None
+    return np.asarray(values, dtype=np.float64).reshape(-1)
+
+
+def _ordered(fn, numbers: list, side: str) -> list:
+    """The correction's arguments in its input order: the string input is ``side``."""
+    it = iter(numbers)
+    return [side if v.type == "string" else next(it) for v in fn.inputs]
 
 
 def _finite(

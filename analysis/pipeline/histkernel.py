@@ -14,7 +14,9 @@ spec's region (the selection, or a channel's selection):
 
 A shift variation evaluates the whole selection again on the shifted column (so cuts
 and observables move together); a weight variation reuses its region's pass
-probabilities with the varied weights. Returns ``{"histograms": {name: Histogram},
+probabilities with the varied weights; a per-object scale factor of a set evaluates
+the selection again with the factor on the patterns holding the set
+(:data:`analysis.select.objects.FACTOR`): the event weighed by ``prod_{j in set} sf_j``. Returns ``{"histograms": {name: Histogram},
 "templates": {key: Histogram}}``.
 """
 
@@ -90,7 +92,8 @@ def histogram_states(theta, widths, arrays, plan, shapes, base, chunk_cls):
     out: dict[str, dict] = {"histograms": {}, "templates": {}}
     chunks = {(0, None): (base, {})}
     for spec in plan.hists:
-        at = (spec.region, spec.shift)
+        sf = None if spec.weight is None else plan.weights[spec.weight].sf
+        at = (spec.region, spec.shift) if sf is None else (spec.region, spec.shift, sf)
         if at not in chunks:
             arr = arrays
             if spec.shift is not None:
@@ -101,10 +104,11 @@ def histogram_states(theta, widths, arrays, plan, shapes, base, chunk_cls):
             if spec.region:
                 region = plan.regions[spec.region - 1]
                 sub = dataclasses.replace(plan, sets=region.sets, event_cuts=region.event_cuts)
-            chunks[at] = (chunk_cls(theta, widths, arr, sub, shapes), {})
+            factors = None if sf is None else {sf[0]: sf[1]}
+            chunks[at] = (chunk_cls(theta, widths, arr, sub, shapes, factors), {})
         ch, cands = chunks[at]
         factor = None
-        if spec.weight is not None:
+        if spec.weight is not None and sf is None:
             factor = factor_values(plan.weights[spec.weight].tree, ch.arrays)
             # padding events (weight 0) may divide 0 by 0: their factor is 0
             factor = jnp.where(ch.arrays["weight"] != 0, factor, 0.0)

@@ -12,7 +12,9 @@ by :func:`extend`:
   entries): its count model and event cuts; region 0 is the selection itself;
 * :class:`ShiftSpec`: a column (``C:f`` or ``event:K``) times a factor, before the cuts;
 * :class:`WeightSpec`: a per-event factor tree
-  (:func:`analysis.config.likelihood.parse_factor`) times the event weight.
+  (:func:`analysis.config.likelihood.parse_factor`) times the event weight, or a
+  per-object scale factor (:class:`CorrectionSpec`: a column the data layer computes
+  with correctionlib).
 
 A channel's extra entries take cut widths after the selection's (their order: channels
 as written, entries as written; :func:`extra_widths`), so annealing and ``--set`` treat
@@ -34,7 +36,16 @@ from analysis.config.likelihood import (
 from analysis.errors import ConfigError
 from analysis.select import exprs
 
-__all__ = ["HistSpec", "Region", "ShiftSpec", "WeightSpec", "extend", "extra_widths"]
+__all__ = [
+    "SF_PREFIX",
+    "CorrectionSpec",
+    "HistSpec",
+    "Region",
+    "ShiftSpec",
+    "WeightSpec",
+    "extend",
+    "extra_widths",
+]
 
 
 @dataclass(frozen=True)
@@ -71,11 +82,32 @@ class ShiftSpec:
 
 @dataclass(frozen=True)
 class WeightSpec:
-    """The event weight times the factor ``tree`` (systematic ``name``, ``side``)."""
+    """The event weight times the factor ``tree`` (systematic ``name``, ``side``), or
+    with ``sf = (set, field)`` times ``prod_{j in set} field_j`` (a per-object scale
+    factor, the column ``field`` of the set's collection: :class:`CorrectionSpec`)."""
 
     name: str
     side: str
-    tree: tuple
+    tree: tuple | None
+    sf: tuple[str, str] | None = None
+
+
+#: the columns of per-object scale factors (computed by analysis.data.columns, not read)
+SF_PREFIX = "sf__"
+
+
+@dataclass(frozen=True)
+class CorrectionSpec:
+    """Column ``field`` of ``collection``: correction ``key`` of the correctionlib
+    file ``path`` of the fields ``inputs`` (``abs_`` prefix: ``|field|``) and the
+    string input ``side``."""
+
+    collection: str
+    field: str
+    path: str
+    key: str
+    inputs: tuple[str, ...]
+    side: str
 
 
 def extra_widths(config: Any) -> list[float]:
@@ -124,6 +156,8 @@ def extend(config: Any, plan: Any, build) -> Any:
     shifts: list[ShiftSpec] = []
     weights: list[WeightSpec] = []
     read = {c: set(f) for c, f in plan.sets.fields}
+    fields = {c: list(f) for c, f in plan.sets.fields}
+    corrections: list[CorrectionSpec] = []
     for i, s in enumerate(shape_systematics(config)):
         for side in ("up", "down"):
             if s.type == "shift":
@@ -144,6 +178,17 @@ def extend(config: Any, plan: Any, build) -> Any:
                         f"selected collection ({', '.join(sorted(read)) or 'none'}) nor a "
                         "per-event branch the analysis reads; shifting it changes nothing")
                 shifts.append(ShiftSpec(s.name, side, key, float(getattr(s, side))))
+            elif s.correction is not None:
+                c = s.correction
+                coll = plan.sets.collection_of(c.set)
+                col = f"{SF_PREFIX}{s.name}__{side}"
+                for f in [x[4:] if x.startswith("abs_") else x for x in c.inputs] + [col]:
+                    if f not in read.setdefault(coll, set()):
+                        read[coll].add(f)
+                        fields.setdefault(coll, []).append(f)
+                corrections.append(CorrectionSpec(coll, col, config.resolve_path(c.file),
+                                                  c.key, tuple(c.inputs), getattr(s, side)))
+                weights.append(WeightSpec(s.name, side, None, (c.set, col)))
             else:
                 tree = parse_factor(getattr(s, side))
                 for key in factor_branches(tree):
@@ -180,7 +225,9 @@ def extend(config: Any, plan: Any, build) -> Any:
                         wi += 1
     else:
         n_widths = plan.n_widths
+    sets = dataclasses.replace(plan.sets, fields=tuple((c, tuple(f)) for c, f in fields.items()))
     return dataclasses.replace(
         plan, hists=tuple(hists), regions=tuple(regions), shifts=tuple(shifts),
         weights=tuple(weights), event_keys=tuple(event_keys), n_widths=n_widths,
+        sets=sets, corrections=tuple(corrections),
     )

@@ -176,6 +176,7 @@ class Plan:
     regions: tuple = ()
     shifts: tuple = ()
     weights: tuple = ()
+    corrections: tuple = ()  # per-object scale-factor columns (histplan.CorrectionSpec)
 
     @property
     def trainable_names(self) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from analysis.pipeline.plan import Plan, threshold_value
 from analysis.pipeline.score import with_scores
 from analysis.select import cuts, functions
 from analysis.select.objects import (
+    FACTOR,
     event_pass,
     layout,
     leading,
@@ -56,7 +57,7 @@ def _cut(theta, widths, cut, v):
 class _Chunk:
     """Lazily computed shared pieces of one chunk (object weights, layouts, fields)."""
 
-    def __init__(self, theta, widths, arrays, plan: Plan, shapes):
+    def __init__(self, theta, widths, arrays, plan: Plan, shapes, factors=None):
         arrays = with_scores(theta, arrays, plan.scores)  # score.NAME columns
         self.plan, self.sp, self.arrays = plan, plan.sets, arrays
         self.lays = {
@@ -71,6 +72,9 @@ class _Chunk:
                 v = self.field(s.collection, cut.field)
                 q = q * _cut(theta, widths, cut, jnp.abs(v) if cut.absolute else v)
             self.probs[s.name] = q
+        for name, f in (factors or {}).items():  # per-object scale factors (objects.FACTOR)
+            c = self.sp.collection_of(name)
+            self.probs[FACTOR + name] = self.field(c, f)
         th = [jnp.asarray(threshold_value(theta, p, v)) for p, v in self.sp.thresholds]
         self.th = jnp.stack(th) if th else jnp.zeros((0,), jnp.float64)
         # Smoothed integer step of each count (0 for a fixed integer value: exact).

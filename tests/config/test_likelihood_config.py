@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from analysis.config.loader import config_from_dict
 from analysis.config.likelihood import build_model, parse_factor
+from analysis.config.loader import config_from_dict
 from analysis.errors import ConfigError
 from analysis.pipeline.plan import build_plan, initial_widths
 

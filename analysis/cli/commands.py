@@ -105,6 +105,10 @@ def cmd_evaluate(args) -> int:
         states = ev.run(overrides)
         hard = hard_event_counts(ev, overrides)  # values only, from the cached columns
         report = evaluation_report(ev, states, overrides, hard=hard)
+        if config.likelihood is not None:  # templates, Z and dZ/dparam at these parameters
+            from analysis.optimize.lksection import likelihood_section
+
+            report["likelihood"] = likelihood_section(config, ev.plan, states)
     report["wall_time_s"] = time.perf_counter() - start
     out = output_dir(config, args)
     write_json(out / "results.json", report)
@@ -244,6 +248,15 @@ def run_optimize(args) -> int:
             "datasets": datasets,
             "faults": ev.faults_report(),
         }
+        if config.likelihood is not None:  # final soft and hard templates, Z, the fit
+            from analysis.optimize.lksection import likelihood_section
+
+            for part, st in (("soft", run.final_states), ("hard", run.final_hard_states)):
+                try:
+                    final[part]["likelihood"] = likelihood_section(config, run.plan, st)
+                except DiffcoffeaError as err:  # unusable templates: said, not a crash
+                    final[part]["likelihood"] = {"error": str(err)}
+            report["likelihood"] = final["hard"]["likelihood"]
         write_json(outdir / "results.json", report)
         if run.plan.scores:  # the trained networks, data only (score_NAME.npz)
             from analysis.optimize.scoreopt import write_scores
@@ -251,6 +264,12 @@ def run_optimize(args) -> int:
             write_scores(run.plan, ev.theta_and_widths(final["soft"]["parameters"])[0], outdir)
         if not args.no_plots:
             plot_history(report, outdir)
+            if "channels" in (report.get("likelihood") or {}):  # templates and pulls
+                from analysis.cli.lkplots import plot_likelihood
+
+                labels = {ch: f"{c.histogram}: {_hist_x(config, c.histogram)}"
+                          for ch, c in config.likelihood.channels.items()}
+                plot_likelihood(report["likelihood"], outdir, labels=labels)
             if config.observables:
                 plot_histograms(
                     ev,
@@ -268,6 +287,10 @@ def run_optimize(args) -> int:
     if not quiet:
         _print_final(report, outdir, plots=not args.no_plots)
     return 0
+
+
+def _hist_x(config, name: str) -> str:
+    return next(h.x for h in config.histograms if h.name == name)
 
 
 def _loop(run, quiet: bool) -> None:

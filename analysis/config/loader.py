@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from analysis.config import likelihood as _lk
 from analysis.config.cutkeys import CutKeys
 from analysis.config.schema import _ERR, _fail, _Model, _suggest
 from analysis.config.score import SCORE_PREFIX, ScoreConfig, check_scores, score_parameters
@@ -304,6 +305,11 @@ class SelectionEntryConfig(_EventCondition):
         return (self.count,) if isinstance(self.count, str) else tuple(self.count)
 
 
+# analysis.config.likelihood's channels hold selection-list entries
+_lk.ChannelConfig.model_rebuild(_types_namespace={"SelectionEntryConfig": SelectionEntryConfig})
+_lk.LikelihoodConfig.model_rebuild()
+
+
 class SelectionConfig(_Model):
     """Object cuts followed by event cuts; or, with top-level ``objects:``, a list of
     event conditions (``entries``; written as a YAML list under ``selection``)."""
@@ -457,6 +463,10 @@ class Config(_Model):
     objective: ObjectiveConfig | None = None
     optimizer: OptimizerConfig = OptimizerConfig()
     scores: list[ScoreConfig] = []  # learned scores (analysis.config.score)
+    # soft histograms, systematic variations, the binned model (analysis.config.likelihood)
+    histograms: list[_lk.HistogramConfig] = []
+    systematics: list[_lk.SystematicConfig] = []
+    likelihood: _lk.LikelihoodConfig | None = None
 
     _score_params: list | None = PrivateAttr(default=None)
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
@@ -545,7 +555,19 @@ class Config(_Model):
                 parent = sets[parent].from_
             for i, cut in enumerate(s.cuts):
                 self._params(f"{set_key(name)}.cuts.{i}", cut)
-        for i, entry in enumerate(sel.entries or []):
+        self._check_entries(sel.entries or [], entry_key)
+        for name, ch in (self.likelihood.channels.items() if self.likelihood else ()):
+            self._check_entries(ch.selection, f"likelihood.channels.{name}.selection.{{}}".format)
+        _lk.check_likelihood(self, sets)
+        self._check_observables(sets)
+        for where, msg in check_scores(self):
+            raise _fail(where, msg)
+        return self
+
+    def _check_entries(self, entries: list, entry_key) -> None:
+        """Parameters, sets and branches of selection-list entries exist."""
+        sets = self.objects
+        for i, entry in enumerate(entries):
             self._params(entry_key(i), entry)
             for name in entry.sets:
                 if name not in sets:
@@ -564,6 +586,8 @@ class Config(_Model):
                 if node.kind != "branch":
                     raise _fail(f"{entry_key(i)}.var", f"expected a per-event branch (e.g. "
                                 f"MET.pt), got '{entry.var}'")
+
+    def _check_observables(self, sets: dict) -> None:
         seen_obs: set[str] = set()
         for i, obs in enumerate(self.observables):
             if obs.name in seen_obs:
@@ -586,9 +610,6 @@ class Config(_Model):
                     f"'{obs.y}' does not pair with x '{obs.x}' entry by entry (both must be "
                     "fields of one set, of the same indexed objects, or per-event branches)",
                 )
-        for where, msg in check_scores(self):
-            raise _fail(where, msg)
-        return self
 
     def score_parameters(self) -> list[tuple[str, float, bool]]:
         """``[(name, init, trainable)]`` of the scores' parameters (cached; the weights

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from pydantic import Field, PrivateAttr, model_validator
 
+from analysis import likelihood as lk
 from analysis.config.schema import _fail, _Model
 from analysis.config.yamlsafe import show_value
 from analysis.errors import ConfigError, DiffcoffeaError
@@ -46,6 +47,8 @@ from analysis.stats._core import safe_sqrt
 
 __all__ = [
     "TERM_TYPES",
+    "DiscoverySignificanceTerm",
+    "MuUncertaintyTerm",
     "ObjectiveTerm",
     "PythonTerm",
     "SignificanceTerm",
@@ -325,7 +328,55 @@ class PythonTerm(Term):
         return _call_user(self._fn, self.function, stats, ctx.source)
 
 
+class _LikelihoodTerm(Term):
+    """Base of the binned-likelihood terms (:mod:`analysis.likelihood`): they read the
+    model's templates (``ctx.likelihood_states(stats)``, ``ctx.likelihood_model``)."""
+
+    def bind(self, ctx: TermContext, where: str) -> None:
+        if getattr(ctx, "likelihood_model", None) is None:
+            kind = getattr(self, "type", "this term")
+            raise ConfigError(
+                f"{where}: {kind} needs a 'likelihood:' section (channels of histograms)"
+            )
+
+    def check(self, stats: dict[str, Any], ctx: TermContext) -> None:
+        """Refuse unusable templates (one line naming channel, sample and bin) and a
+        ``mu = 0`` fit that did not converge (:class:`analysis.likelihood.FitError`)."""
+        states = ctx.likelihood_states(stats)  # type: ignore[attr-defined]
+        model = ctx.likelihood_model  # type: ignore[attr-defined]
+        lk.check_templates(lk.templates(states, model), model, lk.edges(states, model))
+        if isinstance(self, DiscoverySignificanceTerm):
+            lk.raise_for_fit(lk.significance(states, model).fit, step="mu = 0 profile")
+
+
+class DiscoverySignificanceTerm(_LikelihoodTerm):
+    """``-Z``: the expected (Asimov, mu = 1) discovery significance of the binned model
+    with every nuisance profiled (:func:`analysis.likelihood.discovery_significance`);
+    ``gradient``: ``envelope`` (default) or ``implicit`` (optimistix's implicit adjoint)."""
+
+    type: Literal["discovery_significance"] = "discovery_significance"
+    gradient: Literal["envelope", "implicit"] = "envelope"
+
+    def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
+        return -lk.discovery_significance(
+            ctx.likelihood_states(stats), ctx.likelihood_model,  # type: ignore[attr-defined]
+            gradient=self.gradient,
+        )
+
+
+class MuUncertaintyTerm(_LikelihoodTerm):
+    """``sigma_mu``: the expected uncertainty on the signal strength with every nuisance
+    profiled (:func:`analysis.likelihood.mu_uncertainty`), to minimise."""
+
+    type: Literal["mu_uncertainty"] = "mu_uncertainty"
+
+    def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
+        return lk.mu_uncertainty(
+            ctx.likelihood_states(stats), ctx.likelihood_model  # type: ignore[attr-defined]
+        )
+
+
 # The config's union of terms, told apart by ``type``: add a new term class here.
-_TERMS = (SignificanceTerm, TargetTerm, PythonTerm)
+_TERMS = (SignificanceTerm, TargetTerm, PythonTerm, DiscoverySignificanceTerm, MuUncertaintyTerm)
 ObjectiveTerm = Annotated[Union[_TERMS], Field(discriminator="type")]  # noqa: UP007
 TERM_TYPES: tuple[str, ...] = tuple(t.model_fields["type"].default for t in _TERMS)

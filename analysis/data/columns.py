@@ -8,12 +8,14 @@ future column cache can hand it the same arrays without re-reading ROOT.
 from __future__ import annotations
 
 import difflib
+import re
 
 import awkward as ak
 import numpy as np
 
 from analysis.data.faults import NONFINITE_POLICIES, note_dropped
 from analysis.errors import InputError
+from analysis.pipeline.histplan import SF_PREFIX
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.select.objects import check_counts
@@ -34,8 +36,23 @@ def _get(record, name: str, what: str, source: str):
     return record[name]
 
 
+_ITEM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]$")
+
+
 def _event_branch(events, key: str, source: str) -> np.ndarray:
     fields = list(events.fields)
+    item = _ITEM.match(key)
+    if item:  # B[i]: entry i of a per-event array branch (PSWeight[0], LHEScaleWeight[4])
+        name, i = item.group(1), int(item.group(2))
+        value = _get(events, name, "branch", source)
+        n = np.asarray(ak.to_numpy(ak.num(value, axis=1)))
+        short = np.flatnonzero(n <= i)
+        if short.size:
+            entry = int(short[0]) + int((getattr(events, "metadata", None) or {}).get(
+                "entrystart") or 0)
+            raise InputError(f"{source}: branch {key!r}: entry {entry} has {int(n[short[0]])} "
+                             f"values of {name}; expected more than {i}")
+        return np.asarray(ak.to_numpy(value[:, i]), dtype=np.float64)
     if "." in key:
         head, tail = key.split(".", 1)
         value = _get(_get(events, head, "branch", source), tail, f"field of {head}", source)
@@ -98,8 +115,11 @@ def extract_columns(
                 ak.to_numpy(ak.flatten(_get(coll, f, f"field of {name}", source))),
                 dtype=np.float64,
             )
-            for f in fields
+            for f in fields if not f.startswith(SF_PREFIX)
         }
+        for corr in plan.corrections:  # per-object scale factors (correctionlib)
+            if corr.collection == name:
+                flat[corr.field] = _scale_factors(corr, flat, source)
         cols.collections[name] = (counts, flat)
     for key in plan.event_keys:
         cols.events[key] = _event_branch(events, key, source)
@@ -111,6 +131,29 @@ def extract_columns(
         source=source,
         offset=int(meta.get("entrystart") or 0),
     )
+
+
+def _scale_factors(corr, flat: dict[str, np.ndarray], source: str) -> np.ndarray:
+    """The correction of every object (flat float64), from its fields ``corr.inputs``."""
+    from analysis.data.corrections import correction
+
+    args = []
+    for x in corr.inputs:
+        v = flat[x[4:]] if x.startswith("abs_") else flat[x]
+        args.append(np.abs(v) if x.startswith("abs_") else v)
+    fn = correction(corr.path, corr.key)
+    try:
+        values = fn.evaluate(*_ordered(fn, args, corr.side))
+    except Exception as err:  # noqa: BLE001  (correctionlib's own errors: one line)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{source}: correction {corr.key!r} of {corr.path}: {first}") from None
+    return np.asarray(values, dtype=np.float64).reshape(-1)
+
+
+def _ordered(fn, numbers: list, side: str) -> list:
+    """The correction's arguments in its input order: the string input is ``side``."""
+    it = iter(numbers)
+    return [side if v.type == "string" else next(it) for v in fn.inputs]
 
 
 def _finite(

@@ -3,7 +3,7 @@
 The files are toy Monte Carlo for demos and large tests: they carry the NanoAOD
 branch layout (``nJet`` counter, ``Jet_pt``, ``Jet_eta``, ``Jet_phi``, ``Jet_mass``,
 ``Jet_btagDeepFlavB``, ``Jet_hadronFlavour``, ``MET_pt``, ``MET_phi``, ``genWeight``,
-``run``, ``luminosityBlock``, ``event``) with NanoAOD dtypes, so that
+``PSWeight`` (4 per event), ``LHEScaleWeight`` (9 per event), ``run``, ``luminosityBlock``, ``event``) with NanoAOD dtypes, so that
 ``coffea.nanoevents.NanoAODSchema`` and ``coffea.processor.Runner`` read them like real
 NanoAOD.  No detector or matrix-element physics is simulated; per-flavour jet
 distributions are tuned so that the mean jet pT, the mean number of jets per event and
@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 #: Bump whenever the generated content changes, so that cached datasets are rewritten.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: PSWeight, LHEScaleWeight
 
 #: Maximum |eta| of stored jets (unitless).
 ETA_MAX = 4.7
@@ -212,6 +212,8 @@ def _generate(
     met_pt = rng.gamma(model.met_shape, model.met_scale, n_events)
     met_phi = rng.uniform(-np.pi, np.pi, n_events)
     gen_weight = np.exp(0.1 * rng.normal(size=n_events) - 0.005)
+    # Variation weights, drawn last so that every other branch is as in version 1.
+    ps, lhe = _variation_weights(rng, counts)
 
     # Sort jets by descending pT (as stored in float32) within each event.
     pt32 = pt.astype(np.float32)
@@ -233,10 +235,32 @@ def _generate(
         "MET_pt": met_pt.astype(np.float32),
         "MET_phi": met_phi.astype(np.float32),
         "genWeight": gen_weight.astype(np.float32),
+        "PSWeight": ak.unflatten(ps.reshape(-1).astype(np.float32), np.full(n_events, 4)),
+        "LHEScaleWeight": ak.unflatten(lhe.reshape(-1).astype(np.float32), np.full(n_events, 9)),
         "run": np.ones(n_events, dtype=np.uint32),
         "luminosityBlock": (1 + global_idx // EVENTS_PER_LUMIBLOCK).astype(np.uint32),
         "event": global_idx + np.uint64(1),
     }
+
+
+def _variation_weights(rng: np.random.Generator, counts: np.ndarray):
+    """``(PSWeight (E, 4), LHEScaleWeight (E, 9))``: NanoAOD's parton-shower weights
+    (ISR up, FSR up, ISR down, FSR down) and renormalisation x factorisation scale
+    weights (index ``3 muR + muF``, nominal at 4), relative to the nominal weight.
+    Toy model: ISR/FSR up weights ``exp(s (n_jets - 5) + 0.02 z)`` with ``s`` = 0.03 /
+    0.015 (more jets, more radiation: a shape effect), the down weights their
+    inverses; scale weights ``exp(0.08 (a + b) + 0.01 z)`` for ``muR, muF`` in
+    ``{0.5, 1, 2}`` with ``a, b = log2(mu)``."""
+    n = len(counts)
+    dn = counts.astype(np.float64) - 5.0
+    isr = np.exp(0.03 * dn + 0.02 * rng.normal(size=n))
+    fsr = np.exp(0.015 * dn + 0.02 * rng.normal(size=n))
+    ps = np.stack([isr, fsr, 1.0 / isr, 1.0 / fsr], axis=1)
+    a = np.log2(np.array([0.5, 1.0, 2.0]))
+    ab = (a[:, None] + a[None, :]).reshape(-1)
+    lhe = np.exp(0.08 * ab[None, :] * (1.0 + 0.02 * dn[:, None])
+                 + 0.01 * rng.normal(size=(n, 9)) * (ab[None, :] != 0))
+    return ps, lhe
 
 
 def generate_events(process: str, n_events: int, *, seed: int) -> dict[str, np.ndarray | ak.Array]:

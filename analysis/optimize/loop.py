@@ -41,6 +41,7 @@ import optax
 from analysis.config.loader import Config
 from analysis.config.terms import TermReturnError
 from analysis.errors import ConfigError, DiffcoffeaError
+from analysis.likelihood import LikelihoodError
 from analysis.optimize import checkpoint as _ckpt
 from analysis.optimize.objectives import Objective, objective_from_states
 from analysis.optimize.optimizers import Optimizer, make_optimizer
@@ -320,7 +321,7 @@ class Optimization:
         chunks = self._chunks_for(k)
         try:
             res = self.evaluate(params, widths, order=self.order, chunks=chunks)
-        except TermReturnError as err:  # name the step, as for a non-finite objective
+        except (TermReturnError, LikelihoodError) as err:  # name the step (as for NaN)
             raise DiffcoffeaError(
                 f"optimize: step {k}: {err}; stopped, {_kept(k, self.outdir / CHECKPOINT)}"
             ) from None
@@ -480,6 +481,7 @@ class Optimization:
         self.final_states = self.last_states
         hard_p = self.hard_params(params)
         hard = self.evaluate(hard_p, np.zeros_like(self.w0), order=0, strict=False)
+        self.final_hard_states = self.last_states
         #: passes the final evaluations ran (1 or 2)
         self.final_passes = self.passes - passes
 

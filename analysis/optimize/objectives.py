@@ -42,8 +42,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.config.likelihood import build_model, model_states
 from analysis.config.loader import Config
 from analysis.config.terms import (
+    DiscoverySignificanceTerm,
     PythonTerm,
     SignificanceTerm,
     Term,
@@ -53,6 +55,7 @@ from analysis.config.terms import (
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState, derivatives, statistics
+from analysis.stats.histogram import Histogram
 from analysis.stats.registry import json_paths
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "Objective",
     "asimov_significance",
     "dataset_norm",
+    "dataset_stats",
     "objective_from_states",
     "stat_paths",
 ]
@@ -89,6 +93,33 @@ def stat_paths(config: Config, plan: Plan) -> list[str]:
     return paths
 
 
+def _scaled(h: Histogram, norm: Any) -> Histogram:
+    return Histogram(tuple(h.edges.tolist()), norm * h.sumw_flow, norm * norm * h.sumw2_flow)
+
+
+def dataset_stats(
+    config: Config, plan: Plan, states: dict[str, Any], sumw: dict[str, float],
+    events: dict[str, int],
+) -> dict[str, Any]:
+    """JAX: results.json-like statistics of every dataset, plus normalised yields and
+    the normalised histogram states (``histograms``, ``templates``: sums of weights
+    times ``norm_d``, of squared weights times ``norm_d^2``)."""
+    out = {}
+    for name, st in states.items():
+        s = statistics(st, plan)
+        norm = dataset_norm(config, name, sumw[name])
+        s["sumw"] = sumw[name]
+        s["yield"] = norm * s["selected_sumw"]
+        s["mc_variance"] = norm * norm * s["selected_sumw2"]
+        one_event = norm * sumw[name] / events[name] if events[name] else 0.0
+        s["mc_variance_floor"] = one_event * one_event
+        for group in ("histograms", "templates"):
+            if group in st:
+                s[group] = {k: _scaled(h, norm) for k, h in st[group].items()}
+        out[name] = {**s, **s.pop("observables")}
+    return out
+
+
 class Objective:
     """The configured objective: its terms bound to the analysis at construction.
 
@@ -114,6 +145,7 @@ class Objective:
         self.signal = [n for n, r in roles.items() if r == "signal"]
         self.background = [n for n, r in roles.items() if r == "background"]
         self.paths = stat_paths(config, plan)
+        self.likelihood_model = build_model(config)  # None without 'likelihood:'
         self.terms: list[Term] = list(config.objective.terms)
         for i, term in enumerate(self.terms):
             term.bind(self, f"{config.source}: objective.terms.{i}")
@@ -122,17 +154,11 @@ class Objective:
         self, states: dict[str, Any], sumw: dict[str, float], events: dict[str, int]
     ) -> dict[str, Any]:
         """JAX: results.json-like statistics of every dataset, plus normalised yields."""
-        out = {}
-        for name, st in states.items():
-            s = statistics(st, self.plan)
-            norm = dataset_norm(self.config, name, sumw[name])
-            s["sumw"] = sumw[name]
-            s["yield"] = norm * s["selected_sumw"]
-            s["mc_variance"] = norm * norm * s["selected_sumw2"]
-            one_event = norm * sumw[name] / events[name] if events[name] else 0.0
-            s["mc_variance_floor"] = one_event * one_event
-            out[name] = {**s, **s.pop("observables")}
-        return out
+        return dataset_stats(self.config, self.plan, states, sumw, events)
+
+    def likelihood_states(self, stats: dict[str, Any]) -> dict[str, Any]:
+        """JAX: ``{dataset: {key: Histogram}}`` of the model (normalised templates)."""
+        return model_states(stats, self.config)
 
     def check(self, stats: dict[str, Any]) -> None:
         """Raise a clear error when the objective is undefined (e.g. zero background yield)."""
@@ -147,7 +173,12 @@ class Objective:
         return total
 
     def significance(self, stats: dict[str, Any], sigma_b: float = 0.0):
-        """JAX: ``Z_A`` alone (for reports), with the first significance term's ``sigma_b``."""
+        """JAX: the significance the reports show: with a ``discovery_significance`` term
+        its ``Z`` (the binned likelihood's), else ``Z_A`` with the first significance
+        term's ``sigma_b``."""
+        for term in self.terms:
+            if isinstance(term, DiscoverySignificanceTerm):
+                return -term.loss(stats, self)
         for term in self.terms:
             if isinstance(term, SignificanceTerm):
                 sigma_b = term.sigma_b

@@ -56,6 +56,8 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
     ``theta``, if given), else the reason (``--debug`` logs it)."""
     if order > 1:
         return f"derivatives of order {order} (the numba kernel gives Jacobians only)"
+    if plan.hists:
+        return f"histogram {plan.hists[0].key!r} (soft histograms run in the JAX kernel)"
     if plan.scores:
         return f"learned score {plan.scores[0].name!r} (the network runs in the JAX kernel)"
     if order == 1 and len(plan.trainable) > _numba_dp.LANES - 1:

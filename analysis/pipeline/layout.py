@@ -115,5 +115,9 @@ def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
 def _indexed(plan: Plan) -> set[str]:
     """Collections that an observable indexes (``S[i]``, 4-vector sums, deltaR)."""
     sp = plan.sets
-    return {sp.collection_of(s) for pair in sp.nodes for node in pair if node is not None
-            for s, _ in node.slots}
+    out = {sp.collection_of(s) for pair in sp.nodes for node in pair if node is not None
+           for s, _ in node.slots}
+    # histograms of event sums enumerate the subsets of the objects (2^M): M exact too
+    nodes = [h.node for h in plan.hists]
+    out |= {sp.collection_of(n.head) for n in nodes if n.kind in ("sum", "count")}
+    return out | {sp.collection_of(s) for n in nodes for s, _ in n.slots}

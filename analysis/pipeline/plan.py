@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from analysis.config.loader import Config
 from analysis.config.score import SCORE_PREFIX
 from analysis.errors import ConfigError
+from analysis.pipeline import histplan
 from analysis.pipeline.score import ScoreSpec, score_specs
 from analysis.select import exprs, functions
 from analysis.select.objects import Count, CountModel, ObjectSet, required_cap
@@ -170,6 +171,12 @@ class Plan:
     n_widths: int
     sets: SetPlan
     scores: tuple[ScoreSpec, ...] = ()  # learned scores (analysis.pipeline.score)
+    # soft histograms, channel regions, variations (analysis.pipeline.histplan)
+    hists: tuple = ()
+    regions: tuple = ()
+    shifts: tuple = ()
+    weights: tuple = ()
+    corrections: tuple = ()  # per-object scale-factor columns (histplan.CorrectionSpec)
 
     @property
     def trainable_names(self) -> tuple[str, ...]:
@@ -267,8 +274,10 @@ def build_plan(config: Config) -> Plan:
               for t in (obs.x, obs.y))
         for obs in config.observables
     ]
+    hist_nodes = [exprs.resolve(exprs.parse(h.x), cfg_sets) for h in config.histograms]
     # The ranking field is read only for sets that an observable indexes (S[i]).
     indexed = {s for pair in parsed for node in pair if node is not None for s, _ in node.slots}
+    indexed |= {s for node in hist_nodes for s, _ in node.slots}
     for name, s in cfg_sets.items():
         c = collection(name)
         cuts = []
@@ -311,23 +320,29 @@ def build_plan(config: Config) -> Plan:
     except ConfigError as err:
         raise ConfigError(f"{src}: objects: {err}") from None
     observables, orders = [], []
+
+    def read(node) -> None:
+        """Record the columns expression ``node`` reads."""
+        if node.kind == "branch":  # score.NAME: an event-level score's values
+            if node.head not in event_keys and not node.head.startswith(SCORE_PREFIX):
+                event_keys.append(node.head)
+        elif node.kind == "call":  # the fields the function reads (its registry entry)
+            fn_fields = functions.FUNCTIONS[node.fn].fields
+            for s, _ in node.slots:
+                for f in fn_fields:
+                    need(collection(s), f)
+            for key in (f"{g}.{f}" for g in node.groups for f in fn_fields):
+                if key not in event_keys:
+                    event_keys.append(key)
+        elif node.field is not None:
+            need(collection(node.head or node.slots[0][0]), node.field)
+
+    for node in hist_nodes:
+        read(node)
     for obs, pair in zip(config.observables, parsed):
         for node in pair:
-            if node is None:
-                continue
-            if node.kind == "branch":  # score.NAME: an event-level score's values
-                if node.head not in event_keys and not node.head.startswith(SCORE_PREFIX):
-                    event_keys.append(node.head)
-            elif node.kind == "call":  # the fields the function reads (its registry entry)
-                fn_fields = functions.FUNCTIONS[node.fn].fields
-                for s, _ in node.slots:
-                    for f in fn_fields:
-                        need(collection(s), f)
-                for key in (f"{g}.{f}" for g in node.groups for f in fn_fields):
-                    if key not in event_keys:
-                        event_keys.append(key)
-            elif node.field is not None:
-                need(collection(node.head or node.slots[0][0]), node.field)
+            if node is not None:
+                read(node)
         uni, bi = _split_stats(obs.stats)
         # the moment order the statistics declare (at least 2: M2 is always there)
         orders.append(max(2, registry.moment_order(uni)))
@@ -351,11 +366,12 @@ def build_plan(config: Config) -> Plan:
         max_objects=tuple((c, cap, name) for c, (cap, name) in caps.items()),
         count_widths=tuple(count_widths),
     )
-    return Plan(
+    plan = Plan(
         param_names=names, trainable=trainable, integer=integer,
         event_keys=tuple(event_keys), event_cuts=tuple(event_cuts),
         observables=tuple(observables), n_widths=n_widths, sets=set_plan, scores=scores,
     )
+    return histplan.extend(config, plan, build_plan)
 
 
 def initial_widths(config: Config) -> list[float]:
@@ -365,4 +381,4 @@ def initial_widths(config: Config) -> list[float]:
     return widths + [
         e.effective_width() for e in config.selection.entries or []
         if e.count is None or e.param is not None
-    ]
+    ] + histplan.extra_widths(config)

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from analysis.pipeline.histkernel import histogram_states
 from analysis.pipeline.plan import Plan, threshold_value
 from analysis.pipeline.score import with_scores
 from analysis.select import cuts, functions
 from analysis.select.objects import (
+    FACTOR,
     event_pass,
     layout,
     leading,
@@ -55,7 +57,7 @@ def _cut(theta, widths, cut, v):
 class _Chunk:
     """Lazily computed shared pieces of one chunk (object weights, layouts, fields)."""
 
-    def __init__(self, theta, widths, arrays, plan: Plan, shapes):
+    def __init__(self, theta, widths, arrays, plan: Plan, shapes, factors=None):
         arrays = with_scores(theta, arrays, plan.scores)  # score.NAME columns
         self.plan, self.sp, self.arrays = plan, plan.sets, arrays
         self.lays = {
@@ -70,6 +72,9 @@ class _Chunk:
                 v = self.field(s.collection, cut.field)
                 q = q * _cut(theta, widths, cut, jnp.abs(v) if cut.absolute else v)
             self.probs[s.name] = q
+        for name, f in (factors or {}).items():  # per-object scale factors (objects.FACTOR)
+            c = self.sp.collection_of(name)
+            self.probs[FACTOR + name] = self.field(c, f)
         th = [jnp.asarray(threshold_value(theta, p, v)) for p, v in self.sp.thresholds]
         self.th = jnp.stack(th) if th else jnp.zeros((0,), jnp.float64)
         # Smoothed integer step of each count (0 for a fixed integer value: exact).
@@ -91,18 +96,20 @@ class _Chunk:
             self._ow = object_weights(self.probs, self.lays, self.sp.model, self.th, self.cw)
         return self._ow
 
-    def entries(self, node, cand=None):
-        """``(x, w)`` flat entries of a linear node; ``cand`` caches ``leading``."""
+    def entries(self, node, cand=None, ev=None):
+        """``(x, w)`` flat entries of a linear node; ``cand`` caches ``leading``; ``ev``:
+        the per-event factor of the weights (default: weight x event cuts)."""
+        ev = self.ev if ev is None else ev
         if node.kind == "branch":
             x = self.arrays[f"event:{node.head}"]
-            w = self.ev * self.p
+            w = ev * self.p
         elif node.kind == "field":
             c = self.sp.collection_of(node.head)
             x = self.field(c, node.field)
-            w = self.ev[:, None] * self.object_weights()[node.head]
+            w = ev[:, None] * self.object_weights()[node.head]
         else:
             idx, wt = cand
-            w = self.ev[:, None] * wt
+            w = ev[:, None] * wt
             if node.kind == "index":
                 x = take(self.field(self.sp.collection_of(node.slots[0][0]), node.field), idx[0])
             else:  # a registered function (analysis.select.functions) of the candidates
@@ -163,6 +170,8 @@ def chunk_states(theta, widths, arrays, plan: Plan, shapes):
                 y, _ = ch.entries(yn, cand)
                 entry["comoments"] = _core.comoments(x, y, w)
         out["observables"][obs.name] = entry
+    if plan.hists:
+        out.update(histogram_states(theta, widths, arrays, plan, shapes, ch, _Chunk))
     return out
 
 

@@ -79,6 +79,7 @@ from analysis.limits import check_bytes
 from analysis.select.pbinom import at_least
 
 __all__ = [
+    "FACTOR",
     "OPS",
     "Count",
     "CountModel",
@@ -366,12 +367,21 @@ class CountModel:
 # --- pattern probabilities and the pass table ------------------------------------------
 
 
+#: ``probs[FACTOR + name]`` (optional, ``(E, M)``): a per-object factor on the patterns
+#: holding set ``name``. The recursions are linear in the pattern weights, so every
+#: result becomes the exact expectation of the hard-cut state weighted by ``prod_{j in
+#: name} factor_j`` (a per-object scale factor's event weight).
+FACTOR = "factor:"
+
+
 def _pattern_probs(model: CountModel, probs: Mapping[str, jnp.ndarray], layouts, c: str):
-    """``(E, M, P)`` pattern probabilities of collection ``c`` (padding: pattern 0)."""
+    """``(E, M, P)`` pattern probabilities of collection ``c`` (padding: pattern 0),
+    times the :data:`FACTOR` of each set a pattern holds."""
     sets = model._sets_of[c]
     pats = model.patterns[c]
     valid = layouts[c].valid
     q = [jnp.asarray(probs[s.name]) for s in sets]
+    factor = [probs.get(FACTOR + s.name) for s in sets]
     idx = {s.name: i for i, s in enumerate(sets)}
     cols = []
     for row in pats:
@@ -379,7 +389,7 @@ def _pattern_probs(model: CountModel, probs: Mapping[str, jnp.ndarray], layouts,
         for i, s in enumerate(sets):
             reachable = s.parent is None or row[idx[s.parent]]
             if row[i]:
-                pi = pi * q[i]
+                pi = pi * q[i] if factor[i] is None else pi * q[i] * factor[i]
             elif reachable:
                 pi = pi * (1.0 - q[i])
         cols.append(pi)

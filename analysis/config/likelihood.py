@@ -1,0 +1,424 @@
+"""YAML schema of soft histograms, systematic variations and the binned likelihood.
+
+The names are a contract (held-out configs are written with exactly these)::
+
+    histograms:
+      - {name: ht, x: "sum(jets.pt)", edges: [100, 200, 300, 450, 700]}
+      - {name: m3j, x: "mass(jets[0] + jets[1] + jets[2])", bins: {n: 20, lo: 0, hi: 600}}
+    systematics:
+      - {name: jes, type: shift, field: Jet.pt, up: 1.03, down: 0.97}
+      - {name: ps, type: weight, up: PS_up, down: PS_down}
+      - {name: bkg_norm, type: lnN, datasets: [dy], kappa: 1.10}
+    likelihood:
+      channels: {sr: {histogram: ht}}   # a channel may add `selection:` (extra conditions)
+      mc_stat: true
+
+* A histogram's ``x`` is any observable expression (:mod:`analysis.select.exprs`); its
+  state is the exact expectation of the hard-cut histogram
+  (:mod:`analysis.stats.histogram`).
+* ``shift``: the field ``C.f`` of collection ``C`` (or the per-event branch ``X.f``)
+  times ``up`` / ``down`` before the soft cuts, so selection and observables move
+  together; ``weight``: per-event factors (a branch, ``B[i]`` of a per-event array
+  branch, numbers and ``+ - * /`` of them) times the nominal event weight; ``lnN``: the
+  yields of ``datasets`` times ``kappa ** theta``. ``datasets`` (shift, weight;
+  optional): the samples the variation applies to (the others carry their nominal
+  template).
+* A channel's ``selection`` entries are those of the selection list, added to it for
+  that channel (its own soft pass probability: the exact expectation of the hard
+  region). The model's samples are the datasets with ``role: signal`` (scaled by mu)
+  or ``role: background``.
+
+:func:`check_likelihood` cross-checks these sections against the rest of the config;
+:func:`build_model` is the :class:`analysis.likelihood.Model` they describe, whose
+histogram-state keys are :func:`state_key`.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from analysis.config.schema import _fail, _Model
+from analysis.likelihood import Channel, Model, Normalisation
+from analysis.select import exprs
+from analysis.stats.histogram import check_edges
+
+__all__ = [
+    "BinsConfig",
+    "ChannelConfig",
+    "CorrectionConfig",
+    "HistogramConfig",
+    "LikelihoodConfig",
+    "LnNConfig",
+    "ShiftConfig",
+    "SystematicConfig",
+    "WeightConfig",
+    "build_model",
+    "check_likelihood",
+    "model_states",
+    "parse_factor",
+    "shape_systematics",
+    "state_key",
+]
+
+
+class BinsConfig(_Model):
+    """``n`` equal bins from ``lo`` to ``hi``."""
+
+    n: int = Field(ge=1, le=100000)
+    lo: float
+    hi: float
+
+    @model_validator(mode="after")
+    def _check(self) -> BinsConfig:
+        if not self.lo < self.hi:
+            raise _fail("hi", f"expected lo < hi, got lo = {self.lo:g}, hi = {self.hi:g}")
+        return self
+
+
+class HistogramConfig(_Model):
+    """A soft histogram of the expression ``x`` with ``edges`` or ``bins``."""
+
+    name: str = Field(min_length=1)
+    x: str
+    edges: list[float] | None = None
+    bins: BinsConfig | None = None
+
+    @field_validator("x")
+    @classmethod
+    def _expr(cls, v: str) -> str:
+        exprs.parse(v)  # syntax (a ValueError names the problem); sets checked by Config
+        return v
+
+    @field_validator("edges")
+    @classmethod
+    def _edges(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            check_edges(v, "edges")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> HistogramConfig:
+        if (self.edges is None) == (self.bins is None):
+            raise _fail("edges", "give exactly one of 'edges: [...]' or 'bins: {n, lo, hi}'")
+        return self
+
+    def bin_edges(self) -> tuple[float, ...]:
+        """The edges as floats (``bins`` expanded: ``lo + i (hi - lo) / n``)."""
+        if self.edges is not None:
+            return tuple(float(e) for e in self.edges)
+        b = self.bins
+        assert b is not None
+        return tuple(b.lo + i * (b.hi - b.lo) / b.n for i in range(b.n)) + (float(b.hi),)
+
+
+class _Systematic(_Model):
+    name: str = Field(min_length=1)
+    datasets: list[str] | None = None
+
+
+class ShiftConfig(_Systematic):
+    """``field`` (``Collection.field`` or a per-event ``Group.field``) times ``up``/``down``."""
+
+    type: Literal["shift"] = "shift"
+    field: str
+    up: float = Field(gt=0, allow_inf_nan=False)
+    down: float = Field(gt=0, allow_inf_nan=False)
+
+    @field_validator("field")
+    @classmethod
+    def _field(cls, v: str) -> str:
+        head, _, tail = v.partition(".")
+        if not (head.isidentifier() and tail.isidentifier()):
+            raise ValueError(f"expected Collection.field (e.g. Jet.pt), got {v!r}")
+        return v
+
+
+class CorrectionConfig(_Model):
+    """A per-object scale factor from a correctionlib JSON file: correction ``key`` of
+    ``file``, evaluated for every object of the collection of ``set`` with the fields
+    ``inputs`` (``abs_eta``: ``|eta|``) as its numeric inputs, in order, and the
+    weight's ``up`` / ``down`` as its one string input."""
+
+    file: str
+    key: str
+    set: str
+    inputs: list[str] = Field(min_length=1)
+
+
+class WeightConfig(_Systematic):
+    """Per-event factors ``up``/``down`` (expressions of per-event branches) x the weight;
+    with ``correction``: per-object scale factors of a set (``up``/``down`` the
+    correction's string input), the event weighed by ``prod_{j in set} sf_j``."""
+
+    type: Literal["weight"] = "weight"
+    up: str
+    down: str
+    correction: CorrectionConfig | None = None
+
+    @field_validator("up", "down", mode="before")
+    @classmethod
+    def _text(cls, v: Any) -> str:
+        text = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+        if not isinstance(text, str):
+            raise ValueError(f"expected a branch or an expression of branches, got {v!r}")
+        return text
+
+    @model_validator(mode="after")
+    def _factors(self) -> WeightConfig:
+        if self.correction is None:
+            for side in ("up", "down"):
+                try:
+                    parse_factor(getattr(self, side))
+                except ValueError as err:
+                    raise _fail(side, str(err)) from None
+        return self
+
+
+class LnNConfig(_Model):
+    """An lnN normalisation uncertainty: yields of ``datasets`` times ``kappa ** theta``."""
+
+    name: str = Field(min_length=1)
+    type: Literal["lnN"] = "lnN"
+    datasets: list[str] = Field(min_length=1)
+    kappa: float = Field(gt=0, allow_inf_nan=False)
+
+
+SystematicConfig = Annotated[
+    Union[ShiftConfig, WeightConfig, LnNConfig], Field(discriminator="type")  # noqa: UP007
+]
+
+
+class ChannelConfig(_Model):
+    """One channel: the histogram it uses, extra selection conditions, its datasets."""
+
+    histogram: str
+    # the selection list's entries (the loader resolves the name: model_rebuild)
+    selection: list[SelectionEntryConfig] = []  # noqa: F821
+    datasets: list[str] | None = None
+
+
+class LikelihoodConfig(_Model):
+    """The binned model: channels, MC statistics (Barlow-Beeston lite)."""
+
+    channels: dict[str, ChannelConfig] = Field(min_length=1)
+    mc_stat: bool = True
+
+
+# --- weight factor expressions ---------------------------------------------------------
+
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+def _branch_key(node: ast.AST, text: str) -> str | None:
+    """``B``, ``B.f`` or ``B[i]`` as a column key (None if ``node`` is not one)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+            and isinstance(node.slice, ast.Constant) and type(node.slice.value) is int
+            and node.slice.value >= 0):
+        return f"{node.value.id}[{node.slice.value}]"
+    return None
+
+
+def parse_factor(text: str) -> tuple:
+    """A weight factor as a hashable tree: ``("num", v)``, ``("branch", key)``,
+    ``("neg", a)``, ``(op, a, b)`` with ``op`` in ``+ - * /``. ``ValueError`` (one line)
+    for anything else."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"invalid expression {text!r}; expected e.g. PS_up, "
+                         "PSWeight[0], 0.5 * (LHEScaleWeight[0] + LHEScaleWeight[8])") from None
+
+    def walk(n: ast.AST) -> tuple:
+        key = _branch_key(n, text)
+        if key is not None:
+            return ("branch", key)
+        if isinstance(n, ast.Constant) and type(n.value) in (int, float):
+            return ("num", float(n.value))
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return ("neg", walk(n.operand))
+        if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
+            return (_OPS[type(n.op)], walk(n.left), walk(n.right))
+        raise ValueError(f"in {text!r}: {ast.unparse(n)!r} is not a branch, B[i], a number "
+                         "or + - * / of them")
+
+    return walk(tree)
+
+
+def factor_branches(tree: tuple) -> list[str]:
+    """The branch keys a factor tree reads, in order of appearance."""
+    if tree[0] == "branch":
+        return [tree[1]]
+    if tree[0] == "num":
+        return []
+    return [k for sub in tree[1:] for k in factor_branches(sub)]
+
+
+# --- cross-checks and the model ------------------------------------------------------
+
+
+def state_key(channel: str, syst: str | None = None, side: str | None = None) -> str:
+    """The histogram-state key of a channel's nominal template or of a variation."""
+    return channel if syst is None else f"{channel}:{syst}:{side}"
+
+
+def shape_systematics(config: Any) -> list[Any]:
+    """The shift and weight systematics (the shape variations of every channel)."""
+    return [s for s in config.systematics if s.type in ("shift", "weight")]
+
+
+def model_datasets(config: Any) -> list[str]:
+    """The samples of the model: datasets with role signal or background."""
+    return [n for n, d in config.datasets.items() if d.role in ("signal", "background")]
+
+
+def check_likelihood(config: Any, sets: dict) -> None:
+    """Cross-check ``histograms``, ``systematics`` and ``likelihood`` against the config
+    (raises pydantic custom errors naming the key)."""
+    names: set[str] = set()
+    for i, h in enumerate(config.histograms):
+        if h.name in names:
+            raise _fail(f"histograms.{i}.name", f"duplicate histogram name '{h.name}'")
+        names.add(h.name)
+        try:
+            node = exprs.resolve(exprs.parse(h.x), sets)
+        except ValueError as err:
+            raise _fail(f"histograms.{i}.x", str(err)) from None
+        del node
+    collections = set(_collections(config))
+    seen: set[str] = set()
+    for i, s in enumerate(config.systematics):
+        if s.name in seen:
+            raise _fail(f"systematics.{i}.name", f"duplicate systematic name '{s.name}'")
+        seen.add(s.name)
+        for j, ds in enumerate(s.datasets or []):
+            if ds not in config.datasets:
+                raise _fail(f"systematics.{i}.datasets.{j}",
+                            f"unknown dataset '{ds}'; expected one of {', '.join(config.datasets)}")
+        if s.type == "weight" and s.correction is not None:
+            check_correction(config, s, f"systematics.{i}.correction", sets)
+        if s.type == "shift":
+            head = s.field.split(".", 1)[0]
+            if head in sets and head not in collections:
+                raise _fail(f"systematics.{i}.field", f"'{head}' is an object set; a shift "
+                            f"names its collection ({', '.join(sorted(collections))})")
+    lk = config.likelihood
+    if lk is None:
+        if config.systematics:
+            raise _fail("systematics", "systematic variations need a 'likelihood:' section")
+        return
+    if not config.histograms:
+        raise _fail("likelihood", "a likelihood needs histograms under 'histograms:'")
+    samples = model_datasets(config)
+    signal = [n for n in samples if config.datasets[n].role == "signal"]
+    if not signal:
+        raise _fail("likelihood", "no dataset has role: signal (the datasets scaled by mu)")
+    for name, ch in lk.channels.items():
+        if ch.histogram not in names:
+            raise _fail(f"likelihood.channels.{name}.histogram",
+                        f"unknown histogram '{ch.histogram}'; expected one of "
+                        f"{', '.join(sorted(names))}")
+        for j, ds in enumerate(ch.datasets or []):
+            if ds not in samples:
+                raise _fail(f"likelihood.channels.{name}.datasets.{j}",
+                            f"'{ds}' is not a signal or background dataset "
+                            f"({', '.join(samples)})")
+        chosen = ch.datasets if ch.datasets is not None else samples
+        if not set(chosen) & set(signal):
+            raise _fail(f"likelihood.channels.{name}",
+                        f"channel has no signal dataset (datasets {chosen}, signal {signal})")
+    for i, s in enumerate(config.systematics):
+        for j, ds in enumerate(s.datasets if s.type == "lnN" else []):
+            if ds not in samples:
+                raise _fail(f"systematics.{i}.datasets.{j}",
+                            f"'{ds}' is not a signal or background dataset "
+                            f"({', '.join(samples)})")
+
+
+def _collections(config: Any) -> list[str]:
+    out = []
+    for s in config.objects.values():
+        if s.collection is not None and s.collection not in out:
+            out.append(s.collection)
+    return out
+
+
+def build_model(config: Any) -> Model | None:
+    """The :class:`analysis.likelihood.Model` of ``config`` (None without ``likelihood``)."""
+    lk = config.likelihood
+    if lk is None:
+        return None
+    samples = model_datasets(config)
+    shapes = [s.name for s in shape_systematics(config)]
+    channels = tuple(
+        Channel(
+            name,
+            state_key(name),
+            {s: (state_key(name, s, "up"), state_key(name, s, "down")) for s in shapes},
+            tuple(ch.datasets) if ch.datasets is not None else tuple(samples),
+        )
+        for name, ch in lk.channels.items()
+    )
+    norms = tuple(
+        Normalisation(s.name, tuple(s.datasets), s.kappa)
+        for s in config.systematics if s.type == "lnN"
+    )
+    signal = tuple(n for n in samples if config.datasets[n].role == "signal")
+    return Model(channels, signal, norms, mc_stat=lk.mc_stat)
+
+
+def model_states(stats: dict[str, Any], config: Any) -> dict[str, dict[str, Any]]:
+    """``{dataset: {key: Histogram}}`` of the model's samples from the objective's
+    statistics (their normalised ``templates``); a shape systematic with ``datasets``
+    leaves the other samples at their nominal template."""
+    only = {s.name: set(s.datasets) for s in shape_systematics(config) if s.datasets is not None}
+    channels = list(config.likelihood.channels) if config.likelihood is not None else []
+    out = {}
+    for ds in model_datasets(config):
+        t = dict(stats[ds]["templates"])
+        for name, allowed in only.items():
+            if ds not in allowed:
+                for ch in channels:
+                    for side in ("up", "down"):
+                        t[state_key(ch, name, side)] = t[state_key(ch)]
+        out[ds] = t
+    return out
+
+
+def load_correction(path: str, key: str, where: str) -> Any:
+    """The correction ``key`` of the correctionlib JSON file ``path``, or a one-line
+    error naming file and key."""
+    import correctionlib
+
+    try:
+        cset = correctionlib.CorrectionSet.from_file(path)
+    except FileNotFoundError:
+        raise _fail(where + ".file", f"{path}: no such correction file") from None
+    except Exception as err:  # noqa: BLE001  (any parse error of the file: one line)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise _fail(where + ".file", f"{path}: not a correctionlib JSON file ({first})") from None
+    names = sorted(cset.keys())
+    if key not in names:
+        raise _fail(where + ".key", f"{path} has no correction '{key}'; it has "
+                    f"{', '.join(names) or 'none'}")
+    return cset[key]
+
+
+def check_correction(config: Any, s: Any, where: str, sets: dict) -> None:
+    """File, key, set and inputs of a scale-factor weight."""
+    c = s.correction
+    if c.set not in sets:
+        raise _fail(where + ".set", f"unknown set '{c.set}'; expected one of {', '.join(sets)}")
+    corr = load_correction(config.resolve_path(c.file), c.key, where)
+    numeric = [v for v in corr.inputs if v.type in ("real", "int")]
+    strings = [v for v in corr.inputs if v.type == "string"]
+    if len(numeric) != len(c.inputs) or len(strings) != 1:
+        raise _fail(where + ".inputs", f"correction '{c.key}' takes "
+                    f"{', '.join(f'{v.name} ({v.type})' for v in corr.inputs)}; expected "
+                    f"{len(c.inputs)} numbers (inputs: {c.inputs}) and one string (up/down)")

@@ -1,0 +1,49 @@
+"""The ``likelihood`` section of results.json from merged per-dataset states.
+
+:func:`likelihood_section` normalises each dataset's channel templates as the rest of
+results.json (``norm_d``: :func:`analysis.optimize.objectives.dataset_norm`), builds the
+model of the config (:func:`analysis.config.likelihood.build_model`), runs the ``mu =
+0`` profile fit and returns :func:`analysis.likelihood.results_section`: templates,
+``Z`` and ``dZ/dparameter`` (from the states' Jacobian, the envelope gradient), the
+fit's status and nuisances. ``evaluate`` writes it at the evaluated parameters,
+``optimize`` at the final hard-cut evaluation (top level; no gradient at width 0) and
+under ``final.soft`` / ``final.hard``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis import likelihood as lk
+from analysis.config.likelihood import build_model, model_states
+from analysis.optimize.objectives import dataset_stats
+from analysis.pipeline.results import DatasetState, derivatives
+
+__all__ = ["likelihood_section"]
+
+
+def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) -> dict | None:
+    """The section (module docstring), or None without a ``likelihood:`` section.
+    Unusable templates raise :class:`analysis.likelihood.LikelihoodError` (one line)."""
+    model = build_model(config)
+    if model is None:
+        return None
+    values, jacs = {}, {}
+    for name, st in states.items():
+        values[name], jacs[name], _ = st.taylor()
+    sumw = {n: st.sumw for n, st in states.items()}
+    events = {n: st.events for n, st in states.items()}
+    mstates = model_states(dataset_stats(config, plan, values, sumw, events), config)
+    lk.check_templates(lk.templates(mstates, model), model, lk.edges(mstates, model))
+    result = lk.significance(mstates, model)
+    names = next(iter(states.values())).derived.names if states else ()
+    grad: dict[str, float] = {}
+    if names and next(iter(states.values())).derived.jac is not None:
+
+        def z(s):
+            stats = dataset_stats(config, plan, s, sumw, events)
+            return {"z": lk.discovery_significance(model_states(stats, config), model)}
+
+        _, g, _ = derivatives(z, values, jacs, None, order=1)
+        grad = {n: float(v) for n, v in zip(names, g["z"])}
+    return lk.results_section(mstates, model, result, grad)

@@ -1,0 +1,117 @@
+"""Soft histogram states of one chunk: configured histograms and channel templates.
+
+For every :class:`~analysis.pipeline.histplan.HistSpec` of the plan, the exact
+expectation of the hard-cut histogram (:mod:`analysis.stats.histogram`: ``sumw[b] =
+E[sum w [pass] [x in b]]``, ``sumw2[b] = E[sum w^2 [pass] [x in b]]``), with the weight
+``w`` = event weight (x a weight variation's factor) and the pass probability of the
+spec's region (the selection, or a channel's selection):
+
+- entries of a linear observable (``S.f``, ``S[i].f``, functions of indexed objects,
+  per-event branches) with the weights of :mod:`analysis.pipeline.setkernel` (its
+  moments use the same entries): ``sumw = sum_entries w p``, ``sumw2 = sum w^2 p``;
+- an event sum (``sum(S.f)``, ``count(S)``): :func:`analysis.select.subsets.sum_bins`,
+  ``P(pass, X in b)`` by enumeration of the subsets of the collection's objects.
+
+A shift variation evaluates the whole selection again on the shifted column (so cuts
+and observables move together); a weight variation reuses its region's pass
+probabilities with the varied weights; a per-object scale factor of a set evaluates
+the selection again with the factor on the patterns holding the set
+(:data:`analysis.select.objects.FACTOR`): the event weighed by ``prod_{j in set} sf_j``. Returns ``{"histograms": {name: Histogram},
+"templates": {key: Histogram}}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from analysis.errors import InputError
+from analysis.select.subsets import MAX_OBJECTS, sum_bins
+from analysis.stats.histogram import Histogram
+
+__all__ = ["factor_values", "histogram_states"]
+
+_OPS = {"+": jnp.add, "-": jnp.subtract, "*": jnp.multiply, "/": jnp.divide}
+
+
+def factor_values(tree: tuple, arrays) -> jnp.ndarray | float:
+    """The per-event values of a weight factor tree
+    (:func:`analysis.config.likelihood.parse_factor`) from the padded ``arrays``."""
+    kind = tree[0]
+    if kind == "num":
+        return tree[1]
+    if kind == "branch":
+        return arrays[f"event:{tree[1]}"]
+    if kind == "neg":
+        return -factor_values(tree[1], arrays)
+    return _OPS[kind](factor_values(tree[1], arrays), factor_values(tree[2], arrays))
+
+
+def _bins(x, w, w2, edges):
+    idx = jnp.searchsorted(jnp.asarray(edges), x, side="right")
+    nb = len(edges) + 1
+    onehot = idx[:, None] == jnp.arange(nb)
+    return jnp.sum(w[:, None] * onehot, axis=0), jnp.sum(w2[:, None] * onehot, axis=0)
+
+
+def _fill(ch, spec, weight, cands):
+    """``(sumw_flow, sumw2_flow)`` of ``spec`` on the chunk ``ch`` with event weights
+    ``weight`` (the weight column, or times a variation's factor)."""
+    node = spec.node
+    ev = ch.ev if weight is None else ch.ev * weight
+    w_event = ch.arrays["weight"] if weight is None else ch.arrays["weight"] * weight
+    if node.kind in ("sum", "count"):
+        sp = ch.sp
+        c = sp.collection_of(node.head)
+        m = ch.lays[c].valid.shape[1]
+        if m > MAX_OBJECTS:
+            raise InputError(
+                f"histogram {spec.key!r}: x = {node.text!r} needs every subset of an event's "
+                f"{c} objects (an exact soft histogram of an event sum); this chunk has "
+                f"events with {m} (at most {MAX_OBJECTS}): set max_objects <= {MAX_OBJECTS} "
+                f"on the set, or histogram a per-object ({node.head}.f) or leading-object "
+                f"({node.head}[0].f) observable")
+        values = 1.0 if node.kind == "count" else ch.field(c, node.field)
+        values = jnp.abs(values) if node.absolute else values
+        pb = sum_bins(ch.probs, ch.lays, sp.model, ch.th, values, node.head, spec.edges, ch.cw)
+        return (jnp.sum(ev[:, None] * pb, axis=0),
+                jnp.sum((ev * w_event)[:, None] * pb, axis=0))
+    key = node.text
+    if key not in cands:
+        cands[key] = ch.candidates(node)
+    x, w = ch.entries(node, cands[key], ev=ev)
+    _, w2 = ch.entries(node, cands[key], ev=ev * w_event)
+    return _bins(x, w, w2, spec.edges)
+
+
+def histogram_states(theta, widths, arrays, plan, shapes, base, chunk_cls):
+    """The histogram states of one padded chunk (module docstring); ``base``: the
+    chunk's :class:`analysis.pipeline.setkernel._Chunk` of the selection, ``chunk_cls``
+    builds those of the regions and shifts."""
+    out: dict[str, dict] = {"histograms": {}, "templates": {}}
+    chunks = {(0, None): (base, {})}
+    for spec in plan.hists:
+        sf = None if spec.weight is None else plan.weights[spec.weight].sf
+        at = (spec.region, spec.shift) if sf is None else (spec.region, spec.shift, sf)
+        if at not in chunks:
+            arr = arrays
+            if spec.shift is not None:
+                sh = plan.shifts[spec.shift]
+                arr = dict(arrays)
+                arr[sh.key] = arrays[sh.key] * sh.factor
+            sub = plan
+            if spec.region:
+                region = plan.regions[spec.region - 1]
+                sub = dataclasses.replace(plan, sets=region.sets, event_cuts=region.event_cuts)
+            factors = None if sf is None else {sf[0]: sf[1]}
+            chunks[at] = (chunk_cls(theta, widths, arr, sub, shapes, factors), {})
+        ch, cands = chunks[at]
+        factor = None
+        if spec.weight is not None and sf is None:
+            factor = factor_values(plan.weights[spec.weight].tree, ch.arrays)
+            # padding events (weight 0) may divide 0 by 0: their factor is 0
+            factor = jnp.where(ch.arrays["weight"] != 0, factor, 0.0)
+        sumw, sumw2 = _fill(ch, spec, factor, cands)
+        out[spec.group][spec.key] = Histogram(spec.edges, sumw, sumw2)
+    return out

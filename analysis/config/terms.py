@@ -346,7 +346,8 @@ class _LikelihoodTerm(Term):
         model = ctx.likelihood_model  # type: ignore[attr-defined]
         lk.check_templates(lk.templates(states, model), model, lk.edges(states, model))
         if isinstance(self, DiscoverySignificanceTerm):
-            lk.raise_for_fit(lk.significance(states, model).fit, step="mu = 0 profile")
+            fit = lk.significance(states, model, max_steps=self.max_steps).fit
+            lk.raise_for_fit(fit, step="mu = 0 profile")
 
 
 class DiscoverySignificanceTerm(_LikelihoodTerm):
@@ -356,11 +357,12 @@ class DiscoverySignificanceTerm(_LikelihoodTerm):
 
     type: Literal["discovery_significance"] = "discovery_significance"
     gradient: Literal["envelope", "implicit"] = "envelope"
+    max_steps: int = Field(default=lk.fit.MAX_STEPS, ge=1)  # of the mu = 0 profile fit
 
     def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
         return -lk.discovery_significance(
             ctx.likelihood_states(stats), ctx.likelihood_model,  # type: ignore[attr-defined]
-            gradient=self.gradient,
+            gradient=self.gradient, max_steps=self.max_steps,
         )
 
 

@@ -277,3 +277,25 @@ def test_optimize_for_the_discovery_significance(small_data, tmp_path) -> None:
     # the expected count, where pyhf's NLL is infinite; the soft Z is checked against pyhf)
     assert math.isfinite(hard["significance"]["value"]) and hard["significance"]["grad"] == {}
     assert set(soft["significance"]["grad"]) == {"jet_pt_min", "btag_min"}
+
+
+@pytest.mark.slow  # one soft pass, ~30 s
+def test_a_fit_that_does_not_converge_stops_optimize_naming_the_step(small_data, tmp_path):
+    import contextlib
+    import io
+
+    from analysis.cli.parser import main
+    from tests.conftest import one_line_error, write_config
+
+    cfg = lk_config(small_data)
+    cfg["objective"] = {"terms": [{"type": "discovery_significance", "max_steps": 1}]}
+    cfg["optimizer"] = {"name": "adam", "learning_rate": 0.05, "steps": 3}
+    path = write_config(tmp_path, cfg)
+    out = tmp_path / "out"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["optimize", str(path), "--output", str(out), "--quiet", "--no-plots"])
+    assert rc == 2
+    line = one_line_error(err.getvalue())
+    assert "step 0" in line and "did not converge" in line and "after 1 steps" in line, line
+    assert "checkpoint" in line

@@ -105,6 +105,10 @@ def cmd_evaluate(args) -> int:
         states = ev.run(overrides)
         hard = hard_event_counts(ev, overrides)  # values only, from the cached columns
         report = evaluation_report(ev, states, overrides, hard=hard)
+        if config.histograms:  # the configured histograms at the selection
+            from analysis.optimize.lksection import histograms_section
+
+            report["histograms"] = histograms_section(config, ev.plan, states)
         if config.likelihood is not None:  # templates, Z and dZ/dparam at these parameters
             from analysis.optimize.lksection import likelihood_section
 
@@ -257,6 +261,10 @@ def run_optimize(args) -> int:
                 except DiffcoffeaError as err:  # unusable templates: said, not a crash
                     final[part]["likelihood"] = {"error": str(err)}
             report["likelihood"] = final["hard"]["likelihood"]
+        if config.histograms:  # at the final hard cuts
+            from analysis.optimize.lksection import histograms_section
+
+            report["histograms"] = histograms_section(config, run.plan, run.final_hard_states)
         write_json(outdir / "results.json", report)
         if run.plan.scores:  # the trained networks, data only (score_NAME.npz)
             from analysis.optimize.scoreopt import write_scores

@@ -19,7 +19,7 @@ from analysis.config.likelihood import build_model, model_states
 from analysis.optimize.objectives import dataset_stats
 from analysis.pipeline.results import DatasetState, derivatives
 
-__all__ = ["likelihood_section"]
+__all__ = ["histograms_section", "likelihood_section"]
 
 
 def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) -> dict | None:
@@ -47,3 +47,32 @@ def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) 
         _, g, _ = derivatives(z, values, jacs, None, order=1)
         grad = {n: float(v) for n, v in zip(names, g["z"])}
     return lk.results_section(mstates, model, result, grad)
+
+
+def _floats(a: Any) -> list[float]:
+    import numpy as np
+
+    return [float(v) for v in np.asarray(a, dtype=np.float64).reshape(-1)]
+
+
+def histograms_section(config: Any, plan: Any, states: dict[str, DatasetState]) -> dict:
+    """results.json's ``histograms``: ``{name: {"x", "edges", "datasets": {DATASET:
+    {"sumw", "sumw2", "underflow": [sumw, sumw2], "overflow": [sumw, sumw2]}}}}`` of the
+    configured histograms at the selection, normalised as the yields (values only)."""
+    values = {n: st.derived.value for n, st in states.items()}
+    sumw = {n: st.sumw for n, st in states.items()}
+    events = {n: st.events for n, st in states.items()}
+    stats = dataset_stats(config, plan, values, sumw, events)
+    out = {}
+    for h in config.histograms:
+        per = {}
+        for ds, s in stats.items():
+            st = s.get("histograms", {}).get(h.name)
+            if st is None:
+                continue
+            flow = st.flow
+            per[ds] = {"sumw": _floats(st.sumw), "sumw2": _floats(st.sumw2),
+                       "underflow": _floats([flow.underflow_sumw, flow.underflow_sumw2]),
+                       "overflow": _floats([flow.overflow_sumw, flow.overflow_sumw2])}
+        out[h.name] = {"x": h.x, "edges": list(h.bin_edges()), "datasets": per}
+    return out

@@ -277,6 +277,14 @@ def test_optimize_for_the_discovery_significance(small_data, tmp_path) -> None:
     # the expected count, where pyhf's NLL is infinite; the soft Z is checked against pyhf)
     assert math.isfinite(hard["significance"]["value"]) and hard["significance"]["grad"] == {}
     assert set(soft["significance"]["grad"]) == {"jet_pt_min", "btag_min"}
+    # the configured histograms at the final hard cuts, normalised as the templates: the
+    # b2 channel is bpt at >= 2 b-jets, a subset of the selection's bpt histogram
+    hists = r["histograms"]
+    assert set(hists) == {"lead", "bpt"} and hists["bpt"]["edges"] == EDGES_B
+    for ds in ("ttbar", "dy"):
+        full = np.asarray(hists["bpt"]["datasets"][ds]["sumw"])
+        part = np.asarray(hard["channels"]["b2"]["samples"][ds]["nominal"]["sumw"])
+        assert np.all(part <= full + 1e-12) and full.sum() > 0
 
 
 @pytest.mark.slow  # one soft pass, ~30 s

@@ -146,6 +146,14 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
             f"{_selection_line(r)}"
         )
         print_table(console, title, "statistic", headers, rows)
+    lk = report.get("likelihood")
+    if lk and "significance" in lk:  # the binned likelihood's Z, as a table of one row
+        sig = lk["significance"]
+        cells = [fmt_number(sig["value"]), *(fmt_number(sig["grad"].get(n)) for n in names)]
+        fit = "converged" if lk["fit"]["converged"] else "NOT converged"
+        title = (f"likelihood: {len(lk['channels'])} channel(s), "
+                 f"{len(lk['fit']['nuisances'])} nuisances profiled (mu = 0 fit {fit})")
+        print_table(console, title, "statistic", headers, [("discovery Z", cells)])
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     console.print(f"wrote {path}", highlight=False)

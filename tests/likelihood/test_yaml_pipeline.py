@@ -78,8 +78,8 @@ def soft(small_data):
     return section(lk_config(small_data))
 
 
-def pyhf_z(sec: dict) -> float:
-    """Z of a pyhf workspace written from the ``likelihood`` section alone."""
+def pyhf_model(sec: dict):
+    """A pyhf model written from the ``likelihood`` section alone."""
     spec = {"channels": []}
     for ch, c in sec["channels"].items():
         samples = []
@@ -105,8 +105,13 @@ def pyhf_z(sec: dict) -> float:
             samples.append({"name": ds, "data": kept(t["nominal"]["sumw"]), "modifiers": mods})
         spec["channels"].append({"name": ch, "samples": samples})
     pyhf.set_backend("numpy", pyhf.optimize.scipy_optimizer(tolerance=1e-14))
-    m = pyhf.Model(spec, poi_name="mu", modifier_settings={
+    return pyhf.Model(spec, poi_name="mu", modifier_settings={
         "normsys": {"interpcode": "code1"}, "histosys": {"interpcode": "code4p"}})
+
+
+def pyhf_z(sec: dict) -> float:
+    """Z of a pyhf workspace written from the ``likelihood`` section alone."""
+    m = pyhf_model(sec)
     cfg = m.config
     data = m.expected_data(cfg.suggested_init())
     q0 = pyhf.infer.test_statistics.q0(0.0, data, m, cfg.suggested_init(),
@@ -307,3 +312,33 @@ def test_a_fit_that_does_not_converge_stops_optimize_naming_the_step(small_data,
     line = one_line_error(err.getvalue())
     assert "step 0" in line and "did not converge" in line and "after 1 steps" in line, line
     assert "checkpoint" in line
+
+
+@pytest.mark.slow  # one soft pass with its Jacobian, ~30 s
+def test_mu_uncertainty_term_is_pyhf_profile_curvature(small_data) -> None:
+    """The ``mu_uncertainty`` objective of the pass: pyhf's profile-likelihood curvature
+    at mu = 1 on the written templates (``sigma^2 = 2 h^2 / (q(1+h) + q(1-h))``), and
+    its gradient exists for every parameter."""
+    from analysis.optimize.objectives import Objective, objective_from_states
+    from analysis.pipeline.plan import build_plan
+
+    cfg = lk_config(small_data)
+    cfg["objective"] = {"terms": [{"type": "mu_uncertainty"}]}
+    config = config_from_dict(cfg)
+    with Evaluator(config) as ev:
+        states = ev.run(PARAMS, order=1)
+        res = objective_from_states(Objective(config, build_plan(config)), states)
+        sec = likelihood_section(config, ev.plan, states)
+    m = pyhf_model(sec)
+    data, c = m.expected_data(m.config.suggested_init()), m.config
+
+    def twice_nll(mu):
+        _, val = pyhf.infer.mle.fixed_poi_fit(mu, data, m, c.suggested_init(),
+                                              c.suggested_bounds(), c.suggested_fixed(),
+                                              return_fitted_val=True)
+        return float(val)
+
+    h = 1e-3
+    ref = math.sqrt(2 * h * h / (twice_nll(1 + h) + twice_nll(1 - h) - 2 * twice_nll(1.0)))
+    np.testing.assert_allclose(res["objective"], ref, rtol=1e-5)
+    assert np.all(np.isfinite(res["grad"])) and np.all(res["grad"] != 0)

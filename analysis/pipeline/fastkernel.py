@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 
-from analysis.pipeline import _numba_dp
+from analysis.pipeline import _numba_dp, _numba_one
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.select.objects import CountModel, _pass_table
@@ -49,6 +49,9 @@ __all__ = ["BLOCK", "evaluate_columns", "why_not"]
 # Events per block: partial sums per block, added in block order (deterministic).
 BLOCK = 4096
 _LINEAR = ("field", "branch", "sum", "count")
+# One collection with one set runs the fused loop (:mod:`analysis.pipeline._numba_one`);
+# False sends it through the general one (tests compare the two).
+_FUSED = True
 
 
 def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
@@ -121,6 +124,12 @@ class _Tables:
         self.set_cuts = [spec[name].cuts for name in self.set_names]
         self.set_coll = [spec[name].collection for name in self.set_names]
         self.gidx = gidx
+        # one collection, one set ("out" adds nothing, "in" moves the counts): the
+        # fused loop (:mod:`analysis.pipeline._numba_one`) serves it
+        self.one_set = bool(
+            n_coll == 1 and self.n_coll_sets[0] == 1 and self.n_pat[0] == 2
+            and self.pat[0, 0, 0] == 0 and self.pat[0, 1, 0] == 1
+        )
 
 
 @lru_cache(maxsize=64)
@@ -350,6 +359,30 @@ def _par_index(trainable: tuple[int, ...], param: int | None) -> int:
     return trainable.index(param) if param is not None and param in trainable else -1
 
 
+def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):
+    """Per object of every collection: pattern probabilities ``(N, P)`` and their
+    tangents ``(N, P, LANES)`` (the soft cuts, then the patterns)."""
+    lanes = _numba_dp.LANES
+    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
+    pv_all = _work("pv", (n_tot, p_max))
+    pd_all = _work("pd", (n_tot, p_max, lanes))
+    for ci, c in enumerate(tab.collections):
+        n_obj = int(coff[ci, -1])
+        n_sets = int(tab.n_coll_sets[ci])
+        qv = np.ones((max(n_sets, 1), n_obj))
+        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
+        for ls in range(n_sets):
+            for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]:
+                _numba_dp.cut_into(
+                    np.ascontiguousarray(flats[c][cut.field], dtype=np.float64),
+                    _threshold(theta, cut.param, cut.value), widths[cut.width_index],
+                    cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
+                    qv[ls], qd[ls])
+        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
+                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
+    return pv_all, pd_all
+
+
 def evaluate_columns(
     cols: ChunkColumns,
     plan: Plan,
@@ -390,23 +423,10 @@ def evaluate_columns(
         base[ci + 1] = base[ci] + coff[ci, -1]
         max_seq += int(np.max(counts, initial=0))
     lanes = _numba_dp.LANES
-    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
-    pv_all = _work("pv", (n_tot, p_max))
-    pd_all = _work("pd", (n_tot, p_max, lanes))
-    for ci, c in enumerate(tab.collections):
-        n_obj = int(coff[ci, -1])
-        n_sets = int(tab.n_coll_sets[ci])
-        qv = np.ones((max(n_sets, 1), n_obj))
-        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
-        for ls in range(n_sets):
-            for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]:
-                _numba_dp.cut_into(
-                    np.ascontiguousarray(flats[c][cut.field], dtype=np.float64),
-                    _threshold(theta, cut.param, cut.value), widths[cut.width_index],
-                    cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
-                    qv[ls], qd[ls])
-        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
-                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
+    fused = _FUSED and tab.one_set and not any(
+        obs.x.kind in ("sum", "count") for obs in plan.observables)
+    if not fused:
+        pv_all, pd_all = _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
 
     # the pass table and its derivative (the JAX definition), reduced
     model = tab.model
@@ -458,7 +478,25 @@ def evaluate_columns(
     pe = _work("pe", (n_ev, lanes))
     ow = _work("ow", (max(len(slot_of), 1), n_all, lanes))
     sa = np.zeros((len(sums), n_ev, big_r + 1, lanes))
-    if n_ev:
+    if n_ev and fused:
+        cuts = tab.set_cuts[0]
+        flat = flats[tab.collections[0]]
+        vals = np.empty((len(cuts), int(coff[0, -1])))
+        for i, cut in enumerate(cuts):
+            vals[i] = flat[cut.field]
+        args = (
+            coff[0], vals,
+            np.array([_threshold(theta, c.param, c.value) for c in cuts], np.float64),
+            np.array([widths[c.width_index] for c in cuts], np.float64),
+            np.array([c.greater for c in cuts], np.bool_),
+            np.array([c.inclusive for c in cuts], np.bool_),
+            np.array([c.absolute for c in cuts], np.bool_),
+            np.array([_par_index(trainable, c.param) for c in cuts], np.int64),
+            np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
+            BLOCK, pe, ow[0],
+        )
+        _run_blocks(_numba_one.compiled(_numba_one.select_one, args), args, n_blocks, threads)
+    elif n_ev:
         _run_blocks(_numba_dp.select, (
             coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
             pat_need, tgt, f, df_l, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe, ow, sa,

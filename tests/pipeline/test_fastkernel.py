@@ -426,3 +426,51 @@ def test_reduced_pass_table_keeps_every_sum():
     small = np.ravel_multi_index(tuple(np.minimum(full, caps).T), tuple(caps + 1))
     np.testing.assert_array_equal(f2[small], f)
     np.testing.assert_array_equal(df2[small], slope)
+
+
+def one_set_config(*, width: float, inverted: bool, field_observables: bool = True) -> dict:
+    """:func:`features_config` without the event sums: one collection, one set, every cut
+    op, every count op and a branch cut, the plan the fused loop serves."""
+    cfg = features_config(width=width, inverted=inverted)
+    keep = ("pt", "pt_eta", "met") if field_observables else ("met",)
+    cfg["observables"] = [o for o in cfg["observables"] if o["name"] in keep]
+    return cfg
+
+
+@pytest.mark.parametrize("field_observables", [True, False])
+@pytest.mark.parametrize("n", [0, 1, 3 * fastkernel.BLOCK // 2])
+@pytest.mark.parametrize("width", [0.0, 1.0])
+@pytest.mark.parametrize("inverted, n_min", [(False, 2.3), (True, 0.6)])
+def test_fused_one_set_loop(width, inverted, n_min, n, field_observables, monkeypatch):
+    # The fused loop (analysis.pipeline._numba_one) against the JAX kernel (1e-12) and
+    # against the general loops of _numba_dp (the same operations in the same order:
+    # bit for bit), with and without per-object weights.
+    plan, theta, widths = make_plan(one_set_config(
+        width=width, inverted=inverted, field_observables=field_observables))
+    theta[plan.param_names.index("n_min")] = n_min
+    assert fastkernel._tables(plan).one_set
+    cols = synthetic(n, seed=3 + int(inverted), ties=width == 0.0, big=14)
+    ran = []
+    compiled = fastkernel._numba_one.compiled
+    monkeypatch.setattr(fastkernel._numba_one, "compiled",
+                        lambda kernel, args: ran.append(kernel) or compiled(kernel, args))
+    fused = compare(plan, cols, theta, widths)
+    assert ran == ([fastkernel._numba_one.select_one] if n else [])
+    monkeypatch.setattr(fastkernel, "_FUSED", False)
+    general = fastkernel.evaluate_columns(cols, plan, theta, widths)
+    assert len(ran) == (1 if n else 0)  # the general loops this time
+    for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(general),
+                    strict=True):
+        assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_fused_loop_not_for_several_sets_or_event_sums(monkeypatch):
+    ran = []
+    monkeypatch.setattr(fastkernel._numba_one, "compiled", lambda k, a: ran.append(k) or k)
+    plan, theta, widths = make_plan(sets_config())
+    assert not fastkernel._tables(plan).one_set
+    fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
+    plan, theta, widths = features()  # one set, but sum(Jet.pt), count(Jet): the sum loops
+    assert fastkernel._tables(plan).one_set
+    fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
+    assert ran == []

@@ -19,70 +19,12 @@ first sums of the observables' centres come out of the same loop.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numba
 import numpy as np
 
-from analysis.pipeline._numba_dp import LANES, soft
+from analysis.pipeline._numba_dp import LANES, lin, lin_add, soft
 
-__all__ = ["compiled", "select_one"]
-
-_COMPILED: set = set()
-
-
-@contextmanager
-def _slp():
-    """LLVM's SLP vectorizer on while numba compiles (numba leaves it off by default;
-    its pass managers read the setting at each compilation, so this is local to the
-    functions compiled inside). It packs the lane arithmetic below into vector
-    operations without reassociating anything: the same floats as without it."""
-    old = numba.config.SLP_VECTORIZE
-    numba.config.SLP_VECTORIZE = 1
-    try:
-        yield
-    finally:
-        numba.config.SLP_VECTORIZE = old
-
-
-def compiled(kernel, args: tuple):
-    """``kernel`` once compiled for ``args`` (the arguments before the block range) with
-    the SLP vectorizer on: a first call over no blocks (``b0 = b1 = 0``) in this thread,
-    before the thread pool runs it. A later call with other argument types would compile
-    a second version without it (the same results, slower); the kernel's callers build
-    its arguments with fixed dtypes."""
-    if kernel not in _COMPILED:
-        with _slp():
-            kernel(*args, 0, 0)
-        _COMPILED.add(kernel)
-    return kernel
-
-
-# The lane arithmetic of the loops, written out over the 8 lanes with every load before
-# the first store: LLVM's SLP vectorizer then packs each into a few vector operations
-# (a loop over the lanes that stores as it goes is left scalar: the output might alias
-# the inputs). Same operations, same order as the loops of _numba_dp.
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _lin(out, a, x, b, y):
-    """``out[r] = a x[r] + b y[r]`` over the lanes."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    out[0], out[1], out[2], out[3] = a * x0 + b * y0, a * x1 + b * y1, a * x2 + b * y2, a * x3 + b * y3
-    out[4], out[5], out[6], out[7] = a * x4 + b * y4, a * x5 + b * y5, a * x6 + b * y6, a * x7 + b * y7
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _lin_add(out, a, x, b, y):
-    """``out[r] += a x[r] + b y[r]`` over the lanes."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
-    out[0], out[1], out[2], out[3] = (o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1),
-                                      o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
-    out[4], out[5], out[6], out[7] = (o4 + (a * x4 + b * y4), o5 + (a * x5 + b * y5),
-                                      o6 + (a * x6 + b * y6), o7 + (a * x7 + b * y7))
+__all__ = ["select_one"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -135,10 +77,10 @@ def select_one(
                 for j in range(n):
                     pv = 1.0 - q[j]
                     for k in range(n_states):
-                        _lin(F[j + 1, k], pv, F[j, k], -F[j, k, 0], dq[j])
+                        lin(F[j + 1, k], pv, F[j, k], -F[j, k, 0], dq[j])
                     pv = q[j]
                     for k in range(n_states):
-                        _lin_add(F[j + 1, tgt[k]], pv, F[j, k], F[j, k, 0], dq[j])
+                        lin_add(F[j + 1, tgt[k]], pv, F[j, k], F[j, k, 0], dq[j])
             # backward value functions and object weights
             for k in range(n_states):
                 for r in range(LANES):
@@ -150,19 +92,19 @@ def select_one(
                         H[r] = 0.0
                     for k in range(n_states):
                         t = tgt[k]
-                        _lin_add(H, G[t, 0], F[j, k], F[j, k, 0], G[t])
+                        lin_add(H, G[t, 0], F[j, k], F[j, k, 0], G[t])
                     H[0] *= 0.5  # lane 0 summed F G twice (exact)
                     row = ow[o + j]
                     for r in range(LANES):
                         row[r] = 0.0
-                    _lin_add(row, q[j], H, H[0], dq[j])
+                    lin_add(row, q[j], H, H[0], dq[j])
                 pv = 1.0 - q[j]
                 for k in range(n_states):
-                    _lin(Gn[k], pv, G[k], -G[k, 0], dq[j])
+                    lin(Gn[k], pv, G[k], -G[k, 0], dq[j])
                 pv = q[j]
                 for k in range(n_states):
                     t = tgt[k]
-                    _lin_add(Gn[k], pv, G[t], G[t, 0], dq[j])
+                    lin_add(Gn[k], pv, G[t], G[t, 0], dq[j])
                 G, Gn = Gn, G
             for r in range(LANES):
                 pe[e, r] = G[0, r]

@@ -495,7 +495,7 @@ def evaluate_columns(
             np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
             BLOCK, pe, ow[0],
         )
-        _run_blocks(_numba_one.compiled(_numba_one.select_one, args), args, n_blocks, threads)
+        _run_blocks(_numba_dp.compiled(_numba_one.select_one, args), args, n_blocks, threads)
     elif n_ev:
         _run_blocks(_numba_dp.select, (
             coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
@@ -562,9 +562,8 @@ def evaluate_columns(
             cy = _safe_div(first[2], first[0])
             fx, fy = bool(np.isfinite(cx)), bool(np.isfinite(cy))
             out = np.zeros((n_blocks, 8, lanes))
-            _run_blocks(_numba_dp.accumulate, (eoff, xv, yv, has_y, wo, ev,
-                                               cx if fx else 0.0, cy if fy else 0.0, BLOCK,
-                                               out), n_blocks, threads)
+            args = (eoff, xv, yv, has_y, wo, ev, cx if fx else 0.0, cy if fy else 0.0, BLOCK, out)
+            _run_blocks(_numba_dp.compiled(_numba_dp.accumulate, args), args, n_blocks, threads)
             tot = out.sum(axis=0)[:, :np1]
             if not fx:  # deviations from an infinite mean are set to 0
                 tot[1:5] = 0.0

@@ -451,14 +451,14 @@ def test_fused_one_set_loop(width, inverted, n_min, n, field_observables, monkey
     assert fastkernel._tables(plan).one_set
     cols = synthetic(n, seed=3 + int(inverted), ties=width == 0.0, big=14)
     ran = []
-    compiled = fastkernel._numba_one.compiled
-    monkeypatch.setattr(fastkernel._numba_one, "compiled",
+    compiled = fastkernel._numba_dp.compiled
+    monkeypatch.setattr(fastkernel._numba_dp, "compiled",
                         lambda kernel, args: ran.append(kernel) or compiled(kernel, args))
     fused = compare(plan, cols, theta, widths)
-    assert ran == ([fastkernel._numba_one.select_one] if n else [])
+    assert ran.count(fastkernel._numba_one.select_one) == (1 if n else 0)
     monkeypatch.setattr(fastkernel, "_FUSED", False)
     general = fastkernel.evaluate_columns(cols, plan, theta, widths)
-    assert len(ran) == (1 if n else 0)  # the general loops this time
+    assert ran.count(fastkernel._numba_one.select_one) == (1 if n else 0)  # not again
     for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(general),
                     strict=True):
         assert np.array_equal(a, b, equal_nan=True)
@@ -466,11 +466,11 @@ def test_fused_one_set_loop(width, inverted, n_min, n, field_observables, monkey
 
 def test_fused_loop_not_for_several_sets_or_event_sums(monkeypatch):
     ran = []
-    monkeypatch.setattr(fastkernel._numba_one, "compiled", lambda k, a: ran.append(k) or k)
+    monkeypatch.setattr(fastkernel._numba_dp, "compiled", lambda k, a: ran.append(k) or k)
     plan, theta, widths = make_plan(sets_config())
     assert not fastkernel._tables(plan).one_set
     fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
     plan, theta, widths = features()  # one set, but sum(Jet.pt), count(Jet): the sum loops
     assert fastkernel._tables(plan).one_set
     fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
-    assert ran == []
+    assert fastkernel._numba_one.select_one not in ran

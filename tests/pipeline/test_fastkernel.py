@@ -474,3 +474,27 @@ def test_fused_loop_not_for_several_sets_or_event_sums(monkeypatch):
     assert fastkernel._tables(plan).one_set
     fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
     assert fastkernel._numba_one.select_one not in ran
+
+
+@pytest.mark.parametrize("one_set", [False, True])
+def test_observable_entries_equal_the_jax_kernels(one_set):
+    # Histogram entries (x, soft weight) of every observable kind the numba kernel serves
+    # (a field, |field|, a branch, |branch|, sum, count) against the JAX kernel's, 1e-12,
+    # in the general loops and in the fused one-set loop.
+    from analysis.pipeline import kernel
+
+    cfg = (one_set_config if one_set else features_config)(width=1.0, inverted=False)
+    cfg["observables"] += [{"name": "aeta", "x": "abs(Jet.eta)", "stats": ["mean"]},
+                           {"name": "rawmet", "x": "MET.pt", "stats": ["mean"]}]
+    plan, theta, widths = make_plan(cfg)
+    cols = synthetic(500, seed=21, big=11)
+    for index, obs in enumerate(plan.observables):
+        x, w = kernel.observable_entries(cols, plan, theta, widths, index)
+        arrays, shapes = pad_columns(cols, plan)
+        xr, wr = (np.asarray(a) for a in kernel._entries(
+            theta, widths, arrays, plan, shapes, index))
+        keep = wr != 0
+        xr, wr = xr[keep], wr[keep]
+        assert x.shape == xr.shape and len(x) > 0, obs.name
+        np.testing.assert_allclose(x, xr, rtol=1e-12, atol=0, err_msg=obs.name)
+        np.testing.assert_allclose(w, wr, rtol=1e-12, atol=1e-300, err_msg=obs.name)

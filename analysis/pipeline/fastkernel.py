@@ -10,12 +10,17 @@ from a chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan t
 counts over several sets and collections, branch cuts). It is a second implementation
 of one description: the recursions of :mod:`analysis.select.objects` (the JAX kernel
 :mod:`analysis.pipeline.setkernel`, the reference) as loops over each event's objects
-with forward-mode tangents (:mod:`analysis.pipeline._numba_dp`). The pass table ``f``
-and its derivative come from :func:`analysis.select.objects._pass_table` itself.
+with forward-mode tangents (:mod:`analysis.pipeline._numba_dp`; one collection with one
+set and no event sums, the common case, runs the fused loop of
+:mod:`analysis.pipeline._numba_one`, bit for bit the same results). The pass table
+``f`` and its derivative come from :func:`analysis.select.objects._pass_table` itself
+(:mod:`analysis.pipeline._fasttables`). :func:`observable_entries` gives histogram
+entries and their soft weights from the same loops (value only).
 
 Moments: per-object and per-event entries about a constant centre (first pass), then
 the corrected two-pass formulas of :mod:`analysis.stats._core` and their derivatives;
-event sums from ``E[X^r 1_pass]`` as :func:`analysis.stats._core.moments_from_expectations`.
+event sums from ``E[X^r 1_pass]`` as :func:`analysis.stats._core.moments_from_expectations`
+(:mod:`analysis.pipeline._fastmoments`).
 
 Events are processed in blocks of :data:`BLOCK` (a fixed size), and each block's
 partial sums are added in block order, so the result does not depend on the number of

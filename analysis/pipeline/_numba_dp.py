@@ -23,11 +23,15 @@ Events are processed in blocks; per-block partial sums are added in block order.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numba
 import numpy as np
 
-__all__ = ["LANES", "accumulate", "centre_sums", "cut_into", "patterns", "select", "soft", "soft_array"]
+__all__ = [
+    "LANES", "accumulate", "axpy", "centre_sums", "compiled", "cut_into", "lin", "lin_add", "patterns",
+    "select", "soft", "soft_array",
+]
 
 
 @numba.njit(cache=True)
@@ -54,6 +58,72 @@ def soft_array(v, t, width, greater, inclusive, s_out, ds_out):
 # (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
 # more than LANES - 1 trainable parameters go to the JAX kernel.
 LANES = 8
+
+
+_COMPILED: set = set()
+
+
+@contextmanager
+def _slp():
+    """LLVM's SLP vectorizer on while numba compiles (numba leaves it off by default;
+    its pass managers read the setting at each compilation, so this is local to the
+    functions compiled inside). It packs the lane arithmetic below into vector
+    operations without reassociating anything: the same floats as without it."""
+    old = numba.config.SLP_VECTORIZE
+    numba.config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        numba.config.SLP_VECTORIZE = old
+
+
+def compiled(kernel, args: tuple):
+    """``kernel`` once compiled for ``args`` (the arguments before the block range) with
+    the SLP vectorizer on: a first call over no blocks (``b0 = b1 = 0``) in this thread,
+    before the thread pool runs it. A later call with other argument types would compile
+    a second version without it (the same results, slower); the kernel's callers build
+    its arguments with fixed dtypes."""
+    if kernel not in _COMPILED:
+        with _slp():
+            kernel(*args, 0, 0)
+        _COMPILED.add(kernel)
+    return kernel
+
+
+# The lane arithmetic of the loops, written out over the 8 lanes with every load before
+# the first store: LLVM's SLP vectorizer then packs each into a few vector operations
+# (a loop over the lanes that stores as it goes is left scalar: the output might alias
+# the inputs). The same operations in the same order as the loops written with a lane loop.
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def lin(out, a, x, b, y):
+    """``out[r] = a x[r] + b y[r]`` over the lanes."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
+    out[0], out[1], out[2], out[3] = a * x0 + b * y0, a * x1 + b * y1, a * x2 + b * y2, a * x3 + b * y3
+    out[4], out[5], out[6], out[7] = a * x4 + b * y4, a * x5 + b * y5, a * x6 + b * y6, a * x7 + b * y7
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def lin_add(out, a, x, b, y):
+    """``out[r] += a x[r] + b y[r]`` over the lanes."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
+    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
+    out[0], out[1], out[2], out[3] = (o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1),
+                                      o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
+    out[4], out[5], out[6], out[7] = (o4 + (a * x4 + b * y4), o5 + (a * x5 + b * y5),
+                                      o6 + (a * x6 + b * y6), o7 + (a * x7 + b * y7))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def axpy(out, a, x):
+    """``out[r] += a x[r]`` over the lanes."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
+    out[0], out[1], out[2], out[3] = o0 + a * x0, o1 + a * x1, o2 + a * x2, o3 + a * x3
+    out[4], out[5], out[6], out[7] = o4 + a * x4, o5 + a * x5, o6 + a * x6, o7 + a * x7
 
 
 @numba.njit(cache=True, nogil=True)
@@ -278,9 +348,7 @@ def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
                 if not nonzero:
                     continue
             for j in range(eoff[e], eoff[e + 1]):
-                wj = wo[j, 0]
-                for r in range(LANES):
-                    dw[r] = ev[e, r] * wj + we * wo[j, r]
+                lin(dw, wo[j, 0], ev[e], we, wo[j])
                 dw[0] *= 0.5  # lane 0 is w = we wj, counted twice (exact)
                 nil = True  # an entry of weight exactly 0 (and no tangent) adds nothing:
                 for r in range(LANES):  # skip it (its powers may overflow: 0 x inf)
@@ -301,9 +369,7 @@ def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
                     t[6] = g * g
                     t[7] = d * g
                 for k in range(8 if has_y else 5):
-                    tk = t[k]
-                    for r in range(LANES):
-                        acc[k, r] += dw[r] * tk
+                    axpy(acc[k], t[k], dw)
 
 
 @numba.njit(cache=True, nogil=True)

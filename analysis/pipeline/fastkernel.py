@@ -10,12 +10,17 @@ from a chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan t
 counts over several sets and collections, branch cuts). It is a second implementation
 of one description: the recursions of :mod:`analysis.select.objects` (the JAX kernel
 :mod:`analysis.pipeline.setkernel`, the reference) as loops over each event's objects
-with forward-mode tangents (:mod:`analysis.pipeline._numba_dp`). The pass table ``f``
-and its derivative come from :func:`analysis.select.objects._pass_table` itself.
+with forward-mode tangents (:mod:`analysis.pipeline._numba_dp`; one collection with one
+set and no event sums, the common case, runs the fused loop of
+:mod:`analysis.pipeline._numba_one`, bit for bit the same results). The pass table
+``f`` and its derivative come from :func:`analysis.select.objects._pass_table` itself
+(:mod:`analysis.pipeline._fasttables`). :func:`observable_entries` gives histogram
+entries and their soft weights from the same loops (value only).
 
 Moments: per-object and per-event entries about a constant centre (first pass), then
 the corrected two-pass formulas of :mod:`analysis.stats._core` and their derivatives;
-event sums from ``E[X^r 1_pass]`` as :func:`analysis.stats._core.moments_from_expectations`.
+event sums from ``E[X^r 1_pass]`` as :func:`analysis.stats._core.moments_from_expectations`
+(:mod:`analysis.pipeline._fastmoments`).
 
 Events are processed in blocks of :data:`BLOCK` (a fixed size), and each block's
 partial sums are added in block order, so the result does not depend on the number of
@@ -30,25 +35,31 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numba
 import numpy as np
 
-from analysis.pipeline import _numba_dp
+from analysis.pipeline import _numba_dp, _numba_one
+from analysis.pipeline._fastmoments import (
+    comoments_state,
+    moments_state,
+    safe_div,
+    sum_moments_state,
+)
+from analysis.pipeline._fasttables import _pass_fn, _reduced, _Tables, _tables, _targets
 from analysis.pipeline.layout import ChunkColumns
-from analysis.pipeline.plan import Plan
-from analysis.select.objects import CountModel, _pass_table
-from analysis.stats._core import CoMoments, Moments
+from analysis.pipeline.plan import Plan, threshold_value
 
-__all__ = ["BLOCK", "evaluate_columns", "why_not"]
+__all__ = ["BLOCK", "evaluate_columns", "observable_entries", "why_not"]
 
 # Events per block: partial sums per block, added in block order (deterministic).
 BLOCK = 4096
 _LINEAR = ("field", "branch", "sum", "count")
+# One collection with one set runs the fused loop (:mod:`analysis.pipeline._numba_one`);
+# False sends it through the general one (tests compare the two).
+_FUSED = True
 
 
 def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
@@ -82,101 +93,6 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
             if not n <= cap:
                 return f"count threshold {n} beyond its cap {count.cap} (NaN results)"
     return None
-
-
-# --- static tables of a plan ---------------------------------------------------------
-
-
-class _Tables:
-    """Per plan: the model's tables as numba arrays, reduced to the states that matter."""
-
-    def __init__(self, plan: Plan) -> None:
-        sp = plan.sets
-        model: CountModel = sp.model
-        self.model = model
-        self.collections = model.collections
-        n_coll = len(self.collections)
-        sets_of = model._sets_of
-        s_max = max([len(sets_of[c]) for c in self.collections] + [1])
-        self.set_names = [s.name for c in self.collections for s in sets_of[c]]
-        gidx = {name: i for i, name in enumerate(self.set_names)}
-        self.coll_sets = np.full((n_coll, s_max), -1, np.int64)
-        self.n_coll_sets = np.zeros(n_coll, np.int64)
-        self.local = {}
-        for ci, c in enumerate(self.collections):
-            for li, s in enumerate(sets_of[c]):
-                self.coll_sets[ci, li] = gidx[s.name]
-                self.local[s.name] = li
-            self.n_coll_sets[ci] = len(sets_of[c])
-        p_max = max([len(model.patterns[c]) for c in self.collections] + [1])
-        self.pat = np.full((n_coll, p_max, s_max), -1, np.int8)
-        self.n_pat = np.zeros(n_coll, np.int64)
-        for ci, c in enumerate(self.collections):
-            sets = sets_of[c]
-            idx = {s.name: i for i, s in enumerate(sets)}
-            for p, row in enumerate(model.patterns[c]):
-                for i, s in enumerate(sets):
-                    reachable = s.parent is None or row[idx[s.parent]]
-                    self.pat[ci, p, i] = 1 if row[i] else (0 if reachable else -1)
-            self.n_pat[ci] = len(model.patterns[c])
-        spec = {s.name: s for s in sp.sets}
-        self.set_cuts = [spec[name].cuts for name in self.set_names]
-        self.set_coll = [spec[name].collection for name in self.set_names]
-        self.gidx = gidx
-
-
-@lru_cache(maxsize=64)
-def _tables(plan: Plan) -> _Tables:
-    return _Tables(plan)
-
-
-def _targets(model: CountModel, caps: np.ndarray, collections) -> np.ndarray:
-    """``(C, P_max, S)`` states after adding one object of each pattern, with caps ``caps``."""
-    shape = tuple(int(c) + 1 for c in caps)
-    n_states = math.prod(shape)
-    grid = np.indices(shape).reshape(len(shape), -1).T if shape else np.zeros((1, 0), np.int64)
-    p_max = max([len(model.patterns[c]) for c in collections] + [1])
-    out = np.zeros((len(collections), p_max, n_states), np.int64)
-    for ci, c in enumerate(collections):
-        d = model.increments[c]
-        for p in range(len(d)):
-            new = np.minimum(grid + d[p][None, :], caps[None, :])
-            out[ci, p] = np.ravel_multi_index(tuple(new.T), shape) if shape else 0
-    return out
-
-
-@lru_cache(maxsize=64)
-def _pass_fn(model: CountModel):
-    """jit of ``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table`."""
-
-    def table(th, w):
-        return _pass_table(model, th, w)[0]
-
-    return jax.jit(lambda th, w: (table(th, w), jax.jacfwd(table)(th, w)))
-
-
-def _reduced(model: CountModel, f: np.ndarray, df: np.ndarray):
-    """Caps lowered to the last state where ``f`` or ``df`` still changes along each
-    count variable: the states above merge into the absorbing top one (same sums,
-    exactly: the table is constant there). Returns ``(caps, f, df)`` on the new states."""
-    shape = model.shape
-    caps = np.array([s - 1 for s in shape], np.int64)
-    if not shape:
-        return caps, f, df
-    g = np.concatenate([f.reshape(shape + (1,)), df.reshape(shape + (df.shape[-1],))], -1)
-    for v in range(len(shape)):
-        top = shape[v] - 1
-        while top > 0:
-            a = np.take(g, [top], axis=v)
-            b = np.take(g, [top - 1], axis=v)
-            if not np.array_equal(a, b):
-                break
-            top -= 1
-        caps[v] = top
-        g = np.take(g, np.arange(top + 1), axis=v)
-    n = int(np.prod(caps + 1))
-    return caps, np.ascontiguousarray(g[..., 0].reshape(n)), np.ascontiguousarray(
-        g[..., 1:].reshape(n, -1))
 
 
 # --- threads -------------------------------------------------------------------------
@@ -227,143 +143,78 @@ def _work(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return buf[:size].reshape(shape)
 
 
-# --- moments from power sums ----------------------------------------------------------
-
-
-def _safe_div(num, den):
-    return num / den if den != 0 else 0.0
-
-
-def _moments_state(tot: np.ndarray, center: float, finite: bool, order: int = 4):
-    """``(Moments, jac Moments)`` from summed power sums ``tot`` (``(>= 5, 1 + P)``: W,
-    S1..S4 about ``center``), as :func:`analysis.stats._core.moments`; the moments above
-    ``order`` are NaN with zero derivative, as in
-    :func:`~analysis.stats._core.moments_from_expectations`."""
-    w, dw = tot[0, 0], tot[0, 1:]
-    s1, s2, s3, s4 = tot[1, 0], tot[2, 0], tot[3, 0], tot[4, 0]
-    ds1, ds2, ds3, ds4 = tot[1, 1:], tot[2, 1:], tot[3, 1:], tot[4, 1:]
-    r = _safe_div(s1, w)
-    dr = (ds1 - r * dw) / w if w != 0 else np.zeros_like(dw)
-    r2 = r * r
-    m2 = s2 - w * r2
-    dm2 = ds2 - dw * r2 - 2.0 * w * r * dr
-    if m2 < 0 and -m2 <= 1e-8 * abs(w * r2):
-        m2, dm2 = 0.0, np.zeros_like(dw)
-    m3 = s3 - 3.0 * r * s2 + 2.0 * w * r2 * r
-    dm3 = ds3 - 3.0 * (dr * s2 + r * ds2) + 2.0 * (dw * r2 * r + 3.0 * w * r2 * dr)
-    m4 = s4 - 4.0 * r * s3 + 6.0 * r2 * s2 - 3.0 * w * r2 * r2
-    dm4 = (
-        ds4 - 4.0 * (dr * s3 + r * ds3) + 6.0 * (2.0 * r * dr * s2 + r2 * ds2)
-        - 3.0 * (dw * r2 * r2 + 4.0 * w * r2 * r * dr)
-    )
-    zero = np.zeros_like(dw)
-    if not finite:
-        m2 = m3 = m4 = np.nan
-        dm2 = dm3 = dm4 = zero
-    if order < 3:  # the moments above the order asked for: NaN, zero derivative
-        m3, dm3 = np.nan, zero
-    if order < 4:
-        m4, dm4 = np.nan, zero
-    value = Moments(*(np.array(v, dtype=np.float64) for v in (w, center, r, m2, m3, m4)))
-    jac = Moments(dw.copy(), zero, dr, dm2, dm3, dm4)
-    return value, jac
-
-
-def _comoments_state(tot: np.ndarray, cx: float, cy: float, fx: bool, fy: bool):
-    """``(CoMoments, jac CoMoments)`` from the summed accumulators (as
-    :func:`analysis.stats._core.comoments`)."""
-    w, dw = tot[0, 0], tot[0, 1:]
-    zero = np.zeros_like(dw)
-    rx = _safe_div(tot[1, 0], w)
-    ry = _safe_div(tot[5, 0], w)
-    drx = (tot[1, 1:] - rx * dw) / w if w != 0 else zero
-    dry = (tot[5, 1:] - ry * dw) / w if w != 0 else zero
-
-    def square(s, ds, r, dr):
-        m = s - w * (r * r)
-        dm = ds - dw * (r * r) - 2.0 * w * r * dr
-        if m < 0 and -m <= 1e-8 * abs(w * (r * r)):
-            return 0.0, zero
-        return m, dm
-
-    cxx, dcxx = square(tot[2, 0], tot[2, 1:], rx, drx)
-    cyy, dcyy = square(tot[6, 0], tot[6, 1:], ry, dry)
-    cxy = tot[7, 0] - w * rx * ry
-    dcxy = tot[7, 1:] - dw * rx * ry - w * (drx * ry + rx * dry)
-    if not fx:
-        cxx, dcxx = np.nan, zero
-    if not fy:
-        cyy, dcyy = np.nan, zero
-    if not (fx and fy):
-        cxy, dcxy = np.nan, zero
-    value = CoMoments(*(np.array(v, dtype=np.float64) for v in (w, cx, rx, cy, ry, cxx, cyy, cxy)))
-    jac = CoMoments(dw.copy(), zero, drx, zero, dry, dcxx, dcyy, dcxy)
-    return value, jac
-
-
-def _shift(b: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Power sums about ``c`` from those about ``c + d``: ``sum_i C(r, i) b_i d^(r-i)``
-    along axis 1 of ``b`` (``(E, R + 1, ...)``), ``d`` per event (constant)."""
-    out = np.zeros_like(b)
-    big_r = b.shape[1] - 1
-    dd = d.reshape((-1,) + (1,) * (b.ndim - 2))
-    for r in range(big_r + 1):
-        for i in range(r + 1):
-            out[:, r] += math.comb(r, i) * b[:, i] * dd ** (r - i)
-    return out
-
-
-def _sum_moments_state(a: np.ndarray, ev: np.ndarray, order: int):
-    """:func:`analysis.stats._core.moments_from_expectations` with its Jacobian: ``a``
-    ``(E, R + 1, 1 + P)`` = ``E[X^r 1]`` and tangents, ``ev`` ``(E, 1 + P)`` weights."""
-    a0 = a[:, 0, 0]
-    own = np.where(a0 != 0, a[:, 1, 0] / np.where(a0 != 0, a0, 1.0), 0.0)
-    b = _shift(a, -own)
-    w, dw = ev[:, 0], ev[:, 1:]
-    sumw = float(np.sum(w * b[:, 0, 0]))
-    center = _safe_div(float(np.sum(w * a[:, 1, 0])), sumw)
-    s = _shift(b, own - center)  # (E, R + 1, 1 + P)
-    tot = np.zeros((5, a.shape[2]))
-    n = s.shape[1]
-    tot[:n, 0] = np.einsum("e,er->r", w, s[:, :, 0])
-    tot[:n, 1:] = np.einsum("ep,er->rp", dw, s[:, :, 0]) + np.einsum("e,erp->rp", w, s[:, :, 1:])
-    return _moments_state(tot, center, True, order)
-
-
 # --- the host side ---------------------------------------------------------------------
 
 
-_TUPLE_STEP = 8
-
-
-def _field_tuple(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-    # Index 0 is the dummy (numba cannot index an empty tuple); fields start at 1. The
-    # tuple's length is part of the compiled signature: padded to a multiple of 8.
-    dummy = np.zeros(1)
-    fields = [dummy] + [np.ascontiguousarray(a, dtype=np.float64) for a in arrays]
-    return tuple(fields + [dummy] * (-len(fields) % _TUPLE_STEP))
-
-
-def _threshold(theta: np.ndarray, param: int | None, value: float | None) -> float:
-    return float(theta[param]) if param is not None else float(value)
+def _value(theta: np.ndarray, param: int | None, value: float | None) -> float:
+    return float(threshold_value(theta, param, value))
 
 
 def _par_index(trainable: tuple[int, ...], param: int | None) -> int:
     return trainable.index(param) if param is not None and param in trainable else -1
 
 
-def evaluate_columns(
-    cols: ChunkColumns,
-    plan: Plan,
-    theta: Any,
-    widths: Any,
-    *,
-    order: int = 1,
-    threads: int | None = None,
-) -> tuple[dict, dict | None]:
-    """``(value, jac)`` of one chunk, as :func:`analysis.pipeline.kernel.evaluate_chunk`
-    returns them (numpy float64; ``jac`` None for ``order=0``); ``plan`` must pass
-    :func:`why_not`. ``threads``: see :func:`_threads` (the result does not depend on it)."""
+def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):
+    """Per object of every collection: pattern probabilities ``(N, P)`` and their
+    tangents ``(N, P, LANES)`` (the soft cuts, then the patterns)."""
+    lanes = _numba_dp.LANES
+    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
+    pv_all = _work("pv", (n_tot, p_max))
+    pd_all = _work("pd", (n_tot, p_max, lanes))
+    for ci, c in enumerate(tab.collections):
+        n_obj = int(coff[ci, -1])
+        n_sets = int(tab.n_coll_sets[ci])
+        qv = np.ones((max(n_sets, 1), n_obj))
+        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
+        for ls in range(n_sets):
+            for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]:
+                _numba_dp.cut_into(
+                    np.ascontiguousarray(flats[c][cut.field], dtype=np.float64),
+                    _value(theta, cut.param, cut.value), widths[cut.width_index],
+                    cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
+                    qv[ls], qd[ls])
+        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
+                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
+    return pv_all, pd_all
+
+
+class _Weights(NamedTuple):
+    """What the loops give for one chunk (lanes: value, then tangents)."""
+
+    tab: _Tables
+    coff: np.ndarray  # (C, E + 1) object offsets per collection
+    flats: dict  # collection -> {field: flat values}
+    pe: np.ndarray  # (E, LANES) P(event passes)
+    ow: np.ndarray  # (slots, N, LANES) P(object in its set and the event passes)
+    slot_of: dict  # set name -> slot of ow
+    sums: list  # observable indices of event sums, in sa's order
+    sa: np.ndarray  # (sums, E, R + 1, LANES) E[X^r 1_pass]
+    ev: np.ndarray  # (E, LANES) event weight x soft branch cuts
+    n_blocks: int
+    np1: int  # lanes used: 1 + trainable parameters
+
+
+def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> np.ndarray:
+    """``(E, LANES)``: the event weight times the soft branch cuts, with tangents."""
+    n_ev = int(cols.n_events)
+    ev = np.zeros((n_ev, _numba_dp.LANES))
+    ev[:, 0] = cols.weight
+    s_buf, ds_buf = np.empty(n_ev), np.empty(n_ev)
+    for cut in plan.event_cuts:
+        _numba_dp.soft_array(np.ascontiguousarray(cols.events[cut.key], dtype=np.float64),
+                             _value(theta, cut.param, cut.value), widths[cut.width_index],
+                             cut.greater, cut.inclusive, s_buf, ds_buf)
+        k = _par_index(trainable, cut.param)
+        ev[:, 1:] *= s_buf[:, None]
+        if k >= 0:
+            ev[:, 1 + k] += ev[:, 0] * ds_buf
+        ev[:, 0] *= s_buf
+    return ev
+
+
+def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int,
+             threads: int | None) -> _Weights:
+    """Run the loops on one chunk (``plan`` must pass :func:`why_not`)."""
     why = why_not(plan, order, theta)
     if why is not None:
         raise ValueError(f"fastkernel: {why}")
@@ -392,28 +243,15 @@ def evaluate_columns(
         base[ci + 1] = base[ci] + coff[ci, -1]
         max_seq += int(np.max(counts, initial=0))
     lanes = _numba_dp.LANES
-    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
-    pv_all = _work("pv", (n_tot, p_max))
-    pd_all = _work("pd", (n_tot, p_max, lanes))
-    for ci, c in enumerate(tab.collections):
-        n_obj = int(coff[ci, -1])
-        n_sets = int(tab.n_coll_sets[ci])
-        qv = np.ones((max(n_sets, 1), n_obj))
-        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
-        for ls in range(n_sets):
-            for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]:
-                _numba_dp.cut_into(
-                    np.ascontiguousarray(flats[c][cut.field], dtype=np.float64),
-                    _threshold(theta, cut.param, cut.value), widths[cut.width_index],
-                    cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
-                    qv[ls], qd[ls])
-        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
-                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
+    fused = _FUSED and tab.one_set and not any(
+        obs.x.kind in ("sum", "count") for obs in plan.observables)
+    if not fused:
+        pv_all, pd_all = _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
 
     # the pass table and its derivative (the JAX definition), reduced
     model = tab.model
     if model.counts:
-        th = np.array([_threshold(theta, p, v) for p, v in sp.thresholds])
+        th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
         cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
         f_j, slope = _pass_fn(model)(jnp.asarray(th), jnp.asarray(cw))
         f = np.asarray(f_j, np.float64)
@@ -460,25 +298,62 @@ def evaluate_columns(
     pe = _work("pe", (n_ev, lanes))
     ow = _work("ow", (max(len(slot_of), 1), n_all, lanes))
     sa = np.zeros((len(sums), n_ev, big_r + 1, lanes))
-    if n_ev:
+    if n_ev and fused:
+        cuts = tab.set_cuts[0]
+        flat = flats[tab.collections[0]]
+        vals = np.empty((len(cuts), int(coff[0, -1])))
+        for i, cut in enumerate(cuts):
+            vals[i] = flat[cut.field]
+        args = (
+            coff[0], vals,
+            np.array([_value(theta, c.param, c.value) for c in cuts], np.float64),
+            np.array([widths[c.width_index] for c in cuts], np.float64),
+            np.array([c.greater for c in cuts], np.bool_),
+            np.array([c.inclusive for c in cuts], np.bool_),
+            np.array([c.absolute for c in cuts], np.bool_),
+            np.array([_par_index(trainable, c.param) for c in cuts], np.int64),
+            np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
+            BLOCK, pe, ow[0],
+        )
+        _run_blocks(_numba_dp.compiled(_numba_one.select_one, args), args, n_blocks, threads)
+    elif n_ev:
         _run_blocks(_numba_dp.select, (
             coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
             pat_need, tgt, f, df_l, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe, ow, sa,
         ), n_blocks, threads)
 
-    # event weights: weight x soft branch cuts (with tangents)
-    ev = np.zeros((n_ev, lanes))
-    ev[:, 0] = cols.weight
-    s_buf, ds_buf = np.empty(n_ev), np.empty(n_ev)
-    for cut in plan.event_cuts:
-        _numba_dp.soft_array(np.ascontiguousarray(cols.events[cut.key], dtype=np.float64),
-                             _threshold(theta, cut.param, cut.value), widths[cut.width_index],
-                             cut.greater, cut.inclusive, s_buf, ds_buf)
-        k = _par_index(trainable, cut.param)
-        ev[:, 1:] *= s_buf[:, None]
-        if k >= 0:
-            ev[:, 1 + k] += ev[:, 0] * ds_buf
-        ev[:, 0] *= s_buf
+    return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa,
+                    _event_weights(cols, plan, theta, widths, trainable), n_blocks, np1)
+
+
+def _values(node, cols: ChunkColumns, plan: Plan, flats: dict) -> np.ndarray:
+    """A field's (flat) or a branch's values, ``|values|`` for ``abs(...)``; float64."""
+    if node.kind == "field":
+        v = flats[plan.sets.collection_of(node.head)][node.field]
+    else:
+        v = cols.events[node.head]
+    return np.ascontiguousarray(np.abs(v) if node.absolute else v, dtype=np.float64)
+
+
+def evaluate_columns(
+    cols: ChunkColumns,
+    plan: Plan,
+    theta: Any,
+    widths: Any,
+    *,
+    order: int = 1,
+    threads: int | None = None,
+) -> tuple[dict, dict | None]:
+    """``(value, jac)`` of one chunk, as :func:`analysis.pipeline.kernel.evaluate_chunk`
+    returns them (numpy float64; ``jac`` None for ``order=0``); ``plan`` must pass
+    :func:`why_not`. ``threads``: see :func:`_threads` (the result does not depend on it)."""
+    wt = _weights(cols, plan, theta, widths, order=order, threads=threads)
+    tab, coff, flats, pe, ow, slot_of, sums, sa, ev, n_blocks, np1 = (
+        wt.tab, wt.coff, wt.flats, wt.pe, wt.ow, wt.slot_of, wt.sums, wt.sa, wt.ev,
+        wt.n_blocks, wt.np1)
+    sp = plan.sets
+    n_ev = int(cols.n_events)
+    lanes = _numba_dp.LANES
     w_e = ev[:, 0] * pe[:, 0]
     dw_e = ev[:, 1:np1] * pe[:, :1] + ev[:, :1] * pe[:, 1:np1]
     value: dict[str, Any] = {
@@ -498,37 +373,27 @@ def evaluate_columns(
         ventry: dict[str, Any] = {}
         jentry: dict[str, Any] = {}
         if x.kind in ("sum", "count"):
-            ventry["moments"], jentry["moments"] = _sum_moments_state(
+            ventry["moments"], jentry["moments"] = sum_moments_state(
                 sa[sum_of[i]][:, :, :np1], ev[:, :np1], sp.orders[i])
         else:
             if x.kind == "field":
-                c = sp.collection_of(x.head)
-                eoff = coff[tab.collections.index(c)]
+                eoff = coff[tab.collections.index(sp.collection_of(x.head))]
                 wo = ow[slot_of[x.head], : int(eoff[-1])]
-
-                def data(node, c=c):
-                    v = flats[c][node.field]
-                    return np.abs(v) if node.absolute else v
             else:
                 eoff, wo = ev_off, pe
-
-                def data(node):
-                    v = cols.events[node.head]
-                    return np.abs(v) if node.absolute else v
-            xv = np.ascontiguousarray(data(x), dtype=np.float64)
-            yv = xv if obs.y is None else np.ascontiguousarray(data(obs.y), dtype=np.float64)
+            xv = _values(x, cols, plan, flats)
+            yv = xv if obs.y is None else _values(obs.y, cols, plan, flats)
             has_y = obs.y is not None
             first = np.zeros((n_blocks, 3))
             _run_blocks(_numba_dp.centre_sums, (eoff, xv, yv, wo, ev, BLOCK, first), n_blocks,
                         threads)
             first = first.sum(axis=0)
-            cx = _safe_div(first[1], first[0])
-            cy = _safe_div(first[2], first[0])
+            cx = safe_div(first[1], first[0])
+            cy = safe_div(first[2], first[0])
             fx, fy = bool(np.isfinite(cx)), bool(np.isfinite(cy))
             out = np.zeros((n_blocks, 8, lanes))
-            _run_blocks(_numba_dp.accumulate, (eoff, xv, yv, has_y, wo, ev,
-                                               cx if fx else 0.0, cy if fy else 0.0, BLOCK,
-                                               out), n_blocks, threads)
+            args = (eoff, xv, yv, has_y, wo, ev, cx if fx else 0.0, cy if fy else 0.0, BLOCK, out)
+            _run_blocks(_numba_dp.compiled(_numba_dp.accumulate, args), args, n_blocks, threads)
             tot = out.sum(axis=0)[:, :np1]
             if not fx:  # deviations from an infinite mean are set to 0
                 tot[1:5] = 0.0
@@ -536,9 +401,32 @@ def evaluate_columns(
             if not fy:
                 tot[5:8] = 0.0
             if obs.univariate:
-                ventry["moments"], jentry["moments"] = _moments_state(tot, cx, fx)
+                ventry["moments"], jentry["moments"] = moments_state(tot, cx, fx)
             if obs.bivariate:
-                ventry["comoments"], jentry["comoments"] = _comoments_state(tot, cx, cy, fx, fy)
+                ventry["comoments"], jentry["comoments"] = comoments_state(tot, cx, cy, fx, fy)
         value["observables"][obs.name] = ventry
         jac["observables"][obs.name] = jentry
     return value, (jac if order >= 1 else None)
+
+
+def observable_entries(
+    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, index: int, *,
+    threads: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, w)``: the entries of observable ``index`` and their soft weights (numpy
+    float64, for histograms), as :func:`analysis.pipeline.setkernel.observable_entries`
+    defines them (entries of weight 0 included): per object ``(x_j, w_e P(j in S and
+    the event passes))`` for ``S.f``, per event ``(x_e, w_e P(pass))`` for a branch and
+    ``(E[X 1_pass] / P(pass), w_e P(pass))`` for ``sum(S.f)``/``count(S)`` (0 where
+    ``P(pass) = 0``). ``plan`` must pass :func:`why_not` at order 0."""
+    wt = _weights(cols, plan, theta, widths, order=0, threads=threads)
+    node = plan.observables[index].x
+    ev, pe = wt.ev[:, 0], wt.pe[:, 0]
+    if node.kind == "field":
+        off = wt.coff[wt.tab.collections.index(plan.sets.collection_of(node.head))]
+        w = np.repeat(ev, np.diff(off)) * wt.ow[wt.slot_of[node.head], : int(off[-1]), 0]
+        return _values(node, cols, plan, wt.flats), w
+    if node.kind == "branch":
+        return _values(node, cols, plan, wt.flats), ev * pe
+    a = wt.sa[wt.sums.index(index), :, 1, 0]
+    return np.divide(a, pe, out=np.zeros_like(a), where=pe != 0), ev * pe

@@ -58,7 +58,12 @@ def _entries(theta, widths, arrays, plan: Plan, shapes: Shapes, index: int):
 
 
 def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int):
-    """Values and soft weights of observable ``index`` in one chunk (numpy; for histograms)."""
+    """Values and soft weights of observable ``index`` in one chunk (numpy; for histograms):
+    from the numba kernel where it serves the plan (value only), else the JAX kernel."""
+    if fastkernel.why_not(plan, 0, theta) is None:
+        x, w = fastkernel.observable_entries(cols, plan, theta, widths, index)
+        keep = w != 0  # fully rejected entries
+        return x[keep], w[keep]
     arrays, shapes = pad_columns(cols, plan)
     x, w = _entries(
         jnp.asarray(theta, dtype=jnp.float64),

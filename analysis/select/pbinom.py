@@ -11,20 +11,16 @@ Derivative. Adding object ``j`` to the others (``K = K_{-j} + B_j``) gives
 
     dq[k] / dp_j = r[k - 1] - r[k]   (k < cap, r[-1] = 0),     dq[cap] / dp_j = r[cap - 1],
 
-and in particular ``d P(K >= n) / dp_j = P(K_{-j} = n - 1)``. Two exact ways to use it,
-both sums of products of probabilities only (accurate to a few ulp even for ``p_j``
-equal to 0 or 1; dividing ``j`` out of ``q`` instead is unstable for ``p_j`` near 1 and
-undefined at 1), both :func:`jax.custom_jvp` rules whose tangent is linear in ``dp``
-(so reverse mode transposes them) and computed once for all parameters:
-
-* :func:`count_distribution` (the whole ``q``): ``r`` for every object from its prefix
-  and suffix distributions (one forward and one backward recursion) and their capped
-  convolution; ``dq[e] = sum_{j in e} dp_j (D r_j)``.
-* :func:`count_expectation` (``sum_k c[k] q[k]`` for a few weight rows ``c``, e.g.
-  ``P(K >= n)`` via :func:`tail_weights`; what the pipeline needs): an adjoint
-  recursion gives ``h_j = d value / dp_j`` per object, and ``dvalue[e] = sum_j dp_j h_j``:
-  one multiply-add per object and parameter instead of a tangent recursion per
-  parameter (``jax.jacfwd`` pushes n tangents through the whole recursion).
+and in particular ``d P(K >= n) / dp_j = P(K_{-j} = n - 1)``.
+:func:`count_distribution` uses it exactly, with sums of products of probabilities
+only (accurate to a few ulp even for ``p_j`` equal to 0 or 1; dividing ``j`` out of
+``q`` instead is unstable for ``p_j`` near 1 and undefined at 1), in a
+:func:`jax.custom_jvp` rule whose tangent is linear in ``dp`` (so reverse mode
+transposes it) and computed once for all parameters: ``r`` for every object from its
+prefix and suffix distributions (one forward and one backward recursion) and their
+capped convolution; ``dq[e] = sum_{j in e} dp_j (D r_j)``. (The pipeline's counts go
+through :mod:`analysis.select.objects`, which generalises these recursions to joint
+counts over several sets.)
 
 Second derivatives differentiate the rules themselves, so ``jacfwd(jacfwd(...))`` and
 ``jax.hessian`` stay exact (at the cost of differentiating the recursions, as before).
@@ -45,8 +41,6 @@ __all__ = [
     "at_least",
     "capped_convolve",
     "count_distribution",
-    "count_expectation",
-    "count_expectation_gradient",
     "count_recursion",
     "integer_step",
     "leave_one_out",
@@ -77,29 +71,6 @@ def _start(n: int, cap: int, dtype):
     q0 = jnp.zeros((cap + 1, n), dtype).at[0].set(1.0)
     stays = jnp.ones(cap + 1, dtype).at[cap].set(0.0)
     return q0, stays
-
-
-# Event tiles: the recursions run over all positions for TILE events at a time, so
-# that a tile's distributions ((cap + 1) x TILE floats, and its prefixes for the
-# gradient) stay in cache across the steps. Over all events at once, every step
-# streamed the whole (cap + 1, events) state through memory: 2-4x slower.
-TILE = 1024
-
-
-def _tiles(pd, tile: int):
-    """``(tiles, max_count, tile)`` view of the dense ``(max_count, events)`` probabilities
-    (events padded with probability-0 objects to a whole number of tiles)."""
-    max_count, n_events = pd.shape
-    tile = min(tile, n_events) or 1
-    n_tiles = -(-n_events // tile)
-    pd = jnp.pad(pd, ((0, 0), (0, n_tiles * tile - n_events)))
-    return pd.reshape(max_count, n_tiles, tile).transpose(1, 0, 2)
-
-
-def _untile(x, n_events: int):
-    """``(tiles, ..., tile)`` -> ``(..., events)``."""
-    x = jnp.moveaxis(x, 0, -2)
-    return x.reshape(*x.shape[:-2], -1)[..., :n_events]
 
 
 def count_recursion(p, starts, counts, cap: int, max_count: int):
@@ -228,91 +199,6 @@ def _count_distribution_jvp(cap, max_count, primals, tangents):
     segment = _object_events(starts, counts, p.shape[0])
     dq = jax.ops.segment_sum(dp[:, None] * grad, segment, starts.shape[0])
     return q.T, dq
-
-
-def _dense_p(p, starts, counts, max_count: int):
-    """``(max_count, events)``: the pass probability of each event's object number
-    ``pos`` (0 where the event has fewer objects), gathered once for all passes."""
-    pos = jnp.arange(max_count, dtype=starts.dtype)[:, None]
-    valid = pos < counts[None, :]
-    return jnp.where(valid, p[jnp.where(valid, starts[None, :] + pos, 0)], 0.0)
-
-
-def _object_positions(starts, counts, n_obj: int):
-    """``(event, position)`` of every object; ``event == len(starts)`` outside every event."""
-    event = _object_events(starts, counts, n_obj)
-    inside = event < starts.shape[0]
-    position = jnp.arange(n_obj, dtype=starts.dtype) - starts[jnp.where(inside, event, 0)]
-    return event, jnp.where(inside, position, 0), inside
-
-
-def _expectation_gradient_t(p, starts, counts, c, cap: int, max_count: int):
-    """``(q, h)``: the capped distribution (``(cap + 1, events)``) and the derivative of
-    :func:`count_expectation` with respect to each object's pass probability,
-    ``h[j, m] = d value[event(j), m] / dp_j`` (``(objects, m)``; 0 outside every event).
-
-    Adjoint recursion: with ``M(p)`` the linear map that adds one object to a capped
-    distribution, ``value = c . M(p_{L-1}) ... M(p_0) e_0``. Going backwards from
-    ``a = c``, ``h`` of the object at position ``i`` is ``F_i . (dM/dp) a_{i+1}`` with
-    ``F_i`` the distribution of the objects before it (stored by the forward pass,
-    per tile of events), then ``a_i = M(p_i)^T a_{i+1}``. Two recursions for any number of parameters;
-    sums of products of probabilities only (exact to rounding for ``p`` in [0, 1]).
-    """
-    n_obj, n_events = p.shape[0], starts.shape[0]
-    tiles = _tiles(_dense_p(p, starts, counts, max_count), TILE)
-    q0, stays = _start(tiles.shape[-1], cap, p.dtype)
-    a0 = jnp.broadcast_to(c[:, :, None], (*c.shape, tiles.shape[-1])).astype(p.dtype)
-
-    def adjoint(a, xs):
-        f, pj = xs
-        up = jnp.pad(a[:, 1:], ((0, 0), (0, 1), (0, 0)))  # a[k + 1], 0 at the cap
-        h = jnp.sum(f * (up - a * stays[:, None]), axis=1)  # (m, tile)
-        return a * (1.0 - pj * stays[:, None]) + up * pj, h
-
-    def one_tile(pt):
-        q, before = jax.lax.scan(lambda q, pj: (_add_object(q, pj, stays), q), q0, pt, unroll=4)
-        _, h = jax.lax.scan(adjoint, a0, (before, pt), reverse=True, unroll=4)
-        return q, h
-
-    q, hs = jax.lax.map(one_tile, tiles)
-    q, hs = _untile(q, n_events), _untile(hs, n_events)  # (cap + 1, events), (L, m, events)
-    event, position, inside = _object_positions(starts, counts, n_obj)
-    h = hs[position, :, jnp.where(inside, event, 0)]  # (objects, m)
-    h = jnp.where(inside[:, None], h, 0.0)
-    return q, h
-
-
-def count_expectation_gradient(p, starts, counts, c, cap: int, max_count: int):
-    """``(value, h)``: :func:`count_expectation` (``(events, m)``) and its derivative with
-    respect to each object's pass probability, ``h[j, m] = d value[event(j), m] / dp_j``
-    (``(objects, m)``; 0 for objects outside every event). See
-    :func:`_expectation_gradient_t` for the method."""
-    q, h = _expectation_gradient_t(p, starts, counts, c, cap, max_count)
-    return (c @ q).T, h
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(4, 5))
-def count_expectation(p, starts, counts, c, cap: int, max_count: int):
-    """``value[e, m] = sum_k c[m, k] q[e, k]``: expectations of functions of the capped
-    count, e.g. ``P(K >= n)`` with ``c[m] = (0, .., 0, 1, .., 1)`` (see :func:`tail_weights`).
-
-    ``p``, ``starts``, ``counts`` as in :func:`count_distribution`; ``c``: ``(m, cap + 1)``
-    float. Returns ``(events, m)``. Same values as ``count_distribution(...) @ c.T``,
-    but its derivative costs two recursions and one gather-multiply-add per parameter
-    per object (:func:`count_expectation_gradient`), instead of a tangent recursion
-    per parameter; differentiable to any order, forward and reverse.
-    """
-    return count_recursion(p, starts, counts, cap, max_count) @ c.T
-
-
-@count_expectation.defjvp
-def _count_expectation_jvp(cap, max_count, primals, tangents):
-    p, starts, counts, c = primals
-    dp, dc = tangents[0], tangents[3]
-    q, h = _expectation_gradient_t(p, starts, counts, c, cap, max_count)
-    event, _, _ = _object_positions(starts, counts, p.shape[0])
-    dvalue = jax.ops.segment_sum(dp[:, None] * h, event, starts.shape[0])
-    return (c @ q).T, dvalue + (dc @ q).T
 
 
 def at_least(k, n, width):

@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.select.objects import _backward, _forward, _nan_where, _prepare, _step
+from analysis.select._recursions import _backward, _forward, _nan_where, _prepare
+from analysis.select.leading import _step
 
 __all__ = ["MAX_OBJECTS", "block_events", "sum_bins"]
 

@@ -426,3 +426,75 @@ def test_reduced_pass_table_keeps_every_sum():
     small = np.ravel_multi_index(tuple(np.minimum(full, caps).T), tuple(caps + 1))
     np.testing.assert_array_equal(f2[small], f)
     np.testing.assert_array_equal(df2[small], slope)
+
+
+def one_set_config(*, width: float, inverted: bool, field_observables: bool = True) -> dict:
+    """:func:`features_config` without the event sums: one collection, one set, every cut
+    op, every count op and a branch cut, the plan the fused loop serves."""
+    cfg = features_config(width=width, inverted=inverted)
+    keep = ("pt", "pt_eta", "met") if field_observables else ("met",)
+    cfg["observables"] = [o for o in cfg["observables"] if o["name"] in keep]
+    return cfg
+
+
+@pytest.mark.parametrize("field_observables", [True, False])
+@pytest.mark.parametrize("n", [0, 1, 3 * fastkernel.BLOCK // 2])
+@pytest.mark.parametrize("width", [0.0, 1.0])
+@pytest.mark.parametrize("inverted, n_min", [(False, 2.3), (True, 0.6)])
+def test_fused_one_set_loop(width, inverted, n_min, n, field_observables, monkeypatch):
+    # The fused loop (analysis.pipeline._numba_one) against the JAX kernel (1e-12) and
+    # against the general loops of _numba_dp (the same operations in the same order:
+    # bit for bit), with and without per-object weights.
+    plan, theta, widths = make_plan(one_set_config(
+        width=width, inverted=inverted, field_observables=field_observables))
+    theta[plan.param_names.index("n_min")] = n_min
+    assert fastkernel._tables(plan).one_set
+    cols = synthetic(n, seed=3 + int(inverted), ties=width == 0.0, big=14)
+    ran = []
+    compiled = fastkernel._numba_dp.compiled
+    monkeypatch.setattr(fastkernel._numba_dp, "compiled",
+                        lambda kernel, args: ran.append(kernel) or compiled(kernel, args))
+    fused = compare(plan, cols, theta, widths)
+    assert ran.count(fastkernel._numba_one.select_one) == (1 if n else 0)
+    monkeypatch.setattr(fastkernel, "_FUSED", False)
+    general = fastkernel.evaluate_columns(cols, plan, theta, widths)
+    assert ran.count(fastkernel._numba_one.select_one) == (1 if n else 0)  # not again
+    for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(general),
+                    strict=True):
+        assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_fused_loop_not_for_several_sets_or_event_sums(monkeypatch):
+    ran = []
+    monkeypatch.setattr(fastkernel._numba_dp, "compiled", lambda k, a: ran.append(k) or k)
+    plan, theta, widths = make_plan(sets_config())
+    assert not fastkernel._tables(plan).one_set
+    fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
+    plan, theta, widths = features()  # one set, but sum(Jet.pt), count(Jet): the sum loops
+    assert fastkernel._tables(plan).one_set
+    fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
+    assert fastkernel._numba_one.select_one not in ran
+
+
+@pytest.mark.parametrize("one_set", [False, True])
+def test_observable_entries_equal_the_jax_kernels(one_set):
+    # Histogram entries (x, soft weight) of every observable kind the numba kernel serves
+    # (a field, |field|, a branch, |branch|, sum, count) against the JAX kernel's, 1e-12,
+    # in the general loops and in the fused one-set loop.
+    from analysis.pipeline import kernel
+
+    cfg = (one_set_config if one_set else features_config)(width=1.0, inverted=False)
+    cfg["observables"] += [{"name": "aeta", "x": "abs(Jet.eta)", "stats": ["mean"]},
+                           {"name": "rawmet", "x": "MET.pt", "stats": ["mean"]}]
+    plan, theta, widths = make_plan(cfg)
+    cols = synthetic(500, seed=21, big=11)
+    for index, obs in enumerate(plan.observables):
+        x, w = kernel.observable_entries(cols, plan, theta, widths, index)
+        arrays, shapes = pad_columns(cols, plan)
+        xr, wr = (np.asarray(a) for a in kernel._entries(
+            theta, widths, arrays, plan, shapes, index))
+        keep = wr != 0
+        xr, wr = xr[keep], wr[keep]
+        assert x.shape == xr.shape and len(x) > 0, obs.name
+        np.testing.assert_allclose(x, xr, rtol=1e-12, atol=0, err_msg=obs.name)
+        np.testing.assert_allclose(w, wr, rtol=1e-12, atol=1e-300, err_msg=obs.name)

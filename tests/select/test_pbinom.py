@@ -7,7 +7,7 @@
 - second derivatives (``jacfwd(jacfwd)``, as the Newton method uses) against the plain
   recursion's;
 - edge cases: probabilities exactly 0 and 1 (hard cuts), events without objects,
-  padding objects outside every event, several expectations at once.
+  padding objects outside every event.
 """
 
 from __future__ import annotations
@@ -84,24 +84,10 @@ def events(request):
     return p, starts, counts, cap, max_count
 
 
-def tail_rows(cap: int):
-    """Weight rows for P(K >= n) at integer, non-integer and smoothed n, plus a generic row."""
-    rows = [
-        pbinom.tail_weights(jnp.asarray(1.0), jnp.asarray(0.0), cap),
-        pbinom.tail_weights(jnp.asarray(min(2.4, cap)), jnp.asarray(0.5), cap),
-        pbinom.tail_weights(jnp.asarray(float(cap)), jnp.asarray(1.0), cap),
-        jnp.linspace(-1.0, 2.0, cap + 1),
-    ]
-    return jnp.stack(rows)
-
-
 def test_values_against_enumeration(events):
     p, starts, counts, cap, max_count = events
     exact = enumerate_distribution(np.asarray(p), np.asarray(starts), np.asarray(counts), cap)
     assert_close(pbinom.count_distribution(p, starts, counts, cap, max_count), exact, 1e-13)
-    assert_close(pbinom.count_distribution(p, starts, counts, cap, max_count), exact, 1e-13)
-    c = tail_rows(cap)
-    assert_close(pbinom.count_expectation(p, starts, counts, c, cap, max_count), exact @ c.T, 1e-13)
     # Events without objects: K = 0 with certainty.
     empty = np.asarray(counts) == 0
     np.testing.assert_array_equal(
@@ -130,45 +116,14 @@ def test_distribution_jacobian_against_old_recursion(events):
     assert not np.any(np.asarray(ref)[..., int(np.asarray(counts).sum()) :])
 
 
-@pytest.mark.slow
-def test_expectation_jacobian_against_old_recursion(events):
-    p, starts, counts, cap, max_count = events
-    c = tail_rows(cap)
-
-    def reference(p, c):
-        return reference_recursion(p, starts, counts, cap, max_count) @ c.T
-
-    def new(p, c):
-        return pbinom.count_expectation(p, starts, counts, c, cap, max_count)
-
-    ref = jax.jit(jax.jacfwd(reference, argnums=(0, 1)))(p, c)
-    for diff in (jax.jacfwd, jax.jacrev):
-        jac = jax.jit(diff(new, argnums=(0, 1)))(p, c)
-        assert_close(jac[0], ref[0])
-        assert_close(jac[1], ref[1])
-    _, h = pbinom.count_expectation_gradient(p, starts, counts, c, cap, max_count)
-    # h[j, m] is the derivative of object j's own event: the Jacobian's only non-zero entry.
-    event = np.repeat(np.arange(len(starts)), np.asarray(counts))
-    total = len(event)
-    expected = np.asarray(ref[0])[event, :, np.arange(total)]
-    assert_close(np.asarray(h)[:total], expected)
-    assert not np.any(np.asarray(h)[total:])
-
-
 def test_jacobian_against_finite_differences():
     # Interior probabilities only: central differences need p +- h inside [0, 1].
     p, starts, counts = make_events(7, 12, mean=4.0, max_count=8, pad=2)
     p = jnp.clip(p, 0.05, 0.95)
     cap, max_count = 3, 8
-    c = tail_rows(cap)
 
     def f(p):
-        return jnp.concatenate(
-            [
-                pbinom.count_distribution(p, starts, counts, cap, max_count).ravel(),
-                pbinom.count_expectation(p, starts, counts, c, cap, max_count).ravel(),
-            ]
-        )
+        return pbinom.count_distribution(p, starts, counts, cap, max_count).ravel()
 
     jac = np.asarray(jax.jit(jax.jacfwd(f))(p))
     step = 1e-6
@@ -183,9 +138,7 @@ def test_jacobian_against_finite_differences():
 def test_hessian_against_old_recursion():
     p, starts, counts = make_events(5, 15, mean=4.0, max_count=8, pad=3)
     cap, max_count = 4, 8
-    c = tail_rows(cap)
     g = jnp.asarray(np.random.default_rng(0).normal(size=(15, cap + 1)))
-    gm = jnp.asarray(np.random.default_rng(1).normal(size=(15, c.shape[0])))
 
     def ref_q(p):
         return jnp.sum(reference_recursion(p, starts, counts, cap, max_count) * g)
@@ -193,20 +146,10 @@ def test_hessian_against_old_recursion():
     def new_q(p):
         return jnp.sum(pbinom.count_distribution(p, starts, counts, cap, max_count) * g)
 
-    def ref_e(p, c):
-        return jnp.sum((reference_recursion(p, starts, counts, cap, max_count) @ c.T) * gm)
-
-    def new_e(p, c):
-        return jnp.sum(pbinom.count_expectation(p, starts, counts, c, cap, max_count) * gm)
-
     ref = jax.jit(jax.jacfwd(jax.jacfwd(ref_q)))(p)
     assert np.abs(np.asarray(ref)).max() > 0.1  # a Hessian that is not trivially zero
     assert_close(jax.jit(jax.jacfwd(jax.jacfwd(new_q)))(p), ref)
     assert_close(jax.jit(jax.hessian(new_q))(p), ref)
-    ref = jax.jit(jax.jacfwd(jax.jacfwd(ref_e, argnums=(0, 1)), argnums=(0, 1)))(p, c)
-    new = jax.jit(jax.jacfwd(jax.jacfwd(new_e, argnums=(0, 1)), argnums=(0, 1)))(p, c)
-    for a, b in zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(ref)):
-        assert_close(a, b)
 
 
 def test_parameter_chain_under_jit():
@@ -230,7 +173,7 @@ def test_parameter_chain_under_jit():
         return reference_recursion(p, starts, counts, cap, max_count) @ c.T
 
     def new_count(p, c):
-        return pbinom.count_expectation(p, starts, counts, c, cap, max_count)
+        return pbinom.count_distribution(p, starts, counts, cap, max_count) @ c.T
 
     theta = jnp.asarray([30.0, 2.3])
     for fn in (jax.jacfwd, lambda f: jax.jacfwd(jax.jacfwd(f))):
@@ -240,17 +183,12 @@ def test_parameter_chain_under_jit():
 def test_padding_events_anywhere_keep_each_object_in_its_event():
     """Empty padding events placed with ``start = 0`` after the real ones (as
     ``analysis.soft.count_at_least`` pads to size buckets) must not shift objects into
-    other events: the Jacobians of both custom rules equal the plain recursion's."""
+    other events: the custom rule's Jacobian equals the plain recursion's."""
     p, starts, counts = make_events(11, 12, mean=3.0, max_count=6)
     starts = jnp.concatenate([starts, jnp.zeros(4, starts.dtype)])
     counts = jnp.concatenate([counts, jnp.zeros(4, counts.dtype)])
     cap, max_count = 4, 8
-    c = pbinom.tail_weights(jnp.asarray(2.0), jnp.asarray(0.0), cap)[None, :]
     assert_close(
         jax.jacfwd(lambda q: pbinom.count_distribution(q, starts, counts, cap, max_count))(p),
         jax.jacfwd(lambda q: reference_recursion(q, starts, counts, cap, max_count))(p),
-    )
-    assert_close(
-        jax.jacfwd(lambda q: pbinom.count_expectation(q, starts, counts, c, cap, max_count))(p),
-        jax.jacfwd(lambda q: reference_recursion(q, starts, counts, cap, max_count) @ c.T)(p),
     )

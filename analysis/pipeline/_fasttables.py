@@ -1,0 +1,121 @@
+"""The numba kernel's static tables of a plan (numpy; cached per plan and count model).
+
+:class:`_Tables`: the count model's sets, patterns and pattern codes as integer arrays
+for the loops of :mod:`analysis.pipeline._numba_dp`; :func:`_targets`: the count state
+after adding one object of each pattern; :func:`_pass_fn`: the pass table and its
+derivative from their one definition (:func:`analysis.select.objects._pass_table`, in
+JAX); :func:`_reduced`: the count caps lowered to the last state where the table
+changes. Used by :mod:`analysis.pipeline.fastkernel` only.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import jax
+import numpy as np
+
+from analysis.pipeline.plan import Plan
+from analysis.select.objects import CountModel, _pass_table
+
+__all__: list[str] = []  # internal to the numba kernel
+
+
+
+class _Tables:
+    """Per plan: the model's tables as numba arrays, reduced to the states that matter."""
+
+    def __init__(self, plan: Plan) -> None:
+        sp = plan.sets
+        model: CountModel = sp.model
+        self.model = model
+        self.collections = model.collections
+        n_coll = len(self.collections)
+        sets_of = model._sets_of
+        s_max = max([len(sets_of[c]) for c in self.collections] + [1])
+        self.set_names = [s.name for c in self.collections for s in sets_of[c]]
+        gidx = {name: i for i, name in enumerate(self.set_names)}
+        self.coll_sets = np.full((n_coll, s_max), -1, np.int64)
+        self.n_coll_sets = np.zeros(n_coll, np.int64)
+        self.local = {}
+        for ci, c in enumerate(self.collections):
+            for li, s in enumerate(sets_of[c]):
+                self.coll_sets[ci, li] = gidx[s.name]
+                self.local[s.name] = li
+            self.n_coll_sets[ci] = len(sets_of[c])
+        p_max = max([len(model.patterns[c]) for c in self.collections] + [1])
+        self.pat = np.full((n_coll, p_max, s_max), -1, np.int8)
+        self.n_pat = np.zeros(n_coll, np.int64)
+        for ci, c in enumerate(self.collections):
+            sets = sets_of[c]
+            idx = {s.name: i for i, s in enumerate(sets)}
+            for p, row in enumerate(model.patterns[c]):
+                for i, s in enumerate(sets):
+                    reachable = s.parent is None or row[idx[s.parent]]
+                    self.pat[ci, p, i] = 1 if row[i] else (0 if reachable else -1)
+            self.n_pat[ci] = len(model.patterns[c])
+        spec = {s.name: s for s in sp.sets}
+        self.set_cuts = [spec[name].cuts for name in self.set_names]
+        self.set_coll = [spec[name].collection for name in self.set_names]
+        self.gidx = gidx
+        # one collection, one set ("out" adds nothing, "in" moves the counts): the
+        # fused loop (:mod:`analysis.pipeline._numba_one`) serves it
+        self.one_set = bool(
+            n_coll == 1 and self.n_coll_sets[0] == 1 and self.n_pat[0] == 2
+            and self.pat[0, 0, 0] == 0 and self.pat[0, 1, 0] == 1
+        )
+
+
+@lru_cache(maxsize=64)
+def _tables(plan: Plan) -> _Tables:
+    return _Tables(plan)
+
+
+def _targets(model: CountModel, caps: np.ndarray, collections) -> np.ndarray:
+    """``(C, P_max, S)`` states after adding one object of each pattern, with caps ``caps``."""
+    shape = tuple(int(c) + 1 for c in caps)
+    n_states = math.prod(shape)
+    grid = np.indices(shape).reshape(len(shape), -1).T if shape else np.zeros((1, 0), np.int64)
+    p_max = max([len(model.patterns[c]) for c in collections] + [1])
+    out = np.zeros((len(collections), p_max, n_states), np.int64)
+    for ci, c in enumerate(collections):
+        d = model.increments[c]
+        for p in range(len(d)):
+            new = np.minimum(grid + d[p][None, :], caps[None, :])
+            out[ci, p] = np.ravel_multi_index(tuple(new.T), shape) if shape else 0
+    return out
+
+
+@lru_cache(maxsize=64)
+def _pass_fn(model: CountModel):
+    """jit of ``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table`."""
+
+    def table(th, w):
+        return _pass_table(model, th, w)[0]
+
+    return jax.jit(lambda th, w: (table(th, w), jax.jacfwd(table)(th, w)))
+
+
+def _reduced(model: CountModel, f: np.ndarray, df: np.ndarray):
+    """Caps lowered to the last state where ``f`` or ``df`` still changes along each
+    count variable: the states above merge into the absorbing top one (same sums,
+    exactly: the table is constant there). Returns ``(caps, f, df)`` on the new states."""
+    shape = model.shape
+    caps = np.array([s - 1 for s in shape], np.int64)
+    if not shape:
+        return caps, f, df
+    g = np.concatenate([f.reshape(shape + (1,)), df.reshape(shape + (df.shape[-1],))], -1)
+    for v in range(len(shape)):
+        top = shape[v] - 1
+        while top > 0:
+            a = np.take(g, [top], axis=v)
+            b = np.take(g, [top - 1], axis=v)
+            if not np.array_equal(a, b):
+                break
+            top -= 1
+        caps[v] = top
+        g = np.take(g, np.arange(top + 1), axis=v)
+    n = int(np.prod(caps + 1))
+    return caps, np.ascontiguousarray(g[..., 0].reshape(n)), np.ascontiguousarray(
+        g[..., 1:].reshape(n, -1))

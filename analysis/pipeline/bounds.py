@@ -79,25 +79,24 @@ def check_sizes(config: Any, plan: Any, *, events: int, grid_points: int = 1) ->
         f"{src}: {key}", float(e) * n_states * g * _FLOAT,
         f"{n_states} count states x {e} events per chunk{grid}",
     )
-    sets = getattr(plan, "sets", None)
-    if sets is not None:
-        caps, cap_keys = sets.caps, sets.cap_keys
-        for k, (x, y) in enumerate(sets.nodes):
-            for node in (x, y):
-                slots = getattr(node, "slots", None) or ()
-                colls = {sets.collection_of(s) for s, _ in slots}
-                if not slots or not colls <= set(caps):
-                    continue  # uncapped: at most 4096 candidates per event (ObjectCapError)
-                top: dict[str, int] = {}
-                for s, i in slots:
-                    top[s] = max(top.get(s, -1), i)
-                cands = math.prod(math.comb(caps[sets.collection_of(s)], i + 1)
-                                  for s, i in top.items())
-                where = cap_keys[sets.collection_of(next(iter(top)))]
-                check_bytes(
-                    f"{src}: {where}", float(e) * cands * g * _FLOAT,
-                    f"{cands} candidates of observables.{k} ({node.text}) x {e} events per chunk",
-                )
+    sets = plan.sets
+    caps, cap_keys = sets.caps, sets.cap_keys
+    for k, (x, y) in enumerate(sets.nodes):
+        for node in (x, y):
+            slots = node.slots if node is not None else ()
+            colls = {sets.collection_of(s) for s, _ in slots}
+            if not slots or not colls <= set(caps):
+                continue  # uncapped: at most 4096 candidates per event (ObjectCapError)
+            top: dict[str, int] = {}
+            for s, i in slots:
+                top[s] = max(top.get(s, -1), i)
+            cands = math.prod(math.comb(caps[sets.collection_of(s)], i + 1)
+                              for s, i in top.items())
+            where = cap_keys[sets.collection_of(next(iter(top)))]
+            check_bytes(
+                f"{src}: {where}", float(e) * cands * g * _FLOAT,
+                f"{cands} candidates of observables.{k} ({node.text}) x {e} events per chunk",
+            )
     for k, obs in enumerate(config.observables):
         if obs.hist is not None:
             n = (obs.hist.bins + 2) * len(config.datasets) * g

@@ -40,7 +40,8 @@ Where the parts live (every name is re-exported here): :mod:`analysis.driver.fil
 :class:`BranchError`, :class:`EventSchema`), :mod:`analysis.driver.executors` (coffea's
 executors, the dask ``Client``), :mod:`analysis.driver.workers` (tasks pinned to the
 dask workers that keep a chunk's columns), :mod:`analysis.driver.failures` (a pass's
-faults as one line). :class:`Evaluator` inherits the last three as mixins.
+faults as one line), :mod:`analysis.driver.chunks` (the chunks, made once, and the
+first-event check). :class:`Evaluator` inherits the last four as mixins.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ import numpy as np
 from analysis.config.loader import Config
 from analysis.data.branches import required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
-from analysis.data.columns import extract_columns
-from analysis.data.faults import FAULTS_KEY, Fault, Faults, describe
+from analysis.data.faults import FAULTS_KEY, Fault, Faults
+from analysis.driver.chunks import ChunkSource
 from analysis.driver.executors import (  # noqa: F401  (re-exported)
     DASK_CONNECT_TIMEOUT,
     WORKER_THREADS_ENV,
@@ -79,7 +80,7 @@ from analysis.driver.files import (  # noqa: F401  (re-exported)
     resolve_skhep,
 )
 from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-exported)
-from analysis.errors import DiffcoffeaError, InputError
+from analysis.errors import InputError
 from analysis.pipeline.bounds import check_sizes
 from analysis.pipeline.kernel import chunk_state, grid_state
 from analysis.pipeline.layout import ChunkColumns
@@ -113,7 +114,7 @@ def empty_state(plan: Plan, theta: np.ndarray, widths: np.ndarray, order: int) -
     return chunk_state(empty_columns(plan), plan, theta, widths, order=order)
 
 
-class Evaluator(Executors, WorkerTasks, FaultReports):
+class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
     """Runs passes over all chunks of all datasets for given parameter values."""
 
     def __init__(
@@ -170,69 +171,6 @@ class Evaluator(Executors, WorkerTasks, FaultReports):
         """Events of the largest chunk (the chunk size, or the largest file if smaller)."""
         n = max((n for ds in self.fileset.values() for n, _ in ds["entries"].values()), default=0)
         return min(n, self.chunksize)
-
-    def validate_columns(self) -> None:
-        """Read what the plan needs from the first event of each dataset, here.
-
-        A missing collection, field or weight branch is then a one-line
-        :class:`InputError` before any chunk is dispatched: coffea's futures
-        executor drops a worker's exception (it prints the traceback and raises a
-        bare ``Exception``), so such errors must not first surface in a worker.
-        A first event that cannot be read is one line too (with ``skip_bad_files``
-        the file is passed over here; the pass records its chunks as skipped).
-        Non-finite values are left to the pass, which counts or reports them.
-        """
-        if self._validated:
-            return
-        import warnings
-
-        from coffea.nanoevents import NanoEventsFactory
-
-        for name, ds in self.fileset.items():
-            for path, tree in ds["files"].items():
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", RuntimeWarning)
-                        events = NanoEventsFactory.from_root(
-                            {path: tree}, schemaclass=EventSchema, mode="virtual", entry_stop=1
-                        ).events()
-                    if len(events) == 0:
-                        continue  # an empty file: try the dataset's next one
-                    extract_columns(
-                        events,
-                        self.plan,
-                        weight_branch=self.weight_branches[name],
-                        source=path,
-                        nonfinite="drop",
-                    )
-                except DiffcoffeaError:
-                    raise
-                except Exception as err:  # unreadable: one line, or skipped
-                    if self.skip_bad_files:
-                        continue
-                    raise InputError(
-                        f"{path}, entries 0-1 (datasets.{name}): {describe(err)}"
-                    ) from err
-                break
-        self._validated = True
-
-    @property
-    def chunks(self) -> list:
-        """coffea work items, computed once and reused by every pass."""
-        if self._chunks is None:
-            # coffea's own chunking, from the entry counts read when the files were
-            # checked: its preprocessing would open every file once more (in workers,
-            # where a failure loses its cause).
-            from coffea.processor.executor import FileMeta
-
-            chunks = []
-            for name, ds in self.fileset.items():
-                for path, tree in ds["files"].items():
-                    n, uuid = ds["entries"][path]
-                    meta = {"numentries": n, "uuid": uuid, **ds["metadata"]}
-                    chunks.extend(FileMeta(name, path, tree, meta).chunks(self.chunksize, False))
-            self._chunks = chunks
-        return self._chunks
 
     # -- passes -----------------------------------------------------------------
     def theta_and_widths(

@@ -53,12 +53,12 @@ def test_every_config_error_in_one_run(tmp_path, capsys) -> None:
 
 
 def test_skhep_errors_name_the_entry_as_written(tmp_path, capsys, monkeypatch) -> None:
-    import analysis.driver.runner as runner
+    import analysis.driver.files as files  # resolve_skhep reads SKHEP_CACHE there
 
     cache = tmp_path / "skhepdata"
     cache.mkdir()
     (cache / "broken.root").write_bytes(b"not a ROOT file at all" * 10)
-    monkeypatch.setattr(runner, "SKHEP_CACHE", cache)
+    monkeypatch.setattr(files, "SKHEP_CACHE", cache)
     data = analysis_config({"ttbar": {"files": ["skhep:broken.root"], "weight": "genWeight"}})
     path = write_config(tmp_path / "cfg.yaml", data)
     assert main(["evaluate", str(path), "-o", str(tmp_path / "out"), "--quiet"]) == 2

@@ -1,0 +1,89 @@
+"""Config schema of the optimisation: optimiser, schedule, annealing, objective, output.
+
+Pydantic v2 models of :class:`analysis.config.loader.Config`'s ``optimizer``,
+``objective`` (terms: :mod:`analysis.config.terms`) and ``output``. Split out of
+:mod:`analysis.config.loader`, which re-exports every name.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from analysis.config.schema import _fail, _Model
+from analysis.config.terms import ObjectiveTerm
+
+__all__ = [
+    "AnnealConfig",
+    "ObjectiveConfig",
+    "ObjectiveTermConfig",
+    "OptimizerConfig",
+    "OutputConfig",
+    "ScheduleConfig",
+]
+
+
+def _finite_kwargs(cls: type, v: dict[str, Any]) -> dict[str, Any]:
+    """Shared field validator: numbers passed on to optax must be finite (kwargs are untyped)."""
+    for key, value in v.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _fail(str(key), f"expected a finite number, got {value}")
+    return v
+
+
+class OutputConfig(_Model):
+    """Where results are written."""
+
+    dir: str = "results"
+    # optimize: the soft objective's Hessian at the final parameters in results.json
+    # (a second-order pass, ~10x a step; always there with method: newton)
+    hessian: bool = False
+
+
+class ScheduleConfig(_Model):
+    """An optax learning-rate schedule: ``optax.<name>(**kwargs)``."""
+
+    name: str
+    kwargs: dict[str, Any] = {}
+
+    _kwargs = field_validator("kwargs")(_finite_kwargs)
+
+
+class AnnealConfig(_Model):
+    """Annealing of cut widths from their configured value to value * final_width_factor."""
+
+    final_width_factor: float = Field(default=0.1, gt=0, le=1)
+    schedule: Literal["exponential", "linear", "none"] = "exponential"
+
+
+class OptimizerConfig(_Model):
+    """Optimiser settings for parameter training."""
+
+    name: str = "adam"
+    learning_rate: float = Field(default=0.05, gt=0)
+    # the learned scores' weights (analysis.optimize.scoreopt); default: learning_rate
+    score_learning_rate: float | None = Field(default=None, gt=0)
+    steps: int = Field(default=60, ge=0)
+    schedule: ScheduleConfig | None = None
+    kwargs: dict[str, Any] = {}
+    anneal: AnnealConfig = AnnealConfig()
+
+    _kwargs = field_validator("kwargs")(_finite_kwargs)
+    tolerance: float = Field(default=1e-4, ge=0)
+    window: int = Field(default=5, ge=1)
+    stochastic: bool = False
+    chunks_per_step: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    method: Literal["first_order", "newton"] = "first_order"
+
+
+# One class per objective term (validation and value), told apart by ``type``.
+ObjectiveTermConfig = ObjectiveTerm
+
+
+class ObjectiveConfig(_Model):
+    """The objective: a weighted sum of terms."""
+
+    terms: list[ObjectiveTerm] = Field(min_length=1)

@@ -1,0 +1,102 @@
+"""Reverse mode's chunk computations, compiled the second time a structure is met.
+
+:func:`_values` (first pass: the chunk's states) and :func:`_pullback` (second pass:
+the states and ``grad <T_bar, T_c(theta)>``, one reverse sweep, float64) trace the
+chunk function to a jaxpr and run it eagerly, or compiled once the same structure
+(jaxpr text, payload and constant shapes) has been met before. Used by
+:func:`analysis.stats.derive.derive`; split out of it, it re-exports every name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from analysis.stats.merge import describe_difference
+from analysis.stats.passes import PassTheta, Pullback
+from analysis.stats.pullback import pulled_sum
+from analysis.stats.taylor import _to_numpy
+
+__all__: list[str] = []
+
+
+
+# Compiled pullbacks by chunk-function structure: the jaxpr's text (which names no
+# data: the chunk's arrays are its constants, passed as arguments) and the shapes.
+# Chunks of one pass run the same code, and every gradient step sees the same chunks
+# again: a structure met a second time is compiled (one call instead of thousands of
+# eager operations), one met once runs eagerly (chunk shapes that never repeat cost
+# no compilation). At most _COMPILED_MAX are compiled per process, then eager again.
+_COMPILED: dict[str, Callable[..., Any]] = {}
+_SEEN: OrderedDict[str, None] = OrderedDict()
+_COMPILED_MAX = 64
+_SEEN_MAX = 4096
+
+
+def _cached_call(kind: str, closed: Any, extra: Any, build: Callable[[Any], Any], *args: Any):
+    """``build(jaxpr)(*args)``, compiled when this structure is met a second time."""
+    text = str(closed.jaxpr)
+    key = hashlib.sha256(repr((kind, text, extra)).encode()).hexdigest()
+    fun = _COMPILED.get(key)
+    if fun is None:
+        fun = build(closed.jaxpr)
+        # a function object in the text (" at 0x...") is never the same twice
+        if key in _SEEN and len(_COMPILED) < _COMPILED_MAX and " at 0x" not in text:
+            fun = _COMPILED[key] = jax.jit(fun)
+        _SEEN[key] = None
+        _SEEN.move_to_end(key)
+        while len(_SEEN) > _SEEN_MAX:
+            _SEEN.popitem(last=False)
+    return fun(*args)
+
+
+def _signature(consts: list) -> list:
+    return [(np.shape(c), str(np.result_type(c))) for c in consts]
+
+
+def _values(f: Callable[[Any], Any], t0: Any) -> Any:
+    """``f(t0)``: the first pass's chunk states (compiled from the second sight on)."""
+    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    out_tree = jax.tree_util.tree_structure(shapes)
+    consts = list(closed.consts)
+
+    def build(jaxpr):
+        return lambda consts, t: jax.core.eval_jaxpr(jaxpr, consts, t)
+
+    flat = _cached_call("values", closed, (out_tree, _signature(consts)), build, consts, t0)
+    return jax.tree_util.tree_unflatten(out_tree, flat)
+
+
+def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: PassTheta):
+    """The chunk's states and ``grad <T_bar, T_c(theta)>`` (one reverse sweep)."""
+    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    diff = describe_difference(shapes, theta.merged)
+    if diff is not None:
+        raise ValueError(
+            "stats.derive: the chunk's states differ from the merged states of the "
+            f"first pass {diff}"
+        )
+    out_tree = jax.tree_util.tree_structure(shapes)
+    pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
+    consts = list(closed.consts)
+
+    def build(jaxpr):
+        def grad_and_states(consts, t, pay):
+            def scalar(tt):
+                flat = jax.core.eval_jaxpr(jaxpr, consts, tt)
+                states = jax.tree_util.tree_unflatten(out_tree, flat)
+                return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), flat
+
+            return jax.grad(scalar, has_aux=True)(t)
+
+        return grad_and_states
+
+    extra = (out_tree, pay_tree, [np.shape(p) for p in pay], _signature(consts))
+    grad, flat = _cached_call("pullback", closed, extra, build, consts, t0, pay)
+    value = jax.tree_util.tree_unflatten(out_tree, flat)
+    return Pullback(names, _to_numpy(value), np.asarray(grad, dtype=np.float64))

@@ -147,6 +147,12 @@ class _EventCondition(CutKeys):
             raise _fail("op", "'==' is only for counts; a var cut needs >, >=, < or <=")
         return self
 
+    @property
+    def has_width(self) -> bool:
+        """Whether the condition takes a cut width (a branch cut, or a count with a
+        trainable ``param``; a fixed integer count is exact without one)."""
+        return getattr(self, "count", None) is None or self.param is not None
+
     def effective_width(self) -> float:
         """The width in force: as given, else 1.0 for count cuts (the smoothed integer
         step of :func:`analysis.select.pbinom.integer_step`) and 0.0 (hard) for var cuts."""

@@ -116,8 +116,7 @@ def extra_widths(config: Any) -> list[float]:
         return []
     return [
         e.effective_width()
-        for ch in config.likelihood.channels.values() for e in ch.selection
-        if e.count is None or e.param is not None
+        for ch in config.likelihood.channels.values() for e in ch.selection if e.has_width
     ]
 
 
@@ -203,7 +202,7 @@ def extend(config: Any, plan: Any, build) -> Any:
                 region_of[name] = 0
                 continue
             region, keys = _region(config, name, ch, build, plan, offset)
-            offset += sum(1 for e in ch.selection if e.count is None or e.param is not None)
+            offset += sum(e.has_width for e in ch.selection)
             regions.append(region)
             region_of[name] = len(regions)
             event_keys += [k for k in keys if k not in event_keys]

@@ -380,5 +380,5 @@ def initial_widths(config: Config) -> list[float]:
     widths = [c.width for s in config.objects.values() for c in s.cuts]
     return widths + [
         e.effective_width() for e in config.selection.entries or []
-        if e.count is None or e.param is not None
+        if e.has_width
     ] + histplan.extra_widths(config)

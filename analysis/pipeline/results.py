@@ -195,10 +195,10 @@ def width_labels(config) -> list[str]:
     labels: list[str] = []
     if config.objects:
         labels = [cut(name, c) for name, s in config.objects.items() for c in s.cuts]
-        labels += [
-            event(e) for e in config.selection.entries or []
-            if e.count is None or e.param is not None
-        ]
+        labels += [event(e) for e in config.selection.entries or [] if e.has_width]
+        # a channel's own conditions (analysis.pipeline.histplan.extra_widths' order)
+        for name, ch in (config.likelihood.channels.items() if config.likelihood else ()):
+            labels += [f"{name}: {event(e)}" for e in ch.selection if e.has_width]
     else:
         sel = config.selection
         objects = getattr(sel, "objects", None)

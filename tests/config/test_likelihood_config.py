@@ -11,6 +11,7 @@ from analysis.config.likelihood import build_model, parse_factor
 from analysis.config.loader import config_from_dict
 from analysis.errors import ConfigError
 from analysis.pipeline.plan import build_plan, initial_widths
+from analysis.pipeline.results import width_labels
 
 
 def base() -> dict:
@@ -58,6 +59,10 @@ def test_the_contract_names_load_into_a_model_and_a_plan() -> None:
     assert len(plan.regions) == 1  # the cr channel's own selection
     # the channel's param count (width 0.5) and MET cut (width 2.0) widths come last
     assert initial_widths(cfg)[-2:] == [0.5, 2.0] and plan.n_widths == len(initial_widths(cfg))
+    # results.json keys the widths by label: the channel's two are named, not dropped
+    labels = width_labels(cfg)
+    assert len(labels) == plan.n_widths
+    assert labels[-2:] == ["cr: count(bjets) >= nb", "cr: MET.pt > 20"]
     assert {"PSWeight[0]", "PSWeight[2]", "MET.pt"} <= set(plan.event_keys)
 
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DiffcoffeaError", "DiffcoffeaWarning", "InputError"]
+__all__ = ["ConfigError", "DiffcoffeaError", "DiffcoffeaWarning", "InputError", "first_line"]
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of a library's message (its type's name if empty): what a
+    one-line error quotes of a third-party exception."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 class DiffcoffeaError(Exception):

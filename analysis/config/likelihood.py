@@ -41,6 +41,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
+from analysis.errors import first_line
 from analysis.likelihood import Channel, Model, Normalisation
 from analysis.select import exprs
 from analysis.stats.histogram import check_edges
@@ -401,8 +402,8 @@ def load_correction(path: str, key: str, where: str) -> Any:
     except FileNotFoundError:
         raise _fail(where + ".file", f"{path}: no such correction file") from None
     except Exception as err:  # noqa: BLE001  (any parse error of the file: one line)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise _fail(where + ".file", f"{path}: not a correctionlib JSON file ({first})") from None
+        raise _fail(where + ".file",
+                    f"{path}: not a correctionlib JSON file ({first_line(err)})") from None
     names = sorted(cset.keys())
     if key not in names:
         raise _fail(where + ".key", f"{path} has no correction '{key}'; it has "

@@ -14,7 +14,7 @@ import awkward as ak
 import numpy as np
 
 from analysis.data.faults import NONFINITE_POLICIES, note_dropped
-from analysis.errors import InputError
+from analysis.errors import InputError, first_line
 from analysis.pipeline.histplan import SF_PREFIX
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -145,8 +145,8 @@ def _scale_factors(corr, flat: dict[str, np.ndarray], source: str) -> np.ndarray
     try:
         values = fn.evaluate(*_ordered(fn, args, corr.side))
     except Exception as err:  # noqa: BLE001  (correctionlib's own errors: one line)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"{source}: correction {corr.key!r} of {corr.path}: {first}") from None
+        raise InputError(
+            f"{source}: correction {corr.key!r} of {corr.path}: {first_line(err)}") from None
     return np.asarray(values, dtype=np.float64).reshape(-1)
 
 

@@ -91,6 +91,7 @@ def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
     ``C:starts``, ``C:<field>``); return the static ``Shapes.collections``."""
     n = cols.n_events
     shapes = []
+    indexed = _indexed(plan)
     for name, fields in plan.sets.fields:
         counts_c, flat = cols.collections.get(name, (np.zeros(0, np.int64), {}))
         counts = np.zeros(e, dtype=np.int32)
@@ -98,7 +99,7 @@ def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
         total = int(counts.sum())
         o = bucket(total, MIN_OBJECTS)
         top = int(counts.max(initial=0))
-        if name in _indexed(plan):
+        if name in indexed:
             m = max(SET_OBJECT_STEP, -(-top // SET_OBJECT_STEP) * SET_OBJECT_STEP)
         else:
             m = bucket(top, MIN_MAX_COUNT)

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import jax.test_util
 import numpy as np
 
-from analysis.stats import _core
+from analysis.stats import _core, _statefns
 from analysis.stats.derive import Derived, derive, taylor_derivatives
 from analysis.stats.merge import is_state
 
@@ -77,15 +77,15 @@ def load_chunk(
 
 
 def _fit_field(field: str) -> Callable[[Any], Any]:
-    return lambda s: _core.state_linear_fit(s)[field]
+    return lambda s: _statefns.state_linear_fit(s)[field]
 
 
 def _stat_functions(state: Any) -> Iterator[tuple[str, Callable[[Any], Any]]]:
     if isinstance(state, _core.Moments):
-        yield from _core.UNIVARIATE.items()
+        yield from _statefns.UNIVARIATE.items()
     elif isinstance(state, _core.CoMoments):
-        yield "covar", _core.state_covar
-        yield "corr", _core.state_corr
+        yield "covar", _statefns.state_covar
+        yield "corr", _statefns.state_corr
         for field in ("intercept", "slope", "intercept_error", "slope_error"):
             yield f"linear_fit.{field}", _fit_field(field)
 

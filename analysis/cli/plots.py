@@ -160,7 +160,7 @@ def histogram_range(
     obs = config.observables[0]
     if obs.hist is not None:
         return obs.hist.bins, obs.hist.range[0], obs.hist.range[1]
-    from analysis.stats import _core
+    from analysis.stats import _statefns
 
     if states is None:
         states = evaluator.run(params, widths=widths, order=0)
@@ -169,8 +169,8 @@ def histogram_range(
         if "moments" not in st.observables[obs.name]:
             continue
         values = st.taylor()[0]["observables"][obs.name]["moments"]
-        mean = float(_core.state_mean(values))
-        std = float(_core.state_std(values))
+        mean = float(_statefns.state_mean(values))
+        std = float(_statefns.state_std(values))
         if np.isfinite(mean) and np.isfinite(std):
             lows.append(mean - 2.5 * std)
             highs.append(mean + 4 * std)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.stats import _core
+from analysis.stats import _core, _statefns
 from analysis.stats._inputs import _Prepared, _traced
 
 Array = jax.Array
@@ -111,11 +111,11 @@ def _univariate(
 ) -> dict[str, Array]:
     s = _core.moments(x, w, segment_ids, num_segments)
     return {
-        "mean": _core.state_mean(s),
-        "var": _core.state_var(s, ddof),
-        "std": _core.state_std(s, ddof),
-        "skew": _core.state_skew(s),
-        "kurtosis": _core.state_kurtosis(s),
+        "mean": _statefns.state_mean(s),
+        "var": _statefns.state_var(s, ddof),
+        "std": _statefns.state_std(s, ddof),
+        "skew": _statefns.state_skew(s),
+        "kurtosis": _statefns.state_kurtosis(s),
     }
 
 
@@ -140,7 +140,7 @@ def _bivariate(
     x: Array, y: Array, w: Array, segment_ids: Array | None, *, num_segments: int | None
 ) -> dict[str, Any]:
     s = _core.comoments(x, y, w, segment_ids, num_segments)
-    return {name: func(s) for name, func in _core.BIVARIATE.items()}
+    return {name: func(s) for name, func in _statefns.BIVARIATE.items()}
 
 
 # --- kernels on prepared flat inputs -----------------------------------------------
@@ -160,17 +160,17 @@ def _numpy_kernel(stat: str, p: _Prepared, ddof: float, order: Any) -> Any:
     """The statistic with the numpy namespace of :mod:`analysis.stats._core` (same maths)."""
     seg, num, xp = p.segment_ids, p.num_segments, np
     with np.errstate(all="ignore"):  # 0/0, x**-n at 0: NaN/inf by the rules, no warnings
-        if stat in _core.UNIVARIATE:
+        if stat in _statefns.UNIVARIATE:
             s = _core.moments(p.x, p.w, seg, num, order=_ORDER[stat], xp=xp)
             if stat in ("var", "std"):
-                return _core.UNIVARIATE[stat](s, ddof, xp=xp)
-            return _core.UNIVARIATE[stat](s, xp=xp)
+                return _statefns.UNIVARIATE[stat](s, ddof, xp=xp)
+            return _statefns.UNIVARIATE[stat](s, xp=xp)
         if stat == "moment":
             return _core.raw_moment(p.x, p.w, order, seg, num, xp=xp)
         if stat == "central_moment":
             sumw, total = _core.central_moment_sum(p.x, p.w, order, seg, num, xp=xp)
             return _core.safe_div(total, sumw, xp=xp)
-        return _core.BIVARIATE[stat](_core.comoments(p.x, p.y, p.w, seg, num, xp=xp), xp=xp)
+        return _statefns.BIVARIATE[stat](_core.comoments(p.x, p.y, p.w, seg, num, xp=xp), xp=xp)
 
 
 def _kernel(stat: str, p: _Prepared, ddof: float, order: Any) -> Any:
@@ -178,7 +178,7 @@ def _kernel(stat: str, p: _Prepared, ddof: float, order: Any) -> Any:
     if _eager(p):
         return _numpy_kernel(stat, p, ddof, order)
     q = _padded(p)
-    if stat in _core.UNIVARIATE:
+    if stat in _statefns.UNIVARIATE:
         out = _univariate(q.x, q.w, q.segment_ids, np.float64(ddof), num_segments=q.num_segments)
         return _unpad(out[stat], q)
     if stat in ("moment", "central_moment"):

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.stats import _shadow
-from analysis.stats._core import LinearFit
 from analysis.stats._inputs import _is_scalar, _Options, _Prepared
+from analysis.stats._statefns import LinearFit
 from analysis.stats.jagged import _is_awkward
 
 # awkward's functions as imported (kept even if ``ak.mean`` etc. are replaced by ours)

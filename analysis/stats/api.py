@@ -66,8 +66,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from analysis.stats import _core, _fast
-from analysis.stats._core import LinearFit
+from analysis.stats import _core, _fast, _statefns
 from analysis.stats._inputs import (
     _check_ddof,
     _check_order,
@@ -78,6 +77,7 @@ from analysis.stats._inputs import (
     _Prepared,
 )
 from analysis.stats._kernels import _kernel, _with_keepdims
+from analysis.stats._statefns import LinearFit
 from analysis.stats._structure import _awkward_types, _finish, _structure, _typetracer
 
 __all__ = [
@@ -131,8 +131,8 @@ def _run1(stat: str, x: Any, weight: Any, axis: Any, opts: _Options, ddof: float
     if isinstance(x, _core.Moments):
         _state_only(stat, weight, axis)
         if stat in ("var", "std"):
-            return _core.UNIVARIATE[stat](x, ddof)
-        return _core.UNIVARIATE[stat](x)
+            return _statefns.UNIVARIATE[stat](x, ddof)
+        return _statefns.UNIVARIATE[stat](x)
     return _compute(stat, x, None, weight, axis, opts, ddof=ddof)
 
 
@@ -141,7 +141,7 @@ def _run2(stat: str, x: Any, y: Any, weight: Any, axis: Any, opts: _Options) -> 
         if y is not None:
             raise TypeError(f"{stat}: x is a CoMoments state; pass no y")
         _state_only(stat, weight, axis)
-        out = _core.BIVARIATE[stat](x)
+        out = _statefns.BIVARIATE[stat](x)
         return LinearFit(**out) if isinstance(out, dict) else out  # dict: linear_fit
     if y is None:
         raise TypeError(f"{stat}: expected y (data with the structure of x) or a CoMoments state")

@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.errors import InputError
-from analysis.stats._core import Moments, state_mean, state_std
+from analysis.stats._core import Moments
+from analysis.stats._statefns import state_mean, state_std
 from analysis.stats.jagged import Jagged
 
 __all__ = [

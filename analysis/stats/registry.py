@@ -16,7 +16,7 @@ gets its third moments instead of NaN.
 Pure maths: no files, no config, no coffea. Adding a statistic is one
 :class:`Statistic` entry here (see the README's "Extending" section), e.g.::
 
-    Statistic("cv", 1, lambda s: _core.safe_div(_core.state_std(s), _core.state_mean(s)),
+    Statistic("cv", 1, lambda s: safe_div(state_std(s), state_mean(s)),
               order=2, doc="coefficient of variation std / mean")
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.stats import _core
+from analysis.stats import _statefns
 
 __all__ = [
     "BIVARIATE",
@@ -73,17 +73,17 @@ class Statistic:
 STATISTICS: dict[str, Statistic] = {
     s.name: s
     for s in (
-        Statistic("mean", 1, _core.state_mean, order=1, doc="weighted mean"),
-        Statistic("var", 1, _core.state_var, order=2, doc="weighted population variance"),
-        Statistic("std", 1, _core.state_std, order=2, doc="square root of var"),
-        Statistic("skew", 1, _core.state_skew, order=3, doc="m3 / m2^(3/2)"),
-        Statistic("kurtosis", 1, _core.state_kurtosis, order=4, doc="m4 / m2^2 - 3 (excess)"),
-        Statistic("covar", 2, _core.state_covar, order=2, doc="weighted covariance of x and y"),
-        Statistic("corr", 2, _core.state_corr, order=2, doc="Pearson correlation of x and y"),
+        Statistic("mean", 1, _statefns.state_mean, order=1, doc="weighted mean"),
+        Statistic("var", 1, _statefns.state_var, order=2, doc="weighted population variance"),
+        Statistic("std", 1, _statefns.state_std, order=2, doc="square root of var"),
+        Statistic("skew", 1, _statefns.state_skew, order=3, doc="m3 / m2^(3/2)"),
+        Statistic("kurtosis", 1, _statefns.state_kurtosis, order=4, doc="m4 / m2^2 - 3 (excess)"),
+        Statistic("covar", 2, _statefns.state_covar, order=2, doc="weighted covariance of x and y"),
+        Statistic("corr", 2, _statefns.state_corr, order=2, doc="Pearson correlation of x and y"),
         Statistic(
             "linear_fit",
             2,
-            _core.state_linear_fit,
+            _statefns.state_linear_fit,
             fields=("intercept", "slope", "intercept_error", "slope_error"),
             order=2,
             doc="weighted least-squares line y = intercept + slope x (as ak.linear_fit)",

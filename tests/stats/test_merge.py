@@ -31,7 +31,7 @@ from analysis.pipeline.kernel import chunk_state
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import build_plan
 from analysis.pipeline.results import dataset_report
-from analysis.stats import Derived, _core
+from analysis.stats import Derived, _core, _statefns
 from analysis.stats.merge import merge_comoments, merge_moments
 
 # --- 1. numerical stability -------------------------------------------------------------
@@ -102,9 +102,9 @@ def test_merge_moments_of_big_values_is_stable(big_reference) -> None:
     for merged in (folded, tree[0]):
         s = _core.Moments(*(jnp.asarray(v) for v in merged))
         got = {
-            "var": float(_core.state_var(s)),
-            "skew": float(_core.state_skew(s)),
-            "kurtosis": float(_core.state_kurtosis(s)),
+            "var": float(_statefns.state_var(s)),
+            "skew": float(_statefns.state_skew(s)),
+            "kurtosis": float(_statefns.state_kurtosis(s)),
         }
         _assert_shape_close(got, big_reference)
 
@@ -295,9 +295,9 @@ def test_any_split_merges_to_the_whole(whole, data, offset, kind) -> None:
 def _statistics(mom: tuple, com: tuple) -> dict[str, float]:
     m = _core.Moments(*(jnp.asarray(v) for v in mom.value))
     c = _core.CoMoments(*(jnp.asarray(v) for v in com.value))
-    fit = _core.state_linear_fit(c)
-    out = {name: float(fn(m)) for name, fn in _core.UNIVARIATE.items()}
-    out.update({name: float(_core.BIVARIATE[name](c)) for name in ("covar", "corr")})
+    fit = _statefns.state_linear_fit(c)
+    out = {name: float(fn(m)) for name, fn in _statefns.UNIVARIATE.items()}
+    out.update({name: float(_statefns.BIVARIATE[name](c)) for name in ("covar", "corr")})
     out.update({f"fit_{k}": float(v) for k, v in fit.items()})
     return out
 

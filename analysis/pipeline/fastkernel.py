@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 
-from analysis.pipeline import _numba_dp, _numba_one
+from analysis.pipeline import _fastone, _numba_dp
 from analysis.pipeline._fastmoments import (
     comoments_state,
     moments_state,
@@ -315,7 +315,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
             BLOCK, pe, ow[0],
         )
-        _run_blocks(_numba_dp.compiled(_numba_one.select_one, args), args, n_blocks, threads)
+        _fastone.run(args, n_blocks, _run_blocks, threads)
     elif n_ev:
         _run_blocks(_numba_dp.select, (
             coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,

@@ -49,6 +49,7 @@ from analysis.pipeline._fastmoments import (
     sum_moments_state,
 )
 from analysis.pipeline._fasttables import _pass_fn, _reduced, _Tables, _tables, _targets
+from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, threshold_value
 
@@ -354,16 +355,15 @@ def evaluate_columns(
     sp = plan.sets
     n_ev = int(cols.n_events)
     lanes = _numba_dp.LANES
-    w_e = ev[:, 0] * pe[:, 0]
-    dw_e = ev[:, 1:np1] * pe[:, :1] + ev[:, :1] * pe[:, 1:np1]
+    ys = yield_sums(ev, pe, np1, BLOCK)
     value: dict[str, Any] = {
-        "selected_sumw": np.array(np.sum(w_e), dtype=np.float64),
-        "selected_sumw2": np.array(np.sum(w_e * w_e), dtype=np.float64),
+        "selected_sumw": np.array(ys[0, 0], dtype=np.float64),
+        "selected_sumw2": np.array(ys[1, 0], dtype=np.float64),
         "observables": {},
     }
     jac: dict[str, Any] = {
-        "selected_sumw": dw_e.sum(axis=0),
-        "selected_sumw2": (2.0 * w_e[:, None] * dw_e).sum(axis=0),
+        "selected_sumw": ys[0, 1:],
+        "selected_sumw2": ys[1, 1:],
         "observables": {},
     }
     ev_off = np.arange(n_ev + 1, dtype=np.int64)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DiffcoffeaError", "DiffcoffeaWarning", "InputError", "first_line"]
+__all__ = [
+    "ConfigError", "DiffcoffeaError", "DiffcoffeaWarning", "InputError", "LikelihoodError",
+    "first_line",
+]
 
 
 def first_line(err: BaseException) -> str:
@@ -25,6 +28,12 @@ class ConfigError(DiffcoffeaError):
 
 class InputError(DiffcoffeaError):
     """Bad input data: unreadable data files, missing trees or branches, etc."""
+
+
+class LikelihoodError(DiffcoffeaError):
+    """A model or its templates are unusable: one line naming the channel, sample or bin
+    (raised by :mod:`analysis.likelihood`, which re-exports it; defined here so that
+    catching it does not load the likelihood's solvers)."""
 
 
 class DiffcoffeaWarning(UserWarning):

@@ -36,15 +36,17 @@ histogram-state keys are :func:`state_key`.
 from __future__ import annotations
 
 import ast
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
 from analysis.errors import first_line
-from analysis.likelihood import Channel, Model, Normalisation
 from analysis.select import exprs
 from analysis.stats.histogram import check_edges
+
+if TYPE_CHECKING:
+    from analysis.likelihood import Model
 
 __all__ = [
     "BinsConfig",
@@ -355,6 +357,10 @@ def build_model(config: Any) -> Model | None:
     lk = config.likelihood
     if lk is None:
         return None
+    # here, not at the top: the likelihood package loads evermore, optimistix and flax
+    # (~2 s), which a config without a likelihood never needs
+    from analysis.likelihood import Channel, Model, Normalisation
+
     samples = model_datasets(config)
     shapes = [s.name for s in shape_systematics(config)]
     channels = tuple(

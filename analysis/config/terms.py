@@ -39,7 +39,6 @@ import jax.numpy as jnp
 import numpy as np
 from pydantic import Field, PrivateAttr, model_validator
 
-from analysis import likelihood as lk
 from analysis.config.schema import _fail, _Model
 from analysis.config.yamlsafe import show_value
 from analysis.errors import ConfigError, DiffcoffeaError
@@ -328,6 +327,18 @@ class PythonTerm(Term):
         return _call_user(self._fn, self.function, stats, ctx.source)
 
 
+def _lk():
+    """:mod:`analysis.likelihood`, imported on first use: it loads evermore, optimistix
+    and flax (~2 s), which a config without likelihood terms never needs."""
+    from analysis import likelihood
+
+    return likelihood
+
+
+def _fit_max_steps() -> int:
+    return _lk().fit.MAX_STEPS
+
+
 class _LikelihoodTerm(Term):
     """Base of the binned-likelihood terms (:mod:`analysis.likelihood`): they read the
     model's templates (``ctx.likelihood_states(stats)``, ``ctx.likelihood_model``)."""
@@ -344,6 +355,7 @@ class _LikelihoodTerm(Term):
         ``mu = 0`` fit that did not converge (:class:`analysis.likelihood.FitError`)."""
         states = ctx.likelihood_states(stats)  # type: ignore[attr-defined]
         model = ctx.likelihood_model  # type: ignore[attr-defined]
+        lk = _lk()
         lk.check_templates(lk.templates(states, model), model, lk.edges(states, model))
         if isinstance(self, DiscoverySignificanceTerm):
             fit = lk.significance(states, model, max_steps=self.max_steps).fit
@@ -357,10 +369,10 @@ class DiscoverySignificanceTerm(_LikelihoodTerm):
 
     type: Literal["discovery_significance"] = "discovery_significance"
     gradient: Literal["envelope", "implicit"] = "envelope"
-    max_steps: int = Field(default=lk.fit.MAX_STEPS, ge=1)  # of the mu = 0 profile fit
+    max_steps: int = Field(default_factory=_fit_max_steps, ge=1)  # of the mu = 0 profile fit
 
     def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
-        return -lk.discovery_significance(
+        return -_lk().discovery_significance(
             ctx.likelihood_states(stats), ctx.likelihood_model,  # type: ignore[attr-defined]
             gradient=self.gradient, max_steps=self.max_steps,
         )
@@ -373,7 +385,7 @@ class MuUncertaintyTerm(_LikelihoodTerm):
     type: Literal["mu_uncertainty"] = "mu_uncertainty"
 
     def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
-        return lk.mu_uncertainty(
+        return _lk().mu_uncertainty(
             ctx.likelihood_states(stats), ctx.likelihood_model  # type: ignore[attr-defined]
         )
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.errors import DiffcoffeaError
+from analysis.errors import LikelihoodError
 from analysis.stats.histogram import Histogram
 
 __all__ = [
@@ -51,10 +51,6 @@ __all__ = [
 ]
 
 Templates = dict[str, dict[str, dict[str, Any]]]
-
-
-class LikelihoodError(DiffcoffeaError):
-    """A model or its templates are unusable: one line naming the channel, sample or bin."""
 
 
 class FitError(LikelihoodError):

@@ -40,8 +40,7 @@ import optax
 
 from analysis.config.loader import Config
 from analysis.config.terms import TermReturnError
-from analysis.errors import ConfigError, DiffcoffeaError
-from analysis.likelihood import LikelihoodError
+from analysis.errors import ConfigError, DiffcoffeaError, LikelihoodError
 from analysis.optimize import checkpoint as _ckpt
 from analysis.optimize.objectives import Objective, objective_from_states
 from analysis.optimize.optimizers import Optimizer, make_optimizer

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 
-from analysis.pipeline import _numba_dp, _numba_one
+from analysis.pipeline import _fastone, _numba_dp
 from analysis.pipeline._fastmoments import (
     comoments_state,
     moments_state,
@@ -49,6 +49,7 @@ from analysis.pipeline._fastmoments import (
     sum_moments_state,
 )
 from analysis.pipeline._fasttables import _pass_fn, _reduced, _Tables, _tables, _targets
+from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, threshold_value
 
@@ -315,7 +316,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
             BLOCK, pe, ow[0],
         )
-        _run_blocks(_numba_dp.compiled(_numba_one.select_one, args), args, n_blocks, threads)
+        _fastone.run(args, n_blocks, _run_blocks, threads)
     elif n_ev:
         _run_blocks(_numba_dp.select, (
             coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
@@ -354,16 +355,15 @@ def evaluate_columns(
     sp = plan.sets
     n_ev = int(cols.n_events)
     lanes = _numba_dp.LANES
-    w_e = ev[:, 0] * pe[:, 0]
-    dw_e = ev[:, 1:np1] * pe[:, :1] + ev[:, :1] * pe[:, 1:np1]
+    ys = yield_sums(ev, pe, np1, BLOCK)
     value: dict[str, Any] = {
-        "selected_sumw": np.array(np.sum(w_e), dtype=np.float64),
-        "selected_sumw2": np.array(np.sum(w_e * w_e), dtype=np.float64),
+        "selected_sumw": np.array(ys[0, 0], dtype=np.float64),
+        "selected_sumw2": np.array(ys[1, 0], dtype=np.float64),
         "observables": {},
     }
     jac: dict[str, Any] = {
-        "selected_sumw": dw_e.sum(axis=0),
-        "selected_sumw2": (2.0 * w_e[:, None] * dw_e).sum(axis=0),
+        "selected_sumw": ys[0, 1:],
+        "selected_sumw2": ys[1, 1:],
         "observables": {},
     }
     ev_off = np.arange(n_ev + 1, dtype=np.int64)

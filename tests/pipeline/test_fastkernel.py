@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from analysis.config.loader import config_from_dict
-from analysis.pipeline import _numba_dp, fastkernel
+from analysis.pipeline import _numba_dp, _numba_one, fastkernel
 from analysis.pipeline.kernel import chunk_state, evaluate_chunk
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths
@@ -455,13 +455,34 @@ def test_fused_one_set_loop(width, inverted, n_min, n, field_observables, monkey
     monkeypatch.setattr(fastkernel._numba_dp, "compiled",
                         lambda kernel, args: ran.append(kernel) or compiled(kernel, args))
     fused = compare(plan, cols, theta, widths)
-    assert ran.count(fastkernel._numba_one.select_one) == (1 if n else 0)
+    assert ran.count(_numba_one.select_one) == (1 if n else 0)
     monkeypatch.setattr(fastkernel, "_FUSED", False)
     general = fastkernel.evaluate_columns(cols, plan, theta, widths)
-    assert ran.count(fastkernel._numba_one.select_one) == (1 if n else 0)  # not again
+    assert ran.count(_numba_one.select_one) == (1 if n else 0)  # not again
     for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(general),
                     strict=True):
         assert np.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("width", [0.0, 1.0])
+def test_fused_value_loop_is_lane_zero(width, monkeypatch):
+    # Values only (order 0) run the one-lane loop: the same floats as the value lane of
+    # the loop with tangents (order 1), and the JAX kernel's values at 1e-12.
+    plan, theta, widths = make_plan(one_set_config(width=width, inverted=False))
+    cols = synthetic(3 * fastkernel.BLOCK // 2, seed=5, ties=width == 0.0, big=14)
+    ran = []
+    compiled = fastkernel._numba_dp.compiled
+    monkeypatch.setattr(fastkernel._numba_dp, "compiled",
+                        lambda kernel, args: ran.append(kernel) or compiled(kernel, args))
+    v0, j0 = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
+    assert j0 is None and _numba_one.select_one_value in ran
+    v1, _ = fastkernel.evaluate_columns(cols, plan, theta, widths, order=1)
+    assert _numba_one.select_one in ran
+    for a, b in zip(jax.tree_util.tree_leaves(v0), jax.tree_util.tree_leaves(v1), strict=True):
+        assert np.array_equal(a, b, equal_nan=True)
+    arrays, shapes = pad_columns(cols, plan)
+    ref, _, _ = evaluate_chunk(theta, widths, arrays, plan, shapes, order=0)
+    assert_close(ref, v0, RTOL, "value")
 
 
 def test_fused_loop_not_for_several_sets_or_event_sums(monkeypatch):
@@ -473,7 +494,7 @@ def test_fused_loop_not_for_several_sets_or_event_sums(monkeypatch):
     plan, theta, widths = features()  # one set, but sum(Jet.pt), count(Jet): the sum loops
     assert fastkernel._tables(plan).one_set
     fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
-    assert fastkernel._numba_one.select_one not in ran
+    assert _numba_one.select_one not in ran
 
 
 @pytest.mark.parametrize("one_set", [False, True])

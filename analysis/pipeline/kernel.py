@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline import fastkernel, setkernel
+from analysis.pipeline import fasthist, fastkernel, setkernel
 from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
@@ -167,11 +167,10 @@ def chunk_state(
     """
     if engine not in ("auto", "jax", "numba"):
         raise ValueError(f"engine must be 'auto', 'jax' or 'numba', got {engine!r}")
-    why = fastkernel.why_not(plan, order, theta) if engine != "jax" else "engine=jax asked for"
+    fast = fasthist if plan.hists else fastkernel  # histograms: their own numba host side
+    why = fast.why_not(plan, order, theta) if engine != "jax" else "engine=jax asked for"
     if why is None:
-        value, jac = fastkernel.evaluate_columns(
-            cols, plan, theta, widths, order=order, threads=threads
-        )
+        value, jac = fast.evaluate_columns(cols, plan, theta, widths, order=order, threads=threads)
         return DatasetState.from_chunk(
             value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
             names=plan.trainable_names,

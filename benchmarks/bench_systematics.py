@@ -51,9 +51,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engine", choices=("numba", "jax", "both"), default="both")
     args = ap.parse_args()
-    from analysis.pipeline import fasthist
     from analysis.config.loader import config_from_dict
     from analysis.driver.runner import Evaluator
+    from analysis.pipeline import fasthist
 
     base = yaml.safe_load((REPO / "configs" / "agc_likelihood.yaml").read_text())
     for ds in base["datasets"].values():

@@ -150,6 +150,21 @@ def _joint_tables(plan: Plan, regions, theta, widths, trainable):
     return model, caps, fs, dfs
 
 
+@lru_cache(maxsize=32)
+def _joint_cached(plan: Plan, regions: tuple[int, ...], theta: bytes, widths: bytes,
+                  trainable: tuple[int, ...]):
+    """:func:`_joint_tables` once per parameter point (chunks and shift sides share it)."""
+    return _joint_tables(plan, regions, np.frombuffer(theta), np.frombuffer(widths), trainable)
+
+
+@lru_cache(maxsize=64)
+def _joint_static(plan: Plan, regions: tuple[int, ...]):
+    """The numba tables of the joint model of ``regions``."""
+    model = _joint_model(plan, regions)
+    return _tables(dataclasses.replace(plan, hists=(),
+                                       sets=dataclasses.replace(plan.sets, model=model)))
+
+
 # --- one walk ------------------------------------------------------------------------
 
 
@@ -164,26 +179,39 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
         cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
 
 
-def _walk(cols: ChunkColumns, plan: Plan, specs, theta, widths, trainable, threads):
-    """One walk on ``cols`` for the histogram ``specs`` (one shift side): per region
-    ``pe[r]`` ``(E, LANES)``, per ``(region, set)`` object weights and per ``(region,
-    set, depth)`` leading weights ``(N, LANES)`` by global object index, the objects'
-    offsets and flat fields."""
-    regions = sorted({0} | {s.region for s in specs})
+def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
+          *, nominal: bool) -> list[dict]:
+    """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
+    sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
+    specs); two share the walk's lanes (:mod:`analysis.pipeline._numba_hist`) when the
+    tangents fit in half of them and their walk orders are equal, else each walks
+    alone. Per variant: per region ``pe[r]`` ``(E, LANES)``, per ``(region, set)``
+    object weights and per ``(region, set, depth)`` leading weights ``(N, LANES)`` by
+    global object index, the objects' offsets and flat fields."""
+    nl = len(trainable) + 1
+    lanes = _numba_dp.LANES
+    half = lanes // 2
+    if len(variants) > 2 or (len(variants) == 2 and nl > half):
+        return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
+                                                   threads, nominal=nominal)]
+    regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
-    model, caps, fs, dfs = _joint_tables(plan, regions, theta, widths, trainable)
-    tplan = dataclasses.replace(plan, hists=(), sets=dataclasses.replace(plan.sets, model=model))
-    tab = _tables(tplan)
+    model, caps, fs, dfs = _joint_cached(plan, tuple(regions), theta.tobytes(), widths.tobytes(),
+                                         tuple(trainable))
+    tab = _joint_static(plan, tuple(regions))
+    cols = variants[0]
     n_ev = int(cols.n_events)
     n_coll = len(tab.collections)
     coff = np.zeros((n_coll, n_ev + 1), np.int64)
     base = np.zeros(n_coll + 1, np.int64)
-    flats, max_seq = {}, 0
+    max_seq = 0
+    flats: list[dict] = [{} for _ in variants]
     for ci, c in enumerate(tab.collections):
         fields = dict(plan.sets.fields).get(c, ())
-        counts, flat = cols.collections.get(
-            c, (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields}))
-        flats[c] = flat
+        empty = (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields})
+        counts = cols.collections.get(c, empty)[0]
+        for v, vc in enumerate(variants):
+            flats[v][c] = vc.collections.get(c, empty)[1]
         np.cumsum(counts, out=coff[ci, 1:])
         base[ci + 1] = base[ci] + coff[ci, -1]
         max_seq += int(np.max(counts, initial=0))
@@ -192,7 +220,6 @@ def _walk(cols: ChunkColumns, plan: Plan, specs, theta, widths, trainable, threa
     ow_keys: list[tuple[int, str]] = []
     ld_keys: list[tuple[str, int]] = []
     lw_keys: list[tuple[int, str, int]] = []
-    rankidx = np.arange(n_tot, dtype=np.int64)
     for spec in specs:
         node = spec.node
         if node.kind == "field" and (spec.region, node.head) not in ow_keys:
@@ -203,16 +230,35 @@ def _walk(cols: ChunkColumns, plan: Plan, specs, theta, widths, trainable, threa
                 ld_keys.append((s, d))
             if (spec.region, s, d) not in lw_keys:
                 lw_keys.append((spec.region, s, d))
-    for c in {setspec[s].collection for s, _ in ld_keys}:
-        ci = tab.collections.index(c)
-        rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
-        ev_of = np.repeat(np.arange(n_ev), np.diff(coff[ci]))
-        # per event, descending rank, ties in the original order (np.lexsort is stable)
-        rankidx[base[ci]: base[ci + 1]] = base[ci] + np.lexsort(
-            (-np.asarray(flats[c][rank], dtype=np.float64), ev_of))
-    pv_all, pd_all = _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
+    ranks = []
+    for fl in flats:
+        rankidx = np.arange(n_tot, dtype=np.int64)
+        for c in {setspec[s].collection for s, _ in ld_keys}:
+            ci = tab.collections.index(c)
+            rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
+            out = np.empty(int(coff[ci, -1]), np.int64)
+            _numba_hist.rank_order(coff[ci], np.ascontiguousarray(fl[c][rank], np.float64), out)
+            rankidx[base[ci]: base[ci + 1]] = base[ci] + out
+        ranks.append(rankidx)
+    if len(variants) == 2 and not np.array_equal(ranks[0], ranks[1]):
+        return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
+                                                   threads, nominal=nominal)]
+    # the pattern probabilities of each variant, in its half of the lanes
+    pv_all = np.empty((n_tot, tab.pat.shape[1], 2))
+    pd_all = np.zeros((n_tot, tab.pat.shape[1], lanes))
+    for v, fl in enumerate(flats):
+        pv, pd = _pattern_arrays(tab, coff, base, fl, theta, widths, trainable)
+        pv_all[:, :, v] = pv
+        if len(variants) == 2:
+            pd_all[:, :, v * half: v * half + half] = pd[:, :, :half]
+        else:
+            pv_all[:, :, 1] = pv
+            pd_all[:] = pd
+    h = half if len(variants) == 2 else 0
+    if h:
+        dfs = dfs.copy()
+        dfs[:, :, h: h + nl] = dfs[:, :, :nl]
     tgt = _targets(model, caps, tab.collections)
-    lanes = _numba_dp.LANES
 
     def ci_ls(s):
         return tab.collections.index(setspec[s].collection), tab.local[s]
@@ -226,41 +272,83 @@ def _walk(cols: ChunkColumns, plan: Plan, specs, theta, widths, trainable, threa
     ow = np.zeros((len(ow_keys), n_tot, lanes))
     lw = np.zeros((len(lw_keys), n_tot, lanes))
     if n_ev:
-        args = (coff, base, rankidx, pv_all, pd_all, tab.pat, tab.n_pat, tgt, fs, dfs,
-                len(trainable) + 1,
+        args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
                 np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
                 max(max_seq, 1), int(ld_d.max(initial=0)), BLOCK, pe, ow, lw)
-        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, max(1, -(-n_ev // BLOCK)), threads)
-    return {
-        "pe": {r: pe[rpos[r]] for r in regions},
-        "ow": {k: ow[i] for i, k in enumerate(ow_keys)},
-        "lw": {k: lw[i] for i, k in enumerate(lw_keys)},
-        "coff": coff, "base": base, "flats": flats, "collections": tab.collections,
-    }
+        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, max(1, -(-n_ev // BLOCK)),
+                    threads)
+
+    def part(a: np.ndarray, v: int) -> np.ndarray:
+        if not h:
+            return a
+        out = np.zeros(a.shape)
+        out[..., :half] = a[..., v * half: v * half + half]
+        return out
+
+    return [{
+        "pe": {r: part(pe[rpos[r]], v) for r in regions},
+        "ow": {k: part(ow[i], v) for i, k in enumerate(ow_keys)},
+        "lw": {k: part(lw[i], v) for i, k in enumerate(lw_keys)},
+        "coff": coff, "base": base, "flats": flats[v], "collections": tab.collections,
+    } for v in range(len(variants))]
 
 
-def _times(a: np.ndarray, b: np.ndarray, nl: int) -> np.ndarray:
-    """The lane product ``(a b, a' b + a b')`` of ``(n, LANES)`` arrays (``nl`` lanes)."""
-    out = np.empty((a.shape[0], nl))
-    out[:, 0] = a[:, 0] * b[:, 0]
-    out[:, 1:] = a[:, 1:nl] * b[:, :1] + a[:, :1] * b[:, 1:nl]
+def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray) -> np.ndarray:
+    """``(V, E)`` per-event factors of the specs' weight variations (1: none)."""
+    n_ev = int(cols.n_events)
+    out = np.ones((len(specs), n_ev))
+    events = {f"event:{k}": v for k, v in cols.events.items()}
+    for i, spec in enumerate(specs):
+        if spec.weight is not None:
+            fv = factor_values(plan.weights[spec.weight].tree, events)
+            # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
+            out[i] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
     return out
 
 
-def _fill(x: np.ndarray, w: np.ndarray, w_event: np.ndarray, edges) -> tuple:
-    """``(value, jac)`` :class:`Histogram` states of entries ``x`` with weights ``w``
-    (``(n, nl)`` lanes) and the entries' event weights ``w_event`` (for ``sumw2``)."""
-    nb = len(edges) + 1
-    x = np.where(w[:, 0] != 0, x, 0.0)
-    idx = np.searchsorted(np.asarray(edges, dtype=np.float64), x, side="right")
-    w2 = w * w_event[:, None]
-    sumw = np.stack([np.bincount(idx, weights=w[:, r], minlength=nb) for r in range(w.shape[1])],
-                    axis=1)
-    sumw2 = np.stack([np.bincount(idx, weights=w2[:, r], minlength=nb)
-                      for r in range(w.shape[1])], axis=1)
-    return Histogram(edges, sumw[:, 0], sumw2[:, 0]), Histogram(edges, sumw[:, 1:], sumw2[:, 1:])
+def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
+               trainable, value: dict, jac: dict) -> None:
+    """The histogram states of one shift side (``fills``: ``{(region, x): specs}``) from
+    its walk ``wk`` on its columns ``c``, into ``value`` and ``jac``."""
+    nl = len(trainable) + 1
+    n_ev = int(c.n_events)
+    weight = np.ascontiguousarray(c.weight, dtype=np.float64)
+    evs = {r: _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
+           for r in wk["pe"]}
+    if shift is None:
+        ev0, pe0 = evs[0][:, :nl], wk["pe"][0][:, :nl]
+        w_e = ev0[:, 0] * pe0[:, 0]
+        dw_e = ev0[:, 1:] * pe0[:, :1] + ev0[:, :1] * pe0[:, 1:]
+        value["selected_sumw"] = np.array(np.sum(w_e), dtype=np.float64)
+        value["selected_sumw2"] = np.array(np.sum(w_e * w_e), dtype=np.float64)
+        jac["selected_sumw"] = dw_e.sum(axis=0)
+        jac["selected_sumw2"] = (2.0 * w_e[:, None] * dw_e).sum(axis=0)
+    for (region, node), group in fills.items():
+        if node.kind == "branch":
+            x = c.events[node.head]
+            p, at = wk["pe"][region], np.arange(n_ev, dtype=np.int64)
+        else:
+            s = node.head if node.kind == "field" else node.slots[0][0]
+            coll = plan.sets.collection_of(s)
+            ci = wk["collections"].index(coll)
+            lo, hi = int(wk["base"][ci]), int(wk["base"][ci + 1])
+            p = (wk["ow"][(region, s)] if node.kind == "field"
+                 else wk["lw"][(region, s, node.slots[0][1])])[lo:hi]
+            at = np.repeat(np.arange(n_ev, dtype=np.int64), np.diff(wk["coff"][ci]))
+            x = wk["flats"][coll][node.field]
+        x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
+        edges = group[0].edges
+        nb = len(edges) + 1
+        sumw = np.zeros((len(group), nb, _numba_dp.LANES))
+        sumw2 = np.zeros((len(group), nb, _numba_dp.LANES))
+        _numba_hist.fill(at, x, np.ascontiguousarray(p), evs[region],
+                         _factors(plan, group, c, weight), weight,
+                         np.asarray(edges, np.float64), sumw, sumw2)
+        for i, spec in enumerate(group):
+            value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
+            jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl], sumw2[i, :, 1:nl])
 
 
 def evaluate_columns(
@@ -276,55 +364,29 @@ def evaluate_columns(
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
     widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
     trainable = plan.trainable if order >= 1 else ()
-    nl = len(trainable) + 1
-    n_ev = int(cols.n_events)
-    groups: dict[int | None, list] = {None: []}
+    # per shift side, the specs filled from one set of entries: (region, x), its variations
+    groups: dict[int | None, dict[tuple, list]] = {None: {}}
     for spec in plan.hists:
-        groups.setdefault(spec.shift, []).append(spec)
+        groups.setdefault(spec.shift, {}).setdefault((spec.region, spec.node), []).append(spec)
     value: dict[str, Any] = {"observables": {}, "histograms": {}, "templates": {}}
     jac: dict[str, Any] = {"observables": {}, "histograms": {}, "templates": {}}
-    weight = np.asarray(cols.weight, dtype=np.float64)
-    for shift, specs in groups.items():
-        c = cols
-        if shift is not None:
-            sh = plan.shifts[shift]
-            c = _shifted(cols, sh.key, sh.factor)
-        wk = _walk(c, plan, specs, theta, widths, trainable, threads)
-        evs = {r: _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
-               for r in wk["pe"]}
-        if shift is None:
-            w_e = _times(evs[0], wk["pe"][0], nl)
-            value["selected_sumw"] = np.array(np.sum(w_e[:, 0]), dtype=np.float64)
-            value["selected_sumw2"] = np.array(np.sum(w_e[:, 0] ** 2), dtype=np.float64)
-            jac["selected_sumw"] = w_e[:, 1:].sum(axis=0)
-            jac["selected_sumw2"] = (2.0 * w_e[:, :1] * w_e[:, 1:]).sum(axis=0)
-        for spec in specs:
-            node = spec.node
-            factor = np.ones(n_ev)
-            if spec.weight is not None:
-                tree = plan.weights[spec.weight].tree
-                fv = np.broadcast_to(np.asarray(factor_values(
-                    tree, {f"event:{k}": v for k, v in c.events.items()}), np.float64), (n_ev,))
-                # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
-                factor = np.where(weight != 0, fv, 0.0)
-            ev = evs[spec.region][:, :nl] * factor[:, None]
-            if node.kind == "branch":
-                x = np.asarray(c.events[node.head], dtype=np.float64)
-                w, at = _times(ev, wk["pe"][spec.region], nl), np.arange(n_ev)
-            else:
-                s = node.head if node.kind == "field" else node.slots[0][0]
-                coll = plan.sets.collection_of(s)
-                ci = wk["collections"].index(coll)
-                lo, hi = int(wk["base"][ci]), int(wk["base"][ci + 1])
-                p = (wk["ow"][(spec.region, s)] if node.kind == "field"
-                     else wk["lw"][(spec.region, s, node.slots[0][1])])[lo:hi]
-                at = np.repeat(np.arange(n_ev), np.diff(wk["coff"][ci]))
-                x = np.asarray(wk["flats"][coll][node.field], dtype=np.float64)
-                w = _times(ev[at], p, nl)
-            x = np.abs(x) if node.absolute else x
-            v, j = _fill(x, w, (weight * factor)[at], spec.edges)
-            value[spec.group][spec.key] = v
-            jac[spec.group][spec.key] = j
+    # shift sides with the same templates walk in pairs (their lanes side by side)
+    jobs: list[list] = []
+    for shift, fills in groups.items():
+        c = cols if shift is None else _shifted(cols, plan.shifts[shift].key,
+                                                plan.shifts[shift].factor)
+        last = jobs[-1] if jobs else None
+        if (shift is not None and last is not None and len(last) == 1 and last[0][0] is not None
+                and list(last[0][2]) == list(fills)):
+            last.append((shift, c, fills))
+        else:
+            jobs.append([(shift, c, fills)])
+    for job in jobs:
+        specs = [s for group in job[0][2].values() for s in group]
+        walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
+                      nominal=job[0][0] is None)
+        for (shift, c, fills), wk in zip(job, walks, strict=True):
+            _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, value, jac)
     if plan.observables:
         ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,
                                              widths, order=order, threads=threads)

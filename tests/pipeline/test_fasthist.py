@@ -138,6 +138,73 @@ def test_templates_and_variations_equal_the_jax_kernel(hard, ties, n_jets):
     assert not np.allclose(value["templates"]["b1:jes:up"].sumw, value["templates"]["b1"].sumw)
 
 
+@pytest.mark.parametrize("extra_param", [False, True])
+def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch):
+    """3 tangents: the two sides of a shift walk together (lanes 0-3 and 4-7); 4
+    tangents: one walk each. Both equal the JAX kernel."""
+    cfg = copy.deepcopy(CONFIG)
+    if extra_param:
+        cfg["parameters"]["eta_max"] = {"init": 2.4, "bounds": [1.0, 3.0]}
+        cut = cfg["objects"]["jets"]["cuts"][1]
+        del cut["value"]
+        cut["param"] = "eta_max"
+    plan, theta, widths = make_plan(cfg)
+    assert len(plan.trainable) == (4 if extra_param else 3)
+    sizes = []
+    walk = fasthist._walk
+
+    def counted(variants, *a, **k):
+        sizes.append(len(variants))
+        return walk(variants, *a, **k)
+
+    monkeypatch.setattr(fasthist, "_walk", counted)
+    compare(plan, columns(400, plan, seed=5), theta, widths)
+    # the nominal walk, then one per shift (two sides each), or per side (a pair asked
+    # for, then each side alone)
+    assert sizes == ([1, 2, 1, 1, 2, 1, 1] if extra_param else [1, 2, 2]), sizes
+    sizes.clear()
+    monkeypatch.setattr(fasthist, "_walk", walk)
+    walks = []
+    orig = fasthist._numba_hist.walk
+
+    def recorded(*args):
+        walks.append(args[5])  # h: the second variant's value lane, 0 for one variant
+        return orig(*args)
+
+    monkeypatch.setattr(fasthist._numba_hist, "walk", recorded)
+    monkeypatch.setattr(fasthist._numba_dp, "compiled", lambda kernel, args: kernel)
+    compare(plan, columns(50, plan, seed=6), theta, widths)
+    expect = [0, 0, 0, 0, 0] if extra_param else [0, 4, 4]
+    assert walks == expect, walks
+
+
+def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
+    """Two jets one float apart in pt (the smaller first) tie once scaled by 0.97: that
+    side's order (ties in the original order) differs from the other's, so the two
+    sides walk apart, each in its own order; still the JAX kernel's result."""
+    plan, theta, widths = setup()
+    cols = columns(300, plan, seed=8)
+    counts, flat = cols.collections["Jet"]
+    pt = flat["pt"].copy()
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    for e in np.flatnonzero(counts >= 2)[:40]:
+        a = pt[starts[e]]
+        pt[starts[e] + 1] = np.nextafter(a, np.inf)
+    assert any(np.float64(0.97) * pt[starts[e]] == np.float64(0.97) * pt[starts[e] + 1]
+               for e in np.flatnonzero(counts >= 2)[:40])
+    cols.collections["Jet"] = (counts, {**flat, "pt": pt})
+    sizes = []
+    walk = fasthist._walk
+
+    def counted(variants, *a, **k):
+        sizes.append(len(variants))
+        return walk(variants, *a, **k)
+
+    monkeypatch.setattr(fasthist, "_walk", counted)
+    compare(plan, cols, theta, widths)
+    assert sizes[:4] == [1, 2, 1, 1], sizes  # jes: asked as a pair, walked apart
+
+
 def test_observables_beside_histograms_and_order_0():
     plan, theta, widths = setup(observables=True)
     cols = columns(300, plan, seed=4)

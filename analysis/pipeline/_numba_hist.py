@@ -39,7 +39,7 @@ import numpy as np
 
 from analysis.pipeline._numba_dp import LANES, axpy, lin
 
-__all__ = ["fill", "lin_add2", "rank_order", "walk"]
+__all__ = ["fill", "lin_add2", "rank_order", "store", "walk"]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -53,6 +53,19 @@ def lin_add2(out, a, a_hi, x, b, b_hi, y):
                                       o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
     out[4], out[5], out[6], out[7] = (o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
                                       o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def store(out, out_hi, acc, h):
+    """``out = acc`` (one variant, ``h = 0``), or ``out[:h] = acc[:h]`` and ``out_hi[:h] =
+    acc[h:]`` (two: each variant's lanes from 0)."""
+    if h:
+        for r in range(h):
+            out[r] = acc[r]
+            out_hi[r] = acc[h + r]
+    else:
+        for r in range(acc.shape[0]):
+            out[r] = acc[r]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -96,7 +109,7 @@ def walk(
     region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``.
     Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``
     (value lanes doubled, halved once at the end: exact)."""
-    n_ev = pe.shape[1]
+    n_ev = pe.shape[2]
     n_coll = coff.shape[0]
     n_reg, n_states = fs.shape
     n_ow = ow_r.shape[0]
@@ -181,9 +194,9 @@ def walk(
                         lin_add2(acc, pv_all[g, p, 0], pv_all[g, p, 1], inner, inner[0],
                                  inner[h], pd_all[g, p])
                     if o < n_ow:
-                        ow[o, g] = acc
+                        store(ow[0, o, g], ow[-1, o, g], acc, h)
                     else:
-                        lw[o - n_ow, g] = acc
+                        store(lw[0, o - n_ow, g], lw[-1, o - n_ow, g], acc, h)
                 for q in range(n_reg):
                     Gn[q] = 0.0
                     for p in range(n_pat[c]):
@@ -193,7 +206,7 @@ def walk(
                             lin_add2(Gn[q, k], pv, pv_hi, gt, gt[0], gt[h], pd_all[g, p])
                 G[:] = Gn
             for q in range(n_reg):
-                pe[q, e] = G[q, 0]
+                store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -34,10 +34,8 @@ import numpy as np
 from analysis.pipeline import _numba_dp, _numba_hist, fastkernel
 from analysis.pipeline._fasttables import _pass_fn, _reduced, _tables, _targets
 from analysis.pipeline.fastkernel import (
-    BLOCK,
     _event_weights,
     _par_index,
-    _pattern_arrays,
     _run_blocks,
     _value,
 )
@@ -50,6 +48,9 @@ from analysis.stats.histogram import Histogram
 __all__ = ["evaluate_columns", "why_not"]
 
 _KINDS = ("field", "branch", "index")
+# Events per block of the walk: its outputs are per event and object (no sums), so the
+# block size changes no bit; smaller blocks than fastkernel.BLOCK balance the threads.
+WALK_BLOCK = 1024
 
 
 def _region_plan(plan: Plan, r: int) -> Plan:
@@ -179,21 +180,63 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
         cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
 
 
+def _patterns(tab, coff, base, flats, theta, widths, trainable, moved: str | None, fixed: dict):
+    """:func:`analysis.pipeline.fastkernel._pattern_arrays` with the product of each set's
+    cuts on fields other than ``moved`` (``C:f``, the shifted column) kept in ``fixed``
+    across the shift sides of a chunk: only the moved cuts are evaluated again (their
+    factor multiplied last)."""
+    lanes = _numba_dp.LANES
+    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
+    pv_all, pd_all = np.empty((n_tot, p_max)), np.empty((n_tot, p_max, lanes))
+    for ci, c in enumerate(tab.collections):
+        n_obj = int(coff[ci, -1])
+        n_sets = int(tab.n_coll_sets[ci])
+        qv = np.ones((max(n_sets, 1), n_obj))
+        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
+        for ls in range(n_sets):
+            cuts = tab.set_cuts[int(tab.coll_sets[ci, ls])]
+            todo = [cut for cut in cuts if f"{c}:{cut.field}" == moved]
+            if (ci, ls) in fixed:
+                qv[ls], qd[ls] = fixed[ci, ls]
+            else:
+                todo = list(cuts) if moved is None else todo
+                for cut in cuts:
+                    if moved is not None and cut not in todo:
+                        _cut(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
+                if moved is not None:
+                    fixed[ci, ls] = (qv[ls].copy(), qd[ls].copy())
+            for cut in todo:
+                _cut(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
+        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
+                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
+    return pv_all, pd_all
+
+
+def _cut(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
+    _numba_dp.cut_into(np.ascontiguousarray(flat[cut.field], dtype=np.float64),
+                       _value(theta, cut.param, cut.value), widths[cut.width_index],
+                       cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
+                       qv, qd)
+
+
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
-          *, nominal: bool) -> list[dict]:
+          *, nominal: bool, moved: str | None = None, fixed: dict | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
     sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
     specs); two share the walk's lanes (:mod:`analysis.pipeline._numba_hist`) when the
     tangents fit in half of them and their walk orders are equal, else each walks
     alone. Per variant: per region ``pe[r]`` ``(E, LANES)``, per ``(region, set)``
     object weights and per ``(region, set, depth)`` leading weights ``(N, LANES)`` by
-    global object index, the objects' offsets and flat fields."""
+    global object index, the objects' offsets and flat fields. ``moved``, ``fixed``: the
+    shifted column and the cache of :func:`_patterns`."""
+    fixed = {} if fixed is None else fixed
     nl = len(trainable) + 1
     lanes = _numba_dp.LANES
     half = lanes // 2
     if len(variants) > 2 or (len(variants) == 2 and nl > half):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
-                                                   threads, nominal=nominal)]
+                                                   threads, nominal=nominal, moved=moved,
+                                                   fixed=fixed)]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     model, caps, fs, dfs = _joint_cached(plan, tuple(regions), theta.tobytes(), widths.tobytes(),
@@ -242,12 +285,13 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         ranks.append(rankidx)
     if len(variants) == 2 and not np.array_equal(ranks[0], ranks[1]):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
-                                                   threads, nominal=nominal)]
+                                                   threads, nominal=nominal, moved=moved,
+                                                   fixed=fixed)]
     # the pattern probabilities of each variant, in its half of the lanes
     pv_all = np.empty((n_tot, tab.pat.shape[1], 2))
     pd_all = np.zeros((n_tot, tab.pat.shape[1], lanes))
     for v, fl in enumerate(flats):
-        pv, pd = _pattern_arrays(tab, coff, base, fl, theta, widths, trainable)
+        pv, pd = _patterns(tab, coff, base, fl, theta, widths, trainable, moved, fixed)
         pv_all[:, :, v] = pv
         if len(variants) == 2:
             pd_all[:, :, v * half: v * half + half] = pd[:, :, :half]
@@ -268,31 +312,24 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ld_c = np.array([ci_ls(s)[0] for s, _ in ld_keys], np.int64)
     ld_ls = np.array([ci_ls(s)[1] for s, _ in ld_keys], np.int64)
     ld_d = np.array([d for _, d in ld_keys], np.int64)
-    pe = np.zeros((len(regions), n_ev, lanes))
-    ow = np.zeros((len(ow_keys), n_tot, lanes))
-    lw = np.zeros((len(lw_keys), n_tot, lanes))
+    n_var = len(variants)
+    pe = np.zeros((n_var, len(regions), n_ev, lanes))
+    ow = np.zeros((n_var, len(ow_keys), n_tot, lanes))
+    lw = np.zeros((n_var, len(lw_keys), n_tot, lanes))
     if n_ev:
         args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
                 np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
-                max(max_seq, 1), int(ld_d.max(initial=0)), BLOCK, pe, ow, lw)
-        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, max(1, -(-n_ev // BLOCK)),
-                    threads)
-
-    def part(a: np.ndarray, v: int) -> np.ndarray:
-        if not h:
-            return a
-        out = np.zeros(a.shape)
-        out[..., :half] = a[..., v * half: v * half + half]
-        return out
-
+                max(max_seq, 1), int(ld_d.max(initial=0)), WALK_BLOCK, pe, ow, lw)
+        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args,
+                    max(1, -(-n_ev // WALK_BLOCK)), threads)
     return [{
-        "pe": {r: part(pe[rpos[r]], v) for r in regions},
-        "ow": {k: part(ow[i], v) for i, k in enumerate(ow_keys)},
-        "lw": {k: part(lw[i], v) for i, k in enumerate(lw_keys)},
+        "pe": {r: pe[v, rpos[r]] for r in regions},
+        "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},
+        "lw": {k: lw[v, i] for i, k in enumerate(lw_keys)},
         "coff": coff, "base": base, "flats": flats[v], "collections": tab.collections,
-    } for v in range(len(variants))]
+    } for v in range(n_var)]
 
 
 def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray) -> np.ndarray:
@@ -377,14 +414,18 @@ def evaluate_columns(
                                                 plan.shifts[shift].factor)
         last = jobs[-1] if jobs else None
         if (shift is not None and last is not None and len(last) == 1 and last[0][0] is not None
-                and list(last[0][2]) == list(fills)):
+                and list(last[0][2]) == list(fills)
+                and plan.shifts[last[0][0]].key == plan.shifts[shift].key):
             last.append((shift, c, fills))
         else:
             jobs.append([(shift, c, fills)])
+    fixed: dict[str, dict] = {}  # per shifted column: the cuts it does not move
     for job in jobs:
         specs = [s for group in job[0][2].values() for s in group]
+        moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
-                      nominal=job[0][0] is None)
+                      nominal=moved is None, moved=moved,
+                      fixed=None if moved is None else fixed.setdefault(moved, {}))
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, value, jac)
     if plan.observables:

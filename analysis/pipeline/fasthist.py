@@ -36,6 +36,7 @@ from analysis.pipeline._fasttables import _pass_fn, _reduced, _tables, _targets
 from analysis.pipeline.fastkernel import (
     _event_weights,
     _par_index,
+    _pattern_arrays,
     _run_blocks,
     _value,
 )
@@ -181,32 +182,30 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
 
 
 def _patterns(tab, coff, base, flats, theta, widths, trainable, moved: str | None, fixed: dict):
-    """:func:`analysis.pipeline.fastkernel._pattern_arrays` with the product of each set's
-    cuts on fields other than ``moved`` (``C:f``, the shifted column) kept in ``fixed``
-    across the shift sides of a chunk: only the moved cuts are evaluated again (their
-    factor multiplied last)."""
-    lanes = _numba_dp.LANES
-    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
-    pv_all, pd_all = np.empty((n_tot, p_max)), np.empty((n_tot, p_max, lanes))
+    """:func:`analysis.pipeline.fastkernel._pattern_arrays` (copied out of its scratch
+    buffers); for a shift side (``moved``: the shifted column ``C:f``) with the product
+    of each collection's cuts on the other fields kept in ``fixed`` across the shift's
+    sides: only the moved cuts are evaluated again, their factor multiplied last."""
+    if moved is None:
+        return tuple(a.copy() for a in _pattern_arrays(tab, coff, base, flats, theta, widths,
+                                                       trainable))
+    pv_all = np.empty((int(base[-1]), tab.pat.shape[1]))
+    pd_all = np.empty(pv_all.shape + (_numba_dp.LANES,))
     for ci, c in enumerate(tab.collections):
-        n_obj = int(coff[ci, -1])
         n_sets = int(tab.n_coll_sets[ci])
-        qv = np.ones((max(n_sets, 1), n_obj))
-        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
-        for ls in range(n_sets):
-            cuts = tab.set_cuts[int(tab.coll_sets[ci, ls])]
-            todo = [cut for cut in cuts if f"{c}:{cut.field}" == moved]
-            if (ci, ls) in fixed:
-                qv[ls], qd[ls] = fixed[ci, ls]
-            else:
-                todo = list(cuts) if moved is None else todo
-                for cut in cuts:
-                    if moved is not None and cut not in todo:
-                        _cut(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
-                if moved is not None:
-                    fixed[ci, ls] = (qv[ls].copy(), qd[ls].copy())
-            for cut in todo:
-                _cut(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
+        cuts = [tab.set_cuts[int(tab.coll_sets[ci, ls])] for ls in range(n_sets)]
+        if ci not in fixed:  # the cuts the shift does not move, once
+            shape = (max(n_sets, 1), int(coff[ci, -1]))
+            fixed[ci] = (np.ones(shape), np.zeros(shape + (_numba_dp.LANES,)))
+            for ls, own in enumerate(cuts):
+                for cut in own:
+                    if f"{c}:{cut.field}" != moved:
+                        _cut(cut, flats[c], theta, widths, trainable, *(a[ls] for a in fixed[ci]))
+        qv, qd = (a.copy() for a in fixed[ci])
+        for ls, own in enumerate(cuts):
+            for cut in own:
+                if f"{c}:{cut.field}" == moved:
+                    _cut(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
         _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
                            pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
     return pv_all, pd_all

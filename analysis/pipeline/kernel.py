@@ -13,8 +13,10 @@ bucket shape, not once per chunk.
 :func:`chunk_state` (what the processor and the driver call) runs the numba kernel
 :mod:`analysis.pipeline.fastkernel` instead wherever it applies
 (:func:`analysis.pipeline.fastkernel.why_not` says where not: Hessians, indexed and
-4-vector observables); this module's JAX kernel is the reference and computes
-everything else, grid scans and histogram entries. Both compute one plan; the
+4-vector observables; plans with histograms: :mod:`analysis.pipeline.fasthist`, whose
+``why_not`` also refuses event-sum and 4-vector histograms and per-object scale
+factors); this module's JAX kernel is the reference and computes everything else,
+grid scans and histogram entries. Both compute one plan; the
 choice depends on what the plan needs, never on which YAML form was written.
 
 Widths are traced inputs, so annealing them to zero does not recompile.
@@ -162,6 +164,8 @@ def chunk_state(
     ``None``; otherwise the reason is logged once at debug level) and the JAX kernel
     otherwise; ``engine="jax"`` forces the JAX kernel (the reference:
     ``value_and_derivatives`` inside this module's jit), ``engine="numba"`` the numba one.
+    Plans with histograms run :func:`analysis.pipeline.fasthist.evaluate_columns`
+    where :func:`analysis.pipeline.fasthist.why_not` accepts them.
     ``threads``: the numba kernel's threads (default: the cores; see
     :func:`analysis.pipeline.fastkernel.evaluate_columns`); the result does not depend on it.
     """

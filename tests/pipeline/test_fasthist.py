@@ -138,6 +138,19 @@ def test_templates_and_variations_equal_the_jax_kernel(hard, ties, n_jets):
     assert not np.allclose(value["templates"]["b1:jes:up"].sumw, value["templates"]["b1"].sumw)
 
 
+def walk_sizes(monkeypatch) -> list[int]:
+    """The number of variants of every :func:`fasthist._walk` call from now on."""
+    sizes: list[int] = []
+    walk = fasthist._walk
+
+    def counted(variants, *a, **k):
+        sizes.append(len(variants))
+        return walk(variants, *a, **k)
+
+    monkeypatch.setattr(fasthist, "_walk", counted)
+    return sizes
+
+
 @pytest.mark.parametrize("extra_param", [False, True])
 def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch):
     """3 tangents: the two sides of a shift walk together (lanes 0-3 and 4-7); 4
@@ -150,14 +163,8 @@ def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch)
         cut["param"] = "eta_max"
     plan, theta, widths = make_plan(cfg)
     assert len(plan.trainable) == (4 if extra_param else 3)
-    sizes = []
     walk = fasthist._walk
-
-    def counted(variants, *a, **k):
-        sizes.append(len(variants))
-        return walk(variants, *a, **k)
-
-    monkeypatch.setattr(fasthist, "_walk", counted)
+    sizes = walk_sizes(monkeypatch)
     compare(plan, columns(400, plan, seed=5), theta, widths)
     # the nominal walk, then one per shift (two sides each), or per side (a pair asked
     # for, then each side alone)
@@ -193,14 +200,7 @@ def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
     assert any(np.float64(0.97) * pt[starts[e]] == np.float64(0.97) * pt[starts[e] + 1]
                for e in np.flatnonzero(counts >= 2)[:40])
     cols.collections["Jet"] = (counts, {**flat, "pt": pt})
-    sizes = []
-    walk = fasthist._walk
-
-    def counted(variants, *a, **k):
-        sizes.append(len(variants))
-        return walk(variants, *a, **k)
-
-    monkeypatch.setattr(fasthist, "_walk", counted)
+    sizes = walk_sizes(monkeypatch)
     compare(plan, cols, theta, widths)
     assert sizes[:4] == [1, 2, 1, 1], sizes  # jes: asked as a pair, walked apart
 

@@ -182,13 +182,12 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
 
 
 def _patterns(tab, coff, base, flats, theta, widths, trainable, moved: str | None, fixed: dict):
-    """:func:`analysis.pipeline.fastkernel._pattern_arrays` (copied out of its scratch
-    buffers); for a shift side (``moved``: the shifted column ``C:f``) with the product
+    """:func:`analysis.pipeline.fastkernel._pattern_arrays` (its per-thread scratch
+    buffers: the walk reads them before the next call); for a shift side (``moved``: the shifted column ``C:f``) with the product
     of each collection's cuts on the other fields kept in ``fixed`` across the shift's
     sides: only the moved cuts are evaluated again, their factor multiplied last."""
     if moved is None:
-        return tuple(a.copy() for a in _pattern_arrays(tab, coff, base, flats, theta, widths,
-                                                       trainable))
+        return _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
     pv_all = np.empty((int(base[-1]), tab.pat.shape[1]))
     pd_all = np.empty(pv_all.shape + (_numba_dp.LANES,))
     for ci, c in enumerate(tab.collections):
@@ -286,17 +285,18 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
                                                    fixed=fixed)]
-    # the pattern probabilities of each variant, in its half of the lanes
+    # the pattern probabilities of each variant, its tangents in its half of the lanes
     pv_all = np.empty((n_tot, tab.pat.shape[1], 2))
-    pd_all = np.zeros((n_tot, tab.pat.shape[1], lanes))
-    for v, fl in enumerate(flats):
-        pv, pd = _patterns(tab, coff, base, fl, theta, widths, trainable, moved, fixed)
-        pv_all[:, :, v] = pv
-        if len(variants) == 2:
+    if len(variants) == 1:
+        pv, pd_all = _patterns(tab, coff, base, flats[0], theta, widths, trainable, moved, fixed)
+        pv_all[:, :, 0] = pv
+        pv_all[:, :, 1] = pv
+    else:
+        pd_all = np.empty((n_tot, tab.pat.shape[1], lanes))
+        for v, fl in enumerate(flats):
+            pv, pd = _patterns(tab, coff, base, fl, theta, widths, trainable, moved, fixed)
+            pv_all[:, :, v] = pv
             pd_all[:, :, v * half: v * half + half] = pd[:, :, :half]
-        else:
-            pv_all[:, :, 1] = pv
-            pd_all[:] = pd
     h = half if len(variants) == 2 else 0
     if h:
         dfs = dfs.copy()

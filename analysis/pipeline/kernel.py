@@ -13,8 +13,10 @@ bucket shape, not once per chunk.
 :func:`chunk_state` (what the processor and the driver call) runs the numba kernel
 :mod:`analysis.pipeline.fastkernel` instead wherever it applies
 (:func:`analysis.pipeline.fastkernel.why_not` says where not: Hessians, indexed and
-4-vector observables); this module's JAX kernel is the reference and computes
-everything else, grid scans and histogram entries. Both compute one plan; the
+4-vector observables; plans with histograms: :mod:`analysis.pipeline.fasthist`, whose
+``why_not`` also refuses event-sum and 4-vector histograms and per-object scale
+factors); this module's JAX kernel is the reference and computes everything else,
+grid scans and histogram entries. Both compute one plan; the
 choice depends on what the plan needs, never on which YAML form was written.
 
 Widths are traced inputs, so annealing them to zero does not recompile.
@@ -29,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline import fastkernel, setkernel
+from analysis.pipeline import fasthist, fastkernel, setkernel
 from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
@@ -162,16 +164,17 @@ def chunk_state(
     ``None``; otherwise the reason is logged once at debug level) and the JAX kernel
     otherwise; ``engine="jax"`` forces the JAX kernel (the reference:
     ``value_and_derivatives`` inside this module's jit), ``engine="numba"`` the numba one.
+    Plans with histograms run :func:`analysis.pipeline.fasthist.evaluate_columns`
+    where :func:`analysis.pipeline.fasthist.why_not` accepts them.
     ``threads``: the numba kernel's threads (default: the cores; see
     :func:`analysis.pipeline.fastkernel.evaluate_columns`); the result does not depend on it.
     """
     if engine not in ("auto", "jax", "numba"):
         raise ValueError(f"engine must be 'auto', 'jax' or 'numba', got {engine!r}")
-    why = fastkernel.why_not(plan, order, theta) if engine != "jax" else "engine=jax asked for"
+    fast = fasthist if plan.hists else fastkernel  # histograms: their own numba host side
+    why = fast.why_not(plan, order, theta) if engine != "jax" else "engine=jax asked for"
     if why is None:
-        value, jac = fastkernel.evaluate_columns(
-            cols, plan, theta, widths, order=order, threads=threads
-        )
+        value, jac = fast.evaluate_columns(cols, plan, theta, widths, order=order, threads=threads)
         return DatasetState.from_chunk(
             value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
             names=plan.trainable_names,

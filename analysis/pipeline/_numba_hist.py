@@ -1,0 +1,235 @@
+"""The compiled walk of :mod:`analysis.pipeline.fasthist` (numba, float64).
+
+One walk per event over the objects of every collection (each collection in the rank
+order of its indexed set, if it has one: the count state does not depend on the order
+objects are added in), for several pass tables ``f_r`` at once (the selection and the
+channels' regions on one joint count state space: they share the objects' pattern
+probabilities and the forward distributions, and differ only in ``f``). With
+``tgt[c, p, k]`` the count state after adding an object of pattern ``p`` to state ``k``
+(:mod:`analysis.pipeline._numba_dp`'s notation):
+
+- forward distributions ``F_{j+1}[tgt(p, k)] += pi_jp F_j[k]`` (``F_0 = delta_0``);
+- for a leading target ``(s, d)`` (``s[d]``), ``L_j[t, k]``: the distribution of the
+  objects before ``j`` with exactly ``t <= d`` members of ``s`` among the earlier
+  objects of ``s``'s collection (higher ranked); a pattern holding ``s`` moves ``t`` to
+  ``t + 1`` (dropped beyond ``d``), any other keeps it;
+- value functions per table ``G^r_N = f_r``, ``G^r_j[k] = sum_p pi_jp G^r_{j+1}[tgt(p, k)]``,
+  ``P_r(pass) = G^r_0[0]``;
+- ``P(j in s and region r passes) = sum_{p holds s} pi_jp sum_k F_j[k] G^r_{j+1}[tgt(p, k)]``;
+- ``P(j is s[d] and region r passes) = sum_{p holds s} pi_jp sum_k L_j[d, k]
+  G^r_{j+1}[tgt(p, k)]`` (the weight of :func:`analysis.select.objects.leading` for one
+  indexed set: the ``d`` members ranked above ``j`` and ``j`` in ``s``).
+
+Every quantity in lanes (lane 0 the value, then its tangents; the product rule
+``(a b)' = a' b + a b'``); only sums of non-negative products. Outputs are per event
+or per object (no sums), so the result does not depend on how blocks are split.
+
+Two variants per walk. With at most 3 tangents (4 lanes), the 8 lanes hold two
+variants of the same walk (two shift sides: their own pattern probabilities, the same
+tables and walk order): lanes 0-3 the first, 4-7 the second, each with its value in its
+first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes). :func:`lin_add2` is
+:func:`analysis.pipeline._numba_dp.lin_add` with one coefficient per half, so two
+variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from analysis.pipeline._numba_dp import LANES, axpy, lin
+
+__all__ = ["fill", "lin_add2", "rank_order", "store", "walk"]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def lin_add2(out, a, a_hi, x, b, b_hi, y):
+    """``out[r] += a x[r] + b y[r]`` over lanes 0-3 and ``a_hi x[r] + b_hi y[r]`` over
+    lanes 4-7 (every load before the first store, as ``_numba_dp.lin_add``)."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
+    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
+    out[0], out[1], out[2], out[3] = (o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1),
+                                      o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
+    out[4], out[5], out[6], out[7] = (o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
+                                      o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def store(out, out_hi, acc, h):
+    """``out = acc`` (one variant, ``h = 0``), or ``out[:h] = acc[:h]`` and ``out_hi[:h] =
+    acc[h:]`` (two: each variant's lanes from 0)."""
+    if h:
+        for r in range(h):
+            out[r] = acc[r]
+            out_hi[r] = acc[h + r]
+    else:
+        for r in range(acc.shape[0]):
+            out[r] = acc[r]
+
+
+@numba.njit(cache=True, nogil=True)
+def rank_order(off, key, out):
+    """``out[off[e]:off[e + 1]]``: the objects of event ``e`` by descending ``key``, ties
+    (and NaN, last) in their original order (``argsort(-key, stable)``, NaN-last as
+    numpy and JAX sort)."""
+    for e in range(off.shape[0] - 1):
+        lo, hi = off[e], off[e + 1]
+        for i in range(lo, hi):
+            out[i] = i
+        for i in range(lo + 1, hi):  # insertion sort: a few objects per event, stable
+            g = out[i]
+            v = -key[g]
+            m = i
+            while m > lo:
+                u = -key[out[m - 1]]
+                if u > v or (u != u and v == v):  # NaN sorts after every number
+                    out[m] = out[m - 1]
+                    m -= 1
+                else:
+                    break
+            out[m] = g
+
+
+@numba.njit(cache=True, nogil=True)
+def walk(
+    coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs,
+    ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, max_seq, max_d, block, pe, ow, lw,
+    b0, b1,
+):
+    """Blocks ``b0:b1`` of the walk (module docstring). ``rankidx[base[c] + i]``: the
+    global index of the object at position ``i`` of collection ``c`` in walk order;
+    ``pv_all`` ``(N, P, 2)``: pattern probabilities per global object of the two variants
+    (the same twice for one), ``pd_all`` ``(N, P, LANES)`` their tangents (value lanes 0
+    and ``h`` zero); ``h``: the second variant's value lane (4), or 0 for one variant;
+    ``fs``/``dfs``: ``(R, S)`` pass tables and ``(R, S, LANES)`` tangents (value lanes
+    zero). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
+    in collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
+    ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``; leading slots ``o``:
+    region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``.
+    Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``
+    (value lanes doubled, halved once at the end: exact)."""
+    n_ev = pe.shape[2]
+    n_coll = coff.shape[0]
+    n_reg, n_states = fs.shape
+    n_ow = ow_r.shape[0]
+    n_ld = ld_c.shape[0]
+    n_lw = lw_r.shape[0]
+    for b in range(b0, b1):
+        seq_c = np.empty(max_seq, np.int64)
+        seq_g = np.empty(max_seq, np.int64)
+        F = np.zeros((max_seq + 1 if n_ow else 1, n_states, LANES))
+        L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states, LANES))
+        G = np.empty((n_reg, n_states, LANES))
+        Gn = np.empty((n_reg, n_states, LANES))
+        inner = np.empty(LANES)
+        acc = np.empty(LANES)
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            n = 0
+            for c in range(n_coll):
+                for i in range(coff[c, e], coff[c, e + 1]):
+                    seq_c[n] = c
+                    seq_g[n] = rankidx[base[c] + i]
+                    n += 1
+            if n_ow:
+                F[0] = 0.0
+                F[0, 0, 0] = 1.0
+                F[0, 0, h] = 1.0
+                for j in range(n):
+                    c = seq_c[j]
+                    g = seq_g[j]
+                    F[j + 1] = 0.0
+                    for p in range(n_pat[c]):
+                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
+                        for k in range(n_states):
+                            lin_add2(F[j + 1, tgt[c, p, k]], pv, pv_hi, F[j, k], F[j, k, 0],
+                                     F[j, k, h], pd_all[g, p])
+            for lt in range(n_ld):
+                dmax = ld_d[lt]
+                L[lt, 0] = 0.0
+                L[lt, 0, 0, 0, 0] = 1.0
+                L[lt, 0, 0, 0, h] = 1.0
+                for j in range(n):
+                    c = seq_c[j]
+                    g = seq_g[j]
+                    L[lt, j + 1] = 0.0
+                    for p in range(n_pat[c]):
+                        step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
+                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
+                        for m in range(dmax + 1 - step):
+                            for k in range(n_states):
+                                lk = L[lt, j, m, k]
+                                lin_add2(L[lt, j + 1, m + step, tgt[c, p, k]], pv, pv_hi, lk,
+                                         lk[0], lk[h], pd_all[g, p])
+            for q in range(n_reg):
+                for k in range(n_states):
+                    for r in range(LANES):
+                        G[q, k, r] = dfs[q, k, r]
+                    G[q, k, 0] = fs[q, k]
+                    G[q, k, h] = fs[q, k]
+            for j in range(n - 1, -1, -1):
+                c = seq_c[j]
+                g = seq_g[j]
+                for o in range(n_ow + n_lw):
+                    if o < n_ow:
+                        if ow_c[o] != c:
+                            continue
+                        q, ls, Fj = ow_r[o], ow_ls[o], F[j]
+                    else:
+                        lt = lw_l[o - n_ow]
+                        if ld_c[lt] != c:
+                            continue
+                        q, ls, Fj = lw_r[o - n_ow], ld_ls[lt], L[lt, j, ld_d[lt]]
+                    acc[:] = 0.0
+                    for p in range(n_pat[c]):
+                        if pat[c, p, ls] != 1:
+                            continue
+                        inner[:] = 0.0
+                        for k in range(n_states):
+                            gt = G[q, tgt[c, p, k]]
+                            lin_add2(inner, gt[0], gt[h], Fj[k], Fj[k, 0], Fj[k, h], gt)
+                        inner[0] *= 0.5  # value lanes summed F G twice (exact)
+                        if h:
+                            inner[h] *= 0.5
+                        lin_add2(acc, pv_all[g, p, 0], pv_all[g, p, 1], inner, inner[0],
+                                 inner[h], pd_all[g, p])
+                    if o < n_ow:
+                        store(ow[0, o, g], ow[-1, o, g], acc, h)
+                    else:
+                        store(lw[0, o - n_ow, g], lw[-1, o - n_ow, g], acc, h)
+                for q in range(n_reg):
+                    Gn[q] = 0.0
+                    for p in range(n_pat[c]):
+                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
+                        for k in range(n_states):
+                            gt = G[q, tgt[c, p, k]]
+                            lin_add2(Gn[q, k], pv, pv_hi, gt, gt[0], gt[h], pd_all[g, p])
+                G[:] = Gn
+            for q in range(n_reg):
+                store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
+
+
+@numba.njit(cache=True, nogil=True)
+def fill(at, x, p, ev, factors, weight, edges, sumw, sumw2):
+    """Histogram sums of entries ``x`` (entry ``i`` of event ``at[i]``, probability
+    lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times each variation's
+    factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2 weight[e] w``
+    with ``w = ev[e] p[i]`` (the product rule in lanes). Bin ``b`` = the number of edges
+    ``<= x`` (``numpy.searchsorted`` right: 0 the underflow, NaN in the overflow); an
+    entry of probability 0 at ``x = 0``."""
+    n_edges = edges.shape[0]
+    w = np.empty(LANES)
+    for i in range(x.shape[0]):
+        e = at[i]
+        lin(w, p[i, 0], ev[e], ev[e, 0], p[i])
+        w[0] *= 0.5  # lane 0 is ev p, counted twice (exact)
+        xi = x[i] if w[0] != 0.0 else 0.0
+        b = n_edges
+        if xi == xi:
+            b = 0
+            while b < n_edges and edges[b] <= xi:
+                b += 1
+        for v in range(factors.shape[0]):
+            f = factors[v, e]
+            axpy(sumw[v, b], f, w)
+            axpy(sumw2[v, b], f * f * weight[e], w)

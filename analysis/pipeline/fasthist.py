@@ -1,0 +1,435 @@
+"""Soft histogram templates and their variations on the numba kernel.
+
+:func:`evaluate_columns` returns what :func:`analysis.pipeline.fastkernel.evaluate_columns`
+returns plus the ``histograms`` and ``templates`` groups of
+:func:`analysis.pipeline.histkernel.histogram_states` (the JAX reference: the same
+meaning, the same :class:`~analysis.stats.histogram.Histogram` states and Jacobians),
+for every plan :func:`why_not` accepts: histograms of per-object fields (``S.f``,
+``abs(S.f)``), leading objects (``S[i].f``: one indexed set) and per-event branches,
+weight variations of per-event factors, shifts, and channel regions.
+
+Per histogram ``sumw[b] = sum_entries w p [x in b]`` and ``sumw2[b] = sum w^2 p [x in b]``
+(:mod:`analysis.stats.histogram`), ``w`` the event weight (x a weight variation's
+factor) x the soft event cuts of the spec's region, ``p`` the entry's probability from
+the walk of :mod:`analysis.pipeline._numba_hist`: ``P(j in S and the region passes)``,
+``P(j is S[i] and the region passes)`` or ``P(the region passes)``. One walk per shift
+side (the nominal columns, then each shifted column: cuts and observables move
+together) serves every region at once: the regions share the objects' pattern
+probabilities and differ only in the pass table, all mapped onto one joint count state
+space (:func:`_joint_tables`). A weight variation reuses its walk's probabilities; only
+its fill is new. Bins as :func:`numpy.searchsorted` (``side="right"``) over the edges:
+underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
+is filled at ``x = 0`` (its value may be garbage; as the JAX kernel).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from analysis.pipeline import _numba_dp, _numba_hist, fastkernel
+from analysis.pipeline._fasttables import _pass_fn, _reduced, _tables, _targets
+from analysis.pipeline.fastkernel import (
+    _event_weights,
+    _par_index,
+    _pattern_arrays,
+    _run_blocks,
+    _value,
+)
+from analysis.pipeline.histkernel import factor_values
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
+from analysis.select.countmodel import CountModel
+from analysis.stats.histogram import Histogram
+
+__all__ = ["evaluate_columns", "why_not"]
+
+_KINDS = ("field", "branch", "index")
+# Events per block of the walk: its outputs are per event and object (no sums), so the
+# block size changes no bit; smaller blocks than fastkernel.BLOCK balance the threads.
+WALK_BLOCK = 1024
+
+
+def _region_plan(plan: Plan, r: int) -> Plan:
+    """``plan`` restricted to region ``r`` (0: the selection), without histograms."""
+    if r == 0:
+        return dataclasses.replace(plan, hists=())
+    region = plan.regions[r - 1]
+    return dataclasses.replace(plan, hists=(), sets=region.sets, event_cuts=region.event_cuts)
+
+
+def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
+    """``None`` when :func:`evaluate_columns` computes ``plan`` (with histograms) at
+    ``order`` (and ``theta``), else the reason (``--debug`` logs it)."""
+    for r in range(len(plan.regions) + 1):
+        sub = _region_plan(plan, r)
+        why = fastkernel.why_not(sub, order, theta)
+        if why is not None:
+            return why if r == 0 else f"channel region {plan.regions[r - 1].name!r}: {why}"
+        if r and (sub.sets.sets != plan.sets.sets or sub.sets.model.sets != plan.sets.model.sets):
+            return (f"channel region {plan.regions[r - 1].name!r} on other object sets than "
+                    "the selection (the numba histograms walk one set of objects)")
+    rank: dict[str, str] = {}
+    specs = {s.name: s for s in plan.sets.sets}
+    for spec in plan.hists:
+        node = spec.node
+        if node.kind not in _KINDS or (node.kind == "index" and len(node.slots) != 1):
+            what = "an event sum (subset enumeration)" if node.kind in ("sum", "count") else (
+                f"a {node.kind} expression")
+            return (f"histogram {spec.key!r}: x = {node.text!r} is {what}; the numba kernel "
+                    "fills per-object fields, one leading object and branches")
+        if node.kind == "index":
+            s = specs[node.slots[0][0]]
+            if rank.setdefault(s.collection, s.rank_by) != s.rank_by:
+                return (f"histogram {spec.key!r}: sets of {s.collection} indexed by two "
+                        "ranking fields (the numba walk takes one order per collection)")
+        if spec.weight is not None and plan.weights[spec.weight].sf is not None:
+            return (f"histogram {spec.key!r}: a per-object scale factor (runs in the JAX "
+                    "kernel)")
+    return None
+
+
+# --- the joint pass tables --------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def _joint_model(plan: Plan, regions: tuple[int, ...]) -> CountModel:
+    """The count model of every condition of ``regions``: one state space for all."""
+    counts = []
+    for r in regions:
+        for c in _region_plan(plan, r).sets.model.counts:
+            if c not in counts:
+                counts.append(c)
+    return CountModel(plan.sets.model.sets, tuple(counts))
+
+
+def _joint_tables(plan: Plan, regions, theta, widths, trainable):
+    """``(model, caps, fs (R, S), dfs (R, S, LANES))``: each region's pass table
+    (:func:`analysis.pipeline._fasttables._pass_fn`, its own definition) on the joint
+    states, ``f_r(k) = f_r(min(k_v, cap_rv))`` (a region's table is constant above its
+    caps, and the joint caps are the largest), then the caps lowered jointly
+    (:func:`analysis.pipeline._fasttables._reduced`)."""
+    model = _joint_model(plan, tuple(regions))
+    grid = model._state_counts  # (S, V)
+    var_of = {names: v for v, (names, _) in enumerate(model.variables)}
+    n_par = len(trainable)
+    cols = []
+    for r in regions:
+        sp = _region_plan(plan, r).sets
+        m = sp.model
+        if m.counts:
+            th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
+            cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
+            f_j, slope = _pass_fn(m)(jnp.asarray(th), jnp.asarray(cw))
+            f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
+            df = np.zeros((f.shape[0], n_par))
+            for i, (param, _) in enumerate(sp.thresholds):
+                k = _par_index(trainable, param)
+                if k >= 0:
+                    df[:, k] += slope[:, i]
+            at = np.ravel_multi_index(
+                tuple(np.minimum(grid[:, var_of[names]], cap) for names, cap in m.variables),
+                m.shape)
+            f, df = f[at], df[at]
+        else:
+            f, df = np.ones(model.n_states), np.zeros((model.n_states, n_par))
+        cols.append((f, df))
+    rest = np.concatenate([np.concatenate([f[:, None], df], axis=1) for f, df in cols[1:]]
+                          + [np.zeros((model.n_states, 0))], axis=1)
+    caps, f0, dall = _reduced(model, cols[0][0], np.concatenate([cols[0][1], rest], axis=1))
+    n = f0.shape[0]
+    fs = np.empty((len(regions), n))
+    dfs = np.zeros((len(regions), n, _numba_dp.LANES))
+    fs[0], dfs[0, :, 1:n_par + 1] = f0, dall[:, :n_par]
+    for q in range(1, len(regions)):
+        a = n_par + (q - 1) * (n_par + 1)
+        fs[q] = dall[:, a]
+        dfs[q, :, 1:n_par + 1] = dall[:, a + 1: a + 1 + n_par]
+    return model, caps, fs, dfs
+
+
+@lru_cache(maxsize=32)
+def _joint_cached(plan: Plan, regions: tuple[int, ...], theta: bytes, widths: bytes,
+                  trainable: tuple[int, ...]):
+    """:func:`_joint_tables` once per parameter point (chunks and shift sides share it)."""
+    return _joint_tables(plan, regions, np.frombuffer(theta), np.frombuffer(widths), trainable)
+
+
+@lru_cache(maxsize=64)
+def _joint_static(plan: Plan, regions: tuple[int, ...]):
+    """The numba tables of the joint model of ``regions``."""
+    model = _joint_model(plan, regions)
+    return _tables(dataclasses.replace(plan, hists=(),
+                                       sets=dataclasses.replace(plan.sets, model=model)))
+
+
+# --- one walk ------------------------------------------------------------------------
+
+
+def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
+    """``cols`` with the column ``key`` (``C:f`` or ``event:K``) times ``factor`` (new
+    dicts: the cached columns are not touched)."""
+    head, name = key.split(":", 1)
+    if head == "event":
+        return dataclasses.replace(cols, events={**cols.events, name: cols.events[name] * factor})
+    counts, flat = cols.collections[head]
+    return dataclasses.replace(
+        cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
+
+
+def _patterns(tab, coff, base, flats, theta, widths, trainable, moved: str | None, fixed: dict):
+    """:func:`analysis.pipeline.fastkernel._pattern_arrays` (its per-thread scratch
+    buffers: the walk reads them before the next call); for a shift side (``moved``: the shifted column ``C:f``) with the product
+    of each collection's cuts on the other fields kept in ``fixed`` across the shift's
+    sides: only the moved cuts are evaluated again, their factor multiplied last."""
+    if moved is None:
+        return _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
+    pv_all = np.empty((int(base[-1]), tab.pat.shape[1]))
+    pd_all = np.empty(pv_all.shape + (_numba_dp.LANES,))
+    for ci, c in enumerate(tab.collections):
+        n_sets = int(tab.n_coll_sets[ci])
+        cuts = [tab.set_cuts[int(tab.coll_sets[ci, ls])] for ls in range(n_sets)]
+        if ci not in fixed:  # the cuts the shift does not move, once
+            shape = (max(n_sets, 1), int(coff[ci, -1]))
+            fixed[ci] = (np.ones(shape), np.zeros(shape + (_numba_dp.LANES,)))
+            for ls, own in enumerate(cuts):
+                for cut in own:
+                    if f"{c}:{cut.field}" != moved:
+                        _cut(cut, flats[c], theta, widths, trainable, *(a[ls] for a in fixed[ci]))
+        qv, qd = (a.copy() for a in fixed[ci])
+        for ls, own in enumerate(cuts):
+            for cut in own:
+                if f"{c}:{cut.field}" == moved:
+                    _cut(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
+        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
+                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
+    return pv_all, pd_all
+
+
+def _cut(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
+    _numba_dp.cut_into(np.ascontiguousarray(flat[cut.field], dtype=np.float64),
+                       _value(theta, cut.param, cut.value), widths[cut.width_index],
+                       cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
+                       qv, qd)
+
+
+def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
+          *, nominal: bool, moved: str | None = None, fixed: dict | None = None) -> list[dict]:
+    """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
+    sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
+    specs); two share the walk's lanes (:mod:`analysis.pipeline._numba_hist`) when the
+    tangents fit in half of them and their walk orders are equal, else each walks
+    alone. Per variant: per region ``pe[r]`` ``(E, LANES)``, per ``(region, set)``
+    object weights and per ``(region, set, depth)`` leading weights ``(N, LANES)`` by
+    global object index, the objects' offsets and flat fields. ``moved``, ``fixed``: the
+    shifted column and the cache of :func:`_patterns`."""
+    fixed = {} if fixed is None else fixed
+    nl = len(trainable) + 1
+    lanes = _numba_dp.LANES
+    half = lanes // 2
+    if len(variants) > 2 or (len(variants) == 2 and nl > half):
+        return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
+                                                   threads, nominal=nominal, moved=moved,
+                                                   fixed=fixed)]
+    regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
+    rpos = {r: q for q, r in enumerate(regions)}
+    model, caps, fs, dfs = _joint_cached(plan, tuple(regions), theta.tobytes(), widths.tobytes(),
+                                         tuple(trainable))
+    tab = _joint_static(plan, tuple(regions))
+    cols = variants[0]
+    n_ev = int(cols.n_events)
+    n_coll = len(tab.collections)
+    coff = np.zeros((n_coll, n_ev + 1), np.int64)
+    base = np.zeros(n_coll + 1, np.int64)
+    max_seq = 0
+    flats: list[dict] = [{} for _ in variants]
+    for ci, c in enumerate(tab.collections):
+        fields = dict(plan.sets.fields).get(c, ())
+        empty = (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields})
+        counts = cols.collections.get(c, empty)[0]
+        for v, vc in enumerate(variants):
+            flats[v][c] = vc.collections.get(c, empty)[1]
+        np.cumsum(counts, out=coff[ci, 1:])
+        base[ci + 1] = base[ci] + coff[ci, -1]
+        max_seq += int(np.max(counts, initial=0))
+    n_tot = int(base[-1])
+    setspec = {s.name: s for s in plan.sets.sets}
+    ow_keys: list[tuple[int, str]] = []
+    ld_keys: list[tuple[str, int]] = []
+    lw_keys: list[tuple[int, str, int]] = []
+    for spec in specs:
+        node = spec.node
+        if node.kind == "field" and (spec.region, node.head) not in ow_keys:
+            ow_keys.append((spec.region, node.head))
+        elif node.kind == "index":
+            s, d = node.slots[0]
+            if (s, d) not in ld_keys:
+                ld_keys.append((s, d))
+            if (spec.region, s, d) not in lw_keys:
+                lw_keys.append((spec.region, s, d))
+    ranks = []
+    for fl in flats:
+        rankidx = np.arange(n_tot, dtype=np.int64)
+        for c in {setspec[s].collection for s, _ in ld_keys}:
+            ci = tab.collections.index(c)
+            rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
+            out = np.empty(int(coff[ci, -1]), np.int64)
+            _numba_hist.rank_order(coff[ci], np.ascontiguousarray(fl[c][rank], np.float64), out)
+            rankidx[base[ci]: base[ci + 1]] = base[ci] + out
+        ranks.append(rankidx)
+    if len(variants) == 2 and not np.array_equal(ranks[0], ranks[1]):
+        return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
+                                                   threads, nominal=nominal, moved=moved,
+                                                   fixed=fixed)]
+    # the pattern probabilities of each variant, its tangents in its half of the lanes
+    pv_all = np.empty((n_tot, tab.pat.shape[1], 2))
+    if len(variants) == 1:
+        pv, pd_all = _patterns(tab, coff, base, flats[0], theta, widths, trainable, moved, fixed)
+        pv_all[:, :, 0] = pv
+        pv_all[:, :, 1] = pv
+    else:
+        pd_all = np.empty((n_tot, tab.pat.shape[1], lanes))
+        for v, fl in enumerate(flats):
+            pv, pd = _patterns(tab, coff, base, fl, theta, widths, trainable, moved, fixed)
+            pv_all[:, :, v] = pv
+            pd_all[:, :, v * half: v * half + half] = pd[:, :, :half]
+    h = half if len(variants) == 2 else 0
+    if h:
+        dfs = dfs.copy()
+        dfs[:, :, h: h + nl] = dfs[:, :, :nl]
+    tgt = _targets(model, caps, tab.collections)
+
+    def ci_ls(s):
+        return tab.collections.index(setspec[s].collection), tab.local[s]
+
+    ow_c = np.array([ci_ls(s)[0] for _, s in ow_keys], np.int64)
+    ow_ls = np.array([ci_ls(s)[1] for _, s in ow_keys], np.int64)
+    ld_c = np.array([ci_ls(s)[0] for s, _ in ld_keys], np.int64)
+    ld_ls = np.array([ci_ls(s)[1] for s, _ in ld_keys], np.int64)
+    ld_d = np.array([d for _, d in ld_keys], np.int64)
+    n_var = len(variants)
+    pe = np.zeros((n_var, len(regions), n_ev, lanes))
+    ow = np.zeros((n_var, len(ow_keys), n_tot, lanes))
+    lw = np.zeros((n_var, len(lw_keys), n_tot, lanes))
+    if n_ev:
+        args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
+                np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
+                np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
+                np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
+                max(max_seq, 1), int(ld_d.max(initial=0)), WALK_BLOCK, pe, ow, lw)
+        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args,
+                    max(1, -(-n_ev // WALK_BLOCK)), threads)
+    return [{
+        "pe": {r: pe[v, rpos[r]] for r in regions},
+        "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},
+        "lw": {k: lw[v, i] for i, k in enumerate(lw_keys)},
+        "coff": coff, "base": base, "flats": flats[v], "collections": tab.collections,
+    } for v in range(n_var)]
+
+
+def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray) -> np.ndarray:
+    """``(V, E)`` per-event factors of the specs' weight variations (1: none)."""
+    n_ev = int(cols.n_events)
+    out = np.ones((len(specs), n_ev))
+    events = {f"event:{k}": v for k, v in cols.events.items()}
+    for i, spec in enumerate(specs):
+        if spec.weight is not None:
+            fv = factor_values(plan.weights[spec.weight].tree, events)
+            # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
+            out[i] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+    return out
+
+
+def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
+               trainable, value: dict, jac: dict) -> None:
+    """The histogram states of one shift side (``fills``: ``{(region, x): specs}``) from
+    its walk ``wk`` on its columns ``c``, into ``value`` and ``jac``."""
+    nl = len(trainable) + 1
+    n_ev = int(c.n_events)
+    weight = np.ascontiguousarray(c.weight, dtype=np.float64)
+    evs = {r: _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
+           for r in wk["pe"]}
+    if shift is None:
+        ev0, pe0 = evs[0][:, :nl], wk["pe"][0][:, :nl]
+        w_e = ev0[:, 0] * pe0[:, 0]
+        dw_e = ev0[:, 1:] * pe0[:, :1] + ev0[:, :1] * pe0[:, 1:]
+        value["selected_sumw"] = np.array(np.sum(w_e), dtype=np.float64)
+        value["selected_sumw2"] = np.array(np.sum(w_e * w_e), dtype=np.float64)
+        jac["selected_sumw"] = dw_e.sum(axis=0)
+        jac["selected_sumw2"] = (2.0 * w_e[:, None] * dw_e).sum(axis=0)
+    for (region, node), group in fills.items():
+        if node.kind == "branch":
+            x = c.events[node.head]
+            p, at = wk["pe"][region], np.arange(n_ev, dtype=np.int64)
+        else:
+            s = node.head if node.kind == "field" else node.slots[0][0]
+            coll = plan.sets.collection_of(s)
+            ci = wk["collections"].index(coll)
+            lo, hi = int(wk["base"][ci]), int(wk["base"][ci + 1])
+            p = (wk["ow"][(region, s)] if node.kind == "field"
+                 else wk["lw"][(region, s, node.slots[0][1])])[lo:hi]
+            at = np.repeat(np.arange(n_ev, dtype=np.int64), np.diff(wk["coff"][ci]))
+            x = wk["flats"][coll][node.field]
+        x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
+        edges = group[0].edges
+        nb = len(edges) + 1
+        sumw = np.zeros((len(group), nb, _numba_dp.LANES))
+        sumw2 = np.zeros((len(group), nb, _numba_dp.LANES))
+        _numba_hist.fill(at, x, np.ascontiguousarray(p), evs[region],
+                         _factors(plan, group, c, weight), weight,
+                         np.asarray(edges, np.float64), sumw, sumw2)
+        for i, spec in enumerate(group):
+            value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
+            jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl], sumw2[i, :, 1:nl])
+
+
+def evaluate_columns(
+    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int = 1,
+    threads: int | None = None,
+) -> tuple[dict, dict | None]:
+    """``(value, jac)`` of one chunk with its histogram states, as
+    :func:`analysis.pipeline.kernel.evaluate_chunk` returns them (numpy float64; ``jac``
+    None for ``order=0``); ``plan`` must pass :func:`why_not`."""
+    why = why_not(plan, order, theta)
+    if why is not None:
+        raise ValueError(f"fasthist: {why}")
+    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+    widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
+    trainable = plan.trainable if order >= 1 else ()
+    # per shift side, the specs filled from one set of entries: (region, x), its variations
+    groups: dict[int | None, dict[tuple, list]] = {None: {}}
+    for spec in plan.hists:
+        groups.setdefault(spec.shift, {}).setdefault((spec.region, spec.node), []).append(spec)
+    value: dict[str, Any] = {"observables": {}, "histograms": {}, "templates": {}}
+    jac: dict[str, Any] = {"observables": {}, "histograms": {}, "templates": {}}
+    # shift sides with the same templates walk in pairs (their lanes side by side)
+    jobs: list[list] = []
+    for shift, fills in groups.items():
+        c = cols if shift is None else _shifted(cols, plan.shifts[shift].key,
+                                                plan.shifts[shift].factor)
+        last = jobs[-1] if jobs else None
+        if (shift is not None and last is not None and len(last) == 1 and last[0][0] is not None
+                and list(last[0][2]) == list(fills)
+                and plan.shifts[last[0][0]].key == plan.shifts[shift].key):
+            last.append((shift, c, fills))
+        else:
+            jobs.append([(shift, c, fills)])
+    fixed: dict[str, dict] = {}  # per shifted column: the cuts it does not move
+    for job in jobs:
+        specs = [s for group in job[0][2].values() for s in group]
+        moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
+        walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
+                      nominal=moved is None, moved=moved,
+                      fixed=None if moved is None else fixed.setdefault(moved, {}))
+        for (shift, c, fills), wk in zip(job, walks, strict=True):
+            _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, value, jac)
+    if plan.observables:
+        ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,
+                                             widths, order=order, threads=threads)
+        value["observables"], jac["observables"] = ov["observables"], (oj or {}).get(
+            "observables", {})
+    return value, (jac if order >= 1 else None)

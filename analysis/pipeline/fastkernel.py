@@ -69,7 +69,7 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
     if order > 1:
         return f"derivatives of order {order} (the numba kernel gives Jacobians only)"
     if plan.hists:
-        return f"histogram {plan.hists[0].key!r} (soft histograms run in the JAX kernel)"
+        return f"histogram {plan.hists[0].key!r} (plans with histograms run in analysis.pipeline.fasthist)"
     if plan.scores:
         return f"learned score {plan.scores[0].name!r} (the network runs in the JAX kernel)"
     if order == 1 and len(plan.trainable) > _numba_dp.LANES - 1:

@@ -106,7 +106,11 @@ def test_skip_bad_files_goes_on_and_lists_every_skipped_chunk(
     assert all(reason for reason in skipped.values())
 
 
-def test_skip_bad_files_from_the_config_and_in_the_summary(files, tmp_path, capsys) -> None:
+def test_skip_bad_files_from_the_config_and_in_the_summary(
+    files, tmp_path, capsys, monkeypatch
+) -> None:
+    # A console narrower than the lines (rich reads COLUMNS): each stays one line.
+    monkeypatch.setenv("COLUMNS", "60")
     data = analysis_config(_ds(files["good"], files["flipped"]))
     data["skip_bad_files"] = True
     path = write_config(tmp_path, data)

@@ -49,7 +49,12 @@ def _prime_skhep_cache() -> None:
     load_script(REPO / ".ci" / "prime_skhep_cache.py").prime(SHARED_DATA)
 
 
+_CONFIG: pytest.Config | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _CONFIG
+    _CONFIG = config
     _prime_skhep_cache()
 
 
@@ -152,8 +157,10 @@ AGC_SETS = (
 
 
 # --- memory log ----------------------------------------------------------------------
-# DIFFCOFFEA_RSS_LOG=<file>: after each test, append "<resident MB>\t<peak MB>\t<test id>",
-# to find which tests make the suite's process grow (``sort -n`` the file).
+# DIFFCOFFEA_RSS_LOG=<file>: after each test, append "<resident MB>\t<peak MB>\t<test id>\t
+# <process>", to find which tests make a test process grow (``sort -n`` the file). Under
+# pytest-xdist each worker (gw0, gw1: the processes that run the tests) logs its own
+# lines; the controlling process, which runs no test, none.
 
 
 def _rss_mb() -> tuple[float, float]:
@@ -170,10 +177,12 @@ def _rss_mb() -> tuple[float, float]:
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
     log = os.environ.get("DIFFCOFFEA_RSS_LOG")
-    if log:
-        resident, peak = _rss_mb()
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(f"{resident:.0f}\t{peak:.0f}\t{nodeid}\n")
+    if not log or (_CONFIG is not None and _CONFIG.pluginmanager.has_plugin("dsession")):
+        return  # off, or xdist's controller (it relays the workers' hooks)
+    resident, peak = _rss_mb()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"{resident:.0f}\t{peak:.0f}\t{nodeid}\t{worker}\n")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -345,11 +345,11 @@ def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) ->
     title = f"after {report['steps_run']} steps ({report['passes']} passes over the data)"
     print_table(console, title, "", ["soft", "hard\n(width 0)"], rows)
     for line in status_lines(report):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        console.print(line, highlight=False, markup=False)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     where = f" and plots in {outdir}" if plots else ""
-    console.print(f"wrote {outdir / 'results.json'}{where}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {outdir / 'results.json'}{where}", highlight=False)
 
 
 def status_lines(report: dict[str, Any]) -> list[str]:

@@ -110,7 +110,6 @@ def print_warnings(datasets: dict[str, dict[str, Any]], console: Any) -> None:
                 f"[yellow]warning[/] {escape(ds)}: {escape(r['warning'])} (marked *)",
                 markup=True,
                 highlight=False,
-                soft_wrap=True,
             )
 
 
@@ -157,7 +156,7 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
         print_table(console, title, "statistic", headers, [("discovery Z", cells)])
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
-    console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {path}", highlight=False)
 
 
 def print_faults(faults: dict[str, Any] | None, console: Any) -> None:
@@ -170,7 +169,6 @@ def print_faults(faults: dict[str, Any] | None, console: Any) -> None:
             f"[yellow]skipped[/] {f['dataset']}: {f['file']}{entries}: {f['reason']}",
             markup=True,
             highlight=False,
-            soft_wrap=True,  # one line each, whatever the console's width (logs, pipes)
         )
     for ds, d in faults["dropped"].items():
         branches = ", ".join(f"{b} {n}" for b, n in d["branches"].items())
@@ -179,5 +177,4 @@ def print_faults(faults: dict[str, Any] | None, console: Any) -> None:
             f"with non-finite values ({branches})",
             markup=True,
             highlight=False,
-            soft_wrap=True,  # one line each, whatever the console's width (logs, pipes)
         )

@@ -109,8 +109,10 @@ def test_skip_bad_files_goes_on_and_lists_every_skipped_chunk(
 def test_skip_bad_files_from_the_config_and_in_the_summary(
     files, tmp_path, capsys, monkeypatch
 ) -> None:
-    # A console narrower than the lines (rich reads COLUMNS): each stays one line.
-    monkeypatch.setenv("COLUMNS", "60")
+    # The summary folds lines at the console's width (tests/cli/test_tables.py), which
+    # rich takes from COLUMNS or the terminal: a test process's, or pytest-xdist's
+    # worker's (whose paths are longer, popen-gw0/). Wide enough for these lines here.
+    monkeypatch.setenv("COLUMNS", "1000")
     data = analysis_config(_ds(files["good"], files["flipped"]))
     data["skip_bad_files"] = True
     path = write_config(tmp_path, data)

@@ -49,8 +49,51 @@ def _prime_skhep_cache() -> None:
     load_script(REPO / ".ci" / "prime_skhep_cache.py").prime(SHARED_DATA)
 
 
+_CONFIG: pytest.Config | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _CONFIG
+    _CONFIG = config
     _prime_skhep_cache()
+
+
+# --- order: the longest files first ---------------------------------------------------
+# The test command runs two test processes (pytest-xdist, ``--dist loadfile
+# --no-loadscope-reorder`` in pyproject.toml): whole files are handed out in collection
+# order, each to whichever process runs low, and the suite ends when the last file does.
+# So the files that take longest from a cold compilation cache (``--durations`` of a cold
+# run; README.md, "Tests") start first, longest first, and the many short files fill in
+# around them. A file not listed keeps its place after
+# them. The order changes no result: every test is independent of the others.
+LONGEST_FIRST = (
+    "pipeline/test_object_sets_hardcut.py",
+    "pipeline/test_fastkernel.py",
+    "optimize/test_optimize.py",
+    "pipeline/test_object_sets_enumeration.py",
+    "driver/test_chunked_invariance.py",
+    "optimize/test_score_reverse.py",
+    "likelihood/test_grad.py",
+    "pipeline/test_chunk_gradients.py",
+    "likelihood/test_executors.py",
+    "pipeline/test_function_mt.py",
+    "data/test_cache_dask.py",
+    "driver/test_final_passes.py",
+)
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def place(item: pytest.Item) -> int:
+        try:
+            name = item.path.resolve().relative_to(TESTS).as_posix()
+        except ValueError:  # a test outside tests/ (named on the command line)
+            return len(rank)
+        return rank.get(name, len(rank))
+
+    items.sort(key=place)  # stable: the others keep their order
 
 
 @pytest.fixture(scope="session")
@@ -152,8 +195,10 @@ AGC_SETS = (
 
 
 # --- memory log ----------------------------------------------------------------------
-# DIFFCOFFEA_RSS_LOG=<file>: after each test, append "<resident MB>\t<peak MB>\t<test id>",
-# to find which tests make the suite's process grow (``sort -n`` the file).
+# DIFFCOFFEA_RSS_LOG=<file>: after each test, append "<resident MB>\t<peak MB>\t<test id>\t
+# <process>", to find which tests make a test process grow (``sort -n`` the file). Under
+# pytest-xdist each worker (gw0, gw1: the processes that run the tests) logs its own
+# lines; the controlling process, which runs no test, none.
 
 
 def _rss_mb() -> tuple[float, float]:
@@ -170,10 +215,12 @@ def _rss_mb() -> tuple[float, float]:
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
     log = os.environ.get("DIFFCOFFEA_RSS_LOG")
-    if log:
-        resident, peak = _rss_mb()
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(f"{resident:.0f}\t{peak:.0f}\t{nodeid}\n")
+    if not log or (_CONFIG is not None and _CONFIG.pluginmanager.has_plugin("dsession")):
+        return  # off, or xdist's controller (it relays the workers' hooks)
+    resident, peak = _rss_mb()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"{resident:.0f}\t{peak:.0f}\t{nodeid}\t{worker}\n")
 
 
 @pytest.fixture(autouse=True, scope="module")

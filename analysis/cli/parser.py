@@ -173,10 +173,16 @@ def _on_unraisable(info) -> None:
     by Python ("Exception ignored in ...") and the run would go on to the end; deliver
     it again a moment later, when the main thread is back in ordinary code."""
     if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
-        timer = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
-        timer.daemon = True
-        timer.start()
-        return
+        while True:
+            timer = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+            timer.daemon = True
+            try:
+                timer.start()
+                return
+            except KeyboardInterrupt:
+                # On a loaded machine the timer can fire before start() returns: that
+                # Ctrl-C lands in this hook, where Python swallows it too. Again.
+                continue
     _default_unraisablehook(info)
 
 
@@ -214,8 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGINT, _on_sigint)
         sys.unraisablehook = _on_unraisable
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # a Ctrl-C this early is the same one line and exit code as later
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        return _interrupted(argv is None)
     if getattr(args, "debug", False):  # e.g. why a plan runs on the JAX kernel
         _kernel_log = logging.getLogger("analysis.pipeline.kernel")
         if not _kernel_log.handlers:

@@ -62,6 +62,8 @@ This module: :func:`derive`.
 from __future__ import annotations
 
 import numbers
+import os
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -158,6 +160,24 @@ AWKWARD_HINT = (
 )
 
 
+def _awkward_with_a_parameter(err: BaseException) -> bool:
+    """``err`` is awkward's on an awkward Array combined with a JAX number inside ``fn``.
+
+    Two forms, depending on what ran before in the process (not on ``fn``): awkward's
+    JAX backend unregistered, its RuntimeError naming ``ak.jax``; registered (the
+    awkward drop-ins register it, :func:`analysis.stats._shadow.jax_backend`),
+    whatever awkward's ufunc dispatch raises on the tracer (a TypeError while it
+    formats its own message).
+    """
+    if isinstance(err, RuntimeError) and "ak.jax" in str(err):
+        return True
+    frames = traceback.extract_tb(err.__traceback__)
+    return any(
+        fr.name == "__array_ufunc__" and f"awkward{os.sep}highlevel" in fr.filename
+        for fr in frames
+    )
+
+
 def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     """Evaluate ``fn(theta)`` with its derivatives: a :class:`Derived`.
 
@@ -188,8 +208,8 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     def f(t):
         try:
             out = fn(spec.unflatten(t))
-        except RuntimeError as err:
-            if "ak.jax" not in str(err):
+        except Exception as err:
+            if not _awkward_with_a_parameter(err):
                 raise
             raise TypeError(AWKWARD_HINT) from None
         return _checked_states(out, "stats.derive")

@@ -4,6 +4,8 @@ a hint for raw awkward arrays times a parameter, units on plots, plots as drawn.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import awkward as ak
@@ -19,7 +21,7 @@ from analysis.cli.units import units_of
 from analysis.config.loader import config_from_dict, load_config
 from analysis.errors import ConfigError
 from tests.chunked_helpers import TTBAR, analysis_config
-from tests.conftest import write_config
+from tests.conftest import REPO, write_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -85,7 +87,7 @@ def test_load_chunk_feeds_the_invariance_helper() -> None:
     assert_chunk_invariance(JetMomentsProcessor(), load_chunk(TTBAR, entry_stop=60), splits=(2,))
 
 
-def test_raw_awkward_times_a_parameter_gets_a_hint() -> None:
+def _raw_awkward_hint() -> None:
     pt = ak.Array([[30.0, 40.0], [50.0]])
     with pytest.raises(TypeError, match=r"stats\.from_awkward\(events\.Jet\.pt\)") as info:
         stats.derive(lambda p: {"m": stats.moments(pt * p["a"])}, {"a": 1.0})
@@ -94,6 +96,29 @@ def test_raw_awkward_times_a_parameter_gets_a_hint() -> None:
     d = stats.derive(lambda p: {"m": stats.moments(stats.from_awkward(pt).values * p["a"])},
                      {"a": 2.0})
     assert float(d.value["m"].sumw) == 3.0
+
+
+def test_raw_awkward_times_a_parameter_gets_a_hint() -> None:
+    # awkward's JAX backend is process state, and awkward's error differs once it is
+    # registered (by the awkward drop-ins, in any earlier test or in a user's program):
+    # registered here, whatever ran before; unregistered in a fresh process below.
+    from analysis.stats._shadow import jax_backend
+
+    assert jax_backend()
+    _raw_awkward_hint()
+
+
+def test_raw_awkward_hint_without_awkwards_jax_backend() -> None:
+    code = (
+        "import awkward as ak\n"
+        "from tests.cli.test_papercuts import _raw_awkward_hint\n"
+        "assert ak.jax._registration_state == ak.jax._RegistrationState.INIT\n"
+        "_raw_awkward_hint()\n"
+        "assert ak.jax._registration_state == ak.jax._RegistrationState.INIT\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
 
 
 # --- units ---------------------------------------------------------------------------

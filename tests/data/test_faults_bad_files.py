@@ -106,7 +106,13 @@ def test_skip_bad_files_goes_on_and_lists_every_skipped_chunk(
     assert all(reason for reason in skipped.values())
 
 
-def test_skip_bad_files_from_the_config_and_in_the_summary(files, tmp_path, capsys) -> None:
+def test_skip_bad_files_from_the_config_and_in_the_summary(
+    files, tmp_path, capsys, monkeypatch
+) -> None:
+    # The summary folds lines at the console's width (tests/cli/test_tables.py), which
+    # rich takes from COLUMNS or the terminal: a test process's, or pytest-xdist's
+    # worker's (whose paths are longer, popen-gw0/). Wide enough for these lines here.
+    monkeypatch.setenv("COLUMNS", "1000")
     data = analysis_config(_ds(files["good"], files["flipped"]))
     data["skip_bad_files"] = True
     path = write_config(tmp_path, data)

@@ -352,13 +352,3 @@ def test_ensure_dataset_rewrites_on_corrupt_manifest(tmp_path: Path) -> None:
     ensure_dataset(tmp_path, process="dy", n_events=100, seed=0)
     assert path.stat().st_mtime_ns != mtime
     assert json.loads(manifest_path(tmp_path, "dy").read_text())["n_events"] == 100
-
-
-# ------------------------------------------------------------------------------ speed
-
-
-def test_speed_200k_events(tmp_path: Path) -> None:
-    start = time.perf_counter()
-    write_dataset(tmp_path, process="ttbar", n_events=200_000, n_files=2, seed=0)
-    elapsed = time.perf_counter() - start  # seconds
-    assert elapsed < 10.0

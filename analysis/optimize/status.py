@@ -2,23 +2,21 @@
 
 :func:`run_status` reads an :class:`~analysis.optimize.loop.Optimization` after its
 last step; the result goes into results.json (``status``) and the closing line of
-``diffcoffea optimize``.
+``diffcoffea optimize``. ``run`` is typed ``Any``: naming ``Optimization`` here would
+import the loop back (an import cycle, refused by ``tests/test_layers.py``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from analysis.optimize.loop import Optimization
 
 __all__ = ["run_status"]
 
 
 def run_status(
-    run: Optimization, final: dict[str, Any], initial_hard: dict[str, Any] | None = None
+    run: Any, final: dict[str, Any], initial_hard: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """How the run ended, for results.json and the closing line of ``optimize``.
 

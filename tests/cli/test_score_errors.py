@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import yaml
 
 from analysis.stats.mlp import mlp, to_arrays
@@ -25,14 +24,12 @@ def _with_file(cfg, name: str) -> dict:
     return cfg
 
 
-@pytest.mark.slow
 def test_weights_of_the_wrong_shape(tmp_path) -> None:
     np.savez(tmp_path / "w.npz", **to_arrays(mlp(3, hidden=(5, 3), seed=0)))
     line = _run(tmp_path, _with_file(config(), str(tmp_path / "w.npz")))
     assert "w.npz" in line and "layers.0.weight" in line and "expected shape (4, 3)" in line
 
 
-@pytest.mark.slow
 def test_non_finite_weight(tmp_path) -> None:
     arrays = {k: v.copy() for k, v in to_arrays(mlp(3, hidden=(4, 3), seed=0)).items()}
     arrays["layers.1.bias"][2] = np.nan
@@ -41,7 +38,6 @@ def test_non_finite_weight(tmp_path) -> None:
     assert "w.npz" in line and "layers.1.bias[2]" in line and "finite" in line
 
 
-@pytest.mark.slow
 def test_input_that_does_not_exist(tmp_path) -> None:
     cfg = config()
     cfg["scores"][0]["mlp"]["inputs"][2] = "jets.btagNope"

@@ -144,7 +144,6 @@ def test_futures_whole_file(config_path: Path, reference: dict, tmp_path: Path) 
     _assert_matches(reference, result["datasets"])
 
 
-@pytest.mark.slow
 def test_dask_chunksize_50_and_whole_file(config_path: Path, reference: dict) -> None:
     config = load_config(config_path)
     # The whole-file work items, to run them on the same (slow to start) dask cluster.

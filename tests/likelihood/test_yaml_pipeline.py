@@ -119,7 +119,6 @@ def pyhf_z(sec: dict) -> float:
     return math.sqrt(float(q0))
 
 
-@pytest.mark.slow  # one soft pass with its Jacobian (compilation), ~30-60 s
 def test_z_of_the_written_templates_is_pyhf_z(soft) -> None:
     assert soft["fit"]["converged"]
     assert max(abs(v) for v in soft["fit"]["nuisances"].values()) < 5  # pyhf's bounds
@@ -134,7 +133,6 @@ def test_z_of_the_written_templates_is_pyhf_z(soft) -> None:
             assert t["variations"]["jes"]["up"] != t["nominal"]["sumw"]
 
 
-@pytest.mark.slow  # 4 more values-only passes, ~30 s
 def test_z_gradient_equals_central_differences(small_data, soft) -> None:
     cfg = lk_config(small_data)
     names = list(PARAMS)
@@ -148,7 +146,6 @@ def test_z_gradient_equals_central_differences(small_data, soft) -> None:
     assert min(abs(g) for g in grad) > 1e-4
 
 
-@pytest.mark.slow  # futures workers compile their own kernels, ~60 s
 def test_templates_and_z_do_not_depend_on_chunking_or_executor(small_data, soft) -> None:
     other = section(lk_config(small_data, chunksize=700, executor="futures"))
     for ch, c in soft["channels"].items():
@@ -195,7 +192,6 @@ def _hard_templates(data, ds: str, xsec: float, norm_lumi: float, pt_scale: floa
     return out
 
 
-@pytest.mark.slow  # one values-only pass at width 0, ~20 s
 def test_hard_templates_equal_hist_fills_of_awkward_selections(small_data) -> None:
     """Width 0: nominal templates, the isr (PSWeight) and jes (Jet.pt x 1.03 / 0.97)
     variations equal ``hist`` fills of the awkward hard-cut selection of the sample,
@@ -251,7 +247,6 @@ def test_variation_index_beyond_the_branch_is_one_line(small_data, tmp_path) -> 
     assert "PSWeight[7]" in line and ".root" in line and "entry 0 has 4" in line, line
 
 
-@pytest.mark.slow  # one soft pass, ~30 s
 def test_non_finite_template_is_one_line_naming_the_bin(small_data, tmp_path) -> None:
     cfg = copy.deepcopy(lk_config(small_data))
     cfg["systematics"][1]["up"] = "PSWeight[0] / 0"

@@ -178,6 +178,7 @@ def test_stochastic_mode_uses_a_reproducible_subset_of_chunks(small_data, tmp_pa
     assert spy3.calls != spy.calls
 
 
+@pytest.mark.slow
 def test_newton_improves_the_objective(small_data, tmp_path):
     """On a smooth objective (fixed widths; the integer min_jets not trained) Newton steps
     go downhill at every step and reach a stationary point within a few steps."""

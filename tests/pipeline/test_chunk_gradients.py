@@ -103,6 +103,7 @@ def _assert_fd_close(analytic: np.ndarray, fd: np.ndarray, typical: float, what:
     return bool(scale > 1e-6 * typical)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["ttbar", "dy"])
 def test_chunk_jacobian_and_hessian_match_finite_differences(setup, columns, dataset) -> None:
     _, plan, theta, widths = setup
@@ -175,6 +176,7 @@ def _close_trees(a: Any, b: Any, rtol: float, what: str) -> None:
         np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * scale, err_msg=f"{what} {key}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["ttbar", "dy"])
 def test_merged_derivatives_equal_jax_on_whole_file(setup, columns, dataset) -> None:
     _, plan, theta, widths = setup

@@ -49,6 +49,7 @@ THETA = np.array([30.0, 2.4, 2.0])
 WIDTHS = np.array([5.0, 0.1, 1.0])  # two object cuts, then the count cut's integer smoothing
 
 
+@pytest.mark.slow
 def test_100_random_chunks_compile_at_most_10_times() -> None:
     plan = _plan("compile_count")
     rng = np.random.default_rng(12345)

@@ -151,7 +151,9 @@ def walk_sizes(monkeypatch) -> list[int]:
     return sizes
 
 
-@pytest.mark.parametrize("extra_param", [False, True])
+@pytest.mark.parametrize(
+    "extra_param", [False, pytest.param(True, marks=pytest.mark.slow)]
+)
 def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch):
     """3 tangents: the two sides of a shift walk together (lanes 0-3 and 4-7); 4
     tangents: one walk each. Both equal the JAX kernel."""
@@ -185,6 +187,7 @@ def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch)
     assert walks == expect, walks
 
 
+@pytest.mark.slow
 def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
     """Two jets one float apart in pt (the smaller first) tie once scaled by 0.97: that
     side's order (ties in the original order) differs from the other's, so the two
@@ -205,6 +208,7 @@ def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
     assert sizes[:4] == [1, 2, 1, 1], sizes  # jes: asked as a pair, walked apart
 
 
+@pytest.mark.slow
 def test_observables_beside_histograms_and_order_0():
     plan, theta, widths = setup(observables=True)
     cols = columns(300, plan, seed=4)
@@ -254,7 +258,6 @@ def test_why_not_names_what_goes_to_the_jax_kernel():
 # --- against enumeration, through the Evaluator ------------------------------------------
 
 
-@pytest.mark.slow  # enumeration of the 40 events, ~30 s
 def test_numba_histograms_against_enumeration() -> None:
     from tests.pipeline.test_histograms import EDGES as REF_EDGES
     from tests.pipeline.test_histograms import HISTS, reference

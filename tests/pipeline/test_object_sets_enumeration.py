@@ -179,7 +179,6 @@ def test_soft_pipeline_against_enumeration() -> None:
         assert abs(jac[i]) > 1e-3 * abs(ev @ P)
 
 
-@pytest.mark.slow  # the enumeration reference again, ~20 s
 def test_numba_kernel_against_enumeration() -> None:
     """The same selection with the observables the numba kernel serves (event sum,
     per-object field with co-moments, branch): the pass runs on the numba kernel and

@@ -14,7 +14,6 @@ branch) must agree; the count threshold's derivative must match central differen
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import uproot
 import vector
 
@@ -142,7 +141,6 @@ def _mean_m2(s):
     return s[0], s[1] / s[0], s[2] - s[1] ** 2 / s[0]
 
 
-@pytest.mark.slow  # ~20-40 s: two compilations (order 1 and 0) on a loaded 2-core machine
 def test_soft_pipeline_against_enumeration() -> None:
     sums, cross, P, ev = reference()
     with Evaluator(config_from_dict(config())) as evaluator:

@@ -108,7 +108,6 @@ def assert_state(m, x, w, rtol=1e-12):
     np.testing.assert_allclose(float(m.m2), m2, rtol=1e-10)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "name,btag",
     # The 2015 file's btagDeepFlavB is a placeholder (-3000): its b-tag is btagCSVV2;

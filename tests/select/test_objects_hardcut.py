@@ -194,7 +194,6 @@ def _ours(lays, dense, static):
     return p, w, ht, obs
 
 
-@pytest.mark.slow  # ~10 compilations per file: 20-40 s on a loaded 2-core machine
 def test_hard_cuts_equal_awkward_vector(case):
     name, ev, cuts, counts = case
     sel, passed, ht, obs = reference(ev, cuts, counts)

@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 __all__ = [
-    "LANES", "accumulate", "axpy", "centre_sums", "compiled", "cut_into", "lin", "lin_add", "patterns",
+    "LANES", "accumulate", "axpy", "centre_sums", "compiled", "cut_into", "lin", "lin_add", "lin_add2", "patterns",
     "select", "soft", "soft_array",
 ]
 
@@ -106,15 +106,24 @@ def lin(out, a, x, b, y):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def lin_add(out, a, x, b, y):
-    """``out[r] += a x[r] + b y[r]`` over the lanes."""
+def lin_add2(out, a, a_hi, x, b, b_hi, y):
+    """``out[r] += a x[r] + b y[r]`` over lanes 0-3 and ``a_hi x[r] + b_hi y[r]`` over
+    lanes 4-7 (two variants side by side, :mod:`analysis.pipeline._numba_hist`); every
+    load before the first store, so that LLVM packs each half into vector operations."""
     x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
     y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
     o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
     out[0], out[1], out[2], out[3] = (o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1),
                                       o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
-    out[4], out[5], out[6], out[7] = (o4 + (a * x4 + b * y4), o5 + (a * x5 + b * y5),
-                                      o6 + (a * x6 + b * y6), o7 + (a * x7 + b * y7))
+    out[4], out[5], out[6], out[7] = (o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
+                                      o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def lin_add(out, a, x, b, y):
+    """``out[r] += a x[r] + b y[r]`` over the lanes (:func:`lin_add2` with one coefficient
+    for both halves: the same operations in the same order)."""
+    lin_add2(out, a, a, x, b, b, y)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -27,8 +27,8 @@ or per object (no sums), so the result does not depend on how blocks are split.
 Two variants per walk. With at most 3 tangents (4 lanes), the 8 lanes hold two
 variants of the same walk (two shift sides: their own pattern probabilities, the same
 tables and walk order): lanes 0-3 the first, 4-7 the second, each with its value in its
-first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes). :func:`lin_add2` is
-:func:`analysis.pipeline._numba_dp.lin_add` with one coefficient per half, so two
+first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes).
+:func:`analysis.pipeline._numba_dp.lin_add2` is ``lin_add`` with one coefficient per half, so two
 variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
 """
 
@@ -37,22 +37,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from analysis.pipeline._numba_dp import LANES, axpy, lin
+from analysis.pipeline._numba_dp import LANES, axpy, lin, lin_add2
 
-__all__ = ["fill", "lin_add2", "rank_order", "store", "walk"]
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def lin_add2(out, a, a_hi, x, b, b_hi, y):
-    """``out[r] += a x[r] + b y[r]`` over lanes 0-3 and ``a_hi x[r] + b_hi y[r]`` over
-    lanes 4-7 (every load before the first store, as ``_numba_dp.lin_add``)."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
-    out[0], out[1], out[2], out[3] = (o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1),
-                                      o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
-    out[4], out[5], out[6], out[7] = (o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
-                                      o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
+__all__ = ["fill", "rank_order", "store", "walk"]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

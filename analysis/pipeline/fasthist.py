@@ -28,17 +28,18 @@ import dataclasses
 from functools import lru_cache
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import _numba_dp, _numba_hist, fastkernel
-from analysis.pipeline._fasttables import _pass_fn, _reduced, _tables, _targets
+from analysis.pipeline._fasttables import _reduced, _tables, _targets
+from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.fastkernel import (
+    _cut_into,
     _event_weights,
-    _par_index,
+    _inputs,
+    _pass_table,
     _pattern_arrays,
     _run_blocks,
-    _value,
 )
 from analysis.pipeline.histkernel import factor_values
 from analysis.pipeline.layout import ChunkColumns
@@ -122,15 +123,7 @@ def _joint_tables(plan: Plan, regions, theta, widths, trainable):
         sp = _region_plan(plan, r).sets
         m = sp.model
         if m.counts:
-            th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
-            cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
-            f_j, slope = _pass_fn(m)(jnp.asarray(th), jnp.asarray(cw))
-            f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
-            df = np.zeros((f.shape[0], n_par))
-            for i, (param, _) in enumerate(sp.thresholds):
-                k = _par_index(trainable, param)
-                if k >= 0:
-                    df[:, k] += slope[:, i]
+            f, df = _pass_table(sp, theta, widths, trainable)
             at = np.ravel_multi_index(
                 tuple(np.minimum(grid[:, var_of[names]], cap) for names, cap in m.variables),
                 m.shape)
@@ -199,22 +192,15 @@ def _patterns(tab, coff, base, flats, theta, widths, trainable, moved: str | Non
             for ls, own in enumerate(cuts):
                 for cut in own:
                     if f"{c}:{cut.field}" != moved:
-                        _cut(cut, flats[c], theta, widths, trainable, *(a[ls] for a in fixed[ci]))
+                        _cut_into(cut, flats[c], theta, widths, trainable, *(a[ls] for a in fixed[ci]))
         qv, qd = (a.copy() for a in fixed[ci])
         for ls, own in enumerate(cuts):
             for cut in own:
                 if f"{c}:{cut.field}" == moved:
-                    _cut(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
+                    _cut_into(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
         _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
                            pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
     return pv_all, pd_all
-
-
-def _cut(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
-    _numba_dp.cut_into(np.ascontiguousarray(flat[cut.field], dtype=np.float64),
-                       _value(theta, cut.param, cut.value), widths[cut.width_index],
-                       cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
-                       qv, qd)
 
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
@@ -353,14 +339,12 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
     weight = np.ascontiguousarray(c.weight, dtype=np.float64)
     evs = {r: _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
            for r in wk["pe"]}
-    if shift is None:
-        ev0, pe0 = evs[0][:, :nl], wk["pe"][0][:, :nl]
-        w_e = ev0[:, 0] * pe0[:, 0]
-        dw_e = ev0[:, 1:] * pe0[:, :1] + ev0[:, :1] * pe0[:, 1:]
-        value["selected_sumw"] = np.array(np.sum(w_e), dtype=np.float64)
-        value["selected_sumw2"] = np.array(np.sum(w_e * w_e), dtype=np.float64)
-        jac["selected_sumw"] = dw_e.sum(axis=0)
-        jac["selected_sumw2"] = (2.0 * w_e[:, None] * dw_e).sum(axis=0)
+    if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
+        ys = yield_sums(evs[0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK)
+        value["selected_sumw"] = np.array(ys[0, 0], dtype=np.float64)
+        value["selected_sumw2"] = np.array(ys[1, 0], dtype=np.float64)
+        jac["selected_sumw"] = ys[0, 1:]
+        jac["selected_sumw2"] = ys[1, 1:]
     for (region, node), group in fills.items():
         if node.kind == "branch":
             x = c.events[node.head]
@@ -394,12 +378,8 @@ def evaluate_columns(
     """``(value, jac)`` of one chunk with its histogram states, as
     :func:`analysis.pipeline.kernel.evaluate_chunk` returns them (numpy float64; ``jac``
     None for ``order=0``); ``plan`` must pass :func:`why_not`."""
-    why = why_not(plan, order, theta)
-    if why is not None:
-        raise ValueError(f"fasthist: {why}")
-    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
-    widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
-    trainable = plan.trainable if order >= 1 else ()
+    theta, widths, trainable = _inputs(plan, order, theta, widths, why_not=why_not,
+                                       who="fasthist")
     # per shift side, the specs filled from one set of entries: (region, x), its variations
     groups: dict[int | None, dict[tuple, list]] = {None: {}}
     for spec in plan.hists:

@@ -155,6 +155,47 @@ def _par_index(trainable: tuple[int, ...], param: int | None) -> int:
     return trainable.index(param) if param is not None and param in trainable else -1
 
 
+def _inputs(plan: Plan, order: int, theta: Any, widths: Any, *, why_not=why_not,
+            who: str = "fastkernel") -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """``(theta, widths, trainable)`` of a numba pass: float64 ``theta`` (flat) and
+    ``widths`` (``plan.n_widths``), the trainable indices (none at ``order=0``); a
+    ``ValueError`` naming ``who`` where ``why_not`` refuses the plan."""
+    why = why_not(plan, order, theta)
+    if why is not None:
+        raise ValueError(f"{who}: {why}")
+    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+    widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
+    return theta, widths, (plan.trainable if order >= 1 else ())
+
+
+def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
+                trainable: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The pass table ``f`` (``(S,)``) of the sets' count model over all its states and
+    its tangents ``df`` (``(S, len(trainable))``) with respect to the trainable count
+    thresholds: the JAX definition (:func:`analysis.pipeline._fasttables._pass_fn`),
+    not reduced (``sp.model.counts`` must not be empty)."""
+    th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
+    cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
+    f_j, slope = _pass_fn(sp.model)(jnp.asarray(th), jnp.asarray(cw))
+    f = np.asarray(f_j, np.float64)
+    slope = np.asarray(slope, np.float64)  # (S, n_counts)
+    df = np.zeros((f.shape[0], len(trainable)))
+    for m, (param, _) in enumerate(sp.thresholds):
+        k = _par_index(trainable, param)
+        if k >= 0:
+            df[:, k] += slope[:, m]
+    return f, df
+
+
+def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
+    """Multiply the soft cut ``cut`` of the collection's columns ``flat`` into the own
+    set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.pipeline._numba_dp.cut_into`)."""
+    _numba_dp.cut_into(np.ascontiguousarray(flat[cut.field], dtype=np.float64),
+                       _value(theta, cut.param, cut.value), widths[cut.width_index],
+                       cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
+                       qv, qd)
+
+
 def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):
     """Per object of every collection: pattern probabilities ``(N, P)`` and their
     tangents ``(N, P, LANES)`` (the soft cuts, then the patterns)."""
@@ -169,11 +210,7 @@ def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):
         qd = np.zeros((max(n_sets, 1), n_obj, lanes))
         for ls in range(n_sets):
             for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]:
-                _numba_dp.cut_into(
-                    np.ascontiguousarray(flats[c][cut.field], dtype=np.float64),
-                    _value(theta, cut.param, cut.value), widths[cut.width_index],
-                    cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
-                    qv[ls], qd[ls])
+                _cut_into(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
         _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
                            pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
     return pv_all, pd_all
@@ -216,12 +253,7 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
 def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int,
              threads: int | None) -> _Weights:
     """Run the loops on one chunk (``plan`` must pass :func:`why_not`)."""
-    why = why_not(plan, order, theta)
-    if why is not None:
-        raise ValueError(f"fastkernel: {why}")
-    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
-    widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
-    trainable = plan.trainable if order >= 1 else ()
+    theta, widths, trainable = _inputs(plan, order, theta, widths)
     n_par = len(trainable)
     np1 = n_par + 1
     sp = plan.sets
@@ -252,17 +284,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     # the pass table and its derivative (the JAX definition), reduced
     model = tab.model
     if model.counts:
-        th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
-        cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
-        f_j, slope = _pass_fn(model)(jnp.asarray(th), jnp.asarray(cw))
-        f = np.asarray(f_j, np.float64)
-        slope = np.asarray(slope, np.float64)  # (S, n_counts)
-        df = np.zeros((f.shape[0], n_par))
-        for m, (param, _) in enumerate(sp.thresholds):
-            k = _par_index(trainable, param)
-            if k >= 0:
-                df[:, k] += slope[:, m]
-        caps, f, df = _reduced(model, f, df)
+        caps, f, df = _reduced(model, *_pass_table(sp, theta, widths, trainable))
     else:
         caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, n_par))
     tgt = _targets(model, caps, tab.collections)

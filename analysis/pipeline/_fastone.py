@@ -30,9 +30,8 @@ def chain(tgt: np.ndarray) -> np.ndarray:
 
 
 def run(args: tuple, n_blocks: int, run_blocks: Callable[..., None], threads: int | None) -> None:
-    """``run_blocks(select_one, ..., n_blocks, threads)`` with ``args`` = ``(coff, vals,
-    cut_t, cut_w, cut_g, cut_inc, cut_abs, cut_par, tgt, f, df, want_w, max_seq, block,
-    pe, ow)`` (see :func:`~analysis.pipeline._numba_one.select_one`; ``tgt``, ``f``,
+    """``run_blocks(select_one, ..., n_blocks, threads)`` with ``args`` = ``(coff, zs, es,
+    cut_w, cut_g, cut_inc, cut_par, tgt, f, df, want_w, max_seq, block, pe, ow)`` (see :func:`~analysis.pipeline._numba_one.select_one`; ``tgt``, ``f``,
     ``df`` over all count states)."""
     *cuts, tgt, f, df, want_w, max_seq, block, pe, ow = args
     states = chain(tgt)

@@ -22,7 +22,6 @@ Events are processed in blocks; per-block partial sums are added in block order.
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 import numba
@@ -30,16 +29,42 @@ import numpy as np
 
 __all__ = [
     "LANES", "accumulate", "axpy", "centre_sums", "compiled", "cut_into", "lin", "lin_add", "lin_add2", "patterns",
-    "select", "soft", "soft_array",
+    "select", "soft_array", "soft_from", "soft_terms",
 ]
 
 
-@numba.njit(cache=True)
-def soft(v, t, width, greater, inclusive):
-    """``(s, ds/dt)`` of :func:`analysis.select.objects.soft_pass` (``ds/dv = -ds/dt``)."""
-    z = v - t if greater else t - v
+def soft_terms(v: np.ndarray, t: float, width: float, greater: bool, absolute: bool,
+               z: np.ndarray | None = None, e: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The host half of the soft cut (numpy, float64): ``z = v - t`` (``>``, ``>=``) or
+    ``t - v`` (``<``, ``<=``), of ``|v|`` for a cut on ``abs``, and ``e = exp(-z / width)``
+    by numpy's vectorised ``exp`` (several times faster than the scalar ``exp`` of a
+    compiled loop; within an ulp of it), or ``e = z`` (unused) for a hard cut
+    (``width = 0``); into ``z`` and ``e`` if given (numpy releases the GIL: slices may
+    be filled on threads). ``e = inf`` far below the threshold (the sigmoid is 0 there)."""
+    v = np.asarray(v, dtype=np.float64)
+    z = np.empty_like(v) if z is None else z
+    x = np.abs(v, out=z) if absolute else v
+    if greater:
+        np.subtract(x, t, out=z)
+    else:
+        np.subtract(t, x, out=z)
+    if not width > 0.0:
+        return z, z
+    e = np.empty_like(v) if e is None else e
+    np.divide(z, -width, out=e)
+    with np.errstate(over="ignore"):
+        np.exp(e, out=e)
+    return z, e
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def soft_from(z, e, width, greater, inclusive):
+    """``(s, ds/dt)`` of :func:`analysis.select.objects.soft_pass` from the terms of
+    :func:`soft_terms`: ``s = 1 / (1 + e)`` and ``ds/dt = -+s (1 - s) / width`` (``ds/dv
+    = -ds/dt``); for ``width = 0`` the step ``z > 0`` (``z >= 0`` if ``inclusive``)."""
     if width > 0.0:
-        s = 1.0 / (1.0 + math.exp(-(z / width)))
+        s = 1.0 / (1.0 + e)
         ds = s * (1.0 - s) / width
         return s, (-ds if greater else ds)
     if inclusive:
@@ -48,10 +73,10 @@ def soft(v, t, width, greater, inclusive):
 
 
 @numba.njit(cache=True, nogil=True)
-def soft_array(v, t, width, greater, inclusive, s_out, ds_out):
-    """:func:`soft` over an array ``v`` (values and ``ds/dt`` into the outputs)."""
-    for i in range(v.shape[0]):
-        s_out[i], ds_out[i] = soft(v[i], t, width, greater, inclusive)
+def soft_array(z, e, width, greater, inclusive, s_out, ds_out):
+    """:func:`soft_from` over arrays of terms (values and ``ds/dt`` into the outputs)."""
+    for i in range(z.shape[0]):
+        s_out[i], ds_out[i] = soft_from(z[i], e[i], width, greater, inclusive)
 
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
@@ -136,13 +161,12 @@ def axpy(out, a, x):
 
 
 @numba.njit(cache=True, nogil=True)
-def cut_into(v, t, width, greater, inclusive, absolute, par, qv, qd):
-    """Multiply the soft cut of values ``v`` into probabilities ``qv`` (``(N,)``) and
-    their tangents ``qd`` (``(N, LANES)``, lane 0 zero); product rule; ``par``: the
-    threshold's parameter (its lane - 1), or -1."""
-    for j in range(v.shape[0]):
-        x = abs(v[j]) if absolute else v[j]
-        sv, ds = soft(x, t, width, greater, inclusive)
+def cut_into(z, e, width, greater, inclusive, par, qv, qd):
+    """Multiply the soft cut of terms ``z``, ``e`` (:func:`soft_terms`) into probabilities
+    ``qv`` (``(N,)``) and their tangents ``qd`` (``(N, LANES)``, lane 0 zero); product
+    rule; ``par``: the threshold's parameter (its lane - 1), or -1."""
+    for j in range(z.shape[0]):
+        sv, ds = soft_from(z[j], e[j], width, greater, inclusive)
         q0 = qv[j]
         for r in range(LANES):
             qd[j, r] *= sv

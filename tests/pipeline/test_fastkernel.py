@@ -406,7 +406,8 @@ def test_soft_cut_is_the_one_definition(width, greater, inclusive):
     v = np.array([-2.0, -0.3, 0.0, 0.5, 1.0, 1.5, 40.0])
     t = 0.5
     s, ds = np.empty(len(v)), np.empty(len(v))
-    _numba_dp.soft_array(v, t, width, greater, inclusive, s, ds)
+    z, e = _numba_dp.soft_terms(v, t, width, greater, False)
+    _numba_dp.soft_array(z, e, width, greater, inclusive, s, ds)
     ref = soft_pass(v, t, width, greater=greater, inclusive=inclusive)
     np.testing.assert_allclose(s, ref, rtol=1e-15, atol=0)
     grad = jax.vmap(jax.grad(lambda x, th: soft_pass(x, th, width, greater=greater,

@@ -29,7 +29,7 @@ import numpy as np
 
 __all__ = [
     "LANES", "accumulate", "axpy", "centre_sums", "compiled", "cut_into", "lin", "lin_add", "lin_add2", "patterns",
-    "select", "soft_array", "soft_from", "soft_terms",
+    "inverse_width", "select", "soft_array", "soft_from", "soft_terms",
 ]
 
 
@@ -59,24 +59,33 @@ def soft_terms(v: np.ndarray, t: float, width: float, greater: bool, absolute: b
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def soft_from(z, e, width, greater, inclusive):
+def soft_from(z, e, inv_width, greater, inclusive):
     """``(s, ds/dt)`` of :func:`analysis.select.objects.soft_pass` from the terms of
-    :func:`soft_terms`: ``s = 1 / (1 + e)`` and ``ds/dt = -+s (1 - s) / width`` (``ds/dv
-    = -ds/dt``); for ``width = 0`` the step ``z > 0`` (``z >= 0`` if ``inclusive``)."""
-    if width > 0.0:
+    :func:`soft_terms` and ``inv_width = 1 / width`` (:func:`inverse_width`: 0 for a
+    hard cut): ``s = 1 / (1 + e)`` and ``ds/dt = -+s (1 - s) / width`` (``ds/dv =
+    -ds/dt``); for ``width = 0`` the step ``z > 0`` (``z >= 0`` if ``inclusive``)."""
+    if inv_width > 0.0:
         s = 1.0 / (1.0 + e)
-        ds = s * (1.0 - s) / width
+        ds = s * (1.0 - s) * inv_width
         return s, (-ds if greater else ds)
     if inclusive:
         return (1.0 if z >= 0.0 else 0.0), 0.0
     return (1.0 if z > 0.0 else 0.0), 0.0
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def inverse_width(width):
+    """``1 / width``, 0 for a hard cut (``width <= 0``): the argument of :func:`soft_from`
+    (a product in the loops where the division would be per object)."""
+    return 1.0 / width if width > 0.0 else 0.0
+
+
 @numba.njit(cache=True, nogil=True)
 def soft_array(z, e, width, greater, inclusive, s_out, ds_out):
     """:func:`soft_from` over arrays of terms (values and ``ds/dt`` into the outputs)."""
+    iw = inverse_width(width)
     for i in range(z.shape[0]):
-        s_out[i], ds_out[i] = soft_from(z[i], e[i], width, greater, inclusive)
+        s_out[i], ds_out[i] = soft_from(z[i], e[i], iw, greater, inclusive)
 
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
@@ -165,8 +174,9 @@ def cut_into(z, e, width, greater, inclusive, par, qv, qd):
     """Multiply the soft cut of terms ``z``, ``e`` (:func:`soft_terms`) into probabilities
     ``qv`` (``(N,)``) and their tangents ``qd`` (``(N, LANES)``, lane 0 zero); product
     rule; ``par``: the threshold's parameter (its lane - 1), or -1."""
+    iw = inverse_width(width)
     for j in range(z.shape[0]):
-        sv, ds = soft_from(z[j], e[j], width, greater, inclusive)
+        sv, ds = soft_from(z[j], e[j], iw, greater, inclusive)
         q0 = qv[j]
         for r in range(LANES):
             qd[j, r] *= sv

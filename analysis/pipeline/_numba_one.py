@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from analysis.pipeline._numba_dp import LANES, lin, lin_add, soft_from
+from analysis.pipeline._numba_dp import LANES, inverse_width, lin, lin_add, soft_from
 
 __all__ = ["select_one", "select_one_value"]
 
@@ -47,6 +47,9 @@ def select_one(
     n_ev = pe.shape[0]
     top = f.shape[0] - 1
     n_cuts = zs.shape[0]
+    iw = np.empty(n_cuts)
+    for c in range(n_cuts):
+        iw[c] = inverse_width(cut_w[c])
     for b in range(b0, b1):
         q = np.empty(max_seq)
         dq = np.empty((max_seq, LANES))
@@ -63,7 +66,7 @@ def select_one(
                 for r in range(LANES):
                     dqj[r] = 0.0
                 for c in range(n_cuts):
-                    sv, ds = soft_from(zs[c, o + j], es[c, o + j], cut_w[c], cut_g[c],
+                    sv, ds = soft_from(zs[c, o + j], es[c, o + j], iw[c], cut_g[c],
                                        cut_inc[c])
                     for r in range(LANES):
                         dqj[r] *= sv
@@ -126,6 +129,9 @@ def select_one_value(
     n_ev = pe.shape[0]
     top = f.shape[0] - 1
     n_cuts = zs.shape[0]
+    iw = np.empty(n_cuts)
+    for c in range(n_cuts):
+        iw[c] = inverse_width(cut_w[c])
     lanes = pe.shape[1]
     for b in range(b0, b1):
         q = np.empty(max_seq)
@@ -138,7 +144,7 @@ def select_one_value(
             for j in range(n):
                 q0 = 1.0
                 for c in range(n_cuts):
-                    q0 *= soft_from(zs[c, o + j], es[c, o + j], cut_w[c], cut_g[c],
+                    q0 *= soft_from(zs[c, o + j], es[c, o + j], iw[c], cut_g[c],
                                     cut_inc[c])[0]
                 q[j] = q0
             if want_w:

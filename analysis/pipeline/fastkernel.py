@@ -196,28 +196,24 @@ def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
     """Multiply the soft cut ``cut`` of the collection's columns ``flat`` into the own
     set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.pipeline._numba_dp.cut_into`)."""
     width = widths[cut.width_index]
-    z, e = _numba_dp.soft_terms(flat[cut.field], _value(theta, cut.param, cut.value), width,
-                                cut.greater, cut.absolute)
-    _numba_dp.cut_into(z, e, width, cut.greater, cut.inclusive,
-                       _par_index(trainable, cut.param), qv, qd)
+    s = _numba_dp.soft_values(flat[cut.field], _value(theta, cut.param, cut.value), width,
+                              cut.greater, cut.inclusive, cut.absolute)
+    _numba_dp.cut_into(s, width, cut.greater, _par_index(trainable, cut.param), qv, qd)
 
 
-def _terms(cuts, flat: dict, theta, widths, zs: np.ndarray, es: np.ndarray,
-           threads: int | None) -> None:
-    """The cuts' terms (:func:`analysis.pipeline._numba_dp.soft_terms`) of every object
-    into ``zs``, ``es`` (``(C, N)``), in contiguous slices on the pool (element-wise:
-    the same floats for any number of threads)."""
-    n = zs.shape[1]
+def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int | None) -> None:
+    """The cuts' probabilities (:func:`analysis.pipeline._numba_dp.soft_values`) of every
+    object into ``ss`` (``(C, N)``), in contiguous slices on the pool (element-wise: the
+    same floats for any number of threads)."""
+    n = ss.shape[1]
     parts = min(_threads(threads), max(1, n // 65536))
     edges = np.linspace(0, n, parts + 1).astype(int)
 
     def fill(a: int, b: int) -> None:
         for i, cut in enumerate(cuts):
-            w = widths[cut.width_index]
-            _numba_dp.soft_terms(flat[cut.field][a:b], _value(theta, cut.param, cut.value), w,
-                                 cut.greater, cut.absolute, zs[i, a:b], es[i, a:b])
-            if not w > 0.0:  # a hard cut: its e is not written (nor read)
-                es[i, a:b] = 0.0
+            _numba_dp.soft_values(flat[cut.field][a:b], _value(theta, cut.param, cut.value),
+                                  widths[cut.width_index], cut.greater, cut.inclusive,
+                                  cut.absolute, ss[i, a:b])
 
     _run_slices(fill, edges)
 
@@ -274,12 +270,10 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
     n_ev = int(cols.n_events)
     ev = np.zeros((n_ev, _numba_dp.LANES))
     ev[:, 0] = cols.weight
-    s_buf, ds_buf = np.empty(n_ev), np.empty(n_ev)
     for cut in plan.event_cuts:
-        width = widths[cut.width_index]
-        z, e = _numba_dp.soft_terms(cols.events[cut.key], _value(theta, cut.param, cut.value),
-                                    width, cut.greater, False)
-        _numba_dp.soft_array(z, e, width, cut.greater, cut.inclusive, s_buf, ds_buf)
+        s_buf, ds_buf = _numba_dp.soft_array(
+            cols.events[cut.key], _value(theta, cut.param, cut.value), widths[cut.width_index],
+            cut.greater, cut.inclusive)
         k = _par_index(trainable, cut.param)
         ev[:, 1:] *= s_buf[:, None]
         if k >= 0:
@@ -362,14 +356,12 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     if n_ev and fused:
         cuts = tab.set_cuts[0]
         flat = flats[tab.collections[0]]
-        zs = np.empty((len(cuts), int(coff[0, -1])))
-        es = np.empty_like(zs)
-        _terms(cuts, flat, theta, widths, zs, es, threads)
+        ss = np.empty((len(cuts), int(coff[0, -1])))
+        _soft_values(cuts, flat, theta, widths, ss, threads)
         args = (
-            coff[0], zs, es,
+            coff[0], ss,
             np.array([widths[c.width_index] for c in cuts], np.float64),
             np.array([c.greater for c in cuts], np.bool_),
-            np.array([c.inclusive for c in cuts], np.bool_),
             np.array([_par_index(trainable, c.param) for c in cuts], np.int64),
             np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
             BLOCK, pe, ow[0],

@@ -8,7 +8,11 @@ discriminated union :data:`ObjectiveTerm`, on ``type``) and knows
 - ``check(stats, ctx)``: raise :class:`~analysis.errors.DiffcoffeaError` where it is
   undefined (e.g. zero background yield);
 - ``loss(stats, ctx)``: a JAX function of the statistics; the objective (to minimise)
-  is ``sum(term.weight * term.loss(stats, ctx))``.
+  is ``sum(term.weight * term.loss(stats, ctx))``;
+- ``reads()``: the observables whose statistics ``loss`` reads (names; ``None``: it
+  may read any). An optimisation step computes only the observables its terms read
+  (:func:`analysis.pipeline.plan.only_observables`); yields, Monte Carlo variances and
+  histogram templates are always there.
 
 ``ctx`` is a :class:`TermContext` (the :class:`analysis.optimize.objectives.Objective`
 being built): ``source`` (for messages), ``datasets``, ``signal`` and ``background``
@@ -137,6 +141,11 @@ class Term(_Model):
         """JAX: the term's value (before ``weight``) from the statistics."""
         raise NotImplementedError
 
+    def reads(self) -> frozenset[str] | None:
+        """The observables (names) whose statistics :meth:`loss` reads; ``None`` (the
+        default): any of them."""
+        return None
+
 
 class SignificanceTerm(Term):
     """``-Z_A`` of all ``role: signal`` over all ``role: background`` datasets, with a
@@ -164,6 +173,9 @@ class SignificanceTerm(Term):
 
     def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
         return -significance_z(stats, ctx.signal, ctx.background, self.sigma_b)
+
+    def reads(self) -> frozenset[str]:
+        return frozenset()  # yields and Monte Carlo variances only
 
 
 def _lookup(stats: dict, path: str) -> Any:
@@ -204,6 +216,13 @@ class TargetTerm(Term):
     def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
         assert self.stat is not None
         return (_lookup(stats, self.stat) - self.value) ** 2
+
+    def reads(self) -> frozenset[str]:
+        """``{observable}`` of ``dataset.observable.stat``; none for ``dataset.yield``
+        (or another per-dataset number)."""
+        assert self.stat is not None
+        parts = self.stat.split(".")
+        return frozenset(parts[1:2]) if len(parts) > 2 else frozenset()
 
 
 def _search_path(config_dir: Path | None) -> list[str]:
@@ -349,6 +368,9 @@ class _LikelihoodTerm(Term):
             raise ConfigError(
                 f"{where}: {kind} needs a 'likelihood:' section (channels of histograms)"
             )
+
+    def reads(self) -> frozenset[str]:
+        return frozenset()  # the templates only
 
     def check(self, stats: dict[str, Any], ctx: TermContext) -> None:
         """Refuse unusable templates (one line naming channel, sample and bin) and a

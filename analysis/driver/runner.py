@@ -47,6 +47,7 @@ first-event check). :class:`Evaluator` inherits the last four as mixins.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,7 @@ from analysis.errors import InputError
 from analysis.pipeline.bounds import check_sizes
 from analysis.pipeline.kernel import chunk_state, grid_state
 from analysis.pipeline.layout import ChunkColumns
-from analysis.pipeline.plan import Plan, build_plan, initial_widths
+from analysis.pipeline.plan import Plan, build_plan, initial_widths, only_observables
 from analysis.pipeline.results import DatasetState
 
 __all__ = [
@@ -133,6 +134,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         it is, e.g. shared by several evaluators of the same files."""
         self.config = config
         self.plan = build_plan(config)
+        self._plans: dict[frozenset, Plan] = {}
         ex = config.executor
         self.executor_type = executor or ex.type
         self.workers = workers or ex.workers
@@ -194,17 +196,30 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         order: int = 1,
         chunks: list | None = None,
         unit_weights: bool = False,
+        observables: Collection[str] | None = None,
     ) -> dict[str, DatasetState]:
         """One pass: ``{dataset: DatasetState}`` (every configured dataset present).
         ``unit_weights``: every event weighs 1 (with ``widths=0``, ``order=0``: the
-        selected sums are the numbers of events passing the hard cuts)."""
+        selected sums are the numbers of events passing the hard cuts).
+        ``observables``: compute only these observables (names; default all): the same
+        columns, selection, yields and histograms
+        (:func:`analysis.pipeline.plan.only_observables`)."""
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
+        plan = self.plan if observables is None else self._plan_with(observables)
         proc = DiffProcessor(
-            self.plan, theta, w, self.weight_branches, order=order, unit_weights=unit_weights
+            plan, theta, w, self.weight_branches, order=order, unit_weights=unit_weights
         )
-        return self.process(proc, lambda: empty_state(self.plan, theta, w, order), chunks=chunks)
+        return self.process(proc, lambda: empty_state(plan, theta, w, order), chunks=chunks)
+
+    def _plan_with(self, observables: Collection[str]) -> Plan:
+        """:func:`~analysis.pipeline.plan.only_observables` of the plan, built once per
+        set of names (so that the kernels' per-plan tables are built once too)."""
+        key = frozenset(observables)
+        if key not in self._plans:
+            self._plans[key] = only_observables(self.plan, key)
+        return self._plans[key]
 
     def run_pullback(
         self,

@@ -17,6 +17,8 @@ respect to the trainable parameters; then one update of the configured optimiser
 - Stochastic mode: a step uses ``chunks_per_step`` chunks (at least one of every
   dataset) drawn with a generator seeded by ``(seed, step)``, so a resumed run
   draws the same chunks.
+- A step computes the observables its terms read only (the first and the last step,
+  and the final evaluations, compute all): :func:`analysis.optimize.objectives.step_observables`.
 - Checkpoint: after every step ``checkpoint.npz`` (parameters, optimiser state,
   history; data only, see :mod:`analysis.optimize.checkpoint`) is written atomically in the
   output directory; ``--resume`` continues from it and reaches the same final
@@ -42,7 +44,7 @@ from analysis.config.loader import Config
 from analysis.config.terms import TermReturnError
 from analysis.errors import ConfigError, DiffcoffeaError, LikelihoodError
 from analysis.optimize import checkpoint as _ckpt
-from analysis.optimize.objectives import Objective, objective_from_states
+from analysis.optimize.objectives import Objective, objective_from_states, step_observables
 from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
@@ -216,6 +218,9 @@ class Optimization:
         self.last_states: dict | None = None
         #: the states of step 0 (initial parameters and widths, all chunks), if run here
         self.initial_states: dict | None = None
+        #: the observables the steps after the first compute (None: all; module docstring)
+        self.step_observables = None if self.reverse else step_observables(
+            self.objective, self.plan, self.order)
 
     # parameters
     def params(self, u: np.ndarray | None = None) -> dict[str, float]:
@@ -287,8 +292,9 @@ class Optimization:
         order: int = 1,
         chunks=None,
         strict: bool = True,
+        observables: tuple[str, ...] | None = None,
     ) -> dict[str, Any]:
-        states = self._reusable(params, widths, order) if chunks is None else None
+        states = self._reusable(params, widths, order, observables) if chunks is None else None
         if states is None and self.reverse and order == 1:
             res = reverse_objective(self.objective, self.ev, params, widths, chunks=chunks,
                                     strict=strict)
@@ -297,20 +303,25 @@ class Optimization:
             self.last_states = res.pop("states")
             return res
         if states is None:
-            states = self.ev.run(params, widths=widths, order=order, chunks=chunks)
+            states = self.ev.run(params, widths=widths, order=order, chunks=chunks,
+                                 observables=observables)
             self.passes += 1
-            self._last = (dict(params), np.array(widths, dtype=np.float64), order, chunks is None)
+            self._last = (dict(params), np.array(widths, dtype=np.float64), order,
+                          chunks is None, observables)
         self.last_states = states
         return objective_from_states(self.objective, states, order=order, strict=strict)
 
-    def _reusable(self, params: dict[str, float], widths: np.ndarray, order: int):
+    def _reusable(self, params: dict[str, float], widths: np.ndarray, order: int,
+                  observables: tuple[str, ...] | None = None):
         """The last pass's states if it was over all chunks at exactly these parameters
-        and widths, with at least this derivative order; else ``None``."""
+        and widths, with at least this derivative order and the observables asked for
+        (``None``: all); else ``None``."""
         if self._last is None:
             return None
-        p, w, o, full = self._last
+        p, w, o, full, obs = self._last
         same = p == params and np.array_equal(w, np.asarray(widths, dtype=np.float64))
-        return self.last_states if full and same and o >= order else None
+        has = obs is None or obs == observables
+        return self.last_states if full and same and o >= order and has else None
 
     def do_step(self) -> dict[str, Any]:
         """One pass and one update; appends to the history and writes the checkpoint."""
@@ -320,7 +331,11 @@ class Optimization:
         params = self.params()
         chunks = self._chunks_for(k)
         try:
-            res = self.evaluate(params, widths, order=self.order, chunks=chunks)
+            # all observables at the first step (the plots' initial histogram) and at
+            # the last (the final evaluation may reuse it)
+            every = k in (0, self.opt_cfg.steps - 1)
+            res = self.evaluate(params, widths, order=self.order, chunks=chunks,
+                                observables=None if every else self.step_observables)
         except (TermReturnError, LikelihoodError) as err:  # name the step (as for NaN)
             raise DiffcoffeaError(
                 f"optimize: step {k}: {err}; stopped, {_kept(k, self.outdir / CHECKPOINT)}"

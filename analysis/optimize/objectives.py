@@ -53,7 +53,7 @@ from analysis.config.terms import (
     significance_z,
 )
 from analysis.errors import ConfigError, DiffcoffeaError
-from analysis.pipeline.plan import Plan
+from analysis.pipeline.plan import Plan, only_observables
 from analysis.pipeline.results import DatasetState, derivatives, statistics
 from analysis.stats.histogram import Histogram
 from analysis.stats.registry import json_paths
@@ -66,6 +66,7 @@ __all__ = [
     "dataset_stats",
     "objective_from_states",
     "stat_paths",
+    "step_observables",
 ]
 
 
@@ -159,6 +160,17 @@ class Objective:
     def likelihood_states(self, stats: dict[str, Any]) -> dict[str, Any]:
         """JAX: ``{dataset: {key: Histogram}}`` of the model (normalised templates)."""
         return model_states(stats, self.config)
+
+    def reads(self) -> frozenset[str] | None:
+        """The observables the terms read (the union of
+        :meth:`analysis.config.terms.Term.reads`); ``None`` if a term may read any."""
+        out: frozenset[str] = frozenset()
+        for term in self.terms:
+            r = term.reads()
+            if r is None:
+                return None
+            out |= r
+        return out
 
     def check(self, stats: dict[str, Any]) -> None:
         """Raise a clear error when the objective is undefined (e.g. zero background yield)."""
@@ -254,3 +266,21 @@ def objective_from_states(
         "significance": float(val["significance"]) if "significance" in val else None,
         "yields": yields,
     }
+
+
+def step_observables(objective: Objective, plan: Plan, order: int) -> tuple[str, ...] | None:
+    """The observables an optimisation step computes: those ``objective`` reads
+    (:meth:`Objective.reads`), in plan order; ``None`` (all of them) if a term may read
+    any, if it reads every one, or if the numba kernel does not serve the plan without
+    the others (on the JAX kernel another plan is another compilation)."""
+    reads = objective.reads()
+    if reads is None:
+        return None
+    names = tuple(o.name for o in plan.observables if o.name in reads)
+    if len(names) == len(plan.observables):
+        return None
+    from analysis.pipeline import fasthist, fastkernel
+
+    reduced = only_observables(plan, names)
+    fast = fasthist if reduced.hists else fastkernel
+    return names if fast.why_not(reduced, order) is None else None

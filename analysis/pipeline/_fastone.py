@@ -30,15 +30,14 @@ def chain(tgt: np.ndarray) -> np.ndarray:
 
 
 def run(args: tuple, n_blocks: int, run_blocks: Callable[..., None], threads: int | None) -> None:
-    """``run_blocks(select_one, ..., n_blocks, threads)`` with ``args`` = ``(coff, vals,
-    cut_t, cut_w, cut_g, cut_inc, cut_abs, cut_par, tgt, f, df, want_w, max_seq, block,
-    pe, ow)`` (see :func:`~analysis.pipeline._numba_one.select_one`; ``tgt``, ``f``,
+    """``run_blocks(select_one, ..., n_blocks, threads)`` with ``args`` = ``(coff, ss,
+    cut_w, cut_g, cut_par, tgt, f, df, want_w, max_seq, block, pe, ow)`` (see :func:`~analysis.pipeline._numba_one.select_one`; ``tgt``, ``f``,
     ``df`` over all count states)."""
     *cuts, tgt, f, df, want_w, max_seq, block, pe, ow = args
     states = chain(tgt)
     f = np.ascontiguousarray(f[states])
     if np.all(cuts[-1] < 0) and not np.any(df):  # nothing to differentiate: lane 0 only
-        one = (*cuts[:-1], f, want_w, max_seq, block, pe, ow)
+        one = (cuts[0], cuts[1], f, want_w, max_seq, block, pe, ow)
         kernel = _numba_one.select_one_value
     else:
         one = (*cuts, f, np.ascontiguousarray(df[states]), want_w, max_seq, block, pe, ow)

@@ -15,8 +15,9 @@ the same operations in the same order, so the two loops agree to the last bits. 
 chain of states ``0, tgt[0], tgt[tgt[0]], ...`` is ever reached (one pattern adds to
 the counts), so the loop runs on that chain, ``tgt[i] = min(i + 1, L)``, and ``F_j``
 (``G_j``, as far as it is read) on its first ``j + 1`` states only: the entries left
-out are zeros that the general loop adds (the same floats). What the fusion saves: the soft cuts are evaluated inside the event loop from the cut fields
-(no per-object tangent arrays written and read back between passes), and the weighted
+out are zeros that the general loop adds (the same floats). What the fusion saves: the
+soft cuts' products and tangents are formed inside the event loop from their
+probabilities (computed vectorised on the host; no per-object tangent arrays written and read back between passes), and the weighted
 first sums of the observables' centres come out of the same loop.
 """
 
@@ -25,26 +26,29 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from analysis.pipeline._numba_dp import LANES, lin, lin_add, soft
+from analysis.pipeline._numba_dp import LANES, inverse_width, lin, lin_add, soft_slope
 
 __all__ = ["select_one", "select_one_value"]
 
 
 @numba.njit(cache=True, nogil=True)
 def select_one(
-    coff, vals, cut_t, cut_w, cut_g, cut_inc, cut_abs, cut_par, f, df, want_w, max_seq,
-    block, pe, ow, b0, b1,
+    coff, ss, cut_w, cut_g, cut_par, f, df, want_w, max_seq, block, pe, ow, b0, b1,
 ):
-    """Blocks ``b0:b1`` of events. ``coff``: ``(E + 1,)`` object offsets; ``vals``:
-    ``(C, N)`` the cut fields per object; per cut ``c``: threshold ``cut_t[c]``, width
-    ``cut_w[c]``, ``cut_g[c]`` (``>``/``>=``), ``cut_inc[c]``, ``cut_abs[c]`` (on
-    ``|value|``), ``cut_par[c]`` (its threshold's lane - 1, or -1); ``f``, ``df``: the
+    """Blocks ``b0:b1`` of events. ``coff``: ``(E + 1,)`` object offsets; ``ss``:
+    ``(C, N)`` the cuts' probabilities per object
+    (:func:`analysis.pipeline._numba_dp.soft_values`); per cut ``c``: width ``cut_w[c]``,
+    ``cut_g[c]`` (``>``/``>=``), ``cut_par[c]`` (its threshold's lane - 1, or -1); ``f``,
+    ``df``: the
     pass table and its tangents in lanes (lane 0 zero) on the chain of count states
     (``tgt[i] = min(i + 1, L)``, ``L + 1`` states). Outputs in lanes: ``pe[e] = (P, dP)``
     and, if ``want_w``, ``ow[j] = (w_j, dw_j)``."""
     n_ev = pe.shape[0]
     top = f.shape[0] - 1
-    n_cuts = vals.shape[0]
+    n_cuts = ss.shape[0]
+    iw = np.empty(n_cuts)
+    for c in range(n_cuts):
+        iw[c] = inverse_width(cut_w[c])
     for b in range(b0, b1):
         q = np.empty(max_seq)
         dq = np.empty((max_seq, LANES))
@@ -61,14 +65,11 @@ def select_one(
                 for r in range(LANES):
                     dqj[r] = 0.0
                 for c in range(n_cuts):
-                    x = vals[c, o + j]
-                    if cut_abs[c]:
-                        x = abs(x)
-                    sv, ds = soft(x, cut_t[c], cut_w[c], cut_g[c], cut_inc[c])
+                    sv = ss[c, o + j]
                     for r in range(LANES):
                         dqj[r] *= sv
                     if cut_par[c] >= 0:
-                        dqj[1 + cut_par[c]] += q0 * ds
+                        dqj[1 + cut_par[c]] += q0 * soft_slope(sv, iw[c], cut_g[c])
                     q0 *= sv
                 q[j] = q0
             if want_w:
@@ -116,17 +117,14 @@ def select_one(
 
 
 @numba.njit(cache=True, nogil=True)
-def select_one_value(
-    coff, vals, cut_t, cut_w, cut_g, cut_inc, cut_abs, f, want_w, max_seq, block, pe, ow,
-    b0, b1,
-):
+def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
     """:func:`select_one` for values only (no trainable parameter: ``order=0``, hard
     cuts, histograms): lane 0 alone, the same floats as lane 0 of :func:`select_one`
     (its tangent lanes are zeros there, and its weight sum ``H[0]`` is twice this one's,
     halved: exact); the other lanes of ``pe`` and ``ow`` are set to zero."""
     n_ev = pe.shape[0]
     top = f.shape[0] - 1
-    n_cuts = vals.shape[0]
+    n_cuts = ss.shape[0]
     lanes = pe.shape[1]
     for b in range(b0, b1):
         q = np.empty(max_seq)
@@ -139,10 +137,7 @@ def select_one_value(
             for j in range(n):
                 q0 = 1.0
                 for c in range(n_cuts):
-                    x = vals[c, o + j]
-                    if cut_abs[c]:
-                        x = abs(x)
-                    q0 *= soft(x, cut_t[c], cut_w[c], cut_g[c], cut_inc[c])[0]
+                    q0 *= ss[c, o + j]
                 q[j] = q0
             if want_w:
                 F[0, 0] = 1.0

@@ -120,17 +120,22 @@ def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) 
     if threads <= 1:
         kernel(*args, 0, n_blocks)
         return
-    pid = os.getpid()
-    if pid not in _POOL:
-        _POOL.clear()
-        _POOL[pid] = ThreadPoolExecutor(thread_name_prefix="fastkernel")
     edges = np.linspace(0, n_blocks, threads + 1).astype(int)
     futures = [
-        _POOL[pid].submit(kernel, *args, int(a), int(b))
+        _pool().submit(kernel, *args, int(a), int(b))
         for a, b in zip(edges[:-1], edges[1:], strict=True)
     ]
     for f in futures:
         f.result()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's thread pool (a forked worker makes its own)."""
+    pid = os.getpid()
+    if pid not in _POOL:
+        _POOL.clear()
+        _POOL[pid] = ThreadPoolExecutor(thread_name_prefix="fastkernel")
+    return _POOL[pid]
 
 
 def _work(name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -190,10 +195,38 @@ def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
 def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
     """Multiply the soft cut ``cut`` of the collection's columns ``flat`` into the own
     set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.pipeline._numba_dp.cut_into`)."""
-    _numba_dp.cut_into(np.ascontiguousarray(flat[cut.field], dtype=np.float64),
-                       _value(theta, cut.param, cut.value), widths[cut.width_index],
-                       cut.greater, cut.inclusive, cut.absolute, _par_index(trainable, cut.param),
-                       qv, qd)
+    width = widths[cut.width_index]
+    s = _numba_dp.soft_values(flat[cut.field], _value(theta, cut.param, cut.value), width,
+                              cut.greater, cut.inclusive, cut.absolute)
+    _numba_dp.cut_into(s, width, cut.greater, _par_index(trainable, cut.param), qv, qd)
+
+
+def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int | None) -> None:
+    """The cuts' probabilities (:func:`analysis.pipeline._numba_dp.soft_values`) of every
+    object into ``ss`` (``(C, N)``), in contiguous slices on the pool (element-wise: the
+    same floats for any number of threads)."""
+    n = ss.shape[1]
+    parts = min(_threads(threads), max(1, n // 65536))
+    edges = np.linspace(0, n, parts + 1).astype(int)
+
+    def fill(a: int, b: int) -> None:
+        for i, cut in enumerate(cuts):
+            _numba_dp.soft_values(flat[cut.field][a:b], _value(theta, cut.param, cut.value),
+                                  widths[cut.width_index], cut.greater, cut.inclusive,
+                                  cut.absolute, ss[i, a:b])
+
+    _run_slices(fill, edges)
+
+
+def _run_slices(fn, edges: np.ndarray) -> None:
+    """``fn(a, b)`` for consecutive ``edges``, on the pool when there are several."""
+    if len(edges) <= 2:
+        fn(int(edges[0]), int(edges[-1]))
+        return
+    pool = _pool()
+    futures = [pool.submit(fn, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    for f in futures:
+        f.result()
 
 
 def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):
@@ -237,11 +270,10 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
     n_ev = int(cols.n_events)
     ev = np.zeros((n_ev, _numba_dp.LANES))
     ev[:, 0] = cols.weight
-    s_buf, ds_buf = np.empty(n_ev), np.empty(n_ev)
     for cut in plan.event_cuts:
-        _numba_dp.soft_array(np.ascontiguousarray(cols.events[cut.key], dtype=np.float64),
-                             _value(theta, cut.param, cut.value), widths[cut.width_index],
-                             cut.greater, cut.inclusive, s_buf, ds_buf)
+        s_buf, ds_buf = _numba_dp.soft_array(
+            cols.events[cut.key], _value(theta, cut.param, cut.value), widths[cut.width_index],
+            cut.greater, cut.inclusive)
         k = _par_index(trainable, cut.param)
         ev[:, 1:] *= s_buf[:, None]
         if k >= 0:
@@ -324,16 +356,12 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     if n_ev and fused:
         cuts = tab.set_cuts[0]
         flat = flats[tab.collections[0]]
-        vals = np.empty((len(cuts), int(coff[0, -1])))
-        for i, cut in enumerate(cuts):
-            vals[i] = flat[cut.field]
+        ss = np.empty((len(cuts), int(coff[0, -1])))
+        _soft_values(cuts, flat, theta, widths, ss, threads)
         args = (
-            coff[0], vals,
-            np.array([_value(theta, c.param, c.value) for c in cuts], np.float64),
+            coff[0], ss,
             np.array([widths[c.width_index] for c in cuts], np.float64),
             np.array([c.greater for c in cuts], np.bool_),
-            np.array([c.inclusive for c in cuts], np.bool_),
-            np.array([c.absolute for c in cuts], np.bool_),
             np.array([_par_index(trainable, c.param) for c in cuts], np.int64),
             np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
             BLOCK, pe, ow[0],

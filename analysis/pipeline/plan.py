@@ -15,7 +15,9 @@ written; :mod:`analysis.pipeline.setkernel` (JAX) and :mod:`analysis.pipeline.fa
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from analysis.config.loader import Config
@@ -38,6 +40,7 @@ __all__ = [
     "SetSpec",
     "build_plan",
     "initial_widths",
+    "only_observables",
     "threshold_value",
 ]
 
@@ -382,3 +385,20 @@ def initial_widths(config: Config) -> list[float]:
         e.effective_width() for e in config.selection.entries or []
         if e.has_width
     ] + histplan.extra_widths(config)
+
+
+def only_observables(plan: Plan, names: Collection[str]) -> Plan:
+    """``plan`` with only the observables named in ``names`` (in plan order): the same
+    columns to read (``sets.fields``, ``event_keys``), cuts, counts, parameters and
+    histograms, so the same selection and the same yields, templates and their
+    derivatives; the observables left out are not computed (an optimisation step whose
+    objective does not read them, :meth:`analysis.config.terms.Term.reads`). ``plan``
+    itself if it keeps every observable."""
+    keep = [i for i, obs in enumerate(plan.observables) if obs.name in names]
+    if len(keep) == len(plan.observables):
+        return plan
+    sets = dataclasses.replace(
+        plan.sets, nodes=tuple(plan.sets.nodes[i] for i in keep),
+        orders=tuple(plan.sets.orders[i] for i in keep))
+    return dataclasses.replace(
+        plan, observables=tuple(plan.observables[i] for i in keep), sets=sets)

@@ -114,14 +114,17 @@ def statistics(states: dict, plan: Plan) -> dict:
     """JAX function: the statistics of one dataset from its (merged) states.
 
     Returns ``{"selected_sumw", "selected_sumw2", "observables": {name: {stat: value}}}``
-    with ``linear_fit`` a dict of intercept, slope and their errors.
+    with ``linear_fit`` a dict of intercept, slope and their errors, for the observables
+    the states hold (all of ``plan``'s, or those of a pass of
+    :func:`analysis.pipeline.plan.only_observables`).
     """
+    held = states["observables"]
     return {
         "selected_sumw": states["selected_sumw"],
         "selected_sumw2": states["selected_sumw2"],
         "observables": {
-            obs.name: observable_statistics(states["observables"][obs.name], obs.statistics)
-            for obs in plan.observables
+            obs.name: observable_statistics(held[obs.name], obs.statistics)
+            for obs in plan.observables if obs.name in held
         },
     }
 

@@ -25,9 +25,9 @@ class Passes:
         self.passes = 0
         run, process = ev.run, ev.process
 
-        def recording_run(params=None, *, widths=None, order=1, chunks=None):
+        def recording_run(params=None, *, widths=None, order=1, chunks=None, **kw):
             self.runs.append((order, None if widths is None else [float(w) for w in widths]))
-            return run(params, widths=widths, order=order, chunks=chunks)
+            return run(params, widths=widths, order=order, chunks=chunks, **kw)
 
         def counting_process(*args, **kwargs):
             self.passes += 1

@@ -130,9 +130,9 @@ class _ChunkSpy:
         self._run = ev.run
         ev.run = self  # type: ignore[method-assign]
 
-    def __call__(self, params=None, *, widths=None, order=1, chunks=None):
+    def __call__(self, params=None, *, widths=None, order=1, chunks=None, **kw):
         self.calls.append(None if chunks is None else tuple(_key(c) for c in chunks))
-        return self._run(params, widths=widths, order=order, chunks=chunks)
+        return self._run(params, widths=widths, order=order, chunks=chunks, **kw)
 
 
 def _key(chunk) -> tuple:

@@ -403,16 +403,22 @@ def test_why_not_names_the_reason():
 @pytest.mark.parametrize("greater, inclusive", [(True, False), (True, True), (False, False),
                                                 (False, True)])
 def test_soft_cut_is_the_one_definition(width, greater, inclusive):
-    v = np.array([-2.0, -0.3, 0.0, 0.5, 1.0, 1.5, 40.0])
+    # the probabilities (numpy, on the host) and the loops' slope from them (numba)
+    v = np.array([-2.0, -0.3, 0.0, 0.5, 1.0, 1.5, 40.0, -1e4, 1e4])
     t = 0.5
-    s, ds = np.empty(len(v)), np.empty(len(v))
-    _numba_dp.soft_array(v, t, width, greater, inclusive, s, ds)
+    s, ds = _numba_dp.soft_array(v, t, width, greater, inclusive)
     ref = soft_pass(v, t, width, greater=greater, inclusive=inclusive)
     np.testing.assert_allclose(s, ref, rtol=1e-15, atol=0)
     grad = jax.vmap(jax.grad(lambda x, th: soft_pass(x, th, width, greater=greater,
                                                      inclusive=inclusive), argnums=1),
                     in_axes=(0, None))(v, t)
     np.testing.assert_allclose(ds, grad, rtol=1e-14, atol=1e-300)
+    iw = _numba_dp.inverse_width(width)
+    loops = [_numba_dp.soft_slope(x, iw, greater) for x in s]
+    np.testing.assert_allclose(loops, grad, rtol=1e-14, atol=1e-300)
+    nan = np.array([np.nan])
+    np.testing.assert_array_equal(_numba_dp.soft_array(nan, t, width, greater, inclusive)[0],
+                                  soft_pass(nan, t, width, greater=greater, inclusive=inclusive))
 
 
 def test_reduced_pass_table_keeps_every_sum():

@@ -42,14 +42,19 @@ from analysis.pipeline.results import DatasetState
 from analysis.stats.derive import Pullback
 from analysis.stats.merge import is_state
 
-__all__ = ["chunk_pullback", "why_not"]
+__all__ = ["chunk_pullback", "chunk_yield_gradients", "why_not", "yield_cotangents"]
 
 _YIELDS = ("selected_sumw", "selected_sumw2")
+# False: every reverse-mode pass of the pipeline runs the JAX sweep (tests and
+# benchmarks compare the two)
+_ENABLED = True
 
 
 def why_not(plan: Plan, theta: Any = None) -> str | None:
     """``None`` when :func:`chunk_pullback` serves ``plan`` (the payload is checked
     there: it must read the yields only), else the reason (``--debug`` logs it)."""
+    if not _ENABLED:
+        return "the numba reverse pass is switched off (fastreverse._ENABLED)"
     run = scorecols.bare(plan)
     why = fastkernel.why_not(run, 0, theta)
     if why is not None:
@@ -64,7 +69,7 @@ def _leaf_names(value: Any) -> list[str]:
     return [".".join(str(getattr(k, "key", k)) for k in path) for path, _ in paths]
 
 
-def _yield_cotangents(value: Any, payload: list) -> tuple[float, float] | str:
+def yield_cotangents(value: Any, payload: list) -> tuple[float, float] | str:
     """``(a1, a2)``: the cotangents of the yield and its square in ``payload`` (0 for a
     pruned entry), or the name of the first other state the payload reads."""
     names = _leaf_names(value)
@@ -106,23 +111,26 @@ def _chain_table(plan: Plan, theta, widths, counts_tr: tuple[int, ...]):
     return np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
 
 
-def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payload: list, *,
-                   threads: int | None = None) -> DatasetState | str:
-    """One chunk's states and gradient share (module docstring), as
-    :func:`analysis.pipeline.reverse.chunk_pullback` returns them; ``plan`` must pass
-    :func:`why_not`. A payload that reads more than the yields gives the reason (a
-    ``str``) instead: the caller runs the JAX sweep."""
+def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
+            payload: list | None = None, threads: int | None = None):
+    """``(value, grads)``: the chunk's value states and ``grads[r] = d(a1_r Y + a2_r Y2)/dtheta``
+    over the full parameter vector for each row ``(a1_r, a2_r)`` of ``cots`` ((R, 2));
+    ``payload`` given: ``cots`` from it (one row), or the reason (a ``str``) where it
+    reads more than the yields."""
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
     widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
     run = scorecols.bare(plan)
     cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
     value, _ = fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads)
-    cot = _yield_cotangents(value, payload)
-    if isinstance(cot, str):
-        return f"the objective reads {cot} (the numba reverse pass has the yields' sensitivities only)"
-    a1, a2 = cot
-    grad = np.zeros(theta.size)
-    bars = {scorecols.column_key(s): np.zeros(rows) for s, rows, _ in vjps}
+    if payload is not None:
+        cot = yield_cotangents(value, payload)
+        if isinstance(cot, str):
+            return f"the objective reads {cot} (the numba reverse pass has the yields' sensitivities only)"
+        cots = [cot]
+    cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
+    n_rows = cots.shape[0]
+    grad = np.zeros((n_rows, theta.size))
+    bars = {scorecols.column_key(s): np.zeros((n_rows, rows)) for s, rows, _ in vjps}
     n_ev = int(cols.n_events)
     tab = _tables(run)
     coll = tab.collections[0]
@@ -152,31 +160,62 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payl
         fastkernel._run_blocks(_numba_sens.sensitivities, args,
                                max(1, -(-n_ev // fastkernel.BLOCK)), threads)
 
-    dy = a1 + 2.0 * a2 * (ev * pe)
+    dy = cots[:, :1] + 2.0 * cots[:, 1:] * (ev * pe)  # (R, E): dL/dy_e
     dp = dy * ev  # dL/dP_e
     dev = dy * pe  # dL/dev_e
     for c, cut in enumerate(ecuts):
-        g = dev * _others([s for s, _ in esoft], c, w) * esoft[c][1]  # dL/dt per event
+        g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event
         if cut.param is not None:
-            grad[cut.param] += g.sum()
+            grad[:, cut.param] += g.sum(axis=1)
         key = f"event:{cut.key}"
         if key in bars:
-            bars[key][:n_ev] -= g  # ds/dx = -ds/dt
-    dlq = np.repeat(dp, counts) * dq  # dL/dq_j
+            bars[key][:, :n_ev] -= g  # ds/dx = -ds/dt
+    dlq = np.repeat(dp, counts, axis=1) * dq  # dL/dq_j
     for c, cut in enumerate(cuts):
-        g = dlq * _others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1]
+        g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
         if cut.param is not None:
-            grad[cut.param] += g.sum()
+            grad[:, cut.param] += g.sum(axis=1)
         key = f"{coll}:{cut.field}"
         if key in bars:
-            bars[key][:n_obj] -= g * np.sign(raw[c]) if cut.absolute else g
+            bars[key][:, :n_obj] -= g * np.sign(raw[c]) if cut.absolute else g
     if counts_tr:
-        g = dp @ (fn @ df)
+        g = dp @ (fn @ df)  # (R, K)
         for k, p in enumerate(counts_tr):
-            grad[p] += g[k]
+            grad[:, p] += g[:, k]
+    live = np.flatnonzero(np.any(cots != 0, axis=1))  # rows asked for (the others are 0)
     for spec, _, back in vjps:
-        key = scorecols.column_key(spec)
-        grad += np.asarray(scorecols.apply_vjp(back, {key: jnp.asarray(bars[key])}), np.float64)
-    derived = Pullback(plan.trainable_names, value,
-                       grad[np.asarray(plan.trainable, dtype=np.int64)])
-    return DatasetState(events=n_ev, sumw=float(np.sum(cols.weight)), chunks=1, derived=derived)
+        if live.size:
+            key = scorecols.column_key(spec)
+            g = scorecols.apply_vjps(back, {key: jnp.asarray(bars[key][live])})
+            grad[live] += np.asarray(g, np.float64)
+    return value, grad[:, np.asarray(plan.trainable, dtype=np.int64)]
+
+
+def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payload: list, *,
+                   threads: int | None = None) -> DatasetState | str:
+    """One chunk's states and gradient share (module docstring), as
+    :func:`analysis.pipeline.reverse.chunk_pullback` returns them; ``plan`` must pass
+    :func:`why_not`. A payload that reads more than the yields gives the reason (a
+    ``str``) instead: the caller runs the JAX sweep."""
+    out = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads)
+    if isinstance(out, str):
+        return out
+    value, grad = out
+    return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,
+                        derived=Pullback(plan.trainable_names, value, grad[0]))
+
+
+def chunk_yield_gradients(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *,
+                          rows: tuple[bool, bool] = (True, True),
+                          threads: int | None = None) -> DatasetState:
+    """One chunk's value states and the gradients of its two yields: ``derived`` a
+    :class:`~analysis.stats.Pullback` whose ``grad`` is ``(2, P)``, ``[dY_c/dtheta,
+    dY2_c/dtheta]`` over ``plan.trainable_names`` (``plan`` must pass :func:`why_not`).
+    The chunks' rows add (``Y = sum_c Y_c``): with the merged yields' cotangents
+    ``(a1, a2)``, ``a1 grad[0] + a2 grad[1]`` is ``dL/dtheta``, exactly, from this one
+    pass (no second pass: :func:`analysis.optimize.reverse.reverse_objective`). ``rows``:
+    which of the two to compute (a row not asked for is zeros: the cotangent it meets is 0)."""
+    cots = np.eye(2) * np.asarray(rows, dtype=np.float64)[:, None]
+    value, grad = _shares(cols, plan, theta, widths, cots, threads=threads)
+    return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,
+                        derived=Pullback(plan.trainable_names, value, grad))

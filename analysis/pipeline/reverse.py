@@ -52,8 +52,6 @@ __all__ = ["chunk_pullback"]
 
 _log = logging.getLogger("analysis.pipeline.reverse")
 _WHY_LOGGED: set[tuple[int, str]] = set()
-# False sends every pullback through the JAX sweep (tests and benchmarks compare the two)
-_NUMBA = True
 
 
 @partial(jax.jit, static_argnames=("plan", "shapes"))
@@ -116,8 +114,6 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
     ``"auto"`` (the numba pass where it applies, module docstring) or ``"jax"``."""
     if engine not in ("auto", "jax"):
         raise ValueError(f"engine must be 'auto' or 'jax', got {engine!r}")
-    if engine == "auto" and not _NUMBA:
-        engine = "jax"
     why = fastreverse.why_not(plan, theta) if engine == "auto" else "engine=jax asked for"
     if why is None:
         out = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)

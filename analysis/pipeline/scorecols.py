@@ -29,7 +29,7 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.score import ScoreSpec, with_scores
 
-__all__ = ["SCORE_ROWS_STEP", "apply_vjp", "bare", "column_key", "score_columns"]
+__all__ = ["SCORE_ROWS_STEP", "apply_vjp", "apply_vjps", "bare", "column_key", "score_columns"]
 
 #: a score's rows (the chunk's objects or events) are rounded up to a multiple of this
 #: for its network's jit (few compilations; at most this many padding rows evaluated)
@@ -62,6 +62,8 @@ def _vjp(theta_full, inputs, scores: tuple[ScoreSpec, ...]):
 
 #: ``vjp(cotangent)[0]``, jitted once per structure
 apply_vjp = jax.jit(lambda vjp, ct: vjp(ct)[0])
+#: :data:`apply_vjp` of several cotangents at once (a leading axis on every leaf of ``ct``)
+apply_vjps = jax.jit(lambda vjp, ct: jax.vmap(vjp)(ct)[0])
 
 
 def _source(cols: ChunkColumns, spec: ScoreSpec) -> tuple[int, dict]:

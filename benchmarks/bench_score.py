@@ -14,12 +14,13 @@ trainable parameters; the 4-parameter config has the same cuts with ``btag > t2`
 instead of the score. Timed (best of ``--repeat``, all in turns, after a warm-up that compiles):
 
 - value-only pass: ``Evaluator.run(order=0)`` of the score config;
-- score step: :func:`analysis.optimize.reverse.reverse_objective` (values, then the
-  pullback pass), what ``optimize`` runs per step; with the significance objective
-  (its sweep skips the observable's states: zero cotangent,
-  :func:`analysis.stats.pullback.prune`) and with a target on ``ttbar.ht.mean`` added
-  (the sweep goes through ``sum(jets.pt)``'s count recursion too); the pullback pass
-  alone (:meth:`Evaluator.run_pullback`) beside it;
+- score step: :func:`analysis.optimize.reverse.reverse_objective`, what ``optimize``
+  runs per step: on the numba kernel one pass with the yields' gradients when the
+  objective reads the yields only (the significance objective; from the second step on
+  only the rows its cotangent reads), else (a target on ``ttbar.ht.mean`` added: the
+  observable's moments are read) values, then the pullback pass (the JAX sweep for the
+  dataset whose observable is read); on the JAX kernel values, then the pullback pass;
+  the pullback pass alone (:meth:`Evaluator.run_pullback`) beside it;
 - 4-parameter step: ``Evaluator.run(order=1)`` + the objective (forward mode).
 
 Each score entry twice, side by side in turns: on the numba kernel (what runs: the

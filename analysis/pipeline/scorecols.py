@@ -99,7 +99,10 @@ def score_columns(cols: ChunkColumns, plan: Plan, theta, *, vjp: bool = False):
         if spec.collection is None:
             events[spec.column] = col
         else:
-            counts, flat = collections.get(spec.collection, (np.zeros(cols.n_events, np.int64), {}))
+            # a collection absent from the columns (a chunk of no events) has no objects
+            fields = dict(plan.sets.fields).get(spec.collection, ())
+            counts, flat = collections.get(spec.collection, (
+                np.zeros(cols.n_events, np.int64), {f: np.zeros(0) for f in fields}))
             collections[spec.collection] = (counts, {**flat, spec.column: col})
     out_cols = dataclasses.replace(cols, events=events, collections=collections)
     return (out_cols, vjps) if vjp else out_cols

@@ -162,3 +162,17 @@ def test_an_objective_reading_an_observable_takes_the_jax_sweep(caplog) -> None:
         assert obj._one_pass is False  # two passes from now on
     assert "the objective reads observables.ht.moments" in caplog.text
     assert np.all(np.isfinite(res["grad"]))
+
+
+def test_yield_gradients_of_a_dataset_without_chunks_are_zeros() -> None:
+    cfg = config_from_dict(_config(100_000))
+    with Evaluator(cfg) as ev:
+        tt = [c for c in ev.chunks if c.dataset == "tt"]
+        out = ev.run_yield_gradients(chunks=tt)
+        full = ev.run(order=0)
+    n = len(ev.plan.trainable)
+    assert out["dy"].events == 0 and out["dy"].derived.grad.shape == (2, n)
+    assert not np.any(out["dy"].derived.grad)
+    assert np.abs(out["tt"].derived.grad[0]).max() > 0
+    np.testing.assert_allclose(float(out["tt"].derived.value["selected_sumw"]),
+                               float(full["tt"].derived.value["selected_sumw"]), rtol=1e-14)

@@ -52,6 +52,8 @@ __all__ = ["chunk_pullback"]
 
 _log = logging.getLogger("analysis.pipeline.reverse")
 _WHY_LOGGED: set[tuple[int, str]] = set()
+#: (plan, which payload entries are None) -> why the numba pass refused it
+_REFUSED: dict[tuple, str] = {}
 
 
 @partial(jax.jit, static_argnames=("plan", "shapes"))
@@ -115,11 +117,16 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
     if engine not in ("auto", "jax"):
         raise ValueError(f"engine must be 'auto' or 'jax', got {engine!r}")
     why = fastreverse.why_not(plan, theta) if engine == "auto" else "engine=jax asked for"
+    pattern = (plan, tuple(entry is None for entry in payload))  # the states read
+    if why is None:
+        why = _REFUSED.get(pattern)
     if why is None:
         out = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
         if isinstance(out, DatasetState):
             return out
-        why = out
+        if len(_REFUSED) > 256:  # bounded (each key holds a plan)
+            _REFUSED.clear()
+        why = _REFUSED[pattern] = out  # the same payload pattern: straight to the sweep
     key = (id(plan), why)
     if engine == "auto" and key not in _WHY_LOGGED:
         _WHY_LOGGED.add(key)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from analysis.pipeline._numba_dp import any_slot, sequence
+
 __all__ = ["select_value"]
 
 
@@ -28,15 +30,11 @@ def select_value(
     the tangents ``pd_all`` and ``df``."""
     n_ev = pe.shape[0]
     lanes = pe.shape[1]
-    n_coll = coff.shape[0]
     n_states = f.shape[0]
     n_sums = sum_x.shape[0]
     big_r = binom.shape[0] - 1
     p_max = pat.shape[1]
-    need_fwd = False
-    for s in range(set_slot.shape[0]):
-        if set_slot[s] >= 0:
-            need_fwd = True
+    need_fwd = any_slot(set_slot)
     for b in range(b0, b1):
         seq_c = np.empty(max_seq, np.int64)
         seq_g = np.empty(max_seq, np.int64)
@@ -48,12 +46,7 @@ def select_value(
         Gmn = np.empty((n_sums, big_r + 1, n_states))
         xp = np.empty(p_max)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
-            n = 0
-            for c in range(n_coll):
-                for i in range(coff[c, e], coff[c, e + 1]):
-                    seq_c[n] = c
-                    seq_g[n] = base[c] + i
-                    n += 1
+            n = sequence(coff, base, e, seq_c, seq_g)
             if need_fwd:
                 for k in range(n_states):
                     F[0, k] = 0.0

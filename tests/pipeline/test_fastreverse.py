@@ -176,3 +176,15 @@ def test_yield_gradients_of_a_dataset_without_chunks_are_zeros() -> None:
     assert np.abs(out["tt"].derived.grad[0]).max() > 0
     np.testing.assert_allclose(float(out["tt"].derived.value["selected_sumw"]),
                                float(full["tt"].derived.value["selected_sumw"]), rtol=1e-14)
+
+
+def test_why_not_names_what_the_numba_pass_does_not_serve(monkeypatch) -> None:
+    from tests.pipeline.test_fastkernel import make_plan, sets_config
+
+    plan, theta, _ = make_plan(sets_config())
+    assert "more than one object set or collection" in fastreverse.why_not(plan, theta)
+    cfg = config_from_dict(_config(100_000))
+    with Evaluator(cfg) as ev:
+        assert fastreverse.why_not(ev.plan) is None
+        monkeypatch.setattr(fastreverse, "_ENABLED", False)
+        assert "switched off" in fastreverse.why_not(ev.plan)

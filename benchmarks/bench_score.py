@@ -14,13 +14,20 @@ trainable parameters; the 4-parameter config has the same cuts with ``btag > t2`
 instead of the score. Timed (best of ``--repeat``, all in turns, after a warm-up that compiles):
 
 - value-only pass: ``Evaluator.run(order=0)`` of the score config;
-- score step: :func:`analysis.optimize.reverse.reverse_objective` (values, then the
-  pullback pass), what ``optimize`` runs per step; with the significance objective
-  (its sweep skips the observable's states: zero cotangent,
-  :func:`analysis.stats.pullback.prune`) and with a target on ``ttbar.ht.mean`` added
-  (the sweep goes through ``sum(jets.pt)``'s count recursion too); the pullback pass
-  alone (:meth:`Evaluator.run_pullback`) beside it;
+- score step: :func:`analysis.optimize.reverse.reverse_objective`, what ``optimize``
+  runs per step: on the numba kernel one pass with the yields' gradients when the
+  objective reads the yields only (the significance objective; from the second step on
+  only the rows its cotangent reads), else (a target on ``ttbar.ht.mean`` added: the
+  observable's moments are read) values, then the pullback pass (the JAX sweep for the
+  dataset whose observable is read); on the JAX kernel values, then the pullback pass;
+  the pullback pass alone (:meth:`Evaluator.run_pullback`) beside it;
 - 4-parameter step: ``Evaluator.run(order=1)`` + the objective (forward mode).
+
+Each score entry twice, side by side in turns: on the numba kernel (what runs: the
+networks once per chunk, their columns as fields; the pullback from the pass
+probability's sensitivities, :mod:`analysis.pipeline.fastreverse`, where the objective
+reads the yields only) and on the JAX kernel (``kernel._SCORES_ON_NUMBA`` and
+``fastreverse._ENABLED`` off: what ran before).
 
 Goals: score step <= 4x the value-only pass, <= 1.5x the 4-parameter step.
 """
@@ -44,6 +51,7 @@ from analysis.optimize.reverse import (  # noqa: E402
     _to_numpy,
     reverse_objective,
 )
+from analysis.pipeline import fastreverse, kernel  # noqa: E402
 from analysis.stats.pullback import prune  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,6 +111,17 @@ def best(fns: dict, repeat: int) -> dict:
     return {k: min(v) for k, v in times.items()}
 
 
+def on(numba: bool, fn):
+    """``fn`` with score plans on the numba kernel (``numba``) or on the JAX kernel."""
+    def run():
+        kernel._SCORES_ON_NUMBA = fastreverse._ENABLED = numba
+        try:
+            return fn()
+        finally:
+            kernel._SCORES_ON_NUMBA = fastreverse._ENABLED = True
+    return run
+
+
 def payloads(obj, ev) -> dict:
     """The pullback pass's payloads at the initial parameters (as reverse_objective)."""
     states = ev.run(order=0)
@@ -127,22 +146,31 @@ def main() -> None:
         print(f"score config: {len(ev.plan.trainable)} trainable parameters; "
               f"2 x {a.events} events, chunks of {a.chunksize}; load average {load0:.2f}")
         pay, payt = payloads(obj, ev), payloads(objt, ev)
-        t = best({
+        entries = {
             "values": lambda: ev.run(order=0),
             "step": lambda: reverse_objective(obj, ev, None, None),
             "pull": lambda: ev.run_pullback(None, pay),
             "stept": lambda: reverse_objective(objt, ev, None, None),
             "pullt": lambda: ev.run_pullback(None, payt),
-            "four": lambda: objective_from_states(obj4, ev4.run(order=1), order=1),
-        }, a.repeat)
-    values, step, pull, stept, pullt, four = (
-        t[k] for k in ("values", "step", "pull", "stept", "pullt", "four"))
-    print(f"value-only pass      {values:8.3f} s")
-    print(f"score step (reverse) {step:8.3f} s   {step / values:5.2f}x the value-only pass "
-          f"(goal <= 4); its pullback pass {pull:.3f} s = {pull / values:.2f}x")
-    print(f"  objective + target on ttbar.ht.mean: step {stept:.3f} s = {stept / values:.2f}x, "
-          f"pullback pass {pullt:.3f} s = {pullt / values:.2f}x")
-    print(f"4-parameter step     {four:8.3f} s   score step {step / four:5.2f}x it (goal <= 1.5)")
+        }
+        fns = {}
+        for k, fn in entries.items():
+            fns[k] = on(True, fn)
+            fns[k + "_jax"] = on(False, fn)
+        fns["four"] = lambda: objective_from_states(obj4, ev4.run(order=1), order=1)
+        t = best(fns, a.repeat)
+    four = t["four"]
+    for tag, sfx in (("numba (after)", ""), ("JAX (before)", "_jax")):
+        values, step, pull, stept, pullt = (
+            t[k + sfx] for k in ("values", "step", "pull", "stept", "pullt"))
+        print(f"-- score plans on the {tag} kernel")
+        print(f"value-only pass      {values:8.3f} s")
+        print(f"score step (reverse) {step:8.3f} s   {step / values:5.2f}x the value-only pass "
+              f"(goal <= 4); its pullback pass {pull:.3f} s = {pull / values:.2f}x")
+        print(f"  objective + target on ttbar.ht.mean: step {stept:.3f} s = {stept / values:.2f}x, "
+              f"pullback pass {pullt:.3f} s = {pullt / values:.2f}x; {stept / four:.2f}x the "
+              "4-parameter step")
+        print(f"4-parameter step     {four:8.3f} s   score step {step / four:5.2f}x it (goal <= 1.5)")
     print(f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}")
 
 

@@ -12,8 +12,10 @@ from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
+from analysis.pipeline.fastreverse import chunk_yield_gradients
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
+from analysis.pipeline.results import DatasetState
 from analysis.pipeline.reverse import chunk_pullback
 from analysis.pipeline.score_entries import score_entries
 
@@ -65,6 +67,7 @@ class DiffProcessor(processor.ProcessorABC):
         keep_columns: bool = False,
         unit_weights: bool = False,
         payloads: dict | None = None,
+        yield_gradients: bool | dict = False,
     ) -> None:
         self.plan = plan
         self.theta = np.asarray(theta, dtype=np.float64)
@@ -78,6 +81,9 @@ class DiffProcessor(processor.ProcessorABC):
         self.unit_weights = unit_weights
         #: reverse mode's second pass: {dataset: payload} (analysis.pipeline.reverse)
         self.payloads = payloads
+        #: values with the yields' gradients (analysis.pipeline.fastreverse.chunk_yield_gradients);
+        #: a dict: {dataset: (yield, sumw2)} the rows to compute (default both)
+        self.yield_gradients = yield_gradients
         self.cache_token: str | None = None
         #: set by the driver on dask: keep the columns in the worker, within this budget
         self.worker_budget: int | None = None
@@ -124,6 +130,16 @@ class DiffProcessor(processor.ProcessorABC):
         if self.payloads is not None:
             pay = self.payloads[dataset]
             return {dataset: chunk_pullback(cols, self.plan, self.theta, self.widths, pay)}
+        if self.yield_gradients:
+            with np.errstate(all="ignore"):
+                rows = (self.yield_gradients.get(dataset, (True, True))
+                        if isinstance(self.yield_gradients, dict) else (True, True))
+                out = chunk_yield_gradients(cols, self.plan, self.theta, self.widths, rows=rows,
+                                            threads=self.kernel_threads)
+            values = DatasetState.from_chunk(out.derived.value, None, None, events=out.events,
+                                             sumw=out.sumw, names=self.plan.trainable_names)
+            check_overflow(values, cols, self.plan, dataset=dataset)
+            return {dataset: out}
         with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
             state = chunk_state(
                 cols, self.plan, self.theta, self.widths, order=self.order,

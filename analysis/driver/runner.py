@@ -233,20 +233,46 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         merged states and ``dL/dtheta`` (``derived``: a :class:`analysis.stats.Pullback`
         over the trainable parameters) for the payloads of the first pass's merged
         states (:func:`analysis.pipeline.reverse.payload_arrays`)."""
-        from analysis.stats.derive import Pullback
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
         proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
                              payloads=payloads)
+        return self.process(proc, self._empty_pullback(theta, w, ()), chunks=chunks)
+
+    def _empty_pullback(self, theta: np.ndarray, w: np.ndarray, rows: tuple[int, ...]):
+        """The ``empty()`` of a pass whose states carry a :class:`analysis.stats.Pullback`
+        (gradient zeros of shape ``rows + (P,)``)."""
+        from analysis.stats.derive import Pullback
 
         def empty() -> DatasetState:
             st = empty_state(self.plan, theta, w, 0)
-            zero = np.zeros(len(self.plan.trainable))
+            zero = np.zeros(rows + (len(self.plan.trainable),))
             return DatasetState(events=0, sumw=0.0, chunks=0,
                                 derived=Pullback(self.plan.trainable_names, st.derived.value, zero))
 
-        return self.process(proc, empty, chunks=chunks)
+        return empty
+
+    def run_yield_gradients(
+        self,
+        params: dict[str, float] | None = None,
+        *,
+        widths: Any = None,
+        chunks: list | None = None,
+        rows: dict[str, tuple[bool, bool]] | None = None,
+    ) -> dict[str, DatasetState]:
+        """One values pass that also gives, per dataset, the gradients of the selected
+        yield and of its sum of squared weights (``derived``: a
+        :class:`analysis.stats.Pullback` with ``grad`` ``(2, P)`` over the trainable
+        parameters; :func:`analysis.pipeline.fastreverse.chunk_yield_gradients`: plans
+        that :func:`analysis.pipeline.fastreverse.why_not` accepts). ``rows``: per dataset,
+        which of the two to compute (default both; a row left out is zeros)."""
+        from processors import DiffProcessor
+
+        theta, w = self.theta_and_widths(params, widths)
+        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
+                             yield_gradients=dict(rows) if rows else True)
+        return self.process(proc, self._empty_pullback(theta, w, (2,)), chunks=chunks)
 
     def process(self, proc, empty: Any, *, chunks: list | None = None) -> dict[str, Any]:
         """Run ``proc`` over ``chunks`` (default: all) on the executor; every pass goes here.

@@ -11,9 +11,19 @@
    (:meth:`analysis.driver.runner.Evaluator.run_pullback`); the chunks' gradient shares
    add (exact across chunks and executors, :mod:`analysis.stats.pullback`).
 
-Each step costs two passes (the second about a JAX reverse sweep of the kernel),
+Each step costs two passes (the second about a JAX reverse sweep of the kernel, or the
+numba kernel's sensitivities where :mod:`analysis.pipeline.fastreverse` applies),
 independent of the number of parameters: the choice for plans with many trainable
 parameters (:func:`analysis.stats.derive.choose_mode`, as for own processors).
+
+One pass where the objective reads only the selected yields (a ``significance``
+objective) and :func:`analysis.pipeline.fastreverse.why_not` accepts the plan: the
+values pass gives each dataset's yield gradients ``dY/dtheta``, ``dY2/dtheta`` too
+(:meth:`analysis.driver.runner.Evaluator.run_yield_gradients`; they add over chunks),
+and ``dL/dtheta = sum_datasets (dL/dY dY/dtheta + dL/dY2 dY2/dtheta)``: the same
+gradient as the pullback pass, exactly (the chain rule through the linear merge of the
+yields). When the cotangent reads another state the pullback pass runs after all, and
+the objective remembers it (later steps take two passes from the start).
 """
 
 from __future__ import annotations
@@ -25,6 +35,9 @@ import numpy as np
 
 from analysis.errors import DiffcoffeaError
 from analysis.optimize.objectives import PythonTerm
+from analysis.pipeline import fastreverse
+from analysis.pipeline.results import DatasetState
+from analysis.stats.derive import Derived
 from analysis.stats.pullback import prune, pullback_payload
 
 _payload = jax.jit(pullback_payload)  # compiled once per merged-state structure
@@ -58,9 +71,19 @@ def reverse_objective(
     objective, evaluator, params: dict[str, float] | None, widths, *, chunks=None,
     strict: bool = True,
 ) -> dict[str, Any]:
-    """Objective value and gradient by two passes (module docstring); ``"states"``: the
-    first pass's ``{dataset: DatasetState}`` (values only)."""
-    states = evaluator.run(params, widths=widths, order=0, chunks=chunks)
+    """Objective value and gradient by two passes, or one (module docstring);
+    ``"states"``: the first pass's ``{dataset: DatasetState}`` (values only)."""
+    plan = evaluator.plan
+    one = (hasattr(evaluator, "run_yield_gradients") and objective.__dict__.get("_one_pass", True)
+           and fastreverse.why_not(plan, evaluator.theta_and_widths(params, widths)[0]) is None)
+    rows = objective.__dict__.get("_yield_rows")  # what the last step's cotangent read
+    if one:
+        first = evaluator.run_yield_gradients(params, widths=widths, chunks=chunks, rows=rows)
+        states = {n: DatasetState(events=st.events, sumw=st.sumw, chunks=st.chunks,
+                                  derived=Derived(plan.trainable_names, st.derived.value))
+                  for n, st in first.items()}
+    else:
+        states = evaluator.run(params, widths=widths, order=0, chunks=chunks)
     values = {n: st.taylor()[0] for n, st in states.items()}
     sumw = {n: st.sumw for n, st in states.items()}
     events = {n: st.events for n, st in states.items()}
@@ -76,10 +99,27 @@ def reverse_objective(
         return {**base, "objective": None, "grad": None, "significance": None, "error": str(err)}
     # states the objective does not read (zero cotangent) are left out of the sweep
     payloads = {n: prune(_to_numpy(_payload(values[n], cot[n]))) for n in states}
-    pulled = evaluator.run_pullback(params, payloads, widths=widths, chunks=chunks)
-    grad = np.zeros(len(evaluator.plan.trainable))
-    for st in pulled.values():
-        grad = grad + st.derived.grad
+    grad = None
+    if one:
+        cots = {n: fastreverse.yield_cotangents(values[n], payloads[n]) for n in states}
+        if all(isinstance(c, tuple) for c in cots.values()):
+            need = {n: (c[0] != 0, c[1] != 0) for n, c in cots.items()}
+            have = rows or {}
+            if all(not a or b for n in need
+                   for a, b in zip(need[n], have.get(n, (True, True)), strict=True)):
+                grad = np.zeros(len(plan.trainable))
+                for n, st in first.items():
+                    grad = grad + cots[n][0] * st.derived.grad[0] + cots[n][1] * st.derived.grad[1]
+            # later steps compute only the yield gradients this cotangent reads (a row
+            # read now but left out this step: the pullback pass below, exact)
+            objective.__dict__["_yield_rows"] = need
+        else:  # the objective reads more than the yields: two passes from now on
+            objective.__dict__["_one_pass"] = False
+    if grad is None:
+        pulled = evaluator.run_pullback(params, payloads, widths=widths, chunks=chunks)
+        grad = np.zeros(len(plan.trainable))
+        for st in pulled.values():
+            grad = grad + st.derived.grad
     sig = None
     if objective.signal and objective.background:
         sig = float(objective.significance(stats0))

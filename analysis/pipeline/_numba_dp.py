@@ -28,8 +28,9 @@ import numba
 import numpy as np
 
 __all__ = [
-    "LANES", "accumulate", "axpy", "centre_sums", "compiled", "cut_into", "lin", "lin_add", "lin_add2", "patterns",
-    "inverse_width", "select", "soft_array", "soft_slope", "soft_values",
+    "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_into",
+    "inverse_width", "lin", "lin_add", "lin_add2", "patterns", "select", "sequence",
+    "soft_array", "soft_slope", "soft_values",
 ]
 
 
@@ -208,6 +209,28 @@ def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
             pv[j, p] = v
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def sequence(coff, base, e, seq_c, seq_g):
+    """Event ``e``'s objects of every collection in the count model's order into
+    ``seq_c`` (collection) and ``seq_g`` (index in ``pv_all``); returns their number."""
+    n = 0
+    for c in range(coff.shape[0]):
+        for i in range(coff[c, e], coff[c, e + 1]):
+            seq_c[n] = c
+            seq_g[n] = base[c] + i
+            n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def any_slot(set_slot):
+    """Whether a set has a slot (per-object weights asked for: forward distributions)."""
+    for s in range(set_slot.shape[0]):
+        if set_slot[s] >= 0:
+            return True
+    return False
+
+
 @numba.njit(cache=True, nogil=True)
 def select(
     coff, base, pv_all, pd_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f, df,
@@ -222,15 +245,11 @@ def select(
     p]``: pattern ``p`` holds a set with a slot. Pattern 0 (in no set) adds nothing to
     any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents."""
     n_ev = pe.shape[0]
-    n_coll = coff.shape[0]
     n_states = f.shape[0]
     n_sums = sum_x.shape[0]
     big_r = binom.shape[0] - 1
     p_max = pat.shape[1]
-    need_fwd = False
-    for s in range(set_slot.shape[0]):
-        if set_slot[s] >= 0:
-            need_fwd = True
+    need_fwd = any_slot(set_slot)
     for b in range(b0, b1):
         seq_c = np.empty(max_seq, np.int64)
         seq_g = np.empty(max_seq, np.int64)
@@ -243,12 +262,7 @@ def select(
         acc = np.empty(LANES)
         xp = np.empty(p_max)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
-            n = 0
-            for c in range(n_coll):
-                for i in range(coff[c, e], coff[c, e + 1]):
-                    seq_c[n] = c
-                    seq_g[n] = base[c] + i
-                    n += 1
+            n = sequence(coff, base, e, seq_c, seq_g)
             # forward distributions (only for per-object weights)
             if need_fwd:
                 for k in range(n_states):

@@ -10,9 +10,10 @@ from a chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan t
 counts over several sets and collections, branch cuts). It is a second implementation
 of one description: the recursions of :mod:`analysis.select.objects` (the JAX kernel
 :mod:`analysis.pipeline.setkernel`, the reference) as loops over each event's objects
-with forward-mode tangents (:mod:`analysis.pipeline._numba_dp`; one collection with one
-set and no event sums, the common case, runs the fused loop of
-:mod:`analysis.pipeline._numba_one`, bit for bit the same results). The pass table
+with forward-mode tangents (:mod:`analysis.pipeline._numba_dp`, values only
+:mod:`analysis.pipeline._numba_value`; one collection with one set and no event sums,
+the common case, runs the fused loop of :mod:`analysis.pipeline._numba_one`, bit for
+bit the same results). The pass table
 ``f`` and its derivative come from :func:`analysis.select.objects._pass_table` itself
 (:mod:`analysis.pipeline._fasttables`). :func:`observable_entries` gives histogram
 entries and their soft weights from the same loops (value only).
@@ -41,7 +42,7 @@ import jax.numpy as jnp
 import numba
 import numpy as np
 
-from analysis.pipeline import _fastone, _numba_dp
+from analysis.pipeline import _fastone, _numba_dp, _numba_value
 from analysis.pipeline._fastmoments import (
     comoments_state,
     moments_state,
@@ -61,6 +62,8 @@ _LINEAR = ("field", "branch", "sum", "count")
 # One collection with one set runs the fused loop (:mod:`analysis.pipeline._numba_one`);
 # False sends it through the general one (tests compare the two).
 _FUSED = True
+# Values only run the general loop's lane-0 copy; False: the loop with tangents (tests)
+_VALUE_LOOP = True
 
 
 def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
@@ -367,6 +370,11 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             BLOCK, pe, ow[0],
         )
         _fastone.run(args, n_blocks, _run_blocks, threads)
+    elif n_ev and _VALUE_LOOP and not trainable:  # values only: lane 0 of the same loop
+        args = (coff, base, pv_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
+                pat_need, tgt, f, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK,
+                pe, ow, sa)
+        _run_blocks(_numba_value.select_value, args, n_blocks, threads)
     elif n_ev:
         _run_blocks(_numba_dp.select, (
             coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,

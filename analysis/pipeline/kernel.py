@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline import fasthist, fastkernel, setkernel
+from analysis.pipeline import fasthist, fastkernel, scorecols, setkernel
 from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
@@ -143,6 +143,8 @@ def evaluate_chunk_grid(thetas, widths, arrays, plan: Plan, shapes: Shapes, *, b
 
 
 _WHY_LOGGED: set[tuple[int, str]] = set()
+# False keeps plans with learned scores on the JAX kernel (tests and benchmarks compare)
+_SCORES_ON_NUMBA = True
 
 
 def chunk_state(
@@ -166,15 +168,25 @@ def chunk_state(
     ``value_and_derivatives`` inside this module's jit), ``engine="numba"`` the numba one.
     Plans with histograms run :func:`analysis.pipeline.fasthist.evaluate_columns`
     where :func:`analysis.pipeline.fasthist.why_not` accepts them.
+    Plans with learned scores run there too at ``order=0``: each network once on the
+    chunk's real rows, its column then a field of the plan without scores
+    (:func:`analysis.pipeline.scorecols.score_columns`); their Jacobians (the weights)
+    stay on the JAX kernel (reverse mode: :mod:`analysis.pipeline.fastreverse`).
     ``threads``: the numba kernel's threads (default: the cores; see
     :func:`analysis.pipeline.fastkernel.evaluate_columns`); the result does not depend on it.
     """
     if engine not in ("auto", "jax", "numba"):
         raise ValueError(f"engine must be 'auto', 'jax' or 'numba', got {engine!r}")
     fast = fasthist if plan.hists else fastkernel  # histograms: their own numba host side
-    why = fast.why_not(plan, order, theta) if engine != "jax" else "engine=jax asked for"
+    run = plan
+    if plan.scores and order == 0 and engine != "jax" and _SCORES_ON_NUMBA:
+        # values only: the networks once on the real rows, their columns as fields
+        run = scorecols.bare(plan)
+    why = fast.why_not(run, order, theta) if engine != "jax" else "engine=jax asked for"
     if why is None:
-        value, jac = fast.evaluate_columns(cols, plan, theta, widths, order=order, threads=threads)
+        if run is not plan:
+            cols = scorecols.score_columns(cols, plan, theta)
+        value, jac = fast.evaluate_columns(cols, run, theta, widths, order=order, threads=threads)
         return DatasetState.from_chunk(
             value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
             names=plan.trainable_names,

@@ -13,9 +13,17 @@ jit-compiled per bucket shape. The chunk's shares add over chunks
 chunking and executor. The payload is numpy (it pickles to the workers):
 :func:`analysis.optimize.reverse.reverse_objective` builds it.
 
+Where :func:`analysis.pipeline.fastreverse.why_not` accepts the plan and the payload
+reads the yields only (a ``significance`` objective), the numba kernel computes the
+share from the pass probability's sensitivities instead
+(:mod:`analysis.pipeline.fastreverse`: one walk per event whatever the number of
+parameters); otherwise (the reason is logged once at debug level) this module's JAX
+sweep, the reference. ``engine="jax"`` forces it.
+
 Learned scores are taken apart from the kernel's sweep: each score's column is
 computed once per chunk on the chunk's real rows only (objects or events, rounded up to
-:data:`SCORE_ROWS_STEP`, not the kernel's power-of-two padding) with ``jax.vjp``; the
+:data:`~analysis.pipeline.scorecols.SCORE_ROWS_STEP`, not the kernel's power-of-two
+padding; :func:`analysis.pipeline.scorecols.score_columns`) with ``jax.vjp``; the
 kernel's sweep, for the plan without scores, gives the column's cotangent; the
 network's vjp turns it into the weights' gradient (the chain rule ``jax.grad`` applies
 too, on fewer rows). Padding entries of the column are 0 (their weight is 0, as the
@@ -25,26 +33,27 @@ compile), the kernel's per bucket shape (as the value pass).
 
 from __future__ import annotations
 
-import dataclasses
-from functools import lru_cache, partial
+import logging
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.pipeline import fastreverse, scorecols
 from analysis.pipeline.kernel import _with_trainable, chunk_states
 from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
-from analysis.pipeline.score import ScoreSpec, with_scores
 from analysis.stats.derive import Pullback
 from analysis.stats.pullback import pulled_sum
 
-__all__ = ["SCORE_ROWS_STEP", "chunk_pullback"]
+__all__ = ["chunk_pullback"]
 
-#: a score's rows (the chunk's objects or events) are rounded up to a multiple of this
-#: for its network's jit (few compilations; at most this many padding rows evaluated)
-SCORE_ROWS_STEP = 4096
+_log = logging.getLogger("analysis.pipeline.reverse")
+_WHY_LOGGED: set[tuple[int, str]] = set()
+#: (plan, which payload entries are None) -> why the numba pass refused it
+_REFUSED: dict[tuple, str] = {}
 
 
 @partial(jax.jit, static_argnames=("plan", "shapes"))
@@ -63,58 +72,63 @@ def _pullback(theta_full, widths, arrays, columns, payload, plan: Plan, shapes: 
     return states, grad, g_cols
 
 
-def _key(spec: ScoreSpec) -> str:
-    return f"{'event' if spec.collection is None else spec.collection}:{spec.column}"
+def _padded(x: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size)
+    out[: x.size] = x
+    return out
 
 
-@partial(jax.jit, static_argnames=("scores",))
-def _scores_vjp(theta_full, inputs, scores: tuple[ScoreSpec, ...]):
-    """The score columns on ``inputs`` (the real rows) and their vjp in ``theta_full``."""
-    keys = [_key(s) for s in scores]
-    return jax.vjp(lambda th: {k: with_scores(th, inputs, scores)[k] for k in keys}, theta_full)
-
-
-_apply = jax.jit(lambda vjp, ct: vjp(ct)[0])
-
-
-@lru_cache(maxsize=64)
-def _bare(plan: Plan) -> Plan:
-    """``plan`` without its scores (their columns are inputs of :func:`_pullback`)."""
-    return dataclasses.replace(plan, scores=())
-
-
-def _rows(cols: ChunkColumns, spec: ScoreSpec, size: int) -> int:
-    if spec.collection is None:
-        n = cols.n_events
-    else:
-        n = int(np.sum(cols.collections.get(spec.collection, (np.zeros(0, np.int64), {}))[0]))
-    return min(size, -(-max(n, 1) // SCORE_ROWS_STEP) * SCORE_ROWS_STEP)
-
-
-def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> DatasetState:
-    """One chunk's states and gradient share: a :class:`DatasetState` whose ``derived``
-    is a :class:`~analysis.stats.Pullback` over ``plan.trainable_names``."""
-    arrays, shapes = pad_columns(cols, plan)
+def _jax_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> DatasetState:
+    """The JAX sweep (module docstring): the reference."""
+    with_cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
+    run = scorecols.bare(plan)
+    arrays, shapes = pad_columns(cols, run)
+    columns, sizes = {}, {}
+    for spec, _, _ in vjps:
+        key = scorecols.column_key(spec)
+        if spec.collection is None:
+            col, size = with_cols.events[spec.column], arrays["weight"].shape[0]
+        else:
+            col = with_cols.collections[spec.collection][1][spec.column]
+            size = next(o for c, o, _ in shapes.collections if c == spec.collection)
+        columns[key], sizes[key] = jnp.asarray(_padded(col, size)), col.size
     theta_full = jnp.asarray(theta, dtype=jnp.float64)
     w = jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths)
-    columns, vjps = {}, []
-    for spec in plan.scores:
-        prefix = _key(spec).split(":", 1)[0]
-        size = arrays["weight"].shape[0] if spec.collection is None else next(
-            o for c, o, _ in shapes.collections if c == spec.collection)
-        rows = _rows(cols, spec, size)
-        inputs = {f"{prefix}:{k}": arrays[f"{prefix}:{k}"][:rows] for k, _ in spec.inputs}
-        col, vjp = _scores_vjp(theta_full, inputs, (spec,))
-        columns[_key(spec)] = jnp.pad(col[_key(spec)], (0, size - rows))
-        vjps.append((spec, rows, vjp))
-    states, grad, g_cols = _pullback(theta_full, w, arrays, columns, payload, _bare(plan), shapes)
+    states, grad, g_cols = _pullback(theta_full, w, arrays, columns, payload, run, shapes)
+    grad = np.asarray(grad, dtype=np.float64)
     if vjps:
         idx = np.asarray(plan.trainable, dtype=np.int64)
-        grad = np.asarray(grad, dtype=np.float64)
         for spec, rows, vjp in vjps:
-            g_theta = _apply(vjp, {_key(spec): g_cols[_key(spec)][:rows]})
+            key = scorecols.column_key(spec)
+            bar = _padded(np.asarray(g_cols[key])[: sizes[key]], rows)
+            g_theta = scorecols.apply_vjp(vjp, {key: jnp.asarray(bar)})
             grad = grad + np.asarray(g_theta, dtype=np.float64)[idx]
     value = jax.tree_util.tree_map(lambda a: np.array(a, dtype=np.float64), states)
-    derived = Pullback(plan.trainable_names, value, np.asarray(grad, dtype=np.float64))
+    derived = Pullback(plan.trainable_names, value, grad)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,
                         derived=derived)
+
+
+def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
+                   engine: str = "auto") -> DatasetState:
+    """One chunk's states and gradient share: a :class:`DatasetState` whose ``derived``
+    is a :class:`~analysis.stats.Pullback` over ``plan.trainable_names``. ``engine``:
+    ``"auto"`` (the numba pass where it applies, module docstring) or ``"jax"``."""
+    if engine not in ("auto", "jax"):
+        raise ValueError(f"engine must be 'auto' or 'jax', got {engine!r}")
+    why = fastreverse.why_not(plan, theta) if engine == "auto" else "engine=jax asked for"
+    pattern = (plan, tuple(entry is None for entry in payload))  # the states read
+    if why is None:
+        why = _REFUSED.get(pattern)
+    if why is None:
+        out = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+        if isinstance(out, DatasetState):
+            return out
+        if len(_REFUSED) > 256:  # bounded (each key holds a plan)
+            _REFUSED.clear()
+        why = _REFUSED[pattern] = out  # the same payload pattern: straight to the sweep
+    key = (id(plan), why)
+    if engine == "auto" and key not in _WHY_LOGGED:
+        _WHY_LOGGED.add(key)
+        _log.debug("reverse mode by the JAX sweep, not the numba kernel: %s", why)
+    return _jax_pullback(cols, plan, theta, widths, payload)

@@ -33,13 +33,9 @@ per machine with ``cache=True``.
 from __future__ import annotations
 
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
-import numba
 import numpy as np
 
 from analysis.pipeline import _fastone, _numba_dp, _numba_value
@@ -49,6 +45,7 @@ from analysis.pipeline._fastmoments import (
     safe_div,
     sum_moments_state,
 )
+from analysis.pipeline._fastpool import _run_blocks, _run_slices, _threads, _work
 from analysis.pipeline._fasttables import _pass_fn, _reduced, _Tables, _tables, _targets
 from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
@@ -100,56 +97,6 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
 
 
 # --- threads -------------------------------------------------------------------------
-
-
-def _threads(threads: int | None = None) -> int:
-    """Threads the kernels run on: ``threads`` if given, else ``DIFFCOFFEA_KERNEL_THREADS``,
-    else numba's thread count (the cores, or ``NUMBA_NUM_THREADS``). Blocks are split
-    into contiguous ranges, one per thread, and their partial sums are added in block
-    order: results do not depend on the number of threads."""
-    if threads is not None:
-        return max(1, int(threads))
-    env = os.environ.get("DIFFCOFFEA_KERNEL_THREADS")
-    return max(1, int(env)) if env else max(1, int(numba.config.NUMBA_NUM_THREADS))
-
-
-_POOL: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked worker makes its own
-_LOCAL = threading.local()
-
-
-def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
-    """``kernel(*args, b0, b1)`` over all blocks, in contiguous ranges on the pool."""
-    threads = min(_threads(threads), n_blocks)
-    if threads <= 1:
-        kernel(*args, 0, n_blocks)
-        return
-    edges = np.linspace(0, n_blocks, threads + 1).astype(int)
-    futures = [
-        _pool().submit(kernel, *args, int(a), int(b))
-        for a, b in zip(edges[:-1], edges[1:], strict=True)
-    ]
-    for f in futures:
-        f.result()
-
-
-def _pool() -> ThreadPoolExecutor:
-    """This process's thread pool (a forked worker makes its own)."""
-    pid = os.getpid()
-    if pid not in _POOL:
-        _POOL.clear()
-        _POOL[pid] = ThreadPoolExecutor(thread_name_prefix="fastkernel")
-    return _POOL[pid]
-
-
-def _work(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A per-thread scratch array, reused across chunks; every entry is written before
-    it is read."""
-    size = int(np.prod(shape))
-    buf = getattr(_LOCAL, name, None)
-    if buf is None or buf.size < size:
-        buf = np.empty(size)
-        setattr(_LOCAL, name, buf)
-    return buf[:size].reshape(shape)
 
 
 # --- the host side ---------------------------------------------------------------------
@@ -219,17 +166,6 @@ def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int |
                                   cut.absolute, ss[i, a:b])
 
     _run_slices(fill, edges)
-
-
-def _run_slices(fn, edges: np.ndarray) -> None:
-    """``fn(a, b)`` for consecutive ``edges``, on the pool when there are several."""
-    if len(edges) <= 2:
-        fn(int(edges[0]), int(edges[-1]))
-        return
-    pool = _pool()
-    futures = [pool.submit(fn, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    for f in futures:
-        f.result()
 
 
 def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):

@@ -1,0 +1,82 @@
+"""The numba kernel's threads (host side): event blocks and element slices on one pool.
+
+The compiled loops release the GIL (``nogil``), and so do numpy's element-wise
+functions on large arrays, so contiguous block ranges (:func:`_run_blocks`) or slices
+(:func:`_run_slices`) run in parallel on a thread pool of this process. Blocks keep
+their partial sums apart and are added in block order; slices are element-wise: the
+results do not depend on the number of threads. Used by the numba kernel's host
+modules only (:mod:`analysis.pipeline.fastkernel`, :mod:`analysis.pipeline.fasthist`,
+:mod:`analysis.pipeline.fastreverse`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+import numpy as np
+
+__all__: list[str] = []  # internal to the numba kernel
+
+
+def _threads(threads: int | None = None) -> int:
+    """Threads the kernels run on: ``threads`` if given, else ``DIFFCOFFEA_KERNEL_THREADS``,
+    else numba's thread count (the cores, or ``NUMBA_NUM_THREADS``). Blocks are split
+    into contiguous ranges, one per thread, and their partial sums are added in block
+    order: results do not depend on the number of threads."""
+    if threads is not None:
+        return max(1, int(threads))
+    env = os.environ.get("DIFFCOFFEA_KERNEL_THREADS")
+    return max(1, int(env)) if env else max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+
+_POOL: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked worker makes its own
+_LOCAL = threading.local()
+
+
+def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
+    """``kernel(*args, b0, b1)`` over all blocks, in contiguous ranges on the pool."""
+    threads = min(_threads(threads), n_blocks)
+    if threads <= 1:
+        kernel(*args, 0, n_blocks)
+        return
+    edges = np.linspace(0, n_blocks, threads + 1).astype(int)
+    futures = [
+        _pool().submit(kernel, *args, int(a), int(b))
+        for a, b in zip(edges[:-1], edges[1:], strict=True)
+    ]
+    for f in futures:
+        f.result()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's thread pool (a forked worker makes its own)."""
+    pid = os.getpid()
+    if pid not in _POOL:
+        _POOL.clear()
+        _POOL[pid] = ThreadPoolExecutor(thread_name_prefix="fastkernel")
+    return _POOL[pid]
+
+
+def _work(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A per-thread scratch array, reused across chunks; every entry is written before
+    it is read."""
+    size = int(np.prod(shape))
+    buf = getattr(_LOCAL, name, None)
+    if buf is None or buf.size < size:
+        buf = np.empty(size)
+        setattr(_LOCAL, name, buf)
+    return buf[:size].reshape(shape)
+
+
+def _run_slices(fn, edges: np.ndarray) -> None:
+    """``fn(a, b)`` for consecutive ``edges``, on the pool when there are several."""
+    if len(edges) <= 2:
+        fn(int(edges[0]), int(edges[-1]))
+        return
+    pool = _pool()
+    futures = [pool.submit(fn, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    for f in futures:
+        f.result()

@@ -13,13 +13,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from analysis.pipeline._fastpool import _run_blocks
+
 __all__ = ["yield_sums"]
 
 
 @numba.njit(cache=True, nogil=True)
-def _block_sums(ev, pe, np1, block, out):
+def _block_sums(ev, pe, np1, block, out, b0, b1):
     n_ev = ev.shape[0]
-    for b in range(out.shape[0]):
+    for b in range(b0, b1):
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             w = ev[e, 0] * pe[e, 0]
             out[b, 0, 0] += w
@@ -30,10 +32,13 @@ def _block_sums(ev, pe, np1, block, out):
                 out[b, 1, k] += 2.0 * w * d
 
 
-def yield_sums(ev: np.ndarray, pe: np.ndarray, np1: int, block: int) -> np.ndarray:
+def yield_sums(ev: np.ndarray, pe: np.ndarray, np1: int, block: int,
+               threads: int | None = None) -> np.ndarray:
     """``(2, np1)``: ``[sum w_e, sum w_e^2]`` and their tangents (columns 1..np1-1) from
-    ``ev``, ``pe`` (``(E, LANES)``, float64); zeros for no events."""
+    ``ev``, ``pe`` (``(E, LANES)``, float64); zeros for no events. Blocks on the
+    kernel's threads (:func:`analysis.pipeline._fastpool._run_blocks`: the same floats
+    for any number)."""
     n_blocks = max(1, -(-ev.shape[0] // block))
     out = np.zeros((n_blocks, 2, np1))
-    _block_sums(ev, pe, np1, block, out)
+    _run_blocks(_block_sums, (ev, pe, np1, block, out), n_blocks, threads)
     return out.sum(axis=0)

@@ -33,6 +33,7 @@ per machine with ``cache=True``.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -131,15 +132,23 @@ def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
     not reduced (``sp.model.counts`` must not be empty)."""
     th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
     cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
-    f_j, slope = _pass_fn(sp.model)(jnp.asarray(th), jnp.asarray(cw))
-    f = np.asarray(f_j, np.float64)
-    slope = np.asarray(slope, np.float64)  # (S, n_counts)
+    f, slope = _pass_values(sp.model, th.tobytes(), cw.tobytes())  # (S,), (S, n_counts)
     df = np.zeros((f.shape[0], len(trainable)))
     for m, (param, _) in enumerate(sp.thresholds):
         k = _par_index(trainable, param)
         if k >= 0:
             df[:, k] += slope[:, m]
     return f, df
+
+
+@lru_cache(maxsize=16)
+def _pass_values(model, th: bytes, cw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`analysis.pipeline._fasttables._pass_fn` at the thresholds and widths ``th``,
+    ``cw`` (float64 bytes): once per pass, not per chunk (an eager JAX call). Read-only."""
+    f_j, slope = _pass_fn(model)(jnp.asarray(np.frombuffer(th)), jnp.asarray(np.frombuffer(cw)))
+    f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
+    f.flags.writeable = slope.flags.writeable = False
+    return f, slope
 
 
 def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
@@ -349,7 +358,7 @@ def evaluate_columns(
     sp = plan.sets
     n_ev = int(cols.n_events)
     lanes = _numba_dp.LANES
-    ys = yield_sums(ev, pe, np1, BLOCK)
+    ys = yield_sums(ev, pe, np1, BLOCK, threads)
     value: dict[str, Any] = {
         "selected_sumw": np.array(ys[0, 0], dtype=np.float64),
         "selected_sumw2": np.array(ys[1, 0], dtype=np.float64),

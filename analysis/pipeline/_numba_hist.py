@@ -37,9 +37,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from analysis.pipeline._numba_dp import LANES, axpy, lin, lin_add2
+from analysis.pipeline._numba_dp import LANES, lin_add2
 
-__all__ = ["fill", "rank_order", "store", "walk"]
+__all__ = ["rank_order", "store", "walk"]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -194,29 +194,3 @@ def walk(
                 G[:] = Gn
             for q in range(n_reg):
                 store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
-
-
-@numba.njit(cache=True, nogil=True)
-def fill(at, x, p, ev, factors, weight, edges, sumw, sumw2):
-    """Histogram sums of entries ``x`` (entry ``i`` of event ``at[i]``, probability
-    lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times each variation's
-    factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2 weight[e] w``
-    with ``w = ev[e] p[i]`` (the product rule in lanes). Bin ``b`` = the number of edges
-    ``<= x`` (``numpy.searchsorted`` right: 0 the underflow, NaN in the overflow); an
-    entry of probability 0 at ``x = 0``."""
-    n_edges = edges.shape[0]
-    w = np.empty(LANES)
-    for i in range(x.shape[0]):
-        e = at[i]
-        lin(w, p[i, 0], ev[e], ev[e, 0], p[i])
-        w[0] *= 0.5  # lane 0 is ev p, counted twice (exact)
-        xi = x[i] if w[0] != 0.0 else 0.0
-        b = n_edges
-        if xi == xi:
-            b = 0
-            while b < n_edges and edges[b] <= xi:
-                b += 1
-        for v in range(factors.shape[0]):
-            f = factors[v, e]
-            axpy(sumw[v, b], f, w)
-            axpy(sumw2[v, b], f * f * weight[e], w)

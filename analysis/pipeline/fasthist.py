@@ -30,16 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from analysis.pipeline import _numba_dp, _numba_hist, fastkernel
+from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
+from analysis.pipeline._fastpatterns import patterns_into
 from analysis.pipeline._fasttables import _reduced, _tables, _targets
 from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.fastkernel import (
-    _cut_into,
     _event_weights,
     _inputs,
     _pass_table,
-    _pattern_arrays,
     _run_blocks,
+    _work,
 )
 from analysis.pipeline.histkernel import factor_values
 from analysis.pipeline.layout import ChunkColumns
@@ -174,35 +174,6 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
         cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
 
 
-def _patterns(tab, coff, base, flats, theta, widths, trainable, moved: str | None, fixed: dict):
-    """:func:`analysis.pipeline.fastkernel._pattern_arrays` (its per-thread scratch
-    buffers: the walk reads them before the next call); for a shift side (``moved``: the shifted column ``C:f``) with the product
-    of each collection's cuts on the other fields kept in ``fixed`` across the shift's
-    sides: only the moved cuts are evaluated again, their factor multiplied last."""
-    if moved is None:
-        return _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
-    pv_all = np.empty((int(base[-1]), tab.pat.shape[1]))
-    pd_all = np.empty(pv_all.shape + (_numba_dp.LANES,))
-    for ci, c in enumerate(tab.collections):
-        n_sets = int(tab.n_coll_sets[ci])
-        cuts = [tab.set_cuts[int(tab.coll_sets[ci, ls])] for ls in range(n_sets)]
-        if ci not in fixed:  # the cuts the shift does not move, once
-            shape = (max(n_sets, 1), int(coff[ci, -1]))
-            fixed[ci] = (np.ones(shape), np.zeros(shape + (_numba_dp.LANES,)))
-            for ls, own in enumerate(cuts):
-                for cut in own:
-                    if f"{c}:{cut.field}" != moved:
-                        _cut_into(cut, flats[c], theta, widths, trainable, *(a[ls] for a in fixed[ci]))
-        qv, qd = (a.copy() for a in fixed[ci])
-        for ls, own in enumerate(cuts):
-            for cut in own:
-                if f"{c}:{cut.field}" == moved:
-                    _cut_into(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
-        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
-                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
-    return pv_all, pd_all
-
-
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
           *, nominal: bool, moved: str | None = None, fixed: dict | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
@@ -272,17 +243,11 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                                                    threads, nominal=nominal, moved=moved,
                                                    fixed=fixed)]
     # the pattern probabilities of each variant, its tangents in its half of the lanes
-    pv_all = np.empty((n_tot, tab.pat.shape[1], 2))
-    if len(variants) == 1:
-        pv, pd_all = _patterns(tab, coff, base, flats[0], theta, widths, trainable, moved, fixed)
-        pv_all[:, :, 0] = pv
-        pv_all[:, :, 1] = pv
-    else:
-        pd_all = np.empty((n_tot, tab.pat.shape[1], lanes))
-        for v, fl in enumerate(flats):
-            pv, pd = _patterns(tab, coff, base, fl, theta, widths, trainable, moved, fixed)
-            pv_all[:, :, v] = pv
-            pd_all[:, :, v * half: v * half + half] = pd[:, :, :half]
+    # (every entry the walk reads is written: per-thread scratch, reused across chunks)
+    pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
+    pd_all = _work("hist_pd", (n_tot, tab.pat.shape[1], lanes))
+    patterns_into(tab, coff, base, flats, theta, widths, trainable, threads, moved, fixed,
+                  pv_all, pd_all)
     h = half if len(variants) == 2 else 0
     if h:
         dfs = dfs.copy()
@@ -331,24 +296,31 @@ def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray) -> np.nd
 
 
 def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
-               trainable, value: dict, jac: dict) -> None:
-    """The histogram states of one shift side (``fills``: ``{(region, x): specs}``) from
-    its walk ``wk`` on its columns ``c``, into ``value`` and ``jac``."""
+               trainable, evs: dict, value: dict, jac: dict, tasks: list) -> None:
+    """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
+    its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, args,
+    finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
+    and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
+    event weights by ``(shift side, region)``, the side None for the nominal and for
+    every shift of an object field (it leaves them as they are)."""
     nl = len(trainable) + 1
     n_ev = int(c.n_events)
     weight = np.ascontiguousarray(c.weight, dtype=np.float64)
-    evs = {r: _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
-           for r in wk["pe"]}
+    ekey = shift if shift is not None and plan.shifts[shift].key.startswith("event:") else None
+    for r in wk["pe"]:
+        if (ekey, r) not in evs:
+            evs[ekey, r] = _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
     if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
-        ys = yield_sums(evs[0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK)
+        ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK)
         value["selected_sumw"] = np.array(ys[0, 0], dtype=np.float64)
         value["selected_sumw2"] = np.array(ys[1, 0], dtype=np.float64)
         jac["selected_sumw"] = ys[0, 1:]
         jac["selected_sumw2"] = ys[1, 1:]
+    width = 4 if nl <= 4 else _numba_dp.LANES  # the lanes that carry something
     for (region, node), group in fills.items():
         if node.kind == "branch":
             x = c.events[node.head]
-            p, at = wk["pe"][region], np.arange(n_ev, dtype=np.int64)
+            p, off = wk["pe"][region], np.arange(n_ev + 1, dtype=np.int64)
         else:
             s = node.head if node.kind == "field" else node.slots[0][0]
             coll = plan.sets.collection_of(s)
@@ -356,19 +328,45 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             lo, hi = int(wk["base"][ci]), int(wk["base"][ci + 1])
             p = (wk["ow"][(region, s)] if node.kind == "field"
                  else wk["lw"][(region, s, node.slots[0][1])])[lo:hi]
-            at = np.repeat(np.arange(n_ev, dtype=np.int64), np.diff(wk["coff"][ci]))
+            off = wk["coff"][ci]
             x = wk["flats"][coll][node.field]
         x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
         edges = group[0].edges
-        nb = len(edges) + 1
-        sumw = np.zeros((len(group), nb, _numba_dp.LANES))
-        sumw2 = np.zeros((len(group), nb, _numba_dp.LANES))
-        _numba_hist.fill(at, x, np.ascontiguousarray(p), evs[region],
-                         _factors(plan, group, c, weight), weight,
-                         np.asarray(edges, np.float64), sumw, sumw2)
-        for i, spec in enumerate(group):
-            value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
-            jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl], sumw2[i, :, 1:nl])
+        sumw = np.zeros((len(group), len(edges) + 1, width))
+        sumw2 = np.zeros_like(sumw)
+
+        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
+            for i, spec in enumerate(group):
+                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
+                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
+                                                      sumw2[i, :, 1:nl])
+
+        tasks.append((x.shape[0] * (2 + len(group)), (
+            off, x, np.ascontiguousarray(p), evs[ekey, region],
+            _factors(plan, group, c, weight), weight, np.asarray(edges, np.float64), sumw,
+            sumw2), finish))
+
+
+def _fill_bins(bins: list, b0: int, b1: int) -> None:
+    for b in range(b0, b1):
+        for args in bins[b]:
+            _numba_fill.fill(*args)
+
+
+def _run_fills(tasks: list, threads: int | None) -> None:
+    """Every fill of ``tasks`` (:func:`_fill_side`), the costliest first, each to the
+    thread with the least work so far (each fill is its own sequential sum, whichever
+    thread runs it: no bit depends on the threads), then their states."""
+    n = max(1, min(fastkernel._threads(threads), len(tasks)))
+    bins: list[list] = [[] for _ in range(n)]
+    load = [0] * n
+    for cost, args, _ in sorted(tasks, key=lambda t: -t[0]):
+        i = load.index(min(load))
+        bins[i].append(args)
+        load[i] += cost
+    _run_blocks(_fill_bins, (bins,), n, threads)
+    for _, _, finish in tasks:
+        finish()
 
 
 def evaluate_columns(
@@ -399,6 +397,8 @@ def evaluate_columns(
         else:
             jobs.append([(shift, c, fills)])
     fixed: dict[str, dict] = {}  # per shifted column: the cuts it does not move
+    evs: dict = {}  # the regions' event weights
+    tasks: list = []  # the fills
     for job in jobs:
         specs = [s for group in job[0][2].values() for s in group]
         moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
@@ -406,7 +406,9 @@ def evaluate_columns(
                       nominal=moved is None, moved=moved,
                       fixed=None if moved is None else fixed.setdefault(moved, {}))
         for (shift, c, fills), wk in zip(job, walks, strict=True):
-            _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, value, jac)
+            _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
+                       tasks)
+    _run_fills(tasks, threads)
     if plan.observables:
         ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,
                                              widths, order=order, threads=threads)

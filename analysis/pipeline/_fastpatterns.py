@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline import _numba_dp, _numba_fill
-from analysis.pipeline.fastkernel import _par_index, _run_blocks, _value
+from analysis.pipeline.fastkernel import _par_index, _run_blocks, _value, _work
 
 __all__ = ["OBJ_BLOCK", "cut_arrays", "patterns_into"]
 
@@ -22,9 +22,11 @@ OBJ_BLOCK = 8192
 
 def cut_arrays(cuts, flat: dict, n_obj: int, theta, widths, trainable) -> tuple:
     """The cuts ``[(ls, cut), ...]`` of one collection as the arrays of
-    :mod:`analysis.pipeline._numba_fill` (``cols`` first: the fields they read)."""
+    :mod:`analysis.pipeline._numba_fill` (``cols`` first: the fields they read; several
+    stacked into per-thread scratch, valid until the next call)."""
     fields = list(dict.fromkeys(cut.field for _, cut in cuts))
-    cols = (np.stack([np.asarray(flat[f], np.float64) for f in fields]) if len(fields) > 1
+    cols = (np.stack([np.asarray(flat[f], np.float64) for f in fields],
+                     out=_work("hist_cols", (len(fields), n_obj))) if len(fields) > 1
             else np.ascontiguousarray(flat[fields[0]], np.float64).reshape(1, -1) if fields
             else np.empty((0, n_obj)))
     return (cols, np.array([ls for ls, _ in cuts], np.int64),

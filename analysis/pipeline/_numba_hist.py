@@ -44,14 +44,15 @@ __all__ = ["rank_order", "store", "walk"]
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def store(out, out_hi, acc, h):
-    """``out = acc`` (one variant, ``h = 0``), or ``out[:h] = acc[:h]`` and ``out_hi[:h] =
-    acc[h:]`` (two: each variant's lanes from 0)."""
+    """``out = acc[:len(out)]`` (one variant, ``h = 0``: the outputs may keep only the
+    lanes that carry something), or ``out[:h] = acc[:h]`` and ``out_hi[:h] = acc[h:]``
+    (two: each variant's lanes from 0)."""
     if h:
         for r in range(h):
             out[r] = acc[r]
             out_hi[r] = acc[h + r]
     else:
-        for r in range(acc.shape[0]):
+        for r in range(out.shape[0]):
             out[r] = acc[r]
 
 
@@ -93,7 +94,10 @@ def walk(
     zero). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
     in collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
     ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``; leading slots ``o``:
-    region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``.
+    region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``
+    (outputs of ``h`` lanes for two variants, of ``h`` or ``LANES`` lanes for one: its
+    first lanes; every entry of an object of the slot's collection, and of every event,
+    written).
     Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``
     (value lanes doubled, halved once at the end: exact)."""
     n_ev = pe.shape[2]

@@ -25,6 +25,8 @@ is filled at ``x = 0`` (its value may be garbage; as the JAX kernel).
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -175,23 +177,28 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
 
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
-          *, nominal: bool, moved: str | None = None, fixed: dict | None = None) -> list[dict]:
+          *, nominal: bool, moved: str | None = None, fixed: dict | None = None,
+          ids: Iterator[int] | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
     sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
     specs); two share the walk's lanes (:mod:`analysis.pipeline._numba_hist`) when the
     tangents fit in half of them and their walk orders are equal, else each walks
-    alone. Per variant: per region ``pe[r]`` ``(E, LANES)``, per ``(region, set)``
-    object weights and per ``(region, set, depth)`` leading weights ``(N, LANES)`` by
-    global object index, the objects' offsets and flat fields. ``moved``, ``fixed``: the
-    shifted column and the cache of :func:`_patterns`."""
+    alone. Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
+    object weights and per ``(region, set, depth)`` leading weights ``(N, W)`` by
+    global object index (``W``: 4 lanes for up to 3 tangents, else 8), the objects'
+    offsets and flat fields. ``moved``, ``fixed``: the
+    shifted column and the cache of
+    :func:`analysis.pipeline._fastpatterns.patterns_into`; ``ids``: numbers the walks of
+    one chunk (each its own output buffers: they live until the fills)."""
     fixed = {} if fixed is None else fixed
+    ids = itertools.count() if ids is None else ids
     nl = len(trainable) + 1
     lanes = _numba_dp.LANES
     half = lanes // 2
     if len(variants) > 2 or (len(variants) == 2 and nl > half):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
-                                                   fixed=fixed)]
+                                                   fixed=fixed, ids=ids)]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     model, caps, fs, dfs = _joint_cached(plan, tuple(regions), theta.tobytes(), widths.tobytes(),
@@ -241,7 +248,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     if len(variants) == 2 and not np.array_equal(ranks[0], ranks[1]):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
-                                                   fixed=fixed)]
+                                                   fixed=fixed, ids=ids)]
     # the pattern probabilities of each variant, its tangents in its half of the lanes
     # (every entry the walk reads is written: per-thread scratch, reused across chunks)
     pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
@@ -263,9 +270,13 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ld_ls = np.array([ci_ls(s)[1] for s, _ in ld_keys], np.int64)
     ld_d = np.array([d for _, d in ld_keys], np.int64)
     n_var = len(variants)
-    pe = np.zeros((n_var, len(regions), n_ev, lanes))
-    ow = np.zeros((n_var, len(ow_keys), n_tot, lanes))
-    lw = np.zeros((n_var, len(lw_keys), n_tot, lanes))
+    # the lanes that carry something (value and tangents), in per-thread scratch reused
+    # across chunks (the walk writes every entry the fills read), one set per walk
+    width = half if nl <= half else lanes
+    k = next(ids)
+    pe = _work(f"hist_pe{k}", (n_var, len(regions), n_ev, width))
+    ow = _work(f"hist_ow{k}", (n_var, len(ow_keys), n_tot, width))
+    lw = _work(f"hist_lw{k}", (n_var, len(lw_keys), n_tot, width))
     if n_ev:
         args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
@@ -397,6 +408,7 @@ def evaluate_columns(
         else:
             jobs.append([(shift, c, fills)])
     fixed: dict[str, dict] = {}  # per shifted column: the cuts it does not move
+    ids = itertools.count()  # the walks' output buffers
     evs: dict = {}  # the regions' event weights
     tasks: list = []  # the fills
     for job in jobs:
@@ -404,7 +416,7 @@ def evaluate_columns(
         moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
-                      fixed=None if moved is None else fixed.setdefault(moved, {}))
+                      fixed=None if moved is None else fixed.setdefault(moved, {}), ids=ids)
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
                        tasks)

@@ -12,12 +12,23 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline import _numba_dp, _numba_fill
-from analysis.pipeline.fastkernel import _par_index, _run_blocks, _value, _work
+from analysis.pipeline.fastkernel import _par_index, _run_blocks, _threads, _value, _work
 
-__all__ = ["OBJ_BLOCK", "cut_arrays", "patterns_into"]
+__all__ = ["OBJ_BLOCK", "balanced_blocks", "cut_arrays", "patterns_into"]
 
 # Objects per block of the cuts and patterns (per-object outputs: no bit depends on it).
 OBJ_BLOCK = 8192
+
+
+def balanced_blocks(n: int, per: int, threads: int | None) -> tuple[int, int]:
+    """``(block, n_blocks)`` for ``n`` items in blocks of about ``per``: a multiple of
+    the threads' number of blocks, so that :func:`analysis.pipeline.fastkernel._run_blocks`
+    (a contiguous range of blocks per thread) gives each thread an equal share. Only for
+    loops whose outputs are per item (the block size changes no bit)."""
+    n_thr = _threads(threads)
+    n_blocks = n_thr * max(1, -(-n // (n_thr * per)))
+    block = max(1, -(-n // n_blocks))
+    return block, max(1, -(-n // block))
 
 
 def cut_arrays(cuts, flat: dict, n_obj: int, theta, widths, trainable) -> tuple:
@@ -56,7 +67,7 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
         n_sets = int(tab.n_coll_sets[ci])
         cuts = [(ls, cut) for ls in range(n_sets)
                 for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]]
-        n_blocks = -(-n_obj // OBJ_BLOCK)
+        block, n_blocks = balanced_blocks(n_obj, OBJ_BLOCK, threads)
         if moved is None:
             own, start = cuts, dummy
         else:
@@ -66,7 +77,7 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
                 fixed[ci] = (np.empty(shape), np.empty(shape + (_numba_dp.LANES,)))
                 rest = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" != moved]
                 args = (*cut_arrays(rest, flats[0][c], n_obj, theta, widths, trainable),
-                        *fixed[ci], OBJ_BLOCK)
+                        *fixed[ci], block)
                 _run_blocks(_numba_dp.compiled(_numba_fill.cut_probs, args), args, n_blocks,
                             threads)
             start = fixed[ci]
@@ -74,5 +85,5 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
         hi = lo if len(flats) == 1 else cut_arrays(own, flats[1][c], n_obj, theta, widths,
                                                     trainable)[0]
         args = (lo, hi, *arrays, *start, moved is not None, tab.pat[ci], n_sets,
-                int(tab.n_pat[ci]), int(base[ci]), len(flats) == 2, pv_all, pd_all, OBJ_BLOCK)
+                int(tab.n_pat[ci]), int(base[ci]), len(flats) == 2, pv_all, pd_all, block)
         _run_blocks(_numba_dp.compiled(_numba_fill.cut_patterns, args), args, n_blocks, threads)

@@ -70,8 +70,9 @@ def cut_probs(cols, c_ls, c_col, c_t, c_w, c_gt, c_inc, c_abs, c_par, qv_out, qd
     qv = np.empty((n_s, SUB))
     qd = np.empty((n_s, SUB, LANES))
     for b in range(b0, b1):
-        for j0 in range(b * block, min(n_obj, (b + 1) * block), SUB):
-            nj = min(SUB, n_obj - j0)
+        end = min(n_obj, (b + 1) * block)
+        for j0 in range(b * block, end, SUB):
+            nj = min(SUB, end - j0)
             for ls in range(n_s):
                 for i in range(nj):
                     qv[ls, i] = 1.0
@@ -103,8 +104,9 @@ def cut_patterns(cols, cols_hi, c_ls, c_col, c_t, c_w, c_gt, c_inc, c_abs, c_par
     qv = np.empty((n_s, SUB))
     qd = np.empty((n_s, SUB, LANES))
     for b in range(b0, b1):
-        for j0 in range(b * block, min(n_obj, (b + 1) * block), SUB):
-            nj = min(SUB, n_obj - j0)
+        end = min(n_obj, (b + 1) * block)
+        for j0 in range(b * block, end, SUB):
+            nj = min(SUB, end - j0)
             for v in range(2 if pair else 1):
                 for ls in range(n_s):
                     for i in range(nj):

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
-from analysis.pipeline._fastpatterns import patterns_into
+from analysis.pipeline._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline._fasttables import _reduced, _tables, _targets
 from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.fastkernel import (
@@ -52,8 +52,8 @@ from analysis.stats.histogram import Histogram
 __all__ = ["evaluate_columns", "why_not"]
 
 _KINDS = ("field", "branch", "index")
-# Events per block of the walk: its outputs are per event and object (no sums), so the
-# block size changes no bit; smaller blocks than fastkernel.BLOCK balance the threads.
+# Events per block of the walk, about: its outputs are per event and object (no sums),
+# so the block size changes no bit; smaller blocks than fastkernel.BLOCK balance the threads.
 WALK_BLOCK = 1024
 
 
@@ -278,13 +278,13 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ow = _work(f"hist_ow{k}", (n_var, len(ow_keys), n_tot, width))
     lw = _work(f"hist_lw{k}", (n_var, len(lw_keys), n_tot, width))
     if n_ev:
+        block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
         args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
                 np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
-                max(max_seq, 1), int(ld_d.max(initial=0)), WALK_BLOCK, pe, ow, lw)
-        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args,
-                    max(1, -(-n_ev // WALK_BLOCK)), threads)
+                max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw)
+        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
     return [{
         "pe": {r: pe[v, rpos[r]] for r in regions},
         "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},

@@ -61,6 +61,23 @@ def reference_patterns(qv, qd):
     return pv, pd
 
 
+def test_a_block_range_writes_its_objects_only():
+    """Blocks ``b0:b1`` write objects ``b0 block:b1 block`` (sub-blocks of
+    :data:`analysis.pipeline._numba_fill.SUB` do not run over the block's end)."""
+    n, block = 1000, 300  # not a multiple of SUB
+    cols = objects(n, seed=9)
+    qv, qd = np.full((3, n), np.nan), np.full((3, n, L), np.nan)
+    _numba_fill.cut_probs(cols, *cut_arrays(CUTS), qv, qd, block, 1, 2)
+    pv_all, pd_all = np.full((n, 7, 2), np.nan), np.full((n, 7, L), np.nan)
+    dummy = (np.ones((1, 1)), np.zeros((1, 1, L)))
+    _numba_fill.cut_patterns(cols, cols, *cut_arrays(CUTS), *dummy, False, CODES, 3,
+                             len(CODES), 0, False, pv_all, pd_all, block, 1, 2)
+    inside = np.zeros(n, bool)
+    inside[block:2 * block] = True
+    for a in (qv[0], qd[0, :, 0], pv_all[:, 0, 0], pd_all[:, 0, 0]):
+        assert np.isfinite(a[inside]).all() and np.isnan(a[~inside]).all()
+
+
 def run(kernel, args, n: int, block: int, splits) -> None:
     n_blocks = -(-n // block)
     edges = sorted({0, n_blocks, *[min(s, n_blocks) for s in splits]})

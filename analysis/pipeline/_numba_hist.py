@@ -195,6 +195,6 @@ def walk(
                         for k in range(n_states):
                             gt = G[q, tgt[c, p, k]]
                             lin_add2(Gn[q, k], pv, pv_hi, gt, gt[0], gt[h], pd_all[g, p])
-                G[:] = Gn
+                G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)

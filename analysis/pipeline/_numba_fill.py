@@ -59,6 +59,22 @@ def _cuts_into(j0, nj, cols, c_ls, c_col, c_t, c_w, c_gt, c_inc, c_abs, c_par, q
             qv[ls, i] = q0 * sv
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _start(qv, qd, fixed_v, fixed_d, use_fixed, j0, nj):
+    """The sub-block's own set probabilities before the cuts: ``fixed_v[ls, j0 + i]``,
+    ``fixed_d[ls, j0 + i]`` with ``use_fixed``, else 1 and 0."""
+    for ls in range(qv.shape[0]):
+        for i in range(nj):
+            if use_fixed:
+                qv[ls, i] = fixed_v[ls, j0 + i]
+                for r in range(LANES):
+                    qd[ls, i, r] = fixed_d[ls, j0 + i, r]
+            else:
+                qv[ls, i] = 1.0
+                for r in range(LANES):
+                    qd[ls, i, r] = 0.0
+
+
 @numba.njit(cache=True, nogil=True)
 def cut_probs(cols, c_ls, c_col, c_t, c_w, c_gt, c_inc, c_abs, c_par, qv_out, qd_out,
               block, b0, b1):
@@ -73,11 +89,7 @@ def cut_probs(cols, c_ls, c_col, c_t, c_w, c_gt, c_inc, c_abs, c_par, qv_out, qd
         end = min(n_obj, (b + 1) * block)
         for j0 in range(b * block, end, SUB):
             nj = min(SUB, end - j0)
-            for ls in range(n_s):
-                for i in range(nj):
-                    qv[ls, i] = 1.0
-                    for r in range(LANES):
-                        qd[ls, i, r] = 0.0
+            _start(qv, qd, qv_out, qd_out, False, j0, nj)
             _cuts_into(j0, nj, cols, c_ls, c_col, c_t, c_w, c_gt, c_inc, c_abs, c_par, qv, qd)
             for ls in range(n_s):
                 for i in range(nj):
@@ -108,16 +120,7 @@ def cut_patterns(cols, cols_hi, c_ls, c_col, c_t, c_w, c_gt, c_inc, c_abs, c_par
         for j0 in range(b * block, end, SUB):
             nj = min(SUB, end - j0)
             for v in range(2 if pair else 1):
-                for ls in range(n_s):
-                    for i in range(nj):
-                        if use_fixed:
-                            qv[ls, i] = fixed_v[ls, j0 + i]
-                            for r in range(LANES):
-                                qd[ls, i, r] = fixed_d[ls, j0 + i, r]
-                        else:
-                            qv[ls, i] = 1.0
-                            for r in range(LANES):
-                                qd[ls, i, r] = 0.0
+                _start(qv, qd, fixed_v, fixed_d, use_fixed, j0, nj)
                 _cuts_into(j0, nj, cols_hi if v else cols, c_ls, c_col, c_t, c_w, c_gt, c_inc,
                            c_abs, c_par, qv, qd)
                 for i in range(nj):

@@ -57,11 +57,11 @@ def store(out, out_hi, acc, h):
 
 
 @numba.njit(cache=True, nogil=True)
-def rank_order(off, key, out):
+def rank_order(off, key, out, block, b0, b1):
     """``out[off[e]:off[e + 1]]``: the objects of event ``e`` by descending ``key``, ties
     (and NaN, last) in their original order (``argsort(-key, stable)``, NaN-last as
-    numpy and JAX sort)."""
-    for e in range(off.shape[0] - 1):
+    numpy and JAX sort), for the events of blocks ``b0:b1``."""
+    for e in range(b0 * block, min(off.shape[0] - 1, b1 * block)):
         lo, hi = off[e], off[e + 1]
         for i in range(lo, hi):
             out[i] = i

@@ -236,13 +236,15 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
             if (spec.region, s, d) not in lw_keys:
                 lw_keys.append((spec.region, s, d))
     ranks = []
+    rblock, rblocks = balanced_blocks(n_ev, fastkernel.BLOCK, threads)
     for fl in flats:
         rankidx = np.arange(n_tot, dtype=np.int64)
         for c in {setspec[s].collection for s, _ in ld_keys}:
             ci = tab.collections.index(c)
             rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
             out = np.empty(int(coff[ci, -1]), np.int64)
-            _numba_hist.rank_order(coff[ci], np.ascontiguousarray(fl[c][rank], np.float64), out)
+            args = (coff[ci], np.ascontiguousarray(fl[c][rank], np.float64), out, rblock)
+            _run_blocks(_numba_hist.rank_order, args, rblocks, threads)
             rankidx[base[ci]: base[ci + 1]] = base[ci] + out
         ranks.append(rankidx)
     if len(variants) == 2 and not np.array_equal(ranks[0], ranks[1]):

@@ -74,7 +74,10 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
             own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" == moved]
             if ci not in fixed:  # the cuts the shift does not move, once
                 shape = (max(n_sets, 1), n_obj)
-                fixed[ci] = (np.empty(shape), np.empty(shape + (_numba_dp.LANES,)))
+                # per-thread scratch reused across chunks (no page faults), one per
+                # shifted column and collection (written in full before it is read)
+                fixed[ci] = (_work(f"hist_fixed_v:{moved}:{ci}", shape),
+                             _work(f"hist_fixed_d:{moved}:{ci}", shape + (_numba_dp.LANES,)))
                 rest = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" != moved]
                 args = (*cut_arrays(rest, flats[0][c], n_obj, theta, widths, trainable),
                         *fixed[ci], block)

@@ -43,12 +43,14 @@ def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) 
         kernel(*args, 0, n_blocks)
         return
     edges = np.linspace(0, n_blocks, threads + 1).astype(int)
-    futures = [
-        _pool().submit(kernel, *args, int(a), int(b))
-        for a, b in zip(edges[:-1], edges[1:], strict=True)
-    ]
-    for f in futures:
-        f.result()
+    # the first range in this thread (one wake-up fewer), the others on the pool
+    futures = [_pool().submit(kernel, *args, int(a), int(b))
+               for a, b in zip(edges[1:-1], edges[2:], strict=True)]
+    try:
+        kernel(*args, 0, int(edges[1]))
+    finally:
+        for f in futures:
+            f.result()
 
 
 def _pool() -> ThreadPoolExecutor:

@@ -37,30 +37,31 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from analysis.pipeline._numba_dp import LANES, axpy, lin, lin_add2
+from analysis.pipeline._numba_dp import LANES, lin_add2
 
-__all__ = ["fill", "rank_order", "store", "walk"]
+__all__ = ["rank_order", "store", "walk"]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def store(out, out_hi, acc, h):
-    """``out = acc`` (one variant, ``h = 0``), or ``out[:h] = acc[:h]`` and ``out_hi[:h] =
-    acc[h:]`` (two: each variant's lanes from 0)."""
+    """``out = acc[:len(out)]`` (one variant, ``h = 0``: the outputs may keep only the
+    lanes that carry something), or ``out[:h] = acc[:h]`` and ``out_hi[:h] = acc[h:]``
+    (two: each variant's lanes from 0)."""
     if h:
         for r in range(h):
             out[r] = acc[r]
             out_hi[r] = acc[h + r]
     else:
-        for r in range(acc.shape[0]):
+        for r in range(out.shape[0]):
             out[r] = acc[r]
 
 
 @numba.njit(cache=True, nogil=True)
-def rank_order(off, key, out):
+def rank_order(off, key, out, block, b0, b1):
     """``out[off[e]:off[e + 1]]``: the objects of event ``e`` by descending ``key``, ties
     (and NaN, last) in their original order (``argsort(-key, stable)``, NaN-last as
-    numpy and JAX sort)."""
-    for e in range(off.shape[0] - 1):
+    numpy and JAX sort), for the events of blocks ``b0:b1``."""
+    for e in range(b0 * block, min(off.shape[0] - 1, b1 * block)):
         lo, hi = off[e], off[e + 1]
         for i in range(lo, hi):
             out[i] = i
@@ -93,7 +94,10 @@ def walk(
     zero). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
     in collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
     ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``; leading slots ``o``:
-    region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``.
+    region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``
+    (outputs of ``h`` lanes for two variants, of ``h`` or ``LANES`` lanes for one: its
+    first lanes; every entry of an object of the slot's collection, and of every event,
+    written).
     Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``
     (value lanes doubled, halved once at the end: exact)."""
     n_ev = pe.shape[2]
@@ -191,32 +195,6 @@ def walk(
                         for k in range(n_states):
                             gt = G[q, tgt[c, p, k]]
                             lin_add2(Gn[q, k], pv, pv_hi, gt, gt[0], gt[h], pd_all[g, p])
-                G[:] = Gn
+                G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
-
-
-@numba.njit(cache=True, nogil=True)
-def fill(at, x, p, ev, factors, weight, edges, sumw, sumw2):
-    """Histogram sums of entries ``x`` (entry ``i`` of event ``at[i]``, probability
-    lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times each variation's
-    factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2 weight[e] w``
-    with ``w = ev[e] p[i]`` (the product rule in lanes). Bin ``b`` = the number of edges
-    ``<= x`` (``numpy.searchsorted`` right: 0 the underflow, NaN in the overflow); an
-    entry of probability 0 at ``x = 0``."""
-    n_edges = edges.shape[0]
-    w = np.empty(LANES)
-    for i in range(x.shape[0]):
-        e = at[i]
-        lin(w, p[i, 0], ev[e], ev[e, 0], p[i])
-        w[0] *= 0.5  # lane 0 is ev p, counted twice (exact)
-        xi = x[i] if w[0] != 0.0 else 0.0
-        b = n_edges
-        if xi == xi:
-            b = 0
-            while b < n_edges and edges[b] <= xi:
-                b += 1
-        for v in range(factors.shape[0]):
-            f = factors[v, e]
-            axpy(sumw[v, b], f, w)
-            axpy(sumw2[v, b], f * f * weight[e], w)

@@ -25,21 +25,23 @@ is filled at ``x = 0`` (its value may be garbage; as the JAX kernel).
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from analysis.pipeline import _numba_dp, _numba_hist, fastkernel
+from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
+from analysis.pipeline._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline._fasttables import _reduced, _tables, _targets
 from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.fastkernel import (
-    _cut_into,
     _event_weights,
     _inputs,
     _pass_table,
-    _pattern_arrays,
     _run_blocks,
+    _work,
 )
 from analysis.pipeline.histkernel import factor_values
 from analysis.pipeline.layout import ChunkColumns
@@ -50,8 +52,8 @@ from analysis.stats.histogram import Histogram
 __all__ = ["evaluate_columns", "why_not"]
 
 _KINDS = ("field", "branch", "index")
-# Events per block of the walk: its outputs are per event and object (no sums), so the
-# block size changes no bit; smaller blocks than fastkernel.BLOCK balance the threads.
+# Events per block of the walk, about: its outputs are per event and object (no sums),
+# so the block size changes no bit; smaller blocks than fastkernel.BLOCK balance the threads.
 WALK_BLOCK = 1024
 
 
@@ -174,53 +176,29 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
         cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
 
 
-def _patterns(tab, coff, base, flats, theta, widths, trainable, moved: str | None, fixed: dict):
-    """:func:`analysis.pipeline.fastkernel._pattern_arrays` (its per-thread scratch
-    buffers: the walk reads them before the next call); for a shift side (``moved``: the shifted column ``C:f``) with the product
-    of each collection's cuts on the other fields kept in ``fixed`` across the shift's
-    sides: only the moved cuts are evaluated again, their factor multiplied last."""
-    if moved is None:
-        return _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
-    pv_all = np.empty((int(base[-1]), tab.pat.shape[1]))
-    pd_all = np.empty(pv_all.shape + (_numba_dp.LANES,))
-    for ci, c in enumerate(tab.collections):
-        n_sets = int(tab.n_coll_sets[ci])
-        cuts = [tab.set_cuts[int(tab.coll_sets[ci, ls])] for ls in range(n_sets)]
-        if ci not in fixed:  # the cuts the shift does not move, once
-            shape = (max(n_sets, 1), int(coff[ci, -1]))
-            fixed[ci] = (np.ones(shape), np.zeros(shape + (_numba_dp.LANES,)))
-            for ls, own in enumerate(cuts):
-                for cut in own:
-                    if f"{c}:{cut.field}" != moved:
-                        _cut_into(cut, flats[c], theta, widths, trainable, *(a[ls] for a in fixed[ci]))
-        qv, qd = (a.copy() for a in fixed[ci])
-        for ls, own in enumerate(cuts):
-            for cut in own:
-                if f"{c}:{cut.field}" == moved:
-                    _cut_into(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
-        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
-                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
-    return pv_all, pd_all
-
-
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
-          *, nominal: bool, moved: str | None = None, fixed: dict | None = None) -> list[dict]:
+          *, nominal: bool, moved: str | None = None, fixed: dict | None = None,
+          ids: Iterator[int] | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
     sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
     specs); two share the walk's lanes (:mod:`analysis.pipeline._numba_hist`) when the
     tangents fit in half of them and their walk orders are equal, else each walks
-    alone. Per variant: per region ``pe[r]`` ``(E, LANES)``, per ``(region, set)``
-    object weights and per ``(region, set, depth)`` leading weights ``(N, LANES)`` by
-    global object index, the objects' offsets and flat fields. ``moved``, ``fixed``: the
-    shifted column and the cache of :func:`_patterns`."""
+    alone. Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
+    object weights and per ``(region, set, depth)`` leading weights ``(N, W)`` by
+    global object index (``W``: 4 lanes for up to 3 tangents, else 8), the objects'
+    offsets and flat fields. ``moved``, ``fixed``: the
+    shifted column and the cache of
+    :func:`analysis.pipeline._fastpatterns.patterns_into`; ``ids``: numbers the walks of
+    one chunk (each its own output buffers: they live until the fills)."""
     fixed = {} if fixed is None else fixed
+    ids = itertools.count() if ids is None else ids
     nl = len(trainable) + 1
     lanes = _numba_dp.LANES
     half = lanes // 2
     if len(variants) > 2 or (len(variants) == 2 and nl > half):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
-                                                   fixed=fixed)]
+                                                   fixed=fixed, ids=ids)]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     model, caps, fs, dfs = _joint_cached(plan, tuple(regions), theta.tobytes(), widths.tobytes(),
@@ -258,31 +236,27 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
             if (spec.region, s, d) not in lw_keys:
                 lw_keys.append((spec.region, s, d))
     ranks = []
+    rblock, rblocks = balanced_blocks(n_ev, fastkernel.BLOCK, threads)
     for fl in flats:
         rankidx = np.arange(n_tot, dtype=np.int64)
         for c in {setspec[s].collection for s, _ in ld_keys}:
             ci = tab.collections.index(c)
             rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
             out = np.empty(int(coff[ci, -1]), np.int64)
-            _numba_hist.rank_order(coff[ci], np.ascontiguousarray(fl[c][rank], np.float64), out)
+            args = (coff[ci], np.ascontiguousarray(fl[c][rank], np.float64), out, rblock)
+            _run_blocks(_numba_hist.rank_order, args, rblocks, threads)
             rankidx[base[ci]: base[ci + 1]] = base[ci] + out
         ranks.append(rankidx)
     if len(variants) == 2 and not np.array_equal(ranks[0], ranks[1]):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
-                                                   fixed=fixed)]
+                                                   fixed=fixed, ids=ids)]
     # the pattern probabilities of each variant, its tangents in its half of the lanes
-    pv_all = np.empty((n_tot, tab.pat.shape[1], 2))
-    if len(variants) == 1:
-        pv, pd_all = _patterns(tab, coff, base, flats[0], theta, widths, trainable, moved, fixed)
-        pv_all[:, :, 0] = pv
-        pv_all[:, :, 1] = pv
-    else:
-        pd_all = np.empty((n_tot, tab.pat.shape[1], lanes))
-        for v, fl in enumerate(flats):
-            pv, pd = _patterns(tab, coff, base, fl, theta, widths, trainable, moved, fixed)
-            pv_all[:, :, v] = pv
-            pd_all[:, :, v * half: v * half + half] = pd[:, :, :half]
+    # (every entry the walk reads is written: per-thread scratch, reused across chunks)
+    pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
+    pd_all = _work("hist_pd", (n_tot, tab.pat.shape[1], lanes))
+    patterns_into(tab, coff, base, flats, theta, widths, trainable, threads, moved, fixed,
+                  pv_all, pd_all)
     h = half if len(variants) == 2 else 0
     if h:
         dfs = dfs.copy()
@@ -298,17 +272,21 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ld_ls = np.array([ci_ls(s)[1] for s, _ in ld_keys], np.int64)
     ld_d = np.array([d for _, d in ld_keys], np.int64)
     n_var = len(variants)
-    pe = np.zeros((n_var, len(regions), n_ev, lanes))
-    ow = np.zeros((n_var, len(ow_keys), n_tot, lanes))
-    lw = np.zeros((n_var, len(lw_keys), n_tot, lanes))
+    # the lanes that carry something (value and tangents), in per-thread scratch reused
+    # across chunks (the walk writes every entry the fills read), one set per walk
+    width = half if nl <= half else lanes
+    k = next(ids)
+    pe = _work(f"hist_pe{k}", (n_var, len(regions), n_ev, width))
+    ow = _work(f"hist_ow{k}", (n_var, len(ow_keys), n_tot, width))
+    lw = _work(f"hist_lw{k}", (n_var, len(lw_keys), n_tot, width))
     if n_ev:
+        block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
         args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
                 np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
-                max(max_seq, 1), int(ld_d.max(initial=0)), WALK_BLOCK, pe, ow, lw)
-        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args,
-                    max(1, -(-n_ev // WALK_BLOCK)), threads)
+                max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw)
+        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
     return [{
         "pe": {r: pe[v, rpos[r]] for r in regions},
         "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},
@@ -331,24 +309,31 @@ def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray) -> np.nd
 
 
 def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
-               trainable, value: dict, jac: dict) -> None:
-    """The histogram states of one shift side (``fills``: ``{(region, x): specs}``) from
-    its walk ``wk`` on its columns ``c``, into ``value`` and ``jac``."""
+               trainable, evs: dict, value: dict, jac: dict, tasks: list) -> None:
+    """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
+    its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, args,
+    finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
+    and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
+    event weights by ``(shift side, region)``, the side None for the nominal and for
+    every shift of an object field (it leaves them as they are)."""
     nl = len(trainable) + 1
     n_ev = int(c.n_events)
     weight = np.ascontiguousarray(c.weight, dtype=np.float64)
-    evs = {r: _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
-           for r in wk["pe"]}
+    ekey = shift if shift is not None and plan.shifts[shift].key.startswith("event:") else None
+    for r in wk["pe"]:
+        if (ekey, r) not in evs:
+            evs[ekey, r] = _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
     if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
-        ys = yield_sums(evs[0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK)
+        ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK)
         value["selected_sumw"] = np.array(ys[0, 0], dtype=np.float64)
         value["selected_sumw2"] = np.array(ys[1, 0], dtype=np.float64)
         jac["selected_sumw"] = ys[0, 1:]
         jac["selected_sumw2"] = ys[1, 1:]
+    width = 4 if nl <= 4 else _numba_dp.LANES  # the lanes that carry something
     for (region, node), group in fills.items():
         if node.kind == "branch":
             x = c.events[node.head]
-            p, at = wk["pe"][region], np.arange(n_ev, dtype=np.int64)
+            p, off = wk["pe"][region], np.arange(n_ev + 1, dtype=np.int64)
         else:
             s = node.head if node.kind == "field" else node.slots[0][0]
             coll = plan.sets.collection_of(s)
@@ -356,19 +341,45 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             lo, hi = int(wk["base"][ci]), int(wk["base"][ci + 1])
             p = (wk["ow"][(region, s)] if node.kind == "field"
                  else wk["lw"][(region, s, node.slots[0][1])])[lo:hi]
-            at = np.repeat(np.arange(n_ev, dtype=np.int64), np.diff(wk["coff"][ci]))
+            off = wk["coff"][ci]
             x = wk["flats"][coll][node.field]
         x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
         edges = group[0].edges
-        nb = len(edges) + 1
-        sumw = np.zeros((len(group), nb, _numba_dp.LANES))
-        sumw2 = np.zeros((len(group), nb, _numba_dp.LANES))
-        _numba_hist.fill(at, x, np.ascontiguousarray(p), evs[region],
-                         _factors(plan, group, c, weight), weight,
-                         np.asarray(edges, np.float64), sumw, sumw2)
-        for i, spec in enumerate(group):
-            value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
-            jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl], sumw2[i, :, 1:nl])
+        sumw = np.zeros((len(group), len(edges) + 1, width))
+        sumw2 = np.zeros_like(sumw)
+
+        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
+            for i, spec in enumerate(group):
+                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
+                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
+                                                      sumw2[i, :, 1:nl])
+
+        tasks.append((x.shape[0] * (2 + len(group)), (
+            off, x, np.ascontiguousarray(p), evs[ekey, region],
+            _factors(plan, group, c, weight), weight, np.asarray(edges, np.float64), sumw,
+            sumw2), finish))
+
+
+def _fill_bins(bins: list, b0: int, b1: int) -> None:
+    for b in range(b0, b1):
+        for args in bins[b]:
+            _numba_fill.fill(*args)
+
+
+def _run_fills(tasks: list, threads: int | None) -> None:
+    """Every fill of ``tasks`` (:func:`_fill_side`), the costliest first, each to the
+    thread with the least work so far (each fill is its own sequential sum, whichever
+    thread runs it: no bit depends on the threads), then their states."""
+    n = max(1, min(fastkernel._threads(threads), len(tasks)))
+    bins: list[list] = [[] for _ in range(n)]
+    load = [0] * n
+    for cost, args, _ in sorted(tasks, key=lambda t: -t[0]):
+        i = load.index(min(load))
+        bins[i].append(args)
+        load[i] += cost
+    _run_blocks(_fill_bins, (bins,), n, threads)
+    for _, _, finish in tasks:
+        finish()
 
 
 def evaluate_columns(
@@ -399,14 +410,19 @@ def evaluate_columns(
         else:
             jobs.append([(shift, c, fills)])
     fixed: dict[str, dict] = {}  # per shifted column: the cuts it does not move
+    ids = itertools.count()  # the walks' output buffers
+    evs: dict = {}  # the regions' event weights
+    tasks: list = []  # the fills
     for job in jobs:
         specs = [s for group in job[0][2].values() for s in group]
         moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
-                      fixed=None if moved is None else fixed.setdefault(moved, {}))
+                      fixed=None if moved is None else fixed.setdefault(moved, {}), ids=ids)
         for (shift, c, fills), wk in zip(job, walks, strict=True):
-            _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, value, jac)
+            _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
+                       tasks)
+    _run_fills(tasks, threads)
     if plan.observables:
         ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,
                                              widths, order=order, threads=threads)

@@ -1,0 +1,88 @@
+"""The objects' pattern probabilities of :mod:`analysis.pipeline.fasthist`'s walks (numpy host side).
+
+:func:`patterns_into` writes the pattern probabilities of one variant or of a pair of
+shift sides straight into the walk's layout (:mod:`analysis.pipeline._numba_hist`) with
+:func:`analysis.pipeline._numba_fill.cut_patterns` over object blocks on the kernel
+threads (per-object outputs: no bit depends on the threads or the blocks).
+:func:`cut_arrays`: one collection's soft cuts as that kernel's arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analysis.pipeline import _numba_dp, _numba_fill
+from analysis.pipeline.fastkernel import _par_index, _run_blocks, _soft_values, _threads, _work
+
+__all__ = ["OBJ_BLOCK", "balanced_blocks", "cut_arrays", "patterns_into"]
+
+# Objects per block of the cuts and patterns (per-object outputs: no bit depends on it).
+OBJ_BLOCK = 8192
+
+
+def balanced_blocks(n: int, per: int, threads: int | None) -> tuple[int, int]:
+    """``(block, n_blocks)`` for ``n`` items in blocks of about ``per``: a multiple of
+    the threads' number of blocks, so that :func:`analysis.pipeline.fastkernel._run_blocks`
+    (a contiguous range of blocks per thread) gives each thread an equal share. Only for
+    loops whose outputs are per item (the block size changes no bit)."""
+    n_thr = _threads(threads)
+    n_blocks = n_thr * max(1, -(-n // (n_thr * per)))
+    block = max(1, -(-n // n_blocks))
+    return block, max(1, -(-n // block))
+
+
+def cut_arrays(cuts, flat: dict, n_obj: int, theta, widths, trainable, threads,
+               name: str = "hist_cols") -> tuple:
+    """The cuts ``[(ls, cut), ...]`` of one collection as the arrays of
+    :mod:`analysis.pipeline._numba_fill` (``cols`` first: each cut's probabilities,
+    :func:`analysis.pipeline._numba_dp.soft_values` on the threads, in the per-thread
+    scratch ``name``, valid until its next use)."""
+    cols = _work(name, (len(cuts), n_obj))
+    _soft_values([cut for _, cut in cuts], flat, theta, widths, cols, threads)
+    return (cols, np.array([ls for ls, _ in cuts], np.int64),
+            np.arange(len(cuts), dtype=np.int64),
+            np.array([widths[c.width_index] for _, c in cuts], np.float64),
+            np.array([c.greater for _, c in cuts], np.bool_),
+            np.array([_par_index(trainable, c.param) for _, c in cuts], np.int64))
+
+
+def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, threads,
+                   moved: str | None, fixed: dict, pv_all, pd_all) -> None:
+    """The pattern probabilities of one variant or a pair (``flats``: the columns of
+    each) in the walk's layout: ``pv_all[:, :, 0]`` and ``[:, :, 1]``, tangents in
+    ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side), by
+    :func:`analysis.pipeline._numba_fill.cut_patterns` on the threads. For a shift side
+    (``moved``: the shifted column ``C:f``) the product of each collection's cuts on
+    the other fields is kept in ``fixed`` across the shift's sides: only the moved cuts
+    are evaluated again, their factor multiplied last."""
+    dummy = (np.ones((1, 1)), np.zeros((1, 1, _numba_dp.LANES)))
+    for ci, c in enumerate(tab.collections):
+        n_obj = int(coff[ci, -1])
+        if not n_obj:
+            continue
+        n_sets = int(tab.n_coll_sets[ci])
+        cuts = [(ls, cut) for ls in range(n_sets)
+                for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]]
+        block, n_blocks = balanced_blocks(n_obj, OBJ_BLOCK, threads)
+        if moved is None:
+            own, start = cuts, dummy
+        else:
+            own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" == moved]
+            if ci not in fixed:  # the cuts the shift does not move, once
+                shape = (max(n_sets, 1), n_obj)
+                # per-thread scratch reused across chunks (no page faults), one per
+                # shifted column and collection (written in full before it is read)
+                fixed[ci] = (_work(f"hist_fixed_v:{moved}:{ci}", shape),
+                             _work(f"hist_fixed_d:{moved}:{ci}", shape + (_numba_dp.LANES,)))
+                rest = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" != moved]
+                args = (*cut_arrays(rest, flats[0][c], n_obj, theta, widths, trainable,
+                                    threads), *fixed[ci], block)
+                _run_blocks(_numba_dp.compiled(_numba_fill.cut_probs, args), args, n_blocks,
+                            threads)
+            start = fixed[ci]
+        lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
+        hi = lo if len(flats) == 1 else cut_arrays(own, flats[1][c], n_obj, theta, widths,
+                                                    trainable, threads, "hist_cols_hi")[0]
+        args = (lo, hi, *arrays, *start, moved is not None, tab.pat[ci], n_sets,
+                int(tab.n_pat[ci]), int(base[ci]), len(flats) == 2, pv_all, pd_all, block)
+        _run_blocks(_numba_dp.compiled(_numba_fill.cut_patterns, args), args, n_blocks, threads)

@@ -1,0 +1,198 @@
+"""The compiled host-side loops of :mod:`analysis.pipeline.fasthist` (numba, float64).
+
+Two pieces around the walk of :mod:`analysis.pipeline._numba_hist`, both per object or
+per histogram (no sums across blocks), so that neither the block size nor the number of
+threads changes a bit:
+
+- :func:`cut_probs` and :func:`cut_patterns`: the objects' soft cuts and pattern
+  probabilities, the arithmetic of :func:`analysis.pipeline._numba_dp.cut_into` followed
+  by :func:`analysis.pipeline._numba_dp.patterns` (the same operations in the same
+  order: the same floats) fused into one loop over blocks of objects, written straight
+  into the walk's layout (``pv_all[g, p, :]``, ``pd_all[g, p, :]``), for one variant
+  or for the two sides of a shift at once. A shift side starts from the product of the
+  cuts it does not move (:func:`cut_probs`, once per shifted column) and multiplies the
+  moved cuts last; nothing is copied.
+- :func:`fill`: the histogram sums of one set of entries for several weight variations,
+  over the lanes that carry the value and the tangents only (``sumw.shape[2]``: 4 or 8;
+  the other lanes of the walk are zero). One call per histogram group; the calls run
+  side by side on threads, each a sequential sum in entry order.
+
+Cuts are given as arrays over the cuts ``m`` in their order: ``c_ls[m]`` the set
+(position in its collection), ``c_col[m]`` the row of ``cols`` (``(M, N)``: the cuts'
+probabilities per object, :func:`analysis.pipeline._numba_dp.soft_values`), width
+``c_w``, ``c_gt`` (``>``), ``c_par`` (the threshold's parameter: its lane - 1, or -1);
+the slopes come from the probabilities (:func:`analysis.pipeline._numba_dp.soft_slope`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from analysis.pipeline._numba_dp import LANES, inverse_width, soft_slope
+
+__all__ = ["cut_patterns", "cut_probs", "fill"]
+
+
+# Objects per sub-block: the cuts run cut by cut over a sub-block (their parameters
+# hoisted out of the loop over objects, as in cut_into), then the patterns object by object.
+SUB = 256
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
+    """Multiply the cuts into the own set probabilities ``qv[ls, i]`` and tangents
+    ``qd[ls, i]`` of objects ``j0 + i``, ``i < nj``, cut after cut
+    (:func:`analysis.pipeline._numba_dp.cut_into`'s arithmetic)."""
+    for m in range(c_ls.shape[0]):
+        ls, col, iw, gt, par = c_ls[m], c_col[m], inverse_width(c_w[m]), c_gt[m], c_par[m]
+        for i in range(nj):
+            sv = cols[col, j0 + i]
+            q0 = qv[ls, i]
+            for r in range(LANES):
+                qd[ls, i, r] *= sv
+            if par >= 0:
+                qd[ls, i, 1 + par] += q0 * soft_slope(sv, iw, gt)
+            qv[ls, i] = q0 * sv
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _start(qv, qd, fixed_v, fixed_d, use_fixed, j0, nj):
+    """The sub-block's own set probabilities before the cuts: ``fixed_v[ls, j0 + i]``,
+    ``fixed_d[ls, j0 + i]`` with ``use_fixed``, else 1 and 0."""
+    for ls in range(qv.shape[0]):
+        for i in range(nj):
+            if use_fixed:
+                qv[ls, i] = fixed_v[ls, j0 + i]
+                for r in range(LANES):
+                    qd[ls, i, r] = fixed_d[ls, j0 + i, r]
+            else:
+                qv[ls, i] = 1.0
+                for r in range(LANES):
+                    qd[ls, i, r] = 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def cut_probs(cols, c_ls, c_col, c_w, c_gt, c_par, qv_out, qd_out, block, b0, b1):
+    """Object blocks ``b0:b1``: ``qv_out[ls, j]`` (``(S, N)``), ``qd_out[ls, j]``
+    (``(S, N, LANES)``): the product of the cuts of set ``ls`` on object ``j`` (from 1)
+    and its tangents (from 0)."""
+    n_obj = qv_out.shape[1]
+    n_s = qv_out.shape[0]
+    qv = np.empty((n_s, SUB))
+    qd = np.empty((n_s, SUB, LANES))
+    for b in range(b0, b1):
+        end = min(n_obj, (b + 1) * block)
+        for j0 in range(b * block, end, SUB):
+            nj = min(SUB, end - j0)
+            _start(qv, qd, qv_out, qd_out, False, j0, nj)
+            _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
+            for ls in range(n_s):
+                for i in range(nj):
+                    qv_out[ls, j0 + i] = qv[ls, i]
+                    for r in range(LANES):
+                        qd_out[ls, j0 + i, r] = qd[ls, i, r]
+
+
+@numba.njit(cache=True, nogil=True)
+def cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, fixed_v, fixed_d, use_fixed,
+                 codes, n_sets, n_pat, g0, pair, pv_all, pd_all, block, b0, b1):
+    """Object blocks ``b0:b1`` of one collection (``N = cols.shape[1]`` objects, global
+    index ``g0 + j``) for one variant (the columns ``cols``) or, with ``pair``, two (the
+    second's columns ``cols_hi``, the same cuts): own set probabilities from 1 (or from
+    ``fixed_v[ls, j]``, ``fixed_d[ls, j]`` with ``use_fixed``) times the cuts, then the
+    pattern probabilities (``codes[p, ls]`` as
+    :func:`analysis.pipeline._numba_dp.patterns`) into ``pv_all[g, p]`` (the first
+    variant's in slot 0, the second's (or the first's again) in slot 1) and their
+    tangents into ``pd_all[g, p]``: all lanes of one variant, or each variant's lanes
+    0-3 in lanes 0-3 and 4-7 (the layout of :mod:`analysis.pipeline._numba_hist`)."""
+    n_obj = cols.shape[1]
+    n_s = max(n_sets, 1)
+    qv = np.empty((n_s, SUB))
+    qd = np.empty((n_s, SUB, LANES))
+    for b in range(b0, b1):
+        end = min(n_obj, (b + 1) * block)
+        for j0 in range(b * block, end, SUB):
+            nj = min(SUB, end - j0)
+            for v in range(2 if pair else 1):
+                _start(qv, qd, fixed_v, fixed_d, use_fixed, j0, nj)
+                _cuts_into(j0, nj, cols_hi if v else cols, c_ls, c_col, c_w, c_gt, c_par, qv,
+                           qd)
+                for i in range(nj):
+                    g = g0 + j0 + i
+                    for p in range(n_pat):
+                        # patterns' pd[r] = pd[r] fac + sign qd[ls, r], lanes in registers
+                        x = 1.0
+                        d0 = d1 = d2 = d3 = d4 = d5 = d6 = d7 = 0.0
+                        for ls in range(n_sets):
+                            code = codes[p, ls]
+                            if code < 0:
+                                continue
+                            fac = qv[ls, i] if code == 1 else 1.0 - qv[ls, i]
+                            sign = x if code == 1 else -x
+                            q = qd[ls, i]
+                            d0, d1, d2, d3 = (d0 * fac + sign * q[0], d1 * fac + sign * q[1],
+                                              d2 * fac + sign * q[2], d3 * fac + sign * q[3])
+                            d4, d5, d6, d7 = (d4 * fac + sign * q[4], d5 * fac + sign * q[5],
+                                              d6 * fac + sign * q[6], d7 * fac + sign * q[7])
+                            x *= fac
+                        out = pd_all[g, p]
+                        if v == 0:
+                            pv_all[g, p, 0] = x
+                            pv_all[g, p, 1] = x
+                            out[0], out[1], out[2], out[3] = d0, d1, d2, d3
+                            out[4], out[5], out[6], out[7] = d4, d5, d6, d7
+                        else:  # the second variant's lanes 0-3 into lanes 4-7
+                            pv_all[g, p, 1] = x
+                            out[4], out[5], out[6], out[7] = d0, d1, d2, d3
+
+
+@numba.njit(cache=True, nogil=True)
+def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
+    """Histogram sums of the entries of event ``e``, ``off[e]:off[e + 1]`` (values
+    ``x[i]``, probability lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times
+    each variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] +=
+    f^2 weight[e] w`` with ``w = ev[e] p[i]`` (the product rule in lanes), over the
+    first ``sumw.shape[2]`` lanes (4 or 8: the value and the tangents). Bin ``b`` = the
+    number of edges ``<= x`` (``numpy.searchsorted`` right: 0 the underflow, NaN in the
+    overflow); an entry of probability 0 at ``x = 0``. Entries in order: one sequential
+    sum per bin and variation."""
+    n_edges = edges.shape[0]
+    wide = sumw.shape[2] > 4
+    w = np.empty(LANES)
+    for e in range(off.shape[0] - 1):
+        ev0 = ev[e, 0]
+        for i in range(off[e], off[e + 1]):
+            p0 = p[i, 0]
+            # w = p0 ev[e] + ev0 p[i] (the product rule), lane 0 ev p twice: halved
+            w[0] = (p0 * ev[e, 0] + ev0 * p[i, 0]) * 0.5
+            w[1] = p0 * ev[e, 1] + ev0 * p[i, 1]
+            w[2] = p0 * ev[e, 2] + ev0 * p[i, 2]
+            w[3] = p0 * ev[e, 3] + ev0 * p[i, 3]
+            if wide:
+                w[4] = p0 * ev[e, 4] + ev0 * p[i, 4]
+                w[5] = p0 * ev[e, 5] + ev0 * p[i, 5]
+                w[6] = p0 * ev[e, 6] + ev0 * p[i, 6]
+                w[7] = p0 * ev[e, 7] + ev0 * p[i, 7]
+            xi = x[i] if w[0] != 0.0 else 0.0
+            b = n_edges
+            if xi == xi:  # the edges <= xi, counted without branches (edges increase)
+                b = 0
+                for k in range(n_edges):
+                    b += edges[k] <= xi
+            we = weight[e]
+            for v in range(factors.shape[0]):
+                f = factors[v, e]
+                f2 = f * f * we
+                o, o2 = sumw[v, b], sumw2[v, b]
+                if wide:
+                    for r in range(8):
+                        o[r] += f * w[r]
+                        o2[r] += f2 * w[r]
+                else:  # every load before the first store (as _numba_dp.axpy)
+                    a0, a1, a2, a3 = o[0], o[1], o[2], o[3]
+                    c0, c1, c2, c3 = o2[0], o2[1], o2[2], o2[3]
+                    w0, w1, w2, w3 = w[0], w[1], w[2], w[3]
+                    o[0], o[1], o[2], o[3] = a0 + f * w0, a1 + f * w1, a2 + f * w2, a3 + f * w3
+                    o2[0], o2[1], o2[2], o2[3] = (c0 + f2 * w0, c1 + f2 * w1, c2 + f2 * w2,
+                                                  c3 + f2 * w3)

@@ -1,0 +1,189 @@
+"""The fused host-side loops of the numba histograms (analysis.pipeline._numba_fill).
+
+- :func:`cut_probs` / :func:`cut_patterns` against the loops they fuse,
+  :func:`analysis.pipeline._numba_dp.cut_into` then
+  :func:`analysis.pipeline._numba_dp.patterns` (with the pair layout of the walk,
+  :mod:`analysis.pipeline._numba_hist`, built by numpy slicing), bit for bit: greater /
+  less, inclusive, ``abs``, width 0, NaN values, a nested set and an unreachable
+  pattern, trainable thresholds; any split into blocks gives the same bits.
+- :func:`fill` against numpy (``searchsorted`` right, ``add.at`` in entry order, the
+  product rule written out), 4 and 8 lanes, NaN and infinite values, entries of
+  probability 0 at 0, empty events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.pipeline import _numba_dp, _numba_fill
+
+L = _numba_dp.LANES
+# (set, field, threshold, width, greater, inclusive, abs, parameter)
+CUTS = [(0, 0, 25.0, 5.0, True, False, False, 0), (0, 1, 2.4, 0.1, False, False, True, -1),
+        (1, 2, 0.3, 0.05, True, False, False, 1), (1, 1, 0.0, 0.0, False, True, False, 2),
+        (2, 0, 30.0, 0.0, True, False, False, -1)]
+# 3 sets: 0 ("jets"), 1 from 0 ("bjets"), 2 alone; code -1: unreachable (parent out)
+CODES = np.array([[0, -1, 0], [1, 0, 0], [1, 1, 0], [0, -1, 1], [1, 0, 1], [1, 1, 1]],
+                 np.int8)
+
+
+def objects(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    cols = np.stack([rng.exponential(35.0, n), rng.normal(0.0, 1.8, n), rng.uniform(0, 1, n)])
+    if n:
+        cols[0, rng.integers(0, n, 3)] = 25.0  # on the threshold
+        cols[1, rng.integers(0, n, 3)] = 0.0
+        cols[2, rng.integers(0, n, 2)] = np.nan
+    return cols
+
+
+def probs(cols, cuts):
+    """Each cut's probabilities per object (the kernels' ``cols``, row ``m`` for cut ``m``)."""
+    return np.stack([_numba_dp.soft_values(cols[f], t, w, gt, inc, ab)
+                     for _, f, t, w, gt, inc, ab, _ in cuts]) if cuts else np.empty((0, cols.shape[1]))
+
+
+def cut_arrays(cuts):
+    c = list(zip(*cuts, strict=True))
+    return (np.array(c[0], np.int64), np.arange(len(cuts), dtype=np.int64), np.array(c[3]),
+            np.array(c[4], np.bool_), np.array(c[7], np.int64))
+
+
+def reference_probs(cols, cuts, qv=None, qd=None):
+    n = cols.shape[1]
+    qv = np.ones((3, n)) if qv is None else qv.copy()
+    qd = np.zeros((3, n, L)) if qd is None else qd.copy()
+    for ls, f, t, w, gt, inc, ab, par in cuts:
+        _numba_dp.cut_into(_numba_dp.soft_values(cols[f], t, w, gt, inc, ab), w, gt, par,
+                           qv[ls], qd[ls])
+    return qv, qd
+
+
+def reference_patterns(qv, qd):
+    n = qv.shape[1]
+    pv, pd = np.empty((n, len(CODES))), np.empty((n, len(CODES), L))
+    _numba_dp.patterns(qv, qd, CODES, 3, len(CODES), pv, pd)
+    return pv, pd
+
+
+def test_a_block_range_writes_its_objects_only():
+    """Blocks ``b0:b1`` write objects ``b0 block:b1 block`` (sub-blocks of
+    :data:`analysis.pipeline._numba_fill.SUB` do not run over the block's end)."""
+    n, block = 1000, 300  # not a multiple of SUB
+    cols = objects(n, seed=9)
+    qv, qd = np.full((3, n), np.nan), np.full((3, n, L), np.nan)
+    _numba_fill.cut_probs(probs(cols, CUTS), *cut_arrays(CUTS), qv, qd, block, 1, 2)
+    pv_all, pd_all = np.full((n, 7, 2), np.nan), np.full((n, 7, L), np.nan)
+    dummy = (np.ones((1, 1)), np.zeros((1, 1, L)))
+    _numba_fill.cut_patterns(probs(cols, CUTS), probs(cols, CUTS), *cut_arrays(CUTS), *dummy,
+                             False, CODES, 3,
+                             len(CODES), 0, False, pv_all, pd_all, block, 1, 2)
+    inside = np.zeros(n, bool)
+    inside[block:2 * block] = True
+    for a in (qv[0], qd[0, :, 0], pv_all[:, 0, 0], pd_all[:, 0, 0]):
+        assert np.isfinite(a[inside]).all() and np.isnan(a[~inside]).all()
+
+
+def run(kernel, args, n: int, block: int, splits) -> None:
+    n_blocks = -(-n // block)
+    edges = sorted({0, n_blocks, *[min(s, n_blocks) for s in splits]})
+    for b0, b1 in zip(edges[:-1], edges[1:], strict=True):  # blocks in any grouping
+        kernel(*args, block, b0, b1)
+
+
+@pytest.mark.parametrize("n, block, splits", [(1, 256, ()), (700, 256, (1,)), (2000, 300, (2, 5)),
+                                              (0, 256, ())])
+def test_cut_probs_is_cut_into(n, block, splits):
+    cols = objects(n, seed=n)
+    qv, qd = np.full((3, n), np.nan), np.full((3, n, L), np.nan)
+    run(_numba_fill.cut_probs, (probs(cols, CUTS), *cut_arrays(CUTS), qv, qd), n, block, splits)
+    rv, rd = reference_probs(cols, CUTS)
+    np.testing.assert_array_equal(qv, rv)
+    np.testing.assert_array_equal(qd, rd)
+
+
+@pytest.mark.parametrize("n, block, splits", [(1, 256, ()), (900, 256, (1, 3)),
+                                              (2100, 512, (2,))])
+def test_cut_patterns_is_cut_into_then_patterns(n, block, splits):
+    cols = objects(n, seed=n + 1)
+    g0, n_tot = 5, n + 9  # a collection after another one's objects
+    pv_all, pd_all = np.full((n_tot, 7, 2), np.nan), np.full((n_tot, 7, L), np.nan)
+    dummy = (np.ones((1, 1)), np.zeros((1, 1, L)))
+    args = (probs(cols, CUTS), probs(cols, CUTS), *cut_arrays(CUTS), *dummy, False, CODES, 3,
+            len(CODES), g0, False, pv_all, pd_all)
+    run(_numba_fill.cut_patterns, args, n, block, splits)
+    pv, pd = reference_patterns(*reference_probs(cols, CUTS))
+    got = slice(g0, g0 + n)
+    np.testing.assert_array_equal(pv_all[got, :len(CODES), 0], pv)
+    np.testing.assert_array_equal(pv_all[got, :len(CODES), 1], pv)
+    np.testing.assert_array_equal(pd_all[got, :len(CODES)], pd)
+    assert np.isnan(pv_all[:g0]).all() and np.isnan(pd_all[g0 + n:]).all()  # nothing else
+
+    # two shift sides of field 0: the other cuts fixed once, the moved ones last, each
+    # side's lanes 0-3 side by side (the walk's pair layout)
+    moved = [c for c in CUTS if c[1] == 0]
+    fixed = reference_probs(cols, [c for c in CUTS if c[1] != 0])
+    fv, fd = np.empty((3, n)), np.empty((3, n, L))
+    rest = [c for c in CUTS if c[1] != 0]
+    run(_numba_fill.cut_probs, (probs(cols, rest), *cut_arrays(rest), fv, fd), n, block, ())
+    sides = []
+    for factor in (1.03, 0.97):
+        c = cols.copy()
+        c[0] *= factor
+        sides.append((c, reference_patterns(*reference_probs(c, moved, *fixed))))
+    pv_all[:] = np.nan
+    pd_all[:] = np.nan
+    args = (probs(sides[0][0], moved), probs(sides[1][0], moved), *cut_arrays(moved), fv, fd,
+            True, CODES, 3, len(CODES), g0, True, pv_all, pd_all)
+    run(_numba_fill.cut_patterns, args, n, block, splits)
+    half = L // 2
+    for v, (_, (pv, pd)) in enumerate(sides):
+        np.testing.assert_array_equal(pv_all[got, :len(CODES), v], pv)
+        np.testing.assert_array_equal(pd_all[got, :len(CODES), v * half:(v + 1) * half],
+                                      pd[:, :, :half])
+
+
+def reference_fill(off, x, p, ev, factors, weight, edges, lanes):
+    at = np.repeat(np.arange(len(off) - 1), np.diff(off))
+    w = p[:, :1] * ev[at] + ev[at, :1] * p
+    w[:, 0] *= 0.5
+    x = np.where(w[:, 0] != 0.0, x, 0.0)
+    b = np.searchsorted(edges, x, side="right")
+    b[np.isnan(x)] = len(edges)
+    sumw = np.zeros((len(factors), len(edges) + 1, lanes))
+    sumw2 = np.zeros_like(sumw)
+    for v, f in enumerate(factors):
+        np.add.at(sumw[v], b, f[at, None] * w[:, :lanes])
+        np.add.at(sumw2[v], b, (f[at] * f[at] * weight[at])[:, None] * w[:, :lanes])
+    return sumw, sumw2
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_fill_is_numpy(lanes):
+    rng = np.random.default_rng(lanes)
+    n_ev = 400
+    counts = rng.integers(0, 6, n_ev)
+    counts[:3] = 0
+    off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    n = int(off[-1])
+    edges = np.array([25.0, 50.0, 75.0, 100.0, 150.0])
+    x = rng.choice(np.concatenate([edges, rng.exponential(60.0, 50)]), n)
+    x[:4] = [np.nan, np.inf, -np.inf, -3.0]
+    p = np.zeros((n, L))
+    p[:, :lanes] = rng.uniform(-1.0, 1.0, (n, lanes))
+    p[:, 0] = np.abs(p[:, 0])
+    p[rng.integers(0, n, 20), 0] = 0.0  # probability 0: at x = 0 (here the underflow)
+    p[5, 0] = 0.0
+    x[5] = np.nan
+    ev = np.zeros((n_ev, L))
+    ev[:, :lanes] = rng.uniform(-1.0, 1.0, (n_ev, lanes))
+    factors = rng.uniform(0.5, 1.5, (3, n_ev))
+    weight = rng.uniform(0.5, 2.0, n_ev)
+    sumw = np.zeros((3, len(edges) + 1, lanes))
+    sumw2 = np.zeros_like(sumw)
+    _numba_fill.fill(off, x, p, ev, factors, weight, edges, sumw, sumw2)
+    ref = reference_fill(off, x, p, ev, factors, weight, edges, lanes)
+    np.testing.assert_array_equal(sumw, ref[0])
+    np.testing.assert_array_equal(sumw2, ref[1])
+    assert (sumw[:, :, 0] != 0).all()  # every bin, underflow and overflow, filled

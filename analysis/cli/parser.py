@@ -187,9 +187,11 @@ def _on_unraisable(info) -> None:
 
 
 def _interrupted(from_command_line: bool) -> int:
-    """Ctrl-C: one line, exit 130. The checkpoint is intact (it is replaced atomically)."""
-    with contextlib.suppress(ValueError):  # (not the main thread)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt this
+    """Ctrl-C: one line, exit 130. The checkpoint is intact (it is replaced atomically).
+    Called in-process (``main(argv)``), the caller's SIGINT handling is left as it was."""
+    if from_command_line:
+        with contextlib.suppress(ValueError):  # (not the main thread)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt this
     print("diffcoffea: interrupted", file=sys.stderr)
     if from_command_line:
         # Skip interpreter teardown: an interrupt inside JAX/XLA initialisation or a

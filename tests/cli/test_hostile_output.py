@@ -271,8 +271,11 @@ def test_ctrl_c_while_the_parser_is_built_is_the_same_one_line(monkeypatch, caps
     old = signal.getsignal(signal.SIGINT)
     try:
         assert main(["evaluate", "x.yaml"]) == 130
+        # in-process, the caller's Ctrl-C handling is left as it was (the command line
+        # ignores a second Ctrl-C while it exits)
+        assert signal.getsignal(signal.SIGINT) is old
     finally:
-        signal.signal(signal.SIGINT, old)  # the command ignores a second Ctrl-C
+        signal.signal(signal.SIGINT, old)
     assert capsys.readouterr().err == "diffcoffea: interrupted\n"
 
 

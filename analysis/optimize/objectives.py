@@ -276,11 +276,10 @@ def step_observables(objective: Objective, plan: Plan, order: int) -> tuple[str,
     reads = objective.reads()
     if reads is None:
         return None
-    names = tuple(o.name for o in plan.observables if o.name in reads)
-    if len(names) == len(plan.observables):
+    reduced = only_observables(plan, reads)
+    if reduced is plan:
         return None
     from analysis.pipeline import fasthist, fastkernel
 
-    reduced = only_observables(plan, names)
     fast = fasthist if reduced.hists else fastkernel
-    return names if fast.why_not(reduced, order) is None else None
+    return tuple(o.name for o in reduced.observables) if fast.why_not(reduced, order) is None else None

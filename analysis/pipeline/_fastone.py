@@ -12,11 +12,10 @@ the counts, so no other state is ever reached), or
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from analysis.pipeline import _numba_dp, _numba_one
+from analysis.pipeline._fastpool import _run_blocks
 
 __all__: list[str] = []  # internal to the numba kernel
 
@@ -29,10 +28,11 @@ def chain(tgt: np.ndarray) -> np.ndarray:
     return np.array(out, np.int64)
 
 
-def run(args: tuple, n_blocks: int, run_blocks: Callable[..., None], threads: int | None) -> None:
-    """``run_blocks(select_one, ..., n_blocks, threads)`` with ``args`` = ``(coff, ss,
-    cut_w, cut_g, cut_par, tgt, f, df, want_w, max_seq, block, pe, ow)`` (see :func:`~analysis.pipeline._numba_one.select_one`; ``tgt``, ``f``,
-    ``df`` over all count states)."""
+def run(args: tuple, n_blocks: int, threads: int | None) -> None:
+    """``select_one`` over ``n_blocks`` blocks on the kernel's threads with ``args`` =
+    ``(coff, ss, cut_w, cut_g, cut_par, tgt, f, df, want_w, max_seq, block, pe, ow)``
+    (see :func:`~analysis.pipeline._numba_one.select_one`; ``tgt``, ``f``, ``df`` over
+    all count states)."""
     *cuts, tgt, f, df, want_w, max_seq, block, pe, ow = args
     states = chain(tgt)
     f = np.ascontiguousarray(f[states])
@@ -42,4 +42,4 @@ def run(args: tuple, n_blocks: int, run_blocks: Callable[..., None], threads: in
     else:
         one = (*cuts, f, np.ascontiguousarray(df[states]), want_w, max_seq, block, pe, ow)
         kernel = _numba_one.select_one
-    run_blocks(_numba_dp.compiled(kernel, one), one, n_blocks, threads)
+    _run_blocks(_numba_dp.compiled(kernel, one), one, n_blocks, threads)

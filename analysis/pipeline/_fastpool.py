@@ -38,19 +38,9 @@ _LOCAL = threading.local()
 
 def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
     """``kernel(*args, b0, b1)`` over all blocks, in contiguous ranges on the pool."""
-    threads = min(_threads(threads), n_blocks)
-    if threads <= 1:
-        kernel(*args, 0, n_blocks)
-        return
-    edges = np.linspace(0, n_blocks, threads + 1).astype(int)
-    # the first range in this thread (one wake-up fewer), the others on the pool
-    futures = [_pool().submit(kernel, *args, int(a), int(b))
-               for a, b in zip(edges[1:-1], edges[2:], strict=True)]
-    try:
-        kernel(*args, 0, int(edges[1]))
-    finally:
-        for f in futures:
-            f.result()
+    threads = max(1, min(_threads(threads), n_blocks))
+    _run_slices(lambda b0, b1: kernel(*args, b0, b1),
+                np.linspace(0, n_blocks, threads + 1).astype(int))
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -74,11 +64,12 @@ def _work(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _run_slices(fn, edges: np.ndarray) -> None:
-    """``fn(a, b)`` for consecutive ``edges``, on the pool when there are several."""
-    if len(edges) <= 2:
-        fn(int(edges[0]), int(edges[-1]))
-        return
-    pool = _pool()
-    futures = [pool.submit(fn, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    for f in futures:
-        f.result()
+    """``fn(a, b)`` for consecutive ``edges``: the first range in this thread (one
+    wake-up fewer), the others on the pool."""
+    futures = [_pool().submit(fn, int(a), int(b))
+               for a, b in zip(edges[1:-1], edges[2:], strict=True)]
+    try:
+        fn(int(edges[0]), int(edges[1]))
+    finally:
+        for f in futures:
+            f.result()

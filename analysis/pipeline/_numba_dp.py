@@ -41,9 +41,9 @@ def soft_values(v: np.ndarray, t: float, width: float, greater: bool, inclusive:
     (``<``, ``<=``), of ``|v|`` for a cut on ``abs``; ``s = 1 / (1 + exp(-z / width))``
     with numpy's vectorised ``exp`` (several times faster than the scalar ``exp`` of a
     compiled loop; within an ulp of it), ``s = [z > 0]`` (``[z >= 0]`` if ``inclusive``)
-    for ``width = 0``; NaN gives NaN (0 at ``width = 0``). Into ``out`` if given (numpy releases the GIL:
-    slices may be filled on threads). The loops take the slope from ``s``
-    (:func:`soft_slope`)."""
+    for ``width = 0``; NaN gives NaN (0 at ``width = 0``). Into ``out`` if given (numpy
+    releases the GIL: slices may be filled on threads). The loops take the slope from
+    ``s`` (:func:`soft_slope`)."""
     v = np.asarray(v, dtype=np.float64)
     out = np.empty_like(v) if out is None else out
     x = np.abs(v, out=out) if absolute else v

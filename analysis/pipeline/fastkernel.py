@@ -314,7 +314,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
             BLOCK, pe, ow[0],
         )
-        _fastone.run(args, n_blocks, _run_blocks, threads)
+        _fastone.run(args, n_blocks, threads)
     elif n_ev and _VALUE_LOOP and not trainable:  # values only: lane 0 of the same loop
         args = (coff, base, pv_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
                 pat_need, tgt, f, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK,

@@ -83,10 +83,12 @@ def yield_cotangents(value: Any, payload: list) -> tuple[float, float] | str:
     return a1, a2
 
 
-def _soft(x: np.ndarray, cut, theta, widths) -> tuple[np.ndarray, np.ndarray]:
+def _soft(x: np.ndarray, cut, theta, widths, absolute: bool = False
+          ) -> tuple[np.ndarray, np.ndarray]:
     """``(s, ds/dt)`` of a threshold cut over ``x`` (:func:`analysis.pipeline._numba_dp.soft_array`)."""
     return fastkernel._numba_dp.soft_array(x, fastkernel._value(theta, cut.param, cut.value),
-                                           widths[cut.width_index], cut.greater, cut.inclusive)
+                                           widths[cut.width_index], cut.greater, cut.inclusive,
+                                           absolute)
 
 
 def _others(s: list[np.ndarray], c: int, base: np.ndarray) -> np.ndarray:
@@ -140,7 +142,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     # per object: the soft cuts and q; per event: the branch cuts and ev
     cuts = tab.set_cuts[0]
     raw = [np.asarray(flat.get(c.field, np.zeros(n_obj)), dtype=np.float64)[:n_obj] for c in cuts]
-    soft = [_soft(np.abs(x) if c.absolute else x, c, theta, widths) for c, x in zip(cuts, raw)]
+    soft = [_soft(x, c, theta, widths, c.absolute) for c, x in zip(cuts, raw, strict=True)]
     q = _others([s for s, _ in soft], -1, np.ones(n_obj))
     ecuts = run.event_cuts
     esoft = [_soft(np.asarray(cols.events[c.key], dtype=np.float64), c, theta, widths) for c in ecuts]

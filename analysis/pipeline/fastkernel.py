@@ -6,8 +6,10 @@ per observable :class:`~analysis.stats.Moments` / :class:`~analysis.stats.CoMome
 Jacobian leaves with a trailing axis over the plan's trainable parameters) directly
 from a chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan that
 :func:`why_not` accepts: ``order <= 1`` and observables of the kinds ``S.f``,
-``abs(S.f)``, per-event branches, ``sum(S.f)`` and ``count(S)`` (any object sets, joint
-counts over several sets and collections, branch cuts). It is a second implementation
+``abs(S.f)``, per-event branches, ``sum(S.f)``, ``count(S)`` and the indexed
+expressions of one set (``S[i].f``, ``mass(S[0] + S[1] + S[2])``, ``mt(S[0], MET)``:
+:mod:`analysis.pipeline._fastleading`), with any object sets, joint counts over
+several sets and collections, branch cuts. It is a second implementation
 of one description: the recursions of :mod:`analysis.select.objects` (the JAX kernel
 :mod:`analysis.pipeline.setkernel`, the reference) as loops over each event's objects
 with forward-mode tangents (:mod:`analysis.pipeline._numba_dp`, values only
@@ -39,7 +41,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline import _fastone, _numba_dp, _numba_value
+from analysis.pipeline import _fastleading, _fastone, _numba_dp, _numba_value
 from analysis.pipeline._fastmoments import (
     comoments_state,
     moments_state,
@@ -78,8 +80,12 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
                 f"{_numba_dp.LANES - 1})")
     for obs in plan.observables:
         for node in (obs.x, obs.y):
-            if node is not None and node.kind not in _LINEAR:
-                return f"observable {obs.name!r}: {node.kind} expression {node.text!r}"
+            if node is None or node.kind in _LINEAR:
+                continue
+            why = (_fastleading.why_not(node) if node.kind in ("index", "call")
+                   else f"{node.kind} expression {node.text!r}")
+            if why is not None:
+                return f"observable {obs.name!r}: {why}"
     # The loops know threshold cuts (one side, one threshold) only: any other cut kind
     # (a window lo < x < hi, ...) goes to the JAX kernel, never computed as a threshold.
     cuts = [c for s in plan.sets.sets for c in s.cuts] + list(plan.event_cuts)
@@ -209,6 +215,7 @@ class _Weights(NamedTuple):
     sums: list  # observable indices of event sums, in sa's order
     sa: np.ndarray  # (sums, E, R + 1, LANES) E[X^r 1_pass]
     ev: np.ndarray  # (E, LANES) event weight x soft branch cuts
+    cands: dict  # (set, depth) -> _fastleading.Candidates of indexed observables
     n_blocks: int
     np1: int  # lanes used: 1 + trainable parameters
 
@@ -257,7 +264,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
         max_seq += int(np.max(counts, initial=0))
     lanes = _numba_dp.LANES
     fused = _FUSED and tab.one_set and not any(
-        obs.x.kind in ("sum", "count") for obs in plan.observables)
+        obs.x.kind in ("sum", "count", "index", "call") for obs in plan.observables)
     if not fused:
         pv_all, pd_all = _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
 
@@ -326,12 +333,18 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             pat_need, tgt, f, df_l, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe, ow, sa,
         ), n_blocks, threads)
 
+    cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,
+                               BLOCK, n_blocks, threads) if not fused else {})
     return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa,
-                    _event_weights(cols, plan, theta, widths, trainable), n_blocks, np1)
+                    _event_weights(cols, plan, theta, widths, trainable), cands, n_blocks, np1)
 
 
-def _values(node, cols: ChunkColumns, plan: Plan, flats: dict) -> np.ndarray:
-    """A field's (flat) or a branch's values, ``|values|`` for ``abs(...)``; float64."""
+def _values(node, cols: ChunkColumns, plan: Plan, flats: dict, cands: dict) -> np.ndarray:
+    """A field's (flat), a branch's or an indexed expression's (per candidate) values,
+    ``|values|`` for ``abs(...)``; float64."""
+    k = _fastleading.key(node)
+    if k is not None:
+        return _fastleading.values(node, cands[k], plan, flats, cols.events)
     if node.kind == "field":
         v = flats[plan.sets.collection_of(node.head)][node.field]
     else:
@@ -355,6 +368,7 @@ def evaluate_columns(
     tab, coff, flats, pe, ow, slot_of, sums, sa, ev, n_blocks, np1 = (
         wt.tab, wt.coff, wt.flats, wt.pe, wt.ow, wt.slot_of, wt.sums, wt.sa, wt.ev,
         wt.n_blocks, wt.np1)
+    cands = wt.cands
     sp = plan.sets
     n_ev = int(cols.n_events)
     lanes = _numba_dp.LANES
@@ -382,10 +396,14 @@ def evaluate_columns(
             if x.kind == "field":
                 eoff = coff[tab.collections.index(sp.collection_of(x.head))]
                 wo = ow[slot_of[x.head], : int(eoff[-1])]
+            elif x.kind in ("index", "call"):
+                eoff, wo = cands[_fastleading.key(x)][:2]
             else:
                 eoff, wo = ev_off, pe
-            xv = _values(x, cols, plan, flats)
-            yv = xv if obs.y is None else _values(obs.y, cols, plan, flats)
+            xv = _values(x, cols, plan, flats, cands)
+            yv = xv if obs.y is None else _values(obs.y, cols, plan, flats, cands)
+            if x.kind in ("index", "call"):  # as the JAX kernel: no value where no weight
+                xv, yv = (np.where(wo[:, 0] != 0, v, 0.0) for v in (xv, yv))
             has_y = obs.y is not None
             first = np.zeros((n_blocks, 3))
             _run_blocks(_numba_dp.centre_sums, (eoff, xv, yv, wo, ev, BLOCK, first), n_blocks,
@@ -419,7 +437,8 @@ def observable_entries(
     """``(x, w)``: the entries of observable ``index`` and their soft weights (numpy
     float64, for histograms), as :func:`analysis.pipeline.setkernel.observable_entries`
     defines them (entries of weight 0 included): per object ``(x_j, w_e P(j in S and
-    the event passes))`` for ``S.f``, per event ``(x_e, w_e P(pass))`` for a branch and
+    the event passes))`` for ``S.f``, per candidate tuple ``(x_a, w_e P(a is S[0..r] and
+    the event passes))`` for an indexed expression (0 where the weight is 0), per event ``(x_e, w_e P(pass))`` for a branch and
     ``(E[X 1_pass] / P(pass), w_e P(pass))`` for ``sum(S.f)``/``count(S)`` (0 where
     ``P(pass) = 0``). ``plan`` must pass :func:`why_not` at order 0."""
     wt = _weights(cols, plan, theta, widths, order=0, threads=threads)
@@ -428,8 +447,13 @@ def observable_entries(
     if node.kind == "field":
         off = wt.coff[wt.tab.collections.index(plan.sets.collection_of(node.head))]
         w = np.repeat(ev, np.diff(off)) * wt.ow[wt.slot_of[node.head], : int(off[-1]), 0]
-        return _values(node, cols, plan, wt.flats), w
+        return _values(node, cols, plan, wt.flats, wt.cands), w
+    if node.kind in ("index", "call"):
+        cand = wt.cands[_fastleading.key(node)]
+        w = np.repeat(ev, np.diff(cand.off)) * cand.w[:, 0]
+        x = _values(node, cols, plan, wt.flats, wt.cands)
+        return np.where(w != 0, x, 0.0), w
     if node.kind == "branch":
-        return _values(node, cols, plan, wt.flats), ev * pe
+        return _values(node, cols, plan, wt.flats, wt.cands), ev * pe
     a = wt.sa[wt.sums.index(index), :, 1, 0]
     return np.divide(a, pe, out=np.zeros_like(a), where=pe != 0), ev * pe

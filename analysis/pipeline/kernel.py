@@ -12,8 +12,8 @@ bucket shape, not once per chunk.
 
 :func:`chunk_state` (what the processor and the driver call) runs the numba kernel
 :mod:`analysis.pipeline.fastkernel` instead wherever it applies
-(:func:`analysis.pipeline.fastkernel.why_not` says where not: Hessians, indexed and
-4-vector observables; plans with histograms: :mod:`analysis.pipeline.fasthist`, whose
+(:func:`analysis.pipeline.fastkernel.why_not` says where not: Hessians, expressions
+of several indexed sets such as ``mass(jets[0] + bjets[0])``; plans with histograms: :mod:`analysis.pipeline.fasthist`, whose
 ``why_not`` also refuses event-sum and 4-vector histograms and per-object scale
 factors); this module's JAX kernel is the reference and computes everything else,
 grid scans and histogram entries. Both compute one plan; the

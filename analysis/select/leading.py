@@ -27,7 +27,19 @@ from analysis.select._recursions import (
 from analysis.select.countmodel import CountModel
 from analysis.select.objlayout import ObjectCapError
 
-__all__ = ["leading"]
+__all__ = ["leading", "too_many_tuples"]
+
+
+def too_many_tuples(slots: Sequence[tuple[str, int]], objects: Mapping[str, int],
+                    n_tuples: int, max_tuples: int) -> ObjectCapError:
+    """The one-line error of an indexed observable with more than ``max_tuples``
+    candidate tuples per event (``objects``: per collection, the objects per event)."""
+    ms = ", ".join(f"{c}: {m}" for c, m in objects.items())
+    return ObjectCapError(
+        f"{' + '.join(f'{n}[{r}]' for n, r in slots)}: {n_tuples} candidate tuples "
+        f"per event (objects per event {ms}) exceed max_tuples={max_tuples}; set "
+        "max_objects on the collection to allow them"
+    )
 
 
 def _step(x, pi_m, d, shape, has, *, pull: bool):
@@ -248,13 +260,8 @@ def _leading(
     sizes = [len(x) for x in combos]
     n_tuples = math.prod(sizes)
     if max_tuples is not None and n_tuples > max_tuples:
-        ms = ", ".join(f"{model.set_index(n)[0]}: {layouts[model.set_index(n)[0]].valid.shape[1]}"
-                       for n in names)
-        raise ObjectCapError(
-            f"{' + '.join(f'{n}[{r}]' for n, r in slots)}: {n_tuples} candidate tuples "
-            f"per event (objects per event {ms}) exceed max_tuples={max_tuples}; set "
-            "max_objects on the collection to allow them"
-        )
+        raise too_many_tuples(slots, {model.set_index(n)[0]: layouts[model.set_index(n)[0]]
+                                      .valid.shape[1] for n in names}, n_tuples, max_tuples)
     if len(names) == 1:  # one indexed set: the rank-order recursion
         name = names[0]
         c, _ = model.set_index(name)

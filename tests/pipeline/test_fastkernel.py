@@ -384,7 +384,10 @@ def test_why_not_names_the_reason():
     assert "order 2" in fastkernel.why_not(plan, 2)
     cfg = sets_config()
     cfg["observables"].append({"name": "lead", "x": "jets[0].pt", "stats": ["mean"]})
-    assert "index expression 'jets[0].pt'" in fastkernel.why_not(make_plan(cfg)[0], 1)
+    assert fastkernel.why_not(make_plan(cfg)[0], 1) is None  # one indexed set: served
+    cfg["observables"][-1]["x"] = "mass(jets[0] + muons[0])"
+    assert "'mass(jets[0] + muons[0])' indexes several sets" in fastkernel.why_not(
+        make_plan(cfg)[0], 1)
     # a cut kind the loops do not know (a window lo < x < hi) is refused, never computed
     # as a threshold cut
     import dataclasses

@@ -10,6 +10,7 @@ changes. Used by :mod:`analysis.pipeline.fastkernel` only.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import lru_cache
 
@@ -17,10 +18,35 @@ import jax
 import numpy as np
 
 from analysis.pipeline.plan import Plan
+from analysis.select import cuts as cut_kinds
 from analysis.select.objects import CountModel, _pass_table
 
 __all__: list[str] = []  # internal to the numba kernel
 
+
+
+def one_sided(cuts) -> tuple | None:
+    """``cuts`` (object or event cuts of a plan) as one-sided threshold cuts, the only
+    kind the loops know: a cut whose kind declares ``sides`` (:mod:`analysis.select.cuts`:
+    its probability is the product of one-sided cuts, one per bound) becomes those cuts
+    (a window ``lo < x < hi``: ``x > lo`` and ``x < hi``, the same width); ``None`` if a
+    cut's kind has none."""
+    out = []
+    for cut in cuts:
+        op = getattr(cut, "op", "") or ""
+        if not op and not getattr(cut, "more", ()):
+            out.append(cut)  # a threshold built without an op
+            continue
+        try:
+            sides = getattr(cut_kinds.kind_of(op), "sides", None)
+        except KeyError:
+            return None
+        if sides is None:
+            return None
+        for (greater, inclusive), (param, value) in zip(sides(op), cut.bounds, strict=True):
+            out.append(dataclasses.replace(cut, greater=greater, inclusive=inclusive,
+                                           param=param, value=value, op="", more=()))
+    return tuple(out)
 
 
 class _Tables:
@@ -56,7 +82,7 @@ class _Tables:
                     self.pat[ci, p, i] = 1 if row[i] else (0 if reachable else -1)
             self.n_pat[ci] = len(model.patterns[c])
         spec = {s.name: s for s in sp.sets}
-        self.set_cuts = [spec[name].cuts for name in self.set_names]
+        self.set_cuts = [one_sided(spec[name].cuts) for name in self.set_names]
         self.set_coll = [spec[name].collection for name in self.set_names]
         self.gidx = gidx
         # one collection, one set ("out" adds nothing, "in" moves the counts): the

@@ -49,7 +49,14 @@ from analysis.pipeline._fastmoments import (
     sum_moments_state,
 )
 from analysis.pipeline._fastpool import _run_blocks, _run_slices, _threads, _work
-from analysis.pipeline._fasttables import _pass_fn, _reduced, _Tables, _tables, _targets
+from analysis.pipeline._fasttables import (
+    _pass_fn,
+    _reduced,
+    _Tables,
+    _tables,
+    _targets,
+    one_sided,
+)
 from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, threshold_value
@@ -86,13 +93,14 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
                    else f"{node.kind} expression {node.text!r}")
             if why is not None:
                 return f"observable {obs.name!r}: {why}"
-    # The loops know threshold cuts (one side, one threshold) only: any other cut kind
-    # (a window lo < x < hi, ...) goes to the JAX kernel, never computed as a threshold.
-    cuts = [c for s in plan.sets.sets for c in s.cuts] + list(plan.event_cuts)
-    for cut in cuts:
-        op = getattr(cut, "op", "") or ""
-        if getattr(cut, "more", ()) or op not in ("", ">", ">=", "<", "<="):
-            return f"a {op or 'multi-threshold'} cut (the numba kernel has threshold cuts only)"
+    # The loops know threshold cuts (one side, one threshold) only: a kind that is a
+    # product of them (a window lo < x < hi) runs as those (_fasttables.one_sided), any
+    # other goes to the JAX kernel, never computed as a threshold.
+    for cut in [c for s in plan.sets.sets for c in s.cuts] + list(plan.event_cuts):
+        if one_sided((cut,)) is None:
+            op = getattr(cut, "op", "") or "multi-threshold"
+            return (f"a {op} cut (not a product of threshold cuts: the numba kernel has "
+                    "threshold cuts only)")
     if theta is not None:
         theta = np.asarray(theta, dtype=np.float64).reshape(-1)
         for count, (param, value) in zip(plan.sets.model.counts, plan.sets.thresholds):
@@ -225,7 +233,7 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
     n_ev = int(cols.n_events)
     ev = np.zeros((n_ev, _numba_dp.LANES))
     ev[:, 0] = cols.weight
-    for cut in plan.event_cuts:
+    for cut in one_sided(plan.event_cuts):
         s_buf, ds_buf = _numba_dp.soft_array(
             cols.events[cut.key], _value(theta, cut.param, cut.value), widths[cut.width_index],
             cut.greater, cut.inclusive)

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import _fastone, _numba_sens, fastkernel, scorecols
-from analysis.pipeline._fasttables import _reduced, _tables, _targets
+from analysis.pipeline._fasttables import _reduced, _tables, _targets, one_sided
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
@@ -144,7 +144,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     raw = [np.asarray(flat.get(c.field, np.zeros(n_obj)), dtype=np.float64)[:n_obj] for c in cuts]
     soft = [_soft(x, c, theta, widths, c.absolute) for c, x in zip(cuts, raw, strict=True)]
     q = _others([s for s, _ in soft], -1, np.ones(n_obj))
-    ecuts = run.event_cuts
+    ecuts = one_sided(run.event_cuts)
     esoft = [_soft(np.asarray(cols.events[c.key], dtype=np.float64), c, theta, widths) for c in ecuts]
     w = np.asarray(cols.weight, dtype=np.float64)
     ev = _others([s for s, _ in esoft], -1, w)

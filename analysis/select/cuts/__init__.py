@@ -12,7 +12,12 @@ one file of this package with
   (float64, any shape) for the threshold values ``bounds`` (one per name, traced),
   the exact hard cut at ``width == 0`` with zero gradient there;
 - ``check(op, values)``: ``None``, or a one-line message for constant thresholds that
-  can never pass (the window's ``lo >= hi``), reported by the config loader.
+  can never pass (the window's ``lo >= hi``), reported by the config loader;
+- optionally ``sides(op)``: where ``probability`` is the product over the bounds of the
+  one-sided cuts :func:`analysis.select.objects.soft_pass` ``(x, bound, width, greater,
+  inclusive)``, their ``(greater, inclusive)`` per bound (the threshold: one; the
+  window: ``x > lo`` and ``x < hi``). The numba kernel computes such a cut as those
+  threshold cuts; a kind without ``sides`` runs in the JAX kernel.
 
 Every soft state is the expectation of the hard-cut state with each object passing
 each cut independently with its ``probability``, so a kind needs nothing else: the
@@ -40,6 +45,8 @@ class CutKind(Protocol):
     def probability(self, x: Any, bounds: Sequence[Any], width: Any, *, op: str) -> Any: ...
 
     def check(self, op: str, values: Sequence[float | None]) -> str | None: ...
+
+    # optional: def sides(self, op: str) -> tuple[tuple[bool, bool], ...] (module docstring)
 
 
 # The one registration of cut kinds.

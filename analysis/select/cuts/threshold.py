@@ -22,9 +22,14 @@ class Threshold:
     ops = (">", ">=", "<", "<=")
     bounds = ("",)
 
+    def sides(self, op: str) -> tuple[tuple[bool, bool], ...]:
+        """``((greater, inclusive),)``: one one-sided cut (the numba kernel's form)."""
+        return ((op in (">", ">="), op in (">=", "<=")),)
+
     def probability(self, x: Any, bounds: Sequence[Any], width: Any, *, op: str) -> Any:
         (t,) = bounds
-        return soft_pass(x, t, width, greater=op in (">", ">="), inclusive=op in (">=", "<="))
+        ((greater, inclusive),) = self.sides(op)
+        return soft_pass(x, t, width, greater=greater, inclusive=inclusive)
 
     def check(self, op: str, values: Sequence[float | None]) -> str | None:
         return None

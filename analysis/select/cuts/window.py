@@ -29,10 +29,14 @@ class Window:
     ops = ("window",)
     bounds = ("lo", "hi")
 
+    def sides(self, op: str) -> tuple[tuple[bool, bool], ...]:
+        """``x > lo`` and ``x < hi``: ``(greater, inclusive)`` per bound."""
+        return ((True, False), (False, False))
+
     def probability(self, x: Any, bounds: Sequence[Any], width: Any, *, op: str) -> Any:
-        lo, hi = bounds
-        above = soft_pass(x, lo, width, greater=True, inclusive=False)
-        return above * soft_pass(x, hi, width, greater=False, inclusive=False)
+        (lo, hi), ((g_lo, i_lo), (g_hi, i_hi)) = bounds, self.sides(op)
+        above = soft_pass(x, lo, width, greater=g_lo, inclusive=i_lo)
+        return above * soft_pass(x, hi, width, greater=g_hi, inclusive=i_hi)
 
     def check(self, op: str, values: Sequence[float | None]) -> str | None:
         lo, hi = values

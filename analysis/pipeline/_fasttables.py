@@ -4,8 +4,9 @@
 for the loops of :mod:`analysis.pipeline._numba_dp`; :func:`_targets`: the count state
 after adding one object of each pattern; :func:`_pass_fn`: the pass table and its
 derivative from their one definition (:func:`analysis.select.objects._pass_table`, in
-JAX); :func:`_reduced`: the count caps lowered to the last state where the table
-changes. Used by :mod:`analysis.pipeline.fastkernel` only.
+JAX), :func:`_pass_table` at a plan's thresholds with its tangents; :func:`_reduced`:
+the count caps lowered to the last state where the table changes; :func:`one_sided`:
+cuts as the threshold cuts the loops know. Used by the numba kernel's host modules only.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import math
 from functools import lru_cache
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline.plan import Plan
+from analysis.pipeline.plan import Plan, threshold_value
 from analysis.select import cuts as cut_kinds
-from analysis.select.objects import CountModel, _pass_table
+from analysis.select.objects import CountModel
+from analysis.select.objects import _pass_table as _jax_pass_table
 
 __all__: list[str] = []  # internal to the numba kernel
 
@@ -118,7 +121,7 @@ def _pass_fn(model: CountModel):
     """jit of ``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table`."""
 
     def table(th, w):
-        return _pass_table(model, th, w)[0]
+        return _jax_pass_table(model, th, w)[0]
 
     return jax.jit(lambda th, w: (table(th, w), jax.jacfwd(table)(th, w)))
 
@@ -145,3 +148,38 @@ def _reduced(model: CountModel, f: np.ndarray, df: np.ndarray):
     n = int(np.prod(caps + 1))
     return caps, np.ascontiguousarray(g[..., 0].reshape(n)), np.ascontiguousarray(
         g[..., 1:].reshape(n, -1))
+
+
+def _value(theta: np.ndarray, param: int | None, value: float | None) -> float:
+    return float(threshold_value(theta, param, value))
+
+
+def _par_index(trainable: tuple[int, ...], param: int | None) -> int:
+    return trainable.index(param) if param is not None and param in trainable else -1
+
+
+def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
+                trainable: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The pass table ``f`` (``(S,)``) of the sets' count model over all its states and
+    its tangents ``df`` (``(S, len(trainable))``) with respect to the trainable count
+    thresholds: the JAX definition (:func:`analysis.pipeline._fasttables._pass_fn`),
+    not reduced (``sp.model.counts`` must not be empty)."""
+    th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
+    cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
+    f, slope = _pass_values(sp.model, th.tobytes(), cw.tobytes())  # (S,), (S, n_counts)
+    df = np.zeros((f.shape[0], len(trainable)))
+    for m, (param, _) in enumerate(sp.thresholds):
+        k = _par_index(trainable, param)
+        if k >= 0:
+            df[:, k] += slope[:, m]
+    return f, df
+
+
+@lru_cache(maxsize=16)
+def _pass_values(model, th: bytes, cw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`analysis.pipeline._fasttables._pass_fn` at the thresholds and widths ``th``,
+    ``cw`` (float64 bytes): once per pass, not per chunk (an eager JAX call). Read-only."""
+    f_j, slope = _pass_fn(model)(jnp.asarray(np.frombuffer(th)), jnp.asarray(np.frombuffer(cw)))
+    f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
+    f.flags.writeable = slope.flags.writeable = False
+    return f, slope

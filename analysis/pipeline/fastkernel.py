@@ -35,10 +35,8 @@ per machine with ``cache=True``.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any, NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import _fastleading, _fastone, _numba_dp, _numba_value
@@ -49,17 +47,20 @@ from analysis.pipeline._fastmoments import (
     sum_moments_state,
 )
 from analysis.pipeline._fastpool import _run_blocks, _run_slices, _threads, _work
-from analysis.pipeline._fasttables import (
+from analysis.pipeline._fasttables import (  # noqa: F401  (_pass_fn, _pass_table: their users)
+    _par_index,
     _pass_fn,
+    _pass_table,
     _reduced,
     _Tables,
     _tables,
     _targets,
+    _value,
     one_sided,
 )
 from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
-from analysis.pipeline.plan import Plan, threshold_value
+from analysis.pipeline.plan import Plan
 
 __all__ = ["BLOCK", "evaluate_columns", "observable_entries", "why_not"]
 
@@ -117,14 +118,6 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
 # --- the host side ---------------------------------------------------------------------
 
 
-def _value(theta: np.ndarray, param: int | None, value: float | None) -> float:
-    return float(threshold_value(theta, param, value))
-
-
-def _par_index(trainable: tuple[int, ...], param: int | None) -> int:
-    return trainable.index(param) if param is not None and param in trainable else -1
-
-
 def _inputs(plan: Plan, order: int, theta: Any, widths: Any, *, why_not=why_not,
             who: str = "fastkernel") -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """``(theta, widths, trainable)`` of a numba pass: float64 ``theta`` (flat) and
@@ -136,33 +129,6 @@ def _inputs(plan: Plan, order: int, theta: Any, widths: Any, *, why_not=why_not,
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
     widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
     return theta, widths, (plan.trainable if order >= 1 else ())
-
-
-def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
-                trainable: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The pass table ``f`` (``(S,)``) of the sets' count model over all its states and
-    its tangents ``df`` (``(S, len(trainable))``) with respect to the trainable count
-    thresholds: the JAX definition (:func:`analysis.pipeline._fasttables._pass_fn`),
-    not reduced (``sp.model.counts`` must not be empty)."""
-    th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
-    cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
-    f, slope = _pass_values(sp.model, th.tobytes(), cw.tobytes())  # (S,), (S, n_counts)
-    df = np.zeros((f.shape[0], len(trainable)))
-    for m, (param, _) in enumerate(sp.thresholds):
-        k = _par_index(trainable, param)
-        if k >= 0:
-            df[:, k] += slope[:, m]
-    return f, df
-
-
-@lru_cache(maxsize=16)
-def _pass_values(model, th: bytes, cw: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`analysis.pipeline._fasttables._pass_fn` at the thresholds and widths ``th``,
-    ``cw`` (float64 bytes): once per pass, not per chunk (an eager JAX call). Read-only."""
-    f_j, slope = _pass_fn(model)(jnp.asarray(np.frombuffer(th)), jnp.asarray(np.frombuffer(cw)))
-    f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
-    f.flags.writeable = slope.flags.writeable = False
-    return f, slope
 
 
 def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:

@@ -57,6 +57,26 @@ _KINDS = ("field", "branch", "index")
 WALK_BLOCK = 1024
 
 
+_MEMO: dict[int, tuple[Plan, dict]] = {}
+
+
+def _memo(plan: Plan, key: tuple, make):
+    """``make()`` once per ``plan`` (by identity: hashing a plan hashes every spec in it,
+    a measurable share of a pass with many templates) and ``key``; a few plans and
+    entries kept (``_MEMO`` holds the plans, so no ``id`` is reused while kept)."""
+    entry = _MEMO.get(id(plan))
+    if entry is None or entry[0] is not plan:
+        if len(_MEMO) >= 16:
+            _MEMO.clear()
+        entry = _MEMO[id(plan)] = (plan, {})
+    table = entry[1]
+    if key not in table:
+        if len(table) >= 256:
+            table.clear()
+        table[key] = make()
+    return table[key]
+
+
 def _region_plan(plan: Plan, r: int) -> Plan:
     """``plan`` restricted to region ``r`` (0: the selection), without histograms."""
     if r == 0:
@@ -220,9 +240,10 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                                                    fixed=fixed, ids=ids, ranked=ranked)]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
-    model, caps, fs, dfs = _joint_cached(plan, tuple(regions), theta.tobytes(), widths.tobytes(),
-                                         tuple(trainable))
-    tab = _joint_static(plan, tuple(regions))
+    regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
+    model, caps, fs, dfs = _memo(plan, ("joint", regs, tb, wb, tuple(trainable)),
+                                 lambda: _joint_cached(plan, regs, tb, wb, tuple(trainable)))
+    tab = _memo(plan, ("static", regs), lambda: _joint_static(plan, regs))
     cols = variants[0]
     n_ev = int(cols.n_events)
     n_coll = len(tab.collections)
@@ -284,7 +305,8 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     if h:
         dfs = dfs.copy()
         dfs[:, :, h: h + nl] = dfs[:, :, :nl]
-    tgt, ld_mask = _walk_static(plan, tuple(regions), caps.tobytes(), tuple(ld_keys))
+    tgt, ld_mask = _memo(plan, ("walk", regs, caps.tobytes(), tuple(ld_keys)),
+                         lambda: _walk_static(plan, regs, caps.tobytes(), tuple(ld_keys)))
 
     def ci_ls(s):
         return tab.collections.index(setspec[s].collection), tab.local[s]
@@ -319,16 +341,23 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     } for v in range(n_var)]
 
 
-def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray) -> np.ndarray:
-    """``(V, E)`` per-event factors of the specs' weight variations (1: none)."""
+def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: dict,
+             side) -> np.ndarray:
+    """``(V, E)`` per-event factors of the specs' weight variations (1: none); ``rows``
+    keeps each variation's factors by ``(side, weight)`` (``side``: the shift side whose
+    event columns they read, None for the nominal ones), for the other histograms."""
     n_ev = int(cols.n_events)
     out = np.ones((len(specs), n_ev))
-    events = {f"event:{k}": v for k, v in cols.events.items()}
+    events = None
     for i, spec in enumerate(specs):
         if spec.weight is not None:
-            fv = factor_values(plan.weights[spec.weight].tree, events)
-            # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
-            out[i] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+            if (side, spec.weight) not in rows:
+                if events is None:
+                    events = {f"event:{k}": v for k, v in cols.events.items()}
+                fv = factor_values(plan.weights[spec.weight].tree, events)
+                # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
+                rows[side, spec.weight] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+            out[i] = rows[side, spec.weight]
     return out
 
 
@@ -339,14 +368,16 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
     finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
     and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
     event weights by ``(shift side, region)``, the side None for the nominal and for
-    every shift of an object field (it leaves them as they are)."""
+    every shift of an object field (it leaves them as they are), and the weight
+    variations' factors (:func:`_factors`, its rows under ``("factors", side)``)."""
     nl = len(trainable) + 1
     n_ev = int(c.n_events)
     weight = np.ascontiguousarray(c.weight, dtype=np.float64)
     ekey = shift if shift is not None and plan.shifts[shift].key.startswith("event:") else None
     for r in wk["pe"]:
         if (ekey, r) not in evs:
-            evs[ekey, r] = _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
+            sub = _memo(plan, ("region", r), lambda r=r: _region_plan(plan, r))
+            evs[ekey, r] = _event_weights(c, sub, theta, widths, trainable)
     if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
         ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK)
         value["selected_sumw"] = np.array(ys[0, 0], dtype=np.float64)
@@ -380,7 +411,7 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
 
         tasks.append((x.shape[0] * (2 + len(group)), (
             off, x, np.ascontiguousarray(p), evs[ekey, region],
-            _factors(plan, group, c, weight), weight, np.asarray(edges, np.float64), sumw,
+            _factors(plan, group, c, weight, evs, ("factors", ekey)), weight, np.asarray(edges, np.float64), sumw,
             sumw2), finish))
 
 

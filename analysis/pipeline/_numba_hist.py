@@ -168,10 +168,11 @@ def walk(
                     seq_c[n] = c
                     seq_g[n] = rankidx[base[c] + i]
                     n += 1
-            rs[0, 0] = 0
-            nr[0] = 1
-            for j in range(n):
-                _reach(tgt, seq_c[j], n_pat, rs, nr, j, mark)
+            if n_coll > 1 or e == b * block:  # one collection: the same states for all
+                rs[0, 0] = 0
+                nr[0] = 1
+                for j in range(n if n_coll > 1 else max_seq):
+                    _reach(tgt, seq_c[j] if n_coll > 1 else 0, n_pat, rs, nr, j, mark)
             if n_ow:
                 F[0, 0] = 0.0
                 F[0, 0, 0] = 1.0

@@ -238,13 +238,26 @@ def walk(
                     for p in range(n_pat[c]):
                         if pat[c, p, ls] != 1:
                             continue
-                        inner[:] = 0.0
+                        # inner += gt_0 Fj[k] + Fj[k, 0] gt (lin_add2's operations) in
+                        # registers: a sum in memory waits on its own store every step
+                        i0 = i1 = i2 = i3 = i4 = i5 = i6 = i7 = 0.0
                         for i in range(nr[j]):
                             k = rs[j, i]
                             if lt >= 0 and not ld_mask[lt, dm, k]:
                                 continue
                             gt = G[q, tgt[c, p, k]]
-                            lin_add2(inner, gt[0], gt[h], Fj[k], Fj[k, 0], Fj[k, h], gt)
+                            fk = Fj[k]
+                            a, a_hi, b_, b_hi = gt[0], gt[h], fk[0], fk[h]
+                            i0, i1, i2, i3 = (i0 + (a * fk[0] + b_ * gt[0]),
+                                              i1 + (a * fk[1] + b_ * gt[1]),
+                                              i2 + (a * fk[2] + b_ * gt[2]),
+                                              i3 + (a * fk[3] + b_ * gt[3]))
+                            i4, i5, i6, i7 = (i4 + (a_hi * fk[4] + b_hi * gt[4]),
+                                              i5 + (a_hi * fk[5] + b_hi * gt[5]),
+                                              i6 + (a_hi * fk[6] + b_hi * gt[6]),
+                                              i7 + (a_hi * fk[7] + b_hi * gt[7]))
+                        inner[0], inner[1], inner[2], inner[3] = i0, i1, i2, i3
+                        inner[4], inner[5], inner[6], inner[7] = i4, i5, i6, i7
                         inner[0] *= 0.5  # value lanes summed F G twice (exact)
                         if h:
                             inner[h] *= 0.5

@@ -98,6 +98,30 @@ def is_rank_order(off, key, order):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
+    """``nz[j, p]``: whether object ``j``'s pattern ``p`` can add anything (its
+    probability or a tangent nonzero, in either variant). A pattern of probability 0 with
+    zero tangents (most of them at width 0) adds exact zeros to every sum, so the walk
+    skips it, but only in an event whose probabilities are all numbers (a NaN makes its
+    sums NaN, zeros times NaN included, as the full loops do)."""
+    finite = True
+    for j in range(n):
+        for p in range(n_pat[seq_c[j]]):
+            v0, v1 = pv_all[seq_g[j], p, 0], pv_all[seq_g[j], p, 1]
+            if v0 != v0 or v1 != v1:
+                finite = False
+    for j in range(n):
+        g = seq_g[j]
+        for p in range(n_pat[seq_c[j]]):
+            zero = finite and pv_all[g, p, 0] == 0.0 and pv_all[g, p, 1] == 0.0
+            if zero:
+                for r in range(LANES):
+                    if pd_all[g, p, r] != 0.0:
+                        zero = False
+            nz[j, p] = not zero
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _reach(tgt, c, n_pat, rs, nr, j, mark):
     """``rs[j + 1, :nr[j + 1]]``: the states reachable from ``rs[j, :nr[j]]`` by adding
     one object of collection ``c`` (any pattern), ascending (so that the loops over them
@@ -155,6 +179,7 @@ def walk(
         rs = np.empty((max_seq + 1, n_states), np.int64)
         nr = np.empty(max_seq + 1, np.int64)
         mark = np.empty(n_states, np.bool_)
+        nz = np.empty((max_seq, pat.shape[1]), np.bool_)
         F = np.zeros((max_seq + 1 if n_ow else 1, n_states, LANES))
         L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states, LANES))
         G = np.zeros((n_reg, n_states, LANES))
@@ -168,6 +193,7 @@ def walk(
                     seq_c[n] = c
                     seq_g[n] = rankidx[base[c] + i]
                     n += 1
+            _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
             if n_coll > 1 or e == b * block:  # one collection: the same states for all
                 rs[0, 0] = 0
                 nr[0] = 1
@@ -183,6 +209,8 @@ def walk(
                     for i in range(nr[j + 1]):
                         F[j + 1, rs[j + 1, i]] = 0.0
                     for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
                         pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
                         for i in range(nr[j]):
                             k = rs[j, i]
@@ -203,6 +231,8 @@ def walk(
                             if ld_mask[lt, m, k]:
                                 L[lt, j + 1, m, k] = 0.0
                     for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
                         step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
                         pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
                         for m in range(dmax + 1 - step):
@@ -236,7 +266,7 @@ def walk(
                         q, ls, Fj = lw_r[o - n_ow], ld_ls[lt], L[lt, j, dm]
                     acc[:] = 0.0
                     for p in range(n_pat[c]):
-                        if pat[c, p, ls] != 1:
+                        if pat[c, p, ls] != 1 or not nz[j, p]:
                             continue
                         # inner += gt_0 Fj[k] + Fj[k, 0] gt (lin_add2's operations) in
                         # registers: a sum in memory waits on its own store every step
@@ -271,6 +301,8 @@ def walk(
                     for i in range(nr[j]):
                         Gn[q, rs[j, i]] = 0.0
                     for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
                         pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
                         for i in range(nr[j]):
                             k = rs[j, i]

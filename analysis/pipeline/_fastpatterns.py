@@ -18,6 +18,9 @@ __all__ = ["OBJ_BLOCK", "balanced_blocks", "cut_arrays", "patterns_into"]
 
 # Objects per block of the cuts and patterns (per-object outputs: no bit depends on it).
 OBJ_BLOCK = 8192
+# cut_arrays of no cuts (the fixed cuts of a variant that is no shift)
+_NO_CUTS = (np.zeros((0, 1)), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
+            np.zeros(0, np.bool_), np.zeros(0, np.int64))
 
 
 def balanced_blocks(n: int, per: int, threads: int | None) -> tuple[int, int]:
@@ -52,10 +55,9 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
     each) in the walk's layout: ``pv_all[:, :, 0]`` and ``[:, :, 1]``, tangents in
     ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side), by
     :func:`analysis.pipeline._numba_fill.cut_patterns` on the threads. For a shift side
-    (``moved``: the shifted column ``C:f``) the product of each collection's cuts on
-    the other fields is kept in ``fixed`` across the shift's sides: only the moved cuts
-    are evaluated again, their factor multiplied last."""
-    dummy = (np.ones((1, 1)), np.zeros((1, 1, _numba_dp.LANES)))
+    (``moved``: the shifted column ``C:f``) each collection's cuts on the other fields
+    come first, their probabilities kept in ``fixed`` across the shift's sides: only the
+    moved cuts are evaluated again, their factors multiplied last."""
     for ci, c in enumerate(tab.collections):
         n_obj = int(coff[ci, -1])
         if not n_obj:
@@ -65,24 +67,19 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
                 for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]]
         block, n_blocks = balanced_blocks(n_obj, OBJ_BLOCK, threads)
         if moved is None:
-            own, start = cuts, dummy
+            own, rest = cuts, _NO_CUTS
         else:
             own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" == moved]
-            if ci not in fixed:  # the cuts the shift does not move, once
-                shape = (max(n_sets, 1), n_obj)
-                # per-thread scratch reused across chunks (no page faults), one per
-                # shifted column and collection (written in full before it is read)
-                fixed[ci] = (_work(f"hist_fixed_v:{moved}:{ci}", shape),
-                             _work(f"hist_fixed_d:{moved}:{ci}", shape + (_numba_dp.LANES,)))
-                rest = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" != moved]
-                args = (*cut_arrays(rest, flats[0][c], n_obj, theta, widths, trainable,
-                                    threads), *fixed[ci], block)
-                _run_blocks(_numba_dp.compiled(_numba_fill.cut_probs, args), args, n_blocks,
-                            threads)
-            start = fixed[ci]
+            if ci not in fixed:  # the cuts the shift does not move, once (per-thread
+                # scratch reused across chunks, one per shifted column and collection)
+                fixed[ci] = cut_arrays([(ls, cut) for ls, cut in cuts
+                                        if f"{c}:{cut.field}" != moved], flats[0][c], n_obj,
+                                       theta, widths, trainable, threads,
+                                       f"hist_fixed:{moved}:{ci}")
+            rest = fixed[ci]
         lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
         hi = lo if len(flats) == 1 else cut_arrays(own, flats[1][c], n_obj, theta, widths,
                                                     trainable, threads, "hist_cols_hi")[0]
-        args = (lo, hi, *arrays, *start, moved is not None, tab.pat[ci], n_sets,
-                int(tab.n_pat[ci]), int(base[ci]), len(flats) == 2, pv_all, pd_all, block)
+        args = (lo, hi, *arrays, *rest, tab.pat[ci], n_sets, int(tab.n_pat[ci]), int(base[ci]),
+                len(flats) == 2, pv_all, pd_all, block)
         _run_blocks(_numba_dp.compiled(_numba_fill.cut_patterns, args), args, n_blocks, threads)

@@ -4,14 +4,15 @@ Two pieces around the walk of :mod:`analysis.pipeline._numba_hist`, both per obj
 per histogram (no sums across blocks), so that neither the block size nor the number of
 threads changes a bit:
 
-- :func:`cut_probs` and :func:`cut_patterns`: the objects' soft cuts and pattern
-  probabilities, the arithmetic of :func:`analysis.pipeline._numba_dp.cut_into` followed
-  by :func:`analysis.pipeline._numba_dp.patterns` (the same operations in the same
+- :func:`cut_patterns`: the objects' soft cuts and pattern probabilities, the
+  arithmetic of :func:`analysis.pipeline._numba_dp.cut_into` followed by
+  :func:`analysis.pipeline._numba_dp.patterns` (the same operations in the same
   order: the same floats) fused into one loop over blocks of objects, written straight
   into the walk's layout (``pv_all[g, p, :]``, ``pd_all[g, p, :]``), for one variant
-  or for the two sides of a shift at once. A shift side starts from the product of the
-  cuts it does not move (:func:`cut_probs`, once per shifted column) and multiplies the
-  moved cuts last; nothing is copied.
+  or for the two sides of a shift at once. A shift side multiplies the cuts it does not
+  move first (their probabilities computed once per shifted column), the moved cuts
+  last; nothing is copied (rereading a stored product of the fixed cuts, 9 floats per
+  set and object, cost more than multiplying them again from 1 float per cut).
 - :func:`fill`: the histogram sums of one set of entries for several weight variations,
   over the lanes that carry the value and the tangents only (``sumw.shape[2]``: 4 or 8;
   the other lanes of the walk are zero). One call per histogram group; the calls run
@@ -31,7 +32,7 @@ import numpy as np
 
 from analysis.pipeline._numba_dp import LANES, inverse_width, soft_slope
 
-__all__ = ["cut_patterns", "cut_probs", "fill"]
+__all__ = ["cut_patterns", "fill"]
 
 
 # Objects per sub-block: the cuts run cut by cut over a sub-block (their parameters
@@ -56,52 +57,15 @@ def _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
             qv[ls, i] = q0 * sv
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _start(qv, qd, fixed_v, fixed_d, use_fixed, j0, nj):
-    """The sub-block's own set probabilities before the cuts: ``fixed_v[ls, j0 + i]``,
-    ``fixed_d[ls, j0 + i]`` with ``use_fixed``, else 1 and 0."""
-    for ls in range(qv.shape[0]):
-        for i in range(nj):
-            if use_fixed:
-                qv[ls, i] = fixed_v[ls, j0 + i]
-                for r in range(LANES):
-                    qd[ls, i, r] = fixed_d[ls, j0 + i, r]
-            else:
-                qv[ls, i] = 1.0
-                for r in range(LANES):
-                    qd[ls, i, r] = 0.0
-
-
 @numba.njit(cache=True, nogil=True)
-def cut_probs(cols, c_ls, c_col, c_w, c_gt, c_par, qv_out, qd_out, block, b0, b1):
-    """Object blocks ``b0:b1``: ``qv_out[ls, j]`` (``(S, N)``), ``qd_out[ls, j]``
-    (``(S, N, LANES)``): the product of the cuts of set ``ls`` on object ``j`` (from 1)
-    and its tangents (from 0)."""
-    n_obj = qv_out.shape[1]
-    n_s = qv_out.shape[0]
-    qv = np.empty((n_s, SUB))
-    qd = np.empty((n_s, SUB, LANES))
-    for b in range(b0, b1):
-        end = min(n_obj, (b + 1) * block)
-        for j0 in range(b * block, end, SUB):
-            nj = min(SUB, end - j0)
-            _start(qv, qd, qv_out, qd_out, False, j0, nj)
-            _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
-            for ls in range(n_s):
-                for i in range(nj):
-                    qv_out[ls, j0 + i] = qv[ls, i]
-                    for r in range(LANES):
-                        qd_out[ls, j0 + i, r] = qd[ls, i, r]
-
-
-@numba.njit(cache=True, nogil=True)
-def cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, fixed_v, fixed_d, use_fixed,
-                 codes, n_sets, n_pat, g0, pair, pv_all, pd_all, block, b0, b1):
+def cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
+                 r_gt, r_par, codes, n_sets, n_pat, g0, pair, pv_all, pd_all, block, b0, b1):
     """Object blocks ``b0:b1`` of one collection (``N = cols.shape[1]`` objects, global
     index ``g0 + j``) for one variant (the columns ``cols``) or, with ``pair``, two (the
-    second's columns ``cols_hi``, the same cuts): own set probabilities from 1 (or from
-    ``fixed_v[ls, j]``, ``fixed_d[ls, j]`` with ``use_fixed``) times the cuts, then the
-    pattern probabilities (``codes[p, ls]`` as
+    second's columns ``cols_hi``, the same cuts): own set probabilities from 1 times the
+    cuts ``r_*`` (a shift's cuts that it does not move, the same for both sides: none
+    for one variant) and then the cuts ``c_*`` (the moved ones, on each side's columns),
+    then the pattern probabilities (``codes[p, ls]`` as
     :func:`analysis.pipeline._numba_dp.patterns`) into ``pv_all[g, p]`` (the first
     variant's in slot 0, the second's (or the first's again) in slot 1) and their
     tangents into ``pd_all[g, p]``: all lanes of one variant, or each variant's lanes
@@ -115,7 +79,9 @@ def cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, fixed_v, fixed_d,
         for j0 in range(b * block, end, SUB):
             nj = min(SUB, end - j0)
             for v in range(2 if pair else 1):
-                _start(qv, qd, fixed_v, fixed_d, use_fixed, j0, nj)
+                qv[:, :nj] = 1.0
+                qd[:, :nj] = 0.0
+                _cuts_into(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd)
                 _cuts_into(j0, nj, cols_hi if v else cols, c_ls, c_col, c_w, c_gt, c_par, qv,
                            qd)
                 for i in range(nj):

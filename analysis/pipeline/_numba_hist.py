@@ -39,7 +39,7 @@ import numpy as np
 
 from analysis.pipeline._numba_dp import LANES, lin_add2
 
-__all__ = ["rank_order", "store", "walk"]
+__all__ = ["is_rank_order", "leading_support", "rank_order", "store", "walk"]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -80,10 +80,71 @@ def rank_order(off, key, out, block, b0, b1):
 
 
 @numba.njit(cache=True, nogil=True)
+def is_rank_order(off, key, order):
+    """Whether ``order`` is what :func:`rank_order` writes for ``key`` (each event's
+    objects by descending ``key``, ties and NaN in their original order, NaN last):
+    every neighbouring pair in that order. A shift by a positive factor keeps the order
+    of its field in all but rare near-ties; checking costs a pass, a sort more."""
+    for e in range(off.shape[0] - 1):
+        for i in range(off[e], off[e + 1] - 1):
+            a, b = order[i], order[i + 1]
+            ka, kb = key[a], key[b]
+            if ka > kb or (ka == ka and kb != kb):
+                continue
+            if (ka == kb or (ka != ka and kb != kb)) and a < b:
+                continue
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
+    """``nz[j, p]``: whether object ``j``'s pattern ``p`` can add anything (its
+    probability or a tangent nonzero, in either variant). A pattern of probability 0 with
+    zero tangents (most of them at width 0) adds exact zeros to every sum, so the walk
+    skips it, but only in an event whose probabilities are all numbers (a NaN makes its
+    sums NaN, zeros times NaN included, as the full loops do)."""
+    finite = True
+    for j in range(n):
+        for p in range(n_pat[seq_c[j]]):
+            v0, v1 = pv_all[seq_g[j], p, 0], pv_all[seq_g[j], p, 1]
+            if v0 != v0 or v1 != v1:
+                finite = False
+    for j in range(n):
+        g = seq_g[j]
+        for p in range(n_pat[seq_c[j]]):
+            zero = finite and pv_all[g, p, 0] == 0.0 and pv_all[g, p, 1] == 0.0
+            if zero:
+                for r in range(LANES):
+                    if pd_all[g, p, r] != 0.0:
+                        zero = False
+            nz[j, p] = not zero
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _reach(tgt, c, n_pat, rs, nr, j, mark):
+    """``rs[j + 1, :nr[j + 1]]``: the states reachable from ``rs[j, :nr[j]]`` by adding
+    one object of collection ``c`` (any pattern), ascending (so that the loops over them
+    add in the order of a loop over every state)."""
+    n_states = mark.shape[0]
+    for k in range(n_states):
+        mark[k] = False
+    for p in range(n_pat[c]):
+        for i in range(nr[j]):
+            mark[tgt[c, p, rs[j, i]]] = True
+    m = 0
+    for k in range(n_states):
+        if mark[k]:
+            rs[j + 1, m] = k
+            m += 1
+    nr[j + 1] = m
+
+
+@numba.njit(cache=True, nogil=True)
 def walk(
     coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs,
-    ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, max_seq, max_d, block, pe, ow, lw,
-    b0, b1,
+    ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, ld_mask, max_seq, max_d, block, pe, ow,
+    lw, b0, b1,
 ):
     """Blocks ``b0:b1`` of the walk (module docstring). ``rankidx[base[c] + i]``: the
     global index of the object at position ``i`` of collection ``c`` in walk order;
@@ -93,13 +154,19 @@ def walk(
     ``fs``/``dfs``: ``(R, S)`` pass tables and ``(R, S, LANES)`` tangents (value lanes
     zero). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
     in collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
-    ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``; leading slots ``o``:
+    ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``, ``ld_mask[l, t, k]``
+    the states ``L[t]`` can hold (:func:`leading_support`); leading slots ``o``:
     region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``
     (outputs of ``h`` lanes for two variants, of ``h`` or ``LANES`` lanes for one: its
     first lanes; every entry of an object of the slot's collection, and of every event,
     written).
     Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``
-    (value lanes doubled, halved once at the end: exact)."""
+    (value lanes doubled, halved once at the end: exact).
+    Every loop over states runs over the states reachable after the objects so far
+    (``rs[j]``: ``F_j``, ``L_j`` are zero elsewhere, and ``G_j`` is read nowhere else),
+    those of ``L[t]`` also within ``ld_mask``: the terms left out are exact zeros
+    (``+0.0``, added to sums that start at ``+0.0``), so the floats are those of the
+    loops over every state."""
     n_ev = pe.shape[2]
     n_coll = coff.shape[0]
     n_reg, n_states = fs.shape
@@ -109,10 +176,14 @@ def walk(
     for b in range(b0, b1):
         seq_c = np.empty(max_seq, np.int64)
         seq_g = np.empty(max_seq, np.int64)
+        rs = np.empty((max_seq + 1, n_states), np.int64)
+        nr = np.empty(max_seq + 1, np.int64)
+        mark = np.empty(n_states, np.bool_)
+        nz = np.empty((max_seq, pat.shape[1]), np.bool_)
         F = np.zeros((max_seq + 1 if n_ow else 1, n_states, LANES))
         L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states, LANES))
-        G = np.empty((n_reg, n_states, LANES))
-        Gn = np.empty((n_reg, n_states, LANES))
+        G = np.zeros((n_reg, n_states, LANES))
+        Gn = np.zeros((n_reg, n_states, LANES))
         inner = np.empty(LANES)
         acc = np.empty(LANES)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
@@ -122,38 +193,59 @@ def walk(
                     seq_c[n] = c
                     seq_g[n] = rankidx[base[c] + i]
                     n += 1
+            _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
+            if n_coll > 1 or e == b * block:  # one collection: the same states for all
+                rs[0, 0] = 0
+                nr[0] = 1
+                for j in range(n if n_coll > 1 else max_seq):
+                    _reach(tgt, seq_c[j] if n_coll > 1 else 0, n_pat, rs, nr, j, mark)
             if n_ow:
-                F[0] = 0.0
+                F[0, 0] = 0.0
                 F[0, 0, 0] = 1.0
                 F[0, 0, h] = 1.0
                 for j in range(n):
                     c = seq_c[j]
                     g = seq_g[j]
-                    F[j + 1] = 0.0
+                    for i in range(nr[j + 1]):
+                        F[j + 1, rs[j + 1, i]] = 0.0
                     for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
                         pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
-                        for k in range(n_states):
+                        for i in range(nr[j]):
+                            k = rs[j, i]
                             lin_add2(F[j + 1, tgt[c, p, k]], pv, pv_hi, F[j, k], F[j, k, 0],
                                      F[j, k, h], pd_all[g, p])
             for lt in range(n_ld):
                 dmax = ld_d[lt]
-                L[lt, 0] = 0.0
+                for m in range(dmax + 1):
+                    L[lt, 0, m, 0] = 0.0
                 L[lt, 0, 0, 0, 0] = 1.0
                 L[lt, 0, 0, 0, h] = 1.0
                 for j in range(n):
                     c = seq_c[j]
                     g = seq_g[j]
-                    L[lt, j + 1] = 0.0
+                    for m in range(dmax + 1):
+                        for i in range(nr[j + 1]):
+                            k = rs[j + 1, i]
+                            if ld_mask[lt, m, k]:
+                                L[lt, j + 1, m, k] = 0.0
                     for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
                         step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
                         pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
                         for m in range(dmax + 1 - step):
-                            for k in range(n_states):
+                            for i in range(nr[j]):
+                                k = rs[j, i]
+                                if not ld_mask[lt, m, k]:
+                                    continue
                                 lk = L[lt, j, m, k]
                                 lin_add2(L[lt, j + 1, m + step, tgt[c, p, k]], pv, pv_hi, lk,
                                          lk[0], lk[h], pd_all[g, p])
             for q in range(n_reg):
-                for k in range(n_states):
+                for i in range(nr[n]):
+                    k = rs[n, i]
                     for r in range(LANES):
                         G[q, k, r] = dfs[q, k, r]
                     G[q, k, 0] = fs[q, k]
@@ -165,20 +257,37 @@ def walk(
                     if o < n_ow:
                         if ow_c[o] != c:
                             continue
-                        q, ls, Fj = ow_r[o], ow_ls[o], F[j]
+                        q, ls, Fj, lt, dm = ow_r[o], ow_ls[o], F[j], -1, 0
                     else:
                         lt = lw_l[o - n_ow]
                         if ld_c[lt] != c:
                             continue
-                        q, ls, Fj = lw_r[o - n_ow], ld_ls[lt], L[lt, j, ld_d[lt]]
+                        dm = ld_d[lt]
+                        q, ls, Fj = lw_r[o - n_ow], ld_ls[lt], L[lt, j, dm]
                     acc[:] = 0.0
                     for p in range(n_pat[c]):
-                        if pat[c, p, ls] != 1:
+                        if pat[c, p, ls] != 1 or not nz[j, p]:
                             continue
-                        inner[:] = 0.0
-                        for k in range(n_states):
+                        # inner += gt_0 Fj[k] + Fj[k, 0] gt (lin_add2's operations) in
+                        # registers: a sum in memory waits on its own store every step
+                        i0 = i1 = i2 = i3 = i4 = i5 = i6 = i7 = 0.0
+                        for i in range(nr[j]):
+                            k = rs[j, i]
+                            if lt >= 0 and not ld_mask[lt, dm, k]:
+                                continue
                             gt = G[q, tgt[c, p, k]]
-                            lin_add2(inner, gt[0], gt[h], Fj[k], Fj[k, 0], Fj[k, h], gt)
+                            fk = Fj[k]
+                            a, a_hi, b_, b_hi = gt[0], gt[h], fk[0], fk[h]
+                            i0, i1, i2, i3 = (i0 + (a * fk[0] + b_ * gt[0]),
+                                              i1 + (a * fk[1] + b_ * gt[1]),
+                                              i2 + (a * fk[2] + b_ * gt[2]),
+                                              i3 + (a * fk[3] + b_ * gt[3]))
+                            i4, i5, i6, i7 = (i4 + (a_hi * fk[4] + b_hi * gt[4]),
+                                              i5 + (a_hi * fk[5] + b_hi * gt[5]),
+                                              i6 + (a_hi * fk[6] + b_hi * gt[6]),
+                                              i7 + (a_hi * fk[7] + b_hi * gt[7]))
+                        inner[0], inner[1], inner[2], inner[3] = i0, i1, i2, i3
+                        inner[4], inner[5], inner[6], inner[7] = i4, i5, i6, i7
                         inner[0] *= 0.5  # value lanes summed F G twice (exact)
                         if h:
                             inner[h] *= 0.5
@@ -189,12 +298,39 @@ def walk(
                     else:
                         store(lw[0, o - n_ow, g], lw[-1, o - n_ow, g], acc, h)
                 for q in range(n_reg):
-                    Gn[q] = 0.0
+                    for i in range(nr[j]):
+                        Gn[q, rs[j, i]] = 0.0
                     for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
                         pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
-                        for k in range(n_states):
+                        for i in range(nr[j]):
+                            k = rs[j, i]
                             gt = G[q, tgt[c, p, k]]
                             lin_add2(Gn[q, k], pv, pv_hi, gt, gt[0], gt[h], pd_all[g, p])
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
+
+
+def leading_support(tgt: np.ndarray, n_pat: np.ndarray, pat: np.ndarray, ld_c: np.ndarray,
+                    ld_ls: np.ndarray, ld_d: np.ndarray, n_states: int) -> np.ndarray:
+    """``(T, max_d + 1, S)`` booleans: the states ``L[t]`` of each leading target can be
+    nonzero in (from state 0 with ``t = 0``, every pattern of every collection; ``t``
+    moved by the patterns holding the target's set, paths beyond its depth dropped: the
+    walk's recursion), so that the walk skips the others (exact zeros)."""
+    n_ld = ld_c.shape[0]
+    out = np.zeros((max(n_ld, 1), int(ld_d.max(initial=0)) + 1, n_states), np.bool_)
+    for lt in range(n_ld):
+        todo = [(0, 0)]
+        out[lt, 0, 0] = True
+        while todo:
+            m, k = todo.pop()
+            for c in range(tgt.shape[0]):
+                for p in range(int(n_pat[c])):
+                    step = int(c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1)
+                    m2, k2 = m + step, int(tgt[c, p, k])
+                    if m2 <= ld_d[lt] and not out[lt, m2, k2]:
+                        out[lt, m2, k2] = True
+                        todo.append((m2, k2))
+    return out

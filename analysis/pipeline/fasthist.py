@@ -57,6 +57,26 @@ _KINDS = ("field", "branch", "index")
 WALK_BLOCK = 1024
 
 
+_MEMO: dict[int, tuple[Plan, dict]] = {}
+
+
+def _memo(plan: Plan, key: tuple, make):
+    """``make()`` once per ``plan`` (by identity: hashing a plan hashes every spec in it,
+    a measurable share of a pass with many templates) and ``key``; a few plans and
+    entries kept (``_MEMO`` holds the plans, so no ``id`` is reused while kept)."""
+    entry = _MEMO.get(id(plan))
+    if entry is None or entry[0] is not plan:
+        if len(_MEMO) >= 16:
+            _MEMO.clear()
+        entry = _MEMO[id(plan)] = (plan, {})
+    table = entry[1]
+    if key not in table:
+        if len(table) >= 256:
+            table.clear()
+        table[key] = make()
+    return table[key]
+
+
 def _region_plan(plan: Plan, r: int) -> Plan:
     """``plan`` restricted to region ``r`` (0: the selection), without histograms."""
     if r == 0:
@@ -162,6 +182,22 @@ def _joint_static(plan: Plan, regions: tuple[int, ...]):
                                        sets=dataclasses.replace(plan.sets, model=model)))
 
 
+@lru_cache(maxsize=64)
+def _walk_static(plan: Plan, regions: tuple[int, ...], caps: bytes, ld_keys: tuple):
+    """``(tgt, ld_mask)`` of a walk: the joint model's targets under the caps ``caps``
+    (:func:`analysis.pipeline._fasttables._targets`) and the states of each leading target
+    ``(set, depth)`` of ``ld_keys`` (:func:`analysis.pipeline._numba_hist.leading_support`),
+    once per plan, regions and caps (not per chunk and side)."""
+    tab = _joint_static(plan, regions)
+    tgt = _targets(_joint_model(plan, regions), np.frombuffer(caps, np.int64), tab.collections)
+    specs = {s.name: s for s in plan.sets.sets}
+    ld_c = np.array([tab.collections.index(specs[s].collection) for s, _ in ld_keys], np.int64)
+    ld_ls = np.array([tab.local[s] for s, _ in ld_keys], np.int64)
+    ld_d = np.array([d for _, d in ld_keys], np.int64)
+    return tgt, _numba_hist.leading_support(tgt, tab.n_pat, tab.pat, ld_c, ld_ls, ld_d,
+                                            tgt.shape[2])
+
+
 # --- one walk ------------------------------------------------------------------------
 
 
@@ -178,7 +214,7 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
           *, nominal: bool, moved: str | None = None, fixed: dict | None = None,
-          ids: Iterator[int] | None = None) -> list[dict]:
+          ids: Iterator[int] | None = None, ranked: dict | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
     sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
     specs); two share the walk's lanes (:mod:`analysis.pipeline._numba_hist`) when the
@@ -189,8 +225,11 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     offsets and flat fields. ``moved``, ``fixed``: the
     shifted column and the cache of
     :func:`analysis.pipeline._fastpatterns.patterns_into`; ``ids``: numbers the walks of
-    one chunk (each its own output buffers: they live until the fills)."""
+    one chunk (each its own output buffers: they live until the fills); ``ranked``: per
+    collection the chunk's first rank order, reused where it still holds
+    (:func:`analysis.pipeline._numba_hist.is_rank_order`)."""
     fixed = {} if fixed is None else fixed
+    ranked = {} if ranked is None else ranked
     ids = itertools.count() if ids is None else ids
     nl = len(trainable) + 1
     lanes = _numba_dp.LANES
@@ -198,12 +237,13 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     if len(variants) > 2 or (len(variants) == 2 and nl > half):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
-                                                   fixed=fixed, ids=ids)]
+                                                   fixed=fixed, ids=ids, ranked=ranked)]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
-    model, caps, fs, dfs = _joint_cached(plan, tuple(regions), theta.tobytes(), widths.tobytes(),
-                                         tuple(trainable))
-    tab = _joint_static(plan, tuple(regions))
+    regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
+    model, caps, fs, dfs = _memo(plan, ("joint", regs, tb, wb, tuple(trainable)),
+                                 lambda: _joint_cached(plan, regs, tb, wb, tuple(trainable)))
+    tab = _memo(plan, ("static", regs), lambda: _joint_static(plan, regs))
     cols = variants[0]
     n_ev = int(cols.n_events)
     n_coll = len(tab.collections)
@@ -242,15 +282,19 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         for c in {setspec[s].collection for s, _ in ld_keys}:
             ci = tab.collections.index(c)
             rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
-            out = np.empty(int(coff[ci, -1]), np.int64)
-            args = (coff[ci], np.ascontiguousarray(fl[c][rank], np.float64), out, rblock)
-            _run_blocks(_numba_hist.rank_order, args, rblocks, threads)
+            key = np.ascontiguousarray(fl[c][rank], np.float64)
+            out = ranked.get(c)  # the first walk's order of this chunk, if it holds
+            if out is None or not _numba_hist.is_rank_order(coff[ci], key, out):
+                out = np.empty(int(coff[ci, -1]), np.int64)
+                _run_blocks(_numba_hist.rank_order, (coff[ci], key, out, rblock), rblocks,
+                            threads)
+                ranked.setdefault(c, out)
             rankidx[base[ci]: base[ci + 1]] = base[ci] + out
         ranks.append(rankidx)
     if len(variants) == 2 and not np.array_equal(ranks[0], ranks[1]):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
-                                                   fixed=fixed, ids=ids)]
+                                                   fixed=fixed, ids=ids, ranked=ranked)]
     # the pattern probabilities of each variant, its tangents in its half of the lanes
     # (every entry the walk reads is written: per-thread scratch, reused across chunks)
     pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
@@ -261,7 +305,8 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     if h:
         dfs = dfs.copy()
         dfs[:, :, h: h + nl] = dfs[:, :, :nl]
-    tgt = _targets(model, caps, tab.collections)
+    tgt, ld_mask = _memo(plan, ("walk", regs, caps.tobytes(), tuple(ld_keys)),
+                         lambda: _walk_static(plan, regs, caps.tobytes(), tuple(ld_keys)))
 
     def ci_ls(s):
         return tab.collections.index(setspec[s].collection), tab.local[s]
@@ -285,6 +330,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
                 np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
+                ld_mask,
                 max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw)
         _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
     return [{
@@ -295,16 +341,23 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     } for v in range(n_var)]
 
 
-def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray) -> np.ndarray:
-    """``(V, E)`` per-event factors of the specs' weight variations (1: none)."""
+def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: dict,
+             side) -> np.ndarray:
+    """``(V, E)`` per-event factors of the specs' weight variations (1: none); ``rows``
+    keeps each variation's factors by ``(side, weight)`` (``side``: the shift side whose
+    event columns they read, None for the nominal ones), for the other histograms."""
     n_ev = int(cols.n_events)
     out = np.ones((len(specs), n_ev))
-    events = {f"event:{k}": v for k, v in cols.events.items()}
+    events = None
     for i, spec in enumerate(specs):
         if spec.weight is not None:
-            fv = factor_values(plan.weights[spec.weight].tree, events)
-            # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
-            out[i] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+            if (side, spec.weight) not in rows:
+                if events is None:
+                    events = {f"event:{k}": v for k, v in cols.events.items()}
+                fv = factor_values(plan.weights[spec.weight].tree, events)
+                # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
+                rows[side, spec.weight] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+            out[i] = rows[side, spec.weight]
     return out
 
 
@@ -315,14 +368,16 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
     finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
     and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
     event weights by ``(shift side, region)``, the side None for the nominal and for
-    every shift of an object field (it leaves them as they are)."""
+    every shift of an object field (it leaves them as they are), and the weight
+    variations' factors (:func:`_factors`, its rows under ``("factors", side)``)."""
     nl = len(trainable) + 1
     n_ev = int(c.n_events)
     weight = np.ascontiguousarray(c.weight, dtype=np.float64)
     ekey = shift if shift is not None and plan.shifts[shift].key.startswith("event:") else None
     for r in wk["pe"]:
         if (ekey, r) not in evs:
-            evs[ekey, r] = _event_weights(c, _region_plan(plan, r), theta, widths, trainable)
+            sub = _memo(plan, ("region", r), lambda r=r: _region_plan(plan, r))
+            evs[ekey, r] = _event_weights(c, sub, theta, widths, trainable)
     if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
         ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK)
         value["selected_sumw"] = np.array(ys[0, 0], dtype=np.float64)
@@ -356,7 +411,7 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
 
         tasks.append((x.shape[0] * (2 + len(group)), (
             off, x, np.ascontiguousarray(p), evs[ekey, region],
-            _factors(plan, group, c, weight), weight, np.asarray(edges, np.float64), sumw,
+            _factors(plan, group, c, weight, evs, ("factors", ekey)), weight, np.asarray(edges, np.float64), sumw,
             sumw2), finish))
 
 
@@ -411,6 +466,7 @@ def evaluate_columns(
             jobs.append([(shift, c, fills)])
     fixed: dict[str, dict] = {}  # per shifted column: the cuts it does not move
     ids = itertools.count()  # the walks' output buffers
+    ranked: dict[str, np.ndarray] = {}  # per collection, the first walk's rank order
     evs: dict = {}  # the regions' event weights
     tasks: list = []  # the fills
     for job in jobs:
@@ -418,7 +474,8 @@ def evaluate_columns(
         moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
-                      fixed=None if moved is None else fixed.setdefault(moved, {}), ids=ids)
+                      fixed=None if moved is None else fixed.setdefault(moved, {}), ids=ids,
+                      ranked=ranked)
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
                        tasks)

@@ -1,11 +1,12 @@
 """The fused host-side loops of the numba histograms (analysis.pipeline._numba_fill).
 
-- :func:`cut_probs` / :func:`cut_patterns` against the loops they fuse,
+- :func:`cut_patterns` against the loops it fuses,
   :func:`analysis.pipeline._numba_dp.cut_into` then
   :func:`analysis.pipeline._numba_dp.patterns` (with the pair layout of the walk,
   :mod:`analysis.pipeline._numba_hist`, built by numpy slicing), bit for bit: greater /
   less, inclusive, ``abs``, width 0, NaN values, a nested set and an unreachable
-  pattern, trainable thresholds; any split into blocks gives the same bits.
+  pattern, trainable thresholds, a shift's fixed cuts first; any split into blocks
+  gives the same bits.
 - :func:`fill` against numpy (``searchsorted`` right, ``add.at`` in entry order, the
   product rule written out), 4 and 8 lanes, NaN and infinite values, entries of
   probability 0 at 0, empty events.
@@ -67,21 +68,24 @@ def reference_patterns(qv, qd):
     return pv, pd
 
 
+def no_cuts(n):
+    """The fixed cuts of a variant that is no shift: none."""
+    return (np.zeros((0, n)), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
+            np.zeros(0, np.bool_), np.zeros(0, np.int64))
+
+
 def test_a_block_range_writes_its_objects_only():
     """Blocks ``b0:b1`` write objects ``b0 block:b1 block`` (sub-blocks of
     :data:`analysis.pipeline._numba_fill.SUB` do not run over the block's end)."""
     n, block = 1000, 300  # not a multiple of SUB
     cols = objects(n, seed=9)
-    qv, qd = np.full((3, n), np.nan), np.full((3, n, L), np.nan)
-    _numba_fill.cut_probs(probs(cols, CUTS), *cut_arrays(CUTS), qv, qd, block, 1, 2)
     pv_all, pd_all = np.full((n, 7, 2), np.nan), np.full((n, 7, L), np.nan)
-    dummy = (np.ones((1, 1)), np.zeros((1, 1, L)))
-    _numba_fill.cut_patterns(probs(cols, CUTS), probs(cols, CUTS), *cut_arrays(CUTS), *dummy,
-                             False, CODES, 3,
-                             len(CODES), 0, False, pv_all, pd_all, block, 1, 2)
+    _numba_fill.cut_patterns(probs(cols, CUTS), probs(cols, CUTS), *cut_arrays(CUTS),
+                             *no_cuts(n), CODES, 3, len(CODES), 0, False, pv_all, pd_all,
+                             block, 1, 2)
     inside = np.zeros(n, bool)
     inside[block:2 * block] = True
-    for a in (qv[0], qd[0, :, 0], pv_all[:, 0, 0], pd_all[:, 0, 0]):
+    for a in (pv_all[:, 0, 0], pd_all[:, 0, 0]):
         assert np.isfinite(a[inside]).all() and np.isnan(a[~inside]).all()
 
 
@@ -92,25 +96,13 @@ def run(kernel, args, n: int, block: int, splits) -> None:
         kernel(*args, block, b0, b1)
 
 
-@pytest.mark.parametrize("n, block, splits", [(1, 256, ()), (700, 256, (1,)), (2000, 300, (2, 5)),
-                                              (0, 256, ())])
-def test_cut_probs_is_cut_into(n, block, splits):
-    cols = objects(n, seed=n)
-    qv, qd = np.full((3, n), np.nan), np.full((3, n, L), np.nan)
-    run(_numba_fill.cut_probs, (probs(cols, CUTS), *cut_arrays(CUTS), qv, qd), n, block, splits)
-    rv, rd = reference_probs(cols, CUTS)
-    np.testing.assert_array_equal(qv, rv)
-    np.testing.assert_array_equal(qd, rd)
-
-
 @pytest.mark.parametrize("n, block, splits", [(1, 256, ()), (900, 256, (1, 3)),
                                               (2100, 512, (2,))])
 def test_cut_patterns_is_cut_into_then_patterns(n, block, splits):
     cols = objects(n, seed=n + 1)
     g0, n_tot = 5, n + 9  # a collection after another one's objects
     pv_all, pd_all = np.full((n_tot, 7, 2), np.nan), np.full((n_tot, 7, L), np.nan)
-    dummy = (np.ones((1, 1)), np.zeros((1, 1, L)))
-    args = (probs(cols, CUTS), probs(cols, CUTS), *cut_arrays(CUTS), *dummy, False, CODES, 3,
+    args = (probs(cols, CUTS), probs(cols, CUTS), *cut_arrays(CUTS), *no_cuts(n), CODES, 3,
             len(CODES), g0, False, pv_all, pd_all)
     run(_numba_fill.cut_patterns, args, n, block, splits)
     pv, pd = reference_patterns(*reference_probs(cols, CUTS))
@@ -120,13 +112,11 @@ def test_cut_patterns_is_cut_into_then_patterns(n, block, splits):
     np.testing.assert_array_equal(pd_all[got, :len(CODES)], pd)
     assert np.isnan(pv_all[:g0]).all() and np.isnan(pd_all[g0 + n:]).all()  # nothing else
 
-    # two shift sides of field 0: the other cuts fixed once, the moved ones last, each
-    # side's lanes 0-3 side by side (the walk's pair layout)
+    # two shift sides of field 0: the other cuts first (their probabilities once), the
+    # moved ones last, each side's lanes 0-3 side by side (the walk's pair layout)
     moved = [c for c in CUTS if c[1] == 0]
-    fixed = reference_probs(cols, [c for c in CUTS if c[1] != 0])
-    fv, fd = np.empty((3, n)), np.empty((3, n, L))
     rest = [c for c in CUTS if c[1] != 0]
-    run(_numba_fill.cut_probs, (probs(cols, rest), *cut_arrays(rest), fv, fd), n, block, ())
+    fixed = reference_probs(cols, rest)
     sides = []
     for factor in (1.03, 0.97):
         c = cols.copy()
@@ -134,8 +124,9 @@ def test_cut_patterns_is_cut_into_then_patterns(n, block, splits):
         sides.append((c, reference_patterns(*reference_probs(c, moved, *fixed))))
     pv_all[:] = np.nan
     pd_all[:] = np.nan
-    args = (probs(sides[0][0], moved), probs(sides[1][0], moved), *cut_arrays(moved), fv, fd,
-            True, CODES, 3, len(CODES), g0, True, pv_all, pd_all)
+    args = (probs(sides[0][0], moved), probs(sides[1][0], moved), *cut_arrays(moved),
+            probs(cols, rest), *cut_arrays(rest), CODES, 3, len(CODES), g0, True, pv_all,
+            pd_all)
     run(_numba_fill.cut_patterns, args, n, block, splits)
     half = L // 2
     for v, (_, (pv, pd)) in enumerate(sides):

@@ -16,8 +16,8 @@ the walk of :mod:`analysis.pipeline._numba_hist`: ``P(j in S and the region pass
 side (the nominal columns, then each shifted column: cuts and observables move
 together) serves every region at once: the regions share the objects' pattern
 probabilities and differ only in the pass table, all mapped onto one joint count state
-space (:func:`_joint_tables`). A weight variation reuses its walk's probabilities; only
-its fill is new. Bins as :func:`numpy.searchsorted` (``side="right"``) over the edges:
+space (:func:`analysis.pipeline._histtables._joint_tables`). A weight variation reuses
+its walk's probabilities; only its fill is new. Bins as :func:`numpy.searchsorted` (``side="right"``) over the edges:
 underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
 is filled at ``x = 0`` (its value may be garbage; as the JAX kernel).
 """
@@ -27,26 +27,29 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
 from analysis.pipeline._fastpatterns import balanced_blocks, patterns_into
-from analysis.pipeline._fasttables import _reduced, _tables, _targets
+from analysis.pipeline._histtables import (
+    _joint_cached,
+    _joint_static,
+    _memo,
+    _region_plan,
+    _walk_static,
+)
 from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.fastkernel import (
     _event_weights,
     _inputs,
-    _pass_table,
     _run_blocks,
     _work,
 )
 from analysis.pipeline.histkernel import factor_values
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
-from analysis.select.countmodel import CountModel
 from analysis.stats.histogram import Histogram
 
 __all__ = ["evaluate_columns", "why_not"]
@@ -55,34 +58,6 @@ _KINDS = ("field", "branch", "index")
 # Events per block of the walk, about: its outputs are per event and object (no sums),
 # so the block size changes no bit; smaller blocks than fastkernel.BLOCK balance the threads.
 WALK_BLOCK = 1024
-
-
-_MEMO: dict[int, tuple[Plan, dict]] = {}
-
-
-def _memo(plan: Plan, key: tuple, make):
-    """``make()`` once per ``plan`` (by identity: hashing a plan hashes every spec in it,
-    a measurable share of a pass with many templates) and ``key``; a few plans and
-    entries kept (``_MEMO`` holds the plans, so no ``id`` is reused while kept)."""
-    entry = _MEMO.get(id(plan))
-    if entry is None or entry[0] is not plan:
-        if len(_MEMO) >= 16:
-            _MEMO.clear()
-        entry = _MEMO[id(plan)] = (plan, {})
-    table = entry[1]
-    if key not in table:
-        if len(table) >= 256:
-            table.clear()
-        table[key] = make()
-    return table[key]
-
-
-def _region_plan(plan: Plan, r: int) -> Plan:
-    """``plan`` restricted to region ``r`` (0: the selection), without histograms."""
-    if r == 0:
-        return dataclasses.replace(plan, hists=())
-    region = plan.regions[r - 1]
-    return dataclasses.replace(plan, hists=(), sets=region.sets, event_cuts=region.event_cuts)
 
 
 def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
@@ -114,88 +89,6 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
             return (f"histogram {spec.key!r}: a per-object scale factor (runs in the JAX "
                     "kernel)")
     return None
-
-
-# --- the joint pass tables --------------------------------------------------------------
-
-
-@lru_cache(maxsize=64)
-def _joint_model(plan: Plan, regions: tuple[int, ...]) -> CountModel:
-    """The count model of every condition of ``regions``: one state space for all."""
-    counts = []
-    for r in regions:
-        for c in _region_plan(plan, r).sets.model.counts:
-            if c not in counts:
-                counts.append(c)
-    return CountModel(plan.sets.model.sets, tuple(counts))
-
-
-def _joint_tables(plan: Plan, regions, theta, widths, trainable):
-    """``(model, caps, fs (R, S), dfs (R, S, LANES))``: each region's pass table
-    (:func:`analysis.pipeline._fasttables._pass_fn`, its own definition) on the joint
-    states, ``f_r(k) = f_r(min(k_v, cap_rv))`` (a region's table is constant above its
-    caps, and the joint caps are the largest), then the caps lowered jointly
-    (:func:`analysis.pipeline._fasttables._reduced`)."""
-    model = _joint_model(plan, tuple(regions))
-    grid = model._state_counts  # (S, V)
-    var_of = {names: v for v, (names, _) in enumerate(model.variables)}
-    n_par = len(trainable)
-    cols = []
-    for r in regions:
-        sp = _region_plan(plan, r).sets
-        m = sp.model
-        if m.counts:
-            f, df = _pass_table(sp, theta, widths, trainable)
-            at = np.ravel_multi_index(
-                tuple(np.minimum(grid[:, var_of[names]], cap) for names, cap in m.variables),
-                m.shape)
-            f, df = f[at], df[at]
-        else:
-            f, df = np.ones(model.n_states), np.zeros((model.n_states, n_par))
-        cols.append((f, df))
-    rest = np.concatenate([np.concatenate([f[:, None], df], axis=1) for f, df in cols[1:]]
-                          + [np.zeros((model.n_states, 0))], axis=1)
-    caps, f0, dall = _reduced(model, cols[0][0], np.concatenate([cols[0][1], rest], axis=1))
-    n = f0.shape[0]
-    fs = np.empty((len(regions), n))
-    dfs = np.zeros((len(regions), n, _numba_dp.LANES))
-    fs[0], dfs[0, :, 1:n_par + 1] = f0, dall[:, :n_par]
-    for q in range(1, len(regions)):
-        a = n_par + (q - 1) * (n_par + 1)
-        fs[q] = dall[:, a]
-        dfs[q, :, 1:n_par + 1] = dall[:, a + 1: a + 1 + n_par]
-    return model, caps, fs, dfs
-
-
-@lru_cache(maxsize=32)
-def _joint_cached(plan: Plan, regions: tuple[int, ...], theta: bytes, widths: bytes,
-                  trainable: tuple[int, ...]):
-    """:func:`_joint_tables` once per parameter point (chunks and shift sides share it)."""
-    return _joint_tables(plan, regions, np.frombuffer(theta), np.frombuffer(widths), trainable)
-
-
-@lru_cache(maxsize=64)
-def _joint_static(plan: Plan, regions: tuple[int, ...]):
-    """The numba tables of the joint model of ``regions``."""
-    model = _joint_model(plan, regions)
-    return _tables(dataclasses.replace(plan, hists=(),
-                                       sets=dataclasses.replace(plan.sets, model=model)))
-
-
-@lru_cache(maxsize=64)
-def _walk_static(plan: Plan, regions: tuple[int, ...], caps: bytes, ld_keys: tuple):
-    """``(tgt, ld_mask)`` of a walk: the joint model's targets under the caps ``caps``
-    (:func:`analysis.pipeline._fasttables._targets`) and the states of each leading target
-    ``(set, depth)`` of ``ld_keys`` (:func:`analysis.pipeline._numba_hist.leading_support`),
-    once per plan, regions and caps (not per chunk and side)."""
-    tab = _joint_static(plan, regions)
-    tgt = _targets(_joint_model(plan, regions), np.frombuffer(caps, np.int64), tab.collections)
-    specs = {s.name: s for s in plan.sets.sets}
-    ld_c = np.array([tab.collections.index(specs[s].collection) for s, _ in ld_keys], np.int64)
-    ld_ls = np.array([tab.local[s] for s, _ in ld_keys], np.int64)
-    ld_d = np.array([d for _, d in ld_keys], np.int64)
-    return tgt, _numba_hist.leading_support(tgt, tab.n_pat, tab.pat, ld_c, ld_ls, ld_d,
-                                            tgt.shape[2])
 
 
 # --- one walk ------------------------------------------------------------------------

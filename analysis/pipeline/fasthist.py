@@ -255,14 +255,16 @@ def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: di
 
 
 def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
-               trainable, evs: dict, value: dict, jac: dict, tasks: list) -> None:
+               trainable, evs: dict, value: dict, jac: dict, tasks: list,
+               threads: int | None = None) -> None:
     """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
     its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, args,
     finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
     and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
     event weights by ``(shift side, region)``, the side None for the nominal and for
     every shift of an object field (it leaves them as they are), and the weight
-    variations' factors (:func:`_factors`, its rows under ``("factors", side)``)."""
+    variations' factors (:func:`_factors`, its rows under ``("factors", side)``);
+    ``threads``: the pass's (the yield sums run on them)."""
     nl = len(trainable) + 1
     n_ev = int(c.n_events)
     weight = np.ascontiguousarray(c.weight, dtype=np.float64)
@@ -272,7 +274,8 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             sub = _memo(plan, ("region", r), lambda r=r: _region_plan(plan, r))
             evs[ekey, r] = _event_weights(c, sub, theta, widths, trainable)
     if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
-        ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK)
+        ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK,
+                        threads)
         value["selected_sumw"] = np.array(ys[0, 0], dtype=np.float64)
         value["selected_sumw2"] = np.array(ys[1, 0], dtype=np.float64)
         jac["selected_sumw"] = ys[0, 1:]
@@ -371,7 +374,7 @@ def evaluate_columns(
                       ranked=ranked)
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
-                       tasks)
+                       tasks, threads)
     _run_fills(tasks, threads)
     if plan.observables:
         ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,

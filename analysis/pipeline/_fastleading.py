@@ -79,8 +79,8 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
         c = sp.collection_of(name)
         ci = tab.collections.index(c)
         counts = np.diff(coff[ci])
+        m = max(1, int(counts.max(initial=0)))  # the largest multiplicity
         if c not in sp.caps:  # the JAX kernel's bound, on its per-event object axis
-            m = max(1, int(counts.max(initial=0)))
             n_tuples = int(_comb(np.array([m]), depth + 1)[0])
             if n_tuples > MAX_TUPLES:
                 raise too_many_tuples(obs.x.slots, {c: m}, n_tuples, MAX_TUPLES)
@@ -92,14 +92,15 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
         w = np.zeros((int(off[-1]), _numba_dp.LANES))
         obj = np.zeros((int(off[-1]), depth + 1), np.int64)
         args = (coff, base, order, ci, tab.local[name], depth, pv_all, pd_all, tab.pat,
-                tab.n_pat, tgt, f, df_l, max(1, int(counts.max(initial=0))), off, block, w, obj)
+                tab.n_pat, tgt, f, df_l, m, off, block, w, obj)
         _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
         out[k] = Candidates(off, w, obj)
     return out
 
 
 def values(node, cand: Candidates, plan: Plan, flats: dict, events: dict) -> np.ndarray:
-    """The values of indexed ``node`` per candidate (float64; ``|x|`` for ``abs``)."""
+    """The values of indexed ``node`` per candidate (float64; ``|x|`` for ``abs``), 0
+    where the candidate's weight is 0 (as the JAX kernel: no value where no weight)."""
     c = plan.sets.collection_of(node.slots[0][0])
     if node.kind == "index":
         x: Any = flats[c][node.field][cand.obj[:, node.slots[0][1]]]
@@ -113,4 +114,4 @@ def values(node, cand: Candidates, plan: Plan, flats: dict, events: dict) -> np.
 
         x = functions.apply(node.fn, node.args, read)
     x = np.asarray(x, dtype=np.float64)
-    return np.ascontiguousarray(np.abs(x) if node.absolute else x)
+    return np.where(cand.w[:, 0] != 0, np.abs(x) if node.absolute else x, 0.0)

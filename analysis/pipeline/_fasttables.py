@@ -27,7 +27,6 @@ from analysis.select.objects import _pass_table as _jax_pass_table
 __all__: list[str] = []  # internal to the numba kernel
 
 
-
 def one_sided(cuts) -> tuple | None:
     """``cuts`` (object or event cuts of a plan) as one-sided threshold cuts, the only
     kind the loops know: a cut whose kind declares ``sides`` (:mod:`analysis.select.cuts`:

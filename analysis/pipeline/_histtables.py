@@ -1,7 +1,8 @@
 """The joint pass tables of :mod:`analysis.pipeline.fasthist` (numpy; cached per plan).
 
 One walk serves the selection and every channel region: their pass tables on one
-joint count state space (:func:`_joint_tables`), the walk's static tables
+joint count state space (:func:`_joint_tables`, once per parameter point through
+:func:`_memo`: chunks and shift sides share it), the walk's static tables
 (:func:`_joint_static`, :func:`_walk_static`), a region's plan (:func:`_region_plan`)
 and a per-plan memo by identity (:func:`_memo`). Used by the numba histogram host only.
 """
@@ -97,13 +98,6 @@ def _joint_tables(plan: Plan, regions, theta, widths, trainable):
     return model, caps, fs, dfs
 
 
-@lru_cache(maxsize=32)
-def _joint_cached(plan: Plan, regions: tuple[int, ...], theta: bytes, widths: bytes,
-                  trainable: tuple[int, ...]):
-    """:func:`_joint_tables` once per parameter point (chunks and shift sides share it)."""
-    return _joint_tables(plan, regions, np.frombuffer(theta), np.frombuffer(widths), trainable)
-
-
 @lru_cache(maxsize=64)
 def _joint_static(plan: Plan, regions: tuple[int, ...]):
     """The numba tables of the joint model of ``regions``."""
@@ -126,5 +120,3 @@ def _walk_static(plan: Plan, regions: tuple[int, ...], caps: bytes, ld_keys: tup
     ld_d = np.array([d for _, d in ld_keys], np.int64)
     return tgt, _numba_hist.leading_support(tgt, tab.n_pat, tab.pat, ld_c, ld_ls, ld_d,
                                             tgt.shape[2])
-
-

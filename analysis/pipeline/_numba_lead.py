@@ -111,44 +111,42 @@ def candidates(coff, base, order, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt
             q = cand_off[e]
             while True:
                 m = pos[lv]
-                if m > n - 1 - (depth - lv):  # too few positions left for the tuple
+                if m > n - 1 - (depth - lv):  # too few positions left: one level up
                     if lv == 0:
                         break
                     lv -= 1
-                    g = base[lc] + order[lo + pos[lv]]
-                    _step(T, V[lv], g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, False,
-                          n_states)
-                    V[lv] = T
-                    pos[lv] += 1
-                    continue
-                g = base[lc] + order[lo + m]
-                if lv < depth:  # m joins the prefix: one level down
-                    _step(V[lv + 1], V[lv], g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, True,
-                          n_states)
-                    lv += 1
-                    pos[lv] = m + 1
-                    continue
-                # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
-                for r in range(LANES):
-                    acc[r] = 0.0
-                Bn = B[m + 1]
-                for p in range(n_pat[lc]):
-                    if pat[lc, p, ls] != 1:
+                    m = pos[lv]
+                else:
+                    g = base[lc] + order[lo + m]
+                    if lv < depth:  # m joins the prefix: one level down
+                        _step(V[lv + 1], V[lv], g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
+                              True, n_states)
+                        lv += 1
+                        pos[lv] = m + 1
                         continue
+                    # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
                     for r in range(LANES):
-                        H[r] = 0.0
-                    for k in range(n_states):
-                        bt = Bn[tgt[lc, p, k]]
-                        lin_add(H, bt[0], V[lv, k], V[lv, k, 0], bt)
-                    H[0] *= 0.5  # lane 0 summed V B twice (exact)
-                    lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
-                for r in range(LANES):
-                    w_out[q, r] = acc[r]
-                for i in range(depth + 1):
-                    obj_out[q, i] = order[lo + pos[i]]
-                q += 1
-                if m < n - 1:  # the next last member: m stays out
-                    _step(T, V[lv], g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, False,
-                          n_states)
+                        acc[r] = 0.0
+                    Bn = B[m + 1]
+                    for p in range(n_pat[lc]):
+                        if pat[lc, p, ls] != 1:
+                            continue
+                        for r in range(LANES):
+                            H[r] = 0.0
+                        for k in range(n_states):
+                            bt = Bn[tgt[lc, p, k]]
+                            lin_add(H, bt[0], V[lv, k], V[lv, k, 0], bt)
+                        H[0] *= 0.5  # lane 0 summed V B twice (exact)
+                        lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
+                    for r in range(LANES):
+                        w_out[q, r] = acc[r]
+                    for i in range(depth + 1):
+                        obj_out[q, i] = order[lo + pos[i]]
+                    q += 1
+                # m leaves this level: it stays out of the tuple from now on (a step read
+                # only if a next position at this level can still start a tuple)
+                if m + 1 <= n - 1 - (depth - lv):
+                    _step(T, V[lv], base[lc] + order[lo + m], lc, pv_all, pd_all, pat, n_pat,
+                          tgt, ls, False, n_states)
                     V[lv] = T
-                pos[lv] += 1
+                pos[lv] = m + 1

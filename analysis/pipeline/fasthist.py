@@ -17,8 +17,8 @@ side (the nominal columns, then each shifted column: cuts and observables move
 together) serves every region at once: the regions share the objects' pattern
 probabilities and differ only in the pass table, all mapped onto one joint count state
 space (:func:`analysis.pipeline._histtables._joint_tables`). A weight variation reuses
-its walk's probabilities; only its fill is new. Bins as :func:`numpy.searchsorted` (``side="right"``) over the edges:
-underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
+its walk's probabilities; only its fill is new. Bins as :func:`numpy.searchsorted`
+(``side="right"``) over the edges: underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
 is filled at ``x = 0`` (its value may be garbage; as the JAX kernel).
 """
 
@@ -34,8 +34,8 @@ import numpy as np
 from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
 from analysis.pipeline._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline._histtables import (
-    _joint_cached,
     _joint_static,
+    _joint_tables,
     _memo,
     _region_plan,
     _walk_static,
@@ -135,7 +135,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     rpos = {r: q for q, r in enumerate(regions)}
     regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
     model, caps, fs, dfs = _memo(plan, ("joint", regs, tb, wb, tuple(trainable)),
-                                 lambda: _joint_cached(plan, regs, tb, wb, tuple(trainable)))
+                                 lambda: _joint_tables(plan, regs, theta, widths, tuple(trainable)))
     tab = _memo(plan, ("static", regs), lambda: _joint_static(plan, regs))
     cols = variants[0]
     n_ev = int(cols.n_events)

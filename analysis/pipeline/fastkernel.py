@@ -13,8 +13,8 @@ several sets and collections, branch cuts. It is a second implementation
 of one description: the recursions of :mod:`analysis.select.objects` (the JAX kernel
 :mod:`analysis.pipeline.setkernel`, the reference) as loops over each event's objects
 with forward-mode tangents (:mod:`analysis.pipeline._numba_dp`, values only
-:mod:`analysis.pipeline._numba_value`; one collection with one set and no event sums,
-the common case, runs the fused loop of :mod:`analysis.pipeline._numba_one`, bit for
+:mod:`analysis.pipeline._numba_value`; one collection with one set and neither event
+sums nor indexed observables, the common case, runs the fused loop of :mod:`analysis.pipeline._numba_one`, bit for
 bit the same results). The pass table
 ``f`` and its derivative come from :func:`analysis.select.objects._pass_table` itself
 (:mod:`analysis.pipeline._fasttables`). :func:`observable_entries` gives histogram
@@ -47,9 +47,8 @@ from analysis.pipeline._fastmoments import (
     sum_moments_state,
 )
 from analysis.pipeline._fastpool import _run_blocks, _run_slices, _threads, _work
-from analysis.pipeline._fasttables import (  # noqa: F401  (_pass_fn, _pass_table: their users)
+from analysis.pipeline._fasttables import (
     _par_index,
-    _pass_fn,
     _pass_table,
     _reduced,
     _Tables,
@@ -110,9 +109,6 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
             if not n <= cap:
                 return f"count threshold {n} beyond its cap {count.cap} (NaN results)"
     return None
-
-
-# --- threads -------------------------------------------------------------------------
 
 
 # --- the host side ---------------------------------------------------------------------
@@ -376,8 +372,6 @@ def evaluate_columns(
                 eoff, wo = ev_off, pe
             xv = _values(x, cols, plan, flats, cands)
             yv = xv if obs.y is None else _values(obs.y, cols, plan, flats, cands)
-            if x.kind in ("index", "call"):  # as the JAX kernel: no value where no weight
-                xv, yv = (np.where(wo[:, 0] != 0, v, 0.0) for v in (xv, yv))
             has_y = obs.y is not None
             first = np.zeros((n_blocks, 3))
             _run_blocks(_numba_dp.centre_sums, (eoff, xv, yv, wo, ev, BLOCK, first), n_blocks,
@@ -412,7 +406,8 @@ def observable_entries(
     float64, for histograms), as :func:`analysis.pipeline.setkernel.observable_entries`
     defines them (entries of weight 0 included): per object ``(x_j, w_e P(j in S and
     the event passes))`` for ``S.f``, per candidate tuple ``(x_a, w_e P(a is S[0..r] and
-    the event passes))`` for an indexed expression (0 where the weight is 0), per event ``(x_e, w_e P(pass))`` for a branch and
+    the event passes))`` for an indexed expression (0 where the weight is 0), per event
+    ``(x_e, w_e P(pass))`` for a branch and
     ``(E[X 1_pass] / P(pass), w_e P(pass))`` for ``sum(S.f)``/``count(S)`` (0 where
     ``P(pass) = 0``). ``plan`` must pass :func:`why_not` at order 0."""
     wt = _weights(cols, plan, theta, widths, order=0, threads=threads)

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import _fastone, _numba_sens, fastkernel, scorecols
-from analysis.pipeline._fasttables import _reduced, _tables, _targets, one_sided
+from analysis.pipeline._fasttables import _pass_table, _reduced, _tables, _targets, one_sided
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
@@ -105,7 +105,7 @@ def _chain_table(plan: Plan, theta, widths, counts_tr: tuple[int, ...]):
     tab, sp = _tables(plan), plan.sets
     if not tab.model.counts:
         return np.ones(1), np.zeros((1, len(counts_tr)))
-    caps, f, df = _reduced(tab.model, *fastkernel._pass_table(sp, theta, widths, counts_tr))
+    caps, f, df = _reduced(tab.model, *_pass_table(sp, theta, widths, counts_tr))
     states = _fastone.chain(_targets(tab.model, caps, tab.collections)[0, 1])
     return np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
 

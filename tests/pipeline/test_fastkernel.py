@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from analysis.config.loader import config_from_dict
-from analysis.pipeline import _numba_dp, _numba_one, fastkernel
+from analysis.pipeline import _fasttables, _numba_dp, _numba_one, fastkernel
 from analysis.pipeline.kernel import chunk_state, evaluate_chunk
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths
@@ -427,7 +427,7 @@ def test_soft_cut_is_the_one_definition(width, greater, inclusive):
 def test_reduced_pass_table_keeps_every_sum():
     plan, theta, widths = make_plan(sets_config())
     model = plan.sets.model
-    f, slope = fastkernel._pass_fn(model)(np.array([2.3, 2.0, 1.0]), np.array([1.0, 0, 0]))
+    f, slope = _fasttables._pass_fn(model)(np.array([2.3, 2.0, 1.0]), np.array([1.0, 0, 0]))
     f, slope = np.asarray(f), np.asarray(slope)
     caps, f2, df2 = fastkernel._reduced(model, f, slope)
     assert tuple(caps + 1) != model.shape  # something was merged

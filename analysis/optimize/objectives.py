@@ -279,7 +279,6 @@ def step_observables(objective: Objective, plan: Plan, order: int) -> tuple[str,
     reduced = only_observables(plan, reads)
     if reduced is plan:
         return None
-    from analysis.pipeline import fasthist, fastkernel
+    from analysis.pipeline.kernel import numba_why_not
 
-    fast = fasthist if reduced.hists else fastkernel
-    return tuple(o.name for o in reduced.observables) if fast.why_not(reduced, order) is None else None
+    return tuple(o.name for o in reduced.observables) if numba_why_not(reduced, order) is None else None

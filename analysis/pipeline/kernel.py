@@ -43,6 +43,7 @@ __all__ = [
     "evaluate_chunk",
     "evaluate_chunk_grid",
     "grid_state",
+    "numba_why_not",
     "observable_entries",
 ]
 
@@ -147,6 +148,19 @@ _WHY_LOGGED: set[tuple[int, str]] = set()
 _SCORES_ON_NUMBA = True
 
 
+def _numba_host(plan: Plan):
+    """The numba kernel's host module for ``plan``: histograms have their own."""
+    return fasthist if plan.hists else fastkernel
+
+
+def numba_why_not(plan: Plan, order: int, theta=None) -> str | None:
+    """``None`` when the numba kernel computes ``plan`` at ``order`` (and ``theta``):
+    :func:`analysis.pipeline.fasthist.why_not` for plans with histograms (their own numba
+    host side), :func:`analysis.pipeline.fastkernel.why_not` otherwise; else the reason.
+    (:func:`chunk_state` asks it of the plan without its learned scores at ``order=0``.)"""
+    return _numba_host(plan).why_not(plan, order, theta)
+
+
 def chunk_state(
     cols: ChunkColumns,
     plan: Plan,
@@ -177,16 +191,16 @@ def chunk_state(
     """
     if engine not in ("auto", "jax", "numba"):
         raise ValueError(f"engine must be 'auto', 'jax' or 'numba', got {engine!r}")
-    fast = fasthist if plan.hists else fastkernel  # histograms: their own numba host side
     run = plan
     if plan.scores and order == 0 and engine != "jax" and _SCORES_ON_NUMBA:
         # values only: the networks once on the real rows, their columns as fields
         run = scorecols.bare(plan)
-    why = fast.why_not(run, order, theta) if engine != "jax" else "engine=jax asked for"
+    why = numba_why_not(run, order, theta) if engine != "jax" else "engine=jax asked for"
     if why is None:
         if run is not plan:
             cols = scorecols.score_columns(cols, plan, theta)
-        value, jac = fast.evaluate_columns(cols, run, theta, widths, order=order, threads=threads)
+        value, jac = _numba_host(run).evaluate_columns(cols, run, theta, widths, order=order,
+                                                       threads=threads)
         return DatasetState.from_chunk(
             value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
             names=plan.trainable_names,

@@ -28,7 +28,7 @@ import numba
 import numpy as np
 
 __all__ = [
-    "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_into",
+    "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_times",
     "inverse_width", "lin", "lin_add", "lin_add2", "patterns", "select", "sequence",
     "soft_array", "soft_slope", "soft_values",
 ]
@@ -169,20 +169,21 @@ def axpy(out, a, x):
     out[4], out[5], out[6], out[7] = o4 + a * x4, o5 + a * x5, o6 + a * x6, o7 + a * x7
 
 
-@numba.njit(cache=True, nogil=True)
-def cut_into(s, width, greater, par, qv, qd):
-    """Multiply the soft cut of probabilities ``s`` (:func:`soft_values`) into
-    probabilities ``qv`` (``(N,)``) and their tangents ``qd`` (``(N, LANES)``, lane 0
-    zero); product rule; ``par``: the threshold's parameter (its lane - 1), or -1."""
-    iw = inverse_width(width)
-    for j in range(s.shape[0]):
-        sv = s[j]
-        q0 = qv[j]
+@numba.njit(cache=True, nogil=True, inline="always")
+def cut_times(s, o, n, iw, greater, par, qv, qd):
+    """Multiply the soft cut of probabilities ``s[o + i]`` (:func:`soft_values`) into
+    probabilities ``qv[i]`` and their tangents ``qd[i]`` (``(LANES,)``, lane 0 zero),
+    ``i < n``; product rule; ``iw``: :func:`inverse_width`; ``par``: the threshold's
+    parameter (its lane - 1), or -1. Cut by cut over many objects, not object by object:
+    a tangent lane stored and multiplied again at once waits on its store."""
+    for i in range(n):
+        sv = s[o + i]
+        q0 = qv[i]
         for r in range(LANES):
-            qd[j, r] *= sv
+            qd[i, r] *= sv
         if par >= 0:
-            qd[j, 1 + par] += q0 * soft_slope(sv, iw, greater)
-        qv[j] = q0 * sv
+            qd[i, 1 + par] += q0 * soft_slope(sv, iw, greater)
+        qv[i] = q0 * sv
 
 
 @numba.njit(cache=True, nogil=True)

@@ -5,7 +5,7 @@ per histogram (no sums across blocks), so that neither the block size nor the nu
 threads changes a bit:
 
 - :func:`cut_patterns`: the objects' soft cuts and pattern probabilities, the
-  arithmetic of :func:`analysis.pipeline._numba_dp.cut_into` followed by
+  arithmetic of :func:`analysis.pipeline._numba_dp.cut_times` followed by
   :func:`analysis.pipeline._numba_dp.patterns` (the same operations in the same
   order: the same floats) fused into one loop over blocks of objects, written straight
   into the walk's layout (``pv_all[g, p, :]``, ``pd_all[g, p, :]``), for one variant
@@ -30,13 +30,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from analysis.pipeline._numba_dp import LANES, inverse_width, soft_slope
+from analysis.pipeline._numba_dp import LANES, cut_times, inverse_width
 
 __all__ = ["cut_patterns", "fill"]
 
 
 # Objects per sub-block: the cuts run cut by cut over a sub-block (their parameters
-# hoisted out of the loop over objects, as in cut_into), then the patterns object by object.
+# hoisted out of the loop over objects, as in cut_times), then the patterns object by object.
 SUB = 256
 
 
@@ -44,17 +44,11 @@ SUB = 256
 def _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
     """Multiply the cuts into the own set probabilities ``qv[ls, i]`` and tangents
     ``qd[ls, i]`` of objects ``j0 + i``, ``i < nj``, cut after cut
-    (:func:`analysis.pipeline._numba_dp.cut_into`'s arithmetic)."""
+    (:func:`analysis.pipeline._numba_dp.cut_times`)."""
     for m in range(c_ls.shape[0]):
-        ls, col, iw, gt, par = c_ls[m], c_col[m], inverse_width(c_w[m]), c_gt[m], c_par[m]
-        for i in range(nj):
-            sv = cols[col, j0 + i]
-            q0 = qv[ls, i]
-            for r in range(LANES):
-                qd[ls, i, r] *= sv
-            if par >= 0:
-                qd[ls, i, 1 + par] += q0 * soft_slope(sv, iw, gt)
-            qv[ls, i] = q0 * sv
+        ls = c_ls[m]
+        cut_times(cols[c_col[m]], j0, nj, inverse_width(c_w[m]), c_gt[m], c_par[m], qv[ls],
+                  qd[ls])
 
 
 @numba.njit(cache=True, nogil=True)

@@ -129,11 +129,12 @@ def _inputs(plan: Plan, order: int, theta: Any, widths: Any, *, why_not=why_not,
 
 def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
     """Multiply the soft cut ``cut`` of the collection's columns ``flat`` into the own
-    set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.pipeline._numba_dp.cut_into`)."""
+    set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.pipeline._numba_dp.cut_times`)."""
     width = widths[cut.width_index]
     s = _numba_dp.soft_values(flat[cut.field], _value(theta, cut.param, cut.value), width,
                               cut.greater, cut.inclusive, cut.absolute)
-    _numba_dp.cut_into(s, width, cut.greater, _par_index(trainable, cut.param), qv, qd)
+    _numba_dp.cut_times(s, 0, s.shape[0], _numba_dp.inverse_width(width), cut.greater,
+                         _par_index(trainable, cut.param), qv, qd)
 
 
 def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int | None) -> None:

@@ -1,7 +1,7 @@
 """The fused host-side loops of the numba histograms (analysis.pipeline._numba_fill).
 
 - :func:`cut_patterns` against the loops it fuses,
-  :func:`analysis.pipeline._numba_dp.cut_into` then
+  the product rule in numpy then
   :func:`analysis.pipeline._numba_dp.patterns` (with the pair layout of the walk,
   :mod:`analysis.pipeline._numba_hist`, built by numpy slicing), bit for bit: greater /
   less, inclusive, ``abs``, width 0, NaN values, a nested set and an unreachable
@@ -55,9 +55,14 @@ def reference_probs(cols, cuts, qv=None, qd=None):
     n = cols.shape[1]
     qv = np.ones((3, n)) if qv is None else qv.copy()
     qd = np.zeros((3, n, L)) if qd is None else qd.copy()
-    for ls, f, t, w, gt, inc, ab, par in cuts:
-        _numba_dp.cut_into(_numba_dp.soft_values(cols[f], t, w, gt, inc, ab), w, gt, par,
-                           qv[ls], qd[ls])
+    for ls, f, t, w, gt, inc, ab, par in cuts:  # the product rule in numpy
+        sv = _numba_dp.soft_values(cols[f], t, w, gt, inc, ab)
+        q0 = qv[ls].copy()
+        qd[ls] *= sv[:, None]
+        if par >= 0:
+            ds = sv * (1.0 - sv) * (1.0 / w if w > 0.0 else 0.0)
+            qd[ls, :, 1 + par] += q0 * (-ds if gt else ds)
+        qv[ls] = q0 * sv
     return qv, qd
 
 
@@ -98,7 +103,7 @@ def run(kernel, args, n: int, block: int, splits) -> None:
 
 @pytest.mark.parametrize("n, block, splits", [(1, 256, ()), (900, 256, (1, 3)),
                                               (2100, 512, (2,))])
-def test_cut_patterns_is_cut_into_then_patterns(n, block, splits):
+def test_cut_patterns_is_the_product_rule_then_patterns(n, block, splits):
     cols = objects(n, seed=n + 1)
     g0, n_tot = 5, n + 9  # a collection after another one's objects
     pv_all, pd_all = np.full((n_tot, 7, 2), np.nan), np.full((n_tot, 7, L), np.nan)

@@ -44,7 +44,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 1.5
-GOAL_CACHED = 0.5
+GOAL_CACHED = 0.4  # issue 16 (not regress): the cached pass of every state, wall time
+GOAL_STEP = 0.5  # issue 16: a whole optimisation step against the plain pass
 GOAL_FLOOR = 4.0
 
 
@@ -316,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU-time ratio cached = {cached_cpu / plain_cpu:.2f}")
     print(f"observables of an optimisation step: {step_obs if step_obs is not None else 'all'}")
     ratio = step / plain
-    verdict = "met" if ratio <= GOAL_CACHED else "not met"
+    verdict = "met" if ratio <= GOAL_STEP else "not met"
     print(f"ratio step / plain = {ratio:.2f} (CPU {step_cpu / plain_cpu:.2f})   "
-          f"(goal <= {GOAL_CACHED}: {verdict})")
+          f"(goal <= {GOAL_STEP}: {verdict})")
     floor = floor_pass(chunk_columns(ev), init)
     ratio = cached / floor
     verdict = "met" if ratio <= GOAL_FLOOR else "not met"

@@ -3,6 +3,8 @@ fit rerun at each point; chunk invariance of Z; no NaN with empty bins or no sig
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,11 +87,18 @@ def z_of(t, objective=lk.discovery_significance):
     return float(objective(d.value, MODEL))
 
 
+@functools.cache
+def fd_z() -> list[float]:
+    """Central differences of Z over the whole pass (the fit rerun at each point): the
+    reference of the gradient tests below, computed once per test process."""
+    return central_difference(z_of, [THETA[n] for n in NAMES], 0.05, points=5)
+
+
 @pytest.mark.parametrize("gradient", ["envelope", "implicit"])
 def test_z_gradient_equals_finite_differences_of_the_pass(gradient):
     d = run(THETA)
     z, grad = d.value_and_grad(lambda s: lk.discovery_significance(s, MODEL, gradient=gradient))
-    fd = central_difference(z_of, [THETA[n] for n in NAMES], 0.05, points=5)
+    fd = fd_z()
     assert z > 0.5
     for i, n in enumerate(NAMES):
         assert abs(grad[n] - fd[i]) <= 1e-5 * max(abs(fd[i]), 1e-3), (n, grad[n], fd[i])
@@ -99,7 +108,7 @@ def test_z_gradient_equals_finite_differences_of_the_pass(gradient):
 def test_jax_grad_through_differentiable_pass():
     f = stats.differentiable(lambda th: run(th))
     g = jax.grad(lambda th: lk.discovery_significance(f(th), MODEL))(THETA)
-    fd = central_difference(z_of, [THETA[n] for n in NAMES], 0.05, points=5)
+    fd = fd_z()
     for i, n in enumerate(NAMES):
         assert abs(float(g[n]) - fd[i]) <= 1e-5 * max(abs(fd[i]), 1e-3)
     assert f.passes() == 1

@@ -165,14 +165,7 @@ def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch)
         cut["param"] = "eta_max"
     plan, theta, widths = make_plan(cfg)
     assert len(plan.trainable) == (4 if extra_param else 3)
-    walk = fasthist._walk
     sizes = walk_sizes(monkeypatch)
-    compare(plan, columns(400, plan, seed=5), theta, widths)
-    # the nominal walk, then one per shift (two sides each), or per side (a pair asked
-    # for, then each side alone)
-    assert sizes == ([1, 2, 1, 1, 2, 1, 1] if extra_param else [1, 2, 2]), sizes
-    sizes.clear()
-    monkeypatch.setattr(fasthist, "_walk", walk)
     walks = []
     orig = fasthist._numba_hist.walk
 
@@ -181,9 +174,13 @@ def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch)
             walks.append(args[5])  # h: the second variant's value lane, 0 for one variant
         return orig(*args)
 
+    # one comparison with the JAX kernel records both (each JAX shape compiles anew)
     monkeypatch.setattr(fasthist._numba_hist, "walk", recorded)
     monkeypatch.setattr(fasthist._numba_dp, "compiled", lambda kernel, args: kernel)
-    compare(plan, columns(50, plan, seed=6), theta, widths)
+    compare(plan, columns(400, plan, seed=5), theta, widths)
+    # the nominal walk, then one per shift (two sides each), or per side (a pair asked
+    # for, then each side alone)
+    assert sizes == ([1, 2, 1, 1, 2, 1, 1] if extra_param else [1, 2, 2]), sizes
     expect = [0, 0, 0, 0, 0] if extra_param else [0, 4, 4]
     assert walks == expect, walks
 

@@ -96,7 +96,9 @@ def _three_ways(data: dict, monkeypatch) -> tuple[dict, dict, dict, dict]:
     return fwd, one, two, jax_sweep
 
 
-@pytest.mark.parametrize("extra", [False, True])
+# the default run keeps the case with every feature (scores, a trainable count, abs and
+# inclusive cuts); the scores alone are the slow run's
+@pytest.mark.parametrize("extra", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_numba_reverse_equals_jax_sweep_and_forward_mode(extra: bool, monkeypatch) -> None:
     data = _config(37)  # several chunks per dataset
     fwd, one, two, jax_sweep = _three_ways(_extra(data) if extra else data, monkeypatch)

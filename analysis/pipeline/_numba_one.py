@@ -161,7 +161,9 @@ def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
     """:func:`select_one` for values only (no trainable parameter: ``order=0``, hard
     cuts, histograms): lane 0 alone, the same floats as lane 0 of :func:`select_one`
     (its tangent lanes are zeros there, and its weight sum ``H[0]`` is twice this one's,
-    halved: exact); the other lanes of ``pe`` and ``ow`` are set to zero."""
+    halved: exact), laid out as it is (module docstring: a state's terms summed before
+    one store; with weights, the two chains in one loop); the other lanes of ``pe`` and
+    ``ow`` are set to zero."""
     n_ev = pe.shape[0]
     top = f.shape[0] - 1
     n_cuts = ss.shape[0]
@@ -169,8 +171,7 @@ def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
     for b in range(b0, b1):
         q = np.empty(max_seq)
         F = np.zeros((max_seq + 1 if want_w else 1, top + 1))
-        G = np.empty(top + 1)
-        Gn = np.empty(top + 1)
+        G = np.empty((max_seq + 1 if want_w else 2, top + 1))
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             o = coff[e]
             n = coff[e + 1] - o
@@ -179,37 +180,46 @@ def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
                 for c in range(n_cuts):
                     q0 *= ss[c, o + j]
                 q[j] = q0
-            if want_w:
-                F[0, 0] = 1.0
-                for j in range(n):
-                    last = min(j, top)
-                    pv = 1.0 - q[j]
-                    for i in range(last + 1):
-                        F[j + 1, i] = pv * F[j, i]
-                    if j + 1 <= top:
-                        F[j + 1, j + 1] = 0.0
-                    pv = q[j]
-                    for i in range(last + 1):
-                        F[j + 1, min(i + 1, top)] += pv * F[j, i]
+            g = G[n] if want_w else G[0]
             for i in range(top + 1):
-                G[i] = f[i]
-            for j in range(n - 1, -1, -1):
-                last = min(j, top)
-                if want_w:
-                    h = 0.0
-                    for i in range(last + 1):
-                        h += F[j, i] * G[min(i + 1, top)]
-                    row = ow[o + j]
-                    row[0] = q[j] * h
-                    for r in range(1, lanes):
-                        row[r] = 0.0
-                pv = 1.0 - q[j]
-                for i in range(last + 1):
-                    Gn[i] = pv * G[i]
-                pv = q[j]
-                for i in range(last + 1):
-                    Gn[i] += pv * G[min(i + 1, top)]
-                G, Gn = Gn, G
-            pe[e, 0] = G[0]
+                g[i] = f[i]
+            if not want_w:
+                Ga, Gb = G[0], G[1]
+                for j in range(n - 1, -1, -1):
+                    pv, pq = 1.0 - q[j], q[j]
+                    for i in range(min(j, top) + 1):
+                        Gb[i] = pv * Ga[i] + pq * Ga[min(i + 1, top)]
+                    Ga, Gb = Gb, Ga
+                pe[e, 0] = Ga[0]
+                for r in range(1, lanes):
+                    pe[e, r] = 0.0
+                continue
+            F[0, 0] = 1.0
+            for s in range(n):  # two independent chains, one loop
+                last = min(s, top)
+                pv, pq = 1.0 - q[s], q[s]
+                Fa, Fb = F[s], F[s + 1]
+                Fb[0] = pv * Fa[0]
+                for k in range(1, last + 1):
+                    Fb[k] = pv * Fa[k] + pq * Fa[k - 1]
+                if last < top:  # a state first reached: 0 + the "in" term
+                    Fb[last + 1] = 0.0 + pq * Fa[last]
+                else:
+                    Fb[top] += pq * Fa[top]
+                j = n - 1 - s
+                pv, pq = 1.0 - q[j], q[j]
+                Gt, Gj = G[j + 1], G[j]
+                for i in range(min(j, top) + 1):
+                    Gj[i] = pv * Gt[i] + pq * Gt[min(i + 1, top)]
+            for j in range(n):
+                Gt = G[j + 1]
+                h = 0.0
+                for i in range(min(j, top) + 1):
+                    h += F[j, i] * Gt[min(i + 1, top)]
+                row = ow[o + j]
+                row[0] = q[j] * h
+                for r in range(1, lanes):
+                    row[r] = 0.0
+            pe[e, 0] = G[0, 0]
             for r in range(1, lanes):
                 pe[e, r] = 0.0

@@ -18,8 +18,7 @@ the counts), so the loop runs on that chain, ``tgt[i] = min(i + 1, L)``, and ``F
 out are zeros that the general loop adds (the same floats). What the fusion saves: the
 soft cuts' products and tangents are formed inside the event loop from their
 probabilities (computed vectorised on the host; no per-object tangent arrays written and
-read back between passes), and the weighted first sums of the observables' centres come
-out of the same loop.
+read back between passes).
 
 Why the loops are laid out as they are (each the same floats as the plain recursion,
 measured on the demo's 100k-event chunks, one thread): the cuts are multiplied in cut

@@ -23,13 +23,9 @@ from analysis.pipeline import _numba_dp, _numba_hist, _numba_lead
 from analysis.pipeline._fastpool import _run_blocks
 from analysis.pipeline.plan import Plan
 from analysis.select import functions
-from analysis.select.leading import too_many_tuples
+from analysis.select.leading import MAX_TUPLES, too_many_tuples
 
 __all__: list[str] = []  # internal to the numba kernel
-
-#: The JAX kernel's bound on candidates per event of an indexed set on a collection
-#: without ``max_objects`` (:func:`analysis.select.objects.leading`'s ``max_tuples``).
-MAX_TUPLES = 4096
 
 
 class Candidates(NamedTuple):

@@ -35,6 +35,7 @@ from analysis.pipeline.histkernel import histogram_states
 from analysis.pipeline.plan import Plan, threshold_value
 from analysis.pipeline.score import with_scores
 from analysis.select import cuts, functions
+from analysis.select.leading import MAX_TUPLES
 from analysis.select.objects import (
     FACTOR,
     event_pass,
@@ -138,7 +139,7 @@ class _Chunk:
         # max_objects on every indexed collection bounds the candidates: no default bound.
         capped = all(self.sp.collection_of(s) in self.sp.caps for s, _ in node.slots)
         return leading(self.probs, self.lays, self.sp.model, self.th, node.slots, rank, self.cw,
-                       max_tuples=None if capped else 4096)
+                       max_tuples=None if capped else MAX_TUPLES)
 
     def event_sum(self, node, order: int):
         c = self.sp.collection_of(node.head)

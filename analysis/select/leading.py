@@ -27,7 +27,11 @@ from analysis.select._recursions import (
 from analysis.select.countmodel import CountModel
 from analysis.select.objlayout import ObjectCapError
 
-__all__ = ["leading", "too_many_tuples"]
+__all__ = ["MAX_TUPLES", "leading", "too_many_tuples"]
+
+#: The default bound on an indexed observable's candidate tuples per event (a
+#: collection without ``max_objects``); both kernels refuse more with :func:`too_many_tuples`.
+MAX_TUPLES = 4096
 
 
 def too_many_tuples(slots: Sequence[tuple[str, int]], objects: Mapping[str, int],
@@ -195,7 +199,7 @@ def leading(
     rank: Mapping[str, jnp.ndarray],
     count_widths=None,
     *,
-    max_tuples: int | None = 4096,
+    max_tuples: int | None = MAX_TUPLES,
 ):
     """Candidate objects for indexed selected objects and their weights.
 
@@ -240,7 +244,7 @@ def _leading(
     rank: Mapping[str, jnp.ndarray],
     count_widths=None,
     *,
-    max_tuples: int | None = 4096,
+    max_tuples: int | None = MAX_TUPLES,
 ):
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]

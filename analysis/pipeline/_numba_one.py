@@ -107,9 +107,7 @@ def select_one(
         q = np.empty(max_seq)
         dq = np.empty((max_seq, LANES))
         F = np.zeros((max_seq + 1 if want_w else 1, top + 1, LANES))
-        G = np.empty((max_seq + 1 if want_w else 1, top + 1, LANES))
-        Ga = np.empty((top + 1, LANES))
-        Gb = np.empty((top + 1, LANES))
+        G = np.empty((max_seq + 1 if want_w else 2, top + 1, LANES))
         H = np.empty(LANES)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             o = coff[e]
@@ -120,12 +118,13 @@ def select_one(
                     dq[j, r] = 0.0
             for c in range(n_cuts):
                 cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], q, dq)
-            g = G[n] if want_w else Ga
+            g = G[n] if want_w else G[0]
             for i in range(top + 1):
                 for r in range(LANES):
                     g[i, r] = df[i, r]
                 g[i, 0] = f[i]
             if not want_w:
+                Ga, Gb = G[0], G[1]
                 for j in range(n - 1, -1, -1):
                     _backward(Ga, Gb, j, top, q, dq)
                     Ga, Gb = Gb, Ga

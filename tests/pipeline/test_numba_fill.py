@@ -56,12 +56,11 @@ def reference_probs(cols, cuts, qv=None, qd=None):
     qv = np.ones((3, n)) if qv is None else qv.copy()
     qd = np.zeros((3, n, L)) if qd is None else qd.copy()
     for ls, f, t, w, gt, inc, ab, par in cuts:  # the product rule in numpy
-        sv = _numba_dp.soft_values(cols[f], t, w, gt, inc, ab)
+        sv, ds = _numba_dp.soft_array(cols[f], t, w, gt, inc, ab)  # (s, ds/dt)
         q0 = qv[ls].copy()
         qd[ls] *= sv[:, None]
         if par >= 0:
-            ds = sv * (1.0 - sv) * (1.0 / w if w > 0.0 else 0.0)
-            qd[ls, :, 1 + par] += q0 * (-ds if gt else ds)
+            qd[ls, :, 1 + par] += q0 * ds
         qv[ls] = q0 * sv
     return qv, qd
 

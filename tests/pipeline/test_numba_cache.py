@@ -87,3 +87,29 @@ def test_the_pipeline_package_runs_it_on_import():
     if stamp.exists():  # written unless the checkout is read-only
         assert stamp.read_text() == _numba_cache.sources_hash(
             _numba_cache.kernel_modules(pkg))
+
+
+def test_numba_cache_dir_is_where_numba_writes(tmp_path, monkeypatch):
+    # the reference is numba itself: a cached function compiled in a fresh process under
+    # NUMBA_CACHE_DIR lands in the directory cache_dirs names, and is dropped from there
+    import os
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_loops.py").write_text(KERNEL)
+    (pkg / "_more.py").write_text(KERNEL.replace("f(x)", "g(x)"))
+    cache = tmp_path / "numba-cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    subprocess.run([sys.executable, "-c", "import pkg._loops as m; m.f(1.0)"], cwd=tmp_path,
+                   env={**env, "PYTHONPATH": str(tmp_path)}, check=True)
+    written = {p.parent for p in cache.rglob("_loops.f-*.nbi")}
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
+    dirs = _numba_cache.cache_dirs(pkg)
+    assert len(written) == 1 and written <= set(dirs)
+    (pkg / "_more.py").write_text(KERNEL.replace("return x", "return x + 1"))
+    removed = _numba_cache.drop_stale(pkg)
+    assert any(p.name.startswith("_loops.f-") for p in removed)
+    assert not list(cache.rglob("_loops.f-*.nbi"))

@@ -40,6 +40,8 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.config.loader import config_from_dict  # noqa: E402
@@ -55,7 +57,7 @@ from analysis.optimize.reverse import (  # noqa: E402
     _to_numpy,
     reverse_objective,
 )
-from analysis.pipeline import fastreverse, kernel  # noqa: E402
+from analysis.pipeline import fastreverse, kernel, scorecols  # noqa: E402
 from analysis.stats.pullback import prune  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,6 +137,37 @@ def payloads(obj, ev) -> dict:
     return {n: prune(_to_numpy(_payload(values[n], cot[n]))) for n in states}
 
 
+def network_time(step, repeat: int) -> tuple[float, float]:
+    """``(step, network)``: the best of ``repeat`` score steps and, in that step, the
+    time spent in the networks alone: each chunk's forward with its vjp
+    (:func:`analysis.pipeline.scorecols.score_columns` with ``vjp=True``, results ready)
+    and the backward (``apply_vjps``). A lower bound of any step that trains them."""
+    spent = [0.0]
+    cols0, vjps0 = scorecols.score_columns, scorecols.apply_vjps
+
+    def timed(fn):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(fn(*args, **kwargs))
+            spent[0] += time.perf_counter() - t0
+            return out
+        return run
+
+    scorecols.score_columns, scorecols.apply_vjps = timed(cols0), timed(vjps0)
+    try:
+        best_step, best_net = float("inf"), 0.0
+        for _ in range(repeat):
+            spent[0] = 0.0
+            t0 = time.perf_counter()
+            step()
+            took = time.perf_counter() - t0
+            if took < best_step:
+                best_step, best_net = took, spent[0]
+    finally:
+        scorecols.score_columns, scorecols.apply_vjps = cols0, vjps0
+    return best_step, best_net
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=20_000)
@@ -167,6 +200,7 @@ def main() -> None:
         fns["four_opt"] = lambda: objective_from_states(
             obj4, ev4.run(order=1, observables=step_obs), order=1)
         t = best(fns, a.repeat)
+        net_step, net = network_time(fns["step"], a.repeat)
     four = t["four"]
     for tag, sfx in (("numba (after)", ""), ("JAX (before)", "_jax")):
         values, step, pull, stept, pullt = (
@@ -181,6 +215,10 @@ def main() -> None:
         print(f"4-parameter step     {four:8.3f} s   score step {step / four:5.2f}x it (goal <= 1.5)")
         print(f"  as optimize runs it (observables {step_obs}): {t['four_opt']:.3f} s, score step "
               f"{step / t['four_opt']:.2f}x it")
+    print(f"the networks alone (forward with vjp + backward, in a step of {net_step:.3f} s): "
+          f"{net:.3f} s = {net / t['four_opt']:.1f}x the 4-parameter step as optimize runs it "
+          f"(any step that trains them takes at least this: 1.5x that step would be "
+          f"{1.5 * t['four_opt']:.3f} s)")
     print(f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}")
 
 

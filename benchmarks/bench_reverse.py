@@ -24,6 +24,13 @@ mode's first pass costs). Forward mode is
 skipped above ``--forward-max`` parameters (its tangents are O(P x jets) in memory:
 ~9 GB at P = 1,000 here). Where both modes run, their gradients are compared.
 
+With ``--table`` the parameters grow without the work per jet: the jet-pt threshold is
+a table over ``P - 3`` equal bins of eta in (-4.5, 4.5) (each jet cut at its bin's
+threshold, a gather; P = 4 is one bin, the 4 cuts above), no network: the step's cost
+against the number of parameters alone, the network's own flops left out.
+
+    python benchmarks/bench_reverse.py --table              # P = 4, 100, 1,000, 10,000
+
 Goals (issue 18): the 16-16-1 MLP + cuts step <= 4x the value-only pass and <= 1.5x
 the 4-parameter step; the step (mode="auto") flat within 2x from 4 to 10,000 parameters.
 """
@@ -86,8 +93,14 @@ class ScoredJets(processor.ProcessorABC):
         offsets = chunk["offsets"]
 
         def fn(th):
+            if "pt_table" in th:  # each jet's threshold: its eta bin's entry (a gather)
+                n_bins = th["pt_table"].shape[0]
+                bins = np.clip(((eta + 4.5) / 9.0 * n_bins).astype(np.int64), 0, n_bins - 1)
+                pt_min = th["pt_table"][bins]
+            else:
+                pt_min = th["pt_min"]
             w = (
-                soft_cut(pt, ">", th["pt_min"], 5.0)
+                soft_cut(pt, ">", pt_min, 5.0)
                 * soft_cut(np.abs(eta), "<", th["eta_max"], 0.1)
                 * soft_cut(btag, ">", th["btag_min"], 0.05)
                 * soft_cut(pt, "<", th["pt_max"], 20.0)
@@ -104,8 +117,12 @@ class ScoredJets(processor.ProcessorABC):
         return accumulator
 
 
-def theta_for(p: int) -> dict[str, Any]:
+def theta_for(p: int, *, table: bool = False) -> dict[str, Any]:
     theta: dict[str, Any] = {"pt_min": 30.0, "eta_max": 2.4, "btag_min": 0.2, "pt_max": 300.0}
+    if table:  # P - 3 thresholds in place of pt_min (P = 4: one bin)
+        del theta["pt_min"]
+        theta["pt_table"] = np.linspace(25.0, 35.0, p - 3)
+        return theta
     if WIDTHS[p] is not None:
         theta.update(cut=0.0, net=stats.mlp(3, hidden=(WIDTHS[p],) * 2, seed=1))
     return theta
@@ -125,7 +142,8 @@ def loss_of(f):
 
 def nudged(theta: Any, k: int) -> Any:
     """``theta`` with its first cut moved a little: a new point (no memoised pass)."""
-    return {**theta, "pt_min": theta["pt_min"] + 1e-3 * k}
+    key = "pt_table" if "pt_table" in theta else "pt_min"
+    return {**theta, key: theta[key] + 1e-3 * k}
 
 
 def timed(funcs: dict[str, Any], repeat: int) -> dict[str, tuple[float, float, Any]]:
@@ -153,8 +171,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--forward-max", type=int, default=100)
-    p.add_argument("--params", type=int, nargs="*", default=sorted(WIDTHS))
+    p.add_argument("--params", type=int, nargs="*", default=None,
+                   help="which P to run (default: 4 100 358 1000 10000; --table: 4 100 1000 10000)")
+    p.add_argument("--table", action="store_true",
+                   help="the parameters as a table of pt thresholds by eta bin (no network)")
     args = p.parse_args(argv)
+    if args.params is None:
+        args.params = [4, 100, 1000, 10000] if args.table else sorted(WIDTHS)
     chunks = make_chunks(args.events, args.chunks, args.seed)
     jets = sum(len(c["pt"]) for c in chunks)
     print(
@@ -167,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     rows: dict[int, dict[str, Any]] = {}
     for target in args.params:
-        theta = theta_for(target)
+        theta = theta_for(target, table=args.table)
         n = n_params(theta)
         row: dict[str, Any] = {"P": n}
         spec_params = jax.tree_util.tree_map(np.asarray, theta)
@@ -204,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             + f"; auto: {row['auto_mode']}",
             flush=True,
         )
-    if 4 in rows and 358 in rows:
+    if 4 in rows and 358 in rows and not args.table:
         mlp, four = rows[358], rows[4]
         r_value = mlp["auto"] / mlp["value"]
         r_four = mlp["auto"] / four["auto"]
@@ -225,7 +248,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if len(ratios) > 1:
         print(
             f"reverse step / value pass over every P: {min(ratios):.2f} .. {max(ratios):.2f} "
-            f"(spread {max(ratios) / min(ratios):.2f}x; the value pass itself grows with the network)"
+            f"(spread {max(ratios) / min(ratios):.2f}x"
+            + ("" if args.table else "; the value pass itself grows with the network") + ")"
         )
     return rows
 

@@ -29,6 +29,10 @@ probability's sensitivities, :mod:`analysis.pipeline.fastreverse`, where the obj
 reads the yields only) and on the JAX kernel (``kernel._SCORES_ON_NUMBA`` and
 ``fastreverse._ENABLED`` off: what ran before).
 
+The last line: the networks' own time within the best score step (each chunk's
+forward with its vjp and the backward, results ready), against the 4-parameter step as
+``optimize`` runs it: a floor for any step that trains the networks.
+
 Goals: score step <= 4x the value-only pass, <= 1.5x the 4-parameter step.
 """
 

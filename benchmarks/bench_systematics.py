@@ -20,12 +20,20 @@ beside the wall time: it moves less with their load.
 
     python benchmarks/bench_systematics.py                 # 2 x 20k events
     python benchmarks/bench_systematics.py --events 10000 --repeat 7 --repeat-jax 2
+    python benchmarks/bench_systematics.py --engine numba --breakdown   # + where the time goes
+
+``--breakdown`` (numba): the wall time of the nominal and the full pass by stage (the
+walks of :mod:`analysis.pipeline._numba_hist`, the pattern probabilities, the fills),
+best of the repeats, timed by wrapping those functions of
+:mod:`analysis.pipeline.fasthist`.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
+import functools
 import os
 import sys
 import time
@@ -54,6 +62,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--repeat-jax", type=int, default=2, help="repeats on the JAX kernel")
     ap.add_argument("--engine", choices=("numba", "jax", "both"), default="both")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="numba: the nominal and the full pass's wall time by stage")
     args = ap.parse_args()
     from analysis.config.loader import config_from_dict
     from analysis.driver.runner import Evaluator
@@ -116,7 +126,64 @@ def main() -> None:
     if len(engines) == 2:
         for name in variants:
             print(f"{name:32s} jax / numba {best['jax', name] / best['numba', name]:6.1f}x")
+    if args.breakdown:
+        breakdown(base, {k: variants[k] for k in ("nominal", full)}, args.repeat)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+STAGES = {"walk": "walks", "patterns_into": "pattern probabilities", "_run_fills": "fills"}
+
+
+def breakdown(base: dict, variants: dict, repeat: int) -> None:
+    """Print each variant's pass (numba) by stage, best of ``repeat`` (in turns)."""
+    from analysis.config.loader import config_from_dict
+    from analysis.driver.runner import Evaluator
+    from analysis.pipeline import _numba_hist, fasthist
+
+    spent: collections.Counter = collections.Counter()
+
+    def timed(label, fn):
+        @functools.wraps(fn)
+        def run(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label] += time.perf_counter() - t0
+        return run
+
+    saved = {n: getattr(fasthist, n) for n in ("_run_blocks", "patterns_into", "_run_fills")}
+    blocks = saved["_run_blocks"]
+    fasthist._run_blocks = lambda fn, *a: (timed("walk", blocks) if fn is _numba_hist.walk
+                                           else blocks)(fn, *a)
+    fasthist.patterns_into = timed("patterns_into", saved["patterns_into"])
+    fasthist._run_fills = timed("_run_fills", saved["_run_fills"])
+    try:
+        evs = {}
+        for name, systs in variants.items():
+            cfg = copy.deepcopy(base)
+            cfg["systematics"] = systs
+            evs[name] = Evaluator(config_from_dict(cfg))
+            evs[name].run(order=1)
+        best: dict[str, tuple[float, dict]] = {}
+        for _ in range(repeat):
+            for name, ev in evs.items():
+                spent.clear()
+                t0 = time.perf_counter()
+                ev.run(order=1)
+                took = time.perf_counter() - t0
+                if name not in best or took < best[name][0]:
+                    best[name] = (took, dict(spent))
+        for ev in evs.values():
+            ev.close()
+    finally:
+        for n, fn in saved.items():
+            setattr(fasthist, n, fn)
+    print("where the pass goes (numba, best of the repeats, ms):")
+    for name, (took, parts) in best.items():
+        rest = took - sum(parts.values())
+        print(f"  {name:32s} {1e3 * took:7.1f} = " + " + ".join(
+            f"{STAGES[k]} {1e3 * parts.get(k, 0.0):.1f}" for k in STAGES) + f" + the rest {1e3 * rest:.1f}")
 
 if __name__ == "__main__":
     main()

@@ -387,6 +387,14 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     if st["soft_hard_gap"] is not None:
         line += f"; soft - hard at the end: {fmt_number(st['soft_hard_gap'])}"
     lines.append(line)
+    start, end = h["initial"], h["final"]
+    if start is not None and end is not None and math.isfinite(start) and end > start:
+        # minimised: the soft objective improved, the hard cuts did not follow
+        lines.append(
+            "the hard-cut objective got worse: at these widths the soft objective's optimum "
+            "is not the hard cuts'; try narrower widths (the cuts' and counts' width) or a "
+            "smaller optimizer.anneal.final_width_factor"
+        )
     return lines
 
 

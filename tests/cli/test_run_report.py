@@ -166,6 +166,24 @@ def test_status_converged(run) -> None:
     assert st["soft_hard_gap"] == pytest.approx(-0.5)
 
 
+def test_status_says_when_the_hard_cuts_got_worse(run) -> None:
+    """The soft objective improved (FINAL's -5.0) but the hard-cut one ended above its
+    start (minimised): one more line says so and what to change; not when it improved,
+    nor when it is undefined at the end."""
+    _history(run, np.linspace(-1, -5, 12))
+    worse = {**FINAL, "hard": {"objective": -0.5, "significance": 0.5}}
+    lines = status_lines(_report(run, run.status(worse, INITIAL)))
+    assert lines[-2].startswith("hard-cut objective: -1.000 -> -0.5000")
+    assert lines[-1] == (
+        "the hard-cut objective got worse: at these widths the soft objective's optimum is "
+        "not the hard cuts'; try narrower widths (the cuts' and counts' width) or a smaller "
+        "optimizer.anneal.final_width_factor")
+    assert "got worse" not in " ".join(status_lines(_report(run, run.status(FINAL, INITIAL))))
+    undefined = {**FINAL, "hard": {"objective": float("nan"), "significance": float("nan")}}
+    assert "got worse" not in " ".join(status_lines(_report(run, run.status(undefined,
+                                                                            INITIAL))))
+
+
 def test_status_not_converged_creeping_and_oscillating(run) -> None:
     _history(run, np.linspace(-1, -5, 12))  # still falling at the last step
     st = run.status(FINAL, INITIAL)

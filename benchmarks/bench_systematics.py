@@ -152,10 +152,11 @@ def breakdown(base: dict, variants: dict, repeat: int) -> None:
                 spent[label] += time.perf_counter() - t0
         return run
 
-    saved = {n: getattr(fasthist, n) for n in ("_run_blocks", "patterns_into", "_run_fills")}
-    blocks = saved["_run_blocks"]
-    fasthist._run_blocks = lambda fn, *a: (timed("walk", blocks) if fn is _numba_hist.walk
-                                           else blocks)(fn, *a)
+    names = ("_run_blocks", "_run_dynamic", "patterns_into", "_run_fills")
+    saved = {n: getattr(fasthist, n) for n in names}
+    for n in ("_run_blocks", "_run_dynamic"):  # the walks run on one of the two
+        setattr(fasthist, n, lambda fn, *a, run=saved[n]: (
+            timed("walk", run) if fn is _numba_hist.walk else run)(fn, *a))
     fasthist.patterns_into = timed("patterns_into", saved["patterns_into"])
     fasthist._run_fills = timed("_run_fills", saved["_run_fills"])
     try:

@@ -1,8 +1,10 @@
 """The numba kernel's threads (host side): event blocks and element slices on one pool.
 
 The compiled loops release the GIL (``nogil``), and so do numpy's element-wise
-functions on large arrays, so contiguous block ranges (:func:`_run_blocks`) or slices
-(:func:`_run_slices`) run in parallel on a thread pool of this process. Blocks keep
+functions on large arrays, so contiguous block ranges (:func:`_run_blocks`), blocks
+taken one at a time (:func:`_run_dynamic`, for kernels whose outputs are per block or
+per item) or slices (:func:`_run_slices`) run in parallel on a thread pool of this
+process. Blocks keep
 their partial sums apart and are added in block order; slices are element-wise: the
 results do not depend on the number of threads. Used by the numba kernel's host
 modules only (:mod:`analysis.pipeline.fastkernel`, :mod:`analysis.pipeline.fasthist`,
@@ -41,6 +43,28 @@ def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) 
     threads = max(1, min(_threads(threads), n_blocks))
     _run_slices(lambda b0, b1: kernel(*args, b0, b1),
                 np.linspace(0, n_blocks, threads + 1).astype(int))
+
+
+def _run_dynamic(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
+    """``kernel(*args, b, b + 1)`` for every block, each thread taking the next block
+    not yet taken (blocks of uneven cost even out; a kernel whose outputs are per
+    block or per item gives the same results however the blocks are shared)."""
+    threads = max(1, min(_threads(threads), n_blocks))
+    if threads == 1:
+        kernel(*args, 0, n_blocks)
+        return
+    taken = iter(range(n_blocks))
+    lock = threading.Lock()
+
+    def work(_a: int, _b: int) -> None:
+        while True:
+            with lock:
+                b = next(taken, None)
+            if b is None:
+                return
+            kernel(*args, b, b + 1)
+
+    _run_slices(work, np.arange(threads + 1))
 
 
 def _pool() -> ThreadPoolExecutor:

@@ -33,6 +33,7 @@ import numpy as np
 
 from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
 from analysis.pipeline._fastpatterns import balanced_blocks, patterns_into
+from analysis.pipeline._fastpool import _run_dynamic
 from analysis.pipeline._histtables import (
     _joint_static,
     _joint_tables,
@@ -56,7 +57,8 @@ __all__ = ["evaluate_columns", "why_not"]
 
 _KINDS = ("field", "branch", "index")
 # Events per block of the walk, about: its outputs are per event and object (no sums),
-# so the block size changes no bit; smaller blocks than fastkernel.BLOCK balance the threads.
+# so neither the block size nor which thread walks a block changes a bit; the threads
+# take the blocks one at a time (_fastpool._run_dynamic: blocks of uneven cost even out).
 WALK_BLOCK = 1024
 
 
@@ -225,7 +227,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
                 ld_mask,
                 max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw)
-        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
+        _run_dynamic(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
     return [{
         "pe": {r: pe[v, rpos[r]] for r in regions},
         "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},

@@ -388,7 +388,12 @@ def status_lines(report: dict[str, Any]) -> list[str]:
         line += f"; soft - hard at the end: {fmt_number(st['soft_hard_gap'])}"
     lines.append(line)
     start, end = h["initial"], h["final"]
-    if start is not None and end is not None and math.isfinite(start) and end > start:
+    if end is None or not math.isfinite(end):
+        empty = [n for n, d in (report.get("datasets") or {}).items()
+                 if isinstance(d, dict) and d.get("hard_events") == 0]
+        lines.append("the hard-cut objective is undefined at the final parameters" + (
+            f": no event of {', '.join(empty)} passes the final hard cuts" if empty else ""))
+    elif start is not None and math.isfinite(start) and end > start:
         # minimised: the soft objective improved, the hard cuts did not follow
         lines.append(
             "the hard-cut objective got worse: at these widths the soft objective's optimum "

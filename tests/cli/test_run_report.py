@@ -184,6 +184,23 @@ def test_status_says_when_the_hard_cuts_got_worse(run) -> None:
                                                                             INITIAL))))
 
 
+def test_status_says_when_the_hard_cut_objective_is_undefined_at_the_end(run) -> None:
+    """NaN at the end (results.json: null): one line, naming the datasets of which no
+    event passes the final hard cuts."""
+    _history(run, np.linspace(-1, -5, 12))
+    undefined = {**FINAL, "hard": {"objective": float("nan"), "significance": float("nan")}}
+    report = _report(run, run.status(undefined, INITIAL))
+    assert status_lines(report)[-1] == (
+        "the hard-cut objective is undefined at the final parameters")
+    report["datasets"] = {"ttbar": {"hard_events": 12}, "dy": {"hard_events": 0}}
+    assert status_lines(report)[-1] == (
+        "the hard-cut objective is undefined at the final parameters: no event of dy "
+        "passes the final hard cuts")
+    report["status"]["hard_objective"]["final"] = None  # as results.json writes NaN
+    assert status_lines(report)[-1].endswith("no event of dy passes the final hard cuts")
+    assert "undefined" not in " ".join(status_lines(_report(run, run.status(FINAL, INITIAL))))
+
+
 def test_status_not_converged_creeping_and_oscillating(run) -> None:
     _history(run, np.linspace(-1, -5, 12))  # still falling at the last step
     st = run.status(FINAL, INITIAL)

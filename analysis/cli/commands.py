@@ -390,7 +390,7 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     start, end = h["initial"], h["final"]
     if end is None or not math.isfinite(end):
         empty = [n for n, d in (report.get("datasets") or {}).items()
-                 if isinstance(d, dict) and d.get("hard_events") == 0]
+                 if d.get("hard_events") == 0]
         lines.append("the hard-cut objective is undefined at the final parameters" + (
             f": no event of {', '.join(empty)} passes the final hard cuts" if empty else ""))
     elif start is not None and math.isfinite(start) and end > start:

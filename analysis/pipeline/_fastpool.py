@@ -5,9 +5,9 @@ functions on large arrays, so contiguous block ranges (:func:`_run_blocks`), blo
 taken one at a time (:func:`_run_dynamic`, for kernels whose outputs are per block or
 per item) or slices (:func:`_run_slices`) run in parallel on a thread pool of this
 process. Blocks keep their partial sums apart and are added in block order; slices are
-element-wise: the results do not depend on the number of threads. Used by the numba kernel's host
-modules only (:mod:`analysis.pipeline.fastkernel`, :mod:`analysis.pipeline.fasthist`,
-:mod:`analysis.pipeline.fastreverse`).
+element-wise: the results do not depend on the number of threads. Used by the numba
+kernel's host modules only (:mod:`analysis.pipeline.fastkernel`,
+:mod:`analysis.pipeline.fasthist`, :mod:`analysis.pipeline.fastreverse`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ __all__ = ["OBJ_BLOCK", "balanced_blocks", "cut_arrays", "patterns_into"]
 
 # Objects per block of the cuts and patterns (per-object outputs: no bit depends on it).
 OBJ_BLOCK = 8192
-# cut_arrays of no cuts (the fixed cuts of a variant that is no shift)
+# cut_arrays of no cuts (the fixed cuts of the nominal variant)
 _NO_CUTS = (np.zeros((0, 1)), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
             np.zeros(0, np.bool_), np.zeros(0, np.int64))
 
@@ -50,14 +50,16 @@ def cut_arrays(cuts, flat: dict, n_obj: int, theta, widths, trainable, threads,
 
 
 def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, threads,
-                   moved: str | None, fixed: dict, pv_all, pd_all) -> None:
+                   moved: str | None, kept: dict, pv_all, pd_all) -> None:
     """The pattern probabilities of one variant or a pair (``flats``: the columns of
     each) in the walk's layout: ``pv_all[:, :, 0]`` and ``[:, :, 1]``, tangents in
     ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side), by
-    :func:`analysis.pipeline._numba_fill.cut_patterns` on the threads. For a shift side
-    (``moved``: the shifted column ``C:f``) each collection's cuts on the other fields
-    come first, their probabilities kept in ``fixed`` across the shift's sides: only the
-    moved cuts are evaluated again, their factors multiplied last."""
+    :func:`analysis.pipeline._numba_fill.cut_patterns` on the threads. ``kept``: one
+    chunk's cut probabilities, ``kept[None][ci]`` the nominal variant's (computed
+    first: the nominal walk precedes the shifts), ``kept[moved][ci]`` the rows of those
+    that a shift of the column ``moved`` (``C:f``) does not move. A shift side takes
+    those rows as they are (the same inputs: the same floats) and evaluates only the
+    moved cuts again, their factors multiplied last."""
     for ci, c in enumerate(tab.collections):
         n_obj = int(coff[ci, -1])
         if not n_obj:
@@ -68,16 +70,18 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
         block, n_blocks = balanced_blocks(n_obj, OBJ_BLOCK, threads)
         if moved is None:
             own, rest = cuts, _NO_CUTS
+            # per-thread scratch of its own per collection: the shift sides read it later
+            lo, *arrays = kept.setdefault(None, {})[ci] = cut_arrays(
+                own, flats[0][c], n_obj, theta, widths, trainable, threads, f"hist_nominal:{ci}")
         else:
-            own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" == moved]
-            if ci not in fixed:  # the cuts the shift does not move, once (per-thread
-                # scratch reused across chunks, one per shifted column and collection)
-                fixed[ci] = cut_arrays([(ls, cut) for ls, cut in cuts
-                                        if f"{c}:{cut.field}" != moved], flats[0][c], n_obj,
-                                       theta, widths, trainable, threads,
-                                       f"hist_fixed:{moved}:{ci}")
+            fixed = kept.setdefault(moved, {})
+            if ci not in fixed:
+                cols, *rows = kept[None][ci]
+                keep = np.array([f"{c}:{cut.field}" != moved for _, cut in cuts], np.bool_)
+                fixed[ci] = (cols, *(r[keep] for r in rows))
             rest = fixed[ci]
-        lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
+            own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" == moved]
+            lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
         hi = lo if len(flats) == 1 else cut_arrays(own, flats[1][c], n_obj, theta, widths,
                                                     trainable, threads, "hist_cols_hi")[0]
         args = (lo, hi, *arrays, *rest, tab.pat[ci], n_sets, int(tab.n_pat[ci]), int(base[ci]),

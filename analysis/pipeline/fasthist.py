@@ -108,7 +108,7 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
 
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
-          *, nominal: bool, moved: str | None = None, fixed: dict | None = None,
+          *, nominal: bool, moved: str | None = None, kept: dict | None = None,
           ids: Iterator[int] | None = None, ranked: dict | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
     sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
@@ -117,13 +117,14 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     alone. Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
     object weights and per ``(region, set, depth)`` leading weights ``(N, W)`` by
     global object index (``W``: 4 lanes for up to 3 tangents, else 8), the objects'
-    offsets and flat fields. ``moved``, ``fixed``: the
-    shifted column and the cache of
-    :func:`analysis.pipeline._fastpatterns.patterns_into`; ``ids``: numbers the walks of
-    one chunk (each its own output buffers: they live until the fills); ``ranked``: per
-    collection the chunk's first rank order, reused where it still holds
-    (:func:`analysis.pipeline._numba_hist.is_rank_order`)."""
-    fixed = {} if fixed is None else fixed
+    offsets and flat fields. ``moved``, ``kept``: the shifted column and the chunk's cut
+    probabilities of :func:`analysis.pipeline._fastpatterns.patterns_into` (the nominal
+    walk's, made first); ``ids``: numbers the walks of one chunk (each its own output
+    buffers: they live until the fills); ``ranked``: per collection the chunk's first
+    rank order, reused where it still holds
+    (:func:`analysis.pipeline._numba_hist.is_rank_order`), and under ``("index",
+    collections)`` the walk order those orders make."""
+    kept = {} if kept is None else kept
     ranked = {} if ranked is None else ranked
     ids = itertools.count() if ids is None else ids
     nl = len(trainable) + 1
@@ -132,7 +133,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     if len(variants) > 2 or (len(variants) == 2 and nl > half):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
-                                                   fixed=fixed, ids=ids, ranked=ranked)]
+                                                   kept=kept, ids=ids, ranked=ranked)]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
@@ -172,29 +173,37 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                 lw_keys.append((spec.region, s, d))
     ranks = []
     rblock, rblocks = balanced_blocks(n_ev, fastkernel.BLOCK, threads)
+    colls = tuple(sorted({setspec[s].collection for s, _ in ld_keys}))
     for fl in flats:
-        rankidx = np.arange(n_tot, dtype=np.int64)
-        for c in {setspec[s].collection for s, _ in ld_keys}:
+        orders, first = {}, True
+        for c in colls:
             ci = tab.collections.index(c)
             rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
             key = np.ascontiguousarray(fl[c][rank], np.float64)
             out = ranked.get(c)  # the first walk's order of this chunk, if it holds
             if out is None or not _numba_hist.is_rank_order(coff[ci], key, out):
+                first = first and out is None
                 out = np.empty(int(coff[ci, -1]), np.int64)
                 _run_blocks(_numba_hist.rank_order, (coff[ci], key, out, rblock), rblocks,
                             threads)
                 ranked.setdefault(c, out)
-            rankidx[base[ci]: base[ci + 1]] = base[ci] + out
-        ranks.append(rankidx)
-    if len(variants) == 2 and not np.array_equal(ranks[0], ranks[1]):
+            orders[ci] = out
+        if not first or ("index", colls) not in ranked:
+            rankidx = np.arange(n_tot, dtype=np.int64)
+            for ci, out in orders.items():
+                rankidx[base[ci]: base[ci + 1]] = base[ci] + out
+            if first:  # the chunk's first orders: every variant they hold for reads it
+                ranked["index", colls] = rankidx
+        ranks.append(rankidx if not first else ranked["index", colls])
+    if len(variants) == 2 and ranks[0] is not ranks[1] and not np.array_equal(*ranks):
         return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
                                                    threads, nominal=nominal, moved=moved,
-                                                   fixed=fixed, ids=ids, ranked=ranked)]
+                                                   kept=kept, ids=ids, ranked=ranked)]
     # the pattern probabilities of each variant, its tangents in its half of the lanes
     # (every entry the walk reads is written: per-thread scratch, reused across chunks)
     pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
     pd_all = _work("hist_pd", (n_tot, tab.pat.shape[1], lanes))
-    patterns_into(tab, coff, base, flats, theta, widths, trainable, threads, moved, fixed,
+    patterns_into(tab, coff, base, flats, theta, widths, trainable, threads, moved, kept,
                   pv_all, pd_all)
     h = half if len(variants) == 2 else 0
     if h:
@@ -362,7 +371,7 @@ def evaluate_columns(
             last.append((shift, c, fills))
         else:
             jobs.append([(shift, c, fills)])
-    fixed: dict[str, dict] = {}  # per shifted column: the cuts it does not move
+    kept: dict = {}  # the cut probabilities: the nominal's, a shift's unmoved rows
     ids = itertools.count()  # the walks' output buffers
     ranked: dict[str, np.ndarray] = {}  # per collection, the first walk's rank order
     evs: dict = {}  # the regions' event weights
@@ -372,7 +381,7 @@ def evaluate_columns(
         moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
-                      fixed=None if moved is None else fixed.setdefault(moved, {}), ids=ids,
+                      kept=kept, ids=ids,
                       ranked=ranked)
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,

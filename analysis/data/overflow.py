@@ -62,6 +62,10 @@ def _log10(x: float) -> float:
 def _bad_leaf(tree: Any, unused: set[str]) -> str | None:
     """Path of the first non-finite leaf of ``tree`` not in ``unused`` (``None`` if all are
     finite)."""
+    floats = [a.ravel() for a in map(np.asarray, jax.tree_util.tree_leaves(tree))
+              if a.dtype.kind in "fc"]
+    if not floats or np.isfinite(np.concatenate(floats)).all():  # one test for all leaves
+        return None
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         a = np.asarray(leaf)
         if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):

@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from analysis.config.likelihood import factor_branches
 from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
+from analysis.pipeline._chunkmemo import chunk_memo, remember
 from analysis.pipeline._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline._fastpool import _run_dynamic
 from analysis.pipeline._histtables import (
@@ -107,9 +109,40 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
         cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
 
 
+def _order(memo: dict, c: str, rank: str, side, off: np.ndarray, flat: dict, src: tuple,
+           blocks, threads) -> tuple[np.ndarray, Any]:
+    """``(order, whose)``: collection ``c``'s objects by descending ``rank``
+    (:func:`analysis.pipeline._numba_hist.rank_order`) in the variant ``side`` (None:
+    the nominal columns, else its shift ``(column, factor)``; ``flat``: its fields), and
+    whose order that is: the nominal one (None) wherever it still holds
+    (:func:`analysis.pipeline._numba_hist.is_rank_order`: a shift by a positive factor
+    keeps it in all but rare near-ties), else the variant's own (``side``). Each order,
+    and whether the nominal one holds for a variant, is found once per chunk and kept in
+    its ``memo`` (no parameter changes them) with ``src``, the nominal counts and ranking
+    field they come from (:func:`analysis.pipeline._chunkmemo.remember`)."""
+
+    def key():
+        return np.ascontiguousarray(flat[rank], np.float64)
+
+    def own():
+        out = np.empty(int(off[-1]), np.int64)
+        _run_blocks(_numba_hist.rank_order, (off, key(), out, blocks[0]), blocks[1], threads)
+        return out
+
+    if side is None:
+        return remember(memo, ("rank", c, rank, None), src, own), None
+    nominal = memo.get(("rank", c, rank, None))
+    if nominal is not None and all(a is b for a, b in zip(nominal[0], src, strict=True)) and remember(
+            memo, ("holds", c, rank, side), src,
+            lambda: bool(_numba_hist.is_rank_order(off, key(), nominal[1]))):
+        return nominal[1], None
+    return remember(memo, ("rank", c, rank, side), src, own), side
+
+
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
           *, nominal: bool, moved: str | None = None, kept: dict | None = None,
-          ids: Iterator[int] | None = None, ranked: dict | None = None) -> list[dict]:
+          ids: Iterator[int] | None = None, chunk: ChunkColumns | None = None,
+          sides: list | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
     sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
     specs); two share the walk's lanes (:mod:`analysis.pipeline._numba_hist`) when the
@@ -120,20 +153,23 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     offsets and flat fields. ``moved``, ``kept``: the shifted column and the chunk's cut
     probabilities of :func:`analysis.pipeline._fastpatterns.patterns_into` (the nominal
     walk's, made first); ``ids``: numbers the walks of one chunk (each its own output
-    buffers: they live until the fills); ``ranked``: per collection the chunk's first
-    rank order, reused where it still holds
-    (:func:`analysis.pipeline._numba_hist.is_rank_order`), and under ``("index",
-    collections)`` the walk order those orders make."""
+    buffers: they live until the fills); ``chunk``: the nominal columns (default the
+    first variant), in whose :func:`analysis.pipeline._chunkmemo.chunk_memo` the walk
+    orders are kept (:func:`_order`); ``sides``: per variant None (the nominal columns)
+    or its shift ``(column, factor)``."""
     kept = {} if kept is None else kept
-    ranked = {} if ranked is None else ranked
+    chunk = variants[0] if chunk is None else chunk
+    memo = chunk_memo(chunk)
+    sides = [None] * len(variants) if sides is None else sides
     ids = itertools.count() if ids is None else ids
     nl = len(trainable) + 1
     lanes = _numba_dp.LANES
     half = lanes // 2
     if len(variants) > 2 or (len(variants) == 2 and nl > half):
-        return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
-                                                   threads, nominal=nominal, moved=moved,
-                                                   kept=kept, ids=ids, ranked=ranked)]
+        return [w for v, side in zip(variants, sides, strict=True)
+                for w in _walk([v], plan, specs, theta, widths, trainable, threads,
+                               nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
+                               sides=[side])]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
@@ -147,10 +183,12 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     base = np.zeros(n_coll + 1, np.int64)
     max_seq = 0
     flats: list[dict] = [{} for _ in variants]
+    counts_of: list[np.ndarray] = []  # per collection (the same arrays in every variant)
     for ci, c in enumerate(tab.collections):
         fields = dict(plan.sets.fields).get(c, ())
         empty = (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields})
         counts = cols.collections.get(c, empty)[0]
+        counts_of.append(counts)
         for v, vc in enumerate(variants):
             flats[v][c] = vc.collections.get(c, empty)[1]
         np.cumsum(counts, out=coff[ci, 1:])
@@ -174,31 +212,30 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ranks = []
     rblock, rblocks = balanced_blocks(n_ev, fastkernel.BLOCK, threads)
     colls = tuple(sorted({setspec[s].collection for s, _ in ld_keys}))
-    for fl in flats:
-        orders, first = {}, True
+    for fl, side in zip(flats, sides, strict=True):
+        orders, whose = {}, []
         for c in colls:
             ci = tab.collections.index(c)
             rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
-            key = np.ascontiguousarray(fl[c][rank], np.float64)
-            out = ranked.get(c)  # the first walk's order of this chunk, if it holds
-            if out is None or not _numba_hist.is_rank_order(coff[ci], key, out):
-                first = first and out is None
-                out = np.empty(int(coff[ci, -1]), np.int64)
-                _run_blocks(_numba_hist.rank_order, (coff[ci], key, out, rblock), rblocks,
-                            threads)
-                ranked.setdefault(c, out)
-            orders[ci] = out
-        if not first or ("index", colls) not in ranked:
+            nom = chunk.collections.get(c)
+            src = (counts_of[ci], None if nom is None else nom[1].get(rank))
+            orders[ci], w = _order(memo, c, rank, side, coff[ci], fl[c], src,
+                                   (rblock, rblocks), threads)
+            whose.append((c, rank, w))
+
+        def index(orders=orders):
             rankidx = np.arange(n_tot, dtype=np.int64)
             for ci, out in orders.items():
                 rankidx[base[ci]: base[ci + 1]] = base[ci] + out
-            if first:  # the chunk's first orders: every variant they hold for reads it
-                ranked["index", colls] = rankidx
-        ranks.append(rankidx if not first else ranked["index", colls])
+            return rankidx
+
+        ranks.append(remember(memo, ("index", tab.collections, tuple(whose)),
+                              (*counts_of, *orders.values()), index))
     if len(variants) == 2 and ranks[0] is not ranks[1] and not np.array_equal(*ranks):
-        return [w for v in variants for w in _walk([v], plan, specs, theta, widths, trainable,
-                                                   threads, nominal=nominal, moved=moved,
-                                                   kept=kept, ids=ids, ranked=ranked)]
+        return [w for v, side in zip(variants, sides, strict=True)
+                for w in _walk([v], plan, specs, theta, widths, trainable, threads,
+                               nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
+                               sides=[side])]
     # the pattern probabilities of each variant, its tangents in its half of the lanes
     # (every entry the walk reads is written: per-thread scratch, reused across chunks)
     pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
@@ -245,37 +282,40 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     } for v in range(n_var)]
 
 
-def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: dict,
-             side) -> np.ndarray:
-    """``(V, E)`` per-event factors of the specs' weight variations (1: none); ``rows``
-    keeps each variation's factors by ``(side, weight)`` (``side``: the shift side whose
-    event columns they read, None for the nominal ones), for the other histograms."""
-    n_ev = int(cols.n_events)
-    out = np.ones((len(specs), n_ev))
-    events = None
-    for i, spec in enumerate(specs):
-        if spec.weight is not None:
-            if (side, spec.weight) not in rows:
-                if events is None:
-                    events = {f"event:{k}": v for k, v in cols.events.items()}
-                fv = factor_values(plan.weights[spec.weight].tree, events)
+def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, memo: dict) -> np.ndarray:
+    """``(V, E)`` per-event factors of the specs' weight variations (1: none), from the
+    event columns of ``cols`` alone: kept in ``memo`` (the chunk's
+    :func:`analysis.pipeline._chunkmemo.chunk_memo`, or a pass's own dict for columns
+    that a shift moved) by the variations' factor trees, with the arrays they read."""
+    trees = tuple(None if s.weight is None else plan.weights[s.weight].tree for s in specs)
+    events = {f"event:{k}": v for k, v in cols.events.items()}
+
+    def make() -> np.ndarray:
+        out = np.ones((len(specs), int(cols.n_events)))
+        for i, tree in enumerate(trees):
+            if tree is not None:
+                fv = factor_values(tree, events)
                 # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
-                rows[side, spec.weight] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
-            out[i] = rows[side, spec.weight]
-    return out
+                out[i] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+        return out
+
+    reads = [events[f"event:{k}"] for t in trees if t is not None for k in factor_branches(t)]
+    return remember(memo, ("factors", trees), (weight, *reads), make)
 
 
 def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
                trainable, evs: dict, value: dict, jac: dict, tasks: list,
-               threads: int | None = None) -> None:
+               threads: int | None = None, *, memo: dict | None = None) -> None:
     """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
     its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, args,
     finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
     and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
     event weights by ``(shift side, region)``, the side None for the nominal and for
-    every shift of an object field (it leaves them as they are), and the weight
-    variations' factors (:func:`_factors`, its rows under ``("factors", side)``);
-    ``threads``: the pass's (the yield sums run on them)."""
+    every shift of an object field (it leaves them as they are), and under
+    ``("factors", side)`` the weight variations' factors of a shift of an event column
+    (:func:`_factors`; those of the nominal event columns go to ``memo``, the chunk's
+    :func:`analysis.pipeline._chunkmemo.chunk_memo`); ``threads``: the pass's (the yield
+    sums run on them)."""
     nl = len(trainable) + 1
     n_ev = int(c.n_events)
     weight = np.ascontiguousarray(c.weight, dtype=np.float64)
@@ -318,7 +358,10 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
 
         tasks.append((x.shape[0] * (2 + len(group)), (
             off, x, np.ascontiguousarray(p), evs[ekey, region],
-            _factors(plan, group, c, weight, evs, ("factors", ekey)), weight, np.asarray(edges, np.float64), sumw,
+            _factors(plan, group, c, weight,
+                     memo if ekey is None and memo is not None else evs.setdefault(
+                         ("factors", ekey), {})),
+            weight, np.asarray(edges, np.float64), sumw,
             sumw2), finish))
 
 
@@ -373,7 +416,7 @@ def evaluate_columns(
             jobs.append([(shift, c, fills)])
     kept: dict = {}  # the cut probabilities: the nominal's, a shift's unmoved rows
     ids = itertools.count()  # the walks' output buffers
-    ranked: dict[str, np.ndarray] = {}  # per collection, the first walk's rank order
+    memo = chunk_memo(cols)  # what no parameter changes: walk orders, weight factors
     evs: dict = {}  # the regions' event weights
     tasks: list = []  # the fills
     for job in jobs:
@@ -381,11 +424,13 @@ def evaluate_columns(
         moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
-                      kept=kept, ids=ids,
-                      ranked=ranked)
+                      kept=kept, ids=ids, chunk=cols,
+                      sides=[None if sh is None else (plan.shifts[sh].key,
+                                                      plan.shifts[sh].factor)
+                             for sh, _, _ in job])
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
-                       tasks, threads)
+                       tasks, threads, memo=memo)
     _run_fills(tasks, threads)
     if plan.observables:
         ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,

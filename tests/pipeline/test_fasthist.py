@@ -206,6 +206,25 @@ def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
     assert sizes[:4] == [1, 2, 1, 1], sizes  # jes: asked as a pair, walked apart
 
 
+def test_a_chunk_evaluated_again_after_its_arrays_were_replaced():
+    """The walk orders and weight factors are kept with the chunk's columns between
+    passes (:mod:`analysis.pipeline._chunkmemo`); replacing the ranking field (near-ties
+    that one shift side breaks) or a weight branch makes them again: still the JAX
+    kernel's result on the new arrays."""
+    plan, theta, widths = setup()
+    cols = columns(300, plan, seed=8)
+    compare(plan, cols, theta, widths)
+    counts, flat = cols.collections["Jet"]
+    pt = flat["pt"].copy()
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    for e in np.flatnonzero(counts >= 2)[:40]:
+        pt[starts[e] + 1] = np.nextafter(pt[starts[e]], np.inf)
+    cols.collections["Jet"] = (counts, {**flat, "pt": pt})
+    key = next(k for k in cols.events if k.startswith("PSWeight"))
+    cols.events[key] = cols.events[key][::-1].copy()
+    compare(plan, cols, theta, widths)
+
+
 @pytest.mark.slow
 def test_observables_beside_histograms_and_order_0():
     plan, theta, widths = setup(observables=True)

@@ -82,8 +82,12 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
             rest = fixed[ci]
             own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" == moved]
             lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
-        hi = lo if len(flats) == 1 else cut_arrays(own, flats[1][c], n_obj, theta, widths,
-                                                    trainable, threads, "hist_cols_hi")[0]
-        args = (lo, hi, *arrays, *rest, tab.pat[ci], n_sets, int(tab.n_pat[ci]), int(base[ci]),
-                len(flats) == 2, pv_all, pd_all, block)
-        _run_blocks(_numba_dp.compiled(_numba_fill.cut_patterns, args), args, n_blocks, threads)
+        if len(flats) == 1:
+            kernel, cols = _numba_fill.cut_patterns, (lo,)
+        else:
+            kernel = _numba_fill.cut_patterns_pair
+            cols = (lo, cut_arrays(own, flats[1][c], n_obj, theta, widths, trainable, threads,
+                                   "hist_cols_hi")[0])
+        args = (*cols, *arrays, *rest, tab.pat[ci], n_sets, int(tab.n_pat[ci]), int(base[ci]),
+                pv_all, pd_all, block)
+        _run_blocks(_numba_dp.compiled(kernel, args), args, n_blocks, threads)

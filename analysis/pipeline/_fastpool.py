@@ -37,11 +37,17 @@ _POOL: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked worker make
 _LOCAL = threading.local()
 
 
+def splits(n: int, parts: int) -> list[int]:
+    """``parts`` contiguous ranges of ``range(n)`` as their ``parts + 1`` edges
+    ``n i // parts`` (integers: ``numpy.linspace`` costs more than the short kernels
+    it splits)."""
+    return [n * i // parts for i in range(parts + 1)]
+
+
 def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
     """``kernel(*args, b0, b1)`` over all blocks, in contiguous ranges on the pool."""
     threads = max(1, min(_threads(threads), n_blocks))
-    _run_slices(lambda b0, b1: kernel(*args, b0, b1),
-                np.linspace(0, n_blocks, threads + 1).astype(int))
+    _run_slices(lambda b0, b1: kernel(*args, b0, b1), splits(n_blocks, threads))
 
 
 def _run_dynamic(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
@@ -63,7 +69,7 @@ def _run_dynamic(kernel, args: tuple, n_blocks: int, threads: int | None = None)
                 return
             kernel(*args, b, b + 1)
 
-    _run_slices(work, np.arange(threads + 1))
+    _run_slices(work, range(threads + 1))
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -86,7 +92,7 @@ def _work(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return buf[:size].reshape(shape)
 
 
-def _run_slices(fn, edges: np.ndarray) -> None:
+def _run_slices(fn, edges) -> None:
     """``fn(a, b)`` for consecutive ``edges``: the first range in this thread (one
     wake-up fewer), the others on the pool."""
     futures = [_pool().submit(fn, int(a), int(b))

@@ -307,8 +307,8 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
                trainable, evs: dict, value: dict, jac: dict, tasks: list,
                threads: int | None = None, *, memo: dict | None = None) -> None:
     """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
-    its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, args,
-    finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
+    its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, kernel,
+    args, finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
     and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
     event weights by ``(shift side, region)``, the side None for the nominal and for
     every shift of an object field (it leaves them as they are), and under
@@ -356,7 +356,7 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
                 jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
                                                       sumw2[i, :, 1:nl])
 
-        tasks.append((x.shape[0] * (2 + len(group)), (
+        tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (
             off, x, np.ascontiguousarray(p), evs[ekey, region],
             _factors(plan, group, c, weight,
                      memo if ekey is None and memo is not None else evs.setdefault(
@@ -365,10 +365,33 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             sumw2), finish))
 
 
+def _paired(one: list, two: list) -> list:
+    """The fill tasks of the two sides of a shift, each pair of the same histogram that
+    shares its entries' offsets, event weights and factors (an object field's shift
+    leaves them as they are) as one :func:`analysis.pipeline._numba_fill.fill_pair`
+    (each side's sums as :func:`analysis.pipeline._numba_fill.fill` makes them)."""
+    out = []
+    for a, b in zip(one, two, strict=True):
+        (ca, _, xa, fa), (cb, _, xb, fb) = a, b
+        if (xa[7].shape == xb[7].shape and xa[7].shape[2] == 4 and xa[3] is xb[3]
+                and xa[4] is xb[4] and xa[5] is xb[5] and np.array_equal(xa[6], xb[6])
+                and np.array_equal(xa[0], xb[0])):
+
+            def finish(fa=fa, fb=fb) -> None:
+                fa()
+                fb()
+
+            out.append((ca + cb, _numba_fill.fill_pair,
+                        (*xa[:3], *xb[1:3], *xa[3:], *xb[7:]), finish))
+        else:
+            out += [a, b]
+    return out
+
+
 def _fill_bins(bins: list, b0: int, b1: int) -> None:
     for b in range(b0, b1):
-        for args in bins[b]:
-            _numba_fill.fill(*args)
+        for kernel, args in bins[b]:
+            kernel(*args)
 
 
 def _run_fills(tasks: list, threads: int | None) -> None:
@@ -378,12 +401,12 @@ def _run_fills(tasks: list, threads: int | None) -> None:
     n = max(1, min(fastkernel._threads(threads), len(tasks)))
     bins: list[list] = [[] for _ in range(n)]
     load = [0] * n
-    for cost, args, _ in sorted(tasks, key=lambda t: -t[0]):
+    for cost, kernel, args, _ in sorted(tasks, key=lambda t: -t[0]):
         i = load.index(min(load))
-        bins[i].append(args)
+        bins[i].append((kernel, args))
         load[i] += cost
     _run_blocks(_fill_bins, (bins,), n, threads)
-    for _, _, finish in tasks:
+    for *_, finish in tasks:
         finish()
 
 
@@ -428,9 +451,12 @@ def evaluate_columns(
                       sides=[None if sh is None else (plan.shifts[sh].key,
                                                       plan.shifts[sh].factor)
                              for sh, _, _ in job])
+        fills_of: list[list] = []  # per side
         for (shift, c, fills), wk in zip(job, walks, strict=True):
+            fills_of.append([])
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
-                       tasks, threads, memo=memo)
+                       fills_of[-1], threads, memo=memo)
+        tasks += _paired(*fills_of) if len(fills_of) == 2 else fills_of[0]
     _run_fills(tasks, threads)
     if plan.observables:
         ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,

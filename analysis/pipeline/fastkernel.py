@@ -46,7 +46,7 @@ from analysis.pipeline._fastmoments import (
     safe_div,
     sum_moments_state,
 )
-from analysis.pipeline._fastpool import _run_blocks, _run_slices, _threads, _work
+from analysis.pipeline._fastpool import _run_blocks, _run_slices, _threads, _work, splits
 from analysis.pipeline._fasttables import (
     _par_index,
     _pass_table,
@@ -143,7 +143,7 @@ def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int |
     same floats for any number of threads)."""
     n = ss.shape[1]
     parts = min(_threads(threads), max(1, n // 65536))
-    edges = np.linspace(0, n, parts + 1).astype(int)
+    edges = splits(n, parts)
 
     def fill(a: int, b: int) -> None:
         for i, cut in enumerate(cuts):

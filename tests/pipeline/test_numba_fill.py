@@ -1,15 +1,15 @@
 """The fused host-side loops of the numba histograms (analysis.pipeline._numba_fill).
 
-- :func:`cut_patterns` against the loops it fuses,
+- :func:`cut_patterns` and :func:`cut_patterns_pair` against the loops they fuse,
   the product rule in numpy then
   :func:`analysis.pipeline._numba_dp.patterns` (with the pair layout of the walk,
   :mod:`analysis.pipeline._numba_hist`, built by numpy slicing), bit for bit: greater /
   less, inclusive, ``abs``, width 0, NaN values, a nested set and an unreachable
   pattern, trainable thresholds, a shift's fixed cuts first; any split into blocks
   gives the same bits.
-- :func:`fill` against numpy (``searchsorted`` right, ``add.at`` in entry order, the
-  product rule written out), 4 and 8 lanes, NaN and infinite values, entries of
-  probability 0 at 0, empty events.
+- :func:`fill` and :func:`fill_pair` against numpy (``searchsorted`` right, ``add.at``
+  in entry order, the product rule written out), 4 and 8 lanes, NaN and infinite
+  values, entries of probability 0 at 0, empty events.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from analysis.pipeline import _numba_dp, _numba_fill
 
 L = _numba_dp.LANES
 # (set, field, threshold, width, greater, inclusive, abs, parameter)
-CUTS = [(0, 0, 25.0, 5.0, True, False, False, 0), (0, 1, 2.4, 0.1, False, False, True, -1),
-        (1, 2, 0.3, 0.05, True, False, False, 1), (1, 1, 0.0, 0.0, False, True, False, 2),
+CUTS = [(0, 0, 25.0, 5.0, True, False, False, 0), (0, 1, 2.4, 0.1, False, False, True, 2),
+        (1, 2, 0.3, 0.05, True, False, False, 1), (1, 1, 0.0, 0.2, False, True, False, 2),
         (2, 0, 30.0, 0.0, True, False, False, -1)]
 # 3 sets: 0 ("jets"), 1 from 0 ("bjets"), 2 alone; code -1: unreachable (parent out)
 CODES = np.array([[0, -1, 0], [1, 0, 0], [1, 1, 0], [0, -1, 1], [1, 0, 1], [1, 1, 1]],
@@ -84,9 +84,8 @@ def test_a_block_range_writes_its_objects_only():
     n, block = 1000, 300  # not a multiple of SUB
     cols = objects(n, seed=9)
     pv_all, pd_all = np.full((n, 7, 2), np.nan), np.full((n, 7, L), np.nan)
-    _numba_fill.cut_patterns(probs(cols, CUTS), probs(cols, CUTS), *cut_arrays(CUTS),
-                             *no_cuts(n), CODES, 3, len(CODES), 0, False, pv_all, pd_all,
-                             block, 1, 2)
+    _numba_fill.cut_patterns(probs(cols, CUTS), *cut_arrays(CUTS), *no_cuts(n), CODES, 3,
+                             len(CODES), 0, pv_all, pd_all, block, 1, 2)
     inside = np.zeros(n, bool)
     inside[block:2 * block] = True
     for a in (pv_all[:, 0, 0], pd_all[:, 0, 0]):
@@ -106,8 +105,8 @@ def test_cut_patterns_is_the_product_rule_then_patterns(n, block, splits):
     cols = objects(n, seed=n + 1)
     g0, n_tot = 5, n + 9  # a collection after another one's objects
     pv_all, pd_all = np.full((n_tot, 7, 2), np.nan), np.full((n_tot, 7, L), np.nan)
-    args = (probs(cols, CUTS), probs(cols, CUTS), *cut_arrays(CUTS), *no_cuts(n), CODES, 3,
-            len(CODES), g0, False, pv_all, pd_all)
+    args = (probs(cols, CUTS), *cut_arrays(CUTS), *no_cuts(n), CODES, 3, len(CODES), g0,
+            pv_all, pd_all)
     run(_numba_fill.cut_patterns, args, n, block, splits)
     pv, pd = reference_patterns(*reference_probs(cols, CUTS))
     got = slice(g0, g0 + n)
@@ -129,9 +128,8 @@ def test_cut_patterns_is_the_product_rule_then_patterns(n, block, splits):
     pv_all[:] = np.nan
     pd_all[:] = np.nan
     args = (probs(sides[0][0], moved), probs(sides[1][0], moved), *cut_arrays(moved),
-            probs(cols, rest), *cut_arrays(rest), CODES, 3, len(CODES), g0, True, pv_all,
-            pd_all)
-    run(_numba_fill.cut_patterns, args, n, block, splits)
+            probs(cols, rest), *cut_arrays(rest), CODES, 3, len(CODES), g0, pv_all, pd_all)
+    run(_numba_fill.cut_patterns_pair, args, n, block, splits)
     half = L // 2
     for v, (_, (pv, pd)) in enumerate(sides):
         np.testing.assert_array_equal(pv_all[got, :len(CODES), v], pv)
@@ -154,9 +152,10 @@ def reference_fill(off, x, p, ev, factors, weight, edges, lanes):
     return sumw, sumw2
 
 
-@pytest.mark.parametrize("lanes", [4, 8])
-def test_fill_is_numpy(lanes):
-    rng = np.random.default_rng(lanes)
+def fill_inputs(lanes: int, seed: int):
+    """``(off, x, p, ev, factors, weight, edges)``: 400 events of 0-5 entries, values on
+    the edges, at +-inf, NaN and below them, some of probability 0."""
+    rng = np.random.default_rng(seed)
     n_ev = 400
     counts = rng.integers(0, 6, n_ev)
     counts[:3] = 0
@@ -175,6 +174,12 @@ def test_fill_is_numpy(lanes):
     ev[:, :lanes] = rng.uniform(-1.0, 1.0, (n_ev, lanes))
     factors = rng.uniform(0.5, 1.5, (3, n_ev))
     weight = rng.uniform(0.5, 2.0, n_ev)
+    return off, x, p, ev, factors, weight, edges
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_fill_is_numpy(lanes):
+    off, x, p, ev, factors, weight, edges = fill_inputs(lanes, lanes)
     sumw = np.zeros((3, len(edges) + 1, lanes))
     sumw2 = np.zeros_like(sumw)
     _numba_fill.fill(off, x, p, ev, factors, weight, edges, sumw, sumw2)
@@ -182,3 +187,18 @@ def test_fill_is_numpy(lanes):
     np.testing.assert_array_equal(sumw, ref[0])
     np.testing.assert_array_equal(sumw2, ref[1])
     assert (sumw[:, :, 0] != 0).all()  # every bin, underflow and overflow, filled
+
+
+def test_fill_pair_is_numpy_for_each_side():
+    """The two sides of a shift in one loop: each side's sums those of its own entries
+    (values and probabilities) with the shared offsets, event weights and factors."""
+    off, x, p, ev, factors, weight, edges = fill_inputs(4, 11)
+    rng = np.random.default_rng(12)
+    x_hi = x * 1.03  # the same offsets, other entries (some in other bins)
+    p_hi = p[rng.permutation(len(p))]
+    sums = [np.zeros((3, len(edges) + 1, 4)) for _ in range(4)]
+    _numba_fill.fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, *sums)
+    for (xs, ps), (sw, sw2) in zip([(x, p), (x_hi, p_hi)], [sums[:2], sums[2:]], strict=True):
+        ref = reference_fill(off, xs, ps, ev, factors, weight, edges, 4)
+        np.testing.assert_array_equal(sw, ref[0])
+        np.testing.assert_array_equal(sw2, ref[1])

@@ -153,6 +153,9 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
                         ud[ls, i, r] = qd[ls, i, r]
             _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
             _cuts4(j0, nj, cols_hi, c_ls, c_col, c_w, c_gt, c_par, uv, ud)
+            # written out beside cut_patterns' loop, not through a shared inline helper:
+            # with one (a function returning x and 4 lanes per side) this kernel took 35
+            # ns per object against 19, and cut_patterns 32 against 19
             for i in range(nj):
                 g = g0 + j0 + i
                 for p in range(n_pat):

@@ -2,11 +2,14 @@
 
 An optimisation evaluates the same cached :class:`~analysis.pipeline.layout.ChunkColumns`
 object at every step (:mod:`analysis.data.cache`). What the kernels derive from the
-columns alone (a collection's rank order, whether a shift keeps it, the weight
-variations' factors) is then the same at every step: :func:`chunk_memo` gives a dict
+columns alone (whether a shift keeps a collection's rank order: a pass over the
+objects, for one bool) is then the same at every step: :func:`chunk_memo` gives a dict
 that lives exactly as long as the columns object, for such data under keys that name
 what it was made from (never a plan's identity); :func:`remember` keeps each entry
-with the arrays it was made from and makes it again if one of them was replaced. Nothing is stored in the columns
+with the arrays it was made from and makes it again if one of them was replaced.
+Only small results belong here: nothing bounds the memo's size (the column cache's
+budget counts the columns alone), and arrays as large as a column would add to the
+cache's memory by as much. Nothing is stored in the columns
 object itself: it is pickled, spilled to disk and copied by ``dataclasses.replace``
 as before, and a copy starts with a memo of its own.
 """

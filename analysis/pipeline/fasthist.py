@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from analysis.config.likelihood import factor_branches
 from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
 from analysis.pipeline._chunkmemo import chunk_memo, remember
 from analysis.pipeline._fastpatterns import balanced_blocks, patterns_into
@@ -109,40 +108,42 @@ def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
         cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
 
 
-def _order(memo: dict, c: str, rank: str, side, off: np.ndarray, flat: dict, src: tuple,
-           blocks, threads) -> tuple[np.ndarray, Any]:
+def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, flat: dict,
+           src: tuple, blocks, threads) -> tuple[np.ndarray, Any]:
     """``(order, whose)``: collection ``c``'s objects by descending ``rank``
     (:func:`analysis.pipeline._numba_hist.rank_order`) in the variant ``side`` (None:
     the nominal columns, else its shift ``(column, factor)``; ``flat``: its fields), and
     whose order that is: the nominal one (None) wherever it still holds
     (:func:`analysis.pipeline._numba_hist.is_rank_order`: a shift by a positive factor
-    keeps it in all but rare near-ties), else the variant's own (``side``). Each order,
-    and whether the nominal one holds for a variant, is found once per chunk and kept in
-    its ``memo`` (no parameter changes them) with ``src``, the nominal counts and ranking
-    field they come from (:func:`analysis.pipeline._chunkmemo.remember`)."""
-
-    def key():
-        return np.ascontiguousarray(flat[rank], np.float64)
+    keeps it in all but rare near-ties), else the variant's own (``side``). The orders
+    of one pass over the chunk are kept in ``ranked``; whether the nominal order holds
+    for a variant (no parameter changes it) in the chunk's ``memo``, with ``src``, the
+    nominal counts and ranking field it comes from
+    (:func:`analysis.pipeline._chunkmemo.remember`: a bool per variant, where the
+    orders themselves would weigh as much as two of the chunk's columns)."""
 
     def own():
         out = np.empty(int(off[-1]), np.int64)
-        _run_blocks(_numba_hist.rank_order, (off, key(), out, blocks[0]), blocks[1], threads)
+        key = np.ascontiguousarray(flat[rank], np.float64)
+        _run_blocks(_numba_hist.rank_order, (off, key, out, blocks[0]), blocks[1], threads)
         return out
 
     if side is None:
-        return remember(memo, ("rank", c, rank, None), src, own), None
-    nominal = memo.get(("rank", c, rank, None))
-    if nominal is not None and all(a is b for a, b in zip(nominal[0], src, strict=True)) and remember(
-            memo, ("holds", c, rank, side), src,
-            lambda: bool(_numba_hist.is_rank_order(off, key(), nominal[1]))):
-        return nominal[1], None
-    return remember(memo, ("rank", c, rank, side), src, own), side
+        if (c, rank) not in ranked:
+            ranked[c, rank] = own()
+        return ranked[c, rank], None
+    nominal = ranked.get((c, rank))
+    if nominal is not None and remember(
+            memo, ("holds", c, rank, side), src, lambda: bool(_numba_hist.is_rank_order(
+                off, np.ascontiguousarray(flat[rank], np.float64), nominal))):
+        return nominal, None
+    return own(), side
 
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
           *, nominal: bool, moved: str | None = None, kept: dict | None = None,
           ids: Iterator[int] | None = None, chunk: ChunkColumns | None = None,
-          sides: list | None = None) -> list[dict]:
+          sides: list | None = None, ranked: dict | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
     sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
     specs); two share the walk's lanes (:mod:`analysis.pipeline._numba_hist`) when the
@@ -154,10 +155,13 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     probabilities of :func:`analysis.pipeline._fastpatterns.patterns_into` (the nominal
     walk's, made first); ``ids``: numbers the walks of one chunk (each its own output
     buffers: they live until the fills); ``chunk``: the nominal columns (default the
-    first variant), in whose :func:`analysis.pipeline._chunkmemo.chunk_memo` the walk
-    orders are kept (:func:`_order`); ``sides``: per variant None (the nominal columns)
-    or its shift ``(column, factor)``."""
+    first variant), in whose :func:`analysis.pipeline._chunkmemo.chunk_memo` is kept
+    whether a shift keeps the nominal walk order (:func:`_order`); ``sides``: per
+    variant None (the nominal columns) or its shift ``(column, factor)``; ``ranked``:
+    the walk orders of this pass over the chunk (:func:`_order`), and under ``("index",
+    collections, whose)`` the walk order they make."""
     kept = {} if kept is None else kept
+    ranked = {} if ranked is None else ranked
     chunk = variants[0] if chunk is None else chunk
     memo = chunk_memo(chunk)
     sides = [None] * len(variants) if sides is None else sides
@@ -169,7 +173,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         return [w for v, side in zip(variants, sides, strict=True)
                 for w in _walk([v], plan, specs, theta, widths, trainable, threads,
                                nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
-                               sides=[side])]
+                               sides=[side], ranked=ranked)]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
@@ -219,23 +223,21 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
             rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
             nom = chunk.collections.get(c)
             src = (counts_of[ci], None if nom is None else nom[1].get(rank))
-            orders[ci], w = _order(memo, c, rank, side, coff[ci], fl[c], src,
+            orders[ci], w = _order(memo, ranked, c, rank, side, coff[ci], fl[c], src,
                                    (rblock, rblocks), threads)
             whose.append((c, rank, w))
-
-        def index(orders=orders):
+        ikey = ("index", tab.collections, tuple(whose))
+        if ikey not in ranked or any(w is not None for *_, w in whose):
             rankidx = np.arange(n_tot, dtype=np.int64)
             for ci, out in orders.items():
                 rankidx[base[ci]: base[ci + 1]] = base[ci] + out
-            return rankidx
-
-        ranks.append(remember(memo, ("index", tab.collections, tuple(whose)),
-                              (*counts_of, *orders.values()), index))
+            ranked[ikey] = rankidx
+        ranks.append(ranked[ikey])
     if len(variants) == 2 and ranks[0] is not ranks[1] and not np.array_equal(*ranks):
         return [w for v, side in zip(variants, sides, strict=True)
                 for w in _walk([v], plan, specs, theta, widths, trainable, threads,
                                nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
-                               sides=[side])]
+                               sides=[side], ranked=ranked)]
     # the pattern probabilities of each variant, its tangents in its half of the lanes
     # (every entry the walk reads is written: per-thread scratch, reused across chunks)
     pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
@@ -282,40 +284,40 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     } for v in range(n_var)]
 
 
-def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, memo: dict) -> np.ndarray:
+def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: dict) -> np.ndarray:
     """``(V, E)`` per-event factors of the specs' weight variations (1: none), from the
-    event columns of ``cols`` alone: kept in ``memo`` (the chunk's
-    :func:`analysis.pipeline._chunkmemo.chunk_memo`, or a pass's own dict for columns
-    that a shift moved) by the variations' factor trees, with the arrays they read."""
+    event columns of ``cols``; ``rows`` (one pass's, per set of event columns) keeps each
+    variation's row and each set of rows already made (the templates of several channels
+    share them). Not kept across passes: a chunk's rows would weigh as much as a third
+    of its columns in the AGC configuration, for ~1 ms a pass."""
     trees = tuple(None if s.weight is None else plan.weights[s.weight].tree for s in specs)
-    events = {f"event:{k}": v for k, v in cols.events.items()}
-
-    def make() -> np.ndarray:
-        out = np.ones((len(specs), int(cols.n_events)))
+    if trees not in rows:
+        out = np.empty((len(specs), int(cols.n_events)))
         for i, tree in enumerate(trees):
-            if tree is not None:
+            if tree is None:
+                out[i] = 1.0
+                continue
+            if ("row", tree) not in rows:
+                events = {f"event:{k}": v for k, v in cols.events.items()}
                 fv = factor_values(tree, events)
                 # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
-                out[i] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
-        return out
-
-    reads = [events[f"event:{k}"] for t in trees if t is not None for k in factor_branches(t)]
-    return remember(memo, ("factors", trees), (weight, *reads), make)
+                rows["row", tree] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+            out[i] = rows["row", tree]
+        rows[trees] = out
+    return rows[trees]
 
 
 def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
                trainable, evs: dict, value: dict, jac: dict, tasks: list,
-               threads: int | None = None, *, memo: dict | None = None) -> None:
+               threads: int | None = None) -> None:
     """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
     its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, kernel,
     args, finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
     and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
     event weights by ``(shift side, region)``, the side None for the nominal and for
     every shift of an object field (it leaves them as they are), and under
-    ``("factors", side)`` the weight variations' factors of a shift of an event column
-    (:func:`_factors`; those of the nominal event columns go to ``memo``, the chunk's
-    :func:`analysis.pipeline._chunkmemo.chunk_memo`); ``threads``: the pass's (the yield
-    sums run on them)."""
+    ``("factors", side)`` the weight variations' factors (:func:`_factors`);
+    ``threads``: the pass's (the yield sums run on them)."""
     nl = len(trainable) + 1
     n_ev = int(c.n_events)
     weight = np.ascontiguousarray(c.weight, dtype=np.float64)
@@ -358,9 +360,7 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
 
         tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (
             off, x, np.ascontiguousarray(p), evs[ekey, region],
-            _factors(plan, group, c, weight,
-                     memo if ekey is None and memo is not None else evs.setdefault(
-                         ("factors", ekey), {})),
+            _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
             weight, np.asarray(edges, np.float64), sumw,
             sumw2), finish))
 
@@ -439,7 +439,7 @@ def evaluate_columns(
             jobs.append([(shift, c, fills)])
     kept: dict = {}  # the cut probabilities: the nominal's, a shift's unmoved rows
     ids = itertools.count()  # the walks' output buffers
-    memo = chunk_memo(cols)  # what no parameter changes: walk orders, weight factors
+    ranked: dict = {}  # this pass's walk orders
     evs: dict = {}  # the regions' event weights
     tasks: list = []  # the fills
     for job in jobs:
@@ -447,7 +447,7 @@ def evaluate_columns(
         moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
-                      kept=kept, ids=ids, chunk=cols,
+                      kept=kept, ids=ids, chunk=cols, ranked=ranked,
                       sides=[None if sh is None else (plan.shifts[sh].key,
                                                       plan.shifts[sh].factor)
                              for sh, _, _ in job])
@@ -455,7 +455,7 @@ def evaluate_columns(
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             fills_of.append([])
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
-                       fills_of[-1], threads, memo=memo)
+                       fills_of[-1], threads)
         tasks += _paired(*fills_of) if len(fills_of) == 2 else fills_of[0]
     _run_fills(tasks, threads)
     if plan.observables:

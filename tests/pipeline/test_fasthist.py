@@ -207,10 +207,10 @@ def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
 
 
 def test_a_chunk_evaluated_again_after_its_arrays_were_replaced():
-    """The walk orders and weight factors are kept with the chunk's columns between
+    """Whether a shift keeps the walk order is kept with the chunk's columns between
     passes (:mod:`analysis.pipeline._chunkmemo`); replacing the ranking field (near-ties
-    that one shift side breaks) or a weight branch makes them again: still the JAX
-    kernel's result on the new arrays."""
+    that one shift side breaks, so that its order no longer holds) finds it again, and
+    a replaced weight branch is read: still the JAX kernel's result on the new arrays."""
     plan, theta, widths = setup()
     cols = columns(300, plan, seed=8)
     compare(plan, cols, theta, widths)

@@ -206,14 +206,17 @@ def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
     assert sizes[:4] == [1, 2, 1, 1], sizes  # jes: asked as a pair, walked apart
 
 
-def test_a_chunk_evaluated_again_after_its_arrays_were_replaced():
+def test_a_chunk_evaluated_again_after_its_arrays_were_replaced(monkeypatch):
     """Whether a shift keeps the walk order is kept with the chunk's columns between
-    passes (:mod:`analysis.pipeline._chunkmemo`); replacing the ranking field (near-ties
-    that one shift side breaks, so that its order no longer holds) finds it again, and
-    a replaced weight branch is read: still the JAX kernel's result on the new arrays."""
+    passes (:mod:`analysis.pipeline._chunkmemo`); replacing the ranking field with one
+    whose near-ties a 0.97 side breaks finds it again (the sides of that shift walk
+    apart), and a replaced weight branch is read: the JAX kernel's result on the new
+    arrays."""
     plan, theta, widths = setup()
     cols = columns(300, plan, seed=8)
+    sizes = walk_sizes(monkeypatch)
     compare(plan, cols, theta, widths)
+    assert sizes[:2] == [1, 2], sizes  # the order holds: jes walks as a pair
     counts, flat = cols.collections["Jet"]
     pt = flat["pt"].copy()
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -222,7 +225,9 @@ def test_a_chunk_evaluated_again_after_its_arrays_were_replaced():
     cols.collections["Jet"] = (counts, {**flat, "pt": pt})
     key = next(k for k in cols.events if k.startswith("PSWeight"))
     cols.events[key] = cols.events[key][::-1].copy()
+    sizes.clear()
     compare(plan, cols, theta, widths)
+    assert sizes[:4] == [1, 2, 1, 1], sizes  # jes: asked as a pair, walked apart
 
 
 @pytest.mark.slow

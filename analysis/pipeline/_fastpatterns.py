@@ -54,7 +54,8 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
     """The pattern probabilities of one variant or a pair (``flats``: the columns of
     each) in the walk's layout: ``pv_all[:, :, 0]`` and ``[:, :, 1]``, tangents in
     ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side), by
-    :func:`analysis.pipeline._numba_fill.cut_patterns` on the threads. ``kept``: one
+    :func:`analysis.pipeline._numba_fill.cut_patterns` (or ``cut_patterns_pair``: at
+    most 3 tangents) on the threads. ``kept``: one
     chunk's cut probabilities, ``kept[None][ci]`` the nominal variant's (computed
     first: the nominal walk precedes the shifts), ``kept[moved][ci]`` the rows of those
     that a shift of the column ``moved`` (``C:f``) does not move. A shift side takes
@@ -84,6 +85,9 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
             lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
         if len(flats) == 1:
             kernel, cols = _numba_fill.cut_patterns, (lo,)
+        elif len(trainable) > 3:  # the pair kernel's 4 lanes: no bounds check in numba
+            raise ValueError(f"a pair of shift sides carries at most 3 tangents, not "
+                             f"{len(trainable)}")
         else:
             kernel = _numba_fill.cut_patterns_pair
             cols = (lo, cut_arrays(own, flats[1][c], n_obj, theta, widths, trainable, threads,

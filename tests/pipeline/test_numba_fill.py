@@ -202,3 +202,20 @@ def test_fill_pair_is_numpy_for_each_side():
         ref = reference_fill(off, xs, ps, ev, factors, weight, edges, 4)
         np.testing.assert_array_equal(sw, ref[0])
         np.testing.assert_array_equal(sw2, ref[1])
+
+
+def test_a_pair_with_more_than_3_tangents_is_refused():
+    """The pair kernel keeps 4 lanes per side (numba checks no bounds): the host side
+    refuses a pair with 4 trainable parameters (the walk never asks for one)."""
+    from types import SimpleNamespace
+
+    from analysis.pipeline._fastpatterns import patterns_into
+
+    tab = SimpleNamespace(collections=("Jet",), n_coll_sets=np.array([1]),
+                          coll_sets=np.array([[0]]), set_cuts=[[]], pat=np.zeros((1, 2, 1)),
+                          n_pat=np.array([2]))
+    coff = np.array([[0, 1]])
+    kept = {None: {0: (np.zeros((0, 1)), *no_cuts(1)[1:])}}
+    with pytest.raises(ValueError, match="at most 3 tangents, not 4"):
+        patterns_into(tab, coff, np.array([0, 1]), [{"Jet": {}}, {"Jet": {}}], None, None,
+                      (0, 1, 2, 3), 1, "Jet:pt", kept, None, None)

@@ -104,7 +104,9 @@ def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
     """:func:`_cuts_into` over lanes 0-3 only (``qd[ls, i]`` of 4 lanes: the value and
-    at most 3 tangents), the same operations on each of them."""
+    at most 3 tangents), the same operations on each of them. Not ``cut_times`` with a
+    loop over ``qd.shape[1]`` lanes: that bound, no longer a constant, made
+    ``cut_patterns`` 31 ns per object against 19 and this kernel 28 against 19."""
     for m in range(c_ls.shape[0]):
         ls = c_ls[m]
         s = cols[c_col[m]]

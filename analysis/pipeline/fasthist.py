@@ -372,17 +372,19 @@ def _paired(one: list, two: list) -> list:
     (each side's sums as :func:`analysis.pipeline._numba_fill.fill` makes them)."""
     out = []
     for a, b in zip(one, two, strict=True):
-        (ca, _, xa, fa), (cb, _, xb, fb) = a, b
-        if (xa[7].shape == xb[7].shape and xa[7].shape[2] == 4 and xa[3] is xb[3]
-                and xa[4] is xb[4] and xa[5] is xb[5] and np.array_equal(xa[6], xb[6])
-                and np.array_equal(xa[0], xb[0])):
+        (ca, _, (off, x, p, ev, factors, weight, edges, sumw, sumw2), fa) = a
+        (cb, _, (off_b, x_b, p_b, ev_b, factors_b, weight_b, edges_b, sumw_b, sumw2_b), fb) = b
+        if (sumw.shape == sumw_b.shape and sumw.shape[2] == 4 and ev is ev_b
+                and factors is factors_b and weight is weight_b
+                and np.array_equal(edges, edges_b) and np.array_equal(off, off_b)):
 
             def finish(fa=fa, fb=fb) -> None:
                 fa()
                 fb()
 
             out.append((ca + cb, _numba_fill.fill_pair,
-                        (*xa[:3], *xb[1:3], *xa[3:], *xb[7:]), finish))
+                        (off, x, p, x_b, p_b, ev, factors, weight, edges, sumw, sumw2, sumw_b,
+                         sumw2_b), finish))
         else:
             out += [a, b]
     return out

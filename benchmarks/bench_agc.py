@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| diffcoffea gradient pass (order=1) | {g_warm:.2f} | {g_best:.3f} | {g_cpu:.3f} |")
     ratio = g_best / p_best
     print(f"ratio (best wall): {ratio:.2f} (goal <= {GOAL}); CPU: {g_cpu / p_cpu:.2f}")
+    from benchmarks.results_table import command_line, record
+
+    record("agc.pass", compares="AGC object-set gradient pass / plain coffea + vector pass",
+           figure=ratio, goal=f"<= {GOAL}x", met=ratio <= GOAL,
+           command=command_line(__file__, argv), details={"plain_s": p_best, "gradient_s": g_best})
     return 0
 
 

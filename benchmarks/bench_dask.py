@@ -159,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"speed-up cached pass 2 workers / 1 worker = {speedup:.2f}   (goal >= {GOAL}: {verdict})"
     )
+    from benchmarks.results_table import command_line, record
+
+    record("dask.speedup", compares="cached pass, 1 dask worker / 2 workers", figure=speedup,
+           goal=f">= {GOAL}x", met=speedup >= GOAL, command=command_line(__file__, argv))
     # the two clusters computed the same statistics (a check, not a benchmark)
     plan = build_plan(config)
     worst = max(

@@ -179,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     peak = max(r["tree_peak_gb"] for r in rows)
     verdict = "met" if peak <= GOAL_GB else "not met"
     print(f"largest peak = {peak:.2f} GB   (goal <= {GOAL_GB} GB: {verdict})")
+    from benchmarks.results_table import command_line, record
+
+    record("memory.peak", compares="peak RSS of cached passes (driver + workers)", figure=peak,
+           unit="GB", goal=f"<= {GOAL_GB} GB", met=peak <= GOAL_GB,
+           command=command_line(__file__, argv), details={"sizes": [r["events"] for r in rows]})
     if len(rows) > 1:
         growth = rows[-1]["tree_peak_gb"] / rows[0]["tree_peak_gb"]
         print(f"peak at {rows[-1]['events']} / peak at {rows[0]['events']} = {growth:.2f}")

@@ -329,6 +329,21 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "met" if ratio <= GOAL_FLOOR else "not met"
     print(f"ratio step / floor = {ratio:.1f}   (goal <= {GOAL_FLOOR}: {verdict}; the floor "
           "also sums the jet pT)")
+    from benchmarks.results_table import command_line, record
+
+    command = command_line(__file__, argv)
+    details = {"events": args.events, "plain_s": plain, "gradient_s": grad, "cached_s": cached,
+               "step_s": step, "floor_s": floor}
+    for name, compares, figure, goal in (
+        ("pass.first", "first gradient pass / plain coffea pass", grad / plain, GOAL),
+        ("pass.cached", "cached gradient pass (every state) / plain coffea pass", cached / plain,
+         GOAL_CACHED),
+        ("pass.step", "optimisation step / plain coffea pass", step / plain, GOAL_STEP),
+        ("pass.step_floor", "optimisation step / compiled hard-cut floor", step / floor,
+         GOAL_FLOOR),
+    ):
+        record(name, compares=compares, figure=figure, goal=f"<= {goal}x",
+               met=figure <= goal, command=command, details=details)
     if args.kernel:
         threads = fastkernel_threads()
         print(f"kernel alone, ms per 100k events (best of {args.repeat}; numba on {threads} "

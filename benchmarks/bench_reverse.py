@@ -237,6 +237,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"step / 4-parameter step = {r_four:.2f} "
             f"(goal <= {GOAL_FOUR}: {'met' if r_four <= GOAL_FOUR else 'not met'})"
         )
+        from benchmarks.results_table import command_line, record
+
+        for name, compares, figure, goal in (
+            ("reverse.step_value", "358-parameter step / value-only pass (own processor)",
+             r_value, GOAL_VALUE),
+            ("reverse.step_four", "358-parameter step / 4-parameter step (own processor)",
+             r_four, GOAL_FOUR),
+        ):
+            record(name, compares=compares, figure=figure, goal=f"<= {goal}x",
+                   met=figure <= goal, command=command_line(__file__, argv))
     autos = [r["auto"] for t, r in rows.items() if t != 358]
     if len(autos) > 1:
         flat = max(autos) / min(autos)

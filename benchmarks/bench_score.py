@@ -217,6 +217,15 @@ def main() -> None:
               f"pullback pass {pullt:.3f} s = {pullt / values:.2f}x; {stept / four:.2f}x the "
               "4-parameter step")
         print(f"4-parameter step     {four:8.3f} s   score step {step / four:5.2f}x it (goal <= 1.5)")
+        if not sfx:
+            from benchmarks.results_table import command_line, record
+
+            for name, compares, figure, goal in (
+                ("score.step_value", "373-parameter YAML step / value-only pass", step / values, 4.0),
+                ("score.step_four", "373-parameter YAML step / 4-parameter step", step / four, 1.5),
+            ):
+                record(name, compares=compares, figure=figure, goal=f"<= {goal}x",
+                       met=figure <= goal, command=command_line(__file__, None))
         print(f"  as optimize runs it (observables {step_obs}): {t['four_opt']:.3f} s, score step "
               f"{step / t['four_opt']:.2f}x it")
     print(f"the networks alone (forward with vjp + backward, in a step of {net_step:.3f} s): "

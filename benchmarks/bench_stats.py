@@ -263,6 +263,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if not all(verdicts):
         print("NOTE: a goal was not met in this run (see the load average above).")
+    from benchmarks.results_table import command_line, record
+
+    record("stats.api_numpy", compares="stats value + Jacobian / awkward numpy hard-cut value",
+           figure=ratio_np, goal=f"<= {GOAL_NUMPY}x", met=ratio_np <= GOAL_NUMPY,
+           command=command_line(__file__, argv))
     return 0
 
 

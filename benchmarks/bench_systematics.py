@@ -125,6 +125,14 @@ def main() -> None:
         print(f"{engine}: goal nominal + 2 shifts + 4 weights <= 2.5x nominal: "
               f"{best[engine, FULL] / best[engine, 'nominal']:.2f}x (CPU time "
               f"{best_cpu[engine, FULL] / best_cpu[engine, 'nominal']:.2f}x)")
+    if "numba" in engines:
+        from benchmarks.results_table import command_line, record
+
+        figure = best["numba", FULL] / best["numba", "nominal"]
+        record("systematics.full", compares=f"{FULL} / nominal pass (numba, cached columns)",
+               figure=figure, goal="<= 2.5x", met=figure <= 2.5,
+               command=command_line(__file__, None),
+               details={"nominal_s": best["numba", "nominal"], "full_s": best["numba", FULL]})
     if len(engines) == 2:
         for name in variants:
             print(f"{name:32s} jax / numba {best['jax', name] / best['numba', name]:6.1f}x")

@@ -1,0 +1,162 @@
+"""The current benchmark table, made from the result files the benchmark scripts write.
+
+Each benchmark script calls :func:`record` once per figure it measures against a goal;
+the record lands in ``benchmarks/results/<name>.json`` with the date and the commit it was
+measured at. :func:`render` turns every record into one markdown table; the docs'
+benchmarks page and ``benchmarks/README.md`` show it (``python benchmarks/results_table.py
+--write`` refreshes the README's copy; a test checks that the two agree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["command_line", "record", "render"]
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BEGIN = "<!-- results table: made by python benchmarks/results_table.py --write -->"
+END = "<!-- end of results table -->"
+
+
+def _commit() -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def record(
+    name: str,
+    *,
+    compares: str,
+    figure: float,
+    goal: str,
+    met: bool | None,
+    command: str,
+    unit: str = "x",
+    details: dict | None = None,
+    directory: Path | None = None,
+) -> Path:
+    """Write one benchmark figure to ``results/<name>.json`` (replacing the last one).
+
+    Parameters
+    ----------
+    name
+        The record's name, unique across benchmarks (``pass.cached_step``).
+    compares
+        What is compared, in words (``cached gradient step / plain coffea pass``).
+    figure
+        The measured figure (a ratio, unless ``unit`` says otherwise).
+    goal
+        The goal as text (``<= 0.3x``); empty where there is none.
+    met
+        Whether the goal is met (``None`` where there is no goal).
+    command
+        The command that measured it, runnable from the repository root.
+    unit
+        The figure's unit (``x`` for a ratio, ``s``, ``MB``).
+    details
+        Further numbers worth keeping (times, sizes).
+    directory
+        Where to write (default: ``$DIFFCOFFEA_BENCH_RESULTS``, else ``benchmarks/results``;
+        the tests of the benchmarks point the variable at a temporary folder).
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+    """
+    if directory is None:
+        directory = Path(os.environ.get("DIFFCOFFEA_BENCH_RESULTS", RESULTS))
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    entry = {
+        "name": name,
+        "compares": compares,
+        "figure": float(figure),
+        "unit": unit,
+        "goal": goal,
+        "met": met,
+        "command": command,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _commit(),
+        "cores": os.cpu_count(),
+        "details": details or {},
+    }
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that ran ``script`` (its ``__file__``) with ``argv``, from the root."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["python", f"benchmarks/{Path(script).name}", *args])
+
+
+def _fmt(x: float, unit: str) -> str:
+    if unit == "x":
+        return f"{x:.2f}x"
+    return f"{x:.3g} {unit}"
+
+
+def render(directory: Path | None = None) -> str:
+    """The markdown table of every record in ``directory`` (sorted by name)."""
+    directory = RESULTS if directory is None else Path(directory)
+    rows = []
+    for path in sorted(directory.glob("*.json")):
+        e = json.loads(path.read_text())
+        verdict = {True: "met", False: "**not met**", None: "-"}[e.get("met")]
+        rows.append(
+            f"| `{e['name']}` | {e['compares']} | {e['goal'] or '-'} | "
+            f"{_fmt(e['figure'], e.get('unit', 'x'))} | {verdict} | {e['date']} | "
+            f"`{e['commit']}` | `{e['command']}` |"
+        )
+    if not rows:
+        return "No benchmark has recorded a figure yet.\n"
+    head = (
+        "| benchmark | compares | goal | latest figure | verdict | date | commit | command |\n"
+        "| --- | --- | --- | ---: | --- | --- | --- | --- |\n"
+    )
+    return head + "\n".join(rows) + "\n"
+
+
+def write_readme(readme: Path, directory: Path | None = None) -> bool:
+    """Put the current table between the README's markers; True if it changed."""
+    text = readme.read_text()
+    a, b = text.index(BEGIN), text.index(END)
+    new = text[: a + len(BEGIN)] + "\n\n" + render(directory) + "\n" + text[b:]
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true",
+                        help="refresh the table in benchmarks/README.md")
+    args = parser.parse_args(argv)
+    if args.write:
+        write_readme(Path(__file__).resolve().parent / "README.md")
+    else:
+        sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The docs cannot rot: API reference complete, examples run, benchmark table current.
+
+- every public name (the ``__all__`` of the documented modules) has an autodoc entry in
+  ``docs/api/`` (and nothing there names a name that is not public);
+- every python example in README.md and docs/ runs: the blocks of one page run in order
+  in one fresh interpreter from the repository root (they read ``../shared/data``);
+  a block whose first line is ``# in analysis/...py`` (or ``# analysis/...py``) is a
+  fragment to paste into that file: it must compile and the file must exist;
+- every ``configs/``, ``examples/`` and ``benchmarks/`` path a page names exists;
+- benchmarks/README.md shows the table that ``benchmarks/results_table.py`` makes from
+  the result files.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+API_MODULES = {
+    "stats": "analysis.stats",
+    "soft": "analysis.soft",
+    "testing": "analysis.testing",
+    "likelihood": "analysis.likelihood",
+    "processors": "processors",
+}
+FRAGMENT = re.compile(r"#\s*(?:in\s+)?((?:analysis|processors)/[\w/]+\.py)")
+# Pages whose examples need a whole chunked pass with eager JAX (tens of seconds each).
+SLOW_PAGES = {"README.md", "docs/guide/processors.md", "docs/guide/likelihood.md"}
+
+
+def pages() -> list[Path]:
+    docs = [
+        p for p in sorted((ROOT / "docs").rglob("*.md"))
+        if "_build" not in p.parts and "_generated" not in p.parts
+    ]
+    return [ROOT / "README.md", *docs]
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), flags=re.S | re.M)
+
+
+def test_api_reference_lists_every_public_name():
+    for page, modname in API_MODULES.items():
+        text = (ROOT / "docs" / "api" / f"{page}.md").read_text()
+        listed = set(re.findall(rf"\.\. auto(?:function|class|data):: {re.escape(modname)}\.(\w+)", text))
+        public = set(importlib.import_module(modname).__all__)
+        assert listed == public, (
+            f"docs/api/{page}.md: missing {sorted(public - listed)}, not public {sorted(listed - public)}"
+        )
+
+
+def _page_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _runnable_pages():
+    out = []
+    for path in pages():
+        blocks = [b for b in python_blocks(path) if not FRAGMENT.match(b.lstrip())]
+        if blocks:
+            rel = _page_id(path)
+            marks = [pytest.mark.slow] if rel in SLOW_PAGES else []
+            out.append(pytest.param(rel, "\n".join(blocks), id=rel, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("page", "code"), _runnable_pages())
+def test_examples_run(page, code, tmp_path, shared_data):
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DIFFCOFFEA_EXAMPLE_OUT": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"{page}: its python examples fail:\n{done.stderr[-3000:]}"
+
+
+def test_fragments_compile_and_name_real_files():
+    for path in pages():
+        for block in python_blocks(path):
+            m = FRAGMENT.match(block.lstrip())
+            if m:
+                assert (ROOT / m.group(1)).is_file(), f"{_page_id(path)}: no file {m.group(1)}"
+                compile(block, f"{_page_id(path)}:{m.group(1)}", "exec")
+
+
+def test_named_paths_exist():
+    pattern = re.compile(r"(?<![\w/.])((?:configs|examples|benchmarks)/[\w./-]+\.(?:yaml|py|md))")
+    for path in pages():
+        for name in pattern.findall(path.read_text()):
+            assert (ROOT / name).exists(), f"{_page_id(path)} names {name}, which does not exist"
+
+
+def test_benchmark_table_is_current():
+    from benchmarks import results_table
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    a, b = text.index(results_table.BEGIN), text.index(results_table.END)
+    shown = text[a + len(results_table.BEGIN): b].strip()
+    assert shown == results_table.render().strip(), (
+        "benchmarks/README.md: the table is stale; run python benchmarks/results_table.py --write"
+    )

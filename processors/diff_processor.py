@@ -12,6 +12,7 @@ from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
+from analysis.pipeline.backend import Backend
 from analysis.pipeline.fastreverse import chunk_yield_gradients
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
@@ -50,7 +51,9 @@ class DiffProcessor(processor.ProcessorABC):
     the worker: see :func:`analysis.data.cache.keep_columns`); :meth:`evaluate` is what a
     cached chunk goes through. With ``unit_weights=True`` every event weighs 1 (the
     columns' weights are ignored, cached or not): at width 0 the selected sum of
-    weights is then the number of events passing the hard cuts.
+    weights is then the number of events passing the hard cuts. ``backend``: which
+    kernels compute the chunk and on which device (:class:`analysis.pipeline.backend.Backend`;
+    default: numba where it serves the plan, JAX on the CPU for the rest).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class DiffProcessor(processor.ProcessorABC):
         unit_weights: bool = False,
         payloads: dict | None = None,
         yield_gradients: bool | dict = False,
+        backend: Backend | None = None,
     ) -> None:
         self.plan = plan
         self.theta = np.asarray(theta, dtype=np.float64)
@@ -84,6 +88,7 @@ class DiffProcessor(processor.ProcessorABC):
         #: values with the yields' gradients (analysis.pipeline.fastreverse.chunk_yield_gradients);
         #: a dict: {dataset: (yield, sumw2)} the rows to compute (default both)
         self.yield_gradients = yield_gradients
+        self.backend = Backend() if backend is None else backend
         self.cache_token: str | None = None
         #: set by the driver on dask: keep the columns in the worker, within this budget
         self.worker_budget: int | None = None
@@ -118,7 +123,13 @@ class DiffProcessor(processor.ProcessorABC):
         return out
 
     def evaluate(self, dataset: str, cols) -> dict:
-        """``{dataset: output}`` of one chunk's columns (no file access)."""
+        """``{dataset: output}`` of one chunk's columns (no file access), computed by
+        ``self.backend``'s kernels on its device."""
+        with self.backend.placed():
+            return self._evaluate(dataset, cols)
+
+    def _evaluate(self, dataset: str, cols) -> dict:
+        engine = self.backend.engine
         if getattr(self, "unit_weights", False):  # a copy: the cache keeps the real weights
             cols = dataclasses.replace(cols, weight=np.ones_like(cols.weight))
         if self.histograms is not None:
@@ -129,8 +140,12 @@ class DiffProcessor(processor.ProcessorABC):
             return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
         if self.payloads is not None:
             pay = self.payloads[dataset]
-            return {dataset: chunk_pullback(cols, self.plan, self.theta, self.widths, pay)}
+            return {dataset: chunk_pullback(cols, self.plan, self.theta, self.widths, pay,
+                                            engine="jax" if engine == "jax" else "auto")}
         if self.yield_gradients:
+            if not self.backend.numba_allowed:  # the driver never asks (optimize.reverse)
+                raise ValueError("yield gradients in one pass need the numba backend; "
+                                 f"{self.backend.describe()}")
             with np.errstate(all="ignore"):
                 rows = (self.yield_gradients.get(dataset, (True, True))
                         if isinstance(self.yield_gradients, dict) else (True, True))
@@ -143,7 +158,7 @@ class DiffProcessor(processor.ProcessorABC):
         with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
             state = chunk_state(
                 cols, self.plan, self.theta, self.widths, order=self.order,
-                threads=self.kernel_threads,
+                engine=engine, threads=self.kernel_threads,
             )
         check_overflow(state, cols, self.plan, dataset=dataset)
         return {dataset: state}
@@ -155,7 +170,8 @@ class DiffProcessor(processor.ProcessorABC):
             h.fill(x, weight=w)
             return h
         h = empty_histogram(self.plan.observables[index].name, bins, low, high)
-        x, w = observable_entries(cols, self.plan, theta, widths, index)
+        x, w = observable_entries(cols, self.plan, theta, widths, index,
+                                  engine=self.backend.engine)
         h.fill(x, weight=w)
         return h
 

@@ -89,6 +89,7 @@ def make_evaluator(config, args):
         status=not args.quiet,
         skip_bad_files=getattr(args, "skip_bad_files", None),
         cache=False if getattr(args, "no_cache", False) else None,
+        backend=getattr(args, "backend", None),
     )
 
 

@@ -73,6 +73,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--executor", choices=["iterative", "futures", "dask"], help="override executor.type"
     )
     p.add_argument("--workers", type=positive_int, help="override executor.workers")
+    p.add_argument("--backend", choices=["auto", "numba", "jax"],
+                   help="override engine.backend (auto: numba where it serves the plan)")
     p.add_argument("--chunksize", type=positive_int, help="override executor.chunksize")
     p.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     p.add_argument(

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
 
-__all__ = ["DatasetConfig", "ExecutorConfig", "GenerateConfig"]
+__all__ = ["DatasetConfig", "EngineConfig", "ExecutorConfig", "GenerateConfig"]
 
 
 class GenerateConfig(_Model):
@@ -59,6 +59,23 @@ class DatasetConfig(_Model):
             raise _fail("files", "missing required key")
         if self.xsec is not None and self.scale is not None:
             raise _fail("scale", "give either 'xsec' or 'scale', not both")
+        return self
+
+
+class EngineConfig(_Model):
+    """Which backend computes the passes, on which device
+    (:class:`analysis.pipeline.backend.Backend`): ``backend: auto`` (numba where it
+    serves the plan, JAX for the rest), ``numba`` or ``jax``; ``device: cpu`` or ``gpu``
+    (the JAX kernel's device; the numba kernels run on the CPU only)."""
+
+    backend: Literal["auto", "numba", "jax"] = "auto"
+    device: Literal["cpu", "gpu"] = "cpu"
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if self.backend == "numba" and self.device == "gpu":
+            raise _fail("device", "backend 'numba' runs on the CPU only; use backend 'jax' "
+                        "(or 'auto') with device 'gpu'")
         return self
 
 

@@ -23,7 +23,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from analysis.config import likelihood as _lk
 from analysis.config.cutkeys import CutKeys
 from analysis.config.errorformat import _LIMITS, _TYPE_NAMES, _format_error  # noqa: F401
-from analysis.config.inputs import DatasetConfig, ExecutorConfig, GenerateConfig
+from analysis.config.inputs import DatasetConfig, EngineConfig, ExecutorConfig, GenerateConfig
 from analysis.config.observables import _EXPR, HistConfig, ObservableConfig  # noqa: F401
 from analysis.config.optimizer import (  # noqa: F401  (re-exported)
     AnnealConfig,
@@ -58,7 +58,7 @@ from analysis.select import exprs
 
 __all__ = [
     "AnnealConfig", "Config", "ConfigError", "CutConfig", "DatasetConfig", "EventCutConfig",
-    "ExecutorConfig", "GenerateConfig", "HistConfig", "ObjectiveConfig", "ObjectiveTermConfig", "ObjectSelectionConfig",
+    "EngineConfig", "ExecutorConfig", "GenerateConfig", "HistConfig", "ObjectiveConfig", "ObjectiveTermConfig", "ObjectSelectionConfig",
     "ObjectSetConfig", "ObservableConfig", "OptimizerConfig", "SelectionEntryConfig", "OutputConfig", "ParameterConfig", "ScheduleConfig",
     "SelectionConfig", "config_from_dict", "load_config", "parse_yaml",
 ]
@@ -71,6 +71,7 @@ class Config(_Model):
 
     datasets: dict[str, DatasetConfig] = Field(min_length=1)
     executor: ExecutorConfig = ExecutorConfig()
+    engine: EngineConfig = EngineConfig()  # backend and device (analysis.pipeline.backend)
     # Data faults (analysis.data.faults): skip unreadable files/chunks (recorded in results.json)
     # instead of stopping; NaN/inf in a branch read: one-line error, or drop and count them.
     skip_bad_files: bool = False

@@ -47,6 +47,7 @@ first-event check). :class:`Evaluator` inherits the last four as mixins.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Collection
 from typing import Any
 
@@ -82,6 +83,7 @@ from analysis.driver.files import (  # noqa: F401  (re-exported)
 )
 from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-exported)
 from analysis.errors import InputError
+from analysis.pipeline.backend import Backend
 from analysis.pipeline.bounds import check_sizes
 from analysis.pipeline.kernel import chunk_state, grid_state
 from analysis.pipeline.layout import ChunkColumns
@@ -99,6 +101,9 @@ __all__ = [
     "resolve_skhep",
     "worker_threads_env",
 ]
+
+
+_log = logging.getLogger("analysis.driver.runner")
 
 
 def empty_columns(plan: Plan) -> ChunkColumns:
@@ -128,11 +133,22 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         status: bool = False,
         skip_bad_files: bool | None = None,
         cache: bool | ColumnCache | None = None,
+        backend: str | None = None,
+        device: str | None = None,
     ) -> None:
         """``cache``: ``None`` follows the config's ``cache``; ``False`` reads the files on
         every pass; a :class:`~analysis.data.cache.ColumnCache` is used (and not closed) as
-        it is, e.g. shared by several evaluators of the same files."""
+        it is, e.g. shared by several evaluators of the same files. ``backend`` and
+        ``device`` override the config's ``engine`` (:class:`analysis.pipeline.backend.Backend`);
+        a device JAX does not see is one line (:class:`InputError`) here, before any pass."""
         self.config = config
+        try:
+            self.backend = Backend(backend or config.engine.backend,
+                                   device or config.engine.device)
+            self.backend.check_device()
+        except ValueError as err:
+            raise InputError(f"{config.source}: engine: {err}") from None
+        _log.debug("%s", self.backend.describe())
         self.plan = build_plan(config)
         self._plans: dict[frozenset, Plan] = {}
         ex = config.executor
@@ -209,7 +225,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         theta, w = self.theta_and_widths(params, widths)
         plan = self.plan if observables is None else self._plan_with(observables)
         proc = DiffProcessor(
-            plan, theta, w, self.weight_branches, order=order, unit_weights=unit_weights
+            plan, theta, w, self.weight_branches, order=order, unit_weights=unit_weights,
+            backend=self.backend,
         )
         return self.process(proc, lambda: empty_state(plan, theta, w, order), chunks=chunks)
 
@@ -237,7 +254,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
 
         theta, w = self.theta_and_widths(params, widths)
         proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
-                             payloads=payloads)
+                             payloads=payloads, backend=self.backend)
         return self.process(proc, self._empty_pullback(theta, w, ()), chunks=chunks)
 
     def _empty_pullback(self, theta: np.ndarray, w: np.ndarray, rows: tuple[int, ...]):
@@ -271,7 +288,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
 
         theta, w = self.theta_and_widths(params, widths)
         proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
-                             yield_gradients=dict(rows) if rows else True)
+                             yield_gradients=dict(rows) if rows else True,
+                             backend=self.backend)
         return self.process(proc, self._empty_pullback(theta, w, (2,)), chunks=chunks)
 
     def process(self, proc, empty: Any, *, chunks: list | None = None) -> dict[str, Any]:
@@ -409,7 +427,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             theta, w = self.theta_and_widths(spec.get("params"), spec.get("widths"))
             filled.append((spec["index"], spec["bins"], spec["low"], spec["high"], theta, w))
         theta0, w0 = self.theta_and_widths()
-        proc = DiffProcessor(self.plan, theta0, w0, self.weight_branches, histograms=tuple(filled))
+        proc = DiffProcessor(self.plan, theta0, w0, self.weight_branches, histograms=tuple(filled),
+                             backend=self.backend)
 
         def empty():
             def label(i):
@@ -429,7 +448,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         thetas = np.asarray(thetas, dtype=np.float64)
         check_sizes(self.config, self.plan, events=self.largest_chunk, grid_points=len(thetas))
         zeros = np.zeros(self.plan.n_widths)
-        proc = DiffProcessor(self.plan, thetas, zeros, self.weight_branches, order=0, grid=True)
+        proc = DiffProcessor(self.plan, thetas, zeros, self.weight_branches, order=0, grid=True,
+                             backend=self.backend)
         return self.process(
             proc, lambda: grid_state(empty_columns(self.plan), self.plan, thetas, zeros)
         )

@@ -36,6 +36,7 @@ import numpy as np
 from analysis.errors import DiffcoffeaError
 from analysis.optimize.objectives import PythonTerm
 from analysis.pipeline import fastreverse
+from analysis.pipeline.backend import Backend
 from analysis.pipeline.results import DatasetState
 from analysis.stats.derive import Derived
 from analysis.stats.pullback import prune, pullback_payload
@@ -75,6 +76,7 @@ def reverse_objective(
     ``"states"``: the first pass's ``{dataset: DatasetState}`` (values only)."""
     plan = evaluator.plan
     one = (hasattr(evaluator, "run_yield_gradients") and objective.__dict__.get("_one_pass", True)
+           and getattr(evaluator, "backend", Backend()).numba_allowed  # one pass: numba only
            and fastreverse.why_not(plan, evaluator.theta_and_widths(params, widths)[0]) is None)
     rows = objective.__dict__.get("_yield_rows")  # what the last step's cotangent read
     if one:

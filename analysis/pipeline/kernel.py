@@ -60,10 +60,12 @@ def _entries(theta, widths, arrays, plan: Plan, shapes: Shapes, index: int):
     return setkernel.observable_entries(theta, widths, arrays, plan, shapes, index)
 
 
-def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int):
+def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int, *,
+                       engine: str = "auto"):
     """Values and soft weights of observable ``index`` in one chunk (numpy; for histograms):
-    from the numba kernel where it serves the plan (value only), else the JAX kernel."""
-    if fastkernel.why_not(plan, 0, theta) is None:
+    from the numba kernel where it serves the plan (value only), else the JAX kernel
+    (``engine="jax"``: always the JAX kernel)."""
+    if engine != "jax" and fastkernel.why_not(plan, 0, theta) is None:
         x, w = fastkernel.observable_entries(cols, plan, theta, widths, index)
         keep = w != 0  # fully rejected entries
         return x[keep], w[keep]

@@ -1,0 +1,100 @@
+"""Which backend computes a pass, and on which device: the one place that chooses.
+
+A :class:`Backend` is the user's choice (YAML ``engine: {backend, device}``,
+``--backend`` on the command line, ``backend=`` / ``device=`` keywords in Python):
+
+- ``backend="auto"`` (default): the numba kernels where they serve the plan, the JAX
+  kernel (the reference) for the rest (:func:`analysis.pipeline.kernel.chunk_state`);
+- ``backend="numba"``: the numba kernels only; a plan they do not serve is an error;
+- ``backend="jax"``: the JAX kernel for every pass, on ``device``;
+- ``device="cpu"`` (default) or ``"gpu"``: where the JAX kernel runs. The numba
+  kernels run on the CPU only, so ``device="gpu"`` runs the JAX kernel (``auto``
+  means ``jax`` there) and ``numba`` with ``gpu`` is refused.
+
+Both backends compute the same states and derivatives (tests compare them to 1e-12).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["BACKENDS", "DEVICES", "Backend"]
+
+BACKENDS = ("auto", "numba", "jax")
+DEVICES = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A backend and a device (validated; see the module docstring).
+
+    Parameters
+    ----------
+    name
+        ``"auto"``, ``"numba"`` or ``"jax"``.
+    device
+        ``"cpu"`` or ``"gpu"`` (the JAX kernel's device).
+    """
+
+    name: Literal["auto", "numba", "jax"] = "auto"
+    device: Literal["cpu", "gpu"] = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.name not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.name!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.name == "numba" and self.device == "gpu":
+            raise ValueError("backend 'numba' runs on the CPU only; use backend 'jax' "
+                             "(or 'auto') with device 'gpu'")
+
+    @property
+    def engine(self) -> str:
+        """What :func:`analysis.pipeline.kernel.chunk_state` is asked for:
+        ``"auto"``, ``"numba"`` or ``"jax"`` (always ``"jax"`` on a GPU)."""
+        return "jax" if self.device == "gpu" else self.name
+
+    @property
+    def numba_allowed(self) -> bool:
+        """Whether a pass may run the numba kernels (reverse mode's one-pass yield
+        gradients are numba-only)."""
+        return self.engine != "jax"
+
+    def describe(self) -> str:
+        """One line for ``--debug``: which backend runs the passes, and why."""
+        if self.engine == "jax":
+            why = "asked for" if self.name == "jax" else "device gpu"
+            return f"backend jax on {self.device} ({why})"
+        if self.name == "numba":
+            return "backend numba on cpu (asked for; a plan it does not serve is an error)"
+        return "backend auto: numba where it serves the plan, jax (cpu) for the rest"
+
+    def check_device(self) -> None:
+        """Raise ``ValueError`` (one line) when JAX sees no device of this kind."""
+        self.jax_device()
+
+    def jax_device(self):
+        """The JAX device the JAX kernel runs on."""
+        import jax
+
+        try:
+            devices = jax.devices(self.device)
+        except RuntimeError:
+            devices = []
+        if not devices:
+            seen = ", ".join(sorted({d.platform for d in jax.devices()}))
+            raise ValueError(f"device '{self.device}' asked for, but JAX sees none on this "
+                             f"machine (it sees: {seen}); install a JAX build for it or use "
+                             "device 'cpu'")
+        return devices[0]
+
+    @contextlib.contextmanager
+    def placed(self) -> Iterator[None]:
+        """Run the JAX computations inside on :meth:`jax_device` (the default device)."""
+        import jax
+
+        with jax.default_device(self.jax_device()):
+            yield

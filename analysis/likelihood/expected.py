@@ -58,8 +58,8 @@ def nuisance_names(tmpl: Mapping[str, Any], model: Model) -> tuple[str, ...]:
     Parameters
     ----------
     tmpl : Mapping[str, Any]
-        The template pytree of :func:`templates` ``{channel: {dataset: {"nominal": ...,
-        "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
     model : Model
         The model the templates were made for.
 
@@ -86,8 +86,8 @@ def mc_stat_widths(tmpl: Mapping[str, Any], model: Model) -> dict[str, Any]:
     Parameters
     ----------
     tmpl : Mapping[str, Any]
-        The template pytree of :func:`templates` ``{channel: {dataset: {"nominal": ...,
-        "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
     model : Model
         The model the templates were made for.
 
@@ -137,8 +137,8 @@ def expected(tmpl: Mapping[str, Any], model: Model, mu: Any, theta: Any) -> dict
     Parameters
     ----------
     tmpl : Mapping[str, Any]
-        The template pytree of :func:`templates` ``{channel: {dataset: {"nominal": ...,
-        "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
     model : Model
         The model the templates were made for.
     mu : float or JAX scalar
@@ -195,8 +195,8 @@ def asimov(tmpl: Mapping[str, Any], model: Model) -> dict[str, Any]:
     Parameters
     ----------
     tmpl : Mapping[str, Any]
-        The template pytree of :func:`templates` ``{channel: {dataset: {"nominal": ...,
-        "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
     model : Model
         The model the templates were made for.
 
@@ -219,8 +219,8 @@ def nll(tmpl: Mapping[str, Any], model: Model, data: Mapping[str, Any], mu: Any,
     Parameters
     ----------
     tmpl : Mapping[str, Any]
-        The template pytree of :func:`templates` ``{channel: {dataset: {"nominal": ...,
-        "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
     model : Model
         The model the templates were made for.
     data : Mapping[str, array]

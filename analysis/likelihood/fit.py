@@ -180,7 +180,7 @@ def raise_for_fit(fit: FitResult, *, step: str) -> None:
     fit : FitResult
         A fit with concrete values (not under ``jax.jit``).
     step : str
-        Keyword-only. The name of the fit in the message (e.g. ``"mu = 0"``).
+        Keyword-only. The name of the fit in the message (e.g. ``"step 0"``).
 
     Returns
     -------

@@ -126,11 +126,11 @@ def differentiable(
     Parameters
     ----------
     run : callable
-        ``run(theta)``: the merged :class:`Derived` (forward mode, ``theta`` the
+        ``run(theta)`` returns one merged :class:`Derived` (forward mode, ``theta`` the
         parameters with numpy leaves) or the merged :class:`Derived` / :class:`Pullback`
         of a pass (reverse mode, ``theta`` a :class:`PassTheta`), typically from a coffea
-        ``Runner`` call; with a processor's output ``{dataset: Derived}``, :func:`join`
-        them.
+        ``Runner`` call (:func:`join` makes one :class:`Derived` of a processor's
+        ``{dataset: Derived}``).
     mode : str, optional
         Keyword-only. ``"auto"`` (default), ``"forward"`` or ``"reverse"``; anything else
         raises ``ValueError``.

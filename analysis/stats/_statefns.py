@@ -149,6 +149,9 @@ class LinearFit(NamedTuple):
     A NamedTuple (so a JAX pytree: works with ``jacfwd``/``jacrev``/``vmap``) that
     also allows ``fit["slope"]`` like awkward's record.
 
+    Every field is NaN where the fit is undefined (zero total weight, empty input, or
+    all x equal).
+
     Parameters
     ----------
     intercept : jax.Array
@@ -159,9 +162,6 @@ class LinearFit(NamedTuple):
         ``sqrt((Cxx + W mu_x**2) / (W Cxx))``.
     slope_error : jax.Array
         ``sqrt(1 / Cxx)``.
-
-    Every field is NaN where the fit is undefined (zero total weight, empty input, or
-    all x equal).
     """
 
     intercept: Array

@@ -195,7 +195,7 @@ def join(parts: Mapping[str, Derived]) -> Derived:
     Derived
         ``value = {key: parts[key].value}``, ``jac`` and ``hess`` likewise, with the
         parts' ``names``. Raises ``ValueError`` for differing names or orders,
-    ``TypeError`` for an empty mapping or a part that is not a :class:`Derived`.
+        ``TypeError`` for an empty mapping or a part that is not a :class:`Derived`.
     """
     if not isinstance(parts, Mapping) or not parts:
         raise TypeError(f"stats.join: expected a non-empty dict of Derived, found {parts!r}")

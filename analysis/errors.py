@@ -33,7 +33,13 @@ class InputError(DiffcoffeaError):
 class LikelihoodError(DiffcoffeaError):
     """A model or its templates are unusable: one line naming the channel, sample or bin
     (raised by :mod:`analysis.likelihood`, which re-exports it; defined here so that
-    catching it does not load the likelihood's solvers)."""
+    catching it does not load the likelihood's solvers).
+
+    Parameters
+    ----------
+    message : str
+        One line naming the channel, sample or bin and what was expected.
+    """
 
 
 class DiffcoffeaWarning(UserWarning):

@@ -67,6 +67,24 @@ def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
     Returns float64: a :class:`~analysis.stats.Jagged` for lists (usable as a
     ``weight`` of :mod:`analysis.stats` functions and by :func:`count_at_least`),
     otherwise a JAX array of ``x``'s length. Empty input gives empty output.
+
+    Parameters
+    ----------
+    x : awkward Array, Jagged, or 1-D numpy or JAX array
+        The values cut on (flat or one level of lists; upcast to float64).
+    op : str
+        One of ``">"``, ``">="``, ``"<"``, ``"<="`` (else ``ValueError``).
+    threshold : float or JAX scalar
+        The cut value (differentiable).
+    width : float or JAX scalar
+        The sigmoid's scale, in the units of ``x``: finite and ``>= 0``; 0 is the hard
+        cut.
+
+    Returns
+    -------
+    Jagged or jax.Array
+        The float64 pass probability of every value: a :class:`~analysis.stats.Jagged`
+        with ``x``'s lists, else a JAX array of ``x``'s length; empty for empty input.
     """
     if op not in _OPS:
         raise ValueError(f"soft_cut: op: expected one of {', '.join(_OPS)}, found {op!r}")
@@ -95,6 +113,28 @@ def count_at_least(p: Any, n: Any, width: Any = 0.0, *, cap: int | None = None) 
     exceed ``n``, and defaults to ``floor(n) + 1`` when ``n`` is a concrete number.
     Returns a float64 JAX array with one probability per list; lists with no
     objects give 1 for ``n <= 0`` and 0 otherwise. Exact with hard 0/1 ``p``.
+
+    For ``K`` the number of passing objects of a list (a sum of independent Bernoulli
+    variables of probabilities ``p_i``), the result is ``P(K >= n)``, computed by the
+    exact recursion over the objects of the count distribution (up to ``cap``).
+
+    Parameters
+    ----------
+    p : Jagged or awkward Array
+        The objects' pass probabilities, one list per event (the offsets must be
+        concrete).
+    n : float, int or JAX scalar
+        The required count (may be real and traced; then give ``cap``).
+    width : float or JAX scalar, optional
+        Scale of the smoothed step between integer counts (default 0: ``n`` rounded).
+    cap : int or None, optional
+        Keyword-only. The largest count tracked, above ``n`` (default ``floor(n) + 1``
+        for a concrete ``n``).
+
+    Returns
+    -------
+    jax.Array
+        float64 ``(num_lists,)``: ``P(K >= n)`` per list; empty for no lists.
     """
     values, offsets = _as_input(p, "count_at_least: p")
     if offsets is None:

@@ -54,6 +54,22 @@ def load_chunk(
     (and ``filename``, ``entrystart``, ``entrystop``) as coffea's runner sets them: what
     :func:`assert_chunk_invariance` and a processor's ``process`` expect. A file of
     scikit-hep-testdata: ``skhep_testdata.data_path("nanoAOD_2015_CMS_Open_Data_ttbar.root")``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The NanoAOD ROOT file.
+    dataset : str, optional
+        Keyword-only. ``events.metadata["dataset"]`` (default ``"test"``).
+    treename : str, optional
+        Keyword-only. The tree (default ``"Events"``).
+    entry_start, entry_stop : int or None, optional
+        Keyword-only. The entry range (default: the whole tree).
+
+    Returns
+    -------
+    NanoEventsArray
+        The events, eager, with the metadata set; an empty range gives zero events.
     """
     import warnings
 
@@ -93,7 +109,20 @@ def _stat_functions(state: Any) -> Iterator[tuple[str, Callable[[Any], Any]]]:
 def statistics_of(value: Any) -> dict[str, Callable[[Any], Any]]:
     """``{label: g}``: every statistic of a states pytree as a scalar function ``g`` of
     the pytree: mean, var, std, skew, kurtosis of each ``Moments``; covar, corr and the
-    linear-fit fields of each ``CoMoments``; every element of each sum."""
+    linear-fit fields of each ``CoMoments``; every element of each sum.
+
+    Parameters
+    ----------
+    value : pytree
+        States (:class:`~analysis.stats.Moments`, :class:`~analysis.stats.CoMoments`)
+        and sums, e.g. a :class:`~analysis.stats.Derived`'s ``value``.
+
+    Returns
+    -------
+    dict of str to callable
+        ``{label: g}``, the label the pytree path and the statistic (``"['ht'].mean"``,
+        ``"['n'][0]"``); ``g(tree)`` is a float64 JAX scalar. Empty for an empty pytree.
+    """
     out: dict[str, Callable[[Any], Any]] = {}
     paths, _ = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_state)
     for path, leaf in paths:
@@ -153,6 +182,25 @@ def assert_chunk_gradients(
     must have finite gradients. Then ``jax.test_util.check_grads`` (forward and
     reverse mode, order 1, step ``eps``) on each defined statistic of ``fn``.
     Raises ``AssertionError`` naming the statistic and the parameter.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(theta) -> states``, the function passed to :func:`~analysis.stats.derive`
+        (one chunk's arrays closed over).
+    theta : Mapping[str, float]
+        The parameter values the gradients are checked at.
+    rtol : float, optional
+        Keyword-only. Relative tolerance (default ``1e-5``).
+    eps : float, optional
+        Keyword-only. Relative finite-difference step (default ``1e-6``).
+    check_grads : bool, optional
+        Keyword-only. Also run ``jax.test_util.check_grads`` (default True).
+
+    Returns
+    -------
+    None
+        Returns when every check passes; raises ``AssertionError`` otherwise.
     """
     d = derive(fn, theta, order=1)
     names = d.names
@@ -215,7 +263,23 @@ def assert_derived_close(
 ) -> None:
     """Every statistic of ``got`` (see :func:`statistics_of`) and its gradient equal
     ``want``'s to ``rtol`` relative to the largest of the statistic's value and
-    gradients (at least 1 for skew, kurtosis and corr); NaN matches NaN."""
+    gradients (at least 1 for skew, kurtosis and corr); NaN matches NaN.
+
+    Parameters
+    ----------
+    want, got : Derived
+        The reference and the result compared with it (same parameter names).
+    rtol : float, optional
+        Keyword-only. Relative tolerance (default ``1e-10``).
+    label : str, optional
+        Keyword-only. Prefix of the error message (default ``""``).
+
+    Returns
+    -------
+    None
+        Returns when they match; raises ``AssertionError`` naming the statistic, the
+        value or derivative and the relative difference otherwise.
+    """
     _compare(label, want, got, rtol, "")
 
 
@@ -260,6 +324,25 @@ def assert_chunk_invariance(
     ``coffea.processor.accumulate``; every statistic (see :func:`statistics_of`) and
     its gradient must match the whole chunk's to ``rtol`` relative to the largest of
     its value and gradients (1 for skew, kurtosis and corr).
+
+    Parameters
+    ----------
+    processor : coffea.processor.ProcessorABC
+        The processor under test.
+    events : NanoEventsArray
+        One chunk (e.g. from :func:`load_chunk`).
+    splits : sequence of int, optional
+        Keyword-only. The numbers of pieces to try (default ``(2, 3)``).
+    empty : bool, optional
+        Keyword-only. Add an empty piece first (default True).
+    rtol : float, optional
+        Keyword-only. Relative tolerance (default ``1e-10``).
+
+    Returns
+    -------
+    None
+        Returns when every split matches; raises ``AssertionError`` naming the split,
+        the output, the statistic and the relative difference otherwise.
     """
     from coffea import processor as coffea_processor
 

@@ -51,9 +51,51 @@ class DiffProcessor(processor.ProcessorABC):
     the worker: see :func:`analysis.data.cache.keep_columns`); :meth:`evaluate` is what a
     cached chunk goes through. With ``unit_weights=True`` every event weighs 1 (the
     columns' weights are ignored, cached or not): at width 0 the selected sum of
-    weights is then the number of events passing the hard cuts. ``backend``: which
-    kernels compute the chunk and on which device (:class:`analysis.pipeline.backend.Backend`;
-    default: numba where it serves the plan, JAX on the CPU for the rest).
+    weights is then the number of events passing the hard cuts.
+
+    Parameters
+    ----------
+    plan : analysis.pipeline.plan.Plan
+        The validated analysis plan (objects, cuts, observables, parameters).
+    theta : numpy.ndarray
+        The parameter values, float64 ``(n_params,)`` (``(G, n_params)`` with ``grid``).
+    widths : numpy.ndarray
+        The soft-cut widths, float64, aligned with ``theta`` (0: hard cut).
+    weight_branches : dict of str to str or None
+        Each dataset's event-weight branch (None: unit weights).
+    order : int, optional
+        Keyword-only. 0 (values), 1 (Jacobians, default) or 2 (and Hessians).
+    histogram : tuple or None, optional
+        Keyword-only. ``(index, bins, low, high)``: fill one ``hist.Hist`` per dataset
+        instead of states (default None).
+    histograms : tuple or None, optional
+        Keyword-only. ``((index, bins, low, high, theta, widths), ...)``: several
+        histograms in one pass (default None).
+    grid : bool, optional
+        Keyword-only. ``theta`` is a grid of G points; states without derivatives
+        (default False).
+    keep_columns : bool, optional
+        Keyword-only. Return the chunk's columns for the column cache too (default False).
+    unit_weights : bool, optional
+        Keyword-only. Every event weighs 1 (default False).
+    payloads : dict or None, optional
+        Keyword-only. Reverse mode's second pass: ``{dataset: payload}``
+        (:mod:`analysis.pipeline.reverse`); each chunk then returns its pullback
+        (default None).
+    yield_gradients : bool or dict, optional
+        Keyword-only. Return the values with the yields' gradients
+        (:func:`analysis.pipeline.fastreverse.chunk_yield_gradients`); a dict
+        ``{dataset: (yield, sumw2)}`` names the rows to compute (default False).
+    backend : analysis.pipeline.backend.Backend or None, optional
+        Keyword-only. Which kernels compute the chunk and on which device (default:
+        numba where it serves the plan, JAX on the CPU for the rest).
+
+    Notes
+    -----
+    :meth:`process` returns ``{dataset: DatasetState}`` (float64 states, with their
+    Jacobian and Hessian up to ``order``), or the histograms, grid states or pullbacks
+    named above; coffea adds the chunks' outputs with ``processor.accumulate``. A chunk
+    of zero events gives empty states (zero sums), the merge's neutral element.
     """
 
     def __init__(
@@ -98,6 +140,7 @@ class DiffProcessor(processor.ProcessorABC):
 
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
+        """``{dataset: output}`` of one chunk of NanoEvents (see the class docstring)."""
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"
         weight_branch = self.weight_branches.get(dataset)
@@ -176,6 +219,7 @@ class DiffProcessor(processor.ProcessorABC):
         return h
 
     def postprocess(self, accumulator):
+        """The merged output, unchanged."""
         return accumulator
 
 

@@ -51,6 +51,29 @@ class DimuonProcessor(processor.ProcessorABC):
     ``theta``: cut values (default :data:`DEFAULT_THETA`; missing keys take the
     default); ``widths``: soft-cut widths (default :data:`DEFAULT_WIDTHS`, 0 = hard);
     ``window``: the mass window in GeV; ``order``: 1 for gradients, 2 for Hessians.
+
+    Parameters
+    ----------
+    theta : Mapping[str, float], PassTheta or None, optional
+        Cut values ``mu_pt_min`` (GeV), ``mu_abs_eta_max`` and ``mu_iso_max``; None
+        (default) or missing keys take :data:`DEFAULT_THETA`. A
+        :class:`~analysis.stats.PassTheta` (reverse mode of
+        :func:`~analysis.stats.differentiable`) is kept as it is.
+    widths : Mapping[str, float] or None, optional
+        Keyword-only. Soft-cut widths by parameter name (default :data:`DEFAULT_WIDTHS`).
+    window : tuple of float, optional
+        Keyword-only. ``(low, high)`` of the opposite-charge dimuon mass in GeV (default
+        ``(60.0, 120.0)``).
+    order : int, optional
+        Keyword-only. 0 (values), 1 (gradients, default) or 2 (and Hessians).
+
+    Notes
+    -----
+    :meth:`process` returns ``{dataset: stats.Derived}`` with ``"mass"``, the
+    :class:`~analysis.stats.Moments` of the pairs' mass weighted by the product of the
+    two muons' pass probabilities, and ``"pairs"``, the sum of those weights (float64),
+    derived with respect to ``theta``. A chunk without pairs gives a ``W = 0`` state and
+    a zero sum (the merge's neutral element).
     """
 
     def __init__(
@@ -71,6 +94,7 @@ class DimuonProcessor(processor.ProcessorABC):
         self.order = order
 
     def process(self, events):
+        """``{dataset: stats.derive(chunk_function(events), theta, order=order)}``."""
         fn = self.chunk_function(events)
         return {events.metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
 
@@ -106,4 +130,5 @@ class DimuonProcessor(processor.ProcessorABC):
         return fn
 
     def postprocess(self, accumulator):
+        """The merged output, unchanged."""
         return accumulator

@@ -49,6 +49,26 @@ class JetMomentsProcessor(processor.ProcessorABC):
     default); ``widths``: soft-cut widths in the same units (default
     :data:`DEFAULT_WIDTHS`, 0 = hard cut); ``min_jets``: jets required per event;
     ``order``: 1 for gradients, 2 to add Hessians.
+
+    Parameters
+    ----------
+    theta : Mapping[str, float], PassTheta or None, optional
+        Cut values ``jet_pt_min`` (GeV) and ``jet_abs_eta_max``; None (default) or missing
+        keys take :data:`DEFAULT_THETA`. A :class:`~analysis.stats.PassTheta` (reverse
+        mode of :func:`~analysis.stats.differentiable`) is kept as it is.
+    widths : Mapping[str, float] or None, optional
+        Keyword-only. Soft-cut widths by parameter name (default :data:`DEFAULT_WIDTHS`).
+    min_jets : int, optional
+        Keyword-only. Jets required per event (default 2).
+    order : int, optional
+        Keyword-only. 0 (values), 1 (gradients, default) or 2 (and Hessians).
+
+    Notes
+    -----
+    :meth:`process` returns ``{dataset: stats.Derived}`` with the states ``"jet_pt"``,
+    ``"ht"`` (:class:`~analysis.stats.Moments`), ``"selected"`` and ``"events"`` (float64
+    sums) of the module docstring, derived with respect to ``theta``. A chunk of zero
+    events gives ``W = 0`` states and zero sums (the merge's neutral element).
     """
 
     def __init__(
@@ -69,6 +89,7 @@ class JetMomentsProcessor(processor.ProcessorABC):
         self.order = order
 
     def process(self, events):
+        """``{dataset: stats.derive(chunk_function(events), theta, order=order)}``."""
         fn = self.chunk_function(events)
         return {events.metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
 
@@ -101,4 +122,5 @@ class JetMomentsProcessor(processor.ProcessorABC):
         return fn
 
     def postprocess(self, accumulator):
+        """The merged output, unchanged."""
         return accumulator

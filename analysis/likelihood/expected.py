@@ -53,7 +53,23 @@ def _nbins(tmpl: Mapping[str, Any], channel: str) -> int:
 
 
 def nuisance_names(tmpl: Mapping[str, Any], model: Model) -> tuple[str, ...]:
-    """Names of the entries of ``theta``: normalisations, shapes, then ``mc_stat_CH[i]``."""
+    """Names of the entries of ``theta``: normalisations, shapes, then ``mc_stat_CH[i]``.
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+    model : Model
+        The model the templates were made for.
+
+    Returns
+    -------
+    tuple of str
+        The normalisations' names, the shape systematics' names (sorted), then
+        ``mc_stat_CH[i]`` per channel ``CH`` and bin ``i`` (with ``mc_stat``); empty
+        without nuisances.
+    """
     names = list(model.norm_names) + list(model.shape_names)
     if model.mc_stat:
         for c in model.channels:
@@ -62,7 +78,24 @@ def nuisance_names(tmpl: Mapping[str, Any], model: Model) -> tuple[str, ...]:
 
 
 def mc_stat_widths(tmpl: Mapping[str, Any], model: Model) -> dict[str, Any]:
-    """``{channel: sigma_b}``: relative MC-statistics width per bin, 0 for empty bins."""
+    """``{channel: sigma_b}``: relative MC-statistics width per bin, 0 for empty bins.
+
+    The formula: ``sigma_cb = sqrt(sum_s sumw2_sb) / sum_s sumw_sb`` over the channel's
+    samples ``s``.
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+    model : Model
+        The model the templates were made for.
+
+    Returns
+    -------
+    dict of str to jax.Array
+        ``{channel: sigma}``, float64 ``(nbins,)``.
+    """
     out = {}
     for c in model.channels:
         samples = tmpl[c.name].values()
@@ -97,7 +130,27 @@ def expected(tmpl: Mapping[str, Any], model: Model, mu: Any, theta: Any) -> dict
     """``{channel: lambda}`` (float64, ``(nbins,)``) at signal strength ``mu`` and
     nuisances ``theta`` (flat, :func:`nuisance_names` order). JAX, differentiable in
     every argument but ``model``; vectorised over samples and nuisances (one evermore
-    effect per kind and channel, so compiled fits stay small)."""
+    effect per kind and channel, so compiled fits stay small).
+
+    The formula is the module docstring's ``lambda_cb``.
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+    model : Model
+        The model the templates were made for.
+    mu : float or JAX scalar
+        The signal strength.
+    theta : array
+        The nuisances, flat ``(len(nuisance_names(tmpl, model)),)``.
+
+    Returns
+    -------
+    dict of str to jax.Array
+        ``{channel: lambda}``, float64 ``(nbins,)``, at least ``model.floor``.
+    """
     theta = jnp.asarray(theta, dtype=jnp.float64)
     n_norm, n_shape = len(model.normalisations), len(model.shape_names)
     widths = mc_stat_widths(tmpl, model) if model.mc_stat else {}
@@ -137,13 +190,52 @@ def expected(tmpl: Mapping[str, Any], model: Model, mu: Any, theta: Any) -> dict
 
 
 def asimov(tmpl: Mapping[str, Any], model: Model) -> dict[str, Any]:
-    """Asimov data ``{channel: n}``: the expectation at ``mu = 1``, nominal nuisances."""
+    """Asimov data ``{channel: n}``: the expectation at ``mu = 1``, nominal nuisances.
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+    model : Model
+        The model the templates were made for.
+
+    Returns
+    -------
+    dict of str to jax.Array
+        ``{channel: n}``, float64 ``(nbins,)``: :func:`expected` at ``mu = 1``,
+        ``theta = 0``.
+    """
     n = len(nuisance_names(tmpl, model))
     return expected(tmpl, model, 1.0, jnp.zeros(n, dtype=jnp.float64))
 
 
 def nll(tmpl: Mapping[str, Any], model: Model, data: Mapping[str, Any], mu: Any, theta: Any) -> Any:
-    """Negative log-likelihood (scalar) of ``data`` ``{channel: n}`` (see module docstring)."""
+    """Negative log-likelihood (scalar) of ``data`` ``{channel: n}`` (see module docstring).
+
+    The formula: ``NLL = - sum_cb log(Pois(n_cb | lambda_cb) / Pois(n_cb | n_cb)) +
+    sum theta**2 / 2`` with ``lambda`` from :func:`expected`.
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`~analysis.likelihood.templates`, ``{channel:
+        {dataset: {"nominal": ..., "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+    model : Model
+        The model the templates were made for.
+    data : Mapping[str, array]
+        The observed counts ``{channel: n}`` (float64 ``(nbins,)``; real numbers allowed,
+        as Asimov data).
+    mu : float or JAX scalar
+        The signal strength.
+    theta : array
+        The nuisances, flat in :func:`nuisance_names` order.
+
+    Returns
+    -------
+    jax.Array
+        float64 scalar, differentiable in ``tmpl``, ``data``, ``mu`` and ``theta``.
+    """
     theta = jnp.asarray(theta, dtype=jnp.float64)
     lam = expected(tmpl, model, mu, theta)
     value = jnp.zeros((), dtype=jnp.float64)

@@ -45,7 +45,23 @@ class FitResult(NamedTuple):
     """A profile fit: fitted ``nuisances`` (flat, ``nuisance_names`` order), the ``nll``
     there, the largest ``|dNLL/dtheta|`` there (``gradient``), ``converged`` (BFGS
     succeeded, the NLL is finite and ``gradient <= GRAD_TOL``), BFGS ``steps`` and
-    optimistix's ``result`` code."""
+    optimistix's ``result`` code.
+
+    Parameters
+    ----------
+    nuisances : jax.Array
+        Fitted ``theta``, float64 ``(n_nuisances,)`` (empty without nuisances).
+    nll : jax.Array
+        float64 scalar, the NLL at ``nuisances``.
+    gradient : jax.Array
+        float64 scalar, the largest ``|dNLL/dtheta|`` there.
+    converged : jax.Array
+        bool scalar.
+    steps : jax.Array
+        int scalar, the number of BFGS steps.
+    result : jax.Array
+        int scalar, optimistix's result code (name: :func:`fit_status`).
+    """
 
     nuisances: Any
     nll: Any
@@ -67,6 +83,28 @@ def profile(
     """Minimise ``nll(tmpl, model, data, mu, theta)`` over ``theta`` (BFGS from 0, at
     most ``max_steps`` steps). JAX (jit-able). Without nuisances the "fit" is the point
     ``theta = ()``.
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`~analysis.likelihood.templates`.
+    model : Model
+        The model.
+    data : Mapping[str, array]
+        The counts ``{channel: n}`` (e.g. :func:`~analysis.likelihood.asimov`).
+    mu : float or JAX scalar
+        The fixed signal strength.
+    differentiate : bool, optional
+        Keyword-only. Derivatives of the fitted point with respect to ``tmpl``, ``data``
+        and ``mu`` by the implicit adjoint (default True); False stops them.
+    max_steps : int, optional
+        Keyword-only. The most BFGS steps (default ``MAX_STEPS``, 1000).
+
+    Returns
+    -------
+    FitResult
+        The fit, its NLL, gradient, status and steps (float64); never raises inside JAX
+        (check with :func:`raise_for_fit`).
     """
     n = len(nuisance_names(tmpl, model))
     args = (tmpl, data, mu)
@@ -114,7 +152,18 @@ def _newton(fn: Any, theta: Any, args: Any) -> Any:
 
 
 def fit_status(code: Any) -> str:
-    """optimistix's name of a result code (``"successful"``, ``"max_steps_reached"``, ...)."""
+    """optimistix's name of a result code (``"successful"``, ``"max_steps_reached"``, ...).
+
+    Parameters
+    ----------
+    code : int or array
+        ``FitResult.result`` (concrete).
+
+    Returns
+    -------
+    str
+        The name, or ``"code N"`` for an unknown code.
+    """
     code = int(np.asarray(code))
     for name, item in optx.RESULTS._name_to_item.items():
         if int(np.asarray(item._value)) == code:
@@ -124,7 +173,20 @@ def fit_status(code: Any) -> str:
 
 def raise_for_fit(fit: FitResult, *, step: str) -> None:
     """Raise :class:`FitError` (one line naming ``step`` and the status) unless ``fit``
-    (concrete values) converged."""
+    (concrete values) converged.
+
+    Parameters
+    ----------
+    fit : FitResult
+        A fit with concrete values (not under ``jax.jit``).
+    step : str
+        Keyword-only. The name of the fit in the message (e.g. ``"step 0"``).
+
+    Returns
+    -------
+    None
+        Returns if the fit converged; raises :class:`FitError` otherwise.
+    """
     if bool(np.asarray(fit.converged)):
         return
     value = float(np.asarray(fit.nll))

@@ -54,7 +54,13 @@ Templates = dict[str, dict[str, dict[str, Any]]]
 
 
 class FitError(LikelihoodError):
-    """A profile fit did not converge: one line naming the step and the fit status."""
+    """A profile fit did not converge: one line naming the step and the fit status.
+
+    Parameters
+    ----------
+    message : str
+        One line naming the step and the fit status.
+    """
 
 
 def _name(value: Any, where: str) -> str:
@@ -75,7 +81,22 @@ def _names(values: Any, where: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Normalisation:
     """lnN normalisation uncertainty: the yields of ``datasets`` times ``kappa ** theta``
-    (pyhf ``normsys`` with ``hi = kappa``, ``lo = 1 / kappa``), ``kappa > 0``."""
+    (pyhf ``normsys`` with ``hi = kappa``, ``lo = 1 / kappa``), ``kappa > 0``.
+
+    Parameters
+    ----------
+    name : str
+        The nuisance's name (non-empty; unique among the model's nuisances).
+    datasets : tuple of str
+        The datasets whose yields it scales (no repeats).
+    kappa : float
+        Finite and ``> 0``: the scale factor at ``theta = 1``.
+
+    Raises
+    ------
+    LikelihoodError
+        One line, for a bad name, dataset list or kappa.
+    """
 
     name: str
     datasets: tuple[str, ...]
@@ -98,7 +119,25 @@ class Normalisation:
 @dataclass(frozen=True)
 class Channel:
     """One channel: the state key of its histogram, its shape variations
-    ``{syst: (up_key, down_key)}`` and optionally its datasets (default: all)."""
+    ``{syst: (up_key, down_key)}`` and optionally its datasets (default: all).
+
+    Parameters
+    ----------
+    name : str
+        The channel's name (non-empty).
+    histogram : str
+        The key of the channel's nominal histogram in every dataset's states.
+    variations : Mapping[str, tuple of str] or sequence of pairs, optional
+        Shape systematics ``{syst: (up_key, down_key)}`` (default none); stored as a
+        sorted tuple of ``(syst, up_key, down_key)``.
+    datasets : tuple of str or None, optional
+        The channel's samples (default None: every dataset of the states).
+
+    Raises
+    ------
+    LikelihoodError
+        One line, for a bad name, key or variation.
+    """
 
     name: str
     histogram: str
@@ -142,6 +181,7 @@ class Channel:
 
     @property
     def shapes(self) -> tuple[str, ...]:
+        """The channel's shape systematics' names, sorted."""
         return tuple(v[0] for v in self.variations)
 
 
@@ -152,6 +192,24 @@ class Model:
     Frozen and hashable (a static argument of jitted functions). ``floor``: the
     expected count of a bin is ``max(lambda, floor)`` (documented in
     :mod:`analysis.likelihood.expected`).
+
+    Parameters
+    ----------
+    channels : tuple of Channel
+        One or more channels with distinct names.
+    signal : tuple of str
+        The signal datasets (at least one; every channel must have one), scaled by ``mu``.
+    normalisations : tuple of Normalisation, optional
+        lnN uncertainties (default none).
+    mc_stat : bool, optional
+        Add Barlow-Beeston-lite MC-statistics factors, one per bin (default True).
+    floor : float, optional
+        The smallest expected count of a bin, ``> 0`` (default ``1e-9``).
+
+    Raises
+    ------
+    LikelihoodError
+        One line, for an inconsistent model.
     """
 
     channels: tuple[Channel, ...]
@@ -202,6 +260,7 @@ class Model:
 
     @property
     def norm_names(self) -> tuple[str, ...]:
+        """Normalisation nuisances: the names of ``normalisations``, in order."""
         return tuple(n.name for n in self.normalisations)
 
     @property
@@ -235,7 +294,22 @@ def _histogram(states: Mapping[str, Any], ds: str, key: str, where: str) -> Hist
 
 
 def edges(states: Mapping[str, Any], model: Model) -> dict[str, list[float]]:
-    """``{channel: bin edges}``, checking that every template of a channel has them."""
+    """``{channel: bin edges}``, checking that every template of a channel has them.
+
+    Parameters
+    ----------
+    states : Mapping[str, Any]
+        Merged histogram states ``{dataset: {key: stats.Histogram}}`` (e.g. the ``value``
+        of a processor's ``{dataset: stats.Derived}``).
+    model : Model
+        The model: channels, signal, normalisations, MC statistics.
+
+    Returns
+    -------
+    dict of str to list of float
+        ``{channel: edges}``; :class:`LikelihoodError` names the template whose edges
+        differ or that is missing.
+    """
     out = {}
     for c in model.channels:
         ref: tuple[float, ...] | None = None
@@ -262,7 +336,23 @@ def edges(states: Mapping[str, Any], model: Model) -> dict[str, list[float]]:
 def templates(states: Mapping[str, Any], model: Model) -> Templates:
     """Template pytree ``{channel: {dataset: {"nominal": {"sumw", "sumw2"}, "variations":
     {syst: {"up", "down"}}}}}`` of the in-range bins of the states (JAX-traceable:
-    only indexing). Missing datasets or keys raise :class:`LikelihoodError` naming them."""
+    only indexing). Missing datasets or keys raise :class:`LikelihoodError` naming them.
+
+    Parameters
+    ----------
+    states : Mapping[str, Any]
+        Merged histogram states ``{dataset: {key: stats.Histogram}}`` (e.g. the ``value``
+        of a processor's ``{dataset: stats.Derived}``).
+    model : Model
+        The model: channels, signal, normalisations, MC statistics.
+
+    Returns
+    -------
+    dict
+        ``{channel: {dataset: {"nominal": {"sumw": ..., "sumw2": ...}, "variations":
+        {syst: {"up": ..., "down": ...}}}}}``, float64 arrays ``(nbins,)`` (the states'
+        leaves, so JAX tracers under ``jax.grad``).
+    """
     out: Templates = {}
     for c in model.channels:
         where = f"channel {c.name!r}"
@@ -306,7 +396,24 @@ def check_templates(
 ) -> None:
     """Refuse, in one line naming channel, dataset and bin, concrete templates with a
     non-finite value, a negative ``sumw2``, or a negative total background. Empty
-    background bins are allowed (the ``floor`` of the model applies)."""
+    background bins are allowed (the ``floor`` of the model applies).
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`templates` ``{channel: {dataset: {"nominal": ...,
+        "variations": ...}}}`` (float64 arrays ``(nbins,)``).
+    model : Model
+        The model.
+    bin_edges : Mapping[str, sequence of float] or None, optional
+        ``{channel: edges}`` (:func:`edges`) to name the bins by their ranges (default
+        None: by index).
+
+    Returns
+    -------
+    None
+        Returns if the templates are usable; raises :class:`LikelihoodError` otherwise.
+    """
 
     def bin_name(ch: str, i: int) -> str:
         if bin_edges is None:

@@ -50,7 +50,17 @@ Gradient = Literal["envelope", "implicit"]
 
 
 class Significance(NamedTuple):
-    """``z`` (expected discovery significance), ``q0`` and the ``mu = 0`` profile ``fit``."""
+    """``z`` (expected discovery significance), ``q0`` and the ``mu = 0`` profile ``fit``.
+
+    Parameters
+    ----------
+    z : jax.Array
+        float64 scalar, ``sqrt(max(q0, 0))``.
+    q0 : jax.Array
+        float64 scalar, ``2 (NLL(0, theta_hat_hat) - NLL(1, 0))``.
+    fit : FitResult
+        The ``mu = 0`` profile fit.
+    """
 
     z: Any
     q0: Any
@@ -85,7 +95,27 @@ def significance(
     max_steps: int = MAX_STEPS,
 ) -> Significance:
     """:class:`Significance` (``z``, ``q0``, the ``mu = 0`` fit of at most ``max_steps``
-    BFGS steps) of the states."""
+    BFGS steps) of the states.
+
+    Parameters
+    ----------
+    states : Mapping[str, Any]
+        Merged histogram states ``{dataset: {key: stats.Histogram}}`` (e.g. the ``value``
+        of a processor's ``{dataset: stats.Derived}``).
+    model : Model
+        The model: channels, signal, normalisations, MC statistics.
+    gradient : {"envelope", "implicit"}, optional
+        Keyword-only. How the fit is differentiated (module docstring): the envelope
+        theorem (default) or optimistix's implicit adjoint (for second derivatives).
+    max_steps : int, optional
+        Keyword-only. The most BFGS steps of the fit (an integer ``>= 1``; default 1000).
+
+    Returns
+    -------
+    Significance
+        float64 JAX scalars ``z`` and ``q0`` (``z = 0`` where ``q0 <= 0``) and the fit,
+        differentiable in the states.
+    """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"likelihood: max_steps: expected an integer >= 1, found {max_steps!r}")
     return _significance(templates(states, model), model, _check_gradient(gradient), max_steps)
@@ -100,7 +130,26 @@ def discovery_significance(
 ) -> Any:
     """Expected (Asimov) discovery significance ``Z = sqrt(q0)``: a float64 JAX scalar,
     differentiable in the states. The fit status is not checked (use
-    :func:`significance` and :func:`~analysis.likelihood.raise_for_fit` for that)."""
+    :func:`significance` and :func:`~analysis.likelihood.raise_for_fit` for that).
+
+    Parameters
+    ----------
+    states : Mapping[str, Any]
+        Merged histogram states ``{dataset: {key: stats.Histogram}}`` (e.g. the ``value``
+        of a processor's ``{dataset: stats.Derived}``).
+    model : Model
+        The model: channels, signal, normalisations, MC statistics.
+    gradient : {"envelope", "implicit"}, optional
+        Keyword-only. How the fit is differentiated (module docstring): the envelope
+        theorem (default) or optimistix's implicit adjoint (for second derivatives).
+    max_steps : int, optional
+        Keyword-only. The most BFGS steps of the fit (an integer ``>= 1``; default 1000).
+
+    Returns
+    -------
+    jax.Array
+        float64 scalar ``Z``, 0 (gradient 0) where ``q0 <= 0``.
+    """
     return significance(states, model, gradient=gradient, max_steps=max_steps).z
 
 
@@ -119,5 +168,19 @@ def _mu_uncertainty(tmpl: Any, model: Model) -> Any:
 
 def mu_uncertainty(states: Mapping[str, Any], model: Model) -> Any:
     """Expected uncertainty on ``mu`` (Asimov, every nuisance profiled): a float64 JAX
-    scalar, ``sqrt([H^-1]_{mu mu})`` (module docstring). Differentiable in the states."""
+    scalar, ``sqrt([H^-1]_{mu mu})`` (module docstring). Differentiable in the states.
+
+    Parameters
+    ----------
+    states : Mapping[str, Any]
+        Merged histogram states ``{dataset: {key: stats.Histogram}}`` (e.g. the ``value``
+        of a processor's ``{dataset: stats.Derived}``).
+    model : Model
+        The model: channels, signal, normalisations, MC statistics.
+
+    Returns
+    -------
+    jax.Array
+        float64 scalar ``sigma_mu``.
+    """
     return _mu_uncertainty(templates(states, model), model)

@@ -41,7 +41,25 @@ def results_section(
     grad: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The ``likelihood`` section (module docstring) of concrete ``states``; ``grad``:
-    ``{parameter: dZ/dparameter}`` (empty if None)."""
+    ``{parameter: dZ/dparameter}`` (empty if None).
+
+    Parameters
+    ----------
+    states : Mapping[str, Any]
+        Concrete merged histogram states ``{dataset: {key: stats.Histogram}}``.
+    model : Model
+        The model.
+    result : Significance
+        The result of :func:`~analysis.likelihood.significance` on ``states``.
+    grad : Mapping[str, float] or None, optional
+        ``{parameter: dZ/dparameter}`` (default None: empty).
+
+    Returns
+    -------
+    dict
+        Plain JSON types (float, list, dict, bool, str), the layout of the module
+        docstring.
+    """
     tmpl = templates(states, model)
     bin_edges = edges(states, model)
     channels = {}

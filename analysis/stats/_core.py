@@ -45,6 +45,23 @@ class Moments(NamedTuple):
     that merging chunks of values like ``1e6 + N(0, 1)`` does not lose the digits
     that a single rounded float64 mean would (a half-ulp error in the mean shifts
     ``M3`` by ``3 * err * M2``: 1e-8 relative on that example).
+
+    With weights ``w`` and the mean ``mu = center + dmean``: ``sumw = W = sum w``,
+    ``m2 = M2 = sum w (x - mu)**2``, ``m3 = sum w (x - mu)**3``, ``m4 = sum w (x - mu)**4``
+    (corrected two-pass; made by :func:`~analysis.stats.moments`, merged by
+    :func:`~analysis.stats.merge`). ``W = 0`` is the empty state, a neutral element of the
+    merge (its mean is NaN in the statistics).
+
+    Parameters
+    ----------
+    sumw : jax.Array
+        Total weight ``W`` (float64; scalar or one entry per list, as every field).
+    center : jax.Array
+        A constant close to the mean (no gradient).
+    dmean : jax.Array
+        The mean minus ``center`` (differentiable).
+    m2, m3, m4 : jax.Array
+        Centred sums ``sum w (x - mu)**k`` for ``k = 2, 3, 4``.
     """
 
     sumw: Array
@@ -56,11 +73,30 @@ class Moments(NamedTuple):
 
     @property
     def mean(self) -> Array:
+        """The weighted mean ``center + dmean``."""
         return self.center + self.dmean
 
 
 class CoMoments(NamedTuple):
-    """Centred weighted co-moment sums of two variables (means split as in :class:`Moments`)."""
+    """Centred weighted co-moment sums of two variables (means split as in :class:`Moments`).
+
+    With weights ``w`` and means ``mu_x = center_x + dmean_x``, ``mu_y = center_y +
+    dmean_y``: ``sumw = W = sum w``, ``cxx = sum w (x - mu_x)**2``, ``cyy = sum w (y -
+    mu_y)**2``, ``cxy = sum w (x - mu_x)(y - mu_y)`` (corrected two-pass; made by
+    :func:`~analysis.stats.comoments`, merged by :func:`~analysis.stats.merge`). ``W = 0``
+    is the empty state, a neutral element of the merge.
+
+    Parameters
+    ----------
+    sumw : jax.Array
+        Total weight ``W`` (float64; scalar or one entry per list, as every field).
+    center_x, center_y : jax.Array
+        Constants close to the means of x and y (no gradient).
+    dmean_x, dmean_y : jax.Array
+        The means minus their centres (differentiable).
+    cxx, cyy, cxy : jax.Array
+        Centred sums of squares and cross products.
+    """
 
     sumw: Array
     center_x: Array
@@ -73,10 +109,12 @@ class CoMoments(NamedTuple):
 
     @property
     def mean_x(self) -> Array:
+        """The weighted mean of x, ``center_x + dmean_x``."""
         return self.center_x + self.dmean_x
 
     @property
     def mean_y(self) -> Array:
+        """The weighted mean of y, ``center_y + dmean_y``."""
         return self.center_y + self.dmean_y
 
 

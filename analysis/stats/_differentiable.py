@@ -122,6 +122,25 @@ def differentiable(
     output structure: call ``f`` once outside ``jit`` first, otherwise a ``ValueError``
     says so. ``f.passes()`` counts the calls of ``run``; ``f.mode_for(theta)`` says
     which mode ``theta`` gets.
+
+    Parameters
+    ----------
+    run : callable
+        ``run(theta)`` returns one merged :class:`Derived` (forward mode, ``theta`` the
+        parameters with numpy leaves) or the merged :class:`Derived` / :class:`Pullback`
+        of a pass (reverse mode, ``theta`` a :class:`PassTheta`), typically from a coffea
+        ``Runner`` call (:func:`join` makes one :class:`Derived` of a processor's
+        ``{dataset: Derived}``).
+    mode : str, optional
+        Keyword-only. ``"auto"`` (default), ``"forward"`` or ``"reverse"``; anything else
+        raises ``ValueError``.
+
+    Returns
+    -------
+    callable
+        ``f(theta)``: the merged ``value`` pytree as float64 JAX arrays, differentiable
+        by ``jax.grad`` / ``jax.value_and_grad`` (and ``jax.hessian`` in forward mode),
+        with the methods ``f.passes()`` and ``f.mode_for(theta)``.
     """
     choose_mode(1, mode)  # checks mode
     memo: dict[str, Any] = {"passes": 0}

@@ -148,6 +148,20 @@ class LinearFit(NamedTuple):
 
     A NamedTuple (so a JAX pytree: works with ``jacfwd``/``jacrev``/``vmap``) that
     also allows ``fit["slope"]`` like awkward's record.
+
+    Every field is NaN where the fit is undefined (zero total weight, empty input, or
+    all x equal).
+
+    Parameters
+    ----------
+    intercept : jax.Array
+        ``mu_y - slope mu_x`` (float64, scalar or one per group, as every field).
+    slope : jax.Array
+        ``Cxy / Cxx``.
+    intercept_error : jax.Array
+        ``sqrt((Cxx + W mu_x**2) / (W Cxx))``.
+    slope_error : jax.Array
+        ``sqrt(1 / Cxx)``.
     """
 
     intercept: Array

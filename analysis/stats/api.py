@@ -170,6 +170,39 @@ def mean(
 
     float64: a scalar for ``axis=None``, else one value per group; NaN where the total
     weight is zero (empty group), with zero gradient (None with ``mask_identity``).
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, Jagged, or Moments
+        The data: any input of :mod:`analysis.stats.api` (values are upcast to float64),
+        or a :class:`Moments` state from :func:`moments` (then ``weight`` and ``axis``
+        must be None).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The weighted mean per group: a ``np.float64`` (or None) for ``axis=None`` on awkward
+        inputs, else an awkward Array of float64 for awkward inputs; a float64 JAX array for
+        numpy, JAX and :class:`Jagged` inputs and for states. Empty input (or an empty
+        group) gives NaN with a zero gradient (None with ``mask_identity=True``).
     """
     opts = _options("mean", keepdims, mask_identity, highlevel, behavior, attrs)
     return _run1("mean", x, weight, axis, opts)
@@ -191,6 +224,42 @@ def var(
 
     float64; NaN where ``sum w - ddof == 0`` (e.g. empty input, or one element with
     ``ddof=1``) or ``sum w <= ddof``, with zero gradient.
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, Jagged, or Moments
+        The data: any input of :mod:`analysis.stats.api` (values are upcast to float64),
+        or a :class:`Moments` state from :func:`moments` (then ``weight`` and ``axis``
+        must be None).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    ddof : float, optional
+        Delta degrees of freedom: the divisor is ``sum w - ddof`` (default 0).
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The weighted variance per group: a ``np.float64`` (or None) for ``axis=None`` on
+        awkward inputs, else an awkward Array of float64 for awkward inputs; a float64 JAX
+        array for numpy, JAX and :class:`Jagged` inputs and for states. NaN (zero gradient)
+        where ``sum w <= ddof``. Empty input (or an empty group) gives NaN with a zero
+        gradient (None with ``mask_identity=True``).
     """
     opts = _options("var", keepdims, mask_identity, highlevel, behavior, attrs)
     return _run1("var", x, weight, axis, opts, ddof=_check_ddof(ddof, "var"))
@@ -212,6 +281,42 @@ def std(
 
     float64; NaN where the variance is undefined; 0 (with a zero, not infinite,
     gradient) for constant data.
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, Jagged, or Moments
+        The data: any input of :mod:`analysis.stats.api` (values are upcast to float64),
+        or a :class:`Moments` state from :func:`moments` (then ``weight`` and ``axis``
+        must be None).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    ddof : float, optional
+        Delta degrees of freedom: the divisor is ``sum w - ddof`` (default 0).
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The weighted standard deviation per group: a ``np.float64`` (or None) for
+        ``axis=None`` on awkward inputs, else an awkward Array of float64 for awkward
+        inputs; a float64 JAX array for numpy, JAX and :class:`Jagged` inputs and for
+        states. NaN (zero gradient) where ``sum w <= ddof``. Empty input (or an empty group)
+        gives NaN with a zero gradient (None with ``mask_identity=True``).
     """
     opts = _options("std", keepdims, mask_identity, highlevel, behavior, attrs)
     return _run1("std", x, weight, axis, opts, ddof=_check_ddof(ddof, "std"))
@@ -234,6 +339,40 @@ def moment(
     ``n`` is an integer (negative orders give ``inf`` at ``x == 0``, as awkward).
     This is a raw power sum by definition: use :func:`central_moment` for moments
     about the mean. float64; NaN where the total weight is zero.
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, or Jagged
+        The data: any input of :mod:`analysis.stats.api` (values are upcast to float64).
+    n : int
+        The order of the moment. Negative orders are allowed.
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The raw moment of order ``n`` per group: a ``np.float64`` (or None) for
+        ``axis=None`` on awkward inputs, else an awkward Array of float64 for awkward
+        inputs; a float64 JAX array for numpy, JAX and :class:`Jagged` inputs and for
+        states. Empty input (or an empty group) gives NaN with a zero gradient (None with
+        ``mask_identity=True``).
     """
     opts = _options("moment", keepdims, mask_identity, highlevel, behavior, attrs)
     return _compute("moment", x, None, weight, axis, opts, order=_check_order(n, "moment"))
@@ -255,6 +394,40 @@ def central_moment(
 
     Corrected two-pass (binomial expansion about a constant centre). float64; NaN
     where the total weight is zero.
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, or Jagged
+        The data: any input of :mod:`analysis.stats.api` (values are upcast to float64).
+    n : int
+        The order of the moment. ``n >= 0``.
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The central moment of order ``n`` per group: a ``np.float64`` (or None) for
+        ``axis=None`` on awkward inputs, else an awkward Array of float64 for awkward
+        inputs; a float64 JAX array for numpy, JAX and :class:`Jagged` inputs and for
+        states. Empty input (or an empty group) gives NaN with a zero gradient (None with
+        ``mask_identity=True``).
     """
     order = _check_order(n, "central_moment", minimum=0)
     opts = _options("central_moment", keepdims, mask_identity, highlevel, behavior, attrs)
@@ -277,6 +450,40 @@ def skew(
     Fisher-Pearson, biased: ``scipy.stats.skew(x, bias=True)`` for unit weights.
     float64; NaN where the total weight is zero or the data are constant
     (``m2 <= (eps * mean)**2``, scipy's rule).
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, Jagged, or Moments
+        The data: any input of :mod:`analysis.stats.api` (values are upcast to float64),
+        or a :class:`Moments` state from :func:`moments` (then ``weight`` and ``axis``
+        must be None).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The skewness per group: a ``np.float64`` (or None) for ``axis=None`` on awkward
+        inputs, else an awkward Array of float64 for awkward inputs; a float64 JAX array for
+        numpy, JAX and :class:`Jagged` inputs and for states. NaN (zero gradient) where the
+        data are constant. Empty input (or an empty group) gives NaN with a zero gradient
+        (None with ``mask_identity=True``).
     """
     opts = _options("skew", keepdims, mask_identity, highlevel, behavior, attrs)
     return _run1("skew", x, weight, axis, opts)
@@ -296,6 +503,40 @@ def kurtosis(
     """Excess kurtosis ``m4 / m2**2 - 3`` (Fisher, biased; scipy's default).
 
     float64; NaN where the total weight is zero or the data are constant.
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, Jagged, or Moments
+        The data: any input of :mod:`analysis.stats.api` (values are upcast to float64),
+        or a :class:`Moments` state from :func:`moments` (then ``weight`` and ``axis``
+        must be None).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The excess kurtosis per group: a ``np.float64`` (or None) for ``axis=None`` on
+        awkward inputs, else an awkward Array of float64 for awkward inputs; a float64 JAX
+        array for numpy, JAX and :class:`Jagged` inputs and for states. NaN (zero gradient)
+        where the data are constant. Empty input (or an empty group) gives NaN with a zero
+        gradient (None with ``mask_identity=True``).
     """
     opts = _options("kurtosis", keepdims, mask_identity, highlevel, behavior, attrs)
     return _run1("kurtosis", x, weight, axis, opts)
@@ -316,6 +557,41 @@ def covar(
     """Weighted covariance ``sum w (x - mu_x)(y - mu_y) / sum w``, as ``ak.covar``.
 
     ``y`` broadcasts against ``x``. float64; NaN where the total weight is zero.
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, Jagged, or CoMoments
+        The first variable: any input of :mod:`analysis.stats.api` (upcast to float64),
+        or a :class:`CoMoments` state from :func:`comoments` (then ``y`` must be omitted
+        and ``weight`` and ``axis`` must be None).
+    y : awkward Array, list, numpy or JAX array, Jagged, or None
+        The second variable, broadcast against ``x`` (required unless ``x`` is a state).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The weighted covariance per group: a ``np.float64`` (or None) for ``axis=None`` on
+        awkward inputs, else an awkward Array of float64 for awkward inputs; a float64 JAX
+        array for numpy, JAX and :class:`Jagged` inputs and for states. Empty input (or an
+        empty group) gives NaN with a zero gradient (None with ``mask_identity=True``).
     """
     opts = _options("covar", keepdims, mask_identity, highlevel, behavior, attrs)
     return _run2("covar", x, y, weight, axis, opts)
@@ -336,6 +612,42 @@ def corr(
     """Weighted correlation ``Cxy / sqrt(Cxx Cyy)`` (centred sums), as ``ak.corr``.
 
     float64; NaN where the total weight is zero or x or y is constant.
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, Jagged, or CoMoments
+        The first variable: any input of :mod:`analysis.stats.api` (upcast to float64),
+        or a :class:`CoMoments` state from :func:`comoments` (then ``y`` must be omitted
+        and ``weight`` and ``axis`` must be None).
+    y : awkward Array, list, numpy or JAX array, Jagged, or None
+        The second variable, broadcast against ``x`` (required unless ``x`` is a state).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    float64 scalar, awkward Array or JAX array
+        The weighted correlation per group: a ``np.float64`` (or None) for ``axis=None`` on
+        awkward inputs, else an awkward Array of float64 for awkward inputs; a float64 JAX
+        array for numpy, JAX and :class:`Jagged` inputs and for states. NaN (zero gradient)
+        where x or y is constant. Empty input (or an empty group) gives NaN with a zero
+        gradient (None with ``mask_identity=True``).
     """
     opts = _options("corr", keepdims, mask_identity, highlevel, behavior, attrs)
     return _run2("corr", x, y, weight, axis, opts)
@@ -364,6 +676,41 @@ def linear_fit(
     of float64 JAX arrays (a pytree). Where the fit is undefined (zero total weight,
     or all x equal, e.g. one point) every field is NaN; awkward gives ``inf`` for
     some of them there.
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, Jagged, or CoMoments
+        The first variable: any input of :mod:`analysis.stats.api` (upcast to float64),
+        or a :class:`CoMoments` state from :func:`comoments` (then ``y`` must be omitted
+        and ``weight`` and ``axis`` must be None).
+    y : awkward Array, list, numpy or JAX array, Jagged, or None
+        The second variable, broadcast against ``x`` (required unless ``x`` is a state).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts ``x * weight``; a Python
+        number or 0-d array is accepted. None (default): unit weights.
+    axis : int, str or None, optional
+        The axis to reduce (negative from the innermost; awkward's named axes for awkward
+        inputs). None (default) reduces over all elements to a scalar.
+    keepdims : bool, optional
+        Keyword-only. Keep the reduced dimension with length 1 (default False).
+    mask_identity : bool, optional
+        Keyword-only. None instead of NaN for empty groups of awkward inputs (JAX results
+        stay NaN; default False).
+    highlevel : bool, optional
+        Keyword-only. False returns awkward's layout (or a scalar) instead of an Array
+        (default True).
+    behavior : Mapping or None, optional
+        Keyword-only. awkward behavior of the result (default: taken from the inputs).
+    attrs : Mapping or None, optional
+        Keyword-only. awkward attrs of the result (default: taken from the inputs).
+
+    Returns
+    -------
+    LinearFit, awkward Array or ak.Record
+        Fields ``intercept``, ``slope``, ``intercept_error``, ``slope_error`` (float64):
+        a :class:`LinearFit` of JAX arrays for numpy, JAX and :class:`Jagged` inputs and
+        for states; awkward's ``LinearFit`` records for awkward inputs (an ``ak.Record``
+        for ``axis=None``). Empty input (or an empty group) gives NaN in every field.
     """
     opts = _options("linear_fit", keepdims, mask_identity, highlevel, behavior, attrs)
     return _run2("linear_fit", x, y, weight, axis, opts)
@@ -385,6 +732,19 @@ def moments(x: Any, weight: Any = None) -> _core.Moments:
     values skipped); float64 scalars. ``mean``, ``var``, ``std``, ``skew``
     and ``kurtosis`` accept the state in place of data; :func:`analysis.stats.merge`
     merges two states exactly. Empty input gives ``W = 0`` (a neutral element).
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, or Jagged
+        The data (values upcast to float64; missing values are skipped).
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts (default: unit weights).
+
+    Returns
+    -------
+    Moments
+        float64 JAX scalars ``(sumw, center, dmean, m2, m3, m4)`` over all elements;
+        ``W = 0`` (a neutral element of :func:`merge`) for empty input.
     """
     p = _flat_prepared(x, None, weight, "moments")
     return _core.moments(jnp.asarray(p.x), jnp.asarray(p.w))
@@ -395,6 +755,24 @@ def comoments(x: Any, y: Any, weight: Any = None) -> _core.CoMoments:
 
     ``CoMoments(W, cx, dmx, cy, dmy, Cxx, Cyy, Cxy)`` with ``Cxy = sum w (x - mu_x)(y - mu_y)``;
     ``covar``, ``corr`` and ``linear_fit`` accept it in place of ``x, y``.
+
+    The formulas: ``W = sum w``, ``mu_x = cx + dmx``, ``Cxx = sum w (x - mu_x)**2``,
+    ``Cyy = sum w (y - mu_y)**2`` (corrected two-pass).
+
+    Parameters
+    ----------
+    x : awkward Array, list, numpy or JAX array, or Jagged
+        The first variable (upcast to float64; missing values are skipped).
+    y : awkward Array, list, numpy or JAX array, or Jagged
+        The second variable, broadcast against ``x``.
+    weight : awkward Array, list, array, Jagged, float or None, optional
+        Weights, broadcast against ``x`` as awkward broadcasts (default: unit weights).
+
+    Returns
+    -------
+    CoMoments
+        float64 JAX scalars over all elements; ``W = 0`` (a neutral element of
+        :func:`merge`) for empty input.
     """
     p = _flat_prepared(x, y, weight, "comoments")
     return _core.comoments(jnp.asarray(p.x), jnp.asarray(p.y), jnp.asarray(p.w))

@@ -195,6 +195,26 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     ``run`` in reverse mode: then ``order`` is ignored and the result is the first
     pass's values (an order-0 :class:`Derived`) or the second pass's
     :class:`Pullback` (one reverse-mode sweep of ``fn``, O(P) memory).
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(theta) -> pytree`` of states (:func:`~analysis.stats.moments`,
+        :func:`~analysis.stats.comoments`, :func:`~analysis.stats.histogram`) and sums,
+        computed with JAX from one chunk's data.
+    theta : pytree or PassTheta
+        The parameters (finite real numbers or arrays), or the :class:`PassTheta` given
+        to ``run`` in reverse mode.
+    order : int, optional
+        Keyword-only. 0 (values only), 1 (Jacobian, default) or 2 (and Hessian).
+
+    Returns
+    -------
+    Derived or Pullback
+        A :class:`Derived`: ``fn(theta)`` with float64 leaves, its Jacobian ``(..., P)``
+        and, for ``order=2``, its Hessian ``(..., P, P)``, with the sorted parameter
+        entry names; or, for a :class:`PassTheta`, an order-0 :class:`Derived` (first
+        pass) or a :class:`Pullback` (second pass).
     """
     if order not in (0, 1, 2):
         raise ValueError(f"stats.derive: order: expected 0, 1 or 2, found {order!r}")

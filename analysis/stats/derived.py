@@ -37,6 +37,23 @@ class Derived:
     raises ``ValueError`` naming the difference. ``names`` follow the Jacobian's
     parameter axis (sorted by :func:`derive`; the YAML kernel uses the plan's order).
     Pickles (numpy leaves), so coffea's executors ship it between processes.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The parameter names, in the order of the Jacobian's parameter axis (P entries).
+    value : pytree
+        States (:class:`Moments`, :class:`CoMoments`, :class:`Histogram`) and sums, with
+        float64 leaves.
+    jac : pytree or None, optional
+        ``value``'s structure with a trailing ``(P,)`` axis on every leaf: ``d value /
+        d theta``. None (default) for order 0.
+    hess : pytree or None, optional
+        ``value``'s structure with trailing ``(P, P)`` axes (symmetrised on
+        construction). None (default) below order 2.
+    at : sequence of float or None, optional
+        Keyword-only. The parameter values the derivatives were taken at (set by
+        :func:`derive`; None: unknown); ``a + b`` refuses a mixture of different points.
     """
 
     __slots__ = ("names", "value", "jac", "hess", "at")
@@ -83,6 +100,7 @@ class Derived:
 
     @property
     def n_params(self) -> int:
+        """Number of parameters P, ``len(names)``."""
         return len(self.names)
 
     def _check_compatible(self, other: Derived) -> None:
@@ -164,7 +182,21 @@ def join(parts: Mapping[str, Derived]) -> Derived:
     """One :class:`Derived` of several: value ``{key: parts[key].value}``, and the same
     for the Jacobian and Hessian. For a processor's output ``{dataset: Derived}``, so
     that one :func:`differentiable` pass (or one ``value_and_grad``) sees every dataset.
-    The parts must have the same parameter names and order (else ``ValueError``)."""
+    The parts must have the same parameter names and order (else ``ValueError``).
+
+    Parameters
+    ----------
+    parts : Mapping[str, Derived]
+        The parts by key (e.g. ``{dataset: Derived}``), all with the same parameter names
+        in the same order and the same order of derivatives.
+
+    Returns
+    -------
+    Derived
+        ``value = {key: parts[key].value}``, ``jac`` and ``hess`` likewise, with the
+        parts' ``names``. Raises ``ValueError`` for differing names or orders,
+        ``TypeError`` for an empty mapping or a part that is not a :class:`Derived`.
+    """
     if not isinstance(parts, Mapping) or not parts:
         raise TypeError(f"stats.join: expected a non-empty dict of Derived, found {parts!r}")
     items = list(parts.items())

@@ -85,6 +85,17 @@ class Histogram:
     ``nbins + 1`` bin edges (numpy float64). ``sumw`` / ``sumw2``: the in-range bins;
     :attr:`flow`: the flow bins. ``to_hist()`` gives a ``hist.Hist`` with ``Weight``
     storage (values only). Two histograms add when their edges are equal.
+
+    Parameters
+    ----------
+    edges : sequence of float
+        The ``nbins + 1`` strictly increasing bin edges (static: part of the pytree
+        structure).
+    sumw_flow : array
+        Sum of weights per bin, float64 ``(nbins + 2, ...)`` with the underflow first and
+        the overflow last.
+    sumw2_flow : array
+        Sum of squared weights per bin, same shape as ``sumw_flow``.
     """
 
     __slots__ = ("_edges", "sumw_flow", "sumw2_flow")
@@ -96,16 +107,19 @@ class Histogram:
 
     # pytree: the two arrays are children, the edges are static (part of the structure)
     def tree_flatten_with_keys(self) -> tuple[Any, Any]:
+        """JAX pytree protocol: the two sums as keyed children, the edges as structure."""
         keys = jax.tree_util.GetAttrKey
         return ((keys("sumw_flow"), self.sumw_flow), (keys("sumw2_flow"), self.sumw2_flow)), (
             self._edges
         )
 
     def tree_flatten(self) -> tuple[Any, Any]:
+        """JAX pytree protocol: ``((sumw_flow, sumw2_flow), edges)``."""
         return (self.sumw_flow, self.sumw2_flow), self._edges
 
     @classmethod
     def tree_unflatten(cls, edges: Any, children: Any) -> Histogram:
+        """JAX pytree protocol: the histogram of ``edges`` and the two sums."""
         return cls(edges, *children)
 
     def __getstate__(self) -> tuple:
@@ -116,10 +130,12 @@ class Histogram:
 
     @property
     def edges(self) -> np.ndarray:
+        """The ``nbins + 1`` bin edges (numpy float64)."""
         return np.asarray(self._edges, dtype=np.float64)
 
     @property
     def nbins(self) -> int:
+        """Number of in-range bins."""
         return len(self._edges) - 1
 
     @property
@@ -134,6 +150,7 @@ class Histogram:
 
     @property
     def flow(self) -> Flow:
+        """The flow bins: :class:`Flow` (``underflow_sumw``, ``underflow_sumw2``, ...)."""
         return Flow(self.sumw_flow[0], self.sumw2_flow[0], self.sumw_flow[-1], self.sumw2_flow[-1])
 
     def __add__(self, other: Any) -> Histogram:
@@ -172,6 +189,25 @@ def histogram(x: Any, edges: Sequence[float], *, weight: Any = None, prob: Any =
     1; same structure as ``x``). Missing values (None) are skipped. float64 JAX arrays;
     empty input gives zeros (a neutral element of the merge). Differentiable in
     ``weight`` and ``prob`` (``jax.jit`` / ``jax.grad`` / :func:`~analysis.stats.derive`).
+
+    Parameters
+    ----------
+    x : awkward Array, numpy or JAX array, or Jagged
+        The values to histogram, per event or per object.
+    edges : sequence of float
+        At least two strictly increasing finite bin edges.
+    weight : array, Jagged, float or None, optional
+        Keyword-only. The entries' weights ``w`` (default 1), broadcast as in
+        :func:`~analysis.stats.moments`.
+    prob : array, Jagged or None, optional
+        Keyword-only. The entries' probabilities ``p`` of passing the soft selection
+        (default 1), with the structure of ``x``.
+
+    Returns
+    -------
+    Histogram
+        ``sumw_flow = sum p w`` and ``sumw2_flow = sum p w**2`` per bin (float64 JAX
+        arrays, flow bins included); all zeros for empty input.
     """
     fixed = check_edges(edges)
     p = _flat_prepared(x, prob, weight, "histogram")

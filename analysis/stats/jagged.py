@@ -78,6 +78,15 @@ class Jagged:
     Differentiate with respect to ``values`` (e.g. ``jax.grad(lambda v:
     stats.mean(pt.with_values(v)))(pt.values)``): ``offsets`` is an integer leaf, so
     ``jax.grad`` of a whole ``Jagged`` needs ``allow_int=True``.
+
+    Parameters
+    ----------
+    values : array
+        1-D real array of all elements, list after list (numpy or JAX; kept in its dtype).
+    offsets : array
+        1-D integer array of length ``num_lists + 1`` (numpy or JAX): ``offsets[0] == 0``,
+        ``offsets[-1] == len(values)``, non-decreasing. ``ValueError`` / ``TypeError``
+        otherwise (checked when concrete).
     """
 
     __slots__ = ("values", "offsets", "_segment_ids")
@@ -114,10 +123,12 @@ class Jagged:
 
     # --- pytree protocol: both arrays are leaves, nothing static but the shapes ---
     def tree_flatten(self) -> tuple[tuple[Any, Any], None]:
+        """JAX pytree protocol: ``((values, offsets), None)``, both leaves."""
         return (self.values, self.offsets), None
 
     @classmethod
     def tree_unflatten(cls, aux: None, children: tuple[Any, Any]) -> Jagged:
+        """JAX pytree protocol: a ``Jagged`` of ``(values, offsets)``, unchecked."""
         # JAX rebuilds pytrees with tracers, None or sentinels as leaves: no checks.
         obj = object.__new__(cls)
         obj.values, obj.offsets = children
@@ -329,6 +340,17 @@ def from_awkward(array: Any) -> Jagged:
     a tracer, only gathered and cast. Empty input gives a ``Jagged`` with zero lists.
     Raises ``TypeError`` for records, strings, missing values and non-awkward input,
     ``ValueError`` for flat or doubly nested arrays.
+
+    Parameters
+    ----------
+    array : awkward Array
+        One level of lists of numbers (numpy or JAX backend), e.g. ``events.Jet.pt``.
+
+    Returns
+    -------
+    Jagged
+        The same lists: float64 ``values`` and integer ``offsets``; zero lists
+        (``offsets == [0]``) for empty input.
     """
     if not _is_awkward(array):
         raise TypeError(f"from_awkward: expected an awkward Array, found {type(array).__name__}")

@@ -180,6 +180,17 @@ def merge(a: Any, b: Any) -> Any:
     Associative and commutative up to rounding; a state with ``W = 0`` (an empty
     chunk) is a neutral element. Different structures or leaf shapes raise
     ``ValueError`` naming where they differ (nothing is broadcast).
+
+    Parameters
+    ----------
+    a, b : pytree
+        Two pytrees of the same structure and leaf shapes, with :class:`Moments`,
+        :class:`CoMoments` or arrays of sums (float64) as leaves.
+
+    Returns
+    -------
+    pytree
+        ``a``'s structure: merged states and added sums (float64 JAX arrays).
     """
     diff = describe_difference(a, b)
     if diff is not None:

@@ -58,7 +58,18 @@ ACTIVATIONS: dict[str, Callable[[Any], Any]] = {
 class MLP(eqx.Module):
     """``n_inputs -> hidden... -> 1``: ``equinox.nn.Linear`` layers, ``activation``
     (a name in :data:`ACTIVATIONS`) after every hidden layer, a linear output.
-    Called on one entry's standardised inputs ``(n_inputs,)``, returns a scalar."""
+    Called on one entry's standardised inputs ``(n_inputs,)``, returns a scalar.
+
+    Build one with :func:`mlp`; equinox module, so a pytree whose float64 weights
+    :func:`~analysis.stats.derive` and ``jax.grad`` differentiate.
+
+    Parameters
+    ----------
+    layers : tuple of equinox.nn.Linear
+        The layers, ``n_inputs -> hidden[0] -> ... -> 1`` (float64).
+    activation : str
+        The name of the hidden layers' activation, a key of :data:`ACTIVATIONS` (static).
+    """
 
     layers: tuple[eqx.nn.Linear, ...]
     activation: str = eqx.field(static=True)
@@ -71,10 +82,12 @@ class MLP(eqx.Module):
 
     @property
     def n_inputs(self) -> int:
+        """Number of inputs, the first layer's ``in_features``."""
         return int(self.layers[0].in_features)
 
     @property
     def hidden(self) -> tuple[int, ...]:
+        """Widths of the hidden layers."""
         return tuple(int(layer.out_features) for layer in self.layers[:-1])
 
 
@@ -86,7 +99,25 @@ def mlp(
     seed: int = 0,
 ) -> MLP:
     """A new :class:`MLP`, float64, initialised by equinox from ``jax.random.PRNGKey(seed)``
-    (the same seed gives the same weights)."""
+    (the same seed gives the same weights).
+
+    Parameters
+    ----------
+    n_inputs : int
+        Number of inputs (``>= 1``).
+    hidden : sequence of int, optional
+        Keyword-only. Widths of the hidden layers (each ``>= 1``; default ``(16, 16)``).
+    activation : str, optional
+        Keyword-only. A key of :data:`ACTIVATIONS` (default ``"tanh"``).
+    seed : int, optional
+        Keyword-only. Seed of ``jax.random.PRNGKey`` (default 0).
+
+    Returns
+    -------
+    MLP
+        The network with float64 weights. ``ValueError`` (one line naming the argument)
+        for a bad ``n_inputs``, ``hidden`` or ``activation``.
+    """
     if isinstance(n_inputs, bool) or not isinstance(n_inputs, int) or n_inputs < 1:
         raise ValueError(f"stats.mlp: n_inputs: expected an integer >= 1, found {n_inputs!r}")
     sizes = [n_inputs, *hidden, 1]
@@ -109,13 +140,22 @@ class Standardisation(NamedTuple):
     """Per-input ``mean`` and ``std`` (arrays ``(n_inputs,)``): ``z = (x - mean) / std``.
 
     Data, not parameters (constants for the gradient). A zero or non-finite ``std``
-    (a constant or empty input) counts as 1, a non-finite mean as 0."""
+    (a constant or empty input) counts as 1, a non-finite mean as 0.
+
+    Parameters
+    ----------
+    mean : array
+        ``(n_inputs,)`` means subtracted from the inputs (float64).
+    std : array
+        ``(n_inputs,)`` scales the inputs are divided by (float64).
+    """
 
     mean: Any
     std: Any
 
     @classmethod
     def identity(cls, n_inputs: int) -> Standardisation:
+        """No standardisation: means 0, scales 1, for ``n_inputs`` inputs."""
         return cls(np.zeros(n_inputs), np.ones(n_inputs))
 
     @classmethod
@@ -130,7 +170,25 @@ def score(net: MLP, columns: Sequence[Any], *, standard: Standardisation | None 
     """The network's score of every entry: ``columns`` are the inputs, one array per
     input, all of the same length (flat arrays ``(N,)``, or :class:`Jagged` lists with
     the same offsets, e.g. one per jet: the result is then :class:`Jagged` too).
-    float64; differentiable in ``net``'s weights (and in the columns)."""
+    float64; differentiable in ``net``'s weights (and in the columns).
+
+    Parameters
+    ----------
+    net : MLP
+        The network (from :func:`mlp`).
+    columns : sequence of arrays or Jagged
+        One input per network input, all of the same length: flat arrays ``(N,)``, or
+        :class:`Jagged` lists with the same offsets.
+    standard : Standardisation or None, optional
+        Keyword-only. Applied to the inputs, ``z = (x - mean) / std``, before the network
+        (default None: the inputs as they are).
+
+    Returns
+    -------
+    jax.Array or Jagged
+        float64 ``net(z)`` per entry: a JAX array ``(N,)`` for flat columns, a
+        :class:`Jagged` with the columns' offsets for lists; empty for empty input.
+    """
     if len(columns) != net.n_inputs:
         raise ValueError(
             f"stats.score: expected {net.n_inputs} input columns for this network, "

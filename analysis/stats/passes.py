@@ -46,6 +46,18 @@ class PassTheta(Mapping):
     compute only the states that ``run`` returns (one fileset per dataset, as in forward
     mode, where ``run`` returns one :class:`Derived` too); a call whose states have
     another structure raises naming the difference.
+
+    Parameters
+    ----------
+    params : pytree
+        The parameters (numpy float64 leaves).
+    task : str
+        ``"values"`` or ``"pullback"`` (else ``ValueError``).
+    merged : pytree or None, optional
+        The first pass's merged states (for ``task="pullback"``).
+    payload : object or None, optional
+        What every chunk of the second pass needs to pull back the cotangent
+        (:func:`analysis.stats.pullback.pullback_payload`).
     """
 
     __slots__ = ("params", "task", "merged", "payload")
@@ -93,6 +105,15 @@ class Pullback:
     ``d/dtheta <T_bar, T_c(theta)>`` (:mod:`analysis.stats.pullback`). ``a + b``
     merges the values and adds the gradients, which is exact: the merged gradient is
     the sum of the chunks' shares whatever the grouping. ``0 + a`` is ``a``; pickles.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The parameter entries (P names, in the order of ``grad``).
+    value : pytree
+        The chunk's states and sums (float64).
+    grad : array
+        ``(P,)`` the chunk's share of the gradient (stored as numpy float64).
     """
 
     __slots__ = ("names", "value", "grad")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -26,12 +27,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
-from analysis.select.countmodel import Count, CountModel, ObjectSet, required_cap
-from analysis.select.objects import event_pass, layout, object_weights, soft_pass
+from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
+from analysis.select.objects import (
+    event_pass,
+    layout,
+    membership,
+    object_weights,
+    soft_pass,
+)
 from analysis.select.pbinom import count_distribution, prob_count_at_least
-from analysis.stats.jagged import Jagged, _is_awkward, concrete, from_awkward
+from analysis.stats.jagged import Jagged, _is_awkward, concrete, from_awkward, lists_mismatch
 
-__all__ = ["count_at_least", "pass_weights", "soft_cut"]
+__all__ = ["count_at_least", "joint_pass_weights", "pass_weights", "soft_cut"]
 
 _OPS = {">": (True, False), ">=": (True, True), "<": (False, False), "<=": (False, True)}
 
@@ -260,3 +267,176 @@ def _pass_weights(values, starts, counts, n, width, *, model: CountModel, max_ob
     th, cw = jnp.reshape(n, (1,)), jnp.reshape(width, (1,))
     weights = object_weights(probs, lays, model, th, cw)["objects"]
     return lay.flat(weights, values.shape[0]), event_pass(probs, lays, model, th, cw)
+
+
+def joint_pass_weights(
+    sets: Mapping[str, Any],
+    counts: Sequence[tuple[Any, str, Any]],
+    *,
+    parents: Mapping[str, str] | None = None,
+    collections: Mapping[str, str] | None = None,
+    widths: Sequence[Any] | None = None,
+) -> tuple[dict[str, Any], Any]:
+    """Selection weights of several object sets with joint count requirements.
+
+    The YAML engine's ``objects:`` form for a hand-written processor: every object of
+    every set is weighted by P(it is in the set and *all* count requirements hold), every
+    event by P(all hold).
+
+    Parameters
+    ----------
+    sets : mapping of name to Jagged or awkward Array
+        Each set's *own* per-object pass probability (one list per event). A set derived
+        from another (``parents``) holds an object only if the parent holds it too:
+        ``P(j in bjets) = p_jets(j) * p_bjets(j)``, its lists those of its parent.
+    counts : sequence of ``(sets, op, n)``
+        ``K op n`` with ``K`` the number of members of one set (a name) or of several
+        (a tuple of names, an object counted once per set holding it; sets of different
+        collections add up), ``op`` one of ``> >= < <= ==``, ``n`` a number or a traced
+        scalar (real ``n``: the soft integer step of ``widths``, as :func:`pass_weights`).
+    parents : mapping, keyword-only
+        ``{derived set: parent set}``.
+    collections : mapping, keyword-only
+        ``{set: collection label}``; sets of one collection are the same objects (one
+        object may be in several of them). Default: every root set is a collection of its
+        own, a derived set belongs to its parent's.
+    widths : sequence, keyword-only
+        Width of each count's soft integer step (default 0).
+
+    Returns
+    -------
+    objects : dict of name to Jagged
+        ``P(object in set and all counts hold)``, float64, the set's lists.
+    events : jax.Array
+        ``P(all counts hold)`` per event, float64.
+
+    Exact expectations of the hard-cut weights under independent passes of every
+    object and set (the joint multi-dimensional Poisson-binomial count, never a product
+    of marginals), by the engine's recursions
+    (:func:`analysis.select.objects.object_weights`, :func:`~analysis.select.objects.event_pass`);
+    differentiable in every probability and ``n``. Count states stop one above the
+    largest possible count, where every requirement is constant: any ``n`` is exact (a
+    larger ``n`` is clipped there). No events: empty outputs; no counts: ``events`` 1
+    and the set membership probabilities as ``objects``.
+    """
+    parents = dict(parents or {})
+    names = list(sets)
+    if not names:
+        raise ValueError("joint_pass_weights: sets: expected at least one set")
+    for child, parent in parents.items():
+        if child not in sets or parent not in sets:
+            missing = child if child not in sets else parent
+            raise ValueError(f"joint_pass_weights: parents: {missing!r} is not a set")
+
+    def root(name: str) -> str:
+        seen = {name}
+        while name in parents:
+            name = parents[name]
+            if name in seen:
+                raise ValueError(f"joint_pass_weights: parents: cycle through {name!r}")
+            seen.add(name)
+        return name
+
+    label = {n: (collections or {}).get(root(n), root(n)) for n in names}
+    for n in names:
+        if collections and n in collections and collections[n] != label[n]:
+            raise ValueError(f"joint_pass_weights: collections: {n!r} is in "
+                             f"{collections[n]!r}, its parent in {label[n]!r}")
+    parts = {n: _as_input(sets[n], f"joint_pass_weights: sets[{n!r}]") for n in names}
+    first: dict[str, str] = {}
+    n_events = None
+    for n in names:
+        values, offsets = parts[n]
+        if offsets is None or concrete(offsets) is None:
+            raise ValueError(f"joint_pass_weights: sets[{n!r}]: expected one list per event "
+                             "with concrete offsets")
+        if n_events is None:
+            n_events = offsets.shape[0] - 1
+        elif offsets.shape[0] - 1 != n_events:
+            raise ValueError(f"joint_pass_weights: sets[{n!r}]: {offsets.shape[0] - 1} events, "
+                             f"expected {n_events}")
+        c = label[n]
+        if c in first:
+            why = lists_mismatch(parts[first[c]][1], offsets)
+            if why is not None:
+                raise ValueError(f"joint_pass_weights: sets[{n!r}]: {why} (the lists of "
+                                 f"{first[c]!r}, same collection)")
+        else:
+            first[c] = n
+    assert n_events is not None
+    ev_size = _bucket(n_events)
+    cols = list(first)
+    offs = {c: concrete(parts[first[c]][1]) for c in cols}
+    m = {c: _object_bucket(int(np.diff(offs[c]).max()) if n_events else 0) for c in cols}
+    model_counts, thresholds = [], []
+    for i, entry in enumerate(counts):
+        if len(entry) != 3:
+            raise ValueError(f"joint_pass_weights: counts[{i}]: expected (sets, op, n)")
+        which, op, n = entry
+        which = (which,) if isinstance(which, str) else tuple(which)
+        if op not in OPS:
+            raise ValueError(f"joint_pass_weights: counts[{i}]: op: expected one of "
+                             f"{', '.join(OPS)}, found {op!r}")
+        for name in which:
+            if name not in sets:
+                raise ValueError(f"joint_pass_weights: counts[{i}]: {name!r} is not a set")
+        n_value = concrete(n) if isinstance(n, jax.Array) else np.asarray(n)
+        if n_value is not None and (np.asarray(n_value).size != 1
+                                    or not math.isfinite(float(n_value))):
+            raise ValueError(f"joint_pass_weights: counts[{i}]: n: expected a finite number, "
+                             f"found {n!r}")
+        # every requirement is constant for counts above the largest possible one
+        top = sum(m[label[name]] for name in which) + 1
+        cap = top + 1
+        if n_value is not None:
+            cap = min(cap, required_cap(op, math.ceil(float(n_value))))
+        model_counts.append(Count(which, op, cap))
+        thresholds.append(jnp.minimum(jnp.asarray(n, dtype=jnp.float64), float(top)))
+    n_counts = len(model_counts)
+    if widths is None:
+        widths = [0.0] * n_counts
+    if len(widths) != n_counts:
+        raise ValueError(f"joint_pass_weights: widths: expected {n_counts} values (one per "
+                         f"count), found {len(widths)}")
+    cw = [_check_width(w, "joint_pass_weights") for w in widths]
+    model = CountModel(
+        tuple(ObjectSet(n, label[n], parents.get(n)) for n in names), tuple(model_counts)
+    )
+    states = model.n_states * max(m.values())
+    check_bytes("joint_pass_weights: counts", 8.0 * ev_size * states,
+                f"{model.n_states} joint count states x {max(m.values())} objects x "
+                f"{ev_size} events")
+    starts, cnts, sizes = {}, {}, {}
+    for c in cols:
+        counts_c = np.diff(offs[c]).astype(np.int32)
+        starts[c] = np.zeros(ev_size, dtype=np.int32)
+        starts[c][:n_events] = offs[c][:-1]
+        cnts[c] = np.zeros(ev_size, dtype=np.int32)
+        cnts[c][:n_events] = counts_c
+        sizes[c] = int(offs[c][-1])
+    values = {}
+    for n in names:
+        size = sizes[label[n]]
+        v = parts[n][0]
+        values[n] = jnp.concatenate([v, jnp.zeros(_bucket(size) - size, v.dtype)])
+    th = jnp.stack(thresholds) if thresholds else jnp.zeros((0,), jnp.float64)
+    cwa = jnp.stack(cw) if cw else jnp.zeros((0,), jnp.float64)
+    obj, ev = _joint(values, starts, cnts, th, cwa, model=model,
+                     max_objects=tuple(sorted(m.items())))
+    out = {n: Jagged(obj[n][: sizes[label[n]]], parts[first[label[n]]][1]) for n in names}
+    return out, ev[:n_events]
+
+
+@partial(jax.jit, static_argnames=("model", "max_objects"))
+def _joint(values, starts, counts, th, cw, *, model: CountModel, max_objects):
+    lays = {c: layout(starts[c], counts[c], mc) for c, mc in max_objects}
+    probs = {s.name: lays[s.collection].dense(values[s.name]) for s in model.sets}
+    if not model.counts:
+        weights = membership(probs, lays, model)
+        ev = jnp.ones(next(iter(probs.values())).shape[0], jnp.float64)
+    else:
+        weights = object_weights(probs, lays, model, th, cw)
+        ev = event_pass(probs, lays, model, th, cw)
+    out = {s.name: lays[s.collection].flat(weights[s.name], values[s.name].shape[0])
+           for s in model.sets}
+    return out, ev

@@ -144,8 +144,8 @@ def test_gradients_against_finite_differences() -> None:
     for cap in (None, 4):
         jac = np.asarray(jax.jacrev(lambda t, cap=cap: f(t, cap))(jnp.asarray(theta)))
         np.testing.assert_allclose(jac, fd, rtol=1e-7)
-        fwd = np.asarray(jax.jacfwd(lambda t, cap=cap: f(t, cap))(jnp.asarray(theta)))
-        np.testing.assert_allclose(fwd, jac, rtol=1e-12)
+    fwd = np.asarray(jax.jacfwd(f)(jnp.asarray(theta)))
+    np.testing.assert_allclose(fwd, jac, rtol=1e-12)
     assert np.all(np.abs(fd) > 0)
     # a traced n above the given cap is NaN (the engine's rule), never a silent bias
     assert np.isnan(np.asarray(jax.jit(lambda t: f(t, 2))(jnp.asarray(theta)))).all()
@@ -219,3 +219,80 @@ def test_yaml_engine_and_own_processor_agree(shared_data: Path) -> None:
             scale = np.max(np.abs(ja[k]))
             assert np.max(np.abs(ja[k] - jb[k])) <= 1e-11 * max(scale, 1e-300), (k, ja[k], jb[k])
         assert abs(float(a["jet_pt/sumw"])) > 0 and np.abs(ja["jet_pt/m2"]).max() > 0
+
+
+# --- several sets, joint counts ----------------------------------------------------------
+
+
+def _joint_enumerated(own, parents, counts, event):
+    """Per event: the members over all configurations of every own bit (jets, bjets of
+    the same jets, muons), the counts' hard decisions, and their expectations."""
+    from tests.reference import members
+
+    mem, prob = members({k: v[event] for k, v in own.items()}, parents)
+    ok = np.ones(len(prob), dtype=bool)
+    for which, op, n in counts:
+        which = (which,) if isinstance(which, str) else which
+        k = sum(mem[s].sum(axis=1) for s in which)
+        ok &= {">": k > n, ">=": k >= n, "<": k < n, "<=": k <= n, "==": k == n}[op]
+    objects = {s: (prob[:, None] * (mem[s] & ok[:, None])).sum(axis=0) for s in own}
+    return objects, float(np.sum(prob * ok))
+
+
+@pytest.mark.parametrize("counts", [
+    [("jets", ">=", 2), ("bjets", ">=", 1)],
+    [("jets", ">=", 2), ("bjets", "==", 1), ("muons", "<", 2)],
+    [(("jets", "bjets"), ">", 2), (("bjets", "muons"), "<=", 2), ("jets", "==", 9)],
+    [("muons", ">=", 7)],
+    [],
+])
+def test_joint_against_enumeration(counts) -> None:  # noqa: ANN001
+    from analysis.soft import joint_pass_weights
+
+    rng = np.random.default_rng(5)
+    n_ev = 25
+    nj, nm = rng.integers(0, 5, n_ev), rng.integers(0, 3, n_ev)
+    nj[:2], nm[:2] = [0, 4], [0, 2]
+    def lists(c):  # noqa: ANN001, ANN202
+        return [list(rng.uniform(0, 1, k)) for k in c]
+    own = {"jets": lists(nj), "bjets": lists(nj), "muons": lists(nm)}
+    own["jets"][1][0] = 1.0
+    own["bjets"][1][1] = 0.0
+    parents = {"bjets": "jets"}
+    got, ev = joint_pass_weights({k: ak.Array(v) for k, v in own.items()}, counts,
+                                 parents=parents)
+    for e in range(n_ev):
+        ref_obj, ref_ev = _joint_enumerated(own, parents, counts, e)
+        np.testing.assert_allclose(ev[e], ref_ev, rtol=1e-12, atol=1e-15)
+        for s in own:
+            np.testing.assert_allclose(got[s].to_awkward()[e].to_numpy(), ref_obj[s],
+                                       rtol=1e-12, atol=1e-15, err_msg=f"{s} event {e}")
+
+
+def test_joint_matches_single_and_gradients() -> None:
+    from analysis.soft import joint_pass_weights
+
+    lists = random_lists(4)
+    p = ak.Array(lists)
+    obj, ev = pass_weights(p, 2.4, width=0.5)
+    jobj, jev = joint_pass_weights({"jets": p}, [("jets", ">=", 2.4)], widths=[0.5])
+    np.testing.assert_allclose(jev, ev, rtol=1e-13)
+    np.testing.assert_allclose(jobj["jets"].values, obj.values, rtol=1e-13, atol=1e-16)
+    x = stats.from_awkward(ak.Array([[float(i) for i in range(len(v))] for v in lists]))
+
+    def f(t):  # noqa: ANN001, ANN202
+        q = stats.from_awkward(p).map(lambda v: v ** t[0])
+        o, e = joint_pass_weights({"jets": q, "b": q * 0.5}, [("jets", ">=", t[1]),
+                                  (("jets", "b"), "<", 5)], parents={"b": "jets"},
+                                  widths=[0.5, 0.0])
+        return jnp.stack([jnp.sum(e), stats.mean(x, weight=o["b"])])
+
+    t0 = np.array([1.3, 2.4])
+    jac = np.asarray(jax.jacrev(f)(jnp.asarray(t0)))
+    fd = central_difference(lambda t: f(jnp.asarray(t)), t0, 1e-4, points=5)
+    np.testing.assert_allclose(jac, fd, rtol=1e-7)
+    with pytest.raises(ValueError, match="'c' is not a set"):
+        joint_pass_weights({"jets": p}, [("c", ">=", 1)])
+    with pytest.raises(ValueError, match="same collection"):
+        joint_pass_weights({"jets": p, "b": ak.Array([[0.5]] * len(lists))}, [],
+                           parents={"b": "jets"})

@@ -13,10 +13,12 @@ Uses only the public API (:mod:`analysis.stats`, :mod:`analysis.soft`)::
 
 Per event, jet ``i`` passes with probability
 ``p_i = soft_cut(pt_i, ">", jet_pt_min, w_pt) * soft_cut(|eta_i|, "<", jet_abs_eta_max, w_eta)``
-and the event with probability ``P_ev = count_at_least(p, min_jets)``. The output
+and the event with probability ``P_ev = P(at least min_jets jets pass)``. The output
 per dataset is ``stats.derive`` of
 
-* ``"jet_pt"``: ``stats.moments`` of jet pT, each jet weighted ``p_i * P_ev``;
+* ``"jet_pt"``: ``stats.moments`` of jet pT, each jet weighted by ``P(jet i passes and
+  at least min_jets jets pass)`` (:func:`analysis.soft.pass_weights`: the YAML
+  engine's meaning, the exact expectation of the hard-cut moments);
 * ``"ht"``: ``stats.moments`` of ``HT = sum_i p_i pt_i`` per event, weighted ``P_ev``;
 * ``"selected"``: ``sum P_ev`` (soft number of selected events); ``"events"``: events read.
 
@@ -34,7 +36,7 @@ import numpy as np
 from coffea import processor
 
 from analysis import stats
-from analysis.soft import count_at_least, soft_cut
+from analysis.soft import pass_weights, soft_cut
 
 __all__ = ["DEFAULT_THETA", "DEFAULT_WIDTHS", "JetMomentsProcessor"]
 
@@ -81,18 +83,14 @@ class JetMomentsProcessor(processor.ProcessorABC):
         pt_values = jnp.asarray(pt.values, dtype=jnp.float64)
 
         def fn(theta):
-            p = (
-                soft_cut(pt, ">", theta["jet_pt_min"], self.widths["jet_pt_min"]).values
-                * soft_cut(
-                    abs_eta, "<", theta["jet_abs_eta_max"], self.widths["jet_abs_eta_max"]
-                ).values
+            p = soft_cut(pt, ">", theta["jet_pt_min"], self.widths["jet_pt_min"]) * soft_cut(
+                abs_eta, "<", theta["jet_abs_eta_max"], self.widths["jet_abs_eta_max"]
             )
-            p_event = count_at_least(stats.Jagged(p, pt.offsets), self.min_jets)
-            ht = jax.ops.segment_sum(p * pt_values, jet_event, num_segments=n_events)
+            # P(jet passes and the event has >= min_jets passing jets), P(event passes)
+            jet_weight, p_event = pass_weights(p, self.min_jets)
+            ht = jax.ops.segment_sum(p.values * pt_values, jet_event, num_segments=n_events)
             return {
-                "jet_pt": stats.moments(
-                    pt, weight=stats.Jagged(p * p_event[jet_event], pt.offsets)
-                ),
+                "jet_pt": stats.moments(pt, weight=jet_weight),
                 "ht": stats.moments(ht, weight=p_event),
                 "selected": jnp.sum(p_event),
                 "events": np.float64(n_events),

@@ -36,6 +36,7 @@ import numpy as np
 from coffea import processor
 
 from analysis import stats
+from analysis.data.owncache import CachedColumns
 from analysis.soft import pass_weights, soft_cut
 
 __all__ = ["DEFAULT_THETA", "DEFAULT_WIDTHS", "JetMomentsProcessor"]
@@ -44,13 +45,14 @@ DEFAULT_THETA = {"jet_pt_min": 30.0, "jet_abs_eta_max": 2.4}
 DEFAULT_WIDTHS = {"jet_pt_min": 3.0, "jet_abs_eta_max": 0.1}
 
 
-class JetMomentsProcessor(processor.ProcessorABC):
+class JetMomentsProcessor(CachedColumns, processor.ProcessorABC):
     """``{dataset: stats.Derived}`` of jet-pT and HT moments with soft jet cuts.
 
     ``theta``: cut values (default :data:`DEFAULT_THETA`; missing keys take the
     default); ``widths``: soft-cut widths in the same units (default
     :data:`DEFAULT_WIDTHS`, 0 = hard cut); ``min_jets``: jets required per event;
-    ``order``: 1 for gradients, 2 to add Hessians.
+    ``order``: 1 for gradients, 2 to add Hessians. The chunk's jet columns are read
+    once per chunk and process across passes (:class:`~analysis.data.owncache.CachedColumns`).
     """
 
     def __init__(
@@ -70,14 +72,23 @@ class JetMomentsProcessor(processor.ProcessorABC):
         self.min_jets = int(min_jets)
         self.order = order
 
-    def process(self, events):
-        fn = self.chunk_function(events)
-        return {events.metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
+    def columns(self, events):
+        """The chunk's jet columns (read once per chunk and process: :class:`CachedColumns`)."""
+        return {
+            "pt": stats.from_awkward(events.Jet.pt),
+            "abs_eta": stats.from_awkward(abs(events.Jet.eta)),
+        }
+
+    def process_columns(self, columns, metadata):
+        fn = self._function(columns)
+        return {metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
 
     def chunk_function(self, events):
         """``fn(theta) -> states`` of one chunk (what ``process`` derives; for tests)."""
-        pt = stats.from_awkward(events.Jet.pt)
-        abs_eta = stats.from_awkward(abs(events.Jet.eta))
+        return self._function(self.columns(events))
+
+    def _function(self, columns):
+        pt, abs_eta = columns["pt"], columns["abs_eta"]
         n_events = len(pt)
         jet_event = pt.segment_ids()  # which event each jet belongs to
         pt_values = jnp.asarray(pt.values, dtype=jnp.float64)

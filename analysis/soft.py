@@ -60,6 +60,17 @@ def _as_input(x: Any, name: str) -> tuple[Any, Any]:
     return arr, None
 
 
+def _probability_lists(p: Any, func: str) -> tuple[Any, Any, np.ndarray]:
+    """``(values, offsets, concrete offsets)`` of per-object probabilities with lists."""
+    values, offsets = _as_input(p, f"{func}: p")
+    if offsets is None:
+        raise ValueError(f"{func}: p: expected one list of probabilities per event")
+    off = concrete(offsets)
+    if off is None:
+        raise ValueError(f"{func}: p: the list offsets must be concrete (not traced)")
+    return values, offsets, off
+
+
 def _check_width(width: Any, func: str) -> Any:
     if isinstance(width, (numbers.Real, np.generic)) and not isinstance(width, bool):
         if not (math.isfinite(float(width)) and float(width) >= 0):
@@ -106,12 +117,7 @@ def count_at_least(p: Any, n: Any, width: Any = 0.0, *, cap: int | None = None) 
     Returns a float64 JAX array with one probability per list; lists with no
     objects give 1 for ``n <= 0`` and 0 otherwise. Exact with hard 0/1 ``p``.
     """
-    values, offsets = _as_input(p, "count_at_least: p")
-    if offsets is None:
-        raise ValueError("count_at_least: p: expected one list of probabilities per event")
-    off = concrete(offsets)
-    if off is None:
-        raise ValueError("count_at_least: p: the list offsets must be concrete (not traced)")
+    values, offsets, off = _probability_lists(p, "count_at_least")
     given_cap = cap
     if cap is None:
         n_value = concrete(n) if isinstance(n, jax.Array) else np.asarray(n)
@@ -216,12 +222,7 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
     above an event's multiplicity: zeros there. Events without objects: ``events`` is
     1 for ``n <= 0``, else 0. Empty input (no events) gives empty outputs.
     """
-    values, offsets = _as_input(p, "pass_weights: p")
-    if offsets is None:
-        raise ValueError("pass_weights: p: expected one list of probabilities per event")
-    off = concrete(offsets)
-    if off is None:
-        raise ValueError("pass_weights: p: the list offsets must be concrete (not traced)")
+    values, offsets, off = _probability_lists(p, "pass_weights")
     counts = np.diff(off).astype(np.int32)
     n_events, n_objects = counts.shape[0], values.shape[0]
     m = _object_bucket(int(counts.max()) if n_events else 0)

@@ -4,7 +4,9 @@
 passes, smoothed by a logistic of scale ``width`` (``width == 0``: the hard step, with
 zero gradient). ``count_at_least(p, n, width)`` is the probability that at least ``n``
 objects of each event pass, from the objects' pass probabilities ``p`` (the
-Poisson-binomial distribution of the number of passing objects). Both are JAX code,
+Poisson-binomial distribution of the number of passing objects). ``pass_weights(p, n)``
+gives the weights of the YAML engine's selection meaning: per object P(it passes and at
+least ``n`` objects of its event pass), per event P(at least ``n`` pass). Both are JAX code,
 so ``threshold``, ``n`` and the data-dependent probabilities may be traced (inside
 :func:`analysis.stats.derive`, ``jax.grad``, ``jax.jit``).
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -24,11 +27,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
-from analysis.select.objects import soft_pass
+from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
+from analysis.select.objects import (
+    event_pass,
+    layout,
+    membership,
+    object_weights,
+    soft_pass,
+)
 from analysis.select.pbinom import count_distribution, prob_count_at_least
-from analysis.stats.jagged import Jagged, _is_awkward, concrete, from_awkward
+from analysis.stats.jagged import Jagged, _is_awkward, concrete, from_awkward, lists_mismatch
 
-__all__ = ["count_at_least", "soft_cut"]
+__all__ = ["count_at_least", "joint_pass_weights", "pass_weights", "soft_cut"]
 
 _OPS = {">": (True, False), ">=": (True, True), "<": (False, False), "<=": (False, True)}
 
@@ -48,6 +58,17 @@ def _as_input(x: Any, name: str) -> tuple[Any, Any]:
             f"{name}: expected flat values or one level of lists, found shape {arr.shape}"
         )
     return arr, None
+
+
+def _probability_lists(p: Any, func: str) -> tuple[Any, Any, np.ndarray]:
+    """``(values, offsets, concrete offsets)`` of per-object probabilities with lists."""
+    values, offsets = _as_input(p, f"{func}: p")
+    if offsets is None:
+        raise ValueError(f"{func}: p: expected one list of probabilities per event")
+    off = concrete(offsets)
+    if off is None:
+        raise ValueError(f"{func}: p: the list offsets must be concrete (not traced)")
+    return values, offsets, off
 
 
 def _check_width(width: Any, func: str) -> Any:
@@ -136,12 +157,7 @@ def count_at_least(p: Any, n: Any, width: Any = 0.0, *, cap: int | None = None) 
     jax.Array
         float64 ``(num_lists,)``: ``P(K >= n)`` per list; empty for no lists.
     """
-    values, offsets = _as_input(p, "count_at_least: p")
-    if offsets is None:
-        raise ValueError("count_at_least: p: expected one list of probabilities per event")
-    off = concrete(offsets)
-    if off is None:
-        raise ValueError("count_at_least: p: the list offsets must be concrete (not traced)")
+    values, offsets, off = _probability_lists(p, "count_at_least")
     given_cap = cap
     if cap is None:
         n_value = concrete(n) if isinstance(n, jax.Array) else np.asarray(n)
@@ -191,3 +207,277 @@ def _bucket(n: int) -> int:
 def _tail(values, starts, counts, n, width, *, cap: int, max_count: int):
     q = count_distribution(values, starts, counts, cap, max_count)
     return prob_count_at_least(q, n, width)
+
+
+def _object_bucket(n: int) -> int:
+    """The per-event object axis: the largest multiplicity rounded up to a multiple of 4
+    (at least 4), so that chunks share a few compiled recursions."""
+    return max(4, -(-n // 4) * 4)
+
+
+def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) -> tuple[Any, Any]:
+    """Selection weights of "at least ``n`` objects pass": per object and per event.
+
+    The YAML engine's meaning of an object selection with a count requirement, for a
+    hand-written processor: an object is weighted by the probability that it passes
+    *and* its event passes, an event by the probability that it passes.
+
+    Parameters
+    ----------
+    p : Jagged or awkward Array
+        Per-object pass probabilities in [0, 1], one list per event (e.g.
+        ``soft_cut(pt, ">", a, 5.0) * soft_cut(abs(eta), "<", b, 0.1)``); may be traced
+        (inside :func:`analysis.stats.derive`, ``jax.grad``); its list offsets must be
+        concrete.
+    n : number or JAX scalar
+        Required count, ``K >= n`` with ``K`` the number of passing objects. A real
+        ``n`` between integers is the engine's soft count requirement: the expectation
+        of ``(1 - s) [K >= floor n] + s [K >= floor n + 1]``, ``s =
+        integer_step(n - floor n, width)``; integer ``n`` is exact for every width,
+        ``width == 0`` rounds a non-integer ``n``. May be traced (a parameter).
+    width : float, keyword-only
+        Width of the soft integer step of ``n`` (0: none).
+    cap : int, keyword-only
+        Largest ``n`` the results must be exact for (the upper bound of a trainable
+        ``n``). Default: ``ceil(n)`` for a concrete ``n``, the chunk's largest
+        multiplicity + 1 for a traced one (exact for every ``n``; more count states).
+        A traced ``n`` above ``cap`` gives NaN (as the engine), unless ``cap`` exceeds
+        every event's multiplicity (then the weights are 0, exactly).
+
+    Returns
+    -------
+    objects : Jagged
+        ``P(object j passes and K >= n) = p_j P(K_{-j} >= n - 1)`` (``K_{-j}``: the
+        other objects of its event), float64, the lists of ``p``.
+    events : jax.Array
+        ``P(K >= n)`` per event, float64, shape ``(num_lists,)``.
+
+    Both are the exact expectations of the hard-cut weights ``[j passes] [K >= n]`` and
+    ``[K >= n]`` under independent object passes (Poisson-binomial ``K``), computed by
+    the engine's own recursions (:func:`analysis.select.objects.object_weights` and
+    :func:`~analysis.select.objects.event_pass` on a one-set
+    :class:`~analysis.select.countmodel.CountModel`): sums of non-negative products,
+    no division, exact at ``p`` in {0, 1}; differentiable in ``p`` and ``n`` (forward
+    and reverse, every order). ``n <= 0``: ``objects == p``, ``events == 1``; ``n``
+    above an event's multiplicity: zeros there. Events without objects: ``events`` is
+    1 for ``n <= 0``, else 0. Empty input (no events) gives empty outputs.
+    """
+    values, offsets, off = _probability_lists(p, "pass_weights")
+    counts = np.diff(off).astype(np.int32)
+    n_events, n_objects = counts.shape[0], values.shape[0]
+    m = _object_bucket(int(counts.max()) if n_events else 0)
+    n_value = concrete(n) if isinstance(n, jax.Array) else np.asarray(n)
+    if n_value is not None:
+        n_value = np.asarray(n_value)
+        if n_value.size != 1 or not math.isfinite(float(n_value)):
+            raise ValueError(f"pass_weights: n: expected a finite number, found {n!r}")
+    if cap is not None and (
+        isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0
+    ):
+        raise ValueError(f"pass_weights: cap: expected an integer >= 0, found {cap!r}")
+    if cap is None:
+        cap = m + 1 if n_value is None else required_cap(">=", math.ceil(float(n_value)))
+    # Above every multiplicity the requirement fails for all events: the count states
+    # stop one above the largest multiplicity and n is clipped there (exactly 0, zero
+    # gradient) instead of tracking states no event reaches.
+    clip = int(cap) >= m + 1
+    cap = min(int(cap), m + 1)
+    ev_size, obj_size = _bucket(n_events), _bucket(n_objects)
+    check_bytes("pass_weights: n", 8.0 * ev_size * m * (cap + 1),
+                f"{cap + 1} count states x {m} objects x {ev_size} events")
+    starts = np.zeros(ev_size, dtype=np.int32)
+    starts[:n_events] = off[:-1]
+    padded_counts = np.zeros(ev_size, dtype=np.int32)
+    padded_counts[:n_events] = counts
+    values = jnp.concatenate([values, jnp.zeros(obj_size - n_objects, values.dtype)])
+    model = CountModel((ObjectSet("objects", "objects"),),
+                       (Count(("objects",), ">=", cap),))
+    n_arr = jnp.asarray(n, dtype=jnp.float64)
+    if clip:
+        n_arr = jnp.minimum(n_arr, float(cap))
+    obj, ev = _pass_weights(values, starts, padded_counts, n_arr,
+                            _check_width(width, "pass_weights"), model=model, max_objects=m)
+    return Jagged(obj[:n_objects], offsets), ev[:n_events]
+
+
+@partial(jax.jit, static_argnames=("model", "max_objects"))
+def _pass_weights(values, starts, counts, n, width, *, model: CountModel, max_objects: int):
+    lay = layout(starts, counts, max_objects)
+    lays = {"objects": lay}
+    probs = {"objects": lay.dense(values)}
+    th, cw = jnp.reshape(n, (1,)), jnp.reshape(width, (1,))
+    weights = object_weights(probs, lays, model, th, cw)["objects"]
+    return lay.flat(weights, values.shape[0]), event_pass(probs, lays, model, th, cw)
+
+
+def joint_pass_weights(
+    sets: Mapping[str, Any],
+    counts: Sequence[tuple[Any, str, Any]],
+    *,
+    parents: Mapping[str, str] | None = None,
+    collections: Mapping[str, str] | None = None,
+    widths: Sequence[Any] | None = None,
+) -> tuple[dict[str, Any], Any]:
+    """Selection weights of several object sets with joint count requirements.
+
+    The YAML engine's ``objects:`` form for a hand-written processor: every object of
+    every set is weighted by P(it is in the set and *all* count requirements hold), every
+    event by P(all hold).
+
+    Parameters
+    ----------
+    sets : mapping of name to Jagged or awkward Array
+        Each set's *own* per-object pass probability (one list per event). A set derived
+        from another (``parents``) holds an object only if the parent holds it too:
+        ``P(j in bjets) = p_jets(j) * p_bjets(j)``, its lists those of its parent.
+    counts : sequence of ``(sets, op, n)``
+        ``K op n`` with ``K`` the number of members of one set (a name) or of several
+        (a tuple of names, an object counted once per set holding it; sets of different
+        collections add up), ``op`` one of ``> >= < <= ==``, ``n`` a number or a traced
+        scalar (real ``n``: the soft integer step of ``widths``, as :func:`pass_weights`).
+    parents : mapping, keyword-only
+        ``{derived set: parent set}``.
+    collections : mapping, keyword-only
+        ``{set: collection label}``; sets of one collection are the same objects (one
+        object may be in several of them). Default: every root set is a collection of its
+        own, a derived set belongs to its parent's.
+    widths : sequence, keyword-only
+        Width of each count's soft integer step (default 0).
+
+    Returns
+    -------
+    objects : dict of name to Jagged
+        ``P(object in set and all counts hold)``, float64, the set's lists.
+    events : jax.Array
+        ``P(all counts hold)`` per event, float64.
+
+    Exact expectations of the hard-cut weights under independent passes of every
+    object and set (the joint multi-dimensional Poisson-binomial count, never a product
+    of marginals), by the engine's recursions
+    (:func:`analysis.select.objects.object_weights`, :func:`~analysis.select.objects.event_pass`);
+    differentiable in every probability and ``n``. Count states stop one above the
+    largest possible count, where every requirement is constant: any ``n`` is exact (a
+    larger ``n`` is clipped there). No events: empty outputs; no counts: ``events`` 1
+    and the set membership probabilities as ``objects``.
+    """
+    parents = dict(parents or {})
+    names = list(sets)
+    if not names:
+        raise ValueError("joint_pass_weights: sets: expected at least one set")
+    for child, parent in parents.items():
+        if child not in sets or parent not in sets:
+            missing = child if child not in sets else parent
+            raise ValueError(f"joint_pass_weights: parents: {missing!r} is not a set")
+
+    def root(name: str) -> str:
+        seen = {name}
+        while name in parents:
+            name = parents[name]
+            if name in seen:
+                raise ValueError(f"joint_pass_weights: parents: cycle through {name!r}")
+            seen.add(name)
+        return name
+
+    label = {n: (collections or {}).get(root(n), root(n)) for n in names}
+    for n in names:
+        if collections and n in collections and collections[n] != label[n]:
+            raise ValueError(f"joint_pass_weights: collections: {n!r} is in "
+                             f"{collections[n]!r}, its parent in {label[n]!r}")
+    parts = {n: _as_input(sets[n], f"joint_pass_weights: sets[{n!r}]") for n in names}
+    first: dict[str, str] = {}
+    n_events = None
+    for n in names:
+        values, offsets = parts[n]
+        if offsets is None or concrete(offsets) is None:
+            raise ValueError(f"joint_pass_weights: sets[{n!r}]: expected one list per event "
+                             "with concrete offsets")
+        if n_events is None:
+            n_events = offsets.shape[0] - 1
+        elif offsets.shape[0] - 1 != n_events:
+            raise ValueError(f"joint_pass_weights: sets[{n!r}]: {offsets.shape[0] - 1} events, "
+                             f"expected {n_events}")
+        c = label[n]
+        if c in first:
+            why = lists_mismatch(parts[first[c]][1], offsets)
+            if why is not None:
+                raise ValueError(f"joint_pass_weights: sets[{n!r}]: {why} (the lists of "
+                                 f"{first[c]!r}, same collection)")
+        else:
+            first[c] = n
+    assert n_events is not None
+    ev_size = _bucket(n_events)
+    cols = list(first)
+    offs = {c: concrete(parts[first[c]][1]) for c in cols}
+    m = {c: _object_bucket(int(np.diff(offs[c]).max()) if n_events else 0) for c in cols}
+    model_counts, thresholds = [], []
+    for i, entry in enumerate(counts):
+        if len(entry) != 3:
+            raise ValueError(f"joint_pass_weights: counts[{i}]: expected (sets, op, n)")
+        which, op, n = entry
+        which = (which,) if isinstance(which, str) else tuple(which)
+        if op not in OPS:
+            raise ValueError(f"joint_pass_weights: counts[{i}]: op: expected one of "
+                             f"{', '.join(OPS)}, found {op!r}")
+        for name in which:
+            if name not in sets:
+                raise ValueError(f"joint_pass_weights: counts[{i}]: {name!r} is not a set")
+        n_value = concrete(n) if isinstance(n, jax.Array) else np.asarray(n)
+        if n_value is not None and (np.asarray(n_value).size != 1
+                                    or not math.isfinite(float(n_value))):
+            raise ValueError(f"joint_pass_weights: counts[{i}]: n: expected a finite number, "
+                             f"found {n!r}")
+        # every requirement is constant for counts above the largest possible one
+        top = sum(m[label[name]] for name in which) + 1
+        cap = top + 1
+        if n_value is not None:
+            cap = min(cap, required_cap(op, math.ceil(float(n_value))))
+        model_counts.append(Count(which, op, cap))
+        thresholds.append(jnp.minimum(jnp.asarray(n, dtype=jnp.float64), float(top)))
+    n_counts = len(model_counts)
+    if widths is None:
+        widths = [0.0] * n_counts
+    if len(widths) != n_counts:
+        raise ValueError(f"joint_pass_weights: widths: expected {n_counts} values (one per "
+                         f"count), found {len(widths)}")
+    cw = [_check_width(w, "joint_pass_weights") for w in widths]
+    model = CountModel(
+        tuple(ObjectSet(n, label[n], parents.get(n)) for n in names), tuple(model_counts)
+    )
+    states = model.n_states * max(m.values())
+    check_bytes("joint_pass_weights: counts", 8.0 * ev_size * states,
+                f"{model.n_states} joint count states x {max(m.values())} objects x "
+                f"{ev_size} events")
+    starts, cnts, sizes = {}, {}, {}
+    for c in cols:
+        counts_c = np.diff(offs[c]).astype(np.int32)
+        starts[c] = np.zeros(ev_size, dtype=np.int32)
+        starts[c][:n_events] = offs[c][:-1]
+        cnts[c] = np.zeros(ev_size, dtype=np.int32)
+        cnts[c][:n_events] = counts_c
+        sizes[c] = int(offs[c][-1])
+    values = {}
+    for n in names:
+        size = sizes[label[n]]
+        v = parts[n][0]
+        values[n] = jnp.concatenate([v, jnp.zeros(_bucket(size) - size, v.dtype)])
+    th = jnp.stack(thresholds) if thresholds else jnp.zeros((0,), jnp.float64)
+    cwa = jnp.stack(cw) if cw else jnp.zeros((0,), jnp.float64)
+    obj, ev = _joint(values, starts, cnts, th, cwa, model=model,
+                     max_objects=tuple(sorted(m.items())))
+    out = {n: Jagged(obj[n][: sizes[label[n]]], parts[first[label[n]]][1]) for n in names}
+    return out, ev[:n_events]
+
+
+@partial(jax.jit, static_argnames=("model", "max_objects"))
+def _joint(values, starts, counts, th, cw, *, model: CountModel, max_objects):
+    lays = {c: layout(starts[c], counts[c], mc) for c, mc in max_objects}
+    probs = {s.name: lays[s.collection].dense(values[s.name]) for s in model.sets}
+    if not model.counts:
+        weights = membership(probs, lays, model)
+        ev = jnp.ones(next(iter(probs.values())).shape[0], jnp.float64)
+    else:
+        weights = object_weights(probs, lays, model, th, cw)
+        ev = event_pass(probs, lays, model, th, cw)
+    out = {s.name: lays[s.collection].flat(weights[s.name], values[s.name].shape[0])
+           for s in model.sets}
+    return out, ev

@@ -1,5 +1,7 @@
-"""Your own coffea processor with exact gradients: move a jet pT cut until the mean jet
-pT of the selected jets reaches a target. Run from the repository root:
+"""Your own coffea processor with exact gradients: move a soft jet pT cut (beside a
+fixed soft |eta| cut) until the mean pT of the selected jets, in events with at least 2
+of them (the YAML engine's meaning, by analysis.soft.pass_weights), reaches a target.
+Run from the repository root:
 
     python examples/own_processor.py --executor futures --steps 5
 """
@@ -15,7 +17,7 @@ from coffea.nanoevents import NanoAODSchema
 
 from analysis import stats
 from analysis.driver.runner import resolve_skhep
-from analysis.soft import soft_cut
+from analysis.soft import pass_weights, soft_cut
 
 
 class MeanJetPt(processor.ProcessorABC):
@@ -24,9 +26,12 @@ class MeanJetPt(processor.ProcessorABC):
 
     def process(self, events):
         pt = stats.from_awkward(events.Jet.pt)
+        abs_eta = abs(stats.from_awkward(events.Jet.eta))
 
-        def fn(theta):  # JAX code of the parameters: a soft cut, then mergeable moments
-            return {"jet_pt": stats.moments(pt, weight=soft_cut(pt, ">", theta["pt_min"], 5.0))}
+        def fn(theta):  # JAX code of the parameters: soft cuts, then mergeable moments
+            p = soft_cut(pt, ">", theta["pt_min"], 5.0) * soft_cut(abs_eta, "<", 2.4, 0.1)
+            jets, events_pass = pass_weights(p, 2)  # P(jet passes and >= 2 jets pass), P(>= 2 pass)
+            return {"jet_pt": stats.moments(pt, weight=jets), "selected": events_pass.sum()}
 
         return {events.metadata["dataset"]: stats.derive(fn, self.theta)}
 

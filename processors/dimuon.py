@@ -120,10 +120,10 @@ class DimuonProcessor(processor.ProcessorABC):
         def fn(theta):
             w = self.widths
             p = (
-                soft_cut(pt, ">", theta["mu_pt_min"], w["mu_pt_min"]).values
-                * soft_cut(abs_eta, "<", theta["mu_abs_eta_max"], w["mu_abs_eta_max"]).values
-                * soft_cut(iso, "<", theta["mu_iso_max"], w["mu_iso_max"]).values
-            )
+                soft_cut(pt, ">", theta["mu_pt_min"], w["mu_pt_min"])
+                * soft_cut(abs_eta, "<", theta["mu_abs_eta_max"], w["mu_abs_eta_max"])
+                * soft_cut(iso, "<", theta["mu_iso_max"], w["mu_iso_max"])
+            ).values
             pair_w = p[i1] * p[i2]
             return {"mass": stats.moments(mass, weight=pair_w), "pairs": jnp.sum(pair_w)}
 

@@ -13,10 +13,12 @@ Uses only the public API (:mod:`analysis.stats`, :mod:`analysis.soft`)::
 
 Per event, jet ``i`` passes with probability
 ``p_i = soft_cut(pt_i, ">", jet_pt_min, w_pt) * soft_cut(|eta_i|, "<", jet_abs_eta_max, w_eta)``
-and the event with probability ``P_ev = count_at_least(p, min_jets)``. The output
+and the event with probability ``P_ev = P(at least min_jets jets pass)``. The output
 per dataset is ``stats.derive`` of
 
-* ``"jet_pt"``: ``stats.moments`` of jet pT, each jet weighted ``p_i * P_ev``;
+* ``"jet_pt"``: ``stats.moments`` of jet pT, each jet weighted by ``P(jet i passes and
+  at least min_jets jets pass)`` (:func:`analysis.soft.pass_weights`: the YAML
+  engine's meaning, the exact expectation of the hard-cut moments);
 * ``"ht"``: ``stats.moments`` of ``HT = sum_i p_i pt_i`` per event, weighted ``P_ev``;
 * ``"selected"``: ``sum P_ev`` (soft number of selected events); ``"events"``: events read.
 
@@ -34,7 +36,8 @@ import numpy as np
 from coffea import processor
 
 from analysis import stats
-from analysis.soft import count_at_least, soft_cut
+from analysis.data.owncache import CachedColumns
+from analysis.soft import pass_weights, soft_cut
 
 __all__ = ["DEFAULT_THETA", "DEFAULT_WIDTHS", "JetMomentsProcessor"]
 
@@ -42,13 +45,14 @@ DEFAULT_THETA = {"jet_pt_min": 30.0, "jet_abs_eta_max": 2.4}
 DEFAULT_WIDTHS = {"jet_pt_min": 3.0, "jet_abs_eta_max": 0.1}
 
 
-class JetMomentsProcessor(processor.ProcessorABC):
+class JetMomentsProcessor(CachedColumns, processor.ProcessorABC):
     """``{dataset: stats.Derived}`` of jet-pT and HT moments with soft jet cuts.
 
     ``theta``: cut values (default :data:`DEFAULT_THETA`; missing keys take the
     default); ``widths``: soft-cut widths in the same units (default
     :data:`DEFAULT_WIDTHS`, 0 = hard cut); ``min_jets``: jets required per event;
-    ``order``: 1 for gradients, 2 to add Hessians.
+    ``order``: 1 for gradients, 2 to add Hessians. The chunk's jet columns are read
+    once per chunk and process across passes (:class:`~analysis.data.owncache.CachedColumns`).
 
     Parameters
     ----------
@@ -88,32 +92,36 @@ class JetMomentsProcessor(processor.ProcessorABC):
         self.min_jets = int(min_jets)
         self.order = order
 
-    def process(self, events):
-        """``{dataset: stats.derive(chunk_function(events), theta, order=order)}``."""
-        fn = self.chunk_function(events)
-        return {events.metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
+    def columns(self, events):
+        """The chunk's jet columns (read once per chunk and process: :class:`CachedColumns`)."""
+        return {
+            "pt": stats.from_awkward(events.Jet.pt),
+            "abs_eta": stats.from_awkward(abs(events.Jet.eta)),
+        }
+
+    def process_columns(self, columns, metadata):
+        fn = self._function(columns)
+        return {metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
 
     def chunk_function(self, events):
         """``fn(theta) -> states`` of one chunk (what ``process`` derives; for tests)."""
-        pt = stats.from_awkward(events.Jet.pt)
-        abs_eta = stats.from_awkward(abs(events.Jet.eta))
+        return self._function(self.columns(events))
+
+    def _function(self, columns):
+        pt, abs_eta = columns["pt"], columns["abs_eta"]
         n_events = len(pt)
         jet_event = pt.segment_ids()  # which event each jet belongs to
         pt_values = jnp.asarray(pt.values, dtype=jnp.float64)
 
         def fn(theta):
-            p = (
-                soft_cut(pt, ">", theta["jet_pt_min"], self.widths["jet_pt_min"]).values
-                * soft_cut(
-                    abs_eta, "<", theta["jet_abs_eta_max"], self.widths["jet_abs_eta_max"]
-                ).values
+            p = soft_cut(pt, ">", theta["jet_pt_min"], self.widths["jet_pt_min"]) * soft_cut(
+                abs_eta, "<", theta["jet_abs_eta_max"], self.widths["jet_abs_eta_max"]
             )
-            p_event = count_at_least(stats.Jagged(p, pt.offsets), self.min_jets)
-            ht = jax.ops.segment_sum(p * pt_values, jet_event, num_segments=n_events)
+            # P(jet passes and the event has >= min_jets passing jets), P(event passes)
+            jet_weight, p_event = pass_weights(p, self.min_jets)
+            ht = jax.ops.segment_sum(p.values * pt_values, jet_event, num_segments=n_events)
             return {
-                "jet_pt": stats.moments(
-                    pt, weight=stats.Jagged(p * p_event[jet_event], pt.offsets)
-                ),
+                "jet_pt": stats.moments(pt, weight=jet_weight),
                 "ht": stats.moments(ht, weight=p_event),
                 "selected": jnp.sum(p_event),
                 "events": np.float64(n_events),

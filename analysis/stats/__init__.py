@@ -32,7 +32,7 @@ from analysis.stats.api import (
 )
 from analysis.stats.derive import Derived, PassTheta, Pullback, derive, differentiable, join
 from analysis.stats.histogram import Histogram, histogram
-from analysis.stats.jagged import Jagged, from_awkward
+from analysis.stats.jagged import Jagged, from_awkward, where
 from analysis.stats.merge import merge
 from analysis.stats.mlp import MLP, Standardisation, mlp, score
 
@@ -67,4 +67,5 @@ __all__ = [
     "skew",
     "std",
     "var",
+    "where",
 ]

@@ -22,6 +22,7 @@ from analysis.stats.jagged import (
     _is_awkward,
     awkward_parts,
     concrete,
+    lists_mismatch,
     segment_ids_from_offsets,
 )
 
@@ -85,22 +86,11 @@ def _f64(a: Any) -> Any:
 
 def _check_same_lists(a: _Parts, b: _Parts, name: str) -> None:
     """``b`` (named ``name``) must have the lists of ``a`` (``x``)."""
-    na, nb = a.offsets.shape[0] - 1, b.offsets.shape[0] - 1
-    if na != nb:
-        raise ValueError(f"{name}: expected {na} lists (as x), found {nb}")
-    if a.values.shape[0] != b.values.shape[0]:
-        raise ValueError(
-            f"{name}: expected {a.values.shape[0]} elements (as x), found {b.values.shape[0]}"
-        )
-    if a.offsets is b.offsets:
-        return
-    oa, ob = concrete(a.offsets), concrete(b.offsets)
-    if oa is not None and ob is not None and not np.array_equal(oa, ob):
-        i = int(np.flatnonzero(np.diff(oa) != np.diff(ob))[0])
-        raise ValueError(
-            f"{name}: expected the list lengths of x; list {i} has {int(oa[i + 1] - oa[i])} "
-            f"elements in x and {int(ob[i + 1] - ob[i])} in {name}"
-        )
+    why = lists_mismatch(a.offsets, b.offsets)
+    if why is None and a.values.shape[0] != b.values.shape[0]:  # traced offsets
+        why = f"{b.values.shape[0]} elements where {a.values.shape[0]} are expected"
+    if why is not None:
+        raise ValueError(f"{name}: {why} (the lists of x)")
 
 
 class _Prepared(NamedTuple):
@@ -246,8 +236,12 @@ def _is_scalar(obj: Any) -> bool:
 
 
 def _flat_path(x: Any, y: Any, weight: Any, axis: Any) -> bool:
-    """The original flat/:class:`Jagged` path (also what ``jax.jit`` code uses)."""
-    if isinstance(x, Jagged):
+    """The original flat/:class:`Jagged` path (also what ``jax.jit`` code uses).
+
+    Any :class:`Jagged` argument takes it: awkward arguments beside it are read as one
+    level of lists (:func:`~analysis.stats.jagged.awkward_parts`) and must have its lists
+    (one line naming the first list that differs otherwise)."""
+    if any(isinstance(a, Jagged) for a in (x, y, weight)):
         return True
     if not (_is_array(x) and x.ndim == 1):
         return False

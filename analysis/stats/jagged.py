@@ -17,6 +17,17 @@ buffer may be a tracer (inside ``jax.grad``): it is only gathered, so gradients 
 back to the awkward array. Index buffers are concrete (awkward keeps them out of the
 pytree leaves), and are read with numpy.
 
+A :class:`Jagged` is an array: ``+ - * / **`` (and reflected), comparisons (bool
+values), unary ``-`` and ``abs`` work elementwise, with the result on the left operand's
+lists. The other operand broadcasts like awkward: a Jagged (or an awkward Array of one
+level of lists) needs the same lists (otherwise one ``ValueError`` line names the first
+list that differs); a flat array (numpy, JAX or awkward) has one value per list; a number
+applies to every element. ``soft_cut(pt, ">", a, 5.0) * soft_cut(eta, "<", b, 0.1)``
+is the product of the pass probabilities. ``jnp`` functions go through :meth:`Jagged.map`
+(``pt.map(jnp.log)``, ``pt.map(jnp.arctan2, eta)``); :func:`where` selects elementwise.
+Everything is JAX on the values, so gradients flow through it and it works under ``jit``
+(traced offsets: only the lengths are compared).
+
 For awkward inputs of any structure (option types, any depth, regular dimensions)
 the statistics use :mod:`analysis.stats._shadow`, which lets awkward itself decide
 broadcasting, missing values and the grouping of any ``axis``.
@@ -31,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Jagged", "from_awkward"]
+__all__ = ["Jagged", "from_awkward", "where"]
 
 
 def concrete(a: Any) -> np.ndarray | None:
@@ -167,6 +178,7 @@ class Jagged:
     def with_values(self, values: Any) -> Jagged:
         """Same lists, new per-element ``values`` (same length)."""
         values = values if isinstance(values, jax.Array) else jnp.asarray(values)
+        _check_real(values.dtype, "Jagged values")
         if values.shape != self.values.shape:
             raise ValueError(
                 f"Jagged.with_values: expected values of shape {self.values.shape}, "
@@ -190,9 +202,91 @@ class Jagged:
             return jnp.asarray(per_list)[ids]
         return per_list[ids]
 
-    def map(self, fn: Callable[[Any], Any]) -> Jagged:
-        """Apply an elementwise function to the values: ``pt.map(lambda v: (v - c) / 5)``."""
-        return self.with_values(fn(self.values))
+    def map(self, fn: Callable[..., Any], *others: Any) -> Jagged:
+        """Apply an elementwise function to the values: ``pt.map(jnp.log)``,
+        ``pt.map(lambda v: (v - c) / 5)``; with ``others`` (Jagged of the same lists,
+        scalars, one value per list, awkward Arrays; broadcast as the operators do)
+        ``fn(self.values, *their values)``: ``pt.map(jnp.arctan2, eta)``."""
+        args = [_operand(self, o, "map") for o in others]
+        bad = next((o for o, a in zip(others, args) if a is NotImplemented), None)
+        if bad is not None:
+            raise TypeError(f"Jagged.map: expected Jagged, awkward, arrays or numbers, "
+                            f"found {type(bad).__name__}")
+        return self.with_values(fn(self.values, *args))
+
+    # --- elementwise arithmetic (module docstring: broadcasting like awkward) ------
+    # numpy and awkward defer to our reflected operators instead of iterating a Jagged
+    __array_ufunc__ = None
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise
+
+    def _binary(self, other: Any, op: Callable[[Any, Any], Any], name: str) -> Any:
+        right = _operand(self, other, name)
+        if right is NotImplemented:
+            return NotImplemented
+        return self.with_values(op(self.values, right))
+
+    def _reflected(self, other: Any, op: Callable[[Any, Any], Any], name: str) -> Any:
+        left = _operand(self, other, name)
+        if left is NotImplemented:
+            return NotImplemented
+        return self.with_values(op(left, self.values))
+
+    def __add__(self, o: Any) -> Any:
+        return self._binary(o, jnp.add, "+")
+
+    def __radd__(self, o: Any) -> Any:
+        return self._reflected(o, jnp.add, "+")
+
+    def __sub__(self, o: Any) -> Any:
+        return self._binary(o, jnp.subtract, "-")
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._reflected(o, jnp.subtract, "-")
+
+    def __mul__(self, o: Any) -> Any:
+        return self._binary(o, jnp.multiply, "*")
+
+    def __rmul__(self, o: Any) -> Any:
+        return self._reflected(o, jnp.multiply, "*")
+
+    def __truediv__(self, o: Any) -> Any:
+        return self._binary(o, jnp.true_divide, "/")
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._reflected(o, jnp.true_divide, "/")
+
+    def __pow__(self, o: Any) -> Any:
+        return self._binary(o, jnp.power, "**")
+
+    def __rpow__(self, o: Any) -> Any:
+        return self._reflected(o, jnp.power, "**")
+
+    def __lt__(self, o: Any) -> Any:
+        return self._binary(o, jnp.less, "<")
+
+    def __le__(self, o: Any) -> Any:
+        return self._binary(o, jnp.less_equal, "<=")
+
+    def __gt__(self, o: Any) -> Any:
+        return self._binary(o, jnp.greater, ">")
+
+    def __ge__(self, o: Any) -> Any:
+        return self._binary(o, jnp.greater_equal, ">=")
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        return self._binary(o, jnp.equal, "==")
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        return self._binary(o, jnp.not_equal, "!=")
+
+    def __neg__(self) -> Jagged:
+        return self.with_values(-self.values)
+
+    def __pos__(self) -> Jagged:
+        return self
+
+    def __abs__(self) -> Jagged:
+        return self.with_values(jnp.abs(self.values))
 
     def to_awkward(self) -> Any:
         """An awkward array (numpy backend) with the same lists; needs concrete arrays."""
@@ -205,6 +299,90 @@ class Jagged:
             f"Jagged(num_lists={self.num_lists}, num_elements={self.num_elements}, "
             f"dtype={self.values.dtype})"
         )
+
+
+# --- broadcasting operands -------------------------------------------------------
+
+
+def lists_mismatch(a: Any, b: Any) -> str | None:
+    """Why offsets ``b`` do not describe the lists of offsets ``a`` (``None``: they do,
+    or cannot be told apart because one is traced and the shapes agree)."""
+    na, nb = a.shape[0] - 1, b.shape[0] - 1
+    if na != nb:
+        return f"{nb} lists where {na} are expected"
+    if a is b:
+        return None
+    oa, ob = concrete(a), concrete(b)
+    if oa is None or ob is None:
+        return None
+    if not np.array_equal(oa, ob):
+        i = int(np.flatnonzero(np.diff(oa) != np.diff(ob))[0])
+        return (f"list {i} has {int(ob[i + 1] - ob[i])} elements where "
+                f"{int(oa[i + 1] - oa[i])} are expected")
+    return None
+
+
+def _operand(x: Jagged, other: Any, name: str) -> Any:
+    """``other`` as per-element values aligned with ``x.values`` (or a scalar), broadcast
+    like awkward: a Jagged or awkward Array of lists needs the same lists; a flat array
+    (numpy, JAX, awkward) has one value per list; a number applies to all.
+    ``NotImplemented`` for types that are none of these."""
+    if isinstance(other, Jagged):
+        why = lists_mismatch(x.offsets, other.offsets)
+        if why is not None:
+            raise ValueError(f"Jagged {name}: other operand: {why} (the same lists needed)")
+        if other.values.shape != x.values.shape:  # traced offsets: shapes only
+            raise ValueError(
+                f"Jagged {name}: other operand: {other.values.shape[0]} elements where "
+                f"{x.num_elements} are expected (same lists needed)"
+            )
+        return other.values
+    if _is_awkward(other):
+        values, offsets = awkward_parts(other, f"Jagged {name}: other operand")
+        if offsets is not None:
+            return _operand(x, Jagged.tree_unflatten(None, (jnp.asarray(values), offsets)), name)
+        other = values
+    if isinstance(other, (bool, int, float, np.generic)):
+        return other
+    if isinstance(other, (jax.Array, np.ndarray)):
+        if other.ndim == 0:
+            return other
+        if other.ndim == 1:
+            if other.shape[0] != x.num_lists:
+                raise ValueError(
+                    f"Jagged {name}: a flat operand has one value per list: expected "
+                    f"{x.num_lists} values, found {other.shape[0]}"
+                )
+            return x.expand(other)
+        raise ValueError(
+            f"Jagged {name}: expected a number, one value per list or the same lists, "
+            f"found shape {tuple(other.shape)}"
+        )
+    return NotImplemented
+
+
+def where(condition: Any, x: Any, y: Any) -> Jagged:
+    """Elementwise ``x`` where ``condition`` holds, else ``y`` (``jnp.where`` on the values).
+
+    Parameters: ``condition``, ``x``, ``y``: at least one a :class:`Jagged`; the
+    others Jagged of the same lists, awkward Arrays of those lists, one value per list
+    (a flat array) or numbers, broadcast as the arithmetic operators do.
+    Returns a :class:`Jagged` with the lists of the first Jagged argument, values of the
+    promoted dtype of ``x`` and ``y``. Gradients flow to ``x`` and ``y`` only where
+    they are selected (``jnp.where``: pass finite values on both sides to keep them
+    finite). Empty input gives empty output.
+    """
+    template = next((a for a in (condition, x, y) if isinstance(a, Jagged)), None)
+    if template is None:
+        raise TypeError("where: expected at least one Jagged among condition, x and y")
+    parts = []
+    for arg, what in ((condition, "condition"), (x, "x"), (y, "y")):
+        v = _operand(template, arg, "where")
+        if v is NotImplemented:
+            raise TypeError(f"where: {what}: expected a Jagged, an awkward Array, an array or "
+                            f"a number, found {type(arg).__name__}")
+        parts.append(v)
+    return template.with_values(jnp.where(*parts))
 
 
 # --- awkward ----------------------------------------------------------------------

@@ -117,9 +117,22 @@ def cmd_evaluate(args) -> int:
     report["wall_time_s"] = time.perf_counter() - start
     out = output_dir(config, args)
     write_json(out / "results.json", report)
+    exported = _export(report, out)
     if not args.quiet:
         print_summary(report, out / "results.json")
+        for p in exported:
+            print(f"wrote {p}")
     return 0
+
+
+def _export(report: dict[str, Any], out: Path) -> list:
+    """workspace.json, shapes.root and datacard.txt (:mod:`analysis.cli.export`) of the
+    report's ``likelihood`` section, if it has templates; their paths."""
+    if "channels" not in (report.get("likelihood") or {}):
+        return []
+    from analysis.cli.export import write_exports
+
+    return write_exports(report["likelihood"], out)
 
 
 def cmd_make_dataset(args) -> int:
@@ -267,6 +280,7 @@ def run_optimize(args) -> int:
 
             report["histograms"] = histograms_section(config, run.plan, run.final_hard_states)
         write_json(outdir / "results.json", report)
+        exported = _export(report, outdir)  # the final hard-cut model, for pyhf and Combine
         if run.plan.scores:  # the trained networks, data only (score_NAME.npz)
             from analysis.optimize.scoreopt import write_scores
 
@@ -295,6 +309,8 @@ def run_optimize(args) -> int:
                             sumw=sumw)
     if not quiet:
         _print_final(report, outdir, plots=not args.no_plots)
+        for p in exported:
+            print(f"wrote {p}")
     return 0
 
 

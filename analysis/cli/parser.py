@@ -1,4 +1,4 @@
-"""Command line: ``diffcoffea evaluate | optimize | scan | make-dataset`` (also ``python -m analysis``).
+"""Command line: ``diffcoffea evaluate | optimize | scan | export | make-dataset`` (also ``python -m analysis``).
 
 The top layer: it parses arguments and runs a command of :mod:`analysis.cli.commands`, which loads the config, asks the driver
 (:class:`analysis.driver.runner.Evaluator`), the optimisation loop (:mod:`analysis.optimize.loop`)
@@ -131,6 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="grid of one parameter (repeat for more); other parameters stay at init",
     )
 
+    p = sub.add_parser(
+        "export",
+        help="write workspace.json (pyhf), shapes.root and datacard.txt (Combine) from "
+        "an earlier run's results.json",
+    )
+    _add_debug(p)
+    p.add_argument("results_dir", metavar="RESULTS_DIR",
+                   help="output directory of 'evaluate' or 'optimize' of a likelihood config")
+    p.add_argument("--output", "-o", help="where to write (default: RESULTS_DIR)")
+    p.add_argument("--quiet", action="store_true", help="print nothing")
+
     p = sub.add_parser("make-dataset", help="write NanoAOD-layout demo files")
     _add_debug(p)
     p.add_argument("outdir")
@@ -139,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--files", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     return parser
+
+
+def cmd_export(args) -> int:
+    from analysis.cli.export import cmd_export as run
+
+    return run(args)
 
 
 def _root_cause(err: BaseException) -> DiffcoffeaError | None:
@@ -157,6 +174,7 @@ COMMANDS = {
     "optimize": run_optimize,
     "scan": run_scan,
     "make-dataset": cmd_make_dataset,
+    "export": cmd_export,
 }
 
 

@@ -281,6 +281,11 @@ def config_from_dict(
     if not isinstance(data, dict):
         kind = "an empty file" if data is None else type(data).__name__
         raise ConfigError(f"{source}: top level must be a mapping of keys, got {kind}")
+    if "datasets" in data:  # a coffea fileset (JSON path or inline): the config's layout
+        from analysis.config.fileset import expand_datasets
+
+        data = {**data, "datasets": expand_datasets(data["datasets"], source=source,
+                                                    base_dir=base_dir)}
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:

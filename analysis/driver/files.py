@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 SKHEP_CACHE = Path.home() / ".local" / "skhepdata"
+_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")  # root://, https://, ... (not skhep:)
 
 
 class EventSchema(NanoAODSchema):
@@ -91,7 +93,7 @@ def open_file(
     """
     import uproot
 
-    if os.path.isdir(path):
+    if not _REMOTE.match(path) and os.path.isdir(path):
         raise BadFile("is a directory, not a ROOT file")
     try:
         with uproot.open(path) as f:
@@ -157,7 +159,9 @@ def resolve_fileset(
                 paths.append(resolve_skhep(entry[len("skhep:") :], where))
                 continue
             path = config.resolve_path(entry)
-            if any(c in path for c in "*?["):
+            if _REMOTE.match(path):  # root://, https://, ...: to uproot as written
+                paths.append(path)
+            elif any(c in path for c in "*?["):
                 matches = sorted(glob.glob(path))
                 if not matches:
                     raise InputError(f"{where}: no file matches {entry!r} (looked for {path})")
@@ -169,7 +173,8 @@ def resolve_fileset(
         entries: dict[str, tuple[int, Any]] = {}
         first: dict[Any, str] = {}  # resolved path, and file UUID -> the path met first
         for path in paths:
-            real = os.path.realpath(path)
+            remote = bool(_REMOTE.match(path))
+            real = path if remote else os.path.realpath(path)
             if real in first:
                 _same_file(where, path, first[real], "the same file as")
                 continue
@@ -183,7 +188,8 @@ def resolve_fileset(
                     raise InputError(as_written(f"{path}: {bad} (datasets.{name})")) from bad
                 skipped.append(Fault(name, path, None, None, str(bad)))
                 continue
-            copy = ("uuid", uuid, os.path.getsize(path))  # (a damaged copy is not the file)
+            # (a damaged copy is not the file; a remote file's size is not asked for)
+            copy = ("uuid", uuid, None if remote else os.path.getsize(path))
             if copy in first:
                 _same_file(where, path, first[copy], "a copy (same ROOT file UUID and size) of")
                 continue

@@ -7,12 +7,15 @@ histogram states ``{dataset: {key: stats.Histogram}}``
 (:mod:`analysis.likelihood.significance`). The likelihood is built with evermore's
 effects and pdfs (:mod:`analysis.likelihood.expected`), fitted with optimistix
 (:mod:`analysis.likelihood.fit`); :func:`results_section` is the ``likelihood`` section
-of results.json (:mod:`analysis.likelihood.summary`). Pure maths: knows :mod:`analysis.stats` only.
+of results.json (:mod:`analysis.likelihood.summary`); :func:`pyhf_workspace` and
+:func:`combine_inputs` write that section for pyhf and Combine
+(:mod:`analysis.likelihood.export`). Pure maths: knows :mod:`analysis.stats` only.
 """
 
 from __future__ import annotations
 
 from analysis.likelihood.expected import asimov, expected, mc_stat_widths, nll, nuisance_names
+from analysis.likelihood.export import combine_inputs, pyhf_workspace
 from analysis.likelihood.fit import FitResult, fit_status, profile, raise_for_fit
 from analysis.likelihood.model import (
     Channel,
@@ -42,6 +45,7 @@ __all__ = [
     "Significance",
     "asimov",
     "check_templates",
+    "combine_inputs",
     "discovery_significance",
     "edges",
     "expected",
@@ -51,6 +55,7 @@ __all__ = [
     "nll",
     "nuisance_names",
     "profile",
+    "pyhf_workspace",
     "raise_for_fit",
     "results_section",
     "significance",

@@ -7,12 +7,13 @@
         "nominal": {"sumw": [...], "sumw2": [...]},
         "variations": {NAME: {"up": [...], "down": [...]}}}}}},
      "normalisations": {NAME: {"datasets": [...], "kappa": k}},
-     "signal": [DATASET, ...], "mc_stat": true|false,
+     "signal": [DATASET, ...], "mc_stat": true|false, "floor": f,
      "significance": {"value": Z, "grad": {PARAM: dZ/dparam}},
      "fit": {"converged": bool, "nuisances": {NAME: value}}}
 
 Sums are of the in-range bins (no flow bins); ``nuisances`` are the ``mu = 0`` profile
-fit's, named as :func:`~analysis.likelihood.nuisance_names`. Returns a dict; writing
+fit's, named as :func:`~analysis.likelihood.nuisance_names`; ``floor`` the model's
+smallest expected count of a bin (:mod:`analysis.likelihood.expected`). Returns a dict; writing
 it is the caller's business.
 """
 
@@ -82,6 +83,7 @@ def results_section(
         },
         "signal": list(model.signal),
         "mc_stat": model.mc_stat,
+        "floor": float(model.floor),
         "significance": {
             "value": float(np.asarray(result.z)),
             "grad": {k: float(v) for k, v in (grad or {}).items()},

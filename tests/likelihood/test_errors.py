@@ -150,7 +150,9 @@ def test_results_section_is_the_contract():
     result = lk.significance(s, MODEL)
     out = lk.results_section(s, MODEL, result, {"cut": 0.25})
     assert json.loads(json.dumps(out)) == out
-    assert set(out) == {"channels", "normalisations", "signal", "mc_stat", "significance", "fit"}
+    assert set(out) == {"channels", "normalisations", "signal", "mc_stat", "floor",
+                        "significance", "fit"}
+    assert out["floor"] == MODEL.floor
     sr = out["channels"]["sr"]
     assert sr["edges"] == [0.0, 1.0, 2.0, 3.0]
     assert sr["samples"]["bkg"]["nominal"] == {"sumw": [10.0, 8.0, 5.0], "sumw2": [1.0, 0.8, 0.5]}

@@ -56,6 +56,10 @@ class AnnealConfig(_Model):
 
     final_width_factor: float = Field(default=0.1, gt=0, le=1)
     schedule: Literal["exponential", "linear", "none"] = "exponential"
+    # the schedule's length in steps (default: optimizer.steps). Shorter than the step
+    # budget leaves steps at the final widths, where the convergence criterion can be met
+    # (it compares objectives at the same widths only).
+    steps: int | None = Field(default=None, ge=1)
 
 
 class OptimizerConfig(_Model):

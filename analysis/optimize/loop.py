@@ -9,11 +9,16 @@ respect to the trainable parameters; then one update of the configured optimiser
   learning rate suits a pT threshold in GeV and a b-tag score in [0, 1].
 - Bounds: projection. After each update ``u`` is clipped to [0, 1]; parameters
   never leave their bounds.
-- Annealing: every cut width follows ``w_k = w_0 * f**(k / (steps - 1))``
-  (``exponential``) or ``w_0 * (1 - (1 - f) k / (steps - 1))`` (``linear``), with
-  ``f = anneal.final_width_factor``, so soft cuts approach hard ones.
+- Annealing: every cut width follows ``w_k = w_0 * f**(k / (A - 1))``
+  (``exponential``) or ``w_0 * (1 - (1 - f) k / (A - 1))`` (``linear``), with
+  ``f = anneal.final_width_factor`` and ``A = anneal.steps`` (default
+  ``optimizer.steps``), so soft cuts approach hard ones; from step ``A - 1`` on the
+  widths are the final ones.
 - Convergence: stop when ``|J_k - J_{k-window}| <= tolerance * max(|J_k|, 1e-12)``
-  after annealing has finished (annealing itself moves the objective).
+  with both steps at the final widths (annealing itself moves the objective, so a
+  change across a width change says nothing about the optimiser): with
+  ``anneal.steps`` equal to the step budget (the default) no run can converge before
+  its last step, so a run meant to converge anneals in fewer steps than it has.
 - Stochastic mode: a step uses ``chunks_per_step`` chunks (at least one of every
   dataset) drawn with a generator seeded by ``(seed, step)``, so a resumed run
   draws the same chunks.
@@ -177,8 +182,9 @@ class Optimization:
         if steps is not None:
             config.optimizer.steps = steps
         self.opt_cfg = config.optimizer
-        #: length of the annealing schedule: this run's steps, or the first run's on resume
-        self.anneal_steps = self.opt_cfg.steps
+        #: length of the annealing schedule: ``anneal.steps``, else this run's steps (or
+        #: the first run's on resume)
+        self.anneal_steps = self.opt_cfg.anneal.steps or self.opt_cfg.steps
         names = self.plan.trainable_names
         if not names:
             raise ConfigError(
@@ -247,12 +253,14 @@ class Optimization:
         self.history = data["history"]
         self.converged = data.get("converged", False)
         first = ((data.get("config") or {}).get("optimizer") or {}).get("steps")
-        if isinstance(first, int) and not isinstance(first, bool) and first >= 0:
+        if (self.opt_cfg.anneal.steps is None and isinstance(first, int)
+                and not isinstance(first, bool) and first >= 0):
             self.anneal_steps = first
 
     def checkpoint(self) -> None:
         snapshot = _ckpt.config_snapshot(self.config)
-        snapshot["optimizer"]["steps"] = self.anneal_steps  # the schedule's length, kept
+        if self.opt_cfg.anneal.steps is None:  # the schedule's length, kept
+            snapshot["optimizer"]["steps"] = self.anneal_steps
         save_checkpoint(
             self.outdir / CHECKPOINT,
             {
@@ -372,7 +380,9 @@ class Optimization:
 
     def _converged(self) -> bool:
         w = self.opt_cfg.window
-        annealed = self.opt_cfg.anneal.schedule == "none" or self.step >= self.anneal_steps
+        # both compared steps (k and k - window) at the final widths, reached at step A - 1
+        annealed = (self.opt_cfg.anneal.schedule == "none"
+                    or self.step - 1 - w >= self.anneal_steps - 1)
         if not annealed or len(self.history) <= w:
             return False
         return self._relative_change() <= self.opt_cfg.tolerance

@@ -37,7 +37,7 @@ def run_status(
     w, tol = cfg.window, cfg.tolerance
     criterion = f"objective changes by <= {tol:g} (relative) over {w} steps"
     if cfg.anneal.schedule != "none":
-        criterion += ", after annealing"
+        criterion += ", both at the final widths"
     change = run._relative_change()
     advice = None
     if not run.converged:
@@ -57,8 +57,11 @@ def run_status(
             advice = f"{more} or a larger {lr}"
         else:
             advice = more
-        if cfg.anneal.schedule != "none" and run.step < cfg.steps:
-            advice += "; annealing had not finished"
+        if cfg.anneal.schedule != "none" and run.step < run.anneal_steps + w:
+            # the criterion needs window + 1 steps at the final widths
+            advice += (f"; the last {w} steps were not all at the final widths (annealing "
+                       f"ends at step {run.anneal_steps - 1}: optimizer.anneal.steps "
+                       f"{run.anneal_steps} of optimizer.steps {cfg.steps})")
     at_bound = {}
     for i, name in enumerate(run.coords.names):
         if not run.coords.bounded[i]:  # a learned score's weight: no bounds

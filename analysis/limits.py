@@ -26,7 +26,9 @@ import stat
 
 from analysis.errors import ConfigError
 
-__all__ = ["ENV_LIMIT", "FILE_LIMIT", "KAPPA_MAX", "ResourceError", "regular_file", "check_bytes", "memory_limit", "show_bytes"]
+__all__ = ["ENV_LIMIT", "FILE_LIMIT", "KAPPA_MAX", "MAX_LAYERS", "MAX_SCORE_PARAMETERS",
+           "MAX_WORKERS", "MAX_RETRIES", "MAX_GENERATED_EVENTS", "MAX_GENERATED_FILES",
+           "MAX_SEED", "GEN_BYTES_PER_EVENT", "MAX_GRID_POINTS", "ResourceError", "regular_file", "check_bytes", "memory_limit", "show_bytes"]
 
 #: Environment variable overriding :func:`memory_limit` (megabytes, a positive number).
 ENV_LIMIT = "DIFFCOFFEA_MEMORY_LIMIT_MB"
@@ -39,6 +41,39 @@ FRACTION = 0.5
 #: bounds the yield (``kappa ** theta`` spans decades within the constraint's width),
 #: so the normalisation would act as an unconstrained one without a word.
 KAPPA_MAX = 100.0
+
+#: Deepest learned-score network (hidden layers): XLA compiles one fused loop body per
+#: layer, and thousands of layers abort LLVM instead of failing in one line.
+MAX_LAYERS = 64
+
+#: Most weights of all learned scores together: every weight is a named parameter of
+#: the optimiser (a Python entry, a column of results.json), so 10**6 is far beyond a
+#: cut-optimisation score and far below what breaks the book-keeping.
+MAX_SCORE_PARAMETERS = 10**6
+
+#: Most worker processes of a local executor (futures, a local dask cluster):
+#: ``workers`` beyond it is refused (each worker is a Python process with JAX loaded,
+#: ~300 MB); a remote dask cluster sets its own.
+MAX_WORKERS = 256
+
+#: Most retries of a failing chunk: a deterministic failure (a corrupt basket) is a
+#: bad file, not a transient fault, and would otherwise be retried forever.
+MAX_RETRIES = 10
+
+#: Most events the demo generator writes in one dataset (``generate: {events}``,
+#: ``make-dataset --events``): ~0.4 KB each on disk, so 10**8 is ~40 GB.
+MAX_GENERATED_EVENTS = 10**8
+#: Most files of one generated dataset.
+MAX_GENERATED_FILES = 10**4
+#: Seeds are non-negative and below 2**63 (numpy's SeedSequence takes any non-negative
+#: int, but results.json and the manifest store them as JSON numbers).
+MAX_SEED = 2**63 - 1
+#: Memory the generator needs per event of one file, at least (its arrays in float64).
+GEN_BYTES_PER_EVENT = 1024
+
+#: Most points of a ``scan --grid`` (all axes together): each is a full pass's
+#: statistics, evaluated in batches, kept for results.json.
+MAX_GRID_POINTS = 10**6
 
 #: Largest input file read whole into memory (a correction JSON, a weights npz, a
 #: fileset, a config): 1 GiB, or the memory limit if smaller.

@@ -59,6 +59,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def worker_count(text: str) -> int:
+    """argparse type of ``--workers``: 1 .. :data:`analysis.limits.MAX_WORKERS`."""
+    from analysis.limits import MAX_WORKERS
+
+    value = positive_int(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_WORKERS} (docs/guide/limits.md), "
+                                         f"got {value}")
+    return value
+
+
 def _add_debug(p: argparse.ArgumentParser) -> None:
     # also after the subcommand; SUPPRESS keeps the main parser's value when absent here
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -72,7 +83,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--executor", choices=["iterative", "futures", "dask"], help="override executor.type"
     )
-    p.add_argument("--workers", type=positive_int, help="override executor.workers")
+    p.add_argument("--workers", type=worker_count, help="override executor.workers")
     p.add_argument("--chunksize", type=positive_int, help="override executor.chunksize")
     p.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     p.add_argument(

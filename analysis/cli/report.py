@@ -120,7 +120,8 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
     from rich.console import Console
 
     console = Console()
-    names = report["trainable"]
+    # no derivative columns for a values-only pass (many trainable parameters)
+    names = report["trainable"] if report.get("derivatives", "forward") else []
     headers = ["value", *(f"d/d\n{n}" for n in names)]
     for ds, r in report["datasets"].items():
         mark = "" if r.get("reliable", True) else "*"

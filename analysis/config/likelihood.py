@@ -43,7 +43,7 @@ from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
 from analysis.errors import first_line
-from analysis.limits import KAPPA_MAX
+from analysis.limits import KAPPA_MAX, regular_file
 from analysis.select import exprs
 from analysis.stats.histogram import check_edges
 
@@ -222,6 +222,10 @@ class LikelihoodConfig(_Model):
 
 # --- weight factor expressions ---------------------------------------------------------
 
+#: Longest weight-factor expression: a few hundred terms (5,000 terms made Python's
+#: parser recurse beyond its limit).
+MAX_FACTOR_CHARS = 2000
+
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
@@ -242,9 +246,11 @@ def parse_factor(text: str) -> tuple:
     """A weight factor as a hashable tree: ``("num", v)``, ``("branch", key)``,
     ``("neg", a)``, ``(op, a, b)`` with ``op`` in ``+ - * /``. ``ValueError`` (one line)
     for anything else."""
+    if len(text) > MAX_FACTOR_CHARS:  # the parser and the tree walk recurse per term
+        raise ValueError(f"expression of {len(text)} characters; at most {MAX_FACTOR_CHARS}")
     try:
         tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         raise ValueError(f"invalid expression {text!r}; expected e.g. PS_up, "
                          "PSWeight[0], 0.5 * (LHEScaleWeight[0] + LHEScaleWeight[8])") from None
 
@@ -261,7 +267,10 @@ def parse_factor(text: str) -> tuple:
         raise ValueError(f"in {text!r}: {ast.unparse(n)!r} is not a branch, B[i], a number "
                          "or + - * / of them")
 
-    return walk(tree)
+    try:
+        return walk(tree)
+    except RecursionError:
+        raise ValueError(f"expression nested too deeply ({len(text)} characters)") from None
 
 
 def factor_branches(tree: tuple) -> list[str]:
@@ -441,6 +450,12 @@ def load_correction(path: str, key: str, where: str) -> Any:
     error naming file and key."""
     import correctionlib
 
+    from analysis.errors import ConfigError
+
+    try:  # a FIFO, a device (/dev/zero), a directory, a loop, or a huge file: one line
+        regular_file(path, "correction file")
+    except ConfigError as err:
+        raise _fail(where + ".file", str(err)) from None
     try:
         cset = correctionlib.CorrectionSet.from_file(path)
     except FileNotFoundError:

@@ -19,18 +19,65 @@ Only the standard library; nothing here knows about configs or data.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 
 from analysis.errors import ConfigError
 
-__all__ = ["ENV_LIMIT", "ResourceError", "check_bytes", "memory_limit", "show_bytes"]
+__all__ = ["ENV_LIMIT", "FILE_LIMIT", "KAPPA_MAX", "MAX_LAYERS", "MAX_SCORE_PARAMETERS",
+           "MAX_WORKERS", "MAX_RETRIES", "MAX_GENERATED_EVENTS", "MAX_GENERATED_FILES",
+           "MAX_SEED", "GEN_BYTES_PER_EVENT", "MAX_GRID_POINTS", "ResourceError", "regular_file", "check_bytes", "memory_limit", "show_bytes"]
 
 #: Environment variable overriding :func:`memory_limit` (megabytes, a positive number).
 ENV_LIMIT = "DIFFCOFFEA_MEMORY_LIMIT_MB"
 
 #: Fraction of the available memory one array may take.
 FRACTION = 0.5
+
+#: Largest lnN ``kappa`` (and smallest ``1 / KAPPA_MAX``): a 100-fold yield change at
+#: one standard deviation. Beyond it the unit Gaussian constraint of ``theta`` no longer
+#: bounds the yield (``kappa ** theta`` spans decades within the constraint's width),
+#: so the normalisation would act as an unconstrained one without a word.
+KAPPA_MAX = 100.0
+
+#: Deepest learned-score network (hidden layers): XLA compiles one fused loop body per
+#: layer, and thousands of layers abort LLVM instead of failing in one line.
+MAX_LAYERS = 64
+
+#: Most weights of all learned scores together: every weight is a named parameter of
+#: the optimiser (a Python entry, a column of results.json), so 10**6 is far beyond a
+#: cut-optimisation score and far below what breaks the book-keeping.
+MAX_SCORE_PARAMETERS = 10**6
+
+#: Most worker processes of a local executor (futures, a local dask cluster):
+#: ``workers`` beyond it is refused (each worker is a Python process with JAX loaded,
+#: ~300 MB); a remote dask cluster sets its own.
+MAX_WORKERS = 256
+
+#: Most retries of a failing chunk: a deterministic failure (a corrupt basket) is a
+#: bad file, not a transient fault, and would otherwise be retried forever.
+MAX_RETRIES = 10
+
+#: Most events the demo generator writes in one dataset (``generate: {events}``,
+#: ``make-dataset --events``): ~0.4 KB each on disk, so 10**8 is ~40 GB.
+MAX_GENERATED_EVENTS = 10**8
+#: Most files of one generated dataset.
+MAX_GENERATED_FILES = 10**4
+#: Seeds are non-negative and below 2**63 (numpy's SeedSequence takes any non-negative
+#: int, but results.json and the manifest store them as JSON numbers).
+MAX_SEED = 2**63 - 1
+#: Memory the generator needs per event of one file, at least (its arrays in float64).
+GEN_BYTES_PER_EVENT = 1024
+
+#: Most points of a ``scan --grid`` (all axes together): each is a full pass's
+#: statistics, evaluated in batches, kept for results.json.
+MAX_GRID_POINTS = 10**6
+
+#: Largest input file read whole into memory (a correction JSON, a weights npz, a
+#: fileset, a config): 1 GiB, or the memory limit if smaller.
+FILE_LIMIT = 2**30
 
 
 class ResourceError(ConfigError, MemoryError):
@@ -89,3 +136,38 @@ def check_bytes(key: str, nbytes: float, what: str, *, limit: int | None = None)
             f"{key}: implies {what} = {show_bytes(nbytes)}, more than the memory limit "
             f"{show_bytes(limit)} (half the available memory unless {ENV_LIMIT} is set)"
         )
+
+
+def regular_file(path: str | os.PathLike, what: str, *, error: type[Exception] = ConfigError,
+                 max_bytes: int | None = None) -> int:
+    """The size of ``path`` if it is a regular file (symlinks followed) of at most
+    ``max_bytes`` (default: :data:`FILE_LIMIT` or the memory limit if smaller); else
+    ``error`` in one line ``"{path}: {what} ..."``. Opened without blocking, so a FIFO
+    is refused at once rather than waited on; a device, a directory or a symlink loop
+    is refused too (before anything reads it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except (OSError, ValueError) as err:
+        if getattr(err, "errno", None) == errno.ELOOP:
+            raise error(f"{path}: {what} is a symlink loop") from None
+        if getattr(err, "errno", None) == errno.ENXIO:  # a FIFO (or socket) with no writer
+            raise error(f"{path}: {what} is not a regular file (a FIFO or socket)") from None
+        reason = getattr(err, "strerror", None) or str(err)
+        raise error(f"{path}: cannot open the {what}: {reason}") from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO"
+                if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "not a regular file")
+        raise error(f"{path}: {what} is {kind}; expected a regular file")
+    bound = min(FILE_LIMIT, memory_limit()) if max_bytes is None else max_bytes
+    if st.st_size > bound:
+        raise error(f"{path}: {what} is {show_bytes(st.st_size)}, more than the "
+                    f"{show_bytes(bound)} bound on a file read whole")
+    return st.st_size

@@ -19,6 +19,7 @@ import numpy as np
 
 from analysis.config.loader import Config, load_config
 from analysis.errors import DiffcoffeaError
+from analysis.limits import MAX_GRID_POINTS
 
 __all__ = [
     "claim_run",
@@ -103,7 +104,14 @@ def cmd_evaluate(args) -> int:
     overrides = _parse_sets(args.set)
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
-        states = ev.run(overrides)
+        order, note = _evaluate_order(ev.plan)
+        states = ev.run(overrides, order=order)
+        if note:  # said once the pass has run (an input error is the one line otherwise)
+            import warnings
+
+            from analysis.errors import DiffcoffeaWarning
+
+            warnings.warn(DiffcoffeaWarning(note), stacklevel=1)
         hard = hard_event_counts(ev, overrides)  # values only, from the cached columns
         report = evaluation_report(ev, states, overrides, hard=hard)
         if config.histograms:  # the configured histograms at the selection
@@ -114,6 +122,7 @@ def cmd_evaluate(args) -> int:
             from analysis.optimize.lksection import likelihood_section
 
             report["likelihood"] = likelihood_section(config, ev.plan, states)
+        report["derivatives"] = "forward" if order else None
     report["wall_time_s"] = time.perf_counter() - start
     out = output_dir(config, args)
     write_json(out / "results.json", report)
@@ -135,6 +144,24 @@ def _export(report: dict[str, Any], out: Path) -> list:
     return write_exports(report["likelihood"], out)
 
 
+def _evaluate_order(plan) -> tuple[int, str | None]:
+    """``(1, None)``: statistics with forward-mode derivatives, up to the forward-mode
+    bound of trainable parameters (:data:`analysis.stats.derive.AUTO_FORWARD_MAX`, the
+    rule ``optimize`` switches to reverse mode by); ``(0, note)``: values only beyond it,
+    ``note`` the one warning line saying so. Forward mode carries one tangent per
+    parameter per entry (a learned score's ~1,000 weights asked for 100 GB on a
+    20,000-event chunk), and a reverse pass gives the gradient of one number (the
+    objective, which ``optimize`` takes), not of every statistic."""
+    from analysis.stats.derive import AUTO_FORWARD_MAX, choose_mode
+
+    n = len(plan.trainable_names)
+    if choose_mode(n) == "forward":
+        return 1, None
+    return 0, (f"{n} trainable parameters, more than the {AUTO_FORWARD_MAX} that forward-mode "
+               "derivatives are computed for: evaluate reports values only (optimize takes "
+               "the objective's gradient in reverse mode)")
+
+
 def cmd_make_dataset(args) -> int:
     from analysis.data.generate import write_dataset
     if args.events < 0 or args.files < 1:
@@ -142,7 +169,8 @@ def cmd_make_dataset(args) -> int:
             f"--events must be >= 0 and --files >= 1, got {args.events} and {args.files}"
         )
     paths = write_dataset(
-        args.outdir, process=args.process, n_events=args.events, n_files=args.files, seed=args.seed
+        args.outdir, process=args.process, n_events=args.events, n_files=args.files,
+        seed=args.seed, where=f"make-dataset {args.outdir}",
     )
     for p in paths:
         print(p)
@@ -183,6 +211,7 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
 def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
     """``["name=lo:hi:n", ...]`` to ``{name: values}`` (inclusive, evenly spaced)."""
     grid: dict[str, np.ndarray] = {}
+    sizes: dict[str, int] = {}
     for item in items:
         name, sep, spec = item.partition("=")
         parts = spec.split(":")
@@ -201,9 +230,19 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
             raise DiffcoffeaError(
                 f"--grid {item!r}: unknown parameter {name!r}; parameters: {', '.join(config.parameters)}"
             )
-        grid[name] = np.linspace(lo, hi, n)
-    if not grid:
+        sizes[name] = n
+    if not sizes:
         raise DiffcoffeaError("scan: give at least one --grid NAME=LOW:HIGH:N")
+    points = math.prod(sizes.values())  # checked before any grid array is made
+    if points > MAX_GRID_POINTS:
+        raise DiffcoffeaError(
+            f"--grid: {' x '.join(map(str, sizes.values()))} = {points} points; at most "
+            f"{MAX_GRID_POINTS} (docs/guide/limits.md)"
+        )
+    for item in items:
+        name, _, spec = item.partition("=")
+        lo, hi, _n = spec.split(":")
+        grid[name] = np.linspace(float(lo), float(hi), sizes[name])
     return grid
 
 

@@ -6,16 +6,21 @@ a lock file ``.diffcoffea.lock`` in it, holding the PID, host and command of the
 A second run into the same directory fails with one line naming the holder. A lock
 left by a process that no longer exists (same host) is taken over. Acquiring and
 releasing are serialised with ``flock`` on the lock file, held only for those few
-microseconds, so no worker process ever inherits a held lock.
+microseconds, so no worker process ever inherits a held lock. The lock file is opened
+with ``O_NOFOLLOW``: a symlink planted at its path is refused (one line), never
+written through; a lock whose content is not a run's JSON with a valid PID is
+reported as unreadable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +30,7 @@ from analysis.errors import DiffcoffeaError
 __all__ = ["LOCK", "OutputError", "check_output_dir", "claim_output"]
 
 LOCK = ".diffcoffea.lock"
+PID_MAX = 2**22  # Linux's largest possible pid_max
 _HELD: set[str] = set()  # lock files held by this process
 
 
@@ -95,7 +101,19 @@ def _alive(pid: int) -> bool:
 def _flocked(path: Path) -> Iterator[int]:
     """An fd of ``path`` (created if needed) under an exclusive flock, same inode as the path."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # never follow a symlink planted at the lock's path (it would be written through),
+        # never wait on a FIFO planted there
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            if err.errno == errno.ELOOP or os.path.islink(path):
+                raise OutputError(f"{path}: the lock file is a symlink (to "
+                                  f"{os.readlink(path)}); not followed: delete it") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OutputError(f"{path}: the lock file is not a regular file; delete it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -114,9 +132,16 @@ def _read(fd: int) -> dict:
     raw = os.read(fd, 4096)
     try:
         info = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         info = {"pid": None}
-    return info if isinstance(info, dict) else {"pid": None}
+    if not isinstance(info, dict):
+        return {"pid": None}
+    pid = info.get("pid")
+    # a PID is a positive int below the kernel's largest pid_max (2**22); anything else
+    # (2**70, a bool, a string) is a lock nobody wrote: reported, never passed to kill()
+    if "pid" in info and not (type(pid) is int and 0 < pid <= PID_MAX):
+        info["pid"] = None
+    return info
 
 
 def _acquire(lock: Path, me: dict, key: str, out: Path) -> None:
@@ -129,7 +154,8 @@ def _acquire(lock: Path, me: dict, key: str, out: Path) -> None:
         ours = pid == me["pid"] and held.get("host") == me["host"] and key not in _HELD
         if held and not ours:
             if not isinstance(pid, int):
-                raise OutputError(f"{lock}: unreadable lock file; delete it if no run uses {out}")
+                raise OutputError(f"{lock}: unreadable lock file (not the JSON of a run with "
+                                  f"a valid pid); delete it if no run uses {out}")
             if held.get("host") != me["host"] or pid == me["pid"] or _alive(pid):
                 where = f" on {held.get('host')}" if held.get("host") != me["host"] else ""
                 raise OutputError(
@@ -165,6 +191,6 @@ def claim_output(path: str | os.PathLike, *, command: str = "run") -> Iterator[P
     finally:
         _HELD.discard(key)
         if lock.exists():  # (deleted by hand: nothing to release, do not recreate it)
-            with contextlib.suppress(OSError), _flocked(lock) as fd:
+            with contextlib.suppress(OSError, OutputError), _flocked(lock) as fd:
                 if _read(fd).get("pid") == me["pid"]:
                     os.unlink(lock)

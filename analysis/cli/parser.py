@@ -59,6 +59,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def worker_count(text: str) -> int:
+    """argparse type of ``--workers``: 1 .. :data:`analysis.limits.MAX_WORKERS`."""
+    from analysis.limits import MAX_WORKERS
+
+    value = positive_int(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_WORKERS} (docs/guide/limits.md), "
+                                         f"got {value}")
+    return value
+
+
 def _add_debug(p: argparse.ArgumentParser) -> None:
     # also after the subcommand; SUPPRESS keeps the main parser's value when absent here
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -72,7 +83,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--executor", choices=["iterative", "futures", "dask"], help="override executor.type"
     )
-    p.add_argument("--workers", type=positive_int, help="override executor.workers")
+    p.add_argument("--workers", type=worker_count, help="override executor.workers")
     p.add_argument("--backend", choices=["auto", "numba", "jax"],
                    help="override engine.backend (auto: numba where it serves the plan)")
     p.add_argument("--chunksize", type=positive_int, help="override executor.chunksize")
@@ -178,10 +189,17 @@ COMMANDS = {
 }
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a batch system's time limit): unwinds as Ctrl-C does, so the
+    checkpoint is kept and the output lock released; exit 143."""
+
+
 def _on_sigint(signum, frame):
     # The user asked to stop: the executor's teardown (a dask cluster cancelling its
     # tasks, killing workers) is expected, so its warnings would only bury the one line.
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    if signum == signal.SIGTERM:
+        raise Terminated
     raise KeyboardInterrupt
 
 
@@ -193,8 +211,9 @@ def _on_unraisable(info) -> None:
     by Python ("Exception ignored in ...") and the run would go on to the end; deliver
     it again a moment later, when the main thread is back in ordinary code."""
     if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+        again = signal.SIGTERM if issubclass(info.exc_type, Terminated) else signal.SIGINT
         while True:
-            timer = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+            timer = threading.Timer(0.01, os.kill, (os.getpid(), again))
             timer.daemon = True
             try:
                 timer.start()
@@ -206,21 +225,25 @@ def _on_unraisable(info) -> None:
     _default_unraisablehook(info)
 
 
-def _interrupted(from_command_line: bool) -> int:
-    """Ctrl-C: one line, exit 130. The checkpoint is intact (it is replaced atomically).
-    Called in-process (``main(argv)``), the caller's SIGINT handling is left as it was."""
+def _interrupted(from_command_line: bool, err: BaseException | None = None) -> int:
+    """Ctrl-C: one line, exit 130; SIGTERM (:class:`Terminated`): one line, exit 143.
+    The checkpoint is intact (it is replaced atomically) and the output lock released
+    (the ``with`` blocks have unwound). Called in-process (``main(argv)``), the caller's
+    signal handling is left as it was."""
+    code, word = (143, "terminated") if isinstance(err, Terminated) else (130, "interrupted")
     if from_command_line:
         with contextlib.suppress(ValueError):  # (not the main thread)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt this
-    print("diffcoffea: interrupted", file=sys.stderr)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(f"diffcoffea: {word}", file=sys.stderr)
     if from_command_line:
         # Skip interpreter teardown: an interrupt inside JAX/XLA initialisation or a
         # compilation can leave state whose atexit/finaliser teardown segfaults.
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        os._exit(130)
-    return 130
+        os._exit(code)
+    return code
 
 
 _default_showwarning = warnings.showwarning
@@ -241,11 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         # handler, or whatever a library installed while being imported).
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGINT, _on_sigint)
+            signal.signal(signal.SIGTERM, _on_sigint)
         sys.unraisablehook = _on_unraisable
     try:  # a Ctrl-C this early is the same one line and exit code as later
         args = build_parser().parse_args(argv)
-    except KeyboardInterrupt:
-        return _interrupted(argv is None)
+    except KeyboardInterrupt as err:
+        return _interrupted(argv is None, err)
     if getattr(args, "debug", False):  # e.g. why a plan runs on the JAX kernel
         _kernel_log = logging.getLogger("analysis.pipeline.kernel")
         if not _kernel_log.handlers:
@@ -257,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return COMMANDS[args.command](args)
-    except KeyboardInterrupt:
-        return _interrupted(argv is None)
+    except KeyboardInterrupt as err:
+        return _interrupted(argv is None, err)
     except Exception as err:
         cause = _root_cause(err)
         if cause is None or args.debug:

@@ -120,7 +120,8 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
     from rich.console import Console
 
     console = Console()
-    names = report["trainable"]
+    # no derivative columns for a values-only pass (many trainable parameters)
+    names = report["trainable"] if report.get("derivatives", "forward") else []
     headers = ["value", *(f"d/d\n{n}" for n in names)]
     for ds, r in report["datasets"].items():
         mark = "" if r.get("reliable", True) else "*"
@@ -148,15 +149,24 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
         print_table(console, title, "statistic", headers, rows)
     lk = report.get("likelihood")
     if lk and "significance" in lk:  # the binned likelihood's Z, as a table of one row
-        sig = lk["significance"]
-        cells = [fmt_number(sig["value"]), *(fmt_number(sig["grad"].get(n)) for n in names)]
         fit = "converged" if lk["fit"]["converged"] else "NOT converged"
         title = (f"likelihood: {len(lk['channels'])} channel(s), "
                  f"{len(lk['fit']['nuisances'])} nuisances profiled (mu = 0 fit {fit})")
-        print_table(console, title, "statistic", headers, [("discovery Z", cells)])
+        print_table(console, title, "statistic", headers, [significance_row(lk, names)])
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     console.print(f"wrote {path}", highlight=False)
+
+
+def significance_row(lk: dict[str, Any], names: list[str]) -> tuple[str, list[str]]:
+    """The table row ``(label, cells)`` of results.json's likelihood ``significance``:
+    Z and dZ/dparameter, each marked unreliable when the mu = 0 fit did not converge."""
+    sig = lk["significance"]
+    cells = [fmt_number(sig["value"]), *(fmt_number(sig["grad"].get(n)) for n in names)]
+    if not sig.get("reliable", lk["fit"]["converged"]):  # Z of an unconverged minimum
+        return ("discovery Z (UNRELIABLE: fit not converged)",
+                [f"{c} (unreliable)" for c in cells])
+    return "discovery Z", cells
 
 
 def print_faults(faults: dict[str, Any] | None, console: Any) -> None:

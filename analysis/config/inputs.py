@@ -13,6 +13,13 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
+from analysis.limits import (
+    MAX_GENERATED_EVENTS,
+    MAX_GENERATED_FILES,
+    MAX_RETRIES,
+    MAX_SEED,
+    MAX_WORKERS,
+)
 
 __all__ = ["DatasetConfig", "EngineConfig", "ExecutorConfig", "GenerateConfig"]
 
@@ -21,9 +28,9 @@ class GenerateConfig(_Model):
     """Demo files made on first use by :mod:`analysis.data.generate` (deterministic, seeded)."""
 
     process: Literal["ttbar", "dy"]
-    events: int = Field(ge=1)
-    files: int = Field(default=1, ge=1)
-    seed: int = 0
+    events: int = Field(ge=1, le=MAX_GENERATED_EVENTS)
+    files: int = Field(default=1, ge=1, le=MAX_GENERATED_FILES)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     dir: str
 
 
@@ -83,13 +90,48 @@ class ExecutorConfig(_Model):
     """How chunks are processed (coffea executor)."""
 
     type: Literal["iterative", "futures", "dask"] = "iterative"
-    workers: int = Field(default=1, ge=1)
+    workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     chunksize: int = Field(default=100_000, ge=1)
     address: str | None = None
-    retries: int = Field(default=0, ge=0)
+    retries: int = Field(default=0, ge=0, le=MAX_RETRIES)
 
     @model_validator(mode="after")
     def _check(self) -> ExecutorConfig:
         if self.address is not None and self.type != "dask":
             raise _fail("address", f"only allowed with type: dask, got type '{self.type}'")
+        if self.address is not None:
+            try:
+                check_address(self.address)
+            except ValueError as err:
+                raise _fail("address", str(err)) from None
         return self
+
+
+#: Schemes of a dask scheduler address (distributed's comm backends reachable from
+#: another process; ``inproc://`` lives inside one process only).
+DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
+
+
+def check_address(address: str) -> str:
+    """``address`` if it is ``SCHEME://HOST:PORT`` with a dask scheme, a host and a port
+    in 1..65535; else ``ValueError`` (one line)."""
+    from urllib.parse import urlsplit
+
+    expected = "expected SCHEME://HOST:PORT, e.g. tcp://127.0.0.1:8786"
+    if not isinstance(address, str) or "://" not in address:
+        raise ValueError(f"{address!r} is not a scheduler address; {expected}")
+    try:
+        url = urlsplit(address)
+        port = url.port
+    except ValueError as err:  # a port that is not a number or beyond 65535
+        raise ValueError(f"{address!r}: {err}; {expected}") from None
+    if url.scheme not in DASK_SCHEMES:
+        raise ValueError(f"{address!r}: scheme {url.scheme!r}; expected one of "
+                         f"{', '.join(DASK_SCHEMES)} ({expected})")
+    if not url.hostname:
+        raise ValueError(f"{address!r}: no host; {expected}")
+    if port is None or not 1 <= port <= 65535:
+        raise ValueError(f"{address!r}: expected a port in 1..65535; {expected}")
+    if url.path not in ("", "/") or url.query or url.fragment:
+        raise ValueError(f"{address!r}: unexpected path or query; {expected}")
+    return address

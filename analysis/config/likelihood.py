@@ -36,12 +36,14 @@ histogram-state keys are :func:`state_key`.
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
 from analysis.errors import first_line
+from analysis.limits import KAPPA_MAX, regular_file
 from analysis.select import exprs
 from analysis.stats.histogram import check_edges
 
@@ -188,6 +190,14 @@ class LnNConfig(_Model):
     datasets: list[str] = Field(min_length=1)
     kappa: float = Field(gt=0, allow_inf_nan=False)
 
+    @field_validator("kappa")
+    @classmethod
+    def _kappa(cls, v: float) -> float:
+        if not 1 / KAPPA_MAX <= v <= KAPPA_MAX:
+            raise ValueError(f"expected {1 / KAPPA_MAX:g} <= kappa <= {KAPPA_MAX:g}, got {v!r} "
+                             "(beyond, the constraint no longer constrains)")
+        return v
+
 
 SystematicConfig = Annotated[
     Union[ShiftConfig, WeightConfig, LnNConfig], Field(discriminator="type")  # noqa: UP007
@@ -212,6 +222,10 @@ class LikelihoodConfig(_Model):
 
 # --- weight factor expressions ---------------------------------------------------------
 
+#: Longest weight-factor expression: a few hundred terms (5,000 terms made Python's
+#: parser recurse beyond its limit).
+MAX_FACTOR_CHARS = 2000
+
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
@@ -232,9 +246,11 @@ def parse_factor(text: str) -> tuple:
     """A weight factor as a hashable tree: ``("num", v)``, ``("branch", key)``,
     ``("neg", a)``, ``(op, a, b)`` with ``op`` in ``+ - * /``. ``ValueError`` (one line)
     for anything else."""
+    if len(text) > MAX_FACTOR_CHARS:  # the parser and the tree walk recurse per term
+        raise ValueError(f"expression of {len(text)} characters; at most {MAX_FACTOR_CHARS}")
     try:
         tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         raise ValueError(f"invalid expression {text!r}; expected e.g. PS_up, "
                          "PSWeight[0], 0.5 * (LHEScaleWeight[0] + LHEScaleWeight[8])") from None
 
@@ -251,7 +267,10 @@ def parse_factor(text: str) -> tuple:
         raise ValueError(f"in {text!r}: {ast.unparse(n)!r} is not a branch, B[i], a number "
                          "or + - * / of them")
 
-    return walk(tree)
+    try:
+        return walk(tree)
+    except RecursionError:
+        raise ValueError(f"expression nested too deeply ({len(text)} characters)") from None
 
 
 def factor_branches(tree: tuple) -> list[str]:
@@ -336,12 +355,40 @@ def check_likelihood(config: Any, sets: dict) -> None:
         if not set(chosen) & set(signal):
             raise _fail(f"likelihood.channels.{name}",
                         f"channel has no signal dataset (datasets {chosen}, signal {signal})")
+    _check_derived_names(config)
     for i, s in enumerate(config.systematics):
         for j, ds in enumerate(s.datasets if s.type == "lnN" else []):
             if ds not in samples:
                 raise _fail(f"systematics.{i}.datasets.{j}",
                             f"'{ds}' is not a signal or background dataset "
                             f"({', '.join(samples)})")
+
+
+def _check_derived_names(config: Any) -> None:
+    """Refuse names whose derived names collide: template keys (``CH``, ``CH:SYST:up``)
+    of two templates, or a systematic named as an MC-statistics nuisance
+    (``mc_stat_CH[i]``): one template or nuisance would silently replace the other."""
+    lk = config.likelihood
+    shapes = [s.name for s in shape_systematics(config)]
+    keys: dict[str, str] = {}
+    for name in lk.channels:
+        derived = [(state_key(name), f"channel '{name}'")] + [
+            (state_key(name, s, side), f"the {side} template of systematic '{s}' in channel "
+             f"'{name}'") for s in shapes for side in ("up", "down")]
+        for key, what in derived:
+            if key in keys:
+                raise _fail(f"likelihood.channels.{name}",
+                            f"template key '{key}' of {what} is also that of {keys[key]}; "
+                            "rename the channel or the systematic")
+            keys[key] = what
+    if not lk.mc_stat:
+        return
+    for i, s in enumerate(config.systematics):
+        m = re.fullmatch(r"mc_stat_(.*)\[(\d+)\]", s.name)
+        if m and m.group(1) in lk.channels:
+            raise _fail(f"systematics.{i}.name", f"'{s.name}' is the name of the "
+                        f"MC-statistics nuisance of channel '{m.group(1)}', bin {m.group(2)}; "
+                        "rename it")
 
 
 def _collections(config: Any) -> list[str]:
@@ -403,6 +450,12 @@ def load_correction(path: str, key: str, where: str) -> Any:
     error naming file and key."""
     import correctionlib
 
+    from analysis.errors import ConfigError
+
+    try:  # a FIFO, a device (/dev/zero), a directory, a loop, or a huge file: one line
+        regular_file(path, "correction file")
+    except ConfigError as err:
+        raise _fail(where + ".file", str(err)) from None
     try:
         cset = correctionlib.CorrectionSet.from_file(path)
     except FileNotFoundError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -54,6 +55,7 @@ from analysis.config.selection import (  # noqa: F401  (re-exported)
 from analysis.config.yamlsafe import MAX_CONFIG_BYTES, parse_yaml
 from analysis.config.yamlsafe import show_value as _show  # noqa: F401
 from analysis.errors import ConfigError
+from analysis.limits import regular_file
 from analysis.select import exprs
 
 __all__ = [
@@ -304,6 +306,8 @@ def config_from_dict(
 def load_config(path: str | os.PathLike) -> Config:
     """Read, parse and validate a YAML config file."""
     source = os.fspath(path)
+    if os.path.lexists(source):  # a FIFO, a device, a directory, a loop: one line, at once
+        regular_file(source, "config file", max_bytes=sys.maxsize)
     try:
         with open(source, "rb") as f:  # bounded: `diffcoffea evaluate /dev/zero` must not hang
             raw = f.read(MAX_CONFIG_BYTES + 1)

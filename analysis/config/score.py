@@ -35,7 +35,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from analysis.config.schema import ConfigModel
+from analysis.config.schema import ConfigModel, _fail
+from analysis.limits import MAX_LAYERS, MAX_SCORE_PARAMETERS, MAX_SEED
 from analysis.select import exprs
 from analysis.stats.mlp import ACTIVATIONS, MLP, Standardisation, mlp, to_arrays
 
@@ -67,13 +68,30 @@ class MLPConfig(ConfigModel):
     def _hidden(cls, v: list[int]) -> list[int]:
         if any(h < 1 for h in v):
             raise ValueError(f"expected widths >= 1, got {v}")
+        if len(v) > MAX_LAYERS:
+            raise ValueError(f"{len(v)} hidden layers; at most {MAX_LAYERS} (the bound of "
+                             "docs/guide/limits.md)")
         return v
+
+    @model_validator(mode="after")
+    def _size(self) -> MLPConfig:
+        n = n_weights(len(self.inputs), self.hidden)
+        if n > MAX_SCORE_PARAMETERS:  # checked before any weight is allocated
+            raise _fail("hidden", f"{self.hidden} with {len(self.inputs)} inputs has {n} "
+                        f"weights; at most {MAX_SCORE_PARAMETERS} (docs/guide/limits.md)")
+        return self
+
+
+def n_weights(n_inputs: int, hidden: list[int]) -> int:
+    """Weights and biases of an MLP ``n_inputs -> hidden... -> 1``."""
+    widths = [n_inputs, *hidden, 1]
+    return sum((a + 1) * b for a, b in zip(widths[:-1], widths[1:]))
 
 
 class ScoreInitConfig(ConfigModel):
     """``{seed: N}`` (equinox's initialisation) or ``{file: weights.npz}``."""
 
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     file: str | None = None
 
     @model_validator(mode="after")

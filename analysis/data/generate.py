@@ -49,12 +49,23 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import awkward as ak
 import numpy as np
 import uproot
 
+from analysis.errors import InputError
+from analysis.limits import (
+    GEN_BYTES_PER_EVENT,
+    MAX_GENERATED_EVENTS,
+    MAX_GENERATED_FILES,
+    MAX_SEED,
+    check_bytes,
+)
+
 __all__ = [
+    "check_generation",
     "GENERATOR_VERSION",
     "PROCESSES",
     "ensure_dataset",
@@ -343,8 +354,13 @@ def write_dataset(
     n_events: int,
     n_files: int = 1,
     seed: int = 0,
+    where: str = "make-dataset",
 ) -> list[Path]:
     """Write ``n_events`` events of ``process`` split evenly over ``n_files`` ROOT files.
+
+    Sizes, seed and the output path are checked first (:func:`check_generation`); a
+    directory that cannot be created or a file that cannot be written is one
+    :class:`~analysis.errors.InputError` line naming ``where`` and the path.
 
     Files are named ``{process}_{i:03d}.root`` in ``outdir`` (created if needed) and
     hold an ``Events`` TTree in NanoAOD layout.  Event numbers are unique across the
@@ -354,14 +370,44 @@ def write_dataset(
         The file paths, in file-index order.
     """
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
+    check_generation(n_events, n_files, seed, where=where)
+    _make_dir(outdir, where)
     paths = file_paths(outdir, process, n_files)
     first = 0
     for i, (path, n) in enumerate(zip(paths, split_events(n_events, n_files), strict=True)):
         arrays = _generate(process, n, seed=seed, file_index=i, first_event=first)
-        _write_root(path, arrays, _file_uuid(process, seed, i))
+        try:
+            _write_root(path, arrays, _file_uuid(process, seed, i))
+        except OSError as err:
+            raise InputError(f"{where}: cannot write {path}: {err.strerror or err}") from None
         first += n
     return paths
+
+
+def _make_dir(outdir: Path, where: str) -> None:
+    """``outdir`` created if needed, or one :class:`InputError` line naming it."""
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InputError(f"{where}: {outdir} exists and is not a directory") from None
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise InputError(f"{where}: cannot create {outdir}: {reason}") from None
+
+
+def check_generation(n_events: Any, n_files: Any, seed: Any, *, where: str) -> None:
+    """Refuse, in one line naming ``where``, sizes and seeds the generator cannot take:
+    events in ``0..MAX_GENERATED_EVENTS``, files in ``1..MAX_GENERATED_FILES``, a seed
+    in ``0..MAX_SEED``, and one file's events within the memory limit
+    (:mod:`analysis.limits`)."""
+    for name, v, lo, hi in (("events", n_events, 0, MAX_GENERATED_EVENTS),
+                            ("files", n_files, 1, MAX_GENERATED_FILES),
+                            ("seed", seed, 0, MAX_SEED)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+            raise InputError(f"{where}: {name} = {v!r}; expected an integer in {lo}..{hi}")
+    per_file = -(-int(n_events) // int(n_files))
+    check_bytes(f"{where}: events", float(per_file) * GEN_BYTES_PER_EVENT,
+                f"{per_file} generated events per file")
 
 
 def _manifest(process: str, n_events: int, n_files: int, seed: int) -> dict[str, object]:
@@ -384,6 +430,7 @@ def ensure_dataset(
     n_events: int,
     n_files: int = 1,
     seed: int = 0,
+    where: str = "generate",
 ) -> list[Path]:
     """Return the files of a dataset, writing them only if missing or out of date.
 
@@ -397,6 +444,7 @@ def ensure_dataset(
         The file paths, in file-index order.
     """
     outdir = Path(outdir)
+    check_generation(n_events, n_files, seed, where=where)
     wanted = _manifest(process, n_events, n_files, seed)
     paths = file_paths(outdir, process, n_files)
     mpath = manifest_path(outdir, process)
@@ -407,8 +455,13 @@ def ensure_dataset(
     if current == wanted and all(p.is_file() for p in paths):
         return paths
 
-    mpath.unlink(missing_ok=True)
-    paths = write_dataset(outdir, process=process, n_events=n_events, n_files=n_files, seed=seed)
+    _make_dir(outdir, where)
+    try:
+        mpath.unlink(missing_ok=True)
+    except OSError as err:
+        raise InputError(f"{where}: cannot write {mpath}: {err.strerror or err}") from None
+    paths = write_dataset(outdir, process=process, n_events=n_events, n_files=n_files, seed=seed,
+                          where=where)
     keep = {p.name for p in paths}
     for stale in outdir.glob(f"{process}_[0-9][0-9][0-9].root"):
         if stale.name not in keep:
@@ -417,6 +470,8 @@ def ensure_dataset(
     try:
         tmp.write_text(json.dumps(wanted, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, mpath)
+    except OSError as err:
+        raise InputError(f"{where}: cannot write {mpath}: {err.strerror or err}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return paths

@@ -19,7 +19,8 @@ from typing import Any
 
 from analysis.driver.files import EventSchema
 
-__all__ = ["DASK_CONNECT_TIMEOUT", "WORKER_THREADS_ENV", "Executors", "worker_threads_env"]
+__all__ = ["DASK_CONNECT_TIMEOUT", "WORKER_THREADS_ENV", "Executors", "connect",
+           "worker_threads_env"]
 
 # How long a pass may wait to connect to a dask scheduler (never a hang on a dead address).
 DASK_CONNECT_TIMEOUT = "30s"
@@ -39,6 +40,46 @@ def worker_threads_env(environ: Any) -> dict[str, str]:
     """The variables of :data:`WORKER_THREADS_ENV` not already set in ``environ``."""
     return {k: v for k, v in WORKER_THREADS_ENV.items() if k not in environ}
 
+
+
+def _seconds(timeout: str | float) -> float:
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(timeout, default="s"))
+
+
+def connect(address: str, where: str, *, timeout: str | float = DASK_CONNECT_TIMEOUT) -> Any:
+    """A dask ``Client`` of the scheduler at ``address``, or one
+    :class:`~analysis.errors.InputError` line naming ``where`` (``executor.address``).
+
+    One deadline, ``timeout``, covers the whole connection, the handshake included:
+    distributed's own ``timeout`` bounds the TCP connect, but a server that accepts
+    and never speaks dask (an HTTP server, a stuck process) would hold the handshake
+    for ever, so the client is made in a daemon thread that is given up on."""
+    import threading
+
+    from dask.distributed import Client
+
+    from analysis.errors import InputError, first_line
+
+    limit = _seconds(timeout)
+    box: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            box["client"] = Client(address, timeout=limit)
+        except BaseException as err:  # noqa: BLE001  (reported on the caller's thread)
+            box["error"] = err
+
+    thread = threading.Thread(target=attempt, name="dask-connect", daemon=True)
+    thread.start()
+    thread.join(limit + 1.0)
+    if thread.is_alive():
+        raise InputError(f"{where}: {address}: no dask scheduler answered within {limit:g} s")
+    if "error" in box:
+        raise InputError(f"{where}: {address}: cannot connect to a dask scheduler "
+                         f"({first_line(box['error'])})")
+    return box["client"]
 
 
 class Executors:
@@ -63,7 +104,8 @@ class Executors:
 
             address = self.config.executor.address
             if address:
-                self._client = Client(address, timeout=DASK_CONNECT_TIMEOUT)
+                self._client = connect(address, f"{self.config.source}: executor.address",
+                                       timeout=DASK_CONNECT_TIMEOUT)
             else:
                 self._cluster = LocalCluster(
                     n_workers=self.workers,

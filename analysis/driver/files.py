@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from analysis.config.loader import Config
 from analysis.data.branches import branch_problem
 from analysis.data.faults import Fault, describe
 from analysis.errors import InputError
+from analysis.limits import regular_file
 
 __all__ = [
     "SKHEP_CACHE",
@@ -95,6 +97,11 @@ def open_file(
 
     if not _REMOTE.match(path) and os.path.isdir(path):
         raise BadFile("is a directory, not a ROOT file")
+    if "://" not in path:  # a local file: a FIFO or a device would block or never end
+        try:
+            regular_file(path, "data file", error=BadFile, max_bytes=sys.maxsize)
+        except BadFile as err:
+            raise BadFile(str(err).removeprefix(f"{path}: ")) from None
     try:
         with uproot.open(path) as f:
             if treename not in f:
@@ -152,6 +159,7 @@ def resolve_fileset(
                 n_events=g.events,
                 n_files=g.files,
                 seed=g.seed,
+                where=f"{config.source}: datasets.{name}.generate",
             )
             paths.extend(str(p) for p in made)
         for entry in ds.files or []:

@@ -30,6 +30,7 @@ Pure maths: knows :mod:`analysis.stats`, nothing of files, coffea or the config.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,11 +38,13 @@ from typing import Any
 import numpy as np
 
 from analysis.errors import LikelihoodError
+from analysis.limits import KAPPA_MAX
 from analysis.stats.histogram import Histogram
 
 __all__ = [
     "Channel",
     "FitError",
+    "KAPPA_MAX",
     "LikelihoodError",
     "Model",
     "Normalisation",
@@ -51,6 +54,9 @@ __all__ = [
 ]
 
 Templates = dict[str, dict[str, dict[str, Any]]]
+
+#: ``mc_stat_CH[i]``: the name of channel CH's bin-i MC-statistics nuisance.
+_MC_STAT = re.compile(r"mc_stat_(.*)\[(\d+)\]")
 
 
 class FitError(LikelihoodError):
@@ -112,6 +118,12 @@ class Normalisation:
             raise LikelihoodError(
                 f"likelihood: normalisation {self.name!r}: kappa = {k!r}; expected a finite "
                 "number > 0"
+            )
+        if not 1 / KAPPA_MAX <= k <= KAPPA_MAX:
+            raise LikelihoodError(
+                f"likelihood: normalisation {self.name!r}: kappa = {k!r}; expected "
+                f"{1 / KAPPA_MAX:g} <= kappa <= {KAPPA_MAX:g} (beyond, the constraint no longer "
+                "constrains: use a free normalisation instead)"
             )
         object.__setattr__(self, "kappa", float(k))
 
@@ -247,6 +259,15 @@ class Model:
             raise LikelihoodError(
                 f"likelihood: mc_stat: expected true or false, found {self.mc_stat!r}"
             )
+        if self.mc_stat:  # a nuisance named as an MC-statistics factor would merge with it
+            for n in (*self.norm_names, *self.shape_names):
+                m = _MC_STAT.fullmatch(n)
+                if m and m.group(1) in names:
+                    raise LikelihoodError(
+                        f"likelihood: nuisance name {n!r} is the name of the MC-statistics "
+                        f"nuisance of channel {m.group(1)!r}, bin {m.group(2)}; rename it"
+                    )
+        _check_keys(chans)
         if not (
             isinstance(self.floor, (int, float)) and self.floor > 0 and math.isfinite(self.floor)
         ):
@@ -271,6 +292,28 @@ class Model:
     def datasets(self, channel: Channel, states: Mapping[str, Any]) -> tuple[str, ...]:
         """The samples of ``channel``: its ``datasets``, else every key of ``states``."""
         return tuple(channel.datasets) if channel.datasets is not None else tuple(states)
+
+
+def _check_keys(channels: Sequence[Channel]) -> None:
+    """Refuse a state key that stands for two different templates (a channel's nominal
+    and a variation, or the variations of two systematics or sides): one would silently
+    replace the other. The same template in two channels is allowed."""
+    role: dict[str, tuple[tuple[str, str], str]] = {}
+
+    def claim(key: str, kind: tuple[str, str], what: str) -> None:
+        prev = role.get(key)
+        if prev is not None and prev[0] != kind:
+            raise LikelihoodError(
+                f"likelihood: histogram key {key!r} is both the {prev[1]} and the {what}; "
+                "rename the channel or the systematic"
+            )
+        role[key] = (kind, what)
+
+    for c in channels:
+        claim(c.histogram, ("", ""), f"nominal template of channel {c.name!r}")
+        for s, up, dn in c.variations:
+            for key, side in ((up, "up"), (dn, "down")):
+                claim(key, (s, side), f"{side} template of systematic {s!r} in channel {c.name!r}")
 
 
 def _histogram(states: Mapping[str, Any], ds: str, key: str, where: str) -> Histogram:
@@ -395,8 +438,10 @@ def check_templates(
     tmpl: Mapping[str, Any], model: Model, bin_edges: Mapping[str, Sequence[float]] | None = None
 ) -> None:
     """Refuse, in one line naming channel, dataset and bin, concrete templates with a
-    non-finite value, a negative ``sumw2``, or a negative total background. Empty
-    background bins are allowed (the ``floor`` of the model applies).
+    non-finite value, a negative ``sumw2``, a negative total background, or an up/down
+    variation whose total background (or total signal, where the nominal one is not
+    negative) is negative (naming the systematic too). Empty background bins are
+    allowed (the ``floor`` of the model applies).
 
     Parameters
     ----------
@@ -458,3 +503,36 @@ def check_templates(
                 f"{background[i]:g}; expected >= 0 (negative weights dominate the bin: "
                 "merge bins or change the edges)"
             )
+        _check_variations(ch, chan, model, bin_name)
+
+
+def _check_variations(ch: str, chan: Mapping[str, Any], model: Model, bin_name: Any) -> None:
+    """Refuse an up/down template whose total background (or total signal, where the
+    nominal one is >= 0) is negative in a bin: checked like the nominal, naming the
+    systematic, the dataset with the most negative yield there, and the bin."""
+    nominal = {ds: np.asarray(t["nominal"]["sumw"], dtype=np.float64) for ds, t in chan.items()}
+    shapes = sorted({s for t in chan.values() for s in t["variations"]})
+    for group, members in (
+        ("background", [ds for ds in chan if ds not in model.signal]),
+        ("signal", [ds for ds in chan if ds in model.signal]),
+    ):
+        if not members:
+            continue
+        base = np.sum([nominal[ds] for ds in members], axis=0)
+        for s in shapes:
+            for side in ("up", "down"):
+                rows = {
+                    ds: np.asarray(chan[ds]["variations"][s][side], dtype=np.float64)
+                    if s in chan[ds]["variations"] else nominal[ds]
+                    for ds in members
+                }
+                total = np.sum(list(rows.values()), axis=0)
+                bad = total < 0 if group == "background" else (total < 0) & (base >= 0)
+                i = _first(bad)
+                if i is not None:
+                    ds = min(rows, key=lambda d: rows[d][i])
+                    raise LikelihoodError(
+                        f"likelihood: channel {ch!r}, systematic {s!r} {side}, dataset {ds!r}, "
+                        f"{bin_name(ch, i)}: {side} template sumw = {rows[ds][i]:g} makes the "
+                        f"total {group} {total[i]:g} (nominal {base[i]:g}); expected >= 0"
+                    )

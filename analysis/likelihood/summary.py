@@ -8,12 +8,15 @@
         "variations": {NAME: {"up": [...], "down": [...]}}}}}},
      "normalisations": {NAME: {"datasets": [...], "kappa": k}},
      "signal": [DATASET, ...], "mc_stat": true|false, "floor": f,
-     "significance": {"value": Z, "grad": {PARAM: dZ/dparam}},
+     "significance": {"value": Z, "grad": {PARAM: dZ/dparam}, "reliable": bool},
      "fit": {"converged": bool, "nuisances": {NAME: value}}}
 
 Sums are of the in-range bins (no flow bins); ``nuisances`` are the ``mu = 0`` profile
 fit's, named as :func:`~analysis.likelihood.nuisance_names`; ``floor`` the model's
-smallest expected count of a bin (:mod:`analysis.likelihood.expected`). Returns a dict; writing
+smallest expected count of a bin (:mod:`analysis.likelihood.expected`); ``reliable`` is
+false when that fit did not converge (``fit.converged``): ``Z`` and its gradient are then
+not those of the profile likelihood (an unconverged minimum), and must not be used.
+Returns a dict; writing
 it is the caller's business.
 """
 
@@ -76,6 +79,7 @@ def results_section(
             }
         channels[c.name] = {"edges": [float(e) for e in bin_edges[c.name]], "samples": samples}
     names = nuisance_names(tmpl, model)
+    converged = bool(np.asarray(result.fit.converged))
     return {
         "channels": channels,
         "normalisations": {
@@ -87,9 +91,10 @@ def results_section(
         "significance": {
             "value": float(np.asarray(result.z)),
             "grad": {k: float(v) for k, v in (grad or {}).items()},
+            "reliable": converged,
         },
         "fit": {
-            "converged": bool(np.asarray(result.fit.converged)),
+            "converged": converged,
             "nuisances": dict(zip(names, _floats(result.fit.nuisances), strict=True)),
         },
     }

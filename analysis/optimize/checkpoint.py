@@ -158,6 +158,9 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         if raw.dtype != np.uint8 or raw.ndim != 1:
             raise ValueError("state is not UTF-8 bytes")
         state = json.loads(raw.tobytes().decode("utf-8"))
+    except RecursionError:  # e.g. a history entry nesting 200,000 arrays
+        raise CheckpointError(f"{path}: corrupt checkpoint state (JSON nested too deeply)"
+                              ) from None
     except (ValueError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path}: corrupt checkpoint state ({err})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:

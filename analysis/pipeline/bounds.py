@@ -13,7 +13,14 @@ kernels pad them: a power of two >= 64):
 - histograms: ``bins + 2`` per dataset, times the grid points; key ``observables.<k>.hist.bins``;
 - chunk buffers: ``E`` times the columns read (weight, event branches, object fields of
   the sets, at least one value per event each); key ``executor.chunksize``
-  (or ``--chunksize``).
+  (or ``--chunksize``);
+- learned scores: ``E`` times the sum of the hidden widths (one activation per layer
+  and event, at least); key ``scores.<i>.mlp.hidden``;
+- the binned likelihood's profile fit: its exact Hessian is ``N x N`` for ``N``
+  nuisances (lnN, shapes, one MC-statistics factor per bin), and each of its ``N``
+  tangents carries the ``(samples, bins)`` templates of every channel:
+  ``max(N, samples x bins) x N`` entries; key ``likelihood.channels`` (the bins are
+  the channels' histograms').
 
 Any one beyond the limit is a one-line :class:`~analysis.limits.ResourceError`.
 """
@@ -25,7 +32,7 @@ from typing import Any
 
 from analysis.limits import check_bytes
 
-__all__ = ["check_sizes", "padded_events"]
+__all__ = ["check_fit", "check_sizes", "padded_events"]
 
 _FLOAT = 8
 
@@ -97,8 +104,28 @@ def check_sizes(config: Any, plan: Any, *, events: int, grid_points: int = 1) ->
                 f"{src}: {where}", float(e) * cands * g * _FLOAT,
                 f"{cands} candidates of observables.{k} ({node.text}) x {e} events per chunk",
             )
+    for i, sc in enumerate(getattr(config, "scores", None) or []):
+        width = sum(sc.mlp.hidden)
+        check_bytes(f"{src}: scores.{i}.mlp.hidden", float(e) * width * g * _FLOAT,
+                    f"{width} activations x {e} events per chunk")
+    check_fit(config)
     for k, obs in enumerate(config.observables):
         if obs.hist is not None:
             n = (obs.hist.bins + 2) * len(config.datasets) * g
             check_bytes(f"{src}: observables.{k}.hist.bins", float(n) * _FLOAT,
                         f"{n} histogram bins")
+
+
+def check_fit(config: Any) -> None:
+    """The profile fit's size (module docstring) against the memory limit."""
+    lk = getattr(config, "likelihood", None)
+    if lk is None:
+        return
+    hists = {h.name: h for h in config.histograms}
+    samples = sum(d.role in ("signal", "background") for d in config.datasets.values())
+    bins = sum(len(hists[ch.histogram].bin_edges()) - 1 for ch in lk.channels.values())
+    n = len(config.systematics) + (bins if lk.mc_stat else 0)
+    cells = samples * bins
+    check_bytes(f"{config.source}: likelihood.channels", float(max(n, cells)) * n * _FLOAT,
+                f"the profile fit's Hessian and tangents: {n} nuisances x {max(n, cells)} "
+                f"({len(lk.channels)} channels, {bins} bins, {samples} samples)")

@@ -13,17 +13,20 @@ file and the key (the command line's exit 2).
 
 from __future__ import annotations
 
+import math
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from analysis.errors import InputError
+from analysis.limits import regular_file
 from analysis.stats.mlp import MLP, Standardisation, from_arrays, to_arrays
 
 __all__ = ["load_weights", "save_weights"]
 
 _STANDARD = ("standardisation.mean", "standardisation.std")
+_HEADER_MAX = 10000  # numpy's own default bound on an .npy header
 
 
 def save_weights(path: str | Path, net: MLP, *, standard: Standardisation | None = None) -> Path:
@@ -38,10 +41,49 @@ def save_weights(path: str | Path, net: MLP, *, standard: Standardisation | None
     return path
 
 
+def _check_members(path: Path, like: MLP) -> None:
+    """Refuse, before any member is read, what would allocate beyond the network: a
+    member not in the network (or the standardisation), a header whose shape differs
+    from the expected one, an uncompressed size beyond it (a zip bomb)."""
+    shapes = {k: tuple(np.shape(a)) for k, a in to_arrays(like).items()}
+    shapes.update({k: (like.n_inputs,) for k in _STANDARD})
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            key = info.filename.removesuffix(".npy")
+            if key not in shapes:
+                raise InputError(f"{path}: unexpected key {key!r}; expected only "
+                                 f"{', '.join(shapes)}")
+            shape = shapes[key]
+            bound = 8 * math.prod(shape) + _HEADER_MAX
+            if info.file_size > bound:
+                raise InputError(f"{path}: {key}: {info.file_size} bytes uncompressed, more "
+                                 f"than the {bound} of shape {shape} in float64")
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                found, _, dtype = header(f, max_header_size=_HEADER_MAX)
+            if dtype.hasobject:  # pickled Python objects: never loaded
+                raise InputError(f"{path}: not a readable npz weights file ({key} holds "
+                                 "Python objects)")
+            if dtype.kind not in "iuf":
+                raise InputError(f"{path}: {key}: expected real numbers, found dtype {dtype}")
+            if tuple(found) != shape:
+                raise InputError(f"{path}: {key}: expected shape {shape} for the configured "
+                                 f"network (inputs {like.n_inputs}, hidden "
+                                 f"{list(like.hidden)}), found {tuple(found)}")
+
+
 def load_weights(path: str | Path, like: MLP) -> tuple[MLP, Standardisation | None]:
-    """``(net, standardisation or None)`` from the npz file ``path``, checked against ``like``."""
+    """``(net, standardisation or None)`` from the npz file ``path``, checked against ``like``.
+
+    The file must be a regular file; member headers and uncompressed sizes are checked
+    against ``like`` before anything is read (:func:`_check_members`); a standardisation
+    ``std`` must be > 0, as the config's ``standardise.std``."""
     path = Path(path)
+    regular_file(path, "weights file", error=InputError)
     try:
+        _check_members(path, like)
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except FileNotFoundError:
@@ -60,5 +102,9 @@ def load_weights(path: str | Path, like: MLP) -> tuple[MLP, Standardisation | No
                 )
             if not np.all(np.isfinite(a)):
                 raise InputError(f"{path}: {key}: expected finite values")
+        bad = np.flatnonzero(~(np.asarray(std) > 0))
+        if bad.size:  # the config's standardise.std refuses these too
+            raise InputError(f"{path}: {_STANDARD[1]}[{bad[0]}] = {std[bad[0]]:g}: expected "
+                             "values > 0")
         standard = Standardisation(mean, std)
     return from_arrays(arrays, like, source=str(path)), standard

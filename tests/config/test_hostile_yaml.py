@@ -128,7 +128,7 @@ def test_value_excerpt_is_bounded_for_shared_structures():
 
 def test_endless_config_file_is_refused(tmp_path):
     start = time.perf_counter()
-    with pytest.raises(ConfigError, match="/dev/zero: larger than"):
+    with pytest.raises(ConfigError, match="/dev/zero: config file is a device"):
         load_config("/dev/zero")
     assert time.perf_counter() - start < 1.0
     path = tmp_path / "crlf.yaml"

@@ -158,7 +158,8 @@ def test_results_section_is_the_contract():
     assert sr["samples"]["bkg"]["nominal"] == {"sumw": [10.0, 8.0, 5.0], "sumw2": [1.0, 0.8, 0.5]}
     assert sr["samples"]["sig"]["variations"]["jes"]["up"] == [2.2, 3.3000000000000003, 1.1]
     assert out["signal"] == ["sig"] and out["mc_stat"] is True and out["normalisations"] == {}
-    assert out["significance"] == {"value": float(result.z), "grad": {"cut": 0.25}}
+    assert out["significance"] == {"value": float(result.z), "grad": {"cut": 0.25},
+                                   "reliable": True}
     assert out["fit"]["converged"] is True
     assert list(out["fit"]["nuisances"]) == [
         "jes",

@@ -1,0 +1,43 @@
+"""Every shipped config runs (issue 37, class 3): ``evaluate`` and ``optimize --steps 1``
+of each file in configs/ exit 0 within an address-space limit (``demo_score.yaml``,
+~1,050 trainable score weights, asked for 100 GB before ``evaluate`` chose values
+only beyond the forward-mode bound, as ``optimize`` chooses reverse mode).
+
+Slow (each file is a full pass; generated data are made on first use, under
+data/generated/, as the configs' comments say)."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import opt_helpers as H
+
+CONFIGS = sorted((H.REPO / "configs").glob("*.yaml"))
+ADDRESS_SPACE = 24 * 2**30  # JAX reserves address space well beyond what it touches
+
+
+def _limited() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(H.cli_command(*args), cwd=H.REPO, env=H.cli_env(),
+                          capture_output=True, text=True, timeout=1200, preexec_fn=_limited)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_evaluate_and_one_optimize_step(config: Path, tmp_path):
+    proc = _run("evaluate", str(config), "-o", str(tmp_path / "evaluate"), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "evaluate" / "results.json").read_text())
+    assert results["datasets"]
+    proc = _run("optimize", str(config), "-o", str(tmp_path / "optimize"), "--quiet",
+                "--no-plots", "--steps", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "optimize" / "results.json").exists()

@@ -68,6 +68,10 @@ class Shapes:
     events: int
     # ((collection, padded objects, max objects per event), ...)
     collections: tuple[tuple[str, int, int], ...] = ()
+    # ((collection, uncertain objects per event), ...): the static width of the subset
+    # enumeration of an event-sum histogram (analysis.select.subsets.sum_bins), sized by
+    # analysis.pipeline.kernel.enumeration_shapes; None: every object of the axis
+    uncertain: tuple[tuple[str, int], ...] | None = None
 
 
 def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], Shapes]:

@@ -12,8 +12,10 @@ spec's region (the selection, or a channel's selection):
 - an event sum (``sum(S.f)``, ``count(S)``): :func:`analysis.select.subsets.sum_bins`,
   ``P(pass, X in b)`` by enumeration of the subsets of the collection's *uncertain*
   objects (pass probability strictly between 0 and 1; the others are folded in first),
-  every subset up to 12 of them, meet in the middle up to 24. The enumeration's width
-  is static: ``shapes.uncertain`` (:func:`uncertain_counts` sizes it on the host).
+  every subset up to 12 of them, meet in the middle up to 24. The enumeration's widths
+  are static: ``shapes.uncertain``, per collection one width for every event or groups
+  of events each at its own width (:func:`uncertain_counts` counts them on the host;
+  :func:`analysis.pipeline.kernel.enumeration_shapes` groups them).
 
 A shift variation evaluates the whole selection again on the shifted column (so cuts
 and observables move together); a weight variation reuses its region's pass
@@ -37,6 +39,7 @@ from analysis.select.subsets import MAX_UNCERTAIN, sum_bins, uncertain_mask
 from analysis.stats.histogram import Histogram
 
 __all__ = [
+    "ENUM_PREFIX",
     "event_sum_collections",
     "factor_values",
     "histogram_states",
@@ -65,6 +68,11 @@ def _bins(x, w, w2, edges):
     nb = len(edges) + 1
     onehot = idx[:, None] == jnp.arange(nb)
     return jnp.sum(w[:, None] * onehot, axis=0), jnp.sum(w2[:, None] * onehot, axis=0)
+
+
+#: ``arrays[ENUM_PREFIX + collection]``: the events of each enumeration group in turn
+#: (``Shapes.uncertain``: ``((width, size), ...)``; analysis.pipeline.kernel makes both)
+ENUM_PREFIX = "enum:"
 
 
 def too_many_uncertain(spec, collection: str, event: int | None, n: int) -> InputError:
@@ -103,10 +111,11 @@ def _fill(ch, spec, weight, cands, shapes):
         u = None if shapes.uncertain is None else dict(shapes.uncertain)[c]
         if u is None and m > MAX_UNCERTAIN:  # not counted (uncertain_counts): the axis
             raise too_many_uncertain(spec, c, None, m)
+        index = None if u is None or isinstance(u, int) else ch.arrays[ENUM_PREFIX + c]
         values = 1.0 if node.kind == "count" else ch.field(c, node.field)
         values = jnp.abs(values) if node.absolute else values
         pb = sum_bins(ch.probs, ch.lays, sp.model, ch.th, values, node.head, spec.edges, ch.cw,
-                      n_uncertain=u)
+                      n_uncertain=u, index=index)
         return (jnp.sum(ev[:, None] * pb, axis=0),
                 jnp.sum((ev * w_event)[:, None] * pb, axis=0))
     key = node.text

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import fasthist, fastkernel, histkernel, scorecols, setkernel
-from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
+from analysis.pipeline.layout import ChunkColumns, Shapes, bucket, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
 from analysis.select.subsets import ENUMERATE_UP_TO, MAX_UNCERTAIN
@@ -49,6 +49,7 @@ __all__ = [
     "log_enumeration",
     "numba_why_not",
     "observable_entries",
+    "uncertain_per_event",
 ]
 
 _log = logging.getLogger("analysis.pipeline.kernel")
@@ -152,31 +153,51 @@ def _uncertain(theta_full, widths, arrays, plan: Plan, shapes: Shapes):
     return setkernel.uncertain_counts(theta_full, widths, arrays, plan, shapes)
 
 
+def uncertain_per_event(cols: ChunkColumns, plan: Plan, theta, widths, arrays=None,
+                        shapes: Shapes | None = None) -> dict[str, np.ndarray]:
+    """Per collection an event-sum histogram of ``plan`` sums over, the uncertain
+    objects of each event of ``cols`` (int, ``(n_events,)``; the most over the
+    histograms' regions, shifts and scale factors) at ``theta`` and ``widths``
+    (:func:`analysis.select.subsets.uncertain_mask`); ``arrays``, ``shapes``: the
+    chunk's :func:`analysis.pipeline.layout.pad_columns` (made when None)."""
+    if not histkernel.event_sum_collections(plan):
+        return {}
+    if arrays is None or shapes is None:
+        arrays, shapes = pad_columns(cols, plan)
+    counts = _uncertain(jnp.asarray(theta, dtype=jnp.float64),
+                        jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
+                        arrays, plan, shapes)
+    return {c: np.asarray(n)[: int(cols.n_events)] for c, n in counts.items()}
+
+
 #: the enumeration widths of event-sum histograms are rounded up to a multiple of this
-#: (one compilation per width a run meets: 0, 4, ..., 24)
+#: (one compilation per set of groups a run meets: widths 0, 4, ..., 24)
 WIDTH_STEP = 4
+#: the fewest events of an enumeration group (groups are padded to powers of two)
+MIN_GROUP = 16
 
 
 def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
-                       shapes: Shapes) -> tuple[Shapes, tuple[int, int, int] | None]:
-    """``shapes`` with the enumeration width of each collection an event-sum histogram
-    sums over (``Shapes.uncertain``: the chunk's most uncertain objects in an event,
-    counted at ``theta`` and ``widths`` over every region, shift and scale factor,
-    rounded up to :data:`WIDTH_STEP`), and the chunk's counts for
+                       shapes: Shapes) -> tuple[dict, Shapes, tuple[int, int, int] | None]:
+    """``(arrays, shapes, counts)``: per collection an event-sum histogram sums over,
+    the chunk's events grouped by the enumeration width they need (their uncertain
+    objects, counted at ``theta`` and ``widths`` over every region, shift and scale
+    factor, rounded up to :data:`WIDTH_STEP`): ``Shapes.uncertain`` holds the groups'
+    ``(width, events)`` (events padded to a power of two, at least :data:`MIN_GROUP`),
+    ``arrays`` the events of each group in turn (index ``E`` pads); ``counts`` for
     :attr:`analysis.pipeline.results.DatasetState.enumeration` (None: no such
     histogram). More than :data:`analysis.select.subsets.MAX_UNCERTAIN` in an event:
     :class:`~analysis.errors.InputError` naming the event, the number and what to change."""
     colls = histkernel.event_sum_collections(plan)
     if not colls:
-        return shapes, None
-    counts = _uncertain(jnp.asarray(theta, dtype=jnp.float64),
-                        jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
-                        arrays, plan, shapes)
+        return arrays, shapes, None
+    counts = uncertain_per_event(cols, plan, theta, widths, arrays, shapes)
     axis = {c: m for c, _, m in shapes.collections}
     n_ev = int(cols.n_events)
+    arrays = dict(arrays)
     out, expensive, largest = [], np.zeros(n_ev, dtype=bool), 0
     for c in colls:
-        n = np.asarray(counts[c])[:n_ev]
+        n = counts[c]
         top = int(n.max(initial=0))
         if top > MAX_UNCERTAIN:
             spec = next(h for h in plan.hists if h.node.kind in ("sum", "count")
@@ -184,8 +205,19 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
             raise histkernel.too_many_uncertain(spec, c, int(np.argmax(n)), top)
         expensive |= n > ENUMERATE_UP_TO
         largest = max(largest, top)
-        out.append((c, min(axis[c], -(-top // WIDTH_STEP) * WIDTH_STEP)))
-    return (dataclasses.replace(shapes, uncertain=tuple(out)),
+        need = np.minimum(axis[c], -(-n // WIDTH_STEP) * WIDTH_STEP)
+        groups, index = [], []
+        for w in np.unique(need):
+            members = np.flatnonzero(need == w)
+            size = bucket(len(members), MIN_GROUP)
+            padded = np.full(size, shapes.events, dtype=np.int32)
+            padded[: len(members)] = members
+            groups.append((int(w), size))
+            index.append(padded)
+        arrays[histkernel.ENUM_PREFIX + c] = (np.concatenate(index) if index
+                                              else np.zeros(0, np.int32))
+        out.append((c, tuple(groups)))
+    return (arrays, dataclasses.replace(shapes, uncertain=tuple(out)),
             (n_ev, int(expensive.sum()), largest))
 
 
@@ -273,7 +305,7 @@ def chunk_state(
         _WHY_LOGGED.add(key)
         _log.debug("JAX kernel, not the numba kernel: %s", why)
     arrays, shapes = pad_columns(cols, plan)
-    shapes, enumerated = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
+    arrays, shapes, enumerated = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
     value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
     return DatasetState.from_chunk(
         value,

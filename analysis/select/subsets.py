@@ -138,8 +138,48 @@ def _meet(F0, G0, pi, vv, x0, d, shape, has, edges_a, nb):
     return cum[:, 1:] - cum[:, :-1]
 
 
+def _part(F, G, pi, v, unc, inside, u, d, shape, has, edges, n_states):
+    """``(n, nb)``: the bins of ``n`` events (a power of two, or any with blocks of 1)
+    with at most ``u`` uncertain objects each (static); NaN where an event has more."""
+    n, m = pi.shape[:2]
+    x0 = jnp.zeros(n, dtype=jnp.float64)
+    over = jnp.zeros(n, dtype=bool)
+    if u < m:
+        over = jnp.sum(unc, axis=1) > u
+        # uncertain first, each group in its own order (a stable sort of the mask)
+        order = jnp.argsort(~unc, axis=1, stable=True)
+        pi = jnp.take_along_axis(pi, order[..., None], axis=1)
+        v = jnp.take_along_axis(v, order, axis=1)
+        inside = jnp.take_along_axis(inside, order, axis=1)
+        # the deterministic objects: one forward step each (exact for any pi); their
+        # values where their pattern holds S (probability exactly 1 there)
+        F, _ = _forward(F, pi[:, u:], d, shape)
+        x0 = jnp.sum(jnp.where(inside[:, u:], v[:, u:], 0.0), axis=1)
+        pi, v = pi[:, :u], v[:, :u]
+    edges_a = jnp.asarray(np.asarray(edges, dtype=np.float64))
+    nb = len(edges) + 1
+    meet = u > ENUMERATE_UP_TO
+    if meet:
+        a = u // 2
+        per_event = ((1 << a) * (len(edges) + 2) + 3 * (1 << (u - a))) * max(n_states, 1)
+        blk = block_events(n, u, n_states, per_event)
+    else:
+        blk = block_events(n, u, n_states)
+    run_one = _meet if meet else _enumerate
+
+    def run(xs):
+        F0, G0, p, vv, xx = xs  # one block of events
+        return run_one(F0, G0, p, vv, xx, d, shape, has, edges_a, nb)
+
+    def blocks(a):
+        return a.reshape((n // blk, blk) + a.shape[1:])
+
+    out = jax.lax.map(run, (blocks(F), blocks(G), blocks(pi), blocks(v), blocks(x0)))
+    return _nan_where(over, out.reshape(n, nb))
+
+
 def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_widths=None,
-             *, n_uncertain: int | None = None):
+             *, n_uncertain=None, index=None):
     """``P(all count conditions hold and X in bin b)`` per event, ``(E, nbins + 2)``
     (underflow first, overflow last, bins ``[e_b, e_{b+1})`` as boost-histogram), for
     ``X = sum_{j in S} values_j`` with ``S`` the set ``name`` (``values``: ``(E, M)``
@@ -147,18 +187,26 @@ def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_
 
     ``n_uncertain`` (static): how many uncertain objects (:func:`uncertain_mask`) per
     event the enumeration holds; the deterministic ones are folded in first (module
-    docstring). ``None``: every object of the axis ``M`` is enumerated as it is.
+    docstring). ``None``: every object of the axis ``M`` is enumerated as it is. Or
+    groups of events, ``((width, size), ...)`` with ``index`` (int, the sum of the
+    sizes): the events ``index[start:start + size]`` of each group in turn run at its
+    width (an index ``>= E`` pads a group; an event in no group gets 0), so that an
+    event costs what its own uncertain objects cost, not the chunk's largest.
     NaN (gradient 0) for overflow events, thresholds beyond a cap and events with more
-    uncertain objects than ``n_uncertain``. More than :data:`MAX_UNCERTAIN`:
-    ``ValueError``."""
+    uncertain objects than their width. More than :data:`MAX_UNCERTAIN`: ``ValueError``."""
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     c, i = model.set_index(name)
     has = tuple(bool(b) for b in model.patterns[c][:, i])
     lay = layouts[c]
     e, m = lay.valid.shape
-    u = m if n_uncertain is None else min(int(n_uncertain), m)
-    if u > MAX_UNCERTAIN:
-        raise ValueError(f"{u} uncertain objects per event (at most {MAX_UNCERTAIN})")
+    if n_uncertain is None or isinstance(n_uncertain, int):
+        u = m if n_uncertain is None else min(int(n_uncertain), m)
+        groups: tuple = ((u, e),)
+    else:
+        groups = tuple((min(int(w), m), int(size)) for w, size in n_uncertain)
+    for u, _ in groups:
+        if u > MAX_UNCERTAIN:
+            raise ValueError(f"{u} uncertain objects per event (at most {MAX_UNCERTAIN})")
     S = model.n_states
     cols = model.collections
     at = cols.index(c)
@@ -170,41 +218,26 @@ def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_
     for cc in reversed(cols[at + 1:]):
         G = _backward(G, pis[cc], model.increments[cc], model.shape)
     v = jnp.where(lay.valid, jnp.broadcast_to(jnp.asarray(values, jnp.float64), (e, m)), 0.0)
-    pi = pis[c]
-    x0 = jnp.zeros(e, dtype=jnp.float64)
-    if u < m:
+    if any(u < m for u, _ in groups):
         unc = uncertain_mask(probs, layouts, model, c)
-        bad = bad | (jnp.sum(unc, axis=1) > u)
-        # uncertain first, each group in its own order (a stable sort of the mask)
-        order = jnp.argsort(~unc, axis=1, stable=True)
-        pi = jnp.take_along_axis(pi, order[..., None], axis=1)
-        v = jnp.take_along_axis(v, order, axis=1)
-        # the deterministic objects: one forward step each (exact for any pi); their
-        # values where their pattern holds S (probability exactly 1 there)
-        F, _ = _forward(F, pi[:, u:], d, model.shape)
-        raw = jnp.take_along_axis(
-            _pattern_probs(model, {k: w for k, w in probs.items() if not k.startswith(FACTOR)},
-                           layouts, c), order[..., None], axis=1)[:, u:]
+        raw = _pattern_probs(model, {k: w for k, w in probs.items() if not k.startswith(FACTOR)},
+                             layouts, c)
         inside = jnp.sum(raw[..., np.asarray(has)], axis=-1) == 1.0
-        x0 = jnp.sum(jnp.where(inside, v[:, u:], 0.0), axis=1)
-        pi, v = pi[:, :u], v[:, :u]
-    edges_a = jnp.asarray(np.asarray(edges, dtype=np.float64))
-    nb = len(edges) + 1
-    meet = u > ENUMERATE_UP_TO
-    if meet:
-        a = u // 2
-        per_event = ((1 << a) * (len(edges) + 2) + 3 * (1 << (u - a))) * max(S, 1)
-        blk = block_events(e, u, S, per_event)
     else:
-        blk = block_events(e, u, S)
-    run_one = _meet if meet else _enumerate
-
-    def run(xs):
-        F0, G0, p, vv, xx = xs  # one block of events
-        return run_one(F0, G0, p, vv, xx, d, model.shape, has, edges_a, nb)
-
-    def blocks(a):
-        return a.reshape((e // blk, blk) + a.shape[1:])
-
-    out = jax.lax.map(run, (blocks(F), blocks(G), blocks(pi), blocks(v), blocks(x0)))
-    return _nan_where(bad, out.reshape(e, nb))
+        unc = inside = jnp.zeros((e, m), dtype=bool)
+    args = (d, model.shape, has, edges, S)
+    if index is None:
+        if len(groups) != 1 or groups[0][1] != e:
+            raise ValueError("groups of events need their index")
+        out = _part(F, G, pis[c], v, unc, inside, groups[0][0], *args)
+    else:
+        out = jnp.zeros((e, len(edges) + 1), dtype=jnp.float64)
+        start = 0
+        for u, size in groups:
+            idx = jnp.asarray(index)[start: start + size]
+            start += size
+            take = jnp.clip(idx, 0, e - 1)
+            part = _part(F[take], G[take], pis[c][take], v[take], unc[take], inside[take], u,
+                         *args)
+            out = out.at[idx].set(part, mode="drop")
+    return _nan_where(bad, out)

@@ -18,8 +18,8 @@ import uproot
 from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from analysis.errors import InputError
-from analysis.pipeline.kernel import chunk_state
-from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.kernel import chunk_state, enumeration_shapes
+from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import build_plan
 from tests.conftest import SHARED_DATA, central_difference
 from tests.reference import configurations
@@ -88,11 +88,19 @@ def oracle(events: list[dict], soft: float = SOFT) -> tuple[np.ndarray, np.ndarr
 def test_hard_cut_objects_do_not_count_and_bins_equal_the_oracle() -> None:
     plan = build_plan(config_from_dict(config()))
     theta, widths = np.array([SOFT]), np.array([0.0, 0.0, WIDTH])
+    groups = {False: ((0, 16), (4, 16), (8, 16)), True: ((0, 16), (4, 16), (8, 16), (16, 16))}
     for extra, counts in ((False, (3, 0, 8)), (True, (4, 1, 14))):
         events = built_events(extra)
-        state = chunk_state(columns(events), plan, theta, widths, order=0)
+        cols = columns(events)
+        state = chunk_state(cols, plan, theta, widths, order=0)
         # the 30-jet event with 8 past the pre-selection: 8 uncertain, the cheap path
         assert state.enumeration == counts
+        # each event at its own width: the 30-jet one at 8 beside the one at 16
+        arrays, shapes = pad_columns(cols, plan)
+        arrays, shapes, _ = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
+        assert shapes.uncertain == (("Jet", groups[extra]),)
+        idx = arrays["enum:Jet"]  # the third group (width 8): event 0, then padding
+        assert idx[32] == 0 and (idx[33:48] == shapes.events).all()
         h = state.derived.value["histograms"]["ht"]
         want = oracle(events)
         assert want[0].sum() > 0.5

@@ -179,7 +179,8 @@ def _truncated_normal(rng: np.random.Generator, sigma: np.ndarray, limit: float)
 
 
 def _generate(
-    process: str, n_events: int, *, seed: int, file_index: int = 0, first_event: int = 0
+    process: str, n_events: int, *, seed: int, file_index: int = 0, first_event: int = 0,
+    mean_jets: float | None = None,
 ) -> dict[str, np.ndarray | ak.Array]:
     """Generate ``n_events`` events of one file; see :func:`generate_events`.
 
@@ -197,6 +198,13 @@ def _generate(
     n_b = rng.binomial(n_trials, p_b, n_events) + rng.poisson(model.mean_extra[2], n_events)
     n_c = rng.poisson(model.mean_extra[1], n_events)
     n_l = rng.poisson(model.mean_extra[0], n_events)
+    if mean_jets is not None:  # Poisson(mean_jets) jets, the flavours filled b, c, light
+        if not mean_jets >= 0:
+            raise ValueError(f"mean_jets must be a non-negative number, got {mean_jets!r}")
+        total = rng.poisson(float(mean_jets), n_events)
+        n_b = np.minimum(n_b, total)
+        n_c = np.minimum(n_c, total - n_b)
+        n_l = total - n_b - n_c
     counts = n_b + n_c + n_l
     n_jets = int(counts.sum())
 
@@ -274,11 +282,14 @@ def _variation_weights(rng: np.random.Generator, counts: np.ndarray):
     return ps, lhe
 
 
-def generate_events(process: str, n_events: int, *, seed: int) -> dict[str, np.ndarray | ak.Array]:
+def generate_events(process: str, n_events: int, *, seed: int,
+                    mean_jets: float | None = None) -> dict[str, np.ndarray | ak.Array]:
     """Generate ``n_events`` toy NanoAOD events of ``process`` ("ttbar" or "dy").
 
     The result is identical to the content of file 0 of a one-file dataset written by
-    :func:`write_dataset` with the same arguments.
+    :func:`write_dataset` with the same arguments. ``mean_jets``: a Poisson number of
+    jets per event of this mean (b, then c, then light jets of the process's own
+    draws fill it), instead of the process's multiplicities.
 
     Returns:
         A dict with ``"Jet"`` (jagged awkward records with float32 ``pt`` [GeV], ``eta``,
@@ -287,7 +298,8 @@ def generate_events(process: str, n_events: int, *, seed: int) -> dict[str, np.n
         ``MET_phi`` [rad], ``genWeight`` (positive, mean ~1), uint32 ``run`` and
         ``luminosityBlock`` and uint64 ``event`` (1-based, consecutive).
     """
-    return _generate(process, n_events, seed=seed, file_index=0, first_event=0)
+    return _generate(process, n_events, seed=seed, file_index=0, first_event=0,
+                     mean_jets=mean_jets)
 
 
 def split_events(n_events: int, n_files: int) -> list[int]:
@@ -355,8 +367,10 @@ def write_dataset(
     n_files: int = 1,
     seed: int = 0,
     where: str = "make-dataset",
+    mean_jets: float | None = None,
 ) -> list[Path]:
-    """Write ``n_events`` events of ``process`` split evenly over ``n_files`` ROOT files.
+    """Write ``n_events`` events of ``process`` split evenly over ``n_files`` ROOT files
+    (``mean_jets``: as :func:`generate_events`).
 
     Sizes, seed and the output path are checked first (:func:`check_generation`); a
     directory that cannot be created or a file that cannot be written is one
@@ -375,7 +389,8 @@ def write_dataset(
     paths = file_paths(outdir, process, n_files)
     first = 0
     for i, (path, n) in enumerate(zip(paths, split_events(n_events, n_files), strict=True)):
-        arrays = _generate(process, n, seed=seed, file_index=i, first_event=first)
+        arrays = _generate(process, n, seed=seed, file_index=i, first_event=first,
+                           mean_jets=mean_jets)
         try:
             _write_root(path, arrays, _file_uuid(process, seed, i))
         except OSError as err:

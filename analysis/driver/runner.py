@@ -85,7 +85,7 @@ from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-
 from analysis.errors import InputError
 from analysis.pipeline.backend import Backend
 from analysis.pipeline.bounds import check_sizes
-from analysis.pipeline.kernel import chunk_state, grid_state
+from analysis.pipeline.kernel import chunk_state, grid_state, log_enumeration
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths, only_observables
 from analysis.pipeline.results import DatasetState
@@ -352,6 +352,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         for name in self.config.datasets:
             if name not in out:
                 out[name] = empty()
+        log_enumeration(out)
         return out
 
     def _key(self, item) -> tuple:

@@ -24,6 +24,7 @@ Widths are traced inputs, so annealing them to zero does not recompile.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from functools import partial
 
@@ -31,20 +32,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline import fasthist, fastkernel, scorecols, setkernel
-from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
+from analysis.pipeline import fasthist, fastkernel, histkernel, scorecols, setkernel
+from analysis.pipeline.layout import ChunkColumns, Shapes, bucket, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
+from analysis.select.subsets import ENUMERATE_UP_TO, MAX_UNCERTAIN
 from analysis.stats.derive import value_and_derivatives
 
 __all__ = [
     "chunk_state",
     "chunk_states",
+    "enumeration_shapes",
     "evaluate_chunk",
     "evaluate_chunk_grid",
     "grid_state",
+    "log_enumeration",
     "numba_why_not",
     "observable_entries",
+    "uncertain_per_event",
 ]
 
 _log = logging.getLogger("analysis.pipeline.kernel")
@@ -145,6 +150,94 @@ def evaluate_chunk_grid(thetas, widths, arrays, plan: Plan, shapes: Shapes, *, b
     return jax.tree_util.tree_map(lambda a: np.array(a, dtype=np.float64), out)
 
 
+@partial(jax.jit, static_argnames=("plan", "shapes"))
+def _uncertain(theta_full, widths, arrays, plan: Plan, shapes: Shapes):
+    return setkernel.uncertain_counts(theta_full, widths, arrays, plan, shapes)
+
+
+def uncertain_per_event(cols: ChunkColumns, plan: Plan, theta, widths, arrays=None,
+                        shapes: Shapes | None = None) -> dict[str, np.ndarray]:
+    """Per collection an event-sum histogram of ``plan`` sums over, the uncertain
+    objects of each event of ``cols`` (int, ``(n_events,)``; the most over the
+    histograms' regions, shifts and scale factors) at ``theta`` and ``widths``
+    (:func:`analysis.select.subsets.uncertain_mask`); ``arrays``, ``shapes``: the
+    chunk's :func:`analysis.pipeline.layout.pad_columns` (made when None)."""
+    if not histkernel.event_sum_collections(plan):
+        return {}
+    if arrays is None or shapes is None:
+        arrays, shapes = pad_columns(cols, plan)
+    counts = _uncertain(jnp.asarray(theta, dtype=jnp.float64),
+                        jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
+                        arrays, plan, shapes)
+    return {c: np.asarray(n)[: int(cols.n_events)] for c, n in counts.items()}
+
+
+#: the enumeration widths of event-sum histograms are rounded up to a multiple of this
+#: (one compilation per set of groups a run meets: widths 0, 4, ..., 24)
+WIDTH_STEP = 4
+#: the fewest events of an enumeration group (groups are padded to powers of two)
+MIN_GROUP = 16
+
+
+def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
+                       shapes: Shapes) -> tuple[dict, Shapes, tuple[int, int, int] | None]:
+    """``(arrays, shapes, counts)``: per collection an event-sum histogram sums over,
+    the chunk's events grouped by the enumeration width they need (their uncertain
+    objects, counted at ``theta`` and ``widths`` over every region, shift and scale
+    factor, rounded up to :data:`WIDTH_STEP`): ``Shapes.uncertain`` holds the groups'
+    ``(width, events)`` (events padded to a power of two, at least :data:`MIN_GROUP`),
+    ``arrays`` the events of each group in turn (index ``E`` pads); ``counts`` for
+    :attr:`analysis.pipeline.results.DatasetState.enumeration` (None: no such
+    histogram). More than :data:`analysis.select.subsets.MAX_UNCERTAIN` in an event:
+    :class:`~analysis.errors.InputError` naming the event, the number and what to change."""
+    colls = histkernel.event_sum_collections(plan)
+    if not colls:
+        return arrays, shapes, None
+    counts = uncertain_per_event(cols, plan, theta, widths, arrays, shapes)
+    axis = {c: m for c, _, m in shapes.collections}
+    n_ev = int(cols.n_events)
+    arrays = dict(arrays)
+    out, expensive, largest = [], np.zeros(n_ev, dtype=bool), 0
+    for c in colls:
+        n = counts[c]
+        top = int(n.max(initial=0))
+        if top > MAX_UNCERTAIN:
+            spec = next(h for h in plan.hists if h.node.kind in ("sum", "count")
+                        and plan.sets.collection_of(h.node.head) == c)
+            raise histkernel.too_many_uncertain(spec, c, int(np.argmax(n)), top)
+        expensive |= n > ENUMERATE_UP_TO
+        largest = max(largest, top)
+        need = np.minimum(axis[c], -(-n // WIDTH_STEP) * WIDTH_STEP)
+        groups, index = [], []
+        for w in np.unique(need):
+            members = np.flatnonzero(need == w)
+            size = bucket(len(members), MIN_GROUP)
+            padded = np.full(size, shapes.events, dtype=np.int32)
+            padded[: len(members)] = members
+            groups.append((int(w), size))
+            index.append(padded)
+        arrays[histkernel.ENUM_PREFIX + c] = (np.concatenate(index) if index
+                                              else np.zeros(0, np.int32))
+        out.append((c, tuple(groups)))
+    return (arrays, dataclasses.replace(shapes, uncertain=tuple(out)),
+            (n_ev, int(expensive.sum()), largest))
+
+
+def log_enumeration(states) -> None:
+    """The ``--debug`` line of a pass's event-sum enumeration (``states``: the pass's
+    :class:`~analysis.pipeline.results.DatasetState` per dataset; nothing without one)."""
+    counts = [s.enumeration for s in states.values()
+              if getattr(s, "enumeration", None) is not None]
+    if not counts:
+        return
+    events = sum(c[0] for c in counts)
+    expensive = sum(c[1] for c in counts)
+    largest = max(c[2] for c in counts)
+    _log.debug("event-sum histograms: %d of %d events had more than %d uncertain objects "
+               "(meet in the middle); at most %d uncertain objects in an event", expensive,
+               events, ENUMERATE_UP_TO, largest)
+
+
 _WHY_LOGGED: set[tuple[int, str]] = set()
 # False keeps plans with learned scores on the JAX kernel (tests and benchmarks compare)
 _SCORES_ON_NUMBA = True
@@ -214,6 +307,7 @@ def chunk_state(
         _WHY_LOGGED.add(key)
         _log.debug("JAX kernel, not the numba kernel: %s", why)
     arrays, shapes = pad_columns(cols, plan)
+    arrays, shapes, enumerated = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
     value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
     return DatasetState.from_chunk(
         value,
@@ -222,6 +316,7 @@ def chunk_state(
         events=cols.n_events,
         sumw=float(np.sum(cols.weight)),
         names=plan.trainable_names,
+        enumeration=enumerated,
     )
 
 
@@ -229,6 +324,9 @@ def grid_state(cols: ChunkColumns, plan: Plan, thetas, widths=None) -> DatasetSt
     """One chunk evaluated at every row of ``thetas``: a :class:`DatasetState` whose
     leaves have a leading grid axis (no derivatives)."""
     arrays, shapes = pad_columns(cols, plan)
+    # width 0: every pass probability is 0 or 1, no object of an event sum is uncertain
+    shapes = dataclasses.replace(
+        shapes, uncertain=tuple((c, 0) for c in histkernel.event_sum_collections(plan)))
     value = evaluate_chunk_grid(thetas, np.zeros(plan.n_widths), arrays, plan, shapes)
     return DatasetState.from_chunk(
         value, None, None, events=cols.n_events, sumw=float(np.sum(cols.weight)), names=()

@@ -9,6 +9,7 @@ run compiles a handful of shapes, not one per chunk).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,12 @@ class Shapes:
     events: int
     # ((collection, padded objects, max objects per event), ...)
     collections: tuple[tuple[str, int, int], ...] = ()
+    # ((collection, width), ...): the static width of the subset enumeration of an
+    # event-sum histogram (analysis.select.subsets.sum_bins) for every event, or
+    # ((collection, ((width, events), ...)), ...): groups of events, each at its width
+    # (their events: arrays["enum:<collection>"]); made by
+    # analysis.pipeline.kernel.enumeration_shapes. None: every object of the axis
+    uncertain: tuple[tuple[str, Any], ...] | None = None
 
 
 def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], Shapes]:

@@ -47,6 +47,13 @@ __all__ = [
 MIN_EFFECTIVE_EVENTS = 10.0
 
 
+def _add_enumeration(a, b):
+    """Two chunks' :attr:`DatasetState.enumeration` counts: sums, and the larger largest."""
+    if a is None or b is None:
+        return a if b is None else b
+    return (a[0] + b[0], a[1] + b[1], max(a[2], b[2]))
+
+
 class DatasetState:
     """Mergeable per-dataset result of one or more chunks (see the module docstring).
 
@@ -56,11 +63,16 @@ class DatasetState:
     derivatives).
     """
 
-    def __init__(self, *, events: int, sumw: float, chunks: int, derived: Derived) -> None:
+    def __init__(self, *, events: int, sumw: float, chunks: int, derived: Derived,
+                 enumeration: tuple[int, int, int] | None = None) -> None:
         self.events = int(events)
         self.sumw = float(sumw)
         self.chunks = int(chunks)
         self.derived = derived
+        #: the subset enumeration of event-sum histograms, where there is one: ``(events,
+        #: events with more than 12 uncertain objects (meet in the middle), the most
+        #: uncertain objects of an event)`` (:func:`analysis.pipeline.kernel.enumeration_shapes`)
+        self.enumeration = enumeration
 
     @classmethod
     def from_chunk(
@@ -72,10 +84,11 @@ class DatasetState:
         events: int,
         sumw: float,
         names: tuple[str, ...],
+        enumeration: tuple[int, int, int] | None = None,
     ) -> DatasetState:
         """Build from :func:`analysis.pipeline.kernel.evaluate_chunk` output for one chunk."""
         derived = Derived(names, value, jac, hess)
-        return cls(events=events, sumw=sumw, chunks=1, derived=derived)
+        return cls(events=events, sumw=sumw, chunks=1, derived=derived, enumeration=enumeration)
 
     def __add__(self, other: DatasetState) -> DatasetState:
         if not isinstance(other, DatasetState):
@@ -85,6 +98,7 @@ class DatasetState:
             sumw=self.sumw + other.sumw,
             chunks=self.chunks + other.chunks,
             derived=self.derived + other.derived,
+            enumeration=_add_enumeration(self.enumeration, other.enumeration),
         )
 
     @property

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from analysis.pipeline import histkernel
 from analysis.pipeline.histkernel import histogram_states
 from analysis.pipeline.plan import Plan, threshold_value
 from analysis.pipeline.score import with_scores
@@ -47,7 +48,7 @@ from analysis.select.objects import (
 )
 from analysis.stats import _core
 
-__all__ = ["chunk_states", "observable_entries"]
+__all__ = ["chunk_states", "observable_entries", "uncertain_counts"]
 
 
 def _cut(theta, widths, cut, v):
@@ -174,6 +175,12 @@ def chunk_states(theta, widths, arrays, plan: Plan, shapes):
     if plan.hists:
         out.update(histogram_states(theta, widths, arrays, plan, shapes, ch, _Chunk))
     return out
+
+
+def uncertain_counts(theta, widths, arrays, plan: Plan, shapes) -> dict:
+    """:func:`analysis.pipeline.histkernel.uncertain_counts` of one padded chunk."""
+    ch = _Chunk(theta, widths, arrays, plan, shapes)
+    return histkernel.uncertain_counts(theta, widths, arrays, plan, shapes, ch, _Chunk)
 
 
 def observable_entries(theta, widths, arrays, plan: Plan, shapes, index: int):

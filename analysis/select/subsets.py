@@ -1,14 +1,10 @@
-"""Histograms of event sums over selected objects, by exact enumeration (pure JAX).
+"""Histograms of event sums over selected objects, exact (pure JAX).
 
 The bin of an event-level sum ``X = sum_{j in S} f_j`` (``sum(S.f)``; ``count(S)``
 with ``f = 1``) depends on *which* objects ``S`` holds, not only on how many: the
 soft histogram (the exact expectation of the hard-cut one) needs, per event,
 ``P(S holds exactly the objects A and the event passes)`` for every subset ``A`` of
-the collection's objects. :func:`sum_bins` enumerates them: a forward recursion over
-the collection's objects that splits each partial distribution of the joint counts
-(:mod:`analysis.select.objects`) by whether the object is in ``S``
-(``2^(j+1)`` partial distributions after object ``j``, each with its partial sum), the
-other collections folded in by the usual forward / backward recursions. Then
+the collection's *uncertain* objects:
 
     P(pass, X in bin b) = sum_A [X_A in b] sum_k F_A(k) G(k)
 
@@ -16,11 +12,34 @@ with ``F_A`` the joint count distribution of the subset's configurations and ``G
 value function of the other collections and the count conditions. Exact for any cut
 widths; width 0 is the hard histogram.
 
-Cost per event ``O(2^M P S)`` (``M`` the collection's per-event object axis, ``P``
-patterns, ``S`` count states), memory ``2^M S``: :data:`MAX_OBJECTS` bounds ``M`` (the
-sum of a subset's values is a subset-sum: no polynomial exact method exists for
-arbitrary values). Events run in blocks of :func:`block_events` so that the
-partial distributions fit in about 32 MB.
+Deterministic objects leave the enumeration first (:func:`uncertain_mask`): an object
+whose pattern probabilities (without per-object factors) are exactly 0 or 1 in float64
+(a width-0 cut, a saturated sigmoid) is folded into the count distribution by one
+forward step (exact for any probabilities) and, where its pattern holds ``S``, adds its
+value to every subset's sum. Only the ``U`` uncertain objects are enumerated, in their
+original order, and every cap counts only them (``n_uncertain``: the static width of
+the enumeration; an event with more is NaN, never a silent bias: the caller sizes it,
+:func:`analysis.pipeline.histkernel.uncertain_counts`).
+
+Two exact methods, chosen by ``U`` (static):
+
+- ``U <=`` :data:`ENUMERATE_UP_TO`: every subset, a forward recursion that splits each
+  partial distribution by whether the object is in ``S`` (``2^U`` partial
+  distributions, each with its partial sum);
+- up to :data:`MAX_UNCERTAIN`: meet in the middle. The first ``a = U // 2`` objects
+  forward from ``F`` (``2^a`` partial distributions ``F_alpha`` and sums ``X_alpha``),
+  the other ``b = U - a`` backward from ``G`` (``2^b`` value functions ``G_beta`` and
+  sums ``X_beta``); with the ``beta`` sorted by ``X_beta`` and ``PG_i`` the prefix
+  sums of their ``G_beta``, ``P(pass, X < e) = sum_alpha <F_alpha, PG_{n(e - X_alpha)}>``
+  (``n(t)`` = number of ``X_beta < t``), bins the differences of consecutive edges.
+  ``X_alpha + X_beta < e`` is decided as ``X_beta < e - X_alpha``: the two differ only
+  within a rounding of an edge.
+
+Cost per event (``P`` patterns, ``S`` count states, ``n_e`` edges): enumeration
+``O(2^U P S)``, memory ``2^U S``; meet in the middle ``O(2^(U/2) (P + n_e) S)``; both
+plus ``O(M P S)`` for the deterministic objects. No polynomial exact method exists for
+arbitrary values (a subset sum). Events run in blocks so that a block's tables fit in
+about 32 MB.
 """
 
 from __future__ import annotations
@@ -29,42 +48,169 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.select._recursions import _backward, _forward, _nan_where, _prepare
+from analysis.select._recursions import (
+    FACTOR,
+    _backward,
+    _forward,
+    _nan_where,
+    _pattern_probs,
+    _prepare,
+)
 from analysis.select.leading import _step
 
-__all__ = ["MAX_OBJECTS", "block_events", "sum_bins"]
+__all__ = [
+    "ENUMERATE_UP_TO",
+    "MAX_OBJECTS",
+    "MAX_UNCERTAIN",
+    "block_events",
+    "sum_bins",
+    "uncertain_mask",
+]
 
-#: the largest per-event object axis :func:`sum_bins` enumerates (4096 subsets)
-MAX_OBJECTS = 12
+#: up to this many uncertain objects :func:`sum_bins` enumerates every subset (4096)
+ENUMERATE_UP_TO = 12
+#: the most uncertain objects per event :func:`sum_bins` takes (meet in the middle:
+#: two halves of 4096 subsets)
+MAX_UNCERTAIN = 24
+#: kept for callers of the former cap (every subset of up to 12 objects)
+MAX_OBJECTS = ENUMERATE_UP_TO
+
+_BUDGET = 1 << 22  # doubles per block of events (32 MB)
 
 
-def block_events(n_events: int, m: int, n_states: int) -> int:
+def block_events(n_events: int, m: int, n_states: int, per_event: int | None = None) -> int:
     """Events per block: a power of two dividing ``n_events`` (itself a power of two or
-    not: then 1), with ``block x 2^m x n_states`` at most ``2^22`` doubles."""
-    budget = max(1, (1 << 22) // ((1 << m) * max(n_states, 1)))
+    not: then 1), with ``block x 2^m x n_states`` (or ``block x per_event``) at most
+    ``2^22`` doubles."""
+    need = per_event if per_event is not None else (1 << m) * max(n_states, 1)
+    budget = max(1, _BUDGET // max(need, 1))
     b = 1
     while b * 2 <= budget and n_events % (b * 2) == 0:
         b *= 2
     return b
 
 
-def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_widths=None):
+def uncertain_mask(probs, layouts, model, collection: str):
+    """``(E, M)`` bool: the objects of ``collection`` whose pattern is uncertain (not
+    one pattern of probability exactly 1 in float64, per-object factors left out);
+    padding is certain. Traceable; no gradient."""
+    raw = {k: v for k, v in probs.items() if not k.startswith(FACTOR)}
+    pi = _pattern_probs(model, raw, layouts, collection)
+    return ~jnp.any(pi == 1.0, axis=-1)
+
+
+def _enumerate(F0, G0, pi, vv, x0, d, shape, has, edges_a, nb):
+    """Every subset of the ``U`` objects of ``pi`` ``(B, U, P)``: ``(B, nb)``."""
+    FA, XA = F0[:, None, :], x0[:, None]
+    for j in range(pi.shape[1]):
+        inn, out = _step(FA, pi[:, j], d, shape, has, pull=False)
+        FA = jnp.concatenate([out, inn], axis=1)
+        XA = jnp.concatenate([XA, XA + vv[:, j, None]], axis=1)
+    P = jnp.sum(FA * G0[:, None, :], axis=-1)  # (B, 2^U)
+    idx = jnp.searchsorted(edges_a, XA, side="right")
+    return jnp.sum(P[..., None] * (idx[..., None] == jnp.arange(nb)), axis=1)
+
+
+def _meet(F0, G0, pi, vv, x0, d, shape, has, edges_a, nb):
+    """Meet in the middle over the ``U`` objects of ``pi`` (module docstring): ``(B, nb)``."""
+    u = pi.shape[1]
+    a = u // 2
+    FA, XA = F0[:, None, :], x0[:, None]
+    for j in range(a):
+        inn, out = _step(FA, pi[:, j], d, shape, has, pull=False)
+        FA = jnp.concatenate([out, inn], axis=1)
+        XA = jnp.concatenate([XA, XA + vv[:, j, None]], axis=1)
+    GB, XB = G0[:, None, :], jnp.zeros_like(x0)[:, None]
+    for j in reversed(range(a, u)):
+        inn, out = _step(GB, pi[:, j], d, shape, has, pull=True)
+        GB = jnp.concatenate([out, inn], axis=1)
+        XB = jnp.concatenate([XB, XB + vv[:, j, None]], axis=1)
+    order = jnp.argsort(XB, axis=1)  # (B, 2^b): beta by its sum
+    XBs = jnp.take_along_axis(XB, order, axis=1)
+    GBs = jnp.take_along_axis(GB, order[..., None], axis=1)
+    PG = jnp.concatenate([jnp.zeros_like(GBs[:, :1]), jnp.cumsum(GBs, axis=1)], axis=1)
+    t = edges_a[None, None, :] - XA[..., None]  # (B, 2^a, n_e)
+    n = jax.vmap(lambda xs, tt: jnp.searchsorted(xs, tt, side="left"))(XBs, t)
+    below = jax.vmap(lambda pg, k: pg[k])(PG, n)  # (B, 2^a, n_e, S)
+    C = jnp.einsum("bas,baes->be", FA, below)  # P(pass, X < e)
+    T = jnp.sum(jnp.sum(FA, axis=1) * PG[:, -1], axis=-1)  # P(pass)
+    cum = jnp.concatenate([jnp.zeros_like(T)[:, None], C, T[:, None]], axis=1)
+    return cum[:, 1:] - cum[:, :-1]
+
+
+def _part(F, G, pi, v, unc, inside, u, d, shape, has, edges, n_states):
+    """``(n, nb)``: the bins of ``n`` events (a power of two, or any with blocks of 1)
+    with at most ``u`` uncertain objects each (static); NaN where an event has more."""
+    n, m = pi.shape[:2]
+    x0 = jnp.zeros(n, dtype=jnp.float64)
+    over = jnp.zeros(n, dtype=bool)
+    if u < m:
+        over = jnp.sum(unc, axis=1) > u
+        # uncertain first, each group in its own order (a stable sort of the mask)
+        order = jnp.argsort(~unc, axis=1, stable=True)
+        pi = jnp.take_along_axis(pi, order[..., None], axis=1)
+        v = jnp.take_along_axis(v, order, axis=1)
+        inside = jnp.take_along_axis(inside, order, axis=1)
+        # the deterministic objects: one forward step each (exact for any pi); their
+        # values where their pattern holds S (probability exactly 1 there)
+        F, _ = _forward(F, pi[:, u:], d, shape)
+        x0 = jnp.sum(jnp.where(inside[:, u:], v[:, u:], 0.0), axis=1)
+        pi, v = pi[:, :u], v[:, :u]
+    edges_a = jnp.asarray(np.asarray(edges, dtype=np.float64))
+    nb = len(edges) + 1
+    meet = u > ENUMERATE_UP_TO
+    if meet:
+        a = u // 2
+        per_event = ((1 << a) * (len(edges) + 2) + 3 * (1 << (u - a))) * max(n_states, 1)
+        blk = block_events(n, u, n_states, per_event)
+    else:
+        blk = block_events(n, u, n_states)
+    run_one = _meet if meet else _enumerate
+
+    def run(xs):
+        F0, G0, p, vv, xx = xs  # one block of events
+        return run_one(F0, G0, p, vv, xx, d, shape, has, edges_a, nb)
+
+    def blocks(a):
+        return a.reshape((n // blk, blk) + a.shape[1:])
+
+    out = jax.lax.map(run, (blocks(F), blocks(G), blocks(pi), blocks(v), blocks(x0)))
+    return _nan_where(over, out.reshape(n, nb))
+
+
+def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_widths=None,
+             *, n_uncertain=None, index=None):
     """``P(all count conditions hold and X in bin b)`` per event, ``(E, nbins + 2)``
     (underflow first, overflow last, bins ``[e_b, e_{b+1})`` as boost-histogram), for
     ``X = sum_{j in S} values_j`` with ``S`` the set ``name`` (``values``: ``(E, M)``
-    float64 of the set's collection; ones for ``count(S)``). NaN for overflow events
-    and thresholds beyond a cap (gradient 0). ``M`` above :data:`MAX_OBJECTS`:
-    ``ValueError``."""
+    float64 of the set's collection; ones for ``count(S)``).
+
+    ``n_uncertain`` (static): how many uncertain objects (:func:`uncertain_mask`) per
+    event the enumeration holds; the deterministic ones are folded in first (module
+    docstring). ``None``: every object of the axis ``M`` is enumerated as it is. Or
+    groups of events, ``((width, size), ...)`` with ``index`` (int, the sum of the
+    sizes): the events ``index[start:start + size]`` of each group in turn run at its
+    width (an index ``>= E`` pads a group; an event in no group gets 0), so that an
+    event costs what its own uncertain objects cost, not the chunk's largest.
+    NaN (gradient 0) for overflow events, thresholds beyond a cap and events with more
+    uncertain objects than their width. More than :data:`MAX_UNCERTAIN`: ``ValueError``."""
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     c, i = model.set_index(name)
     has = tuple(bool(b) for b in model.patterns[c][:, i])
     lay = layouts[c]
     e, m = lay.valid.shape
-    if m > MAX_OBJECTS:
-        raise ValueError(f"{m} objects per event (at most {MAX_OBJECTS})")
+    if n_uncertain is None or isinstance(n_uncertain, int):
+        u = m if n_uncertain is None else min(int(n_uncertain), m)
+        groups: tuple = ((u, e),)
+    else:
+        groups = tuple((min(int(w), m), int(size)) for w, size in n_uncertain)
+    for u, _ in groups:
+        if u > MAX_UNCERTAIN:
+            raise ValueError(f"{u} uncertain objects per event (at most {MAX_UNCERTAIN})")
     S = model.n_states
     cols = model.collections
     at = cols.index(c)
+    d = model.increments[c]
     F = jnp.zeros((e, S), dtype=jnp.float64).at[:, 0].set(1.0)
     for cc in cols[:at]:
         F, _ = _forward(F, pis[cc], model.increments[cc], model.shape)
@@ -72,24 +218,26 @@ def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_
     for cc in reversed(cols[at + 1:]):
         G = _backward(G, pis[cc], model.increments[cc], model.shape)
     v = jnp.where(lay.valid, jnp.broadcast_to(jnp.asarray(values, jnp.float64), (e, m)), 0.0)
-    d = model.increments[c]
-    edges_a = jnp.asarray(np.asarray(edges, dtype=np.float64))
-    nb = len(edges) + 1
-    blk = block_events(e, m, S)
-
-    def run(xs):
-        F0, G0, pi, vv = xs  # one block of events
-        FA, XA = F0[:, None, :], jnp.zeros((F0.shape[0], 1))
-        for j in range(m):
-            inn, out = _step(FA, pi[:, j], d, model.shape, has, pull=False)
-            FA = jnp.concatenate([out, inn], axis=1)
-            XA = jnp.concatenate([XA, XA + vv[:, j, None]], axis=1)
-        P = jnp.sum(FA * G0[:, None, :], axis=-1)  # (B, 2^m)
-        idx = jnp.searchsorted(edges_a, XA, side="right")
-        return jnp.sum(P[..., None] * (idx[..., None] == jnp.arange(nb)), axis=1)
-
-    def blocks(a):
-        return a.reshape((e // blk, blk) + a.shape[1:])
-
-    out = jax.lax.map(run, (blocks(F), blocks(G), blocks(pis[c]), blocks(v)))
-    return _nan_where(bad, out.reshape(e, nb))
+    if any(u < m for u, _ in groups):
+        unc = uncertain_mask(probs, layouts, model, c)
+        raw = _pattern_probs(model, {k: w for k, w in probs.items() if not k.startswith(FACTOR)},
+                             layouts, c)
+        inside = jnp.sum(raw[..., np.asarray(has)], axis=-1) == 1.0
+    else:
+        unc = inside = jnp.zeros((e, m), dtype=bool)
+    args = (d, model.shape, has, edges, S)
+    if index is None:
+        if len(groups) != 1 or groups[0][1] != e:
+            raise ValueError("groups of events need their index")
+        out = _part(F, G, pis[c], v, unc, inside, groups[0][0], *args)
+    else:
+        out = jnp.zeros((e, len(edges) + 1), dtype=jnp.float64)
+        start = 0
+        for u, size in groups:
+            idx = jnp.asarray(index)[start: start + size]
+            start += size
+            take = jnp.clip(idx, 0, e - 1)
+            part = _part(F[take], G[take], pis[c][take], v[take], unc[take], inside[take], u,
+                         *args)
+            out = out.at[idx].set(part, mode="drop")
+    return _nan_where(bad, out)

@@ -352,3 +352,15 @@ def test_ensure_dataset_rewrites_on_corrupt_manifest(tmp_path: Path) -> None:
     ensure_dataset(tmp_path, process="dy", n_events=100, seed=0)
     assert path.stat().st_mtime_ns != mtime
     assert json.loads(manifest_path(tmp_path, "dy").read_text())["n_events"] == 100
+
+
+def test_mean_jets_gives_a_poisson_multiplicity() -> None:
+    n = 40_000
+    counts = np.asarray(ak.num(generate_events("ttbar", n, seed=5, mean_jets=5.5)["Jet"]))
+    # Poisson(5.5): mean and variance 5.5 (5 sigma of the estimates: ~0.06 and ~0.2)
+    assert abs(counts.mean() - 5.5) < 0.06 and abs(counts.var() - 5.5) < 0.2
+    assert np.array_equal(np.bincount(counts)[:2] > 0, [True, True])  # 0 and 1 jet occur
+    same = np.asarray(ak.num(generate_events("ttbar", n, seed=5)["Jet"]))
+    assert abs(same.mean() - 7.5) < 0.1  # the process's own multiplicity without it
+    with pytest.raises(ValueError, match="mean_jets"):
+        generate_events("ttbar", 10, seed=5, mean_jets=-1.0)

@@ -10,7 +10,6 @@ Keep ``n`` small (``2^n`` rows; 12 bits is 4096).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -27,8 +26,9 @@ def configurations(q: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndar
     q = np.asarray(q)
     q = q.astype(np.result_type(q.dtype, np.float64)).reshape(-1)
     n = len(q)
-    conf = np.array(list(itertools.product((False, True), repeat=n)), dtype=bool)
-    conf = conf.reshape(2**n, n)
+    # row i, bit j = bit n-1-j of i: itertools.product's order, without its 2^n tuples
+    rows = np.arange(2**n, dtype=np.int64)[:, None]
+    conf = ((rows >> np.arange(n - 1, -1, -1, dtype=np.int64)) & 1).astype(bool)
     return conf, np.where(conf, q, 1.0 - q).prod(axis=1)
 
 

@@ -44,3 +44,19 @@ def test_evaluate_and_one_optimize_step(config: Path, tmp_path):
                 "--no-plots", "--steps", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "optimize" / "results.json").exists()
+
+
+def test_evaluate_chooses_values_only_beyond_the_forward_mode_bound():
+    """The rule ``optimize`` switches to reverse mode by (fast; the slow test above runs
+    demo_score.yaml, whose forward mode asked for 100 GB)."""
+    from types import SimpleNamespace
+
+    from analysis.cli.commands import _evaluate_order
+    from analysis.stats.derive import AUTO_FORWARD_MAX
+
+    def plan(n):
+        return SimpleNamespace(trainable_names=[f"p{i}" for i in range(n)])
+
+    assert _evaluate_order(plan(AUTO_FORWARD_MAX)) == (1, None)
+    order, note = _evaluate_order(plan(1053))
+    assert order == 0 and note.startswith("1053 trainable parameters, more than the 16")

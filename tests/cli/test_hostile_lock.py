@@ -101,3 +101,17 @@ def test_sigterm_mid_run_keeps_the_checkpoint(small_data, tmp_path):
     cfg = H.make_config(data, optimizer={"steps": 50})
     ckpt = C.load_checkpoint(out / C.CHECKPOINT, config_fingerprint(cfg))
     assert 1 <= ckpt["step"] < 50
+
+
+def test_planted_probe_symlink_is_not_written_through(tmp_path):
+    """The writability probe's name is predictable (its PID): a symlink planted there
+    must not truncate its target."""
+    from analysis.cli.outdir import check_output_dir
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f".diffcoffea-probe-{os.getpid()}").symlink_to(victim)
+    check_output_dir(out)
+    assert victim.read_text() == "keep me"

@@ -84,10 +84,14 @@ def test_output_not_writable(tmp_path, config, capsys, no_computation):
 def test_output_not_writable_even_as_root(tmp_path, config, capsys, no_computation, monkeypatch):
     """The write probe's failure (read-only mount, ACL) as the one line; works under root."""
 
-    def refuse(self, data):
-        raise PermissionError(13, "Permission denied", str(self))
+    real_open = os.open
 
-    monkeypatch.setattr(Path, "write_bytes", refuse)
+    def refuse(path, *args, **kwargs):
+        if ".diffcoffea-probe-" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)
     line = _fails(["evaluate", str(config), "-o", str(tmp_path / "out"), "--quiet"], capsys)
     assert "not writable: Permission denied" in line
 

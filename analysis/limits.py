@@ -14,6 +14,12 @@ The limit is half of the memory available when the check runs (``MemAvailable`` 
 state, per event of a chunk), so a configuration within the limit may still need a few
 times more; one beyond it can never run.
 
+Besides the memory limit, fixed bounds (``MAX_*``, ``KAPPA_MAX``) on counts that no
+analysis needs beyond and that break a library underneath (XLA, the parser, the
+process table), and :func:`regular_file`: a file read whole must be a regular file
+(never a FIFO, a device or a directory) of bounded size. Every bound, its default and
+how to raise it: docs/guide/limits.md.
+
 Only the standard library; nothing here knows about configs or data.
 """
 
@@ -26,9 +32,25 @@ import stat
 
 from analysis.errors import ConfigError
 
-__all__ = ["ENV_LIMIT", "FILE_LIMIT", "KAPPA_MAX", "MAX_LAYERS", "MAX_SCORE_PARAMETERS",
-           "MAX_WORKERS", "MAX_RETRIES", "MAX_GENERATED_EVENTS", "MAX_GENERATED_FILES",
-           "MAX_SEED", "GEN_BYTES_PER_EVENT", "MAX_GRID_POINTS", "ResourceError", "regular_file", "check_bytes", "memory_limit", "show_bytes"]
+__all__ = [
+    "ENV_LIMIT",
+    "FILE_LIMIT",
+    "GEN_BYTES_PER_EVENT",
+    "KAPPA_MAX",
+    "MAX_GENERATED_EVENTS",
+    "MAX_GENERATED_FILES",
+    "MAX_GRID_POINTS",
+    "MAX_LAYERS",
+    "MAX_RETRIES",
+    "MAX_SCORE_PARAMETERS",
+    "MAX_SEED",
+    "MAX_WORKERS",
+    "ResourceError",
+    "check_bytes",
+    "memory_limit",
+    "regular_file",
+    "show_bytes",
+]
 
 #: Environment variable overriding :func:`memory_limit` (megabytes, a positive number).
 ENV_LIMIT = "DIFFCOFFEA_MEMORY_LIMIT_MB"
@@ -46,7 +68,7 @@ KAPPA_MAX = 100.0
 #: layer, and thousands of layers abort LLVM instead of failing in one line.
 MAX_LAYERS = 64
 
-#: Most weights of all learned scores together: every weight is a named parameter of
+#: Most weights of one learned score (all its layers): every weight is a named parameter of
 #: the optimiser (a Python entry, a column of results.json), so 10**6 is far beyond a
 #: cut-optimisation score and far below what breaks the book-keeping.
 MAX_SCORE_PARAMETERS = 10**6
@@ -56,8 +78,8 @@ MAX_SCORE_PARAMETERS = 10**6
 #: ~300 MB); a remote dask cluster sets its own.
 MAX_WORKERS = 256
 
-#: Most retries of a failing chunk: a deterministic failure (a corrupt basket) is a
-#: bad file, not a transient fault, and would otherwise be retried forever.
+#: Most retries of a chunk that fails with a transient I/O error (corrupt bytes are a
+#: bad file, tried once: :mod:`analysis.data.faults`); 10**9 retried for ever before.
 MAX_RETRIES = 10
 
 #: Most events the demo generator writes in one dataset (``generate: {events}``,

@@ -80,7 +80,9 @@ def check_output_dir(path: str | os.PathLike) -> Path:
         raise OutputError(f"output directory {out!s}: cannot create: {reason}") from None
     probe = out / f".diffcoffea-probe-{os.getpid()}"
     try:  # os.access is not enough (root, ACLs, read-only mounts): really write
-        probe.write_bytes(b"")
+        with contextlib.suppress(FileNotFoundError):
+            probe.unlink()  # a leftover (or a planted symlink): never written through
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         probe.unlink()
     except OSError as err:
         raise OutputError(f"output directory {out}: not writable: {err.strerror}") from None

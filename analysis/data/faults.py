@@ -310,14 +310,36 @@ def _chunk_of(events: Any) -> _Chunk:
     )
 
 
+#: Errors of the bytes themselves (a corrupt basket, a truncated record): reading them
+#: again gives the same bytes, so they are a bad file, never retried.
+_CORRUPT_TYPES = (*_READ_TYPES, "uproot.deserialization.DeserializationError")
+_CORRUPT_MODULES = ("lz4", "zstandard", "cramjam", "uproot.compression")
+
+
+def _corrupt(err: BaseException) -> bool:
+    """Whether ``err`` (or its cause) is a decompression or deserialisation error."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        module = type(e).__module__
+        if (f"{module}.{type(e).__qualname__}" in _CORRUPT_TYPES
+                or module.startswith(_CORRUPT_MODULES)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _attempts(call: Callable[[], Any], chunk: _Chunk, retries: int) -> Any:
-    """``call()``, tried ``1 + retries`` times while it fails with a reading error
-    (only a reading error is retried: anything else would fail again)."""
+    """``call()``, tried ``1 + retries`` times while it fails with a transient reading
+    error (I/O: a timeout, a dropped connection). Anything else would fail again: an
+    input error, a bug, and corrupt bytes (:func:`_corrupt`: a bad file, not a
+    transient fault) are not retried."""
     for attempt in range(retries + 1):
         try:
             return call()
         except Exception as err:
-            if attempt == retries or _kind(err) != "read":
+            if attempt == retries or _kind(err) != "read" or _corrupt(err):
                 raise
             chunk.dropped.clear()  # counts of the failed attempt
     raise AssertionError("unreachable")

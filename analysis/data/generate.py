@@ -65,6 +65,7 @@ from analysis.limits import (
 )
 
 __all__ = [
+    "GenerationError",
     "check_generation",
     "GENERATOR_VERSION",
     "PROCESSES",
@@ -399,6 +400,11 @@ def write_dataset(
     return paths
 
 
+class GenerationError(InputError, ValueError):
+    """A size or seed the generator cannot take: one line (exit 2 from the command
+    line), and the ``ValueError`` a Python caller of :func:`write_dataset` expects."""
+
+
 def _make_dir(outdir: Path, where: str) -> None:
     """``outdir`` created if needed, or one :class:`InputError` line naming it."""
     try:
@@ -419,7 +425,8 @@ def check_generation(n_events: Any, n_files: Any, seed: Any, *, where: str) -> N
                             ("files", n_files, 1, MAX_GENERATED_FILES),
                             ("seed", seed, 0, MAX_SEED)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
-            raise InputError(f"{where}: {name} = {v!r}; expected an integer in {lo}..{hi}")
+            raise GenerationError(f"{where}: {name} = {v!r}; expected an integer in "
+                                  f"{lo}..{hi}")
     per_file = -(-int(n_events) // int(n_files))
     check_bytes(f"{where}: events", float(per_file) * GEN_BYTES_PER_EVENT,
                 f"{per_file} generated events per file")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from analysis.cli.outdir import LOCK, OutputError, claim_output
 from analysis.cli.parser import main
 from analysis.optimize import checkpoint as C
 from tests import opt_helpers as H
+from tests.cli.test_hostile_output import _start, signal_when
 from tests.conftest import one_line_error, write_config
 
 
@@ -75,51 +75,24 @@ def test_lock_that_is_a_fifo_is_one_line_at_once(tmp_path, config, capsys):
     assert "the lock file is not a regular file" in line and time.monotonic() - start < 10
 
 
-@pytest.fixture(scope="module")
-def data(small_data) -> Path:
-    return small_data
-
-
-def _start(config: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        H.cli_command("optimize", str(config), "-o", str(out), "--quiet", "--no-plots"),
-        cwd=H.REPO, env=H.cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True)
-
-
-def _terminate_when(proc: subprocess.Popen, ready, what: str) -> str:
-    deadline = time.monotonic() + 240
-    try:
-        while not ready():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, f"no {what} in time"
-            time.sleep(0.01)
-        time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return err
-
-
-def test_sigterm_releases_the_lock(data, tmp_path):
+def test_sigterm_releases_the_lock(small_data, tmp_path):
+    data = small_data
     config = write_config(tmp_path / "opt.yaml", H.config_dict(data))
     out = tmp_path / "out"
     proc = _start(config, out)
-    err = _terminate_when(proc, (out / LOCK).exists, "lock")
+    err = signal_when(proc, (out / LOCK).exists, "lock", signal.SIGTERM)
     assert proc.returncode == 143, err
     assert err.strip() == "diffcoffea: terminated"
     assert not (out / LOCK).exists()
 
 
 @pytest.mark.slow
-def test_sigterm_mid_run_keeps_the_checkpoint(data, tmp_path):
+def test_sigterm_mid_run_keeps_the_checkpoint(small_data, tmp_path):
+    data = small_data
     config = write_config(tmp_path / "opt.yaml", H.config_dict(data, optimizer={"steps": 50}))
     out = tmp_path / "out"
     proc = _start(config, out)
-    err = _terminate_when(proc, (out / C.CHECKPOINT).exists, "checkpoint")
+    err = signal_when(proc, (out / C.CHECKPOINT).exists, "checkpoint", signal.SIGTERM)
     assert proc.returncode == 143, err
     assert err.strip() == "diffcoffea: terminated"
     assert not (out / LOCK).exists() and not (out / "results.json").exists()
@@ -128,3 +101,17 @@ def test_sigterm_mid_run_keeps_the_checkpoint(data, tmp_path):
     cfg = H.make_config(data, optimizer={"steps": 50})
     ckpt = C.load_checkpoint(out / C.CHECKPOINT, config_fingerprint(cfg))
     assert 1 <= ckpt["step"] < 50
+
+
+def test_planted_probe_symlink_is_not_written_through(tmp_path):
+    """The writability probe's name is predictable (its PID): a symlink planted there
+    must not truncate its target."""
+    from analysis.cli.outdir import check_output_dir
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f".diffcoffea-probe-{os.getpid()}").symlink_to(victim)
+    check_output_dir(out)
+    assert victim.read_text() == "keep me"

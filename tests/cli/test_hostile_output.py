@@ -84,10 +84,14 @@ def test_output_not_writable(tmp_path, config, capsys, no_computation):
 def test_output_not_writable_even_as_root(tmp_path, config, capsys, no_computation, monkeypatch):
     """The write probe's failure (read-only mount, ACL) as the one line; works under root."""
 
-    def refuse(self, data):
-        raise PermissionError(13, "Permission denied", str(self))
+    real_open = os.open
 
-    monkeypatch.setattr(Path, "write_bytes", refuse)
+    def refuse(path, *args, **kwargs):
+        if ".diffcoffea-probe-" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)
     line = _fails(["evaluate", str(config), "-o", str(tmp_path / "out"), "--quiet"], capsys)
     assert "not writable: Permission denied" in line
 
@@ -218,6 +222,25 @@ def _start(config: Path, out: Path) -> subprocess.Popen:
     )
 
 
+def signal_when(proc: subprocess.Popen, ready, what: str, signum: int) -> str:
+    """Send ``signum`` to ``proc`` once ``ready()`` (a moment later: somewhere inside the
+    next step); its stderr."""
+    deadline = time.monotonic() + 240
+    try:
+        while not ready():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, f"no {what} in time"
+            time.sleep(0.01)
+        time.sleep(0.05)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return err
+
+
 @pytest.mark.parametrize("delay", [0.2, 1.0])
 def test_ctrl_c_during_start_up_exits_130(data, tmp_path, delay):
     config = write_config(tmp_path / "opt.yaml", H.config_dict(data))
@@ -234,19 +257,7 @@ def test_ctrl_c_mid_run_exits_130_with_the_checkpoint_intact(data, tmp_path):
     config = write_config(tmp_path / "opt.yaml", H.config_dict(data, optimizer={"steps": 50}))
     out = tmp_path / "out"
     proc = _start(config, out)
-    deadline = time.monotonic() + 240
-    try:
-        while not (out / C.CHECKPOINT).exists():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "no checkpoint in time"
-            time.sleep(0.01)
-        time.sleep(0.05)  # somewhere inside the next step
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    err = signal_when(proc, (out / C.CHECKPOINT).exists, "checkpoint", signal.SIGINT)
     assert proc.returncode == 130, err
     assert err.strip() == "diffcoffea: interrupted"
     assert not (out / LOCK).exists() and not (out / "results.json").exists()

@@ -110,3 +110,26 @@ def test_guarded_retries_reading_errors_as_configured() -> None:
     assert list(proc.process(_Events())) == [FAULTS_KEY] and proc.calls == 1
     failing = _Proc(InputError("no branch"))
     assert list(failing.process(Retrying())) == [FAULTS_KEY]  # not retried
+
+
+def test_corrupt_bytes_are_not_retried() -> None:
+    """A decompression error (a corrupt basket) is a bad file, not a transient fault:
+    one attempt whatever ``retries`` says (issue 37: retries: 10**9 retried forever)."""
+    import zlib
+
+    class Corrupt:
+        calls = 0
+
+        @guarded
+        def process(self, events):
+            self.calls += 1
+            try:
+                zlib.decompress(b"not zlib")
+            except zlib.error as err:
+                raise ValueError("basket 3 of Jet_pt") from err
+
+    class Retrying(_Events):
+        metadata = {**_Events.metadata, "retries": 10}
+
+    proc = Corrupt()
+    assert list(proc.process(Retrying())) == [FAULTS_KEY] and proc.calls == 1

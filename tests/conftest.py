@@ -78,6 +78,7 @@ LONGEST_FIRST = (
     "likelihood/test_executors.py",
     "pipeline/test_function_mt.py",
     "data/test_cache_dask.py",
+    "driver/test_parsl.py",
     "driver/test_final_passes.py",
 )
 TESTS = Path(__file__).resolve().parent

@@ -12,18 +12,14 @@ from pathlib import Path
 import pytest
 
 import analysis
-from tests.conftest import load_script
+from tests.conftest import load_script, modules_loaded
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("jax", "coffea", "numba", "matplotlib", "awkward", "uproot")
 
 
 def _loaded(code: str) -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=300,
-    ).stdout.split()
-    return [m for m in HEAVY if m in out]
+    return modules_loaded(code, HEAVY)
 
 
 def test_import_analysis_cli_loads_no_heavy_module():

@@ -11,7 +11,8 @@
 - Helpers, imported as ``from tests.conftest import ...``: :func:`write_config` (the
   one YAML config writer), :func:`edited` (a config with one value replaced),
   :func:`central_difference` (the one finite-difference helper),
-  :func:`one_line_error` (the one check of a command-line error) and
+  :func:`one_line_error` (the one check of a command-line error),
+  :func:`modules_loaded` (what a fresh process imported) and
   :func:`load_script` (a benchmark or CI script as a module).
 """
 
@@ -34,6 +35,19 @@ from analysis.select.objects import ObjectSet
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 ERROR_PREFIX = "diffcoffea: error: "
+
+
+def modules_loaded(code: str, names: Sequence[str]) -> list[str]:
+    """Which of the modules ``names`` a fresh Python process has imported after running
+    ``code`` (from the repository root)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=300,
+    ).stdout.split()
+    return [m for m in names if m in out]
 
 
 def load_script(path: Path) -> Any:
@@ -78,6 +92,7 @@ LONGEST_FIRST = (
     "likelihood/test_executors.py",
     "pipeline/test_function_mt.py",
     "data/test_cache_dask.py",
+    "driver/test_parsl.py",
     "driver/test_final_passes.py",
 )
 TESTS = Path(__file__).resolve().parent

@@ -18,20 +18,34 @@ import signal
 import sys
 import threading
 import warnings
+from typing import TYPE_CHECKING
 
-from analysis.cli.commands import (
-    claim_run,
-    cmd_evaluate,
-    cmd_make_dataset,
-    json_safe,
-    make_evaluator,
-    output_dir,
-    parse_grid,
-    run_optimize,
-    run_scan,
-    write_json,
-)
 from analysis.errors import DiffcoffeaError, DiffcoffeaWarning
+
+if TYPE_CHECKING:
+    from analysis.cli.commands import (
+        claim_run,
+        json_safe,
+        make_evaluator,
+        output_dir,
+        parse_grid,
+        run_optimize,
+        run_scan,
+        write_json,
+    )
+
+# Re-exported from analysis.cli.commands on first use (PEP 562): the parser, --help and
+# --version import no command, so none of coffea, JAX, numba or matplotlib.
+_FROM_COMMANDS = ("claim_run", "json_safe", "make_evaluator", "output_dir", "parse_grid",
+                  "run_optimize", "run_scan", "write_json")
+
+
+def __getattr__(name: str):
+    if name in _FROM_COMMANDS:
+        from analysis.cli import commands
+
+        return getattr(commands, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "build_parser",
@@ -81,7 +95,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="YAML analysis config")
     p.add_argument("--output", "-o", help="output directory (default: the config's output.dir)")
     p.add_argument(
-        "--executor", choices=["iterative", "futures", "dask"], help="override executor.type"
+        "--executor", choices=["iterative", "futures", "dask", "parsl"],
+        help="override executor.type"
     )
     p.add_argument("--workers", type=worker_count, help="override executor.workers")
     p.add_argument("--backend", choices=["auto", "numba", "jax"],
@@ -109,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Differentiable selections and statistics over NanoAOD with coffea.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"diffcoffea {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("evaluate", help="one pass: statistics and their gradients")
@@ -163,10 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_export(args) -> int:
-    from analysis.cli.export import cmd_export as run
+def _version() -> str:
+    import analysis
 
-    return run(args)
+    return analysis.__version__
 
 
 def _root_cause(err: BaseException) -> DiffcoffeaError | None:
@@ -180,18 +196,26 @@ def _root_cause(err: BaseException) -> DiffcoffeaError | None:
     return None
 
 
+# command -> (module, function), imported when the command runs
 COMMANDS = {
-    "evaluate": cmd_evaluate,
-    "optimize": run_optimize,
-    "scan": run_scan,
-    "make-dataset": cmd_make_dataset,
-    "export": cmd_export,
+    "evaluate": ("analysis.cli.commands", "cmd_evaluate"),
+    "optimize": ("analysis.cli.commands", "run_optimize"),
+    "scan": ("analysis.cli.commands", "run_scan"),
+    "make-dataset": ("analysis.cli.commands", "cmd_make_dataset"),
+    "export": ("analysis.cli.export", "cmd_export"),
 }
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a batch system's time limit): unwinds as Ctrl-C does, so the
     checkpoint is kept and the output lock released; exit 143."""
+
+
+def _command(name: str):
+    import importlib
+
+    module, function = COMMANDS[name]
+    return getattr(importlib.import_module(module), function)
 
 
 def _on_sigint(signum, frame):
@@ -271,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as err:
         return _interrupted(argv is None, err)
     if getattr(args, "debug", False):  # e.g. why a plan runs on the JAX kernel
-        _kernel_log = logging.getLogger("analysis.pipeline.kernel")
+        _kernel_log = logging.getLogger("analysis")  # every module: kernel, driver, backend
         if not _kernel_log.handlers:
             _handler = logging.StreamHandler(sys.stderr)
             _handler.setFormatter(logging.Formatter("diffcoffea: debug: %(message)s"))
@@ -280,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
-            return COMMANDS[args.command](args)
+            return _command(args.command)(args)
     except KeyboardInterrupt as err:
         return _interrupted(argv is None, err)
     except Exception as err:

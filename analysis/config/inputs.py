@@ -87,13 +87,18 @@ class EngineConfig(_Model):
 
 
 class ExecutorConfig(_Model):
-    """How chunks are processed (coffea executor)."""
+    """How chunks are processed (coffea executor).
 
-    type: Literal["iterative", "futures", "dask"] = "iterative"
+    ``parsl_config`` (``type: parsl`` only): a Python file (relative to the config file)
+    that defines ``config``, a ``parsl.config.Config``, used instead of the default
+    local ``HighThroughputExecutor`` of ``workers`` workers."""
+
+    type: Literal["iterative", "futures", "dask", "parsl"] = "iterative"
     workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     chunksize: int = Field(default=100_000, ge=1)
     address: str | None = None
     retries: int = Field(default=0, ge=0, le=MAX_RETRIES)
+    parsl_config: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _check(self) -> ExecutorConfig:
@@ -104,6 +109,8 @@ class ExecutorConfig(_Model):
                 check_address(self.address)
             except ValueError as err:
                 raise _fail("address", str(err)) from None
+        if self.parsl_config is not None and self.type != "parsl":
+            raise _fail("parsl_config", f"only allowed with type: parsl, got type '{self.type}'")
         return self
 
 

@@ -1,1 +1,1 @@
-"""The driver: files, coffea executors (iterative, futures, dask), passes over the data."""
+"""The driver: files, coffea executors (iterative, futures, dask, parsl), passes over the data."""

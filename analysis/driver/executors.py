@@ -1,10 +1,15 @@
-"""The coffea executor a pass runs on: iterative, futures or dask (one ``Client``).
+"""The coffea executor a pass runs on: iterative, futures, dask (one ``Client``) or parsl
+(one ``DataFlowKernel``).
 
 :class:`Executors` is the executor half of :class:`analysis.driver.runner.Evaluator`
 (which inherits it): it builds coffea's executor and ``Runner`` from the evaluator's
 ``executor_type``, ``workers``, ``chunksize``, ``status`` and ``config.executor``, keeps
-the dask ``Client`` (and ``LocalCluster``) in ``_client`` / ``_cluster`` for every pass,
-and runs coffea on a list of work items (:meth:`Executors._call`).
+the dask ``Client`` (and ``LocalCluster``) in ``_client`` / ``_cluster`` and the parsl
+DataFlowKernel in ``_parsl`` for every pass, and runs coffea on a list of work items
+(:meth:`Executors._call`). Parsl: coffea's ``ParslExecutor`` on a local
+``HighThroughputExecutor`` with ``workers`` single-threaded workers (:func:`parsl_config`),
+or the ``config`` of the file ``executor.parsl_config``; chunk results come back to the
+driver, whose column cache serves later passes (as with futures).
 :func:`worker_threads_env` gives the LocalCluster workers one compute thread each.
 Split out of :mod:`analysis.driver.runner`, which re-exports every name.
 """
@@ -19,8 +24,14 @@ from typing import Any
 
 from analysis.driver.files import EventSchema
 
-__all__ = ["DASK_CONNECT_TIMEOUT", "WORKER_THREADS_ENV", "Executors", "connect",
-           "worker_threads_env"]
+__all__ = [
+    "DASK_CONNECT_TIMEOUT",
+    "WORKER_THREADS_ENV",
+    "Executors",
+    "connect",
+    "parsl_config",
+    "worker_threads_env",
+]
 
 # How long a pass may wait to connect to a dask scheduler (never a hang on a dead address).
 DASK_CONNECT_TIMEOUT = "30s"
@@ -82,6 +93,62 @@ def connect(address: str, where: str, *, timeout: str | float = DASK_CONNECT_TIM
     return box["client"]
 
 
+def parsl_config(workers: int, *, run_dir: str | None = None) -> Any:
+    """The default Parsl config: one local ``HighThroughputExecutor`` (label ``jobs``)
+    of ``workers`` worker processes, one core and one compute thread each
+    (:data:`WORKER_THREADS_ENV`), on the loopback interface, importing this process's
+    ``analysis`` (its directory first on ``PYTHONPATH``)."""
+    import shlex
+
+    from parsl.config import Config
+    from parsl.executors import HighThroughputExecutor
+    from parsl.providers import LocalProvider
+
+    import analysis
+
+    env = worker_threads_env(os.environ)
+    # The workers import the same analysis (and processors) as this process, not
+    # whatever an installed copy on their default path holds.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(analysis.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return Config(
+        executors=[HighThroughputExecutor(
+            label="jobs",
+            address="127.0.0.1",
+            max_workers_per_node=workers,
+            cores_per_worker=1,
+            provider=LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1,
+                                   worker_init=f"export {exports}"),
+        )],
+        run_dir=run_dir or os.path.join(os.path.expanduser("~"), ".cache", "diffcoffea",
+                                        "parsl"),
+        strategy="none",
+        initialize_logging=False,
+    )
+
+
+def _user_parsl_config(path: str) -> Any:
+    """``config`` of the Python file ``path`` (executor.parsl_config)."""
+    import runpy
+
+    from parsl.config import Config
+
+    from analysis.errors import ConfigError
+
+    try:
+        found = runpy.run_path(path).get("config")
+    except FileNotFoundError:
+        raise ConfigError(f"executor.parsl_config: no such file {path!r}") from None
+    except Exception as err:
+        raise ConfigError(f"executor.parsl_config: {path}: {type(err).__name__}: {err}") from None
+    if not isinstance(found, Config):
+        raise ConfigError(f"executor.parsl_config: {path}: expected a variable 'config' "
+                          f"(a parsl.config.Config), found {type(found).__name__}")
+    return found
+
+
 class Executors:
     """Building and calling coffea's executors (a mixin of
     :class:`analysis.driver.runner.Evaluator`, whose attributes it uses)."""
@@ -97,6 +164,8 @@ class Executors:
             return processor.FuturesExecutor(
                 workers=self.workers, status=self.status, retries=retries
             )
+        if self.executor_type == "parsl":
+            return self._parsl_executor(retries)
         if self._client is None:
             # Workers must compute in float64 too: they inherit JAX_ENABLE_X64 from here.
             os.environ["JAX_ENABLE_X64"] = "1"
@@ -117,6 +186,29 @@ class Executors:
                 self._client = Client(self._cluster)
         return processor.DaskExecutor(client=self._client, status=self.status, retries=retries)
 
+    def _parsl_executor(self, retries: int):
+        from coffea import processor
+
+        if self._parsl is None:
+            import parsl
+
+            # Workers must compute in float64 too: they inherit JAX_ENABLE_X64 from here.
+            os.environ["JAX_ENABLE_X64"] = "1"
+            path = self.config.executor.parsl_config
+            cfg = (_user_parsl_config(self.config.resolve_path(path)) if path
+                   else parsl_config(self.workers))
+            self._parsl = parsl.load(cfg)
+        return processor.ParslExecutor(status=self.status, retries=retries)
+
+    def _close_parsl(self) -> None:
+        if self._parsl is not None:
+            import parsl
+
+            with contextlib.suppress(Exception):
+                self._parsl.cleanup()
+            parsl.clear()
+            self._parsl = None
+
     def _runner(self):
         import coffea.util
         from coffea import processor
@@ -132,13 +224,14 @@ class Executors:
         )
 
     def _call(self, items: list, proc) -> Any:
-        """coffea's runner on ``items``; the futures executor's printed traceback is held back.
+        """coffea's runner on ``items``; the futures (and parsl) executor's printed
+        traceback is held back.
 
         That executor prints a failing task's traceback to stderr before re-raising
         (the exception keeps it as its cause, shown with ``--debug``): it is written
         out only if the pass succeeds after all, so that an error stays one line.
         """
-        if self.executor_type != "futures":
+        if self.executor_type not in ("futures", "parsl"):
             return self._runner()(items, processor_instance=proc)
         held = io.StringIO()
         with contextlib.redirect_stderr(held):

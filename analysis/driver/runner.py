@@ -160,6 +160,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         self.nonfinite = config.nonfinite
         self._client = None
         self._cluster = None
+        self._parsl = None
         self._chunks: list | None = None
         self._validated = False
         skipped: list[Fault] = []
@@ -377,7 +378,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             # on dask, each worker keeps the columns it read (same budget per worker)
             proc.worker_budget = self.cache.budget if self.executor_type == "dask" else None
         # coffea's futures/dask workers share the cores already: one kernel thread each
-        shared = self.executor_type in ("futures", "dask") and hasattr(proc, "kernel_threads")
+        shared = (self.executor_type in ("futures", "dask", "parsl")
+                  and hasattr(proc, "kernel_threads"))
         if shared:
             proc.kernel_threads = 1
         try:
@@ -471,6 +473,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+        self._close_parsl()
 
     def __enter__(self) -> Evaluator:
         return self

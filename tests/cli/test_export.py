@@ -25,6 +25,7 @@ import yaml
 
 from analysis.cli import main
 from tests.conftest import one_line_error, write_config
+from tests.opt_helpers import config_dict
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = ("workspace.json", "shapes.root", "datacard.txt")
@@ -203,12 +204,7 @@ def test_export_refuses_what_has_no_model(tmp_path, capsys, content, expected) -
 
 def two_channel_config(data: Path, out: Path) -> dict:
     return {
-        "datasets": {
-            "ttbar": {"files": [str(data / "ttbar" / "*.root")], "weight": "genWeight",
-                      "role": "signal", "xsec": 831.76},
-            "dy": {"files": [str(data / "dy" / "*.root")], "weight": "genWeight",
-                   "role": "background", "xsec": 6077.0},
-        },
+        "datasets": config_dict(data)["datasets"],  # ttbar (signal) and dy
         "lumi": 0.02,
         "executor": {"type": "iterative", "chunksize": 1500},
         "parameters": {"jet_pt_min": {"init": 30.0, "bounds": [15.0, 80.0]},

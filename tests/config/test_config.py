@@ -194,7 +194,7 @@ ERROR_CASES = {
     ),
     "bad literal": (
         _set("executor", "type", value="spark"),
-        "executor.type: expected one of 'iterative', 'futures' or 'dask', got 'spark'",
+        "executor.type: expected one of 'iterative', 'futures', 'dask' or 'parsl', got 'spark'",
     ),
     "workers < 1": (
         _set("executor", "workers", value=0),

@@ -3,21 +3,13 @@ likelihood's solvers (evermore, optimistix, flax: ~2 s of every command's start-
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import modules_loaded
 
 _SOLVERS = ("evermore", "optimistix", "flax")
 
 
 def _imported(code: str) -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=300,
-    ).stdout.split()
-    return [m for m in _SOLVERS if m in out]
+    return modules_loaded(code, _SOLVERS)
 
 
 def test_demo_config_and_loop_leave_the_solvers_unloaded():

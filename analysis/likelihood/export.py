@@ -138,13 +138,16 @@ def pyhf_workspace(section: Mapping[str, Any], *, measurement: str = "diffcoffea
 
     Parameters
     ----------
-    section : the ``likelihood`` section of results.json.
-    measurement : the name of the workspace's one measurement (POI ``mu``).
+    section : Mapping[str, Any]
+        The ``likelihood`` section of results.json.
+    measurement : str, optional
+        Keyword-only. The name of the workspace's one measurement (POI ``mu``).
 
     Returns
     -------
-    ``{"version", "channels", "observations", "measurements"}``, valid against pyhf's
-    ``workspace.json`` schema.
+    dict
+        ``{"version", "channels", "observations", "measurements"}``, valid against
+        pyhf's ``workspace.json`` schema.
     """
     chans = _floored(section)
     signal = set(section.get("signal", ()))
@@ -196,16 +199,20 @@ def combine_inputs(
 
     Parameters
     ----------
-    section : the ``likelihood`` section of results.json.
-    shapes_file : the ROOT file name the datacard's ``shapes`` line names.
+    section : Mapping[str, Any]
+        The ``likelihood`` section of results.json.
+    shapes_file : str, optional
+        Keyword-only. The ROOT file name the datacard's ``shapes`` line names.
 
     Returns
     -------
-    ``(datacard, histograms)``: the datacard text and ``{"CH/NAME": (edges, sumw,
-    sumw2)}`` for every template it names (variations carry the nominal ``sumw2``
-    scaled by ``(sumw_var / sumw_nom) ** 2`` bin by bin, 0 where the nominal is empty;
-    ``data_obs`` the Asimov counts with ``sumw2 = sumw``). The datacard's rates are the
-    histograms' integrals (``sum sumw``).
+    tuple of (str, dict)
+        ``(datacard, histograms)``: the datacard text and
+        ``{"CH/NAME": (edges, sumw, sumw2)}`` for every template it names (variations
+        carry the nominal ``sumw2`` scaled by ``(sumw_var / sumw_nom) ** 2`` bin by bin,
+        0 where the nominal is empty; ``data_obs`` the Asimov counts with
+        ``sumw2 = sumw``). The datacard's rates are the histograms' integrals
+        (``sum sumw``).
     """
     chans = _floored(section)
     signal = [ds for ds in section.get("signal", ())]

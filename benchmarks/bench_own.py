@@ -14,7 +14,7 @@ without the column cache (``column_budget = 0``) and two with it
     python benchmarks/bench_own.py                     # 200k events, chunksizes 10k and 50k
     python benchmarks/bench_own.py --events 20000 --chunksizes 5000   # a quick look
 
-Writes benchmarks/results/own.json (``--out``).
+Writes its figures to benchmarks/results/own.*.json (``benchmarks/results_table.py``).
 """
 
 from __future__ import annotations
@@ -120,7 +120,6 @@ def main() -> None:
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--chunksizes", type=int, nargs="+", default=[10_000, 50_000])
     p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "diffcoffea_bench_own"))
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "own.json"))
     p.add_argument("--child", nargs=2, metavar=("CHUNKSIZE", "FILES_JSON"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -151,8 +150,26 @@ def main() -> None:
                       f"cache {min(r['later_no_cache']):.2f} s ({ratios['later_no_cache']:.2f}x),"
                       f" with {min(r['later_cache']):.2f} s ({ratios['later_cache']:.2f}x)",
                       flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    from benchmarks.results_table import command_line, record
+
+    for run in results["runs"]:
+        size = f"{run['chunksize'] // 1000}k"
+        figures = [(f"own.{size}.first_{run['cache']}",
+                    f"own processor, first gradient pass ({run['cache']} compilation cache, "
+                    f"chunks of {size}) / plain coffea pass",
+                    run["ratios"]["first"], GOALS[f"first_{run['cache']}"])]
+        if run["cache"] == "warm":
+            figures += [
+                (f"own.{size}.later", f"own processor, later pass (chunks of {size}) / plain",
+                 run["ratios"]["later_no_cache"], GOALS["later_no_cache"]),
+                (f"own.{size}.later_cached", f"own processor, later pass with CachedColumns "
+                 f"(chunks of {size}) / plain", run["ratios"]["later_cache"],
+                 GOALS["later_cache"]),
+            ]
+        for name, compares, figure, goal in figures:
+            record(name, compares=compares, figure=figure, goal=f"<= {goal}x",
+                   met=figure <= goal, command=command_line(__file__, None),
+                   details={k: run[k] for k in ("chunksize", "cache", "plain", "first")})
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ So it works where the processes outlive a pass: the iterative executor (the driv
 process), dask (the cluster's workers, while the client lives) and futures with a pool
 kept across passes (``processor.FuturesExecutor(pool=ProcessPoolExecutor(2))``; a
 ``FuturesExecutor(workers=2)`` starts new processes per Runner call, which read again).
+With several workers a chunk is reused only where it lands on a worker that kept it;
+each worker keeps up to its own budget.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ chunk function to a jaxpr and run it eagerly, or compiled once the same structur
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 from analysis.stats.merge import describe_difference
 from analysis.stats.passes import PassTheta, Pullback
 from analysis.stats.pullback import pulled_sum
-from analysis.stats.taylor import _to_numpy
+from analysis.stats.taylor import _to_numpy, value_and_derivatives
 
 __all__: list[str] = []
 
@@ -38,15 +39,20 @@ _COMPILED_MAX = 64
 _SEEN_MAX = 4096
 
 
-def _cached_call(kind: str, closed: Any, extra: Any, build: Callable[[Any], Any], *args: Any):
-    """``build(jaxpr)(*args)``, compiled when this structure is met a second time."""
+def _cached_call(
+    kind: str, closed: Any, extra: Any, build: Callable[[Any], Any], *args: Any,
+    first: bool = False,
+):
+    """``build(jaxpr)(*args)``, compiled when this structure is met a second time
+    (``first``: already the first time)."""
     text = str(closed.jaxpr)
     key = hashlib.sha256(repr((kind, text, extra)).encode()).hexdigest()
     fun = _COMPILED.get(key)
     if fun is None:
         fun = build(closed.jaxpr)
         # a function object in the text (" at 0x...") is never the same twice
-        if key in _SEEN and len(_COMPILED) < _COMPILED_MAX and " at 0x" not in text:
+        seen = first or key in _SEEN
+        if seen and len(_COMPILED) < _COMPILED_MAX and " at 0x" not in text:
             fun = _COMPILED[key] = jax.jit(fun)
         _SEEN[key] = None
         _SEEN.move_to_end(key)
@@ -100,3 +106,45 @@ def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: P
     grad, flat = _cached_call("pullback", closed, extra, build, consts, t0, pay)
     value = jax.tree_util.tree_unflatten(out_tree, flat)
     return Pullback(names, _to_numpy(value), np.asarray(grad, dtype=np.float64))
+
+
+#: What tracing a chunk function raises when it needs concrete values (Python control
+#: flow or ``int()``/``float()``/numpy on values): it then runs eagerly, as before.
+_UNTRACEABLE = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerBoolConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+def _forward(f: Callable[[Any], Any], t0: Any, order: int) -> tuple[Any, Any, Any]:
+    """``value_and_derivatives(f, t0, order)`` as one compiled program whose arguments
+    are the chunk's arrays (the traced function's constants) and ``t0``; compiled the
+    first time a structure (jaxpr text, constant shapes and dtypes, order) is met, kept
+    for later chunks and passes of the same shapes (and on disk by JAX's persistent
+    compilation cache, :mod:`analysis`). A function that cannot be traced runs eagerly
+    after one warning line saying why."""
+    try:
+        closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    except _UNTRACEABLE as err:
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        warnings.warn(
+            f"stats.derive: fn cannot be compiled (it needs concrete values: {why}); "
+            "running it eagerly", RuntimeWarning, stacklevel=3,
+        )
+        return value_and_derivatives(f, t0, order=order)
+    out_tree = jax.tree_util.tree_structure(shapes)
+    consts = list(closed.consts)
+
+    def build(jaxpr):
+        def run(consts, t):
+            def g(tt):
+                return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, tt))
+
+            return value_and_derivatives(g, t, order=order)
+
+        return run
+
+    extra = (out_tree, _signature(consts), order)
+    return _cached_call(f"forward{order}", closed, extra, build, consts, t0, first=True)

@@ -43,8 +43,12 @@ number of states):
   gives the formulas, also for co-moments and sums).
 * In reverse mode the chunk computations are compiled the second time a chunk
   structure (the function's jaxpr and its arrays' shapes) is met, i.e. from the
-  second gradient step on; a structure met once runs eagerly. Forward mode runs
-  eagerly, as before.
+  second gradient step on; a structure met once runs eagerly. Forward mode (and
+  ``order=0``) compiles the function with its derivatives the first time a structure
+  is met, the chunk's arrays as arguments (not constants in the program), so that
+  later chunks and passes of the same shapes, and new processes through JAX's
+  persistent compilation cache, reuse it; a function that cannot be traced (Python
+  control flow on values) runs eagerly after one warning line.
 * :func:`differentiable` ``(run)`` (``mode="auto"``) picks forward mode up to
   :data:`AUTO_FORWARD_MAX` parameters and reverse mode above; ``jax.grad``,
   ``jax.value_and_grad`` and ``jax.jit`` work in both; ``jax.hessian`` needs forward
@@ -77,6 +81,7 @@ from analysis.stats._compiled import (  # noqa: F401  (re-exported)
     _SEEN,
     _SEEN_MAX,
     _cached_call,
+    _forward,
     _pullback,
     _signature,
     _values,
@@ -238,7 +243,7 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
         return _pullback(f, t0, spec.names, theta)
     if task == "values":
         return Derived(spec.names, _to_numpy(_values(f, t0)), at=vec)
+    value, jac, hess = _forward(f, t0, order)
     if order == 0:
-        return Derived(spec.names, _to_numpy(f(t0)), at=vec)
-    value, jac, hess = value_and_derivatives(f, t0, order=order)
+        return Derived(spec.names, _to_numpy(value), at=vec)
     return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess), at=vec)

@@ -1,0 +1,125 @@
+"""stats.derive in forward mode runs the chunk function compiled, its arrays as arguments.
+
+References: the eager evaluation (``value_and_derivatives`` of the same function, as
+derive ran before) to 1e-12 for orders 0, 1, 2; central finite differences for the
+Jacobian; one compiled program per structure, reused by a second chunk of the same
+shapes with other data (so the data are arguments, not constants); a function with
+Python control flow on values runs eagerly after one warning line.
+"""
+
+from __future__ import annotations
+
+import awkward as ak
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from analysis import stats
+from analysis.soft import pass_weights, soft_cut
+from analysis.stats import _compiled
+from analysis.stats._params import numpy_vector, param_spec
+from analysis.stats.derive import _checked_states
+from analysis.stats.taylor import value_and_derivatives
+from tests.conftest import central_difference
+
+THETA = {"pt_min": 30.0, "eta_max": 2.1}
+
+
+def _chunk(seed: int, n: int = 300):  # noqa: ANN202
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 7, n)
+    pt = ak.unflatten(15 + rng.exponential(30, counts.sum()), counts)
+    eta = ak.unflatten(rng.normal(0, 1.5, counts.sum()), counts)
+    return stats.from_awkward(pt), abs(stats.from_awkward(eta))
+
+
+def _fn(pt, abs_eta):  # noqa: ANN001, ANN202
+    def fn(theta):  # noqa: ANN001, ANN202
+        p = soft_cut(pt, ">", theta["pt_min"], 5.0) * soft_cut(abs_eta, "<", theta["eta_max"], 0.2)
+        jets, events = pass_weights(p, 2)
+        return {"jet_pt": stats.moments(pt, weight=jets), "selected": events.sum(),
+                "n": np.float64(len(pt))}
+
+    return fn
+
+
+def _eager(fn, order: int):  # noqa: ANN001, ANN202
+    spec = param_spec(THETA, "test")
+    t0 = jnp.asarray(numpy_vector(spec, THETA))
+    return value_and_derivatives(lambda t: _checked_states(fn(spec.unflatten(t)), "t"), t0,
+                                 order=order)
+
+
+def _close(a, b, rtol: float = 1e-12) -> None:  # noqa: ANN001
+    """Leaves equal to ``rtol`` of the largest of the pair, a state's centre and offset
+    summed (the offset is a rounding-level correction of the centre)."""
+
+    def flat(tree):  # noqa: ANN001, ANN202
+        out = []
+        for leaf in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "_fields")):
+            if hasattr(leaf, "_fields"):
+                f = {k: np.asarray(v) for k, v in leaf._asdict().items()}
+                f["center"] = f["center"] + f.pop("dmean")
+                out.extend(f.values())
+            else:
+                out.append(np.asarray(leaf))
+        return out
+
+    for x, y in zip(flat(a), flat(b), strict=True):
+        scale = max(np.max(np.abs(x), initial=0.0), np.max(np.abs(y), initial=0.0), 1e-300)
+        assert np.max(np.abs(x - y), initial=0.0) <= rtol * scale, (x, y)
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_compiled_equals_eager(order: int) -> None:
+    fn = _fn(*_chunk(1))
+    d = stats.derive(fn, THETA, order=order)
+    value, jac, hess = _eager(fn, order)
+    _close(d.value, value)
+    if order >= 1:
+        _close(d.jac, jac)
+    if order == 2:
+        _close(d.hess, hess)
+
+
+def test_one_program_per_structure_and_finite_differences() -> None:
+    _compiled._COMPILED.clear()
+    fn_a, fn_b = _fn(*_chunk(2)), _fn(*_chunk(3))  # fn_b: other lists
+    d_a = stats.derive(fn_a, THETA)
+    programs = len(_compiled._COMPILED)
+    assert programs == 1
+    stats.derive(fn_a, THETA)
+    assert len(_compiled._COMPILED) == programs  # met again: reused
+    pt, eta = _chunk(2)
+    other = _fn(pt.with_values(pt.values * 1.1), eta)  # same shapes, other data
+    d_other = stats.derive(other, THETA)
+    assert len(_compiled._COMPILED) == programs  # data are arguments, not constants
+    assert not np.allclose(d_other.value["jet_pt"].m2, d_a.value["jet_pt"].m2)
+    _close(d_other.jac, _eager(other, 1)[1])
+    stats.derive(fn_b, THETA)
+    names = sorted(THETA)  # the parameter order of a dict (analysis.stats._params)
+
+    def f(t):  # noqa: ANN001, ANN202
+        return stats.derive(fn_a, dict(zip(names, t)), order=0).value["jet_pt"].m2
+
+    fd = central_difference(f, np.array([THETA[k] for k in names]), 1e-4, points=5)
+    np.testing.assert_allclose(d_a.jac["jet_pt"].m2, fd, rtol=1e-7)
+
+
+def test_untraceable_function_runs_eagerly() -> None:
+    pt, _ = _chunk(4)
+
+    def fn(theta):  # noqa: ANN001, ANN202
+        w = soft_cut(pt, ">", theta["pt_min"], 5.0)
+        if float(jnp.max(pt.values)) > 0:  # Python control flow on (data) values
+            w = w * 2.0
+        return {"pt": stats.moments(pt, weight=w)}
+
+    with pytest.warns(RuntimeWarning, match=r"^stats\.derive: fn cannot be compiled") as rec:
+        d = stats.derive(fn, {"pt_min": 30.0})
+    assert "\n" not in str(rec[0].message)
+    value, jac, _ = value_and_derivatives(
+        lambda t: _checked_states(fn({"pt_min": t[0]}), "t"), jnp.asarray([30.0]), order=1)
+    _close(d.value, value)
+    _close(d.jac, jac)

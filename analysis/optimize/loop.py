@@ -49,7 +49,12 @@ from analysis.config.loader import Config
 from analysis.config.terms import TermReturnError
 from analysis.errors import ConfigError, DiffcoffeaError, LikelihoodError
 from analysis.optimize import checkpoint as _ckpt
-from analysis.optimize.objectives import Objective, objective_from_states, step_observables
+from analysis.optimize.objectives import (
+    Objective,
+    bootstrap_uncertainty,
+    objective_from_states,
+    step_observables,
+)
 from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
@@ -210,6 +215,13 @@ class Optimization:
                 f"gradients only: use a first-order optimizer (adam, sgd) and no output.hessian"
             )
         self.w0 = np.asarray(initial_widths(config), dtype=np.float64)
+        val = config.optimizer.validation
+        #: the validation split's held-out fraction (None: off); the loop's passes
+        #: weigh the training events only (:attr:`analysis.driver.runner.Evaluator.part`)
+        self.fraction = None if val is None else float(val.fraction)
+        self.ev.part = None if self.fraction is None else ("train", self.fraction)
+        #: per part, the bootstrap replicas' totals (they do not depend on the cuts)
+        self._replica_totals: dict[str, Any] | None = None
         self.fingerprint = config_fingerprint(config)
         self.order = self.optimizer.order
         init = config.initial_params()
@@ -315,7 +327,7 @@ class Optimization:
                                  observables=observables)
             self.passes += 1
             self._last = (dict(params), np.array(widths, dtype=np.float64), order,
-                          chunks is None, observables)
+                          chunks is None, observables, self.ev.part)
         self.last_states = states
         return objective_from_states(self.objective, states, order=order, strict=strict)
 
@@ -326,8 +338,9 @@ class Optimization:
         (``None``: all); else ``None``."""
         if self._last is None:
             return None
-        p, w, o, full, obs = self._last
-        same = p == params and np.array_equal(w, np.asarray(widths, dtype=np.float64))
+        p, w, o, full, obs, part = self._last
+        same = (p == params and np.array_equal(w, np.asarray(widths, dtype=np.float64))
+                and part == self.ev.part)
         has = obs is None or obs == observables
         return self.last_states if full and same and o >= order and has else None
 
@@ -399,6 +412,66 @@ class Optimization:
     def hard(self, params: dict[str, float]) -> dict[str, Any]:
         """The hard-cut objective (width 0, integers rounded) at ``params``: one values-only pass."""
         return self.evaluate(self.hard_params(params), np.zeros_like(self.w0), order=0, strict=False)
+
+    def hard_on(self, params: dict[str, float], part: str, *,
+                uncertainty: bool = True) -> dict[str, Any]:
+        """The hard-cut objective at ``params`` on the events of ``part`` ("all",
+        "train", "held_out"; one values-only pass), with ``"uncertainty"``: its MC
+        standard deviation over ``optimizer.replicas`` Poisson-bootstrap replicas from
+        the same pass (:func:`analysis.optimize.objectives.bootstrap_uncertainty`; the
+        replicas' totals come from one pass per run, :meth:`replica_totals`)."""
+        kept = self.ev.part
+        self.ev.part = None if part == "all" else (part, self.fraction)
+        k = self.config.optimizer.replicas
+        try:
+            hp = self.hard_params(params)
+            reps = None
+            if k >= 2 and uncertainty:
+                reps = self.ev.run_replicas(hp, widths=np.zeros_like(self.w0), replicas=k)
+            if reps is None:
+                res = self.hard(params)
+                res["uncertainty"] = None
+                return res
+            self.passes += 1
+            self._last = None
+            self.last_states = states = {n: r.state for n, r in reps.items()}
+            res = objective_from_states(self.objective, states, order=0, strict=False)
+            totals = self.replica_totals()
+            sums = {n: np.vstack([totals[n].part(part), r.sums]) for n, r in reps.items()}
+            res["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
+        finally:
+            self.ev.part = kept
+        return res
+
+    def replica_totals(self) -> dict[str, Any]:
+        """The bootstrap replicas' totals of every part (one pass, run once)."""
+        if self._replica_totals is None:
+            self._replica_totals = self.ev.run_replica_totals(
+                self.fraction, replicas=self.config.optimizer.replicas)
+            self.passes += 1
+        return self._replica_totals
+
+    def validation(self, initial: dict[str, float], final: dict[str, float],
+                   initial_hard: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Hard-cut objective values at ``initial`` and ``final`` on all events, on the
+        training and on the held-out part, and what they say (see
+        :func:`analysis.optimize.status.validation_report`): values-only passes on the
+        cached columns, with bootstrap replicas on all events at both points and on
+        each part at the end (the gap's uncertainty); ``initial_hard``: :meth:`hard` at
+        ``initial`` if already run (it is the training part's value with the split)."""
+        from analysis.optimize.status import validation_report
+
+        res: dict[str, dict[str, Any]] = {
+            "all": {"initial": self.hard_on(initial, "all"), "final": self.hard_on(final, "all")}}
+        if self.fraction is not None:
+            train0 = initial_hard if initial_hard is not None else self.hard_on(
+                initial, "train", uncertainty=False)
+            res["train"] = {"initial": {**train0, "uncertainty": None},
+                            "final": self.hard_on(final, "train")}
+            res["held_out"] = {"initial": self.hard_on(initial, "held_out", uncertainty=False),
+                               "final": self.hard_on(final, "held_out")}
+        threshold = self.config.optimizer.validation.threshold if self.fraction else 2.0
+        return validation_report(res, self.fraction, threshold)
 
     def status(
         self, final: dict[str, Any], initial_hard: dict[str, Any] | None = None

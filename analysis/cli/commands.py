@@ -418,9 +418,11 @@ def _pm(value: Any, sigma: Any) -> str:
 
     if value is None:
         return "undefined"
-    if sigma is None:
+    if sigma is None or not math.isfinite(sigma) or sigma <= 0:
         return fmt_number(value)
-    return f"{fmt_number(value)} +- {fmt_number(sigma)} (MC stat.)"
+    # the uncertainty to two significant digits, the value to the same decimal
+    digits = max(0, 1 - math.floor(math.log10(sigma)))
+    return f"{value:.{digits}f} +- {sigma:.{digits}f} (MC stat.)"
 
 
 def _mc_lines(report: dict[str, Any]) -> list[str]:

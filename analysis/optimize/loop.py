@@ -219,7 +219,7 @@ class Optimization:
         #: the validation split's held-out fraction (None: off); the loop's passes
         #: weigh the training events only (:attr:`analysis.driver.runner.Evaluator.part`)
         self.fraction = None if val is None else float(val.fraction)
-        self.ev.part = None if self.fraction is None else ("train", self.fraction)
+        self._use_part("train" if self.fraction is not None else "all")
         #: per part, the bootstrap replicas' totals (they do not depend on the cuts)
         self._replica_totals: dict[str, Any] | None = None
         self.fingerprint = config_fingerprint(config)
@@ -239,6 +239,16 @@ class Optimization:
         #: the observables the steps after the first compute (None: all; module docstring)
         self.step_observables = None if self.reverse else step_observables(
             self.objective, self.plan, self.order)
+
+    def _use_part(self, part: str) -> None:
+        """Passes weigh ``part``'s events; the objective's MC variance is scaled to the
+        full sample's (:func:`analysis.optimize.objectives.dataset_stats`)."""
+        if part == "all":
+            self.ev.part, self.objective.variance_scale = None, 1.0
+        else:
+            f = self.fraction
+            self.ev.part = (part, f)
+            self.objective.variance_scale = f if part == "held_out" else 1.0 - f
 
     # parameters
     def params(self, u: np.ndarray | None = None) -> dict[str, float]:
@@ -420,8 +430,8 @@ class Optimization:
         standard deviation over ``optimizer.replicas`` Poisson-bootstrap replicas from
         the same pass (:func:`analysis.optimize.objectives.bootstrap_uncertainty`; the
         replicas' totals come from one pass per run, :meth:`replica_totals`)."""
-        kept = self.ev.part
-        self.ev.part = None if part == "all" else (part, self.fraction)
+        kept = "all" if self.ev.part is None else self.ev.part[0]
+        self._use_part(part)
         k = self.config.optimizer.replicas
         try:
             hp = self.hard_params(params)
@@ -440,7 +450,7 @@ class Optimization:
             sums = {n: np.vstack([totals[n].part(part), r.sums]) for n, r in reps.items()}
             res["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
         finally:
-            self.ev.part = kept
+            self._use_part(kept)
         return res
 
     def replica_totals(self) -> dict[str, Any]:

@@ -101,7 +101,7 @@ def _scaled(h: Histogram, norm: Any) -> Histogram:
 
 def dataset_stats(
     config: Config, plan: Plan, states: dict[str, Any], sumw: dict[str, float],
-    events: dict[str, int],
+    events: dict[str, int], *, variance_scale: float = 1.0,
 ) -> dict[str, Any]:
     """JAX: results.json-like statistics of every dataset, plus normalised yields and
     the normalised histogram states (``histograms``, ``templates``: sums of weights
@@ -112,7 +112,7 @@ def dataset_stats(
         norm = dataset_norm(config, name, sumw[name])
         s["sumw"] = sumw[name]
         s["yield"] = norm * s["selected_sumw"]
-        s["mc_variance"] = norm * norm * s["selected_sumw2"]
+        s["mc_variance"] = variance_scale * norm * norm * s["selected_sumw2"]
         one_event = norm * sumw[name] / events[name] if events[name] else 0.0
         s["mc_variance_floor"] = one_event * one_event
         for group in ("histograms", "templates"):
@@ -149,6 +149,9 @@ class Objective:
         self.paths = stat_paths(config, plan)
         self.likelihood_model = build_model(config)  # None without 'likelihood:'
         self.terms: list[Term] = list(config.objective.terms)
+        #: the MC variance's factor (:func:`dataset_stats`); set by the optimisation
+        #: loop to the fraction of the events a pass weighs (validation split)
+        self.variance_scale = 1.0
         for i, term in enumerate(self.terms):
             term.bind(self, f"{config.source}: objective.terms.{i}")
 
@@ -156,7 +159,8 @@ class Objective:
         self, states: dict[str, Any], sumw: dict[str, float], events: dict[str, int]
     ) -> dict[str, Any]:
         """JAX: results.json-like statistics of every dataset, plus normalised yields."""
-        return dataset_stats(self.config, self.plan, states, sumw, events)
+        return dataset_stats(self.config, self.plan, states, sumw, events,
+                             variance_scale=self.variance_scale)
 
     def likelihood_states(self, stats: dict[str, Any]) -> dict[str, Any]:
         """JAX: ``{dataset: {key: Histogram}}`` of the model (normalised templates)."""
@@ -209,7 +213,7 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
     once per step with plain numbers (it may check them, or use Python control flow
     that ``jit`` would refuse), as documented for that term.
     """
-    key = (order, tuple(sumw.items()), tuple(events.items()))
+    key = (order, tuple(sumw.items()), tuple(events.items()), objective.variance_scale)
     cache = objective.__dict__.setdefault("_compiled", {})
     if key not in cache:
 
@@ -312,7 +316,8 @@ def bootstrap_uncertainty(
         with np.errstate(divide="ignore", invalid="ignore"):
             norm = np.array([dataset_norm(objective.config, name, float(x)) for x in sumw_k])
             one_event = np.where(n_k > 0, norm * sumw_k / np.where(n_k > 0, n_k, 1.0), 0.0)
-        stats[name] = {**stats[name], "yield": norm * s1, "mc_variance": norm * norm * s2,
+        var = objective.variance_scale * norm * norm * s2
+        stats[name] = {**stats[name], "yield": norm * s1, "mc_variance": var,
                        "mc_variance_floor": one_event * one_event,
                        "selected_sumw": s1, "selected_sumw2": s2, "sumw": sumw_k}
     b = sum(stats[n]["yield"] for n in objective.background)

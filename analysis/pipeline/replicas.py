@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from analysis.pipeline import fastkernel
 from analysis.pipeline._numba_replicas import replica_selected, replica_totals
-from analysis.pipeline.kernel import chunk_state
+from analysis.pipeline.kernel import chunk_state, selected_weights
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.split import PARTS, part_factor
@@ -63,9 +62,10 @@ class ReplicaTotals:
 
 
 def supported(plan: Plan, theta: Any) -> bool:
-    """Whether the values loop (:mod:`analysis.pipeline.fastkernel`) runs ``plan``: the
-    replicas need each event's selected weight, which it gives."""
-    return fastkernel.why_not(plan, 0, theta) is None
+    """Whether the replicas can be computed for ``plan``: every plan (each event's
+    selected weight comes from the numba kernel or the JAX one,
+    :func:`analysis.pipeline.kernel.selected_weights`)."""
+    return True
 
 
 def _uid(cols: ChunkColumns) -> np.ndarray:
@@ -82,7 +82,7 @@ def chunk_replicas(
     state = chunk_state(cols, plan, theta, widths, order=0, threads=threads)
     if not cols.n_events:
         return ReplicaSums(np.zeros((2, replicas)), state)
-    sel = fastkernel.selected_weights(cols, plan, theta, widths, threads=threads)
+    sel = selected_weights(cols, plan, theta, widths, threads=threads)
     return ReplicaSums(replica_selected(_uid(cols), sel, replicas), state)
 
 

@@ -102,3 +102,24 @@ def test_without_the_split_no_validation_but_an_uncertainty(small_data, tmp_path
     assert "validation" not in r
     assert r["uncertainty"]["final"] > 0
     assert r["hard_all"]["objective"]["final"] == r["final"]["hard"]["objective"]
+
+
+def _part(initial, final, sigma):
+    return {"initial": {"objective": initial, "significance": -initial, "uncertainty": None},
+            "final": {"objective": final, "significance": -final, "uncertainty": sigma}}
+
+
+@pytest.mark.parametrize(("held", "flagged", "says"), [
+    (-9.0, False, "agree within"),          # gap -1.0 over sigma 0.5: -2.0 sigma, not beyond
+    (-8.9, True, "fits the simulation's fluctuations"),
+    (-11.1, True, "held-out part is better"),
+])
+def test_the_gap_is_flagged_beyond_the_threshold(held, flagged, says):
+    from analysis.optimize.status import validation_report
+
+    res = {"all": _part(-3.0, -9.5, 0.3), "train": _part(-3.0, -10.0, 0.3),
+           "held_out": _part(-3.0, held, 0.4)}
+    v = validation_report(res, 0.3, 2.0)["validation"]
+    assert v["gap"] == pytest.approx(-10.0 - held)
+    assert v["gap_sigma"] == pytest.approx((-10.0 - held) / 0.5)
+    assert v["flagged"] is flagged and says in v["message"]

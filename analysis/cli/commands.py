@@ -282,10 +282,13 @@ def run_optimize(args) -> int:
             plot_history(report, outdir)
             if "channels" in (report.get("likelihood") or {}):  # templates and pulls
                 from analysis.cli.lkplots import plot_likelihood
+                from analysis.cli.units import expression_unit
 
                 labels = {ch: f"{c.histogram}: {_hist_x(config, c.histogram)}"
                           for ch, c in config.likelihood.channels.items()}
-                plot_likelihood(report["likelihood"], outdir, labels=labels)
+                units = {ch: expression_unit(_hist_x(config, c.histogram), c.histogram)
+                         for ch, c in config.likelihood.channels.items()}
+                plot_likelihood(report["likelihood"], outdir, labels=labels, units=units)
             if config.observables:
                 plot_histograms(
                     ev,

@@ -289,7 +289,14 @@ def run_optimize(args) -> int:
                 units = {ch: expression_unit(_hist_x(config, c.histogram), c.histogram)
                          for ch, c in config.likelihood.channels.items()}
                 plot_likelihood(report["likelihood"], outdir, labels=labels, units=units)
+            run.use_all_events()  # the plots show every event, not the training part
             if config.observables:
+                from analysis.optimize.objectives import dataset_norm
+
+                sumw = run.all_sumw or {n: st.sumw for n, st in run.final_states.items()}
+                norms = {n: dataset_norm(config, n, w) for n, w in sumw.items()
+                         if config.datasets[n].xsec is not None
+                         or config.datasets[n].scale is not None}
                 plot_histograms(
                     ev,
                     config,
@@ -298,6 +305,7 @@ def run_optimize(args) -> int:
                     final["hard"]["parameters"],
                     outdir,
                     initial_states=run.initial_states,
+                    norms=norms,
                 )
             if run.plan.scores:  # score_NAME.png: signal and background, before and after
                 sumw = {n: st.sumw for n, st in run.final_states.items()}

@@ -220,6 +220,8 @@ class Optimization:
         #: weigh the training events only (:attr:`analysis.driver.runner.Evaluator.part`)
         self.fraction = None if val is None else float(val.fraction)
         self._use_part("train" if self.fraction is not None else "all")
+        #: every event's sum of weights per dataset, once a pass over all events ran
+        self.all_sumw: dict[str, float] | None = None
         #: per part, the bootstrap replicas' totals (they do not depend on the cuts)
         self._replica_totals: dict[str, Any] | None = None
         self.fingerprint = config_fingerprint(config)
@@ -249,6 +251,10 @@ class Optimization:
             f = self.fraction
             self.ev.part = (part, f)
             self.objective.variance_scale = f if part == "held_out" else 1.0 - f
+
+    def use_all_events(self) -> None:
+        """Later passes (plots) weigh every event, whatever the validation split."""
+        self._use_part("all")
 
     # parameters
     def params(self, u: np.ndarray | None = None) -> dict[str, float]:
@@ -441,10 +447,14 @@ class Optimization:
             if reps is None:
                 res = self.hard(params)
                 res["uncertainty"] = None
+                if part == "all":
+                    self.all_sumw = {n: st.sumw for n, st in self.last_states.items()}
                 return res
             self.passes += 1
             self._last = None
             self.last_states = states = {n: r.state for n, r in reps.items()}
+            if part == "all":  # every event's sum of weights (the plots' normalisation)
+                self.all_sumw = {n: st.sumw for n, st in states.items()}
             res = objective_from_states(self.objective, states, order=0, strict=False)
             totals = self.replica_totals()
             sums = {n: np.vstack([totals[n].part(part), r.sums]) for n, r in reps.items()}

@@ -150,10 +150,11 @@ class Coordinates:
 def config_fingerprint(config: Config) -> str:
     """Hash of everything that changes the optimisation (the checkpoint must match it).
 
-    Not ``optimizer.steps``: the step budget is the path's length, not the path
+    Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap): the
+    step budget is the path's length, not the path
     (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
     data = config.model_dump(
-        mode="json", exclude={"output": True, "executor": True, "optimizer": {"steps"}}
+        mode="json", exclude={"output": True, "executor": True, "optimizer": {"steps", "replicas"}}
     )
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -16,9 +16,11 @@ from analysis.pipeline.backend import Backend
 from analysis.pipeline.fastreverse import chunk_yield_gradients
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
+from analysis.pipeline.replicas import chunk_replicas, chunk_totals
 from analysis.pipeline.results import DatasetState
 from analysis.pipeline.reverse import chunk_pullback
 from analysis.pipeline.score_entries import score_entries
+from analysis.pipeline.split import part_factor
 
 __all__ = [
     "DiffProcessor",
@@ -89,6 +91,13 @@ class DiffProcessor(processor.ProcessorABC):
     backend : analysis.pipeline.backend.Backend or None, optional
         Keyword-only. Which kernels compute the chunk and on which device (default:
         numba where it serves the plan, JAX on the CPU for the rest).
+    part : tuple of (str, float) or None, optional
+        Keyword-only. The validation split's part and fraction this pass weighs
+        (:func:`analysis.pipeline.split.part_factor`; default None: every event).
+    replicas : tuple or None, optional
+        Keyword-only. A bootstrap pass: ``("sums", K, None)`` for each dataset's
+        :class:`analysis.pipeline.replicas.ReplicaSums`, ``("totals", K, fraction)``
+        for its :class:`~analysis.pipeline.replicas.ReplicaTotals` (default None).
 
     Notes
     -----
@@ -114,6 +123,8 @@ class DiffProcessor(processor.ProcessorABC):
         payloads: dict | None = None,
         yield_gradients: bool | dict = False,
         backend: Backend | None = None,
+        part: tuple[str, float] | None = None,
+        replicas: tuple[str, int, float | None] | None = None,
     ) -> None:
         self.plan = plan
         self.theta = np.asarray(theta, dtype=np.float64)
@@ -131,6 +142,13 @@ class DiffProcessor(processor.ProcessorABC):
         #: a dict: {dataset: (yield, sumw2)} the rows to compute (default both)
         self.yield_gradients = yield_gradients
         self.backend = Backend() if backend is None else backend
+        #: the validation split: ``(part, fraction)``, the events this pass weighs
+        #: (:func:`analysis.pipeline.split.part_factor`); ``None``: all
+        self.part = part
+        #: a bootstrap pass: ``("sums", K, None)``: each dataset's
+        #: :class:`analysis.pipeline.replicas.ReplicaSums` (values only);
+        #: ``("totals", K, fraction)``: its :class:`~analysis.pipeline.replicas.ReplicaTotals`
+        self.replicas = replicas
         self.cache_token: str | None = None
         #: set by the driver on dask: keep the columns in the worker, within this budget
         self.worker_budget: int | None = None
@@ -175,6 +193,20 @@ class DiffProcessor(processor.ProcessorABC):
         engine = self.backend.engine
         if getattr(self, "unit_weights", False):  # a copy: the cache keeps the real weights
             cols = dataclasses.replace(cols, weight=np.ones_like(cols.weight))
+        replicas = getattr(self, "replicas", None)
+        if replicas is not None and replicas[0] == "totals":  # every part at once
+            return {dataset: chunk_totals(cols, replicas[2], replicas[1])}
+        part = getattr(self, "part", None)
+        if part is not None and part[0] != "all" and cols.n_events:
+            if cols.uid is None:
+                raise ValueError("a validation split needs the events' uid (columns from a file)")
+            cols = dataclasses.replace(cols, weight=cols.weight * part_factor(cols.uid, *part))
+        if replicas is not None:
+            with np.errstate(all="ignore"):
+                out = chunk_replicas(cols, self.plan, self.theta, self.widths, replicas[1],
+                                     threads=self.kernel_threads)
+            check_overflow(out.state, cols, self.plan, dataset=dataset)
+            return {dataset: out}
         if self.histograms is not None:
             return {dataset: {i: self._fill(cols, *spec) for i, spec in enumerate(self.histograms)}}
         if self.histogram is not None:

@@ -276,6 +276,9 @@ def run_optimize(args) -> int:
         before = run.passes
         initial_hard = run.hard(initial_params)
         status = run.status(final, initial_hard)
+        # all events (and, with the split, each part) at the start and the end, with
+        # their MC uncertainty
+        checks = run.validation(initial_params, final["hard"]["parameters"], initial_hard)
         hard = hard_event_counts(ev, final["hard"]["parameters"])
         closing = run.passes - before + 1  # (the count pass is not the loop's)
         datasets = {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets}
@@ -298,6 +301,9 @@ def run_optimize(args) -> int:
             "passes": run.step + run.final_passes + closing,
             "converged": run.converged,
             "status": status,
+            "uncertainty": checks["uncertainty"],
+            "hard_all": {"objective": checks["hard_all"],
+                         "significance": checks["significance_all"]},
             "history": [{**h, "widths": named_widths(config, h["widths"])} for h in run.history],
             "final": final,
             "parameters": final["soft"]["parameters"],
@@ -305,6 +311,8 @@ def run_optimize(args) -> int:
             "datasets": datasets,
             "faults": ev.faults_report(),
         }
+        if checks["validation"] is not None:
+            report["validation"] = checks["validation"]
         if config.likelihood is not None:  # final soft and hard templates, Z, the fit
             from analysis.optimize.lksection import likelihood_section
 
@@ -328,11 +336,21 @@ def run_optimize(args) -> int:
             plot_history(report, outdir)
             if "channels" in (report.get("likelihood") or {}):  # templates and pulls
                 from analysis.cli.lkplots import plot_likelihood
+                from analysis.cli.units import expression_unit
 
                 labels = {ch: f"{c.histogram}: {_hist_x(config, c.histogram)}"
                           for ch, c in config.likelihood.channels.items()}
-                plot_likelihood(report["likelihood"], outdir, labels=labels)
+                units = {ch: expression_unit(_hist_x(config, c.histogram), c.histogram)
+                         for ch, c in config.likelihood.channels.items()}
+                plot_likelihood(report["likelihood"], outdir, labels=labels, units=units)
+            run.use_all_events()  # the plots show every event, not the training part
             if config.observables:
+                from analysis.optimize.objectives import dataset_norm
+
+                sumw = run.all_sumw or {n: st.sumw for n, st in run.final_states.items()}
+                norms = {n: dataset_norm(config, n, w) for n, w in sumw.items()
+                         if config.datasets[n].xsec is not None
+                         or config.datasets[n].scale is not None}
                 plot_histograms(
                     ev,
                     config,
@@ -341,6 +359,7 @@ def run_optimize(args) -> int:
                     final["hard"]["parameters"],
                     outdir,
                     initial_states=run.initial_states,
+                    norms=norms,
                 )
             if run.plan.scores:  # score_NAME.png: signal and background, before and after
                 sumw = {n: st.sumw for n, st in run.final_states.items()}
@@ -456,6 +475,48 @@ def status_lines(report: dict[str, Any]) -> list[str]:
             "is not the hard cuts'; try narrower widths (the cuts' and counts' width) or a "
             "smaller optimizer.anneal.final_width_factor"
         )
+    lines.extend(_mc_lines(report))
+    return lines
+
+
+def _pm(value: Any, sigma: Any) -> str:
+    """``value +- sigma (MC stat.)``, or the value alone where sigma is unknown."""
+    from analysis.cli.tables import fmt_number
+
+    if value is None:
+        return "undefined"
+    if sigma is None or not math.isfinite(sigma) or sigma <= 0:
+        return fmt_number(value)
+    # the uncertainty to two significant digits, the value to the same decimal
+    digits = max(0, 1 - math.floor(math.log10(sigma)))
+    return f"{value:.{digits}f} +- {sigma:.{digits}f} (MC stat.)"
+
+
+def _mc_lines(report: dict[str, Any]) -> list[str]:
+    """The hard-cut result on all events with its MC uncertainty, and the validation
+    split's verdict (results.json's ``uncertainty``, ``hard_all``, ``validation``)."""
+    from analysis.cli.tables import fmt_number
+
+    unc, every = report.get("uncertainty"), report.get("hard_all")
+    lines = []
+    if unc is not None and every is not None:
+        z = every["significance"]
+        if z["final"] is not None:  # the objective is -Z_A: same uncertainty
+            lines.append(f"all events: Z = {_pm(z['initial'], unc['initial'])} -> "
+                         f"Z = {_pm(z['final'], unc['final'])}")
+        else:
+            o = every["objective"]
+            lines.append(f"all events: hard-cut objective {_pm(o['initial'], unc['initial'])}"
+                         f" -> {_pm(o['final'], unc['final'])}")
+    val = report.get("validation")
+    if val is not None:
+        u = val["uncertainty"]
+        line = (f"validation ({fmt_number(100 * val['fraction'])} % held out): final hard-cut "
+                f"objective train {_pm(val['train']['final'], u['train']['final'])}, held-out "
+                f"{_pm(val['held_out']['final'], u['held_out']['final'])}")
+        if val["gap_sigma"] is not None:
+            line += (f"; gap {fmt_number(val['gap'])} ({fmt_number(val['gap_sigma'])} sigma)")
+        lines.append(line + f": {val['message']}")
     return lines
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from analysis.cli.plots import _pyplot, _save
 
-__all__ = ["plot_likelihood", "uncertainty_band"]
+__all__ = ["plot_likelihood", "template_data", "uncertainty_band"]
 
 
 def uncertainty_band(section: dict[str, Any], channel: str) -> np.ndarray:
@@ -42,37 +42,65 @@ def uncertainty_band(section: dict[str, Any], channel: str) -> np.ndarray:
     return np.sqrt(var)
 
 
+def template_data(section: dict[str, Any], channel: str, *, label: str | None = None,
+                  unit: str = "") -> dict[str, Any]:
+    """What ``templates_CH.png`` draws: ``edges``, ``backgrounds`` ``{dataset: values}``
+    (stacked), ``total`` (signal + background), ``band`` (:func:`uncertainty_band`),
+    ``signal_label`` (naming the signal datasets), ``xlabel`` (``label`` with ``[unit]``)
+    and ``ylabel``. On variable-width bins every value is divided by its bin width
+    (events per unit of x), else per bin (the width said on the axis)."""
+    c = section["channels"][channel]
+    edges = np.asarray(c["edges"], dtype=np.float64)
+    widths = np.diff(edges)
+    variable = not np.allclose(widths, widths[0], rtol=1e-9, atol=0.0)
+    scale = 1.0 / widths if variable else np.ones_like(widths)
+    signal = [d for d in c["samples"] if d in set(section["signal"])]
+    bkg = {d: np.asarray(t["nominal"]["sumw"]) * scale for d, t in c["samples"].items()
+           if d not in signal}
+    sig = np.sum([np.asarray(c["samples"][d]["nominal"]["sumw"]) for d in signal], axis=0)
+    base = np.sum(list(bkg.values()), axis=0) if bkg else np.zeros(len(widths))
+    u = f" {unit}" if unit else ""
+    if variable:
+        ylabel = f"expected events / {unit}" if unit else "expected events per unit of x"
+    else:
+        ylabel = f"expected events per bin ({widths[0]:g}{u})"
+    return {
+        "edges": edges,
+        "backgrounds": bkg,
+        "total": base + sig * scale,
+        "band": uncertainty_band(section, channel) * scale,
+        "signal_label": f"{', '.join(signal) or 'signal'} (signal, mu = 1) on the background",
+        "xlabel": (label or channel) + (f" [{unit}]" if unit else ""),
+        "ylabel": ylabel,
+    }
+
+
 def plot_likelihood(
-    section: dict[str, Any], outdir: Path, *, labels: dict[str, str] | None = None
+    section: dict[str, Any], outdir: Path, *, labels: dict[str, str] | None = None,
+    units: dict[str, str] | None = None,
 ) -> list[Path]:
     """``templates_CH.png`` for every channel and ``pulls.png`` (module docstring);
-    ``labels``: the x-axis label of each channel (default: the channel name). Returns
+    ``labels``: the x-axis label of each channel (default: the channel name), ``units``
+    its unit (:func:`template_data`). Returns
     the paths written."""
     import mplhep
 
     plt = _pyplot()
     written = []
-    signal = set(section["signal"])
-    for ch, c in section["channels"].items():
-        edges = np.asarray(c["edges"], dtype=np.float64)
-        bkg = {d: np.asarray(t["nominal"]["sumw"]) for d, t in c["samples"].items()
-               if d not in signal}
-        sig = np.sum([np.asarray(t["nominal"]["sumw"]) for d, t in c["samples"].items()
-                      if d in signal], axis=0)
+    for ch in section["channels"]:
+        d = template_data(section, ch, label=(labels or {}).get(ch),
+                          unit=(units or {}).get(ch, ""))
+        edges, total, band = d["edges"], d["total"], d["band"]
         fig, ax = plt.subplots(figsize=(9, 7))
-        base = np.zeros(len(edges) - 1)
-        if bkg:
-            mplhep.histplot(list(bkg.values()), edges, stack=True, histtype="fill",
-                            label=list(bkg), ax=ax)
-            base = np.sum(list(bkg.values()), axis=0)
-        total = base + sig
+        if d["backgrounds"]:
+            mplhep.histplot(list(d["backgrounds"].values()), edges, stack=True,
+                            histtype="fill", label=list(d["backgrounds"]), ax=ax)
         mplhep.histplot(total, edges, histtype="step", color="red", linewidth=2,
-                        label="signal (mu = 1) + background", ax=ax)
-        band = uncertainty_band(section, ch)
+                        label=d["signal_label"], ax=ax)
         ax.stairs(total + band, edges, baseline=total - band, fill=True, color="gray",
                   alpha=0.4, hatch="///", label="total uncertainty")
-        ax.set_xlabel((labels or {}).get(ch, ch))
-        ax.set_ylabel("expected events per bin")
+        ax.set_xlabel(d["xlabel"])
+        ax.set_ylabel(d["ylabel"])
         z = section.get("significance", {}).get("value")
         ax.set_title(f"channel {ch}" + (f"   Z = {z:.3g}" if z is not None else ""),
                      fontsize=14)

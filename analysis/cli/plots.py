@@ -156,7 +156,8 @@ def histogram_range(
 ) -> tuple[int, float, float]:
     """Binning of the main observable: from its config ``hist``, else mean +- a few std
     of the states at ``params`` and ``widths`` (``states`` if given: a pass's states at
-    exactly those values, e.g. an optimisation's step 0; else a values-only pass)."""
+    exactly those values, e.g. an optimisation's step 0; else a values-only pass); an
+    observable in GeV (pT, mass, HT, ...) or a count never starts below 0."""
     obs = config.observables[0]
     if obs.hist is not None:
         return obs.hist.bins, obs.hist.range[0], obs.hist.range[1]
@@ -176,15 +177,33 @@ def histogram_range(
             highs.append(mean + 4 * std)
     if not lows:
         return 40, 0.0, 1.0
-    return 40, min(lows), max(highs)
+    return 40, *auto_range(lows, highs, nonnegative=nonnegative(obs))
 
 
-def _draw(ax, h, label: str, color: str) -> np.ndarray:
-    """A step histogram with errors sqrt(sum of squared weights), none on empty bins."""
+def nonnegative(obs) -> bool:
+    """Whether observable ``obs`` cannot be negative: in GeV (momenta, masses, energies,
+    HT: :func:`analysis.cli.units.observable_unit`) or a count."""
+    x = obs.x.strip()
+    return observable_unit(obs) == "GeV" or x.startswith("count(")
+
+
+def auto_range(lows, highs, *, nonnegative: bool) -> tuple[float, float]:
+    """``(low, high)`` covering every dataset's ``[low, high]``, cut at 0 for a
+    non-negative observable."""
+    low, high = min(lows), max(highs)
+    if nonnegative:
+        low = max(low, 0.0)
+    return low, high
+
+
+def _draw(ax, h, label: str, color: str, norm: float | None = None) -> np.ndarray:
+    """A step histogram with errors sqrt(sum of squared weights), none on empty bins;
+    ``norm`` scales the contents (and the errors) to expected events."""
     import mplhep
 
-    values = h.values()
-    variances = h.variances()
+    k = 1.0 if norm is None else float(norm)
+    values = k * h.values()
+    variances = k * k * h.variances()
     err = np.where(values != 0, np.sqrt(np.clip(variances, 0, None)), 0.0)
     mplhep.histplot(values, h.axes[0].edges, yerr=err, ax=ax, label=label, color=color)
     return values
@@ -199,10 +218,13 @@ def plot_histograms(
     outdir: Path,
     *,
     initial_states: dict | None = None,
+    norms: dict[str, float] | None = None,
 ) -> list[Path]:
     """``hist_<dataset>.png``: the main observable at the initial (soft) and final (hard)
     selection, both filled in one pass. ``initial_states``: the states at ``initial``
-    and ``w0`` if already computed (for the binning when the config gives none)."""
+    and ``w0`` if already computed (for the binning when the config gives none).
+    ``norms``: per dataset ``xsec x lumi / sum of weights`` (as the yields): the
+    histograms are then in expected events and the axis says so."""
     plt = _pyplot()
     bins, low, high = histogram_range(config, evaluator, initial, w0, states=initial_states)
     binning = {"index": 0, "bins": bins, "low": low, "high": high}
@@ -219,11 +241,14 @@ def plot_histograms(
     paths = []
     for ds in config.datasets:
         fig, ax = plt.subplots(figsize=(9, 6.5))
-        a = _draw(ax, before[ds], "initial selection (soft cuts)", "C0")
-        b = _draw(ax, after[ds], "final selection (hard cuts)", "C3")
+        norm = (norms or {}).get(ds)
+        a = _draw(ax, before[ds], "initial selection (soft cuts)", "C0", norm)
+        b = _draw(ax, after[ds], "final selection (hard cuts)", "C3", norm)
         ax.set_xlabel(axis_label(obs.name, unit))
         weighted = config.datasets[ds].weight is not None
         what = "sum of weights" if weighted else "entries"
+        if norm is not None:
+            what = "expected events"
         ax.set_ylabel(f"{what} / {per_bin}")
         both = np.concatenate([a, b])
         # the soft selection's far tails (1e-8 of an event) are not "contents": bins
@@ -236,7 +261,8 @@ def plot_histograms(
         elif both.size and both.max() > both.min():
             top = max(both.max(), 0.0)
             ax.set_ylim(min(both.min(), 0.0) * 1.2, top + 0.45 * (top - min(both.min(), 0.0)))
-        ax.set_title(ds, fontsize=18, loc="left")
+        lumi = f"   (xsec x {config.lumi:g} / pb)" if norm is not None else ""
+        ax.set_title(ds + lumi, fontsize=18, loc="left")
         ax.legend(fontsize=14, title=f"{obs.name} = {obs.x}", title_fontsize=13)
         fig.tight_layout()
         paths.append(Path(outdir) / f"hist_{ds}.png")

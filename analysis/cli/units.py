@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["KNOWN_UNITS", "axis_label", "observable_unit", "parameter_unit", "units_of"]
+__all__ = ["KNOWN_UNITS", "axis_label", "expression_unit", "observable_unit", "parameter_unit",
+           "units_of"]
 
 _GEV = "GeV"
 #: field or observable name (lower case) -> unit ("" for dimensionless)
@@ -48,21 +49,28 @@ def _lookup(name: str) -> str | None:
     return None
 
 
+def expression_unit(x: str, name: str | None = None, *, bivariate: bool = False) -> str:
+    """Unit of an expression ``x`` (``jets[0].pt``, ``sum(jets.pt)``, ``mass(...)``):
+    its function's, else that of ``name`` when known (not for a bivariate observable),
+    else that of the expression's last field; ``""`` when none is known."""
+    x = x.strip()
+    function = x.split("(", 1)[0] if "(" in x else ""
+    if function in _FUNCTION_UNITS:
+        return _FUNCTION_UNITS[function]
+    by_name = _lookup(name) if name else None
+    if by_name is not None and not bivariate:
+        return by_name
+    m = _FIELD.search(x)
+    found = _lookup(m.group(1)) if m else None
+    return found or ""
+
+
 def observable_unit(obs: Any) -> str:
     """Unit of observable ``obs``'s ``x`` (config ``unit:`` first)."""
     given = getattr(obs, "unit", None)
     if given is not None:
         return given
-    x = obs.x.strip()
-    function = x.split("(", 1)[0] if "(" in x else ""
-    if function in _FUNCTION_UNITS:
-        return _FUNCTION_UNITS[function]
-    by_name = _lookup(obs.name)
-    if by_name is not None and obs.y is None:
-        return by_name
-    m = _FIELD.search(x)
-    found = _lookup(m.group(1)) if m else None
-    return found or ""
+    return expression_unit(obs.x, obs.name, bivariate=obs.y is not None)
 
 
 def _params(c: Any) -> list[str]:

@@ -22,6 +22,7 @@ __all__ = [
     "OptimizerConfig",
     "OutputConfig",
     "ScheduleConfig",
+    "ValidationConfig",
 ]
 
 
@@ -62,6 +63,17 @@ class AnnealConfig(_Model):
     steps: int | None = Field(default=None, ge=1)
 
 
+class ValidationConfig(_Model):
+    """The validation split (:mod:`analysis.pipeline.split`): the optimisation sees only the
+    training events (weights x 1/(1 - fraction)); the hard-cut objective is evaluated on
+    both parts at the start and the end."""
+
+    fraction: float = Field(gt=0, lt=1)
+    # |gap| / its MC standard deviation above which the report says the optimisation
+    # fits the simulation's fluctuations
+    threshold: float = Field(default=2.0, gt=0)
+
+
 class OptimizerConfig(_Model):
     """Optimiser settings for parameter training."""
 
@@ -81,6 +93,10 @@ class OptimizerConfig(_Model):
     chunks_per_step: int | None = Field(default=None, ge=1)
     seed: int = 0
     method: Literal["first_order", "newton"] = "first_order"
+    # the validation split; None (the default): every event trains
+    validation: ValidationConfig | None = None
+    # Poisson-bootstrap replicas for the hard-cut objective's MC uncertainty (0: none)
+    replicas: int = Field(default=50, ge=0)
 
 
 # One class per objective term (validation and value), told apart by ``type``.

@@ -18,6 +18,7 @@ from analysis.errors import InputError, first_line
 from analysis.pipeline.histplan import SF_PREFIX
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
+from analysis.pipeline.split import entry_uniform, event_uniform
 from analysis.select.objects import check_counts
 
 __all__ = ["extract_columns"]
@@ -103,7 +104,7 @@ def extract_columns(
         weight = _event_branch(events, weight_branch, source)
     else:
         weight = np.ones(n, dtype=np.float64)
-    cols = ChunkColumns(n_events=n, weight=weight)
+    cols = ChunkColumns(n_events=n, weight=weight, uid=_event_uid(events, meta, n))
     for name, fields in plan.sets.fields:
         coll = _get(events, name, "collection", source)
         counts = np.asarray(ak.to_numpy(ak.num(coll, axis=1)), dtype=np.int64)
@@ -131,6 +132,23 @@ def extract_columns(
         source=source,
         offset=int(meta.get("entrystart") or 0),
     )
+
+
+_EVENT_IDS = ("run", "luminosityBlock", "event")
+
+
+def _event_uid(events, meta: dict, n: int) -> np.ndarray:
+    """Each event's number in [0, 1) (:mod:`analysis.pipeline.split`): from (run,
+    luminosityBlock, event) where the file has them, else from the file's UUID (or
+    name) and the entry number."""
+    fields = set(getattr(events, "fields", ()) or ())
+    if set(_EVENT_IDS) <= fields:
+        ids = [np.asarray(ak.to_numpy(events[k])) for k in _EVENT_IDS]
+        return event_uniform(*ids)
+    raw = meta.get("fileuuid") or meta.get("filename") or ""
+    file_id = raw.hex() if isinstance(raw, (bytes, bytearray)) else str(raw)
+    start = int(meta.get("entrystart") or 0)
+    return entry_uniform(file_id, np.arange(start, start + n, dtype=np.int64))
 
 
 def _scale_factors(corr, flat: dict[str, np.ndarray], source: str) -> np.ndarray:
@@ -208,4 +226,5 @@ def _finite(
     return ChunkColumns(
         n_events=int(keep.sum()), weight=cols.weight[keep],
         events={k: v[keep] for k, v in cols.events.items()}, collections=out,
+        uid=None if cols.uid is None else cols.uid[keep],
     )

@@ -175,6 +175,10 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         self.faults = Faults(skipped)
         check_sizes(config, self.plan, events=self.largest_chunk)
         self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
+        #: the validation split's part every pass weighs: ``(part, fraction)`` with part
+        #: "train" or "held_out" (:func:`analysis.pipeline.split.part_factor`); ``None``: all
+        #: events. Set by the optimisation loop around its passes.
+        self.part: tuple[str, float] | None = None
         self._own_cache = False
         if isinstance(cache, ColumnCache):
             self.cache: ColumnCache | None = cache
@@ -226,8 +230,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         theta, w = self.theta_and_widths(params, widths)
         plan = self.plan if observables is None else self._plan_with(observables)
         proc = DiffProcessor(
-            plan, theta, w, self.weight_branches, order=order, unit_weights=unit_weights,
-            backend=self.backend,
+            plan, theta, w, self.weight_branches, part=self.part, order=order,
+            unit_weights=unit_weights, backend=self.backend,
         )
         return self.process(proc, lambda: empty_state(plan, theta, w, order), chunks=chunks)
 
@@ -254,7 +258,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
+        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, part=self.part, order=0,
                              payloads=payloads, backend=self.backend)
         return self.process(proc, self._empty_pullback(theta, w, ()), chunks=chunks)
 
@@ -288,7 +292,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
+        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, part=self.part, order=0,
                              yield_gradients=dict(rows) if rows else True,
                              backend=self.backend)
         return self.process(proc, self._empty_pullback(theta, w, (2,)), chunks=chunks)
@@ -430,8 +434,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             theta, w = self.theta_and_widths(spec.get("params"), spec.get("widths"))
             filled.append((spec["index"], spec["bins"], spec["low"], spec["high"], theta, w))
         theta0, w0 = self.theta_and_widths()
-        proc = DiffProcessor(self.plan, theta0, w0, self.weight_branches, histograms=tuple(filled),
-                             backend=self.backend)
+        proc = DiffProcessor(self.plan, theta0, w0, self.weight_branches, part=self.part,
+                             histograms=tuple(filled), backend=self.backend)
 
         def empty():
             def label(i):
@@ -442,6 +446,42 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         out = self.process(proc, empty)
         return [{name: out[name][i] for name in self.config.datasets} for i in range(len(specs))]
 
+    def run_replicas(
+        self,
+        params: dict[str, float] | None = None,
+        *,
+        widths: Any = None,
+        replicas: int = 50,
+    ):
+        """One values pass giving ``{dataset: ReplicaSums}``: the state (as
+        :meth:`run` at ``order=0``) and the Poisson-bootstrap replicas' selected sums
+        (:mod:`analysis.pipeline.replicas`; weighted like every pass, :attr:`part`
+        included); ``None`` where the values loop does not run the plan."""
+        from analysis.pipeline.replicas import ReplicaSums, supported
+        from processors import DiffProcessor
+
+        theta, w = self.theta_and_widths(params, widths)
+        if not (self.backend.numba_allowed and supported(self.plan, theta)):
+            return None  # the replicas ride the numba values loop only
+        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, part=self.part,
+                             order=0, replicas=("sums", int(replicas), None),
+                             backend=self.backend)
+        return self.process(proc, lambda: ReplicaSums(
+            np.zeros((2, replicas)), empty_state(self.plan, theta, w, 0)))
+
+    def run_replica_totals(self, fraction: float | None, *, replicas: int = 50):
+        """One pass giving ``{dataset: ReplicaTotals}``: per bootstrap replica the
+        number of events and the sum of weights of every part of the validation split
+        (``fraction``; None: all events only). They do not depend on the cuts."""
+        from analysis.pipeline.replicas import ReplicaTotals
+        from analysis.pipeline.split import PARTS
+        from processors import DiffProcessor
+
+        theta, w = self.theta_and_widths()
+        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
+                             replicas=("totals", int(replicas), fraction), backend=self.backend)
+        return self.process(proc, lambda: ReplicaTotals(np.zeros((1 + len(PARTS), replicas))))
+
     def run_grid(self, thetas: Any) -> dict[str, DatasetState]:
         """One pass with hard cuts at every row of ``thetas`` (``(G, n_params)``: full
         parameter vectors): ``{dataset: DatasetState}`` whose leaves have a leading
@@ -451,8 +491,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         thetas = np.asarray(thetas, dtype=np.float64)
         check_sizes(self.config, self.plan, events=self.largest_chunk, grid_points=len(thetas))
         zeros = np.zeros(self.plan.n_widths)
-        proc = DiffProcessor(self.plan, thetas, zeros, self.weight_branches, order=0, grid=True,
-                             backend=self.backend)
+        proc = DiffProcessor(self.plan, thetas, zeros, self.weight_branches, part=self.part,
+                             order=0, grid=True, backend=self.backend)
         return self.process(
             proc, lambda: grid_state(empty_columns(self.plan), self.plan, thetas, zeros)
         )

@@ -49,7 +49,12 @@ from analysis.config.loader import Config
 from analysis.config.terms import TermReturnError
 from analysis.errors import ConfigError, DiffcoffeaError, LikelihoodError
 from analysis.optimize import checkpoint as _ckpt
-from analysis.optimize.objectives import Objective, objective_from_states, step_observables
+from analysis.optimize.objectives import (
+    Objective,
+    bootstrap_uncertainty,
+    objective_from_states,
+    step_observables,
+)
 from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
@@ -145,10 +150,11 @@ class Coordinates:
 def config_fingerprint(config: Config) -> str:
     """Hash of everything that changes the optimisation (the checkpoint must match it).
 
-    Not ``optimizer.steps``: the step budget is the path's length, not the path
+    Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap): the
+    step budget is the path's length, not the path
     (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
     data = config.model_dump(
-        mode="json", exclude={"output": True, "executor": True, "optimizer": {"steps"}}
+        mode="json", exclude={"output": True, "executor": True, "optimizer": {"steps", "replicas"}}
     )
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -210,6 +216,15 @@ class Optimization:
                 f"gradients only: use a first-order optimizer (adam, sgd) and no output.hessian"
             )
         self.w0 = np.asarray(initial_widths(config), dtype=np.float64)
+        val = config.optimizer.validation
+        #: the validation split's held-out fraction (None: off); the loop's passes
+        #: weigh the training events only (:attr:`analysis.driver.runner.Evaluator.part`)
+        self.fraction = None if val is None else float(val.fraction)
+        self._use_part("train" if self.fraction is not None else "all")
+        #: every event's sum of weights per dataset, once a pass over all events ran
+        self.all_sumw: dict[str, float] | None = None
+        #: per part, the bootstrap replicas' totals (they do not depend on the cuts)
+        self._replica_totals: dict[str, Any] | None = None
         self.fingerprint = config_fingerprint(config)
         self.order = self.optimizer.order
         init = config.initial_params()
@@ -227,6 +242,20 @@ class Optimization:
         #: the observables the steps after the first compute (None: all; module docstring)
         self.step_observables = None if self.reverse else step_observables(
             self.objective, self.plan, self.order)
+
+    def _use_part(self, part: str) -> None:
+        """Passes weigh ``part``'s events; the objective's MC variance is scaled to the
+        full sample's (:func:`analysis.optimize.objectives.dataset_stats`)."""
+        if part == "all":
+            self.ev.part, self.objective.variance_scale = None, 1.0
+        else:
+            f = self.fraction
+            self.ev.part = (part, f)
+            self.objective.variance_scale = f if part == "held_out" else 1.0 - f
+
+    def use_all_events(self) -> None:
+        """Later passes (plots) weigh every event, whatever the validation split."""
+        self._use_part("all")
 
     # parameters
     def params(self, u: np.ndarray | None = None) -> dict[str, float]:
@@ -315,7 +344,7 @@ class Optimization:
                                  observables=observables)
             self.passes += 1
             self._last = (dict(params), np.array(widths, dtype=np.float64), order,
-                          chunks is None, observables)
+                          chunks is None, observables, self.ev.part)
         self.last_states = states
         return objective_from_states(self.objective, states, order=order, strict=strict)
 
@@ -326,8 +355,9 @@ class Optimization:
         (``None``: all); else ``None``."""
         if self._last is None:
             return None
-        p, w, o, full, obs = self._last
-        same = p == params and np.array_equal(w, np.asarray(widths, dtype=np.float64))
+        p, w, o, full, obs, part = self._last
+        same = (p == params and np.array_equal(w, np.asarray(widths, dtype=np.float64))
+                and part == self.ev.part)
         has = obs is None or obs == observables
         return self.last_states if full and same and o >= order and has else None
 
@@ -399,6 +429,70 @@ class Optimization:
     def hard(self, params: dict[str, float]) -> dict[str, Any]:
         """The hard-cut objective (width 0, integers rounded) at ``params``: one values-only pass."""
         return self.evaluate(self.hard_params(params), np.zeros_like(self.w0), order=0, strict=False)
+
+    def hard_on(self, params: dict[str, float], part: str, *,
+                uncertainty: bool = True) -> dict[str, Any]:
+        """The hard-cut objective at ``params`` on the events of ``part`` ("all",
+        "train", "held_out"; one values-only pass), with ``"uncertainty"``: its MC
+        standard deviation over ``optimizer.replicas`` Poisson-bootstrap replicas from
+        the same pass (:func:`analysis.optimize.objectives.bootstrap_uncertainty`; the
+        replicas' totals come from one pass per run, :meth:`replica_totals`)."""
+        kept = "all" if self.ev.part is None else self.ev.part[0]
+        self._use_part(part)
+        k = self.config.optimizer.replicas
+        try:
+            hp = self.hard_params(params)
+            reps = None
+            if k >= 2 and uncertainty:
+                reps = self.ev.run_replicas(hp, widths=np.zeros_like(self.w0), replicas=k)
+            if reps is None:
+                res = self.hard(params)
+                res["uncertainty"] = None
+                if part == "all":
+                    self.all_sumw = {n: st.sumw for n, st in self.last_states.items()}
+                return res
+            self.passes += 1
+            self._last = None
+            self.last_states = states = {n: r.state for n, r in reps.items()}
+            if part == "all":  # every event's sum of weights (the plots' normalisation)
+                self.all_sumw = {n: st.sumw for n, st in states.items()}
+            res = objective_from_states(self.objective, states, order=0, strict=False)
+            totals = self.replica_totals()
+            sums = {n: np.vstack([totals[n].part(part), r.sums]) for n, r in reps.items()}
+            res["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
+        finally:
+            self._use_part(kept)
+        return res
+
+    def replica_totals(self) -> dict[str, Any]:
+        """The bootstrap replicas' totals of every part (one pass, run once)."""
+        if self._replica_totals is None:
+            self._replica_totals = self.ev.run_replica_totals(
+                self.fraction, replicas=self.config.optimizer.replicas)
+            self.passes += 1
+        return self._replica_totals
+
+    def validation(self, initial: dict[str, float], final: dict[str, float],
+                   initial_hard: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Hard-cut objective values at ``initial`` and ``final`` on all events, on the
+        training and on the held-out part, and what they say (see
+        :func:`analysis.optimize.status.validation_report`): values-only passes on the
+        cached columns, with bootstrap replicas on all events at both points and on
+        each part at the end (the gap's uncertainty); ``initial_hard``: :meth:`hard` at
+        ``initial`` if already run (it is the training part's value with the split)."""
+        from analysis.optimize.status import validation_report
+
+        res: dict[str, dict[str, Any]] = {
+            "all": {"initial": self.hard_on(initial, "all"), "final": self.hard_on(final, "all")}}
+        if self.fraction is not None:
+            train0 = initial_hard if initial_hard is not None else self.hard_on(
+                initial, "train", uncertainty=False)
+            res["train"] = {"initial": {**train0, "uncertainty": None},
+                            "final": self.hard_on(final, "train")}
+            res["held_out"] = {"initial": self.hard_on(initial, "held_out", uncertainty=False),
+                               "final": self.hard_on(final, "held_out")}
+        threshold = self.config.optimizer.validation.threshold if self.fraction else 2.0
+        return validation_report(res, self.fraction, threshold)
 
     def status(
         self, final: dict[str, Any], initial_hard: dict[str, Any] | None = None

@@ -64,6 +64,7 @@ __all__ = [
     "asimov_significance",
     "dataset_norm",
     "dataset_stats",
+    "bootstrap_uncertainty",
     "objective_from_states",
     "stat_paths",
     "step_observables",
@@ -100,7 +101,7 @@ def _scaled(h: Histogram, norm: Any) -> Histogram:
 
 def dataset_stats(
     config: Config, plan: Plan, states: dict[str, Any], sumw: dict[str, float],
-    events: dict[str, int],
+    events: dict[str, int], *, variance_scale: float = 1.0,
 ) -> dict[str, Any]:
     """JAX: results.json-like statistics of every dataset, plus normalised yields and
     the normalised histogram states (``histograms``, ``templates``: sums of weights
@@ -111,7 +112,7 @@ def dataset_stats(
         norm = dataset_norm(config, name, sumw[name])
         s["sumw"] = sumw[name]
         s["yield"] = norm * s["selected_sumw"]
-        s["mc_variance"] = norm * norm * s["selected_sumw2"]
+        s["mc_variance"] = variance_scale * norm * norm * s["selected_sumw2"]
         one_event = norm * sumw[name] / events[name] if events[name] else 0.0
         s["mc_variance_floor"] = one_event * one_event
         for group in ("histograms", "templates"):
@@ -148,6 +149,9 @@ class Objective:
         self.paths = stat_paths(config, plan)
         self.likelihood_model = build_model(config)  # None without 'likelihood:'
         self.terms: list[Term] = list(config.objective.terms)
+        #: the MC variance's factor (:func:`dataset_stats`); set by the optimisation
+        #: loop to the fraction of the events a pass weighs (validation split)
+        self.variance_scale = 1.0
         for i, term in enumerate(self.terms):
             term.bind(self, f"{config.source}: objective.terms.{i}")
 
@@ -155,7 +159,8 @@ class Objective:
         self, states: dict[str, Any], sumw: dict[str, float], events: dict[str, int]
     ) -> dict[str, Any]:
         """JAX: results.json-like statistics of every dataset, plus normalised yields."""
-        return dataset_stats(self.config, self.plan, states, sumw, events)
+        return dataset_stats(self.config, self.plan, states, sumw, events,
+                             variance_scale=self.variance_scale)
 
     def likelihood_states(self, stats: dict[str, Any]) -> dict[str, Any]:
         """JAX: ``{dataset: {key: Histogram}}`` of the model (normalised templates)."""
@@ -208,7 +213,7 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
     once per step with plain numbers (it may check them, or use Python control flow
     that ``jit`` would refuse), as documented for that term.
     """
-    key = (order, tuple(sumw.items()), tuple(events.items()))
+    key = (order, tuple(sumw.items()), tuple(events.items()), objective.variance_scale)
     cache = objective.__dict__.setdefault("_compiled", {})
     if key not in cache:
 
@@ -282,3 +287,42 @@ def step_observables(objective: Objective, plan: Plan, order: int) -> tuple[str,
     from analysis.pipeline.kernel import numba_why_not
 
     return tuple(o.name for o in reduced.observables) if numba_why_not(reduced, order) is None else None
+
+
+
+def bootstrap_uncertainty(
+    objective: Objective, states: dict[str, DatasetState], replicas: dict[str, Any] | None
+) -> float | None:
+    """The Monte Carlo statistical standard deviation of the objective at ``states``:
+    the standard deviation (``ddof=1``) of the objective over the Poisson-bootstrap
+    replicas ``replicas`` (``{dataset: (4, K) array}``: per replica the number of
+    events, ``sumw``, ``selected_sumw`` and ``selected_sumw2``, of the same pass's
+    weights and cuts, :mod:`analysis.pipeline.replicas`). Each replica's yield, MC
+    variance and floor follow :func:`dataset_stats` from its own sums.
+
+    ``None`` without replicas, where fewer than half of them give a defined value (no
+    background), or for an objective with a term other than ``significance`` (its
+    other statistics, a likelihood's templates or a user's function, are not
+    replicated). dtypes: float64.
+    """
+    if replicas is None or not all(isinstance(t, SignificanceTerm) for t in objective.terms):
+        return None
+    values = {name: st.taylor()[0] for name, st in states.items()}
+    sumw = {name: st.sumw for name, st in states.items()}
+    events = {name: st.events for name, st in states.items()}
+    stats = objective.stats(values, sumw, events)
+    for name in states:
+        n_k, sumw_k, s1, s2 = (np.asarray(r, dtype=np.float64) for r in replicas[name])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            norm = np.array([dataset_norm(objective.config, name, float(x)) for x in sumw_k])
+            one_event = np.where(n_k > 0, norm * sumw_k / np.where(n_k > 0, n_k, 1.0), 0.0)
+        var = objective.variance_scale * norm * norm * s2
+        stats[name] = {**stats[name], "yield": norm * s1, "mc_variance": var,
+                       "mc_variance_floor": one_event * one_event,
+                       "selected_sumw": s1, "selected_sumw2": s2, "sumw": sumw_k}
+    b = sum(stats[n]["yield"] for n in objective.background)
+    value = np.asarray(objective.value(stats), dtype=np.float64)
+    good = np.isfinite(value) & (np.asarray(b) > 0)
+    if good.sum() < max(2, value.size // 2):
+        return None
+    return float(np.std(value[good], ddof=1))

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["run_status"]
+__all__ = ["run_status", "validation_report"]
 
 
 def run_status(
@@ -99,3 +99,66 @@ def run_status(
         "hard_significance": pair("significance"),
         "soft_hard_gap": gap,
     }
+
+
+def validation_report(
+    res: dict[str, dict[str, dict[str, Any]]], fraction: float | None, threshold: float
+) -> dict[str, Any]:
+    """results.json's ``uncertainty`` and ``validation`` from hard-cut evaluations.
+
+    ``res[part][point]``: :meth:`Optimization.hard_on` at ``point`` ("initial",
+    "final") on ``part`` ("all"; with the split also "train", "held_out"). Returns
+    ``{"uncertainty": {"initial", "final"}, "hard_all": {"initial", "final"},
+    "significance_all": {...}, "validation": {...} or None}``: ``uncertainty`` is the MC
+    standard deviation of the hard-cut objective over all events; ``validation``:
+    ``{"fraction", "train": {"initial", "final"}, "held_out": {"initial", "final"},
+    "uncertainty": {"train": {...}, "held_out": {...}}, "gap", "gap_sigma",
+    "threshold", "flagged", "message"}`` with ``gap`` = train final - held-out final
+    and ``gap_sigma = gap / sqrt(sigma_train^2 + sigma_held_out^2)`` (the parts are
+    disjoint samples, so independent); ``flagged`` when ``|gap_sigma| > threshold``.
+    A value that is undefined (no background event passes) is ``None``, and so is
+    what needs it.
+    """
+
+    def pick(part: str, key: str) -> dict[str, Any]:
+        return {p: res[part][p].get(key) for p in ("initial", "final")}
+
+    out: dict[str, Any] = {
+        "uncertainty": pick("all", "uncertainty"),
+        "hard_all": pick("all", "objective"),
+        "significance_all": pick("all", "significance"),
+        "validation": None,
+    }
+    if fraction is None:
+        return out
+    train, held = pick("train", "objective"), pick("held_out", "objective")
+    s_t, s_h = pick("train", "uncertainty"), pick("held_out", "uncertainty")
+    gap = gap_sigma = None
+    if train["final"] is not None and held["final"] is not None:
+        gap = float(train["final"]) - float(held["final"])
+        if s_t["final"] is not None and s_h["final"] is not None:
+            sigma = float(np.hypot(s_t["final"], s_h["final"]))
+            gap_sigma = gap / sigma if sigma > 0 else None
+    flagged = gap_sigma is not None and abs(gap_sigma) > threshold
+    if gap_sigma is None:
+        message = "train and held-out not compared (an objective or its uncertainty undefined)"
+    elif not flagged:
+        message = "train and held-out agree within their MC uncertainty"
+    elif gap_sigma < 0:  # minimised: better on the events it was tuned on
+        message = "the optimisation fits the simulation's fluctuations"
+    else:
+        message = "the held-out part is better than the training part beyond its uncertainty"
+    out["validation"] = {
+        "fraction": fraction,
+        "train": train,
+        "held_out": held,
+        "significance": {"train": pick("train", "significance"),
+                         "held_out": pick("held_out", "significance")},
+        "uncertainty": {"train": s_t, "held_out": s_h},
+        "gap": gap,
+        "gap_sigma": gap_sigma,
+        "threshold": threshold,
+        "flagged": bool(flagged),
+        "message": message,
+    }
+    return out

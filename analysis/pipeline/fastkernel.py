@@ -61,7 +61,7 @@ from analysis.pipeline._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 
-__all__ = ["BLOCK", "evaluate_columns", "observable_entries", "why_not"]
+__all__ = ["BLOCK", "evaluate_columns", "observable_entries", "selected_weights", "why_not"]
 
 # Events per block: partial sums per block, added in block order (deterministic).
 BLOCK = 4096
@@ -397,6 +397,16 @@ def evaluate_columns(
         value["observables"][obs.name] = ventry
         jac["observables"][obs.name] = jentry
     return value, (jac if order >= 1 else None)
+
+
+def selected_weights(
+    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, threads: int | None = None,
+) -> np.ndarray:
+    """``(E,)`` float64: each event's weight times its probability to pass the selection
+    (``selected_sumw`` is their sum; width 0: the weight or 0). ``plan`` must pass
+    :func:`why_not` at order 0."""
+    wt = _weights(cols, plan, theta, widths, order=0, threads=threads)
+    return wt.ev[:, 0] * wt.pe[:, 0]
 
 
 def observable_entries(

@@ -50,6 +50,7 @@ __all__ = [
     "numba_why_not",
     "observable_entries",
     "uncertain_per_event",
+    "selected_weights",
 ]
 
 _log = logging.getLogger("analysis.pipeline.kernel")
@@ -86,6 +87,25 @@ def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int
     x, w = np.asarray(x), np.asarray(w)
     keep = w != 0  # padding and fully rejected entries
     return x[keep], w[keep]
+
+
+@partial(jax.jit, static_argnames=("plan", "shapes"))
+def _selected(theta, widths, arrays, plan: Plan, shapes: Shapes):
+    return setkernel.selected_weights(theta, widths, arrays, plan, shapes)
+
+
+def selected_weights(cols: ChunkColumns, plan: Plan, theta, widths, *,
+                     threads: int | None = None) -> np.ndarray:
+    """``(E,)`` float64: each event's weight times its probability to pass the selection
+    (their sum is ``selected_sumw``): from the numba kernel where it serves the plan,
+    else the JAX kernel (learned scores, object sets)."""
+    if fastkernel.why_not(plan, 0, theta) is None:
+        return fastkernel.selected_weights(cols, plan, theta, widths, threads=threads)
+    arrays, shapes = pad_columns(cols, plan)
+    w = _selected(jnp.asarray(theta, dtype=jnp.float64),
+                  jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
+                  arrays, plan, shapes)
+    return np.asarray(w, dtype=np.float64)[: int(cols.n_events)]
 
 
 def _with_trainable(theta_full, t, plan: Plan):

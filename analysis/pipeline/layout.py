@@ -23,6 +23,8 @@ class ChunkColumns:
     """Columns of one chunk.
 
     ``weight``: per-event weight (float64; ones without a weight branch);
+    ``uid``: the event's number in [0, 1) of :mod:`analysis.pipeline.split` (float64;
+    ``None`` for columns not read from a file);
     ``events``: per-event branches; ``collections``: collection -> ``(counts, {field:
     flat values})`` (``counts``: int64 objects per event; values float64, all objects of
     all events back to back).
@@ -34,6 +36,7 @@ class ChunkColumns:
     collections: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]] = field(
         default_factory=dict
     )
+    uid: np.ndarray | None = None
 
 
 # --- padding to bucket sizes -----------------------------------------------------

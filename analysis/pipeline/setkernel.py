@@ -183,6 +183,12 @@ def uncertain_counts(theta, widths, arrays, plan: Plan, shapes) -> dict:
     return histkernel.uncertain_counts(theta, widths, arrays, plan, shapes, ch, _Chunk)
 
 
+def selected_weights(theta, widths, arrays, plan: Plan, shapes):
+    """``(E,)``: each (padded) event's weight times its probability to pass."""
+    ch = _Chunk(theta, widths, arrays, plan, shapes)
+    return ch.ev * ch.p
+
+
 def observable_entries(theta, widths, arrays, plan: Plan, shapes, index: int):
     """Flat ``(x, w)`` entries of observable ``index`` (for histograms). An event sum
     (``sum(S.f)``, ``count(S)``) has no entries with one value each in the soft case:

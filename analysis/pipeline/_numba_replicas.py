@@ -1,0 +1,86 @@
+"""numba loops of the Poisson bootstrap: every replica's sums in one pass over the events.
+
+The multiplicity of event ``e`` in replica ``k`` is the Poisson(1) draw of
+:func:`analysis.pipeline.split.poisson_replicas` (same hash, same inversion; the tests
+compare them), accumulated without materialising the ``(E, K)`` table.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from analysis.pipeline.split import _POISSON1_CDF
+
+__all__ = ["replica_selected", "replica_totals"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_REPLICA = np.uint64(0xD1B54A32D192ED03)
+
+
+@numba.njit(cache=True, nogil=True)
+def _mix(x):
+    z = x + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True, nogil=True)
+def _draw(h, k, cdf):
+    z = _mix(h ^ (np.uint64(k + 1) * _REPLICA))
+    v = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    n = 0
+    while n < cdf.shape[0] and v >= cdf[n]:
+        n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _selected(bits, selected, cdf, replicas, out):
+    for e in range(bits.shape[0]):
+        s = selected[e]
+        if s == 0.0:  # adds nothing
+            continue
+        for k in range(replicas):
+            n = _draw(bits[e], k, cdf)
+            if n:
+                out[0, k] += n * s
+                out[1, k] += n * s * s
+
+
+@numba.njit(cache=True, nogil=True)
+def _totals(bits, weights, cdf, replicas, out):
+    lanes = weights.shape[0]
+    for e in range(bits.shape[0]):
+        for k in range(replicas):
+            n = _draw(bits[e], k, cdf)
+            if n:
+                out[0, k] += n
+                for j in range(lanes):
+                    out[1 + j, k] += n * weights[j, e]
+
+
+def _bits(u) -> np.ndarray:
+    return (np.asarray(u, dtype=np.float64) * 2.0**53).astype(np.uint64)
+
+
+def replica_selected(u: np.ndarray, selected: np.ndarray, replicas: int) -> np.ndarray:
+    """``(2, replicas)`` float64: ``[sum_e P_ek s_e, sum_e P_ek s_e^2]`` with ``P_ek`` the
+    event's multiplicity in replica ``k`` and ``s_e`` its selected weight (weight x pass
+    probability); events with ``s_e = 0`` are skipped. Empty input: zeros."""
+    out = np.zeros((2, replicas))
+    _selected(_bits(u), np.ascontiguousarray(selected, dtype=np.float64), _POISSON1_CDF,
+              replicas, out)
+    return out
+
+
+def replica_totals(u: np.ndarray, weights: np.ndarray, replicas: int) -> np.ndarray:
+    """``(1 + L, replicas)`` float64: ``[sum_e P_ek, sum_e P_ek w_le for each of the L
+    rows of weights (L, E)]``. Empty input: zeros."""
+    weights = np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64)
+    out = np.zeros((1 + weights.shape[0], replicas))
+    _totals(_bits(u), weights, _POISSON1_CDF, replicas, out)
+    return out

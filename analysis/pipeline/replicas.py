@@ -1,0 +1,97 @@
+"""Poisson-bootstrap replicas of a chunk's yield sums, in the same pass as the values.
+
+Replica ``k`` weighs event ``e`` by ``P_ek ~ Poisson(1)``, drawn from the event's own
+number (:func:`analysis.pipeline.split.poisson_replicas`): the same for every chunking and
+executor. A pass at given cuts gives, per dataset, the usual state and per replica
+``[sum P s, sum P s^2]`` (``s``: weight x pass probability: the replica's
+``selected_sumw`` and ``selected_sumw2``); a totals pass gives per replica ``[sum P,
+sum P w]`` for each part of the validation split (they do not depend on the cuts, so
+an optimisation runs it once). Both add with ``+`` (coffea's ``accumulate``). The
+spread of a function of these sums over the replicas is its Monte Carlo (finite
+simulation) uncertainty (Efron's bootstrap; the Poisson form makes the replicas of
+independent chunks independent, so they merge by addition).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analysis.pipeline._numba_replicas import replica_selected, replica_totals
+from analysis.pipeline.kernel import chunk_state, selected_weights
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
+from analysis.pipeline.split import PARTS, part_factor
+
+__all__ = ["ReplicaSums", "ReplicaTotals", "chunk_replicas", "chunk_totals", "supported"]
+
+
+@dataclass
+class ReplicaSums:
+    """``sums``: ``(2, K)`` float64, rows ``selected_sumw, selected_sumw2`` of each
+    replica; ``state``: the pass's :class:`~analysis.pipeline.results.DatasetState`
+    (values only)."""
+
+    sums: np.ndarray
+    state: Any = None
+
+    def __add__(self, other: ReplicaSums) -> ReplicaSums:
+        if self.state is None or other.state is None:
+            state = self.state if other.state is None else other.state
+        else:
+            state = self.state + other.state
+        return ReplicaSums(self.sums + other.sums, state)
+
+
+@dataclass
+class ReplicaTotals:
+    """``sums``: ``(1 + len(PARTS), K)`` float64: per replica the number of events, then
+    the sum of weights of each part of :data:`analysis.pipeline.split.PARTS` (all, train,
+    held_out; each part's weights with its factor)."""
+
+    sums: np.ndarray
+
+    def __add__(self, other: ReplicaTotals) -> ReplicaTotals:
+        return ReplicaTotals(self.sums + other.sums)
+
+    def part(self, name: str) -> np.ndarray:
+        """``(2, K)``: the events and the sums of weights of part ``name``."""
+        return self.sums[[0, 1 + PARTS.index(name)]]
+
+
+def supported(plan: Plan, theta: Any) -> bool:
+    """Whether the replicas can be computed for ``plan``: every plan (each event's
+    selected weight comes from the numba kernel or the JAX one,
+    :func:`analysis.pipeline.kernel.selected_weights`)."""
+    return True
+
+
+def _uid(cols: ChunkColumns) -> np.ndarray:
+    if cols.uid is None:
+        raise ValueError("bootstrap replicas need the events' uid (columns from a file)")
+    return cols.uid
+
+
+def chunk_replicas(
+    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, replicas: int, *,
+    threads: int | None = None,
+) -> ReplicaSums:
+    """The state and the replicas' selected sums of one chunk (module docstring)."""
+    state = chunk_state(cols, plan, theta, widths, order=0, threads=threads)
+    if not cols.n_events:
+        return ReplicaSums(np.zeros((2, replicas)), state)
+    sel = selected_weights(cols, plan, theta, widths, threads=threads)
+    return ReplicaSums(replica_selected(_uid(cols), sel, replicas), state)
+
+
+def chunk_totals(cols: ChunkColumns, fraction: float | None, replicas: int) -> ReplicaTotals:
+    """The replicas' totals of one chunk for every part (``fraction`` None: the split's
+    parts get zeros)."""
+    if not cols.n_events:
+        return ReplicaTotals(np.zeros((1 + len(PARTS), replicas)))
+    u = _uid(cols)
+    rows = [cols.weight * (part_factor(u, p, fraction) if fraction else float(p == "all"))
+            for p in PARTS]
+    return ReplicaTotals(replica_totals(u, np.stack(rows), replicas))

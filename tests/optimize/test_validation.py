@@ -1,0 +1,125 @@
+"""The validation split and the MC uncertainty of the hard-cut objective in ``optimize``.
+
+References: the bootstrap standard deviation of the hard-cut Z_A is compared with a
+bootstrap computed independently (uproot + numpy, numpy's own Poisson draws, the
+objective's formula in :func:`tests.opt_helpers.asimov_numpy`); results.json's
+``validation`` and ``uncertainty`` are checked against the contract's names and
+arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import awkward as ak
+import numpy as np
+import pytest
+import uproot
+
+from analysis.cli.parser import main
+from analysis.driver.runner import Evaluator
+from analysis.optimize.loop import Optimization
+from tests import opt_helpers as H
+from tests.conftest import write_config
+
+CUTS = {"jet_pt_min": 25.0, "jet_abs_eta_max": 2.5, "btag_min": 0.1, "min_jets": 1}
+# a start where both parts keep background events (the small sample has ~1,800 per part)
+LOOSE = {name: {**spec, "init": CUTS[name]} for name, spec in H.PARAMETERS.items()}
+XSEC = {"ttbar": 831.76, "dy": 6077.0}
+
+
+def _numpy_bootstrap_std(small_data, k: int) -> tuple[float, float]:
+    """(nominal Z_A, bootstrap std of Z_A) at CUTS over all events, numpy only."""
+    rng = np.random.default_rng(7)
+    data = {}
+    for name in XSEC:
+        a = ak.concatenate([uproot.open(p)["Events"].arrays(
+            ["Jet_pt", "Jet_eta", "Jet_btagDeepFlavB", "genWeight"])
+            for p in sorted((small_data / name).glob("*.root"))])
+        ok = ((a.Jet_pt > CUTS["jet_pt_min"]) & (abs(a.Jet_eta) < CUTS["jet_abs_eta_max"])
+              & (a.Jet_btagDeepFlavB > CUTS["btag_min"]))
+        data[name] = (ak.to_numpy(a.genWeight).astype(np.float64),
+                      ak.to_numpy(ak.sum(ok, axis=1) >= CUTS["min_jets"]))
+
+    def z(mult):
+        y = {}
+        for name, (w, sel) in data.items():
+            ww = w * mult[name]
+            norm = XSEC[name] * 10.0 / ww.sum()
+            y[name] = (norm * ww[sel].sum(), norm**2 * (ww[sel] ** 2).sum(),
+                       (norm * ww.sum() / mult[name].sum()) ** 2)
+        s, (b, var, floor) = y["ttbar"][0], y["dy"]
+        return float(H.asimov_numpy(s, b, (0.1 * b) ** 2 + var + floor))
+
+    nominal = z({n: np.ones(len(d[0])) for n, d in data.items()})
+    reps = [z({n: rng.poisson(1.0, len(d[0])).astype(float) for n, d in data.items()})
+            for _ in range(k)]
+    return nominal, float(np.std(reps, ddof=1))
+
+
+def test_hard_objective_uncertainty_matches_a_numpy_bootstrap(small_data, tmp_path):
+    k = 300
+    cfg = H.make_config(small_data, optimizer={"replicas": k})
+    with Evaluator(cfg) as ev:
+        res = Optimization(cfg, ev, tmp_path).hard_on(CUTS, "all")
+    nominal, std = _numpy_bootstrap_std(small_data, 600)
+    assert res["significance"] == pytest.approx(nominal, rel=1e-9)
+    # two estimates of one standard deviation: 300 and 600 replicas (~4 % and ~3 %)
+    assert res["uncertainty"] == pytest.approx(std, rel=0.15)
+
+
+def test_results_json_says_what_survives_on_held_out_events(small_data, tmp_path, capsys):
+    cfg = H.config_dict(small_data, parameters=LOOSE, optimizer={
+        "steps": 2, "validation": {"fraction": 0.3}, "replicas": 20})
+    path = write_config(tmp_path / "opt.yaml", cfg)
+    out = tmp_path / "out"
+    assert main(["optimize", str(path), "-o", str(out), "--no-plots"]) == 0
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    r = json.loads((out / "results.json").read_text())
+    v, u = r["validation"], r["uncertainty"]
+    for part in ("train", "held_out"):
+        assert set(v[part]) >= {"initial", "final"}
+        assert all(isinstance(v[part][p], float) for p in ("initial", "final"))
+    assert v["gap"] == v["train"]["final"] - v["held_out"]["final"]
+    sigma = np.hypot(v["uncertainty"]["train"]["final"], v["uncertainty"]["held_out"]["final"])
+    assert v["gap_sigma"] == pytest.approx(v["gap"] / sigma, rel=1e-12)
+    assert u["initial"] > 0 and u["final"] > 0
+    # the optimisation saw the training part: its final hard value is the run's
+    assert v["train"]["final"] == r["final"]["hard"]["objective"]
+    assert v["train"]["initial"] == r["status"]["hard_objective"]["initial"]
+    assert r["hard_all"]["objective"]["final"] != v["train"]["final"]
+    assert re.search(r"all events: Z = [\d.]+ \+- [\d.]+ \(MC stat\.\) -> Z = ", text)
+    assert "validation (30.00 % held out)" in text and v["message"] in text
+
+
+def test_without_the_split_no_validation_but_an_uncertainty(small_data, tmp_path):
+    path = write_config(tmp_path / "opt.yaml", H.config_dict(
+        small_data, optimizer={"steps": 1, "replicas": 10}))
+    out = tmp_path / "out"
+    assert main(["optimize", str(path), "-o", str(out), "--no-plots", "--quiet"]) == 0
+    r = json.loads((out / "results.json").read_text())
+    assert "validation" not in r
+    assert r["uncertainty"]["final"] > 0
+    assert r["hard_all"]["objective"]["final"] == r["final"]["hard"]["objective"]
+
+
+def _part(initial, final, sigma):
+    return {"initial": {"objective": initial, "significance": -initial, "uncertainty": None},
+            "final": {"objective": final, "significance": -final, "uncertainty": sigma}}
+
+
+@pytest.mark.parametrize(("held", "flagged", "says"), [
+    (-9.0, False, "agree within"),          # gap -1.0 over sigma 0.5: -2.0 sigma, not beyond
+    (-8.9, True, "fits the simulation's fluctuations"),
+    (-11.1, True, "held-out part is better"),
+])
+def test_the_gap_is_flagged_beyond_the_threshold(held, flagged, says):
+    from analysis.optimize.status import validation_report
+
+    res = {"all": _part(-3.0, -9.5, 0.3), "train": _part(-3.0, -10.0, 0.3),
+           "held_out": _part(-3.0, held, 0.4)}
+    v = validation_report(res, 0.3, 2.0)["validation"]
+    assert v["gap"] == pytest.approx(-10.0 - held)
+    assert v["gap_sigma"] == pytest.approx((-10.0 - held) / 0.5)
+    assert v["flagged"] is flagged and says in v["message"]

@@ -1,0 +1,88 @@
+"""Poisson-bootstrap replicas of the yields (analysis.pipeline.replicas).
+
+Reference: for a sample of known weights the bootstrap standard deviation of the
+selected sum of weights is ``sqrt(sum w^2)`` of the selected events (the Poisson
+bootstrap's exact variance; here computed with uproot + numpy), within the precision
+of a standard deviation estimated from K replicas, ``1 / sqrt(2 (K - 1))``.
+"""
+
+from __future__ import annotations
+
+import awkward as ak
+import numpy as np
+import pytest
+import uproot
+
+from analysis.driver.runner import Evaluator
+from analysis.pipeline._numba_replicas import replica_selected, replica_totals
+from analysis.pipeline.split import event_uniform, poisson_replicas
+from tests import opt_helpers as H
+
+CUTS = {"jet_pt_min": 25.0, "jet_abs_eta_max": 2.5, "btag_min": 0.1, "min_jets": 1}
+K = 400
+
+
+def _selected_sumw2(small_data, name: str) -> float:
+    """sum w^2 of the events passing CUTS, from the files (numpy)."""
+    parts = [uproot.open(p)["Events"].arrays(["Jet_pt", "Jet_eta", "Jet_btagDeepFlavB",
+                                              "genWeight"])
+             for p in sorted((small_data / name).glob("*.root"))]
+    a = ak.concatenate(parts)
+    ok = ((a.Jet_pt > CUTS["jet_pt_min"]) & (abs(a.Jet_eta) < CUTS["jet_abs_eta_max"])
+          & (a.Jet_btagDeepFlavB > CUTS["btag_min"]))
+    sel = ak.to_numpy(ak.sum(ok, axis=1) >= CUTS["min_jets"])
+    w = ak.to_numpy(a.genWeight).astype(np.float64)
+    return float(np.sum(w[sel] ** 2))
+
+
+def _replicas(small_data, k=K, **executor):
+    cfg = H.make_config(small_data, executor={"type": "iterative", **executor})
+    with Evaluator(cfg) as ev:
+        reps = ev.run_replicas(CUTS, widths=np.zeros(4), replicas=k)
+        totals = ev.run_replica_totals(0.3, replicas=k)
+    return reps, totals
+
+
+@pytest.fixture(scope="module")
+def reps(small_data):
+    return _replicas(small_data)
+
+
+def test_bootstrap_std_of_a_yield_is_sqrt_sumw2(small_data, reps):
+    sums, _ = reps
+    for name in ("ttbar", "dy"):
+        s1 = sums[name].sums[0]
+        ref = np.sqrt(_selected_sumw2(small_data, name))
+        assert ref > 0
+        rel = 1 / np.sqrt(2 * (K - 1))
+        assert np.std(s1, ddof=1) == pytest.approx(ref, rel=3.5 * rel)
+        # the nominal state of the same pass: sum w^2 as the files say
+        st = sums[name].state
+        assert float(st.derived.value["selected_sumw2"]) == pytest.approx(ref**2, rel=1e-12)
+
+
+@pytest.mark.parametrize("executor", [
+    {"chunksize": 700},
+    pytest.param({"type": "futures", "workers": 2}, marks=pytest.mark.slow),  # processes
+])
+def test_replicas_are_the_same_on_every_chunking_and_executor(small_data, reps, executor):
+    other = _replicas(small_data, **executor)
+    for a, b in zip(reps, other):
+        for name in ("ttbar", "dy"):
+            assert b[name].sums == pytest.approx(a[name].sums, rel=1e-10)
+
+
+def test_numba_sums_match_the_replica_table():
+    n = 5000
+    rng = np.random.default_rng(3)
+    u = event_uniform(np.ones(n), np.arange(n) // 100, np.arange(n) + 1)
+    w = rng.normal(1.0, 0.3, n)
+    s = np.where(rng.random(n) < 0.4, w, 0.0)
+    p = poisson_replicas(u, 20).astype(np.float64)
+    assert p.mean() == pytest.approx(1.0, abs=0.02) and p.var() == pytest.approx(1.0, abs=0.03)
+    sel = replica_selected(u, s, 20)
+    assert sel[0] == pytest.approx(p.T @ s, rel=1e-12)
+    assert sel[1] == pytest.approx(p.T @ (s * s), rel=1e-12)
+    tot = replica_totals(u, np.stack([w, 2 * w]), 20)
+    assert tot[0] == pytest.approx(p.sum(axis=0), rel=1e-12)
+    assert tot[2] == pytest.approx(2 * (p.T @ w), rel=1e-12)

@@ -18,8 +18,9 @@ whose pattern probabilities (without per-object factors) are exactly 0 or 1 in f
 forward step (exact for any probabilities) and, where its pattern holds ``S``, adds its
 value to every subset's sum. Only the ``U`` uncertain objects are enumerated, in their
 original order, and every cap counts only them (``n_uncertain``: the static width of
-the enumeration; an event with more is NaN, never a silent bias: the caller sizes it,
-:func:`analysis.pipeline.histkernel.uncertain_counts`).
+the enumeration, for every event or per group of events; an event with more is NaN,
+never a silent bias: the caller sizes it, :func:`analysis.pipeline.histkernel.uncertain_counts`
+and :func:`analysis.pipeline.kernel.enumeration_shapes`).
 
 Two exact methods, chosen by ``U`` (static):
 

@@ -25,7 +25,7 @@ chunk's in-memory columns: the share of the kernel's time spent on the events wi
 than 12 uncertain objects (each chunk's events split into those with at most 12 and
 the others, each part evaluated alone, value + Jacobian).
 
-Writes ``benchmarks/results/bench_multiplicity.json``. Goal (issue 33): ratio <= 1.0x.
+Writes its figure to ``benchmarks/results/multiplicity.pass.json``. Goal (issue 33): ratio <= 1.0x.
 """
 
 from __future__ import annotations
@@ -171,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="timed passes after the warm-up")
     p.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(),
                                                       "diffcoffea-bench-multiplicity"))
-    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" /
-                                           "bench_multiplicity.json"))
     args = p.parse_args(argv)
 
     import jax
@@ -213,10 +211,13 @@ def main(argv: list[str] | None = None) -> int:
           f"(largest {share['largest_uncertain']}); their share of the kernel time "
           f"{share['heavy_share']:.1%} ({share['kernel_heavy_s']:.2f} s of "
           f"{share['kernel_light_s'] + share['kernel_heavy_s']:.2f} s)")
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.results_table import command_line, record
+
+    record("multiplicity.pass", compares="HT-histogram likelihood gradient pass, Poisson(5.5) "
+           "jets / plain coffea + hist pass", figure=grad / plain, goal=f"<= {GOAL}x",
+           met=grad / plain <= GOAL, command=command_line(__file__, argv),
+           details=json.loads(json.dumps(result, default=str)))
     return 0
 
 

@@ -12,7 +12,7 @@ spec's region (the selection, or a channel's selection):
 - an event sum (``sum(S.f)``, ``count(S)``): :func:`analysis.select.subsets.sum_bins`,
   ``P(pass, X in b)`` by enumeration of the subsets of the collection's *uncertain*
   objects (pass probability strictly between 0 and 1; the others are folded in first),
-  every subset up to 12 of them, meet in the middle up to 24. The enumeration's widths
+  every subset up to 6 of them, meet in the middle up to 24. The enumeration's widths
   are static: ``shapes.uncertain``, per collection one width for every event or groups
   of events each at its own width (:func:`uncertain_counts` counts them on the host;
   :func:`analysis.pipeline.kernel.enumeration_shapes` groups them).

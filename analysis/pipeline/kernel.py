@@ -36,7 +36,7 @@ from analysis.pipeline import fasthist, fastkernel, histkernel, scorecols, setke
 from analysis.pipeline.layout import ChunkColumns, Shapes, bucket, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
-from analysis.select.subsets import ENUMERATE_UP_TO, MAX_UNCERTAIN
+from analysis.select.subsets import EXPENSIVE_ABOVE, MAX_UNCERTAIN
 from analysis.stats.derive import value_and_derivatives
 
 __all__ = [
@@ -225,7 +225,7 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
             spec = next(h for h in plan.hists if h.node.kind in ("sum", "count")
                         and plan.sets.collection_of(h.node.head) == c)
             raise histkernel.too_many_uncertain(spec, c, int(np.argmax(n)), top)
-        expensive |= n > ENUMERATE_UP_TO
+        expensive |= n > EXPENSIVE_ABOVE
         largest = max(largest, top)
         need = np.minimum(axis[c], -(-n // WIDTH_STEP) * WIDTH_STEP)
         groups, index = [], []
@@ -253,9 +253,9 @@ def log_enumeration(states) -> None:
     events = sum(c[0] for c in counts)
     expensive = sum(c[1] for c in counts)
     largest = max(c[2] for c in counts)
-    _log.debug("event-sum histograms: %d of %d events had more than %d uncertain objects "
-               "(meet in the middle); at most %d uncertain objects in an event", expensive,
-               events, ENUMERATE_UP_TO, largest)
+    _log.debug("event-sum histograms: %d of %d events had more than %d uncertain objects; "
+               "at most %d uncertain objects in an event", expensive, events,
+               EXPENSIVE_ABOVE, largest)
 
 
 _WHY_LOGGED: set[tuple[int, str]] = set()

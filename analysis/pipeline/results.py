@@ -70,7 +70,7 @@ class DatasetState:
         self.chunks = int(chunks)
         self.derived = derived
         #: the subset enumeration of event-sum histograms, where there is one: ``(events,
-        #: events with more than 12 uncertain objects (meet in the middle), the most
+        #: events with more than 12 uncertain objects (the expensive ones), the most
         #: uncertain objects of an event)`` (:func:`analysis.pipeline.kernel.enumeration_shapes`)
         self.enumeration = enumeration
 

@@ -88,7 +88,13 @@ class Backend:
         return self.engine != "jax"
 
     def describe(self) -> str:
-        """One line for ``--debug``: which backend runs the passes, and why."""
+        """One line for ``--debug``: which backend runs the passes, and why (options
+        off their defaults named at the end)."""
+        off = [f"{f}=False" for f in ("fused", "value_loop", "scores_on_numba", "numba_reverse")
+               if not getattr(self, f)]
+        return self._describe() + (f"; options {', '.join(off)}" if off else "")
+
+    def _describe(self) -> str:
         if self.engine == "jax":
             why = "asked for" if self.name == "jax" else "device gpu"
             return f"backend jax on {self.device} ({why})"

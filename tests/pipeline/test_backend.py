@@ -213,6 +213,8 @@ def test_loop_options_are_keyword_only_and_reach_the_kernels(monkeypatch):
         Backend("auto", "cpu", False)  # type: ignore[misc]
     assert Backend() == Backend(fused=True, value_loop=True, scores_on_numba=True,
                                 numba_reverse=True)
+    assert "options" not in Backend().describe()
+    assert Backend(numba_reverse=False).describe().endswith("; options numba_reverse=False")
     ran: list[str] = []
     for mod, name in ((_fastone, "run"), (_numba_value, "select_value"), (_numba_dp, "select")):
         real = getattr(mod, name)

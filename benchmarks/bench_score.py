@@ -26,8 +26,8 @@ instead of the score. Timed (best of ``--repeat``, all in turns, after a warm-up
 Each score entry twice, side by side in turns: on the numba kernel (what runs: the
 networks once per chunk, their columns as fields; the pullback from the pass
 probability's sensitivities, :mod:`analysis.pipeline.fastreverse`, where the objective
-reads the yields only) and on the JAX kernel (``kernel._SCORES_ON_NUMBA`` and
-``fastreverse._ENABLED`` off: what ran before).
+reads the yields only) and on the JAX kernel (an evaluator with
+``Backend(scores_on_numba=False, numba_reverse=False)``: what ran before).
 
 The last line: the networks' own time within the best score step (each chunk's
 forward with its vjp and the backward, results ready), against the 4-parameter step as
@@ -61,7 +61,8 @@ from analysis.optimize.reverse import (  # noqa: E402
     _to_numpy,
     reverse_objective,
 )
-from analysis.pipeline import fastreverse, kernel, scorecols  # noqa: E402
+from analysis.pipeline import scorecols  # noqa: E402
+from analysis.pipeline.backend import Backend  # noqa: E402
 from analysis.stats.pullback import prune  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,15 +122,21 @@ def best(fns: dict, repeat: int) -> dict:
     return {k: min(v) for k, v in times.items()}
 
 
-def on(numba: bool, fn):
-    """``fn`` with score plans on the numba kernel (``numba``) or on the JAX kernel."""
-    def run():
-        kernel._SCORES_ON_NUMBA = fastreverse._ENABLED = numba
-        try:
-            return fn()
-        finally:
-            kernel._SCORES_ON_NUMBA = fastreverse._ENABLED = True
-    return run
+# score plans on the JAX kernel: the networks' values and the pullback (what ran before)
+JAX_SCORES = Backend(scores_on_numba=False, numba_reverse=False)
+
+
+def entries(cs, ct, ev) -> dict:
+    """The score entries timed on evaluator ``ev`` (its backend says which kernel)."""
+    obj, objt = Objective(cs, ev.plan), Objective(ct, ev.plan)
+    pay, payt = payloads(obj, ev), payloads(objt, ev)
+    return {
+        "values": lambda: ev.run(order=0),
+        "step": lambda: reverse_objective(obj, ev, None, None),
+        "pull": lambda: ev.run_pullback(None, pay),
+        "stept": lambda: reverse_objective(objt, ev, None, None),
+        "pullt": lambda: ev.run_pullback(None, payt),
+    }
 
 
 def payloads(obj, ev) -> dict:
@@ -182,22 +189,15 @@ def main() -> None:
     ct = config_from_dict(config(a.events, a.chunksize, True, target=True), base_dir=REPO)
     c4 = config_from_dict(config(a.events, a.chunksize, False), base_dir=REPO)
     load0 = os.getloadavg()[0]
-    with Evaluator(cs) as ev, Evaluator(c4) as ev4:
-        obj, objt, obj4 = Objective(cs, ev.plan), Objective(ct, ev.plan), Objective(c4, ev4.plan)
+    with (Evaluator(cs) as ev, Evaluator(cs, backend=JAX_SCORES) as evj,
+          Evaluator(c4) as ev4):
+        obj4 = Objective(c4, ev4.plan)
         print(f"score config: {len(ev.plan.trainable)} trainable parameters; "
               f"2 x {a.events} events, chunks of {a.chunksize}; load average {load0:.2f}")
-        pay, payt = payloads(obj, ev), payloads(objt, ev)
-        entries = {
-            "values": lambda: ev.run(order=0),
-            "step": lambda: reverse_objective(obj, ev, None, None),
-            "pull": lambda: ev.run_pullback(None, pay),
-            "stept": lambda: reverse_objective(objt, ev, None, None),
-            "pullt": lambda: ev.run_pullback(None, payt),
-        }
+        on_numba, on_jax = entries(cs, ct, ev), entries(cs, ct, evj)
         fns = {}
-        for k, fn in entries.items():
-            fns[k] = on(True, fn)
-            fns[k + "_jax"] = on(False, fn)
+        for k in on_numba:  # in turns: numba, JAX
+            fns[k], fns[k + "_jax"] = on_numba[k], on_jax[k]
         fns["four"] = lambda: objective_from_states(obj4, ev4.run(order=1), order=1)
         # as `optimize` runs it: the objective's states only (the significance: the yields)
         step_obs = step_observables(obj4, ev4.plan, 1)

@@ -12,8 +12,7 @@ the cache, as optimisation steps do). Side by side in one process:
 
 Each variant on the numba kernel (:mod:`analysis.pipeline.fasthist`, what ``evaluate``
 and ``optimize`` run) and, with ``--engine both`` (the default), on the JAX kernel
-(:mod:`analysis.pipeline.histkernel`, the reference, forced by making
-:func:`analysis.pipeline.fasthist.why_not` refuse every plan).
+(:mod:`analysis.pipeline.histkernel`, the reference: ``Evaluator(..., backend="jax")``).
 
 With other jobs on the machine the CPU time (the process's, all threads) is printed
 beside the wall time: it moves less with their load.
@@ -68,7 +67,6 @@ def main() -> None:
     args = ap.parse_args()
     from analysis.config.loader import config_from_dict
     from analysis.driver.runner import Evaluator
-    from analysis.pipeline import fasthist
 
     base = yaml.safe_load((REPO / "configs" / "agc_likelihood.yaml").read_text())
     for ds in base["datasets"].values():
@@ -86,17 +84,16 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f}; {args.events} events per dataset, "
           "best of the repeats of cached gradient passes, variants in turn", flush=True)
     engines = ["numba", "jax"] if args.engine == "both" else [args.engine]
-    why_not = fasthist.why_not
     best: dict[tuple[str, str], float] = {}
     best_cpu: dict[tuple[str, str], float] = {}  # process CPU time, all threads
     for engine in engines:
-        fasthist.why_not = why_not if engine == "numba" else (lambda *a, **k: "bench: JAX")
         repeat = args.repeat if engine == "numba" else args.repeat_jax
         evaluators = {}
         for name, systs in variants.items():
             cfg = copy.deepcopy(base)
             cfg["systematics"] = systs
-            ev = evaluators[name] = Evaluator(config_from_dict(cfg))
+            ev = evaluators[name] = Evaluator(config_from_dict(cfg),
+                                              backend="auto" if engine == "numba" else "jax")
             t0 = time.perf_counter()
             ev.run(order=1)  # reads the files, compiles
             print(f"{engine:5s} {name:32s} first {time.perf_counter() - t0:7.2f} s", flush=True)
@@ -120,7 +117,6 @@ def main() -> None:
             print(f"{engine:5s} {name:32s} best of {repeat} {best[engine, name]:7.3f} s"
                   f"   {ratio:5.2f}x nominal   (CPU {best_cpu[engine, name]:7.3f} s "
                   f"{cpu:5.2f}x)", flush=True)
-    fasthist.why_not = why_not
     for engine in engines:
         print(f"{engine}: goal nominal + 2 shifts + 4 weights <= 2.5x nominal: "
               f"{best[engine, FULL] / best[engine, 'nominal']:.2f}x (CPU time "

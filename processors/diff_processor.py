@@ -216,11 +216,13 @@ class DiffProcessor(processor.ProcessorABC):
         if self.payloads is not None:
             pay = self.payloads[dataset]
             return {dataset: chunk_pullback(cols, self.plan, self.theta, self.widths, pay,
-                                            engine="jax" if engine == "jax" else "auto")}
+                                            engine="jax" if engine == "jax" else "auto",
+                                            numba_reverse=self.backend.numba_reverse)}
         if self.yield_gradients:
-            if not self.backend.numba_allowed:  # the driver never asks (optimize.reverse)
-                raise ValueError("yield gradients in one pass need the numba backend; "
-                                 f"{self.backend.describe()}")
+            # the driver never asks for them then (optimize.reverse)
+            if not (self.backend.numba_allowed and self.backend.numba_reverse):
+                raise ValueError("yield gradients in one pass need the numba backend's "
+                                 f"reverse pass; {self.backend.describe()}")
             with np.errstate(all="ignore"):
                 rows = (self.yield_gradients.get(dataset, (True, True))
                         if isinstance(self.yield_gradients, dict) else (True, True))
@@ -234,6 +236,8 @@ class DiffProcessor(processor.ProcessorABC):
             state = chunk_state(
                 cols, self.plan, self.theta, self.widths, order=self.order,
                 engine=engine, threads=self.kernel_threads,
+                scores_on_numba=self.backend.scores_on_numba, fused=self.backend.fused,
+                value_loop=self.backend.value_loop,
             )
         check_overflow(state, cols, self.plan, dataset=dataset)
         return {dataset: state}
@@ -246,7 +250,8 @@ class DiffProcessor(processor.ProcessorABC):
             return h
         h = empty_histogram(self.plan.observables[index].name, bins, low, high)
         x, w = observable_entries(cols, self.plan, theta, widths, index,
-                                  engine=self.backend.engine)
+                                  engine=self.backend.engine, fused=self.backend.fused,
+                                  value_loop=self.backend.value_loop)
         h.fill(x, weight=w)
         return h
 

@@ -133,18 +133,20 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         status: bool = False,
         skip_bad_files: bool | None = None,
         cache: bool | ColumnCache | None = None,
-        backend: str | None = None,
+        backend: str | Backend | None = None,
         device: str | None = None,
     ) -> None:
         """``cache``: ``None`` follows the config's ``cache``; ``False`` reads the files on
         every pass; a :class:`~analysis.data.cache.ColumnCache` is used (and not closed) as
         it is, e.g. shared by several evaluators of the same files. ``backend`` and
-        ``device`` override the config's ``engine`` (:class:`analysis.pipeline.backend.Backend`);
+        ``device`` override the config's ``engine`` (:class:`analysis.pipeline.backend.Backend`;
+        a ``Backend`` object, with its options, is used as it is and ``device`` ignored);
         a device JAX does not see is one line (:class:`InputError`) here, before any pass."""
         self.config = config
         try:
-            self.backend = Backend(backend or config.engine.backend,
-                                   device or config.engine.device)
+            self.backend = (backend if isinstance(backend, Backend) else
+                            Backend(backend or config.engine.backend,
+                                    device or config.engine.device))
             self.backend.check_device()
         except ValueError as err:
             raise InputError(f"{config.source}: engine: {err}") from None

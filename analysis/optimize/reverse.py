@@ -75,9 +75,11 @@ def reverse_objective(
     """Objective value and gradient by two passes, or one (module docstring);
     ``"states"``: the first pass's ``{dataset: DatasetState}`` (values only)."""
     plan = evaluator.plan
+    backend = getattr(evaluator, "backend", Backend())
     one = (hasattr(evaluator, "run_yield_gradients") and objective.__dict__.get("_one_pass", True)
-           and getattr(evaluator, "backend", Backend()).numba_allowed  # one pass: numba only
-           and fastreverse.why_not(plan, evaluator.theta_and_widths(params, widths)[0]) is None)
+           and backend.numba_allowed  # one pass: numba only
+           and fastreverse.why_not(plan, evaluator.theta_and_widths(params, widths)[0],
+                                   numba_reverse=backend.numba_reverse) is None)
     rows = objective.__dict__.get("_yield_rows")  # what the last step's cotangent read
     if one:
         first = evaluator.run_yield_gradients(params, widths=widths, chunks=chunks, rows=rows)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = ["BACKENDS", "DEVICES", "Backend"]
@@ -37,10 +37,34 @@ class Backend:
         ``"auto"``, ``"numba"`` or ``"jax"``.
     device
         ``"cpu"`` or ``"gpu"`` (the JAX kernel's device).
+
+    Keyword-only options choose among the numba kernel's loops; each computes the same
+    states and derivatives (tests compare the two settings bit for bit or to 1e-12), so
+    results never depend on them, only speed does. Tests and benchmarks set them to run
+    the slower path side by side; the defaults are the fast paths.
+
+    fused
+        ``True``: a plan of one collection with one object set runs the fused loop
+        (:mod:`analysis.pipeline._numba_one`); ``False``: the general loop
+        (:mod:`analysis.pipeline._numba_dp`).
+    value_loop
+        ``True``: values only (``order=0``) run the general loop's one-lane copy
+        (:mod:`analysis.pipeline._numba_value`); ``False``: the loop with tangents.
+    scores_on_numba
+        ``True``: plans with learned scores run on the numba kernel at ``order=0`` (each
+        network once on the chunk's rows, its column a field); ``False``: on the JAX kernel.
+    numba_reverse
+        ``True``: reverse mode's pullback and one-pass yield gradients run the numba pass
+        (:mod:`analysis.pipeline.fastreverse`) where it serves the plan; ``False``: the JAX
+        sweep (:mod:`analysis.pipeline.reverse`) and two passes.
     """
 
     name: Literal["auto", "numba", "jax"] = "auto"
     device: Literal["cpu", "gpu"] = "cpu"
+    fused: bool = field(default=True, kw_only=True)
+    value_loop: bool = field(default=True, kw_only=True)
+    scores_on_numba: bool = field(default=True, kw_only=True)
+    numba_reverse: bool = field(default=True, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -64,7 +88,13 @@ class Backend:
         return self.engine != "jax"
 
     def describe(self) -> str:
-        """One line for ``--debug``: which backend runs the passes, and why."""
+        """One line for ``--debug``: which backend runs the passes, and why (options
+        off their defaults named at the end)."""
+        off = [f"{f}=False" for f in ("fused", "value_loop", "scores_on_numba", "numba_reverse")
+               if not getattr(self, f)]
+        return self._describe() + (f"; options {', '.join(off)}" if off else "")
+
+    def _describe(self) -> str:
         if self.engine == "jax":
             why = "asked for" if self.name == "jax" else "device gpu"
             return f"backend jax on {self.device} ({why})"

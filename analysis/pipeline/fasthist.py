@@ -414,11 +414,12 @@ def _run_fills(tasks: list, threads: int | None) -> None:
 
 def evaluate_columns(
     cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int = 1,
-    threads: int | None = None,
+    threads: int | None = None, fused: bool = True, value_loop: bool = True,
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk with its histogram states, as
     :func:`analysis.pipeline.kernel.evaluate_chunk` returns them (numpy float64; ``jac``
-    None for ``order=0``); ``plan`` must pass :func:`why_not`."""
+    None for ``order=0``); ``plan`` must pass :func:`why_not`. ``fused``, ``value_loop``:
+    passed to :func:`analysis.pipeline.fastkernel.evaluate_columns` (its observables)."""
     theta, widths, trainable = _inputs(plan, order, theta, widths, why_not=why_not,
                                        who="fasthist")
     # per shift side, the specs filled from one set of entries: (region, x), its variations
@@ -462,7 +463,8 @@ def evaluate_columns(
     _run_fills(tasks, threads)
     if plan.observables:
         ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,
-                                             widths, order=order, threads=threads)
+                                             widths, order=order, threads=threads,
+                                             fused=fused, value_loop=value_loop)
         value["observables"], jac["observables"] = ov["observables"], (oj or {}).get(
             "observables", {})
     return value, (jac if order >= 1 else None)

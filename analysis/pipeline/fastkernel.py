@@ -66,11 +66,6 @@ __all__ = ["BLOCK", "evaluate_columns", "observable_entries", "selected_weights"
 # Events per block: partial sums per block, added in block order (deterministic).
 BLOCK = 4096
 _LINEAR = ("field", "branch", "sum", "count")
-# One collection with one set runs the fused loop (:mod:`analysis.pipeline._numba_one`);
-# False sends it through the general one (tests compare the two).
-_FUSED = True
-# Values only run the general loop's lane-0 copy; False: the loop with tangents (tests)
-_VALUE_LOOP = True
 
 
 def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
@@ -209,8 +204,9 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
 
 
 def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int,
-             threads: int | None) -> _Weights:
-    """Run the loops on one chunk (``plan`` must pass :func:`why_not`)."""
+             threads: int | None, fused: bool = True, value_loop: bool = True) -> _Weights:
+    """Run the loops on one chunk (``plan`` must pass :func:`why_not`); ``fused``,
+    ``value_loop``: :class:`analysis.pipeline.backend.Backend`'s options of those names."""
     theta, widths, trainable = _inputs(plan, order, theta, widths)
     n_par = len(trainable)
     np1 = n_par + 1
@@ -234,7 +230,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
         base[ci + 1] = base[ci] + coff[ci, -1]
         max_seq += int(np.max(counts, initial=0))
     lanes = _numba_dp.LANES
-    fused = _FUSED and tab.one_set and not any(
+    fused = fused and tab.one_set and not any(
         obs.x.kind in ("sum", "count", "index", "call") for obs in plan.observables)
     if not fused:
         pv_all, pd_all = _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
@@ -293,7 +289,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             BLOCK, pe, ow[0],
         )
         _fastone.run(args, n_blocks, threads)
-    elif n_ev and _VALUE_LOOP and not trainable:  # values only: lane 0 of the same loop
+    elif n_ev and value_loop and not trainable:  # values only: lane 0 of the same loop
         args = (coff, base, pv_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
                 pat_need, tgt, f, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK,
                 pe, ow, sa)
@@ -331,11 +327,15 @@ def evaluate_columns(
     *,
     order: int = 1,
     threads: int | None = None,
+    fused: bool = True,
+    value_loop: bool = True,
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk, as :func:`analysis.pipeline.kernel.evaluate_chunk`
     returns them (numpy float64; ``jac`` None for ``order=0``); ``plan`` must pass
-    :func:`why_not`. ``threads``: see :func:`_threads` (the result does not depend on it)."""
-    wt = _weights(cols, plan, theta, widths, order=order, threads=threads)
+    :func:`why_not`. ``threads``: see :func:`_threads`; ``fused``, ``value_loop``: which
+    loops run (:class:`analysis.pipeline.backend.Backend`); the result depends on none."""
+    wt = _weights(cols, plan, theta, widths, order=order, threads=threads, fused=fused,
+                  value_loop=value_loop)
     tab, coff, flats, pe, ow, slot_of, sums, sa, ev, n_blocks, np1 = (
         wt.tab, wt.coff, wt.flats, wt.pe, wt.ow, wt.slot_of, wt.sums, wt.sa, wt.ev,
         wt.n_blocks, wt.np1)
@@ -411,7 +411,7 @@ def selected_weights(
 
 def observable_entries(
     cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, index: int, *,
-    threads: int | None = None,
+    threads: int | None = None, fused: bool = True, value_loop: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(x, w)``: the entries of observable ``index`` and their soft weights (numpy
     float64, for histograms), as :func:`analysis.pipeline.setkernel.observable_entries`
@@ -420,8 +420,10 @@ def observable_entries(
     the event passes))`` for an indexed expression (0 where the weight is 0), per event
     ``(x_e, w_e P(pass))`` for a branch and
     ``(E[X 1_pass] / P(pass), w_e P(pass))`` for ``sum(S.f)``/``count(S)`` (0 where
-    ``P(pass) = 0``). ``plan`` must pass :func:`why_not` at order 0."""
-    wt = _weights(cols, plan, theta, widths, order=0, threads=threads)
+    ``P(pass) = 0``). ``plan`` must pass :func:`why_not` at order 0. ``fused``,
+    ``value_loop``: as in :func:`evaluate_columns`."""
+    wt = _weights(cols, plan, theta, widths, order=0, threads=threads, fused=fused,
+                  value_loop=value_loop)
     node = plan.observables[index].x
     ev, pe = wt.ev[:, 0], wt.pe[:, 0]
     if node.kind == "field":

@@ -45,16 +45,15 @@ from analysis.stats.merge import is_state
 __all__ = ["chunk_pullback", "chunk_yield_gradients", "why_not", "yield_cotangents"]
 
 _YIELDS = ("selected_sumw", "selected_sumw2")
-# False: every reverse-mode pass of the pipeline runs the JAX sweep (tests and
-# benchmarks compare the two)
-_ENABLED = True
 
 
-def why_not(plan: Plan, theta: Any = None) -> str | None:
+def why_not(plan: Plan, theta: Any = None, *, numba_reverse: bool = True) -> str | None:
     """``None`` when :func:`chunk_pullback` serves ``plan`` (the payload is checked
-    there: it must read the yields only), else the reason (``--debug`` logs it)."""
-    if not _ENABLED:
-        return "the numba reverse pass is switched off (fastreverse._ENABLED)"
+    there: it must read the yields only), else the reason (``--debug`` logs it).
+    ``numba_reverse=False`` (:class:`analysis.pipeline.backend.Backend`'s option) refuses
+    every plan: reverse mode then runs the JAX sweep."""
+    if not numba_reverse:
+        return "the numba reverse pass is switched off (Backend(numba_reverse=False))"
     run = scorecols.bare(plan)
     why = fastkernel.why_not(run, 0, theta)
     if why is not None:

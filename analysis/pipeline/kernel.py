@@ -67,12 +67,14 @@ def _entries(theta, widths, arrays, plan: Plan, shapes: Shapes, index: int):
 
 
 def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int, *,
-                       engine: str = "auto"):
+                       engine: str = "auto", fused: bool = True, value_loop: bool = True):
     """Values and soft weights of observable ``index`` in one chunk (numpy; for histograms):
     from the numba kernel where it serves the plan (value only), else the JAX kernel
-    (``engine="jax"``: always the JAX kernel)."""
+    (``engine="jax"``: always the JAX kernel). ``fused``, ``value_loop``: the numba
+    kernel's loops (:class:`analysis.pipeline.backend.Backend`; results do not depend on them)."""
     if engine != "jax" and fastkernel.why_not(plan, 0, theta) is None:
-        x, w = fastkernel.observable_entries(cols, plan, theta, widths, index)
+        x, w = fastkernel.observable_entries(cols, plan, theta, widths, index, fused=fused,
+                                             value_loop=value_loop)
         keep = w != 0  # fully rejected entries
         return x[keep], w[keep]
     arrays, shapes = pad_columns(cols, plan)
@@ -259,8 +261,6 @@ def log_enumeration(states) -> None:
 
 
 _WHY_LOGGED: set[tuple[int, str]] = set()
-# False keeps plans with learned scores on the JAX kernel (tests and benchmarks compare)
-_SCORES_ON_NUMBA = True
 
 
 def _numba_host(plan: Plan):
@@ -285,6 +285,9 @@ def chunk_state(
     order: int = 1,
     engine: str = "auto",
     threads: int | None = None,
+    scores_on_numba: bool = True,
+    fused: bool = True,
+    value_loop: bool = True,
 ) -> DatasetState:
     """Evaluate one chunk's columns into a :class:`DatasetState` (shared with tests and the driver).
 
@@ -303,11 +306,14 @@ def chunk_state(
     stay on the JAX kernel (reverse mode: :mod:`analysis.pipeline.fastreverse`).
     ``threads``: the numba kernel's threads (default: the cores; see
     :func:`analysis.pipeline.fastkernel.evaluate_columns`); the result does not depend on it.
+    ``scores_on_numba``, ``fused``, ``value_loop``: the options of those names of
+    :class:`analysis.pipeline.backend.Backend` (which kernel or loop runs; the result
+    does not depend on them).
     """
     if engine not in ("auto", "jax", "numba"):
         raise ValueError(f"engine must be 'auto', 'jax' or 'numba', got {engine!r}")
     run = plan
-    if plan.scores and order == 0 and engine != "jax" and _SCORES_ON_NUMBA:
+    if plan.scores and order == 0 and engine != "jax" and scores_on_numba:
         # values only: the networks once on the real rows, their columns as fields
         run = scorecols.bare(plan)
     why = numba_why_not(run, order, theta) if engine != "jax" else "engine=jax asked for"
@@ -315,7 +321,8 @@ def chunk_state(
         if run is not plan:
             cols = scorecols.score_columns(cols, plan, theta)
         value, jac = _numba_host(run).evaluate_columns(cols, run, theta, widths, order=order,
-                                                       threads=threads)
+                                                       threads=threads, fused=fused,
+                                                       value_loop=value_loop)
         return DatasetState.from_chunk(
             value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
             names=plan.trainable_names,

@@ -110,13 +110,15 @@ def _jax_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> Dat
 
 
 def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
-                   engine: str = "auto") -> DatasetState:
+                   engine: str = "auto", numba_reverse: bool = True) -> DatasetState:
     """One chunk's states and gradient share: a :class:`DatasetState` whose ``derived``
     is a :class:`~analysis.stats.Pullback` over ``plan.trainable_names``. ``engine``:
-    ``"auto"`` (the numba pass where it applies, module docstring) or ``"jax"``."""
+    ``"auto"`` (the numba pass where it applies, module docstring) or ``"jax"``;
+    ``numba_reverse=False``: the JAX sweep (:class:`analysis.pipeline.backend.Backend`)."""
     if engine not in ("auto", "jax"):
         raise ValueError(f"engine must be 'auto' or 'jax', got {engine!r}")
-    why = fastreverse.why_not(plan, theta) if engine == "auto" else "engine=jax asked for"
+    why = (fastreverse.why_not(plan, theta, numba_reverse=numba_reverse) if engine == "auto"
+           else "engine=jax asked for")
     pattern = (plan, tuple(entry is None for entry in payload))  # the states read
     if why is None:
         why = _REFUSED.get(pattern)

@@ -201,3 +201,31 @@ def test_jax_backend_on_a_gpu_equals_the_cpu():
     with Evaluator(config, chunksize=50, backend="jax", device="gpu") as ev:
         gpu = ev.run(order=1)
     assert _assert_states_equal(cpu, gpu, rtol=1e-10) > 20
+
+
+def test_loop_options_are_keyword_only_and_reach_the_kernels(monkeypatch):
+    """``Backend(fused=False, value_loop=False)`` (options, not module globals): the
+    general loop with tangents runs instead of the fused loop and the value loop, seen
+    by counting them, and every state is the same (1e-12)."""
+    from analysis.pipeline import _fastone, _numba_dp, _numba_value
+
+    with pytest.raises(TypeError):
+        Backend("auto", "cpu", False)  # type: ignore[misc]
+    assert Backend() == Backend(fused=True, value_loop=True, scores_on_numba=True,
+                                numba_reverse=True)
+    assert "options" not in Backend().describe()
+    assert Backend(numba_reverse=False).describe().endswith("; options numba_reverse=False")
+    ran: list[str] = []
+    for mod, name in ((_fastone, "run"), (_numba_value, "select_value"), (_numba_dp, "select")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _r=real, _n=name: ran.append(_n) or _r(*a))
+    config = load_config(CONFIGS / "ttbar.yaml")
+    with Evaluator(config, chunksize=100, backend="numba") as ev:
+        fast = ev.run(order=0)
+    assert ran and "select" not in ran  # the fused loop or the value loop
+    ran.clear()
+    with Evaluator(config, chunksize=100,
+                   backend=Backend("numba", fused=False, value_loop=False)) as ev:
+        general = ev.run(order=0)
+    assert set(ran) == {"select"}
+    assert _assert_states_equal(fast, general) > 10

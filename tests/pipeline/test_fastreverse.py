@@ -15,7 +15,8 @@ from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from analysis.optimize.objectives import Objective, objective_from_states
 from analysis.optimize.reverse import reverse_objective
-from analysis.pipeline import _numba_sens, fastreverse, kernel
+from analysis.pipeline import _numba_sens, fastreverse
+from analysis.pipeline.backend import Backend
 from tests.optimize import test_score_reverse
 from tests.optimize.test_score_reverse import _config
 from tests.reference.enumeration import configurations
@@ -88,10 +89,10 @@ def _three_ways(data: dict, monkeypatch) -> tuple[dict, dict, dict, dict]:
         two_obj = Objective(cfg, ev.plan)
         two_obj._one_pass = False  # values, then the numba pullback pass
         two = reverse_objective(two_obj, ev, None, None)
-        monkeypatch.setattr(fastreverse, "_ENABLED", False)
-        monkeypatch.setattr(kernel, "_SCORES_ON_NUMBA", False)
         n = len(calls)
-        jax_sweep = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
+    # the reference: the JAX sweep, and the scores on the JAX kernel
+    with Evaluator(cfg, backend=Backend(numba_reverse=False, scores_on_numba=False)) as ref:
+        jax_sweep = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
         assert len(calls) == n  # the reference ran without it
     return fwd, one, two, jax_sweep
 
@@ -180,7 +181,7 @@ def test_yield_gradients_of_a_dataset_without_chunks_are_zeros() -> None:
                                float(full["tt"].derived.value["selected_sumw"]), rtol=1e-14)
 
 
-def test_why_not_names_what_the_numba_pass_does_not_serve(monkeypatch) -> None:
+def test_why_not_names_what_the_numba_pass_does_not_serve() -> None:
     from tests.pipeline.test_fastkernel import make_plan, sets_config
 
     plan, theta, _ = make_plan(sets_config())
@@ -188,5 +189,4 @@ def test_why_not_names_what_the_numba_pass_does_not_serve(monkeypatch) -> None:
     cfg = config_from_dict(_config(100_000))
     with Evaluator(cfg) as ev:
         assert fastreverse.why_not(ev.plan) is None
-        monkeypatch.setattr(fastreverse, "_ENABLED", False)
-        assert "switched off" in fastreverse.why_not(ev.plan)
+        assert "switched off" in fastreverse.why_not(ev.plan, numba_reverse=False)

@@ -36,8 +36,7 @@ def test_value_loop_is_lane_zero(width, which, monkeypatch):
         monkeypatch.setattr(mod, name, lambda *a, _k=kernel, _n=name: ran.append(_n) or _k(*a))
     v0, j0 = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
     assert j0 is None and "select_value" in ran and "select" not in ran
-    monkeypatch.setattr(fastkernel, "_VALUE_LOOP", False)
-    v1, _ = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
+    v1, _ = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0, value_loop=False)
     assert "select" in ran
     for a, b in zip(jax.tree_util.tree_leaves(v0), jax.tree_util.tree_leaves(v1), strict=True):
         assert np.array_equal(a, b, equal_nan=True)

@@ -108,3 +108,20 @@ def test_benchmark_table_is_current():
     assert shown == results_table.render().strip(), (
         "benchmarks/README.md: the table is stale; run python benchmarks/results_table.py --write"
     )
+
+
+def test_public_docstrings_have_parameters_and_returns():
+    """numpy style, as the API reference renders them (napoleon)."""
+    import inspect
+
+    missing = []
+    for modname in API_MODULES.values():
+        module = importlib.import_module(modname)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            doc = inspect.getdoc(obj) or ""
+            if (inspect.isfunction(obj) or inspect.isclass(obj)) and "Parameters\n---" not in doc:
+                missing.append(f"{modname}.{name}: Parameters")
+            if inspect.isfunction(obj) and "Returns\n---" not in doc:
+                missing.append(f"{modname}.{name}: Returns")
+    assert not missing, missing

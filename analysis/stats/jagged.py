@@ -364,13 +364,26 @@ def _operand(x: Jagged, other: Any, name: str) -> Any:
 def where(condition: Any, x: Any, y: Any) -> Jagged:
     """Elementwise ``x`` where ``condition`` holds, else ``y`` (``jnp.where`` on the values).
 
-    Parameters: ``condition``, ``x``, ``y``: at least one a :class:`Jagged`; the
-    others Jagged of the same lists, awkward Arrays of those lists, one value per list
-    (a flat array) or numbers, broadcast as the arithmetic operators do.
-    Returns a :class:`Jagged` with the lists of the first Jagged argument, values of the
-    promoted dtype of ``x`` and ``y``. Gradients flow to ``x`` and ``y`` only where
-    they are selected (``jnp.where``: pass finite values on both sides to keep them
-    finite). Empty input gives empty output.
+    Gradients flow to ``x`` and ``y`` only where they are selected (``jnp.where``: pass
+    finite values on both sides to keep them finite). Empty input gives empty output.
+
+    Parameters
+    ----------
+    condition : Jagged, awkward Array, array or bool
+        Where to take ``x``. At least one of ``condition``, ``x``, ``y`` is a
+        :class:`Jagged`; the others are Jagged of the same lists, awkward Arrays of
+        those lists, one value per list (a flat array) or numbers, broadcast as the
+        arithmetic operators do.
+    x : Jagged, awkward Array, array or number
+        The values where ``condition`` holds.
+    y : Jagged, awkward Array, array or number
+        The values elsewhere.
+
+    Returns
+    -------
+    Jagged
+        The lists of the first Jagged argument, values of the promoted dtype of ``x``
+        and ``y``.
     """
     template = next((a for a in (condition, x, y) if isinstance(a, Jagged)), None)
     if template is None:

@@ -32,7 +32,9 @@ def _commit() -> str:
             capture_output=True, text=True, timeout=10, check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            # changes of the result files themselves (a run writes them) do not count
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+             ".", ":!benchmarks/results", ":!benchmarks/README.md"],
             capture_output=True, text=True, timeout=10, check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):

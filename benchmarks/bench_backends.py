@@ -77,12 +77,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from analysis.data.cache import ColumnCache
     from analysis.driver.runner import Evaluator
+    from analysis.pipeline.backend import devices
 
     tmp = tempfile.TemporaryDirectory() if args.data_dir is None else None
     data_dir = Path(args.data_dir or tmp.name)
     config = demo_config(data_dir, args.events, 2, args.chunksize)
-    has_gpu = any(d.platform == "gpu" for d in jax.devices()) if jax.default_backend() != "cpu" \
-        else False
+    has_gpu = bool(devices("gpu"))
     choices = [("numba", "cpu"), ("jax", "cpu")] + ([("jax", "gpu")] if has_gpu else [])
     cache = ColumnCache()
     rows, passes = [], {}

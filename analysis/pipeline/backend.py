@@ -21,10 +21,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["BACKENDS", "DEVICES", "Backend"]
+__all__ = ["BACKENDS", "DEVICES", "Backend", "devices"]
 
 BACKENDS = ("auto", "numba", "jax")
 DEVICES = ("cpu", "gpu")
+
+
+def devices(kind: str) -> list:
+    """The JAX devices of ``kind`` (``"cpu"``, ``"gpu"``) this process sees; empty where
+    JAX has no backend for it (a CPU-only JAX build asked for a GPU)."""
+    import jax
+
+    try:
+        return list(jax.devices(kind))
+    except RuntimeError:
+        return []
 
 
 @dataclass(frozen=True)
@@ -110,16 +121,13 @@ class Backend:
         """The JAX device the JAX kernel runs on."""
         import jax
 
-        try:
-            devices = jax.devices(self.device)
-        except RuntimeError:
-            devices = []
-        if not devices:
+        found = devices(self.device)
+        if not found:
             seen = ", ".join(sorted({d.platform for d in jax.devices()}))
             raise ValueError(f"device '{self.device}' asked for, but JAX sees none on this "
                              f"machine (it sees: {seen}); install a JAX build for it or use "
                              "device 'cpu'")
-        return devices[0]
+        return found[0]
 
     @contextlib.contextmanager
     def placed(self) -> Iterator[None]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 import yaml
@@ -18,13 +17,13 @@ from analysis.config.loader import config_from_dict, load_config
 from analysis.driver.runner import Evaluator
 from analysis.errors import ConfigError, InputError
 from analysis.pipeline import kernel
-from analysis.pipeline.backend import Backend
+from analysis.pipeline.backend import Backend, devices
 from tests.conftest import one_line_error
 from tests.reference.states import flatten
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
-HAS_GPU = any(d.platform == "gpu" for d in jax.devices()) if jax.default_backend() != "cpu" else False
+HAS_GPU = bool(devices("gpu"))
 
 
 def _counting(monkeypatch) -> list[int]:

@@ -35,6 +35,7 @@ from analysis.errors import ConfigError
 __all__ = [
     "ENV_LIMIT",
     "FILE_LIMIT",
+    "FIT_MAX_STEPS",
     "GEN_BYTES_PER_EVENT",
     "KAPPA_MAX",
     "MAX_GENERATED_EVENTS",
@@ -96,6 +97,10 @@ GEN_BYTES_PER_EVENT = 1024
 #: Most points of a ``scan --grid`` (all axes together): each is a full pass's
 #: statistics, evaluated in batches, kept for results.json.
 MAX_GRID_POINTS = 10**6
+# The default cap on BFGS steps of a profile fit (analysis.likelihood.fit.MAX_STEPS;
+# a config's discovery_significance.max_steps): here so that the config's default is
+# read without loading the likelihood's solvers.
+FIT_MAX_STEPS = 1000
 
 #: Largest input file read whole into memory (a correction JSON, a weights npz, a
 #: fileset, a config): 1 GiB, or the memory limit if smaller.

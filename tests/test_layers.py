@@ -28,7 +28,9 @@ PACKAGES = ("analysis", "processors")
 LAYERS: dict[str, int] = {
     "analysis": 0,  # float64 policy only (analysis/__init__.py)
     "analysis.errors": 0,
+    "analysis.compilecache": 0,  # JAX's persistent compilation cache (standard library only)
     "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
+    "analysis.spec": 0,  # pure-Python facts the config checks (statistic names, edges): no JAX
     "analysis.stats": 0,  # pure maths: statistics, states, merges, derivatives
     "analysis.select": 1,  # soft cuts, counts, object sets, 4-vectors, expressions
     "analysis.soft": 1,  # public face of analysis.select for own processors

@@ -95,8 +95,9 @@ def make_evaluator(config, args):
 
 
 def cmd_evaluate(args) -> int:
+    config = load_config(args.config)  # first: a bad config is refused before JAX loads
     from analysis.cli.report import evaluation_report, hard_event_counts, print_summary
-    config = load_config(args.config)
+
     if config.scores:  # inputs standardised from a first pass (where not given)
         from analysis.driver.standardise import standardise_scores
 
@@ -249,12 +250,13 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
 def run_optimize(args) -> int:
     """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
     objective, how the run ended, per-dataset statistics) and plots in the output directory."""
+    config = load_config(args.config)  # first: a bad config is refused before JAX loads
     from analysis.cli.plots import plot_histograms, plot_history, plot_scores
     from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
     from analysis.cli.units import units_of
     from analysis.optimize.loop import Optimization
     from analysis.pipeline.results import MIN_EFFECTIVE_EVENTS, dataset_report
-    config = load_config(args.config)
+
     if config.scores:  # inputs standardised from a first pass (where not given)
         from analysis.driver.standardise import standardise_scores
 
@@ -536,8 +538,9 @@ def _best_line(best: dict[str, Any] | None) -> str:
 def run_scan(args) -> int:
     """``diffcoffea scan``: :func:`analysis.optimize.scan.scan` on the ``--grid``, written to
     scan.json (and into results.json when an optimisation left one there)."""
+    config = load_config(args.config)  # first: a bad config is refused before JAX loads
     from analysis.optimize.scan import scan
-    config = load_config(args.config)
+
     outdir = output_dir(config, args)
     with claim_run(config, args):  # the output dir is checked first, as for optimize
         grid = parse_grid(args.grid, config)

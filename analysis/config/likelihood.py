@@ -45,7 +45,7 @@ from analysis.config.schema import _fail, _Model
 from analysis.errors import first_line
 from analysis.limits import KAPPA_MAX, regular_file
 from analysis.select import exprs
-from analysis.stats.histogram import check_edges
+from analysis.spec.edges import check_edges
 
 if TYPE_CHECKING:
     from analysis.likelihood import Model

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from analysis.config.schema import _fail, _Model
 from analysis.config.yamlsafe import show_value as _show
 from analysis.select import exprs
-from analysis.stats import registry
+from analysis.spec import statistics as registry
 
 __all__ = ["HistConfig", "ObservableConfig"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -38,7 +38,10 @@ from pydantic import Field, field_validator, model_validator
 from analysis.config.schema import ConfigModel, _fail
 from analysis.limits import MAX_LAYERS, MAX_SCORE_PARAMETERS, MAX_SEED
 from analysis.select import exprs
-from analysis.stats.mlp import ACTIVATIONS, MLP, Standardisation, mlp, to_arrays
+from analysis.spec.activations import ACTIVATION_NAMES
+
+if TYPE_CHECKING:
+    from analysis.stats.mlp import MLP, Standardisation
 
 __all__ = [
     "SCORE_PREFIX",
@@ -61,7 +64,7 @@ class MLPConfig(ConfigModel):
 
     inputs: list[str] = Field(min_length=1)
     hidden: list[int] = [16, 16]
-    activation: Literal[tuple(ACTIVATIONS)] = "tanh"  # type: ignore[valid-type]
+    activation: Literal[ACTIVATION_NAMES] = "tanh"  # type: ignore[valid-type]
 
     @field_validator("hidden")
     @classmethod
@@ -210,10 +213,14 @@ def check_scores(config: Any) -> list[tuple[str, str]]:
 def template(n_inputs: int, hidden: tuple[int, ...], activation: str) -> MLP:
     """A network of this architecture (its weights are placeholders: the shapes and the
     pytree structure are what the kernel reuses)."""
+    from analysis.stats.mlp import mlp  # here: the schema is checked without JAX
+
     return mlp(n_inputs, hidden=hidden, activation=activation, seed=0)
 
 
 def _initial(cfg: ScoreConfig, resolve_path) -> tuple[MLP, Standardisation]:
+    from analysis.stats.mlp import Standardisation, mlp
+
     n = len(cfg.mlp.inputs)
     like = template(n, tuple(cfg.mlp.hidden), cfg.mlp.activation)
     standard = None
@@ -234,6 +241,8 @@ def score_parameters(config: Any) -> list[tuple[str, float, bool]]:
     """``[(name, initial value, trainable)]`` of every score's parameters, in plan order:
     per score its weights (:func:`analysis.stats.mlp.to_arrays` order, raveled) then its
     standardisation ``mean[k]``, ``std[k]`` (never trainable)."""
+    from analysis.stats.mlp import to_arrays
+
     out: list[tuple[str, float, bool]] = []
     for cfg in config.scores:
         net, standard = _initial(cfg, config.resolve_path)

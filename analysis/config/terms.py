@@ -38,15 +38,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Union, runtime_checkable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from pydantic import Field, PrivateAttr, model_validator
 
 from analysis.config.schema import _fail, _Model
 from analysis.config.yamlsafe import show_value
 from analysis.errors import ConfigError, DiffcoffeaError
-from analysis.stats._core import safe_sqrt
+from analysis.limits import FIT_MAX_STEPS
 
 __all__ = [
     "TERM_TYPES",
@@ -66,10 +64,14 @@ _FUNCTION = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 
 
 # --- the Asimov significance (pure JAX) ------------------------------------------------
+# JAX is imported inside the functions, not with the module: the config schema (this
+# module) is checked without loading JAX, so that a bad config is refused at once.
 
 
 def _log1p_minus(a):
     """``log1p(a) - a`` without cancellation for small ``|a|`` (series below 1e-2)."""
+    import jax.numpy as jnp
+
     small = jnp.abs(a) < 1e-2
     a_s = jnp.where(small, a, 0.0)
     series = a_s * a_s * (-1 / 2 + a_s * (1 / 3 + a_s * (-1 / 4 + a_s * (1 / 5 + a_s * (-1 / 6)))))
@@ -87,6 +89,10 @@ def asimov_significance(s, b, var_b):
     ``Z^2 / 2 = s^2 b^2 / ((b^2 + (s+b) v)(b + v)) + (s+b) g(A) - (b^2/v) g(B)``,
     and ``Z^2 / 2 = s^2 / b + (s+b) g(s/b)`` for ``v = 0``.
     """
+    import jax.numpy as jnp
+
+    from analysis.stats._core import safe_sqrt
+
     tiny = var_b <= 1e-12 * b * b
     v = jnp.where(tiny, 1.0, var_b)
     sb = s + b
@@ -103,6 +109,8 @@ def asimov_significance(s, b, var_b):
 def significance_z(stats: dict[str, Any], signal: list[str], background: list[str], sigma_b):
     """JAX: ``Z_A`` of the summed signal over the summed background yields, with background
     variance ``(sigma_b b)^2`` plus the Monte Carlo variance and its floor."""
+    import jax.numpy as jnp
+
     s = sum(stats[n]["yield"] for n in signal)
     b = sum(stats[n]["yield"] for n in background)
     var = (sigma_b * b) ** 2 + sum(
@@ -296,6 +304,9 @@ def _call_user(fn: Callable, spec: str, stats: dict[str, Any], source: str) -> A
 
 def _not_a_real_scalar(value: Any) -> str:
     """What is wrong with a ``python`` term's return value ("" if nothing)."""
+    import jax
+    import jax.numpy as jnp
+
     if isinstance(value, (bool, np.bool_)):
         return f"a bool ({value})"
     if not isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array)):
@@ -354,10 +365,6 @@ def _lk():
     return likelihood
 
 
-def _fit_max_steps() -> int:
-    return _lk().fit.MAX_STEPS
-
-
 class _LikelihoodTerm(Term):
     """Base of the binned-likelihood terms (:mod:`analysis.likelihood`): they read the
     model's templates (``ctx.likelihood_states(stats)``, ``ctx.likelihood_model``)."""
@@ -391,7 +398,7 @@ class DiscoverySignificanceTerm(_LikelihoodTerm):
 
     type: Literal["discovery_significance"] = "discovery_significance"
     gradient: Literal["envelope", "implicit"] = "envelope"
-    max_steps: int = Field(default_factory=_fit_max_steps, ge=1)  # of the mu = 0 profile fit
+    max_steps: int = Field(default=FIT_MAX_STEPS, ge=1)  # of the mu = 0 profile fit
 
     def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
         return -_lk().discovery_significance(

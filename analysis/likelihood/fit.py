@@ -26,6 +26,7 @@ import optimistix as optx
 
 from analysis.likelihood.expected import nll, nuisance_names
 from analysis.likelihood.model import FitError, Model
+from analysis.limits import FIT_MAX_STEPS
 
 __all__ = ["FitResult", "fit_status", "profile", "raise_for_fit"]
 
@@ -36,7 +37,7 @@ __all__ = ["FitResult", "fit_status", "profile", "raise_for_fit"]
 # the rounding of the templates: chunking would change dZ/dparam by ~1e-8 without them).
 RTOL = 1e-9
 ATOL = 1e-9
-MAX_STEPS = 1000
+MAX_STEPS = FIT_MAX_STEPS  # analysis.limits: the config reads it without loading the fit
 NEWTON_STEPS = 2
 GRAD_TOL = 1e-6  # largest |dNLL/dtheta| of a converged fit (rounding is ~1e-12)
 

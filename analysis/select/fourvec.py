@@ -27,21 +27,11 @@ Cost: a few dozen flops per pair; no caps.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax.numpy as jnp
 
+from analysis.select.p4 import P4
+
 __all__ = ["P4", "add", "delta_phi", "delta_r", "total"]
-
-
-class P4(NamedTuple):
-    """A Lorentz vector ``(pt, eta, phi, mass)``: ``vector``'s ``Momentum4D`` with
-    ``rho = pt`` and ``tau = mass`` (a negative mass is spacelike, as in ``vector``)."""
-
-    pt: jnp.ndarray
-    eta: jnp.ndarray
-    phi: jnp.ndarray
-    mass: jnp.ndarray
 
 
 def _safe_sqrt(x):

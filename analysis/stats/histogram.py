@@ -32,7 +32,6 @@ merge, naming the edges. Jacobian and Hessian leaves of a :class:`Derived` are
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -40,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.spec.edges import check_edges
 from analysis.stats.api import _flat_prepared
 
 __all__ = ["Flow", "Histogram", "check_edges", "histogram"]
@@ -52,28 +52,6 @@ class Flow(NamedTuple):
     underflow_sumw2: Any
     overflow_sumw: Any
     overflow_sumw2: Any
-
-
-def check_edges(edges: Any, where: str = "stats.histogram: edges") -> tuple[float, ...]:
-    """``edges`` as a tuple of floats, or ``ValueError`` (one line naming ``where``) unless
-    they are at least two finite, strictly increasing numbers."""
-    try:
-        arr = np.asarray(edges, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: expected a list of numbers, found {edges!r}") from None
-    if arr.ndim != 1 or arr.shape[0] < 2:
-        raise ValueError(f"{where}: expected at least two bin edges (a 1-D list), found {edges!r}")
-    for i, v in enumerate(arr):
-        if not math.isfinite(v):
-            raise ValueError(f"{where}: edges[{i}] = {v}: expected finite numbers")
-    bad = np.flatnonzero(np.diff(arr) <= 0)
-    if bad.size:
-        i = int(bad[0]) + 1
-        raise ValueError(
-            f"{where}: expected strictly increasing edges, found edges[{i}] = {arr[i]:g} "
-            f"after edges[{i - 1}] = {arr[i - 1]:g}"
-        )
-    return tuple(float(v) for v in arr)
 
 
 @jax.tree_util.register_pytree_with_keys_class

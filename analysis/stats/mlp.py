@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.errors import InputError
+from analysis.spec.activations import ACTIVATION_NAMES
 from analysis.stats._core import Moments
 from analysis.stats._statefns import state_mean, state_std
 from analysis.stats.jagged import Jagged
@@ -46,13 +47,7 @@ __all__ = [
     "to_arrays",
 ]
 
-ACTIVATIONS: dict[str, Callable[[Any], Any]] = {
-    "tanh": jax.nn.tanh,
-    "relu": jax.nn.relu,
-    "sigmoid": jax.nn.sigmoid,
-    "gelu": jax.nn.gelu,
-    "softplus": jax.nn.softplus,
-}
+ACTIVATIONS: dict[str, Callable[[Any], Any]] = {name: getattr(jax.nn, name) for name in ACTIVATION_NAMES}
 
 
 class MLP(eqx.Module):

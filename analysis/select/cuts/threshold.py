@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from analysis.select.objects import soft_pass
-
 __all__ = ["Threshold"]
 
 
@@ -27,6 +25,9 @@ class Threshold:
         return ((op in (">", ">="), op in (">=", "<=")),)
 
     def probability(self, x: Any, bounds: Sequence[Any], width: Any, *, op: str) -> Any:
+        # Here, not at import: the cut registry is read by the config checks (no JAX).
+        from analysis.select.objects import soft_pass
+
         (t,) = bounds
         ((greater, inclusive),) = self.sides(op)
         return soft_pass(x, t, width, greater=greater, inclusive=inclusive)

@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from analysis.select.objects import soft_pass
-
 __all__ = ["Window"]
 
 
@@ -34,6 +32,8 @@ class Window:
         return ((True, False), (False, False))
 
     def probability(self, x: Any, bounds: Sequence[Any], width: Any, *, op: str) -> Any:
+        from analysis.select.objects import soft_pass  # here: the registry loads no JAX
+
         (lo, hi), ((g_lo, i_lo), (g_hi, i_hi)) = bounds, self.sides(op)
         above = soft_pass(x, lo, width, greater=g_lo, inclusive=i_lo)
         return above * soft_pass(x, hi, width, greater=g_hi, inclusive=i_hi)

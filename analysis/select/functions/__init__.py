@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any, Protocol
 
-from analysis.select.fourvec import P4, total
 from analysis.select.functions.fourvector import Eta, Mass, Phi, Pt
 from analysis.select.functions.mt import TransverseMass
 from analysis.select.functions.pairs import DeltaPhi, DeltaR
+from analysis.select.p4 import P4
 
 __all__ = ["FUNCTIONS", "Function", "apply"]
 
@@ -71,6 +71,9 @@ def apply(name: str, args: Sequence[Sequence[str]], read: Callable[[str, int | N
     field)``: the values of ``field`` of a term, ``slot`` its position among the call's
     indexed objects (``None`` for a per-event object); all broadcast to one shape. An
     argument of several terms is their 4-vector sum."""
+    # Here, not at import: the registry is read by the config checks, which load no JAX.
+    from analysis.select.fourvec import total
+
     kind = FUNCTIONS[name]
     slot = 0
     operands = []

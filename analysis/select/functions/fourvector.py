@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.select.fourvec import P4
+from analysis.select.p4 import P4
 
 __all__ = ["Eta", "Mass", "Phi", "Pt"]
 

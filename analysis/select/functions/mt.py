@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax.numpy as jnp
-
 __all__ = ["TransverseMass"]
 
 
@@ -23,6 +21,8 @@ class TransverseMass:
     sums = False
 
     def value(self, a: Any, b: Any) -> Any:
+        import jax.numpy as jnp  # here: the registry is read without JAX (config checks)
+
         m2 = 2.0 * a.pt * b.pt * (1.0 - jnp.cos(a.phi - b.phi))
         pos = m2 > 0
         return jnp.where(pos, jnp.sqrt(jnp.where(pos, m2, 1.0)), 0.0)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.select import fourvec
-
 __all__ = ["DeltaPhi", "DeltaR"]
 
 
@@ -21,6 +19,8 @@ class DeltaR:
     sums = False
 
     def value(self, a: Any, b: Any) -> Any:
+        from analysis.select import fourvec  # here: the registry loads no JAX
+
         return fourvec.delta_r(a, b)
 
 
@@ -31,4 +31,6 @@ class DeltaPhi:
     sums = False
 
     def value(self, a: Any, b: Any) -> Any:
+        from analysis.select import fourvec
+
         return fourvec.delta_phi(a, b)

@@ -13,13 +13,14 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from analysis.config.loader import Config, load_config
 from analysis.errors import DiffcoffeaError
 from analysis.limits import MAX_GRID_POINTS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "claim_run",
@@ -53,6 +54,8 @@ def _parse_sets(items: list[str]) -> dict[str, float]:
 
 def json_safe(data: Any) -> Any:
     """``data`` as strict JSON values: NaN and +-inf become None (null), numpy becomes Python."""
+    import numpy as np  # here: a refused config never loads numpy (docs/guide/startup.md)
+
     if isinstance(data, dict):
         return {str(k): json_safe(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
@@ -211,6 +214,8 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
 
 def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
     """``["name=lo:hi:n", ...]`` to ``{name: values}`` (inclusive, evenly spaced)."""
+    import numpy as np
+
     grid: dict[str, np.ndarray] = {}
     sizes: dict[str, int] = {}
     for item in items:

@@ -38,7 +38,7 @@ class _Model(BaseModel):
 
     # allow_inf_nan=False: NaN/inf in any float field (YAML .nan, .inf) is an error
     # naming the key, never a value that poisons every result downstream.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
 
     @model_validator(mode="before")
     @classmethod

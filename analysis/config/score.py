@@ -32,7 +32,6 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import ConfigModel, _fail
@@ -219,6 +218,8 @@ def template(n_inputs: int, hidden: tuple[int, ...], activation: str) -> MLP:
 
 
 def _initial(cfg: ScoreConfig, resolve_path) -> tuple[MLP, Standardisation]:
+    import numpy as np
+
     from analysis.stats.mlp import Standardisation, mlp
 
     n = len(cfg.mlp.inputs)
@@ -241,6 +242,8 @@ def score_parameters(config: Any) -> list[tuple[str, float, bool]]:
     """``[(name, initial value, trainable)]`` of every score's parameters, in plan order:
     per score its weights (:func:`analysis.stats.mlp.to_arrays` order, raveled) then its
     standardisation ``mean[k]``, ``std[k]`` (never trainable)."""
+    import numpy as np
+
     from analysis.stats.mlp import to_arrays
 
     out: list[tuple[str, float, bool]] = []

@@ -186,7 +186,8 @@ class ObjectSetConfig(_Model):
     rank_by: str = "pt"
     max_objects: int | None = Field(default=None, ge=1)
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=False,
+                              defer_build=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -38,7 +38,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Union, runtime_checkable
 
-import numpy as np
 from pydantic import Field, PrivateAttr, model_validator
 
 from analysis.config.schema import _fail, _Model
@@ -306,6 +305,7 @@ def _not_a_real_scalar(value: Any) -> str:
     """What is wrong with a ``python`` term's return value ("" if nothing)."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     if isinstance(value, (bool, np.bool_)):
         return f"a bool ({value})"

@@ -1,7 +1,7 @@
 """Histogram bin edges as the config and :mod:`analysis.stats.histogram` accept them.
 
-Pure Python and numpy (no JAX), so that the config loader checks edges without loading
-JAX; :func:`analysis.stats.histogram.check_edges` is this function.
+Pure Python and numpy (imported when edges are checked; no JAX), so that the config
+loader checks edges without loading JAX; :func:`analysis.stats.histogram.check_edges` is this function.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 __all__ = ["check_edges"]
 
 
 def check_edges(edges: Any, where: str = "stats.histogram: edges") -> tuple[float, ...]:
     """``edges`` as a tuple of floats, or ``ValueError`` (one line naming ``where``) unless
     they are at least two finite, strictly increasing numbers."""
+    import numpy as np
+
     try:
         arr = np.asarray(edges, dtype=np.float64)
     except (TypeError, ValueError):

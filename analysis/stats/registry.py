@@ -7,30 +7,17 @@ same registry (the same :data:`STATISTICS` dict), under its public name.
 
 from __future__ import annotations
 
-from analysis.spec.statistics import (
-    BIVARIATE,
-    NAMES,
-    STATISTICS,
-    UNIVARIATE,
-    Statistic,
-    bivariate,
-    json_paths,
-    moment_order,
-    names,
-    observable_statistics,
-    univariate,
-)
+from analysis.spec import statistics as _statistics
+from analysis.spec.statistics import BIVARIATE as BIVARIATE
+from analysis.spec.statistics import NAMES as NAMES
+from analysis.spec.statistics import STATISTICS as STATISTICS
+from analysis.spec.statistics import UNIVARIATE as UNIVARIATE
+from analysis.spec.statistics import Statistic as Statistic
+from analysis.spec.statistics import bivariate as bivariate
+from analysis.spec.statistics import json_paths as json_paths
+from analysis.spec.statistics import moment_order as moment_order
+from analysis.spec.statistics import names as names
+from analysis.spec.statistics import observable_statistics as observable_statistics
+from analysis.spec.statistics import univariate as univariate
 
-__all__ = [
-    "BIVARIATE",
-    "NAMES",
-    "STATISTICS",
-    "UNIVARIATE",
-    "Statistic",
-    "bivariate",
-    "json_paths",
-    "moment_order",
-    "names",
-    "observable_statistics",
-    "univariate",
-]
+__all__ = list(_statistics.__all__)

@@ -87,12 +87,14 @@ def test_second_process_loads_what_the_first_compiled(tmp_path):
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == entries
 
 
+@pytest.mark.slow  # a JAX process (~5 s)
 def test_off_means_no_cache(tmp_path):
     env = {**_clean_env(), compilecache.ENV: "off", "HOME": str(tmp_path)}
     assert _compile(env) == []
     assert not (tmp_path / ".cache").exists()
 
 
+@pytest.mark.slow  # two JAX processes
 def test_a_worker_started_later_inherits_the_cache(tmp_path):
     # A worker that never imports analysis (a bare process started by a driver that
     # called enable(), as coffea's executors start theirs) caches through the inherited
@@ -113,8 +115,7 @@ def test_a_worker_started_later_inherits_the_cache(tmp_path):
     assert any((tmp_path / "w").iterdir())
 
 
-@pytest.mark.parametrize("after_jax", [False, True])
-def test_enable_applies_to_jax_imported_before(tmp_path, after_jax):
+def test_enable_applies_to_jax_imported_before(tmp_path):
     # enable(path) after JAX has compiled (and opened its cache elsewhere) moves it.
     code = (
         "import sys, os\n"
@@ -125,9 +126,7 @@ def test_enable_applies_to_jax_imported_before(tmp_path, after_jax):
         "jax.jit(lambda x: x * 5.0 - 2.0)(jnp.ones(4)).block_until_ready()\n"
         "assert jax.config.jax_compilation_cache_dir == os.environ['DIFFCOFFEA_JAX_CACHE']\n"
     )
-    if not after_jax:
-        code = code.replace("jax.jit(lambda x: x + 1.0)(jnp.ones(3)).block_until_ready()\n", "")
     env = {**_clean_env(), compilecache.ENV: str(tmp_path / "first")}
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
                    check=True, timeout=300)
-    assert any((tmp_path / "moved").iterdir())
+    assert any((tmp_path / "first").iterdir()) and any((tmp_path / "moved").iterdir())

@@ -294,13 +294,16 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt as err:
         return _interrupted(argv is None, err)
-    if getattr(args, "debug", False):  # e.g. why a plan runs on the JAX kernel
-        _kernel_log = logging.getLogger("analysis")  # every module: kernel, driver, backend
-        if not _kernel_log.handlers:
-            _handler = logging.StreamHandler(sys.stderr)
-            _handler.setFormatter(logging.Formatter("diffcoffea: debug: %(message)s"))
-            _kernel_log.addHandler(_handler)
-        _kernel_log.setLevel(logging.DEBUG)
+    # --debug (e.g. why a plan runs on the JAX kernel) holds for this call only: main()
+    # called again in the same process (a notebook, the tests) must not keep a handler
+    # bound to an earlier, possibly closed, stderr, nor the DEBUG level.
+    log = logging.getLogger("analysis")  # every module: kernel, driver, backend
+    handler, level = None, log.level
+    if getattr(args, "debug", False):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("diffcoffea: debug: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
@@ -313,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"diffcoffea: error: {cause}", file=sys.stderr)
         return 2
+    finally:
+        if handler is not None:
+            log.removeHandler(handler)
+            log.setLevel(level)
 
 
 if __name__ == "__main__":

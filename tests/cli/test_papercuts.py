@@ -42,6 +42,18 @@ def test_debug_after_the_subcommand(tmp_path, capsys) -> None:
     assert main(["evaluate", str(path)]) == 2  # without: the lines, no traceback
 
 
+def test_debug_holds_for_one_call(tmp_path, capsys) -> None:
+    # main() again in the same process (a notebook, these tests): no handler left bound
+    # to an earlier stderr (a closed one gave "--- Logging error ---"), no DEBUG level.
+    import logging
+
+    log = logging.getLogger("analysis")
+    before = (list(log.handlers), log.level)
+    with pytest.raises(ConfigError):  # --debug: the traceback
+        main(["evaluate", str(_bad_config(tmp_path)), "--debug"])
+    assert (list(log.handlers), log.level) == before
+
+
 def test_every_config_error_in_one_run(tmp_path, capsys) -> None:
     path = _bad_config(tmp_path)
     assert main(["evaluate", str(path)]) == 2

@@ -81,10 +81,13 @@ from analysis.stats._compiled import (  # noqa: F401  (re-exported)
     _SEEN,
     _SEEN_MAX,
     _cached_call,
+    _check_merged,
     _forward,
     _pullback,
+    _pullback_body,
     _signature,
     _values,
+    compiled_call,
 )
 from analysis.stats._differentiable import (  # noqa: F401  (re-exported)
     _MODES,
@@ -230,20 +233,37 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     spec.check_finite(vec, "stats.derive")
     t0 = jnp.asarray(vec)
 
-    def f(t):
-        try:
-            out = fn(spec.unflatten(t))
-        except Exception as err:
-            if not _awkward_with_a_parameter(err):
-                raise
-            raise TypeError(AWKWARD_HINT) from None
-        return _checked_states(out, "stats.derive")
+    def wrap(fn):
+        def f(t):
+            try:
+                out = fn(spec.unflatten(t))
+            except Exception as err:
+                if not _awkward_with_a_parameter(err):
+                    raise
+                raise TypeError(AWKWARD_HINT) from None
+            return _checked_states(out, "stats.derive")
 
+        return f
+
+    f = wrap(fn)
     if task == "pullback":
-        return _pullback(f, t0, spec.names, theta)
+        pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
+        got = compiled_call(
+            "pullback", fn, wrap, _pullback_body(pay_tree),
+            (spec.key, pay_tree, tuple((np.shape(x), str(np.result_type(x))) for x in pay)),
+            t0, pay)
+        if got is None:
+            return _pullback(f, t0, spec.names, theta)
+        grad, value = got
+        _check_merged(value, theta)
+        return Pullback(spec.names, _to_numpy(value), np.asarray(grad, dtype=np.float64))
     if task == "values":
-        return Derived(spec.names, _to_numpy(_values(f, t0)), at=vec)
-    value, jac, hess = _forward(f, t0, order)
+        got = compiled_call("values", fn, wrap, lambda f, t: f(t), spec.key, t0)
+        value = _values(f, t0) if got is None else got
+        return Derived(spec.names, _to_numpy(value), at=vec)
+    got = compiled_call(f"forward{order}", fn, wrap,
+                        lambda f, t: value_and_derivatives(f, t, order=order), spec.key, t0)
+    value, jac, hess = _forward(f, t0, order) if got is None else got
     if order == 0:
         return Derived(spec.names, _to_numpy(value), at=vec)
     return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess), at=vec)

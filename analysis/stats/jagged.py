@@ -64,8 +64,37 @@ def segment_ids_from_offsets(offsets: Any, num_elements: int) -> Any:
     if off is not None:
         counts = np.diff(off)
         return np.repeat(np.arange(counts.shape[0], dtype=np.int32), counts)
-    starts = jnp.zeros(num_elements, dtype=jnp.int32).at[offsets[1:-1]].add(1, mode="drop")
+    # +1 at every list end (not only the inner ones): elements beyond offsets[-1] (the
+    # padding of a compiled stats.derive) get num_lists, which segment sums drop.
+    starts = jnp.zeros(num_elements, dtype=jnp.int32).at[offsets[1:]].add(1, mode="drop")
     return jnp.cumsum(starts, dtype=jnp.int32)
+
+
+# Traced offsets whose longest list is known on the host: stats.derive's compiled path
+# passes a chunk's Jagged as arguments (its offsets traced) and records here the
+# longest list, rounded up, that analysis.soft.pass_weights needs as a static size.
+# id -> (the offsets tracer, kept alive so that its id is not reused; the bound).
+_LONGEST: dict[int, tuple[Any, int]] = {}
+
+
+def longest_bound(offsets: Any) -> int | None:
+    """An upper bound of the longest list of ``offsets``: computed for concrete offsets,
+    recorded (:func:`bound_longest`) for traced ones, else ``None``."""
+    off = concrete(offsets)
+    if off is not None:
+        return int(np.max(np.diff(off))) if off.shape[0] > 1 else 0
+    hit = _LONGEST.get(id(offsets))
+    return hit[1] if hit is not None and hit[0] is offsets else None
+
+
+def bound_longest(offsets: Any, bound: int) -> None:
+    """Record ``bound`` as the longest list of the traced ``offsets`` (while tracing)."""
+    _LONGEST[id(offsets)] = (offsets, int(bound))
+
+
+def forget_bounds() -> None:
+    """Drop the recorded bounds (after a trace)."""
+    _LONGEST.clear()
 
 
 def _check_real(dtype: Any, what: str) -> None:

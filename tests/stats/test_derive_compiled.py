@@ -171,3 +171,49 @@ def test_untraceable_function_runs_eagerly() -> None:
         lambda t: _checked_states(fn({"pt_min": t[0]}), "t"), jnp.asarray([30.0]), order=1)
     _close(d.value, value)
     _close(d.jac, jac)
+
+
+def test_a_pickled_chunk_function_reuses_the_program() -> None:
+    """coffea sends the processor to its workers by cloudpickle: every chunk's function
+    arrives with a fresh globals dict and new code objects; the program is reused."""
+    import cloudpickle
+
+    _compiled._PROGRAMS.clear()
+    built = _compiled.BUILT["programs"]
+    fn = _fn(*_chunk(6))
+    results = [stats.derive(cloudpickle.loads(cloudpickle.dumps(fn)), THETA) for _ in range(3)]
+    assert _compiled.BUILT["programs"] == built + 1
+    _close(results[0].jac, results[2].jac)
+
+
+def test_other_closures_take_the_traced_path() -> None:
+    """A function closing over an object of a class of its own, or calling
+    count_at_least (concrete lists), is traced as it is: same values, no program."""
+    from analysis.soft import count_at_least
+
+    pt, eta = _chunk(7)
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.pt = pt
+
+    def held(theta):  # noqa: ANN001, ANN202
+        return {"pt": stats.moments(holder.pt, weight=soft_cut(holder.pt, ">", theta["pt_min"],
+                                                               5.0))}
+
+    def counted(theta):  # noqa: ANN001, ANN202
+        p = soft_cut(pt, ">", theta["pt_min"], 5.0)
+        return {"n": count_at_least(p, 2).sum(), "pt": stats.moments(pt, weight=p)}
+
+    _compiled._PROGRAMS.clear()
+    built = _compiled.BUILT["programs"]
+    for fn in (held, counted):
+        d = stats.derive(fn, {"pt_min": 30.0})
+        value, jac, _ = value_and_derivatives(
+            lambda t, fn=fn: _checked_states(fn({"pt_min": t[0]}), "t"),
+            jnp.asarray([30.0]), order=1)
+        _close(d.value, value)
+        _close(d.jac, jac)
+    assert _compiled.BUILT["programs"] == built

@@ -262,9 +262,10 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
 
     Both are the exact expectations of the hard-cut weights ``[j passes] [K >= n]`` and
     ``[K >= n]`` under independent object passes (Poisson-binomial ``K``), computed by
-    the engine's own recursions (:func:`analysis.select.objects.object_weights` and
+    the engine's recursions (those of :func:`analysis.select.objects.object_weights` and
     :func:`~analysis.select.objects.event_pass` on a one-set
-    :class:`~analysis.select.countmodel.CountModel`): sums of non-negative products,
+    :class:`~analysis.select.countmodel.CountModel`, with the engine's pass table,
+    written for one set in :mod:`analysis.select._single`): sums of non-negative products,
     no division, exact at ``p`` in {0, 1}; differentiable in ``p`` and ``n`` (forward
     and reverse, every order). ``n <= 0``: ``objects == p``, ``events == 1``; ``n``
     above an event's multiplicity: zeros there. Events without objects: ``events`` is

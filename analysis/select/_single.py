@@ -3,12 +3,10 @@
 written out over a few count states (pure JAX).
 
 The engine's general recursion scans the objects over an ``(events, states)`` table
-with slices and concatenations per step; for one set and a small cap that is mostly
-loop overhead (measured: 40 ms per 10k events for the values, 200 ms under
-``jax.jacfwd``). Here every count state is its own ``(events,)`` vector and the loop
-over the ``M`` object slots and ``S`` states is unrolled in Python, so XLA fuses the
-whole recursion into a few elementwise loops over the events (forward and reverse
-mode alike). Same quantities, same definitions: the pass table ``f`` is the engine's
+with slices and concatenations per step; for one set that is mostly overhead
+(measured: 200 ms per 10k events under ``jax.jacfwd``, 20 ms here). Here every count
+state is its own ``(events,)`` vector in the scan's carry over the ``M`` object
+slots. Same quantities, same definitions: the pass table ``f`` is the engine's
 (:func:`analysis.select._recursions._pass_table`), the forward distribution ``F_j``
 of the objects before ``j``, the value function ``G_{j+1}`` of those after it, ``w_j
 = q_j sum_k F_j(k) G_{j+1}(min(k + 1, cap))`` and ``P = G_0(0)``: sums of
@@ -28,8 +26,8 @@ from analysis.stats.jagged import segment_ids_from_offsets
 
 __all__: list[str] = []
 
-#: Largest ``M * S`` (object slots x count states) written out; above it the engine's
-#: scan runs (the unrolled program's size and compile time grow with ``M * S``).
+#: Largest ``M * S`` (object slots x count states) for this recursion (its Python
+#: loops over the states grow the program with ``S``); above it the engine's runs.
 UNROLL_MAX = 640
 
 

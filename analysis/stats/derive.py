@@ -41,14 +41,16 @@ number of states):
   ``T_bar = (dS/dT)^T S_bar`` computed once from the merged state: each chunk's share
   is a function of its own inputs and constants only (:mod:`analysis.stats.pullback`
   gives the formulas, also for co-moments and sums).
-* In reverse mode the chunk computations are compiled the second time a chunk
-  structure (the function's jaxpr and its arrays' shapes) is met, i.e. from the
-  second gradient step on; a structure met once runs eagerly. Forward mode (and
-  ``order=0``) compiles the function with its derivatives the first time a structure
-  is met, the chunk's arrays as arguments (not constants in the program), so that
-  later chunks and passes of the same shapes, and new processes through JAX's
-  persistent compilation cache, reuse it; a function that cannot be traced (Python
-  control flow on values) runs eagerly after one warning line.
+* Compilation: forward mode (every order) and both passes of reverse mode compile
+  ``fn`` with its derivatives once per *bucket* of chunk shapes, the chunk's arrays as
+  arguments (:mod:`analysis.stats._closure`: the arrays ``fn`` closes over, a
+  :class:`~analysis.stats.Jagged`'s values padded with zeros beyond ``offsets[-1]``,
+  weight 0 everywhere), so that later chunks and passes run without tracing ``fn``
+  again, and new processes load the programs from JAX's persistent compilation cache.
+  A function closing over anything else, or calling what needs concrete lists, is
+  traced on every chunk (forward mode: compiled once per exact shape; reverse mode:
+  from the second time a structure is met); one that cannot be traced (Python control
+  flow on values) runs eagerly after one warning line.
 * :func:`differentiable` ``(run)`` (``mode="auto"``) picks forward mode up to
   :data:`AUTO_FORWARD_MAX` parameters and reverse mode above; ``jax.grad``,
   ``jax.value_and_grad`` and ``jax.jit`` work in both; ``jax.hessian`` needs forward

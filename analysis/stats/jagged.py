@@ -26,7 +26,9 @@ applies to every element. ``soft_cut(pt, ">", a, 5.0) * soft_cut(eta, "<", b, 0.
 is the product of the pass probabilities. ``jnp`` functions go through :meth:`Jagged.map`
 (``pt.map(jnp.log)``, ``pt.map(jnp.arctan2, eta)``); :func:`where` selects elementwise.
 Everything is JAX on the values, so gradients flow through it and it works under ``jit``
-(traced offsets: only the lengths are compared).
+(traced offsets: only the lengths are compared). With traced offsets, values beyond
+``offsets[-1]`` are padding (as :func:`analysis.stats.derive` pads a chunk's Jagged to
+a bucket size): they belong to no list and every statistic gives them weight 0.
 
 For awkward inputs of any structure (option types, any depth, regular dimensions)
 the statistics use :mod:`analysis.stats._shadow`, which lets awkward itself decide

@@ -37,6 +37,7 @@ broadcasting, missing values and the grouping of any ``axis``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -75,8 +76,15 @@ def segment_ids_from_offsets(offsets: Any, num_elements: int) -> Any:
 # Traced offsets whose longest list is known on the host: stats.derive's compiled path
 # passes a chunk's Jagged as arguments (its offsets traced) and records here the
 # longest list, rounded up, that analysis.soft.pass_weights needs as a static size.
-# id -> (the offsets tracer, kept alive so that its id is not reused; the bound).
-_LONGEST: dict[int, tuple[Any, int]] = {}
+# id -> (the offsets tracer, kept alive so that its id is not reused; the bound), per
+# thread (dask's threaded workers trace chunks at the same time).
+_BOUNDS = threading.local()
+
+
+def _longest() -> dict[int, tuple[Any, int]]:
+    if not hasattr(_BOUNDS, "table"):
+        _BOUNDS.table = {}
+    return _BOUNDS.table
 
 
 def longest_bound(offsets: Any) -> int | None:
@@ -85,18 +93,18 @@ def longest_bound(offsets: Any) -> int | None:
     off = concrete(offsets)
     if off is not None:
         return int(np.max(np.diff(off))) if off.shape[0] > 1 else 0
-    hit = _LONGEST.get(id(offsets))
+    hit = _longest().get(id(offsets))
     return hit[1] if hit is not None and hit[0] is offsets else None
 
 
 def bound_longest(offsets: Any, bound: int) -> None:
     """Record ``bound`` as the longest list of the traced ``offsets`` (while tracing)."""
-    _LONGEST[id(offsets)] = (offsets, int(bound))
+    _longest()[id(offsets)] = (offsets, int(bound))
 
 
 def forget_bounds() -> None:
     """Drop the recorded bounds (after a trace)."""
-    _LONGEST.clear()
+    _longest().clear()
 
 
 def _check_real(dtype: Any, what: str) -> None:

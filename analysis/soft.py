@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
+from analysis.select._single import UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.objects import (
     event_pass,
@@ -36,7 +37,14 @@ from analysis.select.objects import (
     soft_pass,
 )
 from analysis.select.pbinom import count_distribution, prob_count_at_least
-from analysis.stats.jagged import Jagged, _is_awkward, concrete, from_awkward, lists_mismatch
+from analysis.stats.jagged import (
+    Jagged,
+    _is_awkward,
+    concrete,
+    from_awkward,
+    lists_mismatch,
+    longest_bound,
+)
 
 __all__ = ["count_at_least", "joint_pass_weights", "pass_weights", "soft_cut"]
 
@@ -254,18 +262,24 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
 
     Both are the exact expectations of the hard-cut weights ``[j passes] [K >= n]`` and
     ``[K >= n]`` under independent object passes (Poisson-binomial ``K``), computed by
-    the engine's own recursions (:func:`analysis.select.objects.object_weights` and
+    the engine's recursions (those of :func:`analysis.select.objects.object_weights` and
     :func:`~analysis.select.objects.event_pass` on a one-set
-    :class:`~analysis.select.countmodel.CountModel`): sums of non-negative products,
+    :class:`~analysis.select.countmodel.CountModel`, with the engine's pass table,
+    written for one set in :mod:`analysis.select._single`): sums of non-negative products,
     no division, exact at ``p`` in {0, 1}; differentiable in ``p`` and ``n`` (forward
     and reverse, every order). ``n <= 0``: ``objects == p``, ``events == 1``; ``n``
     above an event's multiplicity: zeros there. Events without objects: ``events`` is
     1 for ``n <= 0``, else 0. Empty input (no events) gives empty outputs.
     """
-    values, offsets, off = _probability_lists(p, "pass_weights")
-    counts = np.diff(off).astype(np.int32)
-    n_events, n_objects = counts.shape[0], values.shape[0]
-    m = _object_bucket(int(counts.max()) if n_events else 0)
+    values, offsets = _as_input(p, "pass_weights: p")
+    if offsets is None:
+        raise ValueError("pass_weights: p: expected one list of probabilities per event")
+    off = concrete(offsets)
+    longest = longest_bound(offsets)
+    if longest is None:
+        raise ValueError("pass_weights: p: the list offsets must be concrete (not traced)")
+    n_events, n_objects = offsets.shape[0] - 1, values.shape[0]
+    m = _object_bucket(longest)
     n_value = concrete(n) if isinstance(n, jax.Array) else np.asarray(n)
     if n_value is not None:
         n_value = np.asarray(n_value)
@@ -282,21 +296,36 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
     # gradient) instead of tracking states no event reaches.
     clip = int(cap) >= m + 1
     cap = min(int(cap), m + 1)
-    ev_size, obj_size = _bucket(n_events), _bucket(n_objects)
+    # Concrete lists are padded to size buckets (empty extra events, zero extra objects)
+    # so that chunks of similar sizes share one compiled recursion; traced ones come
+    # padded already (stats.derive's buckets).
+    ev_size = _bucket(n_events) if off is not None else n_events
+    obj_size = _bucket(n_objects) if off is not None else n_objects
     check_bytes("pass_weights: n", 8.0 * ev_size * m * (cap + 1),
                 f"{cap + 1} count states x {m} objects x {ev_size} events")
-    starts = np.zeros(ev_size, dtype=np.int32)
-    starts[:n_events] = off[:-1]
-    padded_counts = np.zeros(ev_size, dtype=np.int32)
-    padded_counts[:n_events] = counts
-    values = jnp.concatenate([values, jnp.zeros(obj_size - n_objects, values.dtype)])
     model = CountModel((ObjectSet("objects", "objects"),),
                        (Count(("objects",), ">=", cap),))
     n_arr = jnp.asarray(n, dtype=jnp.float64)
     if clip:
         n_arr = jnp.minimum(n_arr, float(cap))
-    obj, ev = _pass_weights(values, starts, padded_counts, n_arr,
-                            _check_width(width, "pass_weights"), model=model, max_objects=m)
+    width_arr = _check_width(width, "pass_weights")
+    if off is not None:
+        padded = np.full(ev_size + 1, off[-1], dtype=np.int32)
+        padded[: n_events + 1] = off
+        offsets_b = padded
+        values = jnp.concatenate([values, jnp.zeros(obj_size - n_objects, values.dtype)])
+    else:
+        offsets_b = offsets
+    if m * (cap + 1) <= UNROLL_MAX:
+        obj, ev = single_count_weights(values, offsets_b, n_arr, width_arr, model=model,
+                                       max_objects=m)
+    else:
+        if off is None:
+            raise ValueError("pass_weights: p: the list offsets must be concrete (not traced) "
+                             f"for {cap + 1} count states x {m} objects")
+        starts = np.asarray(offsets_b[:-1])
+        obj, ev = _pass_weights(values, starts, np.diff(offsets_b), n_arr, width_arr,
+                                model=model, max_objects=m)
     return Jagged(obj[:n_objects], offsets), ev[:n_events]
 
 

@@ -18,6 +18,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.stats._closure import closure_inputs
+from analysis.stats.jagged import forget_bounds
 from analysis.stats.merge import describe_difference
 from analysis.stats.passes import PassTheta, Pullback
 from analysis.stats.pullback import pulled_sum
@@ -78,15 +80,32 @@ def _values(f: Callable[[Any], Any], t0: Any) -> Any:
     return jax.tree_util.tree_unflatten(out_tree, flat)
 
 
-def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: PassTheta):
-    """The chunk's states and ``grad <T_bar, T_c(theta)>`` (one reverse sweep)."""
-    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
-    diff = describe_difference(shapes, theta.merged)
+def _check_merged(states: Any, theta: PassTheta) -> None:
+    diff = describe_difference(states, theta.merged)
     if diff is not None:
         raise ValueError(
             "stats.derive: the chunk's states differ from the merged states of the "
             f"first pass {diff}"
         )
+
+
+def _pullback_body(pay_tree: Any) -> Callable[..., Any]:
+    """``(f, t, pay) -> (grad <T_bar, T_c(t)>, states)``: one reverse sweep."""
+
+    def body(f, t, pay):
+        def scalar(tt):
+            states = f(tt)
+            return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), states
+
+        return jax.grad(scalar, has_aux=True)(t)
+
+    return body
+
+
+def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: PassTheta):
+    """The chunk's states and ``grad <T_bar, T_c(theta)>`` (one reverse sweep)."""
+    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    _check_merged(shapes, theta)
     out_tree = jax.tree_util.tree_structure(shapes)
     pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
     consts = list(closed.consts)
@@ -148,3 +167,58 @@ def _forward(f: Callable[[Any], Any], t0: Any, order: int) -> tuple[Any, Any, An
 
     extra = (out_tree, _signature(consts), order)
     return _cached_call(f"forward{order}", closed, extra, build, consts, t0, first=True)
+
+
+# --- the chunk's arrays as arguments, padded to buckets (analysis.stats._closure) ------
+
+# Programs by (kind, closure structure, parameter structure, options): one per bucket
+# of chunk shapes, reused by every later chunk and pass that falls in it, without
+# tracing the chunk function again. Least recently used dropped beyond the maximum.
+_PROGRAMS: OrderedDict[Any, Callable[..., Any]] = OrderedDict()
+_PROGRAMS_MAX = 256
+# Structures whose compiled trace raised (the function needs concrete lists or values):
+# they take the traced path (:func:`_forward`, :func:`_values`, :func:`_pullback`).
+_REFUSED: set = set()
+#: Programs built in this process (tests count compilations with it).
+BUILT = {"programs": 0}
+
+
+def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]],
+                  body: Callable[..., Any], key: Any, t0: Any, *extra: Any) -> Any:
+    """``body(wrap(fn), t0, *extra)`` compiled with ``fn``'s closed-over arrays as
+    (padded) arguments, or ``None`` where ``fn`` cannot be converted (its closure) or
+    traced that way (then the caller runs its traced path, which also names the error)."""
+    conv = closure_inputs(fn)
+    if conv is None:
+        return None
+    structure, args, rebuild = conv
+    full_key = (kind, structure, key)
+    if full_key in _REFUSED:
+        return None
+    found = _PROGRAMS.get(full_key)
+    new = found is None
+    if found is None:
+        def run(args, t, *extra):
+            try:
+                return body(wrap(rebuild(args)), t, *extra)
+            finally:
+                forget_bounds()
+
+        program: Callable[..., Any] = jax.jit(run)
+    else:
+        program = found
+    try:
+        out = program(args, t0, *extra)
+    except Exception:
+        if not new:
+            raise
+        _REFUSED.add(full_key)
+        return None
+    if new:
+        _PROGRAMS[full_key] = program
+        BUILT["programs"] += 1
+        while len(_PROGRAMS) > _PROGRAMS_MAX:
+            _PROGRAMS.popitem(last=False)
+    else:
+        _PROGRAMS.move_to_end(full_key)
+    return out

@@ -182,15 +182,22 @@ def _prepare(x: Any, y: Any, weight: Any, axis: Any, func: str) -> _Prepared:
                     f"{func}: weight: expected {n} values (one per element), found {m}{hint}"
                 )
             w = _f64(pw.values)
+    xv = _f64(px.values)
+    if jagged and concrete(px.offsets) is None:
+        # Traced offsets (a Jagged passed to jit; stats.derive's compiled path pads the
+        # values): elements beyond offsets[-1] are padding, weight 0 and value 0.
+        real = jnp.arange(n) < px.offsets[-1]
+        xv, w = jnp.where(real, xv, 0.0), jnp.where(real, w, 0.0)
+        yv = None if yv is None else jnp.where(real, yv, 0.0)
     if per_list:
-        return _Prepared(_f64(px.values), yv, w, segment_ids(), num_lists, True)
+        return _Prepared(xv, yv, w, segment_ids(), num_lists, True)
     if across:  # result slot = the element's position in its list (leading, second, ...)
         off = np.asarray(concrete(px.offsets), dtype=np.int64)
         counts = np.diff(off)
         position = np.arange(n) - np.repeat(off[:-1], counts)
         longest = int(counts.max()) if counts.shape[0] else 0
         return _Prepared(_f64(px.values), yv, w, position.astype(np.int32), longest, True, True)
-    return _Prepared(_f64(px.values), yv, w, None, None, jagged)
+    return _Prepared(xv, yv, w, None, None, jagged)
 
 
 def _check_order(n: Any, func: str, *, minimum: int | None = None) -> int:

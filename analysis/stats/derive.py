@@ -41,14 +41,16 @@ number of states):
   ``T_bar = (dS/dT)^T S_bar`` computed once from the merged state: each chunk's share
   is a function of its own inputs and constants only (:mod:`analysis.stats.pullback`
   gives the formulas, also for co-moments and sums).
-* In reverse mode the chunk computations are compiled the second time a chunk
-  structure (the function's jaxpr and its arrays' shapes) is met, i.e. from the
-  second gradient step on; a structure met once runs eagerly. Forward mode (and
-  ``order=0``) compiles the function with its derivatives the first time a structure
-  is met, the chunk's arrays as arguments (not constants in the program), so that
-  later chunks and passes of the same shapes, and new processes through JAX's
-  persistent compilation cache, reuse it; a function that cannot be traced (Python
-  control flow on values) runs eagerly after one warning line.
+* Compilation: forward mode (every order) and both passes of reverse mode compile
+  ``fn`` with its derivatives once per *bucket* of chunk shapes, the chunk's arrays as
+  arguments (:mod:`analysis.stats._closure`: the arrays ``fn`` closes over, a
+  :class:`~analysis.stats.Jagged`'s values padded with zeros beyond ``offsets[-1]``,
+  weight 0 everywhere), so that later chunks and passes run without tracing ``fn``
+  again, and new processes load the programs from JAX's persistent compilation cache.
+  A function closing over anything else, or calling what needs concrete lists, is
+  traced on every chunk (forward mode: compiled once per exact shape; reverse mode:
+  from the second time a structure is met); one that cannot be traced (Python control
+  flow on values) runs eagerly after one warning line.
 * :func:`differentiable` ``(run)`` (``mode="auto"``) picks forward mode up to
   :data:`AUTO_FORWARD_MAX` parameters and reverse mode above; ``jax.grad``,
   ``jax.value_and_grad`` and ``jax.jit`` work in both; ``jax.hessian`` needs forward
@@ -81,10 +83,13 @@ from analysis.stats._compiled import (  # noqa: F401  (re-exported)
     _SEEN,
     _SEEN_MAX,
     _cached_call,
+    _check_merged,
     _forward,
     _pullback,
+    _pullback_body,
     _signature,
     _values,
+    compiled_call,
 )
 from analysis.stats._differentiable import (  # noqa: F401  (re-exported)
     _MODES,
@@ -230,20 +235,37 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     spec.check_finite(vec, "stats.derive")
     t0 = jnp.asarray(vec)
 
-    def f(t):
-        try:
-            out = fn(spec.unflatten(t))
-        except Exception as err:
-            if not _awkward_with_a_parameter(err):
-                raise
-            raise TypeError(AWKWARD_HINT) from None
-        return _checked_states(out, "stats.derive")
+    def wrap(fn):
+        def f(t):
+            try:
+                out = fn(spec.unflatten(t))
+            except Exception as err:
+                if not _awkward_with_a_parameter(err):
+                    raise
+                raise TypeError(AWKWARD_HINT) from None
+            return _checked_states(out, "stats.derive")
 
+        return f
+
+    f = wrap(fn)
     if task == "pullback":
-        return _pullback(f, t0, spec.names, theta)
+        pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
+        got = compiled_call(
+            "pullback", fn, wrap, _pullback_body(pay_tree),
+            (spec.key, pay_tree, tuple((np.shape(x), str(np.result_type(x))) for x in pay)),
+            t0, pay)
+        if got is None:
+            return _pullback(f, t0, spec.names, theta)
+        grad, value = got
+        _check_merged(value, theta)
+        return Pullback(spec.names, _to_numpy(value), np.asarray(grad, dtype=np.float64))
     if task == "values":
-        return Derived(spec.names, _to_numpy(_values(f, t0)), at=vec)
-    value, jac, hess = _forward(f, t0, order)
+        got = compiled_call("values", fn, wrap, lambda f, t: f(t), spec.key, t0)
+        value = _values(f, t0) if got is None else got
+        return Derived(spec.names, _to_numpy(value), at=vec)
+    got = compiled_call(f"forward{order}", fn, wrap,
+                        lambda f, t: value_and_derivatives(f, t, order=order), spec.key, t0)
+    value, jac, hess = _forward(f, t0, order) if got is None else got
     if order == 0:
         return Derived(spec.names, _to_numpy(value), at=vec)
     return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess), at=vec)

@@ -26,7 +26,9 @@ applies to every element. ``soft_cut(pt, ">", a, 5.0) * soft_cut(eta, "<", b, 0.
 is the product of the pass probabilities. ``jnp`` functions go through :meth:`Jagged.map`
 (``pt.map(jnp.log)``, ``pt.map(jnp.arctan2, eta)``); :func:`where` selects elementwise.
 Everything is JAX on the values, so gradients flow through it and it works under ``jit``
-(traced offsets: only the lengths are compared).
+(traced offsets: only the lengths are compared). With traced offsets, values beyond
+``offsets[-1]`` are padding (as :func:`analysis.stats.derive` pads a chunk's Jagged to
+a bucket size): they belong to no list and every statistic gives them weight 0.
 
 For awkward inputs of any structure (option types, any depth, regular dimensions)
 the statistics use :mod:`analysis.stats._shadow`, which lets awkward itself decide
@@ -35,6 +37,7 @@ broadcasting, missing values and the grouping of any ``axis``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -64,8 +67,44 @@ def segment_ids_from_offsets(offsets: Any, num_elements: int) -> Any:
     if off is not None:
         counts = np.diff(off)
         return np.repeat(np.arange(counts.shape[0], dtype=np.int32), counts)
-    starts = jnp.zeros(num_elements, dtype=jnp.int32).at[offsets[1:-1]].add(1, mode="drop")
+    # +1 at every list end (not only the inner ones): elements beyond offsets[-1] (the
+    # padding of a compiled stats.derive) get num_lists, which segment sums drop.
+    starts = jnp.zeros(num_elements, dtype=jnp.int32).at[offsets[1:]].add(1, mode="drop")
     return jnp.cumsum(starts, dtype=jnp.int32)
+
+
+# Traced offsets whose longest list is known on the host: stats.derive's compiled path
+# passes a chunk's Jagged as arguments (its offsets traced) and records here the
+# longest list, rounded up, that analysis.soft.pass_weights needs as a static size.
+# id -> (the offsets tracer, kept alive so that its id is not reused; the bound), per
+# thread (dask's threaded workers trace chunks at the same time).
+_BOUNDS = threading.local()
+
+
+def _longest() -> dict[int, tuple[Any, int]]:
+    if not hasattr(_BOUNDS, "table"):
+        _BOUNDS.table = {}
+    return _BOUNDS.table
+
+
+def longest_bound(offsets: Any) -> int | None:
+    """An upper bound of the longest list of ``offsets``: computed for concrete offsets,
+    recorded (:func:`bound_longest`) for traced ones, else ``None``."""
+    off = concrete(offsets)
+    if off is not None:
+        return int(np.max(np.diff(off))) if off.shape[0] > 1 else 0
+    hit = _longest().get(id(offsets))
+    return hit[1] if hit is not None and hit[0] is offsets else None
+
+
+def bound_longest(offsets: Any, bound: int) -> None:
+    """Record ``bound`` as the longest list of the traced ``offsets`` (while tracing)."""
+    _longest()[id(offsets)] = (offsets, int(bound))
+
+
+def forget_bounds() -> None:
+    """Drop the recorded bounds (after a trace)."""
+    _longest().clear()
 
 
 def _check_real(dtype: Any, what: str) -> None:

@@ -18,6 +18,7 @@ import pytest
 from analysis import stats
 from analysis.soft import pass_weights, soft_cut
 from analysis.stats import _compiled
+from analysis.stats._closure import size_bucket
 from analysis.stats._params import numpy_vector, param_spec
 from analysis.stats.derive import _checked_states
 from analysis.stats.taylor import value_and_derivatives
@@ -60,7 +61,10 @@ def _close(a, b, rtol: float = 1e-12) -> None:  # noqa: ANN001
         for leaf in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "_fields")):
             if hasattr(leaf, "_fields"):
                 f = {k: np.asarray(v) for k, v in leaf._asdict().items()}
-                f["center"] = f["center"] + f.pop("dmean")
+                for centre, offset in (("center", "dmean"), ("center_x", "dmean_x"),
+                                       ("center_y", "dmean_y")):
+                    if centre in f:
+                        f[centre] = f[centre] + f.pop(offset)
                 out.extend(f.values())
             else:
                 out.append(np.asarray(leaf))
@@ -83,21 +87,26 @@ def test_compiled_equals_eager(order: int) -> None:
         _close(d.hess, hess)
 
 
-def test_one_program_per_structure_and_finite_differences() -> None:
-    _compiled._COMPILED.clear()
-    fn_a, fn_b = _fn(*_chunk(2)), _fn(*_chunk(3))  # fn_b: other lists
-    d_a = stats.derive(fn_a, THETA)
-    programs = len(_compiled._COMPILED)
-    assert programs == 1
-    stats.derive(fn_a, THETA)
-    assert len(_compiled._COMPILED) == programs  # met again: reused
+def test_one_program_per_bucket_and_finite_differences() -> None:
+    _compiled._PROGRAMS.clear()
+    built = _compiled.BUILT["programs"]
     pt, eta = _chunk(2)
+    assert pt.num_elements != size_bucket(pt.num_elements)  # so padding is exercised
+    fn_a, fn_b = _fn(pt, eta), _fn(*_chunk(3))  # fn_b: other lists, other object count
+    d_a = stats.derive(fn_a, THETA)
+    assert _compiled.BUILT["programs"] == built + 1
+    stats.derive(fn_a, THETA)
     other = _fn(pt.with_values(pt.values * 1.1), eta)  # same shapes, other data
     d_other = stats.derive(other, THETA)
-    assert len(_compiled._COMPILED) == programs  # data are arguments, not constants
+    assert _compiled.BUILT["programs"] == built + 1  # data are arguments, not constants
     assert not np.allclose(d_other.value["jet_pt"].m2, d_a.value["jet_pt"].m2)
     _close(d_other.jac, _eager(other, 1)[1])
-    stats.derive(fn_b, THETA)
+    d_b = stats.derive(fn_b, THETA)  # other lists in the same buckets: same program
+    assert _chunk(3)[0].num_elements != pt.num_elements
+    assert _compiled.BUILT["programs"] == built + 1
+    value_b, jac_b, _ = _eager(fn_b, 1)  # padding changes nothing
+    _close(d_b.value, value_b)
+    _close(d_b.jac, jac_b)
     names = sorted(THETA)  # the parameter order of a dict (analysis.stats._params)
 
     def f(t):  # noqa: ANN001, ANN202
@@ -105,6 +114,45 @@ def test_one_program_per_structure_and_finite_differences() -> None:
 
     fd = central_difference(f, np.array([THETA[k] for k in names]), 1e-4, points=5)
     np.testing.assert_allclose(d_a.jac["jet_pt"].m2, fd, rtol=1e-7)
+
+
+def test_padding_is_weight_zero() -> None:
+    """Statistics of a padded Jagged (unweighted, per list, per event) equal the
+    unpadded ones: the padding lies in no list and has weight 0."""
+    pt, eta = _chunk(5, n=37)
+    n_obj = pt.num_elements
+
+    def fn(theta):  # noqa: ANN001, ANN202
+        w = soft_cut(pt, ">", theta["pt_min"], 5.0)
+        # log(0) at the padding: masked, not NaN; empty lists give NaN (both paths)
+        per_event = stats.mean(pt.map(jnp.log), weight=w, axis=1)
+        return {"all": stats.moments(pt), "w": stats.moments(pt, weight=w),
+                "co": stats.comoments(pt, eta, weight=w), "event": jnp.nansum(per_event)}
+
+    d = stats.derive(fn, {"pt_min": 30.0})
+    value, jac, _ = value_and_derivatives(
+        lambda t: _checked_states(fn({"pt_min": t[0]}), "t"), jnp.asarray([30.0]), order=1)
+    assert size_bucket(n_obj) > n_obj
+    _close(d.value, value)
+    _close(d.jac, jac)
+    assert float(d.value["all"].sumw) == n_obj  # the real objects only
+
+
+def test_a_chunked_pass_compiles_a_bounded_number_of_times() -> None:
+    """20 chunks as coffea makes them (one event count, object counts and longest
+    lists that differ): at most 3 programs for the pass, none for a second pass."""
+    _compiled._PROGRAMS.clear()
+    built = _compiled.BUILT["programs"]
+    chunks = [_chunk(100 + i, n=500) for i in range(20)]
+    sizes = {c[0].num_elements for c in chunks}
+    assert len(sizes) >= 15  # the object counts differ
+    for pt, eta in chunks:
+        stats.derive(_fn(pt, eta), THETA)
+    first = _compiled.BUILT["programs"] - built
+    assert 1 <= first <= 3, first
+    for pt, eta in chunks:
+        stats.derive(_fn(pt, eta), THETA)
+    assert _compiled.BUILT["programs"] - built == first
 
 
 def test_untraceable_function_runs_eagerly() -> None:
@@ -123,3 +171,49 @@ def test_untraceable_function_runs_eagerly() -> None:
         lambda t: _checked_states(fn({"pt_min": t[0]}), "t"), jnp.asarray([30.0]), order=1)
     _close(d.value, value)
     _close(d.jac, jac)
+
+
+def test_a_pickled_chunk_function_reuses_the_program() -> None:
+    """coffea sends the processor to its workers by cloudpickle: every chunk's function
+    arrives with a fresh globals dict and new code objects; the program is reused."""
+    import cloudpickle
+
+    _compiled._PROGRAMS.clear()
+    built = _compiled.BUILT["programs"]
+    fn = _fn(*_chunk(6))
+    results = [stats.derive(cloudpickle.loads(cloudpickle.dumps(fn)), THETA) for _ in range(3)]
+    assert _compiled.BUILT["programs"] == built + 1
+    _close(results[0].jac, results[2].jac)
+
+
+def test_other_closures_take_the_traced_path() -> None:
+    """A function closing over an object of a class of its own, or calling
+    count_at_least (concrete lists), is traced as it is: same values, no program."""
+    from analysis.soft import count_at_least
+
+    pt, eta = _chunk(7)
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.pt = pt
+
+    def held(theta):  # noqa: ANN001, ANN202
+        return {"pt": stats.moments(holder.pt, weight=soft_cut(holder.pt, ">", theta["pt_min"],
+                                                               5.0))}
+
+    def counted(theta):  # noqa: ANN001, ANN202
+        p = soft_cut(pt, ">", theta["pt_min"], 5.0)
+        return {"n": count_at_least(p, 2).sum(), "pt": stats.moments(pt, weight=p)}
+
+    _compiled._PROGRAMS.clear()
+    built = _compiled.BUILT["programs"]
+    for fn in (held, counted):
+        d = stats.derive(fn, {"pt_min": 30.0})
+        value, jac, _ = value_and_derivatives(
+            lambda t, fn=fn: _checked_states(fn({"pt_min": t[0]}), "t"),
+            jnp.asarray([30.0]), order=1)
+        _close(d.value, value)
+        _close(d.jac, jac)
+    assert _compiled.BUILT["programs"] == built

@@ -1,0 +1,293 @@
+"""The compiled histogram of event sums of :mod:`analysis.pipeline.fasthist` (numba, float64).
+
+Per event, ``P(the region passes and X in bin b)`` for ``X = sum_{j in S} v_j`` (a set
+``S`` of one collection; :func:`analysis.select.subsets.sum_bins` is the JAX reference,
+the same meaning and the same two methods), in lanes (lane 0 the value, then the
+tangents; the product rule), from the walk's tables (:mod:`analysis.pipeline._numba_hist`'s
+notation: ``tgt[c, p, k]`` the count state after adding an object of pattern ``p`` to
+state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangents,
+``fs``/``dfs`` the pass tables):
+
+- every object of the other collections, and every *certain* object of ``S``'s
+  collection (one pattern of probability exactly 1 in float64), moves the forward count
+  distribution ``F`` by one step (exact for any probabilities); a certain object whose
+  pattern holds ``S`` adds its value to every subset's sum ``x0``;
+- the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` every subset
+  ``A`` (``F_A`` split by whether each object is in ``S``, ``P_A = <F_A, f>``, binned at
+  ``x0 + X_A``); above, meet in the middle: the first ``a = U // 2`` forward from ``F``,
+  the others backward from ``f`` (value functions ``G_beta`` and sums ``X_beta``), the
+  ``beta`` sorted by ``X_beta`` with prefix sums ``PG``; ``P(pass, X < e) = sum_alpha
+  <F_alpha, PG_{n(e - X_alpha)}>``, the bins their differences.
+
+Cost per event: ``O(M P S L)`` for the folded objects, ``O(2^U P S L)`` (enumeration) or
+``O(2^(U/2) (P + n_e) S L)`` (meet in the middle) for the uncertain ones (``S`` count
+states, ``P`` patterns, ``L`` lanes, ``n_e`` edges). Outputs per event (no sums), so
+blocks and threads change no bit. An event with more than :data:`MAX_UNCERTAIN`
+uncertain objects gets NaN and its count in ``n_unc`` (the host refuses it).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from analysis.pipeline._numba_dp import LANES
+
+__all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "event_sum_bins", "fill_bins"]
+
+#: as :data:`analysis.select.subsets.ENUMERATE_UP_TO` (every subset up to this many)
+ENUMERATE_UP_TO = 6
+#: as :data:`analysis.select.subsets.MAX_UNCERTAIN`
+MAX_UNCERTAIN = 24
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _times_into(out, pv, pd, x, nl):
+    """``out[r] += pv x[r] + x[0] pd[r]`` over the first ``nl`` lanes (``pd[0] = 0``)."""
+    x0 = x[0]
+    for r in range(nl):
+        out[r] += pv * x[r] + x0 * pd[r]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _dot(a, b, n_states, nl, out, skip):
+    """``out = <a, b>`` over the states, lanes by the product rule (``(n_states, L)`` each;
+    ``skip``: as :func:`_forward`)."""
+    for r in range(nl):
+        out[r] = 0.0
+    for k in range(n_states):
+        a0, b0 = a[k, 0], b[k, 0]
+        if skip and a0 == 0.0 and b0 == 0.0:
+            continue  # both values 0: every lane's term is 0
+        out[0] += a0 * b0
+        for r in range(1, nl):
+            out[r] += a0 * b[k, r] + b0 * a[k, r]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
+    """``Fn = sum_p pi_p shift_p(F)`` over the patterns ``p`` of object ``g`` (of
+    collection ``c``) with ``has[p] == which`` (``which = -1``: every pattern). ``skip``
+    (the event's probabilities are all numbers): terms of a zero pattern or a zero state
+    are left out (exact zeros; with a NaN in the event they are not, as in the walk)."""
+    Fn[:n_states, :nl] = 0.0
+    for p in range(n_pat[c]):
+        if which >= 0 and has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        d = pd[g, p]
+        if skip and v == 0.0:
+            zero = True
+            for r in range(1, nl):
+                if d[r] != 0.0:
+                    zero = False
+            if zero:
+                continue  # adds exact zeros (F holds numbers: probabilities)
+        for k in range(n_states):
+            if skip and F[k, 0] == 0.0:
+                zero = True
+                for r in range(1, nl):
+                    if F[k, r] != 0.0:
+                        zero = False
+                if zero:
+                    continue
+            _times_into(Fn[tgt[c, p, k]], v, d, F[k], nl)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
+    """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over the patterns with ``has[p] == which``."""
+    Gn[:n_states, :nl] = 0.0
+    for p in range(n_pat[c]):
+        if has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        d = pd[g, p]
+        for k in range(n_states):
+            _times_into(Gn[k], v, d, G[tgt[c, p, k]], nl)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bin(edges, x):
+    """Bin of ``x``: the number of edges ``<= x`` (NaN: the overflow)."""
+    n_edges = edges.shape[0]
+    if x != x:
+        return n_edges
+    b = 0
+    for k in range(n_edges):
+        b += edges[k] <= x
+    return b
+
+
+@numba.njit(cache=True, nogil=True)
+def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals, edges, nl,
+                   block, out, n_unc, b0, b1):
+    """Events of blocks ``b0:b1`` (module docstring): ``out[e, b, :nl]`` =
+    ``P(pass, X in bin b)`` and its tangents (bins as :func:`numpy.searchsorted` right over
+    ``edges``: underflow first, overflow last), ``n_unc[e]`` the event's uncertain objects
+    of collection ``cs``. ``coff`` ``(C, E + 1)`` object offsets, ``base`` ``(C + 1,)``
+    global offsets; ``pv_all[g, p, 0]``, ``pd_all[g, p]`` (lane 0 zero) per global object;
+    ``f``, ``df`` ``(S,)``, ``(S, LANES)`` the region's pass table and its tangents (lane 0
+    zero); ``has[p]``: pattern ``p`` of ``cs`` holds ``S``; ``vals`` per object of ``cs``
+    (local index)."""
+    n_ev = out.shape[0]
+    n_coll = coff.shape[0]
+    n_states = f.shape[0]
+    nb = edges.shape[0] + 1
+    max_m = 0
+    for e in range(b0 * block, min(n_ev, b1 * block)):
+        max_m = max(max_m, coff[cs, e + 1] - coff[cs, e])
+    unc = np.empty(max(max_m, 1), np.int64)
+    F = np.zeros((n_states, LANES))
+    Fn = np.zeros((n_states, LANES))
+    FA = np.zeros((1 << ENUMERATE_UP_TO, n_states, LANES))
+    XA = np.zeros(1 << ENUMERATE_UP_TO)
+    G0 = np.zeros((n_states, LANES))
+    GB = np.zeros((1, n_states, LANES))
+    XB = np.zeros(1)
+    PG = np.zeros((1, n_states, LANES))
+    C = np.zeros((nb + 1, LANES))
+    tmp = np.zeros(LANES)
+    for k in range(n_states):
+        G0[k, 0] = f[k]
+        for r in range(1, nl):
+            G0[k, r] = df[k, r]
+    for e in range(b0 * block, min(n_ev, b1 * block)):
+        F[:, :nl] = 0.0
+        F[0, 0] = 1.0
+        x0 = 0.0
+        n = 0
+        skip = True
+        for c in range(n_coll):
+            for g in range(base[c] + coff[c, e], base[c] + coff[c, e + 1]):
+                for p in range(n_pat[c]):
+                    if pv_all[g, p, 0] != pv_all[g, p, 0]:
+                        skip = False
+        for c in range(n_coll):
+            for i in range(coff[c, e], coff[c, e + 1]):
+                g = base[c] + i
+                certain = True
+                if c == cs:
+                    certain = False
+                    inside = 0.0
+                    for p in range(n_pat[c]):
+                        if pv_all[g, p, 0] == 1.0:
+                            certain = True
+                        if has[p]:
+                            inside += pv_all[g, p, 0]
+                    if not certain:
+                        unc[n] = g
+                        n += 1
+                    elif inside == 1.0:
+                        x0 += vals[i]
+                if certain:
+                    _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, -1, has,
+                             skip)
+                    F, Fn = Fn, F
+        n_unc[e] = n
+        o = out[e]
+        o[:, :] = 0.0
+        if n > MAX_UNCERTAIN:
+            o[:, :] = np.nan
+            continue
+        if n <= ENUMERATE_UP_TO:
+            FA[0, :, :nl] = F[:, :nl]
+            XA[0] = x0
+            m = 1
+            for j in range(n):
+                g = unc[j]
+                for a in range(m):
+                    # in S: a new subset at a + m; out: in place (via Fn)
+                    _forward(FA[a], FA[a + m], tgt, cs, n_pat, pv_all, pd_all, g, n_states,
+                             nl, 1, has, skip)
+                    _forward(FA[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 0,
+                             has, skip)
+                    FA[a, :, :nl] = Fn[:, :nl]
+                    XA[a + m] = XA[a] + vals[g - base[cs]]
+                m *= 2
+            for a in range(m):
+                _dot(FA[a], G0, n_states, nl, tmp, skip)
+                b = _bin(edges, XA[a])
+                for r in range(nl):
+                    o[b, r] += tmp[r]
+            continue
+        na = n // 2
+        nbeta = 1 << (n - na)
+        if FA.shape[0] < (1 << na):
+            FA = np.zeros((1 << na, n_states, LANES))
+            XA = np.zeros(1 << na)
+        if GB.shape[0] < nbeta:
+            GB = np.zeros((nbeta, n_states, LANES))
+            XB = np.zeros(nbeta)
+            PG = np.zeros((nbeta + 1, n_states, LANES))
+        FA[0, :, :nl] = F[:, :nl]
+        XA[0] = x0
+        m = 1
+        for j in range(na):
+            g = unc[j]
+            for a in range(m):
+                _forward(FA[a], FA[a + m], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 1,
+                         has, skip)
+                _forward(FA[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 0, has,
+                         skip)
+                FA[a, :, :nl] = Fn[:, :nl]
+                XA[a + m] = XA[a] + vals[g - base[cs]]
+            m *= 2
+        GB[0, :, :nl] = G0[:, :nl]
+        XB[0] = 0.0
+        mb = 1
+        for j in range(n - 1, na - 1, -1):
+            g = unc[j]
+            for a in range(mb):
+                _pull(GB[a], GB[a + mb], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 1,
+                      has)
+                _pull(GB[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 0, has)
+                GB[a, :, :nl] = Fn[:, :nl]
+                XB[a + mb] = XB[a] + vals[g - base[cs]]
+            mb *= 2
+        order = np.argsort(XB[:mb], kind="mergesort")
+        xs = XB[:mb][order]
+        PG[0, :, :nl] = 0.0
+        for i in range(mb):
+            PG[i + 1, :, :nl] = PG[i, :, :nl] + GB[order[i], :, :nl]
+        C[:, :nl] = 0.0
+        for a in range(m):
+            for k in range(nb - 1):
+                t = edges[k] - XA[a]
+                i = np.searchsorted(xs, t, side="left")
+                _dot(FA[a], PG[i], n_states, nl, tmp, skip)
+                for r in range(nl):
+                    C[k, r] += tmp[r]
+            _dot(FA[a], PG[mb], n_states, nl, tmp, skip)
+            for r in range(nl):
+                C[nb - 1, r] += tmp[r]
+        for r in range(nl):
+            o[0, r] = C[0, r]
+            for k in range(1, nb):
+                o[k, r] = C[k, r] - C[k - 1, r]
+
+
+@numba.njit(cache=True, nogil=True)
+def fill_bins(pb, ev, factors, weight, sumw, sumw2):
+    """Histogram sums of per-event bin probabilities ``pb[e, b]`` (lanes, from
+    :func:`event_sum_bins`) with the event weights ``ev[e]`` (lanes) times each
+    variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2
+    weight[e] w``, ``w = ev[e] pb[e, b]`` (the product rule), over the first
+    ``sumw.shape[2]`` lanes; events in order (one sequential sum per bin and variation,
+    as :func:`analysis.pipeline._numba_fill.fill`)."""
+    nl = sumw.shape[2]
+    w = np.empty(nl)
+    for e in range(pb.shape[0]):
+        ev0 = ev[e, 0]
+        we = weight[e]
+        for b in range(pb.shape[1]):
+            p0 = pb[e, b, 0]
+            w[0] = p0 * ev0
+            for r in range(1, nl):
+                w[r] = p0 * ev[e, r] + ev0 * pb[e, b, r]
+            for v in range(factors.shape[0]):
+                f = factors[v, e]
+                f2 = f * f * we
+                for r in range(nl):
+                    sumw[v, b, r] += f * w[r]
+                    sumw2[v, b, r] += f2 * w[r]

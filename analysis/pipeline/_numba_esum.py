@@ -43,10 +43,18 @@ MAX_UNCERTAIN = 24
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _times_into(out, pv, pd, x, nl):
-    """``out[r] += pv x[r] + x[0] pd[r]`` over the first ``nl`` lanes (``pd[0] = 0``)."""
+    """``out[r] += pv x[r] + x[0] pd[r]`` over the first ``nl`` lanes (``pd[0] = 0``; with
+    ``nl <= 4`` over 4: a lane past ``nl`` carries nothing that is read)."""
     x0 = x[0]
-    for r in range(nl):
-        out[r] += pv * x[r] + x0 * pd[r]
+    if nl <= 4:  # every load before the first store (SLP-vectorised, as _numba_dp.lin)
+        a0, a1, a2, a3 = x[0], x[1], x[2], x[3]
+        d0, d1, d2, d3 = pd[0], pd[1], pd[2], pd[3]
+        o0, o1, o2, o3 = out[0], out[1], out[2], out[3]
+        out[0], out[1], out[2], out[3] = (o0 + (pv * a0 + x0 * d0), o1 + (pv * a1 + x0 * d1),
+                                          o2 + (pv * a2 + x0 * d2), o3 + (pv * a3 + x0 * d3))
+    else:
+        for r in range(nl):
+            out[r] += pv * x[r] + x0 * pd[r]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -70,7 +78,9 @@ def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
     collection ``c``) with ``has[p] == which`` (``which = -1``: every pattern). ``skip``
     (the event's probabilities are all numbers): terms of a zero pattern or a zero state
     are left out (exact zeros; with a NaN in the event they are not, as in the walk)."""
-    Fn[:n_states, :nl] = 0.0
+    for k in range(n_states):
+        for r in range(nl):
+            Fn[k, r] = 0.0
     for p in range(n_pat[c]):
         if which >= 0 and has[p] != which:
             continue
@@ -97,7 +107,9 @@ def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
 @numba.njit(cache=True, nogil=True, inline="always")
 def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
     """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over the patterns with ``has[p] == which``."""
-    Gn[:n_states, :nl] = 0.0
+    for k in range(n_states):
+        for r in range(nl):
+            Gn[k, r] = 0.0
     for p in range(n_pat[c]):
         if has[p] != which:
             continue
@@ -148,6 +160,13 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
     PG = np.zeros((1, n_states, LANES))
     C = np.zeros((nb + 1, LANES))
     tmp = np.zeros(LANES)
+    # patterns that leave every count state as it is (an object failing every set)
+    still = np.ones((n_coll, tgt.shape[1]), np.bool_)
+    for c in range(n_coll):
+        for p in range(n_pat[c]):
+            for k in range(n_states):
+                if tgt[c, p, k] != k:
+                    still[c, p] = False
     for k in range(n_states):
         G0[k, 0] = f[k]
         for r in range(1, nl):
@@ -180,6 +199,20 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                         n += 1
                     elif inside == 1.0:
                         x0 += vals[i]
+                if certain and skip:
+                    # probability exactly 1 on a pattern that moves no count and no
+                    # tangents: the step is F itself (1 F + 0 ...: the same floats)
+                    moves = False
+                    for p in range(n_pat[c]):
+                        if pv_all[g, p, 0] == 1.0:
+                            moves = moves or not still[c, p]
+                        elif pv_all[g, p, 0] != 0.0:
+                            moves = True
+                        for r in range(1, nl):
+                            if pd_all[g, p, r] != 0.0:
+                                moves = True
+                    if not moves:
+                        continue
                 if certain:
                     _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, -1, has,
                              skip)

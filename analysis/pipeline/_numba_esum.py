@@ -105,6 +105,45 @@ def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _step(A, src, B, dst, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
+    """:func:`_forward` from ``A[src]`` into ``B[dst]`` (3-d arrays, no views: the
+    enumeration's inner loop)."""
+    for k in range(n_states):
+        for r in range(nl):
+            B[dst, k, r] = 0.0
+    for p in range(n_pat[c]):
+        if has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        d1, d2, d3 = pd[g, p, 1], pd[g, p, 2], pd[g, p, 3]
+        if skip and v == 0.0 and d1 == 0.0 and d2 == 0.0 and d3 == 0.0 and nl <= 4:
+            continue
+        for k in range(n_states):
+            x0 = A[src, k, 0]
+            if nl <= 4:
+                x1, x2, x3 = A[src, k, 1], A[src, k, 2], A[src, k, 3]
+                if skip and x0 == 0.0 and x1 == 0.0 and x2 == 0.0 and x3 == 0.0:
+                    continue
+                t = tgt[c, p, k]
+                B[dst, t, 0] += v * x0
+                B[dst, t, 1] += v * x1 + x0 * d1
+                B[dst, t, 2] += v * x2 + x0 * d2
+                B[dst, t, 3] += v * x3 + x0 * d3
+            else:
+                if skip and x0 == 0.0:
+                    zero = True
+                    for r in range(1, nl):
+                        if A[src, k, r] != 0.0:
+                            zero = False
+                    if zero:
+                        continue
+                t = tgt[c, p, k]
+                B[dst, t, 0] += v * x0
+                for r in range(1, nl):
+                    B[dst, t, r] += v * A[src, k, r] + x0 * pd[g, p, r]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
     """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over the patterns with ``has[p] == which``."""
     for k in range(n_states):
@@ -154,6 +193,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
     Fn = np.zeros((n_states, LANES))
     FA = np.zeros((1 << ENUMERATE_UP_TO, n_states, LANES))
     XA = np.zeros(1 << ENUMERATE_UP_TO)
+    FB = np.zeros((1, n_states, LANES))
     G0 = np.zeros((n_states, LANES))
     GB = np.zeros((1, n_states, LANES))
     XB = np.zeros(1)
@@ -167,10 +207,17 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
             for k in range(n_states):
                 if tgt[c, p, k] != k:
                     still[c, p] = False
+    live = np.empty(n_states, np.int64)  # the states where the pass table is not 0
+    n_live = 0
     for k in range(n_states):
         G0[k, 0] = f[k]
+        nonzero = f[k] != 0.0
         for r in range(1, nl):
             G0[k, r] = df[k, r]
+            nonzero = nonzero or df[k, r] != 0.0
+        if nonzero:
+            live[n_live] = k
+            n_live += 1
     for e in range(b0 * block, min(n_ev, b1 * block)):
         F[:, :nl] = 0.0
         F[0, 0] = 1.0
@@ -230,16 +277,27 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
             for j in range(n):
                 g = unc[j]
                 for a in range(m):
-                    # in S: a new subset at a + m; out: in place (via Fn)
-                    _forward(FA[a], FA[a + m], tgt, cs, n_pat, pv_all, pd_all, g, n_states,
-                             nl, 1, has, skip)
-                    _forward(FA[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 0,
-                             has, skip)
-                    FA[a, :, :nl] = Fn[:, :nl]
+                    # in S: a new subset at a + m; out: in place (via FB)
+                    _step(FA, a, FA, a + m, tgt, cs, n_pat, pv_all, pd_all, g, n_states,
+                          nl, 1, has, skip)
+                    _step(FA, a, FB, 0, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 0,
+                          has, skip)
+                    for k in range(n_states):
+                        for r in range(nl):
+                            FA[a, k, r] = FB[0, k, r]
                     XA[a + m] = XA[a] + vals[g - base[cs]]
                 m *= 2
             for a in range(m):
-                _dot(FA[a], G0, n_states, nl, tmp, skip)
+                if skip:  # <F_A, f> over the states where f or a tangent of it is nonzero
+                    tmp[:nl] = 0.0
+                    for i in range(n_live):
+                        k = live[i]
+                        a0, b0 = FA[a, k, 0], G0[k, 0]
+                        tmp[0] += a0 * b0
+                        for r in range(1, nl):
+                            tmp[r] += a0 * G0[k, r] + b0 * FA[a, k, r]
+                else:
+                    _dot(FA[a], G0, n_states, nl, tmp, skip)
                 b = _bin(edges, XA[a])
                 for r in range(nl):
                     o[b, r] += tmp[r]

@@ -5,7 +5,9 @@ returns plus the ``histograms`` and ``templates`` groups of
 :func:`analysis.pipeline.histkernel.histogram_states` (the JAX reference: the same
 meaning, the same :class:`~analysis.stats.histogram.Histogram` states and Jacobians),
 for every plan :func:`why_not` accepts: histograms of per-object fields (``S.f``,
-``abs(S.f)``), leading objects (``S[i].f``: one indexed set) and per-event branches,
+``abs(S.f)``), leading objects (``S[i].f``: one indexed set), per-event branches and
+event sums (``sum(S.f)``, ``count(S)``: :mod:`analysis.pipeline._numba_esum`, from the
+walk's pattern probabilities and pass tables, ``sumw[b] = sum_events w P(pass, X in b)``),
 weight variations of per-event factors, shifts, and channel regions.
 
 Per histogram ``sumw[b] = sum_entries w p [x in b]`` and ``sumw2[b] = sum w^2 p [x in b]``

@@ -14,8 +14,8 @@ bucket shape, not once per chunk.
 :mod:`analysis.pipeline.fastkernel` instead wherever it applies
 (:func:`analysis.pipeline.fastkernel.why_not` says where not: Hessians, expressions
 of several indexed sets such as ``mass(jets[0] + bjets[0])``; plans with histograms: :mod:`analysis.pipeline.fasthist`, whose
-``why_not`` also refuses event-sum and 4-vector histograms and per-object scale
-factors); this module's JAX kernel is the reference and computes everything else,
+``why_not`` also refuses 4-vector histograms and per-object scale factors; it computes
+event-sum histograms with :mod:`analysis.pipeline._numba_esum`); this module's JAX kernel is the reference and computes everything else,
 grid scans and histogram entries. Both compute one plan; the
 choice depends on what the plan needs, never on which YAML form was written.
 

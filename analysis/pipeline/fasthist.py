@@ -388,22 +388,22 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
         jac["selected_sumw2"] = ys[1, 1:]
     width = 4 if nl <= 4 else _numba_dp.LANES  # the lanes that carry something
     for (region, node), group in fills.items():
-        if node.kind in _SUMS:
-            edges = group[0].edges
-            sumw = np.zeros((len(group), len(edges) + 1, width))
-            sumw2 = np.zeros_like(sumw)
+        edges = group[0].edges
+        sumw = np.zeros((len(group), len(edges) + 1, width))
+        sumw2 = np.zeros_like(sumw)
 
-            def finish_sum(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
-                for i, spec in enumerate(group):
-                    value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
-                    jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
-                                                          sumw2[i, :, 1:nl])
+        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
+            for i, spec in enumerate(group):
+                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
+                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
+                                                      sumw2[i, :, 1:nl])
 
+        if node.kind in _SUMS:  # per event, its bins' probabilities
             pb = wk["es"][region, node]
             tasks.append((pb.shape[0] * pb.shape[1] * (1 + len(group)), _numba_esum.fill_bins, (
                 np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
                 _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
-                weight, sumw, sumw2), finish_sum))
+                weight, sumw, sumw2), finish))
             continue
         if node.kind == "branch":
             x = c.events[node.head]
@@ -418,16 +418,6 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             off = wk["coff"][ci]
             x = wk["flats"][coll][node.field]
         x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
-        edges = group[0].edges
-        sumw = np.zeros((len(group), len(edges) + 1, width))
-        sumw2 = np.zeros_like(sumw)
-
-        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
-            for i, spec in enumerate(group):
-                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
-                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
-                                                      sumw2[i, :, 1:nl])
-
         tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (
             off, x, np.ascontiguousarray(p), evs[ekey, region],
             _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),

@@ -12,7 +12,8 @@ state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangen
   collection (one pattern of probability exactly 1 in float64), moves the forward count
   distribution ``F`` by one step (exact for any probabilities); a certain object whose
   pattern holds ``S`` adds its value to every subset's sum ``x0``;
-- the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` every subset
+- the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` (and with at
+  most 3 tangents, in an event whose probabilities are all numbers) every subset
   ``A`` (``F_A`` split by whether each object is in ``S``, ``P_A = <F_A, f>``, binned at
   ``x0 + X_A``; each ``F_A`` over its live states only: the count of ``S`` is fixed by
   ``A``, so few of the joint states hold anything); above, meet in the middle: the first ``a = U // 2`` forward from ``F``,
@@ -40,13 +41,13 @@ __all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "event_sum_bins", "fill_bins"]
 #: a 50k-event chunk of Poisson(5.5) jets, value + 2 tangents: 0.165 s with 6, 0.142 s
 #: with 10; the JAX reference switches at 6, :data:`analysis.select.subsets.ENUMERATE_UP_TO`)
 ENUMERATE_UP_TO = 10
-#: the dense enumeration (an event with a NaN probability: no state skipped) up to this many
-_DENSE_UP_TO = 6
+#: the enumeration's buffers at first (grown for an event that needs more)
+_FIRST = 6
 #: as :data:`analysis.select.subsets.MAX_UNCERTAIN`
 MAX_UNCERTAIN = 24
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _times_into(out, pv, pd, x, nl):
     """``out[r] += pv x[r] + x[0] pd[r]`` over the first ``nl`` lanes (``pd[0] = 0``; with
     ``nl <= 4`` over 4: a lane past ``nl`` carries nothing that is read)."""
@@ -62,7 +63,7 @@ def _times_into(out, pv, pd, x, nl):
             out[r] += pv * x[r] + x0 * pd[r]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _dot(a, b, n_states, nl, out, skip):
     """``out = <a, b>`` over the states, lanes by the product rule (``(n_states, L)`` each;
     ``skip``: as :func:`_forward`)."""
@@ -77,7 +78,7 @@ def _dot(a, b, n_states, nl, out, skip):
             out[r] += a0 * b[k, r] + b0 * a[k, r]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
     """``Fn = sum_p pi_p shift_p(F)`` over the patterns ``p`` of object ``g`` (of
     collection ``c``) with ``has[p] == which`` (``which = -1``: every pattern). ``skip``
@@ -110,47 +111,8 @@ def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _step(A, src, B, dst, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
-    """:func:`_forward` from ``A[src]`` into ``B[dst]`` (3-d arrays, no views: the
-    enumeration's inner loop)."""
-    for k in range(n_states):
-        for r in range(nl):
-            B[dst, k, r] = 0.0
-    for p in range(n_pat[c]):
-        if has[p] != which:
-            continue
-        v = pv[g, p, 0]
-        d1, d2, d3 = pd[g, p, 1], pd[g, p, 2], pd[g, p, 3]
-        if skip and v == 0.0 and d1 == 0.0 and d2 == 0.0 and d3 == 0.0 and nl <= 4:
-            continue
-        for k in range(n_states):
-            x0 = A[src, k, 0]
-            if nl <= 4:
-                x1, x2, x3 = A[src, k, 1], A[src, k, 2], A[src, k, 3]
-                if skip and x0 == 0.0 and x1 == 0.0 and x2 == 0.0 and x3 == 0.0:
-                    continue
-                t = tgt[c, p, k]
-                B[dst, t, 0] += v * x0
-                B[dst, t, 1] += v * x1 + x0 * d1
-                B[dst, t, 2] += v * x2 + x0 * d2
-                B[dst, t, 3] += v * x3 + x0 * d3
-            else:
-                if skip and x0 == 0.0:
-                    zero = True
-                    for r in range(1, nl):
-                        if A[src, k, r] != 0.0:
-                            zero = False
-                    if zero:
-                        continue
-                t = tgt[c, p, k]
-                B[dst, t, 0] += v * x0
-                for r in range(1, nl):
-                    B[dst, t, r] += v * A[src, k, r] + x0 * pd[g, p, r]
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
 def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl, which, has):
-    """:func:`_step` over the live states of ``A[src]`` only (``la[src, :na[src]]``: every
+    """:func:`_forward` from ``A[src]`` over its live states only (``la[src, :na[src]]``: every
     state that may be nonzero), into ``B[dst]`` with its live states into ``lb[dst]``,
     ``nbn[dst]`` (``mark``: all False, left so); for events whose probabilities are all
     numbers (a skipped state or pattern adds exact zeros)."""
@@ -189,7 +151,7 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
     nbn[dst] = cnt
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
     """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over the patterns with ``has[p] == which``."""
     for k in range(n_states):
@@ -229,6 +191,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
     (local index)."""
     n_ev = out.shape[0]
     n_coll = coff.shape[0]
+    # the pattern selections as int64 values, not literals: one compilation of each
+    # helper, not one per constant
+    w_all, w_out, w_in = np.int64(-1), np.int64(0), np.int64(1)
     n_states = f.shape[0]
     nb = edges.shape[0] + 1
     max_m = 0
@@ -237,15 +202,14 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
     unc = np.empty(max(max_m, 1), np.int64)
     F = np.zeros((n_states, LANES))
     Fn = np.zeros((n_states, LANES))
-    FA = np.zeros((1 << _DENSE_UP_TO, n_states, LANES))
+    FA = np.zeros((1 << _FIRST, n_states, LANES))
     XA = np.zeros(1 << ENUMERATE_UP_TO)
-    FB = np.zeros((1, n_states, LANES))
-    SA = np.zeros((1 << _DENSE_UP_TO, n_states, 4))  # grown for an event that needs more
-    SN = np.zeros((1 << _DENSE_UP_TO, n_states, 4))
-    LA = np.zeros((1 << _DENSE_UP_TO, n_states), np.int64)
-    LN = np.zeros((1 << _DENSE_UP_TO, n_states), np.int64)
-    NA = np.zeros(1 << _DENSE_UP_TO, np.int64)
-    NN = np.zeros(1 << _DENSE_UP_TO, np.int64)
+    SA = np.zeros((1 << _FIRST, n_states, 4))  # grown for an event that needs more
+    SN = np.zeros((1 << _FIRST, n_states, 4))
+    LA = np.zeros((1 << _FIRST, n_states), np.int64)
+    LN = np.zeros((1 << _FIRST, n_states), np.int64)
+    NA = np.zeros(1 << _FIRST, np.int64)
+    NN = np.zeros(1 << _FIRST, np.int64)
     mark = np.zeros(n_states, np.bool_)
     G0 = np.zeros((n_states, LANES))
     GB = np.zeros((1, n_states, LANES))
@@ -260,17 +224,10 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
             for k in range(n_states):
                 if tgt[c, p, k] != k:
                     still[c, p] = False
-    live = np.empty(n_states, np.int64)  # the states where the pass table is not 0
-    n_live = 0
     for k in range(n_states):
         G0[k, 0] = f[k]
-        nonzero = f[k] != 0.0
         for r in range(1, nl):
             G0[k, r] = df[k, r]
-            nonzero = nonzero or df[k, r] != 0.0
-        if nonzero:
-            live[n_live] = k
-            n_live += 1
     for e in range(b0 * block, min(n_ev, b1 * block)):
         F[:, :nl] = 0.0
         F[0, 0] = 1.0
@@ -314,7 +271,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                     if not moves:
                         continue
                 if certain:
-                    _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, -1, has,
+                    _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all, has,
                              skip)
                     F, Fn = Fn, F
         n_unc[e] = n
@@ -350,9 +307,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 g = unc[j]
                 for a in range(m):
                     _sparse(SA, a, LA, NA, SN, a, LN, NN, mark, tgt, cs, n_pat, pv_all, pd_all,
-                            g, nl, 0, has)
+                            g, nl, w_out, has)
                     _sparse(SA, a, LA, NA, SN, a + m, LN, NN, mark, tgt, cs, n_pat, pv_all,
-                            pd_all, g, nl, 1, has)
+                            pd_all, g, nl, w_in, has)
                     XA[a + m] = XA[a] + vals[g - base[cs]]
                 SA, SN = SN, SA
                 LA, LN = LN, LA
@@ -373,38 +330,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 o[b, 2] += t2
                 o[b, 3] += t3
             continue
-        if n <= _DENSE_UP_TO:
-            FA[0, :, :nl] = F[:, :nl]
-            XA[0] = x0
-            m = 1
-            for j in range(n):
-                g = unc[j]
-                for a in range(m):
-                    # in S: a new subset at a + m; out: in place (via FB)
-                    _step(FA, a, FA, a + m, tgt, cs, n_pat, pv_all, pd_all, g, n_states,
-                          nl, 1, has, skip)
-                    _step(FA, a, FB, 0, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 0,
-                          has, skip)
-                    for k in range(n_states):
-                        for r in range(nl):
-                            FA[a, k, r] = FB[0, k, r]
-                    XA[a + m] = XA[a] + vals[g - base[cs]]
-                m *= 2
-            for a in range(m):
-                if skip:  # <F_A, f> over the states where f or a tangent of it is nonzero
-                    tmp[:nl] = 0.0
-                    for i in range(n_live):
-                        k = live[i]
-                        a0, b0 = FA[a, k, 0], G0[k, 0]
-                        tmp[0] += a0 * b0
-                        for r in range(1, nl):
-                            tmp[r] += a0 * G0[k, r] + b0 * FA[a, k, r]
-                else:
-                    _dot(FA[a], G0, n_states, nl, tmp, skip)
-                b = _bin(edges, XA[a])
-                for r in range(nl):
-                    o[b, r] += tmp[r]
-            continue
         na = n // 2
         nbeta = 1 << (n - na)
         if FA.shape[0] < (1 << na):
@@ -420,9 +345,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
         for j in range(na):
             g = unc[j]
             for a in range(m):
-                _forward(FA[a], FA[a + m], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 1,
+                _forward(FA[a], FA[a + m], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_in,
                          has, skip)
-                _forward(FA[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 0, has,
+                _forward(FA[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_out, has,
                          skip)
                 FA[a, :, :nl] = Fn[:, :nl]
                 XA[a + m] = XA[a] + vals[g - base[cs]]
@@ -433,9 +358,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
         for j in range(n - 1, na - 1, -1):
             g = unc[j]
             for a in range(mb):
-                _pull(GB[a], GB[a + mb], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 1,
+                _pull(GB[a], GB[a + mb], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_in,
                       has)
-                _pull(GB[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, 0, has)
+                _pull(GB[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_out, has)
                 GB[a, :, :nl] = Fn[:, :nl]
                 XB[a + mb] = XB[a] + vals[g - base[cs]]
             mb *= 2

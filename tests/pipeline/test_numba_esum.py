@@ -69,7 +69,7 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]]) -> tuple[np.ndarray, 
     base = np.concatenate([[0], np.cumsum(coff[:, -1])]).astype(np.int64)
     n_pat = np.array([len(MODEL.patterns[c]) for c in cols], np.int64)
     tgt = _targets(MODEL, np.array(MODEL.shape, np.int64) - 1, cols)
-    f = np.asarray(_pass_table(MODEL, THRESH)[0], np.float64)
+    f = np.array(_pass_table(MODEL, THRESH)[0], np.float64)  # writable: the pipeline's types
     cs = cols.index("Jet")
     jets = [s.name for s in MODEL._sets_of["Jet"]].index("jets")
     has = np.asarray(MODEL.patterns["Jet"])[:, jets].astype(np.int64)
@@ -79,7 +79,7 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]]) -> tuple[np.ndarray, 
     unc = np.zeros(n_ev, np.int64)
     _numba_esum.event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f,
                                np.zeros(f.shape + (LANES,)), cs, has,
-                               np.asarray(pt, np.float64).reshape(-1), edges, nl, n_ev, out,
+                               np.array(pt, np.float64).reshape(-1), edges, nl, n_ev, out,
                                unc, 0, 1)
     return out[..., :nl], unc
 

@@ -5,7 +5,9 @@ returns plus the ``histograms`` and ``templates`` groups of
 :func:`analysis.pipeline.histkernel.histogram_states` (the JAX reference: the same
 meaning, the same :class:`~analysis.stats.histogram.Histogram` states and Jacobians),
 for every plan :func:`why_not` accepts: histograms of per-object fields (``S.f``,
-``abs(S.f)``), leading objects (``S[i].f``: one indexed set) and per-event branches,
+``abs(S.f)``), leading objects (``S[i].f``: one indexed set), per-event branches and
+event sums (``sum(S.f)``, ``count(S)``: :mod:`analysis.pipeline._numba_esum`, from the
+walk's pattern probabilities and pass tables, ``sumw[b] = sum_events w P(pass, X in b)``),
 weight variations of per-event factors, shifts, and channel regions.
 
 Per histogram ``sumw[b] = sum_entries w p [x in b]`` and ``sumw2[b] = sum w^2 p [x in b]``
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.pipeline import _numba_dp, _numba_fill, _numba_hist, fastkernel
+from analysis.pipeline import _numba_dp, _numba_esum, _numba_fill, _numba_hist, fastkernel
 from analysis.pipeline._chunkmemo import chunk_memo, remember
 from analysis.pipeline._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline._fastpool import _run_dynamic
@@ -56,7 +58,8 @@ from analysis.stats.histogram import Histogram
 
 __all__ = ["evaluate_columns", "why_not"]
 
-_KINDS = ("field", "branch", "index")
+_KINDS = ("field", "branch", "index", "sum", "count")
+_SUMS = ("sum", "count")
 # Events per block of the walk, about: its outputs are per event and object (no sums),
 # so neither the block size nor which thread walks a block changes a bit; the threads
 # take the blocks one at a time (_fastpool._run_dynamic: blocks of uneven cost even out).
@@ -79,10 +82,9 @@ def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
     for spec in plan.hists:
         node = spec.node
         if node.kind not in _KINDS or (node.kind == "index" and len(node.slots) != 1):
-            what = "an event sum (subset enumeration)" if node.kind in ("sum", "count") else (
-                f"a {node.kind} expression")
-            return (f"histogram {spec.key!r}: x = {node.text!r} is {what}; the numba kernel "
-                    "fills per-object fields, one leading object and branches")
+            return (f"histogram {spec.key!r}: x = {node.text!r} is a {node.kind} expression; "
+                    "the numba kernel fills per-object fields, event sums, one leading "
+                    "object and branches")
         if node.kind == "index":
             s = specs[node.slots[0][0]]
             if rank.setdefault(s.collection, s.rank_by) != s.rank_by:
@@ -169,7 +171,9 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     nl = len(trainable) + 1
     lanes = _numba_dp.LANES
     half = lanes // 2
-    if len(variants) > 2 or (len(variants) == 2 and nl > half):
+    sums = any(s.node.kind in _SUMS for s in specs)
+    # event sums read one variant's lanes (h = 0): a pair of shift sides walks alone each
+    if len(variants) > 2 or (len(variants) == 2 and (nl > half or sums)):
         return [w for v, side in zip(variants, sides, strict=True)
                 for w in _walk([v], plan, specs, theta, widths, trainable, threads,
                                nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
@@ -276,12 +280,61 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                 ld_mask,
                 max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw)
         _run_dynamic(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
+    es, n_unc = _event_sums(specs, plan, tab, tgt, coff, base, flats[0], pv_all, pd_all, fs,
+                            dfs, rpos, nl, width, k, threads) if sums else ({}, {})
     return [{
         "pe": {r: pe[v, rpos[r]] for r in regions},
         "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},
         "lw": {k: lw[v, i] for i, k in enumerate(lw_keys)},
         "coff": coff, "base": base, "flats": flats[v], "collections": tab.collections,
+        "es": es, "n_unc": n_unc,
     } for v in range(n_var)]
+
+
+def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, fs, dfs, rpos,
+                nl: int, width: int, k: int, threads) -> tuple[dict, dict]:
+    """Per ``(region, node)`` of the event-sum specs, ``(E, bins, width)``: each event's
+    ``P(region passes, X in bin b)`` and tangents (:func:`analysis.pipeline._numba_esum.event_sum_bins`,
+    from the walk's pattern probabilities, before the next walk reuses them); per
+    collection ``(E,)`` the uncertain objects of each event (the most over the specs).
+    More than :data:`analysis.pipeline._numba_esum.MAX_UNCERTAIN`: the one-line
+    :func:`analysis.pipeline.histkernel.too_many_uncertain`."""
+    from analysis.pipeline.histkernel import too_many_uncertain
+
+    n_ev = int(coff.shape[1] - 1)
+    es: dict = {}
+    n_unc: dict = {}
+    for spec in specs:
+        node = spec.node
+        key = (spec.region, node)
+        if node.kind not in _SUMS or key in es:
+            continue
+        s = node.head
+        coll = plan.sets.collection_of(s)
+        ci = tab.collections.index(coll)
+        has = np.ascontiguousarray(tab.pat[ci, :, tab.local[s]] == 1, dtype=np.int64)
+        n_obj = int(coff[ci, -1])
+        if node.kind == "count":
+            vals = np.ones(n_obj)
+        else:
+            vals = np.asarray(flats[coll][node.field], dtype=np.float64)
+            vals = np.ascontiguousarray(np.abs(vals) if node.absolute else vals)
+        edges = np.asarray(spec.edges, np.float64)
+        out = _work(f"hist_es{k}_{len(es)}", (n_ev, len(edges) + 1, width))
+        unc = np.zeros(n_ev, np.int64)
+        q = rpos[spec.region]
+        if n_ev:
+            block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
+            args = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
+                    np.ascontiguousarray(dfs[q]), ci, has, vals, edges, nl, block, out, unc)
+            _run_dynamic(_numba_dp.compiled(_numba_esum.event_sum_bins, args), args, n_blocks,
+                         threads)
+        top = int(unc.max(initial=0))
+        if top > _numba_esum.MAX_UNCERTAIN:
+            raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)
+        es[key] = out
+        n_unc[coll] = unc if coll not in n_unc else np.maximum(n_unc[coll], unc)
+    return es, n_unc
 
 
 def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: dict) -> np.ndarray:
@@ -335,6 +388,23 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
         jac["selected_sumw2"] = ys[1, 1:]
     width = 4 if nl <= 4 else _numba_dp.LANES  # the lanes that carry something
     for (region, node), group in fills.items():
+        edges = group[0].edges
+        sumw = np.zeros((len(group), len(edges) + 1, width))
+        sumw2 = np.zeros_like(sumw)
+
+        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
+            for i, spec in enumerate(group):
+                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
+                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
+                                                      sumw2[i, :, 1:nl])
+
+        if node.kind in _SUMS:  # per event, its bins' probabilities
+            pb = wk["es"][region, node]
+            tasks.append((pb.shape[0] * pb.shape[1] * (1 + len(group)), _numba_esum.fill_bins, (
+                np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
+                _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
+                weight, sumw, sumw2), finish))
+            continue
         if node.kind == "branch":
             x = c.events[node.head]
             p, off = wk["pe"][region], np.arange(n_ev + 1, dtype=np.int64)
@@ -348,16 +418,6 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             off = wk["coff"][ci]
             x = wk["flats"][coll][node.field]
         x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
-        edges = group[0].edges
-        sumw = np.zeros((len(group), len(edges) + 1, width))
-        sumw2 = np.zeros_like(sumw)
-
-        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
-            for i, spec in enumerate(group):
-                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
-                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
-                                                      sumw2[i, :, 1:nl])
-
         tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (
             off, x, np.ascontiguousarray(p), evs[ekey, region],
             _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
@@ -372,6 +432,9 @@ def _paired(one: list, two: list) -> list:
     (each side's sums as :func:`analysis.pipeline._numba_fill.fill` makes them)."""
     out = []
     for a, b in zip(one, two, strict=True):
+        if a[1] is not _numba_fill.fill or b[1] is not _numba_fill.fill:
+            out += [a, b]
+            continue
         (ca, _, (off, x, p, ev, factors, weight, edges, sumw, sumw2), fa) = a
         (cb, _, (off_b, x_b, p_b, ev_b, factors_b, weight_b, edges_b, sumw_b, sumw2_b), fb) = b
         if (sumw.shape == sumw_b.shape and sumw.shape[2] == 4 and ev is ev_b
@@ -415,11 +478,14 @@ def _run_fills(tasks: list, threads: int | None) -> None:
 def evaluate_columns(
     cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int = 1,
     threads: int | None = None, fused: bool = True, value_loop: bool = True,
+    uncertain: dict | None = None,
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk with its histogram states, as
     :func:`analysis.pipeline.kernel.evaluate_chunk` returns them (numpy float64; ``jac``
     None for ``order=0``); ``plan`` must pass :func:`why_not`. ``fused``, ``value_loop``:
-    passed to :func:`analysis.pipeline.fastkernel.evaluate_columns` (its observables)."""
+    passed to :func:`analysis.pipeline.fastkernel.evaluate_columns` (its observables).
+    ``uncertain`` (a dict, filled in): per collection an event-sum histogram sums over,
+    ``(E,)`` the uncertain objects of each event (the most over regions and shifts)."""
     theta, widths, trainable = _inputs(plan, order, theta, widths, why_not=why_not,
                                        who="fasthist")
     # per shift side, the specs filled from one set of entries: (region, x), its variations
@@ -455,6 +521,11 @@ def evaluate_columns(
                                                       plan.shifts[sh].factor)
                              for sh, _, _ in job])
         fills_of: list[list] = []  # per side
+        for wk in walks:
+            for coll, n in wk["n_unc"].items():
+                if uncertain is not None:
+                    uncertain[coll] = n.copy() if coll not in uncertain else np.maximum(
+                        uncertain[coll], n)
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             fills_of.append([])
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,

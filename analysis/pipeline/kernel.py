@@ -14,8 +14,8 @@ bucket shape, not once per chunk.
 :mod:`analysis.pipeline.fastkernel` instead wherever it applies
 (:func:`analysis.pipeline.fastkernel.why_not` says where not: Hessians, expressions
 of several indexed sets such as ``mass(jets[0] + bjets[0])``; plans with histograms: :mod:`analysis.pipeline.fasthist`, whose
-``why_not`` also refuses event-sum and 4-vector histograms and per-object scale
-factors); this module's JAX kernel is the reference and computes everything else,
+``why_not`` also refuses 4-vector histograms and per-object scale factors; it computes
+event-sum histograms with :mod:`analysis.pipeline._numba_esum`); this module's JAX kernel is the reference and computes everything else,
 grid scans and histogram entries. Both compute one plan; the
 choice depends on what the plan needs, never on which YAML form was written.
 
@@ -42,6 +42,7 @@ from analysis.stats.derive import value_and_derivatives
 __all__ = [
     "chunk_state",
     "chunk_states",
+    "enumeration_counts",
     "enumeration_shapes",
     "evaluate_chunk",
     "evaluate_chunk_grid",
@@ -219,7 +220,7 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
     axis = {c: m for c, _, m in shapes.collections}
     n_ev = int(cols.n_events)
     arrays = dict(arrays)
-    out, expensive, largest = [], np.zeros(n_ev, dtype=bool), 0
+    out = []
     for c in colls:
         n = counts[c]
         top = int(n.max(initial=0))
@@ -227,8 +228,6 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
             spec = next(h for h in plan.hists if h.node.kind in ("sum", "count")
                         and plan.sets.collection_of(h.node.head) == c)
             raise histkernel.too_many_uncertain(spec, c, int(np.argmax(n)), top)
-        expensive |= n > EXPENSIVE_ABOVE
-        largest = max(largest, top)
         need = np.minimum(axis[c], -(-n // WIDTH_STEP) * WIDTH_STEP)
         groups, index = [], []
         for w in np.unique(need):
@@ -242,7 +241,20 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
                                               else np.zeros(0, np.int32))
         out.append((c, tuple(groups)))
     return (arrays, dataclasses.replace(shapes, uncertain=tuple(out)),
-            (n_ev, int(expensive.sum()), largest))
+            enumeration_counts(counts, n_ev))
+
+
+def enumeration_counts(uncertain: dict, n_events: int) -> tuple[int, int, int]:
+    """:attr:`~analysis.pipeline.results.DatasetState.enumeration` of a chunk of
+    ``n_events`` from the uncertain objects per event of each collection (``uncertain``:
+    ``{collection: (E,) int}``): ``(events, events with more than EXPENSIVE_ABOVE in a
+    collection, the most in an event)``."""
+    expensive = np.zeros(n_events, dtype=bool)
+    largest = 0
+    for n in uncertain.values():
+        expensive |= np.asarray(n) > EXPENSIVE_ABOVE
+        largest = max(largest, int(np.max(n, initial=0)))
+    return n_events, int(expensive.sum()), largest
 
 
 def log_enumeration(states) -> None:
@@ -320,12 +332,17 @@ def chunk_state(
     if why is None:
         if run is not plan:
             cols = scorecols.score_columns(cols, plan, theta)
+        extra: dict = {}
+        sums = bool(run.hists) and bool(histkernel.event_sum_collections(run))
+        if sums:
+            extra["uncertain"] = uncertain = {}
         value, jac = _numba_host(run).evaluate_columns(cols, run, theta, widths, order=order,
                                                        threads=threads, fused=fused,
-                                                       value_loop=value_loop)
+                                                       value_loop=value_loop, **extra)
         return DatasetState.from_chunk(
             value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
             names=plan.trainable_names,
+            enumeration=enumeration_counts(uncertain, int(cols.n_events)) if sums else None,
         )
     if engine == "numba":
         raise ValueError(f"the numba kernel cannot compute this plan: {why}")

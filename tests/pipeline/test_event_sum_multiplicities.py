@@ -3,7 +3,8 @@ leave the subset enumeration, events with more than 12 uncertain objects run mee
 the middle, and the pass counts both (``DatasetState.enumeration``).
 
 References: a numpy oracle over every configuration of the uncertain pass bits (the
-certain ones fixed) for built events of 30 jets; awkward + hist hard cuts on the real
+certain ones fixed) for built events of 30 jets, on both backends (the default runs
+the numba kernel, analysis.pipeline._numba_esum); awkward + hist hard cuts on the real
 NanoAOD v12 file at width 0.
 """
 
@@ -94,20 +95,25 @@ def test_hard_cut_objects_do_not_count_and_bins_equal_the_oracle() -> None:
     for extra, counts in ((False, (3, 0, 8)), (True, (4, 1, 14))):
         events = built_events(extra)
         cols = columns(events)
-        state = chunk_state(cols, plan, theta, widths, order=0)
-        # the 30-jet event with 8 past the pre-selection: 8 uncertain, the cheap path
-        assert state.enumeration == counts
+        state = chunk_state(cols, plan, theta, widths, order=0)  # the numba kernel
+        ref = chunk_state(cols, plan, theta, widths, order=0, engine="jax")
+        # the 30-jet event with 8 past the pre-selection: 8 uncertain, the cheap path,
+        # on both backends
+        assert state.enumeration == ref.enumeration == counts
         # each event at its own width: the 30-jet one at 8 beside the one at 16
         arrays, shapes = pad_columns(cols, plan)
         arrays, shapes, _ = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
         assert shapes.uncertain == (("Jet", groups[extra]),)
         idx = arrays["enum:Jet"]  # the third group (width 8): event 0, then padding
         assert idx[32] == 0 and (idx[33:48] == shapes.events).all()
-        h = state.derived.value["histograms"]["ht"]
         want = oracle(events)
         assert want[0].sum() > 0.5
-        np.testing.assert_allclose(np.asarray(h.sumw_flow), want[0], rtol=1e-10, atol=1e-14)
-        np.testing.assert_allclose(np.asarray(h.sumw2_flow), want[1], rtol=1e-10, atol=1e-14)
+        for st in (state, ref):
+            h = st.derived.value["histograms"]["ht"]
+            np.testing.assert_allclose(np.asarray(h.sumw_flow), want[0], rtol=1e-10,
+                                       atol=1e-14)
+            np.testing.assert_allclose(np.asarray(h.sumw2_flow), want[1], rtol=1e-10,
+                                       atol=1e-14)
 
 
 def test_too_many_uncertain_objects_is_one_line_naming_event_count_and_remedy() -> None:

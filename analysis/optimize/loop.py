@@ -523,9 +523,12 @@ class Optimization:
         parts = ("all",) if self.fraction is None else ("all", "train", "held_out")
         points = [self.hard_params(initial), self.hard_params(final)]
         need_totals = self._replica_totals is None
+        # only the observables the objective reads, as the steps (the report's
+        # statistics come from the final pass)
+        reads = None if self.reverse else step_observables(self.objective, self.plan, 0)
         lanes = self.ev.run_replica_lanes(points, widths=np.zeros_like(self.w0), parts=parts,
                                           fraction=self.fraction, replicas=k,
-                                          totals=need_totals)
+                                          totals=need_totals, observables=reads)
         if lanes is None:
             return None
         self.passes += 1

@@ -10,6 +10,12 @@ wrapped with a clock: imports, config, evaluator set-up, each optimisation step,
 final soft and hard evaluation, the validation passes with their bootstrap replicas,
 the report, the plots); the breakdown is printed and recorded with the wall time.
 
+``--validation``: the validation with its bootstrap replicas (``Optimization.validation``
+at the demo's initial point and a tighter one) in one process on the cached columns,
+side by side: the one lanes pass against a pass per point and part (and the
+replicas' totals' own pass), each measured ``--repeat`` times after a first
+(compiling) round; their results are checked equal.
+
 Default: runs, in one process and on the same generated data:
   1. ``diffcoffea optimize configs/demo.yaml`` (adam, 60 steps, default annealing);
   2. a hard-cut grid scan of the same four parameters (all points in one pass);
@@ -17,6 +23,7 @@ and prints passes over the data, hard-cut significance and wall time of each, an
 how many passes a classic scan (one pass per grid point) would need.
 
     python benchmarks/bench_demo.py --main-job
+    python benchmarks/bench_demo.py --validation [--repeat 3]
     python benchmarks/bench_demo.py [--grid-points small|medium]
 """
 
@@ -160,13 +167,61 @@ def main_job(argv: list[str] | None) -> int:
     return 0
 
 
+def validation(argv: list[str] | None, repeat: int) -> int:
+    """``--validation`` (module docstring)."""
+    from analysis.config.loader import load_config
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.loop import Optimization
+    from benchmarks.results_table import command_line, record
+
+    config = load_config(str(ROOT / "configs" / "demo.yaml"))
+    tight = {"jet_pt_min": 60.0, "jet_abs_eta_max": 2.4, "btag_min": 0.5, "min_jets": 2}
+    initial = config.initial_params()
+    one: list[float] = []
+    per_part: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="bench_demo_") as tmp, Evaluator(config) as ev:
+        run = Optimization(config, ev, Path(tmp))
+        start = run.hard(initial)  # the columns read and cached, the kernels loaded
+        for i in range(repeat + 1):  # round 0 compiles: not counted
+            run._replica_totals = None
+            t0 = time.perf_counter()
+            a = run.validation(initial, tight, start)
+            t1 = time.perf_counter()
+            run._replica_totals = None  # the pass-per-part path: the lanes pass switched off
+            run._validation_lanes = lambda *args: None
+            t2 = time.perf_counter()
+            c = run.validation(initial, tight, start)
+            t3 = time.perf_counter()
+            del run._validation_lanes
+            assert json.dumps(a, sort_keys=True) == json.dumps(c, sort_keys=True)
+            if i:
+                one.append(t1 - t0)
+                per_part.append(t3 - t2)
+    load = os.getloadavg()[0]
+    m1, m6 = sorted(one)[len(one) // 2], sorted(per_part)[len(per_part) // 2]
+    print(f"validation with 50 bootstrap replicas (demo, cached columns, load average "
+          f"{load:.1f}): one pass {m1:.2f} s, a pass per point and part {m6:.2f} s "
+          f"(medians of {repeat}); ratio {m6 / m1:.2f}")
+    record("demo.validation_one_pass", compares="optimize's validation + 50 bootstrap "
+           "replicas (demo, cached columns): a pass per point and part over one lanes pass",
+           figure=m6 / m1, unit="x", goal="> 1", met=m6 > m1,
+           command=command_line(__file__, argv),
+           details={"one_pass_s": one, "per_part_s": per_part, "load_average": load})
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     p = argparse.ArgumentParser()
     p.add_argument("--grid-points", choices=list(GRIDS), default="small")
     p.add_argument("--main-job", action="store_true",
                    help="the README main job's wall time and its phases (module docstring)")
+    p.add_argument("--validation", action="store_true",
+                   help="the validation's one pass against a pass per part (module docstring)")
+    p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
+    if args.validation:
+        return validation(argv, args.repeat)
     if args.main_job:
         return main_job(argv)
     from analysis.cli.parser import main as cli

@@ -16,7 +16,7 @@ from analysis.pipeline.backend import Backend
 from analysis.pipeline.fastreverse import chunk_yield_gradients
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
-from analysis.pipeline.replicas import chunk_replicas, chunk_totals
+from analysis.pipeline.replicas import chunk_lanes, chunk_replicas, chunk_totals
 from analysis.pipeline.results import DatasetState
 from analysis.pipeline.reverse import chunk_pullback
 from analysis.pipeline.score_entries import score_entries
@@ -97,7 +97,10 @@ class DiffProcessor(processor.ProcessorABC):
     replicas : tuple or None, optional
         Keyword-only. A bootstrap pass: ``("sums", K, None)`` for each dataset's
         :class:`analysis.pipeline.replicas.ReplicaSums`, ``("totals", K, fraction)``
-        for its :class:`~analysis.pipeline.replicas.ReplicaTotals` (default None).
+        for its :class:`~analysis.pipeline.replicas.ReplicaTotals`, ``("lanes", K,
+        fraction, parts, totals)`` for its :class:`~analysis.pipeline.replicas.ReplicaLanes`
+        at every row of ``theta`` (``(P, n_params)``; :func:`~analysis.pipeline.replicas.chunk_lanes`)
+        (default None).
 
     Notes
     -----
@@ -148,6 +151,8 @@ class DiffProcessor(processor.ProcessorABC):
         #: a bootstrap pass: ``("sums", K, None)``: each dataset's
         #: :class:`analysis.pipeline.replicas.ReplicaSums` (values only);
         #: ``("totals", K, fraction)``: its :class:`~analysis.pipeline.replicas.ReplicaTotals`
+        #: ``("lanes", K, fraction, parts, totals)``: its
+        #: :class:`~analysis.pipeline.replicas.ReplicaLanes` (every row of ``theta``)
         self.replicas = replicas
         self.cache_token: str | None = None
         #: set by the driver on dask: keep the columns in the worker, within this budget
@@ -196,6 +201,15 @@ class DiffProcessor(processor.ProcessorABC):
         replicas = getattr(self, "replicas", None)
         if replicas is not None and replicas[0] == "totals":  # every part at once
             return {dataset: chunk_totals(cols, replicas[2], replicas[1])}
+        if replicas is not None and replicas[0] == "lanes":  # every part and point at once
+            _, k, fraction, parts, totals = replicas
+            with np.errstate(all="ignore"):
+                lanes = chunk_lanes(cols, self.plan, self.theta, self.widths, k, parts=parts,
+                                    fraction=fraction, totals=totals,
+                                    threads=self.kernel_threads)
+            for sums in lanes.lanes.values():
+                check_overflow(sums.state, cols, self.plan, dataset=dataset)
+            return {dataset: lanes}
         part = getattr(self, "part", None)
         if part is not None and part[0] != "all" and cols.n_events:
             if cols.uid is None:

@@ -281,11 +281,12 @@ def run_optimize(args) -> int:
         # values-only passes on the cached columns: the hard-cut objective where the run
         # started (for "before -> after") and the events the final hard cuts keep
         before = run.passes
-        initial_hard = run.hard(initial_params)
-        status = run.status(final, initial_hard)
         # all events (and, with the split, each part) at the start and the end, with
-        # their MC uncertainty
-        checks = run.validation(initial_params, final["hard"]["parameters"], initial_hard)
+        # their MC uncertainty: one pass where the replicas run, which also gives the
+        # hard-cut value at the start on the loop's events (else one pass more)
+        checks = run.validation(initial_params, final["hard"]["parameters"])
+        initial_hard = run.start_hard or run.hard(initial_params)
+        status = run.status(final, initial_hard)
         hard = hard_event_counts(ev, final["hard"]["parameters"])
         closing = run.passes - before + 1  # (the count pass is not the loop's)
         datasets = {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets}

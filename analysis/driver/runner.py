@@ -471,6 +471,44 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         return self.process(proc, lambda: ReplicaSums(
             np.zeros((2, replicas)), empty_state(self.plan, theta, w, 0)))
 
+    def run_replica_lanes(
+        self,
+        points: list[dict[str, float]],
+        *,
+        widths: Any = None,
+        parts: tuple[str, ...] = ("all",),
+        fraction: float | None = None,
+        replicas: int = 50,
+        totals: bool = False,
+        observables: Collection[str] | None = None,
+    ):
+        """One values pass giving ``{dataset: ReplicaLanes}``: for every parameter point
+        of ``points`` and part of ``parts`` (of the validation split with ``fraction``)
+        what :meth:`run_replicas` gives with :attr:`part` set to it, and with ``totals``
+        what :meth:`run_replica_totals` gives (:func:`analysis.pipeline.replicas.chunk_lanes`;
+        :attr:`part` is not used); ``None`` where the values loop does not run the plan.
+        ``observables``: compute only these (as for :meth:`run`; default all)."""
+        from analysis.pipeline.replicas import ReplicaLanes, ReplicaSums, ReplicaTotals, supported
+        from analysis.pipeline.split import PARTS
+        from processors import DiffProcessor
+
+        tw = [self.theta_and_widths(p, widths) for p in points]
+        thetas, w = np.stack([t for t, _ in tw]), tw[0][1]
+        plan = self.plan if observables is None else self._plan_with(observables)
+        if not (self.backend.numba_allowed and all(supported(plan, t) for t in thetas)):
+            return None  # the replicas ride the numba values loop only
+        spec = ("lanes", int(replicas), fraction, tuple(parts), bool(totals))
+        proc = DiffProcessor(plan, thetas, w, self.weight_branches, order=0,
+                             replicas=spec, backend=self.backend)
+
+        def empty():
+            lanes = {(i, p): ReplicaSums(np.zeros((2, replicas)), empty_state(plan, t, w, 0))
+                     for i, t in enumerate(thetas) for p in parts}
+            return ReplicaLanes(lanes, ReplicaTotals(np.zeros((1 + len(PARTS), replicas)))
+                                if totals else None)
+
+        return self.process(proc, empty)
+
     def run_replica_totals(self, fraction: float | None, *, replicas: int = 50):
         """One pass giving ``{dataset: ReplicaTotals}``: per bootstrap replica the
         number of events and the sum of weights of every part of the validation split

@@ -225,6 +225,9 @@ class Optimization:
         self.all_sumw: dict[str, float] | None = None
         #: per part, the bootstrap replicas' totals (they do not depend on the cuts)
         self._replica_totals: dict[str, Any] | None = None
+        #: :meth:`hard` at the initial parameters on the loop's events, once
+        #: :meth:`validation` computed it (in its one pass); else None
+        self.start_hard: dict[str, Any] | None = None
         self.fingerprint = config_fingerprint(config)
         self.order = self.optimizer.order
         init = config.initial_params()
@@ -476,12 +479,26 @@ class Optimization:
                    initial_hard: dict[str, Any] | None = None) -> dict[str, Any]:
         """Hard-cut objective values at ``initial`` and ``final`` on all events, on the
         training and on the held-out part, and what they say (see
-        :func:`analysis.optimize.status.validation_report`): values-only passes on the
-        cached columns, with bootstrap replicas on all events at both points and on
-        each part at the end (the gap's uncertainty); ``initial_hard``: :meth:`hard` at
-        ``initial`` if already run (it is the training part's value with the split)."""
+        :func:`analysis.optimize.status.validation_report`), with bootstrap replicas on
+        all events at both points and on each part at the end (the gap's uncertainty):
+        one values pass on the cached columns where the replicas run on the numba loop
+        (:meth:`_validation_lanes`), else a pass per point and part. Sets
+        :attr:`start_hard`. ``initial_hard``: :meth:`hard` at ``initial`` if already run
+        (it is the training part's value with the split)."""
         from analysis.optimize.status import validation_report
 
+        threshold = self.config.optimizer.validation.threshold if self.fraction else 2.0
+        res = self._validation_lanes(initial, final, initial_hard)
+        if res is None:
+            res = self._validation_passes(initial, final, initial_hard)
+        # the hard-cut value at the start on the loop's events: :meth:`hard`'s (same sums)
+        start = res["train" if self.fraction is not None else "all"]["initial"]
+        self.start_hard = {k: v for k, v in start.items() if k != "uncertainty"}
+        return validation_report(res, self.fraction, threshold)
+
+    def _validation_passes(self, initial: dict[str, float], final: dict[str, float],
+                           initial_hard: dict[str, Any] | None) -> dict[str, Any]:
+        """:meth:`validation`'s ``res`` from a pass per (point, part) (:meth:`hard_on`)."""
         res: dict[str, dict[str, Any]] = {
             "all": {"initial": self.hard_on(initial, "all"), "final": self.hard_on(final, "all")}}
         if self.fraction is not None:
@@ -491,8 +508,57 @@ class Optimization:
                             "final": self.hard_on(final, "train")}
             res["held_out"] = {"initial": self.hard_on(initial, "held_out", uncertainty=False),
                                "final": self.hard_on(final, "held_out")}
-        threshold = self.config.optimizer.validation.threshold if self.fraction else 2.0
-        return validation_report(res, self.fraction, threshold)
+        return res
+
+    def _validation_lanes(self, initial: dict[str, float], final: dict[str, float],
+                          initial_hard: dict[str, Any] | None) -> dict[str, Any] | None:
+        """:meth:`validation`'s ``res`` from ONE values pass: both points and every part
+        are weight lanes of it, and so are the bootstrap replicas (and their totals if
+        not yet run; :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`). The
+        same values as :meth:`hard_on` at each (point, part) up to rounding (~1e-16).
+        ``None`` where the replicas do not run (fewer than 2, or not the numba loop)."""
+        k = self.config.optimizer.replicas
+        if k < 2:
+            return None
+        parts = ("all",) if self.fraction is None else ("all", "train", "held_out")
+        points = [self.hard_params(initial), self.hard_params(final)]
+        need_totals = self._replica_totals is None
+        # only the observables the objective reads, as the steps (the report's
+        # statistics come from the final pass)
+        reads = None if self.reverse else step_observables(self.objective, self.plan, 0)
+        lanes = self.ev.run_replica_lanes(points, widths=np.zeros_like(self.w0), parts=parts,
+                                          fraction=self.fraction, replicas=k,
+                                          totals=need_totals, observables=reads)
+        if lanes is None:
+            return None
+        self.passes += 1
+        self._last = None
+        if need_totals:
+            self._replica_totals = {n: r.totals for n, r in lanes.items()}
+        totals = self._replica_totals
+        # uncertainties as hard_on gives them: all events at both points, each part at the end
+        wanted = {(0, "all"), (1, "all"), (1, "train"), (1, "held_out")}
+        kept = "all" if self.ev.part is None else self.ev.part[0]
+        res: dict[str, dict[str, Any]] = {p: {} for p in parts}
+        try:
+            for (i, part) in lanes[next(iter(lanes))].lanes:
+                states = {n: r.lanes[i, part].state for n, r in lanes.items()}
+                self._use_part(part)
+                out = objective_from_states(self.objective, states, order=0, strict=False)
+                out["uncertainty"] = None
+                if (i, part) in wanted:
+                    sums = {n: np.vstack([totals[n].part(part), r.lanes[i, part].sums])
+                            for n, r in lanes.items()}
+                    out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
+                res[part]["initial" if i == 0 else "final"] = out
+        finally:
+            self._use_part(kept)
+        states = {n: r.lanes[1, "all"].state for n, r in lanes.items()}
+        self.last_states = states
+        self.all_sumw = {n: st.sumw for n, st in states.items()}
+        if initial_hard is not None and "train" in res:  # the value the run reported
+            res["train"]["initial"] = {**initial_hard, "uncertainty": None}
+        return res
 
     def status(
         self, final: dict[str, Any], initial_hard: dict[str, Any] | None = None

@@ -104,6 +104,38 @@ def test_without_the_split_no_validation_but_an_uncertainty(small_data, tmp_path
     assert r["hard_all"]["objective"]["final"] == r["final"]["hard"]["objective"]
 
 
+@pytest.mark.parametrize("fraction", [0.3, None])
+def test_one_pass_gives_what_a_pass_per_part_gives(small_data, tmp_path, fraction):
+    """validation()'s single lanes pass against hard_on's pass per (point, part)."""
+    opt = {"replicas": 30, **({} if fraction is None else {"validation": {"fraction": fraction}})}
+    cfg = H.make_config(small_data, parameters=LOOSE, optimizer=opt)
+    final = {**CUTS, "jet_pt_min": 40.0, "btag_min": 0.3}
+    with Evaluator(cfg) as ev:
+        run = Optimization(cfg, ev, tmp_path)
+        one = run.validation(CUTS, final)
+        assert run.passes == 1  # the replicas' totals ride the same pass
+        run._validation_lanes = lambda *a: None  # the pass-per-part path
+        run._replica_totals = None  # and the totals' own pass
+        per_part = run.validation(CUTS, final)
+        assert run.passes == (4 if fraction is None else 8)
+    assert one.keys() == per_part.keys()
+
+    def leaves(d, path=()):
+        if isinstance(d, dict):
+            for k, v in d.items():
+                yield from leaves(v, (*path, k))
+        else:
+            yield path, d
+
+    a, b = dict(leaves(one)), dict(leaves(per_part))
+    assert a.keys() == b.keys() and len(a) >= (7 if fraction is None else 20)
+    for key, x in a.items():
+        if isinstance(x, float):
+            assert x == pytest.approx(b[key], rel=1e-12, abs=1e-300), key
+        else:
+            assert x == b[key], key
+
+
 def _part(initial, final, sigma):
     return {"initial": {"objective": initial, "significance": -initial, "uncertainty": None},
             "final": {"objective": final, "significance": -final, "uncertainty": sigma}}

@@ -14,7 +14,7 @@ import pytest
 import uproot
 
 from analysis.driver.runner import Evaluator
-from analysis.pipeline._numba_replicas import replica_selected, replica_totals
+from analysis.pipeline._numba_replicas import replica_lanes, replica_selected, replica_totals
 from analysis.pipeline.split import event_uniform, poisson_replicas
 from tests import opt_helpers as H
 
@@ -86,3 +86,23 @@ def test_numba_sums_match_the_replica_table():
     tot = replica_totals(u, np.stack([w, 2 * w]), 20)
     assert tot[0] == pytest.approx(p.sum(axis=0), rel=1e-12)
     assert tot[2] == pytest.approx(2 * (p.T @ w), rel=1e-12)
+
+
+def test_lanes_loop_matches_the_replica_table():
+    """Every lane's sums and the totals of the one-loop kernel, against the (E, K) table."""
+    n = 5000
+    rng = np.random.default_rng(4)
+    u = event_uniform(np.ones(n), np.arange(n) // 100, np.arange(n) + 1)
+    w = rng.normal(1.0, 0.3, n)
+    lanes = np.stack([np.where(rng.random(n) < q, w, 0.0) for q in (0.0, 0.2, 0.7)])
+    p = poisson_replicas(u, 20).astype(np.float64)
+    for weights in (None, np.stack([w, 3 * w])):
+        sums, tot = replica_lanes(u, lanes, 20, weights)
+        for j, s in enumerate(lanes):
+            assert sums[j, 0] == pytest.approx(p.T @ s, rel=1e-12, abs=0)
+            assert sums[j, 1] == pytest.approx(p.T @ (s * s), rel=1e-12, abs=0)
+        if weights is None:
+            assert tot is None
+        else:
+            assert tot[0] == pytest.approx(p.sum(axis=0), rel=1e-12)
+            assert tot[2] == pytest.approx(3 * (p.T @ w), rel=1e-12)

@@ -163,10 +163,13 @@ def plot_history(report: dict[str, Any], outdir: Path) -> list[Path]:
 def histogram_range(
     config, evaluator, params: dict[str, float], widths, *, states: dict | None = None
 ) -> tuple[int, float, float]:
-    """Binning of the main observable: from its config ``hist``, else mean +- a few std
-    of the states at ``params`` and ``widths`` (``states`` if given: a pass's states at
-    exactly those values, e.g. an optimisation's step 0; else a values-only pass); an
-    observable in GeV (pT, mass, HT, ...) or a count never starts below 0."""
+    """Binning of the main observable: from its config ``hist``, else
+    :data:`_FINE_BINS` bins over mean - 5 std .. mean + 8 std of the states at
+    ``params`` and ``widths`` (``states`` if given: a pass's states at exactly those
+    values, e.g. an optimisation's step 0; else a values-only pass), which
+    :func:`plot_histograms` crops to the range the filled histograms occupy (the
+    observed support); an observable in GeV (pT, mass, HT, ...) or a count never
+    starts below 0."""
     obs = config.observables[0]
     if obs.hist is not None:
         return obs.hist.bins, obs.hist.range[0], obs.hist.range[1]
@@ -182,11 +185,32 @@ def histogram_range(
         mean = float(_statefns.state_mean(values))
         std = float(_statefns.state_std(values))
         if np.isfinite(mean) and np.isfinite(std):
-            lows.append(mean - 2.5 * std)
-            highs.append(mean + 4 * std)
+            lows.append(mean - 5 * std)
+            highs.append(mean + 8 * std)
     if not lows:
         return 40, 0.0, 1.0
-    return 40, *auto_range(lows, highs, nonnegative=nonnegative(obs))
+    low, high = auto_range(lows, highs, nonnegative=nonnegative(obs))
+    if not high > low:
+        return 40, low - 0.5, low + 0.5
+    return _FINE_BINS, low, high
+
+
+#: fine bins of an automatic range, cropped to the occupied ones and merged to ~40
+_FINE_BINS = 400
+
+
+def crop_to_support(hists: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``[{dataset: hist.Hist}]`` on one fine binning, each cut to the bins where any of
+    them holds more than 1e-4 of its largest bin (a soft selection's far tails aside:
+    the observed support) and rebinned to about 40 bins (:func:`_crop`)."""
+    import hist as hist_
+
+    flat = [h for per in hists for h in per.values()]
+    if not flat:
+        return hists
+    first, stop, merge = _crop([np.asarray(h.values(), dtype=np.float64) for h in flat], [])
+    merge = max(1, merge)
+    return [{d: h[first:stop:hist_.rebin(merge)] for d, h in per.items()} for per in hists]
 
 
 def nonnegative(obs) -> bool:
@@ -244,6 +268,10 @@ def plot_histograms(
         ]
     )
     obs = config.observables[0]
+    if obs.hist is None and bins == _FINE_BINS:  # an automatic range: the observed support
+        before, after = crop_to_support([before, after])
+        edges = next(iter(before.values())).axes[0].edges
+        low, high, bins = float(edges[0]), float(edges[-1]), len(edges) - 1
     unit = observable_unit(obs)
     width = (high - low) / bins
     per_bin = f"{width:.3g} {unit}".strip()

@@ -344,13 +344,17 @@ def run_optimize(args) -> int:
             plot_history(report, outdir)
             if "channels" in (report.get("likelihood") or {}):  # templates and pulls
                 from analysis.cli.lkplots import plot_likelihood
+                from analysis.cli.plots import entries_noun
                 from analysis.cli.units import expression_unit
 
                 labels = {ch: f"{c.histogram}: {_hist_x(config, c.histogram)}"
                           for ch, c in config.likelihood.channels.items()}
                 units = {ch: expression_unit(_hist_x(config, c.histogram), c.histogram)
                          for ch, c in config.likelihood.channels.items()}
-                plot_likelihood(report["likelihood"], outdir, labels=labels, units=units)
+                nouns = {ch: entries_noun(run.plan, _hist_x(config, c.histogram))
+                         for ch, c in config.likelihood.channels.items()}
+                plot_likelihood(report["likelihood"], outdir, labels=labels, units=units,
+                                nouns=nouns)
             run.use_all_events()  # the plots show every event, not the training part
             if config.observables:
                 from analysis.optimize.objectives import dataset_norm

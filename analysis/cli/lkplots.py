@@ -7,7 +7,11 @@
   ``|up - down| / 2`` summed over samples, and each lnN normalisation's
   ``(kappa - 1) x`` its samples' yield (pre-fit, uncorrelated between nuisances).
 * ``pulls.png``: the nuisances of the ``mu = 0`` profile fit (the fit behind Z) as
-  points against the unit Gaussian prior band (+-1, +-2).
+  points with their post-fit uncertainties (``sqrt(C_ii)``, ``C`` the inverse Hessian
+  of the NLL at the fit's minimum: results.json ``fit.uncertainties``) against the unit
+  Gaussian prior band (+-1, +-2), and a line saying which fit that is: the
+  background-only fit to Asimov signal + background data, where the nuisances that
+  raise the background are pulled to absorb the signal (:func:`pulls_data`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import numpy as np
 
 from analysis.cli.plots import _pyplot, _save
 
-__all__ = ["plot_likelihood", "template_data", "uncertainty_band"]
+__all__ = ["plot_likelihood", "pulls_data", "pulls_figure", "template_data", "templates_figure",
+           "uncertainty_band"]
 
 
 def uncertainty_band(section: dict[str, Any], channel: str) -> np.ndarray:
@@ -43,11 +48,12 @@ def uncertainty_band(section: dict[str, Any], channel: str) -> np.ndarray:
 
 
 def template_data(section: dict[str, Any], channel: str, *, label: str | None = None,
-                  unit: str = "") -> dict[str, Any]:
+                  unit: str = "", noun: str = "events") -> dict[str, Any]:
     """What ``templates_CH.png`` draws: ``edges``, ``backgrounds`` ``{dataset: values}``
     (stacked), ``total`` (signal + background), ``band`` (:func:`uncertainty_band`),
     ``signal_label`` (naming the signal datasets), ``xlabel`` (``label`` with ``[unit]``)
-    and ``ylabel``. On variable-width bins every value is divided by its bin width
+    and ``ylabel`` (``"expected NOUN ..."``: ``noun`` "jets" for a per-object
+    histogram). On variable-width bins every value is divided by its bin width
     (events per unit of x), else per bin (the width said on the axis)."""
     c = section["channels"][channel]
     edges = np.asarray(c["edges"], dtype=np.float64)
@@ -61,9 +67,9 @@ def template_data(section: dict[str, Any], channel: str, *, label: str | None = 
     base = np.sum(list(bkg.values()), axis=0) if bkg else np.zeros(len(widths))
     u = f" {unit}" if unit else ""
     if variable:
-        ylabel = f"expected events / {unit}" if unit else "expected events per unit of x"
+        ylabel = f"expected {noun} / {unit}" if unit else f"expected {noun} per unit of x"
     else:
-        ylabel = f"expected events per bin ({widths[0]:g}{u})"
+        ylabel = f"expected {noun} per bin ({widths[0]:g}{u})"
     return {
         "edges": edges,
         "backgrounds": bkg,
@@ -75,55 +81,119 @@ def template_data(section: dict[str, Any], channel: str, *, label: str | None = 
     }
 
 
-def plot_likelihood(
-    section: dict[str, Any], outdir: Path, *, labels: dict[str, str] | None = None,
-    units: dict[str, str] | None = None,
-) -> list[Path]:
-    """``templates_CH.png`` for every channel and ``pulls.png`` (module docstring);
-    ``labels``: the x-axis label of each channel (default: the channel name), ``units``
-    its unit (:func:`template_data`). Returns
-    the paths written."""
+def pulls_data(section: dict[str, Any]) -> dict[str, Any] | None:
+    """What ``pulls.png`` draws, or None without nuisances: ``names`` (bottom to top),
+    ``values`` (the fitted ``theta``: with a unit prior, the pull), ``errors`` (post-fit
+    uncertainties, NaN where the section has none), ``description`` (which fit), the
+    ``xlabel`` and the ``title``."""
+    fit = section.get("fit") or {}
+    nuis = fit.get("nuisances") or {}
+    if not nuis:
+        return None
+    names = list(nuis)
+    unc = fit.get("uncertainties") or {}
+    errors = np.array([np.nan if unc.get(n) is None else float(unc[n]) for n in names])
+    description = fit.get("description") or "background-only fit (mu = 0) to Asimov data"
+    title = "nuisance parameters, post-fit" + (
+        "" if fit.get("converged") else " (fit NOT converged)")
+    return {
+        "names": names,
+        "values": np.array([float(nuis[n]) for n in names]),
+        "errors": errors,
+        "description": description,
+        "xlabel": r"$\hat\theta$ $\pm$ post-fit uncertainty (prior: 0 $\pm$ 1)",
+        "title": title,
+    }
+
+
+def templates_figure(section: dict[str, Any], channel: str, *, label: str | None = None,
+                     unit: str = "", noun: str = "events"):
+    """The matplotlib figure of ``templates_CH.png`` (:func:`template_data`); a log y
+    axis where the contents (the background stack included) span more than two
+    decades, so that a background far below the signal stays visible."""
     import mplhep
 
     plt = _pyplot()
+    d = template_data(section, channel, label=label, unit=unit, noun=noun)
+    edges, total, band = d["edges"], d["total"], d["band"]
+    fig, ax = plt.subplots(figsize=(9, 7))
+    if d["backgrounds"]:
+        mplhep.histplot(list(d["backgrounds"].values()), edges, stack=True,
+                        histtype="fill", label=list(d["backgrounds"]), ax=ax)
+    mplhep.histplot(total, edges, histtype="step", color="red", linewidth=2,
+                    label=d["signal_label"], ax=ax)
+    ax.stairs(total + band, edges, baseline=total - band, fill=True, color="gray",
+              alpha=0.4, hatch="///", label="pre-fit uncertainty (MC stat., systematics)")
+    ax.set_xlabel(d["xlabel"])
+    ax.set_ylabel(d["ylabel"])
+    z = section.get("significance", {}).get("value")
+    ax.set_title(f"channel {channel}" + (f"   Z = {z:.3g}" if z is not None else ""),
+                 fontsize=14)
+    top = float(np.max(total + band, initial=0.0))
+    base = (np.sum(list(d["backgrounds"].values()), axis=0) if d["backgrounds"]
+            else np.zeros_like(total))
+    both = np.concatenate([total, base])
+    positive = both[both > 1e-5 * top] if top > 0 else both[:0]
+    if positive.size and positive.max() > 100 * positive.min():
+        ax.set_yscale("log")
+        ax.set_ylim(positive.min() / 3, top * 50)  # room for the legend
+    else:
+        ax.set_ylim(0, 1.35 * top or 1.0)
+    ax.legend(fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+def pulls_figure(section: dict[str, Any]):
+    """The matplotlib figure of ``pulls.png`` (:func:`pulls_data`), None without
+    nuisances."""
+    import textwrap
+
+    p = pulls_data(section)
+    if p is None:
+        return None
+    plt = _pyplot()
+    names = p["names"]
+    errors = np.nan_to_num(p["errors"])
+    fig, ax = plt.subplots(figsize=(10, max(5, 0.35 * len(names) + 3)))
+    y = np.arange(len(names))
+    ax.axvspan(-2, 2, color="yellow", alpha=0.5, label="prior $\\pm 2\\sigma$")
+    ax.axvspan(-1, 1, color="limegreen", alpha=0.6, label="prior $\\pm 1\\sigma$")
+    ax.axvline(0, color="0.3", lw=1)
+    ax.errorbar(p["values"], y, xerr=errors, fmt="ko", ms=6, capsize=3,
+                label="fitted value, post-fit uncertainty")
+    ax.set_yticks(y, names, fontsize=10)
+    ax.set_ylim(-0.8, len(names) + 0.6 + 0.05 * len(names))  # room for the legend
+    ax.set_xlim(min(-2.5, float(np.min(p["values"] - errors)) - 0.3),
+                max(2.5, float(np.max(p["values"] + errors)) + 0.3))
+    ax.set_xlabel(p["xlabel"], fontsize=16)
+    ax.set_title(p["title"], fontsize=14, loc="left")
+    ax.legend(fontsize=10, loc="upper right", ncol=3)
+    fig.text(0.02, 0.005, textwrap.fill(p["description"], 110), fontsize=9, va="bottom")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+def plot_likelihood(
+    section: dict[str, Any], outdir: Path, *, labels: dict[str, str] | None = None,
+    units: dict[str, str] | None = None, nouns: dict[str, str] | None = None,
+) -> list[Path]:
+    """``templates_CH.png`` for every channel and ``pulls.png`` (module docstring);
+    ``labels``: the x-axis label of each channel (default: the channel name), ``units``
+    its unit, ``nouns`` what one entry is (:func:`template_data`). Returns the paths
+    written."""
+    plt = _pyplot()
     written = []
-    for ch in section["channels"]:
-        d = template_data(section, ch, label=(labels or {}).get(ch),
-                          unit=(units or {}).get(ch, ""))
-        edges, total, band = d["edges"], d["total"], d["band"]
-        fig, ax = plt.subplots(figsize=(9, 7))
-        if d["backgrounds"]:
-            mplhep.histplot(list(d["backgrounds"].values()), edges, stack=True,
-                            histtype="fill", label=list(d["backgrounds"]), ax=ax)
-        mplhep.histplot(total, edges, histtype="step", color="red", linewidth=2,
-                        label=d["signal_label"], ax=ax)
-        ax.stairs(total + band, edges, baseline=total - band, fill=True, color="gray",
-                  alpha=0.4, hatch="///", label="total uncertainty")
-        ax.set_xlabel(d["xlabel"])
-        ax.set_ylabel(d["ylabel"])
-        z = section.get("significance", {}).get("value")
-        ax.set_title(f"channel {ch}" + (f"   Z = {z:.3g}" if z is not None else ""),
-                     fontsize=14)
-        ax.legend(fontsize=12)
-        path = Path(outdir) / f"templates_{ch}.png"
-        _save(fig, path)
-        plt.close(fig)
-        written.append(path)
-    nuis = section.get("fit", {}).get("nuisances", {})
-    if nuis:
-        names = list(nuis)
-        fig, ax = plt.subplots(figsize=(9, max(4, 0.35 * len(names) + 2)))
-        y = np.arange(len(names))
-        ax.axvspan(-2, 2, color="yellow", alpha=0.5)
-        ax.axvspan(-1, 1, color="limegreen", alpha=0.6)
-        ax.plot([nuis[n] for n in names], y, "ko")
-        ax.set_yticks(y, names, fontsize=10)
-        ax.set_xlabel("pull (mu = 0 fit; prior width 1)")
-        fit = section["fit"]
-        ax.set_title("pulls" + ("" if fit.get("converged") else " (fit NOT converged)"),
-                     fontsize=14)
-        fig.tight_layout()
-        path = Path(outdir) / "pulls.png"
+    figures = [(f"templates_{ch}.png",
+                templates_figure(section, ch, label=(labels or {}).get(ch),
+                                 unit=(units or {}).get(ch, ""),
+                                 noun=(nouns or {}).get(ch, "events")))
+               for ch in section["channels"]]
+    figures.append(("pulls.png", pulls_figure(section)))
+    for name, fig in figures:
+        if fig is None:
+            continue
+        path = Path(outdir) / name
         _save(fig, path)
         plt.close(fig)
         written.append(path)

@@ -8,6 +8,12 @@ weighted samples), and a log y axis when the contents span more than two decades
 (bins below 1e-3 of their histogram's largest, such as a soft selection's far
 tails, aside). A learned score's distribution for signal and background before and
 after, with its cut (:func:`plot_scores`, ``score_NAME.png``).
+
+``hist_signal_background.png`` (:func:`overlay_data`): signal and background of the
+main observable together, at the initial (left) and the final (right) selection, in
+expected events per bin width: the backgrounds stacked (mplhep), the signal drawn on
+top of the stack and named. A per-object observable (``Jet.pt``) has one entry per
+object: the axis says "expected jets", not events.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ import numpy as np
 from analysis.cli.units import axis_label, observable_unit
 
 __all__ = [
+    "entries_noun",
     "histogram_range",
+    "overlay_data",
+    "overlay_figure",
     "plot_histograms",
     "plot_history",
     "plot_scores",
@@ -154,10 +163,13 @@ def plot_history(report: dict[str, Any], outdir: Path) -> list[Path]:
 def histogram_range(
     config, evaluator, params: dict[str, float], widths, *, states: dict | None = None
 ) -> tuple[int, float, float]:
-    """Binning of the main observable: from its config ``hist``, else mean +- a few std
-    of the states at ``params`` and ``widths`` (``states`` if given: a pass's states at
-    exactly those values, e.g. an optimisation's step 0; else a values-only pass); an
-    observable in GeV (pT, mass, HT, ...) or a count never starts below 0."""
+    """Binning of the main observable: from its config ``hist``, else
+    :data:`_FINE_BINS` bins over mean - 5 std .. mean + 8 std of the states at
+    ``params`` and ``widths`` (``states`` if given: a pass's states at exactly those
+    values, e.g. an optimisation's step 0; else a values-only pass), which
+    :func:`plot_histograms` crops to the range the filled histograms occupy (the
+    observed support); an observable in GeV (pT, mass, HT, ...) or a count never
+    starts below 0."""
     obs = config.observables[0]
     if obs.hist is not None:
         return obs.hist.bins, obs.hist.range[0], obs.hist.range[1]
@@ -173,11 +185,32 @@ def histogram_range(
         mean = float(_statefns.state_mean(values))
         std = float(_statefns.state_std(values))
         if np.isfinite(mean) and np.isfinite(std):
-            lows.append(mean - 2.5 * std)
-            highs.append(mean + 4 * std)
+            lows.append(mean - 5 * std)
+            highs.append(mean + 8 * std)
     if not lows:
         return 40, 0.0, 1.0
-    return 40, *auto_range(lows, highs, nonnegative=nonnegative(obs))
+    low, high = auto_range(lows, highs, nonnegative=nonnegative(obs))
+    if not high > low:
+        return 40, low - 0.5, low + 0.5
+    return _FINE_BINS, low, high
+
+
+#: fine bins of an automatic range, cropped to the occupied ones and merged to ~40
+_FINE_BINS = 400
+
+
+def crop_to_support(hists: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``[{dataset: hist.Hist}]`` on one fine binning, each cut to the bins where any of
+    them holds more than 1e-4 of its largest bin (a soft selection's far tails aside:
+    the observed support) and rebinned to about 40 bins (:func:`_crop`)."""
+    import hist as hist_
+
+    flat = [h for per in hists for h in per.values()]
+    if not flat:
+        return hists
+    first, stop, merge = _crop([np.asarray(h.values(), dtype=np.float64) for h in flat], [])
+    merge = max(1, merge)
+    return [{d: h[first:stop:hist_.rebin(merge)] for d, h in per.items()} for per in hists]
 
 
 def nonnegative(obs) -> bool:
@@ -235,9 +268,14 @@ def plot_histograms(
         ]
     )
     obs = config.observables[0]
+    if obs.hist is None and bins == _FINE_BINS:  # an automatic range: the observed support
+        before, after = crop_to_support([before, after])
+        edges = next(iter(before.values())).axes[0].edges
+        low, high, bins = float(edges[0]), float(edges[-1]), len(edges) - 1
     unit = observable_unit(obs)
     width = (high - low) / bins
     per_bin = f"{width:.3g} {unit}".strip()
+    noun = entries_noun(evaluator.plan, 0)
     paths = []
     for ds in config.datasets:
         fig, ax = plt.subplots(figsize=(9, 6.5))
@@ -248,7 +286,7 @@ def plot_histograms(
         weighted = config.datasets[ds].weight is not None
         what = "sum of weights" if weighted else "entries"
         if norm is not None:
-            what = "expected events"
+            what = f"expected {noun}"
         ax.set_ylabel(f"{what} / {per_bin}")
         both = np.concatenate([a, b])
         # the soft selection's far tails (1e-8 of an event) are not "contents": bins
@@ -261,14 +299,124 @@ def plot_histograms(
         elif both.size and both.max() > both.min():
             top = max(both.max(), 0.0)
             ax.set_ylim(min(both.min(), 0.0) * 1.2, top + 0.45 * (top - min(both.min(), 0.0)))
-        lumi = f"   (xsec x {config.lumi:g} / pb)" if norm is not None else ""
-        ax.set_title(ds + lumi, fontsize=18, loc="left")
+        ax.set_title(ds + (f"   {lumi_text(config.lumi)}" if norm is not None else ""),
+                     fontsize=18, loc="left")
         ax.legend(fontsize=14, title=f"{obs.name} = {obs.x}", title_fontsize=13)
         fig.tight_layout()
         paths.append(Path(outdir) / f"hist_{ds}.png")
         _save(fig, paths[-1])
         plt.close(fig)
+    if norms and all(d in norms for d in config.datasets):
+        fig = overlay_figure(overlay_data(before, config, norms, noun=noun, unit=unit),
+                             overlay_data(after, config, norms, noun=noun, unit=unit),
+                             xlabel=axis_label(obs.name, unit), lumi=config.lumi)
+        if fig is not None:
+            paths.append(Path(outdir) / "hist_signal_background.png")
+            _save(fig, paths[-1])
+            plt.close(fig)
     return paths
+
+
+#: the plural of what one entry of a per-object observable of a collection is
+_OBJECT_NOUNS = {"Jet": "jets", "FatJet": "large-R jets", "Muon": "muons",
+                 "Electron": "electrons", "Photon": "photons", "Tau": "taus",
+                 "GenPart": "generator particles", "GenJet": "generator jets"}
+
+
+def entries_noun(plan, index: int | str) -> str:
+    """What one entry of an observable is: ``index`` an observable's position in the
+    plan, or an expression (``"bjets.pt"``, a histogram's ``x``). ``"events"``, or for a
+    per-object observable (``Jet.pt``, ``jets.pt``: one entry per object) the objects
+    of its collection (``"jets"``, ``"muons"``, else ``"COLLECTION objects"``)."""
+    names = {s.name for s in plan.sets.sets}
+    if isinstance(index, str):
+        from analysis.select import exprs
+
+        try:
+            node = exprs.resolve(exprs.parse(index), names)
+        except ValueError:
+            return "events"
+    else:
+        node = plan.observables[index].x
+    if getattr(node, "level", "event") != "object" or node.head is None:
+        return "events"
+    coll = plan.sets.collection_of(node.head) if node.head in names else node.head
+    return _OBJECT_NOUNS.get(coll, f"{coll} objects")
+
+
+def lumi_text(lumi: float) -> str:
+    """``"L = 0.02 pb^-1"`` (mathtext) for a title: what ``xsec x L`` was scaled to."""
+    return f"$L$ = {lumi:g} pb$^{{-1}}$ (xsec $\\times$ $L$)"
+
+
+def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
+                 noun: str = "events", unit: str = "") -> dict[str, Any]:
+    """What one panel of ``hist_signal_background.png`` draws, from ``{dataset:
+    hist.Hist}``: ``edges``, ``backgrounds`` ``{dataset: values}`` (stacked, smallest
+    first), ``signal`` ``{dataset: values}``, ``signal_label``, ``ylabel``; every value in
+    expected entries (``norms[dataset] x sum of weights``) per unit of x (``/ GeV``) on
+    variable-width bins, else per bin with its width said on the axis."""
+    first = next(iter(hists.values()))
+    edges = np.asarray(first.axes[0].edges, dtype=np.float64)
+    widths = np.diff(edges)
+    variable = not np.allclose(widths, widths[0], rtol=1e-9, atol=0.0)
+    scale = 1.0 / widths if variable else np.ones_like(widths)
+    roles = {d: config.datasets[d].role for d in hists}
+    values = {d: float(norms[d]) * np.asarray(h.values(), dtype=np.float64) * scale
+              for d, h in hists.items()}
+    bkg = {d: v for d, v in values.items() if roles[d] != "signal"}
+    bkg = dict(sorted(bkg.items(), key=lambda kv: float(np.sum(kv[1]))))
+    sig = {d: v for d, v in values.items() if roles[d] == "signal"}
+    if variable:
+        ylabel = f"expected {noun} / {unit}" if unit else f"expected {noun} per unit of x"
+    else:
+        ylabel = f"expected {noun} / {f'{widths[0]:.3g} {unit}'.strip()}"
+    return {"edges": edges, "backgrounds": bkg, "signal": sig,
+            "signal_label": f"{', '.join(sig) or 'signal'} (signal) on the background",
+            "ylabel": ylabel}
+
+
+def overlay_figure(before: dict[str, Any], after: dict[str, Any], *, xlabel: str,
+                   lumi: float):
+    """The figure of ``hist_signal_background.png``: :func:`overlay_data` of the initial
+    (left) and final (right) selection, backgrounds stacked (filled), the signal on top of
+    the stack (a red line), a log y axis where the contents span more than two decades.
+    None when there is neither signal nor background."""
+    import mplhep
+
+    if not before["backgrounds"] and not before["signal"]:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(17, 7))
+    for ax, d, what in ((axes[0], before, "initial selection (soft cuts)"),
+                        (axes[1], after, "final selection (hard cuts)")):
+        edges = d["edges"]
+        base = (np.sum(list(d["backgrounds"].values()), axis=0) if d["backgrounds"]
+                else np.zeros(edges.size - 1))
+        if d["backgrounds"]:
+            mplhep.histplot(list(d["backgrounds"].values()), edges, stack=True,
+                            histtype="fill", label=list(d["backgrounds"]), ax=ax)
+        total = base + (np.sum(list(d["signal"].values()), axis=0) if d["signal"] else 0.0)
+        if d["signal"]:
+            mplhep.histplot(total, edges, histtype="step", color="red", linewidth=2,
+                            label=d["signal_label"], ax=ax)
+        top = float(np.max(total, initial=0.0))
+        # the stacked background too (it may be 1e-3 of the signal after the cuts); a
+        # soft selection's far tails (1e-8 of an event) do not decide the scale
+        both = np.concatenate([total, base])
+        positive = both[both > 1e-5 * top] if top > 0 else both[:0]
+        if positive.size and positive.max() > 100 * positive.min():
+            ax.set_yscale("log")
+            ax.set_ylim(positive.min() / 3, top * 50)  # room for the legend
+        elif top > 0:
+            ax.set_ylim(0, 1.45 * top)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(d["ylabel"])
+        ax.set_title(what, fontsize=16, loc="left")
+        ax.set_title(f"$L$ = {lumi:g} pb$^{{-1}}$", fontsize=14, loc="right")
+        ax.legend(fontsize=12)
+    fig.tight_layout()
+    return fig
 
 
 _SCORE_FINE_BINS = 2000  # filled once, then cropped to the occupied range and merged

@@ -6,7 +6,7 @@
 histogram states ``{dataset: {key: stats.Histogram}}``
 (:mod:`analysis.likelihood.significance`). The likelihood is built with evermore's
 effects and pdfs (:mod:`analysis.likelihood.expected`), fitted with optimistix
-(:mod:`analysis.likelihood.fit`); :func:`results_section` is the ``likelihood`` section
+(:mod:`analysis.likelihood.fit`; post-fit covariance: :mod:`analysis.likelihood.covariance`); :func:`results_section` is the ``likelihood`` section
 of results.json (:mod:`analysis.likelihood.summary`); :func:`pyhf_workspace` and
 :func:`combine_inputs` write that section for pyhf and Combine
 (:mod:`analysis.likelihood.export`). Pure maths: knows :mod:`analysis.stats` only.
@@ -14,6 +14,7 @@ of results.json (:mod:`analysis.likelihood.summary`); :func:`pyhf_workspace` and
 
 from __future__ import annotations
 
+from analysis.likelihood.covariance import fit_covariance
 from analysis.likelihood.expected import asimov, expected, mc_stat_widths, nll, nuisance_names
 from analysis.likelihood.export import combine_inputs, pyhf_workspace
 from analysis.likelihood.fit import FitResult, fit_status, profile, raise_for_fit
@@ -49,6 +50,7 @@ __all__ = [
     "discovery_significance",
     "edges",
     "expected",
+    "fit_covariance",
     "fit_status",
     "mc_stat_widths",
     "mu_uncertainty",

@@ -9,10 +9,15 @@
      "normalisations": {NAME: {"datasets": [...], "kappa": k}},
      "signal": [DATASET, ...], "mc_stat": true|false, "floor": f,
      "significance": {"value": Z, "grad": {PARAM: dZ/dparam}, "reliable": bool},
-     "fit": {"converged": bool, "nuisances": {NAME: value}}}
+     "fit": {"converged": bool, "nuisances": {NAME: value},
+             "uncertainties": {NAME: sigma}, "mu": 0.0, "data": "asimov",
+             "description": "..."}}
 
 Sums are of the in-range bins (no flow bins); ``nuisances`` are the ``mu = 0`` profile
-fit's, named as :func:`~analysis.likelihood.nuisance_names`; ``floor`` the model's
+fit's, named as :func:`~analysis.likelihood.nuisance_names`, with their post-fit
+``uncertainties`` ``sqrt(C_ii)`` (:func:`~analysis.likelihood.covariance.fit_covariance`,
+the inverse Hessian of the NLL at that fit's minimum; ``null`` where it is not positive
+definite); ``description`` says which fit that is (:data:`FIT_DESCRIPTION`); ``floor`` the model's
 smallest expected count of a bin (:mod:`analysis.likelihood.expected`); ``reliable`` is
 false when that fit did not converge (``fit.converged``): ``Z`` and its gradient are then
 not those of the profile likelihood (an unconverged minimum), and must not be used.
@@ -27,11 +32,19 @@ from typing import Any
 
 import numpy as np
 
-from analysis.likelihood.expected import nuisance_names
+from analysis.likelihood.covariance import fit_covariance
+from analysis.likelihood.expected import asimov, nuisance_names
 from analysis.likelihood.model import Model, edges, templates
 from analysis.likelihood.significance import Significance
 
-__all__ = ["results_section"]
+__all__ = ["FIT_DESCRIPTION", "results_section"]
+
+#: What the ``fit`` of the section is: the fit behind Z, and why its nuisances move.
+FIT_DESCRIPTION = (
+    "background-only fit (mu = 0) to Asimov signal + background data (mu = 1, nominal "
+    "nuisances), the fit behind Z: nuisances that raise the background (normalisations "
+    "above all) are pulled to absorb the signal"
+)
 
 
 def _floats(a: Any) -> list[float]:
@@ -80,6 +93,8 @@ def results_section(
         channels[c.name] = {"edges": [float(e) for e in bin_edges[c.name]], "samples": samples}
     names = nuisance_names(tmpl, model)
     converged = bool(np.asarray(result.fit.converged))
+    cov = np.asarray(fit_covariance(tmpl, model, asimov(tmpl, model), 0.0, result.fit.nuisances))
+    sigma = [float(np.sqrt(v)) if np.isfinite(v) and v > 0 else None for v in np.diag(cov)]
     return {
         "channels": channels,
         "normalisations": {
@@ -96,5 +111,9 @@ def results_section(
         "fit": {
             "converged": converged,
             "nuisances": dict(zip(names, _floats(result.fit.nuisances), strict=True)),
+            "uncertainties": dict(zip(names, sigma, strict=True)),
+            "mu": 0.0,
+            "data": "asimov",
+            "description": FIT_DESCRIPTION,
         },
     }

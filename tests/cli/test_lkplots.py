@@ -42,3 +42,50 @@ def test_variable_bins_per_bin_width():
     assert d["ylabel"] == "expected events / GeV"
     assert d["total"] == pytest.approx([3.0 / 50, 4.0 / 100])
     assert d["backgrounds"]["wjets"] == pytest.approx([2.0 / 50, 2.0 / 100])
+
+
+def test_pulls_figure_draws_post_fit_uncertainties_and_names_the_fit():
+    import matplotlib.pyplot as plt
+
+    from analysis.cli.lkplots import pulls_figure
+    from analysis.likelihood.summary import FIT_DESCRIPTION
+
+    sec = {**_section([0.0, 50.0, 100.0]),
+           "fit": {"converged": True, "nuisances": {"dy_norm": 1.7, "jes": -0.2},
+                   "uncertainties": {"dy_norm": 0.6, "jes": 0.95},
+                   "description": FIT_DESCRIPTION}}
+    fig = pulls_figure(sec)
+    try:
+        ax = fig.axes[0]
+        bars = ax.containers[0]  # the ErrorbarContainer
+        points, _, (xbars,) = bars.lines[0], bars.lines[1], bars.lines[2]
+        assert list(points.get_xdata()) == pytest.approx([1.7, -0.2])
+        spans = [seg[:, 0] for seg in xbars.get_segments()]
+        assert [tuple(s) for s in spans] == [pytest.approx((1.1, 2.3)),
+                                             pytest.approx((-1.15, 0.75))]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["dy_norm", "jes"]
+        text = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
+        assert "background-only fit (mu = 0) to Asimov signal + background data" in text
+        assert "pulled to absorb the signal" in text
+        assert "post-fit" in ax.get_xlabel()
+    finally:
+        plt.close(fig)
+
+
+def test_templates_figure_axis_labels():
+    import matplotlib.pyplot as plt
+
+    from analysis.cli.lkplots import templates_figure
+
+    fig = templates_figure(_section([0.0, 50.0, 150.0]), "sr", label="lead: jets[0].pt",
+                           unit="GeV")
+    try:
+        ax = fig.axes[0]
+        assert ax.get_xlabel() == "lead: jets[0].pt [GeV]"
+        assert ax.get_ylabel() == "expected events / GeV"
+        steps = {p.get_label(): p.get_data() for p in ax.patches if hasattr(p, "get_data")}
+        # the signal line is background + signal per GeV: (2 + 1) / 50, (2 + 2) / 100
+        sig = next(v for k, v in steps.items() if k.startswith("ttbar (signal"))
+        assert sig.values == pytest.approx([3.0 / 50, 4.0 / 100])
+    finally:
+        plt.close(fig)

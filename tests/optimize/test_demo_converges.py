@@ -61,4 +61,4 @@ def test_demo_converges_to_the_grid_optimum(tmp_path):
     print(f"\ndemo: hard Z {z:.4f} after {run.step} steps; grid best {z_best:.4f}; "
           f"ratio {z / z_best:.4f}")
     assert z >= 0.99 * z_best
-    assert 2.0 < z < 15.0
+    assert 3.0 < z < 6.0  # a few sigma, as such a selection in early data gives

@@ -138,7 +138,8 @@ def test_one_pass_gives_what_a_pass_per_part_gives(small_data, tmp_path, fractio
 
 def _part(initial, final, sigma):
     return {"initial": {"objective": initial, "significance": -initial, "uncertainty": None},
-            "final": {"objective": final, "significance": -final, "uncertainty": sigma}}
+            "final": {"objective": final, "significance": None if final is None else -final,
+                      "uncertainty": sigma}}
 
 
 @pytest.mark.parametrize(("held", "flagged", "says"), [
@@ -155,3 +156,22 @@ def test_the_gap_is_flagged_beyond_the_threshold(held, flagged, says):
     assert v["gap"] == pytest.approx(-10.0 - held)
     assert v["gap_sigma"] == pytest.approx((-10.0 - held) / 0.5)
     assert v["flagged"] is flagged and says in v["message"]
+
+
+def test_a_training_part_emptied_of_background_is_flagged():
+    """Measured with a learned score on 2 x 150 events (docs/guide/optimisation.md): the
+    network removes every training background event (soft Z 6.4), the held-out part
+    keeps some (hard Z 1.90 +- 0.38); the training part's hard-cut Z_A is undefined, so
+    no gap can be computed, and the report must still say what happened."""
+    from analysis.optimize.status import validation_report
+
+    res = {"all": _part(-1.1, -2.6, 0.2), "train": _part(-1.07, None, None),
+           "held_out": _part(-1.23, -1.90, 0.38)}
+    v = validation_report(res, 0.5, 2.0)["validation"]
+    assert v["gap"] is None and v["gap_sigma"] is None
+    assert v["flagged"] is True
+    assert "fits the simulation's fluctuations" in v["message"]
+    # both undefined: nothing to compare, nothing flagged
+    res["held_out"] = _part(-1.23, None, None)
+    v = validation_report(res, 0.5, 2.0)["validation"]
+    assert v["flagged"] is False and "not compared" in v["message"]

@@ -61,6 +61,29 @@ def _comb(n: np.ndarray, k: int) -> np.ndarray:
     return np.maximum(out, 0)
 
 
+def _possible(tab, ci: int, name: str, base, pv_all, pd_all) -> np.ndarray:
+    """``(N_c,)`` bool per object of collection ``ci`` (flat): whether it can be in set
+    ``name``: some pattern holding the set has a probability or tangent other than
+    exactly 0 (NaN counts as possible). An object that cannot gives every tuple holding
+    it weight exactly 0 (values and tangents), so leaving it out is exact."""
+    n_pat = int(tab.n_pat[ci])
+    has = np.asarray(tab.pat[ci, :n_pat, tab.local[name]]) == 1
+    lo, hi = int(base[ci]), int(base[ci + 1])
+    pv = pv_all[lo:hi, :n_pat][:, has]
+    pd = pd_all[lo:hi, :n_pat][:, has]
+    return np.any(pv != 0, axis=1) | np.any(pd != 0, axis=(1, 2))
+
+
+def _possible_first(order: np.ndarray, counts: np.ndarray, possible: np.ndarray):
+    """``(order, k)``: each event's rank order with the objects that can be in the set
+    first (both parts keep their rank order), and ``k`` ``(E,)`` how many those are."""
+    ev = np.repeat(np.arange(len(counts)), counts)
+    can = possible[order]
+    perm = np.lexsort((np.arange(len(order)), ~can, ev))
+    k = np.bincount(ev, weights=can, minlength=len(counts)).astype(np.int64)
+    return np.ascontiguousarray(order[perm]), k
+
+
 def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l, block: int,
          n_blocks: int, threads: int | None) -> dict[tuple[str, int], Candidates]:
     """The candidates of every indexed observable of ``plan`` (per ``(set, depth)``)."""
@@ -76,18 +99,21 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
         ci = tab.collections.index(c)
         counts = np.diff(coff[ci])
         m = max(1, int(counts.max(initial=0)))  # the largest multiplicity
-        if c not in sp.caps:  # the JAX kernel's bound, on its per-event object axis
-            n_tuples = int(_comb(np.array([m]), depth + 1)[0])
-            if n_tuples > MAX_TUPLES:
-                raise too_many_tuples(obs.x.slots, {c: m}, n_tuples, MAX_TUPLES)
         order = np.empty(int(coff[ci, -1]), np.int64)
         _run_blocks(_numba_hist.rank_order, (coff[ci], np.ascontiguousarray(
             flats[c][spec[name].rank_by], np.float64), order, block), n_blocks, threads)
+        order, n_cand = _possible_first(order, counts, _possible(tab, ci, name, base,
+                                                                  pv_all, pd_all))
+        if c not in sp.caps:  # the JAX kernel's bound, on the objects that can be in the set
+            k_top = int(n_cand.max(initial=0))
+            n_tuples = int(_comb(np.array([k_top]), depth + 1)[0])
+            if n_tuples > MAX_TUPLES:
+                raise too_many_tuples(obs.x.slots, {c: k_top}, n_tuples, MAX_TUPLES)
         off = np.zeros(len(counts) + 1, np.int64)
-        np.cumsum(_comb(counts, depth + 1), out=off[1:])
+        np.cumsum(_comb(n_cand, depth + 1), out=off[1:])
         w = np.zeros((int(off[-1]), _numba_dp.LANES))
         obj = np.zeros((int(off[-1]), depth + 1), np.int64)
-        args = (coff, base, order, ci, tab.local[name], depth, pv_all, pd_all, tab.pat,
+        args = (coff, base, order, n_cand, ci, tab.local[name], depth, pv_all, pd_all, tab.pat,
                 tab.n_pat, tgt, f, df_l, m, off, block, w, obj)
         _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
         out[k] = Candidates(off, w, obj)

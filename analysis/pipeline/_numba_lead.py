@@ -63,12 +63,16 @@ def _back(dst, src, g, c, pv_all, pd_all, n_pat, tgt, n_states):
 
 
 @numba.njit(cache=True, nogil=True)
-def candidates(coff, base, order, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt, f, df,
-               max_n, cand_off, block, w_out, obj_out, b0, b1):
+def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt, f,
+               df, max_n, cand_off, block, w_out, obj_out, b0, b1):
     """Blocks ``b0:b1``: ``w_out[q]`` (lanes) and ``obj_out[q]`` (the tuple's objects,
     indices into collection ``lc``'s flat arrays, highest ranked first) of candidate
-    ``q`` in ``cand_off[e]:cand_off[e + 1]`` of event ``e`` (``C(n_e, depth + 1)``).
-    ``order[coff[lc, e] + i]``: the object at rank position ``i``; ``ls``: the set's
+    ``q`` in ``cand_off[e]:cand_off[e + 1]`` of event ``e`` (``C(k_e, depth + 1)``,
+    ``k_e = n_cand[e]``). ``order[coff[lc, e] + i]``: the object at rank position ``i``,
+    the ``k_e`` objects that can be in the set first (in rank order), then those that
+    cannot (probability and tangents exactly 0 for every pattern holding it: their
+    steps are the same in or after the tuple, so they are walked last and never
+    enumerated); ``ls``: the set's
     position in ``lc``'s patterns; ``pv_all``/``pd_all``: pattern probabilities and
     tangents per global object (``base[c] + i``; tangents' lane 0 zero); ``f``/``df``:
     the pass table and its tangents in lanes (lane 0 zero); ``max_n``: the largest
@@ -88,7 +92,8 @@ def candidates(coff, base, order, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
-            if n < depth + 1:
+            kc = n_cand[e]  # the objects a tuple may hold: rank positions 0 .. kc - 1
+            if kc < depth + 1:
                 continue
             for k in range(n_states):
                 for r in range(LANES):
@@ -111,7 +116,7 @@ def candidates(coff, base, order, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt
             q = cand_off[e]
             while True:
                 m = pos[lv]
-                if m > n - 1 - (depth - lv):  # too few positions left: one level up
+                if m > kc - 1 - (depth - lv):  # too few positions left: one level up
                     if lv == 0:
                         break
                     lv -= 1
@@ -145,7 +150,7 @@ def candidates(coff, base, order, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt
                     q += 1
                 # m leaves this level: it stays out of the tuple from now on (a step read
                 # only if a next position at this level can still start a tuple)
-                if m + 1 <= n - 1 - (depth - lv):
+                if m + 1 <= kc - 1 - (depth - lv):
                     _step(T, V[lv], base[lc] + order[lo + m], lc, pv_all, pd_all, pat, n_pat,
                           tgt, ls, False, n_states)
                     V[lv] = T

@@ -35,6 +35,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from analysis.errors import InputError
+from analysis.select.leading import can_be_in
 from analysis.select.subsets import MAX_UNCERTAIN, sum_bins, uncertain_mask
 from analysis.stats.histogram import Histogram
 
@@ -43,6 +44,7 @@ __all__ = [
     "event_sum_collections",
     "factor_values",
     "histogram_states",
+    "possible_counts",
     "too_many_uncertain",
     "uncertain_counts",
 ]
@@ -161,6 +163,32 @@ def uncertain_counts(theta, widths, arrays, plan, shapes, base, chunk_cls) -> di
         c = ch.sp.collection_of(spec.node.head)
         n = jnp.sum(uncertain_mask(ch.probs, ch.lays, ch.sp.model, c), axis=1, dtype=jnp.int32)
         out[c] = n if c not in out else jnp.maximum(out[c], n)
+    return out
+
+
+def possible_counts(theta, widths, arrays, plan, shapes, base, chunk_cls) -> dict:
+    """Per indexed set of ``plan``'s observables and histograms, ``(E,)`` int32: the most
+    objects of each event that can be in it (:func:`analysis.select.leading.can_be_in`)
+    over the selection and the histograms' regions, shifts and scale factors (the
+    probabilities :func:`analysis.select.leading.leading` ranks); ``base`` and
+    ``chunk_cls`` as in :func:`histogram_states`."""
+    out: dict = {}
+
+    def add(ch, node):
+        for name, _ in node.slots:
+            n = jnp.sum(can_be_in(ch.probs, ch.lays, ch.sp.model, name), axis=1,
+                        dtype=jnp.int32)
+            out[name] = n if name not in out else jnp.maximum(out[name], n)
+
+    for pair in plan.sets.nodes:
+        for node in pair:
+            if node is not None and node.kind in ("index", "call"):
+                add(base, node)
+    chunks = {(0, None): (base, {})}
+    for spec in plan.hists:
+        if spec.node.kind in ("index", "call"):
+            ch, _ = _chunk_of(spec, chunks, theta, widths, arrays, plan, shapes, chunk_cls)
+            add(ch, spec.node)
     return out
 
 

@@ -41,6 +41,7 @@ from analysis.stats.derive import value_and_derivatives
 
 __all__ = [
     "chunk_state",
+    "candidate_shapes",
     "chunk_states",
     "enumeration_counts",
     "enumeration_shapes",
@@ -79,6 +80,7 @@ def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int
         keep = w != 0  # fully rejected entries
         return x[keep], w[keep]
     arrays, shapes = pad_columns(cols, plan)
+    shapes = candidate_shapes(cols, plan, theta, widths, arrays, shapes)
     x, w = _entries(
         jnp.asarray(theta, dtype=jnp.float64),
         jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
@@ -193,6 +195,31 @@ def uncertain_per_event(cols: ChunkColumns, plan: Plan, theta, widths, arrays=No
                         jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
                         arrays, plan, shapes)
     return {c: np.asarray(n)[: int(cols.n_events)] for c, n in counts.items()}
+
+
+@partial(jax.jit, static_argnames=("plan", "shapes"))
+def _possible(theta_full, widths, arrays, plan: Plan, shapes: Shapes):
+    return setkernel.possible_counts(theta_full, widths, arrays, plan, shapes)
+
+
+def candidate_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
+                     shapes: Shapes) -> Shapes:
+    """``shapes`` with ``possible``: per indexed set of ``plan``, the most objects of an
+    event of ``cols`` that can be in it at ``theta`` and ``widths`` (over regions,
+    shifts and scale factors; :func:`analysis.select.leading.can_be_in`), so that its
+    candidate tuples are ``C(K, i + 1)``: objects certain to fail (a width-0 cut, a
+    probability of exactly 0) are never enumerated nor counted toward ``max_tuples``.
+    ``shapes`` itself where ``plan`` indexes no set."""
+    if not any(node is not None and node.kind in ("index", "call")
+               for pair in plan.sets.nodes for node in pair) and not any(
+            h.node.kind in ("index", "call") for h in plan.hists):
+        return shapes
+    counts = _possible(jnp.asarray(theta, dtype=jnp.float64),
+                       jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
+                       arrays, plan, shapes)
+    n = int(cols.n_events)
+    return dataclasses.replace(shapes, possible=tuple(sorted(
+        (s, max(1, int(np.max(np.asarray(k)[:n], initial=0)))) for s, k in counts.items())))
 
 
 #: the enumeration widths of event-sum histograms are rounded up to a multiple of this
@@ -352,6 +379,7 @@ def chunk_state(
         _log.debug("JAX kernel, not the numba kernel: %s", why)
     arrays, shapes = pad_columns(cols, plan)
     arrays, shapes, enumerated = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
+    shapes = candidate_shapes(cols, plan, theta, widths, arrays, shapes)
     value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
     return DatasetState.from_chunk(
         value,

@@ -78,6 +78,11 @@ class Shapes:
     # (their events: arrays["enum:<collection>"]); made by
     # analysis.pipeline.kernel.enumeration_shapes. None: every object of the axis
     uncertain: tuple[tuple[str, Any], ...] | None = None
+    # ((set, K), ...): per indexed set, the most objects of an event that can be in it
+    # at the chunk's parameters (analysis.select.leading.can_be_in; made by
+    # analysis.pipeline.kernel.candidate_shapes): its candidate tuples are C(K, i + 1).
+    # None: every object of the axis
+    possible: tuple[tuple[str, int], ...] | None = None
 
 
 def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], Shapes]:

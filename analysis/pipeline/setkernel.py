@@ -22,9 +22,10 @@ Entries are linear in their weights, so every moment order and co-moment is exac
 A count condition with a ``param`` threshold ``n`` is the single-collection form's soft
 integer step: the expectation of ``(1 - s) [K op floor n] + s [K op floor n + 1]``,
 ``s = integer_step(frac n, width)``, so ``n`` is trainable; integer ``n`` is exact. Cost per event (``S`` joint count states, ``N`` objects): see
-:mod:`analysis.select.objects`; an indexed observable costs ``C(M, i + 1)`` candidates with
-``M`` the per-event object axis (the chunk's largest multiplicity rounded up to a
-multiple of :data:`analysis.pipeline.layout.SET_OBJECT_STEP`).
+:mod:`analysis.select.objects`; an indexed observable costs ``C(K, i + 1)`` candidates with
+``K`` the most objects of an event that can be in the indexed set
+(``Shapes.possible``; without it ``M``, the per-event object axis: the chunk's largest
+multiplicity rounded up to a multiple of :data:`analysis.pipeline.layout.SET_OBJECT_STEP`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from analysis.select.objects import (
 )
 from analysis.stats import _core
 
-__all__ = ["chunk_states", "observable_entries", "uncertain_counts"]
+__all__ = ["chunk_states", "observable_entries", "possible_counts", "uncertain_counts"]
 
 
 def _cut(theta, widths, cut, v):
@@ -62,6 +63,7 @@ class _Chunk:
     def __init__(self, theta, widths, arrays, plan: Plan, shapes, factors=None):
         arrays = with_scores(theta, arrays, plan.scores)  # score.NAME columns
         self.plan, self.sp, self.arrays = plan, plan.sets, arrays
+        self.possible = None if shapes.possible is None else dict(shapes.possible)
         self.lays = {
             c: layout(arrays[f"{c}:starts"], arrays[f"{c}:counts"], m)
             for c, _, m in shapes.collections
@@ -140,7 +142,7 @@ class _Chunk:
         # max_objects on every indexed collection bounds the candidates: no default bound.
         capped = all(self.sp.collection_of(s) in self.sp.caps for s, _ in node.slots)
         return leading(self.probs, self.lays, self.sp.model, self.th, node.slots, rank, self.cw,
-                       max_tuples=None if capped else MAX_TUPLES)
+                       max_tuples=None if capped else MAX_TUPLES, possible=self.possible)
 
     def event_sum(self, node, order: int):
         c = self.sp.collection_of(node.head)
@@ -181,6 +183,12 @@ def uncertain_counts(theta, widths, arrays, plan: Plan, shapes) -> dict:
     """:func:`analysis.pipeline.histkernel.uncertain_counts` of one padded chunk."""
     ch = _Chunk(theta, widths, arrays, plan, shapes)
     return histkernel.uncertain_counts(theta, widths, arrays, plan, shapes, ch, _Chunk)
+
+
+def possible_counts(theta, widths, arrays, plan: Plan, shapes) -> dict:
+    """:func:`analysis.pipeline.histkernel.possible_counts` of one padded chunk."""
+    ch = _Chunk(theta, widths, arrays, plan, shapes)
+    return histkernel.possible_counts(theta, widths, arrays, plan, shapes, ch, _Chunk)
 
 
 def selected_weights(theta, widths, arrays, plan: Plan, shapes):

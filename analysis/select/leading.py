@@ -20,6 +20,7 @@ from analysis.select._recursions import (
     _backward,
     _forward,
     _nan_where,
+    _pattern_probs,
     _prepare,
     _pull,
     _shift,
@@ -27,7 +28,7 @@ from analysis.select._recursions import (
 from analysis.select.countmodel import CountModel
 from analysis.select.objlayout import ObjectCapError
 
-__all__ = ["MAX_TUPLES", "leading", "too_many_tuples"]
+__all__ = ["MAX_TUPLES", "can_be_in", "leading", "too_many_tuples"]
 
 #: The default bound on an indexed observable's candidate tuples per event (a
 #: collection without ``max_objects``); both kernels refuse more with :func:`too_many_tuples`.
@@ -37,13 +38,41 @@ MAX_TUPLES = 4096
 def too_many_tuples(slots: Sequence[tuple[str, int]], objects: Mapping[str, int],
                     n_tuples: int, max_tuples: int) -> ObjectCapError:
     """The one-line error of an indexed observable with more than ``max_tuples``
-    candidate tuples per event (``objects``: per collection, the objects per event)."""
+    candidate tuples per event (``objects``: per collection, the most objects of an
+    event that can be in the indexed set: those certain to fail it do not count)."""
     ms = ", ".join(f"{c}: {m}" for c, m in objects.items())
     return ObjectCapError(
         f"{' + '.join(f'{n}[{r}]' for n, r in slots)}: {n_tuples} candidate tuples "
-        f"per event (objects per event {ms}) exceed max_tuples={max_tuples}; set "
-        "max_objects on the collection to allow them"
+        f"per event (objects that can pass per event {ms}) exceed max_tuples={max_tuples}; "
+        "add a hard pre-selection (a cut with width: 0) so that fewer objects can pass, "
+        "or set max_objects on the collection to allow them"
     )
+
+
+def can_be_in(probs, layouts, model: CountModel, name: str):
+    """``(E, M)`` bool: the objects that can be members of set ``name``: some pattern
+    holding the set has a pass probability other than exactly 0 in float64 (NaN counts;
+    per-object factors included). The others (a width-0 cut failed, a sigmoid
+    underflowed to 0, a factor of 0, padding) give every candidate tuple holding them
+    weight exactly 0, and a probability that is 0 has derivative 0 (it is a minimum):
+    :func:`leading` leaves them out of the candidates exactly. Traceable; no gradient."""
+    c, i = model.set_index(name)
+    return _can(_pattern_probs(model, probs, layouts, c), model.patterns[c][:, i])
+
+
+def _can(pi, has):
+    """:func:`can_be_in` from the pattern probabilities ``pi`` ``(E, M, P)``."""
+    return ~jnp.all(pi[..., np.asarray(has, dtype=bool)] == 0.0, axis=-1)
+
+
+def _order(rank, lay, can):
+    """``(E, M)`` rank position -> object: the objects that can be in the set first,
+    each part by descending ``rank`` (ties, NaN and padding keep their original order,
+    as ``argsort(-rank, stable)``)."""
+    key = jnp.where(lay.valid, jnp.asarray(rank, dtype=jnp.float64), -jnp.inf)
+    order = jnp.argsort(-key, axis=1, stable=True)
+    first = jnp.argsort(~jnp.take_along_axis(can, order, axis=1), axis=1, stable=True)
+    return jnp.take_along_axis(order, first, axis=1)
 
 
 def _step(x, pi_m, d, shape, has, *, pull: bool):
@@ -72,9 +101,12 @@ def _combos(m: int, j: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(len(rows), j)
 
 
-def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order, G=None):
-    """Weights of every candidate ``(a_0 < ... < a_r)`` (``r = depth``, rank positions)
-    of one indexed set ``name``, ``(E, C(M, r + 1))``, in :func:`_combos` order.
+def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order, G=None,
+                    k: int | None = None):
+    """Weights of every candidate ``(a_0 < ... < a_r)`` (``r = depth``, rank positions
+    below ``k``, default ``M``) of one indexed set ``name``, ``(E, C(k, r + 1))``, in
+    :func:`_combos` order. ``order`` puts every object that can be in the set at a rank
+    position below ``k`` (:func:`_order`); those after it only enter ``R``.
 
     The count state does not depend on the order in which objects are added, so the
     set's collection is walked in rank order (``order``: ``(E, M)`` rank position ->
@@ -110,6 +142,7 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order, G=N
     if G.shape[0] != pi.shape[0]:  # (E T, S): T value functions per event
         pi = jnp.repeat(pi, G.shape[0] // pi.shape[0], axis=0)
     e, m = pi.shape[:2]
+    k = m if k is None else min(k, m)
     # The walk starts from no object, and this collection leaves the count variables it
     # does not touch at 0: only G's slab at 0 on those axes is ever read.
     d_all = model.increments[c]
@@ -137,12 +170,12 @@ def _leading_ranked(pis, f, model: CountModel, name: str, depth: int, order, G=N
     init = (G, jnp.zeros((e, m, S), dtype=jnp.float64))
     (_, R_first), R_after = jax.lax.scan(back, init, steps, reverse=True)
     R = jnp.concatenate([R_first[None], R_after], axis=0)  # [m + 1] = R_m, (M+1, E, M, S)
-    cands = _combos(m, depth + 1)
+    cands = _combos(k, depth + 1)
     if not len(cands):
         return jnp.zeros((e, 0), dtype=jnp.float64)
     if depth == 0:
         return R[0][:, cands[:, 0], 0]
-    layers = [_combos(m, j) for j in range(depth)]
+    layers = [_combos(k, j) for j in range(depth)]
     last = [np.full(1, -1)] + [t[:, -1] for t in layers[1:]]
     prefix = [None] + [_tuple_index(layers[j - 1], t[:, :-1]) for j, t in enumerate(layers)
                        if j > 0]
@@ -200,6 +233,7 @@ def leading(
     count_widths=None,
     *,
     max_tuples: int | None = MAX_TUPLES,
+    possible: Mapping[str, int] | None = None,
 ):
     """Candidate objects for indexed selected objects and their weights.
 
@@ -213,8 +247,12 @@ def leading(
     event contributes only where the indexed objects exist.
 
     Candidates: for a set indexed up to ``[r]``, every increasing ``r + 1``-tuple of
-    rank positions (``C(M, r + 1)``), members of the set, with every other object ranked
-    above the last one outside it; sets are combined as a Cartesian product (two sets
+    the rank positions of the objects that can be in the set (:func:`can_be_in`; those
+    certain to fail it, a width-0 cut failed or a probability of exactly 0, are ranked
+    after them and never enumerated: exact), ``C(K, r + 1)`` with ``K`` =
+    ``possible[set]`` (static: the most such objects of an event, e.g. from a host
+    pass; default ``M``, every object; an event with more gets NaN weights), members of
+    the set, with every other object ranked above the last one outside it; sets are combined as a Cartesian product (two sets
     of one collection may pick the same object, as ``jets[0] + bjets[0]`` does in a
     hard-cut analysis).
 
@@ -226,15 +264,19 @@ def leading(
     collection, ``jets[0] + bjets[0]``, or more sets) each candidate's weight is one
     backward pass with the patterns each object may take under it, ``O(T N P S)``.
     ``T > max_tuples`` raises :class:`ObjectCapError` (``None``: no bound, for callers
-    whose per-event object count is capped).
+    whose per-event object count is capped); ``T`` counts only the candidates of
+    objects that can pass (``C(K, r + 1)``).
     """
     slots = tuple((str(name), int(r)) for name, r in slots)
+    poss = None if possible is None else tuple(sorted((str(n), int(k))
+                                                      for n, k in possible.items()))
     return _leading(
-        probs, layouts, model, thresholds, slots, rank, count_widths, max_tuples=max_tuples
+        probs, layouts, model, thresholds, slots, rank, count_widths, max_tuples=max_tuples,
+        possible=poss,
     )
 
 
-@partial(jax.jit, static_argnames=("model", "slots", "max_tuples"))
+@partial(jax.jit, static_argnames=("model", "slots", "max_tuples", "possible"))
 def _leading(
     probs,
     layouts,
@@ -245,6 +287,7 @@ def _leading(
     count_widths=None,
     *,
     max_tuples: int | None = MAX_TUPLES,
+    possible: tuple[tuple[str, int], ...] | None = None,
 ):
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     e = bad.shape[0]
@@ -255,24 +298,27 @@ def _leading(
             raise ConfigError(f"{name}[{r}]: index must be >= 0")
         depth[name] = max(depth.get(name, -1), r)
     names = list(depth)
-    combos = []
+    given = dict(possible or ())
+    combos, orders, ks = [], {}, {}
     for name in names:
-        c, _ = model.set_index(name)
+        c, i = model.set_index(name)
         m = layouts[c].valid.shape[1]
-        rows = list(itertools.combinations(range(m), depth[name] + 1))
+        can = _can(pis[c], model.patterns[c][:, i])
+        ks[name] = min(m, given.get(name, m))
+        # more objects that can pass than the static K: NaN, never a silent drop
+        bad = bad | (jnp.sum(can, axis=1) > ks[name])
+        orders[name] = _order(rank[name], layouts[c], can)  # rank position -> object
+        rows = list(itertools.combinations(range(ks[name]), depth[name] + 1))
         combos.append(np.array(rows, dtype=np.int64).reshape(len(rows), depth[name] + 1))
     sizes = [len(x) for x in combos]
     n_tuples = math.prod(sizes)
     if max_tuples is not None and n_tuples > max_tuples:
-        raise too_many_tuples(slots, {model.set_index(n)[0]: layouts[model.set_index(n)[0]]
-                                      .valid.shape[1] for n in names}, n_tuples, max_tuples)
+        raise too_many_tuples(slots, {model.set_index(n)[0]: ks[n] for n in names}, n_tuples,
+                              max_tuples)
     if len(names) == 1:  # one indexed set: the rank-order recursion
         name = names[0]
-        c, _ = model.set_index(name)
-        lay = layouts[c]
-        key = jnp.where(lay.valid, jnp.asarray(rank[name], dtype=jnp.float64), -jnp.inf)
-        order = jnp.argsort(-key, axis=1, stable=True)  # rank position -> object
-        weight = _leading_ranked(pis, f, model, name, depth[name], order)
+        order = orders[name]
+        weight = _leading_ranked(pis, f, model, name, depth[name], order, k=ks[name])
         picked = jnp.take(order, jnp.asarray(combos[0]), axis=1)  # (E, T, depth + 1)
         return tuple(picked[..., r] for _, r in slots), _nan_where(bad, weight)
     # (T, len(names)) index into each set's combos: the Cartesian product.
@@ -287,12 +333,6 @@ def _leading(
         # for all of its candidates at once on every one of them.
         ia = int(np.argmax(sizes))
         ib = 1 - ia
-        orders = {}
-        for name in names:
-            c, _ = model.set_index(name)
-            key = jnp.where(layouts[c].valid, jnp.asarray(rank[name], dtype=jnp.float64),
-                            -jnp.inf)
-            orders[name] = jnp.argsort(-key, axis=1, stable=True)  # rank position -> object
         (ca, _), (cb, jb) = model.set_index(names[ia]), model.set_index(names[ib])
         G = jnp.broadcast_to(f, (e, model.n_states))
         for c in reversed(cols):
@@ -303,7 +343,7 @@ def _leading(
         G = _constrained(G, pis[cb], model.increments[cb], model.shape,
                          [(pos_b, jnp.asarray(combos[ib]), jnp.asarray(model.patterns[cb][:, jb]))])
         w = _leading_ranked(pis, f, model, names[ia], depth[names[ia]], orders[names[ia]],
-                            G=G.reshape(e * sizes[ib], model.n_states))
+                            G=G.reshape(e * sizes[ib], model.n_states), k=ks[names[ia]])
         w = w.reshape(e, sizes[ib], sizes[ia])
         weight = (jnp.swapaxes(w, 1, 2) if ia == 0 else w).reshape(e, n_tuples)
         picked = {
@@ -317,9 +357,7 @@ def _leading(
     cons: dict[str, list] = {}
     for a, name in enumerate(names):
         c, i = model.set_index(name)
-        lay = layouts[c]
-        key = jnp.where(lay.valid, jnp.asarray(rank[name], dtype=jnp.float64), -jnp.inf)
-        order = jnp.argsort(-key, axis=1, stable=True)  # rank position -> object
+        order = orders[name]
         pos = jnp.argsort(order, axis=1, stable=True)  # object -> rank position
         r = jnp.asarray(combos[a][grid[:, a]])  # (T, depth + 1) rank positions
         members[name] = jnp.take(order, r, axis=1)  # (E, T, depth + 1) objects

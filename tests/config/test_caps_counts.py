@@ -186,7 +186,7 @@ def test_max_objects_lifts_the_candidate_bound() -> None:
     with pytest.raises(
         ObjectCapError,
         match=r"jets\[0\] \+ jets\[1\] \+ jets\[2\]: 4495 "
-        r"candidate tuples per event \(objects per event "
+        r"candidate tuples per event \(objects that can pass per event "
         r"Jet: 31\) exceed max_tuples=4096",
     ):
         run(None)

@@ -166,7 +166,7 @@ def test_uncapped_collection_refuses_too_many_tuples_as_the_jax_kernel():
             chunk_state(cols, plan, theta, widths, order=1, engine=engine)
         msgs.append(str(err.value))
     assert msgs[0] == msgs[1]
-    assert "4495 candidate tuples per event (objects per event Jet: 31)" in msgs[0]
+    assert "4495 candidate tuples per event (objects that can pass per event Jet: 31)" in msgs[0]
     assert _fastleading.MAX_TUPLES == 4096
 
 

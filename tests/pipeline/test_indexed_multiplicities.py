@@ -26,7 +26,7 @@ from tests.conftest import central_difference
 from tests.reference import configurations, ranked
 
 EDGES = [0.0, 100.0, 200.0, 300.0, 500.0]
-PRE, SOFT, WIDTH = 30.0, 50.0, 5.0  # the hard pre-selection, the soft cut and its width
+ETA, SOFT, WIDTH = 1.5, 50.0, 5.0  # the hard |eta| pre-selection, the soft pT cut, width
 M3J = "mass(jets[0] + jets[1] + jets[2])"
 
 
@@ -35,7 +35,7 @@ def config(*, hists: bool = False) -> dict:
         "datasets": {"tt": {"files": ["x.root"]}},
         "parameters": {"jet_pt_min": {"init": SOFT, "bounds": [20.0, 80.0]}},
         "objects": {"jets": {"collection": "Jet", "cuts": [
-            {"var": "pt", "op": ">", "value": PRE, "width": 0},
+            {"var": "abs_eta", "op": "<", "value": ETA, "width": 0},
             {"var": "pt", "op": ">", "param": "jet_pt_min", "width": WIDTH}]}},
         "selection": [{"count": "jets", "op": ">=", "value": 3}],
         "observables": [{"name": "m3j", "x": M3J, "stats": ["mean", "std"]},
@@ -47,15 +47,16 @@ def config(*, hists: bool = False) -> dict:
 
 
 def built_events(n_pass: int = 8, n_fail: int = 23) -> list[dict]:
-    """An event of ``n_pass + n_fail`` jets (``n_pass`` past the pre-selection), one of
-    6 jets (4 past it), one of 2 jets."""
+    """An event of ``n_pass + n_fail`` jets (``n_pass`` past the |eta| pre-selection,
+    the others failing it at every pT: among the leading ones by pT), one of 6 jets (4
+    past it), one of 2 jets."""
     rng = np.random.default_rng(331)
 
     def jets(a, b):
-        pt = rng.permutation(np.concatenate([rng.uniform(35.0, 110.0, a),
-                                             rng.uniform(5.0, 29.0, b)]))
-        n = len(pt)
-        return {"pt": pt, "eta": rng.uniform(-2.3, 2.3, n), "phi": rng.uniform(-3, 3, n),
+        eta = rng.permutation(np.concatenate([
+            rng.uniform(-1.4, 1.4, a), rng.choice([-1, 1], b) * rng.uniform(1.6, 2.4, b)]))
+        n = len(eta)
+        return {"pt": rng.uniform(35.0, 110.0, n), "eta": eta, "phi": rng.uniform(-3, 3, n),
                 "mass": rng.uniform(1.0, 15.0, n), "weight": rng.uniform(0.5, 2.0)}
 
     return [jets(n_pass, n_fail), jets(4, 2), jets(2, 0)]
@@ -75,7 +76,7 @@ def oracle(events: list[dict], soft: float = SOFT) -> dict:
     sw = sx = st = 0.0
     h, h2 = np.zeros(len(EDGES) + 1), np.zeros(len(EDGES) + 1)
     for e in events:
-        q = np.where(e["pt"] > PRE, 1.0 / (1.0 + np.exp(-(e["pt"] - soft) / WIDTH)), 0.0)
+        q = np.where(np.abs(e["eta"]) < ETA, 1.0 / (1.0 + np.exp(-(e["pt"] - soft) / WIDTH)), 0.0)
         free = (q > 0.0) & (q < 1.0)
         conf, prob = configurations(q[free])
         bits = np.broadcast_to(q == 1.0, (len(prob), len(q))).copy()
@@ -97,6 +98,8 @@ def test_hard_cut_objects_leave_the_candidates_and_values_equal_the_oracle() -> 
     events = built_events()
     cols = columns(events)
     theta, widths = np.array([SOFT]), np.array([0.0, WIDTH])
+    top = np.argsort(-events[0]["pt"])[:8]  # jets that cannot pass rank among the leading
+    assert 0 < (np.abs(events[0]["eta"][top]) > ETA).sum() < 8
     want = oracle(events)
     assert want["sumw"] > 0.5
     plan = build_plan(config_from_dict(config()))
@@ -133,7 +136,7 @@ def test_width0_equals_awkward_vector_and_hist() -> None:
     jets = ak.zip({k: ak.Array([e[k] for e in events]) for k in ("pt", "eta", "phi", "mass")},
                   with_name="Momentum4D")
     w = np.array([e["weight"] for e in events])
-    jets = jets[(jets.pt > PRE) & (jets.pt > SOFT)]
+    jets = jets[(abs(jets.eta) < ETA) & (jets.pt > SOFT)]
     jets = jets[ak.argsort(jets.pt, axis=1, ascending=False, stable=True)]
     ok = np.asarray(ak.num(jets) >= 3)
     j = jets[ok]

@@ -202,6 +202,14 @@ def _possible(theta_full, widths, arrays, plan: Plan, shapes: Shapes):
     return setkernel.possible_counts(theta_full, widths, arrays, plan, shapes)
 
 
+@partial(jax.jit, static_argnames=("plan", "shapes"))
+def _possible_grid(thetas, widths, arrays, plan: Plan, shapes: Shapes):
+    # the most over the grid's points, one point at a time (lax.map: no (G, E, M) array)
+    counts = jax.lax.map(
+        lambda th: setkernel.possible_counts(th, widths, arrays, plan, shapes), thetas)
+    return {s: jnp.max(n, axis=0) for s, n in counts.items()}
+
+
 def candidate_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
                      shapes: Shapes) -> Shapes:
     """``shapes`` with ``possible``: per indexed set of ``plan``, the most objects of an
@@ -209,14 +217,16 @@ def candidate_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
     shifts and scale factors; :func:`analysis.select.leading.can_be_in`), so that its
     candidate tuples are ``C(K, i + 1)``: objects certain to fail (a width-0 cut, a
     probability of exactly 0) are never enumerated nor counted toward ``max_tuples``.
-    ``shapes`` itself where ``plan`` indexes no set."""
+    ``theta`` ``(G, n_params)``: the most over the grid's points. ``shapes`` itself
+    where ``plan`` indexes no set."""
     if not any(node is not None and node.kind in ("index", "call")
                for pair in plan.sets.nodes for node in pair) and not any(
             h.node.kind in ("index", "call") for h in plan.hists):
         return shapes
-    counts = _possible(jnp.asarray(theta, dtype=jnp.float64),
-                       jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
-                       arrays, plan, shapes)
+    theta = jnp.asarray(theta, dtype=jnp.float64)
+    counts = (_possible_grid if theta.ndim == 2 else _possible)(
+        theta, jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths), arrays, plan,
+        shapes)
     n = int(cols.n_events)
     return dataclasses.replace(shapes, possible=tuple(sorted(
         (s, max(1, int(np.max(np.asarray(k)[:n], initial=0)))) for s, k in counts.items())))
@@ -399,6 +409,7 @@ def grid_state(cols: ChunkColumns, plan: Plan, thetas, widths=None) -> DatasetSt
     # width 0: every pass probability is 0 or 1, no object of an event sum is uncertain
     shapes = dataclasses.replace(
         shapes, uncertain=tuple((c, 0) for c in histkernel.event_sum_collections(plan)))
+    shapes = candidate_shapes(cols, plan, thetas, np.zeros(plan.n_widths), arrays, shapes)
     value = evaluate_chunk_grid(thetas, np.zeros(plan.n_widths), arrays, plan, shapes)
     return DatasetState.from_chunk(
         value, None, None, events=cols.n_events, sumw=float(np.sum(cols.weight)), names=()

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import fastreverse, scorecols
-from analysis.pipeline.kernel import _with_trainable, chunk_states
+from analysis.pipeline.kernel import _with_trainable, candidate_shapes, chunk_states
 from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
@@ -94,6 +94,7 @@ def _jax_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> Dat
         columns[key], sizes[key] = jnp.asarray(_padded(col, size)), col.size
     theta_full = jnp.asarray(theta, dtype=jnp.float64)
     w = jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths)
+    shapes = candidate_shapes(cols, run, theta_full, w, {**arrays, **columns}, shapes)
     states, grad, g_cols = _pullback(theta_full, w, arrays, columns, payload, run, shapes)
     grad = np.asarray(grad, dtype=np.float64)
     if vjps:

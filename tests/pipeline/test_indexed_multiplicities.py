@@ -18,7 +18,12 @@ import pytest
 import vector
 
 from analysis.config.loader import config_from_dict
-from analysis.pipeline.kernel import candidate_shapes, chunk_state, observable_entries
+from analysis.pipeline.kernel import (
+    candidate_shapes,
+    chunk_state,
+    grid_state,
+    observable_entries,
+)
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import build_plan
 from analysis.select.objects import ObjectCapError
@@ -152,6 +157,28 @@ def test_width0_equals_awkward_vector_and_hist() -> None:
         mom = chunk_state(cols, plan, theta, widths, order=0, engine=engine
                           ).derived.value["observables"]["m3j"]["moments"]
         np.testing.assert_allclose(float(mom.mean), w[ok] @ m / w[ok].sum(), rtol=1e-12)
+
+
+def test_grid_scan_at_width0_equals_awkward() -> None:
+    """A scan's grid (the JAX kernel at width 0): K is the most over the grid's points."""
+    events = built_events()
+    plan = build_plan(config_from_dict(config()))
+    thetas = np.array([[40.0], [SOFT], [70.0]])
+    got = grid_state(columns(events), plan, thetas).derived.value["observables"]["m3j"]
+    vector.register_awkward()
+    jets = ak.zip({k: ak.Array([e[k] for e in events]) for k in ("pt", "eta", "phi", "mass")},
+                  with_name="Momentum4D")
+    w = np.array([e["weight"] for e in events])
+    for g, (cut,) in enumerate(thetas):
+        j = jets[(abs(jets.eta) < ETA) & (jets.pt > cut)]
+        j = j[ak.argsort(j.pt, axis=1, ascending=False, stable=True)]
+        ok = np.asarray(ak.num(j) >= 3)
+        j = j[ok]
+        m = np.asarray((j[:, 0] + j[:, 1] + j[:, 2]).mass)
+        assert ok.any()
+        np.testing.assert_allclose(float(got["moments"].sumw[g]), w[ok].sum(), rtol=1e-12)
+        np.testing.assert_allclose(float(got["moments"].mean[g]), w[ok] @ m / w[ok].sum(),
+                                   rtol=1e-12)
 
 
 def test_jacobian_against_differences_on_both_backends() -> None:

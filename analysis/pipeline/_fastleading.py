@@ -5,9 +5,9 @@ An observable ``S[i].f``, ``mass(S[0] + S[1] + S[2])``, ``deltaR(S[0], S[1])`` o
 collection (:func:`analysis.select.objects.leading`: its weight ``P(the tuple is S[0],
 ..., S[r] and the event passes)``, its value the expression of the tuple's objects).
 :func:`walk` gives each ``(set, depth)``'s candidates of one chunk from the walk of
-:mod:`analysis.pipeline._numba_lead` (only the tuples of existing objects:
-``C(n_e, r + 1)`` per event, where the JAX kernel also carries the padding's, of weight
-0); :func:`values` their values with the expression kinds' own definitions
+:mod:`analysis.pipeline._numba_lead` (only the tuples of the ``k_e`` objects of event
+``e`` that can be in the set, :func:`_possible`: ``C(k_e, r + 1)`` per event, where the
+JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest ``k_e``); :func:`values` their values with the expression kinds' own definitions
 (:mod:`analysis.select.functions`, the same JAX functions the JAX kernel runs, eagerly
 on the candidates' columns). Several indexed sets in one expression
 (``muons[0] + bjets[0]``) stay on the JAX kernel (:func:`analysis.pipeline.fastkernel.why_not`).

@@ -20,8 +20,8 @@ from the count recursions of :mod:`analysis.pipeline._numba_dp` (same tables,
 
 The tuples are walked depth first, each prefix's distribution kept per depth and
 carried by ``O`` along the scan, so a prefix is stepped once for all of its
-extensions: ``O(sum_{j <= r} C(n, j + 1) P S)`` per event (``n`` objects, ``P``
-patterns, ``S`` count states), only sums of non-negative products. Every quantity in
+extensions: ``O(sum_{j <= r} C(k, j + 1) P S + n P S)`` per event (``n`` objects, ``k``
+of them can be in the set, ``P`` patterns, ``S`` count states), only sums of non-negative products. Every quantity in
 lanes (lane 0 the value, then its tangents; the product rule). Outputs are per
 candidate (no sums): the result does not depend on how blocks are split.
 """

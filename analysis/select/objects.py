@@ -48,7 +48,8 @@ Cost per event (``S = prod_v (cap_v + 1)`` states, ``P`` patterns per collection
 ``N`` objects over all collections): :func:`event_pass` ``O(N P S)``;
 :func:`object_weights` ``O(N P S)`` (a forward and a backward pass) and ``N S``
 stored states; :func:`sum_moments` ``O(N P S r^2)`` to order ``r``; :func:`leading`
-with ``T`` candidate tuples (``C(M, r + 1)`` for a set indexed up to ``[r]``): one
+with ``T`` candidate tuples (``C(M, r + 1)`` for a set indexed up to ``[r]``; ``M``
+only the objects that can be in the set where ``possible`` gives it): one
 indexed set (``jets[0] + jets[1] + jets[2]``) ``O((sum_{j<r} C(M, j) + M) M P S_c +
 C(M, r - 1) M^2 S_c)`` by a walk in rank order (:func:`_leading_ranked`; ``S_c``: the
 states of the count variables its collection touches), several sets (``muons[0] +

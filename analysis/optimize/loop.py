@@ -58,7 +58,7 @@ from analysis.optimize.objectives import (
 from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
-from analysis.optimize.status import run_status
+from analysis.optimize.status import run_status, validation_gap
 from analysis.pipeline.plan import initial_widths
 from analysis.stats.derive import choose_mode
 
@@ -612,12 +612,8 @@ class Optimization:
         out = []
         for i, k in enumerate(steps):
             tr, ho = lanes[i, "train"], lanes[i, "held_out"]
-            gap = gap_sigma = None
-            if tr["objective"] is not None and ho["objective"] is not None:
-                gap = float(tr["objective"]) - float(ho["objective"])
-                if tr["uncertainty"] is not None and ho["uncertainty"] is not None:
-                    sigma = float(np.hypot(tr["uncertainty"], ho["uncertainty"]))
-                    gap_sigma = gap / sigma if sigma > 0 else None
+            gap, gap_sigma = validation_gap(tr["objective"], ho["objective"],
+                                            tr["uncertainty"], ho["uncertainty"])
             out.append({
                 "step": k, "train": tr["objective"], "held_out": ho["objective"],
                 "significance": {"train": tr["significance"], "held_out": ho["significance"]},

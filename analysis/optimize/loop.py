@@ -150,11 +150,13 @@ class Coordinates:
 def config_fingerprint(config: Config) -> str:
     """Hash of everything that changes the optimisation (the checkpoint must match it).
 
-    Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap): the
+    Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap) nor
+    ``optimizer.validation.every`` / ``keep_best`` (what is evaluated after the loop): the
     step budget is the path's length, not the path
     (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
+    after = {"steps": True, "replicas": True, "validation": {"every", "keep_best"}}
     data = config.model_dump(
-        mode="json", exclude={"output": True, "executor": True, "optimizer": {"steps", "replicas"}}
+        mode="json", exclude={"output": True, "executor": True, "optimizer": after}
     )
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -17,7 +17,7 @@ import pytest
 
 from analysis.cli.parser import main
 from analysis.driver.runner import Evaluator
-from analysis.optimize.loop import Optimization
+from analysis.optimize.loop import Optimization, config_fingerprint
 from tests import opt_helpers as H
 from tests.conftest import one_line_error, write_config
 from tests.optimize.test_validation import LOOSE
@@ -104,3 +104,13 @@ def test_bad_values_are_one_line_errors(small_data, tmp_path, capsys, validation
     assert main(["optimize", str(path), "-o", str(tmp_path / "o"), "--no-plots"]) == 2
     line = one_line_error(capsys.readouterr().err)
     assert f"bad.yaml: {key}: " in line and says in line, line
+
+
+def test_every_and_keep_best_leave_the_path_and_its_checkpoint_alone(small_data):
+    """They act after the loop: a run resumes with them changed; the fraction does not."""
+    def fingerprint(**validation):
+        return config_fingerprint(H.make_config(small_data, optimizer={"validation": validation}))
+
+    plain = fingerprint(fraction=0.3)
+    assert fingerprint(fraction=0.3, every=4, keep_best=True) == plain
+    assert fingerprint(fraction=0.4) != plain

@@ -277,6 +277,11 @@ def run_optimize(args) -> int:
             run.resume()
         initial_params = config.initial_params()
         _loop(run, quiet)
+        # optimizer.validation.every / keep_best: both parts at every N-th step (one
+        # pass); with keep_best the best held-out step becomes the reported point
+        passes = run.passes
+        history = run.validation_history()
+        tracked = run.passes - passes
         final = run.final()
         # values-only passes on the cached columns: the hard-cut objective where the run
         # started (for "before -> after") and the events the final hard cuts keep
@@ -306,7 +311,7 @@ def run_optimize(args) -> int:
             "units": units_of(config),
             "optimizer": config.optimizer.model_dump(mode="json"),
             "steps_run": run.step,
-            "passes": run.step + run.final_passes + closing,
+            "passes": run.step + tracked + run.final_passes + closing,
             "converged": run.converged,
             "status": status,
             "uncertainty": checks["uncertainty"],
@@ -321,6 +326,10 @@ def run_optimize(args) -> int:
         }
         if checks["validation"] is not None:
             report["validation"] = checks["validation"]
+            if history is not None:
+                val = config.optimizer.validation
+                report["validation"].update(every=val.every, keep_best=val.keep_best,
+                                            best_step=run.best_step, history=history)
         if config.likelihood is not None:  # final soft and hard templates, Z, the fit
             from analysis.optimize.lksection import likelihood_section
 
@@ -529,7 +538,23 @@ def _mc_lines(report: dict[str, Any]) -> list[str]:
         if val["gap_sigma"] is not None:
             line += (f"; gap {fmt_number(val['gap'])} ({fmt_number(val['gap_sigma'])} sigma)")
         lines.append(line + f": {val['message']}")
+        if val.get("keep_best"):
+            lines.append(_best_step_line(val, report["steps_run"]))
     return lines
+
+
+def _best_step_line(val: dict[str, Any], steps_run: int) -> str:
+    """What ``optimizer.validation.keep_best`` chose (results.json's ``validation.best_step``)."""
+    from analysis.cli.tables import fmt_number
+
+    best = val.get("best_step")
+    if best is None:
+        return ("keep_best: no step has a defined held-out hard-cut objective; "
+                "the last point is reported")
+    entry = next(e for e in val["history"] if e["step"] == best)
+    where = "the last point" if best == steps_run else f"step {best} of {steps_run}"
+    return (f"keep_best: reported point is {where} (best held-out hard-cut objective "
+            f"{fmt_number(entry['held_out'])} of {len(val['history'])} checked)")
 
 
 def _best_line(best: dict[str, Any] | None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
 from analysis.config.terms import ObjectiveTerm
@@ -66,12 +66,29 @@ class AnnealConfig(_Model):
 class ValidationConfig(_Model):
     """The validation split (:mod:`analysis.pipeline.split`): the optimisation sees only the
     training events (weights x 1/(1 - fraction)); the hard-cut objective is evaluated on
-    both parts at the start and the end."""
+    both parts at the start and the end, and with ``every: N`` at every N-th step
+    (results.json's ``validation.history``); ``keep_best`` reports the step with the best
+    held-out hard-cut objective instead of the last."""
 
     fraction: float = Field(gt=0, lt=1)
     # |gap| / its MC standard deviation above which the report says the optimisation
     # fits the simulation's fluctuations
     threshold: float = Field(default=2.0, gt=0)
+    # the hard-cut objective on both parts at steps 0, N, 2N, ... and the end (None: the
+    # start and the end only)
+    every: int | None = Field(default=None, ge=1)
+    keep_best: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fraction_first(cls, data: Any) -> Any:
+        # without a held-out part there is no step to call best, nor anything to record
+        if isinstance(data, dict) and data.get("fraction") is None:
+            for key in ("keep_best", "every"):
+                if data.get(key) not in (None, False):
+                    raise _fail(key, "needs optimizer.validation.fraction (the held-out "
+                                     "part it is measured on), e.g. fraction: 0.3")
+        return data
 
 
 class OptimizerConfig(_Model):

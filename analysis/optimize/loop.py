@@ -58,7 +58,7 @@ from analysis.optimize.objectives import (
 from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
-from analysis.optimize.status import run_status
+from analysis.optimize.status import run_status, validation_gap
 from analysis.pipeline.plan import initial_widths
 from analysis.stats.derive import choose_mode
 
@@ -150,11 +150,13 @@ class Coordinates:
 def config_fingerprint(config: Config) -> str:
     """Hash of everything that changes the optimisation (the checkpoint must match it).
 
-    Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap): the
+    Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap) nor
+    ``optimizer.validation.every`` / ``keep_best`` (what is evaluated after the loop): the
     step budget is the path's length, not the path
     (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
+    after = {"steps": True, "replicas": True, "validation": {"every", "keep_best"}}
     data = config.model_dump(
-        mode="json", exclude={"output": True, "executor": True, "optimizer": {"steps", "replicas"}}
+        mode="json", exclude={"output": True, "executor": True, "optimizer": after}
     )
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -236,6 +238,11 @@ class Optimization:
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.converged = False
+        #: with ``optimizer.validation.keep_best``: the step :meth:`validation_history`
+        #: chose (its parameters are the reported ones); else None
+        self.best_step: int | None = None
+        #: and its parameters, which :meth:`final` then reports
+        self.best_params: dict[str, float] | None = None
         #: passes over the data run by this object (a reused pass is not counted)
         self.passes = 0
         self._last: tuple | None = None
@@ -517,16 +524,37 @@ class Optimization:
         not yet run; :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`). The
         same values as :meth:`hard_on` at each (point, part) up to rounding (~1e-16).
         ``None`` where the replicas do not run (fewer than 2, or not the numba loop)."""
+        parts = ("all",) if self.fraction is None else ("all", "train", "held_out")
+        # uncertainties as hard_on gives them: all events at both points, each part at the end
+        wanted = {(0, "all"), (1, "all"), (1, "train"), (1, "held_out")}
+        lanes = self._hard_lanes([initial, final], parts, wanted)
+        if lanes is None:
+            return None
+        res: dict[str, dict[str, Any]] = {p: {} for p in parts}
+        for (i, part), out in lanes.items():
+            res[part]["initial" if i == 0 else "final"] = out
+        if initial_hard is not None and "train" in res:  # the value the run reported
+            res["train"]["initial"] = {**initial_hard, "uncertainty": None}
+        return res
+
+    def _hard_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
+                    wanted: set[tuple[int, str]] | None = None
+                    ) -> dict[tuple[int, str], dict[str, Any]] | None:
+        """The hard-cut objective at each of ``points`` on each of ``parts`` from ONE
+        values pass (weight lanes, :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`):
+        ``{(point index, part): objective_from_states(...) + {"uncertainty"}}``, the
+        bootstrap uncertainty where ``(i, part)`` is in ``wanted`` (None: everywhere).
+        Leaves :attr:`last_states` and :attr:`all_sumw` at the last point on all events
+        where "all" is a part. ``None`` where the replicas do not run."""
         k = self.config.optimizer.replicas
         if k < 2:
             return None
-        parts = ("all",) if self.fraction is None else ("all", "train", "held_out")
-        points = [self.hard_params(initial), self.hard_params(final)]
+        hard = [self.hard_params(p) for p in points]
         need_totals = self._replica_totals is None
         # only the observables the objective reads, as the steps (the report's
         # statistics come from the final pass)
         reads = None if self.reverse else step_observables(self.objective, self.plan, 0)
-        lanes = self.ev.run_replica_lanes(points, widths=np.zeros_like(self.w0), parts=parts,
+        lanes = self.ev.run_replica_lanes(hard, widths=np.zeros_like(self.w0), parts=parts,
                                           fraction=self.fraction, replicas=k,
                                           totals=need_totals, observables=reads)
         if lanes is None:
@@ -536,29 +564,75 @@ class Optimization:
         if need_totals:
             self._replica_totals = {n: r.totals for n, r in lanes.items()}
         totals = self._replica_totals
-        # uncertainties as hard_on gives them: all events at both points, each part at the end
-        wanted = {(0, "all"), (1, "all"), (1, "train"), (1, "held_out")}
         kept = "all" if self.ev.part is None else self.ev.part[0]
-        res: dict[str, dict[str, Any]] = {p: {} for p in parts}
+        res: dict[tuple[int, str], dict[str, Any]] = {}
         try:
             for (i, part) in lanes[next(iter(lanes))].lanes:
                 states = {n: r.lanes[i, part].state for n, r in lanes.items()}
                 self._use_part(part)
                 out = objective_from_states(self.objective, states, order=0, strict=False)
                 out["uncertainty"] = None
-                if (i, part) in wanted:
+                if wanted is None or (i, part) in wanted:
                     sums = {n: np.vstack([totals[n].part(part), r.lanes[i, part].sums])
                             for n, r in lanes.items()}
                     out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
-                res[part]["initial" if i == 0 else "final"] = out
+                res[i, part] = out
         finally:
             self._use_part(kept)
-        states = {n: r.lanes[1, "all"].state for n, r in lanes.items()}
-        self.last_states = states
-        self.all_sumw = {n: st.sumw for n, st in states.items()}
-        if initial_hard is not None and "train" in res:  # the value the run reported
-            res["train"]["initial"] = {**initial_hard, "uncertainty": None}
+        if "all" in parts:
+            last = len(points) - 1
+            states = {n: r.lanes[last, "all"].state for n, r in lanes.items()}
+            self.last_states = states
+            self.all_sumw = {n: st.sumw for n, st in states.items()}
         return res
+
+    def validation_history(self) -> list[dict[str, Any]] | None:
+        """``optimizer.validation.every: N``: the hard-cut objective on the training and
+        the held-out part, with their MC uncertainties, at steps 0, N, 2N, ... (each at
+        the parameters that step evaluated) and at the end (step :attr:`step`: the
+        parameters after the last update), in ONE values pass (:meth:`_hard_lanes`; a
+        pass per (step, part) where the replicas do not run on the lanes). Returns
+        ``[{"step", "train", "held_out", "significance": {...}, "uncertainty": {...},
+        "gap", "gap_sigma"}, ...]`` (None without ``every``), and with ``keep_best``
+        moves the parameters to the entry with the best (lowest) held-out hard-cut
+        objective, remembered in :attr:`best_step` (the earliest of equals; undefined
+        values never win), so that :meth:`final` reports that point."""
+        val = self.config.optimizer.validation
+        if val is None or (val.every is None and not val.keep_best):
+            return None
+        every = val.every or 1  # keep_best alone: every step is a candidate
+        steps = [k for k in range(0, len(self.history), every)]
+        points = [self.history[k]["parameters"] for k in steps]
+        if not steps or steps[-1] != self.step:  # the end: the parameters after the last update
+            steps.append(self.step)
+            points.append(self.params())
+        parts = ("train", "held_out")
+        lanes = self._hard_lanes(points, parts)
+        if lanes is None:
+            lanes = {(i, part): self.hard_on(p, part)
+                     for i, p in enumerate(points) for part in parts}
+        out = []
+        for i, k in enumerate(steps):
+            tr, ho = lanes[i, "train"], lanes[i, "held_out"]
+            gap, gap_sigma = validation_gap(tr["objective"], ho["objective"],
+                                            tr["uncertainty"], ho["uncertainty"])
+            out.append({
+                "step": k, "train": tr["objective"], "held_out": ho["objective"],
+                "significance": {"train": tr["significance"], "held_out": ho["significance"]},
+                "uncertainty": {"train": tr["uncertainty"], "held_out": ho["uncertainty"]},
+                "gap": gap, "gap_sigma": gap_sigma,
+            })
+        self.best_step = self.best_params = None
+        if val.keep_best:
+            defined = [(e["held_out"], j) for j, e in enumerate(out)
+                       if e["held_out"] is not None and np.isfinite(e["held_out"])]
+            if defined:
+                j = min(defined)[1]  # minimised; ties: the earliest step
+                self.best_step = out[j]["step"]
+                self.best_params = dict(points[j])
+                self.u = self.coords.clip(self.coords.to_u(
+                    [points[j][n] for n in self.coords.names]))
+        return out
 
     def status(
         self, final: dict[str, Any], initial_hard: dict[str, Any] | None = None
@@ -580,7 +654,8 @@ class Optimization:
         already part of every step (``method: newton``): a second-order pass costs
         about ten first-order ones.
         """
-        params = self.params()
+        # with keep_best the chosen step's parameters (at the final widths)
+        params = self.params() if self.best_params is None else dict(self.best_params)
         widths = annealed_widths(
             self.w0, max(self.step - 1, 0), self.config, steps=self.anneal_steps
         )

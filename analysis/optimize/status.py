@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["run_status", "validation_report"]
+__all__ = ["run_status", "validation_gap", "validation_report"]
 
 
 def run_status(
@@ -101,6 +101,20 @@ def run_status(
     }
 
 
+def validation_gap(train: float | None, held_out: float | None, sigma_train: float | None,
+                   sigma_held_out: float | None) -> tuple[float | None, float | None]:
+    """``(gap, gap_sigma)``: ``gap = train - held_out`` (hard-cut objective values) and
+    ``gap / sqrt(sigma_train^2 + sigma_held_out^2)`` (the parts are disjoint samples,
+    so independent); ``None`` where a value it needs is undefined (or the sigma is 0)."""
+    gap = gap_sigma = None
+    if train is not None and held_out is not None:
+        gap = float(train) - float(held_out)
+        if sigma_train is not None and sigma_held_out is not None:
+            sigma = float(np.hypot(sigma_train, sigma_held_out))
+            gap_sigma = gap / sigma if sigma > 0 else None
+    return gap, gap_sigma
+
+
 def validation_report(
     res: dict[str, dict[str, dict[str, Any]]], fraction: float | None, threshold: float
 ) -> dict[str, Any]:
@@ -136,12 +150,7 @@ def validation_report(
         return out
     train, held = pick("train", "objective"), pick("held_out", "objective")
     s_t, s_h = pick("train", "uncertainty"), pick("held_out", "uncertainty")
-    gap = gap_sigma = None
-    if train["final"] is not None and held["final"] is not None:
-        gap = float(train["final"]) - float(held["final"])
-        if s_t["final"] is not None and s_h["final"] is not None:
-            sigma = float(np.hypot(s_t["final"], s_h["final"]))
-            gap_sigma = gap / sigma if sigma > 0 else None
+    gap, gap_sigma = validation_gap(train["final"], held["final"], s_t["final"], s_h["final"])
     flagged = gap_sigma is not None and abs(gap_sigma) > threshold
     emptied = train["final"] is None and held["final"] is not None
     if emptied:

@@ -154,6 +154,7 @@ def agc_run(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # a whole optimize of the AGC-like config (~50 s cold); evaluate's export runs by default
 def test_optimize_writes_a_workspace_with_the_final_hard_z(agc_run) -> None:
     results = json.loads((agc_run / "results.json").read_text())
     assert results["likelihood"] == results["final"]["hard"]["likelihood"]
@@ -164,6 +165,7 @@ def test_optimize_writes_a_workspace_with_the_final_hard_z(agc_run) -> None:
     check_combine(agc_run, results["likelihood"])
 
 
+@pytest.mark.slow  # reads the optimize run above
 def test_export_command_rewrites_the_same_files(agc_run, tmp_path, capsys) -> None:
     again = tmp_path / "again"
     again.mkdir()

@@ -47,6 +47,7 @@ def test_cached_steps_equal_uncached(executor, tmp_path):
         _steps_equal(ev)
 
 
+@pytest.mark.slow  # ~40 s cold; cached == uncached steps run by default
 def test_cached_order2_histogram_and_grid_equal_uncached(tmp_path, monkeypatch):
     with Evaluator(small_config(tmp_path)) as ev:
         ev.run(STEPS[0])

@@ -99,7 +99,8 @@ def _three_ways(data: dict, monkeypatch) -> tuple[dict, dict, dict, dict]:
 
 # the default run keeps the case with every feature (scores, a trainable count, abs and
 # inclusive cuts); the scores alone are the slow run's
-@pytest.mark.parametrize("extra", [pytest.param(False, marks=pytest.mark.slow), True])
+@pytest.mark.parametrize("extra", [pytest.param(False, marks=pytest.mark.slow),
+                                   pytest.param(True, marks=pytest.mark.slow)])
 def test_numba_reverse_equals_jax_sweep_and_forward_mode(extra: bool, monkeypatch) -> None:
     data = _config(37)  # several chunks per dataset
     fwd, one, two, jax_sweep = _three_ways(_extra(data) if extra else data, monkeypatch)

@@ -112,7 +112,8 @@ def assert_state(m, x, w, rtol=1e-12):
     "name,btag",
     # The 2015 file's btagDeepFlavB is a placeholder (-3000): its b-tag is btagCSVV2;
     # its genWeight is +-2.26e5, and the selected events' weights cancel exactly.
-    [("nano_tt_v12.root", "btagDeepFlavB"), ("nanoAOD_2015_CMS_Open_Data_ttbar.root", "btagCSVV2")],
+    [("nano_tt_v12.root", "btagDeepFlavB"),
+     pytest.param("nanoAOD_2015_CMS_Open_Data_ttbar.root", "btagCSVV2", marks=pytest.mark.slow)],
 )
 def test_width0_matches_awkward_vector_hard_cuts(name, btag) -> None:
     path = str(SHARED_DATA / name)

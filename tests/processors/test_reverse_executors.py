@@ -89,6 +89,7 @@ def _close(got, want, what):
     np.testing.assert_allclose(grad, want[1], rtol=1e-10, atol=1e-12 * np.abs(want[1]).max(), err_msg=what)
 
 
+@pytest.mark.slow  # ~60 s cold; tests/stats/test_reverse_mode.py checks reverse == forward by default
 def test_reverse_equals_forward_and_is_chunk_invariant(shared_data, reference) -> None:
     assert ravel_pytree(theta0())[0].size > 100
     assert np.count_nonzero(reference[1]) > 50

@@ -127,7 +127,8 @@ def reference(ev, cuts, counts):
     return sel, passed, ht, obs
 
 
-@pytest.fixture(scope="module", params=list(CASES))
+@pytest.fixture(scope="module", params=[pytest.param(n, marks=pytest.mark.slow) if n == "tt2015" else n
+                                        for n in CASES])  # 2015: slow (v12 and DY by default)
 def case(request, shared_data):
     name = request.param
     filename, cuts, counts = CASES[name]

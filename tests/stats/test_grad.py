@@ -71,7 +71,8 @@ def compact_stats(x: object, y: object, weight: object, axis: int | None) -> jax
 # would cost ~30 s each (thousands of derivative ops): all statistics are checked at
 # first order on both axes, the compact subset at second order per list (the
 # superset of the whole-sample code path: segment sums and gathers on top).
-@pytest.mark.parametrize(("axis", "order"), [(1, 1), (None, 1), (1, 2)])
+@pytest.mark.parametrize(("axis", "order"),
+                         [pytest.param(1, 1, marks=pytest.mark.slow), (None, 1), (1, 2)])
 def test_gradients_match_finite_differences(axis: int | None, order: int) -> None:
     x, y, eta, w = _data()
     theta = jnp.array([25.0, 2.5])

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.cli.plots import _pyplot, _save
+from analysis.cli.plots import _per_width, _pyplot, _save, _stack_yscale
 
 __all__ = ["plot_likelihood", "pulls_data", "pulls_figure", "template_data", "templates_figure",
            "uncertainty_band"]
@@ -57,9 +57,7 @@ def template_data(section: dict[str, Any], channel: str, *, label: str | None = 
     (events per unit of x), else per bin (the width said on the axis)."""
     c = section["channels"][channel]
     edges = np.asarray(c["edges"], dtype=np.float64)
-    widths = np.diff(edges)
-    variable = not np.allclose(widths, widths[0], rtol=1e-9, atol=0.0)
-    scale = 1.0 / widths if variable else np.ones_like(widths)
+    widths, variable, scale = _per_width(edges)
     signal = [d for d in c["samples"] if d in set(section["signal"])]
     bkg = {d: np.asarray(t["nominal"]["sumw"]) * scale for d, t in c["samples"].items()
            if d not in signal}
@@ -132,13 +130,7 @@ def templates_figure(section: dict[str, Any], channel: str, *, label: str | None
     top = float(np.max(total + band, initial=0.0))
     base = (np.sum(list(d["backgrounds"].values()), axis=0) if d["backgrounds"]
             else np.zeros_like(total))
-    both = np.concatenate([total, base])
-    positive = both[both > 1e-5 * top] if top > 0 else both[:0]
-    if positive.size and positive.max() > 100 * positive.min():
-        ax.set_yscale("log")
-        ax.set_ylim(positive.min() / 3, top * 50)  # room for the legend
-    else:
-        ax.set_ylim(0, 1.35 * top or 1.0)
+    _stack_yscale(ax, total, base, top, linear=1.35 * top or 1.0)
     ax.legend(fontsize=12)
     fig.tight_layout()
     return fig

@@ -57,6 +57,28 @@ def _pyplot():
     return plt
 
 
+def _per_width(edges: np.ndarray) -> tuple[np.ndarray, bool, np.ndarray]:
+    """``(widths, variable, scale)`` of bin ``edges``: on variable-width bins every value
+    is multiplied by ``scale = 1 / width`` (entries per unit of x), else by 1 (per bin)."""
+    widths = np.diff(edges)
+    variable = not np.allclose(widths, widths[0], rtol=1e-9, atol=0.0)
+    return widths, variable, (1.0 / widths if variable else np.ones_like(widths))
+
+
+def _stack_yscale(ax, total: np.ndarray, base: np.ndarray, top: float, linear: float) -> None:
+    """A log y axis where the stack (``total``, and the background ``base`` under it,
+    which may be 1e-3 of the signal after the cuts) spans more than two decades, else
+    linear up to ``linear``; a soft selection's far tails (below 1e-5 of ``top``) do
+    not decide the scale."""
+    both = np.concatenate([total, base])
+    positive = both[both > 1e-5 * top] if top > 0 else both[:0]
+    if positive.size and positive.max() > 100 * positive.min():
+        ax.set_yscale("log")
+        ax.set_ylim(positive.min() / 3, top * 50)  # room for the legend
+    elif linear > 0:
+        ax.set_ylim(0, linear)
+
+
 def _is_minus_significance(history: list[dict[str, Any]]) -> bool:
     """The objective is ``-Z_A`` at every step (a lone significance term)."""
     return bool(history) and all(
@@ -358,9 +380,7 @@ def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
     variable-width bins, else per bin with its width said on the axis."""
     first = next(iter(hists.values()))
     edges = np.asarray(first.axes[0].edges, dtype=np.float64)
-    widths = np.diff(edges)
-    variable = not np.allclose(widths, widths[0], rtol=1e-9, atol=0.0)
-    scale = 1.0 / widths if variable else np.ones_like(widths)
+    widths, variable, scale = _per_width(edges)
     roles = {d: config.datasets[d].role for d in hists}
     values = {d: float(norms[d]) * np.asarray(h.values(), dtype=np.float64) * scale
               for d, h in hists.items()}
@@ -401,15 +421,7 @@ def overlay_figure(before: dict[str, Any], after: dict[str, Any], *, xlabel: str
             mplhep.histplot(total, edges, histtype="step", color="red", linewidth=2,
                             label=d["signal_label"], ax=ax)
         top = float(np.max(total, initial=0.0))
-        # the stacked background too (it may be 1e-3 of the signal after the cuts); a
-        # soft selection's far tails (1e-8 of an event) do not decide the scale
-        both = np.concatenate([total, base])
-        positive = both[both > 1e-5 * top] if top > 0 else both[:0]
-        if positive.size and positive.max() > 100 * positive.min():
-            ax.set_yscale("log")
-            ax.set_ylim(positive.min() / 3, top * 50)  # room for the legend
-        elif top > 0:
-            ax.set_ylim(0, 1.45 * top)
+        _stack_yscale(ax, total, base, top, linear=1.45 * top)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(d["ylabel"])
         ax.set_title(what, fontsize=16, loc="left")

@@ -21,7 +21,7 @@ to the plain pass (goals: <= 1.5 for 2, <= 0.5 for 3).
 
 ``--kernel`` also times the kernels alone on every chunk's in-memory columns (ms per
 100k events, value only and value + Jacobian): the JAX kernel (``evaluate_chunk``,
-padding included) against the numba kernel (``analysis.pipeline.fastkernel``) that the passes run.
+padding included) against the numba kernel (``analysis.pipeline.backends.numba.fastkernel``) that the passes run.
 
 The floor (always timed): one compiled (numba) hard-cut pass over the same columns
 already in memory, value only, one thread (:func:`floor_pass`: the demo's cuts, ``>= N``
@@ -192,7 +192,7 @@ def floor_pass(cols: list, init: dict) -> float:
 
 
 def fastkernel_threads() -> int:
-    from analysis.pipeline import fastkernel
+    from analysis.pipeline.backends.numba import fastkernel
 
     return fastkernel._threads()
 
@@ -202,7 +202,7 @@ def kernel_times(ev, config, repeat: int) -> list[tuple[str, float, float]]:
     in-memory columns: the JAX kernel (padding included) and the numba kernel."""
     import numpy as np
 
-    from analysis.pipeline import fastkernel
+    from analysis.pipeline.backends.numba import fastkernel
     from analysis.pipeline.kernel import evaluate_chunk
     from analysis.pipeline.layout import pad_columns
     from analysis.pipeline.plan import initial_widths

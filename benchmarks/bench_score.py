@@ -25,7 +25,7 @@ instead of the score. Timed (best of ``--repeat``, all in turns, after a warm-up
 
 Each score entry twice, side by side in turns: on the numba kernel (what runs: the
 networks once per chunk, their columns as fields; the pullback from the pass
-probability's sensitivities, :mod:`analysis.pipeline.fastreverse`, where the objective
+probability's sensitivities, :mod:`analysis.pipeline.backends.numba.fastreverse`, where the objective
 reads the yields only) and on the JAX kernel (an evaluator with
 ``Backend(scores_on_numba=False, numba_reverse=False)``: what ran before).
 

@@ -10,9 +10,9 @@ the cache, as optimisation steps do). Side by side in one process:
 * + 2 shifts (two jet-pT scale factors, up and down: the selection evaluated again);
 * both: nominal + 2 shifts + 4 weights (the issue's goal: <= 2.5x the nominal pass).
 
-Each variant on the numba kernel (:mod:`analysis.pipeline.fasthist`, what ``evaluate``
+Each variant on the numba kernel (:mod:`analysis.pipeline.backends.numba.fasthist`, what ``evaluate``
 and ``optimize`` run) and, with ``--engine both`` (the default), on the JAX kernel
-(:mod:`analysis.pipeline.histkernel`, the reference: ``Evaluator(..., backend="jax")``).
+(:mod:`analysis.pipeline.backends.jax.histkernel`, the reference: ``Evaluator(..., backend="jax")``).
 
 With other jobs on the machine the CPU time (the process's, all threads) is printed
 beside the wall time: it moves less with their load.
@@ -22,9 +22,9 @@ beside the wall time: it moves less with their load.
     python benchmarks/bench_systematics.py --engine numba --breakdown   # + where the time goes
 
 ``--breakdown`` (numba): the wall time of the nominal and the full pass by stage (the
-walks of :mod:`analysis.pipeline._numba_hist`, the pattern probabilities, the fills),
+walks of :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`, the pattern probabilities, the fills),
 best of the repeats, timed by wrapping those functions of
-:mod:`analysis.pipeline.fasthist`.
+:mod:`analysis.pipeline.backends.numba.fasthist`.
 """
 
 from __future__ import annotations
@@ -141,7 +141,8 @@ STAGES = {"walk": "walks", "patterns_into": "pattern probabilities", "_run_fills
 def breakdown(evaluators: dict, repeat: int) -> None:
     """Print each evaluator's cached pass (numba) by stage, best of ``repeat`` (in turns),
     timed by wrapping fasthist's walk runner, ``patterns_into`` and ``_run_fills``."""
-    from analysis.pipeline import _numba_hist, fasthist
+    from analysis.pipeline.backends.numba import fasthist
+    from analysis.pipeline.backends.numba.kernels import _numba_hist
 
     spent: collections.Counter = collections.Counter()
 

@@ -13,12 +13,12 @@ from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
 from analysis.pipeline.backend import Backend
-from analysis.pipeline.fastreverse import chunk_yield_gradients
+from analysis.pipeline.backends.jax.reverse import chunk_pullback
+from analysis.pipeline.backends.numba.fastreverse import chunk_yield_gradients
 from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.replicas import chunk_lanes, chunk_replicas, chunk_totals
 from analysis.pipeline.results import DatasetState
-from analysis.pipeline.reverse import chunk_pullback
 from analysis.pipeline.score_entries import score_entries
 from analysis.pipeline.split import part_factor
 
@@ -82,11 +82,11 @@ class DiffProcessor(processor.ProcessorABC):
         Keyword-only. Every event weighs 1 (default False).
     payloads : dict or None, optional
         Keyword-only. Reverse mode's second pass: ``{dataset: payload}``
-        (:mod:`analysis.pipeline.reverse`); each chunk then returns its pullback
+        (:mod:`analysis.pipeline.backends.jax.reverse`); each chunk then returns its pullback
         (default None).
     yield_gradients : bool or dict, optional
         Keyword-only. Return the values with the yields' gradients
-        (:func:`analysis.pipeline.fastreverse.chunk_yield_gradients`); a dict
+        (:func:`analysis.pipeline.backends.numba.fastreverse.chunk_yield_gradients`); a dict
         ``{dataset: (yield, sumw2)}`` names the rows to compute (default False).
     backend : analysis.pipeline.backend.Backend or None, optional
         Keyword-only. Which kernels compute the chunk and on which device (default:
@@ -139,9 +139,9 @@ class DiffProcessor(processor.ProcessorABC):
         self.grid = grid
         self.keep_columns = keep_columns
         self.unit_weights = unit_weights
-        #: reverse mode's second pass: {dataset: payload} (analysis.pipeline.reverse)
+        #: reverse mode's second pass: {dataset: payload} (analysis.pipeline.backends.jax.reverse)
         self.payloads = payloads
-        #: values with the yields' gradients (analysis.pipeline.fastreverse.chunk_yield_gradients);
+        #: values with the yields' gradients (analysis.pipeline.backends.numba.fastreverse.chunk_yield_gradients);
         #: a dict: {dataset: (yield, sumw2)} the rows to compute (default both)
         self.yield_gradients = yield_gradients
         self.backend = Backend() if backend is None else backend

@@ -25,7 +25,7 @@ from analysis.soft import pass_weights, soft_cut
 from analysis.stats import Jagged
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns
 from tests.conftest import central_difference
-from tests.pipeline.test_fastkernel import leaves
+from tests.pipeline.backends.numba.test_fastkernel import leaves
 from tests.reference import configurations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,7 +184,7 @@ def _engine_form(own: dict) -> dict:
 @pytest.mark.slow
 def test_yaml_engine_and_own_processor_agree(shared_data: Path) -> None:
     from analysis.config.loader import config_from_dict
-    from analysis.pipeline import fastkernel
+    from analysis.pipeline.backends.numba import fastkernel
     from analysis.pipeline.plan import build_plan, initial_widths
     from analysis.testing import load_chunk
 

@@ -253,10 +253,10 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         widths: Any = None,
         chunks: list | None = None,
     ) -> dict[str, DatasetState]:
-        """Reverse mode's second pass (:mod:`analysis.pipeline.reverse`): per dataset the
+        """Reverse mode's second pass (:mod:`analysis.pipeline.backends.jax.reverse`): per dataset the
         merged states and ``dL/dtheta`` (``derived``: a :class:`analysis.stats.Pullback`
         over the trainable parameters) for the payloads of the first pass's merged
-        states (:func:`analysis.pipeline.reverse.payload_arrays`)."""
+        states (:func:`analysis.pipeline.backends.jax.reverse.payload_arrays`)."""
         from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
@@ -288,8 +288,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         """One values pass that also gives, per dataset, the gradients of the selected
         yield and of its sum of squared weights (``derived``: a
         :class:`analysis.stats.Pullback` with ``grad`` ``(2, P)`` over the trainable
-        parameters; :func:`analysis.pipeline.fastreverse.chunk_yield_gradients`: plans
-        that :func:`analysis.pipeline.fastreverse.why_not` accepts). ``rows``: per dataset,
+        parameters; :func:`analysis.pipeline.backends.numba.fastreverse.chunk_yield_gradients`: plans
+        that :func:`analysis.pipeline.backends.numba.fastreverse.why_not` accepts). ``rows``: per dataset,
         which of the two to compute (default both; a row left out is zeros)."""
         from processors import DiffProcessor
 

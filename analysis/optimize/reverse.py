@@ -12,12 +12,12 @@
    add (exact across chunks and executors, :mod:`analysis.stats.pullback`).
 
 Each step costs two passes (the second about a JAX reverse sweep of the kernel, or the
-numba kernel's sensitivities where :mod:`analysis.pipeline.fastreverse` applies),
+numba kernel's sensitivities where :mod:`analysis.pipeline.backends.numba.fastreverse` applies),
 independent of the number of parameters: the choice for plans with many trainable
 parameters (:func:`analysis.stats.derive.choose_mode`, as for own processors).
 
 One pass where the objective reads only the selected yields (a ``significance``
-objective) and :func:`analysis.pipeline.fastreverse.why_not` accepts the plan: the
+objective) and :func:`analysis.pipeline.backends.numba.fastreverse.why_not` accepts the plan: the
 values pass gives each dataset's yield gradients ``dY/dtheta``, ``dY2/dtheta`` too
 (:meth:`analysis.driver.runner.Evaluator.run_yield_gradients`; they add over chunks),
 and ``dL/dtheta = sum_datasets (dL/dY dY/dtheta + dL/dY2 dY2/dtheta)``: the same
@@ -35,8 +35,8 @@ import numpy as np
 
 from analysis.errors import DiffcoffeaError
 from analysis.optimize.objectives import PythonTerm
-from analysis.pipeline import fastreverse
 from analysis.pipeline.backend import Backend
+from analysis.pipeline.backends.numba import fastreverse
 from analysis.pipeline.results import DatasetState
 from analysis.stats.derive import Derived
 from analysis.stats.pullback import prune, pullback_payload

@@ -56,18 +56,18 @@ class Backend:
 
     fused
         ``True``: a plan of one collection with one object set runs the fused loop
-        (:mod:`analysis.pipeline._numba_one`); ``False``: the general loop
-        (:mod:`analysis.pipeline._numba_dp`).
+        (:mod:`analysis.pipeline.backends.numba.kernels._numba_one`); ``False``: the general loop
+        (:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`).
     value_loop
         ``True``: values only (``order=0``) run the general loop's one-lane copy
-        (:mod:`analysis.pipeline._numba_value`); ``False``: the loop with tangents.
+        (:mod:`analysis.pipeline.backends.numba.kernels._numba_value`); ``False``: the loop with tangents.
     scores_on_numba
         ``True``: plans with learned scores run on the numba kernel at ``order=0`` (each
         network once on the chunk's rows, its column a field); ``False``: on the JAX kernel.
     numba_reverse
         ``True``: reverse mode's pullback and one-pass yield gradients run the numba pass
-        (:mod:`analysis.pipeline.fastreverse`) where it serves the plan; ``False``: the JAX
-        sweep (:mod:`analysis.pipeline.reverse`) and two passes.
+        (:mod:`analysis.pipeline.backends.numba.fastreverse`) where it serves the plan; ``False``: the JAX
+        sweep (:mod:`analysis.pipeline.backends.jax.reverse`) and two passes.
     """
 
     name: Literal["auto", "numba", "jax"] = "auto"

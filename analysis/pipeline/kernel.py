@@ -2,7 +2,7 @@
 
 ``chunk_states(theta, widths, arrays, plan, shapes)`` is a pure JAX function of
 the full parameter vector ``theta`` and the cut ``widths``
-(:func:`analysis.pipeline.setkernel.chunk_states`: every soft state is the exact
+(:func:`analysis.pipeline.backends.jax.setkernel.chunk_states`: every soft state is the exact
 expectation of the hard-cut state). It returns a pytree of mergeable states (yields,
 :class:`~analysis.stats.Moments`, :class:`~analysis.stats.CoMoments`).
 :func:`evaluate_chunk` jit-compiles it together with its Jacobian (``jacfwd``: few
@@ -11,11 +11,11 @@ parameters; it is defined at module level so that each worker compiles it once p
 bucket shape, not once per chunk.
 
 :func:`chunk_state` (what the processor and the driver call) runs the numba kernel
-:mod:`analysis.pipeline.fastkernel` instead wherever it applies
-(:func:`analysis.pipeline.fastkernel.why_not` says where not: Hessians, expressions
-of several indexed sets such as ``mass(jets[0] + bjets[0])``; plans with histograms: :mod:`analysis.pipeline.fasthist`, whose
+:mod:`analysis.pipeline.backends.numba.fastkernel` instead wherever it applies
+(:func:`analysis.pipeline.backends.numba.fastkernel.why_not` says where not: Hessians, expressions
+of several indexed sets such as ``mass(jets[0] + bjets[0])``; plans with histograms: :mod:`analysis.pipeline.backends.numba.fasthist`, whose
 ``why_not`` also refuses 4-vector histograms and per-object scale factors; it computes
-event-sum histograms with :mod:`analysis.pipeline._numba_esum`); this module's JAX kernel is the reference and computes everything else,
+event-sum histograms with :mod:`analysis.pipeline.backends.numba.kernels._numba_esum`); this module's JAX kernel is the reference and computes everything else,
 grid scans and histogram entries. Both compute one plan; the
 choice depends on what the plan needs, never on which YAML form was written.
 
@@ -32,7 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline import fasthist, fastkernel, histkernel, scorecols, setkernel
+from analysis.pipeline import scorecols
+from analysis.pipeline.backends.jax import histkernel, setkernel
+from analysis.pipeline.backends.numba import fasthist, fastkernel
 from analysis.pipeline.layout import ChunkColumns, Shapes, bucket, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
@@ -319,8 +321,8 @@ def _numba_host(plan: Plan):
 
 def numba_why_not(plan: Plan, order: int, theta=None) -> str | None:
     """``None`` when the numba kernel computes ``plan`` at ``order`` (and ``theta``):
-    :func:`analysis.pipeline.fasthist.why_not` for plans with histograms (their own numba
-    host side), :func:`analysis.pipeline.fastkernel.why_not` otherwise; else the reason.
+    :func:`analysis.pipeline.backends.numba.fasthist.why_not` for plans with histograms (their own numba
+    host side), :func:`analysis.pipeline.backends.numba.fastkernel.why_not` otherwise; else the reason.
     (:func:`chunk_state` asks it of the plan without its learned scores at ``order=0``.)"""
     return _numba_host(plan).why_not(plan, order, theta)
 
@@ -342,19 +344,19 @@ def chunk_state(
 
     Its states carry their derivatives as a :class:`analysis.stats.Derived` w.r.t. the
     plan's trainable parameters. ``engine="auto"`` runs the numba kernel
-    (:func:`analysis.pipeline.fastkernel.evaluate_columns`: unpadded columns, forward-mode
-    derivatives) where it applies (:func:`analysis.pipeline.fastkernel.why_not` is
+    (:func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`: unpadded columns, forward-mode
+    derivatives) where it applies (:func:`analysis.pipeline.backends.numba.fastkernel.why_not` is
     ``None``; otherwise the reason is logged once at debug level) and the JAX kernel
     otherwise; ``engine="jax"`` forces the JAX kernel (the reference:
     ``value_and_derivatives`` inside this module's jit), ``engine="numba"`` the numba one.
-    Plans with histograms run :func:`analysis.pipeline.fasthist.evaluate_columns`
-    where :func:`analysis.pipeline.fasthist.why_not` accepts them.
+    Plans with histograms run :func:`analysis.pipeline.backends.numba.fasthist.evaluate_columns`
+    where :func:`analysis.pipeline.backends.numba.fasthist.why_not` accepts them.
     Plans with learned scores run there too at ``order=0``: each network once on the
     chunk's real rows, its column then a field of the plan without scores
     (:func:`analysis.pipeline.scorecols.score_columns`); their Jacobians (the weights)
-    stay on the JAX kernel (reverse mode: :mod:`analysis.pipeline.fastreverse`).
+    stay on the JAX kernel (reverse mode: :mod:`analysis.pipeline.backends.numba.fastreverse`).
     ``threads``: the numba kernel's threads (default: the cores; see
-    :func:`analysis.pipeline.fastkernel.evaluate_columns`); the result does not depend on it.
+    :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`); the result does not depend on it.
     ``scores_on_numba``, ``fused``, ``value_loop``: the options of those names of
     :class:`analysis.pipeline.backend.Backend` (which kernel or loop runs; the result
     does not depend on them).

@@ -9,7 +9,7 @@ There is one form of plan: object sets (``sets``, a :class:`SetPlan`), a selecti
 of joint counts and branch cuts, and observables in the grammar of
 :mod:`analysis.select.exprs`. The single-collection YAML form (``selection: {objects,
 events}``) is rewritten into it by the loader, so a plan does not know which form was
-written; :mod:`analysis.pipeline.setkernel` (JAX) and :mod:`analysis.pipeline.fastkernel`
+written; :mod:`analysis.pipeline.backends.jax.setkernel` (JAX) and :mod:`analysis.pipeline.backends.numba.fastkernel`
 (numba) compute it.
 """
 
@@ -200,7 +200,7 @@ class SetSpec:
 
 @dataclass(frozen=True)
 class SetPlan:
-    """The object-set form of a plan (``objects:`` configs; see :mod:`analysis.pipeline.setkernel`).
+    """The object-set form of a plan (``objects:`` configs; see :mod:`analysis.pipeline.backends.jax.setkernel`).
 
     ``model``: the static count model; ``thresholds``: ``(param, value)`` of each of its
     counts; ``fields``: ``((collection, (field, ...)), ...)`` to read; ``nodes``: the

@@ -23,7 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from analysis.pipeline._numba_replicas import replica_lanes, replica_selected, replica_totals
+from analysis.pipeline.backends.numba.kernels._numba_replicas import (
+    replica_lanes,
+    replica_selected,
+    replica_totals,
+)
 from analysis.pipeline.kernel import chunk_state, selected_weights
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan

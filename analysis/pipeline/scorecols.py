@@ -6,11 +6,11 @@ on a chunk's real rows (its collection's objects, or its events; rounded up to
 returns the chunk's :class:`~analysis.pipeline.layout.ChunkColumns` with one more
 column per score: field ``score.NAME`` of the collection (object-level) or branch
 ``score.NAME`` (event-level). The plan without its scores (:func:`bare`) reads them as
-it reads any field or branch, so the numba kernel (:mod:`analysis.pipeline.fastkernel`)
+it reads any field or branch, so the numba kernel (:mod:`analysis.pipeline.backends.numba.fastkernel`)
 computes the chunk's states from them: the same states as the JAX kernel with the
 network inside (``score = MLP((x - mean) / std)``, float64). With ``vjp=True`` each
 score's vjp in the full parameter vector comes back too (reverse mode:
-:mod:`analysis.pipeline.fastreverse`, :mod:`analysis.pipeline.reverse`), as
+:mod:`analysis.pipeline.backends.numba.fastreverse`, :mod:`analysis.pipeline.backends.jax.reverse`), as
 ``(spec, rows, vjp)``: ``vjp({key: cotangent of the rows})[0]`` is ``dL/dtheta``
 (``key``: :func:`column_key`). Padding rows have inputs 0 (their cotangent is 0).
 A chunk of no events gives empty columns.

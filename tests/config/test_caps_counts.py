@@ -147,8 +147,8 @@ def test_max_objects_lifts_the_candidate_bound() -> None:
     chunk runs, and its trijet weights add up to P(>= 3 jets pass)."""
     import jax.numpy as jnp
 
+    from analysis.pipeline.backends.jax.setkernel import chunk_states
     from analysis.pipeline.layout import ChunkColumns, pad_columns
-    from analysis.pipeline.setkernel import chunk_states
     from analysis.select.objects import ObjectCapError
     def run(cap):
         jets = {

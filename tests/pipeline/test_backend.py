@@ -206,7 +206,8 @@ def test_loop_options_are_keyword_only_and_reach_the_kernels(monkeypatch):
     """``Backend(fused=False, value_loop=False)`` (options, not module globals): the
     general loop with tangents runs instead of the fused loop and the value loop, seen
     by counting them, and every state is the same (1e-12)."""
-    from analysis.pipeline import _fastone, _numba_dp, _numba_value
+    from analysis.pipeline.backends.numba import _fastone
+    from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_value
 
     with pytest.raises(TypeError):
         Backend("auto", "cpu", False)  # type: ignore[misc]

@@ -4,7 +4,7 @@ the middle, and the pass counts both (``DatasetState.enumeration``).
 
 References: a numpy oracle over every configuration of the uncertain pass bits (the
 certain ones fixed) for built events of 30 jets, on both backends (the default runs
-the numba kernel, analysis.pipeline._numba_esum); awkward + hist hard cuts on the real
+the numba kernel, analysis.pipeline.backends.numba.kernels._numba_esum); awkward + hist hard cuts on the real
 NanoAOD v12 file at width 0.
 """
 

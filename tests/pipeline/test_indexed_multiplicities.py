@@ -18,6 +18,7 @@ import pytest
 import vector
 
 from analysis.config.loader import config_from_dict
+from analysis.pipeline.backends.jax.reverse import chunk_pullback
 from analysis.pipeline.kernel import (
     candidate_shapes,
     chunk_state,
@@ -26,7 +27,6 @@ from analysis.pipeline.kernel import (
 )
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import build_plan
-from analysis.pipeline.reverse import chunk_pullback
 from analysis.select.objects import ObjectCapError
 from tests.conftest import central_difference
 from tests.reference import configurations, ranked

@@ -117,7 +117,7 @@ def test_the_checks_see_what_they_forbid() -> None:
     assert _names(ast.parse("kernel._SCORES_ON_NUMBA\n")) & REMOVED == {"_SCORES_ON_NUMBA"}
     patched = ast.parse(
         'monkeypatch.setattr(fastkernel, "_FUSED", False)\n'
-        'monkeypatch.setattr("analysis.pipeline.fastreverse._ENABLED", False)\n'
+        'monkeypatch.setattr("analysis.pipeline.backends.numba.fastreverse._ENABLED", False)\n'
         'setattr(kernel, "_SCORES_ON_NUMBA", False)\n'
         "kernel._SCORES_ON_NUMBA = fastreverse._ENABLED = True\n"
         'monkeypatch.setattr(fastreverse, "_shares", f)\n'

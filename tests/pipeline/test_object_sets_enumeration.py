@@ -181,7 +181,7 @@ def test_numba_kernel_against_enumeration() -> None:
     """The same selection with the observables the numba kernel serves (event sum,
     per-object field with co-moments, branch): the pass runs on the numba kernel and
     agrees with enumeration to 1e-10, values and the count threshold's derivative."""
-    from analysis.pipeline import fastkernel
+    from analysis.pipeline.backends.numba import fastkernel
 
     sums, cross, P, ev = reference()
     cfg = config()

@@ -14,7 +14,11 @@ import pytest
 import uproot
 
 from analysis.driver.runner import Evaluator
-from analysis.pipeline._numba_replicas import replica_lanes, replica_selected, replica_totals
+from analysis.pipeline.backends.numba.kernels._numba_replicas import (
+    replica_lanes,
+    replica_selected,
+    replica_totals,
+)
 from analysis.pipeline.split import event_uniform, poisson_replicas
 from tests import opt_helpers as H
 

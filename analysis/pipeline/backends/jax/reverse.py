@@ -1,0 +1,138 @@
+"""Reverse mode for the YAML pipeline: one chunk's share of ``dL/dtheta``.
+
+For plans with many trainable parameters (a learned score's weights) the forward
+Jacobian of every state costs O(P) per entry. Instead (:mod:`analysis.stats.pullback`):
+pass 1 computes values only and merges them; the loss's cotangent of the merged
+states gives a payload (``(a, T_bar)`` per state, ``(None, S_bar)`` per sum,
+:func:`analysis.stats.pullback.pullback_payload`; ``None`` for a state the loss does
+not read, :func:`analysis.stats.pullback.prune`); pass 2 computes, per chunk, the
+gradient of ``<T_bar, T_c(theta)>`` with respect to the trainable parameters by
+``jax.grad`` of the JAX kernel (:func:`analysis.pipeline.kernel.chunk_states`),
+jit-compiled per bucket shape. The chunk's shares add over chunks
+(:class:`analysis.stats.Pullback` ``+``: coffea's ``accumulate``), exactly for any
+chunking and executor. The payload is numpy (it pickles to the workers):
+:func:`analysis.optimize.reverse.reverse_objective` builds it.
+
+Where :func:`analysis.pipeline.backends.numba.fastreverse.why_not` accepts the plan and the payload
+reads the yields only (a ``significance`` objective), the numba kernel computes the
+share from the pass probability's sensitivities instead
+(:mod:`analysis.pipeline.backends.numba.fastreverse`: one walk per event whatever the number of
+parameters); otherwise (the reason is logged once at debug level) this module's JAX
+sweep, the reference. ``engine="jax"`` forces it.
+
+Learned scores are taken apart from the kernel's sweep: each score's column is
+computed once per chunk on the chunk's real rows only (objects or events, rounded up to
+:data:`~analysis.pipeline.scorecols.SCORE_ROWS_STEP`, not the kernel's power-of-two
+padding; :func:`analysis.pipeline.scorecols.score_columns`) with ``jax.vjp``; the
+kernel's sweep, for the plan without scores, gives the column's cotangent; the
+network's vjp turns it into the weights' gradient (the chain rule ``jax.grad`` applies
+too, on fewer rows). Padding entries of the column are 0 (their weight is 0, as the
+kernel's own padding). Two jits: the network's per row bucket (small, quick to
+compile), the kernel's per bucket shape (as the value pass).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from analysis.pipeline import scorecols
+from analysis.pipeline.backends.numba import fastreverse
+from analysis.pipeline.kernel import _with_trainable, candidate_shapes, chunk_states
+from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
+from analysis.pipeline.plan import Plan
+from analysis.pipeline.results import DatasetState
+from analysis.stats.derive import Pullback
+from analysis.stats.pullback import pulled_sum
+
+__all__ = ["chunk_pullback"]
+
+_log = logging.getLogger("analysis.pipeline.backends.jax.reverse")
+_WHY_LOGGED: set[tuple[int, str]] = set()
+#: (plan, which payload entries are None) -> why the numba pass refused it
+_REFUSED: dict[tuple, str] = {}
+
+
+@partial(jax.jit, static_argnames=("plan", "shapes"))
+def _pullback(theta_full, widths, arrays, columns, payload, plan: Plan, shapes: Shapes):
+    """``(states, dL/dt, dL/dcolumns)``: ``columns`` (score name -> padded column) are
+    inputs here, the plan has no scores."""
+    idx = jnp.asarray(plan.trainable, dtype=jnp.int32)
+
+    def scalar(t, cols):
+        full = _with_trainable(theta_full, t, plan)
+        states = chunk_states(full, widths, {**arrays, **cols}, plan, shapes)
+        return pulled_sum(states, payload), states
+
+    (grad, g_cols), states = jax.grad(scalar, argnums=(0, 1), has_aux=True)(
+        theta_full[idx], columns)
+    return states, grad, g_cols
+
+
+def _padded(x: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size)
+    out[: x.size] = x
+    return out
+
+
+def _jax_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> DatasetState:
+    """The JAX sweep (module docstring): the reference."""
+    with_cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
+    run = scorecols.bare(plan)
+    arrays, shapes = pad_columns(cols, run)
+    columns, sizes = {}, {}
+    for spec, _, _ in vjps:
+        key = scorecols.column_key(spec)
+        if spec.collection is None:
+            col, size = with_cols.events[spec.column], arrays["weight"].shape[0]
+        else:
+            col = with_cols.collections[spec.collection][1][spec.column]
+            size = next(o for c, o, _ in shapes.collections if c == spec.collection)
+        columns[key], sizes[key] = jnp.asarray(_padded(col, size)), col.size
+    theta_full = jnp.asarray(theta, dtype=jnp.float64)
+    w = jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths)
+    shapes = candidate_shapes(cols, run, theta_full, w, {**arrays, **columns}, shapes)
+    states, grad, g_cols = _pullback(theta_full, w, arrays, columns, payload, run, shapes)
+    grad = np.asarray(grad, dtype=np.float64)
+    if vjps:
+        idx = np.asarray(plan.trainable, dtype=np.int64)
+        for spec, rows, vjp in vjps:
+            key = scorecols.column_key(spec)
+            bar = _padded(np.asarray(g_cols[key])[: sizes[key]], rows)
+            g_theta = scorecols.apply_vjp(vjp, {key: jnp.asarray(bar)})
+            grad = grad + np.asarray(g_theta, dtype=np.float64)[idx]
+    value = jax.tree_util.tree_map(lambda a: np.array(a, dtype=np.float64), states)
+    derived = Pullback(plan.trainable_names, value, grad)
+    return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,
+                        derived=derived)
+
+
+def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
+                   engine: str = "auto", numba_reverse: bool = True) -> DatasetState:
+    """One chunk's states and gradient share: a :class:`DatasetState` whose ``derived``
+    is a :class:`~analysis.stats.Pullback` over ``plan.trainable_names``. ``engine``:
+    ``"auto"`` (the numba pass where it applies, module docstring) or ``"jax"``;
+    ``numba_reverse=False``: the JAX sweep (:class:`analysis.pipeline.backend.Backend`)."""
+    if engine not in ("auto", "jax"):
+        raise ValueError(f"engine must be 'auto' or 'jax', got {engine!r}")
+    why = (fastreverse.why_not(plan, theta, numba_reverse=numba_reverse) if engine == "auto"
+           else "engine=jax asked for")
+    pattern = (plan, tuple(entry is None for entry in payload))  # the states read
+    if why is None:
+        why = _REFUSED.get(pattern)
+    if why is None:
+        out = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+        if isinstance(out, DatasetState):
+            return out
+        if len(_REFUSED) > 256:  # bounded (each key holds a plan)
+            _REFUSED.clear()
+        why = _REFUSED[pattern] = out  # the same payload pattern: straight to the sweep
+    key = (id(plan), why)
+    if engine == "auto" and key not in _WHY_LOGGED:
+        _WHY_LOGGED.add(key)
+        _log.debug("reverse mode by the JAX sweep, not the numba kernel: %s", why)
+    return _jax_pullback(cols, plan, theta, widths, payload)

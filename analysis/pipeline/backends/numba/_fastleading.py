@@ -1,0 +1,139 @@
+"""Indexed observables on the numba kernel: candidates, their weights and values.
+
+An observable ``S[i].f``, ``mass(S[0] + S[1] + S[2])``, ``deltaR(S[0], S[1])`` or
+``mt(S[0], MET)`` of one indexed set ``S`` has one entry per candidate tuple of ``S``'s
+collection (:func:`analysis.select.objects.leading`: its weight ``P(the tuple is S[0],
+..., S[r] and the event passes)``, its value the expression of the tuple's objects).
+:func:`walk` gives each ``(set, depth)``'s candidates of one chunk from the walk of
+:mod:`analysis.pipeline.backends.numba.kernels._numba_lead` (only the tuples of the ``k_e`` objects of event
+``e`` that can be in the set, :func:`_possible`: ``C(k_e, r + 1)`` per event, where the
+JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest ``k_e``); :func:`values` their values with the expression kinds' own definitions
+(:mod:`analysis.select.functions`, the same JAX functions the JAX kernel runs, eagerly
+on the candidates' columns). Several indexed sets in one expression
+(``muons[0] + bjets[0]``) stay on the JAX kernel (:func:`analysis.pipeline.backends.numba.fastkernel.why_not`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from analysis.pipeline.backends.numba._fastpool import _run_blocks
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_hist, _numba_lead
+from analysis.pipeline.plan import Plan
+from analysis.select import functions
+from analysis.select.leading import MAX_TUPLES, too_many_tuples
+
+__all__: list[str] = []  # internal to the numba kernel
+
+
+class Candidates(NamedTuple):
+    """One ``(set, depth)``'s candidates of a chunk: ``off`` ``(E + 1,)`` per event,
+    ``w`` ``(Q, LANES)`` weights with tangents, ``obj`` ``(Q, depth + 1)`` the tuple's
+    objects (indices into the collection's flat columns, highest ranked first)."""
+
+    off: np.ndarray
+    w: np.ndarray
+    obj: np.ndarray
+
+
+def key(node) -> tuple[str, int] | None:
+    """``(set, depth)`` of an indexed node (``None`` for any other kind)."""
+    if node is None or node.kind not in ("index", "call"):
+        return None
+    return node.slots[0][0], max(r for _, r in node.slots)
+
+
+def why_not(node) -> str | None:
+    """``None`` when the numba kernel computes the indexed ``node``, else the reason."""
+    if len({s for s, _ in node.slots}) > 1:
+        return (f"{node.text!r} indexes several sets (the numba kernel walks one indexed "
+                "set per expression)")
+    return None
+
+
+def _comb(n: np.ndarray, k: int) -> np.ndarray:
+    """``C(n, k)`` elementwise (int64, exact: each step is an exact division)."""
+    out = np.ones_like(n)
+    for i in range(k):
+        out = out * (n - i) // (i + 1)
+    return np.maximum(out, 0)
+
+
+def _possible(tab, ci: int, name: str, base, pv_all, pd_all) -> np.ndarray:
+    """``(N_c,)`` bool per object of collection ``ci`` (flat): whether it can be in set
+    ``name``: some pattern holding the set has a probability or tangent other than
+    exactly 0 (NaN counts as possible). An object that cannot gives every tuple holding
+    it weight exactly 0 (values and tangents), so leaving it out is exact."""
+    n_pat = int(tab.n_pat[ci])
+    has = np.asarray(tab.pat[ci, :n_pat, tab.local[name]]) == 1
+    lo, hi = int(base[ci]), int(base[ci + 1])
+    pv = pv_all[lo:hi, :n_pat][:, has]
+    pd = pd_all[lo:hi, :n_pat][:, has]
+    return np.any(pv != 0, axis=1) | np.any(pd != 0, axis=(1, 2))
+
+
+def _possible_first(order: np.ndarray, counts: np.ndarray, possible: np.ndarray):
+    """``(order, k)``: each event's rank order with the objects that can be in the set
+    first (both parts keep their rank order), and ``k`` ``(E,)`` how many those are."""
+    ev = np.repeat(np.arange(len(counts)), counts)
+    can = possible[order]
+    perm = np.lexsort((np.arange(len(order)), ~can, ev))
+    k = np.bincount(ev, weights=can, minlength=len(counts)).astype(np.int64)
+    return np.ascontiguousarray(order[perm]), k
+
+
+def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l, block: int,
+         n_blocks: int, threads: int | None) -> dict[tuple[str, int], Candidates]:
+    """The candidates of every indexed observable of ``plan`` (per ``(set, depth)``)."""
+    sp = plan.sets
+    spec = {s.name: s for s in sp.sets}
+    out: dict[tuple[str, int], Candidates] = {}
+    for obs in plan.observables:
+        k = key(obs.x)
+        if k is None or k in out:
+            continue
+        name, depth = k
+        c = sp.collection_of(name)
+        ci = tab.collections.index(c)
+        counts = np.diff(coff[ci])
+        m = max(1, int(counts.max(initial=0)))  # the largest multiplicity
+        order = np.empty(int(coff[ci, -1]), np.int64)
+        _run_blocks(_numba_hist.rank_order, (coff[ci], np.ascontiguousarray(
+            flats[c][spec[name].rank_by], np.float64), order, block), n_blocks, threads)
+        order, n_cand = _possible_first(order, counts, _possible(tab, ci, name, base,
+                                                                  pv_all, pd_all))
+        if c not in sp.caps:  # the JAX kernel's bound, on the objects that can be in the set
+            k_top = int(n_cand.max(initial=0))
+            n_tuples = int(_comb(np.array([k_top]), depth + 1)[0])
+            if n_tuples > MAX_TUPLES:
+                raise too_many_tuples(obs.x.slots, {c: k_top}, n_tuples, MAX_TUPLES)
+        off = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(_comb(n_cand, depth + 1), out=off[1:])
+        w = np.zeros((int(off[-1]), _numba_dp.LANES))
+        obj = np.zeros((int(off[-1]), depth + 1), np.int64)
+        args = (coff, base, order, n_cand, ci, tab.local[name], depth, pv_all, pd_all, tab.pat,
+                tab.n_pat, tgt, f, df_l, m, off, block, w, obj)
+        _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
+        out[k] = Candidates(off, w, obj)
+    return out
+
+
+def values(node, cand: Candidates, plan: Plan, flats: dict, events: dict) -> np.ndarray:
+    """The values of indexed ``node`` per candidate (float64; ``|x|`` for ``abs``), 0
+    where the candidate's weight is 0 (as the JAX kernel: no value where no weight)."""
+    c = plan.sets.collection_of(node.slots[0][0])
+    if node.kind == "index":
+        x: Any = flats[c][node.field][cand.obj[:, node.slots[0][1]]]
+    else:
+        per_event = np.diff(cand.off)
+
+        def read(term: str, k: int | None, field: str):
+            if k is None:  # a per-event object's branch, once per candidate
+                return np.repeat(np.asarray(events[f"{term}.{field}"], np.float64), per_event)
+            return flats[c][field][cand.obj[:, node.slots[k][1]]]
+
+        x = functions.apply(node.fn, node.args, read)
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(cand.w[:, 0] != 0, np.abs(x) if node.absolute else x, 0.0)

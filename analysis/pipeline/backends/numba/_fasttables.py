@@ -1,0 +1,184 @@
+"""The numba kernel's static tables of a plan (numpy; cached per plan and count model).
+
+:class:`_Tables`: the count model's sets, patterns and pattern codes as integer arrays
+for the loops of :mod:`analysis.pipeline.backends.numba.kernels._numba_dp`; :func:`_targets`: the count state
+after adding one object of each pattern; :func:`_pass_fn`: the pass table and its
+derivative from their one definition (:func:`analysis.select.objects._pass_table`, in
+JAX), :func:`_pass_table` at a plan's thresholds with its tangents; :func:`_reduced`:
+the count caps lowered to the last state where the table changes; :func:`one_sided`:
+cuts as the threshold cuts the loops know. Used by the numba kernel's host modules only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import lru_cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from analysis.pipeline.plan import Plan, threshold_value
+from analysis.select import cuts as cut_kinds
+from analysis.select.objects import CountModel
+from analysis.select.objects import _pass_table as _jax_pass_table
+
+__all__: list[str] = []  # internal to the numba kernel
+
+
+def one_sided(cuts) -> tuple | None:
+    """``cuts`` (object or event cuts of a plan) as one-sided threshold cuts, the only
+    kind the loops know: a cut whose kind declares ``sides`` (:mod:`analysis.select.cuts`:
+    its probability is the product of one-sided cuts, one per bound) becomes those cuts
+    (a window ``lo < x < hi``: ``x > lo`` and ``x < hi``, the same width); ``None`` if a
+    cut's kind has none."""
+    out = []
+    for cut in cuts:
+        op = getattr(cut, "op", "") or ""
+        if not op and not getattr(cut, "more", ()):
+            out.append(cut)  # a threshold built without an op
+            continue
+        try:
+            sides = getattr(cut_kinds.kind_of(op), "sides", None)
+        except KeyError:
+            return None
+        if sides is None:
+            return None
+        for (greater, inclusive), (param, value) in zip(sides(op), cut.bounds, strict=True):
+            out.append(dataclasses.replace(cut, greater=greater, inclusive=inclusive,
+                                           param=param, value=value, op="", more=()))
+    return tuple(out)
+
+
+class _Tables:
+    """Per plan: the model's tables as numba arrays, reduced to the states that matter."""
+
+    def __init__(self, plan: Plan) -> None:
+        sp = plan.sets
+        model: CountModel = sp.model
+        self.model = model
+        self.collections = model.collections
+        n_coll = len(self.collections)
+        sets_of = model._sets_of
+        s_max = max([len(sets_of[c]) for c in self.collections] + [1])
+        self.set_names = [s.name for c in self.collections for s in sets_of[c]]
+        gidx = {name: i for i, name in enumerate(self.set_names)}
+        self.coll_sets = np.full((n_coll, s_max), -1, np.int64)
+        self.n_coll_sets = np.zeros(n_coll, np.int64)
+        self.local = {}
+        for ci, c in enumerate(self.collections):
+            for li, s in enumerate(sets_of[c]):
+                self.coll_sets[ci, li] = gidx[s.name]
+                self.local[s.name] = li
+            self.n_coll_sets[ci] = len(sets_of[c])
+        p_max = max([len(model.patterns[c]) for c in self.collections] + [1])
+        self.pat = np.full((n_coll, p_max, s_max), -1, np.int8)
+        self.n_pat = np.zeros(n_coll, np.int64)
+        for ci, c in enumerate(self.collections):
+            sets = sets_of[c]
+            idx = {s.name: i for i, s in enumerate(sets)}
+            for p, row in enumerate(model.patterns[c]):
+                for i, s in enumerate(sets):
+                    reachable = s.parent is None or row[idx[s.parent]]
+                    self.pat[ci, p, i] = 1 if row[i] else (0 if reachable else -1)
+            self.n_pat[ci] = len(model.patterns[c])
+        spec = {s.name: s for s in sp.sets}
+        self.set_cuts = [one_sided(spec[name].cuts) for name in self.set_names]
+        self.set_coll = [spec[name].collection for name in self.set_names]
+        self.gidx = gidx
+        # one collection, one set ("out" adds nothing, "in" moves the counts): the
+        # fused loop (:mod:`analysis.pipeline.backends.numba.kernels._numba_one`) serves it
+        self.one_set = bool(
+            n_coll == 1 and self.n_coll_sets[0] == 1 and self.n_pat[0] == 2
+            and self.pat[0, 0, 0] == 0 and self.pat[0, 1, 0] == 1
+        )
+
+
+@lru_cache(maxsize=64)
+def _tables(plan: Plan) -> _Tables:
+    return _Tables(plan)
+
+
+def _targets(model: CountModel, caps: np.ndarray, collections) -> np.ndarray:
+    """``(C, P_max, S)`` states after adding one object of each pattern, with caps ``caps``."""
+    shape = tuple(int(c) + 1 for c in caps)
+    n_states = math.prod(shape)
+    grid = np.indices(shape).reshape(len(shape), -1).T if shape else np.zeros((1, 0), np.int64)
+    p_max = max([len(model.patterns[c]) for c in collections] + [1])
+    out = np.zeros((len(collections), p_max, n_states), np.int64)
+    for ci, c in enumerate(collections):
+        d = model.increments[c]
+        for p in range(len(d)):
+            new = np.minimum(grid + d[p][None, :], caps[None, :])
+            out[ci, p] = np.ravel_multi_index(tuple(new.T), shape) if shape else 0
+    return out
+
+
+@lru_cache(maxsize=64)
+def _pass_fn(model: CountModel):
+    """jit of ``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table`."""
+
+    def table(th, w):
+        return _jax_pass_table(model, th, w)[0]
+
+    return jax.jit(lambda th, w: (table(th, w), jax.jacfwd(table)(th, w)))
+
+
+def _reduced(model: CountModel, f: np.ndarray, df: np.ndarray):
+    """Caps lowered to the last state where ``f`` or ``df`` still changes along each
+    count variable: the states above merge into the absorbing top one (same sums,
+    exactly: the table is constant there). Returns ``(caps, f, df)`` on the new states."""
+    shape = model.shape
+    caps = np.array([s - 1 for s in shape], np.int64)
+    if not shape:
+        return caps, f, df
+    g = np.concatenate([f.reshape(shape + (1,)), df.reshape(shape + (df.shape[-1],))], -1)
+    for v in range(len(shape)):
+        top = shape[v] - 1
+        while top > 0:
+            a = np.take(g, [top], axis=v)
+            b = np.take(g, [top - 1], axis=v)
+            if not np.array_equal(a, b):
+                break
+            top -= 1
+        caps[v] = top
+        g = np.take(g, np.arange(top + 1), axis=v)
+    n = int(np.prod(caps + 1))
+    return caps, np.ascontiguousarray(g[..., 0].reshape(n)), np.ascontiguousarray(
+        g[..., 1:].reshape(n, -1))
+
+
+def _value(theta: np.ndarray, param: int | None, value: float | None) -> float:
+    return float(threshold_value(theta, param, value))
+
+
+def _par_index(trainable: tuple[int, ...], param: int | None) -> int:
+    return trainable.index(param) if param is not None and param in trainable else -1
+
+
+def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
+                trainable: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The pass table ``f`` (``(S,)``) of the sets' count model over all its states and
+    its tangents ``df`` (``(S, len(trainable))``) with respect to the trainable count
+    thresholds: the JAX definition (:func:`analysis.pipeline.backends.numba._fasttables._pass_fn`),
+    not reduced (``sp.model.counts`` must not be empty)."""
+    th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
+    cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
+    f, slope = _pass_values(sp.model, th.tobytes(), cw.tobytes())  # (S,), (S, n_counts)
+    df = np.zeros((f.shape[0], len(trainable)))
+    for m, (param, _) in enumerate(sp.thresholds):
+        k = _par_index(trainable, param)
+        if k >= 0:
+            df[:, k] += slope[:, m]
+    return f, df
+
+
+@lru_cache(maxsize=16)
+def _pass_values(model, th: bytes, cw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`analysis.pipeline.backends.numba._fasttables._pass_fn` at the thresholds and widths ``th``,
+    ``cw`` (float64 bytes): once per pass, not per chunk (an eager JAX call). Read-only."""
+    f_j, slope = _pass_fn(model)(jnp.asarray(np.frombuffer(th)), jnp.asarray(np.frombuffer(cw)))
+    f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
+    f.flags.writeable = slope.flags.writeable = False
+    return f, slope

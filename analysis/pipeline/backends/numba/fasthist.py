@@ -1,0 +1,547 @@
+"""Soft histogram templates and their variations on the numba kernel.
+
+:func:`evaluate_columns` returns what :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`
+returns plus the ``histograms`` and ``templates`` groups of
+:func:`analysis.pipeline.backends.jax.histkernel.histogram_states` (the JAX reference: the same
+meaning, the same :class:`~analysis.stats.histogram.Histogram` states and Jacobians),
+for every plan :func:`why_not` accepts: histograms of per-object fields (``S.f``,
+``abs(S.f)``), leading objects (``S[i].f``: one indexed set), per-event branches and
+event sums (``sum(S.f)``, ``count(S)``: :mod:`analysis.pipeline.backends.numba.kernels._numba_esum`, from the
+walk's pattern probabilities and pass tables, ``sumw[b] = sum_events w P(pass, X in b)``),
+weight variations of per-event factors, shifts, and channel regions.
+
+Per histogram ``sumw[b] = sum_entries w p [x in b]`` and ``sumw2[b] = sum w^2 p [x in b]``
+(:mod:`analysis.stats.histogram`), ``w`` the event weight (x a weight variation's
+factor) x the soft event cuts of the spec's region, ``p`` the entry's probability from
+the walk of :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`: ``P(j in S and the region passes)``,
+``P(j is S[i] and the region passes)`` or ``P(the region passes)``. One walk per shift
+side (the nominal columns, then each shifted column: cuts and observables move
+together) serves every region at once: the regions share the objects' pattern
+probabilities and differ only in the pass table, all mapped onto one joint count state
+space (:func:`analysis.pipeline.backends.numba._histtables._joint_tables`). A weight variation reuses
+its walk's probabilities; only its fill is new. Bins as :func:`numpy.searchsorted`
+(``side="right"``) over the edges: underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
+is filled at ``x = 0`` (its value may be garbage; as the JAX kernel).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from analysis.pipeline.backends.jax.histkernel import factor_values
+from analysis.pipeline.backends.numba import fastkernel
+from analysis.pipeline.backends.numba._chunkmemo import chunk_memo, remember
+from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
+from analysis.pipeline.backends.numba._fastpool import _run_dynamic
+from analysis.pipeline.backends.numba._histtables import (
+    _joint_static,
+    _joint_tables,
+    _memo,
+    _region_plan,
+    _walk_static,
+)
+from analysis.pipeline.backends.numba.fastkernel import (
+    _event_weights,
+    _inputs,
+    _run_blocks,
+    _work,
+)
+from analysis.pipeline.backends.numba.kernels import (
+    _numba_dp,
+    _numba_esum,
+    _numba_fill,
+    _numba_hist,
+)
+from analysis.pipeline.backends.numba.kernels._numba_sums import yield_sums
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
+from analysis.stats.histogram import Histogram
+
+__all__ = ["evaluate_columns", "why_not"]
+
+_KINDS = ("field", "branch", "index", "sum", "count")
+_SUMS = ("sum", "count")
+# Events per block of the walk, about: its outputs are per event and object (no sums),
+# so neither the block size nor which thread walks a block changes a bit; the threads
+# take the blocks one at a time (_fastpool._run_dynamic: blocks of uneven cost even out).
+WALK_BLOCK = 1024
+
+
+def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
+    """``None`` when :func:`evaluate_columns` computes ``plan`` (with histograms) at
+    ``order`` (and ``theta``), else the reason (``--debug`` logs it)."""
+    for r in range(len(plan.regions) + 1):
+        sub = _region_plan(plan, r)
+        why = fastkernel.why_not(sub, order, theta)
+        if why is not None:
+            return why if r == 0 else f"channel region {plan.regions[r - 1].name!r}: {why}"
+        if r and (sub.sets.sets != plan.sets.sets or sub.sets.model.sets != plan.sets.model.sets):
+            return (f"channel region {plan.regions[r - 1].name!r} on other object sets than "
+                    "the selection (the numba histograms walk one set of objects)")
+    rank: dict[str, str] = {}
+    specs = {s.name: s for s in plan.sets.sets}
+    for spec in plan.hists:
+        node = spec.node
+        if node.kind not in _KINDS or (node.kind == "index" and len(node.slots) != 1):
+            return (f"histogram {spec.key!r}: x = {node.text!r} is a {node.kind} expression; "
+                    "the numba kernel fills per-object fields, event sums, one leading "
+                    "object and branches")
+        if node.kind == "index":
+            s = specs[node.slots[0][0]]
+            if rank.setdefault(s.collection, s.rank_by) != s.rank_by:
+                return (f"histogram {spec.key!r}: sets of {s.collection} indexed by two "
+                        "ranking fields (the numba walk takes one order per collection)")
+        if spec.weight is not None and plan.weights[spec.weight].sf is not None:
+            return (f"histogram {spec.key!r}: a per-object scale factor (runs in the JAX "
+                    "kernel)")
+    return None
+
+
+# --- one walk ------------------------------------------------------------------------
+
+
+def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
+    """``cols`` with the column ``key`` (``C:f`` or ``event:K``) times ``factor`` (new
+    dicts: the cached columns are not touched)."""
+    head, name = key.split(":", 1)
+    if head == "event":
+        return dataclasses.replace(cols, events={**cols.events, name: cols.events[name] * factor})
+    counts, flat = cols.collections[head]
+    return dataclasses.replace(
+        cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
+
+
+def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, flat: dict,
+           src: tuple, blocks, threads) -> tuple[np.ndarray, Any]:
+    """``(order, whose)``: collection ``c``'s objects by descending ``rank``
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.rank_order`) in the variant ``side`` (None:
+    the nominal columns, else its shift ``(column, factor)``; ``flat``: its fields), and
+    whose order that is: the nominal one (None) wherever it still holds
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.is_rank_order`: a shift by a positive factor
+    keeps it in all but rare near-ties), else the variant's own (``side``). The orders
+    of one pass over the chunk are kept in ``ranked``; whether the nominal order holds
+    for a variant (no parameter changes it) in the chunk's ``memo``, with ``src``, the
+    nominal counts and ranking field it comes from
+    (:func:`analysis.pipeline.backends.numba._chunkmemo.remember`: a bool per variant, where the
+    orders themselves would weigh as much as two of the chunk's columns)."""
+
+    def own():
+        out = np.empty(int(off[-1]), np.int64)
+        key = np.ascontiguousarray(flat[rank], np.float64)
+        _run_blocks(_numba_hist.rank_order, (off, key, out, blocks[0]), blocks[1], threads)
+        return out
+
+    if side is None:
+        if (c, rank) not in ranked:
+            ranked[c, rank] = own()
+        return ranked[c, rank], None
+    nominal = ranked.get((c, rank))
+    if nominal is not None and remember(
+            memo, ("holds", c, rank, side), src, lambda: bool(_numba_hist.is_rank_order(
+                off, np.ascontiguousarray(flat[rank], np.float64), nominal))):
+        return nominal, None
+    return own(), side
+
+
+def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
+          *, nominal: bool, moved: str | None = None, kept: dict | None = None,
+          ids: Iterator[int] | None = None, chunk: ChunkColumns | None = None,
+          sides: list | None = None, ranked: dict | None = None) -> list[dict]:
+    """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
+    sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
+    specs); two share the walk's lanes (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`) when the
+    tangents fit in half of them and their walk orders are equal, else each walks
+    alone. Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
+    object weights and per ``(region, set, depth)`` leading weights ``(N, W)`` by
+    global object index (``W``: 4 lanes for up to 3 tangents, else 8), the objects'
+    offsets and flat fields. ``moved``, ``kept``: the shifted column and the chunk's cut
+    probabilities of :func:`analysis.pipeline.backends.numba._fastpatterns.patterns_into` (the nominal
+    walk's, made first); ``ids``: numbers the walks of one chunk (each its own output
+    buffers: they live until the fills); ``chunk``: the nominal columns (default the
+    first variant), in whose :func:`analysis.pipeline.backends.numba._chunkmemo.chunk_memo` is kept
+    whether a shift keeps the nominal walk order (:func:`_order`); ``sides``: per
+    variant None (the nominal columns) or its shift ``(column, factor)``; ``ranked``:
+    the walk orders of this pass over the chunk (:func:`_order`), and under ``("index",
+    collections, whose)`` the walk order they make."""
+    kept = {} if kept is None else kept
+    ranked = {} if ranked is None else ranked
+    chunk = variants[0] if chunk is None else chunk
+    memo = chunk_memo(chunk)
+    sides = [None] * len(variants) if sides is None else sides
+    ids = itertools.count() if ids is None else ids
+    nl = len(trainable) + 1
+    lanes = _numba_dp.LANES
+    half = lanes // 2
+    sums = any(s.node.kind in _SUMS for s in specs)
+    # event sums read one variant's lanes (h = 0): a pair of shift sides walks alone each
+    if len(variants) > 2 or (len(variants) == 2 and (nl > half or sums)):
+        return [w for v, side in zip(variants, sides, strict=True)
+                for w in _walk([v], plan, specs, theta, widths, trainable, threads,
+                               nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
+                               sides=[side], ranked=ranked)]
+    regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
+    rpos = {r: q for q, r in enumerate(regions)}
+    regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
+    model, caps, fs, dfs = _memo(plan, ("joint", regs, tb, wb, tuple(trainable)),
+                                 lambda: _joint_tables(plan, regs, theta, widths, tuple(trainable)))
+    tab = _memo(plan, ("static", regs), lambda: _joint_static(plan, regs))
+    cols = variants[0]
+    n_ev = int(cols.n_events)
+    n_coll = len(tab.collections)
+    coff = np.zeros((n_coll, n_ev + 1), np.int64)
+    base = np.zeros(n_coll + 1, np.int64)
+    max_seq = 0
+    flats: list[dict] = [{} for _ in variants]
+    counts_of: list[np.ndarray] = []  # per collection (the same arrays in every variant)
+    for ci, c in enumerate(tab.collections):
+        fields = dict(plan.sets.fields).get(c, ())
+        empty = (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields})
+        counts = cols.collections.get(c, empty)[0]
+        counts_of.append(counts)
+        for v, vc in enumerate(variants):
+            flats[v][c] = vc.collections.get(c, empty)[1]
+        np.cumsum(counts, out=coff[ci, 1:])
+        base[ci + 1] = base[ci] + coff[ci, -1]
+        max_seq += int(np.max(counts, initial=0))
+    n_tot = int(base[-1])
+    setspec = {s.name: s for s in plan.sets.sets}
+    ow_keys: list[tuple[int, str]] = []
+    ld_keys: list[tuple[str, int]] = []
+    lw_keys: list[tuple[int, str, int]] = []
+    for spec in specs:
+        node = spec.node
+        if node.kind == "field" and (spec.region, node.head) not in ow_keys:
+            ow_keys.append((spec.region, node.head))
+        elif node.kind == "index":
+            s, d = node.slots[0]
+            if (s, d) not in ld_keys:
+                ld_keys.append((s, d))
+            if (spec.region, s, d) not in lw_keys:
+                lw_keys.append((spec.region, s, d))
+    ranks = []
+    rblock, rblocks = balanced_blocks(n_ev, fastkernel.BLOCK, threads)
+    colls = tuple(sorted({setspec[s].collection for s, _ in ld_keys}))
+    for fl, side in zip(flats, sides, strict=True):
+        orders, whose = {}, []
+        for c in colls:
+            ci = tab.collections.index(c)
+            rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
+            nom = chunk.collections.get(c)
+            src = (counts_of[ci], None if nom is None else nom[1].get(rank))
+            orders[ci], w = _order(memo, ranked, c, rank, side, coff[ci], fl[c], src,
+                                   (rblock, rblocks), threads)
+            whose.append((c, rank, w))
+        ikey = ("index", tab.collections, tuple(whose))
+        if ikey not in ranked or any(w is not None for *_, w in whose):
+            rankidx = np.arange(n_tot, dtype=np.int64)
+            for ci, out in orders.items():
+                rankidx[base[ci]: base[ci + 1]] = base[ci] + out
+            ranked[ikey] = rankidx
+        ranks.append(ranked[ikey])
+    if len(variants) == 2 and ranks[0] is not ranks[1] and not np.array_equal(*ranks):
+        return [w for v, side in zip(variants, sides, strict=True)
+                for w in _walk([v], plan, specs, theta, widths, trainable, threads,
+                               nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
+                               sides=[side], ranked=ranked)]
+    # the pattern probabilities of each variant, its tangents in its half of the lanes
+    # (every entry the walk reads is written: per-thread scratch, reused across chunks)
+    pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
+    pd_all = _work("hist_pd", (n_tot, tab.pat.shape[1], lanes))
+    patterns_into(tab, coff, base, flats, theta, widths, trainable, threads, moved, kept,
+                  pv_all, pd_all)
+    h = half if len(variants) == 2 else 0
+    if h:
+        dfs = dfs.copy()
+        dfs[:, :, h: h + nl] = dfs[:, :, :nl]
+    tgt, ld_mask = _memo(plan, ("walk", regs, caps.tobytes(), tuple(ld_keys)),
+                         lambda: _walk_static(plan, regs, caps.tobytes(), tuple(ld_keys)))
+
+    def ci_ls(s):
+        return tab.collections.index(setspec[s].collection), tab.local[s]
+
+    ow_c = np.array([ci_ls(s)[0] for _, s in ow_keys], np.int64)
+    ow_ls = np.array([ci_ls(s)[1] for _, s in ow_keys], np.int64)
+    ld_c = np.array([ci_ls(s)[0] for s, _ in ld_keys], np.int64)
+    ld_ls = np.array([ci_ls(s)[1] for s, _ in ld_keys], np.int64)
+    ld_d = np.array([d for _, d in ld_keys], np.int64)
+    n_var = len(variants)
+    # the lanes that carry something (value and tangents), in per-thread scratch reused
+    # across chunks (the walk writes every entry the fills read), one set per walk
+    width = half if nl <= half else lanes
+    k = next(ids)
+    pe = _work(f"hist_pe{k}", (n_var, len(regions), n_ev, width))
+    ow = _work(f"hist_ow{k}", (n_var, len(ow_keys), n_tot, width))
+    lw = _work(f"hist_lw{k}", (n_var, len(lw_keys), n_tot, width))
+    if n_ev:
+        block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
+        args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
+                np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
+                np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
+                np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
+                ld_mask,
+                max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw)
+        _run_dynamic(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
+    es, n_unc = _event_sums(specs, plan, tab, tgt, coff, base, flats[0], pv_all, pd_all, fs,
+                            dfs, rpos, nl, width, k, threads) if sums else ({}, {})
+    return [{
+        "pe": {r: pe[v, rpos[r]] for r in regions},
+        "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},
+        "lw": {k: lw[v, i] for i, k in enumerate(lw_keys)},
+        "coff": coff, "base": base, "flats": flats[v], "collections": tab.collections,
+        "es": es, "n_unc": n_unc,
+    } for v in range(n_var)]
+
+
+def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, fs, dfs, rpos,
+                nl: int, width: int, k: int, threads) -> tuple[dict, dict]:
+    """Per ``(region, node)`` of the event-sum specs, ``(E, bins, width)``: each event's
+    ``P(region passes, X in bin b)`` and tangents (:func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`,
+    from the walk's pattern probabilities, before the next walk reuses them); per
+    collection ``(E,)`` the uncertain objects of each event (the most over the specs).
+    More than :data:`analysis.pipeline.backends.numba.kernels._numba_esum.MAX_UNCERTAIN`: the one-line
+    :func:`analysis.pipeline.backends.jax.histkernel.too_many_uncertain`."""
+    from analysis.pipeline.backends.jax.histkernel import too_many_uncertain
+
+    n_ev = int(coff.shape[1] - 1)
+    es: dict = {}
+    n_unc: dict = {}
+    for spec in specs:
+        node = spec.node
+        key = (spec.region, node)
+        if node.kind not in _SUMS or key in es:
+            continue
+        s = node.head
+        coll = plan.sets.collection_of(s)
+        ci = tab.collections.index(coll)
+        has = np.ascontiguousarray(tab.pat[ci, :, tab.local[s]] == 1, dtype=np.int64)
+        n_obj = int(coff[ci, -1])
+        if node.kind == "count":
+            vals = np.ones(n_obj)
+        else:
+            vals = np.asarray(flats[coll][node.field], dtype=np.float64)
+            vals = np.ascontiguousarray(np.abs(vals) if node.absolute else vals)
+        edges = np.asarray(spec.edges, np.float64)
+        out = _work(f"hist_es{k}_{len(es)}", (n_ev, len(edges) + 1, width))
+        unc = np.zeros(n_ev, np.int64)
+        q = rpos[spec.region]
+        if n_ev:
+            block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
+            args = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
+                    np.ascontiguousarray(dfs[q]), ci, has, vals, edges, nl, block, out, unc)
+            _run_dynamic(_numba_dp.compiled(_numba_esum.event_sum_bins, args), args, n_blocks,
+                         threads)
+        top = int(unc.max(initial=0))
+        if top > _numba_esum.MAX_UNCERTAIN:
+            raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)
+        es[key] = out
+        n_unc[coll] = unc if coll not in n_unc else np.maximum(n_unc[coll], unc)
+    return es, n_unc
+
+
+def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: dict) -> np.ndarray:
+    """``(V, E)`` per-event factors of the specs' weight variations (1: none), from the
+    event columns of ``cols``; ``rows`` (one pass's, per set of event columns) keeps each
+    variation's row and each set of rows already made (the templates of several channels
+    share them). Not kept across passes: a chunk's rows would weigh as much as a third
+    of its columns in the AGC configuration, for ~1 ms a pass."""
+    trees = tuple(None if s.weight is None else plan.weights[s.weight].tree for s in specs)
+    if trees not in rows:
+        out = np.empty((len(specs), int(cols.n_events)))
+        for i, tree in enumerate(trees):
+            if tree is None:
+                out[i] = 1.0
+                continue
+            if ("row", tree) not in rows:
+                events = {f"event:{k}": v for k, v in cols.events.items()}
+                fv = factor_values(tree, events)
+                # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
+                rows["row", tree] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+            out[i] = rows["row", tree]
+        rows[trees] = out
+    return rows[trees]
+
+
+def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
+               trainable, evs: dict, value: dict, jac: dict, tasks: list,
+               threads: int | None = None) -> None:
+    """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
+    its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, kernel,
+    args, finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
+    and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
+    event weights by ``(shift side, region)``, the side None for the nominal and for
+    every shift of an object field (it leaves them as they are), and under
+    ``("factors", side)`` the weight variations' factors (:func:`_factors`);
+    ``threads``: the pass's (the yield sums run on them)."""
+    nl = len(trainable) + 1
+    n_ev = int(c.n_events)
+    weight = np.ascontiguousarray(c.weight, dtype=np.float64)
+    ekey = shift if shift is not None and plan.shifts[shift].key.startswith("event:") else None
+    for r in wk["pe"]:
+        if (ekey, r) not in evs:
+            sub = _memo(plan, ("region", r), lambda r=r: _region_plan(plan, r))
+            evs[ekey, r] = _event_weights(c, sub, theta, widths, trainable)
+    if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
+        ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK,
+                        threads)
+        value["selected_sumw"] = np.array(ys[0, 0], dtype=np.float64)
+        value["selected_sumw2"] = np.array(ys[1, 0], dtype=np.float64)
+        jac["selected_sumw"] = ys[0, 1:]
+        jac["selected_sumw2"] = ys[1, 1:]
+    width = 4 if nl <= 4 else _numba_dp.LANES  # the lanes that carry something
+    for (region, node), group in fills.items():
+        edges = group[0].edges
+        sumw = np.zeros((len(group), len(edges) + 1, width))
+        sumw2 = np.zeros_like(sumw)
+
+        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
+            for i, spec in enumerate(group):
+                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
+                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
+                                                      sumw2[i, :, 1:nl])
+
+        if node.kind in _SUMS:  # per event, its bins' probabilities
+            pb = wk["es"][region, node]
+            tasks.append((pb.shape[0] * pb.shape[1] * (1 + len(group)), _numba_esum.fill_bins, (
+                np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
+                _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
+                weight, sumw, sumw2), finish))
+            continue
+        if node.kind == "branch":
+            x = c.events[node.head]
+            p, off = wk["pe"][region], np.arange(n_ev + 1, dtype=np.int64)
+        else:
+            s = node.head if node.kind == "field" else node.slots[0][0]
+            coll = plan.sets.collection_of(s)
+            ci = wk["collections"].index(coll)
+            lo, hi = int(wk["base"][ci]), int(wk["base"][ci + 1])
+            p = (wk["ow"][(region, s)] if node.kind == "field"
+                 else wk["lw"][(region, s, node.slots[0][1])])[lo:hi]
+            off = wk["coff"][ci]
+            x = wk["flats"][coll][node.field]
+        x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
+        tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (
+            off, x, np.ascontiguousarray(p), evs[ekey, region],
+            _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
+            weight, np.asarray(edges, np.float64), sumw,
+            sumw2), finish))
+
+
+def _paired(one: list, two: list) -> list:
+    """The fill tasks of the two sides of a shift, each pair of the same histogram that
+    shares its entries' offsets, event weights and factors (an object field's shift
+    leaves them as they are) as one :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill_pair`
+    (each side's sums as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill` makes them)."""
+    out = []
+    for a, b in zip(one, two, strict=True):
+        if a[1] is not _numba_fill.fill or b[1] is not _numba_fill.fill:
+            out += [a, b]
+            continue
+        (ca, _, (off, x, p, ev, factors, weight, edges, sumw, sumw2), fa) = a
+        (cb, _, (off_b, x_b, p_b, ev_b, factors_b, weight_b, edges_b, sumw_b, sumw2_b), fb) = b
+        if (sumw.shape == sumw_b.shape and sumw.shape[2] == 4 and ev is ev_b
+                and factors is factors_b and weight is weight_b
+                and np.array_equal(edges, edges_b) and np.array_equal(off, off_b)):
+
+            def finish(fa=fa, fb=fb) -> None:
+                fa()
+                fb()
+
+            out.append((ca + cb, _numba_fill.fill_pair,
+                        (off, x, p, x_b, p_b, ev, factors, weight, edges, sumw, sumw2, sumw_b,
+                         sumw2_b), finish))
+        else:
+            out += [a, b]
+    return out
+
+
+def _fill_bins(bins: list, b0: int, b1: int) -> None:
+    for b in range(b0, b1):
+        for kernel, args in bins[b]:
+            kernel(*args)
+
+
+def _run_fills(tasks: list, threads: int | None) -> None:
+    """Every fill of ``tasks`` (:func:`_fill_side`), the costliest first, each to the
+    thread with the least work so far (each fill is its own sequential sum, whichever
+    thread runs it: no bit depends on the threads), then their states."""
+    n = max(1, min(fastkernel._threads(threads), len(tasks)))
+    bins: list[list] = [[] for _ in range(n)]
+    load = [0] * n
+    for cost, kernel, args, _ in sorted(tasks, key=lambda t: -t[0]):
+        i = load.index(min(load))
+        bins[i].append((kernel, args))
+        load[i] += cost
+    _run_blocks(_fill_bins, (bins,), n, threads)
+    for *_, finish in tasks:
+        finish()
+
+
+def evaluate_columns(
+    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int = 1,
+    threads: int | None = None, fused: bool = True, value_loop: bool = True,
+    uncertain: dict | None = None,
+) -> tuple[dict, dict | None]:
+    """``(value, jac)`` of one chunk with its histogram states, as
+    :func:`analysis.pipeline.kernel.evaluate_chunk` returns them (numpy float64; ``jac``
+    None for ``order=0``); ``plan`` must pass :func:`why_not`. ``fused``, ``value_loop``:
+    passed to :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns` (its observables).
+    ``uncertain`` (a dict, filled in): per collection an event-sum histogram sums over,
+    ``(E,)`` the uncertain objects of each event (the most over regions and shifts)."""
+    theta, widths, trainable = _inputs(plan, order, theta, widths, why_not=why_not,
+                                       who="fasthist")
+    # per shift side, the specs filled from one set of entries: (region, x), its variations
+    groups: dict[int | None, dict[tuple, list]] = {None: {}}
+    for spec in plan.hists:
+        groups.setdefault(spec.shift, {}).setdefault((spec.region, spec.node), []).append(spec)
+    value: dict[str, Any] = {"observables": {}, "histograms": {}, "templates": {}}
+    jac: dict[str, Any] = {"observables": {}, "histograms": {}, "templates": {}}
+    # shift sides with the same templates walk in pairs (their lanes side by side)
+    jobs: list[list] = []
+    for shift, fills in groups.items():
+        c = cols if shift is None else _shifted(cols, plan.shifts[shift].key,
+                                                plan.shifts[shift].factor)
+        last = jobs[-1] if jobs else None
+        if (shift is not None and last is not None and len(last) == 1 and last[0][0] is not None
+                and list(last[0][2]) == list(fills)
+                and plan.shifts[last[0][0]].key == plan.shifts[shift].key):
+            last.append((shift, c, fills))
+        else:
+            jobs.append([(shift, c, fills)])
+    kept: dict = {}  # the cut probabilities: the nominal's, a shift's unmoved rows
+    ids = itertools.count()  # the walks' output buffers
+    ranked: dict = {}  # this pass's walk orders
+    evs: dict = {}  # the regions' event weights
+    tasks: list = []  # the fills
+    for job in jobs:
+        specs = [s for group in job[0][2].values() for s in group]
+        moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
+        walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
+                      nominal=moved is None, moved=moved,
+                      kept=kept, ids=ids, chunk=cols, ranked=ranked,
+                      sides=[None if sh is None else (plan.shifts[sh].key,
+                                                      plan.shifts[sh].factor)
+                             for sh, _, _ in job])
+        fills_of: list[list] = []  # per side
+        for wk in walks:
+            for coll, n in wk["n_unc"].items():
+                if uncertain is not None:
+                    uncertain[coll] = n.copy() if coll not in uncertain else np.maximum(
+                        uncertain[coll], n)
+        for (shift, c, fills), wk in zip(job, walks, strict=True):
+            fills_of.append([])
+            _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
+                       fills_of[-1], threads)
+        tasks += _paired(*fills_of) if len(fills_of) == 2 else fills_of[0]
+    _run_fills(tasks, threads)
+    if plan.observables:
+        ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,
+                                             widths, order=order, threads=threads,
+                                             fused=fused, value_loop=value_loop)
+        value["observables"], jac["observables"] = ov["observables"], (oj or {}).get(
+            "observables", {})
+    return value, (jac if order >= 1 else None)

@@ -1,0 +1,448 @@
+"""The pipeline kernel in numba: states and their Jacobian from unpadded columns.
+
+:func:`evaluate_columns` returns the same ``(value, jac)`` pytrees as
+:func:`analysis.pipeline.kernel.evaluate_chunk` (``selected_sumw``, ``selected_sumw2`` and
+per observable :class:`~analysis.stats.Moments` / :class:`~analysis.stats.CoMoments`;
+Jacobian leaves with a trailing axis over the plan's trainable parameters) directly
+from a chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan that
+:func:`why_not` accepts: ``order <= 1`` and observables of the kinds ``S.f``,
+``abs(S.f)``, per-event branches, ``sum(S.f)``, ``count(S)`` and the indexed
+expressions of one set (``S[i].f``, ``mass(S[0] + S[1] + S[2])``, ``mt(S[0], MET)``:
+:mod:`analysis.pipeline.backends.numba._fastleading`), with any object sets, joint counts over
+several sets and collections, branch cuts. It is a second implementation
+of one description: the recursions of :mod:`analysis.select.objects` (the JAX kernel
+:mod:`analysis.pipeline.backends.jax.setkernel`, the reference) as loops over each event's objects
+with forward-mode tangents (:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`, values only
+:mod:`analysis.pipeline.backends.numba.kernels._numba_value`; one collection with one set and neither event
+sums nor indexed observables, the common case, runs the fused loop of :mod:`analysis.pipeline.backends.numba.kernels._numba_one`, bit for
+bit the same results). The pass table
+``f`` and its derivative come from :func:`analysis.select.objects._pass_table` itself
+(:mod:`analysis.pipeline.backends.numba._fasttables`). :func:`observable_entries` gives histogram
+entries and their soft weights from the same loops (value only).
+
+Moments: per-object and per-event entries about a constant centre (first pass), then
+the corrected two-pass formulas of :mod:`analysis.stats._core` and their derivatives;
+event sums from ``E[X^r 1_pass]`` as :func:`analysis.stats._core.moments_from_expectations`
+(:mod:`analysis.pipeline.backends.numba._fastmoments`).
+
+Events are processed in blocks of :data:`BLOCK` (a fixed size), and each block's
+partial sums are added in block order, so the result does not depend on the number of
+threads (``DIFFCOFFEA_KERNEL_THREADS``, default numba's thread count, i.e. the cores:
+contiguous block ranges on a thread pool; the kernels release the GIL). Compiled once
+per machine with ``cache=True``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from analysis.pipeline.backends.numba import _fastleading, _fastone
+from analysis.pipeline.backends.numba._fastmoments import (
+    comoments_state,
+    moments_state,
+    safe_div,
+    sum_moments_state,
+)
+from analysis.pipeline.backends.numba._fastpool import (
+    _run_blocks,
+    _run_slices,
+    _threads,
+    _work,
+    splits,
+)
+from analysis.pipeline.backends.numba._fasttables import (
+    _par_index,
+    _pass_table,
+    _reduced,
+    _Tables,
+    _tables,
+    _targets,
+    _value,
+    one_sided,
+)
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_value
+from analysis.pipeline.backends.numba.kernels._numba_sums import yield_sums
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
+
+__all__ = ["BLOCK", "evaluate_columns", "observable_entries", "selected_weights", "why_not"]
+
+# Events per block: partial sums per block, added in block order (deterministic).
+BLOCK = 4096
+_LINEAR = ("field", "branch", "sum", "count")
+
+
+def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
+    """``None`` when :func:`evaluate_columns` computes ``plan`` at ``order`` (and at
+    ``theta``, if given), else the reason (``--debug`` logs it)."""
+    if order > 1:
+        return f"derivatives of order {order} (the numba kernel gives Jacobians only)"
+    if plan.hists:
+        return f"histogram {plan.hists[0].key!r} (plans with histograms run in analysis.pipeline.backends.numba.fasthist)"
+    if plan.scores:
+        return f"learned score {plan.scores[0].name!r} (the network runs in the JAX kernel)"
+    if order == 1 and len(plan.trainable) > _numba_dp.LANES - 1:
+        return (f"{len(plan.trainable)} trainable parameters (the numba kernel takes up to "
+                f"{_numba_dp.LANES - 1})")
+    for obs in plan.observables:
+        for node in (obs.x, obs.y):
+            if node is None or node.kind in _LINEAR:
+                continue
+            why = (_fastleading.why_not(node) if node.kind in ("index", "call")
+                   else f"{node.kind} expression {node.text!r}")
+            if why is not None:
+                return f"observable {obs.name!r}: {why}"
+    # The loops know threshold cuts (one side, one threshold) only: a kind that is a
+    # product of them (a window lo < x < hi) runs as those (_fasttables.one_sided), any
+    # other goes to the JAX kernel, never computed as a threshold.
+    for cut in [c for s in plan.sets.sets for c in s.cuts] + list(plan.event_cuts):
+        if one_sided((cut,)) is None:
+            op = getattr(cut, "op", "") or "multi-threshold"
+            return (f"a {op} cut (not a product of threshold cuts: the numba kernel has "
+                    "threshold cuts only)")
+    if theta is not None:
+        theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+        for count, (param, value) in zip(plan.sets.model.counts, plan.sets.thresholds):
+            n = float(theta[param]) if param is not None else float(value)
+            cap = count.cap if count.op in (">=", "<") else count.cap - 1
+            if not n <= cap:
+                return f"count threshold {n} beyond its cap {count.cap} (NaN results)"
+    return None
+
+
+# --- the host side ---------------------------------------------------------------------
+
+
+def _inputs(plan: Plan, order: int, theta: Any, widths: Any, *, why_not=why_not,
+            who: str = "fastkernel") -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """``(theta, widths, trainable)`` of a numba pass: float64 ``theta`` (flat) and
+    ``widths`` (``plan.n_widths``), the trainable indices (none at ``order=0``); a
+    ``ValueError`` naming ``who`` where ``why_not`` refuses the plan."""
+    why = why_not(plan, order, theta)
+    if why is not None:
+        raise ValueError(f"{who}: {why}")
+    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+    widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
+    return theta, widths, (plan.trainable if order >= 1 else ())
+
+
+def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
+    """Multiply the soft cut ``cut`` of the collection's columns ``flat`` into the own
+    set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times`)."""
+    width = widths[cut.width_index]
+    s = _numba_dp.soft_values(flat[cut.field], _value(theta, cut.param, cut.value), width,
+                              cut.greater, cut.inclusive, cut.absolute)
+    _numba_dp.cut_times(s, 0, s.shape[0], _numba_dp.inverse_width(width), cut.greater,
+                         _par_index(trainable, cut.param), qv, qd)
+
+
+def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int | None) -> None:
+    """The cuts' probabilities (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.soft_values`) of every
+    object into ``ss`` (``(C, N)``), in contiguous slices on the pool (element-wise: the
+    same floats for any number of threads)."""
+    n = ss.shape[1]
+    parts = min(_threads(threads), max(1, n // 65536))
+    edges = splits(n, parts)
+
+    def fill(a: int, b: int) -> None:
+        for i, cut in enumerate(cuts):
+            _numba_dp.soft_values(flat[cut.field][a:b], _value(theta, cut.param, cut.value),
+                                  widths[cut.width_index], cut.greater, cut.inclusive,
+                                  cut.absolute, ss[i, a:b])
+
+    _run_slices(fill, edges)
+
+
+def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):
+    """Per object of every collection: pattern probabilities ``(N, P)`` and their
+    tangents ``(N, P, LANES)`` (the soft cuts, then the patterns)."""
+    lanes = _numba_dp.LANES
+    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
+    pv_all = _work("pv", (n_tot, p_max))
+    pd_all = _work("pd", (n_tot, p_max, lanes))
+    for ci, c in enumerate(tab.collections):
+        n_obj = int(coff[ci, -1])
+        n_sets = int(tab.n_coll_sets[ci])
+        qv = np.ones((max(n_sets, 1), n_obj))
+        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
+        for ls in range(n_sets):
+            for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]:
+                _cut_into(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
+        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
+                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
+    return pv_all, pd_all
+
+
+class _Weights(NamedTuple):
+    """What the loops give for one chunk (lanes: value, then tangents)."""
+
+    tab: _Tables
+    coff: np.ndarray  # (C, E + 1) object offsets per collection
+    flats: dict  # collection -> {field: flat values}
+    pe: np.ndarray  # (E, LANES) P(event passes)
+    ow: np.ndarray  # (slots, N, LANES) P(object in its set and the event passes)
+    slot_of: dict  # set name -> slot of ow
+    sums: list  # observable indices of event sums, in sa's order
+    sa: np.ndarray  # (sums, E, R + 1, LANES) E[X^r 1_pass]
+    ev: np.ndarray  # (E, LANES) event weight x soft branch cuts
+    cands: dict  # (set, depth) -> _fastleading.Candidates of indexed observables
+    n_blocks: int
+    np1: int  # lanes used: 1 + trainable parameters
+
+
+def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> np.ndarray:
+    """``(E, LANES)``: the event weight times the soft branch cuts, with tangents."""
+    n_ev = int(cols.n_events)
+    ev = np.zeros((n_ev, _numba_dp.LANES))
+    ev[:, 0] = cols.weight
+    for cut in one_sided(plan.event_cuts):
+        s_buf, ds_buf = _numba_dp.soft_array(
+            cols.events[cut.key], _value(theta, cut.param, cut.value), widths[cut.width_index],
+            cut.greater, cut.inclusive)
+        k = _par_index(trainable, cut.param)
+        ev[:, 1:] *= s_buf[:, None]
+        if k >= 0:
+            ev[:, 1 + k] += ev[:, 0] * ds_buf
+        ev[:, 0] *= s_buf
+    return ev
+
+
+def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int,
+             threads: int | None, fused: bool = True, value_loop: bool = True) -> _Weights:
+    """Run the loops on one chunk (``plan`` must pass :func:`why_not`); ``fused``,
+    ``value_loop``: :class:`analysis.pipeline.backend.Backend`'s options of those names."""
+    theta, widths, trainable = _inputs(plan, order, theta, widths)
+    n_par = len(trainable)
+    np1 = n_par + 1
+    sp = plan.sets
+    tab = _tables(plan)
+    n_ev = int(cols.n_events)
+    n_blocks = max(1, -(-n_ev // BLOCK))
+
+    # per collection: offsets, own set probabilities (soft cuts), pattern probabilities
+    n_coll = len(tab.collections)
+    coff = np.zeros((n_coll, n_ev + 1), np.int64)
+    base = np.zeros(n_coll + 1, np.int64)
+    flats, max_seq = {}, 0
+    for ci, c in enumerate(tab.collections):
+        fields = dict(sp.fields).get(c, ())
+        # a collection absent from the columns (a chunk of no events) has no objects
+        counts, flat = cols.collections.get(
+            c, (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields}))
+        flats[c] = flat
+        np.cumsum(counts, out=coff[ci, 1:])
+        base[ci + 1] = base[ci] + coff[ci, -1]
+        max_seq += int(np.max(counts, initial=0))
+    lanes = _numba_dp.LANES
+    fused = fused and tab.one_set and not any(
+        obs.x.kind in ("sum", "count", "index", "call") for obs in plan.observables)
+    if not fused:
+        pv_all, pd_all = _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
+
+    # the pass table and its derivative (the JAX definition), reduced
+    model = tab.model
+    if model.counts:
+        caps, f, df = _reduced(model, *_pass_table(sp, theta, widths, trainable))
+    else:
+        caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, n_par))
+    tgt = _targets(model, caps, tab.collections)
+    df_l = np.zeros((f.shape[0], lanes))
+    df_l[:, 1:np1] = df
+
+    # what is asked: per-object weights of field observables' sets, event sums
+    slot_of: dict[str, int] = {}
+    sums = []  # observable index
+    for i, obs in enumerate(plan.observables):
+        if obs.x.kind == "field":
+            slot_of.setdefault(obs.x.head, len(slot_of))
+        elif obs.x.kind in ("sum", "count"):
+            sums.append(i)
+    set_slot = np.array([slot_of.get(n, -1) for n in tab.set_names], np.int64)
+    pat_need = np.zeros(tab.pat.shape[:2], np.bool_)
+    for ci in range(n_coll):
+        for ls in range(int(tab.n_coll_sets[ci])):
+            if set_slot[tab.coll_sets[ci, ls]] >= 0:
+                pat_need[ci] |= tab.pat[ci, :, ls] == 1
+    sum_x = np.zeros((len(sums), max(int(base[-1]), 1)))
+    sum_has = np.zeros((len(sums), n_coll, tab.pat.shape[1]))
+    for o, i in enumerate(sums):
+        x = plan.observables[i].x
+        ci = tab.collections.index(sp.collection_of(x.head))
+        c = tab.collections[ci]
+        sum_x[o, base[ci]: base[ci + 1]] = 1.0 if x.kind == "count" else flats[c][x.field]
+        sum_has[o, ci, : tab.n_pat[ci]] = tab.pat[ci, : tab.n_pat[ci], tab.local[x.head]] == 1
+    big_r = max([sp.orders[i] for i in sums] + [0])
+    binom = np.array([[math.comb(r, i) for i in range(big_r + 1)] for r in range(big_r + 1)],
+                     np.float64)
+    n_all = max([int(coff[tab.collections.index(sp.collection_of(n)), -1]) for n in slot_of]
+                + [1])
+    pe = _work("pe", (n_ev, lanes))
+    ow = _work("ow", (max(len(slot_of), 1), n_all, lanes))
+    sa = np.zeros((len(sums), n_ev, big_r + 1, lanes))
+    if n_ev and fused:
+        cuts = tab.set_cuts[0]
+        flat = flats[tab.collections[0]]
+        ss = np.empty((len(cuts), int(coff[0, -1])))
+        _soft_values(cuts, flat, theta, widths, ss, threads)
+        args = (
+            coff[0], ss,
+            np.array([widths[c.width_index] for c in cuts], np.float64),
+            np.array([c.greater for c in cuts], np.bool_),
+            np.array([_par_index(trainable, c.param) for c in cuts], np.int64),
+            np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
+            BLOCK, pe, ow[0],
+        )
+        _fastone.run(args, n_blocks, threads)
+    elif n_ev and value_loop and not trainable:  # values only: lane 0 of the same loop
+        args = (coff, base, pv_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
+                pat_need, tgt, f, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK,
+                pe, ow, sa)
+        _run_blocks(_numba_value.select_value, args, n_blocks, threads)
+    elif n_ev:
+        _run_blocks(_numba_dp.select, (
+            coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
+            pat_need, tgt, f, df_l, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe, ow, sa,
+        ), n_blocks, threads)
+
+    cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,
+                               BLOCK, n_blocks, threads) if not fused else {})
+    return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa,
+                    _event_weights(cols, plan, theta, widths, trainable), cands, n_blocks, np1)
+
+
+def _values(node, cols: ChunkColumns, plan: Plan, flats: dict, cands: dict) -> np.ndarray:
+    """A field's (flat), a branch's or an indexed expression's (per candidate) values,
+    ``|values|`` for ``abs(...)``; float64."""
+    k = _fastleading.key(node)
+    if k is not None:
+        return _fastleading.values(node, cands[k], plan, flats, cols.events)
+    if node.kind == "field":
+        v = flats[plan.sets.collection_of(node.head)][node.field]
+    else:
+        v = cols.events[node.head]
+    return np.ascontiguousarray(np.abs(v) if node.absolute else v, dtype=np.float64)
+
+
+def evaluate_columns(
+    cols: ChunkColumns,
+    plan: Plan,
+    theta: Any,
+    widths: Any,
+    *,
+    order: int = 1,
+    threads: int | None = None,
+    fused: bool = True,
+    value_loop: bool = True,
+) -> tuple[dict, dict | None]:
+    """``(value, jac)`` of one chunk, as :func:`analysis.pipeline.kernel.evaluate_chunk`
+    returns them (numpy float64; ``jac`` None for ``order=0``); ``plan`` must pass
+    :func:`why_not`. ``threads``: see :func:`_threads`; ``fused``, ``value_loop``: which
+    loops run (:class:`analysis.pipeline.backend.Backend`); the result depends on none."""
+    wt = _weights(cols, plan, theta, widths, order=order, threads=threads, fused=fused,
+                  value_loop=value_loop)
+    tab, coff, flats, pe, ow, slot_of, sums, sa, ev, n_blocks, np1 = (
+        wt.tab, wt.coff, wt.flats, wt.pe, wt.ow, wt.slot_of, wt.sums, wt.sa, wt.ev,
+        wt.n_blocks, wt.np1)
+    cands = wt.cands
+    sp = plan.sets
+    n_ev = int(cols.n_events)
+    lanes = _numba_dp.LANES
+    ys = yield_sums(ev, pe, np1, BLOCK, threads)
+    value: dict[str, Any] = {
+        "selected_sumw": np.array(ys[0, 0], dtype=np.float64),
+        "selected_sumw2": np.array(ys[1, 0], dtype=np.float64),
+        "observables": {},
+    }
+    jac: dict[str, Any] = {
+        "selected_sumw": ys[0, 1:],
+        "selected_sumw2": ys[1, 1:],
+        "observables": {},
+    }
+    ev_off = np.arange(n_ev + 1, dtype=np.int64)
+    sum_of = {i: k for k, i in enumerate(sums)}
+    for i, obs in enumerate(plan.observables):
+        x = obs.x
+        ventry: dict[str, Any] = {}
+        jentry: dict[str, Any] = {}
+        if x.kind in ("sum", "count"):
+            ventry["moments"], jentry["moments"] = sum_moments_state(
+                sa[sum_of[i]][:, :, :np1], ev[:, :np1], sp.orders[i])
+        else:
+            if x.kind == "field":
+                eoff = coff[tab.collections.index(sp.collection_of(x.head))]
+                wo = ow[slot_of[x.head], : int(eoff[-1])]
+            elif x.kind in ("index", "call"):
+                eoff, wo = cands[_fastleading.key(x)][:2]
+            else:
+                eoff, wo = ev_off, pe
+            xv = _values(x, cols, plan, flats, cands)
+            yv = xv if obs.y is None else _values(obs.y, cols, plan, flats, cands)
+            has_y = obs.y is not None
+            first = np.zeros((n_blocks, 3))
+            _run_blocks(_numba_dp.centre_sums, (eoff, xv, yv, wo, ev, BLOCK, first), n_blocks,
+                        threads)
+            first = first.sum(axis=0)
+            cx = safe_div(first[1], first[0])
+            cy = safe_div(first[2], first[0])
+            fx, fy = bool(np.isfinite(cx)), bool(np.isfinite(cy))
+            out = np.zeros((n_blocks, 8, lanes))
+            args = (eoff, xv, yv, has_y, wo, ev, cx if fx else 0.0, cy if fy else 0.0, BLOCK, out)
+            _run_blocks(_numba_dp.compiled(_numba_dp.accumulate, args), args, n_blocks, threads)
+            tot = out.sum(axis=0)[:, :np1]
+            if not fx:  # deviations from an infinite mean are set to 0
+                tot[1:5] = 0.0
+                tot[7] = 0.0
+            if not fy:
+                tot[5:8] = 0.0
+            if obs.univariate:
+                ventry["moments"], jentry["moments"] = moments_state(tot, cx, fx)
+            if obs.bivariate:
+                ventry["comoments"], jentry["comoments"] = comoments_state(tot, cx, cy, fx, fy)
+        value["observables"][obs.name] = ventry
+        jac["observables"][obs.name] = jentry
+    return value, (jac if order >= 1 else None)
+
+
+def selected_weights(
+    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, threads: int | None = None,
+) -> np.ndarray:
+    """``(E,)`` float64: each event's weight times its probability to pass the selection
+    (``selected_sumw`` is their sum; width 0: the weight or 0). ``plan`` must pass
+    :func:`why_not` at order 0."""
+    wt = _weights(cols, plan, theta, widths, order=0, threads=threads)
+    return wt.ev[:, 0] * wt.pe[:, 0]
+
+
+def observable_entries(
+    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, index: int, *,
+    threads: int | None = None, fused: bool = True, value_loop: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, w)``: the entries of observable ``index`` and their soft weights (numpy
+    float64, for histograms), as :func:`analysis.pipeline.backends.jax.setkernel.observable_entries`
+    defines them (entries of weight 0 included): per object ``(x_j, w_e P(j in S and
+    the event passes))`` for ``S.f``, per candidate tuple ``(x_a, w_e P(a is S[0..r] and
+    the event passes))`` for an indexed expression (0 where the weight is 0), per event
+    ``(x_e, w_e P(pass))`` for a branch and
+    ``(E[X 1_pass] / P(pass), w_e P(pass))`` for ``sum(S.f)``/``count(S)`` (0 where
+    ``P(pass) = 0``). ``plan`` must pass :func:`why_not` at order 0. ``fused``,
+    ``value_loop``: as in :func:`evaluate_columns`."""
+    wt = _weights(cols, plan, theta, widths, order=0, threads=threads, fused=fused,
+                  value_loop=value_loop)
+    node = plan.observables[index].x
+    ev, pe = wt.ev[:, 0], wt.pe[:, 0]
+    if node.kind == "field":
+        off = wt.coff[wt.tab.collections.index(plan.sets.collection_of(node.head))]
+        w = np.repeat(ev, np.diff(off)) * wt.ow[wt.slot_of[node.head], : int(off[-1]), 0]
+        return _values(node, cols, plan, wt.flats, wt.cands), w
+    if node.kind in ("index", "call"):
+        cand = wt.cands[_fastleading.key(node)]
+        w = np.repeat(ev, np.diff(cand.off)) * cand.w[:, 0]
+        x = _values(node, cols, plan, wt.flats, wt.cands)
+        return np.where(w != 0, x, 0.0), w
+    if node.kind == "branch":
+        return _values(node, cols, plan, wt.flats, wt.cands), ev * pe
+    a = wt.sa[wt.sums.index(index), :, 1, 0]
+    return np.divide(a, pe, out=np.zeros_like(a), where=pe != 0), ev * pe

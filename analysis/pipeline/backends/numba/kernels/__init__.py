@@ -1,0 +1,1 @@
+"""The numba backend's compiled loops (float64; numpy, numba and math only)."""

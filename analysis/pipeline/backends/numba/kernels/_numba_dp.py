@@ -1,0 +1,446 @@
+"""The compiled loops of :mod:`analysis.pipeline.backends.numba.fastkernel` (numba, float64).
+
+Per event, the objects of every collection of the plan are taken in the count model's
+collection order (:class:`analysis.select.objects.CountModel`), each with its
+pattern probabilities ``pi_p`` (which sets hold it) and their tangents (forward mode,
+one per trainable parameter). With ``tgt[c, p, k]`` the joint count state after
+adding an object of pattern ``p`` to state ``k`` and ``f`` the pass table:
+
+- forward distributions ``F_0 = delta_0``, ``F_{j+1}[tgt(p, k)] += pi_jp F_j[k]``;
+- value functions ``G_N = f``, ``G_j[k] = sum_p pi_jp G_{j+1}[tgt(p, k)]``; the
+  event's pass probability is ``P = G_0[0]``;
+- the weight of object ``j`` in set ``s``: ``P(j in s and the event passes) =
+  sum_{p contains s} pi_jp sum_k F_j[k] G_{j+1}[tgt(p, k)]``;
+- event sums ``X = sum_{j in s} x_j``: ``E[X^r 1_pass]`` by the backward recursion
+  ``G_r(k) <- sum_p pi_p sum_{i <= r} C(r, i) x_p^i G_{r-i}(tgt_p(k))`` from
+  ``G_0 = f`` (:func:`analysis.select.objects.sum_moments`).
+
+These are the recursions of :mod:`analysis.select.objects` (same tables), written
+as loops; tests check them piece by piece against it and against enumeration.
+Events are processed in blocks; per-block partial sums are added in block order.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numba
+import numpy as np
+
+__all__ = [
+    "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_times",
+    "inverse_width", "lin", "lin_add", "lin_add2", "patterns", "select", "sequence",
+    "soft_array", "soft_slope", "soft_values",
+]
+
+
+def soft_values(v: np.ndarray, t: float, width: float, greater: bool, inclusive: bool,
+                absolute: bool, out: np.ndarray | None = None) -> np.ndarray:
+    """The soft cut's probabilities ``s`` (numpy, float64), as
+    :func:`analysis.select.objects.soft_pass`: ``z = v - t`` (``>``, ``>=``) or ``t - v``
+    (``<``, ``<=``), of ``|v|`` for a cut on ``abs``; ``s = 1 / (1 + exp(-z / width))``
+    with numpy's vectorised ``exp`` (several times faster than the scalar ``exp`` of a
+    compiled loop; within an ulp of it), ``s = [z > 0]`` (``[z >= 0]`` if ``inclusive``)
+    for ``width = 0``; NaN gives NaN (0 at ``width = 0``). Into ``out`` if given (numpy
+    releases the GIL: slices may be filled on threads). The loops take the slope from
+    ``s`` (:func:`soft_slope`)."""
+    v = np.asarray(v, dtype=np.float64)
+    out = np.empty_like(v) if out is None else out
+    x = np.abs(v, out=out) if absolute else v
+    if greater:
+        np.subtract(x, t, out=out)
+    else:
+        np.subtract(t, x, out=out)
+    if not width > 0.0:  # NaN fails the step, as in soft_pass
+        np.greater_equal(out, 0.0, out=out) if inclusive else np.greater(out, 0.0, out=out)
+        return out
+    np.divide(out, -width, out=out)
+    with np.errstate(over="ignore"):
+        np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.divide(1.0, out, out=out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def soft_slope(s, inv_width, greater):
+    """``ds/dt`` of the soft cut from its probability ``s`` (:func:`soft_values`):
+    ``-+s (1 - s) / width`` (``-`` for ``>``, ``>=``; ``ds/dv = -ds/dt``), with
+    ``inv_width = 1 / width`` (:func:`inverse_width`; 0 for a hard cut: slope 0)."""
+    ds = s * (1.0 - s) * inv_width
+    return -ds if greater else ds
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def inverse_width(width):
+    """``1 / width``, 0 for a hard cut (``width <= 0``): the argument of :func:`soft_slope`
+    (a product in the loops where a division would be per object)."""
+    return 1.0 / width if width > 0.0 else 0.0
+
+
+def soft_array(v: np.ndarray, t: float, width: float, greater: bool, inclusive: bool,
+               absolute: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, ds/dt)`` of the soft cut over an array (numpy: :func:`soft_values`, and the
+    slope of :func:`soft_slope`)."""
+    s = soft_values(v, t, width, greater, inclusive, absolute)
+    iw = 1.0 / width if width > 0.0 else 0.0
+    ds = s * (1.0 - s) * iw
+    return s, (-ds if greater else ds)
+
+
+# Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
+# (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
+# more than LANES - 1 trainable parameters go to the JAX kernel.
+LANES = 8
+
+
+_COMPILED: set = set()
+
+
+@contextmanager
+def _slp():
+    """LLVM's SLP vectorizer on while numba compiles (numba leaves it off by default;
+    its pass managers read the setting at each compilation, so this is local to the
+    functions compiled inside). It packs the lane arithmetic below into vector
+    operations without reassociating anything: the same floats as without it."""
+    old = numba.config.SLP_VECTORIZE
+    numba.config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        numba.config.SLP_VECTORIZE = old
+
+
+def compiled(kernel, args: tuple):
+    """``kernel`` once compiled for ``args`` (the arguments before the block range) with
+    the SLP vectorizer on: a first call over no blocks (``b0 = b1 = 0``) in this thread,
+    before the thread pool runs it. A later call with other argument types would compile
+    a second version without it (the same results, slower); the kernel's callers build
+    its arguments with fixed dtypes."""
+    if kernel not in _COMPILED:
+        with _slp():
+            kernel(*args, 0, 0)
+        _COMPILED.add(kernel)
+    return kernel
+
+
+# The lane arithmetic of the loops, written out over the 8 lanes with every load before
+# the first store: LLVM's SLP vectorizer then packs each into a few vector operations
+# (a loop over the lanes that stores as it goes is left scalar: the output might alias
+# the inputs). The same operations in the same order as the loops written with a lane loop.
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def lin(out, a, x, b, y):
+    """``out[r] = a x[r] + b y[r]`` over the lanes."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
+    out[0], out[1], out[2], out[3] = a * x0 + b * y0, a * x1 + b * y1, a * x2 + b * y2, a * x3 + b * y3
+    out[4], out[5], out[6], out[7] = a * x4 + b * y4, a * x5 + b * y5, a * x6 + b * y6, a * x7 + b * y7
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def lin_add2(out, a, a_hi, x, b, b_hi, y):
+    """``out[r] += a x[r] + b y[r]`` over lanes 0-3 and ``a_hi x[r] + b_hi y[r]`` over
+    lanes 4-7 (two variants side by side, :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`); every
+    load before the first store, so that LLVM packs each half into vector operations."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
+    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
+    out[0], out[1], out[2], out[3] = (o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1),
+                                      o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
+    out[4], out[5], out[6], out[7] = (o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
+                                      o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def lin_add(out, a, x, b, y):
+    """``out[r] += a x[r] + b y[r]`` over the lanes (:func:`lin_add2` with one coefficient
+    for both halves: the same operations in the same order)."""
+    lin_add2(out, a, a, x, b, b, y)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def axpy(out, a, x):
+    """``out[r] += a x[r]`` over the lanes."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
+    out[0], out[1], out[2], out[3] = o0 + a * x0, o1 + a * x1, o2 + a * x2, o3 + a * x3
+    out[4], out[5], out[6], out[7] = o4 + a * x4, o5 + a * x5, o6 + a * x6, o7 + a * x7
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def cut_times(s, o, n, iw, greater, par, qv, qd):
+    """Multiply the soft cut of probabilities ``s[o + i]`` (:func:`soft_values`) into
+    probabilities ``qv[i]`` and their tangents ``qd[i]`` (``(LANES,)``, lane 0 zero),
+    ``i < n``; product rule; ``iw``: :func:`inverse_width`; ``par``: the threshold's
+    parameter (its lane - 1), or -1. Cut by cut over many objects, not object by object:
+    a tangent lane stored and multiplied again at once waits on its store."""
+    for i in range(n):
+        sv = s[o + i]
+        q0 = qv[i]
+        for r in range(LANES):
+            qd[i, r] *= sv
+        if par >= 0:
+            qd[i, 1 + par] += q0 * soft_slope(sv, iw, greater)
+        qv[i] = q0 * sv
+
+
+@numba.njit(cache=True, nogil=True)
+def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
+    """Pattern probabilities ``pv`` (``(N, P)``) and tangents ``pd`` (``(N, P, LANES)``)
+    from own set probabilities ``qv`` (``(S, N)``), ``qd`` (``(S, N, LANES)``):
+    ``codes[p, s]`` 1 in the set (``q``), 0 out of it with its parent in (``1 - q``),
+    -1 unreachable (factor 1)."""
+    n_obj = qv.shape[1]
+    for j in range(n_obj):
+        for p in range(n_pat):
+            v = 1.0
+            for r in range(LANES):
+                pd[j, p, r] = 0.0
+            for ls in range(n_sets):
+                code = codes[p, ls]
+                if code < 0:
+                    continue
+                fac = qv[ls, j] if code == 1 else 1.0 - qv[ls, j]
+                sign = v if code == 1 else -v
+                for r in range(LANES):
+                    pd[j, p, r] = pd[j, p, r] * fac + sign * qd[ls, j, r]
+                v *= fac
+            pv[j, p] = v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def sequence(coff, base, e, seq_c, seq_g):
+    """Event ``e``'s objects of every collection in the count model's order into
+    ``seq_c`` (collection) and ``seq_g`` (index in ``pv_all``); returns their number."""
+    n = 0
+    for c in range(coff.shape[0]):
+        for i in range(coff[c, e], coff[c, e + 1]):
+            seq_c[n] = c
+            seq_g[n] = base[c] + i
+            n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def any_slot(set_slot):
+    """Whether a set has a slot (per-object weights asked for: forward distributions)."""
+    for s in range(set_slot.shape[0]):
+        if set_slot[s] >= 0:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
+def select(
+    coff, base, pv_all, pd_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f, df,
+    set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
+):
+    """Blocks ``b0:b1``: ``pe[e] = (P, dP)``; ``ow[slot, j] = (w, dw)`` for every object
+    ``j`` of a set with a slot; ``sa[o, e, r] = (E[X_o^r 1], d...)`` per event sum ``o``
+    (``sum_x[o, g]``: the value of object ``g``; ``sum_has[o, c, p]``: 1 where pattern
+    ``p`` of collection ``c`` holds the summed set). ``pv_all[base[c] + i]``,
+    ``pd_all[...]``: pattern probabilities and tangents of object ``i`` of collection
+    ``c``; ``f``, ``df``: the pass table, ``df`` in lanes (lane 0 zero); ``pat_need[c,
+    p]``: pattern ``p`` holds a set with a slot. Pattern 0 (in no set) adds nothing to
+    any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents."""
+    n_ev = pe.shape[0]
+    n_states = f.shape[0]
+    n_sums = sum_x.shape[0]
+    big_r = binom.shape[0] - 1
+    p_max = pat.shape[1]
+    need_fwd = any_slot(set_slot)
+    for b in range(b0, b1):
+        seq_c = np.empty(max_seq, np.int64)
+        seq_g = np.empty(max_seq, np.int64)
+        F = np.zeros((max_seq + 1 if need_fwd else 1, n_states, LANES))
+        G = np.empty((n_states, LANES))
+        Gn = np.empty((n_states, LANES))
+        H = np.empty((p_max, LANES))
+        Gm = np.empty((n_sums, big_r + 1, n_states, LANES))
+        Gmn = np.empty((n_sums, big_r + 1, n_states, LANES))
+        acc = np.empty(LANES)
+        xp = np.empty(p_max)
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            n = sequence(coff, base, e, seq_c, seq_g)
+            # forward distributions (only for per-object weights)
+            if need_fwd:
+                for k in range(n_states):
+                    for r in range(LANES):
+                        F[0, k, r] = 0.0
+                F[0, 0, 0] = 1.0
+                for j in range(n):
+                    c = seq_c[j]
+                    g = seq_g[j]
+                    pv = pv_all[g, 0]
+                    for k in range(n_states):
+                        fk = F[j, k, 0]
+                        for r in range(LANES):
+                            F[j + 1, k, r] = pv * F[j, k, r] + fk * pd_all[g, 0, r]
+                    for p in range(1, n_pat[c]):
+                        pv = pv_all[g, p]
+                        for k in range(n_states):
+                            t = tgt[c, p, k]
+                            fk = F[j, k, 0]
+                            for r in range(LANES):
+                                F[j + 1, t, r] += pv * F[j, k, r] + fk * pd_all[g, p, r]
+            # backward value functions, object weights, event sums
+            for k in range(n_states):
+                for r in range(LANES):
+                    G[k, r] = df[k, r]
+                G[k, 0] = f[k]
+            for o in range(n_sums):
+                for m in range(big_r + 1):
+                    for k in range(n_states):
+                        for r in range(LANES):
+                            Gm[o, m, k, r] = G[k, r] if m == 0 else 0.0
+            for j in range(n - 1, -1, -1):
+                c = seq_c[j]
+                g = seq_g[j]
+                if need_fwd:
+                    for p in range(n_pat[c]):
+                        if not pat_need[c, p]:
+                            continue
+                        for r in range(LANES):
+                            H[p, r] = 0.0
+                        for k in range(n_states):
+                            t = tgt[c, p, k]
+                            fk = F[j, k, 0]
+                            gt = G[t, 0]
+                            for r in range(LANES):
+                                H[p, r] += F[j, k, r] * gt + fk * G[t, r]
+                        H[p, 0] *= 0.5  # lane 0 summed F G twice (exact)
+                    for ls in range(n_coll_sets[c]):
+                        slot = set_slot[coll_sets[c, ls]]
+                        if slot < 0:
+                            continue
+                        jj = g - base[c]
+                        for r in range(LANES):
+                            acc[r] = 0.0
+                        for p in range(n_pat[c]):
+                            if pat[c, p, ls] != 1:
+                                continue
+                            pv = pv_all[g, p]
+                            h0 = H[p, 0]
+                            for r in range(LANES):
+                                acc[r] += pv * H[p, r] + h0 * pd_all[g, p, r]
+                        for r in range(LANES):
+                            ow[slot, jj, r] = acc[r]
+                for o in range(n_sums):
+                    for p in range(n_pat[c]):
+                        xp[p] = sum_x[o, g] * sum_has[o, c, p]
+                    for m in range(big_r + 1):
+                        for k in range(n_states):
+                            for r in range(LANES):
+                                Gmn[o, m, k, r] = 0.0
+                    for p in range(n_pat[c]):
+                        pv = pv_all[g, p]
+                        if pv == 0.0:  # a pattern of probability exactly 0 adds nothing:
+                            nil = True  # skip it (its powers of x may overflow: 0 x inf)
+                            for r in range(1, LANES):
+                                if pd_all[g, p, r] != 0.0:
+                                    nil = False
+                            if nil:
+                                continue
+                        for m in range(big_r + 1):
+                            for k in range(n_states):
+                                t = tgt[c, p, k]
+                                for r in range(LANES):
+                                    acc[r] = 0.0
+                                xpow = 1.0
+                                for ii in range(m + 1):
+                                    cf = binom[m, ii] * xpow
+                                    for r in range(LANES):
+                                        acc[r] += cf * Gm[o, m - ii, t, r]
+                                    xpow *= xp[p]
+                                a0 = acc[0]
+                                for r in range(LANES):
+                                    Gmn[o, m, k, r] += pv * acc[r] + a0 * pd_all[g, p, r]
+                    for m in range(big_r + 1):
+                        for k in range(n_states):
+                            for r in range(LANES):
+                                Gm[o, m, k, r] = Gmn[o, m, k, r]
+                pv = pv_all[g, 0]
+                for k in range(n_states):
+                    gt = G[k, 0]
+                    for r in range(LANES):
+                        Gn[k, r] = pv * G[k, r] + gt * pd_all[g, 0, r]
+                for p in range(1, n_pat[c]):
+                    pv = pv_all[g, p]
+                    for k in range(n_states):
+                        t = tgt[c, p, k]
+                        gt = G[t, 0]
+                        for r in range(LANES):
+                            Gn[k, r] += pv * G[t, r] + gt * pd_all[g, p, r]
+                for k in range(n_states):
+                    for r in range(LANES):
+                        G[k, r] = Gn[k, r]
+            for r in range(LANES):
+                pe[e, r] = G[0, r]
+            for o in range(n_sums):
+                for m in range(big_r + 1):
+                    for r in range(LANES):
+                        sa[o, e, m, r] = Gm[o, m, 0, r]
+
+
+@numba.njit(cache=True, nogil=True)
+def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
+    """Blocks ``b0:b1`` of one observable's power sums about ``(cx, cy)``: entries
+    ``eoff[e]:eoff[e + 1]`` of event ``e`` with values ``x`` (``y``) and weight
+    ``ev[e] wo[j]`` (lanes: value, tangents). ``out[b]``: ``(8, LANES)`` = W, sum w d,
+    d^2, d^3, d^4, sum w e, e^2, d e (``d = x - cx``, ``e = y - cy``)."""
+    n_ev = ev.shape[0]
+    t = np.empty(8)
+    dw = np.empty(LANES)
+    for b in range(b0, b1):
+        acc = out[b]
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            we = ev[e, 0]
+            if we == 0.0:
+                nonzero = False
+                for r in range(LANES):
+                    if ev[e, r] != 0.0:
+                        nonzero = True
+                if not nonzero:
+                    continue
+            for j in range(eoff[e], eoff[e + 1]):
+                lin(dw, wo[j, 0], ev[e], we, wo[j])
+                dw[0] *= 0.5  # lane 0 is w = we wj, counted twice (exact)
+                nil = True  # an entry of weight exactly 0 (and no tangent) adds nothing:
+                for r in range(LANES):  # skip it (its powers may overflow: 0 x inf)
+                    if dw[r] != 0.0:
+                        nil = False
+                if nil:
+                    continue
+                d = x[j] - cx
+                d2 = d * d
+                t[0] = 1.0
+                t[1] = d
+                t[2] = d2
+                t[3] = d2 * d
+                t[4] = d2 * d2
+                if has_y:
+                    g = y[j] - cy
+                    t[5] = g
+                    t[6] = g * g
+                    t[7] = d * g
+                for k in range(8 if has_y else 5):
+                    axpy(acc[k], t[k], dw)
+
+
+@numba.njit(cache=True, nogil=True)
+def centre_sums(eoff, x, y, wo, ev, block, out, b0, b1):
+    """Blocks ``b0:b1``: ``out[b] = (W, sum w x, sum w y)`` of one observable's entries
+    (values only: the centre has no gradient)."""
+    n_ev = ev.shape[0]
+    for b in range(b0, b1):
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            we = ev[e, 0]
+            if we == 0.0:
+                continue
+            for j in range(eoff[e], eoff[e + 1]):
+                w = we * wo[j, 0]
+                out[b, 0] += w
+                out[b, 1] += w * x[j]
+                out[b, 2] += w * y[j]

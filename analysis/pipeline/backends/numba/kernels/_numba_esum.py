@@ -1,0 +1,412 @@
+"""The compiled histogram of event sums of :mod:`analysis.pipeline.backends.numba.fasthist` (numba, float64).
+
+Per event, ``P(the region passes and X in bin b)`` for ``X = sum_{j in S} v_j`` (a set
+``S`` of one collection; :func:`analysis.select.subsets.sum_bins` is the JAX reference,
+the same meaning and the same two methods), in lanes (lane 0 the value, then the
+tangents; the product rule), from the walk's tables (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`'s
+notation: ``tgt[c, p, k]`` the count state after adding an object of pattern ``p`` to
+state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangents,
+``fs``/``dfs`` the pass tables):
+
+- every object of the other collections, and every *certain* object of ``S``'s
+  collection (one pattern of probability exactly 1 in float64), moves the forward count
+  distribution ``F`` by one step (exact for any probabilities); a certain object whose
+  pattern holds ``S`` adds its value to every subset's sum ``x0``;
+- the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` (and with at
+  most 3 tangents, in an event whose probabilities are all numbers) every subset
+  ``A`` (``F_A`` split by whether each object is in ``S``, ``P_A = <F_A, f>``, binned at
+  ``x0 + X_A``; each ``F_A`` over its live states only: the count of ``S`` is fixed by
+  ``A``, so few of the joint states hold anything); above, meet in the middle: the first ``a = U // 2`` forward from ``F``,
+  the others backward from ``f`` (value functions ``G_beta`` and sums ``X_beta``), the
+  ``beta`` sorted by ``X_beta`` with prefix sums ``PG``; ``P(pass, X < e) = sum_alpha
+  <F_alpha, PG_{n(e - X_alpha)}>``, the bins their differences.
+
+Cost per event: ``O(M P S L)`` for the folded objects, ``O(2^U P S L)`` (enumeration) or
+``O(2^(U/2) (P + n_e) S L)`` (meet in the middle) for the uncertain ones (``S`` count
+states, ``P`` patterns, ``L`` lanes, ``n_e`` edges). Outputs per event (no sums), so
+blocks and threads change no bit. An event with more than :data:`MAX_UNCERTAIN`
+uncertain objects gets NaN and its count in ``n_unc`` (the host refuses it).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
+
+__all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "event_sum_bins", "fill_bins"]
+
+#: every subset up to this many uncertain objects, meet in the middle above (measured,
+#: a 50k-event chunk of Poisson(5.5) jets, value + 2 tangents: 0.165 s with 6, 0.142 s
+#: with 10; the JAX reference switches at 6, :data:`analysis.select.subsets.ENUMERATE_UP_TO`)
+ENUMERATE_UP_TO = 10
+#: the enumeration's buffers at first (grown for an event that needs more)
+_FIRST = 6
+#: as :data:`analysis.select.subsets.MAX_UNCERTAIN`
+MAX_UNCERTAIN = 24
+
+
+@numba.njit(cache=True, nogil=True)
+def _times_into(out, pv, pd, x, nl):
+    """``out[r] += pv x[r] + x[0] pd[r]`` over the first ``nl`` lanes (``pd[0] = 0``; with
+    ``nl <= 4`` over 4: a lane past ``nl`` carries nothing that is read)."""
+    x0 = x[0]
+    if nl <= 4:  # every load before the first store (SLP-vectorised, as _numba_dp.lin)
+        a0, a1, a2, a3 = x[0], x[1], x[2], x[3]
+        d0, d1, d2, d3 = pd[0], pd[1], pd[2], pd[3]
+        o0, o1, o2, o3 = out[0], out[1], out[2], out[3]
+        out[0], out[1], out[2], out[3] = (o0 + (pv * a0 + x0 * d0), o1 + (pv * a1 + x0 * d1),
+                                          o2 + (pv * a2 + x0 * d2), o3 + (pv * a3 + x0 * d3))
+    else:
+        for r in range(nl):
+            out[r] += pv * x[r] + x0 * pd[r]
+
+
+@numba.njit(cache=True, nogil=True)
+def _dot(a, b, n_states, nl, out, skip):
+    """``out = <a, b>`` over the states, lanes by the product rule (``(n_states, L)`` each;
+    ``skip``: as :func:`_forward`)."""
+    for r in range(nl):
+        out[r] = 0.0
+    for k in range(n_states):
+        a0, b0 = a[k, 0], b[k, 0]
+        if skip and a0 == 0.0 and b0 == 0.0:
+            continue  # both values 0: every lane's term is 0
+        out[0] += a0 * b0
+        for r in range(1, nl):
+            out[r] += a0 * b[k, r] + b0 * a[k, r]
+
+
+@numba.njit(cache=True, nogil=True)
+def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
+    """``Fn = sum_p pi_p shift_p(F)`` over the patterns ``p`` of object ``g`` (of
+    collection ``c``) with ``has[p] == which`` (``which = -1``: every pattern). ``skip``
+    (the event's probabilities are all numbers): terms of a zero pattern or a zero state
+    are left out (exact zeros; with a NaN in the event they are not, as in the walk)."""
+    for k in range(n_states):
+        for r in range(nl):
+            Fn[k, r] = 0.0
+    for p in range(n_pat[c]):
+        if which >= 0 and has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        d = pd[g, p]
+        if skip and v == 0.0:
+            zero = True
+            for r in range(1, nl):
+                if d[r] != 0.0:
+                    zero = False
+            if zero:
+                continue  # adds exact zeros (F holds numbers: probabilities)
+        for k in range(n_states):
+            if skip and F[k, 0] == 0.0:
+                zero = True
+                for r in range(1, nl):
+                    if F[k, r] != 0.0:
+                        zero = False
+                if zero:
+                    continue
+            _times_into(Fn[tgt[c, p, k]], v, d, F[k], nl)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl, which, has):
+    """:func:`_forward` from ``A[src]`` over its live states only (``la[src, :na[src]]``: every
+    state that may be nonzero), into ``B[dst]`` with its live states into ``lb[dst]``,
+    ``nbn[dst]`` (``mark``: all False, left so); for events whose probabilities are all
+    numbers (a skipped state or pattern adds exact zeros)."""
+    cnt = 0
+    for p in range(n_pat[c]):
+        if has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        zero = v == 0.0
+        for r in range(1, nl):
+            if pd[g, p, r] != 0.0:
+                zero = False
+        if zero:
+            continue
+        d1, d2, d3 = pd[g, p, 1], pd[g, p, 2], pd[g, p, 3]
+        for i in range(na[src]):
+            k = la[src, i]
+            t = tgt[c, p, k]
+            if not mark[t]:
+                mark[t] = True
+                lb[dst, cnt] = t
+                cnt += 1
+                for r in range(B.shape[2] if nl <= 4 else nl):
+                    B[dst, t, r] = 0.0
+            x0 = A[src, k, 0]
+            B[dst, t, 0] += v * x0
+            if nl <= 4:
+                B[dst, t, 1] += v * A[src, k, 1] + x0 * d1
+                B[dst, t, 2] += v * A[src, k, 2] + x0 * d2
+                B[dst, t, 3] += v * A[src, k, 3] + x0 * d3
+            else:
+                for r in range(1, nl):
+                    B[dst, t, r] += v * A[src, k, r] + x0 * pd[g, p, r]
+    for i in range(cnt):
+        mark[lb[dst, i]] = False
+    nbn[dst] = cnt
+
+
+@numba.njit(cache=True, nogil=True)
+def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
+    """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over the patterns with ``has[p] == which``."""
+    for k in range(n_states):
+        for r in range(nl):
+            Gn[k, r] = 0.0
+    for p in range(n_pat[c]):
+        if has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        d = pd[g, p]
+        for k in range(n_states):
+            _times_into(Gn[k], v, d, G[tgt[c, p, k]], nl)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bin(edges, x):
+    """Bin of ``x``: the number of edges ``<= x`` (NaN: the overflow)."""
+    n_edges = edges.shape[0]
+    if x != x:
+        return n_edges
+    b = 0
+    for k in range(n_edges):
+        b += edges[k] <= x
+    return b
+
+
+@numba.njit(cache=True, nogil=True)
+def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals, edges, nl,
+                   block, out, n_unc, b0, b1):
+    """Events of blocks ``b0:b1`` (module docstring): ``out[e, b, :nl]`` =
+    ``P(pass, X in bin b)`` and its tangents (bins as :func:`numpy.searchsorted` right over
+    ``edges``: underflow first, overflow last), ``n_unc[e]`` the event's uncertain objects
+    of collection ``cs``. ``coff`` ``(C, E + 1)`` object offsets, ``base`` ``(C + 1,)``
+    global offsets; ``pv_all[g, p, 0]``, ``pd_all[g, p]`` (lane 0 zero) per global object;
+    ``f``, ``df`` ``(S,)``, ``(S, LANES)`` the region's pass table and its tangents (lane 0
+    zero); ``has[p]``: pattern ``p`` of ``cs`` holds ``S``; ``vals`` per object of ``cs``
+    (local index)."""
+    n_ev = out.shape[0]
+    n_coll = coff.shape[0]
+    # the pattern selections as int64 values, not literals: one compilation of each
+    # helper, not one per constant
+    w_all, w_out, w_in = np.int64(-1), np.int64(0), np.int64(1)
+    n_states = f.shape[0]
+    nb = edges.shape[0] + 1
+    max_m = 0
+    for e in range(b0 * block, min(n_ev, b1 * block)):
+        max_m = max(max_m, coff[cs, e + 1] - coff[cs, e])
+    unc = np.empty(max(max_m, 1), np.int64)
+    F = np.zeros((n_states, LANES))
+    Fn = np.zeros((n_states, LANES))
+    FA = np.zeros((1 << _FIRST, n_states, LANES))
+    XA = np.zeros(1 << ENUMERATE_UP_TO)
+    SA = np.zeros((1 << _FIRST, n_states, 4))  # grown for an event that needs more
+    SN = np.zeros((1 << _FIRST, n_states, 4))
+    LA = np.zeros((1 << _FIRST, n_states), np.int64)
+    LN = np.zeros((1 << _FIRST, n_states), np.int64)
+    NA = np.zeros(1 << _FIRST, np.int64)
+    NN = np.zeros(1 << _FIRST, np.int64)
+    mark = np.zeros(n_states, np.bool_)
+    G0 = np.zeros((n_states, LANES))
+    GB = np.zeros((1, n_states, LANES))
+    XB = np.zeros(1)
+    PG = np.zeros((1, n_states, LANES))
+    C = np.zeros((nb + 1, LANES))
+    tmp = np.zeros(LANES)
+    # patterns that leave every count state as it is (an object failing every set)
+    still = np.ones((n_coll, tgt.shape[1]), np.bool_)
+    for c in range(n_coll):
+        for p in range(n_pat[c]):
+            for k in range(n_states):
+                if tgt[c, p, k] != k:
+                    still[c, p] = False
+    for k in range(n_states):
+        G0[k, 0] = f[k]
+        for r in range(1, nl):
+            G0[k, r] = df[k, r]
+    for e in range(b0 * block, min(n_ev, b1 * block)):
+        F[:, :nl] = 0.0
+        F[0, 0] = 1.0
+        x0 = 0.0
+        n = 0
+        skip = True
+        for c in range(n_coll):
+            for g in range(base[c] + coff[c, e], base[c] + coff[c, e + 1]):
+                for p in range(n_pat[c]):
+                    if pv_all[g, p, 0] != pv_all[g, p, 0]:
+                        skip = False
+        for c in range(n_coll):
+            for i in range(coff[c, e], coff[c, e + 1]):
+                g = base[c] + i
+                certain = True
+                if c == cs:
+                    certain = False
+                    inside = 0.0
+                    for p in range(n_pat[c]):
+                        if pv_all[g, p, 0] == 1.0:
+                            certain = True
+                        if has[p]:
+                            inside += pv_all[g, p, 0]
+                    if not certain:
+                        unc[n] = g
+                        n += 1
+                    elif inside == 1.0:
+                        x0 += vals[i]
+                if certain and skip:
+                    # probability exactly 1 on a pattern that moves no count and no
+                    # tangents: the step is F itself (1 F + 0 ...: the same floats)
+                    moves = False
+                    for p in range(n_pat[c]):
+                        if pv_all[g, p, 0] == 1.0:
+                            moves = moves or not still[c, p]
+                        elif pv_all[g, p, 0] != 0.0:
+                            moves = True
+                        for r in range(1, nl):
+                            if pd_all[g, p, r] != 0.0:
+                                moves = True
+                    if not moves:
+                        continue
+                if certain:
+                    _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all, has,
+                             skip)
+                    F, Fn = Fn, F
+        n_unc[e] = n
+        o = out[e]
+        o[:, :] = 0.0
+        if n > MAX_UNCERTAIN:
+            o[:, :] = np.nan
+            continue
+        if n <= ENUMERATE_UP_TO and skip and nl <= 4:
+            # every subset, each distribution over its live states only, two buffers
+            if SA.shape[0] < (1 << n):
+                SA = np.zeros((1 << n, n_states, 4))
+                SN = np.zeros((1 << n, n_states, 4))
+                LA = np.zeros((1 << n, n_states), np.int64)
+                LN = np.zeros((1 << n, n_states), np.int64)
+                NA = np.zeros(1 << n, np.int64)
+                NN = np.zeros(1 << n, np.int64)
+            cnt = 0
+            SA[0] = 0.0
+            for k in range(n_states):
+                nonzero = False
+                for r in range(nl):
+                    SA[0, k, r] = F[k, r]
+                    if F[k, r] != 0.0:
+                        nonzero = True
+                if nonzero:
+                    LA[0, cnt] = k
+                    cnt += 1
+            NA[0] = cnt
+            XA[0] = x0
+            m = 1
+            for j in range(n):
+                g = unc[j]
+                for a in range(m):
+                    _sparse(SA, a, LA, NA, SN, a, LN, NN, mark, tgt, cs, n_pat, pv_all, pd_all,
+                            g, nl, w_out, has)
+                    _sparse(SA, a, LA, NA, SN, a + m, LN, NN, mark, tgt, cs, n_pat, pv_all,
+                            pd_all, g, nl, w_in, has)
+                    XA[a + m] = XA[a] + vals[g - base[cs]]
+                SA, SN = SN, SA
+                LA, LN = LN, LA
+                NA, NN = NN, NA
+                m *= 2
+            for a in range(m):
+                t0 = t1 = t2 = t3 = 0.0
+                for i in range(NA[a]):
+                    k = LA[a, i]
+                    a0, b0 = SA[a, k, 0], G0[k, 0]
+                    t0 += a0 * b0
+                    t1 += a0 * G0[k, 1] + b0 * SA[a, k, 1]
+                    t2 += a0 * G0[k, 2] + b0 * SA[a, k, 2]
+                    t3 += a0 * G0[k, 3] + b0 * SA[a, k, 3]
+                b = _bin(edges, XA[a])
+                o[b, 0] += t0
+                o[b, 1] += t1
+                o[b, 2] += t2
+                o[b, 3] += t3
+            continue
+        na = n // 2
+        nbeta = 1 << (n - na)
+        if FA.shape[0] < (1 << na):
+            FA = np.zeros((1 << na, n_states, LANES))
+            XA = np.zeros(max(1 << na, 1 << ENUMERATE_UP_TO))
+        if GB.shape[0] < nbeta:
+            GB = np.zeros((nbeta, n_states, LANES))
+            XB = np.zeros(nbeta)
+            PG = np.zeros((nbeta + 1, n_states, LANES))
+        FA[0, :, :nl] = F[:, :nl]
+        XA[0] = x0
+        m = 1
+        for j in range(na):
+            g = unc[j]
+            for a in range(m):
+                _forward(FA[a], FA[a + m], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_in,
+                         has, skip)
+                _forward(FA[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_out, has,
+                         skip)
+                FA[a, :, :nl] = Fn[:, :nl]
+                XA[a + m] = XA[a] + vals[g - base[cs]]
+            m *= 2
+        GB[0, :, :nl] = G0[:, :nl]
+        XB[0] = 0.0
+        mb = 1
+        for j in range(n - 1, na - 1, -1):
+            g = unc[j]
+            for a in range(mb):
+                _pull(GB[a], GB[a + mb], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_in,
+                      has)
+                _pull(GB[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_out, has)
+                GB[a, :, :nl] = Fn[:, :nl]
+                XB[a + mb] = XB[a] + vals[g - base[cs]]
+            mb *= 2
+        order = np.argsort(XB[:mb], kind="mergesort")
+        xs = XB[:mb][order]
+        PG[0, :, :nl] = 0.0
+        for i in range(mb):
+            PG[i + 1, :, :nl] = PG[i, :, :nl] + GB[order[i], :, :nl]
+        C[:, :nl] = 0.0
+        for a in range(m):
+            for k in range(nb - 1):
+                t = edges[k] - XA[a]
+                i = np.searchsorted(xs, t, side="left")
+                _dot(FA[a], PG[i], n_states, nl, tmp, skip)
+                for r in range(nl):
+                    C[k, r] += tmp[r]
+            _dot(FA[a], PG[mb], n_states, nl, tmp, skip)
+            for r in range(nl):
+                C[nb - 1, r] += tmp[r]
+        for r in range(nl):
+            o[0, r] = C[0, r]
+            for k in range(1, nb):
+                o[k, r] = C[k, r] - C[k - 1, r]
+
+
+@numba.njit(cache=True, nogil=True)
+def fill_bins(pb, ev, factors, weight, sumw, sumw2):
+    """Histogram sums of per-event bin probabilities ``pb[e, b]`` (lanes, from
+    :func:`event_sum_bins`) with the event weights ``ev[e]`` (lanes) times each
+    variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2
+    weight[e] w``, ``w = ev[e] pb[e, b]`` (the product rule), over the first
+    ``sumw.shape[2]`` lanes; events in order (one sequential sum per bin and variation,
+    as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`)."""
+    nl = sumw.shape[2]
+    w = np.empty(nl)
+    for e in range(pb.shape[0]):
+        ev0 = ev[e, 0]
+        we = weight[e]
+        for b in range(pb.shape[1]):
+            p0 = pb[e, b, 0]
+            w[0] = p0 * ev0
+            for r in range(1, nl):
+                w[r] = p0 * ev[e, r] + ev0 * pb[e, b, r]
+            for v in range(factors.shape[0]):
+                f = factors[v, e]
+                f2 = f * f * we
+                for r in range(nl):
+                    sumw[v, b, r] += f * w[r]
+                    sumw2[v, b, r] += f2 * w[r]

@@ -1,0 +1,336 @@
+"""The compiled walk of :mod:`analysis.pipeline.backends.numba.fasthist` (numba, float64).
+
+One walk per event over the objects of every collection (each collection in the rank
+order of its indexed set, if it has one: the count state does not depend on the order
+objects are added in), for several pass tables ``f_r`` at once (the selection and the
+channels' regions on one joint count state space: they share the objects' pattern
+probabilities and the forward distributions, and differ only in ``f``). With
+``tgt[c, p, k]`` the count state after adding an object of pattern ``p`` to state ``k``
+(:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`'s notation):
+
+- forward distributions ``F_{j+1}[tgt(p, k)] += pi_jp F_j[k]`` (``F_0 = delta_0``);
+- for a leading target ``(s, d)`` (``s[d]``), ``L_j[t, k]``: the distribution of the
+  objects before ``j`` with exactly ``t <= d`` members of ``s`` among the earlier
+  objects of ``s``'s collection (higher ranked); a pattern holding ``s`` moves ``t`` to
+  ``t + 1`` (dropped beyond ``d``), any other keeps it;
+- value functions per table ``G^r_N = f_r``, ``G^r_j[k] = sum_p pi_jp G^r_{j+1}[tgt(p, k)]``,
+  ``P_r(pass) = G^r_0[0]``;
+- ``P(j in s and region r passes) = sum_{p holds s} pi_jp sum_k F_j[k] G^r_{j+1}[tgt(p, k)]``;
+- ``P(j is s[d] and region r passes) = sum_{p holds s} pi_jp sum_k L_j[d, k]
+  G^r_{j+1}[tgt(p, k)]`` (the weight of :func:`analysis.select.objects.leading` for one
+  indexed set: the ``d`` members ranked above ``j`` and ``j`` in ``s``).
+
+Every quantity in lanes (lane 0 the value, then its tangents; the product rule
+``(a b)' = a' b + a b'``); only sums of non-negative products. Outputs are per event
+or per object (no sums), so the result does not depend on how blocks are split.
+
+Two variants per walk. With at most 3 tangents (4 lanes), the 8 lanes hold two
+variants of the same walk (two shift sides: their own pattern probabilities, the same
+tables and walk order): lanes 0-3 the first, 4-7 the second, each with its value in its
+first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes).
+:func:`analysis.pipeline.backends.numba.kernels._numba_dp.lin_add2` is ``lin_add`` with one coefficient per half, so two
+variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from analysis.pipeline.backends.numba.kernels._numba_dp import LANES, lin_add2
+
+__all__ = ["is_rank_order", "leading_support", "rank_order", "store", "walk"]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def store(out, out_hi, acc, h):
+    """``out = acc[:len(out)]`` (one variant, ``h = 0``: the outputs may keep only the
+    lanes that carry something), or ``out[:h] = acc[:h]`` and ``out_hi[:h] = acc[h:]``
+    (two: each variant's lanes from 0)."""
+    if h:
+        for r in range(h):
+            out[r] = acc[r]
+            out_hi[r] = acc[h + r]
+    else:
+        for r in range(out.shape[0]):
+            out[r] = acc[r]
+
+
+@numba.njit(cache=True, nogil=True)
+def rank_order(off, key, out, block, b0, b1):
+    """``out[off[e]:off[e + 1]]``: the objects of event ``e`` by descending ``key``, ties
+    (and NaN, last) in their original order (``argsort(-key, stable)``, NaN-last as
+    numpy and JAX sort), for the events of blocks ``b0:b1``."""
+    for e in range(b0 * block, min(off.shape[0] - 1, b1 * block)):
+        lo, hi = off[e], off[e + 1]
+        for i in range(lo, hi):
+            out[i] = i
+        for i in range(lo + 1, hi):  # insertion sort: a few objects per event, stable
+            g = out[i]
+            v = -key[g]
+            m = i
+            while m > lo:
+                u = -key[out[m - 1]]
+                if u > v or (u != u and v == v):  # NaN sorts after every number
+                    out[m] = out[m - 1]
+                    m -= 1
+                else:
+                    break
+            out[m] = g
+
+
+@numba.njit(cache=True, nogil=True)
+def is_rank_order(off, key, order):
+    """Whether ``order`` is what :func:`rank_order` writes for ``key`` (each event's
+    objects by descending ``key``, ties and NaN in their original order, NaN last):
+    every neighbouring pair in that order. A shift by a positive factor keeps the order
+    of its field in all but rare near-ties; checking costs a pass, a sort more."""
+    for e in range(off.shape[0] - 1):
+        for i in range(off[e], off[e + 1] - 1):
+            a, b = order[i], order[i + 1]
+            ka, kb = key[a], key[b]
+            if ka > kb or (ka == ka and kb != kb):
+                continue
+            if (ka == kb or (ka != ka and kb != kb)) and a < b:
+                continue
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
+    """``nz[j, p]``: whether object ``j``'s pattern ``p`` can add anything (its
+    probability or a tangent nonzero, in either variant). A pattern of probability 0 with
+    zero tangents (most of them at width 0) adds exact zeros to every sum, so the walk
+    skips it, but only in an event whose probabilities are all numbers (a NaN makes its
+    sums NaN, zeros times NaN included, as the full loops do)."""
+    finite = True
+    for j in range(n):
+        for p in range(n_pat[seq_c[j]]):
+            v0, v1 = pv_all[seq_g[j], p, 0], pv_all[seq_g[j], p, 1]
+            if v0 != v0 or v1 != v1:
+                finite = False
+    for j in range(n):
+        g = seq_g[j]
+        for p in range(n_pat[seq_c[j]]):
+            zero = finite and pv_all[g, p, 0] == 0.0 and pv_all[g, p, 1] == 0.0
+            if zero:
+                for r in range(LANES):
+                    if pd_all[g, p, r] != 0.0:
+                        zero = False
+            nz[j, p] = not zero
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _reach(tgt, c, n_pat, rs, nr, j, mark):
+    """``rs[j + 1, :nr[j + 1]]``: the states reachable from ``rs[j, :nr[j]]`` by adding
+    one object of collection ``c`` (any pattern), ascending (so that the loops over them
+    add in the order of a loop over every state)."""
+    n_states = mark.shape[0]
+    for k in range(n_states):
+        mark[k] = False
+    for p in range(n_pat[c]):
+        for i in range(nr[j]):
+            mark[tgt[c, p, rs[j, i]]] = True
+    m = 0
+    for k in range(n_states):
+        if mark[k]:
+            rs[j + 1, m] = k
+            m += 1
+    nr[j + 1] = m
+
+
+@numba.njit(cache=True, nogil=True)
+def walk(
+    coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs,
+    ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, ld_mask, max_seq, max_d, block, pe, ow,
+    lw, b0, b1,
+):
+    """Blocks ``b0:b1`` of the walk (module docstring). ``rankidx[base[c] + i]``: the
+    global index of the object at position ``i`` of collection ``c`` in walk order;
+    ``pv_all`` ``(N, P, 2)``: pattern probabilities per global object of the two variants
+    (the same twice for one), ``pd_all`` ``(N, P, LANES)`` their tangents (value lanes 0
+    and ``h`` zero); ``h``: the second variant's value lane (4), or 0 for one variant;
+    ``fs``/``dfs``: ``(R, S)`` pass tables and ``(R, S, LANES)`` tangents (value lanes
+    zero). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
+    in collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
+    ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``, ``ld_mask[l, t, k]``
+    the states ``L[t]`` can hold (:func:`leading_support`); leading slots ``o``:
+    region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``
+    (outputs of ``h`` lanes for two variants, of ``h`` or ``LANES`` lanes for one: its
+    first lanes; every entry of an object of the slot's collection, and of every event,
+    written).
+    Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``
+    (value lanes doubled, halved once at the end: exact).
+    Every loop over states runs over the states reachable after the objects so far
+    (``rs[j]``: ``F_j``, ``L_j`` are zero elsewhere, and ``G_j`` is read nowhere else),
+    those of ``L[t]`` also within ``ld_mask``: the terms left out are exact zeros
+    (``+0.0``, added to sums that start at ``+0.0``), so the floats are those of the
+    loops over every state."""
+    n_ev = pe.shape[2]
+    n_coll = coff.shape[0]
+    n_reg, n_states = fs.shape
+    n_ow = ow_r.shape[0]
+    n_ld = ld_c.shape[0]
+    n_lw = lw_r.shape[0]
+    for b in range(b0, b1):
+        seq_c = np.empty(max_seq, np.int64)
+        seq_g = np.empty(max_seq, np.int64)
+        rs = np.empty((max_seq + 1, n_states), np.int64)
+        nr = np.empty(max_seq + 1, np.int64)
+        mark = np.empty(n_states, np.bool_)
+        nz = np.empty((max_seq, pat.shape[1]), np.bool_)
+        F = np.zeros((max_seq + 1 if n_ow else 1, n_states, LANES))
+        L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states, LANES))
+        G = np.zeros((n_reg, n_states, LANES))
+        Gn = np.zeros((n_reg, n_states, LANES))
+        inner = np.empty(LANES)
+        acc = np.empty(LANES)
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            n = 0
+            for c in range(n_coll):
+                for i in range(coff[c, e], coff[c, e + 1]):
+                    seq_c[n] = c
+                    seq_g[n] = rankidx[base[c] + i]
+                    n += 1
+            _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
+            if n_coll > 1 or e == b * block:  # one collection: the same states for all
+                rs[0, 0] = 0
+                nr[0] = 1
+                for j in range(n if n_coll > 1 else max_seq):
+                    _reach(tgt, seq_c[j] if n_coll > 1 else 0, n_pat, rs, nr, j, mark)
+            if n_ow:
+                F[0, 0] = 0.0
+                F[0, 0, 0] = 1.0
+                F[0, 0, h] = 1.0
+                for j in range(n):
+                    c = seq_c[j]
+                    g = seq_g[j]
+                    for i in range(nr[j + 1]):
+                        F[j + 1, rs[j + 1, i]] = 0.0
+                    for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
+                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
+                        for i in range(nr[j]):
+                            k = rs[j, i]
+                            lin_add2(F[j + 1, tgt[c, p, k]], pv, pv_hi, F[j, k], F[j, k, 0],
+                                     F[j, k, h], pd_all[g, p])
+            for lt in range(n_ld):
+                dmax = ld_d[lt]
+                for m in range(dmax + 1):
+                    L[lt, 0, m, 0] = 0.0
+                L[lt, 0, 0, 0, 0] = 1.0
+                L[lt, 0, 0, 0, h] = 1.0
+                for j in range(n):
+                    c = seq_c[j]
+                    g = seq_g[j]
+                    for m in range(dmax + 1):
+                        for i in range(nr[j + 1]):
+                            k = rs[j + 1, i]
+                            if ld_mask[lt, m, k]:
+                                L[lt, j + 1, m, k] = 0.0
+                    for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
+                        step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
+                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
+                        for m in range(dmax + 1 - step):
+                            for i in range(nr[j]):
+                                k = rs[j, i]
+                                if not ld_mask[lt, m, k]:
+                                    continue
+                                lk = L[lt, j, m, k]
+                                lin_add2(L[lt, j + 1, m + step, tgt[c, p, k]], pv, pv_hi, lk,
+                                         lk[0], lk[h], pd_all[g, p])
+            for q in range(n_reg):
+                for i in range(nr[n]):
+                    k = rs[n, i]
+                    for r in range(LANES):
+                        G[q, k, r] = dfs[q, k, r]
+                    G[q, k, 0] = fs[q, k]
+                    G[q, k, h] = fs[q, k]
+            for j in range(n - 1, -1, -1):
+                c = seq_c[j]
+                g = seq_g[j]
+                for o in range(n_ow + n_lw):
+                    if o < n_ow:
+                        if ow_c[o] != c:
+                            continue
+                        q, ls, Fj, lt, dm = ow_r[o], ow_ls[o], F[j], -1, 0
+                    else:
+                        lt = lw_l[o - n_ow]
+                        if ld_c[lt] != c:
+                            continue
+                        dm = ld_d[lt]
+                        q, ls, Fj = lw_r[o - n_ow], ld_ls[lt], L[lt, j, dm]
+                    acc[:] = 0.0
+                    for p in range(n_pat[c]):
+                        if pat[c, p, ls] != 1 or not nz[j, p]:
+                            continue
+                        # inner += gt_0 Fj[k] + Fj[k, 0] gt (lin_add2's operations) in
+                        # registers: a sum in memory waits on its own store every step
+                        i0 = i1 = i2 = i3 = i4 = i5 = i6 = i7 = 0.0
+                        for i in range(nr[j]):
+                            k = rs[j, i]
+                            if lt >= 0 and not ld_mask[lt, dm, k]:
+                                continue
+                            gt = G[q, tgt[c, p, k]]
+                            fk = Fj[k]
+                            a, a_hi, b_, b_hi = gt[0], gt[h], fk[0], fk[h]
+                            i0, i1, i2, i3 = (i0 + (a * fk[0] + b_ * gt[0]),
+                                              i1 + (a * fk[1] + b_ * gt[1]),
+                                              i2 + (a * fk[2] + b_ * gt[2]),
+                                              i3 + (a * fk[3] + b_ * gt[3]))
+                            i4, i5, i6, i7 = (i4 + (a_hi * fk[4] + b_hi * gt[4]),
+                                              i5 + (a_hi * fk[5] + b_hi * gt[5]),
+                                              i6 + (a_hi * fk[6] + b_hi * gt[6]),
+                                              i7 + (a_hi * fk[7] + b_hi * gt[7]))
+                        inner[0], inner[1], inner[2], inner[3] = i0, i1, i2, i3
+                        inner[4], inner[5], inner[6], inner[7] = i4, i5, i6, i7
+                        inner[0] *= 0.5  # value lanes summed F G twice (exact)
+                        if h:
+                            inner[h] *= 0.5
+                        lin_add2(acc, pv_all[g, p, 0], pv_all[g, p, 1], inner, inner[0],
+                                 inner[h], pd_all[g, p])
+                    if o < n_ow:
+                        store(ow[0, o, g], ow[-1, o, g], acc, h)
+                    else:
+                        store(lw[0, o - n_ow, g], lw[-1, o - n_ow, g], acc, h)
+                for q in range(n_reg):
+                    for i in range(nr[j]):
+                        Gn[q, rs[j, i]] = 0.0
+                    for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
+                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
+                        for i in range(nr[j]):
+                            k = rs[j, i]
+                            gt = G[q, tgt[c, p, k]]
+                            lin_add2(Gn[q, k], pv, pv_hi, gt, gt[0], gt[h], pd_all[g, p])
+                G, Gn = Gn, G  # the new value functions; the old buffer is reused
+            for q in range(n_reg):
+                store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
+
+
+def leading_support(tgt: np.ndarray, n_pat: np.ndarray, pat: np.ndarray, ld_c: np.ndarray,
+                    ld_ls: np.ndarray, ld_d: np.ndarray, n_states: int) -> np.ndarray:
+    """``(T, max_d + 1, S)`` booleans: the states ``L[t]`` of each leading target can be
+    nonzero in (from state 0 with ``t = 0``, every pattern of every collection; ``t``
+    moved by the patterns holding the target's set, paths beyond its depth dropped: the
+    walk's recursion), so that the walk skips the others (exact zeros)."""
+    n_ld = ld_c.shape[0]
+    out = np.zeros((max(n_ld, 1), int(ld_d.max(initial=0)) + 1, n_states), np.bool_)
+    for lt in range(n_ld):
+        todo = [(0, 0)]
+        out[lt, 0, 0] = True
+        while todo:
+            m, k = todo.pop()
+            for c in range(tgt.shape[0]):
+                for p in range(int(n_pat[c])):
+                    step = int(c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1)
+                    m2, k2 = m + step, int(tgt[c, p, k])
+                    if m2 <= ld_d[lt] and not out[lt, m2, k2]:
+                        out[lt, m2, k2] = True
+                        todo.append((m2, k2))
+    return out

@@ -1,0 +1,71 @@
+"""The pass probability's sensitivity to each object's probability (numba, float64).
+
+For one collection with one object set (the fused case of
+:mod:`analysis.pipeline.backends.numba.kernels._numba_one`): with the object probabilities ``q_j``, the
+forward distributions ``F_0 = delta_0``, ``F_{j+1}[k] = (1 - q_j) F_j[k]``,
+``F_{j+1}[tgt k] += q_j F_j[k]`` and the value functions ``G_n = f``,
+``G_j[k] = (1 - q_j) G_{j+1}[k] + q_j G_{j+1}[tgt k]`` (``tgt k = min(k + 1, L)`` on the
+chain of count states), the event's pass probability is, for every ``j``,
+``P = sum_k F_j[k] G_j[k]``, affine in ``q_j`` alone (``F_j`` and ``G_{j+1}`` do not
+depend on it), so
+
+    dP/dq_j = sum_k F_j[k] (G_{j+1}[tgt k] - G_{j+1}[k])          (exact)
+
+and ``P = sum_k F_n[k] f[k]``: ``dP/df[k] = F_n[k]`` (the final count distribution,
+for trainable count thresholds). Values only, one walk per event: the cost of
+:func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one_value` whatever the number of
+parameters (reverse mode: :mod:`analysis.pipeline.backends.numba.fastreverse` chains it to the
+cuts' thresholds and to the score columns).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["sensitivities"]
+
+
+@numba.njit(cache=True, nogil=True)
+def sensitivities(coff, q, f, max_seq, block, pe, dq, fn, b0, b1):
+    """Blocks ``b0:b1`` of events. ``coff``: ``(E + 1,)`` object offsets; ``q``: ``(N,)``
+    object probabilities; ``f``: the pass table on the chain (``L + 1`` states). Outputs:
+    ``pe[e] = P``, ``dq[j] = dP/dq_j``, ``fn[e] = F_n`` (``(E, L + 1)``)."""
+    n_ev = pe.shape[0]
+    top = f.shape[0] - 1
+    for b in range(b0, b1):
+        F = np.zeros((max_seq + 1, top + 1))
+        G = np.empty(top + 1)
+        Gn = np.empty(top + 1)
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            o = coff[e]
+            n = coff[e + 1] - o
+            F[0, 0] = 1.0
+            for j in range(n):
+                last = min(j, top)
+                pv = 1.0 - q[o + j]
+                for i in range(last + 1):
+                    F[j + 1, i] = pv * F[j, i]
+                if j + 1 <= top:
+                    F[j + 1, j + 1] = 0.0
+                pv = q[o + j]
+                for i in range(last + 1):
+                    F[j + 1, min(i + 1, top)] += pv * F[j, i]
+            last = min(n, top)
+            for i in range(top + 1):
+                fn[e, i] = F[n, i] if i <= last else 0.0
+                G[i] = f[i]
+            for j in range(n - 1, -1, -1):
+                last = min(j, top)
+                h = 0.0
+                for i in range(last + 1):
+                    h += F[j, i] * (G[min(i + 1, top)] - G[i])
+                dq[o + j] = h
+                pv = 1.0 - q[o + j]
+                for i in range(last + 1):
+                    Gn[i] = pv * G[i]
+                pv = q[o + j]
+                for i in range(last + 1):
+                    Gn[i] += pv * G[min(i + 1, top)]
+                G, Gn = Gn, G
+            pe[e] = G[0]

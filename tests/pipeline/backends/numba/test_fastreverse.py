@@ -1,0 +1,194 @@
+"""Reverse mode on the numba kernel (analysis.pipeline.backends.numba.fastreverse): the pass probability's
+sensitivities against exact enumeration; the gradients of a plan with learned scores
+equal the JAX sweep's and forward mode's (1e-10) whatever the chunking and executor;
+central finite differences at 1,000+ parameters; objectives that read more than the
+yields go to the JAX sweep and say why."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from analysis.config.loader import config_from_dict
+from analysis.driver.runner import Evaluator
+from analysis.optimize.objectives import Objective, objective_from_states
+from analysis.optimize.reverse import reverse_objective
+from analysis.pipeline.backend import Backend
+from analysis.pipeline.backends.numba import fastreverse
+from analysis.pipeline.backends.numba.kernels import _numba_sens
+from tests.optimize import test_score_reverse
+from tests.optimize.test_score_reverse import _config
+from tests.reference.enumeration import configurations
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sensitivities_equal_enumeration(seed: int) -> None:
+    """P, dP/dq_j and the final count distribution of a few events against all 2^n
+    pass/fail configurations (dP/dq_j = P(j passes) - P(j fails): P is affine in q_j)."""
+    rng = np.random.default_rng(seed)
+    counts = np.array([0, 1, 3, 6, 5, 2])
+    coff = np.concatenate([[0], np.cumsum(counts)])
+    q = rng.uniform(0.02, 0.98, size=coff[-1])
+    q[rng.uniform(size=q.size) < 0.2] = rng.choice([0.0, 1.0])  # hard cuts too
+    f = np.array([0.0, 0.15, 0.7, 1.0])  # a smoothed ">= 2": chain states 0..3 (top absorbs)
+    top = f.size - 1
+    pe, dq, fn = np.zeros(counts.size), np.zeros(q.size), np.zeros((counts.size, f.size))
+    _numba_sens.sensitivities(coff, q, f, int(counts.max()), 2, pe, dq, fn, 0, 3)
+
+    def prob(qe: np.ndarray) -> tuple[float, np.ndarray]:
+        conf, p = configurations(qe)
+        state = np.minimum(conf.sum(axis=1), top)
+        dist = np.bincount(state, weights=p, minlength=f.size)
+        return float(dist @ f), dist
+
+    for e in range(counts.size):
+        qe = q[coff[e]: coff[e + 1]]
+        p_ref, dist = prob(qe)
+        np.testing.assert_allclose(pe[e], p_ref, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(fn[e], dist, rtol=1e-13, atol=1e-15)
+        for j in range(qe.size):
+            hi, lo = qe.copy(), qe.copy()
+            hi[j], lo[j] = 1.0, 0.0
+            np.testing.assert_allclose(dq[coff[e] + j], prob(hi)[0] - prob(lo)[0],
+                                       rtol=1e-12, atol=1e-14)
+
+
+def _count_numba(monkeypatch) -> list:
+    """Record every numba reverse pass (fastreverse._shares) of this test."""
+    calls: list = []
+    shares = fastreverse._shares
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return shares(*args, **kwargs)
+
+    monkeypatch.setattr(fastreverse, "_shares", counted)
+    return calls
+
+
+def _extra(cfg: dict) -> dict:
+    """A trainable count threshold, an ``abs_`` cut and an inclusive cut besides the scores."""
+    cfg["parameters"]["n_min"] = {"init": 2, "bounds": [0, 4]}
+    cfg["parameters"]["eta_max"] = {"init": 2.0, "bounds": [0.5, 4.7]}
+    cfg["objects"]["jets"]["cuts"].append(
+        {"var": "abs_eta", "op": "<=", "param": "eta_max", "width": 0.3})
+    cfg["selection"][0] = {"count": "jets", "op": ">=", "param": "n_min", "width": 0.5}
+    return cfg
+
+
+def _three_ways(data: dict, monkeypatch) -> tuple[dict, dict, dict, dict]:
+    """Forward mode, the JAX sweep (two passes), the numba pass (one pass) and the numba
+    pullback pass (two passes) of one config."""
+    cfg = config_from_dict(data)
+    with Evaluator(cfg) as ev:
+        fwd = objective_from_states(Objective(cfg, ev.plan), ev.run(order=1), order=1)
+        calls = _count_numba(monkeypatch)
+        one = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
+        assert calls  # the numba pass ran
+        two_obj = Objective(cfg, ev.plan)
+        two_obj._one_pass = False  # values, then the numba pullback pass
+        two = reverse_objective(two_obj, ev, None, None)
+        n = len(calls)
+    # the reference: the JAX sweep, and the scores on the JAX kernel
+    with Evaluator(cfg, backend=Backend(numba_reverse=False, scores_on_numba=False)) as ref:
+        jax_sweep = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
+        assert len(calls) == n  # the reference ran without it
+    return fwd, one, two, jax_sweep
+
+
+# the default run keeps the case with every feature (scores, a trainable count, abs and
+# inclusive cuts); the scores alone are the slow run's
+@pytest.mark.parametrize("extra", [pytest.param(False, marks=pytest.mark.slow),
+                                   pytest.param(True, marks=pytest.mark.slow)])
+def test_numba_reverse_equals_jax_sweep_and_forward_mode(extra: bool, monkeypatch) -> None:
+    data = _config(37)  # several chunks per dataset
+    fwd, one, two, jax_sweep = _three_ways(_extra(data) if extra else data, monkeypatch)
+    grad = fwd["grad"]
+    assert np.abs(grad).max() > 0 and len(grad) > 30
+    if extra:  # n_min and eta_max (trainable 4 and 5) are differentiated
+        assert abs(grad[3]) > 0 and abs(grad[4]) > 0
+    for res in (one, two, jax_sweep):
+        np.testing.assert_allclose(res["objective"], fwd["objective"], rtol=1e-10)
+        assert np.all(np.isfinite(res["grad"]))
+        np.testing.assert_allclose(res["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+
+
+def test_later_steps_compute_only_the_rows_read(monkeypatch) -> None:
+    """The second step computes only the yield gradients the first step's cotangent read
+    (the signal's sum of squared weights is not read) and gives the same gradient."""
+    cfg = config_from_dict(_config(100_000))
+    with Evaluator(cfg) as ev:
+        obj = Objective(cfg, ev.plan)
+        first = reverse_objective(obj, ev, None, None)
+        assert obj._yield_rows == {"tt": (True, False), "dy": (True, True)}
+        calls = []
+        run = ev.run_pullback
+        monkeypatch.setattr(ev, "run_pullback", lambda *a, **k: calls.append(1) or run(*a, **k))
+        again = reverse_objective(obj, ev, None, None)
+        assert not calls  # one pass
+    np.testing.assert_allclose(again["grad"], first["grad"], rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor,chunksize", [("iterative", 100_000), ("iterative", 23),
+                                                ("futures", 29)])
+def test_numba_reverse_is_chunk_and_executor_invariant(executor: str, chunksize: int,
+                                                       monkeypatch) -> None:
+    ref_cfg = config_from_dict(_config(100_000))
+    with Evaluator(ref_cfg) as ev:
+        ref = reverse_objective(Objective(ref_cfg, ev.plan), ev, None, None)
+    cfg = config_from_dict(_config(chunksize))
+    with Evaluator(cfg, executor=executor, workers=2) as ev:
+        res = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
+        assert sum(st.chunks for st in res["states"].values()) >= (2 if chunksize < 1000 else 1)
+    grad = ref["grad"]
+    np.testing.assert_allclose(res["objective"], ref["objective"], rtol=1e-10)
+    np.testing.assert_allclose(res["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+
+
+@pytest.mark.slow
+def test_directional_derivatives_at_1000_parameters_on_the_numba_pass(monkeypatch) -> None:
+    """The 1,000-parameter finite-difference check of tests/optimize runs the numba pass."""
+    calls = _count_numba(monkeypatch)
+    test_score_reverse.test_directional_derivatives_at_1000_parameters()
+    assert calls
+
+
+def test_an_objective_reading_an_observable_takes_the_jax_sweep(caplog) -> None:
+    data = _config(100_000)
+    data["objective"]["terms"].append(
+        {"type": "target", "stat": "tt.ht.mean", "value": 300.0, "weight": 1e-4})
+    cfg = config_from_dict(data)
+    with Evaluator(cfg) as ev, caplog.at_level(logging.DEBUG, logger="analysis.pipeline.backends.jax.reverse"):
+        obj = Objective(cfg, ev.plan)
+        res = reverse_objective(obj, ev, None, None)
+        assert obj._one_pass is False  # two passes from now on
+    assert "the objective reads observables.ht.moments" in caplog.text
+    assert np.all(np.isfinite(res["grad"]))
+
+
+def test_yield_gradients_of_a_dataset_without_chunks_are_zeros() -> None:
+    cfg = config_from_dict(_config(100_000))
+    with Evaluator(cfg) as ev:
+        tt = [c for c in ev.chunks if c.dataset == "tt"]
+        out = ev.run_yield_gradients(chunks=tt)
+        full = ev.run(order=0)
+    n = len(ev.plan.trainable)
+    assert out["dy"].events == 0 and out["dy"].derived.grad.shape == (2, n)
+    assert not np.any(out["dy"].derived.grad)
+    assert np.abs(out["tt"].derived.grad[0]).max() > 0
+    np.testing.assert_allclose(float(out["tt"].derived.value["selected_sumw"]),
+                               float(full["tt"].derived.value["selected_sumw"]), rtol=1e-14)
+
+
+def test_why_not_names_what_the_numba_pass_does_not_serve() -> None:
+    from tests.pipeline.backends.numba.test_fastkernel import make_plan, sets_config
+
+    plan, theta, _ = make_plan(sets_config())
+    assert "more than one object set or collection" in fastreverse.why_not(plan, theta)
+    cfg = config_from_dict(_config(100_000))
+    with Evaluator(cfg) as ev:
+        assert fastreverse.why_not(ev.plan) is None
+        assert "switched off" in fastreverse.why_not(ev.plan, numba_reverse=False)

@@ -1,0 +1,139 @@
+"""Histograms of event sums on the numba kernel (analysis.pipeline.backends.numba.kernels._numba_esum, through
+analysis.pipeline.backends.numba.fasthist).
+
+- The compiled kernel alone on events of 24 jets with 13, 17, 20 and 9 uncertain
+  objects (tests/select/test_subsets_uncertain.py's events: joint counts of jets,
+  nested b-jets and leptons, certain objects in and out of the set) against the
+  enumeration oracle over every configuration of the uncertain bits (1e-10), its
+  tangents against central differences of the oracle (1e-8), and the values against the
+  JAX reference :func:`analysis.select.subsets.sum_bins` (1e-12).
+- Whole plans (event sums of a set and of a nested set, ``count``, negative values, in channel
+  regions with shift and weight variations, beside per-object and leading histograms)
+  against the JAX kernel, values and Jacobians, 1e-12.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from analysis.pipeline.backends.numba._fasttables import _targets
+from analysis.pipeline.backends.numba.kernels import _numba_esum
+from analysis.pipeline.kernel import chunk_state
+from analysis.select._recursions import _pass_table, _pattern_probs
+from analysis.select.subsets import sum_bins
+from tests.pipeline.backends.numba.test_fasthist import CONFIG, columns, compare
+from tests.pipeline.backends.numba.test_fastkernel import make_plan
+from tests.select.test_subsets_uncertain import (
+    EDGES,
+    MODEL,
+    THRESH,
+    UNCERTAIN,
+    M,
+    _moved,
+    events,
+    inputs,
+    oracle,
+)
+
+LANES = _numba_esum.LANES
+
+
+def kernel_bins(ev: dict, tangents: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(bins (E, nb, 1 + len(tangents)), uncertain (E,))`` from the compiled kernel, the
+    tangent lanes d/d ``ev["jets"][e, j]`` for each ``(e, j)`` of ``tangents``."""
+    lays, probs, pt = inputs(ev)
+    n_ev = len(UNCERTAIN)
+    cols = MODEL.collections
+    pv, pd = [], []
+    for c in cols:
+        v = np.asarray(_pattern_probs(MODEL, probs, lays, c))
+        d = np.zeros(v.shape + (LANES,))
+        for lane, (e, j) in enumerate(tangents, start=1):
+            t = {k: jnp.zeros_like(x) for k, x in probs.items()}
+            t["jets"] = t["jets"].at[e, j].set(1.0)
+            d[..., lane] = np.asarray(jax.jvp(
+                lambda p, c=c: _pattern_probs(MODEL, p, lays, c), (probs,), (t,))[1])
+        pv.append(v.reshape(-1, v.shape[-1]))
+        pd.append(d.reshape(-1, v.shape[-1], LANES))
+    p_max = max(x.shape[1] for x in pv)
+    pv_all = np.concatenate([np.pad(x, ((0, 0), (0, p_max - x.shape[1]))) for x in pv])
+    pv_all = np.ascontiguousarray(np.repeat(pv_all[..., None], 2, axis=-1))
+    pd_all = np.concatenate([np.pad(x, ((0, 0), (0, p_max - x.shape[1]), (0, 0))) for x in pd])
+    per_event = {"Jet": M, "Lep": 1}
+    coff = np.array([np.arange(n_ev + 1) * per_event[c] for c in cols], np.int64)
+    base = np.concatenate([[0], np.cumsum(coff[:, -1])]).astype(np.int64)
+    n_pat = np.array([len(MODEL.patterns[c]) for c in cols], np.int64)
+    tgt = _targets(MODEL, np.array(MODEL.shape, np.int64) - 1, cols)
+    f = np.array(_pass_table(MODEL, THRESH)[0], np.float64)  # writable: the pipeline's types
+    cs = cols.index("Jet")
+    jets = [s.name for s in MODEL._sets_of["Jet"]].index("jets")
+    has = np.asarray(MODEL.patterns["Jet"])[:, jets].astype(np.int64)
+    edges = np.asarray(EDGES, np.float64)
+    nl = 1 + len(tangents)
+    out = np.full((n_ev, len(edges) + 1, 4), 7.0)
+    unc = np.zeros(n_ev, np.int64)
+    _numba_esum.event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f,
+                               np.zeros(f.shape + (LANES,)), cs, has,
+                               np.array(pt, np.float64).reshape(-1), edges, nl, n_ev, out,
+                               unc, 0, 1)
+    return out[..., :nl], unc
+
+
+def test_kernel_against_enumeration_and_the_jax_reference() -> None:
+    ev = events()
+    e = 1  # 17 uncertain objects: meet in the middle
+    j = int(np.flatnonzero((ev["jets"][e] > 0) & (ev["jets"][e] < 1))[0])
+    got, unc = kernel_bins(ev, [(e, j)])
+    assert unc.tolist() == list(UNCERTAIN)
+    lays, probs, pt = inputs(ev)
+    ref = np.asarray(jax.jit(sum_bins, static_argnames=("model", "name", "edges",
+                                                        "n_uncertain"))(
+        probs, lays, MODEL, THRESH, pt, "jets", EDGES, n_uncertain=20))
+    for k in range(len(UNCERTAIN)):
+        want = oracle(ev, k)
+        assert want.sum() > 0.05
+        np.testing.assert_allclose(got[k, :, 0], want, rtol=1e-10, atol=1e-14, err_msg=str(k))
+        np.testing.assert_allclose(got[k, :, 0], ref[k], rtol=1e-12, atol=1e-15)
+    h = 1e-3
+    fd = (oracle(_moved(ev, [(e, j, h)]), e) - oracle(_moved(ev, [(e, j, -h)]), e)) / (2 * h)
+    assert np.abs(fd).max() > 1e-3
+    np.testing.assert_allclose(got[e, :, 1], fd, rtol=1e-8, atol=1e-10)
+    assert np.all(got[np.arange(len(UNCERTAIN)) != e, :, 1] == 0.0)
+
+
+def esum_config(*, hard: bool = False) -> dict:
+    cfg = copy.deepcopy(CONFIG)
+    # a hard pre-selection under the soft cuts keeps the enumeration small
+    cfg["objects"]["jets"]["cuts"].insert(0, {"var": "pt", "op": ">", "value": 22.0,
+                                              "width": 0})
+    if hard:
+        for s in cfg["objects"].values():
+            for c in s["cuts"]:
+                c["width"] = 0.0
+    cfg["histograms"] += [{"name": "ht", "x": "sum(jets.pt)", "edges": [0.0, 80.0, 150.0,
+                                                                       250.0, 400.0]},
+                          {"name": "nb", "x": "count(bjets)", "edges": [0.5, 1.5, 2.5]},
+                          {"name": "bht", "x": "sum(bjets.pt)", "edges": [30.0, 90.0, 200.0]},
+                          {"name": "seta", "x": "sum(jets.eta)", "edges": [-1.0, 0.0, 1.5]}]
+    cfg["likelihood"]["channels"]["ht1"] = {
+        "histogram": "ht", "selection": [{"count": "bjets", "op": ">=", "value": 1},
+                                         {"var": "MET.pt", "op": "<", "value": 80.0,
+                                          "width": 5.0}]}
+    cfg["likelihood"]["channels"]["all"] = {"histogram": "bht"}
+    return cfg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hard", [False, True])
+def test_plans_with_event_sums_against_the_jax_kernel(hard: bool) -> None:
+    plan, theta, widths = make_plan(esum_config(hard=hard))
+    cols = columns(96, plan, seed=5)
+    compare(plan, cols, theta, widths, order=1)
+    # soft: up to 7 uncertain jets (one event meets in the middle); hard: none
+    state = chunk_state(cols, plan, theta, widths, order=0, engine="numba")
+    assert state.enumeration == (96, 0, 0 if hard else 7)

@@ -1,0 +1,46 @@
+"""The numba kernel's general loop for values only (analysis.pipeline.backends.numba.kernels._numba_value): the
+same floats as the loop with tangents at order 0 (its value lane), and the JAX kernel's
+values."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from analysis.pipeline.backends.numba import fastkernel
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_value
+from analysis.pipeline.kernel import evaluate_chunk
+from analysis.pipeline.layout import pad_columns
+from tests.pipeline.backends.numba.test_fastkernel import (
+    RTOL,
+    assert_close,
+    features,
+    make_plan,
+    sets_config,
+    synthetic,
+)
+
+
+@pytest.mark.parametrize("width", [0.0, 1.0])
+@pytest.mark.parametrize("which", ["sets", "features"])
+def test_value_loop_is_lane_zero(width, which, monkeypatch):
+    if which == "sets":  # derived sets, two collections, joint counts, event sums
+        plan, theta, widths = make_plan(sets_config(width=width))
+    else:  # one set with sum(Jet.pt), count(Jet): the general loop, fixed count thresholds
+        plan, theta, widths = features(width=width)
+    assert not (fastkernel._tables(plan).one_set and which == "sets")
+    cols = synthetic(3 * fastkernel.BLOCK // 2, seed=7, ties=width == 0.0, big=12)
+    ran = []
+    for mod, name in ((_numba_value, "select_value"), (_numba_dp, "select")):
+        kernel = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _k=kernel, _n=name: ran.append(_n) or _k(*a))
+    v0, j0 = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
+    assert j0 is None and "select_value" in ran and "select" not in ran
+    v1, _ = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0, value_loop=False)
+    assert "select" in ran
+    for a, b in zip(jax.tree_util.tree_leaves(v0), jax.tree_util.tree_leaves(v1), strict=True):
+        assert np.array_equal(a, b, equal_nan=True)
+    arrays, shapes = pad_columns(cols, plan)
+    ref, _, _ = evaluate_chunk(theta, widths, arrays, plan, shapes, order=0)
+    assert_close(ref, v0, RTOL, "value")

@@ -10,7 +10,7 @@ least ``n`` objects of its event pass), per event P(at least ``n`` pass). Both a
 so ``threshold``, ``n`` and the data-dependent probabilities may be traced (inside
 :func:`analysis.stats.derive`, ``jax.grad``, ``jax.jit``).
 
-These are the YAML pipeline's own cut functions (:mod:`analysis.pipeline.kernel`), so a
+These are the YAML pipeline's own cut functions (:mod:`analysis.pipeline.backends.jax.passes`), so a
 hand-written processor selects exactly as a configured one does.
 """
 

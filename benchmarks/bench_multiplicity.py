@@ -136,7 +136,8 @@ def heavy_share(ev, config, repeat: int) -> dict:
     that of all events, each chunk split into its light and heavy events."""
     import numpy as np
 
-    from analysis.pipeline.kernel import chunk_state, uncertain_per_event
+    from analysis.pipeline.backend import chunk_state
+    from analysis.pipeline.backends.jax.passes import uncertain_per_event
     from analysis.pipeline.plan import initial_widths
     plan = ev.plan
     theta = np.array([config.initial_params()[n] for n in plan.param_names])

@@ -202,8 +202,8 @@ def kernel_times(ev, config, repeat: int) -> list[tuple[str, float, float]]:
     in-memory columns: the JAX kernel (padding included) and the numba kernel."""
     import numpy as np
 
+    from analysis.pipeline.backends.jax.passes import evaluate_chunk
     from analysis.pipeline.backends.numba import fastkernel
-    from analysis.pipeline.kernel import evaluate_chunk
     from analysis.pipeline.layout import pad_columns
     from analysis.pipeline.plan import initial_widths
     plan = ev.plan

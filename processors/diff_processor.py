@@ -13,11 +13,9 @@ from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
 from analysis.pipeline.backend import Backend
-from analysis.pipeline.backends.jax.reverse import chunk_pullback
-from analysis.pipeline.backends.numba.fastreverse import chunk_yield_gradients
-from analysis.pipeline.kernel import chunk_state, grid_state, observable_entries
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.replicas import chunk_lanes, chunk_replicas, chunk_totals
+from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState
 from analysis.pipeline.score_entries import score_entries
 from analysis.pipeline.split import part_factor
@@ -160,6 +158,8 @@ class DiffProcessor(processor.ProcessorABC):
         #: threads of the numba kernel per chunk (None: the cores); the driver sets 1 for
         #: passes on futures/dask workers, which already share the cores
         self.kernel_threads: int | None = None
+        #: this pass prepared by the backend's chooser, once (:meth:`_prepare`)
+        self.prepared = self._prepare()
 
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
@@ -188,14 +188,48 @@ class DiffProcessor(processor.ProcessorABC):
             out.update(extra)
         return out
 
+    def _prepare(self) -> dict:
+        """This pass prepared by the backend's chooser, once, here (support is decided
+        here, not per chunk): per dataset where the request is (a payload, yield rows),
+        else under None; per histogram of ``histograms`` under its index."""
+        chooser = self.backend.chooser
+        out: dict = {}
+        if self.histogram is not None or self.histograms is not None:
+            specs = (self.histograms if self.histograms is not None
+                     else ((*self.histogram, self.theta, self.widths),))
+            for i, (index, _, _, _, theta, widths) in enumerate(specs):
+                if not isinstance(index, str):  # a learned score's values: no pass
+                    out["hist", i] = chooser.prepare(self.plan, Request(
+                        theta, widths, order=0, entries=index))
+            return out
+        if self.replicas is not None:
+            return out  # the replicas prepare their own passes (analysis.pipeline.replicas)
+        if self.grid:
+            out[None] = chooser.prepare(self.plan, Request(self.theta, self.widths, order=0,
+                                                           grid=True))
+        elif self.payloads is not None:
+            for name, payload in self.payloads.items():
+                out[name] = chooser.prepare(self.plan, Request(
+                    self.theta, self.widths, order=0, pullback=payload))
+        elif self.yield_gradients:
+            rows = self.yield_gradients if isinstance(self.yield_gradients, dict) else {}
+            for name, r in rows.items():
+                out[name] = chooser.prepare(self.plan, Request(
+                    self.theta, self.widths, order=0, yield_rows=tuple(r)))
+            out[None] = chooser.prepare(self.plan, Request(
+                self.theta, self.widths, order=0, yield_rows=(True, True)))
+        else:
+            out[None] = chooser.prepare(self.plan, Request(self.theta, self.widths,
+                                                           order=self.order))
+        return out
+
+    def _prepared(self, dataset: str):
+        """The prepared pass of ``dataset`` (:meth:`_prepare`)."""
+        return self.prepared.get(dataset) or self.prepared[None]
+
     def evaluate(self, dataset: str, cols) -> dict:
         """``{dataset: output}`` of one chunk's columns (no file access), computed by
-        ``self.backend``'s kernels on its device."""
-        with self.backend.placed():
-            return self._evaluate(dataset, cols)
-
-    def _evaluate(self, dataset: str, cols) -> dict:
-        engine = self.backend.engine
+        ``self.backend``'s chooser (each backend on its device)."""
         if getattr(self, "unit_weights", False):  # a copy: the cache keeps the real weights
             cols = dataclasses.replace(cols, weight=np.ones_like(cols.weight))
         replicas = getattr(self, "replicas", None)
@@ -206,7 +240,7 @@ class DiffProcessor(processor.ProcessorABC):
             with np.errstate(all="ignore"):
                 lanes = chunk_lanes(cols, self.plan, self.theta, self.widths, k, parts=parts,
                                     fraction=fraction, totals=totals,
-                                    threads=self.kernel_threads)
+                                    threads=self.kernel_threads, backend=self.backend)
             for sums in lanes.lanes.values():
                 check_overflow(sums.state, cols, self.plan, dataset=dataset)
             return {dataset: lanes}
@@ -218,54 +252,35 @@ class DiffProcessor(processor.ProcessorABC):
         if replicas is not None:
             with np.errstate(all="ignore"):
                 out = chunk_replicas(cols, self.plan, self.theta, self.widths, replicas[1],
-                                     threads=self.kernel_threads)
+                                     threads=self.kernel_threads, backend=self.backend)
             check_overflow(out.state, cols, self.plan, dataset=dataset)
             return {dataset: out}
         if self.histograms is not None:
-            return {dataset: {i: self._fill(cols, *spec) for i, spec in enumerate(self.histograms)}}
+            return {dataset: {i: self._fill(i, cols, *spec)
+                              for i, spec in enumerate(self.histograms)}}
         if self.histogram is not None:
-            return {dataset: self._fill(cols, *self.histogram, self.theta, self.widths)}
-        if self.grid:
-            return {dataset: grid_state(cols, self.plan, self.theta, self.widths)}
-        if self.payloads is not None:
-            pay = self.payloads[dataset]
-            return {dataset: chunk_pullback(cols, self.plan, self.theta, self.widths, pay,
-                                            engine="jax" if engine == "jax" else "auto",
-                                            numba_reverse=self.backend.numba_reverse)}
-        if self.yield_gradients:
-            # the driver never asks for them then (optimize.reverse)
-            if not (self.backend.numba_allowed and self.backend.numba_reverse):
-                raise ValueError("yield gradients in one pass need the numba backend's "
-                                 f"reverse pass; {self.backend.describe()}")
-            with np.errstate(all="ignore"):
-                rows = (self.yield_gradients.get(dataset, (True, True))
-                        if isinstance(self.yield_gradients, dict) else (True, True))
-                out = chunk_yield_gradients(cols, self.plan, self.theta, self.widths, rows=rows,
-                                            threads=self.kernel_threads)
-            values = DatasetState.from_chunk(out.derived.value, None, None, events=out.events,
-                                             sumw=out.sumw, names=self.plan.trainable_names)
-            check_overflow(values, cols, self.plan, dataset=dataset)
-            return {dataset: out}
+            return {dataset: self._fill(0, cols, *self.histogram, self.theta, self.widths)}
+        prepared = self._prepared(dataset)
+        if self.grid or self.payloads is not None:
+            return {dataset: prepared.run(cols, threads=self.kernel_threads)}
         with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
-            state = chunk_state(
-                cols, self.plan, self.theta, self.widths, order=self.order,
-                engine=engine, threads=self.kernel_threads,
-                scores_on_numba=self.backend.scores_on_numba, fused=self.backend.fused,
-                value_loop=self.backend.value_loop,
-            )
-        check_overflow(state, cols, self.plan, dataset=dataset)
+            state = prepared.run(cols, threads=self.kernel_threads)
+        if self.yield_gradients:
+            values = DatasetState.from_chunk(state.derived.value, None, None, events=state.events,
+                                             sumw=state.sumw, names=self.plan.trainable_names)
+            check_overflow(values, cols, self.plan, dataset=dataset)
+        else:
+            check_overflow(state, cols, self.plan, dataset=dataset)
         return {dataset: state}
 
-    def _fill(self, cols, index, bins, low, high, theta, widths):
+    def _fill(self, which: int, cols, index, bins, low, high, theta, widths):
         if isinstance(index, str):  # a learned score's values (no cut applied)
             h = empty_histogram(f"score.{index}", bins, low, high)
             x, w = score_entries(cols, self.plan, theta, index)
             h.fill(x, weight=w)
             return h
         h = empty_histogram(self.plan.observables[index].name, bins, low, high)
-        x, w = observable_entries(cols, self.plan, theta, widths, index,
-                                  engine=self.backend.engine, fused=self.backend.fused,
-                                  value_loop=self.backend.value_loop)
+        x, w = self.prepared["hist", which].run(cols)
         h.fill(x, weight=w)
         return h
 

@@ -216,6 +216,22 @@ AGC_SETS = (
 # lines; the controlling process, which runs no test, none.
 
 
+def numba_refusal(plan: Any, order: int = 1, theta: Any = None, *, backend: Any = None,
+                  **request: Any) -> str | None:
+    """The numba backend's reason not to serve ``plan`` (``None``: it serves it) for a
+    :class:`~analysis.pipeline.request.Request` at ``order`` and ``theta`` (default:
+    zeros) with ``request``'s other fields; ``backend``: a
+    :class:`~analysis.pipeline.backend.Backend` whose options count (default ``Backend()``)."""
+    import numpy as np
+
+    from analysis.pipeline.backend import Backend
+    from analysis.pipeline.request import Request
+
+    theta = np.zeros(len(plan.param_names)) if theta is None else theta
+    req = Request(theta, np.zeros(plan.n_widths), order=order, **request)
+    return (backend or Backend("numba")).chooser.refusal(plan, req)
+
+
 def _rss_mb() -> tuple[float, float]:
     import resource
 

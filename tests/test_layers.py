@@ -180,3 +180,92 @@ def test_the_check_sees_upward_and_cyclic_imports(tmp_path, monkeypatch):
         test_imports_only_look_down("analysis.stats.api")
     with pytest.raises(pytest.fail.Exception, match="import cycle"):
         test_no_import_cycle()
+
+
+# --- below package level: the backends (issue 32) --------------------------------------
+
+BACKENDS_PKG = "analysis.pipeline.backends"
+# What a backend may import from analysis.pipeline outside its own folder: the plan,
+# the request and the protocol, the columns' layout, the one state, learned scores'
+# columns. Never another backend, never the chooser.
+BACKEND_MAY_IMPORT = {
+    "analysis.pipeline.plan", "analysis.pipeline.histplan", "analysis.pipeline.request",
+    "analysis.pipeline.engine", "analysis.pipeline.layout", "analysis.pipeline.results",
+    "analysis.pipeline.scorecols", "analysis.pipeline.score",
+    "analysis.pipeline.split",  # the validation split's per-event numbers (of the columns)
+}
+# Below the pipeline a backend imports maths, selections and errors only.
+BACKEND_MAY_IMPORT_BELOW = ("analysis.stats", "analysis.select", "analysis.errors")
+# The one module that chooses among the backends (imports them).
+CHOOSER = "analysis.pipeline.backend"
+# Modules outside the backends that import one of their modules, and why that is no choice.
+NOT_CHOOSING = {
+    # the bootstrap's Poisson sums are numba loops of their own, not a backend's pass
+    "analysis.pipeline.replicas": "analysis.pipeline.backends.numba.kernels._numba_replicas",
+}
+
+
+def _backend_of(name: str) -> str | None:
+    """``numba``/``jax`` for a module of a backend's folder, else None."""
+    parts = name.split(".")
+    if name.startswith(BACKENDS_PKG + ".") and len(parts) > 3:
+        return parts[3]
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if _backend_of(m)))
+def test_a_backend_imports_the_plan_state_and_columns_never_another_backend(name):
+    mine = _backend_of(name)
+    for target, _ in _imports(name, MODULES[name]):
+        other = _backend_of(target)
+        if other is not None or target == BACKENDS_PKG:
+            assert other == mine, f"{name} imports {target}: backends never import each other"
+            continue
+        assert target != CHOOSER, f"{name} imports the chooser {CHOOSER}: only it chooses"
+        if target.startswith("analysis.pipeline"):
+            assert target in BACKEND_MAY_IMPORT, (
+                f"{name} imports {target}: a backend imports the plan, request, layout, "
+                f"state and score columns only ({', '.join(sorted(BACKEND_MAY_IMPORT))})")
+        elif target.startswith("analysis.") and target != "analysis":
+            assert target.startswith(BACKEND_MAY_IMPORT_BELOW), (
+                f"{name} imports {target}: below the pipeline, a backend imports "
+                f"{', '.join(BACKEND_MAY_IMPORT_BELOW)} only")
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if not _backend_of(m)
+                                        and m != BACKENDS_PKG))
+def test_only_the_chooser_imports_a_backend(name):
+    for target, _ in _imports(name, MODULES[name]):
+        if _backend_of(target) is None:
+            continue
+        assert name == CHOOSER or NOT_CHOOSING.get(name) == target, (
+            f"{name} imports {target}: only {CHOOSER} chooses a backend (use its chooser)")
+
+
+def test_the_backend_checks_see_what_they_forbid(tmp_path, monkeypatch):
+    """Each check fails once: a numba module importing the JAX backend, one importing the
+    chooser, a driver module importing a backend."""
+    pkg = tmp_path / "analysis"
+    for sub in ("pipeline/backends/numba", "pipeline/backends/jax", "driver"):
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+    for init in ("", "pipeline", "pipeline/backends", "pipeline/backends/numba",
+                 "pipeline/backends/jax", "driver"):
+        (pkg / init / "__init__.py").write_text("")
+    (pkg / "pipeline" / "backend.py").write_text("")
+    (pkg / "pipeline" / "backends" / "jax" / "passes.py").write_text("")
+    (pkg / "pipeline" / "backends" / "numba" / "host.py").write_text(
+        "from analysis.pipeline.backends.jax import passes\n")
+    (pkg / "pipeline" / "backends" / "numba" / "picky.py").write_text(
+        "from analysis.pipeline import backend\n")
+    (pkg / "driver" / "run.py").write_text(
+        "from analysis.pipeline.backends.jax import passes\n")
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    monkeypatch.setattr(f"{__name__}.MODULES", _modules())
+    with pytest.raises(AssertionError, match="backends never import each other"):
+        test_a_backend_imports_the_plan_state_and_columns_never_another_backend(
+            "analysis.pipeline.backends.numba.host")
+    with pytest.raises(AssertionError, match="only it chooses"):
+        test_a_backend_imports_the_plan_state_and_columns_never_another_backend(
+            "analysis.pipeline.backends.numba.picky")
+    with pytest.raises(AssertionError, match="only analysis.pipeline.backend chooses"):
+        test_only_the_chooser_imports_a_backend("analysis.driver.run")

@@ -1,7 +1,7 @@
 """Reading a chunk: from NanoEvents (or any awkward record array) to flat numpy columns.
 
 This is the only module that touches awkward event records. The maths
-(:mod:`analysis.pipeline.kernel`) sees plain arrays padded to a few bucket sizes, so that a
+(:mod:`analysis.pipeline.backends.jax.passes`) sees plain arrays padded to a few bucket sizes, so that a
 future column cache can hand it the same arrays without re-reading ROOT.
 """
 

@@ -83,12 +83,12 @@ from analysis.driver.files import (  # noqa: F401  (re-exported)
 )
 from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-exported)
 from analysis.errors import InputError
-from analysis.pipeline.backend import Backend
+from analysis.pipeline.backend import Backend, chunk_state
 from analysis.pipeline.bounds import check_sizes
-from analysis.pipeline.kernel import chunk_state, grid_state, log_enumeration
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths, only_observables
-from analysis.pipeline.results import DatasetState
+from analysis.pipeline.request import Request
+from analysis.pipeline.results import DatasetState, log_enumeration
 
 __all__ = [
     "SKHEP_CACHE",
@@ -227,15 +227,25 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         ``observables``: compute only these observables (names; default all): the same
         columns, selection, yields and histograms
         (:func:`analysis.pipeline.plan.only_observables`)."""
-        from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
         plan = self.plan if observables is None else self._plan_with(observables)
-        proc = DiffProcessor(
+        proc = self._processor(
             plan, theta, w, self.weight_branches, part=self.part, order=order,
             unit_weights=unit_weights, backend=self.backend,
         )
         return self.process(proc, lambda: empty_state(plan, theta, w, order), chunks=chunks)
+
+    def _processor(self, *args, **kwargs):
+        """A :class:`processors.DiffProcessor` of this pass; a pass the backend refuses
+        (``backend: numba`` and a plan node without a numba rule) is one line
+        (:class:`InputError`) here, before any chunk is read."""
+        from processors import DiffProcessor
+
+        try:
+            return DiffProcessor(*args, **kwargs)
+        except ValueError as err:
+            raise InputError(f"{self.config.source}: engine: {err}") from None
 
     def _plan_with(self, observables: Collection[str]) -> Plan:
         """:func:`~analysis.pipeline.plan.only_observables` of the plan, built once per
@@ -257,10 +267,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         merged states and ``dL/dtheta`` (``derived``: a :class:`analysis.stats.Pullback`
         over the trainable parameters) for the payloads of the first pass's merged
         states (:func:`analysis.pipeline.backends.jax.reverse.payload_arrays`)."""
-        from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, part=self.part, order=0,
+        proc = self._processor(self.plan, theta, w, self.weight_branches, part=self.part, order=0,
                              payloads=payloads, backend=self.backend)
         return self.process(proc, self._empty_pullback(theta, w, ()), chunks=chunks)
 
@@ -289,12 +298,11 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         yield and of its sum of squared weights (``derived``: a
         :class:`analysis.stats.Pullback` with ``grad`` ``(2, P)`` over the trainable
         parameters; :func:`analysis.pipeline.backends.numba.fastreverse.chunk_yield_gradients`: plans
-        that :func:`analysis.pipeline.backends.numba.fastreverse.why_not` accepts). ``rows``: per dataset,
+        the numba backend's rules serve, :mod:`analysis.pipeline.backends.numba.rules`). ``rows``: per dataset,
         which of the two to compute (default both; a row left out is zeros)."""
-        from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, part=self.part, order=0,
+        proc = self._processor(self.plan, theta, w, self.weight_branches, part=self.part, order=0,
                              yield_gradients=dict(rows) if rows else True,
                              backend=self.backend)
         return self.process(proc, self._empty_pullback(theta, w, (2,)), chunks=chunks)
@@ -428,7 +436,6 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         ``{dataset: hist.Hist}`` of observable ``index`` with that selection's weights;
         a string ``index`` names a learned score: its values before any cut, per object
         or event, with the event weights (``widths`` unused)."""
-        from processors import DiffProcessor
         from processors.diff_processor import empty_histogram
 
         filled = []
@@ -436,7 +443,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             theta, w = self.theta_and_widths(spec.get("params"), spec.get("widths"))
             filled.append((spec["index"], spec["bins"], spec["low"], spec["high"], theta, w))
         theta0, w0 = self.theta_and_widths()
-        proc = DiffProcessor(self.plan, theta0, w0, self.weight_branches, part=self.part,
+        proc = self._processor(self.plan, theta0, w0, self.weight_branches, part=self.part,
                              histograms=tuple(filled), backend=self.backend)
 
         def empty():
@@ -460,12 +467,11 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         (:mod:`analysis.pipeline.replicas`; weighted like every pass, :attr:`part`
         included); ``None`` where the values loop does not run the plan."""
         from analysis.pipeline.replicas import ReplicaSums, supported
-        from processors import DiffProcessor
 
         theta, w = self.theta_and_widths(params, widths)
         if not (self.backend.numba_allowed and supported(self.plan, theta)):
             return None  # the replicas ride the numba values loop only
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, part=self.part,
+        proc = self._processor(self.plan, theta, w, self.weight_branches, part=self.part,
                              order=0, replicas=("sums", int(replicas), None),
                              backend=self.backend)
         return self.process(proc, lambda: ReplicaSums(
@@ -490,7 +496,6 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         ``observables``: compute only these (as for :meth:`run`; default all)."""
         from analysis.pipeline.replicas import ReplicaLanes, ReplicaSums, ReplicaTotals, supported
         from analysis.pipeline.split import PARTS
-        from processors import DiffProcessor
 
         tw = [self.theta_and_widths(p, widths) for p in points]
         thetas, w = np.stack([t for t, _ in tw]), tw[0][1]
@@ -498,7 +503,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         if not (self.backend.numba_allowed and all(supported(plan, t) for t in thetas)):
             return None  # the replicas ride the numba values loop only
         spec = ("lanes", int(replicas), fraction, tuple(parts), bool(totals))
-        proc = DiffProcessor(plan, thetas, w, self.weight_branches, order=0,
+        proc = self._processor(plan, thetas, w, self.weight_branches, order=0,
                              replicas=spec, backend=self.backend)
 
         def empty():
@@ -515,10 +520,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         (``fraction``; None: all events only). They do not depend on the cuts."""
         from analysis.pipeline.replicas import ReplicaTotals
         from analysis.pipeline.split import PARTS
-        from processors import DiffProcessor
 
         theta, w = self.theta_and_widths()
-        proc = DiffProcessor(self.plan, theta, w, self.weight_branches, order=0,
+        proc = self._processor(self.plan, theta, w, self.weight_branches, order=0,
                              replicas=("totals", int(replicas), fraction), backend=self.backend)
         return self.process(proc, lambda: ReplicaTotals(np.zeros((1 + len(PARTS), replicas))))
 
@@ -526,16 +530,15 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         """One pass with hard cuts at every row of ``thetas`` (``(G, n_params)``: full
         parameter vectors): ``{dataset: DatasetState}`` whose leaves have a leading
         axis ``G`` (values only, no derivatives)."""
-        from processors import DiffProcessor
 
         thetas = np.asarray(thetas, dtype=np.float64)
         check_sizes(self.config, self.plan, events=self.largest_chunk, grid_points=len(thetas))
         zeros = np.zeros(self.plan.n_widths)
-        proc = DiffProcessor(self.plan, thetas, zeros, self.weight_branches, part=self.part,
+        proc = self._processor(self.plan, thetas, zeros, self.weight_branches, part=self.part,
                              order=0, grid=True, backend=self.backend)
-        return self.process(
-            proc, lambda: grid_state(empty_columns(self.plan), self.plan, thetas, zeros)
-        )
+        grid = Request(thetas, zeros, order=0, grid=True)
+        return self.process(proc, lambda: self.backend.chooser.prepare(self.plan, grid).run(
+            empty_columns(self.plan)))
 
     def close(self) -> None:
         if self.cache is not None and self.cache.remote:

@@ -284,9 +284,12 @@ def step_observables(objective: Objective, plan: Plan, order: int) -> tuple[str,
     reduced = only_observables(plan, reads)
     if reduced is plan:
         return None
-    from analysis.pipeline.kernel import numba_why_not
+    from analysis.pipeline.backend import Backend
+    from analysis.pipeline.request import Request
 
-    return tuple(o.name for o in reduced.observables) if numba_why_not(reduced, order) is None else None
+    served = Backend().chooser.refusal(reduced, Request(np.zeros(len(plan.param_names)),
+                                                        np.zeros(plan.n_widths), order=order))
+    return tuple(o.name for o in reduced.observables) if served is None else None
 
 
 

@@ -12,12 +12,12 @@
    add (exact across chunks and executors, :mod:`analysis.stats.pullback`).
 
 Each step costs two passes (the second about a JAX reverse sweep of the kernel, or the
-numba kernel's sensitivities where :mod:`analysis.pipeline.backends.numba.fastreverse` applies),
+numba backend's sensitivities where its rules serve the plan and the payload),
 independent of the number of parameters: the choice for plans with many trainable
 parameters (:func:`analysis.stats.derive.choose_mode`, as for own processors).
 
 One pass where the objective reads only the selected yields (a ``significance``
-objective) and :func:`analysis.pipeline.backends.numba.fastreverse.why_not` accepts the plan: the
+objective) and the backend's chooser serves one-pass yield gradients for the plan: the
 values pass gives each dataset's yield gradients ``dY/dtheta``, ``dY2/dtheta`` too
 (:meth:`analysis.driver.runner.Evaluator.run_yield_gradients`; they add over chunks),
 and ``dL/dtheta = sum_datasets (dL/dY dY/dtheta + dL/dY2 dY2/dtheta)``: the same
@@ -36,8 +36,8 @@ import numpy as np
 from analysis.errors import DiffcoffeaError
 from analysis.optimize.objectives import PythonTerm
 from analysis.pipeline.backend import Backend
-from analysis.pipeline.backends.numba import fastreverse
-from analysis.pipeline.results import DatasetState
+from analysis.pipeline.request import Request
+from analysis.pipeline.results import DatasetState, state_names, yield_cotangents
 from analysis.stats.derive import Derived
 from analysis.stats.pullback import prune, pullback_payload
 
@@ -77,9 +77,9 @@ def reverse_objective(
     plan = evaluator.plan
     backend = getattr(evaluator, "backend", Backend())
     one = (hasattr(evaluator, "run_yield_gradients") and objective.__dict__.get("_one_pass", True)
-           and backend.numba_allowed  # one pass: numba only
-           and fastreverse.why_not(plan, evaluator.theta_and_widths(params, widths)[0],
-                                   numba_reverse=backend.numba_reverse) is None)
+           and backend.chooser.supports(plan, Request(
+               *evaluator.theta_and_widths(params, widths), order=0,
+               yield_rows=(True, True))) is None)  # one pass: the numba backend only
     rows = objective.__dict__.get("_yield_rows")  # what the last step's cotangent read
     if one:
         first = evaluator.run_yield_gradients(params, widths=widths, chunks=chunks, rows=rows)
@@ -105,7 +105,8 @@ def reverse_objective(
     payloads = {n: prune(_to_numpy(_payload(values[n], cot[n]))) for n in states}
     grad = None
     if one:
-        cots = {n: fastreverse.yield_cotangents(values[n], payloads[n]) for n in states}
+        names = state_names(plan)
+        cots = {n: yield_cotangents(names, payloads[n]) for n in states}
         if all(isinstance(c, tuple) for c in cots.values()):
             need = {n: (c[0] != 0, c[1] != 0) for n, c in cots.items()}
             have = rows or {}

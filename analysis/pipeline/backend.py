@@ -1,27 +1,44 @@
 """Which backend computes a pass, and on which device: the one place that chooses.
 
 A :class:`Backend` is the user's choice (YAML ``engine: {backend, device}``,
-``--backend`` on the command line, ``backend=`` / ``device=`` keywords in Python):
+``--backend`` on the command line, ``backend=`` / ``device=`` keywords in Python); its
+:meth:`Backend.chooser` composes the backends (:mod:`analysis.pipeline.engine`: the
+protocol; :mod:`analysis.pipeline.backends`: one folder each) into one :class:`Fallback`:
 
-- ``backend="auto"`` (default): the numba kernels where they serve the plan, the JAX
-  kernel (the reference) for the rest (:func:`analysis.pipeline.kernel.chunk_state`);
-- ``backend="numba"``: the numba kernels only; a plan they do not serve is an error;
-- ``backend="jax"``: the JAX kernel for every pass, on ``device``;
-- ``device="cpu"`` (default) or ``"gpu"``: where the JAX kernel runs. The numba
-  kernels run on the CPU only, so ``device="gpu"`` runs the JAX kernel (``auto``
+- ``backend="auto"`` (default): the numba backend where its rules serve the plan and the
+  request (:mod:`analysis.pipeline.backends.numba.rules`), the JAX backend (the
+  reference) for the rest;
+- ``backend="numba"``: the numba backend only for the states (a plan its rules do not
+  serve is an error naming the node); the passes it has no rule for at all (grids,
+  a pullback it does not serve, entries) still run on JAX;
+- ``backend="jax"``: the JAX backend for every pass, on ``device``;
+- ``device="cpu"`` (default) or ``"gpu"``: where the JAX backend runs. The numba
+  kernels run on the CPU only, so ``device="gpu"`` runs the JAX backend (``auto``
   means ``jax`` there) and ``numba`` with ``gpu`` is refused.
 
 Both backends compute the same states and derivatives (tests compare them to 1e-12).
+Support is decided once per pass (:meth:`Fallback.prepare`), and ``--debug`` logs once
+which backend runs a pass and why.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import logging
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cached_property
+from typing import Any, Literal
 
-__all__ = ["BACKENDS", "DEVICES", "Backend", "devices"]
+from analysis.pipeline.backends.jax.backend import JaxBackend, jax_devices
+from analysis.pipeline.backends.numba.backend import NumbaBackend
+from analysis.pipeline.engine import Engine, Prepared
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
+from analysis.pipeline.request import Request
+from analysis.pipeline.results import DatasetState
+
+__all__ = ["BACKENDS", "DEVICES", "Backend", "Fallback", "chunk_state", "devices", "run_once"]
+
+_log = logging.getLogger("analysis.pipeline.backend")
 
 BACKENDS = ("auto", "numba", "jax")
 DEVICES = ("cpu", "gpu")
@@ -30,12 +47,78 @@ DEVICES = ("cpu", "gpu")
 def devices(kind: str) -> list:
     """The JAX devices of ``kind`` (``"cpu"``, ``"gpu"``) this process sees; empty where
     JAX has no backend for it (a CPU-only JAX build asked for a GPU)."""
-    import jax
+    return jax_devices(kind)
 
-    try:
-        return list(jax.devices(kind))
-    except RuntimeError:
-        return []
+
+#: (plan id, reason) pairs already logged: ``--debug`` says each once per run
+_LOGGED: set[tuple[int, str, str]] = set()
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Backends in order of preference: a pass runs on the first that supports it.
+
+    ``strict`` (``backend: numba``): a states pass the first does not serve is an
+    error (``ValueError``, one line with the reason) instead of running on the next.
+    """
+
+    engines: tuple[Engine, ...]
+    strict: bool = False
+
+    def supports(self, plan: Plan, request: Request) -> str | None:
+        """``None`` when one of the backends serves ``plan`` and ``request``, else every
+        backend's reason."""
+        why = [f"{e.name}: {r}" for e in self.engines
+               if (r := e.supports(plan, request)) is not None]
+        return None if len(why) < len(self.engines) else "; ".join(why)
+
+    def refusal(self, plan: Plan, request: Request) -> str | None:
+        """The first backend's reason not to serve ``plan`` and ``request`` (None: it does)."""
+        return self.engines[0].supports(plan, request)
+
+    def prepare(self, plan: Plan, request: Request) -> Prepared:
+        """The first backend that supports ``plan`` and ``request``, prepared (decided once
+        per pass; the reason another was passed over is logged once at debug level)."""
+        passed = []
+        for i, engine in enumerate(self.engines):
+            why = engine.supports(plan, request)
+            if why is None:
+                for name, reason in passed:
+                    key = (id(plan), name, reason)
+                    if key not in _LOGGED:
+                        _LOGGED.add(key)
+                        _log.debug("%s pass on the %s backend, not %s: %s", request.kind,
+                                   engine.name, name, reason)
+                return engine.prepare(plan, request)
+            if i == 0 and self.strict and request.kind == "states":
+                raise ValueError(f"the {engine.name} kernel cannot compute this plan: {why}")
+            passed.append((engine.name, why))
+        raise ValueError(f"no backend computes this {request.kind} pass: "
+                         + "; ".join(f"{n}: {r}" for n, r in passed))
+
+    def run(self, prepared: Prepared, columns: ChunkColumns, *,
+            threads: int | None = None) -> Any:
+        """One chunk's output of a pass :meth:`prepare` made."""
+        return prepared.run(columns, threads=threads)
+
+
+def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *, order: int = 1,
+                backend: Backend | str | None = None,
+                threads: int | None = None) -> DatasetState:
+    """One chunk's :class:`DatasetState` (states with derivatives up to ``order``), by
+    ``backend``'s chooser (a :class:`Backend`, or its name; default ``Backend()``: auto on
+    the CPU), prepared and run in one call (a pass prepares once and runs every chunk)."""
+    return run_once(cols, plan, Request(theta, widths, order=order), backend=backend,
+                    threads=threads)
+
+
+def run_once(cols: ChunkColumns, plan: Plan, request: Request, *,
+             backend: Backend | str | None = None, threads: int | None = None) -> Any:
+    """``request`` on one chunk's columns by ``backend``'s chooser (a :class:`Backend`, or
+    its name; default ``Backend()``): prepared and run in one call."""
+    if not isinstance(backend, Backend):
+        backend = Backend(backend or "auto")
+    return backend.chooser.prepare(plan, request).run(cols, threads=threads)
 
 
 @dataclass(frozen=True)
@@ -88,7 +171,7 @@ class Backend:
 
     @property
     def engine(self) -> str:
-        """What :func:`analysis.pipeline.kernel.chunk_state` is asked for:
+        """Which backends may run:
         ``"auto"``, ``"numba"`` or ``"jax"`` (always ``"jax"`` on a GPU)."""
         return "jax" if self.device == "gpu" else self.name
 
@@ -113,26 +196,17 @@ class Backend:
             return "backend numba on cpu (asked for; a plan it does not serve is an error)"
         return "backend auto: numba where it serves the plan, jax (cpu) for the rest"
 
+    @cached_property
+    def chooser(self) -> Fallback:
+        """The backends of this choice, composed (module docstring)."""
+        jax_backend = JaxBackend(self.device)
+        if self.engine == "jax":
+            return Fallback((jax_backend,))
+        numba = NumbaBackend(fused=self.fused, value_loop=self.value_loop,
+                             scores_on_numba=self.scores_on_numba,
+                             numba_reverse=self.numba_reverse)
+        return Fallback((numba, jax_backend), strict=self.name == "numba")
+
     def check_device(self) -> None:
         """Raise ``ValueError`` (one line) when JAX sees no device of this kind."""
-        self.jax_device()
-
-    def jax_device(self):
-        """The JAX device the JAX kernel runs on."""
-        import jax
-
-        found = devices(self.device)
-        if not found:
-            seen = ", ".join(sorted({d.platform for d in jax.devices()}))
-            raise ValueError(f"device '{self.device}' asked for, but JAX sees none on this "
-                             f"machine (it sees: {seen}); install a JAX build for it or use "
-                             "device 'cpu'")
-        return found[0]
-
-    @contextlib.contextmanager
-    def placed(self) -> Iterator[None]:
-        """Run the JAX computations inside on :meth:`jax_device` (the default device)."""
-        import jax
-
-        with jax.default_device(self.jax_device()):
-            yield
+        JaxBackend(self.device).jax_device()

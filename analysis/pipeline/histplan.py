@@ -27,14 +27,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import jax.numpy as jnp
+
 from analysis.config.likelihood import (
     factor_branches,
     parse_factor,
     shape_systematics,
     state_key,
 )
-from analysis.errors import ConfigError
+from analysis.errors import ConfigError, InputError
 from analysis.select import exprs
+from analysis.select.subsets import MAX_UNCERTAIN
 
 __all__ = [
     "SF_PREFIX",
@@ -43,8 +46,11 @@ __all__ = [
     "Region",
     "ShiftSpec",
     "WeightSpec",
+    "event_sum_collections",
     "extend",
     "extra_widths",
+    "factor_values",
+    "too_many_uncertain",
 ]
 
 
@@ -230,3 +236,42 @@ def extend(config: Any, plan: Any, build) -> Any:
         weights=tuple(weights), event_keys=tuple(event_keys), n_widths=n_widths,
         sets=sets, corrections=tuple(corrections),
     )
+
+
+_OPS = {"+": jnp.add, "-": jnp.subtract, "*": jnp.multiply, "/": jnp.divide}
+
+
+def factor_values(tree: tuple, arrays) -> jnp.ndarray | float:
+    """The per-event values of a weight factor tree
+    (:func:`analysis.config.likelihood.parse_factor`) from the padded ``arrays``."""
+    kind = tree[0]
+    if kind == "num":
+        return tree[1]
+    if kind == "branch":
+        return arrays[f"event:{tree[1]}"]
+    if kind == "neg":
+        return -factor_values(tree[1], arrays)
+    return _OPS[kind](factor_values(tree[1], arrays), factor_values(tree[2], arrays))
+
+
+def too_many_uncertain(spec, collection: str, event: int | None, n: int) -> InputError:
+    """The one-line error of an event-sum histogram with ``n`` uncertain objects in
+    ``event`` of a chunk (None: not counted, ``n`` objects on the axis)."""
+    node = spec.node
+    f = node.field or "pt"
+    where = (f"event {event} of this chunk has {n} uncertain {collection} objects (pass "
+             "probability strictly between 0 and 1)" if event is not None else
+             f"this chunk has events with {n} {collection} objects")
+    return InputError(
+        f"histogram {spec.key!r}: x = {node.text!r}: {where}, more than {MAX_UNCERTAIN} (an "
+        "exact soft histogram of an event sum enumerates the subsets of an event's "
+        "uncertain objects); add a hard pre-selection (a cut with width: 0, e.g. on pt) "
+        f"to the cuts of {node.head!r} or its parent set, or narrow the soft cuts' widths, "
+        f"so that fewer objects stay uncertain; or histogram a per-object ({node.head}.{f}) "
+        f"or leading-object ({node.head}[0].{f}) observable")
+
+
+def event_sum_collections(plan) -> tuple[str, ...]:
+    """The collections whose subsets an event-sum histogram of ``plan`` enumerates."""
+    return tuple(sorted({plan.sets.collection_of(s.node.head) for s in plan.hists
+                         if s.node.kind in ("sum", "count")}))

@@ -76,11 +76,11 @@ class Shapes:
     # event-sum histogram (analysis.select.subsets.sum_bins) for every event, or
     # ((collection, ((width, events), ...)), ...): groups of events, each at its width
     # (their events: arrays["enum:<collection>"]); made by
-    # analysis.pipeline.kernel.enumeration_shapes. None: every object of the axis
+    # analysis.pipeline.backends.jax.passes.enumeration_shapes. None: every object of the axis
     uncertain: tuple[tuple[str, Any], ...] | None = None
     # ((set, K), ...): per indexed set, the most objects of an event that can be in it
     # at the chunk's parameters (analysis.select.leading.can_be_in; made by
-    # analysis.pipeline.kernel.candidate_shapes): its candidate tuples are C(K, i + 1).
+    # analysis.pipeline.backends.jax.passes.candidate_shapes): its candidate tuples are C(K, i + 1).
     # None: every object of the axis
     possible: tuple[tuple[str, int], ...] | None = None
 

@@ -23,14 +23,15 @@ from typing import Any
 
 import numpy as np
 
+from analysis.pipeline.backend import Backend
 from analysis.pipeline.backends.numba.kernels._numba_replicas import (
     replica_lanes,
     replica_selected,
     replica_totals,
 )
-from analysis.pipeline.kernel import chunk_state, selected_weights
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
+from analysis.pipeline.request import Request
 from analysis.pipeline.split import PARTS, part_factor
 
 __all__ = [
@@ -92,8 +93,7 @@ class ReplicaLanes:
 
 def supported(plan: Plan, theta: Any) -> bool:
     """Whether the replicas can be computed for ``plan``: every plan (each event's
-    selected weight comes from the numba kernel or the JAX one,
-    :func:`analysis.pipeline.kernel.selected_weights`)."""
+    selected weight comes from the numba backend or the JAX one, :func:`_passes`)."""
     return True
 
 
@@ -103,15 +103,25 @@ def _uid(cols: ChunkColumns) -> np.ndarray:
     return cols.uid
 
 
+def _passes(plan: Plan, theta: Any, widths: Any, backend: Backend | None):
+    """The prepared values pass and selected-weights pass at ``theta`` (``backend``'s
+    chooser; default ``Backend()``)."""
+    chooser = (backend or Backend()).chooser
+    return (chooser.prepare(plan, Request(theta, widths, order=0)),
+            chooser.prepare(plan, Request(theta, widths, order=0, selected=True)))
+
+
 def chunk_replicas(
     cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, replicas: int, *,
-    threads: int | None = None,
+    threads: int | None = None, backend: Backend | None = None,
 ) -> ReplicaSums:
-    """The state and the replicas' selected sums of one chunk (module docstring)."""
-    state = chunk_state(cols, plan, theta, widths, order=0, threads=threads)
+    """The state and the replicas' selected sums of one chunk (module docstring);
+    ``backend``: which backends compute them (default ``Backend()``)."""
+    values, selected = _passes(plan, theta, widths, backend)
+    state = values.run(cols, threads=threads)
     if not cols.n_events:
         return ReplicaSums(np.zeros((2, replicas)), state)
-    sel = selected_weights(cols, plan, theta, widths, threads=threads)
+    sel = selected.run(cols, threads=threads)
     return ReplicaSums(replica_selected(_uid(cols), sel, replicas), state)
 
 
@@ -129,7 +139,7 @@ def chunk_totals(cols: ChunkColumns, fraction: float | None, replicas: int) -> R
 def chunk_lanes(
     cols: ChunkColumns, plan: Plan, thetas: Any, widths: Any, replicas: int, *,
     parts: tuple[str, ...], fraction: float | None, totals: bool = False,
-    threads: int | None = None,
+    threads: int | None = None, backend: Backend | None = None,
 ) -> ReplicaLanes:
     """For each parameter point (row of ``thetas``) and part in ``parts``: the state
     and the replicas' selected sums of one chunk with that part's weights (as
@@ -144,12 +154,13 @@ def chunk_lanes(
                for p in parts}
     states, rows = {}, []
     for i, theta in enumerate(thetas):
+        values, selected = _passes(plan, theta, widths, backend)
         for p in parts:
             c = cols if factors[p] is None else dataclasses.replace(
                 cols, weight=cols.weight * factors[p])
-            states[i, p] = chunk_state(c, plan, theta, widths, order=0, threads=threads)
+            states[i, p] = values.run(c, threads=threads)
         if cols.n_events:
-            sel = selected_weights(cols, plan, theta, widths, threads=threads)
+            sel = selected.run(cols, threads=threads)
             rows += [sel if factors[p] is None else sel * factors[p] for p in parts]
     if not cols.n_events:
         return ReplicaLanes({key: ReplicaSums(np.zeros((2, replicas)), st)

@@ -19,6 +19,7 @@ with ``jax.jacfwd``.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline.plan import Plan
+from analysis.select.subsets import EXPENSIVE_ABOVE
 from analysis.stats.derive import Derived
 from analysis.stats.derive import taylor_derivatives as derivatives
 from analysis.stats.registry import observable_statistics
@@ -37,10 +39,16 @@ __all__ = [
     "dataset_report",
     "derivatives",
     "effective_events",
+    "enumeration_counts",
+    "log_enumeration",
+    "state_names",
+    "yield_cotangents",
     "statistics",
     "unreliable_reason",
     "width_labels",
 ]
+
+_log = logging.getLogger("analysis.pipeline.results")
 
 #: below this selected effective number of events (or with no event passing the hard
 #: cuts) a dataset's statistics are marked unreliable in the report and results.json
@@ -52,6 +60,66 @@ def _add_enumeration(a, b):
     if a is None or b is None:
         return a if b is None else b
     return (a[0] + b[0], a[1] + b[1], max(a[2], b[2]))
+
+
+def enumeration_counts(uncertain: dict, n_events: int) -> tuple[int, int, int]:
+    """:attr:`~analysis.pipeline.results.DatasetState.enumeration` of a chunk of
+    ``n_events`` from the uncertain objects per event of each collection (``uncertain``:
+    ``{collection: (E,) int}``): ``(events, events with more than EXPENSIVE_ABOVE in a
+    collection, the most in an event)``."""
+    expensive = np.zeros(n_events, dtype=bool)
+    largest = 0
+    for n in uncertain.values():
+        expensive |= np.asarray(n) > EXPENSIVE_ABOVE
+        largest = max(largest, int(np.max(n, initial=0)))
+    return n_events, int(expensive.sum()), largest
+
+
+def log_enumeration(states) -> None:
+    """The ``--debug`` line of a pass's event-sum enumeration (``states``: the pass's
+    :class:`~analysis.pipeline.results.DatasetState` per dataset; nothing without one)."""
+    counts = [s.enumeration for s in states.values()
+              if getattr(s, "enumeration", None) is not None]
+    if not counts:
+        return
+    events = sum(c[0] for c in counts)
+    expensive = sum(c[1] for c in counts)
+    largest = max(c[2] for c in counts)
+    _log.debug("event-sum histograms: %d of %d events had more than %d uncertain objects; "
+               "at most %d uncertain objects in an event", expensive, events,
+               EXPENSIVE_ABOVE, largest)
+
+
+#: the selected yield and its sum of squared weights: the states every pass gives
+YIELDS = ("selected_sumw", "selected_sumw2")
+
+
+def state_names(plan: Plan) -> list[str]:
+    """The dotted names of the value states of a plan without histograms, in the order
+    ``jax.tree_util`` flattens them (dict keys sorted; a state is a leaf): per
+    observable ``observables.NAME.comoments`` and ``.moments`` (the event sums
+    ``sum``/``count``: moments only), then :data:`YIELDS`."""
+    names = []
+    for obs in sorted(plan.observables, key=lambda o: o.name):
+        parts = (["moments"] if obs.x.kind in ("sum", "count") else
+                 (["comoments"] if obs.bivariate else []) + (["moments"] if obs.univariate
+                                                              else []))
+        names += [f"observables.{obs.name}.{p}" for p in parts]
+    return names + list(YIELDS)
+
+
+def yield_cotangents(names: list[str], payload: list) -> tuple[float, float] | str:
+    """``(a1, a2)``: the cotangents of the yield and its square in ``payload`` (aligned
+    with the state ``names``, :func:`state_names`; 0 for a pruned entry), or the name of
+    the first other state the payload reads."""
+    if len(names) != len(payload):
+        return f"{len(payload)} payload entries for {len(names)} states"
+    for name, entry in zip(names, payload, strict=True):
+        if entry is not None and name not in YIELDS:
+            return name
+    entries = [payload[names.index(n)] for n in YIELDS]
+    a1, a2 = (0.0 if e is None else float(np.asarray(e[1])) for e in entries)
+    return a1, a2
 
 
 class DatasetState:
@@ -71,7 +139,7 @@ class DatasetState:
         self.derived = derived
         #: the subset enumeration of event-sum histograms, where there is one: ``(events,
         #: events with more than 12 uncertain objects (the expensive ones), the most
-        #: uncertain objects of an event)`` (:func:`analysis.pipeline.kernel.enumeration_shapes`)
+        #: uncertain objects of an event)`` (:func:`analysis.pipeline.backends.jax.passes.enumeration_shapes`)
         self.enumeration = enumeration
 
     @classmethod
@@ -86,7 +154,7 @@ class DatasetState:
         names: tuple[str, ...],
         enumeration: tuple[int, int, int] | None = None,
     ) -> DatasetState:
-        """Build from :func:`analysis.pipeline.kernel.evaluate_chunk` output for one chunk."""
+        """Build from :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` output for one chunk."""
         derived = Derived(names, value, jac, hess)
         return cls(events=events, sumw=sumw, chunks=1, derived=derived, enumeration=enumeration)
 

@@ -11,7 +11,7 @@ that set's cut sigmoids (:func:`soft_pass`, width 0 = hard step). A derived set
 1 and every result equals the plain hard-cut computation.
 
 Layout. A collection (``Jet``) arrives as flat jagged columns (values of all objects,
-per-event ``starts`` and ``counts``, as :mod:`analysis.pipeline.kernel` uses); :func:`layout`
+per-event ``starts`` and ``counts``, as :mod:`analysis.pipeline.backends.jax.passes` uses); :func:`layout`
 turns them into a :class:`Layout` of dense ``(events, M)`` indices, ``M =
 max_objects``. Dense per-object arrays are ``(events, M)``; entries beyond an event's
 count are padding and are ignored.
@@ -120,7 +120,7 @@ def soft_pass(value, threshold, width, *, greater: bool, inclusive: bool):
     """``P(value > threshold)`` (``greater``) or ``P(value < threshold)``, smoothed:
     ``sigmoid(z / width)`` with ``z = value - threshold`` (or ``threshold - value``);
     ``width == 0`` is the hard step ``z > 0`` (``z >= 0`` if ``inclusive``) with zero
-    gradient. The one soft cut of both kernels (:mod:`analysis.pipeline.kernel` re-exports it);
+    gradient. The one soft cut of both kernels (:mod:`analysis.pipeline.backends.jax.passes` re-exports it);
     float64, any shape."""
     z = value - threshold if greater else threshold - value
     soft = width > 0

@@ -20,7 +20,7 @@ value to every subset's sum. Only the ``U`` uncertain objects are enumerated, in
 original order, and every cap counts only them (``n_uncertain``: the static width of
 the enumeration, for every event or per group of events; an event with more is NaN,
 never a silent bias: the caller sizes it, :func:`analysis.pipeline.backends.jax.histkernel.uncertain_counts`
-and :func:`analysis.pipeline.kernel.enumeration_shapes`).
+and :func:`analysis.pipeline.backends.jax.passes.enumeration_shapes`).
 
 Two exact methods, chosen by ``U`` (static):
 

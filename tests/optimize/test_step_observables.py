@@ -17,7 +17,7 @@ from analysis.config.terms import PythonTerm, SignificanceTerm, TargetTerm
 from analysis.driver.runner import Evaluator
 from analysis.optimize.loop import Optimization
 from analysis.optimize.objectives import Objective
-from analysis.pipeline.kernel import chunk_state
+from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.plan import only_observables
 from tests import opt_helpers as H
 from tests.chunked_helpers import read_columns
@@ -106,8 +106,8 @@ def test_the_reduced_plan_keeps_selection_yields_and_kept_observables(small_data
     theta, widths = ev.theta_and_widths()
     for path in sorted(small_data.glob("*/*.root"))[:2]:
         cols = read_columns(path, plan)
-        a = chunk_state(cols, plan, theta, widths, engine=engine).derived
-        b = chunk_state(cols, reduced, theta, widths, engine=engine).derived
+        a = chunk_state(cols, plan, theta, widths, backend=engine).derived
+        b = chunk_state(cols, reduced, theta, widths, backend=engine).derived
         for key in ("selected_sumw", "selected_sumw2"):
             np.testing.assert_array_equal(a.value[key], b.value[key])
             np.testing.assert_array_equal(a.jac[key], b.jac[key])

@@ -16,8 +16,8 @@ from analysis.cli.parser import main
 from analysis.config.loader import config_from_dict, load_config
 from analysis.driver.runner import Evaluator
 from analysis.errors import ConfigError, InputError
-from analysis.pipeline import kernel
 from analysis.pipeline.backend import Backend, devices
+from analysis.pipeline.backends.jax import passes as kernel
 from tests.conftest import one_line_error
 from tests.reference.states import flatten
 

@@ -25,7 +25,8 @@ import pytest
 
 from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
-from analysis.pipeline.kernel import chunk_state, chunk_states, evaluate_chunk
+from analysis.pipeline.backend import chunk_state
+from analysis.pipeline.backends.jax.passes import chunk_states, evaluate_chunk
 from analysis.pipeline.layout import pad_columns
 from analysis.pipeline.plan import build_plan, initial_widths
 from analysis.pipeline.results import dataset_report, derivatives, statistics

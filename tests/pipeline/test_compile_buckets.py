@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from analysis.config.loader import config_from_dict
-from analysis.pipeline import kernel
 from analysis.pipeline import layout as columns
-from analysis.pipeline.kernel import chunk_state
+from analysis.pipeline.backend import chunk_state
+from analysis.pipeline.backends.jax import passes as kernel
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import build_plan
 from analysis.pipeline.results import dataset_report
@@ -59,7 +59,7 @@ def test_100_random_chunks_compile_at_most_10_times() -> None:
     for _ in range(100):
         cols = _random_chunk(rng)
         shapes.add(pad_columns(cols, plan)[1])
-        state = chunk_state(cols, plan, THETA, WIDTHS, engine="jax")
+        state = chunk_state(cols, plan, THETA, WIDTHS, backend="jax")
         merged = state if merged is None else merged + state
         # Stop early rather than compile dozens of shapes when bucketing regresses.
         assert kernel._evaluate._cache_size() - before <= MAX_COMPILATIONS, len(shapes)
@@ -114,10 +114,10 @@ def test_padding_layout(n_events: int) -> None:
 def test_more_padding_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = _plan("padding_invariance")
     cols = _random_chunk(np.random.default_rng(99))
-    small = dataset_report(chunk_state(cols, plan, THETA, WIDTHS, engine="jax"), plan)
+    small = dataset_report(chunk_state(cols, plan, THETA, WIDTHS, backend="jax"), plan)
     monkeypatch.setattr(columns, "MIN_EVENTS", 8 * columns.MIN_EVENTS)
     monkeypatch.setattr(columns, "MIN_OBJECTS", 8 * columns.MIN_OBJECTS)
     monkeypatch.setattr(columns, "MIN_MAX_COUNT", 4 * columns.MIN_MAX_COUNT)
     assert pad_columns(cols, plan)[1].events == 8 * 1024
-    large = dataset_report(chunk_state(cols, plan, THETA, WIDTHS, engine="jax"), plan)
+    large = dataset_report(chunk_state(cols, plan, THETA, WIDTHS, backend="jax"), plan)
     assert not differences(small, large, rtol=1e-12)

@@ -21,7 +21,8 @@ import uproot
 from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from analysis.errors import InputError
-from analysis.pipeline.kernel import chunk_state, enumeration_shapes
+from analysis.pipeline.backend import chunk_state
+from analysis.pipeline.backends.jax.passes import enumeration_shapes
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import build_plan
 from tests.conftest import SHARED_DATA, central_difference
@@ -96,7 +97,7 @@ def test_hard_cut_objects_do_not_count_and_bins_equal_the_oracle() -> None:
         events = built_events(extra)
         cols = columns(events)
         state = chunk_state(cols, plan, theta, widths, order=0)  # the numba kernel
-        ref = chunk_state(cols, plan, theta, widths, order=0, engine="jax")
+        ref = chunk_state(cols, plan, theta, widths, order=0, backend="jax")
         # the 30-jet event with 8 past the pre-selection: 8 uncertain, the cheap path,
         # on both backends
         assert state.enumeration == ref.enumeration == counts
@@ -150,7 +151,7 @@ def test_gradient_against_differences() -> None:
 
 def test_width0_on_real_nanoaod_equals_awkward_and_hist(caplog) -> None:
     ev = Evaluator(config_from_dict(config(widths=False)))
-    with caplog.at_level(logging.DEBUG, logger="analysis.pipeline.kernel"):
+    with caplog.at_level(logging.DEBUG, logger="analysis.pipeline.results"):
         state = ev.run(order=1)["tt"]
     # the pass's --debug line: events on the expensive path, the most uncertain objects
     assert ("event-sum histograms: 0 of 200 events had more than 12 uncertain objects; "

@@ -18,15 +18,12 @@ import pytest
 import vector
 
 from analysis.config.loader import config_from_dict
+from analysis.pipeline.backend import chunk_state, run_once
+from analysis.pipeline.backends.jax.passes import candidate_shapes
 from analysis.pipeline.backends.jax.reverse import chunk_pullback
-from analysis.pipeline.kernel import (
-    candidate_shapes,
-    chunk_state,
-    grid_state,
-    observable_entries,
-)
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import build_plan
+from analysis.pipeline.request import Request
 from analysis.select.objects import ObjectCapError
 from tests.conftest import central_difference
 from tests.reference import configurations, ranked
@@ -114,7 +111,7 @@ def test_hard_cut_objects_leave_the_candidates_and_values_equal_the_oracle() -> 
     assert candidate_shapes(cols, plan, theta, widths, arrays, shapes).possible == (
         ("jets", 8),)
     for engine in ("auto", "jax"):  # auto: the numba kernel
-        obs = chunk_state(cols, plan, theta, widths, order=0, engine=engine
+        obs = chunk_state(cols, plan, theta, widths, order=0, backend=engine
                           ).derived.value["observables"]
         mom = obs["m3j"]["moments"]
         np.testing.assert_allclose(float(mom.sumw), want["sumw"], rtol=1e-10)
@@ -127,7 +124,7 @@ def test_hard_cut_objects_leave_the_candidates_and_values_equal_the_oracle() -> 
     np.testing.assert_allclose(np.asarray(h.sumw_flow), want["h"], rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(np.asarray(h.sumw2_flow), want["h2"], rtol=1e-10, atol=1e-14)
     for engine in ("auto", "jax"):
-        x, w = observable_entries(cols, plan, theta, widths, 0, engine=engine)
+        x, w = run_once(cols, plan, Request(theta, widths, order=0, entries=0), backend=engine)
         assert np.isclose(w.sum(), want["sumw"], rtol=1e-10)
         assert np.isclose(w @ x / w.sum(), want["m3j"], rtol=1e-10)
 
@@ -155,7 +152,7 @@ def test_width0_equals_awkward_vector_and_hist() -> None:
     np.testing.assert_allclose(np.asarray(h.sumw2_flow), view.variance, rtol=1e-12,
                                atol=1e-14)
     for engine in ("auto", "jax"):
-        mom = chunk_state(cols, plan, theta, widths, order=0, engine=engine
+        mom = chunk_state(cols, plan, theta, widths, order=0, backend=engine
                           ).derived.value["observables"]["m3j"]["moments"]
         np.testing.assert_allclose(float(mom.mean), w[ok] @ m / w[ok].sum(), rtol=1e-12)
 
@@ -165,7 +162,8 @@ def test_grid_scan_at_width0_equals_awkward() -> None:
     events = built_events()
     plan = build_plan(config_from_dict(config()))
     thetas = np.array([[40.0], [SOFT], [70.0]])
-    got = grid_state(columns(events), plan, thetas).derived.value["observables"]["m3j"]
+    got = run_once(columns(events), plan, Request(thetas, np.zeros(plan.n_widths), order=0,
+                                                  grid=True)).derived.value["observables"]["m3j"]
     vector.register_awkward()
     jets = ak.zip({k: ak.Array([e[k] for e in events]) for k in ("pt", "eta", "phi", "mass")},
                   with_name="Momentum4D")
@@ -195,7 +193,7 @@ def test_jacobian_against_differences_on_both_backends() -> None:
     assert np.abs(fd).min() > 1e-4
     for engine in ("auto", "jax"):
         _, jac, _ = chunk_state(cols, plan, np.array([SOFT]), widths, order=1,
-                                engine=engine).taylor()
+                                backend=engine).taylor()
         mom = jac["observables"]["m3j"]["moments"]
         got = np.array([float(np.ravel(mom.sumw)[0]), float(np.ravel(mom.mean)[0])])
         np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-9 * np.abs(fd).max())
@@ -209,7 +207,7 @@ def test_cap_counts_only_the_objects_that_can_pass() -> None:
     for engine in ("auto", "jax"):
         with pytest.raises(ObjectCapError) as err:
             chunk_state(cols, plan, np.array([SOFT]), np.array([0.0, WIDTH]), order=0,
-                        engine=engine)
+                        backend=engine)
         msgs.append(str(err.value))
     assert msgs[0] == msgs[1]
     assert "\n" not in msgs[0]
@@ -223,9 +221,9 @@ def test_reverse_sweep_counts_only_the_objects_that_can_pass() -> None:
     cols = columns(built_events())
     plan = build_plan(config_from_dict(config()))
     theta, widths = np.array([SOFT]), np.array([0.0, 4 * WIDTH])
-    _, jac, _ = chunk_state(cols, plan, theta, widths, order=1, engine="jax").taylor()
+    _, jac, _ = chunk_state(cols, plan, theta, widths, order=1, backend="jax").taylor()
     # leaves in key order: the observables' two moment states, selected_sumw, _sumw2
     payload = [None, None, (None, 1.0), None]
-    out = chunk_pullback(cols, plan, theta, widths, payload, engine="jax")
+    out = chunk_pullback(cols, plan, theta, widths, payload)
     np.testing.assert_allclose(np.ravel(out.derived.grad), np.ravel(jac["selected_sumw"]),
                                rtol=1e-10)

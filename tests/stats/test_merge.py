@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.config.loader import config_from_dict
-from analysis.pipeline.kernel import chunk_state
+from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import build_plan
 from analysis.pipeline.results import dataset_report

@@ -15,7 +15,7 @@ spec's region (the selection, or a channel's selection):
   every subset up to 6 of them, meet in the middle up to 24. The enumeration's widths
   are static: ``shapes.uncertain``, per collection one width for every event or groups
   of events each at its own width (:func:`uncertain_counts` counts them on the host;
-  :func:`analysis.pipeline.kernel.enumeration_shapes` groups them).
+  :func:`analysis.pipeline.backends.jax.passes.enumeration_shapes` groups them).
 
 A shift variation evaluates the whole selection again on the shifted column (so cuts
 and observables move together); a weight variation reuses its region's pass
@@ -25,7 +25,7 @@ the selection again with the factor on the patterns holding the set
 "templates": {key: Histogram}}``.
 
 This is the reference: :mod:`analysis.pipeline.backends.numba.fasthist` computes the same states on
-the numba kernel for the plans its ``why_not`` accepts (tests compare the two, 1e-12).
+the numba backend for the plans its rules serve (tests compare the two, 1e-12).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from analysis.errors import InputError
+from analysis.pipeline.histplan import event_sum_collections, factor_values, too_many_uncertain
 from analysis.select.leading import can_be_in
 from analysis.select.subsets import MAX_UNCERTAIN, sum_bins, uncertain_mask
 from analysis.stats.histogram import Histogram
@@ -49,22 +49,6 @@ __all__ = [
     "uncertain_counts",
 ]
 
-_OPS = {"+": jnp.add, "-": jnp.subtract, "*": jnp.multiply, "/": jnp.divide}
-
-
-def factor_values(tree: tuple, arrays) -> jnp.ndarray | float:
-    """The per-event values of a weight factor tree
-    (:func:`analysis.config.likelihood.parse_factor`) from the padded ``arrays``."""
-    kind = tree[0]
-    if kind == "num":
-        return tree[1]
-    if kind == "branch":
-        return arrays[f"event:{tree[1]}"]
-    if kind == "neg":
-        return -factor_values(tree[1], arrays)
-    return _OPS[kind](factor_values(tree[1], arrays), factor_values(tree[2], arrays))
-
-
 def _bins(x, w, w2, edges):
     idx = jnp.searchsorted(jnp.asarray(edges), x, side="right")
     nb = len(edges) + 1
@@ -73,31 +57,8 @@ def _bins(x, w, w2, edges):
 
 
 #: ``arrays[ENUM_PREFIX + collection]``: the events of each enumeration group in turn
-#: (``Shapes.uncertain``: ``((width, size), ...)``; analysis.pipeline.kernel makes both)
+#: (``Shapes.uncertain``: ``((width, size), ...)``; analysis.pipeline.backends.jax.passes makes both)
 ENUM_PREFIX = "enum:"
-
-
-def too_many_uncertain(spec, collection: str, event: int | None, n: int) -> InputError:
-    """The one-line error of an event-sum histogram with ``n`` uncertain objects in
-    ``event`` of a chunk (None: not counted, ``n`` objects on the axis)."""
-    node = spec.node
-    f = node.field or "pt"
-    where = (f"event {event} of this chunk has {n} uncertain {collection} objects (pass "
-             "probability strictly between 0 and 1)" if event is not None else
-             f"this chunk has events with {n} {collection} objects")
-    return InputError(
-        f"histogram {spec.key!r}: x = {node.text!r}: {where}, more than {MAX_UNCERTAIN} (an "
-        "exact soft histogram of an event sum enumerates the subsets of an event's "
-        "uncertain objects); add a hard pre-selection (a cut with width: 0, e.g. on pt) "
-        f"to the cuts of {node.head!r} or its parent set, or narrow the soft cuts' widths, "
-        f"so that fewer objects stay uncertain; or histogram a per-object ({node.head}.{f}) "
-        f"or leading-object ({node.head}[0].{f}) observable")
-
-
-def event_sum_collections(plan) -> tuple[str, ...]:
-    """The collections whose subsets an event-sum histogram of ``plan`` enumerates."""
-    return tuple(sorted({plan.sets.collection_of(s.node.head) for s in plan.hists
-                         if s.node.kind in ("sum", "count")}))
 
 
 def _fill(ch, spec, weight, cands, shapes):

@@ -7,18 +7,15 @@ states gives a payload (``(a, T_bar)`` per state, ``(None, S_bar)`` per sum,
 :func:`analysis.stats.pullback.pullback_payload`; ``None`` for a state the loss does
 not read, :func:`analysis.stats.pullback.prune`); pass 2 computes, per chunk, the
 gradient of ``<T_bar, T_c(theta)>`` with respect to the trainable parameters by
-``jax.grad`` of the JAX kernel (:func:`analysis.pipeline.kernel.chunk_states`),
+``jax.grad`` of the JAX kernel (:func:`analysis.pipeline.backends.jax.passes.chunk_states`),
 jit-compiled per bucket shape. The chunk's shares add over chunks
 (:class:`analysis.stats.Pullback` ``+``: coffea's ``accumulate``), exactly for any
 chunking and executor. The payload is numpy (it pickles to the workers):
 :func:`analysis.optimize.reverse.reverse_objective` builds it.
 
-Where :func:`analysis.pipeline.backends.numba.fastreverse.why_not` accepts the plan and the payload
-reads the yields only (a ``significance`` objective), the numba kernel computes the
-share from the pass probability's sensitivities instead
-(:mod:`analysis.pipeline.backends.numba.fastreverse`: one walk per event whatever the number of
-parameters); otherwise (the reason is logged once at debug level) this module's JAX
-sweep, the reference. ``engine="jax"`` forces it.
+This is the JAX backend's pullback (:class:`analysis.pipeline.backends.jax.backend.JaxBackend`),
+the reference; where the numba backend serves the plan and the payload (one that reads
+the yields only), the chooser (:mod:`analysis.pipeline.backend`) runs its pass instead.
 
 Learned scores are taken apart from the kernel's sweep: each score's column is
 computed once per chunk on the chunk's real rows only (objects or events, rounded up to
@@ -33,7 +30,6 @@ compile), the kernel's per bucket shape (as the value pass).
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 
 import jax
@@ -41,8 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import scorecols
-from analysis.pipeline.backends.numba import fastreverse
-from analysis.pipeline.kernel import _with_trainable, candidate_shapes, chunk_states
+from analysis.pipeline.backends.jax.passes import _with_trainable, candidate_shapes, chunk_states
 from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
@@ -50,12 +45,6 @@ from analysis.stats.derive import Pullback
 from analysis.stats.pullback import pulled_sum
 
 __all__ = ["chunk_pullback"]
-
-_log = logging.getLogger("analysis.pipeline.backends.jax.reverse")
-_WHY_LOGGED: set[tuple[int, str]] = set()
-#: (plan, which payload entries are None) -> why the numba pass refused it
-_REFUSED: dict[tuple, str] = {}
-
 
 @partial(jax.jit, static_argnames=("plan", "shapes"))
 def _pullback(theta_full, widths, arrays, columns, payload, plan: Plan, shapes: Shapes):
@@ -79,8 +68,10 @@ def _padded(x: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def _jax_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> DatasetState:
-    """The JAX sweep (module docstring): the reference."""
+def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> DatasetState:
+    """One chunk's states and gradient share by the JAX sweep (module docstring): a
+    :class:`DatasetState` whose ``derived`` is a :class:`~analysis.stats.Pullback` over
+    ``plan.trainable_names``."""
     with_cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
     run = scorecols.bare(plan)
     arrays, shapes = pad_columns(cols, run)
@@ -110,29 +101,3 @@ def _jax_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> Dat
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,
                         derived=derived)
 
-
-def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
-                   engine: str = "auto", numba_reverse: bool = True) -> DatasetState:
-    """One chunk's states and gradient share: a :class:`DatasetState` whose ``derived``
-    is a :class:`~analysis.stats.Pullback` over ``plan.trainable_names``. ``engine``:
-    ``"auto"`` (the numba pass where it applies, module docstring) or ``"jax"``;
-    ``numba_reverse=False``: the JAX sweep (:class:`analysis.pipeline.backend.Backend`)."""
-    if engine not in ("auto", "jax"):
-        raise ValueError(f"engine must be 'auto' or 'jax', got {engine!r}")
-    why = (fastreverse.why_not(plan, theta, numba_reverse=numba_reverse) if engine == "auto"
-           else "engine=jax asked for")
-    pattern = (plan, tuple(entry is None for entry in payload))  # the states read
-    if why is None:
-        why = _REFUSED.get(pattern)
-    if why is None:
-        out = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
-        if isinstance(out, DatasetState):
-            return out
-        if len(_REFUSED) > 256:  # bounded (each key holds a plan)
-            _REFUSED.clear()
-        why = _REFUSED[pattern] = out  # the same payload pattern: straight to the sweep
-    key = (id(plan), why)
-    if engine == "auto" and key not in _WHY_LOGGED:
-        _WHY_LOGGED.add(key)
-        _log.debug("reverse mode by the JAX sweep, not the numba kernel: %s", why)
-    return _jax_pullback(cols, plan, theta, widths, payload)

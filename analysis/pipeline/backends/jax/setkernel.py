@@ -1,7 +1,7 @@
 """The per-chunk maths of the object-set form (``objects:`` configs; ``plan.sets``).
 
 :func:`chunk_states` returns the same state pytree as
-:func:`analysis.pipeline.kernel.chunk_states` (``selected_sumw``, ``selected_sumw2``, each
+:func:`analysis.pipeline.backends.jax.passes.chunk_states` (``selected_sumw``, ``selected_sumw2``, each
 observable's ``moments``/``comoments``), so accumulation, merging, derivatives,
 reports and the optimiser are shared. Every soft quantity is the exact expectation
 of the hard-cut state (:mod:`analysis.select.objects`):

@@ -10,7 +10,7 @@ collection (:func:`analysis.select.objects.leading`: its weight ``P(the tuple is
 JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest ``k_e``); :func:`values` their values with the expression kinds' own definitions
 (:mod:`analysis.select.functions`, the same JAX functions the JAX kernel runs, eagerly
 on the candidates' columns). Several indexed sets in one expression
-(``muons[0] + bjets[0]``) stay on the JAX kernel (:func:`analysis.pipeline.backends.numba.fastkernel.why_not`).
+(``muons[0] + bjets[0]``) stay on the JAX kernel (no numba rule: :mod:`analysis.pipeline.backends.numba.rules`).
 """
 
 from __future__ import annotations
@@ -43,14 +43,6 @@ def key(node) -> tuple[str, int] | None:
     if node is None or node.kind not in ("index", "call"):
         return None
     return node.slots[0][0], max(r for _, r in node.slots)
-
-
-def why_not(node) -> str | None:
-    """``None`` when the numba kernel computes the indexed ``node``, else the reason."""
-    if len({s for s, _ in node.slots}) > 1:
-        return (f"{node.text!r} indexes several sets (the numba kernel walks one indexed "
-                "set per expression)")
-    return None
 
 
 def _comb(n: np.ndarray, k: int) -> np.ndarray:

@@ -4,7 +4,8 @@
 returns plus the ``histograms`` and ``templates`` groups of
 :func:`analysis.pipeline.backends.jax.histkernel.histogram_states` (the JAX reference: the same
 meaning, the same :class:`~analysis.stats.histogram.Histogram` states and Jacobians),
-for every plan :func:`why_not` accepts: histograms of per-object fields (``S.f``,
+for every plan the numba backend's rules serve
+(:mod:`analysis.pipeline.backends.numba.rules`): histograms of per-object fields (``S.f``,
 ``abs(S.f)``), leading objects (``S[i].f``: one indexed set), per-event branches and
 event sums (``sum(S.f)``, ``count(S)``: :mod:`analysis.pipeline.backends.numba.kernels._numba_esum`, from the
 walk's pattern probabilities and pass tables, ``sumw[b] = sum_events w P(pass, X in b)``),
@@ -33,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from analysis.pipeline.backends.jax.histkernel import factor_values
 from analysis.pipeline.backends.numba import fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo, remember
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
@@ -58,48 +58,18 @@ from analysis.pipeline.backends.numba.kernels import (
     _numba_hist,
 )
 from analysis.pipeline.backends.numba.kernels._numba_sums import yield_sums
+from analysis.pipeline.histplan import factor_values, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.stats.histogram import Histogram
 
-__all__ = ["evaluate_columns", "why_not"]
+__all__ = ["evaluate_columns"]
 
-_KINDS = ("field", "branch", "index", "sum", "count")
 _SUMS = ("sum", "count")
 # Events per block of the walk, about: its outputs are per event and object (no sums),
 # so neither the block size nor which thread walks a block changes a bit; the threads
 # take the blocks one at a time (_fastpool._run_dynamic: blocks of uneven cost even out).
 WALK_BLOCK = 1024
-
-
-def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
-    """``None`` when :func:`evaluate_columns` computes ``plan`` (with histograms) at
-    ``order`` (and ``theta``), else the reason (``--debug`` logs it)."""
-    for r in range(len(plan.regions) + 1):
-        sub = _region_plan(plan, r)
-        why = fastkernel.why_not(sub, order, theta)
-        if why is not None:
-            return why if r == 0 else f"channel region {plan.regions[r - 1].name!r}: {why}"
-        if r and (sub.sets.sets != plan.sets.sets or sub.sets.model.sets != plan.sets.model.sets):
-            return (f"channel region {plan.regions[r - 1].name!r} on other object sets than "
-                    "the selection (the numba histograms walk one set of objects)")
-    rank: dict[str, str] = {}
-    specs = {s.name: s for s in plan.sets.sets}
-    for spec in plan.hists:
-        node = spec.node
-        if node.kind not in _KINDS or (node.kind == "index" and len(node.slots) != 1):
-            return (f"histogram {spec.key!r}: x = {node.text!r} is a {node.kind} expression; "
-                    "the numba kernel fills per-object fields, event sums, one leading "
-                    "object and branches")
-        if node.kind == "index":
-            s = specs[node.slots[0][0]]
-            if rank.setdefault(s.collection, s.rank_by) != s.rank_by:
-                return (f"histogram {spec.key!r}: sets of {s.collection} indexed by two "
-                        "ranking fields (the numba walk takes one order per collection)")
-        if spec.weight is not None and plan.weights[spec.weight].sf is not None:
-            return (f"histogram {spec.key!r}: a per-object scale factor (runs in the JAX "
-                    "kernel)")
-    return None
 
 
 # --- one walk ------------------------------------------------------------------------
@@ -304,9 +274,7 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
     from the walk's pattern probabilities, before the next walk reuses them); per
     collection ``(E,)`` the uncertain objects of each event (the most over the specs).
     More than :data:`analysis.pipeline.backends.numba.kernels._numba_esum.MAX_UNCERTAIN`: the one-line
-    :func:`analysis.pipeline.backends.jax.histkernel.too_many_uncertain`."""
-    from analysis.pipeline.backends.jax.histkernel import too_many_uncertain
-
+    :func:`analysis.pipeline.histplan.too_many_uncertain`."""
     n_ev = int(coff.shape[1] - 1)
     es: dict = {}
     n_unc: dict = {}
@@ -487,13 +455,12 @@ def evaluate_columns(
     uncertain: dict | None = None,
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk with its histogram states, as
-    :func:`analysis.pipeline.kernel.evaluate_chunk` returns them (numpy float64; ``jac``
-    None for ``order=0``); ``plan`` must pass :func:`why_not`. ``fused``, ``value_loop``:
+    :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` returns them (numpy float64; ``jac``
+    None for ``order=0``); ``plan``: one the numba rules serve. ``fused``, ``value_loop``:
     passed to :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns` (its observables).
     ``uncertain`` (a dict, filled in): per collection an event-sum histogram sums over,
     ``(E,)`` the uncertain objects of each event (the most over regions and shifts)."""
-    theta, widths, trainable = _inputs(plan, order, theta, widths, why_not=why_not,
-                                       who="fasthist")
+    theta, widths, trainable = _inputs(plan, order, theta, widths)
     # per shift side, the specs filled from one set of entries: (region, x), its variations
     groups: dict[int | None, dict[tuple, list]] = {None: {}}
     for spec in plan.hists:

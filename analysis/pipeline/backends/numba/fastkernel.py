@@ -1,11 +1,11 @@
 """The pipeline kernel in numba: states and their Jacobian from unpadded columns.
 
 :func:`evaluate_columns` returns the same ``(value, jac)`` pytrees as
-:func:`analysis.pipeline.kernel.evaluate_chunk` (``selected_sumw``, ``selected_sumw2`` and
+:func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` (``selected_sumw``, ``selected_sumw2`` and
 per observable :class:`~analysis.stats.Moments` / :class:`~analysis.stats.CoMoments`;
 Jacobian leaves with a trailing axis over the plan's trainable parameters) directly
-from a chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan that
-:func:`why_not` accepts: ``order <= 1`` and observables of the kinds ``S.f``,
+from a chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan the numba backend's rules serve
+(:mod:`analysis.pipeline.backends.numba.rules`): ``order <= 1`` and observables of the kinds ``S.f``,
 ``abs(S.f)``, per-event branches, ``sum(S.f)``, ``count(S)`` and the indexed
 expressions of one set (``S[i].f``, ``mass(S[0] + S[1] + S[2])``, ``mt(S[0], MET)``:
 :mod:`analysis.pipeline.backends.numba._fastleading`), with any object sets, joint counts over
@@ -68,62 +68,19 @@ from analysis.pipeline.backends.numba.kernels._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 
-__all__ = ["BLOCK", "evaluate_columns", "observable_entries", "selected_weights", "why_not"]
+__all__ = ["BLOCK", "evaluate_columns", "observable_entries", "selected_weights"]
 
 # Events per block: partial sums per block, added in block order (deterministic).
 BLOCK = 4096
-_LINEAR = ("field", "branch", "sum", "count")
-
-
-def why_not(plan: Plan, order: int, theta: Any = None) -> str | None:
-    """``None`` when :func:`evaluate_columns` computes ``plan`` at ``order`` (and at
-    ``theta``, if given), else the reason (``--debug`` logs it)."""
-    if order > 1:
-        return f"derivatives of order {order} (the numba kernel gives Jacobians only)"
-    if plan.hists:
-        return f"histogram {plan.hists[0].key!r} (plans with histograms run in analysis.pipeline.backends.numba.fasthist)"
-    if plan.scores:
-        return f"learned score {plan.scores[0].name!r} (the network runs in the JAX kernel)"
-    if order == 1 and len(plan.trainable) > _numba_dp.LANES - 1:
-        return (f"{len(plan.trainable)} trainable parameters (the numba kernel takes up to "
-                f"{_numba_dp.LANES - 1})")
-    for obs in plan.observables:
-        for node in (obs.x, obs.y):
-            if node is None or node.kind in _LINEAR:
-                continue
-            why = (_fastleading.why_not(node) if node.kind in ("index", "call")
-                   else f"{node.kind} expression {node.text!r}")
-            if why is not None:
-                return f"observable {obs.name!r}: {why}"
-    # The loops know threshold cuts (one side, one threshold) only: a kind that is a
-    # product of them (a window lo < x < hi) runs as those (_fasttables.one_sided), any
-    # other goes to the JAX kernel, never computed as a threshold.
-    for cut in [c for s in plan.sets.sets for c in s.cuts] + list(plan.event_cuts):
-        if one_sided((cut,)) is None:
-            op = getattr(cut, "op", "") or "multi-threshold"
-            return (f"a {op} cut (not a product of threshold cuts: the numba kernel has "
-                    "threshold cuts only)")
-    if theta is not None:
-        theta = np.asarray(theta, dtype=np.float64).reshape(-1)
-        for count, (param, value) in zip(plan.sets.model.counts, plan.sets.thresholds):
-            n = float(theta[param]) if param is not None else float(value)
-            cap = count.cap if count.op in (">=", "<") else count.cap - 1
-            if not n <= cap:
-                return f"count threshold {n} beyond its cap {count.cap} (NaN results)"
-    return None
 
 
 # --- the host side ---------------------------------------------------------------------
 
 
-def _inputs(plan: Plan, order: int, theta: Any, widths: Any, *, why_not=why_not,
-            who: str = "fastkernel") -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+def _inputs(plan: Plan, order: int, theta: Any, widths: Any
+            ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """``(theta, widths, trainable)`` of a numba pass: float64 ``theta`` (flat) and
-    ``widths`` (``plan.n_widths``), the trainable indices (none at ``order=0``); a
-    ``ValueError`` naming ``who`` where ``why_not`` refuses the plan."""
-    why = why_not(plan, order, theta)
-    if why is not None:
-        raise ValueError(f"{who}: {why}")
+    ``widths`` (``plan.n_widths``), the trainable indices (none at ``order=0``)."""
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
     widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
     return theta, widths, (plan.trainable if order >= 1 else ())
@@ -212,7 +169,7 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
 
 def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int,
              threads: int | None, fused: bool = True, value_loop: bool = True) -> _Weights:
-    """Run the loops on one chunk (``plan`` must pass :func:`why_not`); ``fused``,
+    """Run the loops on one chunk (``plan``: one the numba rules serve); ``fused``,
     ``value_loop``: :class:`analysis.pipeline.backend.Backend`'s options of those names."""
     theta, widths, trainable = _inputs(plan, order, theta, widths)
     n_par = len(trainable)
@@ -337,9 +294,9 @@ def evaluate_columns(
     fused: bool = True,
     value_loop: bool = True,
 ) -> tuple[dict, dict | None]:
-    """``(value, jac)`` of one chunk, as :func:`analysis.pipeline.kernel.evaluate_chunk`
-    returns them (numpy float64; ``jac`` None for ``order=0``); ``plan`` must pass
-    :func:`why_not`. ``threads``: see :func:`_threads`; ``fused``, ``value_loop``: which
+    """``(value, jac)`` of one chunk, as :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk`
+    returns them (numpy float64; ``jac`` None for ``order=0``); ``plan``: one the
+    numba rules serve. ``threads``: see :func:`_threads`; ``fused``, ``value_loop``: which
     loops run (:class:`analysis.pipeline.backend.Backend`); the result depends on none."""
     wt = _weights(cols, plan, theta, widths, order=order, threads=threads, fused=fused,
                   value_loop=value_loop)
@@ -410,8 +367,8 @@ def selected_weights(
     cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, threads: int | None = None,
 ) -> np.ndarray:
     """``(E,)`` float64: each event's weight times its probability to pass the selection
-    (``selected_sumw`` is their sum; width 0: the weight or 0). ``plan`` must pass
-    :func:`why_not` at order 0."""
+    (``selected_sumw`` is their sum; width 0: the weight or 0). ``plan``: one the
+    numba rules serve at order 0."""
     wt = _weights(cols, plan, theta, widths, order=0, threads=threads)
     return wt.ev[:, 0] * wt.pe[:, 0]
 
@@ -427,7 +384,7 @@ def observable_entries(
     the event passes))`` for an indexed expression (0 where the weight is 0), per event
     ``(x_e, w_e P(pass))`` for a branch and
     ``(E[X 1_pass] / P(pass), w_e P(pass))`` for ``sum(S.f)``/``count(S)`` (0 where
-    ``P(pass) = 0``). ``plan`` must pass :func:`why_not` at order 0. ``fused``,
+    ``P(pass) = 0``). ``plan``: one the numba rules serve at order 0. ``fused``,
     ``value_loop``: as in :func:`evaluate_columns`."""
     wt = _weights(cols, plan, theta, widths, order=0, threads=threads, fused=fused,
                   value_loop=value_loop)

@@ -20,17 +20,17 @@ One walk per event for any number of parameters (the networks' weights, the cut
 thresholds), plus the chunk's value states (:func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`
 at ``order=0``, on the score columns: :func:`analysis.pipeline.scorecols.bare`).
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
-(:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). :func:`why_not`
-says where it does not apply (more than one object set or collection, histograms, other
-kernels' plans; a payload that reads an observable's moments: their sensitivities are
-not provided) and :mod:`analysis.pipeline.backends.jax.reverse` then runs the JAX sweep.
+(:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
+numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
+(more than one object set or collection, histograms, other kernels' plans; a payload
+that reads an observable's moments: their sensitivities are not provided); the chooser
+then runs the JAX sweep.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -46,48 +46,10 @@ from analysis.pipeline.backends.numba._fasttables import (
 from analysis.pipeline.backends.numba.kernels import _numba_sens
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
-from analysis.pipeline.results import DatasetState
+from analysis.pipeline.results import DatasetState, state_names, yield_cotangents
 from analysis.stats.derive import Pullback
-from analysis.stats.merge import is_state
 
-__all__ = ["chunk_pullback", "chunk_yield_gradients", "why_not", "yield_cotangents"]
-
-_YIELDS = ("selected_sumw", "selected_sumw2")
-
-
-def why_not(plan: Plan, theta: Any = None, *, numba_reverse: bool = True) -> str | None:
-    """``None`` when :func:`chunk_pullback` serves ``plan`` (the payload is checked
-    there: it must read the yields only), else the reason (``--debug`` logs it).
-    ``numba_reverse=False`` (:class:`analysis.pipeline.backend.Backend`'s option) refuses
-    every plan: reverse mode then runs the JAX sweep."""
-    if not numba_reverse:
-        return "the numba reverse pass is switched off (Backend(numba_reverse=False))"
-    run = scorecols.bare(plan)
-    why = fastkernel.why_not(run, 0, theta)
-    if why is not None:
-        return why
-    if not _tables(run).one_set:
-        return "more than one object set or collection (the numba reverse pass has the one-set chain only)"
-    return None
-
-
-def _leaf_names(value: Any) -> list[str]:
-    paths = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_state)[0]
-    return [".".join(str(getattr(k, "key", k)) for k in path) for path, _ in paths]
-
-
-def yield_cotangents(value: Any, payload: list) -> tuple[float, float] | str:
-    """``(a1, a2)``: the cotangents of the yield and its square in ``payload`` (0 for a
-    pruned entry), or the name of the first other state the payload reads."""
-    names = _leaf_names(value)
-    if len(names) != len(payload):
-        return f"{len(payload)} payload entries for {len(names)} states"
-    for name, entry in zip(names, payload, strict=True):
-        if entry is not None and name not in _YIELDS:
-            return name
-    entries = [payload[names.index(n)] for n in _YIELDS]
-    a1, a2 = (0.0 if e is None else float(np.asarray(e[1])) for e in entries)
-    return a1, a2
+__all__ = ["chunk_pullback", "chunk_yield_gradients"]
 
 
 def _soft(x: np.ndarray, cut, theta, widths, absolute: bool = False
@@ -121,17 +83,17 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
             payload: list | None = None, threads: int | None = None):
     """``(value, grads)``: the chunk's value states and ``grads[r] = d(a1_r Y + a2_r Y2)/dtheta``
     over the full parameter vector for each row ``(a1_r, a2_r)`` of ``cots`` ((R, 2));
-    ``payload`` given: ``cots`` from it (one row), or the reason (a ``str``) where it
-    reads more than the yields."""
+    ``payload`` given: ``cots`` from it (one row; it reads the yields only)."""
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
     widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
     run = scorecols.bare(plan)
     cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
     value, _ = fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads)
-    if payload is not None:
-        cot = yield_cotangents(value, payload)
+    if payload is not None:  # one that reads the yields only (the numba rules checked it)
+        cot = yield_cotangents(state_names(run), payload)
         if isinstance(cot, str):
-            return f"the objective reads {cot} (the numba reverse pass has the yields' sensitivities only)"
+            raise ValueError(f"the numba reverse pass has the yields' sensitivities only; "
+                             f"the objective reads {cot}")
         cots = [cot]
     cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
     n_rows = cots.shape[0]
@@ -198,15 +160,11 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
 
 
 def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payload: list, *,
-                   threads: int | None = None) -> DatasetState | str:
+                   threads: int | None = None) -> DatasetState:
     """One chunk's states and gradient share (module docstring), as
-    :func:`analysis.pipeline.backends.jax.reverse.chunk_pullback` returns them; ``plan`` must pass
-    :func:`why_not`. A payload that reads more than the yields gives the reason (a
-    ``str``) instead: the caller runs the JAX sweep."""
-    out = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads)
-    if isinstance(out, str):
-        return out
-    value, grad = out
+    :func:`analysis.pipeline.backends.jax.reverse.chunk_pullback` returns them, for a
+    plan and a payload the numba rules serve (the payload reads the yields only)."""
+    value, grad = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,
                         derived=Pullback(plan.trainable_names, value, grad[0]))
 
@@ -216,7 +174,7 @@ def chunk_yield_gradients(cols: ChunkColumns, plan: Plan, theta: Any, widths: An
                           threads: int | None = None) -> DatasetState:
     """One chunk's value states and the gradients of its two yields: ``derived`` a
     :class:`~analysis.stats.Pullback` whose ``grad`` is ``(2, P)``, ``[dY_c/dtheta,
-    dY2_c/dtheta]`` over ``plan.trainable_names`` (``plan`` must pass :func:`why_not`).
+    dY2_c/dtheta]`` over ``plan.trainable_names`` (``plan``: one the numba rules serve).
     The chunks' rows add (``Y = sum_c Y_c``): with the merged yields' cotangents
     ``(a1, a2)``, ``a1 grad[0] + a2 grad[1]`` is ``dL/dtheta``, exactly, from this one
     pass (no second pass: :func:`analysis.optimize.reverse.reverse_objective`). ``rows``:

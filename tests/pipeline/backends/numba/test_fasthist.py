@@ -21,9 +21,10 @@ import pytest
 
 from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
+from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.numba import fasthist
-from analysis.pipeline.kernel import chunk_state
 from tests.chunked_helpers import NANOAOD_WARNINGS
+from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastkernel import assert_close, make_plan, synthetic
 
 pytestmark = NANOAOD_WARNINGS
@@ -112,9 +113,9 @@ def assert_trees_close(ref, got, what: str) -> None:
 
 
 def compare(plan, cols, theta, widths, *, order: int = 1):
-    assert fasthist.why_not(plan, order, theta) is None
-    fast = chunk_state(cols, plan, theta, widths, order=order, engine="numba")
-    ref = chunk_state(cols, plan, theta, widths, order=order, engine="jax")
+    assert numba_refusal(plan, order, theta) is None
+    fast = chunk_state(cols, plan, theta, widths, order=order, backend="numba")
+    ref = chunk_state(cols, plan, theta, widths, order=order, backend="jax")
     assert_trees_close(ref.derived.value, fast.derived.value, "value")
     if order:
         assert_trees_close(ref.derived.jac, fast.derived.jac, "jacobian")
@@ -248,18 +249,18 @@ def test_tiny_and_empty_chunks(n):
 def test_independent_of_thread_count():
     plan, theta, widths = setup()
     cols = columns(3 * 4096 // 2 + 5, plan, seed=3)
-    one = chunk_state(cols, plan, theta, widths, engine="numba", threads=1)
-    three = chunk_state(cols, plan, theta, widths, engine="numba", threads=3)
+    one = chunk_state(cols, plan, theta, widths, backend="numba", threads=1)
+    three = chunk_state(cols, plan, theta, widths, backend="numba", threads=3)
     for a, b in zip(jax.tree_util.tree_leaves((one.derived.value, one.derived.jac)),
                     jax.tree_util.tree_leaves((three.derived.value, three.derived.jac)),
                     strict=True):
         assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_why_not_names_what_goes_to_the_jax_kernel():
+def test_the_rules_name_what_goes_to_the_jax_kernel():
     plan, theta, _ = setup()
-    assert fasthist.why_not(plan, 1, theta) is None
-    assert "order 2" in fasthist.why_not(plan, 2, theta)
+    assert numba_refusal(plan, 1, theta) is None
+    assert "derivatives of order 2" in numba_refusal(plan, 2, theta)
     for x in ("sum(jets.pt)", "count(bjets)", "sum(jets.eta)"):  # event sums: served
         cfg = copy.deepcopy(CONFIG)
         cfg["histograms"].append({"name": "extra", "x": x, "edges": EDGES})
@@ -267,8 +268,8 @@ def test_why_not_names_what_goes_to_the_jax_kernel():
             p, t, _ = make_plan(cfg)
         except Exception:
             continue
-        assert fasthist.why_not(p, 1, t) is None, x
-    for x, words in [("mass(jets[0] + jets[1])", "call expression"),
+        assert numba_refusal(p, 1, t) is None, x
+    for x, words in [("mass(jets[0] + jets[1])", "no numba rule for histograms of kind 'call'"),
                      ("jets[0].pt + muons[0].pt", "")]:
         cfg = copy.deepcopy(CONFIG)
         cfg["histograms"].append({"name": "extra", "x": x, "edges": EDGES})
@@ -276,12 +277,12 @@ def test_why_not_names_what_goes_to_the_jax_kernel():
             p, t, _ = make_plan(cfg)
         except Exception:  # an expression the config refuses is not this test's business
             continue
-        why = fasthist.why_not(p, 1, t)
+        why = numba_refusal(p, 1, t)
         assert why is not None and "extra" in why and words in why, (x, why)
     cfg = copy.deepcopy(CONFIG)
     cfg["objects"]["bjets"]["rank_by"] = "btagDeepFlavB"  # jets[0] and bjets[0]: two orders
     p, t, _ = make_plan(cfg)
-    assert "two ranking fields" in fasthist.why_not(p, 1, t)
+    assert "two ranking fields" in numba_refusal(p, 1, t)
 
 
 # --- against enumeration, through the Evaluator ------------------------------------------
@@ -299,7 +300,7 @@ def test_numba_histograms_against_enumeration() -> None:
     cfg["likelihood"] = {"channels": {"sr": {"histogram": "lead"}}}
     ref = reference()
     with Evaluator(config_from_dict(cfg)) as evaluator:
-        assert fasthist.why_not(evaluator.plan, 1) is None
+        assert numba_refusal(evaluator.plan, 1) is None
         value = evaluator.run(PARAMS, order=1)["dy"].derived.value
     for name in ("lead", "jpt", "met"):
         h = value["histograms"][name]

@@ -1,6 +1,6 @@
 """The numba kernel (``analysis.pipeline.backends.numba.fastkernel``) against the JAX kernel and finite differences.
 
-- Values and Jacobians equal the JAX kernel's (``analysis.pipeline.kernel.evaluate_chunk``, the
+- Values and Jacobians equal the JAX kernel's (``analysis.pipeline.backends.jax.passes.evaluate_chunk``, the
   reference, itself checked against exact enumeration in
   ``tests/pipeline/test_object_sets_enumeration.py``) to 1e-12, relative to each leaf's
   (Jacobian row's) largest entry, over a matrix of plan features: every cut op,
@@ -34,15 +34,17 @@ import pytest
 import yaml
 
 from analysis.config.loader import config_from_dict
+from analysis.pipeline.backend import chunk_state, run_once
+from analysis.pipeline.backends.jax.passes import evaluate_chunk
 from analysis.pipeline.backends.numba import _fasttables, fastkernel
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_one
-from analysis.pipeline.kernel import chunk_state, evaluate_chunk
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths
+from analysis.pipeline.request import Request
 from analysis.select.objects import soft_pass
 from analysis.stats import CoMoments, Moments
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns
-from tests.conftest import central_difference
+from tests.conftest import central_difference, numba_refusal
 
 REPO = Path(__file__).resolve().parents[4]
 RTOL = 1e-12
@@ -238,7 +240,7 @@ def sets_config(*, width: float = 1.0) -> dict:
 @pytest.mark.parametrize("width", [0.0, 1.0])
 def test_several_sets_and_joint_counts(width):
     plan, theta, widths = make_plan(sets_config(width=width))
-    assert fastkernel.why_not(plan, 1) is None
+    assert numba_refusal(plan, 1) is None
     theta[plan.param_names.index("n")] = 2.3
     value, jac = compare(plan, synthetic(900, seed=4, ties=width == 0.0, big=12), theta, widths)
     assert 0 < value["selected_sumw2"]
@@ -313,7 +315,7 @@ def test_chunk_state_routes_and_engine_jax():
     plan, theta, widths = features()
     cols = synthetic(300, seed=9, big=7)
     fast = chunk_state(cols, plan, theta, widths)
-    ref = chunk_state(cols, plan, theta, widths, engine="jax")
+    ref = chunk_state(cols, plan, theta, widths, backend="jax")
     v, _ = fastkernel.evaluate_columns(cols, plan, theta, widths)
     # The default engine is the numba kernel: bit for bit its value.
     assert float(fast.derived.value["selected_sumw"]) == float(v["selected_sumw"])
@@ -321,10 +323,10 @@ def test_chunk_state_routes_and_engine_jax():
     assert_close(ref.derived.jac, fast.derived.jac, RTOL, "chunk_state jacobian")
     hess = chunk_state(cols, plan, theta, widths, order=2)  # Hessians: the JAX kernel
     assert hess.derived.hess is not None
-    with pytest.raises(ValueError, match="engine"):
-        chunk_state(cols, plan, theta, widths, engine="cuda")
+    with pytest.raises(ValueError, match="backend must be one of auto, numba, jax"):
+        chunk_state(cols, plan, theta, widths, backend="cuda")
     with pytest.raises(ValueError, match="order 2"):
-        chunk_state(cols, plan, theta, widths, order=2, engine="numba")
+        chunk_state(cols, plan, theta, widths, order=2, backend="numba")
 
 
 def test_independent_of_thread_count(monkeypatch):
@@ -380,14 +382,15 @@ def test_thread_count_follows_numba_then_the_environment_then_the_argument(monke
     assert fastkernel._threads(1) == 1
 
 
-def test_why_not_names_the_reason():
+def test_the_rules_name_the_reason():
     plan, theta, _ = make_plan(sets_config())
-    assert "order 2" in fastkernel.why_not(plan, 2)
+    assert "this pass: no numba rule for derivatives of order 2 (rules for: 0, 1)" == (
+        numba_refusal(plan, 2))
     cfg = sets_config()
     cfg["observables"].append({"name": "lead", "x": "jets[0].pt", "stats": ["mean"]})
-    assert fastkernel.why_not(make_plan(cfg)[0], 1) is None  # one indexed set: served
+    assert numba_refusal(make_plan(cfg)[0], 1) is None  # one indexed set: served
     cfg["observables"][-1]["x"] = "mass(jets[0] + muons[0])"
-    assert "'mass(jets[0] + muons[0])' indexes several sets" in fastkernel.why_not(
+    assert "'mass(jets[0] + muons[0])' indexes several sets" in numba_refusal(
         make_plan(cfg)[0], 1)
     # a cut kind the loops do not know (a window lo < x < hi) is refused, never computed
     # as a threshold cut
@@ -398,9 +401,9 @@ def test_why_not_names_the_reason():
     spec = dataclasses.replace(plan.sets.sets[0], cuts=(window,))
     other = dataclasses.replace(plan, sets=dataclasses.replace(
         plan.sets, sets=(spec,) + plan.sets.sets[1:]))
-    assert "a in cut" in fastkernel.why_not(other, 1)
+    assert "a in cut: no numba rule for cut kind 'in'" in numba_refusal(other, 1)
     theta[plan.param_names.index("n")] = 9.0  # beyond the cap set by the bounds
-    assert "beyond its cap" in fastkernel.why_not(plan, 1, theta)
+    assert "beyond its cap" in numba_refusal(plan, 1, theta)
 
 
 @pytest.mark.parametrize("width", [0.0, 0.7])
@@ -511,7 +514,7 @@ def test_observable_entries_equal_the_jax_kernels(one_set):
     # Histogram entries (x, soft weight) of every observable kind the numba kernel serves
     # (a field, |field|, a branch, |branch|, sum, count) against the JAX kernel's, 1e-12,
     # in the general loops and in the fused one-set loop.
-    from analysis.pipeline import kernel
+    from analysis.pipeline.backends.jax import passes as kernel
 
     cfg = (one_set_config if one_set else features_config)(width=1.0, inverted=False)
     cfg["observables"] += [{"name": "aeta", "x": "abs(Jet.eta)", "stats": ["mean"]},
@@ -519,7 +522,9 @@ def test_observable_entries_equal_the_jax_kernels(one_set):
     plan, theta, widths = make_plan(cfg)
     cols = synthetic(500, seed=21, big=11)
     for index, obs in enumerate(plan.observables):
-        x, w = kernel.observable_entries(cols, plan, theta, widths, index)
+        request = Request(theta, widths, order=0, entries=index)
+        assert numba_refusal(plan, 0, theta, entries=index) is None
+        x, w = run_once(cols, plan, request, backend="numba")
         arrays, shapes = pad_columns(cols, plan)
         xr, wr = (np.asarray(a) for a in kernel._entries(
             theta, widths, arrays, plan, shapes, index))

@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.pipeline import kernel
+from analysis.pipeline.backend import chunk_state
+from analysis.pipeline.backends.jax import passes as kernel
 from analysis.pipeline.backends.numba import _fastleading, fastkernel
-from analysis.pipeline.kernel import chunk_state
 from analysis.pipeline.layout import ChunkColumns
 from analysis.select.objects import ObjectCapError
-from tests.conftest import central_difference
+from tests.conftest import central_difference, numba_refusal
 from tests.pipeline.backends.numba.test_fastkernel import REPO, compare, make_plan, sets_config
 
 OBSERVABLES = [
@@ -76,7 +76,7 @@ def plan_and_columns():
 @pytest.mark.parametrize("hard", [False, True])
 def test_indexed_observables_equal_the_jax_kernels(hard):
     plan, theta, widths = plan_and_columns()
-    assert fastkernel.why_not(plan, 1) is None
+    assert numba_refusal(plan, 1) is None
     # hard: every width 0, values on a grid so that some equal the thresholds exactly
     value, jac = compare(plan, columns(600, seed=2, ties=hard), theta, widths * (not hard))
     d = jac["observables"]["m3j"]["moments"].sumw
@@ -145,7 +145,7 @@ def test_jacobian_vs_finite_differences():
 def test_two_indexed_sets_stay_on_the_jax_kernel():
     obs = [{"name": "mb", "x": "mass(jets[0] + bjets[0])", "stats": ["mean"]}]
     plan, _, _ = make_plan(config(width=1.0, observables=obs))
-    why = fastkernel.why_not(plan, 1)
+    why = numba_refusal(plan, 1)
     assert why is not None and "indexes several sets" in why and "mass(jets[0] + bjets[0])" in why
 
 
@@ -164,7 +164,7 @@ def test_uncapped_collection_refuses_too_many_tuples_as_the_jax_kernel():
     msgs = []
     for engine in ("auto", "jax"):
         with pytest.raises(ObjectCapError) as err:
-            chunk_state(cols, plan, theta, widths, order=1, engine=engine)
+            chunk_state(cols, plan, theta, widths, order=1, backend=engine)
         msgs.append(str(err.value))
     assert msgs[0] == msgs[1]
     assert "4495 candidate tuples per event (objects that can pass per event Jet: 31)" in msgs[0]
@@ -179,7 +179,7 @@ def test_agc_v12_config_on_its_real_file(shared_data):
 
     config = load_config(REPO / "configs" / "agc_ttbar_v12.yaml")
     plan = build_plan(config)
-    assert fastkernel.why_not(plan, 1) is None
+    assert numba_refusal(plan, 1) is None
     theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
     widths = np.array(initial_widths(config), np.float64)
     cols = read_columns(shared_data / "nano_tt_v12.root", plan, "genWeight")

@@ -18,6 +18,7 @@ from analysis.optimize.reverse import reverse_objective
 from analysis.pipeline.backend import Backend
 from analysis.pipeline.backends.numba import fastreverse
 from analysis.pipeline.backends.numba.kernels import _numba_sens
+from tests.conftest import numba_refusal
 from tests.optimize import test_score_reverse
 from tests.optimize.test_score_reverse import _config
 from tests.reference.enumeration import configurations
@@ -161,7 +162,7 @@ def test_an_objective_reading_an_observable_takes_the_jax_sweep(caplog) -> None:
     data["objective"]["terms"].append(
         {"type": "target", "stat": "tt.ht.mean", "value": 300.0, "weight": 1e-4})
     cfg = config_from_dict(data)
-    with Evaluator(cfg) as ev, caplog.at_level(logging.DEBUG, logger="analysis.pipeline.backends.jax.reverse"):
+    with Evaluator(cfg) as ev, caplog.at_level(logging.DEBUG, logger="analysis.pipeline.backend"):
         obj = Objective(cfg, ev.plan)
         res = reverse_objective(obj, ev, None, None)
         assert obj._one_pass is False  # two passes from now on
@@ -183,12 +184,14 @@ def test_yield_gradients_of_a_dataset_without_chunks_are_zeros() -> None:
                                float(full["tt"].derived.value["selected_sumw"]), rtol=1e-14)
 
 
-def test_why_not_names_what_the_numba_pass_does_not_serve() -> None:
+def test_the_rules_name_what_the_numba_pass_does_not_serve() -> None:
     from tests.pipeline.backends.numba.test_fastkernel import make_plan, sets_config
 
     plan, theta, _ = make_plan(sets_config())
-    assert "more than one object set or collection" in fastreverse.why_not(plan, theta)
+    assert "more than one object set or collection" in numba_refusal(
+        plan, 0, theta, yield_rows=(True, True))
     cfg = config_from_dict(_config(100_000))
     with Evaluator(cfg) as ev:
-        assert fastreverse.why_not(ev.plan) is None
-        assert "switched off" in fastreverse.why_not(ev.plan, numba_reverse=False)
+        assert numba_refusal(ev.plan, 0, yield_rows=(True, True)) is None
+        assert "switched off" in numba_refusal(ev.plan, 0, yield_rows=(True, True),
+                                               backend=Backend(numba_reverse=False))

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.numba._fasttables import _targets
 from analysis.pipeline.backends.numba.kernels import _numba_esum
-from analysis.pipeline.kernel import chunk_state
 from analysis.select._recursions import _pass_table, _pattern_probs
 from analysis.select.subsets import sum_bins
 from tests.pipeline.backends.numba.test_fasthist import CONFIG, columns, compare
@@ -135,5 +135,5 @@ def test_plans_with_event_sums_against_the_jax_kernel(hard: bool) -> None:
     cols = columns(96, plan, seed=5)
     compare(plan, cols, theta, widths, order=1)
     # soft: up to 7 uncertain jets (one event meets in the middle); hard: none
-    state = chunk_state(cols, plan, theta, widths, order=0, engine="numba")
+    state = chunk_state(cols, plan, theta, widths, order=0, backend="numba")
     assert state.enumeration == (96, 0, 0 if hard else 7)

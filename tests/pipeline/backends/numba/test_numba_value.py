@@ -8,9 +8,9 @@ import jax
 import numpy as np
 import pytest
 
+from analysis.pipeline.backends.jax.passes import evaluate_chunk
 from analysis.pipeline.backends.numba import fastkernel
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_value
-from analysis.pipeline.kernel import evaluate_chunk
 from analysis.pipeline.layout import pad_columns
 from tests.pipeline.backends.numba.test_fastkernel import (
     RTOL,

@@ -1,4 +1,4 @@
-"""The per-chunk maths: soft selection, then mergeable states, with derivatives.
+"""The JAX backend's passes: soft selection, then mergeable states, with derivatives.
 
 ``chunk_states(theta, widths, arrays, plan, shapes)`` is a pure JAX function of
 the full parameter vector ``theta`` and the cut ``widths``
@@ -8,16 +8,10 @@ expectation of the hard-cut state). It returns a pytree of mergeable states (yie
 :func:`evaluate_chunk` jit-compiles it together with its Jacobian (``jacfwd``: few
 parameters, many outputs) and optionally Hessian with respect to the trainable
 parameters; it is defined at module level so that each worker compiles it once per
-bucket shape, not once per chunk.
-
-:func:`chunk_state` (what the processor and the driver call) runs the numba kernel
-:mod:`analysis.pipeline.backends.numba.fastkernel` instead wherever it applies
-(:func:`analysis.pipeline.backends.numba.fastkernel.why_not` says where not: Hessians, expressions
-of several indexed sets such as ``mass(jets[0] + bjets[0])``; plans with histograms: :mod:`analysis.pipeline.backends.numba.fasthist`, whose
-``why_not`` also refuses 4-vector histograms and per-object scale factors; it computes
-event-sum histograms with :mod:`analysis.pipeline.backends.numba.kernels._numba_esum`); this module's JAX kernel is the reference and computes everything else,
-grid scans and histogram entries. Both compute one plan; the
-choice depends on what the plan needs, never on which YAML form was written.
+bucket shape, not once per chunk. :func:`chunk_state`, :func:`grid_state`,
+:func:`observable_entries` and :func:`selected_weights` are the passes of
+:class:`analysis.pipeline.backends.jax.backend.JaxBackend` on one chunk's columns
+(padded to bucket shapes: :func:`analysis.pipeline.layout.pad_columns`).
 
 Widths are traced inputs, so annealing them to zero does not recompile.
 """
@@ -25,39 +19,34 @@ Widths are traced inputs, so annealing them to zero does not recompile.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline import scorecols
 from analysis.pipeline.backends.jax import histkernel, setkernel
-from analysis.pipeline.backends.numba import fasthist, fastkernel
+from analysis.pipeline.histplan import event_sum_collections, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns, Shapes, bucket, pad_columns
 from analysis.pipeline.plan import Plan
-from analysis.pipeline.results import DatasetState
-from analysis.select.subsets import EXPENSIVE_ABOVE, MAX_UNCERTAIN
+from analysis.pipeline.results import DatasetState, enumeration_counts
+from analysis.select.subsets import MAX_UNCERTAIN
 from analysis.stats.derive import value_and_derivatives
 
 __all__ = [
-    "chunk_state",
+    "MIN_GROUP",
+    "WIDTH_STEP",
     "candidate_shapes",
+    "chunk_state",
     "chunk_states",
-    "enumeration_counts",
     "enumeration_shapes",
     "evaluate_chunk",
     "evaluate_chunk_grid",
     "grid_state",
-    "log_enumeration",
-    "numba_why_not",
     "observable_entries",
-    "uncertain_per_event",
     "selected_weights",
+    "uncertain_per_event",
 ]
-
-_log = logging.getLogger("analysis.pipeline.kernel")
 
 
 def chunk_states(theta, widths, arrays, plan: Plan, shapes: Shapes):
@@ -70,17 +59,9 @@ def _entries(theta, widths, arrays, plan: Plan, shapes: Shapes, index: int):
     return setkernel.observable_entries(theta, widths, arrays, plan, shapes, index)
 
 
-def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int, *,
-                       engine: str = "auto", fused: bool = True, value_loop: bool = True):
-    """Values and soft weights of observable ``index`` in one chunk (numpy; for histograms):
-    from the numba kernel where it serves the plan (value only), else the JAX kernel
-    (``engine="jax"``: always the JAX kernel). ``fused``, ``value_loop``: the numba
-    kernel's loops (:class:`analysis.pipeline.backend.Backend`; results do not depend on them)."""
-    if engine != "jax" and fastkernel.why_not(plan, 0, theta) is None:
-        x, w = fastkernel.observable_entries(cols, plan, theta, widths, index, fused=fused,
-                                             value_loop=value_loop)
-        keep = w != 0  # fully rejected entries
-        return x[keep], w[keep]
+def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int):
+    """Values and soft weights of observable ``index`` in one chunk (numpy; for
+    histograms), entries of weight 0 (padding, fully rejected) left out."""
     arrays, shapes = pad_columns(cols, plan)
     shapes = candidate_shapes(cols, plan, theta, widths, arrays, shapes)
     x, w = _entries(
@@ -101,13 +82,9 @@ def _selected(theta, widths, arrays, plan: Plan, shapes: Shapes):
     return setkernel.selected_weights(theta, widths, arrays, plan, shapes)
 
 
-def selected_weights(cols: ChunkColumns, plan: Plan, theta, widths, *,
-                     threads: int | None = None) -> np.ndarray:
+def selected_weights(cols: ChunkColumns, plan: Plan, theta, widths) -> np.ndarray:
     """``(E,)`` float64: each event's weight times its probability to pass the selection
-    (their sum is ``selected_sumw``): from the numba kernel where it serves the plan,
-    else the JAX kernel (learned scores, object sets)."""
-    if fastkernel.why_not(plan, 0, theta) is None:
-        return fastkernel.selected_weights(cols, plan, theta, widths, threads=threads)
+    (their sum is ``selected_sumw``)."""
     arrays, shapes = pad_columns(cols, plan)
     w = _selected(jnp.asarray(theta, dtype=jnp.float64),
                   jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
@@ -189,7 +166,7 @@ def uncertain_per_event(cols: ChunkColumns, plan: Plan, theta, widths, arrays=No
     histograms' regions, shifts and scale factors) at ``theta`` and ``widths``
     (:func:`analysis.select.subsets.uncertain_mask`); ``arrays``, ``shapes``: the
     chunk's :func:`analysis.pipeline.layout.pad_columns` (made when None)."""
-    if not histkernel.event_sum_collections(plan):
+    if not event_sum_collections(plan):
         return {}
     if arrays is None or shapes is None:
         arrays, shapes = pad_columns(cols, plan)
@@ -252,7 +229,7 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
     :attr:`analysis.pipeline.results.DatasetState.enumeration` (None: no such
     histogram). More than :data:`analysis.select.subsets.MAX_UNCERTAIN` in an event:
     :class:`~analysis.errors.InputError` naming the event, the number and what to change."""
-    colls = histkernel.event_sum_collections(plan)
+    colls = event_sum_collections(plan)
     if not colls:
         return arrays, shapes, None
     counts = uncertain_per_event(cols, plan, theta, widths, arrays, shapes)
@@ -266,7 +243,7 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
         if top > MAX_UNCERTAIN:
             spec = next(h for h in plan.hists if h.node.kind in ("sum", "count")
                         and plan.sets.collection_of(h.node.head) == c)
-            raise histkernel.too_many_uncertain(spec, c, int(np.argmax(n)), top)
+            raise too_many_uncertain(spec, c, int(np.argmax(n)), top)
         need = np.minimum(axis[c], -(-n // WIDTH_STEP) * WIDTH_STEP)
         groups, index = [], []
         for w in np.unique(need):
@@ -283,112 +260,11 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
             enumeration_counts(counts, n_ev))
 
 
-def enumeration_counts(uncertain: dict, n_events: int) -> tuple[int, int, int]:
-    """:attr:`~analysis.pipeline.results.DatasetState.enumeration` of a chunk of
-    ``n_events`` from the uncertain objects per event of each collection (``uncertain``:
-    ``{collection: (E,) int}``): ``(events, events with more than EXPENSIVE_ABOVE in a
-    collection, the most in an event)``."""
-    expensive = np.zeros(n_events, dtype=bool)
-    largest = 0
-    for n in uncertain.values():
-        expensive |= np.asarray(n) > EXPENSIVE_ABOVE
-        largest = max(largest, int(np.max(n, initial=0)))
-    return n_events, int(expensive.sum()), largest
-
-
-def log_enumeration(states) -> None:
-    """The ``--debug`` line of a pass's event-sum enumeration (``states``: the pass's
-    :class:`~analysis.pipeline.results.DatasetState` per dataset; nothing without one)."""
-    counts = [s.enumeration for s in states.values()
-              if getattr(s, "enumeration", None) is not None]
-    if not counts:
-        return
-    events = sum(c[0] for c in counts)
-    expensive = sum(c[1] for c in counts)
-    largest = max(c[2] for c in counts)
-    _log.debug("event-sum histograms: %d of %d events had more than %d uncertain objects; "
-               "at most %d uncertain objects in an event", expensive, events,
-               EXPENSIVE_ABOVE, largest)
-
-
-_WHY_LOGGED: set[tuple[int, str]] = set()
-
-
-def _numba_host(plan: Plan):
-    """The numba kernel's host module for ``plan``: histograms have their own."""
-    return fasthist if plan.hists else fastkernel
-
-
-def numba_why_not(plan: Plan, order: int, theta=None) -> str | None:
-    """``None`` when the numba kernel computes ``plan`` at ``order`` (and ``theta``):
-    :func:`analysis.pipeline.backends.numba.fasthist.why_not` for plans with histograms (their own numba
-    host side), :func:`analysis.pipeline.backends.numba.fastkernel.why_not` otherwise; else the reason.
-    (:func:`chunk_state` asks it of the plan without its learned scores at ``order=0``.)"""
-    return _numba_host(plan).why_not(plan, order, theta)
-
-
-def chunk_state(
-    cols: ChunkColumns,
-    plan: Plan,
-    theta,
-    widths,
-    *,
-    order: int = 1,
-    engine: str = "auto",
-    threads: int | None = None,
-    scores_on_numba: bool = True,
-    fused: bool = True,
-    value_loop: bool = True,
-) -> DatasetState:
-    """Evaluate one chunk's columns into a :class:`DatasetState` (shared with tests and the driver).
-
-    Its states carry their derivatives as a :class:`analysis.stats.Derived` w.r.t. the
-    plan's trainable parameters. ``engine="auto"`` runs the numba kernel
-    (:func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`: unpadded columns, forward-mode
-    derivatives) where it applies (:func:`analysis.pipeline.backends.numba.fastkernel.why_not` is
-    ``None``; otherwise the reason is logged once at debug level) and the JAX kernel
-    otherwise; ``engine="jax"`` forces the JAX kernel (the reference:
-    ``value_and_derivatives`` inside this module's jit), ``engine="numba"`` the numba one.
-    Plans with histograms run :func:`analysis.pipeline.backends.numba.fasthist.evaluate_columns`
-    where :func:`analysis.pipeline.backends.numba.fasthist.why_not` accepts them.
-    Plans with learned scores run there too at ``order=0``: each network once on the
-    chunk's real rows, its column then a field of the plan without scores
-    (:func:`analysis.pipeline.scorecols.score_columns`); their Jacobians (the weights)
-    stay on the JAX kernel (reverse mode: :mod:`analysis.pipeline.backends.numba.fastreverse`).
-    ``threads``: the numba kernel's threads (default: the cores; see
-    :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`); the result does not depend on it.
-    ``scores_on_numba``, ``fused``, ``value_loop``: the options of those names of
-    :class:`analysis.pipeline.backend.Backend` (which kernel or loop runs; the result
-    does not depend on them).
-    """
-    if engine not in ("auto", "jax", "numba"):
-        raise ValueError(f"engine must be 'auto', 'jax' or 'numba', got {engine!r}")
-    run = plan
-    if plan.scores and order == 0 and engine != "jax" and scores_on_numba:
-        # values only: the networks once on the real rows, their columns as fields
-        run = scorecols.bare(plan)
-    why = numba_why_not(run, order, theta) if engine != "jax" else "engine=jax asked for"
-    if why is None:
-        if run is not plan:
-            cols = scorecols.score_columns(cols, plan, theta)
-        extra: dict = {}
-        sums = bool(run.hists) and bool(histkernel.event_sum_collections(run))
-        if sums:
-            extra["uncertain"] = uncertain = {}
-        value, jac = _numba_host(run).evaluate_columns(cols, run, theta, widths, order=order,
-                                                       threads=threads, fused=fused,
-                                                       value_loop=value_loop, **extra)
-        return DatasetState.from_chunk(
-            value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
-            names=plan.trainable_names,
-            enumeration=enumeration_counts(uncertain, int(cols.n_events)) if sums else None,
-        )
-    if engine == "numba":
-        raise ValueError(f"the numba kernel cannot compute this plan: {why}")
-    key = (id(plan), why)
-    if engine == "auto" and key not in _WHY_LOGGED:
-        _WHY_LOGGED.add(key)
-        _log.debug("JAX kernel, not the numba kernel: %s", why)
+def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *,
+                order: int = 1) -> DatasetState:
+    """One chunk's :class:`DatasetState`: its states with their Jacobian (``order=1``)
+    and Hessian (``order=2``) w.r.t. the plan's trainable parameters (the reference:
+    ``value_and_derivatives`` inside :func:`evaluate_chunk`'s jit)."""
     arrays, shapes = pad_columns(cols, plan)
     arrays, shapes, enumerated = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
     shapes = candidate_shapes(cols, plan, theta, widths, arrays, shapes)
@@ -410,7 +286,7 @@ def grid_state(cols: ChunkColumns, plan: Plan, thetas, widths=None) -> DatasetSt
     arrays, shapes = pad_columns(cols, plan)
     # width 0: every pass probability is 0 or 1, no object of an event sum is uncertain
     shapes = dataclasses.replace(
-        shapes, uncertain=tuple((c, 0) for c in histkernel.event_sum_collections(plan)))
+        shapes, uncertain=tuple((c, 0) for c in event_sum_collections(plan)))
     shapes = candidate_shapes(cols, plan, thetas, np.zeros(plan.n_widths), arrays, shapes)
     value = evaluate_chunk_grid(thetas, np.zeros(plan.n_widths), arrays, plan, shapes)
     return DatasetState.from_chunk(

@@ -1,0 +1,86 @@
+"""The JAX backend (:class:`JaxBackend`): the reference, on whatever device JAX sees.
+
+It serves every plan and every request but one: yield gradients in one pass (the
+numba backend's reverse pass gives them; the JAX way is the pullback's second pass).
+Its passes: :mod:`analysis.pipeline.backends.jax.passes` (states, grids, entries,
+selected weights) and :mod:`analysis.pipeline.backends.jax.reverse` (the pullback), each
+run on the backend's device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.pipeline.backends.jax import passes, reverse
+from analysis.pipeline.engine import Prepared
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
+from analysis.pipeline.request import Request
+
+__all__ = ["JaxBackend", "jax_devices"]
+
+
+def jax_devices(kind: str) -> list:
+    """The JAX devices of ``kind`` (``"cpu"``, ``"gpu"``) this process sees; empty where
+    JAX has no backend for it (a CPU-only JAX build asked for a GPU)."""
+    import jax
+
+    try:
+        return list(jax.devices(kind))
+    except RuntimeError:
+        return []
+
+
+@dataclass(frozen=True)
+class JaxBackend:
+    """The JAX kernels on ``device`` (``"cpu"`` or ``"gpu"``)."""
+
+    device: str = "cpu"
+    name: str = "jax"
+
+    def supports(self, plan: Plan, request: Request) -> str | None:
+        """``None``, or why not: yield gradients in one pass only."""
+        if request.kind == "yield_gradients":
+            return ("yield gradients in one pass (the JAX backend computes the gradient "
+                    "by reverse mode's second pass)")
+        return None
+
+    def prepare(self, plan: Plan, request: Request) -> Prepared:
+        """Nothing to prepare: the jit caches per plan and bucket shape."""
+        return Prepared(self, plan, request)
+
+    def jax_device(self):
+        """The JAX device the passes run on; ``ValueError`` (one line) when JAX sees none."""
+        import jax
+
+        found = jax_devices(self.device)
+        if not found:
+            seen = ", ".join(sorted({d.platform for d in jax.devices()}))
+            raise ValueError(f"device '{self.device}' asked for, but JAX sees none on this "
+                             f"machine (it sees: {seen}); install a JAX build for it or use "
+                             "device 'cpu'")
+        return found[0]
+
+    def run(self, prepared: Prepared, columns: ChunkColumns, *,
+            threads: int | None = None) -> Any:
+        """One chunk's output of ``prepared`` (:mod:`analysis.pipeline.engine`), computed on
+        :meth:`jax_device`; ``threads`` is not used (XLA has its own)."""
+        import jax
+
+        plan, req = prepared.plan, prepared.request
+        with jax.default_device(self.jax_device()):
+            kind = req.kind
+            if kind == "states":
+                return passes.chunk_state(columns, plan, req.theta, req.widths, order=req.order)
+            if kind == "grid":
+                return passes.grid_state(columns, plan, req.theta, req.widths)
+            if kind == "pullback":
+                return reverse.chunk_pullback(columns, plan, req.theta, req.widths,
+                                              req.pullback)
+            if kind == "entries":
+                return passes.observable_entries(columns, plan, req.theta, req.widths,
+                                                 req.entries)
+            if kind == "selected":
+                return passes.selected_weights(columns, plan, req.theta, req.widths)
+        raise ValueError(f"the JAX backend does not compute {kind}")

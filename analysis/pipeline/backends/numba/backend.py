@@ -1,0 +1,99 @@
+"""The numba backend (:class:`NumbaBackend`): the CPU kernels, for the plans its rules serve.
+
+What it computes is derived from the rules its node kinds register
+(:mod:`analysis.pipeline.backends.numba.rules`): ``supports`` walks the plan and the
+request and names the first node without a rule. Its passes: states
+(:mod:`~analysis.pipeline.backends.numba.fastkernel`, with histograms
+:mod:`~analysis.pipeline.backends.numba.fasthist`; learned scores at ``order=0``: each
+network once on the chunk's real rows, its column then a field of the plan without
+scores, :func:`analysis.pipeline.scorecols.score_columns`), entries for plots and
+per-event selected weights (the same loops, values only), reverse mode's pullback and
+one-pass yield gradients (:mod:`~analysis.pipeline.backends.numba.fastreverse`).
+Options (which loop runs; no result depends on them) are constructor arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analysis.pipeline import scorecols
+from analysis.pipeline.backends.numba import fasthist, fastkernel, fastreverse, rules
+from analysis.pipeline.engine import Prepared
+from analysis.pipeline.histplan import event_sum_collections
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
+from analysis.pipeline.request import Request
+from analysis.pipeline.results import DatasetState, enumeration_counts
+
+__all__ = ["NumbaBackend"]
+
+
+@dataclass(frozen=True)
+class NumbaBackend:
+    """The numba kernels (module docstring), with the options of
+    :class:`analysis.pipeline.backend.Backend` of the same names."""
+
+    fused: bool = True
+    value_loop: bool = True
+    scores_on_numba: bool = True
+    numba_reverse: bool = True
+    name: str = "numba"
+
+    def supports(self, plan: Plan, request: Request) -> str | None:
+        """``None``, or the first node of ``plan``/``request`` without a numba rule (or
+        outside its rule's limits), named (:func:`analysis.pipeline.backends.numba.rules.refusal`)."""
+        return rules.refusal(plan, request, self)
+
+    def prepare(self, plan: Plan, request: Request) -> Prepared:
+        """The plan the loops run (values with learned scores: without them, their columns
+        fields) and the host module (with histograms: fasthist)."""
+        run = plan
+        if plan.scores and request.kind == "states":
+            run = scorecols.bare(plan)
+        return Prepared(self, plan, request, data=run)
+
+    def run(self, prepared: Prepared, columns: ChunkColumns, *,
+            threads: int | None = None) -> Any:
+        """One chunk's output of ``prepared`` (:mod:`analysis.pipeline.engine`)."""
+        import jax
+
+        with jax.default_device(jax.devices("cpu")[0]):  # the host's few JAX calls
+            return self._run(prepared, columns, threads)
+
+    def _run(self, prepared: Prepared, cols: ChunkColumns, threads: int | None) -> Any:
+        plan, req, run = prepared.plan, prepared.request, prepared.data
+        theta, widths = req.theta, req.widths
+        kind = req.kind
+        loops = {"fused": self.fused, "value_loop": self.value_loop}
+        if kind == "states":
+            if run is not plan:
+                cols = scorecols.score_columns(cols, plan, theta)
+            extra: dict = {}
+            sums = bool(run.hists) and bool(event_sum_collections(run))
+            if sums:
+                extra["uncertain"] = uncertain = {}
+            host = fasthist if run.hists else fastkernel
+            value, jac = host.evaluate_columns(cols, run, theta, widths, order=req.order,
+                                               threads=threads, **loops, **extra)
+            return DatasetState.from_chunk(
+                value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
+                names=plan.trainable_names,
+                enumeration=enumeration_counts(uncertain, int(cols.n_events)) if sums else None,
+            )
+        if kind == "entries":
+            x, w = fastkernel.observable_entries(cols, plan, theta, widths, req.entries,
+                                                 threads=threads, **loops)
+            keep = w != 0  # fully rejected entries
+            return x[keep], w[keep]
+        if kind == "selected":
+            return fastkernel.selected_weights(cols, plan, theta, widths, threads=threads)
+        if kind == "pullback":
+            return fastreverse.chunk_pullback(cols, plan, theta, widths, req.pullback,
+                                              threads=threads)
+        if kind == "yield_gradients":
+            return fastreverse.chunk_yield_gradients(cols, plan, theta, widths,
+                                                     rows=req.yield_rows, threads=threads)
+        raise ValueError(f"the numba backend does not compute {kind}")

@@ -1,0 +1,287 @@
+"""What the numba backend computes, as rules: one per node kind, registered here.
+
+A plan is a tree of typed nodes (the pass asked for, the derivative order, learned
+scores, cuts, count thresholds, observables, histograms, their weights, channel
+regions). The numba backend serves a plan and a request when every node has a rule
+(:data:`RULES`, keyed ``(what, kind)``) and no rule's ``limit`` objects: :func:`refusal`
+walks the nodes and returns the first missing rule or limit as the reason (one line,
+naming the node), so a node kind without a rule is refused with its name, never
+computed by a loop that does not know it.
+
+Cut kinds (:mod:`analysis.select.cuts`) register their numba rule in their own file:
+a kind that declares ``sides`` (its probability is a product of one-sided threshold
+cuts) runs as those threshold cuts (:func:`analysis.pipeline.backends.numba._fasttables.one_sided`);
+the rules for cuts are read from the cut-kind registry itself (:func:`cut_rule`).
+Everything else registers with :func:`register` below, next to the limit it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.pipeline import scorecols
+from analysis.pipeline.plan import Plan
+from analysis.pipeline.request import Request
+from analysis.select import cuts as cut_kinds
+
+__all__ = ["RULES", "Rule", "cut_rule", "refusal", "register"]
+
+#: ``limit(node, plan, request, options) -> str | None``: why a node of a kind that has a
+#: rule is still not served (``options``: the backend, with its options)
+Limit = Callable[[Any, Plan, Request, Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The numba backend computes nodes ``(what, kind)``, within ``limit`` (None: all)."""
+
+    what: str
+    kind: str
+    limit: Limit | None = None
+
+
+#: the registered rules, ``(what, kind) -> Rule`` (cuts: :func:`cut_rule`)
+RULES: dict[tuple[str, str], Rule] = {}
+
+#: how a node of each ``what`` is named in a refusal
+_NAMES = {
+    "pass": "passes of kind {kind!r}",
+    "order": "derivatives of order {kind}",
+    "score": "learned scores",
+    "observable": "observables of kind {kind!r}",
+    "histogram": "histograms of kind {kind!r}",
+    "weight": "histogram weights of kind {kind!r}",
+    "cut": "cut kind {kind!r}",
+    "count": "count thresholds",
+    "region": "channel regions",
+}
+
+
+def register(what: str, kind: str, limit: Limit | None = None) -> Rule:
+    """Register (or replace) the rule of node kind ``(what, kind)``; returns it."""
+    rule = RULES[what, kind] = Rule(what, kind, limit)
+    return rule
+
+
+def cut_rule(op: str) -> Rule | None:
+    """The rule of cut kind ``op``: its kind's ``sides`` (:mod:`analysis.select.cuts`),
+    a threshold built without an ``op`` (``""``), or None."""
+    if not op:
+        return Rule("cut", "")
+    try:
+        kind = cut_kinds.kind_of(op)
+    except KeyError:
+        return None
+    return Rule("cut", op) if getattr(kind, "sides", None) is not None else None
+
+
+def _rules_for(what: str) -> list[str]:
+    if what == "cut":
+        return sorted(op for k in cut_kinds.KINDS if getattr(k, "sides", None) is not None
+                      for op in k.ops)
+    return sorted(kind for w, kind in RULES if w == what)
+
+
+def _missing(what: str, kind: str) -> str:
+    have = ", ".join(_rules_for(what)) or "none"
+    return f"no numba rule for {_NAMES[what].format(kind=kind)} (rules for: {have})"
+
+
+# --- the nodes of a plan and a request ----------------------------------------------
+
+
+def _cut_op(cut) -> str:
+    op = getattr(cut, "op", "") or ""
+    if not op and getattr(cut, "more", ()):
+        return "multi-threshold"  # several thresholds and no kind: none knows it
+    return op
+
+
+def _nodes(plan: Plan, request: Request) -> Iterator[tuple[str, str, str, Any, Plan]]:
+    """``(what, kind, subject, node, plan)`` for every node of ``plan`` and ``request``
+    the numba backend must compute (``plan``: the one the node belongs to)."""
+    kind = request.kind
+    yield "pass", kind, "this pass", None, plan
+    yield "order", str(request.order), "this pass", None, plan
+    for spec in plan.scores:
+        yield "score", "network", f"learned score {spec.name!r}", spec, plan
+    run = scorecols.bare(plan) if plan.scores else plan
+    for obs in run.observables:
+        for node in (obs.x, obs.y):
+            if node is not None:
+                yield "observable", node.kind, f"observable {obs.name!r}", node, run
+    regions = [("", run)] + [
+        (f"channel region {r.name!r}: ", _region(run, r)) for r in run.regions]
+    for i, (where, sub) in enumerate(regions):
+        if i:
+            yield "region", "channel", where.rstrip(": "), run.regions[i - 1], run
+        for cut in [c for s in sub.sets.sets for c in s.cuts] + list(sub.event_cuts):
+            op = _cut_op(cut)
+            yield "cut", op, f"{where}a {op or 'threshold'} cut", cut, sub
+        for count in sub.sets.model.counts:
+            yield "count", "count", f"{where}count {count.op} {count.cap}", count, sub
+    for spec in run.hists:
+        yield "histogram", spec.node.kind, f"histogram {spec.key!r}", spec, run
+        if spec.weight is not None:
+            w = "scale factor" if run.weights[spec.weight].sf is not None else "factor"
+            yield "weight", w, f"histogram {spec.key!r}", spec, run
+
+
+def _region(plan: Plan, region) -> Plan:
+    import dataclasses
+
+    return dataclasses.replace(plan, hists=(), sets=region.sets,
+                               event_cuts=region.event_cuts)
+
+
+def refusal(plan: Plan, request: Request, options: Any) -> str | None:
+    """``None`` when the numba backend (``options``: its options) computes ``plan`` and
+    ``request``, else the first node without a rule, or whose rule's limit objects, as
+    ``"<node>: <why>"``."""
+    for what, kind, subject, node, sub in _nodes(plan, request):
+        rule = cut_rule(kind) if what == "cut" else RULES.get((what, kind))
+        if rule is None:
+            return f"{subject}: {_missing(what, kind)}"
+        if rule.limit is not None:
+            why = rule.limit(node, sub, request, options)
+            if why is not None:
+                return f"{subject}: {why}"
+    return None
+
+
+# --- the rules -----------------------------------------------------------------------
+
+
+def _lanes() -> int:
+    from analysis.pipeline.backends.numba.kernels import _numba_dp
+
+    return _numba_dp.LANES
+
+
+def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
+    if not options.numba_reverse:
+        return "the numba reverse pass is switched off (Backend(numba_reverse=False))"
+    from analysis.pipeline.backends.numba._fasttables import _tables
+
+    if not _tables(scorecols.bare(plan)).one_set:
+        return ("more than one object set or collection (the numba reverse pass has the "
+                "one-set chain only)")
+    if request.kind == "pullback":
+        from analysis.pipeline.results import state_names, yield_cotangents
+
+        cot = yield_cotangents(state_names(scorecols.bare(plan)), request.pullback)
+        if isinstance(cot, str):
+            return (f"the objective reads {cot} (the numba reverse pass has the yields' "
+                    "sensitivities only)")
+    return None
+
+
+register("pass", "states")
+register("pass", "entries")
+register("pass", "selected")
+register("pass", "pullback", _reverse_pass)
+register("pass", "yield_gradients", _reverse_pass)
+
+
+def _first_order(node, plan: Plan, request: Request, options) -> str | None:
+    n, most = len(plan.trainable), _lanes() - 1
+    if n > most:
+        return f"{n} trainable parameters (the numba kernel takes up to {most})"
+    return None
+
+
+register("order", "0")
+register("order", "1", _first_order)
+
+
+def _score(spec, plan: Plan, request: Request, options) -> str | None:
+    if request.kind in ("pullback", "yield_gradients"):
+        return None  # their columns' cotangents, then the network's vjp (fastreverse)
+    if request.kind != "states":
+        return f"the network runs in the JAX kernel for {request.kind} passes"
+    if request.order:
+        return "its Jacobian (the network's weights) runs in the JAX kernel"
+    if not options.scores_on_numba:
+        return "the network runs in the JAX kernel (Backend(scores_on_numba=False))"
+    return None  # values: each network once on the chunk's rows, its column a field
+
+
+register("score", "network", _score)
+
+for _kind in ("field", "branch", "sum", "count"):
+    register("observable", _kind)
+
+
+def _one_indexed_set(node, plan: Plan, request: Request, options) -> str | None:
+    if len({s for s, _ in node.slots}) > 1:
+        return (f"{node.text!r} indexes several sets (the numba kernel walks one indexed "
+                "set per expression)")
+    return None
+
+
+register("observable", "index", _one_indexed_set)
+register("observable", "call", _one_indexed_set)
+
+
+def _count_cap(count, plan: Plan, request: Request, options) -> str | None:
+    theta = request.theta.reshape(-1)
+    if theta.size != len(plan.param_names):  # a grid: not a numba pass
+        return None
+    i = plan.sets.model.counts.index(count)
+    param, value = plan.sets.thresholds[i]
+    n = float(theta[param]) if param is not None else float(value)
+    cap = count.cap if count.op in (">=", "<") else count.cap - 1
+    if not n <= cap:
+        return f"count threshold {n} beyond its cap {count.cap} (NaN results)"
+    return None
+
+
+register("count", "count", _count_cap)
+
+
+def _same_sets(region, plan: Plan, request: Request, options) -> str | None:
+    if (region.sets.sets != plan.sets.sets
+            or region.sets.model.sets != plan.sets.model.sets):
+        return ("on other object sets than the selection (the numba histograms walk one "
+                "set of objects)")
+    return None
+
+
+register("region", "channel", _same_sets)
+
+
+def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
+    if request.kind != "states":
+        return f"histograms in a {request.kind} pass run in the JAX kernel"
+    return None
+
+
+for _kind in ("field", "branch", "sum", "count"):
+    register("histogram", _kind, _states_only)
+
+
+def _leading(spec, plan: Plan, request: Request, options) -> str | None:
+    why = _states_only(spec, plan, request, options)
+    if why is not None:
+        return why
+    node = spec.node
+    if len(node.slots) != 1:
+        return (f"x = {node.text!r} combines {len(node.slots)} indexed objects (the numba "
+                "histograms fill one leading object)")
+    sets = {s.name: s for s in plan.sets.sets}
+    mine = sets[node.slots[0][0]]
+    for other in plan.hists:
+        if other.node.kind == "index":
+            s = sets[other.node.slots[0][0]]
+            if s.collection == mine.collection and s.rank_by != mine.rank_by:
+                return (f"sets of {s.collection} indexed by two ranking fields (the numba "
+                        "walk takes one order per collection)")
+    return None
+
+
+register("histogram", "index", _leading)
+register("weight", "factor")
+
+del _kind

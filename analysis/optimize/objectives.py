@@ -54,7 +54,7 @@ from analysis.config.terms import (
 )
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.pipeline.plan import Plan, only_observables
-from analysis.pipeline.results import DatasetState, derivatives, statistics
+from analysis.pipeline.results import YIELDS, DatasetState, derivatives, statistics
 from analysis.stats.histogram import Histogram
 from analysis.stats.registry import json_paths
 
@@ -322,7 +322,7 @@ def bootstrap_uncertainty(
         var = objective.variance_scale * norm * norm * s2
         stats[name] = {**stats[name], "yield": norm * s1, "mc_variance": var,
                        "mc_variance_floor": one_event * one_event,
-                       "selected_sumw": s1, "selected_sumw2": s2, "sumw": sumw_k}
+                       **dict(zip(YIELDS, (s1, s2), strict=True)), "sumw": sumw_k}
     b = sum(stats[n]["yield"] for n in objective.background)
     value = np.asarray(objective.value(stats), dtype=np.float64)
     good = np.isfinite(value) & (np.asarray(b) > 0)

@@ -40,6 +40,7 @@ from analysis.select import exprs
 from analysis.select.subsets import MAX_UNCERTAIN
 
 __all__ = [
+    "GROUPS",
     "SF_PREFIX",
     "CorrectionSpec",
     "HistSpec",
@@ -52,6 +53,11 @@ __all__ = [
     "factor_values",
     "too_many_uncertain",
 ]
+
+
+#: the groups of histogram states (:attr:`HistSpec.group`): the configured histograms,
+#: the likelihood's templates
+GROUPS = ("histograms", "templates")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from analysis.stats.registry import observable_statistics
 
 __all__ = [
     "MIN_EFFECTIVE_EVENTS",
+    "YIELDS",
     "DatasetState",
     "dataset_report",
     "derivatives",
@@ -42,6 +43,7 @@ __all__ = [
     "enumeration_counts",
     "log_enumeration",
     "state_names",
+    "state_tree",
     "yield_cotangents",
     "statistics",
     "unreliable_reason",
@@ -92,6 +94,37 @@ def log_enumeration(states) -> None:
 
 #: the selected yield and its sum of squared weights: the states every pass gives
 YIELDS = ("selected_sumw", "selected_sumw2")
+
+
+def state_tree(selected_sumw: Any, selected_sumw2: Any, observables: dict, *,
+               histograms: dict | None = None, templates: dict | None = None) -> dict:
+    """One chunk's states as the pytree every backend returns (values, or their
+    Jacobians with a trailing parameter axis): the one constructor of its keys.
+
+    Parameters
+    ----------
+    selected_sumw, selected_sumw2
+        The selected sum of weights and of squared weights (float64 scalars).
+    observables
+        ``{name: {"moments": Moments, "comoments": CoMoments}}``.
+    histograms, templates
+        Keyword-only. ``{key: Histogram}`` of the plan's histograms and likelihood
+        templates (:class:`analysis.pipeline.histplan.HistSpec` ``group``); left out
+        when None (a plan without histograms).
+
+    Returns
+    -------
+    dict
+        ``{"selected_sumw", "selected_sumw2", "observables"[, "histograms",
+        "templates"]}``; trees of one plan merge exactly by ``+``
+        (:class:`analysis.stats.Derived` in :class:`DatasetState`).
+    """
+    tree = {YIELDS[0]: selected_sumw, YIELDS[1]: selected_sumw2, "observables": observables}
+    if histograms is not None:
+        tree["histograms"] = histograms
+    if templates is not None:
+        tree["templates"] = templates
+    return tree
 
 
 def state_names(plan: Plan) -> list[str]:

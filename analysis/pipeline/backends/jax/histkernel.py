@@ -34,7 +34,12 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from analysis.pipeline.histplan import event_sum_collections, factor_values, too_many_uncertain
+from analysis.pipeline.histplan import (
+    GROUPS,
+    event_sum_collections,
+    factor_values,
+    too_many_uncertain,
+)
 from analysis.select.leading import can_be_in
 from analysis.select.subsets import MAX_UNCERTAIN, sum_bins, uncertain_mask
 from analysis.stats.histogram import Histogram
@@ -157,7 +162,7 @@ def histogram_states(theta, widths, arrays, plan, shapes, base, chunk_cls):
     """The histogram states of one padded chunk (module docstring); ``base``: the
     chunk's :class:`analysis.pipeline.backends.jax.setkernel._Chunk` of the selection, ``chunk_cls``
     builds those of the regions and shifts."""
-    out: dict[str, dict] = {"histograms": {}, "templates": {}}
+    out: dict[str, dict] = {group: {} for group in GROUPS}
     chunks = {(0, None): (base, {})}
     for spec in plan.hists:
         ch, cands = _chunk_of(spec, chunks, theta, widths, arrays, plan, shapes, chunk_cls)

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from analysis.pipeline.backends.jax import histkernel
 from analysis.pipeline.backends.jax.histkernel import histogram_states
 from analysis.pipeline.plan import Plan, threshold_value
+from analysis.pipeline.results import state_tree
 from analysis.pipeline.score import with_scores
 from analysis.select import cuts, functions
 from analysis.select.leading import MAX_TUPLES
@@ -156,11 +157,8 @@ def chunk_states(theta, widths, arrays, plan: Plan, shapes):
     """Mergeable states of one padded chunk (module docstring), float64 pytree."""
     ch = _Chunk(theta, widths, arrays, plan, shapes)
     w_e = ch.ev * ch.p
-    out = {
-        "selected_sumw": jnp.sum(w_e),
-        "selected_sumw2": jnp.sum(w_e * w_e),
-        "observables": {},
-    }
+    sumw, sumw2 = jnp.sum(w_e), jnp.sum(w_e * w_e)
+    observables = {}
     for obs, (xn, yn), order in zip(plan.observables, plan.sets.nodes, plan.sets.orders):
         entry = {}
         if xn.kind in ("sum", "count"):
@@ -173,10 +171,9 @@ def chunk_states(theta, widths, arrays, plan: Plan, shapes):
             if obs.bivariate:
                 y, _ = ch.entries(yn, cand)
                 entry["comoments"] = _core.comoments(x, y, w)
-        out["observables"][obs.name] = entry
-    if plan.hists:
-        out.update(histogram_states(theta, widths, arrays, plan, shapes, ch, _Chunk))
-    return out
+        observables[obs.name] = entry
+    hists = histogram_states(theta, widths, arrays, plan, shapes, ch, _Chunk) if plan.hists else {}
+    return state_tree(sumw, sumw2, observables, **hists)
 
 
 def uncertain_counts(theta, widths, arrays, plan: Plan, shapes) -> dict:

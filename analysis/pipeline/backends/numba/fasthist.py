@@ -58,9 +58,10 @@ from analysis.pipeline.backends.numba.kernels import (
     _numba_hist,
 )
 from analysis.pipeline.backends.numba.kernels._numba_sums import yield_sums
-from analysis.pipeline.histplan import factor_values, too_many_uncertain
+from analysis.pipeline.histplan import GROUPS, factor_values, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
+from analysis.pipeline.results import state_tree
 from analysis.stats.histogram import Histogram
 
 __all__ = ["evaluate_columns"]
@@ -336,11 +337,12 @@ def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: di
 
 def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
                trainable, evs: dict, value: dict, jac: dict, tasks: list,
-               threads: int | None = None) -> None:
+               threads: int | None = None, yields: dict | None = None) -> None:
     """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
     its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, kernel,
     args, finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
-    and ``jac``); the selected yield of the nominal side at once. ``evs``: the regions'
+    and ``jac``, each ``{group: {key: Histogram}}``); the selected yield and its sum of
+    squares of the nominal side at once, into ``yields`` (``"value"``, ``"jac"``: pairs). ``evs``: the regions'
     event weights by ``(shift side, region)``, the side None for the nominal and for
     every shift of an object field (it leaves them as they are), and under
     ``("factors", side)`` the weight variations' factors (:func:`_factors`);
@@ -356,10 +358,10 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
     if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
         ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK,
                         threads)
-        value["selected_sumw"] = np.array(ys[0, 0], dtype=np.float64)
-        value["selected_sumw2"] = np.array(ys[1, 0], dtype=np.float64)
-        jac["selected_sumw"] = ys[0, 1:]
-        jac["selected_sumw2"] = ys[1, 1:]
+        if yields is not None:
+            yields["value"] = (np.array(ys[0, 0], dtype=np.float64),
+                               np.array(ys[1, 0], dtype=np.float64))
+            yields["jac"] = (ys[0, 1:], ys[1, 1:])
     width = 4 if nl <= 4 else _numba_dp.LANES  # the lanes that carry something
     for (region, node), group in fills.items():
         edges = group[0].edges
@@ -465,8 +467,9 @@ def evaluate_columns(
     groups: dict[int | None, dict[tuple, list]] = {None: {}}
     for spec in plan.hists:
         groups.setdefault(spec.shift, {}).setdefault((spec.region, spec.node), []).append(spec)
-    value: dict[str, Any] = {"observables": {}, "histograms": {}, "templates": {}}
-    jac: dict[str, Any] = {"observables": {}, "histograms": {}, "templates": {}}
+    value: dict[str, Any] = {group: {} for group in GROUPS}  # the histogram states
+    jac: dict[str, Any] = {group: {} for group in GROUPS}
+    yields: dict[str, tuple] = {}
     # shift sides with the same templates walk in pairs (their lanes side by side)
     jobs: list[list] = []
     for shift, fills in groups.items():
@@ -502,13 +505,15 @@ def evaluate_columns(
         for (shift, c, fills), wk in zip(job, walks, strict=True):
             fills_of.append([])
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
-                       fills_of[-1], threads)
+                       fills_of[-1], threads, yields)
         tasks += _paired(*fills_of) if len(fills_of) == 2 else fills_of[0]
     _run_fills(tasks, threads)
+    ov: dict = {}
+    oj: dict = {}
     if plan.observables:
-        ov, oj = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()), theta,
-                                             widths, order=order, threads=threads,
-                                             fused=fused, value_loop=value_loop)
-        value["observables"], jac["observables"] = ov["observables"], (oj or {}).get(
-            "observables", {})
-    return value, (jac if order >= 1 else None)
+        full, fjac = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()),
+                                                 theta, widths, order=order, threads=threads,
+                                                 fused=fused, value_loop=value_loop)
+        ov, oj = full["observables"], (fjac or {}).get("observables", {})
+    return (state_tree(*yields["value"], ov, **value),
+            state_tree(*yields["jac"], oj, **jac) if order >= 1 else None)

@@ -67,6 +67,7 @@ from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_value
 from analysis.pipeline.backends.numba.kernels._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
+from analysis.pipeline.results import state_tree
 
 __all__ = ["BLOCK", "evaluate_columns", "observable_entries", "selected_weights"]
 
@@ -308,16 +309,9 @@ def evaluate_columns(
     n_ev = int(cols.n_events)
     lanes = _numba_dp.LANES
     ys = yield_sums(ev, pe, np1, BLOCK, threads)
-    value: dict[str, Any] = {
-        "selected_sumw": np.array(ys[0, 0], dtype=np.float64),
-        "selected_sumw2": np.array(ys[1, 0], dtype=np.float64),
-        "observables": {},
-    }
-    jac: dict[str, Any] = {
-        "selected_sumw": ys[0, 1:],
-        "selected_sumw2": ys[1, 1:],
-        "observables": {},
-    }
+    value = state_tree(np.array(ys[0, 0], dtype=np.float64),
+                       np.array(ys[1, 0], dtype=np.float64), {})
+    jac = state_tree(ys[0, 1:], ys[1, 1:], {})
     ev_off = np.arange(n_ev + 1, dtype=np.int64)
     sum_of = {i: k for k, i in enumerate(sums)}
     for i, obs in enumerate(plan.observables):

@@ -24,6 +24,7 @@ which backend runs a pass and why.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -36,7 +37,10 @@ from analysis.pipeline.plan import Plan
 from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState
 
-__all__ = ["BACKENDS", "DEVICES", "Backend", "Fallback", "chunk_state", "devices", "run_once"]
+__all__ = [
+    "BACKENDS", "DEVICES", "ENGINES", "ORDER", "Backend", "Fallback", "chunk_state", "devices",
+    "run_once",
+]
 
 _log = logging.getLogger("analysis.pipeline.backend")
 
@@ -49,6 +53,30 @@ def devices(kind: str) -> list:
     JAX has no backend for it (a CPU-only JAX build asked for a GPU)."""
     return jax_devices(kind)
 
+
+def _numba(choice: Backend) -> Engine:
+    return NumbaBackend(fused=choice.fused, value_loop=choice.value_loop,
+                        scores_on_numba=choice.scores_on_numba,
+                        numba_reverse=choice.numba_reverse)
+
+
+def _jax(choice: Backend) -> Engine:
+    return JaxBackend(choice.device)
+
+
+#: The registered backends: name -> how a choice (:class:`Backend`: device, options)
+#: builds it. A backend is one folder under ``analysis/pipeline/backends/`` implementing
+#: :class:`analysis.pipeline.engine.Engine`, plus its entry here and in :data:`ORDER`.
+ENGINES: dict[str, Callable[[Backend], Engine]] = {
+    "numba": _numba,
+    "jax": _jax,
+}
+#: Per choice (:attr:`Backend.engine`), the backends a pass tries, in order.
+ORDER: dict[str, tuple[str, ...]] = {
+    "auto": ("numba", "jax"),
+    "numba": ("numba", "jax"),  # strict for the states: a refusal is the error
+    "jax": ("jax",),
+}
 
 #: (plan id, reason) pairs already logged: ``--debug`` says each once per run
 _LOGGED: set[tuple[int, str, str]] = set()
@@ -199,13 +227,8 @@ class Backend:
     @cached_property
     def chooser(self) -> Fallback:
         """The backends of this choice, composed (module docstring)."""
-        jax_backend = JaxBackend(self.device)
-        if self.engine == "jax":
-            return Fallback((jax_backend,))
-        numba = NumbaBackend(fused=self.fused, value_loop=self.value_loop,
-                             scores_on_numba=self.scores_on_numba,
-                             numba_reverse=self.numba_reverse)
-        return Fallback((numba, jax_backend), strict=self.name == "numba")
+        names = ORDER[self.engine]
+        return Fallback(tuple(ENGINES[n](self) for n in names), strict=self.name == "numba")
 
     def check_device(self) -> None:
         """Raise ``ValueError`` (one line) when JAX sees no device of this kind."""

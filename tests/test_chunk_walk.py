@@ -74,7 +74,9 @@ def _calls(fn) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 def test_a_chunk_only_calls_down(shared_data, engine) -> None:
     from analysis.config.loader import config_from_dict
     from analysis.pipeline.backend import Backend
+    from analysis.pipeline.job import Job
     from analysis.pipeline.plan import build_plan, initial_widths
+    from analysis.pipeline.request import Request
 
     config = config_from_dict(analysis_config())
     plan = build_plan(config)
@@ -82,8 +84,9 @@ def test_a_chunk_only_calls_down(shared_data, engine) -> None:
     events = read_events(shared_data / "nanoAOD_2015_CMS_Open_Data_ttbar.root")[:40]
     events.metadata["dataset"] = "ttbar"
     # engine "jax": the JAX kernel for every plan (the numba hosts never asked)
-    proc = DiffProcessor(plan, theta, initial_widths(config), {"ttbar": "genWeight"}, order=1,
-                         backend=Backend("jax" if engine == "jax" else "auto"))
+    proc = DiffProcessor(Job(plan, Request(theta, initial_widths(config), order=1),
+                             {"ttbar": "genWeight"},
+                             backend=Backend("jax" if engine == "jax" else "auto")))
     calls, callbacks = _calls(lambda: proc.process(events))
     modules = {m for pair in calls for m in pair}
     assert "processors.diff_processor" in modules and "analysis.pipeline.engine" in modules

@@ -85,6 +85,7 @@ from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-
 from analysis.errors import InputError
 from analysis.pipeline.backend import Backend, chunk_state
 from analysis.pipeline.bounds import check_sizes
+from analysis.pipeline.job import Job
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths, only_observables
 from analysis.pipeline.request import Request
@@ -230,20 +231,19 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
 
         theta, w = self.theta_and_widths(params, widths)
         plan = self.plan if observables is None else self._plan_with(observables)
-        proc = self._processor(
-            plan, theta, w, self.weight_branches, part=self.part, order=order,
-            unit_weights=unit_weights, backend=self.backend,
-        )
+        proc = self._processor(Job(plan, Request(theta, w, order=order), self.weight_branches,
+                                   part=self.part, unit_weights=unit_weights,
+                                   backend=self.backend))
         return self.process(proc, lambda: empty_state(plan, theta, w, order), chunks=chunks)
 
-    def _processor(self, *args, **kwargs):
-        """A :class:`processors.DiffProcessor` of this pass; a pass the backend refuses
-        (``backend: numba`` and a plan node without a numba rule) is one line
+    def _processor(self, job: Job):
+        """The :class:`processors.DiffProcessor` of the pass ``job``; a pass the backend
+        refuses (``backend: numba`` and a plan node without a numba rule) is one line
         (:class:`InputError`) here, before any chunk is read."""
         from processors import DiffProcessor
 
         try:
-            return DiffProcessor(*args, **kwargs)
+            return DiffProcessor(job)
         except ValueError as err:
             raise InputError(f"{self.config.source}: engine: {err}") from None
 
@@ -269,8 +269,10 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         states (:func:`analysis.pipeline.backends.jax.reverse.payload_arrays`)."""
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = self._processor(self.plan, theta, w, self.weight_branches, part=self.part, order=0,
-                             payloads=payloads, backend=self.backend)
+        proc = self._processor(Job(
+            self.plan, Request(theta, w, order=0), self.weight_branches, part=self.part,
+            datasets={name: Request(theta, w, order=0, pullback=payload)
+                      for name, payload in payloads.items()}, backend=self.backend))
         return self.process(proc, self._empty_pullback(theta, w, ()), chunks=chunks)
 
     def _empty_pullback(self, theta: np.ndarray, w: np.ndarray, rows: tuple[int, ...]):
@@ -302,9 +304,11 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         which of the two to compute (default both; a row left out is zeros)."""
 
         theta, w = self.theta_and_widths(params, widths)
-        proc = self._processor(self.plan, theta, w, self.weight_branches, part=self.part, order=0,
-                             yield_gradients=dict(rows) if rows else True,
-                             backend=self.backend)
+        proc = self._processor(Job(
+            self.plan, Request(theta, w, order=0, yield_rows=(True, True)), self.weight_branches,
+            part=self.part, backend=self.backend,
+            datasets={name: Request(theta, w, order=0, yield_rows=(bool(a), bool(b)))
+                      for name, (a, b) in (rows or {}).items()}))
         return self.process(proc, self._empty_pullback(theta, w, (2,)), chunks=chunks)
 
     def process(self, proc, empty: Any, *, chunks: list | None = None) -> dict[str, Any]:
@@ -324,7 +328,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         """
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
-        cacheable = self.cache is not None and hasattr(proc, "keep_columns")
+        cacheable = self.cache is not None and hasattr(proc, "reading")
         here: set[int] = set()
         there: list = []
         read = list(items)
@@ -386,25 +390,21 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         """``proc`` on ``items`` through coffea (files read); their columns go to the cache."""
         if not items:
             return {}
+        options: dict[str, Any] = {}
         if cacheable:
-            proc.keep_columns = True
-            proc.cache_token = self.cache.token
             # on dask, each worker keeps the columns it read (same budget per worker)
-            proc.worker_budget = self.cache.budget if self.executor_type == "dask" else None
+            options.update(keep_columns=True, cache_token=self.cache.token,
+                           worker_budget=self.cache.budget if self.executor_type == "dask"
+                           else None)
         # coffea's futures/dask workers share the cores already: one kernel thread each
-        shared = (self.executor_type in ("futures", "dask", "parsl")
-                  and hasattr(proc, "kernel_threads"))
-        if shared:
-            proc.kernel_threads = 1
+        if self.executor_type in ("futures", "dask", "parsl") and hasattr(proc, "reading"):
+            options["kernel_threads"] = 1
+        if options:  # another processor of the same prepared pass (this one unchanged)
+            proc = proc.reading(**options)
         try:
             out = dict(self._call(items, proc))
         except Exception as err:
             raise self._executor_error(err) from err
-        finally:
-            if cacheable:
-                proc.keep_columns, proc.cache_token, proc.worker_budget = False, None, None
-            if shared:
-                proc.kernel_threads = None
         batch = out.pop(COLUMNS_KEY, None)
         places = out.pop(PLACES_KEY, None)
         self._absorb(out.pop(FAULTS_KEY, None))
@@ -443,8 +443,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             theta, w = self.theta_and_widths(spec.get("params"), spec.get("widths"))
             filled.append((spec["index"], spec["bins"], spec["low"], spec["high"], theta, w))
         theta0, w0 = self.theta_and_widths()
-        proc = self._processor(self.plan, theta0, w0, self.weight_branches, part=self.part,
-                             histograms=tuple(filled), backend=self.backend)
+        proc = self._processor(Job(self.plan, Request(theta0, w0, order=0), self.weight_branches,
+                                   part=self.part, histograms=tuple(filled),
+                                   backend=self.backend))
 
         def empty():
             def label(i):
@@ -471,9 +472,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         theta, w = self.theta_and_widths(params, widths)
         if not (self.backend.numba_allowed and supported(self.plan, theta)):
             return None  # the replicas ride the numba values loop only
-        proc = self._processor(self.plan, theta, w, self.weight_branches, part=self.part,
-                             order=0, replicas=("sums", int(replicas), None),
-                             backend=self.backend)
+        proc = self._processor(Job(self.plan, Request(theta, w, order=0), self.weight_branches,
+                                   part=self.part, replicas=("sums", int(replicas), None),
+                                   backend=self.backend))
         return self.process(proc, lambda: ReplicaSums(
             np.zeros((2, replicas)), empty_state(self.plan, theta, w, 0)))
 
@@ -503,8 +504,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         if not (self.backend.numba_allowed and all(supported(plan, t) for t in thetas)):
             return None  # the replicas ride the numba values loop only
         spec = ("lanes", int(replicas), fraction, tuple(parts), bool(totals))
-        proc = self._processor(plan, thetas, w, self.weight_branches, order=0,
-                             replicas=spec, backend=self.backend)
+        proc = self._processor(Job(plan, Request(thetas, w, order=0), self.weight_branches,
+                                   replicas=spec, backend=self.backend))
 
         def empty():
             lanes = {(i, p): ReplicaSums(np.zeros((2, replicas)), empty_state(plan, t, w, 0))
@@ -522,8 +523,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         from analysis.pipeline.split import PARTS
 
         theta, w = self.theta_and_widths()
-        proc = self._processor(self.plan, theta, w, self.weight_branches, order=0,
-                             replicas=("totals", int(replicas), fraction), backend=self.backend)
+        proc = self._processor(Job(self.plan, Request(theta, w, order=0), self.weight_branches,
+                                   replicas=("totals", int(replicas), fraction),
+                                   backend=self.backend))
         return self.process(proc, lambda: ReplicaTotals(np.zeros((1 + len(PARTS), replicas))))
 
     def run_grid(self, thetas: Any) -> dict[str, DatasetState]:
@@ -534,9 +536,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         thetas = np.asarray(thetas, dtype=np.float64)
         check_sizes(self.config, self.plan, events=self.largest_chunk, grid_points=len(thetas))
         zeros = np.zeros(self.plan.n_widths)
-        proc = self._processor(self.plan, thetas, zeros, self.weight_branches, part=self.part,
-                             order=0, grid=True, backend=self.backend)
         grid = Request(thetas, zeros, order=0, grid=True)
+        proc = self._processor(Job(self.plan, grid, self.weight_branches, part=self.part,
+                                   backend=self.backend))
         return self.process(proc, lambda: self.backend.chooser.prepare(self.plan, grid).run(
             empty_columns(self.plan)))
 

@@ -28,6 +28,8 @@ from analysis.data.cache import (
     worker_cache,
 )
 from analysis.driver.runner import Evaluator, empty_columns
+from analysis.pipeline.job import Job
+from analysis.pipeline.request import Request
 from processors import DiffProcessor
 from tests.cache_helpers import STEPS, assert_same, small_config
 from tests.chunked_helpers import NANOAOD_WARNINGS
@@ -68,7 +70,7 @@ def test_places_add_and_count_in_the_cache():
 def test_worker_cache_evaluates_only_what_it_holds(tmp_path):
     ev = Evaluator(small_config(tmp_path), cache=False)
     theta, w = ev.theta_and_widths()
-    proc = DiffProcessor(ev.plan, theta, w, ev.weight_branches)
+    proc = DiffProcessor(Job(ev.plan, Request(theta, w), ev.weight_branches))
     cols = empty_columns(ev.plan)
     assert evaluate_on_worker(proc, "tok-test", ("k",), "dy") is None  # no cache yet
     worker_cache("tok-test", budget=0).put(("k",), cols)
@@ -184,7 +186,7 @@ def test_killed_worker_chunks_are_read_again(tmp_path, monkeypatch):
         victim_address = max(set(before.values()), key=list(before.values()).count)
         victim = pids[victim_address]
         theta, w = ev.theta_and_widths(STEPS[1])
-        proc = _SlowEvaluate(ev.plan, theta, w, ev.weight_branches)
+        proc = _SlowEvaluate(Job(ev.plan, Request(theta, w), ev.weight_branches))
         empty = lambda: None  # noqa: E731 (both datasets have chunks)
         calls = _recording(monkeypatch, ev)
         killer = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))

@@ -106,9 +106,12 @@ def test_chunk_invariance_of_both_processors(ttbar, dy) -> None:
 @pytest.mark.slow
 def test_chunk_invariance_of_the_yaml_pipeline_processor(ttbar) -> None:
     from analysis.config.loader import config_from_dict
+    from analysis.pipeline.job import Job
     from analysis.pipeline.plan import build_plan, initial_widths
+    from analysis.pipeline.request import Request
     config = config_from_dict(analysis_config())
     plan = build_plan(config)
     theta = [config.parameters[name].init for name in plan.param_names]
-    proc = DiffProcessor(plan, theta, initial_widths(config), {"ttbar": "genWeight"}, order=2)
+    proc = DiffProcessor(Job(plan, Request(theta, initial_widths(config), order=2),
+                             {"ttbar": "genWeight"}))
     assert_chunk_invariance(proc, ttbar[:60], splits=(2,))

@@ -22,10 +22,9 @@ Events are processed in blocks; per-block partial sums are added in block order.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
-import numba
 import numpy as np
+
+from analysis.pipeline.backends.numba.kernels._jit import compiled, inline, njit
 
 __all__ = [
     "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_times",
@@ -62,7 +61,7 @@ def soft_values(v: np.ndarray, t: float, width: float, greater: bool, inclusive:
     return out
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def soft_slope(s, inv_width, greater):
     """``ds/dt`` of the soft cut from its probability ``s`` (:func:`soft_values`):
     ``-+s (1 - s) / width`` (``-`` for ``>``, ``>=``; ``ds/dv = -ds/dt``), with
@@ -71,7 +70,7 @@ def soft_slope(s, inv_width, greater):
     return -ds if greater else ds
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def inverse_width(width):
     """``1 / width``, 0 for a hard cut (``width <= 0``): the argument of :func:`soft_slope`
     (a product in the loops where a division would be per object)."""
@@ -94,43 +93,13 @@ def soft_array(v: np.ndarray, t: float, width: float, greater: bool, inclusive: 
 LANES = 8
 
 
-_COMPILED: set = set()
-
-
-@contextmanager
-def _slp():
-    """LLVM's SLP vectorizer on while numba compiles (numba leaves it off by default;
-    its pass managers read the setting at each compilation, so this is local to the
-    functions compiled inside). It packs the lane arithmetic below into vector
-    operations without reassociating anything: the same floats as without it."""
-    old = numba.config.SLP_VECTORIZE
-    numba.config.SLP_VECTORIZE = 1
-    try:
-        yield
-    finally:
-        numba.config.SLP_VECTORIZE = old
-
-
-def compiled(kernel, args: tuple):
-    """``kernel`` once compiled for ``args`` (the arguments before the block range) with
-    the SLP vectorizer on: a first call over no blocks (``b0 = b1 = 0``) in this thread,
-    before the thread pool runs it. A later call with other argument types would compile
-    a second version without it (the same results, slower); the kernel's callers build
-    its arguments with fixed dtypes."""
-    if kernel not in _COMPILED:
-        with _slp():
-            kernel(*args, 0, 0)
-        _COMPILED.add(kernel)
-    return kernel
-
-
 # The lane arithmetic of the loops, written out over the 8 lanes with every load before
 # the first store: LLVM's SLP vectorizer then packs each into a few vector operations
 # (a loop over the lanes that stores as it goes is left scalar: the output might alias
 # the inputs). The same operations in the same order as the loops written with a lane loop.
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def lin(out, a, x, b, y):
     """``out[r] = a x[r] + b y[r]`` over the lanes."""
     x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
@@ -139,7 +108,7 @@ def lin(out, a, x, b, y):
     out[4], out[5], out[6], out[7] = a * x4 + b * y4, a * x5 + b * y5, a * x6 + b * y6, a * x7 + b * y7
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def lin_add2(out, a, a_hi, x, b, b_hi, y):
     """``out[r] += a x[r] + b y[r]`` over lanes 0-3 and ``a_hi x[r] + b_hi y[r]`` over
     lanes 4-7 (two variants side by side, :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`); every
@@ -153,14 +122,14 @@ def lin_add2(out, a, a_hi, x, b, b_hi, y):
                                       o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def lin_add(out, a, x, b, y):
     """``out[r] += a x[r] + b y[r]`` over the lanes (:func:`lin_add2` with one coefficient
     for both halves: the same operations in the same order)."""
     lin_add2(out, a, a, x, b, b, y)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def axpy(out, a, x):
     """``out[r] += a x[r]`` over the lanes."""
     x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
@@ -169,7 +138,7 @@ def axpy(out, a, x):
     out[4], out[5], out[6], out[7] = o4 + a * x4, o5 + a * x5, o6 + a * x6, o7 + a * x7
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def cut_times(s, o, n, iw, greater, par, qv, qd):
     """Multiply the soft cut of probabilities ``s[o + i]`` (:func:`soft_values`) into
     probabilities ``qv[i]`` and their tangents ``qd[i]`` (``(LANES,)``, lane 0 zero),
@@ -186,7 +155,7 @@ def cut_times(s, o, n, iw, greater, par, qv, qd):
         qv[i] = q0 * sv
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
     """Pattern probabilities ``pv`` (``(N, P)``) and tangents ``pd`` (``(N, P, LANES)``)
     from own set probabilities ``qv`` (``(S, N)``), ``qd`` (``(S, N, LANES)``):
@@ -210,7 +179,7 @@ def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
             pv[j, p] = v
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def sequence(coff, base, e, seq_c, seq_g):
     """Event ``e``'s objects of every collection in the count model's order into
     ``seq_c`` (collection) and ``seq_g`` (index in ``pv_all``); returns their number."""
@@ -223,7 +192,7 @@ def sequence(coff, base, e, seq_c, seq_g):
     return n
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def any_slot(set_slot):
     """Whether a set has a slot (per-object weights asked for: forward distributions)."""
     for s in range(set_slot.shape[0]):
@@ -232,7 +201,7 @@ def any_slot(set_slot):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def select(
     coff, base, pv_all, pd_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f, df,
     set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
@@ -384,7 +353,7 @@ def select(
                         sa[o, e, m, r] = Gm[o, m, 0, r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
     """Blocks ``b0:b1`` of one observable's power sums about ``(cx, cy)``: entries
     ``eoff[e]:eoff[e + 1]`` of event ``e`` with values ``x`` (``y``) and weight
@@ -429,7 +398,7 @@ def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
                     axpy(acc[k], t[k], dw)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def centre_sums(eoff, x, y, wo, ev, block, out, b0, b1):
     """Blocks ``b0:b1``: ``out[b] = (W, sum w x, sum w y)`` of one observable's entries
     (values only: the centre has no gradient)."""

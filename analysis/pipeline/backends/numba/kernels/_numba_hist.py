@@ -34,15 +34,15 @@ variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES, lin_add2
 
 __all__ = ["is_rank_order", "leading_support", "rank_order", "store", "walk"]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def store(out, out_hi, acc, h):
     """``out = acc[:len(out)]`` (one variant, ``h = 0``: the outputs may keep only the
     lanes that carry something), or ``out[:h] = acc[:h]`` and ``out_hi[:h] = acc[h:]``
@@ -56,7 +56,7 @@ def store(out, out_hi, acc, h):
             out[r] = acc[r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def rank_order(off, key, out, block, b0, b1):
     """``out[off[e]:off[e + 1]]``: the objects of event ``e`` by descending ``key``, ties
     (and NaN, last) in their original order (``argsort(-key, stable)``, NaN-last as
@@ -79,7 +79,7 @@ def rank_order(off, key, out, block, b0, b1):
             out[m] = g
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def is_rank_order(off, key, order):
     """Whether ``order`` is what :func:`rank_order` writes for ``key`` (each event's
     objects by descending ``key``, ties and NaN in their original order, NaN last):
@@ -97,7 +97,7 @@ def is_rank_order(off, key, order):
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
     """``nz[j, p]``: whether object ``j``'s pattern ``p`` can add anything (its
     probability or a tangent nonzero, in either variant). A pattern of probability 0 with
@@ -121,7 +121,7 @@ def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
             nz[j, p] = not zero
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _reach(tgt, c, n_pat, rs, nr, j, mark):
     """``rs[j + 1, :nr[j + 1]]``: the states reachable from ``rs[j, :nr[j]]`` by adding
     one object of collection ``c`` (any pattern), ascending (so that the loops over them
@@ -140,7 +140,7 @@ def _reach(tgt, c, n_pat, rs, nr, j, mark):
     nr[j + 1] = m
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def walk(
     coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs,
     ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, ld_mask, max_seq, max_d, block, pe, ow,

@@ -28,15 +28,15 @@ candidate (no sums): the result does not depend on how blocks are split.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES, lin_add
 
 __all__ = ["candidates"]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _step(dst, src, g, c, pv_all, pd_all, pat, n_pat, tgt, ls, keep, n_states):
     """``dst = sum_{p: [p holds s] == keep} pi_p src[k] -> tgt(p, k)`` (a forward step
     of object ``g`` restricted to the patterns with (``keep``) or without set ``ls``)."""
@@ -51,7 +51,7 @@ def _step(dst, src, g, c, pv_all, pd_all, pat, n_pat, tgt, ls, keep, n_states):
             lin_add(dst[tgt[c, p, k]], pv, src[k], src[k, 0], pd_all[g, p])
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _back(dst, src, g, c, pv_all, pd_all, n_pat, tgt, n_states):
     """``dst[k] = sum_p pi_p src[tgt(p, k)]``: object ``g``'s backward step."""
     for k in range(n_states):
@@ -62,7 +62,7 @@ def _back(dst, src, g, c, pv_all, pd_all, n_pat, tgt, n_states):
             lin_add(dst[k], pv_all[g, p], gt, gt[0], pd_all[g, p])
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt, f,
                df, max_n, cand_off, block, w_out, obj_out, b0, b1):
     """Blocks ``b0:b1``: ``w_out[q]`` (lanes) and ``obj_out[q]`` (the tuple's objects,

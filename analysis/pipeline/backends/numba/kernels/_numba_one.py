@@ -33,9 +33,9 @@ a loop of their own.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import (
     LANES,
     cut_times,
@@ -47,7 +47,7 @@ from analysis.pipeline.backends.numba.kernels._numba_dp import (
 __all__ = ["select_one", "select_one_value"]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def lin2(out, a, x, b, y, c, u, d, v):
     """``out[r] = (a x[r] + b y[r]) + (c u[r] + d v[r])`` over the lanes: :func:`lin` and
     then :func:`~analysis.pipeline.backends.numba.kernels._numba_dp.lin_add` (the same floats), in registers
@@ -64,7 +64,7 @@ def lin2(out, a, x, b, y, c, u, d, v):
         (a * x6 + b * y6) + (c * u6 + d * v6), (a * x7 + b * y7) + (c * u7 + d * v7))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _forward(Fa, Fb, j, top, q, dq):
     """``F_{j+1}`` (``Fb``) from ``F_j`` (``Fa``) on states ``0 .. min(j + 1, top)``."""
     last = min(j, top)
@@ -80,7 +80,7 @@ def _forward(Fa, Fb, j, top, q, dq):
     lin_add(Fb[min(last + 1, top)], pq, Fa[last], Fa[last, 0], dqj)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _backward(G, Gn, j, top, q, dq):
     """``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on states ``0 .. min(j, top)``."""
     pv = 1.0 - q[j]
@@ -91,7 +91,7 @@ def _backward(G, Gn, j, top, q, dq):
         lin2(Gn[i], pv, G[i], -G[i, 0], dqj, pq, G[t], G[t, 0], dqj)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def select_one(
     coff, ss, cut_w, cut_g, cut_par, f, df, want_w, max_seq, block, pe, ow, b0, b1,
 ):
@@ -160,7 +160,7 @@ def select_one(
                 pe[e, r] = G[0, 0, r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
     """:func:`select_one` for values only (no trainable parameter: ``order=0``, hard
     cuts, histograms): lane 0 alone, the same floats as lane 0 of :func:`select_one`

@@ -20,13 +20,14 @@ cuts' thresholds and to the score columns).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from analysis.pipeline.backends.numba.kernels._jit import njit
 
 __all__ = ["sensitivities"]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def sensitivities(coff, q, f, max_seq, block, pe, dq, fn, b0, b1):
     """Blocks ``b0:b1`` of events. ``coff``: ``(E + 1,)`` object offsets; ``q``: ``(N,)``
     object probabilities; ``f``: the pass table on the chain (``L + 1`` states). Outputs:

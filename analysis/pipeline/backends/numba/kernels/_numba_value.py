@@ -13,15 +13,15 @@ hard cuts, :mod:`analysis.pipeline.backends.numba.fastkernel`), the other lanes 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from analysis.pipeline.backends.numba.kernels._jit import njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import any_slot, sequence
 
 __all__ = ["select_value"]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def select_value(
     coff, base, pv_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f,
     set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,

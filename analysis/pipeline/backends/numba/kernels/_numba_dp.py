@@ -16,7 +16,9 @@ adding an object of pattern ``p`` to state ``k`` and ``f`` the pass table:
   ``G_0 = f`` (:func:`analysis.select.objects.sum_moments`).
 
 These are the recursions of :mod:`analysis.select.objects` (same tables), written
-as loops; tests check them piece by piece against it and against enumeration.
+as loops (the steps of the first three: :mod:`analysis.pipeline.backends.numba.kernels.walk`,
+shared by every kernel that walks the count states); tests check them piece by piece
+against it and against enumeration.
 Events are processed in blocks; per-block partial sums are added in block order.
 """
 
@@ -25,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import compiled, inline, njit
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, axpy, lin, lin_add, lin_add2
+from analysis.pipeline.backends.numba.kernels.walk import backward, clear, forward, sequence, weight
 
 __all__ = [
     "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_times",
@@ -87,57 +91,6 @@ def soft_array(v: np.ndarray, t: float, width: float, greater: bool, inclusive: 
     return s, (-ds if greater else ds)
 
 
-# Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
-# (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
-# more than LANES - 1 trainable parameters go to the JAX kernel.
-LANES = 8
-
-
-# The lane arithmetic of the loops, written out over the 8 lanes with every load before
-# the first store: LLVM's SLP vectorizer then packs each into a few vector operations
-# (a loop over the lanes that stores as it goes is left scalar: the output might alias
-# the inputs). The same operations in the same order as the loops written with a lane loop.
-
-
-@inline
-def lin(out, a, x, b, y):
-    """``out[r] = a x[r] + b y[r]`` over the lanes."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    out[0], out[1], out[2], out[3] = a * x0 + b * y0, a * x1 + b * y1, a * x2 + b * y2, a * x3 + b * y3
-    out[4], out[5], out[6], out[7] = a * x4 + b * y4, a * x5 + b * y5, a * x6 + b * y6, a * x7 + b * y7
-
-
-@inline
-def lin_add2(out, a, a_hi, x, b, b_hi, y):
-    """``out[r] += a x[r] + b y[r]`` over lanes 0-3 and ``a_hi x[r] + b_hi y[r]`` over
-    lanes 4-7 (two variants side by side, :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`); every
-    load before the first store, so that LLVM packs each half into vector operations."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
-    out[0], out[1], out[2], out[3] = (o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1),
-                                      o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
-    out[4], out[5], out[6], out[7] = (o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
-                                      o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
-
-
-@inline
-def lin_add(out, a, x, b, y):
-    """``out[r] += a x[r] + b y[r]`` over the lanes (:func:`lin_add2` with one coefficient
-    for both halves: the same operations in the same order)."""
-    lin_add2(out, a, a, x, b, b, y)
-
-
-@inline
-def axpy(out, a, x):
-    """``out[r] += a x[r]`` over the lanes."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
-    out[0], out[1], out[2], out[3] = o0 + a * x0, o1 + a * x1, o2 + a * x2, o3 + a * x3
-    out[4], out[5], out[6], out[7] = o4 + a * x4, o5 + a * x5, o6 + a * x6, o7 + a * x7
-
-
 @inline
 def cut_times(s, o, n, iw, greater, par, qv, qd):
     """Multiply the soft cut of probabilities ``s[o + i]`` (:func:`soft_values`) into
@@ -180,19 +133,6 @@ def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
 
 
 @inline
-def sequence(coff, base, e, seq_c, seq_g):
-    """Event ``e``'s objects of every collection in the count model's order into
-    ``seq_c`` (collection) and ``seq_g`` (index in ``pv_all``); returns their number."""
-    n = 0
-    for c in range(coff.shape[0]):
-        for i in range(coff[c, e], coff[c, e + 1]):
-            seq_c[n] = c
-            seq_g[n] = base[c] + i
-            n += 1
-    return n
-
-
-@inline
 def any_slot(set_slot):
     """Whether a set has a slot (per-object weights asked for: forward distributions)."""
     for s in range(set_slot.shape[0]):
@@ -231,6 +171,7 @@ def select(
         Gmn = np.empty((n_sums, big_r + 1, n_states, LANES))
         acc = np.empty(LANES)
         xp = np.empty(p_max)
+        states = np.arange(n_states)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             n = sequence(coff, base, e, seq_c, seq_g)
             # forward distributions (only for per-object weights)
@@ -242,18 +183,11 @@ def select(
                 for j in range(n):
                     c = seq_c[j]
                     g = seq_g[j]
-                    pv = pv_all[g, 0]
-                    for k in range(n_states):
-                        fk = F[j, k, 0]
-                        for r in range(LANES):
-                            F[j + 1, k, r] = pv * F[j, k, r] + fk * pd_all[g, 0, r]
-                    for p in range(1, n_pat[c]):
+                    clear(F[j + 1], states, n_states)
+                    for p in range(n_pat[c]):
                         pv = pv_all[g, p]
-                        for k in range(n_states):
-                            t = tgt[c, p, k]
-                            fk = F[j, k, 0]
-                            for r in range(LANES):
-                                F[j + 1, t, r] += pv * F[j, k, r] + fk * pd_all[g, p, r]
+                        forward(F[j + 1], F[j], pv, pv, pd_all[g, p], tgt[c, p], states,
+                                n_states, 0, states, False)
             # backward value functions, object weights, event sums
             for k in range(n_states):
                 for r in range(LANES):
@@ -269,17 +203,8 @@ def select(
                 g = seq_g[j]
                 if need_fwd:
                     for p in range(n_pat[c]):
-                        if not pat_need[c, p]:
-                            continue
-                        for r in range(LANES):
-                            H[p, r] = 0.0
-                        for k in range(n_states):
-                            t = tgt[c, p, k]
-                            fk = F[j, k, 0]
-                            gt = G[t, 0]
-                            for r in range(LANES):
-                                H[p, r] += F[j, k, r] * gt + fk * G[t, r]
-                        H[p, 0] *= 0.5  # lane 0 summed F G twice (exact)
+                        if pat_need[c, p]:
+                            weight(H[p], F[j], G, tgt[c, p], states, n_states, 0, states, False)
                     for ls in range(n_coll_sets[c]):
                         slot = set_slot[coll_sets[c, ls]]
                         if slot < 0:
@@ -330,18 +255,10 @@ def select(
                         for k in range(n_states):
                             for r in range(LANES):
                                 Gm[o, m, k, r] = Gmn[o, m, k, r]
-                pv = pv_all[g, 0]
-                for k in range(n_states):
-                    gt = G[k, 0]
-                    for r in range(LANES):
-                        Gn[k, r] = pv * G[k, r] + gt * pd_all[g, 0, r]
-                for p in range(1, n_pat[c]):
+                clear(Gn, states, n_states)
+                for p in range(n_pat[c]):
                     pv = pv_all[g, p]
-                    for k in range(n_states):
-                        t = tgt[c, p, k]
-                        gt = G[t, 0]
-                        for r in range(LANES):
-                            Gn[k, r] += pv * G[t, r] + gt * pd_all[g, p, r]
+                    backward(Gn, G, pv, pv, pd_all[g, p], tgt[c, p], states, n_states, 0)
                 for k in range(n_states):
                     for r in range(LANES):
                         G[k, r] = Gn[k, r]

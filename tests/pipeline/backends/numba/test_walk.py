@@ -5,7 +5,7 @@ For random transition tables ``tgt[p, k]`` (pattern 0 keeps the state), pattern
 probabilities ``pi[j, p]`` with tangents and a pass table ``f``: the pass probability
 ``P = sum_a prod_j pi[j, a_j] f(state(a))``, its tangents (the product rule over the
 factors) and the weight of object ``j`` in pattern ``p``, ``P(a_j = p and pass)``, from the
-steps (forward, backward, weight: lanes and values only; the chain steps on the one-set
+steps (forward, backward, weight, the event sums' powers: lanes and values only; the chain steps on the one-set
 chain) against the sum over all ``P^N`` assignments.
 """
 
@@ -195,3 +195,53 @@ def test_chain_steps_equal_enumeration(n, top):
         dist[min(sum(a), top)] += np.prod([q[j] if x else 1.0 - q[j] for j, x in enumerate(a)])
     np.testing.assert_allclose(Fn, dist, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(Fv, dist, rtol=1e-13, atol=1e-15)
+
+
+@numba.njit
+def _sums(pv, pd, x, tgt, f, binom):
+    """E[X^m 1_pass] (lanes, and values only) of X = sum_j x[j, a_j] by the event sums'
+    backward step."""
+    n, n_pat = pv.shape
+    n_states = f.shape[0]
+    big = binom.shape[0]
+    states = np.arange(n_states)
+    Gm = np.zeros((big, n_states, LANES))
+    Gv = np.zeros((big, n_states))
+    for k in range(n_states):
+        Gm[0, k, 0] = f[k]
+        Gv[0, k] = f[k]
+    acc = np.empty(LANES)
+    for j in range(n - 1, -1, -1):
+        Gn = np.zeros_like(Gm)
+        Gvn = np.zeros_like(Gv)
+        for p in range(n_pat):
+            walk.sums_backward(Gn, Gm, pv[j, p], pd[j, p], x[j, p], binom, tgt[p], states,
+                               n_states, acc)
+            walk.sums_backward_value(Gvn, Gv, pv[j, p], x[j, p], binom, tgt[p], states,
+                                     n_states)
+        Gm, Gv = Gn, Gvn
+    return Gm[:, 0].copy(), Gv[:, 0].copy()
+
+
+def test_event_sum_steps_equal_enumeration():
+    pv, pd, tgt, f, _ = _event(5)
+    x = np.random.default_rng(6).normal(2.0, 1.0, pv.shape)
+    x[:, 0] = 0.0  # pattern 0 holds no set: adds nothing to the sum
+    binom = np.array([[1.0, 0, 0], [1, 1, 0], [1, 2, 1]])
+    lanes, values = _sums(pv, pd, x, tgt, f, binom)
+    ref = np.zeros(3)
+    dref = np.zeros((3, LANES))
+    for a in itertools.product(range(pv.shape[1]), repeat=pv.shape[0]):
+        k = 0
+        for p in a:
+            k = tgt[p, k]
+        X = sum(x[j, p] for j, p in enumerate(a))
+        prob = np.prod([pv[j, p] for j, p in enumerate(a)])
+        for m in range(3):
+            ref[m] += prob * f[k] * X**m
+            for j, p in enumerate(a):
+                rest = np.prod([pv[i, q] for i, q in enumerate(a) if i != j])
+                dref[m] += pd[j, p] * rest * f[k] * X**m
+    np.testing.assert_allclose(lanes[:, 0], ref, rtol=1e-12)
+    np.testing.assert_allclose(lanes[:, 1:], dref[:, 1:], rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(values, ref, rtol=1e-12)

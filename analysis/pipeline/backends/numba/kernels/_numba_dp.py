@@ -28,7 +28,14 @@ import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import compiled, inline, njit
 from analysis.pipeline.backends.numba.kernels.lanes import LANES, axpy, lin, lin_add, lin_add2
-from analysis.pipeline.backends.numba.kernels.walk import backward, clear, forward, sequence, weight
+from analysis.pipeline.backends.numba.kernels.walk import (
+    backward,
+    clear,
+    forward,
+    sequence,
+    sums_backward,
+    weight,
+)
 
 __all__ = [
     "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_times",
@@ -237,20 +244,8 @@ def select(
                                     nil = False
                             if nil:
                                 continue
-                        for m in range(big_r + 1):
-                            for k in range(n_states):
-                                t = tgt[c, p, k]
-                                for r in range(LANES):
-                                    acc[r] = 0.0
-                                xpow = 1.0
-                                for ii in range(m + 1):
-                                    cf = binom[m, ii] * xpow
-                                    for r in range(LANES):
-                                        acc[r] += cf * Gm[o, m - ii, t, r]
-                                    xpow *= xp[p]
-                                a0 = acc[0]
-                                for r in range(LANES):
-                                    Gmn[o, m, k, r] += pv * acc[r] + a0 * pd_all[g, p, r]
+                        sums_backward(Gmn[o], Gm[o], pv, pd_all[g, p], xp[p], binom, tgt[c, p],
+                                      states, n_states, acc)
                     for m in range(big_r + 1):
                         for k in range(n_states):
                             for r in range(LANES):

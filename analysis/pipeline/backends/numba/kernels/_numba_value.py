@@ -23,6 +23,7 @@ from analysis.pipeline.backends.numba.kernels.walk import (
     clear,
     forward_value,
     sequence,
+    sums_backward_value,
     weight_value,
 )
 
@@ -103,15 +104,8 @@ def select_value(
                         pv = pv_all[g, p]
                         if pv == 0.0:  # adds nothing (its powers of x may overflow: 0 x inf)
                             continue
-                        for m in range(big_r + 1):
-                            for k in range(n_states):
-                                t = tgt[c, p, k]
-                                acc = 0.0
-                                xpow = 1.0
-                                for ii in range(m + 1):
-                                    acc += binom[m, ii] * xpow * Gm[o, m - ii, t]
-                                    xpow *= xp[p]
-                                Gmn[o, m, k] += pv * acc
+                        sums_backward_value(Gmn[o], Gm[o], pv, xp[p], binom, tgt[c, p], states,
+                                            n_states)
                     for m in range(big_r + 1):
                         for k in range(n_states):
                             Gm[o, m, k] = Gmn[o, m, k]

@@ -11,7 +11,11 @@ joint count state after adding an object of collection ``c`` and pattern ``p`` t
   probability ``P = G_0[0]`` (:func:`backward`: one pattern's term);
 - the weight of object ``j`` in set ``s``: ``P(j in s and the event passes) =
   sum_{p holds s} pi_jp sum_k F_j[k] G_{j+1}[tgt(p, k)]`` (:func:`weight`: the inner sum
-  of one pattern).
+  of one pattern);
+- event sums ``X = sum_{j in s} x_j``: ``E[X^m 1_pass]`` by the backward recursion
+  ``G^m_j[k] = sum_p pi_jp sum_{i <= m} C(m, i) x_jp^i G^{m-i}_{j+1}[tgt(p, k)]`` from
+  ``G^0 = f``, ``G^{m>0} = 0`` (:func:`sums_backward`: one pattern's term;
+  :func:`analysis.select.objects.sum_moments`).
 
 Every kernel that walks the count states (the selection loops of ``_numba_dp``,
 ``_numba_value`` and ``_numba_one``, the histogram walk of ``_numba_hist``, the leading
@@ -47,8 +51,8 @@ from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin, lin2, lin
 
 __all__ = [
     "backward", "backward_value", "chain_backward", "chain_backward_value", "chain_forward",
-    "chain_forward_value", "clear", "forward", "forward_value", "sequence", "weight",
-    "weight_value",
+    "chain_forward_value", "clear", "forward", "forward_value", "sequence", "sums_backward",
+    "sums_backward_value", "weight", "weight_value",
 ]
 
 
@@ -120,6 +124,43 @@ def weight(inner, F, G, row, states, ns, h, mask, masked):
     inner[0] *= 0.5  # value lanes summed F G twice (exact)
     if h:
         inner[h] *= 0.5
+
+
+@inline
+def sums_backward(Gmn, Gm, pv, d, x, binom, row, states, ns, acc):
+    """One pattern's term of the event sums' backward step in lanes: ``Gmn[m, k] += pv A +
+    A_0 d`` with ``A = sum_{i <= m} C(m, i) x^i Gm[m - i, row[k]]`` (``binom[m, i] =
+    C(m, i)``; ``x``: the object's summed value in this pattern, 0 where the pattern does
+    not hold the summed set) for every power ``m`` and ``k`` in ``states[:ns]``; ``acc``:
+    a buffer of :data:`LANES`."""
+    for m in range(binom.shape[0]):
+        for i in range(ns):
+            t = row[states[i]]
+            for r in range(LANES):
+                acc[r] = 0.0
+            xpow = 1.0
+            for ii in range(m + 1):
+                cf = binom[m, ii] * xpow
+                for r in range(LANES):
+                    acc[r] += cf * Gm[m - ii, t, r]
+                xpow *= x
+            a0 = acc[0]
+            for r in range(LANES):
+                Gmn[m, states[i], r] += pv * acc[r] + a0 * d[r]
+
+
+@inline
+def sums_backward_value(Gmn, Gm, pv, x, binom, row, states, ns):
+    """:func:`sums_backward` for values only: ``Gmn[m, k] += pv A``."""
+    for m in range(binom.shape[0]):
+        for i in range(ns):
+            t = row[states[i]]
+            acc = 0.0
+            xpow = 1.0
+            for ii in range(m + 1):
+                acc += binom[m, ii] * xpow * Gm[m - ii, t]
+                xpow *= x
+            Gmn[m, states[i]] += pv * acc
 
 
 @inline

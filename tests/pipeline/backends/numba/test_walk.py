@@ -4,9 +4,9 @@ enumeration of every pattern assignment of an event's objects.
 For random transition tables ``tgt[p, k]`` (pattern 0 keeps the state), pattern
 probabilities ``pi[j, p]`` with tangents and a pass table ``f``: the pass probability
 ``P = sum_a prod_j pi[j, a_j] f(state(a))``, its tangents (the product rule over the
-factors) and the weight of object ``j`` in pattern ``p``, ``P(a_j = p and pass)``, from the
-steps (forward, backward, weight, the event sums' powers: lanes and values only; the chain steps on the one-set
-chain) against the sum over all ``P^N`` assignments.
+factors), the weight of object ``j`` in pattern ``p``, ``P(a_j = p and pass)``, and the
+event sums' powers ``E[X^m 1_pass]``, from the steps (lanes and values only; the chain
+steps on the one-set chain) against the sum over all ``P^N`` assignments.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from analysis.pipeline.backends.numba.kernels._numba_replicas import (
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.request import Request
-from analysis.pipeline.split import PARTS, part_factor
+from analysis.pipeline.split import _POISSON1_CDF, PARTS, part_factor
 
 __all__ = [
     "ReplicaLanes", "ReplicaSums", "ReplicaTotals", "chunk_lanes", "chunk_replicas",
@@ -122,7 +122,7 @@ def chunk_replicas(
     if not cols.n_events:
         return ReplicaSums(np.zeros((2, replicas)), state)
     sel = selected.run(cols, threads=threads)
-    return ReplicaSums(replica_selected(_uid(cols), sel, replicas), state)
+    return ReplicaSums(replica_selected(_uid(cols), sel, replicas, cdf=_POISSON1_CDF), state)
 
 
 def chunk_totals(cols: ChunkColumns, fraction: float | None, replicas: int) -> ReplicaTotals:
@@ -133,7 +133,7 @@ def chunk_totals(cols: ChunkColumns, fraction: float | None, replicas: int) -> R
     u = _uid(cols)
     rows = [cols.weight * (part_factor(u, p, fraction) if fraction else float(p == "all"))
             for p in PARTS]
-    return ReplicaTotals(replica_totals(u, np.stack(rows), replicas))
+    return ReplicaTotals(replica_totals(u, np.stack(rows), replicas, cdf=_POISSON1_CDF))
 
 
 def chunk_lanes(
@@ -172,7 +172,7 @@ def chunk_lanes(
     if totals:
         weights = np.stack([cols.weight * (part_factor(u, p, fraction) if fraction
                                            else float(p == "all")) for p in PARTS])
-    sums, tot = replica_lanes(u, np.stack(rows), replicas, weights)
+    sums, tot = replica_lanes(u, np.stack(rows), replicas, weights, cdf=_POISSON1_CDF)
     return ReplicaLanes({key: ReplicaSums(sums[j], st) for j, (key, st) in
                          enumerate(states.items())},
                         None if tot is None else ReplicaTotals(tot))

@@ -5,7 +5,8 @@ functions on large arrays, so contiguous block ranges (:func:`_run_blocks`), blo
 taken one at a time (:func:`_run_dynamic`, for kernels whose outputs are per block or
 per item) or slices (:func:`_run_slices`) run in parallel on a thread pool of this
 process. Blocks keep their partial sums apart and are added in block order; slices are
-element-wise: the results do not depend on the number of threads. Used by the numba
+element-wise: the results do not depend on the number of threads. :func:`yield_sums`
+runs the selected yield's block sums this way. Used by the numba
 kernel's host modules only (:mod:`analysis.pipeline.backends.numba.fastkernel`,
 :mod:`analysis.pipeline.backends.numba.fasthist`, :mod:`analysis.pipeline.backends.numba.fastreverse`).
 """
@@ -18,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
+
+from analysis.pipeline.backends.numba.kernels import _numba_sums
 
 __all__: list[str] = []  # internal to the numba kernel
 
@@ -102,3 +105,15 @@ def _run_slices(fn, edges) -> None:
     finally:
         for f in futures:
             f.result()
+
+
+def yield_sums(ev: np.ndarray, pe: np.ndarray, np1: int, block: int,
+               threads: int | None = None) -> np.ndarray:
+    """``(2, np1)``: ``[sum w_e, sum w_e^2]`` and their tangents (columns 1..np1-1) from
+    ``ev``, ``pe`` (``(E, LANES)``, float64); zeros for no events. Blocks on the
+    kernel's threads (:func:`_run_blocks`: the same floats for any number), as
+    :func:`analysis.pipeline.backends.numba.kernels._numba_sums.block_sums`."""
+    n_blocks = max(1, -(-ev.shape[0] // block))
+    out = np.zeros((n_blocks, 2, np1))
+    _run_blocks(_numba_sums.block_sums, (ev, pe, np1, block, out), n_blocks, threads)
+    return out.sum(axis=0)

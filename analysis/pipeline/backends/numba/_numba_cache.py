@@ -6,10 +6,12 @@ change to a function that it calls or inlines from another module
 :func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one`, say) leaves the caller's old machine
 code in use, silently (an editable install after ``git pull``; measured here: a broken
 ``cut_times`` went unseen by the cached histogram loop). So, when
-:mod:`analysis.pipeline` is imported (before any kernel module is), :func:`drop_stale`
-hashes the sources of every module of the package that compiles with numba; if the
-hash differs from the one stored beside the cache, it removes those modules' cache
-files (numba compiles them again, once) and stores the new hash. Best effort: a cache
+the numba backend is imported (before any kernel module is), :func:`drop_stale` hashes
+the sources of every module of the kernels' folder (all of them: the decorators come
+from one policy module, :mod:`analysis.pipeline.backends.numba.kernels._jit`, whose
+change is a change of every kernel); if the hash differs from the one stored beside the
+cache, it removes those modules' cache files (numba compiles them again, once) and
+stores the new hash. Best effort: a cache
 directory it cannot read or write is left to numba. Internal to the pipeline.
 """
 
@@ -25,9 +27,10 @@ STAMP = "diffcoffea-kernels.sha256"
 
 
 def kernel_modules(package: Path) -> list[Path]:
-    """The package's modules that define numba-compiled functions, sorted by name."""
-    return sorted(p for p in package.glob("*.py")
-                  if p.name != Path(__file__).name and "@numba.njit" in p.read_text())
+    """Every module of the kernels' folder, sorted by name: each compiles with numba or is
+    read by one that does (the njit policy's module, helpers inlined elsewhere), so a
+    change to any of them may change machine code that numba keys elsewhere."""
+    return sorted(p for p in package.glob("*.py") if p.name != Path(__file__).name)
 
 
 def sources_hash(modules: list[Path]) -> str:

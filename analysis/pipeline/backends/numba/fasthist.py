@@ -37,7 +37,7 @@ import numpy as np
 from analysis.pipeline.backends.numba import fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo, remember
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
-from analysis.pipeline.backends.numba._fastpool import _run_dynamic
+from analysis.pipeline.backends.numba._fastpool import _run_dynamic, yield_sums
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
     _joint_tables,
@@ -57,7 +57,6 @@ from analysis.pipeline.backends.numba.kernels import (
     _numba_fill,
     _numba_hist,
 )
-from analysis.pipeline.backends.numba.kernels._numba_sums import yield_sums
 from analysis.pipeline.histplan import GROUPS, factor_values, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan

@@ -52,6 +52,7 @@ from analysis.pipeline.backends.numba._fastpool import (
     _threads,
     _work,
     splits,
+    yield_sums,
 )
 from analysis.pipeline.backends.numba._fasttables import (
     _par_index,
@@ -64,7 +65,6 @@ from analysis.pipeline.backends.numba._fasttables import (
     one_sided,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_value
-from analysis.pipeline.backends.numba.kernels._numba_sums import yield_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree

@@ -8,21 +8,26 @@ from pathlib import Path
 from analysis.pipeline.backends.numba import _numba_cache
 
 KERNEL = "import numba\n\n@numba.njit(cache=True)\ndef f(x):\n    return x\n"
+# the kernels decorate with the policy module's names: no "@numba.njit" in their text
+POLICY = "import numba\n\njit = numba.njit(cache=True)\n"
+LOOPS = "from pkg._jit import jit\n\n@jit\ndef f(x):\n    return x\n"
 
 
 def _package(tmp_path: Path) -> tuple[Path, Path]:
+    """A kernels' folder (the stamp's argument) and, outside it, a host module."""
     pkg = tmp_path / "pkg"
     cache = pkg / "__pycache__"
     cache.mkdir(parents=True)
-    (pkg / "_loops.py").write_text(KERNEL)
+    (pkg / "_jit.py").write_text(POLICY)
+    (pkg / "_loops.py").write_text(LOOPS)
     (pkg / "_more.py").write_text(KERNEL.replace("f(x)", "g(x)"))
-    (pkg / "plan.py").write_text("x = 1\n")  # no compiled function
+    (tmp_path / "host.py").write_text("x = 1\n")  # the host: not a kernel module
     return pkg, cache
 
 
 def _cache_files(cache: Path) -> list[str]:
     names = ["_loops.f-3.py311.nbi", "_loops.f-3.py311.1.nbc", "_more.g-3.py311.nbi",
-             "plan.x-1.py311.nbi", "_loops.cpython-311.pyc"]
+             "host.x-1.py311.nbi", "_loops.cpython-311.pyc"]
     for n in names:
         (cache / n).write_text("old")
     return names
@@ -34,7 +39,7 @@ def test_first_import_drops_the_kernels_cache_and_stores_the_hash(tmp_path):
     removed = {p.name for p in _numba_cache.drop_stale(pkg, [cache])}
     assert removed == {"_loops.f-3.py311.nbi", "_loops.f-3.py311.1.nbc", "_more.g-3.py311.nbi"}
     left = {p.name for p in cache.iterdir()}
-    assert {"plan.x-1.py311.nbi", "_loops.cpython-311.pyc", _numba_cache.STAMP} == left
+    assert {"host.x-1.py311.nbi", "_loops.cpython-311.pyc", _numba_cache.STAMP} == left
     assert (cache / _numba_cache.STAMP).read_text() == _numba_cache.sources_hash(
         _numba_cache.kernel_modules(pkg))
 
@@ -58,11 +63,22 @@ def test_a_change_in_another_kernel_module_drops_every_kernels_cache(tmp_path):
     assert _numba_cache.drop_stale(pkg, [cache]) == []  # stored: once only
 
 
-def test_a_change_outside_the_kernel_modules_keeps_the_cache(tmp_path):
+def test_a_change_to_the_njit_policy_drops_every_kernels_cache(tmp_path):
+    # the policy module has no compiled function of its own (and no "@numba.njit" in any
+    # kernel's text): its change is a change of every kernel
     pkg, cache = _package(tmp_path)
     _numba_cache.drop_stale(pkg, [cache])
     _cache_files(cache)
-    (pkg / "plan.py").write_text("x = 2\n")
+    (pkg / "_jit.py").write_text(POLICY.replace("cache=True", "cache=True, fastmath=True"))
+    removed = {p.name for p in _numba_cache.drop_stale(pkg, [cache])}
+    assert {"_loops.f-3.py311.nbi", "_more.g-3.py311.nbi"} <= removed
+
+
+def test_a_change_outside_the_kernels_folder_keeps_the_cache(tmp_path):
+    pkg, cache = _package(tmp_path)
+    _numba_cache.drop_stale(pkg, [cache])
+    _cache_files(cache)
+    (tmp_path / "host.py").write_text("x = 2\n")
     assert _numba_cache.drop_stale(pkg, [cache]) == []
 
 
@@ -81,7 +97,8 @@ def test_the_numba_backend_runs_it_on_import():
 
     pkg = Path(kernels.__file__).resolve().parent
     names = [p.name for p in _numba_cache.kernel_modules(pkg)]
-    assert "_numba_one.py" in names and "_numba_dp.py" in names
+    assert {"_numba_one.py", "_numba_dp.py", "_jit.py"} <= set(names)
+    assert names == sorted(p.name for p in pkg.glob("*.py"))  # every module of kernels/
     assert "_numba_cache.py" not in names and "fastkernel.py" not in names
     stamp = pkg / "__pycache__" / _numba_cache.STAMP
     if stamp.exists():  # written unless the checkout is read-only

@@ -16,16 +16,26 @@ adding an object of pattern ``p`` to state ``k`` and ``f`` the pass table:
   ``G_0 = f`` (:func:`analysis.select.objects.sum_moments`).
 
 These are the recursions of :mod:`analysis.select.objects` (same tables), written
-as loops; tests check them piece by piece against it and against enumeration.
+as loops (the steps of the first three: :mod:`analysis.pipeline.backends.numba.kernels.walk`,
+shared by every kernel that walks the count states); tests check them piece by piece
+against it and against enumeration.
 Events are processed in blocks; per-block partial sums are added in block order.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
-import numba
 import numpy as np
+
+from analysis.pipeline.backends.numba.kernels._jit import compiled, inline, njit
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, axpy, lin, lin_add, lin_add2
+from analysis.pipeline.backends.numba.kernels.walk import (
+    backward,
+    clear,
+    forward,
+    sequence,
+    sums_backward,
+    weight,
+)
 
 __all__ = [
     "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_times",
@@ -62,7 +72,7 @@ def soft_values(v: np.ndarray, t: float, width: float, greater: bool, inclusive:
     return out
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def soft_slope(s, inv_width, greater):
     """``ds/dt`` of the soft cut from its probability ``s`` (:func:`soft_values`):
     ``-+s (1 - s) / width`` (``-`` for ``>``, ``>=``; ``ds/dv = -ds/dt``), with
@@ -71,7 +81,7 @@ def soft_slope(s, inv_width, greater):
     return -ds if greater else ds
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def inverse_width(width):
     """``1 / width``, 0 for a hard cut (``width <= 0``): the argument of :func:`soft_slope`
     (a product in the loops where a division would be per object)."""
@@ -88,88 +98,7 @@ def soft_array(v: np.ndarray, t: float, width: float, greater: bool, inclusive: 
     return s, (-ds if greater else ds)
 
 
-# Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
-# (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
-# more than LANES - 1 trainable parameters go to the JAX kernel.
-LANES = 8
-
-
-_COMPILED: set = set()
-
-
-@contextmanager
-def _slp():
-    """LLVM's SLP vectorizer on while numba compiles (numba leaves it off by default;
-    its pass managers read the setting at each compilation, so this is local to the
-    functions compiled inside). It packs the lane arithmetic below into vector
-    operations without reassociating anything: the same floats as without it."""
-    old = numba.config.SLP_VECTORIZE
-    numba.config.SLP_VECTORIZE = 1
-    try:
-        yield
-    finally:
-        numba.config.SLP_VECTORIZE = old
-
-
-def compiled(kernel, args: tuple):
-    """``kernel`` once compiled for ``args`` (the arguments before the block range) with
-    the SLP vectorizer on: a first call over no blocks (``b0 = b1 = 0``) in this thread,
-    before the thread pool runs it. A later call with other argument types would compile
-    a second version without it (the same results, slower); the kernel's callers build
-    its arguments with fixed dtypes."""
-    if kernel not in _COMPILED:
-        with _slp():
-            kernel(*args, 0, 0)
-        _COMPILED.add(kernel)
-    return kernel
-
-
-# The lane arithmetic of the loops, written out over the 8 lanes with every load before
-# the first store: LLVM's SLP vectorizer then packs each into a few vector operations
-# (a loop over the lanes that stores as it goes is left scalar: the output might alias
-# the inputs). The same operations in the same order as the loops written with a lane loop.
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def lin(out, a, x, b, y):
-    """``out[r] = a x[r] + b y[r]`` over the lanes."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    out[0], out[1], out[2], out[3] = a * x0 + b * y0, a * x1 + b * y1, a * x2 + b * y2, a * x3 + b * y3
-    out[4], out[5], out[6], out[7] = a * x4 + b * y4, a * x5 + b * y5, a * x6 + b * y6, a * x7 + b * y7
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def lin_add2(out, a, a_hi, x, b, b_hi, y):
-    """``out[r] += a x[r] + b y[r]`` over lanes 0-3 and ``a_hi x[r] + b_hi y[r]`` over
-    lanes 4-7 (two variants side by side, :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`); every
-    load before the first store, so that LLVM packs each half into vector operations."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
-    out[0], out[1], out[2], out[3] = (o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1),
-                                      o2 + (a * x2 + b * y2), o3 + (a * x3 + b * y3))
-    out[4], out[5], out[6], out[7] = (o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
-                                      o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def lin_add(out, a, x, b, y):
-    """``out[r] += a x[r] + b y[r]`` over the lanes (:func:`lin_add2` with one coefficient
-    for both halves: the same operations in the same order)."""
-    lin_add2(out, a, a, x, b, b, y)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def axpy(out, a, x):
-    """``out[r] += a x[r]`` over the lanes."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
-    out[0], out[1], out[2], out[3] = o0 + a * x0, o1 + a * x1, o2 + a * x2, o3 + a * x3
-    out[4], out[5], out[6], out[7] = o4 + a * x4, o5 + a * x5, o6 + a * x6, o7 + a * x7
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def cut_times(s, o, n, iw, greater, par, qv, qd):
     """Multiply the soft cut of probabilities ``s[o + i]`` (:func:`soft_values`) into
     probabilities ``qv[i]`` and their tangents ``qd[i]`` (``(LANES,)``, lane 0 zero),
@@ -186,7 +115,7 @@ def cut_times(s, o, n, iw, greater, par, qv, qd):
         qv[i] = q0 * sv
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
     """Pattern probabilities ``pv`` (``(N, P)``) and tangents ``pd`` (``(N, P, LANES)``)
     from own set probabilities ``qv`` (``(S, N)``), ``qd`` (``(S, N, LANES)``):
@@ -210,20 +139,7 @@ def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
             pv[j, p] = v
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def sequence(coff, base, e, seq_c, seq_g):
-    """Event ``e``'s objects of every collection in the count model's order into
-    ``seq_c`` (collection) and ``seq_g`` (index in ``pv_all``); returns their number."""
-    n = 0
-    for c in range(coff.shape[0]):
-        for i in range(coff[c, e], coff[c, e + 1]):
-            seq_c[n] = c
-            seq_g[n] = base[c] + i
-            n += 1
-    return n
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def any_slot(set_slot):
     """Whether a set has a slot (per-object weights asked for: forward distributions)."""
     for s in range(set_slot.shape[0]):
@@ -232,7 +148,7 @@ def any_slot(set_slot):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def select(
     coff, base, pv_all, pd_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f, df,
     set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
@@ -262,6 +178,7 @@ def select(
         Gmn = np.empty((n_sums, big_r + 1, n_states, LANES))
         acc = np.empty(LANES)
         xp = np.empty(p_max)
+        states = np.arange(n_states)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             n = sequence(coff, base, e, seq_c, seq_g)
             # forward distributions (only for per-object weights)
@@ -273,18 +190,11 @@ def select(
                 for j in range(n):
                     c = seq_c[j]
                     g = seq_g[j]
-                    pv = pv_all[g, 0]
-                    for k in range(n_states):
-                        fk = F[j, k, 0]
-                        for r in range(LANES):
-                            F[j + 1, k, r] = pv * F[j, k, r] + fk * pd_all[g, 0, r]
-                    for p in range(1, n_pat[c]):
+                    clear(F[j + 1], states, n_states)
+                    for p in range(n_pat[c]):
                         pv = pv_all[g, p]
-                        for k in range(n_states):
-                            t = tgt[c, p, k]
-                            fk = F[j, k, 0]
-                            for r in range(LANES):
-                                F[j + 1, t, r] += pv * F[j, k, r] + fk * pd_all[g, p, r]
+                        forward(F[j + 1], F[j], pv, pv, pd_all[g, p], tgt[c, p], states,
+                                n_states, 0, states, False)
             # backward value functions, object weights, event sums
             for k in range(n_states):
                 for r in range(LANES):
@@ -300,17 +210,8 @@ def select(
                 g = seq_g[j]
                 if need_fwd:
                     for p in range(n_pat[c]):
-                        if not pat_need[c, p]:
-                            continue
-                        for r in range(LANES):
-                            H[p, r] = 0.0
-                        for k in range(n_states):
-                            t = tgt[c, p, k]
-                            fk = F[j, k, 0]
-                            gt = G[t, 0]
-                            for r in range(LANES):
-                                H[p, r] += F[j, k, r] * gt + fk * G[t, r]
-                        H[p, 0] *= 0.5  # lane 0 summed F G twice (exact)
+                        if pat_need[c, p]:
+                            weight(H[p], F[j], G, tgt[c, p], states, n_states, 0, states, False)
                     for ls in range(n_coll_sets[c]):
                         slot = set_slot[coll_sets[c, ls]]
                         if slot < 0:
@@ -343,36 +244,16 @@ def select(
                                     nil = False
                             if nil:
                                 continue
-                        for m in range(big_r + 1):
-                            for k in range(n_states):
-                                t = tgt[c, p, k]
-                                for r in range(LANES):
-                                    acc[r] = 0.0
-                                xpow = 1.0
-                                for ii in range(m + 1):
-                                    cf = binom[m, ii] * xpow
-                                    for r in range(LANES):
-                                        acc[r] += cf * Gm[o, m - ii, t, r]
-                                    xpow *= xp[p]
-                                a0 = acc[0]
-                                for r in range(LANES):
-                                    Gmn[o, m, k, r] += pv * acc[r] + a0 * pd_all[g, p, r]
+                        sums_backward(Gmn[o], Gm[o], pv, pd_all[g, p], xp[p], binom, tgt[c, p],
+                                      states, n_states, acc)
                     for m in range(big_r + 1):
                         for k in range(n_states):
                             for r in range(LANES):
                                 Gm[o, m, k, r] = Gmn[o, m, k, r]
-                pv = pv_all[g, 0]
-                for k in range(n_states):
-                    gt = G[k, 0]
-                    for r in range(LANES):
-                        Gn[k, r] = pv * G[k, r] + gt * pd_all[g, 0, r]
-                for p in range(1, n_pat[c]):
+                clear(Gn, states, n_states)
+                for p in range(n_pat[c]):
                     pv = pv_all[g, p]
-                    for k in range(n_states):
-                        t = tgt[c, p, k]
-                        gt = G[t, 0]
-                        for r in range(LANES):
-                            Gn[k, r] += pv * G[t, r] + gt * pd_all[g, p, r]
+                    backward(Gn, G, pv, pv, pd_all[g, p], tgt[c, p], states, n_states, 0)
                 for k in range(n_states):
                     for r in range(LANES):
                         G[k, r] = Gn[k, r]
@@ -384,7 +265,7 @@ def select(
                         sa[o, e, m, r] = Gm[o, m, 0, r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
     """Blocks ``b0:b1`` of one observable's power sums about ``(cx, cy)``: entries
     ``eoff[e]:eoff[e + 1]`` of event ``e`` with values ``x`` (``y``) and weight
@@ -429,7 +310,7 @@ def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
                     axpy(acc[k], t[k], dw)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def centre_sums(eoff, x, y, wo, ev, block, out, b0, b1):
     """Blocks ``b0:b1``: ``out[b] = (W, sum w x, sum w y)`` of one observable's entries
     (values only: the centre has no gradient)."""

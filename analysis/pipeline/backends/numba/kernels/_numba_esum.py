@@ -30,9 +30,9 @@ uncertain objects gets NaN and its count in ``n_unc`` (the host refuses it).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 
 __all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "event_sum_bins", "fill_bins"]
@@ -47,7 +47,7 @@ _FIRST = 6
 MAX_UNCERTAIN = 24
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _times_into(out, pv, pd, x, nl):
     """``out[r] += pv x[r] + x[0] pd[r]`` over the first ``nl`` lanes (``pd[0] = 0``; with
     ``nl <= 4`` over 4: a lane past ``nl`` carries nothing that is read)."""
@@ -63,7 +63,7 @@ def _times_into(out, pv, pd, x, nl):
             out[r] += pv * x[r] + x0 * pd[r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _dot(a, b, n_states, nl, out, skip):
     """``out = <a, b>`` over the states, lanes by the product rule (``(n_states, L)`` each;
     ``skip``: as :func:`_forward`)."""
@@ -78,7 +78,7 @@ def _dot(a, b, n_states, nl, out, skip):
             out[r] += a0 * b[k, r] + b0 * a[k, r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
     """``Fn = sum_p pi_p shift_p(F)`` over the patterns ``p`` of object ``g`` (of
     collection ``c``) with ``has[p] == which`` (``which = -1``: every pattern). ``skip``
@@ -110,7 +110,7 @@ def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
             _times_into(Fn[tgt[c, p, k]], v, d, F[k], nl)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl, which, has):
     """:func:`_forward` from ``A[src]`` over its live states only (``la[src, :na[src]]``: every
     state that may be nonzero), into ``B[dst]`` with its live states into ``lb[dst]``,
@@ -151,7 +151,7 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
     nbn[dst] = cnt
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
     """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over the patterns with ``has[p] == which``."""
     for k in range(n_states):
@@ -166,7 +166,7 @@ def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
             _times_into(Gn[k], v, d, G[tgt[c, p, k]], nl)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _bin(edges, x):
     """Bin of ``x``: the number of edges ``<= x`` (NaN: the overflow)."""
     n_edges = edges.shape[0]
@@ -178,7 +178,7 @@ def _bin(edges, x):
     return b
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals, edges, nl,
                    block, out, n_unc, b0, b1):
     """Events of blocks ``b0:b1`` (module docstring): ``out[e, b, :nl]`` =
@@ -386,7 +386,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 o[k, r] = C[k, r] - C[k - 1, r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def fill_bins(pb, ev, factors, weight, sumw, sumw2):
     """Histogram sums of per-event bin probabilities ``pb[e, b]`` (lanes, from
     :func:`event_sum_bins`) with the event weights ``ev[e]`` (lanes) times each

@@ -29,9 +29,9 @@ the slopes come from the probabilities (:func:`analysis.pipeline.backends.numba.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import (
     LANES,
     cut_times,
@@ -47,7 +47,7 @@ __all__ = ["cut_patterns", "cut_patterns_pair", "fill", "fill_pair"]
 SUB = 256
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
     """Multiply the cuts into the own set probabilities ``qv[ls, i]`` and tangents
     ``qd[ls, i]`` of objects ``j0 + i``, ``i < nj``, cut after cut
@@ -58,7 +58,7 @@ def _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
                   qd[ls])
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
                  codes, n_sets, n_pat, g0, pv_all, pd_all, block, b0, b1):
     """Object blocks ``b0:b1`` of one collection (``N = cols.shape[1]`` objects, global
@@ -106,7 +106,7 @@ def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, 
                     out[4], out[5], out[6], out[7] = d4, d5, d6, d7
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
     """:func:`_cuts_into` over lanes 0-3 only (``qd[ls, i]`` of 4 lanes: the value and
     at most 3 tangents), the same operations on each of them. Not ``cut_times`` with a
@@ -128,7 +128,7 @@ def _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
             qv[ls, i] = q0 * sv
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
                       r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, block, b0, b1):
     """:func:`cut_patterns` for the two sides of a shift at once (at most 3 tangents: 4
@@ -192,7 +192,7 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
                     out[4], out[5], out[6], out[7] = d4, d5, d6, d7
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
     """Histogram sums of the entries of event ``e``, ``off[e]:off[e + 1]`` (values
     ``x[i]``, probability lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times
@@ -243,7 +243,7 @@ def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
                                                   c3 + f2 * w3)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, sumw, sumw2, sumw_hi,
               sumw2_hi):
     """:func:`fill` of two sets of entries with the same offsets, event weights and

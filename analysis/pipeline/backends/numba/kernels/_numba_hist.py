@@ -20,8 +20,9 @@ probabilities and the forward distributions, and differ only in ``f``). With
   G^r_{j+1}[tgt(p, k)]`` (the weight of :func:`analysis.select.objects.leading` for one
   indexed set: the ``d`` members ranked above ``j`` and ``j`` in ``s``).
 
-Every quantity in lanes (lane 0 the value, then its tangents; the product rule
-``(a b)' = a' b + a b'``); only sums of non-negative products. Outputs are per event
+The steps are those of :mod:`analysis.pipeline.backends.numba.kernels.walk`, over the
+states reachable so far. Every quantity in lanes (lane 0 the value, then its tangents;
+the product rule ``(a b)' = a' b + a b'``); only sums of non-negative products. Outputs are per event
 or per object (no sums), so the result does not depend on how blocks are split.
 
 Two variants per walk. With at most 3 tangents (4 lanes), the 8 lanes hold two
@@ -34,15 +35,16 @@ variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._numba_dp import LANES, lin_add2
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add2
+from analysis.pipeline.backends.numba.kernels.walk import backward, clear, forward, sequence, weight
 
 __all__ = ["is_rank_order", "leading_support", "rank_order", "store", "walk"]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def store(out, out_hi, acc, h):
     """``out = acc[:len(out)]`` (one variant, ``h = 0``: the outputs may keep only the
     lanes that carry something), or ``out[:h] = acc[:h]`` and ``out_hi[:h] = acc[h:]``
@@ -56,7 +58,7 @@ def store(out, out_hi, acc, h):
             out[r] = acc[r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def rank_order(off, key, out, block, b0, b1):
     """``out[off[e]:off[e + 1]]``: the objects of event ``e`` by descending ``key``, ties
     (and NaN, last) in their original order (``argsort(-key, stable)``, NaN-last as
@@ -79,7 +81,7 @@ def rank_order(off, key, out, block, b0, b1):
             out[m] = g
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def is_rank_order(off, key, order):
     """Whether ``order`` is what :func:`rank_order` writes for ``key`` (each event's
     objects by descending ``key``, ties and NaN in their original order, NaN last):
@@ -97,7 +99,7 @@ def is_rank_order(off, key, order):
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
     """``nz[j, p]``: whether object ``j``'s pattern ``p`` can add anything (its
     probability or a tangent nonzero, in either variant). A pattern of probability 0 with
@@ -121,7 +123,7 @@ def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
             nz[j, p] = not zero
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@inline
 def _reach(tgt, c, n_pat, rs, nr, j, mark):
     """``rs[j + 1, :nr[j + 1]]``: the states reachable from ``rs[j, :nr[j]]`` by adding
     one object of collection ``c`` (any pattern), ascending (so that the loops over them
@@ -140,7 +142,7 @@ def _reach(tgt, c, n_pat, rs, nr, j, mark):
     nr[j + 1] = m
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def walk(
     coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs,
     ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, ld_mask, max_seq, max_d, block, pe, ow,
@@ -187,12 +189,9 @@ def walk(
         inner = np.empty(LANES)
         acc = np.empty(LANES)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
-            n = 0
-            for c in range(n_coll):
-                for i in range(coff[c, e], coff[c, e + 1]):
-                    seq_c[n] = c
-                    seq_g[n] = rankidx[base[c] + i]
-                    n += 1
+            n = sequence(coff, base, e, seq_c, seq_g)
+            for j in range(n):  # each collection in its walk order
+                seq_g[j] = rankidx[seq_g[j]]
             _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
             if n_coll > 1 or e == b * block:  # one collection: the same states for all
                 rs[0, 0] = 0
@@ -206,16 +205,11 @@ def walk(
                 for j in range(n):
                     c = seq_c[j]
                     g = seq_g[j]
-                    for i in range(nr[j + 1]):
-                        F[j + 1, rs[j + 1, i]] = 0.0
+                    clear(F[j + 1], rs[j + 1], nr[j + 1])
                     for p in range(n_pat[c]):
-                        if not nz[j, p]:
-                            continue
-                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
-                        for i in range(nr[j]):
-                            k = rs[j, i]
-                            lin_add2(F[j + 1, tgt[c, p, k]], pv, pv_hi, F[j, k], F[j, k, 0],
-                                     F[j, k, h], pd_all[g, p])
+                        if nz[j, p]:
+                            forward(F[j + 1], F[j], pv_all[g, p, 0], pv_all[g, p, 1], pd_all[g, p],
+                                    tgt[c, p], rs[j], nr[j], h, mark, False)
             for lt in range(n_ld):
                 dmax = ld_d[lt]
                 for m in range(dmax + 1):
@@ -234,15 +228,10 @@ def walk(
                         if not nz[j, p]:
                             continue
                         step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
-                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
                         for m in range(dmax + 1 - step):
-                            for i in range(nr[j]):
-                                k = rs[j, i]
-                                if not ld_mask[lt, m, k]:
-                                    continue
-                                lk = L[lt, j, m, k]
-                                lin_add2(L[lt, j + 1, m + step, tgt[c, p, k]], pv, pv_hi, lk,
-                                         lk[0], lk[h], pd_all[g, p])
+                            forward(L[lt, j + 1, m + step], L[lt, j, m], pv_all[g, p, 0],
+                                    pv_all[g, p, 1], pd_all[g, p], tgt[c, p], rs[j], nr[j], h,
+                                    ld_mask[lt, m], True)
             for q in range(n_reg):
                 for i in range(nr[n]):
                     k = rs[n, i]
@@ -265,32 +254,11 @@ def walk(
                         dm = ld_d[lt]
                         q, ls, Fj = lw_r[o - n_ow], ld_ls[lt], L[lt, j, dm]
                     acc[:] = 0.0
+                    mask = ld_mask[max(lt, 0), dm]
                     for p in range(n_pat[c]):
                         if pat[c, p, ls] != 1 or not nz[j, p]:
                             continue
-                        # inner += gt_0 Fj[k] + Fj[k, 0] gt (lin_add2's operations) in
-                        # registers: a sum in memory waits on its own store every step
-                        i0 = i1 = i2 = i3 = i4 = i5 = i6 = i7 = 0.0
-                        for i in range(nr[j]):
-                            k = rs[j, i]
-                            if lt >= 0 and not ld_mask[lt, dm, k]:
-                                continue
-                            gt = G[q, tgt[c, p, k]]
-                            fk = Fj[k]
-                            a, a_hi, b_, b_hi = gt[0], gt[h], fk[0], fk[h]
-                            i0, i1, i2, i3 = (i0 + (a * fk[0] + b_ * gt[0]),
-                                              i1 + (a * fk[1] + b_ * gt[1]),
-                                              i2 + (a * fk[2] + b_ * gt[2]),
-                                              i3 + (a * fk[3] + b_ * gt[3]))
-                            i4, i5, i6, i7 = (i4 + (a_hi * fk[4] + b_hi * gt[4]),
-                                              i5 + (a_hi * fk[5] + b_hi * gt[5]),
-                                              i6 + (a_hi * fk[6] + b_hi * gt[6]),
-                                              i7 + (a_hi * fk[7] + b_hi * gt[7]))
-                        inner[0], inner[1], inner[2], inner[3] = i0, i1, i2, i3
-                        inner[4], inner[5], inner[6], inner[7] = i4, i5, i6, i7
-                        inner[0] *= 0.5  # value lanes summed F G twice (exact)
-                        if h:
-                            inner[h] *= 0.5
+                        weight(inner, Fj, G[q], tgt[c, p], rs[j], nr[j], h, mask, lt >= 0)
                         lin_add2(acc, pv_all[g, p, 0], pv_all[g, p, 1], inner, inner[0],
                                  inner[h], pd_all[g, p])
                     if o < n_ow:
@@ -298,16 +266,11 @@ def walk(
                     else:
                         store(lw[0, o - n_ow, g], lw[-1, o - n_ow, g], acc, h)
                 for q in range(n_reg):
-                    for i in range(nr[j]):
-                        Gn[q, rs[j, i]] = 0.0
+                    clear(Gn[q], rs[j], nr[j])
                     for p in range(n_pat[c]):
-                        if not nz[j, p]:
-                            continue
-                        pv, pv_hi = pv_all[g, p, 0], pv_all[g, p, 1]
-                        for i in range(nr[j]):
-                            k = rs[j, i]
-                            gt = G[q, tgt[c, p, k]]
-                            lin_add2(Gn[q, k], pv, pv_hi, gt, gt[0], gt[h], pd_all[g, p])
+                        if nz[j, p]:
+                            backward(Gn[q], G[q], pv_all[g, p, 0], pv_all[g, p, 1], pd_all[g, p],
+                                     tgt[c, p], rs[j], nr[j], h)
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)

@@ -18,7 +18,8 @@ from the count recursions of :mod:`analysis.pipeline.backends.numba.kernels._num
   patterns holding ``s`` (``I``), any other position above ``a_r`` the patterns without
   it (``O``), so ``w(a) = < I_{a_r} O ... I_{a_0} O ... delta_0, B_{a_r + 1} >``.
 
-The tuples are walked depth first, each prefix's distribution kept per depth and
+The steps are those of :mod:`analysis.pipeline.backends.numba.kernels.walk` (a forward
+step restricted to the patterns with or without ``s``). The tuples are walked depth first, each prefix's distribution kept per depth and
 carried by ``O`` along the scan, so a prefix is stepped once for all of its
 extensions: ``O(sum_{j <= r} C(k, j + 1) P S + n P S)`` per event (``n`` objects, ``k``
 of them can be in the set, ``P`` patterns, ``S`` count states), only sums of non-negative products. Every quantity in
@@ -28,41 +29,39 @@ candidate (no sums): the result does not depend on how blocks are split.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._numba_dp import LANES, lin_add
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add
+from analysis.pipeline.backends.numba.kernels.walk import backward, clear, forward, weight
 
 __all__ = ["candidates"]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _step(dst, src, g, c, pv_all, pd_all, pat, n_pat, tgt, ls, keep, n_states):
+@inline
+def _step(dst, src, g, c, pv_all, pd_all, pat, n_pat, tgt, ls, keep, states):
     """``dst = sum_{p: [p holds s] == keep} pi_p src[k] -> tgt(p, k)`` (a forward step
     of object ``g`` restricted to the patterns with (``keep``) or without set ``ls``)."""
-    for k in range(n_states):
-        for r in range(LANES):
-            dst[k, r] = 0.0
+    n_states = states.shape[0]
+    clear(dst, states, n_states)
     for p in range(n_pat[c]):
         if (pat[c, p, ls] == 1) != keep:
             continue
         pv = pv_all[g, p]
-        for k in range(n_states):
-            lin_add(dst[tgt[c, p, k]], pv, src[k], src[k, 0], pd_all[g, p])
+        forward(dst, src, pv, pv, pd_all[g, p], tgt[c, p], states, n_states, 0, states, False)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _back(dst, src, g, c, pv_all, pd_all, n_pat, tgt, n_states):
+@inline
+def _back(dst, src, g, c, pv_all, pd_all, n_pat, tgt, states):
     """``dst[k] = sum_p pi_p src[tgt(p, k)]``: object ``g``'s backward step."""
-    for k in range(n_states):
-        for r in range(LANES):
-            dst[k, r] = 0.0
-        for p in range(n_pat[c]):
-            gt = src[tgt[c, p, k]]
-            lin_add(dst[k], pv_all[g, p], gt, gt[0], pd_all[g, p])
+    n_states = states.shape[0]
+    clear(dst, states, n_states)
+    for p in range(n_pat[c]):
+        pv = pv_all[g, p]
+        backward(dst, src, pv, pv, pd_all[g, p], tgt[c, p], states, n_states, 0)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt, f,
                df, max_n, cand_off, block, w_out, obj_out, b0, b1):
     """Blocks ``b0:b1``: ``w_out[q]`` (lanes) and ``obj_out[q]`` (the tuple's objects,
@@ -89,6 +88,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
         H = np.empty(LANES)
         acc = np.empty(LANES)
         pos = np.empty(depth + 1, np.int64)
+        states = np.arange(n_states)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
@@ -103,12 +103,12 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
                 if c == lc:
                     continue
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
-                    _back(Gn, G, base[c] + i, c, pv_all, pd_all, n_pat, tgt, n_states)
+                    _back(Gn, G, base[c] + i, c, pv_all, pd_all, n_pat, tgt, states)
                     G, Gn = Gn, G
             B[n] = G
             for m in range(n - 1, -1, -1):
                 _back(B[m], B[m + 1], base[lc] + order[lo + m], lc, pv_all, pd_all, n_pat,
-                      tgt, n_states)
+                      tgt, states)
             V[0] = 0.0
             V[0, 0, 0] = 1.0
             lv = 0
@@ -125,7 +125,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
                     g = base[lc] + order[lo + m]
                     if lv < depth:  # m joins the prefix: one level down
                         _step(V[lv + 1], V[lv], g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
-                              True, n_states)
+                              True, states)
                         lv += 1
                         pos[lv] = m + 1
                         continue
@@ -136,12 +136,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
                     for p in range(n_pat[lc]):
                         if pat[lc, p, ls] != 1:
                             continue
-                        for r in range(LANES):
-                            H[r] = 0.0
-                        for k in range(n_states):
-                            bt = Bn[tgt[lc, p, k]]
-                            lin_add(H, bt[0], V[lv, k], V[lv, k, 0], bt)
-                        H[0] *= 0.5  # lane 0 summed V B twice (exact)
+                        weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
                         lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
                     for r in range(LANES):
                         w_out[q, r] = acc[r]
@@ -152,6 +147,6 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
                 # only if a next position at this level can still start a tuple)
                 if m + 1 <= kc - 1 - (depth - lv):
                     _step(T, V[lv], base[lc] + order[lo + m], lc, pv_all, pd_all, pat, n_pat,
-                          tgt, ls, False, n_states)
+                          tgt, ls, False, states)
                     V[lv] = T
                 pos[lv] = m + 1

@@ -25,7 +25,9 @@ measured on the demo's 100k-event chunks, one thread): the cuts are multiplied i
 by cut over the event's objects (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times`), not
 object by object (a tangent lane stored and read back at once waits on the store:
 2.4x slower); a state's two terms are summed in registers before one store
-(:func:`lin2`); with weights, the forward chain of ``F`` and the backward chain of ``G``
+(:func:`~analysis.pipeline.backends.numba.kernels.walk.chain_forward`,
+:func:`~analysis.pipeline.backends.numba.kernels.walk.chain_backward`: the walk's steps on
+the chain); with weights, the forward chain of ``F`` and the backward chain of ``G``
 advance in the same loop (two independent chains keep the core busy: each alone waits
 on its own previous step), ``G_j`` is kept for every ``j``, and the weights follow in
 a loop of their own.
@@ -33,65 +35,24 @@ a loop of their own.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._numba_dp import (
-    LANES,
-    cut_times,
-    inverse_width,
-    lin,
-    lin_add,
+from analysis.pipeline.backends.numba.kernels._jit import njit
+from analysis.pipeline.backends.numba.kernels._numba_dp import cut_times, inverse_width
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add
+from analysis.pipeline.backends.numba.kernels.walk import (
+    chain_backward,
+    chain_backward_value,
+    chain_forward,
+    chain_forward_value,
+    weight,
+    weight_value,
 )
 
 __all__ = ["select_one", "select_one_value"]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def lin2(out, a, x, b, y, c, u, d, v):
-    """``out[r] = (a x[r] + b y[r]) + (c u[r] + d v[r])`` over the lanes: :func:`lin` and
-    then :func:`~analysis.pipeline.backends.numba.kernels._numba_dp.lin_add` (the same floats), in registers
-    with one store."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    u0, u1, u2, u3, u4, u5, u6, u7 = u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7]
-    v0, v1, v2, v3, v4, v5, v6, v7 = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
-    out[0], out[1], out[2], out[3] = (
-        (a * x0 + b * y0) + (c * u0 + d * v0), (a * x1 + b * y1) + (c * u1 + d * v1),
-        (a * x2 + b * y2) + (c * u2 + d * v2), (a * x3 + b * y3) + (c * u3 + d * v3))
-    out[4], out[5], out[6], out[7] = (
-        (a * x4 + b * y4) + (c * u4 + d * v4), (a * x5 + b * y5) + (c * u5 + d * v5),
-        (a * x6 + b * y6) + (c * u6 + d * v6), (a * x7 + b * y7) + (c * u7 + d * v7))
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _forward(Fa, Fb, j, top, q, dq):
-    """``F_{j+1}`` (``Fb``) from ``F_j`` (``Fa``) on states ``0 .. min(j + 1, top)``."""
-    last = min(j, top)
-    pv = 1.0 - q[j]
-    pq = q[j]
-    dqj = dq[j]
-    lin(Fb[0], pv, Fa[0], -Fa[0, 0], dqj)
-    for k in range(1, last + 1):
-        lin2(Fb[k], pv, Fa[k], -Fa[k, 0], dqj, pq, Fa[k - 1], Fa[k - 1, 0], dqj)
-    if last < top:  # a state first reached: 0 + the "in" term, as the general loop adds
-        for r in range(LANES):
-            Fb[last + 1, r] = 0.0
-    lin_add(Fb[min(last + 1, top)], pq, Fa[last], Fa[last, 0], dqj)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _backward(G, Gn, j, top, q, dq):
-    """``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on states ``0 .. min(j, top)``."""
-    pv = 1.0 - q[j]
-    pq = q[j]
-    dqj = dq[j]
-    for i in range(min(j, top) + 1):
-        t = min(i + 1, top)
-        lin2(Gn[i], pv, G[i], -G[i, 0], dqj, pq, G[t], G[t, 0], dqj)
-
-
-@numba.njit(cache=True, nogil=True)
+@njit
 def select_one(
     coff, ss, cut_w, cut_g, cut_par, f, df, want_w, max_seq, block, pe, ow, b0, b1,
 ):
@@ -115,6 +76,8 @@ def select_one(
         F = np.zeros((max_seq + 1 if want_w else 1, top + 1, LANES))
         G = np.empty((max_seq + 1 if want_w else 2, top + 1, LANES))
         H = np.empty(LANES)
+        states = np.arange(top + 1)
+        chain = np.minimum(states + 1, top)  # tgt of the "in" pattern
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             o = coff[e]
             n = coff[e + 1] - o
@@ -132,7 +95,7 @@ def select_one(
             if not want_w:
                 Ga, Gb = G[0], G[1]
                 for j in range(n - 1, -1, -1):
-                    _backward(Ga, Gb, j, top, q, dq)
+                    chain_backward(Ga, Gb, j, top, q, dq)
                     Ga, Gb = Gb, Ga
                 for r in range(LANES):
                     pe[e, r] = Ga[0, r]
@@ -141,17 +104,10 @@ def select_one(
                 F[0, 0, r] = 0.0
             F[0, 0, 0] = 1.0
             for s in range(n):  # two independent chains, one loop
-                _forward(F[s], F[s + 1], s, top, q, dq)
-                _backward(G[n - s], G[n - 1 - s], n - 1 - s, top, q, dq)
+                chain_forward(F[s], F[s + 1], s, top, q, dq)
+                chain_backward(G[n - s], G[n - 1 - s], n - 1 - s, top, q, dq)
             for j in range(n):
-                Gt = G[j + 1]
-                Fj = F[j]
-                for r in range(LANES):
-                    H[r] = 0.0
-                for i in range(min(j, top) + 1):
-                    t = min(i + 1, top)
-                    lin_add(H, Gt[t, 0], Fj[i], Fj[i, 0], Gt[t])
-                H[0] *= 0.5
+                weight(H, F[j], G[j + 1], chain, states, min(j, top) + 1, 0, chain, False)
                 row = ow[o + j]
                 for r in range(LANES):
                     row[r] = 0.0
@@ -160,7 +116,7 @@ def select_one(
                 pe[e, r] = G[0, 0, r]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
     """:func:`select_one` for values only (no trainable parameter: ``order=0``, hard
     cuts, histograms): lane 0 alone, the same floats as lane 0 of :func:`select_one`
@@ -176,6 +132,8 @@ def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
         q = np.empty(max_seq)
         F = np.zeros((max_seq + 1 if want_w else 1, top + 1))
         G = np.empty((max_seq + 1 if want_w else 2, top + 1))
+        states = np.arange(top + 1)
+        chain = np.minimum(states + 1, top)  # tgt of the "in" pattern
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             o = coff[e]
             n = coff[e + 1] - o
@@ -190,9 +148,7 @@ def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
             if not want_w:
                 Ga, Gb = G[0], G[1]
                 for j in range(n - 1, -1, -1):
-                    pv, pq = 1.0 - q[j], q[j]
-                    for i in range(min(j, top) + 1):
-                        Gb[i] = pv * Ga[i] + pq * Ga[min(i + 1, top)]
+                    chain_backward_value(Ga, Gb, j, top, 1.0 - q[j], q[j])
                     Ga, Gb = Gb, Ga
                 pe[e, 0] = Ga[0]
                 for r in range(1, lanes):
@@ -200,26 +156,11 @@ def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
                 continue
             F[0, 0] = 1.0
             for s in range(n):  # two independent chains, one loop
-                last = min(s, top)
-                pv, pq = 1.0 - q[s], q[s]
-                Fa, Fb = F[s], F[s + 1]
-                Fb[0] = pv * Fa[0]
-                for k in range(1, last + 1):
-                    Fb[k] = pv * Fa[k] + pq * Fa[k - 1]
-                if last < top:  # a state first reached: 0 + the "in" term
-                    Fb[last + 1] = 0.0 + pq * Fa[last]
-                else:
-                    Fb[top] += pq * Fa[top]
+                chain_forward_value(F[s], F[s + 1], s, top, 1.0 - q[s], q[s])
                 j = n - 1 - s
-                pv, pq = 1.0 - q[j], q[j]
-                Gt, Gj = G[j + 1], G[j]
-                for i in range(min(j, top) + 1):
-                    Gj[i] = pv * Gt[i] + pq * Gt[min(i + 1, top)]
+                chain_backward_value(G[j + 1], G[j], j, top, 1.0 - q[j], q[j])
             for j in range(n):
-                Gt = G[j + 1]
-                h = 0.0
-                for i in range(min(j, top) + 1):
-                    h += F[j, i] * Gt[min(i + 1, top)]
+                h = weight_value(F[j], G[j + 1], chain, states, min(j, top) + 1)
                 row = ow[o + j]
                 row[0] = q[j] * h
                 for r in range(1, lanes):

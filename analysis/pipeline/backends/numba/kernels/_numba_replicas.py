@@ -2,15 +2,16 @@
 
 The multiplicity of event ``e`` in replica ``k`` is the Poisson(1) draw of
 :func:`analysis.pipeline.split.poisson_replicas` (same hash, same inversion; the tests
-compare them), accumulated without materialising the ``(E, K)`` table.
+compare them), accumulated without materialising the ``(E, K)`` table. The inversion's
+table ``cdf`` (``P(N <= n)``, ``analysis.pipeline.split._POISSON1_CDF``) is an
+argument: kernels import nothing from the host.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from analysis.pipeline.split import _POISSON1_CDF
+from analysis.pipeline.backends.numba.kernels._jit import njit
 
 __all__ = ["replica_lanes", "replica_selected", "replica_totals"]
 
@@ -20,7 +21,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _REPLICA = np.uint64(0xD1B54A32D192ED03)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _mix(x):
     z = x + _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * _M1
@@ -28,7 +29,7 @@ def _mix(x):
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _draw(h, k, cdf):
     z = _mix(h ^ (np.uint64(k + 1) * _REPLICA))
     v = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
@@ -38,7 +39,7 @@ def _draw(h, k, cdf):
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _selected(bits, selected, cdf, replicas, out):
     for e in range(bits.shape[0]):
         s = selected[e]
@@ -51,7 +52,7 @@ def _selected(bits, selected, cdf, replicas, out):
                 out[1, k] += n * s * s
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _totals(bits, weights, cdf, replicas, out):
     lanes = weights.shape[0]
     for e in range(bits.shape[0]):
@@ -63,7 +64,7 @@ def _totals(bits, weights, cdf, replicas, out):
                     out[1 + j, k] += n * weights[j, e]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def _lanes(bits, selected, weights, totals, cdf, replicas, out, tot):
     # _selected for every lane and (with totals) _totals, drawing each event's
     # multiplicities once; every sum adds the same terms in the same order as there
@@ -95,27 +96,30 @@ def _bits(u) -> np.ndarray:
     return (np.asarray(u, dtype=np.float64) * 2.0**53).astype(np.uint64)
 
 
-def replica_selected(u: np.ndarray, selected: np.ndarray, replicas: int) -> np.ndarray:
+def replica_selected(u: np.ndarray, selected: np.ndarray, replicas: int, *,
+                     cdf: np.ndarray) -> np.ndarray:
     """``(2, replicas)`` float64: ``[sum_e P_ek s_e, sum_e P_ek s_e^2]`` with ``P_ek`` the
     event's multiplicity in replica ``k`` and ``s_e`` its selected weight (weight x pass
     probability); events with ``s_e = 0`` are skipped. Empty input: zeros."""
     out = np.zeros((2, replicas))
-    _selected(_bits(u), np.ascontiguousarray(selected, dtype=np.float64), _POISSON1_CDF,
-              replicas, out)
+    _selected(_bits(u), np.ascontiguousarray(selected, dtype=np.float64), cdf, replicas,
+              out)
     return out
 
 
-def replica_totals(u: np.ndarray, weights: np.ndarray, replicas: int) -> np.ndarray:
+def replica_totals(u: np.ndarray, weights: np.ndarray, replicas: int, *,
+                   cdf: np.ndarray) -> np.ndarray:
     """``(1 + L, replicas)`` float64: ``[sum_e P_ek, sum_e P_ek w_le for each of the L
     rows of weights (L, E)]``. Empty input: zeros."""
     weights = np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64)
     out = np.zeros((1 + weights.shape[0], replicas))
-    _totals(_bits(u), weights, _POISSON1_CDF, replicas, out)
+    _totals(_bits(u), weights, cdf, replicas, out)
     return out
 
 
 def replica_lanes(
-    u: np.ndarray, selected: np.ndarray, replicas: int, weights: np.ndarray | None = None
+    u: np.ndarray, selected: np.ndarray, replicas: int, weights: np.ndarray | None = None, *,
+    cdf: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`replica_selected` of each row of ``selected`` ``(L, E)`` (``(L, 2,
     replicas)``) and, given ``weights`` ``(M, E)``, :func:`replica_totals` of them
@@ -127,5 +131,5 @@ def replica_lanes(
          else np.zeros((0, selected.shape[1])))
     out = np.zeros((selected.shape[0], 2, replicas))
     tot = np.zeros((1 + w.shape[0], replicas))
-    _lanes(_bits(u), selected, w, totals, _POISSON1_CDF, replicas, out, tot)
+    _lanes(_bits(u), selected, w, totals, cdf, replicas, out, tot)
     return out, (tot if totals else None)

@@ -15,18 +15,21 @@ and ``P = sum_k F_n[k] f[k]``: ``dP/df[k] = F_n[k]`` (the final count distributi
 for trainable count thresholds). Values only, one walk per event: the cost of
 :func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one_value` whatever the number of
 parameters (reverse mode: :mod:`analysis.pipeline.backends.numba.fastreverse` chains it to the
-cuts' thresholds and to the score columns).
+cuts' thresholds and to the score columns). The steps of ``F`` and ``G`` are the chain's
+of :mod:`analysis.pipeline.backends.numba.kernels.walk`.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from analysis.pipeline.backends.numba.kernels._jit import njit
+from analysis.pipeline.backends.numba.kernels.walk import chain_backward_value, chain_forward_value
 
 __all__ = ["sensitivities"]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def sensitivities(coff, q, f, max_seq, block, pe, dq, fn, b0, b1):
     """Blocks ``b0:b1`` of events. ``coff``: ``(E + 1,)`` object offsets; ``q``: ``(N,)``
     object probabilities; ``f``: the pass table on the chain (``L + 1`` states). Outputs:
@@ -42,15 +45,7 @@ def sensitivities(coff, q, f, max_seq, block, pe, dq, fn, b0, b1):
             n = coff[e + 1] - o
             F[0, 0] = 1.0
             for j in range(n):
-                last = min(j, top)
-                pv = 1.0 - q[o + j]
-                for i in range(last + 1):
-                    F[j + 1, i] = pv * F[j, i]
-                if j + 1 <= top:
-                    F[j + 1, j + 1] = 0.0
-                pv = q[o + j]
-                for i in range(last + 1):
-                    F[j + 1, min(i + 1, top)] += pv * F[j, i]
+                chain_forward_value(F[j], F[j + 1], j, top, 1.0 - q[o + j], q[o + j])
             last = min(n, top)
             for i in range(top + 1):
                 fn[e, i] = F[n, i] if i <= last else 0.0
@@ -61,11 +56,6 @@ def sensitivities(coff, q, f, max_seq, block, pe, dq, fn, b0, b1):
                 for i in range(last + 1):
                     h += F[j, i] * (G[min(i + 1, top)] - G[i])
                 dq[o + j] = h
-                pv = 1.0 - q[o + j]
-                for i in range(last + 1):
-                    Gn[i] = pv * G[i]
-                pv = q[o + j]
-                for i in range(last + 1):
-                    Gn[i] += pv * G[min(i + 1, top)]
+                chain_backward_value(G, Gn, j, top, 1.0 - q[o + j], q[o + j])
                 G, Gn = Gn, G
             pe[e] = G[0]

@@ -10,16 +10,15 @@ added in block order (deterministic, as every sum of the kernel).
 
 from __future__ import annotations
 
-import numba
-import numpy as np
+from analysis.pipeline.backends.numba.kernels._jit import njit
 
-from analysis.pipeline.backends.numba._fastpool import _run_blocks
-
-__all__ = ["yield_sums"]
+__all__ = ["block_sums"]
 
 
-@numba.njit(cache=True, nogil=True)
-def _block_sums(ev, pe, np1, block, out, b0, b1):
+@njit
+def block_sums(ev, pe, np1, block, out, b0, b1):
+    """Blocks ``b0:b1``: ``out[b] += [sum w_e, sum w_e^2]`` and their tangents (module
+    docstring) over the events of block ``b``."""
     n_ev = ev.shape[0]
     for b in range(b0, b1):
         for e in range(b * block, min(n_ev, (b + 1) * block)):
@@ -30,15 +29,3 @@ def _block_sums(ev, pe, np1, block, out, b0, b1):
                 d = ev[e, k] * pe[e, 0] + ev[e, 0] * pe[e, k]
                 out[b, 0, k] += d
                 out[b, 1, k] += 2.0 * w * d
-
-
-def yield_sums(ev: np.ndarray, pe: np.ndarray, np1: int, block: int,
-               threads: int | None = None) -> np.ndarray:
-    """``(2, np1)``: ``[sum w_e, sum w_e^2]`` and their tangents (columns 1..np1-1) from
-    ``ev``, ``pe`` (``(E, LANES)``, float64); zeros for no events. Blocks on the
-    kernel's threads (:func:`analysis.pipeline.backends.numba._fastpool._run_blocks`: the same floats
-    for any number)."""
-    n_blocks = max(1, -(-ev.shape[0] // block))
-    out = np.zeros((n_blocks, 2, np1))
-    _run_blocks(_block_sums, (ev, pe, np1, block, out), n_blocks, threads)
-    return out.sum(axis=0)

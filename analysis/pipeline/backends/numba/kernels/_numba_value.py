@@ -2,7 +2,8 @@
 
 :func:`select_value` is :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` without tangents: the
 same recursions (forward distributions, value functions, per-object weights, event
-sums), the same operations in the same order on lane 0, so the same floats (lane 0 of
+sums; the steps of :mod:`analysis.pipeline.backends.numba.kernels.walk` for values only),
+the same operations in the same order on lane 0, so the same floats (lane 0 of
 ``select`` adds the tangent terms ``F_j[k] dpi_jp``, which are zeros when nothing is
 differentiated: ``x + 0 = x``; its doubled weight sum ``H[p, 0]`` halved is exact).
 It runs where nothing is differentiated (``order=0``: the values pass of reverse mode,
@@ -13,15 +14,23 @@ hard cuts, :mod:`analysis.pipeline.backends.numba.fastkernel`), the other lanes 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._numba_dp import any_slot, sequence
+from analysis.pipeline.backends.numba.kernels._jit import njit
+from analysis.pipeline.backends.numba.kernels._numba_dp import any_slot
+from analysis.pipeline.backends.numba.kernels.walk import (
+    backward_value,
+    clear,
+    forward_value,
+    sequence,
+    sums_backward_value,
+    weight_value,
+)
 
 __all__ = ["select_value"]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit
 def select_value(
     coff, base, pv_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f,
     set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
@@ -45,6 +54,7 @@ def select_value(
         Gm = np.empty((n_sums, big_r + 1, n_states))
         Gmn = np.empty((n_sums, big_r + 1, n_states))
         xp = np.empty(p_max)
+        states = np.arange(n_states)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             n = sequence(coff, base, e, seq_c, seq_g)
             if need_fwd:
@@ -54,13 +64,9 @@ def select_value(
                 for j in range(n):
                     c = seq_c[j]
                     g = seq_g[j]
-                    pv = pv_all[g, 0]
-                    for k in range(n_states):
-                        F[j + 1, k] = pv * F[j, k]
-                    for p in range(1, n_pat[c]):
-                        pv = pv_all[g, p]
-                        for k in range(n_states):
-                            F[j + 1, tgt[c, p, k]] += pv * F[j, k]
+                    clear(F[j + 1], states, n_states)
+                    for p in range(n_pat[c]):
+                        forward_value(F[j + 1], F[j], pv_all[g, p], tgt[c, p], states, n_states)
             for k in range(n_states):
                 G[k] = f[k]
             for o in range(n_sums):
@@ -74,10 +80,7 @@ def select_value(
                     for p in range(n_pat[c]):
                         if not pat_need[c, p]:
                             continue
-                        h = 0.0
-                        for k in range(n_states):
-                            h += F[j, k] * G[tgt[c, p, k]]
-                        H[p] = h
+                        H[p] = weight_value(F[j], G, tgt[c, p], states, n_states)
                     for ls in range(n_coll_sets[c]):
                         slot = set_slot[coll_sets[c, ls]]
                         if slot < 0:
@@ -101,25 +104,14 @@ def select_value(
                         pv = pv_all[g, p]
                         if pv == 0.0:  # adds nothing (its powers of x may overflow: 0 x inf)
                             continue
-                        for m in range(big_r + 1):
-                            for k in range(n_states):
-                                t = tgt[c, p, k]
-                                acc = 0.0
-                                xpow = 1.0
-                                for ii in range(m + 1):
-                                    acc += binom[m, ii] * xpow * Gm[o, m - ii, t]
-                                    xpow *= xp[p]
-                                Gmn[o, m, k] += pv * acc
+                        sums_backward_value(Gmn[o], Gm[o], pv, xp[p], binom, tgt[c, p], states,
+                                            n_states)
                     for m in range(big_r + 1):
                         for k in range(n_states):
                             Gm[o, m, k] = Gmn[o, m, k]
-                pv = pv_all[g, 0]
-                for k in range(n_states):
-                    Gn[k] = pv * G[k]
-                for p in range(1, n_pat[c]):
-                    pv = pv_all[g, p]
-                    for k in range(n_states):
-                        Gn[k] += pv * G[tgt[c, p, k]]
+                clear(Gn, states, n_states)
+                for p in range(n_pat[c]):
+                    backward_value(Gn, G, pv_all[g, p], tgt[c, p], states, n_states)
                 for k in range(n_states):
                     G[k] = Gn[k]
             pe[e, 0] = G[0]

@@ -1,0 +1,51 @@
+"""The one compilation policy of the numba kernels: every kernel module decorates with these.
+
+- :data:`njit`: a compiled loop. ``cache=True`` (machine code kept on disk beside the
+  sources, guarded by :mod:`analysis.pipeline.backends.numba._numba_cache`, which drops it
+  when any module of this folder changes, this one included); ``nogil=True`` (the host
+  runs blocks of events on threads: :mod:`analysis.pipeline.backends.numba._fastpool`);
+  ``fastmath=False`` (no reassociation: the floats are the ones the docstrings' order of
+  operations gives, the same for any block size or thread count; the tests compare
+  bits).
+- :data:`inline`: a helper of the loops, the same policy, inlined into its callers at
+  numba's IR level (``inline="always"``: the lane arithmetic and the walk's steps cost
+  no call, and LLVM sees them together with the loop around them).
+- :func:`compiled`: a loop compiled once with LLVM's SLP vectorizer on (numba leaves it
+  off), which packs the lane arithmetic into vector operations without reassociating
+  anything.
+
+A kernel module imports only numpy, numba, math and the modules of this folder
+(``tests/pipeline/backends/numba/test_kernel_imports.py``).
+"""
+
+from __future__ import annotations
+
+import numba
+
+__all__ = ["compiled", "inline", "njit"]
+
+_POLICY = {"cache": True, "nogil": True, "fastmath": False}
+
+njit = numba.njit(**_POLICY)
+inline = numba.njit(**_POLICY, inline="always")
+
+_COMPILED: set = set()
+
+
+def compiled(kernel, args: tuple):
+    """``kernel`` once compiled for ``args`` (the arguments before the block range) with
+    the SLP vectorizer on: a first call over no blocks (``b0 = b1 = 0``) in this thread,
+    before the thread pool runs it. numba's pass managers read the setting at each
+    compilation, so switching it on around this call is local to the functions compiled
+    inside. A later call with other argument types would compile a second version
+    without it (the same results, slower); the kernel's callers build its arguments with
+    fixed dtypes."""
+    if kernel not in _COMPILED:
+        old = numba.config.SLP_VECTORIZE
+        numba.config.SLP_VECTORIZE = 1
+        try:
+            kernel(*args, 0, 0)
+        finally:
+            numba.config.SLP_VECTORIZE = old
+        _COMPILED.add(kernel)
+    return kernel

@@ -1,0 +1,77 @@
+"""The numba kernels import only numpy, numba, math and each other; they decorate with the
+one njit policy (analysis.pipeline.backends.numba.kernels._jit), never numba.njit itself.
+
+Checked on the source (AST), every module of kernels/, at any depth of the file (an import
+inside a function counts as much as one at the top).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from analysis.pipeline.backends.numba import kernels
+
+KERNELS = Path(kernels.__file__).resolve().parent
+PACKAGE = "analysis.pipeline.backends.numba.kernels"
+ALLOWED = {"__future__", "math", "numba", "numpy"}
+MODULES = sorted(KERNELS.glob("*.py"))
+
+
+def _imports(tree: ast.AST) -> list[str]:
+    """Every module a file imports (``from a import b``: ``a``; relative: resolved)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative to this package (kernels/ has no sub-packages)
+                base = ".".join([*PACKAGE.split(".")[: len(PACKAGE.split(".")) + 1 - node.level],
+                                 *([base] if base else [])])
+            out.append(base)
+    return out
+
+
+def _outside(names: list[str]) -> list[str]:
+    return [n for n in names if n.split(".")[0] not in ALLOWED
+            and not (n == PACKAGE or n.startswith(PACKAGE + "."))]
+
+
+def _njit_calls(tree: ast.AST) -> list[int]:
+    """Lines that call ``numba.njit`` / ``numba.jit`` (the policy's own module aside)."""
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in ("njit", "jit")
+            and isinstance(node.value, ast.Name) and node.value.id == "numba"]
+
+
+def test_the_kernels_folder_is_found():
+    names = {p.name for p in MODULES}
+    assert {"_jit.py", "_numba_dp.py", "_numba_esum.py"} <= names
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_a_kernel_imports_only_numpy_numba_math_and_kernels(path):
+    assert _outside(_imports(ast.parse(path.read_text(encoding="utf-8")))) == []
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.name != "_jit.py"],
+                         ids=lambda p: p.name)
+def test_a_kernel_compiles_with_the_one_policy(path):
+    assert _njit_calls(ast.parse(path.read_text(encoding="utf-8"))) == []
+
+
+def test_the_checks_see_what_they_refuse():
+    # the two checks on a module that breaks each rule (a host import, a relative import
+    # out of the folder, numba.njit by hand), and on one that keeps them
+    bad = ast.parse("import numpy as np\nfrom analysis.pipeline.split import X\n"
+                    "from .. import fastkernel\nimport contextlib\n"
+                    "@numba.njit(cache=True)\ndef f(x):\n    return x\n")
+    assert _outside(_imports(bad)) == ["analysis.pipeline.split",
+                                       "analysis.pipeline.backends.numba", "contextlib"]
+    assert _njit_calls(bad) == [5]
+    good = ast.parse("import math\nimport numba\nfrom . import _jit\n"
+                     f"from {PACKAGE}._numba_dp import LANES\n")
+    assert _outside(_imports(good)) == [] and _njit_calls(good) == []

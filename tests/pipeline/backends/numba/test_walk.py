@@ -1,0 +1,247 @@
+"""The count-state walk's steps (analysis.pipeline.backends.numba.kernels.walk) against exact
+enumeration of every pattern assignment of an event's objects.
+
+For random transition tables ``tgt[p, k]`` (pattern 0 keeps the state), pattern
+probabilities ``pi[j, p]`` with tangents and a pass table ``f``: the pass probability
+``P = sum_a prod_j pi[j, a_j] f(state(a))``, its tangents (the product rule over the
+factors), the weight of object ``j`` in pattern ``p``, ``P(a_j = p and pass)``, and the
+event sums' powers ``E[X^m 1_pass]``, from the steps (lanes and values only; the chain
+steps on the one-set chain) against the sum over all ``P^N`` assignments.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numba
+import numpy as np
+import pytest
+
+from analysis.pipeline.backends.numba.kernels import walk
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add2
+
+
+@numba.njit
+def _walk_lanes(pv, pd, tgt, f, df, h, pv_hi):
+    """P (lanes) and the weights H[j, p] (lanes) of one event, every state, from the
+    steps; ``pv_hi`` the second variant's probabilities (h = 4) or ``pv`` (h = 0)."""
+    n, n_pat = pv.shape
+    n_states = f.shape[0]
+    states = np.arange(n_states)
+    F = np.zeros((n + 1, n_states, LANES))
+    F[0, 0, 0] = 1.0
+    F[0, 0, h] = 1.0
+    for j in range(n):
+        walk.clear(F[j + 1], states, n_states)
+        for p in range(n_pat):
+            walk.forward(F[j + 1], F[j], pv[j, p], pv_hi[j, p], pd[j, p], tgt[p], states,
+                         n_states, h, states, False)
+    G = np.empty((n_states, LANES))
+    Gn = np.empty((n_states, LANES))
+    for k in range(n_states):
+        G[k] = df[k]
+        G[k, 0] = f[k]
+        G[k, h] = f[k]
+    H = np.zeros((n, n_pat, LANES))
+    inner = np.empty(LANES)
+    for j in range(n - 1, -1, -1):
+        for p in range(n_pat):
+            walk.weight(inner, F[j], G, tgt[p], states, n_states, h, states, False)
+            H[j, p] = 0.0
+            lin_add2(H[j, p], pv[j, p], pv_hi[j, p], inner, inner[0], inner[h], pd[j, p])
+        walk.clear(Gn, states, n_states)
+        for p in range(n_pat):
+            walk.backward(Gn, G, pv[j, p], pv_hi[j, p], pd[j, p], tgt[p], states, n_states, h)
+        G[:] = Gn
+    return G[0].copy(), H
+
+
+@numba.njit
+def _walk_values(pv, tgt, f):
+    n, n_pat = pv.shape
+    n_states = f.shape[0]
+    states = np.arange(n_states)
+    F = np.zeros((n + 1, n_states))
+    F[0, 0] = 1.0
+    for j in range(n):
+        walk.clear(F[j + 1], states, n_states)
+        for p in range(n_pat):
+            walk.forward_value(F[j + 1], F[j], pv[j, p], tgt[p], states, n_states)
+    G = f.copy()
+    Gn = np.empty(n_states)
+    H = np.zeros((n, n_pat))
+    for j in range(n - 1, -1, -1):
+        for p in range(n_pat):
+            H[j, p] = pv[j, p] * walk.weight_value(F[j], G, tgt[p], states, n_states)
+        walk.clear(Gn, states, n_states)
+        for p in range(n_pat):
+            walk.backward_value(Gn, G, pv[j, p], tgt[p], states, n_states)
+        G[:] = Gn
+    return G[0], H
+
+
+@numba.njit
+def _chain(q, dq, f, df):
+    """P in lanes and for values only by the chain steps (backward), and the final
+    distribution F_n (forward)."""
+    n = q.shape[0]
+    top = f.shape[0] - 1
+    G = np.empty((n + 1, top + 1, LANES))
+    for i in range(top + 1):
+        G[n, i] = df[i]
+        G[n, i, 0] = f[i]
+    g = f.copy()
+    gn = np.empty(top + 1)
+    F = np.zeros((n + 1, top + 1, LANES))
+    F[0, 0, 0] = 1.0
+    Fv = np.zeros((n + 1, top + 1))
+    Fv[0, 0] = 1.0
+    for s in range(n):
+        walk.chain_forward(F[s], F[s + 1], s, top, q, dq)
+        walk.chain_forward_value(Fv[s], Fv[s + 1], s, top, 1.0 - q[s], q[s])
+    for j in range(n - 1, -1, -1):
+        walk.chain_backward(G[j + 1], G[j], j, top, q, dq)
+        walk.chain_backward_value(g, gn, j, top, 1.0 - q[j], q[j])
+        g, gn = gn, g
+    return G[0, 0].copy(), g[0], F[n, :, 0].copy(), Fv[n].copy()
+
+
+def _enumerate(pv, pd, tgt, f, df):
+    """(P, dP (lanes 1..), weights P(a_j = p and pass)) by summing over every assignment."""
+    n, n_pat = pv.shape
+    P, dP, W = 0.0, np.zeros(LANES), np.zeros((n, n_pat))
+    for a in itertools.product(range(n_pat), repeat=n):
+        k = 0
+        for p in a:
+            k = tgt[p, k]
+        prob = np.prod([pv[j, p] for j, p in enumerate(a)])
+        P += prob * f[k]
+        dP += prob * df[k]
+        for j, p in enumerate(a):
+            rest = np.prod([pv[i, q] for i, q in enumerate(a) if i != j])
+            dP += pd[j, p] * rest * f[k]
+            W[j, p] += prob * f[k]
+    dP[0] = 0.0
+    return P, dP, W
+
+
+def _event(seed: int, n: int = 4, n_pat: int = 3, n_states: int = 5):
+    rng = np.random.default_rng(seed)
+    tgt = rng.integers(0, n_states, (n_pat, n_states))
+    tgt[0] = np.arange(n_states)  # pattern 0: in no set, the state kept
+    pv = rng.dirichlet(np.ones(n_pat), n)
+    pd = rng.normal(size=(n, n_pat, LANES))
+    pd[:, :, 0] = 0.0
+    f = rng.uniform(0, 1, n_states)
+    df = rng.normal(size=(n_states, LANES))
+    df[:, 0] = 0.0
+    return pv, pd, tgt, f, df
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_steps_equal_enumeration(seed):
+    pv, pd, tgt, f, df = _event(seed)
+    P, dP, W = _enumerate(pv, pd, tgt, f, df)
+    lanes, H = _walk_lanes(pv, pd, tgt, f, df, 0, pv)
+    assert lanes[0] == pytest.approx(P, rel=1e-13)
+    np.testing.assert_allclose(lanes[1:], dP[1:], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(H[:, :, 0], W, rtol=1e-12, atol=1e-15)
+    value, Hv = _walk_values(pv, tgt, f)
+    assert value == pytest.approx(P, rel=1e-13)
+    np.testing.assert_allclose(Hv, W, rtol=1e-12, atol=1e-15)
+    # the value steps are lane 0 of the lane steps, to the last bit
+    assert value == lanes[0] and np.array_equal(Hv, H[:, :, 0])
+
+
+def test_two_variants_are_two_walks():
+    # lanes 0-3 one variant, 4-7 another (other probabilities, the same tables): each
+    # half is that variant's own walk with 3 tangents
+    pv, pd, tgt, f, df = _event(3)
+    pv2, pd2, _, _, _ = _event(4)
+    both = pd.copy()
+    both[:, :, 4:] = pd2[:, :, :4]
+    both[:, :, 4] = 0.0
+    df2 = df.copy()
+    df2[:, 4:] = df[:, :4]
+    lanes, _ = _walk_lanes(pv, both, tgt, f, df2, 4, pv2)
+    for half, (p_, d_) in enumerate(((pv, pd), (pv2, pd2))):
+        d = d_.copy()
+        d[:, :, 4:] = 0.0
+        P, dP, _ = _enumerate(p_, d, tgt, f, np.where(np.arange(LANES) < 4, df, 0.0))
+        assert lanes[4 * half] == pytest.approx(P, rel=1e-13)
+        np.testing.assert_allclose(lanes[4 * half + 1: 4 * half + 4], dP[1:4], rtol=1e-12,
+                                   atol=1e-14)
+
+
+@pytest.mark.parametrize("n, top", [(5, 3), (2, 3), (4, 0)])
+def test_chain_steps_equal_enumeration(n, top):
+    rng = np.random.default_rng(n + top)
+    q = rng.uniform(0.05, 0.95, n)
+    dq = rng.normal(size=(n, LANES))
+    dq[:, 0] = 0.0
+    f = rng.uniform(0, 1, top + 1)
+    df = rng.normal(size=(top + 1, LANES))
+    df[:, 0] = 0.0
+    # the chain as general tables: "out" keeps the state, "in" moves k to min(k + 1, top)
+    tgt = np.stack([np.arange(top + 1), np.minimum(np.arange(top + 1) + 1, top)])
+    pv = np.stack([1.0 - q, q], axis=1)
+    pd = np.stack([-dq, dq], axis=1)
+    P, dP, _ = _enumerate(pv, pd, tgt, f, df)
+    lanes, value, Fn, Fv = _chain(q, dq, f, df)
+    assert lanes[0] == pytest.approx(P, rel=1e-13) and value == pytest.approx(P, rel=1e-13)
+    np.testing.assert_allclose(lanes[1:], dP[1:], rtol=1e-12, atol=1e-14)
+    dist = np.zeros(top + 1)  # the final count distribution: P of each state
+    for a in itertools.product((0, 1), repeat=n):
+        dist[min(sum(a), top)] += np.prod([q[j] if x else 1.0 - q[j] for j, x in enumerate(a)])
+    np.testing.assert_allclose(Fn, dist, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(Fv, dist, rtol=1e-13, atol=1e-15)
+
+
+@numba.njit
+def _sums(pv, pd, x, tgt, f, binom):
+    """E[X^m 1_pass] (lanes, and values only) of X = sum_j x[j, a_j] by the event sums'
+    backward step."""
+    n, n_pat = pv.shape
+    n_states = f.shape[0]
+    big = binom.shape[0]
+    states = np.arange(n_states)
+    Gm = np.zeros((big, n_states, LANES))
+    Gv = np.zeros((big, n_states))
+    for k in range(n_states):
+        Gm[0, k, 0] = f[k]
+        Gv[0, k] = f[k]
+    acc = np.empty(LANES)
+    for j in range(n - 1, -1, -1):
+        Gn = np.zeros_like(Gm)
+        Gvn = np.zeros_like(Gv)
+        for p in range(n_pat):
+            walk.sums_backward(Gn, Gm, pv[j, p], pd[j, p], x[j, p], binom, tgt[p], states,
+                               n_states, acc)
+            walk.sums_backward_value(Gvn, Gv, pv[j, p], x[j, p], binom, tgt[p], states,
+                                     n_states)
+        Gm, Gv = Gn, Gvn
+    return Gm[:, 0].copy(), Gv[:, 0].copy()
+
+
+def test_event_sum_steps_equal_enumeration():
+    pv, pd, tgt, f, _ = _event(5)
+    x = np.random.default_rng(6).normal(2.0, 1.0, pv.shape)
+    x[:, 0] = 0.0  # pattern 0 holds no set: adds nothing to the sum
+    binom = np.array([[1.0, 0, 0], [1, 1, 0], [1, 2, 1]])
+    lanes, values = _sums(pv, pd, x, tgt, f, binom)
+    ref = np.zeros(3)
+    dref = np.zeros((3, LANES))
+    for a in itertools.product(range(pv.shape[1]), repeat=pv.shape[0]):
+        k = 0
+        for p in a:
+            k = tgt[p, k]
+        X = sum(x[j, p] for j, p in enumerate(a))
+        prob = np.prod([pv[j, p] for j, p in enumerate(a)])
+        for m in range(3):
+            ref[m] += prob * f[k] * X**m
+            for j, p in enumerate(a):
+                rest = np.prod([pv[i, q] for i, q in enumerate(a) if i != j])
+                dref[m] += pd[j, p] * rest * f[k] * X**m
+    np.testing.assert_allclose(lanes[:, 0], ref, rtol=1e-12)
+    np.testing.assert_allclose(lanes[:, 1:], dref[:, 1:], rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(values, ref, rtol=1e-12)

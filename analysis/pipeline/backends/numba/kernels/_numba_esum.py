@@ -116,6 +116,28 @@ def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _forward4(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, skip):
+    """:func:`_forward` over every pattern with at most 4 lanes, written out (no views:
+    the same floats in the same order)."""
+    for k in range(n_states):
+        Fn[k, 0] = Fn[k, 1] = Fn[k, 2] = Fn[k, 3] = 0.0
+    for p in range(n_pat[c]):
+        v = pv[g, p, 0]
+        d0, d1, d2, d3 = pd[g, p, 0], pd[g, p, 1], pd[g, p, 2], pd[g, p, 3]
+        if skip and v == 0.0 and d1 == 0.0 and d2 == 0.0 and d3 == 0.0:
+            continue  # adds exact zeros (F holds numbers: probabilities)
+        for k in range(n_states):
+            a0, a1, a2, a3 = F[k, 0], F[k, 1], F[k, 2], F[k, 3]
+            if skip and a0 == 0.0 and a1 == 0.0 and a2 == 0.0 and a3 == 0.0:
+                continue
+            t = tgt[c, p, k]
+            Fn[t, 0] += v * a0 + a0 * d0
+            Fn[t, 1] += v * a1 + a0 * d1
+            Fn[t, 2] += v * a2 + a0 * d2
+            Fn[t, 3] += v * a3 + a0 * d3
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl, which, has):
     """:func:`_forward` from ``A[src]`` over its live states only (``la[src, :na[src]]``: every
     state that may be nonzero), into ``B[dst]`` with its live states into ``lb[dst]``,
@@ -314,8 +336,11 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                     if not moves:
                         continue
                 if certain:
-                    _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all, has,
-                             skip)
+                    if nl <= 4:
+                        _forward4(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, skip)
+                    else:
+                        _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all,
+                                 has, skip)
                     F, Fn = Fn, F
         n_unc[e] = n
         o = out[e]

@@ -178,6 +178,43 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
     nbn[dst] = cnt
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _subsets(F, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv, pd, nl,
+             has, vals, start):
+    """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
+    from ``start``) from the distribution ``F``: ``F_A`` over its live states
+    (:func:`_sparse`) and ``XA[A] = x0 + X_A``, bit ``j`` of ``A`` set when ``unc[j]``
+    is in ``S``. Returns ``(SA, SN, LA, LN, NA, NN)``, the two sets of buffers after
+    their swaps (the subsets in ``SA``, ``LA``, ``NA``); lanes from ``nl`` to 4 are 0."""
+    w_out, w_in = np.int64(0), np.int64(1)
+    cnt = 0
+    for k in range(F.shape[0]):
+        nonzero = False
+        for r in range(4):
+            SA[0, k, r] = F[k, r] if r < nl else 0.0
+            if r < nl and F[k, r] != 0.0:
+                nonzero = True
+        if nonzero:
+            LA[0, cnt] = k
+            cnt += 1
+    NA[0] = cnt
+    XA[0] = x0
+    m = 1
+    for j in range(count):
+        g = unc[j]
+        for a in range(m):
+            _sparse(SA, a, LA, NA, SN, a, LN, NN, mark, tgt, cs, n_pat, pv, pd, g, nl, w_out,
+                    has)
+            _sparse(SA, a, LA, NA, SN, a + m, LN, NN, mark, tgt, cs, n_pat, pv, pd, g, nl, w_in,
+                    has)
+            XA[a + m] = XA[a] + vals[g - start]
+        SA, SN = SN, SA
+        LA, LN = LN, LA
+        NA, NN = NN, NA
+        m *= 2
+    return SA, SN, LA, LN, NA, NN
+
+
 @numba.njit(cache=True, nogil=True)
 def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
     """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over the patterns with ``has[p] == which``."""
@@ -369,31 +406,10 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 GH = np.zeros((nbeta, n_states, 4))
                 PH = np.zeros((nbeta + 1, n_states, 4))
                 XB = np.zeros(nbeta)
-            cnt = 0
-            for k in range(n_states):
-                nonzero = False
-                for r in range(4):
-                    SA[0, k, r] = F[k, r] if r < nl else 0.0
-                    if F[k, r] != 0.0 and r < nl:
-                        nonzero = True
-                if nonzero:
-                    LA[0, cnt] = k
-                    cnt += 1
-            NA[0] = cnt
-            XA[0] = x0
-            m = 1
-            for j in range(na):
-                g = unc[j]
-                for a in range(m):
-                    _sparse(SA, a, LA, NA, SN, a, LN, NN, mark, tgt, cs, n_pat, pv_all, pd_all,
-                            g, nl, w_out, has)
-                    _sparse(SA, a, LA, NA, SN, a + m, LN, NN, mark, tgt, cs, n_pat, pv_all,
-                            pd_all, g, nl, w_in, has)
-                    XA[a + m] = XA[a] + vals[g - base[cs]]
-                SA, SN = SN, SA
-                LA, LN = LN, LA
-                NA, NN = NN, NA
-                m *= 2
+            SA, SN, LA, LN, NA, NN = _subsets(F, x0, unc, na, SA, SN, LA, LN, NA, NN, XA, mark,
+                                              tgt, cs, n_pat, pv_all, pd_all, nl, has, vals,
+                                              base[cs])
+            m = 1 << na
             for k in range(n_states):
                 for r in range(4):
                     GH[0, k, r] = G0[k, r] if r < nl else 0.0
@@ -441,32 +457,10 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 LN = np.zeros((1 << n, n_states), np.int64)
                 NA = np.zeros(1 << n, np.int64)
                 NN = np.zeros(1 << n, np.int64)
-            cnt = 0
-            SA[0] = 0.0
-            for k in range(n_states):
-                nonzero = False
-                for r in range(nl):
-                    SA[0, k, r] = F[k, r]
-                    if F[k, r] != 0.0:
-                        nonzero = True
-                if nonzero:
-                    LA[0, cnt] = k
-                    cnt += 1
-            NA[0] = cnt
-            XA[0] = x0
-            m = 1
-            for j in range(n):
-                g = unc[j]
-                for a in range(m):
-                    _sparse(SA, a, LA, NA, SN, a, LN, NN, mark, tgt, cs, n_pat, pv_all, pd_all,
-                            g, nl, w_out, has)
-                    _sparse(SA, a, LA, NA, SN, a + m, LN, NN, mark, tgt, cs, n_pat, pv_all,
-                            pd_all, g, nl, w_in, has)
-                    XA[a + m] = XA[a] + vals[g - base[cs]]
-                SA, SN = SN, SA
-                LA, LN = LN, LA
-                NA, NN = NN, NA
-                m *= 2
+            SA, SN, LA, LN, NA, NN = _subsets(F, x0, unc, n, SA, SN, LA, LN, NA, NN, XA, mark,
+                                              tgt, cs, n_pat, pv_all, pd_all, nl, has, vals,
+                                              base[cs])
+            m = 1 << n
             for a in range(m):
                 t0 = t1 = t2 = t3 = 0.0
                 for i in range(NA[a]):

@@ -386,30 +386,34 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
             o[:, :] = np.nan
             continue
         sparse = skip and nl <= 4
+        if sparse:
+            # the subsets of the first objects (all of them up to ENUMERATE_UP_TO, else
+            # the first half), each over its live states
+            first = n if n <= ENUMERATE_UP_TO else n // 2
+            if SA.shape[0] < (1 << first):
+                SA = np.zeros((1 << first, n_states, 4))
+                SN = np.zeros((1 << first, n_states, 4))
+                LA = np.zeros((1 << first, n_states), np.int64)
+                LN = np.zeros((1 << first, n_states), np.int64)
+                NA = np.zeros(1 << first, np.int64)
+                NN = np.zeros(1 << first, np.int64)
+                XA = np.zeros(max(1 << first, 1 << max(_FIRST, ENUMERATE_UP_TO)))
+            SA, SN, LA, LN, NA, NN = _subsets(F, x0, unc, first, SA, SN, LA, LN, NA, NN, XA, mark,
+                                              tgt, cs, n_pat, pv_all, pd_all, nl, has, vals,
+                                              base[cs])
+            m = 1 << first
         if sparse and n > ENUMERATE_UP_TO:
             # meet in the middle, the first half's distributions over their live states
             # (as the enumeration's), the second half's value functions GH with their
             # sums sorted and summed in that order (PH); per first-half subset only the
             # edges its sums can cross take a lookup: P(pass, X < e) is 0 below them and
             # the subset's total above
-            na = n // 2
+            na = first
             nbeta = 1 << (n - na)
-            if SA.shape[0] < (1 << na):
-                SA = np.zeros((1 << na, n_states, 4))
-                SN = np.zeros((1 << na, n_states, 4))
-                LA = np.zeros((1 << na, n_states), np.int64)
-                LN = np.zeros((1 << na, n_states), np.int64)
-                NA = np.zeros(1 << na, np.int64)
-                NN = np.zeros(1 << na, np.int64)
-                XA = np.zeros(max(1 << na, 1 << max(_FIRST, ENUMERATE_UP_TO)))
             if GH.shape[0] < nbeta:
                 GH = np.zeros((nbeta, n_states, 4))
                 PH = np.zeros((nbeta + 1, n_states, 4))
                 XB = np.zeros(nbeta)
-            SA, SN, LA, LN, NA, NN = _subsets(F, x0, unc, na, SA, SN, LA, LN, NA, NN, XA, mark,
-                                              tgt, cs, n_pat, pv_all, pd_all, nl, has, vals,
-                                              base[cs])
-            m = 1 << na
             for k in range(n_states):
                 for r in range(4):
                     GH[0, k, r] = G0[k, r] if r < nl else 0.0
@@ -448,19 +452,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 for r in range(4):
                     o[nb - 1, r] += tot[r] - prev[r]
             continue
-        if n <= ENUMERATE_UP_TO and sparse:
-            # every subset, each distribution over its live states only, two buffers
-            if SA.shape[0] < (1 << n):
-                SA = np.zeros((1 << n, n_states, 4))
-                SN = np.zeros((1 << n, n_states, 4))
-                LA = np.zeros((1 << n, n_states), np.int64)
-                LN = np.zeros((1 << n, n_states), np.int64)
-                NA = np.zeros(1 << n, np.int64)
-                NN = np.zeros(1 << n, np.int64)
-            SA, SN, LA, LN, NA, NN = _subsets(F, x0, unc, n, SA, SN, LA, LN, NA, NN, XA, mark,
-                                              tgt, cs, n_pat, pv_all, pd_all, nl, has, vals,
-                                              base[cs])
-            m = 1 << n
+        if sparse:  # every subset: each P_A = <F_A, f> into its bin
             for a in range(m):
                 t0 = t1 = t2 = t3 = 0.0
                 for i in range(NA[a]):

@@ -17,7 +17,9 @@ one likelihood channel with lnN normalisations.
 1. plain coffea: a ``ProcessorABC`` applying the same cuts hard (at the initial values)
    with awkward and filling ``hist.Hist`` (weighted) with the events' HT;
 2. diffcoffea: one ``Evaluator.run(order=1)``: the soft histogram templates and their
-   Jacobian with respect to the 2 parameters, reading the files (column cache off).
+   Jacobian with respect to the 2 parameters, reading the files (column cache off);
+3. the floor: the same ``Evaluator.run`` at width 0 and ``order=0`` (the hard-cut
+   histogram filled by the numba kernel: no enumeration, no derivatives).
 
 Both on the iterative executor over the same preprocessed chunks, timed after one
 warm-up pass (compilation, page cache), best of ``--repeat``. Also measured, on every
@@ -177,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     from analysis.driver.runner import Evaluator
+    from analysis.pipeline.plan import initial_widths
     t0 = time.perf_counter()
     config = make_config(Path(args.data_dir) / str(args.events), args.events, args.chunksize)
     with Evaluator(config, cache=False) as ev:
@@ -185,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         plain_warm, plain, plain_cpu = best_of(lambda: ev.process(hard, lambda: None),
                                                args.repeat)
         grad_warm, grad, grad_cpu = best_of(lambda: ev.run(order=1), args.repeat)
+        # the floor: the same pass filling the same histogram at width 0 (hard cuts, no
+        # enumeration, no derivatives) on the numba kernel
+        zero = [0.0] * len(initial_widths(config))
+        floor_warm, floor, floor_cpu = best_of(lambda: ev.run(order=0, widths=zero),
+                                               args.repeat)
         states = ev.run(order=1)
         share = heavy_share(ev, config, args.repeat)
         n_chunks = len(ev.chunks)
@@ -196,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": load, "setup_s": t_setup,
         "plain": {"warm_s": plain_warm, "best_s": plain, "cpu_s": plain_cpu},
         "gradient": {"warm_s": grad_warm, "best_s": grad, "cpu_s": grad_cpu},
+        "floor": {"warm_s": floor_warm, "best_s": floor, "cpu_s": floor_cpu},
         "ratio": grad / plain, "ratio_cpu": grad_cpu / plain_cpu, "goal": GOAL,
+        "floor_ratio": floor / plain, "gradient_over_floor": grad / floor,
         "enumeration": enum, **share,
     }
     print(f"{args.events} events (Poisson({MEAN_JETS}) jets), {n_chunks} chunks of <= "
@@ -207,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
           f"| {plain_cpu:7.2f} |")
     print(f"| {'diffcoffea gradient pass (HT templates + J)':<46} | {grad_warm:11.2f} | "
           f"{grad:8.2f} | {grad_cpu:7.2f} |")
-    print(f"ratio {grad / plain:.2f}x wall, {grad_cpu / plain_cpu:.2f}x CPU (goal <= {GOAL}x)")
+    print(f"| {'floor: the same pass at width 0 (hard cuts)':<46} | {floor_warm:11.2f} | "
+          f"{floor:8.2f} | {floor_cpu:7.2f} |")
+    print(f"ratio {grad / plain:.2f}x wall, {grad_cpu / plain_cpu:.2f}x CPU (goal <= {GOAL}x); "
+          f"floor {floor / plain:.2f}x the plain pass, gradient pass {grad / floor:.2f}x the floor")
     print(f"events with > 12 uncertain jets: {share['heavy_events']} of {share['events']} "
           f"(largest {share['largest_uncertain']}); their share of the kernel time "
           f"{share['heavy_share']:.1%} ({share['kernel_heavy_s']:.2f} s of "

@@ -108,9 +108,6 @@ def extract_columns(
     for name, fields in plan.sets.fields:
         coll = _get(events, name, "collection", source)
         counts = np.asarray(ak.to_numpy(ak.num(coll, axis=1)), dtype=np.int64)
-        if name in plan.sets.caps:  # objects.<set>.max_objects: one line, no truncation
-            check_counts(counts, plan.sets.caps[name], collection=name, source=source,
-                         offset=int(meta.get("entrystart") or 0), key=plan.sets.cap_keys[name])
         flat = {
             f: np.asarray(
                 ak.to_numpy(ak.flatten(_get(coll, f, f"field of {name}", source))),
@@ -118,6 +115,10 @@ def extract_columns(
             )
             for f in fields if not f.startswith(SF_PREFIX)
         }
+        if name in plan.sets.caps:  # objects.<set>.max_objects: one line, no truncation
+            check_counts(_capped_counts(plan, name, counts, flat), plan.sets.caps[name],
+                         collection=name, source=source, of=counts,
+                         offset=int(meta.get("entrystart") or 0), key=plan.sets.cap_keys[name])
         for corr in plan.corrections:  # per-object scale factors (correctionlib)
             if corr.collection == name:
                 flat[corr.field] = _scale_factors(corr, flat, source)
@@ -132,6 +133,45 @@ def extract_columns(
         source=source,
         offset=int(meta.get("entrystart") or 0),
     )
+
+
+def _capped_counts(plan: Plan, collection: str, counts: np.ndarray,
+                   flat: dict[str, np.ndarray]) -> np.ndarray:
+    """Per event, the objects of ``collection`` that ``max_objects`` counts: those that
+    can pass the cuts of one of its root sets, i.e. all but the objects that fail, for
+    every root set, a cut configured with width 0 and constant thresholds (in the
+    nominal columns and under every shift of the cut's field: a shifted pT may pass).
+    Such an object is out of every set at every parameter point (annealing keeps a
+    width of 0 at 0), so no enumeration, candidate or bound ever counts it; the columns
+    keep it all the same."""
+    from analysis.select.cuts import probability
+
+    hard = set(plan.sets.hard)
+    factors: dict[str, list[float]] = {}
+    for sh in plan.shifts:
+        head, f = sh.key.split(":", 1)
+        if head == collection:
+            factors.setdefault(f, []).append(sh.factor)
+    roots = [s for s in plan.sets.sets if s.collection == collection and s.parent is None]
+    keep = np.zeros(int(counts.sum()), dtype=bool)
+    for s in roots:
+        ok = np.ones_like(keep)
+        for cut in s.cuts:
+            if (cut.width_index not in hard or cut.field not in flat
+                    or any(p is not None for p, _ in cut.bounds)):
+                continue  # a soft or a parameter cut: any object may pass it somewhere
+            passes = np.zeros_like(keep)
+            for factor in [1.0, *factors.get(cut.field, [])]:
+                x = flat[cut.field] * factor
+                x = np.abs(x) if cut.absolute else x
+                p = probability(cut.kind_op, x, [v for _, v in cut.bounds], 0.0)
+                passes |= np.asarray(p) > 0.0
+            ok &= passes
+        keep |= ok
+    if not roots:
+        return counts
+    event_of = np.repeat(np.arange(counts.size), counts)
+    return np.bincount(event_of[keep], minlength=counts.size).astype(np.int64)
 
 
 _EVENT_IDS = ("run", "luminosityBlock", "event")

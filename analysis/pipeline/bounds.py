@@ -9,7 +9,9 @@ kernels pad them: a power of two >= 64):
   ``prod (cap_v + 1)``), times the grid points of a scan;
   key: the count's ``value`` or its parameter's ``bounds``;
 - candidates of an indexed observable on capped collections:
-  ``E * prod C(max_objects, i + 1)``; key: ``objects.<set>.max_objects``;
+  ``E * prod C(max_objects, i + 1)``; key: ``objects.<set>.max_objects`` (the cap counts
+  the objects a width-0 pre-selection leaves, :func:`analysis.data.columns.extract_columns`;
+  the candidates are drawn from the objects that can be in the set, never more);
 - histograms: ``bins + 2`` per dataset, times the grid points; key ``observables.<k>.hist.bins``;
 - chunk buffers: ``E`` times the columns read (weight, event branches, object fields of
   the sets, at least one value per event each); key ``executor.chunksize``

@@ -209,7 +209,10 @@ class SetPlan:
     :mod:`analysis.stats.registry`, at least 2); ``max_objects``: ``((collection,
     cap, set), ...)`` for the collections with a configured cap (the smallest over its
     root sets, and the set giving it); ``count_widths``: the width index of each
-    count's smoothed integer step (``None``: a fixed integer value, exact without one).
+    count's smoothed integer step (``None``: a fixed integer value, exact without one);
+    ``hard``: the width indices of the set cuts configured with width 0 (annealing
+    scales widths, so they stay 0: :func:`analysis.data.columns.extract_columns` counts
+    toward ``max_objects`` only the objects such cuts with constant thresholds leave).
     """
 
     sets: tuple[SetSpec, ...]
@@ -220,6 +223,7 @@ class SetPlan:
     orders: tuple[int, ...]
     max_objects: tuple[tuple[str, int, str], ...] = ()
     count_widths: tuple[int | None, ...] = ()
+    hard: tuple[int, ...] = ()
 
     @property
     def caps(self) -> dict[str, int]:
@@ -262,6 +266,7 @@ def build_plan(config: Config) -> Plan:
         return s.collection if s.collection is not None else collection(s.from_)
 
     n_widths = 0
+    hard: list[int] = []
     specs = []
     fields: dict[str, list[str]] = {}
 
@@ -286,6 +291,8 @@ def build_plan(config: Config) -> Plan:
         cuts = []
         for cut in s.cuts:
             oc = _object_cut(cut, names, n_widths)
+            if cut.width == 0:
+                hard.append(n_widths)
             n_widths += 1
             need(c, oc.field)
             cuts.append(oc)
@@ -367,7 +374,7 @@ def build_plan(config: Config) -> Plan:
         tuple(specs), model, tuple(thresholds),
         tuple((c, tuple(f)) for c, f in fields.items()), tuple(parsed), tuple(orders),
         max_objects=tuple((c, cap, name) for c, (cap, name) in caps.items()),
-        count_widths=tuple(count_widths),
+        count_widths=tuple(count_widths), hard=tuple(hard),
     )
     plan = Plan(
         param_names=names, trainable=trainable, integer=integer,

@@ -67,19 +67,24 @@ def layout(starts, counts, max_objects: int) -> Layout:
 
 def check_counts(
     counts, max_objects: int, *, collection: str, source: str | None = None, offset: int = 0,
-    key: str | None = None,
+    key: str | None = None, of=None,
 ) -> None:
     """Raise :class:`ObjectCapError` (one line) if an event of ``collection`` has more
     than ``max_objects`` objects (host side, on concrete counts). ``source`` (a file)
     and ``offset`` (its first entry) locate the event; ``key`` names the setting to
-    raise. Nothing is truncated: beyond a cap there is no result."""
+    raise; ``of``: all objects per event where ``counts`` are only those a hard
+    pre-selection leaves (named in the message). Nothing is truncated: beyond a cap
+    there is no result."""
     counts = np.asarray(counts)
     if counts.size and int(counts.max()) > max_objects:
         event = int(np.argmax(counts))
         where = f"{source}: " if source else ""
+        n = int(counts.max())
+        total = n if of is None else int(np.asarray(of)[event])
+        what = "objects" if total == n else f"objects past the width-0 cuts (of {total})"
         raise ObjectCapError(
             f"{where}collection {collection!r}: event {offset + event} has "
-            f"{int(counts.max())} objects, more than max_objects={max_objects}; raise "
+            f"{n} {what}, more than max_objects={max_objects}; raise "
             f"{key or 'the cap'}"
         )
 

@@ -12,18 +12,22 @@ state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangen
   collection (one pattern of probability exactly 1 in float64), moves the forward count
   distribution ``F`` by one step (exact for any probabilities); a certain object whose
   pattern holds ``S`` adds its value to every subset's sum ``x0``;
-- the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` (and with at
+- the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` (with at
   most 3 tangents, in an event whose probabilities are all numbers) every subset
   ``A`` (``F_A`` split by whether each object is in ``S``, ``P_A = <F_A, f>``, binned at
   ``x0 + X_A``; each ``F_A`` over its live states only: the count of ``S`` is fixed by
-  ``A``, so few of the joint states hold anything); above, meet in the middle: the first ``a = U // 2`` forward from ``F``,
-  the others backward from ``f`` (value functions ``G_beta`` and sums ``X_beta``), the
-  ``beta`` sorted by ``X_beta`` with prefix sums ``PG``; ``P(pass, X < e) = sum_alpha
-  <F_alpha, PG_{n(e - X_alpha)}>``, the bins their differences.
+  ``A``, so few of the joint states hold anything); above, meet in the middle: the
+  first ``a = U // 2`` forward from ``F`` (over their live states likewise), the others
+  backward from ``f`` (value functions ``G_beta`` and sums ``X_beta``), the ``beta``
+  sorted by ``X_beta`` with prefix sums ``PG``; ``P(pass, X < e) = sum_alpha
+  <F_alpha, PG_{n(e - X_alpha)}>``, the bins their differences, and per ``alpha`` only
+  the edges its sums can cross take a lookup (below them the term is 0, above them
+  ``alpha``'s total). With a NaN among an event's probabilities or more than 3
+  tangents, the event meets in the middle over dense states and every edge.
 
 Cost per event: ``O(M P S L)`` for the folded objects, ``O(2^U P S L)`` (enumeration) or
-``O(2^(U/2) (P + n_e) S L)`` (meet in the middle) for the uncertain ones (``S`` count
-states, ``P`` patterns, ``L`` lanes, ``n_e`` edges). Outputs per event (no sums), so
+``O(2^(U/2) (P S + n_c) L)`` (meet in the middle, ``n_c`` the edges crossed) for the
+uncertain ones (``S`` count states, ``P`` patterns, ``L`` lanes). Outputs per event (no sums), so
 blocks and threads change no bit. An event with more than :data:`MAX_UNCERTAIN`
 uncertain objects gets NaN and its count in ``n_unc`` (the host refuses it).
 """
@@ -38,9 +42,10 @@ from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 __all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "event_sum_bins", "fill_bins"]
 
 #: every subset up to this many uncertain objects, meet in the middle above (measured,
-#: a 50k-event chunk of Poisson(5.5) jets, value + 2 tangents: 0.165 s with 6, 0.142 s
-#: with 10; the JAX reference switches at 6, :data:`analysis.select.subsets.ENUMERATE_UP_TO`)
-ENUMERATE_UP_TO = 10
+#: a 50k-event chunk of Poisson(5.5) jets, value + 2 tangents, one thread, CPU time:
+#: 94 ms with 5, 100 ms with 7, 102-147 ms with 10, 110 ms with 3; the JAX reference
+#: switches at 6, :data:`analysis.select.subsets.ENUMERATE_UP_TO`)
+ENUMERATE_UP_TO = 5
 #: the enumeration's buffers at first (grown for an event that needs more)
 _FIRST = 6
 #: as :data:`analysis.select.subsets.MAX_UNCERTAIN`
@@ -111,6 +116,28 @@ def _forward(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has, skip):
 
 
 @inline
+def _forward4(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, skip):
+    """:func:`_forward` over every pattern with at most 4 lanes, written out (no views:
+    the same floats in the same order)."""
+    for k in range(n_states):
+        Fn[k, 0] = Fn[k, 1] = Fn[k, 2] = Fn[k, 3] = 0.0
+    for p in range(n_pat[c]):
+        v = pv[g, p, 0]
+        d0, d1, d2, d3 = pd[g, p, 0], pd[g, p, 1], pd[g, p, 2], pd[g, p, 3]
+        if skip and v == 0.0 and d1 == 0.0 and d2 == 0.0 and d3 == 0.0:
+            continue  # adds exact zeros (F holds numbers: probabilities)
+        for k in range(n_states):
+            a0, a1, a2, a3 = F[k, 0], F[k, 1], F[k, 2], F[k, 3]
+            if skip and a0 == 0.0 and a1 == 0.0 and a2 == 0.0 and a3 == 0.0:
+                continue
+            t = tgt[c, p, k]
+            Fn[t, 0] += v * a0 + a0 * d0
+            Fn[t, 1] += v * a1 + a0 * d1
+            Fn[t, 2] += v * a2 + a0 * d2
+            Fn[t, 3] += v * a3 + a0 * d3
+
+
+@inline
 def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl, which, has):
     """:func:`_forward` from ``A[src]`` over its live states only (``la[src, :na[src]]``: every
     state that may be nonzero), into ``B[dst]`` with its live states into ``lb[dst]``,
@@ -151,6 +178,43 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
     nbn[dst] = cnt
 
 
+@inline
+def _subsets(F, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv, pd, nl,
+             has, vals, start):
+    """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
+    from ``start``) from the distribution ``F``: ``F_A`` over its live states
+    (:func:`_sparse`) and ``XA[A] = x0 + X_A``, bit ``j`` of ``A`` set when ``unc[j]``
+    is in ``S``. Returns ``(SA, SN, LA, LN, NA, NN)``, the two sets of buffers after
+    their swaps (the subsets in ``SA``, ``LA``, ``NA``); lanes from ``nl`` to 4 are 0."""
+    w_out, w_in = np.int64(0), np.int64(1)
+    cnt = 0
+    for k in range(F.shape[0]):
+        nonzero = False
+        for r in range(4):
+            SA[0, k, r] = F[k, r] if r < nl else 0.0
+            if r < nl and F[k, r] != 0.0:
+                nonzero = True
+        if nonzero:
+            LA[0, cnt] = k
+            cnt += 1
+    NA[0] = cnt
+    XA[0] = x0
+    m = 1
+    for j in range(count):
+        g = unc[j]
+        for a in range(m):
+            _sparse(SA, a, LA, NA, SN, a, LN, NN, mark, tgt, cs, n_pat, pv, pd, g, nl, w_out,
+                    has)
+            _sparse(SA, a, LA, NA, SN, a + m, LN, NN, mark, tgt, cs, n_pat, pv, pd, g, nl, w_in,
+                    has)
+            XA[a + m] = XA[a] + vals[g - start]
+        SA, SN = SN, SA
+        LA, LN = LN, LA
+        NA, NN = NN, NA
+        m *= 2
+    return SA, SN, LA, LN, NA, NN
+
+
 @njit
 def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
     """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over the patterns with ``has[p] == which``."""
@@ -164,6 +228,40 @@ def _pull(G, Gn, tgt, c, n_pat, pv, pd, g, n_states, nl, which, has):
         d = pd[g, p]
         for k in range(n_states):
             _times_into(Gn[k], v, d, G[tgt[c, p, k]], nl)
+
+
+@inline
+def _pull4(G, a, H, b, tgt, c, n_pat, pv, pd, g, n_states, which, has):
+    """``H[b, k] = sum_p pi_p G[a, tgt(p, k)]`` over the patterns of object ``g`` with
+    ``has[p] == which``, 4 lanes by the product rule (:func:`_pull`, written out)."""
+    for k in range(n_states):
+        H[b, k, 0] = H[b, k, 1] = H[b, k, 2] = H[b, k, 3] = 0.0
+    for p in range(n_pat[c]):
+        if has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        d1, d2, d3 = pd[g, p, 1], pd[g, p, 2], pd[g, p, 3]
+        for k in range(n_states):
+            t = tgt[c, p, k]
+            x0 = G[a, t, 0]
+            H[b, k, 0] += v * x0
+            H[b, k, 1] += v * G[a, t, 1] + x0 * d1
+            H[b, k, 2] += v * G[a, t, 2] + x0 * d2
+            H[b, k, 3] += v * G[a, t, 3] + x0 * d3
+
+
+@inline
+def _dot4(S, a, L, na, G, i, out):
+    """``out = <S[a], G[i]>`` over the live states ``L[a, :na]`` of ``S[a]``, 4 lanes."""
+    t0 = t1 = t2 = t3 = 0.0
+    for q in range(na):
+        k = L[a, q]
+        a0, b0 = S[a, k, 0], G[i, k, 0]
+        t0 += a0 * b0
+        t1 += a0 * G[i, k, 1] + b0 * S[a, k, 1]
+        t2 += a0 * G[i, k, 2] + b0 * S[a, k, 2]
+        t3 += a0 * G[i, k, 3] + b0 * S[a, k, 3]
+    out[0], out[1], out[2], out[3] = t0, t1, t2, t3
 
 
 @inline
@@ -203,7 +301,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
     F = np.zeros((n_states, LANES))
     Fn = np.zeros((n_states, LANES))
     FA = np.zeros((1 << _FIRST, n_states, LANES))
-    XA = np.zeros(1 << ENUMERATE_UP_TO)
+    XA = np.zeros(1 << max(_FIRST, ENUMERATE_UP_TO))
     SA = np.zeros((1 << _FIRST, n_states, 4))  # grown for an event that needs more
     SN = np.zeros((1 << _FIRST, n_states, 4))
     LA = np.zeros((1 << _FIRST, n_states), np.int64)
@@ -217,6 +315,10 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
     PG = np.zeros((1, n_states, LANES))
     C = np.zeros((nb + 1, LANES))
     tmp = np.zeros(LANES)
+    tot = np.zeros(4)
+    prev = np.zeros(4)
+    GH = np.zeros((1, n_states, 4))  # grown for an event that needs more
+    PH = np.zeros((2, n_states, 4))
     # patterns that leave every count state as it is (an object failing every set)
     still = np.ones((n_coll, tgt.shape[1]), np.bool_)
     for c in range(n_coll):
@@ -271,8 +373,11 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                     if not moves:
                         continue
                 if certain:
-                    _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all, has,
-                             skip)
+                    if nl <= 4:
+                        _forward4(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, skip)
+                    else:
+                        _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all,
+                                 has, skip)
                     F, Fn = Fn, F
         n_unc[e] = n
         o = out[e]
@@ -280,41 +385,74 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
         if n > MAX_UNCERTAIN:
             o[:, :] = np.nan
             continue
-        if n <= ENUMERATE_UP_TO and skip and nl <= 4:
-            # every subset, each distribution over its live states only, two buffers
-            if SA.shape[0] < (1 << n):
-                SA = np.zeros((1 << n, n_states, 4))
-                SN = np.zeros((1 << n, n_states, 4))
-                LA = np.zeros((1 << n, n_states), np.int64)
-                LN = np.zeros((1 << n, n_states), np.int64)
-                NA = np.zeros(1 << n, np.int64)
-                NN = np.zeros(1 << n, np.int64)
-            cnt = 0
-            SA[0] = 0.0
+        sparse = skip and nl <= 4
+        if sparse:
+            # the subsets of the first objects (all of them up to ENUMERATE_UP_TO, else
+            # the first half), each over its live states
+            first = n if n <= ENUMERATE_UP_TO else n // 2
+            if SA.shape[0] < (1 << first):
+                SA = np.zeros((1 << first, n_states, 4))
+                SN = np.zeros((1 << first, n_states, 4))
+                LA = np.zeros((1 << first, n_states), np.int64)
+                LN = np.zeros((1 << first, n_states), np.int64)
+                NA = np.zeros(1 << first, np.int64)
+                NN = np.zeros(1 << first, np.int64)
+                XA = np.zeros(max(1 << first, 1 << max(_FIRST, ENUMERATE_UP_TO)))
+            SA, SN, LA, LN, NA, NN = _subsets(F, x0, unc, first, SA, SN, LA, LN, NA, NN, XA, mark,
+                                              tgt, cs, n_pat, pv_all, pd_all, nl, has, vals,
+                                              base[cs])
+            m = 1 << first
+        if sparse and n > ENUMERATE_UP_TO:
+            # meet in the middle, the first half's distributions over their live states
+            # (as the enumeration's), the second half's value functions GH with their
+            # sums sorted and summed in that order (PH); per first-half subset only the
+            # edges its sums can cross take a lookup: P(pass, X < e) is 0 below them and
+            # the subset's total above
+            na = first
+            nbeta = 1 << (n - na)
+            if GH.shape[0] < nbeta:
+                GH = np.zeros((nbeta, n_states, 4))
+                PH = np.zeros((nbeta + 1, n_states, 4))
+                XB = np.zeros(nbeta)
             for k in range(n_states):
-                nonzero = False
-                for r in range(nl):
-                    SA[0, k, r] = F[k, r]
-                    if F[k, r] != 0.0:
-                        nonzero = True
-                if nonzero:
-                    LA[0, cnt] = k
-                    cnt += 1
-            NA[0] = cnt
-            XA[0] = x0
-            m = 1
-            for j in range(n):
+                for r in range(4):
+                    GH[0, k, r] = G0[k, r] if r < nl else 0.0
+            XB[0] = 0.0
+            mb = 1
+            for j in range(n - 1, na - 1, -1):
                 g = unc[j]
-                for a in range(m):
-                    _sparse(SA, a, LA, NA, SN, a, LN, NN, mark, tgt, cs, n_pat, pv_all, pd_all,
-                            g, nl, w_out, has)
-                    _sparse(SA, a, LA, NA, SN, a + m, LN, NN, mark, tgt, cs, n_pat, pv_all,
-                            pd_all, g, nl, w_in, has)
-                    XA[a + m] = XA[a] + vals[g - base[cs]]
-                SA, SN = SN, SA
-                LA, LN = LN, LA
-                NA, NN = NN, NA
-                m *= 2
+                for a in range(mb):
+                    _pull4(GH, a, GH, a + mb, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_in,
+                           has)
+                    _pull4(GH, a, PH, 0, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_out, has)
+                    GH[a, :, :] = PH[0, :, :]
+                    XB[a + mb] = XB[a] + vals[g - base[cs]]
+                mb *= 2
+            order = np.argsort(XB[:mb], kind="mergesort")
+            xs = XB[:mb][order]
+            PH[0, :, :] = 0.0
+            for i in range(mb):
+                PH[i + 1, :, :] = PH[i, :, :] + GH[order[i], :, :]
+            for a in range(m):
+                _dot4(SA, a, LA, NA[a], PH, mb, tot)
+                for r in range(4):
+                    prev[r] = 0.0
+                for k in range(nb - 1):
+                    t = edges[k] - XA[a]
+                    if t <= xs[0]:
+                        continue  # no beta below the edge: nothing, and prev stays 0
+                    if t > xs[mb - 1]:
+                        for r in range(4):
+                            tmp[r] = tot[r]
+                    else:
+                        _dot4(SA, a, LA, NA[a], PH, np.searchsorted(xs, t, side="left"), tmp)
+                    for r in range(4):
+                        o[k, r] += tmp[r] - prev[r]
+                        prev[r] = tmp[r]
+                for r in range(4):
+                    o[nb - 1, r] += tot[r] - prev[r]
+            continue
+        if sparse:  # every subset: each P_A = <F_A, f> into its bin
             for a in range(m):
                 t0 = t1 = t2 = t3 = 0.0
                 for i in range(NA[a]):
@@ -334,7 +472,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
         nbeta = 1 << (n - na)
         if FA.shape[0] < (1 << na):
             FA = np.zeros((1 << na, n_states, LANES))
-            XA = np.zeros(max(1 << na, 1 << ENUMERATE_UP_TO))
+            XA = np.zeros(max(1 << na, 1 << max(_FIRST, ENUMERATE_UP_TO)))
         if GB.shape[0] < nbeta:
             GB = np.zeros((nbeta, n_states, LANES))
             XB = np.zeros(nbeta)

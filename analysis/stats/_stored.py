@@ -173,7 +173,7 @@ def _program(exported: Any, out_tree: Any) -> Callable[..., Any]:
     call = jax.jit(exported.call)
 
     def program(*args: Any) -> Any:
-        return jax.tree_util.tree_unflatten(out_tree, call(*args))
+        return jax.tree_util.tree_unflatten(out_tree, call(*jax.tree_util.tree_leaves(args)))
 
     return program
 
@@ -183,13 +183,14 @@ def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[.
     program, written to ``path`` (when not ``None``; silently nothing where it cannot
     be serialized or written)."""
     tree: list = []
+    in_leaves, in_tree = jax.tree_util.tree_flatten(args)
 
-    def flat(*a: Any) -> Any:
-        leaves, out_tree = jax.tree_util.tree_flatten(run(*a))
+    def flat(*leaves: Any) -> Any:  # flat in and out: no pytree types to serialize
+        out, out_tree = jax.tree_util.tree_flatten(run(*jax.tree_util.tree_unflatten(in_tree, leaves)))
         tree.append(out_tree)
-        return leaves
+        return out
 
-    exported = jax.export.export(jax.jit(flat))(*args)
+    exported = jax.export.export(jax.jit(flat))(*in_leaves)
     out_tree = tree[-1]
     if path is not None:
         try:
@@ -202,3 +203,25 @@ def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[.
         except Exception:  # flatbuffers missing, a read-only directory: kept in memory only
             pass
     return _program(exported, out_tree)
+
+
+# Programs of package functions by (name, options, argument structure and shapes): in
+# this process, else from disk, else exported and stored (:func:`stored_call`).
+_CALLS: dict[Any, Callable[..., Any]] = {}
+
+
+def stored_call(name: str, fun: Callable[..., Any], *args: Any, **options: Any) -> Any:
+    """``fun(*args, **options)`` (``fun`` a function of this package, ``options``
+    hashable), compiled once per argument structure and shapes and kept on disk like
+    the chunk programs, so that a new process does not trace it again."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    shapes = tuple((np.shape(x), str(np.result_type(x))) for x in leaves)
+    key = (name, tuple(sorted(options.items())), tree, shapes)
+    program = _CALLS.get(key)
+    if program is None:
+        path = path_for(key)
+        program = load(path) if path is not None else None
+        if program is None:
+            program = export(lambda *a: fun(*a, **options), args, path)
+        _CALLS[key] = program
+    return program(*args)

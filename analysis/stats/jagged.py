@@ -37,6 +37,7 @@ broadcasting, missing values and the grouping of any ``axis``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -104,6 +105,24 @@ def longest_bound(offsets: Any) -> int | None:
     return hit[1] if hit is not None and hit[0] is offsets else None
 
 
+def _padded(offsets: Any) -> bool:
+    """``offsets`` are those of a padded Jagged of a compiled stats.derive (traced, with
+    a recorded bound: :func:`bound_longest`)."""
+    if not isinstance(offsets, jax.core.Tracer):
+        return False
+    hit = _longest().get(id(offsets))
+    return hit is not None and hit[0] is offsets
+
+
+def _inside_package(frame: Any) -> bool:
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name == "analysis" or name.startswith("analysis.")
+
+
+class PaddedValuesError(ValueError):
+    """``Jagged.values`` read by your code inside a compiled ``stats.derive`` (padded)."""
+
+
 def bound_longest(offsets: Any, bound: int) -> None:
     """Record ``bound`` as the longest list of the traced ``offsets`` (while tracing)."""
     _longest()[id(offsets)] = (offsets, int(bound))
@@ -146,8 +165,31 @@ class Jagged:
         otherwise (checked when concrete).
     """
 
-    __slots__ = ("values", "offsets", "_segment_ids")
+    __slots__ = ("_values", "offsets", "_segment_ids")
     _segment_ids: np.ndarray | None  # cached for concrete offsets only
+
+    @property
+    def values(self) -> Any:
+        """The flat values, list after list (``offsets[-1]`` of them).
+
+        Inside a compiled :func:`analysis.stats.derive` (a chunk's Jagged passed to the
+        program as padded arguments, :mod:`analysis.stats._closure`) the stored values
+        run on beyond ``offsets[-1]`` with padding, which a reduction of the raw array
+        would count (``jnp.mean(pt.values)``): there, reading ``values`` from outside
+        this package raises :class:`PaddedValuesError`, and ``stats.derive`` runs the
+        function traced on the chunk's own (unpadded) arrays instead. The package's
+        own functions (statistics, soft cuts, ``pass_weights``, arithmetic) give the
+        padding weight 0.
+        """
+        if _padded(self.offsets) and not _inside_package(sys._getframe(1)):
+            raise PaddedValuesError(
+                "Jagged.values: inside a compiled stats.derive the values are padded beyond "
+                "offsets[-1]; use stats functions, Jagged arithmetic or .map on the Jagged")
+        return self._values
+
+    @values.setter
+    def values(self, values: Any) -> None:
+        self._values = values
 
     def __init__(self, values: Any, offsets: Any) -> None:
         if not isinstance(values, jax.Array):  # tracers are jax.Array too
@@ -188,7 +230,7 @@ class Jagged:
         """JAX pytree protocol: a ``Jagged`` of ``(values, offsets)``, unchecked."""
         # JAX rebuilds pytrees with tracers, None or sentinels as leaves: no checks.
         obj = object.__new__(cls)
-        obj.values, obj.offsets = children
+        obj._values, obj.offsets = children
         obj._segment_ids = None
         return obj
 

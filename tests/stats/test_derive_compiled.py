@@ -222,3 +222,49 @@ def test_other_closures_take_the_traced_path() -> None:
         _close(d.value, value)
         _close(d.jac, jac)
     assert _programs() == built
+
+
+def test_raw_values_never_see_the_padding() -> None:
+    """A reduction of ``.values`` in your function (``jnp.mean(pt.values)``) counted the
+    padding of the compiled program; now reading ``.values`` there makes derive trace the
+    function on the chunk's own arrays: the eager values, to 1e-12."""
+    pt, eta = _chunk(7)
+    assert pt.num_elements != size_bucket(pt.num_elements)
+
+    def fn(theta):  # noqa: ANN001, ANN202
+        w = soft_cut(pt.values, ">", theta["pt_min"], 5.0)  # flat, as in the processors guide
+        return {"mean": jnp.mean(pt.values) * theta["eta_max"],
+                "jet_pt": stats.moments(pt.values, weight=w)}
+
+    d = stats.derive(fn, THETA)
+    value, jac, _ = _eager(fn, 1)
+    _close(d.value, value)
+    _close(d.jac, jac)
+
+
+def test_values_read_in_the_compiled_program_raise() -> None:
+    from analysis.stats._closure import closure_inputs
+    from analysis.stats.jagged import PaddedValuesError
+
+    pt, _ = _chunk(8)
+    seen = []
+
+    def fn(theta):  # noqa: ANN001, ANN202
+        return {"s": jnp.sum(pt.values) * theta["pt_min"]}
+
+    _, args, rebuild = closure_inputs(fn)
+
+    def body(a):  # noqa: ANN001, ANN202
+        f = rebuild(a)
+        try:
+            return f({"pt_min": 1.0})
+        except PaddedValuesError as err:
+            seen.append(str(err))
+            return {"s": 0.0}
+        finally:
+            from analysis.stats.jagged import forget_bounds
+
+            forget_bounds()
+
+    jax.jit(body)(args)
+    assert len(seen) == 1 and "\n" not in seen[0] and "padded" in seen[0]

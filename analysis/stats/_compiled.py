@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.stats import _stored
 from analysis.stats._closure import closure_inputs
 from analysis.stats.jagged import forget_bounds
 from analysis.stats.merge import describe_difference
@@ -179,8 +180,9 @@ _PROGRAMS_MAX = 256
 # Structures whose compiled trace raised (the function needs concrete lists or values):
 # they take the traced path (:func:`_forward`, :func:`_values`, :func:`_pullback`).
 _REFUSED: set = set()
-#: Programs built in this process (tests count compilations with it).
-BUILT = {"programs": 0}
+#: Programs built (traced and compiled) and loaded from disk (:mod:`analysis.stats._stored`)
+#: in this process (tests count compilations with it).
+BUILT = {"programs": 0, "loaded": 0}
 
 
 def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]],
@@ -196,6 +198,14 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
     if full_key in _REFUSED:
         return None
     found = _PROGRAMS.get(full_key)
+    call_args = (args, t0, *extra)
+    disk = None
+    if found is None:
+        disk = _stored.path_for(full_key)
+        found = _stored.load(disk) if disk is not None else None
+        if found is not None:
+            BUILT["loaded"] += 1
+            _PROGRAMS[full_key] = found
     new = found is None
     if found is None:
         def run(args, t, *extra):
@@ -204,16 +214,15 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
             finally:
                 forget_bounds()
 
-        program: Callable[..., Any] = jax.jit(run)
+        try:
+            program = _stored.export(run, call_args, disk)
+            out = program(*call_args)
+        except Exception:
+            _REFUSED.add(full_key)
+            return None
     else:
         program = found
-    try:
-        out = program(args, t0, *extra)
-    except Exception:
-        if not new:
-            raise
-        _REFUSED.add(full_key)
-        return None
+        out = program(*call_args)
     if new:
         _PROGRAMS[full_key] = program
         BUILT["programs"] += 1

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.stats._stored import stored_call
 from analysis.stats.merge import describe_difference
 from analysis.stats.taylor import _merge_taylor, _symmetric, _to_numpy, taylor_derivatives
 
@@ -130,8 +131,9 @@ class Derived:
         if not isinstance(other, Derived):
             return NotImplemented
         self._check_compatible(other)
-        value, jac, hess = _merge_taylor(
-            self.value, self.jac, self.hess, other.value, other.jac, other.hess, order=self.order
+        value, jac, hess = stored_call(
+            "merge_taylor", _merge_taylor, self.value, self.jac, self.hess, other.value,
+            other.jac, other.hess, order=self.order,
         )
         return Derived(self.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess),
                        at=self.at if self.at is not None else other.at)

@@ -37,6 +37,7 @@ broadcasting, missing values and the grouping of any ``axis``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +47,13 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["Jagged", "from_awkward", "where"]
+
+
+def device_array(a: Any) -> jax.Array:
+    """``a`` (numpy, list, number) as a JAX array by a host-to-device copy: ``jnp.asarray``
+    of a numpy array compiles a staging program once per new shape (once per chunk of a
+    pass), ``jax.device_put`` does not."""
+    return a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a))
 
 
 def concrete(a: Any) -> np.ndarray | None:
@@ -97,6 +105,24 @@ def longest_bound(offsets: Any) -> int | None:
     return hit[1] if hit is not None and hit[0] is offsets else None
 
 
+def _padded(offsets: Any) -> bool:
+    """``offsets`` are those of a padded Jagged of a compiled stats.derive (traced, with
+    a recorded bound: :func:`bound_longest`)."""
+    if not isinstance(offsets, jax.core.Tracer):
+        return False
+    hit = _longest().get(id(offsets))
+    return hit is not None and hit[0] is offsets
+
+
+def _inside_package(frame: Any) -> bool:
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name == "analysis" or name.startswith("analysis.")
+
+
+class PaddedValuesError(ValueError):
+    """``Jagged.values`` read by your code inside a compiled ``stats.derive`` (padded)."""
+
+
 def bound_longest(offsets: Any, bound: int) -> None:
     """Record ``bound`` as the longest list of the traced ``offsets`` (while tracing)."""
     _longest()[id(offsets)] = (offsets, int(bound))
@@ -139,12 +165,35 @@ class Jagged:
         otherwise (checked when concrete).
     """
 
-    __slots__ = ("values", "offsets", "_segment_ids")
+    __slots__ = ("_values", "offsets", "_segment_ids")
     _segment_ids: np.ndarray | None  # cached for concrete offsets only
+
+    @property
+    def values(self) -> Any:
+        """The flat values, list after list (``offsets[-1]`` of them).
+
+        Inside a compiled :func:`analysis.stats.derive` (a chunk's Jagged passed to the
+        program as padded arguments, :mod:`analysis.stats._closure`) the stored values
+        run on beyond ``offsets[-1]`` with padding, which a reduction of the raw array
+        would count (``jnp.mean(pt.values)``): there, reading ``values`` from outside
+        this package raises :class:`PaddedValuesError`, and ``stats.derive`` runs the
+        function traced on the chunk's own (unpadded) arrays instead. The package's
+        own functions (statistics, soft cuts, ``pass_weights``, arithmetic) give the
+        padding weight 0.
+        """
+        if _padded(self.offsets) and not _inside_package(sys._getframe(1)):
+            raise PaddedValuesError(
+                "Jagged.values: inside a compiled stats.derive the values are padded beyond "
+                "offsets[-1]; use stats functions, Jagged arithmetic or .map on the Jagged")
+        return self._values
+
+    @values.setter
+    def values(self, values: Any) -> None:
+        self._values = values
 
     def __init__(self, values: Any, offsets: Any) -> None:
         if not isinstance(values, jax.Array):  # tracers are jax.Array too
-            values = jnp.asarray(values)
+            values = device_array(values)
         if not isinstance(offsets, jax.Array):
             offsets = np.asarray(offsets)
         if values.ndim != 1:
@@ -181,7 +230,7 @@ class Jagged:
         """JAX pytree protocol: a ``Jagged`` of ``(values, offsets)``, unchecked."""
         # JAX rebuilds pytrees with tracers, None or sentinels as leaves: no checks.
         obj = object.__new__(cls)
-        obj.values, obj.offsets = children
+        obj._values, obj.offsets = children
         obj._segment_ids = None
         return obj
 
@@ -216,7 +265,7 @@ class Jagged:
 
     def with_values(self, values: Any) -> Jagged:
         """Same lists, new per-element ``values`` (same length)."""
-        values = values if isinstance(values, jax.Array) else jnp.asarray(values)
+        values = device_array(values)
         _check_real(values.dtype, "Jagged values")
         if values.shape != self.values.shape:
             raise ValueError(
@@ -262,13 +311,13 @@ class Jagged:
         right = _operand(self, other, name)
         if right is NotImplemented:
             return NotImplemented
-        return self.with_values(op(self.values, right))
+        return self.with_values(_eager(op, self.values, right))
 
     def _reflected(self, other: Any, op: Callable[[Any, Any], Any], name: str) -> Any:
         left = _operand(self, other, name)
         if left is NotImplemented:
             return NotImplemented
-        return self.with_values(op(left, self.values))
+        return self.with_values(_eager(op, left, self.values))
 
     def __add__(self, o: Any) -> Any:
         return self._binary(o, jnp.add, "+")
@@ -319,13 +368,13 @@ class Jagged:
         return self._binary(o, jnp.not_equal, "!=")
 
     def __neg__(self) -> Jagged:
-        return self.with_values(-self.values)
+        return self.with_values(_eager(jnp.negative, self.values))
 
     def __pos__(self) -> Jagged:
         return self
 
     def __abs__(self) -> Jagged:
-        return self.with_values(jnp.abs(self.values))
+        return self.with_values(_eager(jnp.abs, self.values))
 
     def to_awkward(self) -> Any:
         """An awkward array (numpy backend) with the same lists; needs concrete arrays."""
@@ -338,6 +387,29 @@ class Jagged:
             f"Jagged(num_lists={self.num_lists}, num_elements={self.num_elements}, "
             f"dtype={self.values.dtype})"
         )
+
+
+# --- eager arithmetic on concrete values --------------------------------------------
+
+# Outside a trace, each jnp operation compiles once per new array length (a chunk's
+# column preparation, ``abs(stats.from_awkward(events.Jet.eta))``, would compile on every
+# chunk of a first pass): concrete operands are computed by numpy's ufunc of the same
+# name (the same IEEE float64 operation), traced ones by jnp.
+_NUMPY = {
+    jnp.add: np.add, jnp.subtract: np.subtract, jnp.multiply: np.multiply,
+    jnp.true_divide: np.true_divide, jnp.power: np.power, jnp.less: np.less,
+    jnp.less_equal: np.less_equal, jnp.greater: np.greater,
+    jnp.greater_equal: np.greater_equal, jnp.equal: np.equal, jnp.not_equal: np.not_equal,
+    jnp.negative: np.negative, jnp.abs: np.abs,
+}
+
+
+def _eager(op: Callable[..., Any], *args: Any) -> Any:
+    """``op(*args)``; by numpy when every operand is concrete (no per-shape compilation)."""
+    if any(isinstance(a, jax.core.Tracer) for a in args):
+        return op(*args)
+    arrays = [np.asarray(a) if isinstance(a, jax.Array) else a for a in args]
+    return device_array(_NUMPY[op](*arrays))
 
 
 # --- broadcasting operands -------------------------------------------------------
@@ -379,7 +451,7 @@ def _operand(x: Jagged, other: Any, name: str) -> Any:
     if _is_awkward(other):
         values, offsets = awkward_parts(other, f"Jagged {name}: other operand")
         if offsets is not None:
-            return _operand(x, Jagged.tree_unflatten(None, (jnp.asarray(values), offsets)), name)
+            return _operand(x, Jagged.tree_unflatten(None, (device_array(values), offsets)), name)
         other = values
     if isinstance(other, (bool, int, float, np.generic)):
         return other
@@ -590,4 +662,9 @@ def from_awkward(array: Any) -> Jagged:
             "from_awkward: expected one level of lists (e.g. events.Jet.pt), found a flat array; "
             "flat arrays can be passed to the statistics directly"
         )
-    return Jagged.tree_unflatten(None, (jnp.asarray(values).astype(jnp.float64), offsets))
+    if not isinstance(values, jax.Array):
+        # cast on the host: an eager jnp cast compiles once per new array length,
+        # that is once per chunk of a first pass
+        values = np.asarray(values, dtype=np.float64)
+        return Jagged.tree_unflatten(None, (device_array(values), offsets))
+    return Jagged.tree_unflatten(None, (values.astype(jnp.float64), offsets))

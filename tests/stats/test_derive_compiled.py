@@ -27,6 +27,11 @@ from tests.conftest import central_difference
 THETA = {"pt_min": 30.0, "eta_max": 2.1}
 
 
+def _programs() -> int:
+    """Programs built or loaded from disk (a rerun finds them in the program store)."""
+    return _compiled.BUILT["programs"] + _compiled.BUILT["loaded"]
+
+
 def _chunk(seed: int, n: int = 300):  # noqa: ANN202
     rng = np.random.default_rng(seed)
     counts = rng.integers(0, 7, n)
@@ -89,21 +94,21 @@ def test_compiled_equals_eager(order: int) -> None:
 
 def test_one_program_per_bucket_and_finite_differences() -> None:
     _compiled._PROGRAMS.clear()
-    built = _compiled.BUILT["programs"]
+    built = _programs()
     pt, eta = _chunk(2)
     assert pt.num_elements != size_bucket(pt.num_elements)  # so padding is exercised
     fn_a, fn_b = _fn(pt, eta), _fn(*_chunk(3))  # fn_b: other lists, other object count
     d_a = stats.derive(fn_a, THETA)
-    assert _compiled.BUILT["programs"] == built + 1
+    assert _programs() == built + 1
     stats.derive(fn_a, THETA)
     other = _fn(pt.with_values(pt.values * 1.1), eta)  # same shapes, other data
     d_other = stats.derive(other, THETA)
-    assert _compiled.BUILT["programs"] == built + 1  # data are arguments, not constants
+    assert _programs() == built + 1  # data are arguments, not constants
     assert not np.allclose(d_other.value["jet_pt"].m2, d_a.value["jet_pt"].m2)
     _close(d_other.jac, _eager(other, 1)[1])
     d_b = stats.derive(fn_b, THETA)  # other lists in the same buckets: same program
     assert _chunk(3)[0].num_elements != pt.num_elements
-    assert _compiled.BUILT["programs"] == built + 1
+    assert _programs() == built + 1
     value_b, jac_b, _ = _eager(fn_b, 1)  # padding changes nothing
     _close(d_b.value, value_b)
     _close(d_b.jac, jac_b)
@@ -142,17 +147,17 @@ def test_a_chunked_pass_compiles_a_bounded_number_of_times() -> None:
     """20 chunks as coffea makes them (one event count, object counts and longest
     lists that differ): at most 3 programs for the pass, none for a second pass."""
     _compiled._PROGRAMS.clear()
-    built = _compiled.BUILT["programs"]
+    built = _programs()
     chunks = [_chunk(100 + i, n=500) for i in range(20)]
     sizes = {c[0].num_elements for c in chunks}
     assert len(sizes) >= 15  # the object counts differ
     for pt, eta in chunks:
         stats.derive(_fn(pt, eta), THETA)
-    first = _compiled.BUILT["programs"] - built
+    first = _programs() - built
     assert 1 <= first <= 3, first
     for pt, eta in chunks:
         stats.derive(_fn(pt, eta), THETA)
-    assert _compiled.BUILT["programs"] - built == first
+    assert _programs() - built == first
 
 
 def test_untraceable_function_runs_eagerly() -> None:
@@ -179,10 +184,10 @@ def test_a_pickled_chunk_function_reuses_the_program() -> None:
     import cloudpickle
 
     _compiled._PROGRAMS.clear()
-    built = _compiled.BUILT["programs"]
+    built = _programs()
     fn = _fn(*_chunk(6))
     results = [stats.derive(cloudpickle.loads(cloudpickle.dumps(fn)), THETA) for _ in range(3)]
-    assert _compiled.BUILT["programs"] == built + 1
+    assert _programs() == built + 1
     _close(results[0].jac, results[2].jac)
 
 
@@ -208,7 +213,7 @@ def test_other_closures_take_the_traced_path() -> None:
         return {"n": count_at_least(p, 2).sum(), "pt": stats.moments(pt, weight=p)}
 
     _compiled._PROGRAMS.clear()
-    built = _compiled.BUILT["programs"]
+    built = _programs()
     for fn in (held, counted):
         d = stats.derive(fn, {"pt_min": 30.0})
         value, jac, _ = value_and_derivatives(
@@ -216,4 +221,50 @@ def test_other_closures_take_the_traced_path() -> None:
             jnp.asarray([30.0]), order=1)
         _close(d.value, value)
         _close(d.jac, jac)
-    assert _compiled.BUILT["programs"] == built
+    assert _programs() == built
+
+
+def test_raw_values_never_see_the_padding() -> None:
+    """A reduction of ``.values`` in your function (``jnp.mean(pt.values)``) counted the
+    padding of the compiled program; now reading ``.values`` there makes derive trace the
+    function on the chunk's own arrays: the eager values, to 1e-12."""
+    pt, eta = _chunk(7)
+    assert pt.num_elements != size_bucket(pt.num_elements)
+
+    def fn(theta):  # noqa: ANN001, ANN202
+        w = soft_cut(pt.values, ">", theta["pt_min"], 5.0)  # flat, as in the processors guide
+        return {"mean": jnp.mean(pt.values) * theta["eta_max"],
+                "jet_pt": stats.moments(pt.values, weight=w)}
+
+    d = stats.derive(fn, THETA)
+    value, jac, _ = _eager(fn, 1)
+    _close(d.value, value)
+    _close(d.jac, jac)
+
+
+def test_values_read_in_the_compiled_program_raise() -> None:
+    from analysis.stats._closure import closure_inputs
+    from analysis.stats.jagged import PaddedValuesError
+
+    pt, _ = _chunk(8)
+    seen = []
+
+    def fn(theta):  # noqa: ANN001, ANN202
+        return {"s": jnp.sum(pt.values) * theta["pt_min"]}
+
+    _, args, rebuild = closure_inputs(fn)
+
+    def body(a):  # noqa: ANN001, ANN202
+        f = rebuild(a)
+        try:
+            return f({"pt_min": 1.0})
+        except PaddedValuesError as err:
+            seen.append(str(err))
+            return {"s": 0.0}
+        finally:
+            from analysis.stats.jagged import forget_bounds
+
+            forget_bounds()
+
+    jax.jit(body)(args)
+    assert len(seen) == 1 and "\n" not in seen[0] and "padded" in seen[0]

@@ -1,0 +1,227 @@
+"""Compiled chunk programs kept on disk, found by the chunk function's structure.
+
+JAX's persistent compilation cache keeps the compiled code, but finding it needs the
+program's text: each new process traces and lowers ``fn`` with its derivatives again
+(seconds for a processor's function under ``jax.jacfwd``) before it can load it. The
+programs of :func:`analysis.stats._compiled.compiled_call` are instead stored here,
+serialized executables (``jax.experimental.serialize_executable``), under a key made of
+what decides the program, so that a new process (a later job, a futures or dask worker)
+loads them without tracing ``fn``:
+
+* the structure of :func:`analysis.stats._closure.closure_inputs` (the code objects of
+  ``fn`` and of the functions it closes over, by their bytecode, names and constants; numbers and strings; the
+  bucketed shapes and dtypes of the arrays; importable objects by module and name),
+  the parameter structure and the options;
+* the content of the source file of every code object and of every module named in the
+  structure (a helper function that ``fn`` calls by its global name is guarded by its
+  module's file, as numba's cache guards a function by its own file);
+* the sources of this package (``analysis/``, by path, size and modification time);
+* the versions of JAX and jaxlib, ``jax_enable_x64``, the backend, its platform version
+  and its device kind.
+
+Anything in the structure that has no stable description (an object without a module
+and name) stores nothing: the program is then traced in each process as before. The
+files live in ``diffcoffea-programs/`` inside JAX's persistent compilation cache
+directory (:mod:`analysis.compilecache`; none when that cache is off), written to a
+temporary name and renamed (concurrent workers never read half a file). A file that
+cannot be read or loaded is ignored (the program is traced and compiled again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import pickle
+import tempfile
+import types
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__: list[str] = []
+
+SUBDIR = "diffcoffea-programs"
+
+_FILES: dict[tuple[str, int, int], str] = {}
+_STAMP: list[str] = []
+
+
+class _Unstable(Exception):
+    """A part of the structure without a description that holds across processes."""
+
+
+def _file_hash(path: str | None) -> str:
+    if not path:
+        return "-"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    key = (path, st.st_mtime_ns, st.st_size)
+    got = _FILES.get(key)
+    if got is None:
+        try:
+            with open(path, "rb") as fh:
+                got = hashlib.sha256(fh.read()).hexdigest()
+        except OSError:
+            got = "unreadable"
+        _FILES[key] = got
+    return got
+
+
+def _named(obj: Any) -> bytes:
+    module = getattr(obj, "__module__", None) if not isinstance(obj, types.ModuleType) \
+        else obj.__name__
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if not isinstance(module, str) or not isinstance(name, str):
+        raise _Unstable
+    try:  # imported now if not yet: the description must not depend on what was imported
+        mod = importlib.import_module(module)
+    except Exception:
+        raise _Unstable from None
+    return f"{module}:{name}:{_file_hash(getattr(mod, '__file__', None))}".encode()
+
+
+def _describe(obj: Any, out: list[bytes]) -> None:
+    if isinstance(obj, (tuple, list)):
+        out.append(b"(" if isinstance(obj, tuple) else b"[")
+        for x in obj:
+            _describe(x, out)
+            out.append(b",")
+        out.append(b")")
+    elif obj is None or isinstance(obj, (bool, int, float, complex, str, bytes, np.generic)):
+        out.append(f"{type(obj).__name__}:{obj!r}".encode())
+    elif isinstance(obj, types.CodeType):
+        # by its parts (marshal's bytes depend on reference counts)
+        out.append(b"code:" + obj.co_code + repr((
+            obj.co_names, obj.co_varnames, obj.co_freevars, obj.co_cellvars, obj.co_name,
+            obj.co_argcount, obj.co_kwonlyargcount, obj.co_posonlyargcount, obj.co_flags,
+            obj.co_firstlineno, _file_hash(obj.co_filename))).encode())
+        _describe(obj.co_consts, out)
+    elif isinstance(obj, jax.tree_util.PyTreeDef):
+        out.append(f"tree:{obj}".encode())
+    elif isinstance(obj, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)) \
+            or callable(obj):
+        out.append(b"obj:" + _named(obj))
+    else:
+        raise _Unstable
+
+
+def _config() -> Any:
+    return jax.config  # its flags are attributes that type stubs do not list
+
+
+def _stamp() -> str:
+    """What every stored program depends on besides its structure (module docstring)."""
+    if not _STAMP:
+        import jaxlib
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        files = []
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    st = os.stat(os.path.join(folder, name))
+                    files.append(f"{os.path.relpath(os.path.join(folder, name), root)}:"
+                                 f"{st.st_size}:{st.st_mtime_ns}")
+        device = jax.devices()[0]
+        parts = [jax.__version__, jaxlib.__version__, str(_config().jax_enable_x64),
+                 device.platform, device.client.platform_version, device.device_kind,
+                 *files]
+        _STAMP.append(hashlib.sha256("\n".join(parts).encode()).hexdigest())
+    return _STAMP[0]
+
+
+def directory() -> str | None:
+    """Where programs are stored: inside JAX's persistent cache directory, or ``None``."""
+    base = _config().jax_compilation_cache_dir
+    return os.path.join(base, SUBDIR) if base else None
+
+
+def path_for(key: Any) -> str | None:
+    """The file of the program with this key, or ``None`` (no cache directory, or a
+    key without a stable description)."""
+    where = directory()
+    if where is None:
+        return None
+    out: list[bytes] = []
+    try:
+        _describe(key, out)
+    except _Unstable:
+        return None
+    digest = hashlib.sha256(_stamp().encode() + b"\0" + b"".join(out)).hexdigest()
+    return os.path.join(where, digest + ".bin")
+
+
+def load(path: str) -> Callable[..., Any] | None:
+    """The stored program at ``path`` (called with the arguments it was exported for,
+    it returns the pytree ``fn`` returned), or ``None``."""
+    try:
+        with open(path, "rb") as fh:
+            payload, out_tree = pickle.loads(fh.read())
+        exported = jax.export.deserialize(bytearray(payload))
+    except Exception:  # absent, half-written by an older version, another jaxlib: trace
+        return None
+    return _program(exported, out_tree)
+
+
+def _program(exported: Any, out_tree: Any) -> Callable[..., Any]:
+    call = jax.jit(exported.call)
+
+    def program(*args: Any) -> Any:
+        return jax.tree_util.tree_unflatten(out_tree, call(*jax.tree_util.tree_leaves(args)))
+
+    return program
+
+
+def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[..., Any]:
+    """``run`` exported for ``args`` (traced and lowered once, ``jax.export``) as a
+    program, written to ``path`` (when not ``None``; silently nothing where it cannot
+    be serialized or written)."""
+    tree: list = []
+    in_leaves, in_tree = jax.tree_util.tree_flatten(args)
+
+    def flat(*leaves: Any) -> Any:  # flat in and out: no pytree types to serialize
+        out, out_tree = jax.tree_util.tree_flatten(run(*jax.tree_util.tree_unflatten(in_tree, leaves)))
+        tree.append(out_tree)
+        return out
+
+    exported = jax.export.export(jax.jit(flat))(*in_leaves)
+    out_tree = tree[-1]
+    if path is not None:
+        try:
+            data = pickle.dumps((exported.serialize(), out_tree))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except Exception:  # flatbuffers missing, a read-only directory: kept in memory only
+            pass
+    return _program(exported, out_tree)
+
+
+# Programs of package functions by (name, options, argument structure and shapes): in
+# this process, else from disk, else exported and stored (:func:`stored_call`).
+_CALLS: dict[Any, Callable[..., Any]] = {}
+
+
+def stored_call(name: str, fun: Callable[..., Any], *args: Any, **options: Any) -> Any:
+    """``fun(*args, **options)`` (``fun`` a function of this package, ``options``
+    hashable), compiled once per argument structure and shapes and kept on disk like
+    the chunk programs, so that a new process does not trace it again."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    shapes = tuple((np.shape(x), str(np.result_type(x))) for x in leaves)
+    key = (name, tuple(sorted(options.items())), tree, shapes)
+    program = _CALLS.get(key)
+    if program is None:
+        path = path_for(key)
+        program = load(path) if path is not None else None
+        if program is None:
+            program = export(lambda *a: fun(*a, **options), args, path)
+        _CALLS[key] = program
+    return program(*args)

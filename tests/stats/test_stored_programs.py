@@ -1,0 +1,97 @@
+"""stats.derive's compiled programs are kept on disk and found without tracing the function.
+
+References: the eager evaluation (as in test_derive_compiled) to 1e-12 for the loaded
+program; the program store's counters (a program found on disk is loaded, not built:
+the chunk function is not traced, which a tracing counter in the function checks); a
+damaged file is ignored (built again, same values); another function gets another file.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import pytest
+
+from analysis import stats
+from analysis.soft import soft_cut
+from analysis.stats import _compiled, _stored
+from analysis.stats._closure import closure_inputs
+from analysis.stats._params import param_spec
+from tests.stats.test_derive_compiled import THETA, _chunk, _close, _eager
+
+
+@pytest.fixture
+def store(tmp_path):  # noqa: ANN001, ANN201
+    """A fresh cache directory for this test, JAX's own restored afterwards."""
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    _compiled._PROGRAMS.clear()
+    try:
+        yield tmp_path / _stored.SUBDIR
+    finally:
+        _compiled._PROGRAMS.clear()
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
+TRACES: list = []
+
+
+def _fn(pt, abs_eta):  # noqa: ANN001, ANN202
+    """A small chunk function (quick to compile from an empty cache)."""
+
+    def fn(theta):  # noqa: ANN001, ANN202
+        p = soft_cut(pt, ">", theta["pt_min"], 5.0) * soft_cut(abs_eta, "<", theta["eta_max"], 0.2)
+        return {"jet_pt": stats.moments(pt, weight=p)}
+
+    return fn
+
+
+def _traced() -> None:
+    """Called by the chunk function while it runs in Python (that is, traced)."""
+    TRACES.append(1)
+
+
+def _counted(pt, eta):  # noqa: ANN001, ANN202
+    inner = _fn(pt, eta)
+
+    def fn(theta):  # noqa: ANN001, ANN202
+        _traced()
+        return inner(theta)
+
+    return fn
+
+
+def test_a_new_process_loads_the_program_without_tracing(store) -> None:  # noqa: ANN001
+    pt, eta = _chunk(5)
+    TRACES.clear()
+    first = stats.derive(_counted(pt, eta), THETA)
+    assert len(TRACES) == 1 and len(os.listdir(store)) == 1
+    _compiled._PROGRAMS.clear()  # what a new process starts with
+    built, loaded = _compiled.BUILT["programs"], _compiled.BUILT["loaded"]
+    again = stats.derive(_counted(pt, eta), THETA)
+    assert (_compiled.BUILT["programs"], _compiled.BUILT["loaded"]) == (built, loaded + 1)
+    assert len(TRACES) == 1  # not traced again
+    value, jac, _ = _eager(_fn(pt, eta), 1)
+    _close(again.value, value)
+    _close(again.jac, jac)
+    _close(again.value, first.value, rtol=0.0)
+
+
+def test_a_damaged_file_is_ignored_and_other_code_gets_another_file(store) -> None:  # noqa: ANN001
+    pt, eta = _chunk(6)
+    key = param_spec(THETA, "test").key
+    path = _stored.path_for(("forward1", closure_inputs(_fn(pt, eta))[0], key))
+    os.makedirs(store)
+    with open(path, "wb") as fh:
+        fh.write(b"not a program")
+    built = _compiled.BUILT["programs"]
+    d = stats.derive(_fn(pt, eta), THETA)
+    assert _compiled.BUILT["programs"] == built + 1
+    _close(d.value, _eager(_fn(pt, eta), 1)[0])
+
+    def other(theta):  # noqa: ANN001, ANN202
+        return {"s": stats.moments(pt, weight=pt * theta["pt_min"])}
+
+    assert os.listdir(store) == [os.path.basename(path)]  # the same file, rewritten
+    assert _stored.path_for(("forward1", closure_inputs(other)[0], key)) != path

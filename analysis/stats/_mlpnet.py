@@ -8,15 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import equinox as eqx
-
-from analysis.stats.mlp import ACTIVATIONS
+import jax
 
 __all__ = ["MLP"]
 
 
 class MLP(eqx.Module):
     """``n_inputs -> hidden... -> 1``: ``equinox.nn.Linear`` layers, ``activation``
-    (a name in :data:`ACTIVATIONS`) after every hidden layer, a linear output.
+    (a name in :data:`~analysis.stats.mlp.ACTIVATIONS`) after every hidden layer, a linear output.
     Called on one entry's standardised inputs ``(n_inputs,)``, returns a scalar.
 
     Build one with :func:`mlp`; equinox module, so a pytree whose float64 weights
@@ -27,14 +26,14 @@ class MLP(eqx.Module):
     layers : tuple of equinox.nn.Linear
         The layers, ``n_inputs -> hidden[0] -> ... -> 1`` (float64).
     activation : str
-        The name of the hidden layers' activation, a key of :data:`ACTIVATIONS` (static).
+        The name of the hidden layers' activation, a key of :data:`~analysis.stats.mlp.ACTIVATIONS` (static).
     """
 
     layers: tuple[eqx.nn.Linear, ...]
     activation: str = eqx.field(static=True)
 
     def __call__(self, z: Any) -> Any:
-        act = ACTIVATIONS[self.activation]
+        act = getattr(jax.nn, self.activation)  # analysis.stats.mlp.ACTIVATIONS' entry
         for layer in self.layers[:-1]:
             z = act(layer(z))
         return self.layers[-1](z)[0]

@@ -254,9 +254,28 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
 
 def run_optimize(args) -> int:
     """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
-    objective, how the run ended, per-dataset statistics) and plots in the output directory."""
+    objective, how the run ended, per-dataset statistics) and plots in the output directory
+    (drawn by :class:`analysis.cli.plotworker.PlotWorkers`)."""
     config = load_config(args.config)  # first: a bad config is refused before JAX loads
-    from analysis.cli.plots import plot_histograms, plot_history, plot_scores
+    from analysis.cli.plotworker import PlotWorkers
+
+    # the plots' processes start now, importing matplotlib while JAX loads here
+    # (analysis.cli.plotworker); the figures are drawn there while this one goes on
+    plotter = PlotWorkers(0 if args.no_plots else _plot_workers())
+    with plotter:
+        return _run_optimize(args, config, plotter)
+
+
+def _plot_workers() -> int:
+    """Plot processes for ``optimize``: two (the history, the histograms) where there
+    are two cores, else one (its imports still run beside the parent's)."""
+    import os
+
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def _run_optimize(args, config, plotter) -> int:
+    from analysis.cli.plots import histogram_data, plot_scores
     from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
     from analysis.cli.units import units_of
     from analysis.optimize.loop import Optimization
@@ -350,9 +369,8 @@ def run_optimize(args) -> int:
 
             write_scores(run.plan, ev.theta_and_widths(final["soft"]["parameters"])[0], outdir)
         if not args.no_plots:
-            plot_history(report, outdir)
+            plotter.submit("analysis.cli.plots.plot_history", report, outdir, cost=2.0)
             if "channels" in (report.get("likelihood") or {}):  # templates and pulls
-                from analysis.cli.lkplots import plot_likelihood
                 from analysis.cli.plots import entries_noun
                 from analysis.cli.units import expression_unit
 
@@ -362,8 +380,9 @@ def run_optimize(args) -> int:
                          for ch, c in config.likelihood.channels.items()}
                 nouns = {ch: entries_noun(run.plan, _hist_x(config, c.histogram))
                          for ch, c in config.likelihood.channels.items()}
-                plot_likelihood(report["likelihood"], outdir, labels=labels, units=units,
-                                nouns=nouns)
+                plotter.submit("analysis.cli.lkplots.plot_likelihood", report["likelihood"],
+                               outdir, labels=labels, units=units, nouns=nouns,
+                               cost=len(labels) + 1.0)
             run.use_all_events()  # the plots show every event, not the training part
             if config.observables:
                 from analysis.optimize.objectives import dataset_norm
@@ -372,20 +391,17 @@ def run_optimize(args) -> int:
                 norms = {n: dataset_norm(config, n, w) for n, w in sumw.items()
                          if config.datasets[n].xsec is not None
                          or config.datasets[n].scale is not None}
-                plot_histograms(
-                    ev,
-                    config,
-                    initial_params,
-                    run.w0,
-                    final["hard"]["parameters"],
-                    outdir,
-                    initial_states=run.initial_states,
-                    norms=norms,
-                )
+                data = histogram_data(ev, config, initial_params, run.w0,
+                                      final["hard"]["parameters"],
+                                      initial_states=run.initial_states, norms=norms)
+                for ds in data["datasets"]:
+                    plotter.submit("analysis.cli.plots.draw_histogram", data, ds, outdir)
+                plotter.submit("analysis.cli.plots.draw_overlay", data, outdir, cost=1.5)
             if run.plan.scores:  # score_NAME.png: signal and background, before and after
                 sumw = {n: st.sumw for n, st in run.final_states.items()}
                 plot_scores(ev, config, initial_params, final["hard"]["parameters"], outdir,
                             sumw=sumw)
+            plotter.wait()  # every figure written (a job's error raised here)
     if not quiet:
         _print_final(report, outdir, plots=not args.no_plots)
         for p in exported:

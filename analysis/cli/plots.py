@@ -27,7 +27,10 @@ import numpy as np
 from analysis.cli.units import axis_label, observable_unit
 
 __all__ = [
+    "draw_histogram",
+    "draw_overlay",
     "entries_noun",
+    "histogram_data",
     "histogram_range",
     "overlay_data",
     "overlay_figure",
@@ -279,8 +282,32 @@ def plot_histograms(
     selection, both filled in one pass. ``initial_states``: the states at ``initial``
     and ``w0`` if already computed (for the binning when the config gives none).
     ``norms``: per dataset ``xsec x lumi / sum of weights`` (as the yields): the
-    histograms are then in expected events and the axis says so."""
-    plt = _pyplot()
+    histograms are then in expected events and the axis says so. With every dataset
+    normalised, also ``hist_signal_background.png`` (:func:`overlay_figure`).
+    :func:`histogram_data` (the pass) then :func:`draw_histogram` per dataset and
+    :func:`draw_overlay`."""
+    data = histogram_data(evaluator, config, initial, w0, final,
+                          initial_states=initial_states, norms=norms)
+    paths = [draw_histogram(data, ds, outdir) for ds in data["datasets"]]
+    overlay = draw_overlay(data, outdir)
+    return paths + ([overlay] if overlay is not None else [])
+
+
+def histogram_data(
+    evaluator,
+    config,
+    initial: dict[str, float],
+    w0,
+    final: dict[str, float],
+    *,
+    initial_states: dict | None = None,
+    norms: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """What :func:`plot_histograms` draws, as plain data (no matplotlib): the main
+    observable filled at the initial (soft) and final (hard) selection in one pass,
+    per dataset ``{"before", "after"}`` (``hist.Hist``), ``"norm"`` and ``"weighted"``;
+    the axis labels, legend title and the overlay's panels (:func:`overlay_data`, None
+    unless every dataset is normalised). Arguments as for :func:`plot_histograms`."""
     bins, low, high = histogram_range(config, evaluator, initial, w0, states=initial_states)
     binning = {"index": 0, "bins": bins, "low": low, "high": high}
     before, after = evaluator.fill_histograms(
@@ -296,47 +323,73 @@ def plot_histograms(
         low, high, bins = float(edges[0]), float(edges[-1]), len(edges) - 1
     unit = observable_unit(obs)
     width = (high - low) / bins
-    per_bin = f"{width:.3g} {unit}".strip()
     noun = entries_noun(evaluator.plan, 0)
-    paths = []
-    for ds in config.datasets:
-        fig, ax = plt.subplots(figsize=(9, 6.5))
-        norm = (norms or {}).get(ds)
-        a = _draw(ax, before[ds], "initial selection (soft cuts)", "C0", norm)
-        b = _draw(ax, after[ds], "final selection (hard cuts)", "C3", norm)
-        ax.set_xlabel(axis_label(obs.name, unit))
-        weighted = config.datasets[ds].weight is not None
-        what = "sum of weights" if weighted else "entries"
-        if norm is not None:
-            what = f"expected {noun}"
-        ax.set_ylabel(f"{what} / {per_bin}")
-        both = np.concatenate([a, b])
-        # the soft selection's far tails (1e-8 of an event) are not "contents": bins
-        # below 1e-3 of each histogram's largest do not decide the scale
-        positive = np.concatenate([v[v >= 1e-3 * v.max()] for v in (a, b) if v.size and v.max() > 0]
-                                  or [both[:0]])
-        if positive.size and both.min() >= 0 and positive.max() > 100 * positive.min():
-            ax.set_yscale("log")
-            ax.set_ylim(positive.min() / 3, positive.max() * 30)  # room for the legend
-        elif both.size and both.max() > both.min():
-            top = max(both.max(), 0.0)
-            ax.set_ylim(min(both.min(), 0.0) * 1.2, top + 0.45 * (top - min(both.min(), 0.0)))
-        ax.set_title(ds + (f"   {lumi_text(config.lumi)}" if norm is not None else ""),
-                     fontsize=18, loc="left")
-        ax.legend(fontsize=14, title=f"{obs.name} = {obs.x}", title_fontsize=13)
-        fig.tight_layout()
-        paths.append(Path(outdir) / f"hist_{ds}.png")
-        _save(fig, paths[-1])
-        plt.close(fig)
+    overlay = None
     if norms and all(d in norms for d in config.datasets):
-        fig = overlay_figure(overlay_data(before, config, norms, noun=noun, unit=unit),
-                             overlay_data(after, config, norms, noun=noun, unit=unit),
-                             xlabel=axis_label(obs.name, unit), lumi=config.lumi)
-        if fig is not None:
-            paths.append(Path(outdir) / "hist_signal_background.png")
-            _save(fig, paths[-1])
-            plt.close(fig)
-    return paths
+        overlay = (overlay_data(before, config, norms, noun=noun, unit=unit),
+                   overlay_data(after, config, norms, noun=noun, unit=unit))
+    return {
+        "datasets": {ds: {"before": before[ds], "after": after[ds],
+                          "norm": (norms or {}).get(ds),
+                          "weighted": config.datasets[ds].weight is not None}
+                     for ds in config.datasets},
+        "xlabel": axis_label(obs.name, unit),
+        "per_bin": f"{width:.3g} {unit}".strip(),
+        "noun": noun,
+        "legend_title": f"{obs.name} = {obs.x}",
+        "lumi": config.lumi,
+        "overlay": overlay,
+    }
+
+
+def draw_histogram(data: dict[str, Any], ds: str, outdir: Path) -> Path:
+    """``hist_<ds>.png`` from :func:`histogram_data`'s ``data``: the initial (soft) and
+    final (hard) selection, errors from the sum of squared weights; its path."""
+    plt = _pyplot()
+    d = data["datasets"][ds]
+    norm = d["norm"]
+    fig, ax = plt.subplots(figsize=(9, 6.5))
+    a = _draw(ax, d["before"], "initial selection (soft cuts)", "C0", norm)
+    b = _draw(ax, d["after"], "final selection (hard cuts)", "C3", norm)
+    ax.set_xlabel(data["xlabel"])
+    what = "sum of weights" if d["weighted"] else "entries"
+    if norm is not None:
+        what = f"expected {data['noun']}"
+    ax.set_ylabel(f"{what} / {data['per_bin']}")
+    both = np.concatenate([a, b])
+    # the soft selection's far tails (1e-8 of an event) are not "contents": bins
+    # below 1e-3 of each histogram's largest do not decide the scale
+    positive = np.concatenate([v[v >= 1e-3 * v.max()] for v in (a, b) if v.size and v.max() > 0]
+                              or [both[:0]])
+    if positive.size and both.min() >= 0 and positive.max() > 100 * positive.min():
+        ax.set_yscale("log")
+        ax.set_ylim(positive.min() / 3, positive.max() * 30)  # room for the legend
+    elif both.size and both.max() > both.min():
+        top = max(both.max(), 0.0)
+        ax.set_ylim(min(both.min(), 0.0) * 1.2, top + 0.45 * (top - min(both.min(), 0.0)))
+    ax.set_title(ds + (f"   {lumi_text(data['lumi'])}" if norm is not None else ""),
+                 fontsize=18, loc="left")
+    ax.legend(fontsize=14, title=data["legend_title"], title_fontsize=13)
+    fig.tight_layout()
+    path = Path(outdir) / f"hist_{ds}.png"
+    _save(fig, path)
+    plt.close(fig)
+    return path
+
+
+def draw_overlay(data: dict[str, Any], outdir: Path) -> Path | None:
+    """``hist_signal_background.png`` from :func:`histogram_data`'s ``data``
+    (:func:`overlay_figure`); its path, None where there is nothing to draw."""
+    if data["overlay"] is None:
+        return None
+    plt = _pyplot()
+    fig = overlay_figure(*data["overlay"], xlabel=data["xlabel"], lumi=data["lumi"])
+    if fig is None:
+        return None
+    path = Path(outdir) / "hist_signal_background.png"
+    _save(fig, path)
+    plt.close(fig)
+    return path
 
 
 #: the plural of what one entry of a per-object observable of a collection is

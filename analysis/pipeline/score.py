@@ -18,12 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
 from analysis.config.score import SCORE_PREFIX, score_inputs, template
 from analysis.stats._params import ParamSpec, param_spec
-from analysis.stats.mlp import MLP, Standardisation, score
+from analysis.stats.mlp import Standardisation, score
+
+if TYPE_CHECKING:
+    from analysis.stats._mlpnet import MLP
 
 __all__ = ["ScoreSpec", "network", "score_specs", "with_scores"]
 

@@ -16,12 +16,16 @@ from __future__ import annotations
 import math
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analysis.errors import InputError
 from analysis.limits import regular_file
-from analysis.stats.mlp import MLP, Standardisation, from_arrays, to_arrays
+from analysis.stats.mlp import Standardisation, from_arrays, to_arrays
+
+if TYPE_CHECKING:
+    from analysis.stats._mlpnet import MLP
 
 __all__ = ["load_weights", "save_weights"]
 

@@ -14,6 +14,8 @@ soft histograms (:func:`histogram`, :class:`Histogram`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from analysis.stats._core import CoMoments, Moments
 from analysis.stats.api import (
     LinearFit,
@@ -34,7 +36,10 @@ from analysis.stats.derive import Derived, PassTheta, Pullback, derive, differen
 from analysis.stats.histogram import Histogram, histogram
 from analysis.stats.jagged import Jagged, from_awkward, where
 from analysis.stats.merge import merge
-from analysis.stats.mlp import MLP, Standardisation, mlp, score
+from analysis.stats.mlp import Standardisation, mlp, score
+
+if TYPE_CHECKING:
+    from analysis.stats._mlpnet import MLP
 
 __all__ = [
     "CoMoments",
@@ -69,3 +74,13 @@ __all__ = [
     "var",
     "where",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # MLP (an equinox module) is imported when first asked for: equinox takes 0.3-0.6 s
+    # to load, which a config without a learned score never needs (docs/guide/startup.md)
+    if name == "MLP":
+        from analysis.stats._mlpnet import MLP
+
+        return MLP
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,9 +24,8 @@ empty score.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,6 +35,9 @@ from analysis.spec.activations import ACTIVATION_NAMES
 from analysis.stats._core import Moments
 from analysis.stats._statefns import state_mean, state_std
 from analysis.stats.jagged import Jagged
+
+if TYPE_CHECKING:
+    from analysis.stats._mlpnet import MLP
 
 __all__ = [
     "ACTIVATIONS",
@@ -50,40 +52,15 @@ __all__ = [
 ACTIVATIONS: dict[str, Callable[[Any], Any]] = {name: getattr(jax.nn, name) for name in ACTIVATION_NAMES}
 
 
-class MLP(eqx.Module):
-    """``n_inputs -> hidden... -> 1``: ``equinox.nn.Linear`` layers, ``activation``
-    (a name in :data:`ACTIVATIONS`) after every hidden layer, a linear output.
-    Called on one entry's standardised inputs ``(n_inputs,)``, returns a scalar.
+def __getattr__(name: str) -> Any:
+    # MLP, an equinox module, lives in analysis.stats._mlpnet: equinox (0.3-0.6 s to
+    # import) loads when the class is first asked for, not for every config
+    # (docs/guide/startup.md)
+    if name == "MLP":
+        from analysis.stats._mlpnet import MLP
 
-    Build one with :func:`mlp`; equinox module, so a pytree whose float64 weights
-    :func:`~analysis.stats.derive` and ``jax.grad`` differentiate.
-
-    Parameters
-    ----------
-    layers : tuple of equinox.nn.Linear
-        The layers, ``n_inputs -> hidden[0] -> ... -> 1`` (float64).
-    activation : str
-        The name of the hidden layers' activation, a key of :data:`ACTIVATIONS` (static).
-    """
-
-    layers: tuple[eqx.nn.Linear, ...]
-    activation: str = eqx.field(static=True)
-
-    def __call__(self, z: Any) -> Any:
-        act = ACTIVATIONS[self.activation]
-        for layer in self.layers[:-1]:
-            z = act(layer(z))
-        return self.layers[-1](z)[0]
-
-    @property
-    def n_inputs(self) -> int:
-        """Number of inputs, the first layer's ``in_features``."""
-        return int(self.layers[0].in_features)
-
-    @property
-    def hidden(self) -> tuple[int, ...]:
-        """Widths of the hidden layers."""
-        return tuple(int(layer.out_features) for layer in self.layers[:-1])
+        return MLP
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def mlp(
@@ -123,6 +100,10 @@ def mlp(
         raise ValueError(
             f"stats.mlp: activation: expected one of {', '.join(ACTIVATIONS)}, found {activation!r}"
         )
+    import equinox as eqx
+
+    from analysis.stats._mlpnet import MLP
+
     keys = jax.random.split(jax.random.PRNGKey(seed), len(sizes) - 1)
     layers = tuple(
         eqx.nn.Linear(a, b, key=k, dtype=jnp.float64)
@@ -249,4 +230,6 @@ def from_arrays(arrays: Mapping[str, Any], like: MLP, *, source: str = "weights"
                 "expected finite weights"
             )
         new.append(jnp.asarray(a, dtype=jnp.float64))
+    import equinox as eqx
+
     return eqx.tree_at(lambda n: [v for _, v in _named_leaves(n)], like, new)

@@ -72,3 +72,21 @@ def test_the_check_sees_jax_when_a_statistic_is_computed():
             "from analysis.spec.statistics import STATISTICS\n"
             "from analysis.stats import Moments\n")
     assert "jax" in modules_loaded(code, _HEAVY)
+
+
+def test_the_optimisation_loop_leaves_equinox_and_matplotlib_unloaded():
+    # equinox (0.3-0.6 s) only with a learned score: analysis.stats.MLP is imported on
+    # first use; matplotlib only in the plot workers (analysis.cli.plotworker)
+    code = ("import analysis.stats, analysis.optimize.loop, analysis.cli.commands\n"
+            "import analysis.cli.report, analysis.cli.plots, analysis.pipeline.score\n"
+            "import analysis.select.weights\n")
+    assert modules_loaded(code, ("equinox", "matplotlib")) == []
+
+
+def test_a_learned_score_loads_equinox_when_used():
+    # the check above can fail: the network's class loads equinox, keeps its public name
+    code = ("import pickle\nfrom analysis import stats\nnet = stats.mlp(2, hidden=(3,))\n"
+            "assert type(net) is stats.MLP and stats.MLP.__module__ == 'analysis.stats.mlp'\n"
+            "assert type(pickle.loads(pickle.dumps(net))) is stats.MLP\n"
+            "from analysis.stats.mlp import MLP\nassert MLP is stats.MLP\n")
+    assert modules_loaded(code, ("equinox",)) == ["equinox"]

@@ -1,0 +1,75 @@
+"""The plot workers (analysis.cli.plotworker): a figure drawn in a worker process is the
+same PNG, byte for byte, as drawn in this process; a job's error reaches the parent as
+the same one line; only the plot modules' functions run there."""
+
+from __future__ import annotations
+
+import hist
+import numpy as np
+import pytest
+
+from analysis.cli import plots
+from analysis.cli.plotworker import PlotWorkers
+from analysis.data.atomic import WriteError
+
+
+def _report() -> dict:
+    history = [{"step": k, "objective": -z, "significance": z,
+                "parameters": {"jet_pt_min": 20.0 + 3 * k, "btag_min": 0.5 - 0.1 * k}}
+               for k, z in enumerate([1.0, 2.0, 2.5])]
+    return {"trainable": ["jet_pt_min", "btag_min"], "history": history,
+            "bounds": {"jet_pt_min": [15.0, 120.0], "btag_min": [0.0, 0.95]},
+            "units": {"jet_pt_min": "GeV", "btag_min": ""},
+            "final": {"hard": {"parameters": {"jet_pt_min": 26.0, "btag_min": 0.3}}},
+            "status": {"converged": True, "steps_run": 3,
+                       "hard_significance": {"initial": 0.9, "final": 2.4}}}
+
+
+def _data() -> dict:
+    rng = np.random.default_rng(1)
+    out = {}
+    for ds in ("ttbar", "dy"):
+        h = {k: hist.Hist(hist.axis.Regular(20, 0, 200), storage=hist.storage.Weight())
+             for k in ("before", "after")}
+        h["before"].fill(rng.exponential(50, 500), weight=rng.uniform(0.5, 1.5, 500))
+        h["after"].fill(rng.exponential(70, 100), weight=rng.uniform(0.5, 1.5, 100))
+        out[ds] = {**h, "norm": 0.01, "weighted": True}
+    return {"datasets": out, "xlabel": "jet_pt [GeV]", "per_bin": "10 GeV", "noun": "jets",
+            "legend_title": "jet_pt = Jet.pt", "lumi": 0.0075, "overlay": None}
+
+
+def test_worker_figures_are_the_same_bytes_and_errors_the_same_line(tmp_path) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+    data = _data()
+    plots.plot_history(_report(), here)
+    plots.draw_histogram(data, "dy", here)
+    blocked = tmp_path / "blocked"
+    (blocked / "objective.png").mkdir(parents=True)  # a directory where the file goes
+    with pytest.raises(WriteError) as local:
+        plots.plot_history(_report(), blocked)
+    with PlotWorkers(1) as workers:
+        assert len(workers._procs) == 1  # a process, not the fallback
+        workers.submit("analysis.cli.plots.plot_history", _report(), there, cost=2.0)
+        workers.submit("analysis.cli.plots.draw_histogram", data, "dy", there)
+        paths = workers.wait()
+        assert paths == [[there / "objective.png", there / "parameters.png"],
+                         there / "hist_dy.png"]
+        for name in ("objective.png", "parameters.png", "hist_dy.png"):
+            assert (there / name).read_bytes() == (here / name).read_bytes(), name
+        workers.submit("analysis.cli.plots.plot_history", _report(), blocked)
+        with pytest.raises(WriteError) as remote:
+            workers.wait()
+        assert str(remote.value) == str(local.value)
+        assert len(str(remote.value).splitlines()) == 1
+        workers.submit("os.system", "true")  # only the plot modules' functions
+        with pytest.raises(ValueError, match="not a function of analysis.cli.plots"):
+            workers.wait()
+        workers.submit("analysis.cli.plots.draw_overlay", data, there)  # still serving
+        assert workers.wait() == [None]
+
+
+def test_without_workers_the_jobs_run_here(tmp_path) -> None:
+    with PlotWorkers(0) as workers:
+        workers.submit("analysis.cli.plots.draw_histogram", _data(), "ttbar", tmp_path)
+        assert (tmp_path / "hist_ttbar.png").exists()  # drawn when submitted
+        assert workers.wait() == [tmp_path / "hist_ttbar.png"]

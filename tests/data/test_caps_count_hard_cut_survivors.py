@@ -15,11 +15,11 @@ import dataclasses
 import awkward as ak
 import numpy as np
 import pytest
+from analysis.pipeline.backend import chunk_state
 
 from analysis.config.loader import config_from_dict
 from analysis.data.columns import extract_columns
 from analysis.pipeline.histplan import ShiftSpec
-from analysis.pipeline.kernel import chunk_state
 from analysis.pipeline.plan import build_plan
 from analysis.select.objects import ObjectCapError
 from tests.pipeline.test_event_sum_multiplicities import (
@@ -66,7 +66,7 @@ def test_thirty_jets_of_which_eight_pass_the_hard_cut_run_under_a_cap_of_12() ->
     theta, widths = np.array([SOFT]), np.array([0.0, 0.0, WIDTH])
     want = oracle(built)
     for engine in ("numba", "jax"):
-        st = chunk_state(cols, plan, theta, widths, order=0, engine=engine)
+        st = chunk_state(cols, plan, theta, widths, order=0, backend=engine)
         h = st.derived.value["histograms"]["ht"]
         np.testing.assert_allclose(np.asarray(h.sumw_flow), want[0], rtol=1e-10, atol=1e-14)
         np.testing.assert_allclose(np.asarray(h.sumw2_flow), want[1], rtol=1e-10, atol=1e-14)

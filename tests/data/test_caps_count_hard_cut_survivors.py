@@ -15,10 +15,10 @@ import dataclasses
 import awkward as ak
 import numpy as np
 import pytest
-from analysis.pipeline.backend import chunk_state
 
 from analysis.config.loader import config_from_dict
 from analysis.data.columns import extract_columns
+from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.histplan import ShiftSpec
 from analysis.pipeline.plan import build_plan
 from analysis.select.objects import ObjectCapError

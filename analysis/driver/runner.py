@@ -467,10 +467,10 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         :meth:`run` at ``order=0``) and the Poisson-bootstrap replicas' selected sums
         (:mod:`analysis.pipeline.replicas`; weighted like every pass, :attr:`part`
         included); ``None`` where the values loop does not run the plan."""
-        from analysis.pipeline.replicas import ReplicaSums, supported
+        from analysis.pipeline.replicas import ReplicaSums
 
         theta, w = self.theta_and_widths(params, widths)
-        if not (self.backend.numba_allowed and supported(self.plan, theta)):
+        if not self.backend.numba_allowed:
             return None  # the replicas ride the numba values loop only
         proc = self._processor(Job(self.plan, Request(theta, w, order=0), self.weight_branches,
                                    part=self.part, replicas=("sums", int(replicas), None),
@@ -495,13 +495,13 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         what :meth:`run_replica_totals` gives (:func:`analysis.pipeline.replicas.chunk_lanes`;
         :attr:`part` is not used); ``None`` where the values loop does not run the plan.
         ``observables``: compute only these (as for :meth:`run`; default all)."""
-        from analysis.pipeline.replicas import ReplicaLanes, ReplicaSums, ReplicaTotals, supported
+        from analysis.pipeline.replicas import ReplicaLanes, ReplicaSums, ReplicaTotals
         from analysis.pipeline.split import PARTS
 
         tw = [self.theta_and_widths(p, widths) for p in points]
         thetas, w = np.stack([t for t, _ in tw]), tw[0][1]
         plan = self.plan if observables is None else self._plan_with(observables)
-        if not (self.backend.numba_allowed and all(supported(plan, t) for t in thetas)):
+        if not self.backend.numba_allowed:
             return None  # the replicas ride the numba values loop only
         spec = ("lanes", int(replicas), fraction, tuple(parts), bool(totals))
         proc = self._processor(Job(plan, Request(thetas, w, order=0), self.weight_branches,

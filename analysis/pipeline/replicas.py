@@ -36,7 +36,7 @@ from analysis.pipeline.split import _POISSON1_CDF, PARTS, part_factor
 
 __all__ = [
     "ReplicaLanes", "ReplicaSums", "ReplicaTotals", "chunk_lanes", "chunk_replicas",
-    "chunk_totals", "supported",
+    "chunk_totals",
 ]
 
 
@@ -89,12 +89,6 @@ class ReplicaLanes:
         else:
             totals = self.totals + other.totals
         return ReplicaLanes(lanes, totals)
-
-
-def supported(plan: Plan, theta: Any) -> bool:
-    """Whether the replicas can be computed for ``plan``: every plan (each event's
-    selected weight comes from the numba backend or the JAX one, :func:`_passes`)."""
-    return True
 
 
 def _uid(cols: ChunkColumns) -> np.ndarray:

@@ -270,6 +270,19 @@ def _interrupted(from_command_line: bool, err: BaseException | None = None) -> i
     return code
 
 
+def _wrapped_interrupt(err: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C inside ``err``'s chain of causes, if any: Python re-raises an exception
+    from a class body's ``__set_name__`` as a RuntimeError (pydantic's import, at start-up,
+    is one), so a Ctrl-C there arrives as an ordinary error and must still exit 130."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, KeyboardInterrupt):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
 _default_showwarning = warnings.showwarning
 
 
@@ -311,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as err:
         return _interrupted(argv is None, err)
     except Exception as err:
+        interrupt = _wrapped_interrupt(err)
+        if interrupt is not None:
+            return _interrupted(argv is None, interrupt)
         cause = _root_cause(err)
         if cause is None or args.debug:
             raise

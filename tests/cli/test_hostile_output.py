@@ -290,6 +290,30 @@ def test_ctrl_c_while_the_parser_is_built_is_the_same_one_line(monkeypatch, caps
     assert capsys.readouterr().err == "diffcoffea: interrupted\n"
 
 
+def test_ctrl_c_wrapped_by_python_in_an_import_is_still_130(monkeypatch, capsys):
+    """CI saw it: a Ctrl-C inside pydantic's import lands in a class body's
+    ``__set_name__``, which Python re-raises as a RuntimeError (its cause the
+    KeyboardInterrupt). That is still the user's Ctrl-C: one line, 130, no traceback."""
+    from analysis.cli import parser as cli
+
+    class Wrapping:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt  # as the SIGINT handler would, mid-import
+
+    def command(name):
+        def run(args):
+            type("DecoratorInfos", (), {"validators": Wrapping()})
+        return run
+
+    monkeypatch.setattr(cli, "_command", command)
+    old = signal.getsignal(signal.SIGINT)
+    try:
+        assert main(["evaluate", "x.yaml"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert capsys.readouterr().err == "diffcoffea: interrupted\n"
+
+
 class _FiresBeforeStartReturns:
     """A ``threading.Timer`` whose first instance fires inside ``start()``: what a
     loaded machine does when the main thread is not scheduled again within the delay."""

@@ -52,7 +52,9 @@ def _cotangent(objective, sumw: dict, events: dict):
     """The jitted ``values -> ((L, stats), dL/dvalues)`` of ``objective`` (compiled once per
     dataset totals, as :func:`analysis.optimize.objectives._compiled`; eager with a
     ``python`` term)."""
-    key = ("reverse", tuple(sumw.items()), tuple(events.items()))
+    # variance_scale is read while tracing (the validation split's parts set it), so it
+    # is part of what was compiled, as in objectives._compiled
+    key = ("reverse", tuple(sumw.items()), tuple(events.items()), objective.variance_scale)
     cache = objective.__dict__.setdefault("_compiled", {})
     if key not in cache:
 

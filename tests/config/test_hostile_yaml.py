@@ -122,7 +122,8 @@ def test_value_excerpt_is_bounded_for_shared_structures():
         value = [value] * 9  # 4.8e6 strings if expanded (a plain repr takes seconds)
     start = time.perf_counter()
     text = _show(value)
-    assert time.perf_counter() - start < 0.05
+    # a bound, not a speed: expanding takes seconds; a loaded CI worker can pause ~0.1 s
+    assert time.perf_counter() - start < 0.5
     assert len(text) <= 60 and text.startswith("[[")
 
 

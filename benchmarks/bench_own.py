@@ -9,7 +9,8 @@ generated ttbar events (analysis.data.generate). Per chunksize, two child proces
 that share a JAX persistent compilation cache directory which this script creates
 (a temporary directory, given to JAX as ``JAX_COMPILATION_CACHE_DIR`` with the cache
 thresholds at 0): the first starts with it empty (cold), the second loads what the
-first wrote (warm). In each: the plain pass (best of 2), the first gradient pass, two
+first wrote (warm). In each: the plain pass (best of 2), the Runner alone (a processor
+that returns a constant: the floor of any pass, best of 2), the first gradient pass, two
 later passes without the column cache (``column_budget = 0``) and two with it
 (``analysis.data.owncache.CachedColumns``). The warm child then runs the same on
 coffea's futures executor with a pool of 2 worker processes kept across passes
@@ -81,6 +82,16 @@ def _processors():
         def postprocess(self, accumulator):
             return accumulator
 
+    class Null(processor.ProcessorABC):
+        """The Runner's own cost: a processor that reads nothing and returns a constant
+        (the floor of any pass through coffea's Runner, column cache or not)."""
+
+        def process(self, events):
+            return {"n": 1}
+
+        def postprocess(self, accumulator):
+            return accumulator
+
     class Plain(processor.ProcessorABC):
         def process(self, events):
             jets = events.Jet
@@ -91,7 +102,7 @@ def _processors():
         def postprocess(self, accumulator):
             return accumulator
 
-    return MeanJetPt, Plain
+    return MeanJetPt, Plain, Null
 
 
 def child(files: list[str], chunksize: int, futures: bool) -> dict:
@@ -109,7 +120,7 @@ def child(files: list[str], chunksize: int, futures: bool) -> dict:
     warnings.filterwarnings("ignore")
     coffea.util.coffea_console.quiet = True
     NanoAODSchema.warn_missing_crossrefs = False
-    MeanJetPt, Plain = _processors()
+    MeanJetPt, Plain, Null = _processors()
     fileset = {"ttbar": files}
 
     def timed(call):
@@ -143,6 +154,8 @@ def child(files: list[str], chunksize: int, futures: bool) -> dict:
                                     schema=NanoAODSchema, chunksize=chunksize)
     plains = [timed(lambda: plain_runner(fileset, Plain(), treename="Events")) for _ in range(2)]
     result = {"plain": min(p[0] for p in plains), "plain_load": [p[2] for p in plains]}
+    result["runner_floor"] = min(
+        timed(lambda: plain_runner(fileset, Null(), treename="Events"))[0] for _ in range(2))
     result.update(measure(processor.IterativeExecutor(status=False), ""))
     if futures:
         # spawned workers: a fork of this process (JAX's threads running) can deadlock
@@ -202,7 +215,8 @@ def main() -> None:
                       f"cache {min(r['later_no_cache']):.2f} s ({ratios['later_no_cache']:.2f}x),"
                       f" with {min(r['later_cache']):.2f} s ({ratios['later_cache']:.2f}x; "
                       f"in stats.derive {min(r['later_cache_derive']):.2f} s, first pass "
-                      f"{r['first_derive']:.2f} s); load <= {load:.1f}", flush=True)
+                      f"{r['first_derive']:.2f} s; the Runner alone {r['runner_floor']:.2f} s, "
+                      f"{r['runner_floor'] / r['plain']:.2f}x); load <= {load:.1f}", flush=True)
                 if "futures_first" in r:
                     print(f"  futures, 2 workers: first {r['futures_first']:.2f} s "
                           f"({ratios['futures_first']:.1f}x), later without column cache "
@@ -238,6 +252,8 @@ def main() -> None:
             ]
         for name, compares, figure, goal, load in figures:
             details = {k: run[k] for k in ("chunksize", "cache", "plain", "first", "first_derive")}
+            # the Runner with a processor that returns a constant: no pass goes below it
+            details["runner_floor_ratio"] = round(run["runner_floor"] / run["plain"], 3)
             if "later_cache_derive" in run:
                 # the time in stats.derive (the compiled program) of the best later pass
                 # with the column cache: its floor with this function, as a ratio

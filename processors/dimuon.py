@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import awkward as ak
-import jax.numpy as jnp
 import numpy as np
 import vector
 from coffea import processor
@@ -101,31 +100,43 @@ class DimuonProcessor(processor.ProcessorABC):
     def chunk_function(self, events):
         """``fn(theta) -> states`` of one chunk (what ``process`` derives; for tests)."""
         muons = events.Muon
-        pt = stats.from_awkward(muons.pt)
-        abs_eta = stats.from_awkward(abs(muons.eta))
-        iso = stats.from_awkward(muons.pfRelIso04_all)
         # Pairs as indices into the flat muon arrays: event start + index within the event.
         local = ak.argcombinations(muons, 2)
-        first = np.asarray(pt.offsets[:-1])
-        start = ak.broadcast_arrays(first, local["0"])[0]
-        i1 = ak.flatten(local["0"] + start)
-        i2 = ak.flatten(local["1"] + start)
+        n_pairs = ak.to_numpy(ak.num(local, axis=1))
+        first = np.concatenate([[0], np.cumsum(ak.to_numpy(ak.num(muons, axis=1)))])[:-1]
+        i1 = np.repeat(first, n_pairs) + ak.to_numpy(ak.flatten(local["0"]))
+        i2 = np.repeat(first, n_pairs) + ak.to_numpy(ak.flatten(local["1"]))
         p4 = _momenta(muons)
-        mass = ak.flatten((p4[local["0"]] + p4[local["1"]]).mass)
-        charge = np.asarray(ak.flatten(muons.charge))
-        i1, i2, mass = np.asarray(i1), np.asarray(i2), np.asarray(mass, dtype=np.float64)
+        mass = ak.to_numpy(ak.flatten((p4[local["0"]] + p4[local["1"]]).mass)).astype(np.float64)
+        charge = ak.to_numpy(ak.flatten(muons.charge))
         keep = (charge[i1] != charge[i2]) & (mass > self.window[0]) & (mass < self.window[1])
-        i1, i2, mass = i1[keep], i2[keep], mass[keep]
+        # The kept pairs as lists per event (stats.Jagged), each muon's columns read at
+        # both ends of the pair: fn is then elementwise Jagged arithmetic that
+        # stats.derive compiles once per bucket of chunk sizes.
+        event = np.repeat(np.arange(len(n_pairs)), n_pairs)[keep]
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(event, minlength=len(n_pairs)))])
+        i1, i2 = i1[keep], i2[keep]
+
+        def pairs(values):
+            return stats.Jagged(np.asarray(values, dtype=np.float64), offsets)
+
+        columns = {k: ak.to_numpy(ak.flatten(v)) for k, v in
+                   (("pt", muons.pt), ("abs_eta", abs(muons.eta)), ("iso", muons.pfRelIso04_all))}
+        ends = [{k: pairs(v[i]) for k, v in columns.items()} for i in (i1, i2)]
+        pair_mass = pairs(mass[keep])
+        widths = dict(self.widths)
 
         def fn(theta):
-            w = self.widths
-            p = (
-                soft_cut(pt, ">", theta["mu_pt_min"], w["mu_pt_min"])
-                * soft_cut(abs_eta, "<", theta["mu_abs_eta_max"], w["mu_abs_eta_max"])
-                * soft_cut(iso, "<", theta["mu_iso_max"], w["mu_iso_max"])
-            ).values
-            pair_w = p[i1] * p[i2]
-            return {"mass": stats.moments(mass, weight=pair_w), "pairs": jnp.sum(pair_w)}
+            def passes(mu):
+                return (
+                    soft_cut(mu["pt"], ">", theta["mu_pt_min"], widths["mu_pt_min"])
+                    * soft_cut(mu["abs_eta"], "<", theta["mu_abs_eta_max"], widths["mu_abs_eta_max"])
+                    * soft_cut(mu["iso"], "<", theta["mu_iso_max"], widths["mu_iso_max"])
+                )
+
+            pair_w = passes(ends[0]) * passes(ends[1])
+            mass_state = stats.moments(pair_mass, weight=pair_w)
+            return {"mass": mass_state, "pairs": mass_state.sumw}
 
         return fn
 

@@ -92,6 +92,45 @@ def test_values_against_enumeration(n: float, width: float) -> None:
                                    rtol=1e-12, atol=1e-15)
 
 
+def test_many_events_in_blocks_against_enumeration() -> None:
+    """Thousands of events go through the recursion in blocks of events
+    (analysis.select._single.event_block), the last one partial: values against the
+    enumeration, by a direct call and inside a compiled stats.derive (traced lists of
+    the exact length), with the Jacobian against central differences."""
+    from analysis.select._single import event_block
+
+    rng = np.random.default_rng(7)
+    lists = [list(rng.uniform(0, 1, c)) for c in rng.integers(0, 9, 3000)]
+    lists[1234] = list(rng.uniform(0, 1, 13))  # 16 object slots
+    assert event_block(3000, 16 * 4) < 3000 and 3000 % event_block(3000, 16 * 4)
+    ref_obj, ref_ev = enumerated(lists, 3)
+    ref_obj = np.concatenate([np.array(o) for o in ref_obj])
+    p = ak.Array(lists)
+    obj, ev = pass_weights(p, 3)
+    np.testing.assert_allclose(ev, ref_ev, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(obj.values, ref_obj, rtol=1e-12, atol=1e-15)
+
+    q = stats.from_awkward(p)
+    x = q.with_values(np.linspace(1.0, 2.0, q.num_elements))
+
+    def fn(t):  # noqa: ANN001, ANN202
+        objects, events = pass_weights(q * t["scale"], 3)
+        return {"x": stats.moments(x, weight=objects), "events": jnp.sum(events)}
+
+    def sums(scale: float) -> np.ndarray:
+        o, e = enumerated([[v * scale for v in lst] for lst in lists], 3)
+        w = np.concatenate([np.array(v) for v in o])
+        return np.array([w.sum(), (w * np.asarray(x.values)).sum() / w.sum(), e.sum()])
+
+    got = stats.derive(fn, {"scale": 0.9})
+    sumw, center, dmean = (float(got.value["x"][i]) for i in range(3))
+    np.testing.assert_allclose([sumw, center + dmean, float(got.value["events"])], sums(0.9),
+                               rtol=1e-12)
+    fd = central_difference(lambda t: sums(t[0]), np.array([0.9]), 1e-3, points=5)
+    np.testing.assert_allclose([got.jac["x"][0][0], got.jac["events"][0]], fd[[0, 2], 0],
+                               rtol=1e-8)
+
+
 def test_hard_probabilities_are_the_hard_cut() -> None:
     lists = random_lists(2, hard=True)
     obj, ev = pass_weights(ak.Array(lists), 2)

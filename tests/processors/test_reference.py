@@ -89,6 +89,29 @@ def test_dimuon_mass_matches_awkward_vector_hard_cuts(dy) -> None:
     assert float(d.value["pairs"]) == len(masses)
 
 
+def test_dimuon_chunk_function_is_compiled(dy) -> None:
+    """The dimuon chunk function is Jagged arithmetic over pairs: stats.derive compiles
+    it (its arrays as arguments, no traced fallback), and a second chunk of other
+    events in the same buckets reuses the program."""
+    import warnings
+
+    from analysis.stats import _compiled
+    from analysis.stats._closure import closure_inputs
+
+    proc = DimuonProcessor({"mu_pt_min": 10.0})
+    fns = [proc.chunk_function(dy[:20]), proc.chunk_function(dy[20:])]
+    assert all(closure_inputs(fn) is not None for fn in fns)
+    refused = set(_compiled._REFUSED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        before = _compiled.BUILT["programs"] + _compiled.BUILT["loaded"]
+        stats.derive(fns[0], proc.theta)
+        built = _compiled.BUILT["programs"] + _compiled.BUILT["loaded"]
+        stats.derive(fns[1], proc.theta)
+    assert _compiled._REFUSED == refused
+    assert built - before <= 1 and _compiled.BUILT["programs"] + _compiled.BUILT["loaded"] == built
+
+
 @pytest.mark.slow
 def test_chunk_gradients_of_both_processors(ttbar, dy) -> None:
     jets = JetMomentsProcessor()

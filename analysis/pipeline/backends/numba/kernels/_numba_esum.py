@@ -9,9 +9,12 @@ state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangen
 ``fs``/``dfs`` the pass tables):
 
 - every object of the other collections, and every *certain* object of ``S``'s
-  collection (one pattern of probability exactly 1 in float64), moves the forward count
-  distribution ``F`` by one step (exact for any probabilities); a certain object whose
-  pattern holds ``S`` adds its value to every subset's sum ``x0``;
+  collection, moves the forward count distribution ``F`` by one step (exact for any
+  probabilities); a certain object in ``S`` adds its value to every subset's sum ``x0``.
+  Certain: one pattern of probability exactly 1 in float64, or (in an event whose
+  probabilities are all numbers) membership in ``S`` decided, every pattern on one
+  side of ``S`` exactly 0 with zero tangents (a jet far above the soft pT cut whose
+  b-tag is uncertain: in ``S`` whatever its other patterns);
 - the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` (with at
   most 3 tangents, in an event whose probabilities are all numbers) every subset
   ``A`` (``F_A`` split by whether each object is in ``S``, ``P_A = <F_A, f>``, binned at
@@ -353,6 +356,26 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                             certain = True
                         if has[p]:
                             inside += pv_all[g, p, 0]
+                    if not certain and skip:
+                        # membership in S decided: every pattern on one side of S
+                        # exactly 0 with zero tangents (a pT far above its soft cut,
+                        # an uncertain b-tag below it): the object moves the counts
+                        # (folded into F, exact for any probabilities) and its value
+                        # is in every subset's sum or in none
+                        out_s = True  # no pattern holding S carries anything
+                        in_s = True  # no pattern outside S carries anything
+                        for p in range(n_pat[c]):
+                            zero = pv_all[g, p, 0] == 0.0
+                            for r in range(1, nl):
+                                zero = zero and pd_all[g, p, r] == 0.0
+                            if not zero:
+                                if has[p]:
+                                    out_s = False
+                                else:
+                                    in_s = False
+                        if in_s or out_s:
+                            certain = True
+                            inside = 1.0 if in_s else 0.0
                     if not certain:
                         unc[n] = g
                         n += 1

@@ -237,14 +237,16 @@ def _finite(
     bad_events: dict[str, np.ndarray] = {}
     first: dict[str, float] = {}  # the first non-finite value of each branch
     for name, (counts, flat) in cols.collections.items():
-        event_of = np.repeat(np.arange(cols.n_events), counts)
+        event_of = None  # made only for a column with a non-finite value
         for f, v in flat.items():
+            if np.isfinite(v).all():
+                continue
             m = ~np.isfinite(v)
-            if m.any():
-                bad_events[f"{name}_{f}"] = np.bincount(
-                    event_of[m], minlength=cols.n_events
-                ).astype(bool)
-                first[f"{name}_{f}"] = v[int(np.argmax(m))]
+            if event_of is None:
+                event_of = np.repeat(np.arange(cols.n_events), counts)
+            bad_events[f"{name}_{f}"] = np.bincount(event_of[m], minlength=cols.n_events
+                                                    ).astype(bool)
+            first[f"{name}_{f}"] = v[int(np.argmax(m))]
     for key, v in cols.events.items():
         if not np.isfinite(v).all():
             bad_events[key] = ~np.isfinite(v)

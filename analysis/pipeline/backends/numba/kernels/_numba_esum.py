@@ -600,14 +600,28 @@ def fill_bins(pb, ev, factors, weight, sumw, sumw2):
     variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2
     weight[e] w``, ``w = ev[e] pb[e, b]`` (the product rule), over the first
     ``sumw.shape[2]`` lanes; events in order (one sequential sum per bin and variation,
-    as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`)."""
+    as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`); a bin of an
+    event with probability and tangents exactly 0 is left out (it adds exact zeros)."""
     nl = sumw.shape[2]
     w = np.empty(nl)
     for e in range(pb.shape[0]):
         ev0 = ev[e, 0]
         we = weight[e]
+        # every factor of the event finite: a bin of probability and tangents 0 adds
+        # exact zeros (x - x is 0 only for a finite x)
+        finite = we - we == 0.0
+        for r in range(nl):
+            finite = finite and ev[e, r] - ev[e, r] == 0.0
+        for v in range(factors.shape[0]):
+            finite = finite and factors[v, e] - factors[v, e] == 0.0
         for b in range(pb.shape[1]):
             p0 = pb[e, b, 0]
+            if finite and p0 == 0.0:
+                empty = True
+                for r in range(1, nl):
+                    empty = empty and pb[e, b, r] == 0.0
+                if empty:
+                    continue  # the event's other bins hold its probability
             w[0] = p0 * ev0
             for r in range(1, nl):
                 w[r] = p0 * ev[e, r] + ev0 * pb[e, b, r]

@@ -253,8 +253,11 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     # the walk would compute it once more (over every object; within an ulp of it)
     by_region = {r: key for key in es for r in (key[0],)}
     if n_ev and not ow_keys and not lw_keys and n_var == 1 and set(regions) <= set(by_region):
-        for r in regions:
-            np.sum(es[by_region[r]], axis=1, out=pe[0, rpos[r]])
+        for r in regions:  # bin by bin (numpy's sum over the middle axis is 10x slower)
+            bins, into = es[by_region[r]], pe[0, rpos[r]]
+            np.copyto(into, bins[:, 0])
+            for b in range(1, bins.shape[1]):
+                np.add(into, bins[:, b], out=into)
     elif n_ev:
         block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
         args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,

@@ -19,7 +19,10 @@ one likelihood channel with lnN normalisations.
 2. diffcoffea: one ``Evaluator.run(order=1)``: the soft histogram templates and their
    Jacobian with respect to the 2 parameters, reading the files (column cache off);
 3. the floor: the same ``Evaluator.run`` at width 0 and ``order=0`` (the hard-cut
-   histogram filled by the numba kernel: no enumeration, no derivatives).
+   histogram filled by the numba kernel: no enumeration, no derivatives);
+4. reading alone: the same coffea pass reading what the plain pass reads, nothing
+   else; with the event-sum kernel's own time (on the in-memory columns, within the
+   numba computation of value + Jacobian) it is what the exact pass cannot go below.
 
 Both on the iterative executor over the same preprocessed chunks, timed after one
 warm-up pass (compilation, page cache), best of ``--repeat``. Also measured, on every
@@ -120,6 +123,69 @@ def plain_processor(config):
     return HardCuts()
 
 
+def read_processor():
+    """Reads what the plain pass reads (the jets' pT, eta and b-tag, the weight) and
+    nothing else: the part of every pass that no computation removes."""
+    import awkward as ak
+    from coffea import processor
+
+    class ReadOnly(processor.ProcessorABC):
+        def process(self, events):
+            jets = events.Jet
+            ak.num(jets)
+            for x in (jets.pt, jets.eta, jets.btagDeepFlavB):
+                ak.to_numpy(ak.flatten(x))
+            ak.to_numpy(events.genWeight)
+            return {}
+
+        def postprocess(self, accumulator):
+            return accumulator
+
+    return ReadOnly()
+
+
+def kernel_split(ev, config, repeat: int) -> dict:
+    """On every chunk's in-memory columns: the numba computation of the gradient pass
+    (value + Jacobian, no reading) and, within it, the event-sum kernel's own time
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`, timed
+    around each call of it), best of ``repeat``."""
+    import numpy as np
+
+    from analysis.pipeline.backend import chunk_state
+    from analysis.pipeline.backends.numba import fasthist
+    from analysis.pipeline.plan import initial_widths
+    plan = ev.plan
+    theta = np.array([config.initial_params()[n] for n in plan.param_names])
+    widths = np.array(initial_widths(config))
+    cols = chunk_columns(ev)
+    spent = [0.0, 0.0]  # wall, CPU (every thread of the process)
+    real = fasthist._run_dynamic
+
+    def timed(kernel, *args, **kw):
+        if getattr(getattr(kernel, "py_func", kernel), "__name__", "") != "event_sum_bins":
+            return real(kernel, *args, **kw)
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            return real(kernel, *args, **kw)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            spent[1] += time.process_time() - c0
+
+    best = (float("inf"), 0.0, 0.0, 0.0)
+    fasthist._run_dynamic = timed
+    try:
+        for _ in range(repeat + 1):  # the first: warm-up
+            spent[:] = [0.0, 0.0]
+            t0, c0 = time.perf_counter(), time.process_time()
+            for c in cols:
+                chunk_state(c, plan, theta, widths, order=1)
+            best = min(best, (time.perf_counter() - t0, *spent, time.process_time() - c0))
+    finally:
+        fasthist._run_dynamic = real
+    return {"kernel_s": best[0], "event_sum_kernel_s": best[1],
+            "event_sum_kernel_cpu_s": best[2], "kernel_cpu_s": best[3]}
+
+
 def subset(cols, keep):
     """The events ``keep`` (bool mask) of chunk columns ``cols``."""
     import numpy as np
@@ -187,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         hard = plain_processor(config)
         plain_warm, plain, plain_cpu = best_of(lambda: ev.process(hard, lambda: None),
                                                args.repeat)
+        reader = read_processor()
+        _, read, read_cpu = best_of(lambda: ev.process(reader, lambda: None), args.repeat)
         grad_warm, grad, grad_cpu = best_of(lambda: ev.run(order=1), args.repeat)
         # the floor: the same pass filling the same histogram at width 0 (hard cuts, no
         # enumeration, no derivatives) on the numba kernel
@@ -195,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                                                args.repeat)
         states = ev.run(order=1)
         share = heavy_share(ev, config, args.repeat)
+        split = kernel_split(ev, config, args.repeat)
         n_chunks = len(ev.chunks)
     enum = {k: s.enumeration for k, s in states.items()}
     load = os.getloadavg()[0]
@@ -207,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         "floor": {"warm_s": floor_warm, "best_s": floor, "cpu_s": floor_cpu},
         "ratio": grad / plain, "ratio_cpu": grad_cpu / plain_cpu, "goal": GOAL,
         "floor_ratio": floor / plain, "gradient_over_floor": grad / floor,
-        "enumeration": enum, **share,
+        "enumeration": enum, **share, **split, "read_s": read, "read_cpu_s": read_cpu,
+        # what the exact computation cannot go below: reading the columns (as the plain
+        # pass does) plus the event-sum kernel alone
+        "exact_floor_ratio": (read + split["event_sum_kernel_s"]) / plain,
+        "exact_floor_ratio_cpu": (read_cpu + split["event_sum_kernel_cpu_s"]) / plain_cpu,
     }
     print(f"{args.events} events (Poisson({MEAN_JETS}) jets), {n_chunks} chunks of <= "
           f"{args.chunksize}, iterative; jax {jax.__version__}, {os.cpu_count()} cores, load "
@@ -225,6 +298,13 @@ def main(argv: list[str] | None = None) -> int:
           f"(largest {share['largest_uncertain']}); their share of the kernel time "
           f"{share['heavy_share']:.1%} ({share['kernel_heavy_s']:.2f} s of "
           f"{share['kernel_light_s'] + share['kernel_heavy_s']:.2f} s)")
+    print(f"reading alone {read:.2f} s ({read / plain:.2f}x the plain pass, CPU "
+          f"{read_cpu / plain_cpu:.2f}x); the numba computation on in-memory columns "
+          f"{split['kernel_s']:.2f} s (CPU {split['kernel_cpu_s']:.2f} s), of which the "
+          f"event-sum kernel {split['event_sum_kernel_s']:.2f} s (CPU "
+          f"{split['event_sum_kernel_cpu_s']:.2f} s); reading + that kernel: "
+          f"{result['exact_floor_ratio']:.2f}x the plain pass (CPU "
+          f"{result['exact_floor_ratio_cpu']:.2f}x)")
     sys.path.insert(0, str(ROOT))
     from benchmarks.results_table import command_line, record
 

@@ -81,10 +81,15 @@ def extract_columns(
     weight_branch: str | None,
     source: str,
     nonfinite: str | None = None,
+    uid: bool = True,
 ) -> ChunkColumns:
     """Read what ``plan`` needs from one chunk of ``events``.
 
-    ``source`` (usually the file name) is named in every error message.
+    ``source`` (usually the file name) is named in every error message. ``uid``: compute
+    each event's number in [0, 1) (``ChunkColumns.uid``, from ``run``,
+    ``luminosityBlock`` and ``event`` where the file has them: three more branches
+    read); ``False`` leaves it None, for a pass that neither splits events nor keeps
+    the columns (validation splits and bootstrap replicas need it).
 
     Non-finite values (NaN, +-inf) in any column read, weights included, are never
     passed on: with ``nonfinite="error"`` (the default) they raise an
@@ -104,7 +109,8 @@ def extract_columns(
         weight = _event_branch(events, weight_branch, source)
     else:
         weight = np.ones(n, dtype=np.float64)
-    cols = ChunkColumns(n_events=n, weight=weight, uid=_event_uid(events, meta, n))
+    cols = ChunkColumns(n_events=n, weight=weight,
+                        uid=_event_uid(events, meta, n) if uid else None)
     for name, fields in plan.sets.fields:
         coll = _get(events, name, "collection", source)
         counts = np.asarray(ak.to_numpy(ak.num(coll, axis=1)), dtype=np.int64)
@@ -231,14 +237,16 @@ def _finite(
     bad_events: dict[str, np.ndarray] = {}
     first: dict[str, float] = {}  # the first non-finite value of each branch
     for name, (counts, flat) in cols.collections.items():
-        event_of = np.repeat(np.arange(cols.n_events), counts)
+        event_of = None  # made only for a column with a non-finite value
         for f, v in flat.items():
+            if np.isfinite(v).all():
+                continue
             m = ~np.isfinite(v)
-            if m.any():
-                bad_events[f"{name}_{f}"] = np.bincount(
-                    event_of[m], minlength=cols.n_events
-                ).astype(bool)
-                first[f"{name}_{f}"] = v[int(np.argmax(m))]
+            if event_of is None:
+                event_of = np.repeat(np.arange(cols.n_events), counts)
+            bad_events[f"{name}_{f}"] = np.bincount(event_of[m], minlength=cols.n_events
+                                                    ).astype(bool)
+            first[f"{name}_{f}"] = v[int(np.argmax(m))]
     for key, v in cols.events.items():
         if not np.isfinite(v).all():
             bad_events[key] = ~np.isfinite(v)

@@ -2,7 +2,7 @@
 analysis.pipeline.backends.numba.fasthist).
 
 - The compiled kernel alone on events of 24 jets with 13, 17, 20 and 9 uncertain
-  objects (tests/select/test_subsets_uncertain.py's events: joint counts of jets,
+  objects (one of them decided in the summed set: 12, 16, 19 and 8 enumerated) (tests/select/test_subsets_uncertain.py's events: joint counts of jets,
   nested b-jets and leptons, certain objects in and out of the set) against the
   enumeration oracle over every configuration of the uncertain bits (1e-10), its
   tangents against central differences of the oracle (1e-8), and the values against the
@@ -89,7 +89,9 @@ def test_kernel_against_enumeration_and_the_jax_reference() -> None:
     e = 1  # 17 uncertain objects: meet in the middle
     j = int(np.flatnonzero((ev["jets"][e] > 0) & (ev["jets"][e] < 1))[0])
     got, unc = kernel_bins(ev, [(e, j)])
-    assert unc.tolist() == list(UNCERTAIN)
+    # the jet certain in ``jets`` whose b-tag is uncertain is folded (its membership in
+    # the summed set is decided); the JAX reference enumerates it
+    assert unc.tolist() == [u - 1 for u in UNCERTAIN]
     lays, probs, pt = inputs(ev)
     ref = np.asarray(jax.jit(sum_bins, static_argnames=("model", "name", "edges",
                                                         "n_uncertain"))(
@@ -137,3 +139,28 @@ def test_plans_with_event_sums_against_the_jax_kernel(hard: bool) -> None:
     # soft: up to 7 uncertain jets (one event meets in the middle); hard: none
     state = chunk_state(cols, plan, theta, widths, order=0, backend="numba")
     assert state.enumeration == (96, 0, 0 if hard else 7)
+
+
+def test_event_sums_alone_take_each_region_yield_from_their_bins(monkeypatch) -> None:
+    """Only event-sum histograms (in the selection and in a channel region, with a
+    shift): no walk runs, each region's P(pass) is the sum of its bins,
+    and values and Jacobians (the selected yield included) equal the JAX kernel's."""
+    from analysis.pipeline.backends.numba import fasthist
+
+    cfg = esum_config()
+    cfg["histograms"] = [h for h in cfg["histograms"] if h["x"].startswith(("sum(", "count("))]
+    cfg["likelihood"]["channels"] = {
+        "ht1": cfg["likelihood"]["channels"]["ht1"], "all": {"histogram": "bht"}}
+    cfg["systematics"] = [s for s in cfg["systematics"] if s["name"] in ("jes", "bkg")]
+    plan, theta, widths = make_plan(cfg)
+    ran = []
+    real = fasthist._run_dynamic
+
+    def recorded(kernel, *args, **kw):
+        ran.append(getattr(getattr(kernel, "py_func", kernel), "__name__", str(kernel)))
+        return real(kernel, *args, **kw)
+
+    monkeypatch.setattr(fasthist, "_run_dynamic", recorded)
+    state = compare(plan, columns(96, plan, seed=5), theta, widths, order=1)
+    assert "event_sum_bins" in ran and "walk" not in ran
+    assert {"ht1", "all", "ht1:jes:up"} <= set(state.derived.value["templates"])

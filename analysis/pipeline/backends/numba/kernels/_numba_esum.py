@@ -9,9 +9,12 @@ state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangen
 ``fs``/``dfs`` the pass tables):
 
 - every object of the other collections, and every *certain* object of ``S``'s
-  collection (one pattern of probability exactly 1 in float64), moves the forward count
-  distribution ``F`` by one step (exact for any probabilities); a certain object whose
-  pattern holds ``S`` adds its value to every subset's sum ``x0``;
+  collection, moves the forward count distribution ``F`` by one step (exact for any
+  probabilities); a certain object in ``S`` adds its value to every subset's sum ``x0``.
+  Certain: one pattern of probability exactly 1 in float64, or (in an event whose
+  probabilities are all numbers) membership in ``S`` decided, every pattern on one
+  side of ``S`` exactly 0 with zero tangents (a jet far above the soft pT cut whose
+  b-tag is uncertain: in ``S`` whatever its other patterns);
 - the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` (with at
   most 3 tangents, in an event whose probabilities are all numbers) every subset
   ``A`` (``F_A`` split by whether each object is in ``S``, ``P_A = <F_A, f>``, binned at
@@ -138,6 +141,36 @@ def _forward4(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, skip):
 
 
 @inline
+def _forward_live(F, LF, nf, Fn, LFn, mark, tgt, c, n_pat, pv, pd, g):
+    """:func:`_forward4` over the live states of ``F`` only (``LF[:nf]``: every state
+    that may be nonzero; the others are exact zeros, left out as :func:`_forward4`
+    leaves them), into ``Fn`` with its live states into ``LFn``; returns their number
+    (``mark``: all False, left so). For events whose probabilities are all numbers."""
+    cnt = 0
+    for p in range(n_pat[c]):
+        v = pv[g, p, 0]
+        d0, d1, d2, d3 = pd[g, p, 0], pd[g, p, 1], pd[g, p, 2], pd[g, p, 3]
+        if v == 0.0 and d1 == 0.0 and d2 == 0.0 and d3 == 0.0:
+            continue  # adds exact zeros
+        for i in range(nf):
+            k = LF[i]
+            a0, a1, a2, a3 = F[k, 0], F[k, 1], F[k, 2], F[k, 3]
+            t = tgt[c, p, k]
+            if not mark[t]:
+                mark[t] = True
+                LFn[cnt] = t
+                cnt += 1
+                Fn[t, 0] = Fn[t, 1] = Fn[t, 2] = Fn[t, 3] = 0.0
+            Fn[t, 0] += v * a0 + a0 * d0
+            Fn[t, 1] += v * a1 + a0 * d1
+            Fn[t, 2] += v * a2 + a0 * d2
+            Fn[t, 3] += v * a3 + a0 * d3
+    for i in range(cnt):
+        mark[LFn[i]] = False
+    return cnt
+
+
+@inline
 def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl, which, has):
     """:func:`_forward` from ``A[src]`` over its live states only (``la[src, :na[src]]``: every
     state that may be nonzero), into ``B[dst]`` with its live states into ``lb[dst]``,
@@ -179,16 +212,18 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
 
 
 @inline
-def _subsets(F, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv, pd, nl,
-             has, vals, start):
+def _subsets(F, LF, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv,
+             pd, nl, has, vals, start):
     """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
-    from ``start``) from the distribution ``F``: ``F_A`` over its live states
+    from ``start``) from the distribution ``F`` (live states ``LF[:nf]``, the others
+    exact zeros): ``F_A`` over its live states
     (:func:`_sparse`) and ``XA[A] = x0 + X_A``, bit ``j`` of ``A`` set when ``unc[j]``
     is in ``S``. Returns ``(SA, SN, LA, LN, NA, NN)``, the two sets of buffers after
     their swaps (the subsets in ``SA``, ``LA``, ``NA``); lanes from ``nl`` to 4 are 0."""
     w_out, w_in = np.int64(0), np.int64(1)
     cnt = 0
-    for k in range(F.shape[0]):
+    for i in range(nf):
+        k = LF[i]
         nonzero = False
         for r in range(4):
             SA[0, k, r] = F[k, r] if r < nl else 0.0
@@ -309,6 +344,8 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
     NA = np.zeros(1 << _FIRST, np.int64)
     NN = np.zeros(1 << _FIRST, np.int64)
     mark = np.zeros(n_states, np.bool_)
+    LF = np.zeros(n_states, np.int64)  # the live states of F, of Fn
+    LFn = np.zeros(n_states, np.int64)
     G0 = np.zeros((n_states, LANES))
     GB = np.zeros((1, n_states, LANES))
     XB = np.zeros(1)
@@ -331,8 +368,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
         for r in range(1, nl):
             G0[k, r] = df[k, r]
     for e in range(b0 * block, min(n_ev, b1 * block)):
-        F[:, :nl] = 0.0
-        F[0, 0] = 1.0
         x0 = 0.0
         n = 0
         skip = True
@@ -341,6 +376,17 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 for p in range(n_pat[c]):
                     if pv_all[g, p, 0] != pv_all[g, p, 0]:
                         skip = False
+        # with at most 3 tangents in an event of numbers, F over its live states only
+        # (LF[:nf]; the others exact zeros, never read), else dense
+        sparse = skip and nl <= 4
+        if sparse:
+            F[0, 0], F[0, 1], F[0, 2], F[0, 3] = 1.0, 0.0, 0.0, 0.0
+            LF[0] = 0
+            nf = 1
+        else:
+            F[:, :nl] = 0.0
+            F[0, 0] = 1.0
+            nf = n_states
         for c in range(n_coll):
             for i in range(coff[c, e], coff[c, e + 1]):
                 g = base[c] + i
@@ -353,6 +399,26 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                             certain = True
                         if has[p]:
                             inside += pv_all[g, p, 0]
+                    if not certain and skip:
+                        # membership in S decided: every pattern on one side of S
+                        # exactly 0 with zero tangents (a pT far above its soft cut,
+                        # an uncertain b-tag below it): the object moves the counts
+                        # (folded into F, exact for any probabilities) and its value
+                        # is in every subset's sum or in none
+                        out_s = True  # no pattern holding S carries anything
+                        in_s = True  # no pattern outside S carries anything
+                        for p in range(n_pat[c]):
+                            zero = pv_all[g, p, 0] == 0.0
+                            for r in range(1, nl):
+                                zero = zero and pd_all[g, p, r] == 0.0
+                            if not zero:
+                                if has[p]:
+                                    out_s = False
+                                else:
+                                    in_s = False
+                        if in_s or out_s:
+                            certain = True
+                            inside = 1.0 if in_s else 0.0
                     if not certain:
                         unc[n] = g
                         n += 1
@@ -373,7 +439,11 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                     if not moves:
                         continue
                 if certain:
-                    if nl <= 4:
+                    if sparse:
+                        nf = _forward_live(F, LF, nf, Fn, LFn, mark, tgt, c, n_pat, pv_all,
+                                           pd_all, g)
+                        LF, LFn = LFn, LF
+                    elif nl <= 4:
                         _forward4(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, skip)
                     else:
                         _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all,
@@ -385,7 +455,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
         if n > MAX_UNCERTAIN:
             o[:, :] = np.nan
             continue
-        sparse = skip and nl <= 4
         if sparse:
             # the subsets of the first objects (all of them up to ENUMERATE_UP_TO, else
             # the first half), each over its live states
@@ -398,9 +467,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 NA = np.zeros(1 << first, np.int64)
                 NN = np.zeros(1 << first, np.int64)
                 XA = np.zeros(max(1 << first, 1 << max(_FIRST, ENUMERATE_UP_TO)))
-            SA, SN, LA, LN, NA, NN = _subsets(F, x0, unc, first, SA, SN, LA, LN, NA, NN, XA, mark,
-                                              tgt, cs, n_pat, pv_all, pd_all, nl, has, vals,
-                                              base[cs])
+            SA, SN, LA, LN, NA, NN = _subsets(F, LF, nf, x0, unc, first, SA, SN, LA, LN, NA,
+                                              NN, XA, mark, tgt, cs, n_pat, pv_all, pd_all,
+                                              nl, has, vals, base[cs])
             m = 1 << first
         if sparse and n > ENUMERATE_UP_TO:
             # meet in the middle, the first half's distributions over their live states
@@ -531,14 +600,28 @@ def fill_bins(pb, ev, factors, weight, sumw, sumw2):
     variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2
     weight[e] w``, ``w = ev[e] pb[e, b]`` (the product rule), over the first
     ``sumw.shape[2]`` lanes; events in order (one sequential sum per bin and variation,
-    as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`)."""
+    as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`); a bin of an
+    event with probability and tangents exactly 0 is left out (it adds exact zeros)."""
     nl = sumw.shape[2]
     w = np.empty(nl)
     for e in range(pb.shape[0]):
         ev0 = ev[e, 0]
         we = weight[e]
+        # every factor of the event finite: a bin of probability and tangents 0 adds
+        # exact zeros (x - x is 0 only for a finite x)
+        finite = we - we == 0.0
+        for r in range(nl):
+            finite = finite and ev[e, r] - ev[e, r] == 0.0
+        for v in range(factors.shape[0]):
+            finite = finite and factors[v, e] - factors[v, e] == 0.0
         for b in range(pb.shape[1]):
             p0 = pb[e, b, 0]
+            if finite and p0 == 0.0:
+                empty = True
+                for r in range(1, nl):
+                    empty = empty and pb[e, b, r] == 0.0
+                if empty:
+                    continue  # the event's other bins hold its probability
             w[0] = p0 * ev0
             for r in range(1, nl):
                 w[r] = p0 * ev[e, r] + ev0 * pb[e, b, r]

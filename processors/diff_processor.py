@@ -18,6 +18,7 @@ from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState
 from analysis.pipeline.score_entries import score_entries
 from analysis.pipeline.split import part_factor
+from analysis.stats.derive import Derived
 
 __all__ = [
     "DiffProcessor",
@@ -144,8 +145,8 @@ class DiffProcessor(processor.ProcessorABC):
         with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
             state = prepared.run(cols, threads=job.kernel_threads)
         if kind == "yield_gradients":
-            values = DatasetState.from_chunk(state.derived.value, None, None, events=state.events,
-                                             sumw=state.sumw, names=job.plan.trainable_names)
+            values = DatasetState(events=state.events, sumw=state.sumw, derived=Derived(
+                job.plan.trainable_names, state.derived.value))
             check_overflow(values, cols, job.plan, dataset=dataset)
         elif kind == "replicas":  # the states of every point and part (none for totals)
             for values in replica_states(state):

@@ -32,6 +32,7 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState, enumeration_counts
+from analysis.stats.derive import Derived
 
 __all__ = ["NumbaBackend"]
 
@@ -96,9 +97,9 @@ class NumbaBackend:
             host = fasthist if run.hists else fastkernel
             value, jac = host.evaluate_columns(cols, run, theta, widths, order=req.order,
                                                threads=threads, **loops, **extra)
-            return DatasetState.from_chunk(
-                value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
-                names=plan.trainable_names,
+            return DatasetState(
+                events=cols.n_events, sumw=float(np.sum(cols.weight)),
+                derived=Derived(plan.trainable_names, value, jac),
                 enumeration=enumeration_counts(uncertain, int(cols.n_events)) if sums else None,
             )
         if kind == "entries":

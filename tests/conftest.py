@@ -99,7 +99,16 @@ LONGEST_FIRST = (
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m 'not slow'`` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # ``@pytest.mark.slow_on("jax")``: the test's variant on those backends (fixture
+    # ``backend``) is slow; every oracle still runs on every backend by default
+    # through another test of its family
+    for item in items:
+        marker = item.get_closest_marker("slow_on")
+        callspec = getattr(item, "callspec", None)
+        if marker and callspec and callspec.params.get("backend") in marker.args:
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
 
     def place(item: pytest.Item) -> int:

@@ -82,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # around them. A file not listed keeps its place after
 # them. The order changes no result: every test is independent of the others.
 LONGEST_FIRST = (
+    "likelihood/test_yaml_pipeline.py",  # both backends' soft passes (JAX: ~2 min cold)
     "pipeline/test_object_sets_hardcut.py",
     "pipeline/test_fastkernel.py",
     "optimize/test_optimize.py",

@@ -56,15 +56,19 @@ def state_literals(tree: ast.AST) -> list[int]:
     return out
 
 
-def test_no_state_literal_outside_the_state_module() -> None:
+def _scan(check, skip: Path | None = None) -> dict:
+    """``{path: check(its AST)}`` of every module of analysis/ and processors/ where the
+    check finds something (``skip``: a module left out)."""
     found = {}
     for folder in ("analysis", "processors"):
         for path in sorted((REPO / folder).rglob("*.py")):
-            if path == STATE_MODULE:
-                continue
-            lines = state_literals(ast.parse(path.read_text(encoding="utf-8")))
-            if lines:
-                found[str(path.relative_to(REPO))] = lines
+            if path != skip and (hits := check(ast.parse(path.read_text(encoding="utf-8")))):
+                found[str(path.relative_to(REPO))] = hits
+    return found
+
+
+def test_no_state_literal_outside_the_state_module() -> None:
+    found = _scan(state_literals, skip=STATE_MODULE)
     assert not found, f"build states with analysis.pipeline.results.state_tree: {found}"
 
 
@@ -99,12 +103,7 @@ def other_constructors(tree: ast.AST) -> list[str]:
 
 
 def test_every_state_type_has_one_constructor() -> None:
-    found = {}
-    for folder in ("analysis", "processors"):
-        for path in sorted((REPO / folder).rglob("*.py")):
-            names = other_constructors(ast.parse(path.read_text(encoding="utf-8")))
-            if names:
-                found[str(path.relative_to(REPO))] = names
+    found = _scan(other_constructors)
     assert not found, f"build a state with its class's __init__ only: {found}"
 
 

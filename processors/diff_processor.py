@@ -13,11 +13,12 @@ from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
 from analysis.pipeline.job import READING, Job
-from analysis.pipeline.replicas import chunk_lanes, chunk_replicas, chunk_totals
+from analysis.pipeline.replicas import states as replica_states
 from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState
 from analysis.pipeline.score_entries import score_entries
 from analysis.pipeline.split import part_factor
+from analysis.stats.derive import Derived
 
 __all__ = [
     "DiffProcessor",
@@ -124,8 +125,6 @@ class DiffProcessor(processor.ProcessorABC):
                 theta, widths, order=0, entries=index))
                 for i, (index, _, _, _, theta, widths) in enumerate(job.histograms)
                 if not isinstance(index, str)}  # a learned score's values: no pass
-        if job.replicas is not None:
-            return {}  # the replicas prepare their own passes (analysis.pipeline.replicas)
         out = {name: chooser.prepare(job.plan, req) for name, req in job.datasets.items()}
         out[None] = chooser.prepare(job.plan, job.request)
         return out
@@ -133,32 +132,14 @@ class DiffProcessor(processor.ProcessorABC):
     def evaluate(self, dataset: str, cols) -> dict:
         """``{dataset: output}`` of one chunk's columns (no file access), computed by the
         prepared pass (each backend on its device)."""
-        job, req = self.job, self.job.request
+        job = self.job
         if job.unit_weights:  # a copy: the cache keeps the real weights
             cols = dataclasses.replace(cols, weight=np.ones_like(cols.weight))
-        replicas = job.replicas
-        if replicas is not None and replicas[0] == "totals":  # every part at once
-            return {dataset: chunk_totals(cols, replicas[2], replicas[1])}
-        if replicas is not None and replicas[0] == "lanes":  # every part and point at once
-            _, k, fraction, parts, totals = replicas
-            with np.errstate(all="ignore"):
-                lanes = chunk_lanes(cols, job.plan, req.theta, req.widths, k, parts=parts,
-                                    fraction=fraction, totals=totals,
-                                    threads=job.kernel_threads, backend=job.backend)
-            for sums in lanes.lanes.values():
-                check_overflow(sums.state, cols, job.plan, dataset=dataset)
-            return {dataset: lanes}
         part = job.part
         if part is not None and part[0] != "all" and cols.n_events:
             if cols.uid is None:
                 raise ValueError("a validation split needs the events' uid (columns from a file)")
             cols = dataclasses.replace(cols, weight=cols.weight * part_factor(cols.uid, *part))
-        if replicas is not None:
-            with np.errstate(all="ignore"):
-                out = chunk_replicas(cols, job.plan, req.theta, req.widths, replicas[1],
-                                     threads=job.kernel_threads, backend=job.backend)
-            check_overflow(out.state, cols, job.plan, dataset=dataset)
-            return {dataset: out}
         if job.histograms:
             filled = {i: self._fill(i, cols, *spec) for i, spec in enumerate(job.histograms)}
             return {dataset: filled[0] if job.one_histogram else filled}
@@ -169,9 +150,12 @@ class DiffProcessor(processor.ProcessorABC):
         with np.errstate(all="ignore"):  # an overflow is one line, from check_overflow
             state = prepared.run(cols, threads=job.kernel_threads)
         if kind == "yield_gradients":
-            values = DatasetState.from_chunk(state.derived.value, None, None, events=state.events,
-                                             sumw=state.sumw, names=job.plan.trainable_names)
+            values = DatasetState(events=state.events, sumw=state.sumw, derived=Derived(
+                job.plan.trainable_names, state.derived.value))
             check_overflow(values, cols, job.plan, dataset=dataset)
+        elif kind == "replicas":  # the states of every point and part (none for totals)
+            for values in replica_states(state):
+                check_overflow(values, cols, job.plan, dataset=dataset)
         else:
             check_overflow(state, cols, job.plan, dataset=dataset)
         return {dataset: state}

@@ -8,6 +8,7 @@
   only works once the file is in ``~/.local/skhepdata``; the cache is primed from
   ``shared/data`` when the session starts, by the same helper as ``.ci/run``
   (``.ci/prime_skhep_cache.py``).
+- Backends: fixture ``backend`` runs a test once per registered backend (numba, jax).
 - Helpers, imported as ``from tests.conftest import ...``: :func:`write_config` (the
   one YAML config writer), :func:`edited` (a config with one value replaced),
   :func:`central_difference` (the one finite-difference helper),
@@ -81,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # around them. A file not listed keeps its place after
 # them. The order changes no result: every test is independent of the others.
 LONGEST_FIRST = (
+    "likelihood/test_yaml_pipeline.py",  # both backends' soft passes (JAX: ~2 min cold)
     "pipeline/test_object_sets_hardcut.py",
     "pipeline/test_fastkernel.py",
     "optimize/test_optimize.py",
@@ -98,7 +100,16 @@ LONGEST_FIRST = (
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m 'not slow'`` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # ``@pytest.mark.slow_on("jax")``: the test's variant on those backends (fixture
+    # ``backend``) is slow; every oracle still runs on every backend by default
+    # through another test of its family
+    for item in items:
+        marker = item.get_closest_marker("slow_on")
+        callspec = getattr(item, "callspec", None)
+        if marker and callspec and callspec.params.get("backend") in marker.args:
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
 
     def place(item: pytest.Item) -> int:
@@ -117,6 +128,26 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"shared data directory not found: {SHARED_DATA}")
     return SHARED_DATA
+
+
+def _registered_backends() -> list[str]:
+    from analysis.pipeline.backend import ENGINES
+
+    return list(ENGINES)
+
+
+@pytest.fixture(scope="module", params=_registered_backends())
+def backend(request: pytest.FixtureRequest):
+    """Each registered backend in turn (ids ``numba``, ``jax``: every entry of
+    :data:`analysis.pipeline.backend.ENGINES`), as the
+    :class:`~analysis.pipeline.backend.Backend` that runs it alone (``numba``: strict,
+    a pass it does not serve is an error, never a silent fallback to JAX). Oracle tests
+    (enumeration, awkward + vector at width 0, pyhf, finite differences) take it, so
+    that each oracle checks every backend; pass it as ``backend=`` (an option, never a
+    monkeypatch)."""
+    from analysis.pipeline.backend import Backend
+
+    return Backend(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -193,16 +193,12 @@ BACKEND_MAY_IMPORT = {
     "analysis.pipeline.engine", "analysis.pipeline.layout", "analysis.pipeline.results",
     "analysis.pipeline.scorecols", "analysis.pipeline.score",
     "analysis.pipeline.split",  # the validation split's per-event numbers (of the columns)
+    "analysis.pipeline.replicas",  # the bootstrap's addable sums, as the one state
 }
 # Below the pipeline a backend imports maths, selections and errors only.
 BACKEND_MAY_IMPORT_BELOW = ("analysis.stats", "analysis.select", "analysis.errors")
 # The one module that chooses among the backends (imports them).
 CHOOSER = "analysis.pipeline.backend"
-# Modules outside the backends that import one of their modules, and why that is no choice.
-NOT_CHOOSING = {
-    # the bootstrap's Poisson sums are numba loops of their own, not a backend's pass
-    "analysis.pipeline.replicas": "analysis.pipeline.backends.numba.kernels._numba_replicas",
-}
 
 
 def _backend_of(name: str) -> str | None:
@@ -238,7 +234,7 @@ def test_only_the_chooser_imports_a_backend(name):
     for target, _ in _imports(name, MODULES[name]):
         if _backend_of(target) is None:
             continue
-        assert name == CHOOSER or NOT_CHOOSING.get(name) == target, (
+        assert name == CHOOSER, (
             f"{name} imports {target}: only {CHOOSER} chooses a backend (use its chooser)")
 
 

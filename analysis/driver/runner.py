@@ -88,7 +88,7 @@ from analysis.pipeline.bounds import check_sizes
 from analysis.pipeline.job import Job
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths, only_observables
-from analysis.pipeline.request import Request
+from analysis.pipeline.request import Replicas, Request
 from analysis.pipeline.results import DatasetState, log_enumeration
 
 __all__ = [
@@ -466,15 +466,13 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         """One values pass giving ``{dataset: ReplicaSums}``: the state (as
         :meth:`run` at ``order=0``) and the Poisson-bootstrap replicas' selected sums
         (:mod:`analysis.pipeline.replicas`; weighted like every pass, :attr:`part`
-        included); ``None`` where the values loop does not run the plan."""
+        included)."""
         from analysis.pipeline.replicas import ReplicaSums
 
         theta, w = self.theta_and_widths(params, widths)
-        if not self.backend.numba_allowed:
-            return None  # the replicas ride the numba values loop only
-        proc = self._processor(Job(self.plan, Request(theta, w, order=0), self.weight_branches,
-                                   part=self.part, replicas=("sums", int(replicas), None),
-                                   backend=self.backend))
+        proc = self._processor(Job(self.plan, Request(
+            theta, w, order=0, replicas=Replicas("sums", int(replicas))),
+            self.weight_branches, part=self.part, backend=self.backend))
         return self.process(proc, lambda: ReplicaSums(
             np.zeros((2, replicas)), empty_state(self.plan, theta, w, 0)))
 
@@ -493,19 +491,17 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         of ``points`` and part of ``parts`` (of the validation split with ``fraction``)
         what :meth:`run_replicas` gives with :attr:`part` set to it, and with ``totals``
         what :meth:`run_replica_totals` gives (:func:`analysis.pipeline.replicas.chunk_lanes`;
-        :attr:`part` is not used); ``None`` where the values loop does not run the plan.
-        ``observables``: compute only these (as for :meth:`run`; default all)."""
+        :attr:`part` is not used). ``observables``: compute only these (as for
+        :meth:`run`; default all)."""
         from analysis.pipeline.replicas import ReplicaLanes, ReplicaSums, ReplicaTotals
         from analysis.pipeline.split import PARTS
 
         tw = [self.theta_and_widths(p, widths) for p in points]
         thetas, w = np.stack([t for t, _ in tw]), tw[0][1]
         plan = self.plan if observables is None else self._plan_with(observables)
-        if not self.backend.numba_allowed:
-            return None  # the replicas ride the numba values loop only
-        spec = ("lanes", int(replicas), fraction, tuple(parts), bool(totals))
-        proc = self._processor(Job(plan, Request(thetas, w, order=0), self.weight_branches,
-                                   replicas=spec, backend=self.backend))
+        spec = Replicas("lanes", int(replicas), fraction, tuple(parts), bool(totals))
+        proc = self._processor(Job(plan, Request(thetas, w, order=0, replicas=spec),
+                                   self.weight_branches, backend=self.backend))
 
         def empty():
             lanes = {(i, p): ReplicaSums(np.zeros((2, replicas)), empty_state(plan, t, w, 0))
@@ -523,9 +519,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         from analysis.pipeline.split import PARTS
 
         theta, w = self.theta_and_widths()
-        proc = self._processor(Job(self.plan, Request(theta, w, order=0), self.weight_branches,
-                                   replicas=("totals", int(replicas), fraction),
-                                   backend=self.backend))
+        proc = self._processor(Job(self.plan, Request(
+            theta, w, order=0, replicas=Replicas("totals", int(replicas), fraction)),
+            self.weight_branches, backend=self.backend))
         return self.process(proc, lambda: ReplicaTotals(np.zeros((1 + len(PARTS), replicas))))
 
     def run_grid(self, thetas: Any) -> dict[str, DatasetState]:

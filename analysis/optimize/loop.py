@@ -488,8 +488,8 @@ class Optimization:
         training and on the held-out part, and what they say (see
         :func:`analysis.optimize.status.validation_report`), with bootstrap replicas on
         all events at both points and on each part at the end (the gap's uncertainty):
-        one values pass on the cached columns where the replicas run on the numba loop
-        (:meth:`_validation_lanes`), else a pass per point and part. Sets
+        one values pass on the cached columns (:meth:`_validation_lanes`; with fewer
+        than 2 replicas a pass per point and part). Sets
         :attr:`start_hard`. ``initial_hard``: :meth:`hard` at ``initial`` if already run
         (it is the training part's value with the split)."""
         from analysis.optimize.status import validation_report
@@ -523,7 +523,7 @@ class Optimization:
         are weight lanes of it, and so are the bootstrap replicas (and their totals if
         not yet run; :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`). The
         same values as :meth:`hard_on` at each (point, part) up to rounding (~1e-16).
-        ``None`` where the replicas do not run (fewer than 2, or not the numba loop)."""
+        ``None`` where the replicas do not run (fewer than 2)."""
         parts = ("all",) if self.fraction is None else ("all", "train", "held_out")
         # uncertainties as hard_on gives them: all events at both points, each part at the end
         wanted = {(0, "all"), (1, "all"), (1, "train"), (1, "held_out")}
@@ -545,7 +545,7 @@ class Optimization:
         ``{(point index, part): objective_from_states(...) + {"uncertainty"}}``, the
         bootstrap uncertainty where ``(i, part)`` is in ``wanted`` (None: everywhere).
         Leaves :attr:`last_states` and :attr:`all_sumw` at the last point on all events
-        where "all" is a part. ``None`` where the replicas do not run."""
+        where "all" is a part. ``None`` where the replicas do not run (fewer than 2)."""
         k = self.config.optimizer.replicas
         if k < 2:
             return None

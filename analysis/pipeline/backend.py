@@ -8,9 +8,10 @@ protocol; :mod:`analysis.pipeline.backends`: one folder each) into one :class:`F
 - ``backend="auto"`` (default): the numba backend where its rules serve the plan and the
   request (:mod:`analysis.pipeline.backends.numba.rules`), the JAX backend (the
   reference) for the rest;
-- ``backend="numba"``: the numba backend only for the states (a plan its rules do not
-  serve is an error naming the node); the passes it has no rule for at all (grids,
-  a pullback it does not serve, entries) still run on JAX;
+- ``backend="numba"``: the numba backend only, for every pass (states, grids, entries
+  for plots, selected weights, bootstrap replicas, pullbacks, yield gradients): a
+  plan or a request its rules do not serve is an error naming the node, raised when
+  the pass is prepared, before any chunk is read;
 - ``backend="jax"``: the JAX backend for every pass, on ``device``;
 - ``device="cpu"`` (default) or ``"gpu"``: where the JAX backend runs. The numba
   kernels run on the CPU only, so ``device="gpu"`` runs the JAX backend (``auto``
@@ -74,7 +75,7 @@ ENGINES: dict[str, Callable[[Backend], Engine]] = {
 #: Per choice (:attr:`Backend.engine`), the backends a pass tries, in order.
 ORDER: dict[str, tuple[str, ...]] = {
     "auto": ("numba", "jax"),
-    "numba": ("numba", "jax"),  # strict for the states: a refusal is the error
+    "numba": ("numba",),  # strict: a refusal is the error
     "jax": ("jax",),
 }
 
@@ -86,8 +87,9 @@ _LOGGED: set[tuple[int, str, str]] = set()
 class Fallback:
     """Backends in order of preference: a pass runs on the first that supports it.
 
-    ``strict`` (``backend: numba``): a states pass the first does not serve is an
-    error (``ValueError``, one line with the reason) instead of running on the next.
+    ``strict`` (``backend: numba``): a pass of any kind the first does not serve is an
+    error (``ValueError``, one line with the reason and what to change) instead of
+    running on the next.
     """
 
     engines: tuple[Engine, ...]
@@ -118,8 +120,10 @@ class Fallback:
                         _log.debug("%s pass on the %s backend, not %s: %s", request.kind,
                                    engine.name, name, reason)
                 return engine.prepare(plan, request)
-            if i == 0 and self.strict and request.kind == "states":
-                raise ValueError(f"the {engine.name} kernel cannot compute this plan: {why}")
+            if i == 0 and self.strict:
+                raise ValueError(f"the {engine.name} backend cannot compute this "
+                                 f"{request.kind} pass: {why}; use backend 'auto' ({engine.name} "
+                                 "where it can, JAX for the rest) or 'jax'")
             passed.append((engine.name, why))
         raise ValueError(f"no backend computes this {request.kind} pass: "
                          + "; ".join(f"{n}: {r}" for n, r in passed))
@@ -203,12 +207,6 @@ class Backend:
         ``"auto"``, ``"numba"`` or ``"jax"`` (always ``"jax"`` on a GPU)."""
         return "jax" if self.device == "gpu" else self.name
 
-    @property
-    def numba_allowed(self) -> bool:
-        """Whether a pass may run the numba kernels (reverse mode's one-pass yield
-        gradients are numba-only)."""
-        return self.engine != "jax"
-
     def describe(self) -> str:
         """One line for ``--debug``: which backend runs the passes, and why (options
         off their defaults named at the end)."""
@@ -221,7 +219,7 @@ class Backend:
             why = "asked for" if self.name == "jax" else "device gpu"
             return f"backend jax on {self.device} ({why})"
         if self.name == "numba":
-            return "backend numba on cpu (asked for; a plan it does not serve is an error)"
+            return "backend numba on cpu (asked for; a pass it does not serve is an error)"
         return "backend auto: numba where it serves the plan, jax (cpu) for the rest"
 
     @cached_property

@@ -8,7 +8,8 @@ A backend computes a :class:`~analysis.pipeline.request.Request` for a plan:
   chunk's columns;
 - ``run(prepared, columns, *, threads=None)``: one chunk's
   :class:`~analysis.pipeline.results.DatasetState` (``"entries"``: ``(x, w)``;
-  ``"selected"``: ``(E,)`` weights), from its
+  ``"selected"``: ``(E,)`` weights; ``"replicas"``: the bootstrap's sums,
+  :mod:`analysis.pipeline.replicas`), from its
   :class:`~analysis.pipeline.layout.ChunkColumns`. ``threads``: the CPU threads it may
   use (None: the cores); no result depends on it.
 

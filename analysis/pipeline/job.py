@@ -45,10 +45,6 @@ class Job:
         selection, or a learned score's values: ``index`` its name), in one pass.
     one_histogram
         Keyword-only. The one histogram itself per dataset, not ``{0: hist}``.
-    replicas
-        Keyword-only. A bootstrap pass (:mod:`analysis.pipeline.replicas`):
-        ``("sums", K, None)``, ``("totals", K, fraction)`` or ``("lanes", K, fraction,
-        parts, totals)`` (then ``request.theta`` is ``(P, n_params)``).
     part
         Keyword-only. The validation split's ``(part, fraction)`` this pass weighs.
     unit_weights
@@ -73,7 +69,6 @@ class Job:
     datasets: Mapping[str, Request] = field(default_factory=dict, kw_only=True)
     histograms: tuple = field(default=(), kw_only=True)
     one_histogram: bool = field(default=False, kw_only=True)
-    replicas: tuple | None = field(default=None, kw_only=True)
     part: tuple[str, float] | None = field(default=None, kw_only=True)
     unit_weights: bool = field(default=False, kw_only=True)
     backend: Backend = field(default_factory=Backend, kw_only=True)

@@ -13,30 +13,31 @@ columns). All add with ``+`` (coffea's ``accumulate``). The
 spread of a function of these sums over the replicas is its Monte Carlo (finite
 simulation) uncertainty (Efron's bootstrap; the Poisson form makes the replicas of
 independent chunks independent, so they merge by addition).
+
+A bootstrap pass is a :class:`~analysis.pipeline.request.Request` with ``replicas``
+(:class:`~analysis.pipeline.request.Replicas`), chosen and prepared like every pass
+(:mod:`analysis.pipeline.backend`): the backend that serves it prepares the values
+and selected-weights passes of every point once (:func:`point_requests`) and runs
+them through :func:`run` with its own :class:`Counter` (the numba backend: loops that
+never build the ``(E, K)`` table; the JAX backend: the table, on its device).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from analysis.pipeline.backend import Backend
-from analysis.pipeline.backends.numba.kernels._numba_replicas import (
-    replica_lanes,
-    replica_selected,
-    replica_totals,
-)
 from analysis.pipeline.layout import ChunkColumns
-from analysis.pipeline.plan import Plan
-from analysis.pipeline.request import Request
-from analysis.pipeline.split import _POISSON1_CDF, PARTS, part_factor
+from analysis.pipeline.request import Replicas, Request
+from analysis.pipeline.split import PARTS, part_factor
 
 __all__ = [
-    "ReplicaLanes", "ReplicaSums", "ReplicaTotals", "chunk_lanes", "chunk_replicas",
-    "chunk_totals",
+    "Counter", "ReplicaLanes", "ReplicaSums", "ReplicaTotals", "chunk_lanes", "chunk_replicas",
+    "chunk_totals", "point_requests", "run", "states",
 ]
 
 
@@ -91,82 +92,126 @@ class ReplicaLanes:
         return ReplicaLanes(lanes, totals)
 
 
+class Counter(Protocol):
+    """How a backend sums the replicas (``u``: the events' uid, ``(E,)``; ``count``: K).
+
+    ``selected(u, s, count)``: ``(2, K)``, ``[sum_e P_ek s_e, sum_e P_ek s_e^2]``;
+    ``totals(u, weights, count)``: ``(1 + L, K)``, ``[sum_e P_ek, sum_e P_ek w_le ...]``
+    for the ``L`` rows of ``weights``; ``lanes(u, rows, count, weights)``: ``selected``
+    of every row of ``rows`` ``(L, E)`` (``(L, 2, K)``) and ``totals`` of ``weights``
+    (None: None), from one draw of the multiplicities. ``P_ek``:
+    :func:`analysis.pipeline.split.poisson_replicas`.
+    """
+
+    def selected(self, u: np.ndarray, s: np.ndarray, count: int) -> np.ndarray: ...
+
+    def totals(self, u: np.ndarray, weights: np.ndarray, count: int) -> np.ndarray: ...
+
+    def lanes(self, u: np.ndarray, rows: np.ndarray, count: int,
+              weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]: ...
+
+
+#: one point's passes, prepared: ``(values, selected)``, each ``columns -> output``
+Point = tuple[Callable[[ChunkColumns], Any], Callable[[ChunkColumns], Any]]
+
+
+def point_requests(request: Request) -> list[tuple[Request, Request]]:
+    """The values request and the selected-weights request of each parameter point of
+    the bootstrap ``request`` (``"totals"``: none; ``"lanes"``: a row of ``theta`` each)."""
+    spec = request.replicas
+    if spec is None:
+        raise ValueError(f"not a bootstrap request: {request.kind}")
+    if spec.what == "totals":
+        return []
+    thetas = np.atleast_2d(request.theta) if spec.what == "lanes" else [request.theta]
+    return [(Request(t, request.widths, order=0),
+             Request(t, request.widths, order=0, selected=True)) for t in thetas]
+
+
+def run(cols: ChunkColumns, spec: Replicas, points: Sequence[Point], counter: Counter) -> Any:
+    """One chunk's output of the bootstrap pass ``spec``, from its points' prepared
+    passes (:func:`point_requests`, in that order) and ``counter``."""
+    if spec.what == "totals":
+        return chunk_totals(cols, spec.fraction, spec.count, counter)
+    if spec.what == "sums":
+        values, selected = points[0]
+        return chunk_replicas(cols, values, selected, spec.count, counter)
+    return chunk_lanes(cols, points, spec.count, counter, parts=spec.parts,
+                       fraction=spec.fraction, totals=spec.totals)
+
+
 def _uid(cols: ChunkColumns) -> np.ndarray:
     if cols.uid is None:
         raise ValueError("bootstrap replicas need the events' uid (columns from a file)")
     return cols.uid
 
 
-def _passes(plan: Plan, theta: Any, widths: Any, backend: Backend | None):
-    """The prepared values pass and selected-weights pass at ``theta`` (``backend``'s
-    chooser; default ``Backend()``)."""
-    chooser = (backend or Backend()).chooser
-    return (chooser.prepare(plan, Request(theta, widths, order=0)),
-            chooser.prepare(plan, Request(theta, widths, order=0, selected=True)))
+def _part_weights(cols: ChunkColumns, u: np.ndarray, fraction: float | None) -> np.ndarray:
+    """``(len(PARTS), E)``: the weights of each part of the split (None: "all" only)."""
+    return np.stack([cols.weight * (part_factor(u, p, fraction) if fraction
+                                    else float(p == "all")) for p in PARTS])
 
 
-def chunk_replicas(
-    cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, replicas: int, *,
-    threads: int | None = None, backend: Backend | None = None,
-) -> ReplicaSums:
-    """The state and the replicas' selected sums of one chunk (module docstring);
-    ``backend``: which backends compute them (default ``Backend()``)."""
-    values, selected = _passes(plan, theta, widths, backend)
-    state = values.run(cols, threads=threads)
+def chunk_replicas(cols: ChunkColumns, values: Callable, selected: Callable, count: int,
+                   counter: Counter) -> ReplicaSums:
+    """The state (``values(cols)``) and the replicas' selected sums (of
+    ``selected(cols)``) of one chunk (module docstring)."""
+    state = values(cols)
     if not cols.n_events:
-        return ReplicaSums(np.zeros((2, replicas)), state)
-    sel = selected.run(cols, threads=threads)
-    return ReplicaSums(replica_selected(_uid(cols), sel, replicas, cdf=_POISSON1_CDF), state)
+        return ReplicaSums(np.zeros((2, count)), state)
+    return ReplicaSums(counter.selected(_uid(cols), selected(cols), count), state)
 
 
-def chunk_totals(cols: ChunkColumns, fraction: float | None, replicas: int) -> ReplicaTotals:
+def chunk_totals(cols: ChunkColumns, fraction: float | None, count: int,
+                 counter: Counter) -> ReplicaTotals:
     """The replicas' totals of one chunk for every part (``fraction`` None: the split's
     parts get zeros)."""
     if not cols.n_events:
-        return ReplicaTotals(np.zeros((1 + len(PARTS), replicas)))
+        return ReplicaTotals(np.zeros((1 + len(PARTS), count)))
     u = _uid(cols)
-    rows = [cols.weight * (part_factor(u, p, fraction) if fraction else float(p == "all"))
-            for p in PARTS]
-    return ReplicaTotals(replica_totals(u, np.stack(rows), replicas, cdf=_POISSON1_CDF))
+    return ReplicaTotals(counter.totals(u, _part_weights(cols, u, fraction), count))
 
 
 def chunk_lanes(
-    cols: ChunkColumns, plan: Plan, thetas: Any, widths: Any, replicas: int, *,
+    cols: ChunkColumns, points: Sequence[Point], count: int, counter: Counter, *,
     parts: tuple[str, ...], fraction: float | None, totals: bool = False,
-    threads: int | None = None, backend: Backend | None = None,
 ) -> ReplicaLanes:
-    """For each parameter point (row of ``thetas``) and part in ``parts``: the state
-    and the replicas' selected sums of one chunk with that part's weights (as
-    :func:`chunk_replicas` on the chunk weighted by
+    """For each parameter point (its prepared passes in ``points``) and part in
+    ``parts``: the state and the replicas' selected sums of one chunk with that part's
+    weights (as :func:`chunk_replicas` on the chunk weighted by
     :func:`~analysis.pipeline.split.part_factor`); with ``totals``: also
     :func:`chunk_totals`. The replicas' multiplicities are drawn once per event for all
     of them; a part's selected weights are the point's selected weights on all events
     times the part's factor (equal to weighting first up to rounding, ~1e-16)."""
-    thetas = np.atleast_2d(np.asarray(thetas, dtype=np.float64))
     factors = {p: part_factor(cols.uid, p, fraction) if (fraction and p != "all"
                                                           and cols.n_events) else None
                for p in parts}
     states, rows = {}, []
-    for i, theta in enumerate(thetas):
-        values, selected = _passes(plan, theta, widths, backend)
+    for i, (values, selected) in enumerate(points):
         for p in parts:
             c = cols if factors[p] is None else dataclasses.replace(
                 cols, weight=cols.weight * factors[p])
-            states[i, p] = values.run(c, threads=threads)
+            states[i, p] = values(c)
         if cols.n_events:
-            sel = selected.run(cols, threads=threads)
+            sel = selected(cols)
             rows += [sel if factors[p] is None else sel * factors[p] for p in parts]
     if not cols.n_events:
-        return ReplicaLanes({key: ReplicaSums(np.zeros((2, replicas)), st)
+        return ReplicaLanes({key: ReplicaSums(np.zeros((2, count)), st)
                              for key, st in states.items()},
-                            ReplicaTotals(np.zeros((1 + len(PARTS), replicas))) if totals
+                            ReplicaTotals(np.zeros((1 + len(PARTS), count))) if totals
                             else None)
     u = _uid(cols)
-    weights = None
-    if totals:
-        weights = np.stack([cols.weight * (part_factor(u, p, fraction) if fraction
-                                           else float(p == "all")) for p in PARTS])
-    sums, tot = replica_lanes(u, np.stack(rows), replicas, weights, cdf=_POISSON1_CDF)
+    sums, tot = counter.lanes(u, np.stack(rows), count,
+                              _part_weights(cols, u, fraction) if totals else None)
     return ReplicaLanes({key: ReplicaSums(sums[j], st) for j, (key, st) in
                          enumerate(states.items())},
                         None if tot is None else ReplicaTotals(tot))
+
+
+def states(out: Any) -> list:
+    """The values states in a bootstrap pass's output (none for totals)."""
+    if isinstance(out, ReplicaSums):
+        return [out.state]
+    if isinstance(out, ReplicaLanes):
+        return [sums.state for sums in out.lanes.values()]
+    return []

@@ -1,5 +1,6 @@
 """What one pass computes: a :class:`Request` (values, derivatives, a pullback, yield
-gradients, a grid, entries for plots, per-event selected weights), at which parameters.
+gradients, a grid, entries for plots, per-event selected weights, bootstrap replicas),
+at which parameters.
 
 A backend (:mod:`analysis.pipeline.engine`) is asked whether it serves a plan and a
 request (``supports``), prepares them once per pass (``prepare``) and runs the prepared
@@ -14,10 +15,49 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KINDS", "Request"]
+__all__ = ["KINDS", "REPLICAS", "Replicas", "Request"]
 
 #: what a pass computes, one of these (:attr:`Request.kind`)
-KINDS = ("states", "grid", "pullback", "yield_gradients", "entries", "selected")
+KINDS = ("states", "grid", "pullback", "yield_gradients", "entries", "selected", "replicas")
+#: what a bootstrap pass gives (:attr:`Replicas.what`)
+REPLICAS = ("sums", "totals", "lanes")
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """A Poisson-bootstrap pass (:mod:`analysis.pipeline.replicas`).
+
+    Parameters
+    ----------
+    what
+        ``"sums"``: the values state and every replica's selected sums
+        (:class:`~analysis.pipeline.replicas.ReplicaSums`); ``"totals"``: every replica's
+        number of events and sum of weights per part of the validation split
+        (:class:`~analysis.pipeline.replicas.ReplicaTotals`; no cut is read);
+        ``"lanes"``: ``"sums"`` for each parameter point (the request's ``theta`` is
+        ``(P, n_params)``) and part, with ``totals`` also the totals
+        (:class:`~analysis.pipeline.replicas.ReplicaLanes`).
+    count
+        The number of replicas ``K`` (>= 0).
+    fraction
+        The validation split's fraction (``"totals"``, ``"lanes"``; None: no split).
+    parts
+        ``"lanes"``: the parts of the split, of :data:`analysis.pipeline.split.PARTS`.
+    totals
+        ``"lanes"``: also the totals.
+    """
+
+    what: str
+    count: int
+    fraction: float | None = None
+    parts: tuple[str, ...] = ("all",)
+    totals: bool = False
+
+    def __post_init__(self) -> None:
+        if self.what not in REPLICAS:
+            raise ValueError(f"replicas must be one of {', '.join(REPLICAS)}, got {self.what!r}")
+        if self.count < 0:
+            raise ValueError(f"the number of replicas must be >= 0, got {self.count}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +86,8 @@ class Request:
         Keyword-only. Observable ``entries``' values and soft weights per entry (for plots).
     selected
         Keyword-only. Each event's weight times its probability to pass the selection.
+    replicas
+        Keyword-only. A Poisson-bootstrap pass (:class:`Replicas`).
 
     Returns
     -------
@@ -61,6 +103,7 @@ class Request:
     grid: bool = field(default=False, kw_only=True)
     entries: int | None = field(default=None, kw_only=True)
     selected: bool = field(default=False, kw_only=True)
+    replicas: Replicas | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "theta", np.asarray(self.theta, dtype=np.float64))
@@ -70,7 +113,8 @@ class Request:
         asked = [k for k, on in (("pullback", self.pullback is not None),
                                  ("yield_gradients", self.yield_rows is not None),
                                  ("grid", self.grid), ("entries", self.entries is not None),
-                                 ("selected", self.selected)) if on]
+                                 ("selected", self.selected),
+                                 ("replicas", self.replicas is not None)) if on]
         if len(asked) > 1:
             raise ValueError(f"a request computes one thing, got {', '.join(asked)}")
         if asked and self.order != 0:
@@ -89,4 +133,6 @@ class Request:
             return "entries"
         if self.selected:
             return "selected"
+        if self.replicas is not None:
+            return "replicas"
         return "states"

@@ -164,8 +164,23 @@ class DatasetState:
     derivatives).
     """
 
-    def __init__(self, *, events: int, sumw: float, chunks: int, derived: Derived,
+    def __init__(self, *, events: int, sumw: float, derived: Derived, chunks: int = 1,
                  enumeration: tuple[int, int, int] | None = None) -> None:
+        """The one constructor, of a chunk's state (``chunks=1``, the default), of a
+        merge (:meth:`__add__`) and of an empty dataset's (``chunks=0``).
+
+        Parameters
+        ----------
+        events, sumw
+            The events read and their sum of weights.
+        derived
+            The states with their derivatives (:class:`analysis.stats.Derived`, or a
+            :class:`analysis.stats.Pullback` for reverse mode's passes).
+        chunks
+            How many chunks were merged into it.
+        enumeration
+            The subset enumeration of event-sum histograms, where there is one.
+        """
         self.events = int(events)
         self.sumw = float(sumw)
         self.chunks = int(chunks)
@@ -174,22 +189,6 @@ class DatasetState:
         #: events with more than 12 uncertain objects (the expensive ones), the most
         #: uncertain objects of an event)`` (:func:`analysis.pipeline.backends.jax.passes.enumeration_shapes`)
         self.enumeration = enumeration
-
-    @classmethod
-    def from_chunk(
-        cls,
-        value: dict,
-        jac: dict | None,
-        hess: dict | None,
-        *,
-        events: int,
-        sumw: float,
-        names: tuple[str, ...],
-        enumeration: tuple[int, int, int] | None = None,
-    ) -> DatasetState:
-        """Build from :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` output for one chunk."""
-        derived = Derived(names, value, jac, hess)
-        return cls(events=events, sumw=sumw, chunks=1, derived=derived, enumeration=enumeration)
 
     def __add__(self, other: DatasetState) -> DatasetState:
         if not isinstance(other, DatasetState):

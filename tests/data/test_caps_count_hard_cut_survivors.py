@@ -55,7 +55,11 @@ def extract(cfg: dict, built: list[dict], shift: float | None = None):
     return extract_columns(events(built), plan, weight_branch="genWeight", source="built.root")
 
 
-def test_thirty_jets_of_which_eight_pass_the_hard_cut_run_under_a_cap_of_12() -> None:
+# JAX: its 30-jet event-sum enumeration compiles for a minute from a cold cache; the JAX
+# backend against the same oracle in the default run:
+# tests/pipeline/test_event_sum_multiplicities.py (built events of 30 jets, both backends)
+@pytest.mark.slow_on("jax")
+def test_thirty_jets_of_which_eight_pass_the_hard_cut_run_under_a_cap_of_12(backend) -> None:
     built = built_events(False)  # 30 jets with 8 past the pre-selection, 5, 12
     assert max(len(e["pt"]) for e in built) == 30
     cfg = capped(12)
@@ -65,11 +69,10 @@ def test_thirty_jets_of_which_eight_pass_the_hard_cut_run_under_a_cap_of_12() ->
     plan = build_plan(config_from_dict(cfg))
     theta, widths = np.array([SOFT]), np.array([0.0, 0.0, WIDTH])
     want = oracle(built)
-    for engine in ("numba", "jax"):
-        st = chunk_state(cols, plan, theta, widths, order=0, backend=engine)
-        h = st.derived.value["histograms"]["ht"]
-        np.testing.assert_allclose(np.asarray(h.sumw_flow), want[0], rtol=1e-10, atol=1e-14)
-        np.testing.assert_allclose(np.asarray(h.sumw2_flow), want[1], rtol=1e-10, atol=1e-14)
+    st = chunk_state(cols, plan, theta, widths, order=0, backend=backend)
+    h = st.derived.value["histograms"]["ht"]
+    np.testing.assert_allclose(np.asarray(h.sumw_flow), want[0], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(h.sumw2_flow), want[1], rtol=1e-10, atol=1e-14)
 
 
 def test_a_real_limit_is_one_line_naming_the_survivors_and_the_key() -> None:

@@ -67,15 +67,16 @@ def lk_config(data, *, chunksize=1500, executor="iterative", widths=(5.0, 0.05))
     }
 
 
-def section(cfg: dict, params=PARAMS, *, widths=None, order=1) -> dict:
-    with Evaluator(config_from_dict(cfg)) as ev:
+def section(cfg: dict, params=PARAMS, *, widths=None, order=1, backend=None) -> dict:
+    with Evaluator(config_from_dict(cfg), backend=backend) as ev:
         states = ev.run(params, widths=widths, order=order)
         return likelihood_section(ev.config, ev.plan, states)
 
 
 @pytest.fixture(scope="module")
-def soft(small_data):
-    return section(lk_config(small_data))
+def soft(small_data, backend):
+    """The soft pass's likelihood section on each backend (fixture ``backend``)."""
+    return section(lk_config(small_data), backend=backend)
 
 
 def pyhf_model(sec: dict):
@@ -133,12 +134,16 @@ def test_z_of_the_written_templates_is_pyhf_z(soft) -> None:
             assert t["variations"]["jes"]["up"] != t["nominal"]["sumw"]
 
 
-def test_z_gradient_equals_central_differences(small_data, soft) -> None:
+# JAX: 40 s cold; the JAX backend's gradient against central differences in the default
+# run: tests/pipeline/test_object_sets_enumeration.py::test_soft_pipeline_against_enumeration
+@pytest.mark.slow_on("jax")
+def test_z_gradient_equals_central_differences(small_data, soft, backend) -> None:
     cfg = lk_config(small_data)
     names = list(PARAMS)
 
     def z(x):
-        return section(cfg, dict(zip(names, map(float, x))), order=0)["significance"]["value"]
+        return section(cfg, dict(zip(names, map(float, x))), order=0,
+                       backend=backend)["significance"]["value"]
 
     fd = central_difference(z, [PARAMS[n] for n in names], [0.05, 1e-4])
     grad = [soft["significance"]["grad"][n] for n in names]
@@ -146,8 +151,12 @@ def test_z_gradient_equals_central_differences(small_data, soft) -> None:
     assert min(abs(g) for g in grad) > 1e-4
 
 
-def test_templates_and_z_do_not_depend_on_chunking_or_executor(small_data, soft) -> None:
-    other = section(lk_config(small_data, chunksize=700, executor="futures"))
+# JAX: ~110 s cold (futures workers compile again); the JAX backend's chunk invariance in
+# the default run: tests/pipeline/test_replicas.py (chunkings, both backends)
+@pytest.mark.slow_on("jax")
+def test_templates_and_z_do_not_depend_on_chunking_or_executor(small_data, soft,
+                                                               backend) -> None:
+    other = section(lk_config(small_data, chunksize=700, executor="futures"), backend=backend)
     for ch, c in soft["channels"].items():
         for ds, t in c["samples"].items():
             u = other["channels"][ch]["samples"][ds]
@@ -192,12 +201,15 @@ def _hard_templates(data, ds: str, xsec: float, norm_lumi: float, pt_scale: floa
     return out
 
 
-def test_hard_templates_equal_hist_fills_of_awkward_selections(small_data) -> None:
+# JAX: 35 s cold; the JAX backend at width 0 against awkward + vector in the default run:
+# tests/pipeline/test_object_sets_hardcut.py::test_width0_matches_awkward_vector_hard_cuts
+@pytest.mark.slow_on("jax")
+def test_hard_templates_equal_hist_fills_of_awkward_selections(small_data, backend) -> None:
     """Width 0: nominal templates, the isr (PSWeight) and jes (Jet.pt x 1.03 / 0.97)
     variations equal ``hist`` fills of the awkward hard-cut selection of the sample,
-    the weighted sample and the shifted file."""
+    the weighted sample and the shifted file, on every backend."""
     cfg = lk_config(small_data, widths=(0.0, 0.0))
-    sec = section(cfg, widths=np.zeros(2), order=0)
+    sec = section(cfg, widths=np.zeros(2), order=0, backend=backend)
     xsec = {"ttbar": 831.76, "dy": 6077.0}
     for ds in ("ttbar", "dy"):
         cases = {"nominal": _hard_templates(small_data, ds, xsec[ds], LUMI)}

@@ -14,6 +14,7 @@ branch) must agree; the count threshold's derivative must match central differen
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import uproot
 import vector
 
@@ -142,8 +143,10 @@ def _mean_m2(s):
 
 
 def test_soft_pipeline_against_enumeration() -> None:
+    """Every observable kind on the JAX backend (the reference; the numba backend's
+    subset: :func:`test_every_backend_against_enumeration`)."""
     sums, cross, P, ev = reference()
-    with Evaluator(config_from_dict(config())) as evaluator:
+    with Evaluator(config_from_dict(config()), backend="jax") as evaluator:
         state = evaluator.run(PARAMS, order=1)["dy"]
         value = state.derived.value
         np.testing.assert_allclose(float(value["selected_sumw"]), ev @ P, rtol=1e-10)
@@ -177,15 +180,19 @@ def test_soft_pipeline_against_enumeration() -> None:
         assert abs(jac[i]) > 1e-3 * abs(ev @ P)
 
 
-def test_numba_kernel_against_enumeration() -> None:
-    """The same selection with the observables the numba kernel serves (event sum,
-    per-object field with co-moments, branch): the pass runs on the numba kernel and
-    agrees with enumeration to 1e-10, values and the count threshold's derivative."""
+# the JAX backend against the same oracle in the default run: the test above (its plan
+# runs on JAX: explicitly, backend="jax")
+@pytest.mark.slow_on("jax")
+def test_every_backend_against_enumeration(backend) -> None:
+    """The same selection with the observables the numba backend serves (event sum,
+    per-object field with co-moments, branch), on every backend (fixture ``backend``):
+    each agrees with enumeration to 1e-10, values and the count threshold's derivative
+    (central differences)."""
 
     sums, cross, P, ev = reference()
     cfg = config()
     cfg["observables"] = [o for o in cfg["observables"] if o["name"] in ("ht", "jpt", "met")]
-    with Evaluator(config_from_dict(cfg)) as evaluator:
+    with Evaluator(config_from_dict(cfg), backend=backend) as evaluator:
         assert numba_refusal(evaluator.plan, 1) is None
         state = evaluator.run(PARAMS, order=1)["dy"]
         value = state.derived.value

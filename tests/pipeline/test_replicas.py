@@ -3,7 +3,9 @@
 Reference: for a sample of known weights the bootstrap standard deviation of the
 selected sum of weights is ``sqrt(sum w^2)`` of the selected events (the Poisson
 bootstrap's exact variance; here computed with uproot + numpy), within the precision
-of a standard deviation estimated from K replicas, ``1 / sqrt(2 (K - 1))``.
+of a standard deviation estimated from K replicas, ``1 / sqrt(2 (K - 1))``. On every
+backend (fixture ``backend``: the numba loops and the JAX backend's table), and the
+numba loops term by term against the numpy ``(E, K)`` table.
 """
 
 from __future__ import annotations
@@ -26,30 +28,37 @@ CUTS = {"jet_pt_min": 25.0, "jet_abs_eta_max": 2.5, "btag_min": 0.1, "min_jets":
 K = 400
 
 
-def _selected_sumw2(small_data, name: str) -> float:
-    """sum w^2 of the events passing CUTS, from the files (numpy)."""
+def _selected(small_data, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's ``u`` (from its run, lumi and event numbers) and selected weight
+    (its weight if it passes CUTS, else 0), from the files (uproot + awkward)."""
     parts = [uproot.open(p)["Events"].arrays(["Jet_pt", "Jet_eta", "Jet_btagDeepFlavB",
-                                              "genWeight"])
+                                              "genWeight", "run", "luminosityBlock", "event"])
              for p in sorted((small_data / name).glob("*.root"))]
     a = ak.concatenate(parts)
     ok = ((a.Jet_pt > CUTS["jet_pt_min"]) & (abs(a.Jet_eta) < CUTS["jet_abs_eta_max"])
           & (a.Jet_btagDeepFlavB > CUTS["btag_min"]))
     sel = ak.to_numpy(ak.sum(ok, axis=1) >= CUTS["min_jets"])
     w = ak.to_numpy(a.genWeight).astype(np.float64)
-    return float(np.sum(w[sel] ** 2))
+    u = event_uniform(ak.to_numpy(a.run), ak.to_numpy(a.luminosityBlock), ak.to_numpy(a.event))
+    return u, np.where(sel, w, 0.0)
 
 
-def _replicas(small_data, k=K, **executor):
+def _selected_sumw2(small_data, name: str) -> float:
+    """sum w^2 of the events passing CUTS, from the files (numpy)."""
+    return float(np.sum(_selected(small_data, name)[1] ** 2))
+
+
+def _replicas(small_data, backend, k=K, **executor):
     cfg = H.make_config(small_data, executor={"type": "iterative", **executor})
-    with Evaluator(cfg) as ev:
+    with Evaluator(cfg, backend=backend) as ev:
         reps = ev.run_replicas(CUTS, widths=np.zeros(4), replicas=k)
         totals = ev.run_replica_totals(0.3, replicas=k)
     return reps, totals
 
 
 @pytest.fixture(scope="module")
-def reps(small_data):
-    return _replicas(small_data)
+def reps(small_data, backend):
+    return _replicas(small_data, backend)
 
 
 def test_bootstrap_std_of_a_yield_is_sqrt_sumw2(small_data, reps):
@@ -65,12 +74,24 @@ def test_bootstrap_std_of_a_yield_is_sqrt_sumw2(small_data, reps):
         assert float(st.derived.value["selected_sumw2"]) == pytest.approx(ref**2, rel=1e-12)
 
 
+def test_every_replica_is_the_table_of_the_files_events(small_data, reps):
+    """Each replica's selected sums are ``sum_e P_ek s_e`` and ``sum_e P_ek s_e^2`` with
+    ``P_ek`` the numpy table of the events' numbers and ``s_e`` from the files."""
+    sums, _ = reps
+    for name in ("ttbar", "dy"):
+        u, s = _selected(small_data, name)
+        p = poisson_replicas(u, K).astype(np.float64)
+        np.testing.assert_allclose(sums[name].sums, np.stack([p.T @ s, p.T @ (s * s)]),
+                                   rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("executor", [
     {"chunksize": 700},
     pytest.param({"type": "futures", "workers": 2}, marks=pytest.mark.slow),  # processes
 ])
-def test_replicas_are_the_same_on_every_chunking_and_executor(small_data, reps, executor):
-    other = _replicas(small_data, **executor)
+def test_replicas_are_the_same_on_every_chunking_and_executor(small_data, reps, executor,
+                                                              backend):
+    other = _replicas(small_data, backend, **executor)
     for a, b in zip(reps, other):
         for name in ("ttbar", "dy"):
             assert b[name].sums == pytest.approx(a[name].sums, rel=1e-10)

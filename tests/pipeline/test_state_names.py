@@ -24,7 +24,6 @@ def _flat_names(value) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["ttbar.yaml", "dimuon.yaml", "agc_ttbar_v12.yaml"])
-@pytest.mark.parametrize("backend", ["numba", "jax"])
 def test_state_names_are_the_flattened_value_states(name, backend):
     path = CONFIGS / name
     config = load_config(path)

@@ -3,8 +3,10 @@
 It serves every plan and every request but one: yield gradients in one pass (the
 numba backend's reverse pass gives them; the JAX way is the pullback's second pass).
 Its passes: :mod:`analysis.pipeline.backends.jax.passes` (states, grids, entries,
-selected weights) and :mod:`analysis.pipeline.backends.jax.reverse` (the pullback), each
-run on the backend's device.
+selected weights), :mod:`analysis.pipeline.backends.jax.reverse` (the pullback) and
+Poisson-bootstrap replicas (the values and selected-weights passes, then the
+replicas' table, :mod:`analysis.pipeline.backends.jax.bootstrap`), each run on the
+backend's device.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.pipeline import replicas
 from analysis.pipeline.backends.jax import passes, reverse
+from analysis.pipeline.backends.jax.bootstrap import TableCounter
 from analysis.pipeline.engine import Prepared
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -47,7 +51,12 @@ class JaxBackend:
         return None
 
     def prepare(self, plan: Plan, request: Request) -> Prepared:
-        """Nothing to prepare: the jit caches per plan and bucket shape."""
+        """Nothing to prepare (the jit caches per plan and bucket shape) but a bootstrap
+        pass's points' passes (:func:`analysis.pipeline.replicas.point_requests`)."""
+        if request.kind == "replicas":
+            return Prepared(self, plan, request, data=[
+                (self.prepare(plan, v), self.prepare(plan, s))
+                for v, s in replicas.point_requests(request)])
         return Prepared(self, plan, request)
 
     def jax_device(self):
@@ -71,6 +80,9 @@ class JaxBackend:
         plan, req = prepared.plan, prepared.request
         with jax.default_device(self.jax_device()):
             kind = req.kind
+            if kind == "replicas":
+                return replicas.run(columns, req.replicas, [
+                    (v.run, s.run) for v, s in prepared.data], TableCounter())
             if kind == "states":
                 return passes.chunk_state(columns, plan, req.theta, req.widths, order=req.order)
             if kind == "grid":

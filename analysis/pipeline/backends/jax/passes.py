@@ -31,7 +31,7 @@ from analysis.pipeline.layout import ChunkColumns, Shapes, bucket, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState, enumeration_counts
 from analysis.select.subsets import MAX_UNCERTAIN
-from analysis.stats.derive import value_and_derivatives
+from analysis.stats.derive import Derived, value_and_derivatives
 
 __all__ = [
     "MIN_GROUP",
@@ -269,15 +269,9 @@ def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *,
     arrays, shapes, enumerated = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
     shapes = candidate_shapes(cols, plan, theta, widths, arrays, shapes)
     value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
-    return DatasetState.from_chunk(
-        value,
-        jac,
-        hess,
-        events=cols.n_events,
-        sumw=float(np.sum(cols.weight)),
-        names=plan.trainable_names,
-        enumeration=enumerated,
-    )
+    return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)),
+                        derived=Derived(plan.trainable_names, value, jac, hess),
+                        enumeration=enumerated)
 
 
 def grid_state(cols: ChunkColumns, plan: Plan, thetas, widths=None) -> DatasetState:
@@ -289,6 +283,5 @@ def grid_state(cols: ChunkColumns, plan: Plan, thetas, widths=None) -> DatasetSt
         shapes, uncertain=tuple((c, 0) for c in event_sum_collections(plan)))
     shapes = candidate_shapes(cols, plan, thetas, np.zeros(plan.n_widths), arrays, shapes)
     value = evaluate_chunk_grid(thetas, np.zeros(plan.n_widths), arrays, plan, shapes)
-    return DatasetState.from_chunk(
-        value, None, None, events=cols.n_events, sumw=float(np.sum(cols.weight)), names=()
-    )
+    return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)),
+                        derived=Derived((), value))

@@ -7,26 +7,32 @@ request and names the first node without a rule. Its passes: states
 :mod:`~analysis.pipeline.backends.numba.fasthist`; learned scores at ``order=0``: each
 network once on the chunk's real rows, its column then a field of the plan without
 scores, :func:`analysis.pipeline.scorecols.score_columns`), entries for plots and
-per-event selected weights (the same loops, values only), reverse mode's pullback and
-one-pass yield gradients (:mod:`~analysis.pipeline.backends.numba.fastreverse`).
+per-event selected weights (the same loops, values only, on the plan without its
+histograms, which they do not read), Poisson-bootstrap replicas (those two passes and
+the replica loops, :mod:`~analysis.pipeline.backends.numba.bootstrap`), reverse mode's
+pullback and one-pass yield gradients (:mod:`~analysis.pipeline.backends.numba.fastreverse`).
 Options (which loop runs; no result depends on them) are constructor arguments.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from analysis.pipeline import scorecols
+from analysis.pipeline import replicas, scorecols
 from analysis.pipeline.backends.numba import fasthist, fastkernel, fastreverse, rules
+from analysis.pipeline.backends.numba.bootstrap import NumbaCounter
 from analysis.pipeline.engine import Prepared
 from analysis.pipeline.histplan import event_sum_collections
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState, enumeration_counts
+from analysis.stats.derive import Derived
 
 __all__ = ["NumbaBackend"]
 
@@ -49,10 +55,18 @@ class NumbaBackend:
 
     def prepare(self, plan: Plan, request: Request) -> Prepared:
         """The plan the loops run (values with learned scores: without them, their columns
-        fields) and the host module (with histograms: fasthist)."""
+        fields; entries and selected weights: without histograms); a bootstrap pass: its
+        points' passes, prepared (:func:`analysis.pipeline.replicas.point_requests`)."""
+        kind = request.kind
+        if kind == "replicas":
+            return Prepared(self, plan, request, data=[
+                (self.prepare(plan, v), self.prepare(plan, s))
+                for v, s in replicas.point_requests(request)])
         run = plan
-        if plan.scores and request.kind == "states":
+        if plan.scores and kind in ("states", "entries", "selected"):
             run = scorecols.bare(plan)
+        if kind in ("entries", "selected") and (run.hists or run.regions):
+            run = _without_histograms(run)
         return Prepared(self, plan, request, data=run)
 
     def run(self, prepared: Prepared, columns: ChunkColumns, *,
@@ -67,10 +81,15 @@ class NumbaBackend:
         plan, req, run = prepared.plan, prepared.request, prepared.data
         theta, widths = req.theta, req.widths
         kind = req.kind
+        if kind == "replicas":
+            return replicas.run(cols, req.replicas, [
+                (partial(self._run, v, threads=threads), partial(self._run, s, threads=threads))
+                for v, s in run], NumbaCounter())
         loops = {"fused": self.fused, "value_loop": self.value_loop}
+        if plan.scores and not run.scores and kind in ("states", "entries", "selected"):
+            cols = scorecols.score_columns(cols, plan, theta)
+            plan = run
         if kind == "states":
-            if run is not plan:
-                cols = scorecols.score_columns(cols, plan, theta)
             extra: dict = {}
             sums = bool(run.hists) and bool(event_sum_collections(run))
             if sums:
@@ -78,18 +97,18 @@ class NumbaBackend:
             host = fasthist if run.hists else fastkernel
             value, jac = host.evaluate_columns(cols, run, theta, widths, order=req.order,
                                                threads=threads, **loops, **extra)
-            return DatasetState.from_chunk(
-                value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
-                names=plan.trainable_names,
+            return DatasetState(
+                events=cols.n_events, sumw=float(np.sum(cols.weight)),
+                derived=Derived(plan.trainable_names, value, jac),
                 enumeration=enumeration_counts(uncertain, int(cols.n_events)) if sums else None,
             )
         if kind == "entries":
-            x, w = fastkernel.observable_entries(cols, plan, theta, widths, req.entries,
+            x, w = fastkernel.observable_entries(cols, run, theta, widths, req.entries,
                                                  threads=threads, **loops)
             keep = w != 0  # fully rejected entries
             return x[keep], w[keep]
         if kind == "selected":
-            return fastkernel.selected_weights(cols, plan, theta, widths, threads=threads)
+            return fastkernel.selected_weights(cols, run, theta, widths, threads=threads)
         if kind == "pullback":
             return fastreverse.chunk_pullback(cols, plan, theta, widths, req.pullback,
                                               threads=threads)
@@ -97,3 +116,9 @@ class NumbaBackend:
             return fastreverse.chunk_yield_gradients(cols, plan, theta, widths,
                                                      rows=req.yield_rows, threads=threads)
         raise ValueError(f"the numba backend does not compute {kind}")
+
+
+def _without_histograms(plan: Plan) -> Plan:
+    """``plan`` without its histograms and channel regions (entries and selected weights
+    read the selection and the observables only)."""
+    return dataclasses.replace(plan, hists=(), regions=())

@@ -17,6 +17,7 @@ Everything else registers with :func:`register` below, next to the limit it has.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,8 @@ def _nodes(plan: Plan, request: Request) -> Iterator[tuple[str, str, str, Any, P
     kind = request.kind
     yield "pass", kind, "this pass", None, plan
     yield "order", str(request.order), "this pass", None, plan
+    if kind == "replicas" and request.replicas.what == "totals":
+        return  # the replicas' totals read the weights only, no node of the plan
     for spec in plan.scores:
         yield "score", "network", f"learned score {spec.name!r}", spec, plan
     run = scorecols.bare(plan) if plan.scores else plan
@@ -112,6 +115,8 @@ def _nodes(plan: Plan, request: Request) -> Iterator[tuple[str, str, str, Any, P
         for node in (obs.x, obs.y):
             if node is not None:
                 yield "observable", node.kind, f"observable {obs.name!r}", node, run
+    if kind in ("entries", "selected"):  # they read neither histograms nor regions
+        run = dataclasses.replace(run, hists=(), regions=())
     regions = [("", run)] + [
         (f"channel region {r.name!r}: ", _region(run, r)) for r in run.regions]
     for i, (where, sub) in enumerate(regions):
@@ -130,8 +135,6 @@ def _nodes(plan: Plan, request: Request) -> Iterator[tuple[str, str, str, Any, P
 
 
 def _region(plan: Plan, region) -> Plan:
-    import dataclasses
-
     return dataclasses.replace(plan, hists=(), sets=region.sets,
                                event_cuts=region.event_cuts)
 
@@ -181,6 +184,19 @@ def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
 register("pass", "states")
 register("pass", "entries")
 register("pass", "selected")
+
+
+def _every_point(node, plan: Plan, request: Request, options) -> str | None:
+    if request.replicas.what != "lanes":
+        return None  # one point: the plan's nodes are walked at it
+    for theta in request.theta:  # the nodes whose limit reads the point, at each one
+        why = refusal(plan, Request(theta, request.widths, order=0), options)
+        if why is not None:
+            return f"at parameter point {theta.tolist()}: {why}"
+    return None
+
+
+register("pass", "replicas", _every_point)
 register("pass", "pullback", _reverse_pass)
 register("pass", "yield_gradients", _reverse_pass)
 
@@ -199,7 +215,7 @@ register("order", "1", _first_order)
 def _score(spec, plan: Plan, request: Request, options) -> str | None:
     if request.kind in ("pullback", "yield_gradients"):
         return None  # their columns' cotangents, then the network's vjp (fastreverse)
-    if request.kind != "states":
+    if request.kind not in ("states", "entries", "selected", "replicas"):
         return f"the network runs in the JAX kernel for {request.kind} passes"
     if request.order:
         return "its Jacobian (the network's weights) runs in the JAX kernel"
@@ -253,7 +269,7 @@ register("region", "channel", _same_sets)
 
 
 def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
-    if request.kind != "states":
+    if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
     return None
 

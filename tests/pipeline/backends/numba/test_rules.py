@@ -25,7 +25,7 @@ from analysis.driver.runner import Evaluator
 from analysis.pipeline.backend import Backend
 from analysis.pipeline.backends.numba import rules
 from analysis.pipeline.plan import build_plan
-from analysis.pipeline.request import Request
+from analysis.pipeline.request import Replicas, Request
 from analysis.select import cuts
 from tests.conftest import numba_refusal, one_line_error
 
@@ -93,7 +93,7 @@ def test_backend_numba_names_the_node_without_a_rule_in_one_line(tmp_path, capsy
     why = numba_refusal(plan, 1)
     assert why == ("histogram 'hmjj': no numba rule for histograms of kind 'call' (rules for: "
                    "branch, count, field, index, sum)")
-    with pytest.raises(Exception, match="the numba kernel cannot compute this plan: "
+    with pytest.raises(Exception, match="the numba backend cannot compute this states pass: "
                                         "histogram 'hmjj': no numba rule"):
         with Evaluator(load_config(path), chunksize=100) as ev:
             ev.run(order=1)
@@ -102,7 +102,77 @@ def test_backend_numba_names_the_node_without_a_rule_in_one_line(tmp_path, capsy
     assert "histogram 'hmjj': no numba rule for histograms of kind 'call'" in line
     # auto: the JAX backend computes it
     with Evaluator(load_config(path), chunksize=100, backend="auto") as ev:
-        state = ev.run(order=1)["ttbar"]
+        state = ev.run(order=0)["ttbar"]  # values: what it shows is that JAX runs it
     assert float(state.derived.value["selected_sumw"]) > 0
     assert Backend("auto").chooser.refusal(plan, Request(
         np.zeros(len(plan.param_names)), np.zeros(plan.n_widths))) == why
+
+
+def test_backend_numba_is_strict_for_every_pass_kind(monkeypatch):
+    """``backend: numba`` refuses a pass of every kind it does not serve (grids, entries
+    for plots, selected weights, bootstrap replicas, pullbacks, yield gradients, states)
+    in one line naming the node and what to change, before any chunk is read; ``auto``
+    gives the same passes to the JAX backend."""
+    import processors.diff_processor as dp
+    from analysis.errors import InputError
+
+    read = [0]
+    real = dp.extract_columns
+    monkeypatch.setattr(dp, "extract_columns", lambda *a, **k: read.__setitem__(0, read[0] + 1)
+                        or real(*a, **k))
+    over = {"min_jets": 3}  # beyond the count's cap of 2: no numba rule serves it
+    cap = r"count >= 2: count threshold 3\.0 beyond its cap 2"
+    with Evaluator(config_from_dict(_ttbar()), chunksize=100, backend="numba") as ev:
+        theta, w = ev.theta_and_widths(over)
+        passes = [
+            ("states", lambda: ev.run(over, order=0), cap),
+            ("grid", lambda: ev.run_grid(theta[None]),
+             "this pass: no numba rule for passes of kind 'grid'"),
+            ("entries", lambda: ev.run_histograms(0, 5, 0.0, 100.0, over), cap),
+            ("replicas", lambda: ev.run_replicas(over, replicas=3), cap),
+            ("replicas", lambda: ev.run_replica_lanes([{}, over], replicas=3),
+             r"this pass: at parameter point \[30\.0, 2\.4, 3\.0\]: " + cap),
+            ("yield_gradients", lambda: ev.run_yield_gradients(over), cap),
+        ]
+        for kind, call, why in passes:
+            with pytest.raises(InputError, match=rf"engine: the numba backend cannot compute "
+                                                 rf"this {kind} pass: {why}.*; use backend "
+                                                 r"'auto' \(numba where it can, JAX for the "
+                                                 r"rest\) or 'jax'$") as info:
+                call()
+            assert "\n" not in str(info.value)
+        assert read[0] == 0  # refused when prepared: no chunk was read
+        chooser = ev.backend.chooser
+        for req, why in ((Request(theta, w, order=0, selected=True), cap),
+                         (Request(theta, w, order=0, pullback=[]),  # no payload: not yields
+                          "this pass: the objective reads 0 payload entries")):
+            with pytest.raises(ValueError, match=f"this {req.kind} pass: {why}.*use backend"):
+                chooser.prepare(ev.plan, req)
+    # auto: the same passes go to the JAX backend (chosen when prepared)
+    auto = Backend("auto").chooser
+    for req in (Request(theta, w, order=0), Request(theta[None], w * 0, order=0, grid=True),
+                Request(theta, w, order=0, entries=0), Request(theta, w, order=0, selected=True),
+                Request(theta, w, order=0, replicas=Replicas("sums", 3)),
+                Request(np.stack([theta, theta]), w, order=0, replicas=Replicas("lanes", 3))):
+        assert auto.prepare(ev.plan, req).engine.name == "jax", req.kind
+
+
+def test_entries_and_selected_weights_of_a_plan_with_histograms_run_on_numba():
+    """Entries for plots and selected weights do not read histograms: the numba backend
+    serves them on a plan with histograms and a channel region, equal to the JAX
+    backend's (1e-12), and a bootstrap pass's replicas too."""
+    data = _ttbar()
+    data["histograms"] = [{"name": "jpt", "x": "Jet.pt", "edges": [0, 50, 100, 200]}]
+    data["likelihood"] = {"channels": {"sr": {"histogram": "jpt"}}}
+    config = config_from_dict(data)
+    plan = build_plan(config)
+    for kind in ({"entries": 0}, {"selected": True}):
+        assert numba_refusal(plan, 0, **kind) is None
+    out = {}
+    for name in ("numba", "jax"):
+        with Evaluator(config, chunksize=100, backend=name) as ev:
+            out[name] = (ev.run_histograms(0, 8, 0.0, 200.0)["ttbar"].values(),
+                         ev.run_replicas(replicas=7)["ttbar"].sums)
+    for a, b in zip(out["numba"], out["jax"]):
+        assert np.any(a != 0)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)

@@ -14,7 +14,8 @@ Options (which loop runs; no result depends on them) are constructor arguments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,13 +35,18 @@ __all__ = ["NumbaBackend"]
 @dataclass(frozen=True)
 class NumbaBackend:
     """The numba kernels (module docstring), with the options of
-    :class:`analysis.pipeline.backend.Backend` of the same names."""
+    :class:`analysis.pipeline.backend.Backend` of the same names. ``trace`` (a
+    :class:`collections.Counter`, added to; not an option: no result depends on it):
+    per ``(shift side, region)`` the walks of the selection that the state passes ran
+    (side None: the nominal columns, else the shift's ``(column, factor)``; region 0:
+    the selection): one per chunk and key."""
 
     fused: bool = True
     value_loop: bool = True
     scores_on_numba: bool = True
     numba_reverse: bool = True
     name: str = "numba"
+    trace: Counter | None = field(default=None, compare=False, repr=False)
 
     def supports(self, plan: Plan, request: Request) -> str | None:
         """``None``, or the first node of ``plan``/``request`` without a numba rule (or
@@ -75,9 +81,14 @@ class NumbaBackend:
             sums = bool(run.hists) and bool(event_sum_collections(run))
             if sums:
                 extra["uncertain"] = uncertain = {}
-            host = fasthist if run.hists else fastkernel
-            value, jac = host.evaluate_columns(cols, run, theta, widths, order=req.order,
-                                               threads=threads, **loops, **extra)
+            if run.hists:
+                value, jac = fasthist.evaluate_columns(cols, run, theta, widths,
+                                                       order=req.order, threads=threads,
+                                                       trace=self.trace, **extra)
+            else:
+                value, jac = fastkernel.evaluate_columns(cols, run, theta, widths,
+                                                         order=req.order, threads=threads,
+                                                         trace=self.trace, **loops)
             return DatasetState.from_chunk(
                 value, jac, None, events=cols.n_events, sumw=float(np.sum(cols.weight)),
                 names=plan.trainable_names,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import njit
-from analysis.pipeline.backends.numba.kernels.walk import chain_backward_value, chain_forward_value
+from analysis.pipeline.backends.numba.kernels.walk import chain_backward, chain_forward
 
 __all__ = ["sensitivities"]
 
@@ -45,7 +45,7 @@ def sensitivities(coff, q, f, max_seq, block, pe, dq, fn, b0, b1):
             n = coff[e + 1] - o
             F[0, 0] = 1.0
             for j in range(n):
-                chain_forward_value(F[j], F[j + 1], j, top, 1.0 - q[o + j], q[o + j])
+                chain_forward(F[j], F[j + 1], j, top, 1.0 - q[o + j], q[o + j], 0.0)
             last = min(n, top)
             for i in range(top + 1):
                 fn[e, i] = F[n, i] if i <= last else 0.0
@@ -56,6 +56,6 @@ def sensitivities(coff, q, f, max_seq, block, pe, dq, fn, b0, b1):
                 for i in range(last + 1):
                     h += F[j, i] * (G[min(i + 1, top)] - G[i])
                 dq[o + j] = h
-                chain_backward_value(G, Gn, j, top, 1.0 - q[o + j], q[o + j])
+                chain_backward(G, Gn, j, top, 1.0 - q[o + j], q[o + j], 0.0)
                 G, Gn = Gn, G
             pe[e] = G[0]

@@ -37,7 +37,7 @@ class NumbaBackend:
     """The numba kernels (module docstring), with the options of
     :class:`analysis.pipeline.backend.Backend` of the same names. ``trace`` (a
     :class:`collections.Counter`, added to; not an option: no result depends on it):
-    per ``(shift side, region)`` the walks of the selection that the state passes ran
+    per ``(shift side, region)`` the walks of the selection that the passes ran
     (side None: the nominal columns, else the shift's ``(column, factor)``; region 0:
     the selection): one per chunk and key."""
 
@@ -103,8 +103,9 @@ class NumbaBackend:
             return fastkernel.selected_weights(cols, plan, theta, widths, threads=threads)
         if kind == "pullback":
             return fastreverse.chunk_pullback(cols, plan, theta, widths, req.pullback,
-                                              threads=threads)
+                                              threads=threads, trace=self.trace)
         if kind == "yield_gradients":
             return fastreverse.chunk_yield_gradients(cols, plan, theta, widths,
-                                                     rows=req.yield_rows, threads=threads)
+                                                     rows=req.yield_rows, threads=threads,
+                                                     trace=self.trace)
         raise ValueError(f"the numba backend does not compute {kind}")

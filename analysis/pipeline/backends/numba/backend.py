@@ -17,7 +17,8 @@ Options (which loop runs; no result depends on them) are constructor arguments.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -40,13 +41,18 @@ __all__ = ["NumbaBackend"]
 @dataclass(frozen=True)
 class NumbaBackend:
     """The numba kernels (module docstring), with the options of
-    :class:`analysis.pipeline.backend.Backend` of the same names."""
+    :class:`analysis.pipeline.backend.Backend` of the same names. ``trace`` (a
+    :class:`collections.Counter`, added to; not an option: no result depends on it):
+    per ``(shift side, region)`` the walks of the selection that the passes ran
+    (side None: the nominal columns, else the shift's ``(column, factor)``; region 0:
+    the selection): one per chunk and key."""
 
     fused: bool = True
     value_loop: bool = True
     scores_on_numba: bool = True
     numba_reverse: bool = True
     name: str = "numba"
+    trace: Counter | None = field(default=None, compare=False, repr=False)
 
     def supports(self, plan: Plan, request: Request) -> str | None:
         """``None``, or the first node of ``plan``/``request`` without a numba rule (or
@@ -94,9 +100,14 @@ class NumbaBackend:
             sums = bool(run.hists) and bool(event_sum_collections(run))
             if sums:
                 extra["uncertain"] = uncertain = {}
-            host = fasthist if run.hists else fastkernel
-            value, jac = host.evaluate_columns(cols, run, theta, widths, order=req.order,
-                                               threads=threads, **loops, **extra)
+            if run.hists:
+                value, jac = fasthist.evaluate_columns(cols, run, theta, widths,
+                                                       order=req.order, threads=threads,
+                                                       trace=self.trace, **extra)
+            else:
+                value, jac = fastkernel.evaluate_columns(cols, run, theta, widths,
+                                                         order=req.order, threads=threads,
+                                                         trace=self.trace, **loops)
             return DatasetState(
                 events=cols.n_events, sumw=float(np.sum(cols.weight)),
                 derived=Derived(plan.trainable_names, value, jac),
@@ -111,10 +122,11 @@ class NumbaBackend:
             return fastkernel.selected_weights(cols, run, theta, widths, threads=threads)
         if kind == "pullback":
             return fastreverse.chunk_pullback(cols, plan, theta, widths, req.pullback,
-                                              threads=threads)
+                                              threads=threads, trace=self.trace)
         if kind == "yield_gradients":
             return fastreverse.chunk_yield_gradients(cols, plan, theta, widths,
-                                                     rows=req.yield_rows, threads=threads)
+                                                     rows=req.yield_rows, threads=threads,
+                                                     trace=self.trace)
         raise ValueError(f"the numba backend does not compute {kind}")
 
 

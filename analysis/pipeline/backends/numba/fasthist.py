@@ -20,7 +20,9 @@ side (the nominal columns, then each shifted column: cuts and observables move
 together) serves every region at once: the regions share the objects' pattern
 probabilities and differ only in the pass table, all mapped onto one joint count state
 space (:func:`analysis.pipeline.backends.numba._histtables._joint_tables`). A weight variation reuses
-its walk's probabilities; only its fill is new. Bins as :func:`numpy.searchsorted`
+its walk's probabilities; only its fill is new. The plan's observables read the nominal
+walk too (region 0: :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`),
+so each shift side's selection is walked once per chunk. Bins as :func:`numpy.searchsorted`
 (``side="right"``) over the edges: underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
 is filled at ``x = 0`` (its value may be garbage; as the JAX kernel).
 """
@@ -29,12 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from analysis.pipeline.backends.numba import fastkernel
+from analysis.pipeline.backends.numba import _fastleading, fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo, remember
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic, yield_sums
@@ -121,7 +124,8 @@ def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, f
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
           *, nominal: bool, moved: str | None = None, kept: dict | None = None,
           ids: Iterator[int] | None = None, chunk: ChunkColumns | None = None,
-          sides: list | None = None, ranked: dict | None = None) -> list[dict]:
+          sides: list | None = None, ranked: dict | None = None, observables: bool = False,
+          trace: Counter | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
     sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
     specs); two share the walk's lanes (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`) when the
@@ -137,7 +141,13 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     whether a shift keeps the nominal walk order (:func:`_order`); ``sides``: per
     variant None (the nominal columns) or its shift ``(column, factor)``; ``ranked``:
     the walk orders of this pass over the chunk (:func:`_order`), and under ``("index",
-    collections, whose)`` the walk order they make."""
+    collections, whose)`` the walk order they make. ``observables`` (the nominal walk of a
+    plan with observables, one variant): the walk also gives what they read in region 0
+    (:func:`analysis.pipeline.backends.numba.fastkernel.observable_states`): the object
+    weights of their sets, ``"sa"`` the event sums' ``E[X^r 1_pass]`` by observable index
+    and ``"cands"`` the indexed observables' candidates (from this walk's pattern
+    probabilities and region 0's pass table). ``trace``: counts each ``(side, region)``
+    walked."""
     kept = {} if kept is None else kept
     ranked = {} if ranked is None else ranked
     chunk = variants[0] if chunk is None else chunk
@@ -153,7 +163,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         return [w for v, side in zip(variants, sides, strict=True)
                 for w in _walk([v], plan, specs, theta, widths, trainable, threads,
                                nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
-                               sides=[side], ranked=ranked)]
+                               sides=[side], ranked=ranked, trace=trace)]
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
@@ -183,6 +193,14 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ow_keys: list[tuple[int, str]] = []
     ld_keys: list[tuple[str, int]] = []
     lw_keys: list[tuple[int, str, int]] = []
+    obs_sums: list[int] = []  # the observables' event sums (observable index)
+    if observables:
+        assert len(variants) == 1 and nominal
+        for i, obs in enumerate(plan.observables):
+            if obs.x.kind == "field" and (0, obs.x.head) not in ow_keys:
+                ow_keys.append((0, obs.x.head))
+            elif obs.x.kind in _SUMS:
+                obs_sums.append(i)
     for spec in specs:
         node = spec.node
         if node.kind == "field" and (spec.region, node.head) not in ow_keys:
@@ -217,7 +235,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         return [w for v, side in zip(variants, sides, strict=True)
                 for w in _walk([v], plan, specs, theta, widths, trainable, threads,
                                nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
-                               sides=[side], ranked=ranked)]
+                               sides=[side], ranked=ranked, trace=trace)]
     # the pattern probabilities of each variant, its tangents in its half of the lanes
     # (every entry the walk reads is written: per-thread scratch, reused across chunks)
     pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
@@ -240,6 +258,9 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ld_ls = np.array([ci_ls(s)[1] for s, _ in ld_keys], np.int64)
     ld_d = np.array([d for _, d in ld_keys], np.int64)
     n_var = len(variants)
+    # the observables' event sums of region 0 (its pass table is the walk's first)
+    sum_x, sum_has, binom = fastkernel.event_sum_inputs(plan, tab, base, flats[0], obs_sums)
+    sa = np.zeros((len(obs_sums), n_ev, binom.shape[0], lanes))
     # the lanes that carry something (value and tangents), in per-thread scratch reused
     # across chunks (the walk writes every entry the fills read), one set per walk
     width = half if nl <= half else lanes
@@ -252,27 +273,39 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     # event sums alone: each region's P(pass) is the sum of its bins' P(pass, X in b),
     # the walk would compute it once more (over every object; within an ulp of it)
     by_region = {r: key for key in es for r in (key[0],)}
-    if n_ev and not ow_keys and not lw_keys and n_var == 1 and set(regions) <= set(by_region):
+    if (n_ev and not ow_keys and not lw_keys and not obs_sums and n_var == 1
+            and set(regions) <= set(by_region)):
         for r in regions:  # bin by bin (numpy's sum over the middle axis is 10x slower)
             bins, into = es[by_region[r]], pe[0, rpos[r]]
             np.copyto(into, bins[:, 0])
             for b in range(1, bins.shape[1]):
                 np.add(into, bins[:, b], out=into)
     elif n_ev:
+        if trace is not None:
+            for side in sides:
+                for r in regions:
+                    trace[side, r] += 1
         block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
         args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
                 np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
-                ld_mask,
-                max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw)
+                ld_mask, sum_x, sum_has, binom,
+                max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw, sa)
         _run_dynamic(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
+    cands = {}
+    if observables and any(_fastleading.key(o.x) for o in plan.observables):
+        block, n_blocks = fastkernel.BLOCK, max(1, -(-n_ev // fastkernel.BLOCK))
+        cands = _fastleading.walk(plan, tab, coff, base, flats[0],
+                                  np.ascontiguousarray(pv_all[:, :, 0]), pd_all, tgt, fs[0],
+                                  dfs[0], block, n_blocks, threads)
     return [{
         "pe": {r: pe[v, rpos[r]] for r in regions},
         "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},
         "lw": {k: lw[v, i] for i, k in enumerate(lw_keys)},
         "coff": coff, "base": base, "flats": flats[v], "collections": tab.collections,
         "es": es, "n_unc": n_unc,
+        "sa": {i: sa[o] for o, i in enumerate(obs_sums)}, "cands": cands,
     } for v in range(n_var)]
 
 
@@ -459,17 +492,45 @@ def _run_fills(tasks: list, threads: int | None) -> None:
         finish()
 
 
+def _observables(cols: ChunkColumns, plan: Plan, wk: dict, ev: np.ndarray, nl: int,
+                 threads: int | None) -> tuple[dict, dict]:
+    """The observables' ``(value, jac)`` from the nominal walk ``wk`` (:func:`_walk` with
+    ``observables``; its outputs widened to all lanes) and region 0's event weights
+    ``ev``."""
+    lanes = _numba_dp.LANES
+
+    def wide(a: np.ndarray) -> np.ndarray:
+        out = np.zeros((a.shape[0], lanes))
+        out[:, : a.shape[1]] = a
+        return out
+
+    base = wk["base"]
+    off_of = {c: wk["coff"][ci] for ci, c in enumerate(wk["collections"])}
+    wo_of = {}
+    for (r, s), w in wk["ow"].items():
+        ci = wk["collections"].index(plan.sets.collection_of(s))
+        if r == 0 and s not in wo_of:
+            wo_of[s] = wide(w[int(base[ci]): int(base[ci + 1])])
+    return fastkernel.observable_states(
+        cols, plan, off_of=off_of, flats=wk["flats"], pe=wide(wk["pe"][0]), wo_of=wo_of,
+        sa_of=wk["sa"], ev=ev, cands=wk["cands"], np1=nl, threads=threads)
+
+
 def evaluate_columns(
     cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int = 1,
-    threads: int | None = None, fused: bool = True, value_loop: bool = True,
-    uncertain: dict | None = None,
+    threads: int | None = None, uncertain: dict | None = None, trace: Counter | None = None,
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk with its histogram states, as
     :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` returns them (numpy float64; ``jac``
-    None for ``order=0``); ``plan``: one the numba rules serve. ``fused``, ``value_loop``:
-    passed to :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns` (its observables).
+    None for ``order=0``); ``plan``: one the numba rules serve. Each shift side's
+    selection is walked once: the nominal walk (region 0 and the channels) gives the
+    yields, the nominal templates and the observables
+    (:func:`analysis.pipeline.backends.numba.fastkernel.observable_states`).
     ``uncertain`` (a dict, filled in): per collection an event-sum histogram sums over,
-    ``(E,)`` the uncertain objects of each event (the most over regions and shifts)."""
+    ``(E,)`` the uncertain objects of each event (the most over regions and shifts).
+    ``trace`` (a :class:`collections.Counter`, added to): per ``(side, region)`` the
+    walks that covered it (side None: the nominal columns, else the shift's ``(column,
+    factor)``)."""
     theta, widths, trainable = _inputs(plan, order, theta, widths)
     # per shift side, the specs filled from one set of entries: (region, x), its variations
     groups: dict[int | None, dict[tuple, list]] = {None: {}}
@@ -500,10 +561,13 @@ def evaluate_columns(
         moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
-                      kept=kept, ids=ids, chunk=cols, ranked=ranked,
+                      kept=kept, ids=ids, chunk=cols, ranked=ranked, trace=trace,
+                      observables=moved is None and bool(plan.observables),
                       sides=[None if sh is None else (plan.shifts[sh].key,
                                                       plan.shifts[sh].factor)
                              for sh, _, _ in job])
+        if moved is None:
+            nominal = walks[0]
         fills_of: list[list] = []  # per side
         for wk in walks:
             for coll, n in wk["n_unc"].items():
@@ -518,10 +582,7 @@ def evaluate_columns(
     _run_fills(tasks, threads)
     ov: dict = {}
     oj: dict = {}
-    if plan.observables:
-        full, fjac = fastkernel.evaluate_columns(cols, dataclasses.replace(plan, hists=()),
-                                                 theta, widths, order=order, threads=threads,
-                                                 fused=fused, value_loop=value_loop)
-        ov, oj = full["observables"], (fjac or {}).get("observables", {})
+    if plan.observables:  # from the nominal walk (region 0)
+        ov, oj = _observables(cols, plan, nominal, evs[None, 0], len(trainable) + 1, threads)
     return (state_tree(*yields["value"], ov, **value),
             state_tree(*yields["jac"], oj, **jac) if order >= 1 else None)

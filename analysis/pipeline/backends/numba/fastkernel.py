@@ -35,6 +35,7 @@ per machine with ``cache=True``.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -69,7 +70,8 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
 
-__all__ = ["BLOCK", "evaluate_columns", "observable_entries", "selected_weights"]
+__all__ = ["BLOCK", "evaluate_columns", "observable_entries", "observable_states",
+           "selected_weights"]
 
 # Events per block: partial sums per block, added in block order (deterministic).
 BLOCK = 4096
@@ -134,6 +136,28 @@ def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):
     return pv_all, pd_all
 
 
+def event_sum_inputs(plan: Plan, tab: _Tables, base: np.ndarray, flats: dict,
+                     sums: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(sum_x, sum_has, binom)`` of the walk's event sums (the observables ``sums`` of
+    ``plan``, ``sum(S.f)``/``count(S)``): ``sum_x[o, g]`` object ``g``'s value (1 for a
+    count; ``base``: each collection's first global index, ``flats`` its fields),
+    ``sum_has[o, c, p]`` 1 where pattern ``p`` of collection ``c`` holds the summed set
+    (``tab``: the walk's tables), ``binom[m, i] = C(m, i)`` up to the highest order."""
+    sp = plan.sets
+    sum_x = np.zeros((len(sums), max(int(base[-1]), 1)))
+    sum_has = np.zeros((len(sums), len(tab.collections), tab.pat.shape[1]))
+    for o, i in enumerate(sums):
+        x = plan.observables[i].x
+        ci = tab.collections.index(sp.collection_of(x.head))
+        c = tab.collections[ci]
+        sum_x[o, base[ci]: base[ci + 1]] = 1.0 if x.kind == "count" else flats[c][x.field]
+        sum_has[o, ci, : tab.n_pat[ci]] = tab.pat[ci, : tab.n_pat[ci], tab.local[x.head]] == 1
+    big_r = max([sp.orders[i] for i in sums] + [0])
+    binom = np.array([[math.comb(r, i) for i in range(big_r + 1)] for r in range(big_r + 1)],
+                     np.float64)
+    return sum_x, sum_has, binom
+
+
 class _Weights(NamedTuple):
     """What the loops give for one chunk (lanes: value, then tangents)."""
 
@@ -169,9 +193,13 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
 
 
 def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int,
-             threads: int | None, fused: bool = True, value_loop: bool = True) -> _Weights:
+             threads: int | None, fused: bool = True, value_loop: bool = True,
+             trace: Counter | None = None) -> _Weights:
     """Run the loops on one chunk (``plan``: one the numba rules serve); ``fused``,
-    ``value_loop``: :class:`analysis.pipeline.backend.Backend`'s options of those names."""
+    ``value_loop``: :class:`analysis.pipeline.backend.Backend`'s options of those names;
+    ``trace``: counts the walk (side None, region 0: the nominal selection)."""
+    if trace is not None:
+        trace[None, 0] += 1
     theta, widths, trainable = _inputs(plan, order, theta, widths)
     n_par = len(trainable)
     np1 = n_par + 1
@@ -224,17 +252,8 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
         for ls in range(int(tab.n_coll_sets[ci])):
             if set_slot[tab.coll_sets[ci, ls]] >= 0:
                 pat_need[ci] |= tab.pat[ci, :, ls] == 1
-    sum_x = np.zeros((len(sums), max(int(base[-1]), 1)))
-    sum_has = np.zeros((len(sums), n_coll, tab.pat.shape[1]))
-    for o, i in enumerate(sums):
-        x = plan.observables[i].x
-        ci = tab.collections.index(sp.collection_of(x.head))
-        c = tab.collections[ci]
-        sum_x[o, base[ci]: base[ci + 1]] = 1.0 if x.kind == "count" else flats[c][x.field]
-        sum_has[o, ci, : tab.n_pat[ci]] = tab.pat[ci, : tab.n_pat[ci], tab.local[x.head]] == 1
-    big_r = max([sp.orders[i] for i in sums] + [0])
-    binom = np.array([[math.comb(r, i) for i in range(big_r + 1)] for r in range(big_r + 1)],
-                     np.float64)
+    sum_x, sum_has, binom = event_sum_inputs(plan, tab, base, flats, sums)
+    big_r = binom.shape[0] - 1
     n_all = max([int(coff[tab.collections.index(sp.collection_of(n)), -1]) for n in slot_of]
                 + [1])
     pe = _work("pe", (n_ev, lanes))
@@ -294,37 +313,63 @@ def evaluate_columns(
     threads: int | None = None,
     fused: bool = True,
     value_loop: bool = True,
+    trace: Counter | None = None,
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk, as :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk`
     returns them (numpy float64; ``jac`` None for ``order=0``); ``plan``: one the
-    numba rules serve. ``threads``: see :func:`_threads`; ``fused``, ``value_loop``: which
-    loops run (:class:`analysis.pipeline.backend.Backend`); the result depends on none."""
+    numba rules serve (without histograms: :mod:`~analysis.pipeline.backends.numba.fasthist`).
+    ``threads``: see :func:`_threads`; ``fused``, ``value_loop``: which loops run
+    (:class:`analysis.pipeline.backend.Backend`); the result depends on none. ``trace``
+    (a :class:`collections.Counter`): ``trace[None, 0]`` counts the walks of the
+    selection (one)."""
     wt = _weights(cols, plan, theta, widths, order=order, threads=threads, fused=fused,
-                  value_loop=value_loop)
-    tab, coff, flats, pe, ow, slot_of, sums, sa, ev, n_blocks, np1 = (
-        wt.tab, wt.coff, wt.flats, wt.pe, wt.ow, wt.slot_of, wt.sums, wt.sa, wt.ev,
-        wt.n_blocks, wt.np1)
-    cands = wt.cands
-    sp = plan.sets
-    n_ev = int(cols.n_events)
-    lanes = _numba_dp.LANES
-    ys = yield_sums(ev, pe, np1, BLOCK, threads)
+                  value_loop=value_loop, trace=trace)
+    tab, coff, sp = wt.tab, wt.coff, plan.sets
+    ys = yield_sums(wt.ev, wt.pe, wt.np1, BLOCK, threads)
     value = state_tree(np.array(ys[0, 0], dtype=np.float64),
                        np.array(ys[1, 0], dtype=np.float64), {})
     jac = state_tree(ys[0, 1:], ys[1, 1:], {})
+    off_of = {c: coff[ci] for ci, c in enumerate(tab.collections)}
+    wo_of = {s: wt.ow[k, : int(off_of[sp.collection_of(s)][-1])] for s, k in wt.slot_of.items()}
+    sa_of = {i: wt.sa[k] for k, i in enumerate(wt.sums)}
+    value["observables"], jac["observables"] = observable_states(
+        cols, plan, off_of=off_of, flats=wt.flats, pe=wt.pe, wo_of=wo_of, sa_of=sa_of,
+        ev=wt.ev, cands=wt.cands, np1=wt.np1, threads=threads)
+    return value, (jac if order >= 1 else None)
+
+
+def observable_states(cols: ChunkColumns, plan: Plan, *, off_of: dict, flats: dict,
+                      pe: np.ndarray, wo_of: dict, sa_of: dict, ev: np.ndarray, cands: dict,
+                      np1: int, threads: int | None) -> tuple[dict, dict]:
+    """``(value, jac)`` of ``plan``'s observables (``{name: {"moments"|"comoments":
+    ...}}``) from one walk of the selection: ``off_of[c]`` the object offsets of
+    collection ``c``, ``flats[c]`` its fields, ``pe`` ``(E, LANES)`` ``P(pass)``,
+    ``wo_of[s]`` ``(N_c, LANES)`` ``P(j in s and the event passes)`` per object of
+    every set of a field observable, ``sa_of[i]`` ``(E, R + 1, LANES)``
+    ``E[X^r 1_pass]`` of event-sum observable ``i``, ``ev`` ``(E, LANES)`` the event
+    weights, ``cands`` the indexed observables' candidates
+    (:func:`analysis.pipeline.backends.numba._fastleading.walk`); lanes: value, then the
+    ``np1 - 1`` tangents. The walk is :func:`_weights`'s or, with histograms,
+    :mod:`~analysis.pipeline.backends.numba.fasthist`'s (region 0 of its nominal walk):
+    every consumer of a chunk reads one walk of its selection."""
+    sp = plan.sets
+    n_ev = int(cols.n_events)
+    n_blocks = max(1, -(-n_ev // BLOCK))
+    lanes = _numba_dp.LANES
     ev_off = np.arange(n_ev + 1, dtype=np.int64)
-    sum_of = {i: k for k, i in enumerate(sums)}
+    vobs: dict[str, Any] = {}
+    jobs: dict[str, Any] = {}
     for i, obs in enumerate(plan.observables):
         x = obs.x
         ventry: dict[str, Any] = {}
         jentry: dict[str, Any] = {}
         if x.kind in ("sum", "count"):
             ventry["moments"], jentry["moments"] = sum_moments_state(
-                sa[sum_of[i]][:, :, :np1], ev[:, :np1], sp.orders[i])
+                sa_of[i][:, :, :np1], ev[:, :np1], sp.orders[i])
         else:
             if x.kind == "field":
-                eoff = coff[tab.collections.index(sp.collection_of(x.head))]
-                wo = ow[slot_of[x.head], : int(eoff[-1])]
+                eoff = off_of[sp.collection_of(x.head)]
+                wo = wo_of[x.head]
             elif x.kind in ("index", "call"):
                 eoff, wo = cands[_fastleading.key(x)][:2]
             else:
@@ -352,9 +397,9 @@ def evaluate_columns(
                 ventry["moments"], jentry["moments"] = moments_state(tot, cx, fx)
             if obs.bivariate:
                 ventry["comoments"], jentry["comoments"] = comoments_state(tot, cx, cy, fx, fy)
-        value["observables"][obs.name] = ventry
-        jac["observables"][obs.name] = jentry
-    return value, (jac if order >= 1 else None)
+        vobs[obs.name] = ventry
+        jobs[obs.name] = jentry
+    return vobs, jobs
 
 
 def selected_weights(

@@ -17,8 +17,14 @@ on values only:
 - trainable count thresholds: ``dP_e/dtheta = sum_k F_n[k] df[k]/dtheta``.
 
 One walk per event for any number of parameters (the networks' weights, the cut
-thresholds), plus the chunk's value states (:func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`
-at ``order=0``, on the score columns: :func:`analysis.pipeline.scorecols.bare`).
+thresholds), which also gives the chunk's value states (its pass probabilities and
+objects' weights: the yields and the observables of kinds ``S.f`` and branches, as
+:func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns` computes them at
+``order=0``: the same floats, but for the objects' weights where trainable count
+thresholds keep more count states on the chain, whose sums then split the last state's
+probability over more terms: within an ulp or two); observables of other kinds (event
+sums, indexed objects) take their value states from that function (on the score columns:
+:func:`analysis.pipeline.scorecols.bare`).
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
@@ -29,6 +35,7 @@ then runs the JAX sweep.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import jax.numpy as jnp
@@ -36,6 +43,7 @@ import numpy as np
 
 from analysis.pipeline import scorecols
 from analysis.pipeline.backends.numba import _fastone, fastkernel
+from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
     _pass_table,
     _reduced,
@@ -46,7 +54,7 @@ from analysis.pipeline.backends.numba._fasttables import (
 from analysis.pipeline.backends.numba.kernels import _numba_sens
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
-from analysis.pipeline.results import DatasetState, state_names, yield_cotangents
+from analysis.pipeline.results import DatasetState, state_names, state_tree, yield_cotangents
 from analysis.stats.derive import Pullback
 
 __all__ = ["chunk_pullback", "chunk_yield_gradients"]
@@ -79,16 +87,47 @@ def _chain_table(plan: Plan, theta, widths, counts_tr: tuple[int, ...]):
     return np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
 
 
+def _value_states(cols: ChunkColumns, plan: Plan, coll: str, coff: np.ndarray, flat: dict,
+                  ev: np.ndarray, pe: np.ndarray, ow: np.ndarray, threads: int | None) -> dict:
+    """The chunk's value states (yields and observables of kinds ``S.f`` and branches) from
+    the sensitivities' walk: the event weights ``ev``, pass probabilities ``pe`` and
+    object weights ``ow`` (``(N,)``) of the one set's collection ``coll`` (offsets
+    ``coff``, fields ``flat``), in lane 0 of
+    :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`' inputs."""
+    lanes = fastkernel._numba_dp.LANES
+
+    def lane0(a: np.ndarray) -> np.ndarray:
+        out = np.zeros((a.shape[0], lanes))
+        out[:, 0] = a
+        return out
+
+    ev8, pe8, wo = lane0(ev), lane0(pe), lane0(ow)
+    ys = yield_sums(ev8, pe8, 1, fastkernel.BLOCK, threads)
+    value = state_tree(np.array(ys[0, 0], dtype=np.float64),
+                       np.array(ys[1, 0], dtype=np.float64), {})
+    heads = {o.x.head for o in plan.observables if o.x.kind == "field"}
+    value["observables"], _ = fastkernel.observable_states(
+        cols, plan, off_of={coll: coff}, flats={coll: flat}, pe=pe8, wo_of=dict.fromkeys(heads, wo),
+        sa_of={}, ev=ev8, cands={}, np1=1, threads=threads)
+    return value
+
+
 def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
-            payload: list | None = None, threads: int | None = None):
+            payload: list | None = None, threads: int | None = None,
+            trace: Counter | None = None):
     """``(value, grads)``: the chunk's value states and ``grads[r] = d(a1_r Y + a2_r Y2)/dtheta``
     over the full parameter vector for each row ``(a1_r, a2_r)`` of ``cots`` ((R, 2));
-    ``payload`` given: ``cots`` from it (one row; it reads the yields only)."""
+    ``payload`` given: ``cots`` from it (one row; it reads the yields only). ``trace``:
+    counts the walks of the selection (``trace[None, 0]``: one, two with event sums or
+    indexed observables)."""
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
     widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
     run = scorecols.bare(plan)
     cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
-    value, _ = fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads)
+    # the value states from the sensitivities' walk where it gives what they read
+    own = any(o.x.kind not in ("field", "branch") for o in run.observables)
+    value = (fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads,
+                                         trace=trace)[0] if own else None)
     if payload is not None:  # one that reads the yields only (the numba rules checked it)
         cot = yield_cotangents(state_names(run), payload)
         if isinstance(cot, str):
@@ -102,7 +141,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     n_ev = int(cols.n_events)
     tab = _tables(run)
     coll = tab.collections[0]
-    counts, flat = cols.collections.get(coll, (np.zeros(n_ev, np.int64), {}))
+    counts, flat = cols.collections.get(coll, (np.zeros(n_ev, np.int64), {
+        f_: np.zeros(0) for f_ in dict(run.sets.fields).get(coll, ())}))
     counts = np.asarray(counts, dtype=np.int64)
     coff = np.zeros(n_ev + 1, np.int64)
     np.cumsum(counts, out=coff[1:])
@@ -122,11 +162,17 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     f, df = _chain_table(run, theta, widths, counts_tr)
     pe, dq = np.zeros(n_ev), np.zeros(n_obj)
     fn = np.zeros((n_ev, f.shape[0]))
+    want_w = value is None and any(o.x.kind == "field" for o in run.observables)
+    ow = np.zeros(n_obj if want_w else 0)
+    if trace is not None:
+        trace[None, 0] += 1
     if n_ev:
-        args = (coff, np.ascontiguousarray(q), f, max(int(counts.max(initial=0)), 1),
-                fastkernel.BLOCK, pe, dq, fn)
+        args = (coff, np.ascontiguousarray(q), f, want_w, max(int(counts.max(initial=0)), 1),
+                fastkernel.BLOCK, pe, dq, fn, ow)
         fastkernel._run_blocks(_numba_sens.sensitivities, args,
                                max(1, -(-n_ev // fastkernel.BLOCK)), threads)
+    if value is None:
+        value = _value_states(cols, run, coll, coff, flat, ev, pe, ow, threads)
 
     dy = cots[:, :1] + 2.0 * cots[:, 1:] * (ev * pe)  # (R, E): dL/dy_e
     dp = dy * ev  # dL/dP_e
@@ -160,18 +206,20 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
 
 
 def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payload: list, *,
-                   threads: int | None = None) -> DatasetState:
+                   threads: int | None = None, trace: Counter | None = None) -> DatasetState:
     """One chunk's states and gradient share (module docstring), as
     :func:`analysis.pipeline.backends.jax.reverse.chunk_pullback` returns them, for a
     plan and a payload the numba rules serve (the payload reads the yields only)."""
-    value, grad = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads)
+    value, grad = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads,
+                          trace=trace)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,
                         derived=Pullback(plan.trainable_names, value, grad[0]))
 
 
 def chunk_yield_gradients(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *,
                           rows: tuple[bool, bool] = (True, True),
-                          threads: int | None = None) -> DatasetState:
+                          threads: int | None = None,
+                          trace: Counter | None = None) -> DatasetState:
     """One chunk's value states and the gradients of its two yields: ``derived`` a
     :class:`~analysis.stats.Pullback` whose ``grad`` is ``(2, P)``, ``[dY_c/dtheta,
     dY2_c/dtheta]`` over ``plan.trainable_names`` (``plan``: one the numba rules serve).
@@ -180,6 +228,6 @@ def chunk_yield_gradients(cols: ChunkColumns, plan: Plan, theta: Any, widths: An
     pass (no second pass: :func:`analysis.optimize.reverse.reverse_objective`). ``rows``:
     which of the two to compute (a row not asked for is zeros: the cotangent it meets is 0)."""
     cots = np.eye(2) * np.asarray(rows, dtype=np.float64)[:, None]
-    value, grad = _shares(cols, plan, theta, widths, cots, threads=threads)
+    value, grad = _shares(cols, plan, theta, widths, cots, threads=threads, trace=trace)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,
                         derived=Pullback(plan.trainable_names, value, grad))

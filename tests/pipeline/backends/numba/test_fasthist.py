@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 import jax
 import numpy as np
@@ -23,6 +24,8 @@ from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.numba import fasthist
+from analysis.pipeline.backends.numba.backend import NumbaBackend
+from analysis.pipeline.request import Request
 from tests.chunked_helpers import NANOAOD_WARNINGS
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastkernel import assert_close, make_plan, synthetic
@@ -238,6 +241,35 @@ def test_observables_beside_histograms_and_order_0():
     compare(plan, cols, theta, widths)
     state = compare(plan, cols, theta, widths, order=0)
     assert state.derived.jac is None or not jax.tree_util.tree_leaves(state.derived.jac)
+
+
+def test_one_walk_of_the_selection_per_shift_side():
+    """Observables of every kind beside histograms and templates: each shift side's
+    selection (and channel regions) walked once per chunk, counted by the backend's
+    ``trace`` (the observables read the nominal walk; they used to walk region 0 again),
+    and the states equal the JAX kernel's."""
+    cfg = copy.deepcopy(CONFIG)
+    cfg["observables"] = [
+        {"name": "jpt", "x": "jets.pt", "stats": ["mean", "std"]},
+        {"name": "nb", "x": "count(bjets)", "stats": ["mean"]},
+        {"name": "ht", "x": "sum(jets.pt)", "stats": ["mean", "std"]},
+        {"name": "lead", "x": "jets[1].pt", "stats": ["mean"]},
+        {"name": "met", "x": "MET.pt", "stats": ["mean"]}]
+    plan, theta, widths = make_plan(cfg)
+    cols = columns(200, plan, seed=4)
+    trace: Counter = Counter()
+    numba = NumbaBackend(trace=trace)
+    for order in (0, 1):
+        trace.clear()
+        state = numba.run(numba.prepare(plan, Request(theta, widths, order=order)), cols)
+        sides = {None} | {(s.key, s.factor) for s in plan.shifts}
+        assert {side for side, _ in trace} == sides, trace
+        assert set(trace.values()) == {1}, trace  # region 0 of the nominal side: once
+        assert trace[None, 0] == 1
+        ref = chunk_state(cols, plan, theta, widths, order=order, backend="jax")
+        assert_trees_close(ref.derived.value, state.derived.value, "value")
+        if order:
+            assert_trees_close(ref.derived.jac, state.derived.jac, "jacobian")
 
 
 @pytest.mark.parametrize("n", [0, 1, 3])

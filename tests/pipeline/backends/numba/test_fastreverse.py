@@ -26,8 +26,9 @@ from tests.reference.enumeration import configurations
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sensitivities_equal_enumeration(seed: int) -> None:
-    """P, dP/dq_j and the final count distribution of a few events against all 2^n
-    pass/fail configurations (dP/dq_j = P(j passes) - P(j fails): P is affine in q_j)."""
+    """P, dP/dq_j, the objects' weights P(j passes and the event passes) and the final
+    count distribution of a few events against all 2^n pass/fail configurations
+    (dP/dq_j = P(j passes) - P(j fails): P is affine in q_j)."""
     rng = np.random.default_rng(seed)
     counts = np.array([0, 1, 3, 6, 5, 2])
     coff = np.concatenate([[0], np.cumsum(counts)])
@@ -36,7 +37,8 @@ def test_sensitivities_equal_enumeration(seed: int) -> None:
     f = np.array([0.0, 0.15, 0.7, 1.0])  # a smoothed ">= 2": chain states 0..3 (top absorbs)
     top = f.size - 1
     pe, dq, fn = np.zeros(counts.size), np.zeros(q.size), np.zeros((counts.size, f.size))
-    _numba_sens.sensitivities(coff, q, f, int(counts.max()), 2, pe, dq, fn, 0, 3)
+    ow = np.zeros(q.size)
+    _numba_sens.sensitivities(coff, q, f, True, int(counts.max()), 2, pe, dq, fn, ow, 0, 3)
 
     def prob(qe: np.ndarray) -> tuple[float, np.ndarray]:
         conf, p = configurations(qe)
@@ -54,6 +56,8 @@ def test_sensitivities_equal_enumeration(seed: int) -> None:
             hi[j], lo[j] = 1.0, 0.0
             np.testing.assert_allclose(dq[coff[e] + j], prob(hi)[0] - prob(lo)[0],
                                        rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(ow[coff[e] + j], qe[j] * prob(hi)[0], rtol=1e-12,
+                                       atol=1e-15)
 
 
 def _count_numba(monkeypatch) -> list:
@@ -195,3 +199,36 @@ def test_the_rules_name_what_the_numba_pass_does_not_serve() -> None:
         assert numba_refusal(ev.plan, 0, yield_rows=(True, True)) is None
         assert "switched off" in numba_refusal(ev.plan, 0, yield_rows=(True, True),
                                                backend=Backend(numba_reverse=False))
+
+
+def test_the_value_states_come_from_the_sensitivities_walk() -> None:
+    """The yields and observables (S.f, abs of a branch) of the reverse pass read its walk
+    (the backend's trace: one walk of the selection), the states of the forward kernel
+    at order 0 (1e-14); an event sum needs the forward kernel's walk as well."""
+    from collections import Counter
+
+    from analysis.pipeline.backends.numba import fastkernel
+    from tests.pipeline.backends.numba.test_fastkernel import make_plan, one_set_config, synthetic
+
+    for sums in (False, True):
+        cfg = one_set_config(width=1.0, inverted=False)
+        if sums:
+            cfg["observables"].append({"name": "n", "x": "count(Jet)", "stats": ["mean"]})
+        plan, theta, widths = make_plan(cfg)
+        cols = synthetic(3000, seed=5)
+        trace: Counter = Counter()
+        got = fastreverse.chunk_yield_gradients(cols, plan, theta, widths, trace=trace)
+        ref, _ = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
+        assert trace[None, 0] == (2 if sums else 1), trace
+        a = jax_leaves(got.derived.value)
+        b = jax_leaves(ref)
+        assert len(a) == len(b) > 4
+        for x, y in zip(a, b, strict=True):  # the same floats here (the chain may be
+            # longer with trainable count thresholds: an ulp or two on the objects' weights)
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-14, atol=0.0)
+
+
+def jax_leaves(tree) -> list:
+    import jax
+
+    return jax.tree_util.tree_leaves(tree)

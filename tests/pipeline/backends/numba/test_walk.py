@@ -5,8 +5,12 @@ For random transition tables ``tgt[p, k]`` (pattern 0 keeps the state), pattern
 probabilities ``pi[j, p]`` with tangents and a pass table ``f``: the pass probability
 ``P = sum_a prod_j pi[j, a_j] f(state(a))``, its tangents (the product rule over the
 factors), the weight of object ``j`` in pattern ``p``, ``P(a_j = p and pass)``, and the
-event sums' powers ``E[X^m 1_pass]``, from the steps (lanes and values only; the chain
-steps on the one-set chain) against the sum over all ``P^N`` assignments.
+event sums' powers ``E[X^m 1_pass]``, from the steps against the sum over all ``P^N``
+assignments. Each step is one source compiled into its variants by the arrays it is
+given (kernels/lanes.py): every variant is checked here, tangents in 8 lanes (``h =
+0``), two variants of 4 lanes (``h = 4``), values only (and lane 0 of the tangent
+variant to the last bit), the forward step on masked states (the leading objects'
+walk), the chain steps on the one-set chain in lanes and values.
 """
 
 from __future__ import annotations
@@ -66,16 +70,18 @@ def _walk_values(pv, tgt, f):
     for j in range(n):
         walk.clear(F[j + 1], states, n_states)
         for p in range(n_pat):
-            walk.forward_value(F[j + 1], F[j], pv[j, p], tgt[p], states, n_states)
+            walk.forward(F[j + 1], F[j], pv[j, p], pv[j, p], 0.0, tgt[p], states, n_states, 0,
+                         states, False)
     G = f.copy()
     Gn = np.empty(n_states)
     H = np.zeros((n, n_pat))
     for j in range(n - 1, -1, -1):
         for p in range(n_pat):
-            H[j, p] = pv[j, p] * walk.weight_value(F[j], G, tgt[p], states, n_states)
+            H[j, p] = pv[j, p] * walk.weight(H, F[j], G, tgt[p], states, n_states, 0, states,
+                                             False)
         walk.clear(Gn, states, n_states)
         for p in range(n_pat):
-            walk.backward_value(Gn, G, pv[j, p], tgt[p], states, n_states)
+            walk.backward(Gn, G, pv[j, p], pv[j, p], 0.0, tgt[p], states, n_states, 0)
         G[:] = Gn
     return G[0], H
 
@@ -97,11 +103,11 @@ def _chain(q, dq, f, df):
     Fv = np.zeros((n + 1, top + 1))
     Fv[0, 0] = 1.0
     for s in range(n):
-        walk.chain_forward(F[s], F[s + 1], s, top, q, dq)
-        walk.chain_forward_value(Fv[s], Fv[s + 1], s, top, 1.0 - q[s], q[s])
+        walk.chain_forward(F[s], F[s + 1], s, top, 1.0 - q[s], q[s], dq[s])
+        walk.chain_forward(Fv[s], Fv[s + 1], s, top, 1.0 - q[s], q[s], 0.0)
     for j in range(n - 1, -1, -1):
-        walk.chain_backward(G[j + 1], G[j], j, top, q, dq)
-        walk.chain_backward_value(g, gn, j, top, 1.0 - q[j], q[j])
+        walk.chain_backward(G[j + 1], G[j], j, top, 1.0 - q[j], q[j], dq[j])
+        walk.chain_backward(g, gn, j, top, 1.0 - q[j], q[j], 0.0)
         g, gn = gn, g
     return G[0, 0].copy(), g[0], F[n, :, 0].copy(), Fv[n].copy()
 
@@ -195,6 +201,7 @@ def test_chain_steps_equal_enumeration(n, top):
         dist[min(sum(a), top)] += np.prod([q[j] if x else 1.0 - q[j] for j, x in enumerate(a)])
     np.testing.assert_allclose(Fn, dist, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(Fv, dist, rtol=1e-13, atol=1e-15)
+    assert value == lanes[0] and np.array_equal(Fv, Fn)  # values: lane 0, to the bit
 
 
 @numba.njit
@@ -217,8 +224,8 @@ def _sums(pv, pd, x, tgt, f, binom):
         for p in range(n_pat):
             walk.sums_backward(Gn, Gm, pv[j, p], pd[j, p], x[j, p], binom, tgt[p], states,
                                n_states, acc)
-            walk.sums_backward_value(Gvn, Gv, pv[j, p], x[j, p], binom, tgt[p], states,
-                                     n_states)
+            walk.sums_backward(Gvn, Gv, pv[j, p], 0.0, x[j, p], binom, tgt[p], states,
+                               n_states, 0.0)
         Gm, Gv = Gn, Gvn
     return Gm[:, 0].copy(), Gv[:, 0].copy()
 
@@ -245,3 +252,48 @@ def test_event_sum_steps_equal_enumeration():
     np.testing.assert_allclose(lanes[:, 0], ref, rtol=1e-12)
     np.testing.assert_allclose(lanes[:, 1:], dref[:, 1:], rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(values, ref, rtol=1e-12)
+    assert np.array_equal(values, lanes[:, 0])  # the value variant is lane 0, to the bit
+
+
+@numba.njit
+def _masked_forward(pv, pd, tgt, mask):
+    """F_n by the forward step on the states of ``mask`` only (the leading objects'
+    variant), in lanes and for values only."""
+    n, n_pat = pv.shape
+    n_states = tgt.shape[1]
+    states = np.arange(n_states)
+    F = np.zeros((n + 1, n_states, LANES))
+    Fv = np.zeros((n + 1, n_states))
+    F[0, 0, 0] = 1.0
+    Fv[0, 0] = 1.0
+    for j in range(n):
+        for p in range(n_pat):
+            walk.forward(F[j + 1], F[j], pv[j, p], pv[j, p], pd[j, p], tgt[p], states,
+                         n_states, 0, mask, True)
+            walk.forward(Fv[j + 1], Fv[j], pv[j, p], pv[j, p], 0.0, tgt[p], states,
+                         n_states, 0, mask, True)
+    return F[n].copy(), Fv[n].copy()
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_masked_forward_steps_equal_enumeration(seed):
+    # F_n[k] = sum over the assignments whose path leaves only states of the mask
+    pv, pd, tgt, _, _ = _event(seed)
+    mask = np.ones(tgt.shape[1], np.bool_)
+    mask[[2, 4]] = False
+    ref = np.zeros(tgt.shape[1])
+    dref = np.zeros((tgt.shape[1], LANES))
+    for a in itertools.product(range(pv.shape[1]), repeat=pv.shape[0]):
+        k, ok = 0, True
+        for p in a:
+            ok = ok and bool(mask[k])
+            k = tgt[p, k]
+        if ok:
+            ref[k] += np.prod([pv[j, p] for j, p in enumerate(a)])
+            for j, p in enumerate(a):
+                dref[k] += pd[j, p] * np.prod([pv[i, q] for i, q in enumerate(a) if i != j])
+    lanes, values = _masked_forward(pv, pd, tgt, mask)
+    np.testing.assert_allclose(lanes[:, 0], ref, rtol=1e-13, atol=1e-16)
+    np.testing.assert_allclose(lanes[:, 1:], dref[:, 1:], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(values, ref, rtol=1e-13, atol=1e-16)
+    assert np.array_equal(values, lanes[:, 0])

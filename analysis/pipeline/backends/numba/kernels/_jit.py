@@ -13,6 +13,12 @@
 - :func:`compiled`: a loop compiled once with LLVM's SLP vectorizer on (numba leaves it
   off), which packs the lane arithmetic into vector operations without reassociating
   anything.
+- :func:`specialise`: a primitive of the lane arithmetic whose implementation is chosen
+  at compile time from its arguments' types (numba's ``overload``, the same policy,
+  inlined): the walk's steps are written once over "lane vectors" and compiled per
+  caller into the variant with tangents (a vector is an array of lanes) or the one for
+  values only (a vector is a number:
+  :mod:`analysis.pipeline.backends.numba.kernels.lanes`).
 
 A kernel module imports only numpy, numba, math and the modules of this folder
 (``tests/pipeline/backends/numba/test_kernel_imports.py``).
@@ -21,13 +27,24 @@ A kernel module imports only numpy, numba, math and the modules of this folder
 from __future__ import annotations
 
 import numba
+from numba.extending import overload
 
-__all__ = ["compiled", "inline", "njit"]
+__all__ = ["compiled", "inline", "njit", "specialise"]
 
 _POLICY = {"cache": True, "nogil": True, "fastmath": False}
 
 njit = numba.njit(**_POLICY)
 inline = numba.njit(**_POLICY, inline="always")
+
+
+
+def specialise(stub):
+    """Decorate the typing function of ``stub`` (a Python function that names the
+    primitive and documents it): called by numba with the arguments' types, it returns
+    the implementation for those types (``numba.extending.overload``, inlined at numba's
+    IR level, compiled with this policy)."""
+    return overload(stub, inline="always", jit_options=_POLICY)
+
 
 _COMPILED: set = set()
 

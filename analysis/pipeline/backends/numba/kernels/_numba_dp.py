@@ -27,7 +27,25 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import compiled, inline, njit
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, axpy, lin, lin_add, lin_add2
+from analysis.pipeline.backends.numba.kernels.lanes import (
+    LANES,
+    axpy,
+    keep_sum,
+    lane_buffer,
+    lane_buffer4,
+    lin,
+    lin_add,
+    lin_add2,
+    no_tangent,
+    set_value,
+    set_vec,
+    store_row,
+    table_init,
+    tangents,
+    vec_mul_add,
+    vec_zero,
+    zero_at,
+)
 from analysis.pipeline.backends.numba.kernels.walk import (
     backward,
     clear,
@@ -160,7 +178,14 @@ def select(
     ``pd_all[...]``: pattern probabilities and tangents of object ``i`` of collection
     ``c``; ``f``, ``df``: the pass table, ``df`` in lanes (lane 0 zero); ``pat_need[c,
     p]``: pattern ``p`` holds a set with a slot. Pattern 0 (in no set) adds nothing to
-    any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents."""
+    any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents.
+
+    One source for two variants, chosen at compile time by the tangent arguments
+    (:mod:`~analysis.pipeline.backends.numba.kernels.lanes`): ``pd_all`` ``(N, P,
+    LANES)`` and ``df`` ``(S, LANES)`` give the loop with tangents; ``pd_all = df = 0.0``
+    the loop for values only (buffers of one lane, the outputs' lane 0, their other
+    lanes set to zero: the same floats as lane 0 of the first,
+    :func:`analysis.pipeline.backends.numba.kernels._numba_value.select_value`)."""
     n_ev = pe.shape[0]
     n_states = f.shape[0]
     n_sums = sum_x.shape[0]
@@ -170,13 +195,13 @@ def select(
     for b in range(b0, b1):
         seq_c = np.empty(max_seq, np.int64)
         seq_g = np.empty(max_seq, np.int64)
-        F = np.zeros((max_seq + 1 if need_fwd else 1, n_states, LANES))
-        G = np.empty((n_states, LANES))
-        Gn = np.empty((n_states, LANES))
-        H = np.empty((p_max, LANES))
-        Gm = np.empty((n_sums, big_r + 1, n_states, LANES))
-        Gmn = np.empty((n_sums, big_r + 1, n_states, LANES))
-        acc = np.empty(LANES)
+        F = lane_buffer(max_seq + 1 if need_fwd else 1, n_states, df)
+        G = lane_buffer(1, n_states, df)[0]
+        Gn = lane_buffer(1, n_states, df)[0]
+        H = lane_buffer(1, p_max, df)[0]
+        Gm = lane_buffer4(n_sums, big_r + 1, n_states, df)
+        Gmn = lane_buffer4(n_sums, big_r + 1, n_states, df)
+        buf = np.empty(LANES)
         xp = np.empty(p_max)
         states = np.arange(n_states)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
@@ -184,85 +209,72 @@ def select(
             # forward distributions (only for per-object weights)
             if need_fwd:
                 for k in range(n_states):
-                    for r in range(LANES):
-                        F[0, k, r] = 0.0
-                F[0, 0, 0] = 1.0
+                    zero_at(F[0], k)
+                set_value(F[0], 0, 1.0)
                 for j in range(n):
                     c = seq_c[j]
                     g = seq_g[j]
                     clear(F[j + 1], states, n_states)
                     for p in range(n_pat[c]):
                         pv = pv_all[g, p]
-                        forward(F[j + 1], F[j], pv, pv, pd_all[g, p], tgt[c, p], states,
-                                n_states, 0, states, False)
+                        forward(F[j + 1], F[j], pv, pv, tangents(pd_all, g, p), tgt[c, p],
+                                states, n_states, 0, states, False)
             # backward value functions, object weights, event sums
             for k in range(n_states):
-                for r in range(LANES):
-                    G[k, r] = df[k, r]
-                G[k, 0] = f[k]
+                table_init(G, k, f, df)
             for o in range(n_sums):
                 for m in range(big_r + 1):
                     for k in range(n_states):
-                        for r in range(LANES):
-                            Gm[o, m, k, r] = G[k, r] if m == 0 else 0.0
+                        if m == 0:
+                            set_vec(Gm[o, m], k, G[k])
+                        else:
+                            zero_at(Gm[o, m], k)
             for j in range(n - 1, -1, -1):
                 c = seq_c[j]
                 g = seq_g[j]
                 if need_fwd:
                     for p in range(n_pat[c]):
                         if pat_need[c, p]:
-                            weight(H[p], F[j], G, tgt[c, p], states, n_states, 0, states, False)
+                            keep_sum(H, p, weight(H[p], F[j], G, tgt[c, p], states, n_states,
+                                                  0, states, False))
                     for ls in range(n_coll_sets[c]):
                         slot = set_slot[coll_sets[c, ls]]
                         if slot < 0:
                             continue
                         jj = g - base[c]
-                        for r in range(LANES):
-                            acc[r] = 0.0
+                        acc = vec_zero(H[0], buf)
                         for p in range(n_pat[c]):
                             if pat[c, p, ls] != 1:
                                 continue
-                            pv = pv_all[g, p]
-                            h0 = H[p, 0]
-                            for r in range(LANES):
-                                acc[r] += pv * H[p, r] + h0 * pd_all[g, p, r]
-                        for r in range(LANES):
-                            ow[slot, jj, r] = acc[r]
+                            acc = vec_mul_add(acc, pv_all[g, p], H[p], tangents(pd_all, g, p))
+                        store_row(ow[slot, jj], acc)
                 for o in range(n_sums):
                     for p in range(n_pat[c]):
                         xp[p] = sum_x[o, g] * sum_has[o, c, p]
                     for m in range(big_r + 1):
-                        for k in range(n_states):
-                            for r in range(LANES):
-                                Gmn[o, m, k, r] = 0.0
+                        clear(Gmn[o, m], states, n_states)
                     for p in range(n_pat[c]):
                         pv = pv_all[g, p]
-                        if pv == 0.0:  # a pattern of probability exactly 0 adds nothing:
-                            nil = True  # skip it (its powers of x may overflow: 0 x inf)
-                            for r in range(1, LANES):
-                                if pd_all[g, p, r] != 0.0:
-                                    nil = False
-                            if nil:
-                                continue
-                        sums_backward(Gmn[o], Gm[o], pv, pd_all[g, p], xp[p], binom, tgt[c, p],
-                                      states, n_states, acc)
+                        # a pattern of probability exactly 0 adds nothing: skip it (its
+                        # powers of x may overflow: 0 x inf)
+                        if pv == 0.0 and no_tangent(pd_all, g, p):
+                            continue
+                        sums_backward(Gmn[o], Gm[o], pv, tangents(pd_all, g, p), xp[p], binom,
+                                      tgt[c, p], states, n_states, buf)
                     for m in range(big_r + 1):
                         for k in range(n_states):
-                            for r in range(LANES):
-                                Gm[o, m, k, r] = Gmn[o, m, k, r]
+                            set_vec(Gm[o, m], k, Gmn[o, m, k])
                 clear(Gn, states, n_states)
                 for p in range(n_pat[c]):
                     pv = pv_all[g, p]
-                    backward(Gn, G, pv, pv, pd_all[g, p], tgt[c, p], states, n_states, 0)
+                    backward(Gn, G, pv, pv, tangents(pd_all, g, p), tgt[c, p], states,
+                             n_states, 0)
                 for k in range(n_states):
-                    for r in range(LANES):
-                        G[k, r] = Gn[k, r]
-            for r in range(LANES):
-                pe[e, r] = G[0, r]
+                    set_vec(G, k, Gn[k])
+            store_row(pe[e], G[0])
             for o in range(n_sums):
                 for m in range(big_r + 1):
-                    for r in range(LANES):
-                        sa[o, e, m, r] = Gm[o, m, 0, r]
+                    store_row(sa[o, e, m], Gm[o, m, 0])
 
 
 @njit

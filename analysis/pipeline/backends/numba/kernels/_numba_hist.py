@@ -39,7 +39,14 @@ import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add2
-from analysis.pipeline.backends.numba.kernels.walk import backward, clear, forward, sequence, weight
+from analysis.pipeline.backends.numba.kernels.walk import (
+    backward,
+    clear,
+    forward,
+    sequence,
+    sums_backward,
+    weight,
+)
 
 __all__ = ["is_rank_order", "leading_support", "rank_order", "store", "walk"]
 
@@ -145,8 +152,8 @@ def _reach(tgt, c, n_pat, rs, nr, j, mark):
 @njit
 def walk(
     coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs,
-    ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, ld_mask, max_seq, max_d, block, pe, ow,
-    lw, b0, b1,
+    ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, ld_mask, sum_x, sum_has, binom, max_seq,
+    max_d, block, pe, ow, lw, sa, b0, b1,
 ):
     """Blocks ``b0:b1`` of the walk (module docstring). ``rankidx[base[c] + i]``: the
     global index of the object at position ``i`` of collection ``c`` in walk order;
@@ -161,7 +168,13 @@ def walk(
     region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``
     (outputs of ``h`` lanes for two variants, of ``h`` or ``LANES`` lanes for one: its
     first lanes; every entry of an object of the slot's collection, and of every event,
-    written).
+    written). Event sums ``o`` of the first table (one variant only, ``h = 0``: the
+    observables of the selection, region 0): ``sa[o, e, m] = E[X_o^m 1_pass]`` in all
+    lanes for ``m <= binom.shape[0] - 1`` (``sum_x[o, g]``: object ``g``'s value,
+    ``sum_has[o, c, p]``: 1 where pattern ``p`` holds the summed set), the recursion of
+    :func:`~analysis.pipeline.backends.numba.kernels.walk.sums_backward` (a pattern of
+    probability exactly 0 without tangents skipped in every event: its powers of ``x``
+    may overflow).
     Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``
     (value lanes doubled, halved once at the end: exact).
     Every loop over states runs over the states reachable after the objects so far
@@ -175,6 +188,8 @@ def walk(
     n_ow = ow_r.shape[0]
     n_ld = ld_c.shape[0]
     n_lw = lw_r.shape[0]
+    n_sums = sum_x.shape[0]
+    big_r = binom.shape[0] - 1
     for b in range(b0, b1):
         seq_c = np.empty(max_seq, np.int64)
         seq_g = np.empty(max_seq, np.int64)
@@ -188,6 +203,9 @@ def walk(
         Gn = np.zeros((n_reg, n_states, LANES))
         inner = np.empty(LANES)
         acc = np.empty(LANES)
+        Gm = np.zeros((n_sums, big_r + 1, n_states, LANES))
+        Gmn = np.zeros((n_sums, big_r + 1, n_states, LANES))
+        xp = np.empty(pat.shape[1])
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             n = sequence(coff, base, e, seq_c, seq_g)
             for j in range(n):  # each collection in its walk order
@@ -239,6 +257,12 @@ def walk(
                         G[q, k, r] = dfs[q, k, r]
                     G[q, k, 0] = fs[q, k]
                     G[q, k, h] = fs[q, k]
+            for o in range(n_sums):
+                for i in range(nr[n]):
+                    k = rs[n, i]
+                    for m in range(big_r + 1):
+                        for r in range(LANES):
+                            Gm[o, m, k, r] = G[0, k, r] if m == 0 else 0.0
             for j in range(n - 1, -1, -1):
                 c = seq_c[j]
                 g = seq_g[j]
@@ -265,6 +289,23 @@ def walk(
                         store(ow[0, o, g], ow[-1, o, g], acc, h)
                     else:
                         store(lw[0, o - n_ow, g], lw[-1, o - n_ow, g], acc, h)
+                for o in range(n_sums):
+                    for p in range(n_pat[c]):
+                        xp[p] = sum_x[o, g] * sum_has[o, c, p]
+                    for m in range(big_r + 1):
+                        clear(Gmn[o, m], rs[j], nr[j])
+                    for p in range(n_pat[c]):
+                        if pv_all[g, p, 0] == 0.0:  # nothing to add (and 0 x inf)
+                            nil = True
+                            for r in range(1, LANES):
+                                if pd_all[g, p, r] != 0.0:
+                                    nil = False
+                            if nil:
+                                continue
+                        sums_backward(Gmn[o], Gm[o], pv_all[g, p, 0], pd_all[g, p], xp[p],
+                                      binom, tgt[c, p], rs[j], nr[j], acc)
+                if n_sums:
+                    Gm, Gmn = Gmn, Gm
                 for q in range(n_reg):
                     clear(Gn[q], rs[j], nr[j])
                     for p in range(n_pat[c]):
@@ -274,6 +315,10 @@ def walk(
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
+            for o in range(n_sums):
+                for m in range(big_r + 1):
+                    for r in range(LANES):
+                        sa[o, e, m, r] = Gm[o, m, 0, r]
 
 
 def leading_support(tgt: np.ndarray, n_pat: np.ndarray, pat: np.ndarray, ld_c: np.ndarray,

@@ -40,14 +40,7 @@ import numpy as np
 from analysis.pipeline.backends.numba.kernels._jit import njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import cut_times, inverse_width
 from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add
-from analysis.pipeline.backends.numba.kernels.walk import (
-    chain_backward,
-    chain_backward_value,
-    chain_forward,
-    chain_forward_value,
-    weight,
-    weight_value,
-)
+from analysis.pipeline.backends.numba.kernels.walk import chain_backward, chain_forward, weight
 
 __all__ = ["select_one", "select_one_value"]
 
@@ -95,7 +88,7 @@ def select_one(
             if not want_w:
                 Ga, Gb = G[0], G[1]
                 for j in range(n - 1, -1, -1):
-                    chain_backward(Ga, Gb, j, top, q, dq)
+                    chain_backward(Ga, Gb, j, top, 1.0 - q[j], q[j], dq[j])
                     Ga, Gb = Gb, Ga
                 for r in range(LANES):
                     pe[e, r] = Ga[0, r]
@@ -104,8 +97,9 @@ def select_one(
                 F[0, 0, r] = 0.0
             F[0, 0, 0] = 1.0
             for s in range(n):  # two independent chains, one loop
-                chain_forward(F[s], F[s + 1], s, top, q, dq)
-                chain_backward(G[n - s], G[n - 1 - s], n - 1 - s, top, q, dq)
+                chain_forward(F[s], F[s + 1], s, top, 1.0 - q[s], q[s], dq[s])
+                j = n - 1 - s
+                chain_backward(G[j + 1], G[j], j, top, 1.0 - q[j], q[j], dq[j])
             for j in range(n):
                 weight(H, F[j], G[j + 1], chain, states, min(j, top) + 1, 0, chain, False)
                 row = ow[o + j]
@@ -148,7 +142,7 @@ def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
             if not want_w:
                 Ga, Gb = G[0], G[1]
                 for j in range(n - 1, -1, -1):
-                    chain_backward_value(Ga, Gb, j, top, 1.0 - q[j], q[j])
+                    chain_backward(Ga, Gb, j, top, 1.0 - q[j], q[j], 0.0)
                     Ga, Gb = Gb, Ga
                 pe[e, 0] = Ga[0]
                 for r in range(1, lanes):
@@ -156,11 +150,11 @@ def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
                 continue
             F[0, 0] = 1.0
             for s in range(n):  # two independent chains, one loop
-                chain_forward_value(F[s], F[s + 1], s, top, 1.0 - q[s], q[s])
+                chain_forward(F[s], F[s + 1], s, top, 1.0 - q[s], q[s], 0.0)
                 j = n - 1 - s
-                chain_backward_value(G[j + 1], G[j], j, top, 1.0 - q[j], q[j])
+                chain_backward(G[j + 1], G[j], j, top, 1.0 - q[j], q[j], 0.0)
             for j in range(n):
-                h = weight_value(F[j], G[j + 1], chain, states, min(j, top) + 1)
+                h = weight(q, F[j], G[j + 1], chain, states, min(j, top) + 1, 0, chain, False)
                 row = ow[o + j]
                 row[0] = q[j] * h
                 for r in range(1, lanes):

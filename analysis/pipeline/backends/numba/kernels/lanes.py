@@ -1,4 +1,4 @@
-"""The lane arithmetic of the numba kernels (float64).
+"""The lane arithmetic of the numba kernels (float64), and its primitives over lane vectors.
 
 Every differentiated quantity is a vector of :data:`LANES` lanes: lane 0 the value, lanes
 1..P its tangents (one per trainable parameter, padded with zeros), or two variants of 4
@@ -9,13 +9,33 @@ compiled: :func:`analysis.pipeline.backends.numba.kernels._jit.compiled`) packs 
 few vector operations (a loop over the lanes that stores as it goes is left scalar: the
 output might alias the inputs). The same operations in the same order as the loops
 written with a lane loop: the same floats.
+
+The walk's steps (:mod:`analysis.pipeline.backends.numba.kernels.walk`) are written once
+over *lane vectors* with the primitives below (:func:`mul_add`, :func:`dot_zero`,
+:func:`dot_add`, :func:`dot_end`, :func:`vec_zero`, :func:`vec_axpy`, :func:`chain_set`,
+:func:`chain_out`, :func:`chain_in`, :func:`zero_at`), each specialised at compile time
+on its arguments' types (:func:`analysis.pipeline.backends.numba.kernels._jit.specialise`):
+a lane vector that is an array of :data:`LANES` is a value with its tangents (the product
+rule, two variants side by side with ``h = 4``); one that is a number is a value alone,
+and the primitive is the same operation without the tangent terms (which add exact zeros
+to lane 0: the same floats as lane 0 of the tangent variant). So one step's source gives
+the variant with tangents and the one for values only; which one a kernel gets follows
+from the arrays it passes (``(states, LANES)`` or ``(states,)``).
 """
 
 from __future__ import annotations
 
-from analysis.pipeline.backends.numba.kernels._jit import inline
+import numpy as np
+from numba import types
 
-__all__ = ["LANES", "axpy", "lin", "lin2", "lin_add", "lin_add2"]
+from analysis.pipeline.backends.numba.kernels._jit import inline, specialise
+
+__all__ = [
+    "LANES", "axpy", "chain_in", "chain_out", "chain_set", "dot_add", "dot_end", "dot_zero",
+    "keep_sum", "lane_buffer", "lane_buffer4", "lin", "lin2", "lin_add", "lin_add2",
+    "mul_add", "no_tangent", "set_value", "set_vec", "store_row", "table_init", "tangents",
+    "vec_axpy", "vec_mul_add", "vec_zero", "zero_at",
+]
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
 # (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
@@ -77,3 +97,398 @@ def lin2(out, a, x, b, y, c, u, d, v):
     out[4], out[5], out[6], out[7] = (
         (a * x4 + b * y4) + (c * u4 + d * v4), (a * x5 + b * y5) + (c * u5 + d * v5),
         (a * x6 + b * y6) + (c * u6 + d * v6), (a * x7 + b * y7) + (c * u7 + d * v7))
+
+
+# --- primitives over lane vectors: an array of LANES (tangents) or a number (values) ----
+
+
+def _lanes(t) -> bool:
+    """Whether the numba type ``t`` of a lane vector is an array of lanes (else a number)."""
+    return isinstance(t, types.Array)
+
+
+def mul_add(out, t, a, a_hi, x, h, d):
+    """``out[t] += a x + x_0 d`` (``d``: ``a``'s tangents; lanes 4-7 with ``a_hi`` and
+    ``x_h`` for two variants, :func:`lin_add2`); values: ``out[t] += a x``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(mul_add)
+def _mul_add(out, t, a, a_hi, x, h, d):
+    if _lanes(x):
+        def lanes(out, t, a, a_hi, x, h, d):
+            lin_add2(out[t], a, a_hi, x, x[0], x[h], d)
+        return lanes
+
+    def values(out, t, a, a_hi, x, h, d):
+        out[t] += a * x
+    return values
+
+
+def dot_zero(x):
+    """The start of a sum of products of lane vectors like ``x``: 8 zeros (a tuple: kept
+    in registers), or ``0.0``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(dot_zero)
+def _dot_zero(x):
+    if _lanes(x):
+        def lanes(x):
+            return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return lanes
+
+    def values(x):
+        return 0.0
+    return values
+
+
+def dot_add(acc, x, y, h):
+    """``acc + x y`` by the product rule per lane, ``acc_r + (y_0 x_r + x_0 y_r)`` (lanes
+    4-7: ``y_h``, ``x_h``; the value lanes doubled, :func:`dot_end` halves them: exact);
+    values: ``acc + x y``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(dot_add)
+def _dot_add(acc, x, y, h):
+    if _lanes(x):
+        def lanes(acc, x, y, h):
+            a, a_hi, b, b_hi = y[0], y[h], x[0], x[h]
+            return (acc[0] + (a * x[0] + b * y[0]), acc[1] + (a * x[1] + b * y[1]),
+                    acc[2] + (a * x[2] + b * y[2]), acc[3] + (a * x[3] + b * y[3]),
+                    acc[4] + (a_hi * x[4] + b_hi * y[4]), acc[5] + (a_hi * x[5] + b_hi * y[5]),
+                    acc[6] + (a_hi * x[6] + b_hi * y[6]), acc[7] + (a_hi * x[7] + b_hi * y[7]))
+        return lanes
+
+    def values(acc, x, y, h):
+        return acc + x * y
+    return values
+
+
+def dot_end(inner, acc, h):
+    """A sum of :func:`dot_add` into ``inner`` (lanes: the value lanes ``0`` and ``h``
+    halved, exact) and returned (its value); values: ``acc``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(dot_end)
+def _dot_end(inner, acc, h):
+    if isinstance(acc, types.BaseTuple):
+        def lanes(inner, acc, h):
+            inner[0], inner[1], inner[2], inner[3] = acc[0], acc[1], acc[2], acc[3]
+            inner[4], inner[5], inner[6], inner[7] = acc[4], acc[5], acc[6], acc[7]
+            inner[0] *= 0.5  # value lanes summed x y twice (exact)
+            if h:
+                inner[h] *= 0.5
+            return inner[0]
+        return lanes
+
+    def values(inner, acc, h):
+        return acc
+    return values
+
+
+def vec_zero(like, buf):
+    """A lane vector of zeros like ``like``: ``buf`` cleared (lanes), or ``0.0``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(vec_zero)
+def _vec_zero(like, buf):
+    if _lanes(like):
+        def lanes(like, buf):
+            for r in range(LANES):
+                buf[r] = 0.0
+            return buf
+        return lanes
+
+    def values(like, buf):
+        return 0.0
+    return values
+
+
+def vec_axpy(acc, a, x):
+    """``acc + a x`` (``a`` a number; lanes: into ``acc``, returned)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(vec_axpy)
+def _vec_axpy(acc, a, x):
+    if _lanes(x):
+        def lanes(acc, a, x):
+            for r in range(LANES):
+                acc[r] += a * x[r]
+            return acc
+        return lanes
+
+    def values(acc, a, x):
+        return acc + a * x
+    return values
+
+
+def chain_set(out, t, pv, x, pq, y, d):
+    """The chain's two terms, "out" (``pv = 1 - q``, tangents ``-d``) and "in" (``pq = q``,
+    tangents ``d``): ``out[t] = (pv x - x_0 d) + (pq y + y_0 d)`` (:func:`lin2`, one
+    store); values: ``out[t] = pv x + pq y``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(chain_set)
+def _chain_set(out, t, pv, x, pq, y, d):
+    if _lanes(x):
+        def lanes(out, t, pv, x, pq, y, d):
+            lin2(out[t], pv, x, -x[0], d, pq, y, y[0], d)
+        return lanes
+
+    def values(out, t, pv, x, pq, y, d):
+        out[t] = pv * x + pq * y
+    return values
+
+
+def chain_out(out, t, pv, x, d):
+    """The chain's "out" term alone: ``out[t] = pv x - x_0 d`` (:func:`lin`); values:
+    ``out[t] = pv x``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(chain_out)
+def _chain_out(out, t, pv, x, d):
+    if _lanes(x):
+        def lanes(out, t, pv, x, d):
+            lin(out[t], pv, x, -x[0], d)
+        return lanes
+
+    def values(out, t, pv, x, d):
+        out[t] = pv * x
+    return values
+
+
+def chain_in(out, t, pq, y, d):
+    """The chain's "in" term added: ``out[t] += pq y + y_0 d`` (:func:`lin_add`); values:
+    ``out[t] += pq y``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(chain_in)
+def _chain_in(out, t, pq, y, d):
+    if _lanes(y):
+        def lanes(out, t, pq, y, d):
+            lin_add(out[t], pq, y, y[0], d)
+        return lanes
+
+    def values(out, t, pq, y, d):
+        out[t] += pq * y
+    return values
+
+
+def zero_at(out, t):
+    """``out[t] = 0`` (every lane of a ``(states, LANES)`` array; one number of a
+    ``(states,)`` one)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(zero_at)
+def _zero_at(out, t):
+    if out.ndim == 2:
+        def lanes(out, t):
+            for r in range(LANES):
+                out[t, r] = 0.0
+        return lanes
+
+    def values(out, t):
+        out[t] = 0.0
+    return values
+
+
+# --- the same for a kernel's buffers and outputs: tangents, or none (a number) -----------
+
+
+def _has(t) -> bool:
+    """Whether the numba type ``t`` of a kernel's tangent argument (``pd_all``, ``df``) is
+    an array (tangents asked for), else a number (``0.0``: values only)."""
+    return isinstance(t, types.Array)
+
+
+def lane_buffer(n, m, d):
+    """A float64 buffer ``(n, m, LANES)`` where ``d`` (a tangent argument) is an array, else
+    ``(n, m)``; contents undefined."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(lane_buffer)
+def _lane_buffer(n, m, d):
+    if _has(d):
+        def lanes(n, m, d):
+            return np.empty((n, m, LANES))
+        return lanes
+
+    def values(n, m, d):
+        return np.empty((n, m))
+    return values
+
+
+def lane_buffer4(n, m, s, d):
+    """:func:`lane_buffer` of ``(n, m, s[, LANES])``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(lane_buffer4)
+def _lane_buffer4(n, m, s, d):
+    if _has(d):
+        def lanes(n, m, s, d):
+            return np.empty((n, m, s, LANES))
+        return lanes
+
+    def values(n, m, s, d):
+        return np.empty((n, m, s))
+    return values
+
+
+def tangents(d, g, p):
+    """``d[g, p]`` (the tangents of object ``g``'s pattern ``p``), or ``0.0`` (none)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(tangents)
+def _tangents(d, g, p):
+    if _has(d):
+        def lanes(d, g, p):
+            return d[g, p]
+        return lanes
+
+    def values(d, g, p):
+        return 0.0
+    return values
+
+
+def no_tangent(d, g, p):
+    """Whether ``d[g, p]`` is zero in every tangent lane (true where there are none)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(no_tangent)
+def _no_tangent(d, g, p):
+    if _has(d):
+        def lanes(d, g, p):
+            for r in range(1, LANES):
+                if d[g, p, r] != 0.0:
+                    return False
+            return True
+        return lanes
+
+    def values(d, g, p):
+        return True
+    return values
+
+
+def table_init(G, k, f, df):
+    """``G[k] = (f[k], df[k, 1:])`` (value lane ``f``, tangent lanes ``df``), or ``f[k]``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(table_init)
+def _table_init(G, k, f, df):
+    if _has(df):
+        def lanes(G, k, f, df):
+            for r in range(LANES):
+                G[k, r] = df[k, r]
+            G[k, 0] = f[k]
+        return lanes
+
+    def values(G, k, f, df):
+        G[k] = f[k]
+    return values
+
+
+def set_vec(out, t, x):
+    """``out[t] = x`` (every lane)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(set_vec)
+def _set_vec(out, t, x):
+    if _lanes(x):
+        def lanes(out, t, x):
+            for r in range(LANES):
+                out[t, r] = x[r]
+        return lanes
+
+    def values(out, t, x):
+        out[t] = x
+    return values
+
+
+def set_value(out, t, v):
+    """The value lane of ``out[t]`` set to the number ``v`` (the tangents kept)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(set_value)
+def _set_value(out, t, v):
+    if out.ndim == 2:
+        def lanes(out, t, v):
+            out[t, 0] = v
+        return lanes
+
+    def values(out, t, v):
+        out[t] = v
+    return values
+
+
+def keep_sum(H, p, v):
+    """``H[p] = v`` for values only (with tangents :func:`dot_end` wrote ``H[p]``)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(keep_sum)
+def _keep_sum(H, p, v):
+    if H.ndim == 2:
+        def lanes(H, p, v):
+            pass
+        return lanes
+
+    def values(H, p, v):
+        H[p] = v
+    return values
+
+
+def vec_mul_add(acc, a, x, d):
+    """``acc + a x + x_0 d`` (lanes: into ``acc``, returned), or ``acc + a x``."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(vec_mul_add)
+def _vec_mul_add(acc, a, x, d):
+    if _lanes(x):
+        def lanes(acc, a, x, d):
+            x0 = x[0]
+            for r in range(LANES):
+                acc[r] += a * x[r] + x0 * d[r]
+            return acc
+        return lanes
+
+    def values(acc, a, x, d):
+        return acc + a * x
+    return values
+
+
+def store_row(out, x):
+    """An output row ``out`` (``(LANES,)`` or fewer lanes) from the lane vector ``x``; a
+    number into lane 0, the other lanes zero."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(store_row)
+def _store_row(out, x):
+    if _lanes(x):
+        def lanes(out, x):
+            for r in range(LANES):
+                out[r] = x[r]
+        return lanes
+
+    def values(out, x):
+        out[0] = x
+        for r in range(1, out.shape[0]):
+            out[r] = 0.0
+    return values

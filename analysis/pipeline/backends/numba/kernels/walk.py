@@ -25,19 +25,20 @@ what differs between them is which states a step runs over and what it is given:
 - the states: ``states[:ns]`` (every state, or the states reachable after the objects
   so far: the others hold exact zeros), optionally only those where ``mask`` is true
   (``masked``: a compile-time constant after inlining);
-- the lanes: with tangents, every quantity is a vector of lanes (value, then tangents,
-  or two variants of 4 lanes: ``h = 4``, the second variant's value lane, and ``pv_hi``
-  its probability; ``h = 0``, ``pv_hi = pv`` for one variant), the product rule
-  ``(pi F)' = pi F' + F_0 pi'`` in :func:`~analysis.pipeline.backends.numba.kernels.lanes.lin_add2`;
-  for values only, scalars (:func:`forward_value`, :func:`backward_value`,
-  :func:`weight_value`: lane 0's operations without the tangent terms, which add exact
-  zeros there: the same floats);
+- the lanes: each step is written once over lane vectors and specialised at compile
+  time by the arrays it is given (:mod:`~analysis.pipeline.backends.numba.kernels.lanes`'
+  primitives): ``(states, LANES)`` arrays give the variant with tangents (value, then
+  tangents, or two variants of 4 lanes: ``h = 4``, the second variant's value lane, and
+  ``pv_hi`` its probability; ``h = 0``, ``pv_hi = pv`` for one variant; the product rule
+  ``(pi F)' = pi F' + F_0 pi'``), ``(states,)`` arrays the variant for values only (lane
+  0's operations without the tangent terms, which add exact zeros there: the same
+  floats; the tangent arguments ``d``, ``inner``, ``acc`` are then unused: pass ``0.0``);
 - the chain: one collection with one set (patterns "out", ``1 - q``, state ``k`` kept, and
   "in", ``q``, to ``min(k + 1, L)``), where a state's two terms are summed in registers
-  before one store (:func:`chain_forward`, :func:`chain_backward` and their value
-  versions: the same operations in the same order as the general step's two terms,
-  without storing the first and reading it back; the layout of
-  :mod:`~analysis.pipeline.backends.numba.kernels._numba_one`, whose docstring says why).
+  before one store (:func:`chain_forward`, :func:`chain_backward`: the same operations in
+  the same order as the general step's two terms, without storing the first and reading
+  it back; the layout of :mod:`~analysis.pipeline.backends.numba.kernels._numba_one`,
+  whose docstring says why).
 
 A step adds into its output (the caller clears it, :func:`clear`, or sets it once): the
 sums over patterns run in pattern order, those over states in the order of ``states``,
@@ -47,12 +48,22 @@ so that every caller adds the same terms in the same order as the recursions abo
 from __future__ import annotations
 
 from analysis.pipeline.backends.numba.kernels._jit import inline
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin, lin2, lin_add, lin_add2
+from analysis.pipeline.backends.numba.kernels.lanes import (
+    chain_in,
+    chain_out,
+    chain_set,
+    dot_add,
+    dot_end,
+    dot_zero,
+    mul_add,
+    vec_axpy,
+    vec_zero,
+    zero_at,
+)
 
 __all__ = [
-    "backward", "backward_value", "chain_backward", "chain_backward_value", "chain_forward",
-    "chain_forward_value", "clear", "forward", "forward_value", "sequence", "sums_backward",
-    "sums_backward_value", "weight", "weight_value",
+    "backward", "chain_backward", "chain_forward", "clear", "forward", "sequence",
+    "sums_backward", "weight",
 ]
 
 
@@ -79,161 +90,79 @@ def clear(F, states, ns):
 
 @inline
 def forward(Fn, F, pv, pv_hi, d, row, states, ns, h, mask, masked):
-    """One pattern's term of the forward step in lanes: ``Fn[row[k]] += pv F[k] + F[k, 0]
-    d`` (``d``: the pattern probability's tangents; lanes 4-7 with ``pv_hi``, ``F[k, h]``
-    for two variants) for ``k`` in ``states[:ns]`` (and ``mask[k]`` if ``masked``);
-    ``row``: ``tgt[c, p]``."""
+    """One pattern's term of the forward step: ``Fn[row[k]] += pv F[k] + F[k, 0] d``
+    (``d``: the pattern probability's tangents; lanes 4-7 with ``pv_hi``, ``F[k, h]``
+    for two variants; values: ``pv F[k]``) for ``k`` in ``states[:ns]`` (and ``mask[k]``
+    if ``masked``); ``row``: ``tgt[c, p]``."""
     for i in range(ns):
         k = states[i]
         if masked and not mask[k]:
             continue
-        fk = F[k]
-        lin_add2(Fn[row[k]], pv, pv_hi, fk, fk[0], fk[h], d)
+        mul_add(Fn, row[k], pv, pv_hi, F[k], h, d)
 
 
 @inline
 def backward(Gn, G, pv, pv_hi, d, row, states, ns, h):
-    """One pattern's term of the backward step in lanes: ``Gn[k] += pv G[row[k]] +
-    G[row[k], 0] d`` (two variants as :func:`forward`) for ``k`` in ``states[:ns]``."""
+    """One pattern's term of the backward step: ``Gn[k] += pv G[row[k]] + G[row[k], 0] d``
+    (two variants as :func:`forward`; values: ``pv G[row[k]]``) for ``k`` in
+    ``states[:ns]``."""
     for i in range(ns):
         k = states[i]
-        gt = G[row[k]]
-        lin_add2(Gn[k], pv, pv_hi, gt, gt[0], gt[h], d)
+        mul_add(Gn, k, pv, pv_hi, G[row[k]], h, d)
 
 
 @inline
 def weight(inner, F, G, row, states, ns, h, mask, masked):
-    """``inner = sum_k F[k] G[row[k]]`` in lanes (the product rule ``G_0 F + F_0 G``, value
-    lanes summed twice and halved: exact) over ``k`` in ``states[:ns]`` (and ``mask[k]``
-    if ``masked``): one pattern's inner sum of an object weight. Summed in registers (a
-    sum in memory waits on its own store every step)."""
-    i0 = i1 = i2 = i3 = i4 = i5 = i6 = i7 = 0.0
+    """``sum_k F[k] G[row[k]]`` over ``k`` in ``states[:ns]`` (and ``mask[k]`` if
+    ``masked``): one pattern's inner sum of an object weight, returned (its value) and,
+    with tangents, into ``inner`` (the product rule ``G_0 F + F_0 G``, value lanes summed
+    twice and halved: exact). Summed in registers (a sum in memory waits on its own
+    store every step)."""
+    acc = dot_zero(F[0])
     for i in range(ns):
         k = states[i]
         if masked and not mask[k]:
             continue
-        gt = G[row[k]]
-        fk = F[k]
-        a, a_hi, b, b_hi = gt[0], gt[h], fk[0], fk[h]
-        i0, i1, i2, i3 = (i0 + (a * fk[0] + b * gt[0]), i1 + (a * fk[1] + b * gt[1]),
-                          i2 + (a * fk[2] + b * gt[2]), i3 + (a * fk[3] + b * gt[3]))
-        i4, i5, i6, i7 = (i4 + (a_hi * fk[4] + b_hi * gt[4]), i5 + (a_hi * fk[5] + b_hi * gt[5]),
-                          i6 + (a_hi * fk[6] + b_hi * gt[6]), i7 + (a_hi * fk[7] + b_hi * gt[7]))
-    inner[0], inner[1], inner[2], inner[3] = i0, i1, i2, i3
-    inner[4], inner[5], inner[6], inner[7] = i4, i5, i6, i7
-    inner[0] *= 0.5  # value lanes summed F G twice (exact)
-    if h:
-        inner[h] *= 0.5
+        acc = dot_add(acc, F[k], G[row[k]], h)
+    return dot_end(inner, acc, h)
 
 
 @inline
 def sums_backward(Gmn, Gm, pv, d, x, binom, row, states, ns, acc):
-    """One pattern's term of the event sums' backward step in lanes: ``Gmn[m, k] += pv A +
-    A_0 d`` with ``A = sum_{i <= m} C(m, i) x^i Gm[m - i, row[k]]`` (``binom[m, i] =
-    C(m, i)``; ``x``: the object's summed value in this pattern, 0 where the pattern does
-    not hold the summed set) for every power ``m`` and ``k`` in ``states[:ns]``; ``acc``:
-    a buffer of :data:`LANES`."""
+    """One pattern's term of the event sums' backward step: ``Gmn[m, k] += pv A + A_0 d``
+    (values: ``pv A``) with ``A = sum_{i <= m} C(m, i) x^i Gm[m - i, row[k]]``
+    (``binom[m, i] = C(m, i)``; ``x``: the object's summed value in this pattern, 0 where
+    the pattern does not hold the summed set) for every power ``m`` and ``k`` in
+    ``states[:ns]``; ``acc``: a buffer of ``LANES`` (with tangents)."""
     for m in range(binom.shape[0]):
         for i in range(ns):
             t = row[states[i]]
-            for r in range(LANES):
-                acc[r] = 0.0
+            a = vec_zero(Gm[0, 0], acc)
             xpow = 1.0
             for ii in range(m + 1):
-                cf = binom[m, ii] * xpow
-                for r in range(LANES):
-                    acc[r] += cf * Gm[m - ii, t, r]
+                a = vec_axpy(a, binom[m, ii] * xpow, Gm[m - ii, t])
                 xpow *= x
-            a0 = acc[0]
-            for r in range(LANES):
-                Gmn[m, states[i], r] += pv * acc[r] + a0 * d[r]
+            mul_add(Gmn[m], states[i], pv, pv, a, 0, d)
 
 
 @inline
-def sums_backward_value(Gmn, Gm, pv, x, binom, row, states, ns):
-    """:func:`sums_backward` for values only: ``Gmn[m, k] += pv A``."""
-    for m in range(binom.shape[0]):
-        for i in range(ns):
-            t = row[states[i]]
-            acc = 0.0
-            xpow = 1.0
-            for ii in range(m + 1):
-                acc += binom[m, ii] * xpow * Gm[m - ii, t]
-                xpow *= x
-            Gmn[m, states[i]] += pv * acc
-
-
-@inline
-def forward_value(Fn, F, pv, row, states, ns):
-    """:func:`forward` for values only: ``Fn[row[k]] += pv F[k]``."""
-    for i in range(ns):
-        k = states[i]
-        Fn[row[k]] += pv * F[k]
-
-
-@inline
-def backward_value(Gn, G, pv, row, states, ns):
-    """:func:`backward` for values only: ``Gn[k] += pv G[row[k]]``."""
-    for i in range(ns):
-        k = states[i]
-        Gn[k] += pv * G[row[k]]
-
-
-@inline
-def weight_value(F, G, row, states, ns):
-    """:func:`weight` for values only: ``sum_k F[k] G[row[k]]``."""
-    s = 0.0
-    for i in range(ns):
-        k = states[i]
-        s += F[k] * G[row[k]]
-    return s
-
-
-@inline
-def chain_forward(Fa, Fb, j, top, q, dq):
-    """On the chain (module docstring), in lanes: ``F_{j+1}`` (``Fb``) from ``F_j``
-    (``Fa``) on states ``0 .. min(j + 1, top)``, object ``j`` in with probability
-    ``q[j]`` (tangents ``dq[j]``): the terms of :func:`forward` for "out" then "in"."""
+def chain_forward(Fa, Fb, j, top, pv, pq, d):
+    """On the chain (module docstring): ``F_{j+1}`` (``Fb``) from ``F_j`` (``Fa``) on
+    states ``0 .. min(j + 1, top)``, object ``j`` out with probability ``pv = 1 - q_j``
+    and in with ``pq = q_j`` (tangents ``d = dq_j``): the terms of :func:`forward` for
+    "out" then "in"."""
     last = min(j, top)
-    pv = 1.0 - q[j]
-    pq = q[j]
-    dqj = dq[j]
-    lin(Fb[0], pv, Fa[0], -Fa[0, 0], dqj)
+    chain_out(Fb, 0, pv, Fa[0], d)
     for k in range(1, last + 1):
-        lin2(Fb[k], pv, Fa[k], -Fa[k, 0], dqj, pq, Fa[k - 1], Fa[k - 1, 0], dqj)
+        chain_set(Fb, k, pv, Fa[k], pq, Fa[k - 1], d)
     if last < top:  # a state first reached: 0 + the "in" term, as the general loop adds
-        for r in range(LANES):
-            Fb[last + 1, r] = 0.0
-    lin_add(Fb[min(last + 1, top)], pq, Fa[last], Fa[last, 0], dqj)
+        zero_at(Fb, last + 1)
+    chain_in(Fb, min(last + 1, top), pq, Fa[last], d)
 
 
 @inline
-def chain_backward(G, Gn, j, top, q, dq):
-    """On the chain, in lanes: ``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on states ``0 ..
-    min(j, top)``: the terms of :func:`backward` for "out" then "in", one store."""
-    pv = 1.0 - q[j]
-    pq = q[j]
-    dqj = dq[j]
+def chain_backward(G, Gn, j, top, pv, pq, d):
+    """On the chain: ``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on states ``0 .. min(j,
+    top)``: the terms of :func:`backward` for "out" then "in", one store."""
     for i in range(min(j, top) + 1):
-        t = min(i + 1, top)
-        lin2(Gn[i], pv, G[i], -G[i, 0], dqj, pq, G[t], G[t, 0], dqj)
-
-
-@inline
-def chain_forward_value(Fa, Fb, j, top, pv, pq):
-    """:func:`chain_forward` for values only, "out" with ``pv``, "in" with ``pq``."""
-    last = min(j, top)
-    Fb[0] = pv * Fa[0]
-    for k in range(1, last + 1):
-        Fb[k] = pv * Fa[k] + pq * Fa[k - 1]
-    if last < top:  # a state first reached: 0 + the "in" term
-        Fb[last + 1] = 0.0 + pq * Fa[last]
-    else:
-        Fb[top] += pq * Fa[top]
-
-
-@inline
-def chain_backward_value(G, Gn, j, top, pv, pq):
-    """:func:`chain_backward` for values only, "out" with ``pv``, "in" with ``pq``."""
-    for i in range(min(j, top) + 1):
-        Gn[i] = pv * G[i] + pq * G[min(i + 1, top)]
+        chain_set(Gn, i, pv, G[i], pq, G[min(i + 1, top)], d)

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 __all__ = [
     "ConfigError", "DiffcoffeaError", "DiffcoffeaWarning", "InputError", "LikelihoodError",
-    "first_line",
+    "causes", "first_line",
 ]
+
+
+def causes(err: BaseException) -> Iterator[BaseException]:
+    """``err``, then the exception it was raised from or while handling
+    (``__cause__``, else ``__context__``), and so on, each once (a cycle ends it):
+    executors and libraries wrap the error that says what went wrong."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
 
 
 def first_line(err: BaseException) -> str:

@@ -20,7 +20,7 @@ import threading
 import warnings
 from typing import TYPE_CHECKING
 
-from analysis.errors import DiffcoffeaError, DiffcoffeaWarning
+from analysis.errors import DiffcoffeaError, DiffcoffeaWarning, causes
 
 if TYPE_CHECKING:
     from analysis.cli.commands import (
@@ -187,13 +187,7 @@ def _version() -> str:
 
 def _root_cause(err: BaseException) -> DiffcoffeaError | None:
     """A user-facing error, possibly wrapped by coffea's executors."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, DiffcoffeaError):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+    return next((e for e in causes(err) if isinstance(e, DiffcoffeaError)), None)
 
 
 # command -> (module, function), imported when the command runs
@@ -274,13 +268,7 @@ def _wrapped_interrupt(err: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C inside ``err``'s chain of causes, if any: Python re-raises an exception
     from a class body's ``__set_name__`` as a RuntimeError (pydantic's import, at start-up,
     is one), so a Ctrl-C there arrives as an ordinary error and must still exit 130."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, KeyboardInterrupt):
-            return err
-        err = err.__cause__ or err.__context__
-    return None
+    return next((e for e in causes(err) if isinstance(e, KeyboardInterrupt)), None)
 
 
 _default_showwarning = warnings.showwarning

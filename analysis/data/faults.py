@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from analysis.errors import DiffcoffeaError, InputError, causes
+
 __all__ = [
     "FAULTS_KEY",
     "NONFINITE_POLICIES",
@@ -67,17 +69,10 @@ def describe(err: BaseException) -> str:
     :class:`~analysis.errors.DiffcoffeaError` in the chain is already one line and is
     used as it is. Whitespace is collapsed and the text is capped at 300 characters.
     """
-    from analysis.errors import DiffcoffeaError
-
-    chain: list[BaseException] = []
-    seen: set[int] = set()
-    e: BaseException | None = err
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        chain.append(e)
-        if isinstance(e, DiffcoffeaError):
-            return _one_line(str(e))
-        e = e.__cause__ or e.__context__
+    chain = list(causes(err))
+    given = next((e for e in chain if isinstance(e, DiffcoffeaError)), None)
+    if given is not None:
+        return _one_line(str(given))
     inner = chain[-1]
     text = str(inner).strip()
     # awkward appends "\n\nThis error occurred while calling ..."; uproot adds the file path
@@ -97,16 +92,7 @@ def describe(err: BaseException) -> str:
 
 
 def _is_input_error(err: BaseException) -> bool:
-    from analysis.errors import DiffcoffeaError
-
-    seen: set[int] = set()
-    e: BaseException | None = err
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, DiffcoffeaError):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
+    return any(isinstance(e, DiffcoffeaError) for e in causes(err))
 
 
 class ReadError(Exception):
@@ -121,19 +107,13 @@ def _kind(err: BaseException) -> str:
     """``"input"`` (a DiffcoffeaError: the message says what to change), ``"read"`` (the
     file could not be read: met inside :func:`reading`, or a decompression or I/O error)
     or ``"error"`` (anything else: a bug, memory; never a bad file)."""
-    from analysis.errors import DiffcoffeaError
-
-    seen: set[int] = set()
-    e: BaseException | None = err
     kind = "error"
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
+    for e in causes(err):
         if isinstance(e, DiffcoffeaError):
             return "input"
         name = f"{type(e).__module__}.{type(e).__qualname__}"
         if isinstance(e, (ReadError, OSError, EOFError)) or name in _READ_TYPES:
             kind = "read"
-        e = e.__cause__ or e.__context__
     return kind
 
 
@@ -143,8 +123,6 @@ def reading() -> Iterator[None]:
     :class:`~analysis.errors.DiffcoffeaError`, which names its own cause) is a bad file,
     which ``skip_bad_files`` may skip; outside, only decompression and I/O errors are.
     A ``MemoryError`` is never a bad file."""
-    from analysis.errors import DiffcoffeaError
-
     try:
         yield
     except (DiffcoffeaError, MemoryError):
@@ -157,8 +135,6 @@ def same_file(events: Any) -> None:
     """Raise :class:`~analysis.errors.InputError` if the file a chunk was read from is not
     the one the driver opened (its ROOT UUID changed: replaced between passes); a
     replaced file would otherwise be read as corruption, or silently as other data."""
-    from analysis.errors import InputError
-
     meta = getattr(events, "metadata", None) or {}
     expected = str(meta.get("fileuuid") or "")
     attrs = getattr(events, "attrs", None) or {}
@@ -318,16 +294,8 @@ _CORRUPT_MODULES = ("lz4", "zstandard", "cramjam", "uproot.compression")
 
 def _corrupt(err: BaseException) -> bool:
     """Whether ``err`` (or its cause) is a decompression or deserialisation error."""
-    seen: set[int] = set()
-    e: BaseException | None = err
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        module = type(e).__module__
-        if (f"{module}.{type(e).__qualname__}" in _CORRUPT_TYPES
-                or module.startswith(_CORRUPT_MODULES)):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
+    return any(f"{type(e).__module__}.{type(e).__qualname__}" in _CORRUPT_TYPES
+               or type(e).__module__.startswith(_CORRUPT_MODULES) for e in causes(err))
 
 
 def _attempts(call: Callable[[], Any], chunk: _Chunk, retries: int) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 from analysis.data.faults import Faults, describe
 from analysis.driver.files import as_written
-from analysis.errors import DiffcoffeaError, InputError
+from analysis.errors import DiffcoffeaError, InputError, causes
 
 __all__ = ["FaultReports"]
 
@@ -45,10 +45,7 @@ class FaultReports:
         a chunk (coffea puts the ``WorkItem`` in its messages); otherwise ``err``."""
         if isinstance(err, DiffcoffeaError):
             return err
-        e: BaseException | None = err
-        seen = set()
-        while e is not None and id(e) not in seen:
-            seen.add(id(e))
+        for e in causes(err):
             if isinstance(e, DiffcoffeaError):
                 return e
             m = _WORK_ITEM.search(str(e))
@@ -67,7 +64,6 @@ class FaultReports:
                 else:
                     cause = describe(e)
                 return InputError(as_written(f"{where}: {cause}"))
-            e = e.__cause__ or e.__context__
         return err
 
     def _absorb(self, faults: Faults | None) -> None:

@@ -91,8 +91,7 @@ class DiffProcessor(processor.ProcessorABC):
         same_file(events)  # replaced since the driver opened it: named as such
         # the events' uid (three more branches) only where a split, the replicas or the
         # column cache (a later pass may split) can use it
-        replicas = any(r.replicas is not None
-                       for r in (job.request, *job.datasets.values()))
+        replicas = job.datasets.get(dataset, job.request).replicas is not None
         uid = job.keep_columns or replicas or (job.part is not None and job.part[0] != "all")
         with reading():  # what fails in here is a bad file (skip_bad_files may skip it)
             cols = extract_columns(events, job.plan, weight_branch=weight_branch, source=source,

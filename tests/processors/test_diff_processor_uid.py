@@ -42,3 +42,17 @@ def test_uid_read_only_where_a_pass_uses_it(small_data, monkeypatch) -> None:
         assert calls  # the split reads them
     assert got == want
     assert got != plain  # the split weighs a part only (scaled up)
+
+
+def test_replicas_without_the_cache_read_the_uid(small_data) -> None:
+    """A bootstrap pass draws each event's Poisson weights from its uid: without the
+    column cache it reads the ids itself and gives the cached pass's replicas (whose
+    columns always hold the ids; test_replicas checks those against the files' table)."""
+    cfg = H.make_config(small_data, executor={"type": "iterative"})
+    with Evaluator(cfg) as ev:
+        want = ev.run_replicas(LOOSE, widths=np.zeros(4), replicas=5)
+    with Evaluator(cfg, cache=False) as ev:
+        got = ev.run_replicas(LOOSE, widths=np.zeros(4), replicas=5)
+    for name, sums in want.items():
+        assert np.any(sums.sums != 0)
+        np.testing.assert_array_equal(got[name].sums, sums.sums)

@@ -4,9 +4,10 @@ JAX's persistent compilation cache keeps the compiled code, but finding it needs
 program's text: each new process traces and lowers ``fn`` with its derivatives again
 (seconds for a processor's function under ``jax.jacfwd``) before it can load it. The
 programs of :func:`analysis.stats._compiled.compiled_call` are instead stored here,
-serialized executables (``jax.experimental.serialize_executable``), under a key made of
-what decides the program, so that a new process (a later job, a futures or dask worker)
-loads them without tracing ``fn``:
+exported with ``jax.export`` (StableHLO, serialized; compiled on load through the
+persistent cache, unlike a serialized executable it does not pin one jaxlib build's
+binary), under a key made of what decides the program, so that a new process (a later
+job, a futures or dask worker) loads them without tracing ``fn``:
 
 * the structure of :func:`analysis.stats._closure.closure_inputs` (the code objects of
   ``fn`` and of the functions it closes over, by their bytecode, names and constants; numbers and strings; the

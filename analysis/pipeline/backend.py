@@ -33,7 +33,7 @@ from typing import Any, Literal
 from analysis.pipeline.backends.jax.backend import JaxBackend, jax_devices
 from analysis.pipeline.backends.numba.backend import NumbaBackend
 from analysis.pipeline.engine import Engine, Prepared
-from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.layout import ChunkColumns, Padding
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState
@@ -62,7 +62,7 @@ def _numba(choice: Backend) -> Engine:
 
 
 def _jax(choice: Backend) -> Engine:
-    return JaxBackend(choice.device)
+    return JaxBackend(choice.device, padding=choice.padding)
 
 
 #: The registered backends: name -> how a choice (:class:`Backend`: device, options)
@@ -183,6 +183,10 @@ class Backend:
         ``True``: reverse mode's pullback and one-pass yield gradients run the numba pass
         (:mod:`analysis.pipeline.backends.numba.fastreverse`) where it serves the plan; ``False``: the JAX
         sweep (:mod:`analysis.pipeline.backends.jax.reverse`) and two passes.
+    padding
+        The JAX backend's bucket floors (:class:`analysis.pipeline.layout.Padding`; the
+        numba backend does not pad): more padding changes no result, only how often the
+        JAX kernels compile and how long a pass runs.
     """
 
     name: Literal["auto", "numba", "jax"] = "auto"
@@ -191,6 +195,7 @@ class Backend:
     value_loop: bool = field(default=True, kw_only=True)
     scores_on_numba: bool = field(default=True, kw_only=True)
     numba_reverse: bool = field(default=True, kw_only=True)
+    padding: Padding = field(default=Padding(), kw_only=True)
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -212,6 +217,8 @@ class Backend:
         off their defaults named at the end)."""
         off = [f"{f}=False" for f in ("fused", "value_loop", "scores_on_numba", "numba_reverse")
                if not getattr(self, f)]
+        if self.padding != Padding():
+            off.append(f"padding={self.padding}")
         return self._describe() + (f"; options {', '.join(off)}" if off else "")
 
     def _describe(self) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from analysis.pipeline.plan import Plan
 
-__all__ = ["ChunkColumns", "Shapes", "bucket", "pad_columns"]
+__all__ = ["ChunkColumns", "Padding", "Shapes", "bucket", "pad_columns"]
 
 
 @dataclass
@@ -46,19 +46,41 @@ class ChunkColumns:
 #
 # A compilation costs ~1.5 s, as much as running ~1M events through the compiled
 # kernel, while a chunk of a few thousand events runs in ~1-2 ms whatever its padding.
-# One rule for every plan: events to a power of two >= MIN_EVENTS, each collection's
-# objects to a power of two >= MIN_OBJECTS, and the per-event object axis (the dense
-# ``(events, M)`` layout of :mod:`analysis.select.objects`) to a power of two >=
-# MIN_MAX_COUNT. Where an observable indexes a collection (``S[i]``: ``C(M, i + 1)``
-# candidates per padded event) M is the chunk's largest multiplicity rounded up to
-# SET_OBJECT_STEP instead, and the event floor is MIN_EVENTS_INDEXED: the padding costs
-# more than the compilations there (AGC trijet on the 2015 file: C(11, 3) = 165
-# candidates instead of 220 at M = 12 cut the gradient pass by 25%).
-MIN_EVENTS = 1024
-MIN_OBJECTS = 4096
-MIN_MAX_COUNT = 16
-MIN_EVENTS_INDEXED = 64
+# One rule for every plan (:class:`Padding`, an option of the JAX backend): events to a
+# power of two >= ``events``, each collection's objects to a power of two >= ``objects``,
+# and the per-event object axis (the dense ``(events, M)`` layout of
+# :mod:`analysis.select.objects`) to a power of two >= ``max_count``. Where an
+# observable indexes a collection (``S[i]``: ``C(M, i + 1)`` candidates per padded
+# event) M is the chunk's largest multiplicity rounded up to SET_OBJECT_STEP instead,
+# and the event floor is ``events_indexed``: the padding costs more than the
+# compilations there (AGC trijet on the 2015 file: C(11, 3) = 165 candidates instead of
+# 220 at M = 12 cut the gradient pass by 25%).
 SET_OBJECT_STEP = 1
+
+
+@dataclass(frozen=True)
+class Padding:
+    """The floors of :func:`pad_columns`' bucket sizes (each a power of two).
+
+    More padding changes no result (padding entries have zero weight and zero
+    multiplicity), only how often the JAX kernels compile and how long a pass runs.
+
+    Parameters
+    ----------
+    events
+        Fewest padded events of a chunk.
+    objects
+        Fewest padded objects of a collection.
+    max_count
+        Fewest slots of the per-event object axis (a collection no observable indexes).
+    events_indexed
+        Fewest padded events where an observable indexes a collection.
+    """
+
+    events: int = 1024
+    objects: int = 4096
+    max_count: int = 16
+    events_indexed: int = 64
 
 
 def bucket(n: int, minimum: int = 64) -> int:
@@ -85,11 +107,28 @@ class Shapes:
     possible: tuple[tuple[str, int], ...] | None = None
 
 
-def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], Shapes]:
-    """Pad ``cols`` with zero-weight entries to bucket sizes; return arrays and shapes:
-    ``weight``, ``event:<key>``, and per collection ``C:counts``, ``C:starts``, ``C:<field>``."""
+def pad_columns(cols: ChunkColumns, plan: Plan, *,
+                padding: Padding | None = None) -> tuple[dict[str, np.ndarray], Shapes]:
+    """Pad ``cols`` with zero-weight entries to bucket sizes (floors: ``padding``).
+
+    Parameters
+    ----------
+    cols
+        One chunk's columns.
+    plan
+        The plan whose collections and fields are padded.
+    padding
+        The bucket floors (None: :class:`Padding`'s defaults).
+
+    Returns
+    -------
+    tuple
+        ``(arrays, shapes)``: ``weight``, ``event:<key>``, and per collection
+        ``C:counts``, ``C:starts``, ``C:<field>``; the static :class:`Shapes`.
+    """
+    padding = Padding() if padding is None else padding
     n = cols.n_events
-    e = bucket(n, MIN_EVENTS_INDEXED if _indexed(plan) else MIN_EVENTS)
+    e = bucket(n, padding.events_indexed if _indexed(plan) else padding.events)
     arrays: dict[str, np.ndarray] = {}
     w = np.zeros(e, dtype=np.float64)
     w[:n] = cols.weight
@@ -98,10 +137,11 @@ def pad_columns(cols: ChunkColumns, plan: Plan) -> tuple[dict[str, np.ndarray], 
         padded = np.zeros(e, dtype=np.float64)
         padded[:n] = value
         arrays[f"event:{key}"] = padded
-    return arrays, Shapes(e, _pad_sets(cols, plan, arrays, e))
+    return arrays, Shapes(e, _pad_sets(cols, plan, arrays, e, padding))
 
 
-def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
+def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int,
+              padding: Padding) -> tuple:
     """Pad each collection of the object-set form into ``arrays`` (``C:counts``,
     ``C:starts``, ``C:<field>``); return the static ``Shapes.collections``."""
     n = cols.n_events
@@ -112,12 +152,12 @@ def _pad_sets(cols: ChunkColumns, plan: Plan, arrays: dict, e: int) -> tuple:
         counts = np.zeros(e, dtype=np.int32)
         counts[:n] = counts_c
         total = int(counts.sum())
-        o = bucket(total, MIN_OBJECTS)
+        o = bucket(total, padding.objects)
         top = int(counts.max(initial=0))
         if name in indexed:
             m = max(SET_OBJECT_STEP, -(-top // SET_OBJECT_STEP) * SET_OBJECT_STEP)
         else:
-            m = bucket(top, MIN_MAX_COUNT)
+            m = bucket(top, padding.max_count)
         arrays[f"{name}:counts"] = counts
         arrays[f"{name}:starts"] = (np.cumsum(counts) - counts).astype(np.int32)
         for f in fields:

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from analysis.config.loader import config_from_dict
-from analysis.pipeline import layout as columns
-from analysis.pipeline.backend import chunk_state
+from analysis.pipeline.backend import Backend, chunk_state
 from analysis.pipeline.backends.jax import passes as kernel
-from analysis.pipeline.layout import ChunkColumns, pad_columns
+from analysis.pipeline.layout import ChunkColumns, Padding, pad_columns
 from analysis.pipeline.plan import build_plan
 from analysis.pipeline.results import dataset_report
 from tests.chunked_helpers import analysis_config, differences
@@ -95,15 +94,16 @@ def test_padding_layout(n_events: int) -> None:
     arrays, shapes = pad_columns(cols, plan)
     ((name, objects, max_count),) = shapes.collections
     assert name == "Jet"
+    floors = Padding()
     for size, floor in (
-        (shapes.events, columns.MIN_EVENTS),
-        (objects, columns.MIN_OBJECTS),
-        (max_count, columns.MIN_MAX_COUNT),
+        (shapes.events, floors.events),
+        (objects, floors.objects),
+        (max_count, floors.max_count),
     ):
         assert size >= floor and size & (size - 1) == 0  # a power of two
     assert shapes.events >= n_events and objects >= total and max_count >= 17
-    assert shapes.events < 2 * max(n_events, columns.MIN_EVENTS)
-    assert objects < 2 * max(total, columns.MIN_OBJECTS)
+    assert shapes.events < 2 * max(n_events, floors.events)
+    assert objects < 2 * max(total, floors.objects)
     # Padding is inert: zero event weight, zero multiplicity.
     np.testing.assert_array_equal(arrays["weight"][:n_events], cols.weight)
     assert not arrays["weight"][n_events:].any() and not arrays["Jet:counts"][n_events:].any()
@@ -111,13 +111,23 @@ def test_padding_layout(n_events: int) -> None:
     np.testing.assert_array_equal(arrays["Jet:starts"][:n_events], np.cumsum(counts) - counts)
 
 
-def test_more_padding_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_padding_defaults() -> None:
+    # the floors the compilation bound above was measured with
+    assert Padding() == Padding(events=1024, objects=4096, max_count=16, events_indexed=64)
+
+
+def test_more_padding_changes_nothing() -> None:
     plan = _plan("padding_invariance")
     cols = _random_chunk(np.random.default_rng(99))
     small = dataset_report(chunk_state(cols, plan, THETA, WIDTHS, backend="jax"), plan)
-    monkeypatch.setattr(columns, "MIN_EVENTS", 8 * columns.MIN_EVENTS)
-    monkeypatch.setattr(columns, "MIN_OBJECTS", 8 * columns.MIN_OBJECTS)
-    monkeypatch.setattr(columns, "MIN_MAX_COUNT", 4 * columns.MIN_MAX_COUNT)
-    assert pad_columns(cols, plan)[1].events == 8 * 1024
-    large = dataset_report(chunk_state(cols, plan, THETA, WIDTHS, backend="jax"), plan)
+    d = Padding()
+    more = Padding(events=8 * d.events, objects=8 * d.objects, max_count=4 * d.max_count,
+                   events_indexed=8 * d.events_indexed)
+    padded = pad_columns(cols, plan, padding=more)[1]
+    assert padded.events == 8 * 1024 and padded.collections[0][1:] == (8 * 4096, 64)
+    before = kernel._evaluate._cache_size()
+    large = dataset_report(
+        chunk_state(cols, plan, THETA, WIDTHS, backend=Backend("jax", padding=more)), plan)
+    # the backend padded to the option's floors: a shape the default never makes, compiled
+    assert kernel._evaluate._cache_size() == before + 1
     assert not differences(small, large, rtol=1e-12)

@@ -29,11 +29,6 @@ NOT_SWITCHES = {
     "KINDS": "a registry extended by a test",
     # analysis.pipeline.backends.numba.rules' registry of numba rules: a test registers one
     "RULES": "a registry extended by a test",
-    # analysis.pipeline.layout's padding floors: a test shows that more padding
-    # changes no state (not yet Backend options)
-    "MIN_EVENTS": "padding floor",
-    "MIN_OBJECTS": "padding floor",
-    "MIN_MAX_COUNT": "padding floor",
     # analysis.driver.files' cache directory of scikit-hep-testdata: a path
     "SKHEP_CACHE": "a cache directory",
 }

@@ -11,14 +11,14 @@ backend's device.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.pipeline import replicas
 from analysis.pipeline.backends.jax import passes, reverse
 from analysis.pipeline.backends.jax.bootstrap import TableCounter
 from analysis.pipeline.engine import Prepared
-from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.layout import ChunkColumns, Padding
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.request import Request
 
@@ -38,10 +38,23 @@ def jax_devices(kind: str) -> list:
 
 @dataclass(frozen=True)
 class JaxBackend:
-    """The JAX kernels on ``device`` (``"cpu"`` or ``"gpu"``)."""
+    """The JAX kernels on ``device`` (``"cpu"`` or ``"gpu"``).
+
+    Parameters
+    ----------
+    device
+        ``"cpu"`` or ``"gpu"``.
+    name
+        The backend's name in messages.
+    padding
+        Keyword-only: the bucket floors the chunks are padded to
+        (:func:`analysis.pipeline.layout.pad_columns`); more padding changes no result,
+        only the number of compilations and the time of a pass.
+    """
 
     device: str = "cpu"
     name: str = "jax"
+    padding: Padding = field(default=Padding(), kw_only=True)
 
     def supports(self, plan: Plan, request: Request) -> str | None:
         """``None``, or why not: yield gradients in one pass only."""
@@ -77,22 +90,24 @@ class JaxBackend:
         :meth:`jax_device`; ``threads`` is not used (XLA has its own)."""
         import jax
 
-        plan, req = prepared.plan, prepared.request
+        plan, req, pad = prepared.plan, prepared.request, self.padding
         with jax.default_device(self.jax_device()):
             kind = req.kind
             if kind == "replicas":
                 return replicas.run(columns, req.replicas, [
                     (v.run, s.run) for v, s in prepared.data], TableCounter())
             if kind == "states":
-                return passes.chunk_state(columns, plan, req.theta, req.widths, order=req.order)
+                return passes.chunk_state(columns, plan, req.theta, req.widths, order=req.order,
+                                          padding=pad)
             if kind == "grid":
-                return passes.grid_state(columns, plan, req.theta, req.widths)
+                return passes.grid_state(columns, plan, req.theta, req.widths, padding=pad)
             if kind == "pullback":
                 return reverse.chunk_pullback(columns, plan, req.theta, req.widths,
-                                              req.pullback)
+                                              req.pullback, padding=pad)
             if kind == "entries":
                 return passes.observable_entries(columns, plan, req.theta, req.widths,
-                                                 req.entries)
+                                                 req.entries, padding=pad)
             if kind == "selected":
-                return passes.selected_weights(columns, plan, req.theta, req.widths)
+                return passes.selected_weights(columns, plan, req.theta, req.widths,
+                                               padding=pad)
         raise ValueError(f"the JAX backend does not compute {kind}")

@@ -27,7 +27,7 @@ import numpy as np
 
 from analysis.pipeline.backends.jax import histkernel, setkernel
 from analysis.pipeline.histplan import event_sum_collections, too_many_uncertain
-from analysis.pipeline.layout import ChunkColumns, Shapes, bucket, pad_columns
+from analysis.pipeline.layout import ChunkColumns, Padding, Shapes, bucket, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState, enumeration_counts
 from analysis.select.subsets import MAX_UNCERTAIN
@@ -59,10 +59,12 @@ def _entries(theta, widths, arrays, plan: Plan, shapes: Shapes, index: int):
     return setkernel.observable_entries(theta, widths, arrays, plan, shapes, index)
 
 
-def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int):
+def observable_entries(cols: ChunkColumns, plan: Plan, theta, widths, index: int, *,
+                       padding: Padding | None = None):
     """Values and soft weights of observable ``index`` in one chunk (numpy; for
-    histograms), entries of weight 0 (padding, fully rejected) left out."""
-    arrays, shapes = pad_columns(cols, plan)
+    histograms), entries of weight 0 (padding, fully rejected) left out; ``padding``:
+    the bucket floors (:func:`analysis.pipeline.layout.pad_columns`)."""
+    arrays, shapes = pad_columns(cols, plan, padding=padding)
     shapes = candidate_shapes(cols, plan, theta, widths, arrays, shapes)
     x, w = _entries(
         jnp.asarray(theta, dtype=jnp.float64),
@@ -82,10 +84,11 @@ def _selected(theta, widths, arrays, plan: Plan, shapes: Shapes):
     return setkernel.selected_weights(theta, widths, arrays, plan, shapes)
 
 
-def selected_weights(cols: ChunkColumns, plan: Plan, theta, widths) -> np.ndarray:
+def selected_weights(cols: ChunkColumns, plan: Plan, theta, widths, *,
+                     padding: Padding | None = None) -> np.ndarray:
     """``(E,)`` float64: each event's weight times its probability to pass the selection
-    (their sum is ``selected_sumw``)."""
-    arrays, shapes = pad_columns(cols, plan)
+    (their sum is ``selected_sumw``); ``padding``: the bucket floors."""
+    arrays, shapes = pad_columns(cols, plan, padding=padding)
     w = _selected(jnp.asarray(theta, dtype=jnp.float64),
                   jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths),
                   arrays, plan, shapes)
@@ -261,11 +264,12 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
 
 
 def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *,
-                order: int = 1) -> DatasetState:
+                order: int = 1, padding: Padding | None = None) -> DatasetState:
     """One chunk's :class:`DatasetState`: its states with their Jacobian (``order=1``)
     and Hessian (``order=2``) w.r.t. the plan's trainable parameters (the reference:
-    ``value_and_derivatives`` inside :func:`evaluate_chunk`'s jit)."""
-    arrays, shapes = pad_columns(cols, plan)
+    ``value_and_derivatives`` inside :func:`evaluate_chunk`'s jit); ``padding``: the
+    bucket floors (:func:`analysis.pipeline.layout.pad_columns`)."""
+    arrays, shapes = pad_columns(cols, plan, padding=padding)
     arrays, shapes, enumerated = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
     shapes = candidate_shapes(cols, plan, theta, widths, arrays, shapes)
     value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
@@ -274,10 +278,11 @@ def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *,
                         enumeration=enumerated)
 
 
-def grid_state(cols: ChunkColumns, plan: Plan, thetas, widths=None) -> DatasetState:
+def grid_state(cols: ChunkColumns, plan: Plan, thetas, widths=None, *,
+               padding: Padding | None = None) -> DatasetState:
     """One chunk evaluated at every row of ``thetas``: a :class:`DatasetState` whose
-    leaves have a leading grid axis (no derivatives)."""
-    arrays, shapes = pad_columns(cols, plan)
+    leaves have a leading grid axis (no derivatives); ``padding``: the bucket floors."""
+    arrays, shapes = pad_columns(cols, plan, padding=padding)
     # width 0: every pass probability is 0 or 1, no object of an event sum is uncertain
     shapes = dataclasses.replace(
         shapes, uncertain=tuple((c, 0) for c in event_sum_collections(plan)))

@@ -38,7 +38,7 @@ import numpy as np
 
 from analysis.pipeline import scorecols
 from analysis.pipeline.backends.jax.passes import _with_trainable, candidate_shapes, chunk_states
-from analysis.pipeline.layout import ChunkColumns, Shapes, pad_columns
+from analysis.pipeline.layout import ChunkColumns, Padding, Shapes, pad_columns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState
 from analysis.stats.derive import Pullback
@@ -68,13 +68,15 @@ def _padded(x: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload) -> DatasetState:
+def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
+                   padding: Padding | None = None) -> DatasetState:
     """One chunk's states and gradient share by the JAX sweep (module docstring): a
     :class:`DatasetState` whose ``derived`` is a :class:`~analysis.stats.Pullback` over
-    ``plan.trainable_names``."""
+    ``plan.trainable_names``; ``padding``: the bucket floors
+    (:func:`analysis.pipeline.layout.pad_columns`)."""
     with_cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
     run = scorecols.bare(plan)
-    arrays, shapes = pad_columns(cols, run)
+    arrays, shapes = pad_columns(cols, run, padding=padding)
     columns, sizes = {}, {}
     for spec, _, _ in vjps:
         key = scorecols.column_key(spec)

@@ -194,6 +194,7 @@ BACKEND_MAY_IMPORT = {
     "analysis.pipeline.scorecols", "analysis.pipeline.score",
     "analysis.pipeline.split",  # the validation split's per-event numbers (of the columns)
     "analysis.pipeline.replicas",  # the bootstrap's addable sums, as the one state
+    "analysis.pipeline.hardcut",  # the objects a width-0 cut leaves (of the columns)
 }
 # Below the pipeline a backend imports maths, selections and errors only.
 BACKEND_MAY_IMPORT_BELOW = ("analysis.stats", "analysis.select", "analysis.errors")

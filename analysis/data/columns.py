@@ -15,6 +15,7 @@ import numpy as np
 
 from analysis.data.faults import NONFINITE_POLICIES, note_dropped
 from analysis.errors import InputError, first_line
+from analysis.pipeline.hardcut import kept_counts, survivors
 from analysis.pipeline.histplan import SF_PREFIX
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -144,40 +145,13 @@ def extract_columns(
 def _capped_counts(plan: Plan, collection: str, counts: np.ndarray,
                    flat: dict[str, np.ndarray]) -> np.ndarray:
     """Per event, the objects of ``collection`` that ``max_objects`` counts: those that
-    can pass the cuts of one of its root sets, i.e. all but the objects that fail, for
-    every root set, a cut configured with width 0 and constant thresholds (in the
-    nominal columns and under every shift of the cut's field: a shifted pT may pass).
-    Such an object is out of every set at every parameter point (annealing keeps a
-    width of 0 at 0), so no enumeration, candidate or bound ever counts it; the columns
-    keep it all the same."""
-    from analysis.select.cuts import probability
-
-    hard = set(plan.sets.hard)
-    factors: dict[str, list[float]] = {}
-    for sh in plan.shifts:
-        head, f = sh.key.split(":", 1)
-        if head == collection:
-            factors.setdefault(f, []).append(sh.factor)
-    roots = [s for s in plan.sets.sets if s.collection == collection and s.parent is None]
-    keep = np.zeros(int(counts.sum()), dtype=bool)
-    for s in roots:
-        ok = np.ones_like(keep)
-        for cut in s.cuts:
-            if (cut.width_index not in hard or cut.field not in flat
-                    or any(p is not None for p, _ in cut.bounds)):
-                continue  # a soft or a parameter cut: any object may pass it somewhere
-            passes = np.zeros_like(keep)
-            for factor in [1.0, *factors.get(cut.field, [])]:
-                x = flat[cut.field] * factor
-                x = np.abs(x) if cut.absolute else x
-                p = probability(cut.kind_op, x, [v for _, v in cut.bounds], 0.0)
-                passes |= np.asarray(p) > 0.0
-            ok &= passes
-        keep |= ok
-    if not roots:
-        return counts
-    event_of = np.repeat(np.arange(counts.size), counts)
-    return np.bincount(event_of[keep], minlength=counts.size).astype(np.int64)
+    can pass the cuts of one of its root sets configured with width 0 and constant
+    thresholds (:func:`analysis.pipeline.hardcut.survivors`: in the nominal columns and
+    under every shift of the cut's field). The others are out of every set at every
+    parameter point, so no enumeration, candidate or bound ever counts them; the
+    columns keep them all the same."""
+    keep = survivors(plan, collection, flat, int(counts.sum()))
+    return counts if keep is None else kept_counts(counts, keep)
 
 
 _EVENT_IDS = ("run", "luminosityBlock", "event")

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.pipeline import hardcut
 from analysis.pipeline.backends.numba import _fastleading, fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo, remember
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
@@ -522,7 +523,9 @@ def evaluate_columns(
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk with its histogram states, as
     :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` returns them (numpy float64; ``jac``
-    None for ``order=0``); ``plan``: one the numba rules serve. Each shift side's
+    None for ``order=0``); ``plan``: one the numba rules serve. The objects that a cut
+    of width 0 removes from every root set of their collection leave before anything
+    else (:func:`analysis.pipeline.hardcut.compact`). Each shift side's
     selection is walked once: the nominal walk (region 0 and the channels) gives the
     yields, the nominal templates and the observables
     (:func:`analysis.pipeline.backends.numba.fastkernel.observable_states`).
@@ -532,6 +535,9 @@ def evaluate_columns(
     walks that covered it (side None: the nominal columns, else the shift's ``(column,
     factor)``)."""
     theta, widths, trainable = _inputs(plan, order, theta, widths)
+    # the objects a width-0 cut removes from every root set (in every shift side) leave
+    # first: probability exactly 0 with zero tangents, they move no count, sum or fill
+    cols = hardcut.compact(cols, plan, theta, widths)
     # per shift side, the specs filled from one set of entries: (region, x), its variations
     groups: dict[int | None, dict[tuple, list]] = {None: {}}
     for spec in plan.hists:

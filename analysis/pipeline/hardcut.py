@@ -1,0 +1,135 @@
+"""The objects a hard pre-selection leaves (numpy only).
+
+An object that fails, for every root set of its collection, a cut of width 0 is in no
+set: its pass probability is exactly 0 for each of them, with zero derivatives (a
+width-0 cut has no slope), in the nominal columns and under every shift of the cut's
+field that could let it pass (a jet of 24 GeV under ``pt > 25`` may pass with
+``Jet.pt`` shifted up 5%). It moves no count, no sum and no candidate, so it can leave
+before anything is computed from the objects: :func:`survivors` names the others,
+per collection, and :func:`compact` gives the chunk's columns with only them.
+
+Two readings of "width 0": the configured one (``widths=None``: the cuts written with
+``width: 0`` and a constant threshold, :attr:`analysis.pipeline.plan.SetPlan.hard`;
+annealing keeps a width of 0 at 0, so such an object is out at every parameter point:
+what ``max_objects`` counts, :func:`analysis.data.columns.extract_columns`), and the
+one of a pass (``widths`` and ``theta`` given: every cut whose width is 0 at this point,
+its threshold at this point; the numba kernel's histogram pass drops the others,
+:func:`analysis.pipeline.backends.numba.fasthist.evaluate_columns`). The comparisons are
+those of the kernels' hard step (:func:`analysis.select.objects.soft_pass` at width 0:
+``x - t > 0``, ``>= 0`` when inclusive, the same truth as ``x > t`` for finite floats).
+A cut kind without one-sided ``sides`` (:mod:`analysis.select.cuts`) removes nothing
+here (exact: its objects stay where they were).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import ObjectCut, Plan
+from analysis.select.cuts import kind_of
+
+__all__ = ["compact", "kept_counts", "survivors"]
+
+
+def _bound(cut: ObjectCut, param: int | None, value: float | None, theta: Any) -> float | None:
+    """The threshold of one bound, or None where it moves with the parameters (the
+    configured reading: ``theta`` None)."""
+    if param is None:
+        return float(value)
+    return None if theta is None else float(np.asarray(theta)[param])
+
+
+def _passes(cut: ObjectCut, x: np.ndarray, theta: Any) -> np.ndarray | None:
+    """Where the hard cut ``cut`` can pass the values ``x`` (``|x|`` for an ``abs_``
+    cut), or None where this module cannot tell (a moving threshold, a kind without
+    ``sides``)."""
+    sides = getattr(kind_of(cut.kind_op), "sides", None)
+    if sides is None:
+        return None
+    bounds = [_bound(cut, p, v, theta) for p, v in cut.bounds]
+    if any(b is None for b in bounds):
+        return None
+    x = np.abs(x) if cut.absolute else x
+    ok = np.ones(x.shape, dtype=bool)
+    for t, (greater, inclusive) in zip(bounds, sides(cut.kind_op), strict=True):
+        z = x - t if greater else t - x  # the kernels' step: the same floats
+        ok &= (z >= 0.0) if inclusive else (z > 0.0)
+    return ok
+
+
+def survivors(plan: Plan, collection: str, flat: dict[str, np.ndarray], n_objects: int, *,
+              theta: Any = None, widths: Any = None) -> np.ndarray | None:
+    """``(N,)`` bool: the objects of ``collection`` (``flat``: its fields, ``n_objects``
+    of them) that are not out of every root set by a width-0 cut (module docstring;
+    ``widths``/``theta`` None: the configured hard cuts with constant thresholds, else
+    the cuts of width 0 at this point). None where every object survives (no cut to
+    read, or no root set)."""
+    if widths is None:
+        hard = set(plan.sets.hard)
+
+        def is_hard(cut: ObjectCut) -> bool:
+            return cut.width_index in hard
+    else:
+        w = np.asarray(widths)
+
+        def is_hard(cut: ObjectCut) -> bool:
+            return not float(w[cut.width_index]) > 0.0  # the kernels' test of a hard cut
+
+    factors: dict[str, list[float]] = {}
+    for sh in plan.shifts:
+        head, f = sh.key.split(":", 1)
+        if head == collection:
+            factors.setdefault(f, []).append(sh.factor)
+    roots = [[cut for cut in s.cuts if is_hard(cut)] for s in plan.sets.sets
+             if s.collection == collection and s.parent is None]
+    if not roots:
+        return None
+    keep = np.zeros(n_objects, dtype=bool)
+    for cuts in roots:
+        ok = np.ones(n_objects, dtype=bool)
+        for cut in cuts:
+            if cut.field not in flat:
+                continue
+            passes = np.zeros(n_objects, dtype=bool)
+            for factor in [1.0, *factors.get(cut.field, [])]:
+                # as the shifted columns are made (analysis.pipeline.backends.numba.fasthist)
+                x = flat[cut.field] if factor == 1.0 else flat[cut.field] * factor
+                p = _passes(cut, x, theta if widths is not None else None)
+                if p is None:
+                    passes[:] = True
+                    break
+                passes |= p
+            ok &= passes
+        keep |= ok
+        if keep.all():
+            return None
+    return keep
+
+
+def kept_counts(counts: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Per event (``counts``: its objects), how many of its objects ``keep`` holds
+    (int64)."""
+    event_of = np.repeat(np.arange(counts.size), counts)
+    return np.bincount(event_of[keep], minlength=counts.size).astype(np.int64)
+
+
+def compact(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any) -> ChunkColumns:
+    """``cols`` with only the objects of each collection of ``plan`` that
+    :func:`survivors` keeps at ``(theta, widths)`` (new arrays; the events, their weights
+    and branches as they are), or ``cols`` itself where none leaves."""
+    out = None
+    for name, _ in plan.sets.fields:
+        if name not in cols.collections:
+            continue
+        counts, flat = cols.collections[name]
+        keep = survivors(plan, name, flat, int(counts.sum()), theta=theta, widths=widths)
+        if keep is None:
+            continue
+        if out is None:
+            out = dataclasses.replace(cols, collections=dict(cols.collections))
+        out.collections[name] = (kept_counts(counts, keep), {f: v[keep] for f, v in flat.items()})
+    return cols if out is None else out

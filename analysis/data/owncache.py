@@ -191,16 +191,17 @@ class CachedRunner:
     opened once the Runner has seen it). Where a file changed, its entries in that
     metadata cache are dropped before the Runner runs, so the Runner chunks the new file
     by its own UUID and number of entries. Kept columns live in the process that read
-    them: with the iterative executor that is this one; chunks read by futures or dask
-    workers are not here, so those passes run the Runner (which reuses the workers'
-    kept columns).
+    them: with the iterative executor that is this one; with any other executor they
+    are in its workers, so every pass runs the Runner (which reuses the workers' kept
+    columns).
 
     Parameters
     ----------
     runner : coffea.processor.Runner
         The Runner to wrap; its ``chunksize``, ``maxchunks`` and metadata cache decide
-        the chunks. With ``savemetrics``, ``use_result_type``, a ``checkpointer``, a
-        dataframe executor or parquet input every call runs the Runner.
+        the chunks. With an executor other than ``IterativeExecutor``, ``savemetrics``,
+        ``use_result_type``, a ``checkpointer`` or parquet input every call runs the
+        Runner.
 
     Attributes
     ----------
@@ -222,6 +223,11 @@ class CachedRunner:
         if int(processor_instance.column_budget) <= 0:
             return "column_budget is 0 (nothing kept)"
         r = self.runner
+        from coffea.processor import IterativeExecutor
+
+        if not isinstance(r.executor, IterativeExecutor):
+            # its chunks' columns are kept in the workers, not here
+            return f"the Runner's {type(r.executor).__name__} keeps columns in its workers"
         for name in ("savemetrics", "use_result_type", "checkpointer", "use_dataframes"):
             if getattr(r, name, None):
                 return f"the Runner's {name} is set"

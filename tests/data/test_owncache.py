@@ -214,6 +214,10 @@ def test_cached_runner_runs_the_runner_for_other_processors(shared_data) -> None
         run(fileset, small, treename="Events")
         run(fileset, small, treename="Events")
     assert run.last == "runner" and "column_budget" in run.why
+    futures = owncache.CachedRunner(processor.Runner(
+        executor=processor.FuturesExecutor(workers=1, status=False), schema=NanoAODSchema))
+    assert futures._unsupported(Counting()) == (
+        "the Runner's FuturesExecutor keeps columns in its workers")
 
 
 def test_a_touched_file_is_read_again(tmp_path, shared_data) -> None:  # noqa: ANN001

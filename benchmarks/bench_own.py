@@ -11,8 +11,9 @@ that share a JAX persistent compilation cache directory which this script create
 thresholds at 0): the first starts with it empty (cold), the second loads what the
 first wrote (warm). In each: the plain pass (best of 2), the Runner alone (a processor
 that returns a constant: the floor of any pass, best of 2), the first gradient pass, two
-later passes without the column cache (``column_budget = 0``) and two with it
-(``analysis.data.owncache.CachedColumns``). The warm child then runs the same on
+later passes without the column cache (``column_budget = 0``), two with it
+(``analysis.data.owncache.CachedColumns``) and two with it through
+``analysis.data.owncache.CachedRunner`` (the kept chunks without coffea's Runner). The warm child then runs the same on
 coffea's futures executor with a pool of 2 worker processes kept across passes
 (the workers inherit the compilation cache): its first pass, later passes without
 and with the column cache. Every figure carries the 1-minute load average. Run from
@@ -116,6 +117,7 @@ def child(files: list[str], chunksize: int, futures: bool) -> dict:
     from coffea.nanoevents import NanoAODSchema
 
     from analysis import stats
+    from analysis.data.owncache import CachedRunner
 
     warnings.filterwarnings("ignore")
     coffea.util.coffea_console.quiet = True
@@ -132,10 +134,11 @@ def child(files: list[str], chunksize: int, futures: bool) -> dict:
 
     def measure(executor, prefix: str) -> dict:
         runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=chunksize)
+        cached_runner = CachedRunner(runner)
 
-        def gradient(theta, budget):
+        def gradient(theta, budget, run=runner):
             f = stats.differentiable(
-                lambda th: runner(fileset, MeanJetPt(th, budget), treename="Events")["ttbar"])
+                lambda th: run(fileset, MeanJetPt(th, budget), treename="Events")["ttbar"])
             return jax.value_and_grad(lambda th: (stats.mean(f(th)["jet_pt"]) - 60.0) ** 2)(theta)
 
         first, (value, grad), load, derive_s = timed(lambda: gradient({"pt_min": 30.0}, None))
@@ -148,6 +151,13 @@ def child(files: list[str], chunksize: int, futures: bool) -> dict:
             out[f"{prefix}{name}"] = [r[0] for r in runs]
             out[f"{prefix}load"] += [r[2] for r in runs]
             out[f"{prefix}{name}_derive"] = [r[3] for r in runs]
+        if not prefix:  # the kept columns live in this process: iterative only
+            runs = [timed(lambda i=i: gradient({"pt_min": 35.0 + i}, None, cached_runner))
+                    for i in range(2)]
+            assert cached_runner.last == "cached", cached_runner.why
+            out["later_cached_runner"] = [r[0] for r in runs]
+            out["load"] += [r[2] for r in runs]
+            out["later_cached_runner_derive"] = [r[3] for r in runs]
         return out
 
     plain_runner = processor.Runner(executor=processor.IterativeExecutor(status=False),
@@ -200,6 +210,7 @@ def main() -> None:
                     "first": r["first"] / r["plain"],
                     "later_no_cache": min(r["later_no_cache"]) / r["plain"],
                     "later_cache": min(r["later_cache"]) / r["plain"],
+                    "later_cached_runner": min(r["later_cached_runner"]) / r["plain"],
                 }
                 if "futures_first" in r:
                     ratios.update({
@@ -216,7 +227,11 @@ def main() -> None:
                       f" with {min(r['later_cache']):.2f} s ({ratios['later_cache']:.2f}x; "
                       f"in stats.derive {min(r['later_cache_derive']):.2f} s, first pass "
                       f"{r['first_derive']:.2f} s; the Runner alone {r['runner_floor']:.2f} s, "
-                      f"{r['runner_floor'] / r['plain']:.2f}x); load <= {load:.1f}", flush=True)
+                      f"{r['runner_floor'] / r['plain']:.2f}x); with CachedRunner "
+                      f"{min(r['later_cached_runner']):.2f} s "
+                      f"({ratios['later_cached_runner']:.2f}x; in stats.derive "
+                      f"{min(r['later_cached_runner_derive']):.2f} s); load <= {load:.1f}",
+                      flush=True)
                 if "futures_first" in r:
                     print(f"  futures, 2 workers: first {r['futures_first']:.2f} s "
                           f"({ratios['futures_first']:.1f}x), later without column cache "
@@ -241,6 +256,9 @@ def main() -> None:
                 (f"own.{size}.later_cached", f"own processor, later pass with CachedColumns "
                  f"(chunks of {size}) / plain", ratios["later_cache"], GOALS["later_cache"],
                  run["load"][3:5]),
+                (f"own.{size}.later_cached_runner", f"own processor, later pass with "
+                 f"CachedColumns through owncache.CachedRunner (chunks of {size}) / plain",
+                 ratios["later_cached_runner"], GOALS["later_cache"], run["load"][5:7]),
                 (f"own.{size}.futures_later", f"own processor on futures (2 workers, pool kept),"
                  f" later pass (chunks of {size}) / the iterative later pass",
                  min(run["futures_later_no_cache"]) / min(run["later_no_cache"]), 1.0,

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from coffea import processor
@@ -100,35 +99,40 @@ class JetMomentsProcessor(CachedColumns, processor.ProcessorABC):
         }
 
     def process_columns(self, columns, metadata):
-        fn = self._function(columns)
+        fn = _chunk_function(columns, self.widths, self.min_jets)
         return {metadata["dataset"]: stats.derive(fn, self.theta, order=self.order)}
 
     def chunk_function(self, events):
         """``fn(theta) -> states`` of one chunk (what ``process`` derives; for tests)."""
-        return self._function(self.columns(events))
-
-    def _function(self, columns):
-        pt, abs_eta = columns["pt"], columns["abs_eta"]
-        n_events = len(pt)
-        jet_event = pt.segment_ids()  # which event each jet belongs to
-        pt_values = jnp.asarray(pt.values, dtype=jnp.float64)
-
-        def fn(theta):
-            p = soft_cut(pt, ">", theta["jet_pt_min"], self.widths["jet_pt_min"]) * soft_cut(
-                abs_eta, "<", theta["jet_abs_eta_max"], self.widths["jet_abs_eta_max"]
-            )
-            # P(jet passes and the event has >= min_jets passing jets), P(event passes)
-            jet_weight, p_event = pass_weights(p, self.min_jets)
-            ht = jax.ops.segment_sum(p.values * pt_values, jet_event, num_segments=n_events)
-            return {
-                "jet_pt": stats.moments(pt, weight=jet_weight),
-                "ht": stats.moments(ht, weight=p_event),
-                "selected": jnp.sum(p_event),
-                "events": np.float64(n_events),
-            }
-
-        return fn
+        return _chunk_function(self.columns(events), self.widths, self.min_jets)
 
     def postprocess(self, accumulator):
         """The merged output, unchanged."""
         return accumulator
+
+
+def _chunk_function(columns, widths, min_jets):
+    """``fn(theta)`` of one chunk. It closes over the chunk's arrays (two Jagged), the
+    widths (a dict of floats) and ``min_jets`` only, not over the processor, and reads
+    no ``.values``: stats.derive compiles it once per bucket of chunk shapes, the
+    arrays as arguments (:mod:`analysis.stats._closure`), instead of tracing it on
+    every chunk."""
+    pt, abs_eta = columns["pt"], columns["abs_eta"]
+    widths = {k: float(v) for k, v in widths.items()}
+    min_jets = int(min_jets)
+
+    def fn(theta):
+        p = soft_cut(pt, ">", theta["jet_pt_min"], widths["jet_pt_min"]) * soft_cut(
+            abs_eta, "<", theta["jet_abs_eta_max"], widths["jet_abs_eta_max"]
+        )
+        # P(jet passes and the event has >= min_jets passing jets), P(event passes)
+        jet_weight, p_event = pass_weights(p, min_jets)
+        ht = stats.sum(pt, weight=p, axis=1)  # sum_i p_i pt_i per event
+        return {
+            "jet_pt": stats.moments(pt, weight=jet_weight),
+            "ht": stats.moments(ht, weight=p_event),
+            "selected": jnp.sum(p_event),
+            "events": np.float64(len(pt)),  # the number of lists: static in the program
+        }
+
+    return fn

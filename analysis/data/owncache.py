@@ -24,11 +24,24 @@ kept across passes (``processor.FuturesExecutor(pool=ProcessPoolExecutor(2))``; 
 ``FuturesExecutor(workers=2)`` starts new processes per Runner call, which read again).
 With several workers a chunk is reused only where it lands on a worker that kept it;
 each worker keeps up to its own budget.
+
+A kept chunk also records its file's size and modification time: a file rewritten in
+place is read again, even where coffea's Runner still holds the old file's UUID in its
+metadata cache (which it keeps for the session). Files that cannot be stat'ed (remote
+URLs) are trusted by their UUID alone.
+
+:class:`CachedRunner` wraps a Runner: when every chunk of the fileset is kept in this
+process it calls the processor on the kept columns directly, without coffea's per-chunk
+work (opening the file, building the chunk's NanoEvents), which is what a later pass
+with the column cache otherwise spends most of its time on.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
@@ -36,11 +49,49 @@ import numpy as np
 
 from analysis.data.cache import DEFAULT_BUDGET
 
-__all__ = ["CachedColumns", "cache_info", "clear_cache"]
+__all__ = ["CachedColumns", "CachedRunner", "cache_info", "clear_cache"]
 
-# This process's kept columns: key -> (columns, bytes), least recently used first.
-_KEPT: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
+# This process's kept columns: key -> (columns, bytes, the file's stamp), least recently
+# used first.
+_KEPT: OrderedDict[tuple, tuple[Any, int, Any]] = OrderedDict()
 _STATS = {"hits": 0, "misses": 0, "bytes": 0}
+
+
+def _file_stamp(filename: Any) -> tuple[int, int] | None:
+    """``(size, mtime_ns)`` of a local file; None where it cannot be stat'ed (a URL)."""
+    try:
+        st = os.stat(filename)
+    except (OSError, TypeError, ValueError):
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _chunk_key(proc: CachedColumns, metadata: Mapping) -> tuple | None:
+    """The kept columns' key of a chunk (None: not kept, no UUID or budget 0)."""
+    uuid_ = metadata.get("fileuuid")
+    if not uuid_ or int(proc.column_budget) <= 0:  # budget 0: neither kept nor looked up
+        return None
+    return (
+        type(proc).__module__, type(proc).__qualname__, proc.column_key(), uuid_,
+        metadata.get("treename"), metadata.get("entrystart"), metadata.get("entrystop"),
+    )
+
+
+def _drop(key: tuple) -> None:
+    _, dropped, _ = _KEPT.pop(key)
+    _STATS["bytes"] -= dropped
+
+
+def _lookup(key: tuple | None, stamp: Any) -> Any:
+    """The kept columns of ``key`` if their file is unchanged (else the entry is dropped)."""
+    kept = _KEPT.get(key) if key is not None else None
+    if kept is None:
+        return None
+    if kept[2] != stamp:  # the file was rewritten since its columns were read
+        _drop(key)
+        return None
+    _KEPT.move_to_end(key)
+    return kept[0]
 
 
 def _nbytes(columns: Any) -> int:
@@ -88,18 +139,12 @@ class CachedColumns:
 
     def process(self, events: Any) -> Any:
         metadata = dict(events.metadata)
-        uuid = metadata.get("fileuuid")
-        key = None
-        if uuid and int(self.column_budget) > 0:  # budget 0: neither kept nor looked up
-            key = (
-                type(self).__module__, type(self).__qualname__, self.column_key(), uuid,
-                metadata.get("treename"), metadata.get("entrystart"), metadata.get("entrystop"),
-            )
-        kept = _KEPT.get(key) if key is not None else None
+        key = _chunk_key(self, metadata)
+        stamp = _file_stamp(metadata.get("filename")) if key is not None else None
+        kept = _lookup(key, stamp)
         if kept is not None:
-            _KEPT.move_to_end(key)
             _STATS["hits"] += 1
-            return self.process_columns(kept[0], metadata)
+            return self.process_columns(kept, metadata)
         _STATS["misses"] += 1
         columns = self.columns(events)
         if key is not None:
@@ -107,8 +152,161 @@ class CachedColumns:
             budget = int(self.column_budget)
             if size <= budget:
                 while _KEPT and _STATS["bytes"] + size > budget:
-                    _, (_, dropped) = _KEPT.popitem(last=False)
-                    _STATS["bytes"] -= dropped
-                _KEPT[key] = (columns, size)
+                    _drop(next(iter(_KEPT)))
+                _KEPT[key] = (columns, size, stamp)
                 _STATS["bytes"] += size
         return self.process_columns(columns, metadata)
+
+
+def _chunk_metadata(item: Any) -> dict:
+    """``events.metadata`` of a coffea WorkItem, as coffea's Runner builds it."""
+    metadata = {
+        "dataset": item.dataset,
+        "filename": item.filename,
+        "treename": item.treename,
+        "entrystart": item.entrystart,
+        "entrystop": item.entrystop,
+        "fileuuid": str(uuid.UUID(bytes=item.fileuuid)) if len(item.fileuuid) > 0 else "",
+    }
+    if item.usermeta is not None:
+        metadata.update(item.usermeta)
+    return metadata
+
+
+class CachedRunner:
+    """A coffea ``processor.Runner`` that serves later passes from the kept columns.
+
+    ``CachedRunner(runner)(fileset, processor_instance, treename=...)`` returns what
+    ``runner(...)`` returns. When ``processor_instance`` is a :class:`CachedColumns`
+    processor and every chunk that the Runner would make of the fileset is kept in this
+    process (their files unchanged: same size and modification time as when their
+    columns were read), it calls ``processor_instance.process_columns`` on the kept
+    chunks in the Runner's chunk order, merges the outputs with
+    ``coffea.processor.accumulate`` (the iterative executor's merge, so the result is the
+    Runner's bit for bit) and applies ``postprocess``. Otherwise the wrapped Runner runs
+    (and reads the chunks that are not kept). :attr:`last` says which path ran,
+    :attr:`why` why.
+
+    The chunks come from ``runner.preprocess`` (coffea's metadata cache: no file is
+    opened once the Runner has seen it). Where a file changed, its entries in that
+    metadata cache are dropped before the Runner runs, so the Runner chunks the new file
+    by its own UUID and number of entries. Kept columns live in the process that read
+    them: with the iterative executor that is this one; with any other executor they
+    are in its workers, so every pass runs the Runner (which reuses the workers' kept
+    columns).
+
+    Parameters
+    ----------
+    runner : coffea.processor.Runner
+        The Runner to wrap; its ``chunksize``, ``maxchunks`` and metadata cache decide
+        the chunks. With an executor other than ``IterativeExecutor``, ``savemetrics``,
+        ``use_result_type``, a ``checkpointer`` or parquet input every call runs the
+        Runner.
+
+    Attributes
+    ----------
+    last : str or None
+        ``"cached"`` (the kept columns), ``"runner"`` (the wrapped Runner) or None (not
+        called yet).
+    why : str
+        One line saying why the last call took its path.
+    """
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.last: str | None = None
+        self.why = ""
+
+    def _unsupported(self, processor_instance: Any) -> str | None:
+        if not isinstance(processor_instance, CachedColumns):
+            return f"{type(processor_instance).__name__} is not a CachedColumns processor"
+        if int(processor_instance.column_budget) <= 0:
+            return "column_budget is 0 (nothing kept)"
+        r = self.runner
+        from coffea.processor import IterativeExecutor
+
+        if not isinstance(r.executor, IterativeExecutor):
+            # its chunks' columns are kept in the workers, not here
+            return f"the Runner's {type(r.executor).__name__} keeps columns in its workers"
+        for name in ("savemetrics", "use_result_type", "checkpointer", "use_dataframes"):
+            if getattr(r, name, None):
+                return f"the Runner's {name} is set"
+        if getattr(r, "format", "root") != "root":
+            return f"the Runner reads {r.format} files"
+        return None
+
+    def _kept(self, processor_instance: CachedColumns, items: Iterable) -> tuple[list, str | None]:
+        """``([(columns, metadata), ...], None)``, or ``([], why)`` where a chunk is not
+        kept (or its file changed: then coffea's metadata of that file is dropped)."""
+        found: list = []
+        stamps: dict[Any, Any] = {}
+        missing = changed = 0
+        for item in items:
+            metadata = _chunk_metadata(item)
+            key = _chunk_key(processor_instance, metadata)
+            if item.filename not in stamps:
+                stamps[item.filename] = _file_stamp(item.filename)
+            kept = _KEPT.get(key) if key is not None else None
+            if kept is not None and kept[2] != stamps[item.filename]:
+                changed += 1
+                self._forget_file(item.filename)
+            elif kept is None:
+                missing += 1
+            else:
+                found.append((kept[0], metadata, key))
+        if changed:
+            return [], f"{changed} chunks of changed files"
+        if missing or not found:
+            return [], f"{missing} of {missing + len(found)} chunks not kept in this process"
+        return found, None
+
+    def _forget_file(self, filename: str) -> None:
+        """Drop coffea's metadata (UUID, number of entries) of a changed file, so that the
+        Runner reads it again; its stale kept columns drop when looked up (their stamp)."""
+        cache = getattr(self.runner, "metadata_cache", None)
+        if cache is not None:
+            for filemeta in [k for k in cache if getattr(k, "filename", None) == filename]:
+                del cache[filemeta]
+
+    def __call__(self, fileset: Any, processor_instance: Any, *, treename: str | None = None,
+                 **kwargs: Any) -> Any:
+        """``runner(fileset, processor_instance, treename=treename, **kwargs)``, from the
+        kept columns where every chunk is kept (class docstring).
+
+        Parameters
+        ----------
+        fileset : dict
+            coffea's fileset, ``{dataset: [file, ...]}`` (or its other forms).
+        processor_instance : coffea.processor.ProcessorABC
+            The processor; a :class:`CachedColumns` one for the kept path.
+        treename : str or None, optional
+            Keyword-only. The tree, as for the Runner.
+        **kwargs
+            Keyword-only. The Runner's other options (``uproot_options``, ...).
+
+        Returns
+        -------
+        Any
+            The Runner's output (after ``postprocess``).
+        """
+        why = self._unsupported(processor_instance)
+        found: list = []
+        if why is None:
+            options = {k: v for k, v in kwargs.items() if k == "uproot_options"}
+            items = list(self.runner.preprocess(fileset, treename=treename, **options))
+            found, why = self._kept(processor_instance, items)
+        if why is not None:
+            self.last, self.why = "runner", why
+            return self.runner(fileset, processor_instance, treename=treename, **kwargs)
+        from coffea.processor import accumulate
+
+        def outputs():
+            for columns, metadata, key in found:
+                _KEPT.move_to_end(key)
+                _STATS["hits"] += 1
+                yield processor_instance.process_columns(columns, metadata)
+
+        out = accumulate(outputs())
+        post = processor_instance.postprocess(out)
+        self.last, self.why = "cached", f"{len(found)} chunks from the kept columns"
+        return out if post is None else post

@@ -9,7 +9,8 @@ processor, :mod:`analysis.stats.merge` for the exact merge of states,
 :func:`derive`, :func:`differentiable`, forward or reverse mode, :func:`join`),
 :mod:`analysis.stats.pullback` for reverse mode across chunks, :mod:`analysis.stats.mlp`
 for a learned score (:func:`mlp`, :func:`score`), :mod:`analysis.stats.histogram` for
-soft histograms (:func:`histogram`, :class:`Histogram`).
+soft histograms (:func:`histogram`, :class:`Histogram`), :mod:`analysis.stats.sums` for
+weighted sums (:func:`sum`, as ``ak.sum``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from analysis.stats.histogram import Histogram, histogram
 from analysis.stats.jagged import Jagged, from_awkward, where
 from analysis.stats.merge import merge
 from analysis.stats.mlp import Standardisation, mlp, score
+from analysis.stats.sums import sum  # noqa: A004  (stats.sum, as ak.sum)
 
 if TYPE_CHECKING:
     from analysis.stats._mlpnet import MLP
@@ -71,6 +73,7 @@ __all__ = [
     "score",
     "skew",
     "std",
+    "sum",
     "var",
     "where",
 ]

@@ -8,6 +8,7 @@ over two passes; a budget smaller than one chunk keeps nothing; chunks not from 
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -96,3 +97,145 @@ def test_budget_and_chunks_without_uuid(shared_data) -> None:  # noqa: ANN001
     Counting().process(events)
     Counting().process(events)
     assert Counting.calls == 2 * chunks + 2 and owncache.cache_info()["chunks"] == 0
+
+
+# --- CachedRunner: later passes from the kept columns, without coffea's Runner --------
+
+
+class Plain(processor.ProcessorABC):
+    """Not a CachedColumns processor: CachedRunner always runs the Runner."""
+
+    def process(self, events):  # noqa: ANN001, ANN201
+        return {"n": len(events)}
+
+    def postprocess(self, accumulator):  # noqa: ANN001, ANN201
+        return accumulator
+
+
+def _runner(chunksize: int, metadata_cache=None):  # noqa: ANN001, ANN202
+    import coffea.util
+
+    coffea.util.coffea_console.quiet = True
+    return processor.Runner(executor=processor.IterativeExecutor(status=False),
+                            schema=NanoAODSchema, chunksize=chunksize,
+                            metadata_cache=metadata_cache)
+
+
+def _reference(fileset, theta, chunksize):  # noqa: ANN001, ANN202
+    """The plain Runner, nothing kept, coffea's file metadata read afresh."""
+    plain = Counting(theta)
+    plain.column_budget = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _runner(chunksize, metadata_cache={})(fileset, plain, treename="Events")
+
+
+def _passes(fileset, chunksize):  # noqa: ANN001, ANN202
+    """A CachedRunner's first pass (the Runner) and second pass (the kept columns)."""
+    run = owncache.CachedRunner(_runner(chunksize))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = run(fileset, Counting({"jet_pt_min": 30.0}), treename="Events")
+        assert run.last == "runner" and "not kept" in run.why
+        calls = Counting.calls
+        second = run(fileset, Counting({"jet_pt_min": 40.0}), treename="Events")
+    assert run.last == "cached", run.why
+    assert Counting.calls == calls  # nothing read
+    return run, first, second
+
+
+def _assert_same(want, got) -> None:  # noqa: ANN001
+    assert sorted(want) == sorted(got)
+    for dataset in want:
+        assert_derived_close(want[dataset], got[dataset], rtol=1e-12)
+
+
+@pytest.mark.parametrize("chunksize", [45, 100])
+def test_cached_runner_equals_the_runner_on_the_real_file(shared_data, chunksize) -> None:  # noqa: ANN001
+    fileset = {"ttbar": [str(shared_data / TTBAR)]}
+    owncache.clear_cache()
+    _, first, second = _passes(fileset, chunksize)
+    _assert_same(_reference(fileset, {"jet_pt_min": 40.0}, chunksize), second)
+    with pytest.raises(AssertionError):  # other parameters: the comparison can fail
+        _assert_same(second, first)
+
+
+@pytest.mark.parametrize("chunksize", [700, 1600])
+def test_cached_runner_equals_the_runner_on_generated_data(tmp_path, chunksize) -> None:  # noqa: ANN001
+    from analysis.data.generate import ensure_dataset
+
+    fileset = {
+        "ttbar": [str(f) for f in ensure_dataset(tmp_path / "tt", process="ttbar",
+                                                  n_events=2500, n_files=2, seed=3)],
+        "dy": [str(f) for f in ensure_dataset(tmp_path / "dy", process="dy",
+                                               n_events=1500, n_files=1, seed=4)],
+    }
+    owncache.clear_cache()
+    _, _, second = _passes(fileset, chunksize)
+    _assert_same(_reference(fileset, {"jet_pt_min": 40.0}, chunksize), second)
+
+
+def test_cached_runner_falls_back_when_a_file_changed(tmp_path) -> None:  # noqa: ANN001
+    """The generator writes a file of the same name and UUID (its UUID depends on the
+    process, seed and file index): rewritten with more events, the kept columns and
+    coffea's metadata of the old file (200 entries, where the new one has 300) must not
+    be used."""
+    from analysis.data.generate import ensure_dataset
+
+    files = ensure_dataset(tmp_path, process="ttbar", n_events=200, n_files=1, seed=5)
+    fileset = {"ttbar": [str(f) for f in files]}
+    owncache.clear_cache()
+    run, _, _ = _passes(fileset, 60)
+    assert ensure_dataset(tmp_path, process="ttbar", n_events=300, n_files=1, seed=5) == files
+    theta = {"jet_pt_min": 35.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        changed = run(fileset, Counting(theta), treename="Events")
+        assert run.last == "runner" and "changed" in run.why
+        again = run(fileset, Counting(theta), treename="Events")
+    assert run.last == "cached"
+    reference = _reference(fileset, theta, 60)
+    _assert_same(reference, changed)
+    _assert_same(reference, again)
+    assert float(again["ttbar"].value["pt"].sumw) > 0
+
+
+def test_cached_runner_runs_the_runner_for_other_processors(shared_data) -> None:  # noqa: ANN001
+    fileset = {"ttbar": [str(shared_data / TTBAR)]}
+    run = owncache.CachedRunner(_runner(100))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run(fileset, Plain(), treename="Events") == {"n": 200}
+    assert run.last == "runner" and "not a CachedColumns" in run.why
+    small = Counting()
+    small.column_budget = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(fileset, small, treename="Events")
+        run(fileset, small, treename="Events")
+    assert run.last == "runner" and "column_budget" in run.why
+    futures = owncache.CachedRunner(processor.Runner(
+        executor=processor.FuturesExecutor(workers=1, status=False), schema=NanoAODSchema))
+    assert futures._unsupported(Counting()) == (
+        "the Runner's FuturesExecutor keeps columns in its workers")
+
+
+def test_a_touched_file_is_read_again(tmp_path, shared_data) -> None:  # noqa: ANN001
+    """Through the plain Runner (coffea keeps the file's UUID and entries for the
+    session): a file whose modification time changed is read again, chunk by chunk."""
+    import shutil
+
+    path = tmp_path / TTBAR
+    shutil.copyfile(shared_data / TTBAR, path)
+    owncache.clear_cache()
+    Counting.calls = 0
+    _run(path, Counting())
+    chunks = Counting.calls
+    _run(path, Counting())
+    assert Counting.calls == chunks
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    _run(path, Counting())
+    assert Counting.calls == 2 * chunks
+    _run(path, Counting())
+    assert Counting.calls == 2 * chunks and owncache.cache_info()["chunks"] == chunks

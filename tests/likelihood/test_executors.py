@@ -98,3 +98,41 @@ def test_chunking_and_executors_give_the_same_histograms_and_z(fileset):
         assert abs(z - z0) <= 1e-10 * z0
         for n in g0:
             assert abs(g[n] - g0[n]) <= 1e-10 * max(abs(g0[n]), 1e-8), (n, g[n], g0[n])
+
+
+def test_the_example_processor_is_compiled_and_equals_the_closure_over_awkward(fileset):
+    """examples/own_likelihood.py's chunk function closes over arrays only: a Runner
+    pass (5 chunks) compiles a few programs, a second pass none; its states equal those of
+    HtTemplates above (a closure over the awkward jets, count_at_least: traced on every
+    chunk) to 1e-12, values and Jacobians."""
+    import coffea.util
+
+    from analysis.stats import _compiled
+    from analysis.stats._closure import closure_inputs
+    from examples.own_likelihood import HtTemplates as Example
+    from tests.chunked_helpers import read_events
+
+    events = read_events(fileset["dy"][0])
+    events.metadata["dataset"] = "dy"
+    assert closure_inputs(Example(THETA).chunk_function(events)) is not None
+    coffea.util.coffea_console.quiet = True
+    runner = processor.Runner(executor=processor.IterativeExecutor(status=False),
+                              schema=NanoAODSchema, chunksize=50)
+
+    def programs() -> int:
+        return _compiled.BUILT["programs"] + _compiled.BUILT["loaded"]
+
+    _compiled._PROGRAMS.clear()
+    before = programs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = stats.join(runner(fileset, Example(THETA), treename="Events"))
+        first = programs() - before
+        stats.join(runner(fileset, Example(THETA), treename="Events"))
+        want = stats.join(runner(fileset, HtTemplates(THETA), treename="Events"))
+    assert 1 <= first <= 5 and programs() - before == first, first
+    for part in ("value", "jac"):
+        pairs = zip(jax.tree_util.tree_leaves(getattr(want, part)),
+                    jax.tree_util.tree_leaves(getattr(got, part)), strict=True)
+        for a, b in pairs:
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12 * np.abs(a).max())

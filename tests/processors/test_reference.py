@@ -112,6 +112,49 @@ def test_dimuon_chunk_function_is_compiled(dy) -> None:
     assert built - before <= 1 and _compiled.BUILT["programs"] + _compiled.BUILT["loaded"] == built
 
 
+def test_jet_moments_pass_compiles_a_bounded_number_of_times(shared_data) -> None:
+    """A Runner pass of JetMomentsProcessor in 8 chunks compiles at most 3 programs (its
+    chunk function closes over arrays only: the chunk's arrays are arguments), a second
+    pass none (the kept columns, the same programs); and the merged output equals the
+    whole file's."""
+    import warnings
+
+    from coffea import processor
+    from coffea.nanoevents import NanoAODSchema
+
+    from analysis.data import owncache
+    from analysis.stats import _compiled
+    from analysis.stats._closure import closure_inputs
+
+    proc = JetMomentsProcessor()
+    events = read_events(shared_data / TTBAR)
+    assert closure_inputs(proc.chunk_function(events[:25])) is not None
+    runner = processor.Runner(executor=processor.IterativeExecutor(status=False),
+                              schema=NanoAODSchema, chunksize=25)
+    fileset = {"ttbar": [str(shared_data / TTBAR)]}
+    owncache.clear_cache()
+    _compiled._PROGRAMS.clear()
+
+    def programs() -> int:
+        return _compiled.BUILT["programs"] + _compiled.BUILT["loaded"]
+
+    before = programs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # coffea's own
+        out = runner(fileset, proc, treename="Events")["ttbar"]
+        first = programs() - before
+        again = runner(fileset, proc, treename="Events")["ttbar"]
+    assert 1 <= first <= 3, first
+    assert programs() - before == first
+    assert owncache.cache_info()["hits"] == 8
+    events.metadata["dataset"] = "ttbar"
+    whole = proc.process(events)["ttbar"]
+    for a, b in ((out, whole), (again, out)):
+        assert float(stats.mean(a.value["ht"])) == pytest.approx(
+            float(stats.mean(b.value["ht"])), rel=1e-12)
+        np.testing.assert_allclose(a.jac["jet_pt"].m2, b.jac["jet_pt"].m2, rtol=1e-10)
+
+
 @pytest.mark.slow
 def test_chunk_gradients_of_both_processors(ttbar, dy) -> None:
     jets = JetMomentsProcessor()

@@ -37,7 +37,7 @@ def run(args: tuple, n_blocks: int, threads: int | None) -> None:
     states = chain(tgt)
     f = np.ascontiguousarray(f[states])
     if np.all(cuts[-1] < 0) and not np.any(df):  # nothing to differentiate: lane 0 only
-        one = (cuts[0], cuts[1], f, want_w, max_seq, block, pe, ow)
+        one = (*cuts, f, want_w, max_seq, block, pe, ow)
         kernel = _numba_one.select_one_value
     else:
         one = (*cuts, f, np.ascontiguousarray(df[states]), want_w, max_seq, block, pe, ow)

@@ -177,6 +177,8 @@ def walk(
     may overflow).
     Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``
     (value lanes doubled, halved once at the end: exact).
+    The forward recursions stop at ``F_{n-1}``, ``L_{n-1}`` (object ``j``'s weight reads
+    ``F_j``, ``L_j``: ``F_n`` would be read by nobody).
     Every loop over states runs over the states reachable after the objects so far
     (``rs[j]``: ``F_j``, ``L_j`` are zero elsewhere, and ``G_j`` is read nowhere else),
     those of ``L[t]`` also within ``ld_mask``: the terms left out are exact zeros
@@ -220,7 +222,7 @@ def walk(
                 F[0, 0] = 0.0
                 F[0, 0, 0] = 1.0
                 F[0, 0, h] = 1.0
-                for j in range(n):
+                for j in range(n - 1):  # F_n: read by no weight (they read F_0 .. F_{n-1})
                     c = seq_c[j]
                     g = seq_g[j]
                     clear(F[j + 1], rs[j + 1], nr[j + 1])
@@ -234,7 +236,7 @@ def walk(
                     L[lt, 0, m, 0] = 0.0
                 L[lt, 0, 0, 0, 0] = 1.0
                 L[lt, 0, 0, 0, h] = 1.0
-                for j in range(n):
+                for j in range(n - 1):  # L_n: read by no weight, as F_n
                     c = seq_c[j]
                     g = seq_g[j]
                     for m in range(dmax + 1):

@@ -31,6 +31,13 @@ the chain); with weights, the forward chain of ``F`` and the backward chain of `
 advance in the same loop (two independent chains keep the core busy: each alone waits
 on its own previous step), ``G_j`` is kept for every ``j``, and the weights follow in
 a loop of their own.
+
+One source, two variants (as :func:`~analysis.pipeline.backends.numba.kernels._numba_dp.select`):
+:func:`select_one` with the tangents ``df`` a ``(states, LANES)`` array walks lanes;
+with ``df = 0.0`` (:func:`select_one_value`) its buffers have no lane axis and every
+step, the cut product and the outputs are lane 0's operations alone
+(:mod:`~analysis.pipeline.backends.numba.kernels.lanes`): the same floats as lane 0 of
+the variant with tangents.
 """
 
 from __future__ import annotations
@@ -38,8 +45,18 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import njit
-from analysis.pipeline.backends.numba.kernels._numba_dp import cut_times, inverse_width
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add
+from analysis.pipeline.backends.numba.kernels._numba_dp import cut_product, inverse_width
+from analysis.pipeline.backends.numba.kernels.lanes import (
+    LANES,
+    lane_buffer,
+    set_value,
+    store_row,
+    table_init,
+    tangent_row,
+    tangent_rows,
+    weight_row,
+    zero_at,
+)
 from analysis.pipeline.backends.numba.kernels.walk import chain_backward, chain_forward, weight
 
 __all__ = ["select_one", "select_one_value"]
@@ -51,12 +68,13 @@ def select_one(
 ):
     """Blocks ``b0:b1`` of events. ``coff``: ``(E + 1,)`` object offsets; ``ss``:
     ``(C, N)`` the cuts' probabilities per object
-    (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.soft_values`); per cut ``c``: width ``cut_w[c]``,
-    ``cut_g[c]`` (``>``/``>=``), ``cut_par[c]`` (its threshold's lane - 1, or -1); ``f``,
-    ``df``: the
-    pass table and its tangents in lanes (lane 0 zero) on the chain of count states
-    (``tgt[i] = min(i + 1, L)``, ``L + 1`` states). Outputs in lanes: ``pe[e] = (P, dP)``
-    and, if ``want_w``, ``ow[j] = (w_j, dw_j)``."""
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.soft_values`); per cut ``c``:
+    width ``cut_w[c]``, ``cut_g[c]`` (``>``/``>=``), ``cut_par[c]`` (its threshold's lane
+    - 1, or -1); ``f``, ``df``: the pass table and its tangents in lanes (lane 0 zero) on
+    the chain of count states (``tgt[i] = min(i + 1, L)``, ``L + 1`` states), or
+    ``df = 0.0`` for values only (module docstring; the other lanes of ``pe`` and ``ow``
+    set to zero). Outputs in lanes: ``pe[e] = (P, dP)`` and, if ``want_w``, ``ow[j] =
+    (w_j, dw_j)``."""
     n_ev = pe.shape[0]
     top = f.shape[0] - 1
     n_cuts = ss.shape[0]
@@ -65,100 +83,42 @@ def select_one(
         iw[c] = inverse_width(cut_w[c])
     for b in range(b0, b1):
         q = np.empty(max_seq)
-        dq = np.empty((max_seq, LANES))
-        F = np.zeros((max_seq + 1 if want_w else 1, top + 1, LANES))
-        G = np.empty((max_seq + 1 if want_w else 2, top + 1, LANES))
+        dq = tangent_rows(max_seq, df)
+        F = lane_buffer(max_seq + 1 if want_w else 1, top + 1, df)
+        G = lane_buffer(max_seq + 1 if want_w else 2, top + 1, df)
         H = np.empty(LANES)
         states = np.arange(top + 1)
         chain = np.minimum(states + 1, top)  # tgt of the "in" pattern
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             o = coff[e]
             n = coff[e + 1] - o
-            for j in range(n):
-                q[j] = 1.0
-                for r in range(LANES):
-                    dq[j, r] = 0.0
-            for c in range(n_cuts):
-                cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], q, dq)
+            cut_product(ss, o, n, iw, cut_g, cut_par, q, dq)
             g = G[n] if want_w else G[0]
             for i in range(top + 1):
-                for r in range(LANES):
-                    g[i, r] = df[i, r]
-                g[i, 0] = f[i]
+                table_init(g, i, f, df)
             if not want_w:
                 Ga, Gb = G[0], G[1]
                 for j in range(n - 1, -1, -1):
-                    chain_backward(Ga, Gb, j, top, 1.0 - q[j], q[j], dq[j])
+                    chain_backward(Ga, Gb, j, top, 1.0 - q[j], q[j], tangent_row(dq, j))
                     Ga, Gb = Gb, Ga
-                for r in range(LANES):
-                    pe[e, r] = Ga[0, r]
+                store_row(pe[e], Ga[0])
                 continue
-            for r in range(LANES):
-                F[0, 0, r] = 0.0
-            F[0, 0, 0] = 1.0
+            zero_at(F[0], 0)
+            set_value(F[0], 0, 1.0)
             for s in range(n):  # two independent chains, one loop
-                chain_forward(F[s], F[s + 1], s, top, 1.0 - q[s], q[s], dq[s])
+                chain_forward(F[s], F[s + 1], s, top, 1.0 - q[s], q[s], tangent_row(dq, s))
                 j = n - 1 - s
-                chain_backward(G[j + 1], G[j], j, top, 1.0 - q[j], q[j], dq[j])
+                chain_backward(G[j + 1], G[j], j, top, 1.0 - q[j], q[j], tangent_row(dq, j))
             for j in range(n):
-                weight(H, F[j], G[j + 1], chain, states, min(j, top) + 1, 0, chain, False)
-                row = ow[o + j]
-                for r in range(LANES):
-                    row[r] = 0.0
-                lin_add(row, q[j], H, H[0], dq[j])
-            for r in range(LANES):
-                pe[e, r] = G[0, 0, r]
+                h = weight(H, F[j], G[j + 1], chain, states, min(j, top) + 1, 0, chain, False)
+                weight_row(ow[o + j], q[j], H, h, tangent_row(dq, j))
+            store_row(pe[e], G[0, 0])
 
 
 @njit
-def select_one_value(coff, ss, f, want_w, max_seq, block, pe, ow, b0, b1):
-    """:func:`select_one` for values only (no trainable parameter: ``order=0``, hard
-    cuts, histograms): lane 0 alone, the same floats as lane 0 of :func:`select_one`
-    (its tangent lanes are zeros there, and its weight sum ``H[0]`` is twice this one's,
-    halved: exact), laid out as it is (module docstring: a state's terms summed before
-    one store; with weights, the two chains in one loop); the other lanes of ``pe`` and
-    ``ow`` are set to zero."""
-    n_ev = pe.shape[0]
-    top = f.shape[0] - 1
-    n_cuts = ss.shape[0]
-    lanes = pe.shape[1]
-    for b in range(b0, b1):
-        q = np.empty(max_seq)
-        F = np.zeros((max_seq + 1 if want_w else 1, top + 1))
-        G = np.empty((max_seq + 1 if want_w else 2, top + 1))
-        states = np.arange(top + 1)
-        chain = np.minimum(states + 1, top)  # tgt of the "in" pattern
-        for e in range(b * block, min(n_ev, (b + 1) * block)):
-            o = coff[e]
-            n = coff[e + 1] - o
-            for j in range(n):
-                q0 = 1.0
-                for c in range(n_cuts):
-                    q0 *= ss[c, o + j]
-                q[j] = q0
-            g = G[n] if want_w else G[0]
-            for i in range(top + 1):
-                g[i] = f[i]
-            if not want_w:
-                Ga, Gb = G[0], G[1]
-                for j in range(n - 1, -1, -1):
-                    chain_backward(Ga, Gb, j, top, 1.0 - q[j], q[j], 0.0)
-                    Ga, Gb = Gb, Ga
-                pe[e, 0] = Ga[0]
-                for r in range(1, lanes):
-                    pe[e, r] = 0.0
-                continue
-            F[0, 0] = 1.0
-            for s in range(n):  # two independent chains, one loop
-                chain_forward(F[s], F[s + 1], s, top, 1.0 - q[s], q[s], 0.0)
-                j = n - 1 - s
-                chain_backward(G[j + 1], G[j], j, top, 1.0 - q[j], q[j], 0.0)
-            for j in range(n):
-                h = weight(q, F[j], G[j + 1], chain, states, min(j, top) + 1, 0, chain, False)
-                row = ow[o + j]
-                row[0] = q[j] * h
-                for r in range(1, lanes):
-                    row[r] = 0.0
-            pe[e, 0] = G[0, 0]
-            for r in range(1, lanes):
-                pe[e, r] = 0.0
+def select_one_value(coff, ss, cut_w, cut_g, cut_par, f, want_w, max_seq, block, pe, ow,
+                     b0, b1):
+    """:func:`select_one` for values only (no trainable parameter: ``order=0``, hard cuts,
+    histograms): its variant without tangents (``df = 0.0``), the same floats as lane 0
+    of the variant with tangents; the other lanes of ``pe`` and ``ow`` set to zero."""
+    select_one(coff, ss, cut_w, cut_g, cut_par, f, 0.0, want_w, max_seq, block, pe, ow, b0, b1)

@@ -10,7 +10,7 @@ nothing is differentiated: ``x + 0 = x``; its doubled weight sum ``H[p, 0]`` hal
 exact), in buffers of one lane. It runs where nothing is differentiated (``order=0``:
 the values pass of reverse mode, hard cuts,
 :mod:`analysis.pipeline.backends.numba.fastkernel`), the other lanes of ``pe``, ``ow``
-and ``sa`` set to zero. Plans with one collection and one set have their own value loop
+and ``sa`` set to zero. Plans with one collection and one set have their own loop, compiled the same way
 (:func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one_value`).
 """
 

@@ -33,8 +33,8 @@ from analysis.pipeline.backends.numba.kernels._jit import inline, specialise
 __all__ = [
     "LANES", "axpy", "chain_in", "chain_out", "chain_set", "dot_add", "dot_end", "dot_zero",
     "keep_sum", "lane_buffer", "lane_buffer4", "lin", "lin2", "lin_add", "lin_add2",
-    "mul_add", "no_tangent", "set_value", "set_vec", "store_row", "table_init", "tangents",
-    "vec_axpy", "vec_mul_add", "vec_zero", "zero_at",
+    "mul_add", "no_tangent", "set_value", "set_vec", "store_row", "table_init", "tangent_row",
+    "tangent_rows", "tangents", "vec_axpy", "vec_mul_add", "vec_zero", "weight_row", "zero_at",
 ]
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
@@ -359,6 +359,65 @@ def _tangents(d, g, p):
 
     def values(d, g, p):
         return 0.0
+    return values
+
+
+def tangent_rows(n, d):
+    """A float64 buffer ``(n, LANES)`` of tangent rows where ``d`` (a tangent argument) is
+    an array, else ``0.0`` (none: values only); contents undefined."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(tangent_rows)
+def _tangent_rows(n, d):
+    if _has(d):
+        def lanes(n, d):
+            return np.empty((n, LANES))
+        return lanes
+
+    def values(n, d):
+        return 0.0
+    return values
+
+
+def tangent_row(d, j):
+    """``d[j]`` (row ``j`` of :func:`tangent_rows`), or ``0.0`` (none)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(tangent_row)
+def _tangent_row(d, j):
+    if _has(d):
+        def lanes(d, j):
+            return d[j]
+        return lanes
+
+    def values(d, j):
+        return 0.0
+    return values
+
+
+def weight_row(row, q, inner, h, d):
+    """An output row from an object's probability ``q`` (tangents ``d``) and its inner
+    sum (:func:`analysis.pipeline.backends.numba.kernels.walk.weight`: ``inner`` with
+    tangents, its value ``h``): ``row = 0 + (q inner + h d)`` (:func:`lin_add` into a
+    cleared row); values (``d`` a number): ``row[0] = q h``, the other lanes zero."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(weight_row)
+def _weight_row(row, q, inner, h, d):
+    if _has(d):
+        def lanes(row, q, inner, h, d):
+            for r in range(LANES):
+                row[r] = 0.0
+            lin_add(row, q, inner, h, d)
+        return lanes
+
+    def values(row, q, inner, h, d):
+        row[0] = q * h
+        for r in range(1, row.shape[0]):
+            row[r] = 0.0
     return values
 
 

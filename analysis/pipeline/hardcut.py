@@ -54,11 +54,16 @@ def _passes(cut: ObjectCut, x: np.ndarray, theta: Any) -> np.ndarray | None:
     if any(b is None for b in bounds):
         return None
     x = np.abs(x) if cut.absolute else x
-    ok = np.ones(x.shape, dtype=bool)
+    ok = None
     for t, (greater, inclusive) in zip(bounds, sides(cut.kind_op), strict=True):
-        z = x - t if greater else t - x  # the kernels' step: the same floats
-        ok &= (z >= 0.0) if inclusive else (z > 0.0)
-    return ok
+        # the kernels' step ``x - t > 0`` (``>= 0``): for finite floats the same truth as
+        # ``x > t`` (a difference of two floats is 0 only where they are equal), and NaN
+        # fails both
+        op = (np.greater_equal if inclusive else np.greater) if greater else (
+            np.less_equal if inclusive else np.less)
+        side = op(x, t)
+        ok = side if ok is None else np.logical_and(ok, side, out=ok)
+    return np.ones(x.shape, dtype=bool) if ok is None else ok
 
 
 def survivors(plan: Plan, collection: str, flat: dict[str, np.ndarray], n_objects: int, *,
@@ -113,8 +118,10 @@ def survivors(plan: Plan, collection: str, flat: dict[str, np.ndarray], n_object
 def kept_counts(counts: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """Per event (``counts``: its objects), how many of its objects ``keep`` holds
     (int64)."""
-    event_of = np.repeat(np.arange(counts.size), counts)
-    return np.bincount(event_of[keep], minlength=counts.size).astype(np.int64)
+    upto = np.zeros(keep.size + 1, np.int64)
+    np.cumsum(keep, out=upto[1:])
+    ends = np.cumsum(counts)
+    return upto[ends] - upto[ends - counts]
 
 
 def compact(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any) -> ChunkColumns:
@@ -131,5 +138,7 @@ def compact(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any) -> ChunkCol
             continue
         if out is None:
             out = dataclasses.replace(cols, collections=dict(cols.collections))
-        out.collections[name] = (kept_counts(counts, keep), {f: v[keep] for f, v in flat.items()})
+        idx = np.flatnonzero(keep)  # once for every field (take: faster than a mask)
+        out.collections[name] = (kept_counts(counts, keep),
+                                 {f: v.take(idx) for f, v in flat.items()})
     return cols if out is None else out

@@ -12,11 +12,12 @@ with ``F_A`` the joint count distribution of the subset's configurations and ``G
 value function of the other collections and the count conditions. Exact for any cut
 widths; width 0 is the hard histogram.
 
-Deterministic objects leave the enumeration first (:func:`uncertain_mask`): an object
-whose pattern probabilities (without per-object factors) are exactly 0 or 1 in float64
-(a width-0 cut, a saturated sigmoid) is folded into the count distribution by one
-forward step (exact for any probabilities) and, where its pattern holds ``S``, adds its
-value to every subset's sum. Only the ``U`` uncertain objects are enumerated, in their
+Deterministic objects leave the enumeration first (:func:`uncertain_mask`, with the
+numba kernel's definition: :func:`analysis.select.certain.certain_objects`): an object
+with a pattern of probability exactly 1 in float64 (a width-0 cut, a saturated sigmoid),
+or whose membership in ``S`` is decided (every pattern on one side of ``S`` exactly 0),
+is folded into the count distribution by one forward step (exact for any
+probabilities) and, where it is in ``S``, adds its value to every subset's sum. Only the ``U`` uncertain objects are enumerated, in their
 original order, and every cap counts only them (``n_uncertain``: the static width of
 the enumeration, for every event or per group of events; an event with more is NaN,
 never a silent bias: the caller sizes it, :func:`analysis.pipeline.backends.jax.histkernel.uncertain_counts`
@@ -57,6 +58,7 @@ from analysis.select._recursions import (
     _pattern_probs,
     _prepare,
 )
+from analysis.select.certain import certain_objects
 from analysis.select.leading import _step
 
 __all__ = [
@@ -99,13 +101,21 @@ def block_events(n_events: int, m: int, n_states: int, per_event: int | None = N
     return b
 
 
-def uncertain_mask(probs, layouts, model, collection: str):
-    """``(E, M)`` bool: the objects of ``collection`` whose pattern is uncertain (not
-    one pattern of probability exactly 1 in float64, per-object factors left out);
-    padding is certain. Traceable; no gradient."""
+def uncertain_mask(probs, layouts, model, name: str):
+    """``(E, M)`` bool: the objects of set ``name``'s collection that the histogram of a
+    sum over ``name`` enumerates (:func:`analysis.select.certain.certain_objects`: not
+    one pattern of probability exactly 1 in float64, nor membership in ``name``
+    decided; per-object factors left out); padding is certain. Traceable; no gradient."""
+    return ~_certain(probs, layouts, model, name)[0]
+
+
+def _certain(probs, layouts, model, name: str):
+    """:func:`analysis.select.certain.certain_objects` of the objects of set ``name``'s
+    collection, ``(E, M)`` each (padding: certain, out of the set)."""
+    c, i = model.set_index(name)
     raw = {k: v for k, v in probs.items() if not k.startswith(FACTOR)}
-    pi = _pattern_probs(model, raw, layouts, collection)
-    return ~jnp.any(pi == 1.0, axis=-1)
+    pi = _pattern_probs(model, raw, layouts, c)
+    return certain_objects(pi, model.patterns[c][:, i], xp=jnp)
 
 
 def _enumerate(F0, G0, pi, vv, x0, d, shape, has, edges_a, nb):
@@ -228,10 +238,8 @@ def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_
         G = _backward(G, pis[cc], model.increments[cc], model.shape)
     v = jnp.where(lay.valid, jnp.broadcast_to(jnp.asarray(values, jnp.float64), (e, m)), 0.0)
     if any(u < m for u, _ in groups):
-        unc = uncertain_mask(probs, layouts, model, c)
-        raw = _pattern_probs(model, {k: w for k, w in probs.items() if not k.startswith(FACTOR)},
-                             layouts, c)
-        inside = jnp.sum(raw[..., np.asarray(has)], axis=-1) == 1.0
+        certain, inside = _certain(probs, layouts, model, name)
+        unc = ~certain
     else:
         unc = inside = jnp.zeros((e, m), dtype=bool)
     args = (d, model.shape, has, edges, S)

@@ -103,3 +103,75 @@ def test_a_cap_of_12_takes_15_jets_of_which_10_pass_the_hard_cuts(walked) -> Non
     want = oracle(built)
     h = state.derived.value["histograms"]["ht"]
     np.testing.assert_allclose(np.asarray(h.sumw_flow), want[0], rtol=1e-10, atol=1e-14)
+
+
+# --- one definition of "uncertain" on both backends (analysis.select.certain) ----------
+
+
+def _btag_config() -> dict:
+    cfg = config()
+    cfg["parameters"]["btag_min"] = {"init": 0.3, "bounds": [0.05, 0.95]}
+    cfg["objects"]["bjets"] = {"from": "jets", "cuts": [
+        {"var": "btagDeepFlavB", "op": ">", "param": "btag_min", "width": 0.05}]}
+    cfg["selection"].append({"count": "bjets", "op": ">=", "value": 1})
+    return cfg
+
+
+def _btag_events(n_soft: list[int], n_hard: list[int]):
+    """Events of ``n_soft`` jets uncertain in ``jets`` (pT near the soft cut) and
+    ``n_hard`` jets certain in it (pT 400+: the sigmoid saturates) with an uncertain
+    b-tag, as columns."""
+    rng = np.random.default_rng(5)
+    pts, n = [], []
+    for a, b in zip(n_soft, n_hard, strict=True):
+        pts.append(rng.permutation(np.concatenate([rng.uniform(35.0, 110.0, a),
+                                                   rng.uniform(400.0, 500.0, b)])))
+        n.append(a + b)
+    counts = np.array(n, np.int64)
+    pt = np.concatenate(pts)
+    flat = {"pt": pt, "eta": rng.uniform(-2.3, 2.3, pt.size),
+            "btagDeepFlavB": rng.uniform(0.1, 0.5, pt.size)}
+    from analysis.pipeline.layout import ChunkColumns
+    return ChunkColumns(n_events=len(n), weight=rng.uniform(0.5, 2.0, len(n)),
+                        collections={"Jet": (counts, flat)})
+
+
+def _btag_inputs():
+    from analysis.pipeline.plan import initial_widths
+
+    c = config_from_dict(_btag_config())
+    plan = build_plan(c)
+    theta = np.array([c.initial_params()[n] for n in plan.param_names])
+    return plan, theta, np.array(initial_widths(c))
+
+
+@pytest.mark.slow_on("jax")
+def test_both_backends_count_the_same_uncertain_objects() -> None:
+    # event 0: 8 jets uncertain in jets, 18 certain in jets with an uncertain b-tag
+    # (decided for sum(jets.pt): folded, not enumerated); the JAX kernel counted 26
+    plan, theta, widths = _btag_inputs()
+    cols = _btag_events([8, 3, 0], [18, 2, 4])
+    numba = chunk_state(cols, plan, theta, widths, order=1)
+    jax_ = chunk_state(cols, plan, theta, widths, order=1, backend="jax")
+    assert numba.enumeration == jax_.enumeration == (3, 0, 8)
+    for tree in ("value", "jac"):
+        a = getattr(numba.derived, tree)["histograms"]["ht"]
+        b = getattr(jax_.derived, tree)["histograms"]["ht"]
+        assert np.asarray(a.sumw_flow).any()
+        np.testing.assert_allclose(np.asarray(a.sumw_flow), np.asarray(b.sumw_flow),
+                                   rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(np.asarray(a.sumw2_flow), np.asarray(b.sumw2_flow),
+                                   rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("backend_name", ["numba", "jax"])
+def test_both_backends_refuse_at_the_same_event(backend_name) -> None:
+    from analysis.errors import InputError
+
+    plan, theta, widths = _btag_inputs()
+    # event 0: 20 uncertain (runs), event 1: 25 uncertain beside 10 decided ones
+    cols = _btag_events([20, 25, 2], [10, 10, 1])
+    with pytest.raises(InputError) as err:
+        chunk_state(cols, plan, theta, widths, order=0, backend=backend_name)
+    msg = str(err.value)
+    assert "event 1 of this chunk has 25 uncertain Jet objects" in msg, msg

@@ -127,7 +127,8 @@ def uncertain_counts(theta, widths, arrays, plan, shapes, base, chunk_cls) -> di
             continue
         ch, _ = _chunk_of(spec, chunks, theta, widths, arrays, plan, shapes, chunk_cls)
         c = ch.sp.collection_of(spec.node.head)
-        n = jnp.sum(uncertain_mask(ch.probs, ch.lays, ch.sp.model, c), axis=1, dtype=jnp.int32)
+        n = jnp.sum(uncertain_mask(ch.probs, ch.lays, ch.sp.model, spec.node.head), axis=1,
+                    dtype=jnp.int32)
         out[c] = n if c not in out else jnp.maximum(out[c], n)
     return out
 

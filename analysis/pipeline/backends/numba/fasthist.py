@@ -65,6 +65,7 @@ from analysis.pipeline.histplan import GROUPS, factor_values, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
+from analysis.select.certain import certain_objects
 from analysis.stats.histogram import Histogram
 
 __all__ = ["evaluate_columns"]
@@ -331,6 +332,9 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
         ci = tab.collections.index(coll)
         has = np.ascontiguousarray(tab.pat[ci, :, tab.local[s]] == 1, dtype=np.int64)
         n_obj = int(coff[ci, -1])
+        # which objects the kernel enumerates: the one definition of both backends
+        cert, ins = certain_objects(pv_all[base[ci]: base[ci + 1], : tab.n_pat[ci], 0],
+                                    has[: tab.n_pat[ci]] == 1)
         if node.kind == "count":
             vals = np.ones(n_obj)
         else:
@@ -343,7 +347,8 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
         if n_ev:
             block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
             args = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
-                    np.ascontiguousarray(dfs[q]), ci, has, vals, edges, nl, block, out, unc)
+                    np.ascontiguousarray(dfs[q]), ci, has, cert, ins, vals, edges, nl, block,
+                    out, unc)
             _run_dynamic(_numba_dp.compiled(_numba_esum.event_sum_bins, args), args, n_blocks,
                          threads)
         top = int(unc.max(initial=0))

@@ -25,6 +25,7 @@ from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.numba._fasttables import _targets
 from analysis.pipeline.backends.numba.kernels import _numba_esum
 from analysis.select._recursions import _pass_table, _pattern_probs
+from analysis.select.certain import certain_objects
 from analysis.select.subsets import sum_bins
 from tests.pipeline.backends.numba.test_fasthist import CONFIG, columns, compare
 from tests.pipeline.backends.numba.test_fastkernel import make_plan
@@ -77,8 +78,11 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]]) -> tuple[np.ndarray, 
     nl = 1 + len(tangents)
     out = np.full((n_ev, len(edges) + 1, 4), 7.0)
     unc = np.zeros(n_ev, np.int64)
+    # which objects are certain: the one definition (as fasthist makes it)
+    lo, n_pc = int(base[cs]), int(n_pat[cs])
+    cert, ins = certain_objects(pv_all[lo: lo + int(coff[cs, -1]), :n_pc, 0], has[:n_pc] == 1)
     _numba_esum.event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f,
-                               np.zeros(f.shape + (LANES,)), cs, has,
+                               np.zeros(f.shape + (LANES,)), cs, has, cert, ins,
                                np.array(pt, np.float64).reshape(-1), edges, nl, n_ev, out,
                                unc, 0, 1)
     return out[..., :nl], unc
@@ -90,7 +94,7 @@ def test_kernel_against_enumeration_and_the_jax_reference() -> None:
     j = int(np.flatnonzero((ev["jets"][e] > 0) & (ev["jets"][e] < 1))[0])
     got, unc = kernel_bins(ev, [(e, j)])
     # the jet certain in ``jets`` whose b-tag is uncertain is folded (its membership in
-    # the summed set is decided); the JAX reference enumerates it
+    # the summed set is decided), on both kernels
     assert unc.tolist() == [u - 1 for u in UNCERTAIN]
     lays, probs, pt = inputs(ev)
     ref = np.asarray(jax.jit(sum_bins, static_argnames=("model", "name", "edges",

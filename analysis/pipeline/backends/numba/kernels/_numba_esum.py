@@ -11,10 +11,11 @@ state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangen
 - every object of the other collections, and every *certain* object of ``S``'s
   collection, moves the forward count distribution ``F`` by one step (exact for any
   probabilities); a certain object in ``S`` adds its value to every subset's sum ``x0``.
-  Certain: one pattern of probability exactly 1 in float64, or (in an event whose
-  probabilities are all numbers) membership in ``S`` decided, every pattern on one
-  side of ``S`` exactly 0 with zero tangents (a jet far above the soft pT cut whose
-  b-tag is uncertain: in ``S`` whatever its other patterns);
+  Certain: one pattern of probability exactly 1 in float64, or membership in ``S``
+  decided, every pattern on one side of ``S`` exactly 0 (a jet far above the soft pT
+  cut whose b-tag is uncertain: in ``S`` whatever its other patterns); the one
+  definition of both backends, :func:`analysis.select.certain.certain_objects`, made
+  on the host (``cert``, ``ins``);
 - the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` (with at
   most 3 tangents, in an event whose probabilities are all numbers) every subset
   ``A`` (``F_A`` split by whether each object is in ``S``, ``P_A = <F_A, f>``, binned at
@@ -312,16 +313,17 @@ def _bin(edges, x):
 
 
 @njit
-def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals, edges, nl,
-                   block, out, n_unc, b0, b1):
+def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert, ins, vals,
+                   edges, nl, block, out, n_unc, b0, b1):
     """Events of blocks ``b0:b1`` (module docstring): ``out[e, b, :nl]`` =
     ``P(pass, X in bin b)`` and its tangents (bins as :func:`numpy.searchsorted` right over
     ``edges``: underflow first, overflow last), ``n_unc[e]`` the event's uncertain objects
     of collection ``cs``. ``coff`` ``(C, E + 1)`` object offsets, ``base`` ``(C + 1,)``
     global offsets; ``pv_all[g, p, 0]``, ``pd_all[g, p]`` (lane 0 zero) per global object;
     ``f``, ``df`` ``(S,)``, ``(S, LANES)`` the region's pass table and its tangents (lane 0
-    zero); ``has[p]``: pattern ``p`` of ``cs`` holds ``S``; ``vals`` per object of ``cs``
-    (local index)."""
+    zero); ``has[p]``: pattern ``p`` of ``cs`` holds ``S``; ``cert``, ``ins``, ``vals``
+    per object of ``cs`` (local index): whether it is certain and, if so, in ``S``
+    (:func:`analysis.select.certain.certain_objects`), its value."""
     n_ev = out.shape[0]
     n_coll = coff.shape[0]
     # the pattern selections as int64 values, not literals: one compilation of each
@@ -392,37 +394,12 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, vals,
                 g = base[c] + i
                 certain = True
                 if c == cs:
-                    certain = False
-                    inside = 0.0
-                    for p in range(n_pat[c]):
-                        if pv_all[g, p, 0] == 1.0:
-                            certain = True
-                        if has[p]:
-                            inside += pv_all[g, p, 0]
-                    if not certain and skip:
-                        # membership in S decided: every pattern on one side of S
-                        # exactly 0 with zero tangents (a pT far above its soft cut,
-                        # an uncertain b-tag below it): the object moves the counts
-                        # (folded into F, exact for any probabilities) and its value
-                        # is in every subset's sum or in none
-                        out_s = True  # no pattern holding S carries anything
-                        in_s = True  # no pattern outside S carries anything
-                        for p in range(n_pat[c]):
-                            zero = pv_all[g, p, 0] == 0.0
-                            for r in range(1, nl):
-                                zero = zero and pd_all[g, p, r] == 0.0
-                            if not zero:
-                                if has[p]:
-                                    out_s = False
-                                else:
-                                    in_s = False
-                        if in_s or out_s:
-                            certain = True
-                            inside = 1.0 if in_s else 0.0
+                    # the one definition (analysis.select.certain, on the host)
+                    certain = cert[i]
                     if not certain:
                         unc[n] = g
                         n += 1
-                    elif inside == 1.0:
+                    elif ins[i]:
                         x0 += vals[i]
                 if certain and skip:
                     # probability exactly 1 on a pattern that moves no count and no

@@ -359,9 +359,11 @@ def _run_optimize(args, config, plotter) -> int:
                 data = histogram_data(ev, config, initial_params, run.w0,
                                       final["hard"]["parameters"],
                                       initial_states=run.initial_states, norms=norms)
+                # the overlay (the costliest) first: with two workers it goes beside the
+                # objective plot, the per-dataset histograms beside the parameter plot
+                plotter.submit("analysis.cli.plots.draw_overlay", data, outdir, cost=2.0)
                 for ds in data["datasets"]:
                     plotter.submit("analysis.cli.plots.draw_histogram", data, ds, outdir)
-                plotter.submit("analysis.cli.plots.draw_overlay", data, outdir, cost=2.0)
         datasets = {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets}
         mark_reliability(datasets, hard)
         report["datasets"] = datasets

@@ -311,10 +311,7 @@ def _run_optimize(args, config, plotter) -> int:
         checks = run.validation(initial_params, final["hard"]["parameters"])
         initial_hard = run.start_hard or run.hard(initial_params)
         status = run.status(final, initial_hard)
-        hard = hard_event_counts(ev, final["hard"]["parameters"])
-        closing = run.passes - before + 1  # (the count pass is not the loop's)
-        datasets = {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets}
-        mark_reliability(datasets, hard)
+        closing = run.passes - before + 1  # (the count pass below is not the loop's)
         for part in ("soft", "hard"):
             final[part]["widths"] = named_widths(config, final[part]["widths"])
         report = {
@@ -340,9 +337,36 @@ def _run_optimize(args, config, plotter) -> int:
             "final": final,
             "parameters": final["soft"]["parameters"],
             "min_effective_events": MIN_EFFECTIVE_EVENTS,
-            "datasets": datasets,
-            "faults": ev.faults_report(),
+            "datasets": None,  # below, once the objective and parameter plots are drawing
+            "faults": None,
         }
+        if not args.no_plots:
+            # drawn (in the workers) while this process goes on: the count pass, the
+            # histograms' pass, the per-dataset report (docs/guide/startup.md)
+            plotter.submit("analysis.cli.plots.plot_objective", report, outdir, cost=1.0)
+            plotter.submit("analysis.cli.plots.plot_parameters", report, outdir, cost=1.5)
+        hard = hard_event_counts(ev, final["hard"]["parameters"])
+        report["faults"] = ev.faults_report()
+        if not args.no_plots:
+            run.use_all_events()  # the plots show every event, not the training part
+            if config.observables:
+                from analysis.optimize.objectives import dataset_norm
+
+                sumw = run.all_sumw or {n: st.sumw for n, st in run.final_states.items()}
+                norms = {n: dataset_norm(config, n, w) for n, w in sumw.items()
+                         if config.datasets[n].xsec is not None
+                         or config.datasets[n].scale is not None}
+                data = histogram_data(ev, config, initial_params, run.w0,
+                                      final["hard"]["parameters"],
+                                      initial_states=run.initial_states, norms=norms)
+                # the overlay (the costliest) first: with two workers it goes beside the
+                # objective plot, the per-dataset histograms beside the parameter plot
+                plotter.submit("analysis.cli.plots.draw_overlay", data, outdir, cost=2.0)
+                for ds in data["datasets"]:
+                    plotter.submit("analysis.cli.plots.draw_histogram", data, ds, outdir)
+        datasets = {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets}
+        mark_reliability(datasets, hard)
+        report["datasets"] = datasets
         if checks["validation"] is not None:
             report["validation"] = checks["validation"]
             if history is not None:
@@ -369,7 +393,6 @@ def _run_optimize(args, config, plotter) -> int:
 
             write_scores(run.plan, ev.theta_and_widths(final["soft"]["parameters"])[0], outdir)
         if not args.no_plots:
-            plotter.submit("analysis.cli.plots.plot_history", report, outdir, cost=2.0)
             if "channels" in (report.get("likelihood") or {}):  # templates and pulls
                 from analysis.cli.plots import entries_noun
                 from analysis.cli.units import expression_unit
@@ -383,20 +406,6 @@ def _run_optimize(args, config, plotter) -> int:
                 plotter.submit("analysis.cli.lkplots.plot_likelihood", report["likelihood"],
                                outdir, labels=labels, units=units, nouns=nouns,
                                cost=len(labels) + 1.0)
-            run.use_all_events()  # the plots show every event, not the training part
-            if config.observables:
-                from analysis.optimize.objectives import dataset_norm
-
-                sumw = run.all_sumw or {n: st.sumw for n, st in run.final_states.items()}
-                norms = {n: dataset_norm(config, n, w) for n, w in sumw.items()
-                         if config.datasets[n].xsec is not None
-                         or config.datasets[n].scale is not None}
-                data = histogram_data(ev, config, initial_params, run.w0,
-                                      final["hard"]["parameters"],
-                                      initial_states=run.initial_states, norms=norms)
-                for ds in data["datasets"]:
-                    plotter.submit("analysis.cli.plots.draw_histogram", data, ds, outdir)
-                plotter.submit("analysis.cli.plots.draw_overlay", data, outdir, cost=1.5)
             if run.plan.scores:  # score_NAME.png: signal and background, before and after
                 sumw = {n: st.sumw for n, st in run.final_states.items()}
                 plot_scores(ev, config, initial_params, final["hard"]["parameters"], outdir,

@@ -36,6 +36,8 @@ __all__ = [
     "overlay_figure",
     "plot_histograms",
     "plot_history",
+    "plot_objective",
+    "plot_parameters",
     "plot_scores",
     "score_cuts",
 ]
@@ -93,22 +95,24 @@ def _is_minus_significance(history: list[dict[str, Any]]) -> bool:
 
 
 def plot_history(report: dict[str, Any], outdir: Path) -> list[Path]:
-    """``objective.png`` and ``parameters.png`` from an ``optimize`` results.json ``report``.
+    """``objective.png`` and ``parameters.png`` from an ``optimize`` results.json ``report``
+    (:func:`plot_objective`, then :func:`plot_parameters`); their paths."""
+    paths = [plot_objective(report, outdir)]
+    parameters = plot_parameters(report, outdir)
+    return paths + ([parameters] if parameters is not None else [])
 
-    One objective curve: the soft Asimov significance per step when the objective is
-    ``-Z_A``, else the objective, with the hard-cut value at the start and the end.
-    One panel per trainable parameter: its value per step, bounds drawn (outside
-    shaded) and the final hard-cut value marked."""
+
+def plot_objective(report: dict[str, Any], outdir: Path) -> Path:
+    """``objective.png`` from an ``optimize`` results.json ``report``: the soft Asimov
+    significance per step when the objective is ``-Z_A``, else the objective, with the
+    hard-cut value at the start and the end; its path."""
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    outdir = Path(outdir)
     history = report["history"]
     status = report.get("status") or {}
-    units = report.get("units") or {}
     steps = [h["step"] for h in history]
     last = (steps[-1] + 1) if steps else 1
-    paths = []
 
     fig, ax = plt.subplots(figsize=(9, 6))
     if _is_minus_significance(history):
@@ -135,14 +139,28 @@ def plot_history(report: dict[str, Any], outdir: Path) -> list[Path]:
         ax.set_title(f"{end} after {status.get('steps_run', len(steps))} steps", fontsize=18)
     ax.legend(fontsize=16)
     fig.tight_layout()
-    paths.append(outdir / "objective.png")
-    _save(fig, paths[-1])
+    path = Path(outdir) / "objective.png"
+    _save(fig, path)
     plt.close(fig)
+    return path
 
+
+def plot_parameters(report: dict[str, Any], outdir: Path) -> Path | None:
+    """``parameters.png`` from an ``optimize`` results.json ``report``: one panel per
+    trainable cut parameter, its value per step, bounds drawn (outside shaded) and the
+    final hard-cut value marked; its path, None without a cut parameter."""
+    history = report["history"]
+    units = report.get("units") or {}
+    steps = [h["step"] for h in history]
+    last = (steps[-1] + 1) if steps else 1
     names = list(report.get("trainable") or (history[0]["parameters"] if history else []))
     # cut parameters only: a learned score's weights (score.NAME...) are in score_NAME.npz
     names = [n for n in names if not n.startswith("score.")]
+    path = None
     if names:
+        plt = _pyplot()
+        from matplotlib.ticker import MaxNLocator
+
         ncols = 1 if len(names) <= 2 else 2
         nrows = math.ceil(len(names) / ncols)
         fig, axes = plt.subplots(
@@ -179,10 +197,10 @@ def plot_history(report: dict[str, Any], outdir: Path) -> list[Path]:
         fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=15,
                    frameon=False)
         fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.6 * nrows + 0.8)))
-        paths.append(outdir / "parameters.png")
-        _save(fig, paths[-1])
+        path = Path(outdir) / "parameters.png"
+        _save(fig, path)
         plt.close(fig)
-    return paths
+    return path
 
 
 def histogram_range(

@@ -73,3 +73,37 @@ def test_without_workers_the_jobs_run_here(tmp_path) -> None:
         workers.submit("analysis.cli.plots.draw_histogram", _data(), "ttbar", tmp_path)
         assert (tmp_path / "hist_ttbar.png").exists()  # drawn when submitted
         assert workers.wait() == [tmp_path / "hist_ttbar.png"]
+
+
+def _numbers(report: dict) -> dict:
+    """results.json without the steps' wall times."""
+    return {**report, "history": [{k: v for k, v in h.items() if k != "wall_time_s"}
+                                  for h in report["history"]]}
+
+
+def test_optimize_draws_while_it_reports_and_reports_the_same(small_data, tmp_path) -> None:
+    """``optimize`` submits the objective and parameter plots before its count pass and
+    draws the histograms while it writes the report (docs/guide/startup.md): the figures
+    are those of its results.json, and results.json is the same with plots as without
+    (the plots' pass over every event comes after the count pass on the training part)."""
+    import json
+
+    from analysis.cli.parser import main
+    from tests import opt_helpers as H
+    from tests.conftest import write_config
+
+    cfg = H.config_dict(small_data, optimizer={"steps": 3, "validation": {"fraction": 0.3}})
+    cfg["observables"][0]["hist"] = {"bins": 20, "range": [0, 300]}
+    path = write_config(tmp_path / "opt.yaml", cfg)
+    plotted, bare = tmp_path / "plots", tmp_path / "bare"
+    assert main(["optimize", str(path), "-o", str(plotted), "--quiet"]) == 0
+    assert main(["optimize", str(path), "-o", str(bare), "--quiet", "--no-plots"]) == 0
+    report = json.loads((plotted / "results.json").read_text())
+    assert _numbers(report) == _numbers(json.loads((bare / "results.json").read_text()))
+    assert {p.name for p in plotted.glob("*.png")} == {
+        "objective.png", "parameters.png", "hist_ttbar.png", "hist_dy.png",
+        "hist_signal_background.png"}
+    here = tmp_path / "here"
+    assert plots.plot_history(report, here) == [here / "objective.png", here / "parameters.png"]
+    for name in ("objective.png", "parameters.png"):
+        assert (here / name).read_bytes() == (plotted / name).read_bytes(), name

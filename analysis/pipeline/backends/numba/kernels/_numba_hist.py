@@ -48,7 +48,7 @@ from analysis.pipeline.backends.numba.kernels.walk import (
     weight,
 )
 
-__all__ = ["is_rank_order", "leading_support", "rank_order", "store", "walk"]
+__all__ = ["is_rank_order", "leading_support", "live_states", "rank_order", "store", "walk"]
 
 
 @inline
@@ -128,6 +128,7 @@ def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
                     if pd_all[g, p, r] != 0.0:
                         zero = False
             nz[j, p] = not zero
+    return finite
 
 
 @inline
@@ -151,7 +152,7 @@ def _reach(tgt, c, n_pat, rs, nr, j, mark):
 
 @njit
 def walk(
-    coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs,
+    coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs, live,
     ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, ld_mask, sum_x, sum_has, binom, max_seq,
     max_d, block, pe, ow, lw, sa, b0, b1,
 ):
@@ -161,7 +162,8 @@ def walk(
     (the same twice for one), ``pd_all`` ``(N, P, LANES)`` their tangents (value lanes 0
     and ``h`` zero); ``h``: the second variant's value lane (4), or 0 for one variant;
     ``fs``/``dfs``: ``(R, S)`` pass tables and ``(R, S, LANES)`` tangents (value lanes
-    zero). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
+    zero); ``live[r, k]``: whether ``G^r`` can be nonzero at state ``k``
+    (:func:`live_states`). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
     in collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
     ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``, ``ld_mask[l, t, k]``
     the states ``L[t]`` can hold (:func:`leading_support`); leading slots ``o``:
@@ -181,7 +183,11 @@ def walk(
     ``F_j``, ``L_j``: ``F_n`` would be read by nobody).
     Every loop over states runs over the states reachable after the objects so far
     (``rs[j]``: ``F_j``, ``L_j`` are zero elsewhere, and ``G_j`` is read nowhere else),
-    those of ``L[t]`` also within ``ld_mask``: the terms left out are exact zeros
+    those of ``L[t]`` also within ``ld_mask``, those of ``G^r`` also within ``live[r]``
+    (the states from which region ``r`` cannot pass: ``G^r`` is zero there, at every
+    step, for finite inputs; an event with a NaN probability runs on every reachable
+    state, as the loops over every state, and its buffers are cleared after it): the
+    terms left out are exact zeros
     (``+0.0``, added to sums that start at ``+0.0``), so the floats are those of the
     loops over every state."""
     n_ev = pe.shape[2]
@@ -201,8 +207,11 @@ def walk(
         nz = np.empty((max_seq, pat.shape[1]), np.bool_)
         F = np.zeros((max_seq + 1 if n_ow else 1, n_states, LANES))
         L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states, LANES))
+        # G^r at a state outside live[r] is never written: +0.0 from here on
         G = np.zeros((n_reg, n_states, LANES))
         Gn = np.zeros((n_reg, n_states, LANES))
+        rq = np.empty((n_reg, max_seq + 1, n_states), np.int64)
+        nq = np.empty((n_reg, max_seq + 1), np.int64)
         inner = np.empty(LANES)
         acc = np.empty(LANES)
         Gm = np.zeros((n_sums, big_r + 1, n_states, LANES))
@@ -212,12 +221,20 @@ def walk(
             n = sequence(coff, base, e, seq_c, seq_g)
             for j in range(n):  # each collection in its walk order
                 seq_g[j] = rankidx[seq_g[j]]
-            _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
+            finite = _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
             if n_coll > 1 or e == b * block:  # one collection: the same states for all
                 rs[0, 0] = 0
                 nr[0] = 1
                 for j in range(n if n_coll > 1 else max_seq):
                     _reach(tgt, seq_c[j] if n_coll > 1 else 0, n_pat, rs, nr, j, mark)
+                for q in range(n_reg):  # the reachable states where G^q can be nonzero
+                    for j in range((n if n_coll > 1 else max_seq) + 1):
+                        m = 0
+                        for i in range(nr[j]):
+                            if live[q, rs[j, i]]:
+                                rq[q, j, m] = rs[j, i]
+                                m += 1
+                        nq[q, j] = m
             if n_ow:
                 F[0, 0] = 0.0
                 F[0, 0, 0] = 1.0
@@ -253,8 +270,9 @@ def walk(
                                     pv_all[g, p, 1], pd_all[g, p], tgt[c, p], rs[j], nr[j], h,
                                     ld_mask[lt, m], True)
             for q in range(n_reg):
-                for i in range(nr[n]):
-                    k = rs[n, i]
+                gs, ng = (rq[q, n], nq[q, n]) if finite else (rs[n], nr[n])
+                for i in range(ng):
+                    k = gs[i]
                     for r in range(LANES):
                         G[q, k, r] = dfs[q, k, r]
                     G[q, k, 0] = fs[q, k]
@@ -309,11 +327,12 @@ def walk(
                 if n_sums:
                     Gm, Gmn = Gmn, Gm
                 for q in range(n_reg):
-                    clear(Gn[q], rs[j], nr[j])
+                    gs, ng = (rq[q, j], nq[q, j]) if finite else (rs[j], nr[j])
+                    clear(Gn[q], gs, ng)
                     for p in range(n_pat[c]):
                         if nz[j, p]:
                             backward(Gn[q], G[q], pv_all[g, p, 0], pv_all[g, p, 1], pd_all[g, p],
-                                     tgt[c, p], rs[j], nr[j], h)
+                                     tgt[c, p], gs, ng, h)
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
@@ -321,6 +340,27 @@ def walk(
                 for m in range(big_r + 1):
                     for r in range(LANES):
                         sa[o, e, m, r] = Gm[o, m, 0, r]
+            if not finite:  # every state written: back to +0.0 outside live
+                G[:] = 0.0
+                Gn[:] = 0.0
+
+
+def live_states(tgt: np.ndarray, n_pat: np.ndarray, fs: np.ndarray,
+                dfs: np.ndarray) -> np.ndarray:
+    """``(R, S)`` booleans: per pass table ``r``, the states from which a state where
+    ``fs[r]`` or a tangent ``dfs[r]`` is nonzero (or NaN) can be reached by adding
+    objects (any collection, any pattern; the state itself included). Elsewhere ``G^r``
+    is zero at every step of the walk (finite inputs), so the walk skips those states."""
+    live = (fs != 0.0) | np.any(dfs != 0.0, axis=2)
+    n_coll = tgt.shape[0]
+    while True:
+        more = live.copy()
+        for c in range(n_coll):
+            for p in range(int(n_pat[c])):
+                more |= live[:, tgt[c, p]]
+        if np.array_equal(more, live):
+            return live
+        live = more
 
 
 def leading_support(tgt: np.ndarray, n_pat: np.ndarray, pat: np.ndarray, ld_c: np.ndarray,

@@ -110,8 +110,8 @@ def cmd_evaluate(args) -> int:
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
         order, note = _evaluate_order(ev.plan)
-        states = ev.run(overrides, order=order)
         start_up_done(args)
+        states = ev.run(overrides, order=order)
         if note:  # said once the pass has run (an input error is the one line otherwise)
             import warnings
 
@@ -437,9 +437,9 @@ def _loop(run, quiet: bool, args) -> None:
     ]
     with Progress(*columns, disable=quiet) as bar:
         task = bar.add_task("opt", total=run.opt_cfg.steps, completed=run.step, obj="-", dt="-")
+        start_up_done(args)  # the imports are done; the passes run with the collector
         while not run.done:
             entry = run.do_step()
-            start_up_done(args)  # (after the first step: the run's imports are done)
             bar.update(
                 task,
                 completed=run.step,
@@ -609,8 +609,8 @@ def run_scan(args) -> int:
         grid = parse_grid(args.grid, config)
         start = time.perf_counter()
         with make_evaluator(config, args) as ev:
-            result = scan(config, ev, grid)
             start_up_done(args)
+            result = scan(config, ev, grid)
             result["faults"] = ev.faults_report()
         result["wall_time_s"] = time.perf_counter() - start
         write_json(outdir / "scan.json", result)

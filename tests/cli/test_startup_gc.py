@@ -1,6 +1,6 @@
 """The command line's start-up without the garbage collector (analysis.cli.parser):
-from the real command line the collector is off until the command's first pass and
-step are done, then on again over a frozen heap; called in-process with arguments (a
+from the real command line the collector is off while the command imports and sets
+up, then on again over a frozen heap; called in-process with arguments (a
 notebook, these tests) ``main`` leaves the collector alone."""
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ def test_main_with_arguments_leaves_the_collector_alone(capsys) -> None:
     assert gc.isenabled() and gc.get_freeze_count() == frozen
 
 
-def test_the_command_line_pauses_the_collector_until_the_first_step(small_data, tmp_path) -> None:
-    """From the command line: off while the command imports and runs its first step,
-    on for the later steps, on again at exit (a hook in a fresh process records it)."""
+def test_the_command_line_pauses_the_collector_while_it_imports(small_data, tmp_path) -> None:
+    """From the command line: off while the command imports and sets up, on for the
+    steps, on at exit (a hook in a fresh process records it)."""
     from tests import opt_helpers as H
     from tests.conftest import write_config
 
@@ -54,11 +54,14 @@ def test_the_command_line_pauses_the_collector_until_the_first_step(small_data, 
         "import gc, sys\n"
         "import analysis.optimize.loop as L\n"
         "seen = []\n"
-        "orig = L.Optimization.do_step\n"
+        "orig, init = L.Optimization.do_step, L.Optimization.__init__\n"
         "def do_step(self):\n"
         "    seen.append(gc.isenabled())\n"
         "    return orig(self)\n"
-        "L.Optimization.do_step = do_step\n"
+        "def start(self, *a, **k):\n"
+        "    seen.append(gc.isenabled())\n"
+        "    init(self, *a, **k)\n"
+        "L.Optimization.do_step, L.Optimization.__init__ = do_step, start\n"
         "from analysis.cli.parser import main\n"
         "code = main()\n"
         "print('steps', seen, 'after', gc.isenabled(), 'frozen', gc.get_freeze_count() > 0)\n"
@@ -68,4 +71,5 @@ def test_the_command_line_pauses_the_collector_until_the_first_step(small_data, 
                           str(tmp_path / "out"), "--quiet", "--no-plots"],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "steps [False, True, True] after True frozen True"
+    # [set-up, step 0, 1, 2]
+    assert out.stdout.strip() == "steps [False, True, True, True] after True frozen True"

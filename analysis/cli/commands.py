@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analysis.cli.parser import start_up_done
 from analysis.config.loader import Config, load_config
 from analysis.errors import DiffcoffeaError
 from analysis.limits import MAX_GRID_POINTS
@@ -109,6 +110,7 @@ def cmd_evaluate(args) -> int:
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
         order, note = _evaluate_order(ev.plan)
+        start_up_done(args)
         states = ev.run(overrides, order=order)
         if note:  # said once the pass has run (an input error is the one line otherwise)
             import warnings
@@ -295,7 +297,7 @@ def _run_optimize(args, config, plotter) -> int:
         if args.resume:
             run.resume()
         initial_params = config.initial_params()
-        _loop(run, quiet)
+        _loop(run, quiet, args)
         # optimizer.validation.every / keep_best: both parts at every N-th step (one
         # pass); with keep_best the best held-out step becomes the reported point
         passes = run.passes
@@ -422,7 +424,7 @@ def _hist_x(config, name: str) -> str:
     return next(h.x for h in config.histograms if h.name == name)
 
 
-def _loop(run, quiet: bool) -> None:
+def _loop(run, quiet: bool, args) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = [
@@ -435,6 +437,7 @@ def _loop(run, quiet: bool) -> None:
     ]
     with Progress(*columns, disable=quiet) as bar:
         task = bar.add_task("opt", total=run.opt_cfg.steps, completed=run.step, obj="-", dt="-")
+        start_up_done(args)  # the imports are done; the passes run with the collector
         while not run.done:
             entry = run.do_step()
             bar.update(
@@ -606,6 +609,7 @@ def run_scan(args) -> int:
         grid = parse_grid(args.grid, config)
         start = time.perf_counter()
         with make_evaluator(config, args) as ev:
+            start_up_done(args)
             result = scan(config, ev, grid)
             result["faults"] = ev.faults_report()
         result["wall_time_s"] = time.perf_counter() - start

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.allocator import keep_freed_buffers
 from analysis.stats import _stored
 from analysis.stats._closure import closure_inputs
 from analysis.stats.jagged import forget_bounds
@@ -193,6 +194,9 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
     conv = closure_inputs(fn)
     if conv is None:
         return None
+    # the program's temporaries reused from call to call instead of faulted in anew
+    # (analysis.allocator: 45-48 -> 30-34 ms per 50k-event chunk)
+    keep_freed_buffers()
     structure, args, rebuild = conv
     full_key = (kind, structure, key)
     if full_key in _REFUSED:

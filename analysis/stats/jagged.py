@@ -78,7 +78,11 @@ def segment_ids_from_offsets(offsets: Any, num_elements: int) -> Any:
     # +1 at every list end (not only the inner ones): elements beyond offsets[-1] (the
     # padding of a compiled stats.derive) get num_lists, which segment sums drop.
     starts = jnp.zeros(num_elements, dtype=jnp.int32).at[offsets[1:]].add(1, mode="drop")
-    return jnp.cumsum(starts, dtype=jnp.int32)
+    if num_elements == 0:
+        return starts
+    # A parallel prefix sum (exact in integers): XLA's CPU cumsum, a reduce-window, took
+    # 2.9 ms for 424k elements (a 50k-event chunk's jets), this 0.9 ms.
+    return jax.lax.associative_scan(jnp.add, starts)
 
 
 # Traced offsets whose longest list is known on the host: stats.derive's compiled path

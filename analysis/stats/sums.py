@@ -61,8 +61,8 @@ def _jagged_sum(x: Jagged, weight: Any, axis: Any) -> jax.Array:
             return device_array(np.float64(np.sum(v)))
         return device_array(np.bincount(np.asarray(ids), weights=v, minlength=n_lists)
                             .astype(np.float64))
-    v = jnp.asarray(values, dtype=jnp.float64)
-    per_list = jax.ops.segment_sum(v, ids, num_segments=n_lists)
+    vt = jnp.asarray(values, dtype=jnp.float64)
+    per_list = jax.ops.segment_sum(vt, ids, num_segments=n_lists)
     return jnp.sum(per_list) if axis is None else per_list
 
 
@@ -115,7 +115,7 @@ def sum(x: Any, weight: Any = None, axis: int | None = None) -> Any:  # noqa: A0
         raise TypeError(f"stats.sum: x: expected a Jagged, an awkward Array, a list or an "
                         f"array, found {type(x).__name__}")
     if _traced(x, weight) or isinstance(x, jax.Array) or isinstance(weight, jax.Array):
-        v = jnp.asarray(x, dtype=jnp.float64)
-        return jnp.sum(v if weight is None else v * weight, axis=axis)
-    v = np.asarray(x, dtype=np.float64)
-    return jnp.asarray(np.sum(v if weight is None else v * np.asarray(weight), axis=axis))
+        xt = jnp.asarray(x, dtype=jnp.float64)
+        return jnp.sum(xt if weight is None else xt * weight, axis=axis)
+    xn = np.asarray(x, dtype=np.float64)
+    return jnp.asarray(np.sum(xn if weight is None else xn * np.asarray(weight), axis=axis))

@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "analysis.errors": 0,
     "analysis.compilecache": 0,  # JAX's persistent compilation cache (standard library only)
     "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
+    "analysis.allocator": 0,  # glibc's malloc thresholds (standard library only)
     "analysis.spec": 0,  # pure-Python facts the config checks (statistic names, edges): no JAX
     "analysis.stats": 0,  # pure maths: statistics, states, merges, derivatives
     "analysis.select": 1,  # soft cuts, counts, object sets, 4-vectors, expressions

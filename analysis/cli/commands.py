@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.cli.parser import start_up_done
+from analysis.cli.startup import start_up_done
 from analysis.config.loader import Config, load_config
 from analysis.errors import DiffcoffeaError
 from analysis.limits import MAX_GRID_POINTS

@@ -283,28 +283,9 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
         _default_showwarning(message, category, filename, lineno, file, line)
 
 
-def start_up_done(args) -> None:
-    """The command's imports are done, its passes come next: from the command line
-    (:func:`main` with ``argv=None``), the objects made so far (modules, the config,
-    the evaluator) move to the garbage collector's permanent generation and the
-    collector, off since the command started, runs again (the passes, whose chunks may
-    leave cycles behind, run with it).
-
-    While the heap grows from nothing to ~430k objects (JAX, numba, awkward, coffea),
-    Python's collector ran ~1000 collections, 7 of them over everything: 1.2 s of the
-    README's main job at load 6, 0.3 s with the imports paused; the objects kept for
-    the whole run need no collecting. Called by the commands once (later calls do
-    nothing); in a process that called :func:`main` with arguments (a notebook, the
-    tests) it does nothing."""
-    if getattr(args, "gc_paused", False):
-        args.gc_paused = False
-        gc.freeze()
-        gc.enable()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; ``argv=None`` (the real command line) exits hard on Ctrl-C,
-    runs the command's imports without the garbage collector (:func:`start_up_done`)
+    runs the command's imports without the garbage collector (:func:`analysis.cli.startup.start_up_done`)
     and leaves its objects to the operating system at exit (the interpreter's final
     collections over the whole heap took 2-2.5 s at load 8, 0.4-0.5 s without)."""
     if argv is None:

@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analysis.cli.parser import main, start_up_done
+from analysis.cli.parser import main
+from analysis.cli.startup import start_up_done
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,6 +19,7 @@ with ``jax.jacfwd``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Any
@@ -330,6 +331,17 @@ def width_labels(config) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=8)
+def _report_derivatives(plan: Plan, order: int):
+    """``derivatives`` of :func:`statistics` (``(values, jacs, hesses) -> (value, grad,
+    hess)``) as ONE jitted program per plan and order. Run eagerly, it is some thirty
+    small operations, each its own XLA program, which a new process loads one by one
+    from the persistent compilation cache (~0.5 s for the first dataset's report).
+    Values equal the eager ones to ~1e-16 relative (XLA fuses the operations)."""
+    return jax.jit(lambda values, jacs, hesses: derivatives(
+        lambda s: statistics(s, plan), values, jacs, hesses, order=order))
+
+
 def dataset_report(state: DatasetState, plan: Plan, *, order: int = 1) -> dict:
     """The ``results.json`` entry of one dataset: values and gradients of every statistic,
     and ``effective_events`` (:func:`effective_events` of the selected sums).
@@ -345,8 +357,7 @@ def dataset_report(state: DatasetState, plan: Plan, *, order: int = 1) -> dict:
         val = statistics(jax.tree_util.tree_map(jnp.asarray, values), plan)
         grad = jax.tree_util.tree_map(lambda _: None, val)
     else:
-        val, grad, _ = derivatives(lambda s: statistics(s, plan), values, jacs, hesses,
-                                   order=order)
+        val, grad, _ = _report_derivatives(plan, order)(values, jacs, hesses)
     names = plan.trainable_names
     out: dict[str, Any] = {"events": state.events, "chunks": state.chunks, "sumw": state.sumw}
     for key in ("selected_sumw", "selected_sumw2"):

@@ -95,6 +95,8 @@ def make_evaluator(config, args):
         skip_bad_files=getattr(args, "skip_bad_files", None),
         cache=False if getattr(args, "no_cache", False) else None,
         backend=getattr(args, "backend", None),
+        # numba's initialisation overlaps the file checks and the set-up (issue 35)
+        warm_up=True,
     )
 
 

@@ -81,6 +81,7 @@ from analysis.driver.files import (  # noqa: F401  (re-exported)
     resolve_fileset,
     resolve_skhep,
 )
+from analysis.driver.warmup import NumbaWarmUp
 from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-exported)
 from analysis.errors import InputError
 from analysis.pipeline.backend import Backend, chunk_state
@@ -136,13 +137,18 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         cache: bool | ColumnCache | None = None,
         backend: str | Backend | None = None,
         device: str | None = None,
+        warm_up: bool = False,
     ) -> None:
         """``cache``: ``None`` follows the config's ``cache``; ``False`` reads the files on
         every pass; a :class:`~analysis.data.cache.ColumnCache` is used (and not closed) as
         it is, e.g. shared by several evaluators of the same files. ``backend`` and
         ``device`` override the config's ``engine`` (:class:`analysis.pipeline.backend.Backend`;
         a ``Backend`` object, with its options, is used as it is and ``device`` ignored);
-        a device JAX does not see is one line (:class:`InputError`) here, before any pass."""
+        a device JAX does not see is one line (:class:`InputError`) here, before any pass.
+        ``warm_up``: with the iterative executor and a backend that may run numba, start
+        numba's once-per-process initialisation on a thread now, while the files are
+        opened and checked (:class:`analysis.driver.warmup.NumbaWarmUp`; the first pass
+        waits for it); the command line's evaluators do."""
         self.config = config
         try:
             self.backend = (backend if isinstance(backend, Backend) else
@@ -156,6 +162,11 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         self._plans: dict[frozenset, Plan] = {}
         ex = config.executor
         self.executor_type = executor or ex.type
+        #: numba's initialisation on its thread (``warm_up``), until the first pass joins
+        #: it: where the kernels run in this process (other executors' workers start
+        #: their own numba, and the thread would take a core from them)
+        self._warm_up = (NumbaWarmUp() if warm_up and self.backend.engine != "jax"
+                         and self.executor_type == "iterative" else None)
         self.workers = workers or ex.workers
         self.chunksize = chunksize or ex.chunksize
         self.status = status
@@ -326,6 +337,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         whose worker is gone is read again. Outputs are added in this order: the chunks
         read, then the cached ones in chunk order, then those read again.
         """
+        if self._warm_up is not None:  # no kernel is typed mid-initialisation
+            self._warm_up.wait()
+            self._warm_up = None
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
         cacheable = self.cache is not None and hasattr(proc, "reading")

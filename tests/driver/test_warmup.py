@@ -1,0 +1,80 @@
+"""numba's once-per-process initialisation on a thread (issue 35):
+:class:`analysis.driver.warmup.NumbaWarmUp` and ``Evaluator(warm_up=True)``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from analysis.config.loader import config_from_dict
+from analysis.driver.runner import Evaluator
+from tests.conftest import SHARED_DATA
+
+ROOT = Path(__file__).resolve().parents[2]
+DY = str(SHARED_DATA / "nano_dy.root")
+
+CHILD = """
+import sys, threading
+from numba.core import entrypoints
+assert not entrypoints._already_initialized
+from analysis.driver.warmup import NumbaWarmUp
+warm = NumbaWarmUp()
+warm.wait()
+assert warm.done and warm.error is None
+assert entrypoints._already_initialized  # the numba_extensions entry points ran
+# the CPU target's registries are installed (numba.np's implementations loaded)
+assert "numba.np.arraymath" in sys.modules and "numba.np.linalg" in sys.modules
+print("ok", threading.active_count())
+"""
+
+
+def test_the_warm_up_runs_numbas_initialisation_in_a_fresh_process():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ok", "1"]  # and the thread has ended
+
+
+def _config(executor: str) -> dict:
+    return {
+        "datasets": {"dy": {"files": [DY], "weight": "genWeight"}},
+        "executor": {"type": executor, "workers": 1},
+        "parameters": {"pt_min": {"init": 25.0, "bounds": [10.0, 60.0]}},
+        "objects": {"jets": {"collection": "Jet",
+                             "cuts": [{"var": "pt", "op": ">", "param": "pt_min",
+                                       "width": 5.0}]}},
+        "selection": [{"count": "jets", "op": ">=", "value": 1}],
+        "observables": [{"name": "ht", "x": "sum(jets.pt)", "stats": ["mean"]}],
+    }
+
+
+def test_the_first_pass_waits_for_it_and_the_states_are_unchanged():
+    cfg = config_from_dict(_config("iterative"))
+    with Evaluator(cfg, cache=False) as plain:
+        assert plain._warm_up is None  # off by default
+        ref = plain.run({}, order=1)["dy"]
+    with Evaluator(cfg, cache=False, warm_up=True) as ev:
+        warm = ev._warm_up
+        assert warm is not None
+        got = ev.run({}, order=1)["dy"]
+        assert warm.done and ev._warm_up is None  # joined by the first pass
+    values, jacs, _ = got.taylor()
+    ref_values, ref_jacs, _ = ref.taylor()
+    for a, b in ((values, ref_values), (jacs, ref_jacs)):
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_no_thread_where_the_kernels_run_in_worker_processes():
+    cfg = config_from_dict(_config("futures"))
+    ev = Evaluator(cfg, cache=False, warm_up=True)
+    try:
+        assert ev._warm_up is None
+    finally:
+        ev.close()

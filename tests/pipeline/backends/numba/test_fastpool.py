@@ -68,3 +68,21 @@ def test_yield_sums_are_the_plain_sums_in_block_order(np1, threads):
         ref += part
     got = yield_sums(ev, pe, np1, block, threads)
     np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))
+
+
+@pytest.mark.parametrize("np1", [1, 5])
+def test_yield_sums_of_weights_alone_equal_the_lanes(np1):
+    """Event weights without tangents, ``(E,)``: the sums of an ``(E, LANES)`` array of
+    them with zero tangents, bit for bit (NaN, infinities and signed zeros included)."""
+    rng = np.random.default_rng(4)
+    n = 700
+    w = rng.normal(size=n)
+    pe = rng.uniform(size=(n, 8)) - 0.5
+    w[[3, 4, 5]] = [-0.0, 0.0, -2.0]
+    pe[4, 0], pe[5, :] = np.nan, -0.0
+    pe[6, 2] = np.inf
+    ev = np.zeros((n, 8))
+    ev[:, 0] = w
+    ref = yield_sums(ev, pe, np1, 64, 2)
+    got = yield_sums(w, pe, np1, 64, 2)
+    np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))

@@ -110,8 +110,10 @@ def _run_slices(fn, edges) -> None:
 def yield_sums(ev: np.ndarray, pe: np.ndarray, np1: int, block: int,
                threads: int | None = None) -> np.ndarray:
     """``(2, np1)``: ``[sum w_e, sum w_e^2]`` and their tangents (columns 1..np1-1) from
-    ``ev``, ``pe`` (``(E, LANES)``, float64); zeros for no events. Blocks on the
-    kernel's threads (:func:`_run_blocks`: the same floats for any number), as
+    ``ev``, ``pe`` (``(E, LANES)``, float64; ``ev`` of shape ``(E,)``: the event weights
+    without tangents, as lane 0 of an ``ev`` whose other lanes are zero, the same floats);
+    zeros for no events. Blocks on the kernel's threads (:func:`_run_blocks`: the same
+    floats for any number), as
     :func:`analysis.pipeline.backends.numba.kernels._numba_sums.block_sums`."""
     n_blocks = max(1, -(-ev.shape[0] // block))
     out = np.zeros((n_blocks, 2, np1))

@@ -277,11 +277,8 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     by_region = {r: key for key in es for r in (key[0],)}
     if (n_ev and not ow_keys and not lw_keys and not obs_sums and n_var == 1
             and set(regions) <= set(by_region)):
-        for r in regions:  # bin by bin (numpy's sum over the middle axis is 10x slower)
-            bins, into = es[by_region[r]], pe[0, rpos[r]]
-            np.copyto(into, bins[:, 0])
-            for b in range(1, bins.shape[1]):
-                np.add(into, bins[:, b], out=into)
+        for r in regions:  # bin by bin, in order (a compiled loop: numpy's sums were slower)
+            _numba_esum.bin_totals(es[by_region[r]], pe[0, rpos[r]])
     elif n_ev:
         if trace is not None:
             for side in sides:

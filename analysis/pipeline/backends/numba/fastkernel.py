@@ -169,7 +169,7 @@ class _Weights(NamedTuple):
     slot_of: dict  # set name -> slot of ow
     sums: list  # observable indices of event sums, in sa's order
     sa: np.ndarray  # (sums, E, R + 1, LANES) E[X^r 1_pass]
-    ev: np.ndarray  # (E, LANES) event weight x soft branch cuts
+    ev: np.ndarray  # (E, LANES) event weight x soft branch cuts; (E,) the weights (lanes=False)
     cands: dict  # (set, depth) -> _fastleading.Candidates of indexed observables
     n_blocks: int
     np1: int  # lanes used: 1 + trainable parameters
@@ -194,10 +194,13 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
 
 def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int,
              threads: int | None, fused: bool = True, value_loop: bool = True,
-             trace: Counter | None = None) -> _Weights:
+             trace: Counter | None = None, lanes: bool = True) -> _Weights:
     """Run the loops on one chunk (``plan``: one the numba rules serve); ``fused``,
     ``value_loop``: :class:`analysis.pipeline.backend.Backend`'s options of those names;
-    ``trace``: counts the walk (side None, region 0: the nominal selection)."""
+    ``trace``: counts the walk (side None, region 0: the nominal selection);
+    ``lanes=False`` (only the yields read the event weights): a plan without soft
+    branch cuts gets its ``(E,)`` weights as ``ev`` (:func:`yield_sums` reads them as
+    the lanes' weights with zero tangents), not an ``(E, LANES)`` array of them."""
     if trace is not None:
         trace[None, 0] += 1
     theta, widths, trainable = _inputs(plan, order, theta, widths)
@@ -286,8 +289,10 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
 
     cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,
                                BLOCK, n_blocks, threads) if not fused else {})
-    return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa,
-                    _event_weights(cols, plan, theta, widths, trainable), cands, n_blocks, np1)
+    ev = (np.ascontiguousarray(cols.weight, dtype=np.float64)
+          if not lanes and not plan.event_cuts else
+          _event_weights(cols, plan, theta, widths, trainable))
+    return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa, ev, cands, n_blocks, np1)
 
 
 def _values(node, cols: ChunkColumns, plan: Plan, flats: dict, cands: dict) -> np.ndarray:
@@ -323,7 +328,7 @@ def evaluate_columns(
     (a :class:`collections.Counter`): ``trace[None, 0]`` counts the walks of the
     selection (one)."""
     wt = _weights(cols, plan, theta, widths, order=order, threads=threads, fused=fused,
-                  value_loop=value_loop, trace=trace)
+                  value_loop=value_loop, trace=trace, lanes=bool(plan.observables))
     tab, coff, sp = wt.tab, wt.coff, plan.sets
     ys = yield_sums(wt.ev, wt.pe, wt.np1, BLOCK, threads)
     value = state_tree(np.array(ys[0, 0], dtype=np.float64),

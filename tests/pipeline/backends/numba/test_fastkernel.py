@@ -533,3 +533,37 @@ def test_observable_entries_equal_the_jax_kernels(one_set):
         assert x.shape == xr.shape and len(x) > 0, obs.name
         np.testing.assert_allclose(x, xr, rtol=1e-12, atol=0, err_msg=obs.name)
         np.testing.assert_allclose(w, wr, rtol=1e-12, atol=1e-300, err_msg=obs.name)
+
+
+def _soft_values_numpy(v, t, width, greater, inclusive, absolute):
+    """The soft cut's probabilities as numpy's ufuncs one after the other (the sequence
+    that the compiled loops around ``exp`` replace)."""
+    out = np.abs(v) if absolute else v.copy()
+    out = np.subtract(out, t) if greater else np.subtract(t, out)
+    if not width > 0.0:
+        return (np.greater_equal(out, 0.0) if inclusive else np.greater(out, 0.0)).astype(float)
+    with np.errstate(over="ignore"):
+        e = np.exp(np.divide(out, -width))
+    return np.divide(1.0, np.add(e, 1.0))
+
+
+@pytest.mark.parametrize("width", [0.0, -1.0, np.nan, 1e-300, 0.2, 5.0])
+@pytest.mark.parametrize("t", [0.0, -3.0, 20.5])
+def test_soft_values_equal_numpy_bit_for_bit(width, t):
+    # the compiled loops around numpy's exp (soft_argument, soft_finish) give numpy's
+    # floats to the bit, signed zeros, infinities and NaN included, into slices too
+    rng = np.random.default_rng(7)
+    v = np.concatenate([rng.normal(0.0, 40.0, 5000), rng.normal(t, 1e-3, 500),
+                        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e308, -1e308, t, -t]])
+    for greater in (True, False):
+        for inclusive in (True, False):
+            for absolute in (True, False):
+                ref = _soft_values_numpy(v, t, width, greater, inclusive, absolute)
+                got = _numba_dp.soft_values(v, t, width, greater, inclusive, absolute)
+                np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))
+                out = np.full((2, v.size), 7.0)
+                _numba_dp.soft_values(v[100:], t, width, greater, inclusive, absolute,
+                                      out[1, 100:])
+                np.testing.assert_array_equal(out[1, 100:].view(np.int64),
+                                              ref[100:].view(np.int64))
+                assert np.all(out[0] == 7.0) and np.all(out[1, :100] == 7.0)

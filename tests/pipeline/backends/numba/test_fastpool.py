@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from analysis.pipeline.backends.numba._fastpool import _run_blocks, _run_dynamic
+from analysis.pipeline.backends.numba._fastpool import _run_blocks, _run_dynamic, yield_sums
 
 
 @pytest.mark.parametrize("run", [_run_blocks, _run_dynamic])
@@ -43,3 +43,46 @@ def test_dynamic_blocks_even_out_uneven_costs():
 
     _run_dynamic(kernel, (), 8, 2)
     assert sorted(order) == list(range(8)) and order[-1] == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("np1", [1, 3, 8])
+def test_yield_sums_are_the_plain_sums_in_block_order(np1, threads):
+    """The selected yield's sums (``w = ev_0 pe_0``: sum w, sum w^2 and their tangents by
+    the product rule) equal a plain loop over the events, block by block, each block's
+    sums added in block order: bit for bit, for any number of threads."""
+    rng = np.random.default_rng(3)
+    n, block = 1000, 64
+    ev, pe = rng.normal(size=(n, 8)), rng.uniform(size=(n, 8))
+    ref = np.zeros((2, np1))
+    for b0 in range(0, n, block):
+        part = np.zeros((2, np1))
+        for e in range(b0, min(n, b0 + block)):
+            w = ev[e, 0] * pe[e, 0]
+            part[0, 0] += w
+            part[1, 0] += w * w
+            for k in range(1, np1):
+                d = ev[e, k] * pe[e, 0] + ev[e, 0] * pe[e, k]
+                part[0, k] += d
+                part[1, k] += 2.0 * w * d
+        ref += part
+    got = yield_sums(ev, pe, np1, block, threads)
+    np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))
+
+
+@pytest.mark.parametrize("np1", [1, 5])
+def test_yield_sums_of_weights_alone_equal_the_lanes(np1):
+    """Event weights without tangents, ``(E,)``: the sums of an ``(E, LANES)`` array of
+    them with zero tangents, bit for bit (NaN, infinities and signed zeros included)."""
+    rng = np.random.default_rng(4)
+    n = 700
+    w = rng.normal(size=n)
+    pe = rng.uniform(size=(n, 8)) - 0.5
+    w[[3, 4, 5]] = [-0.0, 0.0, -2.0]
+    pe[4, 0], pe[5, :] = np.nan, -0.0
+    pe[6, 2] = np.inf
+    ev = np.zeros((n, 8))
+    ev[:, 0] = w
+    ref = yield_sums(ev, pe, np1, 64, 2)
+    got = yield_sums(w, pe, np1, 64, 2)
+    np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))

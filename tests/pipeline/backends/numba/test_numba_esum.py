@@ -168,3 +168,20 @@ def test_event_sums_alone_take_each_region_yield_from_their_bins(monkeypatch) ->
     state = compare(plan, columns(96, plan, seed=5), theta, widths, order=1)
     assert "event_sum_bins" in ran and "walk" not in ran
     assert {"ht1", "all", "ht1:jes:up"} <= set(state.derived.value["templates"])
+
+
+def test_bin_totals_add_the_bins_in_order():
+    """A region's P(pass) from its bins: bin 0, then each other bin added in order (the
+    floats of numpy's copy and adds over the strided slices), bit for bit, NaN and
+    signed zeros included, into a view of a larger buffer."""
+    rng = np.random.default_rng(5)
+    bins = rng.random((300, 7, 4)) * 10.0 ** rng.integers(-8, 8, (300, 7, 4))
+    bins[3, 2, 1] = np.nan
+    bins[4, :, 0] = -0.0
+    ref = bins[:, 0].copy()
+    for b in range(1, bins.shape[1]):
+        np.add(ref, bins[:, b], out=ref)
+    out = np.full((2, 300, 4), 9.0)
+    _numba_esum.bin_totals(bins, out[1])
+    np.testing.assert_array_equal(out[1].view(np.int64), ref.view(np.int64))
+    assert np.all(out[0] == 9.0)

@@ -7,6 +7,10 @@
   ``fastmath=False`` (no reassociation: the floats are the ones the docstrings' order of
   operations gives, the same for any block size or thread count; the tests compare
   bits).
+- :data:`elementwise`: a plain element-wise loop (no reduction) with numpy's error
+  model: a division by zero gives inf or NaN as numpy's does instead of raising, so
+  that LLVM can vectorise a loop with a division (Python's check of every divisor keeps
+  it scalar, 4x slower); the same floats otherwise.
 - :data:`inline`: a helper of the loops, the same policy, inlined into its callers at
   numba's IR level (``inline="always"``: the lane arithmetic and the walk's steps cost
   no call, and LLVM sees them together with the loop around them).
@@ -29,12 +33,13 @@ from __future__ import annotations
 import numba
 from numba.extending import overload
 
-__all__ = ["compiled", "inline", "njit", "specialise"]
+__all__ = ["compiled", "elementwise", "inline", "njit", "specialise"]
 
 _POLICY = {"cache": True, "nogil": True, "fastmath": False}
 
 njit = numba.njit(**_POLICY)
 inline = numba.njit(**_POLICY, inline="always")
+elementwise = numba.njit(**_POLICY, error_model="numpy")
 
 
 

@@ -27,7 +27,13 @@ from __future__ import annotations
 import numpy as np
 from numba import types
 
-from analysis.pipeline.backends.numba.kernels._jit import compiled, inline, njit, specialise
+from analysis.pipeline.backends.numba.kernels._jit import (
+    compiled,
+    elementwise,
+    inline,
+    njit,
+    specialise,
+)
 from analysis.pipeline.backends.numba.kernels.lanes import (
     LANES,
     axpy,
@@ -71,24 +77,59 @@ def soft_values(v: np.ndarray, t: float, width: float, greater: bool, inclusive:
     with numpy's vectorised ``exp`` (several times faster than the scalar ``exp`` of a
     compiled loop; within an ulp of it), ``s = [z > 0]`` (``[z >= 0]`` if ``inclusive``)
     for ``width = 0``; NaN gives NaN (0 at ``width = 0``). Into ``out`` if given (numpy
-    releases the GIL: slices may be filled on threads). The loops take the slope from
-    ``s`` (:func:`soft_slope`)."""
+    and the loops release the GIL: slices may be filled on threads). The element-wise
+    steps around ``exp`` run as two compiled loops (:func:`soft_argument`,
+    :func:`soft_finish`: the same operations per element as numpy's ``abs``,
+    ``subtract``, ``divide`` and ``add``, ``divide``, so the same floats, in two passes
+    over memory instead of up to six). The loops take the slope from ``s``
+    (:func:`soft_slope`)."""
     v = np.asarray(v, dtype=np.float64)
     out = np.empty_like(v) if out is None else out
-    x = np.abs(v, out=out) if absolute else v
-    if greater:
-        np.subtract(x, t, out=out)
-    else:
-        np.subtract(t, x, out=out)
-    if not width > 0.0:  # NaN fails the step, as in soft_pass
-        np.greater_equal(out, 0.0, out=out) if inclusive else np.greater(out, 0.0, out=out)
+    hard = not width > 0.0  # NaN fails the step, as in soft_pass
+    soft_argument(v, float(t), float(width), greater, inclusive, absolute, hard, out)
+    if hard:
         return out
-    np.divide(out, -width, out=out)
     with np.errstate(over="ignore"):
         np.exp(out, out=out)
-    np.add(out, 1.0, out=out)
-    np.divide(1.0, out, out=out)
+    soft_finish(out)
     return out
+
+
+@elementwise
+def soft_argument(v, t, width, greater, inclusive, absolute, hard, out):
+    """``out = -z / width`` of :func:`soft_values` (``z = x - t`` or ``t - x``, ``x = v``
+    or ``|v|``), or, for a hard cut, the step ``[z > 0]`` (``[z >= 0]`` if
+    ``inclusive``; NaN fails), as 1.0 / 0.0. Loops per case: each a plain element-wise
+    loop that LLVM vectorises (``width > 0`` here: no division by zero)."""
+    n = v.shape[0]
+    if hard:
+        for i in range(n):
+            x = abs(v[i]) if absolute else v[i]
+            z = x - t if greater else t - x
+            out[i] = 1.0 if (z >= 0.0 if inclusive else z > 0.0) else 0.0
+        return
+    w = -width
+    if absolute:
+        if greater:
+            for i in range(n):
+                out[i] = (abs(v[i]) - t) / w
+        else:
+            for i in range(n):
+                out[i] = (t - abs(v[i])) / w
+    elif greater:
+        for i in range(n):
+            out[i] = (v[i] - t) / w
+    else:
+        for i in range(n):
+            out[i] = (t - v[i]) / w
+
+
+@elementwise
+def soft_finish(e):
+    """``e = 1 / (1 + e)`` in place (``e = exp(-z / width) >= 0`` or NaN:
+    :func:`soft_values`; no division by zero)."""
+    for i in range(e.shape[0]):
+        e[i] = 1.0 / (e[i] + 1.0)
 
 
 @inline

@@ -43,7 +43,7 @@ import numpy as np
 from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 
-__all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "event_sum_bins", "fill_bins"]
+__all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "bin_totals", "event_sum_bins", "fill_bins"]
 
 #: every subset up to this many uncertain objects, meet in the middle above (measured,
 #: a 50k-event chunk of Poisson(5.5) jets, value + 2 tangents, one thread, CPU time:
@@ -608,3 +608,19 @@ def fill_bins(pb, ev, factors, weight, sumw, sumw2):
                 for r in range(nl):
                     sumw[v, b, r] += f * w[r]
                     sumw2[v, b, r] += f2 * w[r]
+
+
+@njit
+def bin_totals(bins, into):
+    """``into[e, r] = sum_b bins[e, b, r]`` (``bins`` ``(E, B, W)``: per event and bin
+    ``P(pass, X in b)`` with tangents, :func:`event_sum_bins`), the bins added in order
+    from bin 0: the floats of copying bin 0 and adding the others one by one (numpy on
+    the strided ``(E, W)`` slices of ``bins`` took 12 ms per 50k events, this loop well
+    under one)."""
+    n_bins = bins.shape[1]
+    for e in range(bins.shape[0]):
+        for r in range(bins.shape[2]):
+            acc = bins[e, 0, r]
+            for b in range(1, n_bins):
+                acc += bins[e, b, r]
+            into[e, r] = acc

@@ -10,22 +10,57 @@ added in block order (deterministic, as every sum of the kernel).
 
 from __future__ import annotations
 
-from analysis.pipeline.backends.numba.kernels._jit import njit
+import numpy as np
 
-__all__ = ["block_sums"]
+from analysis.pipeline.backends.numba.kernels._jit import njit, specialise
+
+__all__ = ["block_sums", "event_lane"]
+
+
+def event_lane(ev, e, k):
+    """Lane ``k`` of event ``e``'s weight: ``ev[e, k]`` of an ``(E, LANES)`` array, or,
+    of the ``(E,)`` weights alone (no tangents), ``ev[e]`` for lane 0 and ``0.0`` for
+    the others."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(event_lane)
+def _event_lane(ev, e, k):
+    if ev.ndim == 2:
+        def lanes(ev, e, k):
+            return ev[e, k]
+        return lanes
+
+    def weights(ev, e, k):
+        return ev[e] if k == 0 else 0.0
+    return weights
 
 
 @njit
 def block_sums(ev, pe, np1, block, out, b0, b1):
     """Blocks ``b0:b1``: ``out[b] += [sum w_e, sum w_e^2]`` and their tangents (module
-    docstring) over the events of block ``b``."""
+    docstring) over the events of block ``b``; ``ev`` ``(E, LANES)``, or ``(E,)`` the
+    weights alone (zero tangents: the same operations, ``0.0 pe_0`` included, without
+    reading an array of zeros; :func:`event_lane`). A block's sums are kept in a buffer
+    of the loop's own (``out`` might alias the inputs, so that sums kept in it are
+    stored and loaded again at every event) and added to ``out`` once: the same
+    additions in the same order."""
     n_ev = ev.shape[0]
+    acc = np.empty((2, np1))
     for b in range(b0, b1):
+        for k in range(np1):
+            acc[0, k] = out[b, 0, k]
+            acc[1, k] = out[b, 1, k]
         for e in range(b * block, min(n_ev, (b + 1) * block)):
-            w = ev[e, 0] * pe[e, 0]
-            out[b, 0, 0] += w
-            out[b, 1, 0] += w * w
+            p0 = pe[e, 0]
+            v0 = event_lane(ev, e, 0)
+            w = v0 * p0
+            acc[0, 0] += w
+            acc[1, 0] += w * w
             for k in range(1, np1):
-                d = ev[e, k] * pe[e, 0] + ev[e, 0] * pe[e, k]
-                out[b, 0, k] += d
-                out[b, 1, k] += 2.0 * w * d
+                d = event_lane(ev, e, k) * p0 + v0 * pe[e, k]
+                acc[0, k] += d
+                acc[1, k] += 2.0 * w * d
+        for k in range(np1):
+            out[b, 0, k] = acc[0, k]
+            out[b, 1, k] = acc[1, k]

@@ -42,6 +42,7 @@ import os
 import pickle
 import platform
 import tempfile
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,10 @@ SUBDIR = "diffcoffea-programs"
 EXECUTABLE = "executable"
 
 _FILES: dict[tuple[str, int, int], str] = {}
+# Persistent-cache hits of each thread's compilations (:func:`_cache_hits`), counted by a
+# jax.monitoring listener registered once per process.
+_HITS = threading.local()
+_LISTENING: list[bool] = []
 _STAMP: list[str] = []
 
 
@@ -222,6 +227,19 @@ def _write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _on_event(event: str, **kwargs: Any) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _HITS.count = getattr(_HITS, "count", 0) + 1
+
+
+def _cache_hits() -> int:
+    """How many compilations of this thread JAX's persistent cache has answered."""
+    if not _LISTENING:
+        _LISTENING.append(True)
+        jax.monitoring.register_event_listener(_on_event)
+    return int(getattr(_HITS, "count", 0))
+
+
 def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[..., Any]:
     """``run`` compiled for ``args`` (traced, lowered and compiled once) as a program,
     written to ``path`` (when not ``None``; silently nothing where it cannot be
@@ -237,10 +255,16 @@ def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[.
     # Lowered and compiled directly: calling a jax.export'ed program lowers it again
     # and, on CPU, initialises JAX's LAPACK bindings (an import of scipy.linalg), 0.3 s
     # of a new process's first chunk that a program without linear algebra never needs.
+    hits = _cache_hits()
     compiled = jax.jit(flat).lower(*in_leaves).compile()
     out_tree = tree[-1]
     if path is not None:
         try:
+            # An executable that JAX read from its persistent cache serializes without
+            # its kernels (a new process that loads it fails: "Function ... not found"):
+            # then the portable form.
+            if _cache_hits() != hits:
+                raise ValueError("an executable from JAX's persistent cache")
             payload, in_flat, out_flat = serialize_executable.serialize(compiled)
             _write(path, pickle.dumps((EXECUTABLE, payload, in_flat, out_flat, out_tree)))
         except Exception:  # an executable that cannot be serialized: the portable form

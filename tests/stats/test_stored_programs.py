@@ -124,3 +124,26 @@ def test_an_executable_is_stored_and_the_portable_form_where_it_cannot_be(
     assert _compiled.BUILT["loaded"] == loaded + 1
     _close(again.value, first.value, rtol=1e-15)
     _close(again.jac, first.jac, rtol=1e-15)
+
+
+def test_an_executable_from_jax_s_own_cache_is_stored_in_the_portable_form(store) -> None:  # noqa: ANN001
+    """A program whose file is gone but whose compilation JAX's persistent cache still
+    holds (another version of this package, the same program) is compiled by a cache
+    hit, and an executable read from that cache serializes without its kernels (a new
+    process that loads it fails: "Function ... not found"): its file is then the
+    jax.export form, which loads (same values)."""
+    pt, eta = _chunk(8)
+    first = stats.derive(_fn(pt, eta), THETA)
+    (name,) = os.listdir(store)
+    os.remove(store / name)
+    _compiled._PROGRAMS.clear()
+    jax.clear_caches()  # what a new process starts with; JAX's files stay
+    stats.derive(_fn(pt, eta), THETA)
+    with open(store / name, "rb") as fh:
+        assert pickle.loads(fh.read())[0] != _stored.EXECUTABLE
+    _compiled._PROGRAMS.clear()
+    loaded = _compiled.BUILT["loaded"]
+    again = stats.derive(_fn(pt, eta), THETA)
+    assert _compiled.BUILT["loaded"] == loaded + 1
+    _close(again.value, first.value, rtol=1e-15)
+    _close(again.jac, first.jac, rtol=1e-15)

@@ -8,9 +8,10 @@ strings and importable objects, the arrays' bucketed shapes) and the arrays, pad
 
 * a :class:`~analysis.stats.Jagged` keeps its lists (its offsets become an argument,
   and so do its elements' list indices, computed on the host: the program does not
-  compute them with a prefix sum, which is slow to compile) and gets zero values appended up to :func:`size_bucket` of its length (steps of
-  about 1.25x); the padding lies beyond ``offsets[-1]``, in no list, and every
-  statistic, :func:`analysis.soft.pass_weights` and the segment sums give it weight 0.
+  compute them with a prefix sum, which is slow to compile) and gets zero values
+  appended up to :func:`size_bucket` of its length (steps of about 1.25x); the
+  padding lies beyond ``offsets[-1]``, in no list, and every statistic,
+  :func:`analysis.soft.pass_weights` and the segment sums give it weight 0.
   Its longest list, rounded up to a multiple of 4, is part of the structure (a
   static size of the count recursions);
 * other arrays are arguments of their own shape (not padded: a per-event array must

@@ -11,7 +11,10 @@ that a new process (a later job, a futures or dask worker) loads them without tr
 ``fn``. A loaded executable runs at once; an exported program is lowered and compiled
 again (a persistent-cache hit) and, on CPU, first initialises JAX's LAPACK bindings (an
 import of scipy.linalg): measured on the README processor's 50k-event chunks (load
-3-3.5), a new process's first chunk 300-530 ms -> 180-340 ms. The key:
+3-3.5), a new process's first chunk 300-530 ms -> 180-340 ms. An executable that
+JAX's persistent cache answered (its compilation already there, this file not: another
+version of this package) is stored in the portable form: re-serialized, it lacks its
+kernels. The key:
 
 * the structure of :func:`analysis.stats._closure.closure_inputs` (the code objects of
   ``fn`` and of the functions it closes over, by their bytecode, names and constants; numbers and strings; the

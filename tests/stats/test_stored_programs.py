@@ -98,6 +98,20 @@ def test_a_damaged_file_is_ignored_and_other_code_gets_another_file(store) -> No
     assert _stored.path_for(("forward1", closure_inputs(other)[0], key)) != path
 
 
+def _portable_form_loads(path, pt, eta, first) -> None:  # noqa: ANN001
+    """Build the program again: ``path`` holds the jax.export form, which a new process
+    loads (not traced) to the same values as ``first``."""
+    stats.derive(_fn(pt, eta), THETA)
+    with open(path, "rb") as fh:
+        assert pickle.loads(fh.read())[0] != _stored.EXECUTABLE
+    _compiled._PROGRAMS.clear()
+    loaded = _compiled.BUILT["loaded"]
+    again = stats.derive(_fn(pt, eta), THETA)
+    assert _compiled.BUILT["loaded"] == loaded + 1
+    _close(again.value, first.value, rtol=1e-15)
+    _close(again.jac, first.jac, rtol=1e-15)
+
+
 def test_an_executable_is_stored_and_the_portable_form_where_it_cannot_be(
         store, monkeypatch) -> None:  # noqa: ANN001
     """The file holds the compiled executable (loaded without lowering again); where
@@ -115,15 +129,7 @@ def test_an_executable_is_stored_and_the_portable_form_where_it_cannot_be(
         raise ValueError("Compilation does not support serialization")
 
     monkeypatch.setattr(_stored.serialize_executable, "serialize", refuse)
-    stats.derive(_fn(pt, eta), THETA)
-    with open(store / name, "rb") as fh:
-        assert pickle.loads(fh.read())[0] != _stored.EXECUTABLE
-    _compiled._PROGRAMS.clear()
-    loaded = _compiled.BUILT["loaded"]
-    again = stats.derive(_fn(pt, eta), THETA)
-    assert _compiled.BUILT["loaded"] == loaded + 1
-    _close(again.value, first.value, rtol=1e-15)
-    _close(again.jac, first.jac, rtol=1e-15)
+    _portable_form_loads(store / name, pt, eta, first)
 
 
 def test_an_executable_from_jax_s_own_cache_is_stored_in_the_portable_form(store) -> None:  # noqa: ANN001
@@ -138,12 +144,4 @@ def test_an_executable_from_jax_s_own_cache_is_stored_in_the_portable_form(store
     os.remove(store / name)
     _compiled._PROGRAMS.clear()
     jax.clear_caches()  # what a new process starts with; JAX's files stay
-    stats.derive(_fn(pt, eta), THETA)
-    with open(store / name, "rb") as fh:
-        assert pickle.loads(fh.read())[0] != _stored.EXECUTABLE
-    _compiled._PROGRAMS.clear()
-    loaded = _compiled.BUILT["loaded"]
-    again = stats.derive(_fn(pt, eta), THETA)
-    assert _compiled.BUILT["loaded"] == loaded + 1
-    _close(again.value, first.value, rtol=1e-15)
-    _close(again.jac, first.jac, rtol=1e-15)
+    _portable_form_loads(store / name, pt, eta, first)

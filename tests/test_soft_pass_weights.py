@@ -335,3 +335,39 @@ def test_joint_matches_single_and_gradients() -> None:
     with pytest.raises(ValueError, match="same collection"):
         joint_pass_weights({"jets": p, "b": ak.Array([[0.5]] * len(lists))}, [],
                            parents={"b": "jets"})
+
+
+def test_a_compiled_derive_runs_pass_weights_on_the_host_s_segment_ids(
+        monkeypatch, tmp_path) -> None:  # noqa: ANN001
+    """Inside a compiled stats.derive, pass_weights finds each object's event in the
+    program's arguments (computed on the host), not by a prefix sum over the objects
+    (~2 s of XLA compilation per program for a 50k-event chunk): its trace calls no
+    associative scan; values against the exact enumeration."""
+    from analysis.stats import _compiled
+
+    rng = np.random.default_rng(11)
+    lists = [list(rng.uniform(0, 1, c)) for c in rng.integers(0, 6, 40)]
+    q = stats.from_awkward(ak.Array(lists))
+
+    def fn(t):  # noqa: ANN001, ANN202
+        objects, events = pass_weights(q * t["scale"], 2)
+        return {"o": stats.sum(objects), "e": jnp.sum(events)}
+
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    _compiled._PROGRAMS.clear()
+    scans: list = []
+    real = jax.lax.associative_scan
+    monkeypatch.setattr(jax.lax, "associative_scan",
+                        lambda *a, **k: scans.append(1) or real(*a, **k))
+    try:
+        built = _compiled.BUILT["programs"]
+        got = stats.derive(fn, {"scale": 0.8})
+        assert _compiled.BUILT["programs"] == built + 1 and not scans
+    finally:
+        _compiled._PROGRAMS.clear()
+        jax.config.update("jax_compilation_cache_dir", before)
+    ref_obj, ref_ev = enumerated([[v * 0.8 for v in lst] for lst in lists], 2)
+    np.testing.assert_allclose(float(got.value["o"]),
+                               sum(float(np.sum(o)) for o in ref_obj), rtol=1e-12)
+    np.testing.assert_allclose(float(got.value["e"]), float(np.sum(ref_ev)), rtol=1e-12)

@@ -30,7 +30,6 @@ import jax.numpy as jnp
 
 from analysis.select._recursions import _pass_table
 from analysis.select.countmodel import CountModel
-from analysis.stats.jagged import segment_ids_from_offsets
 
 __all__: list[str] = []
 
@@ -64,11 +63,15 @@ def _forward_step(prev, p, cap: int):
 
 
 @partial(jax.jit, static_argnames=("model", "max_objects"))
-def single_count_weights(values, offsets, n, width, *, model: CountModel, max_objects: int):
+def single_count_weights(values, offsets, event, n, width, *, model: CountModel,
+                         max_objects: int):
     """``(objects (N,), events (E,))`` for ``model`` = one set, one count.
 
     ``values``: ``(N,)`` pass probabilities; ``offsets``: ``(E + 1,)`` list boundaries
-    (traced or not), at most ``max_objects`` per list. Elements beyond ``offsets[-1]``
+    (traced or not), at most ``max_objects`` per list; ``event``: ``(N,)`` the list of
+    each element, ``E`` beyond ``offsets[-1]`` (:func:`analysis.stats.jagged.segment_ids_from_offsets`,
+    given by the caller: inside this function's own trace the offsets are new tracers,
+    whose segment ids a compiled ``stats.derive`` does not know). Elements beyond ``offsets[-1]``
     (padding) get weight 0; so do the empty slots of each block's dense ``(M, block)``
     table (``q = 0``: they never pass, the engine's pattern 0), and the events that
     pad the last block (no objects).
@@ -109,7 +112,6 @@ def single_count_weights(values, offsets, n, width, *, model: CountModel, max_ob
     _, (dense, passed) = jax.lax.scan(one_block, None, (starts_b, counts_b))
     # every element's place (block, slot, event in block) in the blocks' dense tables;
     # padding: one zero slot at the end
-    event = segment_ids_from_offsets(offsets, n_values)
     within = jnp.minimum(event, max(n_events - 1, 0))
     slot = jnp.arange(n_values) - starts[within]
     flat_index = jnp.where(

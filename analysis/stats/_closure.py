@@ -6,10 +6,12 @@ those closed-over values (also of the functions ``fn`` closes over, a few levels
 deep) and splits them into a hashable *structure* (the code objects, the numbers,
 strings and importable objects, the arrays' bucketed shapes) and the arrays, padded:
 
-* a :class:`~analysis.stats.Jagged` keeps its lists (its offsets become an argument)
-  and gets zero values appended up to :func:`size_bucket` of its length (steps of
-  about 1.25x); the padding lies beyond ``offsets[-1]``, in no list, and every
-  statistic, :func:`analysis.soft.pass_weights` and the segment sums give it weight 0.
+* a :class:`~analysis.stats.Jagged` keeps its lists (its offsets become an argument,
+  and so do its elements' list indices, computed on the host: the program does not
+  compute them with a prefix sum, which is slow to compile) and gets zero values
+  appended up to :func:`size_bucket` of its length (steps of about 1.25x); the
+  padding lies beyond ``offsets[-1]``, in no list, and every statistic,
+  :func:`analysis.soft.pass_weights` and the segment sums give it weight 0.
   Its longest list, rounded up to a multiple of 4, is part of the structure (a
   static size of the count recursions);
 * other arrays are arguments of their own shape (not padded: a per-event array must
@@ -33,7 +35,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from analysis.stats.jagged import Jagged, bound_longest, concrete
+from analysis.stats.jagged import (
+    Jagged,
+    bound_longest,
+    concrete,
+    know_segment_ids,
+    padded_segment_ids,
+)
 
 __all__: list[str] = []
 
@@ -92,11 +100,12 @@ def _convert(obj: Any, leaves: list, depth: int) -> tuple[Any, Callable[[Iterato
         padded = np.zeros(size, dtype=values.dtype)
         padded[:n] = values
         longest = longest_bucket(int(np.max(np.diff(off))) if off.shape[0] > 1 else 0)
-        leaves += [padded, off]
+        leaves += [padded, off, padded_segment_ids(off, size)]
 
         def build_jagged(it: Iterator) -> Jagged:
-            v, o = next(it), next(it)
+            v, o, ids = next(it), next(it), next(it)
             bound_longest(o, longest)
+            know_segment_ids(o, ids)
             return Jagged.tree_unflatten(None, (v, o))
 
         return ("jagged", size, off.shape[0], str(values.dtype), str(off.dtype), longest), \

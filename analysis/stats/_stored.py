@@ -3,11 +3,18 @@
 JAX's persistent compilation cache keeps the compiled code, but finding it needs the
 program's text: each new process traces and lowers ``fn`` with its derivatives again
 (seconds for a processor's function under ``jax.jacfwd``) before it can load it. The
-programs of :func:`analysis.stats._compiled.compiled_call` are instead stored here,
-exported with ``jax.export`` (StableHLO, serialized; compiled on load through the
-persistent cache, unlike a serialized executable it does not pin one jaxlib build's
-binary), under a key made of what decides the program, so that a new process (a later
-job, a futures or dask worker) loads them without tracing ``fn``:
+programs of :func:`analysis.stats._compiled.compiled_call` are instead stored here as
+compiled executables (``jax.experimental.serialize_executable``: machine code for this
+host, as JAX's persistent cache stores them; ``jax.export``'s portable StableHLO where
+an executable cannot be serialized), under a key made of what decides the program, so
+that a new process (a later job, a futures or dask worker) loads them without tracing
+``fn``. A loaded executable runs at once; an exported program is lowered and compiled
+again (a persistent-cache hit) and, on CPU, first initialises JAX's LAPACK bindings (an
+import of scipy.linalg): measured on the README processor's 50k-event chunks (load
+3-3.5), a new process's first chunk 300-530 ms -> 180-340 ms. An executable that
+JAX's persistent cache answered (its compilation already there, this file not: another
+version of this package) is stored in the portable form: re-serialized, it lacks its
+kernels. The key:
 
 * the structure of :func:`analysis.stats._closure.closure_inputs` (the code objects of
   ``fn`` and of the functions it closes over, by their bytecode, names and constants; numbers and strings; the
@@ -18,7 +25,9 @@ job, a futures or dask worker) loads them without tracing ``fn``:
   module's file, as numba's cache guards a function by its own file);
 * the sources of this package (``analysis/``, by path, size and modification time);
 * the versions of JAX and jaxlib, ``jax_enable_x64``, the backend, its platform version
-  and its device kind.
+  and its device kind, ``XLA_FLAGS``, and the processor (model and instruction set
+  extensions: an executable is machine code for them, so that a cache directory shared
+  by different machines never hands one another's code).
 
 Anything in the structure that has no stable description (an object without a module
 and name) stores nothing: the program is then traced in each process as before. The
@@ -34,19 +43,28 @@ import hashlib
 import importlib
 import os
 import pickle
+import platform
 import tempfile
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import serialize_executable
 
 __all__: list[str] = []
 
 SUBDIR = "diffcoffea-programs"
+#: The first field of a file that holds a compiled executable (else a jax.export form).
+EXECUTABLE = "executable"
 
 _FILES: dict[tuple[str, int, int], str] = {}
+# Persistent-cache hits of each thread's compilations (:func:`_cache_hits`), counted by a
+# jax.monitoring listener registered once per process.
+_HITS = threading.local()
+_LISTENING: list[bool] = []
 _STAMP: list[str] = []
 
 
@@ -132,9 +150,21 @@ def _stamp() -> str:
         device = jax.devices()[0]
         parts = [jax.__version__, jaxlib.__version__, str(_config().jax_enable_x64),
                  device.platform, device.client.platform_version, device.device_kind,
-                 *files]
+                 os.environ.get("XLA_FLAGS", ""), _processor(), *files]
         _STAMP.append(hashlib.sha256("\n".join(parts).encode()).hexdigest())
     return _STAMP[0]
+
+
+def _processor() -> str:
+    """The host's processor (model and instruction set extensions, from
+    ``/proc/cpuinfo`` where there is one): a stored executable is machine code for it."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return f"{platform.machine()}:{platform.processor()}"
+    keep = ("vendor_id", "model name", "flags", "Features", "CPU implementer", "CPU part")
+    return "\n".join(sorted({ln for ln in lines if ln.split(":")[0].strip() in keep}))
 
 
 def directory() -> str | None:
@@ -163,7 +193,12 @@ def load(path: str) -> Callable[..., Any] | None:
     it returns the pytree ``fn`` returned), or ``None``."""
     try:
         with open(path, "rb") as fh:
-            payload, out_tree = pickle.loads(fh.read())
+            stored = pickle.loads(fh.read())
+        if stored[0] == EXECUTABLE:
+            _, payload, in_flat, out_flat, out_tree = stored
+            return _compiled_program(
+                serialize_executable.deserialize_and_load(payload, in_flat, out_flat), out_tree)
+        payload, out_tree = stored
         exported = jax.export.deserialize(bytearray(payload))
     except Exception:  # absent, half-written by an older version, another jaxlib: trace
         return None
@@ -179,10 +214,39 @@ def _program(exported: Any, out_tree: Any) -> Callable[..., Any]:
     return program
 
 
+def _compiled_program(compiled: Any, out_tree: Any) -> Callable[..., Any]:
+    def program(*args: Any) -> Any:
+        return jax.tree_util.tree_unflatten(out_tree, compiled(*jax.tree_util.tree_leaves(args)))
+
+    return program
+
+
+def _write(path: str, data: bytes) -> None:
+    """``data`` to ``path`` through a temporary name (readers never see half a file)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _on_event(event: str, **kwargs: Any) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _HITS.count = getattr(_HITS, "count", 0) + 1
+
+
+def _cache_hits() -> int:
+    """How many compilations of this thread JAX's persistent cache has answered."""
+    if not _LISTENING:
+        _LISTENING.append(True)
+        jax.monitoring.register_event_listener(_on_event)
+    return int(getattr(_HITS, "count", 0))
+
+
 def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[..., Any]:
-    """``run`` exported for ``args`` (traced and lowered once, ``jax.export``) as a
-    program, written to ``path`` (when not ``None``; silently nothing where it cannot
-    be serialized or written)."""
+    """``run`` compiled for ``args`` (traced, lowered and compiled once) as a program,
+    written to ``path`` (when not ``None``; silently nothing where it cannot be
+    serialized or written): the compiled executable, else the ``jax.export`` form."""
     tree: list = []
     in_leaves, in_tree = jax.tree_util.tree_flatten(args)
 
@@ -191,19 +255,28 @@ def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[.
         tree.append(out_tree)
         return out
 
-    exported = jax.export.export(jax.jit(flat))(*in_leaves)
+    # Lowered and compiled directly: calling a jax.export'ed program lowers it again
+    # and, on CPU, initialises JAX's LAPACK bindings (an import of scipy.linalg), 0.3 s
+    # of a new process's first chunk that a program without linear algebra never needs.
+    hits = _cache_hits()
+    compiled = jax.jit(flat).lower(*in_leaves).compile()
     out_tree = tree[-1]
     if path is not None:
         try:
-            data = pickle.dumps((exported.serialize(), out_tree))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        except Exception:  # flatbuffers missing, a read-only directory: kept in memory only
-            pass
-    return _program(exported, out_tree)
+            # An executable that JAX read from its persistent cache serializes without
+            # its kernels (a new process that loads it fails: "Function ... not found"):
+            # then the portable form.
+            if _cache_hits() != hits:
+                raise ValueError("an executable from JAX's persistent cache")
+            payload, in_flat, out_flat = serialize_executable.serialize(compiled)
+            _write(path, pickle.dumps((EXECUTABLE, payload, in_flat, out_flat, out_tree)))
+        except Exception:  # an executable that cannot be serialized: the portable form
+            try:
+                exported = jax.export.export(jax.jit(flat))(*in_leaves)
+                _write(path, pickle.dumps((exported.serialize(), out_tree)))
+            except Exception:  # flatbuffers missing, a read-only directory: in memory only
+                pass
+    return _compiled_program(compiled, out_tree)
 
 
 # Programs of package functions by (name, options, argument structure and shapes): in

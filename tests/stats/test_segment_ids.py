@@ -31,3 +31,29 @@ def test_traced_equals_repeat(seed, padding):
 def test_no_elements():
     got = jax.jit(lambda o: segment_ids_from_offsets(o, 0))(np.zeros(4, np.int32))
     assert got.shape == (0,)
+
+
+def test_a_compiled_chunk_reads_its_segment_ids_from_the_host() -> None:
+    """stats.derive's compiled path passes a Jagged's list indices as an argument
+    (analysis.stats._closure): equal to the traced prefix sum (padding: num_lists), and
+    read in place of it while tracing."""
+    from analysis.stats.jagged import forget_bounds, know_segment_ids, padded_segment_ids
+
+    offsets = np.array([0, 2, 2, 5, 6, 6], dtype=np.int32)
+    size = 9
+    ids = padded_segment_ids(offsets, size)
+    np.testing.assert_array_equal(
+        ids, jax.jit(lambda o: segment_ids_from_offsets(o, size))(offsets))
+    np.testing.assert_array_equal(ids, [0, 0, 2, 2, 2, 3, 5, 5, 5])
+
+    def probe(o, i):  # noqa: ANN001, ANN202
+        know_segment_ids(o, i)
+        try:
+            got = segment_ids_from_offsets(o, size)
+            assert got is i
+            assert segment_ids_from_offsets(o, size + 1) is not i  # another length
+            return got
+        finally:
+            forget_bounds()
+
+    np.testing.assert_array_equal(jax.jit(probe)(offsets, ids), ids)

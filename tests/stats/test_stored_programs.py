@@ -9,6 +9,7 @@ damaged file is ignored (built again, same values); another function gets anothe
 from __future__ import annotations
 
 import os
+import pickle
 
 import jax
 import pytest
@@ -95,3 +96,52 @@ def test_a_damaged_file_is_ignored_and_other_code_gets_another_file(store) -> No
 
     assert os.listdir(store) == [os.path.basename(path)]  # the same file, rewritten
     assert _stored.path_for(("forward1", closure_inputs(other)[0], key)) != path
+
+
+def _portable_form_loads(path, pt, eta, first) -> None:  # noqa: ANN001
+    """Build the program again: ``path`` holds the jax.export form, which a new process
+    loads (not traced) to the same values as ``first``."""
+    stats.derive(_fn(pt, eta), THETA)
+    with open(path, "rb") as fh:
+        assert pickle.loads(fh.read())[0] != _stored.EXECUTABLE
+    _compiled._PROGRAMS.clear()
+    loaded = _compiled.BUILT["loaded"]
+    again = stats.derive(_fn(pt, eta), THETA)
+    assert _compiled.BUILT["loaded"] == loaded + 1
+    _close(again.value, first.value, rtol=1e-15)
+    _close(again.jac, first.jac, rtol=1e-15)
+
+
+def test_an_executable_is_stored_and_the_portable_form_where_it_cannot_be(
+        store, monkeypatch) -> None:  # noqa: ANN001
+    """The file holds the compiled executable (loaded without lowering again); where
+    serializing it fails, the jax.export form, which a new process loads as well (same
+    values, not traced again)."""
+    pt, eta = _chunk(7)
+    first = stats.derive(_fn(pt, eta), THETA)
+    (name,) = os.listdir(store)
+    with open(store / name, "rb") as fh:
+        assert pickle.loads(fh.read())[0] == _stored.EXECUTABLE
+    os.remove(store / name)
+    _compiled._PROGRAMS.clear()
+
+    def refuse(compiled):  # noqa: ANN001, ANN202
+        raise ValueError("Compilation does not support serialization")
+
+    monkeypatch.setattr(_stored.serialize_executable, "serialize", refuse)
+    _portable_form_loads(store / name, pt, eta, first)
+
+
+def test_an_executable_from_jax_s_own_cache_is_stored_in_the_portable_form(store) -> None:  # noqa: ANN001
+    """A program whose file is gone but whose compilation JAX's persistent cache still
+    holds (another version of this package, the same program) is compiled by a cache
+    hit, and an executable read from that cache serializes without its kernels (a new
+    process that loads it fails: "Function ... not found"): its file is then the
+    jax.export form, which loads (same values)."""
+    pt, eta = _chunk(8)
+    first = stats.derive(_fn(pt, eta), THETA)
+    (name,) = os.listdir(store)
+    os.remove(store / name)
+    _compiled._PROGRAMS.clear()
+    jax.clear_caches()  # what a new process starts with; JAX's files stay
+    _portable_form_loads(store / name, pt, eta, first)

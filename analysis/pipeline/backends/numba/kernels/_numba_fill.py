@@ -221,6 +221,15 @@ def _add4(sumw, sumw2, v, b, f, f2, w0, w1, w2, w3):
 
 
 @inline
+def _lanes4(p, i, ev0, ev1, ev2, ev3):
+    """Entry ``i``'s weight lanes ``w = p[i, 0] ev + ev0 p[i]`` (the product rule; lane
+    0 ``ev p`` twice: halved) over 4 lanes, as :func:`fill` makes them."""
+    p0 = p[i, 0]
+    return ((p0 * ev0 + ev0 * p[i, 0]) * 0.5, p0 * ev1 + ev0 * p[i, 1], p0 * ev2 + ev0 * p[i, 2],
+            p0 * ev3 + ev0 * p[i, 3])
+
+
+@inline
 def _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, fe, f2e):
     """:func:`fill` over 4 lanes: the same operations in the same order, the lanes in
     registers and each event's factors ``f`` and ``f^2 weight[e]`` made once (``fe``,
@@ -237,11 +246,7 @@ def _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, fe, f2e):
             fe[v] = f
             f2e[v] = f * f * we
         for i in range(lo, hi):
-            p0 = p[i, 0]
-            w0 = (p0 * ev0 + ev0 * p[i, 0]) * 0.5
-            w1 = p0 * ev1 + ev0 * p[i, 1]
-            w2 = p0 * ev2 + ev0 * p[i, 2]
-            w3 = p0 * ev3 + ev0 * p[i, 3]
+            w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
             b = _bin(edges, x[i], w0)
             for v in range(n_v):
                 _add4(sumw, sumw2, v, b, fe[v], f2e[v], w0, w1, w2, w3)
@@ -291,24 +296,13 @@ def fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, sumw, sumw2, su
     lanes: each side's sums are :func:`fill`'s, the same operations in the same order;
     the loop over the events and their weights runs once for both."""
     for e in range(off.shape[0] - 1):
-        lo, hi = off[e], off[e + 1]
-        if lo == hi:
-            continue
         ev0, ev1, ev2, ev3 = ev[e, 0], ev[e, 1], ev[e, 2], ev[e, 3]
         we = weight[e]
         # both sides' lanes in registers, no array chosen per side (a view picked by a
         # branch per entry cost ~25%)
-        for i in range(lo, hi):
-            p0 = p[i, 0]
-            w0 = (p0 * ev0 + ev0 * p[i, 0]) * 0.5
-            w1 = p0 * ev1 + ev0 * p[i, 1]
-            w2 = p0 * ev2 + ev0 * p[i, 2]
-            w3 = p0 * ev3 + ev0 * p[i, 3]
-            q0 = p_hi[i, 0]
-            u0 = (q0 * ev0 + ev0 * p_hi[i, 0]) * 0.5
-            u1 = q0 * ev1 + ev0 * p_hi[i, 1]
-            u2 = q0 * ev2 + ev0 * p_hi[i, 2]
-            u3 = q0 * ev3 + ev0 * p_hi[i, 3]
+        for i in range(off[e], off[e + 1]):
+            w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
+            u0, u1, u2, u3 = _lanes4(p_hi, i, ev0, ev1, ev2, ev3)
             b = _bin(edges, x[i], w0)
             b_hi = _bin(edges, x_hi[i], u0)
             for v in range(factors.shape[0]):

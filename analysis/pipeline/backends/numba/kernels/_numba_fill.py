@@ -192,6 +192,66 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
                     out[4], out[5], out[6], out[7] = d4, d5, d6, d7
 
 
+@inline
+def _bin(edges, x, w0):
+    """The bin of an entry at ``x`` of probability lane 0 ``w0``: the number of edges
+    ``<= x`` counted without branches (edges increase; ``numpy.searchsorted`` right: 0
+    the underflow), NaN in the overflow, an entry of probability 0 at ``x = 0``."""
+    n_edges = edges.shape[0]
+    xi = x if w0 != 0.0 else 0.0
+    b = n_edges
+    if xi == xi:
+        b = 0
+        for k in range(n_edges):
+            b += edges[k] <= xi
+    return b
+
+
+@inline
+def _add4(sumw, sumw2, v, b, f, f2, w0, w1, w2, w3):
+    """``sumw[v, b] += f w`` and ``sumw2[v, b] += f2 w`` over 4 lanes, every load before
+    the first store (as :func:`analysis.pipeline.backends.numba.kernels.lanes.axpy`),
+    indexed in place (a view ``sumw[v, b]`` per entry and variation cost ~15%)."""
+    a0, a1, a2, a3 = sumw[v, b, 0], sumw[v, b, 1], sumw[v, b, 2], sumw[v, b, 3]
+    c0, c1, c2, c3 = sumw2[v, b, 0], sumw2[v, b, 1], sumw2[v, b, 2], sumw2[v, b, 3]
+    sumw[v, b, 0], sumw[v, b, 1] = a0 + f * w0, a1 + f * w1
+    sumw[v, b, 2], sumw[v, b, 3] = a2 + f * w2, a3 + f * w3
+    sumw2[v, b, 0], sumw2[v, b, 1] = c0 + f2 * w0, c1 + f2 * w1
+    sumw2[v, b, 2], sumw2[v, b, 3] = c2 + f2 * w2, c3 + f2 * w3
+
+
+@inline
+def _lanes4(p, i, ev0, ev1, ev2, ev3):
+    """Entry ``i``'s weight lanes ``w = p[i, 0] ev + ev0 p[i]`` (the product rule; lane
+    0 ``ev p`` twice: halved) over 4 lanes, as :func:`fill` makes them."""
+    p0 = p[i, 0]
+    return ((p0 * ev0 + ev0 * p[i, 0]) * 0.5, p0 * ev1 + ev0 * p[i, 1], p0 * ev2 + ev0 * p[i, 2],
+            p0 * ev3 + ev0 * p[i, 3])
+
+
+@inline
+def _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, fe, f2e):
+    """:func:`fill` over 4 lanes: the same operations in the same order, the lanes in
+    registers and each event's factors ``f`` and ``f^2 weight[e]`` made once (``fe``,
+    ``f2e``: buffers of one per variation) instead of once per entry."""
+    n_v = factors.shape[0]
+    for e in range(off.shape[0] - 1):
+        lo, hi = off[e], off[e + 1]
+        if lo == hi:
+            continue
+        ev0, ev1, ev2, ev3 = ev[e, 0], ev[e, 1], ev[e, 2], ev[e, 3]
+        we = weight[e]
+        for v in range(n_v):
+            f = factors[v, e]
+            fe[v] = f
+            f2e[v] = f * f * we
+        for i in range(lo, hi):
+            w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
+            b = _bin(edges, x[i], w0)
+            for v in range(n_v):
+                _add4(sumw, sumw2, v, b, fe[v], f2e[v], w0, w1, w2, w3)
+
+
 @njit
 def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
     """Histogram sums of the entries of event ``e``, ``off[e]:off[e + 1]`` (values
@@ -202,8 +262,11 @@ def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
     number of edges ``<= x`` (``numpy.searchsorted`` right: 0 the underflow, NaN in the
     overflow); an entry of probability 0 at ``x = 0``. Entries in order: one sequential
     sum per bin and variation."""
-    n_edges = edges.shape[0]
-    wide = sumw.shape[2] > 4
+    if sumw.shape[2] <= 4:  # the value and at most 3 tangents
+        n_v = factors.shape[0]
+        _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, np.empty(n_v),
+               np.empty(n_v))
+        return
     w = np.empty(LANES)
     for e in range(off.shape[0] - 1):
         ev0 = ev[e, 0]
@@ -211,36 +274,17 @@ def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
             p0 = p[i, 0]
             # w = p0 ev[e] + ev0 p[i] (the product rule), lane 0 ev p twice: halved
             w[0] = (p0 * ev[e, 0] + ev0 * p[i, 0]) * 0.5
-            w[1] = p0 * ev[e, 1] + ev0 * p[i, 1]
-            w[2] = p0 * ev[e, 2] + ev0 * p[i, 2]
-            w[3] = p0 * ev[e, 3] + ev0 * p[i, 3]
-            if wide:
-                w[4] = p0 * ev[e, 4] + ev0 * p[i, 4]
-                w[5] = p0 * ev[e, 5] + ev0 * p[i, 5]
-                w[6] = p0 * ev[e, 6] + ev0 * p[i, 6]
-                w[7] = p0 * ev[e, 7] + ev0 * p[i, 7]
-            xi = x[i] if w[0] != 0.0 else 0.0
-            b = n_edges
-            if xi == xi:  # the edges <= xi, counted without branches (edges increase)
-                b = 0
-                for k in range(n_edges):
-                    b += edges[k] <= xi
+            for r in range(1, 8):
+                w[r] = p0 * ev[e, r] + ev0 * p[i, r]
+            b = _bin(edges, x[i], w[0])
             we = weight[e]
             for v in range(factors.shape[0]):
                 f = factors[v, e]
                 f2 = f * f * we
                 o, o2 = sumw[v, b], sumw2[v, b]
-                if wide:
-                    for r in range(8):
-                        o[r] += f * w[r]
-                        o2[r] += f2 * w[r]
-                else:  # every load before the first store (as _numba_dp.axpy)
-                    a0, a1, a2, a3 = o[0], o[1], o[2], o[3]
-                    c0, c1, c2, c3 = o2[0], o2[1], o2[2], o2[3]
-                    w0, w1, w2, w3 = w[0], w[1], w[2], w[3]
-                    o[0], o[1], o[2], o[3] = a0 + f * w0, a1 + f * w1, a2 + f * w2, a3 + f * w3
-                    o2[0], o2[1], o2[2], o2[3] = (c0 + f2 * w0, c1 + f2 * w1, c2 + f2 * w2,
-                                                  c3 + f2 * w3)
+                for r in range(8):
+                    o[r] += f * w[r]
+                    o2[r] += f2 * w[r]
 
 
 @njit
@@ -251,31 +295,18 @@ def fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, sumw, sumw2, su
     lanes ``p``, ``p_hi``, into ``sumw``, ``sumw2`` and ``sumw_hi``, ``sumw2_hi``), over 4
     lanes: each side's sums are :func:`fill`'s, the same operations in the same order;
     the loop over the events and their weights runs once for both."""
-    n_edges = edges.shape[0]
     for e in range(off.shape[0] - 1):
         ev0, ev1, ev2, ev3 = ev[e, 0], ev[e, 1], ev[e, 2], ev[e, 3]
         we = weight[e]
+        # both sides' lanes in registers, no array chosen per side (a view picked by a
+        # branch per entry cost ~25%)
         for i in range(off[e], off[e + 1]):
-            for side in range(2):
-                q = p_hi[i] if side else p[i]
-                p0 = q[0]
-                w0 = (p0 * ev0 + ev0 * q[0]) * 0.5
-                w1 = p0 * ev1 + ev0 * q[1]
-                w2 = p0 * ev2 + ev0 * q[2]
-                w3 = p0 * ev3 + ev0 * q[3]
-                xi = (x_hi[i] if side else x[i]) if w0 != 0.0 else 0.0
-                b = n_edges
-                if xi == xi:
-                    b = 0
-                    for k in range(n_edges):
-                        b += edges[k] <= xi
-                for v in range(factors.shape[0]):
-                    f = factors[v, e]
-                    f2 = f * f * we
-                    o = sumw_hi[v, b] if side else sumw[v, b]
-                    o2 = sumw2_hi[v, b] if side else sumw2[v, b]
-                    a0, a1, a2, a3 = o[0], o[1], o[2], o[3]
-                    c0, c1, c2, c3 = o2[0], o2[1], o2[2], o2[3]
-                    o[0], o[1], o[2], o[3] = a0 + f * w0, a1 + f * w1, a2 + f * w2, a3 + f * w3
-                    o2[0], o2[1], o2[2], o2[3] = (c0 + f2 * w0, c1 + f2 * w1, c2 + f2 * w2,
-                                                  c3 + f2 * w3)
+            w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
+            u0, u1, u2, u3 = _lanes4(p_hi, i, ev0, ev1, ev2, ev3)
+            b = _bin(edges, x[i], w0)
+            b_hi = _bin(edges, x_hi[i], u0)
+            for v in range(factors.shape[0]):
+                f = factors[v, e]
+                f2 = f * f * we
+                _add4(sumw, sumw2, v, b, f, f2, w0, w1, w2, w3)
+                _add4(sumw_hi, sumw2_hi, v, b_hi, f, f2, u0, u1, u2, u3)

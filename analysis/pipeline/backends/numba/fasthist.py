@@ -320,6 +320,7 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
     n_ev = int(coff.shape[1] - 1)
     es: dict = {}
     n_unc: dict = {}
+    of_set: dict = {}  # set -> (collection index, has, cert, ins): one per set, not per region
     for spec in specs:
         node = spec.node
         key = (spec.region, node)
@@ -327,12 +328,14 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
             continue
         s = node.head
         coll = plan.sets.collection_of(s)
-        ci = tab.collections.index(coll)
-        has = np.ascontiguousarray(tab.pat[ci, :, tab.local[s]] == 1, dtype=np.int64)
+        if s not in of_set:
+            ci = tab.collections.index(coll)
+            has = np.ascontiguousarray(tab.pat[ci, :, tab.local[s]] == 1, dtype=np.int64)
+            # which objects the kernel enumerates: the one definition of both backends
+            of_set[s] = (ci, has, *certain_objects(
+                pv_all[base[ci]: base[ci + 1], : tab.n_pat[ci], 0], has[: tab.n_pat[ci]] == 1))
+        ci, has, cert, ins = of_set[s]
         n_obj = int(coff[ci, -1])
-        # which objects the kernel enumerates: the one definition of both backends
-        cert, ins = certain_objects(pv_all[base[ci]: base[ci + 1], : tab.n_pat[ci], 0],
-                                    has[: tab.n_pat[ci]] == 1)
         if node.kind == "count":
             vals = np.ones(n_obj)
         else:

@@ -314,14 +314,14 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
     if off is not None:
         padded = np.full(ev_size + 1, off[-1], dtype=np.int32)
         padded[: n_events + 1] = off
-        offsets_b = off_b = padded
+        offsets_b = padded
         values = jnp.concatenate([values, jnp.zeros(obj_size - n_objects, values.dtype)])
     else:
         offsets_b = offsets
     if m * (cap + 1) <= UNROLL_MAX:
         # the list of every element: on the host for concrete lists, the compiled
         # stats.derive's argument for traced ones (no prefix sum in the program)
-        event = (padded_segment_ids(off_b, obj_size) if off is not None
+        event = (padded_segment_ids(offsets_b, obj_size) if off is not None
                  else segment_ids_from_offsets(offsets, n_objects))
         obj, ev = single_count_weights(values, offsets_b, event, n_arr, width_arr,
                                        model=model, max_objects=m)

@@ -9,13 +9,13 @@ gives the padding weight 0 (:mod:`analysis.stats._closure`).
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.stats._inputs import _traced
 from analysis.stats.jagged import (
     Jagged,
     _is_awkward,
@@ -26,10 +26,6 @@ from analysis.stats.jagged import (
 )
 
 __all__ = ["sum"]
-
-
-def _traced(*arrays: Any) -> bool:
-    return builtins.any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
 def _jagged_sum(x: Jagged, weight: Any, axis: Any) -> jax.Array:

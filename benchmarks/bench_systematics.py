@@ -17,6 +17,14 @@ and ``optimize`` run) and, with ``--engine both`` (the default), on the JAX kern
 With other jobs on the machine the CPU time (the process's, all threads) is printed
 beside the wall time: it moves less with their load.
 
+The figure (recorded: ``systematics.full``) is the median over the rounds of each
+round's ``full pass / nominal pass`` (the two passes on the same events, run next to
+each other in the round; the variants' order reversed every other round), so that a
+load that comes and goes between rounds moves both sides of a ratio alike; the best of
+the repeats of each variant and their ratio are printed beside it. (Until 2026-12-04 the
+figure was the ratio of the two bests, taken in different rounds: 2.41x-2.85x in runs
+one after another on a quiet machine.)
+
     python benchmarks/bench_systematics.py                 # 2 x 20k events
     python benchmarks/bench_systematics.py --events 10000 --repeat 7 --repeat-jax 2
     python benchmarks/bench_systematics.py --engine numba --breakdown   # + where the time goes
@@ -34,6 +42,7 @@ import collections
 import copy
 import functools
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -82,10 +91,12 @@ def main() -> None:
         FULL: lnn + SHIFTS + WEIGHTS,
     }
     print(f"load average {os.getloadavg()[0]:.1f}; {args.events} events per dataset, "
-          "best of the repeats of cached gradient passes, variants in turn", flush=True)
+          "cached gradient passes, variants in turn: the median of each round's ratio "
+          "to its nominal pass, the best of the repeats", flush=True)
     engines = ["numba", "jax"] if args.engine == "both" else [args.engine]
     best: dict[tuple[str, str], float] = {}
     best_cpu: dict[tuple[str, str], float] = {}  # process CPU time, all threads
+    median: dict[tuple[str, str], float] = {}  # median over rounds of the round's ratio
     for engine in engines:
         repeat = args.repeat if engine == "numba" else args.repeat_jax
         evaluators = {}
@@ -97,11 +108,12 @@ def main() -> None:
             t0 = time.perf_counter()
             ev.run(order=1)  # reads the files, compiles
             print(f"{engine:5s} {name:32s} first {time.perf_counter() - t0:7.2f} s", flush=True)
-        # the variants in turn, so that the load of other jobs meets all of them alike
+        # the variants in turn (reversed every other round), so that the load of other
+        # jobs meets all of them alike; each round's ratios to its own nominal pass
         times: dict[str, list[float]] = {name: [] for name in variants}
         cpus: dict[str, list[float]] = {name: [] for name in variants}
-        for _ in range(repeat):
-            for name, ev in evaluators.items():
+        for r in range(repeat):
+            for name, ev in (list(evaluators.items())[::-1 if r % 2 else 1]):
                 t0, c0 = time.perf_counter(), time.process_time()
                 ev.run(order=1)
                 times[name].append(time.perf_counter() - t0)
@@ -112,23 +124,29 @@ def main() -> None:
             ev.close()
             best[engine, name] = min(times[name])
             best_cpu[engine, name] = min(cpus[name])
+            median[engine, name] = statistics.median(
+                t / n for t, n in zip(times[name], times["nominal"], strict=True))
             ratio = best[engine, name] / best[engine, "nominal"]
             cpu = best_cpu[engine, name] / best_cpu[engine, "nominal"]
             print(f"{engine:5s} {name:32s} best of {repeat} {best[engine, name]:7.3f} s"
-                  f"   {ratio:5.2f}x nominal   (CPU {best_cpu[engine, name]:7.3f} s "
+                  f"   {median[engine, name]:5.2f}x nominal (median of the rounds; "
+                  f"bests {ratio:5.2f}x)   (CPU {best_cpu[engine, name]:7.3f} s "
                   f"{cpu:5.2f}x)", flush=True)
     for engine in engines:
         print(f"{engine}: goal nominal + 2 shifts + 4 weights <= 2.5x nominal: "
-              f"{best[engine, FULL] / best[engine, 'nominal']:.2f}x (CPU time "
+              f"{median[engine, FULL]:.2f}x (median of the rounds' ratios; bests "
+              f"{best[engine, FULL] / best[engine, 'nominal']:.2f}x, CPU time "
               f"{best_cpu[engine, FULL] / best_cpu[engine, 'nominal']:.2f}x)")
     if "numba" in engines:
         from benchmarks.results_table import command_line, record
 
-        figure = best["numba", FULL] / best["numba", "nominal"]
-        record("systematics.full", compares=f"{FULL} / nominal pass (numba, cached columns)",
+        figure = median["numba", FULL]
+        record("systematics.full", compares=f"{FULL} / nominal pass (numba, cached columns; "
+               "median of the rounds' ratios)",
                figure=figure, goal="<= 2.5x", met=figure <= 2.5,
                command=command_line(__file__, None),
-               details={"nominal_s": best["numba", "nominal"], "full_s": best["numba", FULL]})
+               details={"nominal_s": best["numba", "nominal"], "full_s": best["numba", FULL],
+                        "ratio_of_bests": best["numba", FULL] / best["numba", "nominal"]})
     if len(engines) == 2:
         for name in variants:
             print(f"{name:32s} jax / numba {best['jax', name] / best['numba', name]:6.1f}x")

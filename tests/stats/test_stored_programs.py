@@ -145,3 +145,17 @@ def test_an_executable_from_jax_s_own_cache_is_stored_in_the_portable_form(store
     _compiled._PROGRAMS.clear()
     jax.clear_caches()  # what a new process starts with; JAX's files stay
     _portable_form_loads(store / name, pt, eta, first)
+
+
+def test_a_stored_call_key_names_each_dtype_as_numpy_does():
+    """stored_call keys an argument's dtype by ``str(np.result_type(x))`` (the name the
+    files on disk were stored under), kept per dtype: the same string for arrays of
+    every dtype and byte order, numpy scalars and Python numbers."""
+    import numpy as np
+
+    xs = [np.zeros(3), np.zeros((2, 2), np.float32), np.zeros(2, ">f8"), np.zeros(2, "<f8"),
+          np.array(1.0), np.array([1], np.int8), np.zeros(0, np.bool_), np.float64(1.0),
+          np.int64(2), 1.0, 3, True]
+    for _ in range(2):  # the second time from the kept names
+        for x in xs:
+            assert _stored._dtype_name(x) == str(np.result_type(x)), x

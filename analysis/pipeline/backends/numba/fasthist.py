@@ -486,13 +486,16 @@ def _fill_bins(bins: list, b0: int, b1: int) -> None:
 def _run_fills(tasks: list, threads: int | None) -> None:
     """Every fill of ``tasks`` (:func:`_fill_side`), the costliest first, each to the
     thread with the least work so far (each fill is its own sequential sum, whichever
-    thread runs it: no bit depends on the threads), then their states."""
+    thread runs it: no bit depends on the threads), then their states. Each kernel is
+    compiled first with the SLP vectorizer
+    (:func:`analysis.pipeline.backends.numba.kernels._jit.vectorised`: the same floats)."""
     n = max(1, min(fastkernel._threads(threads), len(tasks)))
     bins: list[list] = [[] for _ in range(n)]
     load = [0] * n
     for cost, kernel, args, _ in sorted(tasks, key=lambda t: -t[0]):
         i = load.index(min(load))
-        bins[i].append((kernel, args))
+        # compiled here (SLP vectorizer on), not by the first thread to call it
+        bins[i].append((_numba_dp.vectorised(kernel, args), args))
         load[i] += cost
     _run_blocks(_fill_bins, (bins,), n, threads)
     for *_, finish in tasks:

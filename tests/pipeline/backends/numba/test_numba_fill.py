@@ -84,8 +84,9 @@ def test_a_block_range_writes_its_objects_only():
     n, block = 1000, 300  # not a multiple of SUB
     cols = objects(n, seed=9)
     pv_all, pd_all = np.full((n, 7, 2), np.nan), np.full((n, 7, L), np.nan)
-    _numba_fill.cut_patterns(probs(cols, CUTS), *cut_arrays(CUTS), *no_cuts(n), CODES, 3,
-                             len(CODES), 0, pv_all, pd_all, block, 1, 2)
+    args = (probs(cols, CUTS), *cut_arrays(CUTS), *no_cuts(n), CODES, 3, len(CODES), 0, pv_all,
+            pd_all, block)
+    _numba_dp.compiled(_numba_fill.cut_patterns, args)(*args, 1, 2)
     inside = np.zeros(n, bool)
     inside[block:2 * block] = True
     for a in (pv_all[:, 0, 0], pd_all[:, 0, 0]):
@@ -95,6 +96,9 @@ def test_a_block_range_writes_its_objects_only():
 def run(kernel, args, n: int, block: int, splits) -> None:
     n_blocks = -(-n // block)
     edges = sorted({0, n_blocks, *[min(s, n_blocks) for s in splits]})
+    # compiled as the host compiles it (SLP on): numba's disk cache keeps the first
+    # compilation of a kernel, whichever way it was made
+    kernel = _numba_dp.compiled(kernel, (*args, block))
     for b0, b1 in zip(edges[:-1], edges[1:], strict=True):  # blocks in any grouping
         kernel(*args, block, b0, b1)
 
@@ -182,7 +186,8 @@ def test_fill_is_numpy(lanes):
     off, x, p, ev, factors, weight, edges = fill_inputs(lanes, lanes)
     sumw = np.zeros((3, len(edges) + 1, lanes))
     sumw2 = np.zeros_like(sumw)
-    _numba_fill.fill(off, x, p, ev, factors, weight, edges, sumw, sumw2)
+    args = (off, x, p, ev, factors, weight, edges, sumw, sumw2)
+    _numba_dp.vectorised(_numba_fill.fill, args)(*args)  # as fasthist._run_fills
     ref = reference_fill(off, x, p, ev, factors, weight, edges, lanes)
     np.testing.assert_array_equal(sumw, ref[0])
     np.testing.assert_array_equal(sumw2, ref[1])
@@ -197,7 +202,8 @@ def test_fill_pair_is_numpy_for_each_side():
     x_hi = x * 1.03  # the same offsets, other entries (some in other bins)
     p_hi = p[rng.permutation(len(p))]
     sums = [np.zeros((3, len(edges) + 1, 4)) for _ in range(4)]
-    _numba_fill.fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, *sums)
+    args = (off, x, p, x_hi, p_hi, ev, factors, weight, edges, *sums)
+    _numba_dp.vectorised(_numba_fill.fill_pair, args)(*args)  # as fasthist._run_fills
     for (xs, ps), (sw, sw2) in zip([(x, p), (x_hi, p_hi)], [sums[:2], sums[2:]], strict=True):
         ref = reference_fill(off, xs, ps, ev, factors, weight, edges, 4)
         np.testing.assert_array_equal(sw, ref[0])

@@ -17,6 +17,8 @@
 - :func:`compiled`: a loop compiled once with LLVM's SLP vectorizer on (numba leaves it
   off), which packs the lane arithmetic into vector operations without reassociating
   anything.
+- :func:`vectorised`: the same for a loop called whole (no block range), compiled for
+  the types of its arguments without running it.
 - :func:`specialise`: a primitive of the lane arithmetic whose implementation is chosen
   at compile time from its arguments' types (numba's ``overload``, the same policy,
   inlined): the walk's steps are written once over "lane vectors" and compiled per
@@ -33,7 +35,7 @@ from __future__ import annotations
 import numba
 from numba.extending import overload
 
-__all__ = ["compiled", "elementwise", "inline", "njit", "specialise"]
+__all__ = ["compiled", "elementwise", "inline", "njit", "specialise", "vectorised"]
 
 _POLICY = {"cache": True, "nogil": True, "fastmath": False}
 
@@ -67,6 +69,23 @@ def compiled(kernel, args: tuple):
         numba.config.SLP_VECTORIZE = 1
         try:
             kernel(*args, 0, 0)
+        finally:
+            numba.config.SLP_VECTORIZE = old
+        _COMPILED.add(kernel)
+    return kernel
+
+
+def vectorised(kernel, args: tuple):
+    """``kernel`` once compiled for the types of ``args`` (its whole argument list: a
+    loop that takes no block range, such as the histogram fills) with the SLP
+    vectorizer on, as :func:`compiled` does, without calling it (numba's
+    ``Dispatcher.compile``, which reads the disk cache first). A later call with other
+    argument types compiles a second version without it (the same results, slower)."""
+    if kernel not in _COMPILED:
+        old = numba.config.SLP_VECTORIZE
+        numba.config.SLP_VECTORIZE = 1
+        try:
+            kernel.compile(tuple(numba.typeof(a) for a in args))
         finally:
             numba.config.SLP_VECTORIZE = old
         _COMPILED.add(kernel)

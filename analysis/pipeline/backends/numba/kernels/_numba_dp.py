@@ -33,6 +33,7 @@ from analysis.pipeline.backends.numba.kernels._jit import (
     inline,
     njit,
     specialise,
+    vectorised,
 )
 from analysis.pipeline.backends.numba.kernels.lanes import (
     LANES,
@@ -65,7 +66,7 @@ from analysis.pipeline.backends.numba.kernels.walk import (
 __all__ = [
     "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_product",
     "cut_times", "inverse_width", "lin", "lin_add", "lin_add2", "patterns", "select", "sequence",
-    "soft_array", "soft_slope", "soft_values",
+    "soft_array", "soft_slope", "soft_values", "vectorised",
 ]
 
 

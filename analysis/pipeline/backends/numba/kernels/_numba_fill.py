@@ -208,16 +208,43 @@ def _bin(edges, x, w0):
 
 
 @inline
-def _add4(sumw, sumw2, v, b, f, f2, w0, w1, w2, w3):
-    """``sumw[v, b] += f w`` and ``sumw2[v, b] += f2 w`` over 4 lanes, every load before
-    the first store (as :func:`analysis.pipeline.backends.numba.kernels.lanes.axpy`),
-    indexed in place (a view ``sumw[v, b]`` per entry and variation cost ~15%)."""
-    a0, a1, a2, a3 = sumw[v, b, 0], sumw[v, b, 1], sumw[v, b, 2], sumw[v, b, 3]
-    c0, c1, c2, c3 = sumw2[v, b, 0], sumw2[v, b, 1], sumw2[v, b, 2], sumw2[v, b, 3]
-    sumw[v, b, 0], sumw[v, b, 1] = a0 + f * w0, a1 + f * w1
-    sumw[v, b, 2], sumw[v, b, 3] = a2 + f * w2, a3 + f * w3
-    sumw2[v, b, 0], sumw2[v, b, 1] = c0 + f2 * w0, c1 + f2 * w1
-    sumw2[v, b, 2], sumw2[v, b, 3] = c2 + f2 * w2, c3 + f2 * w3
+def _sums_in(sumw, sumw2):
+    """``(V, B, 8)``: ``sumw[v, b, :4]`` in lanes 0-3 and ``sumw2[v, b, :4]`` in lanes
+    4-7, the running sums of a 4-lane fill (:func:`_add8`, :func:`_sums_out`): one row
+    per variation and bin in an array of the loop's own, which no other array can
+    alias, so that LLVM keeps the loads and stores of an entry's 8 sums together
+    (with ``sumw`` and ``sumw2`` updated in place, ``fill`` took 0.82 ms for 75k entries
+    and one variation against 0.61, 2.5 against 1.3 for nine). The same additions in the
+    same order: the same floats."""
+    n_v, n_b = sumw.shape[0], sumw.shape[1]
+    acc = np.empty((n_v, n_b, 8))
+    for v in range(n_v):
+        for b in range(n_b):
+            for r in range(4):
+                acc[v, b, r] = sumw[v, b, r]
+                acc[v, b, 4 + r] = sumw2[v, b, r]
+    return acc
+
+
+@inline
+def _sums_out(acc, sumw, sumw2):
+    """:func:`_sums_in` undone: lanes 0-3 of ``acc`` into ``sumw``, 4-7 into ``sumw2``."""
+    for v in range(acc.shape[0]):
+        for b in range(acc.shape[1]):
+            for r in range(4):
+                sumw[v, b, r] = acc[v, b, r]
+                sumw2[v, b, r] = acc[v, b, 4 + r]
+
+
+@inline
+def _add8(acc, v, b, f, f2, w0, w1, w2, w3):
+    """``sumw[v, b] += f w`` and ``sumw2[v, b] += f2 w`` over 4 lanes in the running
+    sums ``acc`` of :func:`_sums_in`, every load before the first store (as
+    :func:`analysis.pipeline.backends.numba.kernels.lanes.axpy`)."""
+    a = acc[v, b]
+    a0, a1, a2, a3, a4, a5, a6, a7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    a[0], a[1], a[2], a[3] = a0 + f * w0, a1 + f * w1, a2 + f * w2, a3 + f * w3
+    a[4], a[5], a[6], a[7] = a4 + f2 * w0, a5 + f2 * w1, a6 + f2 * w2, a7 + f2 * w3
 
 
 @inline
@@ -232,9 +259,11 @@ def _lanes4(p, i, ev0, ev1, ev2, ev3):
 @inline
 def _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, fe, f2e):
     """:func:`fill` over 4 lanes: the same operations in the same order, the lanes in
-    registers and each event's factors ``f`` and ``f^2 weight[e]`` made once (``fe``,
-    ``f2e``: buffers of one per variation) instead of once per entry."""
+    registers, each event's factors ``f`` and ``f^2 weight[e]`` made once (``fe``,
+    ``f2e``: buffers of one per variation) instead of once per entry, the sums in the
+    loop's own array (:func:`_sums_in`)."""
     n_v = factors.shape[0]
+    acc = _sums_in(sumw, sumw2)
     for e in range(off.shape[0] - 1):
         lo, hi = off[e], off[e + 1]
         if lo == hi:
@@ -249,7 +278,8 @@ def _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, fe, f2e):
             w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
             b = _bin(edges, x[i], w0)
             for v in range(n_v):
-                _add4(sumw, sumw2, v, b, fe[v], f2e[v], w0, w1, w2, w3)
+                _add8(acc, v, b, fe[v], f2e[v], w0, w1, w2, w3)
+    _sums_out(acc, sumw, sumw2)
 
 
 @njit
@@ -294,7 +324,10 @@ def fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, sumw, sumw2, su
     factors (the two sides of a shift: their own values ``x``, ``x_hi`` and probability
     lanes ``p``, ``p_hi``, into ``sumw``, ``sumw2`` and ``sumw_hi``, ``sumw2_hi``), over 4
     lanes: each side's sums are :func:`fill`'s, the same operations in the same order;
-    the loop over the events and their weights runs once for both."""
+    the loop over the events and their weights runs once for both (the sums of each
+    side in the loop's own array, :func:`_sums_in`)."""
+    acc = _sums_in(sumw, sumw2)
+    acc_hi = _sums_in(sumw_hi, sumw2_hi)
     for e in range(off.shape[0] - 1):
         ev0, ev1, ev2, ev3 = ev[e, 0], ev[e, 1], ev[e, 2], ev[e, 3]
         we = weight[e]
@@ -308,5 +341,7 @@ def fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, sumw, sumw2, su
             for v in range(factors.shape[0]):
                 f = factors[v, e]
                 f2 = f * f * we
-                _add4(sumw, sumw2, v, b, f, f2, w0, w1, w2, w3)
-                _add4(sumw_hi, sumw2_hi, v, b_hi, f, f2, u0, u1, u2, u3)
+                _add8(acc, v, b, f, f2, w0, w1, w2, w3)
+                _add8(acc_hi, v, b_hi, f, f2, u0, u1, u2, u3)
+    _sums_out(acc, sumw, sumw2)
+    _sums_out(acc_hi, sumw_hi, sumw2_hi)

@@ -285,36 +285,39 @@ def _cotangent(q, f, off, cw, cP, qb, fb):
 _SIG = types.voidptr(types.voidptr)
 
 
-@nb.cfunc(_SIG, cache=True)
-def _primal_handler(frame):
+@nb.njit(inline="always")
+def _run(frame, kind):
+    """The kernel ``kind`` (0 primal, 1 tangent, 2 cotangent) on the call frame's
+    buffers: ``q, f, offsets`` then (lanes) two inputs, two results."""
     fa = _addr(frame)
     if _metadata(fa) or _int32(fa + 32) != _STAGE_EXECUTE:
         return _ptr(0)
-    _primal(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
-            _f64(fa, 14, 0, False)[0], _f64(fa, 14, 1, False)[0])
+    q, f, off = _f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2)
+    if kind == 0:
+        _primal(q, f, off, _f64(fa, 14, 0, False)[0], _f64(fa, 14, 1, False)[0])
+        return _ptr(0)
+    a, b = _f64(fa, 9, 3, True), _f64(fa, 9, 4, True)
+    x, y = _f64(fa, 14, 0, True), _f64(fa, 14, 1, True)
+    if kind == 1:
+        _tangent(q, f, off, a, b, x, y)
+    else:
+        _cotangent(q, f, off, a, b, x, y)
     return _ptr(0)
+
+
+@nb.cfunc(_SIG, cache=True)
+def _primal_handler(frame):
+    return _run(frame, 0)
 
 
 @nb.cfunc(_SIG, cache=True)
 def _tangent_handler(frame):
-    fa = _addr(frame)
-    if _metadata(fa) or _int32(fa + 32) != _STAGE_EXECUTE:
-        return _ptr(0)
-    _tangent(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
-             _f64(fa, 9, 3, True), _f64(fa, 9, 4, True),
-             _f64(fa, 14, 0, True), _f64(fa, 14, 1, True))
-    return _ptr(0)
+    return _run(frame, 1)
 
 
 @nb.cfunc(_SIG, cache=True)
 def _cotangent_handler(frame):
-    fa = _addr(frame)
-    if _metadata(fa) or _int32(fa + 32) != _STAGE_EXECUTE:
-        return _ptr(0)
-    _cotangent(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
-               _f64(fa, 9, 3, True), _f64(fa, 9, 4, True),
-               _f64(fa, 14, 0, True), _f64(fa, 14, 1, True))
-    return _ptr(0)
+    return _run(frame, 2)
 
 
 def register() -> bool:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
+from analysis.select._fastsingle import available, fast_weights
 from analysis.select._single import UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.objects import (
@@ -269,7 +270,12 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
     :class:`~analysis.select.countmodel.CountModel`, with the engine's pass table,
     written for one set in :mod:`analysis.select._single`): sums of non-negative products,
     no division, exact at ``p`` in {0, 1}; differentiable in ``p`` and ``n`` (forward
-    and reverse, every order). ``n <= 0``: ``objects == p``, ``events == 1``; ``n``
+    and reverse, every order). On CPU the recursion and its first derivatives (forward
+    and reverse mode, all of ``jax.jacfwd``'s parameters in one call) run as compiled
+    kernels inside the program (:mod:`analysis.select._fastsingle`: XLA custom calls, kept
+    by JAX's persistent compilation cache); second derivatives and other platforms use
+    the JAX recursion; the same values and derivatives to rounding. ``n <= 0``:
+    ``objects == p``, ``events == 1``; ``n``
     above an event's multiplicity: zeros there. Events without objects: ``events`` is
     1 for ``n <= 0``, else 0. Empty input (no events) gives empty outputs.
     """
@@ -324,7 +330,8 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
         event = (padded_segment_ids(offsets_b, obj_size) if off is not None
                  else segment_ids_from_offsets(offsets, n_objects))
         obj, ev = single_count_weights(values, offsets_b, event, n_arr, width_arr,
-                                       model=model, max_objects=m)
+                                       model=model, max_objects=m,
+                                       fast=fast_weights if available() else None)
     else:
         if off is None:
             raise ValueError("pass_weights: p: the list offsets must be concrete (not traced) "

@@ -23,7 +23,9 @@ longer 24k page faults per call for freshly allocated arrays).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -62,9 +64,9 @@ def _forward_step(prev, p, cap: int):
     return tuple(nxt)
 
 
-@partial(jax.jit, static_argnames=("model", "max_objects"))
+@partial(jax.jit, static_argnames=("model", "max_objects", "fast"))
 def single_count_weights(values, offsets, event, n, width, *, model: CountModel,
-                         max_objects: int):
+                         max_objects: int, fast: Callable[..., Any] | None = None):
     """``(objects (N,), events (E,))`` for ``model`` = one set, one count.
 
     ``values``: ``(N,)`` pass probabilities; ``offsets``: ``(E + 1,)`` list boundaries
@@ -72,13 +74,26 @@ def single_count_weights(values, offsets, event, n, width, *, model: CountModel,
     each element, ``E`` beyond ``offsets[-1]`` (:func:`analysis.stats.jagged.segment_ids_from_offsets`,
     given by the caller: inside this function's own trace the offsets are new tracers,
     whose segment ids a compiled ``stats.derive`` does not know). Elements beyond ``offsets[-1]``
-    (padding) get weight 0; so do the empty slots of each block's dense ``(M, block)``
-    table (``q = 0``: they never pass, the engine's pattern 0), and the events that
-    pad the last block (no objects).
+    (padding) get weight 0. ``fast``: a function with :func:`dense_weights`'s signature
+    and results that runs the recursion instead
+    (:func:`analysis.select._fastsingle.fast_weights`: compiled kernels on CPU).
+    """
+    f, ok = _pass_table(model, jnp.reshape(n, (1,)), jnp.reshape(width, (1,)))
+    objects, events = (fast or dense_weights)(values, offsets, event, f, max_objects=max_objects)
+    bad = ~ok
+    return jnp.where(bad, jnp.nan, objects), jnp.where(bad, jnp.nan, events)
+
+
+def dense_weights(values, offsets, event, f, *, max_objects: int):
+    """``(objects (N,), events (E,))`` of the pass table ``f`` ``(S,)`` (the count
+    states ``0 .. S - 1``, the top one absorbing), without the NaN of a threshold above
+    its cap: the recursion over the blocks' dense ``(M, block)`` tables. Elements
+    beyond ``offsets[-1]`` (padding) get weight 0; so do the empty slots of each
+    block's table (``q = 0``: they never pass, the engine's pattern 0), and the events
+    that pad the last block (no objects).
     """
     n_events, n_values, m_slots = offsets.shape[0] - 1, values.shape[0], max_objects
-    f, ok = _pass_table(model, jnp.reshape(n, (1,)), jnp.reshape(width, (1,)))
-    cap = model.n_states - 1
+    cap = f.shape[0] - 1
     block = event_block(n_events, m_slots * (cap + 1))
     n_blocks = max(1, -(-n_events // block))
     starts = offsets[:-1]
@@ -119,8 +134,6 @@ def single_count_weights(values, offsets, event, n, width, *, model: CountModel,
         (within // block) * (m_slots * block) + slot * block + within % block,
         n_blocks * m_slots * block,
     )
-    bad = ~ok
-    events = jnp.where(bad, jnp.nan, passed.reshape(-1)[:n_events])
+    events = passed.reshape(-1)[:n_events]
     table = jnp.concatenate([dense.reshape(-1), jnp.zeros((1,), dense.dtype)])
-    objects = jnp.where(bad, jnp.nan, table[flat_index])
-    return objects, events
+    return table[flat_index], events

@@ -66,6 +66,15 @@ _FILES: dict[tuple[str, int, int], str] = {}
 _HITS = threading.local()
 _LISTENING: list[bool] = []
 _STAMP: list[str] = []
+# Custom-call targets that this package registers in every process that can run its
+# programs (:func:`allow_custom_calls`): jax.export refuses any other.
+_CUSTOM_CALLS: set[str] = set()
+
+
+def allow_custom_calls(*names: str) -> None:
+    """Let the portable form hold calls of these custom-call targets (registered with
+    XLA by this package whenever the module that calls them is imported)."""
+    _CUSTOM_CALLS.update(names)
 
 
 class _Unstable(Exception):
@@ -272,7 +281,9 @@ def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[.
             _write(path, pickle.dumps((EXECUTABLE, payload, in_flat, out_flat, out_tree)))
         except Exception:  # an executable that cannot be serialized: the portable form
             try:
-                exported = jax.export.export(jax.jit(flat))(*in_leaves)
+                checks = [jax.export.DisabledSafetyCheck.custom_call(name)
+                          for name in sorted(_CUSTOM_CALLS)]
+                exported = jax.export.export(jax.jit(flat), disabled_checks=checks)(*in_leaves)
                 _write(path, pickle.dumps((exported.serialize(), out_tree)))
             except Exception:  # flatbuffers missing, a read-only directory: in memory only
                 pass

@@ -1,0 +1,167 @@
+"""analysis.select._fastsingle: the one-set recursion of ``analysis.soft.pass_weights`` by
+numba kernels (XLA FFI custom calls) on CPU.
+
+- values and every derivative (jacfwd, jacrev, grad, hessian, forward over forward,
+  reverse over reverse, vmap) against the dense JAX recursion
+  (analysis.select._single.dense_weights), events without objects, padding, ``p`` in
+  {0, 1}, one to six count states;
+- the fast path is taken (the kernels in the compiled program, no scan left) and the
+  second derivative in a cut threshold against central differences of the exact
+  enumeration;
+- a compiled program that calls the kernels is serialized and runs in a new process
+  that only imports analysis.soft (the targets are registered at import).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import awkward as ak
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from analysis.select import _fastsingle_kernels as kernels
+from analysis.select._fastsingle import fast_weights
+from analysis.select._single import dense_weights
+from analysis.soft import pass_weights, soft_cut
+from analysis.stats import Jagged
+from analysis.stats.jagged import padded_segment_ids
+from tests.conftest import central_difference
+from tests.test_soft_pass_weights import enumerated
+
+REPO = Path(__file__).resolve().parents[1]
+M = 12
+
+
+def _lists(seed: int):
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(4, 60)
+    counts[3], counts[7] = 0, M
+    off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    n = int(off[-1])
+    q = np.concatenate([rng.uniform(0, 1, n), np.zeros(5)])  # 5 padding elements
+    q[2], q[5] = 0.0, 1.0
+    return jnp.asarray(q), jnp.asarray(off), jnp.asarray(padded_segment_ids(off, n + 5))
+
+
+def _close(got, want) -> None:
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13 * max(1.0, np.abs(w).max()))
+
+
+@pytest.mark.parametrize("states, second", [(1, False), (2, False), (3, True), (6, False)])
+def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
+    q, off, ev = _lists(states)
+    f = jnp.asarray(np.random.default_rng(states).uniform(0.2, 1.0, states))
+
+    def dense(q, f):  # noqa: ANN001, ANN202
+        return dense_weights(q, off, ev, f, max_objects=M)
+
+    def fast(q, f):  # noqa: ANN001, ANN202
+        return fast_weights(q, off, ev, f, max_objects=M)
+
+    def loss(fn):  # noqa: ANN001, ANN202
+        def value(q, f):  # noqa: ANN001, ANN202
+            w, p = fn(q, f)
+            return jnp.sum(jnp.sin(3.0 * w)) + jnp.sum(p**2)
+        return value
+
+    want, got = dense(q, f), fast(q, f)
+    _close(got, want)
+    # padding and events without objects: weight 0, P = f[0]
+    assert np.all(np.asarray(got[0])[-5:] == 0.0) and float(got[1][3]) == float(f[0])
+    for transform in (jax.jacfwd, jax.jacrev):
+        _close(jax.jit(transform(fast, argnums=(0, 1)))(q, f),
+               transform(dense, argnums=(0, 1))(q, f))
+    _close(jax.grad(loss(fast), (0, 1))(q, f), jax.grad(loss(dense), (0, 1))(q, f))
+    if second:  # second order (JAX's derivatives of the reference's JVP and VJP; slow)
+        _close(jax.jit(jax.hessian(loss(fast), (0, 1)))(q, f),
+               jax.jit(jax.hessian(loss(dense), (0, 1)))(q, f))
+        _close(jax.jit(jax.jacfwd(jax.jacfwd(loss(fast))))(q, f),
+               jax.jit(jax.jacfwd(jax.jacfwd(loss(dense))))(q, f))
+        _close(jax.jit(jax.jacrev(jax.grad(loss(fast))))(q, f),
+               jax.jit(jax.jacrev(jax.grad(loss(dense))))(q, f))
+    fs = jnp.stack([f, 0.5 * f])
+    _close(jax.vmap(fast, (None, 0))(q, fs), jax.vmap(dense, (None, 0))(q, fs))
+    # a vmap over the tangents' lanes by hand (jax.jacfwd's lanes, several at once)
+    dqs = jnp.asarray(np.random.default_rng(9).normal(size=(3,) + q.shape))
+    lanes = jax.vmap(lambda d: jax.jvp(fast, (q, f), (d, f))[1])(dqs)
+    _close(lanes, jax.vmap(lambda d: jax.jvp(dense, (q, f), (d, f))[1])(dqs))
+
+
+def _program(fn, *args) -> str:  # noqa: ANN001
+    return jax.jit(fn).lower(*args).as_text()
+
+
+def test_fast_path_is_taken_and_second_order_against_enumeration() -> None:
+    rng = np.random.default_rng(3)
+    lists = [list(rng.uniform(10.0, 60.0, c)) for c in rng.integers(0, 7, 40)]
+    lists[:2] = [[], [35.0, 40.0, 20.0]]
+    pt = ak.Array(lists)
+
+    def total(cut):  # noqa: ANN001, ANN202
+        objects, events = pass_weights(soft_cut(pt, ">", cut, 5.0), 2)
+        return jnp.sum(objects.values) + jnp.sum(events)
+
+    forward = _program(jax.jacfwd(total), 30.0)  # the primal is not needed there
+    assert kernels.TANGENT in forward and "while" not in forward
+    assert kernels.PRIMAL in _program(total, 30.0)
+    assert kernels.COTANGENT in _program(jax.grad(total), 30.0)
+
+    def enumerated_total(cut: float) -> float:
+        p = [[1.0 / (1.0 + np.exp(-(v - cut) / 5.0)) for v in lst] for lst in lists]
+        objects, events = enumerated(p, 2)
+        return sum(sum(o) for o in objects) + float(events.sum())
+
+    cut = np.array([31.0])
+    np.testing.assert_allclose(float(total(31.0)), enumerated_total(31.0), rtol=1e-12)
+    fd1 = central_difference(lambda t: np.array([enumerated_total(t[0])]), cut, 1e-2, points=5)
+    np.testing.assert_allclose(float(jax.grad(total)(31.0)), fd1[0, 0], rtol=1e-8)
+    np.testing.assert_allclose(float(jax.jacfwd(total)(31.0)), fd1[0, 0], rtol=1e-8)
+    h = 0.1  # the five-point second difference of the enumeration
+    e = [enumerated_total(31.0 + i * h) for i in (-2, -1, 0, 1, 2)]
+    fd2 = (-e[0] + 16.0 * e[1] - 30.0 * e[2] + 16.0 * e[3] - e[4]) / (12.0 * h * h)
+    for second in (jax.hessian(total), jax.jacfwd(jax.jacfwd(total)), jax.jacrev(jax.grad(total))):
+        np.testing.assert_allclose(float(second(31.0)), fd2, rtol=1e-6)
+
+
+CHILD = """
+import pickle, sys
+import jax.numpy as jnp
+import analysis.soft  # registers the kernels
+from analysis.stats import _stored
+program = _stored.load(sys.argv[1])
+print(repr([float(x) for x in jnp.ravel(program(jnp.asarray(30.0)))]))
+"""
+
+
+def test_stored_program_runs_in_a_new_process(tmp_path: Path) -> None:
+    """The executable (kernels by name, no host callback) is serialized and loaded by
+    a process that has not traced it: the FFI targets exist once analysis.soft is
+    imported."""
+    from analysis.stats import _stored
+
+    offsets = jnp.asarray(np.array([0, 3, 3, 7, 9]))
+    pt = Jagged(jnp.asarray(np.linspace(20.0, 45.0, 9)), offsets)
+
+    def run(cut):  # noqa: ANN001, ANN202
+        def total(c):  # noqa: ANN001, ANN202
+            objects, events = pass_weights(soft_cut(pt, ">", c, 5.0), 2)
+            return jnp.stack([jnp.sum(objects.values * pt.values), jnp.sum(events)])
+        return jnp.concatenate([total(cut), jax.jacfwd(total)(cut)])
+
+    path = str(tmp_path / "program.bin")
+    here = _stored.export(run, (jnp.asarray(30.0),), path)
+    want = [float(x) for x in here(jnp.asarray(30.0))]
+    assert os.path.exists(path)
+    out = subprocess.run([sys.executable, "-c", CHILD, path], capture_output=True, text=True,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    np.testing.assert_array_equal(eval(out.stdout.strip().splitlines()[-1]), want)

@@ -55,3 +55,12 @@ def test_bench_startup_runs(tmp_path, capsys, monkeypatch):
     result = bench.main(["--repeat", "1"])
     assert set(result["figures"]) >= {"diffcoffea --help", "refuse an invalid config"}
     assert (tmp_path / "startup.help.json").exists() and (tmp_path / "startup.refuse.json").exists()
+
+
+def test_the_yaml_pipeline_does_not_load_the_pass_weight_kernels():
+    """``from processors import DiffProcessor`` (the YAML pipeline's processor) leaves the
+    hand-written processors, and with them analysis.soft's compiled pass-weight kernels
+    (~0.4 s to load in a new process), unimported; they load on first use."""
+    kernels = ("analysis.soft", "analysis.select._fastsingle_kernels")
+    assert modules_loaded("from processors import DiffProcessor", kernels) == []
+    assert modules_loaded("from processors import JetMomentsProcessor", kernels) == list(kernels)

@@ -138,6 +138,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         backend: str | Backend | None = None,
         device: str | None = None,
         warm_up: bool = False,
+        skip_numba_extensions: Collection[str] = (),
     ) -> None:
         """``cache``: ``None`` follows the config's ``cache``; ``False`` reads the files on
         every pass; a :class:`~analysis.data.cache.ColumnCache` is used (and not closed) as
@@ -148,7 +149,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         ``warm_up``: with the iterative executor and a backend that may run numba, start
         numba's once-per-process initialisation on a thread now, while the files are
         opened and checked (:class:`analysis.driver.warmup.NumbaWarmUp`; the first pass
-        waits for it); the command line's evaluators do."""
+        waits for it); the command line's evaluators do. ``skip_numba_extensions``: with
+        ``warm_up``, the numba extensions (by top-level package) it leaves out of this
+        process (the command line: vector's, see :mod:`analysis.driver.warmup`)."""
         self.config = config
         try:
             self.backend = (backend if isinstance(backend, Backend) else
@@ -165,7 +168,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         #: numba's initialisation on its thread (``warm_up``), until the first pass joins
         #: it: where the kernels run in this process (other executors' workers start
         #: their own numba, and the thread would take a core from them)
-        self._warm_up = (NumbaWarmUp() if warm_up and self.backend.engine != "jax"
+        self._warm_up = (NumbaWarmUp(skip_numba_extensions) if warm_up and self.backend.engine != "jax"
                          and self.executor_type == "iterative" else None)
         self.workers = workers or ex.workers
         self.chunksize = chunksize or ex.chunksize

@@ -41,6 +41,57 @@ def test_the_warm_up_runs_numbas_initialisation_in_a_fresh_process():
     assert out.stdout.split() == ["ok", "1"]  # and the thread has ended
 
 
+SKIPPED = """
+import sys
+from numba.core import entrypoints
+from analysis.driver.warmup import NumbaWarmUp
+warm = NumbaWarmUp(skip=("vector",))
+warm.wait()
+assert warm.error is None and entrypoints._already_initialized
+entrypoints.init_all()  # what numba's first compilation runs: nothing more now
+assert "vector.backends._numba_object" not in sys.modules, "vector's extension ran"
+assert "awkward._connect.numba" in sys.modules  # the others did
+import awkward as ak, numba
+@numba.njit
+def total(a):
+    s = 0.0
+    for x in a:
+        s += x
+    return s
+assert total(ak.Array([1.0, 2.5])) == 3.5  # awkward's extension works
+import vector
+vector.register_numba()  # what code that needs vector's own objects in numba calls
+@numba.njit
+def pt(v):
+    return v.rho
+assert abs(pt(vector.obj(x=3.0, y=4.0)) - 5.0) < 1e-12
+print("ok")
+"""
+
+
+def test_an_extension_left_out_is_not_run_and_the_others_work():
+    """The command line's warm-up leaves vector's numba extension out (its kernels take
+    numpy arrays): numba does not run it later either; awkward's works; vector's own
+    ``register_numba`` still makes its objects usable in numba."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", SKIPPED], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ok"]
+
+
+def test_the_command_line_s_evaluators_leave_vector_s_extension_out(monkeypatch):
+    from analysis.cli import commands
+    from analysis.driver import runner
+
+    seen = {}
+    monkeypatch.setattr(runner, "NumbaWarmUp", lambda skip=(): seen.setdefault("skip", skip))
+    args = type("Args", (), {"executor": None, "workers": None, "chunksize": None,
+                             "quiet": True})()
+    commands.make_evaluator(config_from_dict(_config("iterative")), args).close()
+    assert tuple(seen["skip"]) == ("vector",)
+
+
 def _config(executor: str) -> dict:
     return {
         "datasets": {"dy": {"files": [DY], "weight": "genWeight"}},

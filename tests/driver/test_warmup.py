@@ -129,3 +129,71 @@ def test_no_thread_where_the_kernels_run_in_worker_processes():
         assert ev._warm_up is None
     finally:
         ev.close()
+
+
+def test_numba_ready_waits_for_whoever_holds_numbas_compiler_lock():
+    import threading
+
+    from numba.core.compiler_lock import global_compiler_lock
+
+    from analysis.driver.warmup import numba_ready
+
+    held, finished = threading.Event(), []
+
+    def initialise():
+        with global_compiler_lock:
+            held.set()
+            threading.Event().wait(0.3)
+            finished.append(True)
+
+    t = threading.Thread(target=initialise)
+    t.start()
+    held.wait()
+    numba_ready()
+    assert finished == [True]  # returned only once the lock was released
+    t.join()
+
+
+EVENTS: list[str] = []
+
+
+def _ready() -> None:
+    EVENTS.append("ready")
+
+
+def test_the_first_pass_reads_its_chunks_before_waiting_and_waits_before_kernels(monkeypatch):
+    """With the warm-up pending, the pass waits for the extensions only, reads each chunk,
+    then calls ``before_kernels`` (numba_ready) before that chunk's kernels; the thread
+    is joined before the pass ends."""
+    from analysis.driver import runner
+    from processors import diff_processor
+
+    events = EVENTS
+    events.clear()
+
+    class Fake:
+        done = False
+
+        def wait_extensions(self):
+            events.append("extensions")
+
+        def wait(self):
+            events.append("joined")
+            self.done = True
+
+    real_extract, real_evaluate = diff_processor.extract_columns, diff_processor.DiffProcessor.evaluate
+    monkeypatch.setattr(runner, "NumbaWarmUp", lambda skip=(): Fake())
+    monkeypatch.setattr(runner, "numba_ready", _ready)  # pickled with the processor: by name
+    monkeypatch.setattr(diff_processor, "extract_columns",
+                        lambda *a, **k: events.append("read") or real_extract(*a, **k))
+    monkeypatch.setattr(diff_processor.DiffProcessor, "evaluate",
+                        lambda self, *a: events.append("kernels") or real_evaluate(self, *a))
+    cfg = config_from_dict(_config("iterative"))
+    with Evaluator(cfg, cache=False, warm_up=True) as ev:
+        ev.run({}, order=1)
+        assert ev._warm_up is None
+        n = events.count("read")
+        assert n >= 1
+        assert events == ["extensions"] + ["read", "ready", "kernels"] * n + ["joined"]
+        ev.run({}, order=1)  # later passes: nothing more
+        assert events.count("ready") == n and events.count("extensions") == 1

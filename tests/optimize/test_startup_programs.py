@@ -143,3 +143,29 @@ def test_the_jitted_update_follows_optax_s_eager_update(opt) -> None:  # noqa: A
     np.testing.assert_allclose(np.asarray(u_jit), np.asarray(u_eager), rtol=1e-12, atol=0)
     for a, b in zip(jax.tree_util.tree_leaves(s_jit), jax.tree_util.tree_leaves(s_eager)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=0)
+
+
+def test_the_report_s_program_is_stored_and_a_new_process_loads_it_untraced(
+        states, store, monkeypatch) -> None:  # noqa: ANN001
+    from analysis.pipeline import results
+
+    ev, st = states
+    monkeypatch.setattr(_stored, "directory", lambda: None)  # built in memory only
+    results._report_derivatives.cache_clear()
+    reference = results.dataset_report(st["ttbar"], ev.plan)
+    monkeypatch.undo()
+    _stored._CALLS.clear()
+    results._report_derivatives.cache_clear()
+
+    first = results.dataset_report(st["ttbar"], ev.plan)
+    assert first == reference
+    assert _kinds(store) == [_stored.EXECUTABLE]
+    traced = []
+    real = results.statistics
+    monkeypatch.setattr(results, "statistics",
+                        lambda *a, **k: traced.append(1) or real(*a, **k))
+    _stored._CALLS.clear()  # what a new process starts with
+    results._report_derivatives.cache_clear()
+    assert results.dataset_report(st["ttbar"], ev.plan) == reference
+    assert traced == []  # loaded, not traced
+    results._report_derivatives.cache_clear()

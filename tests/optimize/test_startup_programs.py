@@ -169,3 +169,42 @@ def test_the_report_s_program_is_stored_and_a_new_process_loads_it_untraced(
     assert results.dataset_report(st["ttbar"], ev.plan) == reference
     assert traced == []  # loaded, not traced
     results._report_derivatives.cache_clear()
+
+
+def test_the_pass_table_s_program_is_stored_and_a_new_process_loads_it_untraced(
+        store, monkeypatch) -> None:  # noqa: ANN001
+    """The numba backend's count-pass table (and its threshold tangents), a JAX program
+    of the count model: kept on disk, loaded by a new process without tracing, the same
+    values as the program built in memory."""
+    from analysis.pipeline.backends.numba import _fasttables
+    from analysis.select.objects import Count, CountModel, ObjectSet
+
+    model = CountModel(sets=(ObjectSet(name="jets", collection="Jet", parent=None),),
+                       counts=(Count(sets=("jets",), op=">=", cap=4),))
+    th, w = jnp.asarray([2.3]), jnp.asarray([1.0])
+
+    def fresh():  # what a new process starts with
+        _stored._CALLS.clear()
+        _fasttables._pass_fn.cache_clear()
+
+    monkeypatch.setattr(_stored, "directory", lambda: None)  # built in memory only
+    fresh()
+    reference = _fasttables._pass_fn(model)(th, w)
+    monkeypatch.undo()
+    fresh()
+    first = _fasttables._pass_fn(model)(th, w)
+    assert _kinds(store) == [_stored.EXECUTABLE]
+    traced = []
+    real = _fasttables._jax_pass_table
+    monkeypatch.setattr(_fasttables, "_jax_pass_table",
+                        lambda *a: traced.append(1) or real(*a))
+    fresh()
+    again = _fasttables._pass_fn(model)(th, w)
+    assert traced == []
+    for out in (first, again):
+        for a, b in zip(out, reference, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    other = CountModel(sets=model.sets, counts=(Count(sets=("jets",), op=">=", cap=3),))
+    _fasttables._pass_fn(other)(th, w)
+    assert len(_kinds(store)) == 2 and traced  # another model: another program
+    fresh()

@@ -25,22 +25,17 @@ from analysis.optimize.loop import jitted_update
 from analysis.optimize.objectives import Objective, objective_from_states
 from analysis.stats import _stored
 from tests import opt_helpers as H
+from tests.stats.test_stored_programs import store  # noqa: F401  (the fixture)
 
 POINT = {"jet_pt_min": 35.0, "jet_abs_eta_max": 2.2, "btag_min": 0.25, "min_jets": 2.3}
 
 
-@pytest.fixture
-def store(tmp_path):  # noqa: ANN001, ANN201
-    """A fresh cache directory for this test (JAX's own restored afterwards), with the
-    programs of this process forgotten before and after."""
-    before = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-    _stored._CALLS.clear()
-    try:
-        yield tmp_path / _stored.SUBDIR
-    finally:
-        _stored._CALLS.clear()
-        jax.config.update("jax_compilation_cache_dir", before)
+def _counting(monkeypatch, module, name: str) -> list:  # noqa: ANN001
+    """``module.name`` wrapped to note each call (a program that is traced calls it)."""
+    calls: list = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +50,10 @@ def _objective(small_data, ev, sigma_b: float = 0.2) -> Objective:  # noqa: ANN0
     return Objective(cfg, ev.plan)
 
 
-def _kinds(store) -> list[str]:  # noqa: ANN001
+def _kinds(where) -> list[str]:  # noqa: ANN001
     out = []
-    for name in sorted(os.listdir(store)):
-        with open(store / name, "rb") as fh:
+    for name in sorted(os.listdir(where)):
+        with open(where / name, "rb") as fh:
             first = pickle.loads(fh.read())[0]
         out.append(first if isinstance(first, str) else "portable")
     return out
@@ -71,7 +66,7 @@ def _same(a: dict, b: dict) -> None:
 
 
 def test_the_objective_s_program_is_stored_and_a_new_process_loads_it_untraced(
-        small_data, states, store, monkeypatch) -> None:  # noqa: ANN001
+        small_data, states, store, monkeypatch) -> None:  # noqa: ANN001, F811
     ev, st = states
     monkeypatch.setattr(_stored, "directory", lambda: None)  # built in memory only
     reference = objective_from_states(_objective(small_data, ev), st, order=1)
@@ -82,10 +77,7 @@ def test_the_objective_s_program_is_stored_and_a_new_process_loads_it_untraced(
     _same(first, reference)
     assert _kinds(store) == [_stored.EXECUTABLE]
 
-    traced = []
-    real = objectives.dataset_stats
-    monkeypatch.setattr(objectives, "dataset_stats",
-                        lambda *a, **k: traced.append(1) or real(*a, **k))
+    traced = _counting(monkeypatch, objectives, "dataset_stats")
     _stored._CALLS.clear()  # what a new process starts with
     again = objective_from_states(_objective(small_data, ev), st, order=1)
     assert traced == []  # loaded, not traced
@@ -101,7 +93,7 @@ def test_the_objective_s_program_is_stored_and_a_new_process_loads_it_untraced(
     assert len(_kinds(store)) == 3 and 0 < built < len(traced)  # each traced once
 
 
-def test_a_stored_call_is_kept_as_an_executable_where_jax_s_cache_holds_it(store) -> None:  # noqa: ANN001
+def test_a_stored_call_is_kept_as_an_executable_where_jax_s_cache_holds_it(store) -> None:  # noqa: ANN001, F811
     """A program whose file is gone but whose compilation JAX's persistent cache holds
     (another version of this package) is compiled afresh, not read from that cache (an
     executable from it serializes without its kernels: the portable form, which cost a
@@ -146,7 +138,7 @@ def test_the_jitted_update_follows_optax_s_eager_update(opt) -> None:  # noqa: A
 
 
 def test_the_report_s_program_is_stored_and_a_new_process_loads_it_untraced(
-        states, store, monkeypatch) -> None:  # noqa: ANN001
+        states, store, monkeypatch) -> None:  # noqa: ANN001, F811
     from analysis.pipeline import results
 
     ev, st = states
@@ -160,10 +152,7 @@ def test_the_report_s_program_is_stored_and_a_new_process_loads_it_untraced(
     first = results.dataset_report(st["ttbar"], ev.plan)
     assert first == reference
     assert _kinds(store) == [_stored.EXECUTABLE]
-    traced = []
-    real = results.statistics
-    monkeypatch.setattr(results, "statistics",
-                        lambda *a, **k: traced.append(1) or real(*a, **k))
+    traced = _counting(monkeypatch, results, "statistics")
     _stored._CALLS.clear()  # what a new process starts with
     results._report_derivatives.cache_clear()
     assert results.dataset_report(st["ttbar"], ev.plan) == reference
@@ -172,7 +161,7 @@ def test_the_report_s_program_is_stored_and_a_new_process_loads_it_untraced(
 
 
 def test_the_pass_table_s_program_is_stored_and_a_new_process_loads_it_untraced(
-        store, monkeypatch) -> None:  # noqa: ANN001
+        store, monkeypatch) -> None:  # noqa: ANN001, F811
     """The numba backend's count-pass table (and its threshold tangents), a JAX program
     of the count model: kept on disk, loaded by a new process without tracing, the same
     values as the program built in memory."""
@@ -194,10 +183,7 @@ def test_the_pass_table_s_program_is_stored_and_a_new_process_loads_it_untraced(
     fresh()
     first = _fasttables._pass_fn(model)(th, w)
     assert _kinds(store) == [_stored.EXECUTABLE]
-    traced = []
-    real = _fasttables._jax_pass_table
-    monkeypatch.setattr(_fasttables, "_jax_pass_table",
-                        lambda *a: traced.append(1) or real(*a))
+    traced = _counting(monkeypatch, _fasttables, "_jax_pass_table")
     fresh()
     again = _fasttables._pass_fn(model)(th, w)
     assert traced == []

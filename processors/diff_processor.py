@@ -96,6 +96,8 @@ class DiffProcessor(processor.ProcessorABC):
         with reading():  # what fails in here is a bad file (skip_bad_files may skip it)
             cols = extract_columns(events, job.plan, weight_branch=weight_branch, source=source,
                                    uid=uid)
+        if job.before_kernels is not None:
+            job.before_kernels()
         out = self.evaluate(dataset, cols)
         if job.keep_columns:
             meta = events.metadata

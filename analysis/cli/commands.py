@@ -95,8 +95,10 @@ def make_evaluator(config, args):
         skip_bad_files=getattr(args, "skip_bad_files", None),
         cache=False if getattr(args, "no_cache", False) else None,
         backend=getattr(args, "backend", None),
-        # numba's initialisation overlaps the file checks and the set-up (issue 35)
+        # numba's initialisation overlaps the file checks and the set-up (issue 35);
+        # vector's numba extension is not needed by the kernels (numpy arrays)
         warm_up=True,
+        skip_numba_extensions=("vector",),
     )
 
 

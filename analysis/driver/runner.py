@@ -81,7 +81,7 @@ from analysis.driver.files import (  # noqa: F401  (re-exported)
     resolve_fileset,
     resolve_skhep,
 )
-from analysis.driver.warmup import NumbaWarmUp
+from analysis.driver.warmup import NumbaWarmUp, numba_ready
 from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-exported)
 from analysis.errors import InputError
 from analysis.pipeline.backend import Backend, chunk_state
@@ -138,6 +138,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         backend: str | Backend | None = None,
         device: str | None = None,
         warm_up: bool = False,
+        skip_numba_extensions: Collection[str] = (),
     ) -> None:
         """``cache``: ``None`` follows the config's ``cache``; ``False`` reads the files on
         every pass; a :class:`~analysis.data.cache.ColumnCache` is used (and not closed) as
@@ -148,7 +149,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         ``warm_up``: with the iterative executor and a backend that may run numba, start
         numba's once-per-process initialisation on a thread now, while the files are
         opened and checked (:class:`analysis.driver.warmup.NumbaWarmUp`; the first pass
-        waits for it); the command line's evaluators do."""
+        waits for it); the command line's evaluators do. ``skip_numba_extensions``: with
+        ``warm_up``, the numba extensions (by top-level package) it leaves out of this
+        process (the command line: vector's, see :mod:`analysis.driver.warmup`)."""
         self.config = config
         try:
             self.backend = (backend if isinstance(backend, Backend) else
@@ -165,7 +168,7 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         #: numba's initialisation on its thread (``warm_up``), until the first pass joins
         #: it: where the kernels run in this process (other executors' workers start
         #: their own numba, and the thread would take a core from them)
-        self._warm_up = (NumbaWarmUp() if warm_up and self.backend.engine != "jax"
+        self._warm_up = (NumbaWarmUp(skip_numba_extensions) if warm_up and self.backend.engine != "jax"
                          and self.executor_type == "iterative" else None)
         self.workers = workers or ex.workers
         self.chunksize = chunksize or ex.chunksize
@@ -337,9 +340,11 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         whose worker is gone is read again. Outputs are added in this order: the chunks
         read, then the cached ones in chunk order, then those read again.
         """
-        if self._warm_up is not None:  # no kernel is typed mid-initialisation
-            self._warm_up.wait()
-            self._warm_up = None
+        warm = self._warm_up
+        if warm is not None:  # readers type numba arguments with every extension known
+            warm.wait_extensions()
+        if warm is not None and not hasattr(proc, "reading"):  # its own code, at once
+            warm.wait()
         self.validate_columns()
         items = self.chunks if chunks is None else chunks
         cacheable = self.cache is not None and hasattr(proc, "reading")
@@ -357,6 +362,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         pending = self._submit(there, proc) if there else []
         try:
             out = self._read(read, proc, cacheable)
+            if warm is not None:  # joined by the chunks read (before their kernels), or here
+                warm.wait()
+                self._warm_up = None
             parts = [out] if out else []
             # here first: the driver works while the workers run theirs
             done = {
@@ -413,6 +421,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         # coffea's futures/dask workers share the cores already: one kernel thread each
         if self.executor_type in ("futures", "dask", "parsl") and hasattr(proc, "reading"):
             options["kernel_threads"] = 1
+        if self._warm_up is not None and hasattr(proc, "reading"):
+            # the chunks' reading overlaps numba's start; their kernels wait for it
+            options["before_kernels"] = numba_ready
         if options:  # another processor of the same prepared pass (this one unchanged)
             proc = proc.reading(**options)
         try:

@@ -7,14 +7,27 @@ first runs numba's one-time initialisation: the ``numba_extensions`` entry point
 0.7-1 s in all (issue 35: most of the first optimisation step of a second run, whose
 compilations are all cached). :class:`NumbaWarmUp` starts that initialisation on a
 thread while the caller does other work (the evaluator opens and checks the files,
-the optimisation loop sets up), and :meth:`NumbaWarmUp.wait` joins it before the first
-pass. The parts of that work that release the GIL (file reads, decompression, the
+the optimisation loop sets up, the first pass reads its chunks), and
+:meth:`NumbaWarmUp.wait` joins it before the first kernel runs. The parts of that work that release the GIL (file reads, decompression, the
 object code numba's registries load) then overlap it; the rest is moved, not saved.
 
+Extensions left out (``NumbaWarmUp(skip=("vector",))``, what the command line asks
+for): their entry points are not run in this process, and numba, which runs the
+entry points once per process, does not run them later either. vector's (~0.15-0.5 s:
+it imports and registers vector's numba backends) is only needed to pass vector's own
+objects (``vector.obj``) to a numba function; the command line's kernels take numpy
+arrays, and coffea's vector behaviours run on awkward arrays, not through numba. Code
+that does need it in such a process calls ``vector.register_numba()`` (vector's own
+function, what the entry point runs).
+
 Safety: the thread holds numba's global compiler lock for the whole initialisation, so
-a numba compilation or cache load elsewhere in the process waits for it; the caller
-joins it before its passes, so no kernel of ours is typed while an extension is half
-registered. An error in the thread is kept and left to numba to raise again where the
+a numba compilation or cache load elsewhere in the process waits for it. The first
+pass waits for the extensions' entry points (:meth:`NumbaWarmUp.wait_extensions`)
+before it reads anything, so numba code that a reader may call (coffea's cross-reference
+kernels take awkward's builders) types its arguments with every extension registered,
+and waits for the rest before its first kernel (the processor's ``before_kernels``,
+:class:`analysis.pipeline.job.Job`, is :func:`numba_ready`): no kernel of ours is typed
+mid-initialisation. An error in the thread is kept and left to numba to raise again where the
 pass needs it (the same initialisation then runs in the main thread).
 """
 
@@ -22,44 +35,117 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
+from collections.abc import Collection
 
-__all__ = ["NumbaWarmUp"]
+__all__ = ["NumbaWarmUp", "numba_ready"]
 
 _log = logging.getLogger("analysis.driver.warmup")
 
 
-def _initialise_numba() -> None:
-    """numba's extension entry points and CPU target registries, as its first
-    compilation or cache load would run them."""
+def _entry_points(skip: Collection[str]) -> None:
+    """numba's ``entrypoints.init_all`` (each ``numba_extensions`` entry point named
+    ``init``, once per process, a failing one a warning as numba gives it) but for
+    those whose module is in a top-level package of ``skip``."""
+    from importlib import metadata
+
     from numba.core import entrypoints
+
+    if not skip or not hasattr(entrypoints, "_already_initialized"):
+        entrypoints.init_all()  # numba's own (a numba that keeps its flag elsewhere)
+        return
+    if entrypoints._already_initialized:
+        return
+    entrypoints._already_initialized = True  # as numba: an extension may compile
+    for ep in metadata.entry_points().select(group="numba_extensions", name="init"):
+        if ep.module.split(".")[0] in skip:
+            _log.debug("numba extension %s left out", ep.value)
+            continue
+        try:
+            ep.load()()
+        except Exception as err:  # noqa: BLE001  (numba warns and goes on)
+            warnings.warn(f"Numba extension module '{ep.module}' failed to load due to "
+                          f"'{type(err).__name__}({err})'.", stacklevel=2)
+
+
+def _initialise_numba(skip: Collection[str] = (),
+                      extensions: threading.Event | None = None) -> None:
+    """numba's extension entry points (but ``skip``'s) and CPU target registries, as its
+    first compilation or cache load would run them; ``extensions`` is set once the entry
+    points have run."""
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
 
     with global_compiler_lock:
-        entrypoints.init_all()
+        _entry_points(skip)
+        if extensions is not None:
+            extensions.set()
         cpu_target.typing_context.refresh()
         cpu_target.target_context.refresh()
+
+
+def numba_ready() -> None:
+    """Wait until no numba initialisation (or compilation) holds numba's compiler lock.
+
+    A :class:`NumbaWarmUp` holds that lock from before the extensions' entry points to
+    the end of its initialisation, so once :meth:`NumbaWarmUp.wait_extensions` has
+    returned, this waits for the rest of it (in any process: elsewhere it takes a free
+    lock). A module function, so a processor that carries it pickles (coffea's
+    iterative executor pickles the processor too).
+
+    Returns
+    -------
+    None
+    """
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        pass
 
 
 class NumbaWarmUp:
     """numba's one-time initialisation (module docstring), started on a daemon thread.
 
     ``NumbaWarmUp()`` starts it; :meth:`wait` joins it (idempotent).
+
+    Parameters
+    ----------
+    skip : collection of str, optional
+        Top-level packages whose numba extensions are left out of this process (module
+        docstring), e.g. ``("vector",)``; default none.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, skip: Collection[str] = ()) -> None:
         #: the exception the initialisation raised, if any (numba raises it again later)
         self.error: BaseException | None = None
+        self.skip = tuple(skip)
+        self._extensions = threading.Event()
         self._thread = threading.Thread(target=self._run, name="diffcoffea-numba-warm-up",
                                         daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            _initialise_numba()
+            _initialise_numba(self.skip, self._extensions)
         except BaseException as err:  # numba raises it where a pass needs it
             self.error = err
             _log.debug("numba warm-up failed: %r", err)
+
+    def wait_extensions(self) -> None:
+        """Block until the extensions' entry points have run (the first ~0.05 s of the
+        initialisation), or the initialisation has ended (at once if so).
+
+        From then on, code that calls numba (coffea's readers may) types its arguments
+        with every extension known, and its compilation or cache load waits for the
+        rest under numba's compiler lock: reading the first chunks may overlap the rest.
+
+        Returns
+        -------
+        None
+        """
+        while not self._extensions.wait(0.05):
+            if not self._thread.is_alive():
+                return
 
     def wait(self) -> None:
         """Block until the initialisation has finished (at once if it has).

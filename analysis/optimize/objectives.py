@@ -37,9 +37,11 @@ selection), ``scale`` if given, else 1.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from importlib import metadata
 from typing import Any
 
-import jax
 import numpy as np
 
 from analysis.config.likelihood import build_model, model_states
@@ -55,6 +57,7 @@ from analysis.config.terms import (
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.pipeline.plan import Plan, only_observables
 from analysis.pipeline.results import YIELDS, DatasetState, derivatives, statistics
+from analysis.stats._stored import stored_call
 from analysis.stats.histogram import Histogram
 from analysis.stats.registry import json_paths
 
@@ -208,7 +211,11 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
 
     Compiled once per objective, order and dataset totals (constant over an
     optimisation; they enter the normalisations as Python numbers), instead of
-    tracing the statistics and their ``jacfwd`` again at every step (~0.2 s a step).
+    tracing the statistics and their ``jacfwd`` again at every step (~0.2 s a step),
+    and kept on disk as a compiled program (:func:`analysis.stats._stored.stored_call`,
+    keyed by :func:`_program_description` and the states' structure and shapes), so
+    that a new process (the next run) loads it instead of tracing it again (~0.1-0.3 s
+    per program, a handful of programs per run; the same executable, the same values).
     An objective with a ``python`` term runs eagerly: the user's function is called
     once per step with plain numbers (it may check them, or use Python control flow
     that ``jit`` would refuse), as documented for that term.
@@ -228,9 +235,46 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
             stats0 = objective.stats(values, sumw, events)
             return (stats0, *derivatives(fn, values, jacs, hesses, order=order))
 
-        eager = any(isinstance(term, PythonTerm) for term in objective.terms)
-        cache[key] = run if eager else jax.jit(run)
+        if any(isinstance(term, PythonTerm) for term in objective.terms):
+            cache[key] = run
+        else:
+            described = _program_description(objective, key)
+
+            def stored(values, jacs, hesses):
+                return stored_call("objective", _ignore_description(run), values, jacs,
+                                   hesses, description=described)
+
+            cache[key] = stored
     return cache[key]
+
+
+def _ignore_description(run: Any) -> Any:
+    """``run`` accepting (and ignoring) :func:`analysis.stats._stored.stored_call`'s
+    ``description`` option: it only keys the stored program."""
+
+    def program(values: Any, jacs: Any, hesses: Any, *, description: str) -> Any:
+        return run(values, jacs, hesses)
+
+    return program
+
+
+def _program_description(objective: Objective, key: tuple) -> str:
+    """What decides :func:`_compiled`'s program besides the states' structure and
+    shapes (which :func:`analysis.stats._stored.stored_call` adds), as one digest: the
+    configuration but its output, executor and optimiser sections (a path, the
+    workers, the step size never enter the objective), the plan, ``key`` (order,
+    dataset totals, variance scale) and the versions of the libraries a likelihood
+    term traces (the package's own sources, JAX's and the host are in every stored
+    program's key already)."""
+    config = objective.config.model_dump(
+        mode="json", exclude={"output": True, "executor": True, "optimizer": True})
+    parts = [json.dumps(config, sort_keys=True, default=str), repr(objective.plan), repr(key)]
+    for name in ("evermore", "optimistix", "equinox", "lineax", "optax"):
+        try:
+            parts.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{name}=-")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def objective_from_states(

@@ -9,7 +9,7 @@ every chunk. A job is frozen: other reading options are another job
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from analysis.pipeline.request import Request
 __all__ = ["READING", "Job"]
 
 #: the fields of a :class:`Job` that say how chunks are read, not what they compute
-READING = ("keep_columns", "cache_token", "worker_budget", "kernel_threads")
+READING = ("keep_columns", "cache_token", "worker_budget", "kernel_threads", "before_kernels")
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,6 +56,11 @@ class Job:
         (:func:`analysis.data.cache.keep_columns`).
     kernel_threads
         Keyword-only. The CPU threads a chunk's backend may use (None: the cores).
+    before_kernels
+        Keyword-only. Called before a chunk's kernels run, after its columns are read
+        (with the command line's numba warm-up, iterative executor:
+        :func:`analysis.driver.warmup.numba_ready`, so the chunks' reading overlaps
+        numba's start). A module-level function: the processor is pickled.
 
     Returns
     -------
@@ -76,6 +81,7 @@ class Job:
     cache_token: str | None = field(default=None, kw_only=True)
     worker_budget: int | None = field(default=None, kw_only=True)
     kernel_threads: int | None = field(default=None, kw_only=True)
+    before_kernels: Callable[[], None] | None = field(default=None, kw_only=True)
 
     @property
     def theta(self) -> Any:

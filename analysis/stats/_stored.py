@@ -252,10 +252,17 @@ def _cache_hits() -> int:
     return int(getattr(_HITS, "count", 0))
 
 
-def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[..., Any]:
+def export(run: Callable[..., Any], args: tuple, path: str | None, *,
+           fresh: bool = False) -> Callable[..., Any]:
     """``run`` compiled for ``args`` (traced, lowered and compiled once) as a program,
     written to ``path`` (when not ``None``; silently nothing where it cannot be
-    serialized or written): the compiled executable, else the ``jax.export`` form."""
+    serialized or written): the compiled executable, else the ``jax.export`` form.
+    ``fresh``: the program is named after ``path`` (its module is then one no other
+    key shares; if JAX's persistent cache still answers it, the key compiled before,
+    a name of its own), so that JAX's cache never hands an executable that would have
+    to be stored in the portable form (a program compiled once per key instead:
+    cheap for :func:`stored_call`'s small programs, where the portable form cost a new
+    process 2-3 s to lower and compile again)."""
     tree: list = []
     in_leaves, in_tree = jax.tree_util.tree_flatten(args)
 
@@ -268,7 +275,15 @@ def export(run: Callable[..., Any], args: tuple, path: str | None) -> Callable[.
     # and, on CPU, initialises JAX's LAPACK bindings (an import of scipy.linalg), 0.3 s
     # of a new process's first chunk that a program without linear algebra never needs.
     hits = _cache_hits()
+    if fresh and path is not None:  # jit names the module after the function
+        flat.__name__ = flat.__qualname__ = "stored_" + os.path.basename(path)[:16]
     compiled = jax.jit(flat).lower(*in_leaves).compile()
+    if fresh and path is not None and _cache_hits() != hits:
+        # this key compiled before (its file since removed, or written by another
+        # process): a name no cache entry has
+        flat.__name__ = flat.__qualname__ = f"{flat.__name__}_{os.urandom(4).hex()}"
+        hits = _cache_hits()
+        compiled = jax.jit(flat).lower(*in_leaves).compile()
     out_tree = tree[-1]
     if path is not None:
         try:
@@ -312,7 +327,8 @@ def _dtype_name(x: Any) -> str:
 def stored_call(name: str, fun: Callable[..., Any], *args: Any, **options: Any) -> Any:
     """``fun(*args, **options)`` (``fun`` a function of this package, ``options``
     hashable), compiled once per argument structure and shapes and kept on disk like
-    the chunk programs, so that a new process does not trace it again."""
+    the chunk programs (always as a compiled executable: :func:`export`'s ``fresh``),
+    so that a new process does not trace it again."""
     leaves, tree = jax.tree_util.tree_flatten(args)
     shapes = tuple((np.shape(x), _dtype_name(x)) for x in leaves)
     key = (name, tuple(sorted(options.items())), tree, shapes)
@@ -321,6 +337,6 @@ def stored_call(name: str, fun: Callable[..., Any], *args: Any, **options: Any) 
         path = path_for(key)
         program = load(path) if path is not None else None
         if program is None:
-            program = export(lambda *a: fun(*a, **options), args, path)
+            program = export(lambda *a: fun(*a, **options), args, path, fresh=True)
         _CALLS[key] = program
     return program(*args)

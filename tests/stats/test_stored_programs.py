@@ -24,14 +24,18 @@ from tests.stats.test_derive_compiled import THETA, _chunk, _close, _eager
 
 @pytest.fixture
 def store(tmp_path):  # noqa: ANN001, ANN201
-    """A fresh cache directory for this test, JAX's own restored afterwards."""
+    """A fresh cache directory for this test, JAX's own restored afterwards; the
+    programs of this process (chunk programs and stored calls) forgotten before and
+    after."""
     before = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", str(tmp_path))
     _compiled._PROGRAMS.clear()
+    _stored._CALLS.clear()
     try:
         yield tmp_path / _stored.SUBDIR
     finally:
         _compiled._PROGRAMS.clear()
+        _stored._CALLS.clear()
         jax.config.update("jax_compilation_cache_dir", before)
 
 

@@ -23,6 +23,7 @@ from analysis.pipeline.plan import Plan, threshold_value
 from analysis.select import cuts as cut_kinds
 from analysis.select.objects import CountModel
 from analysis.select.objects import _pass_table as _jax_pass_table
+from analysis.stats._stored import stored_call
 
 __all__: list[str] = []  # internal to the numba kernel
 
@@ -117,12 +118,19 @@ def _targets(model: CountModel, caps: np.ndarray, collections) -> np.ndarray:
 
 @lru_cache(maxsize=64)
 def _pass_fn(model: CountModel):
-    """jit of ``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table`."""
+    """``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table` as one
+    compiled program, kept on disk (:func:`analysis.stats._stored.stored_call`, keyed by
+    the model's description: its sets and counts), so that a new process loads it
+    instead of tracing it again (at its first step)."""
 
     def table(th, w):
         return _jax_pass_table(model, th, w)[0]
 
-    return jax.jit(lambda th, w: (table(th, w), jax.jacfwd(table)(th, w)))
+    def run(th, w, *, model_repr: str):
+        return table(th, w), jax.jacfwd(table)(th, w)
+
+    described = repr(model)
+    return lambda th, w: stored_call("pass_table", run, th, w, model_repr=described)
 
 
 def _reduced(model: CountModel, f: np.ndarray, df: np.ndarray):

@@ -57,8 +57,11 @@ __all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "bin_totals", "event_sum_bins", "
 
 #: every subset up to this many uncertain objects, meet in the middle above (measured,
 #: a 50k-event chunk of Poisson(5.5) jets, value + 2 tangents, one thread, CPU time:
-#: 94 ms with 5, 100 ms with 7, 102-147 ms with 10, 110 ms with 3; the JAX reference
-#: switches at 6, :data:`analysis.select.subsets.ENUMERATE_UP_TO`)
+#: 94 ms with 5, 100 ms with 7, 102-147 ms with 10, 110 ms with 3; again with the
+#: subsets' scalar weights and the last object's value function, the kernel alone on the
+#: event-sum benchmark's first chunk, min of 18 at load 6: 36.3 ms with 4, 33.5 with 5,
+#: 33.0 with 6, 33.3 with 7; the JAX reference switches at 6,
+#: :data:`analysis.select.subsets.ENUMERATE_UP_TO`)
 ENUMERATE_UP_TO = 5
 #: the enumeration's buffers at first (grown for an event that needs more)
 _FIRST = 6

@@ -142,14 +142,15 @@ def test_kernel_every_path_against_enumeration(name: str) -> None:
     the out patterns move no count, so subsets carry the out objects as a scalar weight
     and the last object reads its value function; over ``bjets``: an object out of it
     may still be in ``jets``, one step per object), meet in the middle above; values
-    against the enumeration oracle (1e-10), two tangent lanes against its central
+    against the enumeration oracle (1e-10), three tangent lanes against its central
     differences (1e-8)."""
     assert len(UNCERTAIN) == 4  # the helpers' number of events
     for counts in ((1, 2, 3, 4), (5, 6, 7, 8)):
         ev = few_uncertain(counts)
-        lanes = []
-        for e in (1, 3):  # a tangent of an uncertain jet of each of two events
-            lanes.append((e, int(np.flatnonzero((ev["jets"][e] > 0) & (ev["jets"][e] < 1))[0])))
+        # tangents of the first uncertain jet of two events and of the last of one (the
+        # enumeration's last object; meet in the middle's second half)
+        free = [np.flatnonzero((ev["jets"][e] > 0) & (ev["jets"][e] < 1)) for e in range(4)]
+        lanes = [(1, int(free[1][0])), (3, int(free[3][0])), (3, int(free[3][-1]))]
         got, unc = kernel_bins(ev, lanes, name)
         assert unc.tolist() == [u - 1 if name == "jets" else u for u in counts]
         for e in range(len(counts)):
@@ -164,8 +165,7 @@ def test_kernel_every_path_against_enumeration(name: str) -> None:
             assert np.abs(fd).max() > 1e-3
             np.testing.assert_allclose(got[e, :, lane], fd, rtol=1e-8, atol=1e-10,
                                        err_msg=f"{name} {counts} {e}")
-            others = np.arange(len(counts)) != e
-            assert np.all(got[others, :, lane] == 0.0)
+            assert np.all(got[np.arange(len(counts)) != e, :, lane] == 0.0)
 
 
 def esum_config(*, hard: bool = False) -> dict:

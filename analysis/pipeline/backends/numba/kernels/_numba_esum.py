@@ -590,11 +590,29 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             mb = 1
             for j in range(n - 1, na - 1, -1):
                 g = unc[j]
+                # with the out patterns still, the out side is q G: scaled in place (one
+                # out pattern: the floats of its step, 0 + v x = v x)
+                q0 = q1 = q2 = q3 = 0.0
+                for p in range(n_pat[cs]):
+                    if has[p] == 0:
+                        q0 += pv_all[g, p, 0]
+                        q1 += pd_all[g, p, 1]
+                        q2 += pd_all[g, p, 2]
+                        q3 += pd_all[g, p, 3]
                 for a in range(mb):
                     _pull4(GH, a, GH, a + mb, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_in,
                            has)
-                    _pull4(GH, a, PH, 0, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_out, has)
-                    GH[a, :, :] = PH[0, :, :]
+                    if out_still:
+                        for k in range(n_states):
+                            y0 = GH[a, k, 0]
+                            GH[a, k, 0] = q0 * y0
+                            GH[a, k, 1] = q0 * GH[a, k, 1] + y0 * q1
+                            GH[a, k, 2] = q0 * GH[a, k, 2] + y0 * q2
+                            GH[a, k, 3] = q0 * GH[a, k, 3] + y0 * q3
+                    else:
+                        _pull4(GH, a, PH, 0, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_out,
+                               has)
+                        GH[a, :, :] = PH[0, :, :]
                     XB[a + mb] = XB[a] + vals[g - base[cs]]
                 mb *= 2
             order = np.argsort(XB[:mb], kind="mergesort")

@@ -269,6 +269,20 @@ def _subsets(F, LF, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, c
 
 
 @inline
+def _out_factor(pv, pd, g, cs, n_pat, has):
+    """Object ``g``'s probability of being out of ``S`` (its patterns of ``cs`` without
+    ``S`` summed in order) and its 3 tangents, as a tuple."""
+    q0 = q1 = q2 = q3 = 0.0
+    for p in range(n_pat[cs]):
+        if has[p] == 0:
+            q0 += pv[g, p, 0]
+            q1 += pd[g, p, 1]
+            q2 += pd[g, p, 2]
+            q3 += pd[g, p, 3]
+    return q0, q1, q2, q3
+
+
+@inline
 def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs, n_pat, pv, pd,
                nl, has, vals, start):
     """:func:`_subsets` when every pattern of ``cs`` outside ``S`` leaves the count
@@ -295,13 +309,7 @@ def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs
     m = 1
     for j in range(count):
         g = unc[j]
-        q0 = q1 = q2 = q3 = 0.0
-        for p in range(n_pat[cs]):
-            if has[p] == 0:
-                q0 += pv[g, p, 0]
-                q1 += pd[g, p, 1]
-                q2 += pd[g, p, 2]
-                q3 += pd[g, p, 3]
+        q0, q1, q2, q3 = _out_factor(pv, pd, g, cs, n_pat, has)
         v = vals[g - start]
         for a in range(m):
             _sparse(SA, a, LA, NA, SA, a + m, LA, NA, mark, tgt, cs, n_pat, pv, pd, g, nl,
@@ -592,13 +600,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 g = unc[j]
                 # with the out patterns still, the out side is q G: scaled in place (one
                 # out pattern: the floats of its step, 0 + v x = v x)
-                q0 = q1 = q2 = q3 = 0.0
-                for p in range(n_pat[cs]):
-                    if has[p] == 0:
-                        q0 += pv_all[g, p, 0]
-                        q1 += pd_all[g, p, 1]
-                        q2 += pd_all[g, p, 2]
-                        q3 += pd_all[g, p, 3]
+                q0, q1, q2, q3 = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
                 for a in range(mb):
                     _pull4(GH, a, GH, a + mb, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_in,
                            has)
@@ -643,13 +645,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             continue
         if sparse and tail:
             g = unc[n - 1]
-            q0 = q1 = q2 = q3 = 0.0
-            for p in range(n_pat[cs]):
-                if has[p] == 0:
-                    q0 += pv_all[g, p, 0]
-                    q1 += pd_all[g, p, 1]
-                    q2 += pd_all[g, p, 2]
-                    q3 += pd_all[g, p, 3]
+            q0, q1, q2, q3 = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
             # GT[k] = sum over the in patterns p of pi_p f[tgt(p, k)] (product rule)
             for k in range(n_states):
                 GT[k, 0] = GT[k, 1] = GT[k, 2] = GT[k, 3] = 0.0

@@ -736,8 +736,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
 
 
 @njit
-def fill_bins(pb, ev, factors, weight, sumw, sumw2):
-    """Histogram sums of per-event bin probabilities ``pb[e, b]`` (lanes, from
+def fill_bins(pb, ev, factors, weight, sumw, sumw2, b_lo, b_hi):
+    """Histogram sums of the bins ``b_lo:b_hi`` (each bin's own sums: a range per thread
+    gives the same bits) of per-event bin probabilities ``pb[e, b]`` (lanes, from
     :func:`event_sum_bins`) with the event weights ``ev[e]`` (lanes) times each
     variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2
     weight[e] w``, ``w = ev[e] pb[e, b]`` (the product rule), over the first
@@ -756,7 +757,7 @@ def fill_bins(pb, ev, factors, weight, sumw, sumw2):
             finite = finite and ev[e, r] - ev[e, r] == 0.0
         for v in range(factors.shape[0]):
             finite = finite and factors[v, e] - factors[v, e] == 0.0
-        for b in range(pb.shape[1]):
+        for b in range(b_lo, b_hi):
             p0 = pb[e, b, 0]
             if finite and p0 == 0.0:
                 empty = True

@@ -230,28 +230,36 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
 
 
 @inline
-def _subsets(F, LF, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv,
-             pd, nl, has, vals, start):
-    """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
-    from ``start``) from the distribution ``F`` (live states ``LF[:nf]``, the others
-    exact zeros): ``F_A`` over its live states
-    (:func:`_sparse`) and ``XA[A] = x0 + X_A``, bit ``j`` of ``A`` set when ``unc[j]``
-    is in ``S``. Returns ``(SA, SN, LA, LN, NA, NN)``, the two sets of buffers after
-    their swaps (the subsets in ``SA``, ``LA``, ``NA``); lanes from ``nl`` to 4 are 0."""
-    w_out, w_in = np.int64(0), np.int64(1)
+def _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl):
+    """The empty subset: ``SA[0]`` the distribution ``FF[cur]`` over its nonzero live
+    states (``LL[cur, :nf]`` of it; into ``LA[0, :NA[0]]``), lanes from ``nl`` to 4 zero,
+    ``XA[0] = x0``."""
     cnt = 0
     for i in range(nf):
-        k = LF[i]
+        k = LL[cur, i]
         nonzero = False
         for r in range(4):
-            SA[0, k, r] = F[k, r] if r < nl else 0.0
-            if r < nl and F[k, r] != 0.0:
+            SA[0, k, r] = FF[cur, k, r] if r < nl else 0.0
+            if r < nl and FF[cur, k, r] != 0.0:
                 nonzero = True
         if nonzero:
             LA[0, cnt] = k
             cnt += 1
     NA[0] = cnt
     XA[0] = x0
+
+
+@inline
+def _subsets(FF, LL, cur, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv,
+             pd, nl, has, vals, start):
+    """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
+    from ``start``) from the distribution ``FF[cur]`` (live states ``LL[cur, :nf]``, the
+    others exact zeros): ``F_A`` over its live states
+    (:func:`_sparse`) and ``XA[A] = x0 + X_A``, bit ``j`` of ``A`` set when ``unc[j]``
+    is in ``S``. Returns ``(SA, SN, LA, LN, NA, NN)``, the two sets of buffers after
+    their swaps (the subsets in ``SA``, ``LA``, ``NA``); lanes from ``nl`` to 4 are 0."""
+    w_out, w_in = np.int64(0), np.int64(1)
+    _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl)
     m = 1
     for j in range(count):
         g = unc[j]
@@ -291,19 +299,7 @@ def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs
     the in objects alone, ``SA[A]`` over its live states ``LA[A, :NA[A]]``; an object
     out of ``S`` multiplies ``W`` and copies nothing. Children in place: subset ``a``
     keeps its slot (out), ``a + m`` takes the in child (one buffer, no swap)."""
-    cnt = 0
-    for i in range(nf):
-        k = LL[cur, i]
-        nonzero = False
-        for r in range(4):
-            SA[0, k, r] = FF[cur, k, r] if r < nl else 0.0
-            if r < nl and FF[cur, k, r] != 0.0:
-                nonzero = True
-        if nonzero:
-            LA[0, cnt] = k
-            cnt += 1
-    NA[0] = cnt
-    XA[0] = x0
+    _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl)
     W[0, 0], W[0, 1], W[0, 2], W[0, 3] = 1.0, 0.0, 0.0, 0.0
     w_in = np.int64(1)
     m = 1
@@ -450,7 +446,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     NA = np.zeros(1 << _FIRST, np.int64)
     NN = np.zeros(1 << _FIRST, np.int64)
     mark = np.zeros(n_states, np.bool_)
-    LF = np.zeros(n_states, np.int64)  # the live states of F (for _subsets)
     G0 = np.zeros((n_states, LANES))
     GB = np.zeros((1, n_states, LANES))
     XB = np.zeros(1)
@@ -491,7 +486,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                     if pv_all[g, p, 0] != pv_all[g, p, 0]:
                         skip = False
         # with at most 3 tangents in an event of numbers, F over its live states only
-        # (LF[:nf]; the others exact zeros, never read), else dense
+        # (FF[cur] over LL[cur, :nf]; the others exact zeros, never read), else dense
         sparse = skip and nl <= 4
         cur = 0
         if sparse:
@@ -569,11 +564,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 _subsets_w(FF, LL, cur, nf, x0, unc, first, SA, LA, NA, W, XA, mark, tgt, cs,
                            n_pat, pv_all, pd_all, nl, has, vals, base[cs])
             else:
-                for i in range(nf):  # the old helper's arguments
-                    LF[i] = LL[cur, i]
-                    for r in range(4):
-                        F[LF[i], r] = FF[cur, LF[i], r]
-                SA, SN, LA, LN, NA, NN = _subsets(F, LF, nf, x0, unc, first, SA, SN, LA, LN, NA,
+                SA, SN, LA, LN, NA, NN = _subsets(FF, LL, cur, nf, x0, unc, first, SA, SN, LA, LN, NA,
                                                   NN, XA, mark, tgt, cs, n_pat, pv_all,
                                                   pd_all, nl, has, vals, base[cs])
                 for a in range(1 << first):

@@ -58,8 +58,9 @@ def inputs(ev: dict):
     return lays, probs, jnp.asarray(ev["pt"])
 
 
-def oracle(ev: dict, e: int) -> np.ndarray:
-    """``P(pass, HT in bin)`` of event ``e`` over every configuration of its uncertain bits."""
+def oracle(ev: dict, e: int, name: str = "jets") -> np.ndarray:
+    """``P(pass, HT in bin)`` of event ``e`` over every configuration of its uncertain
+    bits, HT the sum of the pT of the set ``name`` (``jets`` or ``bjets``)."""
     own = np.concatenate([ev["jets"][e], ev["bjets"][e], ev["leps"][e]])
     free = (own > 0.0) & (own < 1.0)
     conf, prob = configurations(own[free])
@@ -67,7 +68,7 @@ def oracle(ev: dict, e: int) -> np.ndarray:
     bits[:, free] = conf
     jets, bjets, leps = bits[:, :M], bits[:, M: 2 * M] & bits[:, :M], bits[:, 2 * M:]
     ok = (jets.sum(1) >= 4) & (bjets.sum(1) == 1) & (leps.sum(1) >= 1)
-    ht = jets.astype(np.float64) @ ev["pt"][e]
+    ht = (jets if name == "jets" else bjets).astype(np.float64) @ ev["pt"][e]
     out = np.zeros(len(EDGES) + 1)
     np.add.at(out, np.searchsorted(EDGES, ht, side="right"), prob * ok)
     return out

@@ -60,8 +60,9 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
     """The pattern probabilities of one variant or a pair (``flats``: the columns of
     each) in the walk's layout: ``pv_all[:, :, 0]`` and ``[:, :, 1]``, tangents in
     ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side), by
-    :func:`analysis.pipeline.backends.numba.kernels._numba_fill.cut_patterns` (or ``cut_patterns_pair``: at
-    most 3 tangents) on the threads. ``kept``: one
+    :func:`analysis.pipeline.backends.numba.kernels._numba_fill.cut_patterns` (``cut_patterns4``
+    with at most 3 tangents; ``cut_patterns_pair``: a pair, at most 3 tangents) on the
+    threads. ``kept``: one
     chunk's cut probabilities, ``kept[None][ci]`` the nominal variant's (computed
     first: the nominal walk precedes the shifts), ``kept[moved][ci]`` the rows of those
     that a shift of the column ``moved`` (``C:f``) does not move. A shift side takes
@@ -90,7 +91,9 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
             own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" == moved]
             lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
         if len(flats) == 1:
-            kernel, cols = _numba_fill.cut_patterns, (lo,)
+            # at most 3 tangents: the cuts and patterns over 4 lanes (the same floats)
+            kernel = _numba_fill.cut_patterns4 if len(trainable) <= 3 else _numba_fill.cut_patterns
+            cols = (lo,)
         elif len(trainable) > 3:  # the pair kernel's 4 lanes: no bounds check in numba
             raise ValueError(f"a pair of shift sides carries at most 3 tangents, not "
                              f"{len(trainable)}")

@@ -41,7 +41,7 @@ from analysis.pipeline import hardcut
 from analysis.pipeline.backends.numba import _fastleading, fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo, remember
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
-from analysis.pipeline.backends.numba._fastpool import _run_dynamic, yield_sums
+from analysis.pipeline.backends.numba._fastpool import _run_dynamic, splits, yield_sums
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
     _joint_tables,
@@ -424,10 +424,16 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
 
         if node.kind in _SUMS:  # per event, its bins' probabilities
             pb = wk["es"][region, node]
-            tasks.append((pb.shape[0] * pb.shape[1] * (1 + len(group)), _numba_esum.fill_bins, (
-                np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
-                _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
-                weight, sumw, sumw2), finish))
+            args = (np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
+                    _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
+                    weight, sumw, sumw2)
+            # a range of bins per thread: each bin's sums stay one sequential sum over
+            # the events (the same bits), the threads write disjoint bins
+            n_b = pb.shape[1]
+            cuts = splits(n_b, max(1, min(fastkernel._threads(threads), n_b)))
+            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+                tasks.append((pb.shape[0] * (hi - lo) * (1 + len(group)), _numba_esum.fill_bins,
+                              (*args, lo, hi), finish if lo == 0 else _nothing))
             continue
         if node.kind == "branch":
             x = c.events[node.head]
@@ -447,6 +453,10 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
             weight, np.asarray(edges, np.float64), sumw,
             sumw2), finish))
+
+
+def _nothing() -> None:
+    """The ``finish`` of a fill task whose states another task of its histogram makes."""
 
 
 def _paired(one: list, two: list) -> list:

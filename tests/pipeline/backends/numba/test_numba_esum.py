@@ -44,9 +44,11 @@ from tests.select.test_subsets_uncertain import (
 LANES = _numba_esum.LANES
 
 
-def kernel_bins(ev: dict, tangents: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """``(bins (E, nb, 1 + len(tangents)), uncertain (E,))`` from the compiled kernel, the
-    tangent lanes d/d ``ev["jets"][e, j]`` for each ``(e, j)`` of ``tangents``."""
+def kernel_bins(ev: dict, tangents: list[tuple[int, int]],
+                name: str = "jets") -> tuple[np.ndarray, np.ndarray]:
+    """``(bins (E, nb, 1 + len(tangents)), uncertain (E,))`` from the compiled kernel for
+    the sum of the pT of the set ``name``, the tangent lanes d/d ``ev["jets"][e, j]`` for
+    each ``(e, j)`` of ``tangents``."""
     lays, probs, pt = inputs(ev)
     n_ev = len(UNCERTAIN)
     cols = MODEL.collections
@@ -72,8 +74,8 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]]) -> tuple[np.ndarray, 
     tgt = _targets(MODEL, np.array(MODEL.shape, np.int64) - 1, cols)
     f = np.array(_pass_table(MODEL, THRESH)[0], np.float64)  # writable: the pipeline's types
     cs = cols.index("Jet")
-    jets = [s.name for s in MODEL._sets_of["Jet"]].index("jets")
-    has = np.asarray(MODEL.patterns["Jet"])[:, jets].astype(np.int64)
+    summed = [s.name for s in MODEL._sets_of["Jet"]].index(name)
+    has = np.asarray(MODEL.patterns["Jet"])[:, summed].astype(np.int64)
     edges = np.asarray(EDGES, np.float64)
     nl = 1 + len(tangents)
     out = np.full((n_ev, len(edges) + 1, 4), 7.0)
@@ -110,6 +112,60 @@ def test_kernel_against_enumeration_and_the_jax_reference() -> None:
     assert np.abs(fd).max() > 1e-3
     np.testing.assert_allclose(got[e, :, 1], fd, rtol=1e-8, atol=1e-10)
     assert np.all(got[np.arange(len(UNCERTAIN)) != e, :, 1] == 0.0)
+
+
+def few_uncertain(counts: tuple[int, ...], seed: int = 11) -> dict:
+    """Events as :func:`tests.select.test_subsets_uncertain.events` (24 jets, one lepton)
+    with ``counts[e] - 1`` jets uncertain in ``jets``, each with an uncertain b-tag, and
+    one more certain in ``jets`` with an uncertain b-tag (so ``counts[e]`` uncertain in
+    ``bjets``); the others fail or pass for certain (odd events: one a certain b-jet)."""
+    rng = np.random.default_rng(seed)
+    qj = np.zeros((len(counts), M))
+    qb = np.zeros_like(qj)
+    for e, u in enumerate(counts):
+        perm = rng.permutation(M)
+        qj[e, perm[: u - 1]] = rng.uniform(0.05, 0.95, u - 1)
+        qb[e, perm[: u - 1]] = rng.uniform(0.1, 0.9, u - 1)
+        qj[e, perm[u - 1]] = 1.0
+        qb[e, perm[u - 1]] = 0.6
+        rest = perm[u:]
+        qj[e, rest] = rng.integers(0, 2, len(rest))
+        if e % 2:
+            qj[e, rest[0]] = qb[e, rest[0]] = 1.0
+    return {"jets": qj, "bjets": qb, "leps": np.full((len(counts), 1), 0.8),
+            "pt": rng.uniform(15.0, 90.0, qj.shape)}
+
+
+@pytest.mark.parametrize("name", ["jets", "bjets"])
+def test_kernel_every_path_against_enumeration(name: str) -> None:
+    """0 to 8 uncertain objects: every subset up to ENUMERATE_UP_TO (a sum over ``jets``:
+    the out patterns move no count, so subsets carry the out objects as a scalar weight
+    and the last object reads its value function; over ``bjets``: an object out of it
+    may still be in ``jets``, one step per object), meet in the middle above; values
+    against the enumeration oracle (1e-10), three tangent lanes against its central
+    differences (1e-8)."""
+    assert len(UNCERTAIN) == 4  # the helpers' number of events
+    for counts in ((1, 2, 3, 4), (5, 6, 7, 8)):
+        ev = few_uncertain(counts)
+        # tangents of the first uncertain jet of two events and of the last of one (the
+        # enumeration's last object; meet in the middle's second half)
+        free = [np.flatnonzero((ev["jets"][e] > 0) & (ev["jets"][e] < 1)) for e in range(4)]
+        lanes = [(1, int(free[1][0])), (3, int(free[3][0])), (3, int(free[3][-1]))]
+        got, unc = kernel_bins(ev, lanes, name)
+        assert unc.tolist() == [u - 1 if name == "jets" else u for u in counts]
+        for e in range(len(counts)):
+            want = oracle(ev, e, name)
+            assert want.sum() > 0.01
+            np.testing.assert_allclose(got[e, :, 0], want, rtol=1e-10, atol=1e-14,
+                                       err_msg=f"{name} {counts} {e}")
+        h = 1e-4
+        for lane, (e, j) in enumerate(lanes, start=1):
+            fd = (oracle(_moved(ev, [(e, j, h)]), e, name)
+                  - oracle(_moved(ev, [(e, j, -h)]), e, name)) / (2 * h)
+            assert np.abs(fd).max() > 1e-3
+            np.testing.assert_allclose(got[e, :, lane], fd, rtol=1e-8, atol=1e-10,
+                                       err_msg=f"{name} {counts} {e}")
+            assert np.all(got[np.arange(len(counts)) != e, :, lane] == 0.0)
 
 
 def esum_config(*, hard: bool = False) -> dict:
@@ -185,3 +241,33 @@ def test_bin_totals_add_the_bins_in_order():
     _numba_esum.bin_totals(bins, out[1])
     np.testing.assert_array_equal(out[1].view(np.int64), ref.view(np.int64))
     assert np.all(out[0] == 9.0)
+
+
+def test_fill_bins_sums_each_bin_in_event_order_whatever_the_bin_ranges():
+    """The histogram sums of per-event bin probabilities against numpy (events in order,
+    the product rule written out), bit for bit; a range of bins per call (one per thread:
+    analysis.pipeline.backends.numba.fasthist) gives the same bits as one call over all."""
+    rng = np.random.default_rng(3)
+    n_ev, n_b, n_v, width = 200, 6, 2, 4
+    pb = rng.random((n_ev, n_b, width))
+    pb[rng.random((n_ev, n_b)) < 0.5] = 0.0  # bins an event does not reach
+    ev = rng.random((n_ev, width))
+    factors = rng.random((n_v, n_ev)) + 0.5
+    weight = rng.normal(1.0, 0.5, n_ev)
+    ref, ref2 = np.zeros((n_v, n_b, width)), np.zeros((n_v, n_b, width))
+    for e in range(n_ev):
+        w = pb[e] * ev[e, 0]
+        w[:, 1:] = pb[e, :, :1] * ev[e, 1:] + ev[e, 0] * pb[e, :, 1:]
+        for v in range(n_v):
+            f = factors[v, e]
+            ref[v] += f * w
+            ref2[v] += f * f * weight[e] * w
+    whole = [np.zeros((n_v, n_b, width)) for _ in range(2)]
+    _numba_esum.fill_bins(pb, ev, factors, weight, *whole, 0, n_b)
+    np.testing.assert_array_equal(whole[0], ref)
+    np.testing.assert_array_equal(whole[1], ref2)
+    parts = [np.zeros((n_v, n_b, width)) for _ in range(2)]
+    for lo, hi in ((0, 2), (2, 5), (5, n_b)):
+        _numba_esum.fill_bins(pb, ev, factors, weight, *parts, lo, hi)
+    for a, b in zip(parts, whole, strict=True):
+        np.testing.assert_array_equal(a.view(np.int64), b.view(np.int64))

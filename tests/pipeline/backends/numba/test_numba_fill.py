@@ -1,6 +1,7 @@
 """The fused host-side loops of the numba histograms (analysis.pipeline.backends.numba.kernels._numba_fill).
 
-- :func:`cut_patterns` and :func:`cut_patterns_pair` against the loops they fuse,
+- :func:`cut_patterns`, :func:`cut_patterns4` and :func:`cut_patterns_pair` against the
+  loops they fuse,
   the product rule in numpy then
   :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` (with the pair layout of the walk,
   :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`, built by numpy slicing), bit for bit: greater /
@@ -118,6 +119,28 @@ def test_cut_patterns_is_the_product_rule_then_patterns(n, block, splits):
     np.testing.assert_array_equal(pv_all[got, :len(CODES), 1], pv)
     np.testing.assert_array_equal(pd_all[got, :len(CODES)], pd)
     assert np.isnan(pv_all[:g0]).all() and np.isnan(pd_all[g0 + n:]).all()  # nothing else
+
+    # at most 3 tangents (CUTS' parameters: lanes 1-3): lanes 0-3 over 4 lanes, the
+    # same bits, lanes 4-7 zero; alone and with a shift's fixed cuts first
+    moved = [c for c in CUTS if c[1] == 0]
+    rest = [c for c in CUTS if c[1] != 0]
+    for four_args, (qv, qd) in (
+            ((probs(cols, CUTS), *cut_arrays(CUTS), *no_cuts(n)), reference_probs(cols, CUTS)),
+            ((probs(cols, moved), *cut_arrays(moved), probs(cols, rest), *cut_arrays(rest)),
+             reference_probs(cols, moved, *reference_probs(cols, rest)))):
+        pv, pd = reference_patterns(qv, qd)
+        pv_all[:] = np.nan
+        pd_all[:] = np.nan
+        run(_numba_fill.cut_patterns4, (*four_args, CODES, 3, len(CODES), g0, pv_all, pd_all),
+            n, block, splits)
+        np.testing.assert_array_equal(pv_all[got, :len(CODES), 0], pv)
+        np.testing.assert_array_equal(pv_all[got, :len(CODES), 1], pv)
+        four = pd_all[got, :len(CODES), :4]
+        np.testing.assert_array_equal(four, pd[:, :, :4])  # NaN where it is NaN (any sign)
+        ok = ~np.isnan(four)
+        np.testing.assert_array_equal(four[ok].view(np.int64), pd[:, :, :4][ok].view(np.int64))
+        assert np.all(pd_all[got, :len(CODES), 4:] == 0.0)
+        assert np.isnan(pv_all[:g0]).all() and np.isnan(pd_all[g0 + n:]).all()
 
     # two shift sides of field 0: the other cuts first (their probabilities once), the
     # moved ones last, each side's lanes 0-3 side by side (the walk's pair layout)

@@ -28,6 +28,16 @@ state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangen
   the edges its sums can cross take a lookup (below them the term is 0, above them
   ``alpha``'s total). With a NaN among an event's probabilities or more than 3
   tangents, the event meets in the middle over dense states and every edge.
+- where every pattern of ``S``'s collection outside ``S`` leaves the count states as
+  they are (``S`` a root set: an object out of it is in none of its sets), an object
+  out of ``A`` only multiplies ``F_A`` by its probability of being out: each subset is
+  ``W_A`` (a scalar with tangents, the product of those probabilities) times the
+  distribution over its in objects alone, so only the in side of a subset is a step
+  over states (:func:`_subsets_w`); and the enumeration's last object is not stepped
+  at all: its two sides read ``W q <F_A, f>`` and ``W <F_A, G>``, ``G`` its in
+  patterns' value function made once per event. The same products in another order
+  than one step per object: within a few ulps of it (the module's tests: 1e-10 against
+  the enumeration oracle, 1e-12 against the JAX reference).
 
 Cost per event: ``O(M P S L)`` for the folded objects, ``O(2^U P S L)`` (enumeration) or
 ``O(2^(U/2) (P S + n_c) L)`` (meet in the middle, ``n_c`` the edges crossed) for the
@@ -47,8 +57,11 @@ __all__ = ["ENUMERATE_UP_TO", "MAX_UNCERTAIN", "bin_totals", "event_sum_bins", "
 
 #: every subset up to this many uncertain objects, meet in the middle above (measured,
 #: a 50k-event chunk of Poisson(5.5) jets, value + 2 tangents, one thread, CPU time:
-#: 94 ms with 5, 100 ms with 7, 102-147 ms with 10, 110 ms with 3; the JAX reference
-#: switches at 6, :data:`analysis.select.subsets.ENUMERATE_UP_TO`)
+#: 94 ms with 5, 100 ms with 7, 102-147 ms with 10, 110 ms with 3; again with the
+#: subsets' scalar weights and the last object's value function, the kernel alone on the
+#: event-sum benchmark's first chunk, min of 18 at load 6: 36.3 ms with 4, 33.5 with 5,
+#: 33.0 with 6, 33.3 with 7; the JAX reference switches at 6,
+#: :data:`analysis.select.subsets.ENUMERATE_UP_TO`)
 ENUMERATE_UP_TO = 5
 #: the enumeration's buffers at first (grown for an event that needs more)
 _FIRST = 6
@@ -142,11 +155,15 @@ def _forward4(F, Fn, tgt, c, n_pat, pv, pd, g, n_states, skip):
 
 
 @inline
-def _forward_live(F, LF, nf, Fn, LFn, mark, tgt, c, n_pat, pv, pd, g):
-    """:func:`_forward4` over the live states of ``F`` only (``LF[:nf]``: every state
-    that may be nonzero; the others are exact zeros, left out as :func:`_forward4`
-    leaves them), into ``Fn`` with its live states into ``LFn``; returns their number
-    (``mark``: all False, left so). For events whose probabilities are all numbers."""
+def _forward_live(FF, LL, cur, nf, mark, tgt, c, n_pat, pv, pd, g):
+    """:func:`_forward4` over the live states of ``FF[cur]`` only (``LL[cur, :nf]``: every
+    state that may be nonzero; the others are exact zeros, left out as :func:`_forward4`
+    leaves them), into ``FF[1 - cur]`` with its live states into ``LL[1 - cur]``; returns
+    their number (``mark``: all False, left so). For events whose probabilities are all
+    numbers. One pair of buffers indexed by ``cur``: no arrays swapped in the loop (each
+    swap of two array variables costs numba reference counts, and the compiler cannot
+    tell the two apart)."""
+    nxt = 1 - cur
     cnt = 0
     for p in range(n_pat[c]):
         v = pv[g, p, 0]
@@ -154,20 +171,20 @@ def _forward_live(F, LF, nf, Fn, LFn, mark, tgt, c, n_pat, pv, pd, g):
         if v == 0.0 and d1 == 0.0 and d2 == 0.0 and d3 == 0.0:
             continue  # adds exact zeros
         for i in range(nf):
-            k = LF[i]
-            a0, a1, a2, a3 = F[k, 0], F[k, 1], F[k, 2], F[k, 3]
+            k = LL[cur, i]
+            a0, a1, a2, a3 = FF[cur, k, 0], FF[cur, k, 1], FF[cur, k, 2], FF[cur, k, 3]
             t = tgt[c, p, k]
             if not mark[t]:
                 mark[t] = True
-                LFn[cnt] = t
+                LL[nxt, cnt] = t
                 cnt += 1
-                Fn[t, 0] = Fn[t, 1] = Fn[t, 2] = Fn[t, 3] = 0.0
-            Fn[t, 0] += v * a0 + a0 * d0
-            Fn[t, 1] += v * a1 + a0 * d1
-            Fn[t, 2] += v * a2 + a0 * d2
-            Fn[t, 3] += v * a3 + a0 * d3
+                FF[nxt, t, 0] = FF[nxt, t, 1] = FF[nxt, t, 2] = FF[nxt, t, 3] = 0.0
+            FF[nxt, t, 0] += v * a0 + a0 * d0
+            FF[nxt, t, 1] += v * a1 + a0 * d1
+            FF[nxt, t, 2] += v * a2 + a0 * d2
+            FF[nxt, t, 3] += v * a3 + a0 * d3
     for i in range(cnt):
-        mark[LFn[i]] = False
+        mark[LL[nxt, i]] = False
     return cnt
 
 
@@ -213,28 +230,36 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
 
 
 @inline
-def _subsets(F, LF, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv,
-             pd, nl, has, vals, start):
-    """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
-    from ``start``) from the distribution ``F`` (live states ``LF[:nf]``, the others
-    exact zeros): ``F_A`` over its live states
-    (:func:`_sparse`) and ``XA[A] = x0 + X_A``, bit ``j`` of ``A`` set when ``unc[j]``
-    is in ``S``. Returns ``(SA, SN, LA, LN, NA, NN)``, the two sets of buffers after
-    their swaps (the subsets in ``SA``, ``LA``, ``NA``); lanes from ``nl`` to 4 are 0."""
-    w_out, w_in = np.int64(0), np.int64(1)
+def _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl):
+    """The empty subset: ``SA[0]`` the distribution ``FF[cur]`` over its nonzero live
+    states (``LL[cur, :nf]`` of it; into ``LA[0, :NA[0]]``), lanes from ``nl`` to 4 zero,
+    ``XA[0] = x0``."""
     cnt = 0
     for i in range(nf):
-        k = LF[i]
+        k = LL[cur, i]
         nonzero = False
         for r in range(4):
-            SA[0, k, r] = F[k, r] if r < nl else 0.0
-            if r < nl and F[k, r] != 0.0:
+            SA[0, k, r] = FF[cur, k, r] if r < nl else 0.0
+            if r < nl and FF[cur, k, r] != 0.0:
                 nonzero = True
         if nonzero:
             LA[0, cnt] = k
             cnt += 1
     NA[0] = cnt
     XA[0] = x0
+
+
+@inline
+def _subsets(FF, LL, cur, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv,
+             pd, nl, has, vals, start):
+    """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
+    from ``start``) from the distribution ``FF[cur]`` (live states ``LL[cur, :nf]``, the
+    others exact zeros): ``F_A`` over its live states
+    (:func:`_sparse`) and ``XA[A] = x0 + X_A``, bit ``j`` of ``A`` set when ``unc[j]``
+    is in ``S``. Returns ``(SA, SN, LA, LN, NA, NN)``, the two sets of buffers after
+    their swaps (the subsets in ``SA``, ``LA``, ``NA``); lanes from ``nl`` to 4 are 0."""
+    w_out, w_in = np.int64(0), np.int64(1)
+    _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl)
     m = 1
     for j in range(count):
         g = unc[j]
@@ -249,6 +274,48 @@ def _subsets(F, LF, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, c
         NA, NN = NN, NA
         m *= 2
     return SA, SN, LA, LN, NA, NN
+
+
+@inline
+def _out_factor(pv, pd, g, cs, n_pat, has):
+    """Object ``g``'s probability of being out of ``S`` (its patterns of ``cs`` without
+    ``S`` summed in order) and its 3 tangents, as a tuple."""
+    q0 = q1 = q2 = q3 = 0.0
+    for p in range(n_pat[cs]):
+        if has[p] == 0:
+            q0 += pv[g, p, 0]
+            q1 += pd[g, p, 1]
+            q2 += pd[g, p, 2]
+            q3 += pd[g, p, 3]
+    return q0, q1, q2, q3
+
+
+@inline
+def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs, n_pat, pv, pd,
+               nl, has, vals, start):
+    """:func:`_subsets` when every pattern of ``cs`` outside ``S`` leaves the count
+    states as they are: ``F_A`` is then ``W[A]`` (4 lanes, a scalar by the product
+    rule: the product of the out objects' probabilities) times the distribution over
+    the in objects alone, ``SA[A]`` over its live states ``LA[A, :NA[A]]``; an object
+    out of ``S`` multiplies ``W`` and copies nothing. Children in place: subset ``a``
+    keeps its slot (out), ``a + m`` takes the in child (one buffer, no swap)."""
+    _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl)
+    W[0, 0], W[0, 1], W[0, 2], W[0, 3] = 1.0, 0.0, 0.0, 0.0
+    w_in = np.int64(1)
+    m = 1
+    for j in range(count):
+        g = unc[j]
+        q0, q1, q2, q3 = _out_factor(pv, pd, g, cs, n_pat, has)
+        v = vals[g - start]
+        for a in range(m):
+            _sparse(SA, a, LA, NA, SA, a + m, LA, NA, mark, tgt, cs, n_pat, pv, pd, g, nl,
+                    w_in, has)
+            XA[a + m] = XA[a] + v
+            w0, w1, w2, w3 = W[a, 0], W[a, 1], W[a, 2], W[a, 3]
+            W[a + m, 0], W[a + m, 1], W[a + m, 2], W[a + m, 3] = w0, w1, w2, w3
+            W[a, 0], W[a, 1], W[a, 2], W[a, 3] = (w0 * q0, w0 * q1 + w1 * q0,
+                                                  w0 * q2 + w2 * q0, w0 * q3 + w3 * q0)
+        m *= 2
 
 
 @njit
@@ -301,6 +368,39 @@ def _dot4(S, a, L, na, G, i, out):
 
 
 @inline
+def _scale4(t, W, a):
+    """``t = W[a] t`` over 4 lanes by the product rule."""
+    w0, w1, w2, w3 = W[a, 0], W[a, 1], W[a, 2], W[a, 3]
+    t0 = t[0]
+    t[0], t[1], t[2], t[3] = (w0 * t0, w0 * t[1] + t0 * w1, w0 * t[2] + t0 * w2,
+                              w0 * t[3] + t0 * w3)
+
+
+@inline
+def _live_dot(S, a, L, na, G):
+    """``<S[a], G>`` over the live states ``L[a, :na]`` of ``S[a]`` (``G``: ``(states,
+    >= 4)``), 4 lanes by the product rule, as a tuple."""
+    t0 = t1 = t2 = t3 = 0.0
+    for q in range(na):
+        k = L[a, q]
+        a0, b0 = S[a, k, 0], G[k, 0]
+        t0 += a0 * b0
+        t1 += a0 * G[k, 1] + b0 * S[a, k, 1]
+        t2 += a0 * G[k, 2] + b0 * S[a, k, 2]
+        t3 += a0 * G[k, 3] + b0 * S[a, k, 3]
+    return t0, t1, t2, t3
+
+
+@inline
+def _add_times(o, b, w0, w1, w2, w3, t0, t1, t2, t3):
+    """``o[b] += w t`` over 4 lanes by the product rule (``w``, ``t``: 4 lanes each)."""
+    o[b, 0] += w0 * t0
+    o[b, 1] += w0 * t1 + t0 * w1
+    o[b, 2] += w0 * t2 + t0 * w2
+    o[b, 3] += w0 * t3 + t0 * w3
+
+
+@inline
 def _bin(edges, x):
     """Bin of ``x``: the number of edges ``<= x`` (NaN: the overflow)."""
     n_edges = edges.shape[0]
@@ -346,8 +446,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     NA = np.zeros(1 << _FIRST, np.int64)
     NN = np.zeros(1 << _FIRST, np.int64)
     mark = np.zeros(n_states, np.bool_)
-    LF = np.zeros(n_states, np.int64)  # the live states of F, of Fn
-    LFn = np.zeros(n_states, np.int64)
     G0 = np.zeros((n_states, LANES))
     GB = np.zeros((1, n_states, LANES))
     XB = np.zeros(1)
@@ -358,6 +456,10 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     prev = np.zeros(4)
     GH = np.zeros((1, n_states, 4))  # grown for an event that needs more
     PH = np.zeros((2, n_states, 4))
+    W = np.zeros((1 << _FIRST, 4))
+    GT = np.zeros((n_states, 4))  # the last object's in-side value function
+    FF = np.zeros((2, n_states, 4))  # the sparse F and its next step (index cur)
+    LL = np.zeros((2, n_states), np.int64)
     # patterns that leave every count state as it is (an object failing every set)
     still = np.ones((n_coll, tgt.shape[1]), np.bool_)
     for c in range(n_coll):
@@ -365,6 +467,11 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             for k in range(n_states):
                 if tgt[c, p, k] != k:
                     still[c, p] = False
+    # every pattern outside S moves no count: F_A factors (_subsets_w)
+    out_still = True
+    for p in range(n_pat[cs]):
+        if has[p] == 0 and not still[cs, p]:
+            out_still = False
     for k in range(n_states):
         G0[k, 0] = f[k]
         for r in range(1, nl):
@@ -379,11 +486,12 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                     if pv_all[g, p, 0] != pv_all[g, p, 0]:
                         skip = False
         # with at most 3 tangents in an event of numbers, F over its live states only
-        # (LF[:nf]; the others exact zeros, never read), else dense
+        # (FF[cur] over LL[cur, :nf]; the others exact zeros, never read), else dense
         sparse = skip and nl <= 4
+        cur = 0
         if sparse:
-            F[0, 0], F[0, 1], F[0, 2], F[0, 3] = 1.0, 0.0, 0.0, 0.0
-            LF[0] = 0
+            FF[0, 0, 0], FF[0, 0, 1], FF[0, 0, 2], FF[0, 0, 3] = 1.0, 0.0, 0.0, 0.0
+            LL[0, 0] = 0
             nf = 1
         else:
             F[:, :nl] = 0.0
@@ -417,10 +525,11 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                         continue
                 if certain:
                     if sparse:
-                        nf = _forward_live(F, LF, nf, Fn, LFn, mark, tgt, c, n_pat, pv_all,
-                                           pd_all, g)
-                        LF, LFn = LFn, LF
-                    elif nl <= 4:
+                        nf = _forward_live(FF, LL, cur, nf, mark, tgt, c, n_pat, pv_all,
+                                            pd_all, g)
+                        cur = 1 - cur
+                        continue
+                    if nl <= 4:
                         _forward4(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, skip)
                     else:
                         _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all,
@@ -432,6 +541,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
         if n > MAX_UNCERTAIN:
             o[:, :] = np.nan
             continue
+        tail = 0
         if sparse:
             # the subsets of the first objects (all of them up to ENUMERATE_UP_TO, else
             # the first half), each over its live states
@@ -444,9 +554,21 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 NA = np.zeros(1 << first, np.int64)
                 NN = np.zeros(1 << first, np.int64)
                 XA = np.zeros(max(1 << first, 1 << max(_FIRST, ENUMERATE_UP_TO)))
-            SA, SN, LA, LN, NA, NN = _subsets(F, LF, nf, x0, unc, first, SA, SN, LA, LN, NA,
-                                              NN, XA, mark, tgt, cs, n_pat, pv_all, pd_all,
-                                              nl, has, vals, base[cs])
+                W = np.zeros((1 << first, 4))
+            # every subset, the out patterns still: the last object's two sides read
+            # its value function (GT: the in side's, the out side's q times f), no
+            # distribution of a subset of all n objects is made
+            tail = 1 if out_still and 1 <= n <= ENUMERATE_UP_TO else 0
+            first -= tail
+            if out_still:
+                _subsets_w(FF, LL, cur, nf, x0, unc, first, SA, LA, NA, W, XA, mark, tgt, cs,
+                           n_pat, pv_all, pd_all, nl, has, vals, base[cs])
+            else:
+                SA, SN, LA, LN, NA, NN = _subsets(FF, LL, cur, nf, x0, unc, first, SA, SN, LA, LN, NA,
+                                                  NN, XA, mark, tgt, cs, n_pat, pv_all,
+                                                  pd_all, nl, has, vals, base[cs])
+                for a in range(1 << first):
+                    W[a, 0], W[a, 1], W[a, 2], W[a, 3] = 1.0, 0.0, 0.0, 0.0
             m = 1 << first
         if sparse and n > ENUMERATE_UP_TO:
             # meet in the middle, the first half's distributions over their live states
@@ -467,11 +589,23 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             mb = 1
             for j in range(n - 1, na - 1, -1):
                 g = unc[j]
+                # with the out patterns still, the out side is q G: scaled in place (one
+                # out pattern: the floats of its step, 0 + v x = v x)
+                q0, q1, q2, q3 = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
                 for a in range(mb):
                     _pull4(GH, a, GH, a + mb, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_in,
                            has)
-                    _pull4(GH, a, PH, 0, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_out, has)
-                    GH[a, :, :] = PH[0, :, :]
+                    if out_still:
+                        for k in range(n_states):
+                            y0 = GH[a, k, 0]
+                            GH[a, k, 0] = q0 * y0
+                            GH[a, k, 1] = q0 * GH[a, k, 1] + y0 * q1
+                            GH[a, k, 2] = q0 * GH[a, k, 2] + y0 * q2
+                            GH[a, k, 3] = q0 * GH[a, k, 3] + y0 * q3
+                    else:
+                        _pull4(GH, a, PH, 0, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_out,
+                               has)
+                        GH[a, :, :] = PH[0, :, :]
                     XB[a + mb] = XB[a] + vals[g - base[cs]]
                 mb *= 2
             order = np.argsort(XB[:mb], kind="mergesort")
@@ -481,6 +615,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 PH[i + 1, :, :] = PH[i, :, :] + GH[order[i], :, :]
             for a in range(m):
                 _dot4(SA, a, LA, NA[a], PH, mb, tot)
+                _scale4(tot, W, a)
                 for r in range(4):
                     prev[r] = 0.0
                 for k in range(nb - 1):
@@ -492,27 +627,48 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                             tmp[r] = tot[r]
                     else:
                         _dot4(SA, a, LA, NA[a], PH, np.searchsorted(xs, t, side="left"), tmp)
+                        _scale4(tmp, W, a)
                     for r in range(4):
                         o[k, r] += tmp[r] - prev[r]
                         prev[r] = tmp[r]
                 for r in range(4):
                     o[nb - 1, r] += tot[r] - prev[r]
             continue
+        if sparse and tail:
+            g = unc[n - 1]
+            q0, q1, q2, q3 = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
+            # GT[k] = sum over the in patterns p of pi_p f[tgt(p, k)] (product rule)
+            for k in range(n_states):
+                GT[k, 0] = GT[k, 1] = GT[k, 2] = GT[k, 3] = 0.0
+            for p in range(n_pat[cs]):
+                if has[p] != 1:
+                    continue
+                v = pv_all[g, p, 0]
+                d1, d2, d3 = pd_all[g, p, 1], pd_all[g, p, 2], pd_all[g, p, 3]
+                for k in range(n_states):
+                    t = tgt[cs, p, k]
+                    y0 = G0[t, 0]
+                    GT[k, 0] += v * y0
+                    GT[k, 1] += v * G0[t, 1] + y0 * d1
+                    GT[k, 2] += v * G0[t, 2] + y0 * d2
+                    GT[k, 3] += v * G0[t, 3] + y0 * d3
+            # the last object out: W q <F_A, f>, in the subsets' order, then in: W <F_A, GT>
+            for a in range(m):
+                t0, t1, t2, t3 = _live_dot(SA, a, LA, NA[a], G0)
+                w0, w1, w2, w3 = W[a, 0], W[a, 1], W[a, 2], W[a, 3]
+                _add_times(o, _bin(edges, XA[a]), w0 * q0, w0 * q1 + w1 * q0,
+                           w0 * q2 + w2 * q0, w0 * q3 + w3 * q0, t0, t1, t2, t3)
+            v = vals[g - base[cs]]
+            for a in range(m):
+                t0, t1, t2, t3 = _live_dot(SA, a, LA, NA[a], GT)
+                _add_times(o, _bin(edges, XA[a] + v), W[a, 0], W[a, 1], W[a, 2], W[a, 3],
+                           t0, t1, t2, t3)
+            continue
         if sparse:  # every subset: each P_A = <F_A, f> into its bin
             for a in range(m):
-                t0 = t1 = t2 = t3 = 0.0
-                for i in range(NA[a]):
-                    k = LA[a, i]
-                    a0, b0 = SA[a, k, 0], G0[k, 0]
-                    t0 += a0 * b0
-                    t1 += a0 * G0[k, 1] + b0 * SA[a, k, 1]
-                    t2 += a0 * G0[k, 2] + b0 * SA[a, k, 2]
-                    t3 += a0 * G0[k, 3] + b0 * SA[a, k, 3]
-                b = _bin(edges, XA[a])
-                o[b, 0] += t0
-                o[b, 1] += t1
-                o[b, 2] += t2
-                o[b, 3] += t3
+                t0, t1, t2, t3 = _live_dot(SA, a, LA, NA[a], G0)
+                _add_times(o, _bin(edges, XA[a]), W[a, 0], W[a, 1], W[a, 2], W[a, 3],
+                           t0, t1, t2, t3)
             continue
         na = n // 2
         nbeta = 1 << (n - na)
@@ -571,8 +727,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
 
 
 @njit
-def fill_bins(pb, ev, factors, weight, sumw, sumw2):
-    """Histogram sums of per-event bin probabilities ``pb[e, b]`` (lanes, from
+def fill_bins(pb, ev, factors, weight, sumw, sumw2, b_lo, b_hi):
+    """Histogram sums of the bins ``b_lo:b_hi`` (each bin's own sums: a range per thread
+    gives the same bits) of per-event bin probabilities ``pb[e, b]`` (lanes, from
     :func:`event_sum_bins`) with the event weights ``ev[e]`` (lanes) times each
     variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2
     weight[e] w``, ``w = ev[e] pb[e, b]`` (the product rule), over the first
@@ -591,7 +748,7 @@ def fill_bins(pb, ev, factors, weight, sumw, sumw2):
             finite = finite and ev[e, r] - ev[e, r] == 0.0
         for v in range(factors.shape[0]):
             finite = finite and factors[v, e] - factors[v, e] == 0.0
-        for b in range(pb.shape[1]):
+        for b in range(b_lo, b_hi):
             p0 = pb[e, b, 0]
             if finite and p0 == 0.0:
                 empty = True

@@ -150,9 +150,9 @@ def _linear_jvp(prim: Primitive, ref):
             parts.append(prim.bind(q, f, off, ev, ad.instantiate_zeros(da),
                                    ad.instantiate_zeros(db), max_objects=max_objects))
         if not (_zero(dq) and _zero(df)):
-            fn = partial(ref, off=off, ev=ev, dq=a, df=b, max_objects=max_objects) \
-                if ref is _tangent_ref else partial(ref, off=off, ev=ev, cw=a, cp=b,
-                                                    max_objects=max_objects)
+            def fn(q, f):
+                return ref(q, f, off, ev, a, b, max_objects=max_objects)
+
             parts.append(jax.jvp(fn, (q, f), (ad.instantiate_zeros(dq),
                                               ad.instantiate_zeros(df)))[1])
         if not parts:

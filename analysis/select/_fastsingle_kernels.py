@@ -134,6 +134,14 @@ def _forward(F, j, p, cap):
 
 
 @nb.njit(inline="always")
+def _backward(G, p, cap, out):
+    """``out <- G`` one object back (it passes with ``p``): the value function
+    ``G_j(k) = (1 - p) G_{j+1}(k) + p G_{j+1}(min(k + 1, cap))``."""
+    for k in range(G.shape[0]):
+        out[k] = (1.0 - p) * G[k] + p * G[min(k + 1, cap)]
+
+
+@nb.njit(inline="always")
 def _distributions(q, a, m, cap, F):
     F[0, :] = 0.0
     F[0, 0] = 1.0
@@ -161,8 +169,7 @@ def _primal(q, f, off, w, P):
             for k in range(S):
                 inner += F[j, k] * G[min(k + 1, cap)]
             w[a + j] = p * inner
-            for k in range(S):
-                Gn[k] = (1.0 - p) * G[k] + p * G[min(k + 1, cap)]
+            _backward(G, p, cap, Gn)
             G[:] = Gn
         P[e] = G[0]
 
@@ -215,8 +222,7 @@ def _tangent(q, f, off, dq, df, dw, dP):
                     u = min(k + 1, cap)
                     dGn[k] = (1.0 - p) * dG[b, k] + p * dG[b, u] + dp * (G[u] - G[k])
                 dG[b, :] = dGn
-            for k in range(S):
-                Gn[k] = (1.0 - p) * G[k] + p * G[min(k + 1, cap)]
+            _backward(G, p, cap, Gn)
             G[:] = Gn
         for b in range(B):
             dP[b, e] = dG[b, 0]
@@ -248,8 +254,7 @@ def _cotangent(q, f, off, cw, cP, qb, fb):
             for k in range(S):
                 s += F[j, k] * Gs[j + 1, min(k + 1, cap)]
             inner[j] = s
-            for k in range(S):
-                Gs[j, k] = (1.0 - p) * Gs[j + 1, k] + p * Gs[j + 1, min(k + 1, cap)]
+            _backward(Gs[j + 1], p, cap, Gs[j])
         for b in range(B):
             # adjoints of the value functions, G_0 -> G_m (P = G_0(0); w_j reads G_{j+1})
             Gb[:] = 0.0

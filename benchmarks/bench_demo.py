@@ -109,7 +109,8 @@ def _timed_phases() -> dict[str, float]:
 def main_job(argv: list[str] | None) -> int:
     """``--main-job`` (module docstring)."""
     config = str(ROOT / "configs" / "demo.yaml")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory(prefix="bench_demo_") as tmp:
         cmd = [sys.executable, "-m", "analysis", "optimize", config, "--overwrite", "--quiet"]
         # data present: generated (and the caches filled) by a first run, not timed

@@ -32,7 +32,8 @@ def _wall(cmd: list[str], *, expect: int) -> float:
     # PYTHONDONTWRITEBYTECODE in the caller's environment would time compiling sources
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**env, "PYTHONPATH": str(ROOT)})
+                          env={**env, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [str(ROOT), env.get("PYTHONPATH")]))})
     wall = time.perf_counter() - start
     if done.returncode != expect:
         raise RuntimeError(f"{cmd}: exit {done.returncode}, expected {expect}: {done.stderr}")

@@ -15,13 +15,14 @@
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.opt_helpers import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
 API_MODULES = {
@@ -91,7 +92,7 @@ def _scratch_root(tmp_path: Path, shared_data: Path) -> Path:
 def test_examples_run(page, code, tmp_path, shared_data):
     script = tmp_path / "example.py"
     script.write_text(code)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = cli_env()
     done = subprocess.run(
         [sys.executable, str(script)], cwd=_scratch_root(tmp_path, shared_data), env=env,
         capture_output=True, text=True, timeout=600,

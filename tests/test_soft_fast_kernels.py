@@ -32,6 +32,7 @@ from analysis.soft import pass_weights, soft_cut
 from analysis.stats import Jagged
 from analysis.stats.jagged import padded_segment_ids
 from tests.conftest import central_difference
+from tests.opt_helpers import cli_env
 from tests.test_soft_pass_weights import enumerated
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +98,9 @@ def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
 
 
 def _program(fn, *args) -> str:  # noqa: ANN001
-    return jax.jit(fn).lower(*args).as_text()
+    # Lowered for the CPU, where the kernels are registered, whatever JAX's default device
+    # is (on a GPU the same primitives lower to the JAX recursion).
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cpu",)).as_text()
 
 
 def test_fast_path_is_taken_and_second_order_against_enumeration() -> None:
@@ -162,6 +165,6 @@ def test_stored_program_runs_in_a_new_process(tmp_path: Path) -> None:
     want = [float(x) for x in here(jnp.asarray(30.0))]
     assert os.path.exists(path)
     out = subprocess.run([sys.executable, "-c", CHILD, path], capture_output=True, text=True,
-                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+                         cwd=REPO, env=cli_env(), timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     np.testing.assert_array_equal(eval(out.stdout.strip().splitlines()[-1]), want)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import numpy as np
 from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from tests.conftest import SHARED_DATA
+from tests.opt_helpers import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DY = str(SHARED_DATA / "nano_dy.root")
@@ -34,7 +34,7 @@ print("ok", threading.active_count())
 
 
 def test_the_warm_up_runs_numbas_initialisation_in_a_fresh_process():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = cli_env()
     out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
                          text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -73,7 +73,7 @@ def test_an_extension_left_out_is_not_run_and_the_others_work():
     """The command line's warm-up leaves vector's numba extension out (its kernels take
     numpy arrays): numba does not run it later either; awkward's works; vector's own
     ``register_numba`` still makes its objects usable in numba."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = cli_env()
     out = subprocess.run([sys.executable, "-c", SKIPPED], env=env, capture_output=True,
                          text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]

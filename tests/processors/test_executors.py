@@ -25,6 +25,7 @@ from analysis import stats
 from analysis.testing import assert_derived_close
 from processors import DimuonProcessor, JetMomentsProcessor
 from tests.chunked_helpers import read_events
+from tests.opt_helpers import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TTBAR = "nanoAOD_2015_CMS_Open_Data_ttbar.root"
@@ -111,7 +112,7 @@ def test_jax_grad_through_differentiable_equals_finite_differences(shared_data) 
 
 @pytest.mark.slow
 def test_example_script_runs_end_to_end(shared_data) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = cli_env()
     out = subprocess.run(
         [
             sys.executable,

@@ -294,6 +294,13 @@ def test_result_types_and_keywords() -> None:
 # --- gradients of the new paths against finite differences -----------------------------
 
 
+# awkward's JAX backend refuses unless JAX's default backend is the CPU (awkward/jax.py):
+# on a GPU machine the tests that need it have no reference to run.
+needs_awkward_jax = pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="awkward's JAX backend needs JAX's default backend to be the CPU")
+
+
 def _jax_backend(x: ak.Array) -> ak.Array:
     import warnings
 
@@ -326,6 +333,7 @@ GRAD_CASES = {
 }
 
 
+@needs_awkward_jax
 @pytest.mark.parametrize("name", list(GRAD_CASES))
 def test_gradients_match_finite_differences(name: str) -> None:
     f = GRAD_CASES[name]
@@ -347,6 +355,7 @@ def test_gradients_match_finite_differences(name: str) -> None:
         assert directional == pytest.approx(fd, rel=1e-6, abs=1e-8), name
 
 
+@needs_awkward_jax
 def test_weight_gradient_through_awkward_structure() -> None:
     """A JAX weight (a soft cut's output) with awkward data: JAX-backed awkward results."""
     x = ak.Array([[1.0, 2.0, None], [], [3.0, 6.0], None])
@@ -417,6 +426,7 @@ def test_named_axes() -> None:
         stats.mean(x, axis="muons")
 
 
+@needs_awkward_jax
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(bivariate=True))
 def test_jax_backend_gives_the_numpy_backend_results(case: dict[str, Any]) -> None:

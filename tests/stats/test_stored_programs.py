@@ -27,8 +27,13 @@ def store(tmp_path):  # noqa: ANN001, ANN201
     """A fresh cache directory for this test, JAX's own restored afterwards; the
     programs of this process (chunk programs and stored calls) forgotten before and
     after."""
+    from jax.experimental.compilation_cache import compilation_cache
+
     before = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    # JAX opens its cache once per process: reopened here, else an earlier test's
+    # directory answers this test's compilations (a program of the same bucketed shapes)
+    compilation_cache.reset_cache()
     _compiled._PROGRAMS.clear()
     _stored._CALLS.clear()
     try:
@@ -37,6 +42,7 @@ def store(tmp_path):  # noqa: ANN001, ANN201
         _compiled._PROGRAMS.clear()
         _stored._CALLS.clear()
         jax.config.update("jax_compilation_cache_dir", before)
+        compilation_cache.reset_cache()
 
 
 TRACES: list = []

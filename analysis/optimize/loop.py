@@ -60,6 +60,7 @@ from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
 from analysis.optimize.status import run_status, validation_gap
 from analysis.pipeline.plan import initial_widths
+from analysis.stats._stored import stored_call
 from analysis.stats.derive import choose_mode
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "load_checkpoint",
     "require_finite",
     "save_checkpoint",
+    "update_description",
 ]
 
 CHECKPOINT = _ckpt.CHECKPOINT
@@ -121,7 +123,8 @@ def annealed_widths(
     return np.asarray(w0, dtype=np.float64) * factor
 
 
-def jitted_update(transform: optax.GradientTransformationExtraArgs) -> Any:
+def jitted_update(transform: optax.GradientTransformationExtraArgs,
+                  described: str | None = None) -> Any:
     """``(g, state, u, value) -> (u + update, state)``: one step of the first-order
     optax ``transform`` (``update`` with ``value=`` and no Hessian, then
     :func:`optax.apply_updates`) as one jitted program.
@@ -130,6 +133,11 @@ def jitted_update(transform: optax.GradientTransformationExtraArgs) -> Any:
     ----------
     transform : optax.GradientTransformationExtraArgs
         The optimiser (:attr:`analysis.optimize.optimizers.Optimizer.transform`).
+    described : str, optional
+        Everything ``transform`` is made from (:func:`update_description`): the
+        program is then kept on disk under it (:func:`analysis.stats._stored.stored_call`)
+        and a new process loads it instead of tracing and lowering the update again
+        (~20-25 ms of its first step). ``None``: traced in each process (``jax.jit``).
 
     Returns
     -------
@@ -144,7 +152,22 @@ def jitted_update(transform: optax.GradientTransformationExtraArgs) -> Any:
         updates, state = transform.update(g, state, u, value=value, hessian=None)
         return optax.apply_updates(u, updates), state
 
-    return jax.jit(step)
+    if described is None:
+        return jax.jit(step)
+
+    def run(g: Any, state: Any, u: Any, value: Any, *, optimizer: str) -> tuple[Any, Any]:
+        return step(g, state, u, value)
+
+    return lambda g, state, u, value: stored_call("optax_update", run, g, state, u, value,
+                                                  optimizer=described)
+
+
+def update_description(config: Config) -> str:
+    """What :func:`analysis.optimize.optimizers.make_optimizer` builds the optax
+    optimiser from (``config.optimizer``, every field) and optax's version: the key of
+    its stored update program (:func:`jitted_update`; JAX's and this package's versions
+    are in every stored program's key already)."""
+    return f"optax {optax.__version__}: {config.optimizer!r}"
 
 
 class Coordinates:
@@ -226,6 +249,7 @@ class Optimization:
                 f"{config.source}: parameters: nothing to optimise (no trainable parameter)"
             )
         self.coords = Coordinates(config, names)
+        described = update_description(config)  # what the transform is made from
         self.optimizer = make_optimizer(config)
         mask = score_mask(names)
         if mask.any() and self.optimizer.order == 1:  # the weights' own learning rate
@@ -265,7 +289,11 @@ class Optimization:
         #: a first-order optimiser's update and its application as one jitted program
         #: (eagerly, each of its ~20 operations is a program of its own, compiled or
         #: loaded at the first step of every process); Newton's runs in numpy
-        self._update = jitted_update(self.optimizer.transform) if self.order == 1 else None
+        # (kept on disk where the transform is config.optimizer's alone: no learned
+        # score's weights with their own learning rate)
+        self._update = (jitted_update(self.optimizer.transform,
+                                      None if mask.any() else described)
+                        if self.order == 1 else None)
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.converged = False

@@ -227,10 +227,15 @@ class Optimization:
     ``Optimization(config, evaluator, outdir)``: :meth:`do_step` runs one pass and one
     optimiser update (and writes the checkpoint), :attr:`done` says when to stop,
     :meth:`final` evaluates the soft and hard objective at the final parameters.
+    ``initial_observables``: the first step computes every observable (its states are
+    :attr:`initial_states`, the plots' initial histograms); ``False`` (the command line
+    without plots): only those the objective reads, as the steps after it (the same
+    history bit for bit: :func:`analysis.optimize.objectives.step_observables`).
     """
 
     def __init__(
-        self, config: Config, evaluator, outdir: Path, *, steps: int | None = None
+        self, config: Config, evaluator, outdir: Path, *, steps: int | None = None,
+        initial_observables: bool = True,
     ) -> None:
         self.config = config
         self.ev = evaluator
@@ -311,6 +316,7 @@ class Optimization:
         #: the observables the steps after the first compute (None: all; module docstring)
         self.step_observables = None if self.reverse else step_observables(
             self.objective, self.plan, self.order)
+        self.initial_observables = initial_observables
 
     def _use_part(self, part: str) -> None:
         """Passes weigh ``part``'s events; the objective's MC variance is scaled to the
@@ -438,16 +444,16 @@ class Optimization:
         params = self.params()
         chunks = self._chunks_for(k)
         try:
-            # all observables at the first step (the plots' initial histogram) and at
-            # the last (the final evaluation may reuse it)
-            every = k in (0, self.opt_cfg.steps - 1)
+            # all observables at the first step (the plots' initial histogram: where
+            # there are plots) and at the last (the final evaluation may reuse it)
+            every = (k == 0 and self.initial_observables) or k == self.opt_cfg.steps - 1
             res = self.evaluate(params, widths, order=self.order, chunks=chunks,
                                 observables=None if every else self.step_observables)
         except (TermReturnError, LikelihoodError) as err:  # name the step (as for NaN)
             raise DiffcoffeaError(
                 f"optimize: step {k}: {err}; stopped, {_kept(k, self.outdir / CHECKPOINT)}"
             ) from None
-        if k == 0 and chunks is None:
+        if k == 0 and chunks is None and every:
             self.initial_states = self.last_states  # for the plots' initial histogram
         require_finite(res, k, self.outdir / CHECKPOINT)
         scale = self.coords.scale

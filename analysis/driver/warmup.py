@@ -14,9 +14,9 @@ does other work (the evaluator opens and checks the files, the optimisation loop
 up, the first pass reads its chunks), and :meth:`NumbaWarmUp.wait` joins it before the
 first kernel runs. The parts of that work that release the GIL (file reads,
 decompression, LLVM's work on the runtime) then overlap it; the rest is moved, not
-saved. Measured on the demo's second run (issue 35, load ~2): the warm-up with the
-registries took 0.4-0.5 s, most of the first optimisation step; without them
-~0.05-0.1 s.
+saved. Measured on the demo's second run (issue 35): the warm-up with the registries
+took 0.4-0.5 s (load ~2), most of the first optimisation step; without them 0.14-0.18 s
+at load 8, done before the first step begins.
 
 Extensions left out (``NumbaWarmUp(skip=("vector",))``, what the command line asks
 for): their entry points are not run in this process, and numba, which runs the

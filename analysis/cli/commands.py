@@ -297,7 +297,8 @@ def _run_optimize(args, config, plotter) -> int:
     # claim_run locks the output dir and refuses (or, with --overwrite, deletes) an
     # earlier checkpoint unless --resume continues it.
     with claim_run(config, args), make_evaluator(config, args) as ev:
-        run = Optimization(config, ev, outdir, steps=args.steps)
+        run = Optimization(config, ev, outdir, steps=args.steps,
+                           initial_observables=not args.no_plots)
         if args.resume:
             run.resume()
         initial_params = config.initial_params()

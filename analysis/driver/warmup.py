@@ -2,14 +2,21 @@
 
 The first numba kernel a process calls, even one loaded from numba's on-disk cache,
 first runs numba's one-time initialisation: the ``numba_extensions`` entry points
-(awkward's and vector's numba extensions, ~0.45 s) and the CPU target's registries
-(``numba.np``, ``numba.cpython``; numba's BLAS check imports ``scipy.linalg``), about
-0.7-1 s in all (issue 35: most of the first optimisation step of a second run, whose
-compilations are all cached). :class:`NumbaWarmUp` starts that initialisation on a
-thread while the caller does other work (the evaluator opens and checks the files,
-the optimisation loop sets up, the first pass reads its chunks), and
-:meth:`NumbaWarmUp.wait` joins it before the first kernel runs. The parts of that work that release the GIL (file reads, decompression, the
-object code numba's registries load) then overlap it; the rest is moved, not saved.
+(awkward's and vector's numba extensions), the CPU target's code generator and numba's
+runtime (NRT, compiled with LLVM: ~0.05 s) and, for numba's own cache loads and any
+compilation, the CPU target's typing and lowering registries (``numba.np``,
+``numba.cpython``; numba's BLAS check imports ``scipy.linalg``: ~0.35-0.4 s). This
+package's kernels load their cached machine code without the registries
+(:class:`analysis.pipeline.backends.numba.kernels._jit._KernelCache`; numba loads them
+itself before anything compiles), so :class:`NumbaWarmUp` starts the rest of that
+initialisation (entry points, code generator, runtime) on a thread while the caller
+does other work (the evaluator opens and checks the files, the optimisation loop sets
+up, the first pass reads its chunks), and :meth:`NumbaWarmUp.wait` joins it before the
+first kernel runs. The parts of that work that release the GIL (file reads,
+decompression, LLVM's work on the runtime) then overlap it; the rest is moved, not
+saved. Measured on the demo's second run (issue 35): the warm-up with the registries
+took 0.4-0.5 s (load ~2), most of the first optimisation step; without them 0.14-0.18 s
+at load 8, done before the first step begins.
 
 Extensions left out (``NumbaWarmUp(skip=("vector",))``, what the command line asks
 for): their entry points are not run in this process, and numba, which runs the
@@ -26,7 +33,7 @@ pass waits for the extensions' entry points (:meth:`NumbaWarmUp.wait_extensions`
 before it reads anything, so numba code that a reader may call (coffea's cross-reference
 kernels take awkward's builders) types its arguments with every extension registered,
 and waits for the rest before its first kernel (the processor's ``before_kernels``,
-:class:`analysis.pipeline.job.Job`, is :func:`numba_ready`): no kernel of ours is typed
+:class:`analysis.pipeline.job.Job`, is :func:`numba_ready`): no kernel of ours is loaded
 mid-initialisation. An error in the thread is kept and left to numba to raise again where the
 pass needs it (the same initialisation then runs in the main thread).
 """
@@ -70,18 +77,19 @@ def _entry_points(skip: Collection[str]) -> None:
 
 def _initialise_numba(skip: Collection[str] = (),
                       extensions: threading.Event | None = None) -> None:
-    """numba's extension entry points (but ``skip``'s) and CPU target registries, as its
-    first compilation or cache load would run them; ``extensions`` is set once the entry
-    points have run."""
+    """numba's extension entry points (but ``skip``'s), the CPU target's code generator
+    and numba's runtime, as the first call of a cached kernel would run them (not the
+    registries: module docstring); ``extensions`` is set once the entry points have
+    run."""
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
+    from numba.core.runtime import rtsys
 
     with global_compiler_lock:
         _entry_points(skip)
         if extensions is not None:
             extensions.set()
-        cpu_target.typing_context.refresh()
-        cpu_target.target_context.refresh()
+        rtsys.initialize(cpu_target.target_context)
 
 
 def numba_ready() -> None:

@@ -60,6 +60,7 @@ from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
 from analysis.optimize.status import run_status, validation_gap
 from analysis.pipeline.plan import initial_widths
+from analysis.stats._stored import stored_call
 from analysis.stats.derive import choose_mode
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "load_checkpoint",
     "require_finite",
     "save_checkpoint",
+    "update_description",
 ]
 
 CHECKPOINT = _ckpt.CHECKPOINT
@@ -121,7 +123,8 @@ def annealed_widths(
     return np.asarray(w0, dtype=np.float64) * factor
 
 
-def jitted_update(transform: optax.GradientTransformationExtraArgs) -> Any:
+def jitted_update(transform: optax.GradientTransformationExtraArgs,
+                  described: str | None = None) -> Any:
     """``(g, state, u, value) -> (u + update, state)``: one step of the first-order
     optax ``transform`` (``update`` with ``value=`` and no Hessian, then
     :func:`optax.apply_updates`) as one jitted program.
@@ -130,6 +133,11 @@ def jitted_update(transform: optax.GradientTransformationExtraArgs) -> Any:
     ----------
     transform : optax.GradientTransformationExtraArgs
         The optimiser (:attr:`analysis.optimize.optimizers.Optimizer.transform`).
+    described : str, optional
+        Everything ``transform`` is made from (:func:`update_description`): the
+        program is then kept on disk under it (:func:`analysis.stats._stored.stored_call`)
+        and a new process loads it instead of tracing and lowering the update again
+        (~20-25 ms of its first step). ``None``: traced in each process (``jax.jit``).
 
     Returns
     -------
@@ -144,7 +152,22 @@ def jitted_update(transform: optax.GradientTransformationExtraArgs) -> Any:
         updates, state = transform.update(g, state, u, value=value, hessian=None)
         return optax.apply_updates(u, updates), state
 
-    return jax.jit(step)
+    if described is None:
+        return jax.jit(step)
+
+    def run(g: Any, state: Any, u: Any, value: Any, *, optimizer: str) -> tuple[Any, Any]:
+        return step(g, state, u, value)
+
+    return lambda g, state, u, value: stored_call("optax_update", run, g, state, u, value,
+                                                  optimizer=described)
+
+
+def update_description(config: Config) -> str:
+    """What :func:`analysis.optimize.optimizers.make_optimizer` builds the optax
+    optimiser from (``config.optimizer``, every field) and optax's version: the key of
+    its stored update program (:func:`jitted_update`; JAX's and this package's versions
+    are in every stored program's key already)."""
+    return f"optax {optax.__version__}: {config.optimizer!r}"
 
 
 class Coordinates:
@@ -204,10 +227,15 @@ class Optimization:
     ``Optimization(config, evaluator, outdir)``: :meth:`do_step` runs one pass and one
     optimiser update (and writes the checkpoint), :attr:`done` says when to stop,
     :meth:`final` evaluates the soft and hard objective at the final parameters.
+    ``initial_observables``: the first step computes every observable (its states are
+    :attr:`initial_states`, the plots' initial histograms); ``False`` (the command line
+    without plots): only those the objective reads, as the steps after it (the same
+    history bit for bit: :func:`analysis.optimize.objectives.step_observables`).
     """
 
     def __init__(
-        self, config: Config, evaluator, outdir: Path, *, steps: int | None = None
+        self, config: Config, evaluator, outdir: Path, *, steps: int | None = None,
+        initial_observables: bool = True,
     ) -> None:
         self.config = config
         self.ev = evaluator
@@ -226,6 +254,7 @@ class Optimization:
                 f"{config.source}: parameters: nothing to optimise (no trainable parameter)"
             )
         self.coords = Coordinates(config, names)
+        described = update_description(config)  # what the transform is made from
         self.optimizer = make_optimizer(config)
         mask = score_mask(names)
         if mask.any() and self.optimizer.order == 1:  # the weights' own learning rate
@@ -265,7 +294,11 @@ class Optimization:
         #: a first-order optimiser's update and its application as one jitted program
         #: (eagerly, each of its ~20 operations is a program of its own, compiled or
         #: loaded at the first step of every process); Newton's runs in numpy
-        self._update = jitted_update(self.optimizer.transform) if self.order == 1 else None
+        # (kept on disk where the transform is config.optimizer's alone: no learned
+        # score's weights with their own learning rate)
+        self._update = (jitted_update(self.optimizer.transform,
+                                      None if mask.any() else described)
+                        if self.order == 1 else None)
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.converged = False
@@ -283,6 +316,7 @@ class Optimization:
         #: the observables the steps after the first compute (None: all; module docstring)
         self.step_observables = None if self.reverse else step_observables(
             self.objective, self.plan, self.order)
+        self.initial_observables = initial_observables
 
     def _use_part(self, part: str) -> None:
         """Passes weigh ``part``'s events; the objective's MC variance is scaled to the
@@ -410,16 +444,16 @@ class Optimization:
         params = self.params()
         chunks = self._chunks_for(k)
         try:
-            # all observables at the first step (the plots' initial histogram) and at
-            # the last (the final evaluation may reuse it)
-            every = k in (0, self.opt_cfg.steps - 1)
+            # all observables at the first step (the plots' initial histogram: where
+            # there are plots) and at the last (the final evaluation may reuse it)
+            every = (k == 0 and self.initial_observables) or k == self.opt_cfg.steps - 1
             res = self.evaluate(params, widths, order=self.order, chunks=chunks,
                                 observables=None if every else self.step_observables)
         except (TermReturnError, LikelihoodError) as err:  # name the step (as for NaN)
             raise DiffcoffeaError(
                 f"optimize: step {k}: {err}; stopped, {_kept(k, self.outdir / CHECKPOINT)}"
             ) from None
-        if k == 0 and chunks is None:
+        if k == 0 and chunks is None and every:
             self.initial_states = self.last_states  # for the plots' initial histogram
         require_finite(res, k, self.outdir / CHECKPOINT)
         scale = self.coords.scale

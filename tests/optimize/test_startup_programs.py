@@ -21,7 +21,7 @@ import pytest
 
 from analysis.driver.runner import Evaluator
 from analysis.optimize import objectives
-from analysis.optimize.loop import jitted_update
+from analysis.optimize.loop import jitted_update, update_description
 from analysis.optimize.objectives import Objective, objective_from_states
 from analysis.stats import _stored
 from tests import opt_helpers as H
@@ -135,6 +135,59 @@ def test_the_jitted_update_follows_optax_s_eager_update(opt) -> None:  # noqa: A
     np.testing.assert_allclose(np.asarray(u_jit), np.asarray(u_eager), rtol=1e-12, atol=0)
     for a, b in zip(jax.tree_util.tree_leaves(s_jit), jax.tree_util.tree_leaves(s_eager)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=0)
+
+
+def test_the_update_s_program_is_stored_and_a_new_process_loads_it_untraced(
+        store, monkeypatch) -> None:  # noqa: ANN001, F811
+    """With a description of its optimiser, the jitted update is kept on disk: the same
+    bits as ``jax.jit`` of the same update (the same program), and a new process loads
+    it without tracing the optimiser's update."""
+    opt = optax.with_extra_args_support(optax.adam(optax.cosine_decay_schedule(0.05, 10)))
+    calls: list = []
+    traced = optax.GradientTransformationExtraArgs(
+        opt.init, lambda *a, **k: calls.append(1) or opt.update(*a, **k))
+
+    def run(step) -> list:  # noqa: ANN001
+        rng = np.random.default_rng(5)
+        u = jnp.asarray([0.2, 0.5, 0.9])
+        state = opt.init(u)
+        out = []
+        for _ in range(4):
+            u, state = step(jnp.asarray(rng.normal(size=3)), state, u, 1.5)
+            out.append([np.asarray(x) for x in jax.tree_util.tree_leaves((u, state))])
+        return out
+
+    reference = run(jitted_update(opt))
+    first = run(jitted_update(traced, "adam, cosine 0.05/10"))
+    assert _kinds(store) == [_stored.EXECUTABLE] and calls
+    calls.clear()
+    _stored._CALLS.clear()  # what a new process starts with
+    again = run(jitted_update(traced, "adam, cosine 0.05/10"))
+    assert calls == []  # loaded, not traced
+    for got in (first, again):
+        for a, b in zip(got, reference, strict=True):
+            for x, y in zip(a, b, strict=True):
+                np.testing.assert_array_equal(x, y)
+    run(jitted_update(traced, "adam, cosine 0.1/10"))  # another description: its own
+    assert len(_kinds(store)) == 2 and calls
+
+
+def test_the_update_s_description_holds_what_the_optimiser_is_made_of(
+        small_data, monkeypatch) -> None:  # noqa: ANN001
+    """Each field of ``config.optimizer`` and optax's version change the key of the
+    stored update (an old program is never the update of another optimiser)."""
+    base = H.make_config(small_data)
+    key = update_description(base)
+    for change in ({"learning_rate": 0.07}, {"name": "sgd"},
+                   {"schedule": {"name": "cosine_decay_schedule", "kwargs": {"decay_steps": 9}}},
+                   {"kwargs": {"b1": 0.8}}, {"steps": 7}):
+        cfg = H.make_config(small_data)
+        for name, value in change.items():
+            setattr(cfg.optimizer, name, type(getattr(base.optimizer, name, None))(value)
+                    if name in ("learning_rate", "steps") else value)
+        assert update_description(cfg) != key, change
+    monkeypatch.setattr(optax, "__version__", "0.0.1")
+    assert update_description(base) != key
 
 
 def test_the_report_s_program_is_stored_and_a_new_process_loads_it_untraced(

@@ -50,10 +50,10 @@ def _spy(ev: Evaluator) -> list:
     return calls
 
 
-def _optimise(cfg, outdir, *, reduce: bool = True):
+def _optimise(cfg, outdir, *, reduce: bool = True, initial: bool = True):
     ev = Evaluator(cfg)
     calls = _spy(ev)
-    run = Optimization(cfg, ev, outdir)
+    run = Optimization(cfg, ev, outdir, initial_observables=initial)
     if not reduce:
         run.step_observables = None
     while not run.done:
@@ -82,6 +82,39 @@ def test_steps_leave_out_what_no_term_reads(small_data, tmp_path, terms, kept):
     assert final == full_final
     for st in run.final_states.values():
         assert set(st.derived.value["observables"]) == {o["name"] for o in OBSERVABLES}
+
+
+def test_without_plots_the_first_step_leaves_them_out_too(small_data, tmp_path, monkeypatch):
+    """``initial_observables=False`` (the command line's ``--no-plots``: no initial
+    histogram to draw): the first step computes only what the objective reads, and the
+    optimisation is the same bit for bit."""
+    cfg = H.make_config(small_data, observables=OBSERVABLES,
+                        objective={"terms": [{"type": "significance", "sigma_b": 0.1}]},
+                        optimizer={"steps": 4})
+    run, calls, final = _optimise(cfg, tmp_path / "lean", initial=False)
+    assert calls == [(), (), (), None, None, None] and run.initial_states is None
+    full, full_calls, full_final = _optimise(cfg, tmp_path / "full")
+    assert full_calls[0] is None and full.initial_states is not None
+    assert H.comparable_history(run.history) == H.comparable_history(full.history)
+    assert final == full_final
+
+    from analysis.cli.parser import main
+    from analysis.optimize import loop
+    from tests.conftest import write_config
+
+    seen = []
+    init = loop.Optimization.__init__
+
+    def spy(self, *a, **k):
+        seen.append(k.get("initial_observables", True))
+        init(self, *a, **k)
+
+    monkeypatch.setattr(loop.Optimization, "__init__", spy)
+    path = write_config(tmp_path / "opt.yaml", H.config_dict(small_data, optimizer={"steps": 1}))
+    for flags in ([], ["--no-plots"]):
+        assert main(["optimize", str(path), "-o", str(tmp_path / "cli"), "--quiet",
+                     "--overwrite", *flags]) == 0
+    assert seen == [True, False]  # the command line's plots decide
 
 
 def test_a_python_term_keeps_every_observable(small_data, tmp_path):

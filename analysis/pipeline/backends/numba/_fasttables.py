@@ -16,7 +16,6 @@ import math
 from functools import lru_cache
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline.plan import Plan, threshold_value
@@ -185,8 +184,11 @@ def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
 @lru_cache(maxsize=16)
 def _pass_values(model, th: bytes, cw: bytes) -> tuple[np.ndarray, np.ndarray]:
     """:func:`analysis.pipeline.backends.numba._fasttables._pass_fn` at the thresholds and widths ``th``,
-    ``cw`` (float64 bytes): once per pass, not per chunk (an eager JAX call). Read-only."""
-    f_j, slope = _pass_fn(model)(jnp.asarray(np.frombuffer(th)), jnp.asarray(np.frombuffer(cw)))
+    ``cw`` (float64 bytes): once per pass, not per chunk (an eager JAX call). Read-only.
+    The program takes the numpy arrays as they are: ``jnp.asarray`` of one is a compiled
+    program of its own per shape (JAX's ``stage``: 10-15 ms at a new process's first
+    step)."""
+    f_j, slope = _pass_fn(model)(np.frombuffer(th), np.frombuffer(cw))
     f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
     f.flags.writeable = slope.flags.writeable = False
     return f, slope

@@ -35,7 +35,7 @@ from tests.conftest import central_difference
 from tests.test_soft_pass_weights import enumerated
 
 REPO = Path(__file__).resolve().parents[1]
-M = 12
+M = 12  # the kernels hold S = 2, 3, 4 states as constants (_fastsingle_kernels)
 
 
 def _lists(seed: int):
@@ -56,7 +56,7 @@ def _close(got, want) -> None:
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13 * max(1.0, np.abs(w).max()))
 
 
-@pytest.mark.parametrize("states, second", [(1, False), (2, False), (3, True), (6, False)])
+@pytest.mark.parametrize("states, second", [(1, False), (2, False), (3, True), (4, False), (5, False), (6, False)])
 def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
     q, off, ev = _lists(states)
     f = jnp.asarray(np.random.default_rng(states).uniform(0.2, 1.0, states))

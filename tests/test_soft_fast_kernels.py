@@ -96,6 +96,56 @@ def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
     _close(lanes, jax.vmap(lambda d: jax.jvp(dense, (q, f), (d, f))[1])(dqs))
 
 
+def test_one_call_jvp_and_the_paths_that_split_it() -> None:
+    """Forward mode runs one kernel call for values and tangents (the tangent kernel
+    writes the values too); the reverse-mode paths that linearize a JVP by partial
+    evaluation (direct or not, under jax.checkpoint, in a lax.scan) split it into the
+    primal and the transposable tangent: all agree with the dense recursion."""
+    q, off, ev = _lists(11)
+    f = jnp.asarray(np.random.default_rng(11).uniform(0.2, 1.0, 3))
+
+    def fast(q, f):  # noqa: ANN001, ANN202
+        return fast_weights(q, off, ev, f, max_objects=M)
+
+    def dense(q, f):  # noqa: ANN001, ANN202
+        return dense_weights(q, off, ev, f, max_objects=M)
+
+    def both(fn):  # noqa: ANN001, ANN202
+        def pair(f):  # noqa: ANN001, ANN202
+            out = fn(q, f)
+            return out, out  # the values as jax.jacfwd's auxiliary output (stats.derive)
+
+        return jax.jacfwd(pair, has_aux=True)
+
+    text = _program(both(fast), f)
+    assert text.count("stablehlo.custom_call") == 1 and kernels.TANGENT in text
+    _close(jax.jit(both(fast))(f), both(dense)(f))
+
+    def loss(fn):  # noqa: ANN001, ANN202
+        def value(q, f):  # noqa: ANN001, ANN202
+            w, p = fn(q, f)
+            return jnp.sum(jnp.sin(3.0 * w)) + jnp.sum(p**2)
+        return value
+
+    def scanned(fn):  # noqa: ANN001, ANN202
+        def value(q, f):  # noqa: ANN001, ANN202
+            def body(c, x):  # noqa: ANN001, ANN202
+                return c + loss(fn)(q, f * x), None
+            return jax.lax.scan(body, 0.0, jnp.array([1.0, 0.9]))[0]
+        return value
+
+    want = jax.grad(loss(dense), (0, 1))(q, f)
+    _close(jax.jit(jax.grad(jax.checkpoint(loss(fast)), (0, 1)))(q, f), want)
+    _close(jax.grad(scanned(fast), (0, 1))(q, f), jax.grad(scanned(dense), (0, 1))(q, f))
+    jax.config.update("jax_use_direct_linearize", False)
+    try:
+        _close(jax.grad(loss(fast), (0, 1))(q, f), want)
+    finally:
+        jax.config.update("jax_use_direct_linearize", True)
+    _close(jax.jit(jax.jacrev(jax.jacfwd(loss(fast), 1), 1))(q, f),
+           jax.jacfwd(jax.jacfwd(loss(dense), 1), 1)(q, f))
+
+
 def _program(fn, *args) -> str:  # noqa: ANN001
     return jax.jit(fn).lower(*args).as_text()
 

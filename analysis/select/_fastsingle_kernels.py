@@ -174,11 +174,15 @@ def _primal_s(q, f, off, w, P, S):
 
 
 @nb.njit(inline="always")
-def _tangent_s(q, f, off, dq, df, dw, dP, S):
-    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` for every lane ``b``."""
+def _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, S):
+    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` for every lane ``b``;
+    with ``primal``, ``(w, P)`` too (the values of :func:`_primal`, bit for bit: the same
+    products and sums)."""
     cap = S - 1
     B = dq.shape[0]
     dw[:, :] = 0.0
+    if primal:
+        w[:] = 0.0
     M = _longest(off)
     F = np.empty((M + 1, S))
     dF = np.empty((B, M + 1, S))
@@ -209,6 +213,8 @@ def _tangent_s(q, f, off, dq, df, dw, dP, S):
             inner = 0.0
             for k in range(S):
                 inner += F[j, k] * G[min(k + 1, cap)]
+            if primal:
+                w[a + j] = p * inner
             for b in range(B):
                 dp = dq[b, a + j]
                 dinner = 0.0
@@ -224,6 +230,8 @@ def _tangent_s(q, f, off, dq, df, dw, dP, S):
             G[:] = Gn
         for b in range(B):
             dP[b, e] = dG[b, 0]
+        if primal:
+            P[e] = G[0]
 
 
 @nb.njit(inline="always")
@@ -305,17 +313,19 @@ def _primal(q, f, off, w, P):
 
 
 @nb.njit
-def _tangent(q, f, off, dq, df, dw, dP):
-    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` for every lane ``b``."""
+def _tangent(q, f, off, dq, df, dw, dP, w, P):
+    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` for every lane ``b``,
+    and ``(w, P)`` themselves where ``w`` is not empty (the JVP in one call)."""
     S = f.shape[0]
+    primal = w.shape[0] > 0 or P.shape[0] > 0
     if S == 2:
-        _tangent_s(q, f, off, dq, df, dw, dP, 2)
+        _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, 2)
     elif S == 3:
-        _tangent_s(q, f, off, dq, df, dw, dP, 3)
+        _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, 3)
     elif S == 4:
-        _tangent_s(q, f, off, dq, df, dw, dP, 4)
+        _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, 4)
     else:
-        _tangent_s(q, f, off, dq, df, dw, dP, S)
+        _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, S)
 
 
 @nb.njit
@@ -357,9 +367,13 @@ def _primal_handler(frame):
 def _tangent_handler(frame):
     fa = _addr(frame)
     if _executing(fa):
+        dw, dP = _f64(fa, 14, 0, True), _f64(fa, 14, 1, True)
+        if _word(fa, 12) == 4:  # XLA_FFI_Rets.size: (dw, dP, w, P), the JVP in one call
+            w, P = _f64(fa, 14, 2, False)[0], _f64(fa, 14, 3, False)[0]
+        else:
+            w, P = dw[0, :0], dP[0, :0]
         _tangent(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
-                 _f64(fa, 9, 3, True), _f64(fa, 9, 4, True),
-                 _f64(fa, 14, 0, True), _f64(fa, 14, 1, True))
+                 _f64(fa, 9, 3, True), _f64(fa, 9, 4, True), dw, dP, w, P)
     return _ptr(0)
 
 

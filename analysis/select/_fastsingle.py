@@ -4,7 +4,7 @@ kernels on CPU, with every derivative.
 Under ``jax.jacfwd`` the dense recursion's JAX program pushes each tangent through both
 scans over the ``(M, block)`` tables of every block (M: the chunk's largest
 multiplicity, for every event); measured on the README processor's 50k-event chunks,
-about two thirds of a later pass. Here three JAX primitives run the numba kernels of
+about two thirds of a later pass. Here four JAX primitives run the numba kernels of
 :mod:`analysis.select._fastsingle_kernels` (XLA FFI custom calls, over each event's own
 objects):
 
@@ -12,9 +12,12 @@ objects):
 * ``tangent``: the forward-mode tangents along ``B`` lanes of ``(dq, df)`` (linear in
   them), so ``jax.jacfwd``'s parameters are one kernel call;
 * ``cotangent``: its transpose, the reverse-mode pull-back of ``B`` lanes of
-  cotangents (``jax.grad``, ``jax.vjp``, ``jax.jacrev``).
+  cotangents (``jax.grad``, ``jax.vjp``, ``jax.jacrev``);
+* ``jvp``: ``primal`` and ``tangent`` in one call (the tangent kernel writes the values
+  too), the JVP of ``primal``; where reverse mode linearizes it (partial evaluation) it
+  splits into ``primal`` (known) and ``tangent`` (staged).
 
-``primal``'s JVP is ``tangent``; ``tangent`` and ``cotangent`` transpose into one
+``primal``'s JVP is ``jvp``; ``tangent`` and ``cotangent`` transpose into one
 another. Their derivatives with respect to ``(q, f)`` (second order: ``jax.hessian``,
 forward over reverse) are JAX's derivatives of the dense recursion's own JVP and VJP
 (exact, slower), and so is a ``jax.vmap`` over ``q`` or ``f``. On any other platform the
@@ -176,6 +179,40 @@ def _jvp_partial_eval(trace, q, f, off, ev, dq, df, *, max_objects):
     return [trace.new_const(v) for v in values] + list(tangents)
 
 
+def _jvp_partial_eval_custom(saveable, unks_in, inst_in, eqn):
+    """The same split for ``jax.checkpoint`` (``pe.partial_eval_jaxpr_custom``): the
+    values known (``primal``), the tangents staged (``tangent``); otherwise the whole
+    call, known or staged, as JAX does for a primitive without a rule."""
+    del saveable
+
+    def res(which):
+        return [v for v, u, i in zip(eqn.invars, unks_in, inst_in)
+                if which(u) and type(v) is core.Var and not i]
+
+    if not any(unks_in):
+        return eqn, None, [False] * 4, [False] * 4, []
+    if any(unks_in[:4]):
+        return None, eqn, [True] * 4, [True] * 4, res(lambda u: not u)
+    known = eqn.replace(primitive=_primal_p, invars=eqn.invars[:4], outvars=eqn.outvars[:2])
+    staged = eqn.replace(primitive=_tangent_p, outvars=eqn.outvars[2:])
+    return known, staged, [False, False, True, True], [False, False, True, True], \
+        res(lambda u: not u)
+
+
+def _jvp_jvp(primals, tangents, *, max_objects):
+    """JVP of the one-call JVP (second order forward): that of the pair (``primal``,
+    ``tangent``) it computes, by their own rules."""
+    q, f, off, ev, dq, df = primals
+
+    def pair(q, f, dq, df):
+        return (*_primal_p.bind(q, f, off, ev, max_objects=max_objects),
+                *_tangent_p.bind(q, f, off, ev, dq, df, max_objects=max_objects))
+
+    ins = [ad.instantiate_zeros(t) for t in (tangents[0], tangents[1], tangents[4], tangents[5])]
+    out, tangent = jax.jvp(pair, (q, f, dq, df), tuple(ins))
+    return list(out), list(tangent)
+
+
 def _linear_jvp(prim: Primitive, ref):
     """JVP of ``tangent`` / ``cotangent``: linear in their last two arguments (the
     primitive itself), the rest by JAX's derivative of the dense reference."""
@@ -219,45 +256,9 @@ def _transpose(into: Primitive):
 
 
 ad.primitive_jvps[_primal_p] = _primal_jvp
-def _jvp_partial_eval_custom(saveable, unks_in, inst_in, eqn):
-    """The same split for ``jax.checkpoint`` (``pe.partial_eval_jaxpr_custom``): the
-    values known (``primal``), the tangents staged (``tangent``); otherwise the whole
-    call, known or staged, as JAX does for a primitive without a rule."""
-    del saveable
-
-    def res(which):
-        return [v for v, u, i in zip(eqn.invars, unks_in, inst_in)
-                if which(u) and type(v) is core.Var and not i]
-
-    if not any(unks_in):
-        return eqn, None, [False] * 4, [False] * 4, []
-    if any(unks_in[:4]):
-        return None, eqn, [True] * 4, [True] * 4, res(lambda u: not u)
-    known = eqn.replace(primitive=_primal_p, invars=eqn.invars[:4], outvars=eqn.outvars[:2])
-    staged = eqn.replace(primitive=_tangent_p, outvars=eqn.outvars[2:])
-    return known, staged, [False, False, True, True], [False, False, True, True], \
-        res(lambda u: not u)
-
-
+ad.primitive_jvps[_jvp_p] = _jvp_jvp
 pe.custom_partial_eval_rules[_jvp_p] = _jvp_partial_eval
 pe.partial_eval_jaxpr_custom_rules[_jvp_p] = _jvp_partial_eval_custom
-
-
-def _jvp_jvp(primals, tangents, *, max_objects):
-    """JVP of the one-call JVP (second order forward): that of the pair (``primal``,
-    ``tangent``) it computes, by their own rules."""
-    q, f, off, ev, dq, df = primals
-
-    def pair(q, f, dq, df):
-        return (*_primal_p.bind(q, f, off, ev, max_objects=max_objects),
-                *_tangent_p.bind(q, f, off, ev, dq, df, max_objects=max_objects))
-
-    ins = [ad.instantiate_zeros(t) for t in (tangents[0], tangents[1], tangents[4], tangents[5])]
-    out, tangent = jax.jvp(pair, (q, f, dq, df), tuple(ins))
-    return list(out), list(tangent)
-
-
-ad.primitive_jvps[_jvp_p] = _jvp_jvp
 ad.primitive_jvps[_tangent_p] = _linear_jvp(_tangent_p, _tangent_ref)
 ad.primitive_jvps[_cotangent_p] = _linear_jvp(_cotangent_p, _cotangent_ref)
 ad.primitive_transposes[_tangent_p] = _transpose(_cotangent_p)

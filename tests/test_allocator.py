@@ -57,3 +57,51 @@ def test_off_by_environment(monkeypatch):
 def test_bad_limit(bad):
     with pytest.raises(ValueError, match="limit"):
         allocator.keep_freed_buffers(bad)
+
+
+_DERIVE_ONCE = """
+import gc
+import numpy as np
+from analysis import stats
+from analysis.soft import soft_cut
+
+def make(pt):
+    def fn(theta):
+        return {"m": stats.moments(pt, weight=soft_cut(pt, ">", theta["c"], 5.0))}
+    return fn
+
+pt = stats.Jagged(np.array([10.0, 40.0, 25.0, 60.0]), np.array([0, 2, 2, 4]))
+before = gc.get_freeze_count()
+stats.derive(make(pt), {"c": 30.0})
+print(before, gc.get_freeze_count())
+"""
+
+
+@pytest.mark.parametrize("setting", ["", "off"])
+def test_derive_freezes_startup_objects_once(setting):
+    # a fresh process: the first compiled chunk freezes what the imports made
+    import os
+    import subprocess
+    from pathlib import Path
+
+    env = {**os.environ, allocator.GC_ENV: setting, "JAX_ENABLE_X64": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", _DERIVE_ONCE], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    before, after = int(out[-2]), int(out[-1])
+    assert before == 0
+    if setting == "off":
+        assert after == 0
+    else:
+        # the imported libraries' objects (JAX, numba, this package): many thousands
+        assert after > 50_000, after
+
+
+def test_freeze_off_by_environment(monkeypatch):
+    import gc
+
+    monkeypatch.setattr(allocator, "_FROZEN", [])
+    monkeypatch.setenv(allocator.GC_ENV, "off")
+    count = gc.get_freeze_count()
+    assert allocator.freeze_startup_objects() is False
+    assert gc.get_freeze_count() == count

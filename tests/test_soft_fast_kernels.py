@@ -36,7 +36,7 @@ from tests.opt_helpers import cli_env
 from tests.test_soft_pass_weights import enumerated
 
 REPO = Path(__file__).resolve().parents[1]
-M = 12
+M = 12  # the kernels hold S = 2, 3, 4 states as constants (_fastsingle_kernels)
 
 
 def _lists(seed: int):
@@ -57,7 +57,7 @@ def _close(got, want) -> None:
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13 * max(1.0, np.abs(w).max()))
 
 
-@pytest.mark.parametrize("states, second", [(1, False), (2, False), (3, True), (6, False)])
+@pytest.mark.parametrize("states, second", [(1, False), (2, False), (3, True), (4, False), (5, False), (6, False)])
 def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
     q, off, ev = _lists(states)
     f = jnp.asarray(np.random.default_rng(states).uniform(0.2, 1.0, states))
@@ -95,6 +95,56 @@ def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
     dqs = jnp.asarray(np.random.default_rng(9).normal(size=(3,) + q.shape))
     lanes = jax.vmap(lambda d: jax.jvp(fast, (q, f), (d, f))[1])(dqs)
     _close(lanes, jax.vmap(lambda d: jax.jvp(dense, (q, f), (d, f))[1])(dqs))
+
+
+def test_one_call_jvp_and_the_paths_that_split_it() -> None:
+    """Forward mode runs one kernel call for values and tangents (the tangent kernel
+    writes the values too); the reverse-mode paths that linearize a JVP by partial
+    evaluation (direct or not, under jax.checkpoint, in a lax.scan) split it into the
+    primal and the transposable tangent: all agree with the dense recursion."""
+    q, off, ev = _lists(11)
+    f = jnp.asarray(np.random.default_rng(11).uniform(0.2, 1.0, 3))
+
+    def fast(q, f):  # noqa: ANN001, ANN202
+        return fast_weights(q, off, ev, f, max_objects=M)
+
+    def dense(q, f):  # noqa: ANN001, ANN202
+        return dense_weights(q, off, ev, f, max_objects=M)
+
+    def both(fn):  # noqa: ANN001, ANN202
+        def pair(f):  # noqa: ANN001, ANN202
+            out = fn(q, f)
+            return out, out  # the values as jax.jacfwd's auxiliary output (stats.derive)
+
+        return jax.jacfwd(pair, has_aux=True)
+
+    text = _program(both(fast), f)
+    assert text.count("stablehlo.custom_call") == 1 and kernels.TANGENT in text
+    _close(jax.jit(both(fast))(f), both(dense)(f))
+
+    def loss(fn):  # noqa: ANN001, ANN202
+        def value(q, f):  # noqa: ANN001, ANN202
+            w, p = fn(q, f)
+            return jnp.sum(jnp.sin(3.0 * w)) + jnp.sum(p**2)
+        return value
+
+    def scanned(fn):  # noqa: ANN001, ANN202
+        def value(q, f):  # noqa: ANN001, ANN202
+            def body(c, x):  # noqa: ANN001, ANN202
+                return c + loss(fn)(q, f * x), None
+            return jax.lax.scan(body, 0.0, jnp.array([1.0, 0.9]))[0]
+        return value
+
+    want = jax.grad(loss(dense), (0, 1))(q, f)
+    _close(jax.jit(jax.grad(jax.checkpoint(loss(fast)), (0, 1)))(q, f), want)
+    _close(jax.grad(scanned(fast), (0, 1))(q, f), jax.grad(scanned(dense), (0, 1))(q, f))
+    jax.config.update("jax_use_direct_linearize", False)
+    try:
+        _close(jax.grad(loss(fast), (0, 1))(q, f), want)
+    finally:
+        jax.config.update("jax_use_direct_linearize", True)
+    _close(jax.jit(jax.jacrev(jax.jacfwd(loss(fast), 1), 1))(q, f),
+           jax.jacfwd(jax.jacfwd(loss(dense), 1), 1)(q, f))
 
 
 def _program(fn, *args) -> str:  # noqa: ANN001

@@ -17,7 +17,9 @@ are never used. Chunks without a UUID (not from a Runner) are not kept.
 
 Where the columns live: in the process that ran the chunk, up to ``column_budget``
 bytes (default :data:`analysis.data.cache.DEFAULT_BUDGET`, the YAML path's in-memory
-budget); beyond it the least recently used chunks are dropped (read again when met).
+budget; a ``Jagged`` counts with the padded copy of its values and their segment ids
+that a compiled ``stats.derive`` keeps with it, so that a later pass does not pad
+again); beyond it the least recently used chunks are dropped (read again when met).
 So it works where the processes outlive a pass: the iterative executor (the driver's
 process), dask (the cluster's workers, while the client lives) and futures with a pool
 kept across passes (``processor.FuturesExecutor(pool=ProcessPoolExecutor(2))``; a
@@ -48,6 +50,8 @@ import jax
 import numpy as np
 
 from analysis.data.cache import DEFAULT_BUDGET
+from analysis.stats._closure import padded_nbytes
+from analysis.stats.jagged import Jagged
 
 __all__ = ["CachedColumns", "CachedRunner", "cache_info", "clear_cache"]
 
@@ -96,7 +100,11 @@ def _lookup(key: tuple | None, stamp: Any) -> Any:
 
 def _nbytes(columns: Any) -> int:
     total = 0
-    for leaf in jax.tree_util.tree_leaves(columns):
+    for leaf in jax.tree_util.tree_leaves(columns, is_leaf=lambda x: isinstance(x, Jagged)):
+        if isinstance(leaf, Jagged):
+            # with the padded copy that stats.derive keeps with it (Jagged.kept)
+            total += _nbytes([leaf.values, leaf.offsets]) + padded_nbytes(leaf)
+            continue
         nbytes = getattr(leaf, "nbytes", None)
         total += int(nbytes) if nbytes is not None else np.asarray(leaf).nbytes
     return total

@@ -149,9 +149,8 @@ def _distributions(q, a, m, cap, F):
         _forward(F, j, q[a + j], cap)
 
 
-@nb.njit
-def _primal(q, f, off, w, P):
-    S = f.shape[0]
+@nb.njit(inline="always")
+def _primal_s(q, f, off, w, P, S):
     cap = S - 1
     w[:] = 0.0
     M = _longest(off)
@@ -174,13 +173,16 @@ def _primal(q, f, off, w, P):
         P[e] = G[0]
 
 
-@nb.njit
-def _tangent(q, f, off, dq, df, dw, dP):
-    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` for every lane ``b``."""
-    S = f.shape[0]
+@nb.njit(inline="always")
+def _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, S):
+    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` for every lane ``b``;
+    with ``primal``, ``(w, P)`` too (the values of :func:`_primal`, bit for bit: the same
+    products and sums)."""
     cap = S - 1
     B = dq.shape[0]
     dw[:, :] = 0.0
+    if primal:
+        w[:] = 0.0
     M = _longest(off)
     F = np.empty((M + 1, S))
     dF = np.empty((B, M + 1, S))
@@ -211,6 +213,8 @@ def _tangent(q, f, off, dq, df, dw, dP):
             inner = 0.0
             for k in range(S):
                 inner += F[j, k] * G[min(k + 1, cap)]
+            if primal:
+                w[a + j] = p * inner
             for b in range(B):
                 dp = dq[b, a + j]
                 dinner = 0.0
@@ -226,13 +230,14 @@ def _tangent(q, f, off, dq, df, dw, dP):
             G[:] = Gn
         for b in range(B):
             dP[b, e] = dG[b, 0]
+        if primal:
+            P[e] = G[0]
 
 
-@nb.njit
-def _cotangent(q, f, off, cw, cP, qb, fb):
+@nb.njit(inline="always")
+def _cotangent_s(q, f, off, cw, cP, qb, fb, S):
     """Reverse mode: ``(qb[b], fb[b])`` = the cotangents ``(cw[b], cP[b])`` pulled back
     through ``(w, P)`` (the transpose of :func:`_tangent`), ``fb`` summed over events."""
-    S = f.shape[0]
     cap = S - 1
     B = cw.shape[0]
     qb[:, :] = 0.0
@@ -287,42 +292,99 @@ def _cotangent(q, f, off, cw, cP, qb, fb):
                 Gb[:] = Gbn
 
 
+# The number of count states S (``f``'s length: ``n + 1`` for "at least n") as a
+# constant for n = 1..3: LLVM then unrolls the loops over the states (the same
+# operations in the same order, bit for bit). Measured on 50k events of generated ttbar
+# (376k objects, one lane, load 5): primal 8.1 -> 2.8 ms, tangent 13.2 -> 8.9 ms,
+# cotangent 25.7 -> 7.1 ms at S = 3 (2-3x at S = 2 and 4). Other S run the loops as
+# written: each specialization is compiled once (numba's cache), ~3 s of CPU per
+# kernel and S, so they are kept to the common counts.
+@nb.njit
+def _primal(q, f, off, w, P):
+    S = f.shape[0]
+    if S == 2:
+        _primal_s(q, f, off, w, P, 2)
+    elif S == 3:
+        _primal_s(q, f, off, w, P, 3)
+    elif S == 4:
+        _primal_s(q, f, off, w, P, 4)
+    else:
+        _primal_s(q, f, off, w, P, S)
+
+
+@nb.njit
+def _tangent(q, f, off, dq, df, dw, dP, w, P):
+    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` for every lane ``b``,
+    and ``(w, P)`` themselves where ``w`` is not empty (the JVP in one call)."""
+    S = f.shape[0]
+    primal = w.shape[0] > 0 or P.shape[0] > 0
+    if S == 2:
+        _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, 2)
+    elif S == 3:
+        _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, 3)
+    elif S == 4:
+        _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, 4)
+    else:
+        _tangent_s(q, f, off, dq, df, dw, dP, w, P, primal, S)
+
+
+@nb.njit
+def _cotangent(q, f, off, cw, cP, qb, fb):
+    """Reverse mode: ``(qb[b], fb[b])`` = the cotangents ``(cw[b], cP[b])`` pulled back
+    through ``(w, P)`` (the transpose of :func:`_tangent`), ``fb`` summed over events."""
+    S = f.shape[0]
+    if S == 2:
+        _cotangent_s(q, f, off, cw, cP, qb, fb, 2)
+    elif S == 3:
+        _cotangent_s(q, f, off, cw, cP, qb, fb, 3)
+    elif S == 4:
+        _cotangent_s(q, f, off, cw, cP, qb, fb, 4)
+    else:
+        _cotangent_s(q, f, off, cw, cP, qb, fb, S)
+
+
 _SIG = types.voidptr(types.voidptr)
 
 
 @nb.njit(inline="always")
-def _run(frame, kind):
-    """The kernel ``kind`` (0 primal, 1 tangent, 2 cotangent) on the call frame's
-    buffers: ``q, f, offsets`` then (lanes) two inputs, two results."""
+def _executing(fa):
+    """True when XLA asks the handler to run (not for its metadata, nor another stage)."""
+    return not _metadata(fa) and _int32(fa + 32) == _STAGE_EXECUTE
+
+
+# One handler per kernel, each calling only its own kernel (with its specializations).
+# Arguments: ``q, f, offsets`` then (lanes) two inputs; two results.
+@nb.cfunc(_SIG, cache=True)
+def _primal_handler(frame):
     fa = _addr(frame)
-    if _metadata(fa) or _int32(fa + 32) != _STAGE_EXECUTE:
-        return _ptr(0)
-    q, f, off = _f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2)
-    if kind == 0:
-        _primal(q, f, off, _f64(fa, 14, 0, False)[0], _f64(fa, 14, 1, False)[0])
-        return _ptr(0)
-    a, b = _f64(fa, 9, 3, True), _f64(fa, 9, 4, True)
-    x, y = _f64(fa, 14, 0, True), _f64(fa, 14, 1, True)
-    if kind == 1:
-        _tangent(q, f, off, a, b, x, y)
-    else:
-        _cotangent(q, f, off, a, b, x, y)
+    if _executing(fa):
+        _primal(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
+                _f64(fa, 14, 0, False)[0], _f64(fa, 14, 1, False)[0])
     return _ptr(0)
 
 
 @nb.cfunc(_SIG, cache=True)
-def _primal_handler(frame):
-    return _run(frame, 0)
-
-
-@nb.cfunc(_SIG, cache=True)
 def _tangent_handler(frame):
-    return _run(frame, 1)
+    fa = _addr(frame)
+    if _executing(fa):
+        dw, dP = _f64(fa, 14, 0, True), _f64(fa, 14, 1, True)
+        if _word(fa, 12) == 4:  # XLA_FFI_Rets.size: (dw, dP, w, P), the JVP in one call
+            w, P = _f64(fa, 14, 2, False)[0], _f64(fa, 14, 3, False)[0]
+        else:
+            w, P = dw[0, :0], dP[0, :0]
+        _tangent(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
+                 _f64(fa, 9, 3, True), _f64(fa, 9, 4, True), dw, dP, w, P)
+    return _ptr(0)
 
 
 @nb.cfunc(_SIG, cache=True)
 def _cotangent_handler(frame):
-    return _run(frame, 2)
+    fa = _addr(frame)
+    if _executing(fa):
+        _cotangent(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
+                   _f64(fa, 9, 3, True), _f64(fa, 9, 4, True),
+                   _f64(fa, 14, 0, True), _f64(fa, 14, 1, True))
+    return _ptr(0)
 
 
 def register() -> bool:

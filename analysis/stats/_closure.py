@@ -38,7 +38,6 @@ import numpy as np
 from analysis.stats.jagged import (
     Jagged,
     bound_longest,
-    concrete,
     know_segment_ids,
     padded_segment_ids,
 )
@@ -85,22 +84,39 @@ def _importable(obj: Any) -> bool:
 _SIMPLE = (bool, int, float, complex, str, bytes, type(None), np.generic)
 
 
+def _padded(values: Any, offsets: Any) -> tuple[tuple[Any, ...], list]:
+    """A concrete Jagged's ``(structure, [padded values, offsets, padded segment ids])``."""
+    off = np.asarray(offsets)
+    values = np.asarray(values)
+    n = values.shape[0]
+    size = size_bucket(n)
+    padded = np.zeros(size, dtype=values.dtype)
+    padded[:n] = values
+    longest = longest_bucket(int(np.max(np.diff(off))) if off.shape[0] > 1 else 0)
+    structure = ("jagged", size, off.shape[0], str(values.dtype), str(off.dtype), longest)
+    return structure, [padded, off, padded_segment_ids(off, size)]
+
+
+def padded_nbytes(x: Jagged) -> int:
+    """The bytes that a compiled :func:`analysis.stats.derive` keeps with the concrete
+    ``x`` (:meth:`Jagged.kept`): its values padded to :func:`size_bucket` and their int32
+    segment ids."""
+    size = size_bucket(int(x.num_elements))
+    return size * (np.dtype(x.values.dtype).itemsize + 4)
+
+
 def _convert(obj: Any, leaves: list, depth: int) -> tuple[Any, Callable[[Iterator], Any]]:
     """``(structure, build)``: ``build(iter(arguments))`` rebuilds ``obj`` from the
     arguments appended to ``leaves``."""
     if isinstance(obj, jax.core.Tracer):
         raise _Unsupported
     if isinstance(obj, Jagged):
-        off = concrete(obj.offsets)
-        if off is None or isinstance(obj.values, jax.core.Tracer):
+        if isinstance(obj.offsets, jax.core.Tracer) or isinstance(obj.values, jax.core.Tracer):
             raise _Unsupported
-        values = np.asarray(obj.values)
-        n = values.shape[0]
-        size = size_bucket(n)
-        padded = np.zeros(size, dtype=values.dtype)
-        padded[:n] = values
-        longest = longest_bucket(int(np.max(np.diff(off))) if off.shape[0] > 1 else 0)
-        leaves += [padded, off, padded_segment_ids(off, size)]
+        # kept with the Jagged: a later pass over kept columns does not pad again
+        structure, arguments = obj.kept(_padded)
+        leaves += arguments
+        longest = structure[-1]
 
         def build_jagged(it: Iterator) -> Jagged:
             v, o, ids = next(it), next(it), next(it)
@@ -108,8 +124,7 @@ def _convert(obj: Any, leaves: list, depth: int) -> tuple[Any, Callable[[Iterato
             know_segment_ids(o, ids)
             return Jagged.tree_unflatten(None, (v, o))
 
-        return ("jagged", size, off.shape[0], str(values.dtype), str(off.dtype), longest), \
-            build_jagged
+        return structure, build_jagged
     if isinstance(obj, (np.ndarray, jax.Array)):
         leaves.append(obj)
         return ("array", tuple(obj.shape), str(obj.dtype)), lambda it: next(it)

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from analysis.allocator import keep_freed_buffers
+from analysis.allocator import freeze_startup_objects, keep_freed_buffers
 from analysis.stats import _stored
 from analysis.stats._closure import closure_inputs
 from analysis.stats.jagged import forget_bounds
@@ -197,6 +197,9 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
     # the program's temporaries reused from call to call instead of faulted in anew
     # (analysis.allocator: 45-48 -> 30-34 ms per 50k-event chunk)
     keep_freed_buffers()
+    # the imported libraries' objects out of full garbage collections (analysis.allocator:
+    # one of 0.14-0.28 s fell in the first pass at chunks of 50k)
+    freeze_startup_objects()
     structure, args, rebuild = conv
     full_key = (kind, structure, key)
     if full_key in _REFUSED:

@@ -197,8 +197,11 @@ class Jagged:
         otherwise (checked when concrete).
     """
 
-    __slots__ = ("_values", "offsets", "_segment_ids")
+    __slots__ = ("_values", "offsets", "_segment_ids", "_arguments")
     _segment_ids: np.ndarray | None  # cached for concrete offsets only
+    # (values, offsets, what) kept by :meth:`kept`: what a compiled stats.derive passes
+    # for this Jagged (analysis.stats._closure), while values and offsets are those objects
+    _arguments: tuple[Any, Any, Any] | None
 
     @property
     def values(self) -> Any:
@@ -251,6 +254,7 @@ class Jagged:
         self.values = values
         self.offsets = offsets
         self._segment_ids = None
+        self._arguments = None
 
     # --- pytree protocol: both arrays are leaves, nothing static but the shapes ---
     def tree_flatten(self) -> tuple[tuple[Any, Any], None]:
@@ -264,6 +268,7 @@ class Jagged:
         obj = object.__new__(cls)
         obj._values, obj.offsets = children
         obj._segment_ids = None
+        obj._arguments = None
         return obj
 
     # --- structure -------------------------------------------------------------
@@ -294,6 +299,30 @@ class Jagged:
         if isinstance(ids, np.ndarray):
             self._segment_ids = ids
         return ids
+
+    def kept(self, make: Callable[[Any, Any], Any]) -> Any:
+        """``make(values, offsets)``, computed once and kept with this ``Jagged`` while its
+        ``values`` and ``offsets`` are the same objects (a JAX array's values cannot
+        change; offsets are taken as unchanged, as :meth:`segment_ids` does): the
+        padded arguments of a compiled :func:`analysis.stats.derive`, which a later pass
+        over kept columns (``analysis.data.owncache``) would otherwise make again.
+
+        Parameters
+        ----------
+        make : callable
+            ``make(values, offsets) -> object``, of this Jagged's arrays.
+
+        Returns
+        -------
+        object
+            What ``make`` returned, the first time or now.
+        """
+        hit = self._arguments
+        if hit is not None and hit[0] is self._values and hit[1] is self.offsets:
+            return hit[2]
+        out = make(self._values, self.offsets)
+        self._arguments = (self._values, self.offsets, out)
+        return out
 
     def with_values(self, values: Any) -> Jagged:
         """Same lists, new per-element ``values`` (same length)."""

@@ -268,3 +268,36 @@ def test_values_read_in_the_compiled_program_raise() -> None:
 
     jax.jit(body)(args)
     assert len(seen) == 1 and "\n" not in seen[0] and "padded" in seen[0]
+
+
+def test_padded_arguments_kept_with_the_jagged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later derive over the same Jagged (kept columns) pads nothing again; a Jagged
+    given new values is padded again (never the old values), with the reference's
+    results."""
+    from analysis.stats import _closure
+
+    made = []
+    real = _closure._padded
+
+    def counted(values, offsets):  # noqa: ANN001, ANN202
+        made.append(1)
+        return real(values, offsets)
+
+    monkeypatch.setattr(_closure, "_padded", counted)
+    pt, eta = _chunk(4)
+    fn = _fn(pt, eta)
+    first = stats.derive(fn, THETA)
+    assert len(made) == 2  # pt and |eta|
+    again = stats.derive(fn, {"pt_min": 31.0, "eta_max": 2.1})
+    assert len(made) == 2  # kept
+    assert again.value["jet_pt"].sumw != first.value["jet_pt"].sumw  # other theta
+    value, jac, _ = _eager(_fn(pt, eta), 1)
+    _close(first.value, value)
+    _close(first.jac, jac)
+    pt.values = pt.values * 1.1  # the same object, other values: padded again
+    changed = stats.derive(fn, THETA)
+    assert len(made) == 3
+    value, jac, _ = _eager(_fn(pt, eta), 1)
+    _close(changed.value, value)
+    _close(changed.jac, jac)
+    assert not np.allclose(changed.value["jet_pt"].m2, first.value["jet_pt"].m2)

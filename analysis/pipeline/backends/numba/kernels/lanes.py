@@ -26,7 +26,7 @@ pages ``(2, LANES)`` (the histogram walk's four variants: two pairs,
 arithmetic, by element (a row view of a page in the walk's innermost loop would cost a
 reference count each time); the walk's own layout helpers (:func:`lane_shape`,
 :func:`coefficients`, :func:`unit`, :func:`table_pair`, :func:`first_page`,
-:func:`any_lane`) are specialised on it the same way.
+:func:`any_lane`, :func:`registers`) are specialised on it the same way.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from analysis.pipeline.backends.numba.kernels._jit import inline, specialise
 __all__ = [
     "LANES", "any_lane", "axpy", "chain_in", "chain_out", "chain_set", "coefficients",
     "dot_add", "dot_end", "dot_zero", "first_page", "keep_sum", "lane_buffer", "lane_buffer4",
-    "lane_shape", "lin", "lin2", "lin_add", "lin_add2", "mul_add", "no_tangent", "set_value",
+    "lane_shape", "lin", "lin2", "lin_add", "lin_add2", "mul_add", "no_tangent", "registers",
+    "set_value",
     "set_vec", "store_row", "table_init", "table_pair", "tangent_row", "tangent_rows",
     "tangents", "unit", "vec_axpy", "vec_mul_add", "vec_zero", "weight_row", "zero_at",
 ]
@@ -136,8 +137,9 @@ def _page_mul_add(out, t, q, a, a_hi, x, h, d):
     b, b_hi = x[q, 0], x[q, h]
     x0, x1, x2, x3, x4, x5, x6, x7 = (x[q, 0], x[q, 1], x[q, 2], x[q, 3], x[q, 4], x[q, 5],
                                       x[q, 6], x[q, 7])
-    y0, y1, y2, y3, y4, y5, y6, y7 = (d[q, 0], d[q, 1], d[q, 2], d[q, 3], d[q, 4], d[q, 5],
-                                      d[q, 6], d[q, 7])
+    s = LANES * q
+    y0, y1, y2, y3, y4, y5, y6, y7 = (d[s], d[s + 1], d[s + 2], d[s + 3], d[s + 4], d[s + 5],
+                                      d[s + 6], d[s + 7])
     o0, o1, o2, o3, o4, o5, o6, o7 = (out[t, q, 0], out[t, q, 1], out[t, q, 2], out[t, q, 3],
                                       out[t, q, 4], out[t, q, 5], out[t, q, 6], out[t, q, 7])
     out[t, q, 0], out[t, q, 1], out[t, q, 2], out[t, q, 3] = (
@@ -152,8 +154,9 @@ def _page_mul_add(out, t, q, a, a_hi, x, h, d):
 def _mul_add(out, t, a, a_hi, x, h, d):
     if _pages(x):
         def pages(out, t, a, a_hi, x, h, d):
-            _page_mul_add(out, t, 0, a[0], a[1], x, h, d)
-            _page_mul_add(out, t, 1, a[2], a[3], x, h, d)
+            dv = registers(d)
+            _page_mul_add(out, t, 0, a[0], a[1], x, h, dv)
+            _page_mul_add(out, t, 1, a[2], a[3], x, h, dv)
         return pages
     if _lanes(x):
         def lanes(out, t, a, a_hi, x, h, d):
@@ -651,6 +654,27 @@ def _lane_shape(d):
     return lanes
 
 
+def registers(d):
+    """The tangents ``d`` as a loop over states reads them: ``d`` itself, or for two pages a
+    tuple of their 16 lanes (read once before the loop and kept in registers: the loop
+    stores into an array that, for all LLVM knows, might be ``d``, so it would read ``d``
+    again at every state)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(registers)
+def _registers(d):
+    if _pages(d):
+        def pages(d):
+            return (d[0, 0], d[0, 1], d[0, 2], d[0, 3], d[0, 4], d[0, 5], d[0, 6], d[0, 7],
+                    d[1, 0], d[1, 1], d[1, 2], d[1, 3], d[1, 4], d[1, 5], d[1, 6], d[1, 7])
+        return pages
+
+    def same(d):
+        return d
+    return same
+
+
 def coefficients(pv_all, d, g, p):
     """Object ``g``'s pattern ``p`` probabilities as the walk's steps take them (``a``,
     ``a_hi`` of :func:`mul_add`): ``(pv_all[g, p, 0], pv_all[g, p, 1])``, or for the
@@ -662,7 +686,8 @@ def coefficients(pv_all, d, g, p):
 def _coefficients(pv_all, d, g, p):
     if _paged(d):
         def pages(pv_all, d, g, p):
-            return pv_all[g, p], pv_all[g, p]
+            a = (pv_all[g, p, 0], pv_all[g, p, 1], pv_all[g, p, 2], pv_all[g, p, 3])
+            return a, a
         return pages
 
     def pair(pv_all, d, g, p):

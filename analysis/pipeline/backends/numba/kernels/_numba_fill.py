@@ -186,6 +186,7 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
     object's lanes, 4-lane cuts, the unmoved cuts once)."""
     n_obj = cols.shape[1]
     n_s = max(n_sets, 1)
+    v0, l0 = 2 * page, 8 * page  # the page's variants and lanes
     qv = np.empty((n_s, SUB))
     qd = np.empty((n_s, SUB, 4))
     uv = np.empty((n_s, SUB))
@@ -229,11 +230,11 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
                                           d6 * fb + sb * u[2], d7 * fb + sb * u[3])
                         x *= fa
                         y *= fb
-                    out = pd_all[g, p, 8 * page: 8 * page + 8]
-                    pv_all[g, p, 2 * page] = x
-                    pv_all[g, p, 2 * page + 1] = y
-                    out[0], out[1], out[2], out[3] = d0, d1, d2, d3
-                    out[4], out[5], out[6], out[7] = d4, d5, d6, d7
+                    out = pd_all[g, p]
+                    pv_all[g, p, v0] = x
+                    pv_all[g, p, v0 + 1] = y
+                    out[l0], out[l0 + 1], out[l0 + 2], out[l0 + 3] = d0, d1, d2, d3
+                    out[l0 + 4], out[l0 + 5], out[l0 + 6], out[l0 + 7] = d4, d5, d6, d7
 
 
 @inline

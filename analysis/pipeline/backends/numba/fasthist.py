@@ -19,7 +19,9 @@ the walk of :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`: ``P(j i
 side (the nominal columns, then each shifted column: cuts and observables move
 together) serves every region at once: the regions share the objects' pattern
 probabilities and differ only in the pass table, all mapped onto one joint count state
-space (:func:`analysis.pipeline.backends.numba._histtables._joint_tables`). A weight variation reuses
+space (:func:`analysis.pipeline.backends.numba._histtables._joint_tables`); the two sides of
+a shift share one walk's lanes, and two shifts of one column (four sides) one walk in
+pages (:func:`_walk`). A weight variation reuses
 its walk's probabilities; only its fill is new. The plan's observables read the nominal
 walk too (region 0: :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`),
 so each shift side's selection is walked once per chunk. Bins as :func:`numpy.searchsorted`

@@ -19,7 +19,9 @@ the walk of :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`: ``P(j i
 side (the nominal columns, then each shifted column: cuts and observables move
 together) serves every region at once: the regions share the objects' pattern
 probabilities and differ only in the pass table, all mapped onto one joint count state
-space (:func:`analysis.pipeline.backends.numba._histtables._joint_tables`). A weight variation reuses
+space (:func:`analysis.pipeline.backends.numba._histtables._joint_tables`); the two sides of
+a shift share one walk's lanes, and two shifts of one column (four sides) one walk in
+pages (:func:`_walk`). A weight variation reuses
 its walk's probabilities; only its fill is new. The plan's observables read the nominal
 walk too (region 0: :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`),
 so each shift side's selection is walked once per chunk. Bins as :func:`numpy.searchsorted`
@@ -128,11 +130,12 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
           ids: Iterator[int] | None = None, chunk: ChunkColumns | None = None,
           sides: list | None = None, ranked: dict | None = None, observables: bool = False,
           trace: Counter | None = None) -> list[dict]:
-    """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
-    sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
-    specs); two share the walk's lanes (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`) when the
-    tangents fit in half of them and their walk orders are equal, else each walks
-    alone. Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
+    """One walk for the histogram ``specs`` on each of ``variants`` (one, two or four
+    shift sides: the columns of each; ``nominal``: with the selection, region 0, whatever
+    the specs); two share the walk's lanes (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`) when the
+    tangents fit in half of them and their walk orders are equal, four walk as two such
+    pairs in the walk's pages, else they walk apart (a pair each side alone, four as two
+    pairs, three as a pair and one). Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
     object weights and per ``(region, set, depth)`` leading weights ``(N, W)`` by
     global object index (``W``: 4 lanes for up to 3 tangents, else 8), the objects'
     offsets and flat fields. ``moved``, ``kept``: the shifted column and the chunk's cut
@@ -160,12 +163,21 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     lanes = _numba_dp.LANES
     half = lanes // 2
     sums = any(s.node.kind in _SUMS for s in specs)
-    # event sums read one variant's lanes (h = 0): a pair of shift sides walks alone each
-    if len(variants) > 2 or (len(variants) == 2 and (nl > half or sums)):
-        return [w for v, side in zip(variants, sides, strict=True)
-                for w in _walk([v], plan, specs, theta, widths, trainable, threads,
+
+    def apart(cut: int) -> list[dict]:
+        """The walks of ``variants[:cut]`` and of the rest (each split further if need be)."""
+        return [w for part in (slice(0, cut), slice(cut, None))
+                for w in _walk(variants[part], plan, specs, theta, widths, trainable, threads,
                                nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
-                               sides=[side], ranked=ranked, trace=trace)]
+                               sides=sides[part], ranked=ranked, trace=trace)]
+
+    # event sums read one variant's lanes (h = 0): shift sides walk alone each then; two
+    # pairs walk together (pages), a third side apart
+    n_var = len(variants)
+    if n_var == 2 and (nl > half or sums):
+        return apart(1)
+    if n_var > 2 and (n_var != 4 or nl > half or sums):
+        return apart(4 if n_var > 4 else 2)
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
@@ -233,18 +245,20 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                 rankidx[base[ci]: base[ci + 1]] = base[ci] + out
             ranked[ikey] = rankidx
         ranks.append(ranked[ikey])
-    if len(variants) == 2 and ranks[0] is not ranks[1] and not np.array_equal(*ranks):
-        return [w for v, side in zip(variants, sides, strict=True)
-                for w in _walk([v], plan, specs, theta, widths, trainable, threads,
-                               nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
-                               sides=[side], ranked=ranked, trace=trace)]
+    if any(r is not ranks[0] and not np.array_equal(r, ranks[0]) for r in ranks[1:]):
+        return apart(n_var // 2)  # a pair each side alone, two pairs a pair each
     # the pattern probabilities of each variant, its tangents in its half of the lanes
-    # (every entry the walk reads is written: per-thread scratch, reused across chunks)
-    pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
-    pd_all = _work("hist_pd", (n_tot, tab.pat.shape[1], lanes))
-    patterns_into(tab, coff, base, flats, theta, widths, trainable, threads, moved, kept,
-                  pv_all, pd_all)
-    h = half if len(variants) == 2 else 0
+    # (every entry the walk reads is written: per-thread scratch, reused across chunks);
+    # two pairs: each pair's 8 lanes in its page (the walk's paged layout)
+    pages = n_var // 4 + 1
+    pv_all = _work(f"hist_pv{pages}", (n_tot, tab.pat.shape[1], 2 * pages))
+    pd_all = _work(f"hist_pd{pages}", (n_tot, tab.pat.shape[1], pages * lanes))
+    for q in range(pages):
+        patterns_into(tab, coff, base, flats[2 * q: 2 * q + 2], theta, widths, trainable,
+                      threads, moved, kept, pv_all, pd_all, q)
+    if pages == 2:
+        pd_all = pd_all.reshape(n_tot, tab.pat.shape[1], pages, lanes)
+    h = half if n_var > 1 else 0
     if h:
         dfs = dfs.copy()
         dfs[:, :, h: h + nl] = dfs[:, :, :nl]
@@ -259,7 +273,6 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ld_c = np.array([ci_ls(s)[0] for s, _ in ld_keys], np.int64)
     ld_ls = np.array([ci_ls(s)[1] for s, _ in ld_keys], np.int64)
     ld_d = np.array([d for _, d in ld_keys], np.int64)
-    n_var = len(variants)
     # the observables' event sums of region 0 (its pass table is the walk's first)
     sum_x, sum_has, binom = fastkernel.event_sum_inputs(plan, tab, base, flats[0], obs_sums)
     sa = np.zeros((len(obs_sums), n_ev, binom.shape[0], lanes))
@@ -564,13 +577,14 @@ def evaluate_columns(
     value: dict[str, Any] = {group: {} for group in GROUPS}  # the histogram states
     jac: dict[str, Any] = {group: {} for group in GROUPS}
     yields: dict[str, tuple] = {}
-    # shift sides with the same templates walk in pairs (their lanes side by side)
+    # shift sides of one column with the same templates walk together, up to four (two
+    # pairs: their lanes side by side, the pairs in pages)
     jobs: list[list] = []
     for shift, fills in groups.items():
         c = cols if shift is None else _shifted(cols, plan.shifts[shift].key,
                                                 plan.shifts[shift].factor)
         last = jobs[-1] if jobs else None
-        if (shift is not None and last is not None and len(last) == 1 and last[0][0] is not None
+        if (shift is not None and last is not None and len(last) < 4 and last[0][0] is not None
                 and list(last[0][2]) == list(fills)
                 and plan.shifts[last[0][0]].key == plan.shifts[shift].key):
             last.append((shift, c, fills))
@@ -603,7 +617,8 @@ def evaluate_columns(
             fills_of.append([])
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
                        fills_of[-1], threads, yields)
-        tasks += _paired(*fills_of) if len(fills_of) == 2 else fills_of[0]
+        for i in range(0, len(fills_of), 2):  # the two sides of a shift: fills in pairs
+            tasks += _paired(*fills_of[i: i + 2]) if i + 1 < len(fills_of) else fills_of[i]
     _run_fills(tasks, threads)
     ov: dict = {}
     oj: dict = {}

@@ -98,22 +98,33 @@ def specialise(stub):
 _COMPILED: set = set()
 
 
+def _kinds(args: tuple) -> tuple:
+    """What of ``args`` chooses a compiled version (cheap to read, unlike
+    ``numba.typeof``): each array's dimensions, dtype and contiguity, each other
+    argument's Python type."""
+    return tuple((a.ndim, a.dtype.char, a.flags.c_contiguous) if hasattr(a, "flags")
+                 else type(a) for a in args)
+
+
 def compiled(kernel, args: tuple):
     """``kernel`` once compiled for ``args`` (the arguments before the block range) with
     the SLP vectorizer on: a first call over no blocks (``b0 = b1 = 0``) in this thread,
     before the thread pool runs it. numba's pass managers read the setting at each
     compilation, so switching it on around this call is local to the functions compiled
-    inside. A later call with other argument types would compile a second version
-    without it (the same results, slower); the kernel's callers build its arguments with
-    fixed dtypes."""
-    if kernel not in _COMPILED:
+    inside. Once per kind of arguments (:func:`_kinds`: the walk of
+    :mod:`~analysis.pipeline.backends.numba.kernels._numba_hist` takes one variant or a
+    pair, or two pairs in pages, each its own version); a call with arguments of the
+    same kinds but other types would compile a version without it (the same results,
+    slower): the kernel's callers build its arguments with fixed dtypes."""
+    key = (kernel, _kinds(args))
+    if key not in _COMPILED:
         old = numba.config.SLP_VECTORIZE
         numba.config.SLP_VECTORIZE = 1
         try:
             kernel(*args, 0, 0)
         finally:
             numba.config.SLP_VECTORIZE = old
-        _COMPILED.add(kernel)
+        _COMPILED.add(key)
     return kernel
 
 

@@ -31,14 +31,32 @@ tables and walk order): lanes 0-3 the first, 4-7 the second, each with its value
 first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes).
 :func:`analysis.pipeline.backends.numba.kernels._numba_dp.lin_add2` is ``lin_add`` with one coefficient per half, so two
 variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
+
+Four variants (two shifts of one column: two pairs, the same tables and walk order) in
+pages: ``pd_all`` ``(N, P, 2, LANES)``, ``pv_all`` ``(N, P, 4)``, every lane vector of the
+walk ``(2, LANES)``, page ``q`` the pair of variants ``2 q`` and ``2 q + 1`` as above
+(``h = 4``); the steps of :mod:`~analysis.pipeline.backends.numba.kernels.walk` take
+either layout (the primitives of :mod:`~analysis.pipeline.backends.numba.kernels.lanes`
+are specialised on it), so each page's floats are those of its pair's walk. One pass over
+the events and states for four sides: about 1.8 times a pair's walk (the lanes' loads and
+stores grow with the pages; the states, the objects' patterns and the indices do not).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add2
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit, specialise
+from analysis.pipeline.backends.numba.kernels.lanes import (
+    LANES,
+    any_lane,
+    coefficients,
+    first_page,
+    lane_shape,
+    mul_add,
+    table_pair,
+    unit,
+)
 from analysis.pipeline.backends.numba.kernels.walk import (
     backward,
     clear,
@@ -48,7 +66,10 @@ from analysis.pipeline.backends.numba.kernels.walk import (
     weight,
 )
 
-__all__ = ["is_rank_order", "leading_support", "live_states", "rank_order", "store", "walk"]
+__all__ = [
+    "is_rank_order", "leading_support", "live_states", "rank_order", "store", "store_sides",
+    "walk",
+]
 
 
 @inline
@@ -63,6 +84,26 @@ def store(out, out_hi, acc, h):
     else:
         for r in range(out.shape[0]):
             out[r] = acc[r]
+
+
+def store_sides(out, i, j, acc, h):
+    """The variants' outputs ``out[v, i, j]`` from the lane vector ``acc``: one or a pair
+    (:func:`store` into ``out[0]`` and ``out[-1]``), or two pairs in pages (page ``q``
+    into ``out[2 q]`` and ``out[2 q + 1]``)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(store_sides)
+def _store_sides(out, i, j, acc, h):
+    if acc.ndim == 2:
+        def pages(out, i, j, acc, h):
+            store(out[0, i, j], out[1, i, j], acc[0], h)
+            store(out[2, i, j], out[3, i, j], acc[1], h)
+        return pages
+
+    def lanes(out, i, j, acc, h):
+        store(out[0, i, j], out[-1, i, j], acc, h)
+    return lanes
 
 
 @njit
@@ -114,21 +155,35 @@ def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
     skips it, but only in an event whose probabilities are all numbers (a NaN makes its
     sums NaN, zeros times NaN included, as the full loops do)."""
     finite = True
+    n_var = pv_all.shape[2]
     for j in range(n):
         for p in range(n_pat[seq_c[j]]):
-            v0, v1 = pv_all[seq_g[j], p, 0], pv_all[seq_g[j], p, 1]
-            if v0 != v0 or v1 != v1:
-                finite = False
+            for v in range(n_var):
+                x = pv_all[seq_g[j], p, v]
+                if x != x:
+                    finite = False
     for j in range(n):
         g = seq_g[j]
         for p in range(n_pat[seq_c[j]]):
-            zero = finite and pv_all[g, p, 0] == 0.0 and pv_all[g, p, 1] == 0.0
-            if zero:
-                for r in range(LANES):
-                    if pd_all[g, p, r] != 0.0:
-                        zero = False
+            zero = finite
+            for v in range(n_var):
+                zero = zero and pv_all[g, p, v] == 0.0
+            if zero and any_lane(pd_all[g, p]):
+                zero = False
             nz[j, p] = not zero
     return finite
+
+
+@inline
+def _within(states, ns, keep, out):
+    """``out[:m]``: the states of ``states[:ns]`` where ``keep`` is true, in their order;
+    returns ``m``."""
+    m = 0
+    for i in range(ns):
+        if keep[states[i]]:
+            out[m] = states[i]
+            m += 1
+    return m
 
 
 @inline
@@ -205,15 +260,22 @@ def walk(
         nr = np.empty(max_seq + 1, np.int64)
         mark = np.empty(n_states, np.bool_)
         nz = np.empty((max_seq, pat.shape[1]), np.bool_)
-        F = np.zeros((max_seq + 1 if n_ow else 1, n_states, LANES))
-        L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states, LANES))
+        # lane vectors of LANES, or (2, LANES) in the paged layout (constants: LLVM
+        # folds the strides; pd_all's shape would leave them to be read at run time)
+        lv = lane_shape(pd_all)
+        F = np.zeros((max_seq + 1 if n_ow else 1, n_states) + lv)
+        L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states) + lv)
         # G^r at a state outside live[r] is never written: +0.0 from here on
-        G = np.zeros((n_reg, n_states, LANES))
-        Gn = np.zeros((n_reg, n_states, LANES))
+        G = np.zeros((n_reg, n_states) + lv)
+        Gn = np.zeros((n_reg, n_states) + lv)
         rq = np.empty((n_reg, max_seq + 1, n_states), np.int64)
         nq = np.empty((n_reg, max_seq + 1), np.int64)
-        inner = np.empty(LANES)
-        acc = np.empty(LANES)
+        rl = np.empty((max(n_ld, 1), max_d + 1, max_seq + 1, n_states), np.int64)
+        nl = np.empty((max(n_ld, 1), max_d + 1, max_seq + 1), np.int64)
+        inner = np.empty(lv)
+        acc_of = np.empty((1,) + lv)  # a weight's sum (mul_add adds into a row)
+        acc = acc_of[0]
+        one = np.empty(LANES)  # the event sums' buffer (one variant)
         Gm = np.zeros((n_sums, big_r + 1, n_states, LANES))
         Gmn = np.zeros((n_sums, big_r + 1, n_states, LANES))
         xp = np.empty(pat.shape[1])
@@ -229,60 +291,52 @@ def walk(
                     _reach(tgt, seq_c[j] if n_coll > 1 else 0, n_pat, rs, nr, j, mark)
                 for q in range(n_reg):  # the reachable states where G^q can be nonzero
                     for j in range((n if n_coll > 1 else max_seq) + 1):
-                        m = 0
-                        for i in range(nr[j]):
-                            if live[q, rs[j, i]]:
-                                rq[q, j, m] = rs[j, i]
-                                m += 1
-                        nq[q, j] = m
+                        nq[q, j] = _within(rs[j], nr[j], live[q], rq[q, j])
+                for lt in range(n_ld):  # ... where L[lt, t] can be nonzero
+                    for m in range(ld_d[lt] + 1):
+                        for j in range((n if n_coll > 1 else max_seq) + 1):
+                            nl[lt, m, j] = _within(rs[j], nr[j], ld_mask[lt, m], rl[lt, m, j])
             if n_ow:
-                F[0, 0] = 0.0
-                F[0, 0, 0] = 1.0
-                F[0, 0, h] = 1.0
+                unit(F[0, 0], h)
                 for j in range(n - 1):  # F_n: read by no weight (they read F_0 .. F_{n-1})
                     c = seq_c[j]
                     g = seq_g[j]
                     clear(F[j + 1], rs[j + 1], nr[j + 1])
                     for p in range(n_pat[c]):
                         if nz[j, p]:
-                            forward(F[j + 1], F[j], pv_all[g, p, 0], pv_all[g, p, 1], pd_all[g, p],
-                                    tgt[c, p], rs[j], nr[j], h, mark, False)
+                            a, a_hi = coefficients(pv_all, pd_all, g, p)
+                            forward(F[j + 1], F[j], a, a_hi, pd_all[g, p], tgt[c, p], rs[j],
+                                    nr[j], h, mark, False)
             for lt in range(n_ld):
                 dmax = ld_d[lt]
                 for m in range(dmax + 1):
                     L[lt, 0, m, 0] = 0.0
-                L[lt, 0, 0, 0, 0] = 1.0
-                L[lt, 0, 0, 0, h] = 1.0
+                unit(L[lt, 0, 0, 0], h)
                 for j in range(n - 1):  # L_n: read by no weight, as F_n
                     c = seq_c[j]
                     g = seq_g[j]
                     for m in range(dmax + 1):
-                        for i in range(nr[j + 1]):
-                            k = rs[j + 1, i]
-                            if ld_mask[lt, m, k]:
-                                L[lt, j + 1, m, k] = 0.0
+                        clear(L[lt, j + 1, m], rl[lt, m, j + 1], nl[lt, m, j + 1])
                     for p in range(n_pat[c]):
                         if not nz[j, p]:
                             continue
                         step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
+                        a, a_hi = coefficients(pv_all, pd_all, g, p)
                         for m in range(dmax + 1 - step):
-                            forward(L[lt, j + 1, m + step], L[lt, j, m], pv_all[g, p, 0],
-                                    pv_all[g, p, 1], pd_all[g, p], tgt[c, p], rs[j], nr[j], h,
-                                    ld_mask[lt, m], True)
+                            forward(L[lt, j + 1, m + step], L[lt, j, m], a, a_hi, pd_all[g, p],
+                                    tgt[c, p], rl[lt, m, j], nl[lt, m, j], h, mark, False)
             for q in range(n_reg):
                 gs, ng = (rq[q, n], nq[q, n]) if finite else (rs[n], nr[n])
                 for i in range(ng):
                     k = gs[i]
-                    for r in range(LANES):
-                        G[q, k, r] = dfs[q, k, r]
-                    G[q, k, 0] = fs[q, k]
-                    G[q, k, h] = fs[q, k]
+                    table_pair(G[q], k, fs[q, k], dfs[q, k], h)
             for o in range(n_sums):
                 for i in range(nr[n]):
                     k = rs[n, i]
+                    g0 = first_page(G[0, k])  # one variant: one page
                     for m in range(big_r + 1):
                         for r in range(LANES):
-                            Gm[o, m, k, r] = G[0, k, r] if m == 0 else 0.0
+                            Gm[o, m, k, r] = g0[r] if m == 0 else 0.0
             for j in range(n - 1, -1, -1):
                 c = seq_c[j]
                 g = seq_g[j]
@@ -290,40 +344,41 @@ def walk(
                     if o < n_ow:
                         if ow_c[o] != c:
                             continue
-                        q, ls, Fj, lt, dm = ow_r[o], ow_ls[o], F[j], -1, 0
+                        q, ls, Fj, ks, nk = ow_r[o], ow_ls[o], F[j], rs[j], nr[j]
                     else:
                         lt = lw_l[o - n_ow]
                         if ld_c[lt] != c:
                             continue
                         dm = ld_d[lt]
                         q, ls, Fj = lw_r[o - n_ow], ld_ls[lt], L[lt, j, dm]
+                        ks, nk = rl[lt, dm, j], nl[lt, dm, j]
                     acc[:] = 0.0
-                    mask = ld_mask[max(lt, 0), dm]
                     for p in range(n_pat[c]):
                         if pat[c, p, ls] != 1 or not nz[j, p]:
                             continue
-                        weight(inner, Fj, G[q], tgt[c, p], rs[j], nr[j], h, mask, lt >= 0)
-                        lin_add2(acc, pv_all[g, p, 0], pv_all[g, p, 1], inner, inner[0],
-                                 inner[h], pd_all[g, p])
+                        weight(inner, Fj, G[q], tgt[c, p], ks, nk, h, mark, False)
+                        a, a_hi = coefficients(pv_all, pd_all, g, p)
+                        mul_add(acc_of, 0, a, a_hi, inner, h, pd_all[g, p])
                     if o < n_ow:
-                        store(ow[0, o, g], ow[-1, o, g], acc, h)
+                        store_sides(ow, o, g, acc, h)
                     else:
-                        store(lw[0, o - n_ow, g], lw[-1, o - n_ow, g], acc, h)
+                        store_sides(lw, o - n_ow, g, acc, h)
                 for o in range(n_sums):
                     for p in range(n_pat[c]):
                         xp[p] = sum_x[o, g] * sum_has[o, c, p]
                     for m in range(big_r + 1):
                         clear(Gmn[o, m], rs[j], nr[j])
                     for p in range(n_pat[c]):
+                        d0 = first_page(pd_all[g, p])  # one variant: one page
                         if pv_all[g, p, 0] == 0.0:  # nothing to add (and 0 x inf)
                             nil = True
                             for r in range(1, LANES):
-                                if pd_all[g, p, r] != 0.0:
+                                if d0[r] != 0.0:
                                     nil = False
                             if nil:
                                 continue
-                        sums_backward(Gmn[o], Gm[o], pv_all[g, p, 0], pd_all[g, p], xp[p],
-                                      binom, tgt[c, p], rs[j], nr[j], acc)
+                        sums_backward(Gmn[o], Gm[o], pv_all[g, p, 0], d0, xp[p],
+                                      binom, tgt[c, p], rs[j], nr[j], one)
                 if n_sums:
                     Gm, Gmn = Gmn, Gm
                 for q in range(n_reg):
@@ -331,11 +386,11 @@ def walk(
                     clear(Gn[q], gs, ng)
                     for p in range(n_pat[c]):
                         if nz[j, p]:
-                            backward(Gn[q], G[q], pv_all[g, p, 0], pv_all[g, p, 1], pd_all[g, p],
-                                     tgt[c, p], gs, ng, h)
+                            a, a_hi = coefficients(pv_all, pd_all, g, p)
+                            backward(Gn[q], G[q], a, a_hi, pd_all[g, p], tgt[c, p], gs, ng, h)
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
-                store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
+                store_sides(pe, q, e, G[q, 0], h)
             for o in range(n_sums):
                 for m in range(big_r + 1):
                     for r in range(LANES):

@@ -20,7 +20,13 @@ rule, two variants side by side with ``h = 4``); one that is a number is a value
 and the primitive is the same operation without the tangent terms (which add exact zeros
 to lane 0: the same floats as lane 0 of the tangent variant). So one step's source gives
 the variant with tangents and the one for values only; which one a kernel gets follows
-from the arrays it passes (``(states, LANES)`` or ``(states,)``).
+from the arrays it passes (``(states, LANES)`` or ``(states,)``). A lane vector of two
+pages ``(2, LANES)`` (the histogram walk's four variants: two pairs,
+:mod:`~analysis.pipeline.backends.numba.kernels._numba_hist`) is each page's pair
+arithmetic, by element (a row view of a page in the walk's innermost loop would cost a
+reference count each time); the walk's own layout helpers (:func:`lane_shape`,
+:func:`coefficients`, :func:`unit`, :func:`table_pair`, :func:`first_page`,
+:func:`any_lane`, :func:`registers`) are specialised on it the same way.
 """
 
 from __future__ import annotations
@@ -31,10 +37,12 @@ from numba import types
 from analysis.pipeline.backends.numba.kernels._jit import inline, specialise
 
 __all__ = [
-    "LANES", "axpy", "chain_in", "chain_out", "chain_set", "dot_add", "dot_end", "dot_zero",
-    "keep_sum", "lane_buffer", "lane_buffer4", "lin", "lin2", "lin_add", "lin_add2",
-    "mul_add", "no_tangent", "set_value", "set_vec", "store_row", "table_init", "tangent_row",
-    "tangent_rows", "tangents", "vec_axpy", "vec_mul_add", "vec_zero", "weight_row", "zero_at",
+    "LANES", "any_lane", "axpy", "chain_in", "chain_out", "chain_set", "coefficients",
+    "dot_add", "dot_end", "dot_zero", "first_page", "keep_sum", "lane_buffer", "lane_buffer4",
+    "lane_shape", "lin", "lin2", "lin_add", "lin_add2", "mul_add", "no_tangent", "registers",
+    "set_value",
+    "set_vec", "store_row", "table_init", "table_pair", "tangent_row", "tangent_rows",
+    "tangents", "unit", "vec_axpy", "vec_mul_add", "vec_zero", "weight_row", "zero_at",
 ]
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
@@ -107,14 +115,49 @@ def _lanes(t) -> bool:
     return isinstance(t, types.Array)
 
 
+def _pages(t) -> bool:
+    """Whether the numba type ``t`` of a lane vector is two pages of :data:`LANES` lanes
+    (``(2, LANES)``: four variants, two pairs side by side, ``h = 4`` in each page; their
+    probabilities ``a`` an array of four, ``a[2 q]``, ``a[2 q + 1]`` page ``q``'s pair)."""
+    return isinstance(t, types.Array) and t.ndim == 2
+
+
 def mul_add(out, t, a, a_hi, x, h, d):
     """``out[t] += a x + x_0 d`` (``d``: ``a``'s tangents; lanes 4-7 with ``a_hi`` and
-    ``x_h`` for two variants, :func:`lin_add2`); values: ``out[t] += a x``."""
+    ``x_h`` for two variants, :func:`lin_add2`; pages: each page's pair so, its
+    probabilities ``a[2 q]``, ``a[2 q + 1]``, ``a_hi`` unused); values: ``out[t] += a x``."""
     raise NotImplementedError("compiled only (numba)")
+
+
+@inline
+def _page_mul_add(out, t, q, a, a_hi, x, h, d):
+    """:func:`lin_add2` on page ``q``: ``out[t, q] += a x[q] + x[q, 0] d[q]`` (lanes 4-7:
+    ``a_hi``, ``x[q, h]``), the same operations in the same order, by element (a row
+    view of a page in the walk's innermost loop costs a reference count each time)."""
+    b, b_hi = x[q, 0], x[q, h]
+    x0, x1, x2, x3, x4, x5, x6, x7 = (x[q, 0], x[q, 1], x[q, 2], x[q, 3], x[q, 4], x[q, 5],
+                                      x[q, 6], x[q, 7])
+    s = LANES * q
+    y0, y1, y2, y3, y4, y5, y6, y7 = (d[s], d[s + 1], d[s + 2], d[s + 3], d[s + 4], d[s + 5],
+                                      d[s + 6], d[s + 7])
+    o0, o1, o2, o3, o4, o5, o6, o7 = (out[t, q, 0], out[t, q, 1], out[t, q, 2], out[t, q, 3],
+                                      out[t, q, 4], out[t, q, 5], out[t, q, 6], out[t, q, 7])
+    out[t, q, 0], out[t, q, 1], out[t, q, 2], out[t, q, 3] = (
+        o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1), o2 + (a * x2 + b * y2),
+        o3 + (a * x3 + b * y3))
+    out[t, q, 4], out[t, q, 5], out[t, q, 6], out[t, q, 7] = (
+        o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
+        o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
 
 
 @specialise(mul_add)
 def _mul_add(out, t, a, a_hi, x, h, d):
+    if _pages(x):
+        def pages(out, t, a, a_hi, x, h, d):
+            dv = registers(d)
+            _page_mul_add(out, t, 0, a[0], a[1], x, h, dv)
+            _page_mul_add(out, t, 1, a[2], a[3], x, h, dv)
+        return pages
     if _lanes(x):
         def lanes(out, t, a, a_hi, x, h, d):
             lin_add2(out[t], a, a_hi, x, x[0], x[h], d)
@@ -127,12 +170,17 @@ def _mul_add(out, t, a, a_hi, x, h, d):
 
 def dot_zero(x):
     """The start of a sum of products of lane vectors like ``x``: 8 zeros (a tuple: kept
-    in registers), or ``0.0``."""
+    in registers; 16 for two pages), or ``0.0``."""
     raise NotImplementedError("compiled only (numba)")
 
 
 @specialise(dot_zero)
 def _dot_zero(x):
+    if _pages(x):
+        def pages(x):
+            return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                    0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return pages
     if _lanes(x):
         def lanes(x):
             return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -145,13 +193,29 @@ def _dot_zero(x):
 
 def dot_add(acc, x, y, h):
     """``acc + x y`` by the product rule per lane, ``acc_r + (y_0 x_r + x_0 y_r)`` (lanes
-    4-7: ``y_h``, ``x_h``; the value lanes doubled, :func:`dot_end` halves them: exact);
-    values: ``acc + x y``."""
+    4-7: ``y_h``, ``x_h``; the value lanes doubled, :func:`dot_end` halves them: exact;
+    two pages: each so); values: ``acc + x y``."""
     raise NotImplementedError("compiled only (numba)")
+
+
+@inline
+def _dot_page(acc, x, y, q, h):
+    """:func:`dot_add` of page ``q`` (``acc`` its 8 numbers), by element."""
+    a, a_hi, b, b_hi = y[q, 0], y[q, h], x[q, 0], x[q, h]
+    return (acc[0] + (a * x[q, 0] + b * y[q, 0]), acc[1] + (a * x[q, 1] + b * y[q, 1]),
+            acc[2] + (a * x[q, 2] + b * y[q, 2]), acc[3] + (a * x[q, 3] + b * y[q, 3]),
+            acc[4] + (a_hi * x[q, 4] + b_hi * y[q, 4]),
+            acc[5] + (a_hi * x[q, 5] + b_hi * y[q, 5]),
+            acc[6] + (a_hi * x[q, 6] + b_hi * y[q, 6]),
+            acc[7] + (a_hi * x[q, 7] + b_hi * y[q, 7]))
 
 
 @specialise(dot_add)
 def _dot_add(acc, x, y, h):
+    if _pages(x):
+        def pages(acc, x, y, h):
+            return _dot_page(acc[:8], x, y, 0, h) + _dot_page(acc[8:], x, y, 1, h)
+        return pages
     if _lanes(x):
         def lanes(acc, x, y, h):
             a, a_hi, b, b_hi = y[0], y[h], x[0], x[h]
@@ -168,12 +232,22 @@ def _dot_add(acc, x, y, h):
 
 def dot_end(inner, acc, h):
     """A sum of :func:`dot_add` into ``inner`` (lanes: the value lanes ``0`` and ``h``
-    halved, exact) and returned (its value); values: ``acc``."""
+    halved, exact; two pages: each page's) and returned (its value, page 0's); values:
+    ``acc``."""
     raise NotImplementedError("compiled only (numba)")
 
 
 @specialise(dot_end)
 def _dot_end(inner, acc, h):
+    if isinstance(acc, types.BaseTuple) and len(acc) == 2 * LANES:
+        def pages(inner, acc, h):
+            for q in range(2):
+                for r in range(LANES):
+                    inner[q, r] = acc[LANES * q + r]
+                inner[q, 0] *= 0.5  # value lanes summed x y twice (exact)
+                inner[q, h] *= 0.5
+            return inner[0, 0]
+        return pages
     if isinstance(acc, types.BaseTuple):
         def lanes(inner, acc, h):
             inner[0], inner[1], inner[2], inner[3] = acc[0], acc[1], acc[2], acc[3]
@@ -551,3 +625,160 @@ def _store_row(out, x):
         for r in range(1, out.shape[0]):
             out[r] = 0.0
     return values
+
+
+# --- the walk's layouts of variants: one or a pair in LANES lanes, or two pairs in pages --
+
+
+def _paged(d) -> bool:
+    """Whether the numba type ``d`` of a walk's pattern tangents (``pd_all``) is the paged
+    layout ``(N, P, 2, LANES)`` (two pairs), else ``(N, P, LANES)`` (one variant or a pair)."""
+    return isinstance(d, types.Array) and d.ndim == 4
+
+
+def lane_shape(d):
+    """The shape of one lane vector of a walk whose pattern tangents are ``d``: ``(LANES,)``,
+    or ``(2, LANES)`` for the paged layout (:func:`_paged`); constants at compile time."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(lane_shape)
+def _lane_shape(d):
+    if _paged(d):
+        def pages(d):
+            return (2, LANES)
+        return pages
+
+    def lanes(d):
+        return (LANES,)
+    return lanes
+
+
+def registers(d):
+    """The tangents ``d`` as a loop over states reads them: ``d`` itself, or for two pages a
+    tuple of their 16 lanes (read once before the loop and kept in registers: the loop
+    stores into an array that, for all LLVM knows, might be ``d``, so it would read ``d``
+    again at every state)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(registers)
+def _registers(d):
+    if _pages(d):
+        def pages(d):
+            return (d[0, 0], d[0, 1], d[0, 2], d[0, 3], d[0, 4], d[0, 5], d[0, 6], d[0, 7],
+                    d[1, 0], d[1, 1], d[1, 2], d[1, 3], d[1, 4], d[1, 5], d[1, 6], d[1, 7])
+        return pages
+
+    def same(d):
+        return d
+    return same
+
+
+def coefficients(pv_all, d, g, p):
+    """Object ``g``'s pattern ``p`` probabilities as the walk's steps take them (``a``,
+    ``a_hi`` of :func:`mul_add`): ``(pv_all[g, p, 0], pv_all[g, p, 1])``, or for the
+    paged layout of ``d`` (:func:`_paged`) the four variants' ``pv_all[g, p]`` (twice)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(coefficients)
+def _coefficients(pv_all, d, g, p):
+    if _paged(d):
+        def pages(pv_all, d, g, p):
+            a = (pv_all[g, p, 0], pv_all[g, p, 1], pv_all[g, p, 2], pv_all[g, p, 3])
+            return a, a
+        return pages
+
+    def pair(pv_all, d, g, p):
+        return pv_all[g, p, 0], pv_all[g, p, 1]
+    return pair
+
+
+def unit(x, h):
+    """The lane vector ``x`` set to the number 1 in its value lanes (``0`` and ``h`` of
+    each page), its tangents 0."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(unit)
+def _unit(x, h):
+    if _pages(x):
+        def pages(x, h):
+            for q in range(x.shape[0]):
+                x[q] = 0.0
+                x[q, 0] = 1.0
+                x[q, h] = 1.0
+        return pages
+
+    def lanes(x, h):
+        x[:] = 0.0
+        x[0] = 1.0
+        x[h] = 1.0
+    return lanes
+
+
+def table_pair(G, k, f, df, h):
+    """``G[k]``: the pass table's value ``f`` in the value lanes (``0`` and ``h`` of each
+    page), its tangents ``df`` (``LANES`` lanes, a pair's layout) in the others."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(table_pair)
+def _table_pair(G, k, f, df, h):
+    if G.ndim == 3:
+        def pages(G, k, f, df, h):
+            for q in range(G.shape[1]):
+                for r in range(LANES):
+                    G[k, q, r] = df[r]
+                G[k, q, 0] = f
+                G[k, q, h] = f
+        return pages
+
+    def lanes(G, k, f, df, h):
+        for r in range(LANES):
+            G[k, r] = df[r]
+        G[k, 0] = f
+        G[k, h] = f
+    return lanes
+
+
+def first_page(x):
+    """``x`` (one page of lanes), or its first page."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(first_page)
+def _first_page(x):
+    if _pages(x):
+        def pages(x):
+            return x[0]
+        return pages
+
+    def lanes(x):
+        return x
+    return lanes
+
+
+def any_lane(x):
+    """Whether any lane of the lane vector ``x`` (every page) is nonzero (or NaN)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(any_lane)
+def _any_lane(x):
+    if _pages(x):
+        def pages(x):
+            for q in range(x.shape[0]):
+                for r in range(LANES):
+                    if x[q, r] != 0.0:
+                        return True
+            return False
+        return pages
+
+    def lanes(x):
+        for r in range(LANES):
+            if x[r] != 0.0:
+                return True
+        return False
+    return lanes

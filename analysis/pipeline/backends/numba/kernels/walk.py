@@ -56,6 +56,7 @@ from analysis.pipeline.backends.numba.kernels.lanes import (
     dot_end,
     dot_zero,
     mul_add,
+    registers,
     vec_axpy,
     vec_zero,
     zero_at,
@@ -94,11 +95,12 @@ def forward(Fn, F, pv, pv_hi, d, row, states, ns, h, mask, masked):
     (``d``: the pattern probability's tangents; lanes 4-7 with ``pv_hi``, ``F[k, h]``
     for two variants; values: ``pv F[k]``) for ``k`` in ``states[:ns]`` (and ``mask[k]``
     if ``masked``); ``row``: ``tgt[c, p]``."""
+    dv = registers(d)
     for i in range(ns):
         k = states[i]
         if masked and not mask[k]:
             continue
-        mul_add(Fn, row[k], pv, pv_hi, F[k], h, d)
+        mul_add(Fn, row[k], pv, pv_hi, F[k], h, dv)
 
 
 @inline
@@ -106,9 +108,10 @@ def backward(Gn, G, pv, pv_hi, d, row, states, ns, h):
     """One pattern's term of the backward step: ``Gn[k] += pv G[row[k]] + G[row[k], 0] d``
     (two variants as :func:`forward`; values: ``pv G[row[k]]``) for ``k`` in
     ``states[:ns]``."""
+    dv = registers(d)
     for i in range(ns):
         k = states[i]
-        mul_add(Gn, k, pv, pv_hi, G[row[k]], h, d)
+        mul_add(Gn, k, pv, pv_hi, G[row[k]], h, dv)
 
 
 @inline

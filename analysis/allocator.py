@@ -108,10 +108,10 @@ def freeze_startup_objects() -> bool:
         ``False`` when ``DIFFCOFFEA_GC_FREEZE`` is off or the collector is disabled
         (``gc.disable()``: the process manages collections itself).
     """
-    if _FROZEN:
-        return True
     if os.environ.get(GC_ENV, "").strip().lower() in _OFF or not gc.isenabled():
         return False
+    if _FROZEN:
+        return True
     gc.freeze()
     _FROZEN.append(True)
     return True

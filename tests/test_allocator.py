@@ -100,7 +100,6 @@ def test_derive_freezes_startup_objects_once(setting):
 def test_freeze_off_by_environment(monkeypatch):
     import gc
 
-    monkeypatch.setattr(allocator, "_FROZEN", [])
     monkeypatch.setenv(allocator.GC_ENV, "off")
     count = gc.get_freeze_count()
     assert allocator.freeze_startup_objects() is False

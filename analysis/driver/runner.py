@@ -57,6 +57,7 @@ from analysis.config.loader import Config
 from analysis.data.branches import required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.faults import FAULTS_KEY, Fault, Faults
+from analysis.data.overlap import settle
 from analysis.driver.chunks import ChunkSource
 from analysis.driver.executors import (  # noqa: F401  (re-exported)
     DASK_CONNECT_TIMEOUT,
@@ -421,13 +422,16 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         # coffea's futures/dask workers share the cores already: one kernel thread each
         if self.executor_type in ("futures", "dask", "parsl") and hasattr(proc, "reading"):
             options["kernel_threads"] = 1
+        if self.executor_type == "iterative" and hasattr(proc, "reading"):
+            # a chunk's kernels run while the next chunk is read (analysis.data.overlap)
+            options["overlap"] = True
         if self._warm_up is not None and hasattr(proc, "reading"):
             # the chunks' reading overlaps numba's start; their kernels wait for it
             options["before_kernels"] = numba_ready
         if options:  # another processor of the same prepared pass (this one unchanged)
             proc = proc.reading(**options)
         try:
-            out = dict(self._call(items, proc))
+            out = settle(dict(self._call(items, proc)))
         except Exception as err:
             raise self._executor_error(err) from err
         batch = out.pop(COLUMNS_KEY, None)

@@ -28,7 +28,7 @@ from typing import Any
 
 from analysis.data.faults import FAULTS_KEY, Fault, Faults, fault_record
 
-__all__ = ["Deferred", "defer", "settle"]
+__all__ = ["Deferred", "defer", "on_chunk_thread", "settle"]
 
 # by process id (a forked worker makes its own): the chunk thread, the chunk in flight
 _THREAD: dict[int, ThreadPoolExecutor] = {}
@@ -159,6 +159,15 @@ def defer(compute: Callable[[], Any], events: Any) -> Deferred:
     future = pool.submit(run)
     _LAST[pid] = future
     return Deferred([future])
+
+
+def on_chunk_thread(compute: Callable[[], Any]) -> Any:
+    """``compute()`` on the chunk thread (after the chunk in flight), waited for; what it
+    raises is raised here. For the driver's own chunk computations (the column cache's
+    chunks): every kernel of a pass then runs on the one thread, whose per-thread
+    scratch buffers (:func:`analysis.pipeline.backends.numba._fastpool._work`, as large
+    as a chunk's objects) are not made a second time for the driver's thread."""
+    return _thread().submit(compute).result()
 
 
 def settle(out: dict) -> dict:

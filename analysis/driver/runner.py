@@ -57,7 +57,7 @@ from analysis.config.loader import Config
 from analysis.data.branches import required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.faults import FAULTS_KEY, Fault, Faults
-from analysis.data.overlap import settle
+from analysis.data.overlap import on_chunk_thread, settle
 from analysis.driver.chunks import ChunkSource
 from analysis.driver.executors import (  # noqa: F401  (re-exported)
     DASK_CONNECT_TIMEOUT,
@@ -367,9 +367,11 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
                 warm.wait()
                 self._warm_up = None
             parts = [out] if out else []
-            # here first: the driver works while the workers run theirs
+            # here first: the driver works while the workers run theirs (on the chunk
+            # thread, as the chunks read: one set of the kernels' per-thread scratch)
             done = {
-                i: proc.evaluate(items[i].dataset, self.cache.get(self._key(items[i])))
+                i: on_chunk_thread(lambda i=i: proc.evaluate(
+                    items[i].dataset, self.cache.get(self._key(items[i]))))
                 for i in sorted(here)
             }
             remote, lost = self._gather(pending)

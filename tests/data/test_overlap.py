@@ -114,3 +114,25 @@ def test_a_chunk_whose_kernels_raise_is_the_same_fault(small_data, monkeypatch) 
             messages.append(str(err.value))
     assert "too many uncertain objects" in messages[0]
     assert messages[1] == messages[0]
+
+
+def test_cached_chunks_compute_on_the_chunk_thread(small_data, monkeypatch) -> None:
+    """The column cache's chunks (evaluated by the driver) run on the chunk thread too, as
+    the chunks read (one set of the kernels' per-thread scratch), with the same states."""
+    cfg = H.make_config(small_data, executor={"type": "iterative"})
+    threads = []
+    real = dp.DiffProcessor.evaluate
+
+    def evaluate(self, dataset, cols):
+        threads.append(threading.current_thread().name)
+        return real(self, dataset, cols)
+
+    monkeypatch.setattr(dp.DiffProcessor, "evaluate", evaluate)
+    with Evaluator(cfg) as ev:
+        first = ev.run(order=1)
+        threads.clear()
+        again = ev.run(order=1)  # every chunk from the cache
+    assert len(threads) == 8 and all(t.startswith("chunk-kernels") for t in threads)
+    a, b = _leaves(first), _leaves(again)
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key

@@ -7,8 +7,10 @@ can overlap. :func:`defer` runs a chunk's computation on this process's chunk th
 and returns at once a :class:`Deferred`, which coffea's ``accumulate`` adds like any
 output; the driver resolves what the pass returned with :func:`settle`.
 
-At most one chunk computes at a time (:func:`defer` first waits for the previous one):
-the columns of at most two chunks are held (the one computing, the one being read),
+At most one chunk computes at a time (one chunk thread), and at most :data:`AHEAD`
+chunks are submitted and not finished (:func:`defer` waits for the oldest first): the
+columns of at most three chunks are held (one computing, one waiting, one being read;
+a chunk slower to compute than to read can wait while the next one is read),
 and the outputs are merged in chunk order as they finish (a :class:`Deferred` keeps
 the left fold of its finished prefix), with coffea's own ``add`` and ``iadd``, so the
 merged states are those of the pass without overlap, bit for bit. A chunk whose
@@ -28,11 +30,13 @@ from typing import Any
 
 from analysis.data.faults import FAULTS_KEY, Fault, Faults, fault_record
 
-__all__ = ["Deferred", "defer", "on_chunk_thread", "settle"]
+__all__ = ["AHEAD", "Deferred", "defer", "kernel_threads", "on_chunk_thread", "settle"]
 
 # by process id (a forked worker makes its own): the chunk thread, the chunk in flight
 _THREAD: dict[int, ThreadPoolExecutor] = {}
-_LAST: dict[int, Future] = {}
+_LAST: dict[int, list[Future]] = {}
+#: chunks submitted and not finished, at most (one computing, one waiting)
+AHEAD = 2
 
 
 def _thread() -> ThreadPoolExecutor:
@@ -137,8 +141,8 @@ def _done(value: Any) -> Future:
 
 
 def defer(compute: Callable[[], Any], events: Any) -> Deferred:
-    """``compute()`` (one chunk's output value, no file access) on the chunk thread, after
-    the previous chunk's computation has finished; a raise becomes the fault record of
+    """``compute()`` (one chunk's output value, no file access) on the chunk thread, once
+    fewer than :data:`AHEAD` chunks are submitted and not finished; a raise becomes the fault record of
     chunk ``events`` (:func:`analysis.data.faults.fault_record`)."""
 
     # the chunk's name for its fault record (not the events: their buffers stay unheld)
@@ -153,12 +157,24 @@ def defer(compute: Callable[[], Any], events: Any) -> Deferred:
 
     pool = _thread()
     pid = os.getpid()
-    last = _LAST.get(pid)
-    if last is not None:
-        last.exception()  # waits; what it raised is in its own result
+    ahead = [f for f in _LAST.get(pid, []) if not f.done()]
+    if len(ahead) >= AHEAD:
+        ahead.pop(0).exception()  # waits; what it raised is in its own result
     future = pool.submit(run)
-    _LAST[pid] = future
+    _LAST[pid] = [*ahead, future]
     return Deferred([future])
+
+
+def kernel_threads() -> int | None:
+    """The kernel threads of an overlapped pass: the cores numba uses less the one that
+    reads the next chunk (at least one; on 2 cores the kernels and the reading then take
+    one core each instead of three threads sharing two); None where
+    ``DIFFCOFFEA_KERNEL_THREADS`` is set (the kernels read it themselves)."""
+    if os.environ.get("DIFFCOFFEA_KERNEL_THREADS"):
+        return None
+    import numba
+
+    return max(1, int(numba.config.NUMBA_NUM_THREADS) - 1)
 
 
 def on_chunk_thread(compute: Callable[[], Any]) -> Any:

@@ -57,7 +57,7 @@ from analysis.config.loader import Config
 from analysis.data.branches import required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.faults import FAULTS_KEY, Fault, Faults
-from analysis.data.overlap import on_chunk_thread, settle
+from analysis.data.overlap import kernel_threads, on_chunk_thread, settle
 from analysis.driver.chunks import ChunkSource
 from analysis.driver.executors import (  # noqa: F401  (re-exported)
     DASK_CONNECT_TIMEOUT,
@@ -425,8 +425,10 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         if self.executor_type in ("futures", "dask", "parsl") and hasattr(proc, "reading"):
             options["kernel_threads"] = 1
         if self.executor_type == "iterative" and hasattr(proc, "reading"):
-            # a chunk's kernels run while the next chunk is read (analysis.data.overlap)
+            # a chunk's kernels run while the next chunk is read (analysis.data.overlap),
+            # on the cores the reading leaves
             options["overlap"] = True
+            options["kernel_threads"] = kernel_threads()
         if self._warm_up is not None and hasattr(proc, "reading"):
             # the chunks' reading overlaps numba's start; their kernels wait for it
             options["before_kernels"] = numba_ready

@@ -12,6 +12,7 @@ from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
+from analysis.data.overlap import defer
 from analysis.pipeline.job import READING, Job
 from analysis.pipeline.replicas import states as replica_states
 from analysis.pipeline.request import Request
@@ -96,9 +97,10 @@ class DiffProcessor(processor.ProcessorABC):
         with reading():  # what fails in here is a bad file (skip_bad_files may skip it)
             cols = extract_columns(events, job.plan, weight_branch=weight_branch, source=source,
                                    uid=uid)
-        if job.before_kernels is not None:
-            job.before_kernels()
-        out = self.evaluate(dataset, cols)
+        if job.overlap:  # computed while the executor reads the next chunk
+            out = {dataset: defer(lambda: self._kernels(dataset, cols)[dataset], events)}
+        else:
+            out = self._kernels(dataset, cols)
         if job.keep_columns:
             meta = events.metadata
             key = chunk_key(
@@ -115,6 +117,12 @@ class DiffProcessor(processor.ProcessorABC):
             )
             out.update(extra)
         return out
+
+    def _kernels(self, dataset: str, cols) -> dict:
+        """:meth:`evaluate`, after the job's ``before_kernels``."""
+        if self.job.before_kernels is not None:
+            self.job.before_kernels()
+        return self.evaluate(dataset, cols)
 
     def _prepare(self) -> dict:
         """The pass prepared by the backend's chooser (support is decided here, not per

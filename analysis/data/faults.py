@@ -39,6 +39,7 @@ __all__ = [
     "Fault",
     "Faults",
     "describe",
+    "fault_record",
     "guarded",
     "note_dropped",
     "reading",
@@ -313,6 +314,27 @@ def _attempts(call: Callable[[], Any], chunk: _Chunk, retries: int) -> Any:
     raise AssertionError("unreachable")
 
 
+def _fault(chunk: _Chunk, err: BaseException) -> Fault:
+    return Fault(
+        chunk.dataset,
+        chunk.file,
+        chunk.start,
+        chunk.stop,
+        describe(err),
+        kind=_kind(err),
+        detail="".join(traceback.format_exception(err)),
+    )
+
+
+def fault_record(events: Any, err: BaseException) -> Fault | None:
+    """The record of chunk ``events`` failing with ``err``, as :func:`guarded` makes it
+    (for a chunk's computation that runs after ``process`` has returned:
+    :mod:`analysis.data.overlap`); None when ``events.metadata`` has no ``entrystart``
+    (not a chunk from a coffea executor: the caller raises ``err``)."""
+    chunk = _chunk_of(events)
+    return None if chunk.start is None else _fault(chunk, err)
+
+
 def guarded(process: Callable) -> Callable:
     """Decorate a processor's ``process(self, events)`` so that it never raises.
 
@@ -338,16 +360,7 @@ def guarded(process: Callable) -> Callable:
         except Exception as err:
             if chunk.start is None:
                 raise  # not a coffea chunk (a direct call, e.g. in a test): nothing to record
-            fault = Fault(
-                chunk.dataset,
-                chunk.file,
-                chunk.start,
-                chunk.stop,
-                describe(err),
-                kind=_kind(err),
-                detail="".join(traceback.format_exception(err)),
-            )
-            return {FAULTS_KEY: Faults([fault])}
+            return {FAULTS_KEY: Faults([_fault(chunk, err)])}
         finally:
             _ACTIVE.reset(token)
         if chunk.dropped:

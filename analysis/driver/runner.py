@@ -57,6 +57,7 @@ from analysis.config.loader import Config
 from analysis.data.branches import required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.faults import FAULTS_KEY, Fault, Faults
+from analysis.data.overlap import kernel_threads, on_chunk_thread, settle
 from analysis.driver.chunks import ChunkSource
 from analysis.driver.executors import (  # noqa: F401  (re-exported)
     DASK_CONNECT_TIMEOUT,
@@ -366,9 +367,11 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
                 warm.wait()
                 self._warm_up = None
             parts = [out] if out else []
-            # here first: the driver works while the workers run theirs
+            # here first: the driver works while the workers run theirs (on the chunk
+            # thread, as the chunks read: one set of the kernels' per-thread scratch)
             done = {
-                i: proc.evaluate(items[i].dataset, self.cache.get(self._key(items[i])))
+                i: on_chunk_thread(lambda i=i: proc.evaluate(
+                    items[i].dataset, self.cache.get(self._key(items[i]))))
                 for i in sorted(here)
             }
             remote, lost = self._gather(pending)
@@ -421,13 +424,18 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
         # coffea's futures/dask workers share the cores already: one kernel thread each
         if self.executor_type in ("futures", "dask", "parsl") and hasattr(proc, "reading"):
             options["kernel_threads"] = 1
+        if self.executor_type == "iterative" and hasattr(proc, "reading"):
+            # a chunk's kernels run while the next chunk is read (analysis.data.overlap),
+            # on the cores the reading leaves
+            options["overlap"] = True
+            options["kernel_threads"] = kernel_threads()
         if self._warm_up is not None and hasattr(proc, "reading"):
             # the chunks' reading overlaps numba's start; their kernels wait for it
             options["before_kernels"] = numba_ready
         if options:  # another processor of the same prepared pass (this one unchanged)
             proc = proc.reading(**options)
         try:
-            out = dict(self._call(items, proc))
+            out = settle(dict(self._call(items, proc)))
         except Exception as err:
             raise self._executor_error(err) from err
         batch = out.pop(COLUMNS_KEY, None)

@@ -20,7 +20,8 @@ from analysis.pipeline.request import Request
 __all__ = ["READING", "Job"]
 
 #: the fields of a :class:`Job` that say how chunks are read, not what they compute
-READING = ("keep_columns", "cache_token", "worker_budget", "kernel_threads", "before_kernels")
+READING = ("keep_columns", "cache_token", "worker_budget", "kernel_threads", "before_kernels",
+           "overlap")
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +62,10 @@ class Job:
         (with the command line's numba warm-up, iterative executor:
         :func:`analysis.driver.warmup.numba_ready`, so the chunks' reading overlaps
         numba's start). A module-level function: the processor is pickled.
+    overlap
+        Keyword-only. A chunk's computation runs on a thread of its own while the
+        executor reads the next chunk (:mod:`analysis.data.overlap`: the same merged
+        states; the driver resolves the pass's output). In-process executors only.
 
     Returns
     -------
@@ -82,6 +87,7 @@ class Job:
     worker_budget: int | None = field(default=None, kw_only=True)
     kernel_threads: int | None = field(default=None, kw_only=True)
     before_kernels: Callable[[], None] | None = field(default=None, kw_only=True)
+    overlap: bool = field(default=False, kw_only=True)
 
     @property
     def theta(self) -> Any:

@@ -2,7 +2,7 @@
 
 The compiled loops release the GIL (``nogil``), and so do numpy's element-wise
 functions on large arrays, so contiguous block ranges (:func:`_run_blocks`), blocks
-taken one at a time (:func:`_run_dynamic`, for kernels whose outputs are per block or
+taken a few at a time (:func:`_run_dynamic`, for kernels whose outputs are per block or
 per item) or slices (:func:`_run_slices`) run in parallel on a thread pool of this
 process. Blocks keep their partial sums apart and are added in block order; slices are
 element-wise: the results do not depend on the number of threads. :func:`yield_sums`
@@ -54,23 +54,28 @@ def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) 
 
 
 def _run_dynamic(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
-    """``kernel(*args, b, b + 1)`` for every block, each thread taking the next block
-    not yet taken (blocks of uneven cost even out; a kernel whose outputs are per
-    block or per item gives the same results however the blocks are shared)."""
+    """``kernel(*args, b0, b1)`` over every block, each thread taking the next blocks not
+    yet taken: a share of the blocks left (half of them over the threads, at least one;
+    blocks of uneven cost even out at the end). A kernel whose outputs are per block or
+    per item gives the same results however the blocks are shared. Few calls per
+    thread: each returns to Python and takes the GIL, which a thread reading the next
+    chunk (:mod:`analysis.data.overlap`) may hold for up to the switch interval."""
     threads = max(1, min(_threads(threads), n_blocks))
     if threads == 1:
         kernel(*args, 0, n_blocks)
         return
-    taken = iter(range(n_blocks))
+    taken = [0]
     lock = threading.Lock()
 
     def work(_a: int, _b: int) -> None:
         while True:
             with lock:
-                b = next(taken, None)
-            if b is None:
+                b = taken[0]
+                k = max(1, (n_blocks - b) // (2 * threads))
+                taken[0] = b + k
+            if b >= n_blocks:
                 return
-            kernel(*args, b, b + 1)
+            kernel(*args, b, min(b + k, n_blocks))
 
     _run_slices(work, range(threads + 1))
 

@@ -75,7 +75,7 @@ __all__ = ["evaluate_columns"]
 _SUMS = ("sum", "count")
 # Events per block of the walk, about: its outputs are per event and object (no sums),
 # so neither the block size nor which thread walks a block changes a bit; the threads
-# take the blocks one at a time (_fastpool._run_dynamic: blocks of uneven cost even out).
+# take the blocks a few at a time (_fastpool._run_dynamic: blocks of uneven cost even out).
 WALK_BLOCK = 1024
 
 

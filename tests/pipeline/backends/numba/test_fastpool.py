@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -30,19 +31,25 @@ def test_every_block_once(run, n_blocks, threads):
 
 def test_dynamic_blocks_even_out_uneven_costs():
     """One slow block: the other thread takes every other block meanwhile (contiguous
-    ranges would leave half of them behind the slow one)."""
-    order = []
-    release = threading.Event()
+    ranges would leave half of them behind the slow one); a call takes a share of the
+    blocks left (half of them over the threads: 2 of 8 with 2 threads), so the slow
+    call holds at most 2."""
+    order: list[int] = []
+    lock = threading.Lock()
+    waited = []
 
     def kernel(b0, b1):
-        if b0 == 0:
-            release.wait(5.0)  # the first block waits until the others are done
-        order.append(b0)
-        if len(order) == 7:
-            release.set()
+        if b0 == 0:  # the slow block: its call waits until every other block is done
+            t0 = time.monotonic()
+            while len(order) < 8 - (b1 - b0) and time.monotonic() - t0 < 5.0:
+                time.sleep(0.001)
+            waited.append(time.monotonic() - t0)
+        with lock:
+            order.extend(range(b0, b1))
 
     _run_dynamic(kernel, (), 8, 2)
-    assert sorted(order) == list(range(8)) and order[-1] == 0
+    assert sorted(order) == list(range(8))
+    assert order.index(0) >= 6 and waited[0] < 4.0  # the others went on meanwhile
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -86,3 +93,19 @@ def test_yield_sums_of_weights_alone_equal_the_lanes(np1):
     ref = yield_sums(ev, pe, np1, 64, 2)
     got = yield_sums(w, pe, np1, 64, 2)
     np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))
+
+
+def test_dynamic_blocks_few_calls():
+    """50 blocks on 2 threads: a few calls per thread, not one per block (each call
+    returns to Python and takes the GIL, which a thread reading the next chunk may hold:
+    analysis.data.overlap), every block once."""
+    calls = []
+    lock = threading.Lock()
+
+    def kernel(b0, b1):
+        with lock:
+            calls.append((b0, b1))
+
+    _run_dynamic(kernel, (), 50, 2)
+    assert sorted(b for c in calls for b in range(*c)) == list(range(50))
+    assert len(calls) <= 20

@@ -114,6 +114,29 @@ def test_kernel_against_enumeration_and_the_jax_reference() -> None:
     assert np.all(got[np.arange(len(UNCERTAIN)) != e, :, 1] == 0.0)
 
 
+def test_fewest_objects_that_reach_a_passing_state():
+    """``_fewest``: the fewest objects (steps of any pattern of any collection from the
+    empty state) that reach a state of nonzero pass value or tangent (the first ``nl``
+    lanes); none reached: 2**62. The kernel gives an event of fewer objects exact zeros
+    (the whole plans below compare those events' bins with the JAX kernel's)."""
+    # one count capped at 4: pattern 0 keeps the state, pattern 1 adds one
+    one = np.array([[[0, 1, 2, 3, 4], [1, 2, 3, 4, 4]]], np.int64)
+    g0 = np.zeros((5, LANES))
+    g0[4, 0] = 0.3
+    n_pat = np.array([2], np.int64)
+    assert _numba_esum._fewest(one, n_pat, g0, 1) == 4
+    g0[2, 1] = -1e-300  # a tangent alone: read with 2 lanes, not with 1
+    assert _numba_esum._fewest(one, n_pat, g0, 1) == 4
+    assert _numba_esum._fewest(one, n_pat, g0, 2) == 2
+    g0[4, 0] = np.nan  # NaN is not zero
+    g0[2, 1] = 0.0
+    assert _numba_esum._fewest(one, n_pat, g0, 1) == 4
+    # a second collection whose one pattern adds two: state 4 in two objects
+    two = np.array([one[0], [[2, 3, 4, 4, 4], [2, 3, 4, 4, 4]]], np.int64)
+    assert _numba_esum._fewest(two, np.array([2, 1], np.int64), g0, 1) == 2
+    assert _numba_esum._fewest(one, n_pat, np.zeros((5, LANES)), 4) == 2**62
+
+
 def few_uncertain(counts: tuple[int, ...], seed: int = 11) -> dict:
     """Events as :func:`tests.select.test_subsets_uncertain.events` (24 jets, one lepton)
     with ``counts[e] - 1`` jets uncertain in ``jets``, each with an uncertain b-tag, and

@@ -39,6 +39,11 @@ state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangen
   than one step per object: within a few ulps of it (the module's tests: 1e-10 against
   the enumeration oracle, 1e-12 against the JAX reference).
 
+An event of numbers (at most 3 tangents) with fewer objects than any state of nonzero
+pass value or tangent needs (:func:`_fewest`, once per call: breadth first over the
+patterns) cannot pass: it is not walked, only its uncertain objects are counted, and
+its bins are the exact zeros the walk would give (+0.0).
+
 Cost per event: ``O(M P S L)`` for the folded objects, ``O(2^U P S L)`` (enumeration) or
 ``O(2^(U/2) (P S + n_c) L)`` (meet in the middle, ``n_c`` the edges crossed) for the
 uncertain ones (``S`` count states, ``P`` patterns, ``L`` lanes). Outputs per event (no sums), so
@@ -412,6 +417,48 @@ def _bin(edges, x):
     return b
 
 
+@inline
+def _fewest(tgt, n_pat, G0, nl):
+    """The fewest objects (steps of any pattern of any collection, breadth first from
+    the empty state 0 over ``tgt``) that reach a state of nonzero ``f`` or tangent
+    (``G0``'s first ``nl`` lanes; NaN counts as nonzero); ``2**62`` when none is
+    reached. An event of fewer objects ends in a state of zero ``f`` and tangents
+    whatever their patterns and probabilities."""
+    n_states = tgt.shape[2]
+    dist = np.full(n_states, -1, np.int64)
+    queue = np.zeros(n_states, np.int64)
+    dist[0] = 0
+    head, size = 0, 1
+    while head < size:
+        k = queue[head]
+        head += 1
+        for c in range(tgt.shape[0]):
+            for p in range(n_pat[c]):
+                t = tgt[c, p, k]
+                if dist[t] < 0:
+                    dist[t] = dist[k] + 1
+                    queue[size] = t
+                    size += 1
+    need = np.int64(1) << 62
+    for k in range(n_states):
+        if dist[k] >= 0 and dist[k] < need:
+            for r in range(nl):
+                if G0[k, r] != 0.0:
+                    need = dist[k]
+    return need
+
+
+@inline
+def _numbers(coff, base, pv_all, n_pat, e):
+    """Whether every pattern probability of event ``e`` is a number (no NaN)."""
+    for c in range(coff.shape[0]):
+        for g in range(base[c] + coff[c, e], base[c] + coff[c, e + 1]):
+            for p in range(n_pat[c]):
+                if pv_all[g, p, 0] != pv_all[g, p, 0]:
+                    return False
+    return True
+
+
 @njit
 def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert, ins, vals,
                    edges, nl, block, out, n_unc, b0, b1):
@@ -476,7 +523,26 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
         G0[k, 0] = f[k]
         for r in range(1, nl):
             G0[k, r] = df[k, r]
+    need = _fewest(tgt, n_pat, G0, nl)
     for e in range(b0 * block, min(n_ev, b1 * block)):
+        n_obj = 0
+        for c in range(n_coll):
+            n_obj += coff[c, e + 1] - coff[c, e]
+        if n_obj < need and nl <= 4 and _numbers(coff, base, pv_all, n_pat, e):
+            # fewer objects than any passing state needs (an event of numbers, at most 3
+            # tangents: the sparse path): only its uncertain objects are counted; its bins
+            # are the exact zeros that path gives (each term a number times a zero f and
+            # zero tangents, added to +0.0)
+            n = 0
+            for i in range(coff[cs, e], coff[cs, e + 1]):
+                if not cert[i]:
+                    n += 1
+            n_unc[e] = n
+            if n > MAX_UNCERTAIN:
+                out[e, :, :] = np.nan
+            else:
+                out[e, :, :] = 0.0
+            continue
         x0 = 0.0
         n = 0
         skip = True

@@ -199,7 +199,8 @@ def main() -> None:
             env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache,
                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-                   "JAX_ENABLE_X64": "1", "PYTHONPATH": str(REPO)}
+                   "JAX_ENABLE_X64": "1", "PYTHONPATH": os.pathsep.join(
+                       filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
             env.pop("DIFFCOFFEA_JAX_CACHE", None)
             for phase in ("cold", "warm"):
                 cmd = [sys.executable, __file__, "--child", str(chunksize), json.dumps(files),

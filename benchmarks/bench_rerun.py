@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_rerun_") as tmp:
         config = Path(tmp) / "demo.yaml"
         config.write_text(yaml.safe_dump(data))
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "DIFFCOFFEA_JAX_CACHE": str(Path(tmp) / "jax")}
+        env = {**os.environ, "DIFFCOFFEA_JAX_CACHE": str(Path(tmp) / "jax"),
+               "PYTHONPATH": os.pathsep.join(
+                   filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
         for run in ("first", "second"):
             cmd = [sys.executable, __file__, "--child", str(config), str(Path(tmp) / run),

@@ -12,12 +12,12 @@ written once per test session by :func:`small_data` (deterministic seeds).
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from analysis.childenv import child_env
 from analysis.config.loader import Config, config_from_dict
 from analysis.data.generate import ensure_dataset
 
@@ -110,10 +110,7 @@ def make_config(data: Path, **sections: Any) -> Config:
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for ``python -m analysis`` in a subprocess: the repo importable."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    env.update(extra or {})
-    return env
+    return child_env(**(extra or {}))
 
 
 def cli_command(*args: str) -> list[str]:

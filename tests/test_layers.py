@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "analysis": 0,  # float64 policy only (analysis/__init__.py)
     "analysis.errors": 0,
     "analysis.compilecache": 0,  # JAX's persistent compilation cache (standard library only)
+    "analysis.childenv": 0,  # a child process's environment (standard library only)
     "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
     "analysis.allocator": 0,  # glibc's malloc thresholds (standard library only)
     "analysis.spec": 0,  # pure-Python facts the config checks (statistic names, edges): no JAX

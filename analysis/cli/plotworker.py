@@ -21,9 +21,9 @@ import pickle
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
+from analysis.childenv import child_env
 from analysis.errors import DiffcoffeaError
 
 __all__ = ["PlotWorkers"]
@@ -58,9 +58,7 @@ class PlotWorkers:
         self._queued: list[float] = []
         self._jobs: list[tuple[int, int]] = []  # (worker, its job number), in order
         self._local: list[Any] = []
-        root = str(Path(__file__).resolve().parents[2])  # the analysis package's parent
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        env = child_env()  # the workers import this analysis package
         for _ in range(max(0, int(workers))):
             try:
                 proc = subprocess.Popen(

@@ -22,6 +22,7 @@ import os
 import sys
 from typing import Any
 
+from analysis.childenv import child_env
 from analysis.driver.files import EventSchema
 
 __all__ = [
@@ -104,14 +105,10 @@ def parsl_config(workers: int, *, run_dir: str | None = None) -> Any:
     from parsl.executors import HighThroughputExecutor
     from parsl.providers import LocalProvider
 
-    import analysis
 
-    env = worker_threads_env(os.environ)
     # The workers import the same analysis (and processors) as this process, not
     # whatever an installed copy on their default path holds.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(analysis.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = child_env(worker_threads_env(os.environ))
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return Config(
         executors=[HighThroughputExecutor(

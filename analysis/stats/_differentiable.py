@@ -15,9 +15,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from analysis.stats._params import ParamSpec, param_spec
+from analysis.stats._hostlinear import apply
+from analysis.stats._params import ParamSpec, packed, param_spec
 from analysis.stats.derived import Derived
+from analysis.stats.jagged import device_array
 from analysis.stats.merge import is_state
 from analysis.stats.passes import PassTheta, Pullback, _shown
 from analysis.stats.pullback import prune, pullback_payload
@@ -66,6 +69,17 @@ def _no_forward_derivatives(fun: Callable[..., Any]) -> Callable[..., Any]:
 
     guarded.defjvp(refuse)
     return guarded
+
+
+def _tangents(ms: list, dt: Any) -> list:
+    """``[m @ dt for m in ms]`` over the last axis of each ``m``: by
+    :func:`analysis.stats._hostlinear.apply` (numpy when eager: ``jax.grad``'s backward
+    pass compiles no program for it) where the ``ms`` are known, else one
+    ``dot_general`` each (``jnp.matmul`` is a jitted function, whose part that depends
+    only on ``m`` JAX would compile as a program of its own under ``jax.linearize``)."""
+    if not any(isinstance(m, jax.core.Tracer) for m in ms):
+        return apply(ms, dt)
+    return [lax.dot_general(m, dt, (((np.ndim(m) - 1,), (0,)), ((), ()))) for m in ms]
 
 
 def _shapes(tree: Any) -> Any:
@@ -189,7 +203,8 @@ def differentiable(
 
     def leaves(t: Any, spec: ParamSpec, part: str) -> list:
         if not isinstance(t, jax.core.Tracer):
-            return [jnp.asarray(a) for a in jax.tree_util.tree_leaves(getattr(host(t, spec), part))]
+            # device_put, not jnp.asarray: that compiles a program per shape (see device_array)
+            return [device_array(a) for a in jax.tree_util.tree_leaves(getattr(host(t, spec), part))]
         if "structure" not in fwd_memo:
             raise ValueError(
                 "stats.differentiable: under jax.jit the output structure of run is not known yet; "
@@ -222,7 +237,7 @@ def differentiable(
         @jac_fn.defjvp
         def _jac_jvp(primals, tangents):
             (t,), (dt,) = primals, tangents
-            return jac_fn(t), [h @ dt for h in hess_fn(t)]
+            return jac_fn(t), _tangents(hess_fn(t), dt)
 
         @jax.custom_jvp
         def value_fn(t):
@@ -231,7 +246,7 @@ def differentiable(
         @value_fn.defjvp
         def _value_jvp(primals, tangents):
             (t,), (dt,) = primals, tangents
-            return value_fn(t), [j @ dt for j in jac_fn(t)]
+            return value_fn(t), _tangents(jac_fn(t), dt)
 
         return value_fn
 
@@ -290,7 +305,7 @@ def differentiable(
         @_no_forward_derivatives
         def values(t):
             if not isinstance(t, jax.core.Tracer):
-                return [jnp.asarray(a) for a in jax.tree_util.tree_leaves(host_values(t, spec))]
+                return [device_array(a) for a in jax.tree_util.tree_leaves(host_values(t, spec))]
             return jax.pure_callback(
                 lambda tt: [
                     np.asarray(a, dtype=np.float64)
@@ -304,7 +319,7 @@ def differentiable(
         @_no_forward_derivatives
         def pull(t, cts):
             if not any(isinstance(a, jax.core.Tracer) for a in [t, *cts]):
-                return jnp.asarray(host_pullback(t, list(cts), spec))
+                return device_array(host_pullback(t, list(cts), spec))
             return jax.pure_callback(
                 lambda tt, cc: host_pullback(tt, list(cc), spec),
                 jax.ShapeDtypeStruct((spec.size,), jnp.float64),
@@ -336,7 +351,7 @@ def differentiable(
         use = chosen(spec)
         if (use, spec.key) not in fns:
             fns[use, spec.key] = (make_forward if use == "forward" else make_reverse)(spec)
-        flat = fns[use, spec.key](spec.vector(theta))
+        flat = fns[use, spec.key](packed(spec, theta))
         if "value" not in memo:  # only reachable under tracing without structure
             raise ValueError("stats.differentiable: run(theta) has not been evaluated")
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(memo["value"]), flat)

@@ -105,6 +105,7 @@ from analysis.stats._differentiable import (  # noqa: F401  (re-exported)
 from analysis.stats._params import numpy_vector, param_spec
 from analysis.stats.derived import Derived, join
 from analysis.stats.histogram import Histogram
+from analysis.stats.jagged import device_array
 from analysis.stats.merge import is_state
 from analysis.stats.passes import PassTheta, Pullback, _shown  # noqa: F401  (re-exported)
 from analysis.stats.taylor import (  # noqa: F401  (re-exported)
@@ -233,7 +234,7 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     spec = param_spec(params, "stats.derive")
     vec = numpy_vector(spec, params)
     spec.check_finite(vec, "stats.derive")
-    t0 = jnp.asarray(vec)
+    t0 = device_array(vec)  # jnp.asarray would compile a program per shape
 
     def wrap(fn):
         def f(t):

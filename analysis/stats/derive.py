@@ -267,6 +267,8 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     got = compiled_call(f"forward{order}", fn, wrap,
                         lambda f, t: value_and_derivatives(f, t, order=order), spec.key, t0)
     value, jac, hess = _forward(f, t0, order) if got is None else got
+    # the JAX arrays as they are: their program runs while the next chunk is read
+    # (Derived converts them to numpy when they are first read)
     if order == 0:
-        return Derived(spec.names, _to_numpy(value), at=vec)
-    return Derived(spec.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess), at=vec)
+        return Derived(spec.names, value, at=vec)
+    return Derived(spec.names, value, jac, hess, at=vec)

@@ -18,12 +18,22 @@ import numpy as np
 
 from analysis.stats._stored import stored_call
 from analysis.stats.merge import describe_difference
-from analysis.stats.taylor import _merge_taylor, _symmetric, _to_numpy, taylor_derivatives
+from analysis.stats.taylor import _merge_taylor, _symmetric, taylor_derivatives
 
 __all__ = ["Derived", "join"]
 
 
 # --- Derived --------------------------------------------------------------------------
+
+
+def _owned(tree: Any) -> Any:
+    """``tree`` with numpy float64 leaves; JAX leaves copied out (not views of the JAX
+    buffers, which deep copies share)."""
+    if tree is None:
+        return None
+    return jax.tree_util.tree_map(
+        lambda a: np.array(a, dtype=np.float64) if isinstance(a, jax.Array)
+        else np.asarray(a, dtype=np.float64), tree)
 
 
 class Derived:
@@ -57,7 +67,7 @@ class Derived:
         :func:`derive`; None: unknown); ``a + b`` refuses a mixture of different points.
     """
 
-    __slots__ = ("names", "value", "jac", "hess", "at")
+    __slots__ = ("names", "_value", "_jac", "_hess", "at")
 
     def __init__(
         self, names: Any, value: Any, jac: Any = None, hess: Any = None, *, at: Any = None
@@ -66,11 +76,44 @@ class Derived:
         #: the parameter values the derivatives were taken at (:func:`derive` sets them;
         #: ``None``: unknown). ``a + b`` refuses a mixture of different points.
         self.at = None if at is None else tuple(float(v) for v in at)
-        self.value = value
-        self.jac = jac
+        self._value = value
+        self._jac = jac
         # Symmetrised: a Taylor expansion (how merges and statistics are differentiated)
         # only sees the symmetric part, so an empty merge now returns it bit for bit.
-        self.hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
+        self._hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
+
+    # The leaves may be JAX arrays still being computed (stats.derive's program and the
+    # merges run asynchronously: the next chunk is read meanwhile); they become numpy
+    # float64 arrays of their own (copies: a deep copy shares the immutable JAX arrays),
+    # once, when read.
+    @property
+    def value(self) -> Any:
+        """The states and sums (numpy float64 leaves)."""
+        self._value = _owned(self._value)
+        return self._value
+
+    @value.setter
+    def value(self, tree: Any) -> None:
+        self._value = tree
+
+    @property
+    def jac(self) -> Any:
+        """``value``'s Jacobian (trailing ``(P,)`` axis; numpy float64), or None."""
+        self._jac = _owned(self._jac)
+        return self._jac
+
+    @jac.setter
+    def jac(self, tree: Any) -> None:
+        self._jac = tree
+
+    @property
+    def hess(self) -> Any:
+        """``value``'s Hessian (trailing ``(P, P)`` axes, symmetrised), or None."""
+        return self._hess
+
+    @hess.setter
+    def hess(self, tree: Any) -> None:
+        self._hess = tree
 
     def __getstate__(self) -> tuple:
         return (self.names, self.value, self.jac, self.hess, self.at)
@@ -78,26 +121,29 @@ class Derived:
     def __deepcopy__(self, memo: dict) -> Derived:
         """A copy with arrays of its own, leaf by leaf through the pytrees (coffea's
         ``accumulate`` copies a dataset's first output; ``copy.deepcopy``'s generic walk
-        costs several times this with hundreds of histogram leaves)."""
+        costs several times this with hundreds of histogram leaves). JAX arrays are
+        immutable: shared, not waited for."""
 
         def own(leaf: Any) -> Any:
+            if isinstance(leaf, jax.Array):
+                return leaf
             return leaf.copy() if isinstance(leaf, np.ndarray) else copy.deepcopy(leaf, memo)
 
         out = Derived.__new__(Derived)
         out.names, out.at = self.names, self.at
-        out.value, out.jac, out.hess = (
+        out._value, out._jac, out._hess = (
             None if t is None else jax.tree_util.tree_map(own, t)
-            for t in (self.value, self.jac, self.hess))
+            for t in (self._value, self._jac, self._hess))
         return out
 
     def __setstate__(self, state: tuple) -> None:
-        self.names, self.value, self.jac, self.hess = state[:4]
+        self.names, self._value, self._jac, self._hess = state[:4]
         self.at = state[4] if len(state) > 4 else None
 
     @property
     def order(self) -> int:
         """0 (values only), 1 (Jacobian) or 2 (Jacobian and Hessian)."""
-        return 0 if self.jac is None else (1 if self.hess is None else 2)
+        return 0 if self._jac is None else (1 if self._hess is None else 2)
 
     @property
     def n_params(self) -> int:
@@ -114,7 +160,7 @@ class Derived:
             raise ValueError(
                 f"Derived + Derived: derivative orders differ: {self.order} vs {other.order}"
             )
-        diff = describe_difference(self.value, other.value)
+        diff = describe_difference(self._value, other._value)  # shapes: no waiting
         if diff is not None:
             raise ValueError(f"Derived + Derived: state structures differ {diff}")
         if self.at is not None and other.at is not None:
@@ -131,12 +177,17 @@ class Derived:
         if not isinstance(other, Derived):
             return NotImplemented
         self._check_compatible(other)
+        # dispatched, not waited for: the leaves stay JAX arrays until read
         value, jac, hess = stored_call(
-            "merge_taylor", _merge_taylor, self.value, self.jac, self.hess, other.value,
-            other.jac, other.hess, order=self.order,
+            "merge_taylor", _merge_taylor, self._value, self._jac, self._hess, other._value,
+            other._jac, other._hess, order=self.order,
         )
-        return Derived(self.names, _to_numpy(value), _to_numpy(jac), _to_numpy(hess),
-                       at=self.at if self.at is not None else other.at)
+        out = Derived.__new__(Derived)
+        out.names = self.names
+        out.at = self.at if self.at is not None else other.at
+        out._value, out._jac = value, jac
+        out._hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
+        return out
 
     def __radd__(self, other: Any) -> Derived:
         return self.__add__(other)

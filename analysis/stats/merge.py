@@ -137,6 +137,11 @@ def _edges_difference(a: Any, b: Any) -> str | None:
     return None
 
 
+def _type_name(x: Any) -> str:
+    """A leaf's type as users know it (``Array``, not JAX's ``ArrayImpl``)."""
+    return "Array" if isinstance(x, jax.Array) else type(x).__name__
+
+
 def describe_difference(a: Any, b: Any) -> str | None:
     """Where two pytrees of states and sums differ (structure or a leaf's shape), or None."""
     pa, ta = jax.tree_util.tree_flatten_with_path(a, is_leaf=is_state)
@@ -156,13 +161,13 @@ def describe_difference(a: Any, b: Any) -> str | None:
         for (path, la), (_, lb) in zip(pa, pb, strict=True):
             if (is_state(la) or is_state(lb)) and type(la) is not type(lb):
                 return (
-                    f"at {jax.tree_util.keystr(path) or 'the root'}: {type(la).__name__} "
-                    f"vs {type(lb).__name__}"
+                    f"at {jax.tree_util.keystr(path) or 'the root'}: {_type_name(la)} "
+                    f"vs {_type_name(lb)}"
                 )
         return f"tree structures {ta} vs {tb}"
     for (path, la), (_, lb) in zip(pa, pb, strict=True):
         if (is_state(la) or is_state(lb)) and type(la) is not type(lb):
-            return f"at {jax.tree_util.keystr(path)}: {type(la).__name__} vs {type(lb).__name__}"
+            return f"at {jax.tree_util.keystr(path)}: {_type_name(la)} vs {_type_name(lb)}"
         sa = jnp.shape(la[0] if is_state(la) else la)
         sb = jnp.shape(lb[0] if is_state(lb) else lb)
         if sa != sb:

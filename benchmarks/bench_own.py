@@ -16,7 +16,17 @@ later passes without the column cache (``column_budget = 0``), two with it
 ``analysis.data.owncache.CachedRunner`` (the kept chunks without coffea's Runner). The warm child then runs the same on
 coffea's futures executor with a pool of 2 worker processes kept across passes
 (the workers inherit the compilation cache): its first pass, later passes without
-and with the column cache. Every figure carries the 1-minute load average. Run from
+and with the column cache; then on coffea's dask executor with a
+``dask.distributed.LocalCluster`` of 2 worker processes (one thread each) kept across
+passes, the same three. The cluster starts before the dask passes and is not timed in
+them (its start-up, the workers connected and one ``client.run`` that checks they
+inherited ``JAX_ENABLE_X64`` and the compilation cache directory, is recorded apart);
+as on futures, the workers import JAX, coffea and this package and load the compiled
+programs at their first chunk, inside the first pass, and the kept columns live in
+the workers while the cluster lives (the script prints for how many chunks the worker
+that got them had kept them). The loss and gradient of every futures and dask
+pass must equal the iterative pass's at the same parameter to 1e-10 relative (the
+script fails otherwise). Every figure carries the 1-minute load average. Run from
 the repository root:
 
     python benchmarks/bench_own.py                     # 200k events, chunksizes 10k and 50k
@@ -42,6 +52,10 @@ sys.path.insert(0, str(REPO))
 # Seconds spent in stats.derive per chunk of the current pass (the compiled program and
 # its host work: the floor of a later pass with the column cache, for this function)
 DERIVE_SECONDS: list[float] = []
+
+# the parallel executors of the warm child: result prefix -> what the records call it
+PARALLEL = {"futures_": "futures (2 workers, pool kept)",
+            "dask_": "dask (LocalCluster of 2 workers, kept)"}
 
 GOALS = {"first_cold": 10.0, "first_warm": 2.0, "later_no_cache": 1.0, "later_cache": 0.3}
 
@@ -106,7 +120,23 @@ def _processors():
     return MeanJetPt, Plain, Null
 
 
-def child(files: list[str], chunksize: int, futures: bool) -> dict:
+def _same_passes(result: dict, prefix: str) -> None:
+    """Fail unless every pass of ``prefix``'s executor gave the iterative pass's loss
+    and gradient at the same parameter to 1e-10 relative (x64 in its workers, nothing
+    lost on the way)."""
+    import math
+
+    reference = {theta: (loss, grad) for theta, loss, grad in result["passes"]}
+    for theta, loss, grad in result[f"{prefix}passes"]:
+        ref_loss, ref_grad = reference[theta]
+        if not (math.isclose(loss, ref_loss, rel_tol=1e-10)
+                and math.isclose(grad, ref_grad, rel_tol=1e-10)):
+            raise AssertionError(
+                f"{prefix.rstrip('_')} at pt_min {theta}: loss {loss!r}, gradient {grad!r}; "
+                f"iterative: loss {ref_loss!r}, gradient {ref_grad!r}")
+
+
+def child(files: list[str], chunksize: int, parallel: bool) -> dict:
     import multiprocessing
     import warnings
     from concurrent.futures import ProcessPoolExecutor
@@ -136,15 +166,21 @@ def child(files: list[str], chunksize: int, futures: bool) -> dict:
         runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=chunksize)
         cached_runner = CachedRunner(runner)
 
+        # (pt_min, loss, gradient) of every pass: the executors are compared on them
+        passes: list[tuple[float, float, float]] = []
+
         def gradient(theta, budget, run=runner):
             f = stats.differentiable(
                 lambda th: run(fileset, MeanJetPt(th, budget), treename="Events")["ttbar"])
-            return jax.value_and_grad(lambda th: (stats.mean(f(th)["jet_pt"]) - 60.0) ** 2)(theta)
+            value, grad = jax.value_and_grad(
+                lambda th: (stats.mean(f(th)["jet_pt"]) - 60.0) ** 2)(theta)
+            passes.append((theta["pt_min"], float(value), float(grad["pt_min"])))
+            return value, grad
 
         first, (value, grad), load, derive_s = timed(lambda: gradient({"pt_min": 30.0}, None))
         out = {f"{prefix}first": first, f"{prefix}loss": float(value),
                f"{prefix}grad": float(grad["pt_min"]), f"{prefix}load": [load],
-               f"{prefix}first_derive": derive_s}
+               f"{prefix}first_derive": derive_s, f"{prefix}passes": passes}
         for name, budget, start in (("later_no_cache", 0, 31.0), ("later_cache", None, 33.0)):
             runs = [timed(lambda i=i, s=start, b=budget: gradient({"pt_min": s + i}, b))
                     for i in range(2)]
@@ -167,12 +203,45 @@ def child(files: list[str], chunksize: int, futures: bool) -> dict:
     result["runner_floor"] = min(
         timed(lambda: plain_runner(fileset, Null(), treename="Events"))[0] for _ in range(2))
     result.update(measure(processor.IterativeExecutor(status=False), ""))
-    if futures:
+    if parallel:
         # spawned workers: a fork of this process (JAX's threads running) can deadlock
         with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
             result.update(measure(processor.FuturesExecutor(pool=pool, status=False),
                                   "futures_"))
+        _same_passes(result, "futures_")
+        result.update(_dask(measure))
+        _same_passes(result, "dask_")
     return result
+
+
+def _dask(measure) -> dict:
+    """``measure`` on coffea's dask executor, a LocalCluster of 2 worker processes kept
+    across the passes; its start-up (until one ``client.run`` on both workers came back)
+    timed apart, outside every pass."""
+    from coffea import processor
+    from dask.distributed import Client, LocalCluster
+
+    from analysis.data import owncache
+
+    start = time.perf_counter()
+    # worker processes (spawned by their nannies) inherit this process's environment:
+    # JAX_ENABLE_X64 and the run's JAX_COMPILATION_CACHE_DIR
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        names = ("JAX_ENABLE_X64", "JAX_COMPILATION_CACHE_DIR")
+        seen = client.run(lambda: [os.environ.get(n) for n in names])
+        startup = time.perf_counter() - start
+        expected = [os.environ.get(n) for n in names]
+        assert len(seen) == 2 and all(v == expected for v in seen.values()), (seen, expected)
+        out = measure(processor.DaskExecutor(client=client, status=False), "dask_")
+        # the workers' kept-column hits and misses over the 5 passes (every chunk once
+        # per pass): the scheduler need not send a chunk to the worker that keeps it
+        info = client.run(owncache.cache_info).values()
+    out["dask_startup"] = startup
+    out["dask_column_hits"] = sum(i["hits"] for i in info)
+    out["dask_column_lookups"] = sum(i["hits"] + i["misses"] for i in info)
+    return out
 
 
 def main() -> None:
@@ -180,7 +249,7 @@ def main() -> None:
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--chunksizes", type=int, nargs="+", default=[10_000, 50_000])
     p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "diffcoffea_bench_own"))
-    p.add_argument("--child", nargs=3, metavar=("CHUNKSIZE", "FILES_JSON", "FUTURES"),
+    p.add_argument("--child", nargs=3, metavar=("CHUNKSIZE", "FILES_JSON", "PARALLEL"),
                    help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -213,12 +282,11 @@ def main() -> None:
                     "later_cache": min(r["later_cache"]) / r["plain"],
                     "later_cached_runner": min(r["later_cached_runner"]) / r["plain"],
                 }
-                if "futures_first" in r:
-                    ratios.update({
-                        "futures_first": r["futures_first"] / r["plain"],
-                        "futures_later_no_cache": min(r["futures_later_no_cache"]) / r["plain"],
-                        "futures_later_cache": min(r["futures_later_cache"]) / r["plain"],
-                    })
+                for prefix in PARALLEL:
+                    if f"{prefix}first" in r:
+                        ratios[f"{prefix}first"] = r[f"{prefix}first"] / r["plain"]
+                        for name in ("later_no_cache", "later_cache"):
+                            ratios[prefix + name] = min(r[prefix + name]) / r["plain"]
                 results["runs"].append({"chunksize": chunksize, "cache": phase, **r,
                                         "ratios": ratios})
                 load = max(r["plain_load"] + r["load"])
@@ -241,6 +309,16 @@ def main() -> None:
                           f"{min(r['futures_later_cache']):.2f} s "
                           f"({ratios['futures_later_cache']:.2f}x); load <= "
                           f"{max(r['futures_load']):.1f}", flush=True)
+                if "dask_first" in r:
+                    print(f"  dask, LocalCluster of 2 workers (started in "
+                          f"{r['dask_startup']:.2f} s, not in the passes): first "
+                          f"{r['dask_first']:.2f} s ({ratios['dask_first']:.1f}x), later "
+                          f"without column cache {min(r['dask_later_no_cache']):.2f} s "
+                          f"({ratios['dask_later_no_cache']:.2f}x), with "
+                          f"{min(r['dask_later_cache']):.2f} s "
+                          f"({ratios['dask_later_cache']:.2f}x; kept columns found for "
+                          f"{r['dask_column_hits']} of {r['dask_column_lookups'] * 2 // 5} "
+                          f"chunks); load <= {max(r['dask_load']):.1f}", flush=True)
     from benchmarks.results_table import command_line, record
 
     for run in results["runs"]:
@@ -260,15 +338,18 @@ def main() -> None:
                 (f"own.{size}.later_cached_runner", f"own processor, later pass with "
                  f"CachedColumns through owncache.CachedRunner (chunks of {size}) / plain",
                  ratios["later_cached_runner"], GOALS["later_cache"], run["load"][5:7]),
-                (f"own.{size}.futures_later", f"own processor on futures (2 workers, pool kept),"
-                 f" later pass (chunks of {size}) / the iterative later pass",
-                 min(run["futures_later_no_cache"]) / min(run["later_no_cache"]), 1.0,
-                 run["futures_load"][1:3]),
-                (f"own.{size}.futures_later_cached", f"own processor on futures (2 workers, "
-                 f"pool kept), later pass with CachedColumns (chunks of {size}) / the "
-                 "iterative one", min(run["futures_later_cache"]) / min(run["later_cache"]), 1.0,
-                 run["futures_load"][3:5]),
             ]
+            for prefix, executor in PARALLEL.items():
+                figures += [
+                    (f"own.{size}.{prefix}later", f"own processor on {executor}, later pass "
+                     f"(chunks of {size}) / the iterative later pass",
+                     min(run[f"{prefix}later_no_cache"]) / min(run["later_no_cache"]), 1.0,
+                     run[f"{prefix}load"][1:3]),
+                    (f"own.{size}.{prefix}later_cached", f"own processor on {executor}, later "
+                     f"pass with CachedColumns (chunks of {size}) / the iterative one",
+                     min(run[f"{prefix}later_cache"]) / min(run["later_cache"]), 1.0,
+                     run[f"{prefix}load"][3:5]),
+                ]
         for name, compares, figure, goal, load in figures:
             details = {k: run[k] for k in ("chunksize", "cache", "plain", "first", "first_derive")}
             # the Runner with a processor that returns a constant: no pass goes below it
@@ -283,6 +364,14 @@ def main() -> None:
                                             "of the run (cold: empty; warm: the cold child's)")
             if "futures_first" in run:
                 details["futures_first"] = run["futures_first"]
+            if "dask_first" in run:
+                details["dask_first"] = run["dask_first"]
+                details["dask_first_ratio"] = round(run["ratios"]["dask_first"], 3)
+                # the cluster's start-up, outside every pass
+                details["dask_startup"] = round(run["dask_startup"], 3)
+                # chunks whose columns the worker that got them kept, of the two passes'
+                details["dask_later_cached_hits"] = [run["dask_column_hits"],
+                                                     run["dask_column_lookups"] * 2 // 5]
             record(name, compares=compares, figure=round(figure, 3), goal=f"<= {goal}x",
                    met=figure <= goal, command=command_line(__file__, None), details=details)
 

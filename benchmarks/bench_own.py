@@ -10,7 +10,9 @@ that share a JAX persistent compilation cache directory which this script create
 (a temporary directory, given to JAX as ``JAX_COMPILATION_CACHE_DIR`` with the cache
 thresholds at 0): the first starts with it empty (cold), the second loads what the
 first wrote (warm). In each: the plain pass (best of 2), the Runner alone (a processor
-that returns a constant: the floor of any pass, best of 2), the first gradient pass, two
+that returns a constant: the floor of any pass, best of 2), the Runner reading the
+processor's columns and computing nothing (the floor of a pass that reads them, best
+of 2), the first gradient pass, two
 later passes without the column cache (``column_budget = 0``), two with it
 (``analysis.data.owncache.CachedColumns``) and two with it through
 ``analysis.data.owncache.CachedRunner`` (the kept chunks without coffea's Runner). The warm child then runs the same on
@@ -53,10 +55,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# Seconds spent in stats.derive per chunk of the current pass (the compiled program and
-# its host work: the floor of a later pass with the column cache, for this function)
-DERIVE_SECONDS: list[float] = []
-
 # the parallel executors of the warm child: result prefix -> what the records call it
 PARALLEL = {"futures_": "futures (2 workers, pool kept)",
             "dask_": "dask (LocalCluster of 2 workers, kept)"}
@@ -90,13 +88,7 @@ def _processors():
                 jets, selected = pass_weights(p, 2)
                 return {"jet_pt": stats.moments(pt, weight=jets), "selected": selected.sum()}
 
-            start = time.perf_counter()
-            out = {metadata["dataset"]: stats.derive(fn, self.theta)}
-            # the driver's list (coffea sends the processor as a copy, with its globals)
-            sink = getattr(sys.modules["__main__"], "DERIVE_SECONDS", None)
-            if sink is not None:
-                sink.append(time.perf_counter() - start)
-            return out
+            return {metadata["dataset"]: stats.derive(fn, self.theta)}
 
         def postprocess(self, accumulator):
             return accumulator
@@ -106,6 +98,17 @@ def _processors():
         (the floor of any pass through coffea's Runner, column cache or not)."""
 
         def process(self, events):
+            return {"n": 1}
+
+        def postprocess(self, accumulator):
+            return accumulator
+
+    class Read(processor.ProcessorABC):
+        """What a later pass without the column cache cannot go below: the Runner and
+        MeanJetPt's columns read and wrapped (``columns``), nothing computed."""
+
+        def process(self, events):
+            MeanJetPt({"pt_min": 30.0}).columns(events)
             return {"n": 1}
 
         def postprocess(self, accumulator):
@@ -121,7 +124,7 @@ def _processors():
         def postprocess(self, accumulator):
             return accumulator
 
-    return MeanJetPt, Plain, Null
+    return MeanJetPt, Plain, Null, Read
 
 
 def _same_passes(result: dict, prefix: str) -> None:
@@ -156,15 +159,14 @@ def child(files: list[str], chunksize: int, parallel: bool) -> dict:
     warnings.filterwarnings("ignore")
     coffea.util.coffea_console.quiet = True
     NanoAODSchema.warn_missing_crossrefs = False
-    MeanJetPt, Plain, Null = _processors()
+    MeanJetPt, Plain, Null, Read = _processors()
     fileset = {"ttbar": files}
 
     def timed(call):
         load = os.getloadavg()[0]
-        DERIVE_SECONDS.clear()
         t = time.perf_counter()
         out = call()
-        return time.perf_counter() - t, out, max(load, os.getloadavg()[0]), sum(DERIVE_SECONDS)
+        return time.perf_counter() - t, out, max(load, os.getloadavg()[0])
 
     def measure(executor, prefix: str, cache_executor=None) -> dict:
         """The passes on ``executor``; those that keep columns (the first and the
@@ -186,24 +188,28 @@ def child(files: list[str], chunksize: int, parallel: bool) -> dict:
             passes.append((theta["pt_min"], float(value), float(grad["pt_min"])))
             return value, grad
 
-        first, (value, grad), load, derive_s = timed(lambda: gradient({"pt_min": 30.0}, None))
+        first, (value, grad), load = timed(lambda: gradient({"pt_min": 30.0}, None))
         out = {f"{prefix}first": first, f"{prefix}loss": float(value),
                f"{prefix}grad": float(grad["pt_min"]), f"{prefix}load": [load],
-               f"{prefix}first_derive": derive_s, f"{prefix}passes": passes}
+               f"{prefix}passes": passes}
         for name, budget, start in (("later_no_cache", 0, 31.0), ("later_cache", None, 33.0)):
             runs = [timed(lambda i=i, s=start, b=budget: gradient({"pt_min": s + i}, b))
                     for i in range(2)]
             out[f"{prefix}{name}"] = [r[0] for r in runs]
             out[f"{prefix}load"] += [r[2] for r in runs]
-            out[f"{prefix}{name}_derive"] = [r[3] for r in runs]
         if not prefix:  # the kept columns live in this process: iterative only
             runs = [timed(lambda i=i: gradient({"pt_min": 35.0 + i}, None, cached_runner))
                     for i in range(2)]
             assert cached_runner.last == "cached", cached_runner.why
             out["later_cached_runner"] = [r[0] for r in runs]
             out["load"] += [r[2] for r in runs]
-            out["later_cached_runner_derive"] = [r[3] for r in runs]
         return out
+
+    def runner_alone(executor) -> float:
+        """The Runner on ``executor`` with a processor that returns a constant (best of
+        2): the floor of any pass there. Run after that executor's passes."""
+        run = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=chunksize)
+        return min(timed(lambda: run(fileset, Null(), treename="Events"))[0] for _ in range(2))
 
     plain_runner = processor.Runner(executor=processor.IterativeExecutor(status=False),
                                     schema=NanoAODSchema, chunksize=chunksize)
@@ -211,6 +217,8 @@ def child(files: list[str], chunksize: int, parallel: bool) -> dict:
     result = {"plain": min(p[0] for p in plains), "plain_load": [p[2] for p in plains]}
     result["runner_floor"] = min(
         timed(lambda: plain_runner(fileset, Null(), treename="Events"))[0] for _ in range(2))
+    result["read_floor"] = min(
+        timed(lambda: plain_runner(fileset, Read(), treename="Events"))[0] for _ in range(2))
     result.update(measure(processor.IterativeExecutor(status=False), ""))
     if parallel:
         # spawned workers: a fork of this process (JAX's threads running) can deadlock
@@ -221,8 +229,10 @@ def child(files: list[str], chunksize: int, parallel: bool) -> dict:
             result["futures_startup"] = time.perf_counter() - start
             result.update(measure(processor.FuturesExecutor(pool=pool, status=False),
                                   "futures_"))
+            result["futures_runner_floor"] = runner_alone(
+                processor.FuturesExecutor(pool=pool, status=False))
         _same_passes(result, "futures_")
-        result.update(_dask(measure))
+        result.update(_dask(measure, runner_alone))
         _same_passes(result, "dask_")
     return result
 
@@ -242,10 +252,10 @@ def _preload(index: int = 0) -> int:
     return index
 
 
-def _dask(measure) -> dict:
+def _dask(measure, runner_alone) -> dict:
     """``measure`` on coffea's dask executor, a LocalCluster of 2 worker processes kept
     across the passes; its start-up (until one ``client.run`` on both workers came back)
-    timed apart, outside every pass."""
+    timed apart, outside every pass; then ``runner_alone`` there."""
     from coffea import processor
     from dask.distributed import Client, LocalCluster
 
@@ -275,6 +285,8 @@ def _dask(measure) -> dict:
         # the workers' kept-column hits and misses over the 5 passes (every chunk once
         # per pass): the scheduler need not send a chunk to the worker that keeps it
         info = client.run(owncache.cache_info).values()
+        out["dask_runner_floor"] = runner_alone(processor.DaskExecutor(client=client,
+                                                                       status=False))
     out["dask_startup"] = startup
     out["dask_column_hits"] = sum(i["hits"] for i in info)
     out["dask_column_lookups"] = sum(i["hits"] + i["misses"] for i in info)
@@ -330,13 +342,12 @@ def main() -> None:
                 print(f"chunksize {chunksize:>6} {phase}: plain {r['plain']:.2f} s, first "
                       f"{r['first']:.2f} s ({ratios['first']:.1f}x), later without column "
                       f"cache {min(r['later_no_cache']):.2f} s ({ratios['later_no_cache']:.2f}x),"
-                      f" with {min(r['later_cache']):.2f} s ({ratios['later_cache']:.2f}x; "
-                      f"in stats.derive {min(r['later_cache_derive']):.2f} s, first pass "
-                      f"{r['first_derive']:.2f} s; the Runner alone {r['runner_floor']:.2f} s, "
-                      f"{r['runner_floor'] / r['plain']:.2f}x); with CachedRunner "
-                      f"{min(r['later_cached_runner']):.2f} s "
-                      f"({ratios['later_cached_runner']:.2f}x; in stats.derive "
-                      f"{min(r['later_cached_runner_derive']):.2f} s); load <= {load:.1f}",
+                      f" with {min(r['later_cache']):.2f} s ({ratios['later_cache']:.2f}x); "
+                      f"with CachedRunner {min(r['later_cached_runner']):.2f} s "
+                      f"({ratios['later_cached_runner']:.2f}x); the Runner alone "
+                      f"{r['runner_floor']:.2f} s ({r['runner_floor'] / r['plain']:.2f}x), "
+                      f"reading the columns {r['read_floor']:.2f} s "
+                      f"({r['read_floor'] / r['plain']:.2f}x); load <= {load:.1f}",
                       flush=True)
                 if "futures_first" in r:
                     print(f"  futures, 2 workers (started and imports done in "
@@ -346,7 +357,9 @@ def main() -> None:
                           f"{min(r['futures_later_no_cache']):.2f} s "
                           f"({ratios['futures_later_no_cache']:.2f}x), with "
                           f"{min(r['futures_later_cache']):.2f} s "
-                          f"({ratios['futures_later_cache']:.2f}x); load <= "
+                          f"({ratios['futures_later_cache']:.2f}x); the Runner alone "
+                          f"{r['futures_runner_floor']:.2f} s "
+                          f"({r['futures_runner_floor'] / r['plain']:.2f}x); load <= "
                           f"{max(r['futures_load']):.1f}", flush=True)
                 if "dask_first" in r:
                     print(f"  dask, LocalCluster of 2 workers (started in "
@@ -357,7 +370,9 @@ def main() -> None:
                           f"{min(r['dask_later_cache']):.2f} s "
                           f"({ratios['dask_later_cache']:.2f}x; kept columns found for "
                           f"{r['dask_column_hits']} of {r['dask_column_lookups'] * 2 // 5} "
-                          f"chunks); load <= {max(r['dask_load']):.1f}", flush=True)
+                          f"chunks); the Runner alone {r['dask_runner_floor']:.2f} s "
+                          f"({r['dask_runner_floor'] / r['plain']:.2f}x); load <= "
+                          f"{max(r['dask_load']):.1f}", flush=True)
     from benchmarks.results_table import command_line, record
 
     for run in results["runs"]:
@@ -394,22 +409,24 @@ def main() -> None:
                      run[f"{prefix}load"][3:5]),
                 ]
         for name, compares, figure, goal, load in figures:
-            details = {k: run[k] for k in ("chunksize", "cache", "plain", "first", "first_derive")}
+            details = {k: run[k] for k in ("chunksize", "cache", "plain", "first")}
             # the Runner with a processor that returns a constant: no pass goes below it
             details["runner_floor_ratio"] = round(run["runner_floor"] / run["plain"], 3)
-            if "later_cache_derive" in run:
-                # the time in stats.derive (the compiled program) of the best later pass
-                # with the column cache: its floor with this function, as a ratio
-                details["later_cache_derive_ratio"] = round(
-                    min(run["later_cache_derive"]) / run["plain"], 3)
+            # the Runner reading the columns and nothing else: no pass that reads them
+            # (a later pass without the column cache) goes below it
+            details["read_floor_ratio"] = round(run["read_floor"] / run["plain"], 3)
             details["load_average_1min"] = round(max(load + run["plain_load"]), 2)
             details["compilation_cache"] = ("JAX_COMPILATION_CACHE_DIR, a temporary directory "
                                             "of the run (cold: empty; warm: the cold child's)")
             if "futures_first" in run:
                 details["futures_first"] = run["futures_first"]
+                details["futures_runner_floor_ratio"] = round(
+                    run["futures_runner_floor"] / run["plain"], 3)
                 details["futures_startup"] = round(run["futures_startup"], 3)
             if "dask_first" in run:
                 details["dask_first"] = run["dask_first"]
+                details["dask_runner_floor_ratio"] = round(
+                    run["dask_runner_floor"] / run["plain"], 3)
                 details["dask_first_ratio"] = round(run["ratios"]["dask_first"], 3)
                 # the cluster's start-up, outside every pass
                 details["dask_startup"] = round(run["dask_startup"], 3)

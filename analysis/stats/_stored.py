@@ -316,7 +316,8 @@ _DTYPE_NAMES: dict[Any, str] = {}
 def _dtype_name(x: Any) -> str:
     """``str(np.result_type(x))``, kept per dtype of ``x`` (the result type of one array
     or numpy scalar depends on its dtype only)."""
-    if not isinstance(x, np.ndarray | np.generic):
+    # JAX arrays too: merged states stay JAX arrays until read (analysis.stats.derived)
+    if not isinstance(x, np.ndarray | np.generic | jax.Array):
         return str(np.result_type(x))
     name = _DTYPE_NAMES.get(x.dtype)
     if name is None:

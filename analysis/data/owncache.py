@@ -346,14 +346,12 @@ class CachedRunner:
         """``([output, ...] in chunk order, None)`` from the dask workers' kept columns,
         or ``([], why)`` where a chunk is kept on no worker (or its file changed, or a
         worker dropped it meanwhile); sets :attr:`why` when it succeeds."""
-        chunks = []
-        for item in items:
-            metadata = _chunk_metadata(item)
-            chunks.append((_chunk_key(processor_instance, metadata), metadata))
-        if not chunks or any(key is None for key, _ in chunks):
+        chunks = [_chunk_metadata(item) for item in items]
+        if not chunks or any(_chunk_key(processor_instance, m) is None for m in chunks):
             return [], f"{len(chunks)} chunks, not all with a file UUID"
-        asked = [(key, metadata["filename"]) for key, metadata in chunks]
-        answers = client.run(_kept_here, asked)
+        # the keys are made in the workers, from the processor as they unpickle it (a
+        # class defined in a function comes back under another __qualname__)
+        answers = client.run(_kept_here, processor_instance, chunks)
         # each chunk to the first worker (by address) that keeps it with its file unchanged
         where: dict[int, str] = {}
         changed: set[str] = set()
@@ -361,7 +359,7 @@ class CachedRunner:
             kept, stale = answers[address]
             for index in kept:
                 where.setdefault(index, address)
-            changed.update(chunks[index][1]["filename"] for index in stale)
+            changed.update(chunks[index]["filename"] for index in stale)
         if len(where) < len(chunks):
             for filename in changed:
                 self._forget_file(filename)
@@ -369,8 +367,8 @@ class CachedRunner:
             return [], (f"{missing} of {len(chunks)} chunks not kept on the dask workers"
                         + (f" ({len(changed)} files changed)" if changed else ""))
         tasks: dict[str, list] = {}
-        for index, (key, metadata) in enumerate(chunks):
-            tasks.setdefault(where[index], []).append((index, key, metadata))
+        for index, metadata in enumerate(chunks):
+            tasks.setdefault(where[index], []).append((index, metadata))
         futures = [client.submit(_process_kept, processor_instance, mine, workers=[address],
                                  allow_other_workers=False, pure=False)
                    for address, mine in tasks.items()]
@@ -383,14 +381,17 @@ class CachedRunner:
         return [output for _, output in outputs], None
 
 
-def _kept_here(asked: list[tuple[tuple, Any]]) -> tuple[list[int], list[int]]:
-    """In a dask worker: the indices of the ``(key, filename)`` chunks kept in this
+def _kept_here(processor_instance: CachedColumns,
+               chunks: list[dict]) -> tuple[list[int], list[int]]:
+    """In a dask worker: the indices of the chunks (their metadata) kept in this
     process with their file unchanged, and of those kept with a changed file."""
     kept: list[int] = []
     stale: list[int] = []
     stamps: dict[Any, Any] = {}
-    for index, (key, filename) in enumerate(asked):
-        entry = _KEPT.get(key)
+    for index, metadata in enumerate(chunks):
+        key = _chunk_key(processor_instance, metadata)
+        filename = metadata["filename"]
+        entry = _KEPT.get(key) if key is not None else None
         if entry is None:
             continue
         if filename not in stamps:
@@ -401,13 +402,14 @@ def _kept_here(asked: list[tuple[tuple, Any]]) -> tuple[list[int], list[int]]:
 
 def _process_kept(processor_instance: CachedColumns, chunks: list) -> list | None:
     """In a dask worker: ``[(index, process_columns(kept, metadata)), ...]`` for the
-    ``(index, key, metadata)`` chunks, in their order; None where one is no longer kept
-    here (dropped for the budget, or its file changed): the Runner runs then."""
-    found = [_lookup(key, _file_stamp(metadata["filename"])) for _, key, metadata in chunks]
+    ``(index, metadata)`` chunks, in their order; None where one is no longer kept here
+    (dropped for the budget, or its file changed): the Runner runs then."""
+    found = [_lookup(_chunk_key(processor_instance, metadata),
+                     _file_stamp(metadata["filename"])) for _, metadata in chunks]
     if any(columns is None for columns in found):
         return None
     out = []
-    for (index, _, metadata), columns in zip(chunks, found, strict=True):
+    for (index, metadata), columns in zip(chunks, found, strict=True):
         _STATS["hits"] += 1  # _lookup moved it to the most recently used end
         out.append((index, processor_instance.process_columns(columns, metadata)))
     return out

@@ -340,6 +340,7 @@ def test_a_chunk_dropped_meanwhile_is_reported() -> None:
     """A dask task whose chunk left the worker's cache between the question and the task
     returns None (the driver then runs the Runner) instead of reading it."""
     owncache.clear_cache()
-    key = ("m", "C", (), "uuid", "Events", 0, 10)
-    assert owncache._process_kept(Counting(), [(0, key, {"filename": "x"})]) is None
-    assert owncache._kept_here([(key, "x")]) == ([], [])
+    metadata = {"dataset": "d", "filename": "x", "treename": "Events", "entrystart": 0,
+                "entrystop": 10, "fileuuid": "u"}
+    assert owncache._process_kept(Counting(), [(0, metadata)]) is None
+    assert owncache._kept_here(Counting(), [metadata]) == ([], [])

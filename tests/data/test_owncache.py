@@ -336,6 +336,27 @@ def test_cached_runner_on_dask_falls_back_when_a_file_changed(tmp_path, dask_cli
     _assert_same(reference, again)
 
 
+@pytest.mark.slow
+def test_cached_runner_on_dask_with_a_class_defined_in_a_function(tmp_path, dask_client) -> None:  # noqa: ANN001
+    """cloudpickle sends a class defined in a function by value, and the workers get it
+    back under its bare name: the chunk keys must be the ones the workers make."""
+    from analysis.data.generate import ensure_dataset
+
+    class Local(Counting):
+        pass
+
+    fileset = {"ttbar": [str(f) for f in ensure_dataset(tmp_path, process="ttbar",
+                                                         n_events=300, n_files=1, seed=6)]}
+    run = _dask_run(dask_client, 100)
+    theta = {"jet_pt_min": 35.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(fileset, Local(theta), treename="Events")
+        second = run(fileset, Local(theta), treename="Events")
+    assert run.last == "cached", run.why
+    _assert_same(_reference(fileset, theta, 100), second)
+
+
 def test_a_chunk_dropped_meanwhile_is_reported() -> None:
     """A dask task whose chunk left the worker's cache between the question and the task
     returns None (the driver then runs the Runner) instead of reading it."""

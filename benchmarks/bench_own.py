@@ -20,7 +20,9 @@ coffea's futures executor with a pool of 2 worker processes kept across passes
 (the workers inherit the compilation cache): its first pass, later passes without
 and with the column cache; then on coffea's dask executor with a
 ``dask.distributed.LocalCluster`` of 2 worker processes (one thread each) kept across
-passes, the same three. The cluster starts before the dask passes and is not timed in
+passes, the same three and two with the column cache through ``CachedRunner`` wrapping
+the dask Runner that keeps columns (the chunks' outputs computed in the workers that
+keep them, without coffea's Runner). The cluster starts before the dask passes and is not timed in
 them (its start-up, the workers connected, one ``client.run`` that checks they
 inherited ``JAX_ENABLE_X64`` and the compilation cache directory, their imports of JAX,
 coffea and this package, and ``dask.dataframe``, which coffea's DaskExecutor imports in
@@ -168,9 +170,12 @@ def child(files: list[str], chunksize: int, parallel: bool) -> dict:
         out = call()
         return time.perf_counter() - t, out, max(load, os.getloadavg()[0])
 
-    def measure(executor, prefix: str, cache_executor=None) -> dict:
+    def measure(executor, prefix: str, cache_executor=None, before_cached_runner=None) -> dict:
         """The passes on ``executor``; those that keep columns (the first and the
-        later ones with the column cache) on ``cache_executor`` where given."""
+        later ones with the column cache) on ``cache_executor`` where given. The passes
+        through ``CachedRunner`` run on the iterative executor and, where
+        ``before_cached_runner`` is given (dask), on the Runner that keeps columns, after
+        ``out.update(before_cached_runner())``."""
         runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=chunksize)
         keeping = runner if cache_executor is None else processor.Runner(
             executor=cache_executor, schema=NanoAODSchema, chunksize=chunksize)
@@ -197,12 +202,16 @@ def child(files: list[str], chunksize: int, parallel: bool) -> dict:
                     for i in range(2)]
             out[f"{prefix}{name}"] = [r[0] for r in runs]
             out[f"{prefix}load"] += [r[2] for r in runs]
-        if not prefix:  # the kept columns live in this process: iterative only
+        if not prefix or before_cached_runner is not None:
+            if before_cached_runner is not None:
+                out.update(before_cached_runner())
+                cached_runner = CachedRunner(keeping)
             runs = [timed(lambda i=i: gradient({"pt_min": 35.0 + i}, None, cached_runner))
                     for i in range(2)]
             assert cached_runner.last == "cached", cached_runner.why
-            out["later_cached_runner"] = [r[0] for r in runs]
-            out["load"] += [r[2] for r in runs]
+            out[f"{prefix}later_cached_runner"] = [r[0] for r in runs]
+            out[f"{prefix}cached_runner_why"] = cached_runner.why
+            out[f"{prefix}load"] += [r[2] for r in runs]
         return out
 
     def runner_alone(executor) -> float:
@@ -279,17 +288,19 @@ def _dask(measure, runner_alone) -> dict:
         # the passes that keep columns pin each chunk to one worker (coffea's
         # worker_affinity: by a hash of its file and entry range), so that a later pass
         # finds them where they were kept; the others are scheduled freely
+        def hits() -> dict:
+            # the workers' kept-column hits and misses over the 5 passes through the
+            # Runner (every chunk once per pass), before the CachedRunner's
+            info = client.run(owncache.cache_info).values()
+            return {"dask_column_hits": sum(i["hits"] for i in info),
+                    "dask_column_lookups": sum(i["hits"] + i["misses"] for i in info)}
+
         out = measure(processor.DaskExecutor(client=client, status=False), "dask_",
                       processor.DaskExecutor(client=client, status=False,
-                                             worker_affinity=True))
-        # the workers' kept-column hits and misses over the 5 passes (every chunk once
-        # per pass): the scheduler need not send a chunk to the worker that keeps it
-        info = client.run(owncache.cache_info).values()
+                                             worker_affinity=True), hits)
         out["dask_runner_floor"] = runner_alone(processor.DaskExecutor(client=client,
                                                                        status=False))
     out["dask_startup"] = startup
-    out["dask_column_hits"] = sum(i["hits"] for i in info)
-    out["dask_column_lookups"] = sum(i["hits"] + i["misses"] for i in info)
     return out
 
 
@@ -334,8 +345,9 @@ def main() -> None:
                 for prefix in PARALLEL:
                     if f"{prefix}first" in r:
                         ratios[f"{prefix}first"] = r[f"{prefix}first"] / r["plain"]
-                        for name in ("later_no_cache", "later_cache"):
-                            ratios[prefix + name] = min(r[prefix + name]) / r["plain"]
+                        for name in ("later_no_cache", "later_cache", "later_cached_runner"):
+                            if prefix + name in r:
+                                ratios[prefix + name] = min(r[prefix + name]) / r["plain"]
                 results["runs"].append({"chunksize": chunksize, "cache": phase, **r,
                                         "ratios": ratios})
                 load = max(r["plain_load"] + r["load"])
@@ -370,7 +382,11 @@ def main() -> None:
                           f"{min(r['dask_later_cache']):.2f} s "
                           f"({ratios['dask_later_cache']:.2f}x; kept columns found for "
                           f"{r['dask_column_hits']} of {r['dask_column_lookups'] * 2 // 5} "
-                          f"chunks); the Runner alone {r['dask_runner_floor']:.2f} s "
+                          f"chunks); with CachedRunner "
+                          f"{min(r['dask_later_cached_runner']):.2f} s "
+                          f"({ratios['dask_later_cached_runner']:.2f}x: "
+                          f"{r['dask_cached_runner_why']}); the Runner alone "
+                          f"{r['dask_runner_floor']:.2f} s "
                           f"({r['dask_runner_floor'] / r['plain']:.2f}x); load <= "
                           f"{max(r['dask_load']):.1f}", flush=True)
     from benchmarks.results_table import command_line, record
@@ -408,6 +424,15 @@ def main() -> None:
                      min(run[f"{prefix}later_cache"]) / min(run["later_cache"]), 1.0,
                      run[f"{prefix}load"][3:5]),
                 ]
+            if "dask_later_cached_runner" in run:
+                figures.append(
+                    (f"own.{size}.dask_later_cached_runner", f"own processor on "
+                     f"{PARALLEL['dask_']}, later pass with CachedColumns through "
+                     f"owncache.CachedRunner wrapping the dask Runner (the kept chunks' "
+                     f"outputs computed in the workers that keep them, without coffea's "
+                     f"Runner; chunks of {size}) / plain",
+                     ratios["dask_later_cached_runner"], GOALS["later_cache"],
+                     run["dask_load"][5:7]))
         for name, compares, figure, goal, load in figures:
             details = {k: run[k] for k in ("chunksize", "cache", "plain", "first")}
             # the Runner with a processor that returns a constant: no pass goes below it
@@ -433,6 +458,8 @@ def main() -> None:
                 # chunks whose columns the worker that got them kept, of the two passes'
                 details["dask_later_cached_hits"] = [run["dask_column_hits"],
                                                      run["dask_column_lookups"] * 2 // 5]
+                # how the CachedRunner's passes ran (chunks and workers)
+                details["dask_cached_runner_why"] = run["dask_cached_runner_why"]
             record(name, compares=compares, figure=round(figure, 3), goal=f"<= {goal}x",
                    met=figure <= goal, command=command_line(__file__, None), details=details)
 

@@ -32,10 +32,11 @@ place is read again, even where coffea's Runner still holds the old file's UUID 
 metadata cache (which it keeps for the session). Files that cannot be stat'ed (remote
 URLs) are trusted by their UUID alone.
 
-:class:`CachedRunner` wraps a Runner: when every chunk of the fileset is kept in this
-process it calls the processor on the kept columns directly, without coffea's per-chunk
-work (opening the file, building the chunk's NanoEvents), which is what a later pass
-with the column cache otherwise spends most of its time on.
+:class:`CachedRunner` wraps a Runner: when every chunk of the fileset is kept (in this
+process with the iterative executor; in the cluster's workers with coffea's
+``DaskExecutor``) it calls the processor on the kept columns directly, without coffea's
+per-chunk work (opening the file, building the chunk's NanoEvents), which is what a
+later pass with the column cache otherwise spends most of its time on.
 """
 
 from __future__ import annotations
@@ -186,30 +187,37 @@ class CachedRunner:
 
     ``CachedRunner(runner)(fileset, processor_instance, treename=...)`` returns what
     ``runner(...)`` returns. When ``processor_instance`` is a :class:`CachedColumns`
-    processor and every chunk that the Runner would make of the fileset is kept in this
-    process (their files unchanged: same size and modification time as when their
-    columns were read), it calls ``processor_instance.process_columns`` on the kept
-    chunks in the Runner's chunk order, merges the outputs with
-    ``coffea.processor.accumulate`` (the iterative executor's merge, so the result is the
-    Runner's bit for bit) and applies ``postprocess``. Otherwise the wrapped Runner runs
-    (and reads the chunks that are not kept). :attr:`last` says which path ran,
-    :attr:`why` why.
+    processor and every chunk that the Runner would make of the fileset is kept (their
+    files unchanged: same size and modification time as when their columns were read),
+    it calls ``processor_instance.process_columns`` on the kept chunks in the Runner's
+    chunk order, merges the outputs with ``coffea.processor.accumulate`` (the iterative
+    executor's merge, so the result is the iterative Runner's bit for bit) and applies
+    ``postprocess``. Otherwise the wrapped Runner runs (and reads the chunks that are
+    not kept). :attr:`last` says which path ran, :attr:`why` why.
 
     The chunks come from ``runner.preprocess`` (coffea's metadata cache: no file is
     opened once the Runner has seen it). Where a file changed, its entries in that
     metadata cache are dropped before the Runner runs, so the Runner chunks the new file
     by its own UUID and number of entries. Kept columns live in the process that read
-    them: with the iterative executor that is this one; with any other executor they
-    are in its workers, so every pass runs the Runner (which reuses the workers' kept
-    columns).
+    them. With the iterative executor that is this one. With coffea's ``DaskExecutor``
+    (given a ``client``) they are in the cluster's workers: the workers are asked which
+    chunks they keep (``client.run``), and one task per worker holding chunks
+    (``client.submit`` pinned to that worker) calls ``process_columns`` on its kept
+    chunks there; the outputs come back to this process and merge here in the Runner's
+    chunk order (so the result equals the Runner's within its floating-point rounding:
+    dask's Runner merges in another order). Pin each chunk to a worker in the passes
+    that keep columns (``DaskExecutor(worker_affinity=True)``), else a chunk may be
+    kept nowhere and the Runner runs. Any other executor (``FuturesExecutor``: a process
+    pool cannot send a task to the process that keeps a chunk) runs the Runner on every
+    call (which reuses the workers' kept columns where a chunk lands on its worker).
 
     Parameters
     ----------
     runner : coffea.processor.Runner
         The Runner to wrap; its ``chunksize``, ``maxchunks`` and metadata cache decide
-        the chunks. With an executor other than ``IterativeExecutor``, ``savemetrics``,
-        ``use_result_type``, a ``checkpointer`` or parquet input every call runs the
-        Runner.
+        the chunks. With an executor other than ``IterativeExecutor`` or a
+        ``DaskExecutor`` with a ``client``, ``savemetrics``, ``use_result_type``, a
+        ``checkpointer``, dataframes or parquet input every call runs the Runner.
 
     Attributes
     ----------
@@ -231,10 +239,16 @@ class CachedRunner:
         if int(processor_instance.column_budget) <= 0:
             return "column_budget is 0 (nothing kept)"
         r = self.runner
-        from coffea.processor import IterativeExecutor
+        from coffea.processor import DaskExecutor, IterativeExecutor
 
-        if not isinstance(r.executor, IterativeExecutor):
-            # its chunks' columns are kept in the workers, not here
+        if isinstance(r.executor, DaskExecutor):
+            if getattr(r.executor, "client", None) is None:
+                return "the Runner's DaskExecutor has no client"
+            if getattr(r.executor, "use_dataframes", False):
+                return "the Runner's DaskExecutor returns dataframes"
+        elif not isinstance(r.executor, IterativeExecutor):
+            # its chunks' columns are kept in the workers, and a task cannot be sent
+            # to the worker that keeps a chunk
             return f"the Runner's {type(r.executor).__name__} keeps columns in its workers"
         for name in ("savemetrics", "use_result_type", "checkpointer", "use_dataframes"):
             if getattr(r, name, None):
@@ -299,10 +313,14 @@ class CachedRunner:
         """
         why = self._unsupported(processor_instance)
         found: list = []
+        client = getattr(self.runner.executor, "client", None)
         if why is None:
             options = {k: v for k, v in kwargs.items() if k == "uproot_options"}
             items = list(self.runner.preprocess(fileset, treename=treename, **options))
-            found, why = self._kept(processor_instance, items)
+            if client is None:
+                found, why = self._kept(processor_instance, items)
+            else:
+                found, why = self._dask_outputs(client, processor_instance, items)
         if why is not None:
             self.last, self.why = "runner", why
             return self.runner(fileset, processor_instance, treename=treename, **kwargs)
@@ -314,7 +332,84 @@ class CachedRunner:
                 _STATS["hits"] += 1
                 yield processor_instance.process_columns(columns, metadata)
 
-        out = accumulate(outputs())
+        if client is None:
+            out = accumulate(outputs())
+            self.why = f"{len(found)} chunks from the kept columns"
+        else:
+            out = accumulate(found)  # the workers' outputs, in chunk order
         post = processor_instance.postprocess(out)
-        self.last, self.why = "cached", f"{len(found)} chunks from the kept columns"
+        self.last = "cached"
         return out if post is None else post
+
+    def _dask_outputs(self, client: Any, processor_instance: CachedColumns,
+                      items: list) -> tuple[list, str | None]:
+        """``([output, ...] in chunk order, None)`` from the dask workers' kept columns,
+        or ``([], why)`` where a chunk is kept on no worker (or its file changed, or a
+        worker dropped it meanwhile); sets :attr:`why` when it succeeds."""
+        chunks = [_chunk_metadata(item) for item in items]
+        if not chunks or any(_chunk_key(processor_instance, m) is None for m in chunks):
+            return [], f"{len(chunks)} chunks, not all with a file UUID"
+        # the keys are made in the workers, from the processor as they unpickle it (a
+        # class defined in a function comes back under another __qualname__)
+        answers = client.run(_kept_here, processor_instance, chunks)
+        # each chunk to the first worker (by address) that keeps it with its file unchanged
+        where: dict[int, str] = {}
+        changed: set[str] = set()
+        for address in sorted(answers):
+            kept, stale = answers[address]
+            for index in kept:
+                where.setdefault(index, address)
+            changed.update(chunks[index]["filename"] for index in stale)
+        if len(where) < len(chunks):
+            for filename in changed:
+                self._forget_file(filename)
+            missing = len(chunks) - len(where)
+            return [], (f"{missing} of {len(chunks)} chunks not kept on the dask workers"
+                        + (f" ({len(changed)} files changed)" if changed else ""))
+        tasks: dict[str, list] = {}
+        for index, metadata in enumerate(chunks):
+            tasks.setdefault(where[index], []).append((index, metadata))
+        futures = [client.submit(_process_kept, processor_instance, mine, workers=[address],
+                                 allow_other_workers=False, pure=False)
+                   for address, mine in tasks.items()]
+        results = client.gather(futures)
+        if any(result is None for result in results):
+            return [], "a chunk was dropped from a dask worker's kept columns meanwhile"
+        outputs = sorted((pair for result in results for pair in result), key=lambda p: p[0])
+        self.why = (f"{len(chunks)} chunks from the kept columns of {len(tasks)} dask "
+                    f"workers")
+        return [output for _, output in outputs], None
+
+
+def _kept_here(processor_instance: CachedColumns,
+               chunks: list[dict]) -> tuple[list[int], list[int]]:
+    """In a dask worker: the indices of the chunks (their metadata) kept in this
+    process with their file unchanged, and of those kept with a changed file."""
+    kept: list[int] = []
+    stale: list[int] = []
+    stamps: dict[Any, Any] = {}
+    for index, metadata in enumerate(chunks):
+        key = _chunk_key(processor_instance, metadata)
+        filename = metadata["filename"]
+        entry = _KEPT.get(key) if key is not None else None
+        if entry is None:
+            continue
+        if filename not in stamps:
+            stamps[filename] = _file_stamp(filename)
+        (kept if entry[2] == stamps[filename] else stale).append(index)
+    return kept, stale
+
+
+def _process_kept(processor_instance: CachedColumns, chunks: list) -> list | None:
+    """In a dask worker: ``[(index, process_columns(kept, metadata)), ...]`` for the
+    ``(index, metadata)`` chunks, in their order; None where one is no longer kept here
+    (dropped for the budget, or its file changed): the Runner runs then."""
+    found = [_lookup(_chunk_key(processor_instance, metadata),
+                     _file_stamp(metadata["filename"])) for _, metadata in chunks]
+    if any(columns is None for columns in found):
+        return None
+    out = []
+    for (index, metadata), columns in zip(chunks, found, strict=True):
+        _STATS["hits"] += 1  # _lookup moved it to the most recently used end
+        out.append((index, processor_instance.process_columns(columns, metadata)))
+    return out

@@ -239,3 +239,129 @@ def test_a_touched_file_is_read_again(tmp_path, shared_data) -> None:  # noqa: A
     assert Counting.calls == 2 * chunks
     _run(path, Counting())
     assert Counting.calls == 2 * chunks and owncache.cache_info()["chunks"] == chunks
+
+
+# --- CachedRunner on dask: later passes from the kept columns of the workers -----------
+
+
+@pytest.fixture(scope="module")
+def dask_client():  # noqa: ANN201
+    """A LocalCluster of 2 worker processes, shared by this module's dask tests (its
+    start-up costs seconds)."""
+    from dask.distributed import Client, LocalCluster
+
+    # Workers compute in float64 only if they inherit JAX_ENABLE_X64 (set by `analysis`).
+    assert os.environ.get("JAX_ENABLE_X64") == "1"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        yield client
+
+
+def _dask_run(client, chunksize):  # noqa: ANN001, ANN202
+    import coffea.util
+
+    coffea.util.coffea_console.quiet = True
+    client.run(owncache.clear_cache)
+    return owncache.CachedRunner(processor.Runner(
+        executor=processor.DaskExecutor(client=client, status=False, worker_affinity=True),
+        schema=NanoAODSchema, chunksize=chunksize))
+
+
+def _drop_one() -> None:
+    """In a worker: drop its least recently used kept chunk."""
+    owncache._drop(next(iter(owncache._KEPT)))
+
+
+def _misses(client) -> int:  # noqa: ANN001
+    return sum(i["misses"] for i in client.run(owncache.cache_info).values())
+
+
+@pytest.mark.slow
+def test_cached_runner_on_dask_equals_the_runner(shared_data, dask_client) -> None:  # noqa: ANN001
+    """Pass 2 from the workers' kept columns equals the plain iterative Runner; a chunk
+    dropped from a worker's cache makes the next pass run the Runner (and read it)."""
+    fileset = {"ttbar": [str(shared_data / TTBAR)]}
+    run = _dask_run(dask_client, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = run(fileset, Counting({"jet_pt_min": 30.0}), treename="Events")
+        assert run.last == "runner" and "10 of 10 chunks not kept on the dask" in run.why
+        misses = _misses(dask_client)
+        assert misses == 10  # 200 events in chunks of 20
+        second = run(fileset, Counting({"jet_pt_min": 40.0}), treename="Events")
+        assert run.last == "cached", run.why
+        # coffea's worker_affinity spreads these chunks over both workers (a hash)
+        assert run.why == "10 chunks from the kept columns of 2 dask workers"
+        assert _misses(dask_client) == misses  # nothing read
+        _assert_same(_reference(fileset, {"jet_pt_min": 40.0}, 20), second)
+        with pytest.raises(AssertionError):  # other parameters: the comparison can fail
+            _assert_same(second, first)
+        # one chunk dropped from a worker's kept columns (the others still kept): the
+        # Runner runs and reads it again
+        holder = next(a for a, i in dask_client.run(owncache.cache_info).items()
+                      if i["chunks"])
+        dask_client.run(_drop_one, workers=[holder])
+        third = run(fileset, Counting({"jet_pt_min": 35.0}), treename="Events")
+        assert run.last == "runner" and "not kept on the dask workers" in run.why
+        _assert_same(_reference(fileset, {"jet_pt_min": 35.0}, 20), third)
+        run(fileset, Counting({"jet_pt_min": 35.0}), treename="Events")
+        assert run.last == "cached", run.why
+
+
+@pytest.mark.slow
+def test_cached_runner_on_dask_falls_back_when_a_file_changed(tmp_path, dask_client) -> None:  # noqa: ANN001
+    """As test_cached_runner_falls_back_when_a_file_changed, the columns kept in the
+    workers: the rewritten file (same name and UUID, 300 entries where the old had 200)
+    is chunked and read afresh by the Runner."""
+    from analysis.data.generate import ensure_dataset
+
+    files = ensure_dataset(tmp_path, process="ttbar", n_events=200, n_files=1, seed=5)
+    fileset = {"ttbar": [str(f) for f in files]}
+    run = _dask_run(dask_client, 60)
+    theta = {"jet_pt_min": 35.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(fileset, Counting(theta), treename="Events")
+        run(fileset, Counting(theta), treename="Events")
+        assert run.last == "cached", run.why
+        assert ensure_dataset(tmp_path, process="ttbar", n_events=300, n_files=1,
+                              seed=5) == files
+        changed = run(fileset, Counting(theta), treename="Events")
+        assert run.last == "runner" and "files changed" in run.why
+        again = run(fileset, Counting(theta), treename="Events")
+    assert run.last == "cached", run.why
+    reference = _reference(fileset, theta, 60)
+    _assert_same(reference, changed)
+    _assert_same(reference, again)
+
+
+@pytest.mark.slow
+def test_cached_runner_on_dask_with_a_class_defined_in_a_function(tmp_path, dask_client) -> None:  # noqa: ANN001
+    """cloudpickle sends a class defined in a function by value, and the workers get it
+    back under its bare name: the chunk keys must be the ones the workers make."""
+    from analysis.data.generate import ensure_dataset
+
+    class Local(Counting):
+        pass
+
+    fileset = {"ttbar": [str(f) for f in ensure_dataset(tmp_path, process="ttbar",
+                                                         n_events=300, n_files=1, seed=6)]}
+    run = _dask_run(dask_client, 100)
+    theta = {"jet_pt_min": 35.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(fileset, Local(theta), treename="Events")
+        second = run(fileset, Local(theta), treename="Events")
+    assert run.last == "cached", run.why
+    _assert_same(_reference(fileset, theta, 100), second)
+
+
+def test_a_chunk_dropped_meanwhile_is_reported() -> None:
+    """A dask task whose chunk left the worker's cache between the question and the task
+    returns None (the driver then runs the Runner) instead of reading it."""
+    owncache.clear_cache()
+    metadata = {"dataset": "d", "filename": "x", "treename": "Events", "entrystart": 0,
+                "entrystop": 10, "fileuuid": "u"}
+    assert owncache._process_kept(Counting(), [(0, metadata)]) is None
+    assert owncache._kept_here(Counting(), [metadata]) == ([], [])

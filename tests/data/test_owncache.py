@@ -357,11 +357,11 @@ def test_cached_runner_on_dask_with_a_class_defined_in_a_function(tmp_path, dask
     _assert_same(_reference(fileset, theta, 100), second)
 
 
-def test_a_chunk_dropped_meanwhile_is_reported() -> None:
-    """A dask task whose chunk left the worker's cache between the question and the task
-    returns None (the driver then runs the Runner) instead of reading it."""
+def test_a_worker_serves_only_what_it_keeps() -> None:
+    """A dask worker asked for chunks it does not keep computes nothing and reports none
+    of them (the driver then runs the Runner) instead of reading them."""
     owncache.clear_cache()
     metadata = {"dataset": "d", "filename": "x", "treename": "Events", "entrystart": 0,
                 "entrystop": 10, "fileuuid": "u"}
-    assert owncache._process_kept(Counting(), [(0, metadata)]) is None
+    assert owncache._serve_kept(Counting(), [metadata]) == ([], [])
     assert owncache._kept_here(Counting(), [metadata]) == ([], [])

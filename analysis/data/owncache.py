@@ -344,8 +344,8 @@ class CachedRunner:
     def _dask_outputs(self, client: Any, processor_instance: CachedColumns,
                       items: list) -> tuple[list, str | None]:
         """``([output, ...] in chunk order, None)`` from the dask workers' kept columns,
-        or ``([], why)`` where a chunk is kept on no worker (or its file changed, or a
-        worker dropped it meanwhile); sets :attr:`why` when it succeeds."""
+        or ``([], why)`` where a chunk is kept with its file unchanged on no worker;
+        sets :attr:`why` when it succeeds."""
         chunks = [_chunk_metadata(item) for item in items]
         if not chunks or any(_chunk_key(processor_instance, m) is None for m in chunks):
             return [], f"{len(chunks)} chunks, not all with a file UUID"

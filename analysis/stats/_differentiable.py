@@ -15,10 +15,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from analysis.stats._hostlinear import apply
-from analysis.stats._params import ParamSpec, packed, param_spec
+from analysis.stats._params import ParamSpec, param_spec
 from analysis.stats.derived import Derived
 from analysis.stats.jagged import device_array
 from analysis.stats.merge import is_state
@@ -69,17 +68,6 @@ def _no_forward_derivatives(fun: Callable[..., Any]) -> Callable[..., Any]:
 
     guarded.defjvp(refuse)
     return guarded
-
-
-def _tangents(ms: list, dt: Any) -> list:
-    """``[m @ dt for m in ms]`` over the last axis of each ``m``: by
-    :func:`analysis.stats._hostlinear.apply` (numpy when eager: ``jax.grad``'s backward
-    pass compiles no program for it) where the ``ms`` are known, else one
-    ``dot_general`` each (``jnp.matmul`` is a jitted function, whose part that depends
-    only on ``m`` JAX would compile as a program of its own under ``jax.linearize``)."""
-    if not any(isinstance(m, jax.core.Tracer) for m in ms):
-        return apply(ms, dt)
-    return [lax.dot_general(m, dt, (((np.ndim(m) - 1,), (0,)), ((), ()))) for m in ms]
 
 
 def _shapes(tree: Any) -> Any:
@@ -237,7 +225,8 @@ def differentiable(
         @jac_fn.defjvp
         def _jac_jvp(primals, tangents):
             (t,), (dt,) = primals, tangents
-            return jac_fn(t), _tangents(hess_fn(t), dt)
+            # numpy when eager: jax.grad's backward pass compiles no program for it
+            return jac_fn(t), apply(hess_fn(t), dt)
 
         @jax.custom_jvp
         def value_fn(t):
@@ -246,7 +235,7 @@ def differentiable(
         @value_fn.defjvp
         def _value_jvp(primals, tangents):
             (t,), (dt,) = primals, tangents
-            return value_fn(t), _tangents(jac_fn(t), dt)
+            return value_fn(t), apply(jac_fn(t), dt)
 
         return value_fn
 
@@ -351,7 +340,7 @@ def differentiable(
         use = chosen(spec)
         if (use, spec.key) not in fns:
             fns[use, spec.key] = (make_forward if use == "forward" else make_reverse)(spec)
-        flat = fns[use, spec.key](packed(spec, theta))
+        flat = fns[use, spec.key](spec.vector(theta))
         if "value" not in memo:  # only reachable under tracing without structure
             raise ValueError("stats.differentiable: run(theta) has not been evaluated")
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(memo["value"]), flat)

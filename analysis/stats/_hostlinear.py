@@ -139,9 +139,12 @@ ad.primitive_transposes[_unpack_p] = _unpack_transpose
 
 
 def pack(leaves: Sequence[Any]) -> Any:
-    """The leaves (float64 numbers or arrays, JAX values or tracers) raveled and
+    """The leaves (numbers or arrays, JAX values or tracers) raveled, as float64, and
     concatenated: a ``(P,)`` float64 array, with numpy doing the work when eager
-    (``ParamSpec.vector``'s map, whose eager form compiled three programs)."""
+    (``ParamSpec.vector``'s map, whose eager jnp form compiled three programs). A traced
+    leaf of another dtype (its tangents are not float64) takes the jnp map."""
+    if any(isinstance(v, jax.core.Tracer) and v.dtype != _F64 for v in leaves):
+        return _pack_traced(*leaves)[0]
     (out,) = _pack_p.bind(*leaves)
     return out
 
@@ -219,8 +222,12 @@ ad.primitive_transposes[_apply_t_p] = _apply_t_transpose
 
 
 def apply(ms: Sequence[Any], x: Any) -> list:
-    """``[m @ x for m in ms]`` (contracting the last axis of each constant ``m``, shape
-    ``(..., P)``, with ``x``, shape ``(P,)``), linear in ``x``: numpy when eager."""
+    """``[m @ x for m in ms]`` (contracting the last axis of each ``m``, shape
+    ``(..., P)``, with ``x``, shape ``(P,)``), linear in ``x``: numpy when eager, where
+    the ``ms`` are known; traced ``ms`` (``jax.jit``, or a Hessian's ``jax.jvp`` of
+    them) take one ``dot_general`` each."""
     if not ms:
         return []
+    if any(isinstance(m, jax.core.Tracer) for m in ms):
+        return _apply_traced(x, *ms)
     return list(_apply_p.bind(x, *ms))

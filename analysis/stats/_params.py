@@ -22,7 +22,7 @@ import numpy as np
 
 from analysis.stats._hostlinear import pack
 
-__all__ = ["ParamSpec", "numpy_vector", "packed", "param_spec"]
+__all__ = ["ParamSpec", "numpy_vector", "param_spec"]
 
 
 def _key_name(key: Any) -> str:
@@ -77,7 +77,8 @@ class ParamSpec:
         leaves = jax.tree_util.tree_leaves(theta)
         if not leaves:
             return jnp.zeros(0, dtype=jnp.float64)
-        return jnp.concatenate([jnp.ravel(jnp.asarray(v, dtype=jnp.float64)) for v in leaves])
+        # no compiled program when eager, also under jax.grad (analysis.stats._hostlinear)
+        return pack(leaves)
 
     def unflatten(self, vec: Any, *, as_numpy: bool = False) -> Any:
         leaves = []
@@ -125,26 +126,3 @@ def numpy_vector(spec: ParamSpec, theta: Any) -> np.ndarray:
     """``theta`` (concrete leaves) as a ``(P,)`` numpy float64 vector."""
     leaves = jax.tree_util.tree_leaves(theta)
     return np.concatenate([np.asarray(v, dtype=np.float64).reshape(-1) for v in leaves])
-
-
-
-
-def packed(spec: ParamSpec, theta: Any) -> Any:
-    """``spec.vector(theta)`` without compiled programs where JAX allows.
-
-    Each eager JAX operation compiles (or loads from the persistent cache) a program
-    once per shape and process, ~7 ms each in a new process: concrete leaves are
-    concatenated on the host and copied to the device once; float64 leaves being
-    differentiated (``jax.grad`` of a function of ``theta``) go through
-    :func:`analysis.stats._hostlinear.pack`, whose eager form and derivatives are numpy.
-    Other dtypes take :meth:`ParamSpec.vector`.
-    """
-    leaves = jax.tree_util.tree_leaves(theta)
-    if not leaves:
-        return jnp.zeros(0, dtype=jnp.float64)
-    if not any(isinstance(v, jax.core.Tracer) for v in leaves):
-        return jax.device_put(numpy_vector(spec, theta))
-    if all(np.dtype(getattr(v, "dtype", None) or np.result_type(v)) == np.float64
-           for v in leaves):
-        return pack(leaves)
-    return spec.vector(theta)

@@ -61,6 +61,7 @@ trigger a compilation; inside ``jax.jit`` the statistics are traced like any JAX
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -128,18 +129,13 @@ def _state_only(stat: str, weight: Any, axis: Any) -> None:
         raise TypeError(f"{stat}: x is a state (already reduced); weight and axis must be None")
 
 
-# A statistic of a state as one compiled program (per statistic, kept by its function).
-# Called eagerly (a loss of merged states under jax.grad), each jnp operation of it
-# would compile, or load from the persistent cache, a program of its own once per
-# process, ~7 ms each; jitted, its known part and its transpose are two programs.
-_STATE_PROGRAMS: dict[Callable[..., Any], Callable[..., Any]] = {}
-
-
+@functools.cache
 def _state_program(fn: Callable[..., Any]) -> Callable[..., Any]:
-    program = _STATE_PROGRAMS.get(fn)
-    if program is None:
-        program = _STATE_PROGRAMS[fn] = jax.jit(fn)
-    return program
+    """A statistic of a state as one compiled program (per statistic function). Called
+    eagerly (a loss of merged states under jax.grad), each jnp operation of it would
+    compile, or load from the persistent cache, a program of its own once per process,
+    ~7 ms each; jitted, its known part and its transpose are two programs."""
+    return jax.jit(fn)
 
 
 def _run1(stat: str, x: Any, weight: Any, axis: Any, opts: _Options, ddof: float = 0.0) -> Any:

@@ -67,7 +67,7 @@ class Derived:
         :func:`derive`; None: unknown); ``a + b`` refuses a mixture of different points.
     """
 
-    __slots__ = ("names", "_value", "_jac", "_hess", "at")
+    __slots__ = ("names", "_value", "_jac", "_pending", "hess", "at")
 
     def __init__(
         self, names: Any, value: Any, jac: Any = None, hess: Any = None, *, at: Any = None
@@ -76,20 +76,25 @@ class Derived:
         #: the parameter values the derivatives were taken at (:func:`derive` sets them;
         #: ``None``: unknown). ``a + b`` refuses a mixture of different points.
         self.at = None if at is None else tuple(float(v) for v in at)
+        # The leaves may be JAX arrays still being computed (stats.derive's program and
+        # the merges run asynchronously: the next chunk is read meanwhile); they become
+        # numpy float64 arrays of their own (copies: a deep copy shares the immutable JAX
+        # arrays) when value or jac is first read (_settle).
         self._value = value
         self._jac = jac
+        self._pending = True
         # Symmetrised: a Taylor expansion (how merges and statistics are differentiated)
         # only sees the symmetric part, so an empty merge now returns it bit for bit.
-        self._hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
+        self.hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
 
-    # The leaves may be JAX arrays still being computed (stats.derive's program and the
-    # merges run asynchronously: the next chunk is read meanwhile); they become numpy
-    # float64 arrays of their own (copies: a deep copy shares the immutable JAX arrays),
-    # once, when read.
+    def _settle(self) -> None:
+        if self._pending:
+            self._value, self._jac, self._pending = _owned(self._value), _owned(self._jac), False
+
     @property
     def value(self) -> Any:
         """The states and sums (numpy float64 leaves)."""
-        self._value = _owned(self._value)
+        self._settle()
         return self._value
 
     @value.setter
@@ -99,21 +104,12 @@ class Derived:
     @property
     def jac(self) -> Any:
         """``value``'s Jacobian (trailing ``(P,)`` axis; numpy float64), or None."""
-        self._jac = _owned(self._jac)
+        self._settle()
         return self._jac
 
     @jac.setter
     def jac(self, tree: Any) -> None:
         self._jac = tree
-
-    @property
-    def hess(self) -> Any:
-        """``value``'s Hessian (trailing ``(P, P)`` axes, symmetrised), or None."""
-        return self._hess
-
-    @hess.setter
-    def hess(self, tree: Any) -> None:
-        self._hess = tree
 
     def __getstate__(self) -> tuple:
         return (self.names, self.value, self.jac, self.hess, self.at)
@@ -130,20 +126,21 @@ class Derived:
             return leaf.copy() if isinstance(leaf, np.ndarray) else copy.deepcopy(leaf, memo)
 
         out = Derived.__new__(Derived)
-        out.names, out.at = self.names, self.at
-        out._value, out._jac, out._hess = (
+        out.names, out.at, out._pending = self.names, self.at, self._pending
+        out._value, out._jac, out.hess = (
             None if t is None else jax.tree_util.tree_map(own, t)
-            for t in (self._value, self._jac, self._hess))
+            for t in (self._value, self._jac, self.hess))
         return out
 
     def __setstate__(self, state: tuple) -> None:
-        self.names, self._value, self._jac, self._hess = state[:4]
+        self.names, self._value, self._jac, self.hess = state[:4]
+        self._pending = False  # pickled read (numpy)
         self.at = state[4] if len(state) > 4 else None
 
     @property
     def order(self) -> int:
         """0 (values only), 1 (Jacobian) or 2 (Jacobian and Hessian)."""
-        return 0 if self._jac is None else (1 if self._hess is None else 2)
+        return 0 if self._jac is None else (1 if self.hess is None else 2)
 
     @property
     def n_params(self) -> int:
@@ -179,15 +176,11 @@ class Derived:
         self._check_compatible(other)
         # dispatched, not waited for: the leaves stay JAX arrays until read
         value, jac, hess = stored_call(
-            "merge_taylor", _merge_taylor, self._value, self._jac, self._hess, other._value,
-            other._jac, other._hess, order=self.order,
+            "merge_taylor", _merge_taylor, self._value, self._jac, self.hess, other._value,
+            other._jac, other.hess, order=self.order,
         )
-        out = Derived.__new__(Derived)
-        out.names = self.names
-        out.at = self.at if self.at is not None else other.at
-        out._value, out._jac = value, jac
-        out._hess = None if hess is None else jax.tree_util.tree_map(_symmetric, hess)
-        return out
+        return Derived(self.names, value, jac, hess,
+                       at=self.at if self.at is not None else other.at)
 
     def __radd__(self, other: Any) -> Derived:
         return self.__add__(other)

@@ -75,6 +75,12 @@ def test_derivatives_equal_the_jnp_maps(transform):
         _close(jax.jit(lin)(tangent), jax.linearize(REF, theta)[1](tangent))
 
 
-def test_matrices_are_constants():
+def test_matrices_are_constants_of_the_primitive_and_traced_ones_take_the_jnp_map():
+    from analysis.stats._hostlinear import _apply_p
+
     with pytest.raises(NotImplementedError, match="constants"):
-        jax.jvp(lambda m: apply([m], jnp.ones(3))[0], (jnp.ones(3),), (jnp.ones(3),))
+        jax.jvp(lambda m: _apply_p.bind(jnp.ones(3), m)[0], (jnp.ones(3),), (jnp.ones(3),))
+    # apply itself differentiates in traced matrices (jax.hessian of stats.differentiable)
+    x, m, dm = jnp.array([0.3, -0.7, 1.1]), jnp.array(MS[1]), jnp.ones((2, 3))
+    _close(jax.jvp(lambda m: apply([m], x)[0], (m,), (dm,)),
+           jax.jvp(lambda m: _apply_ref([m], x)[0], (m,), (dm,)))

@@ -84,12 +84,14 @@ class BinsConfig(_Model):
 
 
 class HistogramConfig(_Model):
-    """A soft histogram of the expression ``x`` with ``edges`` or ``bins``."""
+    """A soft histogram of the expression ``x`` with ``edges`` or ``bins``; ``width``:
+    its soft bins' logistic scale (0: hard bins; annealed with the cut widths)."""
 
     name: str = Field(min_length=1)
     x: str
     edges: list[float] | None = None
     bins: BinsConfig | None = None
+    width: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
     @field_validator("x")
     @classmethod

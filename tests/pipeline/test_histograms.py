@@ -25,7 +25,7 @@ from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from tests.conftest import central_difference
 from tests.pipeline.test_object_sets_enumeration import DY, PARAMS, W, config, integer_step, sig
-from tests.reference import members, ranked
+from tests.reference import members, ranked, soft_bins
 
 HISTS = [
     {"name": "ht", "x": "sum(jets.pt)", "edges": [0.0, 50.0, 100.0, 200.0, 400.0]},
@@ -43,15 +43,6 @@ CHANNEL = {"histogram": "ht", "selection": [{"count": "jets", "op": "<=", "value
 
 def _bin(edges, x):
     return np.searchsorted(np.asarray(edges), x, side="right")  # 0: underflow
-
-
-def soft_bins(edges, x, width):
-    """``x.shape + (nbins + 2,)``: the soft-bin probabilities of issue 50 as written,
-    ``sigmoid((e_k+1 - x)/W) - sigmoid((e_k - x)/W)``, the flow bins the rest (numpy)."""
-    e = np.asarray(edges, dtype=np.float64)
-    c = sig((e - np.asarray(x, dtype=np.float64)[..., None]) / width)  # P(x + eps < e_k)
-    zero, one = np.zeros(c.shape[:-1] + (1,)), np.ones(c.shape[:-1] + (1,))
-    return np.diff(np.concatenate([zero, c, one], axis=-1), axis=-1)
 
 
 def _cfg() -> dict:

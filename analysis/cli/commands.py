@@ -127,7 +127,8 @@ def cmd_evaluate(args) -> int:
         if config.histograms:  # the configured histograms at the selection
             from analysis.optimize.lksection import histograms_section
 
-            report["histograms"] = histograms_section(config, ev.plan, states)
+            report["histograms"] = histograms_section(
+                config, ev.plan, states, {**config.initial_params(), **overrides})
         if config.likelihood is not None:  # templates, Z and dZ/dparam at these parameters
             from analysis.optimize.lksection import likelihood_section
 
@@ -392,7 +393,8 @@ def _run_optimize(args, config, plotter) -> int:
         if config.histograms:  # at the final hard cuts
             from analysis.optimize.lksection import histograms_section
 
-            report["histograms"] = histograms_section(config, run.plan, run.final_hard_states)
+            report["histograms"] = histograms_section(config, run.plan, run.final_hard_states,
+                                                      final["hard"]["parameters"])
         write_json(outdir / "results.json", report)
         exported = _export(report, outdir)  # the final hard-cut model, for pyhf and Combine
         if run.plan.scores:  # the trained networks, data only (score_NAME.npz)

@@ -92,6 +92,7 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths, only_observables
 from analysis.pipeline.request import Replicas, Request
 from analysis.pipeline.results import DatasetState, log_enumeration
+from analysis.spec.edges import check_edges
 
 __all__ = [
     "SKHEP_CACHE",
@@ -223,6 +224,13 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             if unknown:
                 raise InputError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
             values.update(params)
+        for h in self.config.histograms:  # trainable edges stay in order (--set, grids)
+            if h.trainable_edges:
+                try:
+                    check_edges(h.edges_at(values), f"histogram {h.name!r}: edges at the "
+                                f"parameters {', '.join(h.edge_names())}")
+                except ValueError as err:
+                    raise InputError(str(err)) from None
         theta = np.array([values[n] for n in self.plan.param_names], dtype=np.float64)
         w = np.asarray(initial_widths(self.config) if widths is None else widths, dtype=np.float64)
         return theta, w

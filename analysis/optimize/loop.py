@@ -49,6 +49,7 @@ from analysis.config.loader import Config
 from analysis.config.terms import TermReturnError
 from analysis.errors import ConfigError, DiffcoffeaError, LikelihoodError
 from analysis.optimize import checkpoint as _ckpt
+from analysis.optimize.edgecoords import with_edges
 from analysis.optimize.objectives import (
     Objective,
     bootstrap_uncertainty,
@@ -196,6 +197,14 @@ class Coordinates:
         """Parameter values of unit coordinates."""
         return self.lower + np.asarray(u) * self.scale
 
+    def chain(self, u: Any, grad: Any, hess: Any = None) -> tuple[np.ndarray, Any]:
+        """Gradient (and Hessian) in unit coordinates from those in the parameters
+        (``u``: the point; the map is linear here, trainable edges' is not:
+        :mod:`analysis.optimize.edgecoords`)."""
+        g_u = np.asarray(grad) * self.scale
+        return g_u, None if hess is None else np.asarray(hess) * np.outer(self.scale,
+                                                                           self.scale)
+
 
 def config_fingerprint(config: Config) -> str:
     """Hash of everything that changes the optimisation (the checkpoint must match it).
@@ -253,7 +262,7 @@ class Optimization:
             raise ConfigError(
                 f"{config.source}: parameters: nothing to optimise (no trainable parameter)"
             )
-        self.coords = Coordinates(config, names)
+        self.coords = with_edges(Coordinates(config, names), config)  # trainable edges
         described = update_description(config)  # what the transform is made from
         self.optimizer = make_optimizer(config)
         mask = score_mask(names)
@@ -456,9 +465,7 @@ class Optimization:
         if k == 0 and chunks is None and every:
             self.initial_states = self.last_states  # for the plots' initial histogram
         require_finite(res, k, self.outdir / CHECKPOINT)
-        scale = self.coords.scale
-        g_u = res["grad"] * scale
-        h_u = None if res["hess"] is None else res["hess"] * np.outer(scale, scale)
+        g_u, h_u = self.coords.chain(self.u, res["grad"], res["hess"])
         if self._update is not None:
             u, self.opt_state = self._update(jnp.asarray(g_u), self.opt_state,
                                              jnp.asarray(self.u), res["objective"])

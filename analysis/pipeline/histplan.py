@@ -74,6 +74,18 @@ class HistSpec:
     group: str = "histograms"
     #: the soft bins' width ``widths[width_index]`` (None: hard bins, ``width: 0``)
     width_index: int | None = None
+    #: the parameter indices of the interior edges (``trainable_edges: true``; None:
+    #: the static ``edges``, which stay the state's structure either way)
+    edge_params: tuple[int, ...] | None = None
+
+    def edges_of(self, theta):
+        """The edges at ``theta``: ``edges`` with the trainable interior ones read from
+        it (a JAX array then), else the static tuple."""
+        if self.edge_params is None:
+            return self.edges
+        inner = jnp.stack([theta[i] for i in self.edge_params])
+        return jnp.concatenate([jnp.asarray(self.edges[:1]), inner,
+                                jnp.asarray(self.edges[-1:])])
 
 
 @dataclass(frozen=True)
@@ -167,9 +179,12 @@ def extend(config: Any, plan: Any, build) -> Any:
         e.has_width for ch in config.likelihood.channels.values() for e in ch.selection)
     soft = [h.name for h in config.histograms if h.width > 0]
     width_of = {n: plan.n_widths + n_channel + k for k, n in enumerate(soft)}
+    edge_of = {h.name: tuple(plan.param_names.index(n) for n in h.edge_names())
+               for h in config.histograms if h.trainable_edges}
     for h in config.histograms:
         nodes[h.name] = (exprs.resolve(exprs.parse(h.x), sets), h.bin_edges())
-        hists.append(HistSpec(h.name, *nodes[h.name], width_index=width_of.get(h.name)))
+        hists.append(HistSpec(h.name, *nodes[h.name], width_index=width_of.get(h.name),
+                              edge_params=edge_of.get(h.name)))
     event_keys = list(plan.event_keys)
     regions: list[Region] = []
     shifts: list[ShiftSpec] = []
@@ -231,7 +246,8 @@ def extend(config: Any, plan: Any, build) -> Any:
         for name, ch in config.likelihood.channels.items():
             node, edges = nodes[ch.histogram]
             r = region_of[name]
-            soft_w = {"width_index": width_of.get(ch.histogram)}
+            soft_w = {"width_index": width_of.get(ch.histogram),
+                      "edge_params": edge_of.get(ch.histogram)}
             hists.append(HistSpec(state_key(name), node, edges, r, group="templates", **soft_w))
             si = wi = 0
             for s in shapes:

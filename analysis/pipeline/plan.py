@@ -251,7 +251,7 @@ def _threshold(cfg_param: str | None, cfg_value: float | None, names: tuple[str,
 
 def build_plan(config: Config) -> Plan:
     """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
-    score_params = config.score_parameters()  # after the declared ones
+    score_params = config.learned_parameters()  # after the declared ones: scores', edges
     names = tuple(config.parameters) + tuple(n for n, _, _ in score_params)
     trainable = tuple(i for i, n in enumerate(config.parameters)
                       if config.parameters[n].trainable)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from analysis.select._recursions import (
     FACTOR,
@@ -181,7 +180,7 @@ def _part(F, G, pi, v, unc, inside, u, d, shape, has, edges, n_states, width=Non
         F, _ = _forward(F, pi[:, u:], d, shape)
         x0 = jnp.sum(jnp.where(inside[:, u:], v[:, u:], 0.0), axis=1)
         pi, v = pi[:, :u], v[:, :u]
-    edges_a = jnp.asarray(np.asarray(edges, dtype=np.float64))
+    edges_a = jnp.asarray(edges, dtype=jnp.float64)  # static, or traced (trainable edges)
     nb = len(edges) + 1
     # soft bins weigh every pair of halves by its own sum (no prefix sums): every subset
     meet = u > ENUMERATE_UP_TO and width is None

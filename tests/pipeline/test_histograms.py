@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import awkward as ak
 import hist
 import numpy as np
@@ -47,7 +49,7 @@ def _bin(edges, x):
 
 def _cfg() -> dict:
     cfg = config()
-    cfg["histograms"] = HISTS
+    cfg["histograms"] = copy.deepcopy(HISTS)  # callers change them (soft bins)
     cfg["datasets"]["dy"]["role"] = "signal"
     cfg["likelihood"] = {"channels": {"sr": {"histogram": "ht"}, "low": CHANNEL}}
     return cfg

@@ -101,3 +101,42 @@ def test_soft_bins_against_enumeration() -> None:
             h = half["templates"]["low"] if name == "low" else half["histograms"][name]
             np.testing.assert_allclose(np.asarray(h.sumw_flow), sumw, rtol=1e-10, atol=1e-9,
                                        err_msg=name)
+
+
+@pytest.mark.slow  # one compilation at order 1, one at order 0, the enumeration: ~2-4 min
+def test_trainable_edges_against_enumeration_and_finite_differences(monkeypatch) -> None:
+    """``trainable_edges: true`` on the event-sum histogram ``ht`` (soft bins): the
+    parameters ``ht.edges[1..3]``, the histogram at moved edges = the oracle with those
+    edges (1e-10), d(bin)/d(edge) = central differences; an edge set out of order is one
+    line naming the parameters."""
+    import tests.pipeline.test_histograms as th
+    from analysis.errors import InputError
+
+    cfg = soft_cfg()
+    cfg["histograms"][0]["trainable_edges"] = True
+    edges = {"ht.edges[1]": 60.0, "ht.edges[2]": 90.0, "ht.edges[3]": 250.0}
+    with Evaluator(config_from_dict(cfg)) as evaluator:
+        assert evaluator.plan.trainable_names[-3:] == tuple(edges)
+        params = dict(PARAMS, **edges)
+        state = evaluator.run(params, order=1)["dy"]
+        got = state.derived.value
+        moved = [0.0, *edges.values(), 400.0]
+        monkeypatch.setitem(th.EDGES, "ht", moved)
+        ref = reference({"ht": SOFT["ht"]})
+        for h in (got["histograms"]["ht"], got["templates"]["sr"]):
+            np.testing.assert_allclose(np.asarray(h.sumw_flow), ref["ht"][0], rtol=1e-10)
+        names = list(state.derived.names)
+        jac = np.asarray(state.derived.jac["histograms"]["ht"].sumw_flow)
+        keys = list(edges)
+
+        def bins(x):
+            run = evaluator.run(dict(params, **dict(zip(keys, map(float, x)))), order=0)
+            return np.asarray(run["dy"].derived.value["histograms"]["ht"].sumw_flow)
+
+        fd = np.asarray(central_difference(bins, list(edges.values()), 1e-3))
+        cols = [names.index(k) for k in keys]
+        np.testing.assert_allclose(jac[:, cols], fd, rtol=1e-6,
+                                   atol=1e-8 * np.abs(jac[:, cols]).max())
+        assert np.all(np.abs(jac[:, cols]).max(axis=0) > 0)
+        with pytest.raises(InputError, match=r"histogram 'ht': edges at the parameters ht\.edges"):
+            evaluator.run(dict(params, **{"ht.edges[2]": 300.0}), order=0)

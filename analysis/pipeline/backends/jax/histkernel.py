@@ -20,7 +20,8 @@ spec's region (the selection, or a channel's selection):
 A histogram with soft bins (``width > 0``: :attr:`HistSpec.width_index`) spreads
 each entry over the bins with the probabilities of :mod:`analysis.stats.softbins` at the
 annealed width ``widths[width_index]`` (0: the hard bins); an event sum spreads each
-subset's sum.
+subset's sum. Trainable edges (:attr:`HistSpec.edge_params`) are read from ``theta``
+(the state keeps the configured edges as its structure, so chunks merge).
 
 A shift variation evaluates the whole selection again on the shifted column (so cuts
 and observables move together); a weight variation reuses its region's pass
@@ -75,11 +76,13 @@ def _bins(x, w, w2, edges, width=None):
 ENUM_PREFIX = "enum:"
 
 
-def _fill(ch, spec, weight, cands, shapes, width=None):
+def _fill(ch, spec, weight, cands, shapes, width=None, edges=None):
     """``(sumw_flow, sumw2_flow)`` of ``spec`` on the chunk ``ch`` with event weights
     ``weight`` (the weight column, or times a variation's factor); ``width``: the soft
-    bins' (None: hard)."""
+    bins' (None: hard); ``edges``: the edges at this pass's parameters (trainable edges;
+    None: ``spec.edges``)."""
     node = spec.node
+    edges = spec.edges if edges is None else edges
     ev = ch.ev if weight is None else ch.ev * weight
     w_event = ch.arrays["weight"] if weight is None else ch.arrays["weight"] * weight
     if node.kind in ("sum", "count"):
@@ -92,7 +95,7 @@ def _fill(ch, spec, weight, cands, shapes, width=None):
         index = None if u is None or isinstance(u, int) else ch.arrays[ENUM_PREFIX + c]
         values = 1.0 if node.kind == "count" else ch.field(c, node.field)
         values = jnp.abs(values) if node.absolute else values
-        pb = sum_bins(ch.probs, ch.lays, sp.model, ch.th, values, node.head, spec.edges, ch.cw,
+        pb = sum_bins(ch.probs, ch.lays, sp.model, ch.th, values, node.head, edges, ch.cw,
                       n_uncertain=u, index=index, width=width)
         return (jnp.sum(ev[:, None] * pb, axis=0),
                 jnp.sum((ev * w_event)[:, None] * pb, axis=0))
@@ -101,7 +104,7 @@ def _fill(ch, spec, weight, cands, shapes, width=None):
         cands[key] = ch.candidates(node)
     x, w = ch.entries(node, cands[key], ev=ev)
     _, w2 = ch.entries(node, cands[key], ev=ev * w_event)
-    return _bins(x, w, w2, spec.edges, width)
+    return _bins(x, w, w2, edges, width)
 
 
 def _chunk_of(spec, chunks, theta, widths, arrays, plan, shapes, chunk_cls):
@@ -183,6 +186,6 @@ def histogram_states(theta, widths, arrays, plan, shapes, base, chunk_cls):
             # padding events (weight 0) may divide 0 by 0: their factor is 0
             factor = jnp.where(ch.arrays["weight"] != 0, factor, 0.0)
         width = None if spec.width_index is None else widths[spec.width_index]
-        sumw, sumw2 = _fill(ch, spec, factor, cands, shapes, width)
+        sumw, sumw2 = _fill(ch, spec, factor, cands, shapes, width, spec.edges_of(theta))
         out[spec.group][spec.key] = Histogram(spec.edges, sumw, sumw2)
     return out

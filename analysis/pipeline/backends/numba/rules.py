@@ -273,6 +273,8 @@ def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
         return f"histograms in a {request.kind} pass run in the JAX kernel"
     if getattr(spec, "width_index", None) is not None:
         return "soft bins (a histogram's width > 0) run in the JAX kernel"
+    if getattr(spec, "edge_params", None) is not None:
+        return "trainable edges run in the JAX kernel"
     return None
 
 

@@ -28,6 +28,7 @@ PACKAGES = ("analysis", "processors")
 LAYERS: dict[str, int] = {
     "analysis": 0,  # float64 policy only (analysis/__init__.py)
     "analysis.errors": 0,
+    "analysis.extras": 0,  # which optional packages are installed (standard library only)
     "analysis.compilecache": 0,  # JAX's persistent compilation cache (standard library only)
     "analysis.childenv": 0,  # a child process's environment (standard library only)
     "analysis.limits": 0,  # resource bounds (memory limit; standard library only)

@@ -8,7 +8,9 @@ respect to the trainable parameters; then one update of the configured optimiser
 - Coordinates: the optimiser sees ``u = (theta - lower) / (upper - lower)``, so one
   learning rate suits a pT threshold in GeV and a b-tag score in [0, 1].
 - Bounds: projection. After each update ``u`` is clipped to [0, 1]; parameters
-  never leave their bounds.
+  never leave their bounds. Trainable bin edges are moved as logits of the bin widths
+  instead (:mod:`analysis.optimize.edgecoords`: ordered inside the outer edges by
+  construction).
 - Annealing: every cut width follows ``w_k = w_0 * f**(k / (A - 1))``
   (``exponential``) or ``w_0 * (1 - (1 - f) k / (A - 1))`` (``linear``), with
   ``f = anneal.final_width_factor`` and ``A = anneal.steps`` (default

@@ -2,10 +2,11 @@
 
 Usage (after ``diffcoffea optimize configs/learned_binning.yaml --output OUT``)::
 
-    PYTHONPATH=$PWD python scripts/learned_binning_compare.py configs/learned_binning.yaml OUT
+    PYTHONPATH=$PWD python scripts/learned_binning_compare.py configs/learned_binning.yaml OUT [PART]
 
 Prints the expected discovery significance of the hard-cut, hard-binned model (every
-width 0) on the held-out events (``optimizer.validation.fraction``) for: the trained
+width 0) on the held-out events (``optimizer.validation.fraction``; PART ``train`` or ``all``:
+those events instead) for: the trained
 network and edges (OUT/results.json's ``final.hard.parameters``), the same network with
 uniform bins (the configured edges), the untrained network with the configured edges,
 and the untrained network with the trained cut only. One values-only pass each.
@@ -24,13 +25,13 @@ from analysis.driver.runner import Evaluator
 from analysis.optimize.lksection import likelihood_section
 
 
-def held_out_z(ev: Evaluator, params: dict[str, float]) -> float:
-    """Z of the hard model at ``params`` on the held-out events."""
+def hard_z(ev: Evaluator, params: dict[str, float]) -> float:
+    """Z of the hard model at ``params`` on the evaluator's events."""
     states = ev.run(params, widths=np.zeros(ev.plan.n_widths), order=0)
     return float(likelihood_section(ev.config, ev.plan, states)["significance"]["value"])
 
 
-def main(config_path: str, outdir: str) -> None:
+def main(config_path: str, outdir: str, part: str = "held_out") -> None:
     config = load_config(config_path)
     trained = json.loads((Path(outdir) / "results.json").read_text())["final"]["hard"]
     trained = trained["parameters"]
@@ -45,10 +46,11 @@ def main(config_path: str, outdir: str) -> None:
         "untrained network, trained cuts only": cuts,
     }
     with Evaluator(config) as ev:
-        ev.part = ("held_out", float(config.optimizer.validation.fraction))
+        if part != "all":
+            ev.part = (part, float(config.optimizer.validation.fraction))
         for label, params in rows.items():
-            print(f"{label}: held-out hard Z = {held_out_z(ev, params):.4f}")
+            print(f"{label}: {part} hard Z = {hard_z(ev, params):.4f}")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

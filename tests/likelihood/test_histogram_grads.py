@@ -39,3 +39,27 @@ def test_sumw_grad_equals_central_differences(small_data) -> None:
     for h in ("lead", "bpt"):
         d = sec[h]["datasets"]["ttbar"]
         assert set(d["sumw_grad"]) == set(names) and len(d["sumw_grad"]["btag_min"]) == 4
+
+
+@pytest.mark.slow  # two compilations on the small data set, ~1-3 min
+def test_z_gradient_in_trainable_edges_equals_central_differences(small_data) -> None:
+    """dZ/d(edge) of the discovery significance (soft bins, trainable edges on the
+    channel b1's histogram ``lead``), against central differences of Z."""
+    from analysis.optimize.lksection import likelihood_section
+
+    cfg = lk_config(small_data)
+    cfg["histograms"][0].update(width=15.0, trainable_edges=True)  # lead: 20, 60, ..., 400
+    keys = ["lead.edges[1]", "lead.edges[2]", "lead.edges[3]"]
+    at = dict(PARAMS, **dict(zip(keys, [55.0, 110.0, 170.0])))
+    with Evaluator(config_from_dict(cfg)) as ev:
+        grad = likelihood_section(ev.config, ev.plan, ev.run(at, order=1))["significance"]["grad"]
+
+        def z(x):
+            params = dict(at, **dict(zip(keys, map(float, x))))
+            sec = likelihood_section(ev.config, ev.plan, ev.run(params, order=0))
+            return sec["significance"]["value"]
+
+        fd = np.asarray(central_difference(z, [at[k] for k in keys], 0.05))
+    got = np.array([grad[k] for k in keys])
+    np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-9)
+    assert np.all(np.abs(got) > 1e-6)

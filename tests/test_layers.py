@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "analysis.compilecache": 0,  # JAX's persistent compilation cache (standard library only)
     "analysis.childenv": 0,  # a child process's environment (standard library only)
     "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
+    "analysis.jsonsafe": 0,  # strict, bounded JSON reading (standard library only)
     "analysis.allocator": 0,  # glibc's malloc thresholds (standard library only)
     "analysis.spec": 0,  # pure-Python facts the config checks (statistic names, edges): no JAX
     "analysis.stats": 0,  # pure maths: statistics, states, merges, derivatives

@@ -8,7 +8,7 @@ modifier name, or a token of Combine's datacard. :func:`check_names` refuses at 
 time (one line naming the key, the name and the rule) every name that could not be
 written faithfully there:
 
-* characters: letters, digits, ``_``, ``.`` and ``-``, not starting with ``.`` or ``-``
+* characters (:mod:`analysis.spec.names`): letters, digits, ``_``, ``.`` and ``-``, not starting with ``.`` or ``-``
   (no ``/``, no ``..``, no whitespace, NUL or ``:``), at most :data:`MAX_NAME_CHARS`;
 * reserved: the dataset ``data_obs`` (Combine's observed data), the systematics ``mu``
   (the parameter of interest) and ``staterror_*`` (the MC-statistics modifiers), and
@@ -16,27 +16,26 @@ written faithfully there:
 * a dataset named as another's shape variation ``DATASET_SYSTUp`` / ``Down`` (both
   would write that key of ``shapes.root``).
 
-Only the standard library and the config's error helper.
+No JAX: the character rule is :mod:`analysis.spec.names`, shared with the reader of
+an earlier run's results (:mod:`analysis.likelihood.section`).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from analysis.config.schema import _fail
 from analysis.config.yamlsafe import show_value
+from analysis.spec.names import (
+    MAX_NAME_CHARS,
+    NAME_RULE,
+    RESERVED_DATASETS,
+    name_problem,
+    reserved_systematic,
+)
 
 __all__ = ["MAX_NAME_CHARS", "NAME_RULE", "RESERVED_DATASETS", "check_name", "check_names"]
 
-#: Longest name: a file name holds 255 bytes (``templates_`` + name + ``.png`` fits).
-MAX_NAME_CHARS = 100
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-NAME_RULE = (f"letters, digits, '_', '.', '-' (not first), at most {MAX_NAME_CHARS} "
-             "characters")
-RESERVED_DATASETS = ("data_obs",)
-_POI = "mu"
-_STATERROR = "staterror_"
 # tokens that start a datacard line (a channel's autoMCStats line, a systematic's line)
 _DATACARD_KEYWORDS = ("imax", "jmax", "kmax", "shapes", "bin", "observation", "process",
                       "rate")
@@ -44,11 +43,9 @@ _DATACARD_KEYWORDS = ("imax", "jmax", "kmax", "shapes", "bin", "observation", "p
 
 def check_name(name: Any, where: str, what: str) -> None:
     """Refuse ``name`` (of key ``where``) unless it follows :data:`NAME_RULE`."""
-    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS or not _NAME.fullmatch(name):
-        size = f" ({len(name)} characters)" if isinstance(name, str) and len(
-            name) > MAX_NAME_CHARS else ""
-        raise _fail(where, f"{what} name {show_value(name)}{size} is not allowed: it becomes "
-                    f"a file name, a ROOT key and a datacard token; expected {NAME_RULE}")
+    problem = name_problem(name)
+    if problem is not None:
+        raise _fail(where, f"{what} name {show_value(name)}{problem}")
 
 
 def check_names(config: Any) -> None:
@@ -73,7 +70,7 @@ def check_names(config: Any) -> None:
     for i, s in enumerate(config.systematics):
         where = f"systematics.{i}.name"
         check_name(s.name, where, "systematic")
-        if s.name == _POI or s.name.startswith(_STATERROR):
+        if reserved_systematic(s.name):
             raise _fail(where, f"systematic name '{s.name}' is reserved (pyhf's 'mu' is the "
                         "parameter of interest, 'staterror_CH' the MC statistics of channel "
                         "CH); rename the systematic")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from analysis.cli.startup import start_up_done
 from analysis.config.loader import Config, load_config
 from analysis.errors import DiffcoffeaError
+from analysis.jsonsafe import read_json
 from analysis.limits import MAX_GRID_POINTS
 
 if TYPE_CHECKING:
@@ -621,7 +622,7 @@ def run_scan(args) -> int:
         write_json(outdir / "scan.json", result)
         results = outdir / "results.json"
         if results.exists():  # keep the scan beside an optimisation's results
-            data = json.loads(results.read_text())
+            data = read_json(results, "results file (JSON)", error=DiffcoffeaError)
             data["scan"] = result
             write_json(results, data)
     if not args.quiet:

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from analysis.errors import DiffcoffeaError
+from analysis.jsonsafe import parse_json
 
 __all__ = ["LOCK", "LOCK_WAIT_S", "OutputError", "check_output_dir", "claim_output", "inside"]
 
@@ -179,9 +180,9 @@ def _flocked(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[int]:
 def _read(fd: int) -> dict:
     os.lseek(fd, 0, os.SEEK_SET)
     raw = os.read(fd, 4096)
-    try:
-        info = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-    except (UnicodeDecodeError, ValueError, RecursionError):
+    try:  # strict (each key once): a lock with two pids is nobody's
+        info = parse_json(raw, "lock", error=ValueError) if raw.strip() else {}
+    except ValueError:
         info = {"pid": None}
     if not isinstance(info, dict):
         return {"pid": None}

@@ -39,7 +39,9 @@ __all__ = [
 ]
 
 
-def _parse_sets(items: list[str]) -> dict[str, float]:
+def _parse_sets(items: list[str], config: Config | None = None) -> dict[str, float]:
+    from analysis.config.values import value_problem
+
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
@@ -51,6 +53,10 @@ def _parse_sets(items: list[str]) -> dict[str, float]:
             raise DiffcoffeaError(f"--set {item!r}: expected NAME=NUMBER") from None
         if not math.isfinite(out[name.strip()]):
             raise DiffcoffeaError(f"--set {item!r}: expected a finite number")
+        problem = None if config is None else value_problem(config, name.strip(),
+                                                            out[name.strip()])
+        if problem is not None:  # as the config's init is checked (a count: an integer)
+            raise DiffcoffeaError(f"--set {item!r}: {problem}")
     return out
 
 
@@ -111,7 +117,7 @@ def cmd_evaluate(args) -> int:
         from analysis.driver.standardise import standardise_scores
 
         standardise_scores(config)
-    overrides = _parse_sets(args.set)
+    overrides = _parse_sets(args.set, config)
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
         order, note = _evaluate_order(ev.plan)
@@ -196,6 +202,9 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
     """
     from analysis.cli.outdir import claim_output
     from analysis.optimize.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
+    if getattr(args, "resume", False) and getattr(args, "overwrite", False):
+        raise DiffcoffeaError("--resume and --overwrite contradict each other (continue the "
+                              "checkpoint, or delete it and start over); give one")
     out = output_dir(config, args)
     claim = claim_output(out, command=args.command)
     if args.command != "optimize" or args.resume:
@@ -252,10 +261,18 @@ def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
             f"--grid: {' x '.join(map(str, sizes.values()))} = {points} points; at most "
             f"{MAX_GRID_POINTS} (docs/guide/limits.md)"
         )
+    from analysis.config.values import value_problem
+
     for item in items:
         name, _, spec = item.partition("=")
         lo, hi, _n = spec.split(":")
-        grid[name] = np.linspace(float(lo), float(hi), sizes[name])
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = np.linspace(float(lo), float(hi), sizes[name])
+        for v in values:  # -1e308:1e308: the step overflows to inf, the points to NaN
+            problem = value_problem(config, name, float(v))
+            if problem is not None:
+                raise DiffcoffeaError(f"--grid {item!r}: the point {name} = {v:g}: {problem}")
+        grid[name] = values
     return grid
 
 

@@ -49,7 +49,7 @@ def parse_json(raw: bytes | str, source: str, *, error: type[Exception] = Config
     except DuplicateKeyError as err:
         raise error(f"{source}: not a {what} ({err}; each key once)") from None
     except RecursionError:
-        raise error(f"{source}: not a {what} (nested too deeply)") from None
+        raise error(f"{source}: not a {what} (JSON nested too deeply)") from None
     except (UnicodeDecodeError, ValueError) as err:
         reason = str(err).replace("\n", " ")
         raise error(f"{source}: not a {what} ({reason})") from None

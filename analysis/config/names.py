@@ -8,8 +8,9 @@ modifier name, or a token of Combine's datacard. :func:`check_names` refuses at 
 time (one line naming the key, the name and the rule) every name that could not be
 written faithfully there:
 
-* characters (:mod:`analysis.spec.names`): letters, digits, ``_``, ``.`` and ``-``, not starting with ``.`` or ``-``
-  (no ``/``, no ``..``, no whitespace, NUL or ``:``), at most :data:`MAX_NAME_CHARS`;
+* characters (:mod:`analysis.spec.names`): printable, no whitespace (nor NUL, newline),
+  none of ``/ \\ : ; $ #``, not starting with ``.`` or ``-`` (so never ``..``), at most
+  :data:`MAX_NAME_BYTES` bytes;
 * reserved: the dataset ``data_obs`` (Combine's observed data), the systematics ``mu``
   (the parameter of interest) and ``staterror_*`` (the MC-statistics modifiers), and
   Combine's datacard keywords as channel or systematic names (they start a line);
@@ -27,14 +28,14 @@ from typing import Any
 from analysis.config.schema import _fail
 from analysis.config.yamlsafe import show_value
 from analysis.spec.names import (
-    MAX_NAME_CHARS,
+    MAX_NAME_BYTES,
     NAME_RULE,
     RESERVED_DATASETS,
     name_problem,
     reserved_systematic,
 )
 
-__all__ = ["MAX_NAME_CHARS", "NAME_RULE", "RESERVED_DATASETS", "check_name", "check_names"]
+__all__ = ["MAX_NAME_BYTES", "NAME_RULE", "RESERVED_DATASETS", "check_name", "check_names"]
 
 # tokens that start a datacard line (a channel's autoMCStats line, a systematic's line)
 _DATACARD_KEYWORDS = ("imax", "jmax", "kmax", "shapes", "bin", "observation", "process",

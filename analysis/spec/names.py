@@ -7,28 +7,36 @@ same rule.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-__all__ = ["MAX_NAME_CHARS", "NAME_RULE", "RESERVED_DATASETS", "name_problem", "reserved_systematic"]
+__all__ = ["FORBIDDEN", "MAX_NAME_BYTES", "NAME_RULE", "RESERVED_DATASETS", "name_problem",
+           "reserved_systematic"]
 
-#: Longest name: a file name holds 255 bytes (``templates_`` + name + ``.png`` fits).
-MAX_NAME_CHARS = 100
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 #: Dataset names that Combine's datacard reserves (the observed data).
 RESERVED_DATASETS = ("data_obs",)
-NAME_RULE = (f"letters, digits, '_', '.', '-' (not first), at most {MAX_NAME_CHARS} "
-             "characters")
+#: Longest name in UTF-8 bytes: a file name holds 255 (``templates_`` + name + ``.png``).
+MAX_NAME_BYTES = 200
+#: Characters never allowed: path and ROOT-key separators (``/``, ``\\``, ``:``, ``;``
+#: the cycle), the datacard's ``$`` (``$PROCESS``) and ``#`` (a comment).
+FORBIDDEN = "/\\:;$#"
+NAME_RULE = (f"printable characters other than whitespace and {' '.join(FORBIDDEN)}, not "
+             f"starting with '.' or '-', at most {MAX_NAME_BYTES} bytes (UTF-8)")
+
+
+def _allowed(c: str) -> bool:
+    return c.isprintable() and not c.isspace() and c not in FORBIDDEN
 
 
 def name_problem(name: Any) -> str | None:
-    """Why ``name`` breaks :data:`NAME_RULE` (``"expected ..."``), or None if it follows it."""
-    if isinstance(name, str) and len(name) <= MAX_NAME_CHARS and _NAME.fullmatch(name):
+    """Why ``name`` breaks :data:`NAME_RULE` (``" is not allowed: ..."``), or None if it
+    follows it. Any language's letters are allowed (``日本語データ``, ``tt̄→ℓℓ``)."""
+    size = len(name.encode("utf-8", "surrogatepass")) if isinstance(name, str) else 0
+    if (isinstance(name, str) and name and 0 < size <= MAX_NAME_BYTES
+            and name[0] not in ".-" and all(_allowed(c) for c in name)):
         return None
-    size = (f" ({len(name)} characters)" if isinstance(name, str)
-            and len(name) > MAX_NAME_CHARS else "")
-    return f"{size} is not allowed: it becomes a file name, a ROOT key and a datacard " \
-           f"token; expected {NAME_RULE}"
+    big = f" ({size} bytes)" if size > MAX_NAME_BYTES else ""
+    return (f"{big} is not allowed: it becomes a file name, a ROOT key and a datacard "
+            f"token; expected {NAME_RULE}")
 
 
 def reserved_systematic(name: str) -> bool:

@@ -18,7 +18,7 @@ import pytest
 from analysis.cli.outdir import LOCK, OutputError, claim_output, inside
 from analysis.cli.parser import main
 from analysis.config.loader import ConfigError, config_from_dict
-from analysis.config.names import MAX_NAME_CHARS
+from analysis.config.names import MAX_NAME_BYTES, NAME_RULE
 from tests.conftest import one_line_error, write_config
 from tests.likelihood.test_yaml_pipeline import lk_config
 
@@ -46,12 +46,13 @@ def _rename_dataset(cfg: dict, old: str, new: str) -> dict:
 
 
 @pytest.mark.parametrize("name", ["../../../../escape_hist", "a/b", "a b", "a\nrate 1",
-                                  "nul\0", "..", ".hidden", "-x", "x" * (MAX_NAME_CHARS + 1),
+                                  "nul\0", "..", ".hidden", "-x", "x" * (MAX_NAME_BYTES + 1), "日" * 67,
                                   "a:b"])
 def test_dataset_name_characters(base, name):
     msg = _refused(_rename_dataset(base, "dy", name))
     assert msg.startswith("<config>: datasets: dataset name ")
-    assert "expected letters, digits, '_', '.', '-' (not first), at most 100 characters" in msg
+    assert msg.endswith(f"is not allowed: it becomes a file name, a ROOT key and a datacard "
+                        f"token; expected {NAME_RULE}")
 
 
 @pytest.mark.parametrize("name", ["../../../../escape_ch", "s r", "rate"])
@@ -60,12 +61,12 @@ def test_channel_name(base, name):
     cfg["likelihood"]["channels"] = {name: cfg["likelihood"]["channels"]["b1"]}
     msg = _refused(cfg)
     assert msg.startswith("<config>: likelihood.channels: channel name ")
-    assert ("datacard keyword" if name == "rate" else "expected letters") in msg
+    assert ("datacard keyword" if name == "rate" else NAME_RULE) in msg
 
 
 @pytest.mark.parametrize("name, rule", [("mu", "reserved"), ("staterror_b1", "reserved"),
                                         ("staterror_x", "reserved"), ("shapes", "keyword"),
-                                        ("a\tb", "expected letters")])
+                                        ("a\tb", NAME_RULE)])
 def test_systematic_name(base, name, rule):
     cfg = copy.deepcopy(base)
     cfg["systematics"][0]["name"] = name
@@ -105,8 +106,8 @@ def test_dataset_named_as_a_variation_key(base):
 
 
 def test_allowed_names_load(base):
-    cfg = _rename_dataset(base, "dy", "DY_2j-v1.2")
-    config_from_dict(cfg)
+    for name in ("DY_2j-v1.2", "日本語データ", "tt̄→ℓℓ", "mc[0]", "x" * MAX_NAME_BYTES):
+        config_from_dict(_rename_dataset(base, "dy", name))
 
 
 def test_cli_name_is_one_line(base, tmp_path, capsys):

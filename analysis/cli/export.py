@@ -73,7 +73,7 @@ def write_exports(section: dict[str, Any], outdir: Path) -> list[Path]:
     import shutil
     import tempfile
 
-    from analysis.cli.commands import write_json
+    from analysis.cli.jsonout import write_json
     from analysis.data.atomic import write_atomic
     from analysis.likelihood.export import combine_inputs, pyhf_workspace
 

@@ -54,7 +54,7 @@ def test_fileset_duplicate_dataset_key(tmp_path):
 
 def test_fileset_nested_deeply_is_one_line(tmp_path):
     (tmp_path / "fileset.json").write_text("[" * 200_000 + "]" * 200_000)
-    assert "not a JSON fileset (nested too deeply)" in _load_fileset(tmp_path)
+    assert "not a JSON fileset (JSON nested too deeply)" in _load_fileset(tmp_path)
 
 
 def test_parse_json_refuses_duplicates_at_any_depth():

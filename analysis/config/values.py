@@ -6,7 +6,8 @@ param: min_jets}``) is a number of objects: an integer ``>= 0`` (as its ``init``
 be; a trainable one moves between integers only through its width, within its bounds),
 and at most its cap, the largest count the count states were sized for (``max(init,
 upper bound)``: :mod:`analysis.pipeline.bounds`). A parameter declared ``integer: true``
-is an integer. Every value is finite. :func:`value_problem` says what is wrong in one
+is an integer. A value the optimiser reached (``soft``) of a trainable parameter may lie
+between integers. Every value is finite. :func:`value_problem` says what is wrong in one
 phrase.
 """
 
@@ -46,7 +47,8 @@ def value_problem(config: Any, name: str, value: Any, *, soft: bool = False) -> 
     if p is None:
         return None  # (a learned score's weight, or unknown: said by the caller)
     cap = count_caps(config).get(name)
-    must_be_integer = p.integer or (cap is not None and not (soft and p.trainable))
+    # (the optimiser moves a trainable one between integers: integer_step of its width)
+    must_be_integer = (p.integer or cap is not None) and not (soft and p.trainable)
     if must_be_integer and not value.is_integer():
         what = "a count threshold" if cap is not None else "an integer parameter"
         return f"{name} is {what}: expected an integer, got {value:g}"

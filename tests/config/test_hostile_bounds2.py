@@ -119,10 +119,13 @@ def test_value_problem_is_the_configs_rule(tmp_path):
 
 
 def test_evaluator_run_refuses_a_fractional_count(small_data):
-    """``Evaluator.run({"min_jets": 2.5})`` returned NaN statistics on backend auto."""
+    """``Evaluator.run({"min_jets": 2.5})`` of a fixed count threshold returned NaN
+    statistics on backend auto (a trainable one moves between integers: allowed)."""
     from analysis.driver.runner import Evaluator
 
-    with Evaluator(H.make_config(small_data)) as ev, pytest.raises(InputError) as err:
+    params = {**H.PARAMETERS, "min_jets": {"init": 2, "trainable": False}}  # as ttbar.yaml
+    with Evaluator(H.make_config(small_data, parameters=params)) as ev, \
+            pytest.raises(InputError) as err:
         ev.run({"min_jets": 2.5})
     assert str(err.value) == ("parameter min_jets: min_jets is a count threshold: expected an "
                               "integer, got 2.5")

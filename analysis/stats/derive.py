@@ -102,6 +102,7 @@ from analysis.stats._differentiable import (  # noqa: F401  (re-exported)
     choose_mode,
     differentiable,
 )
+from analysis import forkguard
 from analysis.stats._params import numpy_vector, param_spec
 from analysis.stats.derived import Derived, join
 from analysis.stats.histogram import Histogram
@@ -229,6 +230,7 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     """
     if order not in (0, 1, 2):
         raise ValueError(f"stats.derive: order: expected 0, 1 or 2, found {order!r}")
+    forkguard.check()  # before any JAX work: a process forked after JAX started hangs in it
     task = theta.task if isinstance(theta, PassTheta) else None
     params = theta.params if isinstance(theta, PassTheta) else theta
     spec = param_spec(params, "stats.derive")

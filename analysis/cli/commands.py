@@ -456,7 +456,7 @@ def _loop(run, quiet: bool, args) -> None:
 def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) -> None:
     from rich.console import Console
 
-    from analysis.cli.report import print_faults, print_warnings
+    from analysis.cli.report import print_faults, print_warnings, pull_warning
     from analysis.cli.tables import fmt_number, print_table
 
     console = Console()
@@ -475,6 +475,9 @@ def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) ->
     print_table(console, title, "", ["soft", "hard\n(width 0)"], rows)
     for line in status_lines(report):
         console.print(line, highlight=False, markup=False)
+    pulled = pull_warning(report.get("likelihood") or {})
+    if pulled:  # the final hard-cut likelihood's mu = 0 fit
+        console.print("warning " + pulled, highlight=False, markup=False)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     where = f" and plots in {outdir}" if plots else ""

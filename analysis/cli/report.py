@@ -118,6 +118,7 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
     gradient; every number whole (:mod:`analysis.cli.tables`); the observables of an
     unreliable selection marked ``*`` and named in a warning line."""
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console()
     # no derivative columns for a values-only pass (many trainable parameters)
@@ -153,9 +154,38 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
         title = (f"likelihood: {len(lk['channels'])} channel(s), "
                  f"{len(lk['fit']['nuisances'])} nuisances profiled (mu = 0 fit {fit})")
         print_table(console, title, "statistic", headers, [significance_row(lk, names)])
+        line = pull_warning(lk)
+        if line:
+            console.print(f"[yellow]warning[/] {escape(line)}", markup=True, highlight=False)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     console.print(f"wrote {path}", highlight=False)
+
+
+def pull_warning(lk: dict[str, Any]) -> str | None:
+    """One line naming the nuisances of results.json's likelihood ``fit.large_pulls``
+    (fitted beyond ``fit.pull_threshold`` prior standard deviations), or None.
+
+    Parameters
+    ----------
+    lk : dict
+        The ``likelihood`` section of results.json.
+
+    Returns
+    -------
+    str or None
+        The line, or None when no nuisance is pulled that far (or the section predates
+        the flag).
+    """
+    fit = lk.get("fit") or {}
+    pulls = fit.get("large_pulls") or {}
+    if not pulls:
+        return None
+    named = ", ".join(f"{n} {v:+.1f}" for n, v in sorted(pulls.items(), key=lambda kv: -abs(kv[1])))
+    return (f"the mu = 0 fit pulls {len(pulls)} nuisance(s) beyond "
+            f"{fit.get('pull_threshold', 3.0):g} sigma ({named}): the model absorbs the "
+            "signal there; pyhf's default bounds (+-5) would stop them, so the exported "
+            "workspace widens its bounds (likelihood.fit.large_pulls in results.json)")
 
 
 def significance_row(lk: dict[str, Any], names: list[str]) -> tuple[str, list[str]]:

@@ -77,6 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis import forkguard
 from analysis.stats._compiled import (  # noqa: F401  (re-exported)
     _COMPILED,
     _COMPILED_MAX,
@@ -102,7 +103,6 @@ from analysis.stats._differentiable import (  # noqa: F401  (re-exported)
     choose_mode,
     differentiable,
 )
-from analysis import forkguard
 from analysis.stats._params import numpy_vector, param_spec
 from analysis.stats.derived import Derived, join
 from analysis.stats.histogram import Histogram

@@ -36,7 +36,7 @@ def run(executor, path: str) -> None:
     runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=100)
     out = runner({"ttbar": [path]}, MeanJetPt({"pt_min": 30.0}), treename="Events")
     value, grad = out["ttbar"].value_and_grad(lambda s: stats.mean(s["jet_pt"]))
-    print(repr(float(value)), repr(float(grad["pt_min"])))
+    print("RESULT", repr(float(value)), repr(float(grad["pt_min"])))
 
 
 def main(name: str, path: str) -> int:

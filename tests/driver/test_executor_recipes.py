@@ -72,7 +72,8 @@ def recipe(name: str, shared_data: Path, timeout: float = 400):
 def test_documented_recipes_run_and_agree(name, shared_data):
     done = recipe(name, shared_data)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [[float(x) for x in ln.split()] for ln in done.stdout.split("\n") if ln.strip()]
+    lines = [[float(x) for x in ln.split()[1:]] for ln in done.stdout.split("\n")
+             if ln.startswith("RESULT ")]
     reference, *rest = lines
     assert rest
     for got in rest:

@@ -142,7 +142,8 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
                     row(f"  {stat}", entry)
                 else:
                     for part, sub in entry.items():
-                        row(f"  {stat}.{part}", sub)
+                        flag = " (w = 1/sigma^2)" if part in FIT_ERRORS.get(stat, ()) else ""
+                        row(f"  {stat}.{part}{flag}", sub)
         title = (
             f"{ds}: {r['events']} events, sum of weights {fmt_number(r['sumw'])}; "
             f"{_selection_line(r)}"
@@ -157,9 +158,39 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
         line = pull_warning(lk)
         if line:
             console.print(f"[yellow]warning[/] {escape(line)}", markup=True, highlight=False)
+    note = fit_error_note(report)
+    if note:
+        console.print(note, highlight=False, markup=False)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     console.print(f"wrote {path}", highlight=False)
+
+
+#: statistic -> its fields that are errors computed with the weights as 1/sigma^2
+FIT_ERRORS = {"linear_fit": ("intercept_error", "slope_error")}
+
+
+def fit_error_note(report: dict[str, Any]) -> str | None:
+    """One line under the tables where a ``linear_fit`` error is shown: which weights its
+    errors assume, and what they mean with MC event weights.
+
+    Parameters
+    ----------
+    report : dict
+        results.json's content.
+
+    Returns
+    -------
+    str or None
+        The line, or None where no table shows such an error.
+    """
+    shown = any(stat in FIT_ERRORS for r in report.get("datasets", {}).values()
+                for stats in r.get("observables", {}).values() for stat in stats)
+    if not shown:
+        return None
+    return ("note: linear_fit's intercept_error and slope_error are ak.linear_fit's, with the "
+            "weights as 1/sigma^2 of each point (w = 1/sigma^2); with MC event weights "
+            "(genWeight) they are no statistical uncertainty of the fit")
 
 
 def pull_warning(lk: dict[str, Any]) -> str | None:

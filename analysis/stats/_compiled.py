@@ -231,12 +231,21 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
     found = _PROGRAMS.get(full_key)
     call_args = (args, t0, *extra)
     disk = None
+    out = None
     if found is None:
         disk = _stored.path_for(full_key)
         found = _stored.load(disk) if disk is not None else None
         if found is not None:
-            BUILT["loaded"] += 1
-            _PROGRAMS[full_key] = found
+            try:
+                out = found(*call_args)
+            except Exception:
+                # A stored program that cannot run here (its kernels' XLA FFI targets,
+                # e.g. pass_weights', are registered when a trace first meets them, which
+                # a fresh dask worker has not done): traced, and stored, again.
+                found = None
+            else:
+                BUILT["loaded"] += 1
+                _PROGRAMS[full_key] = found
     new = found is None
     if found is None:
         def run(args, t, *extra):
@@ -253,7 +262,8 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
             return None
     else:
         program = found
-        out = program(*call_args)
+        if out is None:
+            out = program(*call_args)
     if new:
         _PROGRAMS[full_key] = program
         BUILT["programs"] += 1

@@ -21,7 +21,7 @@ from typing import Any
 from analysis.errors import ConfigError
 from analysis.limits import regular_file
 
-__all__ = ["DuplicateKeyError", "parse_json", "read_json"]
+__all__ = ["DuplicateKeyError", "parse_json", "read_json", "read_optional_json"]
 
 
 class DuplicateKeyError(ValueError):
@@ -70,3 +70,17 @@ def read_json(path: str | os.PathLike, what: str, *, error: type[Exception] = Co
     if len(raw) > bound:  # grew since it was checked
         raise error(f"{path}: {what} is larger than {bound} bytes")
     return parse_json(raw, os.fspath(path), error=error, what=what)
+
+
+def read_optional_json(path: str | os.PathLike, what: str, *,
+                       error: type[Exception] = ConfigError, max_bytes: int) -> Any:
+    """The JSON document at ``path``, or None where it is missing or not valid JSON (a
+    record to be written again); a FIFO, a device, a directory or a file beyond
+    ``max_bytes`` is ``error`` in one line, never read."""
+    if not os.path.lexists(path):
+        return None
+    regular_file(path, what, error=error, max_bytes=max_bytes)
+    try:
+        return read_json(path, what, error=error, max_bytes=max_bytes)
+    except error:
+        return None

@@ -323,23 +323,6 @@ def file_paths(outdir: str | os.PathLike[str], process: str, n_files: int) -> li
 MAX_MANIFEST_BYTES = 1 << 16
 
 
-def _read_manifest(mpath: Path, where: str) -> Any:
-    """The manifest at ``mpath`` (None if missing or damaged: the dataset is written
-    again); a FIFO, a device (a link to ``/dev/zero``), a directory or a file beyond
-    :data:`MAX_MANIFEST_BYTES` is refused in one line, never read."""
-    from analysis.jsonsafe import read_json
-    from analysis.limits import regular_file
-
-    if not os.path.lexists(mpath):
-        return None
-    regular_file(mpath, "generated dataset's manifest", error=InputError,
-                 max_bytes=MAX_MANIFEST_BYTES)
-    try:
-        return read_json(mpath, "manifest", error=InputError, max_bytes=MAX_MANIFEST_BYTES)
-    except InputError:
-        return None
-
-
 def manifest_path(outdir: str | os.PathLike[str], process: str) -> Path:
     """Path of the JSON manifest written by :func:`ensure_dataset` for ``process``."""
     return Path(outdir) / f"{process}_manifest.json"
@@ -491,7 +474,11 @@ def ensure_dataset(
     wanted = _manifest(process, n_events, n_files, seed)
     paths = file_paths(outdir, process, n_files)
     mpath = manifest_path(outdir, process)
-    current = _read_manifest(mpath, where)
+    from analysis.jsonsafe import read_optional_json
+
+    # a FIFO or a link to /dev/zero: one line; missing or damaged: written again
+    current = read_optional_json(mpath, "generated dataset's manifest", error=InputError,
+                                 max_bytes=MAX_MANIFEST_BYTES)
     if current == wanted and all(p.is_file() for p in paths):
         return paths
 

@@ -1,0 +1,138 @@
+"""Keep-best: the hard-cut objective at every step, and the best hard-cut point as the result.
+
+The soft objective a step climbs is not the hard-cut one (the widths smooth it), and a
+step size that suits the soft objective can leave the hard cuts worse than where they
+started. So after the loop the hard-cut objective (width 0, integers rounded) is
+evaluated at the parameters of every step and at the end (the parameters after the
+last update) on the events the optimiser trained on and, with ``optimizer.validation``,
+on the held-out part, in ONE values pass: every (point, part) is a weight lane of it,
+as are the Poisson-bootstrap replicas that give each value its MC uncertainty
+(:meth:`analysis.optimize.loop.Optimization._hard_lanes`). Where the replicas do not
+run (``optimizer.replicas`` below 2) it is a values pass per point and part.
+
+The result is the point with the lowest (best: the objective is minimised) hard-cut
+objective: on the held-out part when there is one (the training part's value is then
+what the optimiser fitted, biased by the fit), else on the training events. Step 0 is
+the initial point, so the reported hard-cut objective is never worse than the start's
+on that part; ties go to the earliest step, undefined values never win.
+``optimizer.keep_best: false`` (and no ``validation.keep_best``) reports the last point.
+
+Every history entry gets ``hard`` (``{"objective", "significance", "uncertainty"}`` on
+the training events) and, with the split, ``hard_held_out``. ``run`` is typed ``Any``:
+naming ``Optimization`` here would import the loop back (an import cycle).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from analysis.optimize.status import validation_gap
+
+__all__ = ["keep_best_on", "track_hard"]
+
+
+def keep_best_on(config: Any) -> bool:
+    """Whether the run reports its best hard-cut point (``optimizer.keep_best``, or the
+    older ``optimizer.validation.keep_best``) rather than its last."""
+    val = config.optimizer.validation
+    return bool(config.optimizer.keep_best or (val is not None and val.keep_best))
+
+
+def _pick(values: list[float | None]) -> int | None:
+    """Index of the lowest defined value (ties: the earliest); None if none is defined."""
+    defined = [(v, j) for j, v in enumerate(values) if v is not None and np.isfinite(v)]
+    return min(defined)[1] if defined else None
+
+
+def _entry(out: dict[str, Any]) -> dict[str, Any]:
+    return {"objective": out["objective"], "significance": out["significance"],
+            "uncertainty": out["uncertainty"]}
+
+
+def track_hard(run: Any) -> dict[str, Any]:
+    """The hard-cut objective at every step and at the end, and the chosen point.
+
+    Parameters
+    ----------
+    run : analysis.optimize.loop.Optimization
+        After its last step. Its history entries get ``hard`` (and ``hard_held_out``);
+        with keep-best on, its :attr:`u`, :attr:`best_step` and :attr:`best_params`
+        move to the chosen point (:meth:`~analysis.optimize.loop.Optimization.final`
+        then reports it).
+
+    Returns
+    -------
+    dict
+        ``{"on": bool, "by": "held_out" | "train" | "all", "step", "steps": [...],
+        "points": [...], "lanes": {(i, part): result}, "chosen", "end", "passes"}``:
+        ``step`` the chosen step (``len(history)``: the end point; None where no point
+        has a defined value), ``chosen``/``end`` the hard-cut values (:func:`_entry`)
+        on the loop's events and (``chosen_held_out``) the held-out part.
+    """
+    steps = list(range(len(run.history)))
+    points = [run.history[k]["parameters"] for k in steps]
+    if not steps or steps[-1] != run.step:  # the end: the parameters after the last update
+        steps.append(run.step)
+        points.append(run.params())
+    split = run.fraction is not None
+    parts = ("train", "held_out") if split else ("all",)
+    passes = run.passes
+    lanes = run._hard_lanes(points, parts)
+    if lanes is None:  # no replicas: a values pass per point and part
+        lanes = {(i, part): run.hard_on(p, part) for i, p in enumerate(points) for part in parts}
+    train, by = parts[0], parts[-1]
+    for i, k in enumerate(steps[:len(run.history)]):
+        run.history[k]["hard"] = _entry(lanes[i, train])
+        if split:
+            run.history[k]["hard_held_out"] = _entry(lanes[i, "held_out"])
+    on = keep_best_on(run.config)
+    j = _pick([lanes[i, by]["objective"] for i in range(len(points))]) if on else None
+    run.best_step = run.best_params = None
+    if j is not None:
+        run.best_step = steps[j]
+        run.best_params = dict(points[j])
+        run.u = run.coords.clip(run.coords.to_u([points[j][n] for n in run.coords.names]))
+    shown = len(points) - 1 if j is None else j
+    out = {"on": on, "by": by, "step": None if j is None else steps[j], "steps": steps,
+           "points": points, "lanes": lanes, "passes": run.passes - passes,
+           "chosen": _entry(lanes[shown, train]), "end": _entry(lanes[len(points) - 1, train]),
+           "initial": _entry(lanes[0, train])}
+    if split:
+        out.update(chosen_held_out=_entry(lanes[shown, "held_out"]),
+                   end_held_out=_entry(lanes[len(points) - 1, "held_out"]),
+                   initial_held_out=_entry(lanes[0, "held_out"]))
+    return out
+
+
+def validation_entries(tracked: dict[str, Any], every: int) -> list[dict[str, Any]]:
+    """results.json's ``validation.history`` from :func:`track_hard` (split on): the
+    training and held-out values at steps 0, ``every``, 2 ``every``, ... and the end,
+    with their MC uncertainties and the gap between them."""
+    out = []
+    last = len(tracked["steps"]) - 1
+    for i, k in enumerate(tracked["steps"]):
+        if i % every and i != last:
+            continue
+        tr, ho = tracked["lanes"][i, "train"], tracked["lanes"][i, "held_out"]
+        gap, gap_sigma = validation_gap(tr["objective"], ho["objective"],
+                                        tr["uncertainty"], ho["uncertainty"])
+        out.append({
+            "step": k, "train": tr["objective"], "held_out": ho["objective"],
+            "significance": {"train": tr["significance"], "held_out": ho["significance"]},
+            "uncertainty": {"train": tr["uncertainty"], "held_out": ho["uncertainty"]},
+            "gap": gap, "gap_sigma": gap_sigma,
+        })
+    return out
+
+
+def keep_best_report(tracked: dict[str, Any]) -> dict[str, Any]:
+    """results.json's ``keep_best``: whether it is on, the part it chose by, the chosen
+    step and its hard-cut values (with MC uncertainty) beside the start's and the end's."""
+    out = {k: tracked[k] for k in ("on", "by", "step", "chosen", "initial", "end", "passes")}
+    out["steps_checked"] = len(tracked["steps"])
+    for k in ("chosen_held_out", "initial_held_out", "end_held_out"):
+        if k in tracked:
+            out[k] = tracked[k]
+    return out

@@ -50,9 +50,7 @@ def trust_lines(report: dict[str, Any]) -> list[str]:
                          f"on the {part} of {n} checked: {_pm(chosen)} (start {_pm(start)})")
     gap = (report.get("status") or {}).get("relaxation_gap")
     if gap and gap.get("significant"):
-        sigma = gap.get("uncertainty")
-        within = (f"its MC uncertainty {fmt_number(sigma)}" if sigma
-                  else "1 % of the hard-cut objective")
+        within = f"its MC uncertainty {fmt_number(gap['uncertainty'])}"
         fix = "; try " + ", or ".join(gap["remedies"]) if gap["remedies"] else ""
         lines.append(f"soft and hard-cut objective differ: soft {fmt_number(gap['soft'])}, "
                      f"hard {fmt_number(gap['hard'])} (gap {fmt_number(gap['gap'])}, more "

@@ -119,8 +119,8 @@ def relaxation_gap(soft: float | None, hard: float | None, sigma: float | None, 
     ``{"soft", "hard", "gap", "uncertainty", "significant", "remedies"}``: ``gap`` =
     soft - hard, ``uncertainty`` the hard-cut objective's MC standard deviation (the
     bootstrap's; the soft value on the same events moves with it, so it is the scale
-    the gap is read against), ``significant`` when ``|gap| > uncertainty`` (with no
-    uncertainty: more than 1 % of ``|hard|``). ``remedies`` (those that apply, in order):
+    the gap is read against), ``significant`` when ``|gap| > uncertainty`` (never
+    where the uncertainty is unknown: ``optimizer.replicas`` below 2). ``remedies`` (those that apply, in order):
     smaller widths where the final widths are not 0, more steps where the run did not
     converge, more events where the MC uncertainty is above :data:`MANY_EVENTS` of the
     objective.
@@ -130,9 +130,10 @@ def relaxation_gap(soft: float | None, hard: float | None, sigma: float | None, 
     if soft is None or hard is None or not (np.isfinite(soft) and np.isfinite(hard)):
         return out
     gap = float(soft) - float(hard)
-    known = sigma is not None and np.isfinite(sigma) and sigma > 0
-    scale = float(sigma) if known else 0.01 * max(abs(float(hard)), 1e-12)
-    out.update(gap=gap, significant=bool(abs(gap) > scale))
+    out["gap"] = gap
+    if sigma is None or not np.isfinite(sigma) or sigma <= 0:  # not measured: not said
+        return out
+    out["significant"] = bool(abs(gap) > sigma)
     if not out["significant"]:
         return out
     w = np.asarray(list(widths.values()) if isinstance(widths, dict) else widths, float)
@@ -142,7 +143,7 @@ def relaxation_gap(soft: float | None, hard: float | None, sigma: float | None, 
             "cuts' width)")
     if not converged:
         out["remedies"].append(f"more steps (--steps; now {steps})")
-    if known and sigma > MANY_EVENTS * abs(float(hard)):
+    if sigma > MANY_EVENTS * abs(float(hard)):
         out["remedies"].append(
             f"more events (the MC uncertainty is {100 * sigma / abs(float(hard)):.0f} % "
             "of the objective)")

@@ -101,3 +101,6 @@ def test_the_gap_within_its_uncertainty_is_not_said():
     loud = relaxation_gap(-1.0, -1.5, 0.1, widths=[0.0], converged=True, factor=0.1, steps=10)
     # hard widths and a converged run: only more events can help (10 % MC uncertainty)
     assert loud["significant"] and [r.split(" (")[0] for r in loud["remedies"]] == ["more events"]
+    unknown = relaxation_gap(-1.0, -1.5, None, widths=[5.0], converged=False, factor=0.1,
+                             steps=10)  # no replicas: not said
+    assert unknown["gap"] == 0.5 and not unknown["significant"]

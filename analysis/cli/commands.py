@@ -292,6 +292,9 @@ def _run_optimize(args, config, plotter) -> int:
         from analysis.driver.standardise import standardise_scores
 
         standardise_scores(config)
+    from analysis.driver.autowidth import auto_widths
+
+    auto = auto_widths(config)  # trainable thresholds without a width: from the data
     outdir = output_dir(config, args)
     quiet = args.quiet
     args.quiet = True  # per-pass coffea bars would drown the step bar
@@ -332,6 +335,7 @@ def _run_optimize(args, config, plotter) -> int:
                 if b  # a learned score's weights are unbounded
             },
             "widths": named_widths(config, run.w0),
+            "auto_widths": auto,
             "units": units_of(config),
             "optimizer": config.optimizer.model_dump(mode="json"),
             "steps_run": run.step,

@@ -28,10 +28,15 @@ def _pm(entry: dict[str, Any] | None) -> str:
 
 
 def trust_lines(report: dict[str, Any]) -> list[str]:
-    """The keep-best line and, where it is significant, the relaxation-gap line."""
+    """The widths read from the data, the keep-best line and, where it is
+    significant, the relaxation-gap line."""
     from analysis.cli.tables import fmt_number
 
     lines = []
+    auto = report.get("auto_widths")
+    if auto:
+        told = ", ".join(f"{k} {fmt_number(v)}" for k, v in auto["widths"].items())
+        lines.append(f"widths from the data (results.json auto_widths): {told}")
     kb = report.get("keep_best")
     if kb and kb.get("on"):
         part = {"held_out": "held-out part", "train": "training part",

@@ -5,10 +5,11 @@ step size that suits the soft objective can leave the hard cuts worse than where
 started. So after the loop the hard-cut objective (width 0, integers rounded) is
 evaluated at the parameters of every step and at the end (the parameters after the
 last update) on the events the optimiser trained on and, with ``optimizer.validation``,
-on the held-out part, in ONE values pass: every (point, part) is a weight lane of it,
-as are the Poisson-bootstrap replicas that give each value its MC uncertainty
-(:meth:`analysis.optimize.loop.Optimization._hard_lanes`). Where the replicas do not
-run (``optimizer.replicas`` below 2) it is a values pass per point and part.
+on the held-out part: one values pass with every (point, part) a weight lane of it,
+then one with the Poisson-bootstrap replicas as weight lanes (:meth:`analysis.optimize.loop.Optimization._hard_lanes`) for the MC uncertainty
+at the start, the chosen point and the end (and the steps ``validation.every`` records).
+Where the replicas do not run (``optimizer.replicas`` below 2) the values stand without
+an uncertainty.
 
 The result is the point with the lowest (best: the objective is minimised) hard-cut
 objective: on the held-out part when there is one (the training part's value is then
@@ -30,7 +31,7 @@ import numpy as np
 
 from analysis.optimize.status import validation_gap
 
-__all__ = ["keep_best_on", "track_hard"]
+__all__ = ["keep_best_on", "keep_best_report", "track_hard", "validation_entries"]
 
 
 def keep_best_on(config: Any) -> bool:
@@ -54,6 +55,11 @@ def _entry(out: dict[str, Any]) -> dict[str, Any]:
 def track_hard(run: Any) -> dict[str, Any]:
     """The hard-cut objective at every step and at the end, and the chosen point.
 
+    The values at every point and part: one lanes pass without uncertainties. The MC
+    uncertainties (bootstrap replicas: their cost grows with the number of points, ~1 s
+    a point on the demo's 2 x 200k events, so not at every step) at the start, the
+    chosen point, the end and the steps ``validation.every`` records: one lanes pass.
+
     Parameters
     ----------
     run : analysis.optimize.loop.Optimization
@@ -66,10 +72,11 @@ def track_hard(run: Any) -> dict[str, Any]:
     -------
     dict
         ``{"on": bool, "by": "held_out" | "train" | "all", "step", "steps": [...],
-        "points": [...], "lanes": {(i, part): result}, "chosen", "end", "passes"}``:
-        ``step`` the chosen step (``len(history)``: the end point; None where no point
-        has a defined value), ``chosen``/``end`` the hard-cut values (:func:`_entry`)
-        on the loop's events and (``chosen_held_out``) the held-out part.
+        "points": [...], "lanes": {(i, part): result}, "chosen", "end", "initial",
+        "passes"}``: ``step`` the chosen step (``len(history)``: the end point; None
+        where no point has a defined value), ``chosen``/``end``/``initial`` the
+        hard-cut values with their MC uncertainty on the loop's events and
+        (``..._held_out``) on the held-out part.
     """
     steps = list(range(len(run.history)))
     points = [run.history[k]["parameters"] for k in steps]
@@ -79,29 +86,40 @@ def track_hard(run: Any) -> dict[str, Any]:
     split = run.fraction is not None
     parts = ("train", "held_out") if split else ("all",)
     passes = run.passes
-    lanes = run._hard_lanes(points, parts)
-    if lanes is None:  # no replicas: a values pass per point and part
-        lanes = {(i, part): run.hard_on(p, part) for i, p in enumerate(points) for part in parts}
+    lanes = run._hard_lanes(points, parts, values_only=True)
+    if lanes is None:  # no lanes (columns without the events' uid): a pass per point
+        lanes = {(i, part): run.hard_on(p, part, uncertainty=False)
+                 for i, p in enumerate(points) for part in parts}
     train, by = parts[0], parts[-1]
+    on = keep_best_on(run.config)
+    last = len(points) - 1
+    j = _pick([lanes[i, by]["objective"] for i in range(len(points))]) if on else None
+    shown = last if j is None else j
+    # the uncertainties where they are reported
+    val = run.config.optimizer.validation
+    every = (val.every or 1) if split and (val.every or val.keep_best) else None
+    wanted = sorted({0, shown, last} | (set(range(0, last + 1, every)) if every else set()))
+    sigma = run._hard_lanes([points[i] for i in wanted], parts)
+    if sigma is not None:
+        for n, i in enumerate(wanted):
+            for part in parts:  # the same values up to rounding (~1e-16), with sigma
+                lanes[i, part] = sigma[n, part]
     for i, k in enumerate(steps[:len(run.history)]):
         run.history[k]["hard"] = _entry(lanes[i, train])
         if split:
             run.history[k]["hard_held_out"] = _entry(lanes[i, "held_out"])
-    on = keep_best_on(run.config)
-    j = _pick([lanes[i, by]["objective"] for i in range(len(points))]) if on else None
     run.best_step = run.best_params = None
     if j is not None:
         run.best_step = steps[j]
         run.best_params = dict(points[j])
         run.u = run.coords.clip(run.coords.to_u([points[j][n] for n in run.coords.names]))
-    shown = len(points) - 1 if j is None else j
     out = {"on": on, "by": by, "step": None if j is None else steps[j], "steps": steps,
            "points": points, "lanes": lanes, "passes": run.passes - passes,
-           "chosen": _entry(lanes[shown, train]), "end": _entry(lanes[len(points) - 1, train]),
+           "chosen": _entry(lanes[shown, train]), "end": _entry(lanes[last, train]),
            "initial": _entry(lanes[0, train])}
     if split:
         out.update(chosen_held_out=_entry(lanes[shown, "held_out"]),
-                   end_held_out=_entry(lanes[len(points) - 1, "held_out"]),
+                   end_held_out=_entry(lanes[last, "held_out"]),
                    initial_held_out=_entry(lanes[0, "held_out"]))
     return out
 

@@ -613,19 +613,23 @@ class Optimization:
         return res
 
     def _hard_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
-                    wanted: set[tuple[int, str]] | None = None
+                    wanted: set[tuple[int, str]] | None = None, *, values_only: bool = False
                     ) -> dict[tuple[int, str], dict[str, Any]] | None:
         """The hard-cut objective at each of ``points`` on each of ``parts`` from ONE
         values pass (weight lanes, :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`):
         ``{(point index, part): objective_from_states(...) + {"uncertainty"}}``, the
         bootstrap uncertainty where ``(i, part)`` is in ``wanted`` (None: everywhere).
         Leaves :attr:`last_states` and :attr:`all_sumw` at the last point on all events
-        where "all" is a part. ``None`` where the replicas do not run (fewer than 2)."""
-        k = self.config.optimizer.replicas
+        where "all" is a part. ``None`` where the replicas do not run (fewer than 2).
+        ``values_only``: no uncertainty anywhere, the fewest replicas the pass takes (2;
+        their cost grows with the points: ~1 s a point with 50 on the demo's events)."""
+        k = 2 if values_only else self.config.optimizer.replicas
         if k < 2:
             return None
+        if values_only:
+            wanted = set()
         hard = [self.hard_params(p) for p in points]
-        need_totals = self._replica_totals is None
+        need_totals = self._replica_totals is None and not values_only
         # only the observables the objective reads, as the steps (the report's
         # statistics come from the final pass)
         reads = None if self.reverse else step_observables(self.objective, self.plan, 0)

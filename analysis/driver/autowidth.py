@@ -73,12 +73,13 @@ def quantile_width(counts: np.ndarray, lo: float, hi: float, t: float) -> float:
 
 def _targets(config: Config) -> list[tuple[Any, str, str, tuple[float, float], float]]:
     """``(cut, label, expression, bounds, threshold)`` of every cut that wants a width
-    from the data (the first of its thresholds that is a parameter)."""
+    from the data (the first of its thresholds that is a trainable parameter)."""
     out = []
 
     def add(cut, label: str, x: str) -> None:
         for param, _ in cut.thresholds():
-            if param is not None:
+            # a fixed parameter needs no gradient: its cut stays hard
+            if param is not None and config.parameters[param].trainable:
                 p = config.parameters[param]
                 bounds = p.bounds if p.bounds is not None else (p.init - 1.0, p.init + 1.0)
                 out.append((cut, label, x, tuple(bounds), float(p.init)))

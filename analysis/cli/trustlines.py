@@ -51,8 +51,18 @@ def trust_lines(report: dict[str, Any]) -> list[str]:
             key = "held_out" if kb["by"] == "held_out" else None
             chosen = kb["chosen_held_out"] if key else kb["chosen"]
             start = kb["initial_held_out"] if key else kb["initial"]
-            lines.append(f"keep-best: reported point is {where}, the best hard-cut objective "
-                         f"on the {part} of {n} checked: {_pm(chosen)} (start {_pm(start)})")
+            settled = kb.get("settled") or {}
+            if settled.get("kept_last"):
+                lines.append(
+                    f"keep-best: reported point is the last point, within the noise of the "
+                    f"best of {n} checked on the {part} (end - best "
+                    f"{fmt_number(settled['difference'])}, <= {fmt_number(settled['threshold'])}"
+                    f" x its MC uncertainty {fmt_number(settled['sigma'])}): {_pm(chosen)} "
+                    f"(start {_pm(start)})")
+            else:
+                lines.append(f"keep-best: reported point is {where}, the best hard-cut "
+                             f"objective on the {part} of {n} checked: {_pm(chosen)} "
+                             f"(start {_pm(start)})")
     gap = (report.get("status") or {}).get("relaxation_gap")
     if gap and gap.get("significant"):
         within = f"its MC uncertainty {fmt_number(gap['uncertainty'])}"

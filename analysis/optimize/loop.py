@@ -53,6 +53,7 @@ from analysis.optimize.keepbest import track_hard, validation_entries
 from analysis.optimize.objectives import (
     Objective,
     bootstrap_uncertainty,
+    bootstrap_values,
     objective_from_states,
     step_observables,
 )
@@ -654,6 +655,7 @@ class Optimization:
                 if wanted is None or (i, part) in wanted:
                     sums = {n: np.vstack([totals[n].part(part), r.lanes[i, part].sums])
                             for n, r in lanes.items()}
+                    out["replicas"] = bootstrap_values(self.objective, states, sums)
                     out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
                 res[i, part] = out
         finally:

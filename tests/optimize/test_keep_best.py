@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analysis.cli.parser import main
@@ -104,3 +105,27 @@ def test_the_gap_within_its_uncertainty_is_not_said():
     unknown = relaxation_gap(-1.0, -1.5, None, widths=[5.0], converged=False, factor=0.1,
                              steps=10)  # no replicas: not said
     assert unknown["gap"] == 0.5 and not unknown["significant"]
+
+
+def test_the_end_stands_in_for_a_best_within_its_noise():
+    from analysis.optimize.keepbest import _settled
+
+    rng = np.random.default_rng(1)
+    noise = rng.normal(size=50)
+
+    def lanes(start, best, end, spread):  # replicas: each value plus paired noise
+        vals = {0: start, 1: best, 2: end}
+        return {(i, "held_out"): {"objective": v, "replicas": v + spread * (i + 1) * noise}
+                for i, v in vals.items()}
+
+    # sigma of (end - best) over the replicas: 0.1 x std(noise); threshold sqrt(2 ln 3)
+    sigma = 0.1 * np.std(noise, ddof=1)
+    near = _settled(lanes(-1.0, -5.0, -5.0 + 1.2 * sigma, 0.1), 1, 2, "held_out")
+    assert near["kept_last"] and near["sigma"] == pytest.approx(sigma)
+    assert near["threshold"] == pytest.approx(np.sqrt(2 * np.log(3)))
+    far = _settled(lanes(-1.0, -5.0, -5.0 + 2.0 * sigma, 0.1), 1, 2, "held_out")
+    assert not far["kept_last"]
+    # an end worse than the start never stands in, however noisy
+    worse = _settled(lanes(-1.0, -1.2, -0.9, 10.0), 1, 2, "held_out")
+    assert not worse["kept_last"]
+    assert _settled(lanes(-1.0, -5.0, -5.0, 0.1), 2, 2, "held_out") is None  # end is best

@@ -248,6 +248,7 @@ def _run_optimize(args, config, plotter) -> int:
     from analysis.cli.plots import histogram_data, plot_scores
     from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
     from analysis.cli.units import units_of
+    from analysis.optimize.keepbest import keep_best_report
     from analysis.optimize.loop import Optimization
     from analysis.pipeline.results import MIN_EFFECTIVE_EVENTS, dataset_report
 
@@ -255,6 +256,9 @@ def _run_optimize(args, config, plotter) -> int:
         from analysis.driver.standardise import standardise_scores
 
         standardise_scores(config)
+    from analysis.driver.autowidth import auto_widths
+
+    auto = auto_widths(config)  # trainable thresholds without a width: from the data
     outdir = output_dir(config, args)
     quiet = args.quiet
     args.quiet = True  # per-pass coffea bars would drown the step bar
@@ -295,6 +299,7 @@ def _run_optimize(args, config, plotter) -> int:
                 if b  # a learned score's weights are unbounded
             },
             "widths": named_widths(config, run.w0),
+            "auto_widths": auto,
             "units": units_of(config),
             "optimizer": config.optimizer.model_dump(mode="json"),
             "steps_run": run.step,
@@ -304,6 +309,7 @@ def _run_optimize(args, config, plotter) -> int:
             "uncertainty": checks["uncertainty"],
             "hard_all": {"objective": checks["hard_all"],
                          "significance": checks["significance_all"]},
+            "keep_best": keep_best_report(run.tracked),
             "history": [{**h, "widths": named_widths(config, h["widths"])} for h in run.history],
             "final": final,
             "parameters": final["soft"]["parameters"],
@@ -454,6 +460,7 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     (and what to change), parameters at a bound, the hard-cut objective before and
     after, the soft/hard gap."""
     from analysis.cli.tables import fmt_number
+    from analysis.cli.trustlines import trust_lines
 
     st = report["status"]
     if st["converged"]:
@@ -498,6 +505,7 @@ def status_lines(report: dict[str, Any]) -> list[str]:
             "smaller optimizer.anneal.final_width_factor"
         )
     lines.extend(_mc_lines(report))
+    lines.extend(trust_lines(report))  # keep-best's choice, the relaxation gap
     return lines
 
 
@@ -539,23 +547,7 @@ def _mc_lines(report: dict[str, Any]) -> list[str]:
         if val["gap_sigma"] is not None:
             line += (f"; gap {fmt_number(val['gap'])} ({fmt_number(val['gap_sigma'])} sigma)")
         lines.append(line + f": {val['message']}")
-        if val.get("keep_best"):
-            lines.append(_best_step_line(val, report["steps_run"]))
     return lines
-
-
-def _best_step_line(val: dict[str, Any], steps_run: int) -> str:
-    """What ``optimizer.validation.keep_best`` chose (results.json's ``validation.best_step``)."""
-    from analysis.cli.tables import fmt_number
-
-    best = val.get("best_step")
-    if best is None:
-        return ("keep_best: no step has a defined held-out hard-cut objective; "
-                "the last point is reported")
-    entry = next(e for e in val["history"] if e["step"] == best)
-    where = "the last point" if best == steps_run else f"step {best} of {steps_run}"
-    return (f"keep_best: reported point is {where} (best held-out hard-cut objective "
-            f"{fmt_number(entry['held_out'])} of {len(val['history'])} checked)")
 
 
 def _best_line(best: dict[str, Any] | None) -> str:

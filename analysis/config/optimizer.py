@@ -84,7 +84,8 @@ class ValidationConfig(_Model):
     training events (weights x 1/(1 - fraction)); the hard-cut objective is evaluated on
     both parts at the start and the end, and with ``every: N`` at every N-th step
     (results.json's ``validation.history``); ``keep_best`` reports the step with the best
-    held-out hard-cut objective instead of the last."""
+    held-out hard-cut objective instead of the last (the default already does:
+    ``optimizer.keep_best``)."""
 
     fraction: float = Field(gt=0, lt=1)
     # |gap| / its MC standard deviation above which the report says the optimisation
@@ -130,6 +131,10 @@ class OptimizerConfig(_Model):
     validation: ValidationConfig | None = None
     # Poisson-bootstrap replicas for the hard-cut objective's MC uncertainty (0: none)
     replicas: int = Field(default=50, ge=0, le=MAX_REPLICAS)
+    # report the step with the best hard-cut objective (held-out part with validation,
+    # else the training events), never a point worse than the start; false: the last
+    # point (analysis.optimize.keepbest)
+    keep_best: bool = True
 
 
 # One class per objective term (validation and value), told apart by ``type``.

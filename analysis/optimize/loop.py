@@ -52,16 +52,18 @@ from analysis.config.terms import TermReturnError
 from analysis.errors import ConfigError, DiffcoffeaError, LikelihoodError
 from analysis.optimize import checkpoint as _ckpt
 from analysis.optimize.edgecoords import with_edges
+from analysis.optimize.keepbest import track_hard, validation_entries
 from analysis.optimize.objectives import (
     Objective,
     bootstrap_uncertainty,
+    bootstrap_values,
     objective_from_states,
     step_observables,
 )
 from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
-from analysis.optimize.status import run_status, validation_gap
+from analysis.optimize.status import run_status
 from analysis.pipeline.plan import initial_widths
 from analysis.stats._stored import stored_call
 from analysis.stats.derive import choose_mode
@@ -212,10 +214,12 @@ def config_fingerprint(config: Config) -> str:
     """Hash of everything that changes the optimisation (the checkpoint must match it).
 
     Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap) nor
-    ``optimizer.validation.every`` / ``keep_best`` (what is evaluated after the loop): the
+    ``optimizer.keep_best``, ``optimizer.validation.every`` / ``keep_best`` (what is
+    evaluated after the loop): the
     step budget is the path's length, not the path
     (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
-    after = {"steps": True, "replicas": True, "validation": {"every", "keep_best"}}
+    after = {"steps": True, "replicas": True, "keep_best": True,
+             "validation": {"every", "keep_best"}}
     data = config.model_dump(
         mode="json", exclude={"output": True, "executor": True, "optimizer": after}
     )
@@ -313,13 +317,15 @@ class Optimization:
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.converged = False
-        #: with ``optimizer.validation.keep_best``: the step :meth:`validation_history`
-        #: chose (its parameters are the reported ones); else None
+        #: with keep-best (:mod:`analysis.optimize.keepbest`): the step
+        #: :meth:`validation_history` chose (its parameters are the reported ones); else None
         self.best_step: int | None = None
         #: and its parameters, which :meth:`final` then reports
         self.best_params: dict[str, float] | None = None
         #: passes over the data run by this object (a reused pass is not counted)
         self.passes = 0
+        #: :func:`analysis.optimize.keepbest.track_hard`'s result, once run
+        self.tracked: dict[str, Any] | None = None
         self._last: tuple | None = None
         self.last_states: dict | None = None
         #: the states of step 0 (initial parameters and widths, all chunks), if run here
@@ -617,19 +623,23 @@ class Optimization:
         return res
 
     def _hard_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
-                    wanted: set[tuple[int, str]] | None = None
+                    wanted: set[tuple[int, str]] | None = None, *, values_only: bool = False
                     ) -> dict[tuple[int, str], dict[str, Any]] | None:
         """The hard-cut objective at each of ``points`` on each of ``parts`` from ONE
         values pass (weight lanes, :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`):
         ``{(point index, part): objective_from_states(...) + {"uncertainty"}}``, the
         bootstrap uncertainty where ``(i, part)`` is in ``wanted`` (None: everywhere).
         Leaves :attr:`last_states` and :attr:`all_sumw` at the last point on all events
-        where "all" is a part. ``None`` where the replicas do not run (fewer than 2)."""
-        k = self.config.optimizer.replicas
+        where "all" is a part. ``None`` where the replicas do not run (fewer than 2).
+        ``values_only``: no uncertainty anywhere, the fewest replicas the pass takes (2;
+        their cost grows with the points: ~1 s a point with 50 on the demo's events)."""
+        k = 2 if values_only else self.config.optimizer.replicas
         if k < 2:
             return None
+        if values_only:
+            wanted = set()
         hard = [self.hard_params(p) for p in points]
-        need_totals = self._replica_totals is None
+        need_totals = self._replica_totals is None and not values_only
         # only the observables the objective reads, as the steps (the report's
         # statistics come from the final pass)
         reads = None if self.reverse else step_observables(self.objective, self.plan, 0)
@@ -654,6 +664,7 @@ class Optimization:
                 if wanted is None or (i, part) in wanted:
                     sums = {n: np.vstack([totals[n].part(part), r.lanes[i, part].sums])
                             for n, r in lanes.items()}
+                    out["replicas"] = bootstrap_values(self.objective, states, sums)
                     out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
                 res[i, part] = out
         finally:
@@ -666,52 +677,18 @@ class Optimization:
         return res
 
     def validation_history(self) -> list[dict[str, Any]] | None:
-        """``optimizer.validation.every: N``: the hard-cut objective on the training and
-        the held-out part, with their MC uncertainties, at steps 0, N, 2N, ... (each at
-        the parameters that step evaluated) and at the end (step :attr:`step`: the
-        parameters after the last update), in ONE values pass (:meth:`_hard_lanes`; a
-        pass per (step, part) where the replicas do not run on the lanes). Returns
-        ``[{"step", "train", "held_out", "significance": {...}, "uncertainty": {...},
-        "gap", "gap_sigma"}, ...]`` (None without ``every``), and with ``keep_best``
-        moves the parameters to the entry with the best (lowest) held-out hard-cut
-        objective, remembered in :attr:`best_step` (the earliest of equals; undefined
-        values never win), so that :meth:`final` reports that point."""
+        """The hard-cut objective at every step and at the end, in one values pass
+        (:func:`analysis.optimize.keepbest.track_hard`: kept in :attr:`tracked`; with
+        keep-best the parameters move to the best hard-cut point, which :meth:`final`
+        then reports). Returns results.json's ``validation.history`` with
+        ``optimizer.validation.every: N`` (or ``validation.keep_best``): steps 0, N,
+        2N, ... and the end, on the training and the held-out part (see
+        :func:`analysis.optimize.keepbest.validation_entries`); else None."""
+        self.tracked = track_hard(self)
         val = self.config.optimizer.validation
         if val is None or (val.every is None and not val.keep_best):
             return None
-        every = val.every or 1  # keep_best alone: every step is a candidate
-        steps = [k for k in range(0, len(self.history), every)]
-        points = [self.history[k]["parameters"] for k in steps]
-        if not steps or steps[-1] != self.step:  # the end: the parameters after the last update
-            steps.append(self.step)
-            points.append(self.params())
-        parts = ("train", "held_out")
-        lanes = self._hard_lanes(points, parts)
-        if lanes is None:
-            lanes = {(i, part): self.hard_on(p, part)
-                     for i, p in enumerate(points) for part in parts}
-        out = []
-        for i, k in enumerate(steps):
-            tr, ho = lanes[i, "train"], lanes[i, "held_out"]
-            gap, gap_sigma = validation_gap(tr["objective"], ho["objective"],
-                                            tr["uncertainty"], ho["uncertainty"])
-            out.append({
-                "step": k, "train": tr["objective"], "held_out": ho["objective"],
-                "significance": {"train": tr["significance"], "held_out": ho["significance"]},
-                "uncertainty": {"train": tr["uncertainty"], "held_out": ho["uncertainty"]},
-                "gap": gap, "gap_sigma": gap_sigma,
-            })
-        self.best_step = self.best_params = None
-        if val.keep_best:
-            defined = [(e["held_out"], j) for j, e in enumerate(out)
-                       if e["held_out"] is not None and np.isfinite(e["held_out"])]
-            if defined:
-                j = min(defined)[1]  # minimised; ties: the earliest step
-                self.best_step = out[j]["step"]
-                self.best_params = dict(points[j])
-                self.u = self.coords.clip(self.coords.to_u(
-                    [points[j][n] for n in self.coords.names]))
-        return out
+        return validation_entries(self.tracked, val.every or 1)
 
     def status(
         self, final: dict[str, Any], initial_hard: dict[str, Any] | None = None

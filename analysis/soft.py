@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
-from analysis.select._fastsingle import available, fast_weights
 from analysis.select._single import UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.objects import (
@@ -329,6 +328,10 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
         # stats.derive's argument for traced ones (no prefix sum in the program)
         event = (padded_segment_ids(offsets_b, obj_size) if off is not None
                  else segment_ids_from_offsets(offsets, n_objects))
+        # here, not at the top: the compiled kernels load numba (~5 s), which a user of
+        # soft_cut or of the statistics alone never needs
+        from analysis.select._fastsingle import available, fast_weights
+
         obj, ev = single_count_weights(values, offsets_b, event, n_arr, width_arr,
                                        model=model, max_objects=m,
                                        fast=fast_weights if available() else None)

@@ -34,7 +34,7 @@ API_MODULES = {
 }
 FRAGMENT = re.compile(r"#\s*(?:in\s+)?((?:analysis|processors)/[\w/]+\.py)")
 # Pages whose examples need a whole chunked pass with eager JAX (tens of seconds each).
-SLOW_PAGES = {"README.md", "docs/guide/processors.md", "docs/guide/likelihood.md",
+SLOW_PAGES = {"README.md", "docs/guide/own-processor.md", "docs/guide/likelihood.md",
               "docs/guide/export.md"}
 
 

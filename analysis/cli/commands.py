@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analysis.cli.jsonout import json_safe, write_json
 from analysis.cli.startup import start_up_done
 from analysis.config.loader import Config, load_config
 from analysis.errors import DiffcoffeaError
@@ -51,31 +52,6 @@ def _parse_sets(items: list[str]) -> dict[str, float]:
         if not math.isfinite(out[name.strip()]):
             raise DiffcoffeaError(f"--set {item!r}: expected a finite number")
     return out
-
-
-def json_safe(data: Any) -> Any:
-    """``data`` as strict JSON values: NaN and +-inf become None (null), numpy becomes Python."""
-    import numpy as np  # here: a refused config never loads numpy (docs/guide/startup.md)
-
-    if isinstance(data, dict):
-        return {str(k): json_safe(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [json_safe(v) for v in data]
-    if isinstance(data, np.ndarray):
-        return json_safe(data.tolist())
-    if isinstance(data, np.generic):
-        data = data.item()
-    if isinstance(data, float) and not math.isfinite(data):
-        return None
-    return data
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write strict JSON atomically (temp file, then rename); NaN/inf are written as null."""
-    from analysis.data.atomic import write_atomic
-
-    text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
-    write_atomic(path, text, what="results")  # one line naming the path on a full disk
 
 
 def output_dir(config, args) -> Path:

@@ -165,11 +165,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"load average {os.getloadavg()[0]:.1f}")
     out = {"ratio": ratio, "ratio_cpu": ratio_cpu, "peak_gb": peak, "rows": rows}
     if not args.no_record:
-        from results_table import record
+        from results_table import command_line, record
 
-        command = "python benchmarks/bench_params.py"
-        if (args.events, args.chunksize) != (400_000, 200_000):
-            command += f" --events {args.events} --chunksize {args.chunksize}"
+        command = command_line(__file__, argv)
         record("params.twelve_vs_four",
                compares="states pass, 12 / 4 trainable parameters (four object sets)",
                figure=ratio, goal=f"<= {GOAL:g}x, <= {GOAL_GB:g} GB", met=met, command=command,

@@ -24,5 +24,6 @@ def test_bench_params_tiny(capsys):
     assert "ratio 12 / 4 parameters = " in printed
     record = Path(os.environ["DIFFCOFFEA_BENCH_RESULTS"]) / "params.twelve_vs_four.json"
     entry = json.loads(record.read_text())
-    assert entry["command"] == "python benchmarks/bench_params.py --events 600 --chunksize 300"
+    assert entry["command"] == ("python benchmarks/bench_params.py --events 600 --chunksize 300 "
+                                "--repeat 1")
     assert entry["details"]["12 parameters backend"] == "numba"

@@ -9,20 +9,18 @@ raised as :class:`~analysis.errors.DiffcoffeaError` (the command line prints one
 from __future__ import annotations
 
 import contextlib
-import json
 import math
+import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from analysis.cli.jsonout import json_safe, write_json
+from analysis.cli.paramargs import _parse_sets, parse_grid
 from analysis.cli.startup import start_up_done
-from analysis.config.loader import Config, load_config
+from analysis.config.loader import load_config
 from analysis.errors import DiffcoffeaError
-from analysis.limits import MAX_GRID_POINTS
-
-if TYPE_CHECKING:
-    import numpy as np
+from analysis.jsonsafe import read_json
 
 __all__ = [
     "claim_run",
@@ -37,21 +35,6 @@ __all__ = [
     "status_lines",
     "write_json",
 ]
-
-
-def _parse_sets(items: list[str]) -> dict[str, float]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out[name.strip()] = float(value)
-        except ValueError:
-            raise DiffcoffeaError(f"--set {item!r}: expected NAME=NUMBER") from None
-        if not math.isfinite(out[name.strip()]):
-            raise DiffcoffeaError(f"--set {item!r}: expected a finite number")
-    return out
 
 
 def output_dir(config, args) -> Path:
@@ -86,7 +69,7 @@ def cmd_evaluate(args) -> int:
         from analysis.driver.standardise import standardise_scores
 
         standardise_scores(config)
-    overrides = _parse_sets(args.set)
+    overrides = _parse_sets(args.set, config)
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
         order, note = _evaluate_order(ev.plan)
@@ -171,6 +154,9 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
     """
     from analysis.cli.outdir import claim_output
     from analysis.optimize.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
+    if getattr(args, "resume", False) and getattr(args, "overwrite", False):
+        raise DiffcoffeaError("--resume and --overwrite contradict each other (continue the "
+                              "checkpoint, or delete it and start over); give one")
     out = output_dir(config, args)
     claim = claim_output(out, command=args.command)
     if args.command != "optimize" or args.resume:
@@ -183,6 +169,13 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
             if not old.exists():
                 continue
             if not args.overwrite:
+                if name == CHECKPOINT and same_config_checkpoint(old, config):
+                    # The README's command run twice: the earlier run (finished or
+                    # interrupted) is continued, which reports a finished one again.
+                    args.resume = True
+                    print(f"{old}: continuing the earlier run of this config (--overwrite "
+                          "starts over)", file=sys.stderr)
+                    break
                 raise DiffcoffeaError(
                     f"{old}: a checkpoint of an earlier run is there; add --resume to continue "
                     "it or --overwrite to start over"
@@ -191,47 +184,41 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
         return stack.pop_all()
 
 
+def same_config_checkpoint(path: Path, config) -> bool:
+    """Whether the checkpoint at ``path`` was made with ``config`` (the same fingerprint);
+    raises a one-line :class:`DiffcoffeaError` naming what changed when it was not.
+
+    Parameters
+    ----------
+    path : Path
+        An existing checkpoint.
+    config : Config
+        The run's config.
+
+    Returns
+    -------
+    bool
+        True when the checkpoint matches the config.
+    """
+    from analysis.optimize import checkpoint as ckpt
+    from analysis.optimize.loop import config_fingerprint
+
+    try:
+        data = ckpt.read_checkpoint(path)
+    except ckpt.CheckpointError as err:
+        raise DiffcoffeaError(f"{err}; add --overwrite to start over (--resume cannot read it)") from None
+    if data.get("fingerprint") == config_fingerprint(config):
+        return True
+    stored = data.get("config")
+    what = ckpt.config_change(stored, ckpt.config_snapshot(config)) if stored is not None else None
+    detail = f" ({what})" if what else ""
+    raise DiffcoffeaError(
+        f"{path}: a checkpoint of an earlier run with another config is there{detail}; add "
+        "--overwrite to start over, or use another --output"
+    )
+
+
 # --- optimize and scan ---------------------------------------------------------------
-
-
-def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
-    """``["name=lo:hi:n", ...]`` to ``{name: values}`` (inclusive, evenly spaced)."""
-    import numpy as np
-
-    grid: dict[str, np.ndarray] = {}
-    sizes: dict[str, int] = {}
-    for item in items:
-        name, sep, spec = item.partition("=")
-        parts = spec.split(":")
-        try:
-            if not sep or len(parts) != 3:
-                raise ValueError
-            lo, hi, n = float(parts[0]), float(parts[1]), int(parts[2])
-            if n < 1 or not np.isfinite([lo, hi]).all():
-                raise ValueError
-        except ValueError:
-            raise DiffcoffeaError(
-                f"--grid {item!r}: expected NAME=LOW:HIGH:N with finite LOW, HIGH and N >= 1, "
-                "e.g. jet_pt_min=20:100:17"
-            ) from None
-        if name not in config.parameters:
-            raise DiffcoffeaError(
-                f"--grid {item!r}: unknown parameter {name!r}; parameters: {', '.join(config.parameters)}"
-            )
-        sizes[name] = n
-    if not sizes:
-        raise DiffcoffeaError("scan: give at least one --grid NAME=LOW:HIGH:N")
-    points = math.prod(sizes.values())  # checked before any grid array is made
-    if points > MAX_GRID_POINTS:
-        raise DiffcoffeaError(
-            f"--grid: {' x '.join(map(str, sizes.values()))} = {points} points; at most "
-            f"{MAX_GRID_POINTS} (docs/guide/limits.md)"
-        )
-    for item in items:
-        name, _, spec = item.partition("=")
-        lo, hi, _n = spec.split(":")
-        grid[name] = np.linspace(float(lo), float(hi), sizes[name])
-    return grid
 
 
 def run_optimize(args) -> int:
@@ -432,7 +419,7 @@ def _loop(run, quiet: bool, args) -> None:
 def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) -> None:
     from rich.console import Console
 
-    from analysis.cli.report import print_faults, print_warnings
+    from analysis.cli.report import print_faults, print_warnings, pull_warning
     from analysis.cli.tables import fmt_number, print_table
 
     console = Console()
@@ -451,6 +438,9 @@ def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) ->
     print_table(console, title, "", ["soft", "hard\n(width 0)"], rows)
     for line in status_lines(report):
         console.print(line, highlight=False, markup=False)
+    pulled = pull_warning(report.get("likelihood") or {})
+    if pulled:  # the final hard-cut likelihood's mu = 0 fit
+        console.print("warning " + pulled, highlight=False, markup=False)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     where = f" and plots in {outdir}" if plots else ""
@@ -597,7 +587,7 @@ def run_scan(args) -> int:
         write_json(outdir / "scan.json", result)
         results = outdir / "results.json"
         if results.exists():  # keep the scan beside an optimisation's results
-            data = json.loads(results.read_text())
+            data = read_json(results, "results file (JSON)", error=DiffcoffeaError)
             data["scan"] = result
             write_json(results, data)
     if not args.quiet:

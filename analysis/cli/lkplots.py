@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.cli.outdir import inside
 from analysis.cli.plots import _per_width, _pyplot, _save, _stack_yscale
 
 __all__ = ["plot_likelihood", "pulls_data", "pulls_figure", "template_data", "templates_figure",
@@ -59,8 +60,9 @@ def template_data(section: dict[str, Any], channel: str, *, label: str | None = 
     edges = np.asarray(c["edges"], dtype=np.float64)
     widths, variable, scale = _per_width(edges)
     signal = [d for d in c["samples"] if d in set(section["signal"])]
+    # an empty sample (no expected event in the channel) stays out of the legend
     bkg = {d: np.asarray(t["nominal"]["sumw"]) * scale for d, t in c["samples"].items()
-           if d not in signal}
+           if d not in signal and np.any(np.asarray(t["nominal"]["sumw"]) != 0)}
     sig = np.sum([np.asarray(c["samples"][d]["nominal"]["sumw"]) for d in signal], axis=0)
     base = np.sum(list(bkg.values()), axis=0) if bkg else np.zeros(len(widths))
     u = f" {unit}" if unit else ""
@@ -185,7 +187,7 @@ def plot_likelihood(
     for name, fig in figures:
         if fig is None:
             continue
-        path = Path(outdir) / name
+        path = inside(outdir, name)  # names are checked at load; never outside outdir
         _save(fig, path)
         plt.close(fig)
         written.append(path)

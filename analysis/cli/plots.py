@@ -9,7 +9,7 @@ weighted samples), and a log y axis when the contents span more than two decades
 tails, aside). A learned score's distribution for signal and background before and
 after, with its cut (:func:`plot_scores`, ``score_NAME.png``).
 
-``hist_signal_background.png`` (:func:`overlay_data`): signal and background of the
+``signal_background.png`` (:func:`overlay_data`): signal and background of the
 main observable together, at the initial (left) and the final (right) selection, in
 expected events per bin width: the backgrounds stacked (mplhep), the signal drawn on
 top of the stack and named. A per-object observable (``Jet.pt``) has one entry per
@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from analysis.cli.units import axis_label, observable_unit
+from analysis.cli.outdir import inside
+from analysis.cli.units import axis_label, lumi_label, observable_unit
 
 __all__ = [
+    "OVERLAY",
     "draw_histogram",
     "draw_overlay",
     "entries_noun",
@@ -41,6 +43,10 @@ __all__ = [
     "plot_scores",
     "score_cuts",
 ]
+
+
+#: The overlay's file: no ``hist_`` prefix, so that no dataset's ``hist_NAME.png`` is it.
+OVERLAY = "signal_background.png"
 
 
 def _save(fig, path: Path) -> None:
@@ -139,7 +145,7 @@ def plot_objective(report: dict[str, Any], outdir: Path) -> Path:
         ax.set_title(f"{end} after {status.get('steps_run', len(steps))} steps", fontsize=18)
     ax.legend(fontsize=16)
     fig.tight_layout()
-    path = Path(outdir) / "objective.png"
+    path = inside(outdir, "objective.png")
     _save(fig, path)
     plt.close(fig)
     return path
@@ -197,7 +203,7 @@ def plot_parameters(report: dict[str, Any], outdir: Path) -> Path | None:
         fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=15,
                    frameon=False)
         fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.6 * nrows + 0.8)))
-        path = Path(outdir) / "parameters.png"
+        path = inside(outdir, "parameters.png")
         _save(fig, path)
         plt.close(fig)
     return path
@@ -296,12 +302,12 @@ def plot_histograms(
     initial_states: dict | None = None,
     norms: dict[str, float] | None = None,
 ) -> list[Path]:
-    """``hist_<dataset>.png``: the main observable at the initial (soft) and final (hard)
-    selection, both filled in one pass. ``initial_states``: the states at ``initial``
+    """``hist_<dataset>.png``: the main observable at the initial and the final
+    selection, both with hard cuts (width 0), filled in one pass. ``initial_states``: the states at ``initial``
     and ``w0`` if already computed (for the binning when the config gives none).
     ``norms``: per dataset ``xsec x lumi / sum of weights`` (as the yields): the
     histograms are then in expected events and the axis says so. With every dataset
-    normalised, also ``hist_signal_background.png`` (:func:`overlay_figure`).
+    normalised, also ``signal_background.png`` (:func:`overlay_figure`).
     :func:`histogram_data` (the pass) then :func:`draw_histogram` per dataset and
     :func:`draw_overlay`."""
     data = histogram_data(evaluator, config, initial, w0, final,
@@ -322,7 +328,7 @@ def histogram_data(
     norms: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """What :func:`plot_histograms` draws, as plain data (no matplotlib): the main
-    observable filled at the initial (soft) and final (hard) selection in one pass,
+    observable filled at the initial and final selection (hard cuts both) in one pass,
     per dataset ``{"before", "after"}`` (``hist.Hist``), ``"norm"`` and ``"weighted"``;
     the axis labels, legend title and the overlay's panels (:func:`overlay_data`, None
     unless every dataset is normalised). Arguments as for :func:`plot_histograms`."""
@@ -330,7 +336,9 @@ def histogram_data(
     binning = {"index": 0, "bins": bins, "low": low, "high": high}
     before, after = evaluator.fill_histograms(
         [
-            {**binning, "params": initial, "widths": w0},
+            # hard against hard: the initial cuts at width 0 beside the final ones (a
+            # soft selection's smeared edges beside hard ones would compare two things)
+            {**binning, "params": initial, "widths": np.zeros_like(w0)},
             {**binning, "params": final, "widths": np.zeros_like(w0)},
         ]
     )
@@ -361,13 +369,13 @@ def histogram_data(
 
 
 def draw_histogram(data: dict[str, Any], ds: str, outdir: Path) -> Path:
-    """``hist_<ds>.png`` from :func:`histogram_data`'s ``data``: the initial (soft) and
-    final (hard) selection, errors from the sum of squared weights; its path."""
+    """``hist_<ds>.png`` from :func:`histogram_data`'s ``data``: the initial and the
+    final selection (hard cuts both), errors from the sum of squared weights; its path."""
     plt = _pyplot()
     d = data["datasets"][ds]
     norm = d["norm"]
     fig, ax = plt.subplots(figsize=(9, 6.5))
-    a = _draw(ax, d["before"], "initial selection (soft cuts)", "C0", norm)
+    a = _draw(ax, d["before"], "initial selection (hard cuts)", "C0", norm)
     b = _draw(ax, d["after"], "final selection (hard cuts)", "C3", norm)
     ax.set_xlabel(data["xlabel"])
     what = "sum of weights" if d["weighted"] else "entries"
@@ -389,14 +397,14 @@ def draw_histogram(data: dict[str, Any], ds: str, outdir: Path) -> Path:
                  fontsize=18, loc="left")
     ax.legend(fontsize=14, title=data["legend_title"], title_fontsize=13)
     fig.tight_layout()
-    path = Path(outdir) / f"hist_{ds}.png"
+    path = inside(outdir, f"hist_{ds}.png")
     _save(fig, path)
     plt.close(fig)
     return path
 
 
 def draw_overlay(data: dict[str, Any], outdir: Path) -> Path | None:
-    """``hist_signal_background.png`` from :func:`histogram_data`'s ``data``
+    """``signal_background.png`` from :func:`histogram_data`'s ``data``
     (:func:`overlay_figure`); its path, None where there is nothing to draw."""
     if data["overlay"] is None:
         return None
@@ -404,7 +412,7 @@ def draw_overlay(data: dict[str, Any], outdir: Path) -> Path | None:
     fig = overlay_figure(*data["overlay"], xlabel=data["xlabel"], lumi=data["lumi"])
     if fig is None:
         return None
-    path = Path(outdir) / "hist_signal_background.png"
+    path = inside(outdir, OVERLAY)
     _save(fig, path)
     plt.close(fig)
     return path
@@ -439,12 +447,12 @@ def entries_noun(plan, index: int | str) -> str:
 
 def lumi_text(lumi: float) -> str:
     """``"L = 0.02 pb^-1"`` (mathtext) for a title: what ``xsec x L`` was scaled to."""
-    return f"$L$ = {lumi:g} pb$^{{-1}}$ (xsec $\\times$ $L$)"
+    return f"$L$ = {lumi_label(lumi)} (xsec $\\times$ $L$)"
 
 
 def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
                  noun: str = "events", unit: str = "") -> dict[str, Any]:
-    """What one panel of ``hist_signal_background.png`` draws, from ``{dataset:
+    """What one panel of ``signal_background.png`` draws, from ``{dataset:
     hist.Hist}``: ``edges``, ``backgrounds`` ``{dataset: values}`` (stacked, smallest
     first), ``signal`` ``{dataset: values}``, ``signal_label``, ``ylabel``; every value in
     expected entries (``norms[dataset] x sum of weights``) per unit of x (``/ GeV``) on
@@ -455,7 +463,8 @@ def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
     roles = {d: config.datasets[d].role for d in hists}
     values = {d: float(norms[d]) * np.asarray(h.values(), dtype=np.float64) * scale
               for d, h in hists.items()}
-    bkg = {d: v for d, v in values.items() if roles[d] != "signal"}
+    # an empty sample (nothing selected) is no part of the stack nor of its legend
+    bkg = {d: v for d, v in values.items() if roles[d] != "signal" and np.any(v != 0)}
     bkg = dict(sorted(bkg.items(), key=lambda kv: float(np.sum(kv[1]))))
     sig = {d: v for d, v in values.items() if roles[d] == "signal"}
     if variable:
@@ -469,7 +478,7 @@ def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
 
 def overlay_figure(before: dict[str, Any], after: dict[str, Any], *, xlabel: str,
                    lumi: float):
-    """The figure of ``hist_signal_background.png``: :func:`overlay_data` of the initial
+    """The figure of ``signal_background.png``: :func:`overlay_data` of the initial
     (left) and final (right) selection, backgrounds stacked (filled), the signal on top of
     the stack (a red line), a log y axis where the contents span more than two decades.
     None when there is neither signal nor background."""
@@ -479,7 +488,7 @@ def overlay_figure(before: dict[str, Any], after: dict[str, Any], *, xlabel: str
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(17, 7))
-    for ax, d, what in ((axes[0], before, "initial selection (soft cuts)"),
+    for ax, d, what in ((axes[0], before, "initial selection (hard cuts)"),
                         (axes[1], after, "final selection (hard cuts)")):
         edges = d["edges"]
         base = (np.sum(list(d["backgrounds"].values()), axis=0) if d["backgrounds"]
@@ -496,7 +505,7 @@ def overlay_figure(before: dict[str, Any], after: dict[str, Any], *, xlabel: str
         ax.set_xlabel(xlabel)
         ax.set_ylabel(d["ylabel"])
         ax.set_title(what, fontsize=16, loc="left")
-        ax.set_title(f"$L$ = {lumi:g} pb$^{{-1}}$", fontsize=14, loc="right")
+        ax.set_title(f"$L$ = {lumi_label(lumi)}", fontsize=14, loc="right")
         ax.legend(fontsize=12)
     fig.tight_layout()
     return fig
@@ -626,7 +635,7 @@ def plot_scores(
             ax.legend(fontsize=12)
         axes[0].set_ylabel(f"fraction of weight / {(e[1] - e[0]):.3g}")
         fig.tight_layout()
-        paths.append(Path(outdir) / f"score_{spec.name}.png")
+        paths.append(inside(outdir, f"score_{spec.name}.png"))
         _save(fig, paths[-1])
         plt.close(fig)
     return paths

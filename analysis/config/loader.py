@@ -25,6 +25,7 @@ from analysis.config import likelihood as _lk
 from analysis.config.cutkeys import CutKeys
 from analysis.config.errorformat import _LIMITS, _TYPE_NAMES, _format_error  # noqa: F401
 from analysis.config.inputs import DatasetConfig, EngineConfig, ExecutorConfig, GenerateConfig
+from analysis.config.names import check_names
 from analysis.config.observables import _EXPR, HistConfig, ObservableConfig  # noqa: F401
 from analysis.config.optimizer import (  # noqa: F401  (re-exported)
     AnnealConfig,
@@ -187,6 +188,7 @@ class Config(_Model):
         for name, ch in (self.likelihood.channels.items() if self.likelihood else ()):
             self._check_entries(ch.selection, f"likelihood.channels.{name}.selection.{{}}".format)
         _lk.check_likelihood(self, sets)
+        check_names(self)  # names that become paths, ROOT keys, datacard tokens
         self._check_observables(sets)
         for where, msg in check_scores(self):
             raise _fail(where, msg)

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
 from analysis.config.terms import ObjectiveTerm
+from analysis.limits import MAX_REPLICAS
 
 __all__ = [
     "AnnealConfig",
@@ -43,6 +44,11 @@ class OutputConfig(_Model):
     hessian: bool = False
 
 
+#: optax schedule arguments that count steps and must be positive integers (a
+#: ``decay_steps: 0`` was a traceback in optax on the first step).
+STEP_KWARGS = ("decay_steps", "transition_steps")
+
+
 class ScheduleConfig(_Model):
     """An optax learning-rate schedule: ``optax.<name>(**kwargs)``."""
 
@@ -50,6 +56,16 @@ class ScheduleConfig(_Model):
     kwargs: dict[str, Any] = {}
 
     _kwargs = field_validator("kwargs")(_finite_kwargs)
+
+    @field_validator("kwargs")
+    @classmethod
+    def _steps(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in STEP_KWARGS:
+            value = v.get(key)
+            if key in v and (isinstance(value, bool) or not isinstance(value, (int, float))
+                             or not float(value).is_integer() or value < 1):
+                raise _fail(key, f"expected a whole number of steps >= 1, got {value!r}")
+        return v
 
 
 class AnnealConfig(_Model):
@@ -113,7 +129,7 @@ class OptimizerConfig(_Model):
     # the validation split; None (the default): every event trains
     validation: ValidationConfig | None = None
     # Poisson-bootstrap replicas for the hard-cut objective's MC uncertainty (0: none)
-    replicas: int = Field(default=50, ge=0)
+    replicas: int = Field(default=50, ge=0, le=MAX_REPLICAS)
 
 
 # One class per objective term (validation and value), told apart by ``type``.

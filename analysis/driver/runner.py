@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from analysis.config.loader import Config
+from analysis.config.values import value_problem
 from analysis.data.branches import required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.faults import FAULTS_KEY, Fault, Faults
@@ -222,6 +223,10 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             unknown = set(params) - set(values)
             if unknown:
                 raise InputError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+            for name, value in params.items():  # as --set and the config's init are
+                problem = value_problem(self.config, name, value, soft=True)
+                if problem is not None:
+                    raise InputError(f"parameter {name}: {problem}")
             values.update(params)
         theta = np.array([values[n] for n in self.plan.param_names], dtype=np.float64)
         w = np.asarray(initial_widths(self.config) if widths is None else widths, dtype=np.float64)

@@ -34,11 +34,13 @@ import numpy as np
 
 from analysis.data.atomic import atomic_open
 from analysis.errors import DiffcoffeaError
+from analysis.jsonsafe import parse_json
 
 __all__ = [
     "CHECKPOINT",
     "LEGACY_CHECKPOINT",
     "CheckpointError",
+    "config_change",
     "config_snapshot",
     "load_checkpoint",
     "read_checkpoint",
@@ -157,7 +159,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     try:
         if raw.dtype != np.uint8 or raw.ndim != 1:
             raise ValueError("state is not UTF-8 bytes")
-        state = json.loads(raw.tobytes().decode("utf-8"))
+        state = parse_json(raw.tobytes(), str(path), error=ValueError)  # each key once
     except RecursionError:  # e.g. a history entry nesting 200,000 arrays
         raise CheckpointError(f"{path}: corrupt checkpoint state (JSON nested too deeply)"
                               ) from None
@@ -230,6 +232,22 @@ def _expect(path: Path, state: dict, key: str, kind: type) -> None:
             f"{path}: corrupt checkpoint: '{key}' should be {kind.__name__}, "
             f"got {type(value).__name__}"
         )
+
+
+def config_change(stored: Any, now: Any) -> str | None:
+    """The first config key that differs between a checkpoint's :func:`config_snapshot`
+    and the run's, as ``"key: old in the checkpoint, new now"`` (None: none differs).
+
+    Parameters
+    ----------
+    stored, now : Any
+        Two :func:`config_snapshot` values (JSON data).
+
+    Returns
+    -------
+    str or None
+    """
+    return _config_diff(stored, now)
 
 
 def _config_diff(old: Any, new: Any, where: str = "") -> str | None:

@@ -101,8 +101,11 @@ def drop_stale(package: Path, dirs: list[Path] | None = None) -> list[Path]:
 
 log = logging.getLogger("analysis.pipeline")
 
-#: The header of a checked cache file, before the digest and the content.
-MAGIC = b"diffcoffea-numba-cache/1\n"
+#: The header of a checked cache file, before the digest and the content: a pickled
+#: string where numba's index has its version, so that a numba without this check (an
+#: older version of this package sharing the folder) takes the index for another
+#: version's and compiles, instead of failing to unpickle the rest.
+MAGIC = pickle.dumps("diffcoffea-numba-cache/1", protocol=4)
 #: The largest cache file read (a kernel's object code is ~10-500 kB).
 MAX_BYTES = 64 * 2**20
 

@@ -128,3 +128,14 @@ def test_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
     assert [r.message for r in caplog.records if "not written" in r.message]
+
+
+def test_numbas_own_reader_takes_a_checked_index_for_another_version(tmp_path):
+    """An older version of this package (numba's plain reader) sharing the folder
+    compiles instead of failing on the checked files."""
+    from numba.core.caching import IndexDataCacheFile
+
+    checked = _numba_cache.CheckedCacheFile(str(tmp_path), "k", "stamp")
+    checked.save(("sig",), b"data")
+    assert IndexDataCacheFile(str(tmp_path), "k", "stamp").load(("sig",)) is None
+    assert checked.load(("sig",)) == b"data"

@@ -33,23 +33,21 @@ Anything in the structure that has no stable description (an object without a mo
 and name) stores nothing: the program is then traced in each process as before. The
 files live in ``diffcoffea-programs/`` inside JAX's persistent compilation cache
 directory (:mod:`analysis.compilecache`; none when that cache is off), written to a
-temporary name and renamed (concurrent workers never read half a file). A file that
-cannot be read or loaded is ignored (the program is traced and compiled again).
+temporary name and renamed (concurrent workers never read half a file; a failed write,
+a full disk, leaves no temporary file). A file is untrusted input until authenticated
+by this user's HMAC (:mod:`analysis.stats._storedfile`: its format, and the custom-call
+targets registered before an executable is loaded); one that cannot be read, is not
+authentic or cannot be loaded is compiled again, with one debug line.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import importlib
-import json
 import logging
 import os
 import pickle
 import platform
-import re
-import stat
-import struct
 import tempfile
 import threading
 import types
@@ -60,11 +58,24 @@ import jax
 import numpy as np
 from jax.experimental import serialize_executable
 
+from analysis.stats._storedfile import (
+    _CUSTOM_CALLS,
+    _MODULES,
+    EXECUTABLE,
+    Unusable,
+    allow_custom_calls,
+    key_,
+    kind,
+    read,
+    ready_for,
+    stored_bytes,
+    targets_of,
+)
+
 __all__: list[str] = []
+_REEXPORTED = (allow_custom_calls, kind)  # their callers import them from here
 
 SUBDIR = "diffcoffea-programs"
-#: The first field of a file that holds a compiled executable (else a jax.export form).
-EXECUTABLE = "executable"
 
 _FILES: dict[tuple[str, int, int], str] = {}
 # Persistent-cache hits of each thread's compilations (:func:`_cache_hits`), counted by a
@@ -72,26 +83,7 @@ _FILES: dict[tuple[str, int, int], str] = {}
 _HITS = threading.local()
 _LISTENING: list[bool] = []
 _STAMP: list[str] = []
-# Custom-call targets that this package registers in every process that can run its
-# programs (:func:`allow_custom_calls`): jax.export refuses any other.
-# (name -> the module whose import registers it)
-_CUSTOM_CALLS: dict[str, str | None] = {}
 log = logging.getLogger("analysis.stats")
-
-#: The first bytes of a stored program's file; then the HMAC, a header and the body.
-MAGIC = b"diffcoffea-program/2\n"
-#: The largest stored program read (the objective's executables are ~200 kB).
-MAX_BYTES = 256 * 2**20
-_KEY: list[bytes | None] = []
-_LINALG_READY: list[bool] = []
-_TARGET = re.compile(rb'custom_call_target="([^"]+)"')
-
-
-def allow_custom_calls(*names: str, module: str | None = None) -> None:
-    """Let the portable form hold calls of these custom-call targets (registered with
-    XLA by this package whenever the module that calls them is imported: ``module``,
-    which a new process imports before it loads a program that calls them)."""
-    _CUSTOM_CALLS.update(dict.fromkeys(names, module))
 
 
 class _Unstable(Exception):
@@ -214,133 +206,24 @@ def path_for(key: Any) -> str | None:
     return os.path.join(where, digest + ".bin")
 
 
-def _key() -> bytes | None:
-    """This user's key of the stored programs' HMAC (module docstring): a random secret
-    in ``$XDG_CONFIG_HOME/diffcoffea/programs.key`` (else ``~/.config/...``), made once,
-    readable by this user alone; ``None`` where there is none to be had (a read-only
-    home): then no program is stored or loaded."""
-    if not _KEY:
-        base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-        path = os.path.join(base, "diffcoffea", "programs.key")
-        key = None
-        try:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except FileNotFoundError:
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(os.urandom(32).hex().encode())
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                # another user's or a writable-by-others key would let them forge entries
-                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() \
-                        and not st.st_mode & 0o077:
-                    key = fh.read(128).strip() or None
-        except OSError as err:
-            log.debug("stored programs off: no key at %s (%s)", path, err.strerror)
-        _KEY.append(key)
-    return _KEY[0]
-
-
-def _mac(key: bytes, path: str, content: bytes) -> bytes:
-    """The HMAC of a file's content, keyed by this user's key and the entry's name (a
-    valid entry copied over another's name is refused)."""
-    return hmac.new(key, os.path.basename(path).encode() + b"\0" + content,
-                    hashlib.sha256).hexdigest().encode()
-
-
-class _Unusable(Exception):
-    """A stored program's file that is not used (it is compiled again)."""
-
-
-def _read(path: str, key: bytes) -> tuple[dict, bytes] | None:
-    """The header and body of the stored program at ``path``; ``None`` where there is
-    none; :class:`_Unusable` where it is not a regular file of bounded size, or its
-    HMAC does not match (corrupt, truncated, written by another user or under another
-    name), before anything of it is unpickled."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as err:  # a link (O_NOFOLLOW), unreadable
-        raise _Unusable(f"cannot open it ({err.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise _Unusable("not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise _Unusable(f"{st.st_size} bytes, over {MAX_BYTES}")
-        raw = fh.read(MAX_BYTES + 1)
-    start = len(MAGIC) + 65
-    if not raw.startswith(MAGIC) or len(raw) < start + 8:
-        raise _Unusable("not a stored program of this version")
-    if not hmac.compare_digest(raw[len(MAGIC):start - 1], _mac(key, path, raw[start:])):
-        raise _Unusable("its HMAC does not match (corrupt, or not written by this user)")
-    (size,) = struct.unpack("<Q", raw[start:start + 8])
-    try:
-        header = json.loads(raw[start + 8:start + 8 + size])
-    except ValueError:
-        raise _Unusable("its header is not JSON") from None
-    return header, raw[start + 8 + size:]
-
-
-def _ready_for(targets: list) -> None:
-    """Register with XLA every custom-call target a stored program calls, before it is
-    loaded (machine code that calls an unregistered one crashes the process): this
-    package's by importing the module that registers them, JAX's own (LAPACK, FFT) by
-    lowering the operations that register them; :class:`_Unusable` for any other."""
-    for name in targets:
-        if not isinstance(name, str):
-            raise _Unusable("a custom-call target that is not a name")
-        if name in _CUSTOM_CALLS:
-            continue
-        module = _MODULES.get(name)
-        if module is not None and module.startswith("analysis."):
-            importlib.import_module(module)
-            if name in _CUSTOM_CALLS:
-                continue
-        if not _LINALG_READY:
-            _register_jax_targets()
-            _LINALG_READY.append(True)
-
-
-def _register_jax_targets() -> None:
-    """Lower (not compile) linear algebra and an FFT: JAX registers its CPU custom calls
-    (LAPACK's, ducc's) with XLA when it first lowers them."""
-    a = np.eye(2)
-
-    def uses(a: Any) -> Any:
-        return (jax.numpy.linalg.eigh(a), jax.numpy.linalg.solve(a, a), jax.numpy.linalg.svd(a),
-                jax.numpy.linalg.cholesky(a), jax.numpy.linalg.qr(a), jax.numpy.linalg.det(a),
-                jax.numpy.linalg.eig(a), jax.numpy.linalg.inv(a), jax.numpy.fft.fft(a))
-
-    jax.jit(uses).lower(a)
-
-
-# Modules that register custom-call targets, read from the headers (name -> module).
-_MODULES: dict[str, str] = {}
-
-
 def load(path: str) -> Callable[..., Any] | None:
     """The stored program at ``path`` (called with the arguments it was exported for,
     it returns the pytree ``fn`` returned), or ``None`` (absent, or not usable: one
     debug line; the program is then traced and compiled again)."""
-    key = _key()
+    key = key_()
     if key is None:
         return None
     try:
-        found = _read(path, key)
+        found = read(path, key)
         if found is None:
             return None
         header, body = found
         if header.get("format") not in (EXECUTABLE, "exported"):
-            raise _Unusable("an unknown format")
+            raise Unusable("an unknown format")
         modules = header.get("modules", {})
         if isinstance(modules, dict):
             _MODULES.update({k: v for k, v in modules.items() if isinstance(v, str)})
-        _ready_for(header.get("targets", []))
+        ready_for(header.get("targets", []))
         # pickled by this user (the HMAC above): the tree structures and JAX's own
         # serialization of an executable, which is a pickle too
         trees, payload = body[:header["trees"]], body[header["trees"]:]
@@ -350,7 +233,7 @@ def load(path: str) -> Callable[..., Any] | None:
                 serialize_executable.deserialize_and_load(payload, in_flat, out_flat), out_tree)
         out_tree = pickle.loads(trees)
         exported = jax.export.deserialize(bytearray(payload))
-    except _Unusable as why:
+    except Unusable as why:
         log.debug("stored program %s not used: %s; compiled again", path, why)
         return None
     except Exception as err:  # another jaxlib, a header without its fields: trace
@@ -358,26 +241,6 @@ def load(path: str) -> Callable[..., Any] | None:
                   f"{type(err).__name__}: {err}".splitlines()[0])
         return None
     return _program(exported, out_tree)
-
-
-def _stored_bytes(path: str, fmt: str, trees: Any, payload: bytes, targets: list) -> bytes | None:
-    """The file of a stored program: :data:`MAGIC`, the HMAC, the header and the body
-    (``None`` without a key)."""
-    key = _key()
-    if key is None:
-        return None
-    pickled = pickle.dumps(trees)
-    header = json.dumps({
-        "format": fmt, "trees": len(pickled), "targets": targets,
-        "modules": {t: _CUSTOM_CALLS[t] for t in targets if _CUSTOM_CALLS.get(t)},
-    }).encode()
-    content = struct.pack("<Q", len(header)) + header + pickled + payload
-    return MAGIC + _mac(key, path, content) + b"\n" + content
-
-
-def _targets(compiled: Any) -> list[str]:
-    """The custom-call targets the compiled program calls (from its HLO text)."""
-    return sorted({m.decode() for m in _TARGET.findall(compiled.as_text().encode())})
 
 
 def _program(exported: Any, out_tree: Any) -> Callable[..., Any]:
@@ -469,8 +332,8 @@ def export(run: Callable[..., Any], args: tuple, path: str | None, *,
             if _cache_hits() != hits:
                 raise ValueError("an executable from JAX's persistent cache")
             payload, in_flat, out_flat = serialize_executable.serialize(compiled)
-            targets = _targets(compiled)
-            _write(path, _stored_bytes(path, EXECUTABLE, (in_flat, out_flat, out_tree),
+            targets = targets_of(compiled)
+            _write(path, stored_bytes(path, EXECUTABLE, (in_flat, out_flat, out_tree),
                                        payload, targets))
         except Exception as err:  # an executable that cannot be serialized: the portable form
             try:
@@ -479,8 +342,8 @@ def export(run: Callable[..., Any], args: tuple, path: str | None, *,
                 checks = [jax.export.DisabledSafetyCheck.custom_call(name)
                           for name in sorted(_CUSTOM_CALLS)]
                 exported = jax.export.export(jax.jit(flat), disabled_checks=checks)(*in_leaves)
-                _write(path, _stored_bytes(path, "exported", out_tree,
-                                           bytes(exported.serialize()), _targets(compiled)))
+                _write(path, stored_bytes(path, "exported", out_tree,
+                                           bytes(exported.serialize()), targets_of(compiled)))
             except Exception as why:  # flatbuffers missing, a full disk: in memory only
                 log.debug("program %s not stored: %s", path,
                           f"{type(why).__name__}: {why}".splitlines()[0])

@@ -35,6 +35,7 @@ import pickle
 import re
 import stat
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -60,11 +61,39 @@ log = logging.getLogger("analysis.stats")
 _TARGET = re.compile(rb'custom_call_target="([^"]+)"')
 
 
-def allow_custom_calls(*names: str, module: str | None = None) -> None:
-    """Let the portable form hold calls of these custom-call targets (registered with
-    XLA by this package whenever the module that calls them is imported: ``module``,
-    which a new process imports before it loads a program that calls them)."""
-    _CUSTOM_CALLS.update(dict.fromkeys(names, module))
+# Registrations of custom-call targets deferred until a stored program may call them
+# (the targets' kernels load numba: a process that never loads such a program, or
+# traces its functions first, does not pay for it before they run).
+_PROVIDERS: list[Callable[[], Any]] = []
+
+
+def allow_custom_calls(*names: str, module: str | None = None,
+                       register: Callable[[], Any] | None = None) -> None:
+    """Let the portable form hold calls of these custom-call targets.
+
+    Parameters
+    ----------
+    *names : str
+        The targets' names, as the programs call them.
+    module : str, keyword-only, optional
+        The module whose import registers them: a new process imports it before it
+        loads a stored program that calls them (named in the program's header).
+    register : callable, keyword-only, optional
+        Registers the targets with XLA; called (once) before this process loads a
+        stored program, which may call them without being traced here. None: they are
+        registered already (or by ``module``'s import).
+    """
+    for name in names:
+        if module is not None or name not in _CUSTOM_CALLS:
+            _CUSTOM_CALLS[name] = module
+    if register is not None:
+        _PROVIDERS.append(register)
+
+
+def _provide() -> None:
+    """Run the deferred registrations (:func:`allow_custom_calls`), once each."""
+    while _PROVIDERS:
+        _PROVIDERS.pop()()
 
 
 def key_() -> bytes | None:
@@ -148,13 +177,13 @@ def ready_for(targets: list) -> None:
     for name in targets:
         if not isinstance(name, str):
             raise Unusable("a custom-call target that is not a name")
+        if name not in _CUSTOM_CALLS:
+            module = _MODULES.get(name)
+            if module is not None and module.startswith("analysis."):
+                importlib.import_module(module)
         if name in _CUSTOM_CALLS:
+            _provide()  # its deferred registration, before the executable is made
             continue
-        module = _MODULES.get(name)
-        if module is not None and module.startswith("analysis."):
-            importlib.import_module(module)
-            if name in _CUSTOM_CALLS:
-                continue
         if not _LINALG_READY:
             _register_jax_targets()
             _LINALG_READY.append(True)

@@ -61,7 +61,7 @@ def _register_kernels() -> None:
 # A program that stats.derive stored in an earlier process may call pass_weights' compiled
 # kernels: they are registered before such a program is loaded (not at this import: they
 # load numba, which soft_cut and the statistics never need).
-allow_custom_calls(*FFI_TARGETS, register=_register_kernels)
+allow_custom_calls(*FFI_TARGETS, register=_register_kernels, module=__name__)
 
 _OPS = {">": (True, False), ">=": (True, True), "<": (False, False), "<=": (False, True)}
 

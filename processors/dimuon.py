@@ -32,6 +32,7 @@ from coffea import processor
 
 from analysis import stats
 from analysis.soft import soft_cut
+from processors import _options
 
 __all__ = ["DEFAULT_THETA", "DEFAULT_WIDTHS", "DimuonProcessor"]
 
@@ -85,12 +86,16 @@ class DimuonProcessor(processor.ProcessorABC):
     ) -> None:
         # A stats.PassTheta (reverse mode) travels to stats.derive as it is: it carries
         # what the second pass needs; a plain mapping is completed with the defaults.
+        # Unknown names (a typo would keep the default cut), non-finite values and an
+        # empty or NaN window (no pair, silently) refused.
+        owner = type(self).__name__
         self.theta = (
-            theta if isinstance(theta, stats.PassTheta) else {**DEFAULT_THETA, **dict(theta or {})}
+            theta if isinstance(theta, stats.PassTheta)
+            else _options.options(theta, DEFAULT_THETA, "theta", owner=owner)
         )
-        self.widths = {**DEFAULT_WIDTHS, **dict(widths or {})}
-        self.window = (float(window[0]), float(window[1]))
-        self.order = order
+        self.widths = _options.options(widths, DEFAULT_WIDTHS, "widths", owner=owner, minimum=0.0)
+        self.window = _options.window(window, owner=owner)
+        self.order = _options.integer(order, "order", owner=owner, allowed=range(3))
 
     def process(self, events):
         """``{dataset: stats.derive(chunk_function(events), theta, order=order)}``."""

@@ -37,6 +37,7 @@ from coffea import processor
 from analysis import stats
 from analysis.data.owncache import CachedColumns
 from analysis.soft import pass_weights, soft_cut
+from processors import _options
 
 __all__ = ["DEFAULT_THETA", "DEFAULT_WIDTHS", "JetMomentsProcessor"]
 
@@ -84,12 +85,15 @@ class JetMomentsProcessor(CachedColumns, processor.ProcessorABC):
     ) -> None:
         # A stats.PassTheta (reverse mode) travels to stats.derive as it is: it carries
         # what the second pass needs; a plain mapping is completed with the defaults.
+        # Unknown names (a typo would keep the default cut) and non-finite values refused.
+        owner = type(self).__name__
         self.theta = (
-            theta if isinstance(theta, stats.PassTheta) else {**DEFAULT_THETA, **dict(theta or {})}
+            theta if isinstance(theta, stats.PassTheta)
+            else _options.options(theta, DEFAULT_THETA, "theta", owner=owner)
         )
-        self.widths = {**DEFAULT_WIDTHS, **dict(widths or {})}
-        self.min_jets = int(min_jets)
-        self.order = order
+        self.widths = _options.options(widths, DEFAULT_WIDTHS, "widths", owner=owner, minimum=0.0)
+        self.min_jets = _options.integer(min_jets, "min_jets", owner=owner, allowed=range(0, 1 << 16))
+        self.order = _options.integer(order, "order", owner=owner, allowed=range(3))
 
     def columns(self, events):
         """The chunk's jet columns (read once per chunk and process: :class:`CachedColumns`)."""

@@ -11,8 +11,10 @@ the same chunk take the kept columns, and coffea's virtual NanoEvents then read 
 branch at all.
 
 Key: the processor's class, its :meth:`CachedColumns.column_key` (constructor options
-that change the columns), the file's UUID (coffea's ``metadata["fileuuid"]``), the tree
-and the entry range. A file rewritten at the same path has a new UUID: its old entries
+that change the columns), the file's UUID (coffea's ``metadata["fileuuid"]``), the tree,
+the entry range, and the rest of the chunk's metadata: the dataset and the fileset's
+own metadata of it, which ``columns`` may read (a data and an MC dataset on one file
+have columns of their own; metadata that has no hashable description keeps nothing). A file rewritten at the same path has a new UUID: its old entries
 are never used. Chunks without a UUID (not from a Runner) are not kept.
 
 Where the columns live: in the process that ran the chunk, up to ``column_budget``
@@ -71,14 +73,42 @@ def _file_stamp(filename: Any) -> tuple[int, int] | None:
     return (st.st_size, st.st_mtime_ns)
 
 
+# coffea's per-chunk metadata that names where the chunk is read, not what it is (the
+# file by its UUID is in the key; the same file under another path has the same columns),
+# and "version", the NanoEvents schema version that coffea's factory adds to
+# events.metadata (a Runner's WorkItem, which CachedRunner reads, does not have it)
+_LOCATION = ("filename", "fileuuid", "treename", "entrystart", "entrystop", "version")
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable, order-independent description of a metadata value, or ``None`` where
+    it has none (the chunk is then not kept)."""
+    if isinstance(value, Mapping):
+        items = [(str(k), _frozen(v)) for k, v in value.items()]
+        return None if any(v is None for _, v in items) else ("map", tuple(sorted(items)))
+    if isinstance(value, (list, tuple)):
+        items = [_frozen(v) for v in value]
+        return None if any(v is None for v in items) else ("seq", tuple(items))
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return ("value", type(value).__name__, value)
+    return None
+
+
 def _chunk_key(proc: CachedColumns, metadata: Mapping) -> tuple | None:
-    """The kept columns' key of a chunk (None: not kept, no UUID or budget 0)."""
+    """The kept columns' key of a chunk (None: not kept: no UUID, budget 0, or metadata
+    without a hashable description). Every piece of metadata that :meth:`columns` may
+    read is in it: the dataset and the fileset's own metadata (two datasets on one file,
+    data without ``genWeight`` and MC with it, have columns of their own)."""
     uuid_ = metadata.get("fileuuid")
     if not uuid_ or int(proc.column_budget) <= 0:  # budget 0: neither kept nor looked up
+        return None
+    described = _frozen({k: v for k, v in metadata.items() if k not in _LOCATION})
+    if described is None:
         return None
     return (
         type(proc).__module__, type(proc).__qualname__, proc.column_key(), uuid_,
         metadata.get("treename"), metadata.get("entrystart"), metadata.get("entrystop"),
+        described,
     )
 
 

@@ -319,4 +319,4 @@ batching.primitive_batchers[_jvp_p] = _jvp_batch
 # Registered at import: a program stored by analysis.stats._stored that calls the kernels
 # is loaded in a new process (whose processor imports analysis.soft) without tracing.
 if available():
-    allow_custom_calls(kernels.PRIMAL, kernels.TANGENT, kernels.COTANGENT)
+    allow_custom_calls(kernels.PRIMAL, kernels.TANGENT, kernels.COTANGENT, module=__name__)

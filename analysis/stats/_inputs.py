@@ -37,8 +37,32 @@ class _Parts(NamedTuple):
     source: Any  # the Jagged it came from (to reuse its cached segment ids), else None
 
 
+def unmasked(*objs: Any) -> tuple[Any, ...]:
+    """Each numpy masked array of ``objs`` as awkward reads it: its data where nothing is
+    masked, else an awkward Array with None at the masked entries (which every statistic
+    skips, as awkward's own do); other objects as they are. ``np.asarray`` alone would
+    drop the mask and count the masked values."""
+    out = []
+    for obj in objs:
+        if isinstance(obj, np.ma.MaskedArray):
+            if not np.ma.getmaskarray(obj).any():
+                obj = np.asarray(obj.data)
+            else:
+                import awkward as ak
+
+                obj = ak.from_numpy(obj)
+        out.append(obj)
+    return tuple(out)
+
+
 def _parts(obj: Any, name: str, *, allow_scalar: bool = False) -> _Parts:
     """Split any supported input into flat values and list offsets, checking types."""
+    if isinstance(obj, np.ma.MaskedArray) and np.ma.getmaskarray(obj).any():
+        # reached beside a Jagged (the entry points read others with unmasked())
+        raise TypeError(
+            f"{name}: a numpy masked array with masked entries beside a Jagged; pass an "
+            "awkward Array (missing values are skipped) or the array's compressed() values"
+        )
     if isinstance(obj, Jagged):
         return _Parts(obj.values, obj.offsets, obj)
     if _is_awkward(obj):

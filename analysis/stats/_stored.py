@@ -33,14 +33,18 @@ Anything in the structure that has no stable description (an object without a mo
 and name) stores nothing: the program is then traced in each process as before. The
 files live in ``diffcoffea-programs/`` inside JAX's persistent compilation cache
 directory (:mod:`analysis.compilecache`; none when that cache is off), written to a
-temporary name and renamed (concurrent workers never read half a file). A file that
-cannot be read or loaded is ignored (the program is traced and compiled again).
+temporary name and renamed (concurrent workers never read half a file; a failed write,
+a full disk, leaves no temporary file). A file is untrusted input until authenticated
+by this user's HMAC (:mod:`analysis.stats._storedfile`: its format, and the custom-call
+targets registered before an executable is loaded); one that cannot be read, is not
+authentic or cannot be loaded is compiled again, with one debug line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import os
 import pickle
 import platform
@@ -54,11 +58,24 @@ import jax
 import numpy as np
 from jax.experimental import serialize_executable
 
+from analysis.stats._storedfile import (
+    _CUSTOM_CALLS,
+    _MODULES,
+    EXECUTABLE,
+    Unusable,
+    allow_custom_calls,
+    key_,
+    kind,
+    read,
+    ready_for,
+    stored_bytes,
+    targets_of,
+)
+
 __all__: list[str] = []
+_REEXPORTED = (allow_custom_calls, kind)  # their callers import them from here
 
 SUBDIR = "diffcoffea-programs"
-#: The first field of a file that holds a compiled executable (else a jax.export form).
-EXECUTABLE = "executable"
 
 _FILES: dict[tuple[str, int, int], str] = {}
 # Persistent-cache hits of each thread's compilations (:func:`_cache_hits`), counted by a
@@ -66,36 +83,7 @@ _FILES: dict[tuple[str, int, int], str] = {}
 _HITS = threading.local()
 _LISTENING: list[bool] = []
 _STAMP: list[str] = []
-# Custom-call targets that this package registers in every process that can run its
-# programs (:func:`allow_custom_calls`): jax.export refuses any other.
-_CUSTOM_CALLS: set[str] = set()
-# Registrations of custom-call targets deferred until a stored program may call them
-# (the targets' kernels load numba: a process that never loads such a program, or
-# traces its functions first, does not pay for it before they run).
-_PROVIDERS: list[Callable[[], Any]] = []
-
-
-def allow_custom_calls(*names: str, register: Callable[[], Any] | None = None) -> None:
-    """Let the portable form hold calls of these custom-call targets.
-
-    Parameters
-    ----------
-    *names : str
-        The targets' names, as the programs call them.
-    register : callable, keyword-only, optional
-        Registers the targets with XLA; called (once) before this process loads a
-        stored program, which may call them without being traced here. None: they are
-        registered already.
-    """
-    _CUSTOM_CALLS.update(names)
-    if register is not None:
-        _PROVIDERS.append(register)
-
-
-def _provide() -> None:
-    """Run the deferred registrations (:func:`allow_custom_calls`), once each."""
-    while _PROVIDERS:
-        _PROVIDERS.pop()()
+log = logging.getLogger("analysis.stats")
 
 
 class _Unstable(Exception):
@@ -220,18 +208,37 @@ def path_for(key: Any) -> str | None:
 
 def load(path: str) -> Callable[..., Any] | None:
     """The stored program at ``path`` (called with the arguments it was exported for,
-    it returns the pytree ``fn`` returned), or ``None``."""
+    it returns the pytree ``fn`` returned), or ``None`` (absent, or not usable: one
+    debug line; the program is then traced and compiled again)."""
+    key = key_()
+    if key is None:
+        return None
     try:
-        with open(path, "rb") as fh:
-            stored = pickle.loads(fh.read())
-        _provide()  # its custom calls, registered before the executable is made
-        if stored[0] == EXECUTABLE:
-            _, payload, in_flat, out_flat, out_tree = stored
+        found = read(path, key)
+        if found is None:
+            return None
+        header, body = found
+        if header.get("format") not in (EXECUTABLE, "exported"):
+            raise Unusable("an unknown format")
+        modules = header.get("modules", {})
+        if isinstance(modules, dict):
+            _MODULES.update({k: v for k, v in modules.items() if isinstance(v, str)})
+        ready_for(header.get("targets", []))
+        # pickled by this user (the HMAC above): the tree structures and JAX's own
+        # serialization of an executable, which is a pickle too
+        trees, payload = body[:header["trees"]], body[header["trees"]:]
+        if header["format"] == EXECUTABLE:
+            in_flat, out_flat, out_tree = pickle.loads(trees)
             return _compiled_program(
                 serialize_executable.deserialize_and_load(payload, in_flat, out_flat), out_tree)
-        payload, out_tree = stored
+        out_tree = pickle.loads(trees)
         exported = jax.export.deserialize(bytearray(payload))
-    except Exception:  # absent, half-written by an older version, another jaxlib: trace
+    except Unusable as why:
+        log.debug("stored program %s not used: %s; compiled again", path, why)
+        return None
+    except Exception as err:  # another jaxlib, a header without its fields: trace
+        log.debug("stored program %s not used: %s; compiled again", path,
+                  f"{type(err).__name__}: {err}".splitlines()[0])
         return None
     return _program(exported, out_tree)
 
@@ -252,13 +259,23 @@ def _compiled_program(compiled: Any, out_tree: Any) -> Callable[..., Any]:
     return program
 
 
-def _write(path: str, data: bytes) -> None:
-    """``data`` to ``path`` through a temporary name (readers never see half a file)."""
+def _write(path: str, data: bytes | None) -> None:
+    """``data`` to ``path`` through a temporary name (readers never see half a file; a
+    failed write, a full disk, leaves no temporary file)."""
+    if data is None:
+        return
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _on_event(event: str, **kwargs: Any) -> None:
@@ -315,15 +332,21 @@ def export(run: Callable[..., Any], args: tuple, path: str | None, *,
             if _cache_hits() != hits:
                 raise ValueError("an executable from JAX's persistent cache")
             payload, in_flat, out_flat = serialize_executable.serialize(compiled)
-            _write(path, pickle.dumps((EXECUTABLE, payload, in_flat, out_flat, out_tree)))
-        except Exception:  # an executable that cannot be serialized: the portable form
+            targets = targets_of(compiled)
+            _write(path, stored_bytes(path, EXECUTABLE, (in_flat, out_flat, out_tree),
+                                       payload, targets))
+        except Exception as err:  # an executable that cannot be serialized: the portable form
             try:
+                if isinstance(err, OSError):  # a full disk, a read-only directory
+                    raise
                 checks = [jax.export.DisabledSafetyCheck.custom_call(name)
                           for name in sorted(_CUSTOM_CALLS)]
                 exported = jax.export.export(jax.jit(flat), disabled_checks=checks)(*in_leaves)
-                _write(path, pickle.dumps((exported.serialize(), out_tree)))
-            except Exception:  # flatbuffers missing, a read-only directory: in memory only
-                pass
+                _write(path, stored_bytes(path, "exported", out_tree,
+                                           bytes(exported.serialize()), targets_of(compiled)))
+            except Exception as why:  # flatbuffers missing, a full disk: in memory only
+                log.debug("program %s not stored: %s", path,
+                          f"{type(why).__name__}: {why}".splitlines()[0])
     return _compiled_program(compiled, out_tree)
 
 

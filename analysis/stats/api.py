@@ -77,6 +77,7 @@ from analysis.stats._inputs import (
     _options,
     _prepare,
     _Prepared,
+    unmasked,
 )
 from analysis.stats._kernels import _kernel, _with_keepdims
 from analysis.stats._statefns import LinearFit
@@ -110,6 +111,7 @@ def _compute(
     ddof: float = 0.0,
     order: Any = None,
 ) -> Any:
+    x, y, weight = unmasked(x, y, weight)
     if _flat_path(x, y, weight, axis):
         p = _prepare(x, y, weight, axis, stat)
         # JAX arrays for array inputs, whichever namespace computed them
@@ -730,6 +732,7 @@ def linear_fit(
 
 def _flat_prepared(x: Any, y: Any, weight: Any, func: str) -> _Prepared:
     """float64 values and weights of all elements (missing ones with zero weight)."""
+    x, y, weight = unmasked(x, y, weight)
     if _flat_path(x, y, weight, None):
         return _prepare(x, y, weight, None, func)
     return _structure(x, y, weight, None, False, False, func).prepared

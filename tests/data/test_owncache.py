@@ -365,3 +365,58 @@ def test_a_worker_serves_only_what_it_keeps() -> None:
                 "entrystop": 10, "fileuuid": "u"}
     assert owncache._serve_kept(Counting(), [metadata]) == ([], [])
     assert owncache._kept_here(Counting(), [metadata]) == ([], [])
+
+
+class ByMetadata(owncache.CachedColumns, processor.ProcessorABC):
+    """Event weights as the fileset's metadata says: genWeight for MC, 1 for data."""
+
+    def columns(self, events):  # noqa: ANN001, ANN201
+        import numpy as np
+
+        if events.metadata.get("isMC"):
+            return {"w": np.asarray(events.genWeight, dtype=np.float64)}
+        return {"w": np.ones(len(events), dtype=np.float64)}
+
+    def process_columns(self, columns, metadata):  # noqa: ANN001, ANN201
+        return {metadata["dataset"]: float(columns["w"].sum())}
+
+    def postprocess(self, accumulator):  # noqa: ANN001, ANN201
+        return accumulator
+
+
+def test_key_holds_the_dataset_and_its_metadata(shared_data) -> None:  # noqa: ANN001
+    """Two datasets on one file, MC (genWeight) and data (unit weights): each its own
+    columns, in the Runner's first pass and through CachedRunner (issue 54: the data
+    got the MC's genWeight sum)."""
+    import coffea.util
+    import numpy as np
+    import uproot
+
+    path = str(shared_data / "nano_dy.root")
+    with uproot.open(path) as f:
+        tree = f["Events"]
+        events, gen = tree.num_entries, float(np.sum(tree["genWeight"].array(library="np")))
+    assert gen != events  # else the test could not tell them apart
+    fileset = {"mc": {"files": {path: "Events"}, "metadata": {"isMC": True}},
+               "data": {"files": {path: "Events"}, "metadata": {"isMC": False}}}
+    coffea.util.coffea_console.quiet = True
+    runner = processor.Runner(executor=processor.IterativeExecutor(status=False),
+                              schema=NanoAODSchema, chunksize=30)
+    cached = owncache.CachedRunner(runner)
+    owncache.clear_cache()
+    for _ in range(2):  # the Runner's pass, then the kept columns
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = cached(fileset, ByMetadata(), treename="Events")
+        assert out["data"] == pytest.approx(events) and out["mc"] == pytest.approx(gen)
+    assert cached.last == "cached"
+
+
+def test_key_without_a_description_keeps_nothing() -> None:
+    proc = ByMetadata()
+    meta = {"fileuuid": "u", "treename": "Events", "entrystart": 0, "entrystop": 5,
+            "dataset": "d", "filename": "/a.root"}
+    assert owncache._chunk_key(proc, {**meta, "x": object()}) is None
+    same = owncache._chunk_key(proc, {**meta, "filename": "/b.root", "tags": {"b": 1, "a": [2]}})
+    assert same == owncache._chunk_key(proc, {**meta, "tags": {"a": [2], "b": 1}})
+    assert owncache._chunk_key(proc, meta) != owncache._chunk_key(proc, {**meta, "dataset": "e"})

@@ -11,7 +11,6 @@ disk is loaded, not traced).
 from __future__ import annotations
 
 import os
-import pickle
 
 import jax
 import jax.numpy as jnp
@@ -53,9 +52,8 @@ def _objective(small_data, ev, sigma_b: float = 0.2) -> Objective:  # noqa: ANN0
 def _kinds(where) -> list[str]:  # noqa: ANN001
     out = []
     for name in sorted(os.listdir(where)):
-        with open(where / name, "rb") as fh:
-            first = pickle.loads(fh.read())[0]
-        out.append(first if isinstance(first, str) else "portable")
+        found = _stored.kind(str(where / name))
+        out.append(found if found == _stored.EXECUTABLE else "portable")
     return out
 
 

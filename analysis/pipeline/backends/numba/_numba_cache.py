@@ -13,13 +13,30 @@ change is a change of every kernel); if the hash differs from the one stored bes
 cache, it removes those modules' cache files (numba compiles them again, once) and
 stores the new hash. Best effort: a cache
 directory it cannot read or write is left to numba. Internal to the pipeline.
+
+Each cache file is also checked before numba reads it (:class:`CheckedCacheFile`,
+installed by :func:`install` on every kernel's cache): numba writes its index and
+data files as pickles and reads them back as they are, so a bit flipped or a file cut
+short (a full disk, a copy interrupted) failed every later run, or loaded corrupt
+machine code. Written through :class:`CheckedCacheFile`, each file starts with a
+header and the sha256 of its name and content; a file whose digest does not match (or
+that has none: written by numba itself, or by an older version of this package), is
+not a regular file, or is larger than :data:`MAX_BYTES`, is not read: the kernel is
+compiled again and its files rewritten, with one debug line on the
+``analysis.pipeline`` logger.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import pickle
+import stat
 from pathlib import Path
+from typing import Any
+
+from numba.core.caching import IndexDataCacheFile
 
 __all__: list[str] = []  # internal to analysis.pipeline
 
@@ -80,3 +97,114 @@ def drop_stale(package: Path, dirs: list[Path] | None = None) -> list[Path]:
         except OSError:  # read-only or vanished: numba copes on its own
             continue
     return removed
+
+
+log = logging.getLogger("analysis.pipeline")
+
+#: The header of a checked cache file, before the digest and the content: a pickled
+#: string where numba's index has its version, so that a numba without this check (an
+#: older version of this package sharing the folder) takes the index for another
+#: version's and compiles, instead of failing to unpickle the rest.
+MAGIC = pickle.dumps("diffcoffea-numba-cache/1", protocol=4)
+#: The largest cache file read (a kernel's object code is ~10-500 kB).
+MAX_BYTES = 64 * 2**20
+
+
+# The files reported unusable in this process (each once).
+_REPORTED: set[str] = set()
+
+
+class _Unusable(OSError):
+    """A cache file that is not read (numba's load takes an OSError as "no entry")."""
+
+
+def _digest(name: str, content: bytes) -> bytes:
+    return hashlib.sha256(name.encode() + b"\0" + content).hexdigest().encode()
+
+
+def _read_checked(path: str) -> bytes | None:
+    """The content of the checked cache file at ``path``; ``None`` where there is none;
+    :class:`_Unusable` where it is not a regular file of bounded size, has no header or
+    its digest does not match."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as err:  # a link (O_NOFOLLOW), unreadable
+        raise _Unusable(f"cannot open it ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unusable("not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise _Unusable(f"{st.st_size} bytes, over {MAX_BYTES}")
+        raw = fh.read(MAX_BYTES + 1)
+    head = len(MAGIC) + 64 + 1
+    if not raw.startswith(MAGIC) or len(raw) < head:
+        raise _Unusable("no checked header (written by another version)")
+    digest, content = raw[len(MAGIC):head - 1], raw[head:]
+    if digest != _digest(os.path.basename(path), content):
+        raise _Unusable("its digest does not match its content")
+    return content
+
+
+class CheckedCacheFile(IndexDataCacheFile):
+    """numba's index and data files of one kernel, each written with a header and a
+    digest and checked before it is unpickled (module docstring)."""
+
+    def _checked(self, path: str) -> bytes | None:
+        try:
+            return _read_checked(path)
+        except _Unusable as why:
+            if path not in _REPORTED:  # read again by the save that follows: one line
+                _REPORTED.add(path)
+                log.debug("numba cache file %s not used: %s; the kernel is compiled again",
+                          path, why)
+            raise
+
+    def _load_index(self) -> dict:
+        try:
+            content = self._checked(self._index_path)
+        except _Unusable:
+            return {}
+        if content is None:
+            return {}
+        try:
+            version, stamp, overloads = pickle.loads(content)
+        except Exception as err:  # noqa: BLE001 (a digest that matched: numba's own format changed)
+            log.debug("numba cache file %s not used: %s", self._index_path, err)
+            return {}
+        if version != self._version or stamp != self._source_stamp:
+            return {}
+        return overloads
+
+    def _save_index(self, overloads: dict) -> None:
+        content = self._dump((self._version, self._source_stamp, overloads))
+        self._write_checked(self._index_path, content)
+
+    def _load_data(self, name: str) -> Any:
+        content = self._checked(self._data_path(name))
+        if content is None:
+            raise FileNotFoundError(name)
+        return pickle.loads(content)
+
+    def _save_data(self, name: str, data: Any) -> None:
+        self._write_checked(self._data_path(name), self._dump(data))
+
+    def save(self, key: Any, data: Any) -> None:
+        try:
+            super().save(key, data)
+        except OSError as err:  # a full disk, a read-only folder: the kernel runs uncached
+            log.debug("numba cache of %s not written: %s", self._index_path, err)
+
+    def _write_checked(self, path: str, content: bytes) -> None:
+        with self._open_for_write(path) as fh:  # numba's: a temporary name, renamed
+            fh.write(MAGIC + _digest(os.path.basename(path), content) + b"\n" + content)
+        _REPORTED.discard(path)
+
+
+def install(cache: Any) -> None:
+    """Make a kernel's numba cache (its ``_cache``) read and write checked files."""
+    cache_file = getattr(cache, "_cache_file", None)
+    if type(cache_file) is IndexDataCacheFile:
+        cache_file.__class__ = CheckedCacheFile

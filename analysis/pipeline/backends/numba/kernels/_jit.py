@@ -40,6 +40,10 @@ from numba.extending import overload
 __all__ = ["compiled", "elementwise", "inline", "njit", "specialise", "vectorised"]
 
 _POLICY = {"cache": True, "nogil": True, "fastmath": False}
+#: Called with each kernel's numba cache as it is decorated: the backend's package adds
+#: the check of the cache files (``_numba_cache.install``) before any kernel module is
+#: imported (a kernel module imports no module outside this folder).
+CACHE_HOOKS: list = []
 
 
 class _KernelCache(FunctionCache):
@@ -77,6 +81,8 @@ def _policy(**options):
         kernel = decorate(fn)
         if type(getattr(kernel, "_cache", None)) is FunctionCache:
             kernel._cache.__class__ = _KernelCache  # the same state, another load
+            for hook in CACHE_HOOKS:
+                hook(kernel._cache)
         return kernel
 
     return apply

@@ -37,7 +37,9 @@ def pyhf_limits(section, *, rtol=None):
     return float(obs), float(np.asarray(exp)[2])
 
 
-@pytest.mark.parametrize("case", ["1ch-3bins", "2ch-4bins", "2ch-pulled-beyond-1"])
+# ~2 min each on a loaded machine (pyhf's root: a hypotest of 4 scipy fits per step)
+@pytest.mark.parametrize("case", ["1ch-3bins", pytest.param("2ch-4bins", marks=pytest.mark.slow),
+                                  pytest.param("2ch-pulled-beyond-1", marks=pytest.mark.slow)])
 def test_limit_equals_pyhf_on_the_exported_workspace(case):
     states, model = random_case(7, **CASES[case])
     limit = lk.cls_limit(states, model)

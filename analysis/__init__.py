@@ -71,3 +71,9 @@ if "jax" in sys.modules and hasattr(sys.modules["jax"], "config"):
 from analysis import compilecache as _compilecache  # noqa: E402  (after the x64 policy)
 
 _compilecache.enable()
+
+# A process forked after JAX started refuses JAX work in one line instead of hanging
+# (analysis.forkguard).
+from analysis import forkguard as _forkguard  # noqa: E402
+
+_forkguard.install()

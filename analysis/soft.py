@@ -27,8 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
-from analysis.select._fastsingle import available, fast_weights
-from analysis.select._single import UNROLL_MAX, single_count_weights
+from analysis.select._single import FFI_TARGETS, UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.objects import (
     event_pass,
@@ -38,6 +37,7 @@ from analysis.select.objects import (
     soft_pass,
 )
 from analysis.select.pbinom import count_distribution, prob_count_at_least
+from analysis.stats._stored import allow_custom_calls
 from analysis.stats.jagged import (
     Jagged,
     _is_awkward,
@@ -50,6 +50,18 @@ from analysis.stats.jagged import (
 )
 
 __all__ = ["count_at_least", "joint_pass_weights", "pass_weights", "soft_cut"]
+
+
+def _register_kernels() -> None:
+    from analysis.select._fastsingle import available
+
+    available()
+
+
+# A program that stats.derive stored in an earlier process may call pass_weights' compiled
+# kernels: they are registered before such a program is loaded (not at this import: they
+# load numba, which soft_cut and the statistics never need).
+allow_custom_calls(*FFI_TARGETS, register=_register_kernels)
 
 _OPS = {">": (True, False), ">=": (True, True), "<": (False, False), "<=": (False, True)}
 
@@ -329,6 +341,10 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
         # stats.derive's argument for traced ones (no prefix sum in the program)
         event = (padded_segment_ids(offsets_b, obj_size) if off is not None
                  else segment_ids_from_offsets(offsets, n_objects))
+        # here, not at the top: the compiled kernels load numba (~5 s), which a user of
+        # soft_cut or of the statistics alone never needs
+        from analysis.select._fastsingle import available, fast_weights
+
         obj, ev = single_count_weights(values, offsets_b, event, n_arr, width_arr,
                                        model=model, max_objects=m,
                                        fast=fast_weights if available() else None)

@@ -25,9 +25,9 @@ padding included) against the numba kernel (``analysis.pipeline.backends.numba.f
 
 The floor (always timed): one compiled (numba) hard-cut pass over the same columns
 already in memory, value only, one thread (:func:`floor_pass`: the demo's cuts, ``>= N``
-jets, the yield and the jet-pT sums). Goal (issue 16): a whole optimisation step (the
-cached pass: value + 4-parameter gradient, soft ``>= N`` with a trainable N) <= 4x the
-floor and <= 0.5x the plain coffea pass.
+jets, the yield and the jet-pT sums). Bounds (issue 49, "must not change"): a whole
+optimisation step (the cached pass: value + 4-parameter gradient, soft ``>= N`` with a
+trainable N) <= 3x the floor and <= 0.3x the plain coffea pass.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 1.5
 GOAL_CACHED = 0.4  # issue 16 (not regress): the cached pass of every state, wall time
-GOAL_STEP = 0.5  # issue 16: a whole optimisation step against the plain pass
-GOAL_FLOOR = 4.0
+GOAL_STEP = 0.3  # issue 49 (must not change): a 4-parameter step against the plain pass
+GOAL_FLOOR = 3.0  # issue 49 (must not change): a 4-parameter step against the floor
 
 
 def demo_config(
@@ -321,10 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio step / plain = {ratio:.2f} (CPU {step_cpu / plain_cpu:.2f})   "
           f"(goal <= {GOAL_STEP}: {verdict})")
     floor = floor_pass(chunk_columns(ev), init)
-    ratio = cached / floor
-    verdict = "met" if ratio <= GOAL_FLOOR else "not met"
     print(f"floor (compiled hard-cut pass, in memory, value only, 1 thread) = {floor:.3f} s; "
-          f"ratio cached gradient / floor = {ratio:.1f}   (goal <= {GOAL_FLOOR}: {verdict})")
+          f"ratio cached gradient / floor = {cached / floor:.1f}")
     ratio = step / floor
     verdict = "met" if ratio <= GOAL_FLOOR else "not met"
     print(f"ratio step / floor = {ratio:.1f}   (goal <= {GOAL_FLOOR}: {verdict}; the floor "

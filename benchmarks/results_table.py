@@ -19,6 +19,7 @@ from pathlib import Path
 
 __all__ = ["command_line", "record", "render"]
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 BEGIN = "<!-- results table: made by python benchmarks/results_table.py --write -->"
 END = "<!-- end of results table -->"
@@ -106,9 +107,31 @@ def record(
 
 
 def command_line(script: str, argv: list[str] | None) -> str:
-    """The command that ran ``script`` (its ``__file__``) with ``argv``, from the root."""
+    """The command that ran ``script`` (its ``__file__``) with ``argv``, from the root,
+    as anyone can run it: an option whose value is an absolute path outside the
+    repository (a scratch folder of one machine, ``--data-dir /tmp/bb``) is left out,
+    since the script's default (a temporary folder) gives the same figure."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return " ".join(["python", f"benchmarks/{Path(script).name}", *args])
+    kept: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if arg.startswith("--") and eq and _scratch(value):
+            i += 1
+            continue
+        if arg.startswith("--") and not eq and i + 1 < len(args) and _scratch(args[i + 1]):
+            i += 2
+            continue
+        kept.append(arg)
+        i += 1
+    return " ".join(["python", f"benchmarks/{Path(script).name}", *kept])
+
+
+def _scratch(value: str) -> bool:
+    """True for an absolute path outside the repository."""
+    path = Path(value)
+    return path.is_absolute() and not path.resolve().is_relative_to(ROOT)
 
 
 def _fmt(x: float, unit: str) -> str:

@@ -34,7 +34,7 @@ API_MODULES = {
 }
 FRAGMENT = re.compile(r"#\s*(?:in\s+)?((?:analysis|processors)/[\w/]+\.py)")
 # Pages whose examples need a whole chunked pass with eager JAX (tens of seconds each).
-SLOW_PAGES = {"README.md", "docs/guide/processors.md", "docs/guide/likelihood.md",
+SLOW_PAGES = {"README.md", "docs/guide/own-processor.md", "docs/guide/likelihood.md",
               "docs/guide/export.md"}
 
 
@@ -58,6 +58,46 @@ def test_api_reference_lists_every_public_name():
         assert listed == public, (
             f"docs/api/{page}.md: missing {sorted(public - listed)}, not public {sorted(listed - public)}"
         )
+
+
+def _documented() -> set[str]:
+    """Every dotted name an autodoc directive of docs/api/ names."""
+    return {m for page in (ROOT / "docs" / "api").glob("*.md")
+            for m in re.findall(r"\.\. auto\w+:: ([\w.]+)", page.read_text())}
+
+
+def guide_names() -> dict[str, str]:
+    """``{dotted name: page}`` of every ``analysis.*`` / ``processors.*`` name a page's
+    python code imports (fragments to paste into the package aside) or its text calls
+    (`` `analysis.x.f(...)` ``)."""
+    import ast
+
+    out: dict[str, str] = {}
+    for path in pages():
+        text = path.read_text()
+        for block in python_blocks(path):
+            if FRAGMENT.match(block.lstrip()):
+                continue
+            for node in ast.walk(ast.parse(block)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES:
+                    for alias in node.names:
+                        out.setdefault(f"{node.module}.{alias.name}", _page_id(path))
+                elif isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.name.split(".")[0] in PACKAGES:
+                            out.setdefault(alias.name, _page_id(path))
+        for name in re.findall(r"`((?:analysis|processors)\.[\w.]+)\(", text):
+            out.setdefault(name, _page_id(path))
+    return out
+
+
+PACKAGES = ("analysis", "processors")
+
+
+def test_every_name_the_guides_use_is_in_the_api_reference():
+    documented = _documented()
+    missing = {n: page for n, page in guide_names().items() if n not in documented}
+    assert not missing, f"not in docs/api/: {missing}"
 
 
 def _page_id(path: Path) -> str:

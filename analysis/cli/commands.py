@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analysis.cli.jsonout import json_safe, write_json
 from analysis.cli.startup import start_up_done
 from analysis.config.loader import Config, load_config
 from analysis.errors import DiffcoffeaError
@@ -51,31 +53,6 @@ def _parse_sets(items: list[str]) -> dict[str, float]:
         if not math.isfinite(out[name.strip()]):
             raise DiffcoffeaError(f"--set {item!r}: expected a finite number")
     return out
-
-
-def json_safe(data: Any) -> Any:
-    """``data`` as strict JSON values: NaN and +-inf become None (null), numpy becomes Python."""
-    import numpy as np  # here: a refused config never loads numpy (docs/guide/startup.md)
-
-    if isinstance(data, dict):
-        return {str(k): json_safe(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [json_safe(v) for v in data]
-    if isinstance(data, np.ndarray):
-        return json_safe(data.tolist())
-    if isinstance(data, np.generic):
-        data = data.item()
-    if isinstance(data, float) and not math.isfinite(data):
-        return None
-    return data
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write strict JSON atomically (temp file, then rename); NaN/inf are written as null."""
-    from analysis.data.atomic import write_atomic
-
-    text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
-    write_atomic(path, text, what="results")  # one line naming the path on a full disk
 
 
 def output_dir(config, args) -> Path:
@@ -207,12 +184,53 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
             if not old.exists():
                 continue
             if not args.overwrite:
+                if name == CHECKPOINT and same_config_checkpoint(old, config):
+                    # The README's command run twice: the earlier run (finished or
+                    # interrupted) is continued, which reports a finished one again.
+                    args.resume = True
+                    print(f"{old}: continuing the earlier run of this config (--overwrite "
+                          "starts over)", file=sys.stderr)
+                    break
                 raise DiffcoffeaError(
                     f"{old}: a checkpoint of an earlier run is there; add --resume to continue "
                     "it or --overwrite to start over"
                 )
             old.unlink()
         return stack.pop_all()
+
+
+def same_config_checkpoint(path: Path, config) -> bool:
+    """Whether the checkpoint at ``path`` was made with ``config`` (the same fingerprint);
+    raises a one-line :class:`DiffcoffeaError` naming what changed when it was not.
+
+    Parameters
+    ----------
+    path : Path
+        An existing checkpoint.
+    config : Config
+        The run's config.
+
+    Returns
+    -------
+    bool
+        True when the checkpoint matches the config.
+    """
+    from analysis.optimize import checkpoint as ckpt
+    from analysis.optimize.loop import config_fingerprint
+
+    try:
+        data = ckpt.read_checkpoint(path)
+    except ckpt.CheckpointError as err:
+        raise DiffcoffeaError(f"{err}; add --overwrite to start over (--resume cannot read it)") from None
+    if data.get("fingerprint") == config_fingerprint(config):
+        return True
+    stored = data.get("config")
+    what = ckpt.config_change(stored, ckpt.config_snapshot(config)) if stored is not None else None
+    detail = f" ({what})" if what else ""
+    raise DiffcoffeaError(
+        f"{path}: a checkpoint of an earlier run with another config is there{detail}; add "
+        "--overwrite to start over, or use another --output"
+    )
 
 
 # --- optimize and scan ---------------------------------------------------------------
@@ -456,7 +474,7 @@ def _loop(run, quiet: bool, args) -> None:
 def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) -> None:
     from rich.console import Console
 
-    from analysis.cli.report import print_faults, print_warnings
+    from analysis.cli.report import print_faults, print_warnings, pull_warning
     from analysis.cli.tables import fmt_number, print_table
 
     console = Console()
@@ -475,6 +493,9 @@ def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) ->
     print_table(console, title, "", ["soft", "hard\n(width 0)"], rows)
     for line in status_lines(report):
         console.print(line, highlight=False, markup=False)
+    pulled = pull_warning(report.get("likelihood") or {})
+    if pulled:  # the final hard-cut likelihood's mu = 0 fit
+        console.print("warning " + pulled, highlight=False, markup=False)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     where = f" and plots in {outdir}" if plots else ""

@@ -66,7 +66,7 @@ def write_exports(section: dict[str, Any], outdir: Path) -> list[Path]:
     """Write workspace.json, shapes.root and datacard.txt of ``section`` into ``outdir``;
     return their paths. A section without templates (``{"error": ...}``) raises
     :class:`~analysis.errors.DiffcoffeaError` naming what is missing."""
-    from analysis.cli.commands import write_json
+    from analysis.cli.jsonout import write_json
     from analysis.data.atomic import write_atomic
     from analysis.likelihood.export import combine_inputs, pyhf_workspace
 

@@ -59,8 +59,9 @@ def template_data(section: dict[str, Any], channel: str, *, label: str | None = 
     edges = np.asarray(c["edges"], dtype=np.float64)
     widths, variable, scale = _per_width(edges)
     signal = [d for d in c["samples"] if d in set(section["signal"])]
+    # an empty sample (no expected event in the channel) stays out of the legend
     bkg = {d: np.asarray(t["nominal"]["sumw"]) * scale for d, t in c["samples"].items()
-           if d not in signal}
+           if d not in signal and np.any(np.asarray(t["nominal"]["sumw"]) != 0)}
     sig = np.sum([np.asarray(c["samples"][d]["nominal"]["sumw"]) for d in signal], axis=0)
     base = np.sum(list(bkg.values()), axis=0) if bkg else np.zeros(len(widths))
     u = f" {unit}" if unit else ""

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.cli.units import axis_label, observable_unit
+from analysis.cli.units import axis_label, lumi_label, observable_unit
 
 __all__ = [
     "draw_histogram",
@@ -296,8 +296,8 @@ def plot_histograms(
     initial_states: dict | None = None,
     norms: dict[str, float] | None = None,
 ) -> list[Path]:
-    """``hist_<dataset>.png``: the main observable at the initial (soft) and final (hard)
-    selection, both filled in one pass. ``initial_states``: the states at ``initial``
+    """``hist_<dataset>.png``: the main observable at the initial and the final
+    selection, both with hard cuts (width 0), filled in one pass. ``initial_states``: the states at ``initial``
     and ``w0`` if already computed (for the binning when the config gives none).
     ``norms``: per dataset ``xsec x lumi / sum of weights`` (as the yields): the
     histograms are then in expected events and the axis says so. With every dataset
@@ -322,7 +322,7 @@ def histogram_data(
     norms: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """What :func:`plot_histograms` draws, as plain data (no matplotlib): the main
-    observable filled at the initial (soft) and final (hard) selection in one pass,
+    observable filled at the initial and final selection (hard cuts both) in one pass,
     per dataset ``{"before", "after"}`` (``hist.Hist``), ``"norm"`` and ``"weighted"``;
     the axis labels, legend title and the overlay's panels (:func:`overlay_data`, None
     unless every dataset is normalised). Arguments as for :func:`plot_histograms`."""
@@ -330,7 +330,9 @@ def histogram_data(
     binning = {"index": 0, "bins": bins, "low": low, "high": high}
     before, after = evaluator.fill_histograms(
         [
-            {**binning, "params": initial, "widths": w0},
+            # hard against hard: the initial cuts at width 0 beside the final ones (a
+            # soft selection's smeared edges beside hard ones would compare two things)
+            {**binning, "params": initial, "widths": np.zeros_like(w0)},
             {**binning, "params": final, "widths": np.zeros_like(w0)},
         ]
     )
@@ -361,13 +363,13 @@ def histogram_data(
 
 
 def draw_histogram(data: dict[str, Any], ds: str, outdir: Path) -> Path:
-    """``hist_<ds>.png`` from :func:`histogram_data`'s ``data``: the initial (soft) and
-    final (hard) selection, errors from the sum of squared weights; its path."""
+    """``hist_<ds>.png`` from :func:`histogram_data`'s ``data``: the initial and the
+    final selection (hard cuts both), errors from the sum of squared weights; its path."""
     plt = _pyplot()
     d = data["datasets"][ds]
     norm = d["norm"]
     fig, ax = plt.subplots(figsize=(9, 6.5))
-    a = _draw(ax, d["before"], "initial selection (soft cuts)", "C0", norm)
+    a = _draw(ax, d["before"], "initial selection (hard cuts)", "C0", norm)
     b = _draw(ax, d["after"], "final selection (hard cuts)", "C3", norm)
     ax.set_xlabel(data["xlabel"])
     what = "sum of weights" if d["weighted"] else "entries"
@@ -439,7 +441,7 @@ def entries_noun(plan, index: int | str) -> str:
 
 def lumi_text(lumi: float) -> str:
     """``"L = 0.02 pb^-1"`` (mathtext) for a title: what ``xsec x L`` was scaled to."""
-    return f"$L$ = {lumi:g} pb$^{{-1}}$ (xsec $\\times$ $L$)"
+    return f"$L$ = {lumi_label(lumi)} (xsec $\\times$ $L$)"
 
 
 def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
@@ -455,7 +457,8 @@ def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
     roles = {d: config.datasets[d].role for d in hists}
     values = {d: float(norms[d]) * np.asarray(h.values(), dtype=np.float64) * scale
               for d, h in hists.items()}
-    bkg = {d: v for d, v in values.items() if roles[d] != "signal"}
+    # an empty sample (nothing selected) is no part of the stack nor of its legend
+    bkg = {d: v for d, v in values.items() if roles[d] != "signal" and np.any(v != 0)}
     bkg = dict(sorted(bkg.items(), key=lambda kv: float(np.sum(kv[1]))))
     sig = {d: v for d, v in values.items() if roles[d] == "signal"}
     if variable:
@@ -479,7 +482,7 @@ def overlay_figure(before: dict[str, Any], after: dict[str, Any], *, xlabel: str
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(17, 7))
-    for ax, d, what in ((axes[0], before, "initial selection (soft cuts)"),
+    for ax, d, what in ((axes[0], before, "initial selection (hard cuts)"),
                         (axes[1], after, "final selection (hard cuts)")):
         edges = d["edges"]
         base = (np.sum(list(d["backgrounds"].values()), axis=0) if d["backgrounds"]
@@ -496,7 +499,7 @@ def overlay_figure(before: dict[str, Any], after: dict[str, Any], *, xlabel: str
         ax.set_xlabel(xlabel)
         ax.set_ylabel(d["ylabel"])
         ax.set_title(what, fontsize=16, loc="left")
-        ax.set_title(f"$L$ = {lumi:g} pb$^{{-1}}$", fontsize=14, loc="right")
+        ax.set_title(f"$L$ = {lumi_label(lumi)}", fontsize=14, loc="right")
         ax.legend(fontsize=12)
     fig.tight_layout()
     return fig

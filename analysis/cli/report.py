@@ -118,6 +118,7 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
     gradient; every number whole (:mod:`analysis.cli.tables`); the observables of an
     unreliable selection marked ``*`` and named in a warning line."""
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console()
     # no derivative columns for a values-only pass (many trainable parameters)
@@ -141,7 +142,8 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
                     row(f"  {stat}", entry)
                 else:
                     for part, sub in entry.items():
-                        row(f"  {stat}.{part}", sub)
+                        flag = " (w = 1/sigma^2)" if part in FIT_ERRORS.get(stat, ()) else ""
+                        row(f"  {stat}.{part}{flag}", sub)
         title = (
             f"{ds}: {r['events']} events, sum of weights {fmt_number(r['sumw'])}; "
             f"{_selection_line(r)}"
@@ -156,9 +158,68 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
         if lk.get("upper_limit"):
             rows.append(limit_row(lk, names))
         print_table(console, title, "statistic", headers, rows)
+        line = pull_warning(lk)
+        if line:
+            console.print(f"[yellow]warning[/] {escape(line)}", markup=True, highlight=False)
+    note = fit_error_note(report)
+    if note:
+        console.print(note, highlight=False, markup=False)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     console.print(f"wrote {path}", highlight=False)
+
+
+#: statistic -> its fields that are errors computed with the weights as 1/sigma^2
+FIT_ERRORS = {"linear_fit": ("intercept_error", "slope_error")}
+
+
+def fit_error_note(report: dict[str, Any]) -> str | None:
+    """One line under the tables where a ``linear_fit`` error is shown: which weights its
+    errors assume, and what they mean with MC event weights.
+
+    Parameters
+    ----------
+    report : dict
+        results.json's content.
+
+    Returns
+    -------
+    str or None
+        The line, or None where no table shows such an error.
+    """
+    shown = any(stat in FIT_ERRORS for r in report.get("datasets", {}).values()
+                for stats in r.get("observables", {}).values() for stat in stats)
+    if not shown:
+        return None
+    return ("note: linear_fit's intercept_error and slope_error are ak.linear_fit's, with the "
+            "weights as 1/sigma^2 of each point (w = 1/sigma^2); with MC event weights "
+            "(genWeight) they are no statistical uncertainty of the fit")
+
+
+def pull_warning(lk: dict[str, Any]) -> str | None:
+    """One line naming the nuisances of results.json's likelihood ``fit.large_pulls``
+    (fitted beyond ``fit.pull_threshold`` prior standard deviations), or None.
+
+    Parameters
+    ----------
+    lk : dict
+        The ``likelihood`` section of results.json.
+
+    Returns
+    -------
+    str or None
+        The line, or None when no nuisance is pulled that far (or the section predates
+        the flag).
+    """
+    fit = lk.get("fit") or {}
+    pulls = fit.get("large_pulls") or {}
+    if not pulls:
+        return None
+    named = ", ".join(f"{n} {v:+.1f}" for n, v in sorted(pulls.items(), key=lambda kv: -abs(kv[1])))
+    return (f"the mu = 0 fit pulls {len(pulls)} nuisance(s) beyond "
+            f"{fit.get('pull_threshold', 3.0):g} sigma ({named}): the model absorbs the "
+            "signal there; pyhf's default bounds (+-5) would stop them, so the exported "
+            "workspace widens its bounds (likelihood.fit.large_pulls in results.json)")
 
 
 def significance_row(lk: dict[str, Any], names: list[str]) -> tuple[str, list[str]]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["KNOWN_UNITS", "axis_label", "expression_unit", "observable_unit", "parameter_unit",
-           "units_of"]
+__all__ = ["KNOWN_UNITS", "axis_label", "expression_unit", "lumi_label", "observable_unit",
+           "parameter_unit", "units_of"]
 
 _GEV = "GeV"
 #: field or observable name (lower case) -> unit ("" for dimensionless)
@@ -120,3 +120,33 @@ def units_of(config: Any) -> dict[str, str]:
 def axis_label(text: str, unit: str) -> str:
     """``"text [unit]"``, or ``text`` for a dimensionless quantity."""
     return f"{text} [{unit}]" if unit else text
+
+
+#: inverse-cross-section units of an integrated luminosity, in pb^-1 each
+_LUMI_UNITS = (("ab", 1e6), ("fb", 1e3), ("pb", 1.0), ("nb", 1e-3), ("$\\mu$b", 1e-6))
+
+
+def lumi_label(lumi_pb: float, *, mathtext: bool = True) -> str:
+    """An integrated luminosity given in pb^-1, in the unit that reads best: the largest
+    of ab^-1, fb^-1, pb^-1, nb^-1, ub^-1 in which it is at least 1 (``0.0075`` ->
+    ``"7.5 nb$^{-1}$"``, ``140000`` -> ``"140 fb$^{-1}$"``).
+
+    Parameters
+    ----------
+    lumi_pb : float
+        The luminosity in pb^-1 (the config's ``lumi``).
+    mathtext : bool, optional
+        Keyword-only. matplotlib mathtext (default) or plain text (``"7.5 nb^-1"``).
+
+    Returns
+    -------
+    str
+    """
+    value = float(lumi_pb)
+    name, scale = next(((n, s) for n, s in _LUMI_UNITS if abs(value) >= s), _LUMI_UNITS[-1])
+    if value == 0:
+        name, scale = "pb", 1.0
+    if not mathtext:
+        name = name.replace("$\\mu$", "u")
+    power = "$^{-1}$" if mathtext else "^-1"
+    return f"{value / scale:.3g} {name}{power}"

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
+from analysis.extras import EXTRAS, missing
 from analysis.limits import (
     MAX_GENERATED_EVENTS,
     MAX_GENERATED_FILES,
@@ -111,6 +112,11 @@ class ExecutorConfig(_Model):
                 raise _fail("address", str(err)) from None
         if self.parsl_config is not None and self.type != "parsl":
             raise _fail("parsl_config", f"only allowed with type: parsl, got type '{self.type}'")
+        if self.type in EXTRAS:  # dask, parsl: an extra of the install
+            module = missing(self.type)
+            if module is not None:
+                raise _fail("type", f"'{self.type}' needs the {self.type!r} extra ({module} is "
+                                    f"not installed): pip install 'diffcoffea[{self.type}]'")
         return self
 
 

@@ -43,6 +43,7 @@ from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
 from analysis.errors import first_line
+from analysis.extras import missing
 from analysis.limits import KAPPA_MAX, regular_file
 from analysis.select import exprs
 from analysis.spec.edges import check_edges
@@ -218,6 +219,16 @@ class LikelihoodConfig(_Model):
 
     channels: dict[str, ChannelConfig] = Field(min_length=1)
     mc_stat: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _installed(cls, data: Any) -> Any:
+        # before the channels: without the extra, nothing else of the section matters
+        module = missing("likelihood")
+        if module is not None:
+            raise _fail("", f"needs the 'likelihood' extra ({module} is not installed): "
+                            "pip install 'diffcoffea[likelihood]'")
+        return data
 
 
 # --- weight factor expressions ---------------------------------------------------------

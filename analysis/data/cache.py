@@ -345,7 +345,7 @@ def worker_address() -> str | None:
     """The address of the dask worker running this task; ``None`` outside a dask worker."""
     try:
         from distributed import get_worker
-    except ImportError:  # pragma: no cover - dask.distributed is a dependency
+    except ImportError:  # the dask extra is not installed: no dask worker either
         return None
     try:
         return get_worker().address

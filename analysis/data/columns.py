@@ -22,13 +22,45 @@ from analysis.pipeline.plan import Plan
 from analysis.pipeline.split import entry_uniform, event_uniform
 from analysis.select.objects import check_counts
 
-__all__ = ["extract_columns"]
+__all__ = ["MissingBranchError", "extract_columns"]
+
+
+class MissingBranchError(InputError):
+    """A branch (collection, field) the plan reads is not in the file: ``name``, what it
+    is (``what``: ``"branch"``, ``"collection"``, ``"field of Jet"``) and the closest
+    names the file has (``close``, best first)."""
+
+    def __init__(self, message: str, name: str = "", what: str = "",
+                 close: tuple[str, ...] = ()) -> None:
+        super().__init__(message, name, what, close)
+        self.name, self.what, self.close = name, what, tuple(close)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def _missing(what: str, name: str, available: list[str], source: str) -> InputError:
-    close = difflib.get_close_matches(name, available, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return InputError(f"{source}: no {what} {name!r}{hint}")
+    close = tuple(difflib.get_close_matches(name, available, n=3))
+    return MissingBranchError(f"{source}: no {what} {name!r}{suggestion(close)}", name, what,
+                              close)
+
+
+def suggestion(close: tuple[str, ...]) -> str:
+    """``"; did you mean 'a'? (or 'b', 'c')"`` of the closest names, best first ("" if none).
+
+    Parameters
+    ----------
+    close : tuple of str
+        The closest names, best first.
+
+    Returns
+    -------
+    str
+    """
+    if not close:
+        return ""
+    more = f" (or {', '.join(repr(c) for c in close[1:])})" if len(close) > 1 else ""
+    return f"; did you mean {close[0]!r}?{more}"
 
 
 def _get(record, name: str, what: str, source: str):

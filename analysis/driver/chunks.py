@@ -12,9 +12,10 @@ collection, field or weight branch is one line) and makes coffea's work items wi
 
 from __future__ import annotations
 
-from analysis.data.columns import extract_columns
+from analysis.data.columns import MissingBranchError, extract_columns
 from analysis.data.faults import describe
 from analysis.driver.files import EventSchema
+from analysis.driver.missing import missing_branch_line
 from analysis.errors import DiffcoffeaError, InputError
 
 __all__ = ["ChunkSource"]
@@ -58,6 +59,8 @@ class ChunkSource:
                         source=path,
                         nonfinite="drop",
                     )
+                except MissingBranchError as err:
+                    raise InputError(missing_branch_line(err, path, name, self.config)) from None
                 except DiffcoffeaError:
                     raise
                 except Exception as err:  # unreadable: one line, or skipped

@@ -20,6 +20,7 @@ import contextlib
 import io
 import os
 import sys
+import warnings
 from typing import Any
 
 from analysis.childenv import child_env
@@ -92,6 +93,26 @@ def connect(address: str, where: str, *, timeout: str | float = DASK_CONNECT_TIM
         raise InputError(f"{where}: {address}: cannot connect to a dask scheduler "
                          f"({first_line(box['error'])})")
     return box["client"]
+
+
+def with_bin_on_path(path: str) -> str:
+    """``path`` (a ``PATH`` value) with this interpreter's ``bin`` folder first.
+
+    Parameters
+    ----------
+    path : str
+        A ``PATH`` value.
+
+    Returns
+    -------
+    str
+        ``path`` unchanged if it already names that folder, else with it in front.
+    """
+    here = os.path.dirname(sys.executable)
+    parts = [p for p in path.split(os.pathsep) if p]
+    if here in parts or not here:
+        return path
+    return os.pathsep.join([here, *parts])
 
 
 def parsl_config(workers: int, *, run_dir: str | None = None) -> Any:
@@ -191,6 +212,14 @@ class Executors:
 
             # Workers must compute in float64 too: they inherit JAX_ENABLE_X64 from here.
             os.environ["JAX_ENABLE_X64"] = "1"
+            # Parsl launches its interchange and worker pool as commands found on PATH
+            # (interchange.py, process_worker_pool.py: scripts in this environment's
+            # bin); a venv used without activating it has them off the PATH.
+            os.environ["PATH"] = with_bin_on_path(os.environ.get("PATH", ""))
+            # Parsl's own helper processes are forked (they run no JAX): JAX's warning
+            # about fork is for pools that compute, not for them.
+            warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
+                                    category=RuntimeWarning)
             path = self.config.executor.parsl_config
             cfg = (_user_parsl_config(self.config.resolve_path(path)) if path
                    else parsl_config(self.workers))

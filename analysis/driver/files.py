@@ -59,7 +59,12 @@ def resolve_skhep(name: str, where: str) -> str:
         return str(cached)
     try:
         import skhep_testdata
-
+    except ImportError:  # a test dependency, not the core's
+        raise InputError(
+            f"{where}: skhep:{name} is not in {SKHEP_CACHE} and scikit-hep-testdata is not "
+            "installed: pip install scikit-hep-testdata, or copy the file there"
+        ) from None
+    try:
         return str(skhep_testdata.data_path(name))
     except Exception as err:  # no network here: say what to do instead
         raise InputError(

@@ -15,6 +15,8 @@ of results.json (:mod:`analysis.likelihood.summary`); :func:`pyhf_workspace` and
 
 from __future__ import annotations
 
+# first: without the 'likelihood' extra, one line that names it (not evermore's traceback)
+import analysis.likelihood._installed  # noqa: F401
 from analysis.likelihood.covariance import fit_covariance
 from analysis.likelihood.expected import asimov, expected, mc_stat_widths, nll, nuisance_names
 from analysis.likelihood.export import combine_inputs, pyhf_workspace

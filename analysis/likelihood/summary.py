@@ -12,14 +12,16 @@
      "upper_limit": {"value": mu_up, "grad": {PARAM: dmu_up/dparam}, "level": 0.05,
                      "reliable": bool, "data": "background-only asimov"},
      "fit": {"converged": bool, "nuisances": {NAME: value},
-             "uncertainties": {NAME: sigma}, "mu": 0.0, "data": "asimov",
+             "uncertainties": {NAME: sigma}, "pull_threshold": 3.0,
+             "large_pulls": {NAME: value}, "mu": 0.0, "data": "asimov",
              "description": "..."}}
 
 Sums are of the in-range bins (no flow bins); ``nuisances`` are the ``mu = 0`` profile
 fit's, named as :func:`~analysis.likelihood.nuisance_names`, with their post-fit
 ``uncertainties`` ``sqrt(C_ii)`` (:func:`~analysis.likelihood.covariance.fit_covariance`,
 the inverse Hessian of the NLL at that fit's minimum; ``null`` where it is not positive
-definite); ``description`` says which fit that is (:data:`FIT_DESCRIPTION`); ``floor`` the model's
+definite); ``large_pulls`` the nuisances fitted further than ``pull_threshold`` (3)
+prior standard deviations from 0 (empty when none; :data:`PULL_THRESHOLD`); ``description`` says which fit that is (:data:`FIT_DESCRIPTION`); ``floor`` the model's
 smallest expected count of a bin (:mod:`analysis.likelihood.expected`); ``reliable`` is
 false when that fit did not converge (``fit.converged``): ``Z`` and its gradient are then
 not those of the profile likelihood (an unconverged minimum), and must not be used.
@@ -43,7 +45,7 @@ from analysis.likelihood.limit import UpperLimit
 from analysis.likelihood.model import Model, edges, templates
 from analysis.likelihood.significance import Significance
 
-__all__ = ["FIT_DESCRIPTION", "results_section"]
+__all__ = ["FIT_DESCRIPTION", "PULL_THRESHOLD", "results_section"]
 
 #: What the ``fit`` of the section is: the fit behind Z, and why its nuisances move.
 FIT_DESCRIPTION = (
@@ -51,6 +53,12 @@ FIT_DESCRIPTION = (
     "nuisances), the fit behind Z: nuisances that raise the background (normalisations "
     "above all) are pulled to absorb the signal"
 )
+
+
+#: A nuisance whose fitted value lies further than this from its prior's centre (in prior
+#: standard deviations) is listed in ``fit.large_pulls`` and named on the console: the
+#: model cannot describe the data without it.
+PULL_THRESHOLD = 3.0
 
 
 def _floats(a: Any) -> list[float]:
@@ -109,6 +117,7 @@ def results_section(
             }
         channels[c.name] = {"edges": [float(e) for e in bin_edges[c.name]], "samples": samples}
     names = nuisance_names(tmpl, model)
+    pulls = _floats(result.fit.nuisances)
     converged = bool(np.asarray(result.fit.converged))
     cov = np.asarray(fit_covariance(tmpl, model, asimov(tmpl, model), 0.0, result.fit.nuisances))
     sigma = [float(np.sqrt(v)) if np.isfinite(v) and v > 0 else None for v in np.diag(cov)]
@@ -127,8 +136,11 @@ def results_section(
         },
         "fit": {
             "converged": converged,
-            "nuisances": dict(zip(names, _floats(result.fit.nuisances), strict=True)),
+            "nuisances": dict(zip(names, pulls, strict=True)),
             "uncertainties": dict(zip(names, sigma, strict=True)),
+            "pull_threshold": PULL_THRESHOLD,
+            "large_pulls": {n: v for n, v in zip(names, pulls, strict=True)
+                            if abs(v) > PULL_THRESHOLD},
             "mu": 0.0,
             "data": "asimov",
             "description": FIT_DESCRIPTION,

@@ -39,6 +39,7 @@ __all__ = [
     "CHECKPOINT",
     "LEGACY_CHECKPOINT",
     "CheckpointError",
+    "config_change",
     "config_snapshot",
     "load_checkpoint",
     "read_checkpoint",
@@ -230,6 +231,22 @@ def _expect(path: Path, state: dict, key: str, kind: type) -> None:
             f"{path}: corrupt checkpoint: '{key}' should be {kind.__name__}, "
             f"got {type(value).__name__}"
         )
+
+
+def config_change(stored: Any, now: Any) -> str | None:
+    """The first config key that differs between a checkpoint's :func:`config_snapshot`
+    and the run's, as ``"key: old in the checkpoint, new now"`` (None: none differs).
+
+    Parameters
+    ----------
+    stored, now : Any
+        Two :func:`config_snapshot` values (JSON data).
+
+    Returns
+    -------
+    str or None
+    """
+    return _config_diff(stored, now)
 
 
 def _config_diff(old: Any, new: Any, where: str = "") -> str | None:

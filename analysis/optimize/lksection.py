@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis import likelihood as lk
 from analysis.config.likelihood import build_model, model_states
 from analysis.optimize.objectives import dataset_stats
 from analysis.pipeline.results import DatasetState, derivatives
@@ -26,6 +25,8 @@ __all__ = ["histograms_section", "likelihood_section", "limit_level"]
 def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) -> dict | None:
     """The section (module docstring), or None without a ``likelihood:`` section.
     Unusable templates raise :class:`analysis.likelihood.LikelihoodError` (one line)."""
+    from analysis import likelihood as lk  # the 'likelihood' extra: configs that have one
+
     model = build_model(config)
     if model is None:
         return None

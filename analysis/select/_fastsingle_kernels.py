@@ -27,11 +27,12 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from analysis.select._single import FFI_TARGETS
+
 __all__: list[str] = []
 
 #: FFI target names (one per kernel) and the registered state.
-PRIMAL, TANGENT, COTANGENT = ("diffcoffea_single_primal", "diffcoffea_single_tangent",
-                              "diffcoffea_single_cotangent")
+PRIMAL, TANGENT, COTANGENT = FFI_TARGETS
 _REGISTERED: list[bool] = []
 
 # XLA FFI C API constants (xla/ffi/api/c_api.h)

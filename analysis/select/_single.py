@@ -39,6 +39,12 @@ __all__: list[str] = []
 #: loops over the states grow the program with ``S``); above it the engine's runs.
 UNROLL_MAX = 640
 
+#: The XLA FFI targets of the recursion's compiled kernels, by name
+#: (:mod:`analysis.select._fastsingle_kernels` registers them; a stored program calls
+#: them by these names: :func:`analysis.stats._stored.allow_custom_calls`).
+FFI_TARGETS = ("diffcoffea_single_primal", "diffcoffea_single_tangent",
+               "diffcoffea_single_cotangent")
+
 #: Target ``M * S * block`` (values of one block's forward distributions: 512 KiB in
 #: float64, about a level-2 cache).
 BLOCK_VALUES = 1 << 16

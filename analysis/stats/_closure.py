@@ -51,7 +51,12 @@ MAX_DEPTH = 4
 
 
 class _Unsupported(Exception):
-    """A closed-over value that cannot be an argument nor part of a key."""
+    """A closed-over value that cannot be an argument nor part of a key; ``what`` names
+    it (``"'self' (a MeanJetPt object)"``)."""
+
+    def __init__(self, what: str = "") -> None:
+        super().__init__(what)
+        self.what = what
 
 
 def size_bucket(n: int) -> int:
@@ -109,10 +114,10 @@ def _convert(obj: Any, leaves: list, depth: int) -> tuple[Any, Callable[[Iterato
     """``(structure, build)``: ``build(iter(arguments))`` rebuilds ``obj`` from the
     arguments appended to ``leaves``."""
     if isinstance(obj, jax.core.Tracer):
-        raise _Unsupported
+        raise _Unsupported("a JAX tracer")
     if isinstance(obj, Jagged):
         if isinstance(obj.offsets, jax.core.Tracer) or isinstance(obj.values, jax.core.Tracer):
-            raise _Unsupported
+            raise _Unsupported("a Jagged of JAX tracers")
         # kept with the Jagged: a later pass over kept columns does not pad again
         structure, arguments = obj.kept(_padded)
         leaves += arguments
@@ -144,19 +149,23 @@ def _convert(obj: Any, leaves: list, depth: int) -> tuple[Any, Callable[[Iterato
         return _convert_function(obj, leaves, depth + 1)
     if isinstance(obj, (types.ModuleType, type)) or _importable(obj):
         return ("object", obj), lambda it: obj
-    raise _Unsupported
+    raise _Unsupported(f"a {type(obj).__name__} object")
 
 
 def _convert_function(fn: types.FunctionType, leaves: list,
                       depth: int) -> tuple[Any, Callable[[Iterator], Any]]:
-    if depth > MAX_DEPTH or fn.__kwdefaults__:
-        raise _Unsupported
+    if depth > MAX_DEPTH:
+        raise _Unsupported(f"functions nested more than {MAX_DEPTH} deep")
+    if fn.__kwdefaults__:
+        raise _Unsupported(f"keyword-only defaults of {fn.__name__}")
     cells = []
-    for cell in fn.__closure__ or ():
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         try:
             cells.append(_convert(cell.cell_contents, leaves, depth))
         except ValueError:  # an empty cell (a name assigned later)
-            raise _Unsupported from None
+            raise _Unsupported(f"{name!r} (not yet assigned)") from None
+        except _Unsupported as err:
+            raise _Unsupported(err.what if err.what.startswith("'") else f"{name!r} ({err.what})") from None
     defaults = _convert(tuple(fn.__defaults__ or ()), leaves, depth)
     code, globs, name = fn.__code__, fn.__globals__, fn.__name__
     # The module-level names the code reads, by value: a processor that coffea sends
@@ -170,7 +179,7 @@ def _convert_function(fn: types.FunctionType, leaves: list,
             elif isinstance(value, types.ModuleType) or _importable(value):
                 used.append((global_name, value))
             else:
-                raise _Unsupported
+                raise _Unsupported(f"the global {global_name!r} (a {type(value).__name__} object)")
 
     def build_function(it: Iterator) -> types.FunctionType:
         closure = tuple(types.CellType(b(it)) for _, b in cells)
@@ -187,6 +196,18 @@ def _global_names(code: types.CodeType) -> set[str]:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
     return names
+
+
+def closure_refusal(fn: Any) -> str | None:
+    """What keeps :func:`closure_inputs` from converting ``fn`` (``"'self' (a MeanJetPt
+    object)"``), or None where it converts (or ``fn`` is no Python function)."""
+    if not isinstance(fn, types.FunctionType):
+        return None
+    try:
+        _convert_function(fn, [], 0)
+    except _Unsupported as err:
+        return err.what or "an unsupported value"
+    return None
 
 
 def closure_inputs(fn: Any) -> tuple[Any, list, Callable[[list], Any]] | None:

@@ -10,6 +10,7 @@ chunk function to a jaxpr and run it eagerly, or compiled once the same structur
 from __future__ import annotations
 
 import hashlib
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,7 +21,7 @@ import numpy as np
 
 from analysis.allocator import freeze_startup_objects, keep_freed_buffers
 from analysis.stats import _stored
-from analysis.stats._closure import closure_inputs
+from analysis.stats._closure import closure_inputs, closure_refusal
 from analysis.stats.jagged import forget_bounds
 from analysis.stats.merge import describe_difference
 from analysis.stats.passes import PassTheta, Pullback
@@ -186,6 +187,28 @@ _REFUSED: set = set()
 BUILT = {"programs": 0, "loaded": 0}
 
 
+# Chunk functions already named by :func:`_name_the_slow_path` in this process (by code).
+_NAMED: set = set()
+
+
+def _name_the_slow_path(fn: Any) -> None:
+    """One warning line per chunk function and process where ``fn`` closes over what
+    cannot be an argument of a stored program (an object of a class of yours, ``self``):
+    it is then traced and compiled on every chunk, ~10x a compiled later pass."""
+    what = closure_refusal(fn)
+    code = getattr(fn, "__code__", None)
+    if what is None or code is None or code in _NAMED:
+        return
+    _NAMED.add(code)
+    where = f"{fn.__name__} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
+    warnings.warn(
+        f"stats.derive: {where} closes over {what}, so it is traced and compiled again on "
+        "every chunk (about 10x slower on later passes): copy what it reads into local "
+        "variables before defining it (nmin = self.nmin) and close over those",
+        RuntimeWarning, stacklevel=4,
+    )
+
+
 def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]],
                   body: Callable[..., Any], key: Any, t0: Any, *extra: Any) -> Any:
     """``body(wrap(fn), t0, *extra)`` compiled with ``fn``'s closed-over arrays as
@@ -193,6 +216,7 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
     traced that way (then the caller runs its traced path, which also names the error)."""
     conv = closure_inputs(fn)
     if conv is None:
+        _name_the_slow_path(fn)
         return None
     # the program's temporaries reused from call to call instead of faulted in anew
     # (analysis.allocator: 45-48 -> 30-34 ms per 50k-event chunk)
@@ -207,12 +231,21 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
     found = _PROGRAMS.get(full_key)
     call_args = (args, t0, *extra)
     disk = None
+    out = None
     if found is None:
         disk = _stored.path_for(full_key)
         found = _stored.load(disk) if disk is not None else None
         if found is not None:
-            BUILT["loaded"] += 1
-            _PROGRAMS[full_key] = found
+            try:
+                out = found(*call_args)
+            except Exception:
+                # A stored program that cannot run here (its kernels' XLA FFI targets,
+                # e.g. pass_weights', are registered when a trace first meets them, which
+                # a fresh dask worker has not done): traced, and stored, again.
+                found = None
+            else:
+                BUILT["loaded"] += 1
+                _PROGRAMS[full_key] = found
     new = found is None
     if found is None:
         def run(args, t, *extra):
@@ -229,7 +262,8 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
             return None
     else:
         program = found
-        out = program(*call_args)
+        if out is None:
+            out = program(*call_args)
     if new:
         _PROGRAMS[full_key] = program
         BUILT["programs"] += 1

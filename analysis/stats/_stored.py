@@ -69,12 +69,33 @@ _STAMP: list[str] = []
 # Custom-call targets that this package registers in every process that can run its
 # programs (:func:`allow_custom_calls`): jax.export refuses any other.
 _CUSTOM_CALLS: set[str] = set()
+# Registrations of custom-call targets deferred until a stored program may call them
+# (the targets' kernels load numba: a process that never loads such a program, or
+# traces its functions first, does not pay for it before they run).
+_PROVIDERS: list[Callable[[], Any]] = []
 
 
-def allow_custom_calls(*names: str) -> None:
-    """Let the portable form hold calls of these custom-call targets (registered with
-    XLA by this package whenever the module that calls them is imported)."""
+def allow_custom_calls(*names: str, register: Callable[[], Any] | None = None) -> None:
+    """Let the portable form hold calls of these custom-call targets.
+
+    Parameters
+    ----------
+    *names : str
+        The targets' names, as the programs call them.
+    register : callable, keyword-only, optional
+        Registers the targets with XLA; called (once) before this process loads a
+        stored program, which may call them without being traced here. None: they are
+        registered already.
+    """
     _CUSTOM_CALLS.update(names)
+    if register is not None:
+        _PROVIDERS.append(register)
+
+
+def _provide() -> None:
+    """Run the deferred registrations (:func:`allow_custom_calls`), once each."""
+    while _PROVIDERS:
+        _PROVIDERS.pop()()
 
 
 class _Unstable(Exception):
@@ -203,6 +224,7 @@ def load(path: str) -> Callable[..., Any] | None:
     try:
         with open(path, "rb") as fh:
             stored = pickle.loads(fh.read())
+        _provide()  # its custom calls, registered before the executable is made
         if stored[0] == EXECUTABLE:
             _, payload, in_flat, out_flat, out_tree = stored
             return _compiled_program(

@@ -73,7 +73,7 @@ def test_figure_stacks_backgrounds_and_draws_the_signal_on_top():
             # the red line is the stack's top: backgrounds + signal, per bin
             sig = next(v for k, v in steps.items() if k.startswith("ttbar"))
             np.testing.assert_allclose(sig.values, wj + dy + d["signal"]["ttbar"])
-        assert "0.02" in fig.axes[0].get_title(loc="right")
+        assert "20 nb" in fig.axes[0].get_title(loc="right")  # 0.02 pb^-1 in the unit that reads best
     finally:
         import matplotlib.pyplot as plt
 

@@ -1,0 +1,1 @@
+"""The one place that reads private JAX state (no public API says it)."""

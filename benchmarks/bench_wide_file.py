@@ -1,0 +1,123 @@
+"""When the column cache of an own processor (``CachedColumns``) cannot help: a wide
+NanoAOD file (many branches, few events per chunk), where coffea's Runner spends a
+later pass opening the file and building each chunk's NanoEvents (its schema over
+every branch), which ``CachedColumns`` does not skip and ``CachedRunner`` does.
+
+Same process, iterative executor, best of 3 per figure: a plain coffea pass (the same
+hard cuts with awkward), the Runner alone (a processor returning a constant), a later
+gradient pass of ``MeanJetPt`` through the Runner with ``CachedColumns`` (every chunk
+kept) and through ``CachedRunner``; the loss and gradient of the two must agree
+(1e-12). Run from the repository root (prints; records nothing):
+
+    python benchmarks/bench_wide_file.py --file ../shared/data/nano_tt_v12.root --chunksize 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--file", default=str(REPO.parent / "shared" / "data" / "nano_tt_v12.root"))
+    p.add_argument("--chunksize", type=int, default=50)
+    args = p.parse_args()
+
+    import awkward as ak
+    import jax
+    import uproot
+    from coffea import processor
+    from coffea.nanoevents import NanoAODSchema
+
+    from analysis import stats
+    from analysis.data.owncache import CachedColumns, CachedRunner
+    from analysis.soft import pass_weights, soft_cut
+
+    class MeanJetPt(CachedColumns, processor.ProcessorABC):
+        def __init__(self, theta):
+            self.theta = theta
+
+        def columns(self, events):
+            return {"pt": stats.from_awkward(events.Jet.pt),
+                    "abs_eta": abs(stats.from_awkward(events.Jet.eta))}
+
+        def process_columns(self, columns, metadata):
+            pt, abs_eta = columns["pt"], columns["abs_eta"]
+
+            def fn(theta):
+                p = soft_cut(pt, ">", theta["pt_min"], 5.0) * soft_cut(abs_eta, "<", 2.4, 0.1)
+                jets, selected = pass_weights(p, 2)
+                return {"jet_pt": stats.moments(pt, weight=jets), "selected": selected.sum()}
+
+            return {metadata["dataset"]: stats.derive(fn, self.theta)}
+
+        def postprocess(self, accumulator):
+            return accumulator
+
+    class Plain(processor.ProcessorABC):
+        def process(self, events):
+            jets = events.Jet[(events.Jet.pt > 30.0) & (abs(events.Jet.eta) < 2.4)]
+            jets = jets[ak.num(jets) >= 2]
+            return {"n": float(ak.sum(ak.num(jets))), "s": float(ak.sum(jets.pt))}
+
+        def postprocess(self, accumulator):
+            return accumulator
+
+    class Nothing(processor.ProcessorABC):
+        def process(self, events):
+            return {"n": 1}
+
+        def postprocess(self, accumulator):
+            return accumulator
+
+    with uproot.open(args.file) as f:
+        tree = f["Events"]
+        entries, branches = tree.num_entries, len(tree.keys(recursive=True))
+    fileset = {"ttbar": [args.file]}
+
+    def make():
+        return processor.Runner(executor=processor.IterativeExecutor(status=False),
+                                schema=NanoAODSchema, chunksize=args.chunksize)
+
+    runner, cached = make(), CachedRunner(make())
+
+    def best(call, n=3):
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    def loss(run):
+        f = stats.differentiable(lambda th: run(fileset, MeanJetPt(th), treename="Events")["ttbar"])
+        return jax.value_and_grad(lambda th: stats.mean(f(th)["jet_pt"]))({"pt_min": 30.0})
+
+    plain = best(lambda: runner(fileset, Plain(), treename="Events"))
+    alone = best(lambda: runner(fileset, Nothing(), treename="Events"))
+    first = best(lambda: loss(runner), n=1)  # reads and keeps every chunk
+    later_cc = best(lambda: loss(runner))
+    later_cr = best(lambda: loss(cached))
+    a, b = loss(runner), loss(cached)
+    assert abs(float(a[0]) - float(b[0])) <= 1e-12 * abs(float(a[0])), (a, b)
+    assert cached.last == "cached", cached.why
+    load = os.getloadavg()[0]
+    chunks = -(-entries // args.chunksize)
+    print(f"{Path(args.file).name}: {entries} events, {branches} branches, {chunks} chunks "
+          f"of {args.chunksize}; load {load:.1f}")
+    print(f"plain pass {plain:.3f} s; the Runner alone {alone:.3f} s ({alone / plain:.2f}x); "
+          f"first gradient pass {first:.3f} s ({first / plain:.2f}x)")
+    print(f"later pass, CachedColumns through the Runner {later_cc:.3f} s ({later_cc / plain:.2f}x); "
+          f"through CachedRunner {later_cr:.3f} s ({later_cr / plain:.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

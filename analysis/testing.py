@@ -290,12 +290,13 @@ def _compare(label: str, want: Derived, got: Derived, rtol: float, where: str) -
     for stat, (wv, wg) in _all_statistics(want).items():
         gv, gg = got_stats[stat]
         # One scale per statistic: the largest of its value and gradients.
-        scale = max([abs(wv)] + [abs(v) for v in wg.values()] + [1e-300])
+        # (finite ones only: a statistic undefined on 0 events, NaN, scales nothing)
+        scale = max([abs(v) for v in (wv, *wg.values()) if math.isfinite(v)] + [1e-300])
         if stat.endswith((".skew", ".kurtosis", ".corr")):
             scale = max(scale, 1.0)
         pairs = [("value", wv, gv)] + [(f"d/d{k}", wg[k], gg[k]) for k in want.names]
         for what, a, b in pairs:
-            if math.isnan(a) and math.isnan(b):
+            if a == b or (math.isnan(a) and math.isnan(b)):  # (0.0 vs 0.0 on 0 events)
                 continue
             if not abs(a - b) <= rtol * scale:
                 raise AssertionError(

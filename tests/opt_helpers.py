@@ -130,14 +130,17 @@ def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None)
 
 
 def comparable_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """History entries without their wall times (which differ between runs); widths as a
-    list in cut order (results.json keys them by cut, the checkpoint lists them)."""
+    """History entries without their wall times (which differ between runs) and their
+    hard-cut values (``hard``, ``hard_held_out``: evaluated after the loop, so in
+    results.json only, not in the checkpoint); widths as a list in cut order
+    (results.json keys them by cut, the checkpoint lists them)."""
 
     def widths(w: Any) -> Any:
         return list(w.values()) if isinstance(w, dict) else w
 
     return [
-        {k: widths(v) if k == "widths" else v for k, v in entry.items() if k != "wall_time_s"}
+        {k: widths(v) if k == "widths" else v for k, v in entry.items()
+         if k not in ("wall_time_s", "hard", "hard_held_out")}
         for entry in history
     ]
 

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "analysis.compilecache": 0,  # JAX's persistent compilation cache (standard library only)
     "analysis.childenv": 0,  # a child process's environment (standard library only)
     "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
+    "analysis.jsonsafe": 0,  # strict, bounded JSON reading (standard library only)
     "analysis.allocator": 0,  # glibc's malloc thresholds (standard library only)
     "analysis.forkguard": 0,  # refusing JAX work after a fork (standard library only)
     "analysis._compat": 0,  # the one place that reads private JAX state

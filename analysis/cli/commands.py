@@ -9,21 +9,18 @@ raised as :class:`~analysis.errors.DiffcoffeaError` (the command line prints one
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from analysis.cli.jsonout import json_safe, write_json
+from analysis.cli.paramargs import _parse_sets, parse_grid
 from analysis.cli.startup import start_up_done
-from analysis.config.loader import Config, load_config
+from analysis.config.loader import load_config
 from analysis.errors import DiffcoffeaError
-from analysis.limits import MAX_GRID_POINTS
-
-if TYPE_CHECKING:
-    import numpy as np
+from analysis.jsonsafe import read_json
 
 __all__ = [
     "claim_run",
@@ -38,21 +35,6 @@ __all__ = [
     "status_lines",
     "write_json",
 ]
-
-
-def _parse_sets(items: list[str]) -> dict[str, float]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out[name.strip()] = float(value)
-        except ValueError:
-            raise DiffcoffeaError(f"--set {item!r}: expected NAME=NUMBER") from None
-        if not math.isfinite(out[name.strip()]):
-            raise DiffcoffeaError(f"--set {item!r}: expected a finite number")
-    return out
 
 
 def output_dir(config, args) -> Path:
@@ -87,7 +69,7 @@ def cmd_evaluate(args) -> int:
         from analysis.driver.standardise import standardise_scores
 
         standardise_scores(config)
-    overrides = _parse_sets(args.set)
+    overrides = _parse_sets(args.set, config)
     start = time.perf_counter()
     with claim_run(config, args), make_evaluator(config, args) as ev:
         order, note = _evaluate_order(ev.plan)
@@ -104,7 +86,8 @@ def cmd_evaluate(args) -> int:
         if config.histograms:  # the configured histograms at the selection
             from analysis.optimize.lksection import histograms_section
 
-            report["histograms"] = histograms_section(config, ev.plan, states)
+            report["histograms"] = histograms_section(
+                config, ev.plan, states, {**config.initial_params(), **overrides})
         if config.likelihood is not None:  # templates, Z and dZ/dparam at these parameters
             from analysis.optimize.lksection import likelihood_section
 
@@ -172,6 +155,9 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
     """
     from analysis.cli.outdir import claim_output
     from analysis.optimize.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
+    if getattr(args, "resume", False) and getattr(args, "overwrite", False):
+        raise DiffcoffeaError("--resume and --overwrite contradict each other (continue the "
+                              "checkpoint, or delete it and start over); give one")
     out = output_dir(config, args)
     claim = claim_output(out, command=args.command)
     if args.command != "optimize" or args.resume:
@@ -236,46 +222,6 @@ def same_config_checkpoint(path: Path, config) -> bool:
 # --- optimize and scan ---------------------------------------------------------------
 
 
-def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:
-    """``["name=lo:hi:n", ...]`` to ``{name: values}`` (inclusive, evenly spaced)."""
-    import numpy as np
-
-    grid: dict[str, np.ndarray] = {}
-    sizes: dict[str, int] = {}
-    for item in items:
-        name, sep, spec = item.partition("=")
-        parts = spec.split(":")
-        try:
-            if not sep or len(parts) != 3:
-                raise ValueError
-            lo, hi, n = float(parts[0]), float(parts[1]), int(parts[2])
-            if n < 1 or not np.isfinite([lo, hi]).all():
-                raise ValueError
-        except ValueError:
-            raise DiffcoffeaError(
-                f"--grid {item!r}: expected NAME=LOW:HIGH:N with finite LOW, HIGH and N >= 1, "
-                "e.g. jet_pt_min=20:100:17"
-            ) from None
-        if name not in config.parameters:
-            raise DiffcoffeaError(
-                f"--grid {item!r}: unknown parameter {name!r}; parameters: {', '.join(config.parameters)}"
-            )
-        sizes[name] = n
-    if not sizes:
-        raise DiffcoffeaError("scan: give at least one --grid NAME=LOW:HIGH:N")
-    points = math.prod(sizes.values())  # checked before any grid array is made
-    if points > MAX_GRID_POINTS:
-        raise DiffcoffeaError(
-            f"--grid: {' x '.join(map(str, sizes.values()))} = {points} points; at most "
-            f"{MAX_GRID_POINTS} (docs/guide/limits.md)"
-        )
-    for item in items:
-        name, _, spec = item.partition("=")
-        lo, hi, _n = spec.split(":")
-        grid[name] = np.linspace(float(lo), float(hi), sizes[name])
-    return grid
-
-
 def run_optimize(args) -> int:
     """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
     objective, how the run ended, per-dataset statistics) and plots in the output directory
@@ -302,6 +248,7 @@ def _run_optimize(args, config, plotter) -> int:
     from analysis.cli.plots import histogram_data, plot_scores
     from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
     from analysis.cli.units import units_of
+    from analysis.optimize.keepbest import keep_best_report
     from analysis.optimize.loop import Optimization
     from analysis.pipeline.results import MIN_EFFECTIVE_EVENTS, dataset_report
 
@@ -309,6 +256,9 @@ def _run_optimize(args, config, plotter) -> int:
         from analysis.driver.standardise import standardise_scores
 
         standardise_scores(config)
+    from analysis.driver.autowidth import auto_widths
+
+    auto = auto_widths(config)  # trainable thresholds without a width: from the data
     outdir = output_dir(config, args)
     quiet = args.quiet
     args.quiet = True  # per-pass coffea bars would drown the step bar
@@ -349,6 +299,7 @@ def _run_optimize(args, config, plotter) -> int:
                 if b  # a learned score's weights are unbounded
             },
             "widths": named_widths(config, run.w0),
+            "auto_widths": auto,
             "units": units_of(config),
             "optimizer": config.optimizer.model_dump(mode="json"),
             "steps_run": run.step,
@@ -358,6 +309,7 @@ def _run_optimize(args, config, plotter) -> int:
             "uncertainty": checks["uncertainty"],
             "hard_all": {"objective": checks["hard_all"],
                          "significance": checks["significance_all"]},
+            "keep_best": keep_best_report(run.tracked),
             "history": [{**h, "widths": named_widths(config, h["widths"])} for h in run.history],
             "final": final,
             "parameters": final["soft"]["parameters"],
@@ -410,7 +362,8 @@ def _run_optimize(args, config, plotter) -> int:
         if config.histograms:  # at the final hard cuts
             from analysis.optimize.lksection import histograms_section
 
-            report["histograms"] = histograms_section(config, run.plan, run.final_hard_states)
+            report["histograms"] = histograms_section(config, run.plan, run.final_hard_states,
+                                                      final["hard"]["parameters"])
         write_json(outdir / "results.json", report)
         exported = _export(report, outdir)  # the final hard-cut model, for pyhf and Combine
         if run.plan.scores:  # the trained networks, data only (score_NAME.npz)
@@ -507,6 +460,7 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     (and what to change), parameters at a bound, the hard-cut objective before and
     after, the soft/hard gap."""
     from analysis.cli.tables import fmt_number
+    from analysis.cli.trustlines import trust_lines
 
     st = report["status"]
     if st["converged"]:
@@ -551,6 +505,7 @@ def status_lines(report: dict[str, Any]) -> list[str]:
             "smaller optimizer.anneal.final_width_factor"
         )
     lines.extend(_mc_lines(report))
+    lines.extend(trust_lines(report))  # keep-best's choice, the relaxation gap
     return lines
 
 
@@ -592,23 +547,7 @@ def _mc_lines(report: dict[str, Any]) -> list[str]:
         if val["gap_sigma"] is not None:
             line += (f"; gap {fmt_number(val['gap'])} ({fmt_number(val['gap_sigma'])} sigma)")
         lines.append(line + f": {val['message']}")
-        if val.get("keep_best"):
-            lines.append(_best_step_line(val, report["steps_run"]))
     return lines
-
-
-def _best_step_line(val: dict[str, Any], steps_run: int) -> str:
-    """What ``optimizer.validation.keep_best`` chose (results.json's ``validation.best_step``)."""
-    from analysis.cli.tables import fmt_number
-
-    best = val.get("best_step")
-    if best is None:
-        return ("keep_best: no step has a defined held-out hard-cut objective; "
-                "the last point is reported")
-    entry = next(e for e in val["history"] if e["step"] == best)
-    where = "the last point" if best == steps_run else f"step {best} of {steps_run}"
-    return (f"keep_best: reported point is {where} (best held-out hard-cut objective "
-            f"{fmt_number(entry['held_out'])} of {len(val['history'])} checked)")
 
 
 def _best_line(best: dict[str, Any] | None) -> str:
@@ -642,7 +581,7 @@ def run_scan(args) -> int:
         write_json(outdir / "scan.json", result)
         results = outdir / "results.json"
         if results.exists():  # keep the scan beside an optimisation's results
-            data = json.loads(results.read_text())
+            data = read_json(results, "results file (JSON)", error=DiffcoffeaError)
             data["scan"] = result
             write_json(results, data)
     if not args.quiet:

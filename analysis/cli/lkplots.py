@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.cli.outdir import inside
 from analysis.cli.plots import _per_width, _pyplot, _save, _stack_yscale
 
 __all__ = ["plot_likelihood", "pulls_data", "pulls_figure", "template_data", "templates_figure",
@@ -196,7 +197,7 @@ def plot_likelihood(
     for name, fig in figures:
         if fig is None:
             continue
-        path = Path(outdir) / name
+        path = inside(outdir, name)  # names are checked at load; never outside outdir
         _save(fig, path)
         plt.close(fig)
         written.append(path)

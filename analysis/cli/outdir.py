@@ -26,11 +26,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from analysis.errors import DiffcoffeaError
+from analysis.jsonsafe import parse_json
 
-__all__ = ["LOCK", "OutputError", "check_output_dir", "claim_output"]
+__all__ = ["LOCK", "LOCK_WAIT_S", "OutputError", "check_output_dir", "claim_output", "inside"]
 
 LOCK = ".diffcoffea.lock"
 PID_MAX = 2**22  # Linux's largest possible pid_max
+#: Longest wait for the lock file's flock (our runs hold it for microseconds; another
+#: process holding it longer is reported at once, then refused after this many seconds).
+LOCK_WAIT_S = 30.0
 _HELD: set[str] = set()  # lock files held by this process
 
 
@@ -99,9 +103,53 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def inside(outdir: str | os.PathLike, name: str) -> Path:
+    """``outdir / name`` if it resolves inside ``outdir`` (and ``name`` is one plain file
+    name); else :class:`OutputError` in one line. The config's names are checked at load
+    (:mod:`analysis.config.names`); this is the second line of defence for every file a
+    name becomes."""
+    base = Path(outdir).resolve()
+    path = base
+    plain = "\0" not in name and os.sep not in name and name not in ("", ".", "..")
+    if plain:
+        try:
+            path = (base / name).resolve()
+        except (OSError, ValueError):
+            plain = False
+    if not plain or path.parent != base:
+        raise OutputError(f"{outdir}: refusing to write {name[:80]!r}: not a plain file name "
+                          "inside the output directory")
+    return path
+
+
+def _lock_wait(fd: int, path: Path, wait_s: float) -> None:
+    """Take the exclusive flock of ``fd``; if another process holds it, say so in one line
+    on stderr and wait up to ``wait_s`` seconds, then refuse in one line."""
+    import sys
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    print(f"diffcoffea: waiting for {path}: another process holds its lock (flock); "
+          f"giving up after {wait_s:g} s", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(min(0.05, wait_s))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            continue
+    raise OutputError(f"{path}: another process has held the lock (flock) for more than "
+                      f"{wait_s:g} s; is another run stuck? delete the lock file if none runs")
+
+
 @contextlib.contextmanager
-def _flocked(path: Path) -> Iterator[int]:
-    """An fd of ``path`` (created if needed) under an exclusive flock, same inode as the path."""
+def _flocked(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[int]:
+    """An fd of ``path`` (created if needed) under an exclusive flock, same inode as the
+    path (waited on for at most ``wait_s`` seconds: :func:`_lock_wait`)."""
     while True:
         # never follow a symlink planted at the lock's path (it would be written through),
         # never wait on a FIFO planted there
@@ -117,7 +165,7 @@ def _flocked(path: Path) -> Iterator[int]:
             os.close(fd)
             raise OutputError(f"{path}: the lock file is not a regular file; delete it")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock_wait(fd, path, wait_s)
             try:
                 same = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:  # released (unlinked) while we waited
@@ -132,9 +180,9 @@ def _flocked(path: Path) -> Iterator[int]:
 def _read(fd: int) -> dict:
     os.lseek(fd, 0, os.SEEK_SET)
     raw = os.read(fd, 4096)
-    try:
-        info = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-    except (UnicodeDecodeError, ValueError, RecursionError):
+    try:  # strict (each key once): a lock with two pids is nobody's
+        info = parse_json(raw, "lock", error=ValueError) if raw.strip() else {}
+    except ValueError:
         info = {"pid": None}
     if not isinstance(info, dict):
         return {"pid": None}
@@ -146,9 +194,9 @@ def _read(fd: int) -> dict:
     return info
 
 
-def _acquire(lock: Path, me: dict, key: str, out: Path) -> None:
+def _acquire(lock: Path, me: dict, key: str, out: Path, wait_s: float) -> None:
     """Write ``me`` into the lock file unless a live run holds it (see :func:`claim_output`)."""
-    with _flocked(lock) as fd:
+    with _flocked(lock, wait_s) as fd:
         held = _read(fd)
         pid = held.get("pid")
         # Our own PID: a run of this process still holds it, or a dead process's lock
@@ -172,8 +220,10 @@ def _acquire(lock: Path, me: dict, key: str, out: Path) -> None:
 
 
 @contextlib.contextmanager
-def claim_output(path: str | os.PathLike, *, command: str = "run") -> Iterator[Path]:
-    """Check the output directory and hold its lock for the duration of the ``with`` block."""
+def claim_output(path: str | os.PathLike, *, command: str = "run",
+                 lock_wait_s: float = LOCK_WAIT_S) -> Iterator[Path]:
+    """Check the output directory and hold its lock for the duration of the ``with`` block
+    (``lock_wait_s``: the longest wait for another process's flock of the lock file)."""
     out = check_output_dir(path)
     lock = out / LOCK
     key = str(lock.resolve())
@@ -184,7 +234,7 @@ def claim_output(path: str | os.PathLike, *, command: str = "run") -> Iterator[P
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     try:
-        _acquire(lock, me, key, out)
+        _acquire(lock, me, key, out, lock_wait_s)
     except OSError as err:
         raise OutputError(f"{lock}: cannot take the lock: {err.strerror or err}") from None
     _HELD.add(key)
@@ -193,6 +243,6 @@ def claim_output(path: str | os.PathLike, *, command: str = "run") -> Iterator[P
     finally:
         _HELD.discard(key)
         if lock.exists():  # (deleted by hand: nothing to release, do not recreate it)
-            with contextlib.suppress(OSError, OutputError), _flocked(lock) as fd:
+            with contextlib.suppress(OSError, OutputError), _flocked(lock, lock_wait_s) as fd:
                 if _read(fd).get("pid") == me["pid"]:
                     os.unlink(lock)

@@ -9,7 +9,7 @@ weighted samples), and a log y axis when the contents span more than two decades
 tails, aside). A learned score's distribution for signal and background before and
 after, with its cut (:func:`plot_scores`, ``score_NAME.png``).
 
-``hist_signal_background.png`` (:func:`overlay_data`): signal and background of the
+``signal_background.png`` (:func:`overlay_data`): signal and background of the
 main observable together, at the initial (left) and the final (right) selection, in
 expected events per bin width: the backgrounds stacked (mplhep), the signal drawn on
 top of the stack and named. A per-object observable (``Jet.pt``) has one entry per
@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from analysis.cli.outdir import inside
 from analysis.cli.units import axis_label, lumi_label, observable_unit
 
 __all__ = [
+    "OVERLAY",
     "draw_histogram",
     "draw_overlay",
     "entries_noun",
@@ -41,6 +43,10 @@ __all__ = [
     "plot_scores",
     "score_cuts",
 ]
+
+
+#: The overlay's file: no ``hist_`` prefix, so that no dataset's ``hist_NAME.png`` is it.
+OVERLAY = "signal_background.png"
 
 
 def _save(fig, path: Path) -> None:
@@ -139,7 +145,7 @@ def plot_objective(report: dict[str, Any], outdir: Path) -> Path:
         ax.set_title(f"{end} after {status.get('steps_run', len(steps))} steps", fontsize=18)
     ax.legend(fontsize=16)
     fig.tight_layout()
-    path = Path(outdir) / "objective.png"
+    path = inside(outdir, "objective.png")
     _save(fig, path)
     plt.close(fig)
     return path
@@ -197,7 +203,7 @@ def plot_parameters(report: dict[str, Any], outdir: Path) -> Path | None:
         fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=15,
                    frameon=False)
         fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.6 * nrows + 0.8)))
-        path = Path(outdir) / "parameters.png"
+        path = inside(outdir, "parameters.png")
         _save(fig, path)
         plt.close(fig)
     return path
@@ -301,7 +307,7 @@ def plot_histograms(
     and ``w0`` if already computed (for the binning when the config gives none).
     ``norms``: per dataset ``xsec x lumi / sum of weights`` (as the yields): the
     histograms are then in expected events and the axis says so. With every dataset
-    normalised, also ``hist_signal_background.png`` (:func:`overlay_figure`).
+    normalised, also ``signal_background.png`` (:func:`overlay_figure`).
     :func:`histogram_data` (the pass) then :func:`draw_histogram` per dataset and
     :func:`draw_overlay`."""
     data = histogram_data(evaluator, config, initial, w0, final,
@@ -391,14 +397,14 @@ def draw_histogram(data: dict[str, Any], ds: str, outdir: Path) -> Path:
                  fontsize=18, loc="left")
     ax.legend(fontsize=14, title=data["legend_title"], title_fontsize=13)
     fig.tight_layout()
-    path = Path(outdir) / f"hist_{ds}.png"
+    path = inside(outdir, f"hist_{ds}.png")
     _save(fig, path)
     plt.close(fig)
     return path
 
 
 def draw_overlay(data: dict[str, Any], outdir: Path) -> Path | None:
-    """``hist_signal_background.png`` from :func:`histogram_data`'s ``data``
+    """``signal_background.png`` from :func:`histogram_data`'s ``data``
     (:func:`overlay_figure`); its path, None where there is nothing to draw."""
     if data["overlay"] is None:
         return None
@@ -406,7 +412,7 @@ def draw_overlay(data: dict[str, Any], outdir: Path) -> Path | None:
     fig = overlay_figure(*data["overlay"], xlabel=data["xlabel"], lumi=data["lumi"])
     if fig is None:
         return None
-    path = Path(outdir) / "hist_signal_background.png"
+    path = inside(outdir, OVERLAY)
     _save(fig, path)
     plt.close(fig)
     return path
@@ -446,7 +452,7 @@ def lumi_text(lumi: float) -> str:
 
 def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
                  noun: str = "events", unit: str = "") -> dict[str, Any]:
-    """What one panel of ``hist_signal_background.png`` draws, from ``{dataset:
+    """What one panel of ``signal_background.png`` draws, from ``{dataset:
     hist.Hist}``: ``edges``, ``backgrounds`` ``{dataset: values}`` (stacked, smallest
     first), ``signal`` ``{dataset: values}``, ``signal_label``, ``ylabel``; every value in
     expected entries (``norms[dataset] x sum of weights``) per unit of x (``/ GeV``) on
@@ -472,7 +478,7 @@ def overlay_data(hists: dict[str, Any], config, norms: dict[str, float], *,
 
 def overlay_figure(before: dict[str, Any], after: dict[str, Any], *, xlabel: str,
                    lumi: float):
-    """The figure of ``hist_signal_background.png``: :func:`overlay_data` of the initial
+    """The figure of ``signal_background.png``: :func:`overlay_data` of the initial
     (left) and final (right) selection, backgrounds stacked (filled), the signal on top of
     the stack (a red line), a log y axis where the contents span more than two decades.
     None when there is neither signal nor background."""
@@ -629,7 +635,7 @@ def plot_scores(
             ax.legend(fontsize=12)
         axes[0].set_ylabel(f"fraction of weight / {(e[1] - e[0]):.3g}")
         fig.tight_layout()
-        paths.append(Path(outdir) / f"score_{spec.name}.png")
+        paths.append(inside(outdir, f"score_{spec.name}.png"))
         _save(fig, paths[-1])
         plt.close(fig)
     return paths

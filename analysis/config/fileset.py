@@ -23,7 +23,6 @@ and the key.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -125,19 +124,13 @@ def _check(dataset: dict[str, Any], where: str) -> None:
 
 
 def _read(path: Path, where: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILESET_BYTES + 1)
-    except FileNotFoundError:
+    """The fileset JSON at ``path``: a regular file of at most :data:`MAX_FILESET_BYTES`
+    (a FIFO, ``/dev/zero`` or a directory refused at once), each key once per object."""
+    from analysis.jsonsafe import read_json
+
+    if not os.path.lexists(path):
         return _bad(where, f"no such file {str(path)!r}")
-    except OSError as err:
-        return _bad(where, f"cannot read {str(path)!r}: {err.strerror or err}")
-    if len(raw) > MAX_FILESET_BYTES:
-        return _bad(str(path), f"larger than {MAX_FILESET_BYTES} bytes; not a fileset")
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        return _bad(str(path), f"not a JSON fileset ({err})")
+    return read_json(path, "JSON fileset", max_bytes=MAX_FILESET_BYTES)
 
 
 def expand_datasets(

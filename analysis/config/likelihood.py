@@ -41,12 +41,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from analysis.config.histograms import (
+    BinsConfig,
+    HistogramConfig,
+    edge_parameters,
+    is_edge_parameter,
+)
 from analysis.config.schema import _fail, _Model
 from analysis.errors import first_line
 from analysis.extras import missing
 from analysis.limits import KAPPA_MAX, regular_file
 from analysis.select import exprs
-from analysis.spec.edges import check_edges
 
 if TYPE_CHECKING:
     from analysis.likelihood import Model
@@ -63,61 +68,13 @@ __all__ = [
     "WeightConfig",
     "build_model",
     "check_likelihood",
+    "edge_parameters",
+    "is_edge_parameter",
     "model_states",
     "parse_factor",
     "shape_systematics",
     "state_key",
 ]
-
-
-class BinsConfig(_Model):
-    """``n`` equal bins from ``lo`` to ``hi``."""
-
-    n: int = Field(ge=1, le=100000)
-    lo: float
-    hi: float
-
-    @model_validator(mode="after")
-    def _check(self) -> BinsConfig:
-        if not self.lo < self.hi:
-            raise _fail("hi", f"expected lo < hi, got lo = {self.lo:g}, hi = {self.hi:g}")
-        return self
-
-
-class HistogramConfig(_Model):
-    """A soft histogram of the expression ``x`` with ``edges`` or ``bins``."""
-
-    name: str = Field(min_length=1)
-    x: str
-    edges: list[float] | None = None
-    bins: BinsConfig | None = None
-
-    @field_validator("x")
-    @classmethod
-    def _expr(cls, v: str) -> str:
-        exprs.parse(v)  # syntax (a ValueError names the problem); sets checked by Config
-        return v
-
-    @field_validator("edges")
-    @classmethod
-    def _edges(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None:
-            check_edges(v, "edges")
-        return v
-
-    @model_validator(mode="after")
-    def _check(self) -> HistogramConfig:
-        if (self.edges is None) == (self.bins is None):
-            raise _fail("edges", "give exactly one of 'edges: [...]' or 'bins: {n, lo, hi}'")
-        return self
-
-    def bin_edges(self) -> tuple[float, ...]:
-        """The edges as floats (``bins`` expanded: ``lo + i (hi - lo) / n``)."""
-        if self.edges is not None:
-            return tuple(float(e) for e in self.edges)
-        b = self.bins
-        assert b is not None
-        return tuple(b.lo + i * (b.hi - b.lo) / b.n for i in range(b.n)) + (float(b.hi),)
 
 
 class _Systematic(_Model):

@@ -25,6 +25,7 @@ from analysis.config import likelihood as _lk
 from analysis.config.cutkeys import CutKeys
 from analysis.config.errorformat import _LIMITS, _TYPE_NAMES, _format_error  # noqa: F401
 from analysis.config.inputs import DatasetConfig, EngineConfig, ExecutorConfig, GenerateConfig
+from analysis.config.names import check_names
 from analysis.config.observables import _EXPR, HistConfig, ObservableConfig  # noqa: F401
 from analysis.config.optimizer import (  # noqa: F401  (re-exported)
     AnnealConfig,
@@ -187,6 +188,7 @@ class Config(_Model):
         for name, ch in (self.likelihood.channels.items() if self.likelihood else ()):
             self._check_entries(ch.selection, f"likelihood.channels.{name}.selection.{{}}".format)
         _lk.check_likelihood(self, sets)
+        check_names(self)  # names that become paths, ROOT keys, datacard tokens
         self._check_observables(sets)
         for where, msg in check_scores(self):
             raise _fail(where, msg)
@@ -246,20 +248,29 @@ class Config(_Model):
             self._score_params = score_parameters(self)
         return self._score_params
 
+    def learned_parameters(self) -> list[tuple[str, float, bool]]:
+        """``[(name, init, trainable)]`` after the declared parameters: the scores'
+        (:meth:`score_parameters`), then the histograms' trainable interior edges
+        ``NAME.edges[i]`` (:func:`analysis.config.likelihood.edge_parameters`)."""
+        return self.score_parameters() + _lk.edge_parameters(self)
+
     def trainable_names(self) -> list[str]:
         """Names of trainable parameters, in declaration order."""
         return [name for name, p in self.parameters.items() if p.trainable] + [
-            n for n, _, t in self.score_parameters() if t]
+            n for n, _, t in self.learned_parameters() if t]
 
     def initial_params(self) -> dict[str, float]:
         """Initial values of all parameters (trainable or not), in declaration order."""
         out = {name: float(p.init) for name, p in self.parameters.items()}
-        out.update((n, v) for n, v, _ in self.score_parameters())
+        out.update((n, v) for n, v, _ in self.learned_parameters())
         return out
 
     def bounds_of(self, name: str) -> tuple[float, float] | None:
-        """Bounds of parameter ``name`` (None if unbounded); KeyError if unknown."""
+        """Bounds of parameter ``name`` (None if unbounded: a score's weights; trainable
+        edges, kept in order by the optimiser's parametrisation); KeyError if unknown."""
         if name.startswith(SCORE_PREFIX) and name not in self.parameters:
+            return None
+        if name not in self.parameters and _lk.is_edge_parameter(self, name):
             return None
         return self.parameters[name].bounds
 

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from analysis.config.schema import _fail, _Model
 from analysis.config.terms import ObjectiveTerm
+from analysis.limits import MAX_REPLICAS
 
 __all__ = [
     "AnnealConfig",
@@ -43,6 +44,11 @@ class OutputConfig(_Model):
     hessian: bool = False
 
 
+#: optax schedule arguments that count steps and must be positive integers (a
+#: ``decay_steps: 0`` was a traceback in optax on the first step).
+STEP_KWARGS = ("decay_steps", "transition_steps")
+
+
 class ScheduleConfig(_Model):
     """An optax learning-rate schedule: ``optax.<name>(**kwargs)``."""
 
@@ -50,6 +56,16 @@ class ScheduleConfig(_Model):
     kwargs: dict[str, Any] = {}
 
     _kwargs = field_validator("kwargs")(_finite_kwargs)
+
+    @field_validator("kwargs")
+    @classmethod
+    def _steps(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in STEP_KWARGS:
+            value = v.get(key)
+            if key in v and (isinstance(value, bool) or not isinstance(value, (int, float))
+                             or not float(value).is_integer() or value < 1):
+                raise _fail(key, f"expected a whole number of steps >= 1, got {value!r}")
+        return v
 
 
 class AnnealConfig(_Model):
@@ -68,7 +84,8 @@ class ValidationConfig(_Model):
     training events (weights x 1/(1 - fraction)); the hard-cut objective is evaluated on
     both parts at the start and the end, and with ``every: N`` at every N-th step
     (results.json's ``validation.history``); ``keep_best`` reports the step with the best
-    held-out hard-cut objective instead of the last."""
+    held-out hard-cut objective instead of the last (the default already does:
+    ``optimizer.keep_best``)."""
 
     fraction: float = Field(gt=0, lt=1)
     # |gap| / its MC standard deviation above which the report says the optimisation
@@ -113,7 +130,11 @@ class OptimizerConfig(_Model):
     # the validation split; None (the default): every event trains
     validation: ValidationConfig | None = None
     # Poisson-bootstrap replicas for the hard-cut objective's MC uncertainty (0: none)
-    replicas: int = Field(default=50, ge=0)
+    replicas: int = Field(default=50, ge=0, le=MAX_REPLICAS)
+    # report the step with the best hard-cut objective (held-out part with validation,
+    # else the training events), never a point worse than the start; false: the last
+    # point (analysis.optimize.keepbest)
+    keep_best: bool = True
 
 
 # One class per objective term (validation and value), told apart by ``type``.

@@ -43,11 +43,25 @@ def _one_of(obj: BaseModel, a: str, b: str) -> None:
         raise _fail("", f"needs one of '{a}' or '{b}'")
 
 
-def _check_width(cls: type, v: float) -> float:
-    """Shared field validator: a cut width must be >= 0 (0 means a hard cut)."""
-    if not v >= 0:
-        raise ValueError(f"width must be >= 0, got {v}")
+def _check_width(cls: type, v: float | str | None) -> float | str | None:
+    """Shared field validator: a cut width is a number >= 0 (0 means a hard cut),
+    ``auto`` (from the data: :mod:`analysis.driver.autowidth`) or left out."""
+    if v is None or v == "auto":
+        return v
+    if isinstance(v, str) or not v >= 0:
+        raise ValueError(f"width must be a number >= 0 or 'auto', got {v!r}")
     return v
+
+
+#: a cut's width as written: a number, ``auto`` or None (left out)
+Width = float | Literal["auto"] | None
+
+
+def _cut_width(width: Width, trainable: bool) -> float:
+    """The width in force before the data is read: a number as given; ``auto`` or left
+    out on a trainable threshold: 0 until ``optimize`` fills it in from the data
+    (:func:`analysis.driver.autowidth.auto_widths`), and 0 (hard) elsewhere."""
+    return 0.0 if width is None or width == "auto" else float(width)
 
 
 class ParameterConfig(_Model):
@@ -88,7 +102,8 @@ class CutConfig(CutKeys):
 
     var: str
     op: Op
-    width: float = 0.0
+    # None (left out) on a trainable threshold: from the data, as 'auto'
+    width: Width = None
 
     @field_validator("var")
     @classmethod
@@ -97,7 +112,18 @@ class CutConfig(CutKeys):
             raise ValueError(f"invalid variable '{v}'; expected a field name like pt or abs_eta")
         return v
 
-    _width = field_validator("width")(_check_width)
+    _width = field_validator("width", mode="before")(_check_width)
+
+    def effective_width(self) -> float:
+        """The width in force (:func:`_cut_width`)."""
+        return _cut_width(self.width, self.param is not None)
+
+    @property
+    def wants_auto_width(self) -> bool:
+        """Whether ``optimize`` sets this cut's width from the data: ``auto``, or left
+        out on a threshold that is a parameter."""
+        return self.width == "auto" or (self.width is None and any(
+            p is not None for p, _ in self.thresholds()))
 
 
 class ObjectSelectionConfig(_Model):
@@ -121,13 +147,10 @@ class _EventCondition(CutKeys):
     take ``>``, ``>=``, ``<``, ``<=``, ``==``; ``==`` is for counts only."""
 
     var: str | None = None
-    width: float | None = None
+    width: Width = None
     op: Literal[cuts.OPS + ("==",)]  # type: ignore[valid-type]
 
-    @field_validator("width")
-    @classmethod
-    def _width(cls, v: float | None) -> float | None:
-        return v if v is None else _check_width(cls, v)
+    _width = field_validator("width", mode="before")(_check_width)
 
     @model_validator(mode="after")
     def _check(self) -> _EventCondition:
@@ -155,10 +178,20 @@ class _EventCondition(CutKeys):
 
     def effective_width(self) -> float:
         """The width in force: as given, else 1.0 for count cuts (the smoothed integer
-        step of :func:`analysis.select.pbinom.integer_step`) and 0.0 (hard) for var cuts."""
-        if self.width is not None:
-            return self.width
-        return 1.0 if getattr(self, "count", None) is not None else 0.0
+        step of :func:`analysis.select.pbinom.integer_step`; ``auto`` too) and for var
+        cuts :func:`_cut_width` (0 until ``optimize`` reads it from the data)."""
+        if getattr(self, "count", None) is not None:
+            return 1.0 if self.width is None or self.width == "auto" else float(self.width)
+        return _cut_width(self.width, self.param is not None)
+
+    @property
+    def wants_auto_width(self) -> bool:
+        """Whether ``optimize`` sets this condition's width from the data (a var cut
+        with ``width: auto``, or without a width on a parameter threshold)."""
+        if getattr(self, "count", None) is not None:
+            return False
+        return self.width == "auto" or (self.width is None and any(
+            p is not None for p, _ in self.thresholds()))
 
 
 class EventCutConfig(_EventCondition):

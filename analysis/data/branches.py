@@ -25,11 +25,34 @@ def required_branches(plan: Any) -> dict[str, tuple[str, ...]]:
     return {c: tuple(f) for c, f in plan.sets.fields}
 
 
+#: RNTuple field types of one value per object (uproot's ``RField.typename``).
+_VECTOR_TYPES = ("std::vector<", "ROOT::RVec<", "ROOT::VecOps::RVec<")
+
+
+def _flat_field(ntuple: Any, required: dict[str, tuple[str, ...]]) -> str | None:
+    """An RNTuple's ``C_<field>`` that is one value per event (``double``, not
+    ``std::vector<double>``): coffea's words for it are ``KeyError: missing key
+    'content'``. Other problems of an RNTuple are left to coffea."""
+    keys = set(ntuple.keys())
+    for coll, fields in required.items():
+        for f in dict.fromkeys((*fields, *VECTOR_FIELDS)):
+            name = f"{coll}_{f}"
+            if name not in keys:
+                continue
+            typename = str(getattr(ntuple[name], "typename", ""))
+            if typename and not typename.startswith(_VECTOR_TYPES):
+                return (f"field {name!r} is a flat field ({typename}: one value per event), "
+                        f"not one value per {coll} object (std::vector)")
+    return None
+
+
 def branch_problem(tree: Any, required: dict[str, tuple[str, ...]]) -> str | None:
     """One line naming the first missing or inconsistent branch of ``tree`` (an uproot
     TTree) for ``required`` (:func:`required_branches`), or ``None``."""
+    if required and getattr(tree, "classname", None) == "ROOT::RNTuple":
+        return _flat_field(tree, required)
     if not required or getattr(tree, "classname", None) != "TTree":
-        return None  # (an RNTuple's collections are fields, not counter + branches)
+        return None
     keys = set(tree.keys())
     for coll, fields in required.items():
         counter = f"n{coll}"

@@ -319,6 +319,10 @@ def file_paths(outdir: str | os.PathLike[str], process: str, n_files: int) -> li
     return [Path(outdir) / f"{process}_{i:03d}.root" for i in range(n_files)]
 
 
+#: Largest manifest read (a few hundred bytes are written).
+MAX_MANIFEST_BYTES = 1 << 16
+
+
 def manifest_path(outdir: str | os.PathLike[str], process: str) -> Path:
     """Path of the JSON manifest written by :func:`ensure_dataset` for ``process``."""
     return Path(outdir) / f"{process}_manifest.json"
@@ -470,10 +474,11 @@ def ensure_dataset(
     wanted = _manifest(process, n_events, n_files, seed)
     paths = file_paths(outdir, process, n_files)
     mpath = manifest_path(outdir, process)
-    try:
-        current = json.loads(mpath.read_text())
-    except (OSError, ValueError):
-        current = None
+    from analysis.jsonsafe import read_optional_json
+
+    # a FIFO or a link to /dev/zero: one line; missing or damaged: written again
+    current = read_optional_json(mpath, "generated dataset's manifest", error=InputError,
+                                 max_bytes=MAX_MANIFEST_BYTES)
     if current == wanted and all(p.is_file() for p in paths):
         return paths
 

@@ -32,6 +32,7 @@ __all__ = [
     "Executors",
     "connect",
     "parsl_config",
+    "parsl_run_dir",
     "worker_threads_env",
 ]
 
@@ -140,21 +141,49 @@ def parsl_config(workers: int, *, run_dir: str | None = None) -> Any:
             provider=LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1,
                                    worker_init=f"export {exports}"),
         )],
-        run_dir=run_dir or os.path.join(os.path.expanduser("~"), ".cache", "diffcoffea",
-                                        "parsl"),
+        run_dir=run_dir or parsl_run_dir(),
         strategy="none",
         initialize_logging=False,
     )
 
 
+def parsl_run_dir() -> str:
+    """Parsl's run directory: ``$XDG_CACHE_HOME/diffcoffea/parsl`` (else
+    ``~/.cache/diffcoffea/parsl``) if it can be created and written, else one under the
+    system's temporary directory (an unwritable or missing HOME is no traceback)."""
+    import tempfile
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for where in (os.path.join(base, "diffcoffea", "parsl"),
+                  os.path.join(tempfile.gettempdir(), f"diffcoffea-{os.getuid()}", "parsl")):
+        try:
+            os.makedirs(where, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(where, os.W_OK | os.X_OK):
+            return where
+    return tempfile.mkdtemp(prefix="diffcoffea-parsl-")
+
+
+#: Largest ``executor.parsl_config`` file (a Python file of a few lines).
+MAX_PARSL_CONFIG_BYTES = 1 << 20
+
+
 def _user_parsl_config(path: str) -> Any:
-    """``config`` of the Python file ``path`` (executor.parsl_config)."""
+    """``config`` of the Python file ``path`` (executor.parsl_config): a regular file of
+    at most :data:`MAX_PARSL_CONFIG_BYTES` (a FIFO, ``/dev/zero`` or a directory, whose
+    ``__main__.py`` runpy would run, refused in one line), run as Python: it runs code,
+    as the config's author's (docs/guide/security.md)."""
     import runpy
 
     from parsl.config import Config
 
     from analysis.errors import ConfigError
+    from analysis.limits import regular_file
 
+    if os.path.lexists(path):
+        regular_file(path, "executor.parsl_config (a Python file)",
+                     max_bytes=MAX_PARSL_CONFIG_BYTES)
     try:
         found = runpy.run_path(path).get("config")
     except FileNotFoundError:

@@ -174,7 +174,8 @@ def resolve_fileset(
             path = config.resolve_path(entry)
             if _REMOTE.match(path):  # root://, https://, ...: to uproot as written
                 paths.append(path)
-            elif any(c in path for c in "*?["):
+            elif any(c in path for c in "*?[") and not os.path.lexists(path):
+                # a pattern; a file literally named so (tt[1].root) is read as written
                 matches = sorted(glob.glob(path))
                 if not matches:
                     raise InputError(f"{where}: no file matches {entry!r} (looked for {path})")

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from analysis.config.loader import Config
+from analysis.config.values import value_problem
 from analysis.data.branches import required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.faults import FAULTS_KEY, Fault, Faults
@@ -92,6 +93,7 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths, only_observables
 from analysis.pipeline.request import Replicas, Request
 from analysis.pipeline.results import DatasetState, log_enumeration
+from analysis.spec.edges import check_edges
 
 __all__ = [
     "SKHEP_CACHE",
@@ -222,7 +224,18 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             unknown = set(params) - set(values)
             if unknown:
                 raise InputError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+            for name, value in params.items():  # as --set and the config's init are
+                problem = value_problem(self.config, name, value, soft=True)
+                if problem is not None:
+                    raise InputError(f"parameter {name}: {problem}")
             values.update(params)
+        for h in self.config.histograms:  # trainable edges stay in order (--set, grids)
+            if h.trainable_edges:
+                try:
+                    check_edges(h.edges_at(values), f"histogram {h.name!r}: edges at the "
+                                f"parameters {', '.join(h.edge_names())}")
+                except ValueError as err:
+                    raise InputError(str(err)) from None
         theta = np.array([values[n] for n in self.plan.param_names], dtype=np.float64)
         w = np.asarray(initial_widths(self.config) if widths is None else widths, dtype=np.float64)
         return theta, w

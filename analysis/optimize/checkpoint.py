@@ -34,6 +34,7 @@ import numpy as np
 
 from analysis.data.atomic import atomic_open
 from analysis.errors import DiffcoffeaError
+from analysis.jsonsafe import parse_json
 
 __all__ = [
     "CHECKPOINT",
@@ -158,7 +159,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     try:
         if raw.dtype != np.uint8 or raw.ndim != 1:
             raise ValueError("state is not UTF-8 bytes")
-        state = json.loads(raw.tobytes().decode("utf-8"))
+        state = parse_json(raw.tobytes(), str(path), error=ValueError)  # each key once
     except RecursionError:  # e.g. a history entry nesting 200,000 arrays
         raise CheckpointError(f"{path}: corrupt checkpoint state (JSON nested too deeply)"
                               ) from None

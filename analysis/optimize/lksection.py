@@ -73,14 +73,46 @@ def _floats(a: Any) -> list[float]:
     return [float(v) for v in np.asarray(a, dtype=np.float64).reshape(-1)]
 
 
-def histograms_section(config: Any, plan: Any, states: dict[str, DatasetState]) -> dict:
+def _sumw_grads(config: Any, plan: Any, states: dict[str, DatasetState]) -> dict:
+    """``{dataset: {histogram: {param: [d sumw_b / d param per bin]}}}`` of the
+    normalised histograms (the chain rule through the states' Jacobian, as
+    :func:`likelihood_section`'s dZ/dparam); empty where the states carry none."""
+    import numpy as np
+
+    first = next(iter(states.values()), None)
+    if first is None or first.derived.jac is None or not first.derived.names:
+        return {}
+    names = first.derived.names
+    values, jacs = {}, {}
+    for name, st in states.items():
+        values[name], jacs[name], _ = st.taylor()
+    sumw = {n: st.sumw for n, st in states.items()}
+    events = {n: st.events for n, st in states.items()}
+
+    def bins(s):
+        stats = dataset_stats(config, plan, s, sumw, events)
+        return {ds: {h: st.sumw for h, st in d.get("histograms", {}).items()}
+                for ds, d in stats.items()}
+
+    _, grad, _ = derivatives(bins, values, jacs, None, order=1)
+    return {ds: {h: {p: [float(v) for v in np.asarray(g)[:, i]] for i, p in enumerate(names)}
+                 for h, g in per.items()} for ds, per in grad.items()}
+
+
+def histograms_section(config: Any, plan: Any, states: dict[str, DatasetState],
+                       params: dict[str, float] | None = None) -> dict:
     """results.json's ``histograms``: ``{name: {"x", "edges", "datasets": {DATASET:
-    {"sumw", "sumw2", "underflow": [sumw, sumw2], "overflow": [sumw, sumw2]}}}}`` of the
-    configured histograms at the selection, normalised as the yields (values only)."""
+    {"sumw", "sumw2", "underflow": [sumw, sumw2], "overflow": [sumw, sumw2],
+    "sumw_grad": {PARAM: [per bin]}}}}}`` of the configured histograms at the selection,
+    normalised as the yields; ``sumw_grad`` (d sumw / d param, trainable parameters) where
+    the states carry derivatives (``evaluate``; not the hard final states of
+    ``optimize``). ``edges``: trainable edges at ``params`` (the evaluated parameters;
+    None: the configured edges)."""
     values = {n: st.derived.value for n, st in states.items()}
     sumw = {n: st.sumw for n, st in states.items()}
     events = {n: st.events for n, st in states.items()}
     stats = dataset_stats(config, plan, values, sumw, events)
+    grads = _sumw_grads(config, plan, states)
     out = {}
     for h in config.histograms:
         per = {}
@@ -92,5 +124,8 @@ def histograms_section(config: Any, plan: Any, states: dict[str, DatasetState]) 
             per[ds] = {"sumw": _floats(st.sumw), "sumw2": _floats(st.sumw2),
                        "underflow": _floats([flow.underflow_sumw, flow.underflow_sumw2]),
                        "overflow": _floats([flow.overflow_sumw, flow.overflow_sumw2])}
-        out[h.name] = {"x": h.x, "edges": list(h.bin_edges()), "datasets": per}
+            g = grads.get(ds, {}).get(h.name)
+            if g is not None:
+                per[ds]["sumw_grad"] = g
+        out[h.name] = {"x": h.x, "edges": list(h.edges_at(params)), "datasets": per}
     return out

@@ -8,7 +8,9 @@ respect to the trainable parameters; then one update of the configured optimiser
 - Coordinates: the optimiser sees ``u = (theta - lower) / (upper - lower)``, so one
   learning rate suits a pT threshold in GeV and a b-tag score in [0, 1].
 - Bounds: projection. After each update ``u`` is clipped to [0, 1]; parameters
-  never leave their bounds.
+  never leave their bounds. Trainable bin edges are moved as logits of the bin widths
+  instead (:mod:`analysis.optimize.edgecoords`: ordered inside the outer edges by
+  construction).
 - Annealing: every cut width follows ``w_k = w_0 * f**(k / (A - 1))``
   (``exponential``) or ``w_0 * (1 - (1 - f) k / (A - 1))`` (``linear``), with
   ``f = anneal.final_width_factor`` and ``A = anneal.steps`` (default
@@ -49,16 +51,19 @@ from analysis.config.loader import Config
 from analysis.config.terms import TermReturnError
 from analysis.errors import ConfigError, DiffcoffeaError, LikelihoodError
 from analysis.optimize import checkpoint as _ckpt
+from analysis.optimize.edgecoords import with_edges
+from analysis.optimize.keepbest import track_hard, validation_entries
 from analysis.optimize.objectives import (
     Objective,
     bootstrap_uncertainty,
+    bootstrap_values,
     objective_from_states,
     step_observables,
 )
 from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
-from analysis.optimize.status import run_status, validation_gap
+from analysis.optimize.status import run_status
 from analysis.pipeline.plan import initial_widths
 from analysis.stats._stored import stored_call
 from analysis.stats.derive import choose_mode
@@ -196,15 +201,25 @@ class Coordinates:
         """Parameter values of unit coordinates."""
         return self.lower + np.asarray(u) * self.scale
 
+    def chain(self, u: Any, grad: Any, hess: Any = None) -> tuple[np.ndarray, Any]:
+        """Gradient (and Hessian) in unit coordinates from those in the parameters
+        (``u``: the point; the map is linear here, trainable edges' is not:
+        :mod:`analysis.optimize.edgecoords`)."""
+        g_u = np.asarray(grad) * self.scale
+        return g_u, None if hess is None else np.asarray(hess) * np.outer(self.scale,
+                                                                           self.scale)
+
 
 def config_fingerprint(config: Config) -> str:
     """Hash of everything that changes the optimisation (the checkpoint must match it).
 
     Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap) nor
-    ``optimizer.validation.every`` / ``keep_best`` (what is evaluated after the loop): the
+    ``optimizer.keep_best``, ``optimizer.validation.every`` / ``keep_best`` (what is
+    evaluated after the loop): the
     step budget is the path's length, not the path
     (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
-    after = {"steps": True, "replicas": True, "validation": {"every", "keep_best"}}
+    after = {"steps": True, "replicas": True, "keep_best": True,
+             "validation": {"every", "keep_best"}}
     data = config.model_dump(
         mode="json", exclude={"output": True, "executor": True, "optimizer": after}
     )
@@ -253,7 +268,7 @@ class Optimization:
             raise ConfigError(
                 f"{config.source}: parameters: nothing to optimise (no trainable parameter)"
             )
-        self.coords = Coordinates(config, names)
+        self.coords = with_edges(Coordinates(config, names), config)  # trainable edges
         described = update_description(config)  # what the transform is made from
         self.optimizer = make_optimizer(config)
         mask = score_mask(names)
@@ -302,13 +317,15 @@ class Optimization:
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.converged = False
-        #: with ``optimizer.validation.keep_best``: the step :meth:`validation_history`
-        #: chose (its parameters are the reported ones); else None
+        #: with keep-best (:mod:`analysis.optimize.keepbest`): the step
+        #: :meth:`validation_history` chose (its parameters are the reported ones); else None
         self.best_step: int | None = None
         #: and its parameters, which :meth:`final` then reports
         self.best_params: dict[str, float] | None = None
         #: passes over the data run by this object (a reused pass is not counted)
         self.passes = 0
+        #: :func:`analysis.optimize.keepbest.track_hard`'s result, once run
+        self.tracked: dict[str, Any] | None = None
         self._last: tuple | None = None
         self.last_states: dict | None = None
         #: the states of step 0 (initial parameters and widths, all chunks), if run here
@@ -456,9 +473,7 @@ class Optimization:
         if k == 0 and chunks is None and every:
             self.initial_states = self.last_states  # for the plots' initial histogram
         require_finite(res, k, self.outdir / CHECKPOINT)
-        scale = self.coords.scale
-        g_u = res["grad"] * scale
-        h_u = None if res["hess"] is None else res["hess"] * np.outer(scale, scale)
+        g_u, h_u = self.coords.chain(self.u, res["grad"], res["hess"])
         if self._update is not None:
             u, self.opt_state = self._update(jnp.asarray(g_u), self.opt_state,
                                              jnp.asarray(self.u), res["objective"])
@@ -608,19 +623,23 @@ class Optimization:
         return res
 
     def _hard_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
-                    wanted: set[tuple[int, str]] | None = None
+                    wanted: set[tuple[int, str]] | None = None, *, values_only: bool = False
                     ) -> dict[tuple[int, str], dict[str, Any]] | None:
         """The hard-cut objective at each of ``points`` on each of ``parts`` from ONE
         values pass (weight lanes, :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`):
         ``{(point index, part): objective_from_states(...) + {"uncertainty"}}``, the
         bootstrap uncertainty where ``(i, part)`` is in ``wanted`` (None: everywhere).
         Leaves :attr:`last_states` and :attr:`all_sumw` at the last point on all events
-        where "all" is a part. ``None`` where the replicas do not run (fewer than 2)."""
-        k = self.config.optimizer.replicas
+        where "all" is a part. ``None`` where the replicas do not run (fewer than 2).
+        ``values_only``: no uncertainty anywhere, the fewest replicas the pass takes (2;
+        their cost grows with the points: ~1 s a point with 50 on the demo's events)."""
+        k = 2 if values_only else self.config.optimizer.replicas
         if k < 2:
             return None
+        if values_only:
+            wanted = set()
         hard = [self.hard_params(p) for p in points]
-        need_totals = self._replica_totals is None
+        need_totals = self._replica_totals is None and not values_only
         # only the observables the objective reads, as the steps (the report's
         # statistics come from the final pass)
         reads = None if self.reverse else step_observables(self.objective, self.plan, 0)
@@ -645,6 +664,7 @@ class Optimization:
                 if wanted is None or (i, part) in wanted:
                     sums = {n: np.vstack([totals[n].part(part), r.lanes[i, part].sums])
                             for n, r in lanes.items()}
+                    out["replicas"] = bootstrap_values(self.objective, states, sums)
                     out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
                 res[i, part] = out
         finally:
@@ -657,52 +677,18 @@ class Optimization:
         return res
 
     def validation_history(self) -> list[dict[str, Any]] | None:
-        """``optimizer.validation.every: N``: the hard-cut objective on the training and
-        the held-out part, with their MC uncertainties, at steps 0, N, 2N, ... (each at
-        the parameters that step evaluated) and at the end (step :attr:`step`: the
-        parameters after the last update), in ONE values pass (:meth:`_hard_lanes`; a
-        pass per (step, part) where the replicas do not run on the lanes). Returns
-        ``[{"step", "train", "held_out", "significance": {...}, "uncertainty": {...},
-        "gap", "gap_sigma"}, ...]`` (None without ``every``), and with ``keep_best``
-        moves the parameters to the entry with the best (lowest) held-out hard-cut
-        objective, remembered in :attr:`best_step` (the earliest of equals; undefined
-        values never win), so that :meth:`final` reports that point."""
+        """The hard-cut objective at every step and at the end, in one values pass
+        (:func:`analysis.optimize.keepbest.track_hard`: kept in :attr:`tracked`; with
+        keep-best the parameters move to the best hard-cut point, which :meth:`final`
+        then reports). Returns results.json's ``validation.history`` with
+        ``optimizer.validation.every: N`` (or ``validation.keep_best``): steps 0, N,
+        2N, ... and the end, on the training and the held-out part (see
+        :func:`analysis.optimize.keepbest.validation_entries`); else None."""
+        self.tracked = track_hard(self)
         val = self.config.optimizer.validation
         if val is None or (val.every is None and not val.keep_best):
             return None
-        every = val.every or 1  # keep_best alone: every step is a candidate
-        steps = [k for k in range(0, len(self.history), every)]
-        points = [self.history[k]["parameters"] for k in steps]
-        if not steps or steps[-1] != self.step:  # the end: the parameters after the last update
-            steps.append(self.step)
-            points.append(self.params())
-        parts = ("train", "held_out")
-        lanes = self._hard_lanes(points, parts)
-        if lanes is None:
-            lanes = {(i, part): self.hard_on(p, part)
-                     for i, p in enumerate(points) for part in parts}
-        out = []
-        for i, k in enumerate(steps):
-            tr, ho = lanes[i, "train"], lanes[i, "held_out"]
-            gap, gap_sigma = validation_gap(tr["objective"], ho["objective"],
-                                            tr["uncertainty"], ho["uncertainty"])
-            out.append({
-                "step": k, "train": tr["objective"], "held_out": ho["objective"],
-                "significance": {"train": tr["significance"], "held_out": ho["significance"]},
-                "uncertainty": {"train": tr["uncertainty"], "held_out": ho["uncertainty"]},
-                "gap": gap, "gap_sigma": gap_sigma,
-            })
-        self.best_step = self.best_params = None
-        if val.keep_best:
-            defined = [(e["held_out"], j) for j, e in enumerate(out)
-                       if e["held_out"] is not None and np.isfinite(e["held_out"])]
-            if defined:
-                j = min(defined)[1]  # minimised; ties: the earliest step
-                self.best_step = out[j]["step"]
-                self.best_params = dict(points[j])
-                self.u = self.coords.clip(self.coords.to_u(
-                    [points[j][n] for n in self.coords.names]))
-        return out
+        return validation_entries(self.tracked, val.every or 1)
 
     def status(
         self, final: dict[str, Any], initial_hard: dict[str, Any] | None = None

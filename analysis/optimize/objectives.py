@@ -68,6 +68,7 @@ __all__ = [
     "dataset_norm",
     "dataset_stats",
     "bootstrap_uncertainty",
+    "bootstrap_values",
     "objective_from_states",
     "stat_paths",
     "step_observables",
@@ -352,6 +353,22 @@ def bootstrap_uncertainty(
     other statistics, a likelihood's templates or a user's function, are not
     replicated). dtypes: float64.
     """
+    value = bootstrap_values(objective, states, replicas)
+    if value is None:
+        return None
+    good = np.isfinite(value)
+    if good.sum() < max(2, value.size // 2):
+        return None
+    return float(np.std(value[good], ddof=1))
+
+
+def bootstrap_values(
+    objective: Objective, states: dict[str, DatasetState], replicas: dict[str, Any] | None
+) -> np.ndarray | None:
+    """The objective in each Poisson-bootstrap replica (:func:`bootstrap_uncertainty`'s
+    arguments; ``(K,)`` float64, NaN where undefined): replicas of two points drawn from
+    the same events are paired (the spread of their difference is its MC uncertainty).
+    ``None`` where :func:`bootstrap_uncertainty` has no replicas to read."""
     if replicas is None or not all(isinstance(t, SignificanceTerm) for t in objective.terms):
         return None
     values = {name: st.taylor()[0] for name, st in states.items()}
@@ -369,7 +386,4 @@ def bootstrap_uncertainty(
                        **dict(zip(YIELDS, (s1, s2), strict=True)), "sumw": sumw_k}
     b = sum(stats[n]["yield"] for n in objective.background)
     value = np.asarray(objective.value(stats), dtype=np.float64)
-    good = np.isfinite(value) & (np.asarray(b) > 0)
-    if good.sum() < max(2, value.size // 2):
-        return None
-    return float(np.std(value[good], ddof=1))
+    return np.where(np.isfinite(value) & (np.asarray(b) > 0), value, np.nan)

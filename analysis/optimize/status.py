@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["run_status", "validation_gap", "validation_report"]
+__all__ = ["relaxation_gap", "run_status", "validation_gap", "validation_report"]
 
 
 def run_status(
@@ -98,7 +98,56 @@ def run_status(
         "hard_objective": pair("objective"),
         "hard_significance": pair("significance"),
         "soft_hard_gap": gap,
+        "relaxation_gap": relaxation_gap(
+            soft.get("objective"), hard.get("objective"),
+            ((getattr(run, "tracked", None) or {}).get("chosen") or {}).get("uncertainty"),
+            widths=soft.get("widths") or [], converged=bool(run.converged),
+            factor=cfg.anneal.final_width_factor if cfg.anneal.schedule != "none" else 1.0,
+            steps=cfg.steps),
     }
+
+
+#: relative MC uncertainty of the hard-cut objective above which "more events" applies
+MANY_EVENTS = 0.05
+
+
+def relaxation_gap(soft: float | None, hard: float | None, sigma: float | None, *,
+                   widths: Any, converged: bool, factor: float, steps: int
+                   ) -> dict[str, Any]:
+    """The soft objective (final widths) against the hard-cut one at the reported point.
+
+    ``{"soft", "hard", "gap", "uncertainty", "significant", "remedies"}``: ``gap`` =
+    soft - hard, ``uncertainty`` the hard-cut objective's MC standard deviation (the
+    bootstrap's; the soft value on the same events moves with it, so it is the scale
+    the gap is read against), ``significant`` when ``|gap| > uncertainty`` (never
+    where the uncertainty is unknown: ``optimizer.replicas`` below 2). ``remedies`` (those that apply, in order):
+    smaller widths where the final widths are not 0, more steps where the run did not
+    converge, more events where the MC uncertainty is above :data:`MANY_EVENTS` of the
+    objective.
+    """
+    out: dict[str, Any] = {"soft": soft, "hard": hard, "gap": None, "uncertainty": sigma,
+                           "significant": False, "remedies": []}
+    if soft is None or hard is None or not (np.isfinite(soft) and np.isfinite(hard)):
+        return out
+    gap = float(soft) - float(hard)
+    out["gap"] = gap
+    if sigma is None or not np.isfinite(sigma) or sigma <= 0:  # not measured: not said
+        return out
+    out["significant"] = bool(abs(gap) > sigma)
+    if not out["significant"]:
+        return out
+    w = np.asarray(list(widths.values()) if isinstance(widths, dict) else widths, float)
+    if w.size and np.any(w > 0):
+        out["remedies"].append(
+            f"smaller widths (optimizer.anneal.final_width_factor, now {factor:g}, or the "
+            "cuts' width)")
+    if not converged:
+        out["remedies"].append(f"more steps (--steps; now {steps})")
+    if sigma > MANY_EVENTS * abs(float(hard)):
+        out["remedies"].append(
+            f"more events (the MC uncertainty is {100 * sigma / abs(float(hard)):.0f} % "
+            "of the objective)")
+    return out
 
 
 def validation_gap(train: float | None, held_out: float | None, sigma_train: float | None,

@@ -19,17 +19,22 @@ protocol; :mod:`analysis.pipeline.backends`: one folder each) into one :class:`F
 
 Both backends compute the same states and derivatives (tests compare them to 1e-12).
 Support is decided once per pass (:meth:`Fallback.prepare`), and ``--debug`` logs once
-which backend runs a pass and why.
+which backend runs a pass and why. A pass that ``auto`` sends to the JAX reference on
+the CPU is said once per run at the default level (a
+:class:`~analysis.errors.DiffcoffeaWarning`: the pass, the numba backend's reason, and
+how to silence it by asking for ``jax``).
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from analysis.errors import DiffcoffeaWarning
 from analysis.pipeline.backends.jax.backend import JaxBackend, jax_devices
 from analysis.pipeline.backends.numba.backend import NumbaBackend
 from analysis.pipeline.engine import Engine, Prepared
@@ -94,6 +99,8 @@ class Fallback:
 
     engines: tuple[Engine, ...]
     strict: bool = False
+    #: the fallbacks said aloud (:meth:`prepare`): each once per chooser, i.e. per run
+    said: set = field(default_factory=set, compare=False, repr=False)
 
     def supports(self, plan: Plan, request: Request) -> str | None:
         """``None`` when one of the backends serves ``plan`` and ``request``, else every
@@ -119,6 +126,8 @@ class Fallback:
                         _LOGGED.add(key)
                         _log.debug("%s pass on the %s backend, not %s: %s", request.kind,
                                    engine.name, name, reason)
+                if passed and engine.name == "jax":
+                    self._say(request.kind, *passed[0])
                 return engine.prepare(plan, request)
             if i == 0 and self.strict:
                 raise ValueError(f"the {engine.name} backend cannot compute this "
@@ -127,6 +136,18 @@ class Fallback:
             passed.append((engine.name, why))
         raise ValueError(f"no backend computes this {request.kind} pass: "
                          + "; ".join(f"{n}: {r}" for n, r in passed))
+
+    def _say(self, kind: str, name: str, reason: str) -> None:
+        """A pass that ``auto`` runs on the JAX reference on the CPU because ``name``
+        refused it: one line at the default level (a :class:`DiffcoffeaWarning`), once
+        per chooser and reason (a run's passes share its chooser)."""
+        if (kind, reason) in self.said:
+            return
+        self.said.add((kind, reason))
+        warnings.warn(DiffcoffeaWarning(
+            f"the {kind} pass runs on the JAX reference on the CPU, not {name}: {reason}; "
+            "expect it to be ~50x slower; set `engine: {backend: jax}` to silence"),
+            stacklevel=3)
 
     def run(self, prepared: Prepared, columns: ChunkColumns, *,
             threads: int | None = None) -> Any:

@@ -17,8 +17,9 @@ by :func:`extend`:
   with correctionlib).
 
 A channel's extra entries take cut widths after the selection's (their order: channels
-as written, entries as written; :func:`extra_widths`), so annealing and ``--set`` treat
-them as every other width.
+as written, entries as written; :func:`extra_widths`), then every histogram with soft
+bins (``width > 0``, in the order written) takes one (:attr:`HistSpec.width_index`, its
+templates share it), so annealing and ``--set`` treat them as every other width.
 """
 
 from __future__ import annotations
@@ -71,6 +72,20 @@ class HistSpec:
     shift: int | None = None
     weight: int | None = None
     group: str = "histograms"
+    #: the soft bins' width ``widths[width_index]`` (None: hard bins, ``width: 0``)
+    width_index: int | None = None
+    #: the parameter indices of the interior edges (``trainable_edges: true``; None:
+    #: the static ``edges``, which stay the state's structure either way)
+    edge_params: tuple[int, ...] | None = None
+
+    def edges_of(self, theta):
+        """The edges at ``theta``: ``edges`` with the trainable interior ones read from
+        it (a JAX array then), else the static tuple."""
+        if self.edge_params is None:
+            return self.edges
+        inner = jnp.stack([theta[i] for i in self.edge_params])
+        return jnp.concatenate([jnp.asarray(self.edges[:1]), inner,
+                                jnp.asarray(self.edges[-1:])])
 
 
 @dataclass(frozen=True)
@@ -123,13 +138,13 @@ class CorrectionSpec:
 
 
 def extra_widths(config: Any) -> list[float]:
-    """The widths of the channels' own entries (after the selection's, in order)."""
-    if config.likelihood is None:
-        return []
-    return [
-        e.effective_width()
-        for ch in config.likelihood.channels.values() for e in ch.selection if e.has_width
-    ]
+    """The widths of the channels' own entries (after the selection's, in order), then
+    those of the histograms with soft bins (``width > 0``, in order)."""
+    out = []
+    if config.likelihood is not None:
+        out = [e.effective_width() for ch in config.likelihood.channels.values()
+               for e in ch.selection if e.has_width]
+    return out + [float(h.width) for h in config.histograms if h.width > 0]
 
 
 def _region(config: Any, name: str, ch: Any, build, base, offset: int) -> tuple[Region, list]:
@@ -159,9 +174,17 @@ def extend(config: Any, plan: Any, build) -> Any:
     sets = config.objects
     hists: list[HistSpec] = []
     nodes = {}
+    # soft bins' widths after the channels' own entries' (extra_widths' order)
+    n_channel = 0 if config.likelihood is None else sum(
+        e.has_width for ch in config.likelihood.channels.values() for e in ch.selection)
+    soft = [h.name for h in config.histograms if h.width > 0]
+    width_of = {n: plan.n_widths + n_channel + k for k, n in enumerate(soft)}
+    edge_of = {h.name: tuple(plan.param_names.index(n) for n in h.edge_names())
+               for h in config.histograms if h.trainable_edges}
     for h in config.histograms:
         nodes[h.name] = (exprs.resolve(exprs.parse(h.x), sets), h.bin_edges())
-        hists.append(HistSpec(h.name, *nodes[h.name]))
+        hists.append(HistSpec(h.name, *nodes[h.name], width_index=width_of.get(h.name),
+                              edge_params=edge_of.get(h.name)))
     event_keys = list(plan.event_keys)
     regions: list[Region] = []
     shifts: list[ShiftSpec] = []
@@ -218,24 +241,28 @@ def extend(config: Any, plan: Any, build) -> Any:
             regions.append(region)
             region_of[name] = len(regions)
             event_keys += [k for k in keys if k not in event_keys]
-        n_widths = offset
+        n_widths = offset + len(soft)
         shapes = shape_systematics(config)
         for name, ch in config.likelihood.channels.items():
             node, edges = nodes[ch.histogram]
             r = region_of[name]
-            hists.append(HistSpec(state_key(name), node, edges, r, group="templates"))
+            soft_w = {"width_index": width_of.get(ch.histogram),
+                      "edge_params": edge_of.get(ch.histogram)}
+            hists.append(HistSpec(state_key(name), node, edges, r, group="templates", **soft_w))
             si = wi = 0
             for s in shapes:
                 for side in ("up", "down"):
                     key = state_key(name, s.name, side)
                     if s.type == "shift":
-                        hists.append(HistSpec(key, node, edges, r, shift=si, group="templates"))
+                        hists.append(HistSpec(key, node, edges, r, shift=si, group="templates",
+                                              **soft_w))
                         si += 1
                     else:
-                        hists.append(HistSpec(key, node, edges, r, weight=wi, group="templates"))
+                        hists.append(HistSpec(key, node, edges, r, weight=wi, group="templates",
+                                              **soft_w))
                         wi += 1
     else:
-        n_widths = plan.n_widths
+        n_widths = plan.n_widths + len(soft)
     sets = dataclasses.replace(plan.sets, fields=tuple((c, tuple(f)) for c, f in fields.items()))
     return dataclasses.replace(
         plan, hists=tuple(hists), regions=tuple(regions), shifts=tuple(shifts),

@@ -251,7 +251,7 @@ def _threshold(cfg_param: str | None, cfg_value: float | None, names: tuple[str,
 
 def build_plan(config: Config) -> Plan:
     """Turn a validated :class:`~analysis.config.loader.Config` into a :class:`Plan`."""
-    score_params = config.score_parameters()  # after the declared ones
+    score_params = config.learned_parameters()  # after the declared ones: scores', edges
     names = tuple(config.parameters) + tuple(n for n, _, _ in score_params)
     trainable = tuple(i for i, n in enumerate(config.parameters)
                       if config.parameters[n].trainable)
@@ -291,7 +291,7 @@ def build_plan(config: Config) -> Plan:
         cuts = []
         for cut in s.cuts:
             oc = _object_cut(cut, names, n_widths)
-            if cut.width == 0:
+            if cut.effective_width() == 0:
                 hard.append(n_widths)
             n_widths += 1
             need(c, oc.field)
@@ -387,7 +387,7 @@ def build_plan(config: Config) -> Plan:
 def initial_widths(config: Config) -> list[float]:
     """The configured cut widths, in the plan's width order (set cuts, then the entries
     of the selection list that have one: parameter counts and branch cuts)."""
-    widths = [c.width for s in config.objects.values() for c in s.cuts]
+    widths = [c.effective_width() for s in config.objects.values() for c in s.cuts]
     return widths + [
         e.effective_width() for e in config.selection.entries or []
         if e.has_width

@@ -290,8 +290,9 @@ def _short(x: float) -> str:
 
 def width_labels(config) -> list[str]:
     """A name for each cut width, in the order of :func:`analysis.pipeline.plan.initial_widths`
-    (object cuts, then event cuts): ``"jets.pt > jet_pt_min"``, ``"count(Jet) >= min_jets"``,
-    ``"muons.pt window [mu_pt_lo, 200]"`` (results.json keys its widths by these).
+    (object cuts, then event cuts, channels' own, soft bins): ``"jets.pt > jet_pt_min"``,
+    ``"count(Jet) >= min_jets"``, ``"muons.pt window [mu_pt_lo, 200]"``, ``"histogram ht
+    bins"`` (results.json keys its widths by these).
     Duplicates get ``" #2"``, ``" #3"``."""
 
     def threshold(c) -> str:
@@ -324,6 +325,8 @@ def width_labels(config) -> list[str]:
         if objects is not None:
             labels = [cut(objects.collection, c) for c in objects.cuts]
         labels += [event(e) for e in getattr(sel, "events", None) or []]
+    # the soft bins of the histograms (analysis.pipeline.histplan.extra_widths' order)
+    labels += [f"histogram {h.name} bins" for h in config.histograms if h.width > 0]
     seen: dict[str, int] = {}
     out = []
     for label in labels:

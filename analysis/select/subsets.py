@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from analysis.select._recursions import (
     FACTOR,
@@ -60,6 +59,7 @@ from analysis.select._recursions import (
 )
 from analysis.select.certain import certain_objects
 from analysis.select.leading import _step
+from analysis.stats.softbins import bin_probabilities
 
 __all__ = [
     "ENUMERATE_UP_TO",
@@ -118,14 +118,18 @@ def _certain(probs, layouts, model, name: str):
     return certain_objects(pi, model.patterns[c][:, i], xp=jnp)
 
 
-def _enumerate(F0, G0, pi, vv, x0, d, shape, has, edges_a, nb):
-    """Every subset of the ``U`` objects of ``pi`` ``(B, U, P)``: ``(B, nb)``."""
+def _enumerate(F0, G0, pi, vv, x0, d, shape, has, edges_a, nb, width=None):
+    """Every subset of the ``U`` objects of ``pi`` ``(B, U, P)``: ``(B, nb)``; ``width``:
+    soft bins' (:mod:`analysis.stats.softbins`) of each subset's sum, None: hard."""
     FA, XA = F0[:, None, :], x0[:, None]
     for j in range(pi.shape[1]):
         inn, out = _step(FA, pi[:, j], d, shape, has, pull=False)
         FA = jnp.concatenate([out, inn], axis=1)
         XA = jnp.concatenate([XA, XA + vv[:, j, None]], axis=1)
     P = jnp.sum(FA * G0[:, None, :], axis=-1)  # (B, 2^U)
+    if width is not None:
+        q = bin_probabilities(XA.reshape(-1), edges_a, width).reshape(XA.shape + (nb,))
+        return jnp.sum(P[..., None] * q, axis=1)
     idx = jnp.searchsorted(edges_a, XA, side="right")
     return jnp.sum(P[..., None] * (idx[..., None] == jnp.arange(nb)), axis=1)
 
@@ -157,9 +161,10 @@ def _meet(F0, G0, pi, vv, x0, d, shape, has, edges_a, nb):
     return cum[:, 1:] - cum[:, :-1]
 
 
-def _part(F, G, pi, v, unc, inside, u, d, shape, has, edges, n_states):
+def _part(F, G, pi, v, unc, inside, u, d, shape, has, edges, n_states, width=None):
     """``(n, nb)``: the bins of ``n`` events (a power of two, or any with blocks of 1)
-    with at most ``u`` uncertain objects each (static); NaN where an event has more."""
+    with at most ``u`` uncertain objects each (static); NaN where an event has more;
+    ``width``: soft bins' (every subset enumerated), None: hard."""
     n, m = pi.shape[:2]
     x0 = jnp.zeros(n, dtype=jnp.float64)
     over = jnp.zeros(n, dtype=bool)
@@ -175,20 +180,23 @@ def _part(F, G, pi, v, unc, inside, u, d, shape, has, edges, n_states):
         F, _ = _forward(F, pi[:, u:], d, shape)
         x0 = jnp.sum(jnp.where(inside[:, u:], v[:, u:], 0.0), axis=1)
         pi, v = pi[:, :u], v[:, :u]
-    edges_a = jnp.asarray(np.asarray(edges, dtype=np.float64))
+    edges_a = jnp.asarray(edges, dtype=jnp.float64)  # static, or traced (trainable edges)
     nb = len(edges) + 1
-    meet = u > ENUMERATE_UP_TO
-    if meet:
+    # soft bins weigh every pair of halves by its own sum (no prefix sums): every subset
+    meet = u > ENUMERATE_UP_TO and width is None
+    if width is not None:
+        blk = block_events(n, u, n_states, (1 << u) * (max(n_states, 1) + nb))
+    elif meet:
         a = u // 2
         per_event = ((1 << a) * (len(edges) + 2) + 3 * (1 << (u - a))) * max(n_states, 1)
         blk = block_events(n, u, n_states, per_event)
     else:
         blk = block_events(n, u, n_states)
-    run_one = _meet if meet else _enumerate
-
     def run(xs):
         F0, G0, p, vv, xx = xs  # one block of events
-        return run_one(F0, G0, p, vv, xx, d, shape, has, edges_a, nb)
+        if meet:
+            return _meet(F0, G0, p, vv, xx, d, shape, has, edges_a, nb)
+        return _enumerate(F0, G0, p, vv, xx, d, shape, has, edges_a, nb, width)
 
     def blocks(a):
         return a.reshape((n // blk, blk) + a.shape[1:])
@@ -198,7 +206,7 @@ def _part(F, G, pi, v, unc, inside, u, d, shape, has, edges, n_states):
 
 
 def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_widths=None,
-             *, n_uncertain=None, index=None):
+             *, n_uncertain=None, index=None, width=None):
     """``P(all count conditions hold and X in bin b)`` per event, ``(E, nbins + 2)``
     (underflow first, overflow last, bins ``[e_b, e_{b+1})`` as boost-histogram), for
     ``X = sum_{j in S} values_j`` with ``S`` the set ``name`` (``values``: ``(E, M)``
@@ -212,7 +220,9 @@ def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_
     width (an index ``>= E`` pads a group; an event in no group gets 0), so that an
     event costs what its own uncertain objects cost, not the chunk's largest.
     NaN (gradient 0) for overflow events, thresholds beyond a cap and events with more
-    uncertain objects than their width. More than :data:`MAX_UNCERTAIN`: ``ValueError``."""
+    uncertain objects than their width. More than :data:`MAX_UNCERTAIN`: ``ValueError``.
+    ``width`` (may be traced): soft bins (:mod:`analysis.stats.softbins`) of each
+    subset's sum, every subset enumerated (``2^U`` per event); None: hard bins."""
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     c, i = model.set_index(name)
     has = tuple(bool(b) for b in model.patterns[c][:, i])
@@ -242,7 +252,7 @@ def sum_bins(probs, layouts, model, thresholds, values, name: str, edges, count_
         unc = ~certain
     else:
         unc = inside = jnp.zeros((e, m), dtype=bool)
-    args = (d, model.shape, has, edges, S)
+    args = (d, model.shape, has, edges, S, width)
     if index is None:
         if len(groups) != 1 or groups[0][1] != e:
             raise ValueError("groups of events need their index")

@@ -20,6 +20,14 @@ below ``edges[0]`` go to the underflow bin, values ``>= edges[-1]`` (and NaN, +i
 the overflow bin. The bin of an entry is a step function of ``x``: derivatives come
 from ``w`` and ``p`` (an observable moving an entry across an edge has no derivative).
 
+Soft bins (``width=W > 0``): entry ``i`` lands in bin ``b`` with probability
+``q_ib = sigmoid((edges[b+1] - x_i) / W) - sigmoid((edges[b] - x_i) / W)`` (the flow
+bins take the rest: :mod:`analysis.stats.softbins`), the exact expectation of the hard
+histogram of ``x + eps`` with ``eps`` logistic of scale ``W``, the noise a soft cut of
+width ``W`` means; ``sumw[b] = sum_i w_i p_i q_ib``, ``sumw2[b] = sum_i w_i^2 p_i q_ib``.
+Then ``x`` carries derivatives too (a learned score moving entries between bins).
+``W = 0`` (the default) is the hard histogram above, bit for bit.
+
 The state :class:`Histogram` is a JAX pytree whose leaves are the two arrays with the
 flow bins (``sumw_flow``, ``sumw2_flow``, shape ``(nbins + 2,)``: underflow first,
 overflow last) and whose static part is the edges. Sums merge by addition, so
@@ -41,6 +49,7 @@ import numpy as np
 
 from analysis.spec.edges import check_edges
 from analysis.stats.api import _flat_prepared
+from analysis.stats.softbins import bin_probabilities, is_hard
 
 __all__ = ["Flow", "Histogram", "check_edges", "histogram"]
 
@@ -156,7 +165,8 @@ class Histogram:
         return f"Histogram(edges={list(self._edges)}, sumw={self.sumw!r}, sumw2={self.sumw2!r})"
 
 
-def histogram(x: Any, edges: Sequence[float], *, weight: Any = None, prob: Any = None) -> Histogram:
+def histogram(x: Any, edges: Sequence[float], *, weight: Any = None, prob: Any = None,
+              width: Any = 0.0) -> Histogram:
     """Soft histogram state of ``x`` (see the module docstring for the formulas).
 
     ``x``: any input of :func:`~analysis.stats.moments` (awkward Array, numpy/JAX array,
@@ -180,6 +190,9 @@ def histogram(x: Any, edges: Sequence[float], *, weight: Any = None, prob: Any =
     prob : array, Jagged or None, optional
         Keyword-only. The entries' probabilities ``p`` of passing the soft selection
         (default 1), with the structure of ``x``.
+    width : float or array, optional
+        Keyword-only. The soft bins' logistic scale ``W >= 0`` (module docstring; may be
+        traced). 0 (the default): hard bins.
 
     Returns
     -------
@@ -188,14 +201,30 @@ def histogram(x: Any, edges: Sequence[float], *, weight: Any = None, prob: Any =
         arrays, flow bins included); all zeros for empty input.
     """
     fixed = check_edges(edges)
+    if np.ndim(width) != 0:
+        raise ValueError(f"stats.histogram: width: expected one number >= 0, found {width!r}")
+    if is_hard(width):
+        width = None
+    else:
+        try:
+            concrete = float(width)
+        except (TypeError, jax.errors.ConcretizationTypeError):
+            concrete = 1.0  # traced (inside jit / grad): taken as given
+        if not (np.isfinite(concrete) and concrete > 0):
+            raise ValueError(f"stats.histogram: width: expected a finite number >= 0, "
+                             f"found {width!r}")
     p = _flat_prepared(x, prob, weight, "histogram")
     xv = jnp.asarray(p.x)
     w = jnp.asarray(p.w)
     pw = w if p.y is None else w * jnp.asarray(p.y)
     # side="right": bin b holds [edges[b], edges[b+1]); x >= edges[-1] and NaN (sorted
     # last) land in the overflow slot nbins + 1, as in boost-histogram.
+    if width is not None:
+        q = bin_probabilities(xv, fixed, width)  # (N, nbins + 2)
+        return Histogram(fixed, pw @ q, (pw * w) @ q)
     idx = jnp.searchsorted(jnp.asarray(fixed), xv, side="right")
     n = len(fixed) + 1
     sumw = jax.ops.segment_sum(pw, idx, num_segments=n)
     sumw2 = jax.ops.segment_sum(pw * w, idx, num_segments=n)
     return Histogram(fixed, sumw, sumw2)
+

@@ -186,7 +186,7 @@ def test_export_command_rewrites_the_same_files(agc_run, tmp_path, capsys) -> No
     ("content", "expected"),
     [
         (None, "results.json: no such file"),
-        ("{not json", "results.json: not readable as JSON"),
+        ("{not json", "results.json: not a JSON results file"),
         ('{"parameters": {}}', "key 'likelihood': missing"),
         ('{"likelihood": {"error": "likelihood: channel x: bad"}}',
          "key 'likelihood': no templates (likelihood: channel x: bad)"),

@@ -1,4 +1,4 @@
-"""What hist_signal_background.png and hist_<dataset>.png draw (matplotlib artists and
+"""What signal_background.png and hist_<dataset>.png draw (matplotlib artists and
 plot data, not pixels): expected events (norm x sum of weights) per bin width,
 backgrounds stacked smallest first, the signal named and drawn on top of the stack,
 per-object observables counted in objects."""

@@ -102,7 +102,7 @@ def test_optimize_draws_while_it_reports_and_reports_the_same(small_data, tmp_pa
     assert _numbers(report) == _numbers(json.loads((bare / "results.json").read_text()))
     assert {p.name for p in plotted.glob("*.png")} == {
         "objective.png", "parameters.png", "hist_ttbar.png", "hist_dy.png",
-        "hist_signal_background.png"}
+        "signal_background.png"}
     here = tmp_path / "here"
     assert plots.plot_history(report, here) == [here / "objective.png", here / "parameters.png"]
     for name in ("objective.png", "parameters.png"):

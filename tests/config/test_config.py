@@ -222,7 +222,7 @@ ERROR_CASES = {
     ),
     "negative width": (
         _set(*CUT0, "width", value=-1.0),
-        "selection.objects.cuts.0.width: width must be >= 0, got -1.0",
+        "selection.objects.cuts.0.width: width must be a number >= 0 or 'auto', got -1.0",
     ),
     "missing files": (
         _drop("datasets", "ttbar", "files"),

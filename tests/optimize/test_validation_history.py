@@ -25,10 +25,11 @@ from tests.optimize.test_validation import LOOSE
 VALIDATION = {"fraction": 0.3, "every": 1, "keep_best": True}
 
 
-def _run(small_data, tmp_path, capsys, *, steps=5, learning_rate=0.02, **validation):
+def _run(small_data, tmp_path, capsys, *, steps=5, learning_rate=0.02, best=True,
+         **validation):
     cfg = H.config_dict(small_data, parameters=LOOSE, optimizer={
         "steps": steps, "learning_rate": learning_rate, "validation": validation,
-        "replicas": 20})
+        "replicas": 20, "keep_best": best})
     path = write_config(tmp_path / "opt.yaml", cfg)
     out = tmp_path / "out"
     assert main(["optimize", str(path), "-o", str(out), "--no-plots"]) == 0
@@ -76,16 +77,18 @@ def test_history_entries_are_the_hard_cut_objective_at_those_steps(small_data, t
     assert v["held_out"]["final"] == pytest.approx(best["held_out"], rel=1e-12)
     assert v["train"]["final"] == pytest.approx(best["train"], rel=1e-12)
     assert r["final"]["soft"]["parameters"] == r["history"][best["step"]]["parameters"]
-    assert (f"keep_best: reported point is step {best['step']} of 6 (best held-out "
-            f"hard-cut objective") in text
-    assert r["passes"] == r["steps_run"] + 1 + 2 + 2  # steps, history, final, checks + counts
+    assert (f"keep-best: reported point is step {best['step']} of 6, the best hard-cut "
+            f"objective on the held-out part of 7 checked") in text
+    assert r["keep_best"]["step"] == best["step"] and r["keep_best"]["by"] == "held_out"
+    # steps, history (values, then the MC uncertainties), final, checks + counts
+    assert r["passes"] == r["steps_run"] + 2 + 2 + 2
 
 
 def test_without_keep_best_the_last_point_is_reported(small_data, tmp_path, capsys):
-    r, text = _run(small_data, tmp_path, capsys, fraction=0.3, every=3)
+    r, text = _run(small_data, tmp_path, capsys, fraction=0.3, every=3, best=False)
     v = r["validation"]
     assert [e["step"] for e in v["history"]] == [0, 3, 5]
-    assert v["best_step"] is None and "keep_best:" not in text
+    assert v["best_step"] is None and "keep-best:" not in text
     # the end entry is the report's final point, on both parts
     assert v["history"][-1]["train"] == pytest.approx(v["train"]["final"], rel=1e-12)
     assert v["history"][-1]["held_out"] == pytest.approx(v["held_out"]["final"], rel=1e-12)

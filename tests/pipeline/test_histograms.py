@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import awkward as ak
 import hist
 import numpy as np
@@ -25,7 +27,7 @@ from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from tests.conftest import central_difference
 from tests.pipeline.test_object_sets_enumeration import DY, PARAMS, W, config, integer_step, sig
-from tests.reference import members, ranked
+from tests.reference import members, ranked, soft_bins
 
 HISTS = [
     {"name": "ht", "x": "sum(jets.pt)", "edges": [0.0, 50.0, 100.0, 200.0, 400.0]},
@@ -47,14 +49,19 @@ def _bin(edges, x):
 
 def _cfg() -> dict:
     cfg = config()
-    cfg["histograms"] = HISTS
+    cfg["histograms"] = copy.deepcopy(HISTS)  # callers change them (soft bins)
     cfg["datasets"]["dy"]["role"] = "signal"
     cfg["likelihood"] = {"channels": {"sr": {"histogram": "ht"}, "low": CHANNEL}}
     return cfg
 
 
-def reference():
-    """``{name: (sumw_flow, sumw2_flow)}`` by enumeration (module docstring)."""
+def reference(widths=None):
+    """``{name: (sumw_flow, sumw2_flow)}`` by enumeration (module docstring); ``widths``:
+    ``{name: W}`` of the histograms with soft bins (:func:`soft_bins`; ``low`` takes
+    ``ht``'s)."""
+    widths = dict(widths or {})
+    if "ht" in widths:
+        widths["low"] = widths["ht"]
     a = uproot.open(DY)["Events"].arrays(library="ak")
     f = {c: {k: [np.asarray(x, dtype=np.float64) for x in a[f"{c}_{k}"].tolist()]
              for k in ["pt", "eta", "phi", "mass"] + (["pfRelIso04_all"] if c == "Muon" else [])}
@@ -69,7 +76,14 @@ def reference():
     mu, el, jet = f["Muon"], f["Electron"], f["Jet"]
 
     def fill(name, e, x, wp):  # x: (configs,) or (configs, objects); wp: matching
-        b = _bin(EDGES[name] if name != "low" else EDGES["ht"], x)
+        edges = EDGES[name] if name != "low" else EDGES["ht"]
+        if widths.get(name):
+            q = soft_bins(edges, x, widths[name]).reshape(-1, len(edges) + 1)
+            wq = np.broadcast_to(wp, np.shape(x)).reshape(-1)[:, None] * q
+            out[name][0][:] += ev[e] * wq.sum(0)
+            out[name][1][:] += ev[e] * gw[e] * wq.sum(0)
+            return
+        b = _bin(edges, x)
         np.add.at(out[name][0], b, ev[e] * wp)
         np.add.at(out[name][1], b, ev[e] * gw[e] * wp)
 
@@ -149,9 +163,11 @@ def _hard_cfg() -> dict:
 
 
 @pytest.mark.slow  # one compilation, ~20 s
-def test_hard_histograms_equal_hist_fills() -> None:
+@pytest.mark.parametrize("soft_bins", [False, True])
+def test_hard_histograms_equal_hist_fills(soft_bins) -> None:
     """Width 0 (and an integer count threshold): the histograms are ``hist`` fills of the
-    awkward + vector hard-cut selection, exactly (sums of the same weights)."""
+    awkward + vector hard-cut selection, exactly (sums of the same weights); with soft
+    bins configured (issue 50) and their widths 0 too (the hard evaluation), the same."""
     params = dict(PARAMS, n_lep=1.0)
     vector.register_awkward()  # Momentum4D records add as 4-vectors
     a = uproot.open(DY)["Events"].arrays(library="ak")
@@ -180,7 +196,12 @@ def test_hard_histograms_equal_hist_fills() -> None:
         "lead": filled("lead", ak.firsts(j.pt)[ak.num(j) >= 1], w[ak.num(j) >= 1]),
         "mjj": filled("mjj", (j[two][:, 0] + j[two][:, 1]).mass, w[two]),
     }
-    with Evaluator(config_from_dict(_hard_cfg())) as evaluator:
+    cfg = _hard_cfg()
+    if soft_bins:
+        for h in cfg["histograms"]:
+            h["width"] = 7.0
+    with Evaluator(config_from_dict(cfg)) as evaluator:
+        assert (evaluator.plan.hists[0].width_index is not None) == soft_bins
         widths = np.zeros(evaluator.plan.n_widths)
         value = evaluator.run(params, widths=widths, order=0)["dy"].derived.value
         for name, h in expect.items():

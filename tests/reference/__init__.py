@@ -6,6 +6,8 @@
   of the independent bits, weighted by its probability: :func:`configurations` (the
   configurations and their probabilities), :func:`members` (set memberships with
   parents), :func:`ranked` (the object holding rank ``r`` among the members).
+- :mod:`tests.reference.softbins`: the soft-bin probabilities of issue 50 as written,
+  :func:`soft_bins`.
 - :mod:`tests.reference.states`: the one state flattener, :func:`flatten` (nested
   dicts and named-tuple states to ``path -> leaf``).
 """
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 from tests.reference.enumeration import configurations, members, ranked
+from tests.reference.softbins import soft_bins
 from tests.reference.states import flatten
 
-__all__ = ["configurations", "flatten", "members", "ranked"]
+__all__ = ["configurations", "flatten", "members", "ranked", "soft_bins"]

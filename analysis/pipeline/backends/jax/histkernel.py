@@ -12,10 +12,16 @@ spec's region (the selection, or a channel's selection):
 - an event sum (``sum(S.f)``, ``count(S)``): :func:`analysis.select.subsets.sum_bins`,
   ``P(pass, X in b)`` by enumeration of the subsets of the collection's *uncertain*
   objects (pass probability strictly between 0 and 1; the others are folded in first),
-  every subset up to 6 of them, meet in the middle up to 24. The enumeration's widths
+  every subset up to 6 of them, meet in the middle up to 24 (soft bins: every subset). The enumeration's widths
   are static: ``shapes.uncertain``, per collection one width for every event or groups
   of events each at its own width (:func:`uncertain_counts` counts them on the host;
   :func:`analysis.pipeline.backends.jax.passes.enumeration_shapes` groups them).
+
+A histogram with soft bins (``width > 0``: :attr:`HistSpec.width_index`) spreads
+each entry over the bins with the probabilities of :mod:`analysis.stats.softbins` at the
+annealed width ``widths[width_index]`` (0: the hard bins); an event sum spreads each
+subset's sum. Trainable edges (:attr:`HistSpec.edge_params`) are read from ``theta``
+(the state keeps the configured edges as its structure, so chunks merge).
 
 A shift variation evaluates the whole selection again on the shifted column (so cuts
 and observables move together); a weight variation reuses its region's pass
@@ -43,6 +49,7 @@ from analysis.pipeline.histplan import (
 from analysis.select.leading import can_be_in
 from analysis.select.subsets import MAX_UNCERTAIN, sum_bins, uncertain_mask
 from analysis.stats.histogram import Histogram
+from analysis.stats.softbins import bin_probabilities
 
 __all__ = [
     "ENUM_PREFIX",
@@ -54,7 +61,10 @@ __all__ = [
     "uncertain_counts",
 ]
 
-def _bins(x, w, w2, edges):
+def _bins(x, w, w2, edges, width=None):
+    if width is not None:  # soft bins (analysis.stats.softbins); hard rows where width 0
+        q = bin_probabilities(x, edges, width)
+        return jnp.sum(w[:, None] * q, axis=0), jnp.sum(w2[:, None] * q, axis=0)
     idx = jnp.searchsorted(jnp.asarray(edges), x, side="right")
     nb = len(edges) + 1
     onehot = idx[:, None] == jnp.arange(nb)
@@ -66,10 +76,13 @@ def _bins(x, w, w2, edges):
 ENUM_PREFIX = "enum:"
 
 
-def _fill(ch, spec, weight, cands, shapes):
+def _fill(ch, spec, weight, cands, shapes, width=None, edges=None):
     """``(sumw_flow, sumw2_flow)`` of ``spec`` on the chunk ``ch`` with event weights
-    ``weight`` (the weight column, or times a variation's factor)."""
+    ``weight`` (the weight column, or times a variation's factor); ``width``: the soft
+    bins' (None: hard); ``edges``: the edges at this pass's parameters (trainable edges;
+    None: ``spec.edges``)."""
     node = spec.node
+    edges = spec.edges if edges is None else edges
     ev = ch.ev if weight is None else ch.ev * weight
     w_event = ch.arrays["weight"] if weight is None else ch.arrays["weight"] * weight
     if node.kind in ("sum", "count"):
@@ -82,8 +95,8 @@ def _fill(ch, spec, weight, cands, shapes):
         index = None if u is None or isinstance(u, int) else ch.arrays[ENUM_PREFIX + c]
         values = 1.0 if node.kind == "count" else ch.field(c, node.field)
         values = jnp.abs(values) if node.absolute else values
-        pb = sum_bins(ch.probs, ch.lays, sp.model, ch.th, values, node.head, spec.edges, ch.cw,
-                      n_uncertain=u, index=index)
+        pb = sum_bins(ch.probs, ch.lays, sp.model, ch.th, values, node.head, edges, ch.cw,
+                      n_uncertain=u, index=index, width=width)
         return (jnp.sum(ev[:, None] * pb, axis=0),
                 jnp.sum((ev * w_event)[:, None] * pb, axis=0))
     key = node.text
@@ -91,7 +104,7 @@ def _fill(ch, spec, weight, cands, shapes):
         cands[key] = ch.candidates(node)
     x, w = ch.entries(node, cands[key], ev=ev)
     _, w2 = ch.entries(node, cands[key], ev=ev * w_event)
-    return _bins(x, w, w2, spec.edges)
+    return _bins(x, w, w2, edges, width)
 
 
 def _chunk_of(spec, chunks, theta, widths, arrays, plan, shapes, chunk_cls):
@@ -172,6 +185,7 @@ def histogram_states(theta, widths, arrays, plan, shapes, base, chunk_cls):
             factor = factor_values(plan.weights[spec.weight].tree, ch.arrays)
             # padding events (weight 0) may divide 0 by 0: their factor is 0
             factor = jnp.where(ch.arrays["weight"] != 0, factor, 0.0)
-        sumw, sumw2 = _fill(ch, spec, factor, cands, shapes)
+        width = None if spec.width_index is None else widths[spec.width_index]
+        sumw, sumw2 = _fill(ch, spec, factor, cands, shapes, width, spec.edges_of(theta))
         out[spec.group][spec.key] = Histogram(spec.edges, sumw, sumw2)
     return out

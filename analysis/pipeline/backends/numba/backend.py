@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from analysis.pipeline import replicas, scorecols
-from analysis.pipeline.backends.numba import fasthist, fastkernel, fastreverse, rules
+from analysis.pipeline.backends.numba import blocks, fasthist, fastkernel, fastreverse, rules
 from analysis.pipeline.backends.numba.bootstrap import NumbaCounter
+from analysis.pipeline.backends.numba.kernels import _numba_dp
 from analysis.pipeline.engine import Prepared
 from analysis.pipeline.histplan import event_sum_collections
 from analysis.pipeline.layout import ChunkColumns
@@ -73,6 +74,9 @@ class NumbaBackend:
             run = scorecols.bare(plan)
         if kind in ("entries", "selected") and (run.hists or run.regions):
             run = _without_histograms(run)
+        if kind == "states":  # the sweeps' plans: blocks of tangents (blocks.plans)
+            return Prepared(self, plan, request,
+                            data=blocks.plans(run, request.order, _numba_dp.LANES - 1))
         return Prepared(self, plan, request, data=run)
 
     def run(self, prepared: Prepared, columns: ChunkColumns, *,
@@ -87,6 +91,8 @@ class NumbaBackend:
         plan, req, run = prepared.plan, prepared.request, prepared.data
         theta, widths = req.theta, req.widths
         kind = req.kind
+        sweeps = run if kind == "states" else (run,)
+        run = sweeps[0]
         if kind == "replicas":
             return replicas.run(cols, req.replicas, [
                 (partial(self._run, v, threads=threads), partial(self._run, s, threads=threads))
@@ -96,18 +102,22 @@ class NumbaBackend:
             cols = scorecols.score_columns(cols, plan, theta)
             plan = run
         if kind == "states":
-            extra: dict = {}
             sums = bool(run.hists) and bool(event_sum_collections(run))
-            if sums:
-                extra["uncertain"] = uncertain = {}
-            if run.hists:
-                value, jac = fasthist.evaluate_columns(cols, run, theta, widths,
-                                                       order=req.order, threads=threads,
-                                                       trace=self.trace, **extra)
-            else:
-                value, jac = fastkernel.evaluate_columns(cols, run, theta, widths,
-                                                         order=req.order, threads=threads,
-                                                         trace=self.trace, **loops)
+
+            def sweep(sub: Plan) -> tuple[Any, Any, Any]:
+                """One sweep of the lanes: ``(value, jac, uncertain)``."""
+                extra: dict = {"uncertain": {}} if sums else {}
+                if sub.hists:
+                    value, jac = fasthist.evaluate_columns(cols, sub, theta, widths,
+                                                           order=req.order, threads=threads,
+                                                           trace=self.trace, **extra)
+                else:
+                    value, jac = fastkernel.evaluate_columns(cols, sub, theta, widths,
+                                                             order=req.order, threads=threads,
+                                                             trace=self.trace, **loops)
+                return value, jac, extra.get("uncertain")
+
+            value, jac, uncertain = blocks.in_blocks(sweeps, sweep)
             return DatasetState(
                 events=cols.n_events, sumw=float(np.sum(cols.weight)),
                 derived=Derived(plan.trainable_names, value, jac),

@@ -157,12 +157,6 @@ def refusal(plan: Plan, request: Request, options: Any) -> str | None:
 # --- the rules -----------------------------------------------------------------------
 
 
-def _lanes() -> int:
-    from analysis.pipeline.backends.numba.kernels import _numba_dp
-
-    return _numba_dp.LANES
-
-
 def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
     if not options.numba_reverse:
         return "the numba reverse pass is switched off (Backend(numba_reverse=False))"
@@ -201,15 +195,9 @@ register("pass", "pullback", _reverse_pass)
 register("pass", "yield_gradients", _reverse_pass)
 
 
-def _first_order(node, plan: Plan, request: Request, options) -> str | None:
-    n, most = len(plan.trainable), _lanes() - 1
-    if n > most:
-        return f"{n} trainable parameters (the numba kernel takes up to {most})"
-    return None
-
-
 register("order", "0")
-register("order", "1", _first_order)
+# any number of trainable parameters: blocks of tangents (analysis.pipeline.backends.numba.blocks)
+register("order", "1")
 
 
 def _score(spec, plan: Plan, request: Request, options) -> str | None:
@@ -271,6 +259,10 @@ register("region", "channel", _same_sets)
 def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
+    if getattr(spec, "width_index", None) is not None:
+        return "soft bins (a histogram's width > 0) run in the JAX kernel"
+    if getattr(spec, "edge_params", None) is not None:
+        return "trainable edges run in the JAX kernel"
     return None
 
 

@@ -47,7 +47,7 @@ __all__ = [
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
 # (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
-# more than LANES - 1 trainable parameters go to the JAX kernel.
+# more than LANES - 1 trainable parameters run in blocks of them (numba/blocks.py).
 LANES = 8
 
 

@@ -1,0 +1,131 @@
+"""Keep-best (:mod:`analysis.optimize.keepbest`) and the relaxation gap said aloud
+(:func:`analysis.optimize.status.relaxation_gap`), on the small real files of
+``../shared/data``: ttbar (NanoAOD v12, 200 events) over Drell-Yan (40 events).
+
+Reference: the hard-cut objective at the start and at the end of the same run (the
+history's ``hard`` and ``keep_best.end``: the parameters after the last update), each a
+values pass at width 0 (``tests/optimize/test_validation_history.py`` checks those
+values against separate passes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.cli.parser import main
+from analysis.optimize.status import relaxation_gap
+from tests.conftest import write_config
+
+
+def _config(data: Path, *, learning_rate: float, steps: int, keep_best: bool = True,
+            widths=(5.0, 0.2), anneal=None) -> dict:
+    return {
+        "datasets": {
+            "tt": {"files": [str(data / "nano_tt_v12.root")], "weight": "genWeight",
+                   "role": "signal", "xsec": 831.76},
+            "dy": {"files": [str(data / "nano_dy.root")], "weight": "genWeight",
+                   "role": "background", "xsec": 6077.2},
+        },
+        "lumi": 1.0,
+        "executor": {"type": "iterative", "chunksize": 100000},
+        "parameters": {"jet_pt_min": {"init": 20.0, "bounds": [15.0, 100.0]},
+                       "jet_abs_eta_max": {"init": 4.0, "bounds": [1.0, 4.7]},
+                       "min_jets": {"init": 2, "bounds": [1, 6], "integer": True}},
+        "selection": {"objects": {"collection": "Jet", "cuts": [
+            {"var": "pt", "op": ">", "param": "jet_pt_min", "width": widths[0]},
+            {"var": "abs_eta", "op": "<", "param": "jet_abs_eta_max", "width": widths[1]}]},
+            "events": [{"count": "Jet", "op": ">=", "param": "min_jets"}]},
+        "objective": {"terms": [{"type": "significance", "sigma_b": 0.1}]},
+        "optimizer": {"name": "adam", "learning_rate": learning_rate, "steps": steps,
+                      "keep_best": keep_best, "replicas": 20,
+                      **({"anneal": anneal} if anneal else {})},
+    }
+
+
+def _run(tmp_path, capsys, cfg) -> tuple[dict, str]:
+    path = write_config(tmp_path / "opt.yaml", cfg)
+    out = tmp_path / "out"
+    assert main(["optimize", str(path), "-o", str(out), "--no-plots"]) == 0
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    return json.loads((out / "results.json").read_text()), text
+
+
+def test_a_run_that_ends_worse_than_its_start_reports_a_better_point(shared_data, tmp_path,
+                                                                     capsys):
+    # learning rate 0.15 on 200 + 40 events: the last point keeps no DY event at all
+    # (its hard-cut objective is undefined, measured), step 2 is the best one
+    r, text = _run(tmp_path, capsys, _config(shared_data, learning_rate=0.15, steps=6))
+    kb = r["keep_best"]
+    start = r["history"][0]["hard"]["objective"]
+    end = kb["end"]["objective"]
+    assert end is None or end > start  # the constructed case: the path ends below its start
+    final = r["final"]["hard"]["objective"]
+    assert final is not None and final <= start  # minimised: never worse than the start
+    assert r["status"]["hard_objective"]["final"] == final
+    assert r["status"]["hard_objective"]["initial"] == pytest.approx(start, rel=1e-12)
+    # the reported point is the step with the best hard-cut value, and every step has one
+    assert all("hard" in h for h in r["history"])
+    hard = [h["hard"]["objective"] for h in r["history"]]
+    best = min((v, k) for k, v in enumerate(hard) if v is not None)[1]
+    assert kb["on"] and kb["by"] == "all" and kb["step"] == best
+    assert kb["chosen"]["objective"] == pytest.approx(final, rel=1e-12)
+    assert kb["chosen"]["uncertainty"] > 0
+    assert r["parameters"] == r["history"][best]["parameters"]
+    assert f"keep-best: reported point is step {best} of 6" in text
+
+
+def test_the_relaxation_gap_is_said_with_its_remedy(shared_data, tmp_path, capsys):
+    # widths of 30 GeV and 1.5 in |eta| kept to the end (no annealing): the soft
+    # objective is far from the hard one
+    cfg = _config(shared_data, learning_rate=0.05, steps=2, widths=(30.0, 1.5),
+                  anneal={"schedule": "none"})
+    r, text = _run(tmp_path, capsys, cfg)
+    gap = r["status"]["relaxation_gap"]
+    soft, hard = r["final"]["soft"]["objective"], r["final"]["hard"]["objective"]
+    assert gap["soft"] == soft and gap["hard"] == hard
+    assert gap["gap"] == pytest.approx(soft - hard, rel=1e-12)
+    assert abs(gap["gap"]) > gap["uncertainty"] > 0 and gap["significant"]
+    assert gap["remedies"][0].startswith("smaller widths")
+    assert "more steps" in " ".join(gap["remedies"])  # 2 steps cannot converge
+    assert "soft and hard-cut objective differ" in text and "try smaller widths" in text
+
+
+def test_the_gap_within_its_uncertainty_is_not_said():
+    quiet = relaxation_gap(-1.0, -1.05, 0.1, widths=[5.0], converged=False, factor=0.1,
+                           steps=10)
+    assert not quiet["significant"] and quiet["remedies"] == []
+    loud = relaxation_gap(-1.0, -1.5, 0.1, widths=[0.0], converged=True, factor=0.1, steps=10)
+    # hard widths and a converged run: only more events can help (10 % MC uncertainty)
+    assert loud["significant"] and [r.split(" (")[0] for r in loud["remedies"]] == ["more events"]
+    unknown = relaxation_gap(-1.0, -1.5, None, widths=[5.0], converged=False, factor=0.1,
+                             steps=10)  # no replicas: not said
+    assert unknown["gap"] == 0.5 and not unknown["significant"]
+
+
+def test_the_end_stands_in_for_a_best_within_its_noise():
+    from analysis.optimize.keepbest import _settled
+
+    rng = np.random.default_rng(1)
+    noise = rng.normal(size=50)
+
+    def lanes(start, best, end, spread):  # replicas: each value plus paired noise
+        vals = {0: start, 1: best, 2: end}
+        return {(i, "held_out"): {"objective": v, "replicas": v + spread * (i + 1) * noise}
+                for i, v in vals.items()}
+
+    # sigma of (end - best) over the replicas: 0.1 x std(noise); threshold sqrt(2 ln 3)
+    sigma = 0.1 * np.std(noise, ddof=1)
+    near = _settled(lanes(-1.0, -5.0, -5.0 + 1.2 * sigma, 0.1), 1, 2, "held_out")
+    assert near["kept_last"] and near["sigma"] == pytest.approx(sigma)
+    assert near["threshold"] == pytest.approx(np.sqrt(2 * np.log(3)))
+    far = _settled(lanes(-1.0, -5.0, -5.0 + 2.0 * sigma, 0.1), 1, 2, "held_out")
+    assert not far["kept_last"]
+    # an end worse than the start never stands in, however noisy
+    worse = _settled(lanes(-1.0, -1.2, -0.9, 10.0), 1, 2, "held_out")
+    assert not worse["kept_last"]
+    assert _settled(lanes(-1.0, -5.0, -5.0, 0.1), 2, 2, "held_out") is None  # end is best

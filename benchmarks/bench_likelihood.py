@@ -12,7 +12,7 @@ parameters). The step's likelihood part is the expected discovery significance a
 its gradient with respect to the 4 cut parameters from the merged states' Taylor
 expansion (``stats.derive.taylor_derivatives`` of
 :func:`analysis.likelihood.discovery_significance`, jitted once, as a pipeline runs
-it): the profile fit (BFGS + 2 Newton steps, 50 nuisances) and the envelope gradient,
+it): the profile fit (BFGS + Newton steps to rounding, 50 nuisances) and the envelope gradient,
 forward mode through the 4 parameter directions.
 
 Stand-in pass: every dataset's ``events`` events filled into ``channels x (1 + 2 shapes)``
@@ -24,7 +24,8 @@ select more, so the printed fraction is an upper bound of the likelihood's share
 Timed ``timeit``-style: best of ``--repeat`` calls after a warm-up call whose time
 (compilation) is reported separately. Also timed: the fit alone (value), the
 reverse-mode gradient with respect to every template entry, the implicit-adjoint
-gradient, and the expected uncertainty on mu (no fit: a Hessian). The load average is
+gradient, the expected CLs upper limit with its gradient (a root in mu of profile fits,
+:mod:`analysis.likelihood.limit`), and the expected uncertainty on mu (no fit: a Hessian). The load average is
 printed because the machine may be shared.
 
 Goal (issue 17): fit + gradient <= 20% of the step (stand-in pass + fit + gradient).
@@ -186,6 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         (
             "fit + reverse gradient w.r.t. every template entry",
             *best_of(lambda: rev(d.value), args.repeat)[:2],
+        )
+    )
+    rows.append(
+        (
+            "expected CLs limit + gradient (4 params, root of ~4 fits), jitted",
+            *best_of(jitted(lambda s: lk.upper_limit(s, model)), args.repeat)[:2],
         )
     )
     sigma = jitted(lambda s: lk.mu_uncertainty(s, model))

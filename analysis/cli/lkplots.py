@@ -81,6 +81,18 @@ def template_data(section: dict[str, Any], channel: str, *, label: str | None = 
     }
 
 
+def _figures_line(section: dict[str, Any]) -> str:
+    """``"   Z = ...   mu_up = ... (95% CL)"``: the section's discovery significance and
+    expected CLs limit, those it has."""
+    z = (section.get("significance") or {}).get("value")
+    lim = section.get("upper_limit") or {}
+    out = f"   Z = {z:.3g}" if z is not None else ""
+    if lim.get("value") is not None:
+        cl = 100 * (1 - lim.get("level", 0.05))
+        out += f"   expected limit $\\mu_{{up}}$ = {lim['value']:.3g} ({cl:g}% CL)"
+    return out
+
+
 def pulls_data(section: dict[str, Any]) -> dict[str, Any] | None:
     """What ``pulls.png`` draws, or None without nuisances: ``names`` (bottom to top),
     ``values`` (the fitted ``theta``: with a unit prior, the pull), ``errors`` (post-fit
@@ -126,9 +138,7 @@ def templates_figure(section: dict[str, Any], channel: str, *, label: str | None
               alpha=0.4, hatch="///", label="pre-fit uncertainty (MC stat., systematics)")
     ax.set_xlabel(d["xlabel"])
     ax.set_ylabel(d["ylabel"])
-    z = section.get("significance", {}).get("value")
-    ax.set_title(f"channel {channel}" + (f"   Z = {z:.3g}" if z is not None else ""),
-                 fontsize=14)
+    ax.set_title(f"channel {channel}" + _figures_line(section), fontsize=14)
     top = float(np.max(total + band, initial=0.0))
     base = (np.sum(list(d["backgrounds"].values()), axis=0) if d["backgrounds"]
             else np.zeros_like(total))

@@ -154,7 +154,10 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
         fit = "converged" if lk["fit"]["converged"] else "NOT converged"
         title = (f"likelihood: {len(lk['channels'])} channel(s), "
                  f"{len(lk['fit']['nuisances'])} nuisances profiled (mu = 0 fit {fit})")
-        print_table(console, title, "statistic", headers, [significance_row(lk, names)])
+        rows = [significance_row(lk, names)]
+        if lk.get("upper_limit"):
+            rows.append(limit_row(lk, names))
+        print_table(console, title, "statistic", headers, rows)
         line = pull_warning(lk)
         if line:
             console.print(f"[yellow]warning[/] {escape(line)}", markup=True, highlight=False)
@@ -228,6 +231,17 @@ def significance_row(lk: dict[str, Any], names: list[str]) -> tuple[str, list[st
         return ("discovery Z (UNRELIABLE: fit not converged)",
                 [f"{c} (unreliable)" for c in cells])
     return "discovery Z", cells
+
+
+def limit_row(lk: dict[str, Any], names: list[str]) -> tuple[str, list[str]]:
+    """The table row ``(label, cells)`` of results.json's likelihood ``upper_limit``: the
+    expected CLs limit on mu and its gradient, marked unreliable when it did not converge."""
+    lim = lk["upper_limit"]
+    cells = [fmt_number(lim["value"]), *(fmt_number(lim["grad"].get(n)) for n in names)]
+    label = f"expected CLs limit on mu ({100 * (1 - lim.get('level', 0.05)):g}% CL)"
+    if not lim.get("reliable", True):
+        return (f"{label} (UNRELIABLE: not converged)", [f"{c} (unreliable)" for c in cells])
+    return label, cells
 
 
 def print_faults(faults: dict[str, Any] | None, console: Any) -> None:

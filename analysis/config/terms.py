@@ -47,6 +47,7 @@ from analysis.limits import FIT_MAX_STEPS
 
 __all__ = [
     "TERM_TYPES",
+    "ClsUpperLimitTerm",
     "DiscoverySignificanceTerm",
     "MuUncertaintyTerm",
     "ObjectiveTerm",
@@ -380,8 +381,8 @@ class _LikelihoodTerm(Term):
         return frozenset()  # the templates only
 
     def check(self, stats: dict[str, Any], ctx: TermContext) -> None:
-        """Refuse unusable templates (one line naming channel, sample and bin) and a
-        ``mu = 0`` fit that did not converge (:class:`analysis.likelihood.FitError`)."""
+        """Refuse unusable templates (one line naming channel, sample and bin), a
+        ``mu = 0`` fit or a limit that did not converge (:class:`analysis.likelihood.FitError`)."""
         states = ctx.likelihood_states(stats)  # type: ignore[attr-defined]
         model = ctx.likelihood_model  # type: ignore[attr-defined]
         lk = _lk()
@@ -389,6 +390,9 @@ class _LikelihoodTerm(Term):
         if isinstance(self, DiscoverySignificanceTerm):
             fit = lk.significance(states, model, max_steps=self.max_steps).fit
             lk.raise_for_fit(fit, step="mu = 0 profile")
+        if isinstance(self, ClsUpperLimitTerm):
+            lk.raise_for_limit(lk.cls_limit(states, model, level=self.level,
+                                            max_steps=self.max_steps))
 
 
 class DiscoverySignificanceTerm(_LikelihoodTerm):
@@ -419,7 +423,24 @@ class MuUncertaintyTerm(_LikelihoodTerm):
         )
 
 
+class ClsUpperLimitTerm(_LikelihoodTerm):
+    """``mu_up``: the expected CLs upper limit on the signal strength at ``level`` (0.05:
+    95% CL; asymptotic ``q~mu`` on background-only Asimov data, every nuisance profiled:
+    :func:`analysis.likelihood.upper_limit`), to minimise."""
+
+    type: Literal["cls_upper_limit"] = "cls_upper_limit"
+    level: float = Field(default=0.05, gt=0, lt=1)
+    max_steps: int = Field(default=FIT_MAX_STEPS, ge=1)  # of each profile fit
+
+    def loss(self, stats: dict[str, Any], ctx: TermContext) -> Any:
+        return _lk().upper_limit(
+            ctx.likelihood_states(stats), ctx.likelihood_model,  # type: ignore[attr-defined]
+            level=self.level, max_steps=self.max_steps,
+        )
+
+
 # The config's union of terms, told apart by ``type``: add a new term class here.
-_TERMS = (SignificanceTerm, TargetTerm, PythonTerm, DiscoverySignificanceTerm, MuUncertaintyTerm)
+_TERMS = (SignificanceTerm, TargetTerm, PythonTerm, DiscoverySignificanceTerm, MuUncertaintyTerm,
+          ClsUpperLimitTerm)
 ObjectiveTerm = Annotated[Union[_TERMS], Field(discriminator="type")]  # noqa: UP007
 TERM_TYPES: tuple[str, ...] = tuple(t.model_fields["type"].default for t in _TERMS)

@@ -4,7 +4,8 @@
 :class:`Channel` and :class:`Normalisation` (:mod:`analysis.likelihood.model`), then
 :func:`discovery_significance` / :func:`mu_uncertainty` are JAX functions of merged
 histogram states ``{dataset: {key: stats.Histogram}}``
-(:mod:`analysis.likelihood.significance`). The likelihood is built with evermore's
+(:mod:`analysis.likelihood.significance`), and so is :func:`upper_limit`, the expected
+CLs upper limit on ``mu`` (:mod:`analysis.likelihood.limit`). The likelihood is built with evermore's
 effects and pdfs (:mod:`analysis.likelihood.expected`), fitted with optimistix
 (:mod:`analysis.likelihood.fit`; post-fit covariance: :mod:`analysis.likelihood.covariance`); :func:`results_section` is the ``likelihood`` section
 of results.json (:mod:`analysis.likelihood.summary`); :func:`pyhf_workspace` and
@@ -20,6 +21,13 @@ from analysis.likelihood.covariance import fit_covariance
 from analysis.likelihood.expected import asimov, expected, mc_stat_widths, nll, nuisance_names
 from analysis.likelihood.export import combine_inputs, pyhf_workspace
 from analysis.likelihood.fit import FitResult, fit_status, profile, raise_for_fit
+from analysis.likelihood.limit import (
+    UpperLimit,
+    background_asimov,
+    cls_limit,
+    raise_for_limit,
+    upper_limit,
+)
 from analysis.likelihood.model import (
     Channel,
     FitError,
@@ -46,8 +54,11 @@ __all__ = [
     "Model",
     "Normalisation",
     "Significance",
+    "UpperLimit",
     "asimov",
+    "background_asimov",
     "check_templates",
+    "cls_limit",
     "combine_inputs",
     "discovery_significance",
     "edges",
@@ -61,7 +72,9 @@ __all__ = [
     "profile",
     "pyhf_workspace",
     "raise_for_fit",
+    "raise_for_limit",
     "results_section",
     "significance",
     "templates",
+    "upper_limit",
 ]

@@ -1,8 +1,11 @@
 """Profile fits of the nuisances at fixed ``mu`` with optimistix, and their status.
 
 :func:`profile` minimises :func:`~analysis.likelihood.expected.nll` over ``theta`` at a
-fixed ``mu`` with ``optimistix.BFGS`` from the nominal point ``theta = 0``, then two
-Newton steps (exact Hessian) to take the minimum to rounding. Derivatives
+fixed ``mu`` with ``optimistix.BFGS`` from the nominal point ``theta = 0``, then Newton
+steps (exact Hessian) until one moves no ``theta`` by more than ``NEWTON_ATOL (1 +
+max |theta|)`` (at most ``NEWTON_MAX_STEPS``), which takes the minimum to rounding:
+the fitted point, Z, its gradient and the limit are then the same for any chunking of
+the pass (templates equal to rounding) to ~1e-13. Derivatives
 of the fitted ``theta`` with respect to the templates (``differentiate=True``) come
 from optimistix's ``ImplicitAdjoint`` (implicit function theorem at the converged
 minimum: exact, no unrolled iterations); with ``differentiate=False`` the templates
@@ -31,14 +34,17 @@ from analysis.limits import FIT_MAX_STEPS
 __all__ = ["FitResult", "fit_status", "profile", "raise_for_fit"]
 
 # Tolerances of the minimiser: |d theta| <= ATOL + RTOL |theta| and the same for the
-# NLL between steps. Then NEWTON_STEPS Newton steps (exact Hessian, a few ms for ~50
-# nuisances) take the minimum to rounding: the envelope gradient is first order in the
-# distance to the minimum, and BFGS stops at a point that depends on its path (so on
-# the rounding of the templates: chunking would change dZ/dparam by ~1e-8 without them).
+# NLL between steps. Then Newton steps (exact Hessian, ~1 ms each for ~50 nuisances)
+# until a step moves no theta by more than NEWTON_ATOL (1 + max |theta|) (at most
+# NEWTON_MAX_STEPS; a converged one skips the rest): the envelope gradient is first
+# order in the distance to the minimum, and BFGS stops at a point that depends on its
+# path (so on the rounding of the templates: chunking would change dZ/dparam by ~1e-8
+# without them, and a fixed two steps left a BFGS stop far from the minimum short of it).
 RTOL = 1e-9
 ATOL = 1e-9
 MAX_STEPS = FIT_MAX_STEPS  # analysis.limits: the config reads it without loading the fit
-NEWTON_STEPS = 2
+NEWTON_ATOL = 1e-12
+NEWTON_MAX_STEPS = 6
 GRAD_TOL = 1e-6  # largest |dNLL/dtheta| of a converged fit (rounding is ~1e-12)
 
 
@@ -138,18 +144,26 @@ def profile(
 
 
 def _newton(fn: Any, theta: Any, args: Any) -> Any:
-    """``NEWTON_STEPS`` Newton steps ``theta - H^-1 g`` from a converged BFGS minimum,
-    each kept only if finite and not raising the NLL beyond rounding (one compiled
-    loop body)."""
+    """Newton steps ``theta - H^-1 g`` from a converged BFGS minimum, each kept only if
+    finite and not raising the NLL beyond rounding, until one moves no ``theta`` by more
+    than ``NEWTON_ATOL (1 + max |theta|)`` or is refused (the later ones are skipped),
+    at most ``NEWTON_MAX_STEPS``. A ``fori_loop`` of ``cond``s, not a ``while_loop``:
+    reverse mode differentiates it (``gradient="implicit"``)."""
     grad, hess = jax.grad(fn), jax.hessian(fn)
 
-    def step(_, theta):
+    def newton(theta):
         value = fn(theta, args)
         new = theta - jnp.linalg.solve(hess(theta, args), grad(theta, args))
         ok = jnp.all(jnp.isfinite(new)) & (fn(new, args) <= value + 1e-12 * jnp.abs(value))
-        return jnp.where(ok, new, theta)
+        new = jnp.where(ok, new, theta)
+        scale = 1.0 + jnp.max(jnp.abs(theta))
+        return new, ~ok | (jnp.max(jnp.abs(new - theta)) <= NEWTON_ATOL * scale)
 
-    return jax.lax.fori_loop(0, NEWTON_STEPS, step, theta)
+    def step(_, state):
+        theta, done = state
+        return jax.lax.cond(done, lambda t: (t, done), newton, theta)
+
+    return jax.lax.fori_loop(0, NEWTON_MAX_STEPS, step, (theta, jnp.asarray(False)))[0]
 
 
 def fit_status(code: Any) -> str:

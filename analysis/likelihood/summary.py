@@ -9,6 +9,8 @@
      "normalisations": {NAME: {"datasets": [...], "kappa": k}},
      "signal": [DATASET, ...], "mc_stat": true|false, "floor": f,
      "significance": {"value": Z, "grad": {PARAM: dZ/dparam}, "reliable": bool},
+     "upper_limit": {"value": mu_up, "grad": {PARAM: dmu_up/dparam}, "level": 0.05,
+                     "reliable": bool, "data": "background-only asimov"},
      "fit": {"converged": bool, "nuisances": {NAME: value},
              "uncertainties": {NAME: sigma}, "pull_threshold": 3.0,
              "large_pulls": {NAME: value}, "mu": 0.0, "data": "asimov",
@@ -23,6 +25,9 @@ prior standard deviations from 0 (empty when none; :data:`PULL_THRESHOLD`); ``de
 smallest expected count of a bin (:mod:`analysis.likelihood.expected`); ``reliable`` is
 false when that fit did not converge (``fit.converged``): ``Z`` and its gradient are then
 not those of the profile likelihood (an unconverged minimum), and must not be used.
+``upper_limit`` (given an :class:`~analysis.likelihood.UpperLimit`): the expected CLs
+upper limit on ``mu`` at ``level`` (:mod:`analysis.likelihood.limit`) and its gradient;
+``reliable`` false when its root or the fit at the limit did not converge.
 Returns a dict; writing
 it is the caller's business.
 """
@@ -36,6 +41,7 @@ import numpy as np
 
 from analysis.likelihood.covariance import fit_covariance
 from analysis.likelihood.expected import asimov, nuisance_names
+from analysis.likelihood.limit import UpperLimit
 from analysis.likelihood.model import Model, edges, templates
 from analysis.likelihood.significance import Significance
 
@@ -64,9 +70,13 @@ def results_section(
     model: Model,
     result: Significance,
     grad: Mapping[str, float] | None = None,
+    *,
+    limit: UpperLimit | None = None,
+    limit_grad: Mapping[str, float] | None = None,
+    level: float = 0.05,
 ) -> dict[str, Any]:
     """The ``likelihood`` section (module docstring) of concrete ``states``; ``grad``:
-    ``{parameter: dZ/dparameter}`` (empty if None).
+    ``{parameter: dZ/dparameter}`` (empty if None); ``upper_limit`` with ``limit``.
 
     Parameters
     ----------
@@ -78,6 +88,13 @@ def results_section(
         The result of :func:`~analysis.likelihood.significance` on ``states``.
     grad : Mapping[str, float] or None, optional
         ``{parameter: dZ/dparameter}`` (default None: empty).
+    limit : UpperLimit or None, optional
+        Keyword-only. :func:`~analysis.likelihood.cls_limit` of ``states`` at ``level``
+        (default None: no ``upper_limit`` entry).
+    limit_grad : Mapping[str, float] or None, optional
+        Keyword-only. ``{parameter: dmu_up/dparameter}`` (default None: empty).
+    level : float, optional
+        Keyword-only. The CLs level of ``limit`` (default 0.05).
 
     Returns
     -------
@@ -104,7 +121,7 @@ def results_section(
     converged = bool(np.asarray(result.fit.converged))
     cov = np.asarray(fit_covariance(tmpl, model, asimov(tmpl, model), 0.0, result.fit.nuisances))
     sigma = [float(np.sqrt(v)) if np.isfinite(v) and v > 0 else None for v in np.diag(cov)]
-    return {
+    out = {
         "channels": channels,
         "normalisations": {
             n.name: {"datasets": list(n.datasets), "kappa": n.kappa} for n in model.normalisations
@@ -129,3 +146,12 @@ def results_section(
             "description": FIT_DESCRIPTION,
         },
     }
+    if limit is not None:
+        out["upper_limit"] = {
+            "value": float(np.asarray(limit.mu)),
+            "grad": {k: float(v) for k, v in (limit_grad or {}).items()},
+            "level": float(level),
+            "reliable": bool(np.asarray(limit.converged)),
+            "data": "background-only asimov",
+        }
+    return out

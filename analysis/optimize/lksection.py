@@ -5,7 +5,8 @@ results.json (``norm_d``: :func:`analysis.optimize.objectives.dataset_norm`), bu
 model of the config (:func:`analysis.config.likelihood.build_model`), runs the ``mu =
 0`` profile fit and returns :func:`analysis.likelihood.results_section`: templates,
 ``Z`` and ``dZ/dparameter`` (from the states' Jacobian, the envelope gradient), the
-fit's status and nuisances. ``evaluate`` writes it at the evaluated parameters,
+fit's status and nuisances, and the expected CLs upper limit on ``mu`` with its gradient
+(at the ``level`` of the objective's ``cls_upper_limit`` term, else 0.05). ``evaluate`` writes it at the evaluated parameters,
 ``optimize`` at the final hard-cut evaluation (top level; no gradient at width 0) and
 under ``final.soft`` / ``final.hard``.
 """
@@ -18,7 +19,7 @@ from analysis.config.likelihood import build_model, model_states
 from analysis.optimize.objectives import dataset_stats
 from analysis.pipeline.results import DatasetState, derivatives
 
-__all__ = ["histograms_section", "likelihood_section"]
+__all__ = ["histograms_section", "likelihood_section", "limit_level"]
 
 
 def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) -> dict | None:
@@ -37,17 +38,33 @@ def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) 
     mstates = model_states(dataset_stats(config, plan, values, sumw, events), config)
     lk.check_templates(lk.templates(mstates, model), model, lk.edges(mstates, model))
     result = lk.significance(mstates, model)
+    level = limit_level(config)
+    limit = lk.cls_limit(mstates, model, level=level)
     names = next(iter(states.values())).derived.names if states else ()
     grad: dict[str, float] = {}
+    limit_grad: dict[str, float] = {}
     if names and next(iter(states.values())).derived.jac is not None:
 
         def z(s):
-            stats = dataset_stats(config, plan, s, sumw, events)
-            return {"z": lk.discovery_significance(model_states(stats, config), model)}
+            ms = model_states(dataset_stats(config, plan, s, sumw, events), config)
+            return {"z": lk.discovery_significance(ms, model),
+                    "limit": lk.upper_limit(ms, model, level=level)}
 
         _, g, _ = derivatives(z, values, jacs, None, order=1)
         grad = {n: float(v) for n, v in zip(names, g["z"])}
-    return lk.results_section(mstates, model, result, grad)
+        limit_grad = {n: float(v) for n, v in zip(names, g["limit"])}
+    return lk.results_section(mstates, model, result, grad, limit=limit,
+                              limit_grad=limit_grad, level=level)
+
+
+def limit_level(config: Any) -> float:
+    """The CLs level of results.json's ``upper_limit``: that of the objective's first
+    ``cls_upper_limit`` term, else 0.05 (the 95% CL limit)."""
+    terms = config.objective.terms if config.objective is not None else []
+    for term in terms:
+        if getattr(term, "type", None) == "cls_upper_limit":
+            return float(term.level)
+    return 0.05
 
 
 def _floats(a: Any) -> list[float]:

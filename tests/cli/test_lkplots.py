@@ -89,3 +89,22 @@ def test_templates_figure_axis_labels():
         assert sig.values == pytest.approx([3.0 / 50, 4.0 / 100])
     finally:
         plt.close(fig)
+
+
+def test_the_expected_limit_is_in_the_title_and_the_table():
+    """results.json's ``upper_limit``: in templates_CH.png's title beside Z, and a row of
+    the results table (marked where it did not converge)."""
+    from analysis.cli.lkplots import _figures_line
+    from analysis.cli.report import limit_row
+
+    sec = {**_section([0.0, 1.0, 2.0]), "significance": {"value": 2.5, "grad": {}},
+           "upper_limit": {"value": 0.8125, "grad": {"pt": -0.0123}, "level": 0.05,
+                           "reliable": True}}
+    line = _figures_line(sec)
+    assert "Z = 2.5" in line and "0.812" in line and "95% CL" in line, line
+    label, cells = limit_row(sec, ["pt"])
+    assert label == "expected CLs limit on mu (95% CL)" and len(cells) == 2
+    sec["upper_limit"]["reliable"] = False
+    label, cells = limit_row(sec, ["pt"])
+    assert "UNRELIABLE" in label and all("unreliable" in c for c in cells)
+    assert "limit" not in _figures_line({"significance": {"value": 1.0}})

@@ -144,3 +144,16 @@ def test_a_shift_of_a_field_nothing_reads_is_refused() -> None:
         build_plan(config_from_dict(cfg))
     msg = str(err.value)
     assert "systematics.0.field" in msg and "changes nothing" in msg and "\n" not in msg
+
+
+def test_the_cls_upper_limit_term_loads_and_a_bad_level_is_one_line() -> None:
+    from analysis.config.terms import ClsUpperLimitTerm
+
+    cfg = _edit("objective/terms", [{"type": "cls_upper_limit", "level": 0.05}])
+    term = config_from_dict(cfg).objective.terms[0]
+    assert isinstance(term, ClsUpperLimitTerm) and term.level == 0.05
+    for bad in (0.0, 1.0, 1.5, "five"):
+        with pytest.raises(ConfigError) as err:
+            config_from_dict(_edit("objective/terms", [{"type": "cls_upper_limit", "level": bad}]))
+        msg = str(err.value)
+        assert "\n" not in msg and "objective.terms.0" in msg and "level" in msg, msg

@@ -161,6 +161,13 @@ def test_results_section_is_the_contract():
     assert out["significance"] == {"value": float(result.z), "grad": {"cut": 0.25},
                                    "reliable": True}
     assert out["fit"]["converged"] is True
+    limit = lk.cls_limit(s, MODEL)
+    with_limit = lk.results_section(s, MODEL, result, {"cut": 0.25}, limit=limit,
+                                    limit_grad={"cut": -0.5})
+    assert json.loads(json.dumps(with_limit)) == with_limit
+    assert with_limit["upper_limit"] == {"value": float(limit.mu), "grad": {"cut": -0.5},
+                                         "level": 0.05, "reliable": True,
+                                         "data": "background-only asimov"}
     assert list(out["fit"]["nuisances"]) == [
         "jes",
         "mc_stat_sr[0]",

@@ -137,18 +137,19 @@ def test_z_of_the_written_templates_is_pyhf_z(soft) -> None:
 # JAX: 40 s cold; the JAX backend's gradient against central differences in the default
 # run: tests/pipeline/test_object_sets_enumeration.py::test_soft_pipeline_against_enumeration
 @pytest.mark.slow_on("jax")
-def test_z_gradient_equals_central_differences(small_data, soft, backend) -> None:
+def test_z_and_limit_gradients_equal_central_differences(small_data, soft, backend) -> None:
     cfg = lk_config(small_data)
     names = list(PARAMS)
 
-    def z(x):
-        return section(cfg, dict(zip(names, map(float, x))), order=0,
-                       backend=backend)["significance"]["value"]
+    def z(x):  # Z and the expected CLs limit, the fits and the root rerun
+        sec = section(cfg, dict(zip(names, map(float, x))), order=0, backend=backend)
+        return np.array([sec["significance"]["value"], sec["upper_limit"]["value"]])
 
     fd = central_difference(z, [PARAMS[n] for n in names], [0.05, 1e-4])
-    grad = [soft["significance"]["grad"][n] for n in names]
-    np.testing.assert_allclose(grad, fd, rtol=1e-5)
-    assert min(abs(g) for g in grad) > 1e-4
+    for i, key in enumerate(("significance", "upper_limit")):
+        grad = [soft[key]["grad"][n] for n in names]
+        np.testing.assert_allclose(grad, fd[i], rtol=1e-5, err_msg=key)
+        assert min(abs(g) for g in grad) > 1e-4
 
 
 # JAX: ~110 s cold (futures workers compile again); the JAX backend's chunk invariance in
@@ -166,10 +167,27 @@ def test_templates_and_z_do_not_depend_on_chunking_or_executor(small_data, soft,
                 for side in ("up", "down"):
                     np.testing.assert_allclose(u["variations"][s][side],
                                                t["variations"][s][side], rtol=1e-10)
-    np.testing.assert_allclose(other["significance"]["value"], soft["significance"]["value"],
-                               rtol=1e-10)
-    for n, g in soft["significance"]["grad"].items():
-        np.testing.assert_allclose(other["significance"]["grad"][n], g, rtol=1e-9)
+    # Z, the expected limit, their gradients and every fitted nuisance: 1e-9 (the fits
+    # converge to rounding: analysis/likelihood/fit.py, NEWTON_ATOL; the root: ROOT_RTOL)
+    for key in ("significance", "upper_limit"):
+        np.testing.assert_allclose(other[key]["value"], soft[key]["value"], rtol=1e-10)
+        for n, g in soft[key]["grad"].items():
+            np.testing.assert_allclose(other[key]["grad"][n], g, rtol=1e-9, err_msg=key)
+    for n, v in soft["fit"]["nuisances"].items():
+        np.testing.assert_allclose(other["fit"]["nuisances"][n], v, rtol=0, atol=1e-9, err_msg=n)
+
+
+def test_upper_limit_of_the_written_templates_is_pyhf(soft) -> None:
+    """results.json's ``upper_limit``: pyhf's ``upper_limit`` (qtilde, asymptotics) on
+    background-only Asimov data of the workspace exported from the same section."""
+    from tests.likelihood.test_limit import pyhf_limits
+
+    lim = soft["upper_limit"]
+    assert lim["reliable"] and lim["level"] == 0.05 and set(lim["grad"]) == set(PARAMS)
+    obs, exp = pyhf_limits(soft)
+    assert 0 < lim["value"] < 1, lim  # Z ~ 11: the limit is well below mu = 1
+    assert abs(lim["value"] - obs) <= 2e-3 * lim["value"], (lim["value"], obs)
+    assert abs(lim["value"] - exp) <= 2e-3 * lim["value"], (lim["value"], exp)
 
 
 def _hard_templates(data, ds: str, xsec: float, norm_lumi: float, pt_scale: float = 1.0,
@@ -349,3 +367,25 @@ def test_mu_uncertainty_term_is_pyhf_profile_curvature(small_data) -> None:
     ref = math.sqrt(2 * h * h / (twice_nll(1 + h) + twice_nll(1 - h) - 2 * twice_nll(1.0)))
     np.testing.assert_allclose(res["objective"], ref, rtol=1e-5)
     assert np.all(np.isfinite(res["grad"])) and np.all(res["grad"] != 0)
+
+
+@pytest.mark.slow  # one soft pass with its Jacobian, ~30 s
+def test_cls_upper_limit_term_is_the_limit_of_the_section(small_data) -> None:
+    """``{type: cls_upper_limit, level: 0.05}``: the objective (minimised) and its gradient
+    are results.json's ``likelihood.upper_limit`` value and gradient."""
+    from analysis.optimize.objectives import Objective, objective_from_states
+    from analysis.pipeline.plan import build_plan
+
+    cfg = lk_config(small_data)
+    cfg["objective"] = {"terms": [{"type": "cls_upper_limit", "level": 0.05}]}
+    config = config_from_dict(cfg)
+    plan = build_plan(config)
+    with Evaluator(config) as ev:
+        states = ev.run(PARAMS, order=1)
+        res = objective_from_states(Objective(config, plan), states)
+        sec = likelihood_section(config, ev.plan, states)
+    lim = sec["upper_limit"]
+    np.testing.assert_allclose(res["objective"], lim["value"], rtol=1e-12)
+    np.testing.assert_allclose(res["grad"], [lim["grad"][n] for n in plan.param_names],
+                               rtol=1e-9)
+    assert np.all(res["grad"] != 0)

@@ -38,11 +38,10 @@ from analysis.select.objects import (
 )
 from analysis.select.pbinom import count_distribution, prob_count_at_least
 from analysis.stats._stored import allow_custom_calls
-from analysis.stats.jagged import (
-    Jagged,
-    _is_awkward,
+from analysis.stats.jagged import Jagged, from_awkward
+from analysis.stats.layouts import _is_awkward
+from analysis.stats.offsets import (
     concrete,
-    from_awkward,
     lists_mismatch,
     longest_bound,
     padded_segment_ids,

@@ -30,7 +30,7 @@ from analysis.select._fastsingle import fast_weights
 from analysis.select._single import dense_weights
 from analysis.soft import pass_weights, soft_cut
 from analysis.stats import Jagged
-from analysis.stats.jagged import padded_segment_ids
+from analysis.stats.offsets import padded_segment_ids
 from tests.conftest import central_difference
 from tests.opt_helpers import cli_env
 from tests.test_soft_pass_weights import enumerated

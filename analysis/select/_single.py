@@ -77,7 +77,7 @@ def single_count_weights(values, offsets, event, n, width, *, model: CountModel,
 
     ``values``: ``(N,)`` pass probabilities; ``offsets``: ``(E + 1,)`` list boundaries
     (traced or not), at most ``max_objects`` per list; ``event``: ``(N,)`` the list of
-    each element, ``E`` beyond ``offsets[-1]`` (:func:`analysis.stats.jagged.segment_ids_from_offsets`,
+    each element, ``E`` beyond ``offsets[-1]`` (:func:`analysis.stats.offsets.segment_ids_from_offsets`,
     given by the caller: inside this function's own trace the offsets are new tracers,
     whose segment ids a compiled ``stats.derive`` does not know). Elements beyond ``offsets[-1]``
     (padding) get weight 0. ``fast``: a function with :func:`dense_weights`'s signature

@@ -35,12 +35,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from analysis.stats.jagged import (
-    Jagged,
-    bound_longest,
-    know_segment_ids,
-    padded_segment_ids,
-)
+from analysis.stats.jagged import Jagged
+from analysis.stats.offsets import bound_longest, know_segment_ids, padded_segment_ids
 
 __all__: list[str] = []
 

@@ -22,8 +22,8 @@ import numpy as np
 from analysis.allocator import freeze_startup_objects, keep_freed_buffers
 from analysis.stats import _stored
 from analysis.stats._closure import closure_inputs, closure_refusal
-from analysis.stats.jagged import forget_bounds
 from analysis.stats.merge import describe_difference
+from analysis.stats.offsets import forget_bounds
 from analysis.stats.passes import PassTheta, Pullback
 from analysis.stats.pullback import pulled_sum
 from analysis.stats.taylor import _to_numpy, value_and_derivatives

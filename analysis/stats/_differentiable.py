@@ -19,8 +19,8 @@ import numpy as np
 from analysis.stats._hostlinear import apply
 from analysis.stats._params import ParamSpec, param_spec
 from analysis.stats.derived import Derived
-from analysis.stats.jagged import device_array
 from analysis.stats.merge import is_state
+from analysis.stats.offsets import device_array
 from analysis.stats.passes import PassTheta, Pullback, _shown
 from analysis.stats.pullback import prune, pullback_payload
 from analysis.stats.taylor import _to_numpy

@@ -17,14 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.stats.jagged import (
-    Jagged,
-    _is_awkward,
-    awkward_parts,
-    concrete,
-    lists_mismatch,
-    segment_ids_from_offsets,
-)
+from analysis.stats.jagged import Jagged
+from analysis.stats.layouts import _is_awkward, awkward_parts
+from analysis.stats.offsets import concrete, lists_mismatch, segment_ids_from_offsets
 
 Array = jax.Array
 # numpy for concrete data (cheap host-side padding), JAX for tracers
@@ -270,7 +265,7 @@ def _flat_path(x: Any, y: Any, weight: Any, axis: Any) -> bool:
     """The original flat/:class:`Jagged` path (also what ``jax.jit`` code uses).
 
     Any :class:`Jagged` argument takes it: awkward arguments beside it are read as one
-    level of lists (:func:`~analysis.stats.jagged.awkward_parts`) and must have its lists
+    level of lists (:func:`~analysis.stats.layouts.awkward_parts`) and must have its lists
     (one line naming the first list that differs otherwise)."""
     if any(isinstance(a, Jagged) for a in (x, y, weight)):
         return True

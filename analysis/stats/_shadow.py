@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.stats.jagged import _check_real, _is_awkward, records_error
+from analysis.stats.layouts import _is_awkward, records_error
+from analysis.stats.offsets import _check_real
 
 # The structure is worked out by awkward itself on a *shadow*: the input's layout with
 # its number buffer replaced by the positions 0..n-1 (numpy, whatever the backend).

@@ -20,7 +20,7 @@ import numpy as np
 from analysis.stats import _shadow
 from analysis.stats._inputs import _is_scalar, _Options, _Prepared
 from analysis.stats._statefns import LinearFit
-from analysis.stats.jagged import _is_awkward
+from analysis.stats.layouts import _is_awkward
 
 # awkward's functions as imported (kept even if ``ak.mean`` etc. are replaced by ours)
 _AWKWARD = {

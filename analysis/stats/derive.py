@@ -106,8 +106,8 @@ from analysis.stats._differentiable import (  # noqa: F401  (re-exported)
 from analysis.stats._params import numpy_vector, param_spec
 from analysis.stats.derived import Derived, join
 from analysis.stats.histogram import Histogram
-from analysis.stats.jagged import device_array
 from analysis.stats.merge import is_state
+from analysis.stats.offsets import device_array
 from analysis.stats.passes import PassTheta, Pullback, _shown  # noqa: F401  (re-exported)
 from analysis.stats.taylor import (  # noqa: F401  (re-exported)
     _expanded,

@@ -11,11 +11,12 @@ every new chunk of events with the same number of lists and elements; the number
 lists (``len(offsets) - 1``) is therefore static under ``jit``.
 
 :func:`from_awkward` turns an awkward array of one level of lists (``events.Jet.pt``,
-also after event masking or a jagged mask, i.e. ListOffsetArray, ListArray, RegularArray
-and IndexedArray layouts) into a :class:`Jagged`. On awkward's JAX backend the data
-buffer may be a tracer (inside ``jax.grad``): it is only gathered, so gradients flow
-back to the awkward array. Index buffers are concrete (awkward keeps them out of the
-pytree leaves), and are read with numpy.
+also after event masking or a jagged mask) into a :class:`Jagged`, differentiably on
+awkward's JAX backend (layouts are read by :mod:`analysis.stats.layouts`; offsets,
+segment ids and the bounds a compiled ``stats.derive`` records are in
+:mod:`analysis.stats.offsets`). For awkward inputs of any structure (option types, any
+depth, regular dimensions) the statistics use :mod:`analysis.stats._shadow`, which lets
+awkward itself decide broadcasting, missing values and the grouping of any ``axis``.
 
 A :class:`Jagged` is an array: ``+ - * / **`` (and reflected), comparisons (bool
 values), unary ``-`` and ``abs`` work elementwise, with the result on the left operand's
@@ -29,16 +30,10 @@ Everything is JAX on the values, so gradients flow through it and it works under
 (traced offsets: only the lengths are compared). With traced offsets, values beyond
 ``offsets[-1]`` are padding (as :func:`analysis.stats.derive` pads a chunk's Jagged to
 a bucket size): they belong to no list and every statistic gives them weight 0.
-
-For awkward inputs of any structure (option types, any depth, regular dimensions)
-the statistics use :mod:`analysis.stats._shadow`, which lets awkward itself decide
-broadcasting, missing values and the grouping of any ``axis``.
 """
 
 from __future__ import annotations
 
-import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -46,129 +41,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.stats.layouts import _is_awkward, awkward_parts
+from analysis.stats.offsets import (
+    _check_real,
+    _eager,
+    concrete,
+    device_array,
+    lists_mismatch,
+    refuse_padded,
+    segment_ids_from_offsets,
+)
+
 __all__ = ["Jagged", "from_awkward", "where"]
-
-
-def device_array(a: Any) -> jax.Array:
-    """``a`` (numpy, list, number) as a JAX array by a host-to-device copy: ``jnp.asarray``
-    of a numpy array compiles a staging program once per new shape (once per chunk of a
-    pass), ``jax.device_put`` does not."""
-    return a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a))
-
-
-def concrete(a: Any) -> np.ndarray | None:
-    """``a`` as a numpy array if its value is known now, ``None`` if it is a JAX tracer."""
-    if isinstance(a, jax.core.Tracer):
-        return None
-    return np.asarray(a)
-
-
-def segment_ids_from_offsets(offsets: Any, num_elements: int) -> Any:
-    """List index of every element (int32, length ``num_elements``).
-
-    Concrete offsets give a numpy constant; traced offsets (a ``Jagged`` passed as a
-    ``jit`` argument) a JAX computation: a scatter of +1 at each list start, then a
-    cumulative sum (empty lists add several +1 at one position; starts equal to
-    ``num_elements`` belong to trailing empty lists and are dropped).
-    """
-    off = concrete(offsets)
-    if off is not None:
-        counts = np.diff(off)
-        return np.repeat(np.arange(counts.shape[0], dtype=np.int32), counts)
-    known = _known_ids().get(id(offsets))
-    if known is not None and known[0] is offsets and known[1].shape[0] == num_elements:
-        return known[1]
-    # +1 at every list end (not only the inner ones): elements beyond offsets[-1] (the
-    # padding of a compiled stats.derive) get num_lists, which segment sums drop.
-    starts = jnp.zeros(num_elements, dtype=jnp.int32).at[offsets[1:]].add(1, mode="drop")
-    if num_elements == 0:
-        return starts
-    # A parallel prefix sum (exact in integers): XLA's CPU cumsum, a reduce-window, took
-    # 2.9 ms for 424k elements (a 50k-event chunk's jets), this 0.9 ms.
-    return jax.lax.associative_scan(jnp.add, starts)
-
-
-# Traced offsets whose longest list is known on the host: stats.derive's compiled path
-# passes a chunk's Jagged as arguments (its offsets traced) and records here the
-# longest list, rounded up, that analysis.soft.pass_weights needs as a static size.
-# id -> (the offsets tracer, kept alive so that its id is not reused; the bound), per
-# thread (dask's threaded workers trace chunks at the same time).
-_BOUNDS = threading.local()
-
-
-def _longest() -> dict[int, tuple[Any, int]]:
-    if not hasattr(_BOUNDS, "table"):
-        _BOUNDS.table = {}
-    return _BOUNDS.table
-
-
-def longest_bound(offsets: Any) -> int | None:
-    """An upper bound of the longest list of ``offsets``: computed for concrete offsets,
-    recorded (:func:`bound_longest`) for traced ones, else ``None``."""
-    off = concrete(offsets)
-    if off is not None:
-        return int(np.max(np.diff(off))) if off.shape[0] > 1 else 0
-    hit = _longest().get(id(offsets))
-    return hit[1] if hit is not None and hit[0] is offsets else None
-
-
-def _padded(offsets: Any) -> bool:
-    """``offsets`` are those of a padded Jagged of a compiled stats.derive (traced, with
-    a recorded bound: :func:`bound_longest`)."""
-    if not isinstance(offsets, jax.core.Tracer):
-        return False
-    hit = _longest().get(id(offsets))
-    return hit is not None and hit[0] is offsets
-
-
-def _inside_package(frame: Any) -> bool:
-    name = frame.f_globals.get("__name__", "") if frame is not None else ""
-    return name == "analysis" or name.startswith("analysis.")
-
-
-class PaddedValuesError(ValueError):
-    """``Jagged.values`` read by your code inside a compiled ``stats.derive`` (padded)."""
-
-
-def bound_longest(offsets: Any, bound: int) -> None:
-    """Record ``bound`` as the longest list of the traced ``offsets`` (while tracing)."""
-    _longest()[id(offsets)] = (offsets, int(bound))
-
-
-def _known_ids() -> dict[int, tuple[Any, Any]]:
-    if not hasattr(_BOUNDS, "ids"):
-        _BOUNDS.ids = {}
-    return _BOUNDS.ids
-
-
-def padded_segment_ids(offsets: np.ndarray, size: int) -> np.ndarray:
-    """The list index of each of ``size`` elements (int32) for concrete ``offsets``,
-    ``num_lists`` beyond ``offsets[-1]`` (the padding): what
-    :func:`segment_ids_from_offsets` computes for traced offsets, on the host."""
-    counts = np.diff(offsets)
-    ids = np.full(size, counts.shape[0], dtype=np.int32)
-    ids[: int(offsets[-1])] = np.repeat(np.arange(counts.shape[0], dtype=np.int32), counts)
-    return ids
-
-
-def know_segment_ids(offsets: Any, ids: Any) -> None:
-    """Record ``ids`` (:func:`padded_segment_ids`, an argument of the compiled program)
-    as the segment ids of the traced ``offsets`` (while tracing): the program then
-    reads them instead of computing a prefix sum over the elements (a parallel scan of
-    ~20 levels, about 2 s of XLA compilation per program for a 50k-event chunk)."""
-    _known_ids()[id(offsets)] = (offsets, ids)
-
-
-def forget_bounds() -> None:
-    """Drop the recorded bounds and segment ids (after a trace)."""
-    _longest().clear()
-    _known_ids().clear()
-
-
-def _check_real(dtype: Any, what: str) -> None:
-    kind = np.dtype(dtype).kind
-    if kind not in "biuf":
-        raise TypeError(f"{what}: expected real numbers (bool, int or float), found dtype {dtype}")
 
 
 @jax.tree_util.register_pytree_node_class
@@ -210,16 +94,13 @@ class Jagged:
         Inside a compiled :func:`analysis.stats.derive` (a chunk's Jagged passed to the
         program as padded arguments, :mod:`analysis.stats._closure`) the stored values
         run on beyond ``offsets[-1]`` with padding, which a reduction of the raw array
-        would count (``jnp.mean(pt.values)``): there, reading ``values`` from outside
-        this package raises :class:`PaddedValuesError`, and ``stats.derive`` runs the
-        function traced on the chunk's own (unpadded) arrays instead. The package's
-        own functions (statistics, soft cuts, ``pass_weights``, arithmetic) give the
-        padding weight 0.
+        would count (``jnp.mean(pt.values)``): there, reading ``values`` from outside this
+        package raises :class:`~analysis.stats.offsets.PaddedValuesError`, and
+        ``stats.derive`` runs the function traced on the chunk's own (unpadded) arrays
+        instead. The package's own functions (statistics, soft cuts, ``pass_weights``,
+        arithmetic) give the padding weight 0.
         """
-        if _padded(self.offsets) and not _inside_package(sys._getframe(1)):
-            raise PaddedValuesError(
-                "Jagged.values: inside a compiled stats.derive the values are padded beyond "
-                "offsets[-1]; use stats functions, Jagged arithmetic or .map on the Jagged")
+        refuse_padded(self.offsets)
         return self._values
 
     @values.setter
@@ -450,50 +331,6 @@ class Jagged:
         )
 
 
-# --- eager arithmetic on concrete values --------------------------------------------
-
-# Outside a trace, each jnp operation compiles once per new array length (a chunk's
-# column preparation, ``abs(stats.from_awkward(events.Jet.eta))``, would compile on every
-# chunk of a first pass): concrete operands are computed by numpy's ufunc of the same
-# name (the same IEEE float64 operation), traced ones by jnp.
-_NUMPY = {
-    jnp.add: np.add, jnp.subtract: np.subtract, jnp.multiply: np.multiply,
-    jnp.true_divide: np.true_divide, jnp.power: np.power, jnp.less: np.less,
-    jnp.less_equal: np.less_equal, jnp.greater: np.greater,
-    jnp.greater_equal: np.greater_equal, jnp.equal: np.equal, jnp.not_equal: np.not_equal,
-    jnp.negative: np.negative, jnp.abs: np.abs,
-}
-
-
-def _eager(op: Callable[..., Any], *args: Any) -> Any:
-    """``op(*args)``; by numpy when every operand is concrete (no per-shape compilation)."""
-    if any(isinstance(a, jax.core.Tracer) for a in args):
-        return op(*args)
-    arrays = [np.asarray(a) if isinstance(a, jax.Array) else a for a in args]
-    return device_array(_NUMPY[op](*arrays))
-
-
-# --- broadcasting operands -------------------------------------------------------
-
-
-def lists_mismatch(a: Any, b: Any) -> str | None:
-    """Why offsets ``b`` do not describe the lists of offsets ``a`` (``None``: they do,
-    or cannot be told apart because one is traced and the shapes agree)."""
-    na, nb = a.shape[0] - 1, b.shape[0] - 1
-    if na != nb:
-        return f"{nb} lists where {na} are expected"
-    if a is b:
-        return None
-    oa, ob = concrete(a), concrete(b)
-    if oa is None or ob is None:
-        return None
-    if not np.array_equal(oa, ob):
-        i = int(np.flatnonzero(np.diff(oa) != np.diff(ob))[0])
-        return (f"list {i} has {int(ob[i + 1] - ob[i])} elements where "
-                f"{int(oa[i + 1] - oa[i])} are expected")
-    return None
-
-
 def _operand(x: Jagged, other: Any, name: str) -> Any:
     """``other`` as per-element values aligned with ``x.values`` (or a scalar), broadcast
     like awkward: a Jagged or awkward Array of lists needs the same lists; a flat array
@@ -568,128 +405,6 @@ def where(condition: Any, x: Any, y: Any) -> Jagged:
                             f"a number, found {type(arg).__name__}")
         parts.append(v)
     return template.with_values(jnp.where(*parts))
-
-
-# --- awkward ----------------------------------------------------------------------
-
-
-def _is_awkward(obj: Any) -> bool:
-    mod = type(obj).__module__
-    return mod.startswith("awkward.") or mod == "awkward"
-
-
-def _leaf(content: Any, name: str) -> tuple[Any, np.ndarray | None]:
-    """Flat numeric buffer of an element-level layout, plus an optional gather index."""
-    if content.is_unknown:  # EmptyArray: lists that are all empty
-        return np.zeros(0, dtype=np.float64), None
-    if type(content).__name__ == "UnmaskedArray":  # option type with nothing missing
-        return _leaf(content.content, name)
-    if content.is_option:
-        raise TypeError(
-            f"{name}: missing values (None) are not supported; "
-            "use ak.drop_none or ak.fill_none first"
-        )
-    if content.is_indexed:  # IndexedArray without missing values: a lazy gather
-        data, inner = _leaf(content.content, name)
-        index = np.asarray(content.index.data).astype(np.int64, copy=False)
-        return data, index if inner is None else inner[index]
-    if content.is_numpy:
-        data = content.data
-        if len(data.shape) != 1:
-            raise ValueError(
-                f"{name}: expected numbers inside the lists, found nested dimensions "
-                f"(element shape {tuple(data.shape[1:])})"
-            )
-        _check_real(data.dtype, name)
-        return data, None
-    if content.is_record:
-        raise records_error(content, name)
-    if content.is_list:
-        raise ValueError(f"{name}: expected at most one level of lists, found deeper nesting")
-    raise TypeError(f"{name}: unsupported awkward layout {type(content).__name__}")
-
-
-def records_error(node: Any, name: str) -> TypeError:
-    """The error for records where numbers are expected (shared with the awkward engine)."""
-    fields = ", ".join(node.fields)
-    return TypeError(
-        f"{name}: expected numbers, found records with fields ({fields}); "
-        "pass one field, e.g. jets.pt"
-    )
-
-
-def _list_bounds(layout: Any, name: str) -> tuple[np.ndarray, np.ndarray, Any] | None:
-    """``(starts, stops, content)`` of a list layout (through IndexedArrays); None if flat."""
-    if layout.is_indexed and not layout.is_option:
-        inner = _list_bounds(layout.content, name)
-        if inner is None:
-            return None
-        index = np.asarray(layout.index.data).astype(np.int64, copy=False)
-        return inner[0][index], inner[1][index], inner[2]
-    if type(layout).__name__ == "UnmaskedArray":
-        return _list_bounds(layout.content, name)
-    if layout.is_option:
-        raise TypeError(
-            f"{name}: missing lists (None) are not supported; use ak.drop_none or ak.fill_none"
-        )
-    if layout.parameter("__array__") in ("string", "bytestring", "char", "byte"):
-        raise TypeError(f"{name}: expected numbers, found strings")
-    if layout.is_regular:
-        size = int(layout.size)
-        starts = np.arange(layout.length, dtype=np.int64) * size
-        return starts, starts + size, layout.content
-    if layout.is_list:
-        if hasattr(layout, "offsets"):
-            off = np.asarray(layout.offsets.data).astype(np.int64, copy=False)
-            return off[:-1], off[1:], layout.content
-        starts = np.asarray(layout.starts.data).astype(np.int64, copy=False)
-        stops = np.asarray(layout.stops.data).astype(np.int64, copy=False)
-        return starts, stops, layout.content
-    if layout.is_numpy and len(layout.data.shape) == 2:
-        return _list_bounds(layout.to_RegularArray(), name)
-    return None
-
-
-def awkward_parts(array: Any, name: str = "array") -> tuple[Any, np.ndarray | None]:
-    """``(values, offsets)`` of an awkward array; ``offsets`` is None for a flat array.
-
-    ``values`` is in the input dtype: numpy on awkward's numpy backend, a JAX array
-    (possibly a tracer) on its JAX backend; ``offsets`` is numpy int64 starting at 0.
-    """
-    import awkward as ak
-
-    layout = ak.to_layout(array)
-    backend = ak.backend(layout)
-    if backend not in ("cpu", "jax"):
-        raise TypeError(f"{name}: awkward backend {backend!r} is not supported (cpu or jax)")
-    bounds = _list_bounds(layout, name)
-    if bounds is None:
-        data, index = _leaf(layout, name)
-        offsets = None
-        positions: np.ndarray | slice | None = index
-    else:
-        starts, stops, content = bounds
-        counts = stops - starts
-        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        data, index = _leaf(content, name)
-        contiguous = counts.shape[0] == 0 or bool(np.all(starts[1:] == stops[:-1]))
-        if contiguous and index is None:
-            lo = int(starts[0]) if counts.shape[0] else 0
-            hi = lo + int(offsets[-1])
-            positions = None if (lo == 0 and hi == data.shape[0]) else slice(lo, hi)
-        else:
-            # element k of list i sits at starts[i] + k
-            positions = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
-            if index is not None:
-                positions = index[positions]
-    buffer: np.ndarray | jax.Array
-    if backend == "cpu":
-        buffer = np.asarray(data)
-    else:
-        buffer = data if isinstance(data, jax.Array) else jnp.asarray(data)
-    values = buffer if positions is None else buffer[positions]
-    return values, offsets
 
 
 def from_awkward(array: Any) -> Jagged:

@@ -16,14 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.stats._inputs import _traced
-from analysis.stats.jagged import (
-    Jagged,
-    _is_awkward,
-    _operand,
-    concrete,
-    device_array,
-    from_awkward,
-)
+from analysis.stats.jagged import Jagged, _operand, from_awkward
+from analysis.stats.layouts import _is_awkward
+from analysis.stats.offsets import concrete, device_array
 
 __all__ = ["sum"]
 

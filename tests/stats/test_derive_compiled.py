@@ -244,7 +244,7 @@ def test_raw_values_never_see_the_padding() -> None:
 
 def test_values_read_in_the_compiled_program_raise() -> None:
     from analysis.stats._closure import closure_inputs
-    from analysis.stats.jagged import PaddedValuesError
+    from analysis.stats.offsets import PaddedValuesError
 
     pt, _ = _chunk(8)
     seen = []
@@ -262,7 +262,7 @@ def test_values_read_in_the_compiled_program_raise() -> None:
             seen.append(str(err))
             return {"s": 0.0}
         finally:
-            from analysis.stats.jagged import forget_bounds
+            from analysis.stats.offsets import forget_bounds
 
             forget_bounds()
 

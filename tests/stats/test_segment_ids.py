@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from analysis.stats.jagged import segment_ids_from_offsets
+from analysis.stats.offsets import segment_ids_from_offsets
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -37,7 +37,7 @@ def test_a_compiled_chunk_reads_its_segment_ids_from_the_host() -> None:
     """stats.derive's compiled path passes a Jagged's list indices as an argument
     (analysis.stats._closure): equal to the traced prefix sum (padding: num_lists), and
     read in place of it while tracing."""
-    from analysis.stats.jagged import forget_bounds, know_segment_ids, padded_segment_ids
+    from analysis.stats.offsets import forget_bounds, know_segment_ids, padded_segment_ids
 
     offsets = np.array([0, 2, 2, 5, 6, 6], dtype=np.int32)
     size = 9

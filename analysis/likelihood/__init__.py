@@ -21,6 +21,7 @@ from analysis.likelihood.covariance import fit_covariance
 from analysis.likelihood.expected import asimov, expected, mc_stat_widths, nll, nuisance_names
 from analysis.likelihood.export import combine_inputs, pyhf_workspace
 from analysis.likelihood.fit import FitResult, fit_status, profile, raise_for_fit
+from analysis.likelihood.histograms import check_templates, edges, templates
 from analysis.likelihood.limit import (
     UpperLimit,
     background_asimov,
@@ -34,9 +35,6 @@ from analysis.likelihood.model import (
     LikelihoodError,
     Model,
     Normalisation,
-    check_templates,
-    edges,
-    templates,
 )
 from analysis.likelihood.significance import (
     Significance,

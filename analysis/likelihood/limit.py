@@ -56,7 +56,8 @@ import numpy as np
 
 from analysis.likelihood.expected import expected, nll, nuisance_names
 from analysis.likelihood.fit import MAX_STEPS, FitResult, profile, raise_for_fit
-from analysis.likelihood.model import FitError, Model, templates
+from analysis.likelihood.histograms import templates
+from analysis.likelihood.model import FitError, Model
 from analysis.stats._core import safe_sqrt
 
 __all__ = ["ROOT_MAX_STEPS", "ROOT_RTOL", "UpperLimit", "background_asimov", "cls_limit",

@@ -41,7 +41,8 @@ import jax.numpy as jnp
 
 from analysis.likelihood.expected import asimov, nll, nuisance_names
 from analysis.likelihood.fit import MAX_STEPS, FitResult, profile
-from analysis.likelihood.model import Model, templates
+from analysis.likelihood.histograms import templates
+from analysis.likelihood.model import Model
 from analysis.stats._core import safe_sqrt
 
 __all__ = ["Significance", "discovery_significance", "mu_uncertainty", "significance"]

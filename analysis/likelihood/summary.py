@@ -41,8 +41,9 @@ import numpy as np
 
 from analysis.likelihood.covariance import fit_covariance
 from analysis.likelihood.expected import asimov, nuisance_names
+from analysis.likelihood.histograms import edges, templates
 from analysis.likelihood.limit import UpperLimit
-from analysis.likelihood.model import Model, edges, templates
+from analysis.likelihood.model import Model
 from analysis.likelihood.significance import Significance
 
 __all__ = ["FIT_DESCRIPTION", "PULL_THRESHOLD", "results_section"]

@@ -11,15 +11,15 @@ so ``threshold``, ``n`` and the data-dependent probabilities may be traced (insi
 :func:`analysis.stats.derive`, ``jax.grad``, ``jax.jit``).
 
 These are the YAML pipeline's own cut functions (:mod:`analysis.pipeline.backends.jax.passes`), so a
-hand-written processor selects exactly as a configured one does.
+hand-written processor selects exactly as a configured one does. Their argument checks
+and size buckets are in :mod:`analysis.select.softargs`, their compiled count programs
+in :mod:`analysis.select.softprograms`.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import jax
@@ -29,17 +29,18 @@ import numpy as np
 from analysis.limits import check_bytes
 from analysis.select._single import FFI_TARGETS, UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
-from analysis.select.objects import (
-    event_pass,
-    layout,
-    membership,
-    object_weights,
-    soft_pass,
+from analysis.select.objects import soft_pass
+from analysis.select.softargs import (
+    _as_input,
+    _bucket,
+    _check_width,
+    _collection_labels,
+    _object_bucket,
+    _probability_lists,
 )
-from analysis.select.pbinom import count_distribution, prob_count_at_least
+from analysis.select.softprograms import _joint, _pass_weights, _tail
 from analysis.stats._stored import allow_custom_calls
-from analysis.stats.jagged import Jagged, from_awkward
-from analysis.stats.layouts import _is_awkward
+from analysis.stats.jagged import Jagged
 from analysis.stats.offsets import (
     concrete,
     lists_mismatch,
@@ -63,41 +64,6 @@ def _register_kernels() -> None:
 allow_custom_calls(*FFI_TARGETS, register=_register_kernels, module=__name__)
 
 _OPS = {">": (True, False), ">=": (True, True), "<": (False, False), "<=": (False, True)}
-
-
-def _as_input(x: Any, name: str) -> tuple[Any, Any]:
-    """``(flat float64 JAX values, offsets or None)`` of an awkward Array, Jagged or array."""
-    if isinstance(x, Jagged):
-        return jnp.asarray(x.values, dtype=jnp.float64), x.offsets
-    if _is_awkward(x):
-        if x.ndim == 1:
-            return jnp.asarray(np.asarray(x, dtype=np.float64)), None
-        j = from_awkward(x)
-        return jnp.asarray(j.values, dtype=jnp.float64), j.offsets
-    arr = jnp.asarray(x, dtype=jnp.float64)
-    if arr.ndim > 1:
-        raise ValueError(
-            f"{name}: expected flat values or one level of lists, found shape {arr.shape}"
-        )
-    return arr, None
-
-
-def _probability_lists(p: Any, func: str) -> tuple[Any, Any, np.ndarray]:
-    """``(values, offsets, concrete offsets)`` of per-object probabilities with lists."""
-    values, offsets = _as_input(p, f"{func}: p")
-    if offsets is None:
-        raise ValueError(f"{func}: p: expected one list of probabilities per event")
-    off = concrete(offsets)
-    if off is None:
-        raise ValueError(f"{func}: p: the list offsets must be concrete (not traced)")
-    return values, offsets, off
-
-
-def _check_width(width: Any, func: str) -> Any:
-    if isinstance(width, (numbers.Real, np.generic)) and not isinstance(width, bool):
-        if not (math.isfinite(float(width)) and float(width) >= 0):
-            raise ValueError(f"{func}: width: expected a finite number >= 0, found {width!r}")
-    return jnp.asarray(width, dtype=jnp.float64)
 
 
 def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
@@ -220,23 +186,6 @@ def count_at_least(p: Any, n: Any, width: Any = 0.0, *, cap: int | None = None) 
     return tail[:n_events]
 
 
-def _bucket(n: int) -> int:
-    """Smallest power of two >= n (at least 8)."""
-    return max(8, 1 << max(n - 1, 0).bit_length())
-
-
-@partial(jax.jit, static_argnames=("cap", "max_count"))
-def _tail(values, starts, counts, n, width, *, cap: int, max_count: int):
-    q = count_distribution(values, starts, counts, cap, max_count)
-    return prob_count_at_least(q, n, width)
-
-
-def _object_bucket(n: int) -> int:
-    """The per-event object axis: the largest multiplicity rounded up to a multiple of 4
-    (at least 4), so that chunks share a few compiled recursions."""
-    return max(4, -(-n // 4) * 4)
-
-
 def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) -> tuple[Any, Any]:
     """Selection weights of "at least ``n`` objects pass": per object and per event.
 
@@ -357,16 +306,6 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
     return Jagged(obj[:n_objects], offsets), ev[:n_events]
 
 
-@partial(jax.jit, static_argnames=("model", "max_objects"))
-def _pass_weights(values, starts, counts, n, width, *, model: CountModel, max_objects: int):
-    lay = layout(starts, counts, max_objects)
-    lays = {"objects": lay}
-    probs = {"objects": lay.dense(values)}
-    th, cw = jnp.reshape(n, (1,)), jnp.reshape(width, (1,))
-    weights = object_weights(probs, lays, model, th, cw)["objects"]
-    return lay.flat(weights, values.shape[0]), event_pass(probs, lays, model, th, cw)
-
-
 def joint_pass_weights(
     sets: Mapping[str, Any],
     counts: Sequence[tuple[Any, str, Any]],
@@ -419,27 +358,7 @@ def joint_pass_weights(
     """
     parents = dict(parents or {})
     names = list(sets)
-    if not names:
-        raise ValueError("joint_pass_weights: sets: expected at least one set")
-    for child, parent in parents.items():
-        if child not in sets or parent not in sets:
-            missing = child if child not in sets else parent
-            raise ValueError(f"joint_pass_weights: parents: {missing!r} is not a set")
-
-    def root(name: str) -> str:
-        seen = {name}
-        while name in parents:
-            name = parents[name]
-            if name in seen:
-                raise ValueError(f"joint_pass_weights: parents: cycle through {name!r}")
-            seen.add(name)
-        return name
-
-    label = {n: (collections or {}).get(root(n), root(n)) for n in names}
-    for n in names:
-        if collections and n in collections and collections[n] != label[n]:
-            raise ValueError(f"joint_pass_weights: collections: {n!r} is in "
-                             f"{collections[n]!r}, its parent in {label[n]!r}")
+    label = _collection_labels(sets, parents, collections)
     parts = {n: _as_input(sets[n], f"joint_pass_weights: sets[{n!r}]") for n in names}
     first: dict[str, str] = {}
     n_events = None
@@ -523,18 +442,3 @@ def joint_pass_weights(
                      max_objects=tuple(sorted(m.items())))
     out = {n: Jagged(obj[n][: sizes[label[n]]], parts[first[label[n]]][1]) for n in names}
     return out, ev[:n_events]
-
-
-@partial(jax.jit, static_argnames=("model", "max_objects"))
-def _joint(values, starts, counts, th, cw, *, model: CountModel, max_objects):
-    lays = {c: layout(starts[c], counts[c], mc) for c, mc in max_objects}
-    probs = {s.name: lays[s.collection].dense(values[s.name]) for s in model.sets}
-    if not model.counts:
-        weights = membership(probs, lays, model)
-        ev = jnp.ones(next(iter(probs.values())).shape[0], jnp.float64)
-    else:
-        weights = object_weights(probs, lays, model, th, cw)
-        ev = event_pass(probs, lays, model, th, cw)
-    out = {s.name: lays[s.collection].flat(weights[s.name], values[s.name].shape[0])
-           for s in model.sets}
-    return out, ev

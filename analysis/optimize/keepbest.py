@@ -114,7 +114,8 @@ def track_hard(run: Any) -> dict[str, Any]:
     """
     steps = list(range(len(run.history)))
     points = [run.history[k]["parameters"] for k in steps]
-    if not steps or steps[-1] != run.step:  # the end: the parameters after the last update
+    # the end: the parameters after the last update (a stopped run's: its last step's)
+    if not getattr(run, "stopped", None) and (not steps or steps[-1] != run.step):
         steps.append(run.step)
         points.append(run.params())
     split = run.fraction is not None

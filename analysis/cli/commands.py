@@ -416,12 +416,9 @@ def _loop(run, quiet: bool, args) -> None:
         start_up_done(args)  # the imports are done; the passes run with the collector
         while not run.done:
             entry = run.do_step()
-            bar.update(
-                task,
-                completed=run.step,
-                obj=f"{entry['objective']:.6g}",
-                dt=f"{entry['wall_time_s']:.2f}s",
-            )
+            if entry is not None:  # None: stopped (run.stopped says why)
+                bar.update(task, completed=run.step, obj=f"{entry['objective']:.6g}",
+                           dt=f"{entry['wall_time_s']:.2f}s")
 
 
 def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) -> None:
@@ -463,7 +460,9 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     from analysis.cli.trustlines import trust_lines
 
     st = report["status"]
-    if st["converged"]:
+    if st.get("stopped"):  # the objective became undefined after the start
+        lines = [f"status: stopped: {st['stopped']}"]
+    elif st["converged"]:
         lines = [f"status: converged at step {st['step']} ({st['criterion']})"]
     else:
         change = st.get("relative_change")

@@ -9,6 +9,7 @@ re-exports every name.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -48,6 +49,8 @@ def _check_width(cls: type, v: float | str | None) -> float | str | None:
     ``auto`` (from the data: :mod:`analysis.driver.autowidth`) or left out."""
     if v is None or v == "auto":
         return v
+    if isinstance(v, float) and not math.isfinite(v):  # one line here, not one per member
+        raise ValueError(f"expected a finite number, got {v!r}")
     if isinstance(v, str) or not v >= 0:
         raise ValueError(f"width must be a number >= 0 or 'auto', got {v!r}")
     return v

@@ -4,7 +4,8 @@ The soft objective a step climbs is not the hard-cut one (the widths smooth it),
 step size that suits the soft objective can leave the hard cuts worse than where they
 started. So after the loop the hard-cut objective (width 0, integers rounded) is
 evaluated at the parameters of every step and at the end (the parameters after the
-last update) on the events the optimiser trained on and, with ``optimizer.validation``,
+last update; a run stopped where its objective became undefined has its last step's,
+:mod:`analysis.optimize.undefined`) on the events the optimiser trained on and, with ``optimizer.validation``,
 on the held-out part: one values pass with every (point, part) a weight lane of it,
 then one with the Poisson-bootstrap replicas as weight lanes (:meth:`analysis.optimize.loop.Optimization._hard_lanes`) for the MC uncertainty
 at the start, the chosen point and the end (and the steps ``validation.every`` records).
@@ -114,7 +115,8 @@ def track_hard(run: Any) -> dict[str, Any]:
     """
     steps = list(range(len(run.history)))
     points = [run.history[k]["parameters"] for k in steps]
-    if not steps or steps[-1] != run.step:  # the end: the parameters after the last update
+    # the end: the parameters after the last update (a stopped run's: its last step's)
+    if not getattr(run, "stopped", None) and (not steps or steps[-1] != run.step):
         steps.append(run.step)
         points.append(run.params())
     split = run.fraction is not None

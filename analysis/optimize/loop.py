@@ -48,8 +48,7 @@ import numpy as np
 import optax
 
 from analysis.config.loader import Config
-from analysis.config.terms import TermReturnError
-from analysis.errors import ConfigError, DiffcoffeaError, LikelihoodError
+from analysis.errors import ConfigError
 from analysis.optimize import checkpoint as _ckpt
 from analysis.optimize.edgecoords import with_edges
 from analysis.optimize.keepbest import track_hard, validation_entries
@@ -64,6 +63,7 @@ from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
 from analysis.optimize.status import run_status
+from analysis.optimize.undefined import UNDEFINED, reason, refuse, require_finite, stop_message
 from analysis.pipeline.plan import initial_widths
 from analysis.stats._stored import stored_call
 from analysis.stats.derive import choose_mode
@@ -82,32 +82,6 @@ __all__ = [
 ]
 
 CHECKPOINT = _ckpt.CHECKPOINT
-
-
-def _kept(step: int, checkpoint: Path) -> str:
-    """What a run stopped at ``step`` leaves: the checkpoint of the step before."""
-    if step > 0:
-        return f"the checkpoint after step {step - 1} is kept ({checkpoint})"
-    return "no checkpoint was written"
-
-
-def require_finite(res: dict[str, Any], step: int, checkpoint: Path) -> None:
-    """Stop with one line if the objective or its derivatives at ``step`` are not finite.
-
-    Raised before the update, so the checkpoint on disk is the last good one.
-    """
-    bad = [
-        key
-        for key in ("objective", "grad", "hess")
-        if res.get(key) is not None and not np.all(np.isfinite(res[key]))
-    ]
-    if bad:
-        kept = _kept(step, checkpoint)
-        what = "objective" if "objective" in bad else f"{'/'.join(bad)} of the objective"
-        raise DiffcoffeaError(
-            f"optimize: step {step}: the {what} is not finite "
-            f"(objective {res.get('objective')}); stopped, {kept}"
-        )
 
 
 def annealed_widths(
@@ -317,6 +291,10 @@ class Optimization:
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self.converged = False
+        #: why the loop stopped before its budget (``objective undefined at step k: ...``,
+        #: :mod:`analysis.optimize.undefined`); None while it runs or when it did not
+        self.stopped: str | None = None
+        self._step_u: np.ndarray | None = None
         #: with keep-best (:mod:`analysis.optimize.keepbest`): the step
         #: :meth:`validation_history` chose (its parameters are the reported ones); else None
         self.best_step: int | None = None
@@ -453,27 +431,37 @@ class Optimization:
         has = obs is None or obs == observables
         return self.last_states if full and same and o >= order and has else None
 
-    def do_step(self) -> dict[str, Any]:
-        """One pass and one update; appends to the history and writes the checkpoint."""
+    def do_step(self) -> dict[str, Any] | None:
+        """One pass and one update; appends to the history and writes the checkpoint.
+        Returns the history entry, or None where the objective became undefined at this
+        step (after the first): the run stops (:attr:`stopped`), nothing is appended."""
         start = time.perf_counter()
         k = self.step
         widths = annealed_widths(self.w0, k, self.config, steps=self.anneal_steps)
         params = self.params()
         chunks = self._chunks_for(k)
+        # undefined at the start: the config is unusable (one line, exit 2); later: the
+        # run stops and reports its points (analysis.optimize.undefined)
+        res = None
         try:
             # all observables at the first step (the plots' initial histogram: where
             # there are plots) and at the last (the final evaluation may reuse it)
             every = (k == 0 and self.initial_observables) or k == self.opt_cfg.steps - 1
-            res = self.evaluate(params, widths, order=self.order, chunks=chunks,
+            res = self.evaluate(params, widths, order=self.order, chunks=chunks, strict=k == 0,
                                 observables=None if every else self.step_observables)
-        except (TermReturnError, LikelihoodError) as err:  # name the step (as for NaN)
-            raise DiffcoffeaError(
-                f"optimize: step {k}: {err}; stopped, {_kept(k, self.outdir / CHECKPOINT)}"
-            ) from None
+            why = reason(res, self.config.source)
+        except UNDEFINED as err:  # name the step (as for NaN)
+            if k == 0:
+                raise refuse(err, k, self.outdir / CHECKPOINT) from None
+            why = reason(None, self.config.source, err)
         if k == 0 and chunks is None and every:
             self.initial_states = self.last_states  # for the plots' initial histogram
-        require_finite(res, k, self.outdir / CHECKPOINT)
+        if k == 0:
+            require_finite(res, k, self.outdir / CHECKPOINT)
+        elif why is not None:
+            return self._stop(k, why)
         g_u, h_u = self.coords.chain(self.u, res["grad"], res["hess"])
+        self._step_u = self.u  # the last step's point, where a stop moves back to
         if self._update is not None:
             u, self.opt_state = self._update(jnp.asarray(g_u), self.opt_state,
                                              jnp.asarray(self.u), res["objective"])
@@ -502,6 +490,16 @@ class Optimization:
         self.converged = self._converged()
         self.checkpoint()
         return entry
+
+    def _stop(self, k: int, why: str) -> None:
+        """Stop at step ``k`` (its objective undefined: ``why``): the parameters go back
+        to step ``k - 1``'s, the last defined point (:mod:`analysis.optimize.undefined`)."""
+        self.stopped = stop_message(k, why)
+        if self._step_u is not None:  # exactly (a resumed run's first step: from the history)
+            self.u = self._step_u
+        else:
+            last = self.history[-1]["parameters"]
+            self.u = self.coords.clip(self.coords.to_u([last[n] for n in self.coords.names]))
 
     def _converged(self) -> bool:
         w = self.opt_cfg.window
@@ -698,7 +696,7 @@ class Optimization:
 
     @property
     def done(self) -> bool:
-        return self.converged or self.step >= self.opt_cfg.steps
+        return self.converged or self.stopped is not None or self.step >= self.opt_cfg.steps
 
     def final(self) -> dict[str, Any]:
         """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters.

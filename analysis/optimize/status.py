@@ -20,7 +20,7 @@ def run_status(
 ) -> dict[str, Any]:
     """How the run ended, for results.json and the closing line of ``optimize``.
 
-    ``{"converged", "criterion", "step", "relative_change", "advice", "at_bound",
+    ``{"converged", "stopped", "criterion", "step", "relative_change", "advice", "at_bound",
     "hard_objective", "hard_significance", "soft_hard_gap"}``: ``criterion`` is the
     convergence rule (:mod:`analysis.optimize.loop`); ``step`` the step it was met at (``None``
     if not); ``advice`` what to change when not converged (more steps; a smaller
@@ -31,7 +31,9 @@ def run_status(
     (the objective would still improve beyond);
     ``hard_objective``/``hard_significance``: ``{"initial", "final"}`` (hard cuts;
     initial from ``initial_hard``, the result of :meth:`Optimization.hard` at the initial
-    parameters); ``soft_hard_gap``: final soft minus final hard objective.
+    parameters); ``soft_hard_gap``: final soft minus final hard objective; ``stopped``:
+    ``"objective undefined at step k: <why>"`` where the loop stopped there
+    (:mod:`analysis.optimize.undefined`), else None.
     """
     cfg = run.opt_cfg
     w, tol = cfg.window, cfg.tolerance
@@ -88,6 +90,7 @@ def run_status(
         gap = float(soft["objective"]) - float(hard["objective"])
     return {
         "converged": bool(run.converged),
+        "stopped": getattr(run, "stopped", None),
         "criterion": criterion,
         "step": run.step - 1 if run.converged else None,
         "steps_run": run.step,

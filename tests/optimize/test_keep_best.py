@@ -129,3 +129,39 @@ def test_the_end_stands_in_for_a_best_within_its_noise():
     worse = _settled(lanes(-1.0, -1.2, -0.9, 10.0), 1, 2, "held_out")
     assert not worse["kept_last"]
     assert _settled(lanes(-1.0, -5.0, -5.0, 0.1), 2, 2, "held_out") is None  # end is best
+
+
+def test_an_objective_undefined_mid_run_stops_and_reports_the_best_point(shared_data, tmp_path,
+                                                                        capsys):
+    # a step size growing from 0.1 to 2.0 over 6 steps (optax linear_schedule): step 1
+    # improves the hard cuts (-0.47 -> -0.95, measured), then the path leaves the DY
+    # events behind until the soft background yield is 0 (at step 9, measured): the
+    # significance is undefined there. Before: exit 2 and no results.json.
+    cfg = _config(shared_data, learning_rate=0.1, steps=10)
+    cfg["optimizer"]["schedule"] = {"name": "linear_schedule", "kwargs": {
+        "init_value": 0.1, "end_value": 2.0, "transition_steps": 6}}
+    r, text = _run(tmp_path, capsys, cfg)
+    st = r["status"]
+    m = re.match(r"objective undefined at step (\d+): background yield is 0 \(datasets dy\)",
+                 st["stopped"])
+    assert m, st["stopped"]
+    k = int(m.group(1))
+    assert k > 1 and not st["converged"]
+    assert f"status: stopped: objective undefined at step {k}: background yield is 0" in text
+    # the history up to step k - 1, every objective defined; the checkpoint is step k - 1's
+    assert r["steps_run"] == k and [h["step"] for h in r["history"]] == list(range(k))
+    assert all(np.isfinite(h["objective"]) for h in r["history"])
+    from analysis.optimize.checkpoint import CHECKPOINT, read_checkpoint
+
+    assert read_checkpoint(tmp_path / "out" / CHECKPOINT)["step"] == k
+    # keep-best ran on those points: the best hard-cut step, never worse than the start
+    start = r["history"][0]["hard"]["objective"]
+    final = r["final"]["hard"]["objective"]
+    hard = [h["hard"]["objective"] for h in r["history"]]
+    best = min((v, j) for j, v in enumerate(hard) if v is not None)[1]
+    assert r["keep_best"]["step"] == best and best > 0
+    assert final == pytest.approx(hard[best], rel=1e-12) and final < start
+    z = st["hard_significance"]
+    assert z["final"] >= z["initial"] and st["hard_objective"]["initial"] == pytest.approx(start)
+    assert r["parameters"] == r["history"][best]["parameters"]
+    assert f"keep-best: reported point is step {best} of {k}" in text

@@ -7,11 +7,14 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # 56 s: two states passes with numba kernels compiled at 4 and 12 lanes' blocks
 def test_bench_params_tiny(capsys):
     bench = load_script(ROOT / "benchmarks" / "bench_params.py")
     out = bench.main(["--events", "600", "--chunksize", "300", "--repeat", "1"])

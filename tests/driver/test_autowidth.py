@@ -92,6 +92,7 @@ def test_a_bad_width_is_one_line(shared_data, tmp_path, capsys, width):
     assert "a number >= 0 or 'auto'" in line, line
 
 
+@pytest.mark.slow  # a whole optimize run; the rule itself is checked above in the default run
 def test_optimize_without_widths_reports_them_and_ends_no_worse(shared_data, tmp_path, capsys):
     cfg = _config(shared_data, learning_rate=0.05, steps=8)
     for cut in cfg["selection"]["objects"]["cuts"]:

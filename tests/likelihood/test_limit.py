@@ -38,6 +38,9 @@ def pyhf_limits(section, *, rtol=None):
 
 
 # ~2 min each on a loaded machine (pyhf's root: a hypotest of 4 scipy fits per step)
+# slow (50 s a case): tests/likelihood/test_yaml_pipeline.py compares the written limit
+# with pyhf's in the default run
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["1ch-3bins", pytest.param("2ch-4bins", marks=pytest.mark.slow),
                                   pytest.param("2ch-pulled-beyond-1", marks=pytest.mark.slow)])
 def test_limit_equals_pyhf_on_the_exported_workspace(case):

@@ -177,6 +177,7 @@ def test_templates_and_z_do_not_depend_on_chunking_or_executor(small_data, soft,
         np.testing.assert_allclose(other["fit"]["nuisances"][n], v, rtol=0, atol=1e-9, err_msg=n)
 
 
+@pytest.mark.slow_on("jax")
 def test_upper_limit_of_the_written_templates_is_pyhf(soft) -> None:
     """results.json's ``upper_limit``: pyhf's ``upper_limit`` (qtilde, asymptotics) on
     background-only Asimov data of the workspace exported from the same section."""

@@ -204,3 +204,28 @@ def regular_file(path: str | os.PathLike, what: str, *, error: type[Exception] =
         raise error(f"{path}: {what} is {show_bytes(st.st_size)}, more than the "
                     f"{show_bytes(bound)} bound on a file read whole")
     return st.st_size
+
+
+def read_untrusted(path: str | os.PathLike, *, max_bytes: int,
+                   error: type[Exception]) -> bytes | None:
+    """The bytes of a cache file that anyone may have planted, or ``None`` where there
+    is none.
+
+    Opened without following a link and without waiting on a FIFO; ``error(reason)``
+    (a short reason, without the path) where it cannot be opened, is not a regular file,
+    or holds more than ``max_bytes``. Up to ``max_bytes + 1`` bytes are read, so a file
+    that grows meanwhile shows as too long to its caller's checks.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:  # a link (O_NOFOLLOW), unreadable
+        raise error(f"cannot open it ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise error("not a regular file")
+        if st.st_size > max_bytes:
+            raise error(f"{st.st_size} bytes, over {max_bytes}")
+        return fh.read(max_bytes + 1)

@@ -224,7 +224,9 @@ BACKEND_MAY_IMPORT = {
     "analysis.pipeline.hardcut",  # the objects a width-0 cut leaves (of the columns)
 }
 # Below the pipeline a backend imports maths, selections and errors only.
-BACKEND_MAY_IMPORT_BELOW = ("analysis.stats", "analysis.select", "analysis.errors")
+# (analysis.limits: bounded reads of files, standard library only)
+BACKEND_MAY_IMPORT_BELOW = ("analysis.stats", "analysis.select", "analysis.errors",
+                            "analysis.limits")
 # The one module that chooses among the backends (imports them).
 CHOOSER = "analysis.pipeline.backend"
 

@@ -41,6 +41,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.limits import read_untrusted
+
 __all__: list[str] = []
 
 #: The format of a file that holds a compiled executable (else a jax.export form).
@@ -143,19 +145,9 @@ def read(path: str, key: bytes) -> tuple[dict, bytes] | None:
     none; :class:`Unusable` where it is not a regular file of bounded size, or its
     HMAC does not match (corrupt, truncated, written by another user or under another
     name), before anything of it is unpickled."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+    raw = read_untrusted(path, max_bytes=MAX_BYTES, error=Unusable)
+    if raw is None:
         return None
-    except OSError as err:  # a link (O_NOFOLLOW), unreadable
-        raise Unusable(f"cannot open it ({err.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise Unusable("not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise Unusable(f"{st.st_size} bytes, over {MAX_BYTES}")
-        raw = fh.read(MAX_BYTES + 1)
     start = len(MAGIC) + 65
     if not raw.startswith(MAGIC) or len(raw) < start + 8:
         raise Unusable("not a stored program of this version")

@@ -32,11 +32,12 @@ import hashlib
 import logging
 import os
 import pickle
-import stat
 from pathlib import Path
 from typing import Any
 
 from numba.core.caching import IndexDataCacheFile
+
+from analysis.limits import read_untrusted
 
 __all__: list[str] = []  # internal to analysis.pipeline
 
@@ -126,19 +127,9 @@ def _read_checked(path: str) -> bytes | None:
     """The content of the checked cache file at ``path``; ``None`` where there is none;
     :class:`_Unusable` where it is not a regular file of bounded size, has no header or
     its digest does not match."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
+    raw = read_untrusted(path, max_bytes=MAX_BYTES, error=_Unusable)
+    if raw is None:
         return None
-    except OSError as err:  # a link (O_NOFOLLOW), unreadable
-        raise _Unusable(f"cannot open it ({err.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise _Unusable("not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise _Unusable(f"{st.st_size} bytes, over {MAX_BYTES}")
-        raw = fh.read(MAX_BYTES + 1)
     head = len(MAGIC) + 64 + 1
     if not raw.startswith(MAGIC) or len(raw) < head:
         raise _Unusable("no checked header (written by another version)")

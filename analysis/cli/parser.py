@@ -273,6 +273,8 @@ def _wrapped_interrupt(err: BaseException) -> KeyboardInterrupt | None:
 
 
 _default_showwarning = warnings.showwarning
+#: JAX's warnings about its persistent compilation cache (jax/_src/compiler.py)
+_JAX_CACHE_WARNING = r"Error (reading|writing) persistent compilation cache entry"
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -315,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
+            if getattr(args, "quiet", False):
+                # JAX warns for every program it cannot read from or write to its
+                # persistent cache (a full disk: dozens of lines); it compiles them
+                # instead, so --quiet prints none of them
+                warnings.filterwarnings("ignore", message=_JAX_CACHE_WARNING)
             return _command(args.command)(args)
     except KeyboardInterrupt as err:
         return _interrupted(argv is None, err)

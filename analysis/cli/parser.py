@@ -275,6 +275,8 @@ def _wrapped_interrupt(err: BaseException) -> KeyboardInterrupt | None:
 _default_showwarning = warnings.showwarning
 #: JAX's warnings about its persistent compilation cache (jax/_src/compiler.py)
 _JAX_CACHE_WARNING = r"Error (reading|writing) persistent compilation cache entry"
+#: the line that a pass runs on the JAX reference on the CPU (analysis.pipeline.backend)
+_FALLBACK_WARNING = r"the \w+ pass runs on the JAX reference"
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -322,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
                 # persistent cache (a full disk: dozens of lines); it compiles them
                 # instead, so --quiet prints none of them
                 warnings.filterwarnings("ignore", message=_JAX_CACHE_WARNING)
+                # and no note that a pass runs on the JAX reference (said at the default
+                # level: analysis.pipeline.backend)
+                warnings.filterwarnings("ignore", message=_FALLBACK_WARNING)
             return _command(args.command)(args)
     except KeyboardInterrupt as err:
         return _interrupted(argv is None, err)

@@ -141,9 +141,8 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
                 if "value" in entry:
                     row(f"  {stat}", entry)
                 else:
-                    for part, sub in entry.items():
-                        flag = " (w = 1/sigma^2)" if part in FIT_ERRORS.get(stat, ()) else ""
-                        row(f"  {stat}.{part}{flag}", sub)
+                    for part, sub in entry.items():  # fit errors: the note under the table
+                        row(f"  {stat}.{part}", sub)
         title = (
             f"{ds}: {r['events']} events, sum of weights {fmt_number(r['sumw'])}; "
             f"{_selection_line(r)}"

@@ -114,7 +114,7 @@ def test_terms_are_classes_of_a_discriminated_union():
     kinds = [type(t) for t in cfg.objective.terms]
     assert kinds == [SignificanceTerm, TargetTerm, PythonTerm]
     assert TERM_TYPES == ("significance", "target", "python", "discovery_significance",
-                          "mu_uncertainty")
+                          "mu_uncertainty", "cls_upper_limit")
 
 
 def test_terms_see_the_objective_as_their_typed_context():
@@ -129,7 +129,7 @@ def test_terms_see_the_objective_as_their_typed_context():
     ("term", "expect"),
     [
         ({"sigma_b": 0.1}, "objective.terms.0.type: missing required key"),
-        ({"type": "signif"}, "objective.terms.0.type: expected one of 'significance', 'target', 'python', 'discovery_significance', 'mu_uncertainty', got 'signif'"),
+        ({"type": "signif"}, "objective.terms.0.type: expected one of 'significance', 'target', 'python', 'discovery_significance', 'mu_uncertainty', 'cls_upper_limit', got 'signif'"),
         ({"type": "target", "stat": "sig.yield", "value": 1.0, "sigma_b": 0.1},
          "objective.terms.0.sigma_b: unknown key"),
         ({"type": "significance", "sigma_b": -1}, "objective.terms.0.sigma_b: sigma_b must be >= 0"),

@@ -25,7 +25,7 @@ from tests.faults_helpers import (
 
 pytestmark = NANOAOD_WARNINGS
 
-NAME = "Drell–Yan → μμ (é)"
+NAME = "Drell–Yan→μμ(é)"  # any language, no whitespace (analysis/spec/names.py)
 
 
 @pytest.mark.parametrize(

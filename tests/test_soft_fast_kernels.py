@@ -1,4 +1,4 @@
-"""analysis.select._fastsingle: the one-set recursion of ``analysis.soft.pass_weights`` by
+"""analysis.select.singlecall: the one-set recursion of ``analysis.soft.pass_weights`` by
 numba kernels (XLA FFI custom calls) on CPU.
 
 - values and every derivative (jacfwd, jacrev, grad, hessian, forward over forward,
@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis.select import _fastsingle_kernels as kernels
-from analysis.select._fastsingle import fast_weights
+from analysis.select import singlekernels as kernels
+from analysis.select.singlecall import fast_weights
 from analysis.select._single import dense_weights
 from analysis.soft import pass_weights, soft_cut
 from analysis.stats import Jagged
@@ -36,7 +36,7 @@ from tests.opt_helpers import cli_env
 from tests.test_soft_pass_weights import enumerated
 
 REPO = Path(__file__).resolve().parents[1]
-M = 12  # the kernels hold S = 2, 3, 4 states as constants (_fastsingle_kernels)
+M = 12  # the kernels hold S = 2, 3, 4 states as constants (singlekernels)
 
 
 def _lists(seed: int):

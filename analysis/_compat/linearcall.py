@@ -21,8 +21,6 @@ derivatives, e.g. ``jax.custom_jvp`` inside it). Where JAX has its own batching 
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import linear_call

@@ -36,7 +36,7 @@ sums per event, in the same order for the values).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache, partial
+from functools import cache, partial
 from typing import Any
 
 import jax
@@ -270,7 +270,7 @@ class _Calls:
         return rule
 
 
-@lru_cache(maxsize=None)
+@cache
 def _calls(max_objects: int) -> _Calls:
     return _Calls(max_objects)
 

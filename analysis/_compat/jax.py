@@ -91,9 +91,9 @@ class _Missing:
 
 #: JAX's tracer class, for ``isinstance(x, Tracer)`` in hot paths (a class, not a
 #: function: no call per value).
-Tracer: type = _FOUND.get("Tracer", _Missing)
+Tracer: Any = _FOUND.get("Tracer", _Missing)
 _ShapedArray = _FOUND.get("ShapedArray")
-_Zero: type = _FOUND.get("Zero", _Missing)
+_Zero: Any = _FOUND.get("Zero", _Missing)
 
 
 def shaped_array(shape: tuple[int, ...], dtype: Any) -> Any:

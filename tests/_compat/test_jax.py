@@ -4,6 +4,8 @@ version (``CompatError``'s message)."""
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -139,3 +141,20 @@ def test_jaxstate_reads_whether_backends_started():
         "(analysis/_compat/jaxstate.py)")
     jnp.ones(1).block_until_ready()
     assert jaxstate.jax_backends_started()
+
+
+def test_the_cache_warnings_that_quiet_filters_are_jaxs():
+    """``--quiet`` filters JAX's persistent-cache warnings by their text
+    (``analysis.cli.parser._JAX_CACHE_WARNING``): a JAX that words them otherwise would
+    print them again, one per program."""
+    import re
+
+    from jax._src import compiler
+
+    from analysis.cli.parser import _JAX_CACHE_WARNING
+
+    source = inspect.getsource(compiler)
+    for verb in ("reading", "writing"):
+        text = f"Error {verb} persistent compilation cache entry"
+        assert text in source, f"jax {jax.__version__} no longer warns '{text}' (jax/_src/compiler.py)"
+        assert re.search(_JAX_CACHE_WARNING, text)

@@ -18,7 +18,7 @@ How they reach JAX:
   ``jax.custom_derivatives.linear_call`` of ``tangent`` with ``cotangent`` as its
   transpose: forward mode calls the tangent kernel, reverse mode (``jax.grad``,
   ``jax.vjp``, ``jax.jacrev``, under ``jax.checkpoint`` or in a ``lax.scan``) the
-  cotangent kernel; :mod:`analysis._compat.linearcall` gives ``linear_call`` the
+  cotangent kernel; :func:`analysis._compat.jax.linear_call_rules` gives ``linear_call`` the
   batching and second-order rules JAX lacks;
 * every kernel call is a ``jax.custom_batching.custom_vmap``: a batch of tangents or
   cotangents (``jax.jacfwd``'s and ``jax.jacrev``'s lanes) joins the kernel's lanes, one
@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero, linear_call
 
-from analysis._compat.linearcall import installed
+from analysis._compat.jax import linear_call_rules as installed
 from analysis.select import singlekernels as kernels
 from analysis.select._single import dense_weights
 from analysis.stats._stored import allow_custom_calls
@@ -61,7 +61,7 @@ def available() -> bool:
     -------
     bool
         The kernels are registered with XLA and ``linear_call`` composes with
-        ``jax.vmap`` (:func:`analysis._compat.linearcall.installed`); otherwise the
+        ``jax.vmap`` (:func:`analysis._compat.jax.linear_call_rules`); otherwise the
         callers run the dense recursion.
     """
     return kernels.register() and installed()

@@ -1,4 +1,4 @@
-"""analysis._compat.linearcall: the batching and second-order rules that
+"""analysis._compat.jax.linear_call_rules: the batching and second-order rules that
 ``jax.custom_derivatives.linear_call`` lacks.
 
 A linear function with its own transpose (``y = c(r) * x``, ``c = cos``), as
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import linear_call
 
-from analysis._compat.linearcall import installed
+from analysis._compat.jax import linear_call_rules as installed
 
 
 def _tangent(r, x):  # noqa: ANN001, ANN202

@@ -156,7 +156,7 @@ def figures(monkeypatch):
     """The figures the plot functions save (not written to disk)."""
     saved = []
     # the plots' one writer (atomic, fault-reported): record instead of writing
-    monkeypatch.setattr("analysis.cli.plots._save",
+    monkeypatch.setattr("analysis.cli.historyplots._save",
                         lambda fig, path: saved.append((Path(path).name, fig)))
     return saved
 

@@ -220,7 +220,7 @@ def test_configs_load_with_units(tmp_path) -> None:
 
 
 def test_scan_prints_its_best_point_in_table_digits() -> None:
-    from analysis.cli.commands import _best_line
+    from analysis.cli.statuslines import _best_line
 
     best = {"parameters": {"jet_pt_min": 30.0, "btag_min": 0.123456}, "objective": -3.14159,
             "significance": 3.14159}

@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
-from analysis.select import cuts
 from analysis.select._single import FFI_TARGETS, UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.softargs import (
@@ -35,6 +34,7 @@ from analysis.select.softargs import (
     _bucket,
     _check_width,
     _collection_labels,
+    _cut_kind,
     _object_bucket,
     _probability_lists,
 )
@@ -97,23 +97,11 @@ def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
         The float64 pass probability of every value: a :class:`~analysis.stats.Jagged`
         with ``x``'s lists, else a JAX array of ``x``'s length; empty for empty input.
     """
-    # The registry read now, never a copy taken at import: a kind added there is here.
-    if op not in cuts.OPS:
-        raise ValueError(f"soft_cut: op: expected one of {', '.join(cuts.OPS)}, found {op!r}")
-    kind = cuts.kind_of(op)
-    bounds: tuple[Any, ...] = (threshold,)
-    if len(kind.bounds) > 1:
-        try:  # one value per bound (a tuple, a list, or an array of that length)
-            bounds = tuple(threshold)
-        except TypeError:  # a scalar: reported below with the bounds expected
-            pass
-    if len(bounds) != len(kind.bounds):
-        raise ValueError(f"soft_cut: threshold: op {op!r} expected {len(kind.bounds)} values "
-                         f"({', '.join(kind.bounds)}), found {len(bounds)}")
+    kind, bounds = _cut_kind(op, threshold)
     values, offsets = _as_input(x, "soft_cut: x")
     p = kind.probability(
         values,
-        [jnp.asarray(b, dtype=jnp.float64) for b in bounds],
+        bounds,
         _check_width(width, "soft_cut"),
         op=op,
     )

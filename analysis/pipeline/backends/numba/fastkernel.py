@@ -276,17 +276,14 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             BLOCK, pe, ow[0],
         )
         _fastone.run(args, n_blocks, threads)
-    elif n_ev and value_loop and not trainable:  # values only: lane 0 of the same loop
+    elif n_ev:  # values only: the same loop compiled without tangents (lane 0, 0.0 for them)
+        bare = value_loop and not trainable
         _run_blocks(_numba_dp.select, (
-            coff, base, pv_all, 0.0, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
-            pat_need, tgt, f, 0.0, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe,
-            ow, sa,
+            coff, base, pv_all, 0.0 if bare else pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat,
+            tab.n_pat, pat_need, tgt, f, 0.0 if bare else df_l, set_slot, sum_x, sum_has, binom,
+            max(max_seq, 1), BLOCK, pe, ow, sa,
         ), n_blocks, threads)
-    elif n_ev:
-        _run_blocks(_numba_dp.select, (
-            coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
-            pat_need, tgt, f, df_l, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe, ow, sa,
-        ), n_blocks, threads)
+
 
     cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,
                                BLOCK, n_blocks, threads) if not fused else {})

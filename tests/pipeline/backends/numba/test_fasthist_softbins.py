@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import copy
 
-import jax
 import numpy as np
 import pytest
 
 from analysis.pipeline.backend import chunk_state
 from tests.chunked_helpers import NANOAOD_WARNINGS
 from tests.conftest import central_difference, numba_refusal
-from tests.pipeline.backends.numba.test_fasthist import CONFIG, columns
+from tests.pipeline.backends.numba.test_fasthist import CONFIG, assert_trees_close, columns
 from tests.pipeline.backends.numba.test_fastkernel import make_plan
 
 pytestmark = NANOAOD_WARNINGS
@@ -47,19 +46,6 @@ def soft_setup(*, widths: dict = WIDTHS, trained: tuple = TRAINED):
     return plan, theta, w
 
 
-def assert_close(ref, got, rtol: float, what: str) -> None:
-    """Every histogram leaf of ``got`` within ``rtol`` of ``ref``'s largest entry."""
-    assert jax.tree_util.tree_structure(ref) == jax.tree_util.tree_structure(got), what
-    for (path, x), (_, y) in zip(jax.tree_util.tree_leaves_with_path(ref),
-                                 jax.tree_util.tree_leaves_with_path(got), strict=True):
-        x, y = np.asarray(x), np.asarray(y)
-        key = f"{what} {jax.tree_util.keystr(path)}"
-        assert x.shape == y.shape, key
-        scale = np.max(np.abs(x), initial=0.0)
-        err = np.max(np.abs(x - y), initial=0.0)
-        assert err <= rtol * scale or err == 0.0, f"{key}: {x} vs {y} ({err / scale:.1e})"
-
-
 def both(plan, cols, theta, widths, order: int = 1):
     assert numba_refusal(plan, order, theta) is None
     fast = chunk_state(cols, plan, theta, widths, order=order, backend="numba").derived
@@ -72,9 +58,8 @@ def test_soft_bins_and_trainable_edges_equal_the_jax_kernel() -> None:
     trained = [n for n in plan.trainable_names if ".edges[" in n]
     assert len(trained) == 5 and len(plan.trainable) > 7  # two blocks of lanes
     fast, ref = both(plan, columns(600, plan), theta, widths)
-    for group in ("histograms", "templates"):
-        assert_close(ref.value[group], fast.value[group], RTOL, f"value {group}")
-        assert_close(ref.jac[group], fast.jac[group], RTOL, f"jacobian {group}")
+    assert_trees_close(ref.value, fast.value, "value", RTOL)
+    assert_trees_close(ref.jac, fast.jac, "jacobian", RTOL)
     names = list(fast.names)
     lead = np.asarray(fast.jac["histograms"]["lead"].sumw_flow)
     met = np.asarray(fast.jac["templates"]["b1"].sumw_flow)
@@ -89,13 +74,13 @@ def test_values_only_and_hard_bins_at_moved_edges_equal_the_jax_kernel() -> None
     plan, theta, widths = soft_setup()
     cols = columns(300, plan, seed=4)
     fast, ref = both(plan, cols, theta, widths, order=0)
-    assert_close(ref.value["histograms"], fast.value["histograms"], RTOL, "value")
+    assert_trees_close(ref.value, fast.value, "value", RTOL)
     # width 0 (annealed to the hard bins): hard fills at the trained edges, no tangent
     # from the edges
     hard = np.zeros_like(widths)
     fast, ref = both(plan, cols, theta, hard)
-    assert_close(ref.value["templates"], fast.value["templates"], 1e-12, "hard value")
-    assert_close(ref.jac["templates"], fast.jac["templates"], 1e-12, "hard jacobian")
+    assert_trees_close(ref.value, fast.value, "hard value", 1e-12)
+    assert_trees_close(ref.jac, fast.jac, "hard jacobian", 1e-12)
     i = list(fast.names).index("lead.edges[1]")
     assert not np.any(np.asarray(fast.jac["histograms"]["lead"].sumw_flow)[:, i])
 

@@ -24,7 +24,9 @@ the held-out events and on ``--tests`` independent samples generated like the tr
 ones (other seeds, ``--test-events`` events per dataset; never seen by any training).
 Per run it prints ``dZ = Z(trained edges) - Z(uniform edges)`` on each sample (the same
 events, network and cut: a paired difference), and their mean with its standard error
-over the independent samples: the Monte Carlo uncertainty of the gain.
+over the independent samples: the Monte Carlo uncertainty of the gain. ``--fixed-edges``
+adds a column: the network trained with the same seed for the uniform edges
+(``trainable_edges: false``), at those edges.
 """
 
 from __future__ import annotations
@@ -88,10 +90,13 @@ def _raw(config_path: Path) -> dict:
     return raw
 
 
-def _variant_for_seed(raw: dict, seed: int, work: Path) -> Path:
+def _variant_for_seed(raw: dict, seed: int, work: Path, *, fixed: bool = False) -> Path:
     out = copy.deepcopy(raw)
     out["scores"][0]["init"] = {"seed": seed}
-    path = work / f"seed_{seed}.yaml"
+    if fixed:  # the network trained for the configured (uniform) edges
+        for h in out["histograms"]:
+            h["trainable_edges"] = False
+    path = work / f"seed_{seed}{'_fixed' if fixed else ''}.yaml"
     path.write_text(yaml.safe_dump(out, sort_keys=False))
     return path
 
@@ -105,26 +110,30 @@ def _test_sample(raw: dict, k: int, events: int, work: Path):
     return config_from_dict(out, source=f"test sample {k}")
 
 
-def paired(config_path: str, seeds: list[int], tests: int, events: int, work: str) -> None:
-    """The paired comparison of the module docstring's second use."""
+def paired(config_path: str, seeds: list[int], tests: int, events: int, work: str,
+           fixed_edges: bool = False) -> None:
+    """The paired comparison of the module docstring's second use; ``fixed_edges``: also
+    the network trained (same seed) for the configured edges, evaluated at them."""
     work_dir = Path(work).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     raw = _raw(Path(config_path))
-    runs = {}
+    runs, fixed_runs = {}, {}
     for seed in seeds:
-        out = work_dir / f"seed_{seed}"
-        if not (out / "results.json").exists():
-            cfg = _variant_for_seed(raw, seed, work_dir)
-            subprocess.run(["diffcoffea", "optimize", str(cfg), "--output", str(out),
-                            "--quiet", "--no-plots", "--overwrite"], check=True)
-        runs[seed] = _trained(out)
+        for fixed in (False, True) if fixed_edges else (False,):
+            out = work_dir / f"seed_{seed}{'_fixed' if fixed else ''}"
+            if not (out / "results.json").exists():
+                cfg = _variant_for_seed(raw, seed, work_dir, fixed=fixed)
+                subprocess.run(["diffcoffea", "optimize", str(cfg), "--output", str(out),
+                                "--quiet", "--no-plots", "--overwrite"], check=True)
+            (fixed_runs if fixed else runs)[seed] = _trained(out)
     config = config_from_dict(raw, source=config_path)
     uniform = _uniform(config)
     samples = [("held-out 30%", config, "held_out")] + [
         (f"test {k}", _test_sample(raw, k, events, work_dir), "all") for k in range(tests)]
     diffs = {seed: [] for seed in seeds}
-    print("| network seed | sample | Z trained edges | Z uniform edges | dZ |")
-    print("|---|---|---|---|---|")
+    extra = " Z network trained for uniform edges |" if fixed_edges else ""
+    print(f"| network seed | sample | Z trained edges | Z uniform edges | dZ |{extra}")
+    print("|---|---|---|---|---|" + ("---|" if fixed_edges else ""))
     for label, cfg, part in samples:
         with Evaluator(cfg) as ev:
             if part != "all":
@@ -134,7 +143,10 @@ def paired(config_path: str, seeds: list[int], tests: int, events: int, work: st
                 zu = hard_z(ev, {**trained, **uniform})
                 if part == "all":
                     diffs[seed].append(zt - zu)
-                print(f"| {seed} | {label} | {zt:.4f} | {zu:.4f} | {zt - zu:+.4f} |")
+                cell = ""
+                if seed in fixed_runs:
+                    cell = f" {hard_z(ev, {**fixed_runs[seed], **uniform}):.4f} |"
+                print(f"| {seed} | {label} | {zt:.4f} | {zu:.4f} | {zt - zu:+.4f} |{cell}")
     every = [d for ds in diffs.values() for d in ds]
     for seed, ds in diffs.items():
         if len(ds) > 1:
@@ -158,9 +170,12 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--tests", type=int, default=4, help="independent test samples")
     ap.add_argument("--test-events", type=int, default=50000, help="events per dataset")
     ap.add_argument("--work", default="results/lb_compare", help="the runs and samples")
+    ap.add_argument("--fixed-edges", action="store_true",
+                    help="also train each seed's network for the uniform edges (a column)")
     args = ap.parse_args(argv)
     if args.seeds:
-        paired(args.config, args.seeds, args.tests, args.test_events, args.work)
+        paired(args.config, args.seeds, args.tests, args.test_events, args.work,
+               args.fixed_edges)
     elif args.outdir:
         table(args.config, args.outdir, args.part or args.part_opt)
     else:

@@ -319,7 +319,7 @@ def _run_optimize(args, config, plotter) -> int:
         }
         if not args.no_plots:
             # drawn (in the workers) while this process goes on: the count pass, the
-            # histograms' pass, the per-dataset report (docs/guide/startup.md)
+            # histograms' pass, the per-dataset report (docs/explanation/performance.md)
             plotter.submit("analysis.cli.plots.plot_objective", report, outdir, cost=1.0)
             plotter.submit("analysis.cli.plots.plot_parameters", report, outdir, cost=1.5)
         hard = hard_event_counts(ev, final["hard"]["parameters"])

@@ -8,7 +8,7 @@ run beside the parent's; a figure is then a job: a function of
 :mod:`analysis.cli.plots` or :mod:`analysis.cli.lkplots` and its arguments (plain data:
 results.json's report, filled ``hist.Hist`` objects), pickled to a worker's stdin. The
 workers draw with the same code and style as the parent would, so the PNGs are the
-same bytes (``docs/guide/startup.md``). :meth:`PlotWorkers.wait` collects every job's
+same bytes (``docs/explanation/performance.md``). :meth:`PlotWorkers.wait` collects every job's
 paths; a job's error is raised there in the parent (a :class:`~analysis.errors.DiffcoffeaError`
 as the same one line). Where a worker cannot start, the jobs run in the parent.
 """

@@ -165,7 +165,7 @@ def serve() -> None:
     os.dup2(2, 1)  # stray prints must not corrupt the replies
     sys.stdout = sys.stderr
     stdin = sys.stdin.buffer
-    from analysis.cli.plots import _pyplot
+    from analysis.cli.figures import _pyplot
 
     _pyplot()  # matplotlib, mplhep and the style while the parent starts
     while True:

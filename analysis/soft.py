@@ -53,7 +53,7 @@ __all__ = ["count_at_least", "joint_pass_weights", "pass_weights", "soft_cut"]
 
 
 def _register_kernels() -> None:
-    from analysis.select._fastsingle import available
+    from analysis.select.singlecall import available
 
     available()
 
@@ -231,7 +231,7 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
     no division, exact at ``p`` in {0, 1}; differentiable in ``p`` and ``n`` (forward
     and reverse, every order). On CPU the recursion and its first derivatives (forward
     and reverse mode, all of ``jax.jacfwd``'s parameters in one call) run as compiled
-    kernels inside the program (:mod:`analysis.select._fastsingle`: XLA custom calls, kept
+    kernels inside the program (:mod:`analysis.select.singlecall`: XLA FFI calls, kept
     by JAX's persistent compilation cache); second derivatives and other platforms use
     the JAX recursion; the same values and derivatives to rounding. ``n <= 0``:
     ``objects == p``, ``events == 1``; ``n``
@@ -290,7 +290,7 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
                  else segment_ids_from_offsets(offsets, n_objects))
         # here, not at the top: the compiled kernels load numba (~5 s), which a user of
         # soft_cut or of the statistics alone never needs
-        from analysis.select._fastsingle import available, fast_weights
+        from analysis.select.singlecall import available, fast_weights
 
         obj, ev = single_count_weights(values, offsets_b, event, n_arr, width_arr,
                                        model=model, max_objects=m,

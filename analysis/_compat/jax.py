@@ -29,6 +29,7 @@ __all__ = [
     "eval_jaxpr",
     "is_undefined_primal",
     "is_zero",
+    "linear_call_rules",
     "register_batcher",
     "register_jvp",
     "register_lowering",
@@ -60,6 +61,8 @@ PRIVATE: dict[str, tuple[str, str, str]] = {
                           "own primitives' XLA lowering"),
     "lower_fun": ("jax.interpreters.mlir", "lower_fun", "own primitives' XLA lowering"),
     "trace_ctx": ("jax._src.core", "trace_ctx", "the active trace (staged())"),
+    "linear_call_p": ("jax._src.custom_derivatives", "linear_call_p",
+                      "linear_call's vmap and second-order rules (linear_call_rules())"),
     "DynamicJaxprTrace": ("jax._src.interpreters.partial_eval", "DynamicJaxprTrace",
                           "the trace of jit / scan bodies (staged())"),
 }
@@ -291,3 +294,90 @@ def register_batcher(prim: Any, rule: Callable[..., Any]) -> None:
     None
     """
     _get("primitive_batchers")[prim] = rule
+
+
+# -- linear_call: the two rules JAX 0.10.2 lacks ------------------------------------------------
+#
+# ``jax.custom_derivatives.linear_call(fun, fun_transpose, residuals, linear_args)`` is JAX's
+# public way to give a linear function its own transpose (select/singlecall: the tangent
+# kernel with the pull-back kernel as its transpose). Its primitive has no batching rule
+# (jax.vmap, and with it jax.jacfwd and jax.jacrev, raise NotImplementedError) and a JVP
+# that asserts the residuals' tangents are zero (jax.hessian, forward over reverse, fails).
+
+_LINEAR_CALL: list[bool] = []
+
+
+def _linear_call_batch(args, dims, **params):  # noqa: ANN001, ANN202
+    """``linear_call`` under ``jax.vmap``: again a ``linear_call``, of the callee and its
+    transpose vmapped (every linear argument batched, so that each cotangent is: JAX
+    sums the broadcast of an unbatched one back); the batch axis first in the results."""
+    import jax
+    import jax.numpy as jnp
+    from jax.custom_derivatives import linear_call
+    from jax.extend.core import jaxpr_as_fun
+
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    args = [x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims)]
+    n_consts = params["num_callee_consts"]
+    k = n_consts + params["num_res"]
+    const_axes = [None if d is None else 0 for d in dims[:n_consts]]
+    res_axes = [None if d is None else 0 for d in dims[n_consts:k]]
+    lin = [x if d is not None else jnp.broadcast_to(x, (size,) + x.shape)
+           for x, d in zip(args[k:], dims[k:])]
+    callee = jaxpr_as_fun(params["callee"])
+    transpose, t_consts = params["transpose_thunk"]()
+    t_fun = jaxpr_as_fun(transpose)
+
+    def fun(residuals, linear):  # noqa: ANN001, ANN202
+        c, r = residuals
+        return jax.vmap(lambda c_, r_, l_: callee(*c_, *r_, *l_),
+                        in_axes=(const_axes, res_axes, 0))(c, r, linear)
+
+    def fun_t(residuals, cts):  # noqa: ANN001, ANN202
+        _, r = residuals
+        return jax.vmap(lambda r_, ct_: t_fun(*t_consts, *r_, *ct_),
+                        in_axes=(res_axes, 0))(r, list(cts))
+
+    out = linear_call(fun, fun_t, (args[:n_consts], args[n_consts:k]), lin)
+    return list(out), [0] * len(out)
+
+
+def _linear_call_jvp(original: Callable[..., Any]) -> Callable[..., Any]:
+    """JAX's JVP of ``linear_call`` where the residuals stand still; where one moves,
+    the JVP of the callee itself (its own derivatives, e.g. a ``jax.custom_jvp`` in it)."""
+
+    def rule(primals, tangents, **params):  # noqa: ANN001, ANN202
+        import jax
+        from jax.extend.core import jaxpr_as_fun
+
+        k = params["num_callee_consts"] + params["num_res"]
+        if all(is_zero(t) for t in tangents[:k]):
+            return original(primals, tangents, **params)
+        fn = jaxpr_as_fun(params["callee"])
+        dense = tuple(jax.numpy.zeros(t.aval.shape, t.aval.dtype) if is_zero(t) else t
+                      for t in tangents)
+        out, tangent = jax.jvp(lambda *a: fn(*a), tuple(primals), dense)
+        return list(out), list(tangent)
+
+    return rule
+
+
+def linear_call_rules() -> bool:
+    """Give ``jax.custom_derivatives.linear_call`` a ``vmap`` rule and a JVP in its
+    residuals (once per process).
+
+    Returns
+    -------
+    bool
+        True when ``linear_call`` then composes with ``jax.vmap``, ``jax.jacfwd``,
+        ``jax.jacrev`` and second derivatives; False where this JAX lacks what the
+        rules use (the callers then avoid ``linear_call``).
+    """
+    if not _LINEAR_CALL:
+        ok = not {"linear_call_p", "primitive_jvps", "primitive_batchers", "Zero"} & set(MISSING)
+        if ok:
+            prim = _get("linear_call_p")
+            register_batcher(prim, _linear_call_batch)
+            register_jvp(prim, _linear_call_jvp(_get("primitive_jvps")[prim]))
+        _LINEAR_CALL.append(ok)
+    return _LINEAR_CALL[0]

@@ -19,10 +19,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PRIVATE = ("jax._src", "jax.interpreters", "jax.core", "numba.core")
 COMPAT = REPO / "analysis" / "_compat"
-#: Modules that still use them, each with the work that removes it. The own-processor
-#: kernel (issue 49: its XLA FFI call frame and partial-evaluation rules) goes with
-#: select/_fastsingle*; an entry whose file is gone is ignored.
-PENDING = {"analysis/select/_fastsingle.py"}
+#: Modules that still use them, each with the work that removes it (none left: the
+#: own-processor kernels' primitives, select/_fastsingle*, went with issue 49); an entry
+#: whose file is gone is ignored.
+PENDING: set[str] = set()
 MODULES = sorted(p for package in ("analysis", "processors") for p in (REPO / package).rglob("*.py")
                  if COMPAT not in p.parents)
 

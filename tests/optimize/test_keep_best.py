@@ -165,3 +165,35 @@ def test_an_objective_undefined_mid_run_stops_and_reports_the_best_point(shared_
     assert z["final"] >= z["initial"] and st["hard_objective"]["initial"] == pytest.approx(start)
     assert r["parameters"] == r["history"][best]["parameters"]
     assert f"keep-best: reported point is step {best} of {k}" in text
+
+
+def test_the_points_checked_are_bounded():
+    from analysis.optimize.keepbest import checked_points
+
+    assert checked_points(list(range(7))) == list(range(7))  # few: every one
+    steps = list(range(61))  # 60 steps and the end
+    kept = checked_points(steps, budget=12)
+    assert len(kept) == 12 and kept[0] == 0 and kept[-1] == 60
+    assert sorted(set(kept)) == kept
+    gaps = np.diff(kept)
+    assert gaps.max() - gaps.min() <= 1  # evenly spaced
+    # validation.every's steps are always among them (results.json's validation.history)
+    every = checked_points(steps, every=4, budget=12)
+    assert set(range(0, 61, 4)) <= set(every) and {0, 60} <= set(every)
+
+
+def test_a_long_run_checks_a_bounded_set_of_points_and_names_them(shared_data, tmp_path,
+                                                                   capsys):
+    # 14 steps: 15 points, more than the 12 checked
+    r, text = _run(tmp_path, capsys, _config(shared_data, learning_rate=0.05, steps=14))
+    kb = r["keep_best"]
+    from analysis.optimize.keepbest import POINTS
+
+    assert kb["steps_checked"] == POINTS == len(kb["checked"])
+    assert kb["checked"][0] == 0 and kb["checked"][-1] == r["steps_run"]
+    with_hard = [h["step"] for h in r["history"] if "hard" in h]
+    assert with_hard == [k for k in kb["checked"] if k < r["steps_run"]]
+    assert kb["step"] in kb["checked"]
+    final = r["final"]["hard"]["objective"]
+    assert final is not None and final <= r["history"][0]["hard"]["objective"]
+    assert f"of {POINTS} checked" in text

@@ -25,7 +25,7 @@ bootstrap replicas, both points on the same events): then the end is reported. T
 best of ``n`` noisy values is biased up (the winner's curse: the largest of ``n``
 values that differ by noise alone lies about ``sqrt(2 ln n)`` standard deviations
 above their mean), the end's is not chosen on the data it is measured on; a
-difference within that is no evidence for the best. On the demo (12 of its 49 points
+difference within that is no evidence for the best. On the demo (8 of its 49 points
 checked) the end is reported. Step 0 is the initial point, so the reported hard-cut
 objective is never worse than the start's on that part.
 ``optimizer.keep_best: false`` (and no ``validation.keep_best``) reports the last point.
@@ -50,8 +50,8 @@ __all__ = ["POINTS", "checked_points", "keep_best_on", "keep_best_report", "trac
 #: the most points keep-best evaluates (:func:`checked_points`): each costs about two
 #: hard-cut passes' worth of a values pass (0.12 s on the demo's 400k events), so a
 #: 60-step run checked at every step spent 6 s of its 16 (benchmarks/bench_demo.py
-#: --main-job); 12 points: the start, the end and about every fifth step of 50
-POINTS = 12
+#: --main-job); 8 points: the start, the end and about every seventh step of 50
+POINTS = 8
 
 
 def keep_best_on(config: Any) -> bool:

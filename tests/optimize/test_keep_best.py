@@ -184,7 +184,7 @@ def test_the_points_checked_are_bounded():
 
 def test_a_long_run_checks_a_bounded_set_of_points_and_names_them(shared_data, tmp_path,
                                                                    capsys):
-    # 14 steps: 15 points, more than the 12 checked
+    # 14 steps: 15 points, more than the POINTS checked
     r, text = _run(tmp_path, capsys, _config(shared_data, learning_rate=0.05, steps=14))
     kb = r["keep_best"]
     from analysis.optimize.keepbest import POINTS

@@ -6,8 +6,9 @@ started. So after the loop the hard-cut objective (width 0, integers rounded) is
 evaluated at the start, at the end (the parameters after the last update; a run stopped
 where its objective became undefined has its last step's,
 :mod:`analysis.optimize.undefined`), at the steps ``validation.every`` records and at
-evenly spaced steps between, :data:`POINTS` points in all (every step where the run has
-no more; :func:`checked_points`; results.json's ``keep_best.checked`` lists them) on the events the optimiser trained on and, with ``optimizer.validation``,
+evenly spaced steps between, as many as :func:`points_budget` allows for the events
+(8 on the demo's 400k, every step on a few hundred; :func:`checked_points`; results.json's
+``keep_best.checked`` lists them) on the events the optimiser trained on and, with ``optimizer.validation``,
 on the held-out part: one values pass with every (point, part) a weight lane of it,
 then one with the Poisson-bootstrap replicas as weight lanes (:meth:`analysis.optimize.loop.Optimization._hard_lanes`) for the MC uncertainty
 at the start, the chosen point and the end (and the steps ``validation.every`` records).
@@ -44,14 +45,39 @@ import numpy as np
 
 from analysis.optimize.status import validation_gap
 
-__all__ = ["POINTS", "checked_points", "keep_best_on", "keep_best_report", "track_hard",
-           "validation_entries"]
+__all__ = ["EVENT_POINTS", "POINTS", "checked_points", "keep_best_on", "keep_best_report",
+           "points_budget", "track_hard", "validation_entries"]
 
-#: the most points keep-best evaluates (:func:`checked_points`): each costs about two
-#: hard-cut passes' worth of a values pass (0.12 s on the demo's 400k events), so a
-#: 60-step run checked at every step spent 6 s of its 16 (benchmarks/bench_demo.py
-#: --main-job); 8 points: the start, the end and about every seventh step of 50
+#: the fewest points keep-best checks where there are more (:func:`points_budget`):
+#: the start, the end and about every seventh step of 50
 POINTS = 8
+#: events x points the values pass covers before the points are thinned (its cost
+#: grows with both: about 1.2 steps' time a point on the demo's 400k events, whose 49
+#: points were 6 s of the README main job's 16, benchmarks/bench_demo.py --main-job):
+#: the demo gets POINTS, 10^5 events 32, a few hundred events every step (a small
+#: sample's path passes its best hard-cut point between single events: the real v12
+#: files' best steps, 13 and 21 of 60, fell between 8 evenly spaced points)
+EVENT_POINTS = 3_200_000
+
+
+def points_budget(events: int | None) -> int:
+    """How many points keep-best checks on ``events`` events (the loop's passes read):
+    :data:`EVENT_POINTS` over the events, at least :data:`POINTS`; :data:`POINTS`
+    where the count is unknown.
+
+    Parameters
+    ----------
+    events : int or None
+        The events a pass reads (all datasets).
+
+    Returns
+    -------
+    int
+        The budget for :func:`checked_points`.
+    """
+    if not events:
+        return POINTS
+    return max(POINTS, EVENT_POINTS // int(events))
 
 
 def keep_best_on(config: Any) -> bool:
@@ -128,7 +154,7 @@ def checked_points(steps: list[int], *, every: int | None = None,
     return sorted(kept)
 
 
-def track_hard(run: Any, *, budget: int = POINTS) -> dict[str, Any]:
+def track_hard(run: Any, *, budget: int | None = None) -> dict[str, Any]:
     """The hard-cut objective at the checked points (:func:`checked_points`), and the
     chosen point.
 
@@ -144,8 +170,9 @@ def track_hard(run: Any, *, budget: int = POINTS) -> dict[str, Any]:
         with keep-best on, its :attr:`u`, :attr:`best_step` and :attr:`best_params`
         move to the chosen point (:meth:`~analysis.optimize.loop.Optimization.final`
         then reports it).
-    budget : int
-        The most points checked (:func:`checked_points`).
+    budget : int, optional
+        The most points checked (:func:`checked_points`); default
+        :func:`points_budget` of the events the last step's pass read.
 
     Returns
     -------
@@ -167,6 +194,9 @@ def track_hard(run: Any, *, budget: int = POINTS) -> dict[str, Any]:
     split = run.fraction is not None
     val = run.config.optimizer.validation
     every = (val.every or 1) if split and (val.every or val.keep_best) else None
+    if budget is None:
+        states = getattr(run, "last_states", None) or {}
+        budget = points_budget(sum(getattr(st, "events", 0) for st in states.values()))
     kept = checked_points(steps, every=every, budget=budget)
     steps, points = [steps[i] for i in kept], [points[i] for i in kept]
     parts = ("train", "held_out") if split else ("all",)

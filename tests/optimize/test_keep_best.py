@@ -182,18 +182,50 @@ def test_the_points_checked_are_bounded():
     assert set(range(0, 61, 4)) <= set(every) and {0, 60} <= set(every)
 
 
-def test_a_long_run_checks_a_bounded_set_of_points_and_names_them(shared_data, tmp_path,
-                                                                   capsys):
-    # 14 steps: 15 points, more than the POINTS checked
-    r, text = _run(tmp_path, capsys, _config(shared_data, learning_rate=0.05, steps=14))
-    kb = r["keep_best"]
-    from analysis.optimize.keepbest import POINTS
+def test_the_budget_follows_the_events():
+    from analysis.optimize.keepbest import EVENT_POINTS, POINTS, points_budget
 
-    assert kb["steps_checked"] == POINTS == len(kb["checked"])
-    assert kb["checked"][0] == 0 and kb["checked"][-1] == r["steps_run"]
-    with_hard = [h["step"] for h in r["history"] if "hard" in h]
-    assert with_hard == [k for k in kb["checked"] if k < r["steps_run"]]
+    assert points_budget(400_000) == POINTS == 8  # the demo's 2 x 200k events
+    assert points_budget(100_000) == 32
+    assert points_budget(240) == EVENT_POINTS // 240  # a few hundred: every step
+    assert points_budget(None) == POINTS and points_budget(10**9) == POINTS
+
+
+def _steps(shared_data, tmp_path, steps: int):
+    """An optimisation of the small real files run for ``steps`` steps in this process."""
+    from analysis.config.loader import config_from_dict
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.loop import Optimization
+
+    config = config_from_dict(_config(shared_data, learning_rate=0.05, steps=steps),
+                              source="<test>", base_dir=shared_data)
+    ev = Evaluator(config)
+    run = Optimization(config, ev, tmp_path / "out")
+    while not run.done:
+        run.do_step()
+    return run, ev
+
+
+def test_a_long_run_checks_a_bounded_set_of_points(shared_data, tmp_path):
+    from analysis.optimize.keepbest import keep_best_report, track_hard
+
+    run, ev = _steps(shared_data, tmp_path, 14)
+    with ev:
+        # 240 events: every one of the 15 points (14 steps and the end) by default
+        assert sum(st.events for st in run.last_states.values()) == 240
+        end = run.u.copy()
+        every = keep_best_report(track_hard(run))
+        assert every["checked"] == list(range(15))
+        assert all("hard" in h for h in run.history)
+        for h in run.history:
+            del h["hard"]
+        run.u = end  # keep-best moved it to the chosen point
+        kb = keep_best_report(track_hard(run, budget=8))
+    assert kb["steps_checked"] == 8 == len(kb["checked"])
+    assert kb["checked"][0] == 0 and kb["checked"][-1] == 14
+    assert [h["step"] for h in run.history if "hard" in h] == kb["checked"][:-1]
     assert kb["step"] in kb["checked"]
-    final = r["final"]["hard"]["objective"]
-    assert final is not None and final <= r["history"][0]["hard"]["objective"]
-    assert f"of {POINTS} checked" in text
+    # the same values where both checked: the thinning picks points, nothing else
+    assert kb["initial"] == every["initial"] and kb["end"]["objective"] == every["end"][
+        "objective"]
+    assert kb["chosen"]["objective"] <= kb["initial"]["objective"]  # never worse

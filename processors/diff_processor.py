@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 from coffea import processor
 
+from analysis import forkguard
 from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
@@ -85,6 +86,7 @@ class DiffProcessor(processor.ProcessorABC):
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
         """``{dataset: output}`` of one chunk of NanoEvents (see the class docstring)."""
+        forkguard.check()  # a kept pool forked after JAX started: one line, not a hang
         job = self.job
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"

@@ -35,7 +35,7 @@ LAYERS: dict[str, int] = {
     "analysis.jsonsafe": 0,  # strict, bounded JSON reading (standard library only)
     "analysis.allocator": 0,  # glibc's malloc thresholds (standard library only)
     "analysis.forkguard": 0,  # refusing JAX work after a fork (standard library only)
-    "analysis._compat": 0,  # the one place that reads private JAX state
+    "analysis._compat": 0,  # the one place that uses private JAX and numba parts
     "analysis.spec": 0,  # pure-Python facts the config checks (statistic names, edges): no JAX
     "analysis.stats": 0,  # pure maths: statistics, states, merges, derivatives
     "analysis.select": 1,  # soft cuts, counts, object sets, 4-vectors, expressions
@@ -224,9 +224,10 @@ BACKEND_MAY_IMPORT = {
     "analysis.pipeline.hardcut",  # the objects a width-0 cut leaves (of the columns)
 }
 # Below the pipeline a backend imports maths, selections and errors only.
-# (analysis.limits: bounded reads of files, standard library only)
+# (analysis.limits: bounded reads of files, standard library only; analysis._compat:
+# numba's internals, the numba backend's cache)
 BACKEND_MAY_IMPORT_BELOW = ("analysis.stats", "analysis.select", "analysis.errors",
-                            "analysis.limits")
+                            "analysis.limits", "analysis._compat")
 # The one module that chooses among the backends (imports them).
 CHOOSER = "analysis.pipeline.backend"
 

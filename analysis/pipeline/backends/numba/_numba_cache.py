@@ -35,8 +35,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from numba.core.caching import IndexDataCacheFile
-
+from analysis._compat import numba as numba_compat
 from analysis.limits import read_untrusted
 
 __all__: list[str] = []  # internal to analysis.pipeline
@@ -63,13 +62,9 @@ def cache_dirs(package: Path) -> list[Path]:
     directory that ``NUMBA_CACHE_DIR`` gives (numba's own naming of it)."""
     dirs = [package / "__pycache__"]
     if os.environ.get("NUMBA_CACHE_DIR"):
-        try:
-            from numba.core.caching import _CacheLocator
-
-            sub = _CacheLocator.get_suitable_cache_subpath(str(package / "__init__.py"))
+        sub = numba_compat.cache_subpath(str(package / "__init__.py"))
+        if sub is not None:  # else another numba layout: in-tree only
             dirs.append(Path(os.environ["NUMBA_CACHE_DIR"]) / sub)
-        except (ImportError, AttributeError):  # another numba layout: in-tree only
-            pass
     return dirs
 
 
@@ -139,7 +134,7 @@ def _read_checked(path: str) -> bytes | None:
     return content
 
 
-class CheckedCacheFile(IndexDataCacheFile):
+class CheckedCacheFile(numba_compat.cache_file_class()):  # type: ignore[misc]
     """numba's index and data files of one kernel, each written with a header and a
     digest and checked before it is unpickled (module docstring)."""
 
@@ -195,7 +190,10 @@ class CheckedCacheFile(IndexDataCacheFile):
 
 
 def install(cache: Any) -> None:
-    """Make a kernel's numba cache (its ``_cache``) read and write checked files."""
+    """Make a kernel's numba cache (its ``_cache``; ``None`` for none) load without
+    numba's registries (:class:`analysis._compat.numba.FastLoadCache`) and read and
+    write checked files."""
+    numba_compat.use_fast_load(cache)
     cache_file = getattr(cache, "_cache_file", None)
-    if type(cache_file) is IndexDataCacheFile:
+    if type(cache_file) is numba_compat.cache_file_class():
         cache_file.__class__ = CheckedCacheFile

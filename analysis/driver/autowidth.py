@@ -120,7 +120,9 @@ def auto_widths(config: Config, **evaluator_options: Any) -> dict[str, Any] | No
         return None
     data = config.model_dump(mode="json", by_alias=True, exclude_none=True)
     data.update(parameters={}, scores=[], selection=[], output={})
-    for key in ("objective", "likelihood"):
+    # the nominal spread only: no objective, and no likelihood nor its variations (a
+    # config with systematics but no likelihood is refused)
+    for key in ("objective", "likelihood", "systematics"):
         data.pop(key, None)
     data["objects"] = {name: {**s, "cuts": []} for name, s in data["objects"].items()}
     data["observables"] = []

@@ -1,11 +1,14 @@
-"""Keep-best: the hard-cut objective at every step, and the best hard-cut point as the result.
+"""Keep-best: the hard-cut objective along the path, and the best hard-cut point as the result.
 
 The soft objective a step climbs is not the hard-cut one (the widths smooth it), and a
 step size that suits the soft objective can leave the hard cuts worse than where they
 started. So after the loop the hard-cut objective (width 0, integers rounded) is
-evaluated at the parameters of every step and at the end (the parameters after the
-last update; a run stopped where its objective became undefined has its last step's,
-:mod:`analysis.optimize.undefined`) on the events the optimiser trained on and, with ``optimizer.validation``,
+evaluated at the start, at the end (the parameters after the last update; a run stopped
+where its objective became undefined has its last step's,
+:mod:`analysis.optimize.undefined`), at the steps ``validation.every`` records and at
+evenly spaced steps between, as many as :func:`points_budget` allows for the events
+(8 on the demo's 400k, every step on a few hundred; :func:`checked_points`; results.json's
+``keep_best.checked`` lists them) on the events the optimiser trained on and, with ``optimizer.validation``,
 on the held-out part: one values pass with every (point, part) a weight lane of it,
 then one with the Poisson-bootstrap replicas as weight lanes (:meth:`analysis.optimize.loop.Optimization._hard_lanes`) for the MC uncertainty
 at the start, the chosen point and the end (and the steps ``validation.every`` records).
@@ -23,13 +26,14 @@ bootstrap replicas, both points on the same events): then the end is reported. T
 best of ``n`` noisy values is biased up (the winner's curse: the largest of ``n``
 values that differ by noise alone lies about ``sqrt(2 ln n)`` standard deviations
 above their mean), the end's is not chosen on the data it is measured on; a
-difference within that is no evidence for the best. On the demo (49 points) the best
-held-out step is 0.19 +- 0.12 better than the end: the end is reported. Step 0 is the initial point, so the reported hard-cut
+difference within that is no evidence for the best. On the demo (8 of its 49 points
+checked) the end is reported. Step 0 is the initial point, so the reported hard-cut
 objective is never worse than the start's on that part.
 ``optimizer.keep_best: false`` (and no ``validation.keep_best``) reports the last point.
 
-Every history entry gets ``hard`` (``{"objective", "significance", "uncertainty"}`` on
-the training events) and, with the split, ``hard_held_out``. ``run`` is typed ``Any``:
+Every checked step's history entry gets ``hard`` (``{"objective", "significance",
+"uncertainty"}`` on the training events) and, with the split, ``hard_held_out``; the
+others keep their soft values only. ``run`` is typed ``Any``:
 naming ``Optimization`` here would import the loop back (an import cycle).
 """
 
@@ -41,7 +45,39 @@ import numpy as np
 
 from analysis.optimize.status import validation_gap
 
-__all__ = ["keep_best_on", "keep_best_report", "track_hard", "validation_entries"]
+__all__ = ["EVENT_POINTS", "POINTS", "checked_points", "keep_best_on", "keep_best_report",
+           "points_budget", "track_hard", "validation_entries"]
+
+#: the fewest points keep-best checks where there are more (:func:`points_budget`):
+#: the start, the end and about every seventh step of 50
+POINTS = 8
+#: events x points the values pass covers before the points are thinned (its cost
+#: grows with both: about 1.2 steps' time a point on the demo's 400k events, whose 49
+#: points were 6 s of the README main job's 16, benchmarks/bench_demo.py --main-job):
+#: the demo gets POINTS, 10^5 events 32, a few hundred events every step (a small
+#: sample's path passes its best hard-cut point between single events: the real v12
+#: files' best steps, 13 and 21 of 60, fell between 8 evenly spaced points)
+EVENT_POINTS = 3_200_000
+
+
+def points_budget(events: int | None) -> int:
+    """How many points keep-best checks on ``events`` events (the loop's passes read):
+    :data:`EVENT_POINTS` over the events, at least :data:`POINTS`; :data:`POINTS`
+    where the count is unknown.
+
+    Parameters
+    ----------
+    events : int or None
+        The events a pass reads (all datasets).
+
+    Returns
+    -------
+    int
+        The budget for :func:`checked_points`.
+    """
+    if not events:
+        return POINTS
+    return max(POINTS, EVENT_POINTS // int(events))
 
 
 def keep_best_on(config: Any) -> bool:
@@ -87,10 +123,42 @@ def _settled(lanes: dict, j: int, last: int, by: str) -> dict[str, Any] | None:
             "kept_last": bool(kept)}
 
 
-def track_hard(run: Any) -> dict[str, Any]:
-    """The hard-cut objective at every step and at the end, and the chosen point.
+def checked_points(steps: list[int], *, every: int | None = None,
+                   budget: int = POINTS) -> list[int]:
+    """Which of a run's points (``steps``: the step of each, the end last) keep-best
+    evaluates: all of them where there are at most ``budget``; else the start, the end,
+    every ``every``-th step (results.json's ``validation.history`` reports them) and
+    evenly spaced steps between, ``budget`` points in all (more where ``every`` asks for
+    more).
 
-    The values at every point and part: one lanes pass without uncertainties. The MC
+    Parameters
+    ----------
+    steps : list of int
+        The step of each point, in order; the first is the start, the last the end.
+    every : int, optional
+        ``optimizer.validation.every``: these steps are always checked.
+    budget : int
+        The most points checked besides the ``every``-th steps.
+
+    Returns
+    -------
+    list of int
+        Indices into ``steps``, ascending.
+    """
+    n = len(steps)
+    if n <= budget:
+        return list(range(n))
+    kept = {0, n - 1} | {int(round(x)) for x in np.linspace(0, n - 1, max(budget, 2))}
+    if every:
+        kept |= {i for i, k in enumerate(steps) if k % every == 0}
+    return sorted(kept)
+
+
+def track_hard(run: Any, *, budget: int | None = None) -> dict[str, Any]:
+    """The hard-cut objective at the checked points (:func:`checked_points`), and the
+    chosen point.
+
+    The values at every checked point and part: one lanes pass without uncertainties. The MC
     uncertainties (bootstrap replicas: their cost grows with the number of points, ~1 s
     a point on the demo's 2 x 200k events, so not at every step) at the start, the
     chosen point, the end and the steps ``validation.every`` records: one lanes pass.
@@ -102,14 +170,18 @@ def track_hard(run: Any) -> dict[str, Any]:
         with keep-best on, its :attr:`u`, :attr:`best_step` and :attr:`best_params`
         move to the chosen point (:meth:`~analysis.optimize.loop.Optimization.final`
         then reports it).
+    budget : int, optional
+        The most points checked (:func:`checked_points`); default
+        :func:`points_budget` of the events the last step's pass read.
 
     Returns
     -------
     dict
         ``{"on": bool, "by": "held_out" | "train" | "all", "step", "steps": [...],
         "points": [...], "lanes": {(i, part): result}, "chosen", "end", "initial",
-        "passes"}``: ``step`` the chosen step (``len(history)``: the end point; None
-        where no point has a defined value), ``chosen``/``end``/``initial`` the
+        "passes"}``: ``steps`` and ``points`` the checked ones, ``step`` the chosen
+        step (``len(history)``: the end point; None where no point has a defined
+        value), ``chosen``/``end``/``initial`` the
         hard-cut values with their MC uncertainty on the loop's events and
         (``..._held_out``) on the held-out part.
     """
@@ -120,6 +192,13 @@ def track_hard(run: Any) -> dict[str, Any]:
         steps.append(run.step)
         points.append(run.params())
     split = run.fraction is not None
+    val = run.config.optimizer.validation
+    every = (val.every or 1) if split and (val.every or val.keep_best) else None
+    if budget is None:
+        states = getattr(run, "last_states", None) or {}
+        budget = points_budget(sum(getattr(st, "events", 0) for st in states.values()))
+    kept = checked_points(steps, every=every, budget=budget)
+    steps, points = [steps[i] for i in kept], [points[i] for i in kept]
     parts = ("train", "held_out") if split else ("all",)
     passes = run.passes
     lanes = run._hard_lanes(points, parts, values_only=True)
@@ -132,9 +211,8 @@ def track_hard(run: Any) -> dict[str, Any]:
     j = _pick([lanes[i, by]["objective"] for i in range(len(points))]) if on else None
     shown = last if j is None else j
     # the uncertainties where they are reported
-    val = run.config.optimizer.validation
-    every = (val.every or 1) if split and (val.every or val.keep_best) else None
-    wanted = sorted({0, shown, last} | (set(range(0, last + 1, every)) if every else set()))
+    wanted = sorted({0, shown, last} | ({i for i, k in enumerate(steps) if k % every == 0}
+                                        if every else set()))
     sigma = run._hard_lanes([points[i] for i in wanted], parts)
     if sigma is not None:
         for n, i in enumerate(wanted):
@@ -143,7 +221,9 @@ def track_hard(run: Any) -> dict[str, Any]:
     settled = _settled(lanes, j, last, by) if j is not None else None
     if settled is not None and settled["kept_last"]:
         j = shown = last
-    for i, k in enumerate(steps[:len(run.history)]):
+    for i, k in enumerate(steps):
+        if k >= len(run.history):  # the end point: no history entry of its own
+            continue
         run.history[k]["hard"] = _entry(lanes[i, train])
         if split:
             run.history[k]["hard_held_out"] = _entry(lanes[i, "held_out"])
@@ -170,7 +250,7 @@ def validation_entries(tracked: dict[str, Any], every: int) -> list[dict[str, An
     out = []
     last = len(tracked["steps"]) - 1
     for i, k in enumerate(tracked["steps"]):
-        if i % every and i != last:
+        if k % every and i != last:
             continue
         tr, ho = tracked["lanes"][i, "train"], tracked["lanes"][i, "held_out"]
         gap, gap_sigma = validation_gap(tr["objective"], ho["objective"],
@@ -190,6 +270,7 @@ def keep_best_report(tracked: dict[str, Any]) -> dict[str, Any]:
     out = {k: tracked[k] for k in ("on", "by", "step", "chosen", "initial", "end", "passes",
                                    "settled")}
     out["steps_checked"] = len(tracked["steps"])
+    out["checked"] = list(tracked["steps"])
     for k in ("chosen_held_out", "initial_held_out", "end_held_out"):
         if k in tracked:
             out[k] = tracked[k]

@@ -75,6 +75,25 @@ def test_widths_left_out_follow_the_rule(shared_data):
     assert initial_widths(config)[2] == 1.0  # the count keeps its integer smoothing
 
 
+def test_a_likelihood_config_with_systematics_gets_the_same_widths(shared_data):
+    # the auxiliary pass drops the likelihood; its systematics went with it only since
+    # a config with systematics and no likelihood is refused (bench_trust's likelihood
+    # config failed there)
+    cfg = _config(shared_data, learning_rate=0.05, steps=1)
+    del cfg["selection"]["objects"]["cuts"][0]["width"]
+    cfg.update(histograms=[{"name": "ht", "x": "sum(Jet.pt)", "edges": [0, 200, 400, 1000]}],
+               systematics=[{"name": "dy_norm", "type": "lnN", "datasets": ["dy"],
+                             "kappa": 1.1},
+                            {"name": "jes", "type": "shift", "field": "Jet.pt", "up": 1.03,
+                             "down": 0.97}],
+               likelihood={"channels": {"sr": {"histogram": "ht"}}, "mc_stat": True},
+               objective={"terms": [{"type": "discovery_significance"}]})
+    config = config_from_dict(cfg, source="<test>", base_dir=shared_data)
+    out = auto_widths(config)
+    files = [shared_data / "nano_tt_v12.root", shared_data / "nano_dy.root"]
+    assert out["widths"]["Jet.pt"] == pytest.approx(_reference(files, "pt"), rel=1e-9)
+
+
 def test_a_number_wins_and_nothing_runs_without_a_wanted_width(shared_data):
     config = config_from_dict(_config(shared_data, learning_rate=0.05, steps=1),
                               source="<test>", base_dir=shared_data)

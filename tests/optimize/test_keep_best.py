@@ -165,3 +165,67 @@ def test_an_objective_undefined_mid_run_stops_and_reports_the_best_point(shared_
     assert z["final"] >= z["initial"] and st["hard_objective"]["initial"] == pytest.approx(start)
     assert r["parameters"] == r["history"][best]["parameters"]
     assert f"keep-best: reported point is step {best} of {k}" in text
+
+
+def test_the_points_checked_are_bounded():
+    from analysis.optimize.keepbest import checked_points
+
+    assert checked_points(list(range(7))) == list(range(7))  # few: every one
+    steps = list(range(61))  # 60 steps and the end
+    kept = checked_points(steps, budget=12)
+    assert len(kept) == 12 and kept[0] == 0 and kept[-1] == 60
+    assert sorted(set(kept)) == kept
+    gaps = np.diff(kept)
+    assert gaps.max() - gaps.min() <= 1  # evenly spaced
+    # validation.every's steps are always among them (results.json's validation.history)
+    every = checked_points(steps, every=4, budget=12)
+    assert set(range(0, 61, 4)) <= set(every) and {0, 60} <= set(every)
+
+
+def test_the_budget_follows_the_events():
+    from analysis.optimize.keepbest import EVENT_POINTS, POINTS, points_budget
+
+    assert points_budget(400_000) == POINTS == 8  # the demo's 2 x 200k events
+    assert points_budget(100_000) == 32
+    assert points_budget(240) == EVENT_POINTS // 240  # a few hundred: every step
+    assert points_budget(None) == POINTS and points_budget(10**9) == POINTS
+
+
+def _steps(shared_data, tmp_path, steps: int):
+    """An optimisation of the small real files run for ``steps`` steps in this process."""
+    from analysis.config.loader import config_from_dict
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.loop import Optimization
+
+    config = config_from_dict(_config(shared_data, learning_rate=0.05, steps=steps),
+                              source="<test>", base_dir=shared_data)
+    ev = Evaluator(config)
+    run = Optimization(config, ev, tmp_path / "out")
+    while not run.done:
+        run.do_step()
+    return run, ev
+
+
+def test_a_long_run_checks_a_bounded_set_of_points(shared_data, tmp_path):
+    from analysis.optimize.keepbest import keep_best_report, track_hard
+
+    run, ev = _steps(shared_data, tmp_path, 14)
+    with ev:
+        # 240 events: every one of the 15 points (14 steps and the end) by default
+        assert sum(st.events for st in run.last_states.values()) == 240
+        end = run.u.copy()
+        every = keep_best_report(track_hard(run))
+        assert every["checked"] == list(range(15))
+        assert all("hard" in h for h in run.history)
+        for h in run.history:
+            del h["hard"]
+        run.u = end  # keep-best moved it to the chosen point
+        kb = keep_best_report(track_hard(run, budget=8))
+    assert kb["steps_checked"] == 8 == len(kb["checked"])
+    assert kb["checked"][0] == 0 and kb["checked"][-1] == 14
+    assert [h["step"] for h in run.history if "hard" in h] == kb["checked"][:-1]
+    assert kb["step"] in kb["checked"]
+    # the same values where both checked: the thinning picks points, nothing else
+    assert kb["initial"] == every["initial"] and kb["end"]["objective"] == every["end"][
+        "objective"]
+    assert kb["chosen"]["objective"] <= kb["initial"]["objective"]  # never worse

@@ -39,7 +39,6 @@ from jax.interpreters import partial_eval as pe
 
 from analysis.select import _fastsingle_kernels as kernels
 from analysis.select._single import dense_weights
-from analysis.stats._stored import allow_custom_calls
 
 __all__: list[str] = []
 
@@ -315,8 +314,3 @@ batching.primitive_batchers[_primal_p] = _primal_batch
 batching.primitive_batchers[_tangent_p] = _lanes_batch(_tangent_p, _tangent_ref)
 batching.primitive_batchers[_cotangent_p] = _lanes_batch(_cotangent_p, _cotangent_ref)
 batching.primitive_batchers[_jvp_p] = _jvp_batch
-
-# Registered at import: a program stored by analysis.stats._stored that calls the kernels
-# is loaded in a new process (whose processor imports analysis.soft) without tracing.
-if available():
-    allow_custom_calls(kernels.PRIMAL, kernels.TANGENT, kernels.COTANGENT, module=__name__)

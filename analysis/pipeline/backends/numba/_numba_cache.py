@@ -5,8 +5,9 @@ change to a function that it calls or inlines from another module
 (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times` inlined into
 :func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one`, say) leaves the caller's old machine
 code in use, silently (an editable install after ``git pull``; measured here: a broken
-``cut_times`` went unseen by the cached histogram loop). So, when
-the numba backend is imported (before any kernel module is), :func:`drop_stale` hashes
+``cut_times`` went unseen by the cached histogram loop). So, before numba reads the
+first cache file of a kernel (:func:`drop_stale_once`, in :class:`CheckedCacheFile`; not
+when a module is imported), :func:`drop_stale` hashes
 the sources of every module of the kernels' folder (all of them: the decorators come
 from one policy module, :mod:`analysis.pipeline.backends.numba.kernels._jit`, whose
 change is a change of every kernel); if the hash differs from the one stored beside the
@@ -38,6 +39,7 @@ from typing import Any
 from numba.core.caching import IndexDataCacheFile
 
 from analysis.limits import read_untrusted
+from analysis.runtime.settings import settings
 
 __all__: list[str] = []  # internal to analysis.pipeline
 
@@ -62,12 +64,13 @@ def cache_dirs(package: Path) -> list[Path]:
     """Where numba keeps the package's cache: ``__pycache__`` beside the sources, or the
     directory that ``NUMBA_CACHE_DIR`` gives (numba's own naming of it)."""
     dirs = [package / "__pycache__"]
-    if os.environ.get("NUMBA_CACHE_DIR"):
+    numba_dir = settings().numba_cache_dir
+    if numba_dir:
         try:
             from numba.core.caching import _CacheLocator
 
             sub = _CacheLocator.get_suitable_cache_subpath(str(package / "__init__.py"))
-            dirs.append(Path(os.environ["NUMBA_CACHE_DIR"]) / sub)
+            dirs.append(Path(numba_dir) / sub)
         except (ImportError, AttributeError):  # another numba layout: in-tree only
             pass
     return dirs
@@ -144,6 +147,7 @@ class CheckedCacheFile(IndexDataCacheFile):
     digest and checked before it is unpickled (module docstring)."""
 
     def _checked(self, path: str) -> bytes | None:
+        drop_stale_once()  # the first read of any kernel's cache: stale files gone first
         try:
             return _read_checked(path)
         except _Unusable as why:
@@ -194,8 +198,21 @@ class CheckedCacheFile(IndexDataCacheFile):
         _REPORTED.discard(path)
 
 
+# Whether this process dropped the stale cache files (empty: not yet).
+_DROPPED: list[bool] = []
+
+
+def drop_stale_once() -> None:
+    """:func:`drop_stale` for the kernels' folder, once per process: before numba reads
+    the first cache file (:class:`CheckedCacheFile`), not when a module is imported."""
+    if not _DROPPED:
+        _DROPPED.append(True)
+        drop_stale(Path(__file__).resolve().parent / "kernels")
+
+
 def install(cache: Any) -> None:
-    """Make a kernel's numba cache (its ``_cache``) read and write checked files."""
+    """Make a kernel's numba cache (its ``_cache``) read and write checked files (the
+    stale ones dropped before the first is read: :func:`drop_stale_once`)."""
     cache_file = getattr(cache, "_cache_file", None)
     if type(cache_file) is IndexDataCacheFile:
         cache_file.__class__ = CheckedCacheFile

@@ -30,7 +30,7 @@ import os
 import stat
 
 from analysis.errors import ConfigError
-from analysis.runtime.settings import settings
+from analysis.runtime.environment import settings
 
 __all__ = [
     "ENV_LIMIT",

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from analysis.data.faults import FAULTS_KEY, Fault, Faults, fault_record
-from analysis.runtime.settings import settings
+from analysis.runtime.environment import settings
 
 __all__ = ["AHEAD", "Deferred", "defer", "kernel_threads", "on_chunk_thread", "settle"]
 

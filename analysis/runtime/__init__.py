@@ -6,7 +6,7 @@ float64 policy (:mod:`analysis`), so that every result, here and in every worker
 process, is float64. Everything else waits for :func:`configure`:
 
 * the settings: every environment variable the package reads, read once
-  (:class:`~analysis.runtime.settings.Settings`, :func:`settings`; docs/guide/environment.md);
+  (:class:`~analysis.runtime.environment.Settings`, :func:`settings`; docs/guide/environment.md);
 * JAX's persistent compilation cache turned on (:mod:`analysis.runtime.compilecache`),
   its directory exported to the workers this process starts;
 * the fork hooks that make a process forked after JAX started refuse JAX work in one line
@@ -27,7 +27,7 @@ package's kernels drops stale files at its first use, not at import
 from __future__ import annotations
 
 from analysis.runtime import allocator, compilecache, forkguard
-from analysis.runtime.settings import Settings, reset, settings
+from analysis.runtime.environment import Settings, reset, settings
 
 __all__ = ["Settings", "configure", "ensure_configured", "first_pass", "reset", "settings"]
 

@@ -43,7 +43,7 @@ import ctypes
 import ctypes.util
 import gc
 
-from analysis.runtime.settings import settings
+from analysis.runtime.environment import settings
 
 __all__ = ["ENV", "GC_ENV", "LIMIT", "freeze_startup_objects", "keep_freed_buffers"]
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import sys
 
-from analysis.runtime.settings import OFF, settings
+from analysis.runtime.environment import OFF, settings
 
 __all__ = ["ENV", "directory", "enable"]
 

@@ -81,12 +81,14 @@ def _sds(shape) -> jax.ShapeDtypeStruct:
 
 
 def _primal_cpu(q, f, off, ev, *, max_objects):
+    kernels.register()  # lowered for the CPU: the handlers exist before it runs
     del ev, max_objects
     call = jax.ffi.ffi_call(kernels.PRIMAL, (_sds(q.shape), _sds((off.shape[0] - 1,))))
     return call(q, f, off.astype(jnp.int64))
 
 
 def _tangent_cpu(q, f, off, ev, dq, df, *, max_objects):
+    kernels.register()  # lowered for the CPU: the handlers exist before it runs
     del ev, max_objects
     b = dq.shape[0]
     call = jax.ffi.ffi_call(kernels.TANGENT, (_sds((b, q.shape[0])), _sds((b, off.shape[0] - 1))))
@@ -95,6 +97,7 @@ def _tangent_cpu(q, f, off, ev, dq, df, *, max_objects):
 
 def _jvp_cpu(q, f, off, ev, dq, df, *, max_objects):
     # the tangent kernel with two more results: it writes the values too
+    kernels.register()
     del ev, max_objects
     b, e = dq.shape[0], off.shape[0] - 1
     call = jax.ffi.ffi_call(kernels.TANGENT,
@@ -109,6 +112,7 @@ def _jvp_ref(q, f, off, ev, dq, df, *, max_objects):
 
 
 def _cotangent_cpu(q, f, off, ev, cw, cp, *, max_objects):
+    kernels.register()  # lowered for the CPU: the handlers exist before it runs
     del ev, max_objects
     b = cw.shape[0]
     call = jax.ffi.ffi_call(kernels.COTANGENT, (_sds((b, q.shape[0])), _sds((b, f.shape[0]))))

@@ -28,7 +28,8 @@ REPO = HERE.parents[1]
 FORK_SCRIPT = r"""
 import os, sys
 import numpy as np
-from analysis.runtime import forkguard, stats
+from analysis import stats
+from analysis.runtime import forkguard
 
 def fn(theta):
     return {"s": stats.moments(np.arange(5.0), weight=np.ones(5) * theta["a"])}

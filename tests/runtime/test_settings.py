@@ -1,7 +1,7 @@
-"""analysis.runtime.settings: every environment variable the package reads, read in one place.
+"""analysis.runtime.environment: every environment variable the package reads, read in one place.
 
 References: the environment given (each field against the variable it names), the one
-line of a bad value, and the source itself (no module outside analysis/runtime/settings.py
+line of a bad value, and the source itself (no module outside analysis/runtime/environment.py
 reads a variable of this package or of JAX, numba, XLA or XDG).
 """
 
@@ -16,7 +16,7 @@ import pytest
 from analysis import runtime
 from analysis.cli.parser import main
 from analysis.errors import ConfigError
-from analysis.runtime.settings import Settings
+from analysis.runtime.environment import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "guide" / "environment.md"

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels import _numba_sums
-from analysis.runtime.settings import settings
+from analysis.runtime.environment import settings
 
 __all__: list[str] = []  # internal to the numba kernel
 

@@ -39,7 +39,7 @@ from typing import Any
 from numba.core.caching import IndexDataCacheFile
 
 from analysis.limits import read_untrusted
-from analysis.runtime.settings import settings
+from analysis.runtime.environment import settings
 
 __all__: list[str] = []  # internal to analysis.pipeline
 

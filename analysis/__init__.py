@@ -10,10 +10,11 @@ results are float64.
 
 The x64 setting is the one change to the process that importing any ``analysis``
 module makes (the command line also installs its Ctrl-C handler when it starts).
-Everything else (JAX's persistent compilation cache, the fork hooks, glibc's malloc
-thresholds, the garbage collector's frozen start-up objects, numba's stale cache files)
-waits for :func:`analysis.runtime.configure`, which the command line, the driver and
-every worker's first ``stats.derive`` call (:mod:`analysis.runtime`).
+Everything else waits: JAX's persistent compilation cache, the fork hooks and glibc's
+malloc thresholds for :func:`analysis.runtime.configure` (which the command line, the
+driver and every worker's first ``stats.derive`` call), the garbage collector's frozen
+start-up objects for a compiled pass's first chunk, numba's stale cache files for
+numba's first read of a kernel's cache (:mod:`analysis.runtime`).
 ``analysis.__version__``: the installed distribution's version.
 """
 

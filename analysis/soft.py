@@ -29,12 +29,12 @@ import numpy as np
 from analysis.limits import check_bytes
 from analysis.select._single import UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
-from analysis.select.objects import soft_pass
 from analysis.select.softargs import (
     _as_input,
     _bucket,
     _check_width,
     _collection_labels,
+    _cut_kind,
     _object_bucket,
     _probability_lists,
 )
@@ -51,13 +51,13 @@ from analysis.stats.offsets import (
 __all__ = ["count_at_least", "joint_pass_weights", "pass_weights", "soft_cut"]
 
 
-_OPS = {">": (True, False), ">=": (True, True), "<": (False, False), "<=": (False, True)}
-
-
 def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
-    """Pass probability of ``x op threshold`` (``op`` one of ``> >= < <=``).
+    """Pass probability of ``x op threshold`` (``op`` one of the YAML cuts' ops).
 
-    ``sigmoid((x - threshold) / width)`` for ``>``/``>=`` (mirrored for ``<``/``<=``);
+    The cut kinds are the YAML engine's (:data:`analysis.select.cuts.KINDS`), so a
+    hand-written cut is the configured one: ``sigmoid((x - threshold) / width)`` for
+    ``>``/``>=`` (mirrored for ``<``/``<=``); for ``"window"``, ``threshold`` is the pair
+    ``(lo, hi)`` and the probability the product of ``x > lo`` and ``x < hi``.
     ``width == 0`` is the hard step (1 where the cut passes, else 0; the equality
     case decided by ``op``), with zero gradient. ``x``: awkward Array (flat or one
     level of lists), :class:`~analysis.stats.Jagged`, or 1-D numpy/JAX array.
@@ -70,9 +70,11 @@ def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
     x : awkward Array, Jagged, or 1-D numpy or JAX array
         The values cut on (flat or one level of lists; upcast to float64).
     op : str
-        One of ``">"``, ``">="``, ``"<"``, ``"<="`` (else ``ValueError``).
-    threshold : float or JAX scalar
-        The cut value (differentiable).
+        An op of :data:`analysis.select.cuts.OPS`: ``">"``, ``">="``, ``"<"``, ``"<="``,
+        ``"window"`` (else ``ValueError``).
+    threshold : float or JAX scalar, or a pair of them
+        The cut value (differentiable); for a kind with several bounds (the window's
+        ``lo``, ``hi``) one value per bound, in the kind's order.
     width : float or JAX scalar
         The sigmoid's scale, in the units of ``x``: finite and ``>= 0``; 0 is the hard
         cut.
@@ -83,16 +85,13 @@ def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
         The float64 pass probability of every value: a :class:`~analysis.stats.Jagged`
         with ``x``'s lists, else a JAX array of ``x``'s length; empty for empty input.
     """
-    if op not in _OPS:
-        raise ValueError(f"soft_cut: op: expected one of {', '.join(_OPS)}, found {op!r}")
-    greater, inclusive = _OPS[op]
+    kind, bounds = _cut_kind(op, threshold)
     values, offsets = _as_input(x, "soft_cut: x")
-    p = soft_pass(
+    p = kind.probability(
         values,
-        jnp.asarray(threshold, dtype=jnp.float64),
+        bounds,
         _check_width(width, "soft_cut"),
-        greater=greater,
-        inclusive=inclusive,
+        op=op,
     )
     return p if offsets is None else Jagged(p, offsets)
 
@@ -220,7 +219,7 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
     no division, exact at ``p`` in {0, 1}; differentiable in ``p`` and ``n`` (forward
     and reverse, every order). On CPU the recursion and its first derivatives (forward
     and reverse mode, all of ``jax.jacfwd``'s parameters in one call) run as compiled
-    kernels inside the program (:mod:`analysis.select._fastsingle`: XLA custom calls, kept
+    kernels inside the program (:mod:`analysis.select.singlecall`: XLA FFI calls, kept
     by JAX's persistent compilation cache); second derivatives and other platforms use
     the JAX recursion; the same values and derivatives to rounding. ``n <= 0``:
     ``objects == p``, ``events == 1``; ``n``
@@ -279,7 +278,7 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
                  else segment_ids_from_offsets(offsets, n_objects))
         # here, not at the top: the compiled kernels load numba (~5 s), which a user of
         # soft_cut or of the statistics alone never needs
-        from analysis.select._fastsingle import available, fast_weights
+        from analysis.select.singlecall import available, fast_weights
 
         obj, ev = single_count_weights(values, offsets_b, event, n_arr, width_arr,
                                        model=model, max_objects=m,

@@ -14,7 +14,7 @@ Drell-Yan), the same coffea executor, preprocessed chunks and chunk size:
 
 All are timed after one warm-up pass (compilation, page cache; for 3, also the pass
 that fills the cache); the best of ``--repeat`` passes is reported, with the ratios
-to the plain pass (goals: <= 1.5 for 2, <= 0.5 for 3).
+to the plain pass (goals: <= 1.5 for 2, <= 0.4 for 3).
 
     python benchmarks/bench_pass.py                   # 2M events, 8 files
     python benchmarks/bench_pass.py --events 400000   # reduced

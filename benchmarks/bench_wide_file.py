@@ -7,7 +7,8 @@ Same process, iterative executor, best of 3 per figure: a plain coffea pass (the
 hard cuts with awkward), the Runner alone (a processor returning a constant), a later
 gradient pass of ``MeanJetPt`` through the Runner with ``CachedColumns`` (every chunk
 kept) and through ``CachedRunner``; the loss and gradient of the two must agree
-(1e-12). Run from the repository root (prints; records nothing):
+(1e-12). The processors are ``bench_own.py``'s (``_processors``). Run from the
+repository root (prints; records nothing):
 
     python benchmarks/bench_wide_file.py --file ../shared/data/nano_tt_v12.root --chunksize 50
 """
@@ -30,52 +31,19 @@ def main() -> int:
     p.add_argument("--chunksize", type=int, default=50)
     args = p.parse_args()
 
-    import awkward as ak
     import jax
     import uproot
     from coffea import processor
     from coffea.nanoevents import NanoAODSchema
 
     from analysis import stats
-    from analysis.data.owncache import CachedColumns, CachedRunner
-    from analysis.soft import pass_weights, soft_cut
+    from analysis.data.owncache import CachedRunner
 
-    class MeanJetPt(CachedColumns, processor.ProcessorABC):
-        def __init__(self, theta):
-            self.theta = theta
+    # bench_own's processors: the same MeanJetPt, plain pass and Runner-alone floor
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_own import _processors
 
-        def columns(self, events):
-            return {"pt": stats.from_awkward(events.Jet.pt),
-                    "abs_eta": abs(stats.from_awkward(events.Jet.eta))}
-
-        def process_columns(self, columns, metadata):
-            pt, abs_eta = columns["pt"], columns["abs_eta"]
-
-            def fn(theta):
-                p = soft_cut(pt, ">", theta["pt_min"], 5.0) * soft_cut(abs_eta, "<", 2.4, 0.1)
-                jets, selected = pass_weights(p, 2)
-                return {"jet_pt": stats.moments(pt, weight=jets), "selected": selected.sum()}
-
-            return {metadata["dataset"]: stats.derive(fn, self.theta)}
-
-        def postprocess(self, accumulator):
-            return accumulator
-
-    class Plain(processor.ProcessorABC):
-        def process(self, events):
-            jets = events.Jet[(events.Jet.pt > 30.0) & (abs(events.Jet.eta) < 2.4)]
-            jets = jets[ak.num(jets) >= 2]
-            return {"n": float(ak.sum(ak.num(jets))), "s": float(ak.sum(jets.pt))}
-
-        def postprocess(self, accumulator):
-            return accumulator
-
-    class Nothing(processor.ProcessorABC):
-        def process(self, events):
-            return {"n": 1}
-
-        def postprocess(self, accumulator):
-            return accumulator
+    MeanJetPt, Plain, Nothing, _ = _processors()
 
     with uproot.open(args.file) as f:
         tree = f["Events"]

@@ -19,6 +19,7 @@ from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState
 from analysis.pipeline.score_entries import score_entries
 from analysis.pipeline.split import part_factor
+from analysis.runtime import forkguard
 from analysis.stats.derive import Derived
 
 __all__ = [
@@ -85,6 +86,7 @@ class DiffProcessor(processor.ProcessorABC):
     @guarded  # a failing chunk comes back as a record, not an exception
     def process(self, events):
         """``{dataset: output}`` of one chunk of NanoEvents (see the class docstring)."""
+        forkguard.check()  # a kept pool forked after JAX started: one line, not a hang
         job = self.job
         dataset = events.metadata["dataset"]
         source = f"{events.metadata.get('filename', dataset)}"

@@ -21,7 +21,7 @@ import analysis  # noqa: F401  (enables JAX float64 before anything else imports
 from analysis.data.columns import extract_columns
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
-from analysis.stats import registry
+from analysis.spec import statistics as registry
 from tests.conftest import SHARED_DATA as DATA_DIR
 from tests.reference import flatten  # the one state flattener (re-exported for its users)
 

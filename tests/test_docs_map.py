@@ -60,3 +60,16 @@ def test_every_repository_path_a_page_names_exists():
                 if path.startswith(_ROOTS) and not (REPO / path).is_file():
                     missing.append(f"{page.relative_to(REPO)}:{n}: {path}")
     assert not missing, "\n".join(missing)
+
+
+def test_every_docs_page_the_code_names_exists():
+    """A comment or docstring that sends the reader to a page under ``docs/`` names one that
+    exists (pages are merged: one per question)."""
+    missing = []
+    for root in ("analysis", "processors", "tests", "benchmarks", "scripts", "examples"):
+        for src in sorted((REPO / root).rglob("*.py")):
+            for n, line in enumerate(src.read_text().splitlines(), 1):
+                for page in re.findall(r"docs/[A-Za-z0-9_./-]+\.md", line):
+                    if not (REPO / page).is_file():
+                        missing.append(f"{src.relative_to(REPO)}:{n}: {page}")
+    assert not missing, "\n".join(missing)

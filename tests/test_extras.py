@@ -52,7 +52,7 @@ def test_import_soft_loads_neither_numba_nor_coffea():
 
 def test_the_check_sees_numba_once_a_kernel_runs():
     # pass_weights' compiled kernels load numba on first use: the check above can fail
-    code = "import analysis.soft\nimport analysis.select._fastsingle\n"
+    code = "import analysis.soft\nimport analysis.select.singlecall\n"
     assert modules_loaded(code, ("numba",)) == ["numba"]
 
 

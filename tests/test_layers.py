@@ -34,7 +34,7 @@ LAYERS: dict[str, int] = {
     "analysis.runtime": 0,
     "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
     "analysis.jsonsafe": 0,  # strict, bounded JSON reading (standard library only)
-    "analysis._compat": 0,  # the one place that reads private JAX state
+    "analysis._compat": 0,  # the one place that uses private JAX and numba parts
     "analysis.spec": 0,  # pure-Python facts the config checks (statistic names, edges): no JAX
     "analysis.stats": 0,  # pure maths: statistics, states, merges, derivatives
     "analysis.select": 1,  # soft cuts, counts, object sets, 4-vectors, expressions
@@ -223,10 +223,11 @@ BACKEND_MAY_IMPORT = {
     "analysis.pipeline.hardcut",  # the objects a width-0 cut leaves (of the columns)
 }
 # Below the pipeline a backend imports maths, selections and errors only.
-# (analysis.limits: bounded reads of files; analysis.runtime: the settings, e.g. numba's
-# cache directory and the kernel threads; standard library only)
+# (analysis.limits: bounded reads of files, standard library only; analysis._compat:
+# numba's internals, the numba backend's cache; analysis.runtime: the settings, e.g.
+# numba's cache directory and the kernel threads)
 BACKEND_MAY_IMPORT_BELOW = ("analysis.stats", "analysis.select", "analysis.errors",
-                            "analysis.limits", "analysis.runtime")
+                            "analysis.limits", "analysis._compat", "analysis.runtime")
 # The one module that chooses among the backends (imports them).
 CHOOSER = "analysis.pipeline.backend"
 

@@ -1,5 +1,5 @@
-"""analysis.select._fastsingle: the one-set recursion of ``analysis.soft.pass_weights`` by
-numba kernels (XLA FFI custom calls) on CPU.
+"""analysis.select.singlecall: the one-set recursion of ``analysis.soft.pass_weights`` by
+numba kernels (XLA FFI calls through jax.custom_jvp, linear_call and custom_vmap) on CPU.
 
 - values and every derivative (jacfwd, jacrev, grad, hessian, forward over forward,
   reverse over reverse, vmap) against the dense JAX recursion
@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis.select import _fastsingle_kernels as kernels
-from analysis.select._fastsingle import fast_weights
+from analysis.select import singlekernels as kernels
 from analysis.select._single import dense_weights
+from analysis.select.singlecall import fast_weights
 from analysis.soft import pass_weights, soft_cut
 from analysis.stats.offsets import padded_segment_ids
 from tests.conftest import central_difference
@@ -35,7 +35,7 @@ from tests.opt_helpers import cli_env
 from tests.test_soft_pass_weights import enumerated
 
 REPO = Path(__file__).resolve().parents[1]
-M = 12  # the kernels hold S = 2, 3, 4 states as constants (_fastsingle_kernels)
+M = 12  # the kernels hold S = 2, 3, 4 states as constants (singlekernels)
 
 
 def _lists(seed: int):
@@ -96,11 +96,12 @@ def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
     _close(lanes, jax.vmap(lambda d: jax.jvp(dense, (q, f), (d, f))[1])(dqs))
 
 
-def test_one_call_jvp_and_the_paths_that_split_it() -> None:
-    """Forward mode runs one kernel call for values and tangents (the tangent kernel
-    writes the values too); the reverse-mode paths that linearize a JVP by partial
-    evaluation (direct or not, under jax.checkpoint, in a lax.scan) split it into the
-    primal and the transposable tangent: all agree with the dense recursion."""
+def test_forward_mode_calls_and_the_reverse_mode_paths() -> None:
+    """Forward mode with the values (stats.derive) runs the primal kernel and the tangent
+    kernel once each, all of jax.jacfwd's lanes in one call; the reverse-mode paths
+    (linearized directly or by partial evaluation, under jax.checkpoint, in a lax.scan)
+    transpose the tangent (linear_call) into the cotangent kernel: all agree with the
+    dense recursion."""
     q, off, ev = _lists(11)
     f = jnp.asarray(np.random.default_rng(11).uniform(0.2, 1.0, 3))
 
@@ -118,7 +119,8 @@ def test_one_call_jvp_and_the_paths_that_split_it() -> None:
         return jax.jacfwd(pair, has_aux=True)
 
     text = _program(both(fast), f)
-    assert text.count("stablehlo.custom_call") == 1 and kernels.TANGENT in text
+    assert text.count("stablehlo.custom_call") == 2 and kernels.TANGENT in text
+    assert kernels.PRIMAL in text and "while" not in text
     _close(jax.jit(both(fast))(f), both(dense)(f))
 
     def loss(fn):  # noqa: ANN001, ANN202
@@ -148,7 +150,7 @@ def test_one_call_jvp_and_the_paths_that_split_it() -> None:
 
 def _program(fn, *args) -> str:  # noqa: ANN001
     # Lowered for the CPU, where the kernels are registered, whatever JAX's default device
-    # is (on a GPU the same primitives lower to the JAX recursion).
+    # is (elsewhere jax.lax.platform_dependent takes the JAX recursion).
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cpu",)).as_text()
 
 

@@ -16,7 +16,7 @@ __all__ = ["json_safe", "write_json"]
 
 def json_safe(data: Any) -> Any:
     """``data`` as strict JSON values: NaN and +-inf become None (null), numpy becomes Python."""
-    import numpy as np  # here: a refused config never loads numpy (docs/guide/startup.md)
+    import numpy as np  # here: a refused config never loads numpy (docs/explanation/performance.md)
 
     if isinstance(data, dict):
         return {str(k): json_safe(v) for k, v in data.items()}

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from analysis.cli.figures import _per_width, _pyplot, _save, _stack_yscale
 from analysis.cli.outdir import inside
-from analysis.cli.plots import _per_width, _pyplot, _save, _stack_yscale
 
 __all__ = ["plot_likelihood", "pulls_data", "pulls_figure", "template_data", "templates_figure",
            "uncertainty_band"]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from analysis import runtime
 from analysis.errors import DiffcoffeaError, DiffcoffeaWarning, causes
+from analysis.runtime.forkguard import ForkAfterJaxError
 
 if TYPE_CHECKING:
     from analysis.cli.commands import (
@@ -334,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
             return _command(args.command)(args)
     except KeyboardInterrupt as err:
         return _interrupted(argv is None, err)
+    except ForkAfterJaxError as err:  # a BaseException: no executor wraps it
+        if args.debug:
+            raise
+        print(f"diffcoffea: error: {err}", file=sys.stderr)
+        return 2
     except Exception as err:
         interrupt = _wrapped_interrupt(err)
         if interrupt is not None:

@@ -8,7 +8,7 @@ run beside the parent's; a figure is then a job: a function of
 :mod:`analysis.cli.plots` or :mod:`analysis.cli.lkplots` and its arguments (plain data:
 results.json's report, filled ``hist.Hist`` objects), pickled to a worker's stdin. The
 workers draw with the same code and style as the parent would, so the PNGs are the
-same bytes (``docs/guide/startup.md``). :meth:`PlotWorkers.wait` collects every job's
+same bytes (``docs/explanation/performance.md``). :meth:`PlotWorkers.wait` collects every job's
 paths; a job's error is raised there in the parent (a :class:`~analysis.errors.DiffcoffeaError`
 as the same one line). Where a worker cannot start, the jobs run in the parent.
 """
@@ -165,7 +165,7 @@ def serve() -> None:
     os.dup2(2, 1)  # stray prints must not corrupt the replies
     sys.stdout = sys.stderr
     stdin = sys.stdin.buffer
-    from analysis.cli.plots import _pyplot
+    from analysis.cli.figures import _pyplot
 
     _pyplot()  # matplotlib, mplhep and the style while the parent starts
     while True:

@@ -1,7 +1,7 @@
 """Config schema of the observables: expressions, their statistics and histograms.
 
 Pydantic v2 models :class:`ObservableConfig` (``x``, optional ``y``, statistics named
-in :mod:`analysis.stats.registry`) and :class:`HistConfig` of
+in :mod:`analysis.spec.statistics`) and :class:`HistConfig` of
 :class:`analysis.config.loader.Config`. Split out of :mod:`analysis.config.loader`,
 which re-exports every name.
 """
@@ -49,7 +49,7 @@ class ObservableConfig(_Model):
     @field_validator("stats")
     @classmethod
     def _stats(cls, v: list[str]) -> list[str]:
-        # Names from the one registry (analysis.stats.registry), read now: never a copy.
+        # Names from the one registry (analysis.spec.statistics), read now: never a copy.
         known = [repr(n) for n in registry.names()]
         for i, name in enumerate(v):
             if name not in registry.STATISTICS:

@@ -308,6 +308,8 @@ def _not_a_real_scalar(value: Any) -> str:
     import jax.numpy as jnp
     import numpy as np
 
+    from analysis._compat.jax import Tracer
+
     if isinstance(value, (bool, np.bool_)):
         return f"a bool ({value})"
     if not isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array)):
@@ -320,7 +322,7 @@ def _not_a_real_scalar(value: Any) -> str:
         return f"an array of shape {shape}"
     if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
         return f"a {dtype} value ({value})"
-    if isinstance(value, jax.core.Tracer):
+    if isinstance(value, Tracer):
         return ""
     try:
         x = float(value)

@@ -35,13 +35,17 @@ Where the columns go (:func:`keep_columns`, called by the processor after a chun
 
 Only chunks that were read and evaluated without error reach the cache: a failing
 chunk's output is just its fault record (:func:`analysis.data.faults.guarded`).
+
+Own processors (:mod:`analysis.data.owncache`) keep their columns under the same
+:func:`chunk_key` (with the dataset and its metadata, which their ``columns`` may read)
+in a :class:`ColumnCache` of their process that drops the least recently used chunk
+beyond its budget (``evict="drop"``) instead of spilling.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -49,9 +53,7 @@ import uuid as uuidlib
 import weakref
 from typing import Any
 
-import numpy as np
-
-from analysis.data.atomic import atomic_open
+from analysis.data.spill import _load, _own, _save, columns_nbytes
 from analysis.pipeline.layout import ChunkColumns
 
 __all__ = [
@@ -104,11 +106,44 @@ def chunk_key(
     start: int,
     stop: int,
     *,
-    branches: str,
+    branches: Any,
     weight_branch: str | None,
-    nonfinite: str,
+    nonfinite: str | None,
+    metadata: Any = None,
 ) -> tuple:
-    """The cache key of one chunk (see the module docstring)."""
+    """The one key of a chunk's kept columns, for the YAML engine and own processors.
+
+    The file (its UUID, never its path) and tree, the entry range, the columns read
+    (``branches``: a hashable description of what is read; ``weight_branch``; the
+    ``nonfinite`` policy that decides which values are left), and ``metadata``: a
+    hashable description of what else the columns depend on. The YAML engine's columns
+    depend on nothing else (``None``: two datasets on one file share them); an own
+    processor's ``columns(events)`` may read the dataset and the fileset's metadata, so
+    :mod:`analysis.data.owncache` describes them here.
+
+    Parameters
+    ----------
+    fileuuid : bytes or str
+        The file's UUID (uproot's ``fUUID``, coffea's ``WorkItem.fileuuid``) or its text.
+    treename : str
+        The tree.
+    start, stop : int
+        The entry range.
+    branches : hashable
+        What the columns are made of (:func:`plan_branches`; an own processor's class
+        and :meth:`~analysis.data.owncache.CachedColumns.column_key`).
+    weight_branch : str or None
+        Keyword-only. The weight branch read with them.
+    nonfinite : str or None
+        Keyword-only. The non-finite policy applied to them.
+    metadata : hashable, optional
+        Keyword-only. What else the columns depend on (default: nothing).
+
+    Returns
+    -------
+    tuple
+        The key (hashable, equal for equal arguments in any process).
+    """
     return (
         uuid_text(fileuuid),
         treename,
@@ -117,74 +152,8 @@ def chunk_key(
         branches,
         weight_branch,
         nonfinite,
+        metadata,
     )
-
-
-def columns_nbytes(cols: ChunkColumns) -> int:
-    """Bytes held by the arrays of ``cols``."""
-    fields = dataclasses.fields(cols)
-    return sum(a.nbytes for f in fields for a in _arrays(getattr(cols, f.name)))
-
-
-def _arrays(value: Any) -> list[np.ndarray]:
-    """Every array in a nest of dicts, tuples and lists (``ChunkColumns.collections``
-    holds ``{name: (counts, {field: values})}``)."""
-    if isinstance(value, np.ndarray):
-        return [value]
-    if isinstance(value, dict):
-        return [a for v in value.values() for a in _arrays(v)]
-    if isinstance(value, (tuple, list)):
-        return [a for v in value for a in _arrays(v)]
-    return []
-
-
-def _own(value: Any) -> Any:
-    """``value`` with every array its own copy (a view would keep a whole chunk's
-    NanoEvents buffers alive and hide their size from the budget)."""
-    if isinstance(value, np.ndarray):
-        return value if value.base is None else value.copy()
-    if isinstance(value, dict):
-        return {k: _own(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_own(v) for v in value)
-    return value
-
-
-def _encode(value: Any, arrays: dict[str, np.ndarray]) -> Any:
-    """A JSON manifest of ``value``; its arrays go to ``arrays`` (data only, no pickle)."""
-    if isinstance(value, np.ndarray):
-        arrays[f"a{len(arrays)}"] = value
-        return ["array", f"a{len(arrays) - 1}"]
-    if isinstance(value, dict):
-        return ["dict", {str(k): _encode(v, arrays) for k, v in value.items()}]
-    if isinstance(value, (tuple, list)):
-        return ["tuple", [_encode(v, arrays) for v in value]]
-    return ["json", value]  # None, int, str
-
-
-def _decode(node: Any, z: Any) -> Any:
-    kind, what = node
-    if kind == "array":
-        return z[what]
-    if kind == "dict":
-        return {k: _decode(v, z) for k, v in what.items()}
-    if kind == "tuple":
-        return tuple(_decode(v, z) for v in what)
-    return what
-
-
-def _save(path: str, cols: ChunkColumns) -> None:
-    """``cols`` as a ``.npz`` file; a JSON manifest says how to rebuild the dataclass."""
-    arrays: dict[str, np.ndarray] = {}
-    manifest = {f.name: _encode(getattr(cols, f.name), arrays) for f in dataclasses.fields(cols)}
-    with atomic_open(path, what="cache spill file") as f:  # a full disk: one line
-        np.savez(f, __manifest__=np.array(json.dumps(manifest)), **arrays)
-
-
-def _load(path: str) -> ChunkColumns:
-    with np.load(path, allow_pickle=False) as z:
-        manifest = json.loads(str(z["__manifest__"]))
-        return ChunkColumns(**{name: _decode(node, z) for name, node in manifest.items()})
 
 
 class ColumnBatch:
@@ -233,8 +202,13 @@ def local_cache(token: str | None) -> ColumnCache | None:
 
 
 class ColumnCache:
-    """Chunk columns by :func:`chunk_key`: in memory up to ``budget`` bytes, then on disk.
+    """Chunk columns by :func:`chunk_key`: in memory up to ``budget`` bytes, then on disk
+    (``evict="spill"``) or the least recently used dropped (``evict="drop"``).
 
+    The one store of kept columns: the YAML engine's :class:`ChunkColumns` (spilled to
+    ``.npz`` files beyond the budget) and an own processor's columns
+    (:mod:`analysis.data.owncache`: any pytree, put with its ``nbytes``, the least
+    recently used dropped beyond the budget and read again when met).
     ``spill_dir``: where the ``.npz`` files go (default: a new temporary directory).
     ``reads`` counts the columns handed out from disk, for tests and benchmarks.
     Chunks kept by dask workers are recorded by :meth:`place` (``key in cache`` and
@@ -242,9 +216,14 @@ class ColumnCache:
     which worker has them).
     """
 
-    def __init__(self, *, budget: int = DEFAULT_BUDGET, spill_dir: str | None = None) -> None:
+    def __init__(self, *, budget: int = DEFAULT_BUDGET, spill_dir: str | None = None,
+                 evict: str = "spill") -> None:
+        if evict not in ("spill", "drop"):
+            raise ValueError(f"evict: expected 'spill' or 'drop', found {evict!r}")
         self.budget = int(budget)
-        self._memory: dict[tuple, ChunkColumns] = {}
+        self.evict = evict
+        self._memory: dict[tuple, Any] = {}
+        self._sizes: dict[tuple, int] = {}
         self._disk: dict[tuple, str] = {}
         #: chunks kept by dask workers: ``{key: worker address}``
         self.remote: dict[tuple, str] = {}
@@ -262,6 +241,11 @@ class ColumnCache:
 
     def __len__(self) -> int:
         return len(self._memory) + len(self._disk) + len(self.remote)
+
+    def keys(self) -> list[tuple]:
+        """The keys kept in this process: in memory (least recently used first with
+        ``evict="drop"``), then on disk."""
+        return [*self._memory, *self._disk]
 
     def holds(self, key: tuple) -> bool:
         """Whether this process has the columns of ``key`` (in memory or spilled)."""
@@ -285,18 +269,47 @@ class ColumnCache:
         """Number of chunks kept on disk."""
         return len(self._disk)
 
-    def put(self, key: tuple, cols: ChunkColumns) -> None:
-        """Keep ``cols`` under ``key`` (in memory if it fits the budget, else on disk)."""
+    def put(self, key: tuple, cols: Any, *, nbytes: int | None = None) -> bool:
+        """Keep ``cols`` under ``key``: in memory if it fits the budget, else on disk
+        (``evict="spill"``) or in place of the least recently used (``evict="drop"``).
+
+        Parameters
+        ----------
+        key : tuple
+            The chunk's :func:`chunk_key`.
+        cols : ChunkColumns or any pytree
+            The columns: a :class:`ChunkColumns` (its arrays copied, so that no view keeps
+            a chunk's buffers alive), or, with ``nbytes``, any value kept as it is.
+        nbytes : int, optional
+            Keyword-only. The bytes ``cols`` holds (default: its arrays' bytes); a value
+            given with it is never spilled.
+
+        Returns
+        -------
+        bool
+            Whether ``cols`` is kept (``evict="drop"``: not where it alone exceeds the
+            budget).
+        """
         if self.holds(key):
-            return
-        cols = dataclasses.replace(
-            cols, **{f.name: _own(getattr(cols, f.name)) for f in dataclasses.fields(cols)}
-        )
-        n = columns_nbytes(cols)
+            return True
+        if nbytes is None:
+            cols = dataclasses.replace(
+                cols, **{f.name: _own(getattr(cols, f.name)) for f in dataclasses.fields(cols)}
+            )
+        n = columns_nbytes(cols) if nbytes is None else int(nbytes)
+        if self.evict == "drop":
+            if n > self.budget:
+                return False
+            while self._memory and self.memory_bytes + n > self.budget:
+                self.discard(next(iter(self._memory)))  # the least recently used
         if self.memory_bytes + n <= self.budget:
             self._memory[key] = cols
+            self._sizes[key] = n
             self.memory_bytes += n
-            return
+            return True
+        if nbytes is not None:
+            raise TypeError("ColumnCache.put: only ChunkColumns spill to disk; "
+                            "a value put with nbytes needs evict='drop'")
         if self._spill_dir is None:
             if self._spill_root is not None:
                 os.makedirs(self._spill_root, exist_ok=True)
@@ -304,10 +317,14 @@ class ColumnCache:
         path = os.path.join(self._spill_dir, f"chunk{uuidlib.uuid4().hex}.npz")
         _save(path, cols)
         self._disk[key] = path
+        return True
 
-    def get(self, key: tuple) -> ChunkColumns:
-        """The columns under ``key`` (``KeyError`` if absent)."""
+    def get(self, key: tuple, *, touch: bool = True) -> Any:
+        """The columns under ``key`` (``KeyError`` if absent); with ``evict="drop"`` and
+        ``touch`` they become the most recently used."""
         if key in self._memory:
+            if touch and self.evict == "drop":
+                self._memory[key] = self._memory.pop(key)
             return self._memory[key]
         path = self._disk[key]
         self.reads += 1
@@ -315,9 +332,8 @@ class ColumnCache:
 
     def discard(self, key: tuple) -> None:
         """Drop the columns of ``key`` kept here (memory or disk), if any."""
-        cols = self._memory.pop(key, None)
-        if cols is not None:
-            self.memory_bytes -= columns_nbytes(cols)
+        if self._memory.pop(key, None) is not None:
+            self.memory_bytes -= self._sizes.pop(key)
         path = self._disk.pop(key, None)
         if path is not None:
             with contextlib.suppress(OSError):
@@ -326,6 +342,7 @@ class ColumnCache:
     def close(self) -> None:
         """Forget every entry and remove the spill directory."""
         self._memory.clear()
+        self._sizes.clear()
         self._disk.clear()
         self.remote.clear()
         self.memory_bytes = 0

@@ -10,7 +10,9 @@ of the branches, numpy arrays; anything that does not depend on the parameters) 
 the same chunk take the kept columns, and coffea's virtual NanoEvents then read no
 branch at all.
 
-Key: the processor's class, its :meth:`CachedColumns.column_key` (constructor options
+Key: the one chunk key of the YAML engine's cache (:func:`analysis.data.cache.chunk_key`),
+in its one store (a :class:`~analysis.data.cache.ColumnCache` per process): the
+processor's class, its :meth:`CachedColumns.column_key` (constructor options
 that change the columns), the file's UUID (coffea's ``metadata["fileuuid"]``), the tree,
 the entry range, and the rest of the chunk's metadata: the dataset and the fileset's
 own metadata of it, which ``columns`` may read (a data and an MC dataset on one file
@@ -45,23 +47,23 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
-from analysis.data.cache import DEFAULT_BUDGET
+from analysis.data.cache import DEFAULT_BUDGET, ColumnCache, chunk_key
 from analysis.stats._closure import padded_nbytes
 from analysis.stats.jagged import Jagged
 
 __all__ = ["CachedColumns", "CachedRunner", "cache_info", "clear_cache"]
 
-# This process's kept columns: key -> (columns, bytes, the file's stamp), least recently
-# used first.
-_KEPT: OrderedDict[tuple, tuple[Any, int, Any]] = OrderedDict()
-_STATS = {"hits": 0, "misses": 0, "bytes": 0}
+# This process's kept columns, in the one column store (analysis.data.cache.ColumnCache,
+# least recently used dropped beyond the budget): key -> (columns, the file's stamp). Its
+# budget is the processor's column_budget, set before each put.
+_KEPT = ColumnCache(budget=DEFAULT_BUDGET, evict="drop")
+_STATS = {"hits": 0, "misses": 0}
 
 
 def _file_stamp(filename: Any) -> tuple[int, int] | None:
@@ -105,27 +107,36 @@ def _chunk_key(proc: CachedColumns, metadata: Mapping) -> tuple | None:
     described = _frozen({k: v for k, v in metadata.items() if k not in _LOCATION})
     if described is None:
         return None
-    return (
-        type(proc).__module__, type(proc).__qualname__, proc.column_key(), uuid_,
-        metadata.get("treename"), metadata.get("entrystart"), metadata.get("entrystop"),
-        described,
+    if metadata.get("entrystart") is None or metadata.get("entrystop") is None:
+        return None
+    # the one chunk key of analysis.data.cache: what is read is the processor's class and
+    # its column_key; what else the columns depend on, the dataset and its metadata
+    return chunk_key(
+        uuid_, metadata.get("treename"), metadata["entrystart"], metadata["entrystop"],
+        branches=(type(proc).__module__, type(proc).__qualname__, proc.column_key()),
+        weight_branch=None, nonfinite=None, metadata=described,
     )
 
 
+def _entry(key: tuple | None, *, touch: bool = True) -> tuple[Any, Any] | None:
+    """``(columns, stamp)`` kept under ``key`` in this process, or None."""
+    if key is None or not _KEPT.holds(key):
+        return None
+    return _KEPT.get(key, touch=touch)
+
+
 def _drop(key: tuple) -> None:
-    _, dropped, _ = _KEPT.pop(key)
-    _STATS["bytes"] -= dropped
+    _KEPT.discard(key)
 
 
 def _lookup(key: tuple | None, stamp: Any) -> Any:
     """The kept columns of ``key`` if their file is unchanged (else the entry is dropped)."""
-    kept = _KEPT.get(key) if key is not None else None
+    kept = _entry(key)
     if kept is None:
         return None
-    if kept[2] != stamp:  # the file was rewritten since its columns were read
+    if kept[1] != stamp:  # the file was rewritten since its columns were read
         _drop(key)
         return None
-    _KEPT.move_to_end(key)
     return kept[0]
 
 
@@ -143,13 +154,13 @@ def _nbytes(columns: Any) -> int:
 
 def cache_info() -> dict[str, int]:
     """This process's ``{"hits", "misses", "bytes", "chunks"}`` of :class:`CachedColumns`."""
-    return {**_STATS, "chunks": len(_KEPT)}
+    return {**_STATS, "bytes": _KEPT.memory_bytes, "chunks": len(_KEPT)}
 
 
 def clear_cache() -> None:
     """Drop this process's kept columns (and reset :func:`cache_info`)."""
-    _KEPT.clear()
-    _STATS.update(hits=0, misses=0, bytes=0)
+    _KEPT.close()
+    _STATS.update(hits=0, misses=0)
 
 
 class CachedColumns:
@@ -187,13 +198,8 @@ class CachedColumns:
         _STATS["misses"] += 1
         columns = self.columns(events)
         if key is not None:
-            size = _nbytes(columns)
-            budget = int(self.column_budget)
-            if size <= budget:
-                while _KEPT and _STATS["bytes"] + size > budget:
-                    _drop(next(iter(_KEPT)))
-                _KEPT[key] = (columns, size, stamp)
-                _STATS["bytes"] += size
+            _KEPT.budget = int(self.column_budget)
+            _KEPT.put(key, (columns, stamp), nbytes=_nbytes(columns))
         return self.process_columns(columns, metadata)
 
 
@@ -298,8 +304,8 @@ class CachedRunner:
             key = _chunk_key(processor_instance, metadata)
             if item.filename not in stamps:
                 stamps[item.filename] = _file_stamp(item.filename)
-            kept = _KEPT.get(key) if key is not None else None
-            if kept is not None and kept[2] != stamps[item.filename]:
+            kept = _entry(key, touch=False)
+            if kept is not None and kept[1] != stamps[item.filename]:
                 changed += 1
                 self._forget_file(item.filename)
             elif kept is None:
@@ -358,7 +364,7 @@ class CachedRunner:
 
         def outputs():
             for columns, metadata, key in found:
-                _KEPT.move_to_end(key)
+                _KEPT.get(key)  # the most recently used
                 _STATS["hits"] += 1
                 yield processor_instance.process_columns(columns, metadata)
 
@@ -419,12 +425,12 @@ def _kept_here(processor_instance: CachedColumns,
     for index, metadata in enumerate(chunks):
         key = _chunk_key(processor_instance, metadata)
         filename = metadata["filename"]
-        entry = _KEPT.get(key) if key is not None else None
+        entry = _entry(key, touch=False)
         if entry is None:
             continue
         if filename not in stamps:
             stamps[filename] = _file_stamp(filename)
-        (kept if entry[2] == stamps[filename] else stale).append(index)
+        (kept if entry[1] == stamps[filename] else stale).append(index)
     return kept, stale
 
 
@@ -438,7 +444,6 @@ def _serve_kept(processor_instance: CachedColumns,
     for index in kept:
         metadata = chunks[index]
         key = _chunk_key(processor_instance, metadata)
-        _KEPT.move_to_end(key)
         _STATS["hits"] += 1
-        out.append((index, processor_instance.process_columns(_KEPT[key][0], metadata)))
+        out.append((index, processor_instance.process_columns(_KEPT.get(key)[0], metadata)))
     return out, stale

@@ -174,7 +174,7 @@ def _user_parsl_config(path: str) -> Any:
     """``config`` of the Python file ``path`` (executor.parsl_config): a regular file of
     at most :data:`MAX_PARSL_CONFIG_BYTES` (a FIFO, ``/dev/zero`` or a directory, whose
     ``__main__.py`` runpy would run, refused in one line), run as Python: it runs code,
-    as the config's author's (docs/guide/security.md)."""
+    as the config's author's (docs/guide/failures.md)."""
     import runpy
 
     from parsl.config import Config

@@ -7,7 +7,7 @@ runtime (NRT, compiled with LLVM: ~0.05 s) and, for numba's own cache loads and 
 compilation, the CPU target's typing and lowering registries (``numba.np``,
 ``numba.cpython``; numba's BLAS check imports ``scipy.linalg``: ~0.35-0.4 s). This
 package's kernels load their cached machine code without the registries
-(:class:`analysis.pipeline.backends.numba.kernels._jit._KernelCache`; numba loads them
+(:class:`analysis._compat.numba.FastLoadCache`; numba loads them
 itself before anything compiles), so :class:`NumbaWarmUp` starts the rest of that
 initialisation (entry points, code generator, runtime) on a thread while the caller
 does other work (the evaluator opens and checks the files, the optimisation loop sets
@@ -56,14 +56,15 @@ def _entry_points(skip: Collection[str]) -> None:
     those whose module is in a top-level package of ``skip``."""
     from importlib import metadata
 
-    from numba.core import entrypoints
+    from analysis._compat import numba as numba_compat
 
-    if not skip or not hasattr(entrypoints, "_already_initialized"):
-        entrypoints.init_all()  # numba's own (a numba that keeps its flag elsewhere)
+    done = numba_compat.entry_points_flag()
+    if not skip or done is None:
+        numba_compat.run_entry_points()  # numba's own (a numba that keeps its flag elsewhere)
         return
-    if entrypoints._already_initialized:
+    if done:
         return
-    entrypoints._already_initialized = True  # as numba: an extension may compile
+    numba_compat.claim_entry_points()  # as numba: an extension may compile
     for ep in metadata.entry_points().select(group="numba_extensions", name="init"):
         if ep.module.split(".")[0] in skip:
             _log.debug("numba extension %s left out", ep.value)
@@ -81,15 +82,13 @@ def _initialise_numba(skip: Collection[str] = (),
     and numba's runtime, as the first call of a cached kernel would run them (not the
     registries: module docstring); ``extensions`` is set once the entry points have
     run."""
-    from numba.core.compiler_lock import global_compiler_lock
-    from numba.core.registry import cpu_target
-    from numba.core.runtime import rtsys
+    from analysis._compat import numba as numba_compat
 
-    with global_compiler_lock:
+    with numba_compat.compiler_lock():
         _entry_points(skip)
         if extensions is not None:
             extensions.set()
-        rtsys.initialize(cpu_target.target_context)
+        numba_compat.initialise_runtime()
 
 
 def numba_ready() -> None:
@@ -105,9 +104,9 @@ def numba_ready() -> None:
     -------
     None
     """
-    from numba.core.compiler_lock import global_compiler_lock
+    from analysis._compat import numba as numba_compat
 
-    with global_compiler_lock:
+    with numba_compat.compiler_lock():
         pass
 
 

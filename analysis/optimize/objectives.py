@@ -57,9 +57,9 @@ from analysis.config.terms import (
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.pipeline.plan import Plan, only_observables
 from analysis.pipeline.results import YIELDS, DatasetState, derivatives, statistics
+from analysis.spec.statistics import json_paths
 from analysis.stats._programs import program_call
 from analysis.stats.histogram import Histogram
-from analysis.stats.registry import json_paths
 
 __all__ = [
     "DATASET_STATS",

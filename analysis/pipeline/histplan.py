@@ -12,7 +12,7 @@ by :func:`extend`:
   entries): its count model and event cuts; region 0 is the selection itself;
 * :class:`ShiftSpec`: a column (``C:f`` or ``event:K``) times a factor, before the cuts;
 * :class:`WeightSpec`: a per-event factor tree
-  (:func:`analysis.config.likelihood.parse_factor`) times the event weight, or a
+  (:func:`analysis.config.factors.parse_factor`) times the event weight, or a
   per-object scale factor (:class:`CorrectionSpec`: a column the data layer computes
   with correctionlib).
 
@@ -30,12 +30,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from analysis.config.likelihood import (
-    factor_branches,
-    parse_factor,
-    shape_systematics,
-    state_key,
-)
+from analysis.config.factors import factor_branches, parse_factor
+from analysis.config.likelihood import shape_systematics, state_key
 from analysis.errors import ConfigError, InputError
 from analysis.select import exprs
 from analysis.select.subsets import MAX_UNCERTAIN
@@ -276,7 +272,7 @@ _OPS = {"+": jnp.add, "-": jnp.subtract, "*": jnp.multiply, "/": jnp.divide}
 
 def factor_values(tree: tuple, arrays) -> jnp.ndarray | float:
     """The per-event values of a weight factor tree
-    (:func:`analysis.config.likelihood.parse_factor`) from the padded ``arrays``."""
+    (:func:`analysis.config.factors.parse_factor`) from the padded ``arrays``."""
     kind = tree[0]
     if kind == "num":
         return tree[1]

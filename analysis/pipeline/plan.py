@@ -27,7 +27,7 @@ from analysis.pipeline import histplan
 from analysis.pipeline.score import ScoreSpec, score_specs
 from analysis.select import exprs, functions
 from analysis.select.objects import Count, CountModel, ObjectSet, required_cap
-from analysis.stats import registry
+from analysis.spec import statistics as registry
 
 __all__ = [
     "BIVARIATE_STATS",
@@ -141,7 +141,7 @@ def _cut_args(cut, names: tuple[str, ...], width_index: int) -> dict:
 @dataclass(frozen=True)
 class Observable:
     """An observable: expression ``x`` (and ``y`` for statistics of two variables) and the
-    statistics asked for, split by arity (names of :mod:`analysis.stats.registry`)."""
+    statistics asked for, split by arity (names of :mod:`analysis.spec.statistics`)."""
 
     name: str
     x: exprs.Node
@@ -206,7 +206,7 @@ class SetPlan:
     counts; ``fields``: ``((collection, (field, ...)), ...)`` to read; ``nodes``: the
     parsed ``(x, y)`` of each observable, in plan order; ``orders``: power-sum order of
     each observable (the highest ``order`` its statistics declare in
-    :mod:`analysis.stats.registry`, at least 2); ``max_objects``: ``((collection,
+    :mod:`analysis.spec.statistics`, at least 2); ``max_objects``: ``((collection,
     cap, set), ...)`` for the collections with a configured cap (the smallest over its
     root sets, and the set giving it); ``count_widths``: the width index of each
     count's smoothed integer step (``None``: a fixed integer value, exact without one);

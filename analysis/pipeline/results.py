@@ -30,10 +30,10 @@ import numpy as np
 
 from analysis.pipeline.plan import Plan
 from analysis.select.subsets import EXPENSIVE_ABOVE
+from analysis.spec.statistics import observable_statistics
 from analysis.stats._programs import program_call
 from analysis.stats.derive import Derived
 from analysis.stats.derive import taylor_derivatives as derivatives
-from analysis.stats.registry import observable_statistics
 
 __all__ = [
     "MIN_EFFECTIVE_EVENTS",

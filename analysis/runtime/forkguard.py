@@ -5,8 +5,15 @@ Linux before Python 3.14, handed to coffea's ``FuturesExecutor(pool=...)``) copi
 parent whose XLA thread pools hold locks; the child's first JAX computation then
 waits forever. Importing :mod:`analysis` registers :func:`os.register_at_fork` hooks
 that note, in the child, whether the parent had started JAX; :func:`check` (called by
-``stats.derive`` and the YAML processor before any JAX work) raises one line instead
-of hanging. Standard library only (the JAX check lives in :mod:`analysis._compat`).
+``stats.derive`` and :class:`processors.DiffProcessor` before any JAX work) raises one
+line instead of hanging. Standard library only (the JAX check lives in
+:mod:`analysis._compat`).
+
+:class:`ForkAfterJaxError` derives from ``BaseException``, as ``KeyboardInterrupt``
+does, because no retry can help: coffea's executors catch ``Exception`` to retry a
+chunk, to skip it as a bad file (``skip_bad_files``: every chunk would be dropped) and
+to wrap it in "Failed processing file: ..." after printing a traceback; this error
+passes by all of them and reaches the caller as it was raised, one line.
 """
 
 from __future__ import annotations
@@ -22,8 +29,20 @@ MESSAGE = (
 _state = {"parent_started": False, "forked_after_jax": False}
 
 
-class ForkAfterJaxError(RuntimeError):
-    """JAX work asked of a process forked after its parent started JAX."""
+class ForkAfterJaxError(BaseException):
+    """JAX work asked of a process forked after its parent started JAX (a
+    ``BaseException``: no retry, skip or wrapper of coffea's catches it)."""
+
+    # A process pool sends a worker's exception back with its traceback's text set as
+    # __cause__ (concurrent.futures.process._rebuild_exc): that text would print above
+    # the one line and name only our own frames; the assignment is ignored.
+    @property  # type: ignore[override]
+    def __cause__(self) -> BaseException | None:
+        return None
+
+    @__cause__.setter
+    def __cause__(self, value: BaseException | None) -> None:
+        pass
 
 
 def _before_fork() -> None:
@@ -71,4 +90,4 @@ def check() -> None:
     None
     """
     if _state["forked_after_jax"]:
-        raise ForkAfterJaxError(MESSAGE)
+        raise ForkAfterJaxError(MESSAGE) from None

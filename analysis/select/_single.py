@@ -40,7 +40,7 @@ __all__: list[str] = []
 UNROLL_MAX = 640
 
 #: The XLA FFI targets of the recursion's compiled kernels, by name
-#: (:mod:`analysis.select._fastsingle_kernels` registers them).
+#: (:mod:`analysis.select.singlekernels` registers them).
 FFI_TARGETS = ("diffcoffea_single_primal", "diffcoffea_single_tangent",
                "diffcoffea_single_cotangent")
 
@@ -81,7 +81,7 @@ def single_count_weights(values, offsets, event, n, width, *, model: CountModel,
     whose segment ids a compiled ``stats.derive`` does not know). Elements beyond ``offsets[-1]``
     (padding) get weight 0. ``fast``: a function with :func:`dense_weights`'s signature
     and results that runs the recursion instead
-    (:func:`analysis.select._fastsingle.fast_weights`: compiled kernels on CPU).
+    (:func:`analysis.select.singlecall.fast_weights`: compiled kernels on CPU).
     """
     f, ok = _pass_table(model, jnp.reshape(n, (1,)), jnp.reshape(width, (1,)))
     objects, events = (fast or dense_weights)(values, offsets, event, f, max_objects=max_objects)

@@ -19,6 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.select import cuts
 from analysis.stats.jagged import Jagged, from_awkward
 from analysis.stats.layouts import _is_awkward
 from analysis.stats.offsets import concrete
@@ -99,3 +100,22 @@ def _collection_labels(sets: Mapping[str, Any], parents: Mapping[str, str],
             raise ValueError(f"joint_pass_weights: collections: {n!r} is in "
                              f"{collections[n]!r}, its parent in {label[n]!r}")
     return label
+
+
+def _cut_kind(op: str, threshold: Any) -> tuple[Any, list[Any]]:
+    """``soft_cut``'s cut kind for ``op`` (:mod:`analysis.select.cuts`, read now: never a
+    copy taken at import, so a kind registered there is here) and its float64 bounds
+    from ``threshold`` (one value per bound: the window's ``(lo, hi)``)."""
+    if op not in cuts.OPS:
+        raise ValueError(f"soft_cut: op: expected one of {', '.join(cuts.OPS)}, found {op!r}")
+    kind = cuts.kind_of(op)
+    bounds: tuple[Any, ...] = (threshold,)
+    if len(kind.bounds) > 1:
+        try:  # one value per bound (a tuple, a list, or an array of that length)
+            bounds = tuple(threshold)
+        except TypeError:  # a scalar: reported below with the bounds expected
+            pass
+    if len(bounds) != len(kind.bounds):
+        raise ValueError(f"soft_cut: threshold: op {op!r} expected {len(kind.bounds)} values "
+                         f"({', '.join(kind.bounds)}), found {len(bounds)}")
+    return kind, [jnp.asarray(b, dtype=jnp.float64) for b in bounds]

@@ -15,8 +15,8 @@ gets its third moments instead of NaN.
 
 Pure Python at import (no JAX): the config checks a statistic's name and arity
 without loading JAX; the shipped statistics load :mod:`analysis.stats._statefns` when
-first computed. :mod:`analysis.stats.registry` is the same module's public face (the
-same :data:`STATISTICS` dict). No files, no config, no coffea. Adding a statistic is one
+first computed. This module is the registry's one name (``analysis.stats.registry``,
+its former alias, is gone: one name for one thing). No files, no config, no coffea. Adding a statistic is one
 :class:`Statistic` entry here (see the README's "Extending" section), e.g.::
 
     Statistic("cv", 1, lambda s: safe_div(state_std(s), state_mean(s)),

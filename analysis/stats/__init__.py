@@ -81,7 +81,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # MLP (an equinox module) is imported when first asked for: equinox takes 0.3-0.6 s
-    # to load, which a config without a learned score never needs (docs/guide/startup.md)
+    # to load, which a config without a learned score never needs (docs/explanation/performance.md)
     if name == "MLP":
         from analysis.stats._mlpnet import MLP
 

@@ -35,6 +35,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis._compat.jax import Tracer
 from analysis.stats.jagged import Jagged
 from analysis.stats.offsets import bound_longest, know_segment_ids, padded_segment_ids
 
@@ -109,10 +110,10 @@ def padded_nbytes(x: Jagged) -> int:
 def _convert(obj: Any, leaves: list, depth: int) -> tuple[Any, Callable[[Iterator], Any]]:
     """``(structure, build)``: ``build(iter(arguments))`` rebuilds ``obj`` from the
     arguments appended to ``leaves``."""
-    if isinstance(obj, jax.core.Tracer):
+    if isinstance(obj, Tracer):
         raise _Unsupported("a JAX tracer")
     if isinstance(obj, Jagged):
-        if isinstance(obj.offsets, jax.core.Tracer) or isinstance(obj.values, jax.core.Tracer):
+        if isinstance(obj.offsets, Tracer) or isinstance(obj.values, Tracer):
             raise _Unsupported("a Jagged of JAX tracers")
         # kept with the Jagged: a later pass over kept columns does not pad again
         structure, arguments = obj.kept(_padded)

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis._compat.jax import eval_jaxpr
 from analysis.runtime import first_pass
 from analysis.stats._closure import closure_inputs, closure_refusal
 from analysis.stats._programs import compile_flat
@@ -77,7 +78,7 @@ def _values(f: Callable[[Any], Any], t0: Any) -> Any:
     consts = list(closed.consts)
 
     def build(jaxpr):
-        return lambda consts, t: jax.core.eval_jaxpr(jaxpr, consts, t)
+        return lambda consts, t: eval_jaxpr(jaxpr, consts, t)
 
     flat = _cached_call("values", closed, (out_tree, _signature(consts)), build, consts, t0)
     return jax.tree_util.tree_unflatten(out_tree, flat)
@@ -116,7 +117,7 @@ def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: P
     def build(jaxpr):
         def grad_and_states(consts, t, pay):
             def scalar(tt):
-                flat = jax.core.eval_jaxpr(jaxpr, consts, tt)
+                flat = eval_jaxpr(jaxpr, consts, tt)
                 states = jax.tree_util.tree_unflatten(out_tree, flat)
                 return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), flat
 
@@ -162,7 +163,7 @@ def _forward(f: Callable[[Any], Any], t0: Any, order: int) -> tuple[Any, Any, An
     def build(jaxpr):
         def run(consts, t):
             def g(tt):
-                return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, tt))
+                return jax.tree_util.tree_unflatten(out_tree, eval_jaxpr(jaxpr, consts, tt))
 
             return value_and_derivatives(g, t, order=order)
 

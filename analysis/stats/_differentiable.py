@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis._compat.jax import Tracer
 from analysis.stats._hostlinear import apply
 from analysis.stats._params import ParamSpec, param_spec
 from analysis.stats.derived import Derived
@@ -190,7 +191,7 @@ def differentiable(
         return fwd_memo["derived"]
 
     def leaves(t: Any, spec: ParamSpec, part: str) -> list:
-        if not isinstance(t, jax.core.Tracer):
+        if not isinstance(t, Tracer):
             # device_put, not jnp.asarray: that compiles a program per shape (see device_array)
             return [device_array(a) for a in jax.tree_util.tree_leaves(getattr(host(t, spec), part))]
         if "structure" not in fwd_memo:
@@ -293,7 +294,7 @@ def differentiable(
     def make_reverse(spec: ParamSpec):
         @_no_forward_derivatives
         def values(t):
-            if not isinstance(t, jax.core.Tracer):
+            if not isinstance(t, Tracer):
                 return [device_array(a) for a in jax.tree_util.tree_leaves(host_values(t, spec))]
             return jax.pure_callback(
                 lambda tt: [
@@ -307,7 +308,7 @@ def differentiable(
 
         @_no_forward_derivatives
         def pull(t, cts):
-            if not any(isinstance(a, jax.core.Tracer) for a in [t, *cts]):
+            if not any(isinstance(a, Tracer) for a in [t, *cts]):
                 return device_array(host_pullback(t, list(cts), spec))
             return jax.pure_callback(
                 lambda tt, cc: host_pullback(tt, list(cc), spec),

@@ -33,7 +33,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+
+from analysis._compat.jax import (
+    Tracer,
+    is_undefined_primal,
+    is_zero,
+    register_batcher,
+    register_jvp,
+    register_lowering,
+    register_transpose,
+    shaped_array,
+    zero_cotangent,
+)
 
 __all__ = ["apply", "pack"]
 
@@ -58,16 +69,16 @@ def _host_primitive(name: str, host: Callable[..., Any], traced: Callable[..., A
 
     prim.def_impl(impl)
     prim.def_abstract_eval(
-        lambda *args, **params: [jax.core.ShapedArray(s, _F64) for s in avals(*args, **params)])
-    mlir.register_lowering(prim, mlir.lower_fun(traced, multiple_results=True))
-    batching.primitive_batchers[prim] = batch
+        lambda *args, **params: [shaped_array(s, _F64) for s in avals(*args, **params)])
+    register_lowering(prim, traced, multiple_results=True)
+    register_batcher(prim, batch)
     return prim
 
 
 def _zero_to_host(t: Any, shape: tuple[int, ...]) -> Any:
     """A symbolic zero tangent as a numpy constant (``ad.instantiate_zeros`` would run
     an eager JAX operation: a compiled program)."""
-    return np.zeros(shape, _F64) if type(t) is ad.Zero else t
+    return np.zeros(shape, _F64) if is_zero(t) else t
 
 
 # -- pack / unpack ---------------------------------------------------------------------
@@ -112,12 +123,12 @@ def _pack_jvp(primals: Sequence[Any], tangents: Sequence[Any]) -> tuple:
 
 def _pack_transpose(cts: Sequence[Any], *leaves: Any) -> list:
     (ct,) = cts
-    shapes = tuple(tuple(v.aval.shape) if ad.is_undefined_primal(v) else np.shape(v)
+    shapes = tuple(tuple(v.aval.shape) if is_undefined_primal(v) else np.shape(v)
                    for v in leaves)
-    if type(ct) is ad.Zero:
-        return [ad.Zero(v.aval.to_ct_aval()) if ad.is_undefined_primal(v) else None for v in leaves]
+    if is_zero(ct):
+        return [zero_cotangent(v) if is_undefined_primal(v) else None for v in leaves]
     parts = _unpack_p.bind(ct, shapes=shapes)
-    return [p if ad.is_undefined_primal(v) else None for v, p in zip(leaves, parts, strict=True)]
+    return [p if is_undefined_primal(v) else None for v, p in zip(leaves, parts, strict=True)]
 
 
 def _unpack_jvp(primals: Sequence[Any], tangents: Sequence[Any], *, shapes: Any) -> tuple:
@@ -127,15 +138,15 @@ def _unpack_jvp(primals: Sequence[Any], tangents: Sequence[Any], *, shapes: Any)
 
 
 def _unpack_transpose(cts: Sequence[Any], x: Any, *, shapes: Any) -> list:
-    if all(type(c) is ad.Zero for c in cts):
-        return [ad.Zero(x.aval.to_ct_aval())]
+    if all(is_zero(c) for c in cts):
+        return [zero_cotangent(x)]
     return _pack_p.bind(*(_zero_to_host(c, s) for c, s in zip(cts, shapes, strict=True)))
 
 
-ad.primitive_jvps[_pack_p] = _pack_jvp
-ad.primitive_transposes[_pack_p] = _pack_transpose
-ad.primitive_jvps[_unpack_p] = _unpack_jvp
-ad.primitive_transposes[_unpack_p] = _unpack_transpose
+register_jvp(_pack_p, _pack_jvp)
+register_transpose(_pack_p, _pack_transpose)
+register_jvp(_unpack_p, _unpack_jvp)
+register_transpose(_unpack_p, _unpack_transpose)
 
 
 def pack(leaves: Sequence[Any]) -> Any:
@@ -143,7 +154,7 @@ def pack(leaves: Sequence[Any]) -> Any:
     concatenated: a ``(P,)`` float64 array, with numpy doing the work when eager
     (``ParamSpec.vector``'s map, whose eager jnp form compiled three programs). A traced
     leaf of another dtype (its tangents are not float64) takes the jnp map."""
-    if any(isinstance(v, jax.core.Tracer) and v.dtype != _F64 for v in leaves):
+    if any(isinstance(v, Tracer) and v.dtype != _F64 for v in leaves):
         return _pack_traced(*leaves)[0]
     (out,) = _pack_p.bind(*leaves)
     return out
@@ -186,22 +197,22 @@ _apply_t_p = _host_primitive("diffcoffea_apply_t", _apply_t_host, _apply_t_trace
 
 def _apply_jvp(primals: Sequence[Any], tangents: Sequence[Any]) -> tuple:
     x, *ms = primals
-    if any(type(t) is not ad.Zero for t in tangents[1:]):
+    if any(not is_zero(t) for t in tangents[1:]):
         raise NotImplementedError("_hostlinear.apply: its matrices are constants")
     return (_apply_p.bind(x, *ms),
             _apply_p.bind(_zero_to_host(tangents[0], np.shape(x)), *ms))
 
 
 def _apply_transpose(cts: Sequence[Any], x: Any, *ms: Any) -> list:
-    keep = [(c, m) for c, m in zip(cts, ms, strict=True) if type(c) is not ad.Zero]
+    keep = [(c, m) for c, m in zip(cts, ms, strict=True) if not is_zero(c)]
     if not keep:
-        return [ad.Zero(x.aval.to_ct_aval())] + [None] * len(ms)
+        return [zero_cotangent(x)] + [None] * len(ms)
     (out,) = _apply_t_p.bind(*(c for c, _ in keep), *(m for _, m in keep), n=len(keep))
     return [out] + [None] * len(ms)
 
 
 def _apply_t_jvp(primals: Sequence[Any], tangents: Sequence[Any], *, n: int) -> tuple:
-    if any(type(t) is not ad.Zero for t in tangents[n:]):
+    if any(not is_zero(t) for t in tangents[n:]):
         raise NotImplementedError("_hostlinear.apply: its matrices are constants")
     cts = [_zero_to_host(t, np.shape(c)) for c, t in zip(primals[:n], tangents[:n], strict=True)]
     return (_apply_t_p.bind(*primals, n=n), _apply_t_p.bind(*cts, *primals[n:], n=n))
@@ -210,15 +221,15 @@ def _apply_t_jvp(primals: Sequence[Any], tangents: Sequence[Any], *, n: int) -> 
 def _apply_t_transpose(cts: Sequence[Any], *args: Any, n: int) -> list:
     (ct,) = cts
     ms = args[n:]
-    if type(ct) is ad.Zero:
-        return [ad.Zero(a.aval.to_ct_aval()) for a in args[:n]] + [None] * len(ms)
+    if is_zero(ct):
+        return [zero_cotangent(a) for a in args[:n]] + [None] * len(ms)
     return list(_apply_p.bind(ct, *ms)) + [None] * len(ms)
 
 
-ad.primitive_jvps[_apply_p] = _apply_jvp
-ad.primitive_transposes[_apply_p] = _apply_transpose
-ad.primitive_jvps[_apply_t_p] = _apply_t_jvp
-ad.primitive_transposes[_apply_t_p] = _apply_t_transpose
+register_jvp(_apply_p, _apply_jvp)
+register_transpose(_apply_p, _apply_transpose)
+register_jvp(_apply_t_p, _apply_t_jvp)
+register_transpose(_apply_t_p, _apply_t_transpose)
 
 
 def apply(ms: Sequence[Any], x: Any) -> list:
@@ -228,6 +239,6 @@ def apply(ms: Sequence[Any], x: Any) -> list:
     them) take one ``dot_general`` each."""
     if not ms:
         return []
-    if any(isinstance(m, jax.core.Tracer) for m in ms):
+    if any(isinstance(m, Tracer) for m in ms):
         return _apply_traced(x, *ms)
     return list(_apply_p.bind(x, *ms))

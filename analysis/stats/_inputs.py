@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis._compat.jax import Tracer
 from analysis.stats.jagged import Jagged
 from analysis.stats.layouts import _is_awkward, awkward_parts
 from analysis.stats.offsets import concrete, lists_mismatch, segment_ids_from_offsets
@@ -87,7 +88,7 @@ def _parts(obj: Any, name: str, *, allow_scalar: bool = False) -> _Parts:
 
 
 def _traced(*arrays: Any) -> bool:
-    return any(isinstance(a, jax.core.Tracer) for a in arrays)
+    return any(isinstance(a, Tracer) for a in arrays)
 
 
 def _f64(a: Any) -> Any:

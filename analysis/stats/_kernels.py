@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis._compat.jax import staged
 from analysis.stats import _core, _statefns
 from analysis.stats._inputs import _Prepared, _traced
 
@@ -33,22 +34,6 @@ Array = jax.Array
 # compiled computation, so padding there would only add work (a stored copy of the
 # weights and of every tangent, the largest cost in the jit(jacfwd) profile): inputs
 # traced for compilation are not padded.
-
-
-def _staged() -> bool:
-    """True while JAX traces for compilation (``jax.jit``, ``lax.scan`` bodies, ...)."""
-    try:  # JAX internals: the stack of active traces
-        from jax._src import core as jax_core
-        from jax._src.interpreters.partial_eval import DynamicJaxprTrace
-
-        trace = jax_core.trace_ctx.trace
-        while trace is not None:
-            if isinstance(trace, DynamicJaxprTrace):
-                return True
-            trace = getattr(trace, "parent_trace", None)
-        return False
-    except (ImportError, AttributeError):  # moved in another JAX version: do not pad
-        return True
 
 
 def _bucket(n: int) -> int:
@@ -79,7 +64,7 @@ class _Padded(NamedTuple):
 
 
 def _padded(p: _Prepared) -> _Padded:
-    if _traced(p.x, p.y, p.w, p.segment_ids) and _staged():
+    if _traced(p.x, p.y, p.w, p.segment_ids) and staged():
         return _Padded(p.x, p.y, p.w, p.segment_ids, p.num_segments, None)
     size = _bucket(p.x.shape[0])
     # x, y padded with 1 (not 0): x**n stays finite for negative orders n.

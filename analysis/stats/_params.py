@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis._compat.jax import Tracer
 from analysis.stats._hostlinear import pack
 
 __all__ = ["ParamSpec", "numpy_vector", "param_spec"]
@@ -110,7 +111,7 @@ def param_spec(theta: Any, func: str, *, check: bool = True) -> ParamSpec:
     paths, shapes = [], []
     for path, leaf in flat:
         name = _path_name(path)
-        if check and not isinstance(leaf, jax.core.Tracer) and not _is_real(leaf):
+        if check and not isinstance(leaf, Tracer) and not _is_real(leaf):
             raise TypeError(
                 f"{func}: theta[{name!r}]: expected a number or a real array, "
                 f"found {type(leaf).__name__}"

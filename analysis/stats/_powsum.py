@@ -29,12 +29,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend.core import Primitive
 
-try:
-    from jax.extend.core import Primitive
-except ImportError:  # jax < 0.4.36 (pyproject allows >= 0.4.30)
-    from jax.core import Primitive  # type: ignore[attr-defined,no-redef]
-from jax.interpreters import ad, batching, mlir
+from analysis._compat.jax import (
+    is_undefined_primal,
+    is_zero,
+    register_batcher,
+    register_jvp,
+    register_lowering,
+    register_transpose,
+    shaped_array,
+    zero,
+)
 
 Array = jax.Array
 
@@ -70,7 +76,7 @@ def _check_shapes(v_shape: tuple[int, ...], d_shape: tuple[int, ...]) -> None:
 
 def _abstract_eval(v: Any, d: Any, *, order: int) -> Any:
     _check_shapes(tuple(v.shape), tuple(d.shape))
-    return jax.core.ShapedArray(tuple(v.shape[:-1]) + (order + 1,), v.dtype)
+    return shaped_array(tuple(v.shape[:-1]) + (order + 1,), v.dtype)
 
 
 # Elements per block: each block is summed in one accumulator, then the block sums
@@ -118,9 +124,9 @@ def _jvp(primals: tuple[Any, Any], tangents: tuple[Any, Any], *, order: int) -> 
     tv, td = tangents
     out = power_sums_p.bind(v, d, order=order)
     t = None
-    if type(tv) is not ad.Zero:
+    if not is_zero(tv):
         t = power_sums_p.bind(tv, d, order=order)
-    if type(td) is not ad.Zero and order > 0:
+    if not is_zero(td) and order > 0:
         # d/dd sum v d^k = k sum v dd d^(k - 1)
         u = power_sums_p.bind(v * td, d, order=order - 1)
         k = jnp.arange(1, order + 1, dtype=u.dtype)
@@ -132,11 +138,11 @@ def _jvp(primals: tuple[Any, Any], tangents: tuple[Any, Any], *, order: int) -> 
 
 
 def _transpose(ct: Any, v: Any, d: Any, *, order: int) -> list[Any]:
-    if ad.is_undefined_primal(d):
+    if is_undefined_primal(d):
         raise NotImplementedError("power_sums is linear in v only, not in d")
     shape = v.aval.shape
-    if type(ct) is ad.Zero:
-        return [ad.Zero(v.aval), None]
+    if is_zero(ct):
+        return [zero(v.aval), None]
     acc = ct[..., order, None]
     for k in range(order - 1, -1, -1):
         acc = acc * d + ct[..., k, None]
@@ -160,7 +166,7 @@ def _batch(args: tuple[Any, Any], dims: tuple[Any, Any], *, order: int) -> tuple
 
 power_sums_p.def_impl(_impl)
 power_sums_p.def_abstract_eval(_abstract_eval)
-mlir.register_lowering(power_sums_p, mlir.lower_fun(_impl, multiple_results=False))
-ad.primitive_jvps[power_sums_p] = _jvp
-ad.primitive_transposes[power_sums_p] = _transpose
-batching.primitive_batchers[power_sums_p] = _batch
+register_lowering(power_sums_p, _impl, multiple_results=False)
+register_jvp(power_sums_p, _jvp)
+register_transpose(power_sums_p, _transpose)
+register_batcher(power_sums_p, _batch)

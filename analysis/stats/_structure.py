@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis._compat.jax import Tracer
 from analysis.stats import _shadow
 from analysis.stats._inputs import _is_scalar, _Options, _Prepared
 from analysis.stats._statefns import LinearFit
@@ -141,7 +142,7 @@ def _layout_of_array(result: Any, func: str) -> Any:
             parts = [ak.contents.NumpyArray(np.asarray([v])) for v in parts]
             return ak.contents.RecordArray(parts, fields, parameters=_FIT)[0]
         return ak.contents.RecordArray(parts, fields, parameters=_FIT)
-    if not isinstance(result, jax.core.Tracer):
+    if not isinstance(result, Tracer):
         result = np.asarray(result)
         if result.ndim == 0:
             return np.float64(result)

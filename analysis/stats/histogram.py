@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.spec.edges import check_edges
-from analysis.stats.api import _flat_prepared
+from analysis.stats.dispatch import _flat_prepared
 from analysis.stats.softbins import bin_probabilities, is_hard
 
 __all__ = ["Flow", "Histogram", "check_edges", "histogram"]

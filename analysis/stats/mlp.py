@@ -55,7 +55,7 @@ ACTIVATIONS: dict[str, Callable[[Any], Any]] = {name: getattr(jax.nn, name) for 
 def __getattr__(name: str) -> Any:
     # MLP, an equinox module, lives in analysis.stats._mlpnet: equinox (0.3-0.6 s to
     # import) loads when the class is first asked for, not for every config
-    # (docs/guide/startup.md)
+    # (docs/explanation/performance.md)
     if name == "MLP":
         from analysis.stats._mlpnet import MLP
 

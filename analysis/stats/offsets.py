@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis._compat.jax import Tracer
+
 
 def device_array(a: Any) -> jax.Array:
     """``a`` (numpy, list, number) as a JAX array by a host-to-device copy: ``jnp.asarray``
@@ -34,7 +36,7 @@ def device_array(a: Any) -> jax.Array:
 
 def concrete(a: Any) -> np.ndarray | None:
     """``a`` as a numpy array if its value is known now, ``None`` if it is a JAX tracer."""
-    if isinstance(a, jax.core.Tracer):
+    if isinstance(a, Tracer):
         return None
     return np.asarray(a)
 
@@ -91,7 +93,7 @@ def longest_bound(offsets: Any) -> int | None:
 def _padded(offsets: Any) -> bool:
     """``offsets`` are those of a padded Jagged of a compiled stats.derive (traced, with
     a recorded bound: :func:`bound_longest`)."""
-    if not isinstance(offsets, jax.core.Tracer):
+    if not isinstance(offsets, Tracer):
         return False
     hit = _longest().get(id(offsets))
     return hit is not None and hit[0] is offsets
@@ -173,7 +175,7 @@ _NUMPY = {
 
 def _eager(op: Callable[..., Any], *args: Any) -> Any:
     """``op(*args)``; by numpy when every operand is concrete (no per-shape compilation)."""
-    if any(isinstance(a, jax.core.Tracer) for a in args):
+    if any(isinstance(a, Tracer) for a in args):
         return op(*args)
     arrays = [np.asarray(a) if isinstance(a, jax.Array) else a for a in args]
     return device_array(_NUMPY[op](*arrays))

@@ -156,7 +156,7 @@ def figures(monkeypatch):
     """The figures the plot functions save (not written to disk)."""
     saved = []
     # the plots' one writer (atomic, fault-reported): record instead of writing
-    monkeypatch.setattr("analysis.cli.plots._save",
+    monkeypatch.setattr("analysis.cli.historyplots._save",
                         lambda fig, path: saved.append((Path(path).name, fig)))
     return saved
 
@@ -220,7 +220,7 @@ def test_configs_load_with_units(tmp_path) -> None:
 
 
 def test_scan_prints_its_best_point_in_table_digits() -> None:
-    from analysis.cli.commands import _best_line
+    from analysis.cli.statuslines import _best_line
 
     best = {"parameters": {"jet_pt_min": 30.0, "btag_min": 0.123456}, "objective": -3.14159,
             "significance": 3.14159}

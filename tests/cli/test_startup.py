@@ -69,7 +69,7 @@ def test_the_yaml_pipeline_does_not_load_the_pass_weight_kernels():
     """``from processors import DiffProcessor`` (the YAML pipeline's processor) leaves the
     hand-written processors, and with them analysis.soft's compiled pass-weight kernels
     (~0.4 s to load in a new process), unimported; they load on first use."""
-    kernels = ("analysis.soft", "analysis.select._fastsingle_kernels")
+    kernels = ("analysis.soft", "analysis.select.singlekernels")
     assert modules_loaded("from processors import DiffProcessor", kernels) == []
     # analysis.soft itself loads the kernels on first use only (tests/test_extras.py)
     assert modules_loaded("from processors import JetMomentsProcessor", kernels) == [

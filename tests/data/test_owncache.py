@@ -270,7 +270,7 @@ def _dask_run(client, chunksize):  # noqa: ANN001, ANN202
 
 def _drop_one() -> None:
     """In a worker: drop its least recently used kept chunk."""
-    owncache._drop(next(iter(owncache._KEPT)))
+    owncache._drop(owncache._KEPT.keys()[0])
 
 
 def _misses(client) -> int:  # noqa: ANN001

@@ -5,7 +5,9 @@ at once in one line, under a timeout (a hang fails the test instead of the suite
   ``spawn`` fix (fast: ``os.fork`` directly); a fork before JAX started does not;
 - (slow) on the real ttbar file: the iterative executor, ``FuturesExecutor(workers=2)``,
   a kept pool made with ``spawn`` (two passes), dask, each equal to the iterative pass
-  (1e-12); a kept pool made with ``fork`` refuses with the same line;
+  (1e-12); a kept pool made with ``fork`` refuses with the same line, for an own
+  processor and for the YAML engine's ``DiffProcessor``: the script's last line, with
+  none of coffea's wrapping ("Failed processing file"), retries or printed traceback;
 - (slow) the YAML engine on Parsl from a venv that is not activated (its ``bin`` off
   ``PATH``) runs, and ``--quiet`` prints nothing (no JAX fork warning).
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.runtime import forkguard
 from tests.opt_helpers import cli_env
 
 HERE = Path(__file__).parent
@@ -82,10 +85,15 @@ def test_documented_recipes_run_and_agree(name, shared_data):
 
 
 @pytest.mark.slow
-def test_a_kept_fork_pool_refuses_instead_of_hanging(shared_data):
-    done = recipe("fork_pool", shared_data, timeout=300)
-    assert done.returncode == 3, done.stderr[-3000:]
-    assert 'mp_context=multiprocessing.get_context("spawn")' in done.stderr
+@pytest.mark.parametrize("name", ["fork_pool", "yaml_fork_pool"])
+def test_a_kept_fork_pool_refuses_instead_of_hanging(name, shared_data):
+    done = recipe(name, shared_data, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == "analysis.runtime.forkguard.ForkAfterJaxError: " + forkguard.MESSAGE, done.stderr[-3000:]
+    assert "Failed processing" not in done.stderr and "Performed attempt" not in done.stderr
+    # the traceback is the script's own, not the worker's sent back above it
+    assert "_RemoteTraceback" not in done.stderr and done.stderr.count("Traceback") == 1
 
 
 @pytest.mark.slow

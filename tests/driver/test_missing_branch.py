@@ -1,7 +1,8 @@
 """A branch missing from a dataset's file: one line naming the file, the missing name,
 the closest names the file has (difflib, best first), the config key that reads it
 (as written in the config file) and the dataset (``datasets.NAME``); a per-event weight
-branch missing from one dataset of two names that dataset.
+branch, or a weight systematic's branch (`PSWeight`), missing from one dataset of two names
+that dataset.
 
 Reference: the branch lists of the real files (uproot), and the config as written.
 """
@@ -64,3 +65,32 @@ def test_config_keys(word, keys, tmp_path):
     raw = config_keys(type("C", (), {"source": str(path)})(), word, "dy")
     assert [k for k in raw if k in keys] == keys
     assert not any(k.startswith("datasets.ttbar") for k in raw)  # another dataset's key
+
+
+def test_a_weight_systematic_missing_from_one_dataset_names_it(tmp_path, capsys):
+    """The issue's case: a ``PSWeight`` systematic on a file without ``PSWeight`` (two
+    generated files; only ``dy``'s lacks the branch) names that file, the systematic's
+    keys and ``datasets.dy``, not the other dataset."""
+    pytest.importorskip("evermore")
+    import uuid
+
+    from analysis.data.generate import _write_root, generate_events
+
+    datasets = {}
+    for name, role in (("ttbar", "signal"), ("dy", "background")):
+        arrays = generate_events(name, 50, seed=1)
+        if name == "dy":
+            del arrays["PSWeight"]
+        _write_root(tmp_path / f"{name}.root", arrays, uuid.uuid4())
+        datasets[name] = {"files": [str(tmp_path / f"{name}.root")], "weight": "genWeight",
+                          "role": role, "xsec": 1.0}
+    cfg = analysis_config(datasets)
+    cfg["histograms"] = [{"name": "ht", "x": "sum(Jet.pt)", "edges": [0, 100, 200, 400]}]
+    cfg["likelihood"] = {"channels": {"sr": {"histogram": "ht"}}}
+    cfg["objective"] = {"terms": [{"type": "discovery_significance"}]}
+    cfg["systematics"] = [{"name": "isr", "type": "weight", "up": "PSWeight[0]",
+                           "down": "PSWeight[2]"}]
+    line = _fails(tmp_path, cfg, capsys)
+    assert "dy.root: no branch 'PSWeight'" in line
+    assert "systematics[isr].up" in line and "systematics[isr].down" in line
+    assert line.endswith("for datasets.dy") and "datasets.ttbar" not in line

@@ -21,7 +21,8 @@ from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
 from analysis.pipeline.plan import build_plan
 from analysis.pipeline.results import dataset_report
-from analysis.stats import _core, registry
+from analysis.spec import statistics as registry
+from analysis.stats import _core
 from tests.conftest import SHARED_DATA
 
 DY = str(SHARED_DATA / "nano_dy.root")

@@ -133,3 +133,42 @@ def test_a_window_works_in_the_single_collection_form():
     })  # fmt: skip
     (oc,) = build_plan(cfg).sets.sets[0].cuts
     assert (oc.kind_op, oc.bounds, oc.field) == ("window", ((None, 20.0), (None, 80.0)), "pt")
+
+
+# --- analysis.soft.soft_cut reads the same kinds ----------------------------------------
+
+
+def test_soft_cut_takes_every_kind_of_the_registry():
+    from analysis.soft import soft_cut
+
+    x = jnp.asarray(X)
+    for width in (0.0, 2.0):
+        for op in (">", ">=", "<", "<="):
+            got = np.asarray(soft_cut(x, op, 10.0, width))
+            want = np.asarray(cuts.probability(op, x, [10.0], width))
+            np.testing.assert_array_equal(got, want)
+        got = np.asarray(soft_cut(x, "window", (10.0, 20.0), width))
+        want = (sigmoid((X - 10.0) / width) * sigmoid((20.0 - X) / width) if width
+                else ((X > 10.0) & (X < 20.0)).astype(float))
+        np.testing.assert_allclose(got, want, rtol=1e-14)
+    with pytest.raises(ValueError, match=r"op 'window' expected 2 values \(lo, hi\), found 1"):
+        soft_cut(x, "window", 10.0, 1.0)
+
+
+def test_a_kind_registered_once_reaches_soft_cut(monkeypatch):
+    from analysis.soft import soft_cut
+
+    class Above:  # x > 2 t: a kind only the registry knows
+        ops = ("above_twice",)
+        bounds = ("",)
+
+        def probability(self, x, bounds, width, *, op):
+            return cuts.kind_of(">").probability(x, [2.0 * bounds[0]], width, op=">")
+
+        def check(self, op, values):
+            return None
+
+    monkeypatch.setattr(cuts, "KINDS", (*cuts.KINDS, Above()))
+    monkeypatch.setattr(cuts, "OPS", (*cuts.OPS, "above_twice"))
+    got = np.asarray(soft_cut(jnp.asarray(X), "above_twice", 5.0, 0.0))
+    np.testing.assert_array_equal(got, (X > 10.0).astype(float))

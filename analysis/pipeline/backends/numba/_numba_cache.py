@@ -36,8 +36,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from numba.core.caching import IndexDataCacheFile
-
+from analysis._compat import numba as numba_compat
 from analysis.limits import read_untrusted
 from analysis.runtime.environment import settings
 
@@ -66,13 +65,9 @@ def cache_dirs(package: Path) -> list[Path]:
     dirs = [package / "__pycache__"]
     numba_dir = settings().numba_cache_dir
     if numba_dir:
-        try:
-            from numba.core.caching import _CacheLocator
-
-            sub = _CacheLocator.get_suitable_cache_subpath(str(package / "__init__.py"))
+        sub = numba_compat.cache_subpath(str(package / "__init__.py"))
+        if sub is not None:  # else another numba layout: in-tree only
             dirs.append(Path(numba_dir) / sub)
-        except (ImportError, AttributeError):  # another numba layout: in-tree only
-            pass
     return dirs
 
 
@@ -142,7 +137,7 @@ def _read_checked(path: str) -> bytes | None:
     return content
 
 
-class CheckedCacheFile(IndexDataCacheFile):
+class CheckedCacheFile(numba_compat.cache_file_class()):  # type: ignore[misc]
     """numba's index and data files of one kernel, each written with a header and a
     digest and checked before it is unpickled (module docstring)."""
 
@@ -211,8 +206,11 @@ def drop_stale_once() -> None:
 
 
 def install(cache: Any) -> None:
-    """Make a kernel's numba cache (its ``_cache``) read and write checked files (the
-    stale ones dropped before the first is read: :func:`drop_stale_once`)."""
+    """Make a kernel's numba cache (its ``_cache``; ``None`` for none) load without
+    numba's registries (:class:`analysis._compat.numba.FastLoadCache`) and read and
+    write checked files (the stale ones dropped before the first is read:
+    :func:`drop_stale_once`)."""
+    numba_compat.use_fast_load(cache)
     cache_file = getattr(cache, "_cache_file", None)
-    if type(cache_file) is IndexDataCacheFile:
+    if type(cache_file) is numba_compat.cache_file_class():
         cache_file.__class__ = CheckedCacheFile

@@ -1,5 +1,5 @@
 """The kernels' cached machine code loads without numba's registries
-(:class:`analysis.pipeline.backends.numba.kernels._jit._KernelCache`, issue 35): a new
+(:class:`analysis._compat.numba.FastLoadCache`, issue 35): a new
 process that finds a kernel in numba's disk cache runs it without importing
 ``numba.np``'s implementations or ``scipy.linalg`` (0.35-0.4 s of its first step), with
 the same results as the process that compiled it; a load that fails is numba's own."""
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels import _jit, _numba_sums
+from analysis._compat.numba import FastLoadCache
+from analysis.pipeline.backends.numba.kernels import _numba_sums
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -66,7 +67,7 @@ def test_a_new_process_loads_a_kernel_without_numbas_registries(tmp_path):
 
 
 def test_the_kernels_caches_are_the_light_ones():
-    assert type(_numba_sums.block_sums._cache) is _jit._KernelCache
+    assert type(_numba_sums.block_sums._cache) is FastLoadCache
 
 
 def test_a_failing_light_load_is_numbas_own(monkeypatch):
@@ -82,13 +83,24 @@ def test_a_failing_light_load_is_numbas_own(monkeypatch):
             raise RuntimeError("a numba whose internals differ")
         return real(self, sig, target_context)
 
-    monkeypatch.setattr(_jit._KernelCache, "_load_overload", load)
+    monkeypatch.setattr(FastLoadCache, "_load_overload", load)
     refreshed = []
     from numba.core.registry import cpu_target
 
     ctx = cpu_target.target_context
     real_refresh = type(ctx).refresh
-    monkeypatch.setattr(type(ctx), "refresh", lambda self: refreshed.append(1) or real_refresh(self))
+    inside: list = []
+
+    def refresh(self):  # outermost calls only: numba's first refresh in a process nests
+        if not inside:
+            refreshed.append(1)
+        inside.append(1)
+        try:
+            return real_refresh(self)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(type(ctx), "refresh", refresh)
     sig = next(iter(_numba_sums.block_sums.overloads), None)
     if sig is None:  # compiled or loaded once in this process first
         rng = np.random.default_rng(1)

@@ -7,7 +7,8 @@
   ``fastmath=False`` (no reassociation: the floats are the ones the docstrings' order of
   operations gives, the same for any block size or thread count; the tests compare
   bits). A kernel's cached machine code is loaded without numba's registries
-  (:class:`_KernelCache`).
+  (:class:`analysis._compat.numba.FastLoadCache`, installed through :data:`CACHE_HOOKS`:
+  a kernel module imports nothing outside numpy, numba and this folder).
 - :data:`elementwise`: a plain element-wise loop (no reduction) with numpy's error
   model: a division by zero gives inf or NaN as numpy's does instead of raising, so
   that LLVM can vectorise a loop with a division (Python's check of every divisor keeps
@@ -34,55 +35,28 @@ A kernel module imports only numpy, numba, math and the modules of this folder
 from __future__ import annotations
 
 import numba
-from numba.core.caching import FunctionCache
 from numba.extending import overload
 
 __all__ = ["compiled", "elementwise", "inline", "njit", "specialise", "vectorised"]
 
 _POLICY = {"cache": True, "nogil": True, "fastmath": False}
 #: Called with each kernel's numba cache as it is decorated: the backend's package adds
-#: the check of the cache files (``_numba_cache.install``) before any kernel module is
-#: imported (a kernel module imports no module outside this folder).
+#: ``_numba_cache.install`` (loads without numba's registries, checked cache files)
+#: before any kernel module is imported (a kernel module imports no module outside this
+#: folder).
 CACHE_HOOKS: list = []
 
 
-class _KernelCache(FunctionCache):
-    """numba's on-disk cache of one kernel, whose loads skip numba's registries.
-
-    numba's ``Cache.load_overload`` first refreshes the CPU target's typing and
-    lowering registries (imports of ``numba.np``, ``numba.cpython``, ``numba.typed``...,
-    and of ``scipy.linalg`` for numba's BLAS check): ~0.35-0.4 s of a process's first
-    cache load, most of the first optimisation step of a second run (issue 35). Cached
-    machine code needs none of it: the object code is linked (with its callees', and
-    numba's runtime, initialised here) and called through its compiled wrapper.
-    numba refreshes the registries itself before anything compiles (its compiler's
-    first step), so a miss compiles as before. A load that fails in any way is done
-    again numba's own way (registries first), so a numba whose internals differ loads
-    as slowly as before, not wrongly. The machine code is the same either way: results
-    do not change."""
-
-    def load_overload(self, sig, target_context):
-        try:
-            from numba.core.runtime import rtsys
-
-            rtsys.initialize(target_context)  # what the registries' refresh starts first
-            with self._guard_against_spurious_io_errors():
-                return self._load_overload(sig, target_context)
-        except Exception:  # noqa: BLE001  (numba's own load, its own errors)
-            return super().load_overload(sig, target_context)
-
-
 def _policy(**options):
-    """numba's ``njit`` with :data:`_POLICY` and ``options``, its cache a
-    :class:`_KernelCache` (where numba gave it a plain ``FunctionCache``)."""
+    """numba's ``njit`` with :data:`_POLICY` and ``options``; each of
+    :data:`CACHE_HOOKS` is called with the kernel's numba cache (``None`` where it has
+    none)."""
     decorate = numba.njit(**_POLICY, **options)
 
     def apply(fn):
         kernel = decorate(fn)
-        if type(getattr(kernel, "_cache", None)) is FunctionCache:
-            kernel._cache.__class__ = _KernelCache  # the same state, another load
-            for hook in CACHE_HOOKS:
-                hook(kernel._cache)
+        for hook in CACHE_HOOKS:
+            hook(getattr(kernel, "_cache", None))
         return kernel
 
     return apply

@@ -1,0 +1,234 @@
+"""Every use of numba's internals (``numba.core``), in one place, each a small named
+function or class.
+
+numba has no public API for what the package does here: load a kernel's cached machine
+code without refreshing numba's registries (:class:`FastLoadCache`), check its cache
+files before unpickling them (a subclass of :func:`cache_file_class`), start numba's
+extensions and runtime on a thread of its own (:func:`compiler_lock`,
+:func:`initialise_runtime` and the entry points' flag). Nothing else in ``analysis`` or
+``processors`` imports ``numba.core`` (``tests/_compat/test_private_imports.py``); when
+a newer numba changes one of these, ``tests/_compat/test_numba.py`` names the attribute
+and numba's version.
+
+Importing this module imports ``numba.core.caching`` (loaded by ``import numba``
+already); the rest is imported when used, as the callers did before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from numba.core.caching import FunctionCache, IndexDataCacheFile
+
+from analysis._compat import CompatError, lookup
+
+__all__ = [
+    "PRIVATE",
+    "CompatError",
+    "FastLoadCache",
+    "cache_file_class",
+    "cache_subpath",
+    "claim_entry_points",
+    "compiler_lock",
+    "entry_points_flag",
+    "initialise_runtime",
+    "run_entry_points",
+    "use_fast_load",
+]
+
+#: The numba version these names were checked against.
+WRITTEN_FOR = "0.68.1"
+
+#: Each name taken from numba's internals: ``name -> (module, attribute, what for)``.
+#: Attributes of classes that a subclass here overrides or calls are listed as
+#: ``Class.member``.
+PRIVATE: dict[str, tuple[str, str, str]] = {
+    "FunctionCache": ("numba.core.caching", "FunctionCache", "a kernel's on-disk cache"),
+    "FunctionCache.load_overload": ("numba.core.caching", "FunctionCache.load_overload",
+                                    "FastLoadCache's fallback"),
+    "FunctionCache._load_overload": ("numba.core.caching", "FunctionCache._load_overload",
+                                     "FastLoadCache: the load without the registries"),
+    "FunctionCache._guard_against_spurious_io_errors": (
+        "numba.core.caching", "FunctionCache._guard_against_spurious_io_errors",
+        "FastLoadCache: numba's own guard around a load"),
+    "IndexDataCacheFile": ("numba.core.caching", "IndexDataCacheFile",
+                           "checked cache files (pipeline.backends.numba._numba_cache)"),
+    "IndexDataCacheFile.save": ("numba.core.caching", "IndexDataCacheFile.save",
+                                "checked cache files: save"),
+    "IndexDataCacheFile._load_index": ("numba.core.caching", "IndexDataCacheFile._load_index",
+                                       "checked cache files: the index read"),
+    "IndexDataCacheFile._save_index": ("numba.core.caching", "IndexDataCacheFile._save_index",
+                                       "checked cache files: the index written"),
+    "IndexDataCacheFile._load_data": ("numba.core.caching", "IndexDataCacheFile._load_data",
+                                      "checked cache files: the data read"),
+    "IndexDataCacheFile._save_data": ("numba.core.caching", "IndexDataCacheFile._save_data",
+                                      "checked cache files: the data written"),
+    "IndexDataCacheFile._data_path": ("numba.core.caching", "IndexDataCacheFile._data_path",
+                                      "checked cache files: a data file's path"),
+    "IndexDataCacheFile._dump": ("numba.core.caching", "IndexDataCacheFile._dump",
+                                 "checked cache files: numba's pickling"),
+    "IndexDataCacheFile._open_for_write": (
+        "numba.core.caching", "IndexDataCacheFile._open_for_write",
+        "checked cache files: numba's atomic write"),
+    "_CacheLocator.get_suitable_cache_subpath": (
+        "numba.core.caching", "_CacheLocator.get_suitable_cache_subpath",
+        "the NUMBA_CACHE_DIR sub-folder of a source folder"),
+    "entrypoints.init_all": ("numba.core.entrypoints", "init_all",
+                             "numba's extensions' entry points (driver.warmup)"),
+    "entrypoints._already_initialized": ("numba.core.entrypoints", "_already_initialized",
+                                         "running the entry points but some (driver.warmup)"),
+    "global_compiler_lock": ("numba.core.compiler_lock", "global_compiler_lock",
+                             "waiting for numba's initialisation (driver.warmup)"),
+    "cpu_target": ("numba.core.registry", "cpu_target", "the CPU target's code generator"),
+    "rtsys": ("numba.core.runtime", "rtsys", "numba's runtime, initialised before a load"),
+}
+
+
+def _lookup(name: str) -> Any:
+    return lookup(PRIVATE, name, library="numba", written_for=WRITTEN_FOR)
+
+
+def cache_file_class() -> type:
+    """numba's class of a kernel's index and data files (``IndexDataCacheFile``), for a
+    subclass that checks them.
+
+    Returns
+    -------
+    type
+        The class.
+    """
+    return IndexDataCacheFile
+
+
+def cache_subpath(source: str) -> str | None:
+    """The folder, under ``NUMBA_CACHE_DIR``, where numba keeps the cache of the
+    sources beside ``source``; ``None`` where this numba names it elsewhere.
+
+    Parameters
+    ----------
+    source : str
+        A source file's path.
+
+    Returns
+    -------
+    str or None
+        The relative folder.
+    """
+    try:
+        return str(_lookup("_CacheLocator.get_suitable_cache_subpath")(source))
+    except CompatError:
+        return None
+
+
+class FastLoadCache(FunctionCache):
+    """numba's on-disk cache of one kernel, whose loads skip numba's registries.
+
+    numba's ``Cache.load_overload`` first refreshes the CPU target's typing and
+    lowering registries (imports of ``numba.np``, ``numba.cpython``, ``numba.typed``...,
+    and of ``scipy.linalg`` for numba's BLAS check): ~0.35-0.4 s of a process's first
+    cache load, most of the first optimisation step of a second run (issue 35). Cached
+    machine code needs none of it: the object code is linked (with its callees', and
+    numba's runtime, initialised here) and called through its compiled wrapper.
+    numba refreshes the registries itself before anything compiles (its compiler's
+    first step), so a miss compiles as before. A load that fails in any way is done
+    again numba's own way (registries first), so a numba whose internals differ loads
+    as slowly as before, not wrongly. The machine code is the same either way: results
+    do not change."""
+
+    def load_overload(self, sig, target_context):
+        try:
+            from numba.core.runtime import rtsys
+
+            rtsys.initialize(target_context)  # what the registries' refresh starts first
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
+        except Exception:  # noqa: BLE001  (numba's own load, its own errors)
+            return super().load_overload(sig, target_context)
+
+
+def use_fast_load(cache: Any) -> bool:
+    """Make a kernel's numba cache (a dispatcher's ``_cache``) a :class:`FastLoadCache`
+    where numba gave it a plain ``FunctionCache`` (the same state, another load).
+
+    Parameters
+    ----------
+    cache : object
+        The dispatcher's cache (``None`` without ``cache=True``).
+
+    Returns
+    -------
+    bool
+        Whether it was switched.
+    """
+    if type(cache) is FunctionCache:
+        cache.__class__ = FastLoadCache
+        return True
+    return False
+
+
+def compiler_lock() -> Any:
+    """numba's global compiler lock (held while numba compiles or initialises).
+
+    Returns
+    -------
+    context manager
+        The lock.
+    """
+    from numba.core.compiler_lock import global_compiler_lock
+
+    return global_compiler_lock
+
+
+def initialise_runtime() -> None:
+    """Initialise numba's runtime for the CPU target (what the first call of a cached
+    kernel does).
+
+    Returns
+    -------
+    None
+    """
+    from numba.core.registry import cpu_target
+    from numba.core.runtime import rtsys
+
+    rtsys.initialize(cpu_target.target_context)
+
+
+def entry_points_flag() -> bool | None:
+    """numba's flag "the extensions' entry points have run"; ``None`` where this numba
+    keeps none (then only :func:`run_entry_points` is safe).
+
+    Returns
+    -------
+    bool or None
+        The flag.
+    """
+    from numba.core import entrypoints
+
+    flag = getattr(entrypoints, "_already_initialized", None)
+    return None if flag is None else bool(flag)
+
+
+def claim_entry_points() -> None:
+    """Set numba's flag "the extensions' entry points have run" (before running them,
+    as numba does: an extension may compile).
+
+    Returns
+    -------
+    None
+    """
+    from numba.core import entrypoints
+
+    entrypoints._already_initialized = True
+
+
+def run_entry_points() -> None:
+    """numba's own ``init_all``: every extension's entry point, once per process.
+
+    Returns
+    -------
+    None
+    """
+    from numba.core import entrypoints
+
+    entrypoints.init_all()
+

@@ -1,0 +1,65 @@
+"""analysis._compat.jax.linear_call_rules: the batching and second-order rules that
+``jax.custom_derivatives.linear_call`` lacks.
+
+A linear function with its own transpose (``y = c(r) * x``, ``c = cos``), as
+:mod:`analysis.select.singlecall` builds its kernels' tangents, under every transform
+against the same function written in plain JAX. Fails when JAX moves what the rules use
+(``installed()`` false on the pinned JAX) or when a rule is wrong.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import linear_call
+
+from analysis._compat.jax import linear_call_rules as installed
+
+
+def _tangent(r, x):  # noqa: ANN001, ANN202
+    (q,), (dq,) = r, x
+    return (jnp.cos(q) * dq,)
+
+
+def _transpose(r, ct):  # noqa: ANN001, ANN202
+    (q,), (c,) = r, ct
+    return (jnp.cos(q) * c,)
+
+
+@jax.custom_jvp
+def _sin(q):  # noqa: ANN001, ANN202
+    return jnp.sin(q)
+
+
+@_sin.defjvp
+def _sin_jvp(primals, tangents):  # noqa: ANN001, ANN202
+    (q,), (dq,) = primals, tangents
+    return _sin(q), linear_call(_tangent, _transpose, (q,), (dq,))[0]
+
+
+def test_rules_are_installed_on_this_jax() -> None:
+    assert installed()
+
+
+def test_linear_call_under_every_transform() -> None:
+    assert installed()
+    x = jnp.linspace(-1.0, 2.0, 5)
+
+    def loss(fn):  # noqa: ANN001, ANN202
+        return lambda x: jnp.sum(fn(x) ** 3 * jnp.exp(x))
+
+    transforms = {
+        "jacfwd": jax.jacfwd, "jacrev": jax.jacrev, "vmap": jax.vmap,
+        "grad": lambda fn: jax.grad(loss(fn)),
+        "hessian": lambda fn: jax.hessian(loss(fn)),
+        "jacfwd o jacfwd": lambda fn: jax.jacfwd(jax.jacfwd(loss(fn))),
+        "jacrev o grad": lambda fn: jax.jacrev(jax.grad(loss(fn))),
+        "jacrev o jacfwd": lambda fn: jax.jacrev(jax.jacfwd(fn)),
+        "vmap o jacrev (batched residual)": lambda fn: jax.vmap(jax.jacrev(fn)),
+    }
+    for name, transform in transforms.items():
+        arg = jnp.stack([x, 2.0 * x]) if name.startswith("vmap o") else x
+        got = jax.jit(transform(_sin))(arg)
+        want = transform(jnp.sin)(arg)
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14, err_msg=name)

@@ -1,0 +1,107 @@
+"""Each numba internal that :mod:`analysis._compat.numba` uses is there, and does what
+the package relies on; when a numba release changes one, these tests name it and the
+version (``CompatError``'s message)."""
+
+from __future__ import annotations
+
+import inspect
+
+import numba
+import pytest
+from numba.core import caching, codegen
+
+from analysis._compat import CompatError, lookup
+from analysis._compat import numba as cn
+
+
+def _resolve(name):
+    return lookup(cn.PRIVATE, name, library="numba", written_for=cn.WRITTEN_FOR)
+
+
+@pytest.mark.parametrize("name", sorted(cn.PRIVATE))
+def test_each_private_name_is_there(name):
+    try:
+        _resolve(name)
+    except CompatError as err:
+        pytest.fail(str(err))
+
+
+def test_a_missing_name_is_said_with_the_attribute_and_the_version(monkeypatch):
+    monkeypatch.setitem(cn.PRIVATE, "rtsys", ("numba.core.runtime", "no_rtsys", "runtime"))
+    with pytest.raises(CompatError) as err:
+        _resolve("rtsys")
+    assert "numba.core.runtime.no_rtsys" in str(err.value)
+    assert f"numba {numba.__version__}" in str(err.value)
+
+
+def test_the_subclasses_override_what_numba_calls():
+    """FastLoadCache and the checked cache files replace methods that numba calls by
+    name: a numba that stops calling them would skip ours silently (slower loads, or
+    unchecked files)."""
+    calls = {caching.Cache: ("_load_overload",),
+             caching.IndexDataCacheFile: ("_load_index", "_save_index", "_load_data",
+                                          "_save_data", "_open_for_write", "_dump")}
+    for cls, names in calls.items():
+        source = inspect.getsource(cls)
+        for name in names:
+            assert f"self.{name}(" in source, (
+                f"numba {numba.__version__}: {cls.__name__} no longer calls self.{name}(...)")
+    assert cn.cache_file_class() is caching.IndexDataCacheFile
+
+
+def test_use_fast_load_switches_a_plain_function_cache_only():
+    def f(x):
+        return x + 1
+
+    kernel = numba.njit(cache=True)(f)
+    cache = kernel._cache
+    assert type(cache) is caching.FunctionCache, (
+        f"numba {numba.__version__}: a cache=True dispatcher's _cache is {type(cache)}")
+    assert isinstance(cache._cache_file, caching.IndexDataCacheFile)
+    assert cn.use_fast_load(cache) and type(cache) is cn.FastLoadCache
+    assert not cn.use_fast_load(cache) and not cn.use_fast_load(None)
+
+
+def test_the_package_kernels_load_fast_with_checked_files():
+    from analysis.pipeline.backends.numba._numba_cache import CheckedCacheFile
+    from analysis.pipeline.backends.numba.kernels import _numba_sums
+
+    assert type(_numba_sums.block_sums._cache) is cn.FastLoadCache
+    assert type(_numba_sums.block_sums._cache._cache_file) is CheckedCacheFile
+
+
+def test_cache_subpath_names_a_folder(tmp_path):
+    sub = cn.cache_subpath(str(tmp_path / "__init__.py"))
+    assert sub is not None, (
+        f"numba {numba.__version__}: _CacheLocator.get_suitable_cache_subpath is gone")
+    assert isinstance(sub, str) and sub
+
+
+def test_entry_points_flag_and_runtime():
+    flag = cn.entry_points_flag()
+    assert flag is not None, (
+        f"numba {numba.__version__} has no numba.core.entrypoints._already_initialized")
+    cn.run_entry_points()  # numba's own: idempotent
+    assert cn.entry_points_flag() is True
+    cn.claim_entry_points()
+    assert cn.entry_points_flag() is True
+    cn.initialise_runtime()
+
+
+def test_compiler_lock_is_numbas_reentrant_lock():
+    lock = cn.compiler_lock()
+    assert lock is _resolve("global_compiler_lock")
+    with lock:
+        with lock:  # re-entrant: numba's compilations nest (warm-up holds it around them)
+            pass
+
+
+def test_numba_reads_slp_vectorize_when_it_compiles():
+    """kernels/_jit.py switches ``numba.config.SLP_VECTORIZE`` (numba's public
+    configuration, ``NUMBA_SLP_VECTORIZE``) around one compilation: that works while
+    numba's code generator reads it at each compilation, not once at import."""
+    assert hasattr(numba.config, "SLP_VECTORIZE"), (
+        f"numba {numba.__version__} has no numba.config.SLP_VECTORIZE")
+    source = inspect.getsource(codegen)
+    assert "config.SLP_VECTORIZE" in source, (
+        f"numba {numba.__version__}'s code generator no longer reads config.SLP_VECTORIZE")

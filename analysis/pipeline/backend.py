@@ -195,8 +195,9 @@ class Backend:
         (:mod:`analysis.pipeline.backends.numba.kernels._numba_one`); ``False``: the general loop
         (:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`).
     value_loop
-        ``True``: values only (``order=0``) run the general loop's one-lane copy
-        (:mod:`analysis.pipeline.backends.numba.kernels._numba_value`); ``False``: the loop with tangents.
+        ``True``: values only (``order=0``) run the general loop compiled without tangents
+        (one lane: :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` with
+        ``pd_all = df = 0.0``); ``False``: the loop with tangents.
     scores_on_numba
         ``True``: plans with learned scores run on the numba kernel at ``order=0`` (each
         network once on the chunk's rows, its column a field); ``False``: on the JAX kernel.

@@ -206,7 +206,7 @@ def test_loop_options_are_keyword_only_and_reach_the_kernels(monkeypatch):
     general loop with tangents runs instead of the fused loop and the value loop, seen
     by counting them, and every state is the same (1e-12)."""
     from analysis.pipeline.backends.numba import _fastone
-    from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_value
+    from analysis.pipeline.backends.numba.kernels import _numba_dp
 
     with pytest.raises(TypeError):
         Backend("auto", "cpu", False)  # type: ignore[misc]
@@ -215,9 +215,10 @@ def test_loop_options_are_keyword_only_and_reach_the_kernels(monkeypatch):
     assert "options" not in Backend().describe()
     assert Backend(numba_reverse=False).describe().endswith("; options numba_reverse=False")
     ran: list[str] = []
-    for mod, name in ((_fastone, "run"), (_numba_value, "select_value"), (_numba_dp, "select")):
+    for mod, name in ((_fastone, "run"), (_numba_dp, "select")):
         real = getattr(mod, name)
-        monkeypatch.setattr(mod, name, lambda *a, _r=real, _n=name: ran.append(_n) or _r(*a))
+        monkeypatch.setattr(mod, name, lambda *a, _r=real, _n=name: ran.append(
+            _n + "_value" * (_n == "select" and isinstance(a[3], float))) or _r(*a))
     config = load_config(CONFIGS / "ttbar.yaml")
     with Evaluator(config, chunksize=100, backend="numba") as ev:
         fast = ev.run(order=0)

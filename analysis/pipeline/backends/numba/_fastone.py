@@ -4,9 +4,9 @@
 state after adding an object of the set, ``tgt``; the pass table ``f`` and its tangents
 ``df`` over all states) and runs :func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one` on the
 chain of states the objects reach, ``0, tgt[0], tgt[tgt[0]], ...`` (one pattern adds to
-the counts, so no other state is ever reached), or
-:func:`~analysis.pipeline.backends.numba.kernels._numba_one.select_one_value` when nothing is differentiated
-(no trainable cut or count threshold: values only, the same floats). Used by
+the counts, so no other state is ever reached), compiled without tangents (``df = 0.0``)
+when nothing is differentiated (no trainable cut or count threshold: values only, the
+same floats). Used by
 :mod:`analysis.pipeline.backends.numba.fastkernel` only.
 """
 
@@ -36,10 +36,7 @@ def run(args: tuple, n_blocks: int, threads: int | None) -> None:
     *cuts, tgt, f, df, want_w, max_seq, block, pe, ow = args
     states = chain(tgt)
     f = np.ascontiguousarray(f[states])
-    if np.all(cuts[-1] < 0) and not np.any(df):  # nothing to differentiate: lane 0 only
-        one = (*cuts, f, want_w, max_seq, block, pe, ow)
-        kernel = _numba_one.select_one_value
-    else:
-        one = (*cuts, f, np.ascontiguousarray(df[states]), want_w, max_seq, block, pe, ow)
-        kernel = _numba_one.select_one
-    _run_blocks(_numba_dp.compiled(kernel, one), one, n_blocks, threads)
+    # nothing to differentiate: the variant without tangents (lane 0 only, df = 0.0)
+    df = 0.0 if np.all(cuts[-1] < 0) and not np.any(df) else np.ascontiguousarray(df[states])
+    one = (*cuts, f, df, want_w, max_seq, block, pe, ow)
+    _run_blocks(_numba_dp.compiled(_numba_one.select_one, one), one, n_blocks, threads)

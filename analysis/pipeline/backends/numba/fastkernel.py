@@ -13,7 +13,7 @@ several sets and collections, branch cuts. It is a second implementation
 of one description: the recursions of :mod:`analysis.select.objects` (the JAX kernel
 :mod:`analysis.pipeline.backends.jax.setkernel`, the reference) as loops over each event's objects
 with forward-mode tangents (:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`, values only
-:mod:`analysis.pipeline.backends.numba.kernels._numba_value`; one collection with one set and neither event
+its variant without tangents; one collection with one set and neither event
 sums nor indexed observables, the common case, runs the fused loop of :mod:`analysis.pipeline.backends.numba.kernels._numba_one`, bit for
 bit the same results). The pass table
 ``f`` and its derivative come from :func:`analysis.select.objects._pass_table` itself
@@ -65,7 +65,7 @@ from analysis.pipeline.backends.numba._fasttables import (
     _value,
     one_sided,
 )
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_value
+from analysis.pipeline.backends.numba.kernels import _numba_dp
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
@@ -276,16 +276,14 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             BLOCK, pe, ow[0],
         )
         _fastone.run(args, n_blocks, threads)
-    elif n_ev and value_loop and not trainable:  # values only: lane 0 of the same loop
-        args = (coff, base, pv_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
-                pat_need, tgt, f, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK,
-                pe, ow, sa)
-        _run_blocks(_numba_value.select_value, args, n_blocks, threads)
-    elif n_ev:
+    elif n_ev:  # values only: the same loop compiled without tangents (lane 0, 0.0 for them)
+        bare = value_loop and not trainable
         _run_blocks(_numba_dp.select, (
-            coff, base, pv_all, pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
-            pat_need, tgt, f, df_l, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK, pe, ow, sa,
+            coff, base, pv_all, 0.0 if bare else pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat,
+            tab.n_pat, pat_need, tgt, f, 0.0 if bare else df_l, set_slot, sum_x, sum_has, binom,
+            max(max_seq, 1), BLOCK, pe, ow, sa,
         ), n_blocks, threads)
+
 
     cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,
                                BLOCK, n_blocks, threads) if not fused else {})

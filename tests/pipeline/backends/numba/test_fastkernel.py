@@ -486,14 +486,16 @@ def test_fused_value_loop_is_lane_zero(width, monkeypatch):
     # the loop with tangents (order 1), and the JAX kernel's values at 1e-12.
     plan, theta, widths = make_plan(one_set_config(width=width, inverted=False))
     cols = synthetic(3 * fastkernel.BLOCK // 2, seed=5, ties=width == 0.0, big=14)
-    ran = []
+    one = _numba_one.select_one
+    ran = []  # the fused loop compiled with tangents (df an array) or without (0.0)
     compiled = fastkernel._numba_dp.compiled
-    monkeypatch.setattr(fastkernel._numba_dp, "compiled",
-                        lambda kernel, args: ran.append(kernel) or compiled(kernel, args))
+    monkeypatch.setattr(fastkernel._numba_dp, "compiled", lambda kernel, args: ran.extend(
+        [not isinstance(args[6], float)] if kernel is one else []) or compiled(kernel, args))
     v0, j0 = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
-    assert j0 is None and _numba_one.select_one_value in ran
+    assert j0 is None and ran == [False]
     v1, _ = fastkernel.evaluate_columns(cols, plan, theta, widths, order=1)
-    assert _numba_one.select_one in ran
+    assert ran == [False, True]
+
     for a, b in zip(jax.tree_util.tree_leaves(v0), jax.tree_util.tree_leaves(v1), strict=True):
         assert np.array_equal(a, b, equal_nan=True)
     arrays, shapes = pad_columns(cols, plan)

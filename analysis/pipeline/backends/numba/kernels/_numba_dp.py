@@ -256,8 +256,8 @@ def select(
     (:mod:`~analysis.pipeline.backends.numba.kernels.lanes`): ``pd_all`` ``(N, P,
     LANES)`` and ``df`` ``(S, LANES)`` give the loop with tangents; ``pd_all = df = 0.0``
     the loop for values only (buffers of one lane, the outputs' lane 0, their other
-    lanes set to zero: the same floats as lane 0 of the first,
-    :func:`analysis.pipeline.backends.numba.kernels._numba_value.select_value`)."""
+    lanes set to zero: the same floats as lane 0 of the first; ``value_loop`` of
+    :class:`analysis.pipeline.backend.Backend`)."""
     n_ev = pe.shape[0]
     n_states = f.shape[0]
     n_sums = sum_x.shape[0]

@@ -198,7 +198,8 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
     """:func:`_forward` from ``A[src]`` over its live states only (``la[src, :na[src]]``: every
     state that may be nonzero), into ``B[dst]`` with its live states into ``lb[dst]``,
     ``nbn[dst]`` (``mark``: all False, left so); for events whose probabilities are all
-    numbers (a skipped state or pattern adds exact zeros)."""
+    numbers (a skipped state or pattern adds exact zeros) and at most 3 tangents (4 lanes:
+    the sparse path's)."""
     cnt = 0
     for p in range(n_pat[c]):
         if has[p] != which:
@@ -218,17 +219,13 @@ def _sparse(A, src, la, na, B, dst, lb, nbn, mark, tgt, c, n_pat, pv, pd, g, nl,
                 mark[t] = True
                 lb[dst, cnt] = t
                 cnt += 1
-                for r in range(B.shape[2] if nl <= 4 else nl):
-                    B[dst, t, r] = 0.0
+                B[dst, t, 0] = B[dst, t, 1] = B[dst, t, 2] = B[dst, t, 3] = 0.0
             x0 = A[src, k, 0]
             B[dst, t, 0] += v * x0
-            if nl <= 4:
-                B[dst, t, 1] += v * A[src, k, 1] + x0 * d1
-                B[dst, t, 2] += v * A[src, k, 2] + x0 * d2
-                B[dst, t, 3] += v * A[src, k, 3] + x0 * d3
-            else:
-                for r in range(1, nl):
-                    B[dst, t, r] += v * A[src, k, r] + x0 * pd[g, p, r]
+            B[dst, t, 1] += v * A[src, k, 1] + x0 * d1
+            B[dst, t, 2] += v * A[src, k, 2] + x0 * d2
+            B[dst, t, 3] += v * A[src, k, 3] + x0 * d3
+
     for i in range(cnt):
         mark[lb[dst, i]] = False
     nbn[dst] = cnt

@@ -34,7 +34,8 @@ a loop of their own.
 
 One source, two variants (as :func:`~analysis.pipeline.backends.numba.kernels._numba_dp.select`):
 :func:`select_one` with the tangents ``df`` a ``(states, LANES)`` array walks lanes;
-with ``df = 0.0`` (:func:`select_one_value`) its buffers have no lane axis and every
+with ``df = 0.0`` (values only: no trainable parameter, ``order=0``, hard cuts,
+histograms) its buffers have no lane axis and every
 step, the cut product and the outputs are lane 0's operations alone
 (:mod:`~analysis.pipeline.backends.numba.kernels.lanes`): the same floats as lane 0 of
 the variant with tangents.
@@ -59,7 +60,7 @@ from analysis.pipeline.backends.numba.kernels.lanes import (
 )
 from analysis.pipeline.backends.numba.kernels.walk import chain_backward, chain_forward, weight
 
-__all__ = ["select_one", "select_one_value"]
+__all__ = ["select_one"]
 
 
 @njit
@@ -114,11 +115,3 @@ def select_one(
                 weight_row(ow[o + j], q[j], H, h, tangent_row(dq, j))
             store_row(pe[e], G[0, 0])
 
-
-@njit
-def select_one_value(coff, ss, cut_w, cut_g, cut_par, f, want_w, max_seq, block, pe, ow,
-                     b0, b1):
-    """:func:`select_one` for values only (no trainable parameter: ``order=0``, hard cuts,
-    histograms): its variant without tangents (``df = 0.0``), the same floats as lane 0
-    of the variant with tangents; the other lanes of ``pe`` and ``ow`` set to zero."""
-    select_one(coff, ss, cut_w, cut_g, cut_par, f, 0.0, want_w, max_seq, block, pe, ow, b0, b1)

@@ -15,9 +15,9 @@ and ``P = sum_k F_n[k] f[k]``: ``dP/df[k] = F_n[k]`` (the final count distributi
 for trainable count thresholds). The same walk gives the objects' weights
 ``w_j = P(j in the set and the event passes) = q_j sum_k F_j[k] G_{j+1}[tgt k]`` (the
 value states' observables: the operations of
-:func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one_value`, the same
-floats), so the chunk's value states need no walk of their own. Values only, one walk per event: the cost of
-:func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one_value` whatever the number of
+:func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one` without tangents,
+the same floats), so the chunk's value states need no walk of their own. Values only, one walk per event: the cost of
+:func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one` without tangents whatever the number of
 parameters (reverse mode: :mod:`analysis.pipeline.backends.numba.fastreverse` chains it to the
 cuts' thresholds and to the score columns). The steps of ``F`` and ``G`` are the chain's
 of :mod:`analysis.pipeline.backends.numba.kernels.walk`.

@@ -17,8 +17,8 @@ joint count state after adding an object of collection ``c`` and pattern ``p`` t
   ``G^0 = f``, ``G^{m>0} = 0`` (:func:`sums_backward`: one pattern's term;
   :func:`analysis.select.objects.sum_moments`).
 
-Every kernel that walks the count states (the selection loops of ``_numba_dp``,
-``_numba_value`` and ``_numba_one``, the histogram walk of ``_numba_hist``, the leading
+Every kernel that walks the count states (the selection loops of ``_numba_dp``
+and ``_numba_one``, the histogram walk of ``_numba_hist``, the leading
 candidates of ``_numba_lead``, the sensitivities of ``_numba_sens``) calls these steps;
 what differs between them is which states a step runs over and what it is given:
 

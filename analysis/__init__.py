@@ -8,13 +8,13 @@ inherit; if JAX was imported before, the setting is applied to it directly. Nano
 inputs are float32; they are upcast so that every accumulation is float64, and all
 results are float64.
 
-Compilation cache: importing this package calls :func:`analysis.compilecache.enable`:
-JAX compilations are kept on disk, in ``~/.cache/diffcoffea/jax``
-(``$XDG_CACHE_HOME/diffcoffea/jax`` if set), so that a new process (the next
-``diffcoffea evaluate``, a coffea worker) loads them instead of compiling again.
-``DIFFCOFFEA_JAX_CACHE=<dir>`` chooses another directory, ``DIFFCOFFEA_JAX_CACHE=off``
-disables it; a ``JAX_COMPILATION_CACHE_DIR`` set by the user is left alone. The
-directory reaches JAX and worker processes through the environment, like x64.
+The x64 setting is the one change to the process that importing any ``analysis``
+module makes (the command line also installs its Ctrl-C handler when it starts).
+Everything else waits: JAX's persistent compilation cache, the fork hooks and glibc's
+malloc thresholds for :func:`analysis.runtime.configure` (which the command line, the
+driver and every worker's first ``stats.derive`` call), the garbage collector's frozen
+start-up objects for a compiled pass's first chunk, numba's stale cache files for
+numba's first read of a kernel's cache (:mod:`analysis.runtime`).
 ``analysis.__version__``: the installed distribution's version.
 """
 
@@ -47,7 +47,6 @@ if os.path.basename(sys.argv[0] if sys.argv else "") == "diffcoffea" or any(
 os.environ["JAX_ENABLE_X64"] = "1"  # the float64 policy (module docstring)
 
 
-
 def __getattr__(name: str):
     # ``__version__`` is looked up when asked for: importlib.metadata costs ~50 ms of
     # every command's start-up otherwise (a refused config answers at once).
@@ -66,14 +65,3 @@ def __getattr__(name: str):
 
 if "jax" in sys.modules and hasattr(sys.modules["jax"], "config"):
     sys.modules["jax"].config.update("jax_enable_x64", True)
-# JAX's persistent compilation cache, on by default (analysis.compilecache): in this
-# process and, through the environment, in every worker process it starts.
-from analysis import compilecache as _compilecache  # noqa: E402  (after the x64 policy)
-
-_compilecache.enable()
-
-# A process forked after JAX started refuses JAX work in one line instead of hanging
-# (analysis.forkguard).
-from analysis import forkguard as _forkguard  # noqa: E402
-
-_forkguard.install()

@@ -26,11 +26,11 @@ Only the standard library; nothing here knows about configs or data.
 from __future__ import annotations
 
 import errno
-import math
 import os
 import stat
 
 from analysis.errors import ConfigError
+from analysis.runtime.environment import settings
 
 __all__ = [
     "ENV_LIMIT",
@@ -136,14 +136,8 @@ def _available() -> int:
 
 def memory_limit() -> int:
     """Largest array, in bytes, a configured size may imply (module docstring)."""
-    env = os.environ.get(ENV_LIMIT)
-    if env:
-        try:
-            mb = float(env)
-        except ValueError:
-            mb = float("nan")
-        if not (math.isfinite(mb) and mb > 0):
-            raise ConfigError(f"{ENV_LIMIT}={env!r}: expected a positive number of megabytes")
+    mb = settings().memory_limit_mb  # DIFFCOFFEA_MEMORY_LIMIT_MB, checked there
+    if mb is not None:
         return int(mb * 2**20)
     return int(_available() * FRACTION)
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
-from analysis.select._single import FFI_TARGETS, UNROLL_MAX, single_count_weights
+from analysis.select._single import UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.softargs import (
     _as_input,
@@ -39,7 +39,6 @@ from analysis.select.softargs import (
     _probability_lists,
 )
 from analysis.select.softprograms import _joint, _pass_weights, _tail
-from analysis.stats._stored import allow_custom_calls
 from analysis.stats.jagged import Jagged
 from analysis.stats.offsets import (
     concrete,
@@ -51,17 +50,6 @@ from analysis.stats.offsets import (
 
 __all__ = ["count_at_least", "joint_pass_weights", "pass_weights", "soft_cut"]
 
-
-def _register_kernels() -> None:
-    from analysis.select.singlecall import available
-
-    available()
-
-
-# A program that stats.derive stored in an earlier process may call pass_weights' compiled
-# kernels: they are registered before such a program is loaded (not at this import: they
-# load numba, which soft_cut and the statistics never need).
-allow_custom_calls(*FFI_TARGETS, register=_register_kernels, module=__name__)
 
 def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
     """Pass probability of ``x op threshold`` (``op`` one of the YAML cuts' ops).

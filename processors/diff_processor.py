@@ -8,7 +8,6 @@ import warnings
 import numpy as np
 from coffea import processor
 
-from analysis import forkguard
 from analysis.data.cache import chunk_key, keep_columns, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
@@ -20,6 +19,7 @@ from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState
 from analysis.pipeline.score_entries import score_entries
 from analysis.pipeline.split import part_factor
+from analysis.runtime import forkguard
 from analysis.stats.derive import Derived
 
 __all__ = [

@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 import yaml
 
+from analysis import runtime
 from analysis.select.objects import ObjectSet
 
 REPO = Path(__file__).resolve().parents[1]
@@ -283,6 +284,20 @@ def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"{resident:.0f}\t{peak:.0f}\t{nodeid}\t{worker}\n")
+
+
+# The test process is configured as the command line configures its own (JAX's persistent
+# cache, fork hooks, malloc: analysis.runtime); importing analysis does none of it.
+runtime.configure()
+
+
+@pytest.fixture(autouse=True)
+def _settings_read_per_test():
+    """Each test reads the environment afresh (a test that sets a variable with
+    monkeypatch sees it; the next test does not keep what it read)."""
+    runtime.reset()
+    yield
+    runtime.reset()
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.childenv import child_env
 from analysis.config.loader import Config, config_from_dict
 from analysis.data.generate import ensure_dataset
+from analysis.runtime.childenv import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

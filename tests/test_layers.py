@@ -29,12 +29,11 @@ LAYERS: dict[str, int] = {
     "analysis": 0,  # float64 policy only (analysis/__init__.py)
     "analysis.errors": 0,
     "analysis.extras": 0,  # which optional packages are installed (standard library only)
-    "analysis.compilecache": 0,  # JAX's persistent compilation cache (standard library only)
-    "analysis.childenv": 0,  # a child process's environment (standard library only)
+    # the process: settings from the environment, configure(), JAX's persistent cache,
+    # malloc and gc tuning, fork hooks, a child's environment (standard library only)
+    "analysis.runtime": 0,
     "analysis.limits": 0,  # resource bounds (memory limit; standard library only)
     "analysis.jsonsafe": 0,  # strict, bounded JSON reading (standard library only)
-    "analysis.allocator": 0,  # glibc's malloc thresholds (standard library only)
-    "analysis.forkguard": 0,  # refusing JAX work after a fork (standard library only)
     "analysis._compat": 0,  # the one place that uses private JAX and numba parts
     "analysis.spec": 0,  # pure-Python facts the config checks (statistic names, edges): no JAX
     "analysis.stats": 0,  # pure maths: statistics, states, merges, derivatives
@@ -225,9 +224,10 @@ BACKEND_MAY_IMPORT = {
 }
 # Below the pipeline a backend imports maths, selections and errors only.
 # (analysis.limits: bounded reads of files, standard library only; analysis._compat:
-# numba's internals, the numba backend's cache)
+# numba's internals, the numba backend's cache; analysis.runtime: the settings, e.g.
+# numba's cache directory and the kernel threads)
 BACKEND_MAY_IMPORT_BELOW = ("analysis.stats", "analysis.select", "analysis.errors",
-                            "analysis.limits", "analysis._compat")
+                            "analysis.limits", "analysis._compat", "analysis.runtime")
 # The one module that chooses among the backends (imports them).
 CHOOSER = "analysis.pipeline.backend"
 

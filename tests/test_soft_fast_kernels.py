@@ -14,7 +14,7 @@ numba kernels (XLA FFI calls through jax.custom_jvp, linear_call and custom_vmap
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +29,6 @@ from analysis.select import singlekernels as kernels
 from analysis.select._single import dense_weights
 from analysis.select.singlecall import fast_weights
 from analysis.soft import pass_weights, soft_cut
-from analysis.stats import Jagged
 from analysis.stats.offsets import padded_segment_ids
 from tests.conftest import central_difference
 from tests.opt_helpers import cli_env
@@ -188,35 +187,43 @@ def test_fast_path_is_taken_and_second_order_against_enumeration() -> None:
 
 
 CHILD = """
-import pickle, sys
-import jax.numpy as jnp
-import analysis.soft  # registers the kernels
-from analysis.stats import _stored
-program = _stored.load(sys.argv[1])
-print(repr([float(x) for x in jnp.ravel(program(jnp.asarray(30.0)))]))
+import json
+import jax, jax.numpy as jnp, numpy as np
+import analysis.runtime
+analysis.runtime.configure()  # JAX's persistent cache, as the command line's
+from analysis.soft import pass_weights, soft_cut
+from analysis.stats import Jagged
+
+events = []
+jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
+offsets = jnp.asarray(np.array([0, 3, 3, 7, 9]))
+pt = Jagged(jnp.asarray(np.linspace(20.0, 45.0, 9)), offsets)
+
+def total(c):
+    objects, weights = pass_weights(soft_cut(pt, ">", c, 5.0), 2)
+    return jnp.stack([jnp.sum(objects.values * pt.values), jnp.sum(weights)])
+
+def run(cut):
+    return jnp.concatenate([total(cut), jax.jacfwd(total)(cut)])
+
+out = jax.jit(run)(jnp.asarray(30.0))
+print(json.dumps({"values": [float(x) for x in out],
+                  "hits": events.count("/jax/compilation_cache/cache_hits")}))
 """
 
 
-def test_stored_program_runs_in_a_new_process(tmp_path: Path) -> None:
-    """The executable (kernels by name, no host callback) is serialized and loaded by
-    a process that has not traced it: the FFI targets exist once analysis.soft is
-    imported."""
-    from analysis.stats import _stored
-
-    offsets = jnp.asarray(np.array([0, 3, 3, 7, 9]))
-    pt = Jagged(jnp.asarray(np.linspace(20.0, 45.0, 9)), offsets)
-
-    def run(cut):  # noqa: ANN001, ANN202
-        def total(c):  # noqa: ANN001, ANN202
-            objects, events = pass_weights(soft_cut(pt, ">", c, 5.0), 2)
-            return jnp.stack([jnp.sum(objects.values * pt.values), jnp.sum(events)])
-        return jnp.concatenate([total(cut), jax.jacfwd(total)(cut)])
-
-    path = str(tmp_path / "program.bin")
-    here = _stored.export(run, (jnp.asarray(30.0),), path)
-    want = [float(x) for x in here(jnp.asarray(30.0))]
-    assert os.path.exists(path)
-    out = subprocess.run([sys.executable, "-c", CHILD, path], capture_output=True, text=True,
-                         cwd=REPO, env=cli_env(), timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    np.testing.assert_array_equal(eval(out.stdout.strip().splitlines()[-1]), want)
+def test_a_program_of_the_kernels_is_loaded_from_jax_s_cache_in_a_new_process(
+        tmp_path: Path) -> None:
+    """The executable (kernels by name, no host callback) is kept by JAX's persistent
+    compilation cache and run by a new process, which loads it: the FFI targets exist
+    once analysis.soft's kernels are traced (the same values, bit for bit)."""
+    env = cli_env({"DIFFCOFFEA_JAX_CACHE": str(tmp_path / "cache")})
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                             cwd=REPO, env=env, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert runs[1]["hits"] >= 1  # loaded from the cache
+    assert runs[0]["values"] == runs[1]["values"]

@@ -21,8 +21,9 @@ import threading
 import warnings
 from typing import TYPE_CHECKING
 
+from analysis import runtime
 from analysis.errors import DiffcoffeaError, DiffcoffeaWarning, causes
-from analysis.forkguard import ForkAfterJaxError
+from analysis.runtime.forkguard import ForkAfterJaxError
 
 if TYPE_CHECKING:
     from analysis.cli.commands import (
@@ -328,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
                 # and no note that a pass runs on the JAX reference (said at the default
                 # level: analysis.pipeline.backend)
                 warnings.filterwarnings("ignore", message=_FALLBACK_WARNING)
+            # the process's settings and caches (analysis.runtime): a bad variable is
+            # one line, as a bad config is
+            runtime.configure()
             return _command(args.command)(args)
     except KeyboardInterrupt as err:
         return _interrupted(argv is None, err)

@@ -23,8 +23,8 @@ import subprocess
 import sys
 from typing import Any
 
-from analysis.childenv import child_env
 from analysis.errors import DiffcoffeaError
+from analysis.runtime.childenv import child_env
 
 __all__ = ["PlotWorkers"]
 

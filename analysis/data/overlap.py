@@ -29,6 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from analysis.data.faults import FAULTS_KEY, Fault, Faults, fault_record
+from analysis.runtime.environment import settings
 
 __all__ = ["AHEAD", "Deferred", "defer", "kernel_threads", "on_chunk_thread", "settle"]
 
@@ -170,7 +171,7 @@ def kernel_threads() -> int | None:
     reads the next chunk (at least one; on 2 cores the kernels and the reading then take
     one core each instead of three threads sharing two); None where
     ``DIFFCOFFEA_KERNEL_THREADS`` is set (the kernels read it themselves)."""
-    if os.environ.get("DIFFCOFFEA_KERNEL_THREADS"):
+    if settings().kernel_threads is not None:
         return None
     import numba
 

@@ -23,8 +23,9 @@ import sys
 import warnings
 from typing import Any
 
-from analysis.childenv import child_env
+from analysis import runtime
 from analysis.driver.files import EventSchema
+from analysis.runtime.childenv import child_env
 
 __all__ = [
     "DASK_CONNECT_TIMEOUT",
@@ -153,7 +154,7 @@ def parsl_run_dir() -> str:
     system's temporary directory (an unwritable or missing HOME is no traceback)."""
     import tempfile
 
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = runtime.settings().cache_home
     for where in (os.path.join(base, "diffcoffea", "parsl"),
                   os.path.join(tempfile.gettempdir(), f"diffcoffea-{os.getuid()}", "parsl")):
         try:
@@ -204,6 +205,8 @@ class Executors:
     def _executor(self):
         from coffea import processor
 
+        # before any worker starts: they inherit the cache directory (analysis.runtime)
+        runtime.ensure_configured()
         retries = self.config.executor.retries
         if self.executor_type == "iterative":
             return processor.IterativeExecutor(status=self.status, retries=retries)

@@ -65,7 +65,7 @@ from analysis.optimize.scoreopt import score_mask, split_optimizer
 from analysis.optimize.status import run_status
 from analysis.optimize.undefined import UNDEFINED, reason, refuse, require_finite, stop_message
 from analysis.pipeline.plan import initial_widths
-from analysis.stats._stored import stored_call
+from analysis.stats._programs import program_call
 from analysis.stats.derive import choose_mode
 
 __all__ = [
@@ -114,9 +114,8 @@ def jitted_update(transform: optax.GradientTransformationExtraArgs,
         The optimiser (:attr:`analysis.optimize.optimizers.Optimizer.transform`).
     described : str, optional
         Everything ``transform`` is made from (:func:`update_description`): the
-        program is then kept on disk under it (:func:`analysis.stats._stored.stored_call`)
-        and a new process loads it instead of tracing and lowering the update again
-        (~20-25 ms of its first step). ``None``: traced in each process (``jax.jit``).
+        program is then compiled once per process under it, ahead of time
+        (:func:`analysis.stats._programs.program_call`). ``None``: ``jax.jit``.
 
     Returns
     -------
@@ -137,15 +136,14 @@ def jitted_update(transform: optax.GradientTransformationExtraArgs,
     def run(g: Any, state: Any, u: Any, value: Any, *, optimizer: str) -> tuple[Any, Any]:
         return step(g, state, u, value)
 
-    return lambda g, state, u, value: stored_call("optax_update", run, g, state, u, value,
+    return lambda g, state, u, value: program_call("optax_update", run, g, state, u, value,
                                                   optimizer=described)
 
 
 def update_description(config: Config) -> str:
     """What :func:`analysis.optimize.optimizers.make_optimizer` builds the optax
     optimiser from (``config.optimizer``, every field) and optax's version: the key of
-    its stored update program (:func:`jitted_update`; JAX's and this package's versions
-    are in every stored program's key already)."""
+    its update program (:func:`jitted_update`)."""
     return f"optax {optax.__version__}: {config.optimizer!r}"
 
 
@@ -283,8 +281,8 @@ class Optimization:
         #: a first-order optimiser's update and its application as one jitted program
         #: (eagerly, each of its ~20 operations is a program of its own, compiled or
         #: loaded at the first step of every process); Newton's runs in numpy
-        # (kept on disk where the transform is config.optimizer's alone: no learned
-        # score's weights with their own learning rate)
+        # (compiled ahead of time where the transform is config.optimizer's alone: no
+        # learned score's weights with their own learning rate)
         self._update = (jitted_update(self.optimizer.transform,
                                       None if mask.any() else described)
                         if self.order == 1 else None)

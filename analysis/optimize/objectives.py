@@ -58,7 +58,7 @@ from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.pipeline.plan import Plan, only_observables
 from analysis.pipeline.results import YIELDS, DatasetState, derivatives, statistics
 from analysis.spec.statistics import json_paths
-from analysis.stats._stored import stored_call
+from analysis.stats._programs import program_call
 from analysis.stats.histogram import Histogram
 
 __all__ = [
@@ -213,10 +213,9 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
     Compiled once per objective, order and dataset totals (constant over an
     optimisation; they enter the normalisations as Python numbers), instead of
     tracing the statistics and their ``jacfwd`` again at every step (~0.2 s a step),
-    and kept on disk as a compiled program (:func:`analysis.stats._stored.stored_call`,
-    keyed by :func:`_program_description` and the states' structure and shapes), so
-    that a new process (the next run) loads it instead of tracing it again (~0.1-0.3 s
-    per program, a handful of programs per run; the same executable, the same values).
+    compiled ahead of time (:func:`analysis.stats._programs.program_call`, keyed by
+    :func:`_program_description` and the states' structure and shapes; a new process
+    loads the compilation from JAX's persistent cache).
     An objective with a ``python`` term runs eagerly: the user's function is called
     once per step with plain numbers (it may check them, or use Python control flow
     that ``jit`` would refuse), as documented for that term.
@@ -241,17 +240,17 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
         else:
             described = _program_description(objective, key)
 
-            def stored(values, jacs, hesses):
-                return stored_call("objective", _ignore_description(run), values, jacs,
+            def compiled(values, jacs, hesses):
+                return program_call("objective", _ignore_description(run), values, jacs,
                                    hesses, description=described)
 
-            cache[key] = stored
+            cache[key] = compiled
     return cache[key]
 
 
 def _ignore_description(run: Any) -> Any:
-    """``run`` accepting (and ignoring) :func:`analysis.stats._stored.stored_call`'s
-    ``description`` option: it only keys the stored program."""
+    """``run`` accepting (and ignoring) :func:`analysis.stats._programs.program_call`'s
+    ``description`` option: it only keys the program."""
 
     def program(values: Any, jacs: Any, hesses: Any, *, description: str) -> Any:
         return run(values, jacs, hesses)
@@ -261,12 +260,11 @@ def _ignore_description(run: Any) -> Any:
 
 def _program_description(objective: Objective, key: tuple) -> str:
     """What decides :func:`_compiled`'s program besides the states' structure and
-    shapes (which :func:`analysis.stats._stored.stored_call` adds), as one digest: the
+    shapes (which :func:`analysis.stats._programs.program_call` adds), as one digest: the
     configuration but its output, executor and optimiser sections (a path, the
     workers, the step size never enter the objective), the plan, ``key`` (order,
     dataset totals, variance scale) and the versions of the libraries a likelihood
-    term traces (the package's own sources, JAX's and the host are in every stored
-    program's key already)."""
+    term traces."""
     config = objective.config.model_dump(
         mode="json", exclude={"output": True, "executor": True, "optimizer": True})
     parts = [json.dumps(config, sort_keys=True, default=str), repr(objective.plan), repr(key)]

@@ -31,7 +31,7 @@ import numpy as np
 from analysis.pipeline.plan import Plan
 from analysis.select.subsets import EXPENSIVE_ABOVE
 from analysis.spec.statistics import observable_statistics
-from analysis.stats._stored import stored_call
+from analysis.stats._programs import program_call
 from analysis.stats.derive import Derived
 from analysis.stats.derive import taylor_derivatives as derivatives
 
@@ -342,16 +342,16 @@ def _report_derivatives(plan: Plan, order: int):
     small operations, each its own XLA program, which a new process loads one by one
     from the persistent compilation cache (~0.5 s for the first dataset's report).
     Values equal the eager ones to ~1e-16 relative (XLA fuses the operations). The
-    program is kept on disk (:func:`analysis.stats._stored.stored_call`, keyed by what
-    :func:`statistics` reads of the plan: each observable's name and statistics), so
-    that a new process loads it instead of tracing and lowering it again."""
+    program is compiled ahead of time (:func:`analysis.stats._programs.program_call`,
+    keyed by what :func:`statistics` reads of the plan: each observable's name and
+    statistics); a new process loads the compilation from JAX's persistent cache."""
     reads = repr([(obs.name, obs.statistics) for obs in plan.observables])
 
     def run(values, jacs, hesses, *, reads: str, order: int):
         return derivatives(lambda s: statistics(s, plan), values, jacs, hesses, order=order)
 
     def program(values, jacs, hesses):
-        return stored_call("report_derivatives", run, values, jacs, hesses, reads=reads,
+        return program_call("report_derivatives", run, values, jacs, hesses, reads=reads,
                            order=order)
 
     return program

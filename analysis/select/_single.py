@@ -40,8 +40,7 @@ __all__: list[str] = []
 UNROLL_MAX = 640
 
 #: The XLA FFI targets of the recursion's compiled kernels, by name
-#: (:mod:`analysis.select.singlekernels` registers them; a stored program calls
-#: them by these names: :func:`analysis.stats._stored.allow_custom_calls`).
+#: (:mod:`analysis.select.singlekernels` registers them).
 FFI_TARGETS = ("diffcoffea_single_primal", "diffcoffea_single_tangent",
                "diffcoffea_single_cotangent")
 

@@ -47,7 +47,6 @@ from jax.custom_derivatives import SymbolicZero, linear_call
 from analysis._compat.jax import linear_call_rules as installed
 from analysis.select import singlekernels as kernels
 from analysis.select._single import dense_weights
-from analysis.stats._stored import allow_custom_calls
 
 __all__ = ["available", "fast_weights"]
 
@@ -109,17 +108,20 @@ def _sds(*shape: int) -> jax.ShapeDtypeStruct:
 
 
 def _primal_cpu(q, f, off, ev):  # noqa: ANN001, ANN202
+    kernels.register()  # traced for the CPU: the handlers exist before it runs
     call = jax.ffi.ffi_call(kernels.PRIMAL, (_sds(*q.shape), _sds(off.shape[0] - 1)))
     return tuple(call(q, f, off.astype(jnp.int64)))
 
 
 def _tangent_cpu(q, f, off, ev, dq, df):  # noqa: ANN001, ANN202
+    kernels.register()  # traced for the CPU: the handlers exist before it runs
     b = dq.shape[0]
     call = jax.ffi.ffi_call(kernels.TANGENT, (_sds(b, q.shape[0]), _sds(b, off.shape[0] - 1)))
     return tuple(call(q, f, off.astype(jnp.int64), dq, df))
 
 
 def _cotangent_cpu(q, f, off, ev, cw, cp):  # noqa: ANN001, ANN202
+    kernels.register()  # traced for the CPU: the handlers exist before it runs
     b = cw.shape[0]
     call = jax.ffi.ffi_call(kernels.COTANGENT, (_sds(b, q.shape[0]), _sds(b, f.shape[0])))
     return tuple(call(q, f, off.astype(jnp.int64), cw, cp))
@@ -274,8 +276,3 @@ class _Calls:
 def _calls(max_objects: int) -> _Calls:
     return _Calls(max_objects)
 
-
-# Registered at import: a program stored by analysis.stats._stored that calls the kernels
-# is loaded in a new process (whose processor imports analysis.soft) without tracing.
-if available():
-    allow_custom_calls(kernels.PRIMAL, kernels.TANGENT, kernels.COTANGENT, module=__name__)

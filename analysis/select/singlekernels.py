@@ -6,9 +6,9 @@ Each handler is a numba ``cfunc`` with XLA's typed FFI signature
 buffers from the call frame (data pointer, rank, dimensions), runs a compiled loop over
 the events and returns NULL (success). No Python runs while XLA calls it (not a
 ``jax.pure_callback``), so a program that calls it is a plain executable: JAX's
-persistent compilation cache keeps it (it refuses host callbacks) and
-:mod:`analysis.stats._stored` serializes it; the targets are registered by name when
-this module is imported (:func:`register`), before any stored program is loaded.
+persistent compilation cache keeps it (it refuses host callbacks); the targets are
+registered by name when a program that calls them is lowered for the CPU
+(:func:`register`, once per process).
 
 The loops are those of :func:`analysis.select._single.dense_weights` per event, over
 its own objects only (no padded slots): forward distributions ``F_j``, value functions

@@ -20,9 +20,9 @@ import jax
 import numpy as np
 
 from analysis._compat.jax import eval_jaxpr
-from analysis.allocator import freeze_startup_objects, keep_freed_buffers
-from analysis.stats import _stored
+from analysis.runtime import first_pass
 from analysis.stats._closure import closure_inputs, closure_refusal
+from analysis.stats._programs import compile_flat
 from analysis.stats.merge import describe_difference
 from analysis.stats.offsets import forget_bounds
 from analysis.stats.passes import PassTheta, Pullback
@@ -183,9 +183,8 @@ _PROGRAMS_MAX = 256
 # Structures whose compiled trace raised (the function needs concrete lists or values):
 # they take the traced path (:func:`_forward`, :func:`_values`, :func:`_pullback`).
 _REFUSED: set = set()
-#: Programs built (traced and compiled) and loaded from disk (:mod:`analysis.stats._stored`)
-#: in this process (tests count compilations with it).
-BUILT = {"programs": 0, "loaded": 0}
+#: Programs built (traced and compiled) in this process (tests count compilations with it).
+BUILT = {"programs": 0}
 
 
 # Chunk functions already named by :func:`_name_the_slow_path` in this process (by code).
@@ -194,7 +193,7 @@ _NAMED: set = set()
 
 def _name_the_slow_path(fn: Any) -> None:
     """One warning line per chunk function and process where ``fn`` closes over what
-    cannot be an argument of a stored program (an object of a class of yours, ``self``):
+    cannot be an argument of a compiled program (an object of a class of yours, ``self``):
     it is then traced and compiled on every chunk, ~10x a compiled later pass."""
     what = closure_refusal(fn)
     code = getattr(fn, "__code__", None)
@@ -219,36 +218,18 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
     if conv is None:
         _name_the_slow_path(fn)
         return None
-    # the program's temporaries reused from call to call instead of faulted in anew
-    # (analysis.allocator: 45-48 -> 30-34 ms per 50k-event chunk)
-    keep_freed_buffers()
-    # the imported libraries' objects out of full garbage collections (analysis.allocator:
-    # one of 0.14-0.28 s fell in the first pass at chunks of 50k)
-    freeze_startup_objects()
+    # the process configured (malloc keeps the program's temporaries: 45-48 -> 30-34 ms
+    # per 50k-event chunk) and the imported libraries' objects out of full garbage
+    # collections (one of 0.14-0.28 s fell in the first pass at chunks of 50k):
+    # analysis.runtime.allocator
+    first_pass()
     structure, args, rebuild = conv
     full_key = (kind, structure, key)
     if full_key in _REFUSED:
         return None
-    found = _PROGRAMS.get(full_key)
+    program = _PROGRAMS.get(full_key)
     call_args = (args, t0, *extra)
-    disk = None
-    out = None
-    if found is None:
-        disk = _stored.path_for(full_key)
-        found = _stored.load(disk) if disk is not None else None
-        if found is not None:
-            try:
-                out = found(*call_args)
-            except Exception:
-                # A stored program that cannot run here (its kernels' XLA FFI targets,
-                # e.g. pass_weights', are registered when a trace first meets them, which
-                # a fresh dask worker has not done): traced, and stored, again.
-                found = None
-            else:
-                BUILT["loaded"] += 1
-                _PROGRAMS[full_key] = found
-    new = found is None
-    if found is None:
+    if program is None:
         def run(args, t, *extra):
             try:
                 return body(wrap(rebuild(args)), t, *extra)
@@ -256,20 +237,17 @@ def compiled_call(kind: str, fn: Any, wrap: Callable[[Any], Callable[[Any], Any]
                 forget_bounds()
 
         try:
-            program = _stored.export(run, call_args, disk)
+            # traced and lowered here; a new process loads the compilation from JAX's
+            # persistent cache (analysis.runtime.compilecache)
+            program = compile_flat(run, call_args)
             out = program(*call_args)
         except Exception:
             _REFUSED.add(full_key)
             return None
-    else:
-        program = found
-        if out is None:
-            out = program(*call_args)
-    if new:
         _PROGRAMS[full_key] = program
         BUILT["programs"] += 1
         while len(_PROGRAMS) > _PROGRAMS_MAX:
             _PROGRAMS.popitem(last=False)
-    else:
-        _PROGRAMS.move_to_end(full_key)
-    return out
+        return out
+    _PROGRAMS.move_to_end(full_key)
+    return program(*call_args)

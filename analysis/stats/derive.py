@@ -77,7 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import forkguard
+from analysis.runtime import ensure_configured, forkguard
 from analysis.stats._compiled import (  # noqa: F401  (re-exported)
     _COMPILED,
     _COMPILED_MAX,
@@ -231,6 +231,7 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     if order not in (0, 1, 2):
         raise ValueError(f"stats.derive: order: expected 0, 1 or 2, found {order!r}")
     forkguard.check()  # before any JAX work: a process forked after JAX started hangs in it
+    ensure_configured()  # a worker's (or a notebook's) first derivative: analysis.runtime
     task = theta.task if isinstance(theta, PassTheta) else None
     params = theta.params if isinstance(theta, PassTheta) else theta
     spec = param_spec(params, "stats.derive")

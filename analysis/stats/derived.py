@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from analysis.stats._stored import stored_call
+from analysis.stats._programs import program_call
 from analysis.stats.merge import describe_difference
 from analysis.stats.taylor import _merge_taylor, _symmetric, taylor_derivatives
 
@@ -175,7 +175,7 @@ class Derived:
             return NotImplemented
         self._check_compatible(other)
         # dispatched, not waited for: the leaves stay JAX arrays until read
-        value, jac, hess = stored_call(
+        value, jac, hess = program_call(
             "merge_taylor", _merge_taylor, self._value, self._jac, self.hess, other._value,
             other._jac, other.hess, order=self.order,
         )

@@ -2,10 +2,10 @@
 the second run loads what the first stored (JAX's persistent compilation cache, numba's
 kernels) and must end as the first did. A second ``optimize`` of ``agc_likelihood.yaml``
 or ``ht_likelihood_v12.yaml`` once died with a segmentation fault (exit 139): a stored
-executable called XLA's LAPACK routine before this process had registered it.
+executable of the package's own program store (since removed) called XLA's LAPACK
+routine before this process had registered it.
 
-``ht_likelihood_v12.yaml`` (small real files) runs in the default suite; the others,
-full passes, are slow."""
+Every config is a full pass (or optimisation step) twice: all are marked slow."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import yaml
 from tests import opt_helpers as H
 
 CONFIGS = sorted((H.REPO / "configs").glob("*.yaml"))
-# every config is slow (ht_likelihood_v12 alone: 145 s); the default run checks the
-# mechanism on one stored program (tests/stats/test_stored_hostile.py: LAPACK is
-# registered before a load)
+# every config is slow (ht_likelihood_v12 alone: 145 s); the default run checks a
+# program of the FFI kernels loaded from JAX's cache in a new process
+# (tests/test_soft_fast_kernels.py)
 FAST: set[str] = set()
 
 

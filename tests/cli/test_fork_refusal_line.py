@@ -1,5 +1,5 @@
 """The fork guard's refusal reaches a command-line user as one line, exit 2: a
-:class:`~analysis.forkguard.ForkAfterJaxError` is a ``BaseException`` (so that coffea's
+:class:`~analysis.runtime.forkguard.ForkAfterJaxError` is a ``BaseException`` (so that coffea's
 retries, bad-file skips and wrappers pass it by), which the command line's catch of
 ``Exception`` would not see. With ``--debug`` it is raised as it is.
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import forkguard
 from analysis.cli import parser
+from analysis.runtime import forkguard
 
 
 def _refuse(args):

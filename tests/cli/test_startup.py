@@ -5,6 +5,7 @@ are measured by benchmarks/bench_startup.py, not here)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,11 +43,18 @@ def test_version_is_the_distribution_version():
     assert out.strip() == f"diffcoffea {version('diffcoffea')}" == f"diffcoffea {analysis.__version__}"
 
 
-def test_jax_is_float64_and_cached_when_imported_after_analysis():
+def test_jax_is_float64_when_imported_after_analysis_and_cached_once_configured():
+    # importing analysis sets x64 alone; analysis.runtime.configure() (the command line's,
+    # the driver's) turns JAX's persistent cache on
     code = ("import analysis, os\nimport jax, jax.numpy as jnp\n"
             "assert jax.config.jax_enable_x64 and jnp.ones(1).dtype == jnp.float64\n"
+            "assert jax.config.jax_compilation_cache_dir is None\n"
+            "import analysis.runtime\nanalysis.runtime.configure()\n"
             "assert jax.config.jax_compilation_cache_dir == os.environ['DIFFCOFFEA_JAX_CACHE']\n")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=300)
+    # without the cache settings this test process exported (tests/conftest.py configures it)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "DIFFCOFFEA_JAX"))}
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
 
 
 def test_bench_startup_runs(tmp_path, capsys, monkeypatch):

@@ -14,6 +14,7 @@ from typing import Any
 import awkward as ak
 import pytest
 
+from analysis import runtime
 from analysis.cli.parser import main
 from analysis.config.loader import config_from_dict
 from analysis.errors import ConfigError
@@ -121,9 +122,11 @@ def test_the_limit_follows_the_environment(monkeypatch):
     with pytest.raises(ResourceError, match=r"^k: implies x = 2 MB, more than the memory limit 2 MB"):
         check_bytes("k", 2 * 2**20 + 1, "x")
     monkeypatch.setenv(ENV_LIMIT, "lots")
+    runtime.reset()  # read the environment again
     with pytest.raises(ConfigError, match="expected a positive number of megabytes"):
         memory_limit()
     monkeypatch.delenv(ENV_LIMIT)
+    runtime.reset()
     assert 2**20 < memory_limit() < 2**50
 
 

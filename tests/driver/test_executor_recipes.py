@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import forkguard
+from analysis.runtime import forkguard
 from tests.opt_helpers import cli_env
 
 HERE = Path(__file__).parent
@@ -31,7 +31,8 @@ REPO = HERE.parents[1]
 FORK_SCRIPT = r"""
 import os, sys
 import numpy as np
-from analysis import forkguard, stats
+from analysis import stats
+from analysis.runtime import forkguard
 
 def fn(theta):
     return {"s": stats.moments(np.arange(5.0), weight=np.ones(5) * theta["a"])}
@@ -89,7 +90,7 @@ def test_a_kept_fork_pool_refuses_instead_of_hanging(name, shared_data):
     done = recipe(name, shared_data, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
-    assert last == "analysis.forkguard.ForkAfterJaxError: " + forkguard.MESSAGE, done.stderr[-3000:]
+    assert last == "analysis.runtime.forkguard.ForkAfterJaxError: " + forkguard.MESSAGE, done.stderr[-3000:]
     assert "Failed processing" not in done.stderr and "Performed attempt" not in done.stderr
     # the traceback is the script's own, not the worker's sent back above it
     assert "_RemoteTraceback" not in done.stderr and done.stderr.count("Traceback") == 1

@@ -31,7 +31,7 @@ NOT_SWITCHES = {
     "RULES": "a registry extended by a test",
     # analysis.driver.files' cache directory of scikit-hep-testdata: a path
     "SKHEP_CACHE": "a cache directory",
-    # the stored programs' and numba's cache files: a test lowers it to make an
+    # numba's cache files: a test lowers it to make an
     # oversized file without writing 256 MiB
     "MAX_BYTES": "a size bound",
     # analysis.stats._compiled's programs of this process: a test empties it

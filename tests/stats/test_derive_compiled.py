@@ -29,7 +29,7 @@ THETA = {"pt_min": 30.0, "eta_max": 2.1}
 
 def _programs() -> int:
     """Programs built or loaded from disk (a rerun finds them in the program store)."""
-    return _compiled.BUILT["programs"] + _compiled.BUILT["loaded"]
+    return _compiled.BUILT["programs"]
 
 
 def _chunk(seed: int, n: int = 300):  # noqa: ANN202

@@ -1,5 +1,5 @@
 """A chunk function that closes over an object of a class of yours (``self.nmin``) cannot
-be a stored program: stats.derive traces it on every chunk. It says so once per
+be an argument of a compiled program: stats.derive traces it on every chunk. It says so once per
 function and process, naming what it closes over and the fix; a function that closes
 over local copies says nothing (and is compiled once per bucket).
 

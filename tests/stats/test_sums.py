@@ -99,9 +99,9 @@ def test_padding_counts_for_nothing_in_the_compiled_derive() -> None:
         return {"ht": stats.moments(ht, weight=per_event), "total": stats.sum(shifted, weight=p)}
 
     assert closure_inputs(fn) is not None
-    built = _compiled.BUILT["programs"] + _compiled.BUILT["loaded"]
+    built = _compiled.BUILT["programs"]
     d = stats.derive(fn, {"c": 40.0})
-    assert _compiled.BUILT["programs"] + _compiled.BUILT["loaded"] == built + 1  # compiled
+    assert _compiled.BUILT["programs"] == built + 1  # compiled
     value, jac, _ = value_and_derivatives(
         lambda t: _checked_states(fn({"c": t[0]}), "t"), jnp.asarray([40.0]), order=1)
     for a, b in zip(jax.tree_util.tree_leaves((d.value, d.jac)),

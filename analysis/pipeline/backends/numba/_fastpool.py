@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels import _numba_sums
+from analysis.runtime.environment import settings
 
 __all__: list[str] = []  # internal to the numba kernel
 
@@ -32,8 +33,8 @@ def _threads(threads: int | None = None) -> int:
     order: results do not depend on the number of threads."""
     if threads is not None:
         return max(1, int(threads))
-    env = os.environ.get("DIFFCOFFEA_KERNEL_THREADS")
-    return max(1, int(env)) if env else max(1, int(numba.config.NUMBA_NUM_THREADS))
+    chosen = settings().kernel_threads  # DIFFCOFFEA_KERNEL_THREADS (analysis.runtime)
+    return chosen if chosen is not None else max(1, int(numba.config.NUMBA_NUM_THREADS))
 
 
 _POOL: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked worker makes its own

@@ -22,7 +22,7 @@ from analysis.pipeline.plan import Plan, threshold_value
 from analysis.select import cuts as cut_kinds
 from analysis.select.objects import CountModel
 from analysis.select.objects import _pass_table as _jax_pass_table
-from analysis.stats._stored import stored_call
+from analysis.stats._programs import program_call
 
 __all__: list[str] = []  # internal to the numba kernel
 
@@ -118,9 +118,8 @@ def _targets(model: CountModel, caps: np.ndarray, collections) -> np.ndarray:
 @lru_cache(maxsize=64)
 def _pass_fn(model: CountModel):
     """``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table` as one
-    compiled program, kept on disk (:func:`analysis.stats._stored.stored_call`, keyed by
-    the model's description: its sets and counts), so that a new process loads it
-    instead of tracing it again (at its first step)."""
+    compiled program (:func:`analysis.stats._programs.program_call`, keyed by the model's
+    description: its sets and counts)."""
 
     def table(th, w):
         return _jax_pass_table(model, th, w)[0]
@@ -129,7 +128,7 @@ def _pass_fn(model: CountModel):
         return table(th, w), jax.jacfwd(table)(th, w)
 
     described = repr(model)
-    return lambda th, w: stored_call("pass_table", run, th, w, model_repr=described)
+    return lambda th, w: program_call("pass_table", run, th, w, model_repr=described)
 
 
 def _reduced(model: CountModel, f: np.ndarray, df: np.ndarray):

@@ -5,8 +5,9 @@ change to a function that it calls or inlines from another module
 (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times` inlined into
 :func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one`, say) leaves the caller's old machine
 code in use, silently (an editable install after ``git pull``; measured here: a broken
-``cut_times`` went unseen by the cached histogram loop). So, when
-the numba backend is imported (before any kernel module is), :func:`drop_stale` hashes
+``cut_times`` went unseen by the cached histogram loop). So, before numba reads the
+first cache file of a kernel (:func:`drop_stale_once`, in :class:`CheckedCacheFile`; not
+when a module is imported), :func:`drop_stale` hashes
 the sources of every module of the kernels' folder (all of them: the decorators come
 from one policy module, :mod:`analysis.pipeline.backends.numba.kernels._jit`, whose
 change is a change of every kernel); if the hash differs from the one stored beside the
@@ -37,6 +38,7 @@ from typing import Any
 
 from analysis._compat import numba as numba_compat
 from analysis.limits import read_untrusted
+from analysis.runtime.environment import settings
 
 __all__: list[str] = []  # internal to analysis.pipeline
 
@@ -61,10 +63,11 @@ def cache_dirs(package: Path) -> list[Path]:
     """Where numba keeps the package's cache: ``__pycache__`` beside the sources, or the
     directory that ``NUMBA_CACHE_DIR`` gives (numba's own naming of it)."""
     dirs = [package / "__pycache__"]
-    if os.environ.get("NUMBA_CACHE_DIR"):
+    numba_dir = settings().numba_cache_dir
+    if numba_dir:
         sub = numba_compat.cache_subpath(str(package / "__init__.py"))
         if sub is not None:  # else another numba layout: in-tree only
-            dirs.append(Path(os.environ["NUMBA_CACHE_DIR"]) / sub)
+            dirs.append(Path(numba_dir) / sub)
     return dirs
 
 
@@ -139,6 +142,7 @@ class CheckedCacheFile(numba_compat.cache_file_class()):  # type: ignore[misc]
     digest and checked before it is unpickled (module docstring)."""
 
     def _checked(self, path: str) -> bytes | None:
+        drop_stale_once()  # the first read of any kernel's cache: stale files gone first
         try:
             return _read_checked(path)
         except _Unusable as why:
@@ -189,10 +193,23 @@ class CheckedCacheFile(numba_compat.cache_file_class()):  # type: ignore[misc]
         _REPORTED.discard(path)
 
 
+# Whether this process dropped the stale cache files (empty: not yet).
+_DROPPED: list[bool] = []
+
+
+def drop_stale_once() -> None:
+    """:func:`drop_stale` for the kernels' folder, once per process: before numba reads
+    the first cache file (:class:`CheckedCacheFile`), not when a module is imported."""
+    if not _DROPPED:
+        _DROPPED.append(True)
+        drop_stale(Path(__file__).resolve().parent / "kernels")
+
+
 def install(cache: Any) -> None:
     """Make a kernel's numba cache (its ``_cache``; ``None`` for none) load without
     numba's registries (:class:`analysis._compat.numba.FastLoadCache`) and read and
-    write checked files."""
+    write checked files (the stale ones dropped before the first is read:
+    :func:`drop_stale_once`)."""
     numba_compat.use_fast_load(cache)
     cache_file = getattr(cache, "_cache_file", None)
     if type(cache_file) is numba_compat.cache_file_class():

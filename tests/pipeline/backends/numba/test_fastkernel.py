@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import yaml
 
+from analysis import runtime
 from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state, run_once
 from analysis.pipeline.backends.jax.passes import evaluate_chunk
@@ -335,6 +336,7 @@ def test_independent_of_thread_count(monkeypatch):
     runs: list[Any] = []
     for threads in ("1", "2", "3"):
         monkeypatch.setenv("DIFFCOFFEA_KERNEL_THREADS", threads)
+        runtime.reset()  # read the environment again
         runs.append(fastkernel.evaluate_columns(cols, plan, theta, widths))
     for run in runs[1:]:
         for a, b in zip(jax.tree_util.tree_leaves(runs[0]), jax.tree_util.tree_leaves(run)):
@@ -376,8 +378,10 @@ def test_thread_count_follows_numba_then_the_environment_then_the_argument(monke
     import numba
 
     monkeypatch.delenv("DIFFCOFFEA_KERNEL_THREADS", raising=False)
+    runtime.reset()  # read the environment again
     assert fastkernel._threads() == max(1, numba.config.NUMBA_NUM_THREADS)
     monkeypatch.setenv("DIFFCOFFEA_KERNEL_THREADS", "3")
+    runtime.reset()
     assert fastkernel._threads() == 3
     assert fastkernel._threads(1) == 1
 

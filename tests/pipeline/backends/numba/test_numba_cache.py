@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analysis import runtime
 from analysis.pipeline.backends.numba import _numba_cache
 
 KERNEL = "import numba\n\n@numba.njit(cache=True)\ndef f(x):\n    return x\n"
@@ -124,6 +125,7 @@ def test_numba_cache_dir_is_where_numba_writes(tmp_path, monkeypatch):
                    env={**env, "PYTHONPATH": str(tmp_path)}, check=True)
     written = {p.parent for p in cache.rglob("_loops.f-*.nbi")}
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
+    runtime.reset()  # the settings read the environment again
     dirs = _numba_cache.cache_dirs(pkg)
     assert len(written) == 1 and written <= set(dirs)
     (pkg / "_more.py").write_text(KERNEL.replace("return x", "return x + 1"))

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 __all__ = ["ROOT", "child_env"]
 
 #: the directory that holds the ``analysis`` package (and ``processors``)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def child_env(environ: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:

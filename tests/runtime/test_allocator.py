@@ -1,4 +1,4 @@
-"""analysis.allocator: freed large blocks stay in the C heap (no page faults on reuse)."""
+"""analysis.runtime.allocator: freed large blocks stay in the C heap (no page faults on reuse)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from analysis import allocator
+from analysis.runtime import allocator
 
 glibc = pytest.mark.skipif(
     not sys.platform.startswith("linux") or ctypes.util.find_library("c") is None,
@@ -85,7 +85,7 @@ def test_derive_freezes_startup_objects_once(setting):
     from pathlib import Path
 
     env = {**os.environ, allocator.GC_ENV: setting, "JAX_ENABLE_X64": "1",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, "-c", _DERIVE_ONCE], env=env, check=True,
                          capture_output=True, text=True).stdout.split()
     before, after = int(out[-2]), int(out[-1])

@@ -18,8 +18,8 @@ free memory at the top of the heap that ``free`` keeps instead of returning it) 
 size come from the heap and are reused by the next call. Cost: up to ``limit`` bytes of
 freed memory per malloc arena stay mapped (resident once touched) instead of returning
 to the system; blocks above ``limit`` (a large array) are still mapped and unmapped as
-before. :func:`analysis.stats.derive`'s compiled path calls it once per process (every
-coffea worker too). ``DIFFCOFFEA_MALLOC=off`` (or ``0``, ``false``, ``no``, ``none``)
+before. :func:`analysis.runtime.configure` calls it (the command line, the driver, every
+worker's first ``stats.derive``). ``DIFFCOFFEA_MALLOC=off`` (or ``0``, ``false``, ``no``, ``none``)
 leaves the allocator alone; so does a C library other than glibc (``mallopt`` absent).
 
 :func:`freeze_startup_objects` moves every object the cyclic garbage collector tracks
@@ -32,8 +32,8 @@ processor's 0.5-1.0 s first pass at chunks of 50k (2 cores, load 2.5-3.5), none 
 passes. Frozen, they are skipped by every later collection. Cost: cyclic garbage that
 exists at the call is never collected (objects freed by reference counting still are):
 measured at the first chunk of a coffea pass, the file's metadata objects of that chunk
-(~3,600 small objects, no array buffers). :func:`analysis.stats.derive`'s compiled path
-calls it once per process, at its first chunk. ``DIFFCOFFEA_GC_FREEZE=off`` (or ``0``,
+(~3,600 small objects, no array buffers). :func:`analysis.runtime.first_pass`
+(``stats.derive``'s compiled path) calls it once per process, at its first chunk. ``DIFFCOFFEA_GC_FREEZE=off`` (or ``0``,
 ``false``, ``no``, ``none``) leaves the garbage collector alone.
 """
 
@@ -42,7 +42,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-import os
+
+from analysis.runtime.environment import settings
 
 __all__ = ["ENV", "GC_ENV", "LIMIT", "freeze_startup_objects", "keep_freed_buffers"]
 
@@ -50,7 +51,6 @@ ENV = "DIFFCOFFEA_MALLOC"
 GC_ENV = "DIFFCOFFEA_GC_FREEZE"
 #: Default mmap and trim threshold of :func:`keep_freed_buffers`, bytes.
 LIMIT = 128 << 20
-_OFF = ("0", "off", "false", "no", "none")
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -80,7 +80,7 @@ def keep_freed_buffers(limit: int | None = None) -> bool:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit < 2**31:
         raise ValueError(f"keep_freed_buffers: limit: expected an integer in (0, 2**31), "
                          f"found {limit!r}")
-    if os.environ.get(ENV, "").strip().lower() in _OFF:
+    if not settings().malloc:
         return False
     if limit in _APPLIED:
         return True
@@ -108,7 +108,7 @@ def freeze_startup_objects() -> bool:
         ``False`` when ``DIFFCOFFEA_GC_FREEZE`` is off or the collector is disabled
         (``gc.disable()``: the process manages collections itself).
     """
-    if os.environ.get(GC_ENV, "").strip().lower() in _OFF or not gc.isenabled():
+    if not settings().gc_freeze or not gc.isenabled():
         return False
     if _FROZEN:
         return True

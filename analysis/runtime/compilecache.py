@@ -2,9 +2,9 @@
 
 A JAX computation compiled once is kept on disk, so that a new process (the next
 ``diffcoffea optimize``, a coffea futures/dask/parsl worker, a benchmark's child) loads
-it instead of compiling again. Importing :mod:`analysis` calls :func:`enable` with no
-argument, so the command line, ``Runner``/``Evaluator`` passes, processors and the
-benchmarks all use the cache without doing anything.
+it instead of compiling again. :func:`analysis.runtime.configure` calls :func:`enable` with
+no argument, so the command line, ``Runner``/``Evaluator`` passes, processors (their
+first ``stats.derive``) and the benchmarks all use the cache without doing anything.
 
 Directory (``path=None``), first that applies:
 
@@ -17,8 +17,9 @@ Directory (``path=None``), first that applies:
 How it reaches workers: the directory and the thresholds go into the environment
 (``JAX_COMPILATION_CACHE_DIR``-style flags ``JAX_PERSISTENT_CACHE_MIN_*`` and
 ``DIFFCOFFEA_JAX_CACHE``), which JAX reads when it is imported and which worker
-processes started afterwards inherit; a worker that unpickles a processor imports
-:mod:`analysis`, which calls :func:`enable` there too. If JAX is already imported, the
+processes started afterwards inherit; a worker's first ``stats.derive`` calls
+:func:`analysis.runtime.ensure_configured`, which calls :func:`enable` there too. If JAX
+is already imported, the
 settings are applied to it directly (and a cache JAX had opened on another directory is
 closed, so that the new one is used from the next compilation on).
 
@@ -41,10 +42,11 @@ from __future__ import annotations
 import os
 import sys
 
+from analysis.runtime.environment import OFF, settings
+
 __all__ = ["ENV", "directory", "enable"]
 
 ENV = "DIFFCOFFEA_JAX_CACHE"
-_OFF = ("0", "off", "false", "no", "none")
 
 # Cache every compilation (module docstring): JAX's defaults (1 s, and a minimum entry
 # size) skip the small ones, which a new process then compiles again.
@@ -63,16 +65,15 @@ def directory() -> str | None:
     str or None
         An absolute or user-expanded path; not created here.
     """
-    choice = os.environ.get(ENV, "")
-    jax_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    now = settings()
+    choice, jax_dir = now.jax_cache, now.jax_compilation_cache_dir
     if jax_dir and jax_dir != choice:  # the user's own (ours is exported as both)
         return None
-    if choice.lower() in _OFF:
+    if choice.lower() in OFF:
         return None
     if choice:
         return os.path.expanduser(choice)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "diffcoffea", "jax")
+    return os.path.join(now.cache_home, "diffcoffea", "jax")
 
 
 def enable(path: str | os.PathLike[str] | None = None) -> str | None:

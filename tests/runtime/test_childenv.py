@@ -1,4 +1,4 @@
-"""analysis.childenv: a child process imports this package and keeps the caller's path.
+"""analysis.runtime.childenv: a child process imports this package and keeps the caller's path.
 
 Reference: the package's own location as Python's import system reports it, and a
 child interpreter's ``sys.path`` (run for real, not inferred).
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import analysis
-from analysis.childenv import ROOT, child_env
+from analysis.runtime.childenv import ROOT, child_env
 
 
 def test_root_first_then_the_caller_s_entries_and_extras() -> None:

@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache (analysis.compilecache): which directory, and that
+"""JAX's persistent compilation cache (analysis.runtime.compilecache): which directory, and that
 a second process and a worker process load what the first compiled.
 
 The reference is JAX's own record of what it did: its monitoring events
@@ -16,16 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from analysis import compilecache
+from analysis import runtime
+from analysis.runtime import compilecache
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A fresh process: compile one small function (well under JAX's default 1 s threshold)
-# and print JAX's cache events. Imports analysis first unless told not to.
+# and print JAX's cache events. Configures this package first (as the command line and the
+# driver do: analysis.runtime.configure) unless told not to.
 _COMPILE = """
 import json, sys
 if sys.argv[1] == "analysis":
-    import analysis
+    import analysis.runtime
+    analysis.runtime.configure()
 import jax, jax.numpy as jnp
 events = []
 jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
@@ -51,21 +54,26 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
+def _set(monkeypatch, key: str, value: str) -> None:
+    monkeypatch.setenv(key, value)
+    runtime.reset()  # the settings read the environment again
+
+
 def test_directory_order(monkeypatch, tmp_path):
     for key in ("JAX_COMPILATION_CACHE_DIR", compilecache.ENV, "XDG_CACHE_HOME"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    _set(monkeypatch, "HOME", str(tmp_path / "home"))
     assert compilecache.directory() == str(tmp_path / "home" / ".cache" / "diffcoffea" / "jax")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    _set(monkeypatch, "XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert compilecache.directory() == str(tmp_path / "xdg" / "diffcoffea" / "jax")
-    monkeypatch.setenv(compilecache.ENV, str(tmp_path / "mine"))
+    _set(monkeypatch, compilecache.ENV, str(tmp_path / "mine"))
     assert compilecache.directory() == str(tmp_path / "mine")
-    monkeypatch.setenv(compilecache.ENV, "off")
+    _set(monkeypatch, compilecache.ENV, "off")
     assert compilecache.directory() is None
-    monkeypatch.setenv(compilecache.ENV, str(tmp_path / "mine"))
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "users"))
+    _set(monkeypatch, compilecache.ENV, str(tmp_path / "mine"))
+    _set(monkeypatch, "JAX_COMPILATION_CACHE_DIR", str(tmp_path / "users"))
     assert compilecache.directory() is None  # the user's own JAX setting wins
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "mine"))
+    _set(monkeypatch, "JAX_COMPILATION_CACHE_DIR", str(tmp_path / "mine"))
     assert compilecache.directory() == str(tmp_path / "mine")  # ours, exported before
 
 
@@ -101,7 +109,7 @@ def test_a_worker_started_later_inherits_the_cache(tmp_path):
     # environment. The driver is a subprocess too: enable() changes its environment.
     driver = (
         "import subprocess, sys\n"
-        "from analysis import compilecache\n"
+        "from analysis.runtime import compilecache\n"
         f"assert compilecache.enable({str(tmp_path / 'w')!r}) == {str(tmp_path / 'w')!r}\n"
         "for _ in range(2):\n"
         f"    subprocess.run([sys.executable, '-c', {_COMPILE!r}, 'plain'], check=True)\n"
@@ -119,8 +127,9 @@ def test_enable_applies_to_jax_imported_before(tmp_path):
     # enable(path) after JAX has compiled (and opened its cache elsewhere) moves it.
     code = (
         "import sys, os\n"
-        "import analysis, jax, jax.numpy as jnp\n"
-        "from analysis import compilecache\n"
+        "import analysis.runtime, jax, jax.numpy as jnp\n"
+        "analysis.runtime.configure()\n"
+        "from analysis.runtime import compilecache\n"
         "jax.jit(lambda x: x + 1.0)(jnp.ones(3)).block_until_ready()\n"
         f"assert compilecache.enable({str(tmp_path / 'moved')!r}) == {str(tmp_path / 'moved')!r}\n"
         "jax.jit(lambda x: x * 5.0 - 2.0)(jnp.ones(4)).block_until_ready()\n"

@@ -12,6 +12,7 @@ The names are a contract (held-out configs are written with exactly these)::
     likelihood:
       channels: {sr: {histogram: ht}}   # a channel may add `selection:` (extra conditions)
       mc_stat: true
+      upper_limit: false                # true: the expected CLs limit in results.json
 
 * A histogram's ``x`` is any observable expression (:mod:`analysis.select.exprs`); its
   state is the exact expectation of the hard-cut histogram
@@ -172,10 +173,12 @@ class ChannelConfig(_Model):
 
 
 class LikelihoodConfig(_Model):
-    """The binned model: channels, MC statistics (Barlow-Beeston lite)."""
+    """The binned model: channels, MC statistics (Barlow-Beeston lite); ``upper_limit``:
+    write the expected CLs limit in results.json without a ``cls_upper_limit`` term."""
 
     channels: dict[str, ChannelConfig] = Field(min_length=1)
     mc_stat: bool = True
+    upper_limit: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -31,7 +31,7 @@ from analysis.likelihood.expected import nll, nuisance_names
 from analysis.likelihood.model import FitError, Model
 from analysis.limits import FIT_MAX_STEPS
 
-__all__ = ["FitResult", "fit_status", "profile", "raise_for_fit"]
+__all__ = ["FitResult", "check_max_steps", "fit_status", "profile", "raise_for_fit"]
 
 # Tolerances of the minimiser: |d theta| <= ATOL + RTOL |theta| and the same for the
 # NLL between steps. Then Newton steps (exact Hessian, ~1 ms each for ~50 nuisances)
@@ -46,6 +46,25 @@ MAX_STEPS = FIT_MAX_STEPS  # analysis.limits: the config reads it without loadin
 NEWTON_ATOL = 1e-12
 NEWTON_MAX_STEPS = 6
 GRAD_TOL = 1e-6  # largest |dNLL/dtheta| of a converged fit (rounding is ~1e-12)
+
+
+def check_max_steps(max_steps: Any) -> int:
+    """``max_steps`` when it is an integer >= 1 (the cap on BFGS steps of a fit, as the
+    significance and the limit take it), else a one-line :class:`ValueError`.
+
+    Parameters
+    ----------
+    max_steps : Any
+        The value given.
+
+    Returns
+    -------
+    int
+        ``max_steps``.
+    """
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"likelihood: max_steps: expected an integer >= 1, found {max_steps!r}")
+    return max_steps
 
 
 class FitResult(NamedTuple):

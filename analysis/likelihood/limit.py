@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.likelihood.expected import expected, nll, nuisance_names
-from analysis.likelihood.fit import MAX_STEPS, FitResult, profile, raise_for_fit
+from analysis.likelihood.fit import MAX_STEPS, FitResult, check_max_steps, profile, raise_for_fit
 from analysis.likelihood.histograms import templates
 from analysis.likelihood.model import FitError, Model
 from analysis.stats._core import safe_sqrt
@@ -205,8 +205,7 @@ def cls_limit(
     """
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"likelihood: level: expected a number in (0, 1), found {level!r}")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"likelihood: max_steps: expected an integer >= 1, found {max_steps!r}")
+    check_max_steps(max_steps)
     return _limit(templates(states, model), model, float(level), max_steps)
 
 

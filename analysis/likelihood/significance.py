@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from analysis.likelihood.expected import asimov, nll, nuisance_names
-from analysis.likelihood.fit import MAX_STEPS, FitResult, profile
+from analysis.likelihood.fit import MAX_STEPS, FitResult, check_max_steps, profile
 from analysis.likelihood.histograms import templates
 from analysis.likelihood.model import Model
 from analysis.stats._core import safe_sqrt
@@ -117,8 +117,7 @@ def significance(
         float64 JAX scalars ``z`` and ``q0`` (``z = 0`` where ``q0 <= 0``) and the fit,
         differentiable in the states.
     """
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"likelihood: max_steps: expected an integer >= 1, found {max_steps!r}")
+    check_max_steps(max_steps)
     return _significance(templates(states, model), model, _check_gradient(gradient), max_steps)
 
 

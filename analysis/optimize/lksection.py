@@ -5,8 +5,11 @@ results.json (``norm_d``: :func:`analysis.optimize.objectives.dataset_norm`), bu
 model of the config (:func:`analysis.config.likelihood.build_model`), runs the ``mu =
 0`` profile fit and returns :func:`analysis.likelihood.results_section`: templates,
 ``Z`` and ``dZ/dparameter`` (from the states' Jacobian, the envelope gradient), the
-fit's status and nuisances, and the expected CLs upper limit on ``mu`` with its gradient
-(at the ``level`` of the objective's ``cls_upper_limit`` term, else 0.05). ``evaluate`` writes it at the evaluated parameters,
+fit's status and nuisances, and, when asked for (:func:`limit_level`: a
+``cls_upper_limit`` term, or ``likelihood: {upper_limit: true}``), the expected CLs
+upper limit on ``mu`` with its gradient: its root takes several profile fits (and a
+compilation of its own, ~40 s cold), so it is not computed otherwise and
+``likelihood.upper_limit`` is then absent. ``evaluate`` writes it at the evaluated parameters,
 ``optimize`` at the final hard-cut evaluation (top level; no gradient at width 0) and
 under ``final.soft`` / ``final.hard``.
 """
@@ -39,7 +42,7 @@ def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) 
     lk.check_templates(lk.templates(mstates, model), model, lk.edges(mstates, model))
     result = lk.significance(mstates, model)
     level = limit_level(config)
-    limit = lk.cls_limit(mstates, model, level=level)
+    limit = None if level is None else lk.cls_limit(mstates, model, level=level)
     names = next(iter(states.values())).derived.names if states else ()
     grad: dict[str, float] = {}
     limit_grad: dict[str, float] = {}
@@ -47,24 +50,30 @@ def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) 
 
         def z(s):
             ms = model_states(dataset_stats(config, plan, s, sumw, events), config)
-            return {"z": lk.discovery_significance(ms, model),
-                    "limit": lk.upper_limit(ms, model, level=level)}
+            out = {"z": lk.discovery_significance(ms, model)}
+            if level is not None:
+                out["limit"] = lk.upper_limit(ms, model, level=level)
+            return out
 
         _, g, _ = derivatives(z, values, jacs, None, order=1)
         grad = {n: float(v) for n, v in zip(names, g["z"])}
-        limit_grad = {n: float(v) for n, v in zip(names, g["limit"])}
+        if level is not None:
+            limit_grad = {n: float(v) for n, v in zip(names, g["limit"])}
     return lk.results_section(mstates, model, result, grad, limit=limit,
-                              limit_grad=limit_grad, level=level)
+                              limit_grad=limit_grad, level=0.05 if level is None else level)
 
 
-def limit_level(config: Any) -> float:
+def limit_level(config: Any) -> float | None:
     """The CLs level of results.json's ``upper_limit``: that of the objective's first
-    ``cls_upper_limit`` term, else 0.05 (the 95% CL limit)."""
+    ``cls_upper_limit`` term, else 0.05 (the 95% CL limit) with ``likelihood:
+    {upper_limit: true}``, else None (no limit computed)."""
     terms = config.objective.terms if config.objective is not None else []
     for term in terms:
         if getattr(term, "type", None) == "cls_upper_limit":
             return float(term.level)
-    return 0.05
+    if config.likelihood is not None and config.likelihood.upper_limit:
+        return 0.05
+    return None
 
 
 def _floats(a: Any) -> list[float]:

@@ -157,3 +157,16 @@ def test_the_cls_upper_limit_term_loads_and_a_bad_level_is_one_line() -> None:
             config_from_dict(_edit("objective/terms", [{"type": "cls_upper_limit", "level": bad}]))
         msg = str(err.value)
         assert "\n" not in msg and "objective.terms.0" in msg and "level" in msg, msg
+
+
+def test_the_limit_is_asked_for_by_a_term_or_the_likelihood_section() -> None:
+    """results.json's ``upper_limit`` is computed at the term's level, at 0.05 with
+    ``likelihood: {upper_limit: true}``, else not at all (None)."""
+    from analysis.optimize.lksection import limit_level
+
+    assert limit_level(config_from_dict(base())) is None
+    cfg = base()
+    cfg["likelihood"]["upper_limit"] = True
+    assert limit_level(config_from_dict(cfg)) == 0.05
+    cfg = _edit("objective/terms", [{"type": "cls_upper_limit", "level": 0.1}])
+    assert limit_level(config_from_dict(cfg)) == 0.1

@@ -82,8 +82,10 @@ def test_overlapped_pass_is_the_sequential_pass_bit_for_bit(small_data, monkeypa
         read[0] = done[0] = held[0] = 0
         got = ev.run(order=1)
     assert most[0] == 1  # one chunk computes at a time
-    # one chunk computing, one waiting, one being read: no more columns held
-    assert held[0] == AHEAD + 1 == 3
+    # one chunk computing, one waiting, one being read: no more columns held (fewer when
+    # reading is slower than the 50 ms compute, as on a loaded machine: the bound is the point)
+    assert AHEAD + 1 == 3
+    assert 1 <= held[0] <= AHEAD + 1
     assert threads and not threads & {threading.current_thread().name}  # on the chunk thread
     a, b = _leaves(want), _leaves(got)
     assert a.keys() == b.keys()

@@ -62,7 +62,7 @@ def lk_config(data, *, chunksize=1500, executor="iterative", widths=(5.0, 0.05))
         "likelihood": {"channels": {
             "b1": {"histogram": "lead", "selection": [{"count": "bjets", "op": "==", "value": 1}]},
             "b2": {"histogram": "bpt", "selection": [{"count": "bjets", "op": ">=", "value": 2}]},
-        }, "mc_stat": True},
+        }, "mc_stat": True, "upper_limit": True},
         "objective": {"terms": [{"type": "discovery_significance"}]},
     }
 
@@ -189,6 +189,24 @@ def test_upper_limit_of_the_written_templates_is_pyhf(soft) -> None:
     assert 0 < lim["value"] < 1, lim  # Z ~ 11: the limit is well below mu = 1
     assert abs(lim["value"] - obs) <= 2e-3 * lim["value"], (lim["value"], obs)
     assert abs(lim["value"] - exp) <= 2e-3 * lim["value"], (lim["value"], exp)
+
+
+def test_the_limit_is_computed_only_when_asked(small_data, monkeypatch) -> None:
+    """Without a ``cls_upper_limit`` term or ``likelihood: {upper_limit: true}`` the
+    section has no ``upper_limit`` and the limit's root is never run (its compilation
+    took ~40 s cold on every evaluate)."""
+    from analysis import likelihood as lk
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the limit was computed")
+
+    monkeypatch.setattr(lk, "cls_limit", boom)
+    monkeypatch.setattr(lk, "upper_limit", boom)
+    cfg = lk_config(small_data)
+    del cfg["likelihood"]["upper_limit"]
+    sec = section(cfg, order=1, backend="numba")
+    assert "upper_limit" not in sec
+    assert sec["significance"]["value"] > 0 and sec["significance"]["grad"]
 
 
 def _hard_templates(data, ds: str, xsec: float, norm_lumi: float, pt_scale: float = 1.0,

@@ -10,7 +10,8 @@
 - the soft bins' widths are cut widths: annealed with them, and the hard evaluation
   (every width 0) is the ``hist`` fill (tests/pipeline/test_histograms.py's hard test
   runs with soft bins configured too);
-- the numba backend refuses soft bins (one line), so ``auto`` takes the JAX kernel.
+- the numba backend refuses soft bins of an event sum (one line), so ``auto`` takes the
+  JAX kernel (other kinds of x: tests/pipeline/backends/numba/test_fasthist_softbins.py).
 """
 
 from __future__ import annotations

@@ -26,12 +26,14 @@ its walk's probabilities; only its fill is new. The plan's observables read the 
 walk too (region 0: :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`),
 so each shift side's selection is walked once per chunk. Bins as :func:`numpy.searchsorted`
 (``side="right"``) over the edges: underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
-is filled at ``x = 0`` (its value may be garbage; as the JAX kernel).
+is filled at ``x = 0`` (its value may be garbage; as the JAX kernel). Soft bins and
+trainable edges of those entries: :mod:`analysis.pipeline.backends.numba._histfills` (the
+fills; an event sum's stay on the JAX kernel). A shift's columns and walk orders:
+:mod:`analysis.pipeline.backends.numba._histvariants`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Iterator
@@ -41,34 +43,24 @@ import numpy as np
 
 from analysis.pipeline import hardcut
 from analysis.pipeline.backends.numba import _fastleading, fastkernel
-from analysis.pipeline.backends.numba._chunkmemo import chunk_memo, remember
+from analysis.pipeline.backends.numba._chunkmemo import chunk_memo
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
-from analysis.pipeline.backends.numba._fastpool import _run_dynamic, splits, yield_sums
+from analysis.pipeline.backends.numba._fastpool import _run_dynamic
+from analysis.pipeline.backends.numba._histfills import _fill_side, _paired, _run_fills, fill_key
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
     _joint_tables,
     _memo,
-    _region_plan,
     _walk_static,
 )
-from analysis.pipeline.backends.numba.fastkernel import (
-    _event_weights,
-    _inputs,
-    _run_blocks,
-    _work,
-)
-from analysis.pipeline.backends.numba.kernels import (
-    _numba_dp,
-    _numba_esum,
-    _numba_fill,
-    _numba_hist,
-)
-from analysis.pipeline.histplan import GROUPS, factor_values, too_many_uncertain
+from analysis.pipeline.backends.numba._histvariants import _order, _shifted
+from analysis.pipeline.backends.numba.fastkernel import _inputs, _work
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum, _numba_hist
+from analysis.pipeline.histplan import GROUPS, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
 from analysis.select.certain import certain_objects
-from analysis.stats.histogram import Histogram
 
 __all__ = ["evaluate_columns"]
 
@@ -80,49 +72,6 @@ WALK_BLOCK = 1024
 
 
 # --- one walk ------------------------------------------------------------------------
-
-
-def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
-    """``cols`` with the column ``key`` (``C:f`` or ``event:K``) times ``factor`` (new
-    dicts: the cached columns are not touched)."""
-    head, name = key.split(":", 1)
-    if head == "event":
-        return dataclasses.replace(cols, events={**cols.events, name: cols.events[name] * factor})
-    counts, flat = cols.collections[head]
-    return dataclasses.replace(
-        cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
-
-
-def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, flat: dict,
-           src: tuple, blocks, threads) -> tuple[np.ndarray, Any]:
-    """``(order, whose)``: collection ``c``'s objects by descending ``rank``
-    (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.rank_order`) in the variant ``side`` (None:
-    the nominal columns, else its shift ``(column, factor)``; ``flat``: its fields), and
-    whose order that is: the nominal one (None) wherever it still holds
-    (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.is_rank_order`: a shift by a positive factor
-    keeps it in all but rare near-ties), else the variant's own (``side``). The orders
-    of one pass over the chunk are kept in ``ranked``; whether the nominal order holds
-    for a variant (no parameter changes it) in the chunk's ``memo``, with ``src``, the
-    nominal counts and ranking field it comes from
-    (:func:`analysis.pipeline.backends.numba._chunkmemo.remember`: a bool per variant, where the
-    orders themselves would weigh as much as two of the chunk's columns)."""
-
-    def own():
-        out = np.empty(int(off[-1]), np.int64)
-        key = np.ascontiguousarray(flat[rank], np.float64)
-        _run_blocks(_numba_hist.rank_order, (off, key, out, blocks[0]), blocks[1], threads)
-        return out
-
-    if side is None:
-        if (c, rank) not in ranked:
-            ranked[c, rank] = own()
-        return ranked[c, rank], None
-    nominal = ranked.get((c, rank))
-    if nominal is not None and remember(
-            memo, ("holds", c, rank, side), src, lambda: bool(_numba_hist.is_rank_order(
-                off, np.ascontiguousarray(flat[rank], np.float64), nominal))):
-        return nominal, None
-    return own(), side
 
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
@@ -373,158 +322,6 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
     return es, n_unc
 
 
-def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: dict) -> np.ndarray:
-    """``(V, E)`` per-event factors of the specs' weight variations (1: none), from the
-    event columns of ``cols``; ``rows`` (one pass's, per set of event columns) keeps each
-    variation's row and each set of rows already made (the templates of several channels
-    share them). Not kept across passes: a chunk's rows would weigh as much as a third
-    of its columns in the AGC configuration, for ~1 ms a pass."""
-    trees = tuple(None if s.weight is None else plan.weights[s.weight].tree for s in specs)
-    if trees not in rows:
-        out = np.empty((len(specs), int(cols.n_events)))
-        for i, tree in enumerate(trees):
-            if tree is None:
-                out[i] = 1.0
-                continue
-            if ("row", tree) not in rows:
-                events = {f"event:{k}": v for k, v in cols.events.items()}
-                fv = factor_values(tree, events)
-                # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
-                rows["row", tree] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
-            out[i] = rows["row", tree]
-        rows[trees] = out
-    return rows[trees]
-
-
-def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
-               trainable, evs: dict, value: dict, jac: dict, tasks: list,
-               threads: int | None = None, yields: dict | None = None) -> None:
-    """The histogram fills of one shift side (``fills``: ``{(region, x): specs}``) from
-    its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, kernel,
-    args, finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
-    and ``jac``, each ``{group: {key: Histogram}}``); the selected yield and its sum of
-    squares of the nominal side at once, into ``yields`` (``"value"``, ``"jac"``: pairs). ``evs``: the regions'
-    event weights by ``(shift side, region)``, the side None for the nominal and for
-    every shift of an object field (it leaves them as they are), and under
-    ``("factors", side)`` the weight variations' factors (:func:`_factors`);
-    ``threads``: the pass's (the yield sums run on them)."""
-    nl = len(trainable) + 1
-    n_ev = int(c.n_events)
-    weight = np.ascontiguousarray(c.weight, dtype=np.float64)
-    ekey = shift if shift is not None and plan.shifts[shift].key.startswith("event:") else None
-    for r in wk["pe"]:
-        if (ekey, r) not in evs:
-            sub = _memo(plan, ("region", r), lambda r=r: _region_plan(plan, r))
-            evs[ekey, r] = _event_weights(c, sub, theta, widths, trainable)
-    if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
-        ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK,
-                        threads)
-        if yields is not None:
-            yields["value"] = (np.array(ys[0, 0], dtype=np.float64),
-                               np.array(ys[1, 0], dtype=np.float64))
-            yields["jac"] = (ys[0, 1:], ys[1, 1:])
-    width = 4 if nl <= 4 else _numba_dp.LANES  # the lanes that carry something
-    for (region, node), group in fills.items():
-        edges = group[0].edges
-        sumw = np.zeros((len(group), len(edges) + 1, width))
-        sumw2 = np.zeros_like(sumw)
-
-        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
-            for i, spec in enumerate(group):
-                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
-                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
-                                                      sumw2[i, :, 1:nl])
-
-        if node.kind in _SUMS:  # per event, its bins' probabilities
-            pb = wk["es"][region, node]
-            args = (np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
-                    _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
-                    weight, sumw, sumw2)
-            # a range of bins per thread: each bin's sums stay one sequential sum over
-            # the events (the same bits), the threads write disjoint bins
-            n_b = pb.shape[1]
-            cuts = splits(n_b, max(1, min(fastkernel._threads(threads), n_b)))
-            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-                tasks.append((pb.shape[0] * (hi - lo) * (1 + len(group)), _numba_esum.fill_bins,
-                              (*args, lo, hi), finish if lo == 0 else _nothing))
-            continue
-        if node.kind == "branch":
-            x = c.events[node.head]
-            p, off = wk["pe"][region], np.arange(n_ev + 1, dtype=np.int64)
-        else:
-            s = node.head if node.kind == "field" else node.slots[0][0]
-            coll = plan.sets.collection_of(s)
-            ci = wk["collections"].index(coll)
-            lo, hi = int(wk["base"][ci]), int(wk["base"][ci + 1])
-            p = (wk["ow"][(region, s)] if node.kind == "field"
-                 else wk["lw"][(region, s, node.slots[0][1])])[lo:hi]
-            off = wk["coff"][ci]
-            x = wk["flats"][coll][node.field]
-        x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
-        tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (
-            off, x, np.ascontiguousarray(p), evs[ekey, region],
-            _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
-            weight, np.asarray(edges, np.float64), sumw,
-            sumw2), finish))
-
-
-def _nothing() -> None:
-    """The ``finish`` of a fill task whose states another task of its histogram makes."""
-
-
-def _paired(one: list, two: list) -> list:
-    """The fill tasks of the two sides of a shift, each pair of the same histogram that
-    shares its entries' offsets, event weights and factors (an object field's shift
-    leaves them as they are) as one :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill_pair`
-    (each side's sums as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill` makes them)."""
-    out = []
-    for a, b in zip(one, two, strict=True):
-        if a[1] is not _numba_fill.fill or b[1] is not _numba_fill.fill:
-            out += [a, b]
-            continue
-        (ca, _, (off, x, p, ev, factors, weight, edges, sumw, sumw2), fa) = a
-        (cb, _, (off_b, x_b, p_b, ev_b, factors_b, weight_b, edges_b, sumw_b, sumw2_b), fb) = b
-        if (sumw.shape == sumw_b.shape and sumw.shape[2] == 4 and ev is ev_b
-                and factors is factors_b and weight is weight_b
-                and np.array_equal(edges, edges_b) and np.array_equal(off, off_b)):
-
-            def finish(fa=fa, fb=fb) -> None:
-                fa()
-                fb()
-
-            out.append((ca + cb, _numba_fill.fill_pair,
-                        (off, x, p, x_b, p_b, ev, factors, weight, edges, sumw, sumw2, sumw_b,
-                         sumw2_b), finish))
-        else:
-            out += [a, b]
-    return out
-
-
-def _fill_bins(bins: list, b0: int, b1: int) -> None:
-    for b in range(b0, b1):
-        for kernel, args in bins[b]:
-            kernel(*args)
-
-
-def _run_fills(tasks: list, threads: int | None) -> None:
-    """Every fill of ``tasks`` (:func:`_fill_side`), the costliest first, each to the
-    thread with the least work so far (each fill is its own sequential sum, whichever
-    thread runs it: no bit depends on the threads), then their states. Each kernel is
-    compiled first with the SLP vectorizer
-    (:func:`analysis.pipeline.backends.numba.kernels._jit.vectorised`: the same floats)."""
-    n = max(1, min(fastkernel._threads(threads), len(tasks)))
-    bins: list[list] = [[] for _ in range(n)]
-    load = [0] * n
-    for cost, kernel, args, _ in sorted(tasks, key=lambda t: -t[0]):
-        i = load.index(min(load))
-        # compiled here (SLP vectorizer on), not by the first thread to call it
-        bins[i].append((_numba_dp.vectorised(kernel, args), args))
-        load[i] += cost
-    _run_blocks(_fill_bins, (bins,), n, threads)
-    for *_, finish in tasks:
-        finish()
-
-
 def _observables(cols: ChunkColumns, plan: Plan, wk: dict, ev: np.ndarray, nl: int,
                  threads: int | None) -> tuple[dict, dict]:
     """The observables' ``(value, jac)`` from the nominal walk ``wk`` (:func:`_walk` with
@@ -573,7 +370,7 @@ def evaluate_columns(
     # per shift side, the specs filled from one set of entries: (region, x), its variations
     groups: dict[int | None, dict[tuple, list]] = {None: {}}
     for spec in plan.hists:
-        groups.setdefault(spec.shift, {}).setdefault((spec.region, spec.node), []).append(spec)
+        groups.setdefault(spec.shift, {}).setdefault(fill_key(spec), []).append(spec)
     value: dict[str, Any] = {group: {} for group in GROUPS}  # the histogram states
     jac: dict[str, Any] = {group: {} for group in GROUPS}
     yields: dict[str, tuple] = {}

@@ -97,10 +97,10 @@ def setup(*, hard: bool = False, observables: bool = False, n_jets: float = 3.4)
     return plan, theta, widths
 
 
-def assert_trees_close(ref, got, what: str) -> None:
-    """Histogram leaves at :data:`RTOL`; moments as test_fastkernel compares them (the
-    centre and its offset summed: the split is the kernel's own)."""
-    assert_close(ref, got, RTOL, what)
+def assert_trees_close(ref, got, what: str, rtol: float = RTOL) -> None:
+    """Histogram leaves at ``rtol`` (default :data:`RTOL`); moments as test_fastkernel
+    compares them (the centre and its offset summed: the split is the kernel's own)."""
+    assert_close(ref, got, rtol, what)
     ref = {k: ref[k] for k in ("histograms", "templates")}
     got = {k: got[k] for k in ("histograms", "templates")}
     assert jax.tree_util.tree_structure(ref) == jax.tree_util.tree_structure(got), what
@@ -112,7 +112,7 @@ def assert_trees_close(ref, got, what: str) -> None:
         assert np.array_equal(np.isnan(x), np.isnan(y)), key
         scale = np.max(np.abs(x), initial=0.0)
         err = np.max(np.abs(x - y), initial=0.0)
-        assert err <= RTOL * scale or err == 0.0, f"{key}: {x} vs {y} ({err / scale:.1e})"
+        assert err <= rtol * scale or err == 0.0, f"{key}: {x} vs {y} ({err / scale:.1e})"
 
 
 def compare(plan, cols, theta, widths, *, order: int = 1):

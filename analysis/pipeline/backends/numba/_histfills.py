@@ -1,0 +1,205 @@
+"""The histogram fills of :mod:`analysis.pipeline.backends.numba.fasthist`: from a walk's entry
+probabilities to the histogram states.
+
+:func:`_fill_side` turns one shift side's walk into fill tasks (one per group of specs
+filled from one set of entries: a histogram, its channel templates and their weight
+variations), :func:`_paired` fuses the two sides of a shift, :func:`_run_fills` runs the
+tasks on threads (each fill its own sequential sum: no bit depends on the threads) and
+makes the states. Hard bins fill with
+:func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`; soft bins (a histogram's
+``width > 0``) with :func:`analysis.pipeline.backends.numba.kernels._numba_softbins.fill_soft`,
+at the edges of the pass's parameters (trainable edges: their tangents in the lanes of
+their parameters), the meaning of :mod:`analysis.stats.softbins`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analysis.pipeline.backends.numba import fastkernel
+from analysis.pipeline.backends.numba._fastpool import splits, yield_sums
+from analysis.pipeline.backends.numba._fasttables import _par_index
+from analysis.pipeline.backends.numba._histtables import _memo, _region_plan
+from analysis.pipeline.backends.numba.fastkernel import _event_weights, _run_blocks
+from analysis.pipeline.backends.numba.kernels import (
+    _numba_dp,
+    _numba_esum,
+    _numba_fill,
+    _numba_softbins,
+)
+from analysis.pipeline.histplan import factor_values
+from analysis.pipeline.layout import ChunkColumns
+from analysis.pipeline.plan import Plan
+from analysis.stats.histogram import Histogram
+
+__all__ = ["fill_key"]
+
+_SUMS = ("sum", "count")
+
+
+def _factors(plan: Plan, specs, cols: ChunkColumns, weight: np.ndarray, rows: dict) -> np.ndarray:
+    """``(V, E)`` per-event factors of the specs' weight variations (1: none), from the
+    event columns of ``cols``; ``rows`` (one pass's, per set of event columns) keeps each
+    variation's row and each set of rows already made (the templates of several channels
+    share them). Not kept across passes: a chunk's rows would weigh as much as a third
+    of its columns in the AGC configuration, for ~1 ms a pass."""
+    trees = tuple(None if s.weight is None else plan.weights[s.weight].tree for s in specs)
+    if trees not in rows:
+        out = np.empty((len(specs), int(cols.n_events)))
+        for i, tree in enumerate(trees):
+            if tree is None:
+                out[i] = 1.0
+                continue
+            if ("row", tree) not in rows:
+                events = {f"event:{k}": v for k, v in cols.events.items()}
+                fv = factor_values(tree, events)
+                # events of weight 0 may divide 0 by 0: their factor is 0 (as the JAX kernel)
+                rows["row", tree] = np.where(weight != 0, np.asarray(fv, np.float64), 0.0)
+            out[i] = rows["row", tree]
+        rows[trees] = out
+    return rows[trees]
+
+
+def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta, widths,
+               trainable, evs: dict, value: dict, jac: dict, tasks: list,
+               threads: int | None = None, yields: dict | None = None) -> None:
+    """The histogram fills of one shift side (``fills``: ``{fill_key: specs}``) from
+    its walk ``wk`` on its columns ``c`` appended to ``tasks`` as ``(cost, kernel,
+    args, finish)`` (:func:`_run_fills` runs them; ``finish`` puts the states into ``value``
+    and ``jac``, each ``{group: {key: Histogram}}``); the selected yield and its sum of
+    squares of the nominal side at once, into ``yields`` (``"value"``, ``"jac"``: pairs). ``evs``: the regions'
+    event weights by ``(shift side, region)``, the side None for the nominal and for
+    every shift of an object field (it leaves them as they are), and under
+    ``("factors", side)`` the weight variations' factors (:func:`_factors`);
+    ``threads``: the pass's (the yield sums run on them)."""
+    nl = len(trainable) + 1
+    n_ev = int(c.n_events)
+    weight = np.ascontiguousarray(c.weight, dtype=np.float64)
+    ekey = shift if shift is not None and plan.shifts[shift].key.startswith("event:") else None
+    for r in wk["pe"]:
+        if (ekey, r) not in evs:
+            sub = _memo(plan, ("region", r), lambda r=r: _region_plan(plan, r))
+            evs[ekey, r] = _event_weights(c, sub, theta, widths, trainable)
+    if shift is None:  # the selected yield as the numba kernel sums it (fastkernel)
+        ys = yield_sums(evs[None, 0], np.ascontiguousarray(wk["pe"][0]), nl, fastkernel.BLOCK,
+                        threads)
+        if yields is not None:
+            yields["value"] = (np.array(ys[0, 0], dtype=np.float64),
+                               np.array(ys[1, 0], dtype=np.float64))
+            yields["jac"] = (ys[0, 1:], ys[1, 1:])
+    width = 4 if nl <= 4 else _numba_dp.LANES  # the lanes that carry something
+    for (region, node, *_), group in fills.items():
+        edges = group[0].edges
+        sumw = np.zeros((len(group), len(edges) + 1, width))
+        sumw2 = np.zeros_like(sumw)
+
+        def finish(group=group, edges=edges, sumw=sumw, sumw2=sumw2) -> None:
+            for i, spec in enumerate(group):
+                value[spec.group][spec.key] = Histogram(edges, sumw[i, :, 0], sumw2[i, :, 0])
+                jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
+                                                      sumw2[i, :, 1:nl])
+
+        if node.kind in _SUMS:  # per event, its bins' probabilities
+            pb = wk["es"][region, node]
+            args = (np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
+                    _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
+                    weight, sumw, sumw2)
+            # a range of bins per thread: each bin's sums stay one sequential sum over
+            # the events (the same bits), the threads write disjoint bins
+            n_b = pb.shape[1]
+            cuts = splits(n_b, max(1, min(fastkernel._threads(threads), n_b)))
+            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+                tasks.append((pb.shape[0] * (hi - lo) * (1 + len(group)), _numba_esum.fill_bins,
+                              (*args, lo, hi), finish if lo == 0 else _nothing))
+            continue
+        if node.kind == "branch":
+            x = c.events[node.head]
+            p, off = wk["pe"][region], np.arange(n_ev + 1, dtype=np.int64)
+        else:
+            s = node.head if node.kind == "field" else node.slots[0][0]
+            coll = plan.sets.collection_of(s)
+            ci = wk["collections"].index(coll)
+            lo, hi = int(wk["base"][ci]), int(wk["base"][ci + 1])
+            p = (wk["ow"][(region, s)] if node.kind == "field"
+                 else wk["lw"][(region, s, node.slots[0][1])])[lo:hi]
+            off = wk["coff"][ci]
+            x = wk["flats"][coll][node.field]
+        x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
+        head = (off, x, np.ascontiguousarray(p), evs[ekey, region],
+                _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
+                weight, np.asarray(group[0].edges_of(theta), np.float64))
+        spec = group[0]
+        soft = 0.0 if spec.width_index is None else float(widths[spec.width_index])
+        if soft > 0.0:  # soft bins, their edges' tangents in their parameters' lanes
+            elane = np.zeros(len(edges), np.int64)  # lane 0: a fixed edge
+            for j, par in enumerate(spec.edge_params or (), start=1):
+                elane[j] = 1 + _par_index(trainable, par)
+            tasks.append((x.shape[0] * len(edges) * (2 + len(group)),
+                          _numba_softbins.fill_soft, (*head, soft, elane, sumw, sumw2),
+                          finish))
+            continue
+        tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (*head, sumw, sumw2),
+                      finish))
+
+
+def fill_key(spec) -> tuple:
+    """The specs filled from one set of entries by one fill: one region and ``x``, with
+    the same bins (soft bins' width, trainable edges)."""
+    return (spec.region, spec.node, spec.edges, spec.width_index, spec.edge_params)
+
+
+def _nothing() -> None:
+    """The ``finish`` of a fill task whose states another task of its histogram makes."""
+
+
+def _paired(one: list, two: list) -> list:
+    """The fill tasks of the two sides of a shift, each pair of the same histogram that
+    shares its entries' offsets, event weights and factors (an object field's shift
+    leaves them as they are) as one :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill_pair`
+    (each side's sums as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill` makes them)."""
+    out = []
+    for a, b in zip(one, two, strict=True):
+        if a[1] is not _numba_fill.fill or b[1] is not _numba_fill.fill:
+            out += [a, b]
+            continue
+        (ca, _, (off, x, p, ev, factors, weight, edges, sumw, sumw2), fa) = a
+        (cb, _, (off_b, x_b, p_b, ev_b, factors_b, weight_b, edges_b, sumw_b, sumw2_b), fb) = b
+        if (sumw.shape == sumw_b.shape and sumw.shape[2] == 4 and ev is ev_b
+                and factors is factors_b and weight is weight_b
+                and np.array_equal(edges, edges_b) and np.array_equal(off, off_b)):
+
+            def finish(fa=fa, fb=fb) -> None:
+                fa()
+                fb()
+
+            out.append((ca + cb, _numba_fill.fill_pair,
+                        (off, x, p, x_b, p_b, ev, factors, weight, edges, sumw, sumw2, sumw_b,
+                         sumw2_b), finish))
+        else:
+            out += [a, b]
+    return out
+
+
+def _fill_bins(bins: list, b0: int, b1: int) -> None:
+    for b in range(b0, b1):
+        for kernel, args in bins[b]:
+            kernel(*args)
+
+
+def _run_fills(tasks: list, threads: int | None) -> None:
+    """Every fill of ``tasks`` (:func:`_fill_side`), the costliest first, each to the
+    thread with the least work so far (each fill is its own sequential sum, whichever
+    thread runs it: no bit depends on the threads), then their states. Each kernel is
+    compiled first with the SLP vectorizer
+    (:func:`analysis.pipeline.backends.numba.kernels._jit.vectorised`: the same floats)."""
+    n = max(1, min(fastkernel._threads(threads), len(tasks)))
+    bins: list[list] = [[] for _ in range(n)]
+    load = [0] * n
+    for cost, kernel, args, _ in sorted(tasks, key=lambda t: -t[0]):
+        i = load.index(min(load))
+        # compiled here (SLP vectorizer on), not by the first thread to call it
+        bins[i].append((_numba_dp.vectorised(kernel, args), args))
+        load[i] += cost
+    _run_blocks(_fill_bins, (bins,), n, threads)
+    for *_, finish in tasks:
+        finish()

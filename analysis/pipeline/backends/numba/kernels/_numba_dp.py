@@ -35,15 +35,10 @@ from analysis.pipeline.backends.numba.kernels._jit import (
     specialise,
     vectorised,
 )
-from analysis.pipeline.backends.numba.kernels.lanes import (
-    LANES,
-    axpy,
+from analysis.pipeline.backends.numba.kernels.lane_buffers import (
     keep_sum,
     lane_buffer,
     lane_buffer4,
-    lin,
-    lin_add,
-    lin_add2,
     no_tangent,
     set_value,
     set_vec,
@@ -51,6 +46,13 @@ from analysis.pipeline.backends.numba.kernels.lanes import (
     table_init,
     tangents,
     vec_mul_add,
+)
+from analysis.pipeline.backends.numba.kernels.lanes import (
+    LANES,
+    axpy,
+    lin,
+    lin_add,
+    lin_add2,
     vec_zero,
     zero_at,
 )

@@ -47,16 +47,15 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import inline, njit, specialise
-from analysis.pipeline.backends.numba.kernels.lanes import (
-    LANES,
+from analysis.pipeline.backends.numba.kernels.lane_layouts import (
     any_lane,
     coefficients,
     first_page,
     lane_shape,
-    mul_add,
     table_pair,
     unit,
 )
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, mul_add
 from analysis.pipeline.backends.numba.kernels.walk import (
     backward,
     clear,

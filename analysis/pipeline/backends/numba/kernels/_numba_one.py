@@ -47,8 +47,7 @@ import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import cut_product, inverse_width
-from analysis.pipeline.backends.numba.kernels.lanes import (
-    LANES,
+from analysis.pipeline.backends.numba.kernels.lane_buffers import (
     lane_buffer,
     set_value,
     store_row,
@@ -56,8 +55,8 @@ from analysis.pipeline.backends.numba.kernels.lanes import (
     tangent_row,
     tangent_rows,
     weight_row,
-    zero_at,
 )
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, zero_at
 from analysis.pipeline.backends.numba.kernels.walk import chain_backward, chain_forward, weight
 
 __all__ = ["select_one"]

@@ -24,25 +24,22 @@ from the arrays it passes (``(states, LANES)`` or ``(states,)``). A lane vector 
 pages ``(2, LANES)`` (the histogram walk's four variants: two pairs,
 :mod:`~analysis.pipeline.backends.numba.kernels._numba_hist`) is each page's pair
 arithmetic, by element (a row view of a page in the walk's innermost loop would cost a
-reference count each time); the walk's own layout helpers (:func:`lane_shape`,
-:func:`coefficients`, :func:`unit`, :func:`table_pair`, :func:`first_page`,
-:func:`any_lane`, :func:`registers`) are specialised on it the same way.
+reference count each time); :func:`registers` and the walk's own layout helpers
+(:mod:`~analysis.pipeline.backends.numba.kernels.lane_layouts`) are specialised on it the
+same way, and a kernel's buffers and outputs on whether it has tangents
+(:mod:`~analysis.pipeline.backends.numba.kernels.lane_buffers`).
 """
 
 from __future__ import annotations
 
-import numpy as np
 from numba import types
 
 from analysis.pipeline.backends.numba.kernels._jit import inline, specialise
 
 __all__ = [
-    "LANES", "any_lane", "axpy", "chain_in", "chain_out", "chain_set", "coefficients",
-    "dot_add", "dot_end", "dot_zero", "first_page", "keep_sum", "lane_buffer", "lane_buffer4",
-    "lane_shape", "lin", "lin2", "lin_add", "lin_add2", "mul_add", "no_tangent", "registers",
-    "set_value",
-    "set_vec", "store_row", "table_init", "table_pair", "tangent_row", "tangent_rows",
-    "tangents", "unit", "vec_axpy", "vec_mul_add", "vec_zero", "weight_row", "zero_at",
+    "LANES", "axpy", "chain_in", "chain_out", "chain_set", "dot_add", "dot_end", "dot_zero",
+    "lin", "lin2", "lin_add", "lin_add2", "mul_add", "registers", "vec_axpy", "vec_zero",
+    "zero_at",
 ]
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
@@ -120,6 +117,27 @@ def _pages(t) -> bool:
     (``(2, LANES)``: four variants, two pairs side by side, ``h = 4`` in each page; their
     probabilities ``a`` an array of four, ``a[2 q]``, ``a[2 q + 1]`` page ``q``'s pair)."""
     return isinstance(t, types.Array) and t.ndim == 2
+
+
+def registers(d):
+    """The tangents ``d`` as a loop over states reads them: ``d`` itself, or for two pages a
+    tuple of their 16 lanes (read once before the loop and kept in registers: the loop
+    stores into an array that, for all LLVM knows, might be ``d``, so it would read ``d``
+    again at every state)."""
+    raise NotImplementedError("compiled only (numba)")
+
+
+@specialise(registers)
+def _registers(d):
+    if _pages(d):
+        def pages(d):
+            return (d[0, 0], d[0, 1], d[0, 2], d[0, 3], d[0, 4], d[0, 5], d[0, 6], d[0, 7],
+                    d[1, 0], d[1, 1], d[1, 2], d[1, 3], d[1, 4], d[1, 5], d[1, 6], d[1, 7])
+        return pages
+
+    def same(d):
+        return d
+    return same
 
 
 def mul_add(out, t, a, a_hi, x, h, d):
@@ -373,412 +391,3 @@ def _zero_at(out, t):
     def values(out, t):
         out[t] = 0.0
     return values
-
-
-# --- the same for a kernel's buffers and outputs: tangents, or none (a number) -----------
-
-
-def _has(t) -> bool:
-    """Whether the numba type ``t`` of a kernel's tangent argument (``pd_all``, ``df``) is
-    an array (tangents asked for), else a number (``0.0``: values only)."""
-    return isinstance(t, types.Array)
-
-
-def lane_buffer(n, m, d):
-    """A float64 buffer ``(n, m, LANES)`` where ``d`` (a tangent argument) is an array, else
-    ``(n, m)``; contents undefined."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(lane_buffer)
-def _lane_buffer(n, m, d):
-    if _has(d):
-        def lanes(n, m, d):
-            return np.empty((n, m, LANES))
-        return lanes
-
-    def values(n, m, d):
-        return np.empty((n, m))
-    return values
-
-
-def lane_buffer4(n, m, s, d):
-    """:func:`lane_buffer` of ``(n, m, s[, LANES])``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(lane_buffer4)
-def _lane_buffer4(n, m, s, d):
-    if _has(d):
-        def lanes(n, m, s, d):
-            return np.empty((n, m, s, LANES))
-        return lanes
-
-    def values(n, m, s, d):
-        return np.empty((n, m, s))
-    return values
-
-
-def tangents(d, g, p):
-    """``d[g, p]`` (the tangents of object ``g``'s pattern ``p``), or ``0.0`` (none)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(tangents)
-def _tangents(d, g, p):
-    if _has(d):
-        def lanes(d, g, p):
-            return d[g, p]
-        return lanes
-
-    def values(d, g, p):
-        return 0.0
-    return values
-
-
-def tangent_rows(n, d):
-    """A float64 buffer ``(n, LANES)`` of tangent rows where ``d`` (a tangent argument) is
-    an array, else ``0.0`` (none: values only); contents undefined."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(tangent_rows)
-def _tangent_rows(n, d):
-    if _has(d):
-        def lanes(n, d):
-            return np.empty((n, LANES))
-        return lanes
-
-    def values(n, d):
-        return 0.0
-    return values
-
-
-def tangent_row(d, j):
-    """``d[j]`` (row ``j`` of :func:`tangent_rows`), or ``0.0`` (none)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(tangent_row)
-def _tangent_row(d, j):
-    if _has(d):
-        def lanes(d, j):
-            return d[j]
-        return lanes
-
-    def values(d, j):
-        return 0.0
-    return values
-
-
-def weight_row(row, q, inner, h, d):
-    """An output row from an object's probability ``q`` (tangents ``d``) and its inner
-    sum (:func:`analysis.pipeline.backends.numba.kernels.walk.weight`: ``inner`` with
-    tangents, its value ``h``): ``row = 0 + (q inner + h d)`` (:func:`lin_add` into a
-    cleared row); values (``d`` a number): ``row[0] = q h``, the other lanes zero."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(weight_row)
-def _weight_row(row, q, inner, h, d):
-    if _has(d):
-        def lanes(row, q, inner, h, d):
-            for r in range(LANES):
-                row[r] = 0.0
-            lin_add(row, q, inner, h, d)
-        return lanes
-
-    def values(row, q, inner, h, d):
-        row[0] = q * h
-        for r in range(1, row.shape[0]):
-            row[r] = 0.0
-    return values
-
-
-def no_tangent(d, g, p):
-    """Whether ``d[g, p]`` is zero in every tangent lane (true where there are none)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(no_tangent)
-def _no_tangent(d, g, p):
-    if _has(d):
-        def lanes(d, g, p):
-            for r in range(1, LANES):
-                if d[g, p, r] != 0.0:
-                    return False
-            return True
-        return lanes
-
-    def values(d, g, p):
-        return True
-    return values
-
-
-def table_init(G, k, f, df):
-    """``G[k] = (f[k], df[k, 1:])`` (value lane ``f``, tangent lanes ``df``), or ``f[k]``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(table_init)
-def _table_init(G, k, f, df):
-    if _has(df):
-        def lanes(G, k, f, df):
-            for r in range(LANES):
-                G[k, r] = df[k, r]
-            G[k, 0] = f[k]
-        return lanes
-
-    def values(G, k, f, df):
-        G[k] = f[k]
-    return values
-
-
-def set_vec(out, t, x):
-    """``out[t] = x`` (every lane)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(set_vec)
-def _set_vec(out, t, x):
-    if _lanes(x):
-        def lanes(out, t, x):
-            for r in range(LANES):
-                out[t, r] = x[r]
-        return lanes
-
-    def values(out, t, x):
-        out[t] = x
-    return values
-
-
-def set_value(out, t, v):
-    """The value lane of ``out[t]`` set to the number ``v`` (the tangents kept)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(set_value)
-def _set_value(out, t, v):
-    if out.ndim == 2:
-        def lanes(out, t, v):
-            out[t, 0] = v
-        return lanes
-
-    def values(out, t, v):
-        out[t] = v
-    return values
-
-
-def keep_sum(H, p, v):
-    """``H[p] = v`` for values only (with tangents :func:`dot_end` wrote ``H[p]``)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(keep_sum)
-def _keep_sum(H, p, v):
-    if H.ndim == 2:
-        def lanes(H, p, v):
-            pass
-        return lanes
-
-    def values(H, p, v):
-        H[p] = v
-    return values
-
-
-def vec_mul_add(acc, a, x, d):
-    """``acc + a x + x_0 d`` (lanes: into ``acc``, returned), or ``acc + a x``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(vec_mul_add)
-def _vec_mul_add(acc, a, x, d):
-    if _lanes(x):
-        def lanes(acc, a, x, d):
-            x0 = x[0]
-            for r in range(LANES):
-                acc[r] += a * x[r] + x0 * d[r]
-            return acc
-        return lanes
-
-    def values(acc, a, x, d):
-        return acc + a * x
-    return values
-
-
-def store_row(out, x):
-    """An output row ``out`` (``(LANES,)`` or fewer lanes) from the lane vector ``x``; a
-    number into lane 0, the other lanes zero."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(store_row)
-def _store_row(out, x):
-    if _lanes(x):
-        def lanes(out, x):
-            for r in range(LANES):
-                out[r] = x[r]
-        return lanes
-
-    def values(out, x):
-        out[0] = x
-        for r in range(1, out.shape[0]):
-            out[r] = 0.0
-    return values
-
-
-# --- the walk's layouts of variants: one or a pair in LANES lanes, or two pairs in pages --
-
-
-def _paged(d) -> bool:
-    """Whether the numba type ``d`` of a walk's pattern tangents (``pd_all``) is the paged
-    layout ``(N, P, 2, LANES)`` (two pairs), else ``(N, P, LANES)`` (one variant or a pair)."""
-    return isinstance(d, types.Array) and d.ndim == 4
-
-
-def lane_shape(d):
-    """The shape of one lane vector of a walk whose pattern tangents are ``d``: ``(LANES,)``,
-    or ``(2, LANES)`` for the paged layout (:func:`_paged`); constants at compile time."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(lane_shape)
-def _lane_shape(d):
-    if _paged(d):
-        def pages(d):
-            return (2, LANES)
-        return pages
-
-    def lanes(d):
-        return (LANES,)
-    return lanes
-
-
-def registers(d):
-    """The tangents ``d`` as a loop over states reads them: ``d`` itself, or for two pages a
-    tuple of their 16 lanes (read once before the loop and kept in registers: the loop
-    stores into an array that, for all LLVM knows, might be ``d``, so it would read ``d``
-    again at every state)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(registers)
-def _registers(d):
-    if _pages(d):
-        def pages(d):
-            return (d[0, 0], d[0, 1], d[0, 2], d[0, 3], d[0, 4], d[0, 5], d[0, 6], d[0, 7],
-                    d[1, 0], d[1, 1], d[1, 2], d[1, 3], d[1, 4], d[1, 5], d[1, 6], d[1, 7])
-        return pages
-
-    def same(d):
-        return d
-    return same
-
-
-def coefficients(pv_all, d, g, p):
-    """Object ``g``'s pattern ``p`` probabilities as the walk's steps take them (``a``,
-    ``a_hi`` of :func:`mul_add`): ``(pv_all[g, p, 0], pv_all[g, p, 1])``, or for the
-    paged layout of ``d`` (:func:`_paged`) the four variants' ``pv_all[g, p]`` (twice)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(coefficients)
-def _coefficients(pv_all, d, g, p):
-    if _paged(d):
-        def pages(pv_all, d, g, p):
-            a = (pv_all[g, p, 0], pv_all[g, p, 1], pv_all[g, p, 2], pv_all[g, p, 3])
-            return a, a
-        return pages
-
-    def pair(pv_all, d, g, p):
-        return pv_all[g, p, 0], pv_all[g, p, 1]
-    return pair
-
-
-def unit(x, h):
-    """The lane vector ``x`` set to the number 1 in its value lanes (``0`` and ``h`` of
-    each page), its tangents 0."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(unit)
-def _unit(x, h):
-    if _pages(x):
-        def pages(x, h):
-            for q in range(x.shape[0]):
-                x[q] = 0.0
-                x[q, 0] = 1.0
-                x[q, h] = 1.0
-        return pages
-
-    def lanes(x, h):
-        x[:] = 0.0
-        x[0] = 1.0
-        x[h] = 1.0
-    return lanes
-
-
-def table_pair(G, k, f, df, h):
-    """``G[k]``: the pass table's value ``f`` in the value lanes (``0`` and ``h`` of each
-    page), its tangents ``df`` (``LANES`` lanes, a pair's layout) in the others."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(table_pair)
-def _table_pair(G, k, f, df, h):
-    if G.ndim == 3:
-        def pages(G, k, f, df, h):
-            for q in range(G.shape[1]):
-                for r in range(LANES):
-                    G[k, q, r] = df[r]
-                G[k, q, 0] = f
-                G[k, q, h] = f
-        return pages
-
-    def lanes(G, k, f, df, h):
-        for r in range(LANES):
-            G[k, r] = df[r]
-        G[k, 0] = f
-        G[k, h] = f
-    return lanes
-
-
-def first_page(x):
-    """``x`` (one page of lanes), or its first page."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(first_page)
-def _first_page(x):
-    if _pages(x):
-        def pages(x):
-            return x[0]
-        return pages
-
-    def lanes(x):
-        return x
-    return lanes
-
-
-def any_lane(x):
-    """Whether any lane of the lane vector ``x`` (every page) is nonzero (or NaN)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(any_lane)
-def _any_lane(x):
-    if _pages(x):
-        def pages(x):
-            for q in range(x.shape[0]):
-                for r in range(LANES):
-                    if x[q, r] != 0.0:
-                        return True
-            return False
-        return pages
-
-    def lanes(x):
-        for r in range(LANES):
-            if x[r] != 0.0:
-                return True
-        return False
-    return lanes

@@ -27,6 +27,8 @@ CAPS = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 NOT_SWITCHES = {
     # analysis.select.cuts' registry of cut kinds: a test registers a new kind
     "KINDS": "a registry extended by a test",
+    # its op names, derived from KINDS at import: extended together with it
+    "OPS": "a registry's names extended by a test",
     # analysis.pipeline.backends.numba.rules' registry of numba rules: a test registers one
     "RULES": "a registry extended by a test",
     # analysis.driver.files' cache directory of scikit-hep-testdata: a path

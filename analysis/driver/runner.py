@@ -41,7 +41,9 @@ Where the parts live (every name is re-exported here): :mod:`analysis.driver.fil
 executors, the dask ``Client``), :mod:`analysis.driver.workers` (tasks pinned to the
 dask workers that keep a chunk's columns), :mod:`analysis.driver.failures` (a pass's
 faults as one line), :mod:`analysis.driver.chunks` (the chunks, made once, and the
-first-event check). :class:`Evaluator` inherits the last four as mixins.
+first-event check), :mod:`analysis.driver.passkinds` (the passes beyond :meth:`Evaluator.run`:
+pullback, yield gradients, replicas, the hard-cut grid). :class:`Evaluator` inherits the
+last five as mixins.
 """
 
 from __future__ import annotations
@@ -83,15 +85,15 @@ from analysis.driver.files import (  # noqa: F401  (re-exported)
     resolve_fileset,
     resolve_skhep,
 )
+from analysis.driver.passkinds import PassKinds, empty_columns, empty_state  # noqa: F401
 from analysis.driver.warmup import NumbaWarmUp, numba_ready
 from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-exported)
 from analysis.errors import InputError
-from analysis.pipeline.backend import Backend, chunk_state
+from analysis.pipeline.backend import Backend
 from analysis.pipeline.bounds import check_sizes
 from analysis.pipeline.job import Job
-from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths, only_observables
-from analysis.pipeline.request import Replicas, Request
+from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState, log_enumeration
 from analysis.spec.edges import check_edges
 
@@ -111,21 +113,7 @@ __all__ = [
 _log = logging.getLogger("analysis.driver.runner")
 
 
-def empty_columns(plan: Plan) -> ChunkColumns:
-    """Columns of a chunk with no events."""
-    return ChunkColumns(
-        n_events=0,
-        weight=np.zeros(0),
-        events={k: np.zeros(0) for k in plan.event_keys},
-    )
-
-
-def empty_state(plan: Plan, theta: np.ndarray, widths: np.ndarray, order: int) -> DatasetState:
-    """The state of a dataset with no events (zero yields, undefined statistics)."""
-    return chunk_state(empty_columns(plan), plan, theta, widths, order=order)
-
-
-class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
+class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
     """Runs passes over all chunks of all datasets for given parameter values."""
 
     def __init__(
@@ -283,62 +271,6 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
             self._plans[key] = only_observables(self.plan, key)
         return self._plans[key]
 
-    def run_pullback(
-        self,
-        params: dict[str, float] | None,
-        payloads: dict[str, Any],
-        *,
-        widths: Any = None,
-        chunks: list | None = None,
-    ) -> dict[str, DatasetState]:
-        """Reverse mode's second pass (:mod:`analysis.pipeline.backends.jax.reverse`): per dataset the
-        merged states and ``dL/dtheta`` (``derived``: a :class:`analysis.stats.Pullback`
-        over the trainable parameters) for the payloads of the first pass's merged
-        states (:func:`analysis.pipeline.backends.jax.reverse.payload_arrays`)."""
-
-        theta, w = self.theta_and_widths(params, widths)
-        proc = self._processor(Job(
-            self.plan, Request(theta, w, order=0), self.weight_branches, part=self.part,
-            datasets={name: Request(theta, w, order=0, pullback=payload)
-                      for name, payload in payloads.items()}, backend=self.backend))
-        return self.process(proc, self._empty_pullback(theta, w, ()), chunks=chunks)
-
-    def _empty_pullback(self, theta: np.ndarray, w: np.ndarray, rows: tuple[int, ...]):
-        """The ``empty()`` of a pass whose states carry a :class:`analysis.stats.Pullback`
-        (gradient zeros of shape ``rows + (P,)``)."""
-        from analysis.stats.derive import Pullback
-
-        def empty() -> DatasetState:
-            st = empty_state(self.plan, theta, w, 0)
-            zero = np.zeros(rows + (len(self.plan.trainable),))
-            return DatasetState(events=0, sumw=0.0, chunks=0,
-                                derived=Pullback(self.plan.trainable_names, st.derived.value, zero))
-
-        return empty
-
-    def run_yield_gradients(
-        self,
-        params: dict[str, float] | None = None,
-        *,
-        widths: Any = None,
-        chunks: list | None = None,
-        rows: dict[str, tuple[bool, bool]] | None = None,
-    ) -> dict[str, DatasetState]:
-        """One values pass that also gives, per dataset, the gradients of the selected
-        yield and of its sum of squared weights (``derived``: a
-        :class:`analysis.stats.Pullback` with ``grad`` ``(2, P)`` over the trainable
-        parameters; :func:`analysis.pipeline.backends.numba.fastreverse.chunk_yield_gradients`: plans
-        the numba backend's rules serve, :mod:`analysis.pipeline.backends.numba.rules`). ``rows``: per dataset,
-        which of the two to compute (default both; a row left out is zeros)."""
-
-        theta, w = self.theta_and_widths(params, widths)
-        proc = self._processor(Job(
-            self.plan, Request(theta, w, order=0, yield_rows=(True, True)), self.weight_branches,
-            part=self.part, backend=self.backend,
-            datasets={name: Request(theta, w, order=0, yield_rows=(bool(a), bool(b)))
-                      for name, (a, b) in (rows or {}).items()}))
-        return self.process(proc, self._empty_pullback(theta, w, (2,)), chunks=chunks)
-
     def process(self, proc, empty: Any, *, chunks: list | None = None) -> dict[str, Any]:
         """Run ``proc`` over ``chunks`` (default: all) on the executor; every pass goes here.
 
@@ -462,20 +394,6 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
                 self.cache.place(key, address)
         return out
 
-    def run_histograms(
-        self,
-        index: int,
-        bins: int,
-        low: float,
-        high: float,
-        params: dict[str, float] | None = None,
-        *,
-        widths: Any = None,
-    ) -> dict[str, Any]:
-        """``{dataset: hist.Hist}`` of observable ``index`` with the soft selection weights."""
-        spec = {"index": index, "bins": bins, "low": low, "high": high}
-        return self.fill_histograms([{**spec, "params": params, "widths": widths}])[0]
-
     def fill_histograms(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several histograms in one pass: for each spec ``{"index", "bins", "low",
         "high", "params", "widths"}`` (the last two optional, as for :meth:`run`), the
@@ -501,88 +419,6 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports):
 
         out = self.process(proc, empty)
         return [{name: out[name][i] for name in self.config.datasets} for i in range(len(specs))]
-
-    def run_replicas(
-        self,
-        params: dict[str, float] | None = None,
-        *,
-        widths: Any = None,
-        replicas: int = 50,
-    ):
-        """One values pass giving ``{dataset: ReplicaSums}``: the state (as
-        :meth:`run` at ``order=0``) and the Poisson-bootstrap replicas' selected sums
-        (:mod:`analysis.pipeline.replicas`; weighted like every pass, :attr:`part`
-        included)."""
-        from analysis.pipeline.replicas import ReplicaSums
-
-        theta, w = self.theta_and_widths(params, widths)
-        proc = self._processor(Job(self.plan, Request(
-            theta, w, order=0, replicas=Replicas("sums", int(replicas))),
-            self.weight_branches, part=self.part, backend=self.backend))
-        return self.process(proc, lambda: ReplicaSums(
-            np.zeros((2, replicas)), empty_state(self.plan, theta, w, 0)))
-
-    def run_replica_lanes(
-        self,
-        points: list[dict[str, float]],
-        *,
-        widths: Any = None,
-        parts: tuple[str, ...] = ("all",),
-        fraction: float | None = None,
-        replicas: int = 50,
-        totals: bool = False,
-        observables: Collection[str] | None = None,
-    ):
-        """One values pass giving ``{dataset: ReplicaLanes}``: for every parameter point
-        of ``points`` and part of ``parts`` (of the validation split with ``fraction``)
-        what :meth:`run_replicas` gives with :attr:`part` set to it, and with ``totals``
-        what :meth:`run_replica_totals` gives (:func:`analysis.pipeline.replicas.chunk_lanes`;
-        :attr:`part` is not used). ``observables``: compute only these (as for
-        :meth:`run`; default all)."""
-        from analysis.pipeline.replicas import ReplicaLanes, ReplicaSums, ReplicaTotals
-        from analysis.pipeline.split import PARTS
-
-        tw = [self.theta_and_widths(p, widths) for p in points]
-        thetas, w = np.stack([t for t, _ in tw]), tw[0][1]
-        plan = self.plan if observables is None else self._plan_with(observables)
-        spec = Replicas("lanes", int(replicas), fraction, tuple(parts), bool(totals))
-        proc = self._processor(Job(plan, Request(thetas, w, order=0, replicas=spec),
-                                   self.weight_branches, backend=self.backend))
-
-        def empty():
-            lanes = {(i, p): ReplicaSums(np.zeros((2, replicas)), empty_state(plan, t, w, 0))
-                     for i, t in enumerate(thetas) for p in parts}
-            return ReplicaLanes(lanes, ReplicaTotals(np.zeros((1 + len(PARTS), replicas)))
-                                if totals else None)
-
-        return self.process(proc, empty)
-
-    def run_replica_totals(self, fraction: float | None, *, replicas: int = 50):
-        """One pass giving ``{dataset: ReplicaTotals}``: per bootstrap replica the
-        number of events and the sum of weights of every part of the validation split
-        (``fraction``; None: all events only). They do not depend on the cuts."""
-        from analysis.pipeline.replicas import ReplicaTotals
-        from analysis.pipeline.split import PARTS
-
-        theta, w = self.theta_and_widths()
-        proc = self._processor(Job(self.plan, Request(
-            theta, w, order=0, replicas=Replicas("totals", int(replicas), fraction)),
-            self.weight_branches, backend=self.backend))
-        return self.process(proc, lambda: ReplicaTotals(np.zeros((1 + len(PARTS), replicas))))
-
-    def run_grid(self, thetas: Any) -> dict[str, DatasetState]:
-        """One pass with hard cuts at every row of ``thetas`` (``(G, n_params)``: full
-        parameter vectors): ``{dataset: DatasetState}`` whose leaves have a leading
-        axis ``G`` (values only, no derivatives)."""
-
-        thetas = np.asarray(thetas, dtype=np.float64)
-        check_sizes(self.config, self.plan, events=self.largest_chunk, grid_points=len(thetas))
-        zeros = np.zeros(self.plan.n_widths)
-        grid = Request(thetas, zeros, order=0, grid=True)
-        proc = self._processor(Job(self.plan, grid, self.weight_branches, part=self.part,
-                                   backend=self.backend))
-        return self.process(proc, lambda: self.backend.chooser.prepare(self.plan, grid).run(
-            empty_columns(self.plan)))
 
     def close(self) -> None:
         if self.cache is not None and self.cache.remote:

@@ -31,13 +31,16 @@ respect to the trainable parameters; then one update of the configured optimiser
   output directory; ``--resume`` continues from it and reaches the same final
   parameters as an uninterrupted run.
 
+Where the parts live (every name is re-exported here): :mod:`analysis.optimize.looptools`
+(the annealing schedule, the update program, the unit coordinates, the checkpoint's
+fingerprint), :mod:`analysis.optimize.hardeval` (the hard-cut validation and the final
+evaluations: :class:`Optimization` inherits them as a mixin).
+
 The command-line entry (``diffcoffea optimize``) is :func:`analysis.cli.parser.run_optimize`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -51,21 +54,23 @@ from analysis.config.loader import Config
 from analysis.errors import ConfigError
 from analysis.optimize import checkpoint as _ckpt
 from analysis.optimize.edgecoords import with_edges
-from analysis.optimize.keepbest import track_hard, validation_entries
-from analysis.optimize.objectives import (
-    Objective,
-    bootstrap_uncertainty,
-    bootstrap_values,
-    objective_from_states,
-    step_observables,
+from analysis.optimize.hardeval import HardEvaluations
+from analysis.optimize.looptools import (
+    Coordinates,
+    annealed_widths,
+    config_fingerprint,
+    jitted_update,
+    load_checkpoint,
+    save_checkpoint,
+    update_description,
 )
+from analysis.optimize.objectives import Objective, objective_from_states, step_observables
 from analysis.optimize.optimizers import Optimizer, make_optimizer
 from analysis.optimize.reverse import reverse_objective
 from analysis.optimize.scoreopt import score_mask, split_optimizer
 from analysis.optimize.status import run_status
 from analysis.optimize.undefined import UNDEFINED, reason, refuse, require_finite, stop_message
 from analysis.pipeline.plan import initial_widths
-from analysis.stats._programs import program_call
 from analysis.stats.derive import choose_mode
 
 __all__ = [
@@ -84,131 +89,7 @@ __all__ = [
 CHECKPOINT = _ckpt.CHECKPOINT
 
 
-def annealed_widths(
-    w0: np.ndarray, step: int, config: Config, *, steps: int | None = None
-) -> np.ndarray:
-    """Cut widths at ``step`` (see the module docstring); ``steps``: the length of the
-    schedule (default ``optimizer.steps``; a run extended with ``--resume --steps N``
-    keeps its first length, so its path is unchanged and it goes on at the final widths)."""
-    a = config.optimizer.anneal
-    steps = config.optimizer.steps if steps is None else steps
-    frac = 1.0 if steps <= 1 else min(step / (steps - 1), 1.0)
-    if a.schedule == "none":
-        factor = 1.0
-    elif a.schedule == "linear":
-        factor = 1.0 - (1.0 - a.final_width_factor) * frac
-    else:
-        factor = a.final_width_factor**frac
-    return np.asarray(w0, dtype=np.float64) * factor
-
-
-def jitted_update(transform: optax.GradientTransformationExtraArgs,
-                  described: str | None = None) -> Any:
-    """``(g, state, u, value) -> (u + update, state)``: one step of the first-order
-    optax ``transform`` (``update`` with ``value=`` and no Hessian, then
-    :func:`optax.apply_updates`) as one jitted program.
-
-    Parameters
-    ----------
-    transform : optax.GradientTransformationExtraArgs
-        The optimiser (:attr:`analysis.optimize.optimizers.Optimizer.transform`).
-    described : str, optional
-        Everything ``transform`` is made from (:func:`update_description`): the
-        program is then compiled once per process under it, ahead of time
-        (:func:`analysis.stats._programs.program_call`). ``None``: ``jax.jit``.
-
-    Returns
-    -------
-    callable
-        ``step(g, state, u, value)``: the new parameters (before clipping to the
-        bounds) and the new optimiser state, as JAX arrays. Fused by XLA, its rounding
-        may differ from the eager update's in the last place (the demo's path: 3e-7
-        relative after 60 steps, below every printed figure).
-    """
-
-    def step(g: Any, state: Any, u: Any, value: Any) -> tuple[Any, Any]:
-        updates, state = transform.update(g, state, u, value=value, hessian=None)
-        return optax.apply_updates(u, updates), state
-
-    if described is None:
-        return jax.jit(step)
-
-    def run(g: Any, state: Any, u: Any, value: Any, *, optimizer: str) -> tuple[Any, Any]:
-        return step(g, state, u, value)
-
-    return lambda g, state, u, value: program_call("optax_update", run, g, state, u, value,
-                                                  optimizer=described)
-
-
-def update_description(config: Config) -> str:
-    """What :func:`analysis.optimize.optimizers.make_optimizer` builds the optax
-    optimiser from (``config.optimizer``, every field) and optax's version: the key of
-    its update program (:func:`jitted_update`)."""
-    return f"optax {optax.__version__}: {config.optimizer!r}"
-
-
-class Coordinates:
-    """Map trainable parameters to [0, 1]^P by their bounds, and back."""
-
-    def __init__(self, config: Config, names: tuple[str, ...]) -> None:
-        self.names = names
-        # Unbounded entries (a learned score's weights) keep their own scale: u = theta.
-        b = [config.bounds_of(n) or (np.nan, np.nan) for n in names]
-        b = np.array(b, dtype=np.float64).reshape(len(names), 2)
-        self.bounded = np.isfinite(b[:, 0])
-        self.lower = np.where(self.bounded, b[:, 0], 0.0)
-        self.upper = np.where(self.bounded, b[:, 1], 1.0)
-        self.scale = self.upper - self.lower
-
-    def clip(self, u: Any) -> np.ndarray:
-        """``u`` clipped to [0, 1] where the parameter is bounded."""
-        u = np.asarray(u, dtype=np.float64)
-        return np.where(self.bounded, np.clip(u, 0.0, 1.0), u)
-
-    def to_u(self, theta: Any) -> np.ndarray:
-        """Unit coordinates of parameter values (in ``names`` order)."""
-        return (np.asarray(theta) - self.lower) / self.scale
-
-    def to_theta(self, u: Any) -> np.ndarray:
-        """Parameter values of unit coordinates."""
-        return self.lower + np.asarray(u) * self.scale
-
-    def chain(self, u: Any, grad: Any, hess: Any = None) -> tuple[np.ndarray, Any]:
-        """Gradient (and Hessian) in unit coordinates from those in the parameters
-        (``u``: the point; the map is linear here, trainable edges' is not:
-        :mod:`analysis.optimize.edgecoords`)."""
-        g_u = np.asarray(grad) * self.scale
-        return g_u, None if hess is None else np.asarray(hess) * np.outer(self.scale,
-                                                                           self.scale)
-
-
-def config_fingerprint(config: Config) -> str:
-    """Hash of everything that changes the optimisation (the checkpoint must match it).
-
-    Not ``optimizer.steps`` nor ``optimizer.replicas`` (the final report's bootstrap) nor
-    ``optimizer.keep_best``, ``optimizer.validation.every`` / ``keep_best`` (what is
-    evaluated after the loop): the
-    step budget is the path's length, not the path
-    (``--resume --steps N`` extends a run; the annealing keeps its first length)."""
-    after = {"steps": True, "replicas": True, "keep_best": True,
-             "validation": {"every", "keep_best"}}
-    data = config.model_dump(
-        mode="json", exclude={"output": True, "executor": True, "optimizer": after}
-    )
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically, data only (see :mod:`analysis.optimize.checkpoint`)."""
-    _ckpt.save_checkpoint(path, data)
-
-
-def load_checkpoint(path: Path, fingerprint: str, **expect: Any) -> dict[str, Any]:
-    """Read and validate a checkpoint, never unpickling (see :mod:`analysis.optimize.checkpoint`)."""
-    return _ckpt.load_checkpoint(path, fingerprint, **expect)
-
-
-class Optimization:
+class Optimization(HardEvaluations):
     """State and steps of one optimisation run (see the module docstring).
 
     ``Optimization(config, evaluator, outdir)``: :meth:`do_step` runs one pass and one
@@ -517,175 +398,6 @@ class Optimization:
         a, b = self.history[-1]["objective"], self.history[-1 - w]["objective"]
         return abs(a - b) / max(abs(a), 1e-12)
 
-    def hard(self, params: dict[str, float]) -> dict[str, Any]:
-        """The hard-cut objective (width 0, integers rounded) at ``params``: one values-only pass."""
-        return self.evaluate(self.hard_params(params), np.zeros_like(self.w0), order=0, strict=False)
-
-    def hard_on(self, params: dict[str, float], part: str, *,
-                uncertainty: bool = True) -> dict[str, Any]:
-        """The hard-cut objective at ``params`` on the events of ``part`` ("all",
-        "train", "held_out"; one values-only pass), with ``"uncertainty"``: its MC
-        standard deviation over ``optimizer.replicas`` Poisson-bootstrap replicas from
-        the same pass (:func:`analysis.optimize.objectives.bootstrap_uncertainty`; the
-        replicas' totals come from one pass per run, :meth:`replica_totals`)."""
-        kept = "all" if self.ev.part is None else self.ev.part[0]
-        self._use_part(part)
-        k = self.config.optimizer.replicas
-        try:
-            hp = self.hard_params(params)
-            reps = None
-            if k >= 2 and uncertainty:
-                reps = self.ev.run_replicas(hp, widths=np.zeros_like(self.w0), replicas=k)
-            if reps is None:
-                res = self.hard(params)
-                res["uncertainty"] = None
-                if part == "all":
-                    self.all_sumw = {n: st.sumw for n, st in self.last_states.items()}
-                return res
-            self.passes += 1
-            self._last = None
-            self.last_states = states = {n: r.state for n, r in reps.items()}
-            if part == "all":  # every event's sum of weights (the plots' normalisation)
-                self.all_sumw = {n: st.sumw for n, st in states.items()}
-            res = objective_from_states(self.objective, states, order=0, strict=False)
-            totals = self.replica_totals()
-            sums = {n: np.vstack([totals[n].part(part), r.sums]) for n, r in reps.items()}
-            res["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
-        finally:
-            self._use_part(kept)
-        return res
-
-    def replica_totals(self) -> dict[str, Any]:
-        """The bootstrap replicas' totals of every part (one pass, run once)."""
-        if self._replica_totals is None:
-            self._replica_totals = self.ev.run_replica_totals(
-                self.fraction, replicas=self.config.optimizer.replicas)
-            self.passes += 1
-        return self._replica_totals
-
-    def validation(self, initial: dict[str, float], final: dict[str, float],
-                   initial_hard: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Hard-cut objective values at ``initial`` and ``final`` on all events, on the
-        training and on the held-out part, and what they say (see
-        :func:`analysis.optimize.status.validation_report`), with bootstrap replicas on
-        all events at both points and on each part at the end (the gap's uncertainty):
-        one values pass on the cached columns (:meth:`_validation_lanes`; with fewer
-        than 2 replicas a pass per point and part). Sets
-        :attr:`start_hard`. ``initial_hard``: :meth:`hard` at ``initial`` if already run
-        (it is the training part's value with the split)."""
-        from analysis.optimize.status import validation_report
-
-        threshold = self.config.optimizer.validation.threshold if self.fraction else 2.0
-        res = self._validation_lanes(initial, final, initial_hard)
-        if res is None:
-            res = self._validation_passes(initial, final, initial_hard)
-        # the hard-cut value at the start on the loop's events: :meth:`hard`'s (same sums)
-        start = res["train" if self.fraction is not None else "all"]["initial"]
-        self.start_hard = {k: v for k, v in start.items() if k != "uncertainty"}
-        return validation_report(res, self.fraction, threshold)
-
-    def _validation_passes(self, initial: dict[str, float], final: dict[str, float],
-                           initial_hard: dict[str, Any] | None) -> dict[str, Any]:
-        """:meth:`validation`'s ``res`` from a pass per (point, part) (:meth:`hard_on`)."""
-        res: dict[str, dict[str, Any]] = {
-            "all": {"initial": self.hard_on(initial, "all"), "final": self.hard_on(final, "all")}}
-        if self.fraction is not None:
-            train0 = initial_hard if initial_hard is not None else self.hard_on(
-                initial, "train", uncertainty=False)
-            res["train"] = {"initial": {**train0, "uncertainty": None},
-                            "final": self.hard_on(final, "train")}
-            res["held_out"] = {"initial": self.hard_on(initial, "held_out", uncertainty=False),
-                               "final": self.hard_on(final, "held_out")}
-        return res
-
-    def _validation_lanes(self, initial: dict[str, float], final: dict[str, float],
-                          initial_hard: dict[str, Any] | None) -> dict[str, Any] | None:
-        """:meth:`validation`'s ``res`` from ONE values pass: both points and every part
-        are weight lanes of it, and so are the bootstrap replicas (and their totals if
-        not yet run; :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`). The
-        same values as :meth:`hard_on` at each (point, part) up to rounding (~1e-16).
-        ``None`` where the replicas do not run (fewer than 2)."""
-        parts = ("all",) if self.fraction is None else ("all", "train", "held_out")
-        # uncertainties as hard_on gives them: all events at both points, each part at the end
-        wanted = {(0, "all"), (1, "all"), (1, "train"), (1, "held_out")}
-        lanes = self._hard_lanes([initial, final], parts, wanted)
-        if lanes is None:
-            return None
-        res: dict[str, dict[str, Any]] = {p: {} for p in parts}
-        for (i, part), out in lanes.items():
-            res[part]["initial" if i == 0 else "final"] = out
-        if initial_hard is not None and "train" in res:  # the value the run reported
-            res["train"]["initial"] = {**initial_hard, "uncertainty": None}
-        return res
-
-    def _hard_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
-                    wanted: set[tuple[int, str]] | None = None, *, values_only: bool = False
-                    ) -> dict[tuple[int, str], dict[str, Any]] | None:
-        """The hard-cut objective at each of ``points`` on each of ``parts`` from ONE
-        values pass (weight lanes, :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`):
-        ``{(point index, part): objective_from_states(...) + {"uncertainty"}}``, the
-        bootstrap uncertainty where ``(i, part)`` is in ``wanted`` (None: everywhere).
-        Leaves :attr:`last_states` and :attr:`all_sumw` at the last point on all events
-        where "all" is a part. ``None`` where the replicas do not run (fewer than 2).
-        ``values_only``: no uncertainty anywhere, the fewest replicas the pass takes (2;
-        their cost grows with the points: ~1 s a point with 50 on the demo's events)."""
-        k = 2 if values_only else self.config.optimizer.replicas
-        if k < 2:
-            return None
-        if values_only:
-            wanted = set()
-        hard = [self.hard_params(p) for p in points]
-        need_totals = self._replica_totals is None and not values_only
-        # only the observables the objective reads, as the steps (the report's
-        # statistics come from the final pass)
-        reads = None if self.reverse else step_observables(self.objective, self.plan, 0)
-        lanes = self.ev.run_replica_lanes(hard, widths=np.zeros_like(self.w0), parts=parts,
-                                          fraction=self.fraction, replicas=k,
-                                          totals=need_totals, observables=reads)
-        if lanes is None:
-            return None
-        self.passes += 1
-        self._last = None
-        if need_totals:
-            self._replica_totals = {n: r.totals for n, r in lanes.items()}
-        totals = self._replica_totals
-        kept = "all" if self.ev.part is None else self.ev.part[0]
-        res: dict[tuple[int, str], dict[str, Any]] = {}
-        try:
-            for (i, part) in lanes[next(iter(lanes))].lanes:
-                states = {n: r.lanes[i, part].state for n, r in lanes.items()}
-                self._use_part(part)
-                out = objective_from_states(self.objective, states, order=0, strict=False)
-                out["uncertainty"] = None
-                if wanted is None or (i, part) in wanted:
-                    sums = {n: np.vstack([totals[n].part(part), r.lanes[i, part].sums])
-                            for n, r in lanes.items()}
-                    out["replicas"] = bootstrap_values(self.objective, states, sums)
-                    out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
-                res[i, part] = out
-        finally:
-            self._use_part(kept)
-        if "all" in parts:
-            last = len(points) - 1
-            states = {n: r.lanes[last, "all"].state for n, r in lanes.items()}
-            self.last_states = states
-            self.all_sumw = {n: st.sumw for n, st in states.items()}
-        return res
-
-    def validation_history(self) -> list[dict[str, Any]] | None:
-        """The hard-cut objective at every step and at the end, in one values pass
-        (:func:`analysis.optimize.keepbest.track_hard`: kept in :attr:`tracked`; with
-        keep-best the parameters move to the best hard-cut point, which :meth:`final`
-        then reports). Returns results.json's ``validation.history`` with
-        ``optimizer.validation.every: N`` (or ``validation.keep_best``): steps 0, N,
-        2N, ... and the end, on the training and the held-out part (see
-        :func:`analysis.optimize.keepbest.validation_entries`); else None."""
-        self.tracked = track_hard(self)
-        val = self.config.optimizer.validation
-        if val is None or (val.every is None and not val.keep_best):
-            return None
-        return validation_entries(self.tracked, val.every or 1)
-
     def status(
         self, final: dict[str, Any], initial_hard: dict[str, Any] | None = None
     ) -> dict[str, Any]:
@@ -695,54 +407,3 @@ class Optimization:
     @property
     def done(self) -> bool:
         return self.converged or self.stopped is not None or self.step >= self.opt_cfg.steps
-
-    def final(self) -> dict[str, Any]:
-        """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters.
-
-        At most two passes: the soft one reuses the last step's states when the last
-        update left the parameters unchanged; the hard one needs values only. The
-        Hessian of the soft objective (how sharp the optimum is, per parameter, in
-        parameter units) is computed only when asked for (``output.hessian``) or
-        already part of every step (``method: newton``): a second-order pass costs
-        about ten first-order ones.
-        """
-        # with keep_best the chosen step's parameters (at the final widths)
-        params = self.params() if self.best_params is None else dict(self.best_params)
-        widths = annealed_widths(
-            self.w0, max(self.step - 1, 0), self.config, steps=self.anneal_steps
-        )
-        passes = self.passes
-        order = 2 if self.config.output.hessian or self.order >= 2 else 1
-        soft = self.evaluate(params, widths, order=order, strict=False)
-        self.final_states = self.last_states
-        hard_p = self.hard_params(params)
-        hard = self.evaluate(hard_p, np.zeros_like(self.w0), order=0, strict=False)
-        self.final_hard_states = self.last_states
-        #: passes the final evaluations ran (1 or 2)
-        self.final_passes = self.passes - passes
-
-        def pack(r, p, w):
-            out = {
-                "parameters": p,
-                "widths": [float(x) for x in w],
-                "objective": r["objective"],
-                "significance": r["significance"],
-                "yields": r["yields"],
-            }
-            if "error" in r:
-                out["error"] = r["error"]
-            return out
-
-        soft_out = pack(soft, params, widths)
-        names = self.coords.names
-        if soft["grad"] is not None:
-            soft_out["gradient"] = {n: float(g) for n, g in zip(names, soft["grad"])}
-        if soft["hess"] is not None:
-            soft_out["hessian"] = {
-                a: {b: float(soft["hess"][i, j]) for j, b in enumerate(names)}
-                for i, a in enumerate(names)
-            }
-        return {
-            "soft": soft_out,
-            "hard": pack(hard, hard_p, np.zeros_like(self.w0)),
-        }

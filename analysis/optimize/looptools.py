@@ -90,9 +90,9 @@ def jitted_update(transform: optax.GradientTransformationExtraArgs,
 
 def update_description(config: Config) -> str:
     """What :func:`analysis.optimize.optimizers.make_optimizer` builds the optax
-    optimiser from (``config.optimizer``, every field) and optax's version: the key of
-    its update program (:func:`jitted_update`)."""
-    return f"optax {optax.__version__}: {config.optimizer!r}"
+    optimiser from (``config.optimizer``, every field): the key of its update program
+    (:func:`jitted_update`) in this process."""
+    return repr(config.optimizer)
 
 
 class Coordinates:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -263,16 +262,11 @@ def _program_description(objective: Objective, key: tuple) -> str:
     shapes (which :func:`analysis.stats._programs.program_call` adds), as one digest: the
     configuration but its output, executor and optimiser sections (a path, the
     workers, the step size never enter the objective), the plan, ``key`` (order,
-    dataset totals, variance scale) and the versions of the libraries a likelihood
-    term traces."""
+    dataset totals, variance scale). Programs live in this process only, so the
+    libraries' versions (one per process) do not enter it."""
     config = objective.config.model_dump(
         mode="json", exclude={"output": True, "executor": True, "optimizer": True})
     parts = [json.dumps(config, sort_keys=True, default=str), repr(objective.plan), repr(key)]
-    for name in ("evermore", "optimistix", "equinox", "lineax", "optax"):
-        try:
-            parts.append(f"{name}={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{name}=-")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

@@ -56,28 +56,23 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import njit
-from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 from analysis.pipeline.backends.numba.kernels._numba_esum_fill import bin_totals, fill_bins
-from analysis.pipeline.backends.numba.kernels._numba_esum_forward import (
-    _dot,
-    _forward,
-    _forward4,
-    _forward_live,
-    _out_factor,
-    _subsets,
-    _subsets_w,
-)
-from analysis.pipeline.backends.numba.kernels._numba_esum_pull import (
-    _add_times,
+from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
+    _add4,
     _bin,
+    _dense,
     _dot4,
     _fewest,
-    _live_dot,
+    _live_step,
     _numbers,
-    _pull,
+    _out_factor,
     _pull4,
-    _scale4,
+    _subsets,
+    _subsets_w,
+    _times,
 )
+from analysis.pipeline.backends.numba.kernels.lanes import LANES
+from analysis.pipeline.backends.numba.kernels.walk import weight
 
 # bin_totals and fill_bins live in _numba_esum_fill (imported from here by the host)
 __all__ = ["ENUMERATE_UP_TO", "LANES", "MAX_UNCERTAIN", "bin_totals", "event_sum_bins", "fill_bins"]
@@ -114,6 +109,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     # the pattern selections as int64 values, not literals: one compilation of each
     # helper, not one per constant
     w_all, w_out, w_in = np.int64(-1), np.int64(0), np.int64(1)
+    states = np.arange(tgt.shape[2])  # every state, in order (the dense steps' and dots')
     n_states = f.shape[0]
     nb = edges.shape[0] + 1
     max_m = 0
@@ -134,11 +130,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     G0 = np.zeros((n_states, LANES))
     GB = np.zeros((1, n_states, LANES))
     XB = np.zeros(1)
-    PG = np.zeros((1, n_states, LANES))
+    PG = np.zeros((2, n_states, LANES))  # GB's prefix sums: one more than GB
     C = np.zeros((nb + 1, LANES))
     tmp = np.zeros(LANES)
-    tot = np.zeros(4)
-    prev = np.zeros(4)
     GH = np.zeros((1, n_states, 4))  # grown for an event that needs more
     PH = np.zeros((2, n_states, 4))
     W = np.zeros((1 << _FIRST, 4))
@@ -198,7 +192,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             LL[0, 0] = 0
             nf = 1
         else:
-            F[:, :nl] = 0.0
+            F[:, :] = 0.0
             F[0, 0] = 1.0
             nf = n_states
         for c in range(n_coll):
@@ -229,15 +223,11 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                         continue
                 if certain:
                     if sparse:
-                        nf = _forward_live(FF, LL, cur, nf, mark, tgt, c, n_pat, pv_all,
-                                            pd_all, g)
+                        nf = _live_step(FF[cur], LL[cur], nf, FF[1 - cur], LL[1 - cur], mark,
+                                        tgt, c, n_pat, pv_all, pd_all, g, nl, w_all, has)
                         cur = 1 - cur
                         continue
-                    if nl <= 4:
-                        _forward4(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, skip)
-                    else:
-                        _forward(F, Fn, tgt, c, n_pat, pv_all, pd_all, g, n_states, nl, w_all,
-                                 has, skip)
+                    _dense(Fn, F, tgt, c, n_pat, pv_all, pd_all, g, w_all, has, states, False)
                     F, Fn = Fn, F
         n_unc[e] = n
         o = out[e]
@@ -257,8 +247,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 LN = np.zeros((1 << first, n_states), np.int64)
                 NA = np.zeros(1 << first, np.int64)
                 NN = np.zeros(1 << first, np.int64)
-                XA = np.zeros(max(1 << first, 1 << max(_FIRST, ENUMERATE_UP_TO)))
                 W = np.zeros((1 << first, 4))
+            if XA.shape[0] < (1 << first):  # each buffer grown by its own size
+                XA = np.zeros(1 << first)
             # every subset, the out patterns still: the last object's two sides read
             # its value function (GT: the in side's, the out side's q times f), no
             # distribution of a subset of all n objects is made
@@ -285,6 +276,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             if GH.shape[0] < nbeta:
                 GH = np.zeros((nbeta, n_states, 4))
                 PH = np.zeros((nbeta + 1, n_states, 4))
+            if XB.shape[0] < nbeta:
                 XB = np.zeros(nbeta)
             for k in range(n_states):
                 for r in range(4):
@@ -295,19 +287,16 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 g = unc[j]
                 # with the out patterns still, the out side is q G: scaled in place (one
                 # out pattern: the floats of its step, 0 + v x = v x)
-                q0, q1, q2, q3 = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
+                q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
                 for a in range(mb):
-                    _pull4(GH, a, GH, a + mb, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_in,
+                    _pull4(GH[a + mb], GH[a], tgt, cs, n_pat, pv_all, pd_all, g, states, w_in,
                            has)
                     if out_still:
                         for k in range(n_states):
-                            y0 = GH[a, k, 0]
-                            GH[a, k, 0] = q0 * y0
-                            GH[a, k, 1] = q0 * GH[a, k, 1] + y0 * q1
-                            GH[a, k, 2] = q0 * GH[a, k, 2] + y0 * q2
-                            GH[a, k, 3] = q0 * GH[a, k, 3] + y0 * q3
+                            GH[a, k, 0], GH[a, k, 1], GH[a, k, 2], GH[a, k, 3] = _times(
+                                q, (GH[a, k, 0], GH[a, k, 1], GH[a, k, 2], GH[a, k, 3]))
                     else:
-                        _pull4(GH, a, PH, 0, tgt, cs, n_pat, pv_all, pd_all, g, n_states, w_out,
+                        _pull4(PH[0], GH[a], tgt, cs, n_pat, pv_all, pd_all, g, states, w_out,
                                has)
                         GH[a, :, :] = PH[0, :, :]
                     XB[a + mb] = XB[a] + vals[g - base[cs]]
@@ -318,112 +307,95 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             for i in range(mb):
                 PH[i + 1, :, :] = PH[i, :, :] + GH[order[i], :, :]
             for a in range(m):
-                _dot4(SA, a, LA, NA[a], PH, mb, tot)
-                _scale4(tot, W, a)
-                for r in range(4):
-                    prev[r] = 0.0
+                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
+                tot = _times(w, _dot4(SA[a], LA[a], NA[a], PH[mb], states))
+                prev = (0.0, 0.0, 0.0, 0.0)
                 for k in range(nb - 1):
                     t = edges[k] - XA[a]
                     if t <= xs[0]:
                         continue  # no beta below the edge: nothing, and prev stays 0
-                    if t > xs[mb - 1]:
-                        for r in range(4):
-                            tmp[r] = tot[r]
-                    else:
-                        _dot4(SA, a, LA, NA[a], PH, np.searchsorted(xs, t, side="left"), tmp)
-                        _scale4(tmp, W, a)
-                    for r in range(4):
-                        o[k, r] += tmp[r] - prev[r]
-                        prev[r] = tmp[r]
-                for r in range(4):
-                    o[nb - 1, r] += tot[r] - prev[r]
+                    now = tot
+                    if t <= xs[mb - 1]:
+                        i = np.searchsorted(xs, t, side="left")
+                        now = _times(w, _dot4(SA[a], LA[a], NA[a], PH[i], states))
+                    _add4(o, k, (now[0] - prev[0], now[1] - prev[1], now[2] - prev[2],
+                                 now[3] - prev[3]))
+                    prev = now
+                _add4(o, nb - 1, (tot[0] - prev[0], tot[1] - prev[1], tot[2] - prev[2],
+                                  tot[3] - prev[3]))
             continue
         if sparse and tail:
             g = unc[n - 1]
-            q0, q1, q2, q3 = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
+            q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
             # GT[k] = sum over the in patterns p of pi_p f[tgt(p, k)] (product rule)
-            for k in range(n_states):
-                GT[k, 0] = GT[k, 1] = GT[k, 2] = GT[k, 3] = 0.0
-            for p in range(n_pat[cs]):
-                if has[p] != 1:
-                    continue
-                v = pv_all[g, p, 0]
-                d1, d2, d3 = pd_all[g, p, 1], pd_all[g, p, 2], pd_all[g, p, 3]
-                for k in range(n_states):
-                    t = tgt[cs, p, k]
-                    y0 = G0[t, 0]
-                    GT[k, 0] += v * y0
-                    GT[k, 1] += v * G0[t, 1] + y0 * d1
-                    GT[k, 2] += v * G0[t, 2] + y0 * d2
-                    GT[k, 3] += v * G0[t, 3] + y0 * d3
+            _pull4(GT, G0, tgt, cs, n_pat, pv_all, pd_all, g, states, w_in, has)
             # the last object out: W q <F_A, f>, in the subsets' order, then in: W <F_A, GT>
             for a in range(m):
-                t0, t1, t2, t3 = _live_dot(SA, a, LA, NA[a], G0)
-                w0, w1, w2, w3 = W[a, 0], W[a, 1], W[a, 2], W[a, 3]
-                _add_times(o, _bin(edges, XA[a]), w0 * q0, w0 * q1 + w1 * q0,
-                           w0 * q2 + w2 * q0, w0 * q3 + w3 * q0, t0, t1, t2, t3)
+                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
+                _add4(o, _bin(edges, XA[a]), _times(_times(w, q), _dot4(SA[a], LA[a], NA[a],
+                                                                        G0, states)))
             v = vals[g - base[cs]]
             for a in range(m):
-                t0, t1, t2, t3 = _live_dot(SA, a, LA, NA[a], GT)
-                _add_times(o, _bin(edges, XA[a] + v), W[a, 0], W[a, 1], W[a, 2], W[a, 3],
-                           t0, t1, t2, t3)
+                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
+                _add4(o, _bin(edges, XA[a] + v), _times(w, _dot4(SA[a], LA[a], NA[a], GT,
+                                                                 states)))
             continue
         if sparse:  # every subset: each P_A = <F_A, f> into its bin
             for a in range(m):
-                t0, t1, t2, t3 = _live_dot(SA, a, LA, NA[a], G0)
-                _add_times(o, _bin(edges, XA[a]), W[a, 0], W[a, 1], W[a, 2], W[a, 3],
-                           t0, t1, t2, t3)
+                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
+                _add4(o, _bin(edges, XA[a]), _times(w, _dot4(SA[a], LA[a], NA[a], G0,
+                                                             states)))
             continue
         na = n // 2
         nbeta = 1 << (n - na)
         if FA.shape[0] < (1 << na):
             FA = np.zeros((1 << na, n_states, LANES))
-            XA = np.zeros(max(1 << na, 1 << max(_FIRST, ENUMERATE_UP_TO)))
+        if XA.shape[0] < (1 << na):
+            XA = np.zeros(1 << na)
         if GB.shape[0] < nbeta:
             GB = np.zeros((nbeta, n_states, LANES))
-            XB = np.zeros(nbeta)
             PG = np.zeros((nbeta + 1, n_states, LANES))
-        FA[0, :, :nl] = F[:, :nl]
+        if XB.shape[0] < nbeta:
+            XB = np.zeros(nbeta)
+        # every state and lane (lanes from nl on carry nothing that is read): the
+        # patterns of S's collection in S (into the child a + m), then out of it (in
+        # place, through Fn)
+        FA[0] = F
         XA[0] = x0
         m = 1
         for j in range(na):
             g = unc[j]
             for a in range(m):
-                _forward(FA[a], FA[a + m], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_in,
-                         has, skip)
-                _forward(FA[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_out, has,
-                         skip)
-                FA[a, :, :nl] = Fn[:, :nl]
+                _dense(FA[a + m], FA[a], tgt, cs, n_pat, pv_all, pd_all, g, w_in, has, states,
+                       False)
+                _dense(Fn, FA[a], tgt, cs, n_pat, pv_all, pd_all, g, w_out, has, states, False)
+                FA[a] = Fn
                 XA[a + m] = XA[a] + vals[g - base[cs]]
             m *= 2
-        GB[0, :, :nl] = G0[:, :nl]
+        GB[0] = G0
         XB[0] = 0.0
         mb = 1
         for j in range(n - 1, na - 1, -1):
             g = unc[j]
             for a in range(mb):
-                _pull(GB[a], GB[a + mb], tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_in,
-                      has)
-                _pull(GB[a], Fn, tgt, cs, n_pat, pv_all, pd_all, g, n_states, nl, w_out, has)
-                GB[a, :, :nl] = Fn[:, :nl]
+                _dense(GB[a + mb], GB[a], tgt, cs, n_pat, pv_all, pd_all, g, w_in, has, states,
+                       True)
+                _dense(Fn, GB[a], tgt, cs, n_pat, pv_all, pd_all, g, w_out, has, states, True)
+                GB[a] = Fn
                 XB[a + mb] = XB[a] + vals[g - base[cs]]
             mb *= 2
         order = np.argsort(XB[:mb], kind="mergesort")
         xs = XB[:mb][order]
-        PG[0, :, :nl] = 0.0
+        PG[0] = 0.0
         for i in range(mb):
-            PG[i + 1, :, :nl] = PG[i, :, :nl] + GB[order[i], :, :nl]
+            PG[i + 1] = PG[i] + GB[order[i]]
         C[:, :nl] = 0.0
         for a in range(m):
-            for k in range(nb - 1):
-                t = edges[k] - XA[a]
-                i = np.searchsorted(xs, t, side="left")
-                _dot(FA[a], PG[i], n_states, nl, tmp, skip)
+            for k in range(nb):
+                i = mb if k == nb - 1 else np.searchsorted(xs, edges[k] - XA[a], side="left")
+                weight(tmp, FA[a], PG[i], states, states, n_states, 0, states, False)
                 for r in range(nl):
                     C[k, r] += tmp[r]
-            _dot(FA[a], PG[mb], n_states, nl, tmp, skip)
-            for r in range(nl):
-                C[nb - 1, r] += tmp[r]
         for r in range(nl):
             o[0, r] = C[0, r]
             for k in range(1, nb):

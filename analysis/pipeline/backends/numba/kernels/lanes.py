@@ -20,7 +20,12 @@ rule, two variants side by side with ``h = 4``); one that is a number is a value
 and the primitive is the same operation without the tangent terms (which add exact zeros
 to lane 0: the same floats as lane 0 of the tangent variant). So one step's source gives
 the variant with tangents and the one for values only; which one a kernel gets follows
-from the arrays it passes (``(states, LANES)`` or ``(states,)``). A lane vector of two
+from the arrays it passes (``(states, LANES)`` or ``(states,)``). Four lanes (one
+variant of at most 3 tangents: the event sums' kernel,
+:mod:`~analysis.pipeline.backends.numba.kernels._numba_esum`) where the tangents are 4
+numbers (a tuple, read once into registers) and a sum's ``inner`` a tuple of 4: the
+same operations on lanes 0-3 (rows of ``(states, >= 4)`` arrays, read by element:
+:mod:`~analysis.pipeline.backends.numba.kernels.lane_rows`). A lane vector of two
 pages ``(2, LANES)`` (the histogram walk's four variants: two pairs,
 :mod:`~analysis.pipeline.backends.numba.kernels._numba_hist`) is each page's pair
 arithmetic, by element (a row view of a page in the walk's innermost loop would cost a
@@ -112,6 +117,12 @@ def _lanes(t) -> bool:
     return isinstance(t, types.Array)
 
 
+def _four(t) -> bool:
+    """Whether the numba type ``t`` (tangents, or a sum's ``inner`` or accumulator) is a
+    tuple of 4 numbers: the four-lane form (the module docstring)."""
+    return isinstance(t, types.UniTuple) and t.count == 4
+
+
 def _pages(t) -> bool:
     """Whether the numba type ``t`` of a lane vector is two pages of :data:`LANES` lanes
     (``(2, LANES)``: four variants, two pairs side by side, ``h = 4`` in each page; their
@@ -186,25 +197,30 @@ def _mul_add(out, t, a, a_hi, x, h, d):
     return values
 
 
-def dot_zero(x):
-    """The start of a sum of products of lane vectors like ``x``: 8 zeros (a tuple: kept
-    in registers; 16 for two pages), or ``0.0``."""
+def dot_zero(x, inner):
+    """The start of a sum of products of lane vectors like ``x`` into ``inner``: 8 zeros
+    (a tuple: kept in registers; 16 for two pages; 4 where ``inner`` is a tuple of 4),
+    or ``0.0``."""
     raise NotImplementedError("compiled only (numba)")
 
 
 @specialise(dot_zero)
-def _dot_zero(x):
+def _dot_zero(x, inner):
+    if _four(inner):
+        def four(x, inner):
+            return (0.0, 0.0, 0.0, 0.0)
+        return four
     if _pages(x):
-        def pages(x):
+        def pages(x, inner):
             return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
                     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         return pages
     if _lanes(x):
-        def lanes(x):
+        def lanes(x, inner):
             return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         return lanes
 
-    def values(x):
+    def values(x, inner):
         return 0.0
     return values
 
@@ -250,13 +266,17 @@ def _dot_add(acc, x, y, h):
 
 def dot_end(inner, acc, h):
     """A sum of :func:`dot_add` into ``inner`` (lanes: the value lanes ``0`` and ``h``
-    halved, exact; two pages: each page's) and returned (its value, page 0's); values:
-    ``acc``."""
+    halved, exact; two pages: each page's) and returned (its value, page 0's); four
+    lanes: returned whole (a tuple, lane 0 halved); values: ``acc``."""
     raise NotImplementedError("compiled only (numba)")
 
 
 @specialise(dot_end)
 def _dot_end(inner, acc, h):
+    if _four(acc):
+        def four(inner, acc, h):
+            return (acc[0] * 0.5, acc[1], acc[2], acc[3])  # lane 0 summed twice (exact)
+        return four
     if isinstance(acc, types.BaseTuple) and len(acc) == 2 * LANES:
         def pages(inner, acc, h):
             for q in range(2):

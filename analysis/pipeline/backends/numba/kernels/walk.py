@@ -19,12 +19,15 @@ joint count state after adding an object of collection ``c`` and pattern ``p`` t
 
 Every kernel that walks the count states (the selection loops of ``_numba_dp``
 and ``_numba_one``, the histogram walk of ``_numba_hist``, the leading
-candidates of ``_numba_lead``, the sensitivities of ``_numba_sens``) calls these steps;
+candidates of ``_numba_lead``, the sensitivities of ``_numba_sens``, the event sums'
+subsets of ``_numba_esum``) calls these steps;
 what differs between them is which states a step runs over and what it is given:
 
 - the states: ``states[:ns]`` (every state, or the states reachable after the objects
   so far: the others hold exact zeros), optionally only those where ``mask`` is true
-  (``masked``: a compile-time constant after inlining);
+  (``masked``: a compile-time constant after inlining); or the live states of one
+  distribution, those of the next found as they are first reached
+  (:func:`forward_live`);
 - the lanes: each step is written once over lane vectors and specialised at compile
   time by the arrays it is given (:mod:`~analysis.pipeline.backends.numba.kernels.lanes`'
   primitives): ``(states, LANES)`` arrays give the variant with tangents (value, then
@@ -33,6 +36,8 @@ what differs between them is which states a step runs over and what it is given:
   ``(pi F)' = pi F' + F_0 pi'``), ``(states,)`` arrays the variant for values only (lane
   0's operations without the tangent terms, which add exact zeros there: the same
   floats; the tangent arguments ``d``, ``inner``, ``acc`` are then unused: pass ``0.0``);
+  four lanes (one variant, at most 3 tangents) where ``d`` is a tuple of 4 numbers and
+  ``inner`` a tuple of 4 (rows read by element);
 - the chain: one collection with one set (patterns "out", ``1 - q``, state ``k`` kept, and
   "in", ``q``, to ``min(k + 1, L)``), where a state's two terms are summed in registers
   before one store (:func:`chain_forward`, :func:`chain_backward`: the same operations in
@@ -48,11 +53,11 @@ so that every caller adds the same terms in the same order as the recursions abo
 from __future__ import annotations
 
 from analysis.pipeline.backends.numba.kernels._jit import inline
+from analysis.pipeline.backends.numba.kernels.lane_rows import clear_at, row_dot_add, row_mul_add
 from analysis.pipeline.backends.numba.kernels.lanes import (
     chain_in,
     chain_out,
     chain_set,
-    dot_add,
     dot_end,
     dot_zero,
     mul_add,
@@ -63,7 +68,7 @@ from analysis.pipeline.backends.numba.kernels.lanes import (
 )
 
 __all__ = [
-    "backward", "chain_backward", "chain_forward", "clear", "forward", "sequence",
+    "backward", "chain_backward", "chain_forward", "clear", "forward", "forward_live", "sequence",
     "sums_backward", "weight",
 ]
 
@@ -100,7 +105,28 @@ def forward(Fn, F, pv, pv_hi, d, row, states, ns, h, mask, masked):
         k = states[i]
         if masked and not mask[k]:
             continue
-        mul_add(Fn, row[k], pv, pv_hi, F[k], h, dv)
+        row_mul_add(Fn, row[k], pv, pv_hi, F, k, h, dv)
+
+
+@inline
+def forward_live(Fn, F, pv, d, row, states, ns, mark, reached, cnt):
+    """:func:`forward` of one variant over live states: ``states[:ns]`` the states of
+    ``F`` that may be nonzero (the others exact zeros); a state of ``Fn`` first reached
+    (``mark`` false) is cleared (the lanes ``d`` gives), marked and appended to
+    ``reached`` before its term (the caller unmarks them); returns their count from
+    ``cnt``. One pass (a pass over the targets first, or the marking as a primitive of
+    its own, measured several times slower)."""
+    dv = registers(d)
+    for i in range(ns):
+        k = states[i]
+        t = row[k]
+        if not mark[t]:
+            mark[t] = True
+            reached[cnt] = t
+            cnt += 1
+            clear_at(Fn, t, d)
+        row_mul_add(Fn, t, pv, pv, F, k, 0, dv)
+    return cnt
 
 
 @inline
@@ -111,7 +137,7 @@ def backward(Gn, G, pv, pv_hi, d, row, states, ns, h):
     dv = registers(d)
     for i in range(ns):
         k = states[i]
-        mul_add(Gn, k, pv, pv_hi, G[row[k]], h, dv)
+        row_mul_add(Gn, k, pv, pv_hi, G, row[k], h, dv)
 
 
 @inline
@@ -119,14 +145,14 @@ def weight(inner, F, G, row, states, ns, h, mask, masked):
     """``sum_k F[k] G[row[k]]`` over ``k`` in ``states[:ns]`` (and ``mask[k]`` if
     ``masked``): one pattern's inner sum of an object weight, returned (its value) and,
     with tangents, into ``inner`` (the product rule ``G_0 F + F_0 G``, value lanes summed
-    twice and halved: exact). Summed in registers (a sum in memory waits on its own
-    store every step)."""
-    acc = dot_zero(F[0])
+    twice and halved: exact; four lanes, ``inner`` a tuple of 4: the four returned).
+    Summed in registers (a sum in memory waits on its own store every step)."""
+    acc = dot_zero(F[0], inner)
     for i in range(ns):
         k = states[i]
         if masked and not mask[k]:
             continue
-        acc = dot_add(acc, F[k], G[row[k]], h)
+        acc = row_dot_add(acc, F, k, G, row[k], h)
     return dot_end(inner, acc, h)
 
 

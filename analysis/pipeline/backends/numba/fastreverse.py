@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import scorecols
-from analysis.pipeline.backends.numba import _fastone, fastkernel
+from analysis.pipeline.backends.numba import _fastone, _fastsens, fastkernel
 from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
     _pass_table,
@@ -77,22 +77,36 @@ def _others(s: list[np.ndarray], c: int, base: np.ndarray) -> np.ndarray:
     return out
 
 
-def _chain_table(plan: Plan, theta, widths, counts_tr: tuple[int, ...]):
-    """The pass table on the chain of count states and its tangents in ``counts_tr``."""
-    tab, sp = _tables(plan), plan.sets
-    if not tab.model.counts:
-        return np.ones(1), np.zeros((1, len(counts_tr)))
-    caps, f, df = _reduced(tab.model, *_pass_table(sp, theta, widths, counts_tr))
-    states = _fastone.chain(_targets(tab.model, caps, tab.collections)[0, 1])
-    return np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
+def _one_set_walk(plan: Plan, coff: np.ndarray, q: np.ndarray, theta, widths,
+                  counts_tr: tuple[int, ...], want_w: bool, max_seq: int,
+                  threads: int | None) -> _fastsens.Walk:
+    """The sensitivities' walk of one collection with one set: the chain
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_sens.sensitivities`)."""
+    tab = _tables(plan)
+    if tab.model.counts:
+        caps, f, df = _reduced(tab.model, *_pass_table(plan.sets, theta, widths, counts_tr))
+        states = _fastone.chain(_targets(tab.model, caps, tab.collections)[0, 1])
+        f, df = np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
+    else:
+        f, df = np.ones(1), np.zeros((1, len(counts_tr)))
+    n_ev, n_obj = coff.shape[0] - 1, int(coff[-1])
+    pe, dq = np.zeros(n_ev), np.zeros(n_obj)
+    fn = np.zeros((n_ev, f.shape[0]))
+    ow = np.zeros(n_obj if want_w else 0)
+    if n_ev:
+        args = (coff, np.ascontiguousarray(q), f, want_w, max(max_seq, 1), fastkernel.BLOCK,
+                pe, dq, fn, ow)
+        fastkernel._run_blocks(_numba_sens.sensitivities, args,
+                               max(1, -(-n_ev // fastkernel.BLOCK)), threads)
+    return _fastsens.Walk(pe, {0: dq}, {0: ow} if want_w else {}, fn @ df)
 
 
-def _value_states(cols: ChunkColumns, plan: Plan, coll: str, coff: np.ndarray, flat: dict,
-                  ev: np.ndarray, pe: np.ndarray, ow: np.ndarray, threads: int | None) -> dict:
+def _value_states(cols: ChunkColumns, plan: Plan, off_of: dict, flats: dict, ev: np.ndarray,
+                  pe: np.ndarray, wo_of: dict, threads: int | None) -> dict:
     """The chunk's value states (yields and observables of kinds ``S.f`` and branches) from
-    the sensitivities' walk: the event weights ``ev``, pass probabilities ``pe`` and
-    object weights ``ow`` (``(N,)``) of the one set's collection ``coll`` (offsets
-    ``coff``, fields ``flat``), in lane 0 of
+    the sensitivities' walk: the event weights ``ev``, pass probabilities ``pe`` (``(E,)``)
+    and objects' weights ``wo_of[set]`` (``(N_c,)``; collection ``c``'s offsets
+    ``off_of[c]``, fields ``flats[c]``), in lane 0 of
     :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`' inputs."""
     lanes = fastkernel._numba_dp.LANES
 
@@ -101,14 +115,14 @@ def _value_states(cols: ChunkColumns, plan: Plan, coll: str, coff: np.ndarray, f
         out[:, 0] = a
         return out
 
-    ev8, pe8, wo = lane0(ev), lane0(pe), lane0(ow)
+    ev8, pe8 = lane0(ev), lane0(pe)
     ys = yield_sums(ev8, pe8, 1, fastkernel.BLOCK, threads)
     value = state_tree(np.array(ys[0, 0], dtype=np.float64),
                        np.array(ys[1, 0], dtype=np.float64), {})
-    heads = {o.x.head for o in plan.observables if o.x.kind == "field"}
     value["observables"], _ = fastkernel.observable_states(
-        cols, plan, off_of={coll: coff}, flats={coll: flat}, pe=pe8, wo_of=dict.fromkeys(heads, wo),
-        sa_of={}, ev=ev8, cands={}, np1=1, threads=threads)
+        cols, plan, off_of=off_of, flats=flats, pe=pe8,
+        wo_of={s: lane0(w) for s, w in wo_of.items()}, sa_of={}, ev=ev8, cands={}, np1=1,
+        threads=threads)
     return value
 
 
@@ -140,40 +154,53 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     bars = {scorecols.column_key(s): np.zeros((n_rows, rows)) for s, rows, _ in vjps}
     n_ev = int(cols.n_events)
     tab = _tables(run)
-    coll = tab.collections[0]
-    counts, flat = cols.collections.get(coll, (np.zeros(n_ev, np.int64), {
-        f_: np.zeros(0) for f_ in dict(run.sets.fields).get(coll, ())}))
-    counts = np.asarray(counts, dtype=np.int64)
-    coff = np.zeros(n_ev + 1, np.int64)
-    np.cumsum(counts, out=coff[1:])
-    n_obj = int(coff[-1])
 
-    # per object: the soft cuts and q; per event: the branch cuts and ev
-    cuts = tab.set_cuts[0]
-    raw = [np.asarray(flat.get(c.field, np.zeros(n_obj)), dtype=np.float64)[:n_obj] for c in cuts]
-    soft = [_soft(x, c, theta, widths, c.absolute) for c, x in zip(cuts, raw, strict=True)]
-    q = _others([s for s, _ in soft], -1, np.ones(n_obj))
+    # per collection: offsets and fields; per set: its own soft cuts and q
+    n_coll = len(tab.collections)
+    coff = np.zeros((n_coll, n_ev + 1), np.int64)
+    base = np.zeros(n_coll + 1, np.int64)
+    flats, max_seq = {}, 0
+    for ci, c in enumerate(tab.collections):
+        counts, flat = cols.collections.get(c, (np.zeros(n_ev, np.int64), {
+            f_: np.zeros(0) for f_ in dict(run.sets.fields).get(c, ())}))
+        flats[c] = flat
+        np.cumsum(np.asarray(counts, dtype=np.int64), out=coff[ci, 1:])
+        base[ci + 1] = base[ci] + coff[ci, -1]
+        max_seq += int(np.max(counts, initial=0))
+    sets = []  # per set (global index): (collection index, cuts, raw values, (s, ds/dt))
+    q_of = {}
+    for gs, c in enumerate(tab.set_coll):
+        ci = tab.collections.index(c)
+        n_obj = int(coff[ci, -1])
+        cuts = tab.set_cuts[gs]
+        raw = [np.asarray(flats[c].get(x.field, np.zeros(n_obj)), dtype=np.float64)[:n_obj]
+               for x in cuts]
+        soft = [_soft(x, cut, theta, widths, cut.absolute) for cut, x in zip(cuts, raw,
+                                                                            strict=True)]
+        sets.append((ci, cuts, raw, soft))
+        q_of[gs] = _others([s for s, _ in soft], -1, np.ones(n_obj))
     ecuts = one_sided(run.event_cuts)
     esoft = [_soft(np.asarray(cols.events[c.key], dtype=np.float64), c, theta, widths) for c in ecuts]
     w = np.asarray(cols.weight, dtype=np.float64)
     ev = _others([s for s, _ in esoft], -1, w)
 
     counts_tr = tuple(p for p, _ in run.sets.thresholds if p is not None and p in run.trainable)
-    f, df = _chain_table(run, theta, widths, counts_tr)
-    pe, dq = np.zeros(n_ev), np.zeros(n_obj)
-    fn = np.zeros((n_ev, f.shape[0]))
-    want_w = value is None and any(o.x.kind == "field" for o in run.observables)
-    ow = np.zeros(n_obj if want_w else 0)
+    fields = {o.x.head for o in run.observables if o.x.kind == "field"} if value is None else set()
+    want_w = {tab.gidx[s] for s in fields}
     if trace is not None:
         trace[None, 0] += 1
-    if n_ev:
-        args = (coff, np.ascontiguousarray(q), f, want_w, max(int(counts.max(initial=0)), 1),
-                fastkernel.BLOCK, pe, dq, fn, ow)
-        fastkernel._run_blocks(_numba_sens.sensitivities, args,
-                               max(1, -(-n_ev // fastkernel.BLOCK)), threads)
+    if tab.one_set:
+        walk = _one_set_walk(run, coff[0], q_of[0], theta, widths, counts_tr, bool(want_w),
+                             max_seq, threads)
+    else:
+        walk = _fastsens.walk(tab, run.sets, coff, base, q_of, theta, widths, counts_tr,
+                              want_w, max_seq=max_seq, block=fastkernel.BLOCK, threads=threads)
     if value is None:
-        value = _value_states(cols, run, coll, coff, flat, ev, pe, ow, threads)
+        off_of = {c: coff[ci] for ci, c in enumerate(tab.collections)}
+        value = _value_states(cols, run, off_of, flats, ev, walk.pe,
+                              {s: walk.ow[tab.gidx[s]] for s in fields}, threads)
 
+    pe = walk.pe
     dy = cots[:, :1] + 2.0 * cots[:, 1:] * (ev * pe)  # (R, E): dL/dy_e
     dp = dy * ev  # dL/dP_e
     dev = dy * pe  # dL/dev_e
@@ -184,16 +211,19 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         key = f"event:{cut.key}"
         if key in bars:
             bars[key][:, :n_ev] -= g  # ds/dx = -ds/dt
-    dlq = np.repeat(dp, counts, axis=1) * dq  # dL/dq_j
-    for c, cut in enumerate(cuts):
-        g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
-        if cut.param is not None:
-            grad[:, cut.param] += g.sum(axis=1)
-        key = f"{coll}:{cut.field}"
-        if key in bars:
-            bars[key][:, :n_obj] -= g * np.sign(raw[c]) if cut.absolute else g
+    for gs, (ci, cuts, raw, soft) in enumerate(sets):
+        coll = tab.collections[ci]
+        dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
+        n_obj = dlq.shape[1]
+        for c, cut in enumerate(cuts):
+            g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
+            if cut.param is not None:
+                grad[:, cut.param] += g.sum(axis=1)
+            key = f"{coll}:{cut.field}"
+            if key in bars:
+                bars[key][:, :n_obj] -= g * np.sign(raw[c]) if cut.absolute else g
     if counts_tr:
-        g = dp @ (fn @ df)  # (R, K)
+        g = dp @ walk.dfe  # (R, K)
         for k, p in enumerate(counts_tr):
             grad[:, p] += g[:, k]
     live = np.flatnonzero(np.any(cots != 0, axis=1))  # rows asked for (the others are 0)

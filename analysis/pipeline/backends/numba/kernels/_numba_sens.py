@@ -21,6 +21,17 @@ the same floats), so the chunk's value states need no walk of their own. Values 
 parameters (reverse mode: :mod:`analysis.pipeline.backends.numba.fastreverse` chains it to the
 cuts' thresholds and to the score columns). The steps of ``F`` and ``G`` are the chain's
 of :mod:`analysis.pipeline.backends.numba.kernels.walk`.
+
+The general count model (several sets per collection, several collections, joint
+counts: :func:`pattern_sensitivities`) is the same argument over the patterns: ``P`` is
+affine in object ``j``'s pattern probabilities ``pi_jp`` together (``F_j`` and
+``G_{j+1}`` do not depend on them), ``P = sum_p pi_jp H_jp`` with
+
+    dP/dpi_jp = H_jp = sum_k F_j[k] G_{j+1}[tgt(p, k)]            (exact)
+
+(the inner sum of an object weight, :func:`~analysis.pipeline.backends.numba.kernels.walk.weight`),
+and the objects' weights in set ``s`` are ``sum_{p holds s} pi_jp H_jp``; the host
+chains ``H`` to the set probabilities (:mod:`analysis.pipeline.backends.numba._fastsens`).
 """
 
 from __future__ import annotations
@@ -28,9 +39,17 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import njit
-from analysis.pipeline.backends.numba.kernels.walk import chain_backward, chain_forward, weight
+from analysis.pipeline.backends.numba.kernels.walk import (
+    backward,
+    chain_backward,
+    chain_forward,
+    clear,
+    forward,
+    sequence,
+    weight,
+)
 
-__all__ = ["sensitivities"]
+__all__ = ["pattern_sensitivities", "sensitivities"]
 
 
 @njit
@@ -67,5 +86,59 @@ def sensitivities(coff, q, f, want_w, max_seq, block, pe, dq, fn, ow, b0, b1):
                     ow[o + j] = q[o + j] * weight(q, F[j], G, chain, states, last + 1, 0, chain,
                                                   False)
                 chain_backward(G, Gn, j, top, 1.0 - q[o + j], q[o + j], 0.0)
+                G, Gn = Gn, G
+            pe[e] = G[0]
+
+
+@njit
+def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, max_seq, block, pe, hp, dfe,
+                          b0, b1):
+    """Blocks ``b0:b1`` of events, any count model (module docstring): ``coff`` ``(C, E +
+    1)`` object offsets per collection, ``base`` each collection's first global index,
+    ``pv_all`` ``(N, P)`` pattern probabilities, ``tgt`` ``(C, P, S)`` the count state
+    after an object of each pattern, ``f`` the pass table ``(S,)`` and ``df`` ``(S, K)``
+    its tangents in the trainable count thresholds. Outputs: ``pe[e] = P``, ``hp[g, p] =
+    dP/dpi_gp`` and ``dfe[e] = sum_k F_n[k] df[k]`` (``dP/dthreshold``). The steps of
+    :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` for values (the
+    same order of terms: the same ``P``)."""
+    n_ev = pe.shape[0]
+    n_states = f.shape[0]
+    for b in range(b0, b1):
+        seq_c = np.empty(max_seq, np.int64)
+        seq_g = np.empty(max_seq, np.int64)
+        F = np.empty((max_seq + 1, n_states))
+        G = np.empty(n_states)
+        Gn = np.empty(n_states)
+        states = np.arange(n_states)
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            n = sequence(coff, base, e, seq_c, seq_g)
+            for k in range(n_states):
+                F[0, k] = 0.0
+            F[0, 0] = 1.0
+            for j in range(n):
+                c = seq_c[j]
+                g = seq_g[j]
+                clear(F[j + 1], states, n_states)
+                for p in range(n_pat[c]):
+                    pv = pv_all[g, p]
+                    forward(F[j + 1], F[j], pv, pv, 0.0, tgt[c, p], states, n_states, 0,
+                            states, False)
+            for r in range(dfe.shape[1]):
+                acc = 0.0
+                for k in range(n_states):
+                    acc += F[n, k] * df[k, r]
+                dfe[e, r] = acc
+            for k in range(n_states):
+                G[k] = f[k]
+            for j in range(n - 1, -1, -1):
+                c = seq_c[j]
+                g = seq_g[j]
+                for p in range(n_pat[c]):
+                    hp[g, p] = weight(0.0, F[j], G, tgt[c, p], states, n_states, 0, states,
+                                      False)
+                clear(Gn, states, n_states)
+                for p in range(n_pat[c]):
+                    backward(Gn, G, pv_all[g, p], pv_all[g, p], 0.0, tgt[c, p], states,
+                             n_states, 0)
                 G, Gn = Gn, G
             pe[e] = G[0]

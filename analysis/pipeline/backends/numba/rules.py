@@ -160,11 +160,6 @@ def refusal(plan: Plan, request: Request, options: Any) -> str | None:
 def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
     if not options.numba_reverse:
         return "the numba reverse pass is switched off (Backend(numba_reverse=False))"
-    from analysis.pipeline.backends.numba._fasttables import _tables
-
-    if not _tables(scorecols.bare(plan)).one_set:
-        return ("more than one object set or collection (the numba reverse pass has the "
-                "one-set chain only)")
     if request.kind == "pullback":
         from analysis.pipeline.results import state_names, yield_cotangents
 

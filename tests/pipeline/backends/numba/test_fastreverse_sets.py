@@ -30,11 +30,11 @@ from tests.reference.enumeration import configurations
 FILES = {"nanoAOD_2015_CMS_Open_Data_ttbar.root": "btagCSVV2", "nano_tt_v12.root": "btagDeepFlavB"}
 
 
-def sets_config(*, joint: bool = True, btag: str = "btagDeepFlavB") -> dict:
-    """Learned scores (a jet score in the jets' cuts, an event score in the selection)
-    beside b-jets derived from the jets and muons, ``>= n_min`` jets (trainable), a joint
-    count of b-jets and muons, field observables of both jet sets."""
-    cfg = score_config(hidden=(3,))
+def with_sets(cfg: dict, *, joint: bool = True, btag: str = "btagDeepFlavB") -> dict:
+    """``cfg`` (:func:`tests.pipeline.test_score_kernel.config`'s: a jet score in the
+    jets' cuts, an event score in the selection) with b-jets derived from the jets and
+    muons, ``>= n_min`` jets (trainable), a joint count of b-jets and muons, field
+    observables of both jet sets."""
     cfg["scores"][0]["mlp"]["inputs"][2] = f"jets.{btag}"
     cfg["parameters"].update({
         "b_min": {"init": 0.3, "bounds": [0.0, 1.0]},
@@ -58,6 +58,11 @@ def sets_config(*, joint: bool = True, btag: str = "btagDeepFlavB") -> dict:
         {"name": "evscore", "x": "score.ev", "stats": ["mean"]},
     ]
     return cfg
+
+
+def sets_config(*, joint: bool = True, btag: str = "btagDeepFlavB") -> dict:
+    """:func:`with_sets` of the score kernel's test config."""
+    return with_sets(score_config(hidden=(3,)), joint=joint, btag=btag)
 
 
 def _setup(cfg: dict, name: str):
@@ -223,3 +228,30 @@ def test_the_kernel_is_the_walks_steps() -> None:
     np.testing.assert_allclose(pe2, pe, rtol=1e-14, atol=0)
     np.testing.assert_allclose(hp[:, 1] - hp[:, 0], dq, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(dfe, fn @ df, rtol=1e-13, atol=1e-15)
+
+
+def test_auto_runs_the_numba_pass_with_the_jax_sweeps_gradient(monkeypatch) -> None:
+    """Under ``auto``, the objective's gradient over two datasets (a significance: the
+    yields) for a learned score beside two jet sets and muons runs the numba pass and
+    equals the JAX sweep's (1e-10)."""
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.objectives import Objective
+    from analysis.optimize.reverse import reverse_objective
+    from analysis.pipeline.backend import Backend
+    from tests.optimize.test_score_reverse import _config
+    from tests.pipeline.backends.numba.test_fastreverse import _count_numba
+
+    cfg = config_from_dict(with_sets(_config(100_000)))
+    with Evaluator(cfg) as ev:
+        calls = _count_numba(monkeypatch)
+        got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
+        assert calls  # the numba pass ran
+        n = len(calls)
+    with Evaluator(cfg, backend=Backend(numba_reverse=False, scores_on_numba=False)) as ref:
+        want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
+        assert len(calls) == n
+    grad = want["grad"]
+    names = ev.plan.trainable_names
+    assert all(abs(grad[names.index(p)]) > 0 for p in ("b_min", "mu_min", "n_min"))
+    np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
+    np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())

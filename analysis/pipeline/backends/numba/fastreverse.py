@@ -9,8 +9,13 @@ on values only:
 
 - ``dL_c/dy_e = a1 + 2 a2 y_e``, so ``dL_c/dP_e = ev_e dL_c/dy_e`` and
   ``dL_c/dev_e = P_e dL_c/dy_e``;
-- per object, ``dP_e/dq_j`` (exact, :func:`analysis.pipeline.backends.numba.kernels._numba_sens.sensitivities`)
-  and ``dq_j/dt`` = the other cuts' product times the soft cut's derivative in its
+- per object and set, ``dP_e/dq_js`` (``q_js``: the product of set ``s``'s own cuts;
+  exact: one collection with one set on the chain,
+  :func:`analysis.pipeline.backends.numba.kernels._numba_sens.sensitivities`; any other
+  count model, several sets per collection with their parents, several collections,
+  joint counts, through each object's pattern probabilities,
+  :mod:`analysis.pipeline.backends.numba._fastsens`)
+  and ``dq_js/dt`` = the other cuts' product times the soft cut's derivative in its
   threshold (``ds/dx = -ds/dt`` in its value: the cotangent of a learned score's
   column, then the network's vjp, :func:`analysis.pipeline.scorecols.score_columns`);
 - per event, ``dev_e/dt`` likewise (an event-level score's column);
@@ -22,15 +27,15 @@ objects' weights: the yields and the observables of kinds ``S.f`` and branches, 
 :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns` computes them at
 ``order=0``: the same floats, but for the objects' weights where trainable count
 thresholds keep more count states on the chain, whose sums then split the last state's
-probability over more terms: within an ulp or two); observables of other kinds (event
+probability over more terms, and in the general model where an object's weight is summed
+over its patterns on the host: within an ulp or two); observables of other kinds (event
 sums, indexed objects) take their value states from that function (on the score columns:
 :func:`analysis.pipeline.scorecols.bare`).
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(more than one object set or collection, histograms, other kernels' plans; a payload
-that reads an observable's moments: their sensitivities are not provided); the chooser
-then runs the JAX sweep.
+(histograms, other kernels' plans; a payload that reads an observable's moments: their
+sensitivities are not provided); the chooser then runs the JAX sweep.
 """
 
 from __future__ import annotations

@@ -230,6 +230,7 @@ def test_the_kernel_is_the_walks_steps() -> None:
     np.testing.assert_allclose(dfe, fn @ df, rtol=1e-13, atol=1e-15)
 
 
+@pytest.mark.slow  # ~60 s under load: two evaluators over two datasets, the JAX sweep's compile
 def test_auto_runs_the_numba_pass_with_the_jax_sweeps_gradient(monkeypatch) -> None:
     """Under ``auto``, the objective's gradient over two datasets (a significance: the
     yields) for a learned score beside two jet sets and muons runs the numba pass and

@@ -18,7 +18,10 @@ then, by the chain rule (``pi`` is multilinear in the ``q_js``),
 
 (``+1`` where ``p`` holds ``s``, ``-1`` where it holds only the parent; no division, so
 ``q = 0`` or ``1`` is exact), and the objects' weights ``P(j in s and the event passes)
-= sum_{p holds s} pi_jp H_jp`` (pattern order, as the forward kernel adds them). Memory:
+= sum_{p holds s} pi_jp H_jp`` (pattern order, as the forward kernel adds them). Given cotangents of the pass
+probabilities and of the objects' weights (a payload that reads observables of kinds
+``S.f`` and branches), the same kernel runs the walk's vector-Jacobian product: one
+backward sweep gives ``dL/dpi_jp``, chained to the sets as ``H`` above. Memory:
 ``(N, P)`` per chunk (``P``: the collection's patterns), whatever the number of
 parameters.
 """
@@ -45,9 +48,11 @@ class Walk(NamedTuple):
     """What the reverse walk gives for one chunk (values, float64)."""
 
     pe: np.ndarray  # (E,) P(event passes)
-    dq: dict  # global set index -> (N_c,) dP/dq_js
+    dq: dict  # global set index -> (N_c,) dP/dq_js (with cotangents: dL/dq_js)
     ow: dict  # global set index -> (N_c,) P(j in s and the event passes), sets asked for
     dfe: np.ndarray  # (E, K) dP/d(trainable count threshold k)
+    dq_w: dict | None = None  # with the weights' cotangents: global set -> (N_c,) dL/dq_js
+    dfw: np.ndarray | None = None  # with them: (E, K) dL/d(trainable count threshold k)
 
 
 def pattern_probabilities(q: list[np.ndarray], codes: np.ndarray, n_pat: int,
@@ -93,13 +98,16 @@ def object_weights(hp: np.ndarray, pv: np.ndarray, codes: np.ndarray, n_pat: int
 
 def walk(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, q_of: dict,
          theta: np.ndarray, widths: np.ndarray, counts_tr: tuple[int, ...],
-         want_w: set, *, max_seq: int, block: int, threads: int | None) -> Walk:
+         want_w: set, *, max_seq: int, block: int, threads: int | None,
+         wbar: dict | None = None) -> Walk:
     """The sensitivities' walk of one chunk (module docstring): ``tab`` the plan's tables,
     ``sets`` its :class:`~analysis.pipeline.plan.SetsPlan` (the pass table), ``coff``
     ``(C, E + 1)`` object offsets per collection, ``base`` ``(C + 1,)`` first global
     index, ``q_of[gs]`` the own probabilities ``(N_c,)`` of every set (global index
     ``gs``), ``counts_tr`` the trainable count thresholds' parameters, ``want_w`` the
-    global set indices whose objects' weights are asked for."""
+    global set indices whose objects' weights are asked for. ``wbar`` given (``wbar[gs]``:
+    ``(N_c,)`` ``dL/dw_js``, the objects' weights' cotangents, for some sets): also the
+    walk's vector-Jacobian product for them (``dq_w``, ``dfw``)."""
     n_ev = coff.shape[1] - 1
     n_tot = int(base[-1])
     p_max = tab.pat.shape[1]
@@ -119,21 +127,33 @@ def walk(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, q_of: dict,
         n_pat = int(tab.n_pat[ci])
         pv_all[base[ci]: base[ci + 1], :n_pat] = pattern_probabilities(
             qs, tab.pat[ci], n_pat, n_obj)
+    adjoint = wbar is not None
+    cw = np.zeros((max(n_tot, 1) if adjoint else 1, p_max))
+    for ci, (gsets, _) in enumerate(qs_of):
+        for ls, gs in enumerate(gsets):
+            if adjoint and wbar and gs in wbar:  # a pattern's cotangent: its sets' sum
+                held = tab.pat[ci, : int(tab.n_pat[ci]), ls] == 1
+                cw[base[ci]: base[ci + 1], : held.size] += np.outer(wbar[gs], held)
     pe = np.zeros(n_ev)
     hp = np.zeros((max(n_tot, 1), p_max))
+    gp = np.zeros((max(n_tot, 1), p_max) if adjoint else (1, 1))
     dfe = np.zeros((n_ev, len(counts_tr)))
+    dfw = np.zeros((n_ev if adjoint else 0, len(counts_tr)))
     if n_ev:
-        args = (coff, base, pv_all, tab.n_pat, tgt, f, np.ascontiguousarray(df),
-                max(max_seq, 1), block, pe, hp, dfe)
+        args = (coff, base, pv_all, tab.n_pat, tgt, f, np.ascontiguousarray(df), cw, adjoint,
+                max(max_seq, 1), block, pe, hp, dfe, gp, dfw)
         _run_blocks(_numba_sens.pattern_sensitivities, args, max(1, -(-n_ev // block)),
                     threads)
-    dq, ow = {}, {}
+    dq, ow, dq_w = {}, {}, {}
     for ci, (gsets, qs) in enumerate(qs_of):
         n_pat = int(tab.n_pat[ci])
         h = hp[base[ci]: base[ci + 1]]
+        if adjoint:
+            dw = set_sensitivities(gp[base[ci]: base[ci + 1]], qs, tab.pat[ci], n_pat)
+            dq_w.update(zip(gsets, dw, strict=True))
         for ls, d in enumerate(set_sensitivities(h, qs, tab.pat[ci], n_pat)):
             dq[gsets[ls]] = d
             if gsets[ls] in want_w:
                 ow[gsets[ls]] = object_weights(h, pv_all[base[ci]: base[ci + 1]],
                                                tab.pat[ci], n_pat, ls)
-    return Walk(pe, dq, ow, dfe)
+    return Walk(pe, dq, ow, dfe, dq_w if adjoint else None, dfw if adjoint else None)

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import scorecols
-from analysis.pipeline.backends.numba import _fastone, _fastsens, fastkernel
+from analysis.pipeline.backends.numba import _fastone, _fastpayload, _fastsens, fastkernel
 from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
     _pass_table,
@@ -59,7 +59,7 @@ from analysis.pipeline.backends.numba._fasttables import (
 from analysis.pipeline.backends.numba.kernels import _numba_sens
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
-from analysis.pipeline.results import DatasetState, state_names, state_tree, yield_cotangents
+from analysis.pipeline.results import DatasetState, state_tree
 from analysis.stats.derive import Pullback
 
 __all__ = ["chunk_pullback", "chunk_yield_gradients"]
@@ -147,11 +147,13 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     own = any(o.x.kind not in ("field", "branch") for o in run.observables)
     value = (fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads,
                                          trace=trace)[0] if own else None)
-    if payload is not None:  # one that reads the yields only (the numba rules checked it)
-        cot = yield_cotangents(state_names(run), payload)
-        if isinstance(cot, str):
-            raise ValueError(f"the numba reverse pass has the yields' sensitivities only; "
-                             f"the objective reads {cot}")
+    reads: list = []  # the observable states the payload reads
+    if payload is not None:  # one the numba rules serve (they checked it)
+        parsed = _fastpayload.parse(run, payload)
+        if isinstance(parsed, str):
+            raise ValueError("the numba reverse pass pulls back the yields and observables "
+                             f"of kinds S.f and branches; the objective reads {parsed}")
+        cot, reads = parsed
         cots = [cot]
     cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
     n_rows = cots.shape[0]
@@ -191,15 +193,20 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
 
     counts_tr = tuple(p for p, _ in run.sets.thresholds if p is not None and p in run.trainable)
     fields = {o.x.head for o in run.observables if o.x.kind == "field"} if value is None else set()
-    want_w = {tab.gidx[s] for s in fields}
+    want_w = {tab.gidx[s] for s in fields} | {
+        tab.gidx[run.observables[r.index].x.head] for r in reads
+        if run.observables[r.index].x.kind == "field"}
     if trace is not None:
         trace[None, 0] += 1
-    if tab.one_set:
+    pulled = (_fastpayload.before_walk(reads, run, cols, flats, coff, tab, ev) if reads
+              else None)
+    if tab.one_set and pulled is None:
         walk = _one_set_walk(run, coff[0], q_of[0], theta, widths, counts_tr, bool(want_w),
                              max_seq, threads)
-    else:
+    else:  # any count model, or the walk's vector-Jacobian product (observables read)
         walk = _fastsens.walk(tab, run.sets, coff, base, q_of, theta, widths, counts_tr,
-                              want_w, max_seq=max_seq, block=fastkernel.BLOCK, threads=threads)
+                              want_w, max_seq=max_seq, block=fastkernel.BLOCK, threads=threads,
+                              wbar=None if pulled is None else pulled.wbar)
     if value is None:
         off_of = {c: coff[ci] for ci, c in enumerate(tab.collections)}
         value = _value_states(cols, run, off_of, flats, ev, walk.pe,
@@ -209,6 +216,9 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     dy = cots[:, :1] + 2.0 * cots[:, 1:] * (ev * pe)  # (R, E): dL/dy_e
     dp = dy * ev  # dL/dP_e
     dev = dy * pe  # dL/dev_e
+    if pulled is not None:  # the observables' entries (one row)
+        dp += pulled.pbar
+        dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
     for c, cut in enumerate(ecuts):
         g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event
         if cut.param is not None:
@@ -219,6 +229,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     for gs, (ci, cuts, raw, soft) in enumerate(sets):
         coll = tab.collections[ci]
         dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
+        if walk.dq_w is not None:  # the objects' weights' share (the walk's vjp)
+            dlq += walk.dq_w[gs]
         n_obj = dlq.shape[1]
         for c, cut in enumerate(cuts):
             g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
@@ -229,9 +241,12 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
                 bars[key][:, :n_obj] -= g * np.sign(raw[c]) if cut.absolute else g
     if counts_tr:
         g = dp @ walk.dfe  # (R, K)
+        if walk.dfw is not None:
+            g += walk.dfw.sum(axis=0)
         for k, p in enumerate(counts_tr):
             grad[:, p] += g[:, k]
-    live = np.flatnonzero(np.any(cots != 0, axis=1))  # rows asked for (the others are 0)
+    # rows asked for (the others are 0)
+    live = np.flatnonzero(np.any(cots != 0, axis=1) | bool(reads))
     for spec, _, back in vjps:
         if live.size:
             key = scorecols.column_key(spec)

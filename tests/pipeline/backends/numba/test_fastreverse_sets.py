@@ -87,6 +87,25 @@ def _objective(cols, plan, theta, widths, a1: float, a2: float) -> float:
     return a1 * float(v["selected_sumw"]) + a2 * float(v["selected_sumw2"])
 
 
+def observables_payload(plan, seed: int = 0) -> list:
+    """A payload that reads every state: the yields, the field observables' moments and
+    comoments (both jet sets) and the event score's moments (a branch), its power sums'
+    cotangents random, about anchors near the means (scaled by the deviations' size)."""
+    rng = np.random.default_rng(seed)
+    out: list = []
+    for n in state_names(scorecols.bare(plan)):
+        if n in YIELDS:
+            out.append((None, np.float64(rng.normal())))
+        elif n.endswith(".moments"):
+            out.append((np.float64(40.0), tuple(np.float64(rng.normal() / 40.0**r)
+                                                for r in range(5))))
+        else:
+            scale = np.array([1.0, 40.0, 1.0, 1600.0, 1.0, 40.0])
+            out.append(((np.float64(40.0), np.float64(1.0)),
+                        tuple(np.float64(v) for v in rng.normal(size=6) / scale)))
+    return out
+
+
 @pytest.mark.parametrize("name", list(FILES))
 def test_numba_pullback_equals_the_jax_sweep_and_finite_differences(name: str) -> None:
     plan, theta, widths, cols = _setup(sets_config(btag=FILES[name]), name)
@@ -224,7 +243,8 @@ def test_the_kernel_is_the_walks_steps() -> None:
     pv = np.stack([1.0 - q, q], axis=1)
     pe2, hp, dfe = np.zeros(6), np.zeros((q.size, 2)), np.zeros((6, 2))
     _numba_sens.pattern_sensitivities(coff[None, :], np.array([0, q.size]), pv,
-                                      np.array([2]), tgt, f, df, 6, 2, pe2, hp, dfe, 0, 3)
+                                      np.array([2]), tgt, f, df, np.zeros((1, 2)), False, 6, 2,
+                                      pe2, hp, dfe, np.zeros((1, 1)), np.zeros((0, 2)), 0, 3)
     np.testing.assert_allclose(pe2, pe, rtol=1e-14, atol=0)
     np.testing.assert_allclose(hp[:, 1] - hp[:, 0], dq, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(dfe, fn @ df, rtol=1e-13, atol=1e-15)
@@ -256,3 +276,51 @@ def test_auto_runs_the_numba_pass_with_the_jax_sweeps_gradient(monkeypatch) -> N
     assert all(abs(grad[names.index(p)]) > 0 for p in ("b_min", "mu_min", "n_min"))
     np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
     np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+
+
+@pytest.mark.parametrize("name", list(FILES))
+def test_a_payload_reading_observables_equals_the_jax_sweep(name: str) -> None:
+    """Moments and comoments of the jets' and b-jets' fields and an event score's
+    moments read by the payload: the walk's vector-Jacobian product (the objects'
+    weights' cotangents) equals the JAX sweep (1e-10) and central differences of the JAX
+    kernel's pulled sum along a random direction and a b-tag threshold."""
+    from analysis.stats.pullback import pulled_sum
+
+    plan, theta, widths, cols = _setup(sets_config(btag=FILES[name]), name)
+    payload = observables_payload(plan)
+    assert numba_refusal(plan, 0, theta, pullback=payload) is None
+    got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+    ref = jax_reverse.chunk_pullback(cols, plan, theta, widths, payload)
+    g, r = np.asarray(got.derived.grad), np.asarray(ref.derived.grad)
+    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10 * np.abs(r).max())
+    names = plan.trainable_names
+    assert abs(r[names.index("b_min")]) > 0 and np.abs(r[7:]).max() > 0
+
+    def loss(step: np.ndarray) -> float:
+        st = jax_reverse.chunk_pullback(cols, plan, theta + step, widths, payload)
+        return float(pulled_sum(st.derived.value, payload))
+
+    idx = np.asarray(plan.trainable)
+    v = np.random.default_rng(4).normal(size=len(names))
+    v /= np.linalg.norm(v)
+    b = np.zeros(len(names))
+    b[names.index("b_min")] = 1.0
+    for d, h in ((v, 1e-5), (b, 1e-5)):
+        step = np.zeros_like(theta)
+        step[idx] = h * d
+        fd = (loss(step) - loss(-step)) / (2 * h)
+        np.testing.assert_allclose(g @ d, fd, rtol=1e-6, atol=1e-9 * np.abs(g).max())
+
+
+def test_an_event_sum_read_by_the_payload_is_refused() -> None:
+    """An event sum's moments (``sum(jets.pt)``) have no entries to pull back here: the
+    rules say so, naming the state (the chooser then runs the JAX sweep)."""
+    cfg = sets_config()
+    cfg["observables"].append({"name": "ht", "x": "sum(jets.pt)", "stats": ["mean"]})
+    plan, theta, _, _ = _setup(cfg, "nano_tt_v12.root")
+    payload = observables_payload(plan)
+    why = numba_refusal(plan, 0, theta, pullback=payload)
+    assert why is not None and "observables.ht.moments" in why
+    ok = [None if n == "observables.ht.moments" else e
+          for n, e in zip(state_names(scorecols.bare(plan)), payload, strict=True)]
+    assert numba_refusal(plan, 0, theta, pullback=ok) is None

@@ -253,7 +253,8 @@ def test_the_kernel_is_the_walks_steps() -> None:
 @pytest.mark.slow  # ~60 s under load: two evaluators over two datasets, the JAX sweep's compile
 def test_auto_runs_the_numba_pass_with_the_jax_sweeps_gradient(monkeypatch) -> None:
     """Under ``auto``, the objective's gradient over two datasets (a significance: the
-    yields) for a learned score beside two jet sets and muons runs the numba pass and
+    yields; a target on the jets' mean pT: an observable, so values then the pullback
+    pass) for a learned score beside two jet sets and muons runs the numba passes and
     equals the JAX sweep's (1e-10)."""
     from analysis.driver.runner import Evaluator
     from analysis.optimize.objectives import Objective
@@ -262,7 +263,10 @@ def test_auto_runs_the_numba_pass_with_the_jax_sweeps_gradient(monkeypatch) -> N
     from tests.optimize.test_score_reverse import _config
     from tests.pipeline.backends.numba.test_fastreverse import _count_numba
 
-    cfg = config_from_dict(with_sets(_config(100_000)))
+    data = with_sets(_config(100_000))
+    data["objective"]["terms"].append(
+        {"type": "target", "stat": "tt.jpt.mean", "value": 60.0, "weight": 1e-4})
+    cfg = config_from_dict(data)
     with Evaluator(cfg) as ev:
         calls = _count_numba(monkeypatch)
         got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
@@ -310,6 +314,26 @@ def test_a_payload_reading_observables_equals_the_jax_sweep(name: str) -> None:
         step[idx] = h * d
         fd = (loss(step) - loss(-step)) / (2 * h)
         np.testing.assert_allclose(g @ d, fd, rtol=1e-6, atol=1e-9 * np.abs(g).max())
+
+
+def test_one_set_with_observables_read_takes_the_walks_vjp() -> None:
+    """One collection, one set (the chain's case) with a payload that reads its field's
+    and an event score's moments: the general walk's vector-Jacobian product, equal to
+    the JAX sweep (1e-10)."""
+    config = config_from_dict(score_config(hidden=(3,)))
+    plan = build_plan(config)
+    theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
+    widths = np.array(initial_widths(config), np.float64)
+    cols = read_columns(SHARED_DATA / "nano_tt_v12.root", plan)
+    assert fastreverse._tables(scorecols.bare(plan)).one_set
+    payload = [None if n == "observables.ht.moments" else e  # an event sum: not read
+               for n, e in zip(state_names(scorecols.bare(plan)), observables_payload(plan),
+                               strict=True)]
+    got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+    ref = jax_reverse.chunk_pullback(cols, plan, theta, widths, payload)
+    g, r = np.asarray(got.derived.grad), np.asarray(ref.derived.grad)
+    assert np.abs(r).max() > 0
+    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10 * np.abs(r).max())
 
 
 def test_an_event_sum_read_by_the_payload_is_refused() -> None:

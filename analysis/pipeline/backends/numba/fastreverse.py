@@ -21,6 +21,15 @@ on values only:
 - per event, ``dev_e/dt`` likewise (an event-level score's column);
 - trainable count thresholds: ``dP_e/dtheta = sum_k F_n[k] df[k]/dtheta``.
 
+A payload that also reads observables of kinds ``S.f`` (and ``abs``) and branches
+(their moments and comoments: power sums over entries, :mod:`analysis.pipeline.backends.numba._fastpayload`)
+adds the cotangents of each entry's weight and values: a branch's weight ``ev_e P_e``
+adds to ``dL/dP_e`` and ``dL/dev_e``; an object's weight ``ev_e w_js`` gives the objects'
+weights' cotangents, which the walk's vector-Jacobian product (one more sweep each way,
+:func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`)
+turns into ``dL/dq_js`` and ``dL/dthreshold``; a value that is a score's column adds to
+the column's cotangent.
+
 One walk per event for any number of parameters (the networks' weights, the cut
 thresholds), which also gives the chunk's value states (its pass probabilities and
 objects' weights: the yields and the observables of kinds ``S.f`` and branches, as
@@ -34,8 +43,9 @@ sums, indexed objects) take their value states from that function (on the score 
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(histograms, other kernels' plans; a payload that reads an observable's moments: their
-sensitivities are not provided); the chooser then runs the JAX sweep.
+(histograms, other kernels' plans; a payload that reads an event sum's or an indexed
+observable's states: no entries of theirs are pulled back here); the chooser then runs
+the JAX sweep.
 """
 
 from __future__ import annotations
@@ -136,7 +146,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
             trace: Counter | None = None):
     """``(value, grads)``: the chunk's value states and ``grads[r] = d(a1_r Y + a2_r Y2)/dtheta``
     over the full parameter vector for each row ``(a1_r, a2_r)`` of ``cots`` ((R, 2));
-    ``payload`` given: ``cots`` from it (one row; it reads the yields only). ``trace``:
+    ``payload`` given: ``cots`` from it (one row; with the observable states it reads,
+    module docstring). ``trace``:
     counts the walks of the selection (``trace[None, 0]``: one, two with event sums or
     indexed observables)."""
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
@@ -259,7 +270,8 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payl
                    threads: int | None = None, trace: Counter | None = None) -> DatasetState:
     """One chunk's states and gradient share (module docstring), as
     :func:`analysis.pipeline.backends.jax.reverse.chunk_pullback` returns them, for a
-    plan and a payload the numba rules serve (the payload reads the yields only)."""
+    plan and a payload the numba rules serve (it reads the yields and observables of
+    kinds ``S.f`` and branches)."""
     value, grad = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads,
                           trace=trace)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,

@@ -186,7 +186,8 @@ def _scratch(value: str) -> bool:
 
 def _fmt(x: float, unit: str) -> str:
     if unit == "x":
-        return f"{x:.2f}x"
+        # two decimals, or two significant digits below 0.1 (0.0022x, not 0.00x)
+        return f"{x:.2f}x" if abs(x) >= 0.095 or x == 0 else f"{x:.2g}x"
     return f"{x:.3g} {unit}"
 
 

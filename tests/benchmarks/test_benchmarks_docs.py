@@ -116,17 +116,45 @@ def _named_scripts() -> list[str]:
 
 
 def test_every_script_a_page_names_exists_and_parses_its_options():
+    used = documented_options("\n".join(_pages().values()))
     for script in _named_scripts():
         path = ROOT / "benchmarks" / script
         assert path.is_file(), f"benchmarks/{script} is named by a page but does not exist"
         source = path.read_text()
         assert "ArgumentParser(" in source and '__name__ == "__main__"' in source, script
+        # the options the pages' commands use are the script's (run: the slow test below)
+        unknown = sorted(o for o in used.get(script, ()) if f'"{o}"' not in source)
+        assert not unknown, f"benchmarks/{script}: the pages use options it does not have: {unknown}"
+
+
+def documented_options(text: str) -> dict[str, set[str]]:
+    """script -> the options its commands on a page use (``python benchmarks/X.py --opt``;
+    a command may wrap across lines inside its backticks)."""
+    found: dict[str, set[str]] = {}
+    # a command ends at its closing backtick (or code fence), a comment or the next command
+    flat = " ".join(text.split())
+    for m in re.finditer(r"python benchmarks/(bench_\w+\.py)([^`#|]*?)(?=[`#|]|python |$)",
+                         flat):
+        found.setdefault(m.group(1), set()).update(
+            w.partition("=")[0] for w in m.group(2).split() if w.startswith("--"))
+    return found
+
+
+def test_documented_options_are_read():
+    text = ("`python benchmarks/bench_a.py --events 10 --only x`, `python\nbenchmarks/bench_b.py`"
+            "\n```bash\npython benchmarks/bench_c.py --repeat 2  # --not-this\n"
+            "python benchmarks/bench_c.py --events 5\n```\n")
+    assert documented_options(text) == {"bench_a.py": {"--events", "--only"}, "bench_b.py": set(),
+                                        "bench_c.py": {"--repeat", "--events"}}
 
 
 @pytest.mark.slow  # a fresh process per script; some import JAX before parsing (~20-40 s in all)
 @pytest.mark.parametrize("script", _named_scripts())
-def test_every_script_answers_help(script):
+def test_every_script_answers_help_with_the_options_the_pages_use(script):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+    used = documented_options("\n".join(_pages().values())).get(script, set())
+    unknown = sorted(o for o in used if not re.search(rf"{re.escape(o)}\b", done.stdout))
+    assert not unknown, f"benchmarks/{script}: the pages use options it does not have: {unknown}"

@@ -1,16 +1,11 @@
 """The benchmarks back the docs (issue 51): every figure a page quotes from a result file
-is that file's figure, every result file and script a page names exists, every script
-answers ``--help``, and no result file is kept that neither a page quotes nor the table
-shows against a stated goal.
-
-A page quotes a recorded figure as ``0.322 s (`benchmarks/results/startup.refuse.json`)``,
-or one of the record's details as ``2.13 s (`benchmarks/results/own.10k.later.json`,
-`futures_startup`)``: the number must be the record's, rounded to the digits written.
+is that file's figure (``benchmarks/quotes.py`` says how a page quotes one), every result
+file and script a page names exists, every script parses the options the pages use, and no
+result file is kept that neither a page quotes nor the table shows against a stated goal.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -18,46 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.results_table import RESULTS, ROOT, stated_goal
+from benchmarks.quotes import pages, quotes, records, refresh, stale
+from benchmarks.results_table import RESULTS, ROOT, stated_goal, write_quotes
 
-#: the pages that may quote benchmark figures: the docs, the README, the benchmarks' README
-PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md",
-                                                  ROOT / "benchmarks" / "README.md"]
 RESULT = re.compile(r"benchmarks/results/([\w.]+)\.json")
 SCRIPT = re.compile(r"benchmarks/(bench_\w+\.py)")
-#: a quoted figure: the number, its unit, then the record (and a detail's key) in parentheses
-QUOTE = re.compile(
-    r"(?P<number>\d+(?:\.\d+)?) ?(?:x|s|ms|GB|MB|%)? \(`benchmarks/results/(?P<name>[\w.]+)\.json`"
-    r"(?:, `(?P<key>\w+)`)?\)")
 
 
 def _pages() -> dict[str, str]:
-    return {str(p.relative_to(ROOT)): p.read_text() for p in PAGES
-            if p.name != "changelog.md" and not {"_build", "_generated"} & set(p.parts)}
+    return pages(ROOT)
 
 
 def _records() -> dict[str, dict]:
-    return {p.name[: -len(".json")]: json.loads(p.read_text())
-            for p in sorted(Path(RESULTS).glob("*.json"))}
-
-
-def quoted_figures(text: str) -> list[tuple[str, str, str | None]]:
-    """``(number as written, record name, detail key or None)`` of every quoted figure."""
-    return [(m["number"], m["name"], m["key"]) for m in QUOTE.finditer(text)]
-
-
-def mismatches(text: str, records: dict[str, dict]) -> list[str]:
-    """The quoted figures of ``text`` that are not their record's (or that name none)."""
-    wrong = []
-    for number, name, key in quoted_figures(text):
-        entry = records.get(name)
-        value = None if entry is None else (
-            entry["figure"] if key is None else entry["details"].get(key))
-        digits = len(number.partition(".")[2])
-        if not isinstance(value, (int, float)) or round(float(value), digits) != float(number):
-            wrong.append(f"{number} quoted from {name}{'/' + key if key else ''}: "
-                         f"the record says {value!r}")
-    return wrong
+    return records(RESULTS)
 
 
 def test_every_result_file_a_page_names_exists():
@@ -68,20 +36,37 @@ def test_every_result_file_a_page_names_exists():
 
 
 def test_every_quoted_figure_is_its_records():
-    records = _records()
-    wrong = [f"{page}: {w}" for page, text in _pages().items() for w in mismatches(text, records)]
-    assert not wrong, wrong
+    entries = _records()
+    wrong = [f"{page}: {w}" for page, text in _pages().items() for w in stale(text, entries)]
+    assert not wrong, f"{wrong} (python benchmarks/results_table.py --write refreshes them)"
 
 
-def test_a_stale_quote_is_caught():
-    records = {"pass.cached": {"figure": 0.2986, "details": {"plain_s": 1.234}}}
+def test_a_stale_quote_is_caught_and_refreshed(tmp_path):
+    entries = {"pass.cached": {"figure": 0.2986, "details": {"plain_s": 1.234}}}
     good = ("0.30x (`benchmarks/results/pass.cached.json`) and "
             "1.23 s (`benchmarks/results/pass.cached.json`, `plain_s`)")
-    assert len(quoted_figures(good)) == 2 and mismatches(good, records) == []
-    for stale in ("0.31x (`benchmarks/results/pass.cached.json`)",
+    assert len(quotes(good)) == 2 and stale(good, entries) == []
+    for wrong in ("0.31x (`benchmarks/results/pass.cached.json`)",
                   "1.2 s (`benchmarks/results/pass.cached.json`, `floor_s`)",
                   "0.30x (`benchmarks/results/pass.first.json`)"):
-        assert len(mismatches(stale, records)) == 1, stale
+        assert len(stale(wrong, entries)) == 1, wrong
+    text, changes = refresh("was 0.4x (`benchmarks/results/pass.cached.json`), 1.3 s "
+                            "(`benchmarks/results/pass.cached.json`, `plain_s`)", entries)
+    assert text == ("was 0.3x (`benchmarks/results/pass.cached.json`), 1.2 s "
+                    "(`benchmarks/results/pass.cached.json`, `plain_s`)")
+    assert len(changes) == 2
+    # results_table.py --write rewrites the pages in place
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "README.md").write_text("")
+    (tmp_path / "benchmarks" / "README.md").write_text("")
+    page = tmp_path / "docs" / "p.md"
+    page.write_text("a 0.31x (`benchmarks/results/pass.cached.json`) pass\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "pass.cached.json").write_text('{"figure": 0.2986, "details": {}}')
+    assert write_quotes(tmp_path, results) == ["docs/p.md: 0.31 -> 0.30 (pass.cached)"]
+    assert page.read_text() == "a 0.30x (`benchmarks/results/pass.cached.json`) pass\n"
 
 
 def test_every_result_file_is_quoted_or_has_a_stated_goal():

@@ -60,12 +60,13 @@ def test_a_stale_quote_is_caught_and_refreshed(tmp_path):
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "README.md").write_text("")
     (tmp_path / "benchmarks" / "README.md").write_text("")
-    page = tmp_path / "docs" / "p.md"
+    page = tmp_path / "docs" / "page.md"
     page.write_text("a 0.31x (`benchmarks/results/pass.cached.json`) pass\n")
     results = tmp_path / "results"
     results.mkdir()
     (results / "pass.cached.json").write_text('{"figure": 0.2986, "details": {}}')
-    assert write_quotes(tmp_path, results) == ["docs/p.md: 0.31 -> 0.30 (pass.cached)"]
+    assert write_quotes(tmp_path, results) == [
+        f"{page.relative_to(tmp_path)}: 0.31 -> 0.30 (pass.cached)"]
     assert page.read_text() == "a 0.30x (`benchmarks/results/pass.cached.json`) pass\n"
 
 

@@ -308,6 +308,10 @@ def test_cached_runner_on_dask_equals_the_runner(shared_data, dask_client) -> No
         _assert_same(_reference(fileset, {"jet_pt_min": 35.0}, 20), third)
         run(fileset, Counting({"jet_pt_min": 35.0}), treename="Events")
         assert run.last == "cached", run.why
+    # one drop reaches every worker's store (analysis.data.placement)
+    kept = sum(i["chunks"] for i in dask_client.run(owncache.cache_info).values())
+    assert kept >= 10 and owncache.clear_cache(client=dask_client) == kept
+    assert {i["chunks"] for i in dask_client.run(owncache.cache_info).values()} == {0}
 
 
 @pytest.mark.slow

@@ -88,14 +88,17 @@ def test_yaml_chunk_kept_and_evaluated_on_its_worker(tmp_path, client) -> None: 
                         worker_budget=1 << 20, pure=False).result()
     (address,) = client.scheduler_info()["workers"]
     assert out[PLACES_KEY].places == {("k",): address}
+    more = client.submit(placement.keep_columns, ("k2",), cols, token=token,
+                         worker_budget=1 << 20, pure=False).result()
+    assert more[PLACES_KEY].places == {("k2",): address}  # its store, not an owner's
     there = placement.on_worker(client, address, evaluate_kept, token, proc, ("k",), "dy")
     want = proc.evaluate("dy", cols)
     assert there.result()["dy"].events == want["dy"].events == 0
     assert np.array_equal(there.result()["dy"].sumw, want["dy"].sumw)
     missing = placement.on_worker(client, address, evaluate_kept, token, proc, ("x",), "dy")
     assert missing.result() is None  # not kept there: the driver reads it again
-    assert placement.on_workers(client, _size, token) == {address: 1}
-    assert placement.drop_everywhere(token, client=client) == 1
+    assert placement.on_workers(client, _size, token) == {address: 2}
+    assert placement.drop_everywhere(token, client=client) == 2
     assert placement.on_workers(client, _size, token) == {address: None}
 
 

@@ -27,7 +27,18 @@ __all__ = ["chunk_metadata", "file_stamp", "kept_entry", "kept_here", "lookup", 
 
 
 def file_stamp(filename: Any) -> tuple[int, int] | None:
-    """``(size, mtime_ns)`` of a local file; None where it cannot be stat'ed (a URL)."""
+    """The file's stamp: what says it was not rewritten since its columns were read.
+
+    Parameters
+    ----------
+    filename : str
+        The chunk's file (coffea's ``metadata["filename"]``).
+
+    Returns
+    -------
+    tuple or None
+        ``(size, mtime_ns)`` of a local file; None where it cannot be stat'ed (a URL).
+    """
     try:
         st = os.stat(filename)
     except (OSError, TypeError, ValueError):
@@ -57,10 +68,25 @@ def _frozen(value: Any) -> Any:
 
 
 def own_key(proc: Any, metadata: Mapping) -> tuple | None:
-    """The kept columns' key of a chunk (None: not kept: no UUID, budget 0, or metadata
-    without a hashable description). Every piece of metadata that the processor's ``columns`` may
-    read is in it: the dataset and the fileset's own metadata (two datasets on one file,
-    data without ``genWeight`` and MC with it, have columns of their own)."""
+    """The kept columns' key of an own processor's chunk.
+
+    Every piece of metadata that the processor's ``columns`` may read is in it: the
+    dataset and the fileset's own metadata (two datasets on one file, data without
+    ``genWeight`` and MC with it, have columns of their own).
+
+    Parameters
+    ----------
+    proc : CachedColumns
+        The processor (its class, ``column_key()`` and ``column_budget``).
+    metadata : Mapping
+        The chunk's ``events.metadata`` (or :func:`chunk_metadata` of its work item).
+
+    Returns
+    -------
+    tuple or None
+        The :func:`~analysis.data.cache.chunk_key`; None where the chunk is not kept (no
+        file UUID, budget 0, or metadata without a hashable description).
+    """
     uuid_ = metadata.get("fileuuid")
     if not uuid_ or int(proc.column_budget) <= 0:  # budget 0: neither kept nor looked up
         return None
@@ -79,7 +105,7 @@ def own_key(proc: Any, metadata: Mapping) -> tuple | None:
 
 
 def kept_entry(kept: ColumnCache | None, key: tuple | None, *,
-           touch: bool = True) -> tuple[Any, Any] | None:
+               touch: bool = True) -> tuple[Any, Any] | None:
     """``(columns, stamp)`` kept under ``key`` in the store ``kept``, or None."""
     if kept is None or key is None or not kept.holds(key):
         return None
@@ -98,6 +124,7 @@ def lookup(kept: ColumnCache, key: tuple | None, stamp: Any) -> Any:
 
 
 def tree_nbytes(columns: Any) -> int:
+    """Bytes a pytree of columns holds (a ``Jagged`` with the padded copy it keeps)."""
     total = 0
     for leaf in jax.tree_util.tree_leaves(columns, is_leaf=lambda x: isinstance(x, Jagged)):
         if isinstance(leaf, Jagged):
@@ -125,9 +152,24 @@ def chunk_metadata(item: Any) -> dict:
 
 
 def kept_here(store: ColumnCache, processor_instance: Any,
-               chunks: list[dict]) -> tuple[list[int], list[int]]:
-    """In a dask worker: the indices of the chunks (their metadata) kept in ``store``
-    with their file unchanged, and of those kept with a changed file."""
+              chunks: list[dict]) -> tuple[list[int], list[int]]:
+    """Which of ``chunks`` a store keeps (in a dask worker: its store).
+
+    Parameters
+    ----------
+    store : ColumnCache
+        The store.
+    processor_instance : CachedColumns
+        The processor whose chunks they are.
+    chunks : list of dict
+        The chunks' metadata (:func:`chunk_metadata`).
+
+    Returns
+    -------
+    tuple of two lists
+        The indices of the chunks kept with their file unchanged, and of those kept
+        with a changed file.
+    """
     kept: list[int] = []
     stale: list[int] = []
     stamps: dict[Any, Any] = {}

@@ -51,6 +51,7 @@ __all__ = [
     "adopt",
     "drop",
     "drop_everywhere",
+    "in_store",
     "keep_columns",
     "on_worker",
     "on_workers",

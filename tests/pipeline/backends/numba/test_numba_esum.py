@@ -44,11 +44,11 @@ from tests.select.test_subsets_uncertain import (
 LANES = _numba_esum.LANES
 
 
-def kernel_bins(ev: dict, tangents: list[tuple[int, int]],
-                name: str = "jets") -> tuple[np.ndarray, np.ndarray]:
-    """``(bins (E, nb, 1 + len(tangents)), uncertain (E,))`` from the compiled kernel for
-    the sum of the pT of the set ``name``, the tangent lanes d/d ``ev["jets"][e, j]`` for
-    each ``(e, j)`` of ``tangents``."""
+def kernel_bins(ev: dict, tangents: list[tuple[int, int]], name: str = "jets",
+                kernel=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(bins (E, nb, 1 + len(tangents)), uncertain (E,))`` from the compiled kernel (or
+    ``kernel``) for the sum of the pT of the set ``name``, the tangent lanes d/d
+    ``ev["jets"][e, j]`` for each ``(e, j)`` of ``tangents``."""
     lays, probs, pt = inputs(ev)
     n_ev = len(UNCERTAIN)
     cols = MODEL.collections
@@ -78,15 +78,14 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]],
     has = np.asarray(MODEL.patterns["Jet"])[:, summed].astype(np.int64)
     edges = np.asarray(EDGES, np.float64)
     nl = 1 + len(tangents)
-    out = np.full((n_ev, len(edges) + 1, 4), 7.0)
+    out = np.full((n_ev, len(edges) + 1, max(4, nl)), 7.0)
     unc = np.zeros(n_ev, np.int64)
     # which objects are certain: the one definition (as fasthist makes it)
     lo, n_pc = int(base[cs]), int(n_pat[cs])
     cert, ins = certain_objects(pv_all[lo: lo + int(coff[cs, -1]), :n_pc, 0], has[:n_pc] == 1)
-    _numba_esum.event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f,
-                               np.zeros(f.shape + (LANES,)), cs, has, cert, ins,
-                               np.array(pt, np.float64).reshape(-1), edges, nl, n_ev, out,
-                               unc, 0, 1)
+    (kernel or _numba_esum.event_sum_bins)(
+        coff, base, pv_all, pd_all, n_pat, tgt, f, np.zeros(f.shape + (LANES,)), cs, has, cert,
+        ins, np.array(pt, np.float64).reshape(-1), edges, nl, n_ev, out, unc, 0, 1)
     return out[..., :nl], unc
 
 
@@ -189,6 +188,45 @@ def test_kernel_every_path_against_enumeration(name: str) -> None:
             np.testing.assert_allclose(got[e, :, lane], fd, rtol=1e-8, atol=1e-10,
                                        err_msg=f"{name} {counts} {e}")
             assert np.all(got[np.arange(len(counts)) != e, :, lane] == 0.0)
+
+
+def test_dense_path_against_enumeration() -> None:
+    """More than 3 tangents: every state and lane on the walk's 8-lane steps, meet in the
+    middle for any number of uncertain objects (0 to 7 here, the first event none):
+    values against the enumeration oracle (1e-10), five tangent lanes against its central
+    differences (1e-8)."""
+    for counts in ((1, 2, 3, 4), (5, 6, 7, 8)):
+        ev = few_uncertain(counts)
+        free = [np.flatnonzero((ev["jets"][e] > 0) & (ev["jets"][e] < 1)) for e in range(4)]
+        lanes = [(1, int(free[1][0])), (2, int(free[2][0])), (3, int(free[3][0])),
+                 (3, int(free[3][-1])), (2, int(free[2][-1]))]
+        got, _ = kernel_bins(ev, lanes)
+        for e in range(len(counts)):
+            np.testing.assert_allclose(got[e, :, 0], oracle(ev, e), rtol=1e-10, atol=1e-14)
+        h = 1e-4
+        for lane, (e, j) in enumerate(lanes, start=1):
+            fd = (oracle(_moved(ev, [(e, j, h)]), e) - oracle(_moved(ev, [(e, j, -h)]), e)) / (2 * h)
+            np.testing.assert_allclose(got[e, :, lane], fd, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_no_index_out_of_bounds_on_any_path() -> None:
+    """The kernel compiled with numba's bounds checks (an index out of bounds raises) on
+    every path: 0 to 8 uncertain objects, 1 and 5 tangents, an event with a NaN
+    probability; the same values as the kernel without the checks. (A buffer one row
+    short, written past its end, corrupted the heap silently.)"""
+    import numba
+
+    checked = numba.njit(boundscheck=True)(_numba_esum.event_sum_bins.py_func)
+    for counts in ((1, 2, 3, 4), (5, 6, 7, 8)):
+        ev = few_uncertain(counts)
+        ev["bjets"][2, int(np.argmax(ev["bjets"][2] > 0))] = np.nan
+        free = [np.flatnonzero((ev["jets"][e] > 0) & (ev["jets"][e] < 1)) for e in range(4)]
+        for lanes in ([(1, int(free[1][0]))], [(1, int(free[1][0]))] * 5):
+            for name in ("jets", "bjets"):
+                want, _ = kernel_bins(ev, lanes, name)
+                got, _ = kernel_bins(ev, lanes, name, kernel=checked)
+                np.testing.assert_array_equal(got, want)
 
 
 def esum_config(*, hard: bool = False) -> dict:

@@ -259,12 +259,7 @@ register("region", "channel", _same_sets)
 def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
-    if spec.node.kind in ("sum", "count"):  # entries of a field, branch or index: soft fills
-        if getattr(spec, "width_index", None) is not None:
-            return "soft bins (a histogram's width > 0) of an event sum run in the JAX kernel"
-        if getattr(spec, "edge_params", None) is not None:
-            return "trainable edges of an event sum run in the JAX kernel"
-    return None
+    return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)
 
 
 for _kind in ("field", "branch", "sum", "count"):

@@ -134,7 +134,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     G0 = np.zeros((n_states, LANES))
     GB = np.zeros((1, n_states, LANES))
     XB = np.zeros(1)
-    PG = np.zeros((1, n_states, LANES))
+    PG = np.zeros((2, n_states, LANES))  # nbeta + 1 rows: 2 for nbeta = 1 (grown with GB)
     C = np.zeros((nb + 1, LANES))
     tmp = np.zeros(LANES)
     tot = np.zeros(4)

@@ -10,8 +10,9 @@
 - the soft bins' widths are cut widths: annealed with them, and the hard evaluation
   (every width 0) is the ``hist`` fill (tests/pipeline/test_histograms.py's hard test
   runs with soft bins configured too);
-- the numba backend refuses soft bins of an event sum (one line), so ``auto`` takes the
-  JAX kernel (other kinds of x: tests/pipeline/backends/numba/test_fasthist_softbins.py).
+- the numba backend serves soft bins of every kind of x, event sums included, so
+  ``auto`` runs them there (numba = JAX: tests/pipeline/backends/numba/test_fasthist_softbins.py,
+  tests/pipeline/backends/numba/test_numba_esum_soft.py).
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ def test_soft_bin_widths_are_cut_widths() -> None:
     assert by_key["sr"] == by_key["low"] == by_key["ht"] == plan.n_widths - 5
     assert width_labels(config)[-5:] == [f"histogram {n} bins"
                                          for n in ("ht", "nj", "jpt", "met", "mjj")]
-    # numba: the histogram it would serve hard, refused soft (auto takes JAX)
+    # numba serves the event sum's histogram soft as hard (auto runs it there)
     ht = [h for h in plan.hists if h.key == "ht"]
     only = dataclasses.replace(plan, observables=(), hists=tuple(ht))
-    assert "histogram 'ht': soft bins" in numba_refusal(only, 1)
+    assert numba_refusal(only, 1) is None
     hard = dataclasses.replace(only, hists=(dataclasses.replace(ht[0], width_index=None),))
     assert numba_refusal(hard, 1) is None
 

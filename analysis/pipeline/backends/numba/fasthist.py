@@ -28,7 +28,9 @@ so each shift side's selection is walked once per chunk. Bins as :func:`numpy.se
 (``side="right"``) over the edges: underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
 is filled at ``x = 0`` (its value may be garbage; as the JAX kernel). Soft bins and
 trainable edges of those entries: :mod:`analysis.pipeline.backends.numba._histfills` (the
-fills; an event sum's stay on the JAX kernel). A shift's columns and walk orders:
+fills); of an event sum: its per-event bins from
+:mod:`analysis.pipeline.backends.numba.kernels._numba_esum_soft` (every subset's sum
+spread over the bins). A shift's columns and walk orders:
 :mod:`analysis.pipeline.backends.numba._histvariants`.
 """
 

@@ -326,7 +326,7 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
         else:
             vals = np.asarray(flats[coll][node.field], dtype=np.float64)
             vals = np.ascontiguousarray(np.abs(vals) if node.absolute else vals)
-        edges = np.asarray(spec.edges_of(theta), np.float64)
+        edges = np.array(spec.edges_of(theta), np.float64)  # writable: one compiled type
         out = _work(f"hist_es{k}_{len(es)}", (n_ev, len(edges) + 1, width))
         unc = np.zeros(n_ev, np.int64)
         q = rpos[spec.region]

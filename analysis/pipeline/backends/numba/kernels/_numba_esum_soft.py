@@ -59,6 +59,25 @@ def _step(Fn, F, tgt, c, n_pat, pv, pd, g, states, ns, has, which, pull):
 
 
 @inline
+def _subsets(H, X, Hn, unc, j0, dj, k, tgt, cs, n_pat, pv, pd, base_cs, vals, states, ns,
+             has, pull):
+    """The ``2^k`` subsets of the objects ``unc[j0 + t dj]``, ``t < k``, from ``H[0]``,
+    ``X[0]``: subset ``a + m`` holds object ``t`` in ``S`` (its step over the in
+    patterns, its value added to ``X``), ``a`` does not (the out patterns); forward, or
+    backward with ``pull`` (:func:`_step`; ``Hn``: scratch). Returns ``2^k``."""
+    m = 1
+    for t in range(k):
+        g = unc[j0 + t * dj]
+        for a in range(m):
+            _step(H[a + m], H[a], tgt, cs, n_pat, pv, pd, g, states, ns, has, 1, pull)
+            _step(Hn, H[a], tgt, cs, n_pat, pv, pd, g, states, ns, has, 0, pull)
+            H[a, :, :] = Hn
+            X[a + m] = X[a] + vals[g - base_cs]
+        m *= 2
+    return m
+
+
+@inline
 def _spread(o, t, x, nl, edges, width, elane, q, ds):
     """``o[b, r] += t[r] q_b(x)`` over the first ``nl`` lanes and, for each trainable
     edge ``j`` (``elane[j]``: its lane), ``t[0] d q_b / d e_j`` into its lane."""
@@ -140,34 +159,16 @@ def event_sum_soft_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, 
         if GB.shape[0] < (1 << (n - na)):
             GB = np.zeros((1 << (n - na), n_states, LANES))
             XB = np.zeros(1 << (n - na))
-        # the first half forward: subset alpha + m holds object j, alpha does not
+        # the first half forward from F, the second backward from the pass table (the
+        # last object first)
         FA[0, :, :] = F
         XA[0] = x0
-        m = 1
-        for j in range(na):
-            g = unc[j]
-            for a in range(m):
-                _step(FA[a + m], FA[a], tgt, cs, n_pat, pv_all, pd_all, g, states, n_states,
-                      has, 1, False)
-                _step(Fn, FA[a], tgt, cs, n_pat, pv_all, pd_all, g, states, n_states, has, 0,
-                      False)
-                FA[a, :, :] = Fn
-                XA[a + m] = XA[a] + vals[g - base[cs]]
-            m *= 2
-        # the second half backward from the pass table, the last object first
+        m = _subsets(FA, XA, Fn, unc, 0, 1, na, tgt, cs, n_pat, pv_all, pd_all, base[cs], vals,
+                     states, n_states, has, False)
         GB[0, :, :] = G0
         XB[0] = 0.0
-        mb = 1
-        for j in range(n - 1, na - 1, -1):
-            g = unc[j]
-            for a in range(mb):
-                _step(GB[a + mb], GB[a], tgt, cs, n_pat, pv_all, pd_all, g, states, n_states,
-                      has, 1, True)
-                _step(Fn, GB[a], tgt, cs, n_pat, pv_all, pd_all, g, states, n_states, has, 0,
-                      True)
-                GB[a, :, :] = Fn
-                XB[a + mb] = XB[a] + vals[g - base[cs]]
-            mb *= 2
+        mb = _subsets(GB, XB, Fn, unc, n - 1, -1, n - na, tgt, cs, n_pat, pv_all, pd_all,
+                      base[cs], vals, states, n_states, has, True)
         for a in range(m):
             for b in range(mb):
                 weight(inner, FA[a], GB[b], states, states, n_states, 0, states, False)

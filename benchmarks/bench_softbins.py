@@ -32,6 +32,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_multiplicity import make_config  # noqa: E402  (the HT config on generated events)
 from bench_pass import best_of, chunk_columns  # noqa: E402  (the shared timing helpers)
 
+#: the record's detail keys of the three passes (``<key>_s``, ``<key>_cpu_s``,
+#: ``<key>_first_s``: best wall, its CPU, the first pass)
+KEYS = ("numba_soft", "jax_soft", "numba_hard")
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -109,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
            figure=numba_s / jax_s, goal="", met=None, command=command_line(__file__, argv),
            details={"events": args.events, "chunksize": args.chunksize, "width": args.width,
                     "load_average": load, "largest_difference": diff,
-                    **{k: {"warm_s": v[0], "best_s": v[1], "cpu_s": v[2]}
-                       for k, v in rows.items()},
+                    "largest_uncertain": int(enum[2]) if enum else 0,
+                    **{f"{key}_{what}": v[i] for key, v in zip(KEYS, rows.values(), strict=True)
+                       for i, what in enumerate(("first_s", "s", "cpu_s"))},
                     "started": time.strftime("%Y-%m-%d %H:%M:%S")})
     return 0
 

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.chunksize}, in memory; HT soft bins of {args.width} GeV, "
           f"{len(plan.trainable)} trainable parameters ({len(plan.trainable) - 2} edges); "
           f"jax {jax.__version__}, {os.cpu_count()} cores, load average {load:.1f}; "
-          f"enumeration (events, groups, largest uncertain) of chunk 0: {enum}")
+          f"enumeration of chunk 0 (events, events over 12 uncertain, the most): {enum}")
     print(f"| {'gradient pass (value + Jacobian)':<34} | {'first [s]':>9} | {'best [s]':>8} | "
           f"{'CPU [s]':>7} |")
     for name, (warm, best, cpu) in rows.items():

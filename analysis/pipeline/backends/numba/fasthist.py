@@ -44,18 +44,11 @@ from typing import Any
 import numpy as np
 
 from analysis.pipeline import hardcut
-from analysis.pipeline.backends.numba import _fastleading, fastkernel
+from analysis.pipeline.backends.numba import _fastleading, _histfills, fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
-from analysis.pipeline.backends.numba._histfills import (
-    _fill_side,
-    _paired,
-    _run_fills,
-    edge_lanes,
-    fill_key,
-    soft_width,
-)
+from analysis.pipeline.backends.numba._histfills import _fill_side, _paired, _run_fills, fill_key
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
     _joint_tables,
@@ -64,12 +57,8 @@ from analysis.pipeline.backends.numba._histtables import (
 )
 from analysis.pipeline.backends.numba._histvariants import _order, _shifted
 from analysis.pipeline.backends.numba.fastkernel import _inputs, _work
-from analysis.pipeline.backends.numba.kernels import (
-    _numba_dp,
-    _numba_esum,
-    _numba_esum_soft,
-    _numba_hist,
-)
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum, _numba_hist
+from analysis.pipeline.backends.numba.kernels._numba_esum_soft import event_sum_soft_bins
 from analysis.pipeline.histplan import GROUPS, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -253,7 +242,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     # the walk would compute it once more (over every object; within an ulp of it); hard
     # bins only (soft bins' probabilities sum to 1 within rounding, their edges' tangents
     # to 0 within rounding: not the walk's exact zeros)
-    by_region = {key[0]: key for key in es if soft_width(key[3], widths) == 0.0}
+    by_region = {key[0]: key for key in es if _histfills.soft_width(key[3], widths) == 0.0}
     if (n_ev and not ow_keys and not lw_keys and not obs_sums and n_var == 1
             and set(regions) <= set(by_region)):
         for r in regions:  # bin by bin, in order (a compiled loop: numpy's sums were slower)
@@ -334,11 +323,11 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
             block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
             head = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
                     np.ascontiguousarray(dfs[q]), ci, has, cert, ins, vals, edges)
-            soft = soft_width(spec.width_index, widths)
+            soft = _histfills.soft_width(spec.width_index, widths)
             if soft > 0.0:  # every subset's sum spread over the bins
-                kernel = _numba_esum_soft.event_sum_soft_bins
-                args = (*head, soft, edge_lanes(spec, trainable, len(edges)), nl, block, out,
-                        unc)
+                kernel = event_sum_soft_bins
+                args = (*head, soft, _histfills.edge_lanes(spec, trainable, len(edges)), nl,
+                        block, out, unc)
             else:
                 kernel, args = _numba_esum.event_sum_bins, (*head, nl, block, out, unc)
             _run_dynamic(_numba_dp.compiled(kernel, args), args, n_blocks, threads)

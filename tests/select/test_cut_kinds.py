@@ -4,11 +4,10 @@ tests/pipeline/test_cut_window.py)."""
 
 from __future__ import annotations
 
-import typing
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pydantic
 import pytest
 
 import analysis  # noqa: F401  (float64)
@@ -31,7 +30,10 @@ def test_every_op_names_one_kind_and_the_config_takes_every_op():
     assert len(cuts.OPS) == len(set(cuts.OPS))
     for op in cuts.OPS:
         assert op in cuts.kind_of(op).ops
-    assert typing.get_args(loader.Op) == cuts.OPS
+    op_type = pydantic.TypeAdapter(loader.Op)
+    assert [op_type.validate_python(op) for op in cuts.OPS] == list(cuts.OPS)
+    with pytest.raises(pydantic.ValidationError, match="expected one of '>', .*, got 'between'"):
+        op_type.validate_python("between")
     with pytest.raises(KeyError, match="unknown cut op 'between'"):
         cuts.kind_of("between")
 

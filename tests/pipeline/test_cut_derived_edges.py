@@ -16,7 +16,9 @@ from the jets, two counts, a field, a leading object, an event sum and a branch:
   histograms, entries, selected weights, bootstrap replicas and reverse mode's yield
   gradients (one set);
 - the Jacobian against central differences;
-- width 0 against awkward's hard ``c (1 - f) < x < c (1 + f)``.
+- width 0 against awkward's hard ``c (1 - f) < x < c (1 + f)``; a width-0 cut with
+  constant bounds drops the objects outside its derived edges before the walk
+  (:mod:`analysis.pipeline.hardcut`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import pytest
 import uproot
 
 from analysis.config.loader import config_from_dict
+from analysis.pipeline import hardcut
 from analysis.pipeline.backend import run_once
 from analysis.pipeline.backends.numba import cutedges
 from analysis.pipeline.plan import build_plan, initial_widths
@@ -319,3 +322,14 @@ def test_lowering_and_chain(rel):
     assert [c.param for c in low.plan.event_cuts] == [n + 2, n + 3]
     assert not any(cutedges.derives(c) for s in low.plan.sets.sets for c in s.cuts)
     assert cutedges.lower(plan, Request(theta, widths, order=1)).plan == low.plan
+
+
+def test_a_width0_cut_with_constant_bounds_drops_objects_at_its_edges(rel):
+    cfg = config(FILES["dy"])
+    cfg["objects"]["jets"]["cuts"][1] = {"var": "pt", "op": "rel", "center": 50.0, "frac": 0.4,
+                                         "width": 0}
+    plan = build_plan(config_from_dict(cfg))
+    pt = np.array([19.0, 30.0, 30.5, 50.0, 69.5, 70.0, 90.0])
+    flat = {"pt": pt, "eta": np.zeros(pt.size)}
+    keep = hardcut.survivors(plan, "Jet", flat, pt.size)  # the configured reading
+    np.testing.assert_array_equal(keep, (pt > 30.0) & (pt < 70.0))  # c (1 -+ f), open

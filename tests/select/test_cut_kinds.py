@@ -70,6 +70,48 @@ def test_window_gradient_in_both_thresholds_matches_central_differences():
     assert np.all(jac[:, 0] <= 0) and np.all(jac[:, 1] >= 0)  # a wider window passes more
 
 
+# --- the window about a centre (derived edges) ------------------------------------------
+
+
+@pytest.mark.parametrize("width", [0.0, 0.5, 2.0])
+def test_around_is_the_window_at_its_derived_edges(width):
+    x = jnp.asarray(X)
+    got = np.asarray(cuts.probability("around", x, [15.0, 5.0], width))
+    want = (sigmoid((X - 10.0) / width) * sigmoid((20.0 - X) / width) if width
+            else ((X > 10.0) & (X < 20.0)).astype(float))
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    assert cuts.edges_of(cuts.kind_of("around"), "around", (15.0, 5.0)) == (10.0, 20.0)
+
+
+def test_around_gradient_in_centre_and_half_width_matches_central_differences():
+    x = jnp.asarray(X)
+
+    def f(b):
+        return np.asarray(cuts.probability("around", x, jnp.asarray(b), 1.5))
+
+    b0 = np.array([15.0, 4.0])
+    jac = np.asarray(jax.jacfwd(lambda b: cuts.probability("around", x, b, 1.5))(jnp.asarray(b0)))
+    np.testing.assert_allclose(jac, central_difference(f, b0, 1e-6), rtol=1e-7, atol=1e-10)
+    assert np.all(jac[:, 1] >= 0)  # a wider window passes more
+    # the chain rule by hand: d/dc = d/dlo + d/dhi, d/dd = d/dhi - d/dlo
+    win = np.asarray(jax.jacfwd(lambda b: cuts.probability("window", x, b, 1.5))(
+        jnp.array([11.0, 19.0])))
+    np.testing.assert_allclose(jac, np.stack([win[:, 0] + win[:, 1], win[:, 1] - win[:, 0]], 1),
+                               rtol=1e-14, atol=1e-16)
+
+
+def test_around_keys_and_check():
+    cfg = edited(edited(BASE, "selection/1", {"var": "MET.pt", "op": "around", "center": 50.0,
+                                              "half_param": "hi", "width": 2.0}),
+                 "parameters/hi", {"init": 20.0, "bounds": [5.0, 40.0]})
+    (ec,) = build_plan(config_from_dict(cfg)).event_cuts
+    assert (ec.kind_op, ec.bounds) == ("around", ((None, 50.0), (1, None)))
+    bad = edited(BASE, "selection/1", {"var": "MET.pt", "op": "around", "center": 5.0,
+                                       "half": 0.0})
+    with pytest.raises(ConfigError, match=r"selection\.1\.half: around needs half > 0, got half 0"):
+        config_from_dict(bad)
+
+
 # --- YAML keys --------------------------------------------------------------------------
 
 BASE = {

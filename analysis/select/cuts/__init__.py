@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from analysis.select.cuts.around import Around
 from analysis.select.cuts.threshold import Threshold
 from analysis.select.cuts.window import Window
 
@@ -62,6 +63,7 @@ class CutKind(Protocol):
 KINDS: tuple[CutKind, ...] = (
     Threshold(),
     Window(),
+    Around(),
 )
 OPS: tuple[str, ...] = tuple(op for kind in KINDS for op in kind.ops)
 

@@ -3,7 +3,8 @@ product of one-sided cuts, :mod:`analysis.select.cuts`) runs there as those thre
 cuts; any other kind stays on the JAX kernel.
 
 - every registered kind with ``sides``: its ``probability`` equals the product of
-  :func:`analysis.select.objects.soft_pass` over its sides (values and gradients);
+  :func:`analysis.select.objects.soft_pass` over its sides at its edges (its bounds, or
+  what its ``edges`` derives from them; values and gradients);
 - a window on an object field (``lo`` a parameter) and on a per-event branch (``hi`` a
   parameter), with joint counts: the numba kernel's values and Jacobians equal the JAX
   kernel's (1e-12; the JAX kernel is checked against enumeration and awkward in
@@ -36,7 +37,8 @@ def test_sides_are_the_kinds_probability(kind, width):
     for op in kind.ops:
         def product(b, op=op):
             p = jnp.ones_like(x)
-            for (greater, inclusive), t in zip(kind.sides(op), b, strict=True):
+            for (greater, inclusive), t in zip(kind.sides(op), cuts.edges_of(kind, op, b),
+                                               strict=True):
                 p = p * soft_pass(x, t, width, greater=greater, inclusive=inclusive)
             return p
 
@@ -89,5 +91,5 @@ def test_a_kind_without_sides_stays_on_the_jax_kernel(monkeypatch):
         plan.sets, sets=(spec,) + plan.sets.sets[1:]))
     monkeypatch.setattr(cuts, "KINDS", cuts.KINDS + (Ring(),))
     assert _fasttables.one_sided((odd,)) is None
-    assert ("a ring cut: no numba rule for cut kind 'ring' (rules for: <, <=, >, >=, window)"
+    assert ("a ring cut: no numba rule for cut kind 'ring' (rules for: <, <=, >, >=, around, window)"
             in numba_refusal(other, 1))

@@ -12,9 +12,10 @@ from the jets, two counts, a field, a leading object, an event sum and a branch:
 - the states at width > 0 against the enumeration oracle (:mod:`tests.reference`: every
   pass/fail configuration of the jets', b-jets' and MET's bits, each passing with the
   probability written out here in numpy), to 1e-10, on both backends;
-- the numba backend's values and Jacobians equal the JAX backend's (1e-12), states with
-  histograms, entries, selected weights, bootstrap replicas and reverse mode's yield
-  gradients (one set);
+- the numba backend's values and Jacobians equal the JAX backend's (1e-12): states with
+  histograms, a shift of the cut field and a channel region with a derived cut of its
+  own (ten lanes: two blocks), entries, selected weights, bootstrap replicas; reverse
+  mode's yield gradients (one set) equal the JAX backend's forward Jacobian;
 - the Jacobian against central differences;
 - width 0 against awkward's hard ``c (1 - f) < x < c (1 + f)``; a width-0 cut with
   constant bounds drops the objects outside its derived edges before the walk
@@ -113,6 +114,17 @@ def config(path, scale: float = 1.0, *, hists: bool = False, bjets: bool = True)
             {"name": "h_lead", "x": "jets[0].pt", "edges": [20.0, 40.0, 60.0, 100.0]},
             {"name": "h_met", "x": "MET.pt", "edges": [0.0, 30.0, 60.0, 120.0]},
             {"name": "h_jpt", "x": "jets.pt", "edges": [20.0, 50.0, 90.0]}]
+        # a shift of the cut field, and a channel region with a derived cut of its own
+        cfg["datasets"] = {n: {"files": [str(path)], "weight": "genWeight", "role": role}
+                           for n, role in (("d", "signal"), ("b", "background"))}
+        cfg["systematics"] = [{"name": "jes", "type": "shift", "field": "Jet.pt",
+                               "up": 1.03, "down": 0.97}]
+        cfg["likelihood"] = {"channels": {
+            "all": {"histogram": "h_met"},
+            "sr": {"histogram": "h_lead", "selection": [
+                {"var": "MET.pt", "op": "rel", "center_param": "mc", "frac": 0.3,
+                 "width": 5.0}]}}}
+        cfg["objective"] = {"terms": [{"type": "discovery_significance"}]}
     return cfg
 
 
@@ -258,7 +270,14 @@ def test_every_pass_equals_jax(rel):
     fast, slow = both(cols, plan, Request(theta, widths, order=1))
     same(slow.derived.value, fast.derived.value, "value")
     same(slow.derived.jac, fast.derived.jac, "jacobian")
-    assert np.all(fast.derived.jac["histograms"]["h_met"].sumw[1] != 0)
+    jac = fast.derived.jac
+    assert np.all(jac["histograms"]["h_met"].sumw[1] != 0)
+    assert set(jac["templates"]) == {f"{c}{s}" for c in ("all", "sr")
+                                     for s in ("", ":jes:up", ":jes:down")}
+    mc = plan.trainable_names.index("mc")  # the region's own derived cut moves its template
+    assert np.any(jac["templates"]["sr"].sumw[..., mc] != jac["templates"]["all"].sumw[..., mc])
+    # ten lanes: four parameters and six edges (two blocks of tangents)
+    assert len(cutedges.lower(plan, Request(theta, widths, order=1)).plan.trainable) == 10
     for req in (Request(theta, widths, order=0, entries=1),
                 Request(theta, widths, order=0, selected=True)):
         fast, slow = both(cols, plan, req)

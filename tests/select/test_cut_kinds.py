@@ -194,6 +194,8 @@ def test_soft_cut_takes_every_kind_of_the_registry():
         want = (sigmoid((X - 10.0) / width) * sigmoid((20.0 - X) / width) if width
                 else ((X > 10.0) & (X < 20.0)).astype(float))
         np.testing.assert_allclose(got, want, rtol=1e-14)
+        got = np.asarray(soft_cut(x, "around", (15.0, 5.0), width))  # edges 10 and 20
+        np.testing.assert_allclose(got, want, rtol=1e-14)
     with pytest.raises(ValueError, match=r"op 'window' expected 2 values \(lo, hi\), found 1"):
         soft_cut(x, "window", 10.0, 1.0)
 

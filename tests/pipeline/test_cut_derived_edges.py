@@ -7,7 +7,7 @@ bounds, so the numba backend's chain rule
 (:mod:`analysis.pipeline.backends.numba.cutedges`) carries a Jacobian that varies with
 the point. A plan on the DY and the 2015 ttbar files with the kind on the jets' pT
 (both bounds parameters) and on ``MET.pt`` (the centre a parameter), b-jets derived
-from the jets, two counts, a field, a leading object, an event sum and a branch:
+from the jets, three counts (one joint: jets and b-jets), a field, a leading object, an event sum and a branch:
 
 - the states at width > 0 against the enumeration oracle (:mod:`tests.reference`: every
   pass/fail configuration of the jets', b-jets' and MET's bits, each passing with the
@@ -48,7 +48,7 @@ from tests.reference import members, ranked
 FILES = {"dy": SHARED_DATA / "nano_dy.root",
          "ttbar": SHARED_DATA / "nanoAOD_2015_CMS_Open_Data_ttbar.root"}
 PARAMS = {"jc": 55.0, "jf": 0.45, "bmin": 0.25, "mc": 40.0}
-MET_FRAC, JET_W, B_W, MET_W = 0.6, 6.0, 0.1, 9.0
+MET_FRAC, JET_W, B_W, MET_W, JOINT_MAX = 0.6, 6.0, 0.1, 9.0, 4
 OBS = ("ht", "lead", "met", "bpt")
 
 
@@ -98,6 +98,7 @@ def config(path, scale: float = 1.0, *, hists: bool = False, bjets: bool = True)
         "selection": [
             {"count": "jets", "op": ">=", "value": 1},
             {"count": "bjets", "op": ">=", "value": 1},
+            {"count": ["jets", "bjets"], "op": "<=", "value": JOINT_MAX},  # b-jets twice
             {"var": "MET.pt", "op": "rel", "center_param": "mc", "frac": MET_FRAC,
              "width": MET_W * scale}],
         "observables": [
@@ -108,7 +109,7 @@ def config(path, scale: float = 1.0, *, hists: bool = False, bjets: bool = True)
     }  # fmt: skip
     if not bjets:  # one set: what the numba reverse pass serves
         del cfg["objects"]["bjets"], cfg["observables"][3]
-        cfg["selection"].pop(1)
+        del cfg["selection"][1:3]
     if hists:
         cfg["histograms"] = [
             {"name": "h_lead", "x": "jets[0].pt", "edges": [20.0, 40.0, 60.0, 100.0]},
@@ -164,7 +165,8 @@ def enumerated(path, p: dict) -> dict[str, np.ndarray]:
         }, {"bjets": "jets"})
         jets, bjets = member["jets"], member["bjets"]
         wp = float(a["genWeight"][e]) * prob * (
-            (jets.sum(axis=1) >= 1) & (bjets.sum(axis=1) >= 1) & member["met"][:, 0])
+            (jets.sum(axis=1) >= 1) & (bjets.sum(axis=1) >= 1)
+            & (jets.sum(axis=1) + bjets.sum(axis=1) <= JOINT_MAX) & member["met"][:, 0])
         sumw += wp.sum()
         lead = ranked(jets, pt, 0)
         x = {"ht": jets @ pt, "lead": np.append(pt, 0.0)[lead],  # -1: none (no weight)
@@ -309,6 +311,7 @@ def test_hard_cut_against_awkward(rel):
     b = jet & (a["Jet_btagCSVV2"] > PARAMS["bmin"])
     m_lo, m_hi = PARAMS["mc"] * (1 - MET_FRAC), PARAMS["mc"] * (1 + MET_FRAC)
     keep = ((ak.sum(jet, axis=1) >= 1) & (ak.sum(b, axis=1) >= 1)
+            & (ak.sum(jet, axis=1) + ak.sum(b, axis=1) <= JOINT_MAX)
             & (a["MET_pt"] > m_lo) & (a["MET_pt"] < m_hi))
     w = np.asarray(a["genWeight"][keep], np.float64)
     ht = np.asarray(ak.sum(a["Jet_pt"][jet][keep], axis=1), np.float64)

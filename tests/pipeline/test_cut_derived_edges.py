@@ -14,7 +14,7 @@ from the jets, three counts (one joint: jets and b-jets), a field, a leading obj
   probability written out here in numpy), to 1e-10, on both backends;
 - the numba backend's values and Jacobians equal the JAX backend's (1e-12): states with
   histograms, a shift of the cut field and a channel region with a derived cut of its
-  own (ten lanes: two blocks), entries, selected weights, bootstrap replicas; reverse
+  own (eight tangents: two blocks), entries, selected weights, bootstrap replicas; reverse
   mode's yield gradients (one set) equal the JAX backend's forward Jacobian;
 - the Jacobian against central differences;
 - width 0 against awkward's hard ``c (1 - f) < x < c (1 + f)``; a width-0 cut with
@@ -213,7 +213,14 @@ def test_states_equal_enumeration_and_numba_equals_jax(rel, name):
 
 
 def test_jacobian_against_finite_differences(rel):
-    plan, theta, widths, cols = pieces(config(FILES["ttbar"]), FILES["ttbar"])
+    """``jc`` also read by a plain threshold (the b-jets' pT): its column is its own lane's
+    plus the chained edges'."""
+    cfg = config(FILES["ttbar"])
+    cfg["objects"]["bjets"]["cuts"].append({"var": "pt", "op": "<", "param": "jc",
+                                            "width": 10.0})
+    plan, theta, widths, cols = pieces(cfg, FILES["ttbar"])
+    low = cutedges.lower(plan, Request(theta, widths, order=1))
+    assert sorted(plan.trainable_names[j] for j in low.kept) == ["bmin", "jc"]
     state = run_once(cols, plan, Request(theta, widths, order=1), backend="numba")
     idx = list(plan.trainable)
 
@@ -268,7 +275,10 @@ def same(ref, got, what: str) -> None:
 @pytest.mark.slow  # the JAX kernel's histogram, entries and reverse compilations
 def test_every_pass_equals_jax(rel):
     path = FILES["ttbar"]
-    plan, theta, widths, cols = pieces(config(path, hists=True), path)
+    cfg = config(path, hists=True)
+    cfg["objects"]["bjets"]["cuts"].append({"var": "pt", "op": "<", "param": "jc",
+                                            "width": 10.0})  # jc keeps a lane of its own
+    plan, theta, widths, cols = pieces(cfg, path)
     fast, slow = both(cols, plan, Request(theta, widths, order=1))
     same(slow.derived.value, fast.derived.value, "value")
     same(slow.derived.jac, fast.derived.jac, "jacobian")
@@ -278,8 +288,8 @@ def test_every_pass_equals_jax(rel):
                                      for s in ("", ":jes:up", ":jes:down")}
     mc = plan.trainable_names.index("mc")  # the region's own derived cut moves its template
     assert np.any(jac["templates"]["sr"].sumw[..., mc] != jac["templates"]["all"].sumw[..., mc])
-    # ten lanes: four parameters and six edges (two blocks of tangents)
-    assert len(cutedges.lower(plan, Request(theta, widths, order=1)).plan.trainable) == 10
+    # eight tangents: bmin, jc and six edges (two blocks of tangents)
+    assert len(cutedges.lower(plan, Request(theta, widths, order=1)).plan.trainable) == 8
     for req in (Request(theta, widths, order=0, entries=1),
                 Request(theta, widths, order=0, selected=True)):
         fast, slow = both(cols, plan, req)
@@ -338,7 +348,9 @@ def test_lowering_and_chain(rel):
     d[1, names.index("jc")], d[1, names.index("jf")] = 1 + jf, jc
     d[2, names.index("mc")], d[3, names.index("mc")] = 1 - MET_FRAC, 1 + MET_FRAC
     np.testing.assert_allclose(low.jac, d, rtol=1e-15)
-    assert low.plan.trainable == plan.trainable + tuple(range(n, n + 4))
+    # jc, jf, mc: read by the derived edges only, no lane of their own; bmin keeps its own
+    assert low.plan.trainable == (plan.param_names.index("bmin"),) + tuple(range(n, n + 4))
+    assert [names[j] for j in low.kept] == ["bmin"]
     jets = low.plan.sets.sets[0].cuts  # |eta| < 2.4, then pT's two edges
     assert [(c.param, c.greater) for c in jets[1:]] == [(n, True), (n + 1, False)]
     assert [c.param for c in low.plan.event_cuts] == [n + 2, n + 3]

@@ -62,14 +62,16 @@ class Lowered:
     """A pass with its derived edges as pseudo-parameters (module docstring).
 
     ``plan``/``request``: what the loops run (the parameter vector extended by the edges'
-    values; the pseudo-parameters whose edges move trainable after the plan's own);
+    values; trainable: the plan's trainable parameters that the loops still read, at
+    positions ``kept`` of ``names``, then the pseudo-parameters whose edges move);
     ``inner``: that pass, prepared by the backend; ``names``: the original trainable
-    parameters; ``jac``: ``D``, ``(edges, len(names))``, the trainable edges' rows.
+    parameters; ``jac``: ``D``, ``(moving edges, len(names))``.
     """
 
     plan: Plan
     request: Request
     names: tuple[str, ...]
+    kept: tuple[int, ...]
     jac: np.ndarray
     inner: Any = None
 
@@ -81,11 +83,13 @@ class Lowered:
         derived = getattr(out, "derived", None)
         if derived is None:
             return out  # entries, selected weights: values only
-        n, d = len(self.names), self.jac
+        n, d, kept = len(self.kept), self.jac, list(self.kept)
 
         def back(leaf: Any) -> np.ndarray:
             a = np.asarray(leaf, dtype=np.float64)
-            return a[..., :n] + a[..., n:] @ d
+            out = a[..., n:] @ d  # J_edges D, then J_theta where the loops read theta
+            out[..., kept] += a[..., :n]
+            return out
 
         if hasattr(derived, "grad"):  # reverse mode: a Pullback
             derived = type(derived)(self.names, derived.value, back(derived.grad))
@@ -96,12 +100,30 @@ class Lowered:
         return out
 
 
-def _keys(plan: Plan) -> list[Key]:
-    """The derived cuts of ``plan`` (selection and channel regions), each once."""
+def _all_cuts(plan: Plan) -> list[Any]:
+    """Every cut of ``plan``: its sets' and event cuts, then its channel regions'."""
     cuts = [c for s in plan.sets.sets for c in s.cuts] + list(plan.event_cuts)
     for region in plan.regions:
         cuts += [c for s in region.sets.sets for c in s.cuts] + list(region.event_cuts)
-    return list(dict.fromkeys((c.kind_op, c.bounds) for c in cuts if derives(c)))
+    return cuts
+
+
+def _keys(plan: Plan) -> list[Key]:
+    """The derived cuts of ``plan`` (selection and channel regions), each once."""
+    return list(dict.fromkeys((c.kind_op, c.bounds) for c in _all_cuts(plan) if derives(c)))
+
+
+def _read(plan: Plan) -> set[int]:
+    """The parameters a plan's loops read (a parameter enters a plan only so): cut and
+    count thresholds, trainable histogram edges, learned scores' weights."""
+    out = {p for c in _all_cuts(plan) for p, _ in c.bounds if p is not None}
+    for sets in [plan.sets] + [r.sets for r in plan.regions]:
+        out |= {p for p, _ in sets.thresholds if p is not None}
+    for h in plan.hists:
+        out |= set(h.edge_params or ())
+    for spec in plan.scores:
+        out |= set(range(spec.start, spec.start + spec.n_weights))
+    return out
 
 
 @lru_cache(maxsize=32)
@@ -160,8 +182,8 @@ def lower(plan: Plan, request: Request) -> Lowered | None:
         raise ValueError(f"theta has {theta.size} entries, the plan {n_par} parameters")
     first: dict[Key, int] = {}
     k = 0
-    names, trainable = list(plan.param_names), list(plan.trainable)
-    moving = []
+    names, moving = list(plan.param_names), []
+    trainable: list[int] = []
     for (op, bounds), kind in zip(keys, kinds, strict=True):
         n_edges = len(kind.sides(op))
         first[op, bounds] = n_par + k
@@ -173,12 +195,17 @@ def lower(plan: Plan, request: Request) -> Lowered | None:
                 moving.append(k + e)
         k += n_edges
     run = dataclasses.replace(
-        plan, param_names=tuple(names), trainable=tuple(trainable),
-        integer=tuple(plan.integer) + (False,) * k,
+        plan, param_names=tuple(names), integer=tuple(plan.integer) + (False,) * k,
         event_cuts=_cuts(plan.event_cuts, first), sets=_sets(plan.sets, first),
         regions=tuple(dataclasses.replace(r, sets=_sets(r.sets, first),
                                           event_cuts=_cuts(r.event_cuts, first))
                       for r in plan.regions))
+    # a parameter that only derived edges read takes no lane of its own
+    read = _read(run)
+    kept = tuple(j for j, p in enumerate(plan.trainable) if p in read)
+    run = dataclasses.replace(run, trainable=tuple(plan.trainable[j] for j in kept)
+                              + tuple(trainable))
     ext = dataclasses.replace(request, theta=np.concatenate([theta, values]))
     jac = slope[np.asarray(moving, np.int64)][:, np.asarray(plan.trainable, np.int64)]
-    return Lowered(run, ext, plan.trainable_names, jac.reshape(len(moving), len(plan.trainable)))
+    return Lowered(run, ext, plan.trainable_names, kept,
+                   jac.reshape(len(moving), len(plan.trainable)))

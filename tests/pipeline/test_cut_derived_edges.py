@@ -15,7 +15,9 @@ from the jets, three counts (one joint: jets and b-jets), a field, a leading obj
 - the numba backend's values and Jacobians equal the JAX backend's (1e-12): states with
   histograms, a shift of the cut field and a channel region with a derived cut of its
   own (eight tangents: two blocks), entries, selected weights, bootstrap replicas; reverse
-  mode's yield gradients (one set) equal the JAX backend's forward Jacobian;
+  mode's yield gradients (one set) equal the JAX backend's forward Jacobian, and a
+  significance's gradient by the numba reverse pass (one pass, and values then the
+  pullback) equals forward mode's (1e-10);
 - the Jacobian against central differences;
 - width 0 against awkward's hard ``c (1 - f) < x < c (1 + f)``; a width-0 cut with
   constant bounds drops the objects outside its derived edges before the walk
@@ -367,3 +369,37 @@ def test_a_width0_cut_with_constant_bounds_drops_objects_at_its_edges(rel):
     flat = {"pt": pt, "eta": np.zeros(pt.size)}
     keep = hardcut.survivors(plan, "Jet", flat, pt.size)  # the configured reading
     np.testing.assert_array_equal(keep, (pt > 30.0) & (pt < 70.0))  # c (1 -+ f), open
+
+
+@pytest.mark.slow  # four passes over two files, one JAX compilation
+def test_reverse_mode_objective_equals_forward_mode(rel, monkeypatch):
+    """A significance (DY signal, ttbar background) on the one-set plan: the numba reverse
+    pass (one pass: the yields' gradients; two: values, then the pullback), chained on the
+    host, equals forward mode's gradient (1e-10)."""
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.objectives import Objective, objective_from_states
+    from analysis.optimize.reverse import reverse_objective
+    from analysis.pipeline.backends.numba import fastreverse
+
+    cfg = config(FILES["dy"], bjets=False)
+    cfg["datasets"] = {"dy": {"files": [str(FILES["dy"])], "weight": "genWeight",
+                              "role": "signal"},
+                       "tt": {"files": [str(FILES["ttbar"])], "weight": "genWeight",
+                              "role": "background"}}
+    cfg["objective"] = {"terms": [{"type": "significance"}]}
+    calls: list = []
+    shares = fastreverse._shares
+    monkeypatch.setattr(fastreverse, "_shares", lambda *a, **k: calls.append(1) or shares(*a, **k))
+    config_ = config_from_dict(cfg)
+    with Evaluator(config_) as ev:
+        fwd = objective_from_states(Objective(config_, ev.plan), ev.run(order=1), order=1)
+        one = reverse_objective(Objective(config_, ev.plan), ev, None, None)
+        two_obj = Objective(config_, ev.plan)
+        two_obj._one_pass = False  # values, then the pullback pass
+        two = reverse_objective(two_obj, ev, None, None)
+    assert len(calls) >= 4  # both datasets, both ways, on numba
+    grad = np.asarray(fwd["grad"])
+    assert np.abs(grad).max() > 0
+    for res in (one, two):
+        np.testing.assert_allclose(res["objective"], fwd["objective"], rtol=1e-10)
+        np.testing.assert_allclose(res["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())

@@ -81,7 +81,7 @@ def probability(op: str, x: Any, bounds: Sequence[Any], width: Any) -> Any:
     return kind_of(op).probability(x, bounds, width, op=op)
 
 
-def edges_of(kind: CutKind, op: str, bounds: Sequence[Any]) -> tuple[Any, ...]:
+def edges_of(kind: Any, op: str, bounds: Sequence[Any]) -> tuple[Any, ...]:
     """The one-sided thresholds of a kind with ``sides`` (module docstring), one per side.
 
     Parameters
@@ -102,7 +102,7 @@ def edges_of(kind: CutKind, op: str, bounds: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(bounds) if edges is None else tuple(edges(op, bounds))
 
 
-def sided_probability(kind: CutKind, x: Any, bounds: Sequence[Any], width: Any, *,
+def sided_probability(kind: Any, x: Any, bounds: Sequence[Any], width: Any, *,
                       op: str) -> Any:
     """The product of the one-sided cuts of ``kind`` (its ``sides`` at :func:`edges_of`).
 
@@ -126,7 +126,7 @@ def sided_probability(kind: CutKind, x: Any, bounds: Sequence[Any], width: Any, 
     """
     from analysis.select.objects import soft_pass  # here: the registry loads no JAX
 
-    sides = kind.sides(op)  # type: ignore[attr-defined]
+    sides = kind.sides(op)
     edges = edges_of(kind, op, bounds)
     if len(edges) != len(sides):
         raise ValueError(f"cut kind {op!r}: {len(edges)} edges but {len(sides)} sides")

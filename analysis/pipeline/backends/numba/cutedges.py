@@ -155,9 +155,10 @@ def _cuts(cuts: tuple, first: dict[Key, int]) -> tuple:
             out.append(c)
             continue
         op, start = c.kind_op, first[c.kind_op, c.bounds]
+        kind: Any = cut_kinds.kind_of(op)  # one with sides and edges (derives)
         out += [dataclasses.replace(c, greater=g, inclusive=i, param=start + k, value=None,
                                     op="", more=())
-                for k, (g, i) in enumerate(cut_kinds.kind_of(op).sides(op))]
+                for k, (g, i) in enumerate(kind.sides(op))]
     return tuple(out)
 
 
@@ -172,7 +173,7 @@ def lower(plan: Plan, request: Request) -> Lowered | None:
     keys = tuple(_keys(plan))
     if not keys:
         return None
-    kinds = tuple(cut_kinds.kind_of(op) for op, _ in keys)
+    kinds: tuple[Any, ...] = tuple(cut_kinds.kind_of(op) for op, _ in keys)
     theta = np.asarray(request.theta, dtype=np.float64).reshape(-1)
     with jax.default_device(jax.devices("cpu")[0]):
         values, slope = _edge_program(keys, kinds)(theta)

@@ -369,6 +369,19 @@ def test_a_width0_cut_with_constant_bounds_drops_objects_at_its_edges(rel):
     flat = {"pt": pt, "eta": np.zeros(pt.size)}
     keep = hardcut.survivors(plan, "Jet", flat, pt.size)  # the configured reading
     np.testing.assert_array_equal(keep, (pt > 30.0) & (pt < 70.0))  # c (1 -+ f), open
+    # constant edges: no lane; the pass is the window's at them (numba, values and Jacobian)
+    n = len(plan.param_names)
+    theta = np.array([PARAMS[k] for k in plan.param_names])
+    widths = np.asarray(initial_widths(config_from_dict(cfg)), np.float64)
+    assert not set(cutedges.lower(plan, Request(theta, widths)).plan.trainable) & {n, n + 1}
+    cfg["objects"]["jets"]["cuts"][1] = {"var": "pt", "op": "window", "lo": 30.0, "hi": 70.0,
+                                         "width": 0}
+    window = build_plan(config_from_dict(cfg))
+    cols = read_columns(FILES["dy"], plan)
+    a, b = (run_once(cols, p, Request(theta, widths), backend="numba").derived
+            for p in (plan, window))
+    same(b.value, a.value, "value")
+    same(b.jac, a.jac, "jacobian")
 
 
 @pytest.mark.slow  # four passes over two files, one JAX compilation

@@ -17,7 +17,7 @@ from the jets, three counts (one joint: jets and b-jets), a field, a leading obj
   own (eight tangents: two blocks), entries, selected weights, bootstrap replicas; reverse
   mode's yield gradients (one set) equal the JAX backend's forward Jacobian, and a
   significance's gradient by the numba reverse pass (one pass, and values then the
-  pullback) equals forward mode's (1e-10);
+  pullback; one set, and two with joint counts) equals forward mode's (1e-10);
 - the Jacobian against central differences;
 - width 0 against awkward's hard ``c (1 - f) < x < c (1 + f)``; a width-0 cut with
   constant bounds drops the objects outside its derived edges before the walk
@@ -42,11 +42,12 @@ from analysis.pipeline.plan import build_plan, initial_widths
 from analysis.pipeline.replicas import ReplicaLanes, ReplicaSums
 from analysis.pipeline.request import Replicas, Request
 from analysis.select import cuts
-from tests.chunked_helpers import read_columns
+from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns
 from tests.conftest import SHARED_DATA, central_difference, numba_refusal
 from tests.pipeline.backends.numba.test_fastkernel import assert_close, leaves
 from tests.reference import members, ranked
 
+pytestmark = NANOAOD_WARNINGS
 FILES = {"dy": SHARED_DATA / "nano_dy.root",
          "ttbar": SHARED_DATA / "nanoAOD_2015_CMS_Open_Data_ttbar.root"}
 PARAMS = {"jc": 55.0, "jf": 0.45, "bmin": 0.25, "mc": 40.0}
@@ -385,16 +386,17 @@ def test_a_width0_cut_with_constant_bounds_drops_objects_at_its_edges(rel):
 
 
 @pytest.mark.slow  # four passes over two files, one JAX compilation
-def test_reverse_mode_objective_equals_forward_mode(rel, monkeypatch):
-    """A significance (DY signal, ttbar background) on the one-set plan: the numba reverse
-    pass (one pass: the yields' gradients; two: values, then the pullback), chained on the
-    host, equals forward mode's gradient (1e-10)."""
+@pytest.mark.parametrize("bjets", [False, True], ids=["one set", "jets and b-jets"])
+def test_reverse_mode_objective_equals_forward_mode(rel, monkeypatch, bjets):
+    """A significance (DY signal, ttbar background): the numba reverse pass (one pass: the
+    yields' gradients; two: values, then the pullback), chained on the host, equals
+    forward mode's gradient (1e-10), on one set and on two with joint counts."""
     from analysis.driver.runner import Evaluator
     from analysis.optimize.objectives import Objective, objective_from_states
     from analysis.optimize.reverse import reverse_objective
     from analysis.pipeline.backends.numba import fastreverse
 
-    cfg = config(FILES["dy"], bjets=False)
+    cfg = config(FILES["dy"], bjets=bjets)
     cfg["datasets"] = {"dy": {"files": [str(FILES["dy"])], "weight": "genWeight",
                               "role": "signal"},
                        "tt": {"files": [str(FILES["ttbar"])], "weight": "genWeight",

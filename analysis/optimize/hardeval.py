@@ -79,8 +79,9 @@ class HardEvaluations:
         training and on the held-out part, and what they say (see
         :func:`analysis.optimize.status.validation_report`), with bootstrap replicas on
         all events at both points and on each part at the end (the gap's uncertainty):
-        one values pass on the cached columns (:meth:`_validation_lanes`; with fewer
-        than 2 replicas a pass per point and part). Sets
+        one values pass on the cached columns (:meth:`_validation_lanes`; none after
+        :meth:`validation_history`, whose pass kept these lanes; with fewer than 2
+        replicas a pass per point and part). Sets
         :attr:`start_hard`. ``initial_hard``: :meth:`hard` at ``initial`` if already run
         (it is the training part's value with the split)."""
         from analysis.optimize.status import validation_report
@@ -114,11 +115,14 @@ class HardEvaluations:
         are weight lanes of it, and so are the bootstrap replicas (and their totals if
         not yet run; :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`). The
         same values as :meth:`hard_on` at each (point, part) up to rounding (~1e-16).
-        ``None`` where the replicas do not run (fewer than 2)."""
+        The lanes keep-best's pass kept at both points, where it did (:meth:`_kept_lanes`:
+        no pass). ``None`` where the replicas do not run (fewer than 2)."""
         parts = ("all",) if self.fraction is None else ("all", "train", "held_out")
         # uncertainties as hard_on gives them: all events at both points, each part at the end
         wanted = {(0, "all"), (1, "all"), (1, "train"), (1, "held_out")}
-        lanes = self._hard_lanes([initial, final], parts, wanted)
+        lanes = self._kept_lanes([initial, final], parts, wanted)
+        if lanes is None:  # not in keep-best's pass (track_hard): a pass of its own
+            lanes = self._hard_lanes([initial, final], parts, wanted)
         if lanes is None:
             return None
         res: dict[str, dict[str, Any]] = {p: {} for p in parts}
@@ -128,22 +132,59 @@ class HardEvaluations:
             res["train"]["initial"] = {**initial_hard, "uncertainty": None}
         return res
 
+    def point_key(self, params: dict[str, float]) -> bytes:
+        """The hard-cut pass's parameter vector at ``params`` (integers rounded, the
+        others' configured values filled in), as bytes: two points with the same key
+        are one point to every pass."""
+        hard = self.hard_params(params)
+        return self.ev.theta_and_widths(hard, np.zeros_like(self.w0))[0].tobytes()
+
+    def _kept_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
+                    wanted: set[tuple[int, str]]) -> dict[tuple[int, str], dict[str, Any]] | None:
+        """What :meth:`_hard_lanes` gives for ``points``, ``parts`` and ``wanted``, from
+        the lanes an earlier pass kept (``keep=True``: keep-best's uncertainties pass,
+        :func:`analysis.optimize.keepbest.track_hard`, which the validation then needs
+        no pass of its own for): the same values bit for bit (a lane's sums do not
+        depend on the pass's other lanes), :attr:`last_states` and :attr:`all_sumw` left
+        as that method leaves them. ``None`` unless every lane was kept (with its
+        uncertainty where wanted)."""
+        keys = [self.point_key(p) for p in points]
+        found = {(i, part): self._kept.get((key, part)) for i, key in enumerate(keys)
+                 for part in parts}
+        if any(v is None or (v[2] is False and (i, part) in wanted)
+               for (i, part), v in found.items()):
+            return None
+        res: dict[tuple[int, str], dict[str, Any]] = {}
+        for (i, part), (out, _, _) in found.items():
+            if (i, part) in wanted:
+                res[i, part] = dict(out)
+            else:  # as a lane without its uncertainty
+                res[i, part] = {**{k: v for k, v in out.items() if k != "replicas"},
+                                "uncertainty": None}
+        self._last = None
+        if "all" in parts:
+            self.last_states = states = found[len(points) - 1, "all"][1]
+            self.all_sumw = {n: st.sumw for n, st in states.items()}
+        return res
+
     def _hard_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
-                    wanted: set[tuple[int, str]] | None = None, *, values_only: bool = False
-                    ) -> dict[tuple[int, str], dict[str, Any]] | None:
+                    wanted: set[tuple[int, str]] | None = None, *, values_only: bool = False,
+                    keep: bool = False) -> dict[tuple[int, str], dict[str, Any]] | None:
         """The hard-cut objective at each of ``points`` on each of ``parts`` from ONE
         values pass (weight lanes, :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`):
         ``{(point index, part): objective_from_states(...) + {"uncertainty"}}``, the
         bootstrap uncertainty where ``(i, part)`` is in ``wanted`` (None: everywhere).
         Leaves :attr:`last_states` and :attr:`all_sumw` at the last point on all events
         where "all" is a part. ``None`` where the replicas do not run (fewer than 2).
-        ``values_only``: no uncertainty anywhere, the fewest replicas the pass takes (2;
-        their cost grows with the points: ~1 s a point with 50 on the demo's events)."""
-        k = 2 if values_only else self.config.optimizer.replicas
-        if k < 2:
-            return None
+        ``values_only``: no uncertainty anywhere, and no replicas in the pass (their cost
+        grows with the points: ~1 s a point with 50 on the demo's events), nor the
+        selected weights they are drawn on. ``keep``: the lanes are kept for
+        :meth:`_kept_lanes`."""
+        k = 0 if values_only else self.config.optimizer.replicas
         if values_only:
             wanted = set()
+        elif k < 2:
+            return None
         hard = [self.hard_params(p) for p in points]
         need_totals = self._replica_totals is None and not values_only
         # only the observables the objective reads, as the steps (the report's
@@ -173,6 +214,9 @@ class HardEvaluations:
                     out["replicas"] = bootstrap_values(self.objective, states, sums)
                     out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
                 res[i, part] = out
+                if keep:
+                    sigma = wanted is None or (i, part) in wanted
+                    self._kept[self.point_key(hard[i]), part] = (out, states, sigma)
         finally:
             self._use_part(kept)
         if "all" in parts:

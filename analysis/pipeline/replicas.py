@@ -182,7 +182,9 @@ def chunk_lanes(
     :func:`~analysis.pipeline.split.part_factor`); with ``totals``: also
     :func:`chunk_totals`. The replicas' multiplicities are drawn once per event for all
     of them; a part's selected weights are the point's selected weights on all events
-    times the part's factor (equal to weighting first up to rounding, ~1e-16)."""
+    times the part's factor (equal to weighting first up to rounding, ~1e-16). No
+    replicas (``count`` 0) and no totals: the states alone (no selected weights, no
+    draws; ``(2, 0)`` sums)."""
     factors = {p: part_factor(cols.uid, p, fraction) if (fraction and p != "all"
                                                           and cols.n_events) else None
                for p in parts}
@@ -192,10 +194,10 @@ def chunk_lanes(
             c = cols if factors[p] is None else dataclasses.replace(
                 cols, weight=cols.weight * factors[p])
             states[i, p] = values(c)
-        if cols.n_events:
+        if cols.n_events and (count or totals):  # values only: no selected weights
             sel = selected(cols)
             rows += [sel if factors[p] is None else sel * factors[p] for p in parts]
-    if not cols.n_events:
+    if not cols.n_events or not (count or totals):
         return ReplicaLanes({key: ReplicaSums(np.zeros((2, count)), st)
                              for key, st in states.items()},
                             ReplicaTotals(np.zeros((1 + len(PARTS), count))) if totals

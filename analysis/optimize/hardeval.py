@@ -240,6 +240,26 @@ class HardEvaluations:
             return None
         return validation_entries(self.tracked, val.every or 1)
 
+    def _kept_final(self, hard_p: dict[str, float]) -> dict[str, Any] | None:
+        """:meth:`final`'s hard-cut objective at ``hard_p`` on the loop's events from the
+        lane keep-best's uncertainties pass kept there (:func:`~analysis.optimize.keepbest.track_hard`:
+        the chosen point and the end are among its points), where the report reads no
+        more of the states than that lane computed (the observables the objective
+        reads; a likelihood or a ``histograms`` section reads the final hard states'
+        templates and histograms: a pass of its own). The same numbers bit for bit as
+        :meth:`evaluate`'s values pass (the same selection, yields and program); None
+        where no such lane was kept."""
+        if self.config.likelihood is not None or self.config.histograms:
+            return None
+        part = "all" if self.ev.part is None else self.ev.part[0]
+        kept = self._kept.get((self.point_key(hard_p), part))
+        if kept is None:
+            return None
+        out, states, _ = kept
+        self._last = None
+        self.last_states = states
+        return {k: v for k, v in out.items() if k not in ("uncertainty", "replicas")}
+
     def final(self) -> dict[str, Any]:
         """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters.
 
@@ -249,6 +269,8 @@ class HardEvaluations:
         parameter units) is computed only when asked for (``output.hessian``) or
         already part of every step (``method: newton``): a second-order pass costs
         about ten first-order ones.
+        The hard one is keep-best's lane at that point on the loop's events where the
+        report reads nothing more of its states (:meth:`_kept_final`): no pass.
         """
         # with keep_best the chosen step's parameters (at the final widths)
         params = self.params() if self.best_params is None else dict(self.best_params)
@@ -260,7 +282,9 @@ class HardEvaluations:
         soft = self.evaluate(params, widths, order=order, strict=False)
         self.final_states = self.last_states
         hard_p = self.hard_params(params)
-        hard = self.evaluate(hard_p, np.zeros_like(self.w0), order=0, strict=False)
+        hard = self._kept_final(hard_p)
+        if hard is None:
+            hard = self.evaluate(hard_p, np.zeros_like(self.w0), order=0, strict=False)
         self.final_hard_states = self.last_states
         #: passes the final evaluations ran (1 or 2)
         self.final_passes = self.passes - passes

@@ -132,6 +132,12 @@ class HardEvaluations:
             res["train"]["initial"] = {**initial_hard, "uncertainty": None}
         return res
 
+    def hard_observables(self) -> tuple[str, ...] | None:
+        """The observables the hard-cut passes after the loop compute: those the
+        objective reads, as the steps (:func:`~analysis.optimize.objectives.step_observables`;
+        the report's statistics come from the final soft pass); None: all."""
+        return None if self.reverse else step_observables(self.objective, self.plan, 0)
+
     def point_key(self, params: dict[str, float]) -> bytes:
         """The hard-cut pass's parameter vector at ``params`` (integers rounded, the
         others' configured values filled in), as bytes: two points with the same key
@@ -187,12 +193,9 @@ class HardEvaluations:
             return None
         hard = [self.hard_params(p) for p in points]
         need_totals = self._replica_totals is None and not values_only
-        # only the observables the objective reads, as the steps (the report's
-        # statistics come from the final pass)
-        reads = None if self.reverse else step_observables(self.objective, self.plan, 0)
         lanes = self.ev.run_replica_lanes(hard, widths=np.zeros_like(self.w0), parts=parts,
                                           fraction=self.fraction, replicas=k,
-                                          totals=need_totals, observables=reads)
+                                          totals=need_totals, observables=self.hard_observables())
         if lanes is None:
             return None
         self.passes += 1

@@ -21,6 +21,15 @@ the wall and CPU times, their ratio and the process's peak memory (``ru_maxrss``
 printed. Writes ``benchmarks/results/params.twelve_vs_four.json``. Goal (issue 49):
 the 12-parameter pass <= 3x the 4-parameter pass, peak memory <= 3 GB at 200k-event
 chunks.
+
+Reverse mode (``--case reverse``, run by default too): two object sets (jets; b-jets
+derived from them) with a learned jet score in the jets' cuts (a 4-16-4-1 tanh MLP of
+pT, |eta|, b-tag and mass: 153 weights) beside six cut and count thresholds (159
+trainable parameters); a reverse-mode step (the yields' gradients in one pass, what
+``optimize`` runs per step for a significance objective,
+:mod:`analysis.pipeline.backends.numba.fastreverse`) against a value pass of the same plan,
+both under ``auto``. Writes ``benchmarks/results/params.reverse_vs_values.json``. Goal
+(issue 49): the step <= 4x the value pass.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from bench_pass import best_of  # noqa: E402  (the shared timing helper)
 
 GOAL = 3.0
 GOAL_GB = 3.0
+GOAL_REVERSE = 4.0
 
 #: name -> (init, lower, upper); the 4-parameter pass trains the first four
 PARAMS = {
@@ -89,6 +99,29 @@ def make_config(trainable: int) -> dict:
     }
 
 
+def reverse_config() -> dict:
+    """Two object sets (jets, b-jets from them), a learned jet score in the jets' cuts:
+    159 trainable parameters (module docstring); :func:`make_config`'s selection without
+    the central and forward jets."""
+    cfg = make_config(len(PARAMS))
+    keep = ("jet_pt", "btag_min", "min_jets", "met_min", "min_b")
+    cfg["parameters"] = {n: {**p, "trainable": True} for n, p in cfg["parameters"].items()
+                         if n in keep}
+    cfg["parameters"]["tag_min"] = {"init": 0.0, "bounds": [-3.0, 3.0]}
+    cfg["scores"] = [{"score": "tag", "mlp": {
+        "inputs": ["jets.pt", "abs(jets.eta)", "jets.btagDeepFlavB", "jets.mass"],
+        "hidden": [16, 4], "activation": "tanh"}, "init": {"seed": 1},
+        "standardise": {"mean": [50.0, 1.2, 0.3, 10.0], "std": [40.0, 0.8, 0.3, 8.0]}}]
+    jets = cfg["objects"]["jets"]
+    jets["cuts"] = [jets["cuts"][0], {"var": "score.tag", "op": ">", "param": "tag_min",
+                                      "width": 0.2}]
+    cfg["objects"] = {"jets": jets, "bjets": cfg["objects"]["bjets"]}
+    cfg["selection"] = [s for s in cfg["selection"] if s.get("count") != "forward"]
+    cfg["observables"] = [cfg["observables"][0],
+                          {"name": "bjet_pt", "x": "bjets.pt", "stats": ["mean"]}]
+    return cfg
+
+
 def chunks(events: int, chunksize: int, seed: int = 49) -> list:
     """``events`` generated ttbar events as in-memory chunk columns of ``chunksize``."""
     import awkward as ak
@@ -109,18 +142,21 @@ def chunks(events: int, chunksize: int, seed: int = 49) -> list:
     return out
 
 
-def prepared(trainable: int, order: int = 1):
+def prepared(trainable: int, order: int = 1, *, reverse: bool | None = None):
     """The pass of :func:`make_config` (``trainable`` parameters), prepared once by the
-    ``auto`` chooser; returns ``(prepared, plan)``."""
+    ``auto`` chooser; returns ``(prepared, plan)``. ``reverse`` not None: the pass of
+    :func:`reverse_config` instead, its yields' gradients (True) or values (False)."""
     from analysis.config.loader import config_from_dict
     from analysis.pipeline.backend import Backend
     from analysis.pipeline.plan import build_plan, initial_widths
     from analysis.pipeline.request import Request
 
-    config = config_from_dict(make_config(trainable), source="bench_params")
+    data = make_config(trainable) if reverse is None else reverse_config()
+    config = config_from_dict(data, source="bench_params")
     plan = build_plan(config)
     theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
-    request = Request(theta, np.array(initial_widths(config)), order=order)
+    rows = {"yield_rows": (True, True)} if reverse else {}
+    request = Request(theta, np.array(initial_widths(config)), order=order, **rows)
     return Backend().chooser.prepare(plan, request), plan
 
 
@@ -129,32 +165,31 @@ def peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the benchmark; returns its figures (also printed and recorded)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=400_000)
-    ap.add_argument("--chunksize", type=int, default=200_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--no-record", action="store_true", help="print only")
-    args = ap.parse_args(argv)
-
-    cols = chunks(args.events, args.chunksize)
-    print(f"{args.events} events (ttbar, Poisson(6) jets), {len(cols)} chunks of "
-          f"<= {args.chunksize}; load average {os.getloadavg()[0]:.1f}")
+def _time(cols: list, cases) -> dict:
+    """Each ``(label, prepared, plan)`` of ``cases`` over every chunk, best of
+    ``repeat`` after a warm-up (printed)."""
     rows = {}
-    for label, trainable, order in (("values", 4, 0), ("4 parameters", 4, 1),
-                                    ("12 parameters", 12, 1)):
-        prep, plan = prepared(trainable, order)
+    for label, (prep, plan), repeat in cases:
 
         def run(prep=prep):
             for c in cols:
                 prep.run(c)
 
-        warm, wall, cpu = best_of(run, args.repeat)
+        warm, wall, cpu = best_of(run, repeat)
         rows[label] = {"wall_s": wall, "cpu_s": cpu, "warm_s": warm, "peak_gb": peak_gb(),
                        "backend": prep.engine.name, "trainable": len(plan.trainable)}
-        print(f"  {label:>14}: {wall:7.3f} s wall, {cpu:7.3f} s CPU (first {warm:.2f} s) on "
-              f"{prep.engine.name}; peak memory so far {rows[label]['peak_gb']:.2f} GB")
+        print(f"  {label:>16}: {wall:7.3f} s wall, {cpu:7.3f} s CPU (first {warm:.2f} s) on "
+              f"{prep.engine.name}; {len(plan.trainable)} trainable; peak memory so far "
+              f"{rows[label]['peak_gb']:.2f} GB")
+    return rows
+
+
+def _params(cols: list, args, argv) -> dict:
+    """The 12- against the 4-parameter pass (module docstring), recorded."""
+    rows = _time(cols, [(label, prepared(trainable, order), args.repeat)
+                        for label, trainable, order in (("values", 4, 0),
+                                                        ("4 parameters", 4, 1),
+                                                        ("12 parameters", 12, 1))])
     four, twelve = rows["4 parameters"], rows["12 parameters"]
     ratio = twelve["wall_s"] / four["wall_s"]
     ratio_cpu = twelve["cpu_s"] / four["cpu_s"]
@@ -176,6 +211,55 @@ def main(argv: list[str] | None = None) -> dict:
                         "load": os.getloadavg()[0],
                         **{f"{k} {m}": v[m] for k, v in rows.items()
                            for m in ("wall_s", "cpu_s", "backend")}})
+    return out
+
+
+def _reverse(cols: list, args, argv) -> dict:
+    """The reverse-mode step against a value pass (module docstring), recorded."""
+    rows = _time(cols, [("values (2 sets)", prepared(0, 0, reverse=False), args.repeat),
+                        ("reverse step", prepared(0, 0, reverse=True), args.repeat)])
+    step, values = rows["reverse step"], rows["values (2 sets)"]
+    ratio = step["wall_s"] / values["wall_s"]
+    ratio_cpu = step["cpu_s"] / values["cpu_s"]
+    met = ratio <= GOAL_REVERSE and step["backend"] == "numba"
+    print(f"ratio reverse step / value pass = {ratio:.2f}x wall, {ratio_cpu:.2f}x CPU "
+          f"(goal <= {GOAL_REVERSE:g}x) at {step['trainable']} parameters on "
+          f"{step['backend']}; load average {os.getloadavg()[0]:.1f}")
+    out = {"ratio": ratio, "ratio_cpu": ratio_cpu, "rows": rows}
+    if not args.no_record:
+        from results_table import command_line, record
+
+        record("params.reverse_vs_values",
+               compares=(f"reverse-mode step (yields' gradients, {step['trainable']} "
+                         "parameters, two object sets and a learned score) / value pass"),
+               figure=ratio, goal=f"<= {GOAL_REVERSE:g}x", met=met,
+               command=command_line(__file__, argv),
+               details={"events": args.events, "chunksize": args.chunksize,
+                        "ratio_cpu": ratio_cpu, "load": os.getloadavg()[0],
+                        **{f"{k} {m}": v[m] for k, v in rows.items()
+                           for m in ("wall_s", "cpu_s", "backend")}})
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark; returns its figures (also printed and recorded)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=400_000)
+    ap.add_argument("--chunksize", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-record", action="store_true", help="print only")
+    ap.add_argument("--case", choices=("all", "params", "reverse"), default="all",
+                    help="12 vs 4 parameters, the reverse step vs values, or both")
+    args = ap.parse_args(argv)
+
+    cols = chunks(args.events, args.chunksize)
+    print(f"{args.events} events (ttbar, Poisson(6) jets), {len(cols)} chunks of "
+          f"<= {args.chunksize}; load average {os.getloadavg()[0]:.1f}")
+    out: dict = {}
+    if args.case in ("all", "params"):
+        out["params"] = _params(cols, args, argv)
+    if args.case in ("all", "reverse"):
+        out["reverse"] = _reverse(cols, args, argv)
     return out
 
 

@@ -8,11 +8,12 @@ import warnings
 import numpy as np
 from coffea import processor
 
-from analysis.data.cache import chunk_key, keep_columns, plan_branches
+from analysis.data.cache import chunk_key, plan_branches
 from analysis.data.columns import extract_columns
 from analysis.data.faults import guarded, reading, same_file
 from analysis.data.overflow import check_overflow
 from analysis.data.overlap import defer
+from analysis.data.placement import keep_columns
 from analysis.pipeline.job import READING, Job
 from analysis.pipeline.replicas import states as replica_states
 from analysis.pipeline.request import Request

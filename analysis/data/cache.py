@@ -18,28 +18,16 @@ Memory: columns are kept in memory up to ``budget`` bytes; beyond that each furt
 chunk is written to a ``.npz`` file (numpy's own format, read back with
 ``allow_pickle=False``) in a private temporary directory, removed by :meth:`close`.
 
-Where the columns go (:func:`keep_columns`, called by the processor after a chunk):
-
-- in the driver's own process (the iterative executor) straight into the driver's
-  cache (:func:`local_cache`), so that the budget bounds the memory during the first
-  pass too;
-- in a dask worker (when the driver asks for it with ``worker_budget``) into a cache
-  of that worker process (:func:`worker_cache`, same budget and spilling, per worker);
-  only the chunk's place, the worker's address, travels back (a :class:`ColumnPlaces`
-  under :data:`PLACES_KEY`) and the driver records it (:meth:`ColumnCache.place`).
-  Later passes run each such chunk on its worker (:func:`evaluate_on_worker`), so no
-  column goes through the scheduler or the driver;
-- elsewhere (a futures process pool) back with the chunk's output, in a
-  :class:`ColumnBatch` under :data:`COLUMNS_KEY`; the driver stores them after the pass
-  (the first pass then holds all of them at once in the driver).
-
-Only chunks that were read and evaluated without error reach the cache: a failing
-chunk's output is just its fault record (:func:`analysis.data.faults.guarded`).
+Where the columns live (the driver's process, a dask worker's, a futures worker's) is
+:mod:`analysis.data.placement`: one store per process and token, reached and dropped one
+way, for the YAML engine and own processors alike. Only chunks that were read and
+evaluated without error reach the cache: a failing chunk's output is just its fault
+record (:func:`analysis.data.faults.guarded`).
 
 Own processors (:mod:`analysis.data.owncache`) keep their columns under the same
 :func:`chunk_key` (with the dataset and its metadata, which their ``columns`` may read)
-in a :class:`ColumnCache` of their process that drops the least recently used chunk
-beyond its budget (``evict="drop"``) instead of spilling.
+in a :class:`ColumnCache` that drops the least recently used chunk beyond its budget
+(``evict="drop"``) instead of spilling.
 """
 
 from __future__ import annotations
@@ -50,7 +38,6 @@ import os
 import shutil
 import tempfile
 import uuid as uuidlib
-import weakref
 from typing import Any
 
 from analysis.data.spill import _load, _own, _save, columns_nbytes
@@ -63,18 +50,10 @@ __all__ = [
     "ColumnBatch",
     "ColumnCache",
     "ColumnPlaces",
-    "adopt_columns",
     "chunk_key",
     "columns_nbytes",
-    "drop_worker_cache",
-    "evaluate_on_worker",
-    "keep_columns",
-    "local_cache",
     "plan_branches",
-    "take_columns",
     "uuid_text",
-    "worker_address",
-    "worker_cache",
 ]
 
 #: Output key of the columns a first pass hands back (not a string: never a dataset name).
@@ -191,16 +170,6 @@ class ColumnPlaces:
         return len(self.places)
 
 
-# Caches of this process by token; a forked worker inherits the dict, so the pid is checked.
-_LOCAL: weakref.WeakValueDictionary[str, ColumnCache] = weakref.WeakValueDictionary()
-
-
-def local_cache(token: str | None) -> ColumnCache | None:
-    """The cache ``token`` names if it lives in this process (not in a forked copy)."""
-    cache = _LOCAL.get(token) if token else None
-    return cache if cache is not None and cache.pid == os.getpid() else None
-
-
 class ColumnCache:
     """Chunk columns by :func:`chunk_key`: in memory up to ``budget`` bytes, then on disk
     (``evict="spill"``) or the least recently used dropped (``evict="drop"``).
@@ -231,10 +200,13 @@ class ColumnCache:
         self._spill_root = spill_dir
         self._spill_dir: str | None = None
         self.reads = 0
+        #: lookups that found their chunk here or not (kept by whoever looks: owncache)
+        self.hits = self.misses = 0
+        #: the process that made it (a forked copy is never used: analysis.data.placement)
         self.pid = os.getpid()
-        #: names this cache to processors running in this process (see :func:`local_cache`)
+        #: names this cache to chunks running in its process and to dask workers'
+        #: stores of the same chunks (:mod:`analysis.data.placement`)
         self.token = uuidlib.uuid4().hex
-        _LOCAL[self.token] = self
 
     def __contains__(self, key: tuple) -> bool:
         return self.holds(key) or key in self.remote
@@ -349,93 +321,3 @@ class ColumnCache:
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
             self._spill_dir = None
-
-
-# --- dask workers: each keeps the chunks it read -------------------------------------
-
-# The caches a worker process keeps for drivers, by the driver cache's token (strong
-# references: nothing else in the worker holds them between tasks).
-_HELD: dict[str, ColumnCache] = {}
-
-
-def worker_address() -> str | None:
-    """The address of the dask worker running this task; ``None`` outside a dask worker."""
-    try:
-        from distributed import get_worker
-    except ImportError:  # the dask extra is not installed: no dask worker either
-        return None
-    try:
-        return get_worker().address
-    except ValueError:  # not in a worker's task
-        return None
-
-
-def worker_cache(token: str, *, budget: int | None = None) -> ColumnCache | None:
-    """This worker process's cache for the driver cache ``token``; made (with ``budget``)
-    if absent and a budget is given, else ``None``. A forked copy is never used."""
-    cache = _HELD.get(token)
-    if cache is not None and cache.pid != os.getpid():
-        cache = None
-    if cache is None and budget is not None:
-        cache = _HELD[token] = ColumnCache(budget=budget)
-    return cache
-
-
-def drop_worker_cache(token: str) -> int:
-    """Close this process's cache for ``token`` (its spill files go); the chunks it held.
-
-    Run on every worker by the driver when it closes (``client.run``)."""
-    cache = _HELD.pop(token, None)
-    if cache is None:
-        return 0
-    n = len(cache)
-    cache.close()
-    return n
-
-
-def keep_columns(
-    key: tuple, cols: ChunkColumns, *, token: str | None, worker_budget: int | None = None
-) -> dict:
-    """Keep one chunk's columns for the driver's cache ``token``; what to add to the
-    chunk's output (see the module docstring): nothing in the driver's process,
-    ``{PLACES_KEY: ColumnPlaces}`` in a dask worker when ``worker_budget`` is given,
-    else ``{COLUMNS_KEY: ColumnBatch}`` (the columns themselves)."""
-    sink = local_cache(token)
-    if sink is not None:
-        sink.put(key, cols)
-        return {}
-    address = worker_address() if worker_budget is not None and token else None
-    if address is not None:
-        worker_cache(token, budget=worker_budget).put(key, cols)
-        return {PLACES_KEY: ColumnPlaces({key: address})}
-    return {COLUMNS_KEY: ColumnBatch({key: cols})}
-
-
-def evaluate_on_worker(proc: Any, token: str, key: tuple, dataset: str) -> dict | None:
-    """``proc.evaluate(dataset, columns)`` for a chunk this worker keeps (a dask task of
-    the driver's later passes); ``None`` if the worker does not have it (a new process
-    at the same address, or a dropped cache): the driver then reads the chunk again."""
-    cache = worker_cache(token)
-    if cache is None or not cache.holds(key):
-        return None
-    return proc.evaluate(dataset, cache.get(key))
-
-
-def take_columns(token: str, key: tuple) -> ChunkColumns | None:
-    """The columns of ``key`` this worker keeps, removed from its cache (the first half
-    of a move to another worker; ``None`` if it does not have them)."""
-    cache = worker_cache(token)
-    if cache is None or not cache.holds(key):
-        return None
-    cols = cache.get(key)
-    cache.discard(key)
-    return cols
-
-
-def adopt_columns(token: str, key: tuple, cols: ChunkColumns | None, *, budget: int) -> bool | None:
-    """Keep ``cols`` under ``key`` in this worker's cache (the second half of a move);
-    ``None`` if there was nothing to move (the driver then reads the chunk again)."""
-    if cols is None:
-        return None
-    worker_cache(token, budget=budget).put(key, cols)
-    return True

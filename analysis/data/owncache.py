@@ -11,7 +11,8 @@ the same chunk take the kept columns, and coffea's virtual NanoEvents then read 
 branch at all.
 
 Key: the one chunk key of the YAML engine's cache (:func:`analysis.data.cache.chunk_key`),
-in its one store (a :class:`~analysis.data.cache.ColumnCache` per process): the
+in its one store (a :class:`~analysis.data.cache.ColumnCache`), placed as the YAML engine's
+(:mod:`analysis.data.placement`): the
 processor's class, its :meth:`CachedColumns.column_key` (constructor options
 that change the columns), the file's UUID (coffea's ``metadata["fileuuid"]``), the tree,
 the entry range, and the rest of the chunk's metadata: the dataset and the fileset's
@@ -19,7 +20,10 @@ own metadata of it, which ``columns`` may read (a data and an MC dataset on one 
 have columns of their own; metadata that has no hashable description keeps nothing). A file rewritten at the same path has a new UUID: its old entries
 are never used. Chunks without a UUID (not from a Runner) are not kept.
 
-Where the columns live: in the process that ran the chunk, up to ``column_budget``
+Where the columns live: in the process that ran the chunk, in its store of the
+processor's ``column_store`` token (:data:`OWN_STORE` unless the processor names another;
+the registry of :mod:`analysis.data.placement`, dropped by :func:`clear_cache`), up to
+``column_budget``
 bytes (default :data:`analysis.data.cache.DEFAULT_BUDGET`, the YAML path's in-memory
 budget; a ``Jagged`` counts with the padded copy of its values and their segment ids
 that a compiled ``stats.derive`` keeps with it, so that a later pass does not pad
@@ -45,133 +49,102 @@ later pass with the column cache otherwise spends most of its time on.
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-import jax
-import numpy as np
+from analysis.data import placement
+from analysis.data.cache import DEFAULT_BUDGET, ColumnCache
+from analysis.data.ownkeys import (
+    chunk_metadata,
+    file_stamp,
+    kept_entry,
+    kept_here,
+    lookup,
+    own_key,
+    tree_nbytes,
+)
 
-from analysis.data.cache import DEFAULT_BUDGET, ColumnCache, chunk_key
-from analysis.stats._closure import padded_nbytes
-from analysis.stats.jagged import Jagged
+__all__ = ["OWN_STORE", "CachedColumns", "CachedRunner", "cache_info", "clear_cache"]
 
-__all__ = ["CachedColumns", "CachedRunner", "cache_info", "clear_cache"]
-
-# This process's kept columns, in the one column store (analysis.data.cache.ColumnCache,
-# least recently used dropped beyond the budget): key -> (columns, the file's stamp). Its
-# budget is the processor's column_budget, set before each put.
-_KEPT = ColumnCache(budget=DEFAULT_BUDGET, evict="drop")
-_STATS = {"hits": 0, "misses": 0}
-
-
-def _file_stamp(filename: Any) -> tuple[int, int] | None:
-    """``(size, mtime_ns)`` of a local file; None where it cannot be stat'ed (a URL)."""
-    try:
-        st = os.stat(filename)
-    except (OSError, TypeError, ValueError):
-        return None
-    return (st.st_size, st.st_mtime_ns)
+#: The token of own processors' store in each process (:mod:`analysis.data.placement`):
+#: key -> (columns, the file's stamp), least recently used dropped beyond the budget.
+OWN_STORE = "diffcoffea-own"
 
 
-# coffea's per-chunk metadata that names where the chunk is read, not what it is (the
-# file by its UUID is in the key; the same file under another path has the same columns),
-# and "version", the NanoEvents schema version that coffea's factory adds to
-# events.metadata (a Runner's WorkItem, which CachedRunner reads, does not have it)
-_LOCATION = ("filename", "fileuuid", "treename", "entrystart", "entrystop", "version")
+def _store(proc: CachedColumns) -> ColumnCache:
+    """The store of ``proc``'s ``column_store`` in this process (made if absent)."""
+    return placement.store(proc.column_store, budget=max(int(proc.column_budget), 0),  # type: ignore[return-value]
+                           evict="drop")
 
 
-def _frozen(value: Any) -> Any:
-    """A hashable, order-independent description of a metadata value, or ``None`` where
-    it has none (the chunk is then not kept)."""
-    if isinstance(value, Mapping):
-        items = [(str(k), _frozen(v)) for k, v in value.items()]
-        return None if any(v is None for _, v in items) else ("map", tuple(sorted(items)))
-    if isinstance(value, (list, tuple)):
-        items = [_frozen(v) for v in value]
-        return None if any(v is None for v in items) else ("seq", tuple(items))
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return ("value", type(value).__name__, value)
-    return None
+def cache_info(token: str = OWN_STORE) -> dict[str, int]:
+    """This process's ``{"hits", "misses", "bytes", "chunks"}`` of :class:`CachedColumns`.
 
+    Parameters
+    ----------
+    token : str, optional
+        The processors' ``column_store`` (default :data:`OWN_STORE`).
 
-def _chunk_key(proc: CachedColumns, metadata: Mapping) -> tuple | None:
-    """The kept columns' key of a chunk (None: not kept: no UUID, budget 0, or metadata
-    without a hashable description). Every piece of metadata that :meth:`columns` may
-    read is in it: the dataset and the fileset's own metadata (two datasets on one file,
-    data without ``genWeight`` and MC with it, have columns of their own)."""
-    uuid_ = metadata.get("fileuuid")
-    if not uuid_ or int(proc.column_budget) <= 0:  # budget 0: neither kept nor looked up
-        return None
-    described = _frozen({k: v for k, v in metadata.items() if k not in _LOCATION})
-    if described is None:
-        return None
-    if metadata.get("entrystart") is None or metadata.get("entrystop") is None:
-        return None
-    # the one chunk key of analysis.data.cache: what is read is the processor's class and
-    # its column_key; what else the columns depend on, the dataset and its metadata
-    return chunk_key(
-        uuid_, metadata.get("treename"), metadata["entrystart"], metadata["entrystop"],
-        branches=(type(proc).__module__, type(proc).__qualname__, proc.column_key()),
-        weight_branch=None, nonfinite=None, metadata=described,
-    )
-
-
-def _entry(key: tuple | None, *, touch: bool = True) -> tuple[Any, Any] | None:
-    """``(columns, stamp)`` kept under ``key`` in this process, or None."""
-    if key is None or not _KEPT.holds(key):
-        return None
-    return _KEPT.get(key, touch=touch)
-
-
-def _drop(key: tuple) -> None:
-    _KEPT.discard(key)
-
-
-def _lookup(key: tuple | None, stamp: Any) -> Any:
-    """The kept columns of ``key`` if their file is unchanged (else the entry is dropped)."""
-    kept = _entry(key)
+    Returns
+    -------
+    dict
+        Lookups that found their chunk kept and not, the bytes and chunks kept (zeros
+        where this process has no store of ``token``).
+    """
+    kept = placement.store(token)
     if kept is None:
-        return None
-    if kept[1] != stamp:  # the file was rewritten since its columns were read
-        _drop(key)
-        return None
-    return kept[0]
+        return {"hits": 0, "misses": 0, "bytes": 0, "chunks": 0}
+    return {"hits": kept.hits, "misses": kept.misses, "bytes": kept.memory_bytes,
+            "chunks": len(kept)}
 
 
-def _nbytes(columns: Any) -> int:
-    total = 0
-    for leaf in jax.tree_util.tree_leaves(columns, is_leaf=lambda x: isinstance(x, Jagged)):
-        if isinstance(leaf, Jagged):
-            # with the padded copy that stats.derive keeps with it (Jagged.kept)
-            total += _nbytes([leaf.values, leaf.offsets]) + padded_nbytes(leaf)
-            continue
-        nbytes = getattr(leaf, "nbytes", None)
-        total += int(nbytes) if nbytes is not None else np.asarray(leaf).nbytes
-    return total
+def clear_cache(token: str = OWN_STORE, *, client: Any = None) -> int:
+    """Drop the kept columns of ``token`` in this process and, given a dask ``client``, in
+    its workers (:func:`analysis.data.placement.drop_everywhere`; :func:`cache_info` then
+    starts from zero).
 
+    Parameters
+    ----------
+    token : str, optional
+        The processors' ``column_store`` (default :data:`OWN_STORE`).
+    client : distributed.Client, optional
+        Keyword-only. The cluster whose workers keep columns.
 
-def cache_info() -> dict[str, int]:
-    """This process's ``{"hits", "misses", "bytes", "chunks"}`` of :class:`CachedColumns`."""
-    return {**_STATS, "bytes": _KEPT.memory_bytes, "chunks": len(_KEPT)}
-
-
-def clear_cache() -> None:
-    """Drop this process's kept columns (and reset :func:`cache_info`)."""
-    _KEPT.close()
-    _STATS.update(hits=0, misses=0)
+    Returns
+    -------
+    int
+        The chunks dropped.
+    """
+    return placement.drop_everywhere(token, client=client)
 
 
 class CachedColumns:
     """Mix-in for a coffea processor whose chunk inputs are read once per chunk.
 
     Subclasses define :meth:`columns` and :meth:`process_columns` and inherit
-    ``process``. ``column_budget`` (bytes, an attribute; set it in ``__init__``) bounds
-    this process's kept columns; 0 keeps none and reads every chunk.
+    ``process``. Its options are keyword-only arguments of ``CachedColumns.__init__``
+    (call ``super().__init__(column_budget=...)``; a subclass that does not gets the
+    defaults, or sets the attributes in its own ``__init__``).
+
+    Parameters
+    ----------
+    column_budget : int, optional
+        Keyword-only. Bytes of kept columns in each process (default
+        :data:`~analysis.data.cache.DEFAULT_BUDGET`); 0 keeps none and reads every chunk.
+    column_store : str, optional
+        Keyword-only. The token of the store the columns are kept in (default
+        :data:`OWN_STORE`, shared by every processor of the process: the keys hold the
+        class); :func:`clear_cache` with it drops them.
     """
 
     column_budget: int = DEFAULT_BUDGET
+    column_store: str = OWN_STORE
+
+    def __init__(self, *, column_budget: int = DEFAULT_BUDGET,
+                 column_store: str = OWN_STORE) -> None:
+        super().__init__()
+        self.column_budget = int(column_budget)
+        self.column_store = column_store
 
     def columns(self, events: Any) -> Any:
         """The chunk's inputs, independent of the parameters: a pytree of arrays (numpy,
@@ -189,33 +162,19 @@ class CachedColumns:
 
     def process(self, events: Any) -> Any:
         metadata = dict(events.metadata)
-        key = _chunk_key(self, metadata)
-        stamp = _file_stamp(metadata.get("filename")) if key is not None else None
-        kept = _lookup(key, stamp)
+        key = own_key(self, metadata)
+        stamp = file_stamp(metadata.get("filename")) if key is not None else None
+        store = _store(self)
+        kept = lookup(store, key, stamp)
         if kept is not None:
-            _STATS["hits"] += 1
+            store.hits += 1
             return self.process_columns(kept, metadata)
-        _STATS["misses"] += 1
+        store.misses += 1
         columns = self.columns(events)
         if key is not None:
-            _KEPT.budget = int(self.column_budget)
-            _KEPT.put(key, (columns, stamp), nbytes=_nbytes(columns))
+            store.budget = int(self.column_budget)
+            store.put(key, (columns, stamp), nbytes=tree_nbytes(columns))
         return self.process_columns(columns, metadata)
-
-
-def _chunk_metadata(item: Any) -> dict:
-    """``events.metadata`` of a coffea WorkItem, as coffea's Runner builds it."""
-    metadata = {
-        "dataset": item.dataset,
-        "filename": item.filename,
-        "treename": item.treename,
-        "entrystart": item.entrystart,
-        "entrystop": item.entrystop,
-        "fileuuid": str(uuid.UUID(bytes=item.fileuuid)) if len(item.fileuuid) > 0 else "",
-    }
-    if item.usermeta is not None:
-        metadata.update(item.usermeta)
-    return metadata
 
 
 class CachedRunner:
@@ -299,12 +258,13 @@ class CachedRunner:
         found: list = []
         stamps: dict[Any, Any] = {}
         missing = changed = 0
+        store = placement.store(processor_instance.column_store)
         for item in items:
-            metadata = _chunk_metadata(item)
-            key = _chunk_key(processor_instance, metadata)
+            metadata = chunk_metadata(item)
+            key = own_key(processor_instance, metadata)
             if item.filename not in stamps:
-                stamps[item.filename] = _file_stamp(item.filename)
-            kept = _entry(key, touch=False)
+                stamps[item.filename] = file_stamp(item.filename)
+            kept = kept_entry(store, key, touch=False)
             if kept is not None and kept[1] != stamps[item.filename]:
                 changed += 1
                 self._forget_file(item.filename)
@@ -363,9 +323,10 @@ class CachedRunner:
         from coffea.processor import accumulate
 
         def outputs():
+            store = _store(processor_instance)
             for columns, metadata, key in found:
-                _KEPT.get(key)  # the most recently used
-                _STATS["hits"] += 1
+                store.get(key)  # the most recently used
+                store.hits += 1
                 yield processor_instance.process_columns(columns, metadata)
 
         if client is None:
@@ -382,15 +343,16 @@ class CachedRunner:
         """``([output, ...] in chunk order, None)`` from the dask workers' kept columns,
         or ``([], why)`` where a chunk is kept with its file unchanged on no worker;
         sets :attr:`why` when it succeeds."""
-        chunks = [_chunk_metadata(item) for item in items]
-        if not chunks or any(_chunk_key(processor_instance, m) is None for m in chunks):
+        chunks = [chunk_metadata(item) for item in items]
+        if not chunks or any(own_key(processor_instance, m) is None for m in chunks):
             return [], f"{len(chunks)} chunks, not all with a file UUID"
         # One round trip: every worker computes the chunks it keeps with their files
         # unchanged and says which it keeps with a changed file (a question first and
         # pinned tasks after cost a second one: 0.30x -> 0.25x a plain pass at 4 chunks
         # of 50k). The keys are made in the workers, from the processor as they unpickle
         # it (a class defined in a function comes back under another __qualname__).
-        answers = client.run(_serve_kept, processor_instance, chunks)
+        answers = placement.on_workers(client, _serve_kept, processor_instance.column_store,
+                                       processor_instance, chunks)
         # each chunk from the first worker (by address) that kept it with its file
         # unchanged (a chunk kept by two workers, read there in passes without
         # worker_affinity, was computed by both)
@@ -398,7 +360,7 @@ class CachedRunner:
         changed: set[str] = set()
         served = set()
         for address in sorted(answers):
-            done, stale = answers[address]
+            done, stale = answers[address] or ([], [])  # None: no store on that worker
             for index, output in done:
                 if index not in outputs:
                     outputs[index] = output
@@ -415,35 +377,17 @@ class CachedRunner:
         return [outputs[index] for index in range(len(chunks))], None
 
 
-def _kept_here(processor_instance: CachedColumns,
-               chunks: list[dict]) -> tuple[list[int], list[int]]:
-    """In a dask worker: the indices of the chunks (their metadata) kept in this
-    process with their file unchanged, and of those kept with a changed file."""
-    kept: list[int] = []
-    stale: list[int] = []
-    stamps: dict[Any, Any] = {}
-    for index, metadata in enumerate(chunks):
-        key = _chunk_key(processor_instance, metadata)
-        filename = metadata["filename"]
-        entry = _entry(key, touch=False)
-        if entry is None:
-            continue
-        if filename not in stamps:
-            stamps[filename] = _file_stamp(filename)
-        (kept if entry[1] == stamps[filename] else stale).append(index)
-    return kept, stale
-
-
-def _serve_kept(processor_instance: CachedColumns,
+def _serve_kept(store: ColumnCache, processor_instance: CachedColumns,
                 chunks: list[dict]) -> tuple[list[tuple[int, Any]], list[int]]:
-    """In a dask worker (``client.run``): ``[(index, process_columns(kept, metadata)),
-    ...]`` for the chunks (their metadata, in order) kept in this process with their file
-    unchanged, and the indices of those kept with a changed file (not computed)."""
-    kept, stale = _kept_here(processor_instance, chunks)
+    """In a dask worker (:func:`analysis.data.placement.on_workers`): ``[(index,
+    process_columns(kept, metadata)), ...]`` for the chunks (their metadata, in order)
+    kept in its ``store`` with their file unchanged, and the indices of those kept with a
+    changed file (not computed)."""
+    kept, stale = kept_here(store, processor_instance, chunks)
     out = []
     for index in kept:
         metadata = chunks[index]
-        key = _chunk_key(processor_instance, metadata)
-        _STATS["hits"] += 1
-        out.append((index, processor_instance.process_columns(_KEPT.get(key)[0], metadata)))
+        key = own_key(processor_instance, metadata)
+        store.hits += 1
+        out.append((index, processor_instance.process_columns(store.get(key)[0], metadata)))
     return out, stale

@@ -57,6 +57,7 @@ import numpy as np
 
 from analysis.config.loader import Config
 from analysis.config.values import value_problem
+from analysis.data import placement
 from analysis.data.branches import required_branches
 from analysis.data.cache import COLUMNS_KEY, PLACES_KEY, ColumnCache, chunk_key, plan_branches
 from analysis.data.faults import FAULTS_KEY, Fault, Faults
@@ -195,6 +196,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
         else:
             self.cache = ColumnCache(budget=int(config.cache_memory_mb * 2**20))
             self._own_cache = True
+        if self.cache is not None:  # chunks run in this process keep their columns in it
+            placement.register(self.cache)
         self._branches = plan_branches(self.plan)
 
     @property
@@ -422,11 +425,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
 
     def close(self) -> None:
         if self.cache is not None and self.cache.remote:
-            # the workers' caches go (their spill files too); their places are then stale
-            if self._client is not None:
-                from analysis.data.cache import drop_worker_cache
-                with contextlib.suppress(Exception):
-                    self._client.run(drop_worker_cache, self.cache.token)
+            # the workers' stores go (their spill files too); their places are then stale
+            with contextlib.suppress(Exception):
+                placement.drop_everywhere(self.cache.token, client=self._client)
             self.cache.remote.clear()
         if self.cache is not None and self._own_cache:
             self.cache.close()

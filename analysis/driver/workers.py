@@ -5,8 +5,10 @@ inherits it) that sends a cached chunk's evaluation to the worker keeping its co
 (:meth:`WorkerTasks._submit`), gathers the outputs while watching for dead workers
 (:meth:`WorkerTasks._gather`, every :data:`WORKER_POLL` seconds) and evens out the
 chunks the workers keep (:meth:`WorkerTasks._rebalance`). It uses the evaluator's
-``_client`` and ``cache`` (:class:`~analysis.data.cache.ColumnCache`). Split out of
-:mod:`analysis.driver.runner`, which re-exports every name.
+``_client`` and ``cache`` (:class:`~analysis.data.cache.ColumnCache`), and reaches the
+workers' stores the one way :mod:`analysis.data.placement` offers
+(:func:`~analysis.data.placement.on_worker`). Split out of :mod:`analysis.driver.runner`,
+which re-exports every name.
 """
 
 from __future__ import annotations
@@ -14,11 +16,21 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-__all__ = ["WORKER_POLL", "WorkerTasks"]
+from analysis.data import placement
+
+__all__ = ["WORKER_POLL", "WorkerTasks", "evaluate_kept"]
 
 # Seconds between checks for dead workers while waiting for tasks pinned to workers.
 WORKER_POLL = 1.0
 
+
+def evaluate_kept(kept, proc, key: tuple, dataset: str) -> dict | None:
+    """In a worker: ``proc.evaluate(dataset, columns)`` for a chunk its store ``kept``
+    holds; ``None`` if it does not (a new process at the same address, or a dropped
+    store): the driver then reads the chunk again."""
+    if not kept.holds(key):
+        return None
+    return proc.evaluate(dataset, kept.get(key))
 
 
 class WorkerTasks:
@@ -35,8 +47,7 @@ class WorkerTasks:
         columns, as a task pinned there: ``[(index, item, key, address, future)]``.
 
         Only the processor and the key travel; the task evaluates the worker's own
-        columns (:func:`analysis.data.cache.evaluate_on_worker`)."""
-        from analysis.data.cache import evaluate_on_worker
+        columns (:func:`evaluate_kept`)."""
         alive = self._alive_workers()
         token = self.cache.token
         out = []
@@ -45,16 +56,8 @@ class WorkerTasks:
             if address not in alive:  # that worker is gone: a task pinned to it never runs
                 out.append((i, item, key, address, None))
                 continue
-            future = self._client.submit(
-                evaluate_on_worker,
-                proc,
-                token,
-                key,
-                item.dataset,
-                workers=[address],
-                allow_other_workers=False,
-                pure=False,
-            )
+            future = placement.on_worker(self._client, address, evaluate_kept, token,
+                                         proc, key, item.dataset)
             out.append((i, item, key, address, future))
         return out
 
@@ -67,7 +70,6 @@ class WorkerTasks:
         to the one with the fewest, worker to worker (a task on the first hands the
         columns to a task on the second; the scheduler sees only the tasks). A move
         that fails leaves the chunk to be read again."""
-        from analysis.data.cache import adopt_columns, take_columns
         alive = self._alive_workers()
         held: dict[str, list] = {a: [] for a in alive}
         for key, address in self.cache.remote.items():
@@ -87,11 +89,9 @@ class WorkerTasks:
         token, budget = self.cache.token, self.cache.budget
         pending = []
         for i, (key, src, dst) in enumerate(moves):
-            pin = {"allow_other_workers": False, "pure": False}
-            taken = self._client.submit(take_columns, token, key, workers=[src], **pin)
-            done = self._client.submit(
-                adopt_columns, token, key, taken, budget=budget, workers=[dst], **pin
-            )
+            taken = placement.on_worker(self._client, src, placement.take, token, key)
+            done = placement.on_worker(self._client, dst, placement.adopt, token, key, taken,
+                                       budget=budget)
             pending.append((i, key, key, (src, dst), done))
         try:
             moved, _ = self._gather(pending)  # a lost move: forgotten, read again

@@ -54,7 +54,7 @@ class Job:
         Keyword-only. Which backends compute the pass and on which device.
     keep_columns, cache_token, worker_budget
         Keyword-only. Return the chunk's columns for the column cache
-        (:func:`analysis.data.cache.keep_columns`).
+        (:func:`analysis.data.placement.keep_columns`).
     kernel_threads
         Keyword-only. The CPU threads a chunk's backend may use (None: the cores).
     before_kernels

@@ -1,7 +1,7 @@
 """Column cache on dask: each worker keeps the chunks it read; later passes run them on
 that worker (no column reaches the driver, no coffea pass); a chunk whose worker died is
-read again; results equal the iterative executor's (1e-10). The helpers of
-:mod:`analysis.data.cache` for it, outside a cluster."""
+read again; results equal the iterative executor's (1e-10). The placement's helpers
+(:mod:`analysis.data.placement`) for it, outside a cluster."""
 
 from __future__ import annotations
 
@@ -14,20 +14,17 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from analysis.data import placement
 from analysis.data.cache import (
     COLUMNS_KEY,
     PLACES_KEY,
     ColumnBatch,
     ColumnCache,
     ColumnPlaces,
-    adopt_columns,
-    drop_worker_cache,
-    evaluate_on_worker,
-    keep_columns,
-    take_columns,
-    worker_cache,
 )
+from analysis.data.placement import keep_columns
 from analysis.driver.runner import Evaluator, empty_columns
+from analysis.driver.workers import evaluate_kept
 from analysis.pipeline.job import Job
 from analysis.pipeline.request import Request
 from processors import DiffProcessor
@@ -47,8 +44,9 @@ def test_keep_columns_outside_a_worker_ships_them(tmp_path):
     # no driver cache of that token here and not in a dask worker: the columns go back
     out = keep_columns(("k",), cols, token="no-such-token", worker_budget=10)
     assert list(out) == [COLUMNS_KEY] and isinstance(out[COLUMNS_KEY], ColumnBatch)
-    # the driver's own cache: straight in, nothing goes back
+    # the driver's own cache (registered by its owner): straight in, nothing goes back
     here = ColumnCache()
+    placement.register(here)
     assert keep_columns(("k",), cols, token=here.token, worker_budget=10) == {}
     assert here.holds(("k",)) and PLACES_KEY not in out
     here.close()
@@ -72,19 +70,20 @@ def test_worker_cache_evaluates_only_what_it_holds(tmp_path):
     theta, w = ev.theta_and_widths()
     proc = DiffProcessor(Job(ev.plan, Request(theta, w), ev.weight_branches))
     cols = empty_columns(ev.plan)
-    assert evaluate_on_worker(proc, "tok-test", ("k",), "dy") is None  # no cache yet
-    worker_cache("tok-test", budget=0).put(("k",), cols)
-    assert worker_cache("tok-test").holds(("k",))
-    out = evaluate_on_worker(proc, "tok-test", ("k",), "dy")
+    run = placement.in_store  # what a task pinned to a worker runs there
+    assert run(evaluate_kept, "tok-test", None, "spill", proc, ("k",), "dy") is None  # no store
+    placement.store("tok-test", budget=0).put(("k",), cols)
+    assert placement.store("tok-test").holds(("k",))
+    out = run(evaluate_kept, "tok-test", None, "spill", proc, ("k",), "dy")
     assert out["dy"].events == 0
-    assert evaluate_on_worker(proc, "tok-test", ("other",), "dy") is None
+    assert run(evaluate_kept, "tok-test", None, "spill", proc, ("other",), "dy") is None
     # a move: taken out here, kept again (on another worker, in a cluster)
-    taken = take_columns("tok-test", ("k",))
-    assert taken.n_events == cols.n_events and not worker_cache("tok-test").holds(("k",))
-    assert take_columns("tok-test", ("k",)) is None
-    assert adopt_columns("tok-test", ("k",), None, budget=0) is None
-    assert adopt_columns("tok-test", ("k",), taken, budget=0) is True
-    assert drop_worker_cache("tok-test") == 1 and worker_cache("tok-test") is None
+    taken = run(placement.take, "tok-test", None, "spill", ("k",))
+    assert taken.n_events == cols.n_events and not placement.store("tok-test").holds(("k",))
+    assert run(placement.take, "tok-test", None, "spill", ("k",)) is None
+    assert run(placement.adopt, "tok-test", 0, "spill", ("k",), None) is None
+    assert run(placement.adopt, "tok-test", 0, "spill", ("k",), taken) is True
+    assert placement.drop("tok-test") == 1 and placement.store("tok-test") is None
 
 
 # --- on a LocalCluster of 2 workers ---------------------------------------------------
@@ -113,11 +112,10 @@ def _held(ev: Evaluator) -> dict[str, tuple[int, int]]:
     """``{worker address: (chunks held, chunks spilled)}`` of ``ev``'s worker caches."""
     token = ev.cache.token
 
-    def held():
-        cache = worker_cache(token)
-        return (0, 0) if cache is None else (len(cache), cache.spilled)
+    def held(cache):
+        return (len(cache), cache.spilled)
 
-    return ev._client.run(held)
+    return {a: h or (0, 0) for a, h in placement.on_workers(ev._client, held, token).items()}
 
 
 @pytest.mark.slow
@@ -143,13 +141,11 @@ def test_workers_keep_their_chunks(tmp_path, monkeypatch):
         # worker to worker); the passes below run on the moved columns
         client, token = ev._client, spill.token
         first, second = sorted(held)
-        pin = {"allow_other_workers": False, "pure": False}
         for key, address in list(spill.remote.items()):
             if address == second:
-                taken = client.submit(take_columns, token, key, workers=[second], **pin)
-                moved = client.submit(
-                    adopt_columns, token, key, taken, budget=0, workers=[first], **pin
-                )
+                taken = placement.on_worker(client, second, placement.take, token, key)
+                moved = placement.on_worker(client, first, placement.adopt, token, key, taken,
+                                            budget=0)
                 assert moved.result() is True
                 spill.place(key, first)
         assert _held(ev)[first] == (8, 8) and _held(ev)[second] == (0, 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.data import owncache
+from analysis.data import owncache, ownkeys, placement
 from analysis.data.cache import ColumnCache, chunk_key
 
 UUID = "0b8b4e8a-7e53-11ee-9e2b-0242ac120002"
@@ -26,7 +26,7 @@ class Own(owncache.CachedColumns):
 def test_an_own_chunk_has_the_one_key():
     meta = {"fileuuid": UUID, "treename": "Events", "entrystart": 100, "entrystop": 200,
             "dataset": "mc", "filename": "/x/a.root", "isMC": True}
-    key = owncache._chunk_key(Own(), meta)
+    key = ownkeys.own_key(Own(), meta)
     yaml_key = chunk_key(UUID, "Events", 100, 200, branches="[...]", weight_branch="genWeight",
                          nonfinite="drop")
     assert len(key) == len(yaml_key) and key[:4] == yaml_key[:4]  # the file and the range
@@ -34,8 +34,13 @@ def test_an_own_chunk_has_the_one_key():
                             branches=(Own.__module__, Own.__qualname__, ("jets", 2)),
                             weight_branch=None, nonfinite=None, metadata=key[-1])
     assert yaml_key[-1] is None  # the YAML engine's columns depend on no dataset
-    assert owncache._chunk_key(Own(), {**meta, "dataset": "data"}) != key
-    assert isinstance(owncache._KEPT, ColumnCache) and owncache._KEPT.evict == "drop"
+    assert ownkeys.own_key(Own(), {**meta, "dataset": "data"}) != key
+    # its store: the one ColumnCache, in this process's registry by the processor's token
+    owncache.clear_cache()
+    store = owncache._store(Own())
+    assert isinstance(store, ColumnCache) and store.evict == "drop"
+    assert placement.store(owncache.OWN_STORE) is store and owncache.clear_cache() == 0
+    assert placement.store(owncache.OWN_STORE) is None
 
 
 def test_the_drop_store_is_least_recently_used_within_its_budget():

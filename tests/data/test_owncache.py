@@ -16,7 +16,7 @@ from coffea import processor
 from coffea.nanoevents import NanoAODSchema
 
 from analysis import stats
-from analysis.data import owncache
+from analysis.data import owncache, ownkeys, placement
 from analysis.soft import soft_cut
 from analysis.testing import assert_derived_close, load_chunk
 from tests.chunked_helpers import NANOAOD_WARNINGS
@@ -262,7 +262,7 @@ def _dask_run(client, chunksize):  # noqa: ANN001, ANN202
     import coffea.util
 
     coffea.util.coffea_console.quiet = True
-    client.run(owncache.clear_cache)
+    owncache.clear_cache(client=client)
     return owncache.CachedRunner(processor.Runner(
         executor=processor.DaskExecutor(client=client, status=False, worker_affinity=True),
         schema=NanoAODSchema, chunksize=chunksize))
@@ -270,7 +270,8 @@ def _dask_run(client, chunksize):  # noqa: ANN001, ANN202
 
 def _drop_one() -> None:
     """In a worker: drop its least recently used kept chunk."""
-    owncache._drop(owncache._KEPT.keys()[0])
+    store = placement.store(owncache.OWN_STORE)
+    store.discard(store.keys()[0])
 
 
 def _misses(client) -> int:  # noqa: ANN001
@@ -307,6 +308,10 @@ def test_cached_runner_on_dask_equals_the_runner(shared_data, dask_client) -> No
         _assert_same(_reference(fileset, {"jet_pt_min": 35.0}, 20), third)
         run(fileset, Counting({"jet_pt_min": 35.0}), treename="Events")
         assert run.last == "cached", run.why
+    # one drop reaches every worker's store (analysis.data.placement)
+    kept = sum(i["chunks"] for i in dask_client.run(owncache.cache_info).values())
+    assert kept >= 10 and owncache.clear_cache(client=dask_client) == kept
+    assert {i["chunks"] for i in dask_client.run(owncache.cache_info).values()} == {0}
 
 
 @pytest.mark.slow
@@ -363,8 +368,9 @@ def test_a_worker_serves_only_what_it_keeps() -> None:
     owncache.clear_cache()
     metadata = {"dataset": "d", "filename": "x", "treename": "Events", "entrystart": 0,
                 "entrystop": 10, "fileuuid": "u"}
-    assert owncache._serve_kept(Counting(), [metadata]) == ([], [])
-    assert owncache._kept_here(Counting(), [metadata]) == ([], [])
+    store = owncache._store(Counting())
+    assert owncache._serve_kept(store, Counting(), [metadata]) == ([], [])
+    assert ownkeys.kept_here(store, Counting(), [metadata]) == ([], [])
 
 
 class ByMetadata(owncache.CachedColumns, processor.ProcessorABC):
@@ -416,7 +422,7 @@ def test_key_without_a_description_keeps_nothing() -> None:
     proc = ByMetadata()
     meta = {"fileuuid": "u", "treename": "Events", "entrystart": 0, "entrystop": 5,
             "dataset": "d", "filename": "/a.root"}
-    assert owncache._chunk_key(proc, {**meta, "x": object()}) is None
-    same = owncache._chunk_key(proc, {**meta, "filename": "/b.root", "tags": {"b": 1, "a": [2]}})
-    assert same == owncache._chunk_key(proc, {**meta, "tags": {"a": [2], "b": 1}})
-    assert owncache._chunk_key(proc, meta) != owncache._chunk_key(proc, {**meta, "dataset": "e"})
+    assert ownkeys.own_key(proc, {**meta, "x": object()}) is None
+    same = ownkeys.own_key(proc, {**meta, "filename": "/b.root", "tags": {"b": 1, "a": [2]}})
+    assert same == ownkeys.own_key(proc, {**meta, "tags": {"a": [2], "b": 1}})
+    assert ownkeys.own_key(proc, meta) != ownkeys.own_key(proc, {**meta, "dataset": "e"})

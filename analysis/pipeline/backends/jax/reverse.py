@@ -15,7 +15,8 @@ chunking and executor. The payload is numpy (it pickles to the workers):
 
 This is the JAX backend's pullback (:class:`analysis.pipeline.backends.jax.backend.JaxBackend`),
 the reference; where the numba backend serves the plan and the payload (one that reads
-the yields only), the chooser (:mod:`analysis.pipeline.backend`) runs its pass instead.
+the yields and observables of kinds ``S.f`` and branches), the chooser
+(:mod:`analysis.pipeline.backend`) runs its pass instead.
 
 Learned scores are taken apart from the kernel's sweep: each score's column is
 computed once per chunk on the chunk's real rows only (objects or events, rounded up to

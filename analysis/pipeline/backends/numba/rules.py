@@ -160,18 +160,13 @@ def refusal(plan: Plan, request: Request, options: Any) -> str | None:
 def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
     if not options.numba_reverse:
         return "the numba reverse pass is switched off (Backend(numba_reverse=False))"
-    from analysis.pipeline.backends.numba._fasttables import _tables
-
-    if not _tables(scorecols.bare(plan)).one_set:
-        return ("more than one object set or collection (the numba reverse pass has the "
-                "one-set chain only)")
     if request.kind == "pullback":
-        from analysis.pipeline.results import state_names, yield_cotangents
+        from analysis.pipeline.backends.numba._fastpayload import reads
 
-        cot = yield_cotangents(state_names(scorecols.bare(plan)), request.pullback)
-        if isinstance(cot, str):
-            return (f"the objective reads {cot} (the numba reverse pass has the yields' "
-                    "sensitivities only)")
+        name = reads(scorecols.bare(plan), request.pullback)
+        if name is not None:
+            return (f"the objective reads {name} (the numba reverse pass pulls back the "
+                    "yields and observables of kinds S.f and branches)")
     return None
 
 

@@ -1,0 +1,159 @@
+"""The pass probability's sensitivities to every object's set probabilities (host, numpy).
+
+Reverse mode's walk (:mod:`analysis.pipeline.backends.numba.fastreverse`) for every count
+model the forward kernel serves: several sets per collection (derived sets with their
+parents), several collections, joint counts, trainable count thresholds. Per object
+``j`` of collection ``c`` with own set probabilities ``q_js`` (the product of set
+``s``'s own cuts), the pattern probabilities are ``pi_jp = prod_s a_jps`` with
+``a_jps = q_js`` where pattern ``p`` holds ``s``, ``1 - q_js`` where it does not but
+holds ``s``'s parent, 1 where ``s`` is unreachable (the codes of
+:class:`analysis.pipeline.backends.numba._fasttables._Tables`, as
+:func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` multiplies them, in
+set order: the same floats). One values-only walk per event
+(:func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`)
+gives ``P_e``, ``H_jp = dP/dpi_jp`` and ``F_n . df`` (the trainable count thresholds);
+then, by the chain rule (``pi`` is multilinear in the ``q_js``),
+
+    dP/dq_js = sum_p H_jp (+1 | -1) prod_{s' != s, reachable} a_jps'
+
+(``+1`` where ``p`` holds ``s``, ``-1`` where it holds only the parent; no division, so
+``q = 0`` or ``1`` is exact), and the objects' weights ``P(j in s and the event passes)
+= sum_{p holds s} pi_jp H_jp`` (pattern order, as the forward kernel adds them). Given cotangents of the pass
+probabilities and of the objects' weights (a payload that reads observables of kinds
+``S.f`` and branches), the same kernel runs the walk's vector-Jacobian product: one
+backward sweep gives ``dL/dpi_jp``, chained to the sets as ``H`` above. Memory:
+``(N, P)`` per chunk (``P``: the collection's patterns), whatever the number of
+parameters.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from analysis.pipeline.backends.numba._fastpool import _run_blocks
+from analysis.pipeline.backends.numba._fasttables import (
+    _pass_table,
+    _reduced,
+    _Tables,
+    _targets,
+)
+from analysis.pipeline.backends.numba.kernels import _numba_sens
+
+__all__: list[str] = []  # internal to the numba kernel
+
+
+class Walk(NamedTuple):
+    """What the reverse walk gives for one chunk (values, float64)."""
+
+    pe: np.ndarray  # (E,) P(event passes)
+    dq: dict  # global set index -> (N_c,) dP/dq_js (with cotangents: dL/dq_js)
+    ow: dict  # global set index -> (N_c,) P(j in s and the event passes), sets asked for
+    dfe: np.ndarray  # (E, K) dP/d(trainable count threshold k)
+    dq_w: dict | None = None  # with the weights' cotangents: global set -> (N_c,) dL/dq_js
+    dfw: np.ndarray | None = None  # with them: (E, K) dL/d(trainable count threshold k)
+
+
+def pattern_probabilities(q: list[np.ndarray], codes: np.ndarray, n_pat: int,
+                          n_obj: int) -> np.ndarray:
+    """``(N, P)``: each object's pattern probabilities from its own set probabilities
+    ``q[ls]`` (the collection's sets in order) and the pattern codes ``codes[p, ls]``."""
+    pv = np.ones((n_obj, n_pat))
+    for p in range(n_pat):
+        for ls, qs in enumerate(q):
+            code = codes[p, ls]
+            if code >= 0:
+                pv[:, p] *= qs if code == 1 else 1.0 - qs
+    return pv
+
+
+def set_sensitivities(hp: np.ndarray, q: list[np.ndarray], codes: np.ndarray,
+                      n_pat: int) -> list[np.ndarray]:
+    """``dP/dq_js`` for each set ``ls`` of the collection (module docstring) from
+    ``hp[j, p] = dP/dpi_jp``."""
+    out = [np.zeros(hp.shape[0]) for _ in q]
+    for p in range(n_pat):
+        reach = [ls for ls in range(len(q)) if codes[p, ls] >= 0]
+        for ls in reach:
+            term = hp[:, p] if codes[p, ls] == 1 else -hp[:, p]
+            for other in reach:
+                if other != ls:
+                    a = q[other] if codes[p, other] == 1 else 1.0 - q[other]
+                    term = term * a
+            out[ls] += term
+    return out
+
+
+def object_weights(hp: np.ndarray, pv: np.ndarray, codes: np.ndarray, n_pat: int,
+                   ls: int) -> np.ndarray:
+    """``P(j in set ls and the event passes) = sum_{p holds ls} pi_jp H_jp`` (pattern
+    order, from 0: the forward kernel's floats)."""
+    acc = np.zeros(hp.shape[0])
+    for p in range(n_pat):
+        if codes[p, ls] == 1:
+            acc = acc + pv[:, p] * hp[:, p]
+    return acc
+
+
+def walk(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, q_of: dict,
+         theta: np.ndarray, widths: np.ndarray, counts_tr: tuple[int, ...],
+         want_w: set, *, max_seq: int, block: int, threads: int | None,
+         wbar: dict | None = None) -> Walk:
+    """The sensitivities' walk of one chunk (module docstring): ``tab`` the plan's tables,
+    ``sets`` its :class:`~analysis.pipeline.plan.SetsPlan` (the pass table), ``coff``
+    ``(C, E + 1)`` object offsets per collection, ``base`` ``(C + 1,)`` first global
+    index, ``q_of[gs]`` the own probabilities ``(N_c,)`` of every set (global index
+    ``gs``), ``counts_tr`` the trainable count thresholds' parameters, ``want_w`` the
+    global set indices whose objects' weights are asked for. ``wbar`` given (``wbar[gs]``:
+    ``(N_c,)`` ``dL/dw_js``, the objects' weights' cotangents, for some sets): also the
+    walk's vector-Jacobian product for them (``dq_w``, ``dfw``)."""
+    n_ev = coff.shape[1] - 1
+    n_tot = int(base[-1])
+    p_max = tab.pat.shape[1]
+    model = tab.model
+    if model.counts:
+        caps, f, df = _reduced(model, *_pass_table(sets, theta, widths, counts_tr))
+    else:
+        caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, len(counts_tr)))
+    tgt = _targets(model, caps, tab.collections)
+    pv_all = np.zeros((max(n_tot, 1), p_max))
+    qs_of = []
+    for ci in range(len(tab.collections)):
+        n_obj = int(base[ci + 1] - base[ci])
+        gsets = [int(tab.coll_sets[ci, ls]) for ls in range(int(tab.n_coll_sets[ci]))]
+        qs = [np.asarray(q_of[gs], np.float64)[:n_obj] for gs in gsets]
+        qs_of.append((gsets, qs))
+        n_pat = int(tab.n_pat[ci])
+        pv_all[base[ci]: base[ci + 1], :n_pat] = pattern_probabilities(
+            qs, tab.pat[ci], n_pat, n_obj)
+    adjoint = wbar is not None
+    cw = np.zeros((max(n_tot, 1) if adjoint else 1, p_max))
+    for ci, (gsets, _) in enumerate(qs_of):
+        for ls, gs in enumerate(gsets):
+            if adjoint and wbar and gs in wbar:  # a pattern's cotangent: its sets' sum
+                held = tab.pat[ci, : int(tab.n_pat[ci]), ls] == 1
+                cw[base[ci]: base[ci + 1], : held.size] += np.outer(wbar[gs], held)
+    pe = np.zeros(n_ev)
+    hp = np.zeros((max(n_tot, 1), p_max))
+    gp = np.zeros((max(n_tot, 1), p_max) if adjoint else (1, 1))
+    dfe = np.zeros((n_ev, len(counts_tr)))
+    dfw = np.zeros((n_ev if adjoint else 0, len(counts_tr)))
+    if n_ev:
+        args = (coff, base, pv_all, tab.n_pat, tgt, f, np.ascontiguousarray(df), cw, adjoint,
+                max(max_seq, 1), block, pe, hp, dfe, gp, dfw)
+        _run_blocks(_numba_sens.pattern_sensitivities, args, max(1, -(-n_ev // block)),
+                    threads)
+    dq, ow, dq_w = {}, {}, {}
+    for ci, (gsets, qs) in enumerate(qs_of):
+        n_pat = int(tab.n_pat[ci])
+        h = hp[base[ci]: base[ci + 1]]
+        if adjoint:
+            dw = set_sensitivities(gp[base[ci]: base[ci + 1]], qs, tab.pat[ci], n_pat)
+            dq_w.update(zip(gsets, dw, strict=True))
+        for ls, d in enumerate(set_sensitivities(h, qs, tab.pat[ci], n_pat)):
+            dq[gsets[ls]] = d
+            if gsets[ls] in want_w:
+                ow[gsets[ls]] = object_weights(h, pv_all[base[ci]: base[ci + 1]],
+                                               tab.pat[ci], n_pat, ls)
+    return Walk(pe, dq, ow, dfe, dq_w if adjoint else None, dfw if adjoint else None)

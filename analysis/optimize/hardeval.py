@@ -185,17 +185,24 @@ class HardEvaluations:
         ``values_only``: no uncertainty anywhere, and no replicas in the pass (their cost
         grows with the points: ~1 s a point with 50 on the demo's events), nor the
         selected weights they are drawn on. ``keep``: the lanes are kept for
-        :meth:`_kept_lanes`."""
+        :meth:`_kept_lanes`, and their states for a later pass at the same points
+        (their lanes' states are not computed again: keep-best's values pass, then its
+        uncertainties pass)."""
         k = 0 if values_only else self.config.optimizer.replicas
         if values_only:
             wanted = set()
         elif k < 2:
             return None
         hard = [self.hard_params(p) for p in points]
+        keys = [self.point_key(p) for p in hard]
+        # the states a kept lane has (the same pass's plan and weights: the same floats)
+        known = {(i, part): self._kept[key, part][1] for i, key in enumerate(keys)
+                 for part in parts if (key, part) in self._kept}
         need_totals = self._replica_totals is None and not values_only
         lanes = self.ev.run_replica_lanes(hard, widths=np.zeros_like(self.w0), parts=parts,
                                           fraction=self.fraction, replicas=k,
-                                          totals=need_totals, observables=self.hard_observables())
+                                          totals=need_totals, observables=self.hard_observables(),
+                                          known=frozenset(known))
         if lanes is None:
             return None
         self.passes += 1
@@ -207,7 +214,8 @@ class HardEvaluations:
         res: dict[tuple[int, str], dict[str, Any]] = {}
         try:
             for (i, part) in lanes[next(iter(lanes))].lanes:
-                states = {n: r.lanes[i, part].state for n, r in lanes.items()}
+                states = known[i, part] if (i, part) in known else {
+                    n: r.lanes[i, part].state for n, r in lanes.items()}
                 self._use_part(part)
                 out = objective_from_states(self.objective, states, order=0, strict=False)
                 out["uncertainty"] = None
@@ -219,12 +227,13 @@ class HardEvaluations:
                 res[i, part] = out
                 if keep:
                     sigma = wanted is None or (i, part) in wanted
-                    self._kept[self.point_key(hard[i]), part] = (out, states, sigma)
+                    self._kept[keys[i], part] = (out, states, sigma)
         finally:
             self._use_part(kept)
         if "all" in parts:
             last = len(points) - 1
-            states = {n: r.lanes[last, "all"].state for n, r in lanes.items()}
+            states = known[last, "all"] if (last, "all") in known else {
+                n: r.lanes[last, "all"].state for n, r in lanes.items()}
             self.last_states = states
             self.all_sumw = {n: st.sumw for n, st in states.items()}
         return res

@@ -10,7 +10,8 @@ evenly spaced steps between, as many as :func:`points_budget` allows for the eve
 (8 on the demo's 400k, every step on a few hundred; :func:`checked_points`; results.json's
 ``keep_best.checked`` lists them) on the events the optimiser trained on and, with ``optimizer.validation``,
 on the held-out part: one values pass with every (point, part) a weight lane of it
-(no replicas in it), then one with the Poisson-bootstrap replicas as weight lanes
+(no replicas in it), then one with the Poisson-bootstrap replicas as weight lanes (the
+states the first pass computed at its points are not computed again)
 (:meth:`analysis.optimize.loop.Optimization._hard_lanes`) for the MC uncertainty at the
 start, the chosen point and the end (and the steps ``validation.every`` records), on
 all events too: the validation after the final evaluations reads its lanes from it
@@ -204,7 +205,7 @@ def track_hard(run: Any, *, budget: int | None = None) -> dict[str, Any]:
     steps, points = [steps[i] for i in kept], [points[i] for i in kept]
     parts = ("train", "held_out") if split else ("all",)
     passes = run.passes
-    lanes = run._hard_lanes(points, parts, values_only=True)
+    lanes = run._hard_lanes(points, parts, values_only=True, keep=True)
     if lanes is None:  # no lanes (columns without the events' uid): a pass per point
         lanes = {(i, part): run.hard_on(p, part, uncertainty=False)
                  for i, p in enumerate(points) for part in parts}

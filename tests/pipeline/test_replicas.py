@@ -169,3 +169,11 @@ def test_a_lanes_pass_without_replicas_computes_the_states_alone():
     q, part = 0.6, "held_out"  # a part's state: the part's weights
     assert bare.lanes[1, part].state == float(np.sum(
         (cols.weight * part_factor(cols.uid, part, 0.3))[cols.uid > q]))
+    # lanes whose state the caller has (known): not computed, the same sums
+    known = frozenset({(0, "all"), (1, "train")})
+    calls.update(selected=0, counter=0)
+    some = chunk_lanes(cols, points, 2, Counting(), parts=parts, fraction=0.3, known=known)
+    assert calls == {"selected": 2, "counter": 1}
+    for key, lane in some.lanes.items():
+        assert lane.state == (None if key in known else full.lanes[key].state)
+        np.testing.assert_array_equal(lane.sums, full.lanes[key].sums)

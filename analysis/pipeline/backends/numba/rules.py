@@ -10,8 +10,11 @@ computed by a loop that does not know it.
 
 Cut kinds (:mod:`analysis.select.cuts`) register their numba rule in their own file:
 a kind that declares ``sides`` (its probability is a product of one-sided threshold
-cuts) runs as those threshold cuts (:func:`analysis.pipeline.backends.numba._fasttables.one_sided`);
-the rules for cuts are read from the cut-kind registry itself (:func:`cut_rule`).
+cuts) runs as those threshold cuts (:func:`analysis.pipeline.backends.numba._fasttables.one_sided`),
+at its bounds, or at the edges its ``edges`` derives from them (each a pseudo-parameter
+whose derivatives the backend chains, in every pass:
+:mod:`analysis.pipeline.backends.numba.cutedges`); the rules for cuts are read from the
+cut-kind registry itself (:func:`cut_rule`).
 Everything else registers with :func:`register` below, next to the limit it has.
 """
 

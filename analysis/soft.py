@@ -57,7 +57,8 @@ def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
     The cut kinds are the YAML engine's (:data:`analysis.select.cuts.KINDS`), so a
     hand-written cut is the configured one: ``sigmoid((x - threshold) / width)`` for
     ``>``/``>=`` (mirrored for ``<``/``<=``); for ``"window"``, ``threshold`` is the pair
-    ``(lo, hi)`` and the probability the product of ``x > lo`` and ``x < hi``.
+    ``(lo, hi)`` and the probability the product of ``x > lo`` and ``x < hi``; for
+    ``"around"`` the pair ``(center, half)``, the window ``(center - half, center + half)``.
     ``width == 0`` is the hard step (1 where the cut passes, else 0; the equality
     case decided by ``op``), with zero gradient. ``x``: awkward Array (flat or one
     level of lists), :class:`~analysis.stats.Jagged`, or 1-D numpy/JAX array.
@@ -71,10 +72,11 @@ def soft_cut(x: Any, op: str, threshold: Any, width: Any) -> Any:
         The values cut on (flat or one level of lists; upcast to float64).
     op : str
         An op of :data:`analysis.select.cuts.OPS`: ``">"``, ``">="``, ``"<"``, ``"<="``,
-        ``"window"`` (else ``ValueError``).
+        ``"window"``, ``"around"`` (else ``ValueError``).
     threshold : float or JAX scalar, or a pair of them
         The cut value (differentiable); for a kind with several bounds (the window's
-        ``lo``, ``hi``) one value per bound, in the kind's order.
+        ``lo``, ``hi``; ``around``'s ``center``, ``half``) one value per bound, in the
+        kind's order.
     width : float or JAX scalar
         The sigmoid's scale, in the units of ``x``: finite and ``>= 0``; 0 is the hard
         cut.

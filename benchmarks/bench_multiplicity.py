@@ -55,8 +55,9 @@ MEAN_JETS = 5.5
 EDGES = [100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 800.0, 1000.0, 1500.0]
 
 
-def make_config(data_dir: Path, events: int, chunksize: int):
-    """The HT likelihood config on the generated files (written once)."""
+def make_config(data_dir: Path, events: int, chunksize: int, *, ht: dict | None = None):
+    """The HT likelihood config on the generated files (written once); ``ht``: more keys
+    of the HT histogram (soft bins: ``benchmarks/bench_softbins.py``)."""
     from analysis.config.loader import config_from_dict
     from analysis.data.generate import write_dataset
 
@@ -88,7 +89,7 @@ def make_config(data_dir: Path, events: int, chunksize: int):
         },
         "selection": [{"count": "jets", "op": ">=", "value": 4},
                       {"count": "bjets", "op": ">=", "value": 1}],
-        "histograms": [{"name": "ht", "x": "sum(jets.pt)", "edges": EDGES}],
+        "histograms": [{"name": "ht", "x": "sum(jets.pt)", "edges": EDGES, **(ht or {})}],
         "systematics": [{"name": "dy_norm", "type": "lnN", "datasets": ["dy"], "kappa": 1.1},
                         {"name": "lumi", "type": "lnN", "datasets": ["ttbar", "dy"],
                          "kappa": 1.025}],

@@ -8,8 +8,10 @@ numba kernels (XLA FFI calls through jax.custom_jvp, linear_call and custom_vmap
 - the fast path is taken (the kernels in the compiled program, no scan left) and the
   second derivative in a cut threshold against central differences of the exact
   enumeration;
-- a compiled program that calls the kernels is serialized and runs in a new process
-  that only imports analysis.soft (the targets are registered at import).
+- a compiled program that calls the kernels is kept by JAX's persistent compilation
+  cache and runs in a new process that only imports analysis.soft (the targets are
+  registered when traced), whose kernels load from numba's cache without numba's
+  registries.
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ from tests.test_soft_pass_weights import enumerated
 
 REPO = Path(__file__).resolve().parents[1]
 M = 12  # the kernels hold S = 2, 3, 4 states as constants (singlekernels)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _available() -> None:
+    # what fast_weights' callers check first (analysis.soft): the kernels registered and
+    # linear_call's batching rules installed; without it a test run alone failed
+    # ("Batching rule for 'linear_call' not implemented")
+    from analysis.select.singlecall import available
+
+    assert available()
 
 
 def _lists(seed: int):
@@ -148,6 +160,39 @@ def test_forward_mode_calls_and_the_reverse_mode_paths() -> None:
            jax.jacfwd(jax.jacfwd(loss(dense), 1), 1)(q, f))
 
 
+def test_cpu_only_traces_the_kernels_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the CPU is JAX's only backend, the kernel calls are traced without
+    jax.lax.platform_dependent, whose other branch (the dense recursion's scans,
+    differentiated and batched) was most of a first gradient pass's tracing; with another
+    backend the program holds both branches. The same bits either way on the CPU."""
+    from analysis.select import singlecall
+
+    q, off, ev = _lists(5)
+    f = jnp.asarray(np.random.default_rng(5).uniform(0.2, 1.0, 3))
+
+    def program(m):  # noqa: ANN001, ANN202
+        # m: the dense recursion's size (the kernels read the offsets); a new m, new
+        # calls (JAX keeps the jaxprs it traced for the calls of one m)
+        def run(q, f):  # noqa: ANN001, ANN202
+            def loss(q, f):  # noqa: ANN001, ANN202
+                w, p = fast_weights(q, off, ev, f, max_objects=m)
+                return jnp.sum(jnp.sin(3.0 * w)) + jnp.sum(p**2)
+
+            return (fast_weights(q, off, ev, f, max_objects=m),
+                    jax.jacfwd(loss, (0, 1))(q, f), jax.grad(loss, (0, 1))(q, f))
+
+        return str(jax.make_jaxpr(run)(q, f)), jax.jit(run)(q, f)
+
+    assert singlecall._cpu_only()  # this test runs where JAX has the CPU alone
+    alone, got = program(M)
+    assert "scan" not in alone and "platform_index" not in alone
+    monkeypatch.setattr(singlecall, "_cpu_only", lambda: False)
+    both, want = program(M + 1)
+    assert "scan" in both and "platform_index" in both
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 def _program(fn, *args) -> str:  # noqa: ANN001
     # Lowered for the CPU, where the kernels are registered, whatever JAX's default device
     # is (elsewhere jax.lax.platform_dependent takes the JAX recursion).
@@ -207,8 +252,13 @@ def run(cut):
     return jnp.concatenate([total(cut), jax.jacfwd(total)(cut)])
 
 out = jax.jit(run)(jnp.asarray(30.0))
+import sys
+from analysis.select import singlekernels as k
+handlers = (k._primal_handler, k._tangent_handler, k._cotangent_handler)
 print(json.dumps({"values": [float(x) for x in out],
-                  "hits": events.count("/jax/compilation_cache/cache_hits")}))
+                  "hits": events.count("/jax/compilation_cache/cache_hits"),
+                  "kernel_hits": sum(h.cache_hits for h in handlers),
+                  "registries": "numba.np.arraymath" in sys.modules}))
 """
 
 
@@ -227,3 +277,6 @@ def test_a_program_of_the_kernels_is_loaded_from_jax_s_cache_in_a_new_process(
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert runs[1]["hits"] >= 1  # loaded from the cache
     assert runs[0]["values"] == runs[1]["values"]
+    # the handlers' machine code from numba's cache without numba's registries (1.2-1.7 s
+    # of the first gradient pass of a new process: analysis._compat.numba.cached_cfunc)
+    assert runs[1]["kernel_hits"] == 3 and not runs[1]["registries"]

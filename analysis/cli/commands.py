@@ -322,7 +322,8 @@ def _run_optimize(args, config, plotter) -> int:
             # histograms' pass, the per-dataset report (docs/explanation/performance.md)
             plotter.submit("analysis.cli.plots.plot_objective", report, outdir, cost=1.0)
             plotter.submit("analysis.cli.plots.plot_parameters", report, outdir, cost=1.5)
-        hard = hard_event_counts(ev, final["hard"]["parameters"])
+        hard = hard_event_counts(ev, final["hard"]["parameters"],
+                                 observables=run.hard_observables())
         report["faults"] = ev.faults_report()
         if not args.no_plots:
             run.use_all_events()  # the plots show every event, not the training part

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,18 @@ def named_widths(config, widths) -> dict[str, float]:
     return {n: float(w) for n, w in zip(width_labels(config), np.asarray(widths).reshape(-1))}
 
 
-def hard_event_counts(evaluator, params: dict[str, float] | None = None) -> dict[str, int]:
+def hard_event_counts(evaluator, params: dict[str, float] | None = None, *,
+                      observables: Collection[str] | None = None) -> dict[str, int]:
     """``{dataset: events passing the hard cuts}`` at ``params`` (default: the config's
     initial values): one values-only pass at width 0 with every event weighing 1, so
     each dataset's selected sum of weights is that count (integer parameters are
-    rounded half up by the width-0 step)."""
+    rounded half up by the width-0 step). ``observables``: the pass computes only these
+    (names, as :meth:`analysis.driver.runner.Evaluator.run`; the counts are the
+    selection's, the same whichever: ``optimize`` passes its hard-cut passes' own, so
+    that no other plan is prepared); default all."""
     zeros = np.zeros(evaluator.plan.n_widths)
-    states = evaluator.run(params, widths=zeros, order=0, unit_weights=True)
+    states = evaluator.run(params, widths=zeros, order=0, unit_weights=True,
+                           observables=observables)
     return {
         name: int(round(float(st.derived.value["selected_sumw"]))) for name, st in states.items()
     }

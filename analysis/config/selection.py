@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from analysis.config import likelihood as _lk
 from analysis.config.cutkeys import CutKeys
@@ -31,7 +38,21 @@ __all__ = [
     "SelectionEntryConfig",
 ]
 
-Op = Literal[cuts.OPS]  # type: ignore[valid-type]  # every registered cut kind's ops
+
+
+def _registered(op: str, extra: tuple[str, ...] = ()) -> str:
+    """``op`` if a registered cut kind takes it (or it is one of ``extra``). The registry
+    is read now, not at import: a kind registered later (a plugin, a test) is accepted."""
+    ops = tuple(cuts.OPS) + extra
+    if op not in ops:
+        raise ValueError(f"expected one of {', '.join(map(repr, ops))}, got {op!r}")
+    return op
+
+
+#: every registered cut kind's ops (:data:`analysis.select.cuts.OPS`)
+Op = Annotated[str, AfterValidator(_registered)]
+#: a selection entry's op: a cut kind's, or a count's ``==``
+EntryOp = Annotated[str, AfterValidator(lambda op: _registered(op, ("==",)))]
 _CUT_VAR = re.compile(r"^(score\.)?[A-Za-z_][A-Za-z0-9_]*$")  # score.NAME: analysis.config.score
 
 
@@ -151,7 +172,7 @@ class _EventCondition(CutKeys):
 
     var: str | None = None
     width: Width = None
-    op: Literal[cuts.OPS + ("==",)]  # type: ignore[valid-type]
+    op: EntryOp
 
     _width = field_validator("width", mode="before")(_check_width)
 

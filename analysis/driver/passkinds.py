@@ -144,25 +144,29 @@ class PassKinds:
         replicas: int = 50,
         totals: bool = False,
         observables: Collection[str] | None = None,
+        known: frozenset[tuple[int, str]] = frozenset(),
     ):
         """One values pass giving ``{dataset: ReplicaLanes}``: for every parameter point
         of ``points`` and part of ``parts`` (of the validation split with ``fraction``)
         what :meth:`run_replicas` gives with :attr:`part` set to it, and with ``totals``
         what :meth:`run_replica_totals` gives (:func:`analysis.pipeline.replicas.chunk_lanes`;
         :attr:`part` is not used). ``observables``: compute only these (as for
-        :meth:`run`; default all)."""
+        :meth:`run`; default all). ``known``: ``(point index, part)`` lanes whose state
+        the caller has: their sums only (state None)."""
         from analysis.pipeline.replicas import ReplicaLanes, ReplicaSums, ReplicaTotals
         from analysis.pipeline.split import PARTS
 
         tw = [self.theta_and_widths(p, widths) for p in points]
         thetas, w = np.stack([t for t, _ in tw]), tw[0][1]
         plan = self.plan if observables is None else self._plan_with(observables)
-        spec = Replicas("lanes", int(replicas), fraction, tuple(parts), bool(totals))
+        spec = Replicas("lanes", int(replicas), fraction, tuple(parts), bool(totals),
+                        frozenset(known))
         proc = self._processor(Job(plan, Request(thetas, w, order=0, replicas=spec),
                                    self.weight_branches, backend=self.backend))
 
         def empty():
-            lanes = {(i, p): ReplicaSums(np.zeros((2, replicas)), empty_state(plan, t, w, 0))
+            lanes = {(i, p): ReplicaSums(np.zeros((2, replicas)), None if (i, p) in known
+                                         else empty_state(plan, t, w, 0))
                      for i, t in enumerate(thetas) for p in parts}
             return ReplicaLanes(lanes, ReplicaTotals(np.zeros((1 + len(PARTS), replicas)))
                                 if totals else None)

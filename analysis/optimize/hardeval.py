@@ -79,8 +79,9 @@ class HardEvaluations:
         training and on the held-out part, and what they say (see
         :func:`analysis.optimize.status.validation_report`), with bootstrap replicas on
         all events at both points and on each part at the end (the gap's uncertainty):
-        one values pass on the cached columns (:meth:`_validation_lanes`; with fewer
-        than 2 replicas a pass per point and part). Sets
+        one values pass on the cached columns (:meth:`_validation_lanes`; none after
+        :meth:`validation_history`, whose pass kept these lanes; with fewer than 2
+        replicas a pass per point and part). Sets
         :attr:`start_hard`. ``initial_hard``: :meth:`hard` at ``initial`` if already run
         (it is the training part's value with the split)."""
         from analysis.optimize.status import validation_report
@@ -114,11 +115,14 @@ class HardEvaluations:
         are weight lanes of it, and so are the bootstrap replicas (and their totals if
         not yet run; :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`). The
         same values as :meth:`hard_on` at each (point, part) up to rounding (~1e-16).
-        ``None`` where the replicas do not run (fewer than 2)."""
+        The lanes keep-best's pass kept at both points, where it did (:meth:`_kept_lanes`:
+        no pass). ``None`` where the replicas do not run (fewer than 2)."""
         parts = ("all",) if self.fraction is None else ("all", "train", "held_out")
         # uncertainties as hard_on gives them: all events at both points, each part at the end
         wanted = {(0, "all"), (1, "all"), (1, "train"), (1, "held_out")}
-        lanes = self._hard_lanes([initial, final], parts, wanted)
+        lanes = self._kept_lanes([initial, final], parts, wanted)
+        if lanes is None:  # not in keep-best's pass (track_hard): a pass of its own
+            lanes = self._hard_lanes([initial, final], parts, wanted)
         if lanes is None:
             return None
         res: dict[str, dict[str, Any]] = {p: {} for p in parts}
@@ -128,30 +132,77 @@ class HardEvaluations:
             res["train"]["initial"] = {**initial_hard, "uncertainty": None}
         return res
 
+    def hard_observables(self) -> tuple[str, ...] | None:
+        """The observables the hard-cut passes after the loop compute: those the
+        objective reads, as the steps (:func:`~analysis.optimize.objectives.step_observables`;
+        the report's statistics come from the final soft pass); None: all."""
+        return None if self.reverse else step_observables(self.objective, self.plan, 0)
+
+    def point_key(self, params: dict[str, float]) -> bytes:
+        """The hard-cut pass's parameter vector at ``params`` (integers rounded, the
+        others' configured values filled in), as bytes: two points with the same key
+        are one point to every pass."""
+        hard = self.hard_params(params)
+        return self.ev.theta_and_widths(hard, np.zeros_like(self.w0))[0].tobytes()
+
+    def _kept_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
+                    wanted: set[tuple[int, str]]) -> dict[tuple[int, str], dict[str, Any]] | None:
+        """What :meth:`_hard_lanes` gives for ``points``, ``parts`` and ``wanted``, from
+        the lanes an earlier pass kept (``keep=True``: keep-best's uncertainties pass,
+        :func:`analysis.optimize.keepbest.track_hard`, which the validation then needs
+        no pass of its own for): the same values bit for bit (a lane's sums do not
+        depend on the pass's other lanes), :attr:`last_states` and :attr:`all_sumw` left
+        as that method leaves them. ``None`` unless every lane was kept (with its
+        uncertainty where wanted)."""
+        keys = [self.point_key(p) for p in points]
+        found = {(i, part): self._kept.get((key, part)) for i, key in enumerate(keys)
+                 for part in parts}
+        if any(v is None or (v[2] is False and (i, part) in wanted)
+               for (i, part), v in found.items()):
+            return None
+        res: dict[tuple[int, str], dict[str, Any]] = {}
+        for (i, part), (out, _, _) in found.items():
+            if (i, part) in wanted:
+                res[i, part] = dict(out)
+            else:  # as a lane without its uncertainty
+                res[i, part] = {**{k: v for k, v in out.items() if k != "replicas"},
+                                "uncertainty": None}
+        self._last = None
+        if "all" in parts:
+            self.last_states = states = found[len(points) - 1, "all"][1]
+            self.all_sumw = {n: st.sumw for n, st in states.items()}
+        return res
+
     def _hard_lanes(self, points: list[dict[str, float]], parts: tuple[str, ...],
-                    wanted: set[tuple[int, str]] | None = None, *, values_only: bool = False
-                    ) -> dict[tuple[int, str], dict[str, Any]] | None:
+                    wanted: set[tuple[int, str]] | None = None, *, values_only: bool = False,
+                    keep: bool = False) -> dict[tuple[int, str], dict[str, Any]] | None:
         """The hard-cut objective at each of ``points`` on each of ``parts`` from ONE
         values pass (weight lanes, :meth:`analysis.driver.runner.Evaluator.run_replica_lanes`):
         ``{(point index, part): objective_from_states(...) + {"uncertainty"}}``, the
         bootstrap uncertainty where ``(i, part)`` is in ``wanted`` (None: everywhere).
         Leaves :attr:`last_states` and :attr:`all_sumw` at the last point on all events
         where "all" is a part. ``None`` where the replicas do not run (fewer than 2).
-        ``values_only``: no uncertainty anywhere, the fewest replicas the pass takes (2;
-        their cost grows with the points: ~1 s a point with 50 on the demo's events)."""
-        k = 2 if values_only else self.config.optimizer.replicas
-        if k < 2:
-            return None
+        ``values_only``: no uncertainty anywhere, and no replicas in the pass (their cost
+        grows with the points: ~1 s a point with 50 on the demo's events), nor the
+        selected weights they are drawn on. ``keep``: the lanes are kept for
+        :meth:`_kept_lanes`, and their states for a later pass at the same points
+        (their lanes' states are not computed again: keep-best's values pass, then its
+        uncertainties pass)."""
+        k = 0 if values_only else self.config.optimizer.replicas
         if values_only:
             wanted = set()
+        elif k < 2:
+            return None
         hard = [self.hard_params(p) for p in points]
+        keys = [self.point_key(p) for p in hard]
+        # the states a kept lane has (the same pass's plan and weights: the same floats)
+        known = {(i, part): self._kept[key, part][1] for i, key in enumerate(keys)
+                 for part in parts if (key, part) in self._kept}
         need_totals = self._replica_totals is None and not values_only
-        # only the observables the objective reads, as the steps (the report's
-        # statistics come from the final pass)
-        reads = None if self.reverse else step_observables(self.objective, self.plan, 0)
         lanes = self.ev.run_replica_lanes(hard, widths=np.zeros_like(self.w0), parts=parts,
                                           fraction=self.fraction, replicas=k,
-                                          totals=need_totals, observables=reads)
+                                          totals=need_totals, observables=self.hard_observables(),
+                                          known=frozenset(known))
         if lanes is None:
             return None
         self.passes += 1
@@ -163,7 +214,8 @@ class HardEvaluations:
         res: dict[tuple[int, str], dict[str, Any]] = {}
         try:
             for (i, part) in lanes[next(iter(lanes))].lanes:
-                states = {n: r.lanes[i, part].state for n, r in lanes.items()}
+                states = known[i, part] if (i, part) in known else {
+                    n: r.lanes[i, part].state for n, r in lanes.items()}
                 self._use_part(part)
                 out = objective_from_states(self.objective, states, order=0, strict=False)
                 out["uncertainty"] = None
@@ -173,11 +225,15 @@ class HardEvaluations:
                     out["replicas"] = bootstrap_values(self.objective, states, sums)
                     out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
                 res[i, part] = out
+                if keep:
+                    sigma = wanted is None or (i, part) in wanted
+                    self._kept[keys[i], part] = (out, states, sigma)
         finally:
             self._use_part(kept)
         if "all" in parts:
             last = len(points) - 1
-            states = {n: r.lanes[last, "all"].state for n, r in lanes.items()}
+            states = known[last, "all"] if (last, "all") in known else {
+                n: r.lanes[last, "all"].state for n, r in lanes.items()}
             self.last_states = states
             self.all_sumw = {n: st.sumw for n, st in states.items()}
         return res
@@ -196,6 +252,26 @@ class HardEvaluations:
             return None
         return validation_entries(self.tracked, val.every or 1)
 
+    def _kept_final(self, hard_p: dict[str, float]) -> dict[str, Any] | None:
+        """:meth:`final`'s hard-cut objective at ``hard_p`` on the loop's events from the
+        lane keep-best's uncertainties pass kept there (:func:`~analysis.optimize.keepbest.track_hard`:
+        the chosen point and the end are among its points), where the report reads no
+        more of the states than that lane computed (the observables the objective
+        reads; a likelihood or a ``histograms`` section reads the final hard states'
+        templates and histograms: a pass of its own). The same numbers bit for bit as
+        :meth:`evaluate`'s values pass (the same selection, yields and program); None
+        where no such lane was kept."""
+        if self.config.likelihood is not None or self.config.histograms:
+            return None
+        part = "all" if self.ev.part is None else self.ev.part[0]
+        kept = self._kept.get((self.point_key(hard_p), part))
+        if kept is None:
+            return None
+        out, states, _ = kept
+        self._last = None
+        self.last_states = states
+        return {k: v for k, v in out.items() if k not in ("uncertainty", "replicas")}
+
     def final(self) -> dict[str, Any]:
         """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters.
 
@@ -205,6 +281,8 @@ class HardEvaluations:
         parameter units) is computed only when asked for (``output.hessian``) or
         already part of every step (``method: newton``): a second-order pass costs
         about ten first-order ones.
+        The hard one is keep-best's lane at that point on the loop's events where the
+        report reads nothing more of its states (:meth:`_kept_final`): no pass.
         """
         # with keep_best the chosen step's parameters (at the final widths)
         params = self.params() if self.best_params is None else dict(self.best_params)
@@ -216,7 +294,9 @@ class HardEvaluations:
         soft = self.evaluate(params, widths, order=order, strict=False)
         self.final_states = self.last_states
         hard_p = self.hard_params(params)
-        hard = self.evaluate(hard_p, np.zeros_like(self.w0), order=0, strict=False)
+        hard = self._kept_final(hard_p)
+        if hard is None:
+            hard = self.evaluate(hard_p, np.zeros_like(self.w0), order=0, strict=False)
         self.final_hard_states = self.last_states
         #: passes the final evaluations ran (1 or 2)
         self.final_passes = self.passes - passes

@@ -9,9 +9,13 @@ where its objective became undefined has its last step's,
 evenly spaced steps between, as many as :func:`points_budget` allows for the events
 (8 on the demo's 400k, every step on a few hundred; :func:`checked_points`; results.json's
 ``keep_best.checked`` lists them) on the events the optimiser trained on and, with ``optimizer.validation``,
-on the held-out part: one values pass with every (point, part) a weight lane of it,
-then one with the Poisson-bootstrap replicas as weight lanes (:meth:`analysis.optimize.loop.Optimization._hard_lanes`) for the MC uncertainty
-at the start, the chosen point and the end (and the steps ``validation.every`` records).
+on the held-out part: one values pass with every (point, part) a weight lane of it
+(no replicas in it), then one with the Poisson-bootstrap replicas as weight lanes (the
+states the first pass computed at its points are not computed again)
+(:meth:`analysis.optimize.loop.Optimization._hard_lanes`) for the MC uncertainty at the
+start, the chosen point and the end (and the steps ``validation.every`` records), on
+all events too: the validation after the final evaluations reads its lanes from it
+(:meth:`~analysis.optimize.hardeval.HardEvaluations.validation`, no pass of its own).
 Where the replicas do not run (``optimizer.replicas`` below 2) the values stand without
 an uncertainty.
 
@@ -201,7 +205,7 @@ def track_hard(run: Any, *, budget: int | None = None) -> dict[str, Any]:
     steps, points = [steps[i] for i in kept], [points[i] for i in kept]
     parts = ("train", "held_out") if split else ("all",)
     passes = run.passes
-    lanes = run._hard_lanes(points, parts, values_only=True)
+    lanes = run._hard_lanes(points, parts, values_only=True, keep=True)
     if lanes is None:  # no lanes (columns without the events' uid): a pass per point
         lanes = {(i, part): run.hard_on(p, part, uncertainty=False)
                  for i, p in enumerate(points) for part in parts}
@@ -213,7 +217,16 @@ def track_hard(run: Any, *, budget: int | None = None) -> dict[str, Any]:
     # the uncertainties where they are reported
     wanted = sorted({0, shown, last} | ({i for i, k in enumerate(steps) if k % every == 0}
                                         if every else set()))
-    sigma = run._hard_lanes([points[i] for i in wanted], parts)
+    # the same pass gives what the validation after the final evaluations reports (all
+    # events and each part at the start and at the reported point, with their MC
+    # uncertainties; Optimization.validation then runs no pass of its own): the lanes
+    # on all events too, and the configured start where the history's step 0 differs
+    # from it (the unit coordinates' round trip)
+    at = [points[i] for i in wanted]
+    start = run.config.initial_params()
+    if run.point_key(start) != run.point_key(points[0]):
+        at.append(start)
+    sigma = run._hard_lanes(at, parts if "all" in parts else (*parts, "all"), keep=True)
     if sigma is not None:
         for n, i in enumerate(wanted):
             for part in parts:  # the same values up to rounding (~1e-16), with sigma

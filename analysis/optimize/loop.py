@@ -151,6 +151,10 @@ class Optimization(HardEvaluations):
         self.all_sumw: dict[str, float] | None = None
         #: per part, the bootstrap replicas' totals (they do not depend on the cuts)
         self._replica_totals: dict[str, Any] | None = None
+        #: lanes a hard-cut pass kept for a later evaluation at the same points
+        #: (:meth:`~analysis.optimize.hardeval.HardEvaluations._kept_lanes`): by (the hard
+        #: point's :meth:`point_key`, part), ``(result, states, with its uncertainty)``
+        self._kept: dict[tuple, tuple[dict[str, Any], dict, bool]] = {}
         #: :meth:`hard` at the initial parameters on the loop's events, once
         #: :meth:`validation` computed it (in its one pass); else None
         self.start_hard: dict[str, Any] | None = None

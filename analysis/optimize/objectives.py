@@ -281,8 +281,14 @@ def objective_from_states(
     the message under ``"error"`` (for the final report).
     """
     values, jacs, hesses = {}, {}, {}
+    # only the observables the terms read go in (a pass's others: not), so a pass with
+    # all of them (the first and last steps, the final evaluations) runs the program of
+    # the steps' passes (one program fewer to trace and lower per process)
+    reads = objective.reads()
     for name, st in states.items():
-        values[name], jacs[name], hesses[name] = st.taylor()
+        values[name], jacs[name], hesses[name] = (
+            t if reads is None or t is None else _with_observables(t, reads)
+            for t in st.taylor())
     sumw = {name: st.sumw for name, st in states.items()}
     events = {name: st.events for name, st in states.items()}
     run = _compiled(objective, order, sumw, events)
@@ -308,6 +314,14 @@ def objective_from_states(
         "significance": float(val["significance"]) if "significance" in val else None,
         "yields": yields,
     }
+
+
+def _with_observables(tree: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
+    """A dataset's states pytree with only the observables ``names`` (the rest as is)."""
+    held = tree.get("observables")
+    if held is None or held.keys() <= names:
+        return tree
+    return {**tree, "observables": {k: v for k, v in held.items() if k in names}}
 
 
 def step_observables(objective: Objective, plan: Plan, order: int) -> tuple[str, ...] | None:

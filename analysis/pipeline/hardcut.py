@@ -18,7 +18,8 @@ its threshold at this point; the numba kernel's histogram pass drops the others,
 those of the kernels' hard step (:func:`analysis.select.objects.soft_pass` at width 0:
 ``x - t > 0``, ``>= 0`` when inclusive, the same truth as ``x > t`` for finite floats).
 A cut kind without one-sided ``sides`` (:mod:`analysis.select.cuts`) removes nothing
-here (exact: its objects stay where they were).
+here (exact: its objects stay where they were); one that derives its one-sided
+thresholds from its bounds (``edges``) is compared at those.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import ObjectCut, Plan
-from analysis.select.cuts import kind_of
+from analysis.select.cuts import edges_of, kind_of
 
 __all__ = ["compact", "kept_counts", "survivors"]
 
@@ -47,15 +48,17 @@ def _passes(cut: ObjectCut, x: np.ndarray, theta: Any) -> np.ndarray | None:
     """Where the hard cut ``cut`` can pass the values ``x`` (``|x|`` for an ``abs_``
     cut), or None where this module cannot tell (a moving threshold, a kind without
     ``sides``)."""
-    sides = getattr(kind_of(cut.kind_op), "sides", None)
+    kind = kind_of(cut.kind_op)
+    sides = getattr(kind, "sides", None)
     if sides is None:
         return None
     bounds = [_bound(cut, p, v, theta) for p, v in cut.bounds]
     if any(b is None for b in bounds):
         return None
+    edges = [float(e) for e in edges_of(kind, cut.kind_op, bounds)]  # derived: c - d, c + d
     x = np.abs(x) if cut.absolute else x
     ok = None
-    for t, (greater, inclusive) in zip(bounds, sides(cut.kind_op), strict=True):
+    for t, (greater, inclusive) in zip(edges, sides(cut.kind_op), strict=True):
         # the kernels' step ``x - t > 0`` (``>= 0``): for finite floats the same truth as
         # ``x > t`` (a difference of two floats is 0 only where they are equal), and NaN
         # fails both

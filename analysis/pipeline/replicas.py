@@ -137,7 +137,7 @@ def run(cols: ChunkColumns, spec: Replicas, points: Sequence[Point], counter: Co
         values, selected = points[0]
         return chunk_replicas(cols, values, selected, spec.count, counter)
     return chunk_lanes(cols, points, spec.count, counter, parts=spec.parts,
-                       fraction=spec.fraction, totals=spec.totals)
+                       fraction=spec.fraction, totals=spec.totals, known=spec.known)
 
 
 def _uid(cols: ChunkColumns) -> np.ndarray:
@@ -175,6 +175,7 @@ def chunk_totals(cols: ChunkColumns, fraction: float | None, count: int,
 def chunk_lanes(
     cols: ChunkColumns, points: Sequence[Point], count: int, counter: Counter, *,
     parts: tuple[str, ...], fraction: float | None, totals: bool = False,
+    known: frozenset[tuple[int, str]] = frozenset(),
 ) -> ReplicaLanes:
     """For each parameter point (its prepared passes in ``points``) and part in
     ``parts``: the state and the replicas' selected sums of one chunk with that part's
@@ -182,20 +183,26 @@ def chunk_lanes(
     :func:`~analysis.pipeline.split.part_factor`); with ``totals``: also
     :func:`chunk_totals`. The replicas' multiplicities are drawn once per event for all
     of them; a part's selected weights are the point's selected weights on all events
-    times the part's factor (equal to weighting first up to rounding, ~1e-16)."""
+    times the part's factor (equal to weighting first up to rounding, ~1e-16). No
+    replicas (``count`` 0) and no totals: the states alone (no selected weights, no
+    draws; ``(2, 0)`` sums). ``known``: ``(point, part)`` lanes whose state the caller
+    has: not computed (None), their sums as the others'."""
     factors = {p: part_factor(cols.uid, p, fraction) if (fraction and p != "all"
                                                           and cols.n_events) else None
                for p in parts}
     states, rows = {}, []
     for i, (values, selected) in enumerate(points):
         for p in parts:
+            if (i, p) in known:
+                states[i, p] = None
+                continue
             c = cols if factors[p] is None else dataclasses.replace(
                 cols, weight=cols.weight * factors[p])
             states[i, p] = values(c)
-        if cols.n_events:
+        if cols.n_events and (count or totals):  # values only: no selected weights
             sel = selected(cols)
             rows += [sel if factors[p] is None else sel * factors[p] for p in parts]
-    if not cols.n_events:
+    if not cols.n_events or not (count or totals):
         return ReplicaLanes({key: ReplicaSums(np.zeros((2, count)), st)
                              for key, st in states.items()},
                             ReplicaTotals(np.zeros((1 + len(PARTS), count))) if totals
@@ -212,6 +219,6 @@ def states(out: Any) -> list:
     """The values states in a bootstrap pass's output (none for totals)."""
     if isinstance(out, ReplicaSums):
         return [out.state]
-    if isinstance(out, ReplicaLanes):
-        return [sums.state for sums in out.lanes.values()]
+    if isinstance(out, ReplicaLanes):  # (a known lane's: none)
+        return [sums.state for sums in out.lanes.values() if sums.state is not None]
     return []

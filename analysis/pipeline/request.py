@@ -45,6 +45,9 @@ class Replicas:
         ``"lanes"``: the parts of the split, of :data:`analysis.pipeline.split.PARTS`.
     totals
         ``"lanes"``: also the totals.
+    known
+        ``"lanes"``: the ``(point, part)`` lanes whose state the caller has (from an
+        earlier pass at the same point): their selected sums only, state None.
     """
 
     what: str
@@ -52,6 +55,7 @@ class Replicas:
     fraction: float | None = None
     parts: tuple[str, ...] = ("all",)
     totals: bool = False
+    known: frozenset[tuple[int, str]] = frozenset()
 
     def __post_init__(self) -> None:
         if self.what not in REPLICAS:

@@ -27,7 +27,9 @@ How they reach JAX:
 * every kernel call is also a ``jax.custom_jvp`` whose derivatives in ``(q, f)`` are
   JAX's derivatives of the dense recursion (second order: ``jax.hessian``, forward over
   forward, reverse over forward; exact, slower), and in the lanes the kernels again;
-* ``jax.lax.platform_dependent``: on any platform but the CPU the dense recursion.
+* ``jax.lax.platform_dependent``: on any platform but the CPU the dense recursion
+  (where the CPU is JAX's only backend in the process, the CPU call alone: JAX traces
+  every branch of ``platform_dependent``, and the dense recursion's is the costly one).
 
 Values and derivatives agree with the dense recursion to rounding (the same products and
 sums per event, in the same order for the values).
@@ -40,6 +42,7 @@ from functools import cache, partial
 from typing import Any
 
 import jax
+import jax.extend.backend
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jax.custom_derivatives import SymbolicZero, linear_call
@@ -127,8 +130,19 @@ def _cotangent_cpu(q, f, off, ev, cw, cp):  # noqa: ANN001, ANN202
     return tuple(call(q, f, off.astype(jnp.int64), cw, cp))
 
 
+def _cpu_only() -> bool:
+    """True when the CPU is the only backend JAX started in this process: every program
+    of it is lowered for the CPU."""
+    return set(jax.extend.backend.backends()) == {"cpu"}
+
+
 def _on_cpu(cpu: Callable[..., Any], ref: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args):  # noqa: ANN002, ANN202
+        if _cpu_only():
+            # platform_dependent traces every branch (and differentiates and batches
+            # it): the dense recursion's scans were most of a first pass's tracing
+            # (0.9 of 1.6 s of an own processor's first gradient pass, 10k chunks)
+            return tuple(cpu(*args))
         return jax.lax.platform_dependent(*args, cpu=cpu, default=lambda *a: tuple(ref(*a)))
 
     return call

@@ -8,7 +8,9 @@ the events and returns NULL (success). No Python runs while XLA calls it (not a
 ``jax.pure_callback``), so a program that calls it is a plain executable: JAX's
 persistent compilation cache keeps it (it refuses host callbacks); the targets are
 registered by name when a program that calls them is lowered for the CPU
-(:func:`register`, once per process).
+(:func:`register`, once per process). Their machine code loads from numba's cache
+without numba's registries (:func:`analysis._compat.numba.cached_cfunc`): the first
+gradient pass of a new process imports this module.
 
 The loops are those of :func:`analysis.select._single.dense_weights` per event, over
 its own objects only (no padded slots): forward distributions ``F_j``, value functions
@@ -27,6 +29,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from analysis._compat.numba import cached_cfunc
 from analysis.select._single import FFI_TARGETS
 
 __all__: list[str] = []
@@ -355,7 +358,7 @@ def _executing(fa):
 
 # One handler per kernel, each calling only its own kernel (with its specializations).
 # Arguments: ``q, f, offsets`` then (lanes) two inputs; two results.
-@nb.cfunc(_SIG, cache=True)
+@cached_cfunc(_SIG)
 def _primal_handler(frame):
     fa = _addr(frame)
     if _executing(fa):
@@ -364,7 +367,7 @@ def _primal_handler(frame):
     return _ptr(0)
 
 
-@nb.cfunc(_SIG, cache=True)
+@cached_cfunc(_SIG)
 def _tangent_handler(frame):
     fa = _addr(frame)
     if _executing(fa):
@@ -378,7 +381,7 @@ def _tangent_handler(frame):
     return _ptr(0)
 
 
-@nb.cfunc(_SIG, cache=True)
+@cached_cfunc(_SIG)
 def _cotangent_handler(frame):
     fa = _addr(frame)
     if _executing(fa):

@@ -62,6 +62,17 @@ def test_use_fast_load_switches_a_plain_function_cache_only():
     assert not cn.use_fast_load(cache) and not cn.use_fast_load(None)
 
 
+def test_cached_cfunc_is_numbas_cfunc_with_the_light_cache():
+    @cn.cached_cfunc("float64(float64)")
+    def plus_one(x):
+        return x + 1.0
+
+    assert type(plus_one._cache) is cn.FastLoadCache, (
+        f"numba {numba.__version__}: a CFunc's enable_caching no longer gives a "
+        "FunctionCache")
+    assert plus_one.ctypes(2.0) == 3.0 and plus_one.address
+
+
 def test_the_package_kernels_load_fast_with_checked_files():
     from analysis.pipeline.backends.numba._numba_cache import CheckedCacheFile
     from analysis.pipeline.backends.numba.kernels import _numba_sums

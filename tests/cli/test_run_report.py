@@ -44,11 +44,12 @@ def test_effective_events_and_reasons() -> None:
     "params",
     [None, {"jet_pt_min": 41.0, "btag_min": 0.3, "min_jets": 3.0, "jet_abs_eta_max": 2.0}],
 )
-def test_hard_event_counts_match_numpy(small_data, params) -> None:
+@pytest.mark.parametrize("observables", [None, ()])  # () : optimize's pass, no observable
+def test_hard_event_counts_match_numpy(small_data, params, observables) -> None:
     cfg = H.make_config(small_data)
     p = {**cfg.initial_params(), **(params or {})}
     with Evaluator(cfg) as ev:
-        counts = hard_event_counts(ev, params)
+        counts = hard_event_counts(ev, params, observables=observables)
     for ds in ("ttbar", "dy"):
         jets = H.read_jets(sorted((small_data / ds).glob("*.root")))
         jets["weight"] = np.ones_like(jets["weight"])

@@ -137,3 +137,25 @@ def test_histograms_in_one_pass(small_data, tmp_path, monkeypatch):
         _, low0, high0 = histogram_range(cfg, ev, theta_init, w0)
         assert calls.runs == [(0, [float(w) for w in w0])]
         np.testing.assert_allclose([low, high], [low0, high0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("fraction", [0.3, None])
+def test_the_final_hard_cuts_read_keep_best_s_lane(small_data, tmp_path, monkeypatch, fraction):
+    """After the hard-cut history (keep-best's uncertainties pass keeps its lane at the
+    reported point on the loop's events), the final hard-cut evaluation runs no pass
+    and gives what its own values pass gives, bit for bit."""
+    opt = {"steps": 2, "replicas": 20,
+           **({} if fraction is None else {"validation": {"fraction": fraction}})}
+    # a start where both parts keep background events (a defined hard-cut objective)
+    loose = {"jet_pt_min": 25.0, "jet_abs_eta_max": 2.5, "btag_min": 0.1, "min_jets": 1}
+    cfg = H.make_config(small_data, optimizer=opt, parameters={
+        name: {**spec, "init": loose[name]} for name, spec in H.PARAMETERS.items()})
+    run = _optimise(cfg, tmp_path)
+    run.validation_history()
+    calls = Passes(run.ev, monkeypatch)
+    kept = run.final()
+    assert [order for order, _ in calls.runs] == [1] and run.final_passes == 1  # soft only
+    run._kept.clear()
+    own = run.final()  # the hard one a pass of its own
+    assert [order for order, _ in calls.runs] == [1, 1, 0] and run.final_passes == 2
+    assert kept == own and kept["hard"]["objective"] is not None

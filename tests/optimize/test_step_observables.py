@@ -158,3 +158,32 @@ def test_objective_reads_is_the_union(small_data):
         {"type": "target", "stat": "dy.ht.std", "value": 10.0},
         {"type": "target", "stat": "dy.yield", "value": 10.0}]})
     assert Objective(cfg, Evaluator(cfg).plan).reads() == {"jet_pt", "ht"}
+
+
+def test_a_pass_with_every_observable_runs_the_steps_objective_program(small_data):
+    """The first and last steps' passes (every observable) and the others' (those the
+    terms read) give the objective the same numbers, so one program serves both: the
+    same floats bit for bit, one program compiled (not one per pass kind)."""
+    from analysis.optimize.objectives import objective_from_states
+    from analysis.stats import _programs
+
+    # (sigma_b of no other test: a program of its own, not one another test compiled)
+    terms = [{"type": "significance", "sigma_b": 0.137},
+             {"type": "target", "stat": "ttbar.jet_eta.skew", "value": 0.1, "weight": 0.5}]
+    cfg = H.make_config(small_data, observables=OBSERVABLES, objective={"terms": terms})
+    with Evaluator(cfg) as ev:
+        objective = Objective(cfg, ev.plan)
+        full = ev.run(order=1)
+        reduced = ev.run(order=1, observables=objective.reads())
+    assert set(next(iter(full.values())).observables) == {o["name"] for o in OBSERVABLES}
+
+    def programs():
+        return sum(key[0] == "objective" for key in _programs._CALLS)
+
+    before = programs()
+    a = objective_from_states(objective, full)
+    b = objective_from_states(objective, reduced)
+    assert programs() == before + 1
+    assert a["objective"] == b["objective"] and a["significance"] == b["significance"]
+    assert a["yields"] == b["yields"]
+    np.testing.assert_array_equal(a["grad"], b["grad"])

@@ -136,6 +136,49 @@ def test_one_pass_gives_what_a_pass_per_part_gives(small_data, tmp_path, fractio
             assert x == b[key], key
 
 
+@pytest.mark.parametrize("fraction", [0.3, None])
+def test_the_validation_rides_the_history_s_uncertainties_pass(small_data, tmp_path, fraction):
+    """After the hard-cut history (keep-best's uncertainties pass keeps its lanes, all
+    events among them), the validation at the start and the reported point runs no
+    pass and gives bit for bit what its own pass gives: the report, the start's value,
+    the states it leaves (the last point on all events) and every event's sum of
+    weights. A point that pass did not see: a pass of its own."""
+    import jax
+
+    opt = {"steps": 2, "replicas": 20,
+           **({} if fraction is None else {"validation": {"fraction": fraction}})}
+    cfg = H.make_config(small_data, parameters=LOOSE, optimizer=opt)
+    initial = cfg.initial_params()
+
+    def text(x):  # bit for bit (floats as repr), arrays included
+        return json.dumps(x, sort_keys=True, default=lambda a: np.asarray(a).tolist())
+
+    def leaves(states):
+        return [np.asarray(x) for st in states.values()
+                for x in jax.tree_util.tree_leaves(st.taylor()[0])]
+
+    with Evaluator(cfg) as ev:
+        run = Optimization(cfg, ev, tmp_path)
+        while not run.done:
+            run.do_step()
+        run.validation_history()
+        final = run.final()["hard"]["parameters"]
+        passes = run.passes
+        kept = run.validation(initial, final)
+        assert run.passes == passes
+        seen = (text(run.start_hard), leaves(run.last_states), run.all_sumw)
+        run._kept.clear()  # the validation's own pass
+        own = run.validation(initial, final)
+        assert run.passes == passes + 1
+        assert text(kept) == text(own)
+        assert seen[0] == text(run.start_hard) and seen[2] == run.all_sumw
+        assert all(np.array_equal(a, b) for a, b in zip(seen[1], leaves(run.last_states),
+                                                         strict=True))
+        run.validation_history()  # kept again; an unseen start: one pass
+        run.validation({**initial, "jet_pt_min": 31.0}, final)
+        assert run.passes == passes + 4
+
+
 def _part(initial, final, sigma):
     return {"initial": {"objective": initial, "significance": -initial, "uncertainty": None},
             "final": {"objective": final, "significance": None if final is None else -final,

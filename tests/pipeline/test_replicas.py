@@ -131,3 +131,49 @@ def test_lanes_loop_matches_the_replica_table():
         else:
             assert tot[0] == pytest.approx(p.sum(axis=0), rel=1e-12)
             assert tot[2] == pytest.approx(3 * (p.T @ w), rel=1e-12)
+
+
+def test_a_lanes_pass_without_replicas_computes_the_states_alone():
+    """``count`` 0 (keep-best's values pass): every (point, part) state as with
+    replicas, and neither the selected weights nor the counter run."""
+    from analysis.pipeline.backends.numba.bootstrap import NumbaCounter
+    from analysis.pipeline.layout import ChunkColumns
+    from analysis.pipeline.replicas import chunk_lanes
+    from analysis.pipeline.split import part_factor
+
+    n = 2000
+    rng = np.random.default_rng(5)
+    cols = ChunkColumns(n, rng.normal(1.0, 0.3, n),
+                        uid=event_uniform(np.ones(n), np.arange(n) // 100, np.arange(n) + 1))
+    calls = {"selected": 0, "counter": 0}
+
+    def point(q):  # a "state": the weights' sum above a threshold of the uid
+        def selected(c):
+            calls["selected"] += 1
+            return np.where(c.uid > q, c.weight, 0.0)
+        return (lambda c: float(np.sum(c.weight[c.uid > q]))), selected
+
+    class Counting(NumbaCounter):
+        def lanes(self, *args):
+            calls["counter"] += 1
+            return super().lanes(*args)
+
+    points, parts = [point(0.2), point(0.6)], ("all", "train", "held_out")
+    bare = chunk_lanes(cols, points, 0, Counting(), parts=parts, fraction=0.3)
+    assert calls == {"selected": 0, "counter": 0}
+    full = chunk_lanes(cols, points, 2, Counting(), parts=parts, fraction=0.3)
+    assert calls == {"selected": 2, "counter": 1}
+    assert bare.lanes.keys() == full.lanes.keys() and bare.totals is None
+    for key, lane in bare.lanes.items():
+        assert lane.state == full.lanes[key].state and lane.sums.shape == (2, 0)
+    q, part = 0.6, "held_out"  # a part's state: the part's weights
+    assert bare.lanes[1, part].state == float(np.sum(
+        (cols.weight * part_factor(cols.uid, part, 0.3))[cols.uid > q]))
+    # lanes whose state the caller has (known): not computed, the same sums
+    known = frozenset({(0, "all"), (1, "train")})
+    calls.update(selected=0, counter=0)
+    some = chunk_lanes(cols, points, 2, Counting(), parts=parts, fraction=0.3, known=known)
+    assert calls == {"selected": 2, "counter": 1}
+    for key, lane in some.lanes.items():
+        assert lane.state == (None if key in known else full.lanes[key].state)
+        np.testing.assert_array_equal(lane.sums, full.lanes[key].sums)

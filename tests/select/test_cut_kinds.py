@@ -4,11 +4,10 @@ tests/pipeline/test_cut_window.py)."""
 
 from __future__ import annotations
 
-import typing
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pydantic
 import pytest
 
 import analysis  # noqa: F401  (float64)
@@ -31,7 +30,10 @@ def test_every_op_names_one_kind_and_the_config_takes_every_op():
     assert len(cuts.OPS) == len(set(cuts.OPS))
     for op in cuts.OPS:
         assert op in cuts.kind_of(op).ops
-    assert typing.get_args(loader.Op) == cuts.OPS
+    op_type = pydantic.TypeAdapter(loader.Op)
+    assert [op_type.validate_python(op) for op in cuts.OPS] == list(cuts.OPS)
+    with pytest.raises(pydantic.ValidationError, match="expected one of '>', .*, got 'between'"):
+        op_type.validate_python("between")
     with pytest.raises(KeyError, match="unknown cut op 'between'"):
         cuts.kind_of("between")
 
@@ -56,16 +58,57 @@ def test_window_at_width_zero_is_the_hard_open_interval():
     np.testing.assert_array_equal(np.asarray(g), 0.0)  # hard: zero, finite gradient
 
 
-def test_window_gradient_in_both_thresholds_matches_central_differences():
+def fd_checked_jacobian(op: str, b0) -> np.ndarray:
+    """``d P / d bounds`` of kind ``op`` at ``X`` (width 1.5), checked against central
+    differences."""
     x = jnp.asarray(X)
 
     def f(b):
-        return np.asarray(cuts.probability("window", x, jnp.asarray(b), 1.5))
+        return np.asarray(cuts.probability(op, x, jnp.asarray(b), 1.5))
 
-    b0 = np.array([11.0, 19.0])
-    jac = np.asarray(jax.jacfwd(lambda b: cuts.probability("window", x, b, 1.5))(jnp.asarray(b0)))
+    b0 = np.asarray(b0, dtype=np.float64)
+    jac = np.asarray(jax.jacfwd(lambda b: cuts.probability(op, x, b, 1.5))(jnp.asarray(b0)))
     np.testing.assert_allclose(jac, central_difference(f, b0, 1e-6), rtol=1e-7, atol=1e-10)
+    return jac
+
+
+def test_window_gradient_in_both_thresholds_matches_central_differences():
+    jac = fd_checked_jacobian("window", [11.0, 19.0])
     assert np.all(jac[:, 0] <= 0) and np.all(jac[:, 1] >= 0)  # a wider window passes more
+
+
+# --- the window about a centre (derived edges) ------------------------------------------
+
+
+@pytest.mark.parametrize("width", [0.0, 0.5, 2.0])
+def test_around_is_the_window_at_its_derived_edges(width):
+    x = jnp.asarray(X)
+    got = np.asarray(cuts.probability("around", x, [15.0, 5.0], width))
+    want = (sigmoid((X - 10.0) / width) * sigmoid((20.0 - X) / width) if width
+            else ((X > 10.0) & (X < 20.0)).astype(float))
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    assert cuts.edges_of(cuts.kind_of("around"), "around", (15.0, 5.0)) == (10.0, 20.0)
+
+
+def test_around_gradient_in_centre_and_half_width_matches_central_differences():
+    jac = fd_checked_jacobian("around", [15.0, 4.0])
+    assert np.all(jac[:, 1] >= 0)  # a wider window passes more
+    # the chain rule by hand: d/dc = d/dlo + d/dhi, d/dd = d/dhi - d/dlo
+    win = fd_checked_jacobian("window", [11.0, 19.0])
+    np.testing.assert_allclose(jac, np.stack([win[:, 0] + win[:, 1], win[:, 1] - win[:, 0]], 1),
+                               rtol=1e-14, atol=1e-16)
+
+
+def test_around_keys_and_check():
+    cfg = edited(edited(BASE, "selection/1", {"var": "MET.pt", "op": "around", "center": 50.0,
+                                              "half_param": "hi", "width": 2.0}),
+                 "parameters/hi", {"init": 20.0, "bounds": [5.0, 40.0]})
+    (ec,) = build_plan(config_from_dict(cfg)).event_cuts
+    assert (ec.kind_op, ec.bounds) == ("around", ((None, 50.0), (1, None)))
+    bad = edited(BASE, "selection/1", {"var": "MET.pt", "op": "around", "center": 5.0,
+                                       "half": 0.0})
+    with pytest.raises(ConfigError, match=r"selection\.1\.half: around needs half > 0, got half 0"):
+        config_from_dict(bad)
 
 
 # --- YAML keys --------------------------------------------------------------------------
@@ -150,6 +193,8 @@ def test_soft_cut_takes_every_kind_of_the_registry():
         got = np.asarray(soft_cut(x, "window", (10.0, 20.0), width))
         want = (sigmoid((X - 10.0) / width) * sigmoid((20.0 - X) / width) if width
                 else ((X > 10.0) & (X < 20.0)).astype(float))
+        np.testing.assert_allclose(got, want, rtol=1e-14)
+        got = np.asarray(soft_cut(x, "around", (15.0, 5.0), width))  # edges 10 and 20
         np.testing.assert_allclose(got, want, rtol=1e-14)
     with pytest.raises(ValueError, match=r"op 'window' expected 2 values \(lo, hi\), found 1"):
         soft_cut(x, "window", 10.0, 1.0)

@@ -16,7 +16,7 @@ import pytest
 
 from analysis.select.objects import Count, CountModel, ObjectSet, layout
 from analysis.select.subsets import sum_bins, uncertain_mask
-from tests.reference import configurations
+from tests.reference import configurations, soft_bins
 
 SETS = (ObjectSet("jets", "Jet"), ObjectSet("bjets", "Jet", parent="jets"),
         ObjectSet("leps", "Lep"))
@@ -58,9 +58,12 @@ def inputs(ev: dict):
     return lays, probs, jnp.asarray(ev["pt"])
 
 
-def oracle(ev: dict, e: int, name: str = "jets") -> np.ndarray:
+def oracle(ev: dict, e: int, name: str = "jets", width: float = 0.0,
+           edges=EDGES) -> np.ndarray:
     """``P(pass, HT in bin)`` of event ``e`` over every configuration of its uncertain
-    bits, HT the sum of the pT of the set ``name`` (``jets`` or ``bjets``)."""
+    bits, HT the sum of the pT of the set ``name`` (``jets`` or ``bjets``); ``width >
+    0``: each configuration's HT spread over the bins by the soft-bin formula of issue
+    50 (:func:`tests.reference.soft_bins`) at ``edges``."""
     own = np.concatenate([ev["jets"][e], ev["bjets"][e], ev["leps"][e]])
     free = (own > 0.0) & (own < 1.0)
     conf, prob = configurations(own[free])
@@ -69,8 +72,10 @@ def oracle(ev: dict, e: int, name: str = "jets") -> np.ndarray:
     jets, bjets, leps = bits[:, :M], bits[:, M: 2 * M] & bits[:, :M], bits[:, 2 * M:]
     ok = (jets.sum(1) >= 4) & (bjets.sum(1) == 1) & (leps.sum(1) >= 1)
     ht = (jets if name == "jets" else bjets).astype(np.float64) @ ev["pt"][e]
-    out = np.zeros(len(EDGES) + 1)
-    np.add.at(out, np.searchsorted(EDGES, ht, side="right"), prob * ok)
+    if width > 0.0:
+        return (prob * ok) @ soft_bins(edges, ht, width)
+    out = np.zeros(len(edges) + 1)
+    np.add.at(out, np.searchsorted(edges, ht, side="right"), prob * ok)
     return out
 
 

@@ -32,7 +32,8 @@ def one_sided(cuts) -> tuple | None:
     kind the loops know: a cut whose kind declares ``sides`` (:mod:`analysis.select.cuts`:
     its probability is the product of one-sided cuts, one per bound) becomes those cuts
     (a window ``lo < x < hi``: ``x > lo`` and ``x < hi``, the same width); ``None`` if a
-    cut's kind has none."""
+    cut's kind has none, or derives its thresholds from its bounds (``edges``: the plan
+    must be lowered first, :func:`analysis.pipeline.backends.numba.cutedges.lower`)."""
     out = []
     for cut in cuts:
         op = getattr(cut, "op", "") or ""
@@ -43,7 +44,7 @@ def one_sided(cuts) -> tuple | None:
             sides = getattr(cut_kinds.kind_of(op), "sides", None)
         except KeyError:
             return None
-        if sides is None:
+        if sides is None or getattr(cut_kinds.kind_of(op), "edges", None) is not None:
             return None
         for (greater, inclusive), (param, value) in zip(sides(op), cut.bounds, strict=True):
             out.append(dataclasses.replace(cut, greater=greater, inclusive=inclusive,

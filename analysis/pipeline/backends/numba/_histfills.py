@@ -32,7 +32,7 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.stats.histogram import Histogram
 
-__all__ = ["fill_key"]
+__all__ = ["edge_lanes", "fill_key", "soft_width"]
 
 _SUMS = ("sum", "count")
 
@@ -99,8 +99,8 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
                 jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
                                                       sumw2[i, :, 1:nl])
 
-        if node.kind in _SUMS:  # per event, its bins' probabilities
-            pb = wk["es"][region, node]
+        if node.kind in _SUMS:  # per event, its bins' probabilities (soft or hard)
+            pb = wk["es"][fill_key(group[0])]
             args = (np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
                     _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
                     weight, sumw, sumw2)
@@ -129,17 +129,29 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
                 _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
                 weight, np.asarray(group[0].edges_of(theta), np.float64))
         spec = group[0]
-        soft = 0.0 if spec.width_index is None else float(widths[spec.width_index])
+        soft = soft_width(spec.width_index, widths)
         if soft > 0.0:  # soft bins, their edges' tangents in their parameters' lanes
-            elane = np.zeros(len(edges), np.int64)  # lane 0: a fixed edge
-            for j, par in enumerate(spec.edge_params or (), start=1):
-                elane[j] = 1 + _par_index(trainable, par)
+            elane = edge_lanes(spec, trainable, len(edges))
             tasks.append((x.shape[0] * len(edges) * (2 + len(group)),
                           _numba_softbins.fill_soft, (*head, soft, elane, sumw, sumw2),
                           finish))
             continue
         tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (*head, sumw, sumw2),
                       finish))
+
+
+def soft_width(width_index: int | None, widths) -> float:
+    """The soft bins' width of a histogram at ``widths`` (0.0: hard bins)."""
+    return 0.0 if width_index is None else float(widths[width_index])
+
+
+def edge_lanes(spec, trainable, n_edges: int) -> np.ndarray:
+    """Per edge of ``spec`` the lane of its parameter among ``trainable`` (0: a fixed
+    edge, or a trainable one outside this block of tangents)."""
+    elane = np.zeros(n_edges, np.int64)
+    for j, par in enumerate(spec.edge_params or (), start=1):
+        elane[j] = 1 + _par_index(trainable, par)
+    return elane
 
 
 def fill_key(spec) -> tuple:

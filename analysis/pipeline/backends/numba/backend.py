@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 
 from analysis.pipeline import replicas, scorecols
-from analysis.pipeline.backends.numba import blocks, fasthist, fastkernel, fastreverse, rules
+from analysis.pipeline.backends.numba import (
+    blocks,
+    cutedges,
+    fasthist,
+    fastkernel,
+    fastreverse,
+    rules,
+)
 from analysis.pipeline.backends.numba.bootstrap import NumbaCounter
 from analysis.pipeline.backends.numba.kernels import _numba_dp
 from analysis.pipeline.engine import Prepared
@@ -63,12 +70,19 @@ class NumbaBackend:
     def prepare(self, plan: Plan, request: Request) -> Prepared:
         """The plan the loops run (values with learned scores: without them, their columns
         fields; entries and selected weights: without histograms); a bootstrap pass: its
-        points' passes, prepared (:func:`analysis.pipeline.replicas.point_requests`)."""
+        points' passes, prepared (:func:`analysis.pipeline.replicas.point_requests`); a
+        plan with cuts that derive their edges: the pass on their pseudo-parameters,
+        prepared, and how to chain its derivatives
+        (:func:`analysis.pipeline.backends.numba.cutedges.lower`)."""
         kind = request.kind
         if kind == "replicas":
             return Prepared(self, plan, request, data=[
                 (self.prepare(plan, v), self.prepare(plan, s))
                 for v, s in replicas.point_requests(request)])
+        low = cutedges.lower(plan, request)
+        if low is not None:  # derived edges: a pass on pseudo-parameters, chained in _run
+            return Prepared(self, plan, request, data=dataclasses.replace(
+                low, inner=self.prepare(low.plan, low.request)))
         run = plan
         if plan.scores and kind in ("states", "entries", "selected"):
             run = scorecols.bare(plan)
@@ -88,6 +102,8 @@ class NumbaBackend:
             return self._run(prepared, columns, threads)
 
     def _run(self, prepared: Prepared, cols: ChunkColumns, threads: int | None) -> Any:
+        if isinstance(prepared.data, cutedges.Lowered):  # the one place edges are chained
+            return prepared.data.chain(self._run(prepared.data.inner, cols, threads))
         plan, req, run = prepared.plan, prepared.request, prepared.data
         theta, widths = req.theta, req.widths
         kind = req.kind

@@ -28,7 +28,9 @@ so each shift side's selection is walked once per chunk. Bins as :func:`numpy.se
 (``side="right"``) over the edges: underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
 is filled at ``x = 0`` (its value may be garbage; as the JAX kernel). Soft bins and
 trainable edges of those entries: :mod:`analysis.pipeline.backends.numba._histfills` (the
-fills; an event sum's stay on the JAX kernel). A shift's columns and walk orders:
+fills); of an event sum: its per-event bins from
+:mod:`analysis.pipeline.backends.numba.kernels._numba_esum_soft` (every subset's sum
+spread over the bins). A shift's columns and walk orders:
 :mod:`analysis.pipeline.backends.numba._histvariants`.
 """
 
@@ -42,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from analysis.pipeline import hardcut
-from analysis.pipeline.backends.numba import _fastleading, fastkernel
+from analysis.pipeline.backends.numba import _fastleading, _histfills, fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
@@ -56,6 +58,7 @@ from analysis.pipeline.backends.numba._histtables import (
 from analysis.pipeline.backends.numba._histvariants import _order, _shifted
 from analysis.pipeline.backends.numba.fastkernel import _inputs, _work
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum, _numba_hist
+from analysis.pipeline.backends.numba.kernels._numba_esum_soft import event_sum_soft_bins
 from analysis.pipeline.histplan import GROUPS, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -233,10 +236,13 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ow = _work(f"hist_ow{k}", (n_var, len(ow_keys), n_tot, width))
     lw = _work(f"hist_lw{k}", (n_var, len(lw_keys), n_tot, width))
     es, n_unc = _event_sums(specs, plan, tab, tgt, coff, base, flats[0], pv_all, pd_all, fs,
-                            dfs, rpos, nl, width, k, threads) if sums else ({}, {})
+                            dfs, rpos, theta, widths, trainable, width, k,
+                            threads) if sums else ({}, {})
     # event sums alone: each region's P(pass) is the sum of its bins' P(pass, X in b),
-    # the walk would compute it once more (over every object; within an ulp of it)
-    by_region = {r: key for key in es for r in (key[0],)}
+    # the walk would compute it once more (over every object; within an ulp of it); hard
+    # bins only (soft bins' probabilities sum to 1 within rounding, their edges' tangents
+    # to 0 within rounding: not the walk's exact zeros)
+    by_region = {key[0]: key for key in es if _histfills.soft_width(key[3], widths) == 0.0}
     if (n_ev and not ow_keys and not lw_keys and not obs_sums and n_var == 1
             and set(regions) <= set(by_region)):
         for r in regions:  # bin by bin, in order (a compiled loop: numpy's sums were slower)
@@ -272,20 +278,26 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
 
 
 def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, fs, dfs, rpos,
-                nl: int, width: int, k: int, threads) -> tuple[dict, dict]:
-    """Per ``(region, node)`` of the event-sum specs, ``(E, bins, width)``: each event's
-    ``P(region passes, X in bin b)`` and tangents (:func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`,
-    from the walk's pattern probabilities, before the next walk reuses them); per
-    collection ``(E,)`` the uncertain objects of each event (the most over the specs).
-    More than :data:`analysis.pipeline.backends.numba.kernels._numba_esum.MAX_UNCERTAIN`: the one-line
-    :func:`analysis.pipeline.histplan.too_many_uncertain`."""
+                theta, widths, trainable, width: int, k: int, threads) -> tuple[dict, dict]:
+    """Per :func:`analysis.pipeline.backends.numba._histfills.fill_key` of the event-sum
+    specs (region, x, bins), ``(E, bins, width)``: each event's ``P(region passes, X in
+    bin b)`` and tangents (hard bins:
+    :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`; soft bins,
+    the spec's width > 0 at ``widths``:
+    :func:`analysis.pipeline.backends.numba.kernels._numba_esum_soft.event_sum_soft_bins`,
+    trainable edges' tangents in their parameters' lanes of ``trainable``), from the
+    walk's pattern probabilities, before the next walk reuses them; per collection
+    ``(E,)`` the uncertain objects of each event (the most over the specs). More than
+    :data:`analysis.pipeline.backends.numba.kernels._numba_esum.MAX_UNCERTAIN`: the
+    one-line :func:`analysis.pipeline.histplan.too_many_uncertain`."""
     n_ev = int(coff.shape[1] - 1)
+    nl = len(trainable) + 1
     es: dict = {}
     n_unc: dict = {}
     of_set: dict = {}  # set -> (collection index, has, cert, ins): one per set, not per region
     for spec in specs:
         node = spec.node
-        key = (spec.region, node)
+        key = fill_key(spec)
         if node.kind not in _SUMS or key in es:
             continue
         s = node.head
@@ -303,17 +315,22 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
         else:
             vals = np.asarray(flats[coll][node.field], dtype=np.float64)
             vals = np.ascontiguousarray(np.abs(vals) if node.absolute else vals)
-        edges = np.asarray(spec.edges, np.float64)
+        edges = np.array(spec.edges_of(theta), np.float64)  # writable: one compiled type
         out = _work(f"hist_es{k}_{len(es)}", (n_ev, len(edges) + 1, width))
         unc = np.zeros(n_ev, np.int64)
         q = rpos[spec.region]
         if n_ev:
             block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
-            args = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
-                    np.ascontiguousarray(dfs[q]), ci, has, cert, ins, vals, edges, nl, block,
-                    out, unc)
-            _run_dynamic(_numba_dp.compiled(_numba_esum.event_sum_bins, args), args, n_blocks,
-                         threads)
+            head = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
+                    np.ascontiguousarray(dfs[q]), ci, has, cert, ins, vals, edges)
+            soft = _histfills.soft_width(spec.width_index, widths)
+            if soft > 0.0:  # every subset's sum spread over the bins
+                kernel = event_sum_soft_bins
+                args = (*head, soft, _histfills.edge_lanes(spec, trainable, len(edges)), nl,
+                        block, out, unc)
+            else:
+                kernel, args = _numba_esum.event_sum_bins, (*head, nl, block, out, unc)
+            _run_dynamic(_numba_dp.compiled(kernel, args), args, n_blocks, threads)
         top = int(unc.max(initial=0))
         if top > _numba_esum.MAX_UNCERTAIN:
             raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)

@@ -10,8 +10,11 @@ computed by a loop that does not know it.
 
 Cut kinds (:mod:`analysis.select.cuts`) register their numba rule in their own file:
 a kind that declares ``sides`` (its probability is a product of one-sided threshold
-cuts) runs as those threshold cuts (:func:`analysis.pipeline.backends.numba._fasttables.one_sided`);
-the rules for cuts are read from the cut-kind registry itself (:func:`cut_rule`).
+cuts) runs as those threshold cuts (:func:`analysis.pipeline.backends.numba._fasttables.one_sided`),
+at its bounds, or at the edges its ``edges`` derives from them (each a pseudo-parameter
+whose derivatives the backend chains, in every pass:
+:mod:`analysis.pipeline.backends.numba.cutedges`); the rules for cuts are read from the
+cut-kind registry itself (:func:`cut_rule`).
 Everything else registers with :func:`register` below, next to the limit it has.
 """
 
@@ -254,12 +257,7 @@ register("region", "channel", _same_sets)
 def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
-    if spec.node.kind in ("sum", "count"):  # entries of a field, branch or index: soft fills
-        if getattr(spec, "width_index", None) is not None:
-            return "soft bins (a histogram's width > 0) of an event sum run in the JAX kernel"
-        if getattr(spec, "edge_params", None) is not None:
-            return "trainable edges of an event sum run in the JAX kernel"
-    return None
+    return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)
 
 
 for _kind in ("field", "branch", "sum", "count"):

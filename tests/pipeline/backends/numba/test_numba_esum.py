@@ -49,6 +49,21 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]], name: str = "jets",
     """``(bins (E, nb, 1 + len(tangents)), uncertain (E,))`` from the compiled kernel (or
     ``kernel``) for the sum of the pT of the set ``name``, the tangent lanes d/d
     ``ev["jets"][e, j]`` for each ``(e, j)`` of ``tangents``."""
+    n_ev = len(UNCERTAIN)
+    edges = np.asarray(EDGES, np.float64)
+    nl = 1 + len(tangents)
+    out = np.full((n_ev, len(edges) + 1, max(4, nl)), 7.0)
+    unc = np.zeros(n_ev, np.int64)
+    (kernel or _numba_esum.event_sum_bins)(*kernel_inputs(ev, tangents, name), edges, nl, n_ev,
+                                           out, unc, 0, 1)
+    return out[..., :nl], unc
+
+
+def kernel_inputs(ev: dict, tangents: list[tuple[int, int]], name: str = "jets") -> tuple:
+    """The event-sum kernels' arguments before the edges (those of
+    :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`) for the
+    events ``ev`` and the sum of the pT of the set ``name``, the tangent lanes d/d
+    ``ev["jets"][e, j]`` for each ``(e, j)`` of ``tangents`` (lanes 1, 2, ...)."""
     lays, probs, pt = inputs(ev)
     n_ev = len(UNCERTAIN)
     cols = MODEL.collections
@@ -76,17 +91,11 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]], name: str = "jets",
     cs = cols.index("Jet")
     summed = [s.name for s in MODEL._sets_of["Jet"]].index(name)
     has = np.asarray(MODEL.patterns["Jet"])[:, summed].astype(np.int64)
-    edges = np.asarray(EDGES, np.float64)
-    nl = 1 + len(tangents)
-    out = np.full((n_ev, len(edges) + 1, max(4, nl)), 7.0)
-    unc = np.zeros(n_ev, np.int64)
     # which objects are certain: the one definition (as fasthist makes it)
     lo, n_pc = int(base[cs]), int(n_pat[cs])
     cert, ins = certain_objects(pv_all[lo: lo + int(coff[cs, -1]), :n_pc, 0], has[:n_pc] == 1)
-    (kernel or _numba_esum.event_sum_bins)(
-        coff, base, pv_all, pd_all, n_pat, tgt, f, np.zeros(f.shape + (LANES,)), cs, has, cert,
-        ins, np.array(pt, np.float64).reshape(-1), edges, nl, n_ev, out, unc, 0, 1)
-    return out[..., :nl], unc
+    return (coff, base, pv_all, pd_all, n_pat, tgt, f, np.zeros(f.shape + (LANES,)), cs, has,
+            cert, ins, np.array(pt, np.float64).reshape(-1))
 
 
 def test_kernel_against_enumeration_and_the_jax_reference() -> None:

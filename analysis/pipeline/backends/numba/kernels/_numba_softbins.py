@@ -22,7 +22,7 @@ import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 
-__all__ = ["fill_soft"]
+__all__ = ["bin_probabilities", "fill_soft"]
 
 
 @inline
@@ -56,6 +56,21 @@ def _probabilities(edges, x, width, q, ds):
     q[n_e] = _sigmoid(-prev)
 
 
+@inline
+def bin_probabilities(edges, x, width, q, ds):
+    """The ``n + 2`` bin probabilities ``q`` of an entry at ``x`` at the width ``width >
+    0`` (module docstring) and, per edge ``j``, ``ds[j] = d sigmoid(z_j) / d e_j``;
+    returns True. A non-finite ``x`` takes its hard bin (NaN and ``+inf`` the overflow,
+    ``-inf`` the underflow; ``ds`` not written) and returns False: no tangent in the
+    edges."""
+    if math.isfinite(x):
+        _probabilities(edges, x, width, q, ds)
+        return True
+    q[:] = 0.0
+    q[0 if x < 0.0 else q.shape[0] - 1] = 1.0
+    return False
+
+
 @njit
 def fill_soft(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
     """Histogram sums of the entries of event ``e``, ``off[e]:off[e + 1]`` (values
@@ -82,12 +97,7 @@ def fill_soft(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
             for r in range(1, n_l):
                 w[r] = p0 * ev[e, r] + ev0 * p[i, r]
             xi = x[i] if w[0] != 0.0 else 0.0
-            soft = math.isfinite(xi)
-            if soft:
-                _probabilities(edges, xi, width, q, ds)
-            else:  # the hard bin: NaN and +inf the overflow, -inf the underflow
-                q[:] = 0.0
-                q[0 if xi < 0.0 else n_b - 1] = 1.0
+            soft = bin_probabilities(edges, xi, width, q, ds)
             for v in range(factors.shape[0]):
                 f = factors[v, e]
                 f2 = f * f * we

@@ -57,13 +57,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import scorecols
-from analysis.pipeline.backends.numba import _fastone, _fastpayload, _fastsens, fastkernel
+from analysis.pipeline.backends.numba import _fastpayload, _fastsens, fastkernel
 from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
     _pass_table,
     _reduced,
     _tables,
     _targets,
+    chain,
     one_sided,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_sens
@@ -100,7 +101,7 @@ def _one_set_walk(plan: Plan, coff: np.ndarray, q: np.ndarray, theta, widths,
     tab = _tables(plan)
     if tab.model.counts:
         caps, f, df = _reduced(tab.model, *_pass_table(plan.sets, theta, widths, counts_tr))
-        states = _fastone.chain(_targets(tab.model, caps, tab.collections)[0, 1])
+        states = chain(_targets(tab.model, caps, tab.collections)[0, 1])
         f, df = np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
     else:
         f, df = np.ones(1), np.zeros((1, len(counts_tr)))

@@ -1,7 +1,7 @@
 """The pass probability's sensitivity to each object's probability (numba, float64).
 
-For one collection with one object set (the fused case of
-:mod:`analysis.pipeline.backends.numba.kernels._numba_one`): with the object probabilities ``q_j``, the
+For one collection with one object set (the case of
+the one-set walk, ``analysis.select.chainwalk``): with the object probabilities ``q_j``, the
 forward distributions ``F_0 = delta_0``, ``F_{j+1}[k] = (1 - q_j) F_j[k]``,
 ``F_{j+1}[tgt k] += q_j F_j[k]`` and the value functions ``G_n = f``,
 ``G_j[k] = (1 - q_j) G_{j+1}[k] + q_j G_{j+1}[tgt k]`` (``tgt k = min(k + 1, L)`` on the
@@ -15,9 +15,9 @@ and ``P = sum_k F_n[k] f[k]``: ``dP/df[k] = F_n[k]`` (the final count distributi
 for trainable count thresholds). The same walk gives the objects' weights
 ``w_j = P(j in the set and the event passes) = q_j sum_k F_j[k] G_{j+1}[tgt k]`` (the
 value states' observables: the operations of
-:func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one` without tangents,
+the one-set walk (``analysis.select.chainwalk.cut_walk``) without tangents,
 the same floats), so the chunk's value states need no walk of their own. Values only, one walk per event: the cost of
-:func:`analysis.pipeline.backends.numba.kernels._numba_one.select_one` without tangents whatever the number of
+the one-set walk without tangents whatever the number of
 parameters (reverse mode: :mod:`analysis.pipeline.backends.numba.fastreverse` chains it to the
 cuts' thresholds and to the score columns). The steps of ``F`` and ``G`` are the chain's
 of :mod:`analysis.pipeline.backends.numba.kernels.walk`.

@@ -18,7 +18,7 @@ joint count state after adding an object of collection ``c`` and pattern ``p`` t
   :func:`analysis.select.objects.sum_moments`).
 
 Every kernel that walks the count states (the selection loops of ``_numba_dp``
-and ``_numba_one``, the histogram walk of ``_numba_hist``, the leading
+and ``_numba_sens``, the histogram walk of ``_numba_hist``, the leading
 candidates of ``_numba_lead``, the sensitivities of ``_numba_sens``, the event sums'
 subsets of ``_numba_esum``) calls these steps;
 what differs between them is which states a step runs over and what it is given:
@@ -42,8 +42,8 @@ what differs between them is which states a step runs over and what it is given:
   "in", ``q``, to ``min(k + 1, L)``), where a state's two terms are summed in registers
   before one store (:func:`chain_forward`, :func:`chain_backward`: the same operations in
   the same order as the general step's two terms, without storing the first and reading
-  it back; the layout of :mod:`~analysis.pipeline.backends.numba.kernels._numba_one`,
-  whose docstring says why).
+  it back; the layout of :mod:`analysis.select.chainwalk`, whose docstring says why;
+  the sensitivities' walk of :mod:`~analysis.pipeline.backends.numba.kernels._numba_sens`).
 
 A step adds into its output (the caller clears it, :func:`clear`, or sets it once): the
 sums over patterns run in pattern order, those over states in the order of ``states``,

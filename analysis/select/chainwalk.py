@@ -25,10 +25,11 @@ the objects' probabilities are the products of the soft cuts' probabilities, for
 inside the event loop with their tangents, cut by cut over the event's objects: a
 tangent lane stored and multiplied again at once waits on its store, 2.4x slower; with
 weights, the chains of ``F`` and ``G`` advance in one loop: two independent chains keep
-the core busy) and :func:`primal`, :func:`tangent` (own processors' XLA FFI kernels,
-:mod:`analysis.select.singlekernels`: ``q`` and its tangents given; any number of
-tangents, in blocks of ``LANES - 1``). :func:`cotangent` is the walk's transpose
-(reverse mode, ``B`` lanes of cotangents).
+the core busy); :func:`sens_walk` (the YAML engine's reverse mode: ``P``'s exact
+sensitivities to every ``q_j``, :mod:`analysis.pipeline.backends.numba.fastreverse`);
+and own processors' XLA FFI kernels (:mod:`analysis.select.singlekernels`: ``q`` and its
+tangents given, any number of tangents in blocks of ``LANES - 1``; the transpose for
+reverse mode on the same forward steps).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-__all__ = ["LANES", "buffer", "cut_times", "cut_walk", "event", "forward"]
+__all__ = ["LANES", "buffer", "cut_times", "cut_walk", "event", "forward", "sens_walk"]
 
 #: Lanes of a quantity with tangents: the value and up to ``LANES - 1`` tangents.
 LANES = 8
@@ -402,3 +403,37 @@ def cut_walk(coff, ss, cut_w, cut_g, cut_par, f, df, want_w, max_seq, block, pe,
             cut_product(ss, o, n, iw, cut_g, cut_par, q, dq)
             event(q, 0, dq, n, f, df, F, G, H, want_w, pe[e], ow, o)
 
+
+
+@njit
+def sens_walk(coff, q, f, want_w, max_seq, block, pe, dq, fn, ow, b0, b1):
+    """Reverse mode's values walk over blocks ``b0:b1``: ``pe[e] = P``, ``dq[j] = dP/dq_j
+    = sum_k F_j[k] (G_{j+1}[tgt k] - G_{j+1}[k])`` (exact: ``P`` is affine in ``q_j``),
+    ``fn[e] = F_n`` (``dP/df``; ``(E, L + 1)``) and, if ``want_w``, ``ow[j] = w_j``: the
+    values of :func:`cut_walk` (the same floats), whatever the number of parameters."""
+    n_ev = pe.shape[0]
+    top = f.shape[0] - 1
+    for b in range(b0, b1):
+        F = np.zeros((max_seq + 1, top + 1))
+        G = np.empty(top + 1)
+        Gn = np.empty(top + 1)
+        for e in range(b * block, min(n_ev, (b + 1) * block)):
+            o = coff[e]
+            n = coff[e + 1] - o
+            start(F[0])
+            for j in range(n):
+                forward(F[j], F[j + 1], j, top, q[o + j], 0.0)
+            for i in range(top + 1):
+                fn[e, i] = F[n, i] if i <= min(n, top) else 0.0
+                G[i] = f[i]
+            for j in range(n - 1, -1, -1):
+                last = min(j, top)
+                h = 0.0
+                for i in range(last + 1):
+                    h += F[j, i] * (G[min(i + 1, top)] - G[i])
+                dq[o + j] = h
+                if want_w:
+                    ow[o + j] = q[o + j] * inner_sum(G, F[j], G, top, last + 1)
+                backward(G, Gn, j, top, q[o + j], 0.0)
+                G, Gn = Gn, G
+            pe[e] = G[0]

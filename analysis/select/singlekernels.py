@@ -178,9 +178,8 @@ def _tangent(q, f, off, dq, df, dw, dP, w, P):
     for b0 in range(0, max(n_b, 1), LANES - 1):
         nb = min(LANES - 1, n_b - b0)
         for k in range(top + 1):
-            for r in range(LANES - 1):
-                dfl[k, 1 + r] = df[b0 + r if df.shape[0] > 1 else 0, k] if r < nb else 0.0
-        d[:, 1 + nb:] = 0.0
+            for r in range(nb):  # the lanes past nb: unread (lanes are independent)
+                dfl[k, 1 + r] = df[b0 + r if df.shape[0] > 1 else 0, k]
         for e in range(off.shape[0] - 1):
             a = off[e]
             m = off[e + 1] - a

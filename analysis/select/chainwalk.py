@@ -20,16 +20,15 @@ LLVM's SLP vectorizer packs it (the callers compile with it on). Only the states
 objects so far can reach are touched (``F_j``, ``G_j`` on ``0 .. min(j, L)``: the others
 are zeros the general walk would add).
 
-Callers: :func:`cut_walk` (the YAML engine's pass, :mod:`analysis.pipeline.backends.numba.fastkernel`:
-the objects' probabilities are the products of the soft cuts' probabilities, formed
-inside the event loop with their tangents, cut by cut over the event's objects: a
-tangent lane stored and multiplied again at once waits on its store, 2.4x slower; with
-weights, the chains of ``F`` and ``G`` advance in one loop: two independent chains keep
-the core busy); :func:`sens_walk` (the YAML engine's reverse mode: ``P``'s exact
-sensitivities to every ``q_j``, :mod:`analysis.pipeline.backends.numba.fastreverse`);
-and own processors' XLA FFI kernels (:mod:`analysis.select.singlekernels`: ``q`` and its
-tangents given, any number of tangents in blocks of ``LANES - 1``; the transpose for
-reverse mode on the same forward steps).
+:func:`walk_events` is the walk over a range of events, inlined once per kernel: the
+YAML engine's pass :func:`cut_walk` (the objects' probabilities the soft cuts' product,
+formed in the event loop cut by cut: a tangent lane stored and multiplied again at once
+waits on its store, 2.4x slower; with weights, the chains of ``F`` and ``G`` advance in
+one loop: two independent chains keep the core busy) and own processors' XLA FFI kernels
+(:mod:`analysis.select.singlekernels`: ``q`` and its tangents given, any number in
+blocks of ``LANES - 1``). Not a function inlined per event: its array arguments then
+cost reference counts per event (measured: values 15 -> 30 ms per 200k events).
+:func:`sens_walk`: the YAML engine's reverse mode (``P``'s exact sensitivities).
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-__all__ = ["LANES", "buffer", "cut_times", "cut_walk", "event", "forward", "sens_walk"]
+__all__ = ["LANES", "cut_times", "cut_walk", "forward", "sens_walk", "walk_events"]
 
 #: Lanes of a quantity with tangents: the value and up to ``LANES - 1`` tangents.
 LANES = 8
@@ -215,9 +214,8 @@ def buffer(n, m, d):  # noqa: ANN001, ANN201
 
 @_spec(buffer)
 def _buffer(n, m, d):  # noqa: ANN001, ANN202
-    if _lanes(d):
-        return lambda n, m, d: np.empty((n, m, LANES))
-    return lambda n, m, d: np.empty((n, m))
+    return ((lambda n, m, d: np.empty((n, m, LANES))) if _lanes(d)
+            else (lambda n, m, d: np.empty((n, m))))
 
 
 def rows(n, d):  # noqa: ANN001, ANN201
@@ -227,9 +225,7 @@ def rows(n, d):  # noqa: ANN001, ANN201
 
 @_spec(rows)
 def _rows(n, d):  # noqa: ANN001, ANN202
-    if _lanes(d):
-        return lambda n, d: np.empty((n, LANES))
-    return lambda n, d: 0.0
+    return (lambda n, d: np.empty((n, LANES))) if _lanes(d) else (lambda n, d: 0.0)
 
 
 def row(d, j):  # noqa: ANN001, ANN201
@@ -239,9 +235,7 @@ def row(d, j):  # noqa: ANN001, ANN201
 
 @_spec(row)
 def _row(d, j):  # noqa: ANN001, ANN202
-    if _lanes(d):
-        return lambda d, j: d[j]
-    return lambda d, j: 0.0
+    return (lambda d, j: d[j]) if _lanes(d) else (lambda d, j: 0.0)
 
 
 def init(G, k, f, df):  # noqa: ANN001, ANN201
@@ -302,34 +296,6 @@ def backward(G, Gn, j, top, q, d):
         step_both(Gn, i, 1.0 - q, G[i], q, G[min(i + 1, top)], d)
 
 
-@inline
-def event(q, qo, dq, n, f, df, F, G, H, want_w, pe_row, ow, oo):
-    """One event's walk: objects ``q[qo + j]`` (tangents ``row(dq, j)``), ``j < n``; the
-    pass table ``f`` (tangents ``df``) on ``top + 1`` states; ``pe_row`` = ``P`` and,
-    if ``want_w``, ``ow[oo + j] = w_j``. ``F``, ``G``: :func:`buffer`'s of ``n + 1`` rows
-    (``G``: 2 without weights), ``H``: ``LANES`` numbers."""
-    top = f.shape[0] - 1
-    g = G[n] if want_w else G[0]
-    for i in range(top + 1):
-        init(g, i, f, df)
-    if not want_w:
-        Ga, Gb = G[0], G[1]
-        for j in range(n - 1, -1, -1):
-            backward(Ga, Gb, j, top, q[qo + j], row(dq, j))
-            Ga, Gb = Gb, Ga
-        store(pe_row, Ga[0])
-        return
-    start(F[0])
-    for s in range(n):  # two independent chains, one loop
-        forward(F[s], F[s + 1], s, top, q[qo + s], row(dq, s))
-        j = n - 1 - s
-        backward(G[j + 1], G[j], j, top, q[qo + j], row(dq, j))
-    for j in range(n):
-        h = inner_sum(H, F[j], G[j + 1], top, min(j, top) + 1)
-        store_weight(ow[oo + j], q[qo + j], H, h, row(dq, j))
-    store(pe_row, G[0, 0])
-
-
 # --- the objects' probabilities: the soft cuts' product, in the event loop ----------------
 
 @inline
@@ -349,32 +315,88 @@ def cut_times(s, o, n, iw, greater, par, qv, qd):
         qv[i] = q0 * sv
 
 
-def cut_product(ss, o, n, iw, cut_g, cut_par, qv, qd):  # noqa: ANN001, ANN201
-    """``qv[i] = prod_c ss[c, o + i]`` (cuts in order) with tangents ``qd[i]`` (the cuts
-    multiplied in cut by cut, :func:`cut_times`, from 1 and zero tangents), or without
-    (``qd`` a number: object by object, the same floats as lane 0)."""
+def objects(src, o, n, q, dq):  # noqa: ANN001, ANN201
+    """The probabilities ``q[j]`` (tangent lanes ``dq[j]``) of objects ``o .. o + n - 1``
+    from ``src``: the soft cuts ``(ss, iw, cut_g, cut_par)``, ``q = prod_c ss[c]`` (cuts
+    in order; with lanes multiplied in cut by cut, :func:`cut_times`, from 1 and zero
+    tangents; values object by object, the same floats as lane 0), or given ``(q,)``
+    (values) / ``(q, dq, b0)`` (``dq``: ``(B, N)``, lanes ``b0 ..`` into lanes ``1 ..``)."""
     raise NotImplementedError("compiled only (numba)")
 
 
-@_spec(cut_product)
-def _cut_product(ss, o, n, iw, cut_g, cut_par, qv, qd):  # noqa: ANN001, ANN202
-    if _lanes(qd):
-        def lanes(ss, o, n, iw, cut_g, cut_par, qv, qd):  # noqa: ANN001, ANN202
+@_spec(objects)
+def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
+    if len(src) == 4 and _lanes(dq):
+        def cuts(src, o, n, q, dq):  # noqa: ANN001, ANN202
+            ss, iw, cut_g, cut_par = src
             for j in range(n):
-                qv[j] = 1.0
+                q[j] = 1.0
                 for r in range(LANES):
-                    qd[j, r] = 0.0
+                    dq[j, r] = 0.0
             for c in range(ss.shape[0]):
-                cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], qv, qd)
-        return lanes
+                cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], q, dq)
+        return cuts
+    if len(src) == 4:
+        def cut_values(src, o, n, q, dq):  # noqa: ANN001, ANN202
+            ss = src[0]
+            for j in range(n):
+                q0 = 1.0
+                for c in range(ss.shape[0]):
+                    q0 *= ss[c, o + j]
+                q[j] = q0
+        return cut_values
+    if _lanes(dq):
+        def given(src, o, n, q, dq):  # noqa: ANN001, ANN202
+            qs, ds, b0 = src
+            nb = min(LANES - 1, ds.shape[0] - b0)
+            for j in range(n):
+                q[j] = qs[o + j]
+                for r in range(LANES):
+                    dq[j, r] = ds[b0 + r - 1, o + j] if 0 < r <= nb else 0.0
+        return given
 
-    def values(ss, o, n, iw, cut_g, cut_par, qv, qd):  # noqa: ANN001, ANN202
+    def values(src, o, n, q, dq):  # noqa: ANN001, ANN202
+        qs = src[0]
         for j in range(n):
-            q0 = 1.0
-            for c in range(ss.shape[0]):
-                q0 *= ss[c, o + j]
-            qv[j] = q0
+            q[j] = qs[o + j]
     return values
+
+
+@inline
+def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow):
+    """The walk of events ``e0 .. e1 - 1`` (objects ``coff[e] .. coff[e + 1] - 1``, at most
+    ``max_seq >= 1``, their probabilities from ``src``: :func:`objects`); the pass table
+    ``f`` (tangent lanes ``df``, or ``0.0``: values only) on the chain. Rows of lanes
+    (or fewer numbers for values): ``pe[e] = P`` and, if ``want_w``, ``ow[j] = w_j``."""
+    top = f.shape[0] - 1
+    q = np.empty(max_seq)
+    dq = rows(max_seq, df)
+    F = buffer(max_seq + 1 if want_w else 1, top + 1, df)
+    G = buffer(max_seq + 1 if want_w else 2, top + 1, df)
+    H = np.empty(LANES)
+    for e in range(e0, e1):
+        o = coff[e]
+        n = coff[e + 1] - o
+        objects(src, o, n, q, dq)
+        g = G[n] if want_w else G[0]
+        for i in range(top + 1):
+            init(g, i, f, df)
+        if not want_w:
+            Ga, Gb = G[0], G[1]
+            for j in range(n - 1, -1, -1):
+                backward(Ga, Gb, j, top, q[j], row(dq, j))
+                Ga, Gb = Gb, Ga
+            store(pe[e], Ga[0])
+            continue
+        start(F[0])
+        for s in range(n):  # two independent chains, one loop
+            forward(F[s], F[s + 1], s, top, q[s], row(dq, s))
+            j = n - 1 - s
+            backward(G[j + 1], G[j], j, top, q[j], row(dq, j))
+        for j in range(n):
+            h = inner_sum(H, F[j], G[j + 1], top, min(j, top) + 1)
+            store_weight(ow[o + j], q[j], H, h, row(dq, j))
+        store(pe[e], G[0, 0])
 
 
 @njit
@@ -386,23 +408,12 @@ def cut_walk(coff, ss, cut_w, cut_g, cut_par, f, df, want_w, max_seq, block, pe,
     zero), or ``df = 0.0`` for values only (the outputs' other lanes set to zero).
     Outputs in lanes: ``pe[e] = (P, dP)`` and, if ``want_w``, ``ow[j] = (w_j, dw_j)``."""
     n_ev = pe.shape[0]
-    top = f.shape[0] - 1
-    n_cuts = ss.shape[0]
-    iw = np.empty(n_cuts)
-    for c in range(n_cuts):
+    iw = np.empty(ss.shape[0])
+    for c in range(ss.shape[0]):
         iw[c] = 1.0 / cut_w[c] if cut_w[c] > 0.0 else 0.0
     for b in range(b0, b1):
-        q = np.empty(max_seq)
-        dq = rows(max_seq, df)
-        F = buffer(max_seq + 1 if want_w else 1, top + 1, df)
-        G = buffer(max_seq + 1 if want_w else 2, top + 1, df)
-        H = np.empty(LANES)
-        for e in range(b * block, min(n_ev, (b + 1) * block)):
-            o = coff[e]
-            n = coff[e + 1] - o
-            cut_product(ss, o, n, iw, cut_g, cut_par, q, dq)
-            event(q, 0, dq, n, f, df, F, G, H, want_w, pe[e], ow, o)
-
+        walk_events((ss, iw, cut_g, cut_par), coff, b * block, min(n_ev, (b + 1) * block), f,
+                    df, want_w, max_seq, pe, ow)
 
 
 @njit

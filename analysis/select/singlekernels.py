@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 from analysis._compat.numba import cached_cfunc, keyed_by
 from analysis.select import chainwalk
 from analysis.select._single import FFI_TARGETS
-from analysis.select.chainwalk import _POLICY, LANES, buffer, event, forward
+from analysis.select.chainwalk import _POLICY, LANES, forward, walk_events
 
 __all__: list[str] = []
 
@@ -142,17 +142,9 @@ def _longest(off):
 def _primal(q, f, off, w, P):
     """``w`` (``(N,)``, zero beyond ``off[-1]``) and ``P`` (``(E,)``) of the pass
     probabilities ``q`` and the pass table ``f`` (values only)."""
-    top = f.shape[0] - 1
-    m_max = _longest(off)
-    F = buffer(m_max + 1, top + 1, 0.0)
-    G = buffer(m_max + 1, top + 1, 0.0)
-    H = np.empty(LANES)
     w[:] = 0.0
-    ow = w.reshape((w.shape[0], 1))
-    pe = P.reshape((P.shape[0], 1))
-    for e in range(off.shape[0] - 1):
-        a = off[e]
-        event(q, a, 0.0, off[e + 1] - a, f, 0.0, F, G, H, True, pe[e], ow, a)
+    walk_events((q,), off, 0, off.shape[0] - 1, f, 0.0, True, max(_longest(off), 1),
+                P.reshape((P.shape[0], 1)), w.reshape((w.shape[0], 1)))
 
 
 @_loop
@@ -161,41 +153,25 @@ def _tangent(q, f, off, dq, df, dw, dP, w, P):
     or ``(1, S)`` for every lane) for every lane ``b``, in blocks of ``LANES - 1``; and
     ``(w, P)`` themselves where ``w`` or ``P`` is not empty (lane 0: the values of
     :func:`_primal`, bit for bit)."""
-    n_b = dq.shape[0]
-    top = f.shape[0] - 1
-    m_max = _longest(off)
-    with_values = w.shape[0] > 0 or P.shape[0] > 0
-    dfl = np.zeros((top + 1, LANES))
-    d = np.zeros((max(m_max, 1), LANES))
-    F = buffer(m_max + 1, top + 1, dfl)
-    G = buffer(m_max + 1, top + 1, dfl)
-    H = np.empty(LANES)
-    ow = np.empty((max(m_max, 1), LANES))
-    pe = np.empty(LANES)
+    n_b, n_ev, n_obj = dq.shape[0], off.shape[0] - 1, off[-1]
+    dfl = np.zeros((f.shape[0], LANES))
+    ow = np.empty((n_obj, LANES))
+    pe = np.empty((n_ev, LANES))
     dw[:, :] = 0.0
-    if with_values:
+    if w.shape[0] > 0 or P.shape[0] > 0:
         w[:] = 0.0
     for b0 in range(0, max(n_b, 1), LANES - 1):
         nb = min(LANES - 1, n_b - b0)
-        for k in range(top + 1):
-            for r in range(nb):  # the lanes past nb: unread (lanes are independent)
-                dfl[k, 1 + r] = df[b0 + r if df.shape[0] > 1 else 0, k]
-        for e in range(off.shape[0] - 1):
-            a = off[e]
-            m = off[e + 1] - a
-            for j in range(m):
-                for r in range(nb):
-                    d[j, 1 + r] = dq[b0 + r, a + j]
-            event(q, a, d, m, f, dfl, F, G, H, True, pe, ow, 0)
-            for j in range(m):
-                for r in range(nb):
-                    dw[b0 + r, a + j] = ow[j, 1 + r]
-            for r in range(nb):
-                dP[b0 + r, e] = pe[1 + r]
-            if with_values and b0 == 0:
-                for j in range(m):
-                    w[a + j] = ow[j, 0]
-                P[e] = pe[0]
+        for k in range(f.shape[0]):
+            for r in range(LANES - 1):
+                dfl[k, 1 + r] = df[b0 + r if df.shape[0] > 1 else 0, k] if r < nb else 0.0
+        walk_events((q, dq, b0), off, 0, n_ev, f, dfl, True, max(_longest(off), 1), pe, ow)
+        for r in range(nb):
+            dw[b0 + r, :n_obj] = ow[:, 1 + r]
+            dP[b0 + r, :] = pe[:, 1 + r]
+        if b0 == 0 and (w.shape[0] > 0 or P.shape[0] > 0):
+            w[:n_obj] = ow[:, 0]
+            P[:] = pe[:, 0]
 
 
 @nb.njit(inline="always", **_POLICY)

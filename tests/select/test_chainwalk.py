@@ -90,21 +90,17 @@ def test_chain_steps_equal_enumeration(n, top):
 
 
 @numba.njit
-def _walk(q, dq, f, df, want_w, lanes):
+def _walk(q, ds, f, df, want_w, lanes):
+    """One event's walk (``ds``: the tangents, lanes first), in lanes or for values."""
     n = q.shape[0]
-    top = f.shape[0] - 1
-    pe = np.zeros(LANES)
+    off = np.array([0, n])
+    pe = np.zeros((1, LANES))
     ow = np.zeros((n, LANES))
-    H = np.empty(LANES)
     if lanes:
-        F = cw.buffer(n + 1, top + 1, df)
-        G = cw.buffer(n + 1, top + 1, df)
-        cw.event(q, 0, dq, n, f, df, F, G, H, want_w, pe, ow, 0)
+        cw.walk_events((q, ds, 0), off, 0, 1, f, df, want_w, max(n, 1), pe, ow)
     else:
-        F = cw.buffer(n + 1, top + 1, 0.0)
-        G = cw.buffer(n + 1, top + 1, 0.0)
-        cw.event(q, 0, 0.0, n, f, 0.0, F, G, H, want_w, pe, ow, 0)
-    return pe, ow
+        cw.walk_events((q,), off, 0, 1, f, 0.0, want_w, max(n, 1), pe, ow)
+    return pe[0], ow
 
 
 @pytest.mark.parametrize("n, top", [(5, 2), (3, 3), (4, 0), (0, 2)])
@@ -112,9 +108,10 @@ def _walk(q, dq, f, df, want_w, lanes):
 def test_event_walk_equals_enumeration(n, top, want_w):
     q, dq, f, df = _case(n, top, 7 * n + top)
     P, dP, w, dw = _enumerate(q, dq, f, df)
-    pe, ow = _walk(q, dq, f, df, want_w, True)
+    ds = np.ascontiguousarray(dq[:, 1:].T)
+    pe, ow = _walk(q, ds, f, df, want_w, True)
     np.testing.assert_allclose(pe, dP + np.eye(LANES)[0] * P, rtol=1e-12, atol=1e-14)
-    pv, ov = _walk(q, dq, f, df, want_w, False)
+    pv, ov = _walk(q, ds, f, df, want_w, False)
     assert pv[0] == pe[0] and not pv[1:].any()  # values: lane 0 to the bit
     if want_w:
         np.testing.assert_allclose(ow[:, 0], w, rtol=1e-12, atol=1e-15)

@@ -26,8 +26,10 @@ from analysis.pipeline.results import YIELDS, state_names
 
 __all__: list[str] = []  # internal to the numba kernel
 
-#: the observable kinds whose states the numba reverse pass pulls back
-KINDS = ("field", "branch")
+#: the observable kinds whose states the numba reverse pass pulls back: entries here,
+#: event sums in :mod:`analysis.pipeline.backends.numba._revsums`
+ENTRIES = ("field", "branch")
+KINDS = (*ENTRIES, "sum", "count")
 
 
 class Read(NamedTuple):
@@ -133,6 +135,8 @@ def before_walk(reads: list[Read], plan: Plan, cols, flats: dict, coff: np.ndarr
     parts = []
     for read in reads:
         obs = plan.observables[read.index]
+        if obs.x.kind not in ENTRIES:  # an event sum (_revsums)
+            continue
         x = _values(obs.x, cols, plan, flats, {})
         y = None if read.state == "moments" else _values(obs.y, cols, plan, flats, {})
         dw, _, _ = entry_cotangents(read, x, y, np.ones(1))

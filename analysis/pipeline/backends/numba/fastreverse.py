@@ -57,7 +57,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import scorecols
-from analysis.pipeline.backends.numba import _fastone, _fastpayload, _fastsens, fastkernel
+from analysis.pipeline.backends.numba import (
+    _fastone,
+    _fastpayload,
+    _fastsens,
+    _revsums,
+    fastkernel,
+)
 from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
     _pass_table,
@@ -156,8 +162,9 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
     # the value states from the sensitivities' walk where it gives what they read
     own = any(o.x.kind not in ("field", "branch") for o in run.observables)
+    keep: list = []  # the value walk (its event sums' moments)
     value = (fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads,
-                                         trace=trace)[0] if own else None)
+                                         trace=trace, keep=keep)[0] if own else None)
     reads: list = []  # the observable states the payload reads
     if payload is not None:  # one the numba rules serve (they checked it)
         parsed = _fastpayload.parse(run, payload)
@@ -209,7 +216,9 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         if run.observables[r.index].x.kind == "field"}
     if trace is not None:
         trace[None, 0] += 1
-    pulled = (_fastpayload.before_walk(reads, run, cols, flats, coff, tab, ev) if reads
+    sums = [r for r in reads if run.observables[r.index].x.kind in _revsums.KINDS]
+    entries = [r for r in reads if r not in sums]
+    pulled = (_fastpayload.before_walk(entries, run, cols, flats, coff, tab, ev) if entries
               else None)
     if tab.one_set and pulled is None:
         walk = _one_set_walk(run, coff[0], q_of[0], theta, widths, counts_tr, bool(want_w),
@@ -230,6 +239,11 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     if pulled is not None:  # the observables' entries (one row)
         dp += pulled.pbar
         dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
+    if sums:  # the event sums' moments (one row): their vector-Jacobian product
+        by_sums = _revsums.pull(sums, run, tab, keep[0], q_of, _fastsens.inputs(
+            tab, run.sets, base, q_of, theta, widths, counts_tr), ev, bars, max_seq=max_seq,
+            block=fastkernel.BLOCK, threads=threads)
+        dev += by_sums.dev
     for c, cut in enumerate(ecuts):
         g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event
         if cut.param is not None:
@@ -242,6 +256,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
         if walk.dq_w is not None:  # the objects' weights' share (the walk's vjp)
             dlq += walk.dq_w[gs]
+        if sums:
+            dlq += by_sums.dq[gs]
         n_obj = dlq.shape[1]
         for c, cut in enumerate(cuts):
             g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
@@ -254,6 +270,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         g = dp @ walk.dfe  # (R, K)
         if walk.dfw is not None:
             g += walk.dfw.sum(axis=0)
+        if sums:
+            g += by_sums.dcount
         for k, p in enumerate(counts_tr):
             grad[:, p] += g[:, k]
     # rows asked for (the others are 0)

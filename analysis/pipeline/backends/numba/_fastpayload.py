@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from analysis.pipeline.backends.numba._fastleading import key
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import YIELDS, state_names
 
@@ -29,7 +30,7 @@ __all__: list[str] = []  # internal to the numba kernel
 #: the observable kinds whose states the numba reverse pass pulls back: entries here,
 #: event sums in :mod:`analysis.pipeline.backends.numba._revsums`
 ENTRIES = ("field", "branch")
-KINDS = (*ENTRIES, "sum", "count")
+KINDS = (*ENTRIES, "sum", "count", "index", "call")
 
 
 class Read(NamedTuple):
@@ -61,6 +62,8 @@ def parse(plan: Plan, payload: list) -> tuple[tuple[float, float], list[Read]] |
         i = index[obs_name]
         obs = plan.observables[i]
         if obs.x.kind not in KINDS or (obs.y is not None and obs.y.kind not in KINDS):
+            return name
+        if obs.y is not None and key(obs.y) != key(obs.x):  # entries of other candidates
             return name
         a, t_bar = entry
         a = (float(np.asarray(a[0])), float(np.asarray(a[1]))) if state == "comoments" \

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,14 +45,6 @@ __all__: list[str] = []  # internal to the numba kernel
 
 #: the observable kinds this module pulls back
 KINDS = ("sum", "count")
-
-
-class SumsPulled(NamedTuple):
-    """The event sums' share of the chunk's cotangents."""
-
-    dq: dict  # global set index -> (N_c,) dL/dq_js
-    dev: np.ndarray  # (E,) dL/dev_e
-    dcount: np.ndarray  # (K,) dL/d(trainable count threshold k)
 
 
 @functools.cache
@@ -97,43 +88,33 @@ def coefficients(read, a_e: np.ndarray, ev: np.ndarray, order: int
     return c, s @ g
 
 
-def pull(reads: list, plan: Plan, tab, wt, q_of: dict, sets_inputs: _fastsens.Inputs,
-         ev: np.ndarray, bars: dict, *, max_seq: int, block: int, threads: int | None
-         ) -> SumsPulled:
+def add(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndarray,
+        ev: np.ndarray, bars: dict, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *,
+        max_seq: int, block: int, threads: int | None) -> None:
     """The event sums' share (module docstring) for the payload's ``reads`` of kinds
-    ``sum``/``count`` (``plan`` without scores): ``wt`` the value walk's
-    :class:`~analysis.pipeline.backends.numba.fastkernel._Weights` (its per-event moments
-    ``sa``, offsets ``coff``, fields ``flats``), ``q_of`` each set's own probabilities,
-    ``sets_inputs`` the walk's tables (:func:`analysis.pipeline.backends.numba._fastsens.inputs`),
-    ``ev`` ``(E,)`` the event weights times the soft branch cuts; a summed field that is
-    a score's column adds its cotangent to ``bars`` (one row)."""
+    ``sum``/``count`` (``plan`` without scores), added to ``gp`` ``(N, P)`` ``dL/dpi``,
+    ``dev`` ``(E,)`` ``dL/dev_e`` and ``dfs`` ``(E, K)`` ``dL/d(count threshold)``:
+    ``wt`` the value walk's :class:`~analysis.pipeline.backends.numba.fastkernel._Weights`
+    (its per-event moments ``sa``, offsets ``coff``, fields ``flats``), ``ins`` the walk's
+    tables (:func:`analysis.pipeline.backends.numba._fastsens.inputs`), ``base`` each
+    collection's first global index, ``ev`` ``(E,)`` the event weights times the soft
+    branch cuts; a summed field that is a score's column adds its cotangent to ``bars``
+    (one row)."""
     coff = wt.coff
     n_ev = coff.shape[1] - 1
-    n_coll = len(tab.collections)
-    base = np.zeros(n_coll + 1, np.int64)
-    base[1:] = np.cumsum(coff[:, -1])
     sums = [r.index for r in reads]
     sum_x, sum_has, binom = event_sum_inputs(plan, tab, base, wt.flats, sums)
     cm = np.zeros((len(sums), n_ev, binom.shape[0]))
-    dev = np.zeros(n_ev)
     for o, read in enumerate(reads):
         order = plan.sets.orders[read.index]
         c, d = coefficients(read, wt.sa[wt.sums.index(read.index), :, :, 0], ev, order)
         cm[o, :, : order + 1] = ev[:, None] * c
         dev += d
-    tgt, f, df, pv_all, qs_of = sets_inputs
-    gp = np.zeros_like(pv_all)
     gx = np.zeros_like(sum_x)
-    dfs = np.zeros((n_ev, df.shape[1]))
     if n_ev:
-        args = (coff, base, pv_all, tab.n_pat, tgt, f, np.ascontiguousarray(df), sum_x, sum_has,
-                binom, cm, max(max_seq, 1), block, gp, gx, dfs)
+        args = (coff, base, ins.pv_all, tab.n_pat, ins.tgt, ins.f, np.ascontiguousarray(ins.df),
+                sum_x, sum_has, binom, cm, max(max_seq, 1), block, gp, gx, dfs)
         _run_blocks(_numba_esum_vjp.sums_vjp, args, max(1, -(-n_ev // block)), threads)
-    dq = {}
-    for ci, (gsets, qs) in enumerate(qs_of):
-        n_pat = int(tab.n_pat[ci])
-        d = _fastsens.set_sensitivities(gp[base[ci]: base[ci + 1]], qs, tab.pat[ci], n_pat)
-        dq.update(zip(gsets, d, strict=True))
     for o, read in enumerate(reads):
         x = plan.observables[read.index].x
         c = plan.sets.collection_of(x.head)
@@ -141,4 +122,3 @@ def pull(reads: list, plan: Plan, tab, wt, q_of: dict, sets_inputs: _fastsens.In
         if x.kind == "sum" and key in bars:
             ci = tab.collections.index(c)
             bars[key][:, : int(coff[ci, -1])] += gx[o, base[ci]: base[ci + 1]]
-    return SumsPulled(dq, dev, dfs.sum(axis=0))

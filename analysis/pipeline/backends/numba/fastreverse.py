@@ -61,7 +61,7 @@ from analysis.pipeline.backends.numba import (
     _fastone,
     _fastpayload,
     _fastsens,
-    _revsums,
+    _revobs,
     fastkernel,
 )
 from analysis.pipeline.backends.numba._fastpool import yield_sums
@@ -216,7 +216,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         if run.observables[r.index].x.kind == "field"}
     if trace is not None:
         trace[None, 0] += 1
-    sums = [r for r in reads if run.observables[r.index].x.kind in _revsums.KINDS]
+    sums = [r for r in reads if run.observables[r.index].x.kind in _revobs.KINDS]
     entries = [r for r in reads if r not in sums]
     pulled = (_fastpayload.before_walk(entries, run, cols, flats, coff, tab, ev) if entries
               else None)
@@ -239,10 +239,10 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     if pulled is not None:  # the observables' entries (one row)
         dp += pulled.pbar
         dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
-    if sums:  # the event sums' moments (one row): their vector-Jacobian product
-        by_sums = _revsums.pull(sums, run, tab, keep[0], q_of, _fastsens.inputs(
-            tab, run.sets, base, q_of, theta, widths, counts_tr), ev, bars, max_seq=max_seq,
-            block=fastkernel.BLOCK, threads=threads)
+    if sums:  # event sums' and indexed observables' states (one row): their walks' vjp
+        by_sums = _revobs.pull(sums, run, tab, keep[0], cols, q_of, theta, widths, counts_tr,
+                               ev, bars, max_seq=max_seq, block=fastkernel.BLOCK,
+                               threads=threads)
         dev += by_sums.dev
     for c, cut in enumerate(ecuts):
         g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event

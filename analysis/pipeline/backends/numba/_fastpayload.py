@@ -10,9 +10,10 @@ the observable's entries, so the cotangent of each entry's weight and values is 
 polynomial in its deviations (:func:`entry_cotangents`); the reverse pass
 (:mod:`analysis.pipeline.backends.numba.fastreverse`) chains them to the objects' weights
 and the pass probabilities (the walk's vector-Jacobian product) and to the score columns.
-Observables of kinds ``S.f`` (and ``abs``) and branches only: event sums and indexed
-objects have no such entries here (:func:`reads`: the first state the pass cannot
-pull back, or None).
+Entries here: observables of kinds ``S.f`` (and ``abs``) and branches; event sums and
+indexed observables are pulled back through their walks
+(:mod:`analysis.pipeline.backends.numba._revobs`); :func:`reads`: the first state the
+pass cannot pull back (an observable of another kind), or None.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from analysis.pipeline.backends.numba._fastleading import key
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import YIELDS, state_names
 
@@ -62,8 +62,6 @@ def parse(plan: Plan, payload: list) -> tuple[tuple[float, float], list[Read]] |
         i = index[obs_name]
         obs = plan.observables[i]
         if obs.x.kind not in KINDS or (obs.y is not None and obs.y.kind not in KINDS):
-            return name
-        if obs.y is not None and key(obs.y) != key(obs.x):  # entries of other candidates
             return name
         a, t_bar = entry
         a = (float(np.asarray(a[0])), float(np.asarray(a[1]))) if state == "comoments" \

@@ -5,9 +5,8 @@ An indexed observable's entries are its candidate tuples
 weight ``ev_e w(a)`` with ``w(a) = P(a leads the set and the event passes)``. The
 payload's power sums are sums over entries, so each entry's cotangents are
 :func:`analysis.pipeline.backends.numba._fastpayload.entry_cotangents`' ``(dL/dW, dL/dx,
-dL/dy)``: ``dL/dw(a) = ev_e dL/dW``, ``dL/dev_e += sum_a w(a) dL/dW``, and a value
-that is a learned score's column (``S[i].score``) adds ``dL/dx`` to the column's
-cotangent at the tuple's object. The candidates walk's vector-Jacobian product
+dL/dy)``: ``dL/dw(a) = ev_e dL/dW``, ``dL/dev_e += sum_a w(a) dL/dW`` (the values are
+data: an indexed expression reads fields, never a score's column). The candidates walk's vector-Jacobian product
 (:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`) turns the
 ``dL/dw(a)`` into each object's pattern probabilities' and the trainable count
 thresholds' cotangents, which the host chains to the sets' own probabilities
@@ -33,20 +32,15 @@ __all__: list[str] = []  # internal to the numba kernel
 KINDS = ("index", "call")
 
 
-def _signed(node, x: np.ndarray, raw: np.ndarray) -> np.ndarray:
-    return x * np.sign(raw) if node.absolute else x
-
-
 def add(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: np.ndarray,
-        ev: np.ndarray, bars: dict, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *,
-        block: int, threads: int | None) -> None:
+        ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *, block: int,
+        threads: int | None) -> None:
     """The indexed observables' share (module docstring) for the payload's ``reads`` of
     kinds ``index``/``call`` (``plan`` without scores), added to ``gp`` ``(N, P)``
     ``dL/dpi``, ``dev`` ``(E,)`` and ``dfs`` ``(E, K)``; ``wt``: the value walk's
     :class:`~analysis.pipeline.backends.numba.fastkernel._Weights` (its candidates),
     ``ins`` the walk's tables, ``base`` each collection's first global index, ``ev`` the
-    event weights times the soft branch cuts; ``bars``: the score columns' cotangents
-    (one row)."""
+    event weights times the soft branch cuts."""
     coff, sp = wt.coff, plan.sets
     n_ev = coff.shape[1] - 1
     wbar: dict = {}  # (set, depth) -> (Q,) dL/dw(a)
@@ -60,19 +54,10 @@ def add(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: np.
         y = (None if read.state == "moments"
              else _fastleading.values(obs.y, cand, plan, wt.flats, cols.events))
         w = cand.w[:, 0]
-        dw, dx, dy = entry_cotangents(read, x, y, evq * w)
+        dw, _, _ = entry_cotangents(read, x, y, evq * w)  # values: data, never a score
         wbar[k] = wbar.get(k, 0.0) + evq * dw
         dev += np.bincount(np.repeat(np.arange(n_ev), per_event), weights=w * dw,
                            minlength=n_ev)
-        for node, d in ((obs.x, dx), (obs.y, dy)):
-            if d is None or node.kind != "index":
-                continue
-            c = sp.collection_of(node.slots[0][0])
-            key = f"{c}:{node.field}"
-            if key in bars:  # a score's column: at each tuple's object of this slot
-                obj = cand.obj[:, node.slots[0][1]]
-                raw = np.asarray(wt.flats[c][node.field], np.float64)[obj]
-                np.add.at(bars[key][0], obj, _signed(node, d, raw))
     spec = {s.name: s for s in sp.sets}
     n_blocks = max(1, -(-n_ev // block))
     for (name, depth), wq in wbar.items():

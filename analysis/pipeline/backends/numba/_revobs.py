@@ -34,12 +34,12 @@ class Pulled(NamedTuple):
 
 
 def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
-         widths: np.ndarray, counts_tr: tuple[int, ...], ev: np.ndarray, bars: dict, *,
-         max_seq: int, block: int, threads: int | None) -> Pulled:
+         widths: np.ndarray, counts_tr: tuple[int, ...], ev: np.ndarray, *, max_seq: int,
+         block: int, threads: int | None) -> Pulled:
     """The share of the payload's ``reads`` of kinds :data:`KINDS` (``plan`` without
     scores; ``wt`` its value walk, :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`'
     ``keep``; ``q_of`` each set's own probabilities; ``ev`` ``(E,)`` the event weights
-    times the soft branch cuts; ``bars`` the score columns' cotangents, one row)."""
+    times the soft branch cuts)."""
     coff = wt.coff
     n_ev = coff.shape[1] - 1
     base = np.zeros(coff.shape[0] + 1, np.int64)
@@ -52,10 +52,10 @@ def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
     sums = [r for r in reads if kind[r.index] in _revsums.KINDS]
     leads = [r for r in reads if kind[r.index] in _revlead.KINDS]
     if sums:
-        _revsums.add(sums, plan, tab, wt, ins, base, ev, bars, gp, dev, dfs, max_seq=max_seq,
+        _revsums.add(sums, plan, tab, wt, ins, base, ev, gp, dev, dfs, max_seq=max_seq,
                      block=block, threads=threads)
     if leads:
-        _revlead.add(leads, plan, tab, wt, cols, ins, base, ev, bars, gp, dev, dfs,
+        _revlead.add(leads, plan, tab, wt, cols, ins, base, ev, gp, dev, dfs,
                      block=block, threads=threads)
     dq = {}
     for ci, (gsets, qs) in enumerate(ins.qs_of):

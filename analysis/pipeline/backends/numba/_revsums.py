@@ -17,8 +17,8 @@ The cotangents ``dL/dA_e[m]`` go through the event sums' vector-Jacobian product
 per event) to each object's pattern probabilities and summed value, the trainable count
 thresholds' pass table; the host chains the pattern probabilities to each set's own
 probability as the pass probability's sensitivities
-(:func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`), and a summed value
-that is a learned score's column to the column's cotangent. The per-event moments ``A``
+(:func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`,
+:mod:`analysis.pipeline.backends.numba._revobs`). The per-event moments ``A``
 come from the value walk (:func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`,
 which gives the chunk's value states too).
 """
@@ -89,8 +89,8 @@ def coefficients(read, a_e: np.ndarray, ev: np.ndarray, order: int
 
 
 def add(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndarray,
-        ev: np.ndarray, bars: dict, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *,
-        max_seq: int, block: int, threads: int | None) -> None:
+        ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *, max_seq: int,
+        block: int, threads: int | None) -> None:
     """The event sums' share (module docstring) for the payload's ``reads`` of kinds
     ``sum``/``count`` (``plan`` without scores), added to ``gp`` ``(N, P)`` ``dL/dpi``,
     ``dev`` ``(E,)`` ``dL/dev_e`` and ``dfs`` ``(E, K)`` ``dL/d(count threshold)``:
@@ -98,8 +98,8 @@ def add(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndarra
     (its per-event moments ``sa``, offsets ``coff``, fields ``flats``), ``ins`` the walk's
     tables (:func:`analysis.pipeline.backends.numba._fastsens.inputs`), ``base`` each
     collection's first global index, ``ev`` ``(E,)`` the event weights times the soft
-    branch cuts; a summed field that is a score's column adds its cotangent to ``bars``
-    (one row)."""
+    branch cuts. The summed values are data (an event sum reads a field ``S.f``, never a
+    score's column): their cotangents (the kernel's ``gx``) are not read."""
     coff = wt.coff
     n_ev = coff.shape[1] - 1
     sums = [r.index for r in reads]
@@ -115,10 +115,3 @@ def add(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndarra
         args = (coff, base, ins.pv_all, tab.n_pat, ins.tgt, ins.f, np.ascontiguousarray(ins.df),
                 sum_x, sum_has, binom, cm, max(max_seq, 1), block, gp, gx, dfs)
         _run_blocks(_numba_esum_vjp.sums_vjp, args, max(1, -(-n_ev // block)), threads)
-    for o, read in enumerate(reads):
-        x = plan.observables[read.index].x
-        c = plan.sets.collection_of(x.head)
-        key = f"{c}:{x.field}"
-        if x.kind == "sum" and key in bars:
-            ci = tab.collections.index(c)
-            bars[key][:, : int(coff[ci, -1])] += gx[o, base[ci]: base[ci + 1]]

@@ -14,8 +14,8 @@ expansion of ``(X - a)^k``
 
 The cotangents ``dL/dA_e[m]`` go through the event sums' vector-Jacobian product
 (:func:`analysis.pipeline.backends.numba.kernels._numba_esum_vjp.sums_vjp`: one sweep each way
-per event) to each object's pattern probabilities and summed value, the trainable count
-thresholds' pass table; the host chains the pattern probabilities to each set's own
+per event) to each object's pattern probabilities and the trainable count thresholds'
+pass table; the host chains the pattern probabilities to each set's own
 probability as the pass probability's sensitivities
 (:func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`,
 :mod:`analysis.pipeline.backends.numba._revobs`). The per-event moments ``A``
@@ -99,7 +99,7 @@ def add(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndarra
     tables (:func:`analysis.pipeline.backends.numba._fastsens.inputs`), ``base`` each
     collection's first global index, ``ev`` ``(E,)`` the event weights times the soft
     branch cuts. The summed values are data (an event sum reads a field ``S.f``, never a
-    score's column): their cotangents (the kernel's ``gx``) are not read."""
+    score's column)."""
     coff = wt.coff
     n_ev = coff.shape[1] - 1
     sums = [r.index for r in reads]
@@ -110,8 +110,7 @@ def add(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndarra
         c, d = coefficients(read, wt.sa[wt.sums.index(read.index), :, :, 0], ev, order)
         cm[o, :, : order + 1] = ev[:, None] * c
         dev += d
-    gx = np.zeros_like(sum_x)
     if n_ev:
         args = (coff, base, ins.pv_all, tab.n_pat, ins.tgt, ins.f, np.ascontiguousarray(ins.df),
-                sum_x, sum_has, binom, cm, max(max_seq, 1), block, gp, gx, dfs)
+                sum_x, sum_has, binom, cm, max(max_seq, 1), block, gp, dfs)
         _run_blocks(_numba_esum_vjp.sums_vjp, args, max(1, -(-n_ev // block)), threads)

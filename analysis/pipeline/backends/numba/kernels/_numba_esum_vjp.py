@@ -18,7 +18,6 @@ adjoint distributions (the transposed steps, forward from the first object)
 derivatives are
 
     dL/dpi_jp = sum_{m, k} Lam_j[m, k] sum_i C(m, i) x_jp^i G^{m-i}_{j+1}[tgt(p, k)],
-    dL/dx_jp  = pi_jp sum_{m, k} Lam_j[m, k] sum_{i >= 1} C(m, i) i x_jp^(i-1) G^{m-i}_{j+1}[tgt(p, k)],
     dL/df[k]  = Lam_n[0, k]
 
 (:func:`sums_cotangent`): one forward sweep of ``Lam`` (stored per object) and one backward
@@ -39,29 +38,41 @@ __all__ = ["sums_cotangent", "sums_forward_t", "sums_vjp"]
 
 
 @inline
-def sums_forward_t(Ln, L, pv, x, binom, row, states, ns):
+def _powers(xp, x):
+    """``xp[i] = x^i``."""
+    v = 1.0
+    for i in range(xp.shape[0]):
+        xp[i] = v
+        v *= x
+
+
+@inline
+def sums_forward_t(Ln, L, pv, xp, binom, row, states, ns):
     """One pattern's term of the transposed event-sum step (module docstring):
     ``Ln[m', row[k]] += pv sum_i C(m' + i, i) x^i L[m' + i, k]`` for every power ``m'``
-    and ``k`` in ``states[:ns]``."""
+    and ``k`` in ``states[:ns]`` (``xp[i] = x^i``); a state where ``L`` is 0 in every
+    power (not reached yet) adds nothing and is skipped."""
     r1 = binom.shape[0]
     for s in range(ns):
         k = states[s]
+        live = False
+        for m in range(r1):
+            live = live or L[m, k] != 0.0
+        if not live:
+            continue
         t = row[k]
         for mp in range(r1):
             a = 0.0
-            xpow = 1.0
             for i in range(r1 - mp):
-                a += binom[mp + i, i] * xpow * L[mp + i, k]
-                xpow *= x
+                a += binom[mp + i, i] * xp[i] * L[mp + i, k]
             Ln[mp, t] += pv * a
 
 
 @inline
-def sums_cotangent(L, Gm, x, binom, row, states, ns):
-    """``(dL/dpi, dL/dx / pi)`` of one object's pattern (module docstring): ``L`` its
-    ``Lam_j``, ``Gm`` the moments' value functions after it, ``row`` ``tgt(p, .)``."""
+def sums_cotangent(L, Gm, xp, binom, row, states, ns):
+    """``dL/dpi`` of one object's pattern (module docstring): ``L`` its ``Lam_j``, ``Gm``
+    the moments' value functions after it, ``row`` ``tgt(p, .)``, ``xp[i] = x^i``."""
     dpi = 0.0
-    dx = 0.0
     for s in range(ns):
         k = states[s]
         t = row[k]
@@ -70,31 +81,23 @@ def sums_cotangent(L, Gm, x, binom, row, states, ns):
             if lk == 0.0:
                 continue
             a = 0.0
-            b = 0.0
-            xpow = 1.0
-            xlow = 0.0  # x^(i - 1)
             for i in range(m + 1):
-                g = binom[m, i] * Gm[m - i, t]
-                a += g * xpow
-                b += g * i * xlow
-                xlow = xpow
-                xpow *= x
+                a += binom[m, i] * xp[i] * Gm[m - i, t]
             dpi += lk * a
-            dx += lk * b
-    return dpi, dx
+    return dpi
 
 
 @njit
 def sums_vjp(coff, base, pv_all, n_pat, tgt, f, df, sum_x, sum_has, binom, cm, max_seq, block,
-             gp, gx, dfs, b0, b1):
+             gp, dfs, b0, b1):
     """Blocks ``b0:b1`` of events. ``coff`` ``(C, E + 1)`` object offsets per collection,
     ``base`` each collection's first global index, ``pv_all`` ``(N, P)`` pattern
     probabilities, ``tgt`` ``(C, P, S)``, ``f`` the pass table ``(S,)`` and ``df``
     ``(S, K)`` its derivatives in the trainable count thresholds; per event sum ``o``:
     ``sum_x[o, g]`` object ``g``'s value, ``sum_has[o, c, p]`` 1 where pattern ``p`` holds
     the summed set, ``cm[o, e, m] = dL/dE[X^m 1_pass]`` (``binom[m, i] = C(m, i)``).
-    Outputs (added to): ``gp[g, p] = dL/dpi_gp``, ``gx[o, g] = dL/dsum_x[o, g]``,
-    ``dfs[e, r] = sum_k dL/df[k] df[k, r]``."""
+    Outputs (added to): ``gp[g, p] = dL/dpi_gp``, ``dfs[e, r] = sum_k dL/df[k] df[k, r]``
+    (the summed values are data: their cotangents are not formed)."""
     n_ev = cm.shape[1]
     n_sums = cm.shape[0]
     n_states = f.shape[0]
@@ -105,6 +108,7 @@ def sums_vjp(coff, base, pv_all, n_pat, tgt, f, df, sum_x, sum_has, binom, cm, m
         lam = np.empty((max_seq + 1, r1, n_states))
         G = np.empty((r1, n_states))
         Gn = np.empty((r1, n_states))
+        xp = np.empty(r1)
         states = np.arange(n_states)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             n = sequence(coff, base, e, seq_c, seq_g)
@@ -125,8 +129,9 @@ def sums_vjp(coff, base, pv_all, n_pat, tgt, f, df, sum_x, sum_has, binom, cm, m
                         pv = pv_all[g, p]
                         if pv == 0.0:
                             continue
-                        sums_forward_t(lam[j + 1], lam[j], pv, sum_x[o, g] * sum_has[o, c, p],
-                                       binom, tgt[c, p], states, n_states)
+                        _powers(xp, sum_x[o, g] * sum_has[o, c, p])
+                        sums_forward_t(lam[j + 1], lam[j], pv, xp, binom, tgt[c, p], states,
+                                       n_states)
                 for r in range(df.shape[1]):
                     acc = 0.0
                     for k in range(n_states):
@@ -142,11 +147,9 @@ def sums_vjp(coff, base, pv_all, n_pat, tgt, f, df, sum_x, sum_has, binom, cm, m
                     for p in range(n_pat[c]):
                         pv = pv_all[g, p]
                         x = sum_x[o, g] * sum_has[o, c, p] if pv != 0.0 else 0.0
-                        dpi, dx = sums_cotangent(lam[j], G, x, binom, tgt[c, p], states,
-                                                 n_states)
-                        gp[g, p] += dpi
-                        if sum_has[o, c, p] != 0.0:
-                            gx[o, g] += pv * dx
+                        _powers(xp, x)
+                        gp[g, p] += sums_cotangent(lam[j], G, xp, binom, tgt[c, p], states,
+                                                   n_states)
                         if pv != 0.0:
                             sums_backward(Gn, G, pv, 0.0, x, binom, tgt[c, p], states, n_states,
                                           0.0)

@@ -20,9 +20,10 @@ derivatives are
     dL/dpi_jp = sum_{m, k} Lam_j[m, k] sum_i C(m, i) x_jp^i G^{m-i}_{j+1}[tgt(p, k)],
     dL/df[k]  = Lam_n[0, k]
 
-(:func:`sums_cotangent`): one forward sweep of ``Lam`` (stored per object) and one backward
-sweep of ``G`` (the walk's own step), per event and event sum, whatever the number of
-parameters. A pattern of probability exactly 0 adds nothing to ``Lam`` nor ``G`` and
+(``dL/dpi_jp = sum_{m', k} a_p[m', k] G^{m'}_{j+1}[tgt(p, k)]`` with ``a_p`` the term
+``Lam``'s step scatters, :func:`sums_forward_t`, so the derivative costs one product per
+term): one backward sweep of ``G`` (the walk's own step; kept per object), then one
+forward sweep of ``Lam``, per event and event sum, whatever the number of parameters. A pattern of probability exactly 0 adds nothing to ``Lam`` nor ``G`` and
 reads ``x = 0`` in its derivative (as the reference, where its powers of ``x`` could be
 ``0 x inf``). Outputs per object and per event (no sums): blocks and threads change no bit.
 """
@@ -34,7 +35,7 @@ import numpy as np
 from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels.walk import sequence, sums_backward
 
-__all__ = ["sums_cotangent", "sums_forward_t", "sums_vjp"]
+__all__ = ["sums_forward_t", "sums_vjp"]
 
 
 @inline
@@ -47,12 +48,15 @@ def _powers(xp, x):
 
 
 @inline
-def sums_forward_t(Ln, L, pv, xp, binom, row, states, ns):
+def sums_forward_t(Ln, L, pv, xp, binom, row, states, ns, Gm):
     """One pattern's term of the transposed event-sum step (module docstring):
-    ``Ln[m', row[k]] += pv sum_i C(m' + i, i) x^i L[m' + i, k]`` for every power ``m'``
-    and ``k`` in ``states[:ns]`` (``xp[i] = x^i``); a state where ``L`` is 0 in every
-    power (not reached yet) adds nothing and is skipped."""
+    ``Ln[m', row[k]] += pv a[m', k]``, ``a[m', k] = sum_i C(m' + i, i) x^i L[m' + i, k]``
+    for every power ``m'`` and ``k`` in ``states[:ns]`` (``xp[i] = x^i``); returns the
+    pattern's derivative ``sum_{m', k} a[m', k] Gm[m', row[k]]`` (``Gm``: the moments'
+    value functions after the object). A state where ``L`` is 0 in every power (not
+    reached yet) adds nothing and is skipped."""
     r1 = binom.shape[0]
+    dpi = 0.0
     for s in range(ns):
         k = states[s]
         live = False
@@ -66,24 +70,7 @@ def sums_forward_t(Ln, L, pv, xp, binom, row, states, ns):
             for i in range(r1 - mp):
                 a += binom[mp + i, i] * xp[i] * L[mp + i, k]
             Ln[mp, t] += pv * a
-
-
-@inline
-def sums_cotangent(L, Gm, xp, binom, row, states, ns):
-    """``dL/dpi`` of one object's pattern (module docstring): ``L`` its ``Lam_j``, ``Gm``
-    the moments' value functions after it, ``row`` ``tgt(p, .)``, ``xp[i] = x^i``."""
-    dpi = 0.0
-    for s in range(ns):
-        k = states[s]
-        t = row[k]
-        for m in range(binom.shape[0]):
-            lk = L[m, k]
-            if lk == 0.0:
-                continue
-            a = 0.0
-            for i in range(m + 1):
-                a += binom[m, i] * xp[i] * Gm[m - i, t]
-            dpi += lk * a
+            dpi += a * Gm[mp, t]
     return dpi
 
 
@@ -105,9 +92,9 @@ def sums_vjp(coff, base, pv_all, n_pat, tgt, f, df, sum_x, sum_has, binom, cm, m
     for b in range(b0, b1):
         seq_c = np.empty(max_seq, np.int64)
         seq_g = np.empty(max_seq, np.int64)
-        lam = np.empty((max_seq + 1, r1, n_states))
-        G = np.empty((r1, n_states))
-        Gn = np.empty((r1, n_states))
+        G = np.empty((max_seq + 1, r1, n_states))
+        L = np.empty((r1, n_states))
+        Ln = np.empty((r1, n_states))
         xp = np.empty(r1)
         states = np.arange(n_states)
         for e in range(b * block, min(n_ev, (b + 1) * block)):
@@ -118,39 +105,35 @@ def sums_vjp(coff, base, pv_all, n_pat, tgt, f, df, sum_x, sum_has, binom, cm, m
                     live = live or cm[o, e, m] != 0.0
                 if not live:
                     continue
-                lam[0] = 0.0
-                for m in range(r1):
-                    lam[0, m, 0] = cm[o, e, m]
-                for j in range(n):
-                    c = seq_c[j]
-                    g = seq_g[j]
-                    lam[j + 1] = 0.0
-                    for p in range(n_pat[c]):
-                        pv = pv_all[g, p]
-                        if pv == 0.0:
-                            continue
-                        _powers(xp, sum_x[o, g] * sum_has[o, c, p])
-                        sums_forward_t(lam[j + 1], lam[j], pv, xp, binom, tgt[c, p], states,
-                                       n_states)
-                for r in range(df.shape[1]):
-                    acc = 0.0
-                    for k in range(n_states):
-                        acc += lam[n, 0, k] * df[k, r]
-                    dfs[e, r] += acc
-                G[:] = 0.0
+                # the moments' value functions after each object, backward (kept)
+                G[n] = 0.0
                 for k in range(n_states):
-                    G[0, k] = f[k]
+                    G[n, 0, k] = f[k]
                 for j in range(n - 1, -1, -1):
                     c = seq_c[j]
                     g = seq_g[j]
-                    Gn[:] = 0.0
+                    G[j] = 0.0
                     for p in range(n_pat[c]):
                         pv = pv_all[g, p]
-                        x = sum_x[o, g] * sum_has[o, c, p] if pv != 0.0 else 0.0
-                        _powers(xp, x)
-                        gp[g, p] += sums_cotangent(lam[j], G, xp, binom, tgt[c, p], states,
-                                                   n_states)
                         if pv != 0.0:
-                            sums_backward(Gn, G, pv, 0.0, x, binom, tgt[c, p], states, n_states,
-                                          0.0)
-                    G, Gn = Gn, G
+                            sums_backward(G[j], G[j + 1], pv, 0.0, sum_x[o, g] * sum_has[o, c, p],
+                                          binom, tgt[c, p], states, n_states, 0.0)
+                # the adjoint forward, each pattern's derivative on the way
+                L[:] = 0.0
+                for m in range(r1):
+                    L[m, 0] = cm[o, e, m]
+                for j in range(n):
+                    c = seq_c[j]
+                    g = seq_g[j]
+                    Ln[:] = 0.0
+                    for p in range(n_pat[c]):
+                        pv = pv_all[g, p]
+                        _powers(xp, sum_x[o, g] * sum_has[o, c, p] if pv != 0.0 else 0.0)
+                        gp[g, p] += sums_forward_t(Ln, L, pv, xp, binom, tgt[c, p], states,
+                                                   n_states, G[j + 1])
+                    L, Ln = Ln, L
+                for r in range(df.shape[1]):
+                    acc = 0.0
+                    for k in range(n_states):
+                        acc += L[0, k] * df[k, r]
+                    dfs[e, r] += acc

@@ -290,3 +290,30 @@ def test_auto_runs_the_numba_pass_for_sums_and_leading_objects(monkeypatch) -> N
     assert all(abs(grad[names.index(p)]) > 0 for p in ("b_min", "mu_min", "n_min"))
     np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
     np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+
+
+@pytest.mark.slow  # ~17 s under load: the JAX sweep's compile
+def test_one_set_with_an_event_sum_and_a_leading_object_read() -> None:
+    """One collection with one set (the chain's walk for the pass probability) and a
+    payload that reads HT's moments and the leading jet's: = the JAX sweep (1e-10)."""
+    from analysis.config.loader import config_from_dict
+    from analysis.pipeline.plan import build_plan, initial_widths
+    from tests.chunked_helpers import read_columns
+    from tests.conftest import SHARED_DATA
+    from tests.pipeline.test_score_kernel import config as score_config
+
+    cfg = score_config(hidden=(3,))
+    cfg["observables"].append({"name": "j0", "x": "jets[0].pt", "stats": ["mean", "std"]})
+    config = config_from_dict(cfg)
+    plan = build_plan(config)
+    theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
+    widths = np.array(initial_widths(config), np.float64)
+    cols = read_columns(SHARED_DATA / "nano_tt_v12.root", plan)
+    assert fastreverse._tables(scorecols.bare(plan)).one_set
+    payload = payload_reading(plan, {"ht", "j0", "selected_sumw"})
+    assert numba_refusal(plan, 0, theta, pullback=payload) is None
+    got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+    ref = jax_reverse.chunk_pullback(cols, plan, theta, widths, payload)
+    g, r = np.asarray(got.derived.grad), np.asarray(ref.derived.grad)
+    assert np.abs(r).max() > 0
+    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10 * np.abs(r).max())

@@ -28,7 +28,7 @@ from analysis.pipeline.results import YIELDS, state_names
 __all__: list[str] = []  # internal to the numba kernel
 
 #: the observable kinds whose states the numba reverse pass pulls back: entries here,
-#: event sums in :mod:`analysis.pipeline.backends.numba._revsums`
+#: event sums and indexed observables in :mod:`analysis.pipeline.backends.numba._revobs`
 ENTRIES = ("field", "branch")
 KINDS = (*ENTRIES, "sum", "count", "index", "call")
 
@@ -136,7 +136,7 @@ def before_walk(reads: list[Read], plan: Plan, cols, flats: dict, coff: np.ndarr
     parts = []
     for read in reads:
         obs = plan.observables[read.index]
-        if obs.x.kind not in ENTRIES:  # an event sum (_revsums)
+        if obs.x.kind not in ENTRIES:  # an event sum or indexed observable (_revobs)
             continue
         x = _values(obs.x, cols, plan, flats, {})
         y = None if read.state == "moments" else _values(obs.y, cols, plan, flats, {})

@@ -166,7 +166,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
     # the value states from the sensitivities' walk where it gives what they read
     own = any(o.x.kind not in ("field", "branch") for o in run.observables)
-    keep: list = []  # the value walk (its event sums' moments)
+    keep: list = []  # the value walk (its event sums' moments, indexed candidates)
     value = (fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads,
                                          trace=trace, keep=keep)[0] if own else None)
     reads: list = []  # the observable states the payload reads
@@ -220,8 +220,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         if run.observables[r.index].x.kind == "field"}
     if trace is not None:
         trace[None, 0] += 1
-    sums = [r for r in reads if run.observables[r.index].x.kind in _revobs.KINDS]
-    entries = [r for r in reads if r not in sums]
+    walked = [r for r in reads if run.observables[r.index].x.kind in _revobs.KINDS]
+    entries = [r for r in reads if run.observables[r.index].x.kind not in _revobs.KINDS]
     pulled = (_fastpayload.before_walk(entries, run, cols, flats, coff, tab, ev) if entries
               else None)
     if tab.one_set and pulled is None:
@@ -243,10 +243,10 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     if pulled is not None:  # the observables' entries (one row)
         dp += pulled.pbar
         dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
-    if sums:  # event sums' and indexed observables' states (one row): their walks' vjp
-        by_sums = _revobs.pull(sums, run, tab, keep[0], cols, q_of, theta, widths, counts_tr,
-                               ev, max_seq=max_seq, block=fastkernel.BLOCK, threads=threads)
-        dev += by_sums.dev
+    if walked:  # event sums' and indexed observables' states (one row): their walks' vjp
+        by_walks = _revobs.pull(walked, run, tab, keep[0], cols, q_of, theta, widths, counts_tr,
+                                ev, max_seq=max_seq, block=fastkernel.BLOCK, threads=threads)
+        dev += by_walks.dev
     for c, cut in enumerate(ecuts):
         g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event
         if cut.param is not None:
@@ -259,8 +259,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
         if walk.dq_w is not None:  # the objects' weights' share (the walk's vjp)
             dlq += walk.dq_w[gs]
-        if sums:
-            dlq += by_sums.dq[gs]
+        if walked:
+            dlq += by_walks.dq[gs]
         n_obj = dlq.shape[1]
         for c, cut in enumerate(cuts):
             g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
@@ -273,8 +273,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         g = dp @ walk.dfe  # (R, K)
         if walk.dfw is not None:
             g += walk.dfw.sum(axis=0)
-        if sums:
-            g += by_sums.dcount
+        if walked:
+            g += by_walks.dcount
         for k, p in enumerate(counts_tr):
             grad[:, p] += g[:, k]
     # rows asked for (the others are 0)

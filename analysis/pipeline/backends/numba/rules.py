@@ -255,6 +255,8 @@ register("region", "channel", _same_sets)
 
 
 def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
+    if request.kind == "pullback" and spec.node.kind in ("field", "branch"):
+        return None  # the numba reverse pass pulls them back (numba/_fastrevhist)
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
     return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)

@@ -207,7 +207,7 @@ class Reads:
         objects' weights' cotangents, chained to the cuts into ``grad`` and ``bars``."""
         from analysis.pipeline.backends.numba import fastreverse
 
-        for shift, region in sorted(k for k in self.fills if k != (None, 0)):
+        for shift, region in [k for k in self.fills if k != (None, 0)]:
             key = None if shift is None else self.plan.shifts[shift].key
             side = cols if shift is None else _shifted(cols, key,
                                                         self.plan.shifts[shift].factor)

@@ -216,3 +216,54 @@ def test_event_sum_histograms_stay_refused() -> None:
         plan, theta, _, _ = setup(c, "nano_tt_v12.root")
         why = numba_refusal(plan, 0, theta, pullback=[None] * len(state_paths(plan)))
         assert why is not None and "'other'" in why and "pullback" in why, why
+
+
+def learned_binning(chunksize: int = 70) -> dict:
+    """``configs/learned_binning.yaml`` (an event score's soft histogram with trainable
+    edges as the one channel's template, a MET shift, lnN normalisations, the
+    discovery significance) on the shared ttbar and DY files, in chunks."""
+    import yaml
+
+    from tests.conftest import REPO
+
+    with open(REPO / "configs" / "learned_binning.yaml") as f:
+        cfg = yaml.safe_load(f)
+    cfg["datasets"] = {
+        "ttbar": {"files": [str(SHARED_DATA / "nano_tt_v12.root")], "weight": "genWeight",
+                  "role": "signal", "xsec": 831.76},
+        "dy": {"files": [str(SHARED_DATA / "nano_dy.root")], "weight": "genWeight",
+               "role": "background", "xsec": 6077.0}}
+    cfg["executor"] = {"type": "iterative", "chunksize": chunksize}
+    for key in ("optimizer", "output"):
+        cfg.pop(key)
+    return cfg
+
+
+@pytest.mark.slow  # ~25 s under load: two evaluators, the JAX sweep's compile
+def test_learned_binning_runs_the_numba_pullback_under_auto(monkeypatch) -> None:
+    """A learned score and a binned likelihood with many parameters (reverse mode):
+    under ``auto`` the pullback pass runs on numba, and the objective's gradient equals
+    the JAX sweep's (1e-10) over two datasets in chunks."""
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.objectives import Objective
+    from analysis.optimize.reverse import reverse_objective
+    from analysis.pipeline.backend import Backend
+    from tests.pipeline.backends.numba.test_fastreverse import _count_numba
+
+    cfg = config_from_dict(learned_binning())
+    with Evaluator(cfg) as ev:
+        assert len(ev.plan.trainable) > 100
+        calls = _count_numba(monkeypatch)
+        got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
+        assert calls  # the numba pass ran
+        n = len(calls)
+    # the values pass on numba both times: a shift of a score's input (MET.pt) does not
+    # move the score there (nor in either reverse pass), unlike the JAX kernel's values
+    with Evaluator(cfg, backend=Backend(numba_reverse=False)) as ref:
+        want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
+        assert len(calls) == n
+    grad = want["grad"]
+    names = ev.plan.trainable_names
+    assert all(abs(grad[names.index(p)]) > 0 for p in ("score_hist.edges[2]", "jet_pt_min"))
+    np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
+    np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())

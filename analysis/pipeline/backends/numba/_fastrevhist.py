@@ -22,7 +22,7 @@ Each histogram is filled from one selection: a shift side (the whole selection a
 the shifted column, :func:`analysis.pipeline.backends.numba._histvariants._shifted`) and a
 region (a channel's count thresholds and event cuts,
 :func:`analysis.pipeline.backends.numba._histtables._region_plan`), so the reverse pass
-walks each selection the histograms read once (:func:`Reads.others`; the nominal
+walks each selection the histograms read once (:meth:`Reads.selections`; the nominal
 selection's region 0 in the pass's own walk, with the yields and observables) and chains
 its cotangents to the cuts as :mod:`analysis.pipeline.backends.numba.fastreverse` does.
 A weight variation's factor scales its histogram's bins' cotangents per event (one fill
@@ -201,30 +201,17 @@ class Reads:
                 grad[:, par] += ebar[j]
         return pbar, evbar
 
-    def others(self, cols, run: Plan, theta, widths, grad: np.ndarray, bars: dict, *,
-               threads: int | None, trace) -> None:
-        """Every selection but the nominal region 0 (module docstring): its walk with the
-        objects' weights' cotangents, chained to the cuts into ``grad`` and ``bars``."""
-        from analysis.pipeline.backends.numba import fastreverse
-
+    def selections(self, cols, run: Plan):
+        """Every selection but the nominal region 0 (module docstring), as ``(key,
+        columns, plan, shifted column, factor)``: its shift side's columns (the shifted
+        column None for the nominal ones) and its region's plan (without scores)."""
         for shift, region in [k for k in self.fills if k != (None, 0)]:
-            key = None if shift is None else self.plan.shifts[shift].key
-            side = cols if shift is None else _shifted(cols, key,
-                                                        self.plan.shifts[shift].factor)
-            sub = _region_plan(run, region)
-            sel = fastreverse._selection(side, sub, theta, widths)
-            saved = None if key not in bars else bars[key].copy()
-            wbar = self.before_walk((shift, region), side, sub, sel, theta, widths)
-            if trace is not None:
-                trace[None if key is None else (key, self.plan.shifts[shift].factor), region] += 1
-            walk = fastreverse._walk(sel, sub, theta, widths, self.want_w((shift, region),
-                                                                       sel.tab),
-                                     wbar or None, threads)
-            pbar, evbar = self.after_walk((shift, region), side, sub, sel, walk, theta, widths,
-                                          grad, bars)
-            fastreverse._chain(sel, walk, pbar[None], evbar[None], grad, bars)
-            if saved is not None:  # a shifted score column: d(f x)/dx = f
-                bars[key] = saved + self.plan.shifts[shift].factor * (bars[key] - saved)
+            column, factor = None, 1.0
+            side = cols
+            if shift is not None:
+                column, factor = self.plan.shifts[shift].key, self.plan.shifts[shift].factor
+                side = _shifted(cols, column, factor)
+            yield (shift, region), side, _region_plan(run, region), column, factor
 
     def values(self) -> dict[str, Any]:
         """The histogram value states filled so far, ``{group: {key: Histogram}}``."""

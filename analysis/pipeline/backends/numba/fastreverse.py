@@ -40,12 +40,16 @@ probability over more terms, and in the general model where an object's weight i
 over its patterns on the host: within an ulp or two); observables of other kinds (event
 sums, indexed objects) take their value states from that function (on the score columns:
 :func:`analysis.pipeline.scorecols.bare`).
+A payload that reads histograms and likelihood templates of kinds ``S.f`` and branches
+adds their entries' cotangents the same way, in every selection they are filled from
+(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`).
+
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(histograms, other kernels' plans; a payload that reads an event sum's or an indexed
-observable's states: no entries of theirs are pulled back here); the chooser then runs
-the JAX sweep.
+(histograms of event sums and leading objects, other kernels' plans; a payload that
+reads an event sum's or an indexed observable's states: no entries of theirs are pulled
+back here); the chooser then runs the JAX sweep.
 """
 
 from __future__ import annotations
@@ -274,8 +278,9 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     if payload is not None:  # one the numba rules serve (they checked it)
         parsed = _fastpayload.parse(run, payload)
         if isinstance(parsed, str):
-            raise ValueError("the numba reverse pass pulls back the yields and observables "
-                             f"of kinds S.f and branches; the objective reads {parsed}")
+            raise ValueError("the numba reverse pass pulls back the yields, observables and "
+                             f"histograms of kinds S.f and branches; the objective reads "
+                             f"{parsed}")
         cot, reads = parsed
         cots = [cot]
         if run.hists:
@@ -322,8 +327,20 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         dp += pbar
         dev += evbar
     _chain(sel, walk, dp, dev, grad, bars)
+    for key, side, sub, column, factor in hist.selections(cols, run) if hist else ():
+        # each other selection the histograms read: its walk with their cotangents
+        other = _selection(side, sub, theta, widths)
+        saved = bars[column].copy() if column in bars else None
+        wbar = hist.before_walk(key, side, sub, other, theta, widths)
+        if trace is not None:
+            trace[None if column is None else (column, factor), key[1]] += 1
+        walk = _walk(other, sub, theta, widths, hist.want_w(key, other.tab), wbar or None,
+                     threads)
+        pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, bars)
+        _chain(other, walk, pbar[None], evbar[None], grad, bars)
+        if saved is not None:  # a shifted score column: d(f x)/dx = f
+            bars[column] = saved + factor * (bars[column] - saved)
     if hist is not None:
-        hist.others(cols, run, theta, widths, grad, bars, threads=threads, trace=trace)
         value.update(hist.values())
     # rows asked for (the others are 0)
     live = np.flatnonzero(np.any(cots != 0, axis=1) | bool(reads or hist))

@@ -169,7 +169,7 @@ def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
         name = reads(scorecols.bare(plan), request.pullback)
         if name is not None:
             return (f"the objective reads {name} (the numba reverse pass pulls back the "
-                    "yields and observables of kinds S.f and branches)")
+                    "yields, observables and histograms of kinds S.f and branches)")
     return None
 
 
@@ -258,6 +258,9 @@ def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
     if request.kind == "pullback" and spec.node.kind in ("field", "branch"):
         return None  # the numba reverse pass pulls them back (numba/_fastrevhist)
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
+        if request.kind == "pullback":  # event sums, leading objects: no entries there
+            return (f"x = {spec.node.text!r}: the numba reverse pass pulls back histograms "
+                    "of kinds S.f and branches")
         return f"histograms in a {request.kind} pass run in the JAX kernel"
     return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)
 

@@ -151,7 +151,8 @@ def check(cols, plan, theta, widths, payload, fd: tuple[str, ...] = ()) -> np.nd
     return g
 
 
-@pytest.mark.parametrize("name", list(FILES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
+                                  if n.startswith("nanoAOD_2015") else n for n in FILES])
 def test_histograms_and_templates_equal_the_jax_sweep(name: str) -> None:
     """Every histogram and template read (fields of both jet sets and the muons, a
     b-tag, ``abs``, an event score and MET; hard and soft bins, trainable
@@ -161,7 +162,7 @@ def test_histograms_and_templates_equal_the_jax_sweep(name: str) -> None:
     plan, theta, widths, cols = setup(hists_config(btag=FILES[name]), name)
     payload = hists_payload(cols, plan, theta, widths)
     g = check(cols, plan, theta, widths, payload,
-              fd=("b_min", "bpt.edges[2]", "evs.edges[3]", "jet_pt_min"))
+              fd=("bpt.edges[2]", "evs.edges[3]"))
     names = plan.trainable_names
     for n in ("bpt.edges[1]", "evs.edges[5]", "n_min", "eta_max", "mu_min"):
         assert abs(g[names.index(n)]) > 0, n
@@ -171,12 +172,13 @@ def test_histograms_and_templates_equal_the_jax_sweep(name: str) -> None:
     assert trace == Counter({(side, r): 1 for side in sides for r in (0, 1)})
 
 
-@pytest.mark.parametrize("only", ["histograms.evs", "histograms.bpt", "histograms.jpt",
-                                  "histograms.tag", "histograms.met", "templates.b2",
-                                  "templates.sr:jes:up", "templates.tags:scale:down"])
+@pytest.mark.parametrize("only", ["histograms.evs", "templates.b2", "templates.sr:jes:up",
+                                  "templates.tags:scale:down"])
 def test_each_histogram_alone(only: str) -> None:
-    """One histogram (or template) read at a time, the yields and observables not: the
-    numba pullback equals the JAX sweep (a share that cancels elsewhere cannot hide)."""
+    """One histogram read at a time (an event score's with trainable edges; a template
+    in a channel region, of a shift side, of a weight variation: each with the others of
+    its name), the yields and observables not: the numba pullback equals the JAX sweep
+    (a share that cancels elsewhere cannot hide)."""
     plan, theta, widths, cols = setup(hists_config(), "nano_tt_v12.root")
     payload = hists_payload(cols, plan, theta, widths, seed=1, only=only)
     assert any(e is not None for e in payload)
@@ -195,7 +197,7 @@ def test_hard_widths_and_tiny_chunks() -> None:
     plan, theta, widths, cols = setup(hists_config(), "nano_tt_v12.root")
     payload = hists_payload(cols, plan, theta, widths, seed=2)
     for w in (widths, np.zeros_like(widths)):
-        for a, b in ((0, 0), (3, 4), (10, 13), (0, 200)):
+        for a, b in ((0, 0), (3, 4), (0, 200)):
             part = slice_columns(cols, a, b)
             got = fastreverse.chunk_pullback(part, plan, theta, w, payload)
             ref = jax_reverse.chunk_pullback(part, plan, theta, w, payload)
@@ -215,7 +217,7 @@ def test_event_sum_histograms_stay_refused() -> None:
         c["histograms"].append({"name": "other", "x": x, "edges": [0.0, 100.0, 300.0]})
         plan, theta, _, _ = setup(c, "nano_tt_v12.root")
         why = numba_refusal(plan, 0, theta, pullback=[None] * len(state_paths(plan)))
-        assert why is not None and "'other'" in why and "pullback" in why, why
+        assert why is not None and "'other'" in why and "pulls back histograms" in why, why
 
 
 def learned_binning(chunksize: int = 70) -> dict:

@@ -79,11 +79,12 @@ def setup(cfg: dict, name: str):
 
 def hists_payload(cols, plan, theta, widths, *, seed: int = 0, only: str | None = None) -> list:
     """A payload with random cotangents (scaled by each state's size) for every state
-    (``only``: the histogram states whose name starts with it, the rest None), about
-    the JAX values' means for moments."""
+    (``only``: the histogram states whose name starts with it, the rest None); moments
+    about a point near the means."""
     rng = np.random.default_rng(seed)
     names = state_paths(plan)
-    value = jax_reverse.chunk_pullback(cols, plan, theta, widths, [None] * len(names)).derived.value
+    # the numba pass's value states (the JAX sweep's: tested below), no JAX compile
+    value = fastreverse.chunk_pullback(cols, plan, theta, widths, [None] * len(names)).derived.value
     out: list = []
     for n, leaf in zip(names, jax.tree_util.tree_leaves(value, is_leaf=is_state), strict=True):
         if only is not None and not n.startswith(only):
@@ -162,7 +163,7 @@ def test_histograms_and_templates_equal_the_jax_sweep(name: str) -> None:
     plan, theta, widths, cols = setup(hists_config(btag=FILES[name]), name)
     payload = hists_payload(cols, plan, theta, widths)
     g = check(cols, plan, theta, widths, payload,
-              fd=("bpt.edges[2]", "evs.edges[3]"))
+              fd=("bpt.edges[2]",))
     names = plan.trainable_names
     for n in ("bpt.edges[1]", "evs.edges[5]", "n_min", "eta_max", "mu_min"):
         assert abs(g[names.index(n)]) > 0, n
@@ -269,3 +270,25 @@ def test_learned_binning_runs_the_numba_pullback_under_auto(monkeypatch) -> None
     assert all(abs(grad[names.index(p)]) > 0 for p in ("score_hist.edges[2]", "jet_pt_min"))
     np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
     np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+
+
+@pytest.mark.xfail(strict=True, reason="a shift of a score's input does not move the score "
+                   "on numba nor in either reverse pass (score columns from the nominal "
+                   "inputs, scorecols); the JAX kernel's values recompute the network")
+def test_a_shift_of_a_scores_input_moves_the_score_on_both_backends() -> None:
+    """``learned_binning.yaml``'s MET scale shift on its MET score: the numba states
+    pass's shifted templates equal the JAX kernel's (1e-10)."""
+    from analysis.pipeline.backend import Backend, chunk_state
+
+    config = config_from_dict(learned_binning())
+    plan = build_plan(config)
+    theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
+    widths = np.array(initial_widths(config), np.float64)
+    cols = read_columns(SHARED_DATA / "nano_tt_v12.root", plan)
+    got, ref = (chunk_state(cols, plan, theta, widths, order=0, backend=Backend(b))
+                .derived.value["templates"] for b in ("numba", "jax"))
+    assert not np.allclose(np.asarray(ref["sr:met_scale:up"].sumw_flow),
+                           np.asarray(ref["sr"].sumw_flow), rtol=1e-6)  # the score moves
+    for key, h in ref.items():
+        np.testing.assert_allclose(np.asarray(got[key].sumw_flow), np.asarray(h.sumw_flow),
+                                   rtol=1e-10, err_msg=key)

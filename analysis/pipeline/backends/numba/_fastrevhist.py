@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from analysis.pipeline.backends.numba._fastpool import _run_dynamic
 from analysis.pipeline.backends.numba._histfills import _factors, fill_key, soft_width
 from analysis.pipeline.backends.numba._histtables import _region_plan
 from analysis.pipeline.backends.numba._histvariants import _shifted
@@ -53,6 +54,8 @@ __all__: list[str] = []  # internal to the numba kernel
 
 #: the histogram kinds whose states the numba reverse pass pulls back
 KINDS = ("field", "branch")
+#: events per block of the entries' kernel (the blocks on threads; a block's sums apart)
+BLOCK = 4096
 
 
 def _ordered(plan: Plan, group: str) -> list:
@@ -135,7 +138,7 @@ class Reads:
         return x, raw, off, gs
 
     def _run(self, fill: _Fill, cols, run: Plan, sel, p: np.ndarray | None, theta, widths,
-             values: bool, rows: dict) -> tuple:
+             values: bool, rows: dict, threads: int | None) -> tuple:
         """The kernel on one fill (``p``: the entries' probabilities, None: 1); ``(x, raw,
         off, gs, g, gx, ebar, sumw, sumw2)``."""
         spec = fill.specs[0]
@@ -145,16 +148,19 @@ class Reads:
         factors = np.ascontiguousarray(_factors(self.plan, fill.specs, cols, weight, rows))
         edges = np.array(spec.edges_of(theta), np.float64)
         nv, nb = fill.sbar.shape
+        n_blocks = max(1, -(-(off.shape[0] - 1) // BLOCK))
         g, gx = np.zeros(x.shape[0]), np.zeros(x.shape[0])
-        ebar = np.zeros(edges.shape[0])
-        sumw, sumw2 = np.zeros((nv, nb)), np.zeros((nv, nb))
-        _numba_revhist.entry_cotangents(
-            off, x, np.ascontiguousarray(p, np.float64), sel.ev, factors, weight, edges,
-            soft_width(spec.width_index, widths), fill.sbar, fill.sbar2, values, g, gx, ebar,
-            sumw, sumw2)
-        return x, raw, off, gs, g, gx, ebar, sumw, sumw2
+        ebar = np.zeros((n_blocks, edges.shape[0]))
+        sumw, sumw2 = np.zeros((n_blocks, nv, nb)), np.zeros((n_blocks, nv, nb))
+        args = (off, x, np.ascontiguousarray(p, np.float64), sel.ev, factors, weight, edges,
+                soft_width(spec.width_index, widths), fill.sbar, fill.sbar2, values, BLOCK, g,
+                gx, ebar, sumw, sumw2)
+        _run_dynamic(_numba_revhist.entry_cotangents, args, n_blocks, threads)
+        # the blocks' sums in block order (numpy's pairwise sum: the same bits on any threads)
+        return x, raw, off, gs, g, gx, ebar.sum(axis=0), sumw.sum(axis=0), sumw2.sum(axis=0)
 
-    def before_walk(self, key: tuple, cols, run: Plan, sel, theta, widths) -> dict:
+    def before_walk(self, key: tuple, cols, run: Plan, sel, theta, widths, *,
+                    threads: int | None = None) -> dict:
         """``{global set: dL/d(object weight)}`` of the fills of selection ``key`` that
         read objects: ``ev_e dL/dw_j``, each entry binned where its event's weight is
         not 0 (the object weights come from the walk; where one is 0 its cotangent
@@ -166,12 +172,12 @@ class Reads:
             if fill.specs[0].node.kind != "field" or not (fill.sbar.any() or fill.sbar2.any()):
                 continue
             _, _, off, gs, g, *_ = self._run(fill, cols, run, sel, None, theta, widths, False,
-                                             rows)
+                                             rows, threads)
             wbar[gs] = wbar.get(gs, 0.0) + np.repeat(sel.ev, np.diff(off)) * g
         return wbar
 
     def after_walk(self, key: tuple, cols, run: Plan, sel, walk, theta, widths, grad: np.ndarray,
-                   bars: dict) -> tuple[np.ndarray, np.ndarray]:
+                   bars: dict, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(dL/dP_e, dL/dev_e)`` of the fills of selection ``key`` (``walk``: its
         sensitivities' walk, with the objects' weights of :meth:`want_w`); the values'
         and the trainable edges' cotangents into ``bars`` (score columns) and ``grad``
@@ -184,7 +190,7 @@ class Reads:
             node = spec.node
             p = walk.pe if node.kind == "branch" else walk.ow[sel.tab.gidx[node.head]]
             x, raw, off, gs, g, gx, ebar, sumw, sumw2 = self._run(
-                fill, cols, run, sel, p, theta, widths, True, rows)
+                fill, cols, run, sel, p, theta, widths, True, rows, threads)
             for v, s in enumerate(fill.specs):
                 self.value[s.group][s.key] = Histogram(s.edges, sumw[v], sumw2[v])
             if gs is None:

@@ -305,7 +305,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     wbar = None if pulled is None else pulled.wbar
     if hist is not None:  # the histograms of the nominal selection, region 0
         want_w |= hist.want_w((None, 0), tab)
-        for gs, wb in hist.before_walk((None, 0), cols, run, sel, theta, widths).items():
+        for gs, wb in hist.before_walk((None, 0), cols, run, sel, theta, widths,
+                                       threads=threads).items():
             wbar = {} if wbar is None else wbar
             wbar[gs] = wbar.get(gs, 0.0) + wb
     walk = _walk(sel, run, theta, widths, want_w, wbar, threads)
@@ -323,7 +324,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
     if hist is not None:  # the histograms' entries (one row), then the other selections
         pbar, evbar = hist.after_walk((None, 0), cols, run, sel, walk, theta, widths, grad,
-                                      bars)
+                                      bars, threads=threads)
         dp += pbar
         dev += evbar
     _chain(sel, walk, dp, dev, grad, bars)
@@ -331,12 +332,13 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         # each other selection the histograms read: its walk with their cotangents
         other = _selection(side, sub, theta, widths)
         saved = bars[column].copy() if column in bars else None
-        wbar = hist.before_walk(key, side, sub, other, theta, widths)
+        wbar = hist.before_walk(key, side, sub, other, theta, widths, threads=threads)
         if trace is not None:
             trace[None if column is None else (column, factor), key[1]] += 1
         walk = _walk(other, sub, theta, widths, hist.want_w(key, other.tab), wbar or None,
                      threads)
-        pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, bars)
+        pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, bars,
+                                      threads=threads)
         _chain(other, walk, pbar[None], evbar[None], grad, bars)
         if saved is not None:  # a shifted score column: d(f x)/dx = f
             bars[column] = saved + factor * (bars[column] - saved)

@@ -190,13 +190,22 @@ def test_each_histogram_alone(only: str) -> None:
     np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10 * np.abs(r).max())
 
 
-def test_hard_widths_and_tiny_chunks() -> None:
+def test_hard_widths_tiny_chunks_and_threads(monkeypatch) -> None:
     """Every width 0 (hard cuts and bins: the trainable edges' and the values' cotangents
-    vanish) and chunks of 0, 1 and 3 events: the numba pullback equals the JAX sweep."""
+    vanish) and chunks of 0, 1 and 200 events: the numba pullback equals the JAX sweep;
+    the entries' kernel in blocks of 16 events gives the same bits on 1 and 3 threads."""
+    from analysis.pipeline.backends.numba import _fastrevhist
     from tests.chunked_helpers import slice_columns
 
     plan, theta, widths, cols = setup(hists_config(), "nano_tt_v12.root")
     payload = hists_payload(cols, plan, theta, widths, seed=2)
+    monkeypatch.setattr(_fastrevhist, "BLOCK", 16)
+    one, three = (fastreverse.chunk_pullback(cols, plan, theta, widths, payload, threads=t)
+                  for t in (1, 3))
+    for x, y in zip(jax.tree_util.tree_leaves((one.derived.value, one.derived.grad)),
+                    jax.tree_util.tree_leaves((three.derived.value, three.derived.grad)),
+                    strict=True):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
     for w in (widths, np.zeros_like(widths)):
         for a, b in ((0, 0), (3, 4), (0, 200)):
             part = slice_columns(cols, a, b)

@@ -17,7 +17,7 @@ f_ve^2 weight_e sbar2_vb)``, and
 
 An entry of weight 0 is binned at ``x = 0`` (its value may be garbage; the JAX kernel's
 ``where(w != 0, x, 0)``: no cotangent of ``x`` there). The same pass fills the value
-sums. One sequential loop over the entries.
+sums, per block of events (the blocks on threads).
 """
 
 from __future__ import annotations
@@ -33,21 +33,25 @@ __all__ = ["entry_cotangents"]
 
 
 @njit
-def entry_cotangents(off, x, p, ev, factors, weight, edges, width, sbar, sbar2, values, g, gx,
-                     ebar, sumw, sumw2):
-    """Entries ``off[e]:off[e + 1]`` of event ``e`` (values ``x``, probabilities ``p``,
-    event weights ``ev[e]``, variations' factors ``factors[v, e]``, weights ``weight[e]``),
-    bins of ``edges`` at the soft bins' width ``width`` (0: hard), the bins' cotangents
-    ``sbar[v, b]``, ``sbar2[v, b]`` (module docstring). Outputs: ``g[i] = dL/dw_i``; with
-    ``values``, also ``gx[i] = dL/dx_i``, ``ebar[j] += dL/de_j`` and the value sums
-    ``sumw[v, b]``, ``sumw2[v, b]`` (added to)."""
+def entry_cotangents(off, x, p, ev, factors, weight, edges, width, sbar, sbar2, values, block,
+                     g, gx, ebar, sumw, sumw2, b0, b1):
+    """Blocks ``b0:b1`` of ``block`` events: the entries ``off[e]:off[e + 1]`` of event
+    ``e`` (values ``x``, probabilities ``p``, event weights ``ev[e]``, variations' factors
+    ``factors[v, e]``, weights ``weight[e]``), bins of ``edges`` at the soft bins' width
+    ``width`` (0: hard), the bins' cotangents ``sbar[v, b]``, ``sbar2[v, b]`` (module
+    docstring). Outputs: ``g[i] = dL/dw_i``; with ``values``, also ``gx[i] = dL/dx_i``
+    and per block ``k`` the sums ``ebar[k, j] = dL/de_j``, ``sumw[k, v, b]``,
+    ``sumw2[k, v, b]`` (zeros in; the host adds the blocks in order: no bit depends on
+    the threads)."""
     n_b = sbar.shape[1]
     n_e = edges.shape[0]
     n_v = factors.shape[0]
+    n_ev = off.shape[0] - 1
     c = np.empty(n_b)
     q = np.zeros(n_b)
     ds = np.zeros(n_e)
-    for e in range(off.shape[0] - 1):
+    for e in range(b0 * block, min(n_ev, b1 * block)):
+        k = e // block
         we = weight[e]
         for b in range(n_b):
             c[b] = 0.0
@@ -68,22 +72,22 @@ def entry_cotangents(off, x, p, ev, factors, weight, edges, width, sbar, sbar2, 
                 g[i] = acc
             else:  # the hard bin (numpy's searchsorted, side "right"; NaN: the overflow)
                 soft = False
-                k = n_b - 1 if math.isnan(xi) else np.searchsorted(edges, xi, side="right")
+                h = n_b - 1 if math.isnan(xi) else np.searchsorted(edges, xi, side="right")
                 q[:] = 0.0
-                q[k] = 1.0
-                g[i] = c[k]
+                q[h] = 1.0
+                g[i] = c[h]
             if not values:
                 continue
             for v in range(n_v):
                 f = factors[v, e]
                 f2 = f * f * we
                 for b in range(n_b):
-                    sumw[v, b] += f * (w * q[b])
-                    sumw2[v, b] += f2 * (w * q[b])
+                    sumw[k, v, b] += f * (w * q[b])
+                    sumw2[k, v, b] += f2 * (w * q[b])
             d = 0.0
             if soft:
                 for j in range(n_e):
                     t = ds[j] * (c[j + 1] - c[j])
                     d += t
-                    ebar[j] -= w * t
+                    ebar[k, j] -= w * t
             gx[i] = w * d

@@ -31,7 +31,7 @@ trainable parameters); a reverse-mode step (the yields' gradients in one pass, w
 both under ``auto``. Writes ``benchmarks/results/params.reverse_vs_values.json``. Goal
 (issue 49): the step <= 4x the value pass.
 
-Reverse mode with histograms (``--case reverse_hists``, not run by default): the same
+Reverse mode with histograms (``--case reverse-hists``, not run by default): the same
 plan with a soft histogram of the jets' pT with trainable edges, one of the b-jets' pT
 and one of MET, the first a likelihood channel's template with a shift of the jets' pT
 (the whole selection again per side) and a weight variation; a payload with random
@@ -309,9 +309,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--chunksize", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-record", action="store_true", help="print only")
-    ap.add_argument("--case", choices=("all", "params", "reverse", "reverse_hists"),
+    ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-hists"),
                     default="all", help="12 vs 4 parameters, the reverse step vs values, "
-                    "or both; reverse_hists: a histogram-reading pullback, numba vs JAX")
+                    "or both; reverse-hists: a histogram-reading pullback, numba vs JAX")
     args = ap.parse_args(argv)
 
     cols = chunks(args.events, args.chunksize)
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
         out["params"] = _params(cols, args, argv)
     if args.case in ("all", "reverse"):
         out["reverse"] = _reverse(cols, args, argv)
-    if args.case == "reverse_hists":
+    if args.case == "reverse-hists":
         out["reverse_hists"] = _reverse_hists(cols, args)
     return out
 

@@ -17,9 +17,11 @@ import pytest
 
 from analysis.config.loader import config_from_dict
 from analysis.pipeline import scorecols
+from analysis.pipeline.backend import run_once
 from analysis.pipeline.backends.jax import reverse as jax_reverse
 from analysis.pipeline.backends.numba import fastreverse
 from analysis.pipeline.plan import build_plan, initial_widths
+from analysis.pipeline.request import Request
 from analysis.pipeline.results import state_names
 from analysis.stats.merge import is_state
 from analysis.stats.pullback import pulled_sum
@@ -84,7 +86,8 @@ def hists_payload(cols, plan, theta, widths, *, seed: int = 0, only: str | None 
     rng = np.random.default_rng(seed)
     names = state_paths(plan)
     # the numba pass's value states (the JAX sweep's: tested below), no JAX compile
-    value = fastreverse.chunk_pullback(cols, plan, theta, widths, [None] * len(names)).derived.value
+    value = run_once(cols, plan, Request(theta, widths, order=0, pullback=[None] * len(names)),
+                     backend="numba").derived.value
     out: list = []
     for n, leaf in zip(names, jax.tree_util.tree_leaves(value, is_leaf=is_state), strict=True):
         if only is not None and not n.startswith(only):
@@ -301,3 +304,22 @@ def test_a_shift_of_a_scores_input_moves_the_score_on_both_backends() -> None:
     for key, h in ref.items():
         np.testing.assert_allclose(np.asarray(got[key].sumw_flow), np.asarray(h.sumw_flow),
                                    rtol=1e-10, err_msg=key)
+
+
+@pytest.mark.slow  # ~15 s: the JAX sweep's compile
+def test_a_cut_with_derived_edges_beside_histograms() -> None:
+    """The jets' pT window about a trainable centre and half-width (``around``: derived
+    edges, pseudo-parameters chained once per pass) with every histogram read: the numba
+    pullback equals the JAX backend's (1e-10), the half-width's entry too."""
+    cfg = hists_config()
+    cfg["parameters"]["half"] = {"init": 80.0, "bounds": [10.0, 200.0]}
+    cfg["objects"]["jets"]["cuts"][0] = {"var": "pt", "op": "around", "center_param": "jet_pt_min",
+                                         "half_param": "half", "width": 5.0}
+    plan, theta, widths, cols = setup(cfg, "nano_tt_v12.root")
+    theta[plan.param_names.index("jet_pt_min")] = 100.0
+    payload = hists_payload(cols, plan, theta, widths, seed=3)
+    assert numba_refusal(plan, 0, theta, pullback=payload) is None
+    got, ref = (np.asarray(run_once(cols, plan, Request(theta, widths, order=0, pullback=payload),
+                                    backend=b).derived.grad) for b in ("numba", "jax"))
+    assert abs(ref[plan.trainable_names.index("half")]) > 0
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())

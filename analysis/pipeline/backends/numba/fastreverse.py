@@ -28,7 +28,13 @@ adds to ``dL/dP_e`` and ``dL/dev_e``; an object's weight ``ev_e w_js`` gives the
 weights' cotangents, which the walk's vector-Jacobian product (one more sweep each way,
 :func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`)
 turns into ``dL/dq_js`` and ``dL/dthreshold``; a value that is a score's column adds to
-the column's cotangent.
+the column's cotangent. A payload that reads event sums' moments (``sum(S.f)``,
+``count(S)``) or indexed observables' states (``S[i].f``, ``mass(S[0] + S[1])``) adds,
+through their walks' vector-Jacobian products (one sweep each way per event,
+:mod:`analysis.pipeline.backends.numba._revobs`), the cotangents of every object's
+pattern probabilities (chained to ``dL/dq_js`` as ``H`` above), of the event weights and
+of the trainable count thresholds; their per-event moments and candidates come from the
+value walk below.
 
 One walk per event for any number of parameters (the networks' weights, the cut
 thresholds), which also gives the chunk's value states (its pass probabilities and
@@ -47,9 +53,8 @@ adds their entries' cotangents the same way, in every selection they are filled 
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(histograms of event sums and leading objects, other kernels' plans; a payload that
-reads an event sum's or an indexed observable's states: no entries of theirs are pulled
-back here); the chooser then runs the JAX sweep.
+(histograms of event sums and leading objects, other kernels' plans); the chooser then
+runs the JAX sweep.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from analysis.pipeline.backends.numba import (
     _fastpayload,
     _fastrevhist,
     _fastsens,
+    _revobs,
     fastkernel,
 )
 from analysis.pipeline.backends.numba._fastpool import yield_sums
@@ -221,10 +227,12 @@ def _walk(sel: _Selection, run: Plan, theta, widths, want_w: set, wbar: dict | N
 
 
 def _chain(sel: _Selection, walk: _fastsens.Walk, dp: np.ndarray, dev: np.ndarray,
-           grad: np.ndarray, bars: dict) -> None:
+           grad: np.ndarray, bars: dict, by_walks=None) -> None:
     """``dL/dP_e`` (``dp``) and ``dL/dev_e`` (``dev``, both ``(R, E)``) and the walk's
-    objects' weights' share, chained to the cuts' thresholds and the count thresholds
-    (added to ``grad``, ``(R, P)``) and to the score columns (``bars``)."""
+    objects' weights' share (and ``by_walks``' ``dL/dq_js`` and ``dL/dthreshold``: the
+    event sums' and indexed observables' walks, :func:`analysis.pipeline.backends.numba._revobs.pull`),
+    chained to the cuts' thresholds and the count thresholds (added to ``grad``,
+    ``(R, P)``) and to the score columns (``bars``)."""
     n_ev = sel.ev.shape[0]
     tab, coff, esoft, w = sel.tab, sel.coff, sel.esoft, sel.w
     for c, cut in enumerate(sel.ecuts):
@@ -239,6 +247,8 @@ def _chain(sel: _Selection, walk: _fastsens.Walk, dp: np.ndarray, dev: np.ndarra
         dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
         if walk.dq_w is not None:  # the objects' weights' share (the walk's vjp)
             dlq += walk.dq_w[gs]
+        if by_walks is not None:
+            dlq += by_walks.dq[gs]
         n_obj = dlq.shape[1]
         for c, cut in enumerate(cuts):
             g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
@@ -251,6 +261,8 @@ def _chain(sel: _Selection, walk: _fastsens.Walk, dp: np.ndarray, dev: np.ndarra
         g = dp @ walk.dfe  # (R, K)
         if walk.dfw is not None:
             g += walk.dfw.sum(axis=0)
+        if by_walks is not None:
+            g += by_walks.dcount
         for k, p in enumerate(sel.counts_tr):
             grad[:, p] += g[:, k]
 
@@ -271,16 +283,16 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
     # the value states from the sensitivities' walk where it gives what they read
     own = any(o.x.kind not in ("field", "branch") for o in run.observables)
+    keep: list = []  # the value walk (its event sums' moments, indexed candidates)
     value = (fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads,
-                                         trace=trace)[0] if own else None)
+                                         trace=trace, keep=keep)[0] if own else None)
     reads: list = []  # the observable states the payload reads
     hist = None  # the histogram states (_fastrevhist)
     if payload is not None:  # one the numba rules serve (they checked it)
         parsed = _fastpayload.parse(run, payload)
         if isinstance(parsed, str):
-            raise ValueError("the numba reverse pass pulls back the yields, observables and "
-                             f"histograms of kinds S.f and branches; the objective reads "
-                             f"{parsed}")
+            raise ValueError("the numba reverse pass does not pull back a state the "
+                             f"objective reads: {parsed}")
         cot, reads = parsed
         cots = [cot]
         if run.hists:
@@ -300,7 +312,9 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         if run.observables[r.index].x.kind == "field"}
     if trace is not None:
         trace[None, 0] += 1
-    pulled = (_fastpayload.before_walk(reads, run, cols, flats, coff, tab, ev) if reads
+    walked = [r for r in reads if run.observables[r.index].x.kind in _revobs.KINDS]
+    entries = [r for r in reads if run.observables[r.index].x.kind not in _revobs.KINDS]
+    pulled = (_fastpayload.before_walk(entries, run, cols, flats, coff, tab, ev) if entries
               else None)
     wbar = None if pulled is None else pulled.wbar
     if hist is not None:  # the histograms of the nominal selection, region 0
@@ -322,12 +336,18 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     if pulled is not None:  # the observables' entries (one row)
         dp += pulled.pbar
         dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
+    by_walks = None
+    if walked:  # event sums' and indexed observables' states (one row): their walks' vjp
+        by_walks = _revobs.pull(walked, run, tab, keep[0], cols, sel.q_of, theta, widths,
+                                sel.counts_tr, ev, max_seq=sel.max_seq, block=fastkernel.BLOCK,
+                                threads=threads)
+        dev += by_walks.dev
     if hist is not None:  # the histograms' entries (one row), then the other selections
         pbar, evbar = hist.after_walk((None, 0), cols, run, sel, walk, theta, widths, grad,
                                       bars, threads=threads)
         dp += pbar
         dev += evbar
-    _chain(sel, walk, dp, dev, grad, bars)
+    _chain(sel, walk, dp, dev, grad, bars, by_walks)
     for key, side, sub, column, factor in hist.selections(cols, run) if hist else ():
         # each other selection the histograms read: its walk with their cotangents
         other = _selection(side, sub, theta, widths)
@@ -358,8 +378,7 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payl
                    threads: int | None = None, trace: Counter | None = None) -> DatasetState:
     """One chunk's states and gradient share (module docstring), as
     :func:`analysis.pipeline.backends.jax.reverse.chunk_pullback` returns them, for a
-    plan and a payload the numba rules serve (it reads the yields and observables of
-    kinds ``S.f`` and branches)."""
+    plan and a payload the numba rules serve."""
     value, grad = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads,
                           trace=trace)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,

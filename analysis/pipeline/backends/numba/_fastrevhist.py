@@ -114,7 +114,6 @@ class Reads:
                 out.append(_Fill([s for s, _ in pairs], np.stack(bars), np.stack(bars2)))
             self.fills[sel] = out
         self.value: dict = {g: {} for g in GROUPS}
-        self._pre: dict = {}
 
     def want_w(self, sel: tuple, tab) -> set:
         """The global set indices whose objects' weights the fills of ``sel`` read."""

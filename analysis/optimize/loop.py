@@ -41,7 +41,9 @@ The command-line entry (``diffcoffea optimize``) is :func:`analysis.cli.parser.r
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +211,17 @@ class Optimization(HardEvaluations):
     def use_all_events(self) -> None:
         """Later passes (plots) weigh every event, whatever the validation split."""
         self._use_part("all")
+
+    @contextlib.contextmanager
+    def all_events(self) -> Iterator[None]:
+        """The passes inside weigh every event (as after :meth:`use_all_events`); the
+        part the passes weighed before is restored after."""
+        kept = "all" if self.ev.part is None else self.ev.part[0]
+        self._use_part("all")
+        try:
+            yield
+        finally:
+            self._use_part(kept)
 
     # parameters
     def params(self, u: np.ndarray | None = None) -> dict[str, float]:

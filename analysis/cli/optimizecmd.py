@@ -62,7 +62,7 @@ def _run_optimize(args, config, plotter) -> int:
     # earlier checkpoint unless --resume continues it.
     with claim_run(config, args), make_evaluator(config, args) as ev:
         run = Optimization(config, ev, outdir, steps=args.steps,
-                           initial_observables=not args.no_plots)
+                           initial_observables=not args.no_plots, background_checkpoints=True)
         if args.resume:
             run.resume()
         initial_params = config.initial_params()
@@ -226,8 +226,13 @@ def _loop(run, quiet: bool, args) -> None:
     with Progress(*columns, disable=quiet) as bar:
         task = bar.add_task("opt", total=run.opt_cfg.steps, completed=run.step, obj="-", dt="-")
         start_up_done(args)  # the imports are done; the passes run with the collector
-        while not run.done:
-            entry = run.do_step()
-            if entry is not None:  # None: stopped (run.stopped says why)
-                bar.update(task, completed=run.step, obj=f"{entry['objective']:.6g}",
-                           dt=f"{entry['wall_time_s']:.2f}s")
+        try:
+            while not run.done:
+                entry = run.do_step()
+                if entry is not None:  # None: stopped (run.stopped says why)
+                    bar.update(task, completed=run.step, obj=f"{entry['objective']:.6g}",
+                               dt=f"{entry['wall_time_s']:.2f}s")
+        except BaseException:  # (Ctrl-C too) the checkpoint being written is completed
+            run.wait_checkpoint(raise_error=False)
+            raise
+        run.wait_checkpoint()  # the last step's (a full disk: its one line, as before)

@@ -43,7 +43,6 @@ def _plot_workers() -> int:
 def _run_optimize(args, config, plotter) -> int:
     from analysis.cli.plots import plot_scores
     from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
-    from analysis.cli.units import units_of
     from analysis.optimize.keepbest import keep_best_report
     from analysis.optimize.loop import Optimization
     from analysis.pipeline.results import MIN_EFFECTIVE_EVENTS, dataset_report
@@ -72,12 +71,19 @@ def _run_optimize(args, config, plotter) -> int:
         passes = run.passes
         history = run.validation_history()
         tracked = run.passes - passes
+        # the final point is chosen: the path (history, parameters, units) is what
+        # results.json will say, and parameters.png and the histograms are drawn from it
+        # while the final evaluations and the report are computed here
+        path = _path_report(run, config)
         drawn = False
-        if not args.no_plots and config.observables and run.all_sumw is not None:
-            # the final point is chosen: its histograms are drawn while this goes on
-            with run.all_events():
-                _submit_histograms(plotter, run, initial_params, outdir)
-            drawn = True
+        if not args.no_plots:
+            hard_p = run.hard_params(run.final_params())  # final()'s hard point
+            plotter.submit("analysis.cli.plots.plot_parameters",
+                           {**path, "final": {"hard": {"parameters": hard_p}}}, outdir, cost=1.5)
+            if config.observables and run.all_sumw is not None:
+                with run.all_events():
+                    _submit_histograms(plotter, run, initial_params, outdir)
+                drawn = True
         final = run.final()
         # values-only passes on the cached columns: the hard-cut objective where the run
         # started (for "before -> after") and the events the final hard cuts keep
@@ -93,16 +99,11 @@ def _run_optimize(args, config, plotter) -> int:
             final[part]["widths"] = named_widths(config, final[part]["widths"])
         report = {
             "config": str(config.source),
-            "trainable": list(run.coords.names),
-            "bounds": {
-                n: [float(lo), float(hi)]
-                for n, lo, hi, b in zip(run.coords.names, run.coords.lower, run.coords.upper,
-                                        run.coords.bounded)
-                if b  # a learned score's weights are unbounded
-            },
+            "trainable": path["trainable"],
+            "bounds": path["bounds"],
             "widths": named_widths(config, run.w0),
             "auto_widths": auto,
-            "units": units_of(config),
+            "units": path["units"],
             "optimizer": config.optimizer.model_dump(mode="json"),
             "steps_run": run.step,
             "passes": run.step + tracked + run.final_passes + closing,
@@ -112,7 +113,7 @@ def _run_optimize(args, config, plotter) -> int:
             "hard_all": {"objective": checks["hard_all"],
                          "significance": checks["significance_all"]},
             "keep_best": keep_best_report(run.tracked),
-            "history": [{**h, "widths": named_widths(config, h["widths"])} for h in run.history],
+            "history": path["history"],
             "final": final,
             "parameters": final["soft"]["parameters"],
             "min_effective_events": MIN_EFFECTIVE_EVENTS,
@@ -121,9 +122,8 @@ def _run_optimize(args, config, plotter) -> int:
         }
         if not args.no_plots:
             # drawn (in the workers) while this process goes on: the count pass, the
-            # histograms' pass, the per-dataset report (docs/explanation/performance.md)
+            # per-dataset report (docs/explanation/performance.md)
             plotter.submit("analysis.cli.plots.plot_objective", report, outdir, cost=1.0)
-            plotter.submit("analysis.cli.plots.plot_parameters", report, outdir, cost=1.5)
         hard = hard_event_counts(ev, final["hard"]["parameters"],
                                  observables=run.hard_observables())
         report["faults"] = ev.faults_report()
@@ -184,6 +184,27 @@ def _run_optimize(args, config, plotter) -> int:
         for p in exported:
             print(f"wrote {p}")
     return 0
+
+
+def _path_report(run, config) -> dict:
+    """results.json's ``trainable``, ``bounds``, ``units`` and ``history`` (with keep-best's
+    hard-cut values, widths by cut), complete once keep-best has run: the report and
+    ``parameters.png`` (:func:`analysis.cli.plots.plot_parameters`, drawn before the
+    final evaluations with ``final.hard.parameters`` added) read the same objects."""
+    from analysis.cli.report import named_widths
+    from analysis.cli.units import units_of
+
+    coords = run.coords
+    return {
+        "trainable": list(coords.names),
+        "bounds": {
+            n: [float(lo), float(hi)]
+            for n, lo, hi, b in zip(coords.names, coords.lower, coords.upper, coords.bounded)
+            if b  # a learned score's weights are unbounded
+        },
+        "units": units_of(config),
+        "history": [{**h, "widths": named_widths(config, h["widths"])} for h in run.history],
+    }
 
 
 def _submit_histograms(plotter, run, initial: dict[str, float], outdir) -> None:

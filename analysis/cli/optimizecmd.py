@@ -247,9 +247,14 @@ def _loop(run, quiet: bool, args) -> None:
     with Progress(*columns, disable=quiet) as bar:
         task = bar.add_task("opt", total=run.opt_cfg.steps, completed=run.step, obj="-", dt="-")
         start_up_done(args)  # the imports are done; the passes run with the collector
+        warming = None
         try:
             while not run.done:
                 entry = run.do_step()
+                if warming is None:  # the end's programs, compiled beside the steps
+                    from analysis.optimize.warmtail import warm_tail
+
+                    warming = warm_tail(run) or False
                 if entry is not None:  # None: stopped (run.stopped says why)
                     bar.update(task, completed=run.step, obj=f"{entry['objective']:.6g}",
                                dt=f"{entry['wall_time_s']:.2f}s")

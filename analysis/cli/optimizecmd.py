@@ -1,10 +1,13 @@
 """``diffcoffea optimize`` (:func:`run_optimize`): the loop, keep-best and the final
 evaluations, results.json, and the plots drawn by worker processes while the job goes on.
 
-The order after the loop is the plots' (``docs/explanation/performance.md``): the
-histograms' pass runs as soon as keep-best has chosen the final point, so that their
-figures (the costliest) are drawn while the final soft pass, the validation and the
-report are computed here; the history's figures follow once the report is complete.
+The order after the loop is the plots' (``docs/explanation/performance.md``): as soon
+as keep-best has chosen the final point, ``parameters.png`` is queued (from the path
+the report then reads) and the histograms' pass runs and their figures are queued, so
+that they are drawn while the final soft pass, the validation and the report are
+computed here; ``objective.png`` follows once the run's status is known. The plot
+workers import matplotlib after the first step, and the end's programs are compiled
+beside the loop (:mod:`analysis.optimize.warmtail`).
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ def _run_optimize(args, config, plotter) -> int:
             "final": final,
             "parameters": final["soft"]["parameters"],
             "min_effective_events": MIN_EFFECTIVE_EVENTS,
-            "datasets": None,  # below, once the objective and parameter plots are drawing
+            "datasets": None,  # below, once the objective plot is drawing
             "faults": None,
         }
         if not args.no_plots:

@@ -135,10 +135,14 @@ class CheckpointWriter:
     ``k`` is written (and ``fsync``-ed: ~3 ms a step on a quiet disk, 15 ms at load 5)
     while step ``k + 1``'s pass runs, instead of before it.
 
-    :meth:`submit` serialises the data at once (a snapshot: the history may change
-    after), waits for the previous write and starts this one; :meth:`wait` waits for the
-    last. A failed write (a full disk: :class:`~analysis.data.atomic.WriteError`, the
-    last good checkpoint kept) is raised by the next :meth:`submit` or :meth:`wait`.
+    :meth:`submit` takes a snapshot of the data (the history list, ``u`` and the
+    optimiser state's arrays copied: the loop appends to the history and replaces the
+    rest; the history's entries and the config snapshot must not change after), waits
+    for the previous write and starts this one, which serialises the snapshot
+    (:func:`checkpoint_bytes`: the history's JSON grows with the steps) and writes it;
+    :meth:`wait` waits for the last. A failed write (a full disk:
+    :class:`~analysis.data.atomic.WriteError`, the last good checkpoint kept) is raised
+    by the next :meth:`submit` or :meth:`wait`.
     """
 
     def __init__(self) -> None:
@@ -147,12 +151,13 @@ class CheckpointWriter:
 
     def submit(self, path: Path, data: dict[str, Any]) -> None:
         """Write ``data`` to ``path`` (as :func:`save_checkpoint`) on the writer's thread."""
-        payload = checkpoint_bytes(data)
+        snapshot = {**data, "history": list(data["history"]), "u": np.array(data["u"]),
+                    "opt_state": jax.tree_util.tree_map(np.array, data["opt_state"])}
         self.wait()
 
         def write() -> None:
             try:
-                _write(Path(path), payload)
+                _write(Path(path), checkpoint_bytes(snapshot))
             except BaseException as err:  # noqa: BLE001  (raised by the next wait)
                 self._error = err
 

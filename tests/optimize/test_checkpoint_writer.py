@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from analysis.cli.parser import main
 from analysis.data import atomic
 from analysis.data.atomic import WriteError
+from analysis.optimize import checkpoint as C
 from analysis.optimize.checkpoint import (
     CHECKPOINT,
     CheckpointWriter,
@@ -38,13 +40,22 @@ def _same(a: dict, b: dict) -> bool:
             and np.array_equal(a["u"], b["u"]) and a["fingerprint"] == b["fingerprint"])
 
 
-def test_a_background_write_is_the_same_checkpoint_of_the_data_when_submitted(tmp_path):
+def test_a_background_write_is_the_same_checkpoint_of_the_data_when_submitted(
+        tmp_path, monkeypatch):
     data = _data(np.array([0.25, 0.5]), step=3)
     save_checkpoint(tmp_path / "direct.npz", data)
+    real, changed = C.checkpoint_bytes, threading.Event()
+
+    def late(snapshot):  # the thread serialises only once the caller has moved on
+        changed.wait(30)
+        return real(snapshot)
+
+    monkeypatch.setattr(C, "checkpoint_bytes", late)
     writer = CheckpointWriter()
     writer.submit(tmp_path / CHECKPOINT, data)
     data["history"].append({"step": 3, "objective": 0.0, "parameters": {"a": 2.0}})  # later
     data["u"][0] = 1.0
+    changed.set()
     writer.wait()
     direct, written = read_checkpoint(tmp_path / "direct.npz"), read_checkpoint(tmp_path / CHECKPOINT)
     assert _same(written, direct) and len(written["history"]) == 3

@@ -267,4 +267,7 @@ def _loop(run, quiet: bool, args, plotter=None) -> None:
         except BaseException:  # (Ctrl-C too) the checkpoint being written is completed
             run.wait_checkpoint(raise_error=False)
             raise
+        finally:  # no compilation left running into the end (nor the interpreter's exit)
+            if warming:
+                warming.join()
         run.wait_checkpoint()  # the last step's (a full disk: its one line, as before)

@@ -40,8 +40,9 @@ def warm_tail(run: Any) -> threading.Thread | None:
     Returns
     -------
     threading.Thread or None
-        The thread (no one needs to wait for it: a program it has not compiled yet is
-        compiled where it is called), or None.
+        The thread, or None. A program it has not compiled yet is compiled where it is
+        called; ``optimize`` joins it after the loop, so that no compilation runs on
+        into the end (the same programs twice) or the interpreter's exit.
     """
     states = getattr(run, "initial_states", None)
     if not states or run.reverse:

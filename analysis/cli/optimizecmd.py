@@ -28,10 +28,9 @@ def run_optimize(args) -> int:
     config = load_config(args.config)  # first: a bad config is refused before JAX loads
     from analysis.cli.plotworker import PlotWorkers
 
-    # the plots' processes start now and import matplotlib after the first step, beside
-    # the loop (not beside this one's imports: analysis.cli.plotworker); the figures are
-    # drawn there while this one goes on
-    plotter = PlotWorkers(0 if args.no_plots else _plot_workers(), defer_imports=True)
+    # the plots' processes start now, importing matplotlib while JAX loads here
+    # (analysis.cli.plotworker); the figures are drawn there while this one goes on
+    plotter = PlotWorkers(0 if args.no_plots else _plot_workers())
     with plotter:
         return _run_optimize(args, config, plotter)
 
@@ -69,7 +68,7 @@ def _run_optimize(args, config, plotter) -> int:
         if args.resume:
             run.resume()
         initial_params = config.initial_params()
-        _loop(run, quiet, args, plotter)
+        _loop(run, quiet, args)
         # optimizer.validation.every / keep_best: both parts at every N-th step (one
         # pass); with keep_best the best held-out step becomes the reported point
         passes = run.passes
@@ -237,7 +236,7 @@ def _hist_x(config, name: str) -> str:
     return next(h.x for h in config.histograms if h.name == name)
 
 
-def _loop(run, quiet: bool, args, plotter=None) -> None:
+def _loop(run, quiet: bool, args) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = [
@@ -255,12 +254,10 @@ def _loop(run, quiet: bool, args, plotter=None) -> None:
         try:
             while not run.done:
                 entry = run.do_step()
-                if warming is None:  # the end's programs and the plots' imports, beside
-                    from analysis.optimize.warmtail import warm_tail  # the steps
+                if warming is None:  # the end's programs, compiled beside the steps
+                    from analysis.optimize.warmtail import warm_tail
 
                     warming = warm_tail(run) or False
-                    if plotter is not None:
-                        plotter.start_imports()
                 if entry is not None:  # None: stopped (run.stopped says why)
                     bar.update(task, completed=run.step, obj=f"{entry['objective']:.6g}",
                                dt=f"{entry['wall_time_s']:.2f}s")

@@ -3,9 +3,8 @@
 Drawing a figure is matplotlib's layout and rendering, pure Python on one core, and
 importing matplotlib, mplhep and the CMS style costs about as much as one figure. A
 :class:`PlotWorkers` starts its processes (``python -c``, not a fork: the parent may
-hold JAX's threads) when the command starts, before JAX loads; they import matplotlib
-at once, or with ``defer_imports`` when the parent asks (``optimize``: after its first
-step, beside the loop, not beside its own imports); a figure is then a job: a function of
+hold JAX's threads) when the command starts, before JAX loads, so that their imports
+run beside the parent's; a figure is then a job: a function of
 :mod:`analysis.cli.plots` or :mod:`analysis.cli.lkplots` and its arguments (plain data:
 results.json's report, filled ``hist.Hist`` objects), pickled to a worker's stdin. The
 workers draw with the same code and style as the parent would, so the PNGs are the
@@ -47,11 +46,6 @@ class PlotWorkers:
     ----------
     workers : int
         How many processes (0: every job runs in the parent, when submitted).
-    defer_imports : bool
-        The processes start now but import matplotlib only when :meth:`start_imports`
-        is called (or the first job comes): then, not beside the parent's own imports
-        (on 2 cores three processes importing at once slow the parent's by about the
-        workers' share).
 
     ``submit(name, *args, cost=1.0, **kwargs)`` queues ``name(*args, **kwargs)``
     (``name`` a function of :mod:`analysis.cli.plots` or :mod:`analysis.cli.lkplots`,
@@ -59,18 +53,17 @@ class PlotWorkers:
     ``cost``; :meth:`wait` returns every job's return value, in submission order.
     """
 
-    def __init__(self, workers: int = 2, *, defer_imports: bool = False) -> None:
+    def __init__(self, workers: int = 2) -> None:
         self._procs: list[subprocess.Popen] = []
         self._queued: list[float] = []
         self._jobs: list[tuple[int, int]] = []  # (worker, its job number), in order
         self._local: list[Any] = []
-        self._importing = not defer_imports
         env = child_env()  # the workers import this analysis package
-        code = f"from analysis.cli.plotworker import serve; serve(defer_imports={defer_imports})"
         for _ in range(max(0, int(workers))):
             try:
-                proc = subprocess.Popen([sys.executable, "-c", code],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", "from analysis.cli.plotworker import serve; serve()"],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
             except OSError:
                 break  # the jobs run here
             self._procs.append(proc)
@@ -82,38 +75,20 @@ class PlotWorkers:
     def __exit__(self, *exc) -> None:
         self.close(kill=exc[0] is not None)
 
-    def start_imports(self) -> None:
-        """With ``defer_imports``: the workers import matplotlib now (no reply; a second
-        call does nothing)."""
-        if self._importing:
-            return
-        self._importing = True
-        for proc in self._procs:
-            self._send(proc, None)
-
-    @staticmethod
-    def _send(proc: subprocess.Popen, job: Any) -> bool:
-        """Write ``job`` to a worker's stdin; False where the worker is gone."""
-        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
-        stdin = proc.stdin
-        assert stdin is not None
-        try:
-            stdin.write(len(data).to_bytes(8, "little") + data)
-            stdin.flush()
-        except OSError:
-            return False
-        return True
-
     def submit(self, name: str, *args: Any, cost: float = 1.0, **kwargs: Any) -> None:
         """Queue ``name(*args, **kwargs)`` (class docstring)."""
         if not self._procs:
             self._jobs.append((-1, len(self._local)))
             self._local.append(_resolve(name)(*args, **kwargs))
             return
-        self.start_imports()
         k = min(range(len(self._procs)), key=lambda i: self._queued[i])
-        if not self._send(self._procs[k], (name, args, kwargs)):
-            # the worker is gone (killed, out of memory): drawn here
+        job = pickle.dumps((name, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        stdin = self._procs[k].stdin
+        assert stdin is not None
+        try:
+            stdin.write(len(job).to_bytes(8, "little") + job)
+            stdin.flush()
+        except OSError:  # the worker is gone (killed, out of memory): drawn here
             self._jobs.append((-1, len(self._local)))
             self._local.append(_resolve(name)(*args, **kwargs))
             return
@@ -182,11 +157,9 @@ def _reply(out, ok: bool, value: Any) -> None:
     out.flush()
 
 
-def serve(*, defer_imports: bool = False) -> None:
+def serve() -> None:
     """A worker's loop: jobs from stdin, replies ``(ok, value or error)`` on stdout,
-    until stdin closes. What the plotting prints goes to stderr. ``defer_imports``:
-    matplotlib is imported at the first message (a ``None`` one asks for that alone,
-    with no reply: :meth:`PlotWorkers.start_imports`), else at once."""
+    until stdin closes. What the plotting prints goes to stderr."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent ends us
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints must not corrupt the replies
@@ -194,19 +167,14 @@ def serve(*, defer_imports: bool = False) -> None:
     stdin = sys.stdin.buffer
     from analysis.cli.figures import _pyplot
 
-    if not defer_imports:
-        _pyplot()  # matplotlib, mplhep and the style while the parent starts
+    _pyplot()  # matplotlib, mplhep and the style while the parent starts
     while True:
         head = stdin.read(8)
         if len(head) < 8:  # the parent is done: every figure was written (and synced)
             out.close()
             sys.stderr.flush()
             os._exit(0)  # skips the interpreter's teardown (~0.15 s the parent waits for)
-        job = pickle.loads(stdin.read(int.from_bytes(head, "little")))
-        if job is None:  # the imports, asked for ahead of the first figure
-            _pyplot()
-            continue
-        name, args, kwargs = job
+        name, args, kwargs = pickle.loads(stdin.read(int.from_bytes(head, "little")))
         try:
             value = _resolve(name)(*args, **kwargs)
         except Exception as err:

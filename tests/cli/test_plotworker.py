@@ -109,34 +109,3 @@ def test_optimize_draws_while_it_reports_and_reports_the_same(small_data, tmp_pa
     assert plots.plot_history(report, here) == [here / "objective.png", here / "parameters.png"]
     for name in ("objective.png", "parameters.png"):
         assert (here / name).read_bytes() == (plotted / name).read_bytes(), name
-
-
-def _loaded(pid: int, name: str) -> bool:
-    with open(f"/proc/{pid}/maps") as f:
-        return name in f.read()
-
-
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"), reason="no /proc")
-def test_deferred_workers_import_when_asked_and_draw_the_same_bytes(tmp_path) -> None:
-    """``defer_imports``: the workers start, but matplotlib is loaded only once
-    :meth:`PlotWorkers.start_imports` (or a job) asks; the figures are the same bytes."""
-    import time
-
-    here, there = tmp_path / "here", tmp_path / "there"
-    plots.draw_histogram(_data(), "dy", here)
-    with PlotWorkers(1, defer_imports=True) as workers:
-        pid = workers._procs[0].pid
-        time.sleep(3.0)  # the worker's own start: python and this package, not matplotlib
-        assert not _loaded(pid, "ft2font")
-        workers.start_imports()
-        workers.start_imports()  # once only
-        deadline = time.monotonic() + 120
-        while not _loaded(pid, "ft2font") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _loaded(pid, "ft2font")
-        workers.submit("analysis.cli.plots.draw_histogram", _data(), "dy", there)
-        assert workers.wait() == [there / "hist_dy.png"]
-    assert (there / "hist_dy.png").read_bytes() == (here / "hist_dy.png").read_bytes()
-    with PlotWorkers(1, defer_imports=True) as workers:  # a job alone starts them too
-        workers.submit("analysis.cli.plots.draw_histogram", _data(), "ttbar", there)
-        assert workers.wait() == [there / "hist_ttbar.png"]

@@ -5,9 +5,8 @@ The order after the loop is the plots' (``docs/explanation/performance.md``): as
 as keep-best has chosen the final point, ``parameters.png`` is queued (from the path
 the report then reads) and the histograms' pass runs and their figures are queued, so
 that they are drawn while the final soft pass, the validation and the report are
-computed here; ``objective.png`` follows once the run's status is known. The plot
-workers import matplotlib after the first step, and the end's programs are compiled
-beside the loop (:mod:`analysis.optimize.warmtail`).
+computed here; ``objective.png`` follows once the run's status is known. The end's
+programs are compiled beside the loop (:mod:`analysis.optimize.warmtail`).
 """
 
 from __future__ import annotations

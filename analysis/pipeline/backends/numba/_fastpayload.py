@@ -10,9 +10,10 @@ the observable's entries, so the cotangent of each entry's weight and values is 
 polynomial in its deviations (:func:`entry_cotangents`); the reverse pass
 (:mod:`analysis.pipeline.backends.numba.fastreverse`) chains them to the objects' weights
 and the pass probabilities (the walk's vector-Jacobian product) and to the score columns.
-Observables of kinds ``S.f`` (and ``abs``) and branches only: event sums and indexed
-objects have no such entries here (:func:`reads`: the first state the pass cannot
-pull back, or None).
+Entries here: observables of kinds ``S.f`` (and ``abs``) and branches; event sums and
+indexed observables are pulled back through their walks
+(:mod:`analysis.pipeline.backends.numba._revobs`); :func:`reads`: the first state the
+pass cannot pull back (an observable of another kind), or None.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from analysis.pipeline.results import YIELDS, state_names
 
 __all__: list[str] = []  # internal to the numba kernel
 
-#: the observable kinds whose states the numba reverse pass pulls back
-KINDS = ("field", "branch")
+#: the observable kinds whose states the numba reverse pass pulls back: entries here,
+#: event sums and indexed observables in :mod:`analysis.pipeline.backends.numba._revobs`
+ENTRIES = ("field", "branch")
+KINDS = (*ENTRIES, "sum", "count", "index", "call")
 
 
 class Read(NamedTuple):
@@ -133,6 +136,8 @@ def before_walk(reads: list[Read], plan: Plan, cols, flats: dict, coff: np.ndarr
     parts = []
     for read in reads:
         obs = plan.observables[read.index]
+        if obs.x.kind not in ENTRIES:  # an event sum or indexed observable (_revobs)
+            continue
         x = _values(obs.x, cols, plan, flats, {})
         y = None if read.state == "moments" else _values(obs.y, cols, plan, flats, {})
         dw, _, _ = entry_cotangents(read, x, y, np.ones(1))

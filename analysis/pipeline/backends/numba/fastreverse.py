@@ -28,7 +28,13 @@ adds to ``dL/dP_e`` and ``dL/dev_e``; an object's weight ``ev_e w_js`` gives the
 weights' cotangents, which the walk's vector-Jacobian product (one more sweep each way,
 :func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`)
 turns into ``dL/dq_js`` and ``dL/dthreshold``; a value that is a score's column adds to
-the column's cotangent.
+the column's cotangent. A payload that reads event sums' moments (``sum(S.f)``,
+``count(S)``) or indexed observables' states (``S[i].f``, ``mass(S[0] + S[1])``) adds,
+through their walks' vector-Jacobian products (one sweep each way per event,
+:mod:`analysis.pipeline.backends.numba._revobs`), the cotangents of every object's
+pattern probabilities (chained to ``dL/dq_js`` as ``H`` above), of the event weights and
+of the trainable count thresholds; their per-event moments and candidates come from the
+value walk below.
 
 One walk per event for any number of parameters (the networks' weights, the cut
 thresholds), which also gives the chunk's value states (its pass probabilities and
@@ -43,9 +49,7 @@ sums, indexed objects) take their value states from that function (on the score 
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(histograms, other kernels' plans; a payload that reads an event sum's or an indexed
-observable's states: no entries of theirs are pulled back here); the chooser then runs
-the JAX sweep.
+(histograms, other kernels' plans); the chooser then runs the JAX sweep.
 """
 
 from __future__ import annotations
@@ -57,7 +61,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import scorecols
-from analysis.pipeline.backends.numba import _fastone, _fastpayload, _fastsens, fastkernel
+from analysis.pipeline.backends.numba import (
+    _fastone,
+    _fastpayload,
+    _fastsens,
+    _revobs,
+    fastkernel,
+)
 from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
     _pass_table,
@@ -156,14 +166,15 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
     # the value states from the sensitivities' walk where it gives what they read
     own = any(o.x.kind not in ("field", "branch") for o in run.observables)
+    keep: list = []  # the value walk (its event sums' moments, indexed candidates)
     value = (fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads,
-                                         trace=trace)[0] if own else None)
+                                         trace=trace, keep=keep)[0] if own else None)
     reads: list = []  # the observable states the payload reads
     if payload is not None:  # one the numba rules serve (they checked it)
         parsed = _fastpayload.parse(run, payload)
         if isinstance(parsed, str):
-            raise ValueError("the numba reverse pass pulls back the yields and observables "
-                             f"of kinds S.f and branches; the objective reads {parsed}")
+            raise ValueError("the numba reverse pass does not pull back a state the "
+                             f"objective reads: {parsed}")
         cot, reads = parsed
         cots = [cot]
     cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
@@ -209,7 +220,9 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         if run.observables[r.index].x.kind == "field"}
     if trace is not None:
         trace[None, 0] += 1
-    pulled = (_fastpayload.before_walk(reads, run, cols, flats, coff, tab, ev) if reads
+    walked = [r for r in reads if run.observables[r.index].x.kind in _revobs.KINDS]
+    entries = [r for r in reads if run.observables[r.index].x.kind not in _revobs.KINDS]
+    pulled = (_fastpayload.before_walk(entries, run, cols, flats, coff, tab, ev) if entries
               else None)
     if tab.one_set and pulled is None:
         walk = _one_set_walk(run, coff[0], q_of[0], theta, widths, counts_tr, bool(want_w),
@@ -230,6 +243,10 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     if pulled is not None:  # the observables' entries (one row)
         dp += pulled.pbar
         dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
+    if walked:  # event sums' and indexed observables' states (one row): their walks' vjp
+        by_walks = _revobs.pull(walked, run, tab, keep[0], cols, q_of, theta, widths, counts_tr,
+                                ev, max_seq=max_seq, block=fastkernel.BLOCK, threads=threads)
+        dev += by_walks.dev
     for c, cut in enumerate(ecuts):
         g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event
         if cut.param is not None:
@@ -242,6 +259,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
         if walk.dq_w is not None:  # the objects' weights' share (the walk's vjp)
             dlq += walk.dq_w[gs]
+        if walked:
+            dlq += by_walks.dq[gs]
         n_obj = dlq.shape[1]
         for c, cut in enumerate(cuts):
             g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
@@ -254,6 +273,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         g = dp @ walk.dfe  # (R, K)
         if walk.dfw is not None:
             g += walk.dfw.sum(axis=0)
+        if walked:
+            g += by_walks.dcount
         for k, p in enumerate(counts_tr):
             grad[:, p] += g[:, k]
     # rows asked for (the others are 0)
@@ -270,8 +291,7 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payl
                    threads: int | None = None, trace: Counter | None = None) -> DatasetState:
     """One chunk's states and gradient share (module docstring), as
     :func:`analysis.pipeline.backends.jax.reverse.chunk_pullback` returns them, for a
-    plan and a payload the numba rules serve (it reads the yields and observables of
-    kinds ``S.f`` and branches)."""
+    plan and a payload the numba rules serve."""
     value, grad = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads,
                           trace=trace)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,

@@ -168,8 +168,8 @@ def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
 
         name = reads(scorecols.bare(plan), request.pullback)
         if name is not None:
-            return (f"the objective reads {name} (the numba reverse pass pulls back the "
-                    "yields and observables of kinds S.f and branches)")
+            return (f"the objective reads {name} (no numba reverse rule for its "
+                    "observable's kind)")
     return None
 
 

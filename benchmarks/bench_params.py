@@ -37,6 +37,16 @@ second pass of a reverse-mode step whose objective reads their moments and the y
 (a pullback payload), on the numba sweep and on the JAX sweep (``numba_reverse=False``,
 once), against a value pass of the plan (not run by default: the JAX sweep). Writes
 ``benchmarks/results/params.reverse_observables_vs_values.json``.
+
+Reverse mode with histograms (``--case reverse-hists``, not run by default): the same
+plan with a soft histogram of the jets' pT with trainable edges, one of the b-jets' pT
+and one of MET, the first a likelihood channel's template with a shift of the jets' pT
+(the whole selection again per side) and a weight variation; a payload with random
+cotangents of every state (what a binned likelihood's gradient reads). The numba
+pullback (:mod:`analysis.pipeline.backends.numba._fastrevhist`) against the JAX sweep
+(:mod:`analysis.pipeline.backends.jax.reverse`) and a value pass of the same plan on
+numba, printed only (no record): run it at a small size, e.g. ``--events 20000
+--chunksize 10000``.
 """
 
 from __future__ import annotations
@@ -126,6 +136,24 @@ def reverse_config() -> dict:
     cfg["selection"] = [s for s in cfg["selection"] if s.get("count") != "forward"]
     cfg["observables"] = [cfg["observables"][0],
                           {"name": "bjet_pt", "x": "bjets.pt", "stats": ["mean"]}]
+    return cfg
+
+
+def hists_config() -> dict:
+    """:func:`reverse_config` with histograms read by a likelihood (module docstring)."""
+    cfg = reverse_config()
+    one = cfg["datasets"]["ttbar"]
+    cfg["datasets"] = {"ttbar": {**one, "role": "signal"}, "bkg": {**one, "role": "background"}}
+    cfg["histograms"] = [
+        {"name": "jpt", "x": "jets.pt", "bins": {"n": 8, "lo": 20.0, "hi": 260.0},
+         "width": 10.0, "trainable_edges": True},
+        {"name": "bpt", "x": "bjets.pt", "edges": [20.0, 50.0, 100.0, 200.0, 400.0]},
+        {"name": "met", "x": "MET.pt", "edges": [0.0, 30.0, 60.0, 100.0, 200.0]}]
+    cfg["systematics"] = [
+        {"name": "jes", "type": "shift", "field": "Jet.pt", "up": 1.03, "down": 0.97},
+        {"name": "w", "type": "weight", "up": "MET.pt / 40", "down": "2 - MET.pt / 80"}]
+    cfg["likelihood"] = {"channels": {"sr": {"histogram": "jpt"}}}
+    cfg["objective"] = {"terms": [{"type": "discovery_significance"}]}
     return cfg
 
 
@@ -298,6 +326,39 @@ def _reverse(cols: list, args, argv, *, observables: bool = False) -> dict:
     return {"ratio": ratio, **extra, "rows": rows}
 
 
+def _reverse_hists(cols: list, args) -> dict:
+    """The numba pullback of a histogram-reading payload against the JAX sweep and a
+    value pass (module docstring), printed."""
+    import jax
+
+    from analysis.config.loader import config_from_dict
+    from analysis.pipeline.backend import Backend
+    from analysis.pipeline.plan import build_plan, initial_widths
+    from analysis.pipeline.request import Request
+    from analysis.stats.merge import is_state
+
+    config = config_from_dict(hists_config(), source="bench_params")
+    plan = build_plan(config)
+    theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
+    widths = np.array(initial_widths(config))
+    values = Backend().chooser.prepare(plan, Request(theta, widths, order=0))
+    leaves = jax.tree_util.tree_leaves(values.run(cols[0]).derived.value, is_leaf=is_state)
+    rng = np.random.default_rng(0)
+    payload = [None if is_state(x) else (None, rng.normal(size=np.shape(x))) for x in leaves]
+    req = Request(theta, widths, order=0, pullback=payload)
+    rows = _time(cols, [
+        ("values (hists)", (values, plan), args.repeat),
+        ("numba pullback", (Backend().chooser.prepare(plan, req), plan), args.repeat),
+        ("JAX pullback", (Backend("jax").chooser.prepare(plan, req), plan), 1)])
+    numba, jx, val = rows["numba pullback"], rows["JAX pullback"], rows["values (hists)"]
+    print(f"numba pullback / JAX pullback = {numba['wall_s'] / jx['wall_s']:.3f}x wall "
+          f"({jx['wall_s'] / numba['wall_s']:.1f}x faster), {numba['cpu_s'] / jx['cpu_s']:.3f}x "
+          f"CPU; numba pullback / value pass = {numba['wall_s'] / val['wall_s']:.2f}x wall, "
+          f"{numba['cpu_s'] / val['cpu_s']:.2f}x CPU; {numba['trainable']} parameters; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark; returns its figures (also printed and recorded)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -305,10 +366,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--chunksize", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-record", action="store_true", help="print only")
-    ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-observables"),
+    ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-observables",
+                                       "reverse-hists"),
                     default="all", help="12 vs 4 parameters, the reverse step vs values, "
-                    "both (all), or the reverse step reading HT and jets[0].pt vs values and "
-                    "the JAX sweep")
+                    "both (all), the reverse step reading HT and jets[0].pt vs values and "
+                    "the JAX sweep, or a histogram-reading pullback vs the JAX sweep")
     args = ap.parse_args(argv)
 
     cols = chunks(args.events, args.chunksize)
@@ -321,6 +383,8 @@ def main(argv: list[str] | None = None) -> dict:
         out["reverse"] = _reverse(cols, args, argv)
     if args.case == "reverse-observables":  # not in "all": the JAX sweep takes minutes
         out["reverse_observables"] = _reverse(cols, args, argv, observables=True)
+    if args.case == "reverse-hists":
+        out["reverse_hists"] = _reverse_hists(cols, args)
     return out
 
 

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from analysis.pipeline.backends.numba._fastrevhist import split
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import YIELDS, state_names
 
@@ -46,6 +47,11 @@ def parse(plan: Plan, payload: list) -> tuple[tuple[float, float], list[Read]] |
     """``((a1, a2), reads)``: the yields' cotangents and the observable states the payload
     reads (``plan``: without scores), or the name of the first state it reads that the
     numba pass cannot pull back."""
+    if plan.hists:  # the histograms' states: _fastrevhist
+        rest = split(plan, payload)
+        if isinstance(rest, str):
+            return rest
+        payload = rest[0]
     names = state_names(plan)
     if len(names) != len(payload):
         return f"{len(payload)} payload entries for {len(names)} states"

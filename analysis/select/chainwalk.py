@@ -277,10 +277,13 @@ def _start(F):  # noqa: ANN001, ANN202
 
 
 @inline
-def forward(Fa, Fb, j, top, q, d):
+def forward(Fa, Fb, j, top, q, d, full=False):
     """``F_{j+1}`` (``Fb``) from ``F_j`` (``Fa``) on states ``0 .. min(j + 1, top)``: the
-    "out" term then the "in" term, a state's two summed in registers before one store."""
-    last = min(j, top)
+    "out" term then the "in" term, a state's two summed in registers before one store.
+    ``full`` (a constant): on every state (``Fa`` zero beyond ``min(j, top)``: the same
+    floats there, zeros beyond), loops of a fixed count that LLVM unrolls where ``top``
+    is a constant (own processors' kernels)."""
+    last = top if full else min(j, top)
     step_out(Fb, 0, 1.0 - q, Fa[0], d)
     for k in range(1, last + 1):
         step_both(Fb, k, 1.0 - q, Fa[k], q, Fa[k - 1], d)
@@ -290,9 +293,10 @@ def forward(Fa, Fb, j, top, q, d):
 
 
 @inline
-def backward(G, Gn, j, top, q, d):
-    """``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on states ``0 .. min(j, top)``."""
-    for i in range(min(j, top) + 1):
+def backward(G, Gn, j, top, q, d, full=False):
+    """``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on states ``0 .. min(j, top)`` (every
+    state where ``full``: the others are not read)."""
+    for i in range((top if full else min(j, top)) + 1):
         step_both(Gn, i, 1.0 - q, G[i], q, G[min(i + 1, top)], d)
 
 
@@ -363,17 +367,20 @@ def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
 
 
 @inline
-def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow):
+def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow, top, full):
     """The walk of events ``e0 .. e1 - 1`` (objects ``coff[e] .. coff[e + 1] - 1``, at most
     ``max_seq >= 1``, their probabilities from ``src``: :func:`objects`); the pass table
-    ``f`` (tangent lanes ``df``, or ``0.0``: values only) on the chain. Rows of lanes
-    (or fewer numbers for values): ``pe[e] = P`` and, if ``want_w``, ``ow[j] = w_j``."""
-    top = f.shape[0] - 1
+    ``f`` (tangent lanes ``df``, or ``0.0``: values only) on the chain of states ``0 ..
+    top`` (``f.shape[0] - 1``; a constant where the caller knows it: LLVM then unrolls the
+    loops over the states; ``full``: every state each step, :func:`forward`). Rows of
+    lanes (or fewer numbers for values): ``pe[e] = P`` and, if ``want_w``, ``ow[j] = w_j``."""
     q = np.empty(max_seq)
     dq = rows(max_seq, df)
     F = buffer(max_seq + 1 if want_w else 1, top + 1, df)
     G = buffer(max_seq + 1 if want_w else 2, top + 1, df)
     H = np.empty(LANES)
+    for k in range(1, top + 1):  # never written: zeros that a full step reads
+        F[0, k] = 0.0
     for e in range(e0, e1):
         o = coff[e]
         n = coff[e + 1] - o
@@ -384,15 +391,15 @@ def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow):
         if not want_w:
             Ga, Gb = G[0], G[1]
             for j in range(n - 1, -1, -1):
-                backward(Ga, Gb, j, top, q[j], row(dq, j))
+                backward(Ga, Gb, j, top, q[j], row(dq, j), full)
                 Ga, Gb = Gb, Ga
             store(pe[e], Ga[0])
             continue
         start(F[0])
         for s in range(n):  # two independent chains, one loop
-            forward(F[s], F[s + 1], s, top, q[s], row(dq, s))
+            forward(F[s], F[s + 1], s, top, q[s], row(dq, s), full)
             j = n - 1 - s
-            backward(G[j + 1], G[j], j, top, q[j], row(dq, j))
+            backward(G[j + 1], G[j], j, top, q[j], row(dq, j), full)
         for j in range(n):
             h = inner_sum(H, F[j], G[j + 1], top, min(j, top) + 1)
             store_weight(ow[o + j], q[j], H, h, row(dq, j))
@@ -413,7 +420,7 @@ def cut_walk(coff, ss, cut_w, cut_g, cut_par, f, df, want_w, max_seq, block, pe,
         iw[c] = 1.0 / cut_w[c] if cut_w[c] > 0.0 else 0.0
     for b in range(b0, b1):
         walk_events((ss, iw, cut_g, cut_par), coff, b * block, min(n_ev, (b + 1) * block), f,
-                    df, want_w, max_seq, pe, ow)
+                    df, want_w, max_seq, pe, ow, f.shape[0] - 1, False)
 
 
 @njit

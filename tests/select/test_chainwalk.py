@@ -53,8 +53,9 @@ def _case(n, top, seed):
 
 
 @numba.njit
-def _steps(q, dq, f, df):
-    """P in lanes and values by the backward steps; F_n by the forward steps."""
+def _steps(q, dq, f, df, full):
+    """P in lanes and values by the backward steps; F_n by the forward steps (``full``:
+    every state each step)."""
     n, top = q.shape[0], f.shape[0] - 1
     G = np.empty((n + 1, top + 1, LANES))
     for i in range(top + 1):
@@ -66,11 +67,11 @@ def _steps(q, dq, f, df):
     Fv = np.zeros((n + 1, top + 1))
     Fv[0, 0] = 1.0
     for s in range(n):
-        cw.forward(F[s], F[s + 1], s, top, q[s], dq[s])
-        cw.forward(Fv[s], Fv[s + 1], s, top, q[s], 0.0)
+        cw.forward(F[s], F[s + 1], s, top, q[s], dq[s], full)
+        cw.forward(Fv[s], Fv[s + 1], s, top, q[s], 0.0, full)
     for j in range(n - 1, -1, -1):
-        cw.backward(G[j + 1], G[j], j, top, q[j], dq[j])
-        cw.backward(g, gn, j, top, q[j], 0.0)
+        cw.backward(G[j + 1], G[j], j, top, q[j], dq[j], full)
+        cw.backward(g, gn, j, top, q[j], 0.0, full)
         g, gn = gn, g
     return G[0, 0].copy(), g[0], F[n, :, 0].copy(), Fv[n].copy()
 
@@ -79,7 +80,7 @@ def _steps(q, dq, f, df):
 def test_chain_steps_equal_enumeration(n, top):
     q, dq, f, df = _case(n, top, n + top)
     P, dP, _, _ = _enumerate(q, dq, f, df)
-    lanes, value, Fn, Fv = _steps(q, dq, f, df)
+    lanes, value, Fn, Fv = _steps(q, dq, f, df, False)
     assert lanes[0] == pytest.approx(P, rel=1e-13) and value == pytest.approx(P, rel=1e-13)
     np.testing.assert_allclose(lanes[1:], dP[1:], rtol=1e-12, atol=1e-14)
     dist = np.zeros(top + 1)  # the final count distribution
@@ -87,19 +88,24 @@ def test_chain_steps_equal_enumeration(n, top):
         dist[min(sum(a), top)] += np.prod([q[j] if x else 1.0 - q[j] for j, x in enumerate(a)])
     np.testing.assert_allclose(Fn, dist, rtol=1e-13, atol=1e-15)
     assert value == lanes[0] and np.array_equal(Fv, Fn)  # values: lane 0, to the bit
+    # every state stepped (own processors' kernels): the same floats, to the bit
+    full = _steps(q, dq, f, df, True)
+    assert np.array_equal(full[0], lanes) and full[1] == value
+    assert np.array_equal(full[2], Fn) and np.array_equal(full[3], Fv)
 
 
 @numba.njit
-def _walk(q, ds, f, df, want_w, lanes):
-    """One event's walk (``ds``: the tangents, lanes first), in lanes or for values."""
-    n = q.shape[0]
+def _walk(q, ds, f, df, want_w, lanes, full):
+    """One event's walk (``ds``: the tangents, lanes first), in lanes or for values;
+    ``full``: every state each step."""
+    n, top = q.shape[0], f.shape[0] - 1
     off = np.array([0, n])
     pe = np.zeros((1, LANES))
     ow = np.zeros((n, LANES))
     if lanes:
-        cw.walk_events((q, ds, 0), off, 0, 1, f, df, want_w, max(n, 1), pe, ow)
+        cw.walk_events((q, ds, 0), off, 0, 1, f, df, want_w, max(n, 1), pe, ow, top, full)
     else:
-        cw.walk_events((q,), off, 0, 1, f, 0.0, want_w, max(n, 1), pe, ow)
+        cw.walk_events((q,), off, 0, 1, f, 0.0, want_w, max(n, 1), pe, ow, top, full)
     return pe[0], ow
 
 
@@ -109,14 +115,17 @@ def test_event_walk_equals_enumeration(n, top, want_w):
     q, dq, f, df = _case(n, top, 7 * n + top)
     P, dP, w, dw = _enumerate(q, dq, f, df)
     ds = np.ascontiguousarray(dq[:, 1:].T)
-    pe, ow = _walk(q, ds, f, df, want_w, True)
+    pe, ow = _walk(q, ds, f, df, want_w, True, False)
     np.testing.assert_allclose(pe, dP + np.eye(LANES)[0] * P, rtol=1e-12, atol=1e-14)
-    pv, ov = _walk(q, ds, f, df, want_w, False)
+    pv, ov = _walk(q, ds, f, df, want_w, False, False)
     assert pv[0] == pe[0] and not pv[1:].any()  # values: lane 0 to the bit
     if want_w:
         np.testing.assert_allclose(ow[:, 0], w, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(ow[:, 1:], dw[:, 1:], rtol=1e-11, atol=1e-14)
         assert np.array_equal(ov[:, 0], ow[:, 0]) and not ov[:, 1:].any()
+    for lanes, (p0, o0) in ((True, (pe, ow)), (False, (pv, ov))):  # every state stepped
+        p1, o1 = _walk(q, ds, f, df, want_w, lanes, True)
+        assert np.array_equal(p1, p0) and (not want_w or np.array_equal(o1, o0))
 
 
 @pytest.mark.parametrize("n_lanes", [1, 7, 10])

@@ -1,5 +1,4 @@
-"""The one-set walk in numba, written once: the YAML engine's one-set pass and own
-processors' :func:`analysis.soft.pass_weights` kernels run these loops.
+"""The one-set walk in numba, written once: the YAML engine's and own processors' kernels.
 
 One collection, one object set, a count condition on it (the common selection): per
 event, objects ``j < n`` pass with probability ``q_j``; on the chain of count states
@@ -16,18 +15,19 @@ rule ``(q x)' = q x' + x_0 q'``; every step is written once and specialised at c
 time on its arguments' types (``numba.extending.overload``): rows of lanes give the
 variant with tangents, numbers (tangents ``0.0``) the one for values only, the same
 floats as lane 0 of the first. Each step loads every lane before its one store, so
-LLVM's SLP vectorizer packs it (the callers compile with it on). Only the states the
-objects so far can reach are touched (``F_j``, ``G_j`` on ``0 .. min(j, L)``: the others
-are zeros the general walk would add).
+LLVM's SLP vectorizer packs it (the callers compile with it on). The YAML engine touches
+only the states the objects so far can reach (``0 .. min(j, L)``: the others are zeros
+the general walk would add); own processors' kernels, ``L`` a constant, every state (the
+same floats: loops of a fixed count that LLVM unrolls; values 2x faster at ``L = 2``).
 
 :func:`walk_events` is the walk over a range of events, inlined once per kernel: the
 YAML engine's pass :func:`cut_walk` (the objects' probabilities the soft cuts' product,
 formed in the event loop cut by cut: a tangent lane stored and multiplied again at once
-waits on its store, 2.4x slower; with weights, the chains of ``F`` and ``G`` advance in
-one loop: two independent chains keep the core busy) and own processors' XLA FFI kernels
-(:mod:`analysis.select.singlekernels`: ``q`` and its tangents given, any number in
-blocks of ``LANES - 1``). Not a function inlined per event: its array arguments then
-cost reference counts per event (measured: values 15 -> 30 ms per 200k events).
+waits on its store, 2.4x slower; the chains of ``F`` and ``G`` advance in one loop: two
+independent chains keep the core busy) and own processors' XLA FFI kernels
+(:mod:`analysis.select.singlekernels`: ``q`` and its tangents given, in blocks of
+``LANES - 1``). Not inlined per event: its array arguments then cost reference counts
+per event (measured: values 15 -> 30 ms per 200k events).
 :func:`sens_walk`: the YAML engine's reverse mode (``P``'s exact sensitivities).
 """
 
@@ -166,8 +166,7 @@ def _inner_sum(H, F, G, top, ns):  # noqa: ANN001, ANN202
 
 
 def store(out, x):  # noqa: ANN001, ANN201
-    """An output row (``LANES`` or fewer numbers) from ``x``: a row of lanes, or a number
-    into lane 0 (the other lanes zero)."""
+    """``out`` (``LANES`` or fewer numbers) from ``x``: its lanes, or ``(x, 0, ..)``."""
     raise NotImplementedError("compiled only (numba)")
 
 
@@ -187,8 +186,7 @@ def _store(out, x):  # noqa: ANN001, ANN202
 
 
 def store_weight(out, q, H, h, d):  # noqa: ANN001, ANN201
-    """An object's weight row from its probability ``q`` (tangents ``d``) and its inner
-    sum (``H`` in lanes, value ``h``): ``0 + (q H + h d)``; values ``q h`` into lane 0."""
+    """A weight row ``0 + (q H + h d)`` (``q``, tangents ``d``; inner sum ``H``, value ``h``)."""
     raise NotImplementedError("compiled only (numba)")
 
 
@@ -279,10 +277,8 @@ def _start(F):  # noqa: ANN001, ANN202
 @inline
 def forward(Fa, Fb, j, top, q, d, full=False):
     """``F_{j+1}`` (``Fb``) from ``F_j`` (``Fa``) on states ``0 .. min(j + 1, top)``: the
-    "out" term then the "in" term, a state's two summed in registers before one store.
-    ``full`` (a constant): on every state (``Fa`` zero beyond ``min(j, top)``: the same
-    floats there, zeros beyond), loops of a fixed count that LLVM unrolls where ``top``
-    is a constant (own processors' kernels)."""
+    "out" term then the "in" term, a state's two summed in registers before one store;
+    ``full``: every state (``Fa`` zero beyond: the same floats), loops LLVM unrolls."""
     last = top if full else min(j, top)
     step_out(Fb, 0, 1.0 - q, Fa[0], d)
     for k in range(1, last + 1):
@@ -294,8 +290,7 @@ def forward(Fa, Fb, j, top, q, d, full=False):
 
 @inline
 def backward(G, Gn, j, top, q, d, full=False):
-    """``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on states ``0 .. min(j, top)`` (every
-    state where ``full``: the others are not read)."""
+    """``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on ``0 .. min(j, top)`` (all: ``full``)."""
     for i in range((top if full else min(j, top)) + 1):
         step_both(Gn, i, 1.0 - q, G[i], q, G[min(i + 1, top)], d)
 
@@ -370,17 +365,15 @@ def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
 def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow, top, full):
     """The walk of events ``e0 .. e1 - 1`` (objects ``coff[e] .. coff[e + 1] - 1``, at most
     ``max_seq >= 1``, their probabilities from ``src``: :func:`objects`); the pass table
-    ``f`` (tangent lanes ``df``, or ``0.0``: values only) on the chain of states ``0 ..
-    top`` (``f.shape[0] - 1``; a constant where the caller knows it: LLVM then unrolls the
-    loops over the states; ``full``: every state each step, :func:`forward`). Rows of
-    lanes (or fewer numbers for values): ``pe[e] = P`` and, if ``want_w``, ``ow[j] = w_j``."""
+    ``f`` (tangent lanes ``df``, or ``0.0``: values only) on states ``0 .. top`` (a constant
+    or not; ``full``: :func:`forward`). Rows of lanes (or fewer numbers for values):
+    ``pe[e] = P`` and, if ``want_w``, ``ow[j] = w_j``."""
     q = np.empty(max_seq)
     dq = rows(max_seq, df)
     F = buffer(max_seq + 1 if want_w else 1, top + 1, df)
     G = buffer(max_seq + 1 if want_w else 2, top + 1, df)
     H = np.empty(LANES)
-    for k in range(1, top + 1):  # never written: zeros that a full step reads
-        F[0, k] = 0.0
+    F[0] = 0.0  # states >= 1 never written: zeros that a full step reads
     for e in range(e0, e1):
         o = coff[e]
         n = coff[e + 1] - o

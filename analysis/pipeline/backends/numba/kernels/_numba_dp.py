@@ -32,7 +32,7 @@ from analysis.pipeline.backends.numba.kernels._jit import (
     elementwise,
     inline,
     njit,
-    specialise,
+    specialise_on,
     vectorised,
 )
 from analysis.pipeline.backends.numba.kernels.lane_buffers import (
@@ -178,33 +178,29 @@ def cut_times(s, o, n, iw, greater, par, qv, qd):
         qv[i] = q0 * sv
 
 
+def _cut_product(ss, o, n, iw, cut_g, cut_par, qv, qd):
+    for j in range(n):
+        qv[j] = 1.0
+        for r in range(LANES):
+            qd[j, r] = 0.0
+    for c in range(ss.shape[0]):
+        cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], qv, qd)
+
+
+def _cut_values(ss, o, n, iw, cut_g, cut_par, qv, qd):
+    for j in range(n):
+        q0 = 1.0
+        for c in range(ss.shape[0]):
+            q0 *= ss[c, o + j]
+        qv[j] = q0
+
+
+@specialise_on("qd", (lambda t: isinstance(t, types.Array), _cut_product), _cut_values)
 def cut_product(ss, o, n, iw, cut_g, cut_par, qv, qd):
     """Objects ``o .. o + n - 1``'s probabilities to pass every cut, ``qv[i] = prod_c
     ss[c, o + i]`` (cuts in order), with their tangents ``qd[i]`` (``(n, LANES)``: the
     cuts multiplied in cut by cut, :func:`cut_times`, from ``1`` and zero tangents) or
     without (``qd`` a number: object by object in registers, the same floats as lane 0)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(cut_product)
-def _cut_product(ss, o, n, iw, cut_g, cut_par, qv, qd):
-    if isinstance(qd, types.Array):
-        def lanes(ss, o, n, iw, cut_g, cut_par, qv, qd):
-            for j in range(n):
-                qv[j] = 1.0
-                for r in range(LANES):
-                    qd[j, r] = 0.0
-            for c in range(ss.shape[0]):
-                cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], qv, qd)
-        return lanes
-
-    def values(ss, o, n, iw, cut_g, cut_par, qv, qd):
-        for j in range(n):
-            q0 = 1.0
-            for c in range(ss.shape[0]):
-                q0 *= ss[c, o + j]
-            qv[j] = q0
-    return values
 
 
 @njit

@@ -29,7 +29,7 @@ Two variants per walk. With at most 3 tangents (4 lanes), the 8 lanes hold two
 variants of the same walk (two shift sides: their own pattern probabilities, the same
 tables and walk order): lanes 0-3 the first, 4-7 the second, each with its value in its
 first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes).
-:func:`analysis.pipeline.backends.numba.kernels._numba_dp.lin_add2` is ``lin_add`` with one coefficient per half, so two
+:func:`analysis.pipeline.backends.numba.kernels.lanes.lin_add2` is ``lin_add`` with one coefficient per half, so two
 variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
 
 Four variants (two shifts of one column: two pairs, the same tables and walk order) in

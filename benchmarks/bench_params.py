@@ -30,6 +30,23 @@ trainable parameters); a reverse-mode step (the yields' gradients in one pass, w
 :mod:`analysis.pipeline.backends.numba.fastreverse`) against a value pass of the same plan,
 both under ``auto``. Writes ``benchmarks/results/params.reverse_vs_values.json``. Goal
 (issue 49): the step <= 4x the value pass.
+
+Reverse mode reading observables (``--case reverse-observables``):
+the same plan with HT (``sum(jets.pt)``) and the leading jet's pT (``jets[0].pt``); the
+second pass of a reverse-mode step whose objective reads their moments and the yields
+(a pullback payload), on the numba sweep and on the JAX sweep (``numba_reverse=False``,
+once), against a value pass of the plan (not run by default: the JAX sweep). Writes
+``benchmarks/results/params.reverse_observables_vs_values.json``.
+
+Reverse mode with histograms (``--case reverse-hists``, not run by default): the same
+plan with a soft histogram of the jets' pT with trainable edges, one of the b-jets' pT
+and one of MET, the first a likelihood channel's template with a shift of the jets' pT
+(the whole selection again per side) and a weight variation; a payload with random
+cotangents of every state (what a binned likelihood's gradient reads). The numba
+pullback (:mod:`analysis.pipeline.backends.numba._fastrevhist`) against the JAX sweep
+(:mod:`analysis.pipeline.backends.jax.reverse`) and a value pass of the same plan on
+numba, printed only (no record): run it at a small size, e.g. ``--events 20000
+--chunksize 10000``.
 """
 
 from __future__ import annotations
@@ -122,6 +139,52 @@ def reverse_config() -> dict:
     return cfg
 
 
+def hists_config() -> dict:
+    """:func:`reverse_config` with histograms read by a likelihood (module docstring)."""
+    cfg = reverse_config()
+    one = cfg["datasets"]["ttbar"]
+    cfg["datasets"] = {"ttbar": {**one, "role": "signal"}, "bkg": {**one, "role": "background"}}
+    cfg["histograms"] = [
+        {"name": "jpt", "x": "jets.pt", "bins": {"n": 8, "lo": 20.0, "hi": 260.0},
+         "width": 10.0, "trainable_edges": True},
+        {"name": "bpt", "x": "bjets.pt", "edges": [20.0, 50.0, 100.0, 200.0, 400.0]},
+        {"name": "met", "x": "MET.pt", "edges": [0.0, 30.0, 60.0, 100.0, 200.0]}]
+    cfg["systematics"] = [
+        {"name": "jes", "type": "shift", "field": "Jet.pt", "up": 1.03, "down": 0.97},
+        {"name": "w", "type": "weight", "up": "MET.pt / 40", "down": "2 - MET.pt / 80"}]
+    cfg["likelihood"] = {"channels": {"sr": {"histogram": "jpt"}}}
+    cfg["objective"] = {"terms": [{"type": "discovery_significance"}]}
+    return cfg
+
+
+def observables_config() -> dict:
+    """:func:`reverse_config` with HT (``sum(jets.pt)``, an event sum) and the leading
+    jet's pT (``jets[0].pt``, an indexed observable) among its observables."""
+    cfg = reverse_config()
+    cfg["observables"] += [{"name": "ht", "x": "sum(jets.pt)", "stats": ["mean", "std"]},
+                           {"name": "j0", "x": "jets[0].pt", "stats": ["mean", "std"]}]
+    return cfg
+
+
+def observables_payload(plan) -> list:
+    """A pullback payload that reads the yields, HT's and the leading jet pT's moments
+    (anchors near their means; what targets on ``ht.mean``, ``j0.std`` give)."""
+    from analysis.pipeline import scorecols
+    from analysis.pipeline.results import YIELDS, state_names
+
+    out: list = []
+    for name in state_names(scorecols.bare(plan)):
+        anchor = {"observables.ht.moments": 400.0, "observables.j0.moments": 100.0}.get(name)
+        if name in YIELDS:
+            out.append((None, np.float64(1.0 if name == YIELDS[0] else -0.01)))
+        elif anchor is not None:
+            out.append((np.float64(anchor), tuple(np.float64(0.5**r / anchor**r)
+                                                  for r in range(5))))
+        else:
+            out.append(None)
+    return out
+
+
 def chunks(events: int, chunksize: int, seed: int = 49) -> list:
     """``events`` generated ttbar events as in-memory chunk columns of ``chunksize``."""
     import awkward as ak
@@ -142,22 +205,30 @@ def chunks(events: int, chunksize: int, seed: int = 49) -> list:
     return out
 
 
-def prepared(trainable: int, order: int = 1, *, reverse: bool | None = None):
+def prepared(trainable: int, order: int = 1, *, reverse: bool | None = None,
+             pullback: str | None = None):
     """The pass of :func:`make_config` (``trainable`` parameters), prepared once by the
     ``auto`` chooser; returns ``(prepared, plan)``. ``reverse`` not None: the pass of
-    :func:`reverse_config` instead, its yields' gradients (True) or values (False)."""
+    :func:`reverse_config` instead, its yields' gradients (True) or values (False).
+    ``pullback`` ``"numba"`` or ``"jax"``: :func:`observables_config`'s reverse-mode
+    step (pass 2, :func:`observables_payload`) on that backend's sweep, ``"values"`` its
+    value pass."""
     from analysis.config.loader import config_from_dict
     from analysis.pipeline.backend import Backend
     from analysis.pipeline.plan import build_plan, initial_widths
     from analysis.pipeline.request import Request
 
-    data = make_config(trainable) if reverse is None else reverse_config()
+    data = (make_config(trainable) if reverse is None and pullback is None else
+            reverse_config() if pullback is None else observables_config())
     config = config_from_dict(data, source="bench_params")
     plan = build_plan(config)
     theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
     rows = {"yield_rows": (True, True)} if reverse else {}
+    if pullback in ("numba", "jax"):
+        rows = {"pullback": observables_payload(plan)}
     request = Request(theta, np.array(initial_widths(config)), order=order, **rows)
-    return Backend().chooser.prepare(plan, request), plan
+    backend = Backend(numba_reverse=False) if pullback == "jax" else Backend()
+    return backend.chooser.prepare(plan, request), plan
 
 
 def peak_gb() -> float:
@@ -214,31 +285,78 @@ def _params(cols: list, args, argv) -> dict:
     return out
 
 
-def _reverse(cols: list, args, argv) -> dict:
-    """The reverse-mode step against a value pass (module docstring), recorded."""
-    rows = _time(cols, [("values (2 sets)", prepared(0, 0, reverse=False), args.repeat),
-                        ("reverse step", prepared(0, 0, reverse=True), args.repeat)])
-    step, values = rows["reverse step"], rows["values (2 sets)"]
+def _reverse(cols: list, args, argv, *, observables: bool = False) -> dict:
+    """The reverse-mode step against a value pass (module docstring), recorded;
+    ``observables``: the step of an objective that reads HT and the leading jet's pT,
+    also against the JAX sweep (once)."""
+    kind = {"pullback": "values"} if observables else {"reverse": False}
+    step_kind = {"pullback": "numba"} if observables else {"reverse": True}
+    label = "values (HT, j0)" if observables else "values (2 sets)"
+    cases = [(label, prepared(0, 0, **kind), args.repeat),
+             ("reverse step", prepared(0, 0, **step_kind), args.repeat)]
+    if observables:
+        cases.append(("JAX reverse", prepared(0, 0, pullback="jax"), 1))
+    rows = _time(cols, cases)
+    step, values = rows["reverse step"], rows[label]
     ratio = step["wall_s"] / values["wall_s"]
-    ratio_cpu = step["cpu_s"] / values["cpu_s"]
+    extra = {"ratio_cpu": step["cpu_s"] / values["cpu_s"]}
+    if observables:
+        extra["jax_over_numba"] = rows["JAX reverse"]["wall_s"] / step["wall_s"]
     met = ratio <= GOAL_REVERSE and step["backend"] == "numba"
-    print(f"ratio reverse step / value pass = {ratio:.2f}x wall, {ratio_cpu:.2f}x CPU "
-          f"(goal <= {GOAL_REVERSE:g}x) at {step['trainable']} parameters on "
-          f"{step['backend']}; load average {os.getloadavg()[0]:.1f}")
-    out = {"ratio": ratio, "ratio_cpu": ratio_cpu, "rows": rows}
+    reads = "reading HT and jets[0].pt" if observables else "yields' gradients"
+    print(f"ratio reverse step{' reading HT and jets[0].pt' if observables else ''} / value "
+          f"pass = {ratio:.2f}x wall, "
+          f"{extra['ratio_cpu']:.2f}x CPU (goal <= {GOAL_REVERSE:g}x) at "
+          f"{step['trainable']} parameters on {step['backend']}"
+          + (f"; JAX sweep / numba = {extra['jax_over_numba']:.1f}x wall" if observables else "")
+          + f"; load average {os.getloadavg()[0]:.1f}")
     if not args.no_record:
         from results_table import command_line, record
 
-        record("params.reverse_vs_values",
-               compares=(f"reverse-mode step (yields' gradients, {step['trainable']} "
-                         "parameters, two object sets and a learned score) / value pass"),
+        record("params.reverse_observables_vs_values" if observables
+               else "params.reverse_vs_values",
+               compares=(f"reverse-mode step ({reads}, {step['trainable']} parameters, two "
+                         "object sets and a learned score) / value pass"),
                figure=ratio, goal=f"<= {GOAL_REVERSE:g}x", met=met,
                command=command_line(__file__, argv),
-               details={"events": args.events, "chunksize": args.chunksize,
-                        "ratio_cpu": ratio_cpu, "load": os.getloadavg()[0],
+               details={"events": args.events, "chunksize": args.chunksize, **extra,
+                        "load": os.getloadavg()[0],
                         **{f"{k} {m}": v[m] for k, v in rows.items()
                            for m in ("wall_s", "cpu_s", "backend")}})
-    return out
+    return {"ratio": ratio, **extra, "rows": rows}
+
+
+def _reverse_hists(cols: list, args) -> dict:
+    """The numba pullback of a histogram-reading payload against the JAX sweep and a
+    value pass (module docstring), printed."""
+    import jax
+
+    from analysis.config.loader import config_from_dict
+    from analysis.pipeline.backend import Backend
+    from analysis.pipeline.plan import build_plan, initial_widths
+    from analysis.pipeline.request import Request
+    from analysis.stats.merge import is_state
+
+    config = config_from_dict(hists_config(), source="bench_params")
+    plan = build_plan(config)
+    theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
+    widths = np.array(initial_widths(config))
+    values = Backend().chooser.prepare(plan, Request(theta, widths, order=0))
+    leaves = jax.tree_util.tree_leaves(values.run(cols[0]).derived.value, is_leaf=is_state)
+    rng = np.random.default_rng(0)
+    payload = [None if is_state(x) else (None, rng.normal(size=np.shape(x))) for x in leaves]
+    req = Request(theta, widths, order=0, pullback=payload)
+    rows = _time(cols, [
+        ("values (hists)", (values, plan), args.repeat),
+        ("numba pullback", (Backend().chooser.prepare(plan, req), plan), args.repeat),
+        ("JAX pullback", (Backend("jax").chooser.prepare(plan, req), plan), 1)])
+    numba, jx, val = rows["numba pullback"], rows["JAX pullback"], rows["values (hists)"]
+    print(f"numba pullback / JAX pullback = {numba['wall_s'] / jx['wall_s']:.3f}x wall "
+          f"({jx['wall_s'] / numba['wall_s']:.1f}x faster), {numba['cpu_s'] / jx['cpu_s']:.3f}x "
+          f"CPU; numba pullback / value pass = {numba['wall_s'] / val['wall_s']:.2f}x wall, "
+          f"{numba['cpu_s'] / val['cpu_s']:.2f}x CPU; {numba['trainable']} parameters; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -248,8 +366,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--chunksize", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-record", action="store_true", help="print only")
-    ap.add_argument("--case", choices=("all", "params", "reverse"), default="all",
-                    help="12 vs 4 parameters, the reverse step vs values, or both")
+    ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-observables",
+                                       "reverse-hists"),
+                    default="all", help="12 vs 4 parameters, the reverse step vs values, "
+                    "both (all), the reverse step reading HT and jets[0].pt vs values and "
+                    "the JAX sweep, or a histogram-reading pullback vs the JAX sweep")
     args = ap.parse_args(argv)
 
     cols = chunks(args.events, args.chunksize)
@@ -260,6 +381,10 @@ def main(argv: list[str] | None = None) -> dict:
         out["params"] = _params(cols, args, argv)
     if args.case in ("all", "reverse"):
         out["reverse"] = _reverse(cols, args, argv)
+    if args.case == "reverse-observables":  # not in "all": the JAX sweep takes minutes
+        out["reverse_observables"] = _reverse(cols, args, argv, observables=True)
+    if args.case == "reverse-hists":
+        out["reverse_hists"] = _reverse_hists(cols, args)
     return out
 
 

@@ -10,9 +10,10 @@ the observable's entries, so the cotangent of each entry's weight and values is 
 polynomial in its deviations (:func:`entry_cotangents`); the reverse pass
 (:mod:`analysis.pipeline.backends.numba.fastreverse`) chains them to the objects' weights
 and the pass probabilities (the walk's vector-Jacobian product) and to the score columns.
-Observables of kinds ``S.f`` (and ``abs``) and branches only: event sums and indexed
-objects have no such entries here (:func:`reads`: the first state the pass cannot
-pull back, or None).
+Entries here: observables of kinds ``S.f`` (and ``abs``) and branches; event sums and
+indexed observables are pulled back through their walks
+(:mod:`analysis.pipeline.backends.numba._revobs`); :func:`reads`: the first state the
+pass cannot pull back (an observable of another kind), or None.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from analysis.pipeline.backends.numba._fastrevhist import split
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import YIELDS, state_names
 
 __all__: list[str] = []  # internal to the numba kernel
 
-#: the observable kinds whose states the numba reverse pass pulls back
-KINDS = ("field", "branch")
+#: the observable kinds whose states the numba reverse pass pulls back: entries here,
+#: event sums and indexed observables in :mod:`analysis.pipeline.backends.numba._revobs`
+ENTRIES = ("field", "branch")
+KINDS = (*ENTRIES, "sum", "count", "index", "call")
 
 
 class Read(NamedTuple):
@@ -43,6 +47,11 @@ def parse(plan: Plan, payload: list) -> tuple[tuple[float, float], list[Read]] |
     """``((a1, a2), reads)``: the yields' cotangents and the observable states the payload
     reads (``plan``: without scores), or the name of the first state it reads that the
     numba pass cannot pull back."""
+    if plan.hists:  # the histograms' states: _fastrevhist
+        rest = split(plan, payload)
+        if isinstance(rest, str):
+            return rest
+        payload = rest[0]
     names = state_names(plan)
     if len(names) != len(payload):
         return f"{len(payload)} payload entries for {len(names)} states"
@@ -133,6 +142,8 @@ def before_walk(reads: list[Read], plan: Plan, cols, flats: dict, coff: np.ndarr
     parts = []
     for read in reads:
         obs = plan.observables[read.index]
+        if obs.x.kind not in ENTRIES:  # an event sum or indexed observable (_revobs)
+            continue
         x = _values(obs.x, cols, plan, flats, {})
         y = None if read.state == "moments" else _values(obs.y, cols, plan, flats, {})
         dw, _, _ = entry_cotangents(read, x, y, np.ones(1))

@@ -96,6 +96,39 @@ def object_weights(hp: np.ndarray, pv: np.ndarray, codes: np.ndarray, n_pat: int
     return acc
 
 
+class Inputs(NamedTuple):
+    """The walk's tables for one chunk (:func:`inputs`)."""
+
+    tgt: np.ndarray  # (C, P, S) the count state after an object of each pattern
+    f: np.ndarray  # (S,) the pass table
+    df: np.ndarray  # (S, K) its derivatives in the trainable count thresholds
+    pv_all: np.ndarray  # (N, P) every object's pattern probabilities
+    qs_of: list  # per collection: (global set indices, their own probabilities)
+
+
+def inputs(tab: _Tables, sets, base: np.ndarray, q_of: dict, theta: np.ndarray,
+           widths: np.ndarray, counts_tr: tuple[int, ...]) -> Inputs:
+    """The tables the walks of reverse mode read (:func:`walk`'s arguments)."""
+    n_tot = int(base[-1])
+    model = tab.model
+    if model.counts:
+        caps, f, df = _reduced(model, *_pass_table(sets, theta, widths, counts_tr))
+    else:
+        caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, len(counts_tr)))
+    tgt = _targets(model, caps, tab.collections)
+    pv_all = np.zeros((max(n_tot, 1), tab.pat.shape[1]))
+    qs_of = []
+    for ci in range(len(tab.collections)):
+        n_obj = int(base[ci + 1] - base[ci])
+        gsets = [int(tab.coll_sets[ci, ls]) for ls in range(int(tab.n_coll_sets[ci]))]
+        qs = [np.asarray(q_of[gs], np.float64)[:n_obj] for gs in gsets]
+        qs_of.append((gsets, qs))
+        n_pat = int(tab.n_pat[ci])
+        pv_all[base[ci]: base[ci + 1], :n_pat] = pattern_probabilities(
+            qs, tab.pat[ci], n_pat, n_obj)
+    return Inputs(tgt, f, df, pv_all, qs_of)
+
+
 def walk(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, q_of: dict,
          theta: np.ndarray, widths: np.ndarray, counts_tr: tuple[int, ...],
          want_w: set, *, max_seq: int, block: int, threads: int | None,
@@ -111,22 +144,7 @@ def walk(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, q_of: dict,
     n_ev = coff.shape[1] - 1
     n_tot = int(base[-1])
     p_max = tab.pat.shape[1]
-    model = tab.model
-    if model.counts:
-        caps, f, df = _reduced(model, *_pass_table(sets, theta, widths, counts_tr))
-    else:
-        caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, len(counts_tr)))
-    tgt = _targets(model, caps, tab.collections)
-    pv_all = np.zeros((max(n_tot, 1), p_max))
-    qs_of = []
-    for ci in range(len(tab.collections)):
-        n_obj = int(base[ci + 1] - base[ci])
-        gsets = [int(tab.coll_sets[ci, ls]) for ls in range(int(tab.n_coll_sets[ci]))]
-        qs = [np.asarray(q_of[gs], np.float64)[:n_obj] for gs in gsets]
-        qs_of.append((gsets, qs))
-        n_pat = int(tab.n_pat[ci])
-        pv_all[base[ci]: base[ci + 1], :n_pat] = pattern_probabilities(
-            qs, tab.pat[ci], n_pat, n_obj)
+    tgt, f, df, pv_all, qs_of = inputs(tab, sets, base, q_of, theta, widths, counts_tr)
     adjoint = wbar is not None
     cw = np.zeros((max(n_tot, 1) if adjoint else 1, p_max))
     for ci, (gsets, _) in enumerate(qs_of):

@@ -316,7 +316,7 @@ def evaluate_columns(
     threads: int | None = None,
     fused: bool = True,
     value_loop: bool = True,
-    trace: Counter | None = None,
+    trace: Counter | None = None, keep: list | None = None,
 ) -> tuple[dict, dict | None]:
     """``(value, jac)`` of one chunk, as :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk`
     returns them (numpy float64; ``jac`` None for ``order=0``); ``plan``: one the
@@ -324,9 +324,11 @@ def evaluate_columns(
     ``threads``: see :func:`_threads`; ``fused``, ``value_loop``: which loops run
     (:class:`analysis.pipeline.backend.Backend`); the result depends on none. ``trace``
     (a :class:`collections.Counter`): ``trace[None, 0]`` counts the walks of the
-    selection (one)."""
+    selection (one); ``keep`` (a list): the walk's :class:`_Weights` appended to it."""
     wt = _weights(cols, plan, theta, widths, order=order, threads=threads, fused=fused,
                   value_loop=value_loop, trace=trace, lanes=bool(plan.observables))
+    if keep is not None:
+        keep.append(wt)
     tab, coff, sp = wt.tab, wt.coff, plan.sets
     ys = yield_sums(wt.ev, wt.pe, wt.np1, BLOCK, threads)
     value = state_tree(np.array(ys[0, 0], dtype=np.float64),

@@ -28,7 +28,13 @@ adds to ``dL/dP_e`` and ``dL/dev_e``; an object's weight ``ev_e w_js`` gives the
 weights' cotangents, which the walk's vector-Jacobian product (one more sweep each way,
 :func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`)
 turns into ``dL/dq_js`` and ``dL/dthreshold``; a value that is a score's column adds to
-the column's cotangent.
+the column's cotangent. A payload that reads event sums' moments (``sum(S.f)``,
+``count(S)``) or indexed observables' states (``S[i].f``, ``mass(S[0] + S[1])``) adds,
+through their walks' vector-Jacobian products (one sweep each way per event,
+:mod:`analysis.pipeline.backends.numba._revobs`), the cotangents of every object's
+pattern probabilities (chained to ``dL/dq_js`` as ``H`` above), of the event weights and
+of the trainable count thresholds; their per-event moments and candidates come from the
+value walk below.
 
 One walk per event for any number of parameters (the networks' weights, the cut
 thresholds), which also gives the chunk's value states (its pass probabilities and
@@ -40,24 +46,34 @@ probability over more terms, and in the general model where an object's weight i
 over its patterns on the host: within an ulp or two); observables of other kinds (event
 sums, indexed objects) take their value states from that function (on the score columns:
 :func:`analysis.pipeline.scorecols.bare`).
+A payload that reads histograms and likelihood templates of kinds ``S.f`` and branches
+adds their entries' cotangents the same way, in every selection they are filled from
+(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`).
+
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(histograms, other kernels' plans; a payload that reads an event sum's or an indexed
-observable's states: no entries of theirs are pulled back here); the chooser then runs
-the JAX sweep.
+(histograms of event sums and leading objects, other kernels' plans); the chooser then
+runs the JAX sweep.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import scorecols
-from analysis.pipeline.backends.numba import _fastone, _fastpayload, _fastsens, fastkernel
+from analysis.pipeline.backends.numba import (
+    _fastone,
+    _fastpayload,
+    _fastrevhist,
+    _fastsens,
+    _revobs,
+    fastkernel,
+)
 from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
     _pass_table,
@@ -141,39 +157,29 @@ def _value_states(cols: ChunkColumns, plan: Plan, off_of: dict, flats: dict, ev:
     return value
 
 
-def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
-            payload: list | None = None, threads: int | None = None,
-            trace: Counter | None = None):
-    """``(value, grads)``: the chunk's value states and ``grads[r] = d(a1_r Y + a2_r Y2)/dtheta``
-    over the full parameter vector for each row ``(a1_r, a2_r)`` of ``cots`` ((R, 2));
-    ``payload`` given: ``cots`` from it (one row; with the observable states it reads,
-    module docstring). ``trace``:
-    counts the walks of the selection (``trace[None, 0]``: one, two with event sums or
-    indexed observables)."""
-    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
-    widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
-    run = scorecols.bare(plan)
-    cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
-    # the value states from the sensitivities' walk where it gives what they read
-    own = any(o.x.kind not in ("field", "branch") for o in run.observables)
-    value = (fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads,
-                                         trace=trace)[0] if own else None)
-    reads: list = []  # the observable states the payload reads
-    if payload is not None:  # one the numba rules serve (they checked it)
-        parsed = _fastpayload.parse(run, payload)
-        if isinstance(parsed, str):
-            raise ValueError("the numba reverse pass pulls back the yields and observables "
-                             f"of kinds S.f and branches; the objective reads {parsed}")
-        cot, reads = parsed
-        cots = [cot]
-    cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
-    n_rows = cots.shape[0]
-    grad = np.zeros((n_rows, theta.size))
-    bars = {scorecols.column_key(s): np.zeros((n_rows, rows)) for s, rows, _ in vjps}
+class _Selection(NamedTuple):
+    """One selection of a chunk (its columns, a region's cuts), ready for the walk."""
+
+    tab: Any  # the plan's tables (_fasttables._Tables)
+    coff: np.ndarray  # (C, E + 1) object offsets per collection
+    base: np.ndarray  # (C + 1,) each collection's first global object index
+    flats: dict  # collection -> its flat fields
+    max_seq: int
+    sets: list  # per set (global index): (collection index, cuts, raw values, (s, ds/dt))
+    q_of: dict  # global set index -> (N_c,) the product of the set's own cuts
+    ecuts: tuple  # the event cuts (one-sided)
+    esoft: list  # per event cut: (s, ds/dt)
+    w: np.ndarray  # (E,) the event weights
+    ev: np.ndarray  # (E,) times the soft event cuts
+    counts_tr: tuple  # the trainable count thresholds' parameters
+
+
+def _selection(cols: ChunkColumns, run: Plan, theta: np.ndarray, widths: np.ndarray
+               ) -> _Selection:
+    """The selection of ``run`` (without scores) on ``cols``: per collection offsets and
+    fields, per set its own soft cuts, the event weights."""
     n_ev = int(cols.n_events)
     tab = _tables(run)
-
-    # per collection: offsets and fields; per set: its own soft cuts and q
     n_coll = len(tab.collections)
     coff = np.zeros((n_coll, n_ev + 1), np.int64)
     base = np.zeros(n_coll + 1, np.int64)
@@ -201,23 +207,123 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     esoft = [_soft(np.asarray(cols.events[c.key], dtype=np.float64), c, theta, widths) for c in ecuts]
     w = np.asarray(cols.weight, dtype=np.float64)
     ev = _others([s for s, _ in esoft], -1, w)
-
     counts_tr = tuple(p for p, _ in run.sets.thresholds if p is not None and p in run.trainable)
+    return _Selection(tab, coff, base, flats, max_seq, sets, q_of, ecuts, esoft, w, ev,
+                      counts_tr)
+
+
+def _walk(sel: _Selection, run: Plan, theta, widths, want_w: set, wbar: dict | None,
+          threads: int | None) -> _fastsens.Walk:
+    """The sensitivities' walk of a selection: the chain's for one collection with one
+    set, else the general one (with ``wbar``, the objects' weights' cotangents: its
+    vector-Jacobian product too)."""
+    if sel.tab.one_set and wbar is None:
+        return _one_set_walk(run, sel.coff[0], sel.q_of[0], theta, widths, sel.counts_tr,
+                             bool(want_w), sel.max_seq, threads)
+    # any count model, or the walk's vector-Jacobian product (observables read)
+    return _fastsens.walk(sel.tab, run.sets, sel.coff, sel.base, sel.q_of, theta, widths,
+                          sel.counts_tr, want_w, max_seq=sel.max_seq, block=fastkernel.BLOCK,
+                          threads=threads, wbar=wbar)
+
+
+def _chain(sel: _Selection, walk: _fastsens.Walk, dp: np.ndarray, dev: np.ndarray,
+           grad: np.ndarray, bars: dict, by_walks=None) -> None:
+    """``dL/dP_e`` (``dp``) and ``dL/dev_e`` (``dev``, both ``(R, E)``) and the walk's
+    objects' weights' share (and ``by_walks``' ``dL/dq_js`` and ``dL/dthreshold``: the
+    event sums' and indexed observables' walks, :func:`analysis.pipeline.backends.numba._revobs.pull`),
+    chained to the cuts' thresholds and the count thresholds (added to ``grad``,
+    ``(R, P)``) and to the score columns (``bars``)."""
+    n_ev = sel.ev.shape[0]
+    tab, coff, esoft, w = sel.tab, sel.coff, sel.esoft, sel.w
+    for c, cut in enumerate(sel.ecuts):
+        g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event
+        if cut.param is not None:
+            grad[:, cut.param] += g.sum(axis=1)
+        key = f"event:{cut.key}"
+        if key in bars:
+            bars[key][:, :n_ev] -= g  # ds/dx = -ds/dt
+    for gs, (ci, cuts, raw, soft) in enumerate(sel.sets):
+        coll = tab.collections[ci]
+        dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
+        if walk.dq_w is not None:  # the objects' weights' share (the walk's vjp)
+            dlq += walk.dq_w[gs]
+        if by_walks is not None:
+            dlq += by_walks.dq[gs]
+        n_obj = dlq.shape[1]
+        for c, cut in enumerate(cuts):
+            g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
+            if cut.param is not None:
+                grad[:, cut.param] += g.sum(axis=1)
+            key = f"{coll}:{cut.field}"
+            if key in bars:
+                bars[key][:, :n_obj] -= g * np.sign(raw[c]) if cut.absolute else g
+    if sel.counts_tr:
+        g = dp @ walk.dfe  # (R, K)
+        if walk.dfw is not None:
+            g += walk.dfw.sum(axis=0)
+        if by_walks is not None:
+            g += by_walks.dcount
+        for k, p in enumerate(sel.counts_tr):
+            grad[:, p] += g[:, k]
+
+
+def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
+            payload: list | None = None, threads: int | None = None,
+            trace: Counter | None = None):
+    """``(value, grads)``: the chunk's value states and ``grads[r] = d(a1_r Y + a2_r Y2)/dtheta``
+    over the full parameter vector for each row ``(a1_r, a2_r)`` of ``cots`` ((R, 2));
+    ``payload`` given: ``cots`` from it (one row; with the observable and histogram
+    states it reads, module docstring). ``trace``:
+    counts the walks of the selection (``trace[None, 0]``: one, two with event sums or
+    indexed observables; with histograms, each other selection they read as
+    ``trace[side, region]``)."""
+    theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+    widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
+    run = scorecols.bare(plan)
+    cols, vjps = scorecols.score_columns(cols, plan, theta, vjp=True)
+    # the value states from the sensitivities' walk where it gives what they read
+    own = any(o.x.kind not in ("field", "branch") for o in run.observables)
+    keep: list = []  # the value walk (its event sums' moments, indexed candidates)
+    value = (fastkernel.evaluate_columns(cols, run, theta, widths, order=0, threads=threads,
+                                         trace=trace, keep=keep)[0] if own else None)
+    reads: list = []  # the observable states the payload reads
+    hist = None  # the histogram states (_fastrevhist)
+    if payload is not None:  # one the numba rules serve (they checked it)
+        parsed = _fastpayload.parse(run, payload)
+        if isinstance(parsed, str):
+            raise ValueError("the numba reverse pass does not pull back a state the "
+                             f"objective reads: {parsed}")
+        cot, reads = parsed
+        cots = [cot]
+        if run.hists:
+            hist = _fastrevhist.Reads(run, _fastrevhist.split(run, payload)[1])
+    elif run.hists:
+        raise ValueError("the numba yield gradients read no histograms (a pullback does)")
+    cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
+    n_rows = cots.shape[0]
+    grad = np.zeros((n_rows, theta.size))
+    bars = {scorecols.column_key(s): np.zeros((n_rows, rows)) for s, rows, _ in vjps}
+    sel = _selection(cols, run, theta, widths)
+    tab, coff, flats, ev = sel.tab, sel.coff, sel.flats, sel.ev
+
     fields = {o.x.head for o in run.observables if o.x.kind == "field"} if value is None else set()
     want_w = {tab.gidx[s] for s in fields} | {
         tab.gidx[run.observables[r.index].x.head] for r in reads
         if run.observables[r.index].x.kind == "field"}
     if trace is not None:
         trace[None, 0] += 1
-    pulled = (_fastpayload.before_walk(reads, run, cols, flats, coff, tab, ev) if reads
+    walked = [r for r in reads if run.observables[r.index].x.kind in _revobs.KINDS]
+    entries = [r for r in reads if run.observables[r.index].x.kind not in _revobs.KINDS]
+    pulled = (_fastpayload.before_walk(entries, run, cols, flats, coff, tab, ev) if entries
               else None)
-    if tab.one_set and pulled is None:
-        walk = _one_set_walk(run, coff[0], q_of[0], theta, widths, counts_tr, bool(want_w),
-                             max_seq, threads)
-    else:  # any count model, or the walk's vector-Jacobian product (observables read)
-        walk = _fastsens.walk(tab, run.sets, coff, base, q_of, theta, widths, counts_tr,
-                              want_w, max_seq=max_seq, block=fastkernel.BLOCK, threads=threads,
-                              wbar=None if pulled is None else pulled.wbar)
+    wbar = None if pulled is None else pulled.wbar
+    if hist is not None:  # the histograms of the nominal selection, region 0
+        want_w |= hist.want_w((None, 0), tab)
+        for gs, wb in hist.before_walk((None, 0), cols, run, sel, theta, widths,
+                                       threads=threads).items():
+            wbar = {} if wbar is None else wbar
+            wbar[gs] = wbar.get(gs, 0.0) + wb
+    walk = _walk(sel, run, theta, widths, want_w, wbar, threads)
     if value is None:
         off_of = {c: coff[ci] for ci, c in enumerate(tab.collections)}
         value = _value_states(cols, run, off_of, flats, ev, walk.pe,
@@ -230,34 +336,36 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     if pulled is not None:  # the observables' entries (one row)
         dp += pulled.pbar
         dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
-    for c, cut in enumerate(ecuts):
-        g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event
-        if cut.param is not None:
-            grad[:, cut.param] += g.sum(axis=1)
-        key = f"event:{cut.key}"
-        if key in bars:
-            bars[key][:, :n_ev] -= g  # ds/dx = -ds/dt
-    for gs, (ci, cuts, raw, soft) in enumerate(sets):
-        coll = tab.collections[ci]
-        dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
-        if walk.dq_w is not None:  # the objects' weights' share (the walk's vjp)
-            dlq += walk.dq_w[gs]
-        n_obj = dlq.shape[1]
-        for c, cut in enumerate(cuts):
-            g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
-            if cut.param is not None:
-                grad[:, cut.param] += g.sum(axis=1)
-            key = f"{coll}:{cut.field}"
-            if key in bars:
-                bars[key][:, :n_obj] -= g * np.sign(raw[c]) if cut.absolute else g
-    if counts_tr:
-        g = dp @ walk.dfe  # (R, K)
-        if walk.dfw is not None:
-            g += walk.dfw.sum(axis=0)
-        for k, p in enumerate(counts_tr):
-            grad[:, p] += g[:, k]
+    by_walks = None
+    if walked:  # event sums' and indexed observables' states (one row): their walks' vjp
+        by_walks = _revobs.pull(walked, run, tab, keep[0], cols, sel.q_of, theta, widths,
+                                sel.counts_tr, ev, max_seq=sel.max_seq, block=fastkernel.BLOCK,
+                                threads=threads)
+        dev += by_walks.dev
+    if hist is not None:  # the histograms' entries (one row), then the other selections
+        pbar, evbar = hist.after_walk((None, 0), cols, run, sel, walk, theta, widths, grad,
+                                      bars, threads=threads)
+        dp += pbar
+        dev += evbar
+    _chain(sel, walk, dp, dev, grad, bars, by_walks)
+    for key, side, sub, column, factor in hist.selections(cols, run) if hist else ():
+        # each other selection the histograms read: its walk with their cotangents
+        other = _selection(side, sub, theta, widths)
+        saved = bars[column].copy() if column in bars else None
+        wbar = hist.before_walk(key, side, sub, other, theta, widths, threads=threads)
+        if trace is not None:
+            trace[None if column is None else (column, factor), key[1]] += 1
+        walk = _walk(other, sub, theta, widths, hist.want_w(key, other.tab), wbar or None,
+                     threads)
+        pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, bars,
+                                      threads=threads)
+        _chain(other, walk, pbar[None], evbar[None], grad, bars)
+        if saved is not None:  # a shifted score column: d(f x)/dx = f
+            bars[column] = saved + factor * (bars[column] - saved)
+    if hist is not None:
+        value.update(hist.values())
     # rows asked for (the others are 0)
-    live = np.flatnonzero(np.any(cots != 0, axis=1) | bool(reads))
+    live = np.flatnonzero(np.any(cots != 0, axis=1) | bool(reads or hist))
     for spec, _, back in vjps:
         if live.size:
             key = scorecols.column_key(spec)
@@ -270,8 +378,7 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, payl
                    threads: int | None = None, trace: Counter | None = None) -> DatasetState:
     """One chunk's states and gradient share (module docstring), as
     :func:`analysis.pipeline.backends.jax.reverse.chunk_pullback` returns them, for a
-    plan and a payload the numba rules serve (it reads the yields and observables of
-    kinds ``S.f`` and branches)."""
+    plan and a payload the numba rules serve."""
     value, grad = _shares(cols, plan, theta, widths, None, payload=payload, threads=threads,
                           trace=trace)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,

@@ -168,8 +168,8 @@ def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
 
         name = reads(scorecols.bare(plan), request.pullback)
         if name is not None:
-            return (f"the objective reads {name} (the numba reverse pass pulls back the "
-                    "yields and observables of kinds S.f and branches)")
+            return (f"the objective reads {name} (no numba reverse rule for its "
+                    "observable's kind)")
     return None
 
 
@@ -255,6 +255,14 @@ register("region", "channel", _same_sets)
 
 
 def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
+    if request.kind == "pullback":
+        from analysis.pipeline.backends.numba._fastrevhist import KINDS
+
+        if spec.node.kind in KINDS:
+            return None  # the numba reverse pass pulls them back (numba/_fastrevhist)
+        # event sums, leading objects: no entries there
+        return (f"x = {spec.node.text!r}: the numba reverse pass pulls back histograms of "
+                "kinds S.f and branches")
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
     return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)

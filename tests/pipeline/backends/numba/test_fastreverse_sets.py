@@ -336,20 +336,6 @@ def test_one_set_with_observables_read_takes_the_walks_vjp() -> None:
     np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10 * np.abs(r).max())
 
 
-def test_an_event_sum_read_by_the_payload_is_refused() -> None:
-    """An event sum's moments (``sum(jets.pt)``) have no entries to pull back here: the
-    rules say so, naming the state (the chooser then runs the JAX sweep)."""
-    cfg = sets_config()
-    cfg["observables"].append({"name": "ht", "x": "sum(jets.pt)", "stats": ["mean"]})
-    plan, theta, _, _ = _setup(cfg, "nano_tt_v12.root")
-    payload = observables_payload(plan)
-    why = numba_refusal(plan, 0, theta, pullback=payload)
-    assert why is not None and "observables.ht.moments" in why
-    ok = [None if n == "observables.ht.moments" else e
-          for n, e in zip(state_names(scorecols.bare(plan)), payload, strict=True)]
-    assert numba_refusal(plan, 0, theta, pullback=ok) is None
-
-
 def test_empty_and_tiny_chunks() -> None:
     """Chunks of 0, 1 and 3 events (objects absent, one block): the numba pullback with
     observables read equals the JAX sweep."""

@@ -10,11 +10,11 @@ import numpy as np
 from numba import types
 
 from analysis.pipeline.backends.numba.kernels._jit import specialise_on
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, _lanes, lin_add
+from analysis.pipeline.backends.numba.kernels.lanes import LANES, _lanes
 
 __all__ = [
-    "keep_sum", "lane_buffer", "lane_buffer4", "no_tangent", "set_value", "set_vec", "store_row", "table_init",
-    "tangent_row", "tangent_rows", "tangents", "vec_mul_add", "weight_row",
+    "keep_sum", "lane_buffer", "lane_buffer4", "no_tangent", "set_value", "set_vec", "store_row",
+    "table_init", "tangents", "vec_mul_add",
 ]
 
 
@@ -45,37 +45,6 @@ def lane_buffer4(n, m, s, d):
 @specialise_on("d", (_has, lambda d, g, p: d[g, p]), lambda d, g, p: 0.0)
 def tangents(d, g, p):
     """``d[g, p]`` (the tangents of object ``g``'s pattern ``p``), or ``0.0`` (none)."""
-
-
-@specialise_on("d", (_has, lambda n, d: np.empty((n, LANES))), lambda n, d: 0.0)
-def tangent_rows(n, d):
-    """A float64 buffer ``(n, LANES)`` of tangent rows where ``d`` (a tangent argument) is
-    an array, else ``0.0`` (none: values only); contents undefined."""
-
-
-@specialise_on("d", (_has, lambda d, j: d[j]), lambda d, j: 0.0)
-def tangent_row(d, j):
-    """``d[j]`` (row ``j`` of :func:`tangent_rows`), or ``0.0`` (none)."""
-
-
-def _weight_row(row, q, inner, h, d):
-    for r in range(LANES):
-        row[r] = 0.0
-    lin_add(row, q, inner, h, d)
-
-
-def _weight_value(row, q, inner, h, d):
-    row[0] = q * h
-    for r in range(1, row.shape[0]):
-        row[r] = 0.0
-
-
-@specialise_on("d", (_has, _weight_row), _weight_value)
-def weight_row(row, q, inner, h, d):
-    """An output row from an object's probability ``q`` (tangents ``d``) and its inner
-    sum (:func:`analysis.pipeline.backends.numba.kernels.walk.weight`: ``inner`` with
-    tangents, its value ``h``): ``row = 0 + (q inner + h d)`` (:func:`lin_add` into a
-    cleared row); values (``d`` a number): ``row[0] = q h``, the other lanes zero."""
 
 
 def _no_tangent(d, g, p):

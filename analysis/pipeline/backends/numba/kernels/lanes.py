@@ -12,9 +12,9 @@ written with a lane loop: the same floats.
 
 The walk's steps (:mod:`analysis.pipeline.backends.numba.kernels.walk`) are written once
 over *lane vectors* with the primitives below (:func:`mul_add`, :func:`dot_zero`,
-:func:`dot_add`, :func:`dot_end`, :func:`vec_zero`, :func:`vec_axpy`, :func:`chain_set`,
-:func:`chain_out`, :func:`chain_in`, :func:`zero_at`), each specialised at compile time
-on its arguments' types (:func:`analysis.pipeline.backends.numba.kernels._jit.specialise_on`):
+:func:`dot_add`, :func:`dot_end`, :func:`vec_zero`, :func:`vec_axpy`, :func:`zero_at`), each
+specialised at compile time on its arguments' types
+(:func:`analysis.pipeline.backends.numba.kernels._jit.specialise_on`):
 a lane vector that is an array of :data:`LANES` is a value with its tangents (the product
 rule, two variants side by side with ``h = 4``); one that is a number is a value alone,
 and the primitive is the same operation without the tangent terms (which add exact zeros
@@ -42,9 +42,8 @@ from numba import types
 from analysis.pipeline.backends.numba.kernels._jit import inline, specialise, specialise_on
 
 __all__ = [
-    "LANES", "axpy", "chain_in", "chain_out", "chain_set", "dot_add", "dot_end", "dot_zero",
-    "lin", "lin2", "lin_add", "lin_add2", "mul_add", "registers", "vec_axpy", "vec_zero",
-    "zero_at",
+    "LANES", "axpy", "dot_add", "dot_end", "dot_zero", "lin", "lin_add", "lin_add2", "mul_add",
+    "registers", "vec_axpy", "vec_zero", "zero_at",
 ]
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
@@ -90,23 +89,6 @@ def axpy(out, a, x):
     o0, o1, o2, o3, o4, o5, o6, o7 = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
     out[0], out[1], out[2], out[3] = o0 + a * x0, o1 + a * x1, o2 + a * x2, o3 + a * x3
     out[4], out[5], out[6], out[7] = o4 + a * x4, o5 + a * x5, o6 + a * x6, o7 + a * x7
-
-
-@inline
-def lin2(out, a, x, b, y, c, u, d, v):
-    """``out[r] = (a x[r] + b y[r]) + (c u[r] + d v[r])`` over the lanes: :func:`lin` and
-    then :func:`lin_add` (the same floats), in registers
-    with one store."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    u0, u1, u2, u3, u4, u5, u6, u7 = u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7]
-    v0, v1, v2, v3, v4, v5, v6, v7 = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
-    out[0], out[1], out[2], out[3] = (
-        (a * x0 + b * y0) + (c * u0 + d * v0), (a * x1 + b * y1) + (c * u1 + d * v1),
-        (a * x2 + b * y2) + (c * u2 + d * v2), (a * x3 + b * y3) + (c * u3 + d * v3))
-    out[4], out[5], out[6], out[7] = (
-        (a * x4 + b * y4) + (c * u4 + d * v4), (a * x5 + b * y5) + (c * u5 + d * v5),
-        (a * x6 + b * y6) + (c * u6 + d * v6), (a * x7 + b * y7) + (c * u7 + d * v7))
 
 
 # --- primitives over lane vectors: an array of LANES (tangents) or a number (values) ----
@@ -296,61 +278,6 @@ def _axpy_lanes(acc, a, x):
 @specialise_on("x", (_lanes, _axpy_lanes), lambda acc, a, x: acc + a * x)
 def vec_axpy(acc, a, x):
     """``acc + a x`` (``a`` a number; lanes: into ``acc``, returned)."""
-
-
-def chain_set(out, t, pv, x, pq, y, d):
-    """The chain's two terms, "out" (``pv = 1 - q``, tangents ``-d``) and "in" (``pq = q``,
-    tangents ``d``): ``out[t] = (pv x - x_0 d) + (pq y + y_0 d)`` (:func:`lin2`, one
-    store); values: ``out[t] = pv x + pq y``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(chain_set)
-def _chain_set(out, t, pv, x, pq, y, d):
-    if _lanes(x):
-        def lanes(out, t, pv, x, pq, y, d):
-            lin2(out[t], pv, x, -x[0], d, pq, y, y[0], d)
-        return lanes
-
-    def values(out, t, pv, x, pq, y, d):
-        out[t] = pv * x + pq * y
-    return values
-
-
-def chain_out(out, t, pv, x, d):
-    """The chain's "out" term alone: ``out[t] = pv x - x_0 d`` (:func:`lin`); values:
-    ``out[t] = pv x``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(chain_out)
-def _chain_out(out, t, pv, x, d):
-    if _lanes(x):
-        def lanes(out, t, pv, x, d):
-            lin(out[t], pv, x, -x[0], d)
-        return lanes
-
-    def values(out, t, pv, x, d):
-        out[t] = pv * x
-    return values
-
-
-def chain_in(out, t, pq, y, d):
-    """The chain's "in" term added: ``out[t] += pq y + y_0 d`` (:func:`lin_add`); values:
-    ``out[t] += pq y``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(chain_in)
-def _chain_in(out, t, pq, y, d):
-    if _lanes(y):
-        def lanes(out, t, pq, y, d):
-            lin_add(out[t], pq, y, y[0], d)
-        return lanes
-
-    def values(out, t, pq, y, d):
-        out[t] += pq * y
-    return values
 
 
 def _zero_row(out, t):

@@ -40,7 +40,8 @@ from analysis.pipeline.plan import Plan
 from analysis.pipeline.score import ScoreSpec, with_scores
 
 __all__ = ["SCORE_ROWS_STEP", "ScoreVjp", "apply_vjp", "apply_vjps", "bare", "column_key",
-           "moved_columns", "pull", "score_columns", "shifted", "side_arrays", "side_name"]
+           "moved_columns", "pull", "pull_many", "score_columns", "shifted", "side_arrays",
+           "side_columns", "side_name"]
 
 #: a score's rows (the chunk's objects or events) are rounded up to a multiple of this
 #: for its network's jit (few compilations; at most this many padding rows evaluated)
@@ -104,6 +105,13 @@ def side_arrays(arrays: dict, key: str, factor: float) -> dict:
         if b is not None:
             out[b] = v
     return out
+
+
+def side_columns(flat: dict, column: str) -> list:
+    """The columns of ``flat`` (one collection's fields or the branches) that are
+    ``column``'s on a shift side (:func:`side_name`); none for a column that is not a
+    score's, or none of whose inputs a shift scales."""
+    return [v for n, v in flat.items() if n.partition("@")[0] == column and "@" in n]
 
 
 def moved_columns(cols: ChunkColumns, key: str) -> tuple[str, ...]:

@@ -51,16 +51,18 @@ def _values(cols, plan, theta, widths, backend: str):
 def test_an_object_scores_shifted_input_moves_it_on_numba(monkeypatch) -> None:
     """The jets' score (an input: ``jets.pt``) in the jets' cuts under the jets' pT
     shift: the numba values pass's templates of every shift side and region equal the
-    JAX kernel's (network inside, 1e-10); the shifted templates differ from those with
-    the nominal score (the score's cut moved)."""
+    JAX kernel's (network inside, 1e-10), soft and at width 0 (the hard pre-selection);
+    the shifted templates differ from those with the nominal score (the score's cut
+    moved)."""
     plan, theta, widths, cols = _setup(hists_config())
-    got, ref = (_values(cols, plan, theta, widths, b)["templates"] for b in ("numba", "jax"))
-    assert set(got) == set(ref)
-    for key, h in ref.items():
-        np.testing.assert_allclose(np.asarray(got[key].sumw_flow), np.asarray(h.sumw_flow),
-                                   rtol=1e-10, atol=1e-12, err_msg=key)
-        np.testing.assert_allclose(np.asarray(got[key].sumw2_flow), np.asarray(h.sumw2_flow),
-                                   rtol=1e-10, atol=1e-12, err_msg=key)
+    for w in (widths, np.zeros_like(widths)):  # hard cuts: no jet a shifted score keeps leaves
+        got, ref = (_values(cols, plan, theta, w, b)["templates"] for b in ("numba", "jax"))
+        assert set(got) == set(ref)
+        for key, h in ref.items():
+            for a in ("sumw_flow", "sumw2_flow"):
+                np.testing.assert_allclose(np.asarray(getattr(got[key], a)),
+                                           np.asarray(getattr(h, a)), rtol=1e-10, atol=1e-12,
+                                           err_msg=f"{key} {a}")
     # the score's cut moves with the shift: the nominal score on the shifted side (no
     # side columns) gives other templates
     monkeypatch.setattr(scorecols, "_sides", lambda plan, spec: [])

@@ -273,8 +273,7 @@ def test_learned_binning_runs_the_numba_pullback_under_auto(monkeypatch) -> None
         got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
         assert calls  # the numba pass ran
         n = len(calls)
-    # the values pass on numba both times: a shift of a score's input (MET.pt) does not
-    # move the score there (nor in either reverse pass), unlike the JAX kernel's values
+    # the values pass on numba both times (the JAX kernel's: test_score_shifts)
     with Evaluator(cfg, backend=Backend(numba_reverse=False)) as ref:
         want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
         assert len(calls) == n

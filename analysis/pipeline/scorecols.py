@@ -82,17 +82,17 @@ def shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
     head, name = key.split(":", 1)
 
     def side(c: str, flat: dict) -> dict:
-        out = {**flat, **{b: v for n, v in flat.items()
-                          if (b := _base(n, key, factor)) is not None}}
+        moved = {b: v for n, v in flat.items() if (b := _base(n, key, factor)) is not None}
         if c == head:
-            out[name] = flat[name] * factor
-        return out
+            moved[name] = flat[name] * factor
+        return {**flat, **moved} if moved else flat  # the others as they are
 
     if head != "event" and head not in cols.collections:
         raise KeyError(key)
     return dataclasses.replace(
         cols, events=side("event", cols.events),
-        collections={c: (counts, side(c, flat)) for c, (counts, flat) in cols.collections.items()})
+        collections={c: pair if (f := side(c, pair[1])) is pair[1] else (pair[0], f)
+                     for c, pair in cols.collections.items()})
 
 
 def side_arrays(arrays: dict, key: str, factor: float) -> dict:

@@ -17,6 +17,7 @@ already); the rest is imported when used, as the callers did before.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from numba.core.caching import FunctionCache, IndexDataCacheFile
@@ -34,6 +35,7 @@ __all__ = [
     "compiler_lock",
     "entry_points_flag",
     "initialise_runtime",
+    "keyed_by",
     "run_entry_points",
     "use_fast_load",
 ]
@@ -176,7 +178,39 @@ def use_fast_load(cache: Any) -> bool:
     return False
 
 
-def cached_cfunc(sig: Any) -> Any:
+def keyed_by(cache: Any, paths: tuple[str, ...]) -> bool:
+    """Key a kernel's on-disk cache (a dispatcher's or C callback's ``_cache``) by the
+    files ``paths`` too, not only by its own source file: numba stores the source's
+    ``(mtime, size)`` in the cache index (``IndexDataCacheFile._source_stamp``) and drops
+    the index when it differs, so code inlined from another module (a change there) would
+    otherwise load stale. Call it before the kernel first compiles or loads.
+    ``tests/select/test_chainwalk.py`` checks that the kernels that need it are keyed.
+
+    Parameters
+    ----------
+    cache : object
+        The kernel's numba cache (``None``: nothing to key).
+    paths : tuple of str
+        The other source files its machine code depends on.
+
+    Returns
+    -------
+    bool
+        Whether it was keyed (False: a numba without that attribute; the cache is then
+        keyed by its own file only, as numba does).
+    """
+    cache_file = getattr(cache, "_cache_file", None)
+    if cache_file is None or not hasattr(cache_file, "_source_stamp"):
+        return False
+    stamps = []
+    for p in paths:
+        st = os.stat(p)
+        stamps.append((st.st_mtime, st.st_size))
+    cache_file._source_stamp = (cache_file._source_stamp, *stamps)
+    return True
+
+
+def cached_cfunc(sig: Any, depends: tuple[str, ...] = ()) -> Any:
     """``numba.cfunc(sig, cache=True)`` whose cached machine code loads through
     :class:`FastLoadCache`: ``numba.cfunc`` compiles (loads) at decoration with numba's
     own cache, whose first load in a process refreshes the registries (1.2-1.7 s of the
@@ -187,6 +221,8 @@ def cached_cfunc(sig: Any) -> Any:
     ----------
     sig : numba signature
         As ``numba.cfunc``'s.
+    depends : tuple of str
+        Other source files the callback's machine code inlines (:func:`keyed_by`).
 
     Returns
     -------
@@ -199,6 +235,7 @@ def cached_cfunc(sig: Any) -> Any:
     def decorate(func: Any) -> Any:
         res = cfunc_class(func, signature, locals={}, options={})
         res.enable_caching()
+        keyed_by(res._cache, depends)
         use_fast_load(res._cache)
         res.compile()
         return res

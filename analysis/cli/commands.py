@@ -17,7 +17,7 @@ from typing import Any
 from analysis.cli.jsonout import json_safe, write_json
 from analysis.cli.paramargs import _parse_sets, parse_grid
 from analysis.cli.startup import start_up_done
-from analysis.cli.statuslines import _best_line, _print_final, status_lines
+from analysis.cli.statuslines import _best_line, status_lines
 from analysis.config.loader import load_config
 from analysis.errors import DiffcoffeaError
 from analysis.jsonsafe import read_json
@@ -30,7 +30,6 @@ __all__ = [
     "make_evaluator",
     "output_dir",
     "parse_grid",
-    "run_optimize",
     "run_scan",
     "status_lines",
     "write_json",
@@ -219,208 +218,7 @@ def same_config_checkpoint(path: Path, config) -> bool:
     )
 
 
-# --- optimize and scan ---------------------------------------------------------------
-
-
-def run_optimize(args) -> int:
-    """``diffcoffea optimize``: the loop, then results.json (history, final soft and hard
-    objective, how the run ended, per-dataset statistics) and plots in the output directory
-    (drawn by :class:`analysis.cli.plotworker.PlotWorkers`)."""
-    config = load_config(args.config)  # first: a bad config is refused before JAX loads
-    from analysis.cli.plotworker import PlotWorkers
-
-    # the plots' processes start now, importing matplotlib while JAX loads here
-    # (analysis.cli.plotworker); the figures are drawn there while this one goes on
-    plotter = PlotWorkers(0 if args.no_plots else _plot_workers())
-    with plotter:
-        return _run_optimize(args, config, plotter)
-
-
-def _plot_workers() -> int:
-    """Plot processes for ``optimize``: two (the history, the histograms) where there
-    are two cores, else one (its imports still run beside the parent's)."""
-    import os
-
-    return 2 if (os.cpu_count() or 1) >= 2 else 1
-
-
-def _run_optimize(args, config, plotter) -> int:
-    from analysis.cli.plots import histogram_data, plot_scores
-    from analysis.cli.report import hard_event_counts, mark_reliability, named_widths
-    from analysis.cli.units import units_of
-    from analysis.optimize.keepbest import keep_best_report
-    from analysis.optimize.loop import Optimization
-    from analysis.pipeline.results import MIN_EFFECTIVE_EVENTS, dataset_report
-
-    if config.scores:  # inputs standardised from a first pass (where not given)
-        from analysis.driver.standardise import standardise_scores
-
-        standardise_scores(config)
-    from analysis.driver.autowidth import auto_widths
-
-    auto = auto_widths(config)  # trainable thresholds without a width: from the data
-    outdir = output_dir(config, args)
-    quiet = args.quiet
-    args.quiet = True  # per-pass coffea bars would drown the step bar
-    # claim_run locks the output dir and refuses (or, with --overwrite, deletes) an
-    # earlier checkpoint unless --resume continues it.
-    with claim_run(config, args), make_evaluator(config, args) as ev:
-        run = Optimization(config, ev, outdir, steps=args.steps,
-                           initial_observables=not args.no_plots)
-        if args.resume:
-            run.resume()
-        initial_params = config.initial_params()
-        _loop(run, quiet, args)
-        # optimizer.validation.every / keep_best: both parts at every N-th step (one
-        # pass); with keep_best the best held-out step becomes the reported point
-        passes = run.passes
-        history = run.validation_history()
-        tracked = run.passes - passes
-        final = run.final()
-        # values-only passes on the cached columns: the hard-cut objective where the run
-        # started (for "before -> after") and the events the final hard cuts keep
-        before = run.passes
-        # all events (and, with the split, each part) at the start and the end, with
-        # their MC uncertainty: one pass where the replicas run, which also gives the
-        # hard-cut value at the start on the loop's events (else one pass more)
-        checks = run.validation(initial_params, final["hard"]["parameters"])
-        initial_hard = run.start_hard or run.hard(initial_params)
-        status = run.status(final, initial_hard)
-        closing = run.passes - before + 1  # (the count pass below is not the loop's)
-        for part in ("soft", "hard"):
-            final[part]["widths"] = named_widths(config, final[part]["widths"])
-        report = {
-            "config": str(config.source),
-            "trainable": list(run.coords.names),
-            "bounds": {
-                n: [float(lo), float(hi)]
-                for n, lo, hi, b in zip(run.coords.names, run.coords.lower, run.coords.upper,
-                                        run.coords.bounded)
-                if b  # a learned score's weights are unbounded
-            },
-            "widths": named_widths(config, run.w0),
-            "auto_widths": auto,
-            "units": units_of(config),
-            "optimizer": config.optimizer.model_dump(mode="json"),
-            "steps_run": run.step,
-            "passes": run.step + tracked + run.final_passes + closing,
-            "converged": run.converged,
-            "status": status,
-            "uncertainty": checks["uncertainty"],
-            "hard_all": {"objective": checks["hard_all"],
-                         "significance": checks["significance_all"]},
-            "keep_best": keep_best_report(run.tracked),
-            "history": [{**h, "widths": named_widths(config, h["widths"])} for h in run.history],
-            "final": final,
-            "parameters": final["soft"]["parameters"],
-            "min_effective_events": MIN_EFFECTIVE_EVENTS,
-            "datasets": None,  # below, once the objective and parameter plots are drawing
-            "faults": None,
-        }
-        if not args.no_plots:
-            # drawn (in the workers) while this process goes on: the count pass, the
-            # histograms' pass, the per-dataset report (docs/explanation/performance.md)
-            plotter.submit("analysis.cli.plots.plot_objective", report, outdir, cost=1.0)
-            plotter.submit("analysis.cli.plots.plot_parameters", report, outdir, cost=1.5)
-        hard = hard_event_counts(ev, final["hard"]["parameters"],
-                                 observables=run.hard_observables())
-        report["faults"] = ev.faults_report()
-        if not args.no_plots:
-            run.use_all_events()  # the plots show every event, not the training part
-            if config.observables:
-                from analysis.optimize.objectives import dataset_norm
-
-                sumw = run.all_sumw or {n: st.sumw for n, st in run.final_states.items()}
-                norms = {n: dataset_norm(config, n, w) for n, w in sumw.items()
-                         if config.datasets[n].xsec is not None
-                         or config.datasets[n].scale is not None}
-                data = histogram_data(ev, config, initial_params, run.w0,
-                                      final["hard"]["parameters"],
-                                      initial_states=run.initial_states, norms=norms)
-                # the overlay (the costliest) first: with two workers it goes beside the
-                # objective plot, the per-dataset histograms beside the parameter plot
-                plotter.submit("analysis.cli.plots.draw_overlay", data, outdir, cost=2.0)
-                for ds in data["datasets"]:
-                    plotter.submit("analysis.cli.plots.draw_histogram", data, ds, outdir)
-        datasets = {n: dataset_report(run.final_states[n], run.plan) for n in config.datasets}
-        mark_reliability(datasets, hard)
-        report["datasets"] = datasets
-        if checks["validation"] is not None:
-            report["validation"] = checks["validation"]
-            if history is not None:
-                val = config.optimizer.validation
-                report["validation"].update(every=val.every, keep_best=val.keep_best,
-                                            best_step=run.best_step, history=history)
-        if config.likelihood is not None:  # final soft and hard templates, Z, the fit
-            from analysis.optimize.lksection import likelihood_section
-
-            for part, st in (("soft", run.final_states), ("hard", run.final_hard_states)):
-                try:
-                    final[part]["likelihood"] = likelihood_section(config, run.plan, st)
-                except DiffcoffeaError as err:  # unusable templates: said, not a crash
-                    final[part]["likelihood"] = {"error": str(err)}
-            report["likelihood"] = final["hard"]["likelihood"]
-        if config.histograms:  # at the final hard cuts
-            from analysis.optimize.lksection import histograms_section
-
-            report["histograms"] = histograms_section(config, run.plan, run.final_hard_states,
-                                                      final["hard"]["parameters"])
-        write_json(outdir / "results.json", report)
-        exported = _export(report, outdir)  # the final hard-cut model, for pyhf and Combine
-        if run.plan.scores:  # the trained networks, data only (score_NAME.npz)
-            from analysis.optimize.scoreopt import write_scores
-
-            write_scores(run.plan, ev.theta_and_widths(final["soft"]["parameters"])[0], outdir)
-        if not args.no_plots:
-            if "channels" in (report.get("likelihood") or {}):  # templates and pulls
-                from analysis.cli.plots import entries_noun
-                from analysis.cli.units import expression_unit
-
-                labels = {ch: f"{c.histogram}: {_hist_x(config, c.histogram)}"
-                          for ch, c in config.likelihood.channels.items()}
-                units = {ch: expression_unit(_hist_x(config, c.histogram), c.histogram)
-                         for ch, c in config.likelihood.channels.items()}
-                nouns = {ch: entries_noun(run.plan, _hist_x(config, c.histogram))
-                         for ch, c in config.likelihood.channels.items()}
-                plotter.submit("analysis.cli.lkplots.plot_likelihood", report["likelihood"],
-                               outdir, labels=labels, units=units, nouns=nouns,
-                               cost=len(labels) + 1.0)
-            if run.plan.scores:  # score_NAME.png: signal and background, before and after
-                sumw = {n: st.sumw for n, st in run.final_states.items()}
-                plot_scores(ev, config, initial_params, final["hard"]["parameters"], outdir,
-                            sumw=sumw)
-            plotter.wait()  # every figure written (a job's error raised here)
-    if not quiet:
-        _print_final(report, outdir, plots=not args.no_plots)
-        for p in exported:
-            print(f"wrote {p}")
-    return 0
-
-
-def _hist_x(config, name: str) -> str:
-    return next(h.x for h in config.histograms if h.name == name)
-
-
-def _loop(run, quiet: bool, args) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = [
-        TextColumn("[bold blue]optimize"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("objective {task.fields[obj]}"),
-        TextColumn("step {task.fields[dt]}"),
-        TimeElapsedColumn(),
-    ]
-    with Progress(*columns, disable=quiet) as bar:
-        task = bar.add_task("opt", total=run.opt_cfg.steps, completed=run.step, obj="-", dt="-")
-        start_up_done(args)  # the imports are done; the passes run with the collector
-        while not run.done:
-            entry = run.do_step()
-            if entry is not None:  # None: stopped (run.stopped says why)
-                bar.update(task, completed=run.step, obj=f"{entry['objective']:.6g}",
-                           dt=f"{entry['wall_time_s']:.2f}s")
-
+# --- scan ----------------------------------------------------------------------------
 
 
 def run_scan(args) -> int:

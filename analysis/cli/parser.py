@@ -32,15 +32,16 @@ if TYPE_CHECKING:
         make_evaluator,
         output_dir,
         parse_grid,
-        run_optimize,
         run_scan,
         write_json,
     )
+    from analysis.cli.optimizecmd import run_optimize
 
-# Re-exported from analysis.cli.commands on first use (PEP 562): the parser, --help and
-# --version import no command, so none of coffea, JAX, numba or matplotlib.
+# Re-exported from analysis.cli.commands (run_optimize: analysis.cli.optimizecmd) on
+# first use (PEP 562): the parser, --help and --version import no command, so none of
+# coffea, JAX, numba or matplotlib.
 _FROM_COMMANDS = ("claim_run", "json_safe", "make_evaluator", "output_dir", "parse_grid",
-                  "run_optimize", "run_scan", "write_json")
+                  "run_scan", "write_json")
 
 
 def __getattr__(name: str):
@@ -48,6 +49,10 @@ def __getattr__(name: str):
         from analysis.cli import commands
 
         return getattr(commands, name)
+    if name == "run_optimize":
+        from analysis.cli.optimizecmd import run_optimize
+
+        return run_optimize
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
@@ -196,7 +201,7 @@ def _root_cause(err: BaseException) -> DiffcoffeaError | None:
 # command -> (module, function), imported when the command runs
 COMMANDS = {
     "evaluate": ("analysis.cli.commands", "cmd_evaluate"),
-    "optimize": ("analysis.cli.commands", "run_optimize"),
+    "optimize": ("analysis.cli.optimizecmd", "run_optimize"),
     "scan": ("analysis.cli.commands", "run_scan"),
     "make-dataset": ("analysis.cli.commands", "cmd_make_dataset"),
     "export": ("analysis.cli.export", "cmd_export"),

@@ -272,6 +272,11 @@ class HardEvaluations:
         self.last_states = states
         return {k: v for k, v in out.items() if k not in ("uncertainty", "replicas")}
 
+    def final_params(self) -> dict[str, float]:
+        """The parameters :meth:`final` reports (its soft point; :meth:`hard_params` of
+        them its hard one): with keep-best the chosen step's, else the current ones."""
+        return self.params() if self.best_params is None else dict(self.best_params)
+
     def final(self) -> dict[str, Any]:
         """Soft (final widths) and hard (width 0, integers rounded) objective at the final parameters.
 
@@ -284,8 +289,7 @@ class HardEvaluations:
         The hard one is keep-best's lane at that point on the loop's events where the
         report reads nothing more of its states (:meth:`_kept_final`): no pass.
         """
-        # with keep_best the chosen step's parameters (at the final widths)
-        params = self.params() if self.best_params is None else dict(self.best_params)
+        params = self.final_params()
         widths = annealed_widths(
             self.w0, max(self.step - 1, 0), self.config, steps=self.anneal_steps
         )

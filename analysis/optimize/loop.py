@@ -41,7 +41,9 @@ The command-line entry (``diffcoffea optimize``) is :func:`analysis.cli.parser.r
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +101,13 @@ class Optimization(HardEvaluations):
     :attr:`initial_states`, the plots' initial histograms); ``False`` (the command line
     without plots): only those the objective reads, as the steps after it (the same
     history bit for bit: :func:`analysis.optimize.objectives.step_observables`).
+    ``background_checkpoints``: each step's checkpoint is written on a thread while the
+    next step runs (the command line; :meth:`wait_checkpoint` after the loop).
     """
 
     def __init__(
         self, config: Config, evaluator, outdir: Path, *, steps: int | None = None,
-        initial_observables: bool = True,
+        initial_observables: bool = True, background_checkpoints: bool = False,
     ) -> None:
         self.config = config
         self.ev = evaluator
@@ -195,6 +199,10 @@ class Optimization(HardEvaluations):
         self.step_observables = None if self.reverse else step_observables(
             self.objective, self.plan, self.order)
         self.initial_observables = initial_observables
+        #: with ``background_checkpoints``: each step's checkpoint is written while the
+        #: next step runs (:class:`~analysis.optimize.checkpoint.CheckpointWriter`; call
+        #: :meth:`wait_checkpoint` after the last step); else before :meth:`do_step` returns
+        self._writer = _ckpt.CheckpointWriter() if background_checkpoints else None
 
     def _use_part(self, part: str) -> None:
         """Passes weigh ``part``'s events; the objective's MC variance is scaled to the
@@ -209,6 +217,17 @@ class Optimization(HardEvaluations):
     def use_all_events(self) -> None:
         """Later passes (plots) weigh every event, whatever the validation split."""
         self._use_part("all")
+
+    @contextlib.contextmanager
+    def all_events(self) -> Iterator[None]:
+        """The passes inside weigh every event (as after :meth:`use_all_events`); the
+        part the passes weighed before is restored after."""
+        kept = "all" if self.ev.part is None else self.ev.part[0]
+        self._use_part("all")
+        try:
+            yield
+        finally:
+            self._use_part(kept)
 
     # parameters
     def params(self, u: np.ndarray | None = None) -> dict[str, float]:
@@ -243,7 +262,8 @@ class Optimization(HardEvaluations):
         snapshot = _ckpt.config_snapshot(self.config)
         if self.opt_cfg.anneal.steps is None:  # the schedule's length, kept
             snapshot["optimizer"]["steps"] = self.anneal_steps
-        save_checkpoint(
+        write = save_checkpoint if self._writer is None else self._writer.submit
+        write(
             self.outdir / CHECKPOINT,
             {
                 "fingerprint": self.fingerprint,
@@ -256,6 +276,13 @@ class Optimization(HardEvaluations):
                 "converged": self.converged,
             },
         )
+
+    def wait_checkpoint(self, *, raise_error: bool = True) -> None:
+        """With ``background_checkpoints``: wait until the last step's checkpoint is
+        written; a failed write's error raised (``raise_error``) or dropped (the run is
+        failing already). Without: nothing to wait for."""
+        if self._writer is not None:
+            self._writer.wait(raise_error=raise_error)
 
     def _chunks_for(self, step: int) -> list | None:
         if not self.opt_cfg.stochastic:

@@ -191,8 +191,8 @@ class Backend:
     the slower path side by side; the defaults are the fast paths.
 
     fused
-        ``True``: a plan of one collection with one object set runs the fused loop
-        (:mod:`analysis.pipeline.backends.numba.kernels._numba_one`); ``False``: the general loop
+        ``True``: a plan of one collection with one object set runs the one-set walk
+        (:func:`analysis.select.chainwalk.cut_walk`); ``False``: the general loop
         (:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`).
     value_loop
         ``True``: values only (``order=0``) run the general loop compiled without tangents

@@ -82,10 +82,12 @@ def _numbers(report: dict) -> dict:
 
 
 def test_optimize_draws_while_it_reports_and_reports_the_same(small_data, tmp_path) -> None:
-    """``optimize`` submits the objective and parameter plots before its count pass and
-    draws the histograms while it writes the report (docs/explanation/performance.md): the figures
-    are those of its results.json, and results.json is the same with plots as without
-    (the plots' pass over every event comes after the count pass on the training part)."""
+    """``optimize`` submits the parameter plot and the histograms once keep-best has
+    chosen the final point (before the final evaluations), the objective plot before its
+    count pass (docs/explanation/performance.md): the figures are those of its
+    results.json, and results.json is the same with plots as without (the histograms'
+    pass over every event, between keep-best and the final soft pass on the training
+    part, changes none of the passes' results)."""
     import json
 
     from analysis.cli.parser import main

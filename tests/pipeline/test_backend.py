@@ -205,8 +205,8 @@ def test_loop_options_are_keyword_only_and_reach_the_kernels(monkeypatch):
     """``Backend(fused=False, value_loop=False)`` (options, not module globals): the
     general loop with tangents runs instead of the fused loop and the value loop, seen
     by counting them, and every state is the same (1e-12)."""
-    from analysis.pipeline.backends.numba import _fastone
     from analysis.pipeline.backends.numba.kernels import _numba_dp
+    from analysis.select import chainwalk
 
     with pytest.raises(TypeError):
         Backend("auto", "cpu", False)  # type: ignore[misc]
@@ -215,7 +215,7 @@ def test_loop_options_are_keyword_only_and_reach_the_kernels(monkeypatch):
     assert "options" not in Backend().describe()
     assert Backend(numba_reverse=False).describe().endswith("; options numba_reverse=False")
     ran: list[str] = []
-    for mod, name in ((_fastone, "run"), (_numba_dp, "select")):
+    for mod, name in ((chainwalk, "cut_walk"), (_numba_dp, "select")):
         real = getattr(mod, name)
         monkeypatch.setattr(mod, name, lambda *a, _r=real, _n=name: ran.append(
             _n + "_value" * (_n == "select" and isinstance(a[3], float))) or _r(*a))

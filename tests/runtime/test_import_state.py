@@ -81,7 +81,7 @@ def test_importing_every_module_changes_only_x64(tmp_path):
         runtime.reset()
     assert len(where) == 1
     where[0].mkdir(parents=True)
-    stale = where[0] / "_numba_one.select_one-1.py311.nbi"
+    stale = where[0] / "_numba_dp.select-1.py311.nbi"
     stale.write_bytes(b"stale")
     out = subprocess.run([sys.executable, "-c", _CHILD, str(stale)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)

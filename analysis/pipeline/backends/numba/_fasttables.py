@@ -89,7 +89,7 @@ class _Tables:
         self.set_coll = [spec[name].collection for name in self.set_names]
         self.gidx = gidx
         # one collection, one set ("out" adds nothing, "in" moves the counts): the
-        # fused loop (:mod:`analysis.pipeline.backends.numba.kernels._numba_one`) serves it
+        # one-set walk (:func:`analysis.select.chainwalk.cut_walk`) serves it
         self.one_set = bool(
             n_coll == 1 and self.n_coll_sets[0] == 1 and self.n_pat[0] == 2
             and self.pat[0, 0, 0] == 0 and self.pat[0, 1, 0] == 1
@@ -99,6 +99,15 @@ class _Tables:
 @lru_cache(maxsize=64)
 def _tables(plan: Plan) -> _Tables:
     return _Tables(plan)
+
+
+def chain(tgt: np.ndarray) -> np.ndarray:
+    """The states ``0, tgt[0], tgt[tgt[0]], ...`` up to the absorbing one (``tgt[k] = k``):
+    the only ones one set's objects reach (one pattern adds to the counts)."""
+    out = [0]
+    while tgt[out[-1]] != out[-1] and len(out) <= len(tgt):
+        out.append(int(tgt[out[-1]]))
+    return np.array(out, np.int64)
 
 
 def _targets(model: CountModel, caps: np.ndarray, collections) -> np.ndarray:

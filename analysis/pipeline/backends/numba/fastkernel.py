@@ -14,7 +14,7 @@ of one description: the recursions of :mod:`analysis.select.objects` (the JAX ke
 :mod:`analysis.pipeline.backends.jax.setkernel`, the reference) as loops over each event's objects
 with forward-mode tangents (:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`, values only
 its variant without tangents; one collection with one set and neither event
-sums nor indexed observables, the common case, runs the fused loop of :mod:`analysis.pipeline.backends.numba.kernels._numba_one`, bit for
+sums nor indexed observables, the common case, runs the one-set walk :func:`analysis.select.chainwalk.cut_walk`, bit for
 bit the same results). The pass table
 ``f`` and its derivative come from :func:`analysis.select.objects._pass_table` itself
 (:mod:`analysis.pipeline.backends.numba._fasttables`). :func:`observable_entries` gives histogram
@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from analysis.pipeline.backends.numba import _fastleading, _fastone
+from analysis.pipeline.backends.numba import _fastleading
 from analysis.pipeline.backends.numba._fastmoments import (
     comoments_state,
     moments_state,
@@ -63,12 +63,14 @@ from analysis.pipeline.backends.numba._fasttables import (
     _tables,
     _targets,
     _value,
+    chain,
     one_sided,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_dp
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
+from analysis.select import chainwalk
 
 __all__ = ["BLOCK", "evaluate_columns", "observable_entries", "observable_states",
            "selected_weights"]
@@ -262,20 +264,18 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     pe = _work("pe", (n_ev, lanes))
     ow = _work("ow", (max(len(slot_of), 1), n_all, lanes))
     sa = np.zeros((len(sums), n_ev, big_r + 1, lanes))
-    if n_ev and fused:
+    if n_ev and fused:  # the one-set walk on the chain of states the objects reach
         cuts = tab.set_cuts[0]
-        flat = flats[tab.collections[0]]
         ss = np.empty((len(cuts), int(coff[0, -1])))
-        _soft_values(cuts, flat, theta, widths, ss, threads)
-        args = (
-            coff[0], ss,
-            np.array([widths[c.width_index] for c in cuts], np.float64),
-            np.array([c.greater for c in cuts], np.bool_),
-            np.array([_par_index(trainable, c.param) for c in cuts], np.int64),
-            np.ascontiguousarray(tgt[0, 1]), f, df_l, bool(set_slot[0] >= 0), max(max_seq, 1),
-            BLOCK, pe, ow[0],
-        )
-        _fastone.run(args, n_blocks, threads)
+        _soft_values(cuts, flats[tab.collections[0]], theta, widths, ss, threads)
+        on = chain(tgt[0, 1])
+        par = np.array([_par_index(trainable, c.param) for c in cuts], np.int64)
+        args = (coff[0], ss, np.array([widths[c.width_index] for c in cuts], np.float64),
+                np.array([c.greater for c in cuts], np.bool_), par, f[on],
+                # nothing to differentiate: the walk without tangents (the same floats)
+                0.0 if np.all(par < 0) and not np.any(df_l) else df_l[on],
+                bool(set_slot[0] >= 0), max(max_seq, 1), BLOCK, pe, ow[0])
+        _run_blocks(_numba_dp.compiled(chainwalk.cut_walk, args), args, n_blocks, threads)
     elif n_ev:  # values only: the same loop compiled without tangents (lane 0, 0.0 for them)
         bare = value_loop and not trainable
         _run_blocks(_numba_dp.select, (

@@ -11,7 +11,7 @@ on values only:
   ``dL_c/dev_e = P_e dL_c/dy_e``;
 - per object and set, ``dP_e/dq_js`` (``q_js``: the product of set ``s``'s own cuts;
   exact: one collection with one set on the chain,
-  :func:`analysis.pipeline.backends.numba.kernels._numba_sens.sensitivities`; any other
+  :func:`analysis.select.chainwalk.sens_walk`; any other
   count model, several sets per collection with their parents, several collections,
   joint counts, through each object's pattern probabilities,
   :mod:`analysis.pipeline.backends.numba._fastsens`)
@@ -66,7 +66,6 @@ import numpy as np
 
 from analysis.pipeline import scorecols
 from analysis.pipeline.backends.numba import (
-    _fastone,
     _fastpayload,
     _fastrevhist,
     _fastsens,
@@ -79,12 +78,13 @@ from analysis.pipeline.backends.numba._fasttables import (
     _reduced,
     _tables,
     _targets,
+    chain,
     one_sided,
 )
-from analysis.pipeline.backends.numba.kernels import _numba_sens
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import DatasetState, state_tree
+from analysis.select import chainwalk
 from analysis.stats.derive import Pullback
 
 __all__ = ["chunk_pullback", "chunk_yield_gradients"]
@@ -111,11 +111,11 @@ def _one_set_walk(plan: Plan, coff: np.ndarray, q: np.ndarray, theta, widths,
                   counts_tr: tuple[int, ...], want_w: bool, max_seq: int,
                   threads: int | None) -> _fastsens.Walk:
     """The sensitivities' walk of one collection with one set: the chain
-    (:func:`analysis.pipeline.backends.numba.kernels._numba_sens.sensitivities`)."""
+    (:func:`analysis.select.chainwalk.sens_walk`)."""
     tab = _tables(plan)
     if tab.model.counts:
         caps, f, df = _reduced(tab.model, *_pass_table(plan.sets, theta, widths, counts_tr))
-        states = _fastone.chain(_targets(tab.model, caps, tab.collections)[0, 1])
+        states = chain(_targets(tab.model, caps, tab.collections)[0, 1])
         f, df = np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
     else:
         f, df = np.ones(1), np.zeros((1, len(counts_tr)))
@@ -126,7 +126,7 @@ def _one_set_walk(plan: Plan, coff: np.ndarray, q: np.ndarray, theta, widths,
     if n_ev:
         args = (coff, np.ascontiguousarray(q), f, want_w, max(max_seq, 1), fastkernel.BLOCK,
                 pe, dq, fn, ow)
-        fastkernel._run_blocks(_numba_sens.sensitivities, args,
+        fastkernel._run_blocks(chainwalk.sens_walk, args,
                                max(1, -(-n_ev // fastkernel.BLOCK)), threads)
     return _fastsens.Walk(pe, {0: dq}, {0: ow} if want_w else {}, fn @ df)
 

@@ -38,10 +38,11 @@ from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state, run_once
 from analysis.pipeline.backends.jax.passes import evaluate_chunk
 from analysis.pipeline.backends.numba import _fasttables, fastkernel
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_one
+from analysis.pipeline.backends.numba.kernels import _numba_dp
 from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths
 from analysis.pipeline.request import Request
+from analysis.select import chainwalk
 from analysis.select.objects import soft_pass
 from analysis.stats import CoMoments, Moments
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns
@@ -459,7 +460,7 @@ def one_set_config(*, width: float, inverted: bool, field_observables: bool = Tr
 @pytest.mark.parametrize("width", [0.0, 1.0])
 @pytest.mark.parametrize("inverted, n_min", [(False, 2.3), (True, 0.6)])
 def test_fused_one_set_loop(width, inverted, n_min, n, field_observables, monkeypatch):
-    # The fused loop (analysis.pipeline.backends.numba.kernels._numba_one) against the JAX kernel (1e-12) and
+    # The one-set walk (analysis.select.chainwalk.cut_walk) against the JAX kernel (1e-12) and
     # against the general loops of _numba_dp (the same operations in the same order:
     # bit for bit), with and without per-object weights.
     plan, theta, widths = make_plan(one_set_config(
@@ -472,9 +473,9 @@ def test_fused_one_set_loop(width, inverted, n_min, n, field_observables, monkey
     monkeypatch.setattr(fastkernel._numba_dp, "compiled",
                         lambda kernel, args: ran.append(kernel) or compiled(kernel, args))
     fused = compare(plan, cols, theta, widths)
-    assert ran.count(_numba_one.select_one) == (1 if n else 0)
+    assert ran.count(chainwalk.cut_walk) == (1 if n else 0)
     general = fastkernel.evaluate_columns(cols, plan, theta, widths, fused=False)
-    assert ran.count(_numba_one.select_one) == (1 if n else 0)  # not again
+    assert ran.count(chainwalk.cut_walk) == (1 if n else 0)  # not again
     for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(general),
                     strict=True):
         assert np.array_equal(a, b, equal_nan=True)
@@ -486,7 +487,7 @@ def test_fused_value_loop_is_lane_zero(width, monkeypatch):
     # the loop with tangents (order 1), and the JAX kernel's values at 1e-12.
     plan, theta, widths = make_plan(one_set_config(width=width, inverted=False))
     cols = synthetic(3 * fastkernel.BLOCK // 2, seed=5, ties=width == 0.0, big=14)
-    one = _numba_one.select_one
+    one = chainwalk.cut_walk
     ran = []  # the fused loop compiled with tangents (df an array) or without (0.0)
     compiled = fastkernel._numba_dp.compiled
     monkeypatch.setattr(fastkernel._numba_dp, "compiled", lambda kernel, args: ran.extend(
@@ -512,7 +513,7 @@ def test_fused_loop_not_for_several_sets_or_event_sums(monkeypatch):
     plan, theta, widths = features()  # one set, but sum(Jet.pt), count(Jet): the sum loops
     assert fastkernel._tables(plan).one_set
     fastkernel.evaluate_columns(synthetic(50, seed=1), plan, theta, widths)
-    assert _numba_one.select_one not in ran
+    assert chainwalk.cut_walk not in ran
 
 
 @pytest.mark.parametrize("one_set", [False, True])

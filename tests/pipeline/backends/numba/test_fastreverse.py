@@ -17,7 +17,7 @@ from analysis.optimize.objectives import Objective, objective_from_states
 from analysis.optimize.reverse import reverse_objective
 from analysis.pipeline.backend import Backend
 from analysis.pipeline.backends.numba import fastreverse
-from analysis.pipeline.backends.numba.kernels import _numba_sens
+from analysis.select import chainwalk
 from tests.conftest import numba_refusal
 from tests.optimize import test_score_reverse
 from tests.optimize.test_score_reverse import _config
@@ -38,7 +38,7 @@ def test_sensitivities_equal_enumeration(seed: int) -> None:
     top = f.size - 1
     pe, dq, fn = np.zeros(counts.size), np.zeros(q.size), np.zeros((counts.size, f.size))
     ow = np.zeros(q.size)
-    _numba_sens.sensitivities(coff, q, f, True, int(counts.max()), 2, pe, dq, fn, ow, 0, 3)
+    chainwalk.sens_walk(coff, q, f, True, int(counts.max()), 2, pe, dq, fn, ow, 0, 3)
 
     def prob(qe: np.ndarray) -> tuple[float, np.ndarray]:
         conf, p = configurations(qe)

@@ -21,6 +21,7 @@ from analysis.pipeline.backends.numba import _fastsens, fastkernel, fastreverse
 from analysis.pipeline.backends.numba.kernels import _numba_sens
 from analysis.pipeline.plan import build_plan, initial_widths
 from analysis.pipeline.results import YIELDS, state_names
+from analysis.select import chainwalk
 from tests.chunked_helpers import read_columns
 from tests.conftest import SHARED_DATA, numba_refusal
 from tests.pipeline.test_score_kernel import config as score_config
@@ -230,7 +231,7 @@ def test_pattern_sensitivities_equal_enumeration() -> None:
 
 def test_the_kernel_is_the_walks_steps() -> None:
     """The general kernel serves the one-set chain too: P, dP/dq and F_n . df there equal
-    the chain's kernel (:func:`_numba_sens.sensitivities`)."""
+    the chain's kernel (:func:`analysis.select.chainwalk.sens_walk`)."""
     rng = np.random.default_rng(1)
     counts = np.array([0, 1, 3, 6, 5, 2])
     coff = np.concatenate([[0], np.cumsum(counts)])
@@ -238,7 +239,7 @@ def test_the_kernel_is_the_walks_steps() -> None:
     f = np.array([0.0, 0.15, 0.7, 1.0])
     df = rng.normal(size=(4, 2))
     pe, dq, fn, ow = (np.zeros(6), np.zeros(q.size), np.zeros((6, 4)), np.zeros(q.size))
-    _numba_sens.sensitivities(coff, q, f, True, 6, 2, pe, dq, fn, ow, 0, 3)
+    chainwalk.sens_walk(coff, q, f, True, 6, 2, pe, dq, fn, ow, 0, 3)
     tgt = np.array([[[0, 1, 2, 3], [1, 2, 3, 3]]])
     pv = np.stack([1.0 - q, q], axis=1)
     pe2, hp, dfe = np.zeros(6), np.zeros((q.size, 2)), np.zeros((6, 2))

@@ -10,7 +10,7 @@ assignments. Each step is one source compiled into its variants by the arrays it
 given (kernels/lanes.py): every variant is checked here, tangents in 8 lanes (``h =
 0``), two variants of 4 lanes (``h = 4``), values only (and lane 0 of the tangent
 variant to the last bit), the forward step on masked states (the leading objects'
-walk), the chain steps on the one-set chain in lanes and values.
+walk). The one-set chain's steps: tests/select/test_chainwalk.py.
 """
 
 from __future__ import annotations
@@ -86,32 +86,6 @@ def _walk_values(pv, tgt, f):
     return G[0], H
 
 
-@numba.njit
-def _chain(q, dq, f, df):
-    """P in lanes and for values only by the chain steps (backward), and the final
-    distribution F_n (forward)."""
-    n = q.shape[0]
-    top = f.shape[0] - 1
-    G = np.empty((n + 1, top + 1, LANES))
-    for i in range(top + 1):
-        G[n, i] = df[i]
-        G[n, i, 0] = f[i]
-    g = f.copy()
-    gn = np.empty(top + 1)
-    F = np.zeros((n + 1, top + 1, LANES))
-    F[0, 0, 0] = 1.0
-    Fv = np.zeros((n + 1, top + 1))
-    Fv[0, 0] = 1.0
-    for s in range(n):
-        walk.chain_forward(F[s], F[s + 1], s, top, 1.0 - q[s], q[s], dq[s])
-        walk.chain_forward(Fv[s], Fv[s + 1], s, top, 1.0 - q[s], q[s], 0.0)
-    for j in range(n - 1, -1, -1):
-        walk.chain_backward(G[j + 1], G[j], j, top, 1.0 - q[j], q[j], dq[j])
-        walk.chain_backward(g, gn, j, top, 1.0 - q[j], q[j], 0.0)
-        g, gn = gn, g
-    return G[0, 0].copy(), g[0], F[n, :, 0].copy(), Fv[n].copy()
-
-
 def _enumerate(pv, pd, tgt, f, df):
     """(P, dP (lanes 1..), weights P(a_j = p and pass)) by summing over every assignment."""
     n, n_pat = pv.shape
@@ -177,31 +151,6 @@ def test_two_variants_are_two_walks():
         assert lanes[4 * half] == pytest.approx(P, rel=1e-13)
         np.testing.assert_allclose(lanes[4 * half + 1: 4 * half + 4], dP[1:4], rtol=1e-12,
                                    atol=1e-14)
-
-
-@pytest.mark.parametrize("n, top", [(5, 3), (2, 3), (4, 0)])
-def test_chain_steps_equal_enumeration(n, top):
-    rng = np.random.default_rng(n + top)
-    q = rng.uniform(0.05, 0.95, n)
-    dq = rng.normal(size=(n, LANES))
-    dq[:, 0] = 0.0
-    f = rng.uniform(0, 1, top + 1)
-    df = rng.normal(size=(top + 1, LANES))
-    df[:, 0] = 0.0
-    # the chain as general tables: "out" keeps the state, "in" moves k to min(k + 1, top)
-    tgt = np.stack([np.arange(top + 1), np.minimum(np.arange(top + 1) + 1, top)])
-    pv = np.stack([1.0 - q, q], axis=1)
-    pd = np.stack([-dq, dq], axis=1)
-    P, dP, _ = _enumerate(pv, pd, tgt, f, df)
-    lanes, value, Fn, Fv = _chain(q, dq, f, df)
-    assert lanes[0] == pytest.approx(P, rel=1e-13) and value == pytest.approx(P, rel=1e-13)
-    np.testing.assert_allclose(lanes[1:], dP[1:], rtol=1e-12, atol=1e-14)
-    dist = np.zeros(top + 1)  # the final count distribution: P of each state
-    for a in itertools.product((0, 1), repeat=n):
-        dist[min(sum(a), top)] += np.prod([q[j] if x else 1.0 - q[j] for j, x in enumerate(a)])
-    np.testing.assert_allclose(Fn, dist, rtol=1e-13, atol=1e-15)
-    np.testing.assert_allclose(Fv, dist, rtol=1e-13, atol=1e-15)
-    assert value == lanes[0] and np.array_equal(Fv, Fn)  # values: lane 0, to the bit
 
 
 @numba.njit

@@ -25,14 +25,12 @@ Events are processed in blocks; per-block partial sums are added in block order.
 from __future__ import annotations
 
 import numpy as np
-from numba import types
 
 from analysis.pipeline.backends.numba.kernels._jit import (
     compiled,
     elementwise,
     inline,
     njit,
-    specialise,
     vectorised,
 )
 from analysis.pipeline.backends.numba.kernels.lane_buffers import (
@@ -66,7 +64,7 @@ from analysis.pipeline.backends.numba.kernels.walk import (
 )
 
 __all__ = [
-    "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled", "cut_product",
+    "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled",
     "cut_times", "inverse_width", "lin", "lin_add", "lin_add2", "patterns", "select", "sequence",
     "soft_array", "soft_slope", "soft_values", "vectorised",
 ]
@@ -176,35 +174,6 @@ def cut_times(s, o, n, iw, greater, par, qv, qd):
         if par >= 0:
             qd[i, 1 + par] += q0 * soft_slope(sv, iw, greater)
         qv[i] = q0 * sv
-
-
-def cut_product(ss, o, n, iw, cut_g, cut_par, qv, qd):
-    """Objects ``o .. o + n - 1``'s probabilities to pass every cut, ``qv[i] = prod_c
-    ss[c, o + i]`` (cuts in order), with their tangents ``qd[i]`` (``(n, LANES)``: the
-    cuts multiplied in cut by cut, :func:`cut_times`, from ``1`` and zero tangents) or
-    without (``qd`` a number: object by object in registers, the same floats as lane 0)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(cut_product)
-def _cut_product(ss, o, n, iw, cut_g, cut_par, qv, qd):
-    if isinstance(qd, types.Array):
-        def lanes(ss, o, n, iw, cut_g, cut_par, qv, qd):
-            for j in range(n):
-                qv[j] = 1.0
-                for r in range(LANES):
-                    qd[j, r] = 0.0
-            for c in range(ss.shape[0]):
-                cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], qv, qd)
-        return lanes
-
-    def values(ss, o, n, iw, cut_g, cut_par, qv, qd):
-        for j in range(n):
-            q0 = 1.0
-            for c in range(ss.shape[0]):
-                q0 *= ss[c, o + j]
-            qv[j] = q0
-    return values
 
 
 @njit

@@ -12,8 +12,8 @@ written with a lane loop: the same floats.
 
 The walk's steps (:mod:`analysis.pipeline.backends.numba.kernels.walk`) are written once
 over *lane vectors* with the primitives below (:func:`mul_add`, :func:`dot_zero`,
-:func:`dot_add`, :func:`dot_end`, :func:`vec_zero`, :func:`vec_axpy`, :func:`chain_set`,
-:func:`chain_out`, :func:`chain_in`, :func:`zero_at`), each specialised at compile time
+:func:`dot_add`, :func:`dot_end`, :func:`vec_zero`, :func:`vec_axpy`,
+:func:`zero_at`), each specialised at compile time
 on its arguments' types (:func:`analysis.pipeline.backends.numba.kernels._jit.specialise`):
 a lane vector that is an array of :data:`LANES` is a value with its tangents (the product
 rule, two variants side by side with ``h = 4``); one that is a number is a value alone,
@@ -42,7 +42,7 @@ from numba import types
 from analysis.pipeline.backends.numba.kernels._jit import inline, specialise
 
 __all__ = [
-    "LANES", "axpy", "chain_in", "chain_out", "chain_set", "dot_add", "dot_end", "dot_zero",
+    "LANES", "axpy", "dot_add", "dot_end", "dot_zero",
     "lin", "lin2", "lin_add", "lin_add2", "mul_add", "registers", "vec_axpy", "vec_zero",
     "zero_at",
 ]
@@ -336,61 +336,6 @@ def _vec_axpy(acc, a, x):
 
     def values(acc, a, x):
         return acc + a * x
-    return values
-
-
-def chain_set(out, t, pv, x, pq, y, d):
-    """The chain's two terms, "out" (``pv = 1 - q``, tangents ``-d``) and "in" (``pq = q``,
-    tangents ``d``): ``out[t] = (pv x - x_0 d) + (pq y + y_0 d)`` (:func:`lin2`, one
-    store); values: ``out[t] = pv x + pq y``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(chain_set)
-def _chain_set(out, t, pv, x, pq, y, d):
-    if _lanes(x):
-        def lanes(out, t, pv, x, pq, y, d):
-            lin2(out[t], pv, x, -x[0], d, pq, y, y[0], d)
-        return lanes
-
-    def values(out, t, pv, x, pq, y, d):
-        out[t] = pv * x + pq * y
-    return values
-
-
-def chain_out(out, t, pv, x, d):
-    """The chain's "out" term alone: ``out[t] = pv x - x_0 d`` (:func:`lin`); values:
-    ``out[t] = pv x``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(chain_out)
-def _chain_out(out, t, pv, x, d):
-    if _lanes(x):
-        def lanes(out, t, pv, x, d):
-            lin(out[t], pv, x, -x[0], d)
-        return lanes
-
-    def values(out, t, pv, x, d):
-        out[t] = pv * x
-    return values
-
-
-def chain_in(out, t, pq, y, d):
-    """The chain's "in" term added: ``out[t] += pq y + y_0 d`` (:func:`lin_add`); values:
-    ``out[t] += pq y``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(chain_in)
-def _chain_in(out, t, pq, y, d):
-    if _lanes(y):
-        def lanes(out, t, pq, y, d):
-            lin_add(out[t], pq, y, y[0], d)
-        return lanes
-
-    def values(out, t, pq, y, d):
-        out[t] += pq * y
     return values
 
 

@@ -18,7 +18,7 @@ joint count state after adding an object of collection ``c`` and pattern ``p`` t
   :func:`analysis.select.objects.sum_moments`).
 
 Every kernel that walks the count states (the selection loops of ``_numba_dp``
-and ``_numba_one``, the histogram walk of ``_numba_hist``, the leading
+and the patterns' sensitivities of ``_numba_sens``, the histogram walk of ``_numba_hist``, the leading
 candidates of ``_numba_lead``, the sensitivities of ``_numba_sens``, the event sums'
 subsets of ``_numba_esum``) calls these steps;
 what differs between them is which states a step runs over and what it is given:
@@ -38,12 +38,9 @@ what differs between them is which states a step runs over and what it is given:
   floats; the tangent arguments ``d``, ``inner``, ``acc`` are then unused: pass ``0.0``);
   four lanes (one variant, at most 3 tangents) where ``d`` is a tuple of 4 numbers and
   ``inner`` a tuple of 4 (rows read by element);
-- the chain: one collection with one set (patterns "out", ``1 - q``, state ``k`` kept, and
-  "in", ``q``, to ``min(k + 1, L)``), where a state's two terms are summed in registers
-  before one store (:func:`chain_forward`, :func:`chain_backward`: the same operations in
-  the same order as the general step's two terms, without storing the first and reading
-  it back; the layout of :mod:`~analysis.pipeline.backends.numba.kernels._numba_one`,
-  whose docstring says why).
+
+One collection with one set walks the chain of count states in
+``analysis.select.chainwalk`` (the same operations in the same order as these steps).
 
 A step adds into its output (the caller clears it, :func:`clear`, or sets it once): the
 sums over patterns run in pattern order, those over states in the order of ``states``,
@@ -55,20 +52,16 @@ from __future__ import annotations
 from analysis.pipeline.backends.numba.kernels._jit import inline
 from analysis.pipeline.backends.numba.kernels.lane_rows import clear_at, row_dot_add, row_mul_add
 from analysis.pipeline.backends.numba.kernels.lanes import (
-    chain_in,
-    chain_out,
-    chain_set,
     dot_end,
     dot_zero,
     mul_add,
     registers,
     vec_axpy,
     vec_zero,
-    zero_at,
 )
 
 __all__ = [
-    "backward", "chain_backward", "chain_forward", "clear", "forward", "forward_live", "sequence",
+    "backward", "clear", "forward", "forward_live", "sequence",
     "sums_backward", "weight",
 ]
 
@@ -172,26 +165,3 @@ def sums_backward(Gmn, Gm, pv, d, x, binom, row, states, ns, acc):
                 a = vec_axpy(a, binom[m, ii] * xpow, Gm[m - ii, t])
                 xpow *= x
             mul_add(Gmn[m], states[i], pv, pv, a, 0, d)
-
-
-@inline
-def chain_forward(Fa, Fb, j, top, pv, pq, d):
-    """On the chain (module docstring): ``F_{j+1}`` (``Fb``) from ``F_j`` (``Fa``) on
-    states ``0 .. min(j + 1, top)``, object ``j`` out with probability ``pv = 1 - q_j``
-    and in with ``pq = q_j`` (tangents ``d = dq_j``): the terms of :func:`forward` for
-    "out" then "in"."""
-    last = min(j, top)
-    chain_out(Fb, 0, pv, Fa[0], d)
-    for k in range(1, last + 1):
-        chain_set(Fb, k, pv, Fa[k], pq, Fa[k - 1], d)
-    if last < top:  # a state first reached: 0 + the "in" term, as the general loop adds
-        zero_at(Fb, last + 1)
-    chain_in(Fb, min(last + 1, top), pq, Fa[last], d)
-
-
-@inline
-def chain_backward(G, Gn, j, top, pv, pq, d):
-    """On the chain: ``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on states ``0 .. min(j,
-    top)``: the terms of :func:`backward` for "out" then "in", one store."""
-    for i in range(min(j, top) + 1):
-        chain_set(Gn, i, pv, G[i], pq, G[min(i + 1, top)], d)

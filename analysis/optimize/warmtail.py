@@ -1,0 +1,64 @@
+"""The programs an optimisation's end runs, compiled on a thread while its loop runs.
+
+After the loop, ``optimize`` reports every dataset's statistics with their derivatives
+(:func:`analysis.pipeline.results.dataset_report`: one program, traced, lowered and
+loaded from JAX's persistent cache in each new process) and keep-best's MC
+uncertainties (:func:`analysis.optimize.objectives.bootstrap_values`: the objective
+over the bootstrap replicas, about twenty JAX operations run one by one, each a program
+of its own). Each is compiled once per process, where it is first called. The loop's
+steps leave a core mostly idle (the main thread waits for the chunks' kernels), so
+:func:`warm_tail` compiles them there, after the first step, on the first step's
+states (every observable, at the loop's order: the final soft pass's structure and
+shapes; the replicas' arrays are placeholders of their shape): the end then finds
+them compiled. Nothing it computes is kept but the programs, which are the same
+whichever thread compiles them, so the results are the same bit for bit.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from analysis.optimize.objectives import bootstrap_values
+from analysis.pipeline.results import dataset_report
+
+__all__ = ["warm_tail"]
+
+
+def warm_tail(run: Any) -> threading.Thread | None:
+    """Start compiling, on a daemon thread, the programs the end of ``run`` will call
+    (module docstring); None where there is nothing to compile from.
+
+    Parameters
+    ----------
+    run : analysis.optimize.loop.Optimization
+        After its first step, with :attr:`initial_states` (the step computed every
+        observable: ``optimize`` with plots).
+
+    Returns
+    -------
+    threading.Thread or None
+        The thread, or None. A program it has not compiled yet is compiled where it is
+        called; ``optimize`` joins it after the loop, so that no compilation runs on
+        into the end (the same programs twice) or the interpreter's exit.
+    """
+    states = getattr(run, "initial_states", None)
+    if not states or run.reverse:
+        return None
+    replicas = int(run.config.optimizer.replicas)
+
+    def work() -> None:
+        try:
+            for state in states.values():  # the report's program
+                dataset_report(state, run.plan)
+            if replicas >= 2:  # the uncertainties' operations, on (4, K) placeholders
+                ones = {name: np.ones((4, replicas)) for name in states}
+                bootstrap_values(run.objective, states, ones)
+        except Exception:  # noqa: BLE001  (best effort: the end compiles what is missing)
+            return
+
+    thread = threading.Thread(target=work, name="diffcoffea-warm-tail", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,163 @@
+"""The one-set walk written once (analysis.select.chainwalk) against exact enumeration of
+every pass/fail assignment of an event's objects: its steps on the chain of count states,
+one event's walk in lanes and for values (lane 0 to the last bit), own processors'
+tangent kernel in blocks of lanes (any number of tangents), and the cache keying of the
+kernels that inline it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numba
+import numpy as np
+import pytest
+
+from analysis.select import chainwalk as cw
+from analysis.select import singlekernels as sk
+
+LANES = cw.LANES
+
+
+def _enumerate(q, dq, f, df):
+    """(P, dP lanes, w_j, dw_j lanes) by summing over every assignment (product rule)."""
+    n, top = q.size, f.size - 1
+    P, dP = 0.0, np.zeros(LANES)
+    w, dw = np.zeros(n), np.zeros((n, LANES))
+    for a in itertools.product((0, 1), repeat=n):
+        k = min(sum(a), top)
+        fac = [q[j] if x else 1.0 - q[j] for j, x in enumerate(a)]
+        dfac = [dq[j] if x else -dq[j] for j, x in enumerate(a)]
+        prob = np.prod(fac)
+        d = prob * df[k] + sum(dfac[j] * np.prod(fac[:j] + fac[j + 1:]) * f[k] for j in range(n))
+        P += prob * f[k]
+        dP += d
+        for j, x in enumerate(a):
+            if x:
+                w[j] += prob * f[k]
+                dw[j] += d
+    dP[0] = 0.0
+    dw[:, 0] = 0.0
+    return P, dP, w, dw
+
+
+def _case(n, top, seed):
+    rng = np.random.default_rng(seed)
+    q = rng.uniform(0.05, 0.95, n)
+    dq = rng.normal(size=(n, LANES))
+    dq[:, 0] = 0.0
+    f = rng.uniform(0, 1, top + 1)
+    df = rng.normal(size=(top + 1, LANES))
+    df[:, 0] = 0.0
+    return q, dq, f, df
+
+
+@numba.njit
+def _steps(q, dq, f, df):
+    """P in lanes and values by the backward steps; F_n by the forward steps."""
+    n, top = q.shape[0], f.shape[0] - 1
+    G = np.empty((n + 1, top + 1, LANES))
+    for i in range(top + 1):
+        G[n, i] = df[i]
+        G[n, i, 0] = f[i]
+    g, gn = f.copy(), np.empty(top + 1)
+    F = np.zeros((n + 1, top + 1, LANES))
+    F[0, 0, 0] = 1.0
+    Fv = np.zeros((n + 1, top + 1))
+    Fv[0, 0] = 1.0
+    for s in range(n):
+        cw.forward(F[s], F[s + 1], s, top, q[s], dq[s])
+        cw.forward(Fv[s], Fv[s + 1], s, top, q[s], 0.0)
+    for j in range(n - 1, -1, -1):
+        cw.backward(G[j + 1], G[j], j, top, q[j], dq[j])
+        cw.backward(g, gn, j, top, q[j], 0.0)
+        g, gn = gn, g
+    return G[0, 0].copy(), g[0], F[n, :, 0].copy(), Fv[n].copy()
+
+
+@pytest.mark.parametrize("n, top", [(5, 3), (2, 3), (4, 0)])
+def test_chain_steps_equal_enumeration(n, top):
+    q, dq, f, df = _case(n, top, n + top)
+    P, dP, _, _ = _enumerate(q, dq, f, df)
+    lanes, value, Fn, Fv = _steps(q, dq, f, df)
+    assert lanes[0] == pytest.approx(P, rel=1e-13) and value == pytest.approx(P, rel=1e-13)
+    np.testing.assert_allclose(lanes[1:], dP[1:], rtol=1e-12, atol=1e-14)
+    dist = np.zeros(top + 1)  # the final count distribution
+    for a in itertools.product((0, 1), repeat=n):
+        dist[min(sum(a), top)] += np.prod([q[j] if x else 1.0 - q[j] for j, x in enumerate(a)])
+    np.testing.assert_allclose(Fn, dist, rtol=1e-13, atol=1e-15)
+    assert value == lanes[0] and np.array_equal(Fv, Fn)  # values: lane 0, to the bit
+
+
+@numba.njit
+def _walk(q, ds, f, df, want_w, lanes):
+    """One event's walk (``ds``: the tangents, lanes first), in lanes or for values."""
+    n = q.shape[0]
+    off = np.array([0, n])
+    pe = np.zeros((1, LANES))
+    ow = np.zeros((n, LANES))
+    if lanes:
+        cw.walk_events((q, ds, 0), off, 0, 1, f, df, want_w, max(n, 1), pe, ow)
+    else:
+        cw.walk_events((q,), off, 0, 1, f, 0.0, want_w, max(n, 1), pe, ow)
+    return pe[0], ow
+
+
+@pytest.mark.parametrize("n, top", [(5, 2), (3, 3), (4, 0), (0, 2)])
+@pytest.mark.parametrize("want_w", [True, False])
+def test_event_walk_equals_enumeration(n, top, want_w):
+    q, dq, f, df = _case(n, top, 7 * n + top)
+    P, dP, w, dw = _enumerate(q, dq, f, df)
+    ds = np.ascontiguousarray(dq[:, 1:].T)
+    pe, ow = _walk(q, ds, f, df, want_w, True)
+    np.testing.assert_allclose(pe, dP + np.eye(LANES)[0] * P, rtol=1e-12, atol=1e-14)
+    pv, ov = _walk(q, ds, f, df, want_w, False)
+    assert pv[0] == pe[0] and not pv[1:].any()  # values: lane 0 to the bit
+    if want_w:
+        np.testing.assert_allclose(ow[:, 0], w, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(ow[:, 1:], dw[:, 1:], rtol=1e-11, atol=1e-14)
+        assert np.array_equal(ov[:, 0], ow[:, 0]) and not ov[:, 1:].any()
+
+
+@pytest.mark.parametrize("n_lanes", [1, 7, 10])
+def test_own_tangent_kernel_any_number_of_lanes(n_lanes):
+    """Own processors' tangent kernel in blocks of LANES - 1 tangents: each lane equals the
+    kernel run for that lane alone (bit for bit) and the derivative of the values by
+    central differences; the values it returns are the primal kernel's."""
+    rng = np.random.default_rng(n_lanes)
+    counts = np.array([3, 0, 5, 1, 2])
+    off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    q = rng.uniform(0.05, 0.95, off[-1] + 2)  # two padding slots: weight 0
+    f = np.array([0.0, 0.3, 1.0])
+    dq = rng.normal(size=(n_lanes, q.size))
+    df = rng.normal(size=(n_lanes, f.size))
+    dw, dP = np.empty((n_lanes, q.size)), np.empty((n_lanes, counts.size))
+    w, P = np.empty(q.size), np.empty(counts.size)
+    sk._tangent(q, f, off, dq, df, dw, dP, w, P)
+    w0, P0 = np.empty(q.size), np.empty(counts.size)
+    sk._primal(q, f, off, w0, P0)
+    assert np.array_equal(w, w0) and np.array_equal(P, P0)
+    assert not w[off[-1]:].any() and not dw[:, off[-1]:].any()
+    for b in range(n_lanes):
+        dw1, dP1 = np.empty((1, q.size)), np.empty((1, counts.size))
+        sk._tangent(q, f, off, dq[b:b + 1], df[b:b + 1], dw1, dP1, w[:0], P[:0])
+        assert np.array_equal(dw1[0], dw[b]) and np.array_equal(dP1[0], dP[b])
+        h = 1e-6
+        wp, Pp, wm, Pm = (np.empty(q.size), np.empty(counts.size),
+                          np.empty(q.size), np.empty(counts.size))
+        sk._primal(q + h * dq[b], f + h * df[b], off, wp, Pp)
+        sk._primal(q - h * dq[b], f - h * df[b], off, wm, Pm)
+        np.testing.assert_allclose(dP[b], (Pp - Pm) / (2 * h), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(dw[b, :off[-1]], ((wp - wm) / (2 * h))[:off[-1]],
+                                   rtol=1e-6, atol=1e-8)
+
+
+def test_kernels_that_inline_the_walk_are_keyed_by_it():
+    """numba keys a cache by the function's own file: own processors' kernels (another
+    file) inline the walk, so their cache index is keyed by chainwalk.py too (a change
+    to the walk recompiles them instead of loading stale machine code)."""
+    st = os.stat(cw.__file__)
+    for kernel in (sk._primal, sk._tangent, sk._cotangent, sk._primal_handler,
+                   sk._tangent_handler, sk._cotangent_handler):
+        stamp = kernel._cache._cache_file._source_stamp  # (its own, chainwalk.py's)
+        assert len(stamp) == 2 and stamp[1] == (st.st_mtime, st.st_size), kernel

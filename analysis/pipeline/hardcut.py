@@ -4,7 +4,7 @@ An object that fails, for every root set of its collection, a cut of width 0 is 
 set: its pass probability is exactly 0 for each of them, with zero derivatives (a
 width-0 cut has no slope), in the nominal columns and under every shift of the cut's
 field that could let it pass (a jet of 24 GeV under ``pt > 25`` may pass with
-``Jet.pt`` shifted up 5%). It moves no count, no sum and no candidate, so it can leave
+``Jet.pt`` shifted up 5%; a cut on a score, under every shift of its inputs). It moves no count, no sum and no candidate, so it can leave
 before anything is computed from the objects: :func:`survivors` names the others,
 per collection, and :func:`compact` gives the chunk's columns with only them.
 
@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.pipeline import scorecols
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import ObjectCut, Plan
 from analysis.select.cuts import edges_of, kind_of
@@ -103,9 +104,12 @@ def survivors(plan: Plan, collection: str, flat: dict[str, np.ndarray], n_object
             if cut.field not in flat:
                 continue
             passes = np.zeros(n_objects, dtype=bool)
-            for factor in [1.0, *factors.get(cut.field, [])]:
-                # as the shifted columns are made (analysis.pipeline.backends.numba.fasthist)
-                x = flat[cut.field] if factor == 1.0 else flat[cut.field] * factor
+            # the nominal column, its shift sides (as the shifted columns are made,
+            # analysis.pipeline.backends.numba.fasthist) and, for a score's column, its
+            # columns of the shifts of its inputs (analysis.pipeline.scorecols)
+            values = [flat[cut.field], *(flat[cut.field] * f for f in factors.get(cut.field, [])),
+                      *scorecols.side_columns(flat, cut.field)]
+            for x in values:
                 p = _passes(cut, x, theta if widths is not None else None)
                 if p is None:
                     passes[:] = True

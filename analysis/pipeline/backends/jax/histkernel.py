@@ -40,6 +40,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from analysis.pipeline import scorecols
 from analysis.pipeline.histplan import (
     GROUPS,
     event_sum_collections,
@@ -116,7 +117,8 @@ def _chunk_of(spec, chunks, theta, widths, arrays, plan, shapes, chunk_cls):
         arr = arrays
         if spec.shift is not None:
             sh = plan.shifts[spec.shift]
-            arr = dict(arrays)
+            # a plan without its scores (reverse mode) reads their columns of this side
+            arr = scorecols.side_arrays(arrays, sh.key, sh.factor)
             arr[sh.key] = arrays[sh.key] * sh.factor
         sub = plan
         if spec.region:

@@ -25,8 +25,11 @@ padding; :func:`analysis.pipeline.scorecols.score_columns`) with ``jax.vjp``; th
 kernel's sweep, for the plan without scores, gives the column's cotangent; the
 network's vjp turns it into the weights' gradient (the chain rule ``jax.grad`` applies
 too, on fewer rows). Padding entries of the column are 0 (their weight is 0, as the
-kernel's own padding). Two jits: the network's per row bucket (small, quick to
-compile), the kernel's per bucket shape (as the value pass).
+kernel's own padding). A shift side that scales a score's input reads that side's
+column of the score (the network of the shifted inputs, its own vjp:
+:func:`analysis.pipeline.scorecols.side_arrays`), as the values pass computes it.
+Two jits: the network's per row bucket (small, quick to compile), the kernel's per
+bucket shape (as the value pass).
 """
 
 from __future__ import annotations
@@ -79,12 +82,13 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
     run = scorecols.bare(plan)
     arrays, shapes = pad_columns(cols, run, padding=padding)
     columns, sizes = {}, {}
-    for spec, _, _ in vjps:
-        key = scorecols.column_key(spec)
+    for entry in vjps:  # the nominal columns and those of the shift sides that move them
+        spec, key = entry.spec, entry.key
+        name = key.split(":", 1)[1]
         if spec.collection is None:
-            col, size = with_cols.events[spec.column], arrays["weight"].shape[0]
+            col, size = with_cols.events[name], arrays["weight"].shape[0]
         else:
-            col = with_cols.collections[spec.collection][1][spec.column]
+            col = with_cols.collections[spec.collection][1][name]
             size = next(o for c, o, _ in shapes.collections if c == spec.collection)
         columns[key], sizes[key] = jnp.asarray(_padded(col, size)), col.size
     theta_full = jnp.asarray(theta, dtype=jnp.float64)
@@ -94,11 +98,10 @@ def chunk_pullback(cols: ChunkColumns, plan: Plan, theta, widths, payload, *,
     grad = np.asarray(grad, dtype=np.float64)
     if vjps:
         idx = np.asarray(plan.trainable, dtype=np.int64)
-        for spec, rows, vjp in vjps:
-            key = scorecols.column_key(spec)
-            bar = _padded(np.asarray(g_cols[key])[: sizes[key]], rows)
-            g_theta = scorecols.apply_vjp(vjp, {key: jnp.asarray(bar)})
-            grad = grad + np.asarray(g_theta, dtype=np.float64)[idx]
+        for entry in vjps:
+            key = entry.key
+            bar = _padded(np.asarray(g_cols[key])[: sizes[key]], entry.rows)
+            grad = grad + np.asarray(scorecols.pull(entry, bar), dtype=np.float64)[idx]
     value = jax.tree_util.tree_map(lambda a: np.array(a, dtype=np.float64), states)
     derived = Pullback(plan.trainable_names, value, grad)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)), chunks=1,

@@ -56,7 +56,7 @@ def cut_arrays(cuts, flat: dict, n_obj: int, theta, widths, trainable, threads,
 
 
 def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, threads,
-                   moved: str | None, kept: dict, pv_all, pd_all, page: int = 0) -> None:
+                   moved: tuple[str, ...] | None, kept: dict, pv_all, pd_all, page: int = 0) -> None:
     """The pattern probabilities of one variant or a pair (``flats``: the columns of
     each) in the walk's layout: ``pv_all[:, :, 0]`` and ``[:, :, 1]``, tangents in
     ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side; a pair's
@@ -66,7 +66,8 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
     threads. ``kept``: one
     chunk's cut probabilities, ``kept[None][ci]`` the nominal variant's (computed
     first: the nominal walk precedes the shifts), ``kept[moved][ci]`` the rows of those
-    that a shift of the column ``moved`` (``C:f``) does not move. A shift side takes
+    that a shift does not move (``moved``: the columns it moves, ``C:f``: the shifted
+    one and the scores of its inputs, :func:`analysis.pipeline.scorecols.moved_columns`). A shift side takes
     those rows as they are (the same inputs: the same floats) and evaluates only the
     moved cuts again, their factors multiplied last."""
     for ci, c in enumerate(tab.collections):
@@ -86,10 +87,10 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
             fixed = kept.setdefault(moved, {})
             if ci not in fixed:
                 cols, *rows = kept[None][ci]
-                keep = np.array([f"{c}:{cut.field}" != moved for _, cut in cuts], np.bool_)
+                keep = np.array([f"{c}:{cut.field}" not in moved for _, cut in cuts], np.bool_)
                 fixed[ci] = (cols, *(r[keep] for r in rows))
             rest = fixed[ci]
-            own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" == moved]
+            own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" in moved]
             lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
         if len(flats) == 1:
             # at most 3 tangents: the cuts and patterns over 4 lanes (the same floats)

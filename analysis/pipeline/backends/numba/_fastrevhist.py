@@ -19,7 +19,9 @@ of :mod:`analysis.stats.softbins`). By the chain rule, as the observables' entri
   times the sign); trainable edges: ``dL/de_j`` into their parameters' gradient.
 
 Each histogram is filled from one selection: a shift side (the whole selection again on
-the shifted column, :func:`analysis.pipeline.backends.numba._histvariants._shifted`) and a
+the shifted column and the scores of the shifted inputs,
+:func:`analysis.pipeline.backends.numba._histvariants._shifted`, whose columns' cotangents
+go to that side's vjps: :func:`analysis.pipeline.scorecols.side_arrays`) and a
 region (a channel's count thresholds and event cuts,
 :func:`analysis.pipeline.backends.numba._histtables._region_plan`), so the reverse pass
 walks each selection the histograms read once (:meth:`Reads.selections`; the nominal

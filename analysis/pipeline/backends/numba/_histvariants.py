@@ -5,11 +5,11 @@ shift's columns (:func:`_shifted`) and the walk order of a collection's objects 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
+from analysis.pipeline import scorecols
 from analysis.pipeline.backends.numba._chunkmemo import remember
 from analysis.pipeline.backends.numba.fastkernel import _run_blocks
 from analysis.pipeline.backends.numba.kernels import _numba_hist
@@ -19,14 +19,11 @@ __all__: list[str] = []
 
 
 def _shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
-    """``cols`` with the column ``key`` (``C:f`` or ``event:K``) times ``factor`` (new
-    dicts: the cached columns are not touched)."""
-    head, name = key.split(":", 1)
-    if head == "event":
-        return dataclasses.replace(cols, events={**cols.events, name: cols.events[name] * factor})
-    counts, flat = cols.collections[head]
-    return dataclasses.replace(
-        cols, collections={**cols.collections, head: (counts, {**flat, name: flat[name] * factor})})
+    """``cols`` with the column ``key`` (``C:f`` or ``event:K``) times ``factor`` and
+    the scores of the shifted inputs in place of the nominal ones
+    (:func:`analysis.pipeline.scorecols.shifted`; new dicts: the cached columns are not
+    touched)."""
+    return scorecols.shifted(cols, key, factor)
 
 
 def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, flat: dict,

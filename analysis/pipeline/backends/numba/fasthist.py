@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.pipeline import hardcut
+from analysis.pipeline import hardcut, scorecols
 from analysis.pipeline.backends.numba import _fastleading, _histfills, fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
@@ -78,7 +78,7 @@ WALK_BLOCK = 1024
 
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
-          *, nominal: bool, moved: str | None = None, kept: dict | None = None,
+          *, nominal: bool, moved: tuple[str, ...] | None = None, kept: dict | None = None,
           ids: Iterator[int] | None = None, chunk: ChunkColumns | None = None,
           sides: list | None = None, ranked: dict | None = None, observables: bool = False,
           trace: Counter | None = None) -> list[dict]:
@@ -90,8 +90,8 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     pairs, three as a pair and one). Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
     object weights and per ``(region, set, depth)`` leading weights ``(N, W)`` by
     global object index (``W``: 4 lanes for up to 3 tangents, else 8), the objects'
-    offsets and flat fields. ``moved``, ``kept``: the shifted column and the chunk's cut
-    probabilities of :func:`analysis.pipeline.backends.numba._fastpatterns.patterns_into` (the nominal
+    offsets and flat fields. ``moved``, ``kept``: the columns a shift moves (its own, the
+    scores of its inputs) and the chunk's cut probabilities of :func:`analysis.pipeline.backends.numba._fastpatterns.patterns_into` (the nominal
     walk's, made first); ``ids``: numbers the walks of one chunk (each its own output
     buffers: they live until the fills); ``chunk``: the nominal columns (default the
     first variant), in whose :func:`analysis.pipeline.backends.numba._chunkmemo.chunk_memo` is kept
@@ -411,7 +411,9 @@ def evaluate_columns(
     tasks: list = []  # the fills
     for job in jobs:
         specs = [s for group in job[0][2].values() for s in group]
-        moved = None if job[0][0] is None else plan.shifts[job[0][0]].key
+        # the shifted column and the scores it moves (their cuts evaluated again)
+        moved = None if job[0][0] is None else scorecols.moved_columns(
+            cols, plan.shifts[job[0][0]].key)
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
                       kept=kept, ids=ids, chunk=cols, ranked=ranked, trace=trace,

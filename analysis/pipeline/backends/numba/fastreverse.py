@@ -62,7 +62,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 
 from analysis.pipeline import scorecols
@@ -302,7 +301,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
     n_rows = cots.shape[0]
     grad = np.zeros((n_rows, theta.size))
-    bars = {scorecols.column_key(s): np.zeros((n_rows, rows)) for s, rows, _ in vjps}
+    # the score columns' cotangents: the nominal ones, and those of the shift sides
+    bars = {e.key: np.zeros((n_rows, e.rows)) for e in vjps}
     sel = _selection(cols, run, theta, widths)
     tab, coff, flats, ev = sel.tab, sel.coff, sel.flats, sel.ev
 
@@ -351,26 +351,27 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     for key, side, sub, column, factor in hist.selections(cols, run) if hist else ():
         # each other selection the histograms read: its walk with their cotangents
         other = _selection(side, sub, theta, widths)
-        saved = bars[column].copy() if column in bars else None
+        # a side's own score columns (those of its shifted inputs) take its cotangents
+        at = bars if column is None else scorecols.side_arrays(bars, column, factor)
+        saved = at[column].copy() if column in at else None
         wbar = hist.before_walk(key, side, sub, other, theta, widths, threads=threads)
         if trace is not None:
             trace[None if column is None else (column, factor), key[1]] += 1
         walk = _walk(other, sub, theta, widths, hist.want_w(key, other.tab), wbar or None,
                      threads)
-        pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, bars,
+        pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, at,
                                       threads=threads)
-        _chain(other, walk, pbar[None], evbar[None], grad, bars)
+        _chain(other, walk, pbar[None], evbar[None], grad, at)
         if saved is not None:  # a shifted score column: d(f x)/dx = f
-            bars[column] = saved + factor * (bars[column] - saved)
+            bars[column] = saved + factor * (at[column] - saved)
     if hist is not None:
         value.update(hist.values())
     # rows asked for (the others are 0)
     live = np.flatnonzero(np.any(cots != 0, axis=1) | bool(reads or hist))
-    for spec, _, back in vjps:
+    for entry in vjps:
         if live.size:
-            key = scorecols.column_key(spec)
-            g = scorecols.apply_vjps(back, {key: jnp.asarray(bars[key][live])})
-            grad[live] += np.asarray(g, np.float64)
+            grad[live] += np.asarray(scorecols.pull_many(entry, bars[entry.key][live]),
+                                     np.float64)
     return value, grad[:, np.asarray(plan.trainable, dtype=np.int64)]
 
 

@@ -273,8 +273,7 @@ def test_learned_binning_runs_the_numba_pullback_under_auto(monkeypatch) -> None
         got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
         assert calls  # the numba pass ran
         n = len(calls)
-    # the values pass on numba both times: a shift of a score's input (MET.pt) does not
-    # move the score there (nor in either reverse pass), unlike the JAX kernel's values
+    # the values pass on numba both times (the JAX kernel's: test_score_shifts)
     with Evaluator(cfg, backend=Backend(numba_reverse=False)) as ref:
         want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
         assert len(calls) == n
@@ -285,9 +284,6 @@ def test_learned_binning_runs_the_numba_pullback_under_auto(monkeypatch) -> None
     np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
 
 
-@pytest.mark.xfail(strict=True, reason="a shift of a score's input does not move the score "
-                   "on numba nor in either reverse pass (score columns from the nominal "
-                   "inputs, scorecols); the JAX kernel's values recompute the network")
 def test_a_shift_of_a_scores_input_moves_the_score_on_both_backends() -> None:
     """``learned_binning.yaml``'s MET scale shift on its MET score: the numba states
     pass's shifted templates equal the JAX kernel's (1e-10)."""

@@ -26,7 +26,8 @@
   inlined): the walk's steps are written once over "lane vectors" and compiled per
   caller into the variant with tangents (a vector is an array of lanes) or the one for
   values only (a vector is a number:
-  :mod:`analysis.pipeline.backends.numba.kernels.lanes`).
+  :mod:`analysis.pipeline.backends.numba.kernels.lanes`); :func:`specialise_on` the same
+  from a stub and the implementations per kind of one argument.
 
 A kernel module imports only numpy, numba, math and the modules of this folder
 (``tests/pipeline/backends/numba/test_kernel_imports.py``).
@@ -37,7 +38,8 @@ from __future__ import annotations
 import numba
 from numba.extending import overload
 
-__all__ = ["compiled", "elementwise", "inline", "njit", "specialise", "vectorised"]
+__all__ = ["compiled", "elementwise", "inline", "njit", "specialise", "specialise_on",
+           "vectorised"]
 
 _POLICY = {"cache": True, "nogil": True, "fastmath": False}
 #: Called with each kernel's numba cache as it is decorated: the backend's package adds
@@ -73,6 +75,36 @@ def specialise(stub):
     the implementation for those types (``numba.extending.overload``, inlined at numba's
     IR level, compiled with this policy)."""
     return overload(stub, inline="always", jit_options=_POLICY)
+
+
+def specialise_on(arg: str, *cases):
+    """Decorate a stub (a Python function that names a primitive, its arguments and its
+    docstring; its body is never run) into a :func:`specialise` primitive whose
+    implementation is chosen by the numba type of its argument ``arg``: ``cases`` are
+    ``(test, implementation)`` pairs, tried in order (``test`` called with that type), then
+    the implementation for every other type; each a plain function of the stub's
+    arguments (same names). Called outside numba, the primitive raises."""
+    *pairs, otherwise = cases
+
+    def register(stub):
+        at = stub.__code__.co_varnames.index(arg)
+
+        def primitive(*args):
+            raise NotImplementedError("compiled only (numba)")
+
+        def choose(*kinds):
+            for test, impl in pairs:
+                if test(kinds[at]):
+                    return impl
+            return otherwise
+
+        for fn in (primitive, choose):  # the stub's signature (numba binds the call to it)
+            fn.__wrapped__ = stub
+        for name in ("__name__", "__qualname__", "__doc__", "__module__"):
+            setattr(primitive, name, getattr(stub, name))
+        specialise(primitive)(choose)
+        return primitive
+    return register
 
 
 _COMPILED: set = set()

@@ -49,8 +49,6 @@ from analysis.pipeline.backends.numba.kernels.lanes import (
     LANES,
     axpy,
     lin,
-    lin_add,
-    lin_add2,
     vec_zero,
     zero_at,
 )
@@ -64,9 +62,8 @@ from analysis.pipeline.backends.numba.kernels.walk import (
 )
 
 __all__ = [
-    "LANES", "accumulate", "any_slot", "axpy", "centre_sums", "compiled",
-    "cut_times", "inverse_width", "lin", "lin_add", "lin_add2", "patterns", "select", "sequence",
-    "soft_array", "soft_slope", "soft_values", "vectorised",
+    "LANES", "accumulate", "any_slot", "centre_sums", "compiled", "cut_times", "inverse_width",
+    "patterns", "select", "soft_array", "soft_slope", "soft_values", "vectorised",
 ]
 
 

@@ -58,54 +58,6 @@ def _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
                   qd[ls])
 
 
-@njit
-def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
-                 codes, n_sets, n_pat, g0, pv_all, pd_all, block, b0, b1):
-    """Object blocks ``b0:b1`` of one collection (``N = cols.shape[1]`` objects, global
-    index ``g0 + j``) for one variant: own set probabilities from 1 times the cuts
-    ``r_*`` (a shift's cuts that it does not move, their probabilities those of the
-    nominal columns: none for the nominal variant) and then the cuts ``c_*`` (on the
-    variant's columns ``cols``), then the pattern probabilities (``codes[p, ls]`` as
-    :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns`) into ``pv_all[g, p, 0]`` and ``[1]``
-    (the same) and their tangents into ``pd_all[g, p]`` (all lanes; the layout of
-    :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`)."""
-    n_obj = cols.shape[1]
-    n_s = max(n_sets, 1)
-    qv = np.empty((n_s, SUB))
-    qd = np.empty((n_s, SUB, LANES))
-    for b in range(b0, b1):
-        end = min(n_obj, (b + 1) * block)
-        for j0 in range(b * block, end, SUB):
-            nj = min(SUB, end - j0)
-            qv[:, :nj] = 1.0
-            qd[:, :nj] = 0.0
-            _cuts_into(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd)
-            _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
-            for i in range(nj):
-                g = g0 + j0 + i
-                for p in range(n_pat):
-                    # patterns' pd[r] = pd[r] fac + sign qd[ls, r], lanes in registers
-                    x = 1.0
-                    d0 = d1 = d2 = d3 = d4 = d5 = d6 = d7 = 0.0
-                    for ls in range(n_sets):
-                        code = codes[p, ls]
-                        if code < 0:
-                            continue
-                        fac = qv[ls, i] if code == 1 else 1.0 - qv[ls, i]
-                        sign = x if code == 1 else -x
-                        q = qd[ls, i]
-                        d0, d1, d2, d3 = (d0 * fac + sign * q[0], d1 * fac + sign * q[1],
-                                          d2 * fac + sign * q[2], d3 * fac + sign * q[3])
-                        d4, d5, d6, d7 = (d4 * fac + sign * q[4], d5 * fac + sign * q[5],
-                                          d6 * fac + sign * q[6], d7 * fac + sign * q[7])
-                        x *= fac
-                    out = pd_all[g, p]
-                    pv_all[g, p, 0] = x
-                    pv_all[g, p, 1] = x
-                    out[0], out[1], out[2], out[3] = d0, d1, d2, d3
-                    out[4], out[5], out[6], out[7] = d4, d5, d6, d7
-
-
 @inline
 def _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
     """:func:`_cuts_into` over lanes 0-3 only (``qd[ls, i]`` of 4 lanes: the value and
@@ -128,6 +80,93 @@ def _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
             qv[ls, i] = q0 * sv
 
 
+@inline
+def _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
+                  r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, two, wide, block,
+                  b0, b1):
+    """The loop of the three kernels below, ``two`` and ``wide`` constants after inlining
+    (each kernel compiles only its own branches): :func:`cut_patterns` (``wide``: one
+    variant, 8 lanes, the cuts by :func:`_cuts_into`), :func:`cut_patterns4` (neither:
+    lanes 0-3 by :func:`_cuts4`, lanes 4-7 written 0) or :func:`cut_patterns_pair`
+    (``two``: the second side, ``cols_hi``, in lanes 4-7). The patterns' ``pd[r] = pd[r]
+    fac + sign qd[ls, r]`` with the lanes in registers, written out here once, not
+    through an inline helper: with one (a function returning x and 4 lanes per side)
+    the pair kernel took 35 ns per object against 19, and cut_patterns 32 against 19."""
+    n_obj = cols.shape[1]
+    n_s = max(n_sets, 1)
+    v0, l0 = 2 * page, 8 * page  # the page's variants and lanes
+    qv = np.empty((n_s, SUB))
+    qd = np.empty((n_s, SUB, LANES if wide else 4))
+    uv = np.empty((n_s, SUB) if two else (0, 0))
+    ud = np.empty((n_s, SUB, 4) if two else (0, 0, 0))
+    for b in range(b0, b1):
+        end = min(n_obj, (b + 1) * block)
+        for j0 in range(b * block, end, SUB):
+            nj = min(SUB, end - j0)
+            qv[:, :nj] = 1.0
+            qd[:, :nj] = 0.0
+            if wide:
+                _cuts_into(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd)
+                _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
+            else:
+                _cuts4(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd)
+            if two:
+                for ls in range(n_s):
+                    for i in range(nj):
+                        uv[ls, i] = qv[ls, i]
+                        for r in range(4):
+                            ud[ls, i, r] = qd[ls, i, r]
+                _cuts4(j0, nj, cols_hi, c_ls, c_col, c_w, c_gt, c_par, uv, ud)
+            if not wide:
+                _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
+            for i in range(nj):
+                g = g0 + j0 + i
+                for p in range(n_pat):
+                    x = 1.0
+                    y = 1.0
+                    d0 = d1 = d2 = d3 = d4 = d5 = d6 = d7 = 0.0
+                    for ls in range(n_sets):
+                        code = codes[p, ls]
+                        if code < 0:
+                            continue
+                        fa = qv[ls, i] if code == 1 else 1.0 - qv[ls, i]
+                        sa = x if code == 1 else -x
+                        q = qd[ls, i]
+                        d0, d1, d2, d3 = (d0 * fa + sa * q[0], d1 * fa + sa * q[1],
+                                          d2 * fa + sa * q[2], d3 * fa + sa * q[3])
+                        if wide:
+                            d4, d5, d6, d7 = (d4 * fa + sa * q[4], d5 * fa + sa * q[5],
+                                              d6 * fa + sa * q[6], d7 * fa + sa * q[7])
+                        if two:
+                            fb = uv[ls, i] if code == 1 else 1.0 - uv[ls, i]
+                            sb = y if code == 1 else -y
+                            u = ud[ls, i]
+                            d4, d5, d6, d7 = (d4 * fb + sb * u[0], d5 * fb + sb * u[1],
+                                              d6 * fb + sb * u[2], d7 * fb + sb * u[3])
+                            y *= fb
+                        x *= fa
+                    out = pd_all[g, p]
+                    pv_all[g, p, v0] = x
+                    pv_all[g, p, v0 + 1] = y if two else x
+                    out[l0], out[l0 + 1], out[l0 + 2], out[l0 + 3] = d0, d1, d2, d3
+                    out[l0 + 4], out[l0 + 5], out[l0 + 6], out[l0 + 7] = d4, d5, d6, d7
+
+
+@njit
+def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
+                 codes, n_sets, n_pat, g0, pv_all, pd_all, block, b0, b1):
+    """Object blocks ``b0:b1`` of one collection (``N = cols.shape[1]`` objects, global
+    index ``g0 + j``) for one variant: own set probabilities from 1 times the cuts
+    ``r_*`` (a shift's cuts that it does not move, their probabilities those of the
+    nominal columns: none for the nominal variant) and then the cuts ``c_*`` (on the
+    variant's columns ``cols``), then the pattern probabilities (``codes[p, ls]`` as
+    :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns`) into ``pv_all[g, p, 0]`` and ``[1]``
+    (the same) and their tangents into ``pd_all[g, p]`` (all lanes; the layout of
+    :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`)."""
+    _cut_patterns(cols, cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, 0, False, True, block, b0, b1)
+
+
 @njit
 def cut_patterns4(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
                   codes, n_sets, n_pat, g0, pv_all, pd_all, block, b0, b1):
@@ -135,39 +174,11 @@ def cut_patterns4(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
     (:func:`_cuts4`) and the patterns' lanes 0-3 from them, lanes 4-7 of ``pd_all``
     written 0 (what :func:`cut_patterns` gives there: no tangent). Lanes 0-3 are the
     floats of :func:`cut_patterns` (the same operations in the same order); half the
-    arithmetic (24 ns per object against 37 on the event-sum benchmark's jets)."""
-    n_obj = cols.shape[1]
-    n_s = max(n_sets, 1)
-    qv = np.empty((n_s, SUB))
-    qd = np.empty((n_s, SUB, 4))
-    for b in range(b0, b1):
-        end = min(n_obj, (b + 1) * block)
-        for j0 in range(b * block, end, SUB):
-            nj = min(SUB, end - j0)
-            qv[:, :nj] = 1.0
-            qd[:, :nj] = 0.0
-            _cuts4(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd)
-            _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
-            for i in range(nj):
-                g = g0 + j0 + i
-                for p in range(n_pat):
-                    x = 1.0
-                    d0 = d1 = d2 = d3 = 0.0
-                    for ls in range(n_sets):
-                        code = codes[p, ls]
-                        if code < 0:
-                            continue
-                        fac = qv[ls, i] if code == 1 else 1.0 - qv[ls, i]
-                        sign = x if code == 1 else -x
-                        q = qd[ls, i]
-                        d0, d1, d2, d3 = (d0 * fac + sign * q[0], d1 * fac + sign * q[1],
-                                          d2 * fac + sign * q[2], d3 * fac + sign * q[3])
-                        x *= fac
-                    out = pd_all[g, p]
-                    pv_all[g, p, 0] = x
-                    pv_all[g, p, 1] = x
-                    out[0], out[1], out[2], out[3] = d0, d1, d2, d3
-                    out[4] = out[5] = out[6] = out[7] = 0.0
+    arithmetic (24 ns per object against 37 on the event-sum benchmark's jets). The loop
+    of :func:`cut_patterns_pair` for one side (:func:`_cut_patterns`)."""
+    _cut_patterns(cols, cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, 0, False, False, block, b0,
+                  b1)
 
 
 @njit
@@ -184,57 +195,9 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
     those of :func:`cut_patterns` on its own columns (the same operations on lanes 0-3,
     in the same order); the work is about 0.7 of two such calls (one store of each
     object's lanes, 4-lane cuts, the unmoved cuts once)."""
-    n_obj = cols.shape[1]
-    n_s = max(n_sets, 1)
-    v0, l0 = 2 * page, 8 * page  # the page's variants and lanes
-    qv = np.empty((n_s, SUB))
-    qd = np.empty((n_s, SUB, 4))
-    uv = np.empty((n_s, SUB))
-    ud = np.empty((n_s, SUB, 4))
-    for b in range(b0, b1):
-        end = min(n_obj, (b + 1) * block)
-        for j0 in range(b * block, end, SUB):
-            nj = min(SUB, end - j0)
-            qv[:, :nj] = 1.0
-            qd[:, :nj] = 0.0
-            _cuts4(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd)
-            for ls in range(n_s):
-                for i in range(nj):
-                    uv[ls, i] = qv[ls, i]
-                    for r in range(4):
-                        ud[ls, i, r] = qd[ls, i, r]
-            _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
-            _cuts4(j0, nj, cols_hi, c_ls, c_col, c_w, c_gt, c_par, uv, ud)
-            # written out beside cut_patterns' loop, not through a shared inline helper:
-            # with one (a function returning x and 4 lanes per side) this kernel took 35
-            # ns per object against 19, and cut_patterns 32 against 19
-            for i in range(nj):
-                g = g0 + j0 + i
-                for p in range(n_pat):
-                    x = 1.0
-                    y = 1.0
-                    d0 = d1 = d2 = d3 = d4 = d5 = d6 = d7 = 0.0
-                    for ls in range(n_sets):
-                        code = codes[p, ls]
-                        if code < 0:
-                            continue
-                        fa = qv[ls, i] if code == 1 else 1.0 - qv[ls, i]
-                        fb = uv[ls, i] if code == 1 else 1.0 - uv[ls, i]
-                        sa = x if code == 1 else -x
-                        sb = y if code == 1 else -y
-                        q = qd[ls, i]
-                        u = ud[ls, i]
-                        d0, d1, d2, d3 = (d0 * fa + sa * q[0], d1 * fa + sa * q[1],
-                                          d2 * fa + sa * q[2], d3 * fa + sa * q[3])
-                        d4, d5, d6, d7 = (d4 * fb + sb * u[0], d5 * fb + sb * u[1],
-                                          d6 * fb + sb * u[2], d7 * fb + sb * u[3])
-                        x *= fa
-                        y *= fb
-                    out = pd_all[g, p]
-                    pv_all[g, p, v0] = x
-                    pv_all[g, p, v0 + 1] = y
-                    out[l0], out[l0 + 1], out[l0 + 2], out[l0 + 3] = d0, d1, d2, d3
-                    out[l0 + 4], out[l0 + 5], out[l0 + 6], out[l0 + 7] = d4, d5, d6, d7
+    _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, True, False, block, b0,
+                  b1)
 
 
 @inline
@@ -302,13 +265,16 @@ def _lanes4(p, i, ev0, ev1, ev2, ev3):
 
 
 @inline
-def _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, fe, f2e):
-    """:func:`fill` over 4 lanes: the same operations in the same order, the lanes in
-    registers, each event's factors ``f`` and ``f^2 weight[e]`` made once (``fe``,
-    ``f2e``: buffers of one per variation) instead of once per entry, the sums in the
-    loop's own array (:func:`_sums_in`)."""
+def _fill4(off, x, p, x_hi, p_hi, ev, factors, weight, edges, acc, acc_hi, two):
+    """:func:`fill` over 4 lanes into the running sums ``acc`` (:func:`_sums_in`), and
+    with ``two`` (a constant after inlining: :func:`fill_pair`) the entries ``x_hi``,
+    ``p_hi`` into ``acc_hi`` in the same loop: the same operations in the same order,
+    the lanes in registers (both sides': a view picked by a branch per entry cost ~25%),
+    each event's factors ``f`` and ``f^2 weight[e]`` made once (``fe``, ``f2e``) instead
+    of once per entry."""
     n_v = factors.shape[0]
-    acc = _sums_in(sumw, sumw2)
+    fe = np.empty(n_v)
+    f2e = np.empty(n_v)
     for e in range(off.shape[0] - 1):
         lo, hi = off[e], off[e + 1]
         if lo == hi:
@@ -322,9 +288,15 @@ def _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, fe, f2e):
         for i in range(lo, hi):
             w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
             b = _bin(edges, x[i], w0)
+            u0 = u1 = u2 = u3 = 0.0
+            b_hi = 0
+            if two:
+                u0, u1, u2, u3 = _lanes4(p_hi, i, ev0, ev1, ev2, ev3)
+                b_hi = _bin(edges, x_hi[i], u0)
             for v in range(n_v):
                 _add8(acc, v, b, fe[v], f2e[v], w0, w1, w2, w3)
-    _sums_out(acc, sumw, sumw2)
+                if two:
+                    _add8(acc_hi, v, b_hi, fe[v], f2e[v], u0, u1, u2, u3)
 
 
 @njit
@@ -338,9 +310,9 @@ def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
     overflow); an entry of probability 0 at ``x = 0``. Entries in order: one sequential
     sum per bin and variation."""
     if sumw.shape[2] <= 4:  # the value and at most 3 tangents
-        n_v = factors.shape[0]
-        _fill4(off, x, p, ev, factors, weight, edges, sumw, sumw2, np.empty(n_v),
-               np.empty(n_v))
+        acc = _sums_in(sumw, sumw2)
+        _fill4(off, x, p, x, p, ev, factors, weight, edges, acc, acc, False)
+        _sums_out(acc, sumw, sumw2)
         return
     w = np.empty(LANES)
     for e in range(off.shape[0] - 1):
@@ -373,20 +345,6 @@ def fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, sumw, sumw2, su
     side in the loop's own array, :func:`_sums_in`)."""
     acc = _sums_in(sumw, sumw2)
     acc_hi = _sums_in(sumw_hi, sumw2_hi)
-    for e in range(off.shape[0] - 1):
-        ev0, ev1, ev2, ev3 = ev[e, 0], ev[e, 1], ev[e, 2], ev[e, 3]
-        we = weight[e]
-        # both sides' lanes in registers, no array chosen per side (a view picked by a
-        # branch per entry cost ~25%)
-        for i in range(off[e], off[e + 1]):
-            w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
-            u0, u1, u2, u3 = _lanes4(p_hi, i, ev0, ev1, ev2, ev3)
-            b = _bin(edges, x[i], w0)
-            b_hi = _bin(edges, x_hi[i], u0)
-            for v in range(factors.shape[0]):
-                f = factors[v, e]
-                f2 = f * f * we
-                _add8(acc, v, b, f, f2, w0, w1, w2, w3)
-                _add8(acc_hi, v, b_hi, f, f2, u0, u1, u2, u3)
+    _fill4(off, x, p, x_hi, p_hi, ev, factors, weight, edges, acc, acc_hi, True)
     _sums_out(acc, sumw, sumw2)
     _sums_out(acc_hi, sumw_hi, sumw2_hi)

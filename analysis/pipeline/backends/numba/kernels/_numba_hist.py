@@ -29,7 +29,7 @@ Two variants per walk. With at most 3 tangents (4 lanes), the 8 lanes hold two
 variants of the same walk (two shift sides: their own pattern probabilities, the same
 tables and walk order): lanes 0-3 the first, 4-7 the second, each with its value in its
 first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes).
-:func:`analysis.pipeline.backends.numba.kernels._numba_dp.lin_add2` is ``lin_add`` with one coefficient per half, so two
+:func:`analysis.pipeline.backends.numba.kernels.lanes.lin_add2` is ``lin_add`` with one coefficient per half, so two
 variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
 
 Four variants (two shifts of one column: two pairs, the same tables and walk order) in
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit, specialise
+from analysis.pipeline.backends.numba.kernels._jit import inline, njit, specialise_on
 from analysis.pipeline.backends.numba.kernels.lane_layouts import (
     any_lane,
     coefficients,
@@ -85,24 +85,20 @@ def store(out, out_hi, acc, h):
             out[r] = acc[r]
 
 
+def _store_pages(out, i, j, acc, h):
+    store(out[0, i, j], out[1, i, j], acc[0], h)
+    store(out[2, i, j], out[3, i, j], acc[1], h)
+
+
+def _store_pair(out, i, j, acc, h):
+    store(out[0, i, j], out[-1, i, j], acc, h)
+
+
+@specialise_on("acc", (lambda t: t.ndim == 2, _store_pages), _store_pair)
 def store_sides(out, i, j, acc, h):
     """The variants' outputs ``out[v, i, j]`` from the lane vector ``acc``: one or a pair
     (:func:`store` into ``out[0]`` and ``out[-1]``), or two pairs in pages (page ``q``
     into ``out[2 q]`` and ``out[2 q + 1]``)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(store_sides)
-def _store_sides(out, i, j, acc, h):
-    if acc.ndim == 2:
-        def pages(out, i, j, acc, h):
-            store(out[0, i, j], out[1, i, j], acc[0], h)
-            store(out[2, i, j], out[3, i, j], acc[1], h)
-        return pages
-
-    def lanes(out, i, j, acc, h):
-        store(out[0, i, j], out[-1, i, j], acc, h)
-    return lanes
 
 
 @njit

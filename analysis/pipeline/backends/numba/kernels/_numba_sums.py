@@ -12,28 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import njit, specialise
+from analysis.pipeline.backends.numba.kernels._jit import njit, specialise_on
 
 __all__ = ["block_sums", "event_lane"]
 
 
+@specialise_on("ev", (lambda t: t.ndim == 2, lambda ev, e, k: ev[e, k]),
+               lambda ev, e, k: ev[e] if k == 0 else 0.0)
 def event_lane(ev, e, k):
     """Lane ``k`` of event ``e``'s weight: ``ev[e, k]`` of an ``(E, LANES)`` array, or,
     of the ``(E,)`` weights alone (no tangents), ``ev[e]`` for lane 0 and ``0.0`` for
     the others."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(event_lane)
-def _event_lane(ev, e, k):
-    if ev.ndim == 2:
-        def lanes(ev, e, k):
-            return ev[e, k]
-        return lanes
-
-    def weights(ev, e, k):
-        return ev[e] if k == 0 else 0.0
-    return weights
 
 
 @njit

@@ -12,9 +12,9 @@ written with a lane loop: the same floats.
 
 The walk's steps (:mod:`analysis.pipeline.backends.numba.kernels.walk`) are written once
 over *lane vectors* with the primitives below (:func:`mul_add`, :func:`dot_zero`,
-:func:`dot_add`, :func:`dot_end`, :func:`vec_zero`, :func:`vec_axpy`,
-:func:`zero_at`), each specialised at compile time
-on its arguments' types (:func:`analysis.pipeline.backends.numba.kernels._jit.specialise`):
+:func:`dot_add`, :func:`dot_end`, :func:`vec_zero`, :func:`vec_axpy`, :func:`zero_at`), each
+specialised at compile time on its arguments' types
+(:func:`analysis.pipeline.backends.numba.kernels._jit.specialise_on`):
 a lane vector that is an array of :data:`LANES` is a value with its tangents (the product
 rule, two variants side by side with ``h = 4``); one that is a number is a value alone,
 and the primitive is the same operation without the tangent terms (which add exact zeros
@@ -39,12 +39,11 @@ from __future__ import annotations
 
 from numba import types
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, specialise
+from analysis.pipeline.backends.numba.kernels._jit import inline, specialise, specialise_on
 
 __all__ = [
-    "LANES", "axpy", "dot_add", "dot_end", "dot_zero",
-    "lin", "lin2", "lin_add", "lin_add2", "mul_add", "registers", "vec_axpy", "vec_zero",
-    "zero_at",
+    "LANES", "axpy", "dot_add", "dot_end", "dot_zero", "lin", "lin_add", "lin_add2", "mul_add",
+    "registers", "vec_axpy", "vec_zero", "zero_at",
 ]
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
@@ -92,23 +91,6 @@ def axpy(out, a, x):
     out[4], out[5], out[6], out[7] = o4 + a * x4, o5 + a * x5, o6 + a * x6, o7 + a * x7
 
 
-@inline
-def lin2(out, a, x, b, y, c, u, d, v):
-    """``out[r] = (a x[r] + b y[r]) + (c u[r] + d v[r])`` over the lanes: :func:`lin` and
-    then :func:`lin_add` (the same floats), in registers
-    with one store."""
-    x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-    y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    u0, u1, u2, u3, u4, u5, u6, u7 = u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7]
-    v0, v1, v2, v3, v4, v5, v6, v7 = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
-    out[0], out[1], out[2], out[3] = (
-        (a * x0 + b * y0) + (c * u0 + d * v0), (a * x1 + b * y1) + (c * u1 + d * v1),
-        (a * x2 + b * y2) + (c * u2 + d * v2), (a * x3 + b * y3) + (c * u3 + d * v3))
-    out[4], out[5], out[6], out[7] = (
-        (a * x4 + b * y4) + (c * u4 + d * v4), (a * x5 + b * y5) + (c * u5 + d * v5),
-        (a * x6 + b * y6) + (c * u6 + d * v6), (a * x7 + b * y7) + (c * u7 + d * v7))
-
-
 # --- primitives over lane vectors: an array of LANES (tangents) or a number (values) ----
 
 
@@ -130,32 +112,17 @@ def _pages(t) -> bool:
     return isinstance(t, types.Array) and t.ndim == 2
 
 
+def _registers(d):
+    return (d[0, 0], d[0, 1], d[0, 2], d[0, 3], d[0, 4], d[0, 5], d[0, 6], d[0, 7],
+            d[1, 0], d[1, 1], d[1, 2], d[1, 3], d[1, 4], d[1, 5], d[1, 6], d[1, 7])
+
+
+@specialise_on("d", (_pages, _registers), lambda d: d)
 def registers(d):
     """The tangents ``d`` as a loop over states reads them: ``d`` itself, or for two pages a
     tuple of their 16 lanes (read once before the loop and kept in registers: the loop
     stores into an array that, for all LLVM knows, might be ``d``, so it would read ``d``
     again at every state)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(registers)
-def _registers(d):
-    if _pages(d):
-        def pages(d):
-            return (d[0, 0], d[0, 1], d[0, 2], d[0, 3], d[0, 4], d[0, 5], d[0, 6], d[0, 7],
-                    d[1, 0], d[1, 1], d[1, 2], d[1, 3], d[1, 4], d[1, 5], d[1, 6], d[1, 7])
-        return pages
-
-    def same(d):
-        return d
-    return same
-
-
-def mul_add(out, t, a, a_hi, x, h, d):
-    """``out[t] += a x + x_0 d`` (``d``: ``a``'s tangents; lanes 4-7 with ``a_hi`` and
-    ``x_h`` for two variants, :func:`lin_add2`; pages: each page's pair so, its
-    probabilities ``a[2 q]``, ``a[2 q + 1]``, ``a_hi`` unused); values: ``out[t] += a x``."""
-    raise NotImplementedError("compiled only (numba)")
 
 
 @inline
@@ -179,22 +146,25 @@ def _page_mul_add(out, t, q, a, a_hi, x, h, d):
         o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
 
 
-@specialise(mul_add)
-def _mul_add(out, t, a, a_hi, x, h, d):
-    if _pages(x):
-        def pages(out, t, a, a_hi, x, h, d):
-            dv = registers(d)
-            _page_mul_add(out, t, 0, a[0], a[1], x, h, dv)
-            _page_mul_add(out, t, 1, a[2], a[3], x, h, dv)
-        return pages
-    if _lanes(x):
-        def lanes(out, t, a, a_hi, x, h, d):
-            lin_add2(out[t], a, a_hi, x, x[0], x[h], d)
-        return lanes
+def _mul_add_pages(out, t, a, a_hi, x, h, d):
+    dv = registers(d)
+    _page_mul_add(out, t, 0, a[0], a[1], x, h, dv)
+    _page_mul_add(out, t, 1, a[2], a[3], x, h, dv)
 
-    def values(out, t, a, a_hi, x, h, d):
-        out[t] += a * x
-    return values
+
+def _mul_add_lanes(out, t, a, a_hi, x, h, d):
+    lin_add2(out[t], a, a_hi, x, x[0], x[h], d)
+
+
+def _mul_add(out, t, a, a_hi, x, h, d):
+    out[t] += a * x
+
+
+@specialise_on("x", (_pages, _mul_add_pages), (_lanes, _mul_add_lanes), _mul_add)
+def mul_add(out, t, a, a_hi, x, h, d):
+    """``out[t] += a x + x_0 d`` (``d``: ``a``'s tangents; lanes 4-7 with ``a_hi`` and
+    ``x_h`` for two variants, :func:`lin_add2`; pages: each page's pair so, its
+    probabilities ``a[2 q]``, ``a[2 q + 1]``, ``a_hi`` unused); values: ``out[t] += a x``."""
 
 
 def dot_zero(x, inner):
@@ -225,13 +195,6 @@ def _dot_zero(x, inner):
     return values
 
 
-def dot_add(acc, x, y, h):
-    """``acc + x y`` by the product rule per lane, ``acc_r + (y_0 x_r + x_0 y_r)`` (lanes
-    4-7: ``y_h``, ``x_h``; the value lanes doubled, :func:`dot_end` halves them: exact;
-    two pages: each so); values: ``acc + x y``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
 @inline
 def _dot_page(acc, x, y, q, h):
     """:func:`dot_add` of page ``q`` (``acc`` its 8 numbers), by element."""
@@ -244,115 +207,89 @@ def _dot_page(acc, x, y, q, h):
             acc[7] + (a_hi * x[q, 7] + b_hi * y[q, 7]))
 
 
-@specialise(dot_add)
-def _dot_add(acc, x, y, h):
-    if _pages(x):
-        def pages(acc, x, y, h):
-            return _dot_page(acc[:8], x, y, 0, h) + _dot_page(acc[8:], x, y, 1, h)
-        return pages
-    if _lanes(x):
-        def lanes(acc, x, y, h):
-            a, a_hi, b, b_hi = y[0], y[h], x[0], x[h]
-            return (acc[0] + (a * x[0] + b * y[0]), acc[1] + (a * x[1] + b * y[1]),
-                    acc[2] + (a * x[2] + b * y[2]), acc[3] + (a * x[3] + b * y[3]),
-                    acc[4] + (a_hi * x[4] + b_hi * y[4]), acc[5] + (a_hi * x[5] + b_hi * y[5]),
-                    acc[6] + (a_hi * x[6] + b_hi * y[6]), acc[7] + (a_hi * x[7] + b_hi * y[7]))
-        return lanes
-
-    def values(acc, x, y, h):
-        return acc + x * y
-    return values
+def _dot_pages(acc, x, y, h):
+    return _dot_page(acc[:8], x, y, 0, h) + _dot_page(acc[8:], x, y, 1, h)
 
 
+def _dot_lanes(acc, x, y, h):
+    a, a_hi, b, b_hi = y[0], y[h], x[0], x[h]
+    return (acc[0] + (a * x[0] + b * y[0]), acc[1] + (a * x[1] + b * y[1]),
+            acc[2] + (a * x[2] + b * y[2]), acc[3] + (a * x[3] + b * y[3]),
+            acc[4] + (a_hi * x[4] + b_hi * y[4]), acc[5] + (a_hi * x[5] + b_hi * y[5]),
+            acc[6] + (a_hi * x[6] + b_hi * y[6]), acc[7] + (a_hi * x[7] + b_hi * y[7]))
+
+
+@specialise_on("x", (_pages, _dot_pages), (_lanes, _dot_lanes), lambda acc, x, y, h: acc + x * y)
+def dot_add(acc, x, y, h):
+    """``acc + x y`` by the product rule per lane, ``acc_r + (y_0 x_r + x_0 y_r)`` (lanes
+    4-7: ``y_h``, ``x_h``; the value lanes doubled, :func:`dot_end` halves them: exact;
+    two pages: each so); values: ``acc + x y``."""
+
+
+def _end_four(inner, acc, h):
+    return (acc[0] * 0.5, acc[1], acc[2], acc[3])  # lane 0 summed twice (exact)
+
+
+def _end_pages(inner, acc, h):
+    for q in range(2):
+        for r in range(LANES):
+            inner[q, r] = acc[LANES * q + r]
+        inner[q, 0] *= 0.5  # value lanes summed x y twice (exact)
+        inner[q, h] *= 0.5
+    return inner[0, 0]
+
+
+def _end_lanes(inner, acc, h):
+    inner[0], inner[1], inner[2], inner[3] = acc[0], acc[1], acc[2], acc[3]
+    inner[4], inner[5], inner[6], inner[7] = acc[4], acc[5], acc[6], acc[7]
+    inner[0] *= 0.5  # value lanes summed x y twice (exact)
+    if h:
+        inner[h] *= 0.5
+    return inner[0]
+
+
+@specialise_on("acc", (_four, _end_four),
+               (lambda t: isinstance(t, types.BaseTuple) and len(t) == 2 * LANES, _end_pages),
+               (lambda t: isinstance(t, types.BaseTuple), _end_lanes),
+               lambda inner, acc, h: acc)
 def dot_end(inner, acc, h):
     """A sum of :func:`dot_add` into ``inner`` (lanes: the value lanes ``0`` and ``h``
     halved, exact; two pages: each page's) and returned (its value, page 0's); four
     lanes: returned whole (a tuple, lane 0 halved); values: ``acc``."""
-    raise NotImplementedError("compiled only (numba)")
 
 
-@specialise(dot_end)
-def _dot_end(inner, acc, h):
-    if _four(acc):
-        def four(inner, acc, h):
-            return (acc[0] * 0.5, acc[1], acc[2], acc[3])  # lane 0 summed twice (exact)
-        return four
-    if isinstance(acc, types.BaseTuple) and len(acc) == 2 * LANES:
-        def pages(inner, acc, h):
-            for q in range(2):
-                for r in range(LANES):
-                    inner[q, r] = acc[LANES * q + r]
-                inner[q, 0] *= 0.5  # value lanes summed x y twice (exact)
-                inner[q, h] *= 0.5
-            return inner[0, 0]
-        return pages
-    if isinstance(acc, types.BaseTuple):
-        def lanes(inner, acc, h):
-            inner[0], inner[1], inner[2], inner[3] = acc[0], acc[1], acc[2], acc[3]
-            inner[4], inner[5], inner[6], inner[7] = acc[4], acc[5], acc[6], acc[7]
-            inner[0] *= 0.5  # value lanes summed x y twice (exact)
-            if h:
-                inner[h] *= 0.5
-            return inner[0]
-        return lanes
-
-    def values(inner, acc, h):
-        return acc
-    return values
+def _zero_lanes(like, buf):
+    for r in range(LANES):
+        buf[r] = 0.0
+    return buf
 
 
+@specialise_on("like", (_lanes, _zero_lanes), lambda like, buf: 0.0)
 def vec_zero(like, buf):
     """A lane vector of zeros like ``like``: ``buf`` cleared (lanes), or ``0.0``."""
-    raise NotImplementedError("compiled only (numba)")
 
 
-@specialise(vec_zero)
-def _vec_zero(like, buf):
-    if _lanes(like):
-        def lanes(like, buf):
-            for r in range(LANES):
-                buf[r] = 0.0
-            return buf
-        return lanes
-
-    def values(like, buf):
-        return 0.0
-    return values
+def _axpy_lanes(acc, a, x):
+    for r in range(LANES):
+        acc[r] += a * x[r]
+    return acc
 
 
+@specialise_on("x", (_lanes, _axpy_lanes), lambda acc, a, x: acc + a * x)
 def vec_axpy(acc, a, x):
     """``acc + a x`` (``a`` a number; lanes: into ``acc``, returned)."""
-    raise NotImplementedError("compiled only (numba)")
 
 
-@specialise(vec_axpy)
-def _vec_axpy(acc, a, x):
-    if _lanes(x):
-        def lanes(acc, a, x):
-            for r in range(LANES):
-                acc[r] += a * x[r]
-            return acc
-        return lanes
-
-    def values(acc, a, x):
-        return acc + a * x
-    return values
+def _zero_row(out, t):
+    for r in range(LANES):
+        out[t, r] = 0.0
 
 
+def _zero_one(out, t):
+    out[t] = 0.0
+
+
+@specialise_on("out", (lambda t: t.ndim == 2, _zero_row), _zero_one)
 def zero_at(out, t):
     """``out[t] = 0`` (every lane of a ``(states, LANES)`` array; one number of a
     ``(states,)`` one)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@specialise(zero_at)
-def _zero_at(out, t):
-    if out.ndim == 2:
-        def lanes(out, t):
-            for r in range(LANES):
-                out[t, r] = 0.0
-        return lanes
-
-    def values(out, t):
-        out[t] = 0.0
-    return values

@@ -35,243 +35,34 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from numba import types
-from numba.extending import overload
+
+from analysis._compat.numba import keyed_by
+from analysis.select import chainsteps
+from analysis.select.chainsteps import (
+    LANES,
+    QUAD,
+    _lanes,
+    _quad,
+    _spec,
+    buffer,
+    init,
+    inner_sum,
+    lanes_of,
+    row,
+    rows,
+    start,
+    step_both,
+    step_in,
+    step_out,
+    store,
+    store_weight,
+)
 
 __all__ = ["LANES", "cut_times", "cut_walk", "forward", "sens_walk", "walk_events"]
-
-#: Lanes of a quantity with tangents: the value and up to ``LANES - 1`` tangents.
-LANES = 8
 
 _POLICY = {"cache": True, "nogil": True, "fastmath": False}
 njit = nb.njit(**_POLICY)
 inline = nb.njit(inline="always", **_POLICY)
-
-
-def _spec(stub):  # noqa: ANN001, ANN202
-    return overload(stub, inline="always", jit_options=_POLICY)
-
-
-def _lanes(t) -> bool:  # noqa: ANN001
-    return isinstance(t, types.Array)
-
-
-# --- the steps, specialised: rows of lanes (tangents) or numbers (values) -----------------
-
-def step_both(out, t, pv, x, pq, y, d):  # noqa: ANN001, ANN201
-    """``out[t] = (pv x - x_0 d) + (pq y + y_0 d)`` (object out with ``pv = 1 - q``, in
-    with ``pq = q``, tangents ``d = q'``), one store; values ``pv x + pq y``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(step_both)
-def _step_both(out, t, pv, x, pq, y, d):  # noqa: ANN001, ANN202
-    if _lanes(x):
-        def lanes(out, t, pv, x, pq, y, d):  # noqa: ANN001, ANN202
-            b, c = -x[0], y[0]
-            x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-            y0, y1, y2, y3, y4, y5, y6, y7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-            d0, d1, d2, d3, d4, d5, d6, d7 = d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]
-            o = out[t]
-            o[0], o[1], o[2], o[3] = (
-                (pv * x0 + b * d0) + (pq * y0 + c * d0), (pv * x1 + b * d1) + (pq * y1 + c * d1),
-                (pv * x2 + b * d2) + (pq * y2 + c * d2), (pv * x3 + b * d3) + (pq * y3 + c * d3))
-            o[4], o[5], o[6], o[7] = (
-                (pv * x4 + b * d4) + (pq * y4 + c * d4), (pv * x5 + b * d5) + (pq * y5 + c * d5),
-                (pv * x6 + b * d6) + (pq * y6 + c * d6), (pv * x7 + b * d7) + (pq * y7 + c * d7))
-        return lanes
-
-    def values(out, t, pv, x, pq, y, d):  # noqa: ANN001, ANN202
-        out[t] = pv * x + pq * y
-    return values
-
-
-def step_out(out, t, a, x, d):  # noqa: ANN001, ANN201
-    """The "out" term alone: ``out[t] = a x - x_0 d``; values ``a x``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(step_out)
-def _step_out(out, t, a, x, d):  # noqa: ANN001, ANN202
-    if _lanes(x):
-        def lanes(out, t, a, x, d):  # noqa: ANN001, ANN202
-            b = -x[0]
-            x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-            d0, d1, d2, d3, d4, d5, d6, d7 = d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]
-            o = out[t]
-            o[0], o[1], o[2], o[3] = a * x0 + b * d0, a * x1 + b * d1, a * x2 + b * d2, a * x3 + b * d3
-            o[4], o[5], o[6], o[7] = a * x4 + b * d4, a * x5 + b * d5, a * x6 + b * d6, a * x7 + b * d7
-        return lanes
-
-    def values(out, t, a, x, d):  # noqa: ANN001, ANN202
-        out[t] = a * x
-    return values
-
-
-def step_in(out, t, a, x, d):  # noqa: ANN001, ANN201
-    """The "in" term added: ``out[t] += a x + x_0 d``; values ``+= a x``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(step_in)
-def _step_in(out, t, a, x, d):  # noqa: ANN001, ANN202
-    if _lanes(x):
-        def lanes(out, t, a, x, d):  # noqa: ANN001, ANN202
-            b = x[0]
-            x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
-            d0, d1, d2, d3, d4, d5, d6, d7 = d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]
-            o = out[t]
-            o0, o1, o2, o3, o4, o5, o6, o7 = o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]
-            o[0], o[1], o[2], o[3] = (o0 + (a * x0 + b * d0), o1 + (a * x1 + b * d1),
-                                      o2 + (a * x2 + b * d2), o3 + (a * x3 + b * d3))
-            o[4], o[5], o[6], o[7] = (o4 + (a * x4 + b * d4), o5 + (a * x5 + b * d5),
-                                      o6 + (a * x6 + b * d6), o7 + (a * x7 + b * d7))
-        return lanes
-
-    def values(out, t, a, x, d):  # noqa: ANN001, ANN202
-        out[t] += a * x
-    return values
-
-
-def inner_sum(H, F, G, top, ns):  # noqa: ANN001, ANN201
-    """``sum_{k < ns} F[k] G[min(k + 1, top)]`` returned (its value) and, with lanes, into
-    ``H`` by the product rule ``G_0 F + F_0 G`` (value lane summed twice and halved:
-    exact), summed in registers (a sum in memory waits on its own store every step)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(inner_sum)
-def _inner_sum(H, F, G, top, ns):  # noqa: ANN001, ANN202
-    if F.ndim == 2:
-        def lanes(H, F, G, top, ns):  # noqa: ANN001, ANN202
-            a = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-            for k in range(ns):
-                x, y = F[k], G[min(k + 1, top)]
-                u, v = y[0], x[0]
-                a = (a[0] + (u * x[0] + v * y[0]), a[1] + (u * x[1] + v * y[1]),
-                     a[2] + (u * x[2] + v * y[2]), a[3] + (u * x[3] + v * y[3]),
-                     a[4] + (u * x[4] + v * y[4]), a[5] + (u * x[5] + v * y[5]),
-                     a[6] + (u * x[6] + v * y[6]), a[7] + (u * x[7] + v * y[7]))
-            H[0], H[1], H[2], H[3], H[4], H[5], H[6], H[7] = a
-            H[0] *= 0.5
-            return H[0]
-        return lanes
-
-    def values(H, F, G, top, ns):  # noqa: ANN001, ANN202
-        a = 0.0
-        for k in range(ns):
-            a = a + F[k] * G[min(k + 1, top)]
-        return a
-    return values
-
-
-def store(out, x):  # noqa: ANN001, ANN201
-    """``out`` (``LANES`` or fewer numbers) from ``x``: its lanes, or ``(x, 0, ..)``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(store)
-def _store(out, x):  # noqa: ANN001, ANN202
-    if _lanes(x):
-        def lanes(out, x):  # noqa: ANN001, ANN202
-            for r in range(LANES):
-                out[r] = x[r]
-        return lanes
-
-    def values(out, x):  # noqa: ANN001, ANN202
-        out[0] = x
-        for r in range(1, out.shape[0]):
-            out[r] = 0.0
-    return values
-
-
-def store_weight(out, q, H, h, d):  # noqa: ANN001, ANN201
-    """A weight row ``0 + (q H + h d)`` (``q``, tangents ``d``; inner sum ``H``, value ``h``)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(store_weight)
-def _store_weight(out, q, H, h, d):  # noqa: ANN001, ANN202
-    if _lanes(d):
-        def lanes(out, q, H, h, d):  # noqa: ANN001, ANN202
-            for r in range(LANES):
-                out[r] = 0.0 + (q * H[r] + h * d[r])
-        return lanes
-
-    def values(out, q, H, h, d):  # noqa: ANN001, ANN202
-        out[0] = q * h
-        for r in range(1, out.shape[0]):
-            out[r] = 0.0
-    return values
-
-
-def buffer(n, m, d):  # noqa: ANN001, ANN201
-    """``(n, m, LANES)`` where ``d`` is an array (tangents), else ``(n, m)``; undefined."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(buffer)
-def _buffer(n, m, d):  # noqa: ANN001, ANN202
-    return ((lambda n, m, d: np.empty((n, m, LANES))) if _lanes(d)
-            else (lambda n, m, d: np.empty((n, m))))
-
-
-def rows(n, d):  # noqa: ANN001, ANN201
-    """``(n, LANES)`` tangent rows where ``d`` is an array, else ``0.0``; undefined."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(rows)
-def _rows(n, d):  # noqa: ANN001, ANN202
-    return (lambda n, d: np.empty((n, LANES))) if _lanes(d) else (lambda n, d: 0.0)
-
-
-def row(d, j):  # noqa: ANN001, ANN201
-    """``d[j]`` (tangent lanes), or ``0.0`` (none)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(row)
-def _row(d, j):  # noqa: ANN001, ANN202
-    return (lambda d, j: d[j]) if _lanes(d) else (lambda d, j: 0.0)
-
-
-def init(G, k, f, df):  # noqa: ANN001, ANN201
-    """``G[k] = (f[k], df[k, 1:])`` (value, tangents), or ``f[k]``."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(init)
-def _init(G, k, f, df):  # noqa: ANN001, ANN202
-    if _lanes(df):
-        def lanes(G, k, f, df):  # noqa: ANN001, ANN202
-            for r in range(LANES):
-                G[k, r] = df[k, r]
-            G[k, 0] = f[k]
-        return lanes
-
-    def values(G, k, f, df):  # noqa: ANN001, ANN202
-        G[k] = f[k]
-    return values
-
-
-def start(F):  # noqa: ANN001, ANN201
-    """``F[0] = delta_0`` (tangents zero)."""
-    raise NotImplementedError("compiled only (numba)")
-
-
-@_spec(start)
-def _start(F):  # noqa: ANN001, ANN202
-    if F.ndim == 2:
-        def lanes(F):  # noqa: ANN001, ANN202
-            for r in range(LANES):
-                F[0, r] = 0.0
-            F[0, 0] = 1.0
-        return lanes
-
-    def values(F):  # noqa: ANN001, ANN202
-        F[0] = 1.0
-    return values
 
 
 @inline
@@ -335,6 +126,8 @@ def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
             for c in range(ss.shape[0]):
                 cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], q, dq)
         return cuts
+    if len(src) == 4 and _quad(dq):
+        raise TypeError("soft cuts carry LANES tangent lanes, not QUAD")
     if len(src) == 4:
         def cut_values(src, o, n, q, dq):  # noqa: ANN001, ANN202
             ss = src[0]
@@ -344,14 +137,17 @@ def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
                     q0 *= ss[c, o + j]
                 q[j] = q0
         return cut_values
-    if _lanes(dq):
+    if _lanes(dq) or _quad(dq):
+        width = LANES if _lanes(dq) else QUAD
+
         def given(src, o, n, q, dq):  # noqa: ANN001, ANN202
             qs, ds, b0 = src
-            nb = min(LANES - 1, ds.shape[0] - b0)
+            a = lanes_of(dq)
+            nb = min(width - 1, ds.shape[0] - b0)
             for j in range(n):
                 q[j] = qs[o + j]
-                for r in range(LANES):
-                    dq[j, r] = ds[b0 + r - 1, o + j] if 0 < r <= nb else 0.0
+                for r in range(width):
+                    a[j, r] = ds[b0 + r - 1, o + j] if 0 < r <= nb else 0.0
         return given
 
     def values(src, o, n, q, dq):  # noqa: ANN001, ANN202
@@ -372,7 +168,7 @@ def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow, top, full):
     dq = rows(max_seq, df)
     F = buffer(max_seq + 1 if want_w else 1, top + 1, df)
     G = buffer(max_seq + 1 if want_w else 2, top + 1, df)
-    H = np.empty(LANES)
+    H = buffer(1, 1, df)[0, 0]
     F[0] = 0.0  # states >= 1 never written: zeros that a full step reads
     for e in range(e0, e1):
         o = coff[e]
@@ -394,8 +190,9 @@ def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow, top, full):
             j = n - 1 - s
             backward(G[j + 1], G[j], j, top, q[j], row(dq, j), full)
         for j in range(n):
-            h = inner_sum(H, F[j], G[j + 1], top, min(j, top) + 1)
-            store_weight(ow[o + j], q[j], H, h, row(dq, j))
+            d = row(dq, j)
+            h = inner_sum(H, F[j], G[j + 1], top, min(j, top) + 1, d)
+            store_weight(ow[o + j], q[j], H, h, d)
         store(pe[e], G[0, 0])
 
 
@@ -444,7 +241,12 @@ def sens_walk(coff, q, f, want_w, max_seq, block, pe, dq, fn, ow, b0, b1):
                     h += F[j, i] * (G[min(i + 1, top)] - G[i])
                 dq[o + j] = h
                 if want_w:
-                    ow[o + j] = q[o + j] * inner_sum(G, F[j], G, top, last + 1)
+                    ow[o + j] = q[o + j] * inner_sum(G, F[j], G, top, last + 1, 0.0)
                 backward(G, Gn, j, top, q[o + j], 0.0)
                 G, Gn = Gn, G
             pe[e] = G[0]
+
+
+#: The walks inline :mod:`analysis.select.chainsteps`: their caches keyed by it too.
+for _kernel in (cut_walk, sens_walk):
+    keyed_by(_kernel._cache, (chainsteps.__file__,))

@@ -34,9 +34,10 @@ from numba import types
 from numba.extending import intrinsic
 
 from analysis._compat.numba import cached_cfunc, keyed_by
-from analysis.select import chainwalk
+from analysis.select import chainsteps, chainwalk
 from analysis.select._single import FFI_TARGETS
-from analysis.select.chainwalk import _POLICY, LANES, forward, walk_events
+from analysis.select.chainsteps import LANES, QUAD, lanes_of
+from analysis.select.chainwalk import _POLICY, forward, walk_events
 
 __all__: list[str] = []
 
@@ -46,7 +47,7 @@ _REGISTERED: list[bool] = []
 
 #: Compiled code here inlines :mod:`analysis.select.chainwalk` (the walk): numba keys its
 #: cache by this file alone, so both files key it (a change to the walk recompiles).
-_WALK = (chainwalk.__file__,)
+_WALK = (chainwalk.__file__, chainsteps.__file__)
 
 
 def _loop(fn):  # noqa: ANN001, ANN202
@@ -183,24 +184,20 @@ def _primal(q, f, off, w, P):
     _walk((q,), off, f, 0.0, P.reshape((P.shape[0], 1)), w.reshape((w.shape[0], 1)))
 
 
-@_loop
-def _tangent(q, f, off, dq, df, dw, dP, w, P):
-    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` (``df``: ``(B, S)``,
-    or ``(1, S)`` for every lane) for every lane ``b``, in blocks of ``LANES - 1``; and
-    ``(w, P)`` themselves where ``w`` or ``P`` is not empty (lane 0: the values of
-    :func:`_primal`, bit for bit)."""
+@nb.njit(inline="always", **_POLICY)
+def _blocks(q, f, off, dq, df, dw, dP, w, P, dfl):
+    """:func:`_tangent` with the pass table's tangent lanes ``dfl`` (zeros; in a 1-tuple:
+    four lanes), in blocks of its width - 1."""
+    a = lanes_of(dfl)
+    width = a.shape[1]
     n_b, n_ev, n_obj = dq.shape[0], off.shape[0] - 1, off[-1]
-    dfl = np.zeros((f.shape[0], LANES))
-    ow = np.empty((n_obj, LANES))
-    pe = np.empty((n_ev, LANES))
-    dw[:, :] = 0.0
-    if w.shape[0] > 0 or P.shape[0] > 0:
-        w[:] = 0.0
-    for b0 in range(0, max(n_b, 1), LANES - 1):
-        nb = min(LANES - 1, n_b - b0)
+    ow = np.empty((n_obj, width))
+    pe = np.empty((n_ev, width))
+    for b0 in range(0, max(n_b, 1), width - 1):
+        nb = min(width - 1, n_b - b0)
         for k in range(f.shape[0]):
-            for r in range(LANES - 1):
-                dfl[k, 1 + r] = df[b0 + r if df.shape[0] > 1 else 0, k] if r < nb else 0.0
+            for r in range(width - 1):
+                a[k, 1 + r] = df[b0 + r if df.shape[0] > 1 else 0, k] if r < nb else 0.0
         _walk((q, dq, b0), off, f, dfl, pe, ow)
         for r in range(nb):
             dw[b0 + r, :n_obj] = ow[:, 1 + r]
@@ -208,6 +205,21 @@ def _tangent(q, f, off, dq, df, dw, dP, w, P):
         if b0 == 0 and (w.shape[0] > 0 or P.shape[0] > 0):
             w[:n_obj] = ow[:, 0]
             P[:] = pe[:, 0]
+
+
+@_loop
+def _tangent(q, f, off, dq, df, dw, dP, w, P):
+    """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` (``df``: ``(B, S)``,
+    or ``(1, S)`` for every lane) for every lane ``b``, in blocks of ``LANES - 1`` (of
+    ``QUAD - 1`` lanes, half the work, where ``B <= QUAD - 1``); and ``(w, P)`` themselves
+    where ``w`` or ``P`` is not empty (lane 0: the values of :func:`_primal`, bit for bit)."""
+    dw[:, :] = 0.0
+    if w.shape[0] > 0 or P.shape[0] > 0:
+        w[:] = 0.0
+    if dq.shape[0] <= QUAD - 1:
+        _blocks(q, f, off, dq, df, dw, dP, w, P, (np.zeros((f.shape[0], QUAD)),))
+    else:
+        _blocks(q, f, off, dq, df, dw, dP, w, P, np.zeros((f.shape[0], LANES)))
 
 
 @nb.njit(inline="always", **_POLICY)

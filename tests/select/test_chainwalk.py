@@ -13,6 +13,7 @@ import numba
 import numpy as np
 import pytest
 
+from analysis.select import chainsteps as cs
 from analysis.select import chainwalk as cw
 from analysis.select import singlekernels as sk
 
@@ -128,10 +129,11 @@ def test_event_walk_equals_enumeration(n, top, want_w):
         assert np.array_equal(p1, p0) and (not want_w or np.array_equal(o1, o0))
 
 
-@pytest.mark.parametrize("n_lanes", [1, 7, 10])
+@pytest.mark.parametrize("n_lanes", [1, 3, 4, 7, 10])
 def test_own_tangent_kernel_any_number_of_lanes(n_lanes):
-    """Own processors' tangent kernel in blocks of LANES - 1 tangents: each lane equals the
-    kernel run for that lane alone (bit for bit) and the derivative of the values by
+    """Own processors' tangent kernel in blocks of LANES - 1 tangents (QUAD - 1 where it
+    has at most that many: four lanes): each lane equals the kernel run for that lane
+    alone (four lanes; bit for bit) and the derivative of the values by
     central differences; the values it returns are the primal kernel's."""
     rng = np.random.default_rng(n_lanes)
     counts = np.array([3, 0, 5, 1, 2])
@@ -164,9 +166,13 @@ def test_own_tangent_kernel_any_number_of_lanes(n_lanes):
 def test_kernels_that_inline_the_walk_are_keyed_by_it():
     """numba keys a cache by the function's own file: own processors' kernels (another
     file) inline the walk, so their cache index is keyed by chainwalk.py too (a change
-    to the walk recompiles them instead of loading stale machine code)."""
-    st = os.stat(cw.__file__)
+    to the walk recompiles them instead of loading stale machine code); the walks inline
+    the steps (chainsteps.py): keyed by it too."""
+    walk, steps = ((s.st_mtime, s.st_size) for s in map(os.stat, (cw.__file__, cs.__file__)))
     for kernel in (sk._primal, sk._tangent, sk._cotangent, sk._primal_handler,
                    sk._tangent_handler, sk._cotangent_handler):
-        stamp = kernel._cache._cache_file._source_stamp  # (its own, chainwalk.py's)
-        assert len(stamp) == 2 and stamp[1] == (st.st_mtime, st.st_size), kernel
+        stamp = kernel._cache._cache_file._source_stamp  # (its own, chainwalk's, steps')
+        assert len(stamp) == 3 and stamp[1:] == (walk, steps), kernel
+    for kernel in (cw.cut_walk, cw.sens_walk):
+        stamp = kernel._cache._cache_file._source_stamp
+        assert len(stamp) == 2 and stamp[1] == steps, kernel

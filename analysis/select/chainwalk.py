@@ -9,8 +9,9 @@ event, objects ``j < n`` pass with probability ``q_j``; on the chain of count st
   the event's pass probability ``P = G_0[0]``;
 - ``w_j = P(j in the set and the event passes) = q_j sum_k F_j[k] G_{j+1}[tgt k]``.
 
-Forward-mode tangents ride along in *lanes*: a quantity with tangents is a row of
-:data:`LANES` (lane 0 the value, lanes 1.. its tangents, padded with zeros), the product
+Forward-mode tangents ride along in *lanes* (the steps: :mod:`analysis.select.chainsteps`;
+own processors' kernels with at most 3 tangents four lanes): a quantity with tangents is a
+row of :data:`LANES` (lane 0 the value, lanes 1.. its tangents, padded with zeros), the product
 rule ``(q x)' = q x' + x_0 q'``; every step is written once and specialised at compile
 time on its arguments' types (``numba.extending.overload``): rows of lanes give the
 variant with tangents, numbers (tangents ``0.0``) the one for values only, the same

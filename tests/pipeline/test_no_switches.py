@@ -36,6 +36,9 @@ NOT_SWITCHES = {
     # numba's cache files: a test lowers it to make an
     # oversized file without writing 256 MiB
     "MAX_BYTES": "a size bound",
+    # numba/_fastrevhist's events per block of the entries' kernel: a test lowers it to
+    # show several blocks on 1 and 3 threads give the same bits
+    "BLOCK": "a work-split size (the same bits for any value)",
     # analysis.stats._compiled's programs of this process: a test empties it
     "_PROGRAMS": "an in-process cache",
 }

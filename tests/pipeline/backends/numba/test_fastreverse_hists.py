@@ -28,6 +28,7 @@ from analysis.stats.pullback import pulled_sum
 from tests.chunked_helpers import read_columns
 from tests.conftest import SHARED_DATA, numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_sets import FILES, sets_config
+from tests.pipeline.backends.numba.test_fastreverse_sets import _setup as setup
 
 SOFT = (0.2, 10.0)  # the event score's and the b-jets' soft bins' widths
 
@@ -69,14 +70,6 @@ def hists_config(*, btag: str = "btagDeepFlavB", likelihood: bool = True) -> dic
         cfg["objective"] = {"terms": [{"type": "discovery_significance"}]}
     return cfg
 
-
-def setup(cfg: dict, name: str):
-    config = config_from_dict(copy.deepcopy(cfg))
-    plan = build_plan(config)
-    theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
-    theta[plan.param_names.index("n_min")] = 2.4  # between two counts
-    widths = np.array(initial_widths(config), np.float64)
-    return plan, theta, widths, read_columns(SHARED_DATA / name, plan)
 
 
 def hists_payload(cols, plan, theta, widths, *, seed: int = 0, only: str | None = None) -> list:

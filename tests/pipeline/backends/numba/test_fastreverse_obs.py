@@ -25,6 +25,7 @@ from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_sets import (
     FILES,
     _setup,
+    auto_equals_jax_sweep,
     observables_payload,
     sets_config,
     with_sets,
@@ -263,33 +264,14 @@ def test_auto_runs_the_numba_pass_for_sums_and_leading_objects(monkeypatch) -> N
     """Under ``auto``, an objective with targets on HT's mean and the leading jet's mean
     pT (a learned score beside two jet sets and muons) runs the numba passes and equals
     the JAX sweep's gradient (1e-10)."""
-    from analysis.config.loader import config_from_dict
-    from analysis.driver.runner import Evaluator
-    from analysis.optimize.objectives import Objective
-    from analysis.optimize.reverse import reverse_objective
-    from analysis.pipeline.backend import Backend
     from tests.optimize.test_score_reverse import _config
-    from tests.pipeline.backends.numba.test_fastreverse import _count_numba
 
     data = with_sets(_config(100_000))
     data["observables"] += [{"name": "ht", **SUMS["ht"]}, {"name": "j0", "x": "jets[0].pt", "stats": ["mean"]}]
     data["objective"]["terms"] += [
         {"type": "target", "stat": "tt.ht.mean", "value": 300.0, "weight": 1e-5},
         {"type": "target", "stat": "tt.j0.mean", "value": 60.0, "weight": 1e-4}]
-    cfg = config_from_dict(data)
-    with Evaluator(cfg) as ev:
-        calls = _count_numba(monkeypatch)
-        got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
-        assert calls  # the numba pass ran
-        n = len(calls)
-    with Evaluator(cfg, backend=Backend(numba_reverse=False, scores_on_numba=False)) as ref:
-        want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
-        assert len(calls) == n
-    grad = want["grad"]
-    names = ev.plan.trainable_names
-    assert all(abs(grad[names.index(p)]) > 0 for p in ("b_min", "mu_min", "n_min"))
-    np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
-    np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+    auto_equals_jax_sweep(data, monkeypatch)
 
 
 @pytest.mark.slow  # ~17 s under load: the JAX sweep's compile

@@ -67,6 +67,8 @@ def sets_config(*, joint: bool = True, btag: str = "btagDeepFlavB") -> dict:
 
 
 def _setup(cfg: dict, name: str):
+    """``(plan, theta, widths, columns)`` of ``cfg`` on the shared file ``name``, ``n_min``
+    between two counts."""
     config = config_from_dict(copy.deepcopy(cfg))
     plan = build_plan(config)
     theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
@@ -257,16 +259,23 @@ def test_auto_runs_the_numba_pass_with_the_jax_sweeps_gradient(monkeypatch) -> N
     yields; a target on the jets' mean pT: an observable, so values then the pullback
     pass) for a learned score beside two jet sets and muons runs the numba passes and
     equals the JAX sweep's (1e-10)."""
-    from analysis.driver.runner import Evaluator
-    from analysis.optimize.objectives import Objective
-    from analysis.optimize.reverse import reverse_objective
-    from analysis.pipeline.backend import Backend
     from tests.optimize.test_score_reverse import _config
-    from tests.pipeline.backends.numba.test_fastreverse import _count_numba
 
     data = with_sets(_config(100_000))
     data["objective"]["terms"].append(
         {"type": "target", "stat": "tt.jpt.mean", "value": 60.0, "weight": 1e-4})
+    auto_equals_jax_sweep(data, monkeypatch)
+
+
+def auto_equals_jax_sweep(data: dict, monkeypatch) -> None:
+    """The config ``data`` under ``auto`` runs the numba passes, and its reverse objective
+    and gradient equal the JAX sweep's (1e-10); ``b_min``, ``mu_min`` and ``n_min`` move it."""
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.objectives import Objective
+    from analysis.optimize.reverse import reverse_objective
+    from analysis.pipeline.backend import Backend
+    from tests.pipeline.backends.numba.test_fastreverse import _count_numba
+
     cfg = config_from_dict(data)
     with Evaluator(cfg) as ev:
         calls = _count_numba(monkeypatch)

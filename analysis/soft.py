@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.limits import check_bytes
-from analysis.select._single import UNROLL_MAX, single_count_weights
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.softargs import (
     _as_input,
@@ -38,7 +37,13 @@ from analysis.select.softargs import (
     _object_bucket,
     _probability_lists,
 )
-from analysis.select.softprograms import _joint, _pass_weights, _tail
+from analysis.select.softprograms import (
+    UNROLL_MAX,
+    _joint,
+    _pass_weights,
+    _tail,
+    single_count_weights,
+)
 from analysis.stats.jagged import Jagged
 from analysis.stats.offsets import (
     concrete,
@@ -217,7 +222,7 @@ def pass_weights(p: Any, n: Any, *, width: Any = 0.0, cap: int | None = None) ->
     the engine's recursions (those of :func:`analysis.select.objects.object_weights` and
     :func:`~analysis.select.objects.event_pass` on a one-set
     :class:`~analysis.select.countmodel.CountModel`, with the engine's pass table,
-    written for one set in :mod:`analysis.select._single`): sums of non-negative products,
+    walked per state for one set: :func:`analysis.select._recursions.dense_weights`): sums of non-negative products,
     no division, exact at ``p`` in {0, 1}; differentiable in ``p`` and ``n`` (forward
     and reverse, every order). On CPU the recursion and its first derivatives (forward
     and reverse mode, all of ``jax.jacfwd``'s parameters in one call) run as compiled

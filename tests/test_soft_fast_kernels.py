@@ -3,7 +3,7 @@ numba kernels (XLA FFI calls through jax.custom_jvp, linear_call and custom_vmap
 
 - values and every derivative (jacfwd, jacrev, grad, hessian, forward over forward,
   reverse over reverse, vmap) against the dense JAX recursion
-  (analysis.select._single.dense_weights), events without objects, padding, ``p`` in
+  (analysis.select._recursions.dense_weights), events without objects, padding, ``p`` in
   {0, 1}, one to six count states;
 - the fast path is taken (the kernels in the compiled program, no scan left) and the
   second derivative in a cut threshold against central differences of the exact
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from analysis.select import singlekernels as kernels
-from analysis.select._single import dense_weights
+from analysis.select._recursions import dense_weights
 from analysis.select.singlecall import fast_weights
 from analysis.soft import pass_weights, soft_cut
 from analysis.stats.offsets import padded_segment_ids

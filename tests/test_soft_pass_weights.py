@@ -94,10 +94,10 @@ def test_values_against_enumeration(n: float, width: float) -> None:
 
 def test_many_events_in_blocks_against_enumeration() -> None:
     """Thousands of events go through the recursion in blocks of events
-    (analysis.select._single.event_block), the last one partial: values against the
+    (analysis.select._recursions.event_block), the last one partial: values against the
     enumeration, by a direct call and inside a compiled stats.derive (traced lists of
     the exact length), with the Jacobian against central differences."""
-    from analysis.select._single import event_block
+    from analysis.select._recursions import event_block
 
     rng = np.random.default_rng(7)
     lists = [list(rng.uniform(0, 1, c)) for c in rng.integers(0, 9, 3000)]

@@ -80,6 +80,7 @@ import numpy as np
 from analysis.select._recursions import (  # noqa: F401  (re-exported: one import path)
     FACTOR,
     _backward,
+    _ends,
     _forward,
     _nan_where,
     _pass_table,
@@ -87,6 +88,9 @@ from analysis.select._recursions import (  # noqa: F401  (re-exported: one impor
     _prepare,
     _pull,
     _shift,
+    _state,
+    _weights_backward,
+    per_state,
 )
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.leading import leading
@@ -169,11 +173,10 @@ def event_pass(probs, layouts, model: CountModel, thresholds, count_widths=None)
     :class:`Count`, in order (traced; gradient 0). No counts: 1. NaN for overflow
     events and thresholds beyond a cap."""
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
-    e = bad.shape[0]
-    G = jnp.broadcast_to(f, (e, model.n_states))
+    _, G = _ends(f, bad.shape[0], per_state(model))
     for c in reversed(model.collections):
         G = _backward(G, pis[c], model.increments[c], model.shape)
-    return _nan_where(bad, G[:, 0])
+    return _nan_where(bad, _state(G, 0))
 
 
 @partial(jax.jit, static_argnames=("model",))
@@ -185,30 +188,14 @@ def object_weights(probs, layouts, model: CountModel, thresholds, count_widths=N
     (leave-one-out by prefix/suffix recursions, no division). Summed over the patterns
     it is :func:`event_pass` for every ``j``."""
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
-    e = bad.shape[0]
-    S = model.n_states
-    cols = model.collections
-    # Distribution of everything before collection i and value function after it.
-    before = []
-    F = jnp.zeros((e, S), dtype=jnp.float64).at[:, 0].set(1.0)
+    # every collection's distributions before each object, then the value function back
+    F, G = _ends(f, bad.shape[0], per_state(model))
     stacks = {}
-    for c in cols:
-        before.append(F)
+    for c in model.collections:
         F, stacks[c] = _forward(F, pis[c], model.increments[c], model.shape)
     out = {}
-    G = jnp.broadcast_to(f, (e, S))
-    for c in reversed(cols):
-        d = model.increments[c]
-
-        def step(g, xs, d=d):
-            pi_m, f_m = xs
-            # value after this object given its pattern p, and h_p = sum_k F(k) G(tgt_p(k))
-            gt = [_pull(g, d[p], model.shape) for p in range(len(d))]
-            h = jnp.stack([jnp.sum(f_m * gp, axis=-1) for gp in gt], axis=-1)
-            return sum(pi_m[:, p, None] * gp for p, gp in enumerate(gt)), pi_m * h
-
-        G, wp = jax.lax.scan(step, G, (jnp.moveaxis(pis[c], 1, 0), stacks[c]), reverse=True)
-        wp = jnp.moveaxis(wp, 0, 1)  # (E, M, P)
+    for c in reversed(model.collections):
+        G, wp = _weights_backward(G, pis[c], stacks[c], model.increments[c], model.shape)
         for i, s in enumerate(model._sets_of[c]):
             has = jnp.asarray(model.patterns[c][:, i], dtype=jnp.float64)
             out[s.name] = _nan_where(bad, wp @ has)

@@ -49,7 +49,7 @@ from jax.custom_derivatives import SymbolicZero, linear_call
 
 from analysis._compat.jax import linear_call_rules as installed
 from analysis.select import singlekernels as kernels
-from analysis.select._single import dense_weights
+from analysis.select._recursions import dense_weights
 
 __all__ = ["available", "fast_weights"]
 

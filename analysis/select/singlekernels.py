@@ -35,9 +35,9 @@ from numba.extending import intrinsic
 
 from analysis._compat.numba import cached_cfunc, keyed_by
 from analysis.select import chainsteps, chainwalk
-from analysis.select._single import FFI_TARGETS
 from analysis.select.chainsteps import LANES, QUAD, lanes_of
 from analysis.select.chainwalk import _POLICY, forward, walk_events
+from analysis.select.softprograms import FFI_TARGETS
 
 __all__: list[str] = []
 

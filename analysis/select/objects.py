@@ -196,6 +196,7 @@ def object_weights(probs, layouts, model: CountModel, thresholds, count_widths=N
     out = {}
     for c in reversed(model.collections):
         G, wp = _weights_backward(G, pis[c], stacks[c], model.increments[c], model.shape)
+        wp = jnp.moveaxis(wp, 0, 1)  # (E, M, P)
         for i, s in enumerate(model._sets_of[c]):
             has = jnp.asarray(model.patterns[c][:, i], dtype=jnp.float64)
             out[s.name] = _nan_where(bad, wp @ has)

@@ -101,32 +101,15 @@ def _nan_where(bad, x):
 # --- the walk: one object at a time, a count state in one of two forms -----------------
 #
 # A count state (a distribution F or a value function G over the S joint states) is a
-# table ``(..., S)`` or, when the states are few (:func:`per_state`), a tuple of S arrays
-# ``(...)``: each state its own vector. The walk is written once for both; only the moves
-# (:func:`_shift`, :func:`_pull`) and the sums over states (:func:`_mix`, :func:`_dot`)
-# look at the form, and per state they do the table's arithmetic term by term (the same
-# products, sums in the same order), so the two forms give the same numbers. A small table
-# costs slices and concatenations per object, many times the arithmetic under jacfwd
-# (measured on one set: 200 -> 20 ms per 10k events); a vector per state costs the
-# arithmetic alone, at a program that grows with S x P.
-
-#: Largest ``S x P`` (count states x patterns of a collection) walked in the per-state
-#: form (its Python loops over the states and patterns grow the program with it).
-PER_STATE_MAX = 64
-
-
-def per_state(model: CountModel) -> bool:
-    """True when the engine's walks over ``model`` hold the count state as one vector per
-    state (a compile-time choice: see the section above): ``S x P`` at most
-    :data:`PER_STATE_MAX` and every pattern adds at most 1 to one count variable. Where a
-    pattern moves several variables or by 2 (a b-jet in ``jets`` and ``bjets``, a joint
-    count of both), XLA fuses the tangents' products and sums differently in the two
-    forms (measured: Jacobians 1e-16 apart in absolute terms, not bit for bit), so the
-    table stays."""
-    widest = max((len(model.patterns[c]) for c in model.collections), default=1)
-    single = all(int(np.abs(model.increments[c]).sum(axis=1).max(initial=0)) <= 1
-                 for c in model.collections)
-    return single and model.n_states * widest <= PER_STATE_MAX
+# table ``(..., S)`` (the engine's walks: any model) or a tuple of S arrays ``(...)``, each
+# state its own vector (:func:`dense_weights`: one set, few states). The walk is written
+# once for both; only the moves (:func:`_shift`, :func:`_pull`) and the sums over states
+# (:func:`_mix`, :func:`_dot`) look at the form. A small table costs slices and
+# concatenations per object, many times the arithmetic under jacfwd (measured on one set:
+# 200 -> 20 ms per 10k events); a vector per state costs the arithmetic alone, at a
+# program that grows with S x P. The two forms agree to rounding, not bit for bit (XLA
+# fuses the products and sums of the two differently, FMA included: a 1-ulp difference
+# at some caps), so the engine keeps the table: its states stay the same bits.
 
 
 def _total(terms):
@@ -137,15 +120,6 @@ def _total(terms):
         if t is not None:
             out = t if out is None else out + t
     return out
-
-
-def _tail(terms):
-    """The absorbed mass ``sum(terms)`` as the table's ``jnp.sum`` adds it (XLA's reduce
-    order, zeros included, once more than two terms; two add in any order)."""
-    if len(terms) <= 2 or sum(t is not None for t in terms) <= 1:
-        return _total(terms)
-    zero = jnp.zeros_like(next(t for t in terms if t is not None))
-    return jnp.sum(jnp.stack([zero if t is None else t for t in terms], axis=-1), axis=-1)
 
 
 def _moved_states(y, d, shape, pull: bool):
@@ -169,7 +143,7 @@ def _moved_states(y, d, shape, pull: bool):
             elif k < cap:
                 new.append(y[at + (k - cap + keep) * stride])
             else:
-                new.append(_tail([y[at + i * stride] for i in range(keep, cap + 1)]))
+                new.append(_total(y[at + i * stride] for i in range(keep, cap + 1)))
         y = new
     return tuple(y)
 
@@ -200,13 +174,12 @@ def _mix(pi_m, moved):
     return sum(pi_m[..., p, None] * m for p, m in enumerate(moved))
 
 
-def _dot(f, g, *, chain: bool = False):
-    """``sum_k f(k) g(k)`` over the states: the table's reduce (XLA's order) or, per state
-    with ``chain``, ``f(0) g(0) + f(1) g(1) + ...`` (cheaper, other roundings)."""
+def _dot(f, g):
+    """``sum_k f(k) g(k)`` over the states (per state: ``f(0) g(0) + f(1) g(1) + ...``;
+    stacking the states into the table's reduce instead costs jacfwd 140 -> 190 ms per
+    50k events of one set)."""
     if isinstance(f, tuple):
-        if chain:
-            return _total(a * b for a, b in zip(f, g, strict=True))
-        f, g = jnp.stack(f, axis=-1), jnp.stack(g, axis=-1)
+        return _total(a * b for a, b in zip(f, g, strict=True))
     return jnp.sum(f * g, axis=-1)
 
 
@@ -284,20 +257,18 @@ def _forward(F, pi, d, shape):
     return jax.lax.scan(step, F, _by_object(pi, 1))
 
 
-def _weights_backward(G, pi, before, d, shape, patterns=None, *, chain: bool = False):
+def _weights_backward(G, pi, before, d, shape, patterns=None):
     """The value function through one collection with each object's pattern weights:
     ``(G_0, wp)``, ``wp`` ``(M, E, P)`` (objects first) = ``pi_jp sum_k F_j(k)
     G_{j+1}(tgt_p(k))`` (``before``: :func:`_forward`'s stack of the ``F_j``);
-    ``patterns``: only these (static), ``wp`` ``(M, E, len(patterns))``; ``chain``:
-    :func:`_dot`'s (per state, not the table's bits: under jacfwd 190 -> 140 ms per 50k
-    events of one set, 20 slots, 4 states)."""
+    ``patterns``: only these (static), ``wp`` ``(M, E, len(patterns))``."""
     want = range(len(d)) if patterns is None else patterns
 
     def step(g, xs):
         pi_m, f_m = xs
         # value after this object given its pattern p, and h_p = sum_k F(k) G(tgt_p(k))
         gt = [_pull(g, d[p], shape) for p in range(len(d))]
-        h = jnp.stack([_dot(f_m, gt[p], chain=chain) for p in want], axis=-1)
+        h = jnp.stack([_dot(f_m, gt[p]) for p in want], axis=-1)
         w = pi_m * h if patterns is None else jnp.stack([_pattern(pi_m, p) for p in want], -1) * h
         return _mix(pi_m, gt), w
 
@@ -313,11 +284,6 @@ def _ends(f, e: int, states: bool):
         F = tuple(jnp.full((e,), 1.0 if k == 0 else 0.0, jnp.float64) for k in range(n))
         return F, tuple(jnp.broadcast_to(f[k], (e,)) for k in range(n))
     return jnp.zeros((e, n), dtype=jnp.float64).at[:, 0].set(1.0), jnp.broadcast_to(f, (e, n))
-
-
-def _state(x, k: int):
-    """State ``k`` of ``x`` (either form), ``(E,)``."""
-    return x[k] if isinstance(x, tuple) else x[:, k]
 
 
 # --- one set, one count, flat lists: the walk in event blocks ----------------------------
@@ -375,7 +341,7 @@ def dense_weights(values, offsets, event, f, *, max_objects: int):
         pi = ((1.0 - q).T, q.T)  # _pattern_probs' values, pattern by pattern (the scans undo .T)
         F, G = _ends(f, block, True)
         _, before = _forward(F, pi, d, shape)
-        g, wp = _weights_backward(G, pi, before, d, shape, patterns=(1,), chain=True)  # in
+        g, wp = _weights_backward(G, pi, before, d, shape, patterns=(1,))  # 1: in the set
         return None, (wp[..., 0], g[0])  # (M, block), (block,)
 
     _, (dense, passed) = jax.lax.scan(one_block, None, (starts_b, counts_b))

@@ -88,9 +88,7 @@ from analysis.select._recursions import (  # noqa: F401  (re-exported: one impor
     _prepare,
     _pull,
     _shift,
-    _state,
     _weights_backward,
-    per_state,
 )
 from analysis.select.countmodel import OPS, Count, CountModel, ObjectSet, required_cap
 from analysis.select.leading import leading
@@ -173,10 +171,11 @@ def event_pass(probs, layouts, model: CountModel, thresholds, count_widths=None)
     :class:`Count`, in order (traced; gradient 0). No counts: 1. NaN for overflow
     events and thresholds beyond a cap."""
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
-    _, G = _ends(f, bad.shape[0], per_state(model))
+    e = bad.shape[0]
+    G = jnp.broadcast_to(f, (e, model.n_states))
     for c in reversed(model.collections):
         G = _backward(G, pis[c], model.increments[c], model.shape)
-    return _nan_where(bad, _state(G, 0))
+    return _nan_where(bad, G[:, 0])
 
 
 @partial(jax.jit, static_argnames=("model",))
@@ -189,7 +188,7 @@ def object_weights(probs, layouts, model: CountModel, thresholds, count_widths=N
     it is :func:`event_pass` for every ``j``."""
     pis, f, bad = _prepare(model, probs, layouts, thresholds, count_widths)
     # every collection's distributions before each object, then the value function back
-    F, G = _ends(f, bad.shape[0], per_state(model))
+    F, G = _ends(f, bad.shape[0], False)
     stacks = {}
     for c in model.collections:
         F, stacks[c] = _forward(F, pis[c], model.increments[c], model.shape)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import itertools
 import os
+from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 
-from analysis.select import chainsteps as cs
 from analysis.select import chainwalk as cw
 from analysis.select import singlekernels as sk
+from analysis.select.lanes.steps import chain_backward, chain_forward
 
 LANES = cw.LANES
 
@@ -68,11 +69,11 @@ def _steps(q, dq, f, df, full):
     Fv = np.zeros((n + 1, top + 1))
     Fv[0, 0] = 1.0
     for s in range(n):
-        cw.forward(F[s], F[s + 1], s, top, q[s], dq[s], full)
-        cw.forward(Fv[s], Fv[s + 1], s, top, q[s], 0.0, full)
+        chain_forward(F[s], F[s + 1], s, top, q[s], dq[s], full)
+        chain_forward(Fv[s], Fv[s + 1], s, top, q[s], 0.0, full)
     for j in range(n - 1, -1, -1):
-        cw.backward(G[j + 1], G[j], j, top, q[j], dq[j], full)
-        cw.backward(g, gn, j, top, q[j], 0.0, full)
+        chain_backward(G[j + 1], G[j], j, top, q[j], dq[j], full)
+        chain_backward(g, gn, j, top, q[j], 0.0, full)
         g, gn = gn, g
     return G[0, 0].copy(), g[0], F[n, :, 0].copy(), Fv[n].copy()
 
@@ -165,14 +166,17 @@ def test_own_tangent_kernel_any_number_of_lanes(n_lanes):
 
 def test_kernels_that_inline_the_walk_are_keyed_by_it():
     """numba keys a cache by the function's own file: own processors' kernels (another
-    file) inline the walk, so their cache index is keyed by chainwalk.py too (a change
-    to the walk recompiles them instead of loading stale machine code); the walks inline
-    the steps (chainsteps.py): keyed by it too."""
-    walk, steps = ((s.st_mtime, s.st_size) for s in map(os.stat, (cw.__file__, cs.__file__)))
+    file) inline the walk, so their cache index is keyed by chainwalk.py and the modules
+    of analysis.select.lanes too (a change to the walk, its steps or its lanes recompiles
+    them instead of loading stale machine code); the walks inline analysis.select.lanes:
+    keyed by its modules too."""
+    shared = sorted(str(p) for p in Path(cw.lanes.__file__).parent.glob("*.py"))
+    assert list(cw.SOURCES) == [cw.__file__, *shared] and len(shared) >= 4
+    stamps = tuple((s.st_mtime, s.st_size) for s in map(os.stat, cw.SOURCES))
     for kernel in (sk._primal, sk._tangent, sk._cotangent, sk._primal_handler,
                    sk._tangent_handler, sk._cotangent_handler):
-        stamp = kernel._cache._cache_file._source_stamp  # (its own, chainwalk's, steps')
-        assert len(stamp) == 3 and stamp[1:] == (walk, steps), kernel
+        stamp = kernel._cache._cache_file._source_stamp  # (its own, the walk's sources')
+        assert stamp[1:] == stamps, kernel
     for kernel in (cw.cut_walk, cw.sens_walk):
         stamp = kernel._cache._cache_file._source_stamp
-        assert len(stamp) == 2 and stamp[1] == steps, kernel
+        assert stamp[1:] == stamps[1:], kernel

@@ -1,4 +1,4 @@
-"""The count-state walk's steps (analysis.pipeline.backends.numba.kernels.walk) against exact
+"""The count-state walk's steps (analysis.select.lanes.steps) against exact
 enumeration of every pattern assignment of an event's objects.
 
 For random transition tables ``tgt[p, k]`` (pattern 0 keeps the state), pattern
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from analysis.pipeline.backends.numba.kernels import walk
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add2
+from analysis.select.lanes.arith import LANES, lin_add2
 
 
 @numba.njit

@@ -16,7 +16,7 @@ adding an object of pattern ``p`` to state ``k`` and ``f`` the pass table:
   ``G_0 = f`` (:func:`analysis.select.objects.sum_moments`).
 
 These are the recursions of :mod:`analysis.select.objects` (same tables), written
-as loops (the steps of the first three: :mod:`analysis.pipeline.backends.numba.kernels.walk`,
+as loops (the steps of the first three: :mod:`analysis.select.lanes.steps`,
 shared by every kernel that walks the count states); tests check them piece by piece
 against it and against enumeration.
 Events are processed in blocks; per-block partial sums are added in block order.
@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import (
-    compiled,
-    elementwise,
-    inline,
-    njit,
-    vectorised,
+from analysis.select.lanes.arith import (
+    LANES,
+    axpy,
+    lin,
+    vec_zero,
+    zero_at,
 )
-from analysis.pipeline.backends.numba.kernels.lane_buffers import (
+from analysis.select.lanes.buffers import (
     keep_sum,
     lane_buffer,
     lane_buffer4,
@@ -45,14 +45,14 @@ from analysis.pipeline.backends.numba.kernels.lane_buffers import (
     tangents,
     vec_mul_add,
 )
-from analysis.pipeline.backends.numba.kernels.lanes import (
-    LANES,
-    axpy,
-    lin,
-    vec_zero,
-    zero_at,
+from analysis.select.lanes.policy import (
+    compiled,
+    elementwise,
+    inline,
+    njit,
+    vectorised,
 )
-from analysis.pipeline.backends.numba.kernels.walk import (
+from analysis.select.lanes.steps import (
     backward,
     clear,
     forward,
@@ -221,7 +221,7 @@ def select(
     any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents.
 
     One source for two variants, chosen at compile time by the tangent arguments
-    (:mod:`~analysis.pipeline.backends.numba.kernels.lanes`): ``pd_all`` ``(N, P,
+    (:mod:`~analysis.select.lanes.arith`): ``pd_all`` ``(N, P,
     LANES)`` and ``df`` ``(S, LANES)`` give the loop with tangents; ``pd_all = df = 0.0``
     the loop for values only (buffers of one lane, the outputs' lane 0, their other
     lanes set to zero: the same floats as lane 0 of the first; ``value_loop`` of

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import (
     LANES,
     cut_times,
     inverse_width,
     soft_slope,
 )
+from analysis.select.lanes.policy import inline, njit
 
 __all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_pair"]
 
@@ -248,7 +248,7 @@ def _sums_out(acc, sumw, sumw2):
 def _add8(acc, v, b, f, f2, w0, w1, w2, w3):
     """``sumw[v, b] += f w`` and ``sumw2[v, b] += f2 w`` over 4 lanes in the running
     sums ``acc`` of :func:`_sums_in`, every load before the first store (as
-    :func:`analysis.pipeline.backends.numba.kernels.lanes.axpy`)."""
+    :func:`analysis.select.lanes.arith.axpy`)."""
     a = acc[v, b]
     a0, a1, a2, a3, a4, a5, a6, a7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
     a[0], a[1], a[2], a[3] = a0 + f * w0, a1 + f * w1, a2 + f * w2, a3 + f * w3

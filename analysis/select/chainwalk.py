@@ -54,10 +54,11 @@ from analysis.select.lanes.buffers import (
     store_weight,
     table_init,
 )
+from analysis.select.lanes.cuts import cut_times, inverse_width
 from analysis.select.lanes.policy import inline, njit, specialise, specialise_on
 from analysis.select.lanes.steps import chain_backward, chain_forward, weight
 
-__all__ = ["LANES", "SOURCES", "cut_times", "cut_walk", "sens_walk", "walk_events"]
+__all__ = ["LANES", "SOURCES", "cut_walk", "sens_walk", "walk_events"]
 
 #: The source files the walk's compiled code inlines (its own and
 #: :mod:`analysis.select.lanes`'): numba keys a kernel's cache by its own file alone, so
@@ -69,27 +70,11 @@ SOURCES = (__file__, *sorted(os.path.join(os.path.dirname(lanes.__file__), f)
 
 # --- the objects' probabilities: the soft cuts' product, in the event loop ----------------
 
-@inline
-def cut_times(s, o, n, iw, greater, par, qv, qd):
-    """Multiply the soft cut of probabilities ``s[o + i]`` into ``qv[i]`` and its tangent
-    lanes ``qd[i]``, ``i < n`` (the product rule); ``iw``: ``1 / width`` (0: hard); its
-    slope ``ds/dt = -+s (1 - s) / width`` (``-`` for ``>``, ``>=``) into lane ``1 + par``
-    (``par``: the threshold's parameter, -1 if none)."""
-    for i in range(n):
-        sv = s[o + i]
-        q0 = qv[i]
-        for r in range(LANES):
-            qd[i, r] *= sv
-        if par >= 0:
-            ds = sv * (1.0 - sv) * iw
-            qd[i, 1 + par] += q0 * (-ds if greater else ds)
-        qv[i] = q0 * sv
-
-
 def objects(src, o, n, q, dq):  # noqa: ANN001, ANN201
     """The probabilities ``q[j]`` (tangent lanes ``dq[j]``) of objects ``o .. o + n - 1``
     from ``src``: the soft cuts ``(ss, iw, cut_g, cut_par)``, ``q = prod_c ss[c]`` (cuts
-    in order; with lanes multiplied in cut by cut, :func:`cut_times`, from 1 and zero
+    in order; with lanes multiplied in cut by cut,
+    :func:`~analysis.select.lanes.cuts.cut_times`, from 1 and zero
     tangents; values object by object, the same floats as lane 0), or given ``(q,)``
     (values) / ``(q, dq, b0)`` (``dq``: ``(B, N)``, lanes ``b0 ..`` into lanes ``1 ..``)."""
     raise NotImplementedError("compiled only (numba)")
@@ -204,7 +189,7 @@ def cut_walk(coff, ss, cut_w, cut_g, cut_par, f, df, want_w, max_seq, block, pe,
     n_ev = pe.shape[0]
     iw = np.empty(ss.shape[0])
     for c in range(ss.shape[0]):
-        iw[c] = 1.0 / cut_w[c] if cut_w[c] > 0.0 else 0.0
+        iw[c] = inverse_width(cut_w[c])
     for b in range(b0, b1):
         walk_events((ss, iw, cut_g, cut_par), coff, b * block, min(n_ev, (b + 1) * block), f,
                     df, want_w, max_seq, pe, ow, f.shape[0] - 1, False)

@@ -2,7 +2,7 @@
 
 numba keys a cached function by its own file's modification time and size only: a
 change to a function that it calls or inlines from another module
-(:func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times` inlined into
+(:func:`analysis.select.lanes.cuts.cut_times` inlined into
 the histogram loop of :mod:`analysis.pipeline.backends.numba.kernels._numba_fill`, say) leaves the caller's old machine
 code in use, silently (an editable install after ``git pull``; measured here: a broken
 ``cut_times`` went unseen by the cached histogram loop). So, before numba reads the

@@ -16,6 +16,7 @@ import pytest
 
 from analysis.select import chainwalk as cw
 from analysis.select import singlekernels as sk
+from analysis.select.lanes import steps
 from analysis.select.lanes.steps import chain_backward, chain_forward
 
 LANES = cw.LANES
@@ -94,6 +95,61 @@ def test_chain_steps_equal_enumeration(n, top):
     full = _steps(q, dq, f, df, True)
     assert np.array_equal(full[0], lanes) and full[1] == value
     assert np.array_equal(full[2], Fn) and np.array_equal(full[3], Fv)
+
+
+@numba.njit
+def _general_and_chain(F, G, q, d, nd, top, j):
+    """One forward and one backward step from ``F``, ``G`` (rows of lanes, or numbers) by the
+    chain's steps and by the general steps (two patterns: out, ``row[k] = k`` with
+    tangents ``nd = -d``, then in, the chain's target ``top``, into cleared rows)."""
+    n = F.shape[0]
+    states = np.arange(n)
+    same = np.arange(n)
+    Fc, Fg, Gc, Gg = np.zeros_like(F), np.zeros_like(F), np.zeros_like(G), np.zeros_like(G)
+    chain_forward(F, Fc, j, top, q, d, True)
+    chain_backward(G, Gc, j, top, q, d, True)
+    steps.clear(Fg, states, n)
+    steps.forward(Fg, F, 1.0 - q, 1.0 - q, nd, same, states, n, 0, states, False)
+    steps.forward(Fg, F, q, q, d, top, 0, n, 0, 0, False)  # the chain's target, every state
+    steps.clear(Gg, states, n)
+    steps.backward(Gg, G, 1.0 - q, 1.0 - q, nd, same, states, n, 0)
+    steps.backward(Gg, G, q, q, d, top, 0, n, 0)
+    wc = steps.weight(0.0, F[:, 0] if F.ndim == 2 else F, G[:, 0] if G.ndim == 2 else G, top,
+                      0, n, 0, 0, False)
+    row = np.minimum(np.arange(n) + 1, top)
+    wg = steps.weight(0.0, F[:, 0] if F.ndim == 2 else F, G[:, 0] if G.ndim == 2 else G, row,
+                      states, n, 0, states, False)
+    return Fc, Fg, Gc, Gg, wc, wg
+
+
+@pytest.mark.parametrize("form", ["lanes", "four", "values"])
+def test_chain_steps_are_the_general_steps_with_the_chain_target(form):
+    """The one-set chain's steps (both patterns of a state summed before one store) and
+    the weights' inner sum with the chain's target (a number, chosen at compile time) give
+    the general steps' floats on an explicit target row, to the bit: 8 lanes, 4 lanes
+    (tangents a tuple of 4) and values."""
+    rng = np.random.default_rng(3)
+    top = 3
+    width = {"lanes": LANES, "four": 4, "values": 0}[form]
+    shape = (top + 1, width) if width else (top + 1,)
+    F, G = rng.uniform(0, 1, shape), rng.uniform(0, 1, shape)
+    q = 0.37
+    d = rng.normal(size=width)
+    if width:
+        d[0] = 0.0  # the value lane carries no tangent
+    if form == "lanes":
+        args = (d, -d)
+    elif form == "four":
+        args = (tuple(d), tuple(-d))
+    else:
+        args = (0.0, 0.0)
+    Fc, Fg, Gc, Gg, wc, wg = _general_and_chain(F, G, q, *args, top, 2)
+    assert np.array_equal(Fc, Fg) and np.array_equal(Gc, Gg) and wc == wg
+    # and they are the recursions: F'[k] = (1 - q) F[k] + q F[k - 1] (top absorbing), lane 0
+    F0 = F[:, 0] if width else F
+    want = (1 - q) * F0 + q * np.concatenate([[0.0], F0[:-1]])
+    want[top] += q * F0[top]
+    np.testing.assert_allclose(Fc[:, 0] if width else Fc, want, rtol=1e-15)
 
 
 @numba.njit

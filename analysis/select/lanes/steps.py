@@ -131,10 +131,10 @@ def forward(Fn, F, pv, pv_hi, d, row, states, ns, h, mask, masked):
     if ``masked``); ``row``: ``tgt[c, p]``."""
     dv = registers(d)
     for i in range(ns):
-        k = states[i]
-        if masked and not mask[k]:
+        k = state(states, i)
+        if masked and not _kept(mask, k):
             continue
-        row_mul_add(Fn, row[k], pv, pv_hi, F, k, h, dv)
+        row_mul_add(Fn, target(row, k), pv, pv_hi, F, k, h, dv)
 
 
 @inline
@@ -165,8 +165,8 @@ def backward(Gn, G, pv, pv_hi, d, row, states, ns, h):
     ``states[:ns]``."""
     dv = registers(d)
     for i in range(ns):
-        k = states[i]
-        row_mul_add(Gn, k, pv, pv_hi, G, row[k], h, dv)
+        k = state(states, i)
+        row_mul_add(Gn, k, pv, pv_hi, G, target(row, k), h, dv)
 
 
 @inline

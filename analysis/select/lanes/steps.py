@@ -50,7 +50,10 @@ target, its forward and backward steps :func:`chain_forward`, :func:`chain_backw
 over the two patterns, out then in, into a cleared row, but a state's two terms summed
 in registers before one store: the general steps add one pattern's term over every
 state, so each state's second term waits on the first's store; the chain knows both
-targets of a state at once).
+targets of a state at once. Measured in one process, alternating, forward and backward
+of 100k events of ~5 objects, 8 lanes, 3 states: 96 ms fused, 279 ms as the general
+steps on the chain's target. Both shapes give the same floats:
+``tests/select/test_chainwalk.py``).
 
 A step adds into its output (the caller clears it, :func:`clear`, or sets it once): the
 sums over patterns run in pattern order, those over states in the order of ``states``,

@@ -269,8 +269,9 @@ def _weights_backward(G, pi, before, d, shape, patterns=None):
         # value after this object given its pattern p, and h_p = sum_k F(k) G(tgt_p(k))
         gt = [_pull(g, d[p], shape) for p in range(len(d))]
         h = jnp.stack([_dot(f_m, gt[p]) for p in want], axis=-1)
+        g = _mix(pi_m, gt)  # before the weights: the engine's order of operations, its bits
         w = pi_m * h if patterns is None else jnp.stack([_pattern(pi_m, p) for p in want], -1) * h
-        return _mix(pi_m, gt), w
+        return g, w
 
     G, wp = jax.lax.scan(step, G, (_by_object(pi, 1), before), reverse=True)
     return G, wp

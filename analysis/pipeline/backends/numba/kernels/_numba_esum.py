@@ -319,27 +319,23 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 _add4(o, nb - 1, (tot[0] - prev[0], tot[1] - prev[1], tot[2] - prev[2],
                                   tot[3] - prev[3]))
             continue
-        if sparse and tail:
-            g = unc[n - 1]
-            q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
-            # GT[k] = sum over the in patterns p of pi_p f[tgt(p, k)] (product rule)
-            _pull4(GT, G0, tgt, cs, n_pat, pv_all, pd_all, g, states, w_in, has)
-            # the last object out: W q <F_A, f>, in the subsets' order, then in: W <F_A, GT>
+        if sparse:  # every subset: each P_A = <F_A, G> into its bin
+            G, v = G0, 0.0  # x + 0.0 is x (a -0.0 sum: +0.0, the same bin)
+            if tail:
+                g = unc[n - 1]
+                q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
+                # the last object out: W q <F_A, f>, in the subsets' order; then in, below:
+                # W <F_A, GT>, GT[k] = sum over its in patterns p of pi_p f[tgt(p, k)]
+                for a in range(m):
+                    w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
+                    _add4(o, _bin(edges, XA[a]), _times(_times(w, q), _dot4(SA[a], LA[a], NA[a],
+                                                                            G0, states)))
+                _pull4(GT, G0, tgt, cs, n_pat, pv_all, pd_all, g, states, w_in, has)
+                G, v = GT, vals[g - base[cs]]
             for a in range(m):
                 w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                _add4(o, _bin(edges, XA[a]), _times(_times(w, q), _dot4(SA[a], LA[a], NA[a],
-                                                                        G0, states)))
-            v = vals[g - base[cs]]
-            for a in range(m):
-                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                _add4(o, _bin(edges, XA[a] + v), _times(w, _dot4(SA[a], LA[a], NA[a], GT,
+                _add4(o, _bin(edges, XA[a] + v), _times(w, _dot4(SA[a], LA[a], NA[a], G,
                                                                  states)))
-            continue
-        if sparse:  # every subset: each P_A = <F_A, f> into its bin
-            for a in range(m):
-                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                _add4(o, _bin(edges, XA[a]), _times(w, _dot4(SA[a], LA[a], NA[a], G0,
-                                                             states)))
             continue
         na = n // 2
         nbeta = 1 << (n - na)

@@ -141,8 +141,7 @@ def _tuples(kc, depth, pos, tape):
     level, position)``, ``IN`` the position joins the prefix (one level down), ``LEAF``
     it ends a tuple, ``OUT`` it leaves its level for good (recorded only where a next
     position at that level can still start a tuple); returns the tape's length. The
-    value walk (:func:`candidates`) and its transpose (:func:`lead_vjp`) replay it
-    (:func:`_advance`)."""
+    value walk (:func:`candidates`) and its transpose (:func:`lead_vjp`) replay it."""
     lv = 0
     pos[0] = 0
     nops = 0
@@ -170,21 +169,6 @@ def _tuples(kc, depth, pos, tape):
             nops += 1
         pos[lv] = m + 1
     return nops
-
-
-@inline
-def _advance(V, T, kind, lv, g, lc, pv_all, pd, pat, n_pat, tgt, ls, states):
-    """One tape step (:func:`_tuples`) of the prefixes' distributions ``V`` (per level):
-    ``IN`` ``V[lv + 1] = I V[lv]``, ``OUT`` ``V[lv] = O V[lv]`` (through ``T``), ``LEAF``
-    nothing."""
-    ns = states.shape[0]
-    if kind == IN:
-        clear(V[lv + 1], states, ns)
-        _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd, pat, n_pat, tgt, ls, 1, states, False)
-    elif kind == OUT:
-        clear(T, states, ns)
-        _step(T, V[lv], 1.0, g, lc, pv_all, pd, pat, n_pat, tgt, ls, 0, states, False)
-        V[lv] = T
 
 
 @njit
@@ -236,8 +220,16 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
                 kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
                 g = base[lc] + order[lo + m]
                 pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
-                if kind != LEAF:
-                    _advance(V, T, kind, lv, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, states)
+                if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
+                    clear(V[lv + 1], states, n_states)
+                    _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 1,
+                          states, False)
+                    continue
+                if kind == OUT:
+                    clear(T, states, n_states)
+                    _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0, states,
+                          False)
+                    V[lv] = T
                     continue
                 # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
                 for r in range(LANES):
@@ -310,10 +302,17 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, pv_all, pat, n_pat, tgt, 
             V[0, 0] = 1.0
             nops = _tuples(kc, depth, pos, tape)
             for i in range(nops):
-                lv = tape[i, 1]
+                kind, lv = tape[i, 0], tape[i, 1]
+                g = base[lc] + order[lo + tape[i, 2]]
                 tape_v[i] = V[lv]
-                _advance(V, T, tape[i, 0], lv, base[lc] + order[lo + tape[i, 2]], lc, pv_all, 0.0,
-                         pat, n_pat, tgt, ls, states)
+                if kind == IN:  # candidates' steps
+                    V[lv + 1] = 0.0
+                    _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1, states,
+                          False)
+                elif kind == OUT:
+                    T[:] = 0.0
+                    _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states, False)
+                    V[lv] = T
             # the transpose, in reverse order (the candidates too: the last one first)
             Vbar[:] = 0.0
             Bbar[:] = 0.0

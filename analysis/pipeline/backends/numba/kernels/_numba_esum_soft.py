@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 from analysis.pipeline.backends.numba.kernels._numba_esum import MAX_UNCERTAIN
 from analysis.pipeline.backends.numba.kernels._numba_esum_steps import _dense, _halves
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities
-from analysis.pipeline.backends.numba.kernels.walk import weight
+from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.steps import weight
 
 __all__ = ["MAX_UNCERTAIN", "event_sum_soft_bins"]
+
 
 @inline
 def _spread(o, t, x, nl, edges, width, elane, q, ds):

@@ -18,7 +18,7 @@ from the count recursions of :mod:`analysis.pipeline.backends.numba.kernels._num
   patterns holding ``s`` (``I``), any other position above ``a_r`` the patterns without
   it (``O``), so ``w(a) = < I_{a_r} O ... I_{a_0} O ... delta_0, B_{a_r + 1} >``.
 
-The steps are those of :mod:`analysis.pipeline.backends.numba.kernels.walk` (a forward
+The steps are those of :mod:`analysis.select.lanes.steps` (a forward
 step restricted to the patterns with or without ``s``, :func:`_step`). The tuples are
 walked depth first (one enumeration, :func:`_tuples`, a tape that the value walk and its
 transpose replay), each prefix's distribution kept per depth and carried by ``O`` along
@@ -43,7 +43,7 @@ its transpose in reverse order:
   ``m = 0`` up; ``dL/df = Gbar`` at the end (the trainable count thresholds).
 
 A transposed forward step is the walk's backward step and the reverse (:func:`_step`), a
-pattern's derivative its inner sum (:func:`~analysis.pipeline.backends.numba.kernels.walk.weight`).
+pattern's derivative its inner sum (:func:`~analysis.select.lanes.steps.weight`).
 Cost: about three value walks of the candidates, whatever the number of parameters;
 memory per block, the tape ``(ops, S)`` (:func:`_sizes`). Outputs per object and per event
 (no sums): blocks and threads change no bit.
@@ -53,9 +53,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit, specialise_on
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add
-from analysis.pipeline.backends.numba.kernels.walk import backward, clear, forward, weight
+from analysis.select.lanes.arith import LANES, lin_add
+from analysis.select.lanes.policy import inline, njit, specialise_on
+from analysis.select.lanes.steps import backward, clear, forward, weight
 
 __all__ = ["candidates", "lead_vjp"]
 

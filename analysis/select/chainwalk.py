@@ -37,7 +37,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from analysis._compat.numba import keyed_by
+from analysis._compat.numba import keyed_by, use_fast_load
 from analysis.select import chainsteps
 from analysis.select.chainsteps import (
     LANES,
@@ -248,6 +248,8 @@ def sens_walk(coff, q, f, want_w, max_seq, block, pe, dq, fn, ow, b0, b1):
             pe[e] = G[0]
 
 
-#: The walks inline :mod:`analysis.select.chainsteps`: their caches keyed by it too.
+#: The walks inline :mod:`analysis.select.chainsteps`: their caches keyed by it too, and
+#: by the SLP setting they compile with (:class:`analysis._compat.numba.FastLoadCache`).
 for _kernel in (cut_walk, sens_walk):
     keyed_by(_kernel._cache, (chainsteps.__file__,))
+    use_fast_load(_kernel._cache)

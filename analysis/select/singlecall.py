@@ -62,7 +62,8 @@ def available() -> bool:
     Returns
     -------
     bool
-        The kernels are registered with XLA and ``linear_call`` composes with
+        JAX can register the kernels with XLA (each is made on first use:
+        :func:`analysis.select.singlekernels.target`) and ``linear_call`` composes with
         ``jax.vmap`` (:func:`analysis._compat.jax.linear_call_rules`); otherwise the
         callers run the dense recursion.
     """

@@ -153,7 +153,7 @@ class FastLoadCache(FunctionCache):
     Its key of a cached version (numba's: the signature, the CPU and the source's
     bytecode) also holds whether LLVM's SLP vectorizer is on (``numba.config.SLP_VECTORIZE``,
     read by numba at each compilation): the kernels compile with it on
-    (``analysis.pipeline.backends.numba.kernels._jit.compiled``,
+    (``analysis.select.lanes.policy.compiled``,
     ``analysis.select.singlekernels``), a test that calls one directly without it, and
     numba's key alone made later runs load that slower machine code (the same floats,
     ~15 % slower); each setting now has its own entry."""

@@ -150,13 +150,13 @@ import numpy as np
 
 sys.path.insert(0, sys.argv[2])
 import slp_kernel as k
-from analysis.pipeline.backends.numba.kernels import _jit
+from analysis.select.lanes import policy
 
 args = (np.arange(4.0), np.ones(4), np.zeros(4))
 if sys.argv[1] == "direct":
     k.lanes(*args)  # compiled as numba does: the SLP vectorizer off
 else:
-    _jit.vectorised(k.lanes, args)  # the kernels' way: on
+    policy.vectorised(k.lanes, args)  # the kernels' way: on
 hits = sum(k.lanes.stats.cache_hits.values())
 ir = None if hits else k.lanes.inspect_llvm(k.lanes.signatures[0])
 print(json.dumps({"hits": hits, "vector": None if ir is None else

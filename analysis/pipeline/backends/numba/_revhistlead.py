@@ -30,7 +30,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from analysis.pipeline.backends.numba import _fastleading, _fastrevhist, _fastsens
+from analysis.pipeline.backends.numba import (
+    _fastleading,
+    _fastrevhist,
+    _fastsens,
+    _revhistsums,
+)
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba._revobs import Pulled
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead, _numba_lead_vjp
@@ -40,22 +45,26 @@ from analysis.stats.histogram import Histogram
 __all__: list[str] = []  # internal to the numba kernel
 
 #: the histogram kinds whose states the numba reverse pass pulls back (fields, branches:
-#: :mod:`analysis.pipeline.backends.numba._fastrevhist`; leading objects: here)
-KINDS = (*_fastrevhist.KINDS, "index")
+#: :mod:`analysis.pipeline.backends.numba._fastrevhist`; leading objects: here; event
+#: sums: :mod:`analysis.pipeline.backends.numba._revhistsums`)
+KINDS = (*_fastrevhist.KINDS, "index", *_revhistsums.KINDS)
 #: events per block of the candidates' walks
 BLOCK = 1024
 
 
 class Reads(_fastrevhist.Reads):
     """:class:`analysis.pipeline.backends.numba._fastrevhist.Reads` with the histograms of
-    leading objects too (:meth:`pull`: their share of a selection's cotangents)."""
+    leading objects and event sums too (:meth:`pull`: their share of a selection's
+    cotangents)."""
 
     def __init__(self, plan: Plan, hists: list) -> None:
         super().__init__(plan, hists)
         self.lead: dict = {}  # (shift, region) -> the fills of leading objects
+        self.sums: dict = {}  # ... of event sums (analysis.pipeline.backends.numba._revhistsums)
         for sel, fills in self.fills.items():
             self.lead[sel] = [f for f in fills if f.specs[0].node.kind == "index"]
-            self.fills[sel] = [f for f in fills if f.specs[0].node.kind != "index"]
+            self.sums[sel] = [f for f in fills if f.specs[0].node.kind in _revhistsums.KINDS]
+            self.fills[sel] = [f for f in fills if f.specs[0].node.kind in _fastrevhist.KINDS]
 
     def _entries(self, spec, cols, run: Plan, sel) -> tuple:
         node = spec.node
@@ -69,18 +78,46 @@ class Reads(_fastrevhist.Reads):
     def pull(self, key: tuple, cols, run: Plan, sel, theta, widths, grad: np.ndarray,
              bars: dict, dev: np.ndarray, by: Pulled | None, *,
              threads: int | None = None) -> Pulled | None:
-        """The fills of leading objects of selection ``key`` (``sel``: its
+        """The fills of leading objects and event sums of selection ``key`` (``sel``: its
         :func:`analysis.pipeline.backends.numba.fastreverse._selection`, ``run`` its plan
         without scores): their value states into :attr:`value`, ``dL/dev_e`` added to
         ``dev``, the values' and edges' cotangents to ``bars`` and ``grad`` (module
-        docstring); returns ``by`` (the other walks' share) plus theirs to the sets' own
+        docstrings); returns ``by`` (the other walks' share) plus theirs to the sets' own
         probabilities and the count thresholds (``by`` itself: none read)."""
-        fills = self.lead.get(key, ())
-        if not fills:
+        lead, sums = self.lead.get(key, ()), self.sums.get(key, ())
+        if not lead and not sums:
             return by
         tab = sel.tab
         n_ev = sel.ev.shape[0]
         ins = _fastsens.inputs(tab, run.sets, sel.base, sel.q_of, theta, widths, sel.counts_tr)
+        gp = np.zeros_like(ins.pv_all)
+        dfs = np.zeros((n_ev, len(sel.counts_tr)))
+        read = self._leading(lead, cols, run, sel, ins, theta, widths, grad, bars, dev, gp, dfs,
+                             threads)
+        dq = {}
+        for ci, (gsets, qs) in enumerate(ins.qs_of):
+            d = _fastsens.set_sensitivities(gp[sel.base[ci]: sel.base[ci + 1]], qs,
+                                            tab.pat[ci], int(tab.n_pat[ci]))
+            dq.update(zip(gsets, d, strict=True))
+        dcount = dfs.sum(axis=0)
+        if sums:
+            sq, sc = _revhistsums.pull(sums, self.plan, cols, run, sel, ins, theta, widths,
+                                       grad, dev, self.value, threads=threads)
+            read = read or any(f.sbar.any() or f.sbar2.any() for f in sums)
+            dq = {gs: d + sq[gs] for gs, d in dq.items()}
+            dcount = dcount + sc
+        if not read:
+            return by
+        if by is None:
+            return Pulled(dq, np.zeros(n_ev), dcount)
+        return Pulled({gs: d + by.dq[gs] for gs, d in dq.items()}, by.dev, dcount + by.dcount)
+
+    def _leading(self, fills, cols, run: Plan, sel, ins: _fastsens.Inputs, theta, widths,
+                 grad: np.ndarray, bars: dict, dev: np.ndarray, gp: np.ndarray,
+                 dfs: np.ndarray, threads: int | None) -> bool:
+        """The fills of leading objects (module docstring): ``dL/dpi`` into ``gp``, the
+        count thresholds' per event into ``dfs``; whether any was read."""
+        n_ev = sel.ev.shape[0]
         walks: dict = {}  # (set, depth) -> its candidates (_Lead)
         read = False
         for f in fills:
@@ -107,22 +144,10 @@ class Reads(_fastrevhist.Reads):
                 bars[bkey][:, : gx.size] += gx * np.sign(raw) if node.absolute else gx
             for j, par in enumerate(f.specs[0].edge_params or (), start=1):
                 grad[:, par] += ebar[j]
-        if not read:
-            return by
-        gp = np.zeros_like(ins.pv_all)
-        dfs = np.zeros((n_ev, len(sel.counts_tr)))
         for (name, depth), lead in walks.items():
-            if n_ev:
+            if read and n_ev:
                 _vjp(name, depth, lead, sel, ins, gp, dfs, threads)
-        dq = {}
-        for ci, (gsets, qs) in enumerate(ins.qs_of):
-            d = _fastsens.set_sensitivities(gp[sel.base[ci]: sel.base[ci + 1]], qs,
-                                            tab.pat[ci], int(tab.n_pat[ci]))
-            dq.update(zip(gsets, d, strict=True))
-        if by is None:
-            return Pulled(dq, np.zeros(n_ev), dfs.sum(axis=0))
-        return Pulled({gs: d + by.dq[gs] for gs, d in dq.items()}, by.dev,
-                      dfs.sum(axis=0) + by.dcount)
+        return read
 
 
 class _Lead(NamedTuple):

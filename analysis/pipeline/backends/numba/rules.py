@@ -258,11 +258,15 @@ def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
     if request.kind == "pullback":
         from analysis.pipeline.backends.numba._revhistlead import KINDS
 
-        if spec.node.kind in KINDS:
-            return None  # the numba reverse pass pulls them back (numba/_fastrevhist)
-        # event sums: no entries there
-        return (f"x = {spec.node.text!r}: the numba reverse pass pulls back histograms of "
-                "kinds S.f, S[i].f and branches")
+        node = spec.node
+        if node.kind == "sum" and f"{plan.sets.collection_of(node.head)}:{node.field}" in {
+                scorecols.column_key(s) for s in plan.scores}:
+            return (f"x = {node.text!r}: the numba reverse pass sums no learned score's "
+                    "column (its values' cotangents)")
+        if node.kind in KINDS:
+            return None  # the numba reverse pass pulls them back (numba/_revhistlead)
+        return (f"x = {node.text!r}: the numba reverse pass pulls back histograms of "
+                "kinds S.f, S[i].f, sum(S.f), count(S) and branches")
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
     return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)

@@ -259,11 +259,7 @@ def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
         from analysis.pipeline.backends.numba._revhistlead import KINDS
 
         node = spec.node
-        if node.kind == "sum" and f"{plan.sets.collection_of(node.head)}:{node.field}" in {
-                scorecols.column_key(s) for s in plan.scores}:
-            return (f"x = {node.text!r}: the numba reverse pass sums no learned score's "
-                    "column (its values' cotangents)")
-        if node.kind in KINDS:
+        if node.kind in KINDS:  # sum(): a set's field, never a score's column (config)
             return None  # the numba reverse pass pulls them back (numba/_revhistlead)
         return (f"x = {node.text!r}: the numba reverse pass pulls back histograms of "
                 "kinds S.f, S[i].f, sum(S.f), count(S) and branches")

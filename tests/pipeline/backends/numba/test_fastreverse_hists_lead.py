@@ -96,12 +96,12 @@ def test_hard_widths_tiny_chunks_and_threads() -> None:
             same_as_jax(slice_columns(cols, a, b), plan, theta, w, payload)
 
 
-def test_event_sum_histograms_stay_refused_leading_ones_served() -> None:
-    """A histogram of an event sum is still refused in a pullback pass (named); one of
-    a leading object is served, and one whose expression combines two indexed objects
-    is refused as in the states pass."""
+def test_leading_and_event_sum_histograms_served() -> None:
+    """A histogram of a leading object or an event sum is served in a pullback pass;
+    one whose expression combines two indexed objects is refused as in the states pass
+    (named)."""
     cfg = hists_config(likelihood=False)
-    for x, served in (("jets[1].pt", True), ("sum(jets.pt)", False),
+    for x, served in (("jets[1].pt", True), ("sum(jets.pt)", True), ("count(bjets)", True),
                       ("mass(jets[0] + jets[1])", False)):
         c = copy.deepcopy(cfg)
         c["histograms"].append({"name": "other", "x": x, "edges": [0.0, 100.0, 300.0]})

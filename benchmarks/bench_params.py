@@ -46,9 +46,10 @@ cotangents of every state (what a binned likelihood's gradient reads). The numba
 pullback (:mod:`analysis.pipeline.backends.numba._fastrevhist`) against the JAX sweep
 (:mod:`analysis.pipeline.backends.jax.reverse`) and a value pass of the same plan on
 numba, printed only (no record): run it at a small size, e.g. ``--events 20000
---chunksize 10000``. ``--case reverse-hists-lead``: the same with the leading jet's pT
-(``jets[0].pt``) as a second channel's template in a region
-(:mod:`analysis.pipeline.backends.numba._revhistlead`).
+--chunksize 10000``. ``--case reverse-hists-obs``: the same with HT (``sum(jets.pt)``) and the leading
+jet's pT (``jets[0].pt``, in a region) as two more channels' templates
+(:mod:`analysis.pipeline.backends.numba._revhistlead`,
+:mod:`analysis.pipeline.backends.numba._revhistsums`).
 """
 
 from __future__ import annotations
@@ -159,12 +160,14 @@ def hists_config() -> dict:
     return cfg
 
 
-def lead_hists_config() -> dict:
-    """:func:`hists_config` with the leading jet's pT (``jets[0].pt``) as a second
-    channel's template, in a region (at least two b-jets)."""
+def obs_hists_config() -> dict:
+    """:func:`hists_config` with HT (``sum(jets.pt)``) as a second channel's template and
+    the leading jet's pT (``jets[0].pt``) as a third's, in a region (at least two b-jets)."""
     cfg = hists_config()
-    cfg["histograms"].append({"name": "j0", "x": "jets[0].pt",
-                              "edges": [20.0, 50.0, 80.0, 120.0, 200.0, 400.0]})
+    cfg["histograms"] += [
+        {"name": "ht", "x": "sum(jets.pt)", "edges": [100.0, 200.0, 300.0, 500.0, 800.0]},
+        {"name": "j0", "x": "jets[0].pt", "edges": [20.0, 50.0, 80.0, 120.0, 200.0, 400.0]}]
+    cfg["likelihood"]["channels"]["ht"] = {"histogram": "ht"}
     cfg["likelihood"]["channels"]["lead"] = {"histogram": "j0", "selection": [
         {"count": "bjets", "op": ">=", "value": 2}]}
     return cfg
@@ -339,10 +342,10 @@ def _reverse(cols: list, args, argv, *, observables: bool = False) -> dict:
     return {"ratio": ratio, **extra, "rows": rows}
 
 
-def _reverse_hists(cols: list, args, *, lead: bool = False) -> dict:
+def _reverse_hists(cols: list, args, *, obs: bool = False) -> dict:
     """The numba pullback of a histogram-reading payload against the JAX sweep and a
-    value pass (module docstring), printed; ``lead``: with a leading jet's template
-    (:func:`lead_hists_config`)."""
+    value pass (module docstring), printed; ``obs``: with HT's and the leading jet's
+    templates (:func:`obs_hists_config`)."""
     import jax
 
     from analysis.config.loader import config_from_dict
@@ -351,7 +354,7 @@ def _reverse_hists(cols: list, args, *, lead: bool = False) -> dict:
     from analysis.pipeline.request import Request
     from analysis.stats.merge import is_state
 
-    config = config_from_dict(lead_hists_config() if lead else hists_config(),
+    config = config_from_dict(obs_hists_config() if obs else hists_config(),
                               source="bench_params")
     plan = build_plan(config)
     theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
@@ -382,7 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-record", action="store_true", help="print only")
     ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-observables",
-                                       "reverse-hists", "reverse-hists-lead"),
+                                       "reverse-hists", "reverse-hists-obs"),
                     default="all", help="12 vs 4 parameters, the reverse step vs values, "
                     "both (all), the reverse step reading HT and jets[0].pt vs values and "
                     "the JAX sweep, or a histogram-reading pullback vs the JAX sweep")
@@ -398,8 +401,8 @@ def main(argv: list[str] | None = None) -> dict:
         out["reverse"] = _reverse(cols, args, argv)
     if args.case == "reverse-observables":  # not in "all": the JAX sweep takes minutes
         out["reverse_observables"] = _reverse(cols, args, argv, observables=True)
-    if args.case in ("reverse-hists", "reverse-hists-lead"):
-        out["reverse_hists"] = _reverse_hists(cols, args, lead=args.case.endswith("lead"))
+    if args.case in ("reverse-hists", "reverse-hists-obs"):
+        out["reverse_hists"] = _reverse_hists(cols, args, obs=args.case.endswith("obs"))
     return out
 
 

@@ -48,13 +48,16 @@ sums, indexed objects) take their value states from that function (on the score 
 :func:`analysis.pipeline.scorecols.bare`).
 A payload that reads histograms and likelihood templates of kinds ``S.f`` and branches
 adds their entries' cotangents the same way, in every selection they are filled from
-(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`).
+(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`);
+those of leading objects (``S[i].f``) and event sums (``sum(S.f)``, ``count(S)``) add
+their share of the sets' own probabilities and the count thresholds
+(:mod:`analysis.pipeline.backends.numba._revhistlead`,
+:mod:`analysis.pipeline.backends.numba._revhistsums`), chained with the walk's.
 
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(histograms of event sums and leading objects, other kernels' plans); the chooser then
-runs the JAX sweep.
+(other kernels' plans); the chooser then runs the JAX sweep.
 """
 
 from __future__ import annotations

@@ -132,15 +132,25 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
                            lane] = dpi[gs][on]
             out = np.zeros((n_ev, len(edges) + 1, 4))
             unc = np.zeros(n_ev, np.int64)
-            if n_ev:
-                head = (coff, base, pv3, pd_all, tab.n_pat, ins.tgt, ins.f, df, ci, has, cert,
-                        inside, vals, edges)
+            # the events with inputs left (the first pass: every event, for the values)
+            events = np.flatnonzero(n_glob + n_in > lo) if k else np.arange(n_ev)
+            if events.size:
+                if events.size == n_ev:
+                    c_, b_, g_, o_ = coff, base, slice(None), slice(None)
+                else:  # their objects (global g_, collection ci's own o_)
+                    c_, b_, g_ = _subset(coff, base, events)
+                    o_ = g_[b_[ci]: b_[ci + 1]] - base[ci]
+                head = (c_, b_, np.ascontiguousarray(pv3[g_]), np.ascontiguousarray(pd_all[g_]),
+                        tab.n_pat, ins.tgt, ins.f, df, ci, has, np.ascontiguousarray(cert[o_]),
+                        np.ascontiguousarray(inside[o_]), np.ascontiguousarray(vals[o_]), edges)
+                o, u_ = np.zeros((events.size,) + out.shape[1:]), np.zeros(events.size, np.int64)
                 if soft > 0.0:
-                    kernel, args = event_sum_soft_bins, (*head, soft, elane, 4, BLOCK, out, unc)
+                    kernel, args = event_sum_soft_bins, (*head, soft, elane, 4, BLOCK, o, u_)
                 else:
-                    kernel, args = _numba_esum.event_sum_bins, (*head, 4, BLOCK, out, unc)
+                    kernel, args = _numba_esum.event_sum_bins, (*head, 4, BLOCK, o, u_)
                 _run_dynamic(_numba_dp.compiled(kernel, args), args,
-                             max(1, -(-n_ev // BLOCK)), threads)
+                             max(1, -(-events.size // BLOCK)), threads)
+                out[events], unc[events] = o, u_
             top = int(unc.max(initial=0))
             if top > _numba_esum.MAX_UNCERTAIN:
                 raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)
@@ -160,6 +170,22 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
                     on = np.flatnonzero((u >= lo) & (u < lo + TANGENTS))
                     dq[gs][on] += t[ev_of[on], u[on] - lo]
     return dq, dcount
+
+
+def _subset(coff: np.ndarray, base: np.ndarray, events: np.ndarray) -> tuple:
+    """``(coff, base, objects)`` of the chunk's ``events`` alone: their offsets per
+    collection, each collection's first global index, and the global indices of their
+    objects (collection by collection, in order)."""
+    coff_s = np.zeros((coff.shape[0], events.size + 1), np.int64)
+    parts = []
+    for c in range(coff.shape[0]):
+        counts = np.diff(coff[c])[events]
+        np.cumsum(counts, out=coff_s[c, 1:])
+        parts.append(base[c] + np.repeat(coff[c, events] - coff_s[c, :-1], counts)
+                     + np.arange(int(coff_s[c, -1])))
+    base_s = np.zeros(coff.shape[0] + 1, np.int64)
+    np.cumsum(coff_s[:, -1], out=base_s[1:])
+    return coff_s, base_s, np.concatenate(parts)
 
 
 def _values(fill, out: np.ndarray, ev: np.ndarray, factors: np.ndarray, weight: np.ndarray,

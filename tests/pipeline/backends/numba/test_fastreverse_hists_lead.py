@@ -62,8 +62,9 @@ def test_leading_histograms_equal_the_jax_sweep(name: str) -> None:
     assert trace == Counter({(side, r): 1 for side in sides for r in (0, 1, 2)})
 
 
-@pytest.mark.parametrize("only", ["histograms.j0", "histograms.b1", "histograms.a0",
-                                  "templates.lead"])
+@pytest.mark.parametrize("only", [
+    "templates.lead", *(pytest.param(o, marks=pytest.mark.slow)  # a JAX sweep compile each
+      for o in ("histograms.j0", "histograms.b1", "histograms.a0"))])
 def test_each_leading_histogram_alone(only: str) -> None:
     """One leading object's histogram read at a time (a template in a channel region:
     with its shift sides and weight variations), nothing else: the numba pullback equals

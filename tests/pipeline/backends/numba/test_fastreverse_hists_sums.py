@@ -83,8 +83,9 @@ def test_event_sum_histograms_equal_the_jax_sweep(name: str) -> None:
         np.testing.assert_allclose(g @ d, want, rtol=1e-6, atol=1e-8 * np.abs(g).max())
 
 
-@pytest.mark.parametrize("only", ["histograms.ht", "histograms.htb", "histograms.nb",
-                                  "templates.htc"])
+@pytest.mark.parametrize("only", [
+    "templates.htc", *(pytest.param(o, marks=pytest.mark.slow)  # a JAX sweep compile each
+      for o in ("histograms.ht", "histograms.htb", "histograms.nb"))])
 def test_each_event_sum_histogram_alone(only: str) -> None:
     """One event sum's histogram read at a time (a template in a channel region: with
     its shift sides and weight variations), nothing else: the numba pullback equals the

@@ -121,3 +121,36 @@ def test_hard_widths_tiny_chunks_threads_and_one_tangent_a_pass(monkeypatch) -> 
     for w in (widths, np.zeros_like(widths)):
         for a, b in ((0, 0), (3, 4), (5, 8)):
             same_as_jax(slice_columns(cols, a, b), plan, theta, w, payload)
+
+
+@pytest.mark.slow  # two evaluators, the JAX sweep's compile
+@pytest.mark.parametrize("name", ["ht_likelihood_v12", "agc_likelihood"])
+def test_likelihood_configs_run_the_numba_pullback_under_auto(name: str, monkeypatch) -> None:
+    """``configs/ht_likelihood_v12.yaml`` (HT's template) and ``configs/agc_likelihood.yaml``
+    (the leading jet's pT's template in a region, a shift, weight variations): under
+    ``auto`` the pullback runs on numba, the objective and gradient those of the JAX sweep
+    (1e-10)."""
+    import yaml
+
+    from analysis.config.loader import config_from_dict
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.objectives import Objective
+    from analysis.optimize.reverse import reverse_objective
+    from analysis.pipeline.backend import Backend
+    from tests.conftest import REPO
+    from tests.pipeline.backends.numba.test_fastreverse import _count_numba
+
+    path = REPO / "configs" / f"{name}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("output")
+    cfg = config_from_dict(data, source=str(path), base_dir=path.parent)
+    with Evaluator(cfg, cache=False) as ev:
+        calls = _count_numba(monkeypatch)
+        got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
+        assert calls  # the numba pass ran
+    with Evaluator(cfg, cache=False, backend=Backend(numba_reverse=False)) as ref:
+        want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
+    grad = np.asarray(want["grad"])
+    assert np.abs(grad).min() > 0
+    np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
+    np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())

@@ -71,6 +71,7 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
 from analysis.select import chainwalk
+from analysis.select.lanes import cuts
 
 __all__ = ["BLOCK", "evaluate_columns", "observable_entries", "observable_states",
            "selected_weights"]
@@ -93,12 +94,12 @@ def _inputs(plan: Plan, order: int, theta: Any, widths: Any
 
 def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
     """Multiply the soft cut ``cut`` of the collection's columns ``flat`` into the own
-    set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times`)."""
+    set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.select.lanes.cuts.cut_times`)."""
     width = widths[cut.width_index]
     s = _numba_dp.soft_values(flat[cut.field], _value(theta, cut.param, cut.value), width,
                               cut.greater, cut.inclusive, cut.absolute)
-    _numba_dp.cut_times(s, 0, s.shape[0], _numba_dp.inverse_width(width), cut.greater,
-                         _par_index(trainable, cut.param), qv, qd)
+    cuts.cut_times(s, 0, s.shape[0], cuts.inverse_width(width), cut.greater,
+                    _par_index(trainable, cut.param), qv, qd)
 
 
 def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int | None) -> None:

@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import njit
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities
+from analysis.select.lanes.policy import njit
 
 __all__ = ["entry_cotangents"]
 

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
+from analysis.select.lanes.policy import inline, njit
 
 __all__ = ["bin_probabilities", "fill_soft"]
 

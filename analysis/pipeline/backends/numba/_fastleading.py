@@ -80,6 +80,19 @@ def _possible_first(order: np.ndarray, counts: np.ndarray, possible: np.ndarray)
     return np.ascontiguousarray(order[perm]), k
 
 
+def ranked(tab, ci: int, spec, coff, base, flats: dict, pv_all, pd_all, block: int,
+           n_blocks: int, threads: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, n_cand)`` of set ``spec`` (of collection ``ci``): each event's objects
+    in rank order, those that can be in the set first, and how many those are
+    (:func:`_possible_first`)."""
+    c = tab.collections[ci]
+    order = np.empty(int(coff[ci, -1]), np.int64)
+    _run_blocks(_numba_hist.rank_order, (coff[ci], np.ascontiguousarray(
+        flats[c][spec.rank_by], np.float64), order, block), n_blocks, threads)
+    return _possible_first(order, np.diff(coff[ci]), _possible(tab, ci, spec.name, base,
+                                                               pv_all, pd_all))
+
+
 def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l, block: int,
          n_blocks: int, threads: int | None) -> dict[tuple[str, int], Candidates]:
     """The candidates of every indexed observable of ``plan`` (per ``(set, depth)``)."""
@@ -94,11 +107,8 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
         c = sp.collection_of(name)
         ci = tab.collections.index(c)
         counts = np.diff(coff[ci])
-        order = np.empty(int(coff[ci, -1]), np.int64)
-        _run_blocks(_numba_hist.rank_order, (coff[ci], np.ascontiguousarray(
-            flats[c][spec[name].rank_by], np.float64), order, block), n_blocks, threads)
-        order, n_cand = _possible_first(order, counts, _possible(tab, ci, name, base, pv_all,
-                                                                 pd_all))
+        order, n_cand = ranked(tab, ci, spec[name], coff, base, flats, pv_all, pd_all, block,
+                               n_blocks, threads)
         if c not in sp.caps:  # the JAX kernel's bound, on the objects that can be in the set
             k_top = int(n_cand.max(initial=0))
             n_tuples = int(_comb(np.array([k_top]), depth + 1)[0])

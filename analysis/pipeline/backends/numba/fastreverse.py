@@ -48,13 +48,16 @@ sums, indexed objects) take their value states from that function (on the score 
 :func:`analysis.pipeline.scorecols.bare`).
 A payload that reads histograms and likelihood templates of kinds ``S.f`` and branches
 adds their entries' cotangents the same way, in every selection they are filled from
-(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`).
+(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`);
+those of leading objects (``S[i].f``) and event sums (``sum(S.f)``, ``count(S)``) add
+their share of the sets' own probabilities and the count thresholds
+(:mod:`analysis.pipeline.backends.numba._revhistlead`,
+:mod:`analysis.pipeline.backends.numba._revhistsums`), chained with the walk's.
 
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(histograms of event sums and leading objects, other kernels' plans); the chooser then
-runs the JAX sweep.
+(other kernels' plans); the chooser then runs the JAX sweep.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from analysis.pipeline.backends.numba import (
     _fastpayload,
     _fastrevhist,
     _fastsens,
+    _revhistlead,
     _revobs,
     fastkernel,
 )
@@ -295,7 +299,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         cot, reads = parsed
         cots = [cot]
         if run.hists:
-            hist = _fastrevhist.Reads(run, _fastrevhist.split(run, payload)[1])
+            hist = _revhistlead.Reads(run, _fastrevhist.split(run, payload)[1])
     elif run.hists:
         raise ValueError("the numba yield gradients read no histograms (a pullback does)")
     cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
@@ -347,6 +351,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
                                       bars, threads=threads)
         dp += pbar
         dev += evbar
+        by_walks = hist.pull((None, 0), cols, run, sel, theta, widths, grad, bars, dev,
+                             by_walks, threads=threads)  # the leading objects' fills
     _chain(sel, walk, dp, dev, grad, bars, by_walks)
     for key, side, sub, column, factor in hist.selections(cols, run) if hist else ():
         # each other selection the histograms read: its walk with their cotangents
@@ -361,7 +367,9 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
                      threads)
         pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, at,
                                       threads=threads)
-        _chain(other, walk, pbar[None], evbar[None], grad, at)
+        lead = hist.pull(key, side, sub, other, theta, widths, grad, at, evbar, None,
+                         threads=threads)
+        _chain(other, walk, pbar[None], evbar[None], grad, at, lead)
         if saved is not None:  # a shifted score column: d(f x)/dx = f
             bars[column] = saved + factor * (at[column] - saved)
     if hist is not None:

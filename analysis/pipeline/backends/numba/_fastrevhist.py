@@ -20,7 +20,7 @@ of :mod:`analysis.stats.softbins`). By the chain rule, as the observables' entri
 
 Each histogram is filled from one selection: a shift side (the whole selection again on
 the shifted column and the scores of the shifted inputs,
-:func:`analysis.pipeline.backends.numba._histvariants._shifted`, whose columns' cotangents
+:func:`analysis.pipeline.scorecols.shifted`, whose columns' cotangents
 go to that side's vjps: :func:`analysis.pipeline.scorecols.side_arrays`) and a
 region (a channel's count thresholds and event cuts,
 :func:`analysis.pipeline.backends.numba._histtables._region_plan`), so the reverse pass
@@ -42,10 +42,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from analysis.pipeline import scorecols
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
 from analysis.pipeline.backends.numba._histfills import _factors, fill_key, soft_width
 from analysis.pipeline.backends.numba._histtables import _region_plan
-from analysis.pipeline.backends.numba._histvariants import _shifted
 from analysis.pipeline.backends.numba.kernels import _numba_revhist
 from analysis.pipeline.histplan import GROUPS
 from analysis.pipeline.plan import Plan
@@ -217,7 +217,7 @@ class Reads:
             side = cols
             if shift is not None:
                 column, factor = self.plan.shifts[shift].key, self.plan.shifts[shift].factor
-                side = _shifted(cols, column, factor)
+                side = scorecols.shifted(cols, column, factor)
             yield (shift, region), side, _region_plan(run, region), column, factor
 
     def values(self) -> dict[str, Any]:

@@ -64,6 +64,7 @@ from analysis.pipeline.backends.numba._fasttables import (
     _targets,
     _value,
     chain,
+    offsets,
     one_sided,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_dp
@@ -215,18 +216,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
 
     # per collection: offsets, own set probabilities (soft cuts), pattern probabilities
     n_coll = len(tab.collections)
-    coff = np.zeros((n_coll, n_ev + 1), np.int64)
-    base = np.zeros(n_coll + 1, np.int64)
-    flats, max_seq = {}, 0
-    for ci, c in enumerate(tab.collections):
-        fields = dict(sp.fields).get(c, ())
-        # a collection absent from the columns (a chunk of no events) has no objects
-        counts, flat = cols.collections.get(
-            c, (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields}))
-        flats[c] = flat
-        np.cumsum(counts, out=coff[ci, 1:])
-        base[ci + 1] = base[ci] + coff[ci, -1]
-        max_seq += int(np.max(counts, initial=0))
+    coff, base, flats, max_seq, _ = offsets(cols, tab.collections, sp)
     lanes = _numba_dp.LANES
     fused = fused and tab.one_set and not any(
         obs.x.kind in ("sum", "count", "index", "call") for obs in plan.observables)

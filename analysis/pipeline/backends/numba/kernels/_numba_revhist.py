@@ -22,12 +22,10 @@ sums, per block of events (the blocks on threads).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._jit import njit
-from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities
+from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
 
 __all__ = ["entry_cotangents"]
 
@@ -70,9 +68,9 @@ def entry_cotangents(off, x, p, ev, factors, weight, edges, width, sbar, sbar2, 
                 for b in range(n_b):
                     acc += c[b] * q[b]
                 g[i] = acc
-            else:  # the hard bin (numpy's searchsorted, side "right"; NaN: the overflow)
+            else:
                 soft = False
-                h = n_b - 1 if math.isnan(xi) else np.searchsorted(edges, xi, side="right")
+                h = hard_bin(edges, xi)
                 q[:] = 0.0
                 q[h] = 1.0
                 g[i] = c[h]

@@ -38,7 +38,7 @@ factors (no numba rule).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -98,7 +98,7 @@ class _Fill(NamedTuple):
 
 class Reads:
     """The histogram states a payload reads, per selection ``(shift, region)``, and their
-    value states once filled (:meth:`values`)."""
+    value states once filled (:attr:`value`, ``{group: {key: Histogram}}``)."""
 
     def __init__(self, plan: Plan, hists: list) -> None:
         self.plan = plan
@@ -219,8 +219,3 @@ class Reads:
                 column, factor = self.plan.shifts[shift].key, self.plan.shifts[shift].factor
                 side = scorecols.shifted(cols, column, factor)
             yield (shift, region), side, _region_plan(run, region), column, factor
-
-    def values(self) -> dict[str, Any]:
-        """The histogram value states filled so far, ``{group: {key: Histogram}}``."""
-        return self.value
-

@@ -135,14 +135,14 @@ def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, f
     """``(order, whose)``: collection ``c``'s objects by descending ``rank``
     (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.rank_order`) in the variant ``side`` (None:
     the nominal columns, else its shift ``(column, factor)``; ``flat``: its fields), and
-    whose order that is: the nominal one (None) wherever it still holds
-    (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.is_rank_order`: a shift by a positive factor
-    keeps it in all but rare near-ties), else the variant's own (``side``). The orders
-    of one pass over the chunk are kept in ``ranked``; whether the nominal order holds
-    for a variant (no parameter changes it) in the chunk's ``memo``, with ``src``, the
-    nominal counts and ranking field it comes from
-    (:func:`analysis.pipeline.backends.numba._chunkmemo.remember`: a bool per variant, where the
-    orders themselves would weigh as much as two of the chunk's columns)."""
+    whose order that is: the nominal one (None) wherever it still holds (a shift by a
+    positive factor keeps it in all but rare near-ties: the variant's own order is the
+    same array), else the variant's own (``side``). The orders of one pass over the
+    chunk are kept in ``ranked``; whether the nominal order holds for a variant (no
+    parameter changes it) in the chunk's ``memo``, with ``src``, the nominal counts and
+    ranking field it comes from (:func:`analysis.pipeline.backends.numba._chunkmemo.remember`:
+    a bool per variant, where the orders themselves would weigh as much as two of the
+    chunk's columns; the variant's order is sorted once per chunk to know)."""
 
     def own():
         out = np.empty(int(off[-1]), np.int64)
@@ -155,8 +155,12 @@ def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, f
             ranked[c, rank] = own()
         return ranked[c, rank], None
     nominal = ranked.get((c, rank))
-    if nominal is not None and remember(
-            memo, ("holds", c, rank, side), src, lambda: bool(_numba_hist.is_rank_order(
-                off, np.ascontiguousarray(flat[rank], np.float64), nominal))):
+    mine: list = []  # the variant's order, where sorted to know whether the nominal holds
+
+    def holds() -> bool:
+        mine.append(own())
+        return bool(np.array_equal(mine[0], nominal))
+
+    if nominal is not None and remember(memo, ("holds", c, rank, side), src, holds):
         return nominal, None
-    return own(), side
+    return (mine[0] if mine else own()), side

@@ -355,7 +355,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         if saved is not None:  # a shifted score column: d(f x)/dx = f
             bars[column] = saved + factor * (at[column] - saved)
     if hist is not None:
-        value.update(hist.values())
+        value.update(hist.value)
     # rows asked for (the others are 0)
     live = np.flatnonzero(np.any(cots != 0, axis=1) | bool(reads or hist))
     for entry in vjps:

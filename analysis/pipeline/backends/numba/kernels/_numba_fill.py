@@ -9,11 +9,8 @@ threads changes a bit:
   :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` (the same operations in the same
   order: the same floats) fused into one loop over blocks of objects, written straight
   into the walk's layout (``pv_all[g, p, :]``, ``pd_all[g, p, :]``), for one variant;
-  :func:`cut_patterns_pair` for the two sides of a shift at once. A shift side
-  multiplies the cuts it does not move first (their probabilities those of the nominal
-  columns), the moved cuts last; a pair multiplies the unmoved cuts once per block of
-  objects and copies their product to the second side (4 lanes: 5 floats per set and
-  object, in L1).
+  :func:`cut_patterns_pair` for the two sides of a shift at once (the cuts it does not
+  move once, then each side's moved cuts).
 - :func:`fill`: the histogram sums of one set of entries for several weight variations,
   over the lanes that carry the value and the tangents only (``sumw.shape[2]``: 4 or 8;
   the other lanes of the walk are zero). One call per histogram group; the calls run
@@ -176,8 +173,8 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
                       r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, block, b0, b1):
     """:func:`cut_patterns` for the two sides of a shift at once (at most 3 tangents: 4
     lanes each): the cuts ``r_*`` that it does not move once, their product then copied
-    to both sides, the moved cuts ``c_*`` on each side's columns (``cols``,
-    ``cols_hi``), and one pass over the patterns writing the first side's lanes 0-3 into
+    to both sides (4 lanes: 5 floats per set and object, in L1), the moved cuts ``c_*``
+    on each side's columns (``cols``, ``cols_hi``), and one pass over the patterns writing the first side's lanes 0-3 into
     lanes 0-3 of ``pd_all[g, p]`` and the second's into lanes 4-7, the probabilities into
     ``pv_all[g, p, 0]`` and ``[1]`` (the walk's pair layout; ``page`` 1: into lanes 8-15
     and ``pv_all[g, p, 2]``, ``[3]``, the second pair of the walk's paged layout, ``pd_all``

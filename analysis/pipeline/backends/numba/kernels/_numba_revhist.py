@@ -9,8 +9,8 @@ w_i q_b`` and ``sumw2_vb += f_ve^2 weight_e w_i q_b`` (``f_ve``: variation ``v``
 f_ve^2 weight_e sbar2_vb)``, and
 
 - ``dL/dw_i = C_e(x_i)``;
-- soft bins (:mod:`analysis.stats.softbins`: ``q_0 = s(z_0)``, ``q_k = s(z_k) -
-  s(z_{k-1})``, ``q_{n+1} = 1 - s(z_n)``, ``z_j = (e_j - x) / W``; ``ds_j = s'(z_j) / W``):
+- soft bins (``q_b`` and ``ds_j = s'(z_j) / W`` of
+  :mod:`analysis.pipeline.backends.numba.kernels._numba_softbins`, ``z_j = (e_j - x) / W``):
   ``dC/dx = sum_j ds_j (c_{j+1} - c_j)`` and ``dC/de_j = -ds_j (c_{j+1} - c_j)``, so
   ``dL/dx_i = w_i dC/dx`` and ``dL/de_j = sum_i w_i dC/de_j``; hard bins and a
   non-finite ``x`` (its hard bin): none.

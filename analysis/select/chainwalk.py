@@ -9,14 +9,15 @@ event, objects ``j < n`` pass with probability ``q_j``; on the chain of count st
   the event's pass probability ``P = G_0[0]``;
 - ``w_j = P(j in the set and the event passes) = q_j sum_k F_j[k] G_{j+1}[tgt k]``.
 
-Forward-mode tangents ride along in *lanes* (the steps: :mod:`analysis.select.chainsteps`;
-own processors' kernels with at most 3 tangents four lanes): a quantity with tangents is a
-row of :data:`LANES` (lane 0 the value, lanes 1.. its tangents, padded with zeros), the product
-rule ``(q x)' = q x' + x_0 q'``; every step is written once and specialised at compile
-time on its arguments' types (``numba.extending.overload``): rows of lanes give the
-variant with tangents, numbers (tangents ``0.0``) the one for values only, the same
-floats as lane 0 of the first. Each step loads every lane before its one store, so
-LLVM's SLP vectorizer packs it (the callers compile with it on). The YAML engine touches
+Forward-mode tangents ride along in *lanes* (own processors' kernels with at most 3
+tangents four): the walk's steps, the lane arithmetic, its buffers and the compilation
+policy are those of every numba kernel (:mod:`analysis.select.lanes`: the steps
+:func:`~analysis.select.lanes.steps.chain_forward`,
+:func:`~analysis.select.lanes.steps.chain_backward`, the weights' inner sums
+:func:`~analysis.select.lanes.steps.weight` with the chain's target), specialised at
+compile time on their arguments' types: rows of lanes give the variant with tangents,
+numbers (tangents ``0.0``) the one for values only, the same floats as lane 0 of the
+first. The YAML engine touches
 only the states the objects so far can reach (``0 .. min(j, L)``: the others are zeros
 the general walk would add); own processors' kernels, ``L`` a constant, every state (the
 same floats: loops of a fixed count that LLVM unrolls; values 2x faster at ``L = 2``).
@@ -34,88 +35,52 @@ per event (measured: values 15 -> 30 ms per 200k events).
 
 from __future__ import annotations
 
-import numba as nb
+import os
+
 import numpy as np
+from numba import types
 
 from analysis._compat.numba import keyed_by
-from analysis.select import chainsteps
-from analysis.select.chainsteps import (
-    LANES,
-    QUAD,
-    _lanes,
-    _quad,
-    _spec,
-    buffer,
-    init,
-    inner_sum,
+from analysis.select import lanes
+from analysis.select.lanes.arith import LANES, QUAD, _lanes
+from analysis.select.lanes.buffers import (
+    _boxed,
+    lane_buffer,
     lanes_of,
     row,
     rows,
     start,
-    step_both,
-    step_in,
-    step_out,
-    store,
+    store_row,
     store_weight,
+    table_init,
 )
+from analysis.select.lanes.cuts import cut_times, inverse_width
+from analysis.select.lanes.policy import inline, njit, specialise, specialise_on
+from analysis.select.lanes.steps import chain_backward, chain_forward, weight
 
-__all__ = ["LANES", "cut_times", "cut_walk", "forward", "sens_walk", "walk_events"]
+__all__ = ["LANES", "SOURCES", "cut_walk", "sens_walk", "walk_events"]
 
-_POLICY = {"cache": True, "nogil": True, "fastmath": False}
-njit = nb.njit(**_POLICY)
-inline = nb.njit(inline="always", **_POLICY)
-
-
-@inline
-def forward(Fa, Fb, j, top, q, d, full=False):
-    """``F_{j+1}`` (``Fb``) from ``F_j`` (``Fa``) on states ``0 .. min(j + 1, top)``: the
-    "out" term then the "in" term, a state's two summed in registers before one store;
-    ``full``: every state (``Fa`` zero beyond: the same floats), loops LLVM unrolls."""
-    last = top if full else min(j, top)
-    step_out(Fb, 0, 1.0 - q, Fa[0], d)
-    for k in range(1, last + 1):
-        step_both(Fb, k, 1.0 - q, Fa[k], q, Fa[k - 1], d)
-    if last < top:  # a state first reached: 0 + the "in" term, as the general walk adds
-        Fb[last + 1] = 0.0
-    step_in(Fb, min(last + 1, top), q, Fa[last], d)
-
-
-@inline
-def backward(G, Gn, j, top, q, d, full=False):
-    """``G_j`` (``Gn``) from ``G_{j+1}`` (``G``) on ``0 .. min(j, top)`` (all: ``full``)."""
-    for i in range((top if full else min(j, top)) + 1):
-        step_both(Gn, i, 1.0 - q, G[i], q, G[min(i + 1, top)], d)
+#: The source files the walk's compiled code inlines (its own and
+#: :mod:`analysis.select.lanes`'): numba keys a kernel's cache by its own file alone, so
+#: a kernel that inlines the walk is keyed by these too (:func:`keyed_by`).
+SOURCES = (__file__, *sorted(os.path.join(os.path.dirname(lanes.__file__), f)
+                             for f in os.listdir(os.path.dirname(lanes.__file__))
+                             if f.endswith(".py")))
 
 
 # --- the objects' probabilities: the soft cuts' product, in the event loop ----------------
 
-@inline
-def cut_times(s, o, n, iw, greater, par, qv, qd):
-    """Multiply the soft cut of probabilities ``s[o + i]`` into ``qv[i]`` and its tangent
-    lanes ``qd[i]``, ``i < n`` (the product rule); ``iw``: ``1 / width`` (0: hard); its
-    slope ``ds/dt = -+s (1 - s) / width`` (``-`` for ``>``, ``>=``) into lane ``1 + par``
-    (``par``: the threshold's parameter, -1 if none)."""
-    for i in range(n):
-        sv = s[o + i]
-        q0 = qv[i]
-        for r in range(LANES):
-            qd[i, r] *= sv
-        if par >= 0:
-            ds = sv * (1.0 - sv) * iw
-            qd[i, 1 + par] += q0 * (-ds if greater else ds)
-        qv[i] = q0 * sv
-
-
 def objects(src, o, n, q, dq):  # noqa: ANN001, ANN201
     """The probabilities ``q[j]`` (tangent lanes ``dq[j]``) of objects ``o .. o + n - 1``
     from ``src``: the soft cuts ``(ss, iw, cut_g, cut_par)``, ``q = prod_c ss[c]`` (cuts
-    in order; with lanes multiplied in cut by cut, :func:`cut_times`, from 1 and zero
+    in order; with lanes multiplied in cut by cut,
+    :func:`~analysis.select.lanes.cuts.cut_times`, from 1 and zero
     tangents; values object by object, the same floats as lane 0), or given ``(q,)``
     (values) / ``(q, dq, b0)`` (``dq``: ``(B, N)``, lanes ``b0 ..`` into lanes ``1 ..``)."""
     raise NotImplementedError("compiled only (numba)")
 
 
-@_spec(objects)
+@specialise(objects)
 def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
     if len(src) == 4 and _lanes(dq):
         def cuts(src, o, n, q, dq):  # noqa: ANN001, ANN202
@@ -127,7 +92,7 @@ def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
             for c in range(ss.shape[0]):
                 cut_times(ss[c], o, n, iw[c], cut_g[c], cut_par[c], q, dq)
         return cuts
-    if len(src) == 4 and _quad(dq):
+    if len(src) == 4 and _boxed(dq):
         raise TypeError("soft cuts carry LANES tangent lanes, not QUAD")
     if len(src) == 4:
         def cut_values(src, o, n, q, dq):  # noqa: ANN001, ANN202
@@ -138,7 +103,7 @@ def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
                     q0 *= ss[c, o + j]
                 q[j] = q0
         return cut_values
-    if _lanes(dq) or _quad(dq):
+    if _lanes(dq) or _boxed(dq):
         width = LANES if _lanes(dq) else QUAD
 
         def given(src, o, n, q, dq):  # noqa: ANN001, ANN202
@@ -158,18 +123,34 @@ def _objects(src, o, n, q, dq):  # noqa: ANN001, ANN202
     return values
 
 
+@specialise_on("df", (_lanes, lambda df: np.empty(LANES)),
+               (_boxed, lambda df: (0.0, 0.0, 0.0, 0.0)), lambda df: 0.0)
+def _inner(df):
+    """What :func:`~analysis.select.lanes.steps.weight` sums the tangents into for the pass
+    table's tangent lanes ``df``: a row of lanes, a tuple of 4 (four lanes: returned), or
+    ``0.0`` (values: the sum returned)."""
+
+
+@specialise_on("inner", (lambda t: isinstance(t, types.BaseTuple),
+                         lambda out, q, H, inner, d: store_weight(out, q, inner, inner[0], d)),
+               lambda out, q, H, inner, d: store_weight(out, q, H, inner, d))
+def _store(out, q, H, inner, d):
+    """The weight row ``out`` of ``q`` and the inner sum ``weight`` returned (``inner``: its
+    value, its lanes in ``H``; four lanes: all of them)."""
+
+
 @inline
 def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow, top, full):
     """The walk of events ``e0 .. e1 - 1`` (objects ``coff[e] .. coff[e + 1] - 1``, at most
     ``max_seq >= 1``, their probabilities from ``src``: :func:`objects`); the pass table
     ``f`` (tangent lanes ``df``, or ``0.0``: values only) on states ``0 .. top`` (a constant
-    or not; ``full``: :func:`forward`). Rows of lanes (or fewer numbers for values):
+    or not; ``full``: :func:`~analysis.select.lanes.steps.chain_forward`). Rows of lanes (or fewer numbers for values):
     ``pe[e] = P`` and, if ``want_w``, ``ow[j] = w_j``."""
     q = np.empty(max_seq)
     dq = rows(max_seq, df)
-    F = buffer(max_seq + 1 if want_w else 1, top + 1, df)
-    G = buffer(max_seq + 1 if want_w else 2, top + 1, df)
-    H = buffer(1, 1, df)[0, 0]
+    F = lane_buffer(max_seq + 1 if want_w else 1, top + 1, df)
+    G = lane_buffer(max_seq + 1 if want_w else 2, top + 1, df)
+    H = _inner(df)
     F[0] = 0.0  # states >= 1 never written: zeros that a full step reads
     for e in range(e0, e1):
         o = coff[e]
@@ -177,24 +158,24 @@ def walk_events(src, coff, e0, e1, f, df, want_w, max_seq, pe, ow, top, full):
         objects(src, o, n, q, dq)
         g = G[n] if want_w else G[0]
         for i in range(top + 1):
-            init(g, i, f, df)
+            table_init(g, i, f, df)
         if not want_w:
             Ga, Gb = G[0], G[1]
             for j in range(n - 1, -1, -1):
-                backward(Ga, Gb, j, top, q[j], row(dq, j), full)
+                chain_backward(Ga, Gb, j, top, q[j], row(dq, j), full)
                 Ga, Gb = Gb, Ga
-            store(pe[e], Ga[0])
+            store_row(pe[e], Ga[0])
             continue
         start(F[0])
         for s in range(n):  # two independent chains, one loop
-            forward(F[s], F[s + 1], s, top, q[s], row(dq, s), full)
+            chain_forward(F[s], F[s + 1], s, top, q[s], row(dq, s), full)
             j = n - 1 - s
-            backward(G[j + 1], G[j], j, top, q[j], row(dq, j), full)
+            chain_backward(G[j + 1], G[j], j, top, q[j], row(dq, j), full)
         for j in range(n):
             d = row(dq, j)
-            h = inner_sum(H, F[j], G[j + 1], top, min(j, top) + 1, d)
-            store_weight(ow[o + j], q[j], H, h, d)
-        store(pe[e], G[0, 0])
+            inner = weight(H, F[j], G[j + 1], top, 0, min(j, top) + 1, 0, 0, False)
+            _store(ow[o + j], q[j], H, inner, d)
+        store_row(pe[e], G[0, 0])
 
 
 @njit
@@ -208,7 +189,7 @@ def cut_walk(coff, ss, cut_w, cut_g, cut_par, f, df, want_w, max_seq, block, pe,
     n_ev = pe.shape[0]
     iw = np.empty(ss.shape[0])
     for c in range(ss.shape[0]):
-        iw[c] = 1.0 / cut_w[c] if cut_w[c] > 0.0 else 0.0
+        iw[c] = inverse_width(cut_w[c])
     for b in range(b0, b1):
         walk_events((ss, iw, cut_g, cut_par), coff, b * block, min(n_ev, (b + 1) * block), f,
                     df, want_w, max_seq, pe, ow, f.shape[0] - 1, False)
@@ -231,7 +212,7 @@ def sens_walk(coff, q, f, want_w, max_seq, block, pe, dq, fn, ow, b0, b1):
             n = coff[e + 1] - o
             start(F[0])
             for j in range(n):
-                forward(F[j], F[j + 1], j, top, q[o + j], 0.0)
+                chain_forward(F[j], F[j + 1], j, top, q[o + j], 0.0)
             for i in range(top + 1):
                 fn[e, i] = F[n, i] if i <= min(n, top) else 0.0
                 G[i] = f[i]
@@ -242,12 +223,12 @@ def sens_walk(coff, q, f, want_w, max_seq, block, pe, dq, fn, ow, b0, b1):
                     h += F[j, i] * (G[min(i + 1, top)] - G[i])
                 dq[o + j] = h
                 if want_w:
-                    ow[o + j] = q[o + j] * inner_sum(G, F[j], G, top, last + 1, 0.0)
-                backward(G, Gn, j, top, q[o + j], 0.0)
+                    ow[o + j] = q[o + j] * weight(0.0, F[j], G, top, 0, last + 1, 0, 0, False)
+                chain_backward(G, Gn, j, top, q[o + j], 0.0)
                 G, Gn = Gn, G
             pe[e] = G[0]
 
 
-#: The walks inline :mod:`analysis.select.chainsteps`: their caches keyed by it too.
+#: The walks inline :mod:`analysis.select.lanes`: their caches keyed by it too.
 for _kernel in (cut_walk, sens_walk):
-    keyed_by(_kernel._cache, (chainsteps.__file__,))
+    keyed_by(_kernel._cache, SOURCES[1:])

@@ -34,10 +34,13 @@ from numba import types
 from numba.extending import intrinsic
 
 from analysis._compat.numba import cached_cfunc, keyed_by
-from analysis.select import chainsteps, chainwalk
+from analysis.select import chainwalk
 from analysis.select._single import FFI_TARGETS
-from analysis.select.chainsteps import LANES, QUAD, lanes_of
-from analysis.select.chainwalk import _POLICY, forward, walk_events
+from analysis.select.chainwalk import walk_events
+from analysis.select.lanes.arith import LANES, QUAD
+from analysis.select.lanes.buffers import lanes_of
+from analysis.select.lanes.policy import POLICY as _POLICY
+from analysis.select.lanes.steps import chain_forward as forward
 
 __all__: list[str] = []
 
@@ -47,7 +50,7 @@ _REGISTERED: list[bool] = []
 
 #: Compiled code here inlines :mod:`analysis.select.chainwalk` (the walk): numba keys its
 #: cache by this file alone, so both files key it (a change to the walk recompiles).
-_WALK = (chainwalk.__file__, chainsteps.__file__)
+_WALK = chainwalk.SOURCES
 
 
 def _loop(fn):  # noqa: ANN001, ANN202

@@ -29,7 +29,7 @@ assert warm.done and warm.error is None
 assert entrypoints._already_initialized  # the numba_extensions entry points ran
 from numba.core.runtime import rtsys
 assert rtsys._init  # numba's runtime, which every cached kernel links to
-# not the registries: the kernels' cached code loads without them (kernels._jit)
+# not the registries: the kernels' cached code loads without them (analysis.select.lanes.policy)
 assert "numba.np.arraymath" not in sys.modules and "scipy.linalg" not in sys.modules
 print("ok", threading.active_count())
 """

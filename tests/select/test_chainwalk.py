@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import itertools
 import os
+from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 
-from analysis.select import chainsteps as cs
 from analysis.select import chainwalk as cw
 from analysis.select import singlekernels as sk
+from analysis.select.lanes import steps
+from analysis.select.lanes.steps import chain_backward, chain_forward
 
 LANES = cw.LANES
 
@@ -68,11 +70,11 @@ def _steps(q, dq, f, df, full):
     Fv = np.zeros((n + 1, top + 1))
     Fv[0, 0] = 1.0
     for s in range(n):
-        cw.forward(F[s], F[s + 1], s, top, q[s], dq[s], full)
-        cw.forward(Fv[s], Fv[s + 1], s, top, q[s], 0.0, full)
+        chain_forward(F[s], F[s + 1], s, top, q[s], dq[s], full)
+        chain_forward(Fv[s], Fv[s + 1], s, top, q[s], 0.0, full)
     for j in range(n - 1, -1, -1):
-        cw.backward(G[j + 1], G[j], j, top, q[j], dq[j], full)
-        cw.backward(g, gn, j, top, q[j], 0.0, full)
+        chain_backward(G[j + 1], G[j], j, top, q[j], dq[j], full)
+        chain_backward(g, gn, j, top, q[j], 0.0, full)
         g, gn = gn, g
     return G[0, 0].copy(), g[0], F[n, :, 0].copy(), Fv[n].copy()
 
@@ -93,6 +95,61 @@ def test_chain_steps_equal_enumeration(n, top):
     full = _steps(q, dq, f, df, True)
     assert np.array_equal(full[0], lanes) and full[1] == value
     assert np.array_equal(full[2], Fn) and np.array_equal(full[3], Fv)
+
+
+@numba.njit
+def _general_and_chain(F, G, q, d, nd, top, j):
+    """One forward and one backward step from ``F``, ``G`` (rows of lanes, or numbers) by the
+    chain's steps and by the general steps (two patterns: out, ``row[k] = k`` with
+    tangents ``nd = -d``, then in, the chain's target ``top``, into cleared rows)."""
+    n = F.shape[0]
+    states = np.arange(n)
+    same = np.arange(n)
+    Fc, Fg, Gc, Gg = np.zeros_like(F), np.zeros_like(F), np.zeros_like(G), np.zeros_like(G)
+    chain_forward(F, Fc, j, top, q, d, True)
+    chain_backward(G, Gc, j, top, q, d, True)
+    steps.clear(Fg, states, n)
+    steps.forward(Fg, F, 1.0 - q, 1.0 - q, nd, same, states, n, 0, states, False)
+    steps.forward(Fg, F, q, q, d, top, 0, n, 0, 0, False)  # the chain's target, every state
+    steps.clear(Gg, states, n)
+    steps.backward(Gg, G, 1.0 - q, 1.0 - q, nd, same, states, n, 0)
+    steps.backward(Gg, G, q, q, d, top, 0, n, 0)
+    wc = steps.weight(0.0, F[:, 0] if F.ndim == 2 else F, G[:, 0] if G.ndim == 2 else G, top,
+                      0, n, 0, 0, False)
+    row = np.minimum(np.arange(n) + 1, top)
+    wg = steps.weight(0.0, F[:, 0] if F.ndim == 2 else F, G[:, 0] if G.ndim == 2 else G, row,
+                      states, n, 0, states, False)
+    return Fc, Fg, Gc, Gg, wc, wg
+
+
+@pytest.mark.parametrize("form", ["lanes", "four", "values"])
+def test_chain_steps_are_the_general_steps_with_the_chain_target(form):
+    """The one-set chain's steps (both patterns of a state summed before one store) and
+    the weights' inner sum with the chain's target (a number, chosen at compile time) give
+    the general steps' floats on an explicit target row, to the bit: 8 lanes, 4 lanes
+    (tangents a tuple of 4) and values."""
+    rng = np.random.default_rng(3)
+    top = 3
+    width = {"lanes": LANES, "four": 4, "values": 0}[form]
+    shape = (top + 1, width) if width else (top + 1,)
+    F, G = rng.uniform(0, 1, shape), rng.uniform(0, 1, shape)
+    q = 0.37
+    d = rng.normal(size=width)
+    if width:
+        d[0] = 0.0  # the value lane carries no tangent
+    if form == "lanes":
+        args = (d, -d)
+    elif form == "four":
+        args = (tuple(d), tuple(-d))
+    else:
+        args = (0.0, 0.0)
+    Fc, Fg, Gc, Gg, wc, wg = _general_and_chain(F, G, q, *args, top, 2)
+    assert np.array_equal(Fc, Fg) and np.array_equal(Gc, Gg) and wc == wg
+    # and they are the recursions: F'[k] = (1 - q) F[k] + q F[k - 1] (top absorbing), lane 0
+    F0 = F[:, 0] if width else F
+    want = (1 - q) * F0 + q * np.concatenate([[0.0], F0[:-1]])
+    want[top] += q * F0[top]
+    np.testing.assert_allclose(Fc[:, 0] if width else Fc, want, rtol=1e-15)
 
 
 @numba.njit
@@ -165,14 +222,17 @@ def test_own_tangent_kernel_any_number_of_lanes(n_lanes):
 
 def test_kernels_that_inline_the_walk_are_keyed_by_it():
     """numba keys a cache by the function's own file: own processors' kernels (another
-    file) inline the walk, so their cache index is keyed by chainwalk.py too (a change
-    to the walk recompiles them instead of loading stale machine code); the walks inline
-    the steps (chainsteps.py): keyed by it too."""
-    walk, steps = ((s.st_mtime, s.st_size) for s in map(os.stat, (cw.__file__, cs.__file__)))
+    file) inline the walk, so their cache index is keyed by chainwalk.py and the modules
+    of analysis.select.lanes too (a change to the walk, its steps or its lanes recompiles
+    them instead of loading stale machine code); the walks inline analysis.select.lanes:
+    keyed by its modules too."""
+    shared = sorted(str(p) for p in Path(cw.lanes.__file__).parent.glob("*.py"))
+    assert list(cw.SOURCES) == [cw.__file__, *shared] and len(shared) >= 4
+    stamps = tuple((s.st_mtime, s.st_size) for s in map(os.stat, cw.SOURCES))
     for kernel in (sk._primal, sk._tangent, sk._cotangent, sk._primal_handler,
                    sk._tangent_handler, sk._cotangent_handler):
-        stamp = kernel._cache._cache_file._source_stamp  # (its own, chainwalk's, steps')
-        assert len(stamp) == 3 and stamp[1:] == (walk, steps), kernel
+        stamp = kernel._cache._cache_file._source_stamp  # (its own, the walk's sources')
+        assert stamp[1:] == stamps, kernel
     for kernel in (cw.cut_walk, cw.sens_walk):
         stamp = kernel._cache._cache_file._source_stamp
-        assert len(stamp) == 2 and stamp[1] == steps, kernel
+        assert stamp[1:] == stamps[1:], kernel

@@ -199,7 +199,7 @@ def _run_fills(tasks: list, threads: int | None) -> None:
     thread with the least work so far (each fill is its own sequential sum, whichever
     thread runs it: no bit depends on the threads), then their states. Each kernel is
     compiled first with the SLP vectorizer
-    (:func:`analysis.pipeline.backends.numba.kernels._jit.vectorised`: the same floats)."""
+    (:func:`analysis.select.lanes.policy.vectorised`: the same floats)."""
     n = max(1, min(fastkernel._threads(threads), len(tasks)))
     bins: list[list] = [[] for _ in range(n)]
     load = [0] * n

@@ -2,15 +2,15 @@
 
 numba keys a cached function by its own file's modification time and size only: a
 change to a function that it calls or inlines from another module
-(:func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times` inlined into
+(:func:`analysis.select.lanes.cuts.cut_times` inlined into
 the histogram loop of :mod:`analysis.pipeline.backends.numba.kernels._numba_fill`, say) leaves the caller's old machine
 code in use, silently (an editable install after ``git pull``; measured here: a broken
 ``cut_times`` went unseen by the cached histogram loop). So, before numba reads the
 first cache file of a kernel (:func:`drop_stale_once`, in :class:`CheckedCacheFile`; not
 when a module is imported), :func:`drop_stale` hashes
-the sources of every module of the kernels' folder (all of them: the decorators come
-from one policy module, :mod:`analysis.pipeline.backends.numba.kernels._jit`, whose
-change is a change of every kernel); if the hash differs from the one stored beside the
+the sources of every module of the kernels' folder and of :mod:`analysis.select.lanes`
+(all of them: the decorators come from one policy module,
+:mod:`analysis.select.lanes.policy`, whose change is a change of every kernel); if the hash differs from the one stored beside the
 cache, it removes those modules' cache files (numba compiles them again, once) and
 stores the new hash. Best effort: a cache
 directory it cannot read or write is left to numba. Internal to the pipeline.
@@ -39,6 +39,7 @@ from typing import Any
 from analysis._compat import numba as numba_compat
 from analysis.limits import read_untrusted
 from analysis.runtime.environment import settings
+from analysis.select import lanes
 
 __all__: list[str] = []  # internal to analysis.pipeline
 
@@ -47,14 +48,20 @@ STAMP = "diffcoffea-kernels.sha256"
 
 def kernel_modules(package: Path) -> list[Path]:
     """Every module of the kernels' folder, sorted by name: each compiles with numba or is
-    read by one that does (the njit policy's module, helpers inlined elsewhere), so a
-    change to any of them may change machine code that numba keys elsewhere."""
+    read by one that does (helpers inlined elsewhere), so a change to any of them may
+    change machine code that numba keys elsewhere."""
     return sorted(p for p in package.glob("*.py") if p.name != Path(__file__).name)
 
 
+#: The modules every kernel inlines from below the pipeline (the njit policy, the lane
+#: arithmetic, the walk's steps): hashed with the kernels' own.
+SHARED = Path(lanes.__file__).resolve().parent
+
+
 def sources_hash(modules: list[Path]) -> str:
+    """The sha256 of ``modules`` and of :data:`SHARED`'s modules (names and contents)."""
     h = hashlib.sha256()
-    for p in modules:
+    for p in [*modules, *kernel_modules(SHARED)]:
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 

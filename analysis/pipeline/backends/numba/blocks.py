@@ -1,6 +1,6 @@
 """Forward mode in blocks of tangents: any number of trainable parameters on the lane kernels.
 
-The numba kernels carry :data:`~analysis.pipeline.backends.numba.kernels.lanes.LANES`
+The numba kernels carry :data:`~analysis.select.lanes.arith.LANES`
 lanes per differentiated quantity: the value and up to ``LANES - 1`` tangents, one per
 trainable parameter (a cut's tangent goes to the lane of its parameter's position in
 ``plan.trainable``, :func:`analysis.pipeline.backends.numba._fasttables._par_index`).

@@ -22,8 +22,8 @@ import pytest
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.jax import passes as jax_passes
 from analysis.pipeline.backends.numba import blocks, fasthist, fastkernel
-from analysis.pipeline.backends.numba.kernels.lanes import LANES
 from analysis.pipeline.layout import ChunkColumns
+from analysis.select.lanes.arith import LANES
 from tests.chunked_helpers import NANOAOD_WARNINGS
 from tests.conftest import central_difference, numba_refusal
 from tests.pipeline.backends.numba import test_fasthist

@@ -43,6 +43,7 @@ from analysis.pipeline.layout import ChunkColumns, pad_columns
 from analysis.pipeline.plan import Plan, build_plan, initial_widths
 from analysis.pipeline.request import Request
 from analysis.select import chainwalk
+from analysis.select.lanes import cuts
 from analysis.select.objects import soft_pass
 from analysis.stats import CoMoments, Moments
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns
@@ -425,8 +426,8 @@ def test_soft_cut_is_the_one_definition(width, greater, inclusive):
                                                      inclusive=inclusive), argnums=1),
                     in_axes=(0, None))(v, t)
     np.testing.assert_allclose(ds, grad, rtol=1e-14, atol=1e-300)
-    iw = _numba_dp.inverse_width(width)
-    loops = [_numba_dp.soft_slope(x, iw, greater) for x in s]
+    iw = cuts.inverse_width(width)
+    loops = [cuts.soft_slope(x, iw, greater) for x in s]
     np.testing.assert_allclose(loops, grad, rtol=1e-14, atol=1e-300)
     nan = np.array([np.nan])
     np.testing.assert_array_equal(_numba_dp.soft_array(nan, t, width, greater, inclusive)[0],

@@ -221,7 +221,7 @@ def test_candidates_vjp_equals_enumeration(depth: int) -> None:
     off = np.concatenate([[0], np.cumsum([math.comb(int(k), depth + 1) for k in n_cand])])
     wbar = rng.normal(size=int(off[-1]))
     # the value kernel's weights (lanes: value in lane 0), for the candidates' order
-    from analysis.pipeline.backends.numba.kernels.lanes import LANES
+    from analysis.select.lanes.arith import LANES
 
     pd = np.zeros((n, 3, LANES))
     df_l = np.zeros((N_STATES, LANES))

@@ -1,5 +1,6 @@
-"""The numba kernels import only numpy, numba, math and each other; they decorate with the
-one njit policy (analysis.pipeline.backends.numba.kernels._jit), never numba.njit itself.
+"""The numba kernels import only numpy, numba, math, each other and the walk's shared blocks
+(analysis.select.lanes, which imports only numpy, numba and itself); they decorate with the
+one njit policy (analysis.select.lanes.policy), never numba.njit itself.
 
 Checked on the source (AST), every module of kernels/, at any depth of the file (an import
 inside a function counts as much as one at the top).
@@ -16,8 +17,10 @@ from analysis.pipeline.backends.numba import kernels
 
 KERNELS = Path(kernels.__file__).resolve().parent
 PACKAGE = "analysis.pipeline.backends.numba.kernels"
+SHARED = "analysis.select.lanes"
 ALLOWED = {"__future__", "math", "numba", "numpy"}
 MODULES = sorted(KERNELS.glob("*.py"))
+SHARED_MODULES = sorted((KERNELS.parents[3] / "select" / "lanes").glob("*.py"))
 
 
 def _imports(tree: ast.AST) -> list[str]:
@@ -35,9 +38,9 @@ def _imports(tree: ast.AST) -> list[str]:
     return out
 
 
-def _outside(names: list[str]) -> list[str]:
+def _outside(names: list[str], packages: tuple[str, ...] = (PACKAGE, SHARED)) -> list[str]:
     return [n for n in names if n.split(".")[0] not in ALLOWED
-            and not (n == PACKAGE or n.startswith(PACKAGE + "."))]
+            and not any(n == p or n.startswith(p + ".") for p in packages)]
 
 
 def _njit_calls(tree: ast.AST) -> list[int]:
@@ -49,7 +52,8 @@ def _njit_calls(tree: ast.AST) -> list[int]:
 
 def test_the_kernels_folder_is_found():
     names = {p.name for p in MODULES}
-    assert {"_jit.py", "_numba_dp.py", "_numba_esum.py"} <= names
+    assert {"_numba_dp.py", "_numba_esum.py"} <= names
+    assert {"policy.py", "arith.py", "steps.py"} <= {p.name for p in SHARED_MODULES}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
@@ -57,7 +61,12 @@ def test_a_kernel_imports_only_numpy_numba_math_and_kernels(path):
     assert _outside(_imports(ast.parse(path.read_text(encoding="utf-8")))) == []
 
 
-@pytest.mark.parametrize("path", [p for p in MODULES if p.name != "_jit.py"],
+@pytest.mark.parametrize("path", SHARED_MODULES, ids=lambda p: p.name)
+def test_the_shared_blocks_import_only_numpy_numba_and_themselves(path):
+    assert _outside(_imports(ast.parse(path.read_text(encoding="utf-8"))), (SHARED,)) == []
+
+
+@pytest.mark.parametrize("path", [*MODULES, *(p for p in SHARED_MODULES if p.name != "policy.py")],
                          ids=lambda p: p.name)
 def test_a_kernel_compiles_with_the_one_policy(path):
     assert _njit_calls(ast.parse(path.read_text(encoding="utf-8"))) == []
@@ -72,6 +81,7 @@ def test_the_checks_see_what_they_refuse():
     assert _outside(_imports(bad)) == ["analysis.pipeline.split",
                                        "analysis.pipeline.backends.numba", "contextlib"]
     assert _njit_calls(bad) == [5]
-    good = ast.parse("import math\nimport numba\nfrom . import _jit\n"
-                     f"from {PACKAGE}._numba_dp import LANES\n")
+    good = ast.parse("import math\nimport numba\nfrom . import _numba_dp\n"
+                     f"from {PACKAGE}._numba_dp import LANES\nfrom {SHARED}.policy import njit\n")
     assert _outside(_imports(good)) == [] and _njit_calls(good) == []
+    assert _outside(_imports(good), (SHARED,)) == [PACKAGE, f"{PACKAGE}._numba_dp"]

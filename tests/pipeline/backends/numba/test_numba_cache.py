@@ -75,6 +75,22 @@ def test_a_change_to_the_njit_policy_drops_every_kernels_cache(tmp_path):
     assert {"_loops.f-3.py311.nbi", "_more.g-3.py311.nbi"} <= removed
 
 
+def test_a_change_to_the_shared_lanes_drops_every_kernels_cache(tmp_path, monkeypatch):
+    # the kernels inline the lane arithmetic, the walk's steps and the njit policy from
+    # analysis.select.lanes (outside their folder): a change there is a change of every kernel
+    shared = tmp_path / "lanes"
+    shared.mkdir()
+    (shared / "policy.py").write_text(POLICY)
+    monkeypatch.setattr(_numba_cache, "SHARED", shared)
+    pkg, cache = _package(tmp_path)
+    _numba_cache.drop_stale(pkg, [cache])
+    _cache_files(cache)
+    assert _numba_cache.drop_stale(pkg, [cache]) == []
+    (shared / "policy.py").write_text(POLICY.replace("cache=True", "cache=True, fastmath=True"))
+    removed = {p.name for p in _numba_cache.drop_stale(pkg, [cache])}
+    assert {"_loops.f-3.py311.nbi", "_more.g-3.py311.nbi"} <= removed
+
+
 def test_a_change_outside_the_kernels_folder_keeps_the_cache(tmp_path):
     pkg, cache = _package(tmp_path)
     _numba_cache.drop_stale(pkg, [cache])
@@ -98,7 +114,9 @@ def test_the_numba_backend_runs_it_on_import():
 
     pkg = Path(kernels.__file__).resolve().parent
     names = [p.name for p in _numba_cache.kernel_modules(pkg)]
-    assert {"_numba_sens.py", "_numba_dp.py", "_jit.py"} <= set(names)
+    assert {"_numba_sens.py", "_numba_dp.py", "lane_layouts.py"} <= set(names)
+    shared = {p.name for p in _numba_cache.kernel_modules(_numba_cache.SHARED)}
+    assert {"policy.py", "arith.py", "buffers.py", "steps.py", "cuts.py"} <= shared
     assert names == sorted(p.name for p in pkg.glob("*.py"))  # every module of kernels/
     assert "_numba_cache.py" not in names and "fastkernel.py" not in names
     stamp = pkg / "__pycache__" / _numba_cache.STAMP

@@ -1,4 +1,4 @@
-"""The compile-time choice of a lane primitive's implementation (analysis.pipeline.backends.numba.kernels._jit.specialise_on).
+"""The compile-time choice of a lane primitive's implementation (analysis.select.lanes.policy.specialise_on).
 
 A primitive made from a stub and its implementations per kind of one argument: the
 first case whose test holds for that argument's numba type, else the last
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from numba import types
 
-from analysis.pipeline.backends.numba.kernels._jit import specialise_on
+from analysis.select.lanes.policy import specialise_on
 
 
 def _two_d(t) -> bool:

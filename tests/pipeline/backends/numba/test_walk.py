@@ -1,4 +1,4 @@
-"""The count-state walk's steps (analysis.pipeline.backends.numba.kernels.walk) against exact
+"""The count-state walk's steps (analysis.select.lanes.steps) against exact
 enumeration of every pattern assignment of an event's objects.
 
 For random transition tables ``tgt[p, k]`` (pattern 0 keeps the state), pattern
@@ -21,8 +21,8 @@ import numba
 import numpy as np
 import pytest
 
-from analysis.pipeline.backends.numba.kernels import walk
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add2
+from analysis.select.lanes import steps
+from analysis.select.lanes.arith import LANES, lin_add2
 
 
 @numba.njit
@@ -36,9 +36,9 @@ def _walk_lanes(pv, pd, tgt, f, df, h, pv_hi):
     F[0, 0, 0] = 1.0
     F[0, 0, h] = 1.0
     for j in range(n):
-        walk.clear(F[j + 1], states, n_states)
+        steps.clear(F[j + 1], states, n_states)
         for p in range(n_pat):
-            walk.forward(F[j + 1], F[j], pv[j, p], pv_hi[j, p], pd[j, p], tgt[p], states,
+            steps.forward(F[j + 1], F[j], pv[j, p], pv_hi[j, p], pd[j, p], tgt[p], states,
                          n_states, h, states, False)
     G = np.empty((n_states, LANES))
     Gn = np.empty((n_states, LANES))
@@ -50,12 +50,12 @@ def _walk_lanes(pv, pd, tgt, f, df, h, pv_hi):
     inner = np.empty(LANES)
     for j in range(n - 1, -1, -1):
         for p in range(n_pat):
-            walk.weight(inner, F[j], G, tgt[p], states, n_states, h, states, False)
+            steps.weight(inner, F[j], G, tgt[p], states, n_states, h, states, False)
             H[j, p] = 0.0
             lin_add2(H[j, p], pv[j, p], pv_hi[j, p], inner, inner[0], inner[h], pd[j, p])
-        walk.clear(Gn, states, n_states)
+        steps.clear(Gn, states, n_states)
         for p in range(n_pat):
-            walk.backward(Gn, G, pv[j, p], pv_hi[j, p], pd[j, p], tgt[p], states, n_states, h)
+            steps.backward(Gn, G, pv[j, p], pv_hi[j, p], pd[j, p], tgt[p], states, n_states, h)
         G[:] = Gn
     return G[0].copy(), H
 
@@ -68,20 +68,20 @@ def _walk_values(pv, tgt, f):
     F = np.zeros((n + 1, n_states))
     F[0, 0] = 1.0
     for j in range(n):
-        walk.clear(F[j + 1], states, n_states)
+        steps.clear(F[j + 1], states, n_states)
         for p in range(n_pat):
-            walk.forward(F[j + 1], F[j], pv[j, p], pv[j, p], 0.0, tgt[p], states, n_states, 0,
+            steps.forward(F[j + 1], F[j], pv[j, p], pv[j, p], 0.0, tgt[p], states, n_states, 0,
                          states, False)
     G = f.copy()
     Gn = np.empty(n_states)
     H = np.zeros((n, n_pat))
     for j in range(n - 1, -1, -1):
         for p in range(n_pat):
-            H[j, p] = pv[j, p] * walk.weight(H, F[j], G, tgt[p], states, n_states, 0, states,
+            H[j, p] = pv[j, p] * steps.weight(H, F[j], G, tgt[p], states, n_states, 0, states,
                                              False)
-        walk.clear(Gn, states, n_states)
+        steps.clear(Gn, states, n_states)
         for p in range(n_pat):
-            walk.backward(Gn, G, pv[j, p], pv[j, p], 0.0, tgt[p], states, n_states, 0)
+            steps.backward(Gn, G, pv[j, p], pv[j, p], 0.0, tgt[p], states, n_states, 0)
         G[:] = Gn
     return G[0], H
 
@@ -171,9 +171,9 @@ def _sums(pv, pd, x, tgt, f, binom):
         Gn = np.zeros_like(Gm)
         Gvn = np.zeros_like(Gv)
         for p in range(n_pat):
-            walk.sums_backward(Gn, Gm, pv[j, p], pd[j, p], x[j, p], binom, tgt[p], states,
+            steps.sums_backward(Gn, Gm, pv[j, p], pd[j, p], x[j, p], binom, tgt[p], states,
                                n_states, acc)
-            walk.sums_backward(Gvn, Gv, pv[j, p], 0.0, x[j, p], binom, tgt[p], states,
+            steps.sums_backward(Gvn, Gv, pv[j, p], 0.0, x[j, p], binom, tgt[p], states,
                                n_states, 0.0)
         Gm, Gv = Gn, Gvn
     return Gm[:, 0].copy(), Gv[:, 0].copy()
@@ -217,9 +217,9 @@ def _masked_forward(pv, pd, tgt, mask):
     Fv[0, 0] = 1.0
     for j in range(n):
         for p in range(n_pat):
-            walk.forward(F[j + 1], F[j], pv[j, p], pv[j, p], pd[j, p], tgt[p], states,
+            steps.forward(F[j + 1], F[j], pv[j, p], pv[j, p], pd[j, p], tgt[p], states,
                          n_states, 0, mask, True)
-            walk.forward(Fv[j + 1], Fv[j], pv[j, p], pv[j, p], 0.0, tgt[p], states,
+            steps.forward(Fv[j + 1], Fv[j], pv[j, p], pv[j, p], 0.0, tgt[p], states,
                          n_states, 0, mask, True)
     return F[n].copy(), Fv[n].copy()
 

@@ -16,7 +16,7 @@ adding an object of pattern ``p`` to state ``k`` and ``f`` the pass table:
   ``G_0 = f`` (:func:`analysis.select.objects.sum_moments`).
 
 These are the recursions of :mod:`analysis.select.objects` (same tables), written
-as loops (the steps of the first three: :mod:`analysis.pipeline.backends.numba.kernels.walk`,
+as loops (the steps of the first three: :mod:`analysis.select.lanes.steps`,
 shared by every kernel that walks the count states); tests check them piece by piece
 against it and against enumeration.
 Events are processed in blocks; per-block partial sums are added in block order.
@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import (
-    compiled,
-    elementwise,
-    inline,
-    njit,
-    vectorised,
+from analysis.select.lanes.arith import (
+    LANES,
+    axpy,
+    lin,
+    vec_zero,
+    zero_at,
 )
-from analysis.pipeline.backends.numba.kernels.lane_buffers import (
+from analysis.select.lanes.buffers import (
     keep_sum,
     lane_buffer,
     lane_buffer4,
@@ -45,14 +45,14 @@ from analysis.pipeline.backends.numba.kernels.lane_buffers import (
     tangents,
     vec_mul_add,
 )
-from analysis.pipeline.backends.numba.kernels.lanes import (
-    LANES,
-    axpy,
-    lin,
-    vec_zero,
-    zero_at,
+from analysis.select.lanes.policy import (
+    compiled,
+    elementwise,
+    inline,
+    njit,
+    vectorised,
 )
-from analysis.pipeline.backends.numba.kernels.walk import (
+from analysis.select.lanes.steps import (
     backward,
     clear,
     forward,
@@ -62,8 +62,8 @@ from analysis.pipeline.backends.numba.kernels.walk import (
 )
 
 __all__ = [
-    "LANES", "accumulate", "any_slot", "centre_sums", "compiled", "cut_times", "inverse_width",
-    "patterns", "select", "soft_array", "soft_slope", "soft_values", "vectorised",
+    "LANES", "accumulate", "any_slot", "centre_sums", "compiled", "patterns", "select",
+    "soft_array", "soft_values", "vectorised",
 ]
 
 
@@ -80,7 +80,7 @@ def soft_values(v: np.ndarray, t: float, width: float, greater: bool, inclusive:
     :func:`soft_finish`: the same operations per element as numpy's ``abs``,
     ``subtract``, ``divide`` and ``add``, ``divide``, so the same floats, in two passes
     over memory instead of up to six). The loops take the slope from ``s``
-    (:func:`soft_slope`)."""
+    (:func:`analysis.select.lanes.cuts.soft_slope`)."""
     v = np.asarray(v, dtype=np.float64)
     out = np.empty_like(v) if out is None else out
     hard = not width > 0.0  # NaN fails the step, as in soft_pass
@@ -130,47 +130,14 @@ def soft_finish(e):
         e[i] = 1.0 / (e[i] + 1.0)
 
 
-@inline
-def soft_slope(s, inv_width, greater):
-    """``ds/dt`` of the soft cut from its probability ``s`` (:func:`soft_values`):
-    ``-+s (1 - s) / width`` (``-`` for ``>``, ``>=``; ``ds/dv = -ds/dt``), with
-    ``inv_width = 1 / width`` (:func:`inverse_width`; 0 for a hard cut: slope 0)."""
-    ds = s * (1.0 - s) * inv_width
-    return -ds if greater else ds
-
-
-@inline
-def inverse_width(width):
-    """``1 / width``, 0 for a hard cut (``width <= 0``): the argument of :func:`soft_slope`
-    (a product in the loops where a division would be per object)."""
-    return 1.0 / width if width > 0.0 else 0.0
-
-
 def soft_array(v: np.ndarray, t: float, width: float, greater: bool, inclusive: bool,
                absolute: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(s, ds/dt)`` of the soft cut over an array (numpy: :func:`soft_values`, and the
-    slope of :func:`soft_slope`)."""
+    slope of :func:`analysis.select.lanes.cuts.soft_slope`)."""
     s = soft_values(v, t, width, greater, inclusive, absolute)
     iw = 1.0 / width if width > 0.0 else 0.0
     ds = s * (1.0 - s) * iw
     return s, (-ds if greater else ds)
-
-
-@inline
-def cut_times(s, o, n, iw, greater, par, qv, qd):
-    """Multiply the soft cut of probabilities ``s[o + i]`` (:func:`soft_values`) into
-    probabilities ``qv[i]`` and their tangents ``qd[i]`` (``(LANES,)``, lane 0 zero),
-    ``i < n``; product rule; ``iw``: :func:`inverse_width`; ``par``: the threshold's
-    parameter (its lane - 1), or -1. Cut by cut over many objects, not object by object:
-    a tangent lane stored and multiplied again at once waits on its store."""
-    for i in range(n):
-        sv = s[o + i]
-        q0 = qv[i]
-        for r in range(LANES):
-            qd[i, r] *= sv
-        if par >= 0:
-            qd[i, 1 + par] += q0 * soft_slope(sv, iw, greater)
-        qv[i] = q0 * sv
 
 
 @njit
@@ -221,7 +188,7 @@ def select(
     any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents.
 
     One source for two variants, chosen at compile time by the tangent arguments
-    (:mod:`~analysis.pipeline.backends.numba.kernels.lanes`): ``pd_all`` ``(N, P,
+    (:mod:`~analysis.select.lanes.arith`): ``pd_all`` ``(N, P,
     LANES)`` and ``df`` ``(S, LANES)`` give the loop with tangents; ``pd_all = df = 0.0``
     the loop for values only (buffers of one lane, the outputs' lane 0, their other
     lanes set to zero: the same floats as lane 0 of the first; ``value_loop`` of

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import njit
 from analysis.pipeline.backends.numba.kernels._numba_esum_fill import bin_totals, fill_bins
 from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
     _add4,
@@ -71,8 +70,9 @@ from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
     _subsets_w,
     _times,
 )
-from analysis.pipeline.backends.numba.kernels.lanes import LANES
-from analysis.pipeline.backends.numba.kernels.walk import weight
+from analysis.select.lanes.arith import LANES
+from analysis.select.lanes.policy import njit
+from analysis.select.lanes.steps import weight
 
 # bin_totals and fill_bins live in _numba_esum_fill (imported from here by the host)
 __all__ = ["ENUMERATE_UP_TO", "LANES", "MAX_UNCERTAIN", "bin_totals", "event_sum_bins", "fill_bins"]

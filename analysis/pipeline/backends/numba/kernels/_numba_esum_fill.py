@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import njit
+from analysis.select.lanes.policy import njit
 
 __all__ = ["bin_totals", "fill_bins"]
 

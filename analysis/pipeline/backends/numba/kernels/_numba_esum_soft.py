@@ -15,7 +15,7 @@ by one step, a certain object in ``S`` adds its value to every subset's sum ``x0
 The ``U`` uncertain objects split in two halves: the first ``a = U // 2`` forward from
 ``F`` (``2^a`` distributions ``F_alpha``, sums ``X_alpha``), the others backward from the
 pass table (``2^(U - a)`` value functions ``G_beta``, sums ``X_beta``), each step one of
-:mod:`analysis.pipeline.backends.numba.kernels.walk`'s (the count-state walk's one source);
+:mod:`analysis.select.lanes.steps`'s (the count-state walk's one source);
 each pair ``(alpha, beta)`` is one subset, ``P_A = <F_alpha, G_beta>`` at ``X_A =
 X_alpha + X_beta`` spread over every bin (soft bins have no prefix sums: every subset
 reaches every bin). Memory ``O(2^(U/2) S L)``, time ``O(2^U (S + n_b) L)`` per event
@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 from analysis.pipeline.backends.numba.kernels._numba_esum import MAX_UNCERTAIN
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities
-from analysis.pipeline.backends.numba.kernels.walk import backward, clear, forward, weight
+from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.steps import backward, clear, forward, weight
 
 __all__ = ["MAX_UNCERTAIN", "event_sum_soft_bins"]
 
@@ -45,8 +45,8 @@ __all__ = ["MAX_UNCERTAIN", "event_sum_soft_bins"]
 def _step(Fn, F, tgt, c, n_pat, pv, pd, g, states, ns, has, which, pull):
     """``Fn`` = one object's step of ``F`` (object ``g`` of collection ``c``) over its
     patterns with ``has[p] == which`` (``which < 0``: every pattern): forward
-    (:func:`analysis.pipeline.backends.numba.kernels.walk.forward`) or, with ``pull``,
-    backward (:func:`~analysis.pipeline.backends.numba.kernels.walk.backward`)."""
+    (:func:`analysis.select.lanes.steps.forward`) or, with ``pull``,
+    backward (:func:`~analysis.select.lanes.steps.backward`)."""
     clear(Fn, states, ns)
     for p in range(n_pat[c]):
         if which >= 0 and has[p] != which:

@@ -1,5 +1,5 @@
 """The steps of :mod:`analysis.pipeline.backends.numba.kernels._numba_esum` (numba, float64)
-on the count-state walk's steps (:mod:`~analysis.pipeline.backends.numba.kernels.walk`):
+on the count-state walk's steps (:mod:`~analysis.select.lanes.steps`):
 an object's step of a count distribution over its live states, the enumeration of every
 subset of the uncertain objects (with scalar weights where the out patterns move no
 count), an object's value functions, and the per-event checks (an event's bin, the
@@ -7,7 +7,7 @@ fewest objects that can pass, whether every probability is a number).
 
 Four lanes (value and at most 3 tangents: the tangents ``_d4`` as 4 numbers, and a
 dot product's ``inner`` a tuple of 4, select the walk's four-lane form at compile time,
-:mod:`~analysis.pipeline.backends.numba.kernels.lanes`); the same operations in the same
+:mod:`~analysis.select.lanes.arith`); the same operations in the same
 order as the recursions, so the same floats.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline
-from analysis.pipeline.backends.numba.kernels.lane_rows import clear_at
-from analysis.pipeline.backends.numba.kernels.walk import (
+from analysis.select.lanes.arith import clear_at
+from analysis.select.lanes.policy import inline
+from analysis.select.lanes.steps import (
     backward,
     clear,
     forward,

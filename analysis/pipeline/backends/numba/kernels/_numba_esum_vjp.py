@@ -1,7 +1,7 @@
 """The event sums' vector-Jacobian product: reverse mode for ``E[X^m 1_pass]`` (numba, float64).
 
 An event sum ``X = sum_{j in s} x_j`` has the moments ``A[m] = E[X^m 1_pass] = G^m_0[0]``
-of the walk's backward recursion (:func:`analysis.pipeline.backends.numba.kernels.walk.sums_backward`,
+of the walk's backward recursion (:func:`analysis.select.lanes.steps.sums_backward`,
 :func:`analysis.select.objects.sum_moments`, the reference)
 
     G^m_j[k] = sum_p pi_jp sum_{i <= m} C(m, i) x_jp^i G^{m-i}_{j+1}[tgt(p, k)],
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
-from analysis.pipeline.backends.numba.kernels.walk import sequence, sums_backward
+from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.steps import sequence, sums_backward
 
 __all__ = ["sums_forward_t", "sums_vjp"]
 

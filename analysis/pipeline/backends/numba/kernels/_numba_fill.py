@@ -5,7 +5,7 @@ per histogram (no sums across blocks), so that neither the block size nor the nu
 threads changes a bit:
 
 - :func:`cut_patterns`: the objects' soft cuts and pattern probabilities, the
-  arithmetic of :func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times` followed by
+  arithmetic of :func:`analysis.select.lanes.cuts.cut_times` followed by
   :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` (the same operations in the same
   order: the same floats) fused into one loop over blocks of objects, written straight
   into the walk's layout (``pv_all[g, p, :]``, ``pd_all[g, p, :]``), for one variant;
@@ -24,16 +24,17 @@ Cuts are given as arrays over the cuts ``m`` in their order: ``c_ls[m]`` the set
 (position in its collection), ``c_col[m]`` the row of ``cols`` (``(M, N)``: the cuts'
 probabilities per object, :func:`analysis.pipeline.backends.numba.kernels._numba_dp.soft_values`), width
 ``c_w``, ``c_gt`` (``>``), ``c_par`` (the threshold's parameter: its lane - 1, or -1);
-the slopes come from the probabilities (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.soft_slope`).
+the slopes come from the probabilities (:func:`analysis.select.lanes.cuts.soft_slope`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
-from analysis.pipeline.backends.numba.kernels._numba_dp import LANES, inverse_width, soft_slope
+from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
+from analysis.select.lanes.cuts import inverse_width, soft_slope
+from analysis.select.lanes.policy import inline, njit
 
 __all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_pair", "fill_soft"]
 
@@ -47,7 +48,7 @@ SUB = 256
 def _cuts(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd, n_l):
     """Multiply the cuts into the own set probabilities ``qv[ls, i]`` and tangents
     ``qd[ls, i]`` (their first ``n_l`` lanes) of objects ``j0 + i``, ``i < nj``, cut
-    after cut, as :func:`analysis.pipeline.backends.numba.kernels._numba_dp.cut_times`
+    after cut, as :func:`analysis.select.lanes.cuts.cut_times`
     (the same operations on each lane). ``n_l`` a constant after inlining (4: the value
     and at most 3 tangents, or ``LANES``): a bound read from ``qd.shape[1]`` made
     ``cut_patterns`` 31 ns per object against 19 and ``cut_patterns4`` 28 against 19."""
@@ -220,7 +221,7 @@ def _sums_out(acc, sumw, sumw2):
 def _add8(acc, v, b, f, f2, w0, w1, w2, w3):
     """``sumw[v, b] += f w`` and ``sumw2[v, b] += f2 w`` over 4 lanes in the running
     sums ``acc`` of :func:`_sums_in`, every load before the first store (as
-    :func:`analysis.pipeline.backends.numba.kernels.lanes.axpy`)."""
+    :func:`analysis.select.lanes.arith.axpy`)."""
     a = acc[v, b]
     a0, a1, a2, a3, a4, a5, a6, a7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
     a[0], a[1], a[2], a[3] = a0 + f * w0, a1 + f * w1, a2 + f * w2, a3 + f * w3

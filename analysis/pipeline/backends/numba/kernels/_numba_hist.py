@@ -20,7 +20,7 @@ probabilities and the forward distributions, and differ only in ``f``). With
   G^r_{j+1}[tgt(p, k)]`` (the weight of :func:`analysis.select.objects.leading` for one
   indexed set: the ``d`` members ranked above ``j`` and ``j`` in ``s``).
 
-The steps are those of :mod:`analysis.pipeline.backends.numba.kernels.walk`, over the
+The steps are those of :mod:`analysis.select.lanes.steps`, over the
 states reachable so far. Every quantity in lanes (lane 0 the value, then its tangents;
 the product rule ``(a b)' = a' b + a b'``); only sums of non-negative products. Outputs are per event
 or per object (no sums), so the result does not depend on how blocks are split.
@@ -29,14 +29,14 @@ Two variants per walk. With at most 3 tangents (4 lanes), the 8 lanes hold two
 variants of the same walk (two shift sides: their own pattern probabilities, the same
 tables and walk order): lanes 0-3 the first, 4-7 the second, each with its value in its
 first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes).
-:func:`analysis.pipeline.backends.numba.kernels.lanes.lin_add2` is ``lin_add`` with one coefficient per half, so two
+:func:`analysis.select.lanes.arith.lin_add2` is ``lin_add`` with one coefficient per half, so two
 variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
 
 Four variants (two shifts of one column: two pairs, the same tables and walk order) in
 pages: ``pd_all`` ``(N, P, 2, LANES)``, ``pv_all`` ``(N, P, 4)``, every lane vector of the
 walk ``(2, LANES)``, page ``q`` the pair of variants ``2 q`` and ``2 q + 1`` as above
-(``h = 4``); the steps of :mod:`~analysis.pipeline.backends.numba.kernels.walk` take
-either layout (the primitives of :mod:`~analysis.pipeline.backends.numba.kernels.lanes`
+(``h = 4``); the steps of :mod:`~analysis.select.lanes.steps` take
+either layout (the primitives of :mod:`~analysis.select.lanes.arith`
 are specialised on it), so each page's floats are those of its pair's walk. One pass over
 the events and states for four sides: about 1.8 times a pair's walk (the lanes' loads and
 stores grow with the pages; the states, the objects' patterns and the indices do not).
@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit, specialise_on
 from analysis.pipeline.backends.numba.kernels.lane_layouts import (
     any_lane,
     coefficients,
@@ -55,8 +54,9 @@ from analysis.pipeline.backends.numba.kernels.lane_layouts import (
     table_pair,
     unit,
 )
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, mul_add
-from analysis.pipeline.backends.numba.kernels.walk import (
+from analysis.select.lanes.arith import LANES, mul_add
+from analysis.select.lanes.policy import inline, njit, specialise_on
+from analysis.select.lanes.steps import (
     backward,
     clear,
     forward,
@@ -205,7 +205,7 @@ def walk(
     observables of the selection, region 0): ``sa[o, e, m] = E[X_o^m 1_pass]`` in all
     lanes for ``m <= binom.shape[0] - 1`` (``sum_x[o, g]``: object ``g``'s value,
     ``sum_has[o, c, p]``: 1 where pattern ``p`` holds the summed set), the recursion of
-    :func:`~analysis.pipeline.backends.numba.kernels.walk.sums_backward` (a pattern of
+    :func:`~analysis.select.lanes.steps.sums_backward` (a pattern of
     probability exactly 0 without tangents skipped in every event: its powers of ``x``
     may overflow).
     Products of two lane vectors ``a x`` are ``lin_add2(out, a_0, a_h, x, x_0, x_h, a)``

@@ -18,7 +18,7 @@ from the count recursions of :mod:`analysis.pipeline.backends.numba.kernels._num
   patterns holding ``s`` (``I``), any other position above ``a_r`` the patterns without
   it (``O``), so ``w(a) = < I_{a_r} O ... I_{a_0} O ... delta_0, B_{a_r + 1} >``.
 
-The steps are those of :mod:`analysis.pipeline.backends.numba.kernels.walk` (a forward
+The steps are those of :mod:`analysis.select.lanes.steps` (a forward
 step restricted to the patterns with or without ``s``). The tuples are walked depth first, each prefix's distribution kept per depth and
 carried by ``O`` along the scan, so a prefix is stepped once for all of its
 extensions: ``O(sum_{j <= r} C(k, j + 1) P S + n P S)`` per event (``n`` objects, ``k``
@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, lin_add
-from analysis.pipeline.backends.numba.kernels.walk import backward, clear, forward, weight
+from analysis.select.lanes.arith import LANES, lin_add
+from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.steps import backward, clear, forward, weight
 
 __all__ = ["candidates"]
 

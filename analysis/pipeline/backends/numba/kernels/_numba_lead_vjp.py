@@ -22,10 +22,10 @@ depth first, each step's input kept: a tape) and then its transpose in reverse o
   ``m = 0`` up; ``dL/df = Gbar`` at the end (the trainable count thresholds).
 
 A transposed forward step is the walk's backward step and the reverse
-(:func:`~analysis.pipeline.backends.numba.kernels.walk.forward`,
-:func:`~analysis.pipeline.backends.numba.kernels.walk.backward`), a pattern's derivative its inner
-sum (:func:`~analysis.pipeline.backends.numba.kernels.walk.weight`): the steps of
-:mod:`~analysis.pipeline.backends.numba.kernels.walk`, values only. Cost: about three value
+(:func:`~analysis.select.lanes.steps.forward`,
+:func:`~analysis.select.lanes.steps.backward`), a pattern's derivative its inner
+sum (:func:`~analysis.select.lanes.steps.weight`): the steps of
+:mod:`~analysis.select.lanes.steps`, values only. Cost: about three value
 walks of the candidates, whatever the number of parameters; memory per block, the tape
 ``(ops, S)`` (``ops`` at most twice the tuples and their prefixes of the busiest event).
 Outputs per object and per event (no sums): blocks and threads change no bit.
@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, njit
-from analysis.pipeline.backends.numba.kernels.walk import backward, forward, weight
+from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.steps import backward, forward, weight
 
 __all__ = ["lead_vjp"]
 

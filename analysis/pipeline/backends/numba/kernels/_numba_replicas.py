@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import njit
+from analysis.select.lanes.policy import njit
 
 __all__ = ["replica_lanes", "replica_selected", "replica_totals"]
 

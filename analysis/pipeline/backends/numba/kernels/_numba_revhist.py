@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import njit
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
+from analysis.select.lanes.policy import njit
 
 __all__ = ["entry_cotangents"]
 

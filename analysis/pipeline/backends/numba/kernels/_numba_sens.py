@@ -14,7 +14,7 @@ affine in object ``j``'s pattern probabilities ``pi_jp`` together (``F_j`` and
 
     dP/dpi_jp = H_jp = sum_k F_j[k] G_{j+1}[tgt(p, k)]            (exact)
 
-(the inner sum of an object weight, :func:`~analysis.pipeline.backends.numba.kernels.walk.weight`),
+(the inner sum of an object weight, :func:`~analysis.select.lanes.steps.weight`),
 and the objects' weights in set ``s`` are ``sum_{p holds s} pi_jp H_jp``; the host
 chains ``H`` to the set probabilities (:mod:`analysis.pipeline.backends.numba._fastsens`).
 """
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import njit
-from analysis.pipeline.backends.numba.kernels.walk import (
+from analysis.select.lanes.policy import njit
+from analysis.select.lanes.steps import (
     backward,
     clear,
     forward,
@@ -55,7 +55,7 @@ def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint, ma
     with ``pi cw``)`` (forward, stored), ``lam_n = 0``, ``lam_j = A_j^T lam_{j+1} +
     (G_{j+1}'s step with ``pi cw``)`` (backward), and ``dL/dpi_jp = sum_k (F_j[k]
     lam_{j+1}[tgt(p, k)] + mu_j[k] G_{j+1}[tgt(p, k)]) + cw_jp H_jp``: the steps of
-    :mod:`~analysis.pipeline.backends.numba.kernels.walk`. The steps of
+    :mod:`~analysis.select.lanes.steps`. The steps of
     :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` for values (the
     same order of terms: the same ``P``)."""
     n_ev = pe.shape[0]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.pipeline.backends.numba.kernels._jit import inline
+from analysis.select.lanes.policy import inline
 
 __all__ = ["bin_probabilities", "hard_bin"]
 

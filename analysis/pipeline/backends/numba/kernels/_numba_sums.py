@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._jit import njit, specialise_on
+from analysis.select.lanes.policy import njit, specialise_on
 
 __all__ = ["block_sums", "event_lane"]
 

@@ -1,5 +1,5 @@
-"""The walk's layouts of variants in :mod:`analysis.pipeline.backends.numba.kernels.lanes`' lanes: one
-variant or a pair in :data:`~analysis.pipeline.backends.numba.kernels.lanes.LANES` lanes, or two pairs
+"""The walk's layouts of variants in :mod:`analysis.select.lanes.arith`' lanes: one
+variant or a pair in :data:`~analysis.select.lanes.arith.LANES` lanes, or two pairs
 in two pages ``(2, LANES)`` (the histogram walk's four variants,
 :mod:`~analysis.pipeline.backends.numba.kernels._numba_hist`); each helper specialised at compile time on
 the layout of the arrays it is given.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from numba import types
 
-from analysis.pipeline.backends.numba.kernels._jit import specialise_on
-from analysis.pipeline.backends.numba.kernels.lanes import LANES, _pages
+from analysis.select.lanes.arith import LANES, _pages
+from analysis.select.lanes.policy import specialise_on
 
 __all__ = ["any_lane", "coefficients", "first_page", "lane_shape", "table_pair",
            "unit"]

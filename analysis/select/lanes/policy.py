@@ -1,8 +1,11 @@
-"""The one compilation policy of the numba kernels: every kernel module decorates with these.
+"""The one compilation policy of the numba kernels: every numba loop of the package
+(the pipeline's kernels, the one-set walk of :mod:`analysis.select.chainwalk`) decorates
+with these.
 
 - :data:`njit`: a compiled loop. ``cache=True`` (machine code kept on disk beside the
   sources, guarded by :mod:`analysis.pipeline.backends.numba._numba_cache`, which drops it
-  when any module of this folder changes, this one included); ``nogil=True`` (the host
+  when any module of the kernels' folder or of :mod:`analysis.select.lanes` changes,
+  this one included); ``nogil=True`` (the host
   runs blocks of events on threads: :mod:`analysis.pipeline.backends.numba._fastpool`);
   ``fastmath=False`` (no reassociation: the floats are the ones the docstrings' order of
   operations gives, the same for any block size or thread count; the tests compare
@@ -26,11 +29,11 @@
   inlined): the walk's steps are written once over "lane vectors" and compiled per
   caller into the variant with tangents (a vector is an array of lanes) or the one for
   values only (a vector is a number:
-  :mod:`analysis.pipeline.backends.numba.kernels.lanes`); :func:`specialise_on` the same
+  :mod:`analysis.select.lanes.arith`); :func:`specialise_on` the same
   from a stub and the implementations per kind of one argument.
 
-A kernel module imports only numpy, numba, math and the modules of this folder
-(``tests/pipeline/backends/numba/test_kernel_imports.py``).
+A kernel module imports only numpy, numba, math, the modules of its folder and those of
+:mod:`analysis.select.lanes` (``tests/pipeline/backends/numba/test_kernel_imports.py``).
 """
 
 from __future__ import annotations
@@ -38,25 +41,39 @@ from __future__ import annotations
 import numba
 from numba.extending import overload
 
-__all__ = ["compiled", "elementwise", "inline", "njit", "specialise", "specialise_on",
-           "vectorised"]
+__all__ = ["POLICY", "add_cache_hook", "compiled", "elementwise", "inline", "njit", "specialise",
+           "specialise_on", "vectorised"]
 
-_POLICY = {"cache": True, "nogil": True, "fastmath": False}
-#: Called with each kernel's numba cache as it is decorated: the backend's package adds
-#: ``_numba_cache.install`` (loads without numba's registries, checked cache files)
-#: before any kernel module is imported (a kernel module imports no module outside this
-#: folder).
+#: numba's options of every loop (module docstring); own processors' FFI callbacks
+#: (:mod:`analysis.select.singlekernels`) compile with them too.
+POLICY = {"cache": True, "nogil": True, "fastmath": False}
+#: Called with each kernel's numba cache: the pipeline's numba package adds
+#: ``_numba_cache.install`` (loads without numba's registries, checked cache files) by
+#: :func:`add_cache_hook`, which also applies it to the kernels decorated before (a
+#: module of this package may be imported first, by own processors).
 CACHE_HOOKS: list = []
+# The caches of the kernels decorated so far (a hook added later is applied to them).
+_CACHES: list = []
+
+
+def add_cache_hook(hook) -> None:
+    """Call ``hook`` with the numba cache of every kernel decorated so far and of each one
+    decorated later (once: a hook already added is not added again)."""
+    if hook not in CACHE_HOOKS:
+        CACHE_HOOKS.append(hook)
+        for cache in _CACHES:
+            hook(cache)
 
 
 def _policy(**options):
-    """numba's ``njit`` with :data:`_POLICY` and ``options``; each of
+    """numba's ``njit`` with :data:`POLICY` and ``options``; each of
     :data:`CACHE_HOOKS` is called with the kernel's numba cache (``None`` where it has
     none)."""
-    decorate = numba.njit(**_POLICY, **options)
+    decorate = numba.njit(**POLICY, **options)
 
     def apply(fn):
         kernel = decorate(fn)
+        _CACHES.append(getattr(kernel, "_cache", None))
         for hook in CACHE_HOOKS:
             hook(getattr(kernel, "_cache", None))
         return kernel
@@ -74,7 +91,7 @@ def specialise(stub):
     primitive and documents it): called by numba with the arguments' types, it returns
     the implementation for those types (``numba.extending.overload``, inlined at numba's
     IR level, compiled with this policy)."""
-    return overload(stub, inline="always", jit_options=_POLICY)
+    return overload(stub, inline="always", jit_options=POLICY)
 
 
 def specialise_on(arg: str, *cases):
@@ -124,7 +141,7 @@ def compiled(kernel, args: tuple):
     before the thread pool runs it. numba's pass managers read the setting at each
     compilation, so switching it on around this call is local to the functions compiled
     inside. Once per kind of arguments (:func:`_kinds`: the walk of
-    :mod:`~analysis.pipeline.backends.numba.kernels._numba_hist` takes one variant or a
+    :mod:`analysis.pipeline.backends.numba.kernels._numba_hist` takes one variant or a
     pair, or two pairs in pages, each its own version); a call with arguments of the
     same kinds but other types would compile a version without it (the same results,
     slower): the kernel's callers build its arguments with fixed dtypes."""

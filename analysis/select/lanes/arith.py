@@ -1,55 +1,56 @@
-"""The lane arithmetic of the numba kernels (float64), and its primitives over lane vectors.
+"""The lane arithmetic of every numba loop (float64), and its primitives over lane vectors.
 
 Every differentiated quantity is a vector of :data:`LANES` lanes: lane 0 the value, lanes
 1..P its tangents (one per trainable parameter, padded with zeros), or two variants of 4
 lanes side by side (:func:`lin_add2`). The product rule of ``a x`` with both in lanes is
-``a_0 x + x_0 a``; every operation below is written out over the 8 lanes with every
-load before the first store, so that LLVM's SLP vectorizer (on where the loops are
-compiled: :func:`analysis.pipeline.backends.numba.kernels._jit.compiled`) packs it into a
-few vector operations (a loop over the lanes that stores as it goes is left scalar: the
-output might alias the inputs). The same operations in the same order as the loops
-written with a lane loop: the same floats.
+``a_0 x + x_0 a``; every operation below is written out over the lanes with every load
+before the first store (of each half of four: :func:`_both4`), so that LLVM's SLP
+vectorizer (on where the loops are compiled: :func:`analysis.select.lanes.policy.compiled`)
+packs it into a few vector operations (a loop over the lanes that stores as it goes is
+left scalar: the output might alias the inputs). The same operations in the same order
+as the loops written with a lane loop: the same floats.
 
-The walk's steps (:mod:`analysis.pipeline.backends.numba.kernels.walk`) are written once
-over *lane vectors* with the primitives below (:func:`mul_add`, :func:`dot_zero`,
-:func:`dot_add`, :func:`dot_end`, :func:`vec_zero`, :func:`vec_axpy`, :func:`zero_at`), each
-specialised at compile time on its arguments' types
-(:func:`analysis.pipeline.backends.numba.kernels._jit.specialise_on`):
-a lane vector that is an array of :data:`LANES` is a value with its tangents (the product
-rule, two variants side by side with ``h = 4``); one that is a number is a value alone,
-and the primitive is the same operation without the tangent terms (which add exact zeros
-to lane 0: the same floats as lane 0 of the tangent variant). So one step's source gives
-the variant with tangents and the one for values only; which one a kernel gets follows
-from the arrays it passes (``(states, LANES)`` or ``(states,)``). Four lanes (one
-variant of at most 3 tangents: the event sums' kernel,
-:mod:`~analysis.pipeline.backends.numba.kernels._numba_esum`) where the tangents are 4
-numbers (a tuple, read once into registers) and a sum's ``inner`` a tuple of 4: the
-same operations on lanes 0-3 (rows of ``(states, >= 4)`` arrays, read by element:
-:mod:`~analysis.pipeline.backends.numba.kernels.lane_rows`). A lane vector of two
-pages ``(2, LANES)`` (the histogram walk's four variants: two pairs,
-:mod:`~analysis.pipeline.backends.numba.kernels._numba_hist`) is each page's pair
+The walk's steps (:mod:`analysis.select.lanes.steps`) are written once over *lane
+vectors* with the primitives below, each specialised at compile time on its arguments'
+types (:func:`analysis.select.lanes.policy.specialise_on`): a lane vector that is an
+array of :data:`LANES` is a value with its tangents (the product rule, two variants side
+by side with ``h = 4``); one that is a number is a value alone, and the primitive is the
+same operation without the tangent terms (which add exact zeros to lane 0: the same
+floats as lane 0 of the tangent variant). So one step's source gives the variant with
+tangents and the one for values only; which one a kernel gets follows from the arrays
+it passes (``(states, LANES)`` or ``(states,)``). Four lanes (:data:`QUAD`: one variant
+of at most 3 tangents, half the work: the event sums' kernel,
+``analysis.pipeline.backends.numba.kernels._numba_esum``, and own processors' kernels)
+where the tangents are 4 numbers (a tuple, read once into registers) and a sum's
+``inner`` a tuple of 4: the same operations on lanes 0-3 (rows of ``(states, >= 4)``
+arrays, read by element: the ``row_`` primitives). A lane vector of two pages ``(2,
+LANES)`` (the histogram walk's four variants: two pairs,
+``analysis.pipeline.backends.numba.kernels._numba_hist``) is each page's pair
 arithmetic, by element (a row view of a page in the walk's innermost loop would cost a
-reference count each time); :func:`registers` and the walk's own layout helpers
-(:mod:`~analysis.pipeline.backends.numba.kernels.lane_layouts`) are specialised on it the
+reference count each time); :func:`registers` and the walk's layout helpers
+(``analysis.pipeline.backends.numba.kernels.lane_layouts``) are specialised on it the
 same way, and a kernel's buffers and outputs on whether it has tangents
-(:mod:`~analysis.pipeline.backends.numba.kernels.lane_buffers`).
+(:mod:`analysis.select.lanes.buffers`).
 """
 
 from __future__ import annotations
 
 from numba import types
 
-from analysis.pipeline.backends.numba.kernels._jit import inline, specialise, specialise_on
+from analysis.select.lanes.policy import inline, specialise, specialise_on
 
 __all__ = [
-    "LANES", "axpy", "dot_add", "dot_end", "dot_zero", "lin", "lin_add", "lin_add2", "mul_add",
-    "registers", "vec_axpy", "vec_zero", "zero_at",
+    "LANES", "QUAD", "axpy", "clear_at", "dot_add", "dot_end", "dot_zero", "lin", "lin_add",
+    "lin_add2", "mul_add", "registers", "row_both", "row_dot_add", "row_mul_add", "row_out",
+    "vec_axpy", "vec_zero", "zero_at",
 ]
 
 # Lanes of every differentiated quantity: lane 0 the value, lanes 1..P the tangents
 # (padded with zeros): loops of a constant trip count, which LLVM vectorises. Plans with
 # more than LANES - 1 trainable parameters run in blocks of them (numba/blocks.py).
 LANES = 8
+#: Lanes of the narrow variant: the value and up to ``QUAD - 1`` tangents.
+QUAD = 4
 
 
 @inline
@@ -289,7 +290,115 @@ def _zero_one(out, t):
     out[t] = 0.0
 
 
+@inline
+def _set_one(out, t, v):
+    out[t] = v
+
+
 @specialise_on("out", (lambda t: t.ndim == 2, _zero_row), _zero_one)
 def zero_at(out, t):
     """``out[t] = 0`` (every lane of a ``(states, LANES)`` array; one number of a
     ``(states,)`` one)."""
+
+
+# --- rows of lane arrays: an array and a row index instead of the row ----------------------
+# Four lanes (tangents ``d`` or a sum's accumulator a tuple of 4 numbers) read and written
+# by element; every other form the primitive above on the row.
+
+def _mul_add_four(out, t, a, a_hi, X, k, h, d):
+    b = X[k, 0]
+    x0, x1, x2, x3 = X[k, 0], X[k, 1], X[k, 2], X[k, 3]
+    o0, o1, o2, o3 = out[t, 0], out[t, 1], out[t, 2], out[t, 3]
+    out[t, 0], out[t, 1], out[t, 2], out[t, 3] = (
+        o0 + (a * x0 + b * d[0]), o1 + (a * x1 + b * d[1]), o2 + (a * x2 + b * d[2]),
+        o3 + (a * x3 + b * d[3]))
+
+
+def _mul_add_row(out, t, a, a_hi, X, k, h, d):
+    mul_add(out, t, a, a_hi, X[k], h, d)
+
+
+@specialise_on("d", (_four, _mul_add_four), _mul_add_row)
+def row_mul_add(out, t, a, a_hi, X, k, h, d):
+    """:func:`mul_add` of row ``k`` of ``X``, ``out[t] += a X[k] + X[k, 0] d``; four lanes
+    (``d`` a tuple of 4) by element, ``out[t, 0:4]`` (the event sums' rows are 4 wide)."""
+
+
+def _dot_add_four(acc, X, k, Y, t, h):
+    a, b = Y[t, 0], X[k, 0]
+    return (acc[0] + (a * X[k, 0] + b * Y[t, 0]), acc[1] + (a * X[k, 1] + b * Y[t, 1]),
+            acc[2] + (a * X[k, 2] + b * Y[t, 2]), acc[3] + (a * X[k, 3] + b * Y[t, 3]))
+
+
+@specialise_on("acc", (_four, _dot_add_four),
+               lambda acc, X, k, Y, t, h: dot_add(acc, X[k], Y[t], h))
+def row_dot_add(acc, X, k, Y, t, h):
+    """:func:`dot_add` of rows ``X[k]`` and ``Y[t]``; four lanes (``acc`` a tuple of 4) by
+    element, as :func:`row_mul_add` (``acc_r + (Y[t, 0] X[k, r] + X[k, 0] Y[t, r])``)."""
+
+
+def _clear_four(out, t, d):
+    out[t, 0] = out[t, 1] = out[t, 2] = out[t, 3] = 0.0
+
+
+@specialise_on("d", (_four, _clear_four), lambda out, t, d: zero_at(out, t))
+def clear_at(out, t, d):
+    """``out[t] = 0`` in the lanes the tangents ``d`` give: four where ``d`` is a tuple of
+    4, else :func:`zero_at`."""
+
+
+# --- the chain's two terms of a state (analysis.select.chainwalk): one store -------------
+
+@inline
+def _both4(out, t, r, a, X, k, b, Y, i, d0, d1, d2, d3):
+    """Lanes ``r .. r + 3`` of :func:`row_both`, every load before the stores."""
+    u, v = -X[k, 0], Y[i, 0]
+    x0, x1, x2, x3 = X[k, r], X[k, r + 1], X[k, r + 2], X[k, r + 3]
+    y0, y1, y2, y3 = Y[i, r], Y[i, r + 1], Y[i, r + 2], Y[i, r + 3]
+    out[t, r], out[t, r + 1], out[t, r + 2], out[t, r + 3] = (
+        (a * x0 + u * d0) + (b * y0 + v * d0), (a * x1 + u * d1) + (b * y1 + v * d1),
+        (a * x2 + u * d2) + (b * y2 + v * d2), (a * x3 + u * d3) + (b * y3 + v * d3))
+
+
+def _both_four(out, t, a, X, k, b, Y, i, d):
+    _both4(out, t, 0, a, X, k, b, Y, i, d[0], d[1], d[2], d[3])
+
+
+def _both_lanes(out, t, a, X, k, b, Y, i, d):
+    _both4(out, t, 0, a, X, k, b, Y, i, d[0], d[1], d[2], d[3])
+    _both4(out, t, 4, a, X, k, b, Y, i, d[4], d[5], d[6], d[7])
+
+
+@specialise_on("d", (_four, _both_four), (_lanes, _both_lanes),
+               lambda out, t, a, X, k, b, Y, i, d: _set_one(out, t, a * X[k] + b * Y[i]))
+def row_both(out, t, a, X, k, b, Y, i, d):
+    """``out[t] = (a X[k] - X[k, 0] d) + (b Y[i] + Y[i, 0] d)``: two patterns' terms of
+    one state (an object out with ``a = 1 - q``, in with ``b = q``; ``d = q'``) summed
+    in registers, one store (:func:`mul_add` twice into a cleared row: the same floats,
+    but each term waits on the other's store); four lanes where ``d`` is a tuple of 4;
+    values ``a X[k] + b Y[i]``."""
+
+
+@inline
+def _out4(out, t, r, a, X, k, d0, d1, d2, d3):
+    """Lanes ``r .. r + 3`` of :func:`row_out`, every load before the stores."""
+    u = -X[k, 0]
+    x0, x1, x2, x3 = X[k, r], X[k, r + 1], X[k, r + 2], X[k, r + 3]
+    out[t, r], out[t, r + 1], out[t, r + 2], out[t, r + 3] = (
+        a * x0 + u * d0, a * x1 + u * d1, a * x2 + u * d2, a * x3 + u * d3)
+
+
+def _out_four(out, t, a, X, k, d):
+    _out4(out, t, 0, a, X, k, d[0], d[1], d[2], d[3])
+
+
+def _out_lanes(out, t, a, X, k, d):
+    _out4(out, t, 0, a, X, k, d[0], d[1], d[2], d[3])
+    _out4(out, t, 4, a, X, k, d[4], d[5], d[6], d[7])
+
+
+@specialise_on("d", (_four, _out_four), (_lanes, _out_lanes),
+               lambda out, t, a, X, k, d: _set_one(out, t, a * X[k]))
+def row_out(out, t, a, X, k, d):
+    """The "out" term of :func:`row_both` alone: ``out[t] = a X[k] - X[k, 0] d``; values
+    ``a X[k]``."""

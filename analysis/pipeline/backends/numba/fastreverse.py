@@ -83,6 +83,7 @@ from analysis.pipeline.backends.numba._fasttables import (
     _tables,
     _targets,
     chain,
+    offsets,
     one_sided,
 )
 from analysis.pipeline.layout import ChunkColumns
@@ -181,19 +182,8 @@ def _selection(cols: ChunkColumns, run: Plan, theta: np.ndarray, widths: np.ndar
                ) -> _Selection:
     """The selection of ``run`` (without scores) on ``cols``: per collection offsets and
     fields, per set its own soft cuts, the event weights."""
-    n_ev = int(cols.n_events)
     tab = _tables(run)
-    n_coll = len(tab.collections)
-    coff = np.zeros((n_coll, n_ev + 1), np.int64)
-    base = np.zeros(n_coll + 1, np.int64)
-    flats, max_seq = {}, 0
-    for ci, c in enumerate(tab.collections):
-        counts, flat = cols.collections.get(c, (np.zeros(n_ev, np.int64), {
-            f_: np.zeros(0) for f_ in dict(run.sets.fields).get(c, ())}))
-        flats[c] = flat
-        np.cumsum(np.asarray(counts, dtype=np.int64), out=coff[ci, 1:])
-        base[ci + 1] = base[ci] + coff[ci, -1]
-        max_seq += int(np.max(counts, initial=0))
+    coff, base, flats, max_seq, _ = offsets(cols, tab.collections, run.sets)
     sets = []  # per set (global index): (collection index, cuts, raw values, (s, ds/dt))
     q_of = {}
     for gs, c in enumerate(tab.set_coll):
@@ -373,7 +363,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         if saved is not None:  # a shifted score column: d(f x)/dx = f
             bars[column] = saved + factor * (at[column] - saved)
     if hist is not None:
-        value.update(hist.values())
+        value.update(hist.value)
     # rows asked for (the others are 0)
     live = np.flatnonzero(np.any(cots != 0, axis=1) | bool(reads or hist))
     for entry in vjps:

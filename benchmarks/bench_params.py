@@ -46,7 +46,10 @@ cotangents of every state (what a binned likelihood's gradient reads). The numba
 pullback (:mod:`analysis.pipeline.backends.numba._fastrevhist`) against the JAX sweep
 (:mod:`analysis.pipeline.backends.jax.reverse`) and a value pass of the same plan on
 numba, printed only (no record): run it at a small size, e.g. ``--events 20000
---chunksize 10000``.
+--chunksize 10000``. ``--case reverse-hists-obs``: the same with HT (``sum(jets.pt)``) and the leading
+jet's pT (``jets[0].pt``, in a region) as two more channels' templates
+(:mod:`analysis.pipeline.backends.numba._revhistlead`,
+:mod:`analysis.pipeline.backends.numba._revhistsums`).
 """
 
 from __future__ import annotations
@@ -154,6 +157,19 @@ def hists_config() -> dict:
         {"name": "w", "type": "weight", "up": "MET.pt / 40", "down": "2 - MET.pt / 80"}]
     cfg["likelihood"] = {"channels": {"sr": {"histogram": "jpt"}}}
     cfg["objective"] = {"terms": [{"type": "discovery_significance"}]}
+    return cfg
+
+
+def obs_hists_config() -> dict:
+    """:func:`hists_config` with HT (``sum(jets.pt)``) as a second channel's template and
+    the leading jet's pT (``jets[0].pt``) as a third's, in a region (at least two b-jets)."""
+    cfg = hists_config()
+    cfg["histograms"] += [
+        {"name": "ht", "x": "sum(jets.pt)", "edges": [100.0, 200.0, 300.0, 500.0, 800.0]},
+        {"name": "j0", "x": "jets[0].pt", "edges": [20.0, 50.0, 80.0, 120.0, 200.0, 400.0]}]
+    cfg["likelihood"]["channels"]["ht"] = {"histogram": "ht"}
+    cfg["likelihood"]["channels"]["lead"] = {"histogram": "j0", "selection": [
+        {"count": "bjets", "op": ">=", "value": 2}]}
     return cfg
 
 
@@ -326,9 +342,10 @@ def _reverse(cols: list, args, argv, *, observables: bool = False) -> dict:
     return {"ratio": ratio, **extra, "rows": rows}
 
 
-def _reverse_hists(cols: list, args) -> dict:
+def _reverse_hists(cols: list, args, *, obs: bool = False) -> dict:
     """The numba pullback of a histogram-reading payload against the JAX sweep and a
-    value pass (module docstring), printed."""
+    value pass (module docstring), printed; ``obs``: with HT's and the leading jet's
+    templates (:func:`obs_hists_config`)."""
     import jax
 
     from analysis.config.loader import config_from_dict
@@ -337,7 +354,8 @@ def _reverse_hists(cols: list, args) -> dict:
     from analysis.pipeline.request import Request
     from analysis.stats.merge import is_state
 
-    config = config_from_dict(hists_config(), source="bench_params")
+    config = config_from_dict(obs_hists_config() if obs else hists_config(),
+                              source="bench_params")
     plan = build_plan(config)
     theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
     widths = np.array(initial_widths(config))
@@ -367,7 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-record", action="store_true", help="print only")
     ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-observables",
-                                       "reverse-hists"),
+                                       "reverse-hists", "reverse-hists-obs"),
                     default="all", help="12 vs 4 parameters, the reverse step vs values, "
                     "both (all), the reverse step reading HT and jets[0].pt vs values and "
                     "the JAX sweep, or a histogram-reading pullback vs the JAX sweep")
@@ -383,8 +401,8 @@ def main(argv: list[str] | None = None) -> dict:
         out["reverse"] = _reverse(cols, args, argv)
     if args.case == "reverse-observables":  # not in "all": the JAX sweep takes minutes
         out["reverse_observables"] = _reverse(cols, args, argv, observables=True)
-    if args.case == "reverse-hists":
-        out["reverse_hists"] = _reverse_hists(cols, args)
+    if args.case in ("reverse-hists", "reverse-hists-obs"):
+        out["reverse_hists"] = _reverse_hists(cols, args, obs=args.case.endswith("obs"))
     return out
 
 

@@ -254,10 +254,10 @@ def run(cut):
 out = jax.jit(run)(jnp.asarray(30.0))
 import sys
 from analysis.select import singlekernels as k
-handlers = (k._primal_handler, k._tangent_handler, k._cotangent_handler)
 print(json.dumps({"values": [float(x) for x in out],
                   "hits": events.count("/jax/compilation_cache/cache_hits"),
-                  "kernel_hits": sum(h.cache_hits for h in handlers),
+                  "handlers": sorted(k.HANDLERS),
+                  "kernel_hits": sum(h.cache_hits for h in k.HANDLERS.values()),
                   "registries": "numba.np.arraymath" in sys.modules}))
 """
 
@@ -280,3 +280,9 @@ def test_a_program_of_the_kernels_is_loaded_from_jax_s_cache_in_a_new_process(
     # the handlers' machine code from numba's cache without numba's registries (1.2-1.7 s
     # of the first gradient pass of a new process: analysis._compat.numba.cached_cfunc)
     assert runs[1]["kernel_hits"] == 3 and not runs[1]["registries"]
+    # only the handlers the program traces were made (compiled on first use), at its three
+    # states: the values, one tangent (four lanes) and its transpose (jax's linear_call
+    # traces it with the tangent, though forward mode does not call it)
+    assert runs[0]["handlers"] == runs[1]["handlers"] == [
+        "diffcoffea_single_cotangent_s3", "diffcoffea_single_primal_s3",
+        "diffcoffea_single_tangent_s3_l4"]

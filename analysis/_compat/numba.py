@@ -2,8 +2,8 @@
 function or class.
 
 numba has no public API for what the package does here: load a kernel's cached machine
-code without refreshing numba's registries (:class:`FastLoadCache`, also for a C callback:
-:func:`cached_cfunc`), check its cache
+code without refreshing numba's registries and key it by LLVM's SLP setting too
+(:class:`FastLoadCache`, also for a C callback: :func:`cached_cfunc`), check its cache
 files before unpickling them (a subclass of :func:`cache_file_class`), start numba's
 extensions and runtime on a thread of its own (:func:`compiler_lock`,
 :func:`initialise_runtime` and the entry points' flag). Nothing else in ``analysis`` or
@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numba
 from numba.core.caching import FunctionCache, IndexDataCacheFile
 
 from analysis._compat import CompatError, lookup
@@ -52,6 +53,8 @@ PRIVATE: dict[str, tuple[str, str, str]] = {
                                     "FastLoadCache's fallback"),
     "FunctionCache._load_overload": ("numba.core.caching", "FunctionCache._load_overload",
                                      "FastLoadCache: the load without the registries"),
+    "Cache._index_key": ("numba.core.caching", "Cache._index_key",
+                         "FastLoadCache: the cache's key, with the SLP vectorizer's setting"),
     "FunctionCache._guard_against_spurious_io_errors": (
         "numba.core.caching", "FunctionCache._guard_against_spurious_io_errors",
         "FastLoadCache: numba's own guard around a load"),
@@ -145,7 +148,18 @@ class FastLoadCache(FunctionCache):
     first step), so a miss compiles as before. A load that fails in any way is done
     again numba's own way (registries first), so a numba whose internals differ loads
     as slowly as before, not wrongly. The machine code is the same either way: results
-    do not change."""
+    do not change.
+
+    Its key of a cached version (numba's: the signature, the CPU and the source's
+    bytecode) also holds whether LLVM's SLP vectorizer is on (``numba.config.SLP_VECTORIZE``,
+    read by numba at each compilation): the kernels compile with it on
+    (``analysis.select.lanes.policy.compiled``,
+    ``analysis.select.singlekernels``), a test that calls one directly without it, and
+    numba's key alone made later runs load that slower machine code (the same floats,
+    ~15 % slower); each setting now has its own entry."""
+
+    def _index_key(self, sig, codegen):
+        return (*super()._index_key(sig, codegen), ("slp", bool(numba.config.SLP_VECTORIZE)))
 
     def load_overload(self, sig, target_context):
         try:

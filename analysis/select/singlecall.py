@@ -62,7 +62,8 @@ def available() -> bool:
     Returns
     -------
     bool
-        The kernels are registered with XLA and ``linear_call`` composes with
+        JAX can register the kernels with XLA (each is made on first use:
+        :func:`analysis.select.singlekernels.target`) and ``linear_call`` composes with
         ``jax.vmap`` (:func:`analysis._compat.jax.linear_call_rules`); otherwise the
         callers run the dense recursion.
     """
@@ -111,22 +112,23 @@ def _sds(*shape: int) -> jax.ShapeDtypeStruct:
 
 
 def _primal_cpu(q, f, off, ev):  # noqa: ANN001, ANN202
-    kernels.register()  # traced for the CPU: the handlers exist before it runs
-    call = jax.ffi.ffi_call(kernels.PRIMAL, (_sds(*q.shape), _sds(off.shape[0] - 1)))
+    # traced for the CPU: the handler exists (made now, on first use) before it runs
+    name = kernels.target("primal", f.shape[0])
+    call = jax.ffi.ffi_call(name, (_sds(*q.shape), _sds(off.shape[0] - 1)))
     return tuple(call(q, f, off.astype(jnp.int64)))
 
 
 def _tangent_cpu(q, f, off, ev, dq, df):  # noqa: ANN001, ANN202
-    kernels.register()  # traced for the CPU: the handlers exist before it runs
     b = dq.shape[0]
-    call = jax.ffi.ffi_call(kernels.TANGENT, (_sds(b, q.shape[0]), _sds(b, off.shape[0] - 1)))
+    name = kernels.target("tangent", f.shape[0], b)
+    call = jax.ffi.ffi_call(name, (_sds(b, q.shape[0]), _sds(b, off.shape[0] - 1)))
     return tuple(call(q, f, off.astype(jnp.int64), dq, df))
 
 
 def _cotangent_cpu(q, f, off, ev, cw, cp):  # noqa: ANN001, ANN202
-    kernels.register()  # traced for the CPU: the handlers exist before it runs
     b = cw.shape[0]
-    call = jax.ffi.ffi_call(kernels.COTANGENT, (_sds(b, q.shape[0]), _sds(b, f.shape[0])))
+    name = kernels.target("cotangent", f.shape[0], b)
+    call = jax.ffi.ffi_call(name, (_sds(b, q.shape[0]), _sds(b, f.shape[0])))
     return tuple(call(q, f, off.astype(jnp.int64), cw, cp))
 
 

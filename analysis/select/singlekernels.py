@@ -6,19 +6,22 @@ Each handler is a numba ``cfunc`` with XLA's typed FFI signature
 buffers from the call frame (data pointer, rank, dimensions), runs a compiled loop over
 the events and returns NULL (success). No Python runs while XLA calls it (not a
 ``jax.pure_callback``), so a program that calls it is a plain executable: JAX's
-persistent compilation cache keeps it (it refuses host callbacks); the targets are
-registered by name when a program that calls them is lowered for the CPU
-(:func:`register`, once per process). Their machine code loads from numba's cache
-without numba's registries (:func:`analysis._compat.numba.cached_cfunc`): the first
-gradient pass of a new process imports this module.
+persistent compilation cache keeps it (it refuses host callbacks). A handler is made
+per kernel, count of states and lane width, the first time a program that calls it is
+lowered for the CPU (:func:`target`: compiled, or loaded from numba's cache without
+numba's registries, :func:`analysis._compat.numba.cached_cfunc`, and registered by its
+own name): a pass compiles only what it calls (with an empty numba cache, an own
+processor's first gradient pass compiled every variant up front: 16 copies of the walk,
+~60 s of CPU; now two or three).
 
 The loops are those of :func:`analysis.select._single.dense_weights` per event, over
 its own objects only (no padded slots): forward distributions ``F_j``, value functions
 ``G_j``, ``w_j = q_j sum_k F_j(k) G_{j+1}(min(k + 1, cap))``, ``P = G_0(0)``. Values
 and tangents are the one-set walk the YAML engine runs too
 (:func:`analysis.select.chainwalk.walk_events`): the tangent kernel carries ``B`` lanes
-(``jax.jacfwd``'s parameters) in blocks of ``LANES - 1``; the cotangent kernel runs the
-adjoint recursions (reverse mode) for ``B`` lanes on the walk's forward steps. Compiled
+(``jax.jacfwd``'s parameters) in blocks of ``QUAD - 1`` or ``LANES - 1``; the cotangent
+kernel runs the adjoint recursions (reverse mode) for ``B`` lanes on the walk's forward
+steps. Compiled
 code here inlines ``chainwalk.py``: both files key its cache
 (:func:`analysis._compat.numba.keyed_by`).
 """
@@ -26,14 +29,16 @@ code here inlines ``chainwalk.py``: both files key its cache
 from __future__ import annotations
 
 import ctypes
+import threading
 import warnings
+from typing import Any
 
 import numba as nb
 import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from analysis._compat.numba import cached_cfunc, keyed_by
+from analysis._compat.numba import cached_cfunc, use_fast_load
 from analysis.select import chainwalk
 from analysis.select.chainwalk import walk_events
 from analysis.select.lanes.arith import LANES, QUAD
@@ -44,37 +49,48 @@ from analysis.select.softprograms import FFI_TARGETS
 
 __all__: list[str] = []
 
-#: FFI target names (one per kernel) and the registered state.
+#: FFI target names' stems (one per kernel; :func:`variant` adds the specialisation).
 PRIMAL, TANGENT, COTANGENT = FFI_TARGETS
+#: Whether JAX can register FFI targets (:func:`register`; empty: not asked yet).
 _REGISTERED: list[bool] = []
+#: The handlers made in this process, by FFI target name (:func:`target`).
+HANDLERS: dict[str, Any] = {}
+_LOCK = threading.Lock()
+#: Counts of states that a handler takes as a compile-time constant (every state stepped,
+#: loops LLVM unrolls); other counts share one handler per kernel (and lane width).
+CONSTANT_STATES = (2, 3, 4)
 
 #: Compiled code here inlines :mod:`analysis.select.chainwalk` (the walk): numba keys its
 #: cache by this file alone, so both files key it (a change to the walk recompiles).
 _WALK = chainwalk.SOURCES
 
 
-def _loop(fn):  # noqa: ANN001, ANN202
-    """A kernel loop (the walk's policy), cached under both sources."""
-    kernel = nb.njit(**_POLICY)(fn)
-    keyed_by(kernel._cache, _WALK)
-    return kernel
-
-
-def _handler(fn):  # noqa: ANN001, ANN202
-    """An FFI handler (compiled, or loaded, now), cached under both sources, compiled with
+def _compiled(fn):  # noqa: ANN001, ANN202
+    """An FFI handler, compiled (or loaded) now, cached under both sources, compiled with
     LLVM's SLP vectorizer on (numba leaves it off): it packs the walk's lane arithmetic
-    into vector operations (measured, 50k events: tangent of one lane 22 -> 7 ms)."""
+    into vector operations (measured, 50k events: tangent of one lane 22 -> 7 ms); the
+    setting is part of the cache's key (:class:`analysis._compat.numba.FastLoadCache`)."""
     old = nb.config.SLP_VECTORIZE
     nb.config.SLP_VECTORIZE = 1
     try:
         with warnings.catch_warnings():
-            # numba's pedantic IR check notes the loop variables of the walk inlined once
-            # per constant state count (:func:`_walk`) as "not in scope": the code is
-            # right (tests/test_soft_fast_kernels.py checks each count against JAX)
+            # numba's pedantic IR check notes the loop variables of the inlined walk as
+            # "not in scope": the code is right (tests/test_soft_fast_kernels.py checks
+            # each count of states against JAX)
             warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope")
             return cached_cfunc(_SIG, depends=_WALK)(fn)
     finally:
         nb.config.SLP_VECTORIZE = old
+
+
+def _decoder(fn):  # noqa: ANN001, ANN202
+    """A helper called once per kernel call (the call frame's decoding), compiled once
+    and called, not inlined: numba runs its bytecode passes again at every inlined call
+    (~90 here per handler; the three handlers of a first pass 14.7 -> 11.3 s of CPU)."""
+    kernel = nb.njit(cache=True, nogil=True)(fn)
+    use_fast_load(kernel._cache)
+    return kernel
+
 
 # XLA FFI C API constants (xla/ffi/api/c_api.h)
 _EXTENSION_METADATA = 1
@@ -104,18 +120,18 @@ def _addr(typingctx, p):
     return sig, codegen
 
 
-@nb.njit(inline="always")
+@_decoder
 def _word(addr, i):
     """The ``i``-th 8-byte word at ``addr`` (a pointer, a size_t or an int64)."""
     return nb.carray(_ptr(addr + 8 * i), (1,), np.int64)[0]
 
 
-@nb.njit(inline="always")
+@_decoder
 def _int32(addr):
     return nb.carray(_ptr(addr), (1,), np.int32)[0]
 
 
-@nb.njit(inline="always")
+@_decoder
 def _metadata(frame):
     """True when XLA asks for the handler's metadata (at registration): the API version
     written, traits none."""
@@ -130,7 +146,7 @@ def _metadata(frame):
     return False
 
 
-@nb.njit(inline="always")
+@_decoder
 def _buffer(frame, which, i):
     """``(data address, rank, dims address)`` of argument (``which`` 9) or result
     (``which`` 14) ``i``: XLA_FFI_Args.args / XLA_FFI_Rets.rets at those words of the
@@ -139,7 +155,7 @@ def _buffer(frame, which, i):
     return _word(buf, 3), _word(buf, 4), _word(buf, 5)
 
 
-@nb.njit(inline="always")
+@_decoder
 def _f64(frame, which, i, lanes):
     """Buffer ``i`` as a float64 array: 1-d, or 2-d ``(lanes, size)`` when ``lanes``."""
     data, rank, dims = _buffer(frame, which, i)
@@ -148,13 +164,13 @@ def _f64(frame, which, i, lanes):
     return nb.carray(_ptr(data), (b, n), np.float64)
 
 
-@nb.njit(inline="always")
+@_decoder
 def _i64(frame, which, i):
     data, rank, dims = _buffer(frame, which, i)
     return nb.carray(_ptr(data), (_word(dims, 0),), np.int64)
 
 
-@nb.njit(inline="always", **_POLICY)
+@_decoder
 def _longest(off):
     """The largest number of objects of an event (offsets ``off``)."""
     m = 0
@@ -164,31 +180,27 @@ def _longest(off):
 
 
 @nb.njit(inline="always", **_POLICY)
-def _walk(src, off, f, df, pe, ow):
-    """:func:`analysis.select.chainwalk.walk_events` over every event, the number of
-    states a constant for ``S <= 4`` and every state stepped (loops LLVM unrolls; values
-    per 50k events 6.6 -> 3.2 ms, cotangent 13 -> 9 ms; other ``S``: reachable states)."""
-    S, E, M = f.shape[0], off.shape[0] - 1, max(_longest(off), 1)
-    if S == 2:
-        walk_events(src, off, 0, E, f, df, True, M, pe, ow, 1, True)
-    elif S == 3:
-        walk_events(src, off, 0, E, f, df, True, M, pe, ow, 2, True)
-    elif S == 4:
-        walk_events(src, off, 0, E, f, df, True, M, pe, ow, 3, True)
-    else:
-        walk_events(src, off, 0, E, f, df, True, M, pe, ow, S - 1, False)
-
-
-@_loop
-def _primal(q, f, off, w, P):
-    """``w`` (``(N,)``, zero beyond ``off[-1]``) and ``P`` (``(E,)``) of the pass
-    probabilities ``q`` and the pass table ``f`` (values only)."""
-    w[:] = 0.0
-    _walk((q,), off, f, 0.0, P.reshape((P.shape[0], 1)), w.reshape((w.shape[0], 1)))
+def _walk(src, off, f, df, pe, ow, top, full):
+    """:func:`analysis.select.chainwalk.walk_events` over every event on the states ``0 ..
+    top``; ``full``: every state stepped (``top`` a constant of the handler: loops LLVM
+    unrolls; values per 50k events 6.6 -> 3.2 ms, cotangent 13 -> 9 ms), else the
+    reachable states (any ``top``)."""
+    E, M = off.shape[0] - 1, max(_longest(off), 1)
+    walk_events(src, off, 0, E, f, df, True, M, pe, ow, top, full)
 
 
 @nb.njit(inline="always", **_POLICY)
-def _blocks(q, f, off, dq, df, dw, dP, w, P, dfl):
+def _primal(q, f, off, w, P, top, full):
+    """``w`` (``(N,)``, zero beyond ``off[-1]``) and ``P`` (``(E,)``) of the pass
+    probabilities ``q`` and the pass table ``f`` (values only); ``top, full``: as
+    :func:`_walk` (``top = f.shape[0] - 1``)."""
+    w[:] = 0.0
+    _walk((q,), off, f, 0.0, P.reshape((P.shape[0], 1)), w.reshape((w.shape[0], 1)), top,
+          full)
+
+
+@nb.njit(inline="always", **_POLICY)
+def _blocks(q, f, off, dq, df, dw, dP, w, P, dfl, top, full):
     """:func:`_tangent` with the pass table's tangent lanes ``dfl`` (zeros; in a 1-tuple:
     four lanes), in blocks of its width - 1."""
     a = lanes_of(dfl)
@@ -201,7 +213,7 @@ def _blocks(q, f, off, dq, df, dw, dP, w, P, dfl):
         for k in range(f.shape[0]):
             for r in range(width - 1):
                 a[k, 1 + r] = df[b0 + r if df.shape[0] > 1 else 0, k] if r < nb else 0.0
-        _walk((q, dq, b0), off, f, dfl, pe, ow)
+        _walk((q, dq, b0), off, f, dfl, pe, ow, top, full)
         for r in range(nb):
             dw[b0 + r, :n_obj] = ow[:, 1 + r]
             dP[b0 + r, :] = pe[:, 1 + r]
@@ -210,19 +222,17 @@ def _blocks(q, f, off, dq, df, dw, dP, w, P, dfl):
             P[:] = pe[:, 0]
 
 
-@_loop
-def _tangent(q, f, off, dq, df, dw, dP, w, P):
+@nb.njit(inline="always", **_POLICY)
+def _tangent(q, f, off, dq, df, dw, dP, w, P, top, full, dfl):
     """Forward-mode tangents of ``(w, P)`` along ``(dq[b], df[b])`` (``df``: ``(B, S)``,
-    or ``(1, S)`` for every lane) for every lane ``b``, in blocks of ``LANES - 1`` (of
-    ``QUAD - 1`` lanes, half the work, where ``B <= QUAD - 1``); and ``(w, P)`` themselves
-    where ``w`` or ``P`` is not empty (lane 0: the values of :func:`_primal`, bit for bit)."""
+    or ``(1, S)`` for every lane) for every lane ``b``, in blocks of the lanes of ``dfl``
+    (zeros ``(S, LANES)``, or ``(S, QUAD)`` in a 1-tuple: half the work, where ``B <= QUAD
+    - 1``) - 1; and ``(w, P)`` themselves where ``w`` or ``P`` is not empty (lane 0: the
+    values of :func:`_primal`, bit for bit); ``top, full``: as :func:`_walk`."""
     dw[:, :] = 0.0
     if w.shape[0] > 0 or P.shape[0] > 0:
         w[:] = 0.0
-    if dq.shape[0] <= QUAD - 1:
-        _blocks(q, f, off, dq, df, dw, dP, w, P, (np.zeros((f.shape[0], QUAD)),))
-    else:
-        _blocks(q, f, off, dq, df, dw, dP, w, P, np.zeros((f.shape[0], LANES)))
+    _blocks(q, f, off, dq, df, dw, dP, w, P, dfl, top, full)
 
 
 @nb.njit(inline="always", **_POLICY)
@@ -237,7 +247,11 @@ def _distributions(q, a, m, top, F):
 
 
 @nb.njit(inline="always", **_POLICY)
-def _cotangent_s(q, f, off, cw, cP, qb, fb, S):
+def _cotangent(q, f, off, cw, cP, qb, fb, S):
+    """Reverse mode: ``(qb[b], fb[b])`` = the cotangents ``(cw[b], cP[b])`` pulled back
+    through ``(w, P)`` (the transpose of :func:`_tangent`), ``fb`` summed over events;
+    ``S = f.shape[0]`` states (a constant of the handler for ``S <= 4``: LLVM unrolls the
+    loops over the states, 25.7 -> 7.1 ms on 50k events of generated ttbar at ``S = 3``)."""
     cap = S - 1
     B = cw.shape[0]
     qb[:, :] = 0.0
@@ -293,82 +307,147 @@ def _cotangent_s(q, f, off, cw, cP, qb, fb, S):
                 Gb[:] = Gbn
 
 
-@_loop
-def _cotangent(q, f, off, cw, cP, qb, fb):
-    """Reverse mode: ``(qb[b], fb[b])`` = the cotangents ``(cw[b], cP[b])`` pulled back
-    through ``(w, P)`` (the transpose of :func:`_tangent`), ``fb`` summed over events.
-    The number of states ``S`` is a constant for ``S <= 4`` (LLVM unrolls the loops over
-    the states: 25.7 -> 7.1 ms on 50k events of generated ttbar at ``S = 3``)."""
-    S = f.shape[0]
-    if S == 2:
-        _cotangent_s(q, f, off, cw, cP, qb, fb, 2)
-    elif S == 3:
-        _cotangent_s(q, f, off, cw, cP, qb, fb, 3)
-    elif S == 4:
-        _cotangent_s(q, f, off, cw, cP, qb, fb, 4)
-    else:
-        _cotangent_s(q, f, off, cw, cP, qb, fb, S)
-
-
 _SIG = types.voidptr(types.voidptr)
 
 
-@nb.njit(inline="always")
+@_decoder
 def _executing(fa):
     """True when XLA asks the handler to run (not for its metadata, nor another stage)."""
     return not _metadata(fa) and _int32(fa + 32) == _STAGE_EXECUTE
 
 
-# One handler per kernel, each calling only its own kernel (with its specializations).
-# Arguments: ``q, f, offsets`` then (lanes) two inputs; two results.
-@_handler
-def _primal_handler(frame):
-    fa = _addr(frame)
-    if _executing(fa):
-        _primal(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
-                _f64(fa, 14, 0, False)[0], _f64(fa, 14, 1, False)[0])
-    return _ptr(0)
+# One handler per kernel, count of states (a constant for CONSTANT_STATES, else any: top
+# -1) and, for the tangent kernel, lane width; each made on first use (:func:`target`).
+# Arguments: ``q, f, offsets`` then (lanes) two inputs; two results. ``top`` and ``full``
+# are constants of the closure: numba prunes the branches on them before typing (one
+# walk compiled per handler) and LLVM sees the state count as a number.
+def _primal_handler(top: int, width: int):  # noqa: ARG001  (one width: values)
+    full = top >= 0
+
+    def handler(frame):  # noqa: ANN001, ANN202
+        fa = _addr(frame)
+        if _executing(fa):
+            f = _f64(fa, 9, 1, False)[0]
+            _primal(_f64(fa, 9, 0, False)[0], f, _i64(fa, 9, 2), _f64(fa, 14, 0, False)[0],
+                    _f64(fa, 14, 1, False)[0], top if full else f.shape[0] - 1, full)
+        return _ptr(0)
+
+    return handler
 
 
-@_handler
-def _tangent_handler(frame):
-    fa = _addr(frame)
-    if _executing(fa):
-        dw, dP = _f64(fa, 14, 0, True), _f64(fa, 14, 1, True)
-        if _word(fa, 12) == 4:  # XLA_FFI_Rets.size: (dw, dP, w, P), the JVP in one call
-            w, P = _f64(fa, 14, 2, False)[0], _f64(fa, 14, 3, False)[0]
-        else:
-            w, P = dw[0, :0], dP[0, :0]
-        _tangent(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
-                 _f64(fa, 9, 3, True), _f64(fa, 9, 4, True), dw, dP, w, P)
-    return _ptr(0)
+def _tangent_handler(top: int, width: int):
+    full = top >= 0
+    wide = width == LANES
+
+    def handler(frame):  # noqa: ANN001, ANN202
+        fa = _addr(frame)
+        if _executing(fa):
+            dw, dP = _f64(fa, 14, 0, True), _f64(fa, 14, 1, True)
+            if _word(fa, 12) == 4:  # XLA_FFI_Rets.size: (dw, dP, w, P), the JVP in one call
+                w, P = _f64(fa, 14, 2, False)[0], _f64(fa, 14, 3, False)[0]
+            else:
+                w, P = dw[0, :0], dP[0, :0]
+            q, f, off = _f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2)
+            dq, df = _f64(fa, 9, 3, True), _f64(fa, 9, 4, True)
+            t = top if full else f.shape[0] - 1
+            if wide:
+                _tangent(q, f, off, dq, df, dw, dP, w, P, t, full,
+                         np.zeros((f.shape[0], LANES)))
+            else:
+                _tangent(q, f, off, dq, df, dw, dP, w, P, t, full,
+                         (np.zeros((f.shape[0], QUAD)),))
+        return _ptr(0)
+
+    return handler
 
 
-@_handler
-def _cotangent_handler(frame):
-    fa = _addr(frame)
-    if _executing(fa):
-        _cotangent(_f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2),
-                   _f64(fa, 9, 3, True), _f64(fa, 9, 4, True),
-                   _f64(fa, 14, 0, True), _f64(fa, 14, 1, True))
-    return _ptr(0)
+def _cotangent_handler(top: int, width: int):  # noqa: ARG001  (lanes in a loop)
+    full = top >= 0
+
+    def handler(frame):  # noqa: ANN001, ANN202
+        fa = _addr(frame)
+        if _executing(fa):
+            f = _f64(fa, 9, 1, False)[0]
+            _cotangent(_f64(fa, 9, 0, False)[0], f, _i64(fa, 9, 2),
+                       _f64(fa, 9, 3, True), _f64(fa, 9, 4, True),
+                       _f64(fa, 14, 0, True), _f64(fa, 14, 1, True),
+                       top + 1 if full else f.shape[0])
+        return _ptr(0)
+
+    return handler
+
+
+#: kind -> (FFI target name's stem, the handler's maker).
+_KINDS = {"primal": (PRIMAL, _primal_handler), "tangent": (TANGENT, _tangent_handler),
+          "cotangent": (COTANGENT, _cotangent_handler)}
+
+
+def variant(kind: str, states: int, lanes: int = 0) -> tuple[str, int, int]:
+    """``(FFI target name, top, width)`` of ``kind``'s handler for ``states`` count states
+    and ``lanes`` tangent or cotangent lanes: ``top = states - 1`` a constant for
+    :data:`CONSTANT_STATES` (else -1: any); the tangent kernel's lanes in blocks of
+    ``QUAD - 1`` where ``lanes <= QUAD - 1``, else of ``LANES - 1`` (``width`` 0 for the
+    others)."""
+    top = states - 1 if states in CONSTANT_STATES else -1
+    width = (QUAD if lanes <= QUAD - 1 else LANES) if kind == "tangent" else 0
+    name = f"{_KINDS[kind][0]}_s{states if top >= 0 else 'n'}"
+    return (f"{name}_l{width}" if width else name), top, width
+
+
+def target(kind: str, states: int, lanes: int = 0) -> str:
+    """The FFI target of ``kind``'s handler (``"primal"``, ``"tangent"``, ``"cotangent"``)
+    for ``states`` count states and ``lanes`` lanes (:func:`variant`), compiled (or loaded
+    from numba's cache) and registered with XLA on its first use in this process: a pass
+    compiles only the handlers it calls (its lowering for the CPU asks for them).
+
+    Parameters
+    ----------
+    kind : str
+        The kernel.
+    states : int
+        The pass table's length.
+    lanes : int
+        Tangent (cotangent) lanes of the call.
+
+    Returns
+    -------
+    str
+        The target's name, for ``jax.ffi.ffi_call``.
+    """
+    name, top, width = variant(kind, states, lanes)
+    with _LOCK:
+        if name not in HANDLERS:
+            import jax.ffi
+
+            handler = _compiled(_KINDS[kind][1](top, width))
+            jax.ffi.register_ffi_target(name, _capsule(handler.address), platform="cpu")
+            HANDLERS[name] = handler
+    return name
+
+
+def _capsule(address: int) -> object:
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(address, None, None)
 
 
 def register() -> bool:
-    """Register the three handlers as CPU FFI targets (once per process); False where
-    JAX cannot (no FFI support): the callers then run the JAX recursion."""
+    """Whether XLA FFI targets can be registered here (JAX's ``jax.ffi``); False: the
+    callers run the JAX recursion. The handlers themselves are made on first use
+    (:func:`target`).
+
+    Returns
+    -------
+    bool
+        The kernels can run.
+    """
     if not _REGISTERED:
-        ok = True
         try:
             import jax.ffi
 
-            new = ctypes.pythonapi.PyCapsule_New
-            new.restype = ctypes.py_object
-            new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-            for name, fn in ((PRIMAL, _primal_handler), (TANGENT, _tangent_handler),
-                             (COTANGENT, _cotangent_handler)):
-                jax.ffi.register_ffi_target(name, new(fn.address, None, None), platform="cpu")
-        except Exception:  # an older or newer JAX without this FFI registration
+            ok = callable(jax.ffi.register_ffi_target) and callable(jax.ffi.ffi_call)
+        except Exception:  # noqa: BLE001  (an older or newer JAX without this FFI)
             ok = False
         _REGISTERED.append(ok)
     return _REGISTERED[0]

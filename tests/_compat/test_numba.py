@@ -5,6 +5,11 @@ version (``CompatError``'s message)."""
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numba
 import pytest
@@ -12,6 +17,8 @@ from numba.core import caching, codegen
 
 from analysis._compat import CompatError, lookup
 from analysis._compat import numba as cn
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _resolve(name):
@@ -38,7 +45,7 @@ def test_the_subclasses_override_what_numba_calls():
     """FastLoadCache and the checked cache files replace methods that numba calls by
     name: a numba that stops calling them would skip ours silently (slower loads, or
     unchecked files)."""
-    calls = {caching.Cache: ("_load_overload",),
+    calls = {caching.Cache: ("_load_overload", "_index_key"),
              caching.IndexDataCacheFile: ("_load_index", "_save_index", "_load_data",
                                           "_save_data", "_open_for_write", "_dump")}
     for cls, names in calls.items():
@@ -116,3 +123,65 @@ def test_numba_reads_slp_vectorize_when_it_compiles():
     source = inspect.getsource(codegen)
     assert "config.SLP_VECTORIZE" in source, (
         f"numba {numba.__version__}'s code generator no longer reads config.SLP_VECTORIZE")
+
+
+KERNEL = """
+import numba
+
+from analysis._compat.numba import use_fast_load
+
+
+@numba.njit(cache=True)
+def lanes(a, b, out):
+    # straight-line lane arithmetic (no loop for LLVM's loop vectorizer): vector
+    # operations only where the SLP vectorizer packs it
+    a0, a1, a2, a3 = a[0], a[1], a[2], a[3]
+    b0, b1, b2, b3 = b[0], b[1], b[2], b[3]
+    out[0], out[1], out[2], out[3] = a0 * b0 + b1, a1 * b1 + b2, a2 * b2 + b3, a3 * b3 + b0
+
+
+use_fast_load(lanes._cache)
+"""
+
+CHILD = """
+import json, re, sys
+
+import numpy as np
+
+sys.path.insert(0, sys.argv[2])
+import slp_kernel as k
+from analysis.select.lanes import policy
+
+args = (np.arange(4.0), np.ones(4), np.zeros(4))
+if sys.argv[1] == "direct":
+    k.lanes(*args)  # compiled as numba does: the SLP vectorizer off
+else:
+    policy.vectorised(k.lanes, args)  # the kernels' way: on
+hits = sum(k.lanes.stats.cache_hits.values())
+ir = None if hits else k.lanes.inspect_llvm(k.lanes.signatures[0])
+print(json.dumps({"hits": hits, "vector": None if ir is None else
+                  bool(re.search(r"<[0-9]+ x double>", ir))}))
+"""
+
+
+def test_the_slp_setting_is_part_of_the_cache_key(tmp_path):
+    """A kernel first compiled without the SLP vectorizer (a test calling it directly)
+    and then the kernels' way, with it, in new processes sharing one numba cache: the
+    second does not load the first's scalar machine code (numba's key alone gave it),
+    it compiles its own vectorised version; each way then loads its own entry."""
+    (tmp_path / "slp_kernel.py").write_text(KERNEL)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                       os.environ.get("PYTHONPATH")]))}
+
+    def run(way):  # noqa: ANN001, ANN202
+        out = subprocess.run([sys.executable, "-c", CHILD, way, str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert run("direct") == {"hits": 0, "vector": False}
+    assert run("slp") == {"hits": 0, "vector": True}, (
+        f"numba {numba.__version__}: the SLP setting is not in the cache's key")
+    assert run("slp") == {"hits": 1, "vector": None}
+    assert run("direct") == {"hits": 1, "vector": None}

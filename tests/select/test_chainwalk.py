@@ -17,6 +17,7 @@ import pytest
 from analysis.select import chainwalk as cw
 from analysis.select import singlekernels as sk
 from analysis.select.lanes import steps
+from analysis.select.lanes.arith import QUAD
 from analysis.select.lanes.steps import chain_backward, chain_forward
 
 LANES = cw.LANES
@@ -186,12 +187,26 @@ def test_event_walk_equals_enumeration(n, top, want_w):
         assert np.array_equal(p1, p0) and (not want_w or np.array_equal(o1, o0))
 
 
+def _tangent(q, f, off, dq, df, dw, dP, w, P, full=True):
+    """Own processors' tangent kernel as its handler calls it (four lanes for at most
+    ``QUAD - 1`` tangents), the number of states given (``full``) or not."""
+    lanes = (np.zeros((f.size, QUAD)),) if dq.shape[0] <= QUAD - 1 else np.zeros(
+        (f.size, LANES))
+    sk._tangent(q, f, off, dq, df, dw, dP, w, P, f.size - 1, full, lanes)
+
+
+def _primal(q, f, off, w, P, full=True):
+    sk._primal(q, f, off, w, P, f.size - 1, full)
+
+
 @pytest.mark.parametrize("n_lanes", [1, 3, 4, 7, 10])
 def test_own_tangent_kernel_any_number_of_lanes(n_lanes):
     """Own processors' tangent kernel in blocks of LANES - 1 tangents (QUAD - 1 where it
     has at most that many: four lanes): each lane equals the kernel run for that lane
     alone (four lanes; bit for bit) and the derivative of the values by
-    central differences; the values it returns are the primal kernel's."""
+    central differences; the values it returns are the primal kernel's; every state
+    stepped (the handlers' constant state counts) or the reachable ones (any count): the
+    same bits."""
     rng = np.random.default_rng(n_lanes)
     counts = np.array([3, 0, 5, 1, 2])
     off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -201,23 +216,43 @@ def test_own_tangent_kernel_any_number_of_lanes(n_lanes):
     df = rng.normal(size=(n_lanes, f.size))
     dw, dP = np.empty((n_lanes, q.size)), np.empty((n_lanes, counts.size))
     w, P = np.empty(q.size), np.empty(counts.size)
-    sk._tangent(q, f, off, dq, df, dw, dP, w, P)
+    _tangent(q, f, off, dq, df, dw, dP, w, P)
     w0, P0 = np.empty(q.size), np.empty(counts.size)
-    sk._primal(q, f, off, w0, P0)
+    _primal(q, f, off, w0, P0)
     assert np.array_equal(w, w0) and np.array_equal(P, P0)
     assert not w[off[-1]:].any() and not dw[:, off[-1]:].any()
+    reach = [np.empty_like(x) for x in (dw, dP, w, P, w0, P0)]
+    _tangent(q, f, off, dq, df, *reach[:4], full=False)
+    _primal(q, f, off, *reach[4:], full=False)
+    for a, b in zip(reach, (dw, dP, w, P, w0, P0)):
+        assert np.array_equal(a, b)
     for b in range(n_lanes):
         dw1, dP1 = np.empty((1, q.size)), np.empty((1, counts.size))
-        sk._tangent(q, f, off, dq[b:b + 1], df[b:b + 1], dw1, dP1, w[:0], P[:0])
+        _tangent(q, f, off, dq[b:b + 1], df[b:b + 1], dw1, dP1, w[:0], P[:0])
         assert np.array_equal(dw1[0], dw[b]) and np.array_equal(dP1[0], dP[b])
         h = 1e-6
         wp, Pp, wm, Pm = (np.empty(q.size), np.empty(counts.size),
                           np.empty(q.size), np.empty(counts.size))
-        sk._primal(q + h * dq[b], f + h * df[b], off, wp, Pp)
-        sk._primal(q - h * dq[b], f - h * df[b], off, wm, Pm)
+        _primal(q + h * dq[b], f + h * df[b], off, wp, Pp)
+        _primal(q - h * dq[b], f - h * df[b], off, wm, Pm)
         np.testing.assert_allclose(dP[b], (Pp - Pm) / (2 * h), rtol=1e-6, atol=1e-8)
         np.testing.assert_allclose(dw[b, :off[-1]], ((wp - wm) / (2 * h))[:off[-1]],
                                    rtol=1e-6, atol=1e-8)
+
+
+def test_handlers_are_made_per_kernel_state_count_and_lane_width():
+    """One FFI target per kernel, constant count of states (2-4; others share one) and,
+    for the tangent kernel, lane width (four lanes up to QUAD - 1 tangents), each
+    compiled once, on first use."""
+    assert sk.variant("tangent", 3, 1) == ("diffcoffea_single_tangent_s3_l4", 2, QUAD)
+    assert sk.variant("tangent", 3, QUAD) == ("diffcoffea_single_tangent_s3_l8", 2, LANES)
+    assert sk.variant("tangent", 6, 0) == ("diffcoffea_single_tangent_sn_l4", -1, QUAD)
+    assert sk.variant("primal", 1, 9) == ("diffcoffea_single_primal_sn", -1, 0)
+    assert sk.variant("cotangent", 4, 9) == ("diffcoffea_single_cotangent_s4", 3, 0)
+    name = sk.target("primal", 3)
+    assert name == "diffcoffea_single_primal_s3" and name in sk.HANDLERS
+    handler = sk.HANDLERS[name]
+    assert sk.target("primal", 3, 5) == name and sk.HANDLERS[name] is handler
 
 
 def test_kernels_that_inline_the_walk_are_keyed_by_it():
@@ -229,10 +264,9 @@ def test_kernels_that_inline_the_walk_are_keyed_by_it():
     shared = sorted(str(p) for p in Path(cw.lanes.__file__).parent.glob("*.py"))
     assert list(cw.SOURCES) == [cw.__file__, *shared] and len(shared) >= 4
     stamps = tuple((s.st_mtime, s.st_size) for s in map(os.stat, cw.SOURCES))
-    for kernel in (sk._primal, sk._tangent, sk._cotangent, sk._primal_handler,
-                   sk._tangent_handler, sk._cotangent_handler):
-        stamp = kernel._cache._cache_file._source_stamp  # (its own, the walk's sources')
-        assert stamp[1:] == stamps, kernel
+    handler = sk.HANDLERS[sk.target("primal", 3)]
+    stamp = handler._cache._cache_file._source_stamp  # (its own, the walk's sources')
+    assert stamp[1:] == stamps
     for kernel in (cw.cut_walk, cw.sens_walk):
         stamp = kernel._cache._cache_file._source_stamp
         assert stamp[1:] == stamps[1:], kernel

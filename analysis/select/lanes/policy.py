@@ -58,7 +58,13 @@ _CACHES: list = []
 
 def add_cache_hook(hook) -> None:
     """Call ``hook`` with the numba cache of every kernel decorated so far and of each one
-    decorated later (once: a hook already added is not added again)."""
+    decorated later (once: a hook already added is not added again).
+
+    Parameters
+    ----------
+    hook : callable
+        Called with a kernel's numba cache (``None`` where it has none).
+    """
     if hook not in CACHE_HOOKS:
         CACHE_HOOKS.append(hook)
         for cache in _CACHES:

@@ -31,11 +31,15 @@ __all__: list[str] = []  # internal to the numba kernel
 class Candidates(NamedTuple):
     """One ``(set, depth)``'s candidates of a chunk: ``off`` ``(E + 1,)`` per event,
     ``w`` ``(Q, LANES)`` weights with tangents, ``obj`` ``(Q, depth + 1)`` the tuple's
-    objects (indices into the collection's flat columns, highest ranked first)."""
+    objects (indices into the collection's flat columns, highest ranked first);
+    ``order``, ``n_cand`` the walk's rank order (:func:`_possible_first`: its reverse mode,
+    :mod:`analysis.pipeline.backends.numba._revobs`, walks the same tuples)."""
 
     off: np.ndarray
     w: np.ndarray
     obj: np.ndarray
+    order: np.ndarray
+    n_cand: np.ndarray
 
 
 def key(node) -> tuple[str, int] | None:
@@ -103,7 +107,6 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
         c = sp.collection_of(name)
         ci = tab.collections.index(c)
         counts = np.diff(coff[ci])
-        m = max(1, int(counts.max(initial=0)))  # the largest multiplicity
         order, n_cand = ranked(tab, ci, spec[name], coff, base, flats, pv_all, pd_all, block,
                                n_blocks, threads)
         if c not in sp.caps:  # the JAX kernel's bound, on the objects that can be in the set
@@ -116,9 +119,9 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
         w = np.zeros((int(off[-1]), _numba_dp.LANES))
         obj = np.zeros((int(off[-1]), depth + 1), np.int64)
         args = (coff, base, order, n_cand, ci, tab.local[name], depth, pv_all, pd_all, tab.pat,
-                tab.n_pat, tgt, f, df_l, m, off, block, w, obj)
+                tab.n_pat, tgt, f, df_l, off, block, w, obj)
         _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
-        out[k] = Candidates(off, w, obj)
+        out[k] = Candidates(off, w, obj, order, n_cand)
     return out
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.fastkernel import (
-    _par_index,
+from analysis.pipeline.backends.numba._fastpool import (
     _run_blocks,
-    _soft_values,
+    _run_slices,
     _threads,
     _work,
+    splits,
 )
+from analysis.pipeline.backends.numba._fasttables import _par_index, _value
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_fill
 
 __all__ = ["OBJ_BLOCK", "balanced_blocks", "cut_arrays", "patterns_into"]
@@ -38,6 +39,23 @@ def balanced_blocks(n: int, per: int, threads: int | None) -> tuple[int, int]:
     n_blocks = n_thr * max(1, -(-n // (n_thr * per)))
     block = max(1, -(-n // n_blocks))
     return block, max(1, -(-n // block))
+
+
+def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int | None) -> None:
+    """The cuts' probabilities (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.soft_values`) of every
+    object into ``ss`` (``(C, N)``), in contiguous slices on the pool (element-wise: the
+    same floats for any number of threads)."""
+    n = ss.shape[1]
+    parts = min(_threads(threads), max(1, n // 65536))
+    edges = splits(n, parts)
+
+    def fill(a: int, b: int) -> None:
+        for i, cut in enumerate(cuts):
+            _numba_dp.soft_values(flat[cut.field][a:b], _value(theta, cut.param, cut.value),
+                                  widths[cut.width_index], cut.greater, cut.inclusive,
+                                  cut.absolute, ss[i, a:b])
+
+    _run_slices(fill, edges)
 
 
 def cut_arrays(cuts, flat: dict, n_obj: int, theta, widths, trainable, threads,

@@ -20,7 +20,7 @@ of :mod:`analysis.stats.softbins`). By the chain rule, as the observables' entri
 
 Each histogram is filled from one selection: a shift side (the whole selection again on
 the shifted column and the scores of the shifted inputs,
-:func:`analysis.pipeline.backends.numba._histvariants._shifted`, whose columns' cotangents
+:func:`analysis.pipeline.scorecols.shifted`, whose columns' cotangents
 go to that side's vjps: :func:`analysis.pipeline.scorecols.side_arrays`) and a
 region (a channel's count thresholds and event cuts,
 :func:`analysis.pipeline.backends.numba._histtables._region_plan`), so the reverse pass
@@ -38,14 +38,14 @@ factors (no numba rule).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
+from analysis.pipeline import scorecols
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
 from analysis.pipeline.backends.numba._histfills import _factors, fill_key, soft_width
 from analysis.pipeline.backends.numba._histtables import _region_plan
-from analysis.pipeline.backends.numba._histvariants import _shifted
 from analysis.pipeline.backends.numba.kernels import _numba_revhist
 from analysis.pipeline.histplan import GROUPS
 from analysis.pipeline.plan import Plan
@@ -98,7 +98,7 @@ class _Fill(NamedTuple):
 
 class Reads:
     """The histogram states a payload reads, per selection ``(shift, region)``, and their
-    value states once filled (:meth:`values`)."""
+    value states once filled (:attr:`value`, ``{group: {key: Histogram}}``)."""
 
     def __init__(self, plan: Plan, hists: list) -> None:
         self.plan = plan
@@ -217,10 +217,5 @@ class Reads:
             side = cols
             if shift is not None:
                 column, factor = self.plan.shifts[shift].key, self.plan.shifts[shift].factor
-                side = _shifted(cols, column, factor)
+                side = scorecols.shifted(cols, column, factor)
             yield (shift, region), side, _region_plan(run, region), column, factor
-
-    def values(self) -> dict[str, Any]:
-        """The histogram value states filled so far, ``{group: {key: Histogram}}``."""
-        return self.value
-

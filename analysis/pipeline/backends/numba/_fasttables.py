@@ -6,7 +6,8 @@ after adding one object of each pattern; :func:`_pass_fn`: the pass table and it
 derivative from their one definition (:func:`analysis.select.objects._pass_table`, in
 JAX), :func:`_pass_table` at a plan's thresholds with its tangents; :func:`_reduced`:
 the count caps lowered to the last state where the table changes; :func:`one_sided`:
-cuts as the threshold cuts the loops know. Used by the numba kernel's host modules only.
+cuts as the threshold cuts the loops know; :func:`offsets`: a chunk's objects per
+collection as the loops index them. Used by the numba kernel's host modules only.
 """
 
 from __future__ import annotations
@@ -99,6 +100,29 @@ class _Tables:
 @lru_cache(maxsize=64)
 def _tables(plan: Plan) -> _Tables:
     return _Tables(plan)
+
+
+def offsets(cols, collections, sets) -> tuple[np.ndarray, np.ndarray, dict, int, list]:
+    """``(coff, base, flats, max_seq, counts)`` of the chunk ``cols`` (a
+    :class:`~analysis.pipeline.layout.ChunkColumns`) over ``collections``: ``coff[c]``
+    ``(E + 1,)`` the object offsets of collection ``c``, ``base`` ``(C + 1,)`` each
+    collection's first global object index, ``flats[name]`` its flat fields, ``max_seq``
+    the most objects an event can have over all collections, ``counts[c]`` the objects
+    per event (the chunk's own arrays). A collection absent from the columns (a chunk
+    of no events) has no objects (the fields of ``sets.fields``, empty)."""
+    n_ev = int(cols.n_events)
+    coff = np.zeros((len(collections), n_ev + 1), np.int64)
+    base = np.zeros(len(collections) + 1, np.int64)
+    flats, max_seq, counts_of = {}, 0, []
+    fields = dict(sets.fields)
+    for ci, c in enumerate(collections):
+        counts, flats[c] = cols.collections.get(c, (np.zeros(n_ev, np.int64), {
+            f_: np.zeros(0) for f_ in fields.get(c, ())}))
+        counts_of.append(counts)
+        np.cumsum(np.asarray(counts, dtype=np.int64), out=coff[ci, 1:])
+        base[ci + 1] = base[ci] + coff[ci, -1]
+        max_seq += int(np.max(counts, initial=0))
+    return coff, base, flats, max_seq, counts_of
 
 
 def chain(tgt: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ variations), :func:`_paired` fuses the two sides of a shift, :func:`_run_fills` 
 tasks on threads (each fill its own sequential sum: no bit depends on the threads) and
 makes the states. Hard bins fill with
 :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`; soft bins (a histogram's
-``width > 0``) with :func:`analysis.pipeline.backends.numba.kernels._numba_softbins.fill_soft`,
+``width > 0``) with :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill_soft`,
 at the edges of the pass's parameters (trainable edges: their tangents in the lanes of
 their parameters), the meaning of :mod:`analysis.stats.softbins`.
 """
@@ -25,7 +25,6 @@ from analysis.pipeline.backends.numba.kernels import (
     _numba_dp,
     _numba_esum,
     _numba_fill,
-    _numba_softbins,
 )
 from analysis.pipeline.histplan import factor_values
 from analysis.pipeline.layout import ChunkColumns
@@ -99,11 +98,11 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
                 jac[spec.group][spec.key] = Histogram(edges, sumw[i, :, 1:nl],
                                                       sumw2[i, :, 1:nl])
 
+        factors = _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {}))
         if node.kind in _SUMS:  # per event, its bins' probabilities (soft or hard)
             pb = wk["es"][fill_key(group[0])]
-            args = (np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region],
-                    _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
-                    weight, sumw, sumw2)
+            args = (np.ascontiguousarray(pb[:, :, :width]), evs[ekey, region], factors, weight,
+                    sumw, sumw2)
             # a range of bins per thread: each bin's sums stay one sequential sum over
             # the events (the same bits), the threads write disjoint bins
             n_b = pb.shape[1]
@@ -125,19 +124,16 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             off = wk["coff"][ci]
             x = wk["flats"][coll][node.field]
         x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
-        head = (off, x, np.ascontiguousarray(p), evs[ekey, region],
-                _factors(plan, group, c, weight, evs.setdefault(("factors", ekey), {})),
-                weight, np.asarray(group[0].edges_of(theta), np.float64))
-        spec = group[0]
-        soft = soft_width(spec.width_index, widths)
+        head = (off, x, np.ascontiguousarray(p), evs[ekey, region], factors, weight,
+                np.asarray(group[0].edges_of(theta), np.float64))
+        soft = soft_width(group[0].width_index, widths)
         if soft > 0.0:  # soft bins, their edges' tangents in their parameters' lanes
-            elane = edge_lanes(spec, trainable, len(edges))
-            tasks.append((x.shape[0] * len(edges) * (2 + len(group)),
-                          _numba_softbins.fill_soft, (*head, soft, elane, sumw, sumw2),
-                          finish))
-            continue
-        tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill, (*head, sumw, sumw2),
-                      finish))
+            elane = edge_lanes(group[0], trainable, len(edges))
+            tasks.append((x.shape[0] * len(edges) * (2 + len(group)), _numba_fill.fill_soft,
+                          (*head, soft, elane, sumw, sumw2), finish))
+        else:
+            tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill,
+                          (*head, sumw, sumw2), finish))
 
 
 def soft_width(width_index: int | None, widths) -> float:

@@ -3,17 +3,23 @@
 One walk serves the selection and every channel region: their pass tables on one
 joint count state space (:func:`_joint_tables`, once per parameter point through
 :func:`_memo`: chunks and shift sides share it), the walk's static tables
-(:func:`_joint_static`, :func:`_walk_static`), a region's plan (:func:`_region_plan`)
-and a per-plan memo by identity (:func:`_memo`). Used by the numba histogram host only.
+(:func:`_joint_static`, :func:`_walk_static`), a region's plan (:func:`_region_plan`),
+a per-plan memo by identity (:func:`_memo`) and the walk order of a collection's
+objects in each variant (:func:`_order`: the nominal one wherever a shift keeps it; a
+shift's columns are :func:`analysis.pipeline.scorecols.shifted`). Used by the numba
+histogram host only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
+from analysis.pipeline.backends.numba._chunkmemo import remember
+from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba._fasttables import _pass_table, _reduced, _tables, _targets
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_hist
 from analysis.pipeline.plan import Plan
@@ -108,15 +114,53 @@ def _joint_static(plan: Plan, regions: tuple[int, ...]):
 
 @lru_cache(maxsize=64)
 def _walk_static(plan: Plan, regions: tuple[int, ...], caps: bytes, ld_keys: tuple):
-    """``(tgt, ld_mask)`` of a walk: the joint model's targets under the caps ``caps``
-    (:func:`analysis.pipeline.backends.numba._fasttables._targets`) and the states of each leading target
-    ``(set, depth)`` of ``ld_keys`` (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.leading_support`),
-    once per plan, regions and caps (not per chunk and side)."""
+    """``(tgt, ld_mask, ld_c, ld_ls, ld_d)`` of a walk: the joint model's targets under
+    the caps ``caps`` (:func:`analysis.pipeline.backends.numba._fasttables._targets`), the
+    states of each leading target ``(set, depth)`` of ``ld_keys``
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.leading_support`) and the
+    targets' collections, sets (position in their collection's patterns) and depths, once
+    per plan, regions and caps (not per chunk and side)."""
     tab = _joint_static(plan, regions)
     tgt = _targets(_joint_model(plan, regions), np.frombuffer(caps, np.int64), tab.collections)
     specs = {s.name: s for s in plan.sets.sets}
     ld_c = np.array([tab.collections.index(specs[s].collection) for s, _ in ld_keys], np.int64)
     ld_ls = np.array([tab.local[s] for s, _ in ld_keys], np.int64)
     ld_d = np.array([d for _, d in ld_keys], np.int64)
-    return tgt, _numba_hist.leading_support(tgt, tab.n_pat, tab.pat, ld_c, ld_ls, ld_d,
-                                            tgt.shape[2])
+    mask = _numba_hist.leading_support(tgt, tab.n_pat, tab.pat, ld_c, ld_ls, ld_d, tgt.shape[2])
+    return tgt, mask, ld_c, ld_ls, ld_d
+
+
+def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, flat: dict,
+           src: tuple, blocks, threads) -> tuple[np.ndarray, Any]:
+    """``(order, whose)``: collection ``c``'s objects by descending ``rank``
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.rank_order`) in the variant ``side`` (None:
+    the nominal columns, else its shift ``(column, factor)``; ``flat``: its fields), and
+    whose order that is: the nominal one (None) wherever it still holds (a shift by a
+    positive factor keeps it in all but rare near-ties: the variant's own order is the
+    same array), else the variant's own (``side``). The orders of one pass over the
+    chunk are kept in ``ranked``; whether the nominal order holds for a variant (no
+    parameter changes it) in the chunk's ``memo``, with ``src``, the nominal counts and
+    ranking field it comes from (:func:`analysis.pipeline.backends.numba._chunkmemo.remember`:
+    a bool per variant, where the orders themselves would weigh as much as two of the
+    chunk's columns; the variant's order is sorted once per chunk to know)."""
+
+    def own():
+        out = np.empty(int(off[-1]), np.int64)
+        key = np.ascontiguousarray(flat[rank], np.float64)
+        _run_blocks(_numba_hist.rank_order, (off, key, out, blocks[0]), blocks[1], threads)
+        return out
+
+    if side is None:
+        if (c, rank) not in ranked:
+            ranked[c, rank] = own()
+        return ranked[c, rank], None
+    nominal = ranked.get((c, rank))
+    mine: list = []  # the variant's order, where sorted to know whether the nominal holds
+
+    def holds() -> bool:
+        mine.append(own())
+        return bool(np.array_equal(mine[0], nominal))
+
+    if nominal is not None and remember(memo, ("holds", c, rank, side), src, holds):
+        return nominal, None
+    return (mine[0] if mine else own()), side

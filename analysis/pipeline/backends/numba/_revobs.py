@@ -1,28 +1,173 @@
 """Reverse mode for the observables without entries of their own on the numba kernel.
 
-Event sums (:mod:`analysis.pipeline.backends.numba._revsums`) and indexed observables
-(:mod:`analysis.pipeline.backends.numba._revlead`) read by a pullback payload: each adds
-its cotangents of every object's pattern probabilities ``dL/dpi_jp`` (its walk's
+Event sums (``sum(S.f)``, ``count(S)``) and indexed observables (``S[i].f``,
+``mass(S[0] + S[1])``) read by a pullback payload: each kind's share (:data:`SHARES`)
+adds its cotangents of every object's pattern probabilities ``dL/dpi_jp`` (its walk's
 vector-Jacobian product), of the event weights and of the trainable count thresholds;
-:func:`pull` chains the pattern probabilities to each set's own probability
-(``pi`` is multilinear in them: :func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`),
+:func:`pull` chains the pattern probabilities to each set's own probability (``pi`` is
+multilinear in them: :func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`),
 which :mod:`analysis.pipeline.backends.numba.fastreverse` chains to the cuts' thresholds
-and score columns with the pass probability's share.
+and score columns with the pass probability's share. What each share reads comes from
+the value walk (:func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`,
+which gives the chunk's value states too); the summed values and the indexed
+expressions' values are data (they read fields, never a score's column).
+
+Event sums (:func:`_sums`): the state is
+:func:`analysis.stats._core.moments_from_expectations` of the chunk's ``A_e[m] = E[X_e^m
+1_pass]`` (``m <= R``, the observable's order) with the event weights ``ev_e``: a
+function of the chunk's power sums about the payload's anchor ``a``, ``U_k = sum_e ev_e
+E[(X_e - a)^k 1_pass]`` (``k <= R``; the moments above ``R`` are NaN in the state and
+count as 0 in the payload, :func:`analysis.stats.pullback.sums_about`). So the chunk's
+share ``L_c = <T_bar, T(U)>`` has ``dL/dU_k = g_k`` (:func:`_power_grads`: the gradient
+of that small function, by JAX on ``R + 1`` numbers), and by the binomial expansion of
+``(X - a)^k``
+
+    dL/dA_e[m] = ev_e c_m,   c_m = sum_{k >= m} g_k C(k, m) (-a)^(k - m),
+    dL/dev_e = sum_k g_k E[(X_e - a)^k 1_pass].
+
+The cotangents ``dL/dA_e[m]`` go through the event sums' vector-Jacobian product
+(:func:`analysis.pipeline.backends.numba.kernels._numba_esum_vjp.sums_vjp`: one sweep each
+way per event).
+
+Indexed observables (:func:`_leads`): the entries are the candidate tuples
+(:mod:`analysis.pipeline.backends.numba._fastleading`): value ``x_a`` (and ``y_a``),
+weight ``ev_e w(a)`` with ``w(a) = P(a leads the set and the event passes)``. The
+payload's power sums are sums over entries, so each entry's cotangents are
+:func:`analysis.pipeline.backends.numba._fastpayload.entry_cotangents`' ``(dL/dW, dL/dx,
+dL/dy)``: ``dL/dw(a) = ev_e dL/dW``, ``dL/dev_e += sum_a w(a) dL/dW``, through the
+candidates walk's vector-Jacobian product
+(:func:`analysis.pipeline.backends.numba.kernels._numba_lead.lead_vjp`).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from analysis.pipeline.backends.numba import _fastsens, _revlead, _revsums
+from analysis.pipeline.backends.numba import _fastleading, _fastsens
+from analysis.pipeline.backends.numba._fastmoments import _shift
+from analysis.pipeline.backends.numba._fastpayload import entry_cotangents
+from analysis.pipeline.backends.numba._fastpool import _run_blocks
+from analysis.pipeline.backends.numba.fastkernel import event_sum_inputs
+from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead
 from analysis.pipeline.plan import Plan
+from analysis.stats._core import Moments
+from analysis.stats.pullback import sums_about
 
 __all__: list[str] = []  # internal to the numba kernel
 
+
+@functools.cache
+def _power_grads(order: int):
+    """``g(u, a, t_bar)``: ``dL/dU`` of ``L = <t_bar, T>`` (``T``: the power sums about
+    ``a`` of the state whose sums about ``a`` up to ``order`` are ``u``; module
+    docstring)."""
+
+    def loss(u, a, t_bar):
+        w = u[0]
+        ok = w != 0
+        r = jnp.where(ok, u[1] / jnp.where(ok, w, 1.0), 0.0)  # mean - a
+        m2 = u[2] - w * r * r
+        m3 = u[3] - 3.0 * r * u[2] + 2.0 * w * r ** 3 if order >= 3 else jnp.nan
+        m4 = (u[4] - 4.0 * r * u[3] + 6.0 * r * r * u[2] - 3.0 * w * r ** 4 if order >= 4
+              else jnp.nan)
+        t = sums_about(Moments(w, a, r, m2, m3, m4), a)
+        return sum(t_bar[i] * t[i] for i in range(5))
+
+    return jax.jit(jax.grad(loss))
+
+
+def coefficients(read, a_e: np.ndarray, ev: np.ndarray, order: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``(c, dev)``: ``c`` ``(R + 1,)`` with ``dL/dA_e[m] = ev_e c_m`` and ``dev`` ``(E,)``
+    ``dL/dev_e`` of the payload's entry ``read`` (its anchor and cotangents) for an event
+    sum of order ``order`` with moments ``a_e`` ``(E, >= order + 1)`` (module docstring)."""
+    a = float(read.a)
+    a_e = np.asarray(a_e[:, : order + 1], np.float64)
+    a0 = a_e[:, 0]
+    own = np.where(a0 != 0, a_e[:, 1] / np.where(a0 != 0, a0, 1.0), 0.0)
+    # about each event's own mean first, then about a (no cancellation of raw powers)
+    s = _shift(_shift(a_e, -own), own - a)  # (E, R + 1) E[(X - a)^k 1]
+    u = np.zeros(5)
+    u[: order + 1] = ev @ s
+    tb = np.asarray([float(t) for t in read.t_bar], np.float64)
+    g = np.asarray(_power_grads(order)(jnp.asarray(u), jnp.float64(a), jnp.asarray(tb)),
+                   np.float64)[: order + 1]
+    c = np.array([sum(g[k] * math.comb(k, m) * (-a) ** (k - m) for k in range(m, order + 1))
+                  for m in range(order + 1)])
+    return c, s @ g
+
+
+def _sums(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: np.ndarray,
+          ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *, max_seq: int,
+          block: int, threads: int | None) -> None:
+    """The event sums' share (module docstring) for the payload's ``reads`` of kinds
+    ``sum``/``count`` (``plan`` without scores), added to ``gp`` ``(N, P)`` ``dL/dpi``,
+    ``dev`` ``(E,)`` ``dL/dev_e`` and ``dfs`` ``(E, K)`` ``dL/d(count threshold)``:
+    ``wt`` the value walk's :class:`~analysis.pipeline.backends.numba.fastkernel._Weights`
+    (its per-event moments ``sa``, offsets ``coff``, fields ``flats``, candidates
+    ``cands``), ``cols`` the chunk's columns, ``ins`` the walk's tables
+    (:func:`analysis.pipeline.backends.numba._fastsens.inputs`), ``base`` each
+    collection's first global index, ``ev`` ``(E,)`` the event weights times the soft
+    branch cuts."""
+    coff = wt.coff
+    n_ev = coff.shape[1] - 1
+    sums = [r.index for r in reads]
+    sum_x, sum_has, binom = event_sum_inputs(plan, tab, base, wt.flats, sums)
+    cm = np.zeros((len(sums), n_ev, binom.shape[0]))
+    for o, read in enumerate(reads):
+        order = plan.sets.orders[read.index]
+        c, d = coefficients(read, wt.sa[wt.sums.index(read.index), :, :, 0], ev, order)
+        cm[o, :, : order + 1] = ev[:, None] * c
+        dev += d
+    if n_ev:
+        args = (coff, base, ins.pv_all, tab.n_pat, ins.tgt, ins.f, np.ascontiguousarray(ins.df),
+                sum_x, sum_has, binom, cm, max(max_seq, 1), block, gp, dfs)
+        _run_blocks(_numba_esum_vjp.sums_vjp, args, max(1, -(-n_ev // block)), threads)
+
+
+def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: np.ndarray,
+           ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *, max_seq: int,
+           block: int, threads: int | None) -> None:
+    """The indexed observables' share (module docstring) for the payload's ``reads`` of
+    kinds ``index``/``call``; the arguments of :func:`_sums`."""
+    coff, sp = wt.coff, plan.sets
+    n_ev = coff.shape[1] - 1
+    wbar: dict = {}  # (set, depth) -> (Q,) dL/dw(a)
+    for read in reads:
+        obs = plan.observables[read.index]
+        k = _fastleading.key(obs.x)
+        cand = wt.cands[k]
+        per_event = np.diff(cand.off)
+        evq = np.repeat(ev, per_event)
+        x = _fastleading.values(obs.x, cand, plan, wt.flats, cols.events)
+        y = (None if read.state == "moments"
+             else _fastleading.values(obs.y, cand, plan, wt.flats, cols.events))
+        w = cand.w[:, 0]
+        dw, _, _ = entry_cotangents(read, x, y, evq * w)
+        wbar[k] = wbar.get(k, 0.0) + evq * dw
+        dev += np.bincount(np.repeat(np.arange(n_ev), per_event), weights=w * dw,
+                           minlength=n_ev)
+    n_blocks = max(1, -(-n_ev // block))
+    for (name, depth), wq in wbar.items():
+        if not n_ev:
+            continue
+        cand = wt.cands[(name, depth)]
+        args = (coff, base, cand.order, cand.n_cand, tab.collections.index(sp.collection_of(name)),
+                tab.local[name], depth, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
+                np.ascontiguousarray(ins.df), cand.off, np.ascontiguousarray(wq, np.float64),
+                block, gp, dfs)
+        _run_blocks(_numba_lead.lead_vjp, args, n_blocks, threads)
+
+#: each kind's share, in this order (each adds into the same cotangents)
+SHARES = {("sum", "count"): _sums, ("index", "call"): _leads}
 #: the observable kinds pulled back here
-KINDS = _revsums.KINDS + _revlead.KINDS
+KINDS = tuple(k for kinds in SHARES for k in kinds)
 
 
 class Pulled(NamedTuple):
@@ -48,15 +193,11 @@ def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
     gp = np.zeros_like(ins.pv_all)
     dev = np.zeros(n_ev)
     dfs = np.zeros((n_ev, len(counts_tr)))
-    kind = {r.index: plan.observables[r.index].x.kind for r in reads}
-    sums = [r for r in reads if kind[r.index] in _revsums.KINDS]
-    leads = [r for r in reads if kind[r.index] in _revlead.KINDS]
-    if sums:
-        _revsums.add(sums, plan, tab, wt, ins, base, ev, gp, dev, dfs, max_seq=max_seq,
-                     block=block, threads=threads)
-    if leads:
-        _revlead.add(leads, plan, tab, wt, cols, ins, base, ev, gp, dev, dfs,
-                     block=block, threads=threads)
+    for kinds, share in SHARES.items():
+        mine = [r for r in reads if plan.observables[r.index].x.kind in kinds]
+        if mine:
+            share(mine, plan, tab, wt, cols, ins, base, ev, gp, dev, dfs, max_seq=max_seq,
+                  block=block, threads=threads)
     dq = {}
     for ci, (gsets, qs) in enumerate(ins.qs_of):
         n_pat = int(tab.n_pat[ci])

@@ -7,31 +7,21 @@ meaning, the same :class:`~analysis.stats.histogram.Histogram` states and Jacobi
 for every plan the numba backend's rules serve
 (:mod:`analysis.pipeline.backends.numba.rules`): histograms of per-object fields (``S.f``,
 ``abs(S.f)``), leading objects (``S[i].f``: one indexed set), per-event branches and
-event sums (``sum(S.f)``, ``count(S)``: :mod:`analysis.pipeline.backends.numba.kernels._numba_esum`, from the
-walk's pattern probabilities and pass tables, ``sumw[b] = sum_events w P(pass, X in b)``),
+event sums (``sum(S.f)``, ``count(S)``: :mod:`analysis.pipeline.backends.numba.kernels._numba_esum`),
 weight variations of per-event factors, shifts, and channel regions.
 
 Per histogram ``sumw[b] = sum_entries w p [x in b]`` and ``sumw2[b] = sum w^2 p [x in b]``
 (:mod:`analysis.stats.histogram`), ``w`` the event weight (x a weight variation's
 factor) x the soft event cuts of the spec's region, ``p`` the entry's probability from
-the walk of :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`: ``P(j in S and the region passes)``,
-``P(j is S[i] and the region passes)`` or ``P(the region passes)``. One walk per shift
-side (the nominal columns, then each shifted column: cuts and observables move
-together) serves every region at once: the regions share the objects' pattern
-probabilities and differ only in the pass table, all mapped onto one joint count state
-space (:func:`analysis.pipeline.backends.numba._histtables._joint_tables`); the two sides of
-a shift share one walk's lanes, and two shifts of one column (four sides) one walk in
-pages (:func:`_walk`). A weight variation reuses
-its walk's probabilities; only its fill is new. The plan's observables read the nominal
-walk too (region 0: :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`),
-so each shift side's selection is walked once per chunk. Bins as :func:`numpy.searchsorted`
-(``side="right"``) over the edges: underflow first, NaN and ``>= edges[-1]`` in the overflow; an entry of probability 0
-is filled at ``x = 0`` (its value may be garbage; as the JAX kernel). Soft bins and
-trainable edges of those entries: :mod:`analysis.pipeline.backends.numba._histfills` (the
-fills); of an event sum: its per-event bins from
-:mod:`analysis.pipeline.backends.numba.kernels._numba_esum_soft` (every subset's sum
-spread over the bins). A shift's columns and walk orders:
-:mod:`analysis.pipeline.backends.numba._histvariants`.
+the walk of :mod:`analysis.pipeline.backends.numba.kernels._numba_hist` (its module
+docstring: one walk per shift side serves every region at once, two or four sides of a
+shift share one walk's lanes or pages). A weight variation reuses its walk's
+probabilities; only its fill is new (:mod:`analysis.pipeline.backends.numba._histfills`:
+hard and soft bins, trainable edges). The plan's observables read the nominal walk too
+(region 0: :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`), so each
+shift side's selection is walked once per chunk. A shift's columns:
+:func:`analysis.pipeline.scorecols.shifted`; the regions' joint tables and the walk
+orders: :mod:`analysis.pipeline.backends.numba._histtables`.
 """
 
 from __future__ import annotations
@@ -48,14 +38,15 @@ from analysis.pipeline.backends.numba import _fastleading, _histfills, fastkerne
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
+from analysis.pipeline.backends.numba._fasttables import offsets
 from analysis.pipeline.backends.numba._histfills import _fill_side, _paired, _run_fills, fill_key
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
     _joint_tables,
     _memo,
+    _order,
     _walk_static,
 )
-from analysis.pipeline.backends.numba._histvariants import _order, _shifted
 from analysis.pipeline.backends.numba.fastkernel import _inputs, _work
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum, _numba_hist
 from analysis.pipeline.backends.numba.kernels._numba_esum_soft import event_sum_soft_bins
@@ -136,47 +127,24 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     model, caps, fs, dfs = _memo(plan, ("joint", regs, tb, wb, tuple(trainable)),
                                  lambda: _joint_tables(plan, regs, theta, widths, tuple(trainable)))
     tab = _memo(plan, ("static", regs), lambda: _joint_static(plan, regs))
-    cols = variants[0]
-    n_ev = int(cols.n_events)
-    n_coll = len(tab.collections)
-    coff = np.zeros((n_coll, n_ev + 1), np.int64)
-    base = np.zeros(n_coll + 1, np.int64)
-    max_seq = 0
-    flats: list[dict] = [{} for _ in variants]
-    counts_of: list[np.ndarray] = []  # per collection (the same arrays in every variant)
-    for ci, c in enumerate(tab.collections):
-        fields = dict(plan.sets.fields).get(c, ())
-        empty = (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields})
-        counts = cols.collections.get(c, empty)[0]
-        counts_of.append(counts)
-        for v, vc in enumerate(variants):
-            flats[v][c] = vc.collections.get(c, empty)[1]
-        np.cumsum(counts, out=coff[ci, 1:])
-        base[ci + 1] = base[ci] + coff[ci, -1]
-        max_seq += int(np.max(counts, initial=0))
+    n_ev = int(variants[0].n_events)
+    # the counts are the same arrays in every variant, the fields each variant's own
+    coff, base, flat, max_seq, counts_of = offsets(variants[0], tab.collections, plan.sets)
+    flats = [flat] + [offsets(vc, tab.collections, plan.sets)[2] for vc in variants[1:]]
     n_tot = int(base[-1])
     setspec = {s.name: s for s in plan.sets.sets}
-    ow_keys: list[tuple[int, str]] = []
-    ld_keys: list[tuple[str, int]] = []
-    lw_keys: list[tuple[int, str, int]] = []
-    obs_sums: list[int] = []  # the observables' event sums (observable index)
+    # the walk's outputs, each once: object weights (region, set), leading targets (set,
+    # depth), leading weights (region, set, depth); the observables' event sums (index)
+    obs = plan.observables if observables else ()
     if observables:
         assert len(variants) == 1 and nominal
-        for i, obs in enumerate(plan.observables):
-            if obs.x.kind == "field" and (0, obs.x.head) not in ow_keys:
-                ow_keys.append((0, obs.x.head))
-            elif obs.x.kind in _SUMS:
-                obs_sums.append(i)
-    for spec in specs:
-        node = spec.node
-        if node.kind == "field" and (spec.region, node.head) not in ow_keys:
-            ow_keys.append((spec.region, node.head))
-        elif node.kind == "index":
-            s, d = node.slots[0]
-            if (s, d) not in ld_keys:
-                ld_keys.append((s, d))
-            if (spec.region, s, d) not in lw_keys:
-                lw_keys.append((spec.region, s, d))
+    ow_keys = list(dict.fromkeys([(0, o.x.head) for o in obs if o.x.kind == "field"]
+                                 + [(s.region, s.node.head) for s in specs
+                                    if s.node.kind == "field"]))
+    indexed = [s for s in specs if s.node.kind == "index"]
+    ld_keys = list(dict.fromkeys(tuple(s.node.slots[0]) for s in indexed))
+    lw_keys = list(dict.fromkeys((s.region, *s.node.slots[0]) for s in indexed))
+    obs_sums = [i for i, o in enumerate(obs) if o.x.kind in _SUMS]
     ranks = []
     rblock, rblocks = balanced_blocks(n_ev, fastkernel.BLOCK, threads)
     colls = tuple(sorted({setspec[s].collection for s, _ in ld_keys}))
@@ -214,17 +182,11 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     if h:
         dfs = dfs.copy()
         dfs[:, :, h: h + nl] = dfs[:, :, :nl]
-    tgt, ld_mask = _memo(plan, ("walk", regs, caps.tobytes(), tuple(ld_keys)),
-                         lambda: _walk_static(plan, regs, caps.tobytes(), tuple(ld_keys)))
-
-    def ci_ls(s):
-        return tab.collections.index(setspec[s].collection), tab.local[s]
-
-    ow_c = np.array([ci_ls(s)[0] for _, s in ow_keys], np.int64)
-    ow_ls = np.array([ci_ls(s)[1] for _, s in ow_keys], np.int64)
-    ld_c = np.array([ci_ls(s)[0] for s, _ in ld_keys], np.int64)
-    ld_ls = np.array([ci_ls(s)[1] for s, _ in ld_keys], np.int64)
-    ld_d = np.array([d for _, d in ld_keys], np.int64)
+    tgt, ld_mask, ld_c, ld_ls, ld_d = _memo(
+        plan, ("walk", regs, caps.tobytes(), tuple(ld_keys)),
+        lambda: _walk_static(plan, regs, caps.tobytes(), tuple(ld_keys)))
+    ow_c = np.array([tab.collections.index(setspec[s].collection) for _, s in ow_keys], np.int64)
+    ow_ls = np.array([tab.local[s] for _, s in ow_keys], np.int64)
     # the observables' event sums of region 0 (its pass table is the walk's first)
     sum_x, sum_has, binom = fastkernel.event_sum_inputs(plan, tab, base, flats[0], obs_sums)
     sa = np.zeros((len(obs_sums), n_ev, binom.shape[0], lanes))
@@ -395,8 +357,8 @@ def evaluate_columns(
     # pairs: their lanes side by side, the pairs in pages)
     jobs: list[list] = []
     for shift, fills in groups.items():
-        c = cols if shift is None else _shifted(cols, plan.shifts[shift].key,
-                                                plan.shifts[shift].factor)
+        c = cols if shift is None else scorecols.shifted(cols, plan.shifts[shift].key,
+                                                         plan.shifts[shift].factor)
         last = jobs[-1] if jobs else None
         if (shift is not None and last is not None and len(last) < 4 and last[0][0] is not None
                 and list(last[0][2]) == list(fills)

@@ -47,14 +47,13 @@ from analysis.pipeline.backends.numba._fastmoments import (
     safe_div,
     sum_moments_state,
 )
+from analysis.pipeline.backends.numba._fastpatterns import _soft_values, patterns_into
 from analysis.pipeline.backends.numba._fastpool import (
     _run_blocks,
-    _run_slices,
-    _threads,
     _work,
-    splits,
     yield_sums,
 )
+from analysis.pipeline.backends.numba._fastpool import _threads as _threads  # read by callers
 from analysis.pipeline.backends.numba._fasttables import (
     _par_index,
     _pass_table,
@@ -64,6 +63,7 @@ from analysis.pipeline.backends.numba._fasttables import (
     _targets,
     _value,
     chain,
+    offsets,
     one_sided,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_dp
@@ -71,7 +71,6 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
 from analysis.select import chainwalk
-from analysis.select.lanes import cuts
 
 __all__ = ["BLOCK", "evaluate_columns", "observable_entries", "observable_states",
            "selected_weights"]
@@ -90,53 +89,6 @@ def _inputs(plan: Plan, order: int, theta: Any, widths: Any
     theta = np.asarray(theta, dtype=np.float64).reshape(-1)
     widths = np.asarray(widths, dtype=np.float64).reshape(plan.n_widths)
     return theta, widths, (plan.trainable if order >= 1 else ())
-
-
-def _cut_into(cut, flat: dict, theta, widths, trainable, qv, qd) -> None:
-    """Multiply the soft cut ``cut`` of the collection's columns ``flat`` into the own
-    set probabilities ``qv`` and tangents ``qd`` (:func:`analysis.select.lanes.cuts.cut_times`)."""
-    width = widths[cut.width_index]
-    s = _numba_dp.soft_values(flat[cut.field], _value(theta, cut.param, cut.value), width,
-                              cut.greater, cut.inclusive, cut.absolute)
-    cuts.cut_times(s, 0, s.shape[0], cuts.inverse_width(width), cut.greater,
-                    _par_index(trainable, cut.param), qv, qd)
-
-
-def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int | None) -> None:
-    """The cuts' probabilities (:func:`analysis.pipeline.backends.numba.kernels._numba_dp.soft_values`) of every
-    object into ``ss`` (``(C, N)``), in contiguous slices on the pool (element-wise: the
-    same floats for any number of threads)."""
-    n = ss.shape[1]
-    parts = min(_threads(threads), max(1, n // 65536))
-    edges = splits(n, parts)
-
-    def fill(a: int, b: int) -> None:
-        for i, cut in enumerate(cuts):
-            _numba_dp.soft_values(flat[cut.field][a:b], _value(theta, cut.param, cut.value),
-                                  widths[cut.width_index], cut.greater, cut.inclusive,
-                                  cut.absolute, ss[i, a:b])
-
-    _run_slices(fill, edges)
-
-
-def _pattern_arrays(tab: _Tables, coff, base, flats, theta, widths, trainable):
-    """Per object of every collection: pattern probabilities ``(N, P)`` and their
-    tangents ``(N, P, LANES)`` (the soft cuts, then the patterns)."""
-    lanes = _numba_dp.LANES
-    n_tot, p_max = int(base[-1]), tab.pat.shape[1]
-    pv_all = _work("pv", (n_tot, p_max))
-    pd_all = _work("pd", (n_tot, p_max, lanes))
-    for ci, c in enumerate(tab.collections):
-        n_obj = int(coff[ci, -1])
-        n_sets = int(tab.n_coll_sets[ci])
-        qv = np.ones((max(n_sets, 1), n_obj))
-        qd = np.zeros((max(n_sets, 1), n_obj, lanes))
-        for ls in range(n_sets):
-            for cut in tab.set_cuts[int(tab.coll_sets[ci, ls])]:
-                _cut_into(cut, flats[c], theta, widths, trainable, qv[ls], qd[ls])
-        _numba_dp.patterns(qv, qd, tab.pat[ci], n_sets, int(tab.n_pat[ci]),
-                           pv_all[base[ci]: base[ci + 1]], pd_all[base[ci]: base[ci + 1]])
-    return pv_all, pd_all
 
 
 def event_sum_inputs(plan: Plan, tab: _Tables, base: np.ndarray, flats: dict,
@@ -216,23 +168,17 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
 
     # per collection: offsets, own set probabilities (soft cuts), pattern probabilities
     n_coll = len(tab.collections)
-    coff = np.zeros((n_coll, n_ev + 1), np.int64)
-    base = np.zeros(n_coll + 1, np.int64)
-    flats, max_seq = {}, 0
-    for ci, c in enumerate(tab.collections):
-        fields = dict(sp.fields).get(c, ())
-        # a collection absent from the columns (a chunk of no events) has no objects
-        counts, flat = cols.collections.get(
-            c, (np.zeros(n_ev, np.int64), {f_: np.zeros(0) for f_ in fields}))
-        flats[c] = flat
-        np.cumsum(counts, out=coff[ci, 1:])
-        base[ci + 1] = base[ci] + coff[ci, -1]
-        max_seq += int(np.max(counts, initial=0))
+    coff, base, flats, max_seq, _ = offsets(cols, tab.collections, sp)
     lanes = _numba_dp.LANES
     fused = fused and tab.one_set and not any(
         obs.x.kind in ("sum", "count", "index", "call") for obs in plan.observables)
-    if not fused:
-        pv_all, pd_all = _pattern_arrays(tab, coff, base, flats, theta, widths, trainable)
+    if not fused:  # the soft cuts, then the patterns: the histograms' kernels, one variant
+        n_tot, p_max = int(base[-1]), tab.pat.shape[1]
+        pv_two, pd_all = _work("pv2", (n_tot, p_max, 2)), _work("pd", (n_tot, p_max, lanes))
+        patterns_into(tab, coff, base, [flats], theta, widths, trainable, threads, None, {},
+                      pv_two, pd_all)
+        pv_all = _work("pv", (n_tot, p_max))
+        pv_all[:] = pv_two[:, :, 0]
 
     # the pass table and its derivative (the JAX definition), reduced
     model = tab.model

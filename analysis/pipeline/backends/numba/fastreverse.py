@@ -48,13 +48,16 @@ sums, indexed objects) take their value states from that function (on the score 
 :func:`analysis.pipeline.scorecols.bare`).
 A payload that reads histograms and likelihood templates of kinds ``S.f`` and branches
 adds their entries' cotangents the same way, in every selection they are filled from
-(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`).
+(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`);
+those of leading objects (``S[i].f``) and event sums (``sum(S.f)``, ``count(S)``) add
+their share of the sets' own probabilities and the count thresholds
+(:mod:`analysis.pipeline.backends.numba._revhistlead`,
+:mod:`analysis.pipeline.backends.numba._revhistsums`), chained with the walk's.
 
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
 numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(histograms of event sums and leading objects, other kernels' plans); the chooser then
-runs the JAX sweep.
+(other kernels' plans); the chooser then runs the JAX sweep.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from analysis.pipeline.backends.numba import (
     _fastpayload,
     _fastrevhist,
     _fastsens,
+    _revhistlead,
     _revobs,
     fastkernel,
 )
@@ -79,6 +83,7 @@ from analysis.pipeline.backends.numba._fasttables import (
     _tables,
     _targets,
     chain,
+    offsets,
     one_sided,
 )
 from analysis.pipeline.layout import ChunkColumns
@@ -177,19 +182,8 @@ def _selection(cols: ChunkColumns, run: Plan, theta: np.ndarray, widths: np.ndar
                ) -> _Selection:
     """The selection of ``run`` (without scores) on ``cols``: per collection offsets and
     fields, per set its own soft cuts, the event weights."""
-    n_ev = int(cols.n_events)
     tab = _tables(run)
-    n_coll = len(tab.collections)
-    coff = np.zeros((n_coll, n_ev + 1), np.int64)
-    base = np.zeros(n_coll + 1, np.int64)
-    flats, max_seq = {}, 0
-    for ci, c in enumerate(tab.collections):
-        counts, flat = cols.collections.get(c, (np.zeros(n_ev, np.int64), {
-            f_: np.zeros(0) for f_ in dict(run.sets.fields).get(c, ())}))
-        flats[c] = flat
-        np.cumsum(np.asarray(counts, dtype=np.int64), out=coff[ci, 1:])
-        base[ci + 1] = base[ci] + coff[ci, -1]
-        max_seq += int(np.max(counts, initial=0))
+    coff, base, flats, max_seq, _ = offsets(cols, tab.collections, run.sets)
     sets = []  # per set (global index): (collection index, cuts, raw values, (s, ds/dt))
     q_of = {}
     for gs, c in enumerate(tab.set_coll):
@@ -295,7 +289,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         cot, reads = parsed
         cots = [cot]
         if run.hists:
-            hist = _fastrevhist.Reads(run, _fastrevhist.split(run, payload)[1])
+            hist = _revhistlead.Reads(run, _fastrevhist.split(run, payload)[1])
     elif run.hists:
         raise ValueError("the numba yield gradients read no histograms (a pullback does)")
     cots = np.asarray(cots, dtype=np.float64).reshape(-1, 2)
@@ -347,6 +341,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
                                       bars, threads=threads)
         dp += pbar
         dev += evbar
+        by_walks = hist.pull((None, 0), cols, run, sel, theta, widths, grad, bars, dev,
+                             by_walks, threads=threads)  # the leading objects' fills
     _chain(sel, walk, dp, dev, grad, bars, by_walks)
     for key, side, sub, column, factor in hist.selections(cols, run) if hist else ():
         # each other selection the histograms read: its walk with their cotangents
@@ -361,11 +357,13 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
                      threads)
         pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, at,
                                       threads=threads)
-        _chain(other, walk, pbar[None], evbar[None], grad, at)
+        lead = hist.pull(key, side, sub, other, theta, widths, grad, at, evbar, None,
+                         threads=threads)
+        _chain(other, walk, pbar[None], evbar[None], grad, at, lead)
         if saved is not None:  # a shifted score column: d(f x)/dx = f
             bars[column] = saved + factor * (at[column] - saved)
     if hist is not None:
-        value.update(hist.values())
+        value.update(hist.value)
     # rows asked for (the others are 0)
     live = np.flatnonzero(np.any(cots != 0, axis=1) | bool(reads or hist))
     for entry in vjps:

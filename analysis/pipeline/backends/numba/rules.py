@@ -256,13 +256,13 @@ register("region", "channel", _same_sets)
 
 def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
     if request.kind == "pullback":
-        from analysis.pipeline.backends.numba._fastrevhist import KINDS
+        from analysis.pipeline.backends.numba._revhistlead import KINDS
 
-        if spec.node.kind in KINDS:
-            return None  # the numba reverse pass pulls them back (numba/_fastrevhist)
-        # event sums, leading objects: no entries there
-        return (f"x = {spec.node.text!r}: the numba reverse pass pulls back histograms of "
-                "kinds S.f and branches")
+        node = spec.node
+        if node.kind in KINDS:  # sum(): a set's field, never a score's column (config)
+            return None  # the numba reverse pass pulls them back (numba/_revhistlead)
+        return (f"x = {node.text!r}: the numba reverse pass pulls back histograms of "
+                "kinds S.f, S[i].f, sum(S.f), count(S) and branches")
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
     return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)

@@ -8,7 +8,6 @@ differences of the JAX kernel's pulled sum; its value states equal the JAX sweep
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 
 import jax
@@ -210,21 +209,6 @@ def test_hard_widths_tiny_chunks_and_threads(monkeypatch) -> None:
     for w in (widths, np.zeros_like(widths)):
         for a, b in ((0, 0), (3, 4), (0, 200)):
             same_as_jax(slice_columns(cols, a, b), plan, theta, w, payload)
-
-
-def test_event_sum_histograms_stay_refused() -> None:
-    """A histogram of an event sum or of a leading object has no entries here: the rules
-    refuse the pullback pass, naming it (the chooser runs the JAX sweep); the plain
-    histograms are served."""
-    cfg = hists_config(likelihood=False)
-    plan, theta, _, _ = setup(cfg, "nano_tt_v12.root")
-    assert numba_refusal(plan, 0, theta, pullback=[None] * len(state_paths(plan))) is None
-    for x in ("sum(jets.pt)", "jets[0].pt"):
-        c = copy.deepcopy(cfg)
-        c["histograms"].append({"name": "other", "x": x, "edges": [0.0, 100.0, 300.0]})
-        plan, theta, _, _ = setup(c, "nano_tt_v12.root")
-        why = numba_refusal(plan, 0, theta, pullback=[None] * len(state_paths(plan)))
-        assert why is not None and "'other'" in why and "pulls back histograms" in why, why
 
 
 def learned_binning(chunksize: int = 70) -> dict:

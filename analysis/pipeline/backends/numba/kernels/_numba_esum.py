@@ -29,15 +29,14 @@ state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangen
   ``alpha``'s total). With a NaN among an event's probabilities or more than 3
   tangents, the event meets in the middle over dense states and every edge.
 - where every pattern of ``S``'s collection outside ``S`` leaves the count states as
-  they are (``S`` a root set: an object out of it is in none of its sets), an object
-  out of ``A`` only multiplies ``F_A`` by its probability of being out: each subset is
-  ``W_A`` (a scalar with tangents, the product of those probabilities) times the
-  distribution over its in objects alone, so only the in side of a subset is a step
-  over states (:func:`_subsets_w`); and the enumeration's last object is not stepped
-  at all: its two sides read ``W q <F_A, f>`` and ``W <F_A, G>``, ``G`` its in
-  patterns' value function made once per event. The same products in another order
-  than one step per object: within a few ulps of it (the module's tests: 1e-10 against
-  the enumeration oracle, 1e-12 against the JAX reference).
+  they are (``S`` a root set: an object out of it is in none of its sets), each subset
+  is a scalar ``W_A`` times the distribution over its in objects alone
+  (:func:`~analysis.pipeline.backends.numba.kernels._numba_esum_steps._subsets_w`); and
+  the enumeration's last object is not stepped at all: its two sides read ``W q <F_A,
+  f>`` and ``W <F_A, G>``, ``G`` its in patterns' value function made once per event.
+  The same products in another order than one step per object: within a few ulps of it
+  (the module's tests: 1e-10 against the enumeration oracle, 1e-12 against the JAX
+  reference).
 
 An event of numbers (at most 3 tangents) with fewer objects than any state of nonzero
 pass value or tangent needs (:func:`_fewest`, once per call: breadth first over the
@@ -62,6 +61,7 @@ from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
     _dense,
     _dot4,
     _fewest,
+    _halves,
     _live_step,
     _numbers,
     _out_factor,
@@ -177,12 +177,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             continue
         x0 = 0.0
         n = 0
-        skip = True
-        for c in range(n_coll):
-            for g in range(base[c] + coff[c, e], base[c] + coff[c, e + 1]):
-                for p in range(n_pat[c]):
-                    if pv_all[g, p, 0] != pv_all[g, p, 0]:
-                        skip = False
+        skip = _numbers(coff, base, pv_all, n_pat, e)
         # with at most 3 tangents in an event of numbers, F over its live states only
         # (FF[cur] over LL[cur, :nf]; the others exact zeros, never read), else dense
         sparse = skip and nl <= 4
@@ -324,27 +319,23 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 _add4(o, nb - 1, (tot[0] - prev[0], tot[1] - prev[1], tot[2] - prev[2],
                                   tot[3] - prev[3]))
             continue
-        if sparse and tail:
-            g = unc[n - 1]
-            q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
-            # GT[k] = sum over the in patterns p of pi_p f[tgt(p, k)] (product rule)
-            _pull4(GT, G0, tgt, cs, n_pat, pv_all, pd_all, g, states, w_in, has)
-            # the last object out: W q <F_A, f>, in the subsets' order, then in: W <F_A, GT>
+        if sparse:  # every subset: each P_A = <F_A, G> into its bin
+            G, v = G0, 0.0  # x + 0.0 is x (a -0.0 sum: +0.0, the same bin)
+            if tail:
+                g = unc[n - 1]
+                q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
+                # the last object out: W q <F_A, f>, in the subsets' order; then in, below:
+                # W <F_A, GT>, GT[k] = sum over its in patterns p of pi_p f[tgt(p, k)]
+                for a in range(m):
+                    w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
+                    _add4(o, _bin(edges, XA[a]), _times(_times(w, q), _dot4(SA[a], LA[a], NA[a],
+                                                                            G0, states)))
+                _pull4(GT, G0, tgt, cs, n_pat, pv_all, pd_all, g, states, w_in, has)
+                G, v = GT, vals[g - base[cs]]
             for a in range(m):
                 w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                _add4(o, _bin(edges, XA[a]), _times(_times(w, q), _dot4(SA[a], LA[a], NA[a],
-                                                                        G0, states)))
-            v = vals[g - base[cs]]
-            for a in range(m):
-                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                _add4(o, _bin(edges, XA[a] + v), _times(w, _dot4(SA[a], LA[a], NA[a], GT,
+                _add4(o, _bin(edges, XA[a] + v), _times(w, _dot4(SA[a], LA[a], NA[a], G,
                                                                  states)))
-            continue
-        if sparse:  # every subset: each P_A = <F_A, f> into its bin
-            for a in range(m):
-                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                _add4(o, _bin(edges, XA[a]), _times(w, _dot4(SA[a], LA[a], NA[a], G0,
-                                                             states)))
             continue
         na = n // 2
         nbeta = 1 << (n - na)
@@ -357,33 +348,16 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             PG = np.zeros((nbeta + 1, n_states, LANES))
         if XB.shape[0] < nbeta:
             XB = np.zeros(nbeta)
-        # every state and lane (lanes from nl on carry nothing that is read): the
-        # patterns of S's collection in S (into the child a + m), then out of it (in
-        # place, through Fn)
+        # every state and lane (lanes from nl on carry nothing that is read): the first
+        # half forward from F, the second backward from the pass table (the last first)
         FA[0] = F
         XA[0] = x0
-        m = 1
-        for j in range(na):
-            g = unc[j]
-            for a in range(m):
-                _dense(FA[a + m], FA[a], tgt, cs, n_pat, pv_all, pd_all, g, w_in, has, states,
-                       False)
-                _dense(Fn, FA[a], tgt, cs, n_pat, pv_all, pd_all, g, w_out, has, states, False)
-                FA[a] = Fn
-                XA[a + m] = XA[a] + vals[g - base[cs]]
-            m *= 2
+        m = _halves(FA, XA, Fn, unc, 0, 1, na, tgt, cs, n_pat, pv_all, pd_all, base[cs], vals,
+                    states, has, False)
         GB[0] = G0
         XB[0] = 0.0
-        mb = 1
-        for j in range(n - 1, na - 1, -1):
-            g = unc[j]
-            for a in range(mb):
-                _dense(GB[a + mb], GB[a], tgt, cs, n_pat, pv_all, pd_all, g, w_in, has, states,
-                       True)
-                _dense(Fn, GB[a], tgt, cs, n_pat, pv_all, pd_all, g, w_out, has, states, True)
-                GB[a] = Fn
-                XB[a + mb] = XB[a] + vals[g - base[cs]]
-            mb *= 2
+        mb = _halves(GB, XB, Fn, unc, n - 1, -1, n - na, tgt, cs, n_pat, pv_all, pd_all, base[cs],
+                     vals, states, has, True)
         order = np.argsort(XB[:mb], kind="mergesort")
         xs = XB[:mb][order]
         PG[0] = 0.0

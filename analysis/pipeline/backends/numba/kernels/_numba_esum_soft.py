@@ -8,18 +8,15 @@ reference): for ``X = sum_{j in S} v_j``,
 
 over every subset ``A`` of the event's uncertain objects of ``S``'s collection, ``q_b``
 the soft-bin probabilities of :func:`analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`
-(the one soft-bin source of the numba fills). Which objects are uncertain is the one
-definition of both backends (:func:`analysis.select.certain.certain_objects`, made on the
-host: ``cert``, ``ins``); every other object moves the forward count distribution ``F``
-by one step, a certain object in ``S`` adds its value to every subset's sum ``x0``.
-The ``U`` uncertain objects split in two halves: the first ``a = U // 2`` forward from
-``F`` (``2^a`` distributions ``F_alpha``, sums ``X_alpha``), the others backward from the
-pass table (``2^(U - a)`` value functions ``G_beta``, sums ``X_beta``), each step one of
-:mod:`analysis.select.lanes.steps`'s (the count-state walk's one source);
-each pair ``(alpha, beta)`` is one subset, ``P_A = <F_alpha, G_beta>`` at ``X_A =
-X_alpha + X_beta`` spread over every bin (soft bins have no prefix sums: every subset
-reaches every bin). Memory ``O(2^(U/2) S L)``, time ``O(2^U (S + n_b) L)`` per event
-(``S`` count states, ``n_b`` bins, ``L`` lanes).
+(the one soft-bin source of the numba fills). The certain objects (the one definition,
+``cert``, ``ins``) fold into ``F`` and ``x0`` as in
+:mod:`analysis.pipeline.backends.numba.kernels._numba_esum`; the ``U`` uncertain ones
+meet in the middle over every state and lane
+(:func:`~analysis.pipeline.backends.numba.kernels._numba_esum_steps._halves`): each pair
+``(alpha, beta)`` is one subset, ``P_A = <F_alpha, G_beta>`` at ``X_A = X_alpha +
+X_beta`` spread over every bin (soft bins have no prefix sums: every subset reaches
+every bin). Memory ``O(2^(U/2) S L)``, time ``O(2^U (S + n_b) L)`` per event (``S``
+count states, ``n_b`` bins, ``L`` lanes).
 
 Tangents in lanes (lane 0 the value; the product rule): ``P_A``'s from the pattern
 probabilities and the pass table, and the trainable edges' ``P_A d q_b / d e_j`` in the
@@ -35,46 +32,12 @@ import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 from analysis.pipeline.backends.numba.kernels._numba_esum import MAX_UNCERTAIN
+from analysis.pipeline.backends.numba.kernels._numba_esum_steps import _dense, _halves
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities
 from analysis.select.lanes.policy import inline, njit
-from analysis.select.lanes.steps import backward, clear, forward, weight
+from analysis.select.lanes.steps import weight
 
 __all__ = ["MAX_UNCERTAIN", "event_sum_soft_bins"]
-
-@inline
-def _step(Fn, F, tgt, c, n_pat, pv, pd, g, states, ns, has, which, pull):
-    """``Fn`` = one object's step of ``F`` (object ``g`` of collection ``c``) over its
-    patterns with ``has[p] == which`` (``which < 0``: every pattern): forward
-    (:func:`analysis.select.lanes.steps.forward`) or, with ``pull``,
-    backward (:func:`~analysis.select.lanes.steps.backward`)."""
-    clear(Fn, states, ns)
-    for p in range(n_pat[c]):
-        if which >= 0 and has[p] != which:
-            continue
-        v = pv[g, p, 0]
-        if pull:
-            backward(Fn, F, v, v, pd[g, p], tgt[c, p], states, ns, 0)
-        else:
-            forward(Fn, F, v, v, pd[g, p], tgt[c, p], states, ns, 0, states, False)
-
-
-@inline
-def _subsets(H, X, Hn, unc, j0, dj, k, tgt, cs, n_pat, pv, pd, base_cs, vals, states, ns,
-             has, pull):
-    """The ``2^k`` subsets of the objects ``unc[j0 + t dj]``, ``t < k``, from ``H[0]``,
-    ``X[0]``: subset ``a + m`` holds object ``t`` in ``S`` (its step over the in
-    patterns, its value added to ``X``), ``a`` does not (the out patterns); forward, or
-    backward with ``pull`` (:func:`_step`; ``Hn``: scratch). Returns ``2^k``."""
-    m = 1
-    for t in range(k):
-        g = unc[j0 + t * dj]
-        for a in range(m):
-            _step(H[a + m], H[a], tgt, cs, n_pat, pv, pd, g, states, ns, has, 1, pull)
-            _step(Hn, H[a], tgt, cs, n_pat, pv, pd, g, states, ns, has, 0, pull)
-            H[a, :, :] = Hn
-            X[a + m] = X[a] + vals[g - base_cs]
-        m *= 2
-    return m
 
 
 @inline
@@ -143,8 +106,7 @@ def event_sum_soft_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, 
                         continue
                     if ins[i]:
                         x0 += vals[i]
-                _step(Fn, F, tgt, c, n_pat, pv_all, pd_all, g, states, n_states, has, -1,
-                      False)
+                _dense(Fn, F, tgt, c, n_pat, pv_all, pd_all, g, -1, has, states, False)
                 F, Fn = Fn, F
         n_unc[e] = n
         o = out[e]
@@ -163,12 +125,12 @@ def event_sum_soft_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, 
         # last object first)
         FA[0, :, :] = F
         XA[0] = x0
-        m = _subsets(FA, XA, Fn, unc, 0, 1, na, tgt, cs, n_pat, pv_all, pd_all, base[cs], vals,
-                     states, n_states, has, False)
+        m = _halves(FA, XA, Fn, unc, 0, 1, na, tgt, cs, n_pat, pv_all, pd_all, base[cs], vals,
+                    states, has, False)
         GB[0, :, :] = G0
         XB[0] = 0.0
-        mb = _subsets(GB, XB, Fn, unc, n - 1, -1, n - na, tgt, cs, n_pat, pv_all, pd_all,
-                      base[cs], vals, states, n_states, has, True)
+        mb = _halves(GB, XB, Fn, unc, n - 1, -1, n - na, tgt, cs, n_pat, pv_all, pd_all,
+                     base[cs], vals, states, has, True)
         for a in range(m):
             for b in range(mb):
                 weight(inner, FA[a], GB[b], states, states, n_states, 0, states, False)

@@ -2,7 +2,8 @@
 on the count-state walk's steps (:mod:`~analysis.select.lanes.steps`):
 an object's step of a count distribution over its live states, the enumeration of every
 subset of the uncertain objects (with scalar weights where the out patterns move no
-count), an object's value functions, and the per-event checks (an event's bin, the
+count; over every state and lane: the meet in the middle's halves of both event-sum
+kernels, :func:`_halves`), an object's value functions, and the per-event checks (an event's bin, the
 fewest objects that can pass, whether every probability is a number).
 
 Four lanes (value and at most 3 tangents: the tangents ``_d4`` as 4 numbers, and a
@@ -83,6 +84,25 @@ def _dense(Gn, G, tgt, c, n_pat, pv, pd, g, which, has, states, back):
             backward(Gn, G, v, v, pd[g, p], tgt[c, p], states, states.shape[0], 0)
         else:
             forward(Gn, G, v, v, pd[g, p], tgt[c, p], states, states.shape[0], 0, states, False)
+
+
+@inline
+def _halves(H, X, Hn, unc, j0, dj, k, tgt, cs, n_pat, pv, pd, base_cs, vals, states, has, back):
+    """The ``2^k`` subsets of the objects ``unc[j0 + t dj]``, ``t < k``, from ``H[0]``,
+    ``X[0]`` (every state and lane, :func:`_dense`): subset ``a + m`` holds object ``t``
+    in ``S`` (its step over the in patterns, its value added to ``X``), ``a`` does not
+    (the out patterns, in place through the scratch ``Hn``); forward, or backward with
+    ``back`` (the two halves of a meet in the middle). Returns ``2^k``."""
+    m = 1
+    for t in range(k):
+        g = unc[j0 + t * dj]
+        for a in range(m):
+            _dense(H[a + m], H[a], tgt, cs, n_pat, pv, pd, g, 1, has, states, back)
+            _dense(Hn, H[a], tgt, cs, n_pat, pv, pd, g, 0, has, states, back)
+            H[a, :, :] = Hn
+            X[a + m] = X[a] + vals[g - base_cs]
+        m *= 2
+    return m
 
 
 @inline

@@ -9,16 +9,16 @@ threads changes a bit:
   :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` (the same operations in the same
   order: the same floats) fused into one loop over blocks of objects, written straight
   into the walk's layout (``pv_all[g, p, :]``, ``pd_all[g, p, :]``), for one variant;
-  :func:`cut_patterns_pair` for the two sides of a shift at once. A shift side
-  multiplies the cuts it does not move first (their probabilities those of the nominal
-  columns), the moved cuts last; a pair multiplies the unmoved cuts once per block of
-  objects and copies their product to the second side (4 lanes: 5 floats per set and
-  object, in L1).
+  :func:`cut_patterns_pair` for the two sides of a shift at once (the cuts it does not
+  move once, then each side's moved cuts).
 - :func:`fill`: the histogram sums of one set of entries for several weight variations,
   over the lanes that carry the value and the tangents only (``sumw.shape[2]``: 4 or 8;
   the other lanes of the walk are zero). One call per histogram group; the calls run
   side by side on threads, each a sequential sum in entry order. :func:`fill_pair`:
-  the two sides of a shift that share the entries' offsets and weights, in one loop.
+  the two sides of a shift that share the entries' offsets and weights, in one loop;
+  :func:`fill_soft`: soft bins, each entry spread over the bins with the trainable
+  edges' tangents (the bins of an entry, hard and soft:
+  :mod:`analysis.pipeline.backends.numba.kernels._numba_softbins`).
 
 Cuts are given as arrays over the cuts ``m`` in their order: ``c_ls[m]`` the set
 (position in its collection), ``c_col[m]`` the row of ``cols`` (``(M, N)``: the cuts'
@@ -32,10 +32,11 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
-from analysis.select.lanes.cuts import cut_times, inverse_width, soft_slope
+from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
+from analysis.select.lanes.cuts import inverse_width, soft_slope
 from analysis.select.lanes.policy import inline, njit
 
-__all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_pair"]
+__all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_pair", "fill_soft"]
 
 
 # Objects per sub-block: the cuts run cut by cut over a sub-block (their parameters
@@ -44,22 +45,13 @@ SUB = 256
 
 
 @inline
-def _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
+def _cuts(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd, n_l):
     """Multiply the cuts into the own set probabilities ``qv[ls, i]`` and tangents
-    ``qd[ls, i]`` of objects ``j0 + i``, ``i < nj``, cut after cut
-    (:func:`analysis.select.lanes.cuts.cut_times`)."""
-    for m in range(c_ls.shape[0]):
-        ls = c_ls[m]
-        cut_times(cols[c_col[m]], j0, nj, inverse_width(c_w[m]), c_gt[m], c_par[m], qv[ls],
-                  qd[ls])
-
-
-@inline
-def _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
-    """:func:`_cuts_into` over lanes 0-3 only (``qd[ls, i]`` of 4 lanes: the value and
-    at most 3 tangents), the same operations on each of them. Not ``cut_times`` with a
-    loop over ``qd.shape[1]`` lanes: that bound, no longer a constant, made
-    ``cut_patterns`` 31 ns per object against 19 and this kernel 28 against 19."""
+    ``qd[ls, i]`` (their first ``n_l`` lanes) of objects ``j0 + i``, ``i < nj``, cut
+    after cut, as :func:`analysis.select.lanes.cuts.cut_times`
+    (the same operations on each lane). ``n_l`` a constant after inlining (4: the value
+    and at most 3 tangents, or ``LANES``): a bound read from ``qd.shape[1]`` made
+    ``cut_patterns`` 31 ns per object against 19 and ``cut_patterns4`` 28 against 19."""
     for m in range(c_ls.shape[0]):
         ls = c_ls[m]
         s = cols[c_col[m]]
@@ -69,7 +61,7 @@ def _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd):
         for i in range(nj):
             sv = s[j0 + i]
             q0 = qv[ls, i]
-            for r in range(4):
+            for r in range(n_l):
                 qd[ls, i, r] *= sv
             if par >= 0:
                 qd[ls, i, 1 + par] += q0 * soft_slope(sv, iw, greater)
@@ -82,8 +74,8 @@ def _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_
                   b0, b1):
     """The loop of the three kernels below, ``two`` and ``wide`` constants after inlining
     (each kernel compiles only its own branches): :func:`cut_patterns` (``wide``: one
-    variant, 8 lanes, the cuts by :func:`_cuts_into`), :func:`cut_patterns4` (neither:
-    lanes 0-3 by :func:`_cuts4`, lanes 4-7 written 0) or :func:`cut_patterns_pair`
+    variant, 8 lanes), :func:`cut_patterns4` (neither: the cuts over lanes 0-3, lanes
+    4-7 written 0) or :func:`cut_patterns_pair`
     (``two``: the second side, ``cols_hi``, in lanes 4-7). The patterns' ``pd[r] = pd[r]
     fac + sign qd[ls, r]`` with the lanes in registers, written out here once, not
     through an inline helper: with one (a function returning x and 4 lanes per side)
@@ -102,19 +94,19 @@ def _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_
             qv[:, :nj] = 1.0
             qd[:, :nj] = 0.0
             if wide:
-                _cuts_into(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd)
-                _cuts_into(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
+                _cuts(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd, LANES)
+                _cuts(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd, LANES)
             else:
-                _cuts4(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd)
+                _cuts(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd, 4)
             if two:
                 for ls in range(n_s):
                     for i in range(nj):
                         uv[ls, i] = qv[ls, i]
                         for r in range(4):
                             ud[ls, i, r] = qd[ls, i, r]
-                _cuts4(j0, nj, cols_hi, c_ls, c_col, c_w, c_gt, c_par, uv, ud)
+                _cuts(j0, nj, cols_hi, c_ls, c_col, c_w, c_gt, c_par, uv, ud, 4)
             if not wide:
-                _cuts4(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd)
+                _cuts(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd, 4)
             for i in range(nj):
                 g = g0 + j0 + i
                 for p in range(n_pat):
@@ -167,7 +159,7 @@ def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, 
 def cut_patterns4(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
                   codes, n_sets, n_pat, g0, pv_all, pd_all, block, b0, b1):
     """:func:`cut_patterns` with at most 3 tangents: the cuts over lanes 0-3 only
-    (:func:`_cuts4`) and the patterns' lanes 0-3 from them, lanes 4-7 of ``pd_all``
+    (:func:`_cuts`) and the patterns' lanes 0-3 from them, lanes 4-7 of ``pd_all``
     written 0 (what :func:`cut_patterns` gives there: no tangent). Lanes 0-3 are the
     floats of :func:`cut_patterns` (the same operations in the same order); half the
     arithmetic (24 ns per object against 37 on the event-sum benchmark's jets). The loop
@@ -182,8 +174,8 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
                       r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, block, b0, b1):
     """:func:`cut_patterns` for the two sides of a shift at once (at most 3 tangents: 4
     lanes each): the cuts ``r_*`` that it does not move once, their product then copied
-    to both sides, the moved cuts ``c_*`` on each side's columns (``cols``,
-    ``cols_hi``), and one pass over the patterns writing the first side's lanes 0-3 into
+    to both sides (4 lanes: 5 floats per set and object, in L1), the moved cuts ``c_*``
+    on each side's columns (``cols``, ``cols_hi``), and one pass over the patterns writing the first side's lanes 0-3 into
     lanes 0-3 of ``pd_all[g, p]`` and the second's into lanes 4-7, the probabilities into
     ``pv_all[g, p, 0]`` and ``[1]`` (the walk's pair layout; ``page`` 1: into lanes 8-15
     and ``pv_all[g, p, 2]``, ``[3]``, the second pair of the walk's paged layout, ``pd_all``
@@ -194,21 +186,6 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
     _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
                   r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, True, False, block, b0,
                   b1)
-
-
-@inline
-def _bin(edges, x, w0):
-    """The bin of an entry at ``x`` of probability lane 0 ``w0``: the number of edges
-    ``<= x`` counted without branches (edges increase; ``numpy.searchsorted`` right: 0
-    the underflow), NaN in the overflow, an entry of probability 0 at ``x = 0``."""
-    n_edges = edges.shape[0]
-    xi = x if w0 != 0.0 else 0.0
-    b = n_edges
-    if xi == xi:
-        b = 0
-        for k in range(n_edges):
-            b += edges[k] <= xi
-    return b
 
 
 @inline
@@ -283,16 +260,73 @@ def _fill4(off, x, p, x_hi, p_hi, ev, factors, weight, edges, acc, acc_hi, two):
             f2e[v] = f * f * we
         for i in range(lo, hi):
             w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
-            b = _bin(edges, x[i], w0)
+            b = hard_bin(edges, x[i] if w0 != 0.0 else 0.0)
             u0 = u1 = u2 = u3 = 0.0
             b_hi = 0
             if two:
                 u0, u1, u2, u3 = _lanes4(p_hi, i, ev0, ev1, ev2, ev3)
-                b_hi = _bin(edges, x_hi[i], u0)
+                b_hi = hard_bin(edges, x_hi[i] if u0 != 0.0 else 0.0)
             for v in range(n_v):
                 _add8(acc, v, b, fe[v], f2e[v], w0, w1, w2, w3)
                 if two:
                     _add8(acc_hi, v, b_hi, fe[v], f2e[v], u0, u1, u2, u3)
+
+
+@inline
+def _fill_lanes(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2, soft):
+    """The loop of :func:`fill` over all ``LANES`` lanes and of :func:`fill_soft` over
+    ``sumw.shape[2]`` (``soft`` a constant after inlining: each kernel compiles only its
+    own branches): per entry its weight lanes ``w = p[i, 0] ev[e] + ev[e, 0] p[i]`` (the
+    product rule; lane 0 ``ev p`` twice: halved) and its bins (an entry of probability 0
+    at ``x = 0``: its value may be garbage, as the JAX kernel's), then per variation its
+    hard bin's sums, or its soft bins' and the trainable edges' tangents."""
+    n_l = sumw.shape[2] if soft else LANES
+    n_b = sumw.shape[1]
+    n_e = edges.shape[0]
+    w = np.empty(n_l)
+    q = np.empty(n_b)
+    ds = np.empty(n_e)
+    for e in range(off.shape[0] - 1):
+        ev0 = ev[e, 0]
+        we = weight[e]
+        for i in range(off[e], off[e + 1]):
+            p0 = p[i, 0]
+            w[0] = (p0 * ev[e, 0] + ev0 * p[i, 0]) * 0.5
+            for r in range(1, n_l):
+                w[r] = p0 * ev[e, r] + ev0 * p[i, r]
+            xi = x[i] if w[0] != 0.0 else 0.0
+            b = 0
+            moves = False  # whether the trainable edges move the entry's bins
+            if soft:
+                moves = bin_probabilities(edges, xi, width, q, ds)
+            else:
+                b = hard_bin(edges, xi)
+            for v in range(factors.shape[0]):
+                f = factors[v, e]
+                f2 = f * f * we
+                if not soft:
+                    o, o2 = sumw[v, b], sumw2[v, b]
+                    for r in range(n_l):
+                        o[r] += f * w[r]
+                        o2[r] += f2 * w[r]
+                    continue
+                for b in range(n_b):
+                    qb = q[b]
+                    o, o2 = sumw[v, b], sumw2[v, b]
+                    for r in range(n_l):
+                        o[r] += f * (w[r] * qb)
+                        o2[r] += f2 * (w[r] * qb)
+                if not moves:
+                    continue
+                for j in range(n_e):
+                    r = elane[j]
+                    if r < 1 or r >= n_l:
+                        continue
+                    d = w[0] * ds[j]
+                    sumw[v, j, r] += f * d
+                    sumw2[v, j, r] += f2 * d
+                    sumw[v, j + 1, r] -= f * d
+                    sumw2[v, j + 1, r] -= f2 * d
 
 
 @njit
@@ -301,33 +335,27 @@ def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
     ``x[i]``, probability lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times
     each variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] +=
     f^2 weight[e] w`` with ``w = ev[e] p[i]`` (the product rule in lanes), over the
-    first ``sumw.shape[2]`` lanes (4 or 8: the value and the tangents). Bin ``b`` = the
-    number of edges ``<= x`` (``numpy.searchsorted`` right: 0 the underflow, NaN in the
-    overflow); an entry of probability 0 at ``x = 0``. Entries in order: one sequential
-    sum per bin and variation."""
+    first ``sumw.shape[2]`` lanes (4 or 8: the value and the tangents), ``b`` the hard
+    bin (:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.hard_bin`; an
+    entry of probability 0 at ``x = 0``). Entries in order: one sequential sum per bin
+    and variation."""
     if sumw.shape[2] <= 4:  # the value and at most 3 tangents
         acc = _sums_in(sumw, sumw2)
         _fill4(off, x, p, x, p, ev, factors, weight, edges, acc, acc, False)
         _sums_out(acc, sumw, sumw2)
         return
-    w = np.empty(LANES)
-    for e in range(off.shape[0] - 1):
-        ev0 = ev[e, 0]
-        for i in range(off[e], off[e + 1]):
-            p0 = p[i, 0]
-            # w = p0 ev[e] + ev0 p[i] (the product rule), lane 0 ev p twice: halved
-            w[0] = (p0 * ev[e, 0] + ev0 * p[i, 0]) * 0.5
-            for r in range(1, 8):
-                w[r] = p0 * ev[e, r] + ev0 * p[i, r]
-            b = _bin(edges, x[i], w[0])
-            we = weight[e]
-            for v in range(factors.shape[0]):
-                f = factors[v, e]
-                f2 = f * f * we
-                o, o2 = sumw[v, b], sumw2[v, b]
-                for r in range(8):
-                    o[r] += f * w[r]
-                    o2[r] += f2 * w[r]
+    _fill_lanes(off, x, p, ev, factors, weight, edges, 0.0, np.zeros(0, np.int64), sumw,
+                sumw2, False)
+
+
+@njit
+def fill_soft(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
+    """:func:`fill` with each entry spread over the bins at the soft bins' width ``width
+    > 0`` (:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`):
+    ``sumw[v, b] += f (w q_b + w_0 dq_b)``, ``sumw2[v, b] += f^2 weight[e] (w q_b + w_0
+    dq_b)``, ``dq_b`` the derivative in the lane of each trainable edge (``elane[j]``:
+    its lane, below 1 a fixed edge), over the first ``sumw.shape[2]`` lanes."""
+    _fill_lanes(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2, True)
 
 
 @njit

@@ -66,8 +66,7 @@ from analysis.select.lanes.steps import (
 )
 
 __all__ = [
-    "is_rank_order", "leading_support", "live_states", "rank_order", "store", "store_sides",
-    "walk",
+    "leading_support", "live_states", "rank_order", "store", "store_sides", "walk",
 ]
 
 
@@ -122,24 +121,6 @@ def rank_order(off, key, out, block, b0, b1):
                 else:
                     break
             out[m] = g
-
-
-@njit
-def is_rank_order(off, key, order):
-    """Whether ``order`` is what :func:`rank_order` writes for ``key`` (each event's
-    objects by descending ``key``, ties and NaN in their original order, NaN last):
-    every neighbouring pair in that order. A shift by a positive factor keeps the order
-    of its field in all but rare near-ties; checking costs a pass, a sort more."""
-    for e in range(off.shape[0] - 1):
-        for i in range(off[e], off[e + 1] - 1):
-            a, b = order[i], order[i + 1]
-            ka, kb = key[a], key[b]
-            if ka > kb or (ka == ka and kb != kb):
-                continue
-            if (ka == kb or (ka != ka and kb != kb)) and a < b:
-                continue
-            return False
-    return True
 
 
 @inline

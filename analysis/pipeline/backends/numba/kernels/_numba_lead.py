@@ -19,12 +19,34 @@ from the count recursions of :mod:`analysis.pipeline.backends.numba.kernels._num
   it (``O``), so ``w(a) = < I_{a_r} O ... I_{a_0} O ... delta_0, B_{a_r + 1} >``.
 
 The steps are those of :mod:`analysis.select.lanes.steps` (a forward
-step restricted to the patterns with or without ``s``). The tuples are walked depth first, each prefix's distribution kept per depth and
-carried by ``O`` along the scan, so a prefix is stepped once for all of its
+step restricted to the patterns with or without ``s``, :func:`_step`). The tuples are
+walked depth first (one enumeration, :func:`_tuples`, a tape that the value walk and its
+transpose replay), each prefix's distribution kept per depth and carried by ``O`` along
+the scan, so a prefix is stepped once for all of its
 extensions: ``O(sum_{j <= r} C(k, j + 1) P S + n P S)`` per event (``n`` objects, ``k``
 of them can be in the set, ``P`` patterns, ``S`` count states), only sums of non-negative products. Every quantity in
 lanes (lane 0 the value, then its tangents; the product rule). Outputs are per
 candidate (no sums): the result does not depend on how blocks are split.
+
+Reverse mode (:func:`lead_vjp`, values only): given the cotangents ``wbar_a =
+dL/dw(a)``, ``L = sum_a wbar_a w(a)`` is linear in each step, so per event the value walk
+runs once more (``G``, ``B``, the tuples' tape replayed, each step's input kept) and then
+its transpose in reverse order:
+
+- a tuple's last member: ``dL/dpi_{a_r p} += wbar_a <V, B_{a_r + 1}[tgt(p, .)]>`` for the
+  patterns ``p`` holding ``s``, ``Vbar += wbar_a I^T B_{a_r + 1}``,
+  ``Bbar_{a_r + 1} += wbar_a I V``;
+- a step ``V' = X V`` (``X`` = ``I`` or ``O``): ``dL/dpi_{jp} += <V, Vbar'[tgt(p, .)]>`` over
+  its patterns and ``Vbar += X^T Vbar'``;
+- the chain ``B_m = A_m B_{m + 1}`` (every pattern), then ``G``'s:
+  ``dL/dpi_{jp} += <Bbar_m, B_{m + 1}[tgt(p, .)]>``, ``Bbar_{m + 1} += A_m^T Bbar_m``, from
+  ``m = 0`` up; ``dL/df = Gbar`` at the end (the trainable count thresholds).
+
+A transposed forward step is the walk's backward step and the reverse (:func:`_step`), a
+pattern's derivative its inner sum (:func:`~analysis.select.lanes.steps.weight`).
+Cost: about three value walks of the candidates, whatever the number of parameters;
+memory per block, the tape ``(ops, S)`` (:func:`_sizes`). Outputs per object and per event
+(no sums): blocks and threads change no bit.
 """
 
 from __future__ import annotations
@@ -32,38 +54,100 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.select.lanes.arith import LANES, lin_add
-from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.policy import inline, njit, specialise_on
 from analysis.select.lanes.steps import backward, clear, forward, weight
 
-__all__ = ["candidates"]
+__all__ = ["candidates", "lead_vjp"]
+
+IN, OUT, LEAF = 0, 1, 2  # the tuples' walk's steps: a member, a position left out, a tuple's end
+
+
+@specialise_on("pd", (lambda t: getattr(t, "ndim", 0) == 3, lambda pd, g, p: pd[g, p]),
+               lambda pd, g, p: 0.0)
+def _tangent(pd, g, p):
+    """Object ``g``'s pattern ``p`` tangents: ``pd[g, p]`` of an ``(N, P, LANES)`` array,
+    or ``0.0`` where ``pd`` is a number (values only)."""
 
 
 @inline
-def _step(dst, src, g, c, pv_all, pd_all, pat, n_pat, tgt, ls, keep, states):
-    """``dst = sum_{p: [p holds s] == keep} pi_p src[k] -> tgt(p, k)`` (a forward step
-    of object ``g`` restricted to the patterns with (``keep``) or without set ``ls``)."""
-    n_states = states.shape[0]
-    clear(dst, states, n_states)
-    for p in range(n_pat[c]):
-        if (pat[c, p, ls] == 1) != keep:
-            continue
-        pv = pv_all[g, p]
-        forward(dst, src, pv, pv, pd_all[g, p], tgt[c, p], states, n_states, 0, states, False)
+def _take(pat, c, p, ls, side):
+    """Whether pattern ``p`` takes part: ``side`` 1 those holding set ``ls``, 0 those
+    without it, 2 every pattern."""
+    return side == 2 or (pat[c, p, ls] == 1) == (side == 1)
 
 
 @inline
-def _back(dst, src, g, c, pv_all, pd_all, n_pat, tgt, states):
-    """``dst[k] = sum_p pi_p src[tgt(p, k)]``: object ``g``'s backward step."""
-    n_states = states.shape[0]
-    clear(dst, states, n_states)
+def _step(dst, src, scale, g, c, pv_all, pd, pat, n_pat, tgt, ls, side, states, back):
+    """``dst[tgt(p, k)] += scale pi_gp src[k]`` (forward: ``I``, ``O`` or every pattern by
+    ``side``, :func:`_take`) or, with ``back``, ``dst[k] += scale pi_gp src[tgt(p, k)]``
+    over object ``g``'s patterns; in lanes with the tangents ``pd`` (``scale`` 1: the
+    product rule), values only where ``pd`` is ``0.0`` (:func:`_tangent`)."""
+    ns = states.shape[0]
     for p in range(n_pat[c]):
-        pv = pv_all[g, p]
-        backward(dst, src, pv, pv, pd_all[g, p], tgt[c, p], states, n_states, 0)
+        if _take(pat, c, p, ls, side):
+            a = scale * pv_all[g, p]
+            if back:
+                backward(dst, src, a, a, _tangent(pd, g, p), tgt[c, p], states, ns, 0)
+            else:
+                forward(dst, src, a, a, _tangent(pd, g, p), tgt[c, p], states, ns, 0, states,
+                        False)
+
+
+@inline
+def _sizes(coff, n_cand, depth, e0, e1):
+    """``(max_n, max_ops)`` over events ``e0:e1``: the most objects of an event (bounds
+    each collection's) and the tape's length of :func:`_tuples` (at most two steps per
+    tuple and prefix, and its end)."""
+    max_n, k_top, ops, comb = 1, 0, 1, 1
+    for e in range(e0, e1):
+        max_n = max(max_n, np.sum(coff[:, e + 1]) - np.sum(coff[:, e]))
+        k_top = max(k_top, n_cand[e])
+    for r in range(depth + 1):  # C(k_top, r + 1), each step an exact division
+        comb = comb * (k_top - r) // (r + 1)
+        ops += 2 * max(comb, 0)
+    return max_n, ops
+
+
+@inline
+def _tuples(kc, depth, pos, tape):
+    """The depth-first walk of the increasing ``(depth + 1)``-tuples of rank positions
+    ``0 .. kc - 1`` (:func:`itertools.combinations` order) as a tape: ``tape[i] = (kind,
+    level, position)``, ``IN`` the position joins the prefix (one level down), ``LEAF``
+    it ends a tuple, ``OUT`` it leaves its level for good (recorded only where a next
+    position at that level can still start a tuple); returns the tape's length. The
+    value walk (:func:`candidates`) and its transpose (:func:`lead_vjp`) replay it."""
+    lv = 0
+    pos[0] = 0
+    nops = 0
+    while True:
+        m = pos[lv]
+        if m > kc - 1 - (depth - lv):  # too few positions left: one level up
+            if lv == 0:
+                break
+            lv -= 1
+            m = pos[lv]
+        else:
+            tape[nops, 1] = lv
+            tape[nops, 2] = m
+            nops += 1
+            if lv < depth:
+                tape[nops - 1, 0] = IN
+                lv += 1
+                pos[lv] = m + 1
+                continue
+            tape[nops - 1, 0] = LEAF
+        if m + 1 <= kc - 1 - (depth - lv):
+            tape[nops, 0] = OUT
+            tape[nops, 1] = lv
+            tape[nops, 2] = m
+            nops += 1
+        pos[lv] = m + 1
+    return nops
 
 
 @njit
 def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt, f,
-               df, max_n, cand_off, block, w_out, obj_out, b0, b1):
+               df, cand_off, block, w_out, obj_out, b0, b1):
     """Blocks ``b0:b1``: ``w_out[q]`` (lanes) and ``obj_out[q]`` (the tuple's objects,
     indices into collection ``lc``'s flat arrays, highest ranked first) of candidate
     ``q`` in ``cand_off[e]:cand_off[e + 1]`` of event ``e`` (``C(k_e, depth + 1)``,
@@ -74,22 +158,22 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
     enumerated); ``ls``: the set's
     position in ``lc``'s patterns; ``pv_all``/``pd_all``: pattern probabilities and
     tangents per global object (``base[c] + i``; tangents' lane 0 zero); ``f``/``df``:
-    the pass table and its tangents in lanes (lane 0 zero); ``max_n``: the largest
-    ``n_e``."""
+    the pass table and its tangents in lanes (lane 0 zero)."""
     n_ev = coff.shape[1] - 1
-    n_coll = coff.shape[0]
     n_states = f.shape[0]
     for b in range(b0, b1):
-        G = np.empty((n_states, LANES))
-        Gn = np.empty((n_states, LANES))
+        e0, e1 = b * block, min(n_ev, (b + 1) * block)
+        max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
+        gst = np.empty((max_n + 1, n_states, LANES))
         B = np.empty((max_n + 1, n_states, LANES))
         V = np.empty((depth + 1, n_states, LANES))
         T = np.empty((n_states, LANES))
         H = np.empty(LANES)
         acc = np.empty(LANES)
         pos = np.empty(depth + 1, np.int64)
+        tape = np.empty((max_ops, 3), np.int64)
         states = np.arange(n_states)
-        for e in range(b * block, min(n_ev, (b + 1) * block)):
+        for e in range(e0, e1):
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
             kc = n_cand[e]  # the objects a tuple may hold: rank positions 0 .. kc - 1
@@ -97,56 +181,180 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
                 continue
             for k in range(n_states):
                 for r in range(LANES):
-                    G[k, r] = df[k, r]
-                G[k, 0] = f[k]
-            for c in range(n_coll - 1, -1, -1):  # every other collection, last object first
+                    gst[0, k, r] = df[k, r]
+                gst[0, k, 0] = f[k]
+            # the value functions: every other collection's objects, last first, then B over
+            # lc's rank positions (a helper of these loops, inlined: measured 2x slower)
+            t = 0
+            for c in range(coff.shape[0] - 1, -1, -1):
                 if c == lc:
                     continue
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
-                    _back(Gn, G, base[c] + i, c, pv_all, pd_all, n_pat, tgt, states)
-                    G, Gn = Gn, G
-            B[n] = G
+                    clear(gst[t + 1], states, n_states)
+                    _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, pd_all, pat, n_pat,
+                          tgt, ls, 2, states, True)
+                    t += 1
+            B[n] = gst[t]
             for m in range(n - 1, -1, -1):
-                _back(B[m], B[m + 1], base[lc] + order[lo + m], lc, pv_all, pd_all, n_pat,
-                      tgt, states)
+                clear(B[m], states, n_states)
+                _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
+                      n_pat, tgt, ls, 2, states, True)
             V[0] = 0.0
             V[0, 0, 0] = 1.0
-            lv = 0
-            pos[0] = 0
             q = cand_off[e]
-            while True:
-                m = pos[lv]
-                if m > kc - 1 - (depth - lv):  # too few positions left: one level up
-                    if lv == 0:
-                        break
-                    lv -= 1
-                    m = pos[lv]
-                else:
-                    g = base[lc] + order[lo + m]
-                    if lv < depth:  # m joins the prefix: one level down
-                        _step(V[lv + 1], V[lv], g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
-                              True, states)
-                        lv += 1
-                        pos[lv] = m + 1
-                        continue
-                    # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
-                    for r in range(LANES):
-                        acc[r] = 0.0
-                    Bn = B[m + 1]
-                    for p in range(n_pat[lc]):
-                        if pat[lc, p, ls] != 1:
-                            continue
-                        weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
-                        lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
-                    for r in range(LANES):
-                        w_out[q, r] = acc[r]
-                    for i in range(depth + 1):
-                        obj_out[q, i] = order[lo + pos[i]]
-                    q += 1
-                # m leaves this level: it stays out of the tuple from now on (a step read
-                # only if a next position at this level can still start a tuple)
-                if m + 1 <= kc - 1 - (depth - lv):
-                    _step(T, V[lv], base[lc] + order[lo + m], lc, pv_all, pd_all, pat, n_pat,
-                          tgt, ls, False, states)
+            for i in range(_tuples(kc, depth, pos, tape)):
+                kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
+                g = base[lc] + order[lo + m]
+                pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
+                if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
+                    clear(V[lv + 1], states, n_states)
+                    _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 1,
+                          states, False)
+                    continue
+                if kind == OUT:
+                    clear(T, states, n_states)
+                    _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0, states,
+                          False)
                     V[lv] = T
-                pos[lv] = m + 1
+                    continue
+                # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
+                for r in range(LANES):
+                    acc[r] = 0.0
+                Bn = B[m + 1]
+                for p in range(n_pat[lc]):
+                    if pat[lc, p, ls] != 1:
+                        continue
+                    weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
+                    lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
+                for r in range(LANES):
+                    w_out[q, r] = acc[r]
+                for j in range(depth + 1):
+                    obj_out[q, j] = order[lo + pos[j]]
+                q += 1
+
+
+@inline
+def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, states):
+    """``gp[g, p] += scale sum_k F[k] G[tgt(p, k)]`` over the patterns ``side`` takes
+    (:func:`_step`'s)."""
+    ns = states.shape[0]
+    for p in range(n_pat[c]):
+        if _take(pat, c, p, ls, side):
+            gp[g, p] += scale * weight(0.0, F, G, tgt[c, p], states, ns, 0, states, False)
+
+
+@njit
+def lead_vjp(coff, base, order, n_cand, lc, ls, depth, pv_all, pat, n_pat, tgt, f, df,
+             cand_off, wbar, block, gp, dfs, b0, b1):
+    """Blocks ``b0:b1`` of events (arguments as :func:`candidates`',
+    values only: ``pv_all`` ``(N, P)``, ``df`` ``(S, K)``); ``wbar[q]`` the cotangent of
+    candidate ``q``'s weight. Outputs (added to): ``gp[g, p] = dL/dpi_gp``, ``dfs[e, r] =
+    sum_k dL/df[k] df[k, r]``."""
+    n_ev = coff.shape[1] - 1
+    n_states = f.shape[0]
+    for b in range(b0, b1):
+        e0, e1 = b * block, min(n_ev, (b + 1) * block)
+        max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
+        gst = np.empty((max_n + 1, n_states))
+        gobj = np.empty(max_n, np.int64)
+        gcol = np.empty(max_n, np.int64)
+        B = np.empty((max_n + 1, n_states))
+        Bbar = np.empty((max_n + 1, n_states))
+        V = np.empty((depth + 1, n_states))
+        Vbar = np.empty((depth + 1, n_states))
+        T = np.empty(n_states)
+        T2 = np.empty(n_states)
+        tape_v = np.empty((max_ops, n_states))
+        tape = np.empty((max_ops, 3), np.int64)
+        pos = np.empty(depth + 1, np.int64)
+        states = np.arange(n_states)
+        for e in range(e0, e1):
+            lo = coff[lc, e]
+            n = coff[lc, e + 1] - lo
+            kc = n_cand[e]
+            if kc < depth + 1:
+                continue
+            live = False
+            for q in range(cand_off[e], cand_off[e + 1]):
+                live = live or wbar[q] != 0.0
+            if not live:
+                continue
+            # the value functions: G over the other collections (kept), B over c's positions
+            gst[0] = f
+            t = 0
+            for c in range(coff.shape[0] - 1, -1, -1):
+                if c == lc:
+                    continue
+                for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
+                    gst[t + 1] = 0.0
+                    _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, 0.0, pat, n_pat, tgt,
+                          ls, 2, states, True)
+                    gobj[t] = base[c] + i
+                    gcol[t] = c
+                    t += 1
+            B[n] = gst[t]
+            for m in range(n - 1, -1, -1):
+                B[m] = 0.0
+                _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, 0.0, pat, n_pat,
+                      tgt, ls, 2, states, True)
+            # the tuples' tape replayed (the value walk's order), each step's input kept
+            V[0] = 0.0
+            V[0, 0] = 1.0
+            nops = _tuples(kc, depth, pos, tape)
+            for i in range(nops):
+                kind, lv = tape[i, 0], tape[i, 1]
+                g = base[lc] + order[lo + tape[i, 2]]
+                tape_v[i] = V[lv]
+                if kind == IN:  # candidates' steps
+                    V[lv + 1] = 0.0
+                    _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1, states,
+                          False)
+                elif kind == OUT:
+                    T[:] = 0.0
+                    _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states, False)
+                    V[lv] = T
+            # the transpose, in reverse order (the candidates too: the last one first)
+            Vbar[:] = 0.0
+            Bbar[:] = 0.0
+            q = cand_off[e + 1]
+            for i in range(nops - 1, -1, -1):
+                kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
+                g = base[lc] + order[lo + m]
+                vin = tape_v[i]
+                if kind == LEAF:
+                    q -= 1
+                    wq = wbar[q]
+                    if wq != 0.0:
+                        _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1, states)
+                        _step(Vbar[lv], B[m + 1], wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
+                              states, True)
+                        _step(Bbar[m + 1], vin, wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
+                              states, False)
+                elif kind == OUT:
+                    _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, states)
+                    T[:] = 0.0
+                    _step(T, Vbar[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states,
+                          True)
+                    Vbar[lv] = T
+                else:
+                    _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1, states)
+                    _step(Vbar[lv], Vbar[lv + 1], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
+                          states, True)
+                    Vbar[lv + 1] = 0.0
+            for m in range(n):  # the chain of B, then G's, transposed
+                g = base[lc] + order[lo + m]
+                _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, states)
+                _step(Bbar[m + 1], Bbar[m], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 2, states,
+                      False)
+            T[:] = Bbar[n]
+            for i in range(t - 1, -1, -1):
+                _grad(gp, gobj[i], 1.0, T, gst[i], gcol[i], pat, n_pat, tgt, ls, 2, states)
+                T2[:] = 0.0
+                _step(T2, T, 1.0, gobj[i], gcol[i], pv_all, 0.0, pat, n_pat, tgt, ls, 2, states,
+                      False)
+                T[:] = T2
+            for r in range(df.shape[1]):
+                acc = 0.0
+                for k in range(n_states):
+                    acc += T[k] * df[k, r]
+                dfs[e, r] += acc

@@ -9,8 +9,8 @@ w_i q_b`` and ``sumw2_vb += f_ve^2 weight_e w_i q_b`` (``f_ve``: variation ``v``
 f_ve^2 weight_e sbar2_vb)``, and
 
 - ``dL/dw_i = C_e(x_i)``;
-- soft bins (:mod:`analysis.stats.softbins`: ``q_0 = s(z_0)``, ``q_k = s(z_k) -
-  s(z_{k-1})``, ``q_{n+1} = 1 - s(z_n)``, ``z_j = (e_j - x) / W``; ``ds_j = s'(z_j) / W``):
+- soft bins (``q_b`` and ``ds_j = s'(z_j) / W`` of
+  :mod:`analysis.pipeline.backends.numba.kernels._numba_softbins`, ``z_j = (e_j - x) / W``):
   ``dC/dx = sum_j ds_j (c_{j+1} - c_j)`` and ``dC/de_j = -ds_j (c_{j+1} - c_j)``, so
   ``dL/dx_i = w_i dC/dx`` and ``dL/de_j = sum_i w_i dC/de_j``; hard bins and a
   non-finite ``x`` (its hard bin): none.
@@ -22,11 +22,9 @@ sums, per block of events (the blocks on threads).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities
+from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
 from analysis.select.lanes.policy import njit
 
 __all__ = ["entry_cotangents"]
@@ -70,9 +68,9 @@ def entry_cotangents(off, x, p, ev, factors, weight, edges, width, sbar, sbar2, 
                 for b in range(n_b):
                     acc += c[b] * q[b]
                 g[i] = acc
-            else:  # the hard bin (numpy's searchsorted, side "right"; NaN: the overflow)
+            else:
                 soft = False
-                h = n_b - 1 if math.isnan(xi) else np.searchsorted(edges, xi, side="right")
+                h = hard_bin(edges, xi)
                 q[:] = 0.0
                 q[h] = 1.0
                 g[i] = c[h]

@@ -1,0 +1,199 @@
+"""Reverse mode's histograms of leading objects (``S[d].f``) on the numba kernel.
+
+A histogram of ``S[d].f`` has one entry per object ``j`` of ``S``'s collection, its fill
+weight ``ev_e lw_j`` with ``lw_j = P(j is S[d] and the region passes)`` (the forward
+walk's leading weight, :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`). That
+is the sum of the candidate tuples' weights ``w(a)``
+(:mod:`analysis.pipeline.backends.numba.kernels._numba_lead`) over the tuples ``a = (a_0,
+..., a_d)`` whose last member is ``j``. So, with the entries' cotangents ``dL/dw_j`` of
+the fields' kernel (:func:`analysis.pipeline.backends.numba.kernels._numba_revhist.entry_cotangents`:
+hard and soft bins, trainable edges, weight variations):
+
+- every candidate's ``dL/dw(a) = ev_e dL/dw_{a_d}``, which the candidates walk's
+  vector-Jacobian product (:func:`analysis.pipeline.backends.numba.kernels._numba_lead.lead_vjp`)
+  turns into the objects' pattern probabilities' and the trainable count thresholds'
+  cotangents, chained to the sets' own probabilities
+  (:func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`) as the indexed
+  observables' are (:mod:`analysis.pipeline.backends.numba._revobs`);
+- ``dL/dev_e += sum_j lw_j dL/dw_j``; a value that is a score's column and the trainable
+  edges as the fields' (:mod:`analysis.pipeline.backends.numba._fastrevhist`).
+
+Each selection the histograms are filled from (a shift side, a channel region) is its own
+walk, as the fields': the ``lw_j`` are the candidates walk's values on its tables (so the
+value states equal the forward kernel's up to the order of the sums).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from analysis.pipeline.backends.numba import (
+    _fastleading,
+    _fastrevhist,
+    _fastsens,
+    _revhistsums,
+)
+from analysis.pipeline.backends.numba._fastpool import _run_blocks
+from analysis.pipeline.backends.numba._revobs import Pulled
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead
+from analysis.pipeline.plan import Plan
+from analysis.stats.histogram import Histogram
+
+__all__: list[str] = []  # internal to the numba kernel
+
+#: the histogram kinds whose states the numba reverse pass pulls back (fields, branches:
+#: :mod:`analysis.pipeline.backends.numba._fastrevhist`; leading objects: here; event
+#: sums: :mod:`analysis.pipeline.backends.numba._revhistsums`)
+KINDS = (*_fastrevhist.KINDS, "index", *_revhistsums.KINDS)
+#: events per block of the candidates' walks
+BLOCK = 1024
+
+
+class Reads(_fastrevhist.Reads):
+    """:class:`analysis.pipeline.backends.numba._fastrevhist.Reads` with the histograms of
+    leading objects and event sums too (:meth:`pull`: their share of a selection's
+    cotangents)."""
+
+    def __init__(self, plan: Plan, hists: list) -> None:
+        super().__init__(plan, hists)
+        self.lead: dict = {}  # (shift, region) -> the fills of leading objects
+        self.sums: dict = {}  # ... of event sums (analysis.pipeline.backends.numba._revhistsums)
+        for sel, fills in self.fills.items():
+            self.lead[sel] = [f for f in fills if f.specs[0].node.kind == "index"]
+            self.sums[sel] = [f for f in fills if f.specs[0].node.kind in _revhistsums.KINDS]
+            self.fills[sel] = [f for f in fills if f.specs[0].node.kind in _fastrevhist.KINDS]
+
+    def _entries(self, spec, cols, run: Plan, sel) -> tuple:
+        node = spec.node
+        if node.kind != "index":
+            return super()._entries(spec, cols, run, sel)
+        coll = run.sets.collection_of(node.slots[0][0])
+        off = sel.coff[sel.tab.collections.index(coll)]
+        raw = np.asarray(sel.flats[coll][node.field], np.float64)[: int(off[-1])]
+        return np.ascontiguousarray(np.abs(raw) if node.absolute else raw), raw, off, None
+
+    def pull(self, key: tuple, cols, run: Plan, sel, theta, widths, grad: np.ndarray,
+             bars: dict, dev: np.ndarray, by: Pulled | None, *,
+             threads: int | None = None) -> Pulled | None:
+        """The fills of leading objects and event sums of selection ``key`` (``sel``: its
+        :func:`analysis.pipeline.backends.numba.fastreverse._selection`, ``run`` its plan
+        without scores): their value states into :attr:`value`, ``dL/dev_e`` added to
+        ``dev``, the values' and edges' cotangents to ``bars`` and ``grad`` (module
+        docstrings); returns ``by`` (the other walks' share) plus theirs to the sets' own
+        probabilities and the count thresholds (``by`` itself: none read)."""
+        lead, sums = self.lead.get(key, ()), self.sums.get(key, ())
+        if not lead and not sums:
+            return by
+        tab = sel.tab
+        n_ev = sel.ev.shape[0]
+        ins = _fastsens.inputs(tab, run.sets, sel.base, sel.q_of, theta, widths, sel.counts_tr)
+        gp = np.zeros_like(ins.pv_all)
+        dfs = np.zeros((n_ev, len(sel.counts_tr)))
+        read = self._leading(lead, cols, run, sel, ins, theta, widths, grad, bars, dev, gp, dfs,
+                             threads)
+        dq = {}
+        for ci, (gsets, qs) in enumerate(ins.qs_of):
+            d = _fastsens.set_sensitivities(gp[sel.base[ci]: sel.base[ci + 1]], qs,
+                                            tab.pat[ci], int(tab.n_pat[ci]))
+            dq.update(zip(gsets, d, strict=True))
+        dcount = dfs.sum(axis=0)
+        if sums:
+            sq, sc = _revhistsums.pull(sums, self.plan, cols, run, sel, ins, theta, widths,
+                                       grad, dev, self.value, threads=threads)
+            read = read or any(f.sbar.any() or f.sbar2.any() for f in sums)
+            dq = {gs: d + sq[gs] for gs, d in dq.items()}
+            dcount = dcount + sc
+        if not read:
+            return by
+        if by is None:
+            return Pulled(dq, np.zeros(n_ev), dcount)
+        return Pulled({gs: d + by.dq[gs] for gs, d in dq.items()}, by.dev, dcount + by.dcount)
+
+    def _leading(self, fills, cols, run: Plan, sel, ins: _fastsens.Inputs, theta, widths,
+                 grad: np.ndarray, bars: dict, dev: np.ndarray, gp: np.ndarray,
+                 dfs: np.ndarray, threads: int | None) -> bool:
+        """The fills of leading objects (module docstring): ``dL/dpi`` into ``gp``, the
+        count thresholds' per event into ``dfs``; whether any was read."""
+        n_ev = sel.ev.shape[0]
+        walks: dict = {}  # (set, depth) -> its candidates (_Lead)
+        read = False
+        for f in fills:
+            k = _fastleading.key(f.specs[0].node)
+            if k not in walks:
+                walks[k] = _candidates(*k, run, sel, ins, threads)
+            lead = walks[k]
+            last = lead.cand.obj[:, k[1]]
+            lw = np.bincount(last, weights=lead.cand.w[:, 0],
+                             minlength=int(sel.coff[lead.ci, -1]))
+            x, raw, off, _, g, gx, ebar, sumw, sumw2 = self._run(
+                f, cols, run, sel, lw, theta, widths, True, {}, threads)
+            for v, s in enumerate(f.specs):
+                self.value[s.group][s.key] = Histogram(s.edges, sumw[v], sumw2[v])
+            if not (f.sbar.any() or f.sbar2.any()):
+                continue  # the value states alone
+            read = True
+            lead.wq[:] += np.repeat(sel.ev, np.diff(lead.cand.off)) * g[last]
+            dev += np.bincount(np.repeat(np.arange(n_ev), np.diff(off)), weights=lw * g,
+                               minlength=n_ev)
+            node = f.specs[0].node
+            bkey = f"{run.sets.collection_of(node.slots[0][0])}:{node.field}"
+            if bkey in bars:  # a score's column (d|v|/dv = sign(v))
+                bars[bkey][:, : gx.size] += gx * np.sign(raw) if node.absolute else gx
+            for j, par in enumerate(f.specs[0].edge_params or (), start=1):
+                grad[:, par] += ebar[j]
+        for (name, depth), lead in walks.items():
+            if read and n_ev:
+                _vjp(name, depth, lead, sel, ins, gp, dfs, threads)
+        return read
+
+
+class _Lead(NamedTuple):
+    """One ``(set, depth)``'s candidates on a selection's tables."""
+
+    ci: int  # the set's collection
+    order: np.ndarray  # each event's objects in rank order, those that can be in the set first
+    n_cand: np.ndarray  # (E,) how many can
+    cand: _fastleading.Candidates  # the tuples, their weights (values in lane 0)
+    wq: np.ndarray  # (Q,) the tuples' weights' cotangents (zeros: to be added)
+
+
+def _candidates(name: str, depth: int, run: Plan, sel, ins: _fastsens.Inputs,
+                threads: int | None) -> _Lead:
+    """Set ``name``'s candidate tuples at ``depth`` on the selection's tables and pattern
+    probabilities ``ins``: :func:`analysis.pipeline.backends.numba._fastleading.walk`'s
+    walk without tangents."""
+    tab, coff = sel.tab, sel.coff
+    ci = tab.collections.index(run.sets.collection_of(name))
+    n_ev = coff.shape[1] - 1
+    n_blocks = max(1, -(-n_ev // BLOCK))
+    lanes = _numba_dp.LANES
+    pd_all = np.zeros(ins.pv_all.shape + (lanes,))
+    spec = {s.name: s for s in run.sets.sets}[name]
+    order, n_cand = _fastleading.ranked(tab, ci, spec, coff, sel.base, sel.flats,
+                                        ins.pv_all, pd_all, BLOCK, n_blocks, threads)
+    off = np.zeros(n_ev + 1, np.int64)
+    np.cumsum(_fastleading._comb(n_cand, depth + 1), out=off[1:])
+    w = np.zeros((int(off[-1]), lanes))
+    obj = np.zeros((int(off[-1]), depth + 1), np.int64)
+    if n_ev:
+        args = (coff, sel.base, order, n_cand, ci, tab.local[name], depth, ins.pv_all, pd_all,
+                tab.pat, tab.n_pat, ins.tgt, ins.f, np.zeros((ins.f.shape[0], lanes)), off, BLOCK,
+                w, obj)
+        _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
+    return _Lead(ci, order, n_cand, _fastleading.Candidates(off, w, obj, order, n_cand),
+                 np.zeros(int(off[-1])))
+
+
+def _vjp(name: str, depth: int, lead: _Lead, sel, ins: _fastsens.Inputs, gp: np.ndarray,
+         dfs: np.ndarray, threads: int | None) -> None:
+    """The candidates walk's vector-Jacobian product for ``lead.wq`` (``dL/dw(a)``), added
+    to ``gp`` ``(N, P)`` ``dL/dpi`` and ``dfs`` ``(E, K)`` (as
+    :func:`analysis.pipeline.backends.numba._revobs.pull` runs it)."""
+    tab, coff, ci = sel.tab, sel.coff, lead.ci
+    n_blocks = max(1, -(-(coff.shape[1] - 1) // BLOCK))
+    args = (coff, sel.base, lead.order, lead.n_cand, ci, tab.local[name], depth, ins.pv_all,
+            tab.pat, tab.n_pat, ins.tgt, ins.f, np.ascontiguousarray(ins.df), lead.cand.off,
+            lead.wq, BLOCK, gp, dfs)
+    _run_blocks(_numba_lead.lead_vjp, args, n_blocks, threads)

@@ -1,0 +1,114 @@
+"""Reverse mode on numba for payloads that read histograms of leading objects
+(analysis.pipeline.backends.numba._revhistlead): ``jets[0].pt`` (hard bins, also a
+likelihood template in a channel region with a shift of the jets' pT and a weight
+variation), ``bjets[1].pt`` (soft bins, trainable edges, a set with its parent) and
+``abs(jets[0].eta)`` (soft bins), beside the histograms of fields and branches, the
+yields, the observables and a trainable count threshold, on real files (ttbar 2015 and
+NanoAOD v12). The numba pullback equals the JAX sweep (1e-10: gradient and value states)
+and central differences of the JAX kernel's pulled sum."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import jax
+import numpy as np
+import pytest
+
+from analysis.pipeline.backends.numba import fastreverse
+from tests.conftest import numba_refusal
+from tests.pipeline.backends.numba.test_fastreverse_hists import (
+    check,
+    hists_config,
+    hists_payload,
+    same_as_jax,
+    setup,
+    state_paths,
+)
+from tests.pipeline.backends.numba.test_fastreverse_sets import FILES
+
+
+def lead_config(*, btag: str = "btagDeepFlavB") -> dict:
+    """:func:`tests.pipeline.backends.numba.test_fastreverse_hists.hists_config` with
+    histograms of leading objects, one of them a channel's template in a region."""
+    cfg = hists_config(btag=btag)
+    cfg["histograms"] += [
+        {"name": "j0", "x": "jets[0].pt", "edges": [20.0, 40.0, 60.0, 100.0, 200.0, 400.0]},
+        {"name": "b1", "x": "bjets[1].pt", "bins": {"n": 4, "lo": 20.0, "hi": 220.0},
+         "width": 10.0, "trainable_edges": True},
+        {"name": "a0", "x": "abs(jets[0].eta)", "edges": [0.0, 0.8, 1.6, 2.4], "width": 0.1},
+    ]
+    cfg["likelihood"]["channels"]["lead"] = {"histogram": "j0", "selection": [
+        {"count": "bjets", "op": ">=", "value": 2}]}
+    return cfg
+
+
+# slow on every file (v12: ~50-150 s of JAX sweep compiles on 2 cores); the default suite
+# keeps numba = JAX sweep on each template alone and on hard widths and tiny chunks below
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FILES))
+def test_leading_histograms_equal_the_jax_sweep(name: str) -> None:
+    """Every histogram and template read, those of leading objects among them: the
+    numba pullback equals the JAX sweep and central differences (a random direction, a
+    trainable edge of ``bjets[1].pt``), each selection walked once."""
+    plan, theta, widths, cols = setup(lead_config(btag=FILES[name]), name)
+    payload = hists_payload(cols, plan, theta, widths)
+    g = check(cols, plan, theta, widths, payload, fd=("b1.edges[2]",))
+    names = plan.trainable_names
+    for n in ("b1.edges[1]", "b1.edges[3]", "n_min", "b_min"):
+        assert abs(g[names.index(n)]) > 0, n
+    trace: Counter = Counter()
+    fastreverse.chunk_pullback(cols, plan, theta, widths, payload, trace=trace)
+    sides = [None] + [(s.key, s.factor) for s in plan.shifts]
+    assert trace == Counter({(side, r): 1 for side in sides for r in (0, 1, 2)})
+
+
+@pytest.mark.parametrize("only", [
+    "templates.lead", *(pytest.param(o, marks=pytest.mark.slow)  # a JAX sweep compile each
+      for o in ("histograms.j0", "histograms.b1", "histograms.a0"))])
+def test_each_leading_histogram_alone(only: str) -> None:
+    """One leading object's histogram read at a time (a template in a channel region:
+    with its shift sides and weight variations), nothing else: the numba pullback equals
+    the JAX sweep (a share that cancels elsewhere cannot hide)."""
+    plan, theta, widths, cols = setup(lead_config(), "nano_tt_v12.root")
+    payload = hists_payload(cols, plan, theta, widths, seed=1, only=only)
+    assert numba_refusal(plan, 0, theta, pullback=payload) is None
+    _, ref = same_as_jax(cols, plan, theta, widths, payload)
+    assert np.abs(np.asarray(ref.derived.grad)).max() > 1e-6
+
+
+def test_hard_widths_tiny_chunks_and_threads() -> None:
+    """Every width 0 and chunks of 0, 1 and 3 events: the numba pullback equals the JAX
+    sweep; 1 and 3 threads give the same bits."""
+    from tests.chunked_helpers import slice_columns
+
+    plan, theta, widths, cols = setup(lead_config(), "nano_tt_v12.root")
+    # the histograms and the leading template's (its shift sides, weight variations)
+    payload = [e if n.startswith(("templates.lead", "histograms.")) else None
+               for n, e in zip(state_paths(plan), hists_payload(cols, plan, theta, widths,
+                                                                seed=2), strict=True)]
+    one, three = (fastreverse.chunk_pullback(cols, plan, theta, widths, payload, threads=t)
+                  for t in (1, 3))
+    for x, y in zip(jax.tree_util.tree_leaves((one.derived.value, one.derived.grad)),
+                    jax.tree_util.tree_leaves((three.derived.value, three.derived.grad)),
+                    strict=True):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+    for w in (widths, np.zeros_like(widths)):
+        for a, b in ((0, 0), (3, 4), (5, 8)):
+            same_as_jax(slice_columns(cols, a, b), plan, theta, w, payload)
+
+
+def test_leading_and_event_sum_histograms_served() -> None:
+    """A histogram of a leading object or an event sum is served in a pullback pass;
+    one whose expression combines two indexed objects is refused as in the states pass
+    (named)."""
+    cfg = hists_config(likelihood=False)
+    for x, served in (("jets[1].pt", True), ("sum(jets.pt)", True), ("count(bjets)", True),
+                      ("mass(jets[0] + jets[1])", False)):
+        c = copy.deepcopy(cfg)
+        c["histograms"].append({"name": "other", "x": x, "edges": [0.0, 100.0, 300.0]})
+        plan, theta, _, _ = setup(c, "nano_tt_v12.root")
+        why = numba_refusal(plan, 0, theta, pullback=[None] * len(state_paths(plan)))
+        assert (why is None) == served, why
+        assert served or "'other'" in why, why

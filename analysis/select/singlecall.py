@@ -1,4 +1,4 @@
-"""The one-set recursion (:func:`analysis.select._single.dense_weights`) by compiled
+"""The one-set recursion (:func:`analysis.select._recursions.dense_weights`) by compiled
 kernels on CPU, with every derivative, through JAX's public extension points.
 
 Under ``jax.jacfwd`` the dense recursion's JAX program pushes each tangent through both
@@ -72,12 +72,12 @@ def available() -> bool:
 
 def fast_weights(values: Any, offsets: Any, event: Any, f: Any, *,
                  max_objects: int) -> tuple[Any, Any]:
-    """:func:`analysis.select._single.dense_weights` by the kernels.
+    """:func:`analysis.select._recursions.dense_weights` by the kernels.
 
     Parameters
     ----------
     values, offsets, event, f, max_objects
-        As :func:`~analysis.select._single.dense_weights`.
+        As :func:`~analysis.select._recursions.dense_weights`.
 
     Returns
     -------

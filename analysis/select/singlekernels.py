@@ -1,4 +1,4 @@
-"""numba kernels of the one-set recursion (:mod:`analysis.select._single`), as XLA FFI
+"""numba kernels of the one-set recursion (:func:`analysis.select._recursions.dense_weights`), as XLA FFI
 custom calls on CPU.
 
 Each handler is a numba ``cfunc`` with XLA's typed FFI signature
@@ -14,7 +14,7 @@ own name): a pass compiles only what it calls (with an empty numba cache, an own
 processor's first gradient pass compiled every variant up front: 16 copies of the walk,
 ~60 s of CPU; now two or three).
 
-The loops are those of :func:`analysis.select._single.dense_weights` per event, over
+The loops are those of :func:`analysis.select._recursions.dense_weights` per event, over
 its own objects only (no padded slots): forward distributions ``F_j``, value functions
 ``G_j``, ``w_j = q_j sum_k F_j(k) G_{j+1}(min(k + 1, cap))``, ``P = G_0(0)``. Values
 and tangents are the one-set walk the YAML engine runs too

@@ -2,10 +2,10 @@
 
 numba keys a cached function by its own file's modification time and size only: a
 change to a function that it calls or inlines from another module
-(:func:`analysis.select.lanes.cuts.cut_times` inlined into
-the histogram loop of :mod:`analysis.pipeline.backends.numba.kernels._numba_fill`, say) leaves the caller's old machine
-code in use, silently (an editable install after ``git pull``; measured here: a broken
-``cut_times`` went unseen by the cached histogram loop). So, before numba reads the
+(:func:`analysis.select.lanes.cuts.soft_slope` inlined into the histogram loop of
+:mod:`analysis.pipeline.backends.numba.kernels._numba_fill`, say) leaves the caller's old
+machine code in use, silently (an editable install after ``git pull``; measured here: a
+broken soft-cut product went unseen by the cached histogram loop). So, before numba reads the
 first cache file of a kernel (:func:`drop_stale_once`, in :class:`CheckedCacheFile`; not
 when a module is imported), :func:`drop_stale` hashes
 the sources of every module of the kernels' folder and of :mod:`analysis.select.lanes`

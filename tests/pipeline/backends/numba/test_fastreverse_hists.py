@@ -9,6 +9,7 @@ differences of the JAX kernel's pulled sum; its value states equal the JAX sweep
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import jax
 import numpy as np
@@ -190,16 +191,12 @@ def test_each_histogram_alone(only: str) -> None:
     assert np.abs(np.asarray(ref.derived.grad)).max() > 1e-6
 
 
-def test_hard_widths_tiny_chunks_and_threads(monkeypatch) -> None:
-    """Every width 0 (hard cuts and bins: the trainable edges' and the values' cotangents
-    vanish) and chunks of 0, 1 and 200 events: the numba pullback equals the JAX sweep;
-    the entries' kernel in blocks of 16 events gives the same bits on 1 and 3 threads."""
-    from analysis.pipeline.backends.numba import _fastrevhist
+def threads_and_tiny_chunks(cols, plan, theta, widths, payload, *, spans) -> Any:
+    """The numba pullback on 1 and 3 threads gives the same bits (returned: the 1-thread
+    state), and on the events ``spans`` (``(start, stop)``), at ``widths`` and at width
+    0, it equals the JAX sweep."""
     from tests.chunked_helpers import slice_columns
 
-    plan, theta, widths, cols = setup(hists_config(), "nano_tt_v12.root")
-    payload = hists_payload(cols, plan, theta, widths, seed=2)
-    monkeypatch.setattr(_fastrevhist, "BLOCK", 16)
     one, three = (fastreverse.chunk_pullback(cols, plan, theta, widths, payload, threads=t)
                   for t in (1, 3))
     for x, y in zip(jax.tree_util.tree_leaves((one.derived.value, one.derived.grad)),
@@ -207,8 +204,21 @@ def test_hard_widths_tiny_chunks_and_threads(monkeypatch) -> None:
                     strict=True):
         assert np.array_equal(np.asarray(x), np.asarray(y))
     for w in (widths, np.zeros_like(widths)):
-        for a, b in ((0, 0), (3, 4), (0, 200)):
+        for a, b in spans:
             same_as_jax(slice_columns(cols, a, b), plan, theta, w, payload)
+    return one
+
+
+def test_hard_widths_tiny_chunks_and_threads(monkeypatch) -> None:
+    """Every width 0 (hard cuts and bins: the trainable edges' and the values' cotangents
+    vanish) and chunks of 0, 1 and 200 events: the numba pullback equals the JAX sweep;
+    the entries' kernel in blocks of 16 events gives the same bits on 1 and 3 threads."""
+    from analysis.pipeline.backends.numba import _fastrevhist
+
+    plan, theta, widths, cols = setup(hists_config(), "nano_tt_v12.root")
+    payload = hists_payload(cols, plan, theta, widths, seed=2)
+    monkeypatch.setattr(_fastrevhist, "BLOCK", 16)
+    threads_and_tiny_chunks(cols, plan, theta, widths, payload, spans=((0, 0), (3, 4), (0, 200)))
 
 
 def learned_binning(chunksize: int = 70) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 from collections import Counter
 
-import jax
 import numpy as np
 import pytest
 
@@ -25,6 +24,7 @@ from tests.pipeline.backends.numba.test_fastreverse_hists import (
     same_as_jax,
     setup,
     state_paths,
+    threads_and_tiny_chunks,
 )
 from tests.pipeline.backends.numba.test_fastreverse_sets import FILES
 
@@ -81,22 +81,13 @@ def test_each_leading_histogram_alone(only: str) -> None:
 def test_hard_widths_tiny_chunks_and_threads() -> None:
     """Every width 0 and chunks of 0, 1 and 3 events: the numba pullback equals the JAX
     sweep; 1 and 3 threads give the same bits."""
-    from tests.chunked_helpers import slice_columns
-
     plan, theta, widths, cols = setup(lead_config(), "nano_tt_v12.root")
     # the histograms and the leading template's (its shift sides, weight variations)
     payload = [e if n.startswith(("templates.lead", "histograms.")) else None
                for n, e in zip(state_paths(plan), hists_payload(cols, plan, theta, widths,
                                                                 seed=2), strict=True)]
-    one, three = (fastreverse.chunk_pullback(cols, plan, theta, widths, payload, threads=t)
-                  for t in (1, 3))
-    for x, y in zip(jax.tree_util.tree_leaves((one.derived.value, one.derived.grad)),
-                    jax.tree_util.tree_leaves((three.derived.value, three.derived.grad)),
-                    strict=True):
-        assert np.array_equal(np.asarray(x), np.asarray(y))
-    for w in (widths, np.zeros_like(widths)):
-        for a, b in ((0, 0), (3, 4), (5, 8)):
-            same_as_jax(slice_columns(cols, a, b), plan, theta, w, payload)
+    threads_and_tiny_chunks(cols, plan, theta, widths, payload,
+                            spans=((0, 0), (3, 4), (5, 8)))
 
 
 def test_leading_and_event_sum_histograms_served() -> None:

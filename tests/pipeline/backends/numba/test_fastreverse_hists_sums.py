@@ -23,6 +23,7 @@ from tests.pipeline.backends.numba.test_fastreverse_hists import (
     same_as_jax,
     setup,
     state_paths,
+    threads_and_tiny_chunks,
 )
 from tests.pipeline.backends.numba.test_fastreverse_sets import FILES
 
@@ -103,26 +104,17 @@ def test_hard_widths_tiny_chunks_threads_and_one_tangent_a_pass(monkeypatch) -> 
     """Every width 0 and chunks of 0, 1 and 3 events: the numba pullback equals the JAX
     sweep; 1 and 3 threads give the same bits; one tangent a pass (many more passes)
     the same gradient (1e-12)."""
-    from tests.chunked_helpers import slice_columns
-
     plan, theta, widths, cols = setup(sums_config(), "nano_tt_v12.root")
     payload = [e if n.startswith(("templates.htc", "histograms.")) else None
                for n, e in zip(state_paths(plan), hists_payload(cols, plan, theta, widths,
                                                                 seed=2), strict=True)]
-    one, three = (fastreverse.chunk_pullback(cols, plan, theta, widths, payload, threads=t)
-                  for t in (1, 3))
-    for x, y in zip(jax.tree_util.tree_leaves((one.derived.value, one.derived.grad)),
-                    jax.tree_util.tree_leaves((three.derived.value, three.derived.grad)),
-                    strict=True):
-        assert np.array_equal(np.asarray(x), np.asarray(y))
+    one = threads_and_tiny_chunks(cols, plan, theta, widths, payload,
+                                  spans=((0, 0), (3, 4), (5, 8)))
     monkeypatch.setattr(_revhistsums, "TANGENTS", 1)
     single = np.asarray(fastreverse.chunk_pullback(cols, plan, theta, widths, payload).derived.grad)
     g = np.asarray(one.derived.grad)
     np.testing.assert_allclose(single, g, rtol=1e-12, atol=1e-12 * np.abs(g).max())
     monkeypatch.undo()
-    for w in (widths, np.zeros_like(widths)):
-        for a, b in ((0, 0), (3, 4), (5, 8)):
-            same_as_jax(slice_columns(cols, a, b), plan, theta, w, payload)
 
 
 @pytest.mark.slow  # two evaluators, the JAX sweep's compile

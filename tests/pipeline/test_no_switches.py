@@ -39,6 +39,12 @@ NOT_SWITCHES = {
     # numba/_fastrevhist's events per block of the entries' kernel: a test lowers it to
     # show several blocks on 1 and 3 threads give the same bits
     "BLOCK": "a work-split size (the same bits for any value)",
+    # numba/_revhistsums' tangent lanes per pass of the event sums' histograms: a test
+    # lowers it to 1 to show more passes give the same gradient
+    "TANGENTS": "a work-split size (the same gradient for any value)",
+    # numba/_numba_cache's folder of shared kernel sources (analysis/select/lanes): a test
+    # points it at a temporary copy to show a change there drops every kernel's cache
+    "SHARED": "a source folder (where the hashed modules are)",
     # analysis.stats._compiled's programs of this process: a test empties it
     "_PROGRAMS": "an in-process cache",
 }

@@ -9,7 +9,8 @@ collection (:func:`analysis.select.objects.leading`: its weight ``P(the tuple is
 ``e`` that can be in the set, :func:`_possible`: ``C(k_e, r + 1)`` per event, where the
 JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest ``k_e``); :func:`values` their values with the expression kinds' own definitions
 (:mod:`analysis.select.functions`, the same JAX functions the JAX kernel runs, eagerly
-on the candidates' columns). Several indexed sets in one expression
+on the candidates' columns); histograms of such expressions fill the candidates
+(:mod:`analysis.pipeline.backends.numba._histmulti`). Several indexed sets in one expression
 (``muons[0] + bjets[0]``) stay on the JAX kernel (no numba rule: :mod:`analysis.pipeline.backends.numba.rules`).
 """
 
@@ -94,14 +95,21 @@ def ranked(tab, ci: int, spec, coff, base, flats: dict, pv_all, pd_all, block: i
 
 
 def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l, block: int,
-         n_blocks: int, threads: int | None) -> dict[tuple[str, int], Candidates]:
-    """The candidates of every indexed observable of ``plan`` (per ``(set, depth)``)."""
+         n_blocks: int, threads: int | None, *, nodes=None,
+         have: dict | None = None) -> dict[tuple[str, int], Candidates]:
+    """The candidates of every indexed observable of ``plan`` (per ``(set, depth)``), or
+    of the indexed ``nodes`` (the histograms of candidate tuples of one region, ``f``
+    and ``df_l`` its pass table: :mod:`analysis.pipeline.backends.numba._histmulti`);
+    those of ``have`` (the same tables' candidates) are taken from it."""
     sp = plan.sets
     spec = {s.name: s for s in sp.sets}
     out: dict[tuple[str, int], Candidates] = {}
-    for obs in plan.observables:
-        k = key(obs.x)
+    for node in [o.x for o in plan.observables] if nodes is None else nodes:
+        k = key(node)
         if k is None or k in out:
+            continue
+        if have is not None and k in have:
+            out[k] = have[k]
             continue
         name, depth = k
         c = sp.collection_of(name)
@@ -113,7 +121,7 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
             k_top = int(n_cand.max(initial=0))
             n_tuples = int(_comb(np.array([k_top]), depth + 1)[0])
             if n_tuples > MAX_TUPLES:
-                raise too_many_tuples(obs.x.slots, {c: k_top}, n_tuples, MAX_TUPLES)
+                raise too_many_tuples(node.slots, {c: k_top}, n_tuples, MAX_TUPLES)
         off = np.zeros(len(counts) + 1, np.int64)
         np.cumsum(_comb(n_cand, depth + 1), out=off[1:])
         w = np.zeros((int(off[-1]), _numba_dp.LANES))

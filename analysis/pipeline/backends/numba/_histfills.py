@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba import fastkernel
+from analysis.pipeline.backends.numba import _histmulti, fastkernel
 from analysis.pipeline.backends.numba._fastpool import splits, yield_sums
 from analysis.pipeline.backends.numba._fasttables import _par_index
 from analysis.pipeline.backends.numba._histtables import _memo, _region_plan
@@ -111,7 +111,9 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
                 tasks.append((pb.shape[0] * (hi - lo) * (1 + len(group)), _numba_esum.fill_bins,
                               (*args, lo, hi), finish if lo == 0 else _nothing))
             continue
-        if node.kind == "branch":
+        if node.kind in _histmulti.KINDS:  # candidate tuples (their own walk's weights)
+            x, p, off = _histmulti.entries(plan, node, region, wk, c)
+        elif node.kind == "branch":
             x = c.events[node.head]
             p, off = wk["pe"][region], np.arange(n_ev + 1, dtype=np.int64)
         else:

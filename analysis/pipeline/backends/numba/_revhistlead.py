@@ -18,6 +18,11 @@ hard and soft bins, trainable edges, weight variations):
 - ``dL/dev_e += sum_j lw_j dL/dw_j``; a value that is a score's column and the trainable
   edges as the fields' (:mod:`analysis.pipeline.backends.numba._fastrevhist`).
 
+A histogram of candidate tuples (``mass(S[0] + S[1])``,
+:mod:`analysis.pipeline.backends.numba._histmulti`) has the tuples themselves as entries
+(fill weight ``ev_e w(a)``): ``dL/dw(a) = ev_e dL/dw_a`` directly, the rest as above
+(its values are data: no cotangent).
+
 Each selection the histograms are filled from (a shift side, a channel region) is its own
 walk, as the fields': the ``lw_j`` are the candidates walk's values on its tables (so the
 value states equal the forward kernel's up to the order of the sums).
@@ -33,6 +38,7 @@ from analysis.pipeline.backends.numba import (
     _fastleading,
     _fastrevhist,
     _fastsens,
+    _histmulti,
     _revhistsums,
 )
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
@@ -46,7 +52,9 @@ __all__: list[str] = []  # internal to the numba kernel
 #: the histogram kinds whose states the numba reverse pass pulls back (fields, branches:
 #: :mod:`analysis.pipeline.backends.numba._fastrevhist`; leading objects: here; event
 #: sums: :mod:`analysis.pipeline.backends.numba._revhistsums`)
-KINDS = (*_fastrevhist.KINDS, "index", *_revhistsums.KINDS)
+KINDS = (*_fastrevhist.KINDS, "index", *_histmulti.KINDS, *_revhistsums.KINDS)
+#: the kinds whose entries are the candidates of one ``(set, depth)``
+_LEAD = ("index", *_histmulti.KINDS)
 #: events per block of the candidates' walks
 BLOCK = 1024
 
@@ -60,13 +68,18 @@ class Reads(_fastrevhist.Reads):
         super().__init__(plan, hists)
         self.lead: dict = {}  # (shift, region) -> the fills of leading objects
         self.sums: dict = {}  # ... of event sums (analysis.pipeline.backends.numba._revhistsums)
+        self._tuples: _Lead | None = None  # the candidates whose fills :meth:`_run` reads
         for sel, fills in self.fills.items():
-            self.lead[sel] = [f for f in fills if f.specs[0].node.kind == "index"]
+            self.lead[sel] = [f for f in fills if f.specs[0].node.kind in _LEAD]
             self.sums[sel] = [f for f in fills if f.specs[0].node.kind in _revhistsums.KINDS]
             self.fills[sel] = [f for f in fills if f.specs[0].node.kind in _fastrevhist.KINDS]
 
     def _entries(self, spec, cols, run: Plan, sel) -> tuple:
         node = spec.node
+        if node.kind in _histmulti.KINDS:  # the tuples of the walk being pulled (_leading)
+            cand = self._tuples.cand
+            x = _fastleading.values(node, cand, run, sel.flats, cols.events)
+            return x, x, cand.off, None
         if node.kind != "index":
             return super()._entries(spec, cols, run, sel)
         coll = run.sets.collection_of(node.slots[0][0])
@@ -91,8 +104,10 @@ class Reads(_fastrevhist.Reads):
         ins = _fastsens.inputs(tab, run.sets, sel.base, sel.q_of, theta, widths, sel.counts_tr)
         gp = np.zeros_like(ins.pv_all)
         dfs = np.zeros((n_ev, len(sel.counts_tr)))
+        # the nominal selection's candidates, where the value walk gave them (_revobs)
+        have = by.cands if by is not None and key == (None, 0) else None
         read = self._leading(lead, cols, run, sel, ins, theta, widths, grad, bars, dev, gp, dfs,
-                             threads)
+                             threads, have or {})
         dq = {}
         for ci, (gsets, qs) in enumerate(ins.qs_of):
             d = _fastsens.set_sensitivities(gp[sel.base[ci]: sel.base[ci + 1]], qs,
@@ -113,20 +128,28 @@ class Reads(_fastrevhist.Reads):
 
     def _leading(self, fills, cols, run: Plan, sel, ins: _fastsens.Inputs, theta, widths,
                  grad: np.ndarray, bars: dict, dev: np.ndarray, gp: np.ndarray,
-                 dfs: np.ndarray, threads: int | None) -> bool:
+                 dfs: np.ndarray, threads: int | None, have: dict) -> bool:
         """The fills of leading objects (module docstring): ``dL/dpi`` into ``gp``, the
-        count thresholds' per event into ``dfs``; whether any was read."""
+        count thresholds' per event into ``dfs``; whether any was read. ``have``: the
+        selection's candidates already walked in this pass, per ``(set, depth)``."""
         n_ev = sel.ev.shape[0]
         walks: dict = {}  # (set, depth) -> its candidates (_Lead)
         read = False
         for f in fills:
-            k = _fastleading.key(f.specs[0].node)
-            if k not in walks:
+            node = f.specs[0].node
+            k = _fastleading.key(node)
+            if k in have and k not in walks:  # one walk per (set, depth) and pass
+                c = have[k]
+                ci = sel.tab.collections.index(run.sets.collection_of(k[0]))
+                walks[k] = _Lead(ci, c.order, c.n_cand, c, np.zeros(c.w.shape[0]))
+            elif k not in walks:
                 walks[k] = _candidates(*k, run, sel, ins, threads)
             lead = walks[k]
+            tuples = node.kind in _histmulti.KINDS  # entries: the tuples, else the objects
             last = lead.cand.obj[:, k[1]]
-            lw = np.bincount(last, weights=lead.cand.w[:, 0],
-                             minlength=int(sel.coff[lead.ci, -1]))
+            lw = (lead.cand.w[:, 0] if tuples else np.bincount(
+                last, weights=lead.cand.w[:, 0], minlength=int(sel.coff[lead.ci, -1])))
+            self._tuples = lead
             x, raw, off, _, g, gx, ebar, sumw, sumw2 = self._run(
                 f, cols, run, sel, lw, theta, widths, True, {}, threads)
             for v, s in enumerate(f.specs):
@@ -134,12 +157,12 @@ class Reads(_fastrevhist.Reads):
             if not (f.sbar.any() or f.sbar2.any()):
                 continue  # the value states alone
             read = True
-            lead.wq[:] += np.repeat(sel.ev, np.diff(lead.cand.off)) * g[last]
+            lead.wq[:] += np.repeat(sel.ev, np.diff(lead.cand.off)) * (g if tuples else g[last])
             dev += np.bincount(np.repeat(np.arange(n_ev), np.diff(off)), weights=lw * g,
                                minlength=n_ev)
-            node = f.specs[0].node
-            bkey = f"{run.sets.collection_of(node.slots[0][0])}:{node.field}"
-            if bkey in bars:  # a score's column (d|v|/dv = sign(v))
+            # a score's column (d|v|/dv = sign(v)); a tuple's value is data (numba/_histmulti)
+            bkey = None if tuples else f"{run.sets.collection_of(node.slots[0][0])}:{node.field}"
+            if bkey in bars:
                 bars[bkey][:, : gx.size] += gx * np.sign(raw) if node.absolute else gx
             for j, par in enumerate(f.specs[0].edge_params or (), start=1):
                 grad[:, par] += ebar[j]

@@ -176,6 +176,8 @@ class Pulled(NamedTuple):
     dq: dict  # global set index -> (N_c,) dL/dq_js
     dev: np.ndarray  # (E,) dL/dev_e
     dcount: np.ndarray  # (K,) dL/d(trainable count threshold k)
+    # (set, depth) -> the selection's candidates the value walk gave (shared: _revhistlead)
+    cands: dict | None = None
 
 
 def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
@@ -203,4 +205,4 @@ def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
         n_pat = int(tab.n_pat[ci])
         d = _fastsens.set_sensitivities(gp[base[ci]: base[ci + 1]], qs, tab.pat[ci], n_pat)
         dq.update(zip(gsets, d, strict=True))
-    return Pulled(dq, dev, dfs.sum(axis=0))
+    return Pulled(dq, dev, dfs.sum(axis=0), wt.cands)

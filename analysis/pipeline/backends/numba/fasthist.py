@@ -6,7 +6,8 @@ returns plus the ``histograms`` and ``templates`` groups of
 meaning, the same :class:`~analysis.stats.histogram.Histogram` states and Jacobians),
 for every plan the numba backend's rules serve
 (:mod:`analysis.pipeline.backends.numba.rules`): histograms of per-object fields (``S.f``,
-``abs(S.f)``), leading objects (``S[i].f``: one indexed set), per-event branches and
+``abs(S.f)``), leading objects (``S[i].f``: one indexed set), candidate tuples of one
+indexed set (``mass(S[0] + S[1])``: :mod:`analysis.pipeline.backends.numba._histmulti`), per-event branches and
 event sums (``sum(S.f)``, ``count(S)``: :mod:`analysis.pipeline.backends.numba.kernels._numba_esum`),
 weight variations of per-event factors, shifts, and channel regions.
 
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from analysis.pipeline import hardcut, scorecols
-from analysis.pipeline.backends.numba import _fastleading, _histfills, fastkernel
+from analysis.pipeline.backends.numba import _fastleading, _histfills, _histmulti, fastkernel
 from analysis.pipeline.backends.numba._chunkmemo import chunk_memo
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
@@ -94,7 +95,8 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     (:func:`analysis.pipeline.backends.numba.fastkernel.observable_states`): the object
     weights of their sets, ``"sa"`` the event sums' ``E[X^r 1_pass]`` by observable index
     and ``"cands"`` the indexed observables' candidates (from this walk's pattern
-    probabilities and region 0's pass table). ``trace``: counts each ``(side, region)``
+    probabilities and region 0's pass table); ``"multi"`` those of the histograms of
+    candidate tuples (:func:`analysis.pipeline.backends.numba._histmulti.candidates`). ``trace``: counts each ``(side, region)``
     walked."""
     kept = {} if kept is None else kept
     ranked = {} if ranked is None else ranked
@@ -106,6 +108,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     lanes = _numba_dp.LANES
     half = lanes // 2
     sums = any(s.node.kind in _SUMS for s in specs)
+    alone = sums or any(s.node.kind in _histmulti.KINDS for s in specs)
 
     def apart(cut: int) -> list[dict]:
         """The walks of ``variants[:cut]`` and of the rest (each split further if need be)."""
@@ -114,12 +117,12 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                                nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
                                sides=sides[part], ranked=ranked, trace=trace)]
 
-    # event sums read one variant's lanes (h = 0): shift sides walk alone each then; two
-    # pairs walk together (pages), a third side apart
+    # event sums and candidate tuples read one variant's lanes (h = 0): shift sides walk
+    # alone each then; two pairs walk together (pages), a third side apart
     n_var = len(variants)
-    if n_var == 2 and (nl > half or sums):
+    if n_var == 2 and (nl > half or alone):
         return apart(1)
-    if n_var > 2 and (n_var != 4 or nl > half or sums):
+    if n_var > 2 and (n_var != 4 or nl > half or alone):
         return apart(4 if n_var > 4 else 2)
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
@@ -229,13 +232,15 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         cands = _fastleading.walk(plan, tab, coff, base, flats[0],
                                   np.ascontiguousarray(pv_all[:, :, 0]), pd_all, tgt, fs[0],
                                   dfs[0], block, n_blocks, threads)
+    multi = _histmulti.candidates(plan, specs, cands, tab, coff, base, flats[0], pv_all, pd_all,
+                                  tgt, fs, dfs, rpos, threads)
     return [{
         "pe": {r: pe[v, rpos[r]] for r in regions},
         "ow": {k: ow[v, i] for i, k in enumerate(ow_keys)},
         "lw": {k: lw[v, i] for i, k in enumerate(lw_keys)},
         "coff": coff, "base": base, "flats": flats[v], "collections": tab.collections,
         "es": es, "n_unc": n_unc,
-        "sa": {i: sa[o] for o, i in enumerate(obs_sums)}, "cands": cands,
+        "sa": {i: sa[o] for o, i in enumerate(obs_sums)}, "cands": cands, "multi": multi,
     } for v in range(n_var)]
 
 

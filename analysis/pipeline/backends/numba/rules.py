@@ -262,7 +262,8 @@ def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
         if node.kind in KINDS:  # sum(): a set's field, never a score's column (config)
             return None  # the numba reverse pass pulls them back (numba/_revhistlead)
         return (f"x = {node.text!r}: the numba reverse pass pulls back histograms of "
-                "kinds S.f, S[i].f, sum(S.f), count(S) and branches")
+                "kinds S.f, S[i].f, mass(S[0] + S[1]) and the like, sum(S.f), count(S) and "
+                "branches")
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
     return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)
@@ -277,9 +278,8 @@ def _leading(spec, plan: Plan, request: Request, options) -> str | None:
     if why is not None:
         return why
     node = spec.node
-    if len(node.slots) != 1:
-        return (f"x = {node.text!r} combines {len(node.slots)} indexed objects (the numba "
-                "histograms fill one leading object)")
+    if node.kind != "index":  # candidate tuples: their own walk and ranking (numba/_histmulti)
+        return _one_indexed_set(node, plan, request, options)
     sets = {s.name: s for s in plan.sets.sets}
     mine = sets[node.slots[0][0]]
     for other in plan.hists:
@@ -292,6 +292,7 @@ def _leading(spec, plan: Plan, request: Request, options) -> str | None:
 
 
 register("histogram", "index", _leading)
+register("histogram", "call", _leading)
 register("weight", "factor")
 
 del _kind

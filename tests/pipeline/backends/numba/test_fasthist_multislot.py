@@ -1,0 +1,199 @@
+"""Histograms of candidate tuples on numba (analysis.pipeline.backends.numba._histmulti):
+``mass(jets[0] + jets[1])`` (hard bins, also a likelihood template in a channel region with
+a shift of the jets' pT and a weight variation), ``deltaR(bjets[0], bjets[1])`` (soft bins,
+trainable edges) and ``pt(jets[0] + jets[1] + jets[2])`` (soft bins), beside a leading
+object's histogram of the same depth and indexed observables, on real files (ttbar 2015
+and NanoAOD v12). The states and Jacobians equal the JAX kernel's (1e-12,
+analysis.pipeline.backends.jax.histkernel over analysis.select.objects.leading, itself
+checked against enumeration); the numba pullback equals the JAX sweep (1e-10) and
+central differences of the JAX kernel's pulled sum."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from analysis.config.loader import config_from_dict
+from analysis.pipeline.backend import chunk_state
+from analysis.pipeline.backends.numba import _revhistlead, fastreverse
+from analysis.pipeline.plan import build_plan, initial_widths
+from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
+from tests.conftest import SHARED_DATA, numba_refusal
+from tests.pipeline.backends.numba.test_fasthist import assert_trees_close
+from tests.pipeline.backends.numba.test_fastkernel import DATASETS, sets_config
+from tests.pipeline.backends.numba.test_fastreverse_hists import (
+    check,
+    hists_config,
+    hists_payload,
+    same_as_jax,
+    state_paths,
+    threads_and_tiny_chunks,
+)
+
+pytestmark = NANOAOD_WARNINGS
+FILES = ("nano_tt_v12.root", "nanoAOD_2015_CMS_Open_Data_ttbar.root")
+MULTI = [
+    {"name": "mjj", "x": "mass(jets[0] + jets[1])",
+     "edges": [0.0, 50.0, 100.0, 200.0, 400.0, 800.0]},
+    {"name": "drbb", "x": "deltaR(bjets[0], bjets[1])", "bins": {"n": 4, "lo": 0.0, "hi": 4.0},
+     "width": 0.2, "trainable_edges": True},
+    {"name": "pt3", "x": "pt(jets[0] + jets[1] + jets[2])",
+     "bins": {"n": 5, "lo": 0.0, "hi": 300.0}, "width": 8.0},
+    {"name": "j1", "x": "jets[1].pt", "edges": [20.0, 50.0, 100.0, 200.0]},
+]
+
+
+def multi_config(*, width: float = 1.0, likelihood: bool = True) -> dict:
+    """The numba kernel tests' sets (jets, b-jets from jets, muons, joint counts, a MET
+    cut; :func:`tests.pipeline.backends.numba.test_fastkernel.sets_config`) with the
+    histograms :data:`MULTI`, an indexed observable of the dijet mass and, with
+    ``likelihood``, the dijet mass as a channel's template in a region (two b-jets) with
+    a shift of the jets' pT and a weight variation."""
+    cfg = sets_config(width=width)
+    cfg["datasets"] = {"sig": {**DATASETS["sig"], "role": "signal"},
+                       "bkg": {**DATASETS["sig"], "role": "background"}}
+    cfg["objects"]["muons"]["cuts"][0]["param"] = "mu"
+    cfg["selection"] = [c for c in cfg["selection"] if c.get("count") != "muons"]
+    cfg["observables"] = [{"name": "m", "x": "mass(jets[0] + jets[1])", "stats": ["mean"]},
+                          {"name": "pt", "x": "jets.pt", "stats": ["mean"]}]
+    cfg["histograms"] = copy.deepcopy(MULTI)
+    if likelihood:
+        cfg["systematics"] = [
+            {"name": "jes", "type": "shift", "field": "Jet.pt", "up": 1.03, "down": 0.97},
+            {"name": "scale", "type": "weight", "up": "LHEScaleWeight[8]",
+             "down": "LHEScaleWeight[0] * 2"}]
+        cfg["likelihood"] = {"channels": {"mass": {"histogram": "mjj", "selection": [
+            {"count": "bjets", "op": ">=", "value": 2}]}}}
+    return cfg
+
+
+def setup(name: str = FILES[0], **kw):
+    """``(plan, theta, widths, columns)`` of :func:`multi_config` on the shared file
+    ``name``, the jet count threshold between two counts."""
+    cfg = multi_config(**kw)
+    if not name.startswith("nano_tt"):  # the 2015 file: no LHE weights, another b-tag
+        cfg.pop("systematics", None)
+        cfg["objects"]["bjets"]["cuts"][0]["var"] = "btagCSVV2"
+    config = config_from_dict(cfg)
+    plan = build_plan(config)
+    theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
+    theta[plan.param_names.index("n")] = 2.4
+    widths = np.array(initial_widths(config), np.float64)
+    return plan, theta, widths, read_columns(SHARED_DATA / name, plan)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_states_and_jacobians_equal_the_jax_kernel(name: str) -> None:
+    """Every histogram and template (the dijet mass in a channel region, its shift
+    sides and weight variations; soft bins; trainable edges) and the observables: the
+    numba states and Jacobians equal the JAX kernel's (1e-12)."""
+    plan, theta, widths, cols = setup(name)
+    assert numba_refusal(plan, 1, theta) is None
+    fast = chunk_state(cols, plan, theta, widths, order=1, backend="numba")
+    ref = chunk_state(cols, plan, theta, widths, order=1, backend="jax")
+    assert_trees_close(ref.derived.value, fast.derived.value, "value")
+    assert_trees_close(ref.derived.jac, fast.derived.jac, "jacobian")
+    assert float(np.abs(fast.derived.jac["histograms"]["drbb"].sumw_flow).max()) > 0
+
+
+def test_pullback_equals_the_jax_sweep_and_central_differences() -> None:
+    """Every histogram, template and observable read: the numba pullback equals the JAX
+    sweep (gradient and value states, 1e-10) and central differences along a random
+    direction and a trainable edge of ``deltaR(bjets[0], bjets[1])``; each selection
+    walked once by the pullback's walks."""
+    plan, theta, widths, cols = setup()
+    payload = hists_payload(cols, plan, theta, widths)
+    g = check(cols, plan, theta, widths, payload, fd=("drbb.edges[2]",))
+    names = plan.trainable_names
+    for n in ("drbb.edges[1]", "n", "b", "pt_min"):
+        assert abs(g[names.index(n)]) > 0, n
+    trace: Counter = Counter()
+    fastreverse.chunk_pullback(cols, plan, theta, widths, payload, trace=trace)
+    # the selection twice (the value walk: indexed observables), the template's region
+    # once per shift side
+    want = Counter({(None, 0): 2, (None, 1): 1})
+    assert trace == want + Counter({((s.key, s.factor), 1): 1 for s in plan.shifts})
+
+
+@pytest.mark.parametrize("only", ["templates.mass", "histograms.mjj", "histograms.pt3"])
+def test_each_histogram_of_tuples_alone(only: str) -> None:
+    """One histogram of candidate tuples read at a time (nothing else): the numba pullback
+    equals the JAX sweep (a share that cancels elsewhere cannot hide)."""
+    plan, theta, widths, cols = setup()
+    payload = hists_payload(cols, plan, theta, widths, seed=1, only=only)
+    assert numba_refusal(plan, 0, theta, pullback=payload) is None
+    _, ref = same_as_jax(cols, plan, theta, widths, payload)
+    assert np.abs(np.asarray(ref.derived.grad)).max() > 1e-6
+
+
+def test_hard_widths_tiny_chunks_and_threads() -> None:
+    """Every width 0 and chunks of 0, 1 and 3 events: the states and the pullback equal
+    the JAX kernel's and sweep's; 1 and 3 threads give the same bits (states and
+    pullback)."""
+    plan, theta, widths, cols = setup(likelihood=False)
+    payload = hists_payload(cols, plan, theta, widths, seed=2)
+    threads_and_tiny_chunks(cols, plan, theta, widths, payload,
+                            spans=((0, 0), (3, 4), (5, 8)))
+    one, three = (chunk_state(cols, plan, theta, widths, order=1, backend="numba", threads=t)
+                  for t in (1, 3))
+    for group in ("value", "jac"):
+        for key in ("mjj", "drbb", "pt3"):
+            a, b = (getattr(s.derived, group)["histograms"][key] for s in (one, three))
+            assert np.array_equal(a.sumw_flow, b.sumw_flow), (group, key)
+            assert np.array_equal(a.sumw2_flow, b.sumw2_flow), (group, key)
+    for w in (widths, np.zeros_like(widths)):
+        for a, b in ((0, 0), (3, 4), (5, 8)):
+            part = slice_columns(cols, a, b)
+            fast = chunk_state(part, plan, theta, w, order=1, backend="numba")
+            ref = chunk_state(part, plan, theta, w, order=1, backend="jax")
+            assert_trees_close(ref.derived.value, fast.derived.value, f"value {a}:{b}")
+            assert_trees_close(ref.derived.jac, fast.derived.jac, f"jacobian {a}:{b}")
+
+
+def test_one_candidates_walk_per_set_and_depth_in_a_pullback(monkeypatch) -> None:
+    """A pullback that reads the dijet mass's moments and its histogram, and a leading
+    object's histogram of the same depth: the histograms take the candidates that the
+    observables' reverse mode walked (one walk per ``(set, depth)`` of the selection)."""
+    plan, theta, widths, cols = setup(likelihood=False)
+    payload = hists_payload(cols, plan, theta, widths, seed=3)
+    walked: list = []
+    real = _revhistlead._candidates
+    monkeypatch.setattr(_revhistlead, "_candidates",
+                        lambda *a, **k: walked.append(a[:2]) or real(*a, **k))
+    same_as_jax(cols, plan, theta, widths, payload)
+    assert walked == [("bjets", 1), ("jets", 2)]  # (jets, 1): the observables' walk's
+
+
+def test_rules_serve_one_indexed_set_and_refuse_several() -> None:
+    """Histograms of candidate tuples of one indexed set are served in states and
+    pullback passes; one over two indexed sets is refused, named, in both."""
+    for x, served in (("mass(jets[0] + jets[1])", True), ("deltaR(jets[0], jets[2])", True),
+                      ("mt(muons[0], MET)", True), ("mass(muons[0] + bjets[0])", False)):
+        cfg = multi_config(likelihood=False)
+        cfg["histograms"] = [{"name": "other", "x": x, "edges": [0.0, 100.0, 300.0]}]
+        plan = build_plan(config_from_dict(cfg))
+        theta = np.zeros(len(plan.param_names))
+        for why in (numba_refusal(plan, 1, theta),
+                    numba_refusal(plan, 0, theta, pullback=[None] * len(state_paths(plan)))):
+            assert (why is None) == served, why
+            assert served or "'other'" in why and "several sets" in why, why
+
+
+@pytest.mark.slow  # two evaluators over two datasets, the JAX sweep's compile
+def test_auto_runs_a_dijet_mass_template_on_numba(monkeypatch, caplog) -> None:
+    """Under ``auto`` a config with a ``mass(jets[0] + jets[1])`` template runs its
+    passes on numba (no fallback line) and its reverse objective and gradient equal the
+    JAX sweep's (1e-10)."""
+    from tests.pipeline.backends.numba.test_fastreverse_sets import auto_equals_jax_sweep
+
+    data = hists_config()  # a learned score beside the sets: the pullback's reverse objective
+    data["histograms"] += copy.deepcopy(MULTI[:1])
+    data["likelihood"]["channels"]["mass"] = {"histogram": "mjj", "selection": [
+        {"count": "bjets", "op": ">=", "value": 2}]}
+    with caplog.at_level(logging.WARNING):
+        auto_equals_jax_sweep(data, monkeypatch)
+    assert not [r for r in caplog.records if "JAX reference" in r.getMessage()]

@@ -49,7 +49,10 @@ numba, printed only (no record): run it at a small size, e.g. ``--events 20000
 --chunksize 10000``. ``--case reverse-hists-obs``: the same with HT (``sum(jets.pt)``) and the leading
 jet's pT (``jets[0].pt``, in a region) as two more channels' templates
 (:mod:`analysis.pipeline.backends.numba._revhistlead`,
-:mod:`analysis.pipeline.backends.numba._revhistsums`).
+:mod:`analysis.pipeline.backends.numba._revhistsums`). ``--case reverse-hists-mjj``: the
+same with the dijet mass ``mass(jets[0] + jets[1])`` as a channel's template in a region
+(at least two b-jets) and its moments read too (candidate tuples:
+:mod:`analysis.pipeline.backends.numba._histmulti`).
 """
 
 from __future__ import annotations
@@ -173,6 +176,19 @@ def obs_hists_config() -> dict:
     return cfg
 
 
+def mjj_hists_config() -> dict:
+    """:func:`hists_config` with the dijet mass as a channel's template in a region (at
+    least two b-jets) and as an observable."""
+    cfg = hists_config()
+    cfg["histograms"].append({"name": "mjj", "x": "mass(jets[0] + jets[1])",
+                              "edges": [0.0, 60.0, 120.0, 200.0, 350.0, 600.0]})
+    cfg["likelihood"]["channels"]["mass"] = {"histogram": "mjj", "selection": [
+        {"count": "bjets", "op": ">=", "value": 2}]}
+    cfg["observables"].append({"name": "mjj", "x": "mass(jets[0] + jets[1])",
+                               "stats": ["mean", "std"]})
+    return cfg
+
+
 def observables_config() -> dict:
     """:func:`reverse_config` with HT (``sum(jets.pt)``, an event sum) and the leading
     jet's pT (``jets[0].pt``, an indexed observable) among its observables."""
@@ -214,7 +230,7 @@ def chunks(events: int, chunksize: int, seed: int = 49) -> list:
         ev = generate_events("ttbar", n, seed=seed + i, mean_jets=6.0)
         jet = ev["Jet"]
         flat = {f: np.asarray(ak.flatten(jet[f]), np.float64)
-                for f in ("pt", "eta", "mass", "btagDeepFlavB")}
+                for f in ("pt", "eta", "phi", "mass", "btagDeepFlavB")}
         out.append(ChunkColumns(n, np.asarray(ev["genWeight"], np.float64),
                                 {"MET.pt": np.asarray(ev["MET_pt"], np.float64)},
                                 {"Jet": (np.asarray(ak.num(jet), np.int64), flat)}))
@@ -342,10 +358,11 @@ def _reverse(cols: list, args, argv, *, observables: bool = False) -> dict:
     return {"ratio": ratio, **extra, "rows": rows}
 
 
-def _reverse_hists(cols: list, args, *, obs: bool = False) -> dict:
+def _reverse_hists(cols: list, args, *, obs: str = "") -> dict:
     """The numba pullback of a histogram-reading payload against the JAX sweep and a
-    value pass (module docstring), printed; ``obs``: with HT's and the leading jet's
-    templates (:func:`obs_hists_config`)."""
+    value pass (module docstring), printed; ``obs`` ``"obs"``: with HT's and the leading
+    jet's templates (:func:`obs_hists_config`), ``"mjj"``: the dijet mass's
+    (:func:`mjj_hists_config`)."""
     import jax
 
     from analysis.config.loader import config_from_dict
@@ -354,8 +371,8 @@ def _reverse_hists(cols: list, args, *, obs: bool = False) -> dict:
     from analysis.pipeline.request import Request
     from analysis.stats.merge import is_state
 
-    config = config_from_dict(obs_hists_config() if obs else hists_config(),
-                              source="bench_params")
+    make = {"obs": obs_hists_config, "mjj": mjj_hists_config}.get(obs, hists_config)
+    config = config_from_dict(make(), source="bench_params")
     plan = build_plan(config)
     theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
     widths = np.array(initial_widths(config))
@@ -385,7 +402,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-record", action="store_true", help="print only")
     ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-observables",
-                                       "reverse-hists", "reverse-hists-obs"),
+                                       "reverse-hists", "reverse-hists-obs",
+                                       "reverse-hists-mjj"),
                     default="all", help="12 vs 4 parameters, the reverse step vs values, "
                     "both (all), the reverse step reading HT and jets[0].pt vs values and "
                     "the JAX sweep, or a histogram-reading pullback vs the JAX sweep")
@@ -401,8 +419,8 @@ def main(argv: list[str] | None = None) -> dict:
         out["reverse"] = _reverse(cols, args, argv)
     if args.case == "reverse-observables":  # not in "all": the JAX sweep takes minutes
         out["reverse_observables"] = _reverse(cols, args, argv, observables=True)
-    if args.case in ("reverse-hists", "reverse-hists-obs"):
-        out["reverse_hists"] = _reverse_hists(cols, args, obs=args.case.endswith("obs"))
+    if args.case.startswith("reverse-hists"):
+        out["reverse_hists"] = _reverse_hists(cols, args, obs=args.case[len("reverse-hists-"):])
     return out
 
 

@@ -11,7 +11,7 @@ central differences of the JAX kernel's pulled sum."""
 from __future__ import annotations
 
 import copy
-import logging
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -27,7 +27,6 @@ from tests.pipeline.backends.numba.test_fasthist import assert_trees_close
 from tests.pipeline.backends.numba.test_fastkernel import DATASETS, sets_config
 from tests.pipeline.backends.numba.test_fastreverse_hists import (
     check,
-    hists_config,
     hists_payload,
     same_as_jax,
     state_paths,
@@ -183,17 +182,39 @@ def test_rules_serve_one_indexed_set_and_refuse_several() -> None:
             assert served or "'other'" in why and "several sets" in why, why
 
 
-@pytest.mark.slow  # two evaluators over two datasets, the JAX sweep's compile
-def test_auto_runs_a_dijet_mass_template_on_numba(monkeypatch, caplog) -> None:
-    """Under ``auto`` a config with a ``mass(jets[0] + jets[1])`` template runs its
-    passes on numba (no fallback line) and its reverse objective and gradient equal the
-    JAX sweep's (1e-10)."""
-    from tests.pipeline.backends.numba.test_fastreverse_sets import auto_equals_jax_sweep
+@pytest.mark.slow  # two evaluators, the JAX sweep's compile
+def test_auto_runs_a_dijet_mass_template_on_numba(monkeypatch) -> None:
+    """``configs/ht_likelihood_v12.yaml`` with the dijet mass ``mass(jets[0] + jets[1])``
+    as its channel's template (a shift of the jets' pT, lnN normalisations): under
+    ``auto`` the states and the pullback run on numba (no fallback line), the objective
+    and gradient those of the JAX sweep (1e-10)."""
+    import yaml
 
-    data = hists_config()  # a learned score beside the sets: the pullback's reverse objective
-    data["histograms"] += copy.deepcopy(MULTI[:1])
-    data["likelihood"]["channels"]["mass"] = {"histogram": "mjj", "selection": [
-        {"count": "bjets", "op": ">=", "value": 2}]}
-    with caplog.at_level(logging.WARNING):
-        auto_equals_jax_sweep(data, monkeypatch)
-    assert not [r for r in caplog.records if "JAX reference" in r.getMessage()]
+    from analysis.driver.runner import Evaluator
+    from analysis.optimize.objectives import Objective
+    from analysis.optimize.reverse import reverse_objective
+    from analysis.pipeline.backend import Backend
+    from tests.conftest import REPO
+    from tests.pipeline.backends.numba.test_fastreverse import _count_numba
+
+    path = REPO / "configs" / "ht_likelihood_v12.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("output")
+    data["histograms"] = [{"name": "mjj", "x": "mass(jets[0] + jets[1])",
+                           "edges": [0, 100, 200, 2000]}]  # DY in every bin
+    data["likelihood"]["channels"] = {"sr": {"histogram": "mjj"}}
+    cfg = config_from_dict(data, source=str(path), base_dir=path.parent)
+    with warnings.catch_warnings(record=True) as caught, Evaluator(cfg, cache=False) as ev:
+        warnings.simplefilter("always")
+        calls = _count_numba(monkeypatch)
+        got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
+        assert calls  # the numba passes ran
+        states = ev.run(order=1)
+    assert not [w for w in caught if "JAX reference" in str(w.message)]
+    with Evaluator(cfg, cache=False, backend=Backend(numba_reverse=False)) as ref:
+        want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
+    grad = np.asarray(want["grad"])
+    assert np.abs(grad).min() > 0
+    np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
+    np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+    assert float(states["ttbar_v12"].derived.value["templates"]["sr"].sumw_flow.sum()) > 0

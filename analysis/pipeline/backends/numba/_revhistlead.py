@@ -50,8 +50,8 @@ from analysis.stats.histogram import Histogram
 __all__: list[str] = []  # internal to the numba kernel
 
 #: the histogram kinds whose states the numba reverse pass pulls back (fields, branches:
-#: :mod:`analysis.pipeline.backends.numba._fastrevhist`; leading objects: here; event
-#: sums: :mod:`analysis.pipeline.backends.numba._revhistsums`)
+#: :mod:`analysis.pipeline.backends.numba._fastrevhist`; leading objects and candidate
+#: tuples: here; event sums: :mod:`analysis.pipeline.backends.numba._revhistsums`)
 KINDS = (*_fastrevhist.KINDS, "index", *_histmulti.KINDS, *_revhistsums.KINDS)
 #: the kinds whose entries are the candidates of one ``(set, depth)``
 _LEAD = ("index", *_histmulti.KINDS)

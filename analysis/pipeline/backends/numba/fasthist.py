@@ -7,7 +7,8 @@ meaning, the same :class:`~analysis.stats.histogram.Histogram` states and Jacobi
 for every plan the numba backend's rules serve
 (:mod:`analysis.pipeline.backends.numba.rules`): histograms of per-object fields (``S.f``,
 ``abs(S.f)``), leading objects (``S[i].f``: one indexed set), candidate tuples of one
-indexed set (``mass(S[0] + S[1])``: :mod:`analysis.pipeline.backends.numba._histmulti`), per-event branches and
+indexed set (``mass(S[0] + S[1])``: :mod:`analysis.pipeline.backends.numba._histmulti`),
+per-event branches and
 event sums (``sum(S.f)``, ``count(S)``: :mod:`analysis.pipeline.backends.numba.kernels._numba_esum`),
 weight variations of per-event factors, shifts, and channel regions.
 
@@ -96,8 +97,8 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     weights of their sets, ``"sa"`` the event sums' ``E[X^r 1_pass]`` by observable index
     and ``"cands"`` the indexed observables' candidates (from this walk's pattern
     probabilities and region 0's pass table); ``"multi"`` those of the histograms of
-    candidate tuples (:func:`analysis.pipeline.backends.numba._histmulti.candidates`). ``trace``: counts each ``(side, region)``
-    walked."""
+    candidate tuples (:func:`analysis.pipeline.backends.numba._histmulti.candidates`).
+    ``trace``: counts each ``(side, region)`` walked."""
     kept = {} if kept is None else kept
     ranked = {} if ranked is None else ranked
     chunk = variants[0] if chunk is None else chunk

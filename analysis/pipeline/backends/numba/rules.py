@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.config.score import SCORE_PREFIX
 from analysis.pipeline import scorecols
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.request import Request
@@ -279,6 +280,9 @@ def _leading(spec, plan: Plan, request: Request, options) -> str | None:
         return why
     node = spec.node
     if node.kind != "index":  # candidate tuples: their own walk and ranking (numba/_histmulti)
+        if request.kind == "pullback" and SCORE_PREFIX.rstrip(".") in node.groups:
+            return (f"x = {node.text!r} reads a learned score's column (the numba reverse "
+                    "pass pulls back the tuples' weights, not their values)")
         return _one_indexed_set(node, plan, request, options)
     sets = {s.name: s for s in plan.sets.sets}
     mine = sets[node.slots[0][0]]

@@ -11,6 +11,7 @@ central differences of the JAX kernel's pulled sum."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections import Counter
 
@@ -21,6 +22,7 @@ from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.numba import _revhistlead, fastreverse
 from analysis.pipeline.plan import build_plan, initial_widths
+from analysis.select.exprs import parse
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
 from tests.conftest import SHARED_DATA, numba_refusal
 from tests.pipeline.backends.numba.test_fasthist import assert_trees_close
@@ -169,7 +171,8 @@ def test_one_candidates_walk_per_set_and_depth_in_a_pullback(monkeypatch) -> Non
 
 def test_rules_serve_one_indexed_set_and_refuse_several() -> None:
     """Histograms of candidate tuples of one indexed set are served in states and
-    pullback passes; one over two indexed sets is refused, named, in both."""
+    pullback passes; one over two indexed sets is refused, named, in both; one whose
+    values read a learned score's column is refused in the pullback (named)."""
     for x, served in (("mass(jets[0] + jets[1])", True), ("deltaR(jets[0], jets[2])", True),
                       ("mt(muons[0], MET)", True), ("mass(muons[0] + bjets[0])", False)):
         cfg = multi_config(likelihood=False)
@@ -180,6 +183,13 @@ def test_rules_serve_one_indexed_set_and_refuse_several() -> None:
                     numba_refusal(plan, 0, theta, pullback=[None] * len(state_paths(plan)))):
             assert (why is None) == served, why
             assert served or "'other'" in why and "several sets" in why, why
+    # a tuple's value that is a learned score's column (an event-level score ``score.pt``
+    # read as the per-event object ``score``): its states served, its pullback refused
+    spec = dataclasses.replace(plan.hists[0], node=parse("mt(jets[0], score)"))
+    other = dataclasses.replace(plan, hists=(spec,))
+    assert numba_refusal(other, 0, theta) is None
+    why = numba_refusal(other, 0, theta, pullback=[None] * len(state_paths(plan)))
+    assert "'other'" in why and "reads a learned score's column" in why, why
 
 
 @pytest.mark.slow  # two evaluators, the JAX sweep's compile

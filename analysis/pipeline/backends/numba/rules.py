@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.config.score import SCORE_PREFIX
 from analysis.pipeline import scorecols
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.request import Request
@@ -274,13 +273,18 @@ for _kind in ("field", "branch", "sum", "count"):
     register("histogram", _kind, _states_only)
 
 
+#: the per-event object whose fields are the learned event scores' columns (``score.NAME``:
+#: :attr:`analysis.pipeline.score.ScoreSpec.column`)
+_SCORES = "score"
+
+
 def _leading(spec, plan: Plan, request: Request, options) -> str | None:
     why = _states_only(spec, plan, request, options)
     if why is not None:
         return why
     node = spec.node
     if node.kind != "index":  # candidate tuples: their own walk and ranking (numba/_histmulti)
-        if request.kind == "pullback" and SCORE_PREFIX.rstrip(".") in node.groups:
+        if request.kind == "pullback" and _SCORES in node.groups:
             return (f"x = {node.text!r} reads a learned score's column (the numba reverse "
                     "pass pulls back the tuples' weights, not their values)")
         return _one_indexed_set(node, plan, request, options)

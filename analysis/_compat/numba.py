@@ -320,7 +320,9 @@ def guard_cache(cache: Any, depends: tuple[str, ...] = ()) -> bool:
     package's: loaded without numba's registries (:class:`FastLoadCache`), its files
     checked and its index keyed by the sources ``depends`` too
     (:class:`CheckedCacheFile`). Call it before the kernel first compiles or loads;
-    every cached kernel of the package goes through it (``tests/_compat/test_numba.py``).
+    every cached kernel of the package goes through it
+    (``tests/pipeline/backends/numba/test_numba_cache.py``,
+    ``tests/select/test_singlekernel_cache.py``).
 
     Parameters
     ----------

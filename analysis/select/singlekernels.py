@@ -86,7 +86,8 @@ def _compiled(fn):  # noqa: ANN001, ANN202
 
 @njit
 def _longest(off):
-    """The largest number of objects of an event (offsets ``off``)."""
+    """The largest number of objects of an event (offsets ``off``); compiled once and
+    called, not inlined, as the call frame's readers (:mod:`analysis.select.ffiframe`)."""
     m = 0
     for e in range(off.shape[0] - 1):
         m = max(m, off[e + 1] - off[e])

@@ -37,6 +37,8 @@ A kernel module imports only numpy, numba, math, the modules of its folder and t
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import numba
 from numba.extending import overload
@@ -73,7 +75,7 @@ def inlines_folder(module_file: str) -> None:
                                     if f.endswith(".py")))
 
 
-def depends(fn) -> tuple[str, ...]:
+def depends(fn: Callable[..., Any]) -> tuple[str, ...]:
     """The source files a kernel decorated here (the Python function ``fn``) depends on
     beyond its own (which numba keys): its folder's modules where the folder inlines
     (:func:`inlines_folder`), then :data:`SHARED`.
@@ -114,7 +116,10 @@ def specialise(stub):
     """Decorate the typing function of ``stub`` (a Python function that names the
     primitive and documents it): called by numba with the arguments' types, it returns
     the implementation for those types (``numba.extending.overload``, inlined at numba's
-    IR level, compiled with this policy)."""
+    IR level, compiled with this policy). numba also compiles (or loads from its own cache,
+    keyed by the implementation's file) the implementation alone, to check that it
+    compiles: none of that machine code runs (a caller types and inlines the
+    implementation's IR afresh), so that cache is left to numba, unkeyed and unchecked."""
     return overload(stub, inline="always", jit_options=POLICY)
 
 

@@ -37,8 +37,6 @@ A kernel module imports only numpy, numba, math, the modules of its folder and t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
 
 import numba
 from numba.extending import overload
@@ -75,7 +73,7 @@ def inlines_folder(module_file: str) -> None:
                                     if f.endswith(".py")))
 
 
-def depends(fn: Callable[..., Any]) -> tuple[str, ...]:
+def depends(fn) -> tuple[str, ...]:
     """The source files a kernel decorated here (the Python function ``fn``) depends on
     beyond its own (which numba keys): its folder's modules where the folder inlines
     (:func:`inlines_folder`), then :data:`SHARED`.

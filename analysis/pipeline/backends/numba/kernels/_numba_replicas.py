@@ -13,7 +13,7 @@ import numpy as np
 
 from analysis.select.lanes.policy import njit
 
-__all__ = ["replica_lanes", "replica_selected", "replica_totals"]
+__all__ = ["replica_lanes"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -70,31 +70,16 @@ def _bits(u) -> np.ndarray:
     return (np.asarray(u, dtype=np.float64) * 2.0**53).astype(np.uint64)
 
 
-def replica_selected(u: np.ndarray, selected: np.ndarray, replicas: int, *,
-                     cdf: np.ndarray) -> np.ndarray:
-    """``(2, replicas)`` float64: ``[sum_e P_ek s_e, sum_e P_ek s_e^2]`` with ``P_ek`` the
-    event's multiplicity in replica ``k`` and ``s_e`` its selected weight (weight x pass
-    probability); events with ``s_e = 0`` are skipped. Empty input: zeros. One lane of
-    :func:`replica_lanes`."""
-    return replica_lanes(u, selected, replicas, cdf=cdf)[0][0]
-
-
-def replica_totals(u: np.ndarray, weights: np.ndarray, replicas: int, *,
-                   cdf: np.ndarray) -> np.ndarray:
-    """``(1 + L, replicas)`` float64: ``[sum_e P_ek, sum_e P_ek w_le for each of the L
-    rows of weights (L, E)]``. Empty input: zeros. :func:`replica_lanes` of no lanes."""
-    n_ev = np.shape(u)[0]
-    return replica_lanes(u, np.zeros((0, n_ev)), replicas, weights, cdf=cdf)[1]
-
-
 def replica_lanes(
     u: np.ndarray, selected: np.ndarray, replicas: int, weights: np.ndarray | None = None, *,
     cdf: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`replica_selected` of each row of ``selected`` ``(L, E)`` (``(L, 2,
-    replicas)``) and, given ``weights`` ``(M, E)``, :func:`replica_totals` of them
-    (``(1 + M, replicas)``, else None), from one loop over the events (each event's
-    multiplicities drawn once)."""
+    """Per row ``s`` of ``selected`` ``(L, E)``: ``[sum_e P_ek s_e, sum_e P_ek s_e^2]``
+    (``(L, 2, replicas)``; ``P_ek`` the event's multiplicity in replica ``k``, ``s_e``
+    its selected weight: weight x pass probability) and, given ``weights`` ``(M, E)``,
+    ``[sum_e P_ek, sum_e P_ek w_me for each row]`` (``(1 + M, replicas)``, else None),
+    from one loop over the events (each event's multiplicities drawn once; events of
+    ``s_e = 0`` in every row skipped without weights). Empty input: zeros."""
     selected = np.ascontiguousarray(np.atleast_2d(selected), dtype=np.float64)
     totals = weights is not None
     w = (np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64) if totals

@@ -80,14 +80,13 @@ def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint, ma
                 c = seq_c[j]
                 g = seq_g[j]
                 clear(F[j + 1], states, n_states)
+                if adjoint:
+                    clear(M[j + 1], states, n_states)
                 for p in range(n_pat[c]):
                     pv = pv_all[g, p]
                     forward(F[j + 1], F[j], pv, pv, 0.0, tgt[c, p], states, n_states, 0,
                             states, False)
-                if adjoint:
-                    clear(M[j + 1], states, n_states)
-                    for p in range(n_pat[c]):
-                        pv = pv_all[g, p]
+                    if adjoint:
                         forward(M[j + 1], M[j], pv, pv, 0.0, tgt[c, p], states, n_states, 0,
                                 states, False)
                         if cw[g, p] != 0.0:
@@ -109,7 +108,11 @@ def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint, ma
             for j in range(n - 1, -1, -1):
                 c = seq_c[j]
                 g = seq_g[j]
+                clear(Gn, states, n_states)
+                if adjoint:
+                    clear(Ln, states, n_states)
                 for p in range(n_pat[c]):
+                    pv = pv_all[g, p]
                     h = weight(0.0, F[j], G, tgt[c, p], states, n_states, 0, states, False)
                     hp[g, p] = h
                     if adjoint:
@@ -118,18 +121,12 @@ def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint, ma
                                     + weight(0.0, M[j], G, tgt[c, p], states, n_states, 0,
                                              states, False)
                                     + cw[g, p] * h)
-                if adjoint:
-                    clear(Ln, states, n_states)
-                    for p in range(n_pat[c]):
-                        pv = pv_all[g, p]
                         backward(Ln, L, pv, pv, 0.0, tgt[c, p], states, n_states, 0)
                         if cw[g, p] != 0.0:
                             backward(Ln, G, pv * cw[g, p], pv * cw[g, p], 0.0, tgt[c, p],
                                      states, n_states, 0)
+                    backward(Gn, G, pv, pv, 0.0, tgt[c, p], states, n_states, 0)
+                if adjoint:
                     L, Ln = Ln, L
-                clear(Gn, states, n_states)
-                for p in range(n_pat[c]):
-                    backward(Gn, G, pv_all[g, p], pv_all[g, p], 0.0, tgt[c, p], states,
-                             n_states, 0)
                 G, Gn = Gn, G
             pe[e] = G[0]

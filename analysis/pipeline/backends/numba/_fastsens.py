@@ -7,9 +7,9 @@ parents), several collections, joint counts, trainable count thresholds. Per obj
 ``s``'s own cuts), the pattern probabilities are ``pi_jp = prod_s a_jps`` with
 ``a_jps = q_js`` where pattern ``p`` holds ``s``, ``1 - q_js`` where it does not but
 holds ``s``'s parent, 1 where ``s`` is unreachable (the codes of
-:class:`analysis.pipeline.backends.numba._fasttables._Tables`, as
-:func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` multiplies them, in
-set order: the same floats). One values-only walk per event
+:class:`analysis.pipeline.backends.numba._fasttables._Tables`, multiplied in set order
+as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.cut_patterns` does: the
+same floats). One values-only walk per event
 (:func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`)
 gives ``P_e``, ``H_jp = dP/dpi_jp`` and ``F_n . df`` (the trainable count thresholds);
 then, by the chain rule (``pi`` is multilinear in the ``q_js``),

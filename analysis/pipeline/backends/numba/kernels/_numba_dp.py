@@ -62,7 +62,7 @@ from analysis.select.lanes.steps import (
 )
 
 __all__ = [
-    "LANES", "accumulate", "any_slot", "centre_sums", "compiled", "patterns", "select",
+    "LANES", "accumulate", "any_slot", "centre_sums", "compiled", "select",
     "soft_array", "soft_values", "vectorised",
 ]
 
@@ -138,30 +138,6 @@ def soft_array(v: np.ndarray, t: float, width: float, greater: bool, inclusive: 
     iw = 1.0 / width if width > 0.0 else 0.0
     ds = s * (1.0 - s) * iw
     return s, (-ds if greater else ds)
-
-
-@njit
-def patterns(qv, qd, codes, n_sets, n_pat, pv, pd):
-    """Pattern probabilities ``pv`` (``(N, P)``) and tangents ``pd`` (``(N, P, LANES)``)
-    from own set probabilities ``qv`` (``(S, N)``), ``qd`` (``(S, N, LANES)``):
-    ``codes[p, s]`` 1 in the set (``q``), 0 out of it with its parent in (``1 - q``),
-    -1 unreachable (factor 1)."""
-    n_obj = qv.shape[1]
-    for j in range(n_obj):
-        for p in range(n_pat):
-            v = 1.0
-            for r in range(LANES):
-                pd[j, p, r] = 0.0
-            for ls in range(n_sets):
-                code = codes[p, ls]
-                if code < 0:
-                    continue
-                fac = qv[ls, j] if code == 1 else 1.0 - qv[ls, j]
-                sign = v if code == 1 else -v
-                for r in range(LANES):
-                    pd[j, p, r] = pd[j, p, r] * fac + sign * qd[ls, j, r]
-                v *= fac
-            pv[j, p] = v
 
 
 @inline

@@ -34,10 +34,8 @@ import numpy as np
 
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba._fasttables import (
-    _pass_table,
-    _reduced,
     _Tables,
-    _targets,
+    walk_table,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_sens
 
@@ -110,12 +108,7 @@ def inputs(tab: _Tables, sets, base: np.ndarray, q_of: dict, theta: np.ndarray,
            widths: np.ndarray, counts_tr: tuple[int, ...]) -> Inputs:
     """The tables the walks of reverse mode read (:func:`walk`'s arguments)."""
     n_tot = int(base[-1])
-    model = tab.model
-    if model.counts:
-        caps, f, df = _reduced(model, *_pass_table(sets, theta, widths, counts_tr))
-    else:
-        caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, len(counts_tr)))
-    tgt = _targets(model, caps, tab.collections)
+    tgt, f, df = walk_table(tab, sets, theta, widths, counts_tr)
     pv_all = np.zeros((max(n_tot, 1), tab.pat.shape[1]))
     qs_of = []
     for ci in range(len(tab.collections)):

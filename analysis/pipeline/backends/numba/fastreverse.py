@@ -78,13 +78,11 @@ from analysis.pipeline.backends.numba import (
 )
 from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
-    _pass_table,
-    _reduced,
     _tables,
-    _targets,
     chain,
     offsets,
     one_sided,
+    walk_table,
 )
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -117,13 +115,9 @@ def _one_set_walk(plan: Plan, coff: np.ndarray, q: np.ndarray, theta, widths,
                   threads: int | None) -> _fastsens.Walk:
     """The sensitivities' walk of one collection with one set: the chain
     (:func:`analysis.select.chainwalk.sens_walk`)."""
-    tab = _tables(plan)
-    if tab.model.counts:
-        caps, f, df = _reduced(tab.model, *_pass_table(plan.sets, theta, widths, counts_tr))
-        states = chain(_targets(tab.model, caps, tab.collections)[0, 1])
-        f, df = np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
-    else:
-        f, df = np.ones(1), np.zeros((1, len(counts_tr)))
+    tgt, f, df = walk_table(_tables(plan), plan.sets, theta, widths, counts_tr)
+    states = chain(tgt[0, 1])  # the chain's states (one without counts)
+    f, df = np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
     n_ev, n_obj = coff.shape[0] - 1, int(coff[-1])
     pe, dq = np.zeros(n_ev), np.zeros(n_obj)
     fn = np.zeros((n_ev, f.shape[0]))

@@ -1,22 +1,15 @@
-"""The pass probability's sensitivity to each object's probability (numba, float64).
-
-For one collection with one object set, the sensitivities walk the chain of count
-states (``analysis.select.chainwalk.sens_walk``): ``P`` is affine in each object's
-probability ``q_j`` alone (the forward distribution ``F_j`` and the value function
-``G_{j+1}`` do not depend on it), so ``dP/dq_j = sum_k F_j[k] (G_{j+1}[tgt k] -
-G_{j+1}[k])`` exactly, and ``dP/df = F_n``.
-
-The general count model (several sets per collection, several collections, joint
-counts: :func:`pattern_sensitivities`, values only, one walk per event whatever the
-number of parameters) is the same argument over the patterns: ``P`` is
-affine in object ``j``'s pattern probabilities ``pi_jp`` together (``F_j`` and
-``G_{j+1}`` do not depend on them), ``P = sum_p pi_jp H_jp`` with
+"""Reverse mode's walk (numba, float64): the pass probability's sensitivities to every
+object's pattern probabilities, any count model (several sets per collection, several
+collections, joint counts; one collection with one set walks the chain instead,
+:func:`analysis.select.chainwalk.sens_walk`). ``P`` is affine in object ``j``'s pattern
+probabilities ``pi_jp`` together (``F_j`` and ``G_{j+1}`` do not depend on them), ``P =
+sum_p pi_jp H_jp`` with
 
     dP/dpi_jp = H_jp = sum_k F_j[k] G_{j+1}[tgt(p, k)]            (exact)
 
-(the inner sum of an object weight, :func:`~analysis.select.lanes.steps.weight`),
-and the objects' weights in set ``s`` are ``sum_{p holds s} pi_jp H_jp``; the host
-chains ``H`` to the set probabilities (:mod:`analysis.pipeline.backends.numba._fastsens`).
+(the inner sum of an object weight, :func:`~analysis.select.lanes.steps.weight`); the
+host chains ``H`` to the sets and forms the objects' weights
+(:mod:`analysis.pipeline.backends.numba._fastsens`).
 """
 
 from __future__ import annotations

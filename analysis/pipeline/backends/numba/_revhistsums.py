@@ -8,21 +8,23 @@ event's bins' cotangents ``c_eb = sum_v (f_ve sbar_vb + f_ve^2 weight_e sbar2_vb
 :mod:`analysis.pipeline.backends.numba.kernels._numba_revhist`'s). So ``dL/dev_e = sum_b
 c_eb pb_eb``, and the other cotangents are those of what ``pb`` reads: the objects' own
 set probabilities ``q_js`` (through their pattern probabilities, multilinear in them:
-:mod:`analysis.pipeline.backends.numba._fastsens`), the trainable count thresholds (the
-pass table) and the trainable edges (soft bins).
+:func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`), the trainable
+count thresholds (the pass table) and the trainable edges (soft bins).
 
-An event's ``pb_e`` reads its own objects only: the Jacobian from the chunk's objects to
-the events' bins is block diagonal by event. So one forward pass of the kernel with
-tangents seeded per event gives many of its columns at once: tangent ``r`` of pass ``k``
-is, in every event, the derivative in that event's input ``3 k + r - 1`` (inputs numbered
-per event: the trainable count thresholds and edges first, the same in every event, then
+Hard bins: the values by one forward pass (no tangents), then one backward sweep per
+event gives ``dL/dpi`` of every object and ``dL/df`` of the pass table
+(:func:`analysis.pipeline.backends.numba.kernels._numba_esum_adj.event_sum_vjp`),
+whatever the number of parameters. Soft bins (and an event with a NaN among its
+probabilities) by the forward kernel's tangents: an event's ``pb_e`` reads its own
+objects only (the Jacobian is block diagonal by event), so one pass with tangents
+seeded per event gives many of its columns at once: tangent ``r`` of pass ``k`` is, in
+every event, the derivative in that event's input ``3 k + r - 1`` (inputs numbered per
+event: the trainable count thresholds and edges first, the same in every event, then
 each object's sets, collection by collection), and ``dL/d(input) = ev_e sum_b c_eb
-dpb_eb/d(input)`` by the kernel's own product rule (the forward pass's derivatives,
-exact). Passes: the busiest event's inputs over 3 (the kernel's sparse path takes at
-most 3 tangents), each pass over the events that have inputs left; memory: a pass's
-``(E, bins, 4)``, whatever the number of parameters. The value states are the forward
-pass's fill (:func:`analysis.pipeline.backends.numba.kernels._numba_esum_fill.fill_bins`)
-of the first pass's values.
+dpb_eb/d(input)`` by the kernel's own product rule. Passes: the busiest event's inputs
+over 3 (the kernel's sparse path takes at most 3 tangents), each over the events that
+have inputs left; memory: a pass's ``(E, bins, 4)``. The value states are the forward
+pass's fill (:func:`analysis.pipeline.backends.numba.kernels._numba_esum_fill.fill_bins`).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from analysis.pipeline.backends.numba._chunkmemo import chunk_memo
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
 from analysis.pipeline.backends.numba._fasttables import offsets
-from analysis.pipeline.backends.numba._histfills import _fill_side, _paired, _run_fills, fill_key
+from analysis.pipeline.backends.numba._histfills import _fill_side, _run_fills, fill_key
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
     _joint_tables,
@@ -376,18 +376,14 @@ def evaluate_columns(
                              for sh, _, _ in job])
         if moved is None:
             nominal = walks[0]
-        fills_of: list[list] = []  # per side
         for wk in walks:
             for coll, n in wk["n_unc"].items():
                 if uncertain is not None:
                     uncertain[coll] = n.copy() if coll not in uncertain else np.maximum(
                         uncertain[coll], n)
         for (shift, c, fills), wk in zip(job, walks, strict=True):
-            fills_of.append([])
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
-                       fills_of[-1], threads, yields)
-        for i in range(0, len(fills_of), 2):  # the two sides of a shift: fills in pairs
-            tasks += _paired(*fills_of[i: i + 2]) if i + 1 < len(fills_of) else fills_of[i]
+                       tasks, threads, yields)
     _run_fills(tasks, threads)
     ov: dict = {}
     oj: dict = {}

@@ -233,11 +233,11 @@ def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
 
 
 def test_a_chunk_evaluated_again_after_its_arrays_were_replaced(monkeypatch):
-    """Whether a shift keeps the walk order is kept with the chunk's columns between
-    passes (:mod:`analysis.pipeline.backends.numba._chunkmemo`); replacing the ranking field with one
-    whose near-ties a 0.97 side breaks finds it again (the sides of that shift walk
-    apart), and a replaced weight branch is read: the JAX kernel's result on the new
-    arrays."""
+    """Whether a shift keeps the walk order is found at each pass
+    (:func:`analysis.pipeline.backends.numba._histtables._order`); replacing the ranking
+    field with one whose near-ties a 0.97 side breaks finds it again (the sides of that
+    shift walk apart), and a replaced weight branch is read: the JAX kernel's result on
+    the new arrays."""
     plan, theta, widths = setup()
     cols = columns(300, plan, seed=8)
     sizes = walk_sizes(monkeypatch)

@@ -23,8 +23,14 @@ of at most 3 tangents, half the work: the event sums' kernel,
 ``analysis.pipeline.backends.numba.kernels._numba_esum``, and own processors' kernels)
 where the tangents are 4 numbers (a tuple, read once into registers) and a sum's
 ``inner`` a tuple of 4: the same operations on lanes 0-3 (rows of ``(states, >= 4)``
-arrays, read by element: the ``row_`` primitives). A kernel's buffers and outputs are
-specialised on whether it has tangents (:mod:`analysis.select.lanes.buffers`).
+arrays, read by element: the ``row_`` primitives). A lane vector of two pages ``(2,
+LANES)`` (the histogram walk's four variants: two pairs,
+``analysis.pipeline.backends.numba.kernels._numba_hist``) is each page's pair
+arithmetic, by element (a row view of a page in the walk's innermost loop would cost a
+reference count each time); :func:`registers` and the walk's layout helpers
+(``analysis.pipeline.backends.numba.kernels.lane_layouts``) are specialised on it the
+same way, and a kernel's buffers and outputs on whether it has tangents
+(:mod:`analysis.select.lanes.buffers`).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from analysis.select.lanes.policy import inline, specialise, specialise_on
 
 __all__ = [
     "LANES", "QUAD", "axpy", "clear_at", "dot_add", "dot_end", "dot_zero", "lin", "lin_add",
-    "lin_add2", "mul_add", "row_both", "row_dot_add", "row_mul_add", "row_out",
+    "lin_add2", "mul_add", "registers", "row_both", "row_dot_add", "row_mul_add", "row_out",
     "vec_axpy", "vec_zero", "zero_at",
 ]
 
@@ -100,6 +106,53 @@ def _four(t) -> bool:
     return isinstance(t, types.UniTuple) and t.count == 4
 
 
+def _pages(t) -> bool:
+    """Whether the numba type ``t`` of a lane vector is two pages of :data:`LANES` lanes
+    (``(2, LANES)``: four variants, two pairs side by side, ``h = 4`` in each page; their
+    probabilities ``a`` an array of four, ``a[2 q]``, ``a[2 q + 1]`` page ``q``'s pair)."""
+    return isinstance(t, types.Array) and t.ndim == 2
+
+
+def _registers(d):
+    return (d[0, 0], d[0, 1], d[0, 2], d[0, 3], d[0, 4], d[0, 5], d[0, 6], d[0, 7],
+            d[1, 0], d[1, 1], d[1, 2], d[1, 3], d[1, 4], d[1, 5], d[1, 6], d[1, 7])
+
+
+@specialise_on("d", (_pages, _registers), lambda d: d)
+def registers(d):
+    """The tangents ``d`` as a loop over states reads them: ``d`` itself, or for two pages a
+    tuple of their 16 lanes (read once before the loop and kept in registers: the loop
+    stores into an array that, for all LLVM knows, might be ``d``, so it would read ``d``
+    again at every state)."""
+
+
+@inline
+def _page_mul_add(out, t, q, a, a_hi, x, h, d):
+    """:func:`lin_add2` on page ``q``: ``out[t, q] += a x[q] + x[q, 0] d[q]`` (lanes 4-7:
+    ``a_hi``, ``x[q, h]``), the same operations in the same order, by element (a row
+    view of a page in the walk's innermost loop costs a reference count each time)."""
+    b, b_hi = x[q, 0], x[q, h]
+    x0, x1, x2, x3, x4, x5, x6, x7 = (x[q, 0], x[q, 1], x[q, 2], x[q, 3], x[q, 4], x[q, 5],
+                                      x[q, 6], x[q, 7])
+    s = LANES * q
+    y0, y1, y2, y3, y4, y5, y6, y7 = (d[s], d[s + 1], d[s + 2], d[s + 3], d[s + 4], d[s + 5],
+                                      d[s + 6], d[s + 7])
+    o0, o1, o2, o3, o4, o5, o6, o7 = (out[t, q, 0], out[t, q, 1], out[t, q, 2], out[t, q, 3],
+                                      out[t, q, 4], out[t, q, 5], out[t, q, 6], out[t, q, 7])
+    out[t, q, 0], out[t, q, 1], out[t, q, 2], out[t, q, 3] = (
+        o0 + (a * x0 + b * y0), o1 + (a * x1 + b * y1), o2 + (a * x2 + b * y2),
+        o3 + (a * x3 + b * y3))
+    out[t, q, 4], out[t, q, 5], out[t, q, 6], out[t, q, 7] = (
+        o4 + (a_hi * x4 + b_hi * y4), o5 + (a_hi * x5 + b_hi * y5),
+        o6 + (a_hi * x6 + b_hi * y6), o7 + (a_hi * x7 + b_hi * y7))
+
+
+def _mul_add_pages(out, t, a, a_hi, x, h, d):
+    dv = registers(d)
+    _page_mul_add(out, t, 0, a[0], a[1], x, h, dv)
+    _page_mul_add(out, t, 1, a[2], a[3], x, h, dv)
+
+
 def _mul_add_lanes(out, t, a, a_hi, x, h, d):
     lin_add2(out[t], a, a_hi, x, x[0], x[h], d)
 
@@ -108,15 +161,16 @@ def _mul_add(out, t, a, a_hi, x, h, d):
     out[t] += a * x
 
 
-@specialise_on("x", (_lanes, _mul_add_lanes), _mul_add)
+@specialise_on("x", (_pages, _mul_add_pages), (_lanes, _mul_add_lanes), _mul_add)
 def mul_add(out, t, a, a_hi, x, h, d):
     """``out[t] += a x + x_0 d`` (``d``: ``a``'s tangents; lanes 4-7 with ``a_hi`` and
-    ``x_h`` for two variants, :func:`lin_add2`); values: ``out[t] += a x``."""
+    ``x_h`` for two variants, :func:`lin_add2`; pages: each page's pair so, its
+    probabilities ``a[2 q]``, ``a[2 q + 1]``, ``a_hi`` unused); values: ``out[t] += a x``."""
 
 
 def dot_zero(x, inner):
     """The start of a sum of products of lane vectors like ``x`` into ``inner``: 8 zeros
-    (a tuple: kept in registers; 4 where ``inner`` is a tuple of 4),
+    (a tuple: kept in registers; 16 for two pages; 4 where ``inner`` is a tuple of 4),
     or ``0.0``."""
     raise NotImplementedError("compiled only (numba)")
 
@@ -127,6 +181,11 @@ def _dot_zero(x, inner):
         def four(x, inner):
             return (0.0, 0.0, 0.0, 0.0)
         return four
+    if _pages(x):
+        def pages(x, inner):
+            return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                    0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return pages
     if _lanes(x):
         def lanes(x, inner):
             return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -137,6 +196,22 @@ def _dot_zero(x, inner):
     return values
 
 
+@inline
+def _dot_page(acc, x, y, q, h):
+    """:func:`dot_add` of page ``q`` (``acc`` its 8 numbers), by element."""
+    a, a_hi, b, b_hi = y[q, 0], y[q, h], x[q, 0], x[q, h]
+    return (acc[0] + (a * x[q, 0] + b * y[q, 0]), acc[1] + (a * x[q, 1] + b * y[q, 1]),
+            acc[2] + (a * x[q, 2] + b * y[q, 2]), acc[3] + (a * x[q, 3] + b * y[q, 3]),
+            acc[4] + (a_hi * x[q, 4] + b_hi * y[q, 4]),
+            acc[5] + (a_hi * x[q, 5] + b_hi * y[q, 5]),
+            acc[6] + (a_hi * x[q, 6] + b_hi * y[q, 6]),
+            acc[7] + (a_hi * x[q, 7] + b_hi * y[q, 7]))
+
+
+def _dot_pages(acc, x, y, h):
+    return _dot_page(acc[:8], x, y, 0, h) + _dot_page(acc[8:], x, y, 1, h)
+
+
 def _dot_lanes(acc, x, y, h):
     a, a_hi, b, b_hi = y[0], y[h], x[0], x[h]
     return (acc[0] + (a * x[0] + b * y[0]), acc[1] + (a * x[1] + b * y[1]),
@@ -145,15 +220,24 @@ def _dot_lanes(acc, x, y, h):
             acc[6] + (a_hi * x[6] + b_hi * y[6]), acc[7] + (a_hi * x[7] + b_hi * y[7]))
 
 
-@specialise_on("x", (_lanes, _dot_lanes), lambda acc, x, y, h: acc + x * y)
+@specialise_on("x", (_pages, _dot_pages), (_lanes, _dot_lanes), lambda acc, x, y, h: acc + x * y)
 def dot_add(acc, x, y, h):
     """``acc + x y`` by the product rule per lane, ``acc_r + (y_0 x_r + x_0 y_r)`` (lanes
-    4-7: ``y_h``, ``x_h``; the value lanes doubled, :func:`dot_end` halves them: exact);
-    values: ``acc + x y``."""
+    4-7: ``y_h``, ``x_h``; the value lanes doubled, :func:`dot_end` halves them: exact;
+    two pages: each so); values: ``acc + x y``."""
 
 
 def _end_four(inner, acc, h):
     return (acc[0] * 0.5, acc[1], acc[2], acc[3])  # lane 0 summed twice (exact)
+
+
+def _end_pages(inner, acc, h):
+    for q in range(2):
+        for r in range(LANES):
+            inner[q, r] = acc[LANES * q + r]
+        inner[q, 0] *= 0.5  # value lanes summed x y twice (exact)
+        inner[q, h] *= 0.5
+    return inner[0, 0]
 
 
 def _end_lanes(inner, acc, h):
@@ -166,11 +250,12 @@ def _end_lanes(inner, acc, h):
 
 
 @specialise_on("acc", (_four, _end_four),
+               (lambda t: isinstance(t, types.BaseTuple) and len(t) == 2 * LANES, _end_pages),
                (lambda t: isinstance(t, types.BaseTuple), _end_lanes),
                lambda inner, acc, h: acc)
 def dot_end(inner, acc, h):
     """A sum of :func:`dot_add` into ``inner`` (lanes: the value lanes ``0`` and ``h``
-    halved, exact) and returned (its value); four
+    halved, exact; two pages: each page's) and returned (its value, page 0's); four
     lanes: returned whole (a tuple, lane 0 halved); values: ``acc``."""
 
 

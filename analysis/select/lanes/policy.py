@@ -148,7 +148,7 @@ def compiled(kernel, args: tuple):
     compilation, so switching it on around this call is local to the functions compiled
     inside. Once per kind of arguments (:func:`_kinds`: the walk of
     :mod:`analysis.pipeline.backends.numba.kernels._numba_hist` takes one variant or a
-    pair, each its own version); a call with arguments of the
+    pair, or two pairs in pages, each its own version); a call with arguments of the
     same kinds but other types would compile a version without it (the same results,
     slower): the kernel's callers build its arguments with fixed dtypes."""
     key = (kernel, _kinds(args))

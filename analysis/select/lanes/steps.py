@@ -69,6 +69,7 @@ from analysis.select.lanes.arith import (
     dot_end,
     dot_zero,
     mul_add,
+    registers,
     row_both,
     row_dot_add,
     row_mul_add,
@@ -131,11 +132,12 @@ def forward(Fn, F, pv, pv_hi, d, row, states, ns, h, mask, masked):
     (``d``: the pattern probability's tangents; lanes 4-7 with ``pv_hi``, ``F[k, h]``
     for two variants; values: ``pv F[k]``) for ``k`` in ``states[:ns]`` (and ``mask[k]``
     if ``masked``); ``row``: ``tgt[c, p]``."""
+    dv = registers(d)
     for i in range(ns):
         k = state(states, i)
         if masked and not _kept(mask, k):
             continue
-        row_mul_add(Fn, target(row, k), pv, pv_hi, F, k, h, d)
+        row_mul_add(Fn, target(row, k), pv, pv_hi, F, k, h, dv)
 
 
 @inline
@@ -146,6 +148,7 @@ def forward_live(Fn, F, pv, d, row, states, ns, mark, reached, cnt):
     ``reached`` before its term (the caller unmarks them); returns their count from
     ``cnt``. One pass (a pass over the targets first, or the marking as a primitive of
     its own, measured several times slower)."""
+    dv = registers(d)
     for i in range(ns):
         k = states[i]
         t = row[k]
@@ -154,7 +157,7 @@ def forward_live(Fn, F, pv, d, row, states, ns, mark, reached, cnt):
             reached[cnt] = t
             cnt += 1
             clear_at(Fn, t, d)
-        row_mul_add(Fn, t, pv, pv, F, k, 0, d)
+        row_mul_add(Fn, t, pv, pv, F, k, 0, dv)
     return cnt
 
 
@@ -163,9 +166,10 @@ def backward(Gn, G, pv, pv_hi, d, row, states, ns, h):
     """One pattern's term of the backward step: ``Gn[k] += pv G[row[k]] + G[row[k], 0] d``
     (two variants as :func:`forward`; values: ``pv G[row[k]]``) for ``k`` in
     ``states[:ns]``."""
+    dv = registers(d)
     for i in range(ns):
         k = state(states, i)
-        row_mul_add(Gn, k, pv, pv_hi, G, target(row, k), h, d)
+        row_mul_add(Gn, k, pv, pv_hi, G, target(row, k), h, dv)
 
 
 @inline

@@ -74,10 +74,11 @@ def cut_arrays(cuts, flat: dict, n_obj: int, theta, widths, trainable, threads,
 
 
 def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, threads,
-                   moved: tuple[str, ...] | None, kept: dict, pv_all, pd_all) -> None:
+                   moved: tuple[str, ...] | None, kept: dict, pv_all, pd_all, page: int = 0) -> None:
     """The pattern probabilities of one variant or a pair (``flats``: the columns of
     each) in the walk's layout: ``pv_all[:, :, 0]`` and ``[:, :, 1]``, tangents in
-    ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side), by
+    ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side; a pair's
+    ``page`` 1: ``pv_all[:, :, 2:4]`` and lanes 8-15, the second pair of two), by
     :func:`analysis.pipeline.backends.numba.kernels._numba_fill.cut_patterns` (``cut_patterns4``
     with at most 3 tangents; ``cut_patterns_pair``: a pair, at most 3 tangents) on the
     threads. ``kept``: one
@@ -121,5 +122,5 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
             cols = (lo, cut_arrays(own, flats[1][c], n_obj, theta, widths, trainable, threads,
                                    "hist_cols_hi")[0])
         args = (*cols, *arrays, *rest, tab.pat[ci], n_sets, int(tab.n_pat[ci]), int(base[ci]),
-                pv_all, pd_all, block)
+                pv_all, pd_all, *((page,) if len(flats) == 2 else ()), block)
         _run_blocks(_numba_dp.compiled(kernel, args), args, n_blocks, threads)

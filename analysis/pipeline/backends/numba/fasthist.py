@@ -14,8 +14,8 @@ Per histogram ``sumw[b] = sum_entries w p [x in b]`` and ``sumw2[b] = sum w^2 p 
 (:mod:`analysis.stats.histogram`), ``w`` the event weight (x a weight variation's
 factor) x the soft event cuts of the spec's region, ``p`` the entry's probability from
 the walk of :mod:`analysis.pipeline.backends.numba.kernels._numba_hist` (its module
-docstring: one walk per shift side serves every region at once, the two sides of a
-shift share one walk's lanes). A weight variation reuses its walk's
+docstring: one walk per shift side serves every region at once, two or four sides of a
+shift share one walk's lanes or pages). A weight variation reuses its walk's
 probabilities; only its fill is new (:mod:`analysis.pipeline.backends.numba._histfills`:
 hard and soft bins, trainable edges). The plan's observables read the nominal walk too
 (region 0: :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`), so each
@@ -69,13 +69,15 @@ WALK_BLOCK = 1024
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
           *, nominal: bool, moved: tuple[str, ...] | None = None, kept: dict | None = None,
-          ids: Iterator[int] | None = None, sides: list | None = None, ranked: dict | None = None, observables: bool = False,
+          ids: Iterator[int] | None = None, sides: list | None = None,
+          ranked: dict | None = None, observables: bool = False,
           trace: Counter | None = None) -> list[dict]:
-    """One walk for the histogram ``specs`` on each of ``variants`` (one or two shift
-    sides: the columns of each; ``nominal``: with the selection, region 0, whatever the
-    specs); two share the walk's lanes (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`) when the
-    tangents fit in half of them and their walk orders are equal, else they walk apart
-    (each side alone). Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
+    """One walk for the histogram ``specs`` on each of ``variants`` (one, two or four
+    shift sides: the columns of each; ``nominal``: with the selection, region 0, whatever
+    the specs); two share the walk's lanes (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`) when the
+    tangents fit in half of them and their walk orders are equal, four walk as two such
+    pairs in the walk's pages, else they walk apart (a pair each side alone, four as two
+    pairs, three as a pair and one). Per variant: per region ``pe[r]`` ``(E, W)``, per ``(region, set)``
     object weights and per ``(region, set, depth)`` leading weights ``(N, W)`` by
     global object index (``W``: 4 lanes for up to 3 tangents, else 8), the objects'
     offsets and flat fields. ``moved``, ``kept``: the columns a shift moves (its own, the
@@ -107,10 +109,13 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                                nominal=nominal, moved=moved, kept=kept, ids=ids,
                                sides=sides[part], ranked=ranked, trace=trace)]
 
-    # event sums read one variant's lanes (h = 0): shift sides walk alone each then
+    # event sums read one variant's lanes (h = 0): shift sides walk alone each then; two
+    # pairs walk together (pages), a third side apart
     n_var = len(variants)
     if n_var == 2 and (nl > half or sums):
         return apart(1)
+    if n_var > 2 and (n_var != 4 or nl > half or sums):
+        return apart(4 if n_var > 4 else 2)
     regions = sorted({s.region for s in specs} | ({0} if nominal else set()))
     rpos = {r: q for q, r in enumerate(regions)}
     regs, tb, wb = tuple(regions), theta.tobytes(), widths.tobytes()
@@ -154,13 +159,18 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
             ranked[ikey] = rankidx
         ranks.append(ranked[ikey])
     if any(r is not ranks[0] and not np.array_equal(r, ranks[0]) for r in ranks[1:]):
-        return apart(1)  # each side alone
+        return apart(n_var // 2)  # a pair each side alone, two pairs a pair each
     # the pattern probabilities of each variant, its tangents in its half of the lanes
-    # (every entry the walk reads is written: per-thread scratch, reused across chunks)
-    pv_all = _work("hist_pv", (n_tot, tab.pat.shape[1], 2))
-    pd_all = _work("hist_pd", (n_tot, tab.pat.shape[1], lanes))
-    patterns_into(tab, coff, base, flats, theta, widths, trainable, threads, moved, kept,
-                  pv_all, pd_all)
+    # (every entry the walk reads is written: per-thread scratch, reused across chunks);
+    # two pairs: each pair's 8 lanes in its page (the walk's paged layout)
+    pages = n_var // 4 + 1
+    pv_all = _work(f"hist_pv{pages}", (n_tot, tab.pat.shape[1], 2 * pages))
+    pd_all = _work(f"hist_pd{pages}", (n_tot, tab.pat.shape[1], pages * lanes))
+    for q in range(pages):
+        patterns_into(tab, coff, base, flats[2 * q: 2 * q + 2], theta, widths, trainable,
+                      threads, moved, kept, pv_all, pd_all, q)
+    if pages == 2:
+        pd_all = pd_all.reshape(n_tot, tab.pat.shape[1], pages, lanes)
     h = half if n_var > 1 else 0
     if h:
         dfs = dfs.copy()
@@ -336,14 +346,14 @@ def evaluate_columns(
     value: dict[str, Any] = {group: {} for group in GROUPS}  # the histogram states
     jac: dict[str, Any] = {group: {} for group in GROUPS}
     yields: dict[str, tuple] = {}
-    # the two sides of a shift (one column, the same templates) walk together: their
-    # lanes side by side
+    # shift sides of one column with the same templates walk together, up to four (two
+    # pairs: their lanes side by side, the pairs in pages)
     jobs: list[list] = []
     for shift, fills in groups.items():
         c = cols if shift is None else scorecols.shifted(cols, plan.shifts[shift].key,
                                                          plan.shifts[shift].factor)
         last = jobs[-1] if jobs else None
-        if (shift is not None and last is not None and len(last) < 2 and last[0][0] is not None
+        if (shift is not None and last is not None and len(last) < 4 and last[0][0] is not None
                 and list(last[0][2]) == list(fills)
                 and plan.shifts[last[0][0]].key == plan.shifts[shift].key):
             last.append((shift, c, fills))

@@ -190,25 +190,42 @@ def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch)
 
 
 def test_two_shifts_of_one_column_walk_as_two_pairs(monkeypatch):
-    """Two shifts of Jet.pt (four sides, 3 tangents): a walk per shift, its two sides in
-    the lanes (``h = 4``), MET's shift a pair too; the JAX kernel's states."""
+    """Two shifts of Jet.pt (four sides, 3 tangents): one walk of two pairs in pages
+    (lane vectors ``(2, 8)``), MET's shift a pair; the JAX kernel's states, and each
+    side's the bits of its walk as a pair."""
     cfg = copy.deepcopy(CONFIG)
     cfg["systematics"].insert(1, {"name": "jer", "type": "shift", "field": "Jet.pt",
                                   "up": 1.01, "down": 0.99})
     plan, theta, widths = make_plan(cfg)
+    cols = columns(400, plan, seed=6)
     sizes = walk_sizes(monkeypatch)
     walks = []
     orig = fasthist._numba_hist.walk
 
     def recorded(*args):
         if args[-2] == 0 < args[-1]:  # a walk's first blocks (not its compilation's none)
-            walks.append(args[5])  # h: the second variant's value lane, 0 for one variant
+            walks.append((args[5], args[4].ndim))  # h, the pattern tangents' layout
         return orig(*args)
 
     monkeypatch.setattr(fasthist._numba_hist, "walk", recorded)
-    compare(plan, columns(400, plan, seed=6), theta, widths)
-    assert sizes == [1, 2, 2, 2], sizes
-    assert walks == [0, 4, 4, 4], walks
+    paged = compare(plan, cols, theta, widths)
+    assert sizes == [1, 4, 2], sizes
+    assert walks == [(0, 3), (4, 4), (4, 3)], walks
+    walk = fasthist._walk
+
+    def in_pairs(variants, *a, sides=None, **k):
+        if len(variants) == 4:
+            return [w for part in (slice(0, 2), slice(2, 4))
+                    for w in walk(variants[part], *a, sides=sides[part], **k)]
+        return walk(variants, *a, sides=sides, **k)
+
+    monkeypatch.setattr(fasthist, "_walk", in_pairs)
+    pairs = chunk_state(cols, plan, theta, widths, backend="numba")
+    assert walks[3:] == [(0, 3), (4, 3), (4, 3), (4, 3)], walks
+    for a, b in zip(jax.tree_util.tree_leaves((paged.derived.value, paged.derived.jac)),
+                    jax.tree_util.tree_leaves((pairs.derived.value, pairs.derived.jac)),
+                    strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
 
 
 @pytest.mark.slow

@@ -114,7 +114,7 @@ def test_the_numba_backend_runs_it_on_import():
 
     pkg = Path(kernels.__file__).resolve().parent
     names = [p.name for p in _numba_cache.kernel_modules(pkg)]
-    assert {"_numba_sens.py", "_numba_dp.py", "_numba_fill.py"} <= set(names)
+    assert {"_numba_sens.py", "_numba_dp.py", "lane_layouts.py"} <= set(names)
     shared = {p.name for p in _numba_cache.kernel_modules(_numba_cache.SHARED)}
     assert {"policy.py", "arith.py", "buffers.py", "steps.py", "cuts.py"} <= shared
     assert names == sorted(p.name for p in pkg.glob("*.py"))  # every module of kernels/

@@ -152,15 +152,22 @@ def test_cut_patterns_is_the_product_rule_then_patterns(n, block, splits):
         c = cols.copy()
         c[0] *= factor
         sides.append((c, reference_patterns(*reference_probs(c, moved, *fixed))))
+    # page 0 of 1 (a pair's walk), and page 1 of 2 (the second pair of a paged walk: its
+    # probabilities in variants 2-3, its lanes 8-15; page 0's entries left alone)
     half = L // 2
-    pv_all, pd_all = np.full((n_tot, 7, 2), np.nan), np.full((n_tot, 7, L), np.nan)
-    args = (probs(sides[0][0], moved), probs(sides[1][0], moved), *cut_arrays(moved),
-            probs(cols, rest), *cut_arrays(rest), CODES, 3, len(CODES), g0, pv_all, pd_all)
-    run(_numba_fill.cut_patterns_pair, args, n, block, splits)
-    for v, (_, (pv, pd)) in enumerate(sides):
-        np.testing.assert_array_equal(pv_all[got, :len(CODES), v], pv)
-        np.testing.assert_array_equal(pd_all[got, :len(CODES), v * half:(v + 1) * half],
-                                      pd[:, :, :half])
+    for pages, page in ((1, 0), (2, 1)):
+        pv_all, pd_all = (np.full((n_tot, 7, 2 * pages), np.nan),
+                          np.full((n_tot, 7, L * pages), np.nan))
+        args = (probs(sides[0][0], moved), probs(sides[1][0], moved), *cut_arrays(moved),
+                probs(cols, rest), *cut_arrays(rest), CODES, 3, len(CODES), g0, pv_all, pd_all,
+                page)
+        run(_numba_fill.cut_patterns_pair, args, n, block, splits)
+        for v, (_, (pv, pd)) in enumerate(sides):
+            np.testing.assert_array_equal(pv_all[got, :len(CODES), 2 * page + v], pv)
+            lo = L * page + v * half
+            np.testing.assert_array_equal(pd_all[got, :len(CODES), lo:lo + half],
+                                          pd[:, :, :half])
+        assert np.isnan(pv_all[:, :, :2 * page]).all() and np.isnan(pd_all[:, :, :L * page]).all()
 
 
 def reference_fill(off, x, p, ev, factors, weight, edges, lanes):

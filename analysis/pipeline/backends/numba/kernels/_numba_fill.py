@@ -68,7 +68,8 @@ def _cuts(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd, n_l):
 
 @inline
 def _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
-                  r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, two, wide, block, b0, b1):
+                  r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, two, wide, block,
+                  b0, b1):
     """The loop of the three kernels below, ``two`` and ``wide`` constants after inlining
     (each kernel compiles only its own branches): :func:`cut_patterns` (``wide``: one
     variant, 8 lanes), :func:`cut_patterns4` (neither: the cuts over lanes 0-3, lanes
@@ -79,6 +80,7 @@ def _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_
     the pair kernel took 35 ns per object against 19, and cut_patterns 32 against 19."""
     n_obj = cols.shape[1]
     n_s = max(n_sets, 1)
+    v0, l0 = 2 * page, 8 * page  # the page's variants and lanes
     qv = np.empty((n_s, SUB))
     qd = np.empty((n_s, SUB, LANES if wide else 4))
     uv = np.empty((n_s, SUB) if two else (0, 0))
@@ -130,10 +132,10 @@ def _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_
                             y *= fb
                         x *= fa
                     out = pd_all[g, p]
-                    pv_all[g, p, 0] = x
-                    pv_all[g, p, 1] = y if two else x
-                    out[0], out[1], out[2], out[3] = d0, d1, d2, d3
-                    out[4], out[5], out[6], out[7] = d4, d5, d6, d7
+                    pv_all[g, p, v0] = x
+                    pv_all[g, p, v0 + 1] = y if two else x
+                    out[l0], out[l0 + 1], out[l0 + 2], out[l0 + 3] = d0, d1, d2, d3
+                    out[l0 + 4], out[l0 + 5], out[l0 + 6], out[l0 + 7] = d4, d5, d6, d7
 
 
 @njit
@@ -148,7 +150,7 @@ def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, 
     (the same) and their tangents into ``pd_all[g, p]`` (all lanes; the layout of
     :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`)."""
     _cut_patterns(cols, cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
-                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, False, True, block, b0, b1)
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, 0, False, True, block, b0, b1)
 
 
 @njit
@@ -161,24 +163,27 @@ def cut_patterns4(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
     arithmetic (24 ns per object against 37 on the event-sum benchmark's jets). The loop
     of :func:`cut_patterns_pair` for one side (:func:`_cut_patterns`)."""
     _cut_patterns(cols, cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
-                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, False, False, block, b0, b1)
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, 0, False, False, block, b0,
+                  b1)
 
 
 @njit
 def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
-                      r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, block, b0, b1):
+                      r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, block, b0, b1):
     """:func:`cut_patterns` for the two sides of a shift at once (at most 3 tangents: 4
     lanes each): the cuts ``r_*`` that it does not move once, their product then copied
     to both sides (4 lanes: 5 floats per set and object, in L1), the moved cuts ``c_*``
     on each side's columns (``cols``, ``cols_hi``), and one pass over the patterns writing the first side's lanes 0-3 into
     lanes 0-3 of ``pd_all[g, p]`` and the second's into lanes 4-7, the probabilities into
-    ``pv_all[g, p, 0]`` and ``[1]`` (the walk's pair layout,
-    :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`). Each side's floats are
+    ``pv_all[g, p, 0]`` and ``[1]`` (the walk's pair layout; ``page`` 1: into lanes 8-15
+    and ``pv_all[g, p, 2]``, ``[3]``, the second pair of the walk's paged layout, ``pd_all``
+    ``(N, P, 16)``, :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`). Each side's floats are
     those of :func:`cut_patterns` on its own columns (the same operations on lanes 0-3,
     in the same order); the work is about 0.7 of two such calls (one store of each
     object's lanes, 4-lane cuts, the unmoved cuts once)."""
     _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
-                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, True, False, block, b0, b1)
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, True, False, block, b0,
+                  b1)
 
 
 @inline

@@ -30,18 +30,32 @@ variants of the same walk (two shift sides: their own pattern probabilities, the
 tables and walk order): lanes 0-3 the first, 4-7 the second, each with its value in its
 first lane (``h = 4``; ``h = 0``: one variant in all 8 lanes).
 :func:`analysis.select.lanes.arith.lin_add2` is ``lin_add`` with one coefficient per half, so two
-variants cost one walk; each variant's arithmetic is the one-variant arithmetic. (Two
-shifts of one column, four sides, walk as two pairs: one walk of the four in two pages
-of lanes was about 1.8 pair walks against 2, ~4 % of the systematics benchmark's pass,
-for ~200 lines of layouts.)
+variants cost one walk; each variant's arithmetic is the one-variant arithmetic.
+
+Four variants (two shifts of one column: two pairs, the same tables and walk order) in
+pages: ``pd_all`` ``(N, P, 2, LANES)``, ``pv_all`` ``(N, P, 4)``, every lane vector of the
+walk ``(2, LANES)``, page ``q`` the pair of variants ``2 q`` and ``2 q + 1`` as above
+(``h = 4``); the steps of :mod:`~analysis.select.lanes.steps` take
+either layout (the primitives of :mod:`~analysis.select.lanes.arith`
+are specialised on it), so each page's floats are those of its pair's walk. One pass over
+the events and states for four sides: about 1.8 times a pair's walk (the lanes' loads and
+stores grow with the pages; the states, the objects' patterns and the indices do not).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from analysis.pipeline.backends.numba.kernels.lane_layouts import (
+    any_lane,
+    coefficients,
+    first_page,
+    lane_shape,
+    table_pair,
+    unit,
+)
 from analysis.select.lanes.arith import LANES, mul_add
-from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.policy import inline, njit, specialise_on
 from analysis.select.lanes.steps import (
     backward,
     clear,
@@ -52,7 +66,7 @@ from analysis.select.lanes.steps import (
 )
 
 __all__ = [
-    "leading_support", "live_states", "rank_order", "store", "walk",
+    "leading_support", "live_states", "rank_order", "store", "store_sides", "walk",
 ]
 
 
@@ -70,23 +84,20 @@ def store(out, out_hi, acc, h):
             out[r] = acc[r]
 
 
-@inline
-def _unit(x, h):
-    """The lane vector ``x`` set to the number 1 in its value lanes (``0`` and ``h``),
-    its tangents 0."""
-    x[:] = 0.0
-    x[0] = 1.0
-    x[h] = 1.0
+def _store_pages(out, i, j, acc, h):
+    store(out[0, i, j], out[1, i, j], acc[0], h)
+    store(out[2, i, j], out[3, i, j], acc[1], h)
 
 
-@inline
-def _table(G, k, f, df, h):
-    """``G[k]``: the pass table's value ``f`` in the value lanes (``0`` and ``h``), its
-    tangents ``df`` (``LANES`` lanes, a pair's layout) in the others."""
-    for r in range(LANES):
-        G[k, r] = df[r]
-    G[k, 0] = f
-    G[k, h] = f
+def _store_pair(out, i, j, acc, h):
+    store(out[0, i, j], out[-1, i, j], acc, h)
+
+
+@specialise_on("acc", (lambda t: t.ndim == 2, _store_pages), _store_pair)
+def store_sides(out, i, j, acc, h):
+    """The variants' outputs ``out[v, i, j]`` from the lane vector ``acc``: one or a pair
+    (:func:`store` into ``out[0]`` and ``out[-1]``), or two pairs in pages (page ``q``
+    into ``out[2 q]`` and ``out[2 q + 1]``)."""
 
 
 @njit
@@ -113,16 +124,30 @@ def rank_order(off, key, out, block, b0, b1):
 
 
 @inline
-def _finite(pv_all, seq_c, seq_g, n, n_pat):
-    """Whether every pattern probability of the event's objects is a number (a NaN makes
-    the event's sums NaN, zeros times NaN included: it runs on every reachable state)."""
+def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
+    """``nz[j, p]``: whether object ``j``'s pattern ``p`` can add anything (its
+    probability or a tangent nonzero, in either variant). A pattern of probability 0 with
+    zero tangents (most of them at width 0) adds exact zeros to every sum, so the walk
+    skips it, but only in an event whose probabilities are all numbers (a NaN makes its
+    sums NaN, zeros times NaN included, as the full loops do)."""
+    finite = True
+    n_var = pv_all.shape[2]
     for j in range(n):
         for p in range(n_pat[seq_c[j]]):
-            for v in range(pv_all.shape[2]):
+            for v in range(n_var):
                 x = pv_all[seq_g[j], p, v]
                 if x != x:
-                    return False
-    return True
+                    finite = False
+    for j in range(n):
+        g = seq_g[j]
+        for p in range(n_pat[seq_c[j]]):
+            zero = finite
+            for v in range(n_var):
+                zero = zero and pv_all[g, p, v] == 0.0
+            if zero and any_lane(pd_all[g, p]):
+                zero = False
+            nz[j, p] = not zero
+    return finite
 
 
 @inline
@@ -210,9 +235,10 @@ def walk(
         rs = np.empty((max_seq + 1, n_states), np.int64)
         nr = np.empty(max_seq + 1, np.int64)
         mark = np.empty(n_states, np.bool_)
-        # lane vectors of LANES (a constant: LLVM folds the strides; pd_all's shape
-        # would leave them to be read at run time)
-        lv = (LANES,)
+        nz = np.empty((max_seq, pat.shape[1]), np.bool_)
+        # lane vectors of LANES, or (2, LANES) in the paged layout (constants: LLVM
+        # folds the strides; pd_all's shape would leave them to be read at run time)
+        lv = lane_shape(pd_all)
         F = np.zeros((max_seq + 1 if n_ow else 1, n_states) + lv)
         L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states) + lv)
         # G^r at a state outside live[r] is never written: +0.0 from here on
@@ -233,7 +259,7 @@ def walk(
             n = sequence(coff, base, e, seq_c, seq_g)
             for j in range(n):  # each collection in its walk order
                 seq_g[j] = rankidx[seq_g[j]]
-            finite = _finite(pv_all, seq_c, seq_g, n, n_pat)
+            finite = _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
             if n_coll > 1 or e == b * block:  # one collection: the same states for all
                 rs[0, 0] = 0
                 nr[0] = 1
@@ -247,28 +273,31 @@ def walk(
                         for j in range((n if n_coll > 1 else max_seq) + 1):
                             nl[lt, m, j] = _within(rs[j], nr[j], ld_mask[lt, m], rl[lt, m, j])
             if n_ow:
-                _unit(F[0, 0], h)
+                unit(F[0, 0], h)
                 for j in range(n - 1):  # F_n: read by no weight (they read F_0 .. F_{n-1})
                     c = seq_c[j]
                     g = seq_g[j]
                     clear(F[j + 1], rs[j + 1], nr[j + 1])
                     for p in range(n_pat[c]):
-                        a, a_hi = pv_all[g, p, 0], pv_all[g, p, 1]
-                        forward(F[j + 1], F[j], a, a_hi, pd_all[g, p], tgt[c, p], rs[j], nr[j],
-                                h, mark, False)
+                        if nz[j, p]:
+                            a, a_hi = coefficients(pv_all, pd_all, g, p)
+                            forward(F[j + 1], F[j], a, a_hi, pd_all[g, p], tgt[c, p], rs[j],
+                                    nr[j], h, mark, False)
             for lt in range(n_ld):
                 dmax = ld_d[lt]
                 for m in range(dmax + 1):
                     L[lt, 0, m, 0] = 0.0
-                _unit(L[lt, 0, 0, 0], h)
+                unit(L[lt, 0, 0, 0], h)
                 for j in range(n - 1):  # L_n: read by no weight, as F_n
                     c = seq_c[j]
                     g = seq_g[j]
                     for m in range(dmax + 1):
                         clear(L[lt, j + 1, m], rl[lt, m, j + 1], nl[lt, m, j + 1])
                     for p in range(n_pat[c]):
+                        if not nz[j, p]:
+                            continue
                         step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
-                        a, a_hi = pv_all[g, p, 0], pv_all[g, p, 1]
+                        a, a_hi = coefficients(pv_all, pd_all, g, p)
                         for m in range(dmax + 1 - step):
                             forward(L[lt, j + 1, m + step], L[lt, j, m], a, a_hi, pd_all[g, p],
                                     tgt[c, p], rl[lt, m, j], nl[lt, m, j], h, mark, False)
@@ -276,13 +305,14 @@ def walk(
                 gs, ng = (rq[q, n], nq[q, n]) if finite else (rs[n], nr[n])
                 for i in range(ng):
                     k = gs[i]
-                    _table(G[q], k, fs[q, k], dfs[q, k], h)
+                    table_pair(G[q], k, fs[q, k], dfs[q, k], h)
             for o in range(n_sums):
                 for i in range(nr[n]):
                     k = rs[n, i]
+                    g0 = first_page(G[0, k])  # one variant: one page
                     for m in range(big_r + 1):
                         for r in range(LANES):
-                            Gm[o, m, k, r] = G[0, k, r] if m == 0 else 0.0
+                            Gm[o, m, k, r] = g0[r] if m == 0 else 0.0
             for j in range(n - 1, -1, -1):
                 c = seq_c[j]
                 g = seq_g[j]
@@ -300,22 +330,22 @@ def walk(
                         ks, nk = rl[lt, dm, j], nl[lt, dm, j]
                     acc[:] = 0.0
                     for p in range(n_pat[c]):
-                        if pat[c, p, ls] != 1:
+                        if pat[c, p, ls] != 1 or not nz[j, p]:
                             continue
                         weight(inner, Fj, G[q], tgt[c, p], ks, nk, h, mark, False)
-                        a, a_hi = pv_all[g, p, 0], pv_all[g, p, 1]
+                        a, a_hi = coefficients(pv_all, pd_all, g, p)
                         mul_add(acc_of, 0, a, a_hi, inner, h, pd_all[g, p])
                     if o < n_ow:
-                        store(ow[0, o, g], ow[-1, o, g], acc, h)
+                        store_sides(ow, o, g, acc, h)
                     else:
-                        store(lw[0, o - n_ow, g], lw[-1, o - n_ow, g], acc, h)
+                        store_sides(lw, o - n_ow, g, acc, h)
                 for o in range(n_sums):
                     for p in range(n_pat[c]):
                         xp[p] = sum_x[o, g] * sum_has[o, c, p]
                     for m in range(big_r + 1):
                         clear(Gmn[o, m], rs[j], nr[j])
                     for p in range(n_pat[c]):
-                        d0 = pd_all[g, p]
+                        d0 = first_page(pd_all[g, p])  # one variant: one page
                         if pv_all[g, p, 0] == 0.0:  # nothing to add (and 0 x inf)
                             nil = True
                             for r in range(1, LANES):
@@ -331,11 +361,12 @@ def walk(
                     gs, ng = (rq[q, j], nq[q, j]) if finite else (rs[j], nr[j])
                     clear(Gn[q], gs, ng)
                     for p in range(n_pat[c]):
-                        a, a_hi = pv_all[g, p, 0], pv_all[g, p, 1]
-                        backward(Gn[q], G[q], a, a_hi, pd_all[g, p], tgt[c, p], gs, ng, h)
+                        if nz[j, p]:
+                            a, a_hi = coefficients(pv_all, pd_all, g, p)
+                            backward(Gn[q], G[q], a, a_hi, pd_all[g, p], tgt[c, p], gs, ng, h)
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
-                store(pe[0, q, e], pe[-1, q, e], G[q, 0], h)
+                store_sides(pe, q, e, G[q, 0], h)
             for o in range(n_sums):
                 for m in range(big_r + 1):
                     for r in range(LANES):

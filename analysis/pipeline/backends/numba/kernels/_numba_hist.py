@@ -47,7 +47,6 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels.lane_layouts import (
-    any_lane,
     coefficients,
     first_page,
     lane_shape,
@@ -124,30 +123,16 @@ def rank_order(off, key, out, block, b0, b1):
 
 
 @inline
-def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
-    """``nz[j, p]``: whether object ``j``'s pattern ``p`` can add anything (its
-    probability or a tangent nonzero, in either variant). A pattern of probability 0 with
-    zero tangents (most of them at width 0) adds exact zeros to every sum, so the walk
-    skips it, but only in an event whose probabilities are all numbers (a NaN makes its
-    sums NaN, zeros times NaN included, as the full loops do)."""
-    finite = True
-    n_var = pv_all.shape[2]
+def _finite(pv_all, seq_c, seq_g, n, n_pat):
+    """Whether every pattern probability of the event's objects is a number (a NaN makes
+    the event's sums NaN, zeros times NaN included: it runs on every reachable state)."""
     for j in range(n):
         for p in range(n_pat[seq_c[j]]):
-            for v in range(n_var):
+            for v in range(pv_all.shape[2]):
                 x = pv_all[seq_g[j], p, v]
                 if x != x:
-                    finite = False
-    for j in range(n):
-        g = seq_g[j]
-        for p in range(n_pat[seq_c[j]]):
-            zero = finite
-            for v in range(n_var):
-                zero = zero and pv_all[g, p, v] == 0.0
-            if zero and any_lane(pd_all[g, p]):
-                zero = False
-            nz[j, p] = not zero
-    return finite
+                    return False
+    return True
 
 
 @inline
@@ -235,7 +220,6 @@ def walk(
         rs = np.empty((max_seq + 1, n_states), np.int64)
         nr = np.empty(max_seq + 1, np.int64)
         mark = np.empty(n_states, np.bool_)
-        nz = np.empty((max_seq, pat.shape[1]), np.bool_)
         # lane vectors of LANES, or (2, LANES) in the paged layout (constants: LLVM
         # folds the strides; pd_all's shape would leave them to be read at run time)
         lv = lane_shape(pd_all)
@@ -259,7 +243,7 @@ def walk(
             n = sequence(coff, base, e, seq_c, seq_g)
             for j in range(n):  # each collection in its walk order
                 seq_g[j] = rankidx[seq_g[j]]
-            finite = _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
+            finite = _finite(pv_all, seq_c, seq_g, n, n_pat)
             if n_coll > 1 or e == b * block:  # one collection: the same states for all
                 rs[0, 0] = 0
                 nr[0] = 1
@@ -279,10 +263,9 @@ def walk(
                     g = seq_g[j]
                     clear(F[j + 1], rs[j + 1], nr[j + 1])
                     for p in range(n_pat[c]):
-                        if nz[j, p]:
-                            a, a_hi = coefficients(pv_all, pd_all, g, p)
-                            forward(F[j + 1], F[j], a, a_hi, pd_all[g, p], tgt[c, p], rs[j],
-                                    nr[j], h, mark, False)
+                        a, a_hi = coefficients(pv_all, pd_all, g, p)
+                        forward(F[j + 1], F[j], a, a_hi, pd_all[g, p], tgt[c, p], rs[j], nr[j],
+                                h, mark, False)
             for lt in range(n_ld):
                 dmax = ld_d[lt]
                 for m in range(dmax + 1):
@@ -294,8 +277,6 @@ def walk(
                     for m in range(dmax + 1):
                         clear(L[lt, j + 1, m], rl[lt, m, j + 1], nl[lt, m, j + 1])
                     for p in range(n_pat[c]):
-                        if not nz[j, p]:
-                            continue
                         step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
                         a, a_hi = coefficients(pv_all, pd_all, g, p)
                         for m in range(dmax + 1 - step):
@@ -330,7 +311,7 @@ def walk(
                         ks, nk = rl[lt, dm, j], nl[lt, dm, j]
                     acc[:] = 0.0
                     for p in range(n_pat[c]):
-                        if pat[c, p, ls] != 1 or not nz[j, p]:
+                        if pat[c, p, ls] != 1:
                             continue
                         weight(inner, Fj, G[q], tgt[c, p], ks, nk, h, mark, False)
                         a, a_hi = coefficients(pv_all, pd_all, g, p)
@@ -361,9 +342,8 @@ def walk(
                     gs, ng = (rq[q, j], nq[q, j]) if finite else (rs[j], nr[j])
                     clear(Gn[q], gs, ng)
                     for p in range(n_pat[c]):
-                        if nz[j, p]:
-                            a, a_hi = coefficients(pv_all, pd_all, g, p)
-                            backward(Gn[q], G[q], a, a_hi, pd_all[g, p], tgt[c, p], gs, ng, h)
+                        a, a_hi = coefficients(pv_all, pd_all, g, p)
+                        backward(Gn[q], G[q], a, a_hi, pd_all[g, p], tgt[c, p], gs, ng, h)
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store_sides(pe, q, e, G[q, 0], h)

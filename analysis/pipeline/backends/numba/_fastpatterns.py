@@ -79,8 +79,9 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
     each) in the walk's layout: ``pv_all[:, :, 0]`` and ``[:, :, 1]``, tangents in
     ``pd_all`` (all lanes of one variant, or lanes 0-3 of each side by side; a pair's
     ``page`` 1: ``pv_all[:, :, 2:4]`` and lanes 8-15, the second pair of two), by
-    :func:`analysis.pipeline.backends.numba.kernels._numba_fill.cut_patterns`
-    (``cut_patterns4`` with at most 3 tangents, for each side of a pair) on the threads. ``kept``: one
+    :func:`analysis.pipeline.backends.numba.kernels._numba_fill.cut_patterns` (``cut_patterns4``
+    with at most 3 tangents; ``cut_patterns_pair``: a pair, at most 3 tangents) on the
+    threads. ``kept``: one
     chunk's cut probabilities, ``kept[None][ci]`` the nominal variant's (computed
     first: the nominal walk precedes the shifts), ``kept[moved][ci]`` the rows of those
     that a shift does not move (``moved``: the columns it moves, ``C:f``: the shifted
@@ -109,21 +110,17 @@ def patterns_into(tab, coff, base, flats: list, theta, widths, trainable, thread
             rest = fixed[ci]
             own = [(ls, cut) for ls, cut in cuts if f"{c}:{cut.field}" in moved]
             lo, *arrays = cut_arrays(own, flats[0][c], n_obj, theta, widths, trainable, threads)
-        head = (*arrays, *rest, tab.pat[ci], n_sets, int(tab.n_pat[ci]), int(base[ci]), pv_all,
-                pd_all)
-        if len(flats) == 1 and len(trainable) > 3:
-            kernel, args = _numba_fill.cut_patterns, ((lo, *head, block),)
-        elif len(trainable) > 3:  # a side's 4 lanes: no bounds check in numba
+        if len(flats) == 1:
+            # at most 3 tangents: the cuts and patterns over 4 lanes (the same floats)
+            kernel = _numba_fill.cut_patterns4 if len(trainable) <= 3 else _numba_fill.cut_patterns
+            cols = (lo,)
+        elif len(trainable) > 3:  # the pair kernel's 4 lanes: no bounds check in numba
             raise ValueError(f"a pair of shift sides carries at most 3 tangents, not "
                              f"{len(trainable)}")
-        else:  # at most 3 tangents: the cuts and patterns over 4 lanes (the same floats)
-            kernel = _numba_fill.cut_patterns4
-            sides = [lo]
-            if len(flats) == 2:  # the second side's moved cuts
-                sides.append(cut_arrays(own, flats[1][c], n_obj, theta, widths, trainable,
-                                        threads, "hist_cols_hi")[0])
-            # one variant, or a pair's first side then its second (lanes 4-7 of the page)
-            args = tuple((cols, *head, 2 * page + side, 8 * page + 4 * side, side == 1, block)
-                         for side, cols in enumerate(sides))
-        for a in args:
-            _run_blocks(_numba_dp.compiled(kernel, a), a, n_blocks, threads)
+        else:
+            kernel = _numba_fill.cut_patterns_pair
+            cols = (lo, cut_arrays(own, flats[1][c], n_obj, theta, widths, trainable, threads,
+                                   "hist_cols_hi")[0])
+        args = (*cols, *arrays, *rest, tab.pat[ci], n_sets, int(tab.n_pat[ci]), int(base[ci]),
+                pv_all, pd_all, *((page,) if len(flats) == 2 else ()), block)
+        _run_blocks(_numba_dp.compiled(kernel, args), args, n_blocks, threads)

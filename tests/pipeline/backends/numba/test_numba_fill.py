@@ -1,7 +1,7 @@
 """The fused host-side loops of the numba histograms (analysis.pipeline.backends.numba.kernels._numba_fill).
 
-- :func:`cut_patterns` and :func:`cut_patterns4` (one variant, either side of a pair)
-  against the loops they fuse,
+- :func:`cut_patterns`, :func:`cut_patterns4` and :func:`cut_patterns_pair` against the
+  loops they fuse,
   the product rule in numpy then
   :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` (with the pair layout of the walk,
   :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`, built by numpy slicing), bit for bit: greater /
@@ -131,8 +131,8 @@ def test_cut_patterns_is_the_product_rule_then_patterns(n, block, splits):
         pv, pd = reference_patterns(qv, qd)
         pv_all[:] = np.nan
         pd_all[:] = np.nan
-        run(_numba_fill.cut_patterns4, (*four_args, CODES, 3, len(CODES), g0, pv_all, pd_all,
-                                        0, 0, False), n, block, splits)
+        run(_numba_fill.cut_patterns4, (*four_args, CODES, 3, len(CODES), g0, pv_all, pd_all),
+            n, block, splits)
         np.testing.assert_array_equal(pv_all[got, :len(CODES), 0], pv)
         np.testing.assert_array_equal(pv_all[got, :len(CODES), 1], pv)
         four = pd_all[got, :len(CODES), :4]
@@ -142,9 +142,8 @@ def test_cut_patterns_is_the_product_rule_then_patterns(n, block, splits):
         assert np.all(pd_all[got, :len(CODES), 4:] == 0.0)
         assert np.isnan(pv_all[:g0]).all() and np.isnan(pd_all[g0 + n:]).all()
 
-    # two shift sides of field 0: the other cuts first, the moved ones last, each side's
-    # lanes 0-3 side by side (the walk's pair layout: the first side, then the second
-    # into lanes 4-7)
+    # two shift sides of field 0: the other cuts first (their probabilities once), the
+    # moved ones last, each side's lanes 0-3 side by side (the walk's pair layout)
     moved = [c for c in CUTS if c[1] == 0]
     rest = [c for c in CUTS if c[1] != 0]
     fixed = reference_probs(cols, rest)
@@ -159,11 +158,10 @@ def test_cut_patterns_is_the_product_rule_then_patterns(n, block, splits):
     for pages, page in ((1, 0), (2, 1)):
         pv_all, pd_all = (np.full((n_tot, 7, 2 * pages), np.nan),
                           np.full((n_tot, 7, L * pages), np.nan))
-        for side, (c, _) in enumerate(sides):
-            args = (probs(c, moved), *cut_arrays(moved), probs(cols, rest), *cut_arrays(rest),
-                    CODES, 3, len(CODES), g0, pv_all, pd_all, 2 * page + side,
-                    L * page + side * half, side == 1)
-            run(_numba_fill.cut_patterns4, args, n, block, splits)
+        args = (probs(sides[0][0], moved), probs(sides[1][0], moved), *cut_arrays(moved),
+                probs(cols, rest), *cut_arrays(rest), CODES, 3, len(CODES), g0, pv_all, pd_all,
+                page)
+        run(_numba_fill.cut_patterns_pair, args, n, block, splits)
         for v, (_, (pv, pd)) in enumerate(sides):
             np.testing.assert_array_equal(pv_all[got, :len(CODES), 2 * page + v], pv)
             lo = L * page + v * half

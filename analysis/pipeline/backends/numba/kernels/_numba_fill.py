@@ -9,12 +9,13 @@ threads changes a bit:
   :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` (the same operations in the same
   order: the same floats) fused into one loop over blocks of objects, written straight
   into the walk's layout (``pv_all[g, p, :]``, ``pd_all[g, p, :]``), for one variant;
-  :func:`cut_patterns4` over 4 lanes, one variant or either side of a shift.
+  :func:`cut_patterns_pair` for the two sides of a shift at once (the cuts it does not
+  move once, then each side's moved cuts).
 - :func:`fill`: the histogram sums of one set of entries for several weight variations,
   over the lanes that carry the value and the tangents only (``sumw.shape[2]``: 4 or 8;
   the other lanes of the walk are zero). One call per histogram group; the calls run
-  side by side on threads, each a sequential sum in entry order; :func:`fill_soft`:
-  soft bins, each entry spread over the bins with the trainable edges' tangents (the bins of an entry, hard and soft:
+  side by side on threads, each a sequential sum in entry order; :func:`fill_soft`: soft bins, each entry spread over the bins with the trainable
+  edges' tangents (the bins of an entry, hard and soft:
   :mod:`analysis.pipeline.backends.numba.kernels._numba_softbins`).
 
 Cuts are given as arrays over the cuts ``m`` in their order: ``c_ls[m]`` the set
@@ -33,7 +34,7 @@ from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabi
 from analysis.select.lanes.cuts import inverse_width, soft_slope
 from analysis.select.lanes.policy import inline, njit
 
-__all__ = ["cut_patterns", "cut_patterns4", "fill", "fill_soft"]
+__all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_soft"]
 
 
 # Objects per sub-block: the cuts run cut by cut over a sub-block (their parameters
@@ -66,18 +67,24 @@ def _cuts(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd, n_l):
 
 
 @inline
-def _cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
-                  codes, n_sets, n_pat, g0, pv_all, pd_all, v, lo, upper, wide, block, b0, b1):
-    """The loop of the two kernels below, ``wide`` a constant after inlining (each kernel
-    compiles only its own branches): :func:`cut_patterns` (``wide``: 8 lanes) or
-    :func:`cut_patterns4` (the cuts over lanes 0-3). The patterns' ``pd[r] = pd[r] fac +
-    sign qd[ls, r]`` with the lanes in registers, written out here once, not through an
-    inline helper: with one (a function returning x and 4 lanes per side) the pair
-    kernel took 35 ns per object against 19, and cut_patterns 32 against 19."""
+def _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
+                  r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, two, wide, block,
+                  b0, b1):
+    """The loop of the three kernels below, ``two`` and ``wide`` constants after inlining
+    (each kernel compiles only its own branches): :func:`cut_patterns` (``wide``: one
+    variant, 8 lanes), :func:`cut_patterns4` (neither: the cuts over lanes 0-3, lanes
+    4-7 written 0) or :func:`cut_patterns_pair`
+    (``two``: the second side, ``cols_hi``, in lanes 4-7). The patterns' ``pd[r] = pd[r]
+    fac + sign qd[ls, r]`` with the lanes in registers, written out here once, not
+    through an inline helper: with one (a function returning x and 4 lanes per side)
+    the pair kernel took 35 ns per object against 19, and cut_patterns 32 against 19."""
     n_obj = cols.shape[1]
     n_s = max(n_sets, 1)
+    v0, l0 = 2 * page, 8 * page  # the page's variants and lanes
     qv = np.empty((n_s, SUB))
     qd = np.empty((n_s, SUB, LANES if wide else 4))
+    uv = np.empty((n_s, SUB) if two else (0, 0))
+    ud = np.empty((n_s, SUB, 4) if two else (0, 0, 0))
     for b in range(b0, b1):
         end = min(n_obj, (b + 1) * block)
         for j0 in range(b * block, end, SUB):
@@ -89,11 +96,20 @@ def _cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
                 _cuts(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd, LANES)
             else:
                 _cuts(j0, nj, r_cols, r_ls, r_col, r_w, r_gt, r_par, qv, qd, 4)
+            if two:
+                for ls in range(n_s):
+                    for i in range(nj):
+                        uv[ls, i] = qv[ls, i]
+                        for r in range(4):
+                            ud[ls, i, r] = qd[ls, i, r]
+                _cuts(j0, nj, cols_hi, c_ls, c_col, c_w, c_gt, c_par, uv, ud, 4)
+            if not wide:
                 _cuts(j0, nj, cols, c_ls, c_col, c_w, c_gt, c_par, qv, qd, 4)
             for i in range(nj):
                 g = g0 + j0 + i
                 for p in range(n_pat):
                     x = 1.0
+                    y = 1.0
                     d0 = d1 = d2 = d3 = d4 = d5 = d6 = d7 = 0.0
                     for ls in range(n_sets):
                         code = codes[p, ls]
@@ -107,13 +123,19 @@ def _cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
                         if wide:
                             d4, d5, d6, d7 = (d4 * fa + sa * q[4], d5 * fa + sa * q[5],
                                               d6 * fa + sa * q[6], d7 * fa + sa * q[7])
+                        if two:
+                            fb = uv[ls, i] if code == 1 else 1.0 - uv[ls, i]
+                            sb = y if code == 1 else -y
+                            u = ud[ls, i]
+                            d4, d5, d6, d7 = (d4 * fb + sb * u[0], d5 * fb + sb * u[1],
+                                              d6 * fb + sb * u[2], d7 * fb + sb * u[3])
+                            y *= fb
                         x *= fa
                     out = pd_all[g, p]
-                    pv_all[g, p, v] = x
-                    out[lo], out[lo + 1], out[lo + 2], out[lo + 3] = d0, d1, d2, d3
-                    if not upper:  # one variant: its value twice, lanes 4-7 its own or 0
-                        pv_all[g, p, v + 1] = x
-                        out[lo + 4], out[lo + 5], out[lo + 6], out[lo + 7] = d4, d5, d6, d7
+                    pv_all[g, p, v0] = x
+                    pv_all[g, p, v0 + 1] = y if two else x
+                    out[l0], out[l0 + 1], out[l0 + 2], out[l0 + 3] = d0, d1, d2, d3
+                    out[l0 + 4], out[l0 + 5], out[l0 + 6], out[l0 + 7] = d4, d5, d6, d7
 
 
 @njit
@@ -127,26 +149,41 @@ def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, 
     :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns`) into ``pv_all[g, p, 0]`` and ``[1]``
     (the same) and their tangents into ``pd_all[g, p]`` (all lanes; the layout of
     :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`)."""
-    _cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
-                  codes, n_sets, n_pat, g0, pv_all, pd_all, 0, 0, False, True, block, b0, b1)
+    _cut_patterns(cols, cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, 0, False, True, block, b0, b1)
 
 
 @njit
 def cut_patterns4(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
-                  codes, n_sets, n_pat, g0, pv_all, pd_all, v, lo, upper, block, b0, b1):
+                  codes, n_sets, n_pat, g0, pv_all, pd_all, block, b0, b1):
     """:func:`cut_patterns` with at most 3 tangents: the cuts over lanes 0-3 only
-    (:func:`_cuts`) and the patterns' lanes 0-3 from them (half the arithmetic: 24 ns per
-    object against 37 on the event-sum benchmark's jets), the floats of
-    :func:`cut_patterns` there (the same operations in the same order), into
-    ``pv_all[g, p, v]`` and lanes ``lo:lo + 4`` of ``pd_all[g, p]``; and, unless
-    ``upper``, the same probability into ``pv_all[g, p, v + 1]`` and 0 into lanes ``lo +
-    4:lo + 8`` (no tangent). One variant: ``v = lo = 0``; the two sides of a shift in the
-    walk's pair layout (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`; page
-    ``q`` of its paged layout: ``2 q``, ``8 q`` added): the first side at ``0, 0``, the
-    second at ``1, 4``, ``upper``, its lanes in 4-7. (One loop for both sides, the cuts a
-    shift leaves computed once, took ~0.7 of the two calls: 30 lines.)"""
-    _cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt, r_par,
-                  codes, n_sets, n_pat, g0, pv_all, pd_all, v, lo, upper, False, block, b0, b1)
+    (:func:`_cuts`) and the patterns' lanes 0-3 from them, lanes 4-7 of ``pd_all``
+    written 0 (what :func:`cut_patterns` gives there: no tangent). Lanes 0-3 are the
+    floats of :func:`cut_patterns` (the same operations in the same order); half the
+    arithmetic (24 ns per object against 37 on the event-sum benchmark's jets). The loop
+    of :func:`cut_patterns_pair` for one side (:func:`_cut_patterns`)."""
+    _cut_patterns(cols, cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, 0, False, False, block, b0,
+                  b1)
+
+
+@njit
+def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w,
+                      r_gt, r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, block, b0, b1):
+    """:func:`cut_patterns` for the two sides of a shift at once (at most 3 tangents: 4
+    lanes each): the cuts ``r_*`` that it does not move once, their product then copied
+    to both sides (4 lanes: 5 floats per set and object, in L1), the moved cuts ``c_*``
+    on each side's columns (``cols``, ``cols_hi``), and one pass over the patterns writing the first side's lanes 0-3 into
+    lanes 0-3 of ``pd_all[g, p]`` and the second's into lanes 4-7, the probabilities into
+    ``pv_all[g, p, 0]`` and ``[1]`` (the walk's pair layout; ``page`` 1: into lanes 8-15
+    and ``pv_all[g, p, 2]``, ``[3]``, the second pair of the walk's paged layout, ``pd_all``
+    ``(N, P, 16)``, :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`). Each side's floats are
+    those of :func:`cut_patterns` on its own columns (the same operations on lanes 0-3,
+    in the same order); the work is about 0.7 of two such calls (one store of each
+    object's lanes, 4-lane cuts, the unmoved cuts once)."""
+    _cut_patterns(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
+                  r_par, codes, n_sets, n_pat, g0, pv_all, pd_all, page, True, False, block, b0,
+                  b1)
 
 
 @inline

@@ -208,8 +208,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                 for r in regions:
                     trace[side, r] += 1
         block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
-        live = _numba_hist.live_states(tgt, tab.n_pat, fs, dfs)
-        args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs, live,
+        args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
                 np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),

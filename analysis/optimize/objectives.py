@@ -65,10 +65,12 @@ __all__ = [
     "Objective",
     "asimov_significance",
     "dataset_norm",
+    "dataset_scales",
     "dataset_stats",
     "bootstrap_uncertainty",
     "bootstrap_values",
     "objective_from_states",
+    "scaled_stats",
     "stat_paths",
     "step_observables",
 ]
@@ -102,6 +104,41 @@ def _scaled(h: Histogram, norm: Any) -> Histogram:
     return Histogram(tuple(h.edges.tolist()), norm * h.sumw_flow, norm * norm * h.sumw2_flow)
 
 
+def dataset_scales(config: Config, sumw: dict[str, float], events: dict[str, int], *,
+                   variance_scale: float = 1.0) -> dict[str, dict[str, float]]:
+    """Per dataset the numbers :func:`dataset_stats` scales its sums by (Python floats):
+    ``norm`` (:func:`dataset_norm`), ``sumw``, ``floor`` (the variance of one average
+    simulated event ``(norm * sumw / events)^2``, 0 without events) and ``variance``
+    (``variance_scale``, the MC variance's factor)."""
+    out = {}
+    for name, w in sumw.items():
+        norm = dataset_norm(config, name, w)
+        one_event = norm * w / events[name] if events[name] else 0.0
+        out[name] = {"norm": norm, "sumw": w, "floor": one_event * one_event,
+                     "variance": variance_scale}
+    return out
+
+
+def scaled_stats(plan: Plan, states: dict[str, Any],
+                 scales: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """JAX: :func:`dataset_stats` from the datasets' :func:`dataset_scales` (numbers or
+    traced scalars: one compiled objective serves every part of a sample, whose sums of
+    weights and variance factors differ)."""
+    out = {}
+    for name, st in states.items():
+        s = statistics(st, plan)
+        norm = scales[name]["norm"]
+        s["sumw"] = scales[name]["sumw"]
+        s["yield"] = norm * s["selected_sumw"]
+        s["mc_variance"] = scales[name]["variance"] * norm * norm * s["selected_sumw2"]
+        s["mc_variance_floor"] = scales[name]["floor"]
+        for group in ("histograms", "templates"):
+            if group in st:
+                s[group] = {k: _scaled(h, norm) for k, h in st[group].items()}
+        out[name] = {**s, **s.pop("observables")}
+    return out
+
+
 def dataset_stats(
     config: Config, plan: Plan, states: dict[str, Any], sumw: dict[str, float],
     events: dict[str, int], *, variance_scale: float = 1.0,
@@ -109,20 +146,8 @@ def dataset_stats(
     """JAX: results.json-like statistics of every dataset, plus normalised yields and
     the normalised histogram states (``histograms``, ``templates``: sums of weights
     times ``norm_d``, of squared weights times ``norm_d^2``)."""
-    out = {}
-    for name, st in states.items():
-        s = statistics(st, plan)
-        norm = dataset_norm(config, name, sumw[name])
-        s["sumw"] = sumw[name]
-        s["yield"] = norm * s["selected_sumw"]
-        s["mc_variance"] = variance_scale * norm * norm * s["selected_sumw2"]
-        one_event = norm * sumw[name] / events[name] if events[name] else 0.0
-        s["mc_variance_floor"] = one_event * one_event
-        for group in ("histograms", "templates"):
-            if group in st:
-                s[group] = {k: _scaled(h, norm) for k, h in st[group].items()}
-        out[name] = {**s, **s.pop("observables")}
-    return out
+    return scaled_stats(plan, states, dataset_scales(config, sumw, events,
+                                                     variance_scale=variance_scale))
 
 
 class Objective:
@@ -165,6 +190,10 @@ class Objective:
         return dataset_stats(self.config, self.plan, states, sumw, events,
                              variance_scale=self.variance_scale)
 
+    def stats_scaled(self, states: dict[str, Any], scales: dict[str, Any]) -> dict[str, Any]:
+        """JAX: :meth:`stats` from the datasets' :func:`dataset_scales`."""
+        return scaled_stats(self.plan, states, scales)
+
     def likelihood_states(self, stats: dict[str, Any]) -> dict[str, Any]:
         """JAX: ``{dataset: {key: Histogram}}`` of the model (normalised templates)."""
         return model_states(stats, self.config)
@@ -206,12 +235,15 @@ class Objective:
         return significance_z(stats, self.signal, self.background, sigma_b)
 
 
-def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any:
-    """The jitted ``(values, jacs, hesses) -> (stats, value, grad, hess)`` of ``objective``.
+def _compiled(objective: Objective, order: int, names: tuple[str, ...]) -> Any:
+    """The jitted ``(values, jacs, hesses, scales) -> (stats, value, grad, hess)`` of
+    ``objective`` (``scales``: :func:`dataset_scales`).
 
-    Compiled once per objective, order and dataset totals (constant over an
-    optimisation; they enter the normalisations as Python numbers), instead of
-    tracing the statistics and their ``jacfwd`` again at every step (~0.2 s a step),
+    Compiled once per objective, order and datasets ``names``: the datasets' totals and
+    the MC variance's factor are arguments, not constants, so the training, held-out and
+    whole samples of keep-best and the final evaluations (whose sums of weights and
+    variance factors differ) share one program (the README main job compiled one for
+    each), instead of tracing the statistics and their ``jacfwd`` again at every step (~0.2 s a step),
     compiled ahead of time (:func:`analysis.stats._programs.program_call`, keyed by
     :func:`_program_description` and the states' structure and shapes; a new process
     loads the compilation from JAX's persistent cache).
@@ -219,19 +251,19 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
     once per step with plain numbers (it may check them, or use Python control flow
     that ``jit`` would refuse), as documented for that term.
     """
-    key = (order, tuple(sumw.items()), tuple(events.items()), objective.variance_scale)
+    key = (order, names)
     cache = objective.__dict__.setdefault("_compiled", {})
     if key not in cache:
 
-        def fn(s):
-            stats = objective.stats(s, sumw, events)
-            out = {"objective": objective.value(stats)}
-            if objective.signal and objective.background:
-                out["significance"] = objective.significance(stats)
-            return out
+        def run(values, jacs, hesses, scales):
+            def fn(s):
+                stats = objective.stats_scaled(s, scales)
+                out = {"objective": objective.value(stats)}
+                if objective.signal and objective.background:
+                    out["significance"] = objective.significance(stats)
+                return out
 
-        def run(values, jacs, hesses):
-            stats0 = objective.stats(values, sumw, events)
+            stats0 = objective.stats_scaled(values, scales)
             return (stats0, *derivatives(fn, values, jacs, hesses, order=order))
 
         if any(isinstance(term, PythonTerm) for term in objective.terms):
@@ -239,9 +271,9 @@ def _compiled(objective: Objective, order: int, sumw: dict, events: dict) -> Any
         else:
             described = _program_description(objective, key)
 
-            def compiled(values, jacs, hesses):
+            def compiled(values, jacs, hesses, scales):
                 return program_call("objective", _ignore_description(run), values, jacs,
-                                   hesses, description=described)
+                                   hesses, scales, description=described)
 
             cache[key] = compiled
     return cache[key]
@@ -251,8 +283,8 @@ def _ignore_description(run: Any) -> Any:
     """``run`` accepting (and ignoring) :func:`analysis.stats._programs.program_call`'s
     ``description`` option: it only keys the program."""
 
-    def program(values: Any, jacs: Any, hesses: Any, *, description: str) -> Any:
-        return run(values, jacs, hesses)
+    def program(values: Any, jacs: Any, hesses: Any, scales: Any, *, description: str) -> Any:
+        return run(values, jacs, hesses, scales)
 
     return program
 
@@ -291,8 +323,10 @@ def objective_from_states(
             for t in st.taylor())
     sumw = {name: st.sumw for name, st in states.items()}
     events = {name: st.events for name, st in states.items()}
-    run = _compiled(objective, order, sumw, events)
-    stats0, val, grad, hess = run(values, jacs, hesses if order >= 2 else None)
+    run = _compiled(objective, order, tuple(sumw))
+    scales = dataset_scales(objective.config, sumw, events,
+                            variance_scale=objective.variance_scale)
+    stats0, val, grad, hess = run(values, jacs, hesses if order >= 2 else None, scales)
     yields = {n: float(stats0[n]["yield"]) for n in states}
     try:
         objective.check(stats0)

@@ -19,9 +19,7 @@ The command line calls :func:`configure` when it starts; the driver
 :func:`ensure_configured`, so that a notebook that only calls ``stats.derive`` gets the
 same. :func:`first_pass` (at a compiled pass's first chunk, after the imports) also
 freezes the start-up objects out of the garbage collector's full collections
-(:func:`analysis.runtime.allocator.freeze_startup_objects`). numba's cache of the
-package's kernels drops stale files at its first use, not at import
-(:mod:`analysis.pipeline.backends.numba._numba_cache`). Standard library only.
+(:func:`analysis.runtime.allocator.freeze_startup_objects`). Standard library only.
 """
 
 from __future__ import annotations

@@ -60,8 +60,6 @@ class Settings:
         (``None``: a share of the machine's available memory, :mod:`analysis.limits`).
     kernel_threads : int or None
         ``DIFFCOFFEA_KERNEL_THREADS``: threads of the numba kernels (``None``: numba's).
-    numba_cache_dir : str
-        ``NUMBA_CACHE_DIR`` (numba reads it; the package looks there for stale entries).
     malloc : bool
         ``DIFFCOFFEA_MALLOC`` not off: glibc keeps freed buffers (:mod:`analysis.runtime.allocator`).
     gc_freeze : bool
@@ -73,7 +71,6 @@ class Settings:
     cache_home: str = ""
     memory_limit_mb: float | None = None
     kernel_threads: int | None = None
-    numba_cache_dir: str = ""
     malloc: bool = True
     gc_freeze: bool = True
 
@@ -103,7 +100,6 @@ class Settings:
             memory_limit_mb=_positive(env, "DIFFCOFFEA_MEMORY_LIMIT_MB", float,
                                       "a positive number of megabytes"),
             kernel_threads=_positive(env, "DIFFCOFFEA_KERNEL_THREADS", int, "a positive integer"),
-            numba_cache_dir=env.get("NUMBA_CACHE_DIR", ""),
             malloc=env.get("DIFFCOFFEA_MALLOC", "").strip().lower() not in OFF,
             gc_freeze=env.get("DIFFCOFFEA_GC_FREEZE", "").strip().lower() not in OFF,
         )

@@ -35,13 +35,10 @@ per event (measured: values 15 -> 30 ms per 200k events).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from numba import types
 
-from analysis._compat.numba import keyed_by
-from analysis.select import lanes
+from analysis.select.lanes import policy
 from analysis.select.lanes.arith import LANES, QUAD, _lanes
 from analysis.select.lanes.buffers import (
     _boxed,
@@ -62,10 +59,10 @@ __all__ = ["LANES", "SOURCES", "cut_walk", "sens_walk", "walk_events"]
 
 #: The source files the walk's compiled code inlines (its own and
 #: :mod:`analysis.select.lanes`'): numba keys a kernel's cache by its own file alone, so
-#: a kernel that inlines the walk is keyed by these too (:func:`keyed_by`).
-SOURCES = (__file__, *sorted(os.path.join(os.path.dirname(lanes.__file__), f)
-                             for f in os.listdir(os.path.dirname(lanes.__file__))
-                             if f.endswith(".py")))
+#: a kernel elsewhere that inlines the walk is keyed by these too
+#: (:func:`analysis._compat.numba.cached_cfunc`'s ``depends``); the walks here are keyed by
+#: :data:`~analysis.select.lanes.policy.SHARED` (their decorators').
+SOURCES = (__file__, *policy.SHARED)
 
 
 # --- the objects' probabilities: the soft cuts' product, in the event loop ----------------
@@ -227,8 +224,3 @@ def sens_walk(coff, q, f, want_w, max_seq, block, pe, dq, fn, ow, b0, b1):
                 chain_backward(G, Gn, j, top, q[o + j], 0.0)
                 G, Gn = Gn, G
             pe[e] = G[0]
-
-
-#: The walks inline :mod:`analysis.select.lanes`: their caches keyed by it too.
-for _kernel in (cut_walk, sens_walk):
-    keyed_by(_kernel._cache, SOURCES[1:])

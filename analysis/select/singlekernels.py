@@ -21,9 +21,9 @@ and tangents are the one-set walk the YAML engine runs too
 (:func:`analysis.select.chainwalk.walk_events`): the tangent kernel carries ``B`` lanes
 (``jax.jacfwd``'s parameters) in blocks of ``QUAD - 1`` or ``LANES - 1``; the cotangent
 kernel runs the adjoint recursions (reverse mode) for ``B`` lanes on the walk's forward
-steps. Compiled
-code here inlines ``chainwalk.py``: both files key its cache
-(:func:`analysis._compat.numba.keyed_by`).
+steps. The handlers read their buffers from XLA's call frame with
+:mod:`analysis.select.ffiframe`; their compiled code inlines ``chainwalk.py`` and
+links ``ffiframe.py``: those files key its cache too (:data:`DEPENDS`).
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ from typing import Any
 
 import numba as nb
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
 
-from analysis._compat.numba import cached_cfunc, use_fast_load
-from analysis.select import chainwalk
+from analysis._compat.numba import cached_cfunc
+from analysis.select import chainwalk, ffiframe
 from analysis.select.chainwalk import walk_events
+from analysis.select.ffiframe import HANDLER_SIG, address, executing, f64, i64, ptr, word
 from analysis.select.lanes.arith import LANES, QUAD
 from analysis.select.lanes.buffers import lanes_of
 from analysis.select.lanes.policy import POLICY as _POLICY
+from analysis.select.lanes.policy import njit
 from analysis.select.lanes.steps import chain_forward as forward
 from analysis.select.softprograms import FFI_TARGETS
 
@@ -60,13 +60,14 @@ _LOCK = threading.Lock()
 #: loops LLVM unrolls); other counts share one handler per kernel (and lane width).
 CONSTANT_STATES = (2, 3, 4)
 
-#: Compiled code here inlines :mod:`analysis.select.chainwalk` (the walk): numba keys its
-#: cache by this file alone, so both files key it (a change to the walk recompiles).
-_WALK = chainwalk.SOURCES
+#: The source files a handler's machine code depends on beyond this one (which numba keys):
+#: it inlines :mod:`analysis.select.chainwalk` (the walk, its lanes) and links the call
+#: frame's readers (:mod:`analysis.select.ffiframe`); a change to any recompiles it.
+DEPENDS = (*chainwalk.SOURCES, ffiframe.__file__)
 
 
 def _compiled(fn):  # noqa: ANN001, ANN202
-    """An FFI handler, compiled (or loaded) now, cached under both sources, compiled with
+    """An FFI handler, compiled (or loaded) now, keyed by :data:`DEPENDS`, compiled with
     LLVM's SLP vectorizer on (numba leaves it off): it packs the walk's lane arithmetic
     into vector operations (measured, 50k events: tangent of one lane 22 -> 7 ms); the
     setting is part of the cache's key (:class:`analysis._compat.numba.FastLoadCache`)."""
@@ -78,101 +79,15 @@ def _compiled(fn):  # noqa: ANN001, ANN202
             # "not in scope": the code is right (tests/test_soft_fast_kernels.py checks
             # each count of states against JAX)
             warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope")
-            return cached_cfunc(_SIG, depends=_WALK)(fn)
+            return cached_cfunc(HANDLER_SIG, depends=DEPENDS)(fn)
     finally:
         nb.config.SLP_VECTORIZE = old
 
 
-def _decoder(fn):  # noqa: ANN001, ANN202
-    """A helper called once per kernel call (the call frame's decoding), compiled once
-    and called, not inlined: numba runs its bytecode passes again at every inlined call
-    (~90 here per handler; the three handlers of a first pass 14.7 -> 11.3 s of CPU)."""
-    kernel = nb.njit(cache=True, nogil=True)(fn)
-    use_fast_load(kernel._cache)
-    return kernel
-
-
-# XLA FFI C API constants (xla/ffi/api/c_api.h)
-_EXTENSION_METADATA = 1
-_STAGE_EXECUTE = 3
-_API_MAJOR, _API_MINOR = 0, 3
-
-
-@intrinsic
-def _ptr(typingctx, addr):
-    """An ``int64`` address as a ``void*``."""
-    sig = types.voidptr(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
-
-    return sig, codegen
-
-
-@intrinsic
-def _addr(typingctx, p):
-    """A ``void*`` as an ``int64`` address."""
-    sig = types.int64(types.voidptr)
-
-    def codegen(context, builder, signature, args):
-        return builder.ptrtoint(args[0], context.get_value_type(types.int64))
-
-    return sig, codegen
-
-
-@_decoder
-def _word(addr, i):
-    """The ``i``-th 8-byte word at ``addr`` (a pointer, a size_t or an int64)."""
-    return nb.carray(_ptr(addr + 8 * i), (1,), np.int64)[0]
-
-
-@_decoder
-def _int32(addr):
-    return nb.carray(_ptr(addr), (1,), np.int32)[0]
-
-
-@_decoder
-def _metadata(frame):
-    """True when XLA asks for the handler's metadata (at registration): the API version
-    written, traits none."""
-    ext = _word(frame, 1)  # XLA_FFI_CallFrame.extension_start
-    if ext != 0 and _int32(ext + 8) == _EXTENSION_METADATA:  # XLA_FFI_Extension_Base.type
-        meta = _word(ext, 3)  # XLA_FFI_Metadata_Extension.metadata
-        out = nb.carray(_ptr(meta + 24), (3,), np.int32)  # api_version.{major,minor}, traits
-        out[0] = _API_MAJOR
-        out[1] = _API_MINOR
-        out[2] = 0
-        return True
-    return False
-
-
-@_decoder
-def _buffer(frame, which, i):
-    """``(data address, rank, dims address)`` of argument (``which`` 9) or result
-    (``which`` 14) ``i``: XLA_FFI_Args.args / XLA_FFI_Rets.rets at those words of the
-    call frame, each an XLA_FFI_Buffer {size, ext, dtype, data, rank, dims}."""
-    buf = _word(_word(frame, which), i)
-    return _word(buf, 3), _word(buf, 4), _word(buf, 5)
-
-
-@_decoder
-def _f64(frame, which, i, lanes):
-    """Buffer ``i`` as a float64 array: 1-d, or 2-d ``(lanes, size)`` when ``lanes``."""
-    data, rank, dims = _buffer(frame, which, i)
-    n = _word(dims, rank - 1)
-    b = _word(dims, 0) if lanes else 1
-    return nb.carray(_ptr(data), (b, n), np.float64)
-
-
-@_decoder
-def _i64(frame, which, i):
-    data, rank, dims = _buffer(frame, which, i)
-    return nb.carray(_ptr(data), (_word(dims, 0),), np.int64)
-
-
-@_decoder
+@njit
 def _longest(off):
-    """The largest number of objects of an event (offsets ``off``)."""
+    """The largest number of objects of an event (offsets ``off``); compiled once and
+    called, not inlined, as the call frame's readers (:mod:`analysis.select.ffiframe`)."""
     m = 0
     for e in range(off.shape[0] - 1):
         m = max(m, off[e + 1] - off[e])
@@ -307,15 +222,6 @@ def _cotangent(q, f, off, cw, cP, qb, fb, S):
                 Gb[:] = Gbn
 
 
-_SIG = types.voidptr(types.voidptr)
-
-
-@_decoder
-def _executing(fa):
-    """True when XLA asks the handler to run (not for its metadata, nor another stage)."""
-    return not _metadata(fa) and _int32(fa + 32) == _STAGE_EXECUTE
-
-
 # One handler per kernel, count of states (a constant for CONSTANT_STATES, else any: top
 # -1) and, for the tangent kernel, lane width; each made on first use (:func:`target`).
 # Arguments: ``q, f, offsets`` then (lanes) two inputs; two results. ``top`` and ``full``
@@ -325,12 +231,12 @@ def _primal_handler(top: int, width: int):  # noqa: ARG001  (one width: values)
     full = top >= 0
 
     def handler(frame):  # noqa: ANN001, ANN202
-        fa = _addr(frame)
-        if _executing(fa):
-            f = _f64(fa, 9, 1, False)[0]
-            _primal(_f64(fa, 9, 0, False)[0], f, _i64(fa, 9, 2), _f64(fa, 14, 0, False)[0],
-                    _f64(fa, 14, 1, False)[0], top if full else f.shape[0] - 1, full)
-        return _ptr(0)
+        fa = address(frame)
+        if executing(fa):
+            f = f64(fa, 9, 1, False)[0]
+            _primal(f64(fa, 9, 0, False)[0], f, i64(fa, 9, 2), f64(fa, 14, 0, False)[0],
+                    f64(fa, 14, 1, False)[0], top if full else f.shape[0] - 1, full)
+        return ptr(0)
 
     return handler
 
@@ -340,15 +246,15 @@ def _tangent_handler(top: int, width: int):
     wide = width == LANES
 
     def handler(frame):  # noqa: ANN001, ANN202
-        fa = _addr(frame)
-        if _executing(fa):
-            dw, dP = _f64(fa, 14, 0, True), _f64(fa, 14, 1, True)
-            if _word(fa, 12) == 4:  # XLA_FFI_Rets.size: (dw, dP, w, P), the JVP in one call
-                w, P = _f64(fa, 14, 2, False)[0], _f64(fa, 14, 3, False)[0]
+        fa = address(frame)
+        if executing(fa):
+            dw, dP = f64(fa, 14, 0, True), f64(fa, 14, 1, True)
+            if word(fa, 12) == 4:  # XLA_FFI_Rets.size: (dw, dP, w, P), the JVP in one call
+                w, P = f64(fa, 14, 2, False)[0], f64(fa, 14, 3, False)[0]
             else:
                 w, P = dw[0, :0], dP[0, :0]
-            q, f, off = _f64(fa, 9, 0, False)[0], _f64(fa, 9, 1, False)[0], _i64(fa, 9, 2)
-            dq, df = _f64(fa, 9, 3, True), _f64(fa, 9, 4, True)
+            q, f, off = f64(fa, 9, 0, False)[0], f64(fa, 9, 1, False)[0], i64(fa, 9, 2)
+            dq, df = f64(fa, 9, 3, True), f64(fa, 9, 4, True)
             t = top if full else f.shape[0] - 1
             if wide:
                 _tangent(q, f, off, dq, df, dw, dP, w, P, t, full,
@@ -356,7 +262,7 @@ def _tangent_handler(top: int, width: int):
             else:
                 _tangent(q, f, off, dq, df, dw, dP, w, P, t, full,
                          (np.zeros((f.shape[0], QUAD)),))
-        return _ptr(0)
+        return ptr(0)
 
     return handler
 
@@ -365,14 +271,14 @@ def _cotangent_handler(top: int, width: int):  # noqa: ARG001  (lanes in a loop)
     full = top >= 0
 
     def handler(frame):  # noqa: ANN001, ANN202
-        fa = _addr(frame)
-        if _executing(fa):
-            f = _f64(fa, 9, 1, False)[0]
-            _cotangent(_f64(fa, 9, 0, False)[0], f, _i64(fa, 9, 2),
-                       _f64(fa, 9, 3, True), _f64(fa, 9, 4, True),
-                       _f64(fa, 14, 0, True), _f64(fa, 14, 1, True),
+        fa = address(frame)
+        if executing(fa):
+            f = f64(fa, 9, 1, False)[0]
+            _cotangent(f64(fa, 9, 0, False)[0], f, i64(fa, 9, 2),
+                       f64(fa, 9, 3, True), f64(fa, 9, 4, True),
+                       f64(fa, 14, 0, True), f64(fa, 14, 1, True),
                        top + 1 if full else f.shape[0])
-        return _ptr(0)
+        return ptr(0)
 
     return handler
 

@@ -316,12 +316,14 @@ def moments(
     return Moments(sumw, center, r, m2, m3, m4)
 
 
-def _shift_powers(b: Array, d: Array) -> list[Array]:
+def shift_powers(b: Array, d: Array, *, xp: Namespace = jnp) -> list[Array]:
     """``sum_i C(r, i) b_i d^(r - i)``, r = 0..R: power sums about ``c`` from those
-    about ``c + d`` (``b``: ``(..., R + 1)``; ``d`` broadcast against ``b[..., 0]``)."""
+    about ``c + d`` (``b``: ``(..., R + 1)``; ``d`` broadcast against ``b[..., 0]``).
+    Also the numba kernel's event sums
+    (:func:`analysis.pipeline.backends.numba._fastmoments.sum_moments_state`)."""
     out: list[Array] = []
     for r in range(b.shape[-1]):
-        term = jnp.zeros_like(b[..., 0])
+        term = xp.zeros_like(b[..., 0])
         for i in range(r + 1):
             term = term + math.comb(r, i) * b[..., i] * d ** (r - i)
         out.append(term)
@@ -346,10 +348,10 @@ def moments_from_expectations(a: Array, w: Array) -> Moments:
         a = jnp.concatenate([a, jnp.zeros(a.shape[:-1] + (4 - big_r,), a.dtype)], -1)
     own = jax.lax.stop_gradient(safe_div(a[:, 1], a[:, 0], 0.0))
     # powers about each entry's own centre
-    b = jnp.stack(_shift_powers(a, -own), axis=-1)
+    b = jnp.stack(shift_powers(a, -own), axis=-1)
     sumw = jnp.sum(w * b[:, 0])
     center = jax.lax.stop_gradient(safe_div(jnp.sum(w * a[:, 1]), sumw, 0.0))
-    s = [jnp.sum(w * t) for t in _shift_powers(b, own - center)]
+    s = [jnp.sum(w * t) for t in shift_powers(b, own - center)]
     r = safe_div(s[1], sumw, 0.0)
     r2 = r * r
     m2 = _drop_rounding_residue(s[2] - sumw * r2, sumw * r2)

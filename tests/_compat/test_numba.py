@@ -53,10 +53,22 @@ def test_the_subclasses_override_what_numba_calls():
         for name in names:
             assert f"self.{name}(" in source, (
                 f"numba {numba.__version__}: {cls.__name__} no longer calls self.{name}(...)")
-    assert cn.cache_file_class() is caching.IndexDataCacheFile
+    assert issubclass(cn.CheckedCacheFile, caching.IndexDataCacheFile)
+    assert issubclass(cn.FastLoadCache, caching.FunctionCache)
 
 
-def test_use_fast_load_switches_a_plain_function_cache_only():
+def test_the_cache_files_attributes_that_the_checked_files_read(tmp_path):
+    """CheckedCacheFile reads three attributes numba sets on its instances (not class
+    attributes: PRIVATE cannot look them up)."""
+    files = caching.IndexDataCacheFile(str(tmp_path), "k", ("stamp",))
+    for name in ("_source_stamp", "_version", "_index_path"):
+        assert hasattr(files, name), (
+            f"numba {numba.__version__}: IndexDataCacheFile has no {name}")
+    assert files._source_stamp == ("stamp",)
+    assert files._index_path.startswith(str(tmp_path))
+
+
+def test_guard_cache_switches_a_plain_function_cache_only():
     def f(x):
         return x + 1
 
@@ -64,9 +76,12 @@ def test_use_fast_load_switches_a_plain_function_cache_only():
     cache = kernel._cache
     assert type(cache) is caching.FunctionCache, (
         f"numba {numba.__version__}: a cache=True dispatcher's _cache is {type(cache)}")
-    assert isinstance(cache._cache_file, caching.IndexDataCacheFile)
-    assert cn.use_fast_load(cache) and type(cache) is cn.FastLoadCache
-    assert not cn.use_fast_load(cache) and not cn.use_fast_load(None)
+    assert type(cache._cache_file) is caching.IndexDataCacheFile
+    assert cn.guard_cache(cache, (__file__,)) and type(cache) is cn.FastLoadCache
+    assert type(cache._cache_file) is cn.CheckedCacheFile
+    assert cache._cache_file.depends == (__file__,)
+    assert cn.guard_cache(cache) and cache._cache_file.depends == ()  # again: re-keyed
+    assert not cn.guard_cache(None)
 
 
 def test_cached_cfunc_is_numbas_cfunc_with_the_light_cache():
@@ -81,18 +96,10 @@ def test_cached_cfunc_is_numbas_cfunc_with_the_light_cache():
 
 
 def test_the_package_kernels_load_fast_with_checked_files():
-    from analysis.pipeline.backends.numba._numba_cache import CheckedCacheFile
     from analysis.pipeline.backends.numba.kernels import _numba_sums
 
     assert type(_numba_sums.block_sums._cache) is cn.FastLoadCache
-    assert type(_numba_sums.block_sums._cache._cache_file) is CheckedCacheFile
-
-
-def test_cache_subpath_names_a_folder(tmp_path):
-    sub = cn.cache_subpath(str(tmp_path / "__init__.py"))
-    assert sub is not None, (
-        f"numba {numba.__version__}: _CacheLocator.get_suitable_cache_subpath is gone")
-    assert isinstance(sub, str) and sub
+    assert type(_numba_sums.block_sums._cache._cache_file) is cn.CheckedCacheFile
 
 
 def test_entry_points_flag_and_runtime():
@@ -128,7 +135,7 @@ def test_numba_reads_slp_vectorize_when_it_compiles():
 KERNEL = """
 import numba
 
-from analysis._compat.numba import use_fast_load
+from analysis._compat.numba import guard_cache
 
 
 @numba.njit(cache=True)
@@ -140,7 +147,7 @@ def lanes(a, b, out):
     out[0], out[1], out[2], out[3] = a0 * b0 + b1, a1 * b1 + b2, a2 * b2 + b3, a3 * b3 + b0
 
 
-use_fast_load(lanes._cache)
+guard_cache(lanes._cache)
 """
 
 CHILD = """

@@ -245,3 +245,35 @@ def test_asimov_gradient_matches_finite_differences(s, b, var):
     indices = [0, 1] if var == 0 else [0, 1, 2]
     fd = central_difference(lambda v: _z_decimal(*v), np.asarray(x), steps, indices=indices)
     np.testing.assert_allclose(grad[: len(fd)], fd, rtol=1e-7)
+
+
+def test_one_compiled_objective_serves_samples_of_other_totals(small_data):
+    """The datasets' totals and the MC variance's factor are arguments of the compiled
+    objective, not constants of it: keep-best's training, held-out and whole samples
+    (other sums of weights, events and variance factors) run one program, and each
+    sample's yields follow its own totals (xsec * lumi / sumw)."""
+    import copy
+
+    cfg = H.make_config(small_data)
+    ev = Evaluator(cfg)
+    params = {"jet_pt_min": 32.5, "jet_abs_eta_max": 2.4, "btag_min": 0.1, "min_jets": 2.0}
+    states = ev.run(params, widths=np.array(H.WIDTHS), order=1)
+    shared = Objective(cfg, ev.plan)
+    for scale, (f, g) in zip((1.0, 0.7, 0.3), ((1.0, 1.0), (0.7, 0.6), (0.3, 0.45)),
+                             strict=True):
+        sample = {}
+        for (name, st), k in zip(states.items(), (f, g), strict=True):
+            sample[name] = copy.copy(st)
+            sample[name].sumw, sample[name].events = st.sumw * k, max(1, int(st.events * k))
+        shared.variance_scale = scale
+        got = objective_from_states(shared, sample)
+        alone = Objective(cfg, ev.plan)  # its own program, compiled for these totals
+        alone.variance_scale = scale
+        want = objective_from_states(alone, sample)
+        for name, xsec in (("ttbar", 831.76), ("dy", 6077.0)):
+            selected = float(np.asarray(dataset_report(sample[name], ev.plan)["selected_sumw"]))
+            norm = xsec * 10.0 / sample[name].sumw
+            assert got["yields"][name] == pytest.approx(norm * selected, rel=1e-12)
+        assert got["objective"] == pytest.approx(want["objective"], rel=1e-13)
+        np.testing.assert_allclose(got["grad"], want["grad"], rtol=1e-12)
+    assert len(shared._compiled) == 1

@@ -42,9 +42,9 @@ NOT_SWITCHES = {
     # numba/_revhistsums' tangent lanes per pass of the event sums' histograms: a test
     # lowers it to 1 to show more passes give the same gradient
     "TANGENTS": "a work-split size (the same gradient for any value)",
-    # numba/_numba_cache's folder of shared kernel sources (analysis/select/lanes): a test
-    # points it at a temporary copy to show a change there drops every kernel's cache
-    "SHARED": "a source folder (where the hashed modules are)",
+    # analysis._compat.numba's digests of the kernels' sources, read once per process: a
+    # test empties it to read an edited source again, as a new process would
+    "_DIGESTS": "an in-process cache",
     # analysis.stats._compiled's programs of this process: a test empties it
     "_PROGRAMS": "an in-process cache",
 }

@@ -16,11 +16,8 @@ import pytest
 import uproot
 
 from analysis.driver.runner import Evaluator
-from analysis.pipeline.backends.numba.kernels._numba_replicas import (
-    replica_lanes,
-    replica_selected,
-    replica_totals,
-)
+from analysis.pipeline.backends.numba.bootstrap import NumbaCounter
+from analysis.pipeline.backends.numba.kernels._numba_replicas import replica_lanes
 from analysis.pipeline.split import _POISSON1_CDF, event_uniform, poisson_replicas
 from tests import opt_helpers as H
 
@@ -105,10 +102,10 @@ def test_numba_sums_match_the_replica_table():
     s = np.where(rng.random(n) < 0.4, w, 0.0)
     p = poisson_replicas(u, 20).astype(np.float64)
     assert p.mean() == pytest.approx(1.0, abs=0.02) and p.var() == pytest.approx(1.0, abs=0.03)
-    sel = replica_selected(u, s, 20, cdf=_POISSON1_CDF)
+    sel = NumbaCounter().selected(u, s, 20)
     assert sel[0] == pytest.approx(p.T @ s, rel=1e-12)
     assert sel[1] == pytest.approx(p.T @ (s * s), rel=1e-12)
-    tot = replica_totals(u, np.stack([w, 2 * w]), 20, cdf=_POISSON1_CDF)
+    tot = NumbaCounter().totals(u, np.stack([w, 2 * w]), 20)
     assert tot[0] == pytest.approx(p.sum(axis=0), rel=1e-12)
     assert tot[2] == pytest.approx(2 * (p.T @ w), rel=1e-12)
 
@@ -136,7 +133,6 @@ def test_lanes_loop_matches_the_replica_table():
 def test_a_lanes_pass_without_replicas_computes_the_states_alone():
     """``count`` 0 (keep-best's values pass): every (point, part) state as with
     replicas, and neither the selected weights nor the counter run."""
-    from analysis.pipeline.backends.numba.bootstrap import NumbaCounter
     from analysis.pipeline.layout import ChunkColumns
     from analysis.pipeline.replicas import chunk_lanes
     from analysis.pipeline.split import part_factor

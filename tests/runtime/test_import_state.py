@@ -4,8 +4,7 @@ A fresh process imports every module of ``analysis`` and ``processors`` and comp
 it can see of its own state before and after: the environment (only ``JAX_ENABLE_X64``
 set), JAX's compilation cache directory (none), the garbage collector's frozen objects
 (none), glibc's malloc thresholds (not applied), the fork hooks (not installed), the
-Ctrl-C handler (Python's default), and a stale numba cache file of a kernel module (still
-there). Then ``analysis.runtime.configure()`` does what the command line does: the cache
+Ctrl-C handler (Python's default). Then ``analysis.runtime.configure()`` does what the command line does: the cache
 directory is exported.
 """
 
@@ -23,12 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _CHILD = r"""
 import gc, importlib, json, os, pkgutil, signal, sys
-from pathlib import Path
 
 import jax  # first: what JAX itself sets at its import is not this package's doing
 
 before = dict(os.environ)
-stale = Path(sys.argv[1])
 names = []
 for package in ("analysis", "processors"):
     mod = importlib.import_module(package)
@@ -50,7 +47,6 @@ state = {
     "malloc": list(allocator._APPLIED),
     "fork_hooks": bool(forkguard._state.get("installed")),
     "sigint_default": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
-    "stale_kept": stale.exists(),
 }
 import analysis.runtime
 analysis.runtime.configure()
@@ -61,29 +57,12 @@ print(json.dumps(state))
 
 @pytest.mark.slow  # imports every module (JAX, numba, coffea): ~20 s
 def test_importing_every_module_changes_only_x64(tmp_path):
-    from analysis.pipeline.backends.numba import _numba_cache
-
-    kernels = ROOT / "analysis" / "pipeline" / "backends" / "numba" / "kernels"
     numba_dir = tmp_path / "numba"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JAX_", "DIFFCOFFEA_", "XLA_"))}
     env.update(NUMBA_CACHE_DIR=str(numba_dir), XDG_CACHE_HOME=str(tmp_path / "xdg"),
                PYTHONPATH=str(ROOT))
-    # a cache file of a kernel module, with no stamp beside it: drop_stale removes it
-    os.environ["NUMBA_CACHE_DIR"] = str(numba_dir)
-    try:
-        from analysis import runtime
-
-        runtime.reset()
-        where = [d for d in _numba_cache.cache_dirs(kernels) if str(d).startswith(str(numba_dir))]
-    finally:
-        del os.environ["NUMBA_CACHE_DIR"]
-        runtime.reset()
-    assert len(where) == 1
-    where[0].mkdir(parents=True)
-    stale = where[0] / "_numba_dp.select-1.py311.nbi"
-    stale.write_bytes(b"stale")
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(stale)], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-c", _CHILD], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     state = json.loads(out.stdout.strip().splitlines()[-1])
@@ -91,5 +70,5 @@ def test_importing_every_module_changes_only_x64(tmp_path):
     assert state["environ"] == {"JAX_ENABLE_X64": "1"} and state["removed"] == []
     assert state["jax_cache"] is None
     assert state["frozen"] == 0 and state["malloc"] == [] and not state["fork_hooks"]
-    assert state["sigint_default"] and state["stale_kept"]
+    assert state["sigint_default"]
     assert state["configured_cache"] == str(tmp_path / "xdg" / "diffcoffea" / "jax")

@@ -27,11 +27,11 @@ def test_defaults_and_each_variable():
     assert home == Settings(cache_home=home.cache_home)  # every other field its default
     env = {"DIFFCOFFEA_JAX_CACHE": "/c", "JAX_COMPILATION_CACHE_DIR": "/j",
            "XDG_CACHE_HOME": "/x", "DIFFCOFFEA_MEMORY_LIMIT_MB": "512",
-           "DIFFCOFFEA_KERNEL_THREADS": "3", "NUMBA_CACHE_DIR": "/n",
+           "DIFFCOFFEA_KERNEL_THREADS": "3",
            "DIFFCOFFEA_MALLOC": "Off", "DIFFCOFFEA_GC_FREEZE": "no"}
     assert Settings.from_environ(env) == Settings(
         jax_cache="/c", jax_compilation_cache_dir="/j", cache_home="/x", memory_limit_mb=512.0,
-        kernel_threads=3, numba_cache_dir="/n", malloc=False, gc_freeze=False)
+        kernel_threads=3, malloc=False, gc_freeze=False)
 
 
 @pytest.mark.parametrize(("name", "value", "expected"), [

@@ -7,16 +7,16 @@ kernels that inline it."""
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 
+from analysis._compat.numba import CheckedCacheFile
 from analysis.select import chainwalk as cw
 from analysis.select import singlekernels as sk
-from analysis.select.lanes import steps
+from analysis.select.lanes import policy, steps
 from analysis.select.lanes.arith import QUAD
 from analysis.select.lanes.steps import chain_backward, chain_forward
 
@@ -257,16 +257,15 @@ def test_handlers_are_made_per_kernel_state_count_and_lane_width():
 
 def test_kernels_that_inline_the_walk_are_keyed_by_it():
     """numba keys a cache by the function's own file: own processors' kernels (another
-    file) inline the walk, so their cache index is keyed by chainwalk.py and the modules
-    of analysis.select.lanes too (a change to the walk, its steps or its lanes recompiles
-    them instead of loading stale machine code); the walks inline analysis.select.lanes:
-    keyed by its modules too."""
-    shared = sorted(str(p) for p in Path(cw.lanes.__file__).parent.glob("*.py"))
+    file) inline the walk, so their cache index is keyed by the contents of chainwalk.py
+    and the modules of analysis.select.lanes too (a change to the walk, its steps or its
+    lanes recompiles them instead of loading stale machine code); the walks inline
+    analysis.select.lanes: keyed by its modules too."""
+    shared = sorted(str(p) for p in Path(policy.__file__).parent.glob("*.py"))
     assert list(cw.SOURCES) == [cw.__file__, *shared] and len(shared) >= 4
-    stamps = tuple((s.st_mtime, s.st_size) for s in map(os.stat, cw.SOURCES))
     handler = sk.HANDLERS[sk.target("primal", 3)]
-    stamp = handler._cache._cache_file._source_stamp  # (its own, the walk's sources')
-    assert stamp[1:] == stamps
+    files = handler._cache._cache_file
+    assert type(files) is CheckedCacheFile and files.depends[:len(cw.SOURCES)] == cw.SOURCES
     for kernel in (cw.cut_walk, cw.sens_walk):
-        stamp = kernel._cache._cache_file._source_stamp
-        assert stamp[1:] == stamps[1:], kernel
+        files = kernel._cache._cache_file
+        assert type(files) is CheckedCacheFile and files.depends == cw.SOURCES[1:], kernel

@@ -3,15 +3,13 @@
 with these.
 
 - :data:`njit`: a compiled loop. ``cache=True`` (machine code kept on disk beside the
-  sources, guarded by :mod:`analysis.pipeline.backends.numba._numba_cache`, which drops it
-  when any module of the kernels' folder or of :mod:`analysis.select.lanes` changes,
-  this one included); ``nogil=True`` (the host
+  sources, keyed by the sources it inlines: :func:`depends`, through
+  :func:`analysis._compat.numba.guard_cache`, which also checks the files and loads
+  them without numba's registries); ``nogil=True`` (the host
   runs blocks of events on threads: :mod:`analysis.pipeline.backends.numba._fastpool`);
   ``fastmath=False`` (no reassociation: the floats are the ones the docstrings' order of
   operations gives, the same for any block size or thread count; the tests compare
-  bits). A kernel's cached machine code is loaded without numba's registries
-  (:class:`analysis._compat.numba.FastLoadCache`, installed through :data:`CACHE_HOOKS`:
-  a kernel module imports nothing outside numpy, numba and this folder).
+  bits).
 - :data:`elementwise`: a plain element-wise loop (no reduction) with numpy's error
   model: a division by zero gives inf or NaN as numpy's does instead of raising, so
   that LLVM can vectorise a loop with a division (Python's check of every divisor keeps
@@ -38,50 +36,70 @@ A kernel module imports only numpy, numba, math, the modules of its folder and t
 
 from __future__ import annotations
 
+import os
+
 import numba
 from numba.extending import overload
 
-__all__ = ["POLICY", "add_cache_hook", "compiled", "elementwise", "inline", "njit", "specialise",
-           "specialise_on", "vectorised"]
+from analysis._compat.numba import guard_cache
+
+__all__ = ["POLICY", "SHARED", "compiled", "depends", "elementwise", "inline", "inlines_folder",
+           "njit", "specialise", "specialise_on", "vectorised"]
 
 #: numba's options of every loop (module docstring); own processors' FFI callbacks
 #: (:mod:`analysis.select.singlekernels`) compile with them too.
 POLICY = {"cache": True, "nogil": True, "fastmath": False}
-#: Called with each kernel's numba cache: the pipeline's numba package adds
-#: ``_numba_cache.install`` (loads without numba's registries, checked cache files) by
-#: :func:`add_cache_hook`, which also applies it to the kernels decorated before (a
-#: module of this package may be imported first, by own processors).
-CACHE_HOOKS: list = []
-# The caches of the kernels decorated so far (a hook added later is applied to them).
-_CACHES: list = []
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+#: The source files every kernel inlines: this folder's modules (this policy, the lane
+#: arithmetic and its buffers, the walk's steps, the soft cut's rule), sorted.
+SHARED = tuple(sorted(os.path.join(_HERE, f) for f in os.listdir(_HERE) if f.endswith(".py")))
+# Folders whose kernels inline one another across modules: folder -> its modules.
+_FOLDERS: dict[str, tuple[str, ...]] = {}
 
 
-def add_cache_hook(hook) -> None:
-    """Call ``hook`` with the numba cache of every kernel decorated so far and of each one
-    decorated later (once: a hook already added is not added again).
+def inlines_folder(module_file: str) -> None:
+    """Key each kernel defined in the folder of ``module_file`` by every module of that
+    folder too (:func:`depends`): its kernels inline one another's helpers across
+    files. Called by the folder's ``__init__`` (before any of its kernels is decorated).
 
     Parameters
     ----------
-    hook : callable
-        Called with a kernel's numba cache (``None`` where it has none).
+    module_file : str
+        A module of the folder (its ``__init__``'s ``__file__``).
     """
-    if hook not in CACHE_HOOKS:
-        CACHE_HOOKS.append(hook)
-        for cache in _CACHES:
-            hook(cache)
+    folder = os.path.dirname(os.path.abspath(module_file))
+    _FOLDERS[folder] = tuple(sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                                    if f.endswith(".py")))
+
+
+def depends(fn) -> tuple[str, ...]:
+    """The source files a kernel decorated here (the Python function ``fn``) depends on
+    beyond its own (which numba keys): its folder's modules where the folder inlines
+    (:func:`inlines_folder`), then :data:`SHARED`.
+
+    Parameters
+    ----------
+    fn : function
+        The kernel's Python function.
+
+    Returns
+    -------
+    tuple of str
+        The paths.
+    """
+    folder = os.path.dirname(os.path.abspath(fn.__code__.co_filename))
+    return (*_FOLDERS.get(folder, ()), *SHARED)
 
 
 def _policy(**options):
-    """numba's ``njit`` with :data:`POLICY` and ``options``; each of
-    :data:`CACHE_HOOKS` is called with the kernel's numba cache (``None`` where it has
-    none)."""
+    """numba's ``njit`` with :data:`POLICY` and ``options``, its cache the package's
+    (keyed by :func:`depends`)."""
     decorate = numba.njit(**POLICY, **options)
 
     def apply(fn):
         kernel = decorate(fn)
-        _CACHES.append(getattr(kernel, "_cache", None))
-        for hook in CACHE_HOOKS:
-            hook(getattr(kernel, "_cache", None))
+        guard_cache(getattr(kernel, "_cache", None), depends(fn))
         return kernel
 
     return apply
@@ -96,7 +114,10 @@ def specialise(stub):
     """Decorate the typing function of ``stub`` (a Python function that names the
     primitive and documents it): called by numba with the arguments' types, it returns
     the implementation for those types (``numba.extending.overload``, inlined at numba's
-    IR level, compiled with this policy)."""
+    IR level, compiled with this policy). numba also compiles (or loads from its own cache,
+    keyed by the implementation's file) the implementation alone, to check that it
+    compiles: none of that machine code runs (a caller types and inlines the
+    implementation's IR afresh), so that cache is left to numba, unkeyed and unchecked."""
     return overload(stub, inline="always", jit_options=POLICY)
 
 

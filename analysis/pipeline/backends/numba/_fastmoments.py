@@ -11,11 +11,9 @@ against the JAX kernel, which uses the definitions themselves.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from analysis.stats._core import CoMoments, Moments
+from analysis.stats._core import CoMoments, Moments, shift_powers
 
 __all__ = ["comoments_state", "moments_state", "safe_div", "sum_moments_state"]
 
@@ -93,15 +91,11 @@ def comoments_state(tot: np.ndarray, cx: float, cy: float, fx: bool, fy: bool):
 
 
 def _shift(b: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Power sums about ``c`` from those about ``c + d``: ``sum_i C(r, i) b_i d^(r-i)``
-    along axis 1 of ``b`` (``(E, R + 1, ...)``), ``d`` per event (constant)."""
-    out = np.zeros_like(b)
-    big_r = b.shape[1] - 1
-    dd = d.reshape((-1,) + (1,) * (b.ndim - 2))
-    for r in range(big_r + 1):
-        for i in range(r + 1):
-            out[:, r] += math.comb(r, i) * b[:, i] * dd ** (r - i)
-    return out
+    """:func:`analysis.stats._core.shift_powers` along axis 1 of ``b`` (``(E, R + 1, ...)``),
+    ``d`` per event."""
+    moved = np.moveaxis(b, 1, -1)
+    d = d.reshape((-1,) + (1,) * (moved.ndim - 2))
+    return np.stack(shift_powers(moved, d, xp=np), axis=1)
 
 
 def sum_moments_state(a: np.ndarray, ev: np.ndarray, order: int):

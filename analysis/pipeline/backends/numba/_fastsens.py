@@ -7,9 +7,9 @@ parents), several collections, joint counts, trainable count thresholds. Per obj
 ``s``'s own cuts), the pattern probabilities are ``pi_jp = prod_s a_jps`` with
 ``a_jps = q_js`` where pattern ``p`` holds ``s``, ``1 - q_js`` where it does not but
 holds ``s``'s parent, 1 where ``s`` is unreachable (the codes of
-:class:`analysis.pipeline.backends.numba._fasttables._Tables`, as
-:func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` multiplies them, in
-set order: the same floats). One values-only walk per event
+:class:`analysis.pipeline.backends.numba._fasttables._Tables`, multiplied in set order
+as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.cut_patterns` does: the
+same floats). One values-only walk per event
 (:func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`)
 gives ``P_e``, ``H_jp = dP/dpi_jp`` and ``F_n . df`` (the trainable count thresholds);
 then, by the chain rule (``pi`` is multilinear in the ``q_js``),
@@ -34,10 +34,8 @@ import numpy as np
 
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba._fasttables import (
-    _pass_table,
-    _reduced,
     _Tables,
-    _targets,
+    walk_table,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_sens
 
@@ -110,12 +108,7 @@ def inputs(tab: _Tables, sets, base: np.ndarray, q_of: dict, theta: np.ndarray,
            widths: np.ndarray, counts_tr: tuple[int, ...]) -> Inputs:
     """The tables the walks of reverse mode read (:func:`walk`'s arguments)."""
     n_tot = int(base[-1])
-    model = tab.model
-    if model.counts:
-        caps, f, df = _reduced(model, *_pass_table(sets, theta, widths, counts_tr))
-    else:
-        caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, len(counts_tr)))
-    tgt = _targets(model, caps, tab.collections)
+    tgt, f, df = walk_table(tab, sets, theta, widths, counts_tr)
     pv_all = np.zeros((max(n_tot, 1), tab.pat.shape[1]))
     qs_of = []
     for ci in range(len(tab.collections)):

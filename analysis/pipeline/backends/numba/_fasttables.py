@@ -5,7 +5,8 @@ for the loops of :mod:`analysis.pipeline.backends.numba.kernels._numba_dp`; :fun
 after adding one object of each pattern; :func:`_pass_fn`: the pass table and its
 derivative from their one definition (:func:`analysis.select.objects._pass_table`, in
 JAX), :func:`_pass_table` at a plan's thresholds with its tangents; :func:`_reduced`:
-the count caps lowered to the last state where the table changes; :func:`one_sided`:
+the count caps lowered to the last state where the table changes (:func:`walk_table`: the
+three for a walk); :func:`one_sided`:
 cuts as the threshold cuts the loops know; :func:`offsets`: a chunk's objects per
 collection as the loops index them. Used by the numba kernel's host modules only.
 """
@@ -187,6 +188,18 @@ def _reduced(model: CountModel, f: np.ndarray, df: np.ndarray):
     n = int(np.prod(caps + 1))
     return caps, np.ascontiguousarray(g[..., 0].reshape(n)), np.ascontiguousarray(
         g[..., 1:].reshape(n, -1))
+
+
+def walk_table(tab: _Tables, sets, theta: np.ndarray, widths: np.ndarray,
+               trainable: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(tgt, f, df)`` of a walk over ``tab``'s count model: :func:`_targets` and the
+    pass table with its tangents in the ``trainable`` count thresholds
+    (:func:`_pass_table`, :func:`_reduced`); without counts one state, ``f = 1``."""
+    if tab.model.counts:
+        caps, f, df = _reduced(tab.model, *_pass_table(sets, theta, widths, trainable))
+    else:
+        caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, len(trainable)))
+    return _targets(tab.model, caps, tab.collections), f, df
 
 
 def _value(theta: np.ndarray, param: int | None, value: float | None) -> float:

@@ -56,15 +56,13 @@ from analysis.pipeline.backends.numba._fastpool import (
 from analysis.pipeline.backends.numba._fastpool import _threads as _threads  # read by callers
 from analysis.pipeline.backends.numba._fasttables import (
     _par_index,
-    _pass_table,
-    _reduced,
     _Tables,
     _tables,
-    _targets,
     _value,
     chain,
     offsets,
     one_sided,
+    walk_table,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_dp
 from analysis.pipeline.layout import ChunkColumns
@@ -159,8 +157,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     if trace is not None:
         trace[None, 0] += 1
     theta, widths, trainable = _inputs(plan, order, theta, widths)
-    n_par = len(trainable)
-    np1 = n_par + 1
+    np1 = len(trainable) + 1
     sp = plan.sets
     tab = _tables(plan)
     n_ev = int(cols.n_events)
@@ -181,12 +178,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
         pv_all[:] = pv_two[:, :, 0]
 
     # the pass table and its derivative (the JAX definition), reduced
-    model = tab.model
-    if model.counts:
-        caps, f, df = _reduced(model, *_pass_table(sp, theta, widths, trainable))
-    else:
-        caps, f, df = np.zeros(0, np.int64), np.ones(1), np.zeros((1, n_par))
-    tgt = _targets(model, caps, tab.collections)
+    tgt, f, df = walk_table(tab, sp, theta, widths, trainable)
     df_l = np.zeros((f.shape[0], lanes))
     df_l[:, 1:np1] = df
 

@@ -21,20 +21,18 @@ on values only:
 - per event, ``dev_e/dt`` likewise (an event-level score's column);
 - trainable count thresholds: ``dP_e/dtheta = sum_k F_n[k] df[k]/dtheta``.
 
-A payload that also reads observables of kinds ``S.f`` (and ``abs``) and branches
-(their moments and comoments: power sums over entries, :mod:`analysis.pipeline.backends.numba._fastpayload`)
-adds the cotangents of each entry's weight and values: a branch's weight ``ev_e P_e``
-adds to ``dL/dP_e`` and ``dL/dev_e``; an object's weight ``ev_e w_js`` gives the objects'
-weights' cotangents, which the walk's vector-Jacobian product (one more sweep each way,
-:func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`)
-turns into ``dL/dq_js`` and ``dL/dthreshold``; a value that is a score's column adds to
-the column's cotangent. A payload that reads event sums' moments (``sum(S.f)``,
-``count(S)``) or indexed observables' states (``S[i].f``, ``mass(S[0] + S[1])``) adds,
-through their walks' vector-Jacobian products (one sweep each way per event,
-:mod:`analysis.pipeline.backends.numba._revobs`), the cotangents of every object's
-pattern probabilities (chained to ``dL/dq_js`` as ``H`` above), of the event weights and
-of the trainable count thresholds; their per-event moments and candidates come from the
-value walk below.
+What else a payload reads adds its cotangents to ``dL/dP_e``, ``dL/dev_e``, the sets'
+own probabilities and the count thresholds, chained with the walk's as above: the
+entries of observables of kinds ``S.f`` (and ``abs``) and branches
+(:mod:`analysis.pipeline.backends.numba._fastpayload`; an object's weight through the
+walk's vector-Jacobian product,
+:func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`),
+event sums and indexed observables (their walks' vector-Jacobian products,
+:mod:`analysis.pipeline.backends.numba._revobs`; their per-event moments and candidates
+from the value walk below), histograms and templates in every selection they are filled
+from (:mod:`analysis.pipeline.backends.numba._fastrevhist`, those of leading objects and
+event sums :mod:`analysis.pipeline.backends.numba._revhistlead`,
+:mod:`analysis.pipeline.backends.numba._revhistsums`).
 
 One walk per event for any number of parameters (the networks' weights, the cut
 thresholds), which also gives the chunk's value states (its pass probabilities and
@@ -46,13 +44,6 @@ probability over more terms, and in the general model where an object's weight i
 over its patterns on the host: within an ulp or two); observables of other kinds (event
 sums, indexed objects) take their value states from that function (on the score columns:
 :func:`analysis.pipeline.scorecols.bare`).
-A payload that reads histograms and likelihood templates of kinds ``S.f`` and branches
-adds their entries' cotangents the same way, in every selection they are filled from
-(shift sides, channel regions: one walk each, :mod:`analysis.pipeline.backends.numba._fastrevhist`);
-those of leading objects (``S[i].f``) and event sums (``sum(S.f)``, ``count(S)``) add
-their share of the sets' own probabilities and the count thresholds
-(:mod:`analysis.pipeline.backends.numba._revhistlead`,
-:mod:`analysis.pipeline.backends.numba._revhistsums`), chained with the walk's.
 
 Exact: the same derivative as ``jax.grad`` of the JAX kernel
 (:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
@@ -78,13 +69,11 @@ from analysis.pipeline.backends.numba import (
 )
 from analysis.pipeline.backends.numba._fastpool import yield_sums
 from analysis.pipeline.backends.numba._fasttables import (
-    _pass_table,
-    _reduced,
     _tables,
-    _targets,
     chain,
     offsets,
     one_sided,
+    walk_table,
 )
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -117,13 +106,9 @@ def _one_set_walk(plan: Plan, coff: np.ndarray, q: np.ndarray, theta, widths,
                   threads: int | None) -> _fastsens.Walk:
     """The sensitivities' walk of one collection with one set: the chain
     (:func:`analysis.select.chainwalk.sens_walk`)."""
-    tab = _tables(plan)
-    if tab.model.counts:
-        caps, f, df = _reduced(tab.model, *_pass_table(plan.sets, theta, widths, counts_tr))
-        states = chain(_targets(tab.model, caps, tab.collections)[0, 1])
-        f, df = np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
-    else:
-        f, df = np.ones(1), np.zeros((1, len(counts_tr)))
+    tgt, f, df = walk_table(_tables(plan), plan.sets, theta, widths, counts_tr)
+    states = chain(tgt[0, 1])  # the chain's states (one without counts)
+    f, df = np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
     n_ev, n_obj = coff.shape[0] - 1, int(coff[-1])
     pe, dq = np.zeros(n_ev), np.zeros(n_obj)
     fn = np.zeros((n_ev, f.shape[0]))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.pipeline.backends.numba import _numba_cache
+from analysis._compat import numba as cn
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -22,7 +22,7 @@ CHILD = """
 import json, logging, sys
 import numpy as np
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-logging.getLogger("analysis.pipeline").setLevel(logging.DEBUG)
+logging.getLogger("analysis._compat.numba").setLevel(logging.DEBUG)
 from analysis.pipeline.backends.numba.kernels._numba_sums import block_sums
 rng = np.random.default_rng(7)
 ev, pe = rng.normal(size=(50, 3)), rng.normal(size=(50, 3))
@@ -89,16 +89,16 @@ def test_rotated_or_oversized_files_are_refused(tmp_path, monkeypatch):
     a, b = tmp_path / "k.1.nbc", tmp_path / "k.2.nbc"
     for path in (a, b):
         content = path.name.encode() * 3
-        path.write_bytes(_numba_cache.MAGIC + _numba_cache._digest(path.name, content)
+        path.write_bytes(cn.MAGIC + cn._digest(path.name, content)
                          + b"\n" + content)
-    assert _numba_cache._read_checked(str(a)) == b"k.1.nbc" * 3
+    assert cn.read_checked(str(a)) == b"k.1.nbc" * 3
     b.write_bytes(a.read_bytes())
-    with pytest.raises(_numba_cache._Unusable, match="digest"):
-        _numba_cache._read_checked(str(b))
-    monkeypatch.setattr(_numba_cache, "MAX_BYTES", 8)
-    with pytest.raises(_numba_cache._Unusable, match="over 8"):
-        _numba_cache._read_checked(str(a))
-    assert _numba_cache._read_checked(str(tmp_path / "absent.nbc")) is None
+    with pytest.raises(cn.Unusable, match="digest"):
+        cn.read_checked(str(b))
+    monkeypatch.setattr(cn, "MAX_BYTES", 8)
+    with pytest.raises(cn.Unusable, match="over 8"):
+        cn.read_checked(str(a))
+    assert cn.read_checked(str(tmp_path / "absent.nbc")) is None
 
 
 def test_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
@@ -106,7 +106,7 @@ def test_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
     skipped (one debug line), nothing is left in the folder."""
     import builtins
 
-    cache = _numba_cache.CheckedCacheFile(str(tmp_path), "k", "stamp")
+    cache = cn.CheckedCacheFile(str(tmp_path), "k", "stamp")
     real_open = builtins.open
 
     class Full:
@@ -123,7 +123,7 @@ def test_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(builtins, "open", Full)
-    with caplog.at_level("DEBUG", logger="analysis.pipeline"):
+    with caplog.at_level("DEBUG", logger="analysis._compat.numba"):
         cache.save(("sig",), b"data")
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
@@ -135,7 +135,7 @@ def test_numbas_own_reader_takes_a_checked_index_for_another_version(tmp_path):
     compiles instead of failing on the checked files."""
     from numba.core.caching import IndexDataCacheFile
 
-    checked = _numba_cache.CheckedCacheFile(str(tmp_path), "k", "stamp")
+    checked = cn.CheckedCacheFile(str(tmp_path), "k", "stamp")
     checked.save(("sig",), b"data")
     assert IndexDataCacheFile(str(tmp_path), "k", "stamp").load(("sig",)) is None
     assert checked.load(("sig",)) == b"data"

@@ -439,7 +439,7 @@ def test_reduced_pass_table_keeps_every_sum():
     model = plan.sets.model
     f, slope = _fasttables._pass_fn(model)(np.array([2.3, 2.0, 1.0]), np.array([1.0, 0, 0]))
     f, slope = np.asarray(f), np.asarray(slope)
-    caps, f2, df2 = fastkernel._reduced(model, f, slope)
+    caps, f2, df2 = _fasttables._reduced(model, f, slope)
     assert tuple(caps + 1) != model.shape  # something was merged
     full = np.indices(model.shape).reshape(len(model.shape), -1).T
     small = np.ravel_multi_index(tuple(np.minimum(full, caps).T), tuple(caps + 1))

@@ -17,7 +17,7 @@ import pytest
 from analysis.config.loader import config_from_dict
 from analysis.pipeline import scorecols
 from analysis.pipeline.backends.jax import reverse as jax_reverse
-from analysis.pipeline.backends.numba import _fastsens, fastkernel, fastreverse
+from analysis.pipeline.backends.numba import _fastsens, _fasttables, fastkernel, fastreverse
 from analysis.pipeline.backends.numba.kernels import _numba_sens
 from analysis.pipeline.plan import build_plan, initial_widths
 from analysis.pipeline.results import YIELDS, state_names
@@ -186,7 +186,7 @@ def test_pattern_sensitivities_equal_enumeration() -> None:
     q_of[bjets][1] = 1.0  # a hard cut too
     walk = _fastsens.walk(tab, plan.sets, coff, base, q_of, theta, widths, (),
                           {jets, bjets}, max_seq=7, block=2, threads=1)
-    f, _ = fastreverse._pass_table(plan.sets, theta, widths, ())
+    f, _ = _fasttables._pass_table(plan.sets, theta, widths, ())
     shape = plan.sets.model.shape
     model = plan.sets.model
 

@@ -1,152 +1,141 @@
-"""analysis.pipeline.backends.numba._numba_cache: numba's cache of the kernels is dropped when any kernel
-source changes (numba itself checks only the function's own file)."""
+"""Every kernel's numba cache is keyed by the sources its machine code inlines, not only by
+its own file (numba's key): :func:`analysis._compat.numba.guard_cache` through the njit
+policy (:func:`analysis.select.lanes.policy.depends`). Without it a change to a module a
+kernel inlines (another module of ``kernels/``, the policy, the lane arithmetic) left the
+old machine code in use, silently (measured before: a broken soft-cut product went unseen
+by the cached histogram loop).
+
+The reference is numba itself: a kernels' folder in a temporary package, compiled in new
+processes that share one ``NUMBA_CACHE_DIR``; after an edit of a module it inlines, the
+kernel compiles again and returns what the new code computes."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from analysis import runtime
-from analysis.pipeline.backends.numba import _numba_cache
+from analysis._compat import numba as cn
+from analysis.select.lanes import policy
 
-KERNEL = "import numba\n\n@numba.njit(cache=True)\ndef f(x):\n    return x\n"
-# the kernels decorate with the policy module's names: no "@numba.njit" in their text
-POLICY = "import numba\n\njit = numba.njit(cache=True)\n"
-LOOPS = "from pkg._jit import jit\n\n@jit\ndef f(x):\n    return x\n"
+ROOT = Path(__file__).resolve().parents[4]
 
-
-def _package(tmp_path: Path) -> tuple[Path, Path]:
-    """A kernels' folder (the stamp's argument) and, outside it, a host module."""
-    pkg = tmp_path / "pkg"
-    cache = pkg / "__pycache__"
-    cache.mkdir(parents=True)
-    (pkg / "_jit.py").write_text(POLICY)
-    (pkg / "_loops.py").write_text(LOOPS)
-    (pkg / "_more.py").write_text(KERNEL.replace("f(x)", "g(x)"))
-    (tmp_path / "host.py").write_text("x = 1\n")  # the host: not a kernel module
-    return pkg, cache
+INIT = "from analysis.select.lanes import policy\n\npolicy.inlines_folder(__file__)\n"
+MORE = "from analysis.select.lanes.policy import inline\n\n@inline\ndef g(x):\n    return x + 1.0\n"
+LOOPS = ("from analysis.select.lanes.policy import njit\nfrom pkg._more import g\n\n"
+         "@njit\ndef f(x):\n    return 2.0 * g(x)\n")
+CHILD = ("import json\nimport pkg._loops as m\nv = m.f(1.0)\n"
+         "print(json.dumps({'value': v, 'hits': sum(m.f.stats.cache_hits.values())}))\n")
 
 
-def _cache_files(cache: Path) -> list[str]:
-    names = ["_loops.f-3.py311.nbi", "_loops.f-3.py311.1.nbc", "_more.g-3.py311.nbi",
-             "host.x-1.py311.nbi", "_loops.cpython-311.pyc"]
-    for n in names:
-        (cache / n).write_text("old")
-    return names
-
-
-def test_first_import_drops_the_kernels_cache_and_stores_the_hash(tmp_path):
-    pkg, cache = _package(tmp_path)
-    _cache_files(cache)
-    removed = {p.name for p in _numba_cache.drop_stale(pkg, [cache])}
-    assert removed == {"_loops.f-3.py311.nbi", "_loops.f-3.py311.1.nbc", "_more.g-3.py311.nbi"}
-    left = {p.name for p in cache.iterdir()}
-    assert {"host.x-1.py311.nbi", "_loops.cpython-311.pyc", _numba_cache.STAMP} == left
-    assert (cache / _numba_cache.STAMP).read_text() == _numba_cache.sources_hash(
-        _numba_cache.kernel_modules(pkg))
-
-
-def test_unchanged_sources_keep_the_cache(tmp_path):
-    pkg, cache = _package(tmp_path)
-    _numba_cache.drop_stale(pkg, [cache])
-    _cache_files(cache)  # what numba compiled and saved since
-    assert _numba_cache.drop_stale(pkg, [cache]) == []
-    assert (cache / "_loops.f-3.py311.nbi").exists()
-
-
-def test_a_change_in_another_kernel_module_drops_every_kernels_cache(tmp_path):
-    # the case numba misses: _loops.f's own file unchanged, a module it calls edited
-    pkg, cache = _package(tmp_path)
-    _numba_cache.drop_stale(pkg, [cache])
-    _cache_files(cache)
-    (pkg / "_more.py").write_text(KERNEL.replace("return x", "return x + 1"))
-    removed = {p.name for p in _numba_cache.drop_stale(pkg, [cache])}
-    assert "_loops.f-3.py311.nbi" in removed and "_more.g-3.py311.nbi" in removed
-    assert _numba_cache.drop_stale(pkg, [cache]) == []  # stored: once only
-
-
-def test_a_change_to_the_njit_policy_drops_every_kernels_cache(tmp_path):
-    # the policy module has no compiled function of its own (and no "@numba.njit" in any
-    # kernel's text): its change is a change of every kernel
-    pkg, cache = _package(tmp_path)
-    _numba_cache.drop_stale(pkg, [cache])
-    _cache_files(cache)
-    (pkg / "_jit.py").write_text(POLICY.replace("cache=True", "cache=True, fastmath=True"))
-    removed = {p.name for p in _numba_cache.drop_stale(pkg, [cache])}
-    assert {"_loops.f-3.py311.nbi", "_more.g-3.py311.nbi"} <= removed
-
-
-def test_a_change_to_the_shared_lanes_drops_every_kernels_cache(tmp_path, monkeypatch):
-    # the kernels inline the lane arithmetic, the walk's steps and the njit policy from
-    # analysis.select.lanes (outside their folder): a change there is a change of every kernel
-    shared = tmp_path / "lanes"
-    shared.mkdir()
-    (shared / "policy.py").write_text(POLICY)
-    monkeypatch.setattr(_numba_cache, "SHARED", shared)
-    pkg, cache = _package(tmp_path)
-    _numba_cache.drop_stale(pkg, [cache])
-    _cache_files(cache)
-    assert _numba_cache.drop_stale(pkg, [cache]) == []
-    (shared / "policy.py").write_text(POLICY.replace("cache=True", "cache=True, fastmath=True"))
-    removed = {p.name for p in _numba_cache.drop_stale(pkg, [cache])}
-    assert {"_loops.f-3.py311.nbi", "_more.g-3.py311.nbi"} <= removed
-
-
-def test_a_change_outside_the_kernels_folder_keeps_the_cache(tmp_path):
-    pkg, cache = _package(tmp_path)
-    _numba_cache.drop_stale(pkg, [cache])
-    _cache_files(cache)
-    (tmp_path / "host.py").write_text("x = 2\n")
-    assert _numba_cache.drop_stale(pkg, [cache]) == []
-
-
-def test_a_missing_cache_directory_is_made_and_stamped(tmp_path):
-    # a fresh checkout: what numba compiles into it next is kept on the next import
-    pkg, cache = _package(tmp_path)
-    cache.rmdir()
-    assert _numba_cache.drop_stale(pkg, [cache]) == []
-    assert (cache / _numba_cache.STAMP).is_file()
-    _cache_files(cache)
-    assert _numba_cache.drop_stale(pkg, [cache]) == []
-
-
-def test_the_numba_backend_runs_it_on_import():
-    import analysis.pipeline.backends.numba.kernels as kernels
-
-    pkg = Path(kernels.__file__).resolve().parent
-    names = [p.name for p in _numba_cache.kernel_modules(pkg)]
-    assert {"_numba_sens.py", "_numba_dp.py", "lane_layouts.py"} <= set(names)
-    shared = {p.name for p in _numba_cache.kernel_modules(_numba_cache.SHARED)}
-    assert {"policy.py", "arith.py", "buffers.py", "steps.py", "cuts.py"} <= shared
-    assert names == sorted(p.name for p in pkg.glob("*.py"))  # every module of kernels/
-    assert "_numba_cache.py" not in names and "fastkernel.py" not in names
-    stamp = pkg / "__pycache__" / _numba_cache.STAMP
-    if stamp.exists():  # written unless the checkout is read-only
-        assert stamp.read_text() == _numba_cache.sources_hash(
-            _numba_cache.kernel_modules(pkg))
-
-
-def test_numba_cache_dir_is_where_numba_writes(tmp_path, monkeypatch):
-    # the reference is numba itself: a cached function compiled in a fresh process under
-    # NUMBA_CACHE_DIR lands in the directory cache_dirs names, and is dropped from there
-    import os
-    import subprocess
-    import sys
-
+def _package(tmp_path: Path) -> Path:
+    """A kernels' folder (``pkg``: ``_loops.f`` inlines ``_more.g``) and, outside it, a
+    host module."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "_loops.py").write_text(KERNEL)
-    (pkg / "_more.py").write_text(KERNEL.replace("f(x)", "g(x)"))
-    cache = tmp_path / "numba-cache"
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
-    subprocess.run([sys.executable, "-c", "import pkg._loops as m; m.f(1.0)"], cwd=tmp_path,
-                   env={**env, "PYTHONPATH": str(tmp_path)}, check=True)
-    written = {p.parent for p in cache.rglob("_loops.f-*.nbi")}
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
-    runtime.reset()  # the settings read the environment again
-    dirs = _numba_cache.cache_dirs(pkg)
-    assert len(written) == 1 and written <= set(dirs)
-    (pkg / "_more.py").write_text(KERNEL.replace("return x", "return x + 1"))
-    removed = _numba_cache.drop_stale(pkg)
-    assert any(p.name.startswith("_loops.f-") for p in removed)
-    assert not list(cache.rglob("_loops.f-*.nbi"))
+    (pkg / "__init__.py").write_text(INIT)
+    (pkg / "_more.py").write_text(MORE)
+    (pkg / "_loops.py").write_text(LOOPS)
+    (tmp_path / "host.py").write_text("x = 1\n")  # the host: not a kernel module
+    return pkg
+
+
+def _run(tmp_path: Path) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_change_to_an_inlined_module_compiles_the_kernel_again(tmp_path):
+    # the case numba misses: _loops.f's own file unchanged, a module it inlines edited
+    pkg = _package(tmp_path)
+    assert _run(tmp_path) == {"value": 4.0, "hits": 0}
+    assert _run(tmp_path) == {"value": 4.0, "hits": 1}  # unchanged sources: loaded
+    (tmp_path / "host.py").write_text("x = 2\n")  # outside the folder: still loaded
+    assert _run(tmp_path) == {"value": 4.0, "hits": 1}
+    (pkg / "_more.py").write_text(MORE.replace("x + 1.0", "x + 2.0"))  # the same size
+    assert _run(tmp_path) == {"value": 6.0, "hits": 0}
+    assert _run(tmp_path) == {"value": 6.0, "hits": 1}  # its files rewritten: loaded again
+
+
+def test_a_change_to_a_dependency_is_another_key(tmp_path, monkeypatch):
+    """The key in a kernel's index holds the digest of its dependencies' contents (one
+    of analysis.select.lanes, say): after a change the index is not used."""
+    dep = tmp_path / "dep.py"
+    dep.write_text("a = 1\n")
+
+    def files() -> cn.CheckedCacheFile:
+        monkeypatch.setattr(cn, "_DIGESTS", {})  # a new process: the sources read again
+        out = cn.CheckedCacheFile(str(tmp_path), "k", "stamp")
+        out.depends = (str(dep),)
+        return out
+
+    files().save(("sig",), b"data")
+    assert files().load(("sig",)) == b"data"
+    dep.write_text("a = 2\n")
+    assert files().load(("sig",)) is None
+    dep.write_text("a = 1\n")  # the contents are the key, not the file's time
+    assert files().load(("sig",)) == b"data"
+
+
+def test_an_unreadable_dependency_matches_no_key(tmp_path, monkeypatch):
+    monkeypatch.setattr(cn, "_DIGESTS", {})
+    gone = (str(tmp_path / "gone.py"),)
+    assert cn.sources_digest(gone) != cn.sources_digest((str(tmp_path / "other.py"),))
+    assert cn.sources_digest(gone) == cn.sources_digest(gone)  # once per process
+
+
+def _kernels(module) -> list:
+    """The cached numba functions a module defines (dispatchers and C callbacks)."""
+    out = []
+    for v in vars(module).values():
+        fn = getattr(v, "py_func", None) or getattr(v, "_pyfunc", None)
+        if hasattr(v, "_cache") and fn is not None and fn.__module__ == module.__name__:
+            out.append(v)
+    return out
+
+
+def test_every_kernel_is_keyed_by_what_it_inlines():
+    import importlib
+
+    import analysis.pipeline.backends.numba.kernels as kernels
+    from analysis.select import chainwalk, ffiframe, lanes
+
+    folder = Path(kernels.__file__).resolve().parent
+    shared = sorted(str(p) for p in Path(lanes.__file__).resolve().parent.glob("*.py"))
+    assert list(policy.SHARED) == shared and {"policy.py", "arith.py", "steps.py"} <= {
+        Path(p).name for p in shared}
+    own = sorted(str(p) for p in folder.glob("*.py"))
+    seen = 0
+    for path in sorted(folder.glob("*.py"))[1:]:  # __init__.py first: no kernels
+        module = importlib.import_module(f"{kernels.__name__}.{path.stem}")
+        for kernel in _kernels(module):
+            files = kernel._cache._cache_file
+            assert type(kernel._cache) is cn.FastLoadCache, kernel
+            assert type(files) is cn.CheckedCacheFile, kernel
+            assert list(files.depends) == [*own, *shared], kernel
+            seen += 1
+    assert seen >= 20
+    for module, depends in ((chainwalk, shared), (ffiframe, [])):
+        found = _kernels(module)
+        assert found, module
+        for kernel in found:
+            assert type(kernel._cache._cache_file) is cn.CheckedCacheFile, kernel
+            assert list(kernel._cache._cache_file.depends) == depends, kernel
+
+
+def test_the_shared_blocks_are_keyed_too():
+    import importlib
+
+    seen = 0
+    for path in policy.SHARED[1:]:  # __init__.py first: no kernels
+        module = importlib.import_module(f"analysis.select.lanes.{Path(path).stem}")
+        for kernel in _kernels(module):
+            assert list(kernel._cache._cache_file.depends) == list(policy.SHARED), kernel
+            seen += 1
+    assert seen >= 5

@@ -2,8 +2,8 @@
 
 - :func:`cut_patterns`, :func:`cut_patterns4` and :func:`cut_patterns_pair` against the
   loops they fuse,
-  the product rule in numpy then
-  :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` (with the pair layout of the walk,
+  the product rule in numpy then the patterns' product in numpy (:func:`reference_patterns`,
+  in set order as the kernels; with the pair layout of the walk,
   :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`, built by numpy slicing), bit for bit: greater /
   less, inclusive, ``abs``, width 0, NaN values, a nested set and an unreachable
   pattern, trainable thresholds, a shift's fixed cuts first; any split into blocks
@@ -67,9 +67,22 @@ def reference_probs(cols, cuts, qv=None, qd=None):
 
 
 def reference_patterns(qv, qd):
+    """Pattern probabilities ``pv`` ``(N, P)`` and tangents ``pd`` ``(N, P, L)`` from the
+    own set probabilities ``qv`` ``(S, N)``, ``qd`` ``(S, N, L)``: ``CODES[p, s]`` 1 in
+    the set (``q``), 0 out of it with its parent in (``1 - q``), -1 unreachable (factor
+    1); the product rule factor by factor in set order."""
     n = qv.shape[1]
     pv, pd = np.empty((n, len(CODES))), np.empty((n, len(CODES), L))
-    _numba_dp.patterns(qv, qd, CODES, 3, len(CODES), pv, pd)
+    for p, codes in enumerate(CODES):
+        v, d = np.ones(n), np.zeros((n, L))
+        for ls, code in enumerate(codes):
+            if code < 0:
+                continue
+            fac = qv[ls] if code == 1 else 1.0 - qv[ls]
+            sign = v if code == 1 else -v
+            d = d * fac[:, None] + sign[:, None] * qd[ls]
+            v = v * fac
+        pv[:, p], pd[:, p] = v, d
     return pv, pd
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from analysis.select.lanes.policy import njit
 
-__all__ = ["replica_lanes", "replica_selected", "replica_totals"]
+__all__ = ["replica_lanes"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -40,34 +40,9 @@ def _draw(h, k, cdf):
 
 
 @njit
-def _selected(bits, selected, cdf, replicas, out):
-    for e in range(bits.shape[0]):
-        s = selected[e]
-        if s == 0.0:  # adds nothing
-            continue
-        for k in range(replicas):
-            n = _draw(bits[e], k, cdf)
-            if n:
-                out[0, k] += n * s
-                out[1, k] += n * s * s
-
-
-@njit
-def _totals(bits, weights, cdf, replicas, out):
-    lanes = weights.shape[0]
-    for e in range(bits.shape[0]):
-        for k in range(replicas):
-            n = _draw(bits[e], k, cdf)
-            if n:
-                out[0, k] += n
-                for j in range(lanes):
-                    out[1 + j, k] += n * weights[j, e]
-
-
-@njit
 def _lanes(bits, selected, weights, totals, cdf, replicas, out, tot):
-    # _selected for every lane and (with totals) _totals, drawing each event's
-    # multiplicities once; every sum adds the same terms in the same order as there
+    # every lane's [sum n s, sum n s^2] (events of s = 0 in every lane skipped: they add
+    # nothing) and, with totals, [sum n, sum n w], drawing each event's multiplicities once
     lanes, rows = selected.shape[0], weights.shape[0]
     for e in range(bits.shape[0]):
         if not totals:
@@ -91,40 +66,20 @@ def _lanes(bits, selected, weights, totals, cdf, replicas, out, tot):
                         out[j, 0, k] += n * s
                         out[j, 1, k] += n * s * s
 
-
 def _bits(u) -> np.ndarray:
     return (np.asarray(u, dtype=np.float64) * 2.0**53).astype(np.uint64)
-
-
-def replica_selected(u: np.ndarray, selected: np.ndarray, replicas: int, *,
-                     cdf: np.ndarray) -> np.ndarray:
-    """``(2, replicas)`` float64: ``[sum_e P_ek s_e, sum_e P_ek s_e^2]`` with ``P_ek`` the
-    event's multiplicity in replica ``k`` and ``s_e`` its selected weight (weight x pass
-    probability); events with ``s_e = 0`` are skipped. Empty input: zeros."""
-    out = np.zeros((2, replicas))
-    _selected(_bits(u), np.ascontiguousarray(selected, dtype=np.float64), cdf, replicas,
-              out)
-    return out
-
-
-def replica_totals(u: np.ndarray, weights: np.ndarray, replicas: int, *,
-                   cdf: np.ndarray) -> np.ndarray:
-    """``(1 + L, replicas)`` float64: ``[sum_e P_ek, sum_e P_ek w_le for each of the L
-    rows of weights (L, E)]``. Empty input: zeros."""
-    weights = np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64)
-    out = np.zeros((1 + weights.shape[0], replicas))
-    _totals(_bits(u), weights, cdf, replicas, out)
-    return out
 
 
 def replica_lanes(
     u: np.ndarray, selected: np.ndarray, replicas: int, weights: np.ndarray | None = None, *,
     cdf: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`replica_selected` of each row of ``selected`` ``(L, E)`` (``(L, 2,
-    replicas)``) and, given ``weights`` ``(M, E)``, :func:`replica_totals` of them
-    (``(1 + M, replicas)``, else None), from one loop over the events (each event's
-    multiplicities drawn once). Equal to those functions' results term by term."""
+    """Per row ``s`` of ``selected`` ``(L, E)``: ``[sum_e P_ek s_e, sum_e P_ek s_e^2]``
+    (``(L, 2, replicas)``; ``P_ek`` the event's multiplicity in replica ``k``, ``s_e``
+    its selected weight: weight x pass probability) and, given ``weights`` ``(M, E)``,
+    ``[sum_e P_ek, sum_e P_ek w_me for each row]`` (``(1 + M, replicas)``, else None),
+    from one loop over the events (each event's multiplicities drawn once; events of
+    ``s_e = 0`` in every row skipped without weights). Empty input: zeros."""
     selected = np.ascontiguousarray(np.atleast_2d(selected), dtype=np.float64)
     totals = weights is not None
     w = (np.ascontiguousarray(np.atleast_2d(weights), dtype=np.float64) if totals

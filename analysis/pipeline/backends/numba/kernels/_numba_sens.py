@@ -1,22 +1,15 @@
-"""The pass probability's sensitivity to each object's probability (numba, float64).
-
-For one collection with one object set, the sensitivities walk the chain of count
-states (``analysis.select.chainwalk.sens_walk``): ``P`` is affine in each object's
-probability ``q_j`` alone (the forward distribution ``F_j`` and the value function
-``G_{j+1}`` do not depend on it), so ``dP/dq_j = sum_k F_j[k] (G_{j+1}[tgt k] -
-G_{j+1}[k])`` exactly, and ``dP/df = F_n``.
-
-The general count model (several sets per collection, several collections, joint
-counts: :func:`pattern_sensitivities`, values only, one walk per event whatever the
-number of parameters) is the same argument over the patterns: ``P`` is
-affine in object ``j``'s pattern probabilities ``pi_jp`` together (``F_j`` and
-``G_{j+1}`` do not depend on them), ``P = sum_p pi_jp H_jp`` with
+"""Reverse mode's walk (numba, float64): the pass probability's sensitivities to every
+object's pattern probabilities, any count model (several sets per collection, several
+collections, joint counts; one collection with one set walks the chain instead,
+:func:`analysis.select.chainwalk.sens_walk`). ``P`` is affine in object ``j``'s pattern
+probabilities ``pi_jp`` together (``F_j`` and ``G_{j+1}`` do not depend on them), ``P =
+sum_p pi_jp H_jp`` with
 
     dP/dpi_jp = H_jp = sum_k F_j[k] G_{j+1}[tgt(p, k)]            (exact)
 
-(the inner sum of an object weight, :func:`~analysis.select.lanes.steps.weight`),
-and the objects' weights in set ``s`` are ``sum_{p holds s} pi_jp H_jp``; the host
-chains ``H`` to the set probabilities (:mod:`analysis.pipeline.backends.numba._fastsens`).
+(the inner sum of an object weight, :func:`~analysis.select.lanes.steps.weight`); the
+host chains ``H`` to the sets and forms the objects' weights
+(:mod:`analysis.pipeline.backends.numba._fastsens`).
 """
 
 from __future__ import annotations
@@ -80,14 +73,13 @@ def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint, ma
                 c = seq_c[j]
                 g = seq_g[j]
                 clear(F[j + 1], states, n_states)
+                if adjoint:
+                    clear(M[j + 1], states, n_states)
                 for p in range(n_pat[c]):
                     pv = pv_all[g, p]
                     forward(F[j + 1], F[j], pv, pv, 0.0, tgt[c, p], states, n_states, 0,
                             states, False)
-                if adjoint:
-                    clear(M[j + 1], states, n_states)
-                    for p in range(n_pat[c]):
-                        pv = pv_all[g, p]
+                    if adjoint:
                         forward(M[j + 1], M[j], pv, pv, 0.0, tgt[c, p], states, n_states, 0,
                                 states, False)
                         if cw[g, p] != 0.0:
@@ -109,7 +101,11 @@ def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint, ma
             for j in range(n - 1, -1, -1):
                 c = seq_c[j]
                 g = seq_g[j]
+                clear(Gn, states, n_states)
+                if adjoint:
+                    clear(Ln, states, n_states)
                 for p in range(n_pat[c]):
+                    pv = pv_all[g, p]
                     h = weight(0.0, F[j], G, tgt[c, p], states, n_states, 0, states, False)
                     hp[g, p] = h
                     if adjoint:
@@ -118,18 +114,12 @@ def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint, ma
                                     + weight(0.0, M[j], G, tgt[c, p], states, n_states, 0,
                                              states, False)
                                     + cw[g, p] * h)
-                if adjoint:
-                    clear(Ln, states, n_states)
-                    for p in range(n_pat[c]):
-                        pv = pv_all[g, p]
                         backward(Ln, L, pv, pv, 0.0, tgt[c, p], states, n_states, 0)
                         if cw[g, p] != 0.0:
                             backward(Ln, G, pv * cw[g, p], pv * cw[g, p], 0.0, tgt[c, p],
                                      states, n_states, 0)
+                    backward(Gn, G, pv, pv, 0.0, tgt[c, p], states, n_states, 0)
+                if adjoint:
                     L, Ln = Ln, L
-                clear(Gn, states, n_states)
-                for p in range(n_pat[c]):
-                    backward(Gn, G, pv_all[g, p], pv_all[g, p], 0.0, tgt[c, p], states,
-                             n_states, 0)
                 G, Gn = Gn, G
             pe[e] = G[0]

@@ -49,10 +49,13 @@ numba, printed only (no record): run it at a small size, e.g. ``--events 20000
 --chunksize 10000``. ``--case reverse-hists-obs``: the same with HT (``sum(jets.pt)``) and the leading
 jet's pT (``jets[0].pt``, in a region) as two more channels' templates
 (:mod:`analysis.pipeline.backends.numba._revhistlead`,
-:mod:`analysis.pipeline.backends.numba._revhistsums`). ``--case reverse-hists-mjj``: the
-same with the dijet mass ``mass(jets[0] + jets[1])`` as a channel's template in a region
-(at least two b-jets) and its moments read too (candidate tuples:
-:mod:`analysis.pipeline.backends.numba._histmulti`).
+:mod:`analysis.pipeline.backends.numba._revhistsums`); the numba pullback / value pass
+is recorded as ``params.reverse_hists_obs_vs_values`` (goal, issue 49: <= 4x). ``--no-jax``
+leaves the JAX sweep out of both (minutes and GBs of memory at 4,000 events), e.g.
+``--case reverse-hists-obs --events 20000 --chunksize 10000 --no-jax``. ``--case
+reverse-hists-mjj``: the same with the dijet mass ``mass(jets[0] + jets[1])`` as a
+channel's template in a region (at least two b-jets) and as an observable (candidate
+tuples: :mod:`analysis.pipeline.backends.numba._histmulti`), printed only.
 """
 
 from __future__ import annotations
@@ -358,11 +361,11 @@ def _reverse(cols: list, args, argv, *, observables: bool = False) -> dict:
     return {"ratio": ratio, **extra, "rows": rows}
 
 
-def _reverse_hists(cols: list, args, *, obs: str = "") -> dict:
-    """The numba pullback of a histogram-reading payload against the JAX sweep and a
-    value pass (module docstring), printed; ``obs`` ``"obs"``: with HT's and the leading
-    jet's templates (:func:`obs_hists_config`), ``"mjj"``: the dijet mass's
-    (:func:`mjj_hists_config`)."""
+def _reverse_hists(cols: list, args, argv, *, obs: str = "") -> dict:
+    """The numba pullback of a histogram-reading payload against the JAX sweep (unless
+    ``--no-jax``) and a value pass (module docstring), printed; ``obs`` ``"obs"``: with
+    HT's and the leading jet's templates (:func:`obs_hists_config`), the pullback / value
+    pass recorded; ``"mjj"``: with the dijet mass's (:func:`mjj_hists_config`)."""
     import jax
 
     from analysis.config.loader import config_from_dict
@@ -381,16 +384,34 @@ def _reverse_hists(cols: list, args, *, obs: str = "") -> dict:
     rng = np.random.default_rng(0)
     payload = [None if is_state(x) else (None, rng.normal(size=np.shape(x))) for x in leaves]
     req = Request(theta, widths, order=0, pullback=payload)
-    rows = _time(cols, [
-        ("values (hists)", (values, plan), args.repeat),
-        ("numba pullback", (Backend().chooser.prepare(plan, req), plan), args.repeat),
-        ("JAX pullback", (Backend("jax").chooser.prepare(plan, req), plan), 1)])
-    numba, jx, val = rows["numba pullback"], rows["JAX pullback"], rows["values (hists)"]
-    print(f"numba pullback / JAX pullback = {numba['wall_s'] / jx['wall_s']:.3f}x wall "
-          f"({jx['wall_s'] / numba['wall_s']:.1f}x faster), {numba['cpu_s'] / jx['cpu_s']:.3f}x "
-          f"CPU; numba pullback / value pass = {numba['wall_s'] / val['wall_s']:.2f}x wall, "
-          f"{numba['cpu_s'] / val['cpu_s']:.2f}x CPU; {numba['trainable']} parameters; "
+    cases = [("values (hists)", (values, plan), args.repeat),
+             ("numba pullback", (Backend().chooser.prepare(plan, req), plan), args.repeat)]
+    if not args.no_jax:
+        cases.append(("JAX pullback", (Backend("jax").chooser.prepare(plan, req), plan), 1))
+    rows = _time(cols, cases)
+    numba, val = rows["numba pullback"], rows["values (hists)"]
+    ratio, ratio_cpu = numba["wall_s"] / val["wall_s"], numba["cpu_s"] / val["cpu_s"]
+    if not args.no_jax:
+        jx = rows["JAX pullback"]
+        print(f"numba pullback / JAX pullback = {numba['wall_s'] / jx['wall_s']:.3f}x wall "
+              f"({jx['wall_s'] / numba['wall_s']:.1f}x faster), "
+              f"{numba['cpu_s'] / jx['cpu_s']:.3f}x CPU")
+    print(f"numba pullback / value pass = {ratio:.2f}x wall, {ratio_cpu:.2f}x CPU (goal <= "
+          f"{GOAL_REVERSE:g}x with HT's template); {numba['trainable']} parameters; "
           f"load average {os.getloadavg()[0]:.1f}")
+    if obs == "obs" and not args.no_record:
+        from results_table import command_line, record
+
+        record("params.reverse_hists_obs_vs_values",
+               compares=(f"reverse-mode pullback (templates of jets' pT, HT and the leading "
+                         f"jet's pT, a shift, {numba['trainable']} parameters) / value pass"),
+               figure=ratio, goal=f"<= {GOAL_REVERSE:g}x",
+               met=ratio <= GOAL_REVERSE and numba["backend"] == "numba",
+               command=command_line(__file__, argv),
+               details={"events": args.events, "chunksize": args.chunksize,
+                        "ratio_cpu": ratio_cpu, "load": os.getloadavg()[0],
+                        **{f"{k} {m}": v[m] for k, v in rows.items()
+                           for m in ("wall_s", "cpu_s", "backend")}})
     return rows
 
 
@@ -401,6 +422,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--chunksize", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-record", action="store_true", help="print only")
+    ap.add_argument("--no-jax", action="store_true",
+                    help="reverse-hists cases: without the JAX sweep (minutes, GBs)")
     ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-observables",
                                        "reverse-hists", "reverse-hists-obs",
                                        "reverse-hists-mjj"),
@@ -420,7 +443,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.case == "reverse-observables":  # not in "all": the JAX sweep takes minutes
         out["reverse_observables"] = _reverse(cols, args, argv, observables=True)
     if args.case.startswith("reverse-hists"):
-        out["reverse_hists"] = _reverse_hists(cols, args, obs=args.case[len("reverse-hists-"):])
+        out["reverse_hists"] = _reverse_hists(cols, args, argv,
+                                             obs=args.case[len("reverse-hists-"):])
     return out
 
 

@@ -85,27 +85,30 @@ def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
             return jnp.sum(jnp.sin(3.0 * w)) + jnp.sum(p**2)
         return value
 
-    want, got = dense(q, f), fast(q, f)
+    # The reference runs jitted: the same JAX recursion and derivatives, compiled once per
+    # transform instead of dispatched op by op with a compilation per scan (half the time)
+    want, got = jax.jit(dense)(q, f), fast(q, f)
     _close(got, want)
     # padding and events without objects: weight 0, P = f[0]
     assert np.all(np.asarray(got[0])[-5:] == 0.0) and float(got[1][3]) == float(f[0])
     for transform in (jax.jacfwd, jax.jacrev):
         _close(jax.jit(transform(fast, argnums=(0, 1)))(q, f),
-               transform(dense, argnums=(0, 1))(q, f))
-    _close(jax.grad(loss(fast), (0, 1))(q, f), jax.grad(loss(dense), (0, 1))(q, f))
+               jax.jit(transform(dense, argnums=(0, 1)))(q, f))
+    _close(jax.grad(loss(fast), (0, 1))(q, f), jax.jit(jax.grad(loss(dense), (0, 1)))(q, f))
     if second:  # second order (JAX's derivatives of the reference's JVP and VJP; slow)
-        _close(jax.jit(jax.hessian(loss(fast), (0, 1)))(q, f),
-               jax.jit(jax.hessian(loss(dense), (0, 1)))(q, f))
-        _close(jax.jit(jax.jacfwd(jax.jacfwd(loss(fast))))(q, f),
-               jax.jit(jax.jacfwd(jax.jacfwd(loss(dense))))(q, f))
-        _close(jax.jit(jax.jacrev(jax.grad(loss(fast))))(q, f),
-               jax.jit(jax.jacrev(jax.grad(loss(dense))))(q, f))
+        # One reference Hessian for the three modes of the kernels: forward over forward
+        # and reverse over reverse in q are its (q, q) block (each second-order program
+        # of the dense recursion compiles for 10-15 s)
+        hessian = jax.jit(jax.hessian(loss(dense), (0, 1)))(q, f)
+        _close(jax.jit(jax.hessian(loss(fast), (0, 1)))(q, f), hessian)
+        _close(jax.jit(jax.jacfwd(jax.jacfwd(loss(fast))))(q, f), hessian[0][0])
+        _close(jax.jit(jax.jacrev(jax.grad(loss(fast))))(q, f), hessian[0][0])
     fs = jnp.stack([f, 0.5 * f])
-    _close(jax.vmap(fast, (None, 0))(q, fs), jax.vmap(dense, (None, 0))(q, fs))
+    _close(jax.vmap(fast, (None, 0))(q, fs), jax.jit(jax.vmap(dense, (None, 0)))(q, fs))
     # a vmap over the tangents' lanes by hand (jax.jacfwd's lanes, several at once)
     dqs = jnp.asarray(np.random.default_rng(9).normal(size=(3,) + q.shape))
     lanes = jax.vmap(lambda d: jax.jvp(fast, (q, f), (d, f))[1])(dqs)
-    _close(lanes, jax.vmap(lambda d: jax.jvp(dense, (q, f), (d, f))[1])(dqs))
+    _close(lanes, jax.jit(jax.vmap(lambda d: jax.jvp(dense, (q, f), (d, f))[1]))(dqs))
 
 
 def test_forward_mode_calls_and_the_reverse_mode_paths() -> None:

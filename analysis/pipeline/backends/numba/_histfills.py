@@ -3,7 +3,7 @@ probabilities to the histogram states.
 
 :func:`_fill_side` turns one shift side's walk into fill tasks (one per group of specs
 filled from one set of entries: a histogram, its channel templates and their weight
-variations), :func:`_paired` fuses the two sides of a shift, :func:`_run_fills` runs the
+variations), :func:`_run_fills` runs the
 tasks on threads (each fill its own sequential sum: no bit depends on the threads) and
 makes the states. Hard bins fill with
 :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`; soft bins (a histogram's
@@ -160,34 +160,6 @@ def fill_key(spec) -> tuple:
 
 def _nothing() -> None:
     """The ``finish`` of a fill task whose states another task of its histogram makes."""
-
-
-def _paired(one: list, two: list) -> list:
-    """The fill tasks of the two sides of a shift, each pair of the same histogram that
-    shares its entries' offsets, event weights and factors (an object field's shift
-    leaves them as they are) as one :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill_pair`
-    (each side's sums as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill` makes them)."""
-    out = []
-    for a, b in zip(one, two, strict=True):
-        if a[1] is not _numba_fill.fill or b[1] is not _numba_fill.fill:
-            out += [a, b]
-            continue
-        (ca, _, (off, x, p, ev, factors, weight, edges, sumw, sumw2), fa) = a
-        (cb, _, (off_b, x_b, p_b, ev_b, factors_b, weight_b, edges_b, sumw_b, sumw2_b), fb) = b
-        if (sumw.shape == sumw_b.shape and sumw.shape[2] == 4 and ev is ev_b
-                and factors is factors_b and weight is weight_b
-                and np.array_equal(edges, edges_b) and np.array_equal(off, off_b)):
-
-            def finish(fa=fa, fb=fb) -> None:
-                fa()
-                fb()
-
-            out.append((ca + cb, _numba_fill.fill_pair,
-                        (off, x, p, x_b, p_b, ev, factors, weight, edges, sumw, sumw2, sumw_b,
-                         sumw2_b), finish))
-        else:
-            out += [a, b]
-    return out
 
 
 def _fill_bins(bins: list, b0: int, b1: int) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from analysis.pipeline.backends.numba._chunkmemo import remember
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba._fasttables import _pass_table, _reduced, _tables, _targets
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_hist
@@ -130,37 +129,26 @@ def _walk_static(plan: Plan, regions: tuple[int, ...], caps: bytes, ld_keys: tup
     return tgt, mask, ld_c, ld_ls, ld_d
 
 
-def _order(memo: dict, ranked: dict, c: str, rank: str, side, off: np.ndarray, flat: dict,
-           src: tuple, blocks, threads) -> tuple[np.ndarray, Any]:
+def _order(ranked: dict, c: str, rank: str, side, off: np.ndarray, flat: dict, blocks,
+           threads) -> tuple[np.ndarray, Any]:
     """``(order, whose)``: collection ``c``'s objects by descending ``rank``
     (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.rank_order`) in the variant ``side`` (None:
     the nominal columns, else its shift ``(column, factor)``; ``flat``: its fields), and
     whose order that is: the nominal one (None) wherever it still holds (a shift by a
     positive factor keeps it in all but rare near-ties: the variant's own order is the
-    same array), else the variant's own (``side``). The orders of one pass over the
-    chunk are kept in ``ranked``; whether the nominal order holds for a variant (no
-    parameter changes it) in the chunk's ``memo``, with ``src``, the nominal counts and
-    ranking field it comes from (:func:`analysis.pipeline.backends.numba._chunkmemo.remember`:
-    a bool per variant, where the orders themselves would weigh as much as two of the
-    chunk's columns; the variant's order is sorted once per chunk to know)."""
-
-    def own():
-        out = np.empty(int(off[-1]), np.int64)
-        key = np.ascontiguousarray(flat[rank], np.float64)
-        _run_blocks(_numba_hist.rank_order, (off, key, out, blocks[0]), blocks[1], threads)
-        return out
-
-    if side is None:
-        if (c, rank) not in ranked:
-            ranked[c, rank] = own()
+    same array), else the variant's own (``side``). The nominal orders of one pass over
+    the chunk are kept in ``ranked``; a variant's is sorted at each pass to know (a few
+    objects per event: ~1 % of the systematics benchmark's pass, measured; keeping the
+    answer with the chunk's columns took 70 lines)."""
+    if side is None and (c, rank) in ranked:
         return ranked[c, rank], None
+    out = np.empty(int(off[-1]), np.int64)
+    key = np.ascontiguousarray(flat[rank], np.float64)
+    _run_blocks(_numba_hist.rank_order, (off, key, out, blocks[0]), blocks[1], threads)
+    if side is None:
+        ranked[c, rank] = out
+        return out, None
     nominal = ranked.get((c, rank))
-    mine: list = []  # the variant's order, where sorted to know whether the nominal holds
-
-    def holds() -> bool:
-        mine.append(own())
-        return bool(np.array_equal(mine[0], nominal))
-
-    if nominal is not None and remember(memo, ("holds", c, rank, side), src, holds):
+    if nominal is not None and np.array_equal(out, nominal):
         return nominal, None
-    return (mine[0] if mine else own()), side
+    return out, side

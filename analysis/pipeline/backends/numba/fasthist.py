@@ -37,11 +37,10 @@ import numpy as np
 
 from analysis.pipeline import hardcut, scorecols
 from analysis.pipeline.backends.numba import _fastleading, _histfills, _histmulti, fastkernel
-from analysis.pipeline.backends.numba._chunkmemo import chunk_memo
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
 from analysis.pipeline.backends.numba._fasttables import offsets
-from analysis.pipeline.backends.numba._histfills import _fill_side, _paired, _run_fills, fill_key
+from analysis.pipeline.backends.numba._histfills import _fill_side, _run_fills, fill_key
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
     _joint_tables,
@@ -72,8 +71,8 @@ WALK_BLOCK = 1024
 
 def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, trainable, threads,
           *, nominal: bool, moved: tuple[str, ...] | None = None, kept: dict | None = None,
-          ids: Iterator[int] | None = None, chunk: ChunkColumns | None = None,
-          sides: list | None = None, ranked: dict | None = None, observables: bool = False,
+          ids: Iterator[int] | None = None, sides: list | None = None,
+          ranked: dict | None = None, observables: bool = False,
           trace: Counter | None = None) -> list[dict]:
     """One walk for the histogram ``specs`` on each of ``variants`` (one, two or four
     shift sides: the columns of each; ``nominal``: with the selection, region 0, whatever
@@ -86,9 +85,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     offsets and flat fields. ``moved``, ``kept``: the columns a shift moves (its own, the
     scores of its inputs) and the chunk's cut probabilities of :func:`analysis.pipeline.backends.numba._fastpatterns.patterns_into` (the nominal
     walk's, made first); ``ids``: numbers the walks of one chunk (each its own output
-    buffers: they live until the fills); ``chunk``: the nominal columns (default the
-    first variant), in whose :func:`analysis.pipeline.backends.numba._chunkmemo.chunk_memo` is kept
-    whether a shift keeps the nominal walk order (:func:`_order`); ``sides``: per
+    buffers: they live until the fills); ``sides``: per
     variant None (the nominal columns) or its shift ``(column, factor)``; ``ranked``:
     the walk orders of this pass over the chunk (:func:`_order`), and under ``("index",
     collections, whose)`` the walk order they make. ``observables`` (the nominal walk of a
@@ -101,8 +98,6 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     ``trace``: counts each ``(side, region)`` walked."""
     kept = {} if kept is None else kept
     ranked = {} if ranked is None else ranked
-    chunk = variants[0] if chunk is None else chunk
-    memo = chunk_memo(chunk)
     sides = [None] * len(variants) if sides is None else sides
     ids = itertools.count() if ids is None else ids
     nl = len(trainable) + 1
@@ -115,7 +110,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         """The walks of ``variants[:cut]`` and of the rest (each split further if need be)."""
         return [w for part in (slice(0, cut), slice(cut, None))
                 for w in _walk(variants[part], plan, specs, theta, widths, trainable, threads,
-                               nominal=nominal, moved=moved, kept=kept, ids=ids, chunk=chunk,
+                               nominal=nominal, moved=moved, kept=kept, ids=ids,
                                sides=sides[part], ranked=ranked, trace=trace)]
 
     # event sums and candidate tuples read one variant's lanes (h = 0): shift sides walk
@@ -133,7 +128,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     tab = _memo(plan, ("static", regs), lambda: _joint_static(plan, regs))
     n_ev = int(variants[0].n_events)
     # the counts are the same arrays in every variant, the fields each variant's own
-    coff, base, flat, max_seq, counts_of = offsets(variants[0], tab.collections, plan.sets)
+    coff, base, flat, max_seq, _ = offsets(variants[0], tab.collections, plan.sets)
     flats = [flat] + [offsets(vc, tab.collections, plan.sets)[2] for vc in variants[1:]]
     n_tot = int(base[-1])
     setspec = {s.name: s for s in plan.sets.sets}
@@ -157,10 +152,8 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         for c in colls:
             ci = tab.collections.index(c)
             rank = next(setspec[s].rank_by for s, _ in ld_keys if setspec[s].collection == c)
-            nom = chunk.collections.get(c)
-            src = (counts_of[ci], None if nom is None else nom[1].get(rank))
-            orders[ci], w = _order(memo, ranked, c, rank, side, coff[ci], fl[c], src,
-                                   (rblock, rblocks), threads)
+            orders[ci], w = _order(ranked, c, rank, side, coff[ci], fl[c], (rblock, rblocks),
+                                   threads)
             whose.append((c, rank, w))
         ikey = ("index", tab.collections, tuple(whose))
         if ikey not in ranked or any(w is not None for *_, w in whose):
@@ -219,8 +212,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
                 for r in regions:
                     trace[side, r] += 1
         block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
-        live = _numba_hist.live_states(tgt, tab.n_pat, fs, dfs)
-        args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs, live,
+        args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
                 np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
                 np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
@@ -384,25 +376,21 @@ def evaluate_columns(
             cols, plan.shifts[job[0][0]].key)
         walks = _walk([c for _, c, _ in job], plan, specs, theta, widths, trainable, threads,
                       nominal=moved is None, moved=moved,
-                      kept=kept, ids=ids, chunk=cols, ranked=ranked, trace=trace,
+                      kept=kept, ids=ids, ranked=ranked, trace=trace,
                       observables=moved is None and bool(plan.observables),
                       sides=[None if sh is None else (plan.shifts[sh].key,
                                                       plan.shifts[sh].factor)
                              for sh, _, _ in job])
         if moved is None:
             nominal = walks[0]
-        fills_of: list[list] = []  # per side
         for wk in walks:
             for coll, n in wk["n_unc"].items():
                 if uncertain is not None:
                     uncertain[coll] = n.copy() if coll not in uncertain else np.maximum(
                         uncertain[coll], n)
         for (shift, c, fills), wk in zip(job, walks, strict=True):
-            fills_of.append([])
             _fill_side(plan, shift, c, fills, wk, theta, widths, trainable, evs, value, jac,
-                       fills_of[-1], threads, yields)
-        for i in range(0, len(fills_of), 2):  # the two sides of a shift: fills in pairs
-            tasks += _paired(*fills_of[i: i + 2]) if i + 1 < len(fills_of) else fills_of[i]
+                       tasks, threads, yields)
     _run_fills(tasks, threads)
     ov: dict = {}
     oj: dict = {}

@@ -250,11 +250,11 @@ def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
 
 
 def test_a_chunk_evaluated_again_after_its_arrays_were_replaced(monkeypatch):
-    """Whether a shift keeps the walk order is kept with the chunk's columns between
-    passes (:mod:`analysis.pipeline.backends.numba._chunkmemo`); replacing the ranking field with one
-    whose near-ties a 0.97 side breaks finds it again (the sides of that shift walk
-    apart), and a replaced weight branch is read: the JAX kernel's result on the new
-    arrays."""
+    """Whether a shift keeps the walk order is found at each pass
+    (:func:`analysis.pipeline.backends.numba._histtables._order`); replacing the ranking
+    field with one whose near-ties a 0.97 side breaks finds it again (the sides of that
+    shift walk apart), and a replaced weight branch is read: the JAX kernel's result on
+    the new arrays."""
     plan, theta, widths = setup()
     cols = columns(300, plan, seed=8)
     sizes = walk_sizes(monkeypatch)
@@ -381,36 +381,3 @@ def test_numba_histograms_against_enumeration() -> None:
                                    err_msg=name)
         np.testing.assert_allclose(np.asarray(h.sumw2_flow), sumw2, rtol=1e-10, atol=1e-6,
                                    err_msg=name)
-
-
-def test_states_a_region_cannot_pass_from_are_skipped_bit_for_bit(monkeypatch):
-    # The walk skips, per region, the count states from which it cannot pass
-    # (_numba_hist.live_states: channel b1's bjets == 1 from two b-jets on); with every
-    # state live it runs the loops over every reachable state: the same bits, with events
-    # of a NaN jet pT (they run on every state, and the block's later events must not
-    # read what they left) among the others, one thread (one block order).
-    plan, theta, widths = setup()
-    cols = columns(2500, plan, seed=5)
-    counts, flat = cols.collections["Jet"]
-    pt = flat["pt"].copy()
-    pt[[2, 40, 1700]] = np.nan
-    cols.collections["Jet"] = (counts, {**flat, "pt": pt})
-    real = fasthist._numba_hist.live_states
-    dead = []
-
-    def recorded(tgt, n_pat, fs, dfs):
-        live = real(tgt, n_pat, fs, dfs)
-        dead.append(int((~live).sum()))
-        return live
-
-    monkeypatch.setattr(fasthist._numba_hist, "live_states", recorded)
-    pruned = chunk_state(cols, plan, theta, widths, backend="numba", threads=1)
-    assert max(dead) > 0  # some states were skipped
-    monkeypatch.setattr(fasthist._numba_hist, "live_states",
-                        lambda tgt, n_pat, fs, dfs: np.ones(fs.shape, np.bool_))
-    full = chunk_state(cols, plan, theta, widths, backend="numba", threads=1)
-    leaves = jax.tree_util.tree_leaves((full.derived.value, full.derived.jac))
-    assert any(np.isnan(np.asarray(x)).any() for x in leaves)  # the NaN events count
-    for a, b in zip(leaves, jax.tree_util.tree_leaves((pruned.derived.value,
-                                                       pruned.derived.jac)), strict=True):
-        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)

@@ -13,8 +13,10 @@ import jax
 import numpy as np
 import pytest
 
+from analysis.pipeline.backend import run_once
 from analysis.pipeline.backends.jax import reverse as jax_reverse
 from analysis.pipeline.backends.numba import _revhistsums, fastreverse
+from analysis.pipeline.request import Request
 from analysis.stats.pullback import pulled_sum
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_hists import (
@@ -92,24 +94,51 @@ def test_event_sum_histograms_equal_the_jax_sweep(name: str) -> None:
 def test_each_event_sum_histogram_alone(only: str) -> None:
     """One event sum's histogram read at a time (a template in a channel region: with
     its shift sides and weight variations), nothing else: the numba pullback equals the
-    JAX sweep."""
+    JAX sweep and central differences of numba value passes."""
     plan, theta, widths, cols = setup(sums_config(), "nano_tt_v12.root")
     payload = hists_payload(cols, plan, theta, widths, seed=1, only=only)
     assert numba_refusal(plan, 0, theta, pullback=payload) is None
-    _, ref = same_as_jax(cols, plan, theta, widths, payload)
+    got, ref = same_as_jax(cols, plan, theta, widths, payload)
     assert np.abs(np.asarray(ref.derived.grad)).max() > 1e-6
+    numba_differences(cols, plan, theta, widths, payload, np.asarray(got.derived.grad))
+
+
+def numba_differences(cols, plan, theta, widths, payload, g: np.ndarray) -> None:
+    """The gradient ``g`` against central differences of the pulled sum of numba value
+    passes (no JAX compile: an independent reference cheap enough for the default suite)
+    along a random direction and the trainable count threshold ``n_min``."""
+    n_states = len(payload)
+    names = plan.trainable_names
+    idx = np.asarray(plan.trainable)
+
+    def loss(step: np.ndarray) -> float:
+        req = Request(theta + step, widths, order=0, pullback=[None] * n_states)
+        return float(pulled_sum(run_once(cols, plan, req, backend="numba").derived.value,
+                                payload))
+
+    v = np.random.default_rng(5).normal(size=len(names))
+    e = np.zeros(len(names))
+    e[names.index("n_min")] = 1.0
+    for d in (v / np.linalg.norm(v), e):
+        step = np.zeros_like(theta)
+        step[idx] = 1e-5 * d
+        want = (loss(step) - loss(-step)) / 2e-5
+        np.testing.assert_allclose(g @ d, want, rtol=1e-6, atol=1e-8 * np.abs(g).max())
 
 
 def test_hard_widths_tiny_chunks_threads_and_one_tangent_a_pass(monkeypatch) -> None:
     """Every width 0 and chunks of 0, 1 and 3 events: the numba pullback equals the JAX
-    sweep; 1 and 3 threads give the same bits; one tangent a pass (many more passes)
-    the same gradient (1e-12)."""
+    sweep; 1 and 3 threads (blocks of 16 events) give the same bits; the forward
+    tangents for every event (hard bins too: not the backward sweep), one tangent a pass
+    (many more passes), the same gradient (1e-12)."""
     plan, theta, widths, cols = setup(sums_config(), "nano_tt_v12.root")
     payload = [e if n.startswith(("templates.htc", "histograms.")) else None
                for n, e in zip(state_paths(plan), hists_payload(cols, plan, theta, widths,
                                                                 seed=2), strict=True)]
+    monkeypatch.setattr(_revhistsums, "BLOCK", 16)
     one = threads_and_tiny_chunks(cols, plan, theta, widths, payload,
                                   spans=((0, 0), (3, 4), (5, 8)))
+    monkeypatch.setattr(_revhistsums, "_adjoint", lambda fwd, cev, *_: np.arange(cev.shape[0]))
     monkeypatch.setattr(_revhistsums, "TANGENTS", 1)
     single = np.asarray(fastreverse.chunk_pullback(cols, plan, theta, widths, payload).derived.grad)
     g = np.asarray(one.derived.grad)

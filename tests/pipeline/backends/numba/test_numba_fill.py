@@ -8,7 +8,7 @@
   less, inclusive, ``abs``, width 0, NaN values, a nested set and an unreachable
   pattern, trainable thresholds, a shift's fixed cuts first; any split into blocks
   gives the same bits.
-- :func:`fill` and :func:`fill_pair` against numpy (``searchsorted`` right, ``add.at``
+- :func:`fill` against numpy (``searchsorted`` right, ``add.at``
   in entry order, the product rule written out), 4 and 8 lanes, NaN and infinite
   values, entries of probability 0 at 0, empty events.
 """
@@ -234,22 +234,6 @@ def test_fill_is_numpy(lanes):
     np.testing.assert_array_equal(sumw, ref[0])
     np.testing.assert_array_equal(sumw2, ref[1])
     assert (sumw[:, :, 0] != 0).all()  # every bin, underflow and overflow, filled
-
-
-def test_fill_pair_is_numpy_for_each_side():
-    """The two sides of a shift in one loop: each side's sums those of its own entries
-    (values and probabilities) with the shared offsets, event weights and factors."""
-    off, x, p, ev, factors, weight, edges = fill_inputs(4, 11)
-    rng = np.random.default_rng(12)
-    x_hi = x * 1.03  # the same offsets, other entries (some in other bins)
-    p_hi = p[rng.permutation(len(p))]
-    sums = [np.zeros((3, len(edges) + 1, 4)) for _ in range(4)]
-    args = (off, x, p, x_hi, p_hi, ev, factors, weight, edges, *sums)
-    _numba_dp.vectorised(_numba_fill.fill_pair, args)(*args)  # as fasthist._run_fills
-    for (xs, ps), (sw, sw2) in zip([(x, p), (x_hi, p_hi)], [sums[:2], sums[2:]], strict=True):
-        ref = reference_fill(off, xs, ps, ev, factors, weight, edges, 4)
-        np.testing.assert_array_equal(sw, ref[0])
-        np.testing.assert_array_equal(sw2, ref[1])
 
 
 def test_a_pair_with_more_than_3_tangents_is_refused():

@@ -57,7 +57,6 @@ import numpy as np
 from analysis.pipeline.backends.numba.kernels._numba_esum_fill import bin_totals, fill_bins
 from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
     _add4,
-    _bin,
     _dense,
     _dot4,
     _fewest,
@@ -70,6 +69,7 @@ from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
     _subsets_w,
     _times,
 )
+from analysis.pipeline.backends.numba.kernels._numba_softbins import hard_bin
 from analysis.select.lanes.arith import LANES
 from analysis.select.lanes.policy import njit
 from analysis.select.lanes.steps import weight
@@ -328,14 +328,14 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 # W <F_A, GT>, GT[k] = sum over its in patterns p of pi_p f[tgt(p, k)]
                 for a in range(m):
                     w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                    _add4(o, _bin(edges, XA[a]), _times(_times(w, q), _dot4(SA[a], LA[a], NA[a],
-                                                                            G0, states)))
+                    _add4(o, hard_bin(edges, XA[a]),
+                          _times(_times(w, q), _dot4(SA[a], LA[a], NA[a], G0, states)))
                 _pull4(GT, G0, tgt, cs, n_pat, pv_all, pd_all, g, states, w_in, has)
                 G, v = GT, vals[g - base[cs]]
             for a in range(m):
                 w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                _add4(o, _bin(edges, XA[a] + v), _times(w, _dot4(SA[a], LA[a], NA[a], G,
-                                                                 states)))
+                _add4(o, hard_bin(edges, XA[a] + v),
+                      _times(w, _dot4(SA[a], LA[a], NA[a], G, states)))
             continue
         na = n // 2
         nbeta = 1 << (n - na)

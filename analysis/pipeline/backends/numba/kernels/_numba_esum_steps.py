@@ -3,7 +3,7 @@ on the count-state walk's steps (:mod:`~analysis.select.lanes.steps`):
 an object's step of a count distribution over its live states, the enumeration of every
 subset of the uncertain objects (with scalar weights where the out patterns move no
 count; over every state and lane: the meet in the middle's halves of both event-sum
-kernels, :func:`_halves`), an object's value functions, and the per-event checks (an event's bin, the
+kernels, :func:`_halves`), an object's value functions, and the per-event checks (the
 fewest objects that can pass, whether every probability is a number).
 
 Four lanes (value and at most 3 tangents: the tangents ``_d4`` as 4 numbers, and a
@@ -225,18 +225,6 @@ def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs
             W[a + m, 0], W[a + m, 1], W[a + m, 2], W[a + m, 3] = w
             W[a, 0], W[a, 1], W[a, 2], W[a, 3] = _times(w, q)
         m *= 2
-
-
-@inline
-def _bin(edges, x):
-    """Bin of ``x``: the number of edges ``<= x`` (NaN: the overflow)."""
-    n_edges = edges.shape[0]
-    if x != x:
-        return n_edges
-    b = 0
-    for k in range(n_edges):
-        b += edges[k] <= x
-    return b
 
 
 @inline

@@ -6,17 +6,15 @@ threads changes a bit:
 
 - :func:`cut_patterns`: the objects' soft cuts and pattern probabilities, the
   arithmetic of :func:`analysis.select.lanes.cuts.cut_times` followed by
-  :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns` (the same operations in the same
-  order: the same floats) fused into one loop over blocks of objects, written straight
+  the pattern products (``pi_p = prod_s (q_s or 1 - q_s)`` over the sets in set order;
+  ``reference_patterns`` of ``tests/pipeline/backends/numba/test_numba_fill.py``, numpy) fused into one loop over blocks of objects, written straight
   into the walk's layout (``pv_all[g, p, :]``, ``pd_all[g, p, :]``), for one variant;
   :func:`cut_patterns_pair` for the two sides of a shift at once (the cuts it does not
   move once, then each side's moved cuts).
 - :func:`fill`: the histogram sums of one set of entries for several weight variations,
   over the lanes that carry the value and the tangents only (``sumw.shape[2]``: 4 or 8;
   the other lanes of the walk are zero). One call per histogram group; the calls run
-  side by side on threads, each a sequential sum in entry order. :func:`fill_pair`:
-  the two sides of a shift that share the entries' offsets and weights, in one loop;
-  :func:`fill_soft`: soft bins, each entry spread over the bins with the trainable
+  side by side on threads, each a sequential sum in entry order; :func:`fill_soft`: soft bins, each entry spread over the bins with the trainable
   edges' tangents (the bins of an entry, hard and soft:
   :mod:`analysis.pipeline.backends.numba.kernels._numba_softbins`).
 
@@ -36,7 +34,7 @@ from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabi
 from analysis.select.lanes.cuts import inverse_width, soft_slope
 from analysis.select.lanes.policy import inline, njit
 
-__all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_pair", "fill_soft"]
+__all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_soft"]
 
 
 # Objects per sub-block: the cuts run cut by cut over a sub-block (their parameters
@@ -147,8 +145,8 @@ def cut_patterns(cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, 
     index ``g0 + j``) for one variant: own set probabilities from 1 times the cuts
     ``r_*`` (a shift's cuts that it does not move, their probabilities those of the
     nominal columns: none for the nominal variant) and then the cuts ``c_*`` (on the
-    variant's columns ``cols``), then the pattern probabilities (``codes[p, ls]`` as
-    :func:`analysis.pipeline.backends.numba.kernels._numba_dp.patterns`) into ``pv_all[g, p, 0]`` and ``[1]``
+    variant's columns ``cols``), then the pattern probabilities (``codes[p, ls]``, the
+    products in set order) into ``pv_all[g, p, 0]`` and ``[1]``
     (the same) and their tangents into ``pd_all[g, p]`` (all lanes; the layout of
     :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`)."""
     _cut_patterns(cols, cols, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls, r_col, r_w, r_gt,
@@ -189,127 +187,96 @@ def cut_patterns_pair(cols, cols_hi, c_ls, c_col, c_w, c_gt, c_par, r_cols, r_ls
 
 
 @inline
-def _sums_in(sumw, sumw2):
-    """``(V, B, 8)``: ``sumw[v, b, :4]`` in lanes 0-3 and ``sumw2[v, b, :4]`` in lanes
-    4-7, the running sums of a 4-lane fill (:func:`_add8`, :func:`_sums_out`): one row
-    per variation and bin in an array of the loop's own, which no other array can
-    alias, so that LLVM keeps the loads and stores of an entry's 8 sums together
-    (with ``sumw`` and ``sumw2`` updated in place, ``fill`` took 0.82 ms for 75k entries
-    and one variation against 0.61, 2.5 against 1.3 for nine). The same additions in the
-    same order: the same floats."""
+def _lanes_of(p, i, ev, e, w, n_l):
+    """Entry ``i``'s weight lanes ``w = p[i, 0] ev[e] + ev[e, 0] p[i]`` (the product
+    rule; lane 0 ``ev p`` twice: halved) over ``n_l`` lanes."""
+    p0, ev0 = p[i, 0], ev[e, 0]
+    w[0] = (p0 * ev0 + ev0 * p[i, 0]) * 0.5
+    for r in range(1, n_l):
+        w[r] = p0 * ev[e, r] + ev0 * p[i, r]
+
+
+@inline
+def _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, n_l):
+    """The loop of :func:`fill` over ``n_l`` lanes (a constant after inlining: 4 or
+    ``LANES``), the running sums ``sumw[v, b]`` and ``sumw2[v, b]`` side by side in an
+    array of the loop's own, which no other array can alias, so that LLVM keeps an
+    entry's loads and stores together (with ``sumw`` and ``sumw2`` updated in place,
+    a 4-lane fill took 0.82 ms for 75k entries and one variation against 0.61, 2.5
+    against 1.3 for nine); each event's factors ``f`` and ``f^2 weight[e]`` made once.
+    The same additions in the same order: the same floats."""
     n_v, n_b = sumw.shape[0], sumw.shape[1]
-    acc = np.empty((n_v, n_b, 8))
+    acc = np.empty((n_v, n_b, 2 * n_l))
     for v in range(n_v):
         for b in range(n_b):
-            for r in range(4):
+            for r in range(n_l):
                 acc[v, b, r] = sumw[v, b, r]
-                acc[v, b, 4 + r] = sumw2[v, b, r]
-    return acc
-
-
-@inline
-def _sums_out(acc, sumw, sumw2):
-    """:func:`_sums_in` undone: lanes 0-3 of ``acc`` into ``sumw``, 4-7 into ``sumw2``."""
-    for v in range(acc.shape[0]):
-        for b in range(acc.shape[1]):
-            for r in range(4):
-                sumw[v, b, r] = acc[v, b, r]
-                sumw2[v, b, r] = acc[v, b, 4 + r]
-
-
-@inline
-def _add8(acc, v, b, f, f2, w0, w1, w2, w3):
-    """``sumw[v, b] += f w`` and ``sumw2[v, b] += f2 w`` over 4 lanes in the running
-    sums ``acc`` of :func:`_sums_in`, every load before the first store (as
-    :func:`analysis.select.lanes.arith.axpy`)."""
-    a = acc[v, b]
-    a0, a1, a2, a3, a4, a5, a6, a7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    a[0], a[1], a[2], a[3] = a0 + f * w0, a1 + f * w1, a2 + f * w2, a3 + f * w3
-    a[4], a[5], a[6], a[7] = a4 + f2 * w0, a5 + f2 * w1, a6 + f2 * w2, a7 + f2 * w3
-
-
-@inline
-def _lanes4(p, i, ev0, ev1, ev2, ev3):
-    """Entry ``i``'s weight lanes ``w = p[i, 0] ev + ev0 p[i]`` (the product rule; lane
-    0 ``ev p`` twice: halved) over 4 lanes, as :func:`fill` makes them."""
-    p0 = p[i, 0]
-    return ((p0 * ev0 + ev0 * p[i, 0]) * 0.5, p0 * ev1 + ev0 * p[i, 1], p0 * ev2 + ev0 * p[i, 2],
-            p0 * ev3 + ev0 * p[i, 3])
-
-
-@inline
-def _fill4(off, x, p, x_hi, p_hi, ev, factors, weight, edges, acc, acc_hi, two):
-    """:func:`fill` over 4 lanes into the running sums ``acc`` (:func:`_sums_in`), and
-    with ``two`` (a constant after inlining: :func:`fill_pair`) the entries ``x_hi``,
-    ``p_hi`` into ``acc_hi`` in the same loop: the same operations in the same order,
-    the lanes in registers (both sides': a view picked by a branch per entry cost ~25%),
-    each event's factors ``f`` and ``f^2 weight[e]`` made once (``fe``, ``f2e``) instead
-    of once per entry."""
-    n_v = factors.shape[0]
+                acc[v, b, n_l + r] = sumw2[v, b, r]
+    w = np.empty(n_l)
     fe = np.empty(n_v)
     f2e = np.empty(n_v)
     for e in range(off.shape[0] - 1):
-        lo, hi = off[e], off[e + 1]
-        if lo == hi:
+        if off[e] == off[e + 1]:
             continue
-        ev0, ev1, ev2, ev3 = ev[e, 0], ev[e, 1], ev[e, 2], ev[e, 3]
-        we = weight[e]
         for v in range(n_v):
             f = factors[v, e]
             fe[v] = f
-            f2e[v] = f * f * we
-        for i in range(lo, hi):
-            w0, w1, w2, w3 = _lanes4(p, i, ev0, ev1, ev2, ev3)
-            b = hard_bin(edges, x[i] if w0 != 0.0 else 0.0)
-            u0 = u1 = u2 = u3 = 0.0
-            b_hi = 0
-            if two:
-                u0, u1, u2, u3 = _lanes4(p_hi, i, ev0, ev1, ev2, ev3)
-                b_hi = hard_bin(edges, x_hi[i] if u0 != 0.0 else 0.0)
+            f2e[v] = f * f * weight[e]
+        for i in range(off[e], off[e + 1]):
+            _lanes_of(p, i, ev, e, w, n_l)
+            # an entry of probability 0 at x = 0: its value may be garbage (as the JAX kernel's)
+            b = hard_bin(edges, x[i] if w[0] != 0.0 else 0.0)
             for v in range(n_v):
-                _add8(acc, v, b, fe[v], f2e[v], w0, w1, w2, w3)
-                if two:
-                    _add8(acc_hi, v, b_hi, fe[v], f2e[v], u0, u1, u2, u3)
+                a = acc[v, b]
+                f, f2 = fe[v], f2e[v]
+                for r in range(n_l):
+                    a[r] += f * w[r]
+                    a[n_l + r] += f2 * w[r]
+    for v in range(n_v):
+        for b in range(n_b):
+            for r in range(n_l):
+                sumw[v, b, r] = acc[v, b, r]
+                sumw2[v, b, r] = acc[v, b, n_l + r]
 
 
-@inline
-def _fill_lanes(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2, soft):
-    """The loop of :func:`fill` over all ``LANES`` lanes and of :func:`fill_soft` over
-    ``sumw.shape[2]`` (``soft`` a constant after inlining: each kernel compiles only its
-    own branches): per entry its weight lanes ``w = p[i, 0] ev[e] + ev[e, 0] p[i]`` (the
-    product rule; lane 0 ``ev p`` twice: halved) and its bins (an entry of probability 0
-    at ``x = 0``: its value may be garbage, as the JAX kernel's), then per variation its
-    hard bin's sums, or its soft bins' and the trainable edges' tangents."""
-    n_l = sumw.shape[2] if soft else LANES
+@njit
+def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
+    """Histogram sums of the entries of event ``e``, ``off[e]:off[e + 1]`` (values
+    ``x[i]``, probability lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times
+    each variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] +=
+    f^2 weight[e] w`` with ``w = ev[e] p[i]`` (the product rule in lanes), over the
+    first ``sumw.shape[2]`` lanes (4 or 8: the value and the tangents), ``b`` the hard
+    bin (:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.hard_bin`; an
+    entry of probability 0 at ``x = 0``). Entries in order: one sequential sum per bin
+    and variation."""
+    if sumw.shape[2] <= 4:  # the value and at most 3 tangents
+        _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, 4)
+    else:
+        _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, LANES)
+
+
+@njit
+def fill_soft(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
+    """:func:`fill` with each entry spread over the bins at the soft bins' width ``width
+    > 0`` (:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`):
+    ``sumw[v, b] += f (w q_b + w_0 dq_b)``, ``sumw2[v, b] += f^2 weight[e] (w q_b + w_0
+    dq_b)``, ``dq_b`` the derivative in the lane of each trainable edge (``elane[j]``:
+    its lane, below 1 a fixed edge), over the first ``sumw.shape[2]`` lanes."""
+    n_l = sumw.shape[2]
     n_b = sumw.shape[1]
     n_e = edges.shape[0]
     w = np.empty(n_l)
     q = np.empty(n_b)
     ds = np.empty(n_e)
     for e in range(off.shape[0] - 1):
-        ev0 = ev[e, 0]
         we = weight[e]
         for i in range(off[e], off[e + 1]):
-            p0 = p[i, 0]
-            w[0] = (p0 * ev[e, 0] + ev0 * p[i, 0]) * 0.5
-            for r in range(1, n_l):
-                w[r] = p0 * ev[e, r] + ev0 * p[i, r]
-            xi = x[i] if w[0] != 0.0 else 0.0
-            b = 0
-            moves = False  # whether the trainable edges move the entry's bins
-            if soft:
-                moves = bin_probabilities(edges, xi, width, q, ds)
-            else:
-                b = hard_bin(edges, xi)
+            _lanes_of(p, i, ev, e, w, n_l)
+            # whether the trainable edges move the entry's bins
+            moves = bin_probabilities(edges, x[i] if w[0] != 0.0 else 0.0, width, q, ds)
             for v in range(factors.shape[0]):
                 f = factors[v, e]
                 f2 = f * f * we
-                if not soft:
-                    o, o2 = sumw[v, b], sumw2[v, b]
-                    for r in range(n_l):
-                        o[r] += f * w[r]
-                        o2[r] += f2 * w[r]
-                    continue
                 for b in range(n_b):
                     qb = q[b]
                     o, o2 = sumw[v, b], sumw2[v, b]
@@ -327,48 +294,3 @@ def _fill_lanes(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2
                     sumw2[v, j, r] += f2 * d
                     sumw[v, j + 1, r] -= f * d
                     sumw2[v, j + 1, r] -= f2 * d
-
-
-@njit
-def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
-    """Histogram sums of the entries of event ``e``, ``off[e]:off[e + 1]`` (values
-    ``x[i]``, probability lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times
-    each variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] +=
-    f^2 weight[e] w`` with ``w = ev[e] p[i]`` (the product rule in lanes), over the
-    first ``sumw.shape[2]`` lanes (4 or 8: the value and the tangents), ``b`` the hard
-    bin (:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.hard_bin`; an
-    entry of probability 0 at ``x = 0``). Entries in order: one sequential sum per bin
-    and variation."""
-    if sumw.shape[2] <= 4:  # the value and at most 3 tangents
-        acc = _sums_in(sumw, sumw2)
-        _fill4(off, x, p, x, p, ev, factors, weight, edges, acc, acc, False)
-        _sums_out(acc, sumw, sumw2)
-        return
-    _fill_lanes(off, x, p, ev, factors, weight, edges, 0.0, np.zeros(0, np.int64), sumw,
-                sumw2, False)
-
-
-@njit
-def fill_soft(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
-    """:func:`fill` with each entry spread over the bins at the soft bins' width ``width
-    > 0`` (:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`):
-    ``sumw[v, b] += f (w q_b + w_0 dq_b)``, ``sumw2[v, b] += f^2 weight[e] (w q_b + w_0
-    dq_b)``, ``dq_b`` the derivative in the lane of each trainable edge (``elane[j]``:
-    its lane, below 1 a fixed edge), over the first ``sumw.shape[2]`` lanes."""
-    _fill_lanes(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2, True)
-
-
-@njit
-def fill_pair(off, x, p, x_hi, p_hi, ev, factors, weight, edges, sumw, sumw2, sumw_hi,
-              sumw2_hi):
-    """:func:`fill` of two sets of entries with the same offsets, event weights and
-    factors (the two sides of a shift: their own values ``x``, ``x_hi`` and probability
-    lanes ``p``, ``p_hi``, into ``sumw``, ``sumw2`` and ``sumw_hi``, ``sumw2_hi``), over 4
-    lanes: each side's sums are :func:`fill`'s, the same operations in the same order;
-    the loop over the events and their weights runs once for both (the sums of each
-    side in the loop's own array, :func:`_sums_in`)."""
-    acc = _sums_in(sumw, sumw2)
-    acc_hi = _sums_in(sumw_hi, sumw2_hi)
-    _fill4(off, x, p, x_hi, p_hi, ev, factors, weight, edges, acc, acc_hi, True)
-    _sums_out(acc, sumw, sumw2)
-    _sums_out(acc_hi, sumw_hi, sumw2_hi)

@@ -47,7 +47,6 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels.lane_layouts import (
-    any_lane,
     coefficients,
     first_page,
     lane_shape,
@@ -66,7 +65,7 @@ from analysis.select.lanes.steps import (
 )
 
 __all__ = [
-    "leading_support", "live_states", "rank_order", "store", "store_sides", "walk",
+    "leading_support", "rank_order", "store", "store_sides", "walk",
 ]
 
 
@@ -124,33 +123,6 @@ def rank_order(off, key, out, block, b0, b1):
 
 
 @inline
-def _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz):
-    """``nz[j, p]``: whether object ``j``'s pattern ``p`` can add anything (its
-    probability or a tangent nonzero, in either variant). A pattern of probability 0 with
-    zero tangents (most of them at width 0) adds exact zeros to every sum, so the walk
-    skips it, but only in an event whose probabilities are all numbers (a NaN makes its
-    sums NaN, zeros times NaN included, as the full loops do)."""
-    finite = True
-    n_var = pv_all.shape[2]
-    for j in range(n):
-        for p in range(n_pat[seq_c[j]]):
-            for v in range(n_var):
-                x = pv_all[seq_g[j], p, v]
-                if x != x:
-                    finite = False
-    for j in range(n):
-        g = seq_g[j]
-        for p in range(n_pat[seq_c[j]]):
-            zero = finite
-            for v in range(n_var):
-                zero = zero and pv_all[g, p, v] == 0.0
-            if zero and any_lane(pd_all[g, p]):
-                zero = False
-            nz[j, p] = not zero
-    return finite
-
-
-@inline
 def _within(states, ns, keep, out):
     """``out[:m]``: the states of ``states[:ns]`` where ``keep`` is true, in their order;
     returns ``m``."""
@@ -183,7 +155,7 @@ def _reach(tgt, c, n_pat, rs, nr, j, mark):
 
 @njit
 def walk(
-    coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs, live,
+    coff, base, rankidx, pv_all, pd_all, h, pat, n_pat, tgt, fs, dfs,
     ow_r, ow_c, ow_ls, ld_c, ld_ls, ld_d, lw_r, lw_l, ld_mask, sum_x, sum_has, binom, max_seq,
     max_d, block, pe, ow, lw, sa, b0, b1,
 ):
@@ -193,8 +165,7 @@ def walk(
     (the same twice for one), ``pd_all`` ``(N, P, LANES)`` their tangents (value lanes 0
     and ``h`` zero); ``h``: the second variant's value lane (4), or 0 for one variant;
     ``fs``/``dfs``: ``(R, S)`` pass tables and ``(R, S, LANES)`` tangents (value lanes
-    zero); ``live[r, k]``: whether ``G^r`` can be nonzero at state ``k``
-    (:func:`live_states`). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
+    zero). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
     in collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
     ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``, ``ld_mask[l, t, k]``
     the states ``L[t]`` can hold (:func:`leading_support`); leading slots ``o``:
@@ -214,13 +185,10 @@ def walk(
     ``F_j``, ``L_j``: ``F_n`` would be read by nobody).
     Every loop over states runs over the states reachable after the objects so far
     (``rs[j]``: ``F_j``, ``L_j`` are zero elsewhere, and ``G_j`` is read nowhere else),
-    those of ``L[t]`` also within ``ld_mask``, those of ``G^r`` also within ``live[r]``
-    (the states from which region ``r`` cannot pass: ``G^r`` is zero there, at every
-    step, for finite inputs; an event with a NaN probability runs on every reachable
-    state, as the loops over every state, and its buffers are cleared after it): the
-    terms left out are exact zeros
+    those of ``L[t]`` also within ``ld_mask``: the terms left out are exact zeros
     (``+0.0``, added to sums that start at ``+0.0``), so the floats are those of the
-    loops over every state."""
+    loops over every state. (Skipping also, per region, the reachable states it cannot
+    pass from saved no measurable time on the AGC systematics pass: 40 lines.)"""
     n_ev = pe.shape[2]
     n_coll = coff.shape[0]
     n_reg, n_states = fs.shape
@@ -235,17 +203,13 @@ def walk(
         rs = np.empty((max_seq + 1, n_states), np.int64)
         nr = np.empty(max_seq + 1, np.int64)
         mark = np.empty(n_states, np.bool_)
-        nz = np.empty((max_seq, pat.shape[1]), np.bool_)
         # lane vectors of LANES, or (2, LANES) in the paged layout (constants: LLVM
         # folds the strides; pd_all's shape would leave them to be read at run time)
         lv = lane_shape(pd_all)
         F = np.zeros((max_seq + 1 if n_ow else 1, n_states) + lv)
         L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states) + lv)
-        # G^r at a state outside live[r] is never written: +0.0 from here on
         G = np.zeros((n_reg, n_states) + lv)
         Gn = np.zeros((n_reg, n_states) + lv)
-        rq = np.empty((n_reg, max_seq + 1, n_states), np.int64)
-        nq = np.empty((n_reg, max_seq + 1), np.int64)
         rl = np.empty((max(n_ld, 1), max_d + 1, max_seq + 1, n_states), np.int64)
         nl = np.empty((max(n_ld, 1), max_d + 1, max_seq + 1), np.int64)
         inner = np.empty(lv)
@@ -259,16 +223,12 @@ def walk(
             n = sequence(coff, base, e, seq_c, seq_g)
             for j in range(n):  # each collection in its walk order
                 seq_g[j] = rankidx[seq_g[j]]
-            finite = _nonzero(pv_all, pd_all, seq_c, seq_g, n, n_pat, nz)
             if n_coll > 1 or e == b * block:  # one collection: the same states for all
                 rs[0, 0] = 0
                 nr[0] = 1
                 for j in range(n if n_coll > 1 else max_seq):
                     _reach(tgt, seq_c[j] if n_coll > 1 else 0, n_pat, rs, nr, j, mark)
-                for q in range(n_reg):  # the reachable states where G^q can be nonzero
-                    for j in range((n if n_coll > 1 else max_seq) + 1):
-                        nq[q, j] = _within(rs[j], nr[j], live[q], rq[q, j])
-                for lt in range(n_ld):  # ... where L[lt, t] can be nonzero
+                for lt in range(n_ld):  # the reachable states where L[lt, t] can be nonzero
                     for m in range(ld_d[lt] + 1):
                         for j in range((n if n_coll > 1 else max_seq) + 1):
                             nl[lt, m, j] = _within(rs[j], nr[j], ld_mask[lt, m], rl[lt, m, j])
@@ -279,10 +239,9 @@ def walk(
                     g = seq_g[j]
                     clear(F[j + 1], rs[j + 1], nr[j + 1])
                     for p in range(n_pat[c]):
-                        if nz[j, p]:
-                            a, a_hi = coefficients(pv_all, pd_all, g, p)
-                            forward(F[j + 1], F[j], a, a_hi, pd_all[g, p], tgt[c, p], rs[j],
-                                    nr[j], h, mark, False)
+                        a, a_hi = coefficients(pv_all, pd_all, g, p)
+                        forward(F[j + 1], F[j], a, a_hi, pd_all[g, p], tgt[c, p], rs[j], nr[j],
+                                h, mark, False)
             for lt in range(n_ld):
                 dmax = ld_d[lt]
                 for m in range(dmax + 1):
@@ -294,17 +253,14 @@ def walk(
                     for m in range(dmax + 1):
                         clear(L[lt, j + 1, m], rl[lt, m, j + 1], nl[lt, m, j + 1])
                     for p in range(n_pat[c]):
-                        if not nz[j, p]:
-                            continue
                         step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
                         a, a_hi = coefficients(pv_all, pd_all, g, p)
                         for m in range(dmax + 1 - step):
                             forward(L[lt, j + 1, m + step], L[lt, j, m], a, a_hi, pd_all[g, p],
                                     tgt[c, p], rl[lt, m, j], nl[lt, m, j], h, mark, False)
             for q in range(n_reg):
-                gs, ng = (rq[q, n], nq[q, n]) if finite else (rs[n], nr[n])
-                for i in range(ng):
-                    k = gs[i]
+                for i in range(nr[n]):
+                    k = rs[n, i]
                     table_pair(G[q], k, fs[q, k], dfs[q, k], h)
             for o in range(n_sums):
                 for i in range(nr[n]):
@@ -330,7 +286,7 @@ def walk(
                         ks, nk = rl[lt, dm, j], nl[lt, dm, j]
                     acc[:] = 0.0
                     for p in range(n_pat[c]):
-                        if pat[c, p, ls] != 1 or not nz[j, p]:
+                        if pat[c, p, ls] != 1:
                             continue
                         weight(inner, Fj, G[q], tgt[c, p], ks, nk, h, mark, False)
                         a, a_hi = coefficients(pv_all, pd_all, g, p)
@@ -358,12 +314,10 @@ def walk(
                 if n_sums:
                     Gm, Gmn = Gmn, Gm
                 for q in range(n_reg):
-                    gs, ng = (rq[q, j], nq[q, j]) if finite else (rs[j], nr[j])
-                    clear(Gn[q], gs, ng)
+                    clear(Gn[q], rs[j], nr[j])
                     for p in range(n_pat[c]):
-                        if nz[j, p]:
-                            a, a_hi = coefficients(pv_all, pd_all, g, p)
-                            backward(Gn[q], G[q], a, a_hi, pd_all[g, p], tgt[c, p], gs, ng, h)
+                        a, a_hi = coefficients(pv_all, pd_all, g, p)
+                        backward(Gn[q], G[q], a, a_hi, pd_all[g, p], tgt[c, p], rs[j], nr[j], h)
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store_sides(pe, q, e, G[q, 0], h)
@@ -371,27 +325,6 @@ def walk(
                 for m in range(big_r + 1):
                     for r in range(LANES):
                         sa[o, e, m, r] = Gm[o, m, 0, r]
-            if not finite:  # every state written: back to +0.0 outside live
-                G[:] = 0.0
-                Gn[:] = 0.0
-
-
-def live_states(tgt: np.ndarray, n_pat: np.ndarray, fs: np.ndarray,
-                dfs: np.ndarray) -> np.ndarray:
-    """``(R, S)`` booleans: per pass table ``r``, the states from which a state where
-    ``fs[r]`` or a tangent ``dfs[r]`` is nonzero (or NaN) can be reached by adding
-    objects (any collection, any pattern; the state itself included). Elsewhere ``G^r``
-    is zero at every step of the walk (finite inputs), so the walk skips those states."""
-    live = (fs != 0.0) | np.any(dfs != 0.0, axis=2)
-    n_coll = tgt.shape[0]
-    while True:
-        more = live.copy()
-        for c in range(n_coll):
-            for p in range(int(n_pat[c])):
-                more |= live[:, tgt[c, p]]
-        if np.array_equal(more, live):
-            return live
-        live = more
 
 
 def leading_support(tgt: np.ndarray, n_pat: np.ndarray, pat: np.ndarray, ld_c: np.ndarray,

@@ -12,8 +12,7 @@ from numba import types
 from analysis.select.lanes.arith import LANES, _pages
 from analysis.select.lanes.policy import specialise_on
 
-__all__ = ["any_lane", "coefficients", "first_page", "lane_shape", "table_pair",
-           "unit"]
+__all__ = ["coefficients", "first_page", "lane_shape", "table_pair", "unit"]
 
 
 def _paged(d) -> bool:
@@ -84,23 +83,3 @@ def table_pair(G, k, f, df, h):
 @specialise_on("x", (_pages, lambda x: x[0]), lambda x: x)
 def first_page(x):
     """``x`` (one page of lanes), or its first page."""
-
-
-def _any_pages(x):
-    for q in range(x.shape[0]):
-        for r in range(LANES):
-            if x[q, r] != 0.0:
-                return True
-    return False
-
-
-def _any(x):
-    for r in range(LANES):
-        if x[r] != 0.0:
-            return True
-    return False
-
-
-@specialise_on("x", (_pages, _any_pages), _any)
-def any_lane(x):
-    """Whether any lane of the lane vector ``x`` (every page) is nonzero (or NaN)."""

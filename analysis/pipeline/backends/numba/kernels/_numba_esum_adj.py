@@ -1,0 +1,261 @@
+"""The adjoint of the histogram of event sums' hard bins: one backward sweep per event (numba, float64).
+
+The forward kernel (:mod:`analysis.pipeline.backends.numba.kernels._numba_esum`, its
+notation) gives per event ``pb_b = P(the region passes, X in bin b)``; reverse mode
+reads ``L_e = sum_b c_b pb_b`` (``c``: the bins' cotangents, the event weight in them).
+With the folded objects (every object of the other collections and the certain ones of
+``S``'s collection, in the forward kernel's order) ``F = T_M ... T_1 delta_0`` and the
+``U`` uncertain objects of ``S``'s collection split as the forward kernel splits them
+(all of them forward up to :data:`~analysis.pipeline.backends.numba.kernels._numba_esum.ENUMERATE_UP_TO`,
+else the first ``U // 2`` forward from ``F`` and the others backward from the pass
+table ``f``),
+
+    L_e = sum_{alpha, beta} c_{b(alpha, beta)} <F_alpha, G_beta>
+
+over the subsets ``alpha`` of the first part (``F_alpha``: ``F`` stepped by each
+object's in or out patterns, a binary tree kept level by level) and ``beta`` of the
+second (``G_beta``: ``f`` stepped back likewise; one ``beta``, ``f`` itself, when every
+object is forward). Each pair's bin is the forward kernel's: ``x0 + X_alpha``'s hard
+bin when ``beta`` is empty, else the sorted ``X_beta`` below ``edges[k] - X_alpha`` (the
+same floats, so the same pair in the same bin). Then, ``L`` linear in every step:
+
+- ``dL/dF_alpha = sum_k c_k (PG[i_k] - PG[i_{k-1}])`` (``PG`` the prefix sums of the
+  sorted ``G_beta``, ``i_k`` the ``beta`` below edge ``k``) and ``dL/dG_beta`` from a
+  difference array over the sorted ``beta`` (``c_k F_alpha`` in at ``i_{k-1}``, out at
+  ``i_k``), summed in order;
+- each tree back to its root by the transposed steps (``Fbar[k] += pi_p Cbar[tgt(p,
+  k)]`` forward, ``Gbar[tgt(p, k)] += pi_p Cbar[k]`` backward), each pattern's
+  ``dL/dpi_p`` the product of its step's input with its output's cotangent, the
+  ``alpha`` root's cotangent ``dL/dF`` back through the folded objects the same way
+  (``F_j`` kept per object) and the ``beta`` root's ``dL/df`` per event (the trainable
+  count thresholds: ``dL/df . df``, on the host).
+
+Cost per event ``O((M + 2^(U - U/2) + 2^(U/2)) P S + 2^(U/2) n_b S)``, once, whatever
+the number of parameters (the forward tangents' passes: the inputs over 3 passes of
+``O(M P S + 2^(U/2) (P S + n_c))`` each). An event with a NaN among its probabilities
+is left to the forward tangents (``bad[e] = 1``, nothing written); an event with fewer
+objects than any state of nonzero ``f`` or ``df`` needs
+(:func:`~analysis.pipeline.backends.numba.kernels._numba_esum_steps._fewest`) has every
+derivative 0. Outputs per object and per event (no sums): blocks and threads change no
+bit. The same sums as the forward tangents in another order: within rounding of them
+(the tests: 1e-10 against the JAX sweep).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analysis.pipeline.backends.numba.kernels._numba_esum import ENUMERATE_UP_TO
+from analysis.pipeline.backends.numba.kernels._numba_esum_steps import _fewest, _numbers
+from analysis.pipeline.backends.numba.kernels._numba_softbins import hard_bin
+from analysis.select.lanes.policy import inline, njit
+
+__all__ = ["event_sum_vjp"]
+
+
+@inline
+def _step(out, x, tgt, c, n_pat, pv, g, which, has, back):
+    """``out = sum_p pi_p shift_p(x)`` (forward) or ``out[k] = sum_p pi_p x[tgt(p, k)]``
+    (``back``) over object ``g``'s patterns of collection ``c`` with ``has[p] == which``
+    (``-1``: every pattern); one lane."""
+    out[:] = 0.0
+    for p in range(n_pat[c]):
+        if which >= 0 and has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        row = tgt[c, p]
+        for k in range(x.shape[0]):
+            if back:
+                out[k] += v * x[row[k]]
+            else:
+                out[row[k]] += v * x[k]
+
+
+@inline
+def _step_t(xbar, x, obar, tgt, c, n_pat, pv, g, which, has, back, gp):
+    """The transpose of :func:`_step` for its output's cotangent ``obar``: ``xbar +=``
+    the input's, ``gp[g, p] +=`` each pattern's ``dL/dpi_p`` (``x``: the step's input)."""
+    for p in range(n_pat[c]):
+        if which >= 0 and has[p] != which:
+            continue
+        v = pv[g, p, 0]
+        row = tgt[c, p]
+        d = 0.0
+        for k in range(x.shape[0]):
+            if back:
+                d += obar[k] * x[row[k]]
+                xbar[row[k]] += v * obar[k]
+            else:
+                d += x[k] * obar[row[k]]
+                xbar[k] += v * obar[row[k]]
+        gp[g, p] += d
+
+
+@njit
+def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, edges, cbar,
+                  block, gp, fbar, bad, b0, b1):
+    """Events of blocks ``b0:b1`` (module docstring): ``gp[g, p] = dL/dpi_gp`` per global
+    object, ``fbar[e] = dL/df`` per event, ``bad[e] = 1`` for an event left to the
+    forward tangents. The arguments of
+    :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins` (``pv``
+    ``(N, P, 1)``: values only) and ``G0`` ``(S, 1 + K)`` the pass table and its tangents
+    (which states can matter), ``cbar`` ``(E, bins)`` the bins' cotangents."""
+    n_ev = cbar.shape[0]
+    n_coll = coff.shape[0]
+    n_states = f.shape[0]
+    n_e = edges.shape[0]
+    need = _fewest(tgt, n_pat, G0, G0.shape[1])
+    max_m = 1
+    for e in range(b0 * block, min(n_ev, b1 * block)):
+        m = 0
+        for c in range(n_coll):
+            m += coff[c, e + 1] - coff[c, e]
+        max_m = max(max_m, m)
+    FS = np.zeros((max_m + 1, n_states))  # F after each folded object
+    fold = np.zeros(max_m, np.int64)  # the folded objects' global indices
+    fcol = np.zeros(max_m, np.int64)  # ... and collections
+    unc = np.zeros(max_m, np.int64)
+    Fb = np.zeros(n_states)
+    Fb2 = np.zeros(n_states)
+    FT = np.zeros((2, n_states))  # the alpha tree, node 2^t + a at level t (grown)
+    FTb = np.zeros((2, n_states))
+    XT = np.zeros(2)
+    GT = np.zeros((2, n_states))  # the beta tree
+    GTb = np.zeros((2, n_states))
+    XB = np.zeros(2)
+    PG = np.zeros((2, n_states))  # prefix sums of the sorted beta leaves
+    D = np.zeros((2, n_states))  # the beta leaves' difference array
+    idx = np.zeros(n_e + 1, np.int64)
+    acc = np.zeros(n_states)
+    for e in range(b0 * block, min(n_ev, b1 * block)):
+        fbar[e, :] = 0.0
+        n_obj = 0
+        for c in range(n_coll):
+            n_obj += coff[c, e + 1] - coff[c, e]
+        if not _numbers(coff, base, pv, n_pat, e):
+            bad[e] = 1
+            continue
+        if n_obj < need:
+            continue  # every derivative 0 (gp stays as it is: 0)
+        # fold, in the forward kernel's order
+        FS[0, :] = 0.0
+        FS[0, 0] = 1.0
+        x0 = 0.0
+        m = 0
+        n = 0
+        for c in range(n_coll):
+            for i in range(coff[c, e], coff[c, e + 1]):
+                g = base[c] + i
+                if c == cs:
+                    if not cert[i]:
+                        unc[n] = g
+                        n += 1
+                        continue
+                    if ins[i]:
+                        x0 += vals[i]
+                _step(FS[m + 1], FS[m], tgt, c, n_pat, pv, g, -1, has, False)
+                fold[m] = g
+                fcol[m] = c
+                m += 1
+        na = n if n <= ENUMERATE_UP_TO else n // 2
+        nb = n - na
+        if FT.shape[0] < (2 << na):
+            FT = np.zeros((2 << na, n_states))
+            FTb = np.zeros((2 << na, n_states))
+            XT = np.zeros(2 << na)
+        if GT.shape[0] < (2 << nb):
+            GT = np.zeros((2 << nb, n_states))
+            GTb = np.zeros((2 << nb, n_states))
+            XB = np.zeros(2 << nb)
+            PG = np.zeros((1 + (1 << nb), n_states))
+            D = np.zeros((1 + (1 << nb), n_states))
+        # the trees: subset a + 2^t holds object t (in S), a does not (the forward's bits)
+        FT[1, :] = FS[m]
+        XT[1] = x0
+        for t in range(na):
+            g = unc[t]
+            v = vals[g - base[cs]]
+            lo = 1 << t
+            for a in range(lo):
+                _step(FT[2 * lo + a], FT[lo + a], tgt, cs, n_pat, pv, g, 0, has, False)
+                _step(FT[3 * lo + a], FT[lo + a], tgt, cs, n_pat, pv, g, 1, has, False)
+                XT[2 * lo + a] = XT[lo + a]
+                XT[3 * lo + a] = XT[lo + a] + v
+        GT[1, :] = f
+        XB[1] = 0.0
+        for t in range(nb):
+            g = unc[n - 1 - t]
+            v = vals[g - base[cs]]
+            lo = 1 << t
+            for a in range(lo):
+                _step(GT[2 * lo + a], GT[lo + a], tgt, cs, n_pat, pv, g, 0, has, True)
+                _step(GT[3 * lo + a], GT[lo + a], tgt, cs, n_pat, pv, g, 1, has, True)
+                XB[2 * lo + a] = XB[lo + a]
+                XB[3 * lo + a] = XB[lo + a] + v
+        ma, mb = 1 << na, 1 << nb
+        FTb[ma: 2 * ma, :] = 0.0
+        GTb[mb: 2 * mb, :] = 0.0
+        cb = cbar[e]
+        if nb == 0:  # every subset forward: its bin is x0 + X_alpha's
+            for a in range(ma):
+                w = cb[hard_bin(edges, XT[ma + a])]
+                for k in range(n_states):
+                    FTb[ma + a, k] = w * f[k]
+                    GTb[1, k] += w * FT[ma + a, k]
+        else:
+            order = np.argsort(XB[mb: 2 * mb], kind="mergesort")
+            xs = XB[mb: 2 * mb][order]
+            PG[0, :] = 0.0
+            for i in range(mb):
+                PG[i + 1, :] = PG[i, :] + GT[mb + order[i], :]
+            D[: mb + 1, :] = 0.0
+            for a in range(ma):
+                xa = XT[ma + a]
+                for k in range(n_e):  # the forward kernel's comparisons
+                    t = edges[k] - xa
+                    idx[k] = mb
+                    if t <= xs[0]:
+                        idx[k] = 0
+                    elif t <= xs[mb - 1]:
+                        idx[k] = np.searchsorted(xs, t, side="left")
+                idx[n_e] = mb
+                prev = 0
+                for k in range(n_e + 1):
+                    w = cb[k]
+                    i = idx[k]
+                    if i > prev:
+                        for s in range(n_states):
+                            FTb[ma + a, s] += w * (PG[i, s] - PG[prev, s])
+                            D[prev, s] += w * FT[ma + a, s]
+                            D[i, s] -= w * FT[ma + a, s]
+                    prev = i
+            acc[:] = 0.0
+            for i in range(mb):
+                acc += D[i]
+                GTb[mb + order[i], :] = acc
+        # the trees back to their roots, level by level
+        for t in range(nb - 1, -1, -1):
+            g = unc[n - 1 - t]
+            lo = 1 << t
+            for a in range(lo):
+                GTb[lo + a, :] = 0.0
+                _step_t(GTb[lo + a], GT[lo + a], GTb[2 * lo + a], tgt, cs, n_pat, pv, g, 0, has,
+                        True, gp)
+                _step_t(GTb[lo + a], GT[lo + a], GTb[3 * lo + a], tgt, cs, n_pat, pv, g, 1, has,
+                        True, gp)
+        fbar[e, :] = GTb[1]
+        for t in range(na - 1, -1, -1):
+            g = unc[t]
+            lo = 1 << t
+            for a in range(lo):
+                FTb[lo + a, :] = 0.0
+                _step_t(FTb[lo + a], FT[lo + a], FTb[2 * lo + a], tgt, cs, n_pat, pv, g, 0, has,
+                        False, gp)
+                _step_t(FTb[lo + a], FT[lo + a], FTb[3 * lo + a], tgt, cs, n_pat, pv, g, 1, has,
+                        False, gp)
+        # the folded objects, last first
+        Fb[:] = FTb[1]
+        for j in range(m - 1, -1, -1):
+            Fb2[:] = 0.0
+            _step_t(Fb2, FS[j], Fb, tgt, fcol[j], n_pat, pv, fold[j], -1, has, False, gp)
+            Fb, Fb2 = Fb2, Fb

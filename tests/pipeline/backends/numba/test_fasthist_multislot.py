@@ -131,6 +131,8 @@ def test_each_histogram_of_tuples_alone(only: str) -> None:
     assert np.abs(np.asarray(ref.derived.grad)).max() > 1e-6
 
 
+@pytest.mark.slow  # JAX sweeps of four chunkings (the default suite: states = the JAX kernel,
+# the pullback = the JAX sweep and central differences)
 def test_hard_widths_tiny_chunks_and_threads() -> None:
     """Every width 0 and chunks of 0, 1 and 3 events: the states and the pullback equal
     the JAX kernel's and sweep's; 1 and 3 threads give the same bits (states and

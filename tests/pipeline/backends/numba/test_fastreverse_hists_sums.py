@@ -88,9 +88,25 @@ def test_event_sum_histograms_equal_the_jax_sweep(name: str) -> None:
         np.testing.assert_allclose(g @ d, want, rtol=1e-6, atol=1e-8 * np.abs(g).max())
 
 
-@pytest.mark.parametrize("only", [
-    "templates.htc", *(pytest.param(o, marks=pytest.mark.slow)  # a JAX sweep compile each
-      for o in ("histograms.ht", "histograms.htb", "histograms.nb"))])
+def test_the_template_alone_against_central_differences() -> None:
+    """The HT template read alone (in a channel region: with its shift sides, weight
+    variations, soft bins and trainable edges), nothing else: the numba pullback equals
+    central differences of numba value passes (no JAX compile: the default suite's
+    independent reference; :func:`test_each_event_sum_histogram_alone` compares it with
+    the JAX sweep too, under ``-m slow``)."""
+    plan, theta, widths, cols = setup(sums_config(), "nano_tt_v12.root")
+    payload = hists_payload(cols, plan, theta, widths, seed=1, only="templates.htc")
+    assert numba_refusal(plan, 0, theta, pullback=payload) is None
+    got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+    g = np.asarray(got.derived.grad)
+    assert np.abs(g).max() > 1e-6
+    numba_differences(cols, plan, theta, widths, payload, g)
+
+
+@pytest.mark.slow  # a JAX sweep compile each (the default suite: the template's central
+# differences above, the JAX sweep at width 0 below)
+@pytest.mark.parametrize("only", ["templates.htc", "histograms.ht", "histograms.htb",
+                                  "histograms.nb"])
 def test_each_event_sum_histogram_alone(only: str) -> None:
     """One event sum's histogram read at a time (a template in a channel region: with
     its shift sides and weight variations), nothing else: the numba pullback equals the

@@ -20,6 +20,7 @@ from analysis.pipeline.request import Request
 from analysis.stats.pullback import pulled_sum
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_hists import (
+    differences_agree,
     hists_config,
     hists_payload,
     same_as_jax,
@@ -77,15 +78,7 @@ def test_event_sum_histograms_equal_the_jax_sweep(name: str) -> None:
         st = jax_reverse.chunk_pullback(cols, plan, theta + step, widths, payload)
         return float(pulled_sum(st.derived.value, payload))
 
-    idx = np.asarray(plan.trainable)
-    v = np.random.default_rng(4).normal(size=len(names))
-    e = np.zeros(len(names))
-    e[names.index("htb.edges[2]")] = 1.0
-    for d in (v / np.linalg.norm(v), e):
-        step = np.zeros_like(theta)
-        step[idx] = 1e-5 * d
-        want = (loss(step) - loss(-step)) / 2e-5
-        np.testing.assert_allclose(g @ d, want, rtol=1e-6, atol=1e-8 * np.abs(g).max())
+    differences_agree(loss, g, plan, theta, along=("htb.edges[2]",))
 
 
 def test_the_template_alone_against_central_differences() -> None:
@@ -124,22 +117,13 @@ def numba_differences(cols, plan, theta, widths, payload, g: np.ndarray) -> None
     passes (no JAX compile: an independent reference cheap enough for the default suite)
     along a random direction and the trainable count threshold ``n_min``."""
     n_states = len(payload)
-    names = plan.trainable_names
-    idx = np.asarray(plan.trainable)
 
     def loss(step: np.ndarray) -> float:
         req = Request(theta + step, widths, order=0, pullback=[None] * n_states)
         return float(pulled_sum(run_once(cols, plan, req, backend="numba").derived.value,
                                 payload))
 
-    v = np.random.default_rng(5).normal(size=len(names))
-    e = np.zeros(len(names))
-    e[names.index("n_min")] = 1.0
-    for d in (v / np.linalg.norm(v), e):
-        step = np.zeros_like(theta)
-        step[idx] = 1e-5 * d
-        want = (loss(step) - loss(-step)) / 2e-5
-        np.testing.assert_allclose(g @ d, want, rtol=1e-6, atol=1e-8 * np.abs(g).max())
+    differences_agree(loss, g, plan, theta, along=("n_min",), seed=5)
 
 
 def test_hard_widths_tiny_chunks_threads_and_one_tangent_a_pass(monkeypatch) -> None:

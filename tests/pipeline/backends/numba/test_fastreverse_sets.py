@@ -101,8 +101,7 @@ def zero_filled(payload: list, full: list) -> list:
 
 def _objective(cols, plan, theta, widths, a1: float, a2: float) -> float:
     """``a1 Y + a2 Y2`` of the JAX kernel's value states (the JAX sweep's)."""
-    payload = zero_filled(_payload(plan, a1, a2), observables_payload(plan))
-    st = jax_reverse.chunk_pullback(cols, plan, theta, widths, payload)
+    st = jax_reverse.chunk_pullback(cols, plan, theta, widths, _payload(plan, a1, a2))
     v = st.derived.value
     return a1 * float(v["selected_sumw"]) + a2 * float(v["selected_sumw2"])
 
@@ -136,9 +135,7 @@ def test_numba_pullback_equals_the_jax_sweep_and_finite_differences(name: str) -
     trace: Counter = Counter()
     got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload, trace=trace)
     assert trace[None, 0] == 1  # one walk gives the gradient and the value states
-    # the JAX sweep's compile shared with test_a_payload_reading_observables_equals_the_jax_sweep
-    ref = jax_reverse.chunk_pullback(cols, plan, theta, widths,
-                                     zero_filled(payload, observables_payload(plan)))
+    ref = jax_reverse.chunk_pullback(cols, plan, theta, widths, payload)
     g, r = np.asarray(got.derived.grad), np.asarray(ref.derived.grad)
     names = plan.trainable_names
     for n in ("jet_pt_min", "tag_min", "ev_min", "b_min", "mu_min", "n_min", "eta_max"):

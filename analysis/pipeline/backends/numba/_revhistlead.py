@@ -201,9 +201,9 @@ def _candidates(name: str, depth: int, run: Plan, sel, ins: _fastsens.Inputs,
     w = np.zeros((int(off[-1]), lanes))
     obj = np.zeros((int(off[-1]), depth + 1), np.int64)
     if n_ev:
-        args = (coff, sel.base, order, n_cand, ci, tab.local[name], depth, ins.pv_all, pd_all,
-                tab.pat, tab.n_pat, ins.tgt, ins.f, np.zeros((ins.f.shape[0], lanes)), off, BLOCK,
-                w, obj)
+        args = (coff, sel.base, order, n_cand, ci, tab.local[name], depth, order, n_cand, -1, 0,
+                0, ins.pv_all, pd_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
+                np.zeros((ins.f.shape[0], lanes)), off, BLOCK, w, obj)
         _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
     return _Lead(ci, order, n_cand, _fastleading.Candidates(off, w, obj, order, n_cand),
                  np.zeros(int(off[-1])))

@@ -227,8 +227,9 @@ def test_candidates_vjp_equals_enumeration(depth: int) -> None:
     df_l = np.zeros((N_STATES, LANES))
     w = np.zeros((int(off[-1]), LANES))
     obj = np.zeros((int(off[-1]), depth + 1), np.int64)
-    _numba_lead.candidates(coff, np.array([0, n]), order, n_cand, 0, ls, depth, pv, pd, PAT,
-                           np.array([3]), tgt, f, df_l, off, 2, w, obj, 0, 3)
+    _numba_lead.candidates(coff, np.array([0, n]), order, n_cand, 0, ls, depth, order, n_cand,
+                           -1, 0, 0, pv, pd, PAT, np.array([3]), tgt, f, df_l, off, 2, w, obj, 0,
+                           3)
 
     def loss(e, pv):
         lo, hi = coff[0, e], coff[0, e + 1]

@@ -146,8 +146,8 @@ def _tuples(kc, depth, pos, tape):
 
 
 @njit
-def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt, f,
-               df, cand_off, block, w_out, obj_out, b0, b1):
+def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2, depth2,
+               pv_all, pd_all, pat, n_pat, tgt, f, df, cand_off, block, w_out, obj_out, b0, b1):
     """Blocks ``b0:b1``: ``w_out[q]`` (lanes) and ``obj_out[q]`` (the tuple's objects,
     indices into collection ``lc``'s flat arrays, highest ranked first) of candidate
     ``q`` in ``cand_off[e]:cand_off[e + 1]`` of event ``e`` (``C(k_e, depth + 1)``,
@@ -158,12 +158,19 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
     enumerated); ``ls``: the set's
     position in ``lc``'s patterns; ``pv_all``/``pd_all``: pattern probabilities and
     tangents per global object (``base[c] + i``; tangents' lane 0 zero); ``f``/``df``:
-    the pass table and its tangents in lanes (lane 0 zero)."""
+    the pass table and its tangents in lanes (lane 0 zero). A second indexed set
+    (``lc2 >= 0``: its collection, another than ``lc``; ``ls2``, ``depth2``, ``order2``,
+    ``n_cand2`` as the first set's; ``lc2 = -1``: one set, the others unread): the
+    candidates are the pairs (its tuple, the first set's), the outer tuple's first, each
+    row of ``obj_out`` the first set's ``depth + 1`` objects then its ``depth2 + 1``."""
     n_ev = coff.shape[1] - 1
     n_states = f.shape[0]
     for b in range(b0, b1):
         e0, e1 = b * block, min(n_ev, (b + 1) * block)
         max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
+        max_ops2 = _sizes(coff, n_cand2, depth2, e0, e1)[1] if lc2 >= 0 else 1
+        pos2 = np.empty(depth2 + 1, np.int64)
+        tape2 = np.empty((max_ops2, 3), np.int64)
         gst = np.empty((max_n + 1, n_states, LANES))
         B = np.empty((max_n + 1, n_states, LANES))
         V = np.empty((depth + 1, n_states, LANES))
@@ -179,6 +186,11 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
             kc = n_cand[e]  # the objects a tuple may hold: rank positions 0 .. kc - 1
             if kc < depth + 1:
                 continue
+            n_outer = 1  # one set: one pass of the walk below, on G
+            if lc2 >= 0:
+                if n_cand2[e] < depth2 + 1:
+                    continue
+                n_outer = _tuples(n_cand2[e], depth2, pos2, tape2)
             for k in range(n_states):
                 for r in range(LANES):
                     gst[0, k, r] = df[k, r]
@@ -187,50 +199,76 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
             # lc's rank positions (a helper of these loops, inlined: measured 2x slower)
             t = 0
             for c in range(coff.shape[0] - 1, -1, -1):
-                if c == lc:
+                if c == lc or c == lc2:
                     continue
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
                     clear(gst[t + 1], states, n_states)
                     _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, pd_all, pat, n_pat,
                           tgt, ls, 2, states, True)
                     t += 1
-            B[n] = gst[t]
-            for m in range(n - 1, -1, -1):
-                clear(B[m], states, n_states)
-                _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
-                      n_pat, tgt, ls, 2, states, True)
-            V[0] = 0.0
-            V[0, 0, 0] = 1.0
+            lo2 = coff[max(lc2, 0), e]
+            nops = _tuples(kc, depth, pos, tape)
             q = cand_off[e]
-            for i in range(_tuples(kc, depth, pos, tape)):
-                kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
-                g = base[lc] + order[lo + m]
-                pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
-                if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
-                    clear(V[lv + 1], states, n_states)
-                    _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 1,
-                          states, False)
-                    continue
-                if kind == OUT:
-                    clear(T, states, n_states)
-                    _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0, states,
-                          False)
-                    V[lv] = T
-                    continue
-                # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
-                for r in range(LANES):
-                    acc[r] = 0.0
-                Bn = B[m + 1]
-                for p in range(n_pat[lc]):
-                    if pat[lc, p, ls] != 1:
+            for o in range(n_outer):
+                h = t  # gst[h]: the value function after the outer tuple's collection
+                if lc2 >= 0:
+                    kind, lv, m2 = tape2[o, 0], tape2[o, 1], tape2[o, 2]
+                    pos2[lv] = m2
+                    if kind != LEAF:
                         continue
-                    weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
-                    lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
-                for r in range(LANES):
-                    w_out[q, r] = acc[r]
-                for j in range(depth + 1):
-                    obj_out[q, j] = order[lo + pos[j]]
-                q += 1
+                    # the outer tuple's positions last first: after it every pattern, its
+                    # members in the set, the others above it out of it (G_2 of the docstring)
+                    j2 = depth2
+                    for m in range(coff[lc2, e + 1] - lo2 - 1, -1, -1):
+                        side = 2
+                        if j2 >= 0 and m == pos2[j2]:
+                            side = 1
+                            j2 -= 1
+                        elif m < m2:
+                            side = 0
+                        clear(gst[h + 1], states, n_states)
+                        _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
+                              pd_all, pat, n_pat, tgt, ls2, side, states, True)
+                        h += 1
+                B[n] = gst[h]
+                for m in range(n - 1, -1, -1):
+                    clear(B[m], states, n_states)
+                    _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
+                          n_pat, tgt, ls, 2, states, True)
+                V[0] = 0.0
+                V[0, 0, 0] = 1.0
+                for i in range(nops):
+                    kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
+                    g = base[lc] + order[lo + m]
+                    pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
+                    if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
+                        clear(V[lv + 1], states, n_states)
+                        _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
+                              1, states, False)
+                        continue
+                    if kind == OUT:
+                        clear(T, states, n_states)
+                        _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0,
+                              states, False)
+                        V[lv] = T
+                        continue
+                    # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
+                    for r in range(LANES):
+                        acc[r] = 0.0
+                    Bn = B[m + 1]
+                    for p in range(n_pat[lc]):
+                        if pat[lc, p, ls] != 1:
+                            continue
+                        weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
+                        lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
+                    for r in range(LANES):
+                        w_out[q, r] = acc[r]
+                    for j in range(depth + 1):
+                        obj_out[q, j] = order[lo + pos[j]]
+                    if lc2 >= 0:
+                        for j in range(depth2 + 1):
+                            obj_out[q, depth + 1 + j] = order2[lo2 + pos2[j]]
+                    q += 1
 
 
 @inline

@@ -227,7 +227,7 @@ def _indexed_sets(node, plan: Plan, request: Request, options) -> str | None:
                 "two indexed sets per expression)")
     if len({plan.sets.collection_of(s) for s in names}) == 1:
         return (f"{node.text!r} indexes two sets of one collection (the numba kernel walks "
-                "two indexed sets of two collections)")
+                "two indexed sets of two collections only)")
     if request.kind in ("pullback", "yield_gradients"):
         return (f"{node.text!r} indexes two sets (the numba reverse pass pulls back one "
                 "indexed set's tuples)")

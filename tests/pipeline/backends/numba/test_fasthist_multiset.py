@@ -17,7 +17,8 @@ import pytest
 
 from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state
-from analysis.pipeline.backends.numba import _fastleading
+from analysis.pipeline.backends.jax import passes as kernel
+from analysis.pipeline.backends.numba import _fastleading, fastkernel
 from analysis.pipeline.plan import build_plan, initial_widths
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
 from tests.conftest import SHARED_DATA, numba_refusal
@@ -115,6 +116,30 @@ def test_threads_give_the_same_bits() -> None:
             a, b = (getattr(s.derived, group)["histograms"][key] for s in (one, three))
             assert np.array_equal(a.sumw_flow, b.sumw_flow), (group, key)
             assert np.array_equal(a.sumw2_flow, b.sumw2_flow), (group, key)
+
+
+@pytest.mark.slow  # the JAX entries pass's compile (the default suite: the states test's
+# observable of the same expression)
+def test_observable_entries_equal_the_jax_kernels() -> None:
+    """An entries pass of the jet-muon mass (the plots' entries): the same (value, weight)
+    multiset as the JAX kernel's (1e-12)."""
+    cfg = config(likelihood=False)
+    cfg["histograms"] = []
+    cfg_ = config_from_dict(cfg)
+    plan = build_plan(cfg_)
+    theta = np.array([cfg_.initial_params()[n] for n in plan.param_names], np.float64)
+    widths = np.array(initial_widths(cfg_), np.float64)
+    cols = read_columns(SHARED_DATA / FILES[0], plan)
+    x, w = fastkernel.observable_entries(cols, plan, theta, widths, 0)
+    arrays, shapes = kernel.pad_columns(cols, plan)
+    xr, wr = (np.asarray(a) for a in kernel._entries(theta, widths, arrays, plan, shapes, 0))
+    assert np.count_nonzero(w) == np.count_nonzero(wr) > 100
+    # the masses' rounding (eager here, compiled there): 1e-12 of the largest
+    np.testing.assert_allclose(np.sort(x[w != 0]), np.sort(xr[wr != 0]), rtol=1e-12,
+                               atol=1e-12 * np.abs(xr).max())
+    np.testing.assert_allclose(np.sort(w[w != 0]), np.sort(wr[wr != 0]), rtol=1e-12,
+                               atol=1e-12 * np.abs(wr).max())
+    np.testing.assert_allclose(np.sum(w * x), np.sum(wr * xr), rtol=1e-12)
 
 
 @pytest.mark.slow  # JAX kernels of four shapes (the default suite: states = the JAX kernel)

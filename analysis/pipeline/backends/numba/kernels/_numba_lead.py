@@ -28,6 +28,26 @@ of them can be in the set, ``P`` patterns, ``S`` count states), only sums of non
 lanes (lane 0 the value, then its tangents; the product rule). Outputs are per
 candidate (no sums): the result does not depend on how blocks are split.
 
+Two indexed sets of two collections (``s`` of ``c`` at depth ``r``, ``s2`` of ``c2 != c``
+at depth ``r2``, each in its own rank order): a candidate is a pair ``(a, b)``,
+
+``w(a, b) = P(the members of s ranked at or above a_r are exactly a, those of s2 ranked
+at or above b_{r2} exactly b, and the event passes)``.
+
+The objects pass independently and the count state does not depend on the order they
+are added in, so ``c2``'s objects are walked right after ``G`` (which now leaves out
+``c`` and ``c2``), backward in ``s2``'s rank order with ``b``'s constraints:
+``G_2(b) = X_0 X_1 ... X_{n_2 - 1} G`` with ``X_m = I`` (on ``s2``'s patterns) for
+``b``'s members, ``O`` for the other positions above ``b_{r2}``, every pattern after
+it; then ``w(a, b)`` is the one-set walk of ``s`` above with ``G_2(b)`` in place of
+``G``. The outer set ``s2`` is the one with fewer tuples (the walk runs once per outer
+tuple): ``O(T_2 (n_2 P S + the one-set walk))`` per event. The same weights as the JAX
+reference's two collections (:func:`analysis.select.leading.leading`: the set with fewer
+candidates constrained per candidate, the other walked in rank order on each). Two sets
+of one collection share objects (the reference's Cartesian product lets one object be
+both sets' member, on the patterns holding both): not walked here (the rules refuse
+them).
+
 Reverse mode (:func:`lead_vjp`, values only): given the cotangents ``wbar_a =
 dL/dw(a)``, ``L = sum_a wbar_a w(a)`` is linear in each step, so per event the value walk
 runs once more (``G``, ``B``, the tuples' tape replayed, each step's input kept) and then

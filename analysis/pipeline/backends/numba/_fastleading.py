@@ -33,9 +33,10 @@ __all__: list[str] = []  # internal to the numba kernel
 
 
 class Candidates(NamedTuple):
-    """One ``(set, depth)``'s candidates of a chunk: ``off`` ``(E + 1,)`` per event,
+    """One :func:`key`'s candidates of a chunk: ``off`` ``(E + 1,)`` per event,
     ``w`` ``(Q, LANES)`` weights with tangents, ``obj`` ``(Q, depth + 1)`` the tuple's
-    objects (indices into the collection's flat columns, highest ranked first);
+    objects (indices into the collection's flat columns, highest ranked first; two sets:
+    the inner set's, then the outer's, :attr:`sets`);
     ``order``, ``n_cand`` the walk's rank order (:func:`_possible_first`: its reverse mode,
     :mod:`analysis.pipeline.backends.numba._revobs`, walks the same tuples)."""
 
@@ -45,6 +46,9 @@ class Candidates(NamedTuple):
     order: np.ndarray
     n_cand: np.ndarray
     sets: tuple[str, ...] = ()  # two indexed sets: their order in ``obj``'s columns
+    #: the walk's arguments of its sets (:func:`~analysis.pipeline.backends.numba.kernels.
+    #: _numba_lead.candidates`' ``order ... depth2``): its reverse mode's too
+    walked: tuple = ()
 
 
 def depths(node) -> dict[str, int]:
@@ -112,14 +116,12 @@ def ranked(tab, ci: int, spec, coff, base, flats: dict, pv_all, pd_all, block: i
 
 def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l, block: int,
          n_blocks: int, threads: int | None, *, nodes=None,
-         have: dict | None = None) -> dict[tuple[str, int], Candidates]:
-    """The candidates of every indexed observable of ``plan`` (per ``(set, depth)``), or
+         have: dict | None = None) -> dict[tuple, Candidates]:
+    """The candidates of every indexed observable of ``plan`` (per :func:`key`), or
     of the indexed ``nodes`` (the histograms of candidate tuples of one region, ``f``
     and ``df_l`` its pass table: :mod:`analysis.pipeline.backends.numba._histmulti`);
     those of ``have`` (the same tables' candidates) are taken from it."""
-    sp = plan.sets
-    spec = {s.name: s for s in sp.sets}
-    out: dict[tuple[str, int], Candidates] = {}
+    out: dict[tuple, Candidates] = {}
     for node in [o.x for o in plan.observables] if nodes is None else nodes:
         k = key(node)
         if k is None or k in out:
@@ -127,37 +129,48 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
         if have is not None and k in have:
             out[k] = have[k]
             continue
-        walks = []  # per indexed set: (name, depth, collection's position, order, n_cand)
-        for name, depth in depths(node).items():
-            ci = tab.collections.index(sp.collection_of(name))
-            walks.append((name, depth, ci, *ranked(tab, ci, spec[name], coff, base, flats,
-                                                   pv_all, pd_all, block, n_blocks, threads)))
-        n_per = [_comb(n_cand, depth + 1) for _, depth, _, _, n_cand in walks]
-        if not all(sp.collection_of(name) in sp.caps for name, *_ in walks):
-            # the JAX kernel's bound, on the objects that can be in each set
-            tops = [int(w[4].max(initial=0)) for w in walks]
-            n_tuples = int(np.prod([_comb(np.array([t]), w[1] + 1)[0]
-                                    for t, w in zip(tops, walks)]))
-            if n_tuples > MAX_TUPLES:
-                raise too_many_tuples(node.slots, {tab.collections[w[2]]: t
-                                                   for t, w in zip(tops, walks)},
-                                      n_tuples, MAX_TUPLES)
-        if len(walks) == 2 and n_per[1].sum() > n_per[0].sum():
-            walks.reverse()  # the outer set (walked once per tuple): the one with fewer
-        name, depth, ci, order, n_cand = walks[0]
-        name2, depth2, ci2, order2, n_cand2 = walks[-1] if len(walks) == 2 else (
-            name, 0, -1, order, n_cand)
-        off = np.zeros(len(n_cand) + 1, np.int64)
-        np.cumsum(np.prod(n_per, axis=0), out=off[1:])
-        w = np.zeros((int(off[-1]), _numba_dp.LANES))
-        obj = np.zeros((int(off[-1]), depth + 1 + (depth2 + 1 if ci2 >= 0 else 0)), np.int64)
-        args = (coff, base, order, n_cand, ci, tab.local[name], depth, order2, n_cand2, ci2,
-                tab.local[name2], depth2, pv_all, pd_all, tab.pat, tab.n_pat, tgt, f, df_l, off,
-                block, w, obj)
-        _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
-        out[k] = Candidates(off, w, obj, order, n_cand,
-                            tuple(x[0] for x in walks) if ci2 >= 0 else ())
+        out[k] = walk_key(k, plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l, block,
+                          n_blocks, threads, slots=node.slots)
     return out
+
+
+def walk_key(k: tuple, plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
+             block: int, n_blocks: int, threads: int | None, *, slots=None) -> Candidates:
+    """The candidates of :func:`key` ``k`` (arguments as :func:`walk`'s); ``slots``: the
+    expression's, to refuse more tuples than the JAX kernel's bound (None: unchecked)."""
+    sp = plan.sets
+    spec = {s.name: s for s in sp.sets}
+    walks = []  # per indexed set: (name, depth, collection's position, order, n_cand)
+    for name, depth in (zip(*k) if isinstance(k[0], tuple) else [k]):
+        ci = tab.collections.index(sp.collection_of(name))
+        walks.append((name, depth, ci, *ranked(tab, ci, spec[name], coff, base, flats, pv_all,
+                                               pd_all, block, n_blocks, threads)))
+    n_per = [_comb(n_cand, depth + 1) for _, depth, _, _, n_cand in walks]
+    if slots is not None and not all(sp.collection_of(w[0]) in sp.caps for w in walks):
+        # the JAX kernel's bound, on the objects that can be in each set
+        tops = [int(w[4].max(initial=0)) for w in walks]
+        n_tuples = int(np.prod([_comb(np.array([t]), w[1] + 1)[0]
+                                for t, w in zip(tops, walks)]))
+        if n_tuples > MAX_TUPLES:
+            raise too_many_tuples(slots, {tab.collections[w[2]]: t
+                                          for t, w in zip(tops, walks)}, n_tuples, MAX_TUPLES)
+    if len(walks) == 2 and n_per[1].sum() > n_per[0].sum():
+        walks.reverse()  # the outer set (walked once per tuple): the one with fewer
+    name, depth, ci, order, n_cand = walks[0]
+    name2, depth2, ci2, order2, n_cand2 = walks[-1] if len(walks) == 2 else (
+        name, 0, -1, order, n_cand)
+    off = np.zeros(len(n_cand) + 1, np.int64)
+    np.cumsum(np.prod(n_per, axis=0), out=off[1:])
+    w = np.zeros((int(off[-1]), _numba_dp.LANES))
+    obj = np.zeros((int(off[-1]), depth + 1 + (depth2 + 1 if ci2 >= 0 else 0)), np.int64)
+    walked = (order, n_cand, ci, tab.local[name], depth, order2, n_cand2, ci2, tab.local[name2],
+              depth2)
+    if len(n_cand):
+        args = (coff, base, *walked, pv_all, pd_all, tab.pat, tab.n_pat, tgt, f, df_l, off, block,
+                w, obj)
+        _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
+    return Candidates(off, w, obj, order, n_cand,
+                      tuple(x[0] for x in walks) if ci2 >= 0 else (), walked)
 
 
 def _column(cand: Candidates, node, k: int) -> int:

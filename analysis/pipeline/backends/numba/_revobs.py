@@ -136,9 +136,9 @@ def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: 
            block: int, threads: int | None) -> None:
     """The indexed observables' share (module docstring) for the payload's ``reads`` of
     kinds ``index``/``call``; the arguments of :func:`_sums`."""
-    coff, sp = wt.coff, plan.sets
+    coff = wt.coff
     n_ev = coff.shape[1] - 1
-    wbar: dict = {}  # (set, depth) -> (Q,) dL/dw(a)
+    wbar: dict = {}  # _fastleading.key -> (Q,) dL/dw(a)
     for read in reads:
         obs = plan.observables[read.index]
         k = _fastleading.key(obs.x)
@@ -154,12 +154,11 @@ def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: 
         dev += np.bincount(np.repeat(np.arange(n_ev), per_event), weights=w * dw,
                            minlength=n_ev)
     n_blocks = max(1, -(-n_ev // block))
-    for (name, depth), wq in wbar.items():
+    for k, wq in wbar.items():
         if not n_ev:
             continue
-        cand = wt.cands[(name, depth)]
-        args = (coff, base, cand.order, cand.n_cand, tab.collections.index(sp.collection_of(name)),
-                tab.local[name], depth, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
+        cand = wt.cands[k]
+        args = (coff, base, *cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
                 np.ascontiguousarray(ins.df), cand.off, np.ascontiguousarray(wq, np.float64),
                 block, gp, dfs)
         _run_blocks(_numba_lead.lead_vjp, args, n_blocks, threads)

@@ -217,7 +217,7 @@ for _kind in ("field", "branch", "sum", "count"):
 
 
 def _indexed_sets(node, plan: Plan, request: Request, options) -> str | None:
-    """One indexed set, or two of two collections in a value pass (the numba walk of
+    """One indexed set, or two of two collections (the numba walk of
     :mod:`analysis.pipeline.backends.numba.kernels._numba_lead`)."""
     names = list(dict.fromkeys(s for s, _ in node.slots))
     if len(names) == 1:
@@ -228,9 +228,6 @@ def _indexed_sets(node, plan: Plan, request: Request, options) -> str | None:
     if len({plan.sets.collection_of(s) for s in names}) == 1:
         return (f"{node.text!r} indexes two sets of one collection (the numba kernel walks "
                 "two indexed sets of two collections only)")
-    if request.kind in ("pullback", "yield_gradients"):
-        return (f"{node.text!r} indexes two sets (the numba reverse pass pulls back one "
-                "indexed set's tuples)")
     return None
 
 

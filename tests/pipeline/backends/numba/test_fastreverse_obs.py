@@ -242,7 +242,8 @@ def test_candidates_vjp_equals_enumeration(depth: int) -> None:
         return total
 
     gp, dfs = np.zeros_like(pv), np.zeros((counts.size, 2))
-    _numba_lead.lead_vjp(coff, np.array([0, n]), order, n_cand, 0, ls, depth, pv, PAT,
+    _numba_lead.lead_vjp(coff, np.array([0, n]), order, n_cand, 0, ls, depth, order, n_cand, -1,
+                         0, 0, pv, PAT,
                          np.array([3]), tgt, f, df, off, wbar, 2, gp, dfs, 0, 3)
     for e in range(counts.size):
         for j in range(coff[0, e], coff[0, e + 1]):

@@ -302,20 +302,27 @@ def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, states):
 
 
 @njit
-def lead_vjp(coff, base, order, n_cand, lc, ls, depth, pv_all, pat, n_pat, tgt, f, df,
-             cand_off, wbar, block, gp, dfs, b0, b1):
+def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2, depth2,
+             pv_all, pat, n_pat, tgt, f, df, cand_off, wbar, block, gp, dfs, b0, b1):
     """Blocks ``b0:b1`` of events (arguments as :func:`candidates`',
     values only: ``pv_all`` ``(N, P)``, ``df`` ``(S, K)``); ``wbar[q]`` the cotangent of
     candidate ``q``'s weight. Outputs (added to): ``gp[g, p] = dL/dpi_gp``, ``dfs[e, r] =
-    sum_k dL/df[k] df[k, r]``."""
+    sum_k dL/df[k] df[k, r]``. A second set: per outer tuple, the walk's transpose gives
+    ``Bbar_0 = dL/dG_2(b)``, transposed through ``G_2(b)``'s chain and summed into ``G``'s
+    cotangent."""
     n_ev = coff.shape[1] - 1
     n_states = f.shape[0]
     for b in range(b0, b1):
         e0, e1 = b * block, min(n_ev, (b + 1) * block)
         max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
+        max_ops2 = _sizes(coff, n_cand2, depth2, e0, e1)[1] if lc2 >= 0 else 1
+        pos2 = np.empty(depth2 + 1, np.int64)
+        tape2 = np.empty((max_ops2, 3), np.int64)
         gst = np.empty((max_n + 1, n_states))
         gobj = np.empty(max_n, np.int64)
         gcol = np.empty(max_n, np.int64)
+        gside = np.empty(max_n, np.int64)
+        Gbar = np.empty(n_states)
         B = np.empty((max_n + 1, n_states))
         Bbar = np.empty((max_n + 1, n_states))
         V = np.empty((depth + 1, n_states))
@@ -332,6 +339,11 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, pv_all, pat, n_pat, tgt, 
             kc = n_cand[e]
             if kc < depth + 1:
                 continue
+            n_outer = 1
+            if lc2 >= 0:
+                if n_cand2[e] < depth2 + 1:
+                    continue
+                n_outer = _tuples(n_cand2[e], depth2, pos2, tape2)
             live = False
             for q in range(cand_off[e], cand_off[e + 1]):
                 live = live or wbar[q] != 0.0
@@ -341,7 +353,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, pv_all, pat, n_pat, tgt, 
             gst[0] = f
             t = 0
             for c in range(coff.shape[0] - 1, -1, -1):
-                if c == lc:
+                if c == lc or c == lc2:
                     continue
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
                     gst[t + 1] = 0.0
@@ -350,61 +362,109 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, pv_all, pat, n_pat, tgt, 
                     gobj[t] = base[c] + i
                     gcol[t] = c
                     t += 1
-            B[n] = gst[t]
-            for m in range(n - 1, -1, -1):
-                B[m] = 0.0
-                _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, 0.0, pat, n_pat,
-                      tgt, ls, 2, states, True)
-            # the tuples' tape replayed (the value walk's order), each step's input kept
-            V[0] = 0.0
-            V[0, 0] = 1.0
+            lo2 = coff[max(lc2, 0), e]
             nops = _tuples(kc, depth, pos, tape)
+            n_in = 0  # the inner tuples per outer one
             for i in range(nops):
-                kind, lv = tape[i, 0], tape[i, 1]
-                g = base[lc] + order[lo + tape[i, 2]]
-                tape_v[i] = V[lv]
-                if kind == IN:  # candidates' steps
-                    V[lv + 1] = 0.0
-                    _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1, states,
-                          False)
-                elif kind == OUT:
-                    T[:] = 0.0
-                    _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states, False)
-                    V[lv] = T
-            # the transpose, in reverse order (the candidates too: the last one first)
-            Vbar[:] = 0.0
-            Bbar[:] = 0.0
-            q = cand_off[e + 1]
-            for i in range(nops - 1, -1, -1):
-                kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
-                g = base[lc] + order[lo + m]
-                vin = tape_v[i]
-                if kind == LEAF:
-                    q -= 1
-                    wq = wbar[q]
-                    if wq != 0.0:
-                        _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1, states)
-                        _step(Vbar[lv], B[m + 1], wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
-                              states, True)
-                        _step(Bbar[m + 1], vin, wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
+                n_in += tape[i, 0] == LEAF
+            qs = cand_off[e]
+            Gbar[:] = 0.0  # two sets: the outer tuples' shares summed (one set: assigned)
+            for o in range(n_outer):
+                h = t
+                if lc2 >= 0:
+                    kind, lv, m2 = tape2[o, 0], tape2[o, 1], tape2[o, 2]
+                    pos2[lv] = m2
+                    if kind != LEAF:
+                        continue
+                    live = False
+                    for q in range(qs, qs + n_in):
+                        live = live or wbar[q] != 0.0
+                    if not live:
+                        qs += n_in
+                        continue
+                    j2 = depth2  # G_2(b), as candidates' (each step's side kept)
+                    for m in range(coff[lc2, e + 1] - lo2 - 1, -1, -1):
+                        side = 2
+                        if j2 >= 0 and m == pos2[j2]:
+                            side = 1
+                            j2 -= 1
+                        elif m < m2:
+                            side = 0
+                        gst[h + 1] = 0.0
+                        _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
+                              0.0, pat, n_pat, tgt, ls2, side, states, True)
+                        gobj[h] = base[lc2] + order2[lo2 + m]
+                        gcol[h] = lc2
+                        gside[h] = side
+                        h += 1
+                B[n] = gst[h]
+                for m in range(n - 1, -1, -1):
+                    B[m] = 0.0
+                    _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, 0.0, pat,
+                          n_pat, tgt, ls, 2, states, True)
+                # the tuples' tape replayed (the value walk's order), each step's input kept
+                V[0] = 0.0
+                V[0, 0] = 1.0
+                for i in range(nops):
+                    kind, lv = tape[i, 0], tape[i, 1]
+                    g = base[lc] + order[lo + tape[i, 2]]
+                    tape_v[i] = V[lv]
+                    if kind == IN:  # candidates' steps
+                        V[lv + 1] = 0.0
+                        _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
                               states, False)
-                elif kind == OUT:
-                    _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, states)
-                    T[:] = 0.0
-                    _step(T, Vbar[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states,
-                          True)
-                    Vbar[lv] = T
-                else:
-                    _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1, states)
-                    _step(Vbar[lv], Vbar[lv + 1], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
-                          states, True)
-                    Vbar[lv + 1] = 0.0
-            for m in range(n):  # the chain of B, then G's, transposed
-                g = base[lc] + order[lo + m]
-                _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, states)
-                _step(Bbar[m + 1], Bbar[m], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 2, states,
-                      False)
-            T[:] = Bbar[n]
+                    elif kind == OUT:
+                        T[:] = 0.0
+                        _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states,
+                              False)
+                        V[lv] = T
+                # the transpose, in reverse order (the candidates too: the last one first)
+                Vbar[:] = 0.0
+                Bbar[:] = 0.0
+                q = qs + n_in
+                for i in range(nops - 1, -1, -1):
+                    kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
+                    g = base[lc] + order[lo + m]
+                    vin = tape_v[i]
+                    if kind == LEAF:
+                        q -= 1
+                        wq = wbar[q]
+                        if wq != 0.0:
+                            _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1, states)
+                            _step(Vbar[lv], B[m + 1], wq, g, lc, pv_all, 0.0, pat, n_pat, tgt,
+                                  ls, 1, states, True)
+                            _step(Bbar[m + 1], vin, wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls,
+                                  1, states, False)
+                    elif kind == OUT:
+                        _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, states)
+                        T[:] = 0.0
+                        _step(T, Vbar[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0,
+                              states, True)
+                        Vbar[lv] = T
+                    else:
+                        _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1, states)
+                        _step(Vbar[lv], Vbar[lv + 1], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt,
+                              ls, 1, states, True)
+                        Vbar[lv + 1] = 0.0
+                qs += n_in
+                for m in range(n):  # the chain of B transposed
+                    g = base[lc] + order[lo + m]
+                    _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, states)
+                    _step(Bbar[m + 1], Bbar[m], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 2,
+                          states, False)
+                if lc2 < 0:
+                    Gbar[:] = Bbar[n]
+                    continue
+                T[:] = Bbar[n]  # G_2(b)'s chain transposed, into G's cotangent
+                for i in range(h - 1, t - 1, -1):
+                    _grad(gp, gobj[i], 1.0, T, gst[i], lc2, pat, n_pat, tgt, ls2, gside[i],
+                          states)
+                    T2[:] = 0.0
+                    _step(T2, T, 1.0, gobj[i], lc2, pv_all, 0.0, pat, n_pat, tgt, ls2, gside[i],
+                          states, False)
+                    T[:] = T2
+                Gbar += T
+            T[:] = Gbar  # G's chain transposed
             for i in range(t - 1, -1, -1):
                 _grad(gp, gobj[i], 1.0, T, gst[i], gcol[i], pat, n_pat, tgt, ls, 2, states)
                 T2[:] = 0.0

@@ -11,6 +11,7 @@ against enumeration); what stays on the JAX kernel is refused in one line."""
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -19,7 +20,9 @@ from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.jax import passes as kernel
 from analysis.pipeline.backends.numba import _fastleading, fastkernel
+from analysis.pipeline.backends.numba.kernels import _numba_lead
 from analysis.pipeline.plan import build_plan, initial_widths
+from analysis.select.lanes.arith import LANES
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
 from tests.conftest import SHARED_DATA, numba_refusal
 from tests.pipeline.backends.numba.test_fasthist import assert_trees_close
@@ -122,6 +125,66 @@ def test_threads_give_the_same_bits() -> None:
             assert np.array_equal(a.sumw2_flow, b.sumw2_flow), (group, key)
 
 
+def _two_sets(rng, counts):
+    """Two collections (``counts`` ``(2, E)`` objects), one set each (pattern 0 out of it,
+    1 and 2 in it), the joint count state ``3 a + b`` of their members (each capped at 2);
+    the candidates of ``(c0's set, depth 1) x (c1's set, depth 0)``: ``(args before the
+    pattern probabilities, args after them, off, pv)``."""
+    coff = np.zeros((2, counts.shape[1] + 1), np.int64)
+    coff[:, 1:] = np.cumsum(counts, axis=1)
+    base = np.array([0, coff[0, -1], coff[0, -1] + coff[1, -1]])
+    pat = np.zeros((2, 3, 1), np.int64)
+    pat[:, 1:, 0] = 1
+    tgt = np.array([[[k if p == 0 else (min(k // 3 + 1, 2) * 3 + k % 3 if c == 0 else
+                                        k // 3 * 3 + min(k % 3 + 1, 2)) for k in range(9)]
+                     for p in range(3)] for c in range(2)], np.int64)
+    pv = rng.uniform(0.05, 1.0, size=(base[-1], 3))
+    pv /= pv.sum(axis=1, keepdims=True)
+    order = [np.arange(coff[c, -1]) for c in range(2)]
+    per = [np.array([math.comb(int(k), r + 1) for k in counts[c]]) for c, r in ((0, 1), (1, 0))]
+    off = np.concatenate([[0], np.cumsum(per[0] * per[1])])
+    sets = (coff, base, order[0], counts[0].copy(), 0, 0, 1, order[1], counts[1].copy(), 1, 0, 0)
+    return sets, (pat, np.array([3, 3]), tgt), off, pv
+
+
+def test_two_sets_walk_and_its_vjp_equal_central_differences() -> None:
+    """The walk of two sets of two collections (synthetic): its tangents (a direction in
+    the pattern probabilities) and its vector-Jacobian product's ``dL/dpi``, ``dL/df . df``
+    for ``L = sum_q wbar_q w_q`` equal central differences of its values (1e-7)."""
+    rng = np.random.default_rng(3)
+    counts = np.array([[0, 3, 2, 4, 1, 5], [2, 1, 0, 3, 2, 1]])
+    sets, tables, off, pv = _two_sets(rng, counts)
+    f = rng.uniform(0.0, 1.0, 9)
+    df = rng.normal(size=(9, 2))
+    n_q = int(off[-1])
+    d = rng.normal(size=pv.shape)
+
+    def walk(pv, f, pd):
+        w = np.zeros((n_q, LANES))
+        obj = np.zeros((n_q, 3), np.int64)
+        df_l = np.zeros((9, LANES))
+        _numba_lead.candidates(*sets, pv, pd, *tables, f, df_l, off, 2, w, obj, 0, 3)
+        return w
+
+    pd = np.zeros(pv.shape + (LANES,))
+    pd[:, :, 1] = d
+    w = walk(pv, f, pd)
+    assert np.count_nonzero(w[:, 0]) == n_q > 20
+    h = 1e-5
+    fd = (walk(pv + h * d, f, 0 * pd)[:, 0] - walk(pv - h * d, f, 0 * pd)[:, 0]) / (2 * h)
+    np.testing.assert_allclose(w[:, 1], fd, rtol=1e-7, atol=1e-9)
+    wbar = rng.normal(size=n_q)
+    gp, dfs = np.zeros_like(pv), np.zeros((counts.shape[1], 2))
+    _numba_lead.lead_vjp(*sets, pv, *tables, f, df, off, wbar, 2, gp, dfs, 0, 3)
+    np.testing.assert_allclose(np.sum(gp * d), wbar @ fd, rtol=1e-7)
+    for r in range(2):
+        fd_f = (walk(pv, f + h * df[:, r], 0 * pd)[:, 0] - walk(pv, f - h * df[:, r],
+                                                               0 * pd)[:, 0]) / (2 * h)
+        np.testing.assert_allclose(dfs[:, r].sum(), wbar @ fd_f, rtol=1e-7)
+
+
+@pytest.mark.slow  # the JAX sweep's compile and central differences of the JAX kernel (the
+# default suite: the walk's VJP against central differences above)
 def test_pullback_equals_the_jax_sweep_and_central_differences() -> None:
     """Every histogram, the template and the observable read: the numba pullback equals
     the JAX sweep (gradient and value states, 1e-10) and central differences along a

@@ -12,8 +12,8 @@ JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest ``k_e``); :func:`v
 on the candidates' columns); histograms of such expressions fill the candidates
 (:mod:`analysis.pipeline.backends.numba._histmulti`). Two indexed sets of two collections
 (``mass(jets[0] + muons[0])``: the pairs of their tuples, one walk,
-:mod:`~analysis.pipeline.backends.numba.kernels._numba_lead`) in value passes; two sets of one
-collection (``jets[0] + bjets[0]``), three sets and their pullbacks stay on the JAX kernel
+:mod:`~analysis.pipeline.backends.numba.kernels._numba_lead`) too; two sets of one collection
+(``jets[0] + bjets[0]``) and three sets stay on the JAX kernel
 (:mod:`analysis.pipeline.backends.numba.rules`).
 """
 

@@ -10,7 +10,7 @@ the fields' kernel (:func:`analysis.pipeline.backends.numba.kernels._numba_revhi
 hard and soft bins, trainable edges, weight variations):
 
 - every candidate's ``dL/dw(a) = ev_e dL/dw_{a_d}``, which the candidates walk's
-  vector-Jacobian product (:func:`analysis.pipeline.backends.numba.kernels._numba_lead.lead_vjp`)
+  vector-Jacobian product (:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`)
   turns into the objects' pattern probabilities' and the trainable count thresholds'
   cotangents, chained to the sets' own probabilities
   (:func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`) as the indexed
@@ -43,7 +43,7 @@ from analysis.pipeline.backends.numba import (
 )
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba._revobs import Pulled
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead_vjp
 from analysis.pipeline.plan import Plan
 from analysis.stats.histogram import Histogram
 
@@ -206,4 +206,4 @@ def _vjp(lead: _Lead, sel, ins: _fastsens.Inputs, gp: np.ndarray, dfs: np.ndarra
     n_blocks = max(1, -(-(coff.shape[1] - 1) // BLOCK))
     args = (coff, sel.base, *lead.cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
             np.ascontiguousarray(ins.df), lead.cand.off, lead.wq, BLOCK, gp, dfs)
-    _run_blocks(_numba_lead.lead_vjp, args, n_blocks, threads)
+    _run_blocks(_numba_lead_vjp.lead_vjp, args, n_blocks, threads)

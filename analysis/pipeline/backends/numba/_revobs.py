@@ -36,7 +36,7 @@ payload's power sums are sums over entries, so each entry's cotangents are
 :func:`analysis.pipeline.backends.numba._fastpayload.entry_cotangents`' ``(dL/dW, dL/dx,
 dL/dy)``: ``dL/dw(a) = ev_e dL/dW``, ``dL/dev_e += sum_a w(a) dL/dW``, through the
 candidates walk's vector-Jacobian product
-(:func:`analysis.pipeline.backends.numba.kernels._numba_lead.lead_vjp`).
+(:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from analysis.pipeline.backends.numba._fastmoments import _shift
 from analysis.pipeline.backends.numba._fastpayload import entry_cotangents
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba.fastkernel import event_sum_inputs
-from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead
+from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead_vjp
 from analysis.pipeline.plan import Plan
 from analysis.stats._core import Moments
 from analysis.stats.pullback import sums_about
@@ -161,7 +161,7 @@ def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: 
         args = (coff, base, *cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
                 np.ascontiguousarray(ins.df), cand.off, np.ascontiguousarray(wq, np.float64),
                 block, gp, dfs)
-        _run_blocks(_numba_lead.lead_vjp, args, n_blocks, threads)
+        _run_blocks(_numba_lead_vjp.lead_vjp, args, n_blocks, threads)
 
 #: each kind's share, in this order (each adds into the same cotangents)
 SHARES = {("sum", "count"): _sums, ("index", "call"): _leads}

@@ -20,7 +20,7 @@ from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.jax import passes as kernel
 from analysis.pipeline.backends.numba import _fastleading, fastkernel
-from analysis.pipeline.backends.numba.kernels import _numba_lead
+from analysis.pipeline.backends.numba.kernels import _numba_lead, _numba_lead_vjp
 from analysis.pipeline.plan import build_plan, initial_widths
 from analysis.select.lanes.arith import LANES
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
@@ -175,7 +175,7 @@ def test_two_sets_walk_and_its_vjp_equal_central_differences() -> None:
     np.testing.assert_allclose(w[:, 1], fd, rtol=1e-7, atol=1e-9)
     wbar = rng.normal(size=n_q)
     gp, dfs = np.zeros_like(pv), np.zeros((counts.shape[1], 2))
-    _numba_lead.lead_vjp(*sets, pv, *tables, f, df, off, wbar, 2, gp, dfs, 0, 3)
+    _numba_lead_vjp.lead_vjp(*sets, pv, *tables, f, df, off, wbar, 2, gp, dfs, 0, 3)
     np.testing.assert_allclose(np.sum(gp * d), wbar @ fd, rtol=1e-7)
     for r in range(2):
         fd_f = (walk(pv, f + h * df[:, r], 0 * pd)[:, 0] - walk(pv, f - h * df[:, r],

@@ -109,7 +109,7 @@ def test_states_and_jacobians_equal_the_jax_kernel(name: str, monkeypatch) -> No
     assert turned == {True, False}
     h = fast.derived.value["histograms"]
     for key in ("mlb", "mem", "drjm", "ptmmj"):
-        assert float(h[key].sumw_flow.sum()) > 0, key
+        assert np.abs(h[key].sumw_flow).max() > 0, key  # filled (2015: negative weights)
     assert float(np.abs(fast.derived.jac["histograms"]["mem"].sumw_flow).max()) > 0
 
 

@@ -80,3 +80,33 @@ def test_a_cached_pass_is_one_hand_off(small_data, monkeypatch):
         params = copy.deepcopy(config.initial_params())
         ev.run(params, observables=())
         assert calls == [1, 1]
+
+
+def test_a_chunks_offsets_are_made_once_and_dropped_with_it():
+    """The object offsets of a chunk's counts (per collection, the running sums; each
+    collection's first global index; the most objects per event) once per counts arrays:
+    a second pass over the same columns gets the same arrays, equal to numpy's cumsum;
+    other counts arrays of the same ids' sizes get their own; they go with the columns."""
+    from analysis.pipeline.backends.numba import _fasttables
+
+    plan, _, _ = step_plan()
+    sets, coll = plan.sets, ("Jet", "Muon")
+    cols = synthetic(500, seed=4, big=9)
+    first = _fasttables.offsets(cols, coll, sets)
+    again = _fasttables.offsets(cols, coll, sets)
+    assert again[0] is first[0] and again[1] is first[1]
+    counts = [cols.collections[c][0] for c in coll]
+    ref = np.zeros((2, 501), np.int64)
+    for ci, n in enumerate(counts):
+        ref[ci, 1:] = np.cumsum(n)
+    np.testing.assert_array_equal(first[0], ref)
+    assert first[1].tolist() == [0, int(counts[0].sum()), int(counts[0].sum() + counts[1].sum())]
+    assert first[3] == int(counts[0].max() + counts[1].max())
+    other = synthetic(500, seed=5, big=3)
+    assert not np.array_equal(_fasttables.offsets(other, coll, sets)[0], first[0])
+    before = len(_fasttables._OFFSETS)
+    del cols, counts, first, again
+    import gc
+
+    gc.collect()
+    assert len(_fasttables._OFFSETS) == before - 1  # dropped with the chunk's counts

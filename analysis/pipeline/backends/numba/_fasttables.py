@@ -118,8 +118,11 @@ def offsets(cols, collections, sets) -> tuple[np.ndarray, np.ndarray, dict, int,
     flats, counts_of = {}, []
     fields = dict(sets.fields)
     for c in collections:
-        counts, flats[c] = cols.collections.get(c, (np.zeros(n_ev, np.int64), {
-            f_: np.zeros(0) for f_ in fields.get(c, ())}))
+        if c in cols.collections:
+            counts, flats[c] = cols.collections[c]
+        else:  # made only when absent (not as a default argument of every lookup)
+            counts, flats[c] = np.zeros(n_ev, np.int64), {f_: np.zeros(0)
+                                                          for f_ in fields.get(c, ())}
         counts_of.append(counts)
     key = (n_ev, tuple(collections), tuple(map(id, counts_of)))
     kept = _OFFSETS.get(key)

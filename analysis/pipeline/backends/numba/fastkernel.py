@@ -321,7 +321,6 @@ def observable_states(cols: ChunkColumns, plan: Plan, *, off_of: dict, flats: di
     n_ev = int(cols.n_events)
     n_blocks = max(1, -(-n_ev // BLOCK))
     lanes = _numba_dp.LANES
-    ev_off = np.arange(n_ev + 1, dtype=np.int64)
     vobs: dict[str, Any] = {}
     jobs: dict[str, Any] = {}
     for i, obs in enumerate(plan.observables):
@@ -338,7 +337,7 @@ def observable_states(cols: ChunkColumns, plan: Plan, *, off_of: dict, flats: di
             elif x.kind in ("index", "call"):
                 eoff, wo = cands[_fastleading.key(x)][:2]
             else:
-                eoff, wo = ev_off, pe
+                eoff, wo = np.arange(n_ev + 1, dtype=np.int64), pe  # one entry per event
             xv = _values(x, cols, plan, flats, cands)
             yv = xv if obs.y is None else _values(obs.y, cols, plan, flats, cands)
             has_y = obs.y is not None

@@ -108,11 +108,7 @@ class Reads(_fastrevhist.Reads):
         have = by.cands if by is not None and key == (None, 0) else None
         read = self._leading(lead, cols, run, sel, ins, theta, widths, grad, bars, dev, gp, dfs,
                              threads, have or {})
-        dq = {}
-        for ci, (gsets, qs) in enumerate(ins.qs_of):
-            d = _fastsens.set_sensitivities(gp[sel.base[ci]: sel.base[ci + 1]], qs,
-                                            tab.pat[ci], int(tab.n_pat[ci]))
-            dq.update(zip(gsets, d, strict=True))
+        dq = _fastsens.per_set(gp, ins.qs_of, sel.base, tab.pat, tab.n_pat)
         dcount = dfs.sum(axis=0)
         if sums:
             sq, sc = _revhistsums.pull(sums, self.plan, cols, run, sel, ins, theta, widths,

@@ -199,9 +199,5 @@ def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
         if mine:
             share(mine, plan, tab, wt, cols, ins, base, ev, gp, dev, dfs, max_seq=max_seq,
                   block=block, threads=threads)
-    dq = {}
-    for ci, (gsets, qs) in enumerate(ins.qs_of):
-        n_pat = int(tab.n_pat[ci])
-        d = _fastsens.set_sensitivities(gp[base[ci]: base[ci + 1]], qs, tab.pat[ci], n_pat)
-        dq.update(zip(gsets, d, strict=True))
+    dq = _fastsens.per_set(gp, ins.qs_of, base, tab.pat, tab.n_pat)
     return Pulled(dq, dev, dfs.sum(axis=0), wt.cands)

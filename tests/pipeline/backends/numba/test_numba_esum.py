@@ -26,6 +26,7 @@ from analysis.pipeline.backends.numba._fasttables import _targets
 from analysis.pipeline.backends.numba.kernels import _numba_esum
 from analysis.select._recursions import _pass_table, _pattern_probs
 from analysis.select.certain import certain_objects
+from analysis.select.lanes.policy import compiled
 from analysis.select.subsets import sum_bins
 from tests.pipeline.backends.numba.test_fasthist import CONFIG, columns, compare
 from tests.pipeline.backends.numba.test_fastkernel import make_plan
@@ -54,8 +55,12 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]], name: str = "jets",
     nl = 1 + len(tangents)
     out = np.full((n_ev, len(edges) + 1, max(4, nl)), 7.0)
     unc = np.zeros(n_ev, np.int64)
-    (kernel or _numba_esum.event_sum_bins)(*kernel_inputs(ev, tangents, name), edges, nl, n_ev,
-                                           out, unc, 0, 1)
+    args = (*kernel_inputs(ev, tangents, name), edges, nl, n_ev, out, unc)
+    if kernel is None:
+        # the pipeline's build (SLP on, the pipeline's argument types): the one in numba's
+        # cache, which a direct call (a build of its own, keyed apart) would compile again
+        kernel = compiled(_numba_esum.event_sum_bins, args)
+    kernel(*args, 0, 1)
     return out[..., :nl], unc
 
 

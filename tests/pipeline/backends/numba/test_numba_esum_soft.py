@@ -26,6 +26,7 @@ import pytest
 
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.numba.kernels import _numba_esum_soft
+from analysis.select.lanes.policy import compiled
 from analysis.select.subsets import sum_bins
 from tests.chunked_helpers import NANOAOD_WARNINGS
 from tests.conftest import central_difference, numba_refusal
@@ -58,8 +59,9 @@ def soft_bins_of(ev: dict, tangents: list[tuple[int, int]], name: str = "jets",
         elane[j] = 1 + len(tangents) + i
     out = np.full((n_ev, len(edges) + 1, 8), 7.0)
     unc = np.zeros(n_ev, np.int64)
-    _numba_esum_soft.event_sum_soft_bins(*kernel_inputs(ev, tangents, name), edges, width,
-                                         elane, nl, n_ev, out, unc, 0, 1)
+    args = (*kernel_inputs(ev, tangents, name), edges, width, elane, nl, n_ev, out, unc)
+    # the pipeline's build (as kernel_bins): the one in numba's cache
+    compiled(_numba_esum_soft.event_sum_soft_bins, args)(*args, 0, 1)
     return out[..., :nl], unc
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
 from collections import Counter
 
 import numpy as np
@@ -34,6 +33,7 @@ from tests.pipeline.backends.numba.test_fastreverse_hists import (
     state_paths,
     threads_and_tiny_chunks,
 )
+from tests.pipeline.backends.numba.test_fastreverse_sets import auto_equals_jax_sweep
 
 pytestmark = NANOAOD_WARNINGS
 FILES = ("nano_tt_v12.root", "nanoAOD_2015_CMS_Open_Data_ttbar.root")
@@ -203,12 +203,7 @@ def test_auto_runs_a_dijet_mass_template_on_numba(monkeypatch) -> None:
     and gradient those of the JAX sweep (1e-10)."""
     import yaml
 
-    from analysis.driver.runner import Evaluator
-    from analysis.optimize.objectives import Objective
-    from analysis.optimize.reverse import reverse_objective
-    from analysis.pipeline.backend import Backend
     from tests.conftest import REPO
-    from tests.pipeline.backends.numba.test_fastreverse import _count_numba
 
     path = REPO / "configs" / "ht_likelihood_v12.yaml"
     data = yaml.safe_load(path.read_text())
@@ -216,18 +211,6 @@ def test_auto_runs_a_dijet_mass_template_on_numba(monkeypatch) -> None:
     data["histograms"] = [{"name": "mjj", "x": "mass(jets[0] + jets[1])",
                            "edges": [0, 100, 200, 2000]}]  # DY in every bin
     data["likelihood"]["channels"] = {"sr": {"histogram": "mjj"}}
-    cfg = config_from_dict(data, source=str(path), base_dir=path.parent)
-    with warnings.catch_warnings(record=True) as caught, Evaluator(cfg, cache=False) as ev:
-        warnings.simplefilter("always")
-        calls = _count_numba(monkeypatch)
-        got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
-        assert calls  # the numba passes ran
-        states = ev.run(order=1)
-    assert not [w for w in caught if "JAX reference" in str(w.message)]
-    with Evaluator(cfg, cache=False, backend=Backend(numba_reverse=False)) as ref:
-        want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
-    grad = np.asarray(want["grad"])
-    assert np.abs(grad).min() > 0
-    np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
-    np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+    states = auto_equals_jax_sweep(data, monkeypatch, path=path, cache=False,
+                                   scores_on_numba=True, moved=None, states=True)
     assert float(states["ttbar_v12"].derived.value["templates"]["sr"].sumw_flow.sum()) > 0

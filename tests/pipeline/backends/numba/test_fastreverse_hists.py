@@ -27,7 +27,7 @@ from analysis.stats.merge import is_state
 from analysis.stats.pullback import pulled_sum
 from tests.chunked_helpers import read_columns
 from tests.conftest import SHARED_DATA, numba_refusal
-from tests.pipeline.backends.numba.test_fastreverse_sets import FILES, sets_config
+from tests.pipeline.backends.numba.test_fastreverse_sets import FILES, sets_config, zero_filled
 from tests.pipeline.backends.numba.test_fastreverse_sets import _setup as setup
 
 SOFT = (0.2, 10.0)  # the event score's and the b-jets' soft bins' widths
@@ -113,9 +113,13 @@ def state_paths(plan) -> list[str]:
 
 def same_as_jax(cols, plan, theta, widths, payload) -> tuple:
     """The numba pullback's and the JAX sweep's ``(DatasetState, DatasetState)``, their
-    gradients equal (1e-10 of the largest entry)."""
+    gradients equal (1e-10 of the largest entry); the JAX sweep on ``payload``
+    :func:`~tests.pipeline.backends.numba.test_fastreverse_sets.zero_filled` from
+    :func:`hists_payload` (the numba pass on ``payload``: it skips what is not read)."""
     got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
-    ref = jax_reverse.chunk_pullback(cols, plan, theta, widths, payload)
+    full = payload if all(e is not None for e in payload) else hists_payload(
+        cols, plan, theta, widths)
+    ref = jax_reverse.chunk_pullback(cols, plan, theta, widths, zero_filled(payload, full))
     g, r = np.asarray(got.derived.grad), np.asarray(ref.derived.grad)
     np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10 * np.abs(r).max(initial=0.0))
     return got, ref

@@ -29,6 +29,7 @@ from tests.pipeline.backends.numba.test_fastreverse_sets import (
     observables_payload,
     sets_config,
     with_sets,
+    zero_filled,
 )
 
 #: the observables this module adds (name -> its entry), by what they are
@@ -68,6 +69,7 @@ def _compare(name: str, reads: set[str], fd: bool) -> None:
     payload = payload_reading(plan, reads)
     assert numba_refusal(plan, 0, theta, pullback=payload) is None
     got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+    payload = zero_filled(payload, observables_payload(plan))  # one JAX compile for every case
     ref = jax_reverse.chunk_pullback(cols, plan, theta, widths, payload)
     g, r = np.asarray(got.derived.grad), np.asarray(ref.derived.grad)
     names = plan.trainable_names
@@ -129,8 +131,9 @@ def test_empty_and_tiny_chunks() -> None:
 
 # --- the kernels against exact enumeration ---------------------------------------------
 
-#: one collection, patterns (out, in s, in s and t) of two nested sets, counts 0..3 of s
-PAT = np.array([[[0, 0], [1, 0], [1, 1]]])  # (C, P, sets): pattern p holds set ls
+#: one collection, patterns (out, in s, in s and t) of two nested sets, counts 0..3 of s;
+#: int8 as the tables' patterns (a kernel called with int64 compiles a version of its own)
+PAT = np.array([[[0, 0], [1, 0], [1, 1]]], np.int8)  # (C, P, sets): pattern p holds set ls
 N_STATES = 4
 
 

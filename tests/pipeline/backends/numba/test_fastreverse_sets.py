@@ -8,6 +8,7 @@ equal the forward kernel's; the pattern sensitivities equal exact enumeration.""
 from __future__ import annotations
 
 import copy
+import warnings
 from collections import Counter
 
 import jax
@@ -81,6 +82,21 @@ def _payload(plan, a1: float, a2: float) -> list:
     names = state_names(scorecols.bare(plan))
     cots = dict(zip(YIELDS, (a1, a2), strict=True))
     return [(None, np.float64(cots[n])) if n in cots else None for n in names]
+
+
+def zero_filled(payload: list, full: list) -> list:
+    """``payload`` with each ``None`` (a state not read) ``full``'s entry for that state
+    with zero cotangents (its anchor kept): the same pulled sum and gradient. For the JAX
+    sweep: a ``None`` changes its arguments' tree, so each payload of a plan that leaves
+    other states out would compile it again (~10-20 s each); filled, they share one."""
+    out = []
+    for e, (anchor, cot) in zip(payload, full, strict=True):
+        if e is None:
+            zero = (tuple(np.float64(0.0) for _ in cot) if isinstance(cot, tuple)
+                    else np.zeros_like(cot))
+            e = (anchor, zero)
+        out.append(e)
+    return out
 
 
 def _objective(cols, plan, theta, widths, a1: float, a2: float) -> float:
@@ -267,29 +283,68 @@ def test_auto_runs_the_numba_pass_with_the_jax_sweeps_gradient(monkeypatch) -> N
     auto_equals_jax_sweep(data, monkeypatch)
 
 
-def auto_equals_jax_sweep(data: dict, monkeypatch) -> None:
-    """The config ``data`` under ``auto`` runs the numba passes, and its reverse objective
-    and gradient equal the JAX sweep's (1e-10); ``b_min``, ``mu_min`` and ``n_min`` move it."""
+def auto_equals_jax_sweep(data: dict, monkeypatch, *, path=None, cache: bool = True,
+                          scores_on_numba: bool = False,
+                          moved: tuple[str, ...] | None = ("b_min", "mu_min", "n_min"),
+                          states: bool = False):
+    """The config ``data`` under ``auto`` runs the numba passes (no JAX fallback line), and
+    its reverse objective and gradient equal the JAX sweep's (1e-10), which runs no numba
+    reverse pass.
+
+    Parameters
+    ----------
+    data : dict
+        The config.
+    monkeypatch : pytest.MonkeyPatch
+        To count the numba reverse passes.
+    path : pathlib.Path, optional
+        The YAML file ``data`` was read from (its source and base directory).
+    cache : bool
+        The evaluators' column cache.
+    scores_on_numba : bool
+        The reference's learned scores on numba (``Backend``'s option; its reverse pass is
+        the JAX sweep either way).
+    moved : tuple of str or None
+        Trainable parameters whose gradient is nonzero (``None``: every one).
+    states : bool
+        Also run the ``auto`` evaluator's order-1 states pass (no fallback line either).
+
+    Returns
+    -------
+    dict or None
+        Those states (``states``), else ``None``.
+    """
     from analysis.driver.runner import Evaluator
     from analysis.optimize.objectives import Objective
     from analysis.optimize.reverse import reverse_objective
     from analysis.pipeline.backend import Backend
     from tests.pipeline.backends.numba.test_fastreverse import _count_numba
 
-    cfg = config_from_dict(data)
-    with Evaluator(cfg) as ev:
+    cfg = (config_from_dict(data) if path is None
+           else config_from_dict(data, source=str(path), base_dir=path.parent))
+    out = None
+    with warnings.catch_warnings(record=True) as caught, Evaluator(cfg, cache=cache) as ev:
+        warnings.simplefilter("always")
         calls = _count_numba(monkeypatch)
         got = reverse_objective(Objective(cfg, ev.plan), ev, None, None)
         assert calls  # the numba pass ran
         n = len(calls)
-    with Evaluator(cfg, backend=Backend(numba_reverse=False, scores_on_numba=False)) as ref:
+        if states:
+            out = ev.run(order=1)
+    assert not [w for w in caught if "JAX reference" in str(w.message)]
+    reference = Backend(numba_reverse=False, scores_on_numba=scores_on_numba)
+    with Evaluator(cfg, cache=cache, backend=reference) as ref:
         want = reverse_objective(Objective(cfg, ref.plan), ref, None, None)
         assert len(calls) == n
-    grad = want["grad"]
+    grad = np.asarray(want["grad"])
     names = ev.plan.trainable_names
-    assert all(abs(grad[names.index(p)]) > 0 for p in ("b_min", "mu_min", "n_min"))
+    if moved is None:
+        assert np.abs(grad).min() > 0
+    else:
+        assert all(abs(grad[names.index(p)]) > 0 for p in moved)
     np.testing.assert_allclose(got["objective"], want["objective"], rtol=1e-10)
     np.testing.assert_allclose(got["grad"], grad, rtol=1e-10, atol=1e-10 * np.abs(grad).max())
+    return out
 
 
 @pytest.mark.parametrize("name", list(FILES))

@@ -95,8 +95,8 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
         _values(fill, out, sel.ev, factors, weight, value)
         dev += np.einsum("eb,eb->e", c, out[:, :, 0])
         ebar = _adjoint(head, rest, soft, ins, cev, tab, dq, dcount, threads)
-        for j, par in enumerate(spec.edge_params or (), start=1):
-            grad[:, par] += ebar[:, j].sum()
+        for j, par in enumerate(spec.edge_params or () if soft > 0.0 else (), start=1):
+            grad[:, par] += ebar[:, j].sum()  # hard bins: the edges move no bin's value
     return dq, dcount
 
 

@@ -54,7 +54,12 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._numba_esum import ENUMERATE_UP_TO
-from analysis.pipeline.backends.numba.kernels._numba_esum_steps import _fewest, _numbers
+from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
+    _fewest,
+    _numbers,
+    _partition,
+    _partition_buffers,
+)
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
 from analysis.select.lanes.policy import inline, njit
 
@@ -168,16 +173,8 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
     n_states = f.shape[0]
     n_e = edges.shape[0]
     need = _fewest(tgt, n_pat, G0, G0.shape[1])
-    max_m = 1
-    for e in range(b0 * block, min(n_ev, b1 * block)):
-        m = 0
-        for c in range(n_coll):
-            m += coff[c, e + 1] - coff[c, e]
-        max_m = max(max_m, m)
-    FS = np.zeros((max_m + 1, n_states))  # F after each folded object
-    fold = np.zeros(max_m, np.int64)  # the folded objects' global indices
-    fcol = np.zeros(max_m, np.int64)  # ... and collections
-    unc = np.zeros(max_m, np.int64)
+    unc, fold, fcol = _partition_buffers(coff, b0 * block, min(n_ev, b1 * block))
+    FS = np.zeros((fold.shape[0] + 1, n_states))  # F after each folded object
     Fb = np.zeros(n_states)
     Fb2 = np.zeros(n_states)
     FT = np.zeros((2, n_states))  # the alpha tree, node 2^t + a at level t (grown)
@@ -202,25 +199,11 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
         if n_obj < need and _numbers(coff, base, pv, n_pat, e):
             continue  # every derivative 0 (gp stays as it is: 0)
         # fold, in the forward kernel's order
+        n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
         FS[0, :] = 0.0
         FS[0, 0] = 1.0
-        x0 = 0.0
-        m = 0
-        n = 0
-        for c in range(n_coll):
-            for i in range(coff[c, e], coff[c, e + 1]):
-                g = base[c] + i
-                if c == cs:
-                    if not cert[i]:
-                        unc[n] = g
-                        n += 1
-                        continue
-                    if ins[i]:
-                        x0 += vals[i]
-                _step(FS[m + 1], FS[m], tgt, c, n_pat, pv, g, -1, has, False)
-                fold[m] = g
-                fcol[m] = c
-                m += 1
+        for j in range(m):
+            _step(FS[j + 1], FS[j], tgt, fcol[j], n_pat, pv, fold[j], -1, has, False)
         na = n if n <= ENUMERATE_UP_TO else n // 2
         nb = n - na
         if FT.shape[0] < (2 << na):

@@ -13,7 +13,8 @@
   one YAML config writer), :func:`edited` (a config with one value replaced),
   :func:`central_difference` (the one finite-difference helper),
   :func:`one_line_error` (the one check of a command-line error),
-  :func:`modules_loaded` (what a fresh process imported) and
+  :func:`modules_loaded` (what a fresh process imported),
+  :func:`numba_child` (what a fresh process with its own numba cache printed) and
   :func:`load_script` (a benchmark or CI script as a module).
 """
 
@@ -50,6 +51,23 @@ def modules_loaded(code: str, names: Sequence[str]) -> list[str]:
         cwd=REPO, capture_output=True, text=True, check=True, timeout=300,
     ).stdout.split()
     return [m for m in names if m in out]
+
+
+def numba_child(code: str, cache: Path, *, path: Sequence[Path] = (),
+                cwd: Path = REPO) -> dict:
+    """The JSON a fresh Python process prints last, running ``code`` in ``cwd`` with its
+    numba cache in ``cache`` (``NUMBA_CACHE_DIR``) and ``path``, then the repository, on
+    its ``PYTHONPATH``; the process must succeed (else its stderr's end is shown)."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache),
+           "PYTHONPATH": os.pathsep.join([*map(str, path), str(REPO)])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=600, cwd=cwd)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def load_script(path: Path) -> Any:

@@ -316,12 +316,12 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
                 self._warm_up = None
             parts = [out] if out else []
             # here first: the driver works while the workers run theirs (on the chunk
-            # thread, as the chunks read: one set of the kernels' per-thread scratch)
-            done = {
-                i: on_chunk_thread(lambda i=i: proc.evaluate(
-                    items[i].dataset, self.cache.get(self._key(items[i]))))
+            # thread, as the chunks read: one set of the kernels' per-thread scratch;
+            # all of them in one hand-off, not a wake-up of each thread per chunk)
+            done = on_chunk_thread(lambda: {
+                i: proc.evaluate(items[i].dataset, self.cache.get(self._key(items[i])))
                 for i in sorted(here)
-            }
+            }) if here else {}
             remote, lost = self._gather(pending)
         finally:
             for *_, future in pending:  # none left running if this pass failed

@@ -34,7 +34,7 @@ import jax
 import numpy as np
 
 from analysis.errors import DiffcoffeaError
-from analysis.optimize.objectives import PythonTerm
+from analysis.optimize.objectives import PythonTerm, dataset_scales
 from analysis.pipeline.backend import Backend
 from analysis.pipeline.request import Request
 from analysis.pipeline.results import DatasetState, state_names, yield_cotangents
@@ -48,21 +48,22 @@ def _to_numpy(tree):
     return jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=np.float64), tree)
 
 
-def _cotangent(objective, sumw: dict, events: dict):
-    """The jitted ``values -> ((L, stats), dL/dvalues)`` of ``objective`` (compiled once per
-    dataset totals, as :func:`analysis.optimize.objectives._compiled`; eager with a
-    ``python`` term)."""
-    # variance_scale is read while tracing (the validation split's parts set it), so it
-    # is part of what was compiled, as in objectives._compiled
-    key = ("reverse", tuple(sumw.items()), tuple(events.items()), objective.variance_scale)
+def _cotangent(objective, names: tuple[str, ...]):
+    """The jitted ``(values, scales) -> ((L, stats), dL/dvalues)`` of ``objective``
+    (``scales``: :func:`analysis.optimize.objectives.dataset_scales`; eager with a
+    ``python`` term). Compiled once per objective and datasets ``names``: the datasets'
+    totals and the MC variance's factor are arguments, as in
+    :func:`analysis.optimize.objectives._compiled`, so one program serves samples of
+    other totals (keep-best's training, held-out and whole samples)."""
+    key = ("reverse", names)
     cache = objective.__dict__.setdefault("_compiled", {})
     if key not in cache:
 
-        def fn(vals):
-            stats = objective.stats(vals, sumw, events)
+        def fn(vals, scales):
+            stats = objective.stats_scaled(vals, scales)
             return objective.value(stats), stats
 
-        run = jax.value_and_grad(fn, has_aux=True)
+        run = jax.value_and_grad(fn, has_aux=True)  # dL/dvalues only (argnums 0)
         eager = any(isinstance(term, PythonTerm) for term in objective.terms)
         cache[key] = run if eager else jax.jit(run)
     return cache[key]
@@ -94,7 +95,9 @@ def reverse_objective(
     sumw = {n: st.sumw for n, st in states.items()}
     events = {n: st.events for n, st in states.items()}
 
-    (val, stats0), cot = _cotangent(objective, sumw, events)(values)
+    scales = dataset_scales(objective.config, sumw, events,
+                            variance_scale=objective.variance_scale)
+    (val, stats0), cot = _cotangent(objective, tuple(sumw))(values, scales)
     yields = {n: float(stats0[n]["yield"]) for n in states}
     base = {"hess": None, "yields": yields, "states": states}
     try:

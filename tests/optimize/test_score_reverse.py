@@ -9,7 +9,7 @@ import pytest
 
 from analysis.config.loader import config_from_dict
 from analysis.driver.runner import Evaluator
-from analysis.optimize.objectives import Objective, objective_from_states
+from analysis.optimize.objectives import Objective, dataset_scales, objective_from_states
 from analysis.optimize.reverse import reverse_objective
 from tests.conftest import SHARED_DATA
 from tests.pipeline.test_score_kernel import config
@@ -116,8 +116,9 @@ def test_reverse_equals_forward_when_the_objective_reads_an_observable() -> None
         res = reverse_objective(obj, ev, None, None)
         states = res["states"]
         values = {n: st.taylor()[0] for n, st in states.items()}
-        _, cot = _cotangent(obj, {n: st.sumw for n, st in states.items()},
-                            {n: st.events for n, st in states.items()})(values)
+        scales = dataset_scales(cfg, {n: st.sumw for n, st in states.items()},
+                                {n: st.events for n, st in states.items()})
+        _, cot = _cotangent(obj, tuple(states))(values, scales)
         live = {n: [p is not None for p in prune(_to_numpy(_payload(values[n], cot[n])))]
                 for n in states}
     # leaves: evscore, ht, jpt (moments), selected_sumw, selected_sumw2. Read: tt's ht

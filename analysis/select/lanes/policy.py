@@ -114,11 +114,12 @@ def specialise(stub):
     """Decorate the typing function of ``stub`` (a Python function that names the
     primitive and documents it): called by numba with the arguments' types, it returns
     the implementation for those types (``numba.extending.overload``, inlined at numba's
-    IR level, compiled with this policy). numba also compiles (or loads from its own cache,
-    keyed by the implementation's file) the implementation alone, to check that it
-    compiles: none of that machine code runs (a caller types and inlines the
-    implementation's IR afresh), so that cache is left to numba, unkeyed and unchecked."""
-    return overload(stub, inline="always", jit_options=POLICY)
+    IR level, compiled with this policy but ``cache=False``). numba also compiles the
+    implementation alone, to type it: none of that machine code runs (a caller types and
+    inlines the implementation's IR afresh), so it is not kept on disk (numba's cache
+    of it would be keyed by the implementation's file alone and read unchecked: a spoilt
+    file failed every caller's compilation; ``tests/select/test_specialise_cache.py``)."""
+    return overload(stub, inline="always", jit_options={**POLICY, "cache": False})
 
 
 def specialise_on(arg: str, *cases):

@@ -21,7 +21,7 @@ from analysis.pipeline.backends.numba._fastpool import (
 from analysis.pipeline.backends.numba._fasttables import _par_index, _value
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_fill
 
-__all__ = ["OBJ_BLOCK", "balanced_blocks", "cut_arrays", "patterns_into"]
+__all__ = ["OBJ_BLOCK", "balanced_blocks", "cut_arrays", "patterns_into", "soft_range"]
 
 # Objects per block of the cuts and patterns (per-object outputs: no bit depends on it).
 OBJ_BLOCK = 8192
@@ -47,15 +47,17 @@ def _soft_values(cuts, flat: dict, theta, widths, ss: np.ndarray, threads: int |
     same floats for any number of threads)."""
     n = ss.shape[1]
     parts = min(_threads(threads), max(1, n // 65536))
-    edges = splits(n, parts)
+    _run_slices(lambda a, b: soft_range(cuts, flat, theta, widths, ss, a, b), splits(n, parts))
 
-    def fill(a: int, b: int) -> None:
-        for i, cut in enumerate(cuts):
-            _numba_dp.soft_values(flat[cut.field][a:b], _value(theta, cut.param, cut.value),
-                                  widths[cut.width_index], cut.greater, cut.inclusive,
-                                  cut.absolute, ss[i, a:b])
 
-    _run_slices(fill, edges)
+def soft_range(cuts, flat: dict, theta, widths, ss: np.ndarray, a: int, b: int) -> None:
+    """:func:`_soft_values` of objects ``a:b`` alone, in this thread (element-wise: the
+    same floats as a whole-array call; a thread that then walks the events of these
+    objects fills them itself, :func:`analysis.pipeline.backends.numba.fastkernel._weights`)."""
+    for i, cut in enumerate(cuts):
+        _numba_dp.soft_values(flat[cut.field][a:b], _value(theta, cut.param, cut.value),
+                              widths[cut.width_index], cut.greater, cut.inclusive,
+                              cut.absolute, ss[i, a:b])
 
 
 def cut_arrays(cuts, flat: dict, n_obj: int, theta, widths, trainable, threads,

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from analysis.pipeline.backends.numba._fastrevhist import split
+from analysis.pipeline.backends.numba._fastrevhist import bar_key, split
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import YIELDS, state_names
 
@@ -104,14 +104,6 @@ def entry_cotangents(read: Read, x: np.ndarray, y: np.ndarray | None, w: np.ndar
                                                                  + tb[5] * ex)
 
 
-def _bar_key(node, plan: Plan) -> str:
-    """The score-column key a node's values would come from: ``"C:field"`` or
-    ``"event:branch"``."""
-    if node.kind == "field":
-        return f"{plan.sets.collection_of(node.head)}:{node.field}"
-    return f"event:{node.head}"
-
-
 def _sign(node, cols, plan: Plan, flats: dict) -> np.ndarray | float:
     """``d|v|/dv = sign(v)`` of a node taken as ``abs``, else 1."""
     if node is None or not node.absolute:
@@ -180,7 +172,7 @@ def after_walk(pulled: Pulled, plan: Plan, coff: np.ndarray, tab, ev: np.ndarray
             evbar += walk.pe * dw
         _, dx, dy = entry_cotangents(read, x, y, w)
         for node, d, sign in ((obs.x, dx, signs[0]), (obs.y, dy, signs[1])):
-            key = _bar_key(node, plan) if d is not None else None
+            key = bar_key(node, plan) if d is not None else None
             if key in bars:  # a score's column (d|v|/dv = sign(v))
                 bars[key][:, : d.size] += d * sign
     return evbar

@@ -65,6 +65,14 @@ def _ordered(plan: Plan, group: str) -> list:
     return sorted((s for s in plan.hists if s.group == group), key=lambda s: s.key)
 
 
+def bar_key(node, plan: Plan) -> str:
+    """The score-column key a node's values would come from: ``"C:field"`` or
+    ``"event:branch"``."""
+    if node.kind == "field":
+        return f"{plan.sets.collection_of(node.head)}:{node.field}"
+    return f"event:{node.head}"
+
+
 def split(plan: Plan, payload: list) -> tuple[list, list] | str:
     """``(rest, hists)``: the payload of the yields and observables (aligned with
     :func:`analysis.pipeline.results.state_names`) and, per histogram spec of ``plan``
@@ -197,11 +205,10 @@ class Reads:
             if gs is None:
                 pbar += sel.ev * g
                 evbar += walk.pe * g
-                bkey = f"event:{node.head}"
             else:
                 evbar += np.bincount(np.repeat(np.arange(n_ev), np.diff(off)), weights=p * g,
                                      minlength=n_ev)
-                bkey = f"{run.sets.collection_of(node.head)}:{node.field}"
+            bkey = bar_key(node, run)
             if bkey in bars:  # a score's column (d|v|/dv = sign(v))
                 bars[bkey][:, : gx.size] += gx * np.sign(raw) if node.absolute else gx
             for j, par in enumerate(spec.edge_params or (), start=1):

@@ -83,6 +83,19 @@ def set_sensitivities(hp: np.ndarray, q: list[np.ndarray], codes: np.ndarray,
     return out
 
 
+def per_set(hp: np.ndarray, qs_of: list, base: np.ndarray, pat: np.ndarray,
+            n_pat: np.ndarray) -> dict:
+    """``{global set: (N_c,) dP/dq_js}`` of every collection: :func:`set_sensitivities`
+    of each collection's rows of ``hp`` (``(N, P)`` ``dP/dpi_jp``, or the cotangents
+    ``dL/dpi_jp``), ``qs_of`` as :attr:`Inputs.qs_of`, ``base`` ``(C + 1,)`` first
+    global index, ``pat[ci]`` the collection's pattern codes, ``n_pat[ci]`` its patterns."""
+    out = {}
+    for ci, (gsets, qs) in enumerate(qs_of):
+        d = set_sensitivities(hp[base[ci]: base[ci + 1]], qs, pat[ci], int(n_pat[ci]))
+        out.update(zip(gsets, d, strict=True))
+    return out
+
+
 def object_weights(hp: np.ndarray, pv: np.ndarray, codes: np.ndarray, n_pat: int,
                    ls: int) -> np.ndarray:
     """``P(j in set ls and the event passes) = sum_{p holds ls} pi_jp H_jp`` (pattern
@@ -155,16 +168,13 @@ def walk(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, q_of: dict,
                 max(max_seq, 1), block, pe, hp, dfe, gp, dfw)
         _run_blocks(_numba_sens.pattern_sensitivities, args, max(1, -(-n_ev // block)),
                     threads)
-    dq, ow, dq_w = {}, {}, {}
-    for ci, (gsets, qs) in enumerate(qs_of):
-        n_pat = int(tab.n_pat[ci])
-        h = hp[base[ci]: base[ci + 1]]
-        if adjoint:
-            dw = set_sensitivities(gp[base[ci]: base[ci + 1]], qs, tab.pat[ci], n_pat)
-            dq_w.update(zip(gsets, dw, strict=True))
-        for ls, d in enumerate(set_sensitivities(h, qs, tab.pat[ci], n_pat)):
-            dq[gsets[ls]] = d
-            if gsets[ls] in want_w:
-                ow[gsets[ls]] = object_weights(h, pv_all[base[ci]: base[ci + 1]],
-                                               tab.pat[ci], n_pat, ls)
-    return Walk(pe, dq, ow, dfe, dq_w if adjoint else None, dfw if adjoint else None)
+    ow = {}
+    for ci, (gsets, _) in enumerate(qs_of):
+        for ls, gs in enumerate(gsets):
+            if gs in want_w:
+                ow[gs] = object_weights(hp[base[ci]: base[ci + 1]],
+                                        pv_all[base[ci]: base[ci + 1]], tab.pat[ci],
+                                        int(tab.n_pat[ci]), ls)
+    dq = per_set(hp, qs_of, base, tab.pat, tab.n_pat)
+    dq_w = per_set(gp, qs_of, base, tab.pat, tab.n_pat) if adjoint else None
+    return Walk(pe, dq, ow, dfe, dq_w, dfw if adjoint else None)

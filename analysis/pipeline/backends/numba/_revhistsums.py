@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
-from analysis.pipeline.backends.numba._fastsens import set_sensitivities
+from analysis.pipeline.backends.numba._fastsens import per_set
 from analysis.pipeline.backends.numba._histfills import _factors, soft_width
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum
 from analysis.pipeline.backends.numba.kernels._numba_esum_adj import event_sum_vjp
@@ -127,11 +127,8 @@ def _adjoint(head: tuple, rest: tuple, soft: float, ins, cev: np.ndarray, tab, d
     g0 = np.ascontiguousarray(np.column_stack([ins.f, ins.df]))
     args = (coff, base, pv3, n_pats, tgt, f, g0, *rest, soft, cev, BLOCK, gp, fbar, ebar)
     _run(event_sum_vjp, args, n_ev, threads)
-    for ci, (gsets, qs) in enumerate(ins.qs_of):
-        n_pat = int(n_pats[ci])
-        d = set_sensitivities(gp[base[ci]: base[ci + 1]], qs, tab.pat[ci], n_pat)
-        for gs, dd in zip(gsets, d, strict=True):
-            dq[gs] += dd
+    for gs, dd in per_set(gp, ins.qs_of, base, tab.pat, n_pats).items():
+        dq[gs] += dd
     dcount += fbar.sum(axis=0) @ ins.df
     return ebar
 

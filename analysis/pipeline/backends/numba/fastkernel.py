@@ -47,7 +47,7 @@ from analysis.pipeline.backends.numba._fastmoments import (
     safe_div,
     sum_moments_state,
 )
-from analysis.pipeline.backends.numba._fastpatterns import _soft_values, patterns_into
+from analysis.pipeline.backends.numba._fastpatterns import patterns_into, soft_range
 from analysis.pipeline.backends.numba._fastpool import (
     _run_blocks,
     _work,
@@ -64,7 +64,7 @@ from analysis.pipeline.backends.numba._fasttables import (
     one_sided,
     walk_table,
 )
-from analysis.pipeline.backends.numba.kernels import _numba_dp
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
@@ -126,6 +126,7 @@ class _Weights(NamedTuple):
     cands: dict  # (set, depth) -> _fastleading.Candidates of indexed observables
     n_blocks: int
     np1: int  # lanes used: 1 + trainable parameters
+    ys: np.ndarray | None  # (2, np1) yield_sums(ev, pe) if asked and computed in the walk
 
 
 def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> np.ndarray:
@@ -147,13 +148,16 @@ def _event_weights(cols: ChunkColumns, plan: Plan, theta, widths, trainable) -> 
 
 def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: int,
              threads: int | None, fused: bool = True, value_loop: bool = True,
-             trace: Counter | None = None, lanes: bool = True) -> _Weights:
+             trace: Counter | None = None, lanes: bool = True,
+             yields: bool = False) -> _Weights:
     """Run the loops on one chunk (``plan``: one the numba rules serve); ``fused``,
     ``value_loop``: :class:`analysis.pipeline.backend.Backend`'s options of those names;
     ``trace``: counts the walk (side None, region 0: the nominal selection);
     ``lanes=False`` (only the yields read the event weights): a plan without soft
     branch cuts gets its ``(E,)`` weights as ``ev`` (:func:`yield_sums` reads them as
-    the lanes' weights with zero tangents), not an ``(E, LANES)`` array of them."""
+    the lanes' weights with zero tangents), not an ``(E, LANES)`` array of them;
+    ``yields``: also the selected yields (:func:`yield_sums`) as ``ys``, in the one-set
+    walk's hand-off (else ``ys`` None)."""
     if trace is not None:
         trace[None, 0] += 1
     theta, widths, trainable = _inputs(plan, order, theta, widths)
@@ -166,12 +170,12 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     # per collection: offsets, own set probabilities (soft cuts), pattern probabilities
     n_coll = len(tab.collections)
     coff, base, flats, max_seq, _ = offsets(cols, tab.collections, sp)
-    lanes = _numba_dp.LANES
+    n_lanes = _numba_dp.LANES  # not `lanes`: the argument says whether ev has them
     fused = fused and tab.one_set and not any(
         obs.x.kind in ("sum", "count", "index", "call") for obs in plan.observables)
     if not fused:  # the soft cuts, then the patterns: the histograms' kernels, one variant
         n_tot, p_max = int(base[-1]), tab.pat.shape[1]
-        pv_two, pd_all = _work("pv2", (n_tot, p_max, 2)), _work("pd", (n_tot, p_max, lanes))
+        pv_two, pd_all = _work("pv2", (n_tot, p_max, 2)), _work("pd", (n_tot, p_max, n_lanes))
         patterns_into(tab, coff, base, [flats], theta, widths, trainable, threads, None, {},
                       pv_two, pd_all)
         pv_all = _work("pv", (n_tot, p_max))
@@ -179,7 +183,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
 
     # the pass table and its derivative (the JAX definition), reduced
     tgt, f, df = walk_table(tab, sp, theta, widths, trainable)
-    df_l = np.zeros((f.shape[0], lanes))
+    df_l = np.zeros((f.shape[0], n_lanes))
     df_l[:, 1:np1] = df
 
     # what is asked: per-object weights of field observables' sets, event sums
@@ -200,13 +204,16 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     big_r = binom.shape[0] - 1
     n_all = max([int(coff[tab.collections.index(sp.collection_of(n)), -1]) for n in slot_of]
                 + [1])
-    pe = _work("pe", (n_ev, lanes))
-    ow = _work("ow", (max(len(slot_of), 1), n_all, lanes))
-    sa = np.zeros((len(sums), n_ev, big_r + 1, lanes))
+    pe = _work("pe", (n_ev, n_lanes))
+    ow = _work("ow", (max(len(slot_of), 1), n_all, n_lanes))
+    sa = np.zeros((len(sums), n_ev, big_r + 1, n_lanes))
+    ev = (np.ascontiguousarray(cols.weight, dtype=np.float64)
+          if not lanes and not plan.event_cuts else
+          _event_weights(cols, plan, theta, widths, trainable))
+    ys = None
     if n_ev and fused:  # the one-set walk on the chain of states the objects reach
         cuts = tab.set_cuts[0]
         ss = np.empty((len(cuts), int(coff[0, -1])))
-        _soft_values(cuts, flats[tab.collections[0]], theta, widths, ss, threads)
         on = chain(tgt[0, 1])
         par = np.array([_par_index(trainable, c.param) for c in cuts], np.int64)
         args = (coff[0], ss, np.array([widths[c.width_index] for c in cuts], np.float64),
@@ -214,7 +221,23 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
                 # nothing to differentiate: the walk without tangents (the same floats)
                 0.0 if np.all(par < 0) and not np.any(df_l) else df_l[on],
                 bool(set_slot[0] >= 0), max(max_seq, 1), BLOCK, pe, ow[0])
-        _run_blocks(_numba_dp.compiled(chainwalk.cut_walk, args), args, n_blocks, threads)
+        walk = _numba_dp.compiled(chainwalk.cut_walk, args)
+        flat, obj = flats[tab.collections[0]], coff[0]
+        ys = np.zeros((n_blocks, 2, np1)) if yields else None
+
+        def blocks(b0: int, b1: int) -> None:
+            # one hand-off per chunk: a thread's blocks' cut probabilities (its events'
+            # objects), walk and yield sums; each element-wise or per block, so the same
+            # floats as three passes over the whole chunk (in smaller groups of blocks
+            # no faster: the walk, not memory, bounds it)
+            soft_range(cuts, flat, theta, widths, ss, int(obj[b0 * BLOCK]),
+                       int(obj[min(b1 * BLOCK, n_ev)]))
+            walk(*args, b0, b1)
+            if ys is not None:
+                _numba_sums.block_sums(ev, pe, np1, BLOCK, ys, b0, b1)
+
+        _run_blocks(blocks, (), n_blocks, threads)
+        ys = None if ys is None else ys.sum(axis=0)
     elif n_ev:  # values only: the same loop compiled without tangents (lane 0, 0.0 for them)
         bare = value_loop and not trainable
         _run_blocks(_numba_dp.select, (
@@ -226,10 +249,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
 
     cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,
                                BLOCK, n_blocks, threads) if not fused else {})
-    ev = (np.ascontiguousarray(cols.weight, dtype=np.float64)
-          if not lanes and not plan.event_cuts else
-          _event_weights(cols, plan, theta, widths, trainable))
-    return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa, ev, cands, n_blocks, np1)
+    return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa, ev, cands, n_blocks, np1, ys)
 
 
 def _values(node, cols: ChunkColumns, plan: Plan, flats: dict, cands: dict) -> np.ndarray:
@@ -265,11 +285,12 @@ def evaluate_columns(
     (a :class:`collections.Counter`): ``trace[None, 0]`` counts the walks of the
     selection (one); ``keep`` (a list): the walk's :class:`_Weights` appended to it."""
     wt = _weights(cols, plan, theta, widths, order=order, threads=threads, fused=fused,
-                  value_loop=value_loop, trace=trace, lanes=bool(plan.observables))
+                  value_loop=value_loop, trace=trace, lanes=bool(plan.observables),
+                  yields=True)
     if keep is not None:
         keep.append(wt)
     tab, coff, sp = wt.tab, wt.coff, plan.sets
-    ys = yield_sums(wt.ev, wt.pe, wt.np1, BLOCK, threads)
+    ys = wt.ys if wt.ys is not None else yield_sums(wt.ev, wt.pe, wt.np1, BLOCK, threads)
     value = state_tree(np.array(ys[0, 0], dtype=np.float64),
                        np.array(ys[1, 0], dtype=np.float64), {})
     jac = state_tree(ys[0, 1:], ys[1, 1:], {})
@@ -300,7 +321,6 @@ def observable_states(cols: ChunkColumns, plan: Plan, *, off_of: dict, flats: di
     n_ev = int(cols.n_events)
     n_blocks = max(1, -(-n_ev // BLOCK))
     lanes = _numba_dp.LANES
-    ev_off = np.arange(n_ev + 1, dtype=np.int64)
     vobs: dict[str, Any] = {}
     jobs: dict[str, Any] = {}
     for i, obs in enumerate(plan.observables):
@@ -317,7 +337,7 @@ def observable_states(cols: ChunkColumns, plan: Plan, *, off_of: dict, flats: di
             elif x.kind in ("index", "call"):
                 eoff, wo = cands[_fastleading.key(x)][:2]
             else:
-                eoff, wo = ev_off, pe
+                eoff, wo = np.arange(n_ev + 1, dtype=np.int64), pe  # one entry per event
             xv = _values(x, cols, plan, flats, cands)
             yv = xv if obs.y is None else _values(obs.y, cols, plan, flats, cands)
             has_y = obs.y is not None

@@ -6,18 +6,11 @@ the same results as the process that compiled it; a load that fails is numba's o
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 
 from analysis._compat.numba import FastLoadCache
 from analysis.pipeline.backends.numba.kernels import _numba_sums
-
-ROOT = Path(__file__).resolve().parents[4]
+from tests.conftest import numba_child
 
 CHILD = """
 import json, sys
@@ -31,14 +24,6 @@ print(json.dumps({"out": out.tolist(), "hits": sum(block_sums.stats.cache_hits.v
                   "registries": "numba.np.arraymath" in sys.modules,
                   "scipy_linalg": "scipy.linalg" in sys.modules}))
 """
-
-
-def _child(cache_dir: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(cache_dir)}
-    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
-                         text=True, timeout=600, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _reference() -> np.ndarray:
@@ -57,9 +42,9 @@ def _reference() -> np.ndarray:
 
 
 def test_a_new_process_loads_a_kernel_without_numbas_registries(tmp_path):
-    first = _child(tmp_path)  # compiles (numba's registries: it compiles) and saves
+    first = numba_child(CHILD, tmp_path)  # compiles (numba's registries: it compiles) and saves
     assert first["hits"] == 0 and first["registries"]
-    second = _child(tmp_path)  # finds it in the cache
+    second = numba_child(CHILD, tmp_path)  # finds it in the cache
     assert second["hits"] == 1
     assert not second["registries"] and not second["scipy_linalg"]
     assert second["out"] == first["out"]  # the same machine code: the same bits

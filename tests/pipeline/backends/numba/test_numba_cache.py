@@ -11,16 +11,11 @@ kernel compiles again and returns what the new code computes."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from analysis._compat import numba as cn
 from analysis.select.lanes import policy
-
-ROOT = Path(__file__).resolve().parents[4]
+from tests.conftest import numba_child
 
 INIT = "from analysis.select.lanes import policy\n\npolicy.inlines_folder(__file__)\n"
 MORE = "from analysis.select.lanes.policy import inline\n\n@inline\ndef g(x):\n    return x + 1.0\n"
@@ -43,12 +38,7 @@ def _package(tmp_path: Path) -> Path:
 
 
 def _run(tmp_path: Path) -> dict:
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return numba_child(CHILD, tmp_path / "cache", path=[tmp_path], cwd=tmp_path)
 
 
 def test_a_change_to_an_inlined_module_compiles_the_kernel_again(tmp_path):

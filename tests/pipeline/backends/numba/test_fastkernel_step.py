@@ -1,0 +1,112 @@
+"""An optimisation step's numba pass (issue 49's step: the cached pass of the objective's
+states): what it leaves out and how it is handed to threads, against the pieces it
+replaces.
+
+- A plan without observables and soft branch cuts sums the ``(E,)`` event weights, and
+  the one-set walk's threads also sum the selected yields of their blocks: the states
+  equal, bit for bit, the yields of the ``(E, LANES)`` event-weight lanes
+  (:func:`fastkernel._event_weights`) summed after the walk, and the general loop's.
+- A cached pass hands all of the driver's chunks to the chunk thread at once.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import jax
+import numpy as np
+import pytest
+
+from analysis.driver import runner
+from analysis.driver.runner import Evaluator
+from analysis.pipeline.backends.numba import fastkernel
+from analysis.pipeline.backends.numba._fastpool import yield_sums
+from analysis.pipeline.plan import only_observables
+from tests.opt_helpers import make_config
+from tests.pipeline.backends.numba.test_fastkernel import make_plan, synthetic, test_demo_config
+
+DEMO = test_demo_config.__globals__["REPO"] / "configs" / "demo.yaml"
+
+
+def step_plan():
+    """The demo's plan without observables (an optimisation step's), its parameters."""
+    import yaml
+
+    cfg = yaml.safe_load(DEMO.read_text())
+    cfg["observables"] = []
+    return make_plan(cfg)
+
+
+def bits(tree) -> list[bytes]:
+    return [np.asarray(x, np.float64).tobytes() for x in jax.tree_util.tree_leaves(tree)]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("n", [1, 2 * fastkernel.BLOCK + 37])
+def test_step_sums_the_weights_alone_in_the_walk(n, threads):
+    plan, theta, widths = step_plan()
+    assert not plan.observables and not plan.event_cuts and fastkernel._tables(plan).one_set
+    cols = synthetic(n, seed=21, mean_jets=6.0, big=12)
+    keep: list = []
+    value, jac = fastkernel.evaluate_columns(cols, plan, theta, widths, threads=threads,
+                                             keep=keep)
+    wt = keep[0]
+    assert wt.ev.ndim == 1 and wt.ys is not None  # no (E, LANES) array; yields in the walk
+    # the reference: the lanes' event weights, summed after the walk
+    lanes = fastkernel._event_weights(cols, plan, *fastkernel._inputs(plan, 1, theta, widths))
+    assert lanes.shape == (n, fastkernel._numba_dp.LANES)
+    ref = yield_sums(lanes, wt.pe, wt.np1, fastkernel.BLOCK, threads)
+    np.testing.assert_array_equal(wt.ys.view(np.int64), ref.view(np.int64))
+    assert float(value["selected_sumw"]) == ref[0, 0]
+    # and the general loop (its yields summed after it): the same floats
+    general = fastkernel.evaluate_columns(cols, plan, theta, widths, threads=threads,
+                                          fused=False)
+    assert bits((value, jac)) == bits(general)
+
+
+def test_a_cached_pass_is_one_hand_off(small_data, monkeypatch):
+    config = make_config(small_data)
+    calls: list[int] = []
+    real = runner.on_chunk_thread
+    monkeypatch.setattr(runner, "on_chunk_thread", lambda fn: calls.append(1) or real(fn))
+    with Evaluator(config) as ev:
+        first = ev.run(order=1)
+        assert calls == [] and len(ev.cache) == len(ev.chunks) > 1  # read: no hand-off
+        again = ev.run(order=1)
+        assert calls == [1]  # every cached chunk in one hand-off
+        assert bits({k: s.derived.value for k, s in again.items()}) == bits(
+            {k: s.derived.value for k, s in first.items()})
+        assert only_observables(ev.plan, frozenset()).observables == ()
+        params = copy.deepcopy(config.initial_params())
+        ev.run(params, observables=())
+        assert calls == [1, 1]
+
+
+def test_a_chunks_offsets_are_made_once_and_dropped_with_it():
+    """The object offsets of a chunk's counts (per collection, the running sums; each
+    collection's first global index; the most objects per event) once per counts arrays:
+    a second pass over the same columns gets the same arrays, equal to numpy's cumsum;
+    other counts arrays of the same ids' sizes get their own; they go with the columns."""
+    from analysis.pipeline.backends.numba import _fasttables
+
+    plan, _, _ = step_plan()
+    sets, coll = plan.sets, ("Jet", "Muon")
+    cols = synthetic(500, seed=4, big=9)
+    first = _fasttables.offsets(cols, coll, sets)
+    again = _fasttables.offsets(cols, coll, sets)
+    assert again[0] is first[0] and again[1] is first[1]
+    counts = [cols.collections[c][0] for c in coll]
+    ref = np.zeros((2, 501), np.int64)
+    for ci, n in enumerate(counts):
+        ref[ci, 1:] = np.cumsum(n)
+    np.testing.assert_array_equal(first[0], ref)
+    assert first[1].tolist() == [0, int(counts[0].sum()), int(counts[0].sum() + counts[1].sum())]
+    assert first[3] == int(counts[0].max() + counts[1].max())
+    other = synthetic(500, seed=5, big=3)
+    assert not np.array_equal(_fasttables.offsets(other, coll, sets)[0], first[0])
+    before = len(_fasttables._OFFSETS)
+    del cols, counts, first, again
+    import gc
+
+    gc.collect()
+    assert len(_fasttables._OFFSETS) == before - 1  # dropped with the chunk's counts

@@ -16,24 +16,25 @@ from analysis.driver.runner import Evaluator
 from analysis.errors import DiffcoffeaWarning
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-WHY = ("histogram 'hmj': 'mass(Jet[0] + Muon[0])' indexes several sets (the numba kernel "
-       "walks one indexed set per expression)")
+WHY = ("histogram 'hjb': 'mass(Jet[0] + BJet[0])' indexes two sets of one collection (the "
+       "numba kernel walks two indexed sets of two collections only)")
 
 
-def with_muons(data: dict) -> dict:
-    """``configs/ttbar.yaml``'s ``data`` with a second object set (``Muon``, pT > 5) and a
-    histogram of a jet and a muon (``hmj``: no numba rule serves two indexed sets)."""
+def with_bjets(data: dict) -> dict:
+    """``configs/ttbar.yaml``'s ``data`` with a second object set of the jets (``BJet``,
+    b-tagged) and a histogram of a jet and a b-jet (``hjb``: no numba rule serves two
+    indexed sets of one collection)."""
     sel = data.pop("selection")
-    data["objects"] = {"Jet": sel["objects"], "Muon": {"collection": "Muon", "cuts": [
-        {"var": "pt", "op": ">", "value": 5.0, "width": 1.0}]}}
+    data["objects"] = {"Jet": sel["objects"], "BJet": {"from": "Jet", "cuts": [
+        {"var": "btagCSVV2", "op": ">", "value": 0.8, "width": 0.05}]}}
     data["selection"] = sel["events"]
-    data["histograms"] = [{"name": "hmj", "x": "mass(Jet[0] + Muon[0])",
+    data["histograms"] = [{"name": "hjb", "x": "mass(Jet[0] + BJet[0])",
                            "edges": [0, 100, 200, 400]}]
     return data
 
 
 def _config(tmp_path: Path, engine: dict | None = None) -> Path:
-    data = with_muons(yaml.safe_load((CONFIGS / "ttbar.yaml").read_text()))
+    data = with_bjets(yaml.safe_load((CONFIGS / "ttbar.yaml").read_text()))
     if engine is not None:
         data["engine"] = engine
     path = tmp_path / "fallback.yaml"

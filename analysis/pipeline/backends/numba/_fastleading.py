@@ -10,8 +10,11 @@ collection (:func:`analysis.select.objects.leading`: its weight ``P(the tuple is
 JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest ``k_e``); :func:`values` their values with the expression kinds' own definitions
 (:mod:`analysis.select.functions`, the same JAX functions the JAX kernel runs, eagerly
 on the candidates' columns); histograms of such expressions fill the candidates
-(:mod:`analysis.pipeline.backends.numba._histmulti`). Several indexed sets in one expression
-(``muons[0] + bjets[0]``) stay on the JAX kernel (no numba rule: :mod:`analysis.pipeline.backends.numba.rules`).
+(:mod:`analysis.pipeline.backends.numba._histmulti`). Two indexed sets of two collections
+(``mass(jets[0] + muons[0])``: the pairs of their tuples, one walk,
+:mod:`~analysis.pipeline.backends.numba.kernels._numba_lead`) too; two sets of one collection
+(``jets[0] + bjets[0]``) and three sets stay on the JAX kernel
+(:mod:`analysis.pipeline.backends.numba.rules`).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ __all__: list[str] = []  # internal to the numba kernel
 
 
 class Candidates(NamedTuple):
-    """One ``(set, depth)``'s candidates of a chunk: ``off`` ``(E + 1,)`` per event,
+    """One :func:`key`'s candidates of a chunk: ``off`` ``(E + 1,)`` per event,
     ``w`` ``(Q, LANES)`` weights with tangents, ``obj`` ``(Q, depth + 1)`` the tuple's
-    objects (indices into the collection's flat columns, highest ranked first);
+    objects (indices into the collection's flat columns, highest ranked first; two sets:
+    the inner set's, then the outer's, :attr:`sets`);
     ``order``, ``n_cand`` the walk's rank order (:func:`_possible_first`: its reverse mode,
     :mod:`analysis.pipeline.backends.numba._revobs`, walks the same tuples)."""
 
@@ -41,13 +45,29 @@ class Candidates(NamedTuple):
     obj: np.ndarray
     order: np.ndarray
     n_cand: np.ndarray
+    sets: tuple[str, ...] = ()  # two indexed sets: their order in ``obj``'s columns
+    #: the walk's arguments of its sets (:func:`~analysis.pipeline.backends.numba.kernels.
+    #: _numba_lead.candidates`' ``order ... depth2``): its reverse mode's too
+    walked: tuple = ()
 
 
-def key(node) -> tuple[str, int] | None:
-    """``(set, depth)`` of an indexed node (``None`` for any other kind)."""
+def depths(node) -> dict[str, int]:
+    """``{set: depth}`` of an indexed node's slots, in their first appearance's order."""
+    out: dict[str, int] = {}
+    for name, r in node.slots:
+        out[name] = max(out.get(name, -1), r)
+    return out
+
+
+def key(node) -> tuple | None:
+    """``(set, depth)`` of an indexed node of one set, ``((set, ...), (depth, ...))`` of
+    one of several (``None`` for any other kind)."""
     if node is None or node.kind not in ("index", "call"):
         return None
-    return node.slots[0][0], max(r for _, r in node.slots)
+    d = depths(node)
+    if len(d) == 1:
+        return node.slots[0][0], max(r for _, r in node.slots)
+    return tuple(d), tuple(d.values())
 
 
 def _comb(n: np.ndarray, k: int) -> np.ndarray:
@@ -96,14 +116,12 @@ def ranked(tab, ci: int, spec, coff, base, flats: dict, pv_all, pd_all, block: i
 
 def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l, block: int,
          n_blocks: int, threads: int | None, *, nodes=None,
-         have: dict | None = None) -> dict[tuple[str, int], Candidates]:
-    """The candidates of every indexed observable of ``plan`` (per ``(set, depth)``), or
+         have: dict | None = None) -> dict[tuple, Candidates]:
+    """The candidates of every indexed observable of ``plan`` (per :func:`key`), or
     of the indexed ``nodes`` (the histograms of candidate tuples of one region, ``f``
     and ``df_l`` its pass table: :mod:`analysis.pipeline.backends.numba._histmulti`);
     those of ``have`` (the same tables' candidates) are taken from it."""
-    sp = plan.sets
-    spec = {s.name: s for s in sp.sets}
-    out: dict[tuple[str, int], Candidates] = {}
+    out: dict[tuple, Candidates] = {}
     for node in [o.x for o in plan.observables] if nodes is None else nodes:
         k = key(node)
         if k is None or k in out:
@@ -111,33 +129,64 @@ def walk(plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
         if have is not None and k in have:
             out[k] = have[k]
             continue
-        name, depth = k
-        c = sp.collection_of(name)
-        ci = tab.collections.index(c)
-        counts = np.diff(coff[ci])
-        order, n_cand = ranked(tab, ci, spec[name], coff, base, flats, pv_all, pd_all, block,
-                               n_blocks, threads)
-        if c not in sp.caps:  # the JAX kernel's bound, on the objects that can be in the set
-            k_top = int(n_cand.max(initial=0))
-            n_tuples = int(_comb(np.array([k_top]), depth + 1)[0])
-            if n_tuples > MAX_TUPLES:
-                raise too_many_tuples(node.slots, {c: k_top}, n_tuples, MAX_TUPLES)
-        off = np.zeros(len(counts) + 1, np.int64)
-        np.cumsum(_comb(n_cand, depth + 1), out=off[1:])
-        w = np.zeros((int(off[-1]), _numba_dp.LANES))
-        obj = np.zeros((int(off[-1]), depth + 1), np.int64)
-        args = (coff, base, order, n_cand, ci, tab.local[name], depth, pv_all, pd_all, tab.pat,
-                tab.n_pat, tgt, f, df_l, off, block, w, obj)
-        _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
-        out[k] = Candidates(off, w, obj, order, n_cand)
+        out[k] = walk_key(k, plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l, block,
+                          n_blocks, threads, slots=node.slots)
     return out
+
+
+def walk_key(k: tuple, plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all, tgt, f, df_l,
+             block: int, n_blocks: int, threads: int | None, *, slots=None) -> Candidates:
+    """The candidates of :func:`key` ``k`` (arguments as :func:`walk`'s); ``slots``: the
+    expression's, to refuse more tuples than the JAX kernel's bound (None: unchecked)."""
+    sp = plan.sets
+    spec = {s.name: s for s in sp.sets}
+    walks = []  # per indexed set: (name, depth, collection's position, order, n_cand)
+    for name, depth in (zip(*k) if isinstance(k[0], tuple) else [k]):
+        ci = tab.collections.index(sp.collection_of(name))
+        walks.append((name, depth, ci, *ranked(tab, ci, spec[name], coff, base, flats, pv_all,
+                                               pd_all, block, n_blocks, threads)))
+    n_per = [_comb(n_cand, depth + 1) for _, depth, _, _, n_cand in walks]
+    if slots is not None and not all(sp.collection_of(w[0]) in sp.caps for w in walks):
+        # the JAX kernel's bound, on the objects that can be in each set
+        tops = [int(w[4].max(initial=0)) for w in walks]
+        n_tuples = int(np.prod([_comb(np.array([t]), w[1] + 1)[0]
+                                for t, w in zip(tops, walks)]))
+        if n_tuples > MAX_TUPLES:
+            raise too_many_tuples(slots, {tab.collections[w[2]]: t
+                                          for t, w in zip(tops, walks)}, n_tuples, MAX_TUPLES)
+    if len(walks) == 2 and n_per[1].sum() > n_per[0].sum():
+        walks.reverse()  # the outer set (walked once per tuple): the one with fewer
+    name, depth, ci, order, n_cand = walks[0]
+    name2, depth2, ci2, order2, n_cand2 = walks[-1] if len(walks) == 2 else (
+        name, 0, -1, order, n_cand)
+    off = np.zeros(len(n_cand) + 1, np.int64)
+    np.cumsum(np.prod(n_per, axis=0), out=off[1:])
+    w = np.zeros((int(off[-1]), _numba_dp.LANES))
+    obj = np.zeros((int(off[-1]), depth + 1 + (depth2 + 1 if ci2 >= 0 else 0)), np.int64)
+    walked = (order, n_cand, ci, tab.local[name], depth, order2, n_cand2, ci2, tab.local[name2],
+              depth2)
+    if len(n_cand):
+        args = (coff, base, *walked, pv_all, pd_all, tab.pat, tab.n_pat, tgt, f, df_l, off, block,
+                w, obj)
+        _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
+    return Candidates(off, w, obj, order, n_cand,
+                      tuple(x[0] for x in walks) if ci2 >= 0 else (), walked)
+
+
+def _column(cand: Candidates, node, k: int) -> int:
+    """The column of ``cand.obj`` holding slot ``k`` of ``node``."""
+    name, r = node.slots[k]
+    if not cand.sets:
+        return r
+    d = depths(node)
+    return r if name == cand.sets[0] else d[cand.sets[0]] + 1 + r
 
 
 def values(node, cand: Candidates, plan: Plan, flats: dict, events: dict) -> np.ndarray:
     """The values of indexed ``node`` per candidate (float64; ``|x|`` for ``abs``), 0
     where the candidate's weight is 0 (as the JAX kernel: no value where no weight)."""
-    c = plan.sets.collection_of(node.slots[0][0])
     if node.kind == "index":
+        c = plan.sets.collection_of(node.slots[0][0])
         x: Any = flats[c][node.field][cand.obj[:, node.slots[0][1]]]
     else:
         per_event = np.diff(cand.off)
@@ -145,7 +194,8 @@ def values(node, cand: Candidates, plan: Plan, flats: dict, events: dict) -> np.
         def read(term: str, k: int | None, field: str):
             if k is None:  # a per-event object's branch, once per candidate
                 return np.repeat(np.asarray(events[f"{term}.{field}"], np.float64), per_event)
-            return flats[c][field][cand.obj[:, node.slots[k][1]]]
+            c = plan.sets.collection_of(node.slots[k][0])
+            return flats[c][field][cand.obj[:, _column(cand, node, k)]]
 
         x = functions.apply(node.fn, node.args, read)
     x = np.asarray(x, dtype=np.float64)

@@ -10,7 +10,7 @@ the fields' kernel (:func:`analysis.pipeline.backends.numba.kernels._numba_revhi
 hard and soft bins, trainable edges, weight variations):
 
 - every candidate's ``dL/dw(a) = ev_e dL/dw_{a_d}``, which the candidates walk's
-  vector-Jacobian product (:func:`analysis.pipeline.backends.numba.kernels._numba_lead.lead_vjp`)
+  vector-Jacobian product (:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`)
   turns into the objects' pattern probabilities' and the trainable count thresholds'
   cotangents, chained to the sets' own probabilities
   (:func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`) as the indexed
@@ -43,7 +43,7 @@ from analysis.pipeline.backends.numba import (
 )
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba._revobs import Pulled
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead_vjp
 from analysis.pipeline.plan import Plan
 from analysis.stats.histogram import Histogram
 
@@ -133,20 +133,19 @@ class Reads(_fastrevhist.Reads):
         count thresholds' per event into ``dfs``; whether any was read. ``have``: the
         selection's candidates already walked in this pass, per ``(set, depth)``."""
         n_ev = sel.ev.shape[0]
-        walks: dict = {}  # (set, depth) -> its candidates (_Lead)
+        walks: dict = {}  # _fastleading.key -> its candidates (_Lead)
         read = False
         for f in fills:
             node = f.specs[0].node
             k = _fastleading.key(node)
-            if k in have and k not in walks:  # one walk per (set, depth) and pass
+            if k in have and k not in walks:  # one walk per key and pass
                 c = have[k]
-                ci = sel.tab.collections.index(run.sets.collection_of(k[0]))
-                walks[k] = _Lead(ci, c.order, c.n_cand, c, np.zeros(c.w.shape[0]))
+                walks[k] = _Lead(c.walked[2], c.order, c.n_cand, c, np.zeros(c.w.shape[0]))
             elif k not in walks:
                 walks[k] = _candidates(*k, run, sel, ins, threads)
             lead = walks[k]
             tuples = node.kind in _histmulti.KINDS  # entries: the tuples, else the objects
-            last = lead.cand.obj[:, k[1]]
+            last = None if tuples else lead.cand.obj[:, k[1]]
             lw = (lead.cand.w[:, 0] if tuples else np.bincount(
                 last, weights=lead.cand.w[:, 0], minlength=int(sel.coff[lead.ci, -1])))
             self._tuples = lead
@@ -166,9 +165,9 @@ class Reads(_fastrevhist.Reads):
                 bars[bkey][:, : gx.size] += gx * np.sign(raw) if node.absolute else gx
             for j, par in enumerate(f.specs[0].edge_params or (), start=1):
                 grad[:, par] += ebar[j]
-        for (name, depth), lead in walks.items():
+        for lead in walks.values():
             if read and n_ev:
-                _vjp(name, depth, lead, sel, ins, gp, dfs, threads)
+                _vjp(lead, sel, ins, gp, dfs, threads)
         return read
 
 
@@ -182,41 +181,29 @@ class _Lead(NamedTuple):
     wq: np.ndarray  # (Q,) the tuples' weights' cotangents (zeros: to be added)
 
 
-def _candidates(name: str, depth: int, run: Plan, sel, ins: _fastsens.Inputs,
+def _candidates(name, depth, run: Plan, sel, ins: _fastsens.Inputs,
                 threads: int | None) -> _Lead:
-    """Set ``name``'s candidate tuples at ``depth`` on the selection's tables and pattern
-    probabilities ``ins``: :func:`analysis.pipeline.backends.numba._fastleading.walk`'s
+    """The candidate tuples of :func:`analysis.pipeline.backends.numba._fastleading.key`
+    ``(name, depth)`` (one set's, or two sets' as tuples) on the selection's tables and
+    pattern probabilities ``ins``: :func:`analysis.pipeline.backends.numba._fastleading.walk`'s
     walk without tangents."""
-    tab, coff = sel.tab, sel.coff
-    ci = tab.collections.index(run.sets.collection_of(name))
-    n_ev = coff.shape[1] - 1
-    n_blocks = max(1, -(-n_ev // BLOCK))
+    coff = sel.coff
+    n_blocks = max(1, -(-(coff.shape[1] - 1) // BLOCK))
     lanes = _numba_dp.LANES
-    pd_all = np.zeros(ins.pv_all.shape + (lanes,))
-    spec = {s.name: s for s in run.sets.sets}[name]
-    order, n_cand = _fastleading.ranked(tab, ci, spec, coff, sel.base, sel.flats,
-                                        ins.pv_all, pd_all, BLOCK, n_blocks, threads)
-    off = np.zeros(n_ev + 1, np.int64)
-    np.cumsum(_fastleading._comb(n_cand, depth + 1), out=off[1:])
-    w = np.zeros((int(off[-1]), lanes))
-    obj = np.zeros((int(off[-1]), depth + 1), np.int64)
-    if n_ev:
-        args = (coff, sel.base, order, n_cand, ci, tab.local[name], depth, ins.pv_all, pd_all,
-                tab.pat, tab.n_pat, ins.tgt, ins.f, np.zeros((ins.f.shape[0], lanes)), off, BLOCK,
-                w, obj)
-        _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
-    return _Lead(ci, order, n_cand, _fastleading.Candidates(off, w, obj, order, n_cand),
-                 np.zeros(int(off[-1])))
+    cand = _fastleading.walk_key((name, depth), run, sel.tab, coff, sel.base, sel.flats,
+                                 ins.pv_all, np.zeros(ins.pv_all.shape + (lanes,)), ins.tgt,
+                                 ins.f, np.zeros((ins.f.shape[0], lanes)), BLOCK, n_blocks,
+                                 threads)
+    return _Lead(cand.walked[2], cand.order, cand.n_cand, cand, np.zeros(cand.w.shape[0]))
 
 
-def _vjp(name: str, depth: int, lead: _Lead, sel, ins: _fastsens.Inputs, gp: np.ndarray,
-         dfs: np.ndarray, threads: int | None) -> None:
+def _vjp(lead: _Lead, sel, ins: _fastsens.Inputs, gp: np.ndarray, dfs: np.ndarray,
+         threads: int | None) -> None:
     """The candidates walk's vector-Jacobian product for ``lead.wq`` (``dL/dw(a)``), added
     to ``gp`` ``(N, P)`` ``dL/dpi`` and ``dfs`` ``(E, K)`` (as
     :func:`analysis.pipeline.backends.numba._revobs.pull` runs it)."""
-    tab, coff, ci = sel.tab, sel.coff, lead.ci
+    tab, coff = sel.tab, sel.coff
     n_blocks = max(1, -(-(coff.shape[1] - 1) // BLOCK))
-    args = (coff, sel.base, lead.order, lead.n_cand, ci, tab.local[name], depth, ins.pv_all,
-            tab.pat, tab.n_pat, ins.tgt, ins.f, np.ascontiguousarray(ins.df), lead.cand.off,
-            lead.wq, BLOCK, gp, dfs)
-    _run_blocks(_numba_lead.lead_vjp, args, n_blocks, threads)
+    args = (coff, sel.base, *lead.cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
+            np.ascontiguousarray(ins.df), lead.cand.off, lead.wq, BLOCK, gp, dfs)
+    _run_blocks(_numba_lead_vjp.lead_vjp, args, n_blocks, threads)

@@ -36,7 +36,7 @@ payload's power sums are sums over entries, so each entry's cotangents are
 :func:`analysis.pipeline.backends.numba._fastpayload.entry_cotangents`' ``(dL/dW, dL/dx,
 dL/dy)``: ``dL/dw(a) = ev_e dL/dW``, ``dL/dev_e += sum_a w(a) dL/dW``, through the
 candidates walk's vector-Jacobian product
-(:func:`analysis.pipeline.backends.numba.kernels._numba_lead.lead_vjp`).
+(:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from analysis.pipeline.backends.numba._fastmoments import _shift
 from analysis.pipeline.backends.numba._fastpayload import entry_cotangents
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba.fastkernel import event_sum_inputs
-from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead
+from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead_vjp
 from analysis.pipeline.plan import Plan
 from analysis.stats._core import Moments
 from analysis.stats.pullback import sums_about
@@ -136,9 +136,9 @@ def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: 
            block: int, threads: int | None) -> None:
     """The indexed observables' share (module docstring) for the payload's ``reads`` of
     kinds ``index``/``call``; the arguments of :func:`_sums`."""
-    coff, sp = wt.coff, plan.sets
+    coff = wt.coff
     n_ev = coff.shape[1] - 1
-    wbar: dict = {}  # (set, depth) -> (Q,) dL/dw(a)
+    wbar: dict = {}  # _fastleading.key -> (Q,) dL/dw(a)
     for read in reads:
         obs = plan.observables[read.index]
         k = _fastleading.key(obs.x)
@@ -154,15 +154,14 @@ def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: 
         dev += np.bincount(np.repeat(np.arange(n_ev), per_event), weights=w * dw,
                            minlength=n_ev)
     n_blocks = max(1, -(-n_ev // block))
-    for (name, depth), wq in wbar.items():
+    for k, wq in wbar.items():
         if not n_ev:
             continue
-        cand = wt.cands[(name, depth)]
-        args = (coff, base, cand.order, cand.n_cand, tab.collections.index(sp.collection_of(name)),
-                tab.local[name], depth, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
+        cand = wt.cands[k]
+        args = (coff, base, *cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
                 np.ascontiguousarray(ins.df), cand.off, np.ascontiguousarray(wq, np.float64),
                 block, gp, dfs)
-        _run_blocks(_numba_lead.lead_vjp, args, n_blocks, threads)
+        _run_blocks(_numba_lead_vjp.lead_vjp, args, n_blocks, threads)
 
 #: each kind's share, in this order (each adds into the same cotangents)
 SHARES = {("sum", "count"): _sums, ("index", "call"): _leads}

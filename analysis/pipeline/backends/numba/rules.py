@@ -216,15 +216,23 @@ for _kind in ("field", "branch", "sum", "count"):
     register("observable", _kind)
 
 
-def _one_indexed_set(node, plan: Plan, request: Request, options) -> str | None:
-    if len({s for s, _ in node.slots}) > 1:
-        return (f"{node.text!r} indexes several sets (the numba kernel walks one indexed "
-                "set per expression)")
+def _indexed_sets(node, plan: Plan, request: Request, options) -> str | None:
+    """One indexed set, or two of two collections (the numba walk of
+    :mod:`analysis.pipeline.backends.numba.kernels._numba_lead`)."""
+    names = list(dict.fromkeys(s for s, _ in node.slots))
+    if len(names) == 1:
+        return None
+    if len(names) > 2:
+        return (f"{node.text!r} indexes {len(names)} sets (the numba kernel walks at most "
+                "two indexed sets per expression)")
+    if len({plan.sets.collection_of(s) for s in names}) == 1:
+        return (f"{node.text!r} indexes two sets of one collection (the numba kernel walks "
+                "two indexed sets of two collections only)")
     return None
 
 
-register("observable", "index", _one_indexed_set)
-register("observable", "call", _one_indexed_set)
+register("observable", "index", _indexed_sets)
+register("observable", "call", _indexed_sets)
 
 
 def _count_cap(count, plan: Plan, request: Request, options) -> str | None:
@@ -287,7 +295,7 @@ def _leading(spec, plan: Plan, request: Request, options) -> str | None:
         if request.kind == "pullback" and _SCORES in node.groups:
             return (f"x = {node.text!r} reads a learned score's column (the numba reverse "
                     "pass pulls back the tuples' weights, not their values)")
-        return _one_indexed_set(node, plan, request, options)
+        return _indexed_sets(node, plan, request, options)
     sets = {s.name: s for s in plan.sets.sets}
     mine = sets[node.slots[0][0]]
     for other in plan.hists:

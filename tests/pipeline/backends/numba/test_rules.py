@@ -28,7 +28,7 @@ from analysis.pipeline.plan import build_plan
 from analysis.pipeline.request import Replicas, Request
 from analysis.select import cuts
 from tests.conftest import numba_refusal, one_line_error
-from tests.pipeline.test_fallback_said import with_muons
+from tests.pipeline.test_fallback_said import WHY, with_bjets
 
 CONFIGS = Path(__file__).resolve().parents[4] / "configs"
 
@@ -83,22 +83,21 @@ def test_support_is_decided_once_per_pass_not_per_chunk(monkeypatch):
 
 
 def test_backend_numba_names_the_node_without_a_rule_in_one_line(tmp_path, capsys):
-    data = with_muons(_ttbar())  # a histogram of a jet and a muon: two indexed sets
+    data = with_bjets(_ttbar())  # a histogram of a jet and a b-jet: two sets of the jets
     data["observables"].append({"name": "mjj", "x": "mass(Jet[0] + Jet[1])",
                                 "stats": ["mean"]})
     path = tmp_path / "numba.yaml"
     path.write_text(yaml.safe_dump({**data, "engine": {"backend": "numba"}}))
     plan = build_plan(load_config(path))
     why = numba_refusal(plan, 1)
-    assert why == ("histogram 'hmj': 'mass(Jet[0] + Muon[0])' indexes several sets (the numba "
-                   "kernel walks one indexed set per expression)")
+    assert why == WHY
     with pytest.raises(Exception, match="the numba backend cannot compute this states pass: "
-                                        "histogram 'hmj': 'mass"):
+                                        "histogram 'hjb': 'mass"):
         with Evaluator(load_config(path), chunksize=100) as ev:
             ev.run(order=1)
     assert main(["evaluate", str(path), "--quiet", "-o", str(tmp_path / "out")]) == 2
     line = one_line_error(capsys.readouterr().err)
-    assert "histogram 'hmj': 'mass(Jet[0] + Muon[0])' indexes several sets" in line
+    assert "histogram 'hjb': 'mass(Jet[0] + BJet[0])' indexes two sets of one collection" in line
     # auto: the JAX backend computes it
     with Evaluator(load_config(path), chunksize=100, backend="auto") as ev:
         state = ev.run(order=0)["ttbar"]  # values: what it shows is that JAX runs it

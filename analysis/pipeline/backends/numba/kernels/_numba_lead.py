@@ -28,25 +28,27 @@ of them can be in the set, ``P`` patterns, ``S`` count states), only sums of non
 lanes (lane 0 the value, then its tangents; the product rule). Outputs are per
 candidate (no sums): the result does not depend on how blocks are split.
 
-Reverse mode (:func:`lead_vjp`, values only): given the cotangents ``wbar_a =
-dL/dw(a)``, ``L = sum_a wbar_a w(a)`` is linear in each step, so per event the value walk
-runs once more (``G``, ``B``, the tuples' tape replayed, each step's input kept) and then
-its transpose in reverse order:
+Two indexed sets of two collections (``s`` of ``c`` at depth ``r``, ``s2`` of ``c2 != c``
+at depth ``r2``, each in its own rank order): a candidate is a pair ``(a, b)``,
 
-- a tuple's last member: ``dL/dpi_{a_r p} += wbar_a <V, B_{a_r + 1}[tgt(p, .)]>`` for the
-  patterns ``p`` holding ``s``, ``Vbar += wbar_a I^T B_{a_r + 1}``,
-  ``Bbar_{a_r + 1} += wbar_a I V``;
-- a step ``V' = X V`` (``X`` = ``I`` or ``O``): ``dL/dpi_{jp} += <V, Vbar'[tgt(p, .)]>`` over
-  its patterns and ``Vbar += X^T Vbar'``;
-- the chain ``B_m = A_m B_{m + 1}`` (every pattern), then ``G``'s:
-  ``dL/dpi_{jp} += <Bbar_m, B_{m + 1}[tgt(p, .)]>``, ``Bbar_{m + 1} += A_m^T Bbar_m``, from
-  ``m = 0`` up; ``dL/df = Gbar`` at the end (the trainable count thresholds).
+``w(a, b) = P(the members of s ranked at or above a_r are exactly a, those of s2 ranked
+at or above b_{r2} exactly b, and the event passes)``.
 
-A transposed forward step is the walk's backward step and the reverse (:func:`_step`), a
-pattern's derivative its inner sum (:func:`~analysis.select.lanes.steps.weight`).
-Cost: about three value walks of the candidates, whatever the number of parameters;
-memory per block, the tape ``(ops, S)`` (:func:`_sizes`). Outputs per object and per event
-(no sums): blocks and threads change no bit.
+The objects pass independently and the count state does not depend on the order they
+are added in, so ``c2``'s objects are walked right after ``G`` (which now leaves out
+``c`` and ``c2``), backward in ``s2``'s rank order with ``b``'s constraints:
+``G_2(b) = X_0 X_1 ... X_{n_2 - 1} G`` with ``X_m = I`` (on ``s2``'s patterns) for
+``b``'s members, ``O`` for the other positions above ``b_{r2}``, every pattern after
+it; then ``w(a, b)`` is the one-set walk of ``s`` above with ``G_2(b)`` in place of
+``G``. The outer set ``s2`` is the one with fewer tuples (the walk runs once per outer
+tuple): ``O(T_2 (n_2 P S + the one-set walk))`` per event. The same weights as the JAX
+reference's two collections (:func:`analysis.select.leading.leading`: the set with fewer
+candidates constrained per candidate, the other walked in rank order on each). Two sets
+of one collection share objects (the reference's Cartesian product lets one object be
+both sets' member, on the patterns holding both): not walked here (the rules refuse
+them).
+
+Reverse mode: :mod:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp`.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from analysis.select.lanes.arith import LANES, lin_add
 from analysis.select.lanes.policy import inline, njit, specialise_on
 from analysis.select.lanes.steps import backward, clear, forward, weight
 
-__all__ = ["candidates", "lead_vjp"]
+__all__ = ["candidates"]
 
 IN, OUT, LEAF = 0, 1, 2  # the tuples' walk's steps: a member, a position left out, a tuple's end
 
@@ -146,8 +148,8 @@ def _tuples(kc, depth, pos, tape):
 
 
 @njit
-def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_pat, tgt, f,
-               df, cand_off, block, w_out, obj_out, b0, b1):
+def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2, depth2,
+               pv_all, pd_all, pat, n_pat, tgt, f, df, cand_off, block, w_out, obj_out, b0, b1):
     """Blocks ``b0:b1``: ``w_out[q]`` (lanes) and ``obj_out[q]`` (the tuple's objects,
     indices into collection ``lc``'s flat arrays, highest ranked first) of candidate
     ``q`` in ``cand_off[e]:cand_off[e + 1]`` of event ``e`` (``C(k_e, depth + 1)``,
@@ -158,12 +160,19 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
     enumerated); ``ls``: the set's
     position in ``lc``'s patterns; ``pv_all``/``pd_all``: pattern probabilities and
     tangents per global object (``base[c] + i``; tangents' lane 0 zero); ``f``/``df``:
-    the pass table and its tangents in lanes (lane 0 zero)."""
+    the pass table and its tangents in lanes (lane 0 zero). A second indexed set
+    (``lc2 >= 0``: its collection, another than ``lc``; ``ls2``, ``depth2``, ``order2``,
+    ``n_cand2`` as the first set's; ``lc2 = -1``: one set, the others unread): the
+    candidates are the pairs (its tuple, the first set's), the outer tuple's first, each
+    row of ``obj_out`` the first set's ``depth + 1`` objects then its ``depth2 + 1``."""
     n_ev = coff.shape[1] - 1
     n_states = f.shape[0]
     for b in range(b0, b1):
         e0, e1 = b * block, min(n_ev, (b + 1) * block)
         max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
+        max_ops2 = _sizes(coff, n_cand2, depth2, e0, e1)[1] if lc2 >= 0 else 1
+        pos2 = np.empty(depth2 + 1, np.int64)
+        tape2 = np.empty((max_ops2, 3), np.int64)
         gst = np.empty((max_n + 1, n_states, LANES))
         B = np.empty((max_n + 1, n_states, LANES))
         V = np.empty((depth + 1, n_states, LANES))
@@ -179,6 +188,11 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
             kc = n_cand[e]  # the objects a tuple may hold: rank positions 0 .. kc - 1
             if kc < depth + 1:
                 continue
+            n_outer = 1  # one set: one pass of the walk below, on G
+            if lc2 >= 0:
+                if n_cand2[e] < depth2 + 1:
+                    continue
+                n_outer = _tuples(n_cand2[e], depth2, pos2, tape2)
             for k in range(n_states):
                 for r in range(LANES):
                     gst[0, k, r] = df[k, r]
@@ -187,174 +201,73 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, pv_all, pd_all, pat, n_
             # lc's rank positions (a helper of these loops, inlined: measured 2x slower)
             t = 0
             for c in range(coff.shape[0] - 1, -1, -1):
-                if c == lc:
+                if c == lc or c == lc2:
                     continue
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
                     clear(gst[t + 1], states, n_states)
                     _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, pd_all, pat, n_pat,
                           tgt, ls, 2, states, True)
                     t += 1
-            B[n] = gst[t]
-            for m in range(n - 1, -1, -1):
-                clear(B[m], states, n_states)
-                _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
-                      n_pat, tgt, ls, 2, states, True)
-            V[0] = 0.0
-            V[0, 0, 0] = 1.0
-            q = cand_off[e]
-            for i in range(_tuples(kc, depth, pos, tape)):
-                kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
-                g = base[lc] + order[lo + m]
-                pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
-                if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
-                    clear(V[lv + 1], states, n_states)
-                    _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 1,
-                          states, False)
-                    continue
-                if kind == OUT:
-                    clear(T, states, n_states)
-                    _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0, states,
-                          False)
-                    V[lv] = T
-                    continue
-                # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
-                for r in range(LANES):
-                    acc[r] = 0.0
-                Bn = B[m + 1]
-                for p in range(n_pat[lc]):
-                    if pat[lc, p, ls] != 1:
-                        continue
-                    weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
-                    lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
-                for r in range(LANES):
-                    w_out[q, r] = acc[r]
-                for j in range(depth + 1):
-                    obj_out[q, j] = order[lo + pos[j]]
-                q += 1
-
-
-@inline
-def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, states):
-    """``gp[g, p] += scale sum_k F[k] G[tgt(p, k)]`` over the patterns ``side`` takes
-    (:func:`_step`'s)."""
-    ns = states.shape[0]
-    for p in range(n_pat[c]):
-        if _take(pat, c, p, ls, side):
-            gp[g, p] += scale * weight(0.0, F, G, tgt[c, p], states, ns, 0, states, False)
-
-
-@njit
-def lead_vjp(coff, base, order, n_cand, lc, ls, depth, pv_all, pat, n_pat, tgt, f, df,
-             cand_off, wbar, block, gp, dfs, b0, b1):
-    """Blocks ``b0:b1`` of events (arguments as :func:`candidates`',
-    values only: ``pv_all`` ``(N, P)``, ``df`` ``(S, K)``); ``wbar[q]`` the cotangent of
-    candidate ``q``'s weight. Outputs (added to): ``gp[g, p] = dL/dpi_gp``, ``dfs[e, r] =
-    sum_k dL/df[k] df[k, r]``."""
-    n_ev = coff.shape[1] - 1
-    n_states = f.shape[0]
-    for b in range(b0, b1):
-        e0, e1 = b * block, min(n_ev, (b + 1) * block)
-        max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
-        gst = np.empty((max_n + 1, n_states))
-        gobj = np.empty(max_n, np.int64)
-        gcol = np.empty(max_n, np.int64)
-        B = np.empty((max_n + 1, n_states))
-        Bbar = np.empty((max_n + 1, n_states))
-        V = np.empty((depth + 1, n_states))
-        Vbar = np.empty((depth + 1, n_states))
-        T = np.empty(n_states)
-        T2 = np.empty(n_states)
-        tape_v = np.empty((max_ops, n_states))
-        tape = np.empty((max_ops, 3), np.int64)
-        pos = np.empty(depth + 1, np.int64)
-        states = np.arange(n_states)
-        for e in range(e0, e1):
-            lo = coff[lc, e]
-            n = coff[lc, e + 1] - lo
-            kc = n_cand[e]
-            if kc < depth + 1:
-                continue
-            live = False
-            for q in range(cand_off[e], cand_off[e + 1]):
-                live = live or wbar[q] != 0.0
-            if not live:
-                continue
-            # the value functions: G over the other collections (kept), B over c's positions
-            gst[0] = f
-            t = 0
-            for c in range(coff.shape[0] - 1, -1, -1):
-                if c == lc:
-                    continue
-                for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
-                    gst[t + 1] = 0.0
-                    _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, 0.0, pat, n_pat, tgt,
-                          ls, 2, states, True)
-                    gobj[t] = base[c] + i
-                    gcol[t] = c
-                    t += 1
-            B[n] = gst[t]
-            for m in range(n - 1, -1, -1):
-                B[m] = 0.0
-                _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, 0.0, pat, n_pat,
-                      tgt, ls, 2, states, True)
-            # the tuples' tape replayed (the value walk's order), each step's input kept
-            V[0] = 0.0
-            V[0, 0] = 1.0
+            lo2 = coff[max(lc2, 0), e]
             nops = _tuples(kc, depth, pos, tape)
-            for i in range(nops):
-                kind, lv = tape[i, 0], tape[i, 1]
-                g = base[lc] + order[lo + tape[i, 2]]
-                tape_v[i] = V[lv]
-                if kind == IN:  # candidates' steps
-                    V[lv + 1] = 0.0
-                    _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1, states,
-                          False)
-                elif kind == OUT:
-                    T[:] = 0.0
-                    _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states, False)
-                    V[lv] = T
-            # the transpose, in reverse order (the candidates too: the last one first)
-            Vbar[:] = 0.0
-            Bbar[:] = 0.0
-            q = cand_off[e + 1]
-            for i in range(nops - 1, -1, -1):
-                kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
-                g = base[lc] + order[lo + m]
-                vin = tape_v[i]
-                if kind == LEAF:
-                    q -= 1
-                    wq = wbar[q]
-                    if wq != 0.0:
-                        _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1, states)
-                        _step(Vbar[lv], B[m + 1], wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
-                              states, True)
-                        _step(Bbar[m + 1], vin, wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
+            q = cand_off[e]
+            for o in range(n_outer):
+                h = t  # gst[h]: the value function after the outer tuple's collection
+                if lc2 >= 0:
+                    kind, lv, m2 = tape2[o, 0], tape2[o, 1], tape2[o, 2]
+                    pos2[lv] = m2
+                    if kind != LEAF:
+                        continue
+                    # the outer tuple's positions last first: after it every pattern, its
+                    # members in the set, the others above it out of it (G_2 of the docstring)
+                    j2 = depth2
+                    for m in range(coff[lc2, e + 1] - lo2 - 1, -1, -1):
+                        side = 2
+                        if j2 >= 0 and m == pos2[j2]:
+                            side = 1
+                            j2 -= 1
+                        elif m < m2:
+                            side = 0
+                        clear(gst[h + 1], states, n_states)
+                        _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
+                              pd_all, pat, n_pat, tgt, ls2, side, states, True)
+                        h += 1
+                B[n] = gst[h]
+                for m in range(n - 1, -1, -1):
+                    clear(B[m], states, n_states)
+                    _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
+                          n_pat, tgt, ls, 2, states, True)
+                V[0] = 0.0
+                V[0, 0, 0] = 1.0
+                for i in range(nops):
+                    kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
+                    g = base[lc] + order[lo + m]
+                    pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
+                    if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
+                        clear(V[lv + 1], states, n_states)
+                        _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
+                              1, states, False)
+                        continue
+                    if kind == OUT:
+                        clear(T, states, n_states)
+                        _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0,
                               states, False)
-                elif kind == OUT:
-                    _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, states)
-                    T[:] = 0.0
-                    _step(T, Vbar[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states,
-                          True)
-                    Vbar[lv] = T
-                else:
-                    _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1, states)
-                    _step(Vbar[lv], Vbar[lv + 1], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
-                          states, True)
-                    Vbar[lv + 1] = 0.0
-            for m in range(n):  # the chain of B, then G's, transposed
-                g = base[lc] + order[lo + m]
-                _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, states)
-                _step(Bbar[m + 1], Bbar[m], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 2, states,
-                      False)
-            T[:] = Bbar[n]
-            for i in range(t - 1, -1, -1):
-                _grad(gp, gobj[i], 1.0, T, gst[i], gcol[i], pat, n_pat, tgt, ls, 2, states)
-                T2[:] = 0.0
-                _step(T2, T, 1.0, gobj[i], gcol[i], pv_all, 0.0, pat, n_pat, tgt, ls, 2, states,
-                      False)
-                T[:] = T2
-            for r in range(df.shape[1]):
-                acc = 0.0
-                for k in range(n_states):
-                    acc += T[k] * df[k, r]
-                dfs[e, r] += acc
+                        V[lv] = T
+                        continue
+                    # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
+                    for r in range(LANES):
+                        acc[r] = 0.0
+                    Bn = B[m + 1]
+                    for p in range(n_pat[lc]):
+                        if pat[lc, p, ls] != 1:
+                            continue
+                        weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
+                        lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
+                    for r in range(LANES):
+                        w_out[q, r] = acc[r]
+                    for j in range(depth + 1):
+                        obj_out[q, j] = order[lo + pos[j]]
+                    if lc2 >= 0:
+                        for j in range(depth2 + 1):
+                            obj_out[q, depth + 1 + j] = order2[lo2 + pos2[j]]
+                    q += 1

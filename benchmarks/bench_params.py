@@ -55,7 +55,11 @@ leaves the JAX sweep out of both (minutes and GBs of memory at 4,000 events), e.
 ``--case reverse-hists-obs --events 20000 --chunksize 10000 --no-jax``. ``--case
 reverse-hists-mjj``: the same with the dijet mass ``mass(jets[0] + jets[1])`` as a
 channel's template in a region (at least two b-jets) and as an observable (candidate
-tuples: :mod:`analysis.pipeline.backends.numba._histmulti`), printed only.
+tuples: :mod:`analysis.pipeline.backends.numba._histmulti`), printed only. ``--case
+reverse-hists-soft``: the same with HT in soft bins (width 20 GeV) with trainable edges as
+a channel's template (the event sums' backward sweep with soft-bin weights,
+:mod:`analysis.pipeline.backends.numba.kernels._numba_esum_adj`), printed only, e.g.
+``--case reverse-hists-soft --events 20000 --chunksize 10000 --no-jax``.
 """
 
 from __future__ import annotations
@@ -189,6 +193,17 @@ def mjj_hists_config() -> dict:
         {"count": "bjets", "op": ">=", "value": 2}]}
     cfg["observables"].append({"name": "mjj", "x": "mass(jets[0] + jets[1])",
                                "stats": ["mean", "std"]})
+    return cfg
+
+
+def soft_hists_config() -> dict:
+    """:func:`hists_config` with HT (``sum(jets.pt)``) in soft bins with trainable edges
+    as a second channel's template."""
+    cfg = hists_config()
+    cfg["histograms"].append({"name": "ht", "x": "sum(jets.pt)", "width": 20.0,
+                              "bins": {"n": 6, "lo": 100.0, "hi": 700.0},
+                              "trainable_edges": True})
+    cfg["likelihood"]["channels"]["ht"] = {"histogram": "ht"}
     return cfg
 
 
@@ -365,7 +380,8 @@ def _reverse_hists(cols: list, args, argv, *, obs: str = "") -> dict:
     """The numba pullback of a histogram-reading payload against the JAX sweep (unless
     ``--no-jax``) and a value pass (module docstring), printed; ``obs`` ``"obs"``: with
     HT's and the leading jet's templates (:func:`obs_hists_config`), the pullback / value
-    pass recorded; ``"mjj"``: with the dijet mass's (:func:`mjj_hists_config`)."""
+    pass recorded; ``"mjj"``: with the dijet mass's (:func:`mjj_hists_config`);
+    ``"soft"``: with HT's in soft bins (:func:`soft_hists_config`)."""
     import jax
 
     from analysis.config.loader import config_from_dict
@@ -374,7 +390,8 @@ def _reverse_hists(cols: list, args, argv, *, obs: str = "") -> dict:
     from analysis.pipeline.request import Request
     from analysis.stats.merge import is_state
 
-    make = {"obs": obs_hists_config, "mjj": mjj_hists_config}.get(obs, hists_config)
+    make = {"obs": obs_hists_config, "mjj": mjj_hists_config,
+            "soft": soft_hists_config}.get(obs, hists_config)
     config = config_from_dict(make(), source="bench_params")
     plan = build_plan(config)
     theta = np.array([config.initial_params()[n] for n in plan.param_names], np.float64)
@@ -426,7 +443,7 @@ def main(argv: list[str] | None = None) -> dict:
                     help="reverse-hists cases: without the JAX sweep (minutes, GBs)")
     ap.add_argument("--case", choices=("all", "params", "reverse", "reverse-observables",
                                        "reverse-hists", "reverse-hists-obs",
-                                       "reverse-hists-mjj"),
+                                       "reverse-hists-mjj", "reverse-hists-soft"),
                     default="all", help="12 vs 4 parameters, the reverse step vs values, "
                     "both (all), the reverse step reading HT and jets[0].pt vs values and "
                     "the JAX sweep, or a histogram-reading pullback vs the JAX sweep")

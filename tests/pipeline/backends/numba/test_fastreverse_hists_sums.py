@@ -9,6 +9,8 @@ differences of the JAX kernel's pulled sum."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jax
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from analysis.pipeline.backends.jax import reverse as jax_reverse
 from analysis.pipeline.backends.numba import _revhistsums, fastreverse
 from analysis.pipeline.request import Request
 from analysis.stats.pullback import pulled_sum
+from tests.chunked_helpers import slice_columns
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_hists import (
     differences_agree,
@@ -112,10 +115,11 @@ def test_each_event_sum_histogram_alone(only: str) -> None:
     numba_differences(cols, plan, theta, widths, payload, np.asarray(got.derived.grad))
 
 
-def numba_differences(cols, plan, theta, widths, payload, g: np.ndarray) -> None:
+def numba_differences(cols, plan, theta, widths, payload, g: np.ndarray, *,
+                      along: tuple[str, ...] = ()) -> None:
     """The gradient ``g`` against central differences of the pulled sum of numba value
     passes (no JAX compile: an independent reference cheap enough for the default suite)
-    along a random direction and the trainable count threshold ``n_min``."""
+    along a random direction, the trainable count threshold ``n_min`` and ``along``."""
     n_states = len(payload)
 
     def loss(step: np.ndarray) -> float:
@@ -123,27 +127,105 @@ def numba_differences(cols, plan, theta, widths, payload, g: np.ndarray) -> None
         return float(pulled_sum(run_once(cols, plan, req, backend="numba").derived.value,
                                 payload))
 
-    differences_agree(loss, g, plan, theta, along=("n_min",), seed=5)
+    differences_agree(loss, g, plan, theta, along=("n_min", *along), seed=5)
 
 
-def test_hard_widths_tiny_chunks_threads_and_one_tangent_a_pass(monkeypatch) -> None:
-    """Every width 0 and chunks of 0, 1 and 3 events: the numba pullback equals the JAX
-    sweep; 1 and 3 threads (blocks of 16 events) give the same bits; the forward
-    tangents for every event (hard bins too: not the backward sweep), one tangent a pass
-    (many more passes), the same gradient (1e-12)."""
+def test_soft_bins_and_trainable_edges_against_central_differences() -> None:
+    """``sum(bjets.pt)``'s soft bins with trainable edges read alone: the backward
+    sweep's gradient (the pairs' soft-bin weights, the edges' cotangents) equals central
+    differences of numba value passes along a random direction, an edge and ``n_min``."""
+    plan, theta, widths, cols = setup(sums_config(), "nano_tt_v12.root")
+    payload = hists_payload(cols, plan, theta, widths, seed=3, only="histograms.htb")
+    got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+    g = np.asarray(got.derived.grad)
+    names = plan.trainable_names
+    assert abs(g[names.index("htb.edges[2]")]) > 1e-3 * np.abs(g).max()
+    numba_differences(cols, plan, theta, widths, payload, g, along=("htb.edges[2]",))
+
+
+def test_hard_widths_tiny_chunks_and_threads(monkeypatch) -> None:
+    """Chunks of 0, 1 and 3 events at the configured widths (soft bins) and at every
+    width 0 (hard cuts and bins: a soft histogram's fill is the hard one): the numba
+    pullback equals the JAX sweep; 1 and 3 threads (blocks of 16 events) give the same
+    bits."""
     plan, theta, widths, cols = setup(sums_config(), "nano_tt_v12.root")
     payload = [e if n.startswith(("templates.htc", "histograms.")) else None
                for n, e in zip(state_paths(plan), hists_payload(cols, plan, theta, widths,
                                                                 seed=2), strict=True)]
     monkeypatch.setattr(_revhistsums, "BLOCK", 16)
-    one = threads_and_tiny_chunks(cols, plan, theta, widths, payload,
-                                  spans=((0, 0), (3, 4), (5, 8)))
-    monkeypatch.setattr(_revhistsums, "_adjoint", lambda fwd, cev, *_: np.arange(cev.shape[0]))
-    monkeypatch.setattr(_revhistsums, "TANGENTS", 1)
-    single = np.asarray(fastreverse.chunk_pullback(cols, plan, theta, widths, payload).derived.grad)
-    g = np.asarray(one.derived.grad)
-    np.testing.assert_allclose(single, g, rtol=1e-12, atol=1e-12 * np.abs(g).max())
+    threads_and_tiny_chunks(cols, plan, theta, widths, payload,
+                            spans=((0, 0), (3, 4), (5, 8)))
+
+
+def with_nan(cols, event: int = 2):
+    """``cols`` with the b-tag of event ``event``'s second jet NaN (a NaN among its
+    probabilities: the reading checks refuse such a branch; a score or a derived field
+    can still make one)."""
+    counts, flat = cols.collections["Jet"]
+    assert counts[event] >= 3
+    tag = dict(flat)
+    tag["btagDeepFlavB"] = flat["btagDeepFlavB"].copy()
+    tag["btagDeepFlavB"][int(np.sum(counts[:event])) + 1] = np.nan
+    return replace(cols, collections={**cols.collections, "Jet": (counts, tag)})
+
+
+def test_a_nan_event_is_swept_and_leaves_the_others(monkeypatch) -> None:
+    """A NaN among one event's probabilities: the backward sweep covers it (soft and
+    hard bins: its ``dL/df`` NaN, as the JAX sweep's, :func:`test_a_nan_event_as_the_jax_sweep`),
+    every other event's outputs the same bits as without the NaN."""
+    from analysis.pipeline.backends.numba.kernels._numba_esum_adj import event_sum_vjp
+
+    plan, theta, widths, cols = setup(sums_config(), "nano_tt_v12.root")
+    cols = slice_columns(cols, 0, 40)
+    payload = hists_payload(cols, plan, theta, widths, seed=4, only="histograms.ht")
+    calls: dict = {}
+    seen: list = []  # the sweeps' arguments and outputs of one pullback
+    run = _revhistsums._run
+
+    def keep(kernel, args, n_ev, threads):
+        run(kernel, args, n_ev, threads)
+        if kernel is event_sum_vjp:
+            seen.append([np.array(a, copy=True) if hasattr(a, "shape") else a for a in args])
+
+    monkeypatch.setattr(_revhistsums, "_run", keep)
+    for which, c in (("clean", cols), ("nan", with_nan(cols))):
+        fastreverse.chunk_pullback(c, plan, theta, widths, payload)
+        calls[which] = seen[:]
+        seen.clear()
+    assert {a[13] > 0 for a in calls["nan"]} == {False, True}  # hard and soft bins
+    for clean, nan in zip(calls["clean"], calls["nan"], strict=True):
+        coff, base = clean[0], clean[1]
+        mine = np.zeros(base[-1], bool)  # event 2's objects
+        for c in range(coff.shape[0]):
+            mine[base[c] + coff[c, 2]: base[c] + coff[c, 3]] = True
+        assert np.isnan(nan[-2][2]).any() and np.isnan(nan[-3][mine]).any()  # fbar, gp
+        np.testing.assert_array_equal(nan[-3][~mine], clean[-3][~mine])
+        for i in (-2, -1):  # fbar, ebar: per event
+            np.testing.assert_array_equal(np.delete(nan[i], 2, axis=0),
+                                          np.delete(clean[i], 2, axis=0))
     monkeypatch.undo()
+
+
+@pytest.mark.slow  # the JAX sweep's compile (~3 min on 2 busy cores)
+def test_a_nan_event_as_the_jax_sweep() -> None:
+    """A NaN among one event's probabilities, the event sums' histograms alone (hard and
+    soft bins, trainable edges): the numba pullback is NaN where the JAX sweep's is (every
+    parameter the event reads) and equal elsewhere; the value states' NaN the same."""
+    cfg = sums_config()
+    cfg["histograms"] = [h for h in cfg["histograms"] if h["name"] in ("ht", "htb", "nb")]
+    cfg["likelihood"]["channels"] = {"htc": cfg["likelihood"]["channels"]["htc"]}
+    plan, theta, widths, cols = setup(cfg, "nano_tt_v12.root")
+    cols = with_nan(slice_columns(cols, 0, 40))
+    payload = hists_payload(cols, plan, theta, widths, seed=4)
+    got = fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+    ref = jax_reverse.chunk_pullback(cols, plan, theta, widths, payload)
+    g, r = np.asarray(got.derived.grad), np.asarray(ref.derived.grad)
+    assert np.isnan(r[plan.trainable_names.index("htb.edges[2]")])
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(r))
+    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10 * np.nanmax(np.abs(r), initial=0))
+    for x, y in zip(jax.tree_util.tree_leaves(got.derived.value),
+                    jax.tree_util.tree_leaves(ref.derived.value), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.slow  # two evaluators, the JAX sweep's compile

@@ -64,6 +64,8 @@ from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
     _live_step,
     _numbers,
     _out_factor,
+    _partition,
+    _partition_buffers,
     _pull4,
     _subsets,
     _subsets_w,
@@ -112,10 +114,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     states = np.arange(tgt.shape[2])  # every state, in order (the dense steps' and dots')
     n_states = f.shape[0]
     nb = edges.shape[0] + 1
-    max_m = 0
-    for e in range(b0 * block, min(n_ev, b1 * block)):
-        max_m = max(max_m, coff[cs, e + 1] - coff[cs, e])
-    unc = np.empty(max(max_m, 1), np.int64)
+    unc, fold, fcol = _partition_buffers(coff, b0 * block, min(n_ev, b1 * block))
     F = np.zeros((n_states, LANES))
     Fn = np.zeros((n_states, LANES))
     FA = np.zeros((1 << _FIRST, n_states, LANES))
@@ -175,8 +174,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             else:
                 out[e, :, :] = 0.0
             continue
-        x0 = 0.0
-        n = 0
+        n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
         skip = _numbers(coff, base, pv_all, n_pat, e)
         # with at most 3 tangents in an event of numbers, F over its live states only
         # (FF[cur] over LL[cur, :nf]; the others exact zeros, never read), else dense
@@ -190,40 +188,30 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             F[:, :] = 0.0
             F[0, 0] = 1.0
             nf = n_states
-        for c in range(n_coll):
-            for i in range(coff[c, e], coff[c, e + 1]):
-                g = base[c] + i
-                certain = True
-                if c == cs:
-                    # the one definition (analysis.select.certain, on the host)
-                    certain = cert[i]
-                    if not certain:
-                        unc[n] = g
-                        n += 1
-                    elif ins[i]:
-                        x0 += vals[i]
-                if certain and skip:
-                    # probability exactly 1 on a pattern that moves no count and no
-                    # tangents: the step is F itself (1 F + 0 ...: the same floats)
-                    moves = False
-                    for p in range(n_pat[c]):
-                        if pv_all[g, p, 0] == 1.0:
-                            moves = moves or not still[c, p]
-                        elif pv_all[g, p, 0] != 0.0:
+        for j in range(m):  # the folded objects (certain: the one definition, on the host)
+            g = fold[j]
+            c = fcol[j]
+            if skip:
+                # probability exactly 1 on a pattern that moves no count and no
+                # tangents: the step is F itself (1 F + 0 ...: the same floats)
+                moves = False
+                for p in range(n_pat[c]):
+                    if pv_all[g, p, 0] == 1.0:
+                        moves = moves or not still[c, p]
+                    elif pv_all[g, p, 0] != 0.0:
+                        moves = True
+                    for r in range(1, nl):
+                        if pd_all[g, p, r] != 0.0:
                             moves = True
-                        for r in range(1, nl):
-                            if pd_all[g, p, r] != 0.0:
-                                moves = True
-                    if not moves:
-                        continue
-                if certain:
-                    if sparse:
-                        nf = _live_step(FF[cur], LL[cur], nf, FF[1 - cur], LL[1 - cur], mark,
-                                        tgt, c, n_pat, pv_all, pd_all, g, nl, w_all, has)
-                        cur = 1 - cur
-                        continue
-                    _dense(Fn, F, tgt, c, n_pat, pv_all, pd_all, g, w_all, has, states, False)
-                    F, Fn = Fn, F
+                if not moves:
+                    continue
+            if sparse:
+                nf = _live_step(FF[cur], LL[cur], nf, FF[1 - cur], LL[1 - cur], mark,
+                                tgt, c, n_pat, pv_all, pd_all, g, nl, w_all, has)
+                cur = 1 - cur
+                continue
+            _dense(Fn, F, tgt, c, n_pat, pv_all, pd_all, g, w_all, has, states, False)
+            F, Fn = Fn, F
         n_unc[e] = n
         o = out[e]
         o[:, :] = 0.0

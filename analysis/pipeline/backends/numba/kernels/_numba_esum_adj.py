@@ -1,4 +1,4 @@
-"""The adjoint of the histogram of event sums' hard bins: one backward sweep per event (numba, float64).
+"""The adjoint of the histogram of event sums (hard and soft bins): one backward sweep per event (numba, float64).
 
 The forward kernel (:mod:`analysis.pipeline.backends.numba.kernels._numba_esum`, its
 notation) gives per event ``pb_b = P(the region passes, X in bin b)``; reverse mode
@@ -30,14 +30,22 @@ same floats, so the same pair in the same bin). Then, ``L`` linear in every step
   (``F_j`` kept per object) and the ``beta`` root's ``dL/df`` per event (the trainable
   count thresholds: ``dL/df . df``, on the host).
 
-Cost per event ``O((M + 2^(U - U/2) + 2^(U/2)) P S + 2^(U/2) n_b S)``, once, whatever
-the number of parameters (the forward tangents' passes: the inputs over 3 passes of
-``O(M P S + 2^(U/2) (P S + n_c))`` each). An event with a NaN among its probabilities
-is left to the forward tangents (``bad[e] = 1``, nothing written); an event with fewer
-objects than any state of nonzero ``f`` or ``df`` needs
+Soft bins (``width > 0``, :mod:`analysis.pipeline.backends.numba.kernels._numba_esum_soft`:
+every subset reaches every bin) take the same trees, each pair at ``X_A = X_alpha +
+X_beta`` weighted by ``s(X_A) = sum_b c_b q_b(X_A)`` (``q_b`` the soft-bin probabilities,
+:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`) in
+place of its bin's cotangent: ``dL/dF_alpha = sum_beta s G_beta``, ``dL/dG_beta =
+sum_alpha s F_alpha``, and the trainable edges' ``dL/de_j = sum_A P_A (c_j - c_{j+1})
+dq_j/de_j`` with ``P_A = <F_alpha, G_beta>`` (``ebar[e, j]``, per event).
+
+Cost per event ``O((M + 2^(U - U/2) + 2^(U/2)) P S + 2^(U/2) n_b S)`` (soft bins: ``2^U
+(S + n_b)`` for the pairs), once, whatever the number of parameters. An event with a NaN
+among its probabilities takes the same sweep (every pattern, every state: the NaN
+reaches what it touches, as in the forward kernel's dense path and the JAX sweep); an
+event of numbers with fewer objects than any state of nonzero ``f`` or ``df`` needs
 (:func:`~analysis.pipeline.backends.numba.kernels._numba_esum_steps._fewest`) has every
 derivative 0. Outputs per object and per event (no sums): blocks and threads change no
-bit. The same sums as the forward tangents in another order: within rounding of them
+bit. The same sums as forward tangents in another order: within rounding of them
 (the tests: 1e-10 against the JAX sweep).
 """
 
@@ -46,8 +54,13 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._numba_esum import ENUMERATE_UP_TO
-from analysis.pipeline.backends.numba.kernels._numba_esum_steps import _fewest, _numbers
-from analysis.pipeline.backends.numba.kernels._numba_softbins import hard_bin
+from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
+    _fewest,
+    _numbers,
+    _partition,
+    _partition_buffers,
+)
+from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
 from analysis.select.lanes.policy import inline, njit
 
 __all__ = ["event_sum_vjp"]
@@ -91,12 +104,67 @@ def _step_t(xbar, x, obar, tgt, c, n_pat, pv, g, which, has, back, gp):
         gp[g, p] += d
 
 
+@inline
+def _grow(T, X, unc, j0, dj, k, tgt, cs, n_pat, pv, has, vals, base_cs, back):
+    """The subset tree of the objects ``unc[j0 + t dj]``, ``t < k``, from its root
+    ``T[1]``, ``X[1]``: node ``2^t + a`` of level ``t`` has children ``2^(t+1) + a``
+    (object ``t`` out of ``S``) and ``2^(t+1) + 2^t + a`` (in it, its value added to
+    ``X``); forward (the first objects from ``F``) or ``back`` (the last from ``f``)."""
+    for t in range(k):
+        g = unc[j0 + t * dj]
+        v = vals[g - base_cs]
+        lo = 1 << t
+        for a in range(lo):
+            _step(T[2 * lo + a], T[lo + a], tgt, cs, n_pat, pv, g, 0, has, back)
+            _step(T[3 * lo + a], T[lo + a], tgt, cs, n_pat, pv, g, 1, has, back)
+            X[2 * lo + a] = X[lo + a]
+            X[3 * lo + a] = X[lo + a] + v
+
+
+@inline
+def _shrink(Tb, T, unc, j0, dj, k, tgt, cs, n_pat, pv, has, back, gp):
+    """:func:`_grow`'s tree back to its root: ``Tb`` the nodes' cotangents (the leaves'
+    given), each level from its children's by :func:`_step_t` (``gp`` the patterns')."""
+    for t in range(k - 1, -1, -1):
+        g = unc[j0 + t * dj]
+        lo = 1 << t
+        for a in range(lo):
+            Tb[lo + a, :] = 0.0
+            _step_t(Tb[lo + a], T[lo + a], Tb[2 * lo + a], tgt, cs, n_pat, pv, g, 0, has, back,
+                    gp)
+            _step_t(Tb[lo + a], T[lo + a], Tb[3 * lo + a], tgt, cs, n_pat, pv, g, 1, has, back,
+                    gp)
+
+
+@inline
+def _soft_pairs(FT, XT, ma, GT, XB, mb, FTb, GTb, cb, edges, width, q, ds, eb):
+    """Soft bins: every pair ``(alpha, beta)`` (the leaves ``ma + a``, ``mb + b``) weighted
+    by ``s(X_A)`` into ``FTb`` and ``GTb``, the edges' ``dL/de_j`` into ``eb``."""
+    n_states = FT.shape[1]
+    n_e = edges.shape[0]
+    for a in range(ma):
+        for b in range(mb):
+            moves = bin_probabilities(edges, XT[ma + a] + XB[mb + b], width, q, ds)
+            s = 0.0
+            for k in range(n_e + 1):
+                s += cb[k] * q[k]
+            if moves:  # a finite sum: its edges' derivatives
+                p = 0.0
+                for k in range(n_states):
+                    p += FT[ma + a, k] * GT[mb + b, k]
+                for j in range(n_e):
+                    eb[j] += p * (cb[j] - cb[j + 1]) * ds[j]
+            for k in range(n_states):
+                FTb[ma + a, k] += s * GT[mb + b, k]
+                GTb[mb + b, k] += s * FT[ma + a, k]
+
+
 @njit
-def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, edges, cbar,
-                  block, gp, fbar, bad, b0, b1):
+def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, edges, width,
+                  cbar, block, gp, fbar, ebar, b0, b1):
     """Events of blocks ``b0:b1`` (module docstring): ``gp[g, p] = dL/dpi_gp`` per global
-    object, ``fbar[e] = dL/df`` per event, ``bad[e] = 1`` for an event left to the
-    forward tangents. The arguments of
+    object, ``fbar[e] = dL/df`` per event and, with soft bins (``width > 0``), ``ebar[e,
+    j] = dL/de_j`` per event and edge. The arguments of
     :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins` (``pv``
     ``(N, P, 1)``: values only) and ``G0`` ``(S, 1 + K)`` the pass table and its tangents
     (which states can matter), ``cbar`` ``(E, bins)`` the bins' cotangents."""
@@ -105,16 +173,8 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
     n_states = f.shape[0]
     n_e = edges.shape[0]
     need = _fewest(tgt, n_pat, G0, G0.shape[1])
-    max_m = 1
-    for e in range(b0 * block, min(n_ev, b1 * block)):
-        m = 0
-        for c in range(n_coll):
-            m += coff[c, e + 1] - coff[c, e]
-        max_m = max(max_m, m)
-    FS = np.zeros((max_m + 1, n_states))  # F after each folded object
-    fold = np.zeros(max_m, np.int64)  # the folded objects' global indices
-    fcol = np.zeros(max_m, np.int64)  # ... and collections
-    unc = np.zeros(max_m, np.int64)
+    unc, fold, fcol = _partition_buffers(coff, b0 * block, min(n_ev, b1 * block))
+    FS = np.zeros((fold.shape[0] + 1, n_states))  # F after each folded object
     Fb = np.zeros(n_states)
     Fb2 = np.zeros(n_states)
     FT = np.zeros((2, n_states))  # the alpha tree, node 2^t + a at level t (grown)
@@ -127,36 +187,23 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
     D = np.zeros((2, n_states))  # the beta leaves' difference array
     idx = np.zeros(n_e + 1, np.int64)
     acc = np.zeros(n_states)
+    q = np.zeros(n_e + 1)  # an entry's soft-bin probabilities
+    ds = np.zeros(n_e)  # ... and their derivatives in the edges
     for e in range(b0 * block, min(n_ev, b1 * block)):
         fbar[e, :] = 0.0
         n_obj = 0
         for c in range(n_coll):
             n_obj += coff[c, e + 1] - coff[c, e]
-        if not _numbers(coff, base, pv, n_pat, e):
-            bad[e] = 1
-            continue
-        if n_obj < need:
+        if width > 0.0:
+            ebar[e, :] = 0.0
+        if n_obj < need and _numbers(coff, base, pv, n_pat, e):
             continue  # every derivative 0 (gp stays as it is: 0)
         # fold, in the forward kernel's order
+        n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
         FS[0, :] = 0.0
         FS[0, 0] = 1.0
-        x0 = 0.0
-        m = 0
-        n = 0
-        for c in range(n_coll):
-            for i in range(coff[c, e], coff[c, e + 1]):
-                g = base[c] + i
-                if c == cs:
-                    if not cert[i]:
-                        unc[n] = g
-                        n += 1
-                        continue
-                    if ins[i]:
-                        x0 += vals[i]
-                _step(FS[m + 1], FS[m], tgt, c, n_pat, pv, g, -1, has, False)
-                fold[m] = g
-                fcol[m] = c
-                m += 1
+        for j in range(m):
+            _step(FS[j + 1], FS[j], tgt, fcol[j], n_pat, pv, fold[j], -1, has, False)
         na = n if n <= ENUMERATE_UP_TO else n // 2
         nb = n - na
         if FT.shape[0] < (2 << na):
@@ -172,31 +219,17 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
         # the trees: subset a + 2^t holds object t (in S), a does not (the forward's bits)
         FT[1, :] = FS[m]
         XT[1] = x0
-        for t in range(na):
-            g = unc[t]
-            v = vals[g - base[cs]]
-            lo = 1 << t
-            for a in range(lo):
-                _step(FT[2 * lo + a], FT[lo + a], tgt, cs, n_pat, pv, g, 0, has, False)
-                _step(FT[3 * lo + a], FT[lo + a], tgt, cs, n_pat, pv, g, 1, has, False)
-                XT[2 * lo + a] = XT[lo + a]
-                XT[3 * lo + a] = XT[lo + a] + v
+        _grow(FT, XT, unc, 0, 1, na, tgt, cs, n_pat, pv, has, vals, base[cs], False)
         GT[1, :] = f
         XB[1] = 0.0
-        for t in range(nb):
-            g = unc[n - 1 - t]
-            v = vals[g - base[cs]]
-            lo = 1 << t
-            for a in range(lo):
-                _step(GT[2 * lo + a], GT[lo + a], tgt, cs, n_pat, pv, g, 0, has, True)
-                _step(GT[3 * lo + a], GT[lo + a], tgt, cs, n_pat, pv, g, 1, has, True)
-                XB[2 * lo + a] = XB[lo + a]
-                XB[3 * lo + a] = XB[lo + a] + v
+        _grow(GT, XB, unc, n - 1, -1, nb, tgt, cs, n_pat, pv, has, vals, base[cs], True)
         ma, mb = 1 << na, 1 << nb
         FTb[ma: 2 * ma, :] = 0.0
         GTb[mb: 2 * mb, :] = 0.0
         cb = cbar[e]
-        if nb == 0:  # every subset forward: its bin is x0 + X_alpha's
+        if width > 0.0:
+            _soft_pairs(FT, XT, ma, GT, XB, mb, FTb, GTb, cb, edges, width, q, ds, ebar[e])
+        elif nb == 0:  # every subset forward: its bin is x0 + X_alpha's
             for a in range(ma):
                 w = cb[hard_bin(edges, XT[ma + a])]
                 for k in range(n_states):
@@ -234,25 +267,9 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
                 acc += D[i]
                 GTb[mb + order[i], :] = acc
         # the trees back to their roots, level by level
-        for t in range(nb - 1, -1, -1):
-            g = unc[n - 1 - t]
-            lo = 1 << t
-            for a in range(lo):
-                GTb[lo + a, :] = 0.0
-                _step_t(GTb[lo + a], GT[lo + a], GTb[2 * lo + a], tgt, cs, n_pat, pv, g, 0, has,
-                        True, gp)
-                _step_t(GTb[lo + a], GT[lo + a], GTb[3 * lo + a], tgt, cs, n_pat, pv, g, 1, has,
-                        True, gp)
+        _shrink(GTb, GT, unc, n - 1, -1, nb, tgt, cs, n_pat, pv, has, True, gp)
         fbar[e, :] = GTb[1]
-        for t in range(na - 1, -1, -1):
-            g = unc[t]
-            lo = 1 << t
-            for a in range(lo):
-                FTb[lo + a, :] = 0.0
-                _step_t(FTb[lo + a], FT[lo + a], FTb[2 * lo + a], tgt, cs, n_pat, pv, g, 0, has,
-                        False, gp)
-                _step_t(FTb[lo + a], FT[lo + a], FTb[3 * lo + a], tgt, cs, n_pat, pv, g, 1, has,
-                        False, gp)
+        _shrink(FTb, FT, unc, 0, 1, na, tgt, cs, n_pat, pv, has, False, gp)
         # the folded objects, last first
         Fb[:] = FTb[1]
         for j in range(m - 1, -1, -1):

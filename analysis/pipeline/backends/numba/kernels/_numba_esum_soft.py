@@ -32,7 +32,12 @@ import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 from analysis.pipeline.backends.numba.kernels._numba_esum import MAX_UNCERTAIN
-from analysis.pipeline.backends.numba.kernels._numba_esum_steps import _dense, _halves
+from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
+    _dense,
+    _halves,
+    _partition,
+    _partition_buffers,
+)
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities
 from analysis.select.lanes.policy import inline, njit
 from analysis.select.lanes.steps import weight
@@ -68,7 +73,6 @@ def event_sum_soft_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, 
     :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins` and the
     soft bins' ``width > 0`` and ``elane`` (per edge its parameter's lane, 0: fixed)."""
     n_ev = out.shape[0]
-    n_coll = coff.shape[0]
     n_states = f.shape[0]
     n_e = edges.shape[0]
     states = np.arange(n_states)
@@ -77,10 +81,7 @@ def event_sum_soft_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, 
         G0[k, 0] = f[k]
         for r in range(1, nl):
             G0[k, r] = df[k, r]
-    max_m = 1
-    for e in range(b0 * block, min(n_ev, b1 * block)):
-        max_m = max(max_m, coff[cs, e + 1] - coff[cs, e])
-    unc = np.empty(max_m, np.int64)
+    unc, fold, fcol = _partition_buffers(coff, b0 * block, min(n_ev, b1 * block))
     F = np.zeros((n_states, LANES))
     Fn = np.zeros((n_states, LANES))
     FA = np.zeros((1, n_states, LANES))  # grown for an event that needs more
@@ -92,22 +93,12 @@ def event_sum_soft_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, 
     ds = np.zeros(n_e)
     for e in range(b0 * block, min(n_ev, b1 * block)):
         # every object but the uncertain ones of cs: one forward step each, in order
+        n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
         F[:, :] = 0.0
         F[0, 0] = 1.0
-        x0 = 0.0
-        n = 0
-        for c in range(n_coll):
-            for i in range(coff[c, e], coff[c, e + 1]):
-                g = base[c] + i
-                if c == cs:
-                    if not cert[i]:
-                        unc[n] = g
-                        n += 1
-                        continue
-                    if ins[i]:
-                        x0 += vals[i]
-                _dense(Fn, F, tgt, c, n_pat, pv_all, pd_all, g, -1, has, states, False)
-                F, Fn = Fn, F
+        for j in range(m):
+            _dense(Fn, F, tgt, fcol[j], n_pat, pv_all, pd_all, fold[j], -1, has, states, False)
+            F, Fn = Fn, F
         n_unc[e] = n
         o = out[e]
         o[:, :] = 0.0

@@ -4,7 +4,8 @@ an object's step of a count distribution over its live states, the enumeration o
 subset of the uncertain objects (with scalar weights where the out patterns move no
 count; over every state and lane: the meet in the middle's halves of both event-sum
 kernels, :func:`_halves`), an object's value functions, and the per-event checks (the
-fewest objects that can pass, whether every probability is a number).
+fewest objects that can pass, whether every probability is a number) and the one
+partition of an event's objects into the folded and the enumerated.
 
 Four lanes (value and at most 3 tangents: the tangents ``_d4`` as 4 numbers, and a
 dot product's ``inner`` a tuple of 4, select the walk's four-lane form at compile time,
@@ -256,6 +257,45 @@ def _fewest(tgt, n_pat, G0, nl):
                 if G0[k, r] != 0.0:
                     need = dist[k]
     return need
+
+
+@inline
+def _partition_buffers(coff, lo, hi):
+    """``(unc, fold, fcol)`` for :func:`_partition` over the events ``lo:hi``: each as
+    long as the most objects of one of them (at least 1)."""
+    most = 1
+    for e in range(lo, hi):
+        m = 0
+        for c in range(coff.shape[0]):
+            m += coff[c, e + 1] - coff[c, e]
+        most = max(most, m)
+    return np.zeros(most, np.int64), np.zeros(most, np.int64), np.zeros(most, np.int64)
+
+
+@inline
+def _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol):
+    """Event ``e``'s objects in the kernels' order (collection by collection): the
+    uncertain ones of ``cs`` into ``unc`` (global indices), every other object (the
+    other collections', the certain ones of ``cs``) into ``fold`` and ``fcol`` (global
+    index, collection); returns ``(n, m, x0)``: how many of each and the sum of the
+    certain objects in ``S`` (``cert``, ``ins``, ``vals``: local to ``cs``)."""
+    n = 0
+    m = 0
+    x0 = 0.0
+    for c in range(coff.shape[0]):
+        for i in range(coff[c, e], coff[c, e + 1]):
+            g = base[c] + i
+            if c == cs:
+                if not cert[i]:
+                    unc[n] = g
+                    n += 1
+                    continue
+                if ins[i]:
+                    x0 += vals[i]
+            fold[m] = g
+            fcol[m] = c
+            m += 1
+    return n, m, x0
 
 
 @inline

@@ -325,8 +325,6 @@ def _linear_call_batch(args, dims, **params):  # noqa: ANN001, ANN202
     lin = [x if d is not None else jnp.broadcast_to(x, (size,) + x.shape)
            for x, d in zip(args[k:], dims[k:])]
     callee = jaxpr_as_fun(params["callee"])
-    transpose, t_consts = params["transpose_thunk"]()
-    t_fun = jaxpr_as_fun(transpose)
 
     def fun(residuals, linear):  # noqa: ANN001, ANN202
         c, r = residuals
@@ -334,6 +332,11 @@ def _linear_call_batch(args, dims, **params):  # noqa: ANN001, ANN202
                         in_axes=(const_axes, res_axes, 0))(c, r, linear)
 
     def fun_t(residuals, cts):  # noqa: ANN001, ANN202
+        # the transpose is traced only when transposed, as linear_call's own thunk: a
+        # forward pass (jax.jacfwd) never traces it, so never makes its kernel
+        # (select/singlecall: the cotangent FFI handler is compiled when first traced)
+        transpose, t_consts = params["transpose_thunk"]()
+        t_fun = jaxpr_as_fun(transpose)
         _, r = residuals
         return jax.vmap(lambda r_, ct_: t_fun(*t_consts, *r_, *ct_),
                         in_axes=(res_axes, 0))(r, list(cts))

@@ -63,3 +63,33 @@ def test_linear_call_under_every_transform() -> None:
         got = jax.jit(transform(_sin))(arg)
         want = transform(jnp.sin)(arg)
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14, err_msg=name)
+
+
+def test_a_forward_pass_never_traces_the_transpose() -> None:
+    """Under ``jax.jacfwd`` (a batched JVP) the transpose is not traced: the own
+    processors' cotangent kernel is compiled when its call is first traced
+    (analysis.select.singlecall), so a forward-only pass must not trace it; reverse
+    mode over the same batch still does."""
+    assert installed()
+    traced: list[int] = []
+
+    def transpose(r, ct):  # noqa: ANN001, ANN202
+        traced.append(1)
+        return _transpose(r, ct)
+
+    @jax.custom_jvp
+    def sin(q):  # noqa: ANN001, ANN202
+        return jnp.sin(q)
+
+    @sin.defjvp
+    def _jvp(primals, tangents):  # noqa: ANN001, ANN202
+        (q,), (dq,) = primals, tangents
+        return sin(q), linear_call(_tangent, transpose, (q,), (dq,))[0]
+
+    x = jnp.linspace(-1.0, 2.0, 5)
+    np.testing.assert_allclose(jax.jacfwd(sin)(x), jnp.diag(jnp.cos(x)), rtol=1e-15)
+    assert not traced
+    # reverse mode over the batch: the batched linear_call's transpose, traced now
+    np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(jax.vmap(sin)(x)))(x), jnp.cos(x),
+                               rtol=1e-15)
+    assert traced

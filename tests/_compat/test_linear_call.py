@@ -71,6 +71,8 @@ def test_a_forward_pass_never_traces_the_transpose() -> None:
     (analysis.select.singlecall), so a forward-only pass must not trace it; reverse
     mode over the same batch still does."""
     assert installed()
+    # a function of its own, not _sin: JAX caches traced jaxprs by function, so a
+    # transpose another test traced already would not be traced (counted) here again
     traced: list[int] = []
 
     def transpose(r, ct):  # noqa: ANN001, ANN202

@@ -27,6 +27,7 @@ from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
 from tests.conftest import SHARED_DATA, numba_refusal
 from tests.pipeline.backends.numba.test_fasthist import assert_trees_close
 from tests.pipeline.backends.numba.test_fasthist_multislot import multi_config
+from tests.pipeline.backends.numba.test_fasthist_multislot import setup as multislot_setup
 from tests.pipeline.backends.numba.test_fastreverse_hists import (
     check,
     hists_payload,
@@ -66,18 +67,9 @@ def config(*, width: float = 1.0, likelihood: bool = True) -> dict:
 
 
 def setup(name: str = FILES[0], **kw):
-    """``(plan, theta, widths, columns)`` of :func:`config` on the shared file ``name``,
-    the jet count threshold between two counts."""
-    cfg = config(**kw)
-    if not name.startswith("nano_tt"):  # the 2015 file: no LHE weights, another b-tag
-        cfg.pop("systematics", None)
-        cfg["objects"]["bjets"]["cuts"][0]["var"] = "btagCSVV2"
-    cfg_ = config_from_dict(cfg)
-    plan = build_plan(cfg_)
-    theta = np.array([cfg_.initial_params()[n] for n in plan.param_names], np.float64)
-    theta[plan.param_names.index("n")] = 2.4
-    widths = np.array(initial_widths(cfg_), np.float64)
-    return plan, theta, widths, read_columns(SHARED_DATA / name, plan)
+    """``(plan, theta, widths, columns)`` of :func:`config` on the shared file ``name``
+    (:func:`tests.pipeline.backends.numba.test_fasthist_multislot.setup`)."""
+    return multislot_setup(name, make=config, **kw)
 
 
 def _equal_states(cols, plan, theta, widths, what: str) -> None:

@@ -72,10 +72,10 @@ def multi_config(*, width: float = 1.0, likelihood: bool = True) -> dict:
     return cfg
 
 
-def setup(name: str = FILES[0], **kw):
-    """``(plan, theta, widths, columns)`` of :func:`multi_config` on the shared file
-    ``name``, the jet count threshold between two counts."""
-    cfg = multi_config(**kw)
+def setup(name: str = FILES[0], *, make=None, **kw):
+    """``(plan, theta, widths, columns)`` of ``make(**kw)`` (:func:`multi_config` by
+    default) on the shared file ``name``, the jet count threshold between two counts."""
+    cfg = (make or multi_config)(**kw)
     if not name.startswith("nano_tt"):  # the 2015 file: no LHE weights, another b-tag
         cfg.pop("systematics", None)
         cfg["objects"]["bjets"]["cuts"][0]["var"] = "btagCSVV2"

@@ -217,17 +217,12 @@ for _kind in ("field", "branch", "sum", "count"):
 
 
 def _indexed_sets(node, plan: Plan, request: Request, options) -> str | None:
-    """One indexed set, or two of two collections (the numba walk of
+    """One indexed set, or two of one or two collections (the numba walk of
     :mod:`analysis.pipeline.backends.numba.kernels._numba_lead`)."""
     names = list(dict.fromkeys(s for s, _ in node.slots))
-    if len(names) == 1:
-        return None
     if len(names) > 2:
         return (f"{node.text!r} indexes {len(names)} sets (the numba kernel walks at most "
                 "two indexed sets per expression)")
-    if len({plan.sets.collection_of(s) for s in names}) == 1:
-        return (f"{node.text!r} indexes two sets of one collection (the numba kernel walks "
-                "two indexed sets of two collections only)")
     return None
 
 

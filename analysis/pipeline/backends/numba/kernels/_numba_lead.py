@@ -45,8 +45,22 @@ tuple): ``O(T_2 (n_2 P S + the one-set walk))`` per event. The same weights as t
 reference's two collections (:func:`analysis.select.leading.leading`: the set with fewer
 candidates constrained per candidate, the other walked in rank order on each). Two sets
 of one collection share objects (the reference's Cartesian product lets one object be
-both sets' member, on the patterns holding both): not walked here (the rules refuse
-them).
+both sets' member, on the patterns holding both).
+
+Two indexed sets of one collection (``s2`` of ``c2 = c``, each in its own rank order):
+``w(a, b)`` sums the probabilities of the pattern configurations of ``c``'s objects
+consistent with both tuples and with the pass table. "``b`` leads ``s2``" constrains each
+object alone (``b``'s members hold ``s2``, the other objects ranked above ``b_{r2}`` in
+``s2``'s order do not, the rest are free), and the objects are independent, so it is a
+per-object restriction of the pattern probabilities, ``pi'_{jp} = pi_{jp} [p agrees with
+b at j]``, whatever order the objects are walked in. The one-set walk of ``s`` above on
+``pi'`` is then, term by term, the sum over the configurations consistent with ``a``
+too: ``w(a, b)`` for every ``a``, an object holding both sets on the patterns with both
+bits. So the outer loop is the two-collection one with ``G_2(b) = G`` and the
+restriction on the walked objects themselves (each step's patterns: :func:`_take` of
+both sets' sides), ``O(T_2 (one-set walk))`` per event; the reference's two sets of one
+collection (:func:`analysis.select.leading.leading`: each pair one backward pass, its
+objects' patterns restricted by both tuples) give the same sums of products.
 
 Reverse mode: :mod:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp`.
 """
@@ -72,21 +86,24 @@ def _tangent(pd, g, p):
 
 
 @inline
-def _take(pat, c, p, ls, side):
+def _take(pat, c, p, ls, side, ls2, side2):
     """Whether pattern ``p`` takes part: ``side`` 1 those holding set ``ls``, 0 those
-    without it, 2 every pattern."""
-    return side == 2 or (pat[c, p, ls] == 1) == (side == 1)
+    without it, 2 every pattern; and likewise ``side2`` of set ``ls2`` (the outer tuple's
+    restriction of a second set of the same collection; 2 where there is none)."""
+    return ((side == 2 or (pat[c, p, ls] == 1) == (side == 1))
+            and (side2 == 2 or (pat[c, p, ls2] == 1) == (side2 == 1)))
 
 
 @inline
-def _step(dst, src, scale, g, c, pv_all, pd, pat, n_pat, tgt, ls, side, states, back):
+def _step(dst, src, scale, g, c, pv_all, pd, pat, n_pat, tgt, ls, side, ls2, side2, states,
+          back):
     """``dst[tgt(p, k)] += scale pi_gp src[k]`` (forward: ``I``, ``O`` or every pattern by
-    ``side``, :func:`_take`) or, with ``back``, ``dst[k] += scale pi_gp src[tgt(p, k)]``
+    ``side`` and ``side2``, :func:`_take`) or, with ``back``, ``dst[k] += scale pi_gp src[tgt(p, k)]``
     over object ``g``'s patterns; in lanes with the tangents ``pd`` (``scale`` 1: the
     product rule), values only where ``pd`` is ``0.0`` (:func:`_tangent`)."""
     ns = states.shape[0]
     for p in range(n_pat[c]):
-        if _take(pat, c, p, ls, side):
+        if _take(pat, c, p, ls, side, ls2, side2):
             a = scale * pv_all[g, p]
             if back:
                 backward(dst, src, a, a, _tangent(pd, g, p), tgt[c, p], states, ns, 0)
@@ -147,6 +164,18 @@ def _tuples(kc, depth, pos, tape):
     return nops
 
 
+@inline
+def _restrict(side2, order2, lo, n, pos2, depth2):
+    """``side2[j]`` for the ``n`` objects of an event from ``lo`` (flat indices of
+    ``order2``): the outer tuple ``pos2`` (rank positions in ``order2``) of a set of the
+    walked collection: 1 its members, 0 the other objects ranked above its last, 2 the
+    rest (module docstring)."""
+    for m in range(n):
+        side2[order2[lo + m] - lo] = 0 if m < pos2[depth2] else 2
+    for j in range(depth2 + 1):
+        side2[order2[lo + pos2[j]] - lo] = 1
+
+
 @njit
 def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2, depth2,
                pv_all, pd_all, pat, n_pat, tgt, f, df, cand_off, block, w_out, obj_out, b0, b1):
@@ -162,9 +191,10 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
     tangents per global object (``base[c] + i``; tangents' lane 0 zero); ``f``/``df``:
     the pass table and its tangents in lanes (lane 0 zero). A second indexed set
     (``lc2 >= 0``: its collection, another than ``lc``; ``ls2``, ``depth2``, ``order2``,
-    ``n_cand2`` as the first set's; ``lc2 = -1``: one set, the others unread): the
-    candidates are the pairs (its tuple, the first set's), the outer tuple's first, each
-    row of ``obj_out`` the first set's ``depth + 1`` objects then its ``depth2 + 1``."""
+    ``n_cand2`` as the first set's; ``lc2 = -1``: one set, the others unread; ``lc2 = lc``:
+    a second set of the same collection, module docstring): the candidates are the pairs
+    (its tuple, the first set's), the outer tuple's first, each row of ``obj_out`` the
+    first set's ``depth + 1`` objects then its ``depth2 + 1``."""
     n_ev = coff.shape[1] - 1
     n_states = f.shape[0]
     for b in range(b0, b1):
@@ -182,6 +212,9 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
         pos = np.empty(depth + 1, np.int64)
         tape = np.empty((max_ops, 3), np.int64)
         states = np.arange(n_states)
+        # per object of lc (from lo): the outer tuple's side of s2 (a set of lc: module
+        # docstring); 2, every pattern, with one set or two collections
+        side2 = np.full(max_n, 2, np.int64)
         for e in range(e0, e1):
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
@@ -206,7 +239,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
                     clear(gst[t + 1], states, n_states)
                     _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, pd_all, pat, n_pat,
-                          tgt, ls, 2, states, True)
+                          tgt, ls, 2, ls, 2, states, True)
                     t += 1
             lo2 = coff[max(lc2, 0), e]
             nops = _tuples(kc, depth, pos, tape)
@@ -218,10 +251,14 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                     pos2[lv] = m2
                     if kind != LEAF:
                         continue
+                    n2 = coff[lc2, e + 1] - lo2
+                    if lc2 == lc:  # its restriction on the walked objects themselves, G_2 = G
+                        _restrict(side2, order2, lo, n, pos2, depth2)
+                        n2 = 0
                     # the outer tuple's positions last first: after it every pattern, its
                     # members in the set, the others above it out of it (G_2 of the docstring)
                     j2 = depth2
-                    for m in range(coff[lc2, e + 1] - lo2 - 1, -1, -1):
+                    for m in range(n2 - 1, -1, -1):
                         side = 2
                         if j2 >= 0 and m == pos2[j2]:
                             side = 1
@@ -230,28 +267,29 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                             side = 0
                         clear(gst[h + 1], states, n_states)
                         _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
-                              pd_all, pat, n_pat, tgt, ls2, side, states, True)
+                              pd_all, pat, n_pat, tgt, ls2, side, ls2, 2, states, True)
                         h += 1
                 B[n] = gst[h]
                 for m in range(n - 1, -1, -1):
                     clear(B[m], states, n_states)
                     _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
-                          n_pat, tgt, ls, 2, states, True)
+                          n_pat, tgt, ls, 2, ls2, side2[order[lo + m] - lo], states, True)
                 V[0] = 0.0
                 V[0, 0, 0] = 1.0
                 for i in range(nops):
                     kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
                     g = base[lc] + order[lo + m]
+                    s2 = side2[order[lo + m] - lo]
                     pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
                     if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
                         clear(V[lv + 1], states, n_states)
                         _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
-                              1, states, False)
+                              1, ls2, s2, states, False)
                         continue
                     if kind == OUT:
                         clear(T, states, n_states)
                         _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0,
-                              states, False)
+                              ls2, s2, states, False)
                         V[lv] = T
                         continue
                     # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
@@ -259,7 +297,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                         acc[r] = 0.0
                     Bn = B[m + 1]
                     for p in range(n_pat[lc]):
-                        if pat[lc, p, ls] != 1:
+                        if not _take(pat, lc, p, ls, 1, ls2, s2):
                             continue
                         weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
                         lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])

@@ -16,7 +16,9 @@ reverse order:
 
 A second set (its outer tuples ``b``, the walk's ``G_2(b)``): each outer tuple's
 transpose ends with ``Bbar_n = dL/dG_2(b)``, transposed through ``G_2(b)``'s chain (each
-step on the patterns it took) and summed over ``b`` into ``Gbar``.
+step on the patterns it took) and summed over ``b`` into ``Gbar``. A second set of the
+same collection: ``G_2(b) = G``, and each step above, its derivatives included, takes
+only the patterns that agree with ``b`` (the walk's restriction).
 
 A transposed forward step is the walk's backward step and the reverse (the walk's
 ``_step``), a pattern's derivative its inner sum
@@ -33,6 +35,7 @@ from analysis.pipeline.backends.numba.kernels._numba_lead import (
     IN,
     LEAF,
     OUT,
+    _restrict,
     _sizes,
     _step,
     _take,
@@ -45,12 +48,12 @@ __all__ = ["lead_vjp"]
 
 
 @inline
-def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, states):
-    """``gp[g, p] += scale sum_k F[k] G[tgt(p, k)]`` over the patterns ``side`` takes
-    (:func:`_step`'s)."""
+def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, ls2, side2, states):
+    """``gp[g, p] += scale sum_k F[k] G[tgt(p, k)]`` over the patterns ``side`` and
+    ``side2`` take (:func:`_step`'s)."""
     ns = states.shape[0]
     for p in range(n_pat[c]):
-        if _take(pat, c, p, ls, side):
+        if _take(pat, c, p, ls, side, ls2, side2):
             gp[g, p] += scale * weight(0.0, F, G, tgt[c, p], states, ns, 0, states, False)
 
 
@@ -86,6 +89,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
         tape = np.empty((max_ops, 3), np.int64)
         pos = np.empty(depth + 1, np.int64)
         states = np.arange(n_states)
+        side2 = np.full(max_n, 2, np.int64)  # candidates'
         for e in range(e0, e1):
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
@@ -111,7 +115,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
                     gst[t + 1] = 0.0
                     _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, 0.0, pat, n_pat, tgt,
-                          ls, 2, states, True)
+                          ls, 2, ls, 2, states, True)
                     gobj[t] = base[c] + i
                     gcol[t] = c
                     t += 1
@@ -135,8 +139,12 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                     if not live:
                         qs += n_in
                         continue
+                    n2 = coff[lc2, e + 1] - lo2
+                    if lc2 == lc:  # candidates' restriction, G_2 = G
+                        _restrict(side2, order2, lo, n, pos2, depth2)
+                        n2 = 0
                     j2 = depth2  # G_2(b), as candidates' (each step's side kept)
-                    for m in range(coff[lc2, e + 1] - lo2 - 1, -1, -1):
+                    for m in range(n2 - 1, -1, -1):
                         side = 2
                         if j2 >= 0 and m == pos2[j2]:
                             side = 1
@@ -145,7 +153,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                             side = 0
                         gst[h + 1] = 0.0
                         _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
-                              0.0, pat, n_pat, tgt, ls2, side, states, True)
+                              0.0, pat, n_pat, tgt, ls2, side, ls2, 2, states, True)
                         gobj[h] = base[lc2] + order2[lo2 + m]
                         gcol[h] = lc2
                         gside[h] = side
@@ -154,22 +162,23 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                 for m in range(n - 1, -1, -1):
                     B[m] = 0.0
                     _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, 0.0, pat,
-                          n_pat, tgt, ls, 2, states, True)
+                          n_pat, tgt, ls, 2, ls2, side2[order[lo + m] - lo], states, True)
                 # the tuples' tape replayed (the value walk's order), each step's input kept
                 V[0] = 0.0
                 V[0, 0] = 1.0
                 for i in range(nops):
                     kind, lv = tape[i, 0], tape[i, 1]
                     g = base[lc] + order[lo + tape[i, 2]]
+                    s2 = side2[order[lo + tape[i, 2]] - lo]
                     tape_v[i] = V[lv]
                     if kind == IN:  # candidates' steps
                         V[lv + 1] = 0.0
                         _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
-                              states, False)
+                              ls2, s2, states, False)
                     elif kind == OUT:
                         T[:] = 0.0
-                        _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states,
-                              False)
+                        _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, ls2, s2,
+                              states, False)
                         V[lv] = T
                 # the transpose, in reverse order (the candidates too: the last one first)
                 Vbar[:] = 0.0
@@ -178,51 +187,58 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                 for i in range(nops - 1, -1, -1):
                     kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
                     g = base[lc] + order[lo + m]
+                    s2 = side2[order[lo + m] - lo]
                     vin = tape_v[i]
                     if kind == LEAF:
                         q -= 1
                         wq = wbar[q]
                         if wq != 0.0:
-                            _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1, states)
+                            _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1, ls2, s2,
+                                  states)
                             _step(Vbar[lv], B[m + 1], wq, g, lc, pv_all, 0.0, pat, n_pat, tgt,
-                                  ls, 1, states, True)
+                                  ls, 1, ls2, s2, states, True)
                             _step(Bbar[m + 1], vin, wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls,
-                                  1, states, False)
+                                  1, ls2, s2, states, False)
                     elif kind == OUT:
-                        _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, states)
+                        _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, ls2, s2,
+                              states)
                         T[:] = 0.0
                         _step(T, Vbar[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0,
-                              states, True)
+                              ls2, s2, states, True)
                         Vbar[lv] = T
                     else:
-                        _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1, states)
+                        _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1, ls2,
+                              s2, states)
                         _step(Vbar[lv], Vbar[lv + 1], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt,
-                              ls, 1, states, True)
+                              ls, 1, ls2, s2, states, True)
                         Vbar[lv + 1] = 0.0
                 qs += n_in
                 for m in range(n):  # the chain of B transposed
                     g = base[lc] + order[lo + m]
-                    _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, states)
+                    s2 = side2[order[lo + m] - lo]
+                    _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, ls2, s2,
+                          states)
                     _step(Bbar[m + 1], Bbar[m], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 2,
-                          states, False)
+                          ls2, s2, states, False)
                 if lc2 < 0:
                     Gbar[:] = Bbar[n]
                     continue
                 T[:] = Bbar[n]  # G_2(b)'s chain transposed, into G's cotangent
                 for i in range(h - 1, t - 1, -1):
-                    _grad(gp, gobj[i], 1.0, T, gst[i], lc2, pat, n_pat, tgt, ls2, gside[i],
-                          states)
+                    _grad(gp, gobj[i], 1.0, T, gst[i], lc2, pat, n_pat, tgt, ls2, gside[i], ls2,
+                          2, states)
                     T2[:] = 0.0
                     _step(T2, T, 1.0, gobj[i], lc2, pv_all, 0.0, pat, n_pat, tgt, ls2, gside[i],
-                          states, False)
+                          ls2, 2, states, False)
                     T[:] = T2
                 Gbar += T
             T[:] = Gbar  # G's chain transposed
             for i in range(t - 1, -1, -1):
-                _grad(gp, gobj[i], 1.0, T, gst[i], gcol[i], pat, n_pat, tgt, ls, 2, states)
+                _grad(gp, gobj[i], 1.0, T, gst[i], gcol[i], pat, n_pat, tgt, ls, 2, ls, 2,
+                      states)
                 T2[:] = 0.0
-                _step(T2, T, 1.0, gobj[i], gcol[i], pv_all, 0.0, pat, n_pat, tgt, ls, 2, states,
-                      False)
+                _step(T2, T, 1.0, gobj[i], gcol[i], pv_all, 0.0, pat, n_pat, tgt, ls, 2, ls, 2,
+                      states, False)
                 T[:] = T2
             for r in range(df.shape[1]):
                 acc = 0.0

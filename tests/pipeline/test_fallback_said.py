@@ -16,20 +16,21 @@ from analysis.driver.runner import Evaluator
 from analysis.errors import DiffcoffeaWarning
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-WHY = ("histogram 'hjb': 'mass(Jet[0] + BJet[0])' indexes two sets of one collection (the "
-       "numba kernel walks two indexed sets of two collections only)")
+WHY = ("histogram 'hj': sets of Jet indexed by two ranking fields (the numba walk takes one "
+       "order per collection)")
 
 
 def with_bjets(data: dict) -> dict:
     """``configs/ttbar.yaml``'s ``data`` with a second object set of the jets (``BJet``,
-    b-tagged) and a histogram of a jet and a b-jet (``hjb``: no numba rule serves two
-    indexed sets of one collection)."""
+    b-tagged, ranked by its b-tag) and histograms of the leading jet's and b-jet's pT
+    (``hj``, ``hjb``: the numba walk takes one rank order per collection)."""
     sel = data.pop("selection")
-    data["objects"] = {"Jet": sel["objects"], "BJet": {"from": "Jet", "cuts": [
-        {"var": "btagCSVV2", "op": ">", "value": 0.8, "width": 0.05}]}}
+    data["objects"] = {"Jet": sel["objects"], "BJet": {"from": "Jet", "rank_by": "btagCSVV2",
+                                                       "cuts": [{"var": "btagCSVV2", "op": ">",
+                                                                 "value": 0.8, "width": 0.05}]}}
     data["selection"] = sel["events"]
-    data["histograms"] = [{"name": "hjb", "x": "mass(Jet[0] + BJet[0])",
-                           "edges": [0, 100, 200, 400]}]
+    data["histograms"] = [{"name": "hj", "x": "Jet[0].pt", "edges": [0, 100, 200, 400]},
+                          {"name": "hjb", "x": "BJet[0].pt", "edges": [0, 100, 200, 400]}]
     return data
 
 

@@ -10,11 +10,10 @@ collection (:func:`analysis.select.objects.leading`: its weight ``P(the tuple is
 JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest ``k_e``); :func:`values` their values with the expression kinds' own definitions
 (:mod:`analysis.select.functions`, the same JAX functions the JAX kernel runs, eagerly
 on the candidates' columns); histograms of such expressions fill the candidates
-(:mod:`analysis.pipeline.backends.numba._histmulti`). Two indexed sets of two collections
-(``mass(jets[0] + muons[0])``: the pairs of their tuples, one walk,
-:mod:`~analysis.pipeline.backends.numba.kernels._numba_lead`) too; two sets of one collection
-(``jets[0] + bjets[0]``) and three sets stay on the JAX kernel
-(:mod:`analysis.pipeline.backends.numba.rules`).
+(:mod:`analysis.pipeline.backends.numba._histmulti`). Two indexed sets, of two collections
+(``mass(jets[0] + muons[0])``) or of one (``mass(bjets[0] + jets[0])``): the pairs of their
+tuples, one walk (:mod:`~analysis.pipeline.backends.numba.kernels._numba_lead`); three sets
+stay on the JAX kernel (:mod:`analysis.pipeline.backends.numba.rules`).
 """
 
 from __future__ import annotations

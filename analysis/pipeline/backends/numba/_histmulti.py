@@ -1,9 +1,9 @@
 """Histograms of candidate tuples on the numba kernel: ``mass(S[0] + S[1])``, ``deltaR(S[0], S[1])``.
 
 A histogram of an expression of several indexed objects of one set ``S`` (kind
-``call``: ``mass(jets[0] + jets[1])``, ``pt(jets[0] + jets[1] + jets[2])``; or of two sets
-of two collections, ``mass(jets[0] + muons[0])``: a tuple is then a pair of the sets'
-tuples) has one entry per candidate tuple ``a`` of ``S``'s collection
+``call``: ``mass(jets[0] + jets[1])``, ``pt(jets[0] + jets[1] + jets[2])``; or of two sets,
+``mass(jets[0] + muons[0])``, ``mass(bjets[0] + jets[0])``: a tuple is then a pair of the
+sets' tuples) has one entry per candidate tuple ``a`` of ``S``'s collection
 (:mod:`analysis.pipeline.backends.numba._fastleading`): fill weight ``ev_e w(a)``, ``w(a)
 = P(a is S[0], ..., S[r] and the histogram's region passes)`` with its tangents in
 lanes, value the expression of the tuple's objects; the entries of the JAX reference

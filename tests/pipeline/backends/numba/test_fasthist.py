@@ -340,7 +340,7 @@ def test_the_rules_name_what_goes_to_the_jax_kernel():
         except Exception:
             continue
         assert numba_refusal(p, 1, t) is None, x
-    for x, words in [("mass(jets[0] + bjets[0])", "indexes two sets of one collection"),
+    for x, words in [("pt(jets[0] + bjets[0] + muons[0])", "indexes 3 sets"),
                      ("jets[0].pt + muons[0].pt", "")]:
         cfg = copy.deepcopy(CONFIG)
         cfg["histograms"].append({"name": "extra", "x": x, "edges": EDGES})

@@ -173,11 +173,12 @@ def test_one_candidates_walk_per_set_and_depth_in_a_pullback(monkeypatch) -> Non
 
 def test_rules_serve_one_indexed_set_and_refuse_several() -> None:
     """Histograms of candidate tuples of one indexed set are served in states and
-    pullback passes; one over two indexed sets of one collection is refused, named, in
-    both (two collections: test_fasthist_multiset); one whose values read a learned
+    pullback passes; one over three indexed sets is refused, named, in both (two sets:
+    test_fasthist_multiset, test_fasthist_samecoll); one whose values read a learned
     score's column is refused in the pullback (named)."""
     for x, served in (("mass(jets[0] + jets[1])", True), ("deltaR(jets[0], jets[2])", True),
-                      ("mt(muons[0], MET)", True), ("mass(jets[0] + bjets[0])", False)):
+                      ("mt(muons[0], MET)", True), ("pt(jets[0] + bjets[0] + muons[0])",
+                                                    False)):
         cfg = multi_config(likelihood=False)
         cfg["histograms"] = [{"name": "other", "x": x, "edges": [0.0, 100.0, 300.0]}]
         plan = build_plan(config_from_dict(cfg))
@@ -185,7 +186,7 @@ def test_rules_serve_one_indexed_set_and_refuse_several() -> None:
         for why in (numba_refusal(plan, 1, theta),
                     numba_refusal(plan, 0, theta, pullback=[None] * len(state_paths(plan)))):
             assert (why is None) == served, why
-            assert served or "'other'" in why and "two sets of one collection" in why, why
+            assert served or "'other'" in why and "indexes 3 sets" in why, why
     # a tuple's value that is a learned score's column (an event-level score ``score.pt``
     # read as the per-event object ``score``): its states served, its pullback refused
     spec = dataclasses.replace(plan.hists[0], node=parse("mt(jets[0], score)"))

@@ -398,7 +398,9 @@ def test_the_rules_name_the_reason():
     cfg["observables"][-1]["x"] = "mass(jets[0] + muons[0])"
     assert numba_refusal(make_plan(cfg)[0], 1) is None  # two sets of two collections
     cfg["observables"][-1]["x"] = "mass(jets[0] + bjets[0])"
-    assert "'mass(jets[0] + bjets[0])' indexes two sets of one collection" in numba_refusal(
+    assert numba_refusal(make_plan(cfg)[0], 1) is None  # two sets of one collection
+    cfg["observables"][-1]["x"] = "pt(jets[0] + bjets[0] + muons[0])"
+    assert "'pt(jets[0] + bjets[0] + muons[0])' indexes 3 sets" in numba_refusal(
         make_plan(cfg)[0], 1)
     # a cut kind the loops do not know (a window lo < x < hi) is refused, never computed
     # as a threshold cut

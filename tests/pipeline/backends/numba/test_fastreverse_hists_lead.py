@@ -92,12 +92,13 @@ def test_hard_widths_tiny_chunks_and_threads() -> None:
 
 def test_leading_and_event_sum_histograms_served() -> None:
     """A histogram of a leading object, candidate tuples of one set or an event sum is
-    served in a pullback pass, as one of two sets of two collections; one whose
-    expression indexes two sets of one collection is refused (named)."""
+    served in a pullback pass, as one of two sets of two collections or of one; one whose
+    expression indexes three sets is refused (named)."""
     cfg = hists_config(likelihood=False)
     for x, served in (("jets[1].pt", True), ("sum(jets.pt)", True), ("count(bjets)", True),
                       ("mass(jets[0] + jets[1])", True), ("mass(jets[0] + muons[0])", True),
-                      ("mass(jets[0] + bjets[0])", False)):
+                      ("mass(jets[0] + bjets[0])", True),
+                      ("pt(jets[0] + bjets[0] + muons[0])", False)):
         c = copy.deepcopy(cfg)
         c["histograms"].append({"name": "other", "x": x, "edges": [0.0, 100.0, 300.0]})
         plan, theta, _, _ = setup(c, "nano_tt_v12.root")

@@ -83,7 +83,7 @@ def test_support_is_decided_once_per_pass_not_per_chunk(monkeypatch):
 
 
 def test_backend_numba_names_the_node_without_a_rule_in_one_line(tmp_path, capsys):
-    data = with_bjets(_ttbar())  # a histogram of a jet and a b-jet: two sets of the jets
+    data = with_bjets(_ttbar())  # the leading jet and b-jet: two rank orders of the jets
     data["observables"].append({"name": "mjj", "x": "mass(Jet[0] + Jet[1])",
                                 "stats": ["mean"]})
     path = tmp_path / "numba.yaml"
@@ -92,12 +92,12 @@ def test_backend_numba_names_the_node_without_a_rule_in_one_line(tmp_path, capsy
     why = numba_refusal(plan, 1)
     assert why == WHY
     with pytest.raises(Exception, match="the numba backend cannot compute this states pass: "
-                                        "histogram 'hjb': 'mass"):
+                                        "histogram 'hj': sets of Jet"):
         with Evaluator(load_config(path), chunksize=100) as ev:
             ev.run(order=1)
     assert main(["evaluate", str(path), "--quiet", "-o", str(tmp_path / "out")]) == 2
     line = one_line_error(capsys.readouterr().err)
-    assert "histogram 'hjb': 'mass(Jet[0] + BJet[0])' indexes two sets of one collection" in line
+    assert "histogram 'hj': sets of Jet indexed by two ranking fields" in line
     # auto: the JAX backend computes it
     with Evaluator(load_config(path), chunksize=100, backend="auto") as ev:
         state = ev.run(order=0)["ttbar"]  # values: what it shows is that JAX runs it

@@ -56,11 +56,14 @@ per-object restriction of the pattern probabilities, ``pi'_{jp} = pi_{jp} [p agr
 b at j]``, whatever order the objects are walked in. The one-set walk of ``s`` above on
 ``pi'`` is then, term by term, the sum over the configurations consistent with ``a``
 too: ``w(a, b)`` for every ``a``, an object holding both sets on the patterns with both
-bits. So the outer loop is the two-collection one with ``G_2(b) = G`` and the
-restriction on the walked objects themselves (each step's patterns: :func:`_take` of
-both sets' sides), ``O(T_2 (one-set walk))`` per event; the reference's two sets of one
-collection (:func:`analysis.select.leading.leading`: each pair one backward pass, its
-objects' patterns restricted by both tuples) give the same sums of products.
+bits. So the outer loop is the two-collection one with ``G_2(b) = G`` and ``pi'`` in
+place of ``pi`` for the walked objects, ``O(T_2 (one-set walk))`` per event; the
+reference's two sets of one collection (:func:`analysis.select.leading.leading`: each
+pair one backward pass, its objects' patterns restricted by both tuples, ``pi ok``) give
+the same sums of products. ``pi'`` is written over the event's rows of ``pv_all`` and
+``pd_all`` (and restored, bit for bit, after the event; blocks hold disjoint events, so
+threads never share a row): the steps read ``pi`` as before (a second restriction
+tested in each step measured 2-3x slower on the one-set walk).
 
 Reverse mode: :mod:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp`.
 """
@@ -86,24 +89,21 @@ def _tangent(pd, g, p):
 
 
 @inline
-def _take(pat, c, p, ls, side, ls2, side2):
+def _take(pat, c, p, ls, side):
     """Whether pattern ``p`` takes part: ``side`` 1 those holding set ``ls``, 0 those
-    without it, 2 every pattern; and likewise ``side2`` of set ``ls2`` (the outer tuple's
-    restriction of a second set of the same collection; 2 where there is none)."""
-    return ((side == 2 or (pat[c, p, ls] == 1) == (side == 1))
-            and (side2 == 2 or (pat[c, p, ls2] == 1) == (side2 == 1)))
+    without it, 2 every pattern."""
+    return side == 2 or (pat[c, p, ls] == 1) == (side == 1)
 
 
 @inline
-def _step(dst, src, scale, g, c, pv_all, pd, pat, n_pat, tgt, ls, side, ls2, side2, states,
-          back):
+def _step(dst, src, scale, g, c, pv_all, pd, pat, n_pat, tgt, ls, side, states, back):
     """``dst[tgt(p, k)] += scale pi_gp src[k]`` (forward: ``I``, ``O`` or every pattern by
-    ``side`` and ``side2``, :func:`_take`) or, with ``back``, ``dst[k] += scale pi_gp src[tgt(p, k)]``
+    ``side``, :func:`_take`) or, with ``back``, ``dst[k] += scale pi_gp src[tgt(p, k)]``
     over object ``g``'s patterns; in lanes with the tangents ``pd`` (``scale`` 1: the
     product rule), values only where ``pd`` is ``0.0`` (:func:`_tangent`)."""
     ns = states.shape[0]
     for p in range(n_pat[c]):
-        if _take(pat, c, p, ls, side, ls2, side2):
+        if _take(pat, c, p, ls, side):
             a = scale * pv_all[g, p]
             if back:
                 backward(dst, src, a, a, _tangent(pd, g, p), tgt[c, p], states, ns, 0)
@@ -165,15 +165,19 @@ def _tuples(kc, depth, pos, tape):
 
 
 @inline
-def _restrict(side2, order2, lo, n, pos2, depth2):
-    """``side2[j]`` for the ``n`` objects of an event from ``lo`` (flat indices of
-    ``order2``): the outer tuple ``pos2`` (rank positions in ``order2``) of a set of the
-    walked collection: 1 its members, 0 the other objects ranked above its last, 2 the
-    rest (module docstring)."""
+def _restrict(side2, order2, lo, n, pos2, depth2, pv_all, keep, g0, pat, c, n_pat, ls2):
+    """The outer tuple ``pos2`` (rank positions in ``order2``) of a second set ``ls2`` of
+    collection ``c``, on the ``n`` objects of an event from ``lo`` (global ``g0 + j``):
+    ``side2[j]`` 1 its members, 0 the other objects ranked above its last, 2 the rest;
+    ``pv_all``'s rows the saved ``keep`` on the patterns that agree (:func:`_take`), 0 on
+    the others (module docstring)."""
     for m in range(n):
         side2[order2[lo + m] - lo] = 0 if m < pos2[depth2] else 2
     for j in range(depth2 + 1):
         side2[order2[lo + pos2[j]] - lo] = 1
+    for j in range(n):
+        for p in range(n_pat[c]):
+            pv_all[g0 + j, p] = keep[j, p] if _take(pat, c, p, ls2, side2[j]) else 0.0
 
 
 @njit
@@ -194,7 +198,8 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
     ``n_cand2`` as the first set's; ``lc2 = -1``: one set, the others unread; ``lc2 = lc``:
     a second set of the same collection, module docstring): the candidates are the pairs
     (its tuple, the first set's), the outer tuple's first, each row of ``obj_out`` the
-    first set's ``depth + 1`` objects then its ``depth2 + 1``."""
+    first set's ``depth + 1`` objects then its ``depth2 + 1``. ``pv_all`` and ``pd_all``
+    are written and restored (a second set of ``lc``)."""
     n_ev = coff.shape[1] - 1
     n_states = f.shape[0]
     for b in range(b0, b1):
@@ -212,9 +217,9 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
         pos = np.empty(depth + 1, np.int64)
         tape = np.empty((max_ops, 3), np.int64)
         states = np.arange(n_states)
-        # per object of lc (from lo): the outer tuple's side of s2 (a set of lc: module
-        # docstring); 2, every pattern, with one set or two collections
-        side2 = np.full(max_n, 2, np.int64)
+        side2 = np.empty(max_n, np.int64)  # a second set of lc: its restriction, saved rows
+        keep = np.empty((max_n, pv_all.shape[1]))
+        keepd = np.empty((max_n, pv_all.shape[1], LANES))
         for e in range(e0, e1):
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
@@ -239,9 +244,14 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
                     clear(gst[t + 1], states, n_states)
                     _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, pd_all, pat, n_pat,
-                          tgt, ls, 2, ls, 2, states, True)
+                          tgt, ls, 2, states, True)
                     t += 1
             lo2 = coff[max(lc2, 0), e]
+            g0 = base[lc] + lo
+            if lc2 == lc:
+                for j in range(n):
+                    keep[j] = pv_all[g0 + j]
+                    keepd[j] = pd_all[g0 + j]
             nops = _tuples(kc, depth, pos, tape)
             q = cand_off[e]
             for o in range(n_outer):
@@ -253,7 +263,13 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                         continue
                     n2 = coff[lc2, e + 1] - lo2
                     if lc2 == lc:  # its restriction on the walked objects themselves, G_2 = G
-                        _restrict(side2, order2, lo, n, pos2, depth2)
+                        _restrict(side2, order2, lo, n, pos2, depth2, pv_all, keep, g0, pat,
+                                  lc, n_pat, ls2)
+                        for j in range(n):
+                            for p in range(n_pat[lc]):
+                                ok = _take(pat, lc, p, ls2, side2[j])
+                                for r in range(LANES):
+                                    pd_all[g0 + j, p, r] = keepd[j, p, r] if ok else 0.0
                         n2 = 0
                     # the outer tuple's positions last first: after it every pattern, its
                     # members in the set, the others above it out of it (G_2 of the docstring)
@@ -267,29 +283,28 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                             side = 0
                         clear(gst[h + 1], states, n_states)
                         _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
-                              pd_all, pat, n_pat, tgt, ls2, side, ls2, 2, states, True)
+                              pd_all, pat, n_pat, tgt, ls2, side, states, True)
                         h += 1
                 B[n] = gst[h]
                 for m in range(n - 1, -1, -1):
                     clear(B[m], states, n_states)
                     _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
-                          n_pat, tgt, ls, 2, ls2, side2[order[lo + m] - lo], states, True)
+                          n_pat, tgt, ls, 2, states, True)
                 V[0] = 0.0
                 V[0, 0, 0] = 1.0
                 for i in range(nops):
                     kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
                     g = base[lc] + order[lo + m]
-                    s2 = side2[order[lo + m] - lo]
                     pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
                     if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
                         clear(V[lv + 1], states, n_states)
                         _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
-                              1, ls2, s2, states, False)
+                              1, states, False)
                         continue
                     if kind == OUT:
                         clear(T, states, n_states)
                         _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0,
-                              ls2, s2, states, False)
+                              states, False)
                         V[lv] = T
                         continue
                     # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
@@ -297,7 +312,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                         acc[r] = 0.0
                     Bn = B[m + 1]
                     for p in range(n_pat[lc]):
-                        if not _take(pat, lc, p, ls, 1, ls2, s2):
+                        if pat[lc, p, ls] != 1:
                             continue
                         weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
                         lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
@@ -309,3 +324,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                         for j in range(depth2 + 1):
                             obj_out[q, depth + 1 + j] = order2[lo2 + pos2[j]]
                     q += 1
+            if lc2 == lc:  # the rows restored
+                for j in range(n):
+                    pv_all[g0 + j] = keep[j]
+                    pd_all[g0 + j] = keepd[j]

@@ -17,8 +17,9 @@ reverse order:
 A second set (its outer tuples ``b``, the walk's ``G_2(b)``): each outer tuple's
 transpose ends with ``Bbar_n = dL/dG_2(b)``, transposed through ``G_2(b)``'s chain (each
 step on the patterns it took) and summed over ``b`` into ``Gbar``. A second set of the
-same collection: ``G_2(b) = G``, and each step above, its derivatives included, takes
-only the patterns that agree with ``b`` (the walk's restriction).
+same collection: ``G_2(b) = G`` and the walk runs on ``pi' = pi [p agrees with b]``
+(written over ``pv_all``'s rows as the walk does), so ``dL/dpi = [p agrees with b]
+dL/dpi'``: each outer tuple's additions to ``gp`` on the other patterns are undone.
 
 A transposed forward step is the walk's backward step and the reverse (the walk's
 ``_step``), a pattern's derivative its inner sum
@@ -48,12 +49,12 @@ __all__ = ["lead_vjp"]
 
 
 @inline
-def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, ls2, side2, states):
-    """``gp[g, p] += scale sum_k F[k] G[tgt(p, k)]`` over the patterns ``side`` and
-    ``side2`` take (:func:`_step`'s)."""
+def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, states):
+    """``gp[g, p] += scale sum_k F[k] G[tgt(p, k)]`` over the patterns ``side`` takes
+    (:func:`_step`'s)."""
     ns = states.shape[0]
     for p in range(n_pat[c]):
-        if _take(pat, c, p, ls, side, ls2, side2):
+        if _take(pat, c, p, ls, side):
             gp[g, p] += scale * weight(0.0, F, G, tgt[c, p], states, ns, 0, states, False)
 
 
@@ -89,7 +90,9 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
         tape = np.empty((max_ops, 3), np.int64)
         pos = np.empty(depth + 1, np.int64)
         states = np.arange(n_states)
-        side2 = np.full(max_n, 2, np.int64)  # candidates'
+        side2 = np.empty(max_n, np.int64)  # a second set of lc: candidates'
+        keep = np.empty((max_n, pv_all.shape[1]))
+        gkeep = np.empty((max_n, pv_all.shape[1]))
         for e in range(e0, e1):
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
@@ -115,11 +118,15 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                 for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
                     gst[t + 1] = 0.0
                     _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, 0.0, pat, n_pat, tgt,
-                          ls, 2, ls, 2, states, True)
+                          ls, 2, states, True)
                     gobj[t] = base[c] + i
                     gcol[t] = c
                     t += 1
             lo2 = coff[max(lc2, 0), e]
+            g0 = base[lc] + lo
+            if lc2 == lc:
+                for j in range(n):
+                    keep[j] = pv_all[g0 + j]
             nops = _tuples(kc, depth, pos, tape)
             n_in = 0  # the inner tuples per outer one
             for i in range(nops):
@@ -140,8 +147,11 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                         qs += n_in
                         continue
                     n2 = coff[lc2, e + 1] - lo2
-                    if lc2 == lc:  # candidates' restriction, G_2 = G
-                        _restrict(side2, order2, lo, n, pos2, depth2)
+                    if lc2 == lc:  # candidates' restriction, G_2 = G; dL/dpi' before b's
+                        _restrict(side2, order2, lo, n, pos2, depth2, pv_all, keep, g0, pat,
+                                  lc, n_pat, ls2)
+                        for j in range(n):
+                            gkeep[j] = gp[g0 + j]
                         n2 = 0
                     j2 = depth2  # G_2(b), as candidates' (each step's side kept)
                     for m in range(n2 - 1, -1, -1):
@@ -153,7 +163,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                             side = 0
                         gst[h + 1] = 0.0
                         _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
-                              0.0, pat, n_pat, tgt, ls2, side, ls2, 2, states, True)
+                              0.0, pat, n_pat, tgt, ls2, side, states, True)
                         gobj[h] = base[lc2] + order2[lo2 + m]
                         gcol[h] = lc2
                         gside[h] = side
@@ -162,23 +172,22 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                 for m in range(n - 1, -1, -1):
                     B[m] = 0.0
                     _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, 0.0, pat,
-                          n_pat, tgt, ls, 2, ls2, side2[order[lo + m] - lo], states, True)
+                          n_pat, tgt, ls, 2, states, True)
                 # the tuples' tape replayed (the value walk's order), each step's input kept
                 V[0] = 0.0
                 V[0, 0] = 1.0
                 for i in range(nops):
                     kind, lv = tape[i, 0], tape[i, 1]
                     g = base[lc] + order[lo + tape[i, 2]]
-                    s2 = side2[order[lo + tape[i, 2]] - lo]
                     tape_v[i] = V[lv]
                     if kind == IN:  # candidates' steps
                         V[lv + 1] = 0.0
                         _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 1,
-                              ls2, s2, states, False)
+                              states, False)
                     elif kind == OUT:
                         T[:] = 0.0
-                        _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, ls2, s2,
-                              states, False)
+                        _step(T, V[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0, states,
+                              False)
                         V[lv] = T
                 # the transpose, in reverse order (the candidates too: the last one first)
                 Vbar[:] = 0.0
@@ -187,58 +196,59 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                 for i in range(nops - 1, -1, -1):
                     kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
                     g = base[lc] + order[lo + m]
-                    s2 = side2[order[lo + m] - lo]
                     vin = tape_v[i]
                     if kind == LEAF:
                         q -= 1
                         wq = wbar[q]
                         if wq != 0.0:
-                            _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1, ls2, s2,
-                                  states)
+                            _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1, states)
                             _step(Vbar[lv], B[m + 1], wq, g, lc, pv_all, 0.0, pat, n_pat, tgt,
-                                  ls, 1, ls2, s2, states, True)
+                                  ls, 1, states, True)
                             _step(Bbar[m + 1], vin, wq, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls,
-                                  1, ls2, s2, states, False)
+                                  1, states, False)
                     elif kind == OUT:
-                        _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, ls2, s2,
-                              states)
+                        _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, states)
                         T[:] = 0.0
                         _step(T, Vbar[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0,
-                              ls2, s2, states, True)
+                              states, True)
                         Vbar[lv] = T
                     else:
-                        _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1, ls2,
-                              s2, states)
+                        _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1, states)
                         _step(Vbar[lv], Vbar[lv + 1], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt,
-                              ls, 1, ls2, s2, states, True)
+                              ls, 1, states, True)
                         Vbar[lv + 1] = 0.0
                 qs += n_in
                 for m in range(n):  # the chain of B transposed
                     g = base[lc] + order[lo + m]
-                    s2 = side2[order[lo + m] - lo]
-                    _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, ls2, s2,
-                          states)
+                    _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, states)
                     _step(Bbar[m + 1], Bbar[m], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 2,
-                          ls2, s2, states, False)
+                          states, False)
                 if lc2 < 0:
                     Gbar[:] = Bbar[n]
                     continue
+                if lc2 == lc:  # dL/dpi = [p agrees with b] dL/dpi'
+                    for j in range(n):
+                        for p in range(n_pat[lc]):
+                            if not _take(pat, lc, p, ls2, side2[j]):
+                                gp[g0 + j, p] = gkeep[j, p]
                 T[:] = Bbar[n]  # G_2(b)'s chain transposed, into G's cotangent
                 for i in range(h - 1, t - 1, -1):
-                    _grad(gp, gobj[i], 1.0, T, gst[i], lc2, pat, n_pat, tgt, ls2, gside[i], ls2,
-                          2, states)
+                    _grad(gp, gobj[i], 1.0, T, gst[i], lc2, pat, n_pat, tgt, ls2, gside[i],
+                          states)
                     T2[:] = 0.0
                     _step(T2, T, 1.0, gobj[i], lc2, pv_all, 0.0, pat, n_pat, tgt, ls2, gside[i],
-                          ls2, 2, states, False)
+                          states, False)
                     T[:] = T2
                 Gbar += T
+            if lc2 == lc:  # the rows restored
+                for j in range(n):
+                    pv_all[g0 + j] = keep[j]
             T[:] = Gbar  # G's chain transposed
             for i in range(t - 1, -1, -1):
-                _grad(gp, gobj[i], 1.0, T, gst[i], gcol[i], pat, n_pat, tgt, ls, 2, ls, 2,
-                      states)
+                _grad(gp, gobj[i], 1.0, T, gst[i], gcol[i], pat, n_pat, tgt, ls, 2, states)
                 T2[:] = 0.0
-                _step(T2, T, 1.0, gobj[i], gcol[i], pv_all, 0.0, pat, n_pat, tgt, ls, 2, ls, 2,
-                      states, False)
+                _step(T2, T, 1.0, gobj[i], gcol[i], pv_all, 0.0, pat, n_pat, tgt, ls, 2, states,
+                      False)
                 T[:] = T2
             for r in range(df.shape[1]):
                 acc = 0.0

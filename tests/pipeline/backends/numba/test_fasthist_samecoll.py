@@ -24,7 +24,7 @@ from tests.chunked_helpers import NANOAOD_WARNINGS, slice_columns
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fasthist_multiset import _equal_states
 from tests.pipeline.backends.numba.test_fasthist_multiset import config as multiset_config
-from tests.pipeline.backends.numba.test_fasthist_multiset import setup as multiset_setup
+from tests.pipeline.backends.numba.test_fasthist_multislot import setup as multislot_setup
 from tests.pipeline.backends.numba.test_fastreverse_hists import check, hists_payload
 
 pytestmark = NANOAOD_WARNINGS
@@ -54,7 +54,7 @@ def config(*, width: float = 1.0, likelihood: bool = True) -> dict:
 
 def setup(**kw):
     """``(plan, theta, widths, columns)`` of :func:`config` on the v12 file."""
-    return multiset_setup(make=config, **kw)
+    return multislot_setup(make=config, **kw)
 
 
 def test_states_and_jacobians_equal_the_jax_kernel() -> None:

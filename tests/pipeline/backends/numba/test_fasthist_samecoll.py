@@ -29,8 +29,11 @@ from tests.pipeline.backends.numba.test_fastreverse_hists import check, hists_pa
 
 pytestmark = NANOAOD_WARNINGS
 HISTS = [
+    # its lowest edge above 0: one jet as both sets' member of a massless jet (NanoAOD's
+    # packing gives 13 of v12's jets masses <= 0) has mass +-rounding, whose sign eager and
+    # compiled JAX round apart (the documented limit at a bin edge)
     {"name": "mbj", "x": "mass(bjets[0] + jets[0])",
-     "edges": [0.0, 50.0, 100.0, 200.0, 400.0, 800.0]},
+     "edges": [10.0, 50.0, 100.0, 200.0, 400.0, 800.0]},
     {"name": "mtop", "x": "mass(bjets[0] + jets[0] + jets[1])",
      "bins": {"n": 4, "lo": 0.0, "hi": 400.0}, "width": 10.0},
     {"name": "drbj", "x": "deltaR(bjets[0], jets[0])", "bins": {"n": 4, "lo": 0.0, "hi": 4.0},

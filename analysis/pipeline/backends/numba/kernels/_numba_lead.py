@@ -165,16 +165,22 @@ def _tuples(kc, depth, pos, tape):
 
 
 @inline
-def _restrict(side2, order2, lo, n, pos2, depth2, pv_all, keep, g0, pat, c, n_pat, ls2):
-    """The outer tuple ``pos2`` (rank positions in ``order2``) of a second set ``ls2`` of
-    collection ``c``, on the ``n`` objects of an event from ``lo`` (global ``g0 + j``):
-    ``side2[j]`` 1 its members, 0 the other objects ranked above its last, 2 the rest;
-    ``pv_all``'s rows the saved ``keep`` on the patterns that agree (:func:`_take`), 0 on
-    the others (module docstring)."""
-    for m in range(n):
-        side2[order2[lo + m] - lo] = 0 if m < pos2[depth2] else 2
+def _sides(side2, order2, lo2, n2, pos2, depth2):
+    """``side2[j]`` of the outer tuple ``pos2`` (rank positions in ``order2``) for the
+    ``n2`` objects of an event from ``lo2`` (flat ``lo2 + j``): 1 its members, 0 the other
+    objects ranked above its last, 2 the rest (module docstring; :func:`_take`'s ``side``
+    of each object's step)."""
+    for m in range(n2):
+        side2[order2[lo2 + m] - lo2] = 0 if m < pos2[depth2] else 2
     for j in range(depth2 + 1):
-        side2[order2[lo + pos2[j]] - lo] = 1
+        side2[order2[lo2 + pos2[j]] - lo2] = 1
+
+
+@inline
+def _restrict(pv_all, keep, g0, side2, n, pat, c, n_pat, ls2):
+    """The rows ``g0 .. g0 + n - 1`` of ``pv_all`` (a second set ``ls2`` of the walked
+    collection ``c``): the saved ``keep`` on the patterns that agree with ``side2``
+    (:func:`_sides`, :func:`_take`), 0 on the others (module docstring)."""
     for j in range(n):
         for p in range(n_pat[c]):
             pv_all[g0 + j, p] = keep[j, p] if _take(pat, c, p, ls2, side2[j]) else 0.0
@@ -217,7 +223,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
         pos = np.empty(depth + 1, np.int64)
         tape = np.empty((max_ops, 3), np.int64)
         states = np.arange(n_states)
-        side2 = np.empty(max_n, np.int64)  # a second set of lc: its restriction, saved rows
+        side2 = np.empty(max_n, np.int64)  # the outer tuple's sides; a set of lc: saved rows
         keep = np.empty((max_n, pv_all.shape[1]))
         keepd = np.empty((max_n, pv_all.shape[1], LANES))
         for e in range(e0, e1):
@@ -262,9 +268,9 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                     if kind != LEAF:
                         continue
                     n2 = coff[lc2, e + 1] - lo2
+                    _sides(side2, order2, lo2, n2, pos2, depth2)
                     if lc2 == lc:  # its restriction on the walked objects themselves, G_2 = G
-                        _restrict(side2, order2, lo, n, pos2, depth2, pv_all, keep, g0, pat,
-                                  lc, n_pat, ls2)
+                        _restrict(pv_all, keep, g0, side2, n, pat, lc, n_pat, ls2)
                         for j in range(n):
                             for p in range(n_pat[lc]):
                                 ok = _take(pat, lc, p, ls2, side2[j])
@@ -273,17 +279,11 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                         n2 = 0
                     # the outer tuple's positions last first: after it every pattern, its
                     # members in the set, the others above it out of it (G_2 of the docstring)
-                    j2 = depth2
                     for m in range(n2 - 1, -1, -1):
-                        side = 2
-                        if j2 >= 0 and m == pos2[j2]:
-                            side = 1
-                            j2 -= 1
-                        elif m < m2:
-                            side = 0
+                        j = order2[lo2 + m]
                         clear(gst[h + 1], states, n_states)
-                        _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
-                              pd_all, pat, n_pat, tgt, ls2, side, states, True)
+                        _step(gst[h + 1], gst[h], 1.0, base[lc2] + j, lc2, pv_all, pd_all, pat,
+                              n_pat, tgt, ls2, side2[j - lo2], states, True)
                         h += 1
                 B[n] = gst[h]
                 for m in range(n - 1, -1, -1):

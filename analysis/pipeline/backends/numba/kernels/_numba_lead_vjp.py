@@ -37,6 +37,7 @@ from analysis.pipeline.backends.numba.kernels._numba_lead import (
     LEAF,
     OUT,
     _restrict,
+    _sides,
     _sizes,
     _step,
     _take,
@@ -90,7 +91,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
         tape = np.empty((max_ops, 3), np.int64)
         pos = np.empty(depth + 1, np.int64)
         states = np.arange(n_states)
-        side2 = np.empty(max_n, np.int64)  # a second set of lc: candidates'
+        side2 = np.empty(max_n, np.int64)  # the outer tuple's sides (candidates')
         keep = np.empty((max_n, pv_all.shape[1]))
         gkeep = np.empty((max_n, pv_all.shape[1]))
         for e in range(e0, e1):
@@ -147,26 +148,20 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                         qs += n_in
                         continue
                     n2 = coff[lc2, e + 1] - lo2
+                    _sides(side2, order2, lo2, n2, pos2, depth2)
                     if lc2 == lc:  # candidates' restriction, G_2 = G; dL/dpi' before b's
-                        _restrict(side2, order2, lo, n, pos2, depth2, pv_all, keep, g0, pat,
-                                  lc, n_pat, ls2)
+                        _restrict(pv_all, keep, g0, side2, n, pat, lc, n_pat, ls2)
                         for j in range(n):
                             gkeep[j] = gp[g0 + j]
                         n2 = 0
-                    j2 = depth2  # G_2(b), as candidates' (each step's side kept)
-                    for m in range(n2 - 1, -1, -1):
-                        side = 2
-                        if j2 >= 0 and m == pos2[j2]:
-                            side = 1
-                            j2 -= 1
-                        elif m < m2:
-                            side = 0
+                    for m in range(n2 - 1, -1, -1):  # G_2(b), as candidates' (sides kept)
+                        j = order2[lo2 + m]
                         gst[h + 1] = 0.0
-                        _step(gst[h + 1], gst[h], 1.0, base[lc2] + order2[lo2 + m], lc2, pv_all,
-                              0.0, pat, n_pat, tgt, ls2, side, states, True)
-                        gobj[h] = base[lc2] + order2[lo2 + m]
+                        _step(gst[h + 1], gst[h], 1.0, base[lc2] + j, lc2, pv_all, 0.0, pat,
+                              n_pat, tgt, ls2, side2[j - lo2], states, True)
+                        gobj[h] = base[lc2] + j
                         gcol[h] = lc2
-                        gside[h] = side
+                        gside[h] = side2[j - lo2]
                         h += 1
                 B[n] = gst[h]
                 for m in range(n - 1, -1, -1):

@@ -168,7 +168,8 @@ def test_one_collection_walk_equals_enumeration(depths, outer) -> None:
     """Two sets of one collection (each its own rank order; an object may hold both):
     the walk's weights equal exact enumeration of every event's pattern configurations
     (1e-12) for every pair of tuples, the outer set either one; its tangents and its
-    vector-Jacobian product (``dL/dpi``, ``dL/df . df``) equal central differences."""
+    vector-Jacobian product (``dL/dpi``, ``dL/df . df``) equal central differences; the
+    pattern probabilities it restricts in place come back unchanged."""
     rng = np.random.default_rng(5)
     counts = np.array([0, 1, 3, 2, 4, 5, 3])
     coff, base, oa, ob, pv = _events(rng, counts)
@@ -177,8 +178,11 @@ def test_one_collection_walk_equals_enumeration(depths, outer) -> None:
     pd = np.zeros(pv.shape + (LANES,))
     d = rng.normal(size=pv.shape)
     pd[:, :, 1] = d
+    pv0, pd0 = pv.copy(), pd.copy()
     sets, off, w, keys = _walk(coff, base, (oa, ob), depths, outer, pv, pd, f,
                                np.zeros((9, LANES)))
+    # the walk writes each outer tuple's restriction over its rows: restored bit for bit
+    assert np.array_equal(pv, pv0) and np.array_equal(pd, pd0)
     ref = _enumerate(coff, (oa, ob), depths, pv, f)
     shared = 0
     for e, got in enumerate(ref):
@@ -201,6 +205,7 @@ def test_one_collection_walk_equals_enumeration(depths, outer) -> None:
     gp, dfs = np.zeros_like(pv), np.zeros((len(counts), 2))
     _numba_lead_vjp.lead_vjp(*sets, pv, _PAT, np.array([4]), _TGT, f, df, off, wbar, 2, gp,
                              dfs, 0, 4)
+    assert np.array_equal(pv, pv0)
     np.testing.assert_allclose(np.sum(gp * d), wbar @ fd, rtol=1e-7)
     for r in range(2):
         fd_f = (values(pv, f + h * df[:, r]) - values(pv, f - h * df[:, r])) / (2 * h)

@@ -39,7 +39,7 @@ from analysis.pipeline import hardcut, scorecols
 from analysis.pipeline.backends.numba import _fastleading, _histfills, _histmulti, fastkernel
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
-from analysis.pipeline.backends.numba._fasttables import offsets
+from analysis.pipeline.backends.numba._fasttables import chunk_fields, offsets
 from analysis.pipeline.backends.numba._histfills import _fill_side, _run_fills, fill_key
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
@@ -129,7 +129,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     n_ev = int(variants[0].n_events)
     # the counts are the same arrays in every variant, the fields each variant's own
     coff, base, flat, max_seq, _ = offsets(variants[0], tab.collections, plan.sets)
-    flats = [flat] + [offsets(vc, tab.collections, plan.sets)[2] for vc in variants[1:]]
+    flats = [flat] + [chunk_fields(vc, tab.collections, plan.sets) for vc in variants[1:]]
     n_tot = int(base[-1])
     setspec = {s.name: s for s in plan.sets.sets}
     # the walk's outputs, each once: object weights (region, set), leading targets (set,

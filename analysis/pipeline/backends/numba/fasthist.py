@@ -208,9 +208,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
             _numba_esum.bin_totals(es[by_region[r]], pe[0, rpos[r]])
     elif n_ev:
         if trace is not None:
-            for side in sides:
-                for r in regions:
-                    trace[side, r] += 1
+            trace.update(itertools.product(sides, regions))  # (side, region): one each
         block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
         args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
@@ -313,11 +311,9 @@ def _observables(cols: ChunkColumns, plan: Plan, wk: dict, ev: np.ndarray, nl: i
 
     base = wk["base"]
     off_of = {c: wk["coff"][ci] for ci, c in enumerate(wk["collections"])}
-    wo_of = {}
-    for (r, s), w in wk["ow"].items():
-        ci = wk["collections"].index(plan.sets.collection_of(s))
-        if r == 0 and s not in wo_of:
-            wo_of[s] = wide(w[int(base[ci]): int(base[ci + 1])])
+    # region 0's object weights of each set, its collection's rows of the global index
+    at = {c: slice(int(base[ci]), int(base[ci + 1])) for ci, c in enumerate(wk["collections"])}
+    wo_of = {s: wide(w[at[plan.sets.collection_of(s)]]) for (r, s), w in wk["ow"].items() if r == 0}
     return fastkernel.observable_states(
         cols, plan, off_of=off_of, flats=wk["flats"], pe=wide(wk["pe"][0]), wo_of=wo_of,
         sa_of=wk["sa"], ev=ev, cands=wk["cands"], np1=nl, threads=threads)

@@ -1,9 +1,11 @@
 """The column layout of a chunk, and its padding to bucket sizes for the kernels.
 
 :class:`ChunkColumns` is what :func:`analysis.data.columns.extract_columns` builds from
-NanoEvents and what the column cache keeps; :func:`pad_columns` turns it into the
-fixed-shape arrays the JAX kernels compile for (a few bucket sizes per axis, so a long
-run compiles a handful of shapes, not one per chunk).
+NanoEvents and what the column cache keeps (with the object offsets the numba loops
+index, :meth:`ChunkColumns.object_offsets`, made on a chunk's first pass);
+:func:`pad_columns` turns it into the fixed-shape arrays the JAX kernels compile for (a
+few bucket sizes per axis, so a long run compiles a handful of shapes, not one per
+chunk).
 """
 
 from __future__ import annotations

@@ -62,17 +62,22 @@ class _Model(BaseModel):
         # known keys too and report every problem of this mapping together.
         errors = [InitErrorDetails(type=_fail(str(key), "unknown key" + _suggest(
             str(key), list(fields))), loc=(), input=data[key]) for key in unknown]
+        # (a misspelt required key is missing too: said once, by its suggestion)
+        meant = {c for key in unknown for c in difflib.get_close_matches(str(key), list(fields), n=1)}
         try:
             handler({k: v for k, v in data.items() if k not in unknown})
         except ValidationError as exc:
-            errors += _details(exc)
+            errors += _details(exc, meant)
         raise ValidationError.from_exception_data(cls.__name__, errors)
 
 
-def _details(exc: ValidationError) -> list[InitErrorDetails]:
-    """``exc``'s errors as details to raise again (none if one cannot be rebuilt)."""
+def _details(exc: ValidationError, meant: set[str]) -> list[InitErrorDetails]:
+    """``exc``'s errors as details to raise again, less a missing key in ``meant`` (none
+    if one cannot be rebuilt)."""
     out = []
     for err in exc.errors(include_url=False):
+        if err["type"] == "missing" and tuple(err["loc"]) in {(m,) for m in meant}:
+            continue
         ctx = err.get("ctx") or {}
         typ = PydanticCustomError(_ERR, "{msg}", ctx) if err["type"] == _ERR else err["type"]
         detail = InitErrorDetails(type=typ, loc=err["loc"], input=err["input"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib.machinery
 import logging
 import os
 import signal
@@ -224,9 +225,41 @@ def _on_sigint(signum, frame):
     # The user asked to stop: the executor's teardown (a dask cluster cancelling its
     # tasks, killing workers) is expected, so its warnings would only bury the one line.
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    if _in_native_init(frame):
+        _deliver_later(signum)
+        return
     if signum == signal.SIGTERM:
         raise Terminated
     raise KeyboardInterrupt
+
+
+def _in_native_init(frame) -> bool:
+    """Whether ``frame`` runs inside a C extension's initialisation (jaxlib's nanobind
+    modules build their enums in Python while JAX is imported): an exception raised
+    there crosses C++ frames, and the process aborts ("terminate called after throwing
+    an instance of 'nanobind::python_error'", a traceback, no exit 130) instead of
+    unwinding."""
+    while frame is not None:
+        if frame.f_code.co_name in ("create_module", "exec_module") and isinstance(
+                frame.f_locals.get("self"), importlib.machinery.ExtensionFileLoader):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver_later(signum: int) -> None:
+    """Send ``signum`` to this process again a moment later, when the main thread is
+    back in ordinary code (a timer thread; the handler then raises)."""
+    while True:
+        timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        try:
+            timer.start()
+            return
+        except KeyboardInterrupt:
+            # On a loaded machine the timer can fire before start() returns, where the
+            # caller swallows it (a finaliser) or is again not ordinary code. Again.
+            continue
 
 
 _default_unraisablehook = sys.unraisablehook
@@ -237,17 +270,9 @@ def _on_unraisable(info) -> None:
     by Python ("Exception ignored in ...") and the run would go on to the end; deliver
     it again a moment later, when the main thread is back in ordinary code."""
     if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
-        again = signal.SIGTERM if issubclass(info.exc_type, Terminated) else signal.SIGINT
-        while True:
-            timer = threading.Timer(0.01, os.kill, (os.getpid(), again))
-            timer.daemon = True
-            try:
-                timer.start()
-                return
-            except KeyboardInterrupt:
-                # On a loaded machine the timer can fire before start() returns: that
-                # Ctrl-C lands in this hook, where Python swallows it too. Again.
-                continue
+        _deliver_later(signal.SIGTERM if issubclass(info.exc_type, Terminated)
+                       else signal.SIGINT)
+        return
     _default_unraisablehook(info)
 
 

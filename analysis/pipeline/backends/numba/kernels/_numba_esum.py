@@ -325,27 +325,13 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 _add4(o, hard_bin(edges, XA[a] + v),
                       _times(w, _dot4(SA[a], LA[a], NA[a], G, states)))
             continue
-        na = n // 2
-        nbeta = 1 << (n - na)
-        if FA.shape[0] < (1 << na):
-            FA = np.zeros((1 << na, n_states, LANES))
-        if XA.shape[0] < (1 << na):
-            XA = np.zeros(1 << na)
-        if GB.shape[0] < nbeta:
-            GB = np.zeros((nbeta, n_states, LANES))
-            PG = np.zeros((nbeta + 1, n_states, LANES))
-        if XB.shape[0] < nbeta:
-            XB = np.zeros(nbeta)
         # every state and lane (lanes from nl on carry nothing that is read): the first
         # half forward from F, the second backward from the pass table (the last first)
-        FA[0] = F
-        XA[0] = x0
-        m = _halves(FA, XA, Fn, unc, 0, 1, na, tgt, cs, n_pat, pv_all, pd_all, base[cs], vals,
-                    states, has, False)
-        GB[0] = G0
-        XB[0] = 0.0
-        mb = _halves(GB, XB, Fn, unc, n - 1, -1, n - na, tgt, cs, n_pat, pv_all, pd_all, base[cs],
-                     vals, states, has, True)
+        m, mb = 1 << (n // 2), 1 << (n - n // 2)
+        FA, XA, GB, XB = _halves(FA, XA, GB, XB, F, Fn, G0, x0, unc, n, tgt, cs, n_pat, pv_all,
+                                 pd_all, base[cs], vals, states, has)
+        if PG.shape[0] < mb + 1:
+            PG = np.zeros((mb + 1, n_states, LANES))
         order = np.argsort(XB[:mb], kind="mergesort")
         xs = XB[:mb][order]
         PG[0] = 0.0

@@ -4,10 +4,12 @@ Uses only the public API (:mod:`analysis.stats`, :mod:`analysis.soft`) and ``vec
 
     from coffea import processor
     from coffea.nanoevents import NanoAODSchema
+    from analysis import stats
     from processors.dimuon import DimuonProcessor
 
+    fileset = {"dy": ["../shared/data/nano_dy.root"]}
     runner = processor.Runner(executor=processor.FuturesExecutor(workers=2), schema=NanoAODSchema)
-    out = runner({"dy": ["nano_dy.root"]}, "Events", processor_instance=DimuonProcessor())
+    out = runner(fileset, DimuonProcessor(), treename="Events")
     out["dy"].value_and_grad(lambda s: stats.mean(s["mass"]))
 
 Muon ``i`` passes with probability

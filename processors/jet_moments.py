@@ -4,10 +4,12 @@ Uses only the public API (:mod:`analysis.stats`, :mod:`analysis.soft`)::
 
     from coffea import processor
     from coffea.nanoevents import NanoAODSchema
+    from analysis import stats
     from processors.jet_moments import JetMomentsProcessor
 
+    fileset = {"ttbar": ["../shared/data/nanoAOD_2015_CMS_Open_Data_ttbar.root"]}
     runner = processor.Runner(executor=processor.IterativeExecutor(), schema=NanoAODSchema)
-    out = runner({"ttbar": ["ttbar.root"]}, "Events", processor_instance=JetMomentsProcessor())
+    out = runner(fileset, JetMomentsProcessor(), treename="Events")
     d = out["ttbar"]                      # a stats.Derived, merged over all chunks
     d.value_and_grad(lambda s: stats.mean(s["jet_pt"]))   # (value, {name: gradient})
 

@@ -158,6 +158,8 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
         raise DiffcoffeaError("--resume and --overwrite contradict each other (continue the "
                               "checkpoint, or delete it and start over); give one")
     out = output_dir(config, args)
+    if args.command == "evaluate":
+        _keep_optimize_run(out)
     claim = claim_output(out, command=args.command)
     if args.command != "optimize" or args.resume:
         return claim
@@ -182,6 +184,24 @@ def claim_run(config, args) -> contextlib.AbstractContextManager[Path]:
                 )
             old.unlink()
         return stack.pop_all()
+
+
+def _keep_optimize_run(out: Path) -> None:
+    """Refuse an ``evaluate`` into an ``optimize`` run's directory, before any computation:
+    its results.json, workspace.json, shapes.root and datacard.txt at the optimised
+    point would be replaced by those at the config's initial parameters, silently."""
+    from analysis.optimize.checkpoint import CHECKPOINT, LEGACY_CHECKPOINT
+
+    for name in (CHECKPOINT, LEGACY_CHECKPOINT):
+        try:
+            there = (out / name).exists()
+        except OSError:  # an unusable path: claim_output names it in one line
+            return
+        if there:
+            raise DiffcoffeaError(
+                f"{out}: holds an optimize run ({name}); evaluate would replace its "
+                "results.json and exported model: give another directory with -o"
+            )
 
 
 def same_config_checkpoint(path: Path, config) -> bool:

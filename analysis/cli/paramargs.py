@@ -6,6 +6,7 @@ Split out of :mod:`analysis.cli.commands`, which re-exports both."""
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import TYPE_CHECKING
 
@@ -34,11 +35,23 @@ def _parse_sets(items: list[str], config: Config | None = None) -> dict[str, flo
             raise DiffcoffeaError(f"--set {item!r}: expected NAME=NUMBER") from None
         if not math.isfinite(out[name.strip()]):
             raise DiffcoffeaError(f"--set {item!r}: expected a finite number")
+        if config is not None:  # named here, with the config's names, before any pass
+            _known(item, name.strip(), config)
         problem = None if config is None else value_problem(config, name.strip(),
                                                             out[name.strip()])
         if problem is not None:  # as the config's init is checked (a count: an integer)
             raise DiffcoffeaError(f"--set {item!r}: {problem}")
     return out
+
+
+def _known(item: str, name: str, config: Config) -> None:
+    """Refuse a ``--set`` name the config does not define, suggesting the closest."""
+    names = list(config.initial_params())
+    if name in names:
+        return
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"defined parameters: {', '.join(names)}"
+    raise DiffcoffeaError(f"--set {item!r}: unknown parameter {name!r}; {hint}")
 
 
 def parse_grid(items: list[str], config: Config) -> dict[str, np.ndarray]:

@@ -12,8 +12,8 @@ import difflib
 import typing
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 __all__ = ["ERROR_TYPE", "ConfigModel"]
 
@@ -40,21 +40,55 @@ class _Model(BaseModel):
     # naming the key, never a value that poisons every result downstream.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _no_unknown_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            fields = cls.model_fields
-            for key, value in data.items():
-                if key not in fields:
-                    raise _fail(str(key), "unknown key" + _suggest(str(key), list(fields)))
-                where = _bool_for_number(value, fields[key].annotation)
-                if where is not None:
-                    raise _fail(
-                        f"{key}{where}", f"expected a number, got {str(value).lower()}"
-                        if where == "" else "expected a number, got a boolean"
-                    )
-        return data
+    def _no_unknown_keys(cls, data: Any, handler: Any) -> Any:
+        if not isinstance(data, dict):
+            return handler(data)
+        fields = cls.model_fields
+        unknown = [key for key in data if key not in fields]
+        for key, value in data.items():
+            if key in unknown:
+                continue
+            where = _bool_for_number(value, fields[key].annotation)
+            if where is not None:
+                raise _fail(
+                    f"{key}{where}", f"expected a number, got {str(value).lower()}"
+                    if where == "" else "expected a number, got a boolean"
+                )
+        if not unknown:
+            return handler(data)
+        # An unknown key (a typo) must not hide the file's other mistakes: validate the
+        # known keys too and report every problem of this mapping together.
+        errors = [InitErrorDetails(type=_fail(str(key), "unknown key" + _suggest(
+            str(key), list(fields))), loc=(), input=data[key]) for key in unknown]
+        # (a misspelt required key is missing too: said once, by its suggestion)
+        meant = {c for key in unknown for c in difflib.get_close_matches(str(key), list(fields), n=1)}
+        try:
+            handler({k: v for k, v in data.items() if k not in unknown})
+        except ValidationError as exc:
+            errors += _details(exc, meant)
+        raise ValidationError.from_exception_data(cls.__name__, errors)
+
+
+def _details(exc: ValidationError, meant: set[str]) -> list[InitErrorDetails]:
+    """``exc``'s errors as details to raise again, less a missing key in ``meant`` (none
+    if one cannot be rebuilt)."""
+    out = []
+    for err in exc.errors(include_url=False):
+        if err["type"] == "missing" and tuple(err["loc"]) in {(m,) for m in meant}:
+            continue
+        ctx = err.get("ctx") or {}
+        typ = PydanticCustomError(_ERR, "{msg}", ctx) if err["type"] == _ERR else err["type"]
+        detail = InitErrorDetails(type=typ, loc=err["loc"], input=err["input"])
+        if ctx and err["type"] != _ERR:
+            detail["ctx"] = ctx
+        out.append(detail)
+    try:  # a type pydantic cannot rebuild: the unknown keys alone, as before
+        ValidationError.from_exception_data("check", out)
+    except Exception:  # noqa: BLE001 - any failure to rebuild means: leave them out
+        return []
+    return out
 
 
 def _bool_for_number(value: Any, annotation: Any) -> str | None:

@@ -89,8 +89,8 @@ def shifted(cols: ChunkColumns, key: str, factor: float) -> ChunkColumns:
 
     if head != "event" and head not in cols.collections:
         raise KeyError(key)
-    return dataclasses.replace(
-        cols, events=side("event", cols.events),
+    return cols.replace(
+        events=side("event", cols.events),
         collections={c: pair if (f := side(c, pair[1])) is pair[1] else (pair[0], f)
                      for c, pair in cols.collections.items()})
 
@@ -214,5 +214,5 @@ def score_columns(cols: ChunkColumns, plan: Plan, theta, *, vjp: bool = False):
                 counts, flat = collections.get(spec.collection, (
                     np.zeros(cols.n_events, np.int64), {f: np.zeros(0) for f in fields}))
                 collections[spec.collection] = (counts, {**flat, name: col})
-    out_cols = dataclasses.replace(cols, events=events, collections=collections)
+    out_cols = cols.replace(events=events, collections=collections)
     return (out_cols, vjps) if vjp else out_cols

@@ -242,3 +242,16 @@ def test_zero_weight_branch_gives_null_values(tmp_path, capsys) -> None:
     result = _results(tmp_path)["datasets"]["zero"]
     assert result["events"] == 30 and result["sumw"] == 0.0 and result["chunks"] == 3
     _assert_null_statistics_with_finite_gradients(result)
+
+
+def test_unknown_set_name_is_named_with_a_suggestion(tmp_path, capsys) -> None:
+    """A typo in ``--set`` is one line naming the argument and the closest parameter,
+    before any file is read (a config parameter and a trainable edge alike)."""
+    data = _config()
+    data["histograms"] = [{"name": "ht", "x": "sum(Jet.pt)", "edges": [0, 100, 200, 400],
+                           "trainable_edges": True}]
+    for given, close in (("jet_pt_mn=35", "jet_pt_min"), ("ht.edge[1]=150", "ht.edges[1]")):
+        rc, _ = _run(tmp_path, data, "--set", given)
+        line = one_line_error(capsys.readouterr().err)
+        assert rc == 2
+        assert f"--set '{given}': unknown parameter" in line and f"did you mean '{close}'?" in line

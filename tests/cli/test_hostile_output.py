@@ -175,6 +175,20 @@ def test_existing_checkpoint_needs_resume_or_overwrite(tmp_path, config, capsys,
     assert not (out / LOCK).exists()
 
 
+@pytest.mark.parametrize("name", [C.CHECKPOINT, C.LEGACY_CHECKPOINT])
+def test_evaluate_keeps_an_optimize_run(tmp_path, config, capsys, no_computation, name):
+    """``evaluate`` after ``optimize`` with one output.dir once replaced the optimised
+    results.json and workspace/datacard by those at the initial parameters, silently."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_bytes(b"an optimize run")
+    (out / "results.json").write_text('{"history": []}')
+    line = _fails(["evaluate", str(config), "-o", str(out), "--quiet"], capsys)
+    assert f"{out}: holds an optimize run ({name})" in line and "-o" in line
+    assert (out / "results.json").read_text() == '{"history": []}'
+    assert not (out / LOCK).exists()
+
+
 @pytest.mark.parametrize(
     "option, value",
     [

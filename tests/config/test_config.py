@@ -321,6 +321,24 @@ def test_several_errors_are_all_reported_one_line_each(tmp_path: Path) -> None:
     assert any("executor.retries" in line for line in lines)
 
 
+def test_an_unknown_key_does_not_hide_the_other_mistakes(tmp_path: Path) -> None:
+    """A typo in a key (here two: at the top and in the executor) is listed with the
+    mistakes beside and below it, in one run (it once stopped its mapping's checks, so
+    ``histogram:`` for ``histograms:`` hid every other error of the file)."""
+    def mutate(data: dict[str, Any]) -> None:
+        data["lumii"] = data.pop("output")
+        data["executor"].update(chunksiz=10, workers=0)
+        data["selection"]["objects"]["cuts"][0]["width"] = -5.0
+
+    lines = _error_for(tmp_path, mutate, one_line=False).splitlines()
+    src = str(tmp_path / "cfg.yaml")
+    assert f"{src}: lumii: unknown key; did you mean 'lumi'?" in lines
+    assert f"{src}: executor.chunksiz: unknown key; did you mean 'chunksize'?" in lines
+    assert f"{src}: executor.workers: workers must be >= 1, got 0" in lines
+    assert any(line.startswith(f"{src}: selection.objects.cuts.0.width:") for line in lines)
+    assert len(lines) == 4, lines
+
+
 def test_many_errors_are_capped(tmp_path: Path) -> None:
     from analysis.config.loader import MAX_ERRORS
 

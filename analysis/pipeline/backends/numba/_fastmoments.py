@@ -18,9 +18,23 @@ from analysis.stats._core import CoMoments, Moments, shift_powers
 __all__ = ["comoments_state", "moments_state", "safe_div", "sum_moments_state"]
 
 
-
 def safe_div(num, den):
     return num / den if den != 0 else 0.0
+
+
+def _mean(s, ds, w, dw):
+    """``(s / w, its tangents)`` from a sum ``s`` and the weight ``w`` (0 for ``w = 0``)."""
+    r = safe_div(s, w)
+    return r, ((ds - r * dw) / w if w != 0 else np.zeros_like(dw))
+
+
+def _square(s, ds, w, dw, r, dr):
+    """``(s - w r^2, its tangents)``: a sum of squares about the mean ``r`` from the one
+    about the centre; 0 (zero tangents) where rounding leaves it slightly negative."""
+    m = s - w * (r * r)
+    if m < 0 and -m <= 1e-8 * abs(w * (r * r)):
+        return 0.0, np.zeros_like(dw)
+    return m, ds - dw * (r * r) - 2.0 * w * r * dr
 
 
 def moments_state(tot: np.ndarray, center: float, finite: bool, order: int = 4):
@@ -29,15 +43,11 @@ def moments_state(tot: np.ndarray, center: float, finite: bool, order: int = 4):
     ``order`` are NaN with zero derivative, as in
     :func:`~analysis.stats._core.moments_from_expectations`."""
     w, dw = tot[0, 0], tot[0, 1:]
-    s1, s2, s3, s4 = tot[1, 0], tot[2, 0], tot[3, 0], tot[4, 0]
-    ds1, ds2, ds3, ds4 = tot[1, 1:], tot[2, 1:], tot[3, 1:], tot[4, 1:]
-    r = safe_div(s1, w)
-    dr = (ds1 - r * dw) / w if w != 0 else np.zeros_like(dw)
+    s2, s3, s4 = tot[2, 0], tot[3, 0], tot[4, 0]
+    ds2, ds3, ds4 = tot[2, 1:], tot[3, 1:], tot[4, 1:]
+    r, dr = _mean(tot[1, 0], tot[1, 1:], w, dw)
     r2 = r * r
-    m2 = s2 - w * r2
-    dm2 = ds2 - dw * r2 - 2.0 * w * r * dr
-    if m2 < 0 and -m2 <= 1e-8 * abs(w * r2):
-        m2, dm2 = 0.0, np.zeros_like(dw)
+    m2, dm2 = _square(s2, ds2, w, dw, r, dr)
     m3 = s3 - 3.0 * r * s2 + 2.0 * w * r2 * r
     dm3 = ds3 - 3.0 * (dr * s2 + r * ds2) + 2.0 * (dw * r2 * r + 3.0 * w * r2 * dr)
     m4 = s4 - 4.0 * r * s3 + 6.0 * r2 * s2 - 3.0 * w * r2 * r2
@@ -60,23 +70,13 @@ def moments_state(tot: np.ndarray, center: float, finite: bool, order: int = 4):
 
 def comoments_state(tot: np.ndarray, cx: float, cy: float, fx: bool, fy: bool):
     """``(CoMoments, jac CoMoments)`` from the summed accumulators (as
-    :func:`analysis.stats._core.comoments`)."""
+    :func:`analysis.stats._core.comoments`; ``tot`` rows: W, then x's S1, S2 about
+    ``cx`` in rows 1, 2 and y's in rows 5, 6, the cross sum in row 7)."""
     w, dw = tot[0, 0], tot[0, 1:]
     zero = np.zeros_like(dw)
-    rx = safe_div(tot[1, 0], w)
-    ry = safe_div(tot[5, 0], w)
-    drx = (tot[1, 1:] - rx * dw) / w if w != 0 else zero
-    dry = (tot[5, 1:] - ry * dw) / w if w != 0 else zero
-
-    def square(s, ds, r, dr):
-        m = s - w * (r * r)
-        dm = ds - dw * (r * r) - 2.0 * w * r * dr
-        if m < 0 and -m <= 1e-8 * abs(w * (r * r)):
-            return 0.0, zero
-        return m, dm
-
-    cxx, dcxx = square(tot[2, 0], tot[2, 1:], rx, drx)
-    cyy, dcyy = square(tot[6, 0], tot[6, 1:], ry, dry)
+    (rx, drx), (ry, dry) = (_mean(tot[i, 0], tot[i, 1:], w, dw) for i in (1, 5))
+    cxx, dcxx = _square(tot[2, 0], tot[2, 1:], w, dw, rx, drx)
+    cyy, dcyy = _square(tot[6, 0], tot[6, 1:], w, dw, ry, dry)
     cxy = tot[7, 0] - w * rx * ry
     dcxy = tot[7, 1:] - dw * rx * ry - w * (drx * ry + rx * dry)
     if not fx:

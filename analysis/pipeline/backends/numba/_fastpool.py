@@ -28,9 +28,7 @@ __all__: list[str] = []  # internal to the numba kernel
 
 def _threads(threads: int | None = None) -> int:
     """Threads the kernels run on: ``threads`` if given, else ``DIFFCOFFEA_KERNEL_THREADS``,
-    else numba's thread count (the cores, or ``NUMBA_NUM_THREADS``). Blocks are split
-    into contiguous ranges, one per thread, and their partial sums are added in block
-    order: results do not depend on the number of threads."""
+    else numba's thread count (the cores, or ``NUMBA_NUM_THREADS``)."""
     if threads is not None:
         return max(1, int(threads))
     chosen = settings().kernel_threads  # DIFFCOFFEA_KERNEL_THREADS (analysis.runtime)

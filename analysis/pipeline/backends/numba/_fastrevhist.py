@@ -102,6 +102,10 @@ class _Fill(NamedTuple):
     specs: list
     sbar: np.ndarray  # (V, bins)
     sbar2: np.ndarray  # (V, bins)
+    # whether the payload reads any of its states; if not, its value states alone and no
+    # cotangent anywhere, as the JAX sweep, whose pulled sum skips a None entry (a 0
+    # cotangent would meet a NaN event's NaN partials as 0 * NaN)
+    read: bool
 
 
 class Reads:
@@ -121,7 +125,8 @@ class Reads:
                 nb = len(pairs[0][0].edges) + 1
                 bars = [np.zeros(nb) if c is None else c[0] for _, c in pairs]
                 bars2 = [np.zeros(nb) if c is None else c[1] for _, c in pairs]
-                out.append(_Fill([s for s, _ in pairs], np.stack(bars), np.stack(bars2)))
+                out.append(_Fill([s for s, _ in pairs], np.stack(bars), np.stack(bars2),
+                                 any(c is not None for _, c in pairs)))
             self.fills[sel] = out
         self.value: dict = {g: {} for g in GROUPS}
 
@@ -178,7 +183,7 @@ class Reads:
         wbar: dict = {}
         rows: dict = {}
         for fill in self.fills.get(key, ()):
-            if fill.specs[0].node.kind != "field" or not (fill.sbar.any() or fill.sbar2.any()):
+            if fill.specs[0].node.kind != "field" or not fill.read:
                 continue
             _, _, off, gs, g, *_ = self._run(fill, cols, run, sel, None, theta, widths, False,
                                              rows, threads)
@@ -202,6 +207,8 @@ class Reads:
                 fill, cols, run, sel, p, theta, widths, True, rows, threads)
             for v, s in enumerate(fill.specs):
                 self.value[s.group][s.key] = Histogram(s.edges, sumw[v], sumw2[v])
+            if not fill.read:
+                continue  # the value states alone (_Fill.read)
             if gs is None:
                 pbar += sel.ev * g
                 evbar += walk.pe * g

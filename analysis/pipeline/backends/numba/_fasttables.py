@@ -8,14 +8,14 @@ JAX), :func:`_pass_table` at a plan's thresholds with its tangents; :func:`_redu
 the count caps lowered to the last state where the table changes (:func:`walk_table`: the
 three for a walk); :func:`one_sided`:
 cuts as the threshold cuts the loops know; :func:`offsets`: a chunk's objects per
-collection as the loops index them. Used by the numba kernel's host modules only.
+collection as the loops index them (kept with its columns), :func:`chunk_fields` its fields.
+Used by the numba kernel's host modules only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import weakref
 from functools import lru_cache
 
 import jax
@@ -104,49 +104,25 @@ def _tables(plan: Plan) -> _Tables:
     return _Tables(plan)
 
 
-def offsets(cols, collections, sets) -> tuple[np.ndarray, np.ndarray, dict, int, list]:
-    """``(coff, base, flats, max_seq, counts)`` of the chunk ``cols`` (a
-    :class:`~analysis.pipeline.layout.ChunkColumns`) over ``collections``: ``coff[c]``
-    ``(E + 1,)`` the object offsets of collection ``c``, ``base`` ``(C + 1,)`` each
-    collection's first global object index, ``flats[name]`` its flat fields, ``max_seq``
-    the most objects an event can have over all collections, ``counts[c]`` the objects
-    per event (the chunk's own arrays). A collection absent from the columns (a chunk
-    of no events) has no objects (the fields of ``sets.fields``, empty). ``coff`` and
-    ``base`` are computed once per chunk's counts arrays and shared by every later pass
-    over the same columns (:data:`_OFFSETS`): never written by a caller."""
-    n_ev = int(cols.n_events)
-    flats, counts_of = {}, []
+def chunk_fields(cols, collections, sets) -> dict:
+    """The flat fields of ``collections`` in the chunk ``cols`` (a
+    :class:`~analysis.pipeline.layout.ChunkColumns`), by collection: a collection absent
+    from the columns (a chunk of no events) has the fields of ``sets.fields``, empty."""
     fields = dict(sets.fields)
-    for c in collections:
-        if c in cols.collections:
-            counts, flats[c] = cols.collections[c]
-        else:  # made only when absent (not as a default argument of every lookup)
-            counts, flats[c] = np.zeros(n_ev, np.int64), {f_: np.zeros(0)
-                                                          for f_ in fields.get(c, ())}
-        counts_of.append(counts)
-    key = (n_ev, tuple(collections), tuple(map(id, counts_of)))
-    kept = _OFFSETS.get(key)
-    if kept is not None and all(ref() is c for ref, c in zip(kept[0], counts_of, strict=True)):
-        return kept[1], kept[2], flats, kept[3], counts_of
-    coff = np.zeros((len(collections), n_ev + 1), np.int64)
-    base = np.zeros(len(collections) + 1, np.int64)
-    max_seq = 0
-    for ci, counts in enumerate(counts_of):
-        np.cumsum(np.asarray(counts, dtype=np.int64), out=coff[ci, 1:])
-        base[ci + 1] = base[ci] + coff[ci, -1]
-        max_seq += int(np.max(counts, initial=0))
-    if all(isinstance(c, np.ndarray) for c in counts_of) and all(
-            c in cols.collections for c in collections):  # not the zeros made above
-        refs = tuple(weakref.ref(c, lambda _, k=key: _OFFSETS.pop(k, None)) for c in counts_of)
-        _OFFSETS[key] = (refs, coff, base, max_seq)
-    return coff, base, flats, max_seq, counts_of
+    return {c: cols.collections[c][1] if c in cols.collections
+            else {f_: np.zeros(0) for f_ in fields.get(c, ())} for c in collections}
 
 
-#: A chunk's ``(counts refs, coff, base, max_seq)`` of :func:`offsets`, by its number of
-#: events, collections and the counts arrays' ids (checked against the weak references,
-#: dropped with the arrays): a chunk in the column cache gets them once, not once per
-#: pass (0.6-1.2 ms per 125-250k events, serial, of every optimisation step's chunk)
-_OFFSETS: dict[tuple, tuple] = {}
+def offsets(cols, collections, sets) -> tuple[np.ndarray, np.ndarray, dict, int, list]:
+    """``(coff, base, flats, max_seq, counts)`` of the chunk ``cols`` over
+    ``collections``: ``coff``, ``base`` and ``max_seq`` of
+    :meth:`~analysis.pipeline.layout.ChunkColumns.object_offsets` (kept with the columns:
+    never written by a caller), ``flats`` of :func:`chunk_fields`, ``counts[c]`` the objects
+    per event (the chunk's own arrays; zeros for a collection absent from it)."""
+    coff, base, max_seq = cols.object_offsets(tuple(collections))
+    counts = [cols.collections[c][0] if c in cols.collections
+              else np.zeros(int(cols.n_events), np.int64) for c in collections]
+    return coff, base, chunk_fields(cols, collections, sets), max_seq, counts
 
 
 def chain(tgt: np.ndarray) -> np.ndarray:

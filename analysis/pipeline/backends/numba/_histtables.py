@@ -89,18 +89,14 @@ def _joint_tables(plan: Plan, regions, theta, widths, trainable):
         else:
             f, df = np.ones(model.n_states), np.zeros((model.n_states, n_par))
         cols.append((f, df))
-    rest = np.concatenate([np.concatenate([f[:, None], df], axis=1) for f, df in cols[1:]]
-                          + [np.zeros((model.n_states, 0))], axis=1)
-    caps, f0, dall = _reduced(model, cols[0][0], np.concatenate([cols[0][1], rest], axis=1))
+    # every region's table and tangents side by side: the caps lowered for all at once
+    both = np.concatenate([np.concatenate([f[:, None], df], axis=1) for f, df in cols], axis=1)
+    caps, f0, rest = _reduced(model, both[:, 0], both[:, 1:])
     n = f0.shape[0]
-    fs = np.empty((len(regions), n))
+    table = np.concatenate([f0[:, None], rest], axis=1).reshape(n, len(regions), n_par + 1)
     dfs = np.zeros((len(regions), n, _numba_dp.LANES))
-    fs[0], dfs[0, :, 1:n_par + 1] = f0, dall[:, :n_par]
-    for q in range(1, len(regions)):
-        a = n_par + (q - 1) * (n_par + 1)
-        fs[q] = dall[:, a]
-        dfs[q, :, 1:n_par + 1] = dall[:, a + 1: a + 1 + n_par]
-    return model, caps, fs, dfs
+    dfs[:, :, 1:n_par + 1] = table[:, :, 1:].transpose(1, 0, 2)
+    return model, caps, np.ascontiguousarray(table[:, :, 0].T), dfs
 
 
 @lru_cache(maxsize=64)

@@ -40,10 +40,10 @@ from analysis.pipeline.backends.numba import (
     _fastsens,
     _histmulti,
     _revhistsums,
+    _revobs,
 )
-from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba._revobs import Pulled
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead_vjp
+from analysis.pipeline.backends.numba.kernels import _numba_dp
 from analysis.pipeline.plan import Plan
 from analysis.stats.histogram import Histogram
 
@@ -87,6 +87,13 @@ class Reads(_fastrevhist.Reads):
         raw = np.asarray(sel.flats[coll][node.field], np.float64)[: int(off[-1])]
         return np.ascontiguousarray(np.abs(raw) if node.absolute else raw), raw, off, None
 
+    def pulled_keys(self, key: tuple) -> frozenset:
+        """The ``(set, depth)`` whose candidates the read fills of selection ``key`` pull
+        back (one vector-Jacobian product each, in :meth:`pull`: the indexed observables
+        of the same candidates leave theirs to it, :attr:`analysis.pipeline.backends.numba._revobs.Pulled.wq`)."""
+        return frozenset(_fastleading.key(f.specs[0].node) for f in self.lead.get(key, ())
+                         if f.read)
+
     def pull(self, key: tuple, cols, run: Plan, sel, theta, widths, grad: np.ndarray,
              bars: dict, dev: np.ndarray, by: Pulled | None, *,
              threads: int | None = None) -> Pulled | None:
@@ -104,16 +111,18 @@ class Reads(_fastrevhist.Reads):
         ins = _fastsens.inputs(tab, run.sets, sel.base, sel.q_of, theta, widths, sel.counts_tr)
         gp = np.zeros_like(ins.pv_all)
         dfs = np.zeros((n_ev, len(sel.counts_tr)))
-        # the nominal selection's candidates, where the value walk gave them (_revobs)
-        have = by.cands if by is not None and key == (None, 0) else None
+        # the nominal selection's candidates, where the value walk gave them, and the
+        # indexed observables' cotangents of them left to this pass (_revobs)
+        nominal = by is not None and key == (None, 0)
         read = self._leading(lead, cols, run, sel, ins, theta, widths, grad, bars, dev, gp, dfs,
-                             threads, have or {})
+                             threads, by.cands or {} if nominal else {},
+                             by.wq or {} if nominal else {})
         dq = _fastsens.per_set(gp, ins.qs_of, sel.base, tab.pat, tab.n_pat)
         dcount = dfs.sum(axis=0)
         if sums:
             sq, sc = _revhistsums.pull(sums, self.plan, cols, run, sel, ins, theta, widths,
                                        grad, dev, self.value, threads=threads)
-            read = read or any(f.sbar.any() or f.sbar2.any() for f in sums)
+            read = read or any(f.read for f in sums)
             dq = {gs: d + sq[gs] for gs, d in dq.items()}
             dcount = dcount + sc
         if not read:
@@ -124,19 +133,22 @@ class Reads(_fastrevhist.Reads):
 
     def _leading(self, fills, cols, run: Plan, sel, ins: _fastsens.Inputs, theta, widths,
                  grad: np.ndarray, bars: dict, dev: np.ndarray, gp: np.ndarray,
-                 dfs: np.ndarray, threads: int | None, have: dict) -> bool:
+                 dfs: np.ndarray, threads: int | None, have: dict, seed: dict) -> bool:
         """The fills of leading objects (module docstring): ``dL/dpi`` into ``gp``, the
         count thresholds' per event into ``dfs``; whether any was read. ``have``: the
-        selection's candidates already walked in this pass, per ``(set, depth)``."""
+        selection's candidates already walked in this pass, per ``(set, depth)``;
+        ``seed``: the indexed observables' ``dL/dw(a)`` of some of them (the sum's one
+        vector-Jacobian product here)."""
         n_ev = sel.ev.shape[0]
         walks: dict = {}  # _fastleading.key -> its candidates (_Lead)
-        read = False
+        pulled: set = set()  # the keys a read fill pulls back
         for f in fills:
             node = f.specs[0].node
             k = _fastleading.key(node)
             if k in have and k not in walks:  # one walk per key and pass
                 c = have[k]
-                walks[k] = _Lead(c.walked[2], c.order, c.n_cand, c, np.zeros(c.w.shape[0]))
+                wq = np.array(seed[k], np.float64) if k in seed else np.zeros(c.w.shape[0])
+                walks[k] = _Lead(c.walked[2], c.order, c.n_cand, c, wq)
             elif k not in walks:
                 walks[k] = _candidates(*k, run, sel, ins, threads)
             lead = walks[k]
@@ -149,9 +161,9 @@ class Reads(_fastrevhist.Reads):
                 f, cols, run, sel, lw, theta, widths, True, {}, threads)
             for v, s in enumerate(f.specs):
                 self.value[s.group][s.key] = Histogram(s.edges, sumw[v], sumw2[v])
-            if not (f.sbar.any() or f.sbar2.any()):
-                continue  # the value states alone
-            read = True
+            if not f.read:
+                continue  # the value states alone (_fastrevhist._Fill.read)
+            pulled.add(k)
             lead.wq[:] += np.repeat(sel.ev, np.diff(lead.cand.off)) * (g if tuples else g[last])
             dev += np.bincount(np.repeat(np.arange(n_ev), np.diff(off)), weights=lw * g,
                                minlength=n_ev)
@@ -161,10 +173,11 @@ class Reads(_fastrevhist.Reads):
                 bars[bkey][:, : gx.size] += gx * np.sign(raw) if node.absolute else gx
             for j, par in enumerate(f.specs[0].edge_params or (), start=1):
                 grad[:, par] += ebar[j]
-        for lead in walks.values():
-            if read and n_ev:
-                _vjp(lead, sel, ins, gp, dfs, threads)
-        return read
+        for k, lead in walks.items():  # one per key (a 0 cotangent would meet a NaN event)
+            if k in pulled:
+                _revobs.cands_vjp(lead.cand, sel.coff, sel.base, sel.tab, ins, lead.wq, gp, dfs,
+                                  block=BLOCK, threads=threads)
+        return bool(pulled)
 
 
 class _Lead(NamedTuple):
@@ -191,15 +204,3 @@ def _candidates(name, depth, run: Plan, sel, ins: _fastsens.Inputs,
                                  ins.f, np.zeros((ins.f.shape[0], lanes)), BLOCK, n_blocks,
                                  threads)
     return _Lead(cand.walked[2], cand.order, cand.n_cand, cand, np.zeros(cand.w.shape[0]))
-
-
-def _vjp(lead: _Lead, sel, ins: _fastsens.Inputs, gp: np.ndarray, dfs: np.ndarray,
-         threads: int | None) -> None:
-    """The candidates walk's vector-Jacobian product for ``lead.wq`` (``dL/dw(a)``), added
-    to ``gp`` ``(N, P)`` ``dL/dpi`` and ``dfs`` ``(E, K)`` (as
-    :func:`analysis.pipeline.backends.numba._revobs.pull` runs it)."""
-    tab, coff = sel.tab, sel.coff
-    n_blocks = max(1, -(-(coff.shape[1] - 1) // BLOCK))
-    args = (coff, sel.base, *lead.cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
-            np.ascontiguousarray(ins.df), lead.cand.off, lead.wq, BLOCK, gp, dfs)
-    _run_blocks(_numba_lead_vjp.lead_vjp, args, n_blocks, threads)

@@ -93,6 +93,8 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
         _run(kernel, args, n_ev, threads)
         _check(unc, spec, coll)
         _values(fill, out, sel.ev, factors, weight, value)
+        if not fill.read:
+            continue  # the value states alone (_fastrevhist._Fill.read)
         dev += np.einsum("eb,eb->e", c, out[:, :, 0])
         ebar = _adjoint(head, rest, soft, ins, cev, tab, dq, dcount, threads)
         for j, par in enumerate(spec.edge_params or () if soft > 0.0 else (), start=1):

@@ -104,8 +104,8 @@ def coefficients(read, a_e: np.ndarray, ev: np.ndarray, order: int
 
 
 def _sums(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: np.ndarray,
-          ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *, max_seq: int,
-          block: int, threads: int | None) -> None:
+          ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, wq: dict, *,
+          max_seq: int, block: int, threads: int | None) -> None:
     """The event sums' share (module docstring) for the payload's ``reads`` of kinds
     ``sum``/``count`` (``plan`` without scores), added to ``gp`` ``(N, P)`` ``dL/dpi``,
     ``dev`` ``(E,)`` ``dL/dev_e`` and ``dfs`` ``(E, K)`` ``dL/d(count threshold)``:
@@ -114,7 +114,7 @@ def _sums(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: n
     ``cands``), ``cols`` the chunk's columns, ``ins`` the walk's tables
     (:func:`analysis.pipeline.backends.numba._fastsens.inputs`), ``base`` each
     collection's first global index, ``ev`` ``(E,)`` the event weights times the soft
-    branch cuts."""
+    branch cuts; ``wq`` the candidates' cotangents (:func:`_leads`; none here)."""
     coff = wt.coff
     n_ev = coff.shape[1] - 1
     sums = [r.index for r in reads]
@@ -132,13 +132,13 @@ def _sums(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: n
 
 
 def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: np.ndarray,
-           ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *, max_seq: int,
-           block: int, threads: int | None) -> None:
+           ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, wq: dict, *,
+           max_seq: int, block: int, threads: int | None) -> None:
     """The indexed observables' share (module docstring) for the payload's ``reads`` of
-    kinds ``index``/``call``; the arguments of :func:`_sums`."""
-    coff = wt.coff
-    n_ev = coff.shape[1] - 1
-    wbar: dict = {}  # _fastleading.key -> (Q,) dL/dw(a)
+    kinds ``index``/``call``; the arguments of :func:`_sums`, the candidates' ``dL/dw(a)``
+    added to ``wq`` (per :func:`analysis.pipeline.backends.numba._fastleading.key`; their
+    vector-Jacobian product: :func:`pull`)."""
+    n_ev = wt.coff.shape[1] - 1
     for read in reads:
         obs = plan.observables[read.index]
         k = _fastleading.key(obs.x)
@@ -150,18 +150,27 @@ def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: 
              else _fastleading.values(obs.y, cand, plan, wt.flats, cols.events))
         w = cand.w[:, 0]
         dw, _, _ = entry_cotangents(read, x, y, evq * w)
-        wbar[k] = wbar.get(k, 0.0) + evq * dw
+        wq[k] = wq.get(k, 0.0) + evq * dw
         dev += np.bincount(np.repeat(np.arange(n_ev), per_event), weights=w * dw,
                            minlength=n_ev)
-    n_blocks = max(1, -(-n_ev // block))
-    for k, wq in wbar.items():
-        if not n_ev:
-            continue
-        cand = wt.cands[k]
-        args = (coff, base, *cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
-                np.ascontiguousarray(ins.df), cand.off, np.ascontiguousarray(wq, np.float64),
-                block, gp, dfs)
-        _run_blocks(_numba_lead_vjp.lead_vjp, args, n_blocks, threads)
+
+
+def cands_vjp(cand: _fastleading.Candidates, coff: np.ndarray, base: np.ndarray, tab,
+              ins: _fastsens.Inputs, wq: np.ndarray, gp: np.ndarray, dfs: np.ndarray, *,
+              block: int, threads: int | None) -> None:
+    """The candidates walk's vector-Jacobian product
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`) of
+    ``cand``'s tuples' ``wq`` ``(Q,)`` ``dL/dw(a)``, added to ``gp`` ``(N, P)`` ``dL/dpi``
+    and ``dfs`` ``(E, K)`` (``coff``, ``base``, ``tab``, ``ins``: the selection's offsets,
+    first global indices, tables and pattern probabilities)."""
+    n_ev = coff.shape[1] - 1
+    if not n_ev:
+        return
+    args = (coff, base, *cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
+            np.ascontiguousarray(ins.df), cand.off, np.ascontiguousarray(wq, np.float64),
+            block, gp, dfs)
+    _run_blocks(_numba_lead_vjp.lead_vjp, args, max(1, -(-n_ev // block)), threads)
+
 
 #: each kind's share, in this order (each adds into the same cotangents)
 SHARES = {("sum", "count"): _sums, ("index", "call"): _leads}
@@ -177,15 +186,19 @@ class Pulled(NamedTuple):
     dcount: np.ndarray  # (K,) dL/d(trainable count threshold k)
     # (set, depth) -> the selection's candidates the value walk gave (shared: _revhistlead)
     cands: dict | None = None
+    # (set, depth) -> (Q,) dL/dw(a) whose vector-Jacobian product :func:`pull` left to
+    # the histograms of the same candidates (``defer``): one per (set, depth), theirs added
+    wq: dict | None = None
 
 
 def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
          widths: np.ndarray, counts_tr: tuple[int, ...], ev: np.ndarray, *, max_seq: int,
-         block: int, threads: int | None) -> Pulled:
+         block: int, threads: int | None, defer: frozenset = frozenset()) -> Pulled:
     """The share of the payload's ``reads`` of kinds :data:`KINDS` (``plan`` without
     scores; ``wt`` its value walk, :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`'
     ``keep``; ``q_of`` each set's own probabilities; ``ev`` ``(E,)`` the event weights
-    times the soft branch cuts)."""
+    times the soft branch cuts); the candidates of the keys ``defer`` without their
+    vector-Jacobian product (:attr:`Pulled.wq`)."""
     coff = wt.coff
     n_ev = coff.shape[1] - 1
     base = np.zeros(coff.shape[0] + 1, np.int64)
@@ -194,10 +207,16 @@ def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
     gp = np.zeros_like(ins.pv_all)
     dev = np.zeros(n_ev)
     dfs = np.zeros((n_ev, len(counts_tr)))
+    wq: dict = {}  # (set, depth) -> (Q,) dL/dw(a) (_leads)
     for kinds, share in SHARES.items():
         mine = [r for r in reads if plan.observables[r.index].x.kind in kinds]
         if mine:
-            share(mine, plan, tab, wt, cols, ins, base, ev, gp, dev, dfs, max_seq=max_seq,
+            share(mine, plan, tab, wt, cols, ins, base, ev, gp, dev, dfs, wq, max_seq=max_seq,
                   block=block, threads=threads)
+    for k, w in wq.items():
+        if k not in defer:
+            cands_vjp(wt.cands[k], coff, base, tab, ins, w, gp, dfs, block=block,
+                      threads=threads)
     dq = _fastsens.per_set(gp, ins.qs_of, base, tab.pat, tab.n_pat)
-    return Pulled(dq, dev, dfs.sum(axis=0), wt.cands)
+    return Pulled(dq, dev, dfs.sum(axis=0), wt.cands,
+                  {k: w for k, w in wq.items() if k in defer})

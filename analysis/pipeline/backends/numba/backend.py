@@ -123,14 +123,10 @@ class NumbaBackend:
             def sweep(sub: Plan) -> tuple[Any, Any, Any]:
                 """One sweep of the lanes: ``(value, jac, uncertain)``."""
                 extra: dict = {"uncertain": {}} if sums else {}
-                if sub.hists:
-                    value, jac = fasthist.evaluate_columns(cols, sub, theta, widths,
-                                                           order=req.order, threads=threads,
-                                                           trace=self.trace, **extra)
-                else:
-                    value, jac = fastkernel.evaluate_columns(cols, sub, theta, widths,
-                                                             order=req.order, threads=threads,
-                                                             trace=self.trace, **loops)
+                kernel, options = ((fasthist.evaluate_columns, extra) if sub.hists
+                                   else (fastkernel.evaluate_columns, loops))
+                value, jac = kernel(cols, sub, theta, widths, order=req.order, threads=threads,
+                                    trace=self.trace, **options)
                 return value, jac, extra.get("uncertain")
 
             value, jac, uncertain = blocks.in_blocks(sweeps, sweep)

@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from analysis.pipeline.backends.numba._fastpool import splits
 from analysis.pipeline.plan import Plan
 
 __all__ = ["in_blocks", "join", "plans", "split"]
@@ -32,8 +33,7 @@ def split(trainable: tuple[int, ...], most: int) -> list[tuple[int, ...]]:
     few blocks as that allows and their sizes as equal as possible (one block: the
     tuple itself)."""
     n = len(trainable)
-    k = max(1, -(-n // most))
-    edges = [n * i // k for i in range(k + 1)]
+    edges = splits(n, max(1, -(-n // most)))
     return [tuple(trainable[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 

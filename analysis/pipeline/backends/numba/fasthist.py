@@ -39,7 +39,7 @@ from analysis.pipeline import hardcut, scorecols
 from analysis.pipeline.backends.numba import _fastleading, _histfills, _histmulti, fastkernel
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
-from analysis.pipeline.backends.numba._fasttables import offsets
+from analysis.pipeline.backends.numba._fasttables import chunk_fields, offsets
 from analysis.pipeline.backends.numba._histfills import _fill_side, _run_fills, fill_key
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
@@ -129,7 +129,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     n_ev = int(variants[0].n_events)
     # the counts are the same arrays in every variant, the fields each variant's own
     coff, base, flat, max_seq, _ = offsets(variants[0], tab.collections, plan.sets)
-    flats = [flat] + [offsets(vc, tab.collections, plan.sets)[2] for vc in variants[1:]]
+    flats = [flat] + [chunk_fields(vc, tab.collections, plan.sets) for vc in variants[1:]]
     n_tot = int(base[-1])
     setspec = {s.name: s for s in plan.sets.sets}
     # the walk's outputs, each once: object weights (region, set), leading targets (set,
@@ -208,9 +208,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
             _numba_esum.bin_totals(es[by_region[r]], pe[0, rpos[r]])
     elif n_ev:
         if trace is not None:
-            for side in sides:
-                for r in regions:
-                    trace[side, r] += 1
+            trace.update(itertools.product(sides, regions))  # (side, region): one each
         block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
         args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
                 np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
@@ -313,11 +311,9 @@ def _observables(cols: ChunkColumns, plan: Plan, wk: dict, ev: np.ndarray, nl: i
 
     base = wk["base"]
     off_of = {c: wk["coff"][ci] for ci, c in enumerate(wk["collections"])}
-    wo_of = {}
-    for (r, s), w in wk["ow"].items():
-        ci = wk["collections"].index(plan.sets.collection_of(s))
-        if r == 0 and s not in wo_of:
-            wo_of[s] = wide(w[int(base[ci]): int(base[ci + 1])])
+    # region 0's object weights of each set, its collection's rows of the global index
+    at = {c: slice(int(base[ci]), int(base[ci + 1])) for ci, c in enumerate(wk["collections"])}
+    wo_of = {s: wide(w[at[plan.sets.collection_of(s)]]) for (r, s), w in wk["ow"].items() if r == 0}
     return fastkernel.observable_states(
         cols, plan, off_of=off_of, flats=wk["flats"], pe=wide(wk["pe"][0]), wo_of=wo_of,
         sa_of=wk["sa"], ev=ev, cands=wk["cands"], np1=nl, threads=threads)

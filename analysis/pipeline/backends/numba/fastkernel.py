@@ -25,11 +25,9 @@ the corrected two-pass formulas of :mod:`analysis.stats._core` and their derivat
 event sums from ``E[X^r 1_pass]`` as :func:`analysis.stats._core.moments_from_expectations`
 (:mod:`analysis.pipeline.backends.numba._fastmoments`).
 
-Events are processed in blocks of :data:`BLOCK` (a fixed size), and each block's
-partial sums are added in block order, so the result does not depend on the number of
-threads (``DIFFCOFFEA_KERNEL_THREADS``, default numba's thread count, i.e. the cores:
-contiguous block ranges on a thread pool; the kernels release the GIL). Compiled once
-per machine with ``cache=True``.
+Events are processed in blocks of :data:`BLOCK` (a fixed size) on the kernel's threads
+(:mod:`analysis.pipeline.backends.numba._fastpool`: no result depends on their number).
+Compiled once per machine with ``cache=True``.
 """
 
 from __future__ import annotations
@@ -187,13 +185,9 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     df_l[:, 1:np1] = df
 
     # what is asked: per-object weights of field observables' sets, event sums
-    slot_of: dict[str, int] = {}
-    sums = []  # observable index
-    for i, obs in enumerate(plan.observables):
-        if obs.x.kind == "field":
-            slot_of.setdefault(obs.x.head, len(slot_of))
-        elif obs.x.kind in ("sum", "count"):
-            sums.append(i)
+    slot_of = {s: k for k, s in enumerate(dict.fromkeys(
+        o.x.head for o in plan.observables if o.x.kind == "field"))}
+    sums = [i for i, o in enumerate(plan.observables) if o.x.kind in ("sum", "count")]
     set_slot = np.array([slot_of.get(n, -1) for n in tab.set_names], np.int64)
     pat_need = np.zeros(tab.pat.shape[:2], np.bool_)
     for ci in range(n_coll):
@@ -246,7 +240,6 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
             max(max_seq, 1), BLOCK, pe, ow, sa,
         ), n_blocks, threads)
 
-
     cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,
                                BLOCK, n_blocks, threads) if not fused else {})
     return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa, ev, cands, n_blocks, np1, ys)
@@ -263,6 +256,25 @@ def _values(node, cols: ChunkColumns, plan: Plan, flats: dict, cands: dict) -> n
     else:
         v = cols.events[node.head]
     return np.ascontiguousarray(np.abs(v) if node.absolute else v, dtype=np.float64)
+
+
+def _reads(wt: _Weights, plan: Plan) -> tuple[dict, dict]:
+    """``(off_of, wo_of)`` of :func:`observable_states` from the walk ``wt``."""
+    off_of = {c: wt.coff[ci] for ci, c in enumerate(wt.tab.collections)}
+    return off_of, {s: wt.ow[k, : int(off_of[plan.sets.collection_of(s)][-1])]
+                    for s, k in wt.slot_of.items()}
+
+
+def _entries(x, plan: Plan, off_of: dict, wo_of: dict, pe: np.ndarray,
+             cands: dict) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, weights)`` of the entries of the observable ``x`` (the arguments of
+    :func:`observable_states`): one per object of its set (``S.f``), per candidate (an
+    indexed expression) or per event (a branch: ``P(pass)``)."""
+    if x.kind == "field":
+        return off_of[plan.sets.collection_of(x.head)], wo_of[x.head]
+    if x.kind in ("index", "call"):
+        return cands[_fastleading.key(x)][:2]
+    return np.arange(pe.shape[0] + 1, dtype=np.int64), pe
 
 
 def evaluate_columns(
@@ -289,13 +301,11 @@ def evaluate_columns(
                   yields=True)
     if keep is not None:
         keep.append(wt)
-    tab, coff, sp = wt.tab, wt.coff, plan.sets
     ys = wt.ys if wt.ys is not None else yield_sums(wt.ev, wt.pe, wt.np1, BLOCK, threads)
     value = state_tree(np.array(ys[0, 0], dtype=np.float64),
                        np.array(ys[1, 0], dtype=np.float64), {})
     jac = state_tree(ys[0, 1:], ys[1, 1:], {})
-    off_of = {c: coff[ci] for ci, c in enumerate(tab.collections)}
-    wo_of = {s: wt.ow[k, : int(off_of[sp.collection_of(s)][-1])] for s, k in wt.slot_of.items()}
+    off_of, wo_of = _reads(wt, plan)
     sa_of = {i: wt.sa[k] for k, i in enumerate(wt.sums)}
     value["observables"], jac["observables"] = observable_states(
         cols, plan, off_of=off_of, flats=wt.flats, pe=wt.pe, wo_of=wo_of, sa_of=sa_of,
@@ -331,13 +341,7 @@ def observable_states(cols: ChunkColumns, plan: Plan, *, off_of: dict, flats: di
             ventry["moments"], jentry["moments"] = sum_moments_state(
                 sa_of[i][:, :, :np1], ev[:, :np1], sp.orders[i])
         else:
-            if x.kind == "field":
-                eoff = off_of[sp.collection_of(x.head)]
-                wo = wo_of[x.head]
-            elif x.kind in ("index", "call"):
-                eoff, wo = cands[_fastleading.key(x)][:2]
-            else:
-                eoff, wo = np.arange(n_ev + 1, dtype=np.int64), pe  # one entry per event
+            eoff, wo = _entries(x, plan, off_of, wo_of, pe, cands)
             xv = _values(x, cols, plan, flats, cands)
             yv = xv if obs.y is None else _values(obs.y, cols, plan, flats, cands)
             has_y = obs.y is not None
@@ -393,16 +397,10 @@ def observable_entries(
                   value_loop=value_loop)
     node = plan.observables[index].x
     ev, pe = wt.ev[:, 0], wt.pe[:, 0]
-    if node.kind == "field":
-        off = wt.coff[wt.tab.collections.index(plan.sets.collection_of(node.head))]
-        w = np.repeat(ev, np.diff(off)) * wt.ow[wt.slot_of[node.head], : int(off[-1]), 0]
-        return _values(node, cols, plan, wt.flats, wt.cands), w
-    if node.kind in ("index", "call"):
-        cand = wt.cands[_fastleading.key(node)]
-        w = np.repeat(ev, np.diff(cand.off)) * cand.w[:, 0]
-        x = _values(node, cols, plan, wt.flats, wt.cands)
-        return np.where(w != 0, x, 0.0), w
-    if node.kind == "branch":
-        return _values(node, cols, plan, wt.flats, wt.cands), ev * pe
-    a = wt.sa[wt.sums.index(index), :, 1, 0]
-    return np.divide(a, pe, out=np.zeros_like(a), where=pe != 0), ev * pe
+    if node.kind in ("sum", "count"):
+        a = wt.sa[wt.sums.index(index), :, 1, 0]
+        return np.divide(a, pe, out=np.zeros_like(a), where=pe != 0), ev * pe
+    off, wo = _entries(node, plan, *_reads(wt, plan), wt.pe, wt.cands)
+    w = np.repeat(ev, np.diff(off)) * wo[:, 0]
+    x = _values(node, cols, plan, wt.flats, wt.cands)
+    return (np.where(w != 0, x, 0.0) if node.kind in ("index", "call") else x), w

@@ -19,7 +19,7 @@ import pytest
 
 from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state
-from analysis.pipeline.backends.numba import _revhistlead, fastreverse
+from analysis.pipeline.backends.numba import _revhistlead, _revobs, fastreverse
 from analysis.pipeline.plan import build_plan, initial_widths
 from analysis.select.exprs import parse
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
@@ -160,15 +160,23 @@ def test_hard_widths_tiny_chunks_and_threads() -> None:
 def test_one_candidates_walk_per_set_and_depth_in_a_pullback(monkeypatch) -> None:
     """A pullback that reads the dijet mass's moments and its histogram, and a leading
     object's histogram of the same depth: the histograms take the candidates that the
-    observables' reverse mode walked (one walk per ``(set, depth)`` of the selection)."""
+    observables' reverse mode walked (one walk per ``(set, depth)`` of the selection),
+    and the observables' and histograms' cotangents of them are summed first (one
+    vector-Jacobian product per ``(set, depth)``)."""
     plan, theta, widths, cols = setup(likelihood=False)
     payload = hists_payload(cols, plan, theta, widths, seed=3)
     walked: list = []
     real = _revhistlead._candidates
     monkeypatch.setattr(_revhistlead, "_candidates",
                         lambda *a, **k: walked.append(a[:2]) or real(*a, **k))
+    pulled: list = []  # each vector-Jacobian product's candidates
+    vjp = _revobs.cands_vjp
+    monkeypatch.setattr(_revobs, "cands_vjp",
+                        lambda cand, *a, **k: pulled.append(cand) or vjp(cand, *a, **k))
     same_as_jax(cols, plan, theta, widths, payload)
     assert walked == [("bjets", 1), ("jets", 2)]  # (jets, 1): the observables' walk's
+    # (jets, 1) (the observable, the histograms mjj and j1), (bjets, 1), (jets, 2)
+    assert len(pulled) == len({id(c) for c in pulled}) == 3
 
 
 def test_rules_serve_one_indexed_set_and_refuse_several() -> None:

@@ -82,11 +82,18 @@ def test_a_cached_pass_is_one_hand_off(small_data, monkeypatch):
         assert calls == [1, 1]
 
 
-def test_a_chunks_offsets_are_made_once_and_dropped_with_it():
+def test_a_chunks_offsets_are_made_once_and_kept_with_its_columns():
     """The object offsets of a chunk's counts (per collection, the running sums; each
-    collection's first global index; the most objects per event) once per counts arrays:
-    a second pass over the same columns gets the same arrays, equal to numpy's cumsum;
-    other counts arrays of the same ids' sizes get their own; they go with the columns."""
+    collection's first global index; the most objects per event) once per columns: a
+    second pass over the same columns gets the same arrays, equal to numpy's cumsum;
+    other columns (of the same sizes) get their own; columns derived from them (moved
+    fields: ``replace``) share them while their counts are the same arrays, and a copy
+    given other counts gets its own; pickled columns travel without them; they are the
+    columns' own (nothing kept elsewhere: gone with the columns)."""
+    import gc
+    import pickle
+    import weakref
+
     from analysis.pipeline.backends.numba import _fasttables
 
     plan, _, _ = step_plan()
@@ -104,9 +111,19 @@ def test_a_chunks_offsets_are_made_once_and_dropped_with_it():
     assert first[3] == int(counts[0].max() + counts[1].max())
     other = synthetic(500, seed=5, big=3)
     assert not np.array_equal(_fasttables.offsets(other, coll, sets)[0], first[0])
-    before = len(_fasttables._OFFSETS)
-    del cols, counts, first, again
-    import gc
-
+    # derived columns with the same counts: the same arrays; with other counts: their own
+    moved = cols.replace(events=dict(cols.events))
+    assert _fasttables.offsets(moved, coll, sets)[0] is first[0]
+    cut = cols.replace(collections={**cols.collections, "Jet": other.collections["Jet"]})
+    np.testing.assert_array_equal(_fasttables.offsets(cut, coll, sets)[0][0],
+                                  _fasttables.offsets(other, coll, sets)[0][0])
+    assert _fasttables.offsets(cols, coll, sets)[0] is not first[0]  # made again, the same
+    np.testing.assert_array_equal(_fasttables.offsets(cols, coll, sets)[0], ref)
+    back = pickle.loads(pickle.dumps(cols))
+    assert not back._offsets and "_offsets" not in pickle.dumps(cols).decode("latin-1")
+    np.testing.assert_array_equal(_fasttables.offsets(back, coll, sets)[0], ref)
+    # nothing else holds them: gone with the columns
+    kept = weakref.ref(_fasttables.offsets(cols, coll, sets)[0])
+    del cols, moved, cut, counts, first, again
     gc.collect()
-    assert len(_fasttables._OFFSETS) == before - 1  # dropped with the chunk's counts
+    assert kept() is None

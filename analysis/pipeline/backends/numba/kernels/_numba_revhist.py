@@ -62,6 +62,7 @@ def entry_cotangents(off, x, p, ev, factors, weight, edges, width, sbar, sbar2, 
         for i in range(off[e], off[e + 1]):
             w = eve * p[i]
             xi = x[i] if w != 0.0 else 0.0
+            lo, hi = 0, n_b  # the bins the entry fills
             if width > 0.0:
                 soft = bin_probabilities(edges, xi, width, q, ds)
                 acc = 0.0
@@ -74,12 +75,15 @@ def entry_cotangents(off, x, p, ev, factors, weight, edges, width, sbar, sbar2, 
                 q[:] = 0.0
                 q[h] = 1.0
                 g[i] = c[h]
+                # its own bin alone (a NaN weight NaN there only, as the JAX kernel's;
+                # the other bins' w * 0 add nothing)
+                lo, hi = h, h + 1
             if not values:
                 continue
             for v in range(n_v):
                 f = factors[v, e]
                 f2 = f * f * we
-                for b in range(n_b):
+                for b in range(lo, hi):
                     sumw[k, v, b] += f * (w * q[b])
                     sumw2[k, v, b] += f2 * (w * q[b])
             d = 0.0

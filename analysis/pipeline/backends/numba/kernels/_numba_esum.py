@@ -48,6 +48,12 @@ Cost per event: ``O(M P S L)`` for the folded objects, ``O(2^U P S L)`` (enumera
 uncertain ones (``S`` count states, ``P`` patterns, ``L`` lanes). Outputs per event (no sums), so
 blocks and threads change no bit. An event with more than :data:`MAX_UNCERTAIN`
 uncertain objects gets NaN and its count in ``n_unc`` (the host refuses it).
+
+Each step is called from one place in the loop (the halves, the sides in and out of
+``S``, the enumeration's last object and the meet in the middle's second half are loops
+around one call, not calls of their own): numba inlines every helper, so each call is
+typed, lowered and compiled again; one call per step made the kernel's cold compile
+about a third shorter.
 """
 
 from __future__ import annotations
@@ -108,9 +114,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     (:func:`analysis.select.certain.certain_objects`), its value."""
     n_ev = out.shape[0]
     n_coll = coff.shape[0]
-    # the pattern selections as int64 values, not literals: one compilation of each
+    # the pattern selection as an int64 value, not a literal: one compilation of each
     # helper, not one per constant
-    w_all, w_out, w_in = np.int64(-1), np.int64(0), np.int64(1)
+    w_all = np.int64(-1)
     states = np.arange(tgt.shape[2])  # every state, in order (the dense steps' and dots')
     n_states = f.shape[0]
     nb = edges.shape[0] + 1
@@ -135,7 +141,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     GH = np.zeros((1, n_states, 4))  # grown for an event that needs more
     PH = np.zeros((2, n_states, 4))
     W = np.zeros((1 << _FIRST, 4))
-    GT = np.zeros((n_states, 4))  # the last object's in-side value function
     FF = np.zeros((2, n_states, 4))  # the sparse F and its next step (index cur)
     LL = np.zeros((2, n_states), np.int64)
     # patterns that leave every count state as it is (an object failing every set)
@@ -159,7 +164,8 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
         n_obj = 0
         for c in range(n_coll):
             n_obj += coff[c, e + 1] - coff[c, e]
-        if n_obj < need and nl <= 4 and _numbers(coff, base, pv_all, n_pat, e):
+        skip = _numbers(coff, base, pv_all, n_pat, e)
+        if n_obj < need and nl <= 4 and skip:
             # fewer objects than any passing state needs (an event of numbers, at most 3
             # tangents: the sparse path): only its uncertain objects are counted; its bins
             # are the exact zeros that path gives (each term a number times a zero f and
@@ -175,7 +181,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 out[e, :, :] = 0.0
             continue
         n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
-        skip = _numbers(coff, base, pv_all, n_pat, e)
         # with at most 3 tangents in an event of numbers, F over its live states only
         # (FF[cur] over LL[cur, :nf]; the others exact zeros, never read), else dense
         sparse = skip and nl <= 4
@@ -218,7 +223,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
         if n > MAX_UNCERTAIN:
             o[:, :] = np.nan
             continue
-        tail = 0
         if sparse:
             # the subsets of the first objects (all of them up to ENUMERATE_UP_TO, else
             # the first half), each over its live states
@@ -234,7 +238,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             if XA.shape[0] < (1 << first):  # each buffer grown by its own size
                 XA = np.zeros(1 << first)
             # every subset, the out patterns still: the last object's two sides read
-            # its value function (GT: the in side's, the out side's q times f), no
+            # its value function (GH[1]: the in side's, the out side's q times f), no
             # distribution of a subset of all n objects is made
             tail = 1 if out_still and 1 <= n <= ENUMERATE_UP_TO else 0
             first -= tail
@@ -248,109 +252,98 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 for a in range(1 << first):
                     W[a, 0], W[a, 1], W[a, 2], W[a, 3] = 1.0, 0.0, 0.0, 0.0
             m = 1 << first
-        if sparse and n > ENUMERATE_UP_TO:
-            # meet in the middle, the first half's distributions over their live states
-            # (as the enumeration's), the second half's value functions GH with their
-            # sums sorted and summed in that order (PH); per first-half subset only the
-            # edges its sums can cross take a lookup: P(pass, X < e) is 0 below them and
-            # the subset's total above
-            na = first
-            nbeta = 1 << (n - na)
-            if GH.shape[0] < nbeta:
-                GH = np.zeros((nbeta, n_states, 4))
-                PH = np.zeros((nbeta + 1, n_states, 4))
-            if XB.shape[0] < nbeta:
-                XB = np.zeros(nbeta)
-            for k in range(n_states):
-                for r in range(4):
-                    GH[0, k, r] = G0[k, r] if r < nl else 0.0
-            XB[0] = 0.0
+            q = (1.0, 0.0, 0.0, 0.0)
             mb = 1
-            for j in range(n - 1, na - 1, -1):
-                g = unc[j]
-                # with the out patterns still, the out side is q G: scaled in place (one
-                # out pattern: the floats of its step, 0 + v x = v x)
-                q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
-                for a in range(mb):
-                    _pull4(GH[a + mb], GH[a], tgt, cs, n_pat, pv_all, pd_all, g, states, w_in,
-                           has)
-                    if out_still:
-                        for k in range(n_states):
-                            GH[a, k, 0], GH[a, k, 1], GH[a, k, 2], GH[a, k, 3] = _times(
-                                q, (GH[a, k, 0], GH[a, k, 1], GH[a, k, 2], GH[a, k, 3]))
-                    else:
-                        _pull4(PH[0], GH[a], tgt, cs, n_pat, pv_all, pd_all, g, states, w_out,
-                               has)
-                        GH[a, :, :] = PH[0, :, :]
-                    XB[a + mb] = XB[a] + vals[g - base[cs]]
-                mb *= 2
-            order = np.argsort(XB[:mb], kind="mergesort")
-            xs = XB[:mb][order]
-            PH[0, :, :] = 0.0
-            for i in range(mb):
-                PH[i + 1, :, :] = PH[i, :, :] + GH[order[i], :, :]
+            if first < n:
+                # the objects after the first backward from the pass table (the last
+                # first): the meet in the middle's second half, or the enumeration's last
+                # object (GH[1]), value functions GH with their sums XB
+                nbeta = 1 << (n - first)
+                if GH.shape[0] < nbeta:
+                    GH = np.zeros((nbeta, n_states, 4))
+                    PH = np.zeros((nbeta + 1, n_states, 4))
+                if XB.shape[0] < nbeta:
+                    XB = np.zeros(nbeta)
+                for k in range(n_states if tail == 0 else 0):  # the tail reads G0 itself
+                    for r in range(4):
+                        GH[0, k, r] = G0[k, r] if r < nl else 0.0
+                XB[0] = 0.0
+                for j in range(n - 1, first - 1, -1):
+                    g = unc[j]
+                    # with the out patterns still, the out side is q G: scaled in place
+                    # (one out pattern: the floats of its step, 0 + v x = v x; the tail's
+                    # out side reads q itself, W q <F_A, f>, and not GH[0])
+                    q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
+                    for a in range(mb):
+                        for side in range(1, -1, -1):  # in S (a new subset), then out of it
+                            if side == 0 and out_still:
+                                for k in range(n_states if tail == 0 else 0):  # tail: unread
+                                    GH[a, k, 0], GH[a, k, 1], GH[a, k, 2], GH[a, k, 3] = _times(
+                                        q, (GH[a, k, 0], GH[a, k, 1], GH[a, k, 2], GH[a, k, 3]))
+                                continue
+                            _pull4(GH[a + mb] if side else PH[0], G0 if tail else GH[a], tgt, cs,
+                                   n_pat, pv_all, pd_all, g, states, side, has)
+                        if not out_still:
+                            GH[a, :, :] = PH[0, :, :]
+                        XB[a + mb] = XB[a] + vals[g - base[cs]]
+                    mb *= 2
+            if n <= ENUMERATE_UP_TO:
+                # every subset: each P_A = <F_A, G> into its bin; with the tail, the last
+                # object out first (W q <F_A, f>, in the subsets' order), then in (W <F_A,
+                # GH[1]>, GH[1][k] = sum over its in patterns p of pi_p f[tgt(p, k)])
+                for side in range(1 + tail):
+                    last_in = tail == 1 and side == 1
+                    G = GH[1] if last_in else G0
+                    v = vals[unc[n - 1] - base[cs]] if last_in else 0.0  # x + 0.0: same bin
+                    for a in range(m):
+                        w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
+                        if tail == 1 and side == 0:
+                            w = _times(w, q)
+                        _add4(o, hard_bin(edges, XA[a] + v),
+                              _times(w, _dot4(SA[a], LA[a], NA[a], G, states)))
+                continue
+        else:
+            # every state and lane (lanes from nl on carry nothing that is read): the first
+            # half forward from F, the second backward from the pass table (the last first)
+            m, mb = 1 << (n // 2), 1 << (n - n // 2)
+            FA, XA, GB, XB = _halves(FA, XA, GB, XB, F, Fn, G0, x0, unc, n, tgt, cs, n_pat,
+                                     pv_all, pd_all, base[cs], vals, states, has)
+            if PG.shape[0] < mb + 1:
+                PG = np.zeros((mb + 1, n_states, LANES))
+        # meet in the middle: the second half's sums sorted and its value functions summed
+        # in that order (PH over live states, PG dense)
+        order = np.argsort(XB[:mb], kind="mergesort")
+        xs = XB[:mb][order]
+        P, H = (PH, GH) if sparse else (PG, GB)
+        P[0] = 0.0
+        for i in range(mb):
+            P[i + 1] = P[i] + H[order[i]]
+        if sparse:
+            # per first-half subset only the edges its sums can cross take a lookup:
+            # P(pass, X < e) is 0 below them and the subset's total above
             for a in range(m):
                 w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                tot = _times(w, _dot4(SA[a], LA[a], NA[a], PH[mb], states))
-                prev = (0.0, 0.0, 0.0, 0.0)
-                for k in range(nb - 1):
-                    t = edges[k] - XA[a]
-                    if t <= xs[0]:
-                        continue  # no beta below the edge: nothing, and prev stays 0
+                tot = prev = (0.0, 0.0, 0.0, 0.0)
+                for k in range(-1, nb - 1):  # -1: the subset's total (every beta), then edges
+                    i = mb
+                    if k >= 0:
+                        t = edges[k] - XA[a]
+                        if t <= xs[0]:
+                            continue  # no beta below the edge: nothing, and prev stays 0
+                        if t <= xs[mb - 1]:
+                            i = np.searchsorted(xs, t, side="left")
                     now = tot
-                    if t <= xs[mb - 1]:
-                        i = np.searchsorted(xs, t, side="left")
+                    if k < 0 or i < mb:
                         now = _times(w, _dot4(SA[a], LA[a], NA[a], PH[i], states))
+                    if k < 0:
+                        tot = now
+                        continue
                     _add4(o, k, (now[0] - prev[0], now[1] - prev[1], now[2] - prev[2],
                                  now[3] - prev[3]))
                     prev = now
                 _add4(o, nb - 1, (tot[0] - prev[0], tot[1] - prev[1], tot[2] - prev[2],
                                   tot[3] - prev[3]))
             continue
-        if sparse:  # every subset: each P_A = <F_A, G> into its bin
-            G, v = G0, 0.0  # x + 0.0 is x (a -0.0 sum: +0.0, the same bin)
-            if tail:
-                g = unc[n - 1]
-                q = _out_factor(pv_all, pd_all, g, cs, n_pat, has)
-                # the last object out: W q <F_A, f>, in the subsets' order; then in, below:
-                # W <F_A, GT>, GT[k] = sum over its in patterns p of pi_p f[tgt(p, k)]
-                for a in range(m):
-                    w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                    _add4(o, hard_bin(edges, XA[a]),
-                          _times(_times(w, q), _dot4(SA[a], LA[a], NA[a], G0, states)))
-                _pull4(GT, G0, tgt, cs, n_pat, pv_all, pd_all, g, states, w_in, has)
-                G, v = GT, vals[g - base[cs]]
-            for a in range(m):
-                w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-                _add4(o, hard_bin(edges, XA[a] + v),
-                      _times(w, _dot4(SA[a], LA[a], NA[a], G, states)))
-            continue
-        na = n // 2
-        nbeta = 1 << (n - na)
-        if FA.shape[0] < (1 << na):
-            FA = np.zeros((1 << na, n_states, LANES))
-        if XA.shape[0] < (1 << na):
-            XA = np.zeros(1 << na)
-        if GB.shape[0] < nbeta:
-            GB = np.zeros((nbeta, n_states, LANES))
-            PG = np.zeros((nbeta + 1, n_states, LANES))
-        if XB.shape[0] < nbeta:
-            XB = np.zeros(nbeta)
-        # every state and lane (lanes from nl on carry nothing that is read): the first
-        # half forward from F, the second backward from the pass table (the last first)
-        FA[0] = F
-        XA[0] = x0
-        m = _halves(FA, XA, Fn, unc, 0, 1, na, tgt, cs, n_pat, pv_all, pd_all, base[cs], vals,
-                    states, has, False)
-        GB[0] = G0
-        XB[0] = 0.0
-        mb = _halves(GB, XB, Fn, unc, n - 1, -1, n - na, tgt, cs, n_pat, pv_all, pd_all, base[cs],
-                     vals, states, has, True)
-        order = np.argsort(XB[:mb], kind="mergesort")
-        xs = XB[:mb][order]
-        PG[0] = 0.0
-        for i in range(mb):
-            PG[i + 1] = PG[i] + GB[order[i]]
         C[:, :nl] = 0.0
         for a in range(m):
             for k in range(nb):

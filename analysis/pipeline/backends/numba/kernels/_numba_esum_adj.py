@@ -78,10 +78,8 @@ def _step(out, x, tgt, c, n_pat, pv, g, which, has, back):
         v = pv[g, p, 0]
         row = tgt[c, p]
         for k in range(x.shape[0]):
-            if back:
-                out[k] += v * x[row[k]]
-            else:
-                out[row[k]] += v * x[k]
+            i, j = (k, row[k]) if back else (row[k], k)  # out[i] += pi x[j]
+            out[i] += v * x[j]
 
 
 @inline
@@ -95,45 +93,50 @@ def _step_t(xbar, x, obar, tgt, c, n_pat, pv, g, which, has, back, gp):
         row = tgt[c, p]
         d = 0.0
         for k in range(x.shape[0]):
-            if back:
-                d += obar[k] * x[row[k]]
-                xbar[row[k]] += v * obar[k]
-            else:
-                d += x[k] * obar[row[k]]
-                xbar[k] += v * obar[row[k]]
+            i, j = (k, row[k]) if back else (row[k], k)  # the step's out[i] += pi x[j]
+            d += obar[i] * x[j]
+            xbar[j] += v * obar[i]
         gp[g, p] += d
 
 
 @inline
-def _grow(T, X, unc, j0, dj, k, tgt, cs, n_pat, pv, has, vals, base_cs, back):
-    """The subset tree of the objects ``unc[j0 + t dj]``, ``t < k``, from its root
-    ``T[1]``, ``X[1]``: node ``2^t + a`` of level ``t`` has children ``2^(t+1) + a``
+def _grow(FT, XT, GT, XB, unc, n, na, tgt, cs, n_pat, pv, has, vals, base_cs):
+    """The two subset trees, the objects ``unc[:na]`` forward from the root ``FT[1]``,
+    ``XT[1]`` (``F``) and ``unc[na:n]`` backward (the last first) from ``GT[1]``,
+    ``XB[1]`` (``f``): node ``2^t + a`` of level ``t`` has children ``2^(t+1) + a``
     (object ``t`` out of ``S``) and ``2^(t+1) + 2^t + a`` (in it, its value added to
-    ``X``); forward (the first objects from ``F``) or ``back`` (the last from ``f``)."""
-    for t in range(k):
-        g = unc[j0 + t * dj]
-        v = vals[g - base_cs]
-        lo = 1 << t
-        for a in range(lo):
-            _step(T[2 * lo + a], T[lo + a], tgt, cs, n_pat, pv, g, 0, has, back)
-            _step(T[3 * lo + a], T[lo + a], tgt, cs, n_pat, pv, g, 1, has, back)
-            X[2 * lo + a] = X[lo + a]
-            X[3 * lo + a] = X[lo + a] + v
+    ``X``). One loop over the trees and the sides: the step is compiled once."""
+    for tree in range(2):
+        back = tree == 1
+        T, X = (GT, XB) if back else (FT, XT)
+        for t in range(n - na if back else na):
+            g = unc[n - 1 - t if back else t]
+            v = vals[g - base_cs]
+            lo = 1 << t
+            for a in range(lo):
+                for side in range(2):  # out of S, then in it
+                    _step(T[(2 + side) * lo + a], T[lo + a], tgt, cs, n_pat, pv, g, side, has,
+                          back)
+                X[2 * lo + a] = X[lo + a]
+                X[3 * lo + a] = X[lo + a] + v
 
 
 @inline
-def _shrink(Tb, T, unc, j0, dj, k, tgt, cs, n_pat, pv, has, back, gp):
-    """:func:`_grow`'s tree back to its root: ``Tb`` the nodes' cotangents (the leaves'
-    given), each level from its children's by :func:`_step_t` (``gp`` the patterns')."""
-    for t in range(k - 1, -1, -1):
-        g = unc[j0 + t * dj]
-        lo = 1 << t
-        for a in range(lo):
-            Tb[lo + a, :] = 0.0
-            _step_t(Tb[lo + a], T[lo + a], Tb[2 * lo + a], tgt, cs, n_pat, pv, g, 0, has, back,
-                    gp)
-            _step_t(Tb[lo + a], T[lo + a], Tb[3 * lo + a], tgt, cs, n_pat, pv, g, 1, has, back,
-                    gp)
+def _shrink(FTb, FT, GTb, GT, unc, n, na, tgt, cs, n_pat, pv, has, gp):
+    """:func:`_grow`'s trees back to their roots (the ``beta`` tree first): ``FTb``,
+    ``GTb`` the nodes' cotangents (the leaves' given), each level from its children's by
+    :func:`_step_t` (``gp`` the patterns')."""
+    for tree in range(2):
+        back = tree == 0
+        Tb, T = (GTb, GT) if back else (FTb, FT)
+        for t in range((n - na if back else na) - 1, -1, -1):
+            g = unc[n - 1 - t if back else t]
+            lo = 1 << t
+            for a in range(lo):
+                Tb[lo + a, :] = 0.0
+                for side in range(2):
+                    _step_t(Tb[lo + a], T[lo + a], Tb[(2 + side) * lo + a], tgt, cs, n_pat, pv, g,
+                            side, has, back, gp)
 
 
 @inline
@@ -219,10 +222,9 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
         # the trees: subset a + 2^t holds object t (in S), a does not (the forward's bits)
         FT[1, :] = FS[m]
         XT[1] = x0
-        _grow(FT, XT, unc, 0, 1, na, tgt, cs, n_pat, pv, has, vals, base[cs], False)
         GT[1, :] = f
         XB[1] = 0.0
-        _grow(GT, XB, unc, n - 1, -1, nb, tgt, cs, n_pat, pv, has, vals, base[cs], True)
+        _grow(FT, XT, GT, XB, unc, n, na, tgt, cs, n_pat, pv, has, vals, base[cs])
         ma, mb = 1 << na, 1 << nb
         FTb[ma: 2 * ma, :] = 0.0
         GTb[mb: 2 * mb, :] = 0.0
@@ -267,9 +269,8 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
                 acc += D[i]
                 GTb[mb + order[i], :] = acc
         # the trees back to their roots, level by level
-        _shrink(GTb, GT, unc, n - 1, -1, nb, tgt, cs, n_pat, pv, has, True, gp)
+        _shrink(FTb, FT, GTb, GT, unc, n, na, tgt, cs, n_pat, pv, has, gp)
         fbar[e, :] = GTb[1]
-        _shrink(FTb, FT, unc, 0, 1, na, tgt, cs, n_pat, pv, has, False, gp)
         # the folded objects, last first
         Fb[:] = FTb[1]
         for j in range(m - 1, -1, -1):

@@ -105,23 +105,11 @@ def event_sum_soft_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, 
         if n > MAX_UNCERTAIN:
             o[:, :] = np.nan
             continue
-        na = n // 2
-        if FA.shape[0] < (1 << na):
-            FA = np.zeros((1 << na, n_states, LANES))
-            XA = np.zeros(1 << na)
-        if GB.shape[0] < (1 << (n - na)):
-            GB = np.zeros((1 << (n - na), n_states, LANES))
-            XB = np.zeros(1 << (n - na))
         # the first half forward from F, the second backward from the pass table (the
         # last object first)
-        FA[0, :, :] = F
-        XA[0] = x0
-        m = _halves(FA, XA, Fn, unc, 0, 1, na, tgt, cs, n_pat, pv_all, pd_all, base[cs], vals,
-                    states, has, False)
-        GB[0, :, :] = G0
-        XB[0] = 0.0
-        mb = _halves(GB, XB, Fn, unc, n - 1, -1, n - na, tgt, cs, n_pat, pv_all, pd_all,
-                     base[cs], vals, states, has, True)
+        m, mb = 1 << (n // 2), 1 << (n - n // 2)
+        FA, XA, GB, XB = _halves(FA, XA, GB, XB, F, Fn, G0, x0, unc, n, tgt, cs, n_pat, pv_all,
+                                 pd_all, base[cs], vals, states, has)
         for a in range(m):
             for b in range(mb):
                 weight(inner, FA[a], GB[b], states, states, n_states, 0, states, False)

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.select.lanes.arith import clear_at
+from analysis.select.lanes.arith import clear_at, registers, row_mul_add
 from analysis.select.lanes.policy import inline
 from analysis.select.lanes.steps import (
     backward,
     clear,
-    forward,
     forward_live,
     weight,
 )
@@ -75,35 +74,60 @@ def _dense(Gn, G, tgt, c, n_pat, pv, pd, g, which, has, states, back):
     """Every state and every lane (``(states, LANES)``; a NaN among the probabilities, or
     more than 3 tangents): ``Gn = sum_p pi_p shift_p(G)`` (:func:`walk.forward`), or with
     ``back`` ``Gn[k] = sum_p pi_p G[tgt(p, k)]`` (:func:`walk.backward`), over object
-    ``g``'s patterns with ``has[p] == which`` (``-1``: every pattern)."""
+    ``g``'s patterns with ``has[p] == which`` (``-1``: every pattern). Both are one
+    pattern's ``Gn[i] += pi G[j] + G[j, 0] pi'`` over the states in order, ``(i, j)`` the
+    pair ``(tgt(p, k), k)`` or ``(k, tgt(p, k))``: one loop, the same operations in the
+    same order as the walk's steps (``states``: every state in order)."""
     clear(Gn, states, states.shape[0])
     for p in range(n_pat[c]):
         if which >= 0 and has[p] != which:
             continue
         v = pv[g, p, 0]
-        if back:
-            backward(Gn, G, v, v, pd[g, p], tgt[c, p], states, states.shape[0], 0)
-        else:
-            forward(Gn, G, v, v, pd[g, p], tgt[c, p], states, states.shape[0], 0, states, False)
+        dv = registers(pd[g, p])
+        row = tgt[c, p]
+        for k in range(states.shape[0]):
+            i, j = (k, row[k]) if back else (row[k], k)
+            row_mul_add(Gn, i, v, v, G, j, 0, dv)
 
 
 @inline
-def _halves(H, X, Hn, unc, j0, dj, k, tgt, cs, n_pat, pv, pd, base_cs, vals, states, has, back):
-    """The ``2^k`` subsets of the objects ``unc[j0 + t dj]``, ``t < k``, from ``H[0]``,
-    ``X[0]`` (every state and lane, :func:`_dense`): subset ``a + m`` holds object ``t``
-    in ``S`` (its step over the in patterns, its value added to ``X``), ``a`` does not
-    (the out patterns, in place through the scratch ``Hn``); forward, or backward with
-    ``back`` (the two halves of a meet in the middle). Returns ``2^k``."""
-    m = 1
-    for t in range(k):
-        g = unc[j0 + t * dj]
-        for a in range(m):
-            _dense(H[a + m], H[a], tgt, cs, n_pat, pv, pd, g, 1, has, states, back)
-            _dense(Hn, H[a], tgt, cs, n_pat, pv, pd, g, 0, has, states, back)
-            H[a, :, :] = Hn
-            X[a + m] = X[a] + vals[g - base_cs]
-        m *= 2
-    return m
+def _halves(FA, XA, GB, XB, F, Fn, G0, x0, unc, n, tgt, cs, n_pat, pv, pd, base_cs, vals, states,
+            has):
+    """The two halves of a meet in the middle over every state and lane (:func:`_dense`):
+    the ``2^na`` subsets (``na = n // 2``) of the objects ``unc[:na]`` forward from ``F``
+    into ``FA``, ``XA`` (from ``x0``), and the ``2^(n - na)`` of ``unc[na:n]`` backward
+    from ``G0`` (the last object first) into ``GB``, ``XB`` (from 0); subset ``a + m``
+    holds object ``t`` in ``S`` (its step over the in patterns, its value added), ``a``
+    does not (the out patterns, in place through the scratch ``Fn``). One loop over the
+    halves and the sides: the step is compiled once. Returns ``(FA, XA, GB, XB)``, each
+    grown where the event needs more."""
+    na = n // 2
+    if FA.shape[0] < (1 << na):
+        FA = np.zeros((1 << na, FA.shape[1], FA.shape[2]))
+    if XA.shape[0] < (1 << na):
+        XA = np.zeros(1 << na)
+    if GB.shape[0] < (1 << (n - na)):
+        GB = np.zeros((1 << (n - na), GB.shape[1], GB.shape[2]))
+    if XB.shape[0] < (1 << (n - na)):
+        XB = np.zeros(1 << (n - na))
+    FA[0] = F
+    XA[0] = x0
+    GB[0] = G0
+    XB[0] = 0.0
+    for half in range(2):
+        back = half == 1
+        H, X = (GB, XB) if back else (FA, XA)
+        m = 1
+        for t in range(n - na if back else na):
+            g = unc[n - 1 - t if back else t]
+            for a in range(m):
+                for side in range(2):  # in S (a new subset), then out of it (in place)
+                    _dense(Fn if side else H[a + m], H[a], tgt, cs, n_pat, pv, pd, g, 1 - side,
+                           has, states, back)
+                H[a, :, :] = Fn
+                X[a + m] = X[a] + vals[g - base_cs]
+            m *= 2
+    return FA, XA, GB, XB
 
 
 @inline
@@ -162,6 +186,49 @@ def _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl):
 
 
 @inline
+def _out_factor(pv, pd, g, cs, n_pat, has):
+    """Object ``g``'s probability of being out of ``S`` (its patterns of ``cs`` without
+    ``S`` summed in order) and its 3 tangents, as a tuple."""
+    q0 = q1 = q2 = q3 = 0.0
+    for p in range(n_pat[cs]):
+        if has[p] == 0:
+            q0 += pv[g, p, 0]
+            q1 += pd[g, p, 1]
+            q2 += pd[g, p, 2]
+            q3 += pd[g, p, 3]
+    return q0, q1, q2, q3
+
+
+@inline
+def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs, n_pat, pv, pd,
+               nl, has, vals, start):
+    """:func:`_subsets` when every pattern of ``cs`` outside ``S`` leaves the count
+    states as they are: ``F_A`` is then ``W[A]`` (4 lanes, a scalar by the product
+    rule: the product of the out objects' probabilities) times the distribution over
+    the in objects alone, ``SA[A]`` over its live states ``LA[A, :NA[A]]``; an object
+    out of ``S`` multiplies ``W`` and copies nothing. Children in place: subset ``a``
+    keeps its slot (out), ``a + m`` takes the in child (one buffer, no swap). Kept apart
+    from :func:`_subsets` (a second call of the step): one function choosing its buffers
+    at run time compiled ~2.5 s faster but ran the HT kernel ~20% slower (measured)."""
+    _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl)
+    W[0, 0], W[0, 1], W[0, 2], W[0, 3] = 1.0, 0.0, 0.0, 0.0
+    w_in = np.int64(1)
+    m = 1
+    for j in range(count):
+        g = unc[j]
+        q = _out_factor(pv, pd, g, cs, n_pat, has)
+        v = vals[g - start]
+        for a in range(m):
+            NA[a + m] = _live_step(SA[a], LA[a], NA[a], SA[a + m], LA[a + m], mark, tgt, cs,
+                                   n_pat, pv, pd, g, nl, w_in, has)
+            XA[a + m] = XA[a] + v
+            w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
+            W[a + m, 0], W[a + m, 1], W[a + m, 2], W[a + m, 3] = w
+            W[a, 0], W[a, 1], W[a, 2], W[a, 3] = _times(w, q)
+        m *= 2
+
+
+@inline
 def _subsets(FF, LL, cur, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv,
              pd, nl, has, vals, start):
     """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
@@ -185,47 +252,6 @@ def _subsets(FF, LL, cur, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, 
         NA, NN = NN, NA
         m *= 2
     return SA, SN, LA, LN, NA, NN
-
-
-@inline
-def _out_factor(pv, pd, g, cs, n_pat, has):
-    """Object ``g``'s probability of being out of ``S`` (its patterns of ``cs`` without
-    ``S`` summed in order) and its 3 tangents, as a tuple."""
-    q0 = q1 = q2 = q3 = 0.0
-    for p in range(n_pat[cs]):
-        if has[p] == 0:
-            q0 += pv[g, p, 0]
-            q1 += pd[g, p, 1]
-            q2 += pd[g, p, 2]
-            q3 += pd[g, p, 3]
-    return q0, q1, q2, q3
-
-
-@inline
-def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs, n_pat, pv, pd,
-               nl, has, vals, start):
-    """:func:`_subsets` when every pattern of ``cs`` outside ``S`` leaves the count
-    states as they are: ``F_A`` is then ``W[A]`` (4 lanes, a scalar by the product
-    rule: the product of the out objects' probabilities) times the distribution over
-    the in objects alone, ``SA[A]`` over its live states ``LA[A, :NA[A]]``; an object
-    out of ``S`` multiplies ``W`` and copies nothing. Children in place: subset ``a``
-    keeps its slot (out), ``a + m`` takes the in child (one buffer, no swap)."""
-    _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl)
-    W[0, 0], W[0, 1], W[0, 2], W[0, 3] = 1.0, 0.0, 0.0, 0.0
-    w_in = np.int64(1)
-    m = 1
-    for j in range(count):
-        g = unc[j]
-        q = _out_factor(pv, pd, g, cs, n_pat, has)
-        v = vals[g - start]
-        for a in range(m):
-            NA[a + m] = _live_step(SA[a], LA[a], NA[a], SA[a + m], LA[a + m], mark, tgt, cs,
-                                   n_pat, pv, pd, g, nl, w_in, has)
-            XA[a + m] = XA[a] + v
-            w = (W[a, 0], W[a, 1], W[a, 2], W[a, 3])
-            W[a + m, 0], W[a + m, 1], W[a + m, 2], W[a + m, 3] = w
-            W[a, 0], W[a, 1], W[a, 2], W[a, 3] = _times(w, q)
-        m *= 2
 
 
 @inline

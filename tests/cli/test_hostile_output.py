@@ -5,6 +5,7 @@ Ctrl-C exits 130 with the checkpoint intact."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.machinery
 import json
 import os
@@ -354,7 +355,6 @@ def test_ctrl_c_swallowed_by_a_gc_callback_is_delivered_again(monkeypatch, timer
     Python; the command line's unraisable hook sends SIGINT again, so the run stops.
     Also when that SIGINT lands while the hook still runs (swallowed once more)."""
     import gc
-    import logging
 
     from analysis.cli import parser as cli
 
@@ -367,24 +367,41 @@ def test_ctrl_c_swallowed_by_a_gc_callback_is_delivered_again(monkeypatch, timer
             gc.callbacks.remove(callback)
             raise KeyboardInterrupt  # as the SIGINT handler would, inside the callback
 
-    level = logging.getLogger("distributed").level
-    old = signal.signal(signal.SIGINT, cli._on_sigint)
     monkeypatch.setattr(sys, "unraisablehook", cli._on_unraisable)
     try:
-        # the heap collected first: the collection below then ends within the re-sent
-        # SIGINT's delay instead of taking it into another gc callback
-        gc.collect()
-        gc.callbacks.append(callback)
-        with pytest.raises(KeyboardInterrupt):
-            gc.collect()  # swallowed here ("Exception ignored in ...")
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                time.sleep(0.01)
+        with _cli_sigint():
+            # the heap collected first: the collection below then ends within the re-sent
+            # SIGINT's delay instead of taking it into another gc callback
+            gc.collect()
+            gc.callbacks.append(callback)
+            with pytest.raises(KeyboardInterrupt):
+                gc.collect()  # swallowed here ("Exception ignored in ...")
+                _wait_for_the_interrupt()
+    finally:
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
+
+
+@contextlib.contextmanager
+def _cli_sigint():
+    """The command line's SIGINT handler, installed for the block, then the old one back."""
+    import logging
+
+    from analysis.cli import parser as cli
+
+    level = logging.getLogger("distributed").level
+    old = signal.signal(signal.SIGINT, cli._on_sigint)
+    try:
+        yield
     finally:
         signal.signal(signal.SIGINT, old)
         logging.getLogger("distributed").setLevel(level)
-        if callback in gc.callbacks:
-            gc.callbacks.remove(callback)
+
+
+def _wait_for_the_interrupt(seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_other_unraisable_exceptions_go_to_the_default_hook(monkeypatch):
@@ -412,10 +429,8 @@ def test_a_ctrl_c_inside_a_native_modules_initialisation_arrives_after_it():
     ("terminate called after throwing an instance of 'nanobind::python_error'": seen
     about once in ten Ctrl-Cs one second into ``diffcoffea optimize`` on a loaded
     machine); it is delivered again once the initialisation has returned."""
-    import logging
     from types import SimpleNamespace
 
-    from analysis.cli import parser as cli
 
     seen = []
 
@@ -424,16 +439,8 @@ def test_a_ctrl_c_inside_a_native_modules_initialisation_arrives_after_it():
         time.sleep(0.05)
         seen.append("initialised")
 
-    level = logging.getLogger("distributed").level
-    old = signal.signal(signal.SIGINT, cli._on_sigint)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _NativeInit("native", "native.so").exec_module(SimpleNamespace(init=init))
-            seen.append("imported")
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                time.sleep(0.01)
-    finally:
-        signal.signal(signal.SIGINT, old)
-        logging.getLogger("distributed").setLevel(level)
+    with _cli_sigint(), pytest.raises(KeyboardInterrupt):
+        _NativeInit("native", "native.so").exec_module(SimpleNamespace(init=init))
+        seen.append("imported")
+        _wait_for_the_interrupt()
     assert seen == ["initialised", "imported"]

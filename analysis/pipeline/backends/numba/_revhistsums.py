@@ -79,7 +79,8 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
         c = factors.T @ fill.sbar + (factors * factors * weight).T @ fill.sbar2  # (E, B)
         cev = np.ascontiguousarray(c * sel.ev[:, None])
         rest = (ci, has, cert, inside, vals, edges)
-        out = np.zeros((n_ev, len(edges) + 1, 1))
+        # values in lane 0; four lanes: the hard kernel's sparse path adds four
+        out = np.zeros((n_ev, len(edges) + 1, 4))
         unc = np.zeros(n_ev, np.int64)
         # values only: no tangent, no lane of an edge
         head = (coff, base, pv3, np.zeros(ins.pv_all.shape + (_numba_dp.LANES,)), tab.n_pat,

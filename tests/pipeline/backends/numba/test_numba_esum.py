@@ -346,3 +346,19 @@ def test_fill_bins_sums_each_bin_in_event_order_whatever_the_bin_ranges():
         _numba_esum.fill_bins(pb, ev, factors, weight, *parts, lo, hi)
     for a, b in zip(parts, whole, strict=True):
         np.testing.assert_array_equal(a.view(np.int64), b.view(np.int64))
+
+
+def test_an_out_of_fewer_than_four_lanes_is_refused() -> None:
+    """The sparse path adds four lanes per bin (``_add4``), whatever ``nl``: a narrower
+    ``out`` (reverse mode's values-only pass gave it one lane) had those adds run past
+    each row into the next event's bins, another thread's block (a lost update: 1 and 3
+    threads gave other HT templates under load) and past the array's end (a corrupt
+    heap). The production build refuses it."""
+    ev = few_uncertain((1, 2, 3, 4))
+    n_ev = len(UNCERTAIN)
+    edges = np.asarray(EDGES, np.float64)
+    for lanes in (1, 3):
+        out = np.zeros((n_ev, len(edges) + 1, lanes))
+        args = (*kernel_inputs(ev, [], "jets"), edges, 1, n_ev, out, np.zeros(n_ev, np.int64))
+        with pytest.raises(ValueError, match="at least 4 lanes"):
+            compiled(_numba_esum.event_sum_bins, args)(*args, 0, 1)

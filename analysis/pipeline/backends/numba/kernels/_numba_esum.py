@@ -111,7 +111,12 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     ``f``, ``df`` ``(S,)``, ``(S, LANES)`` the region's pass table and its tangents (lane 0
     zero); ``has[p]``: pattern ``p`` of ``cs`` holds ``S``; ``cert``, ``ins``, ``vals``
     per object of ``cs`` (local index): whether it is certain and, if so, in ``S``
-    (:func:`analysis.select.certain.certain_objects`), its value."""
+    (:func:`analysis.select.certain.certain_objects`), its value. ``out`` has at least
+    four lanes whatever ``nl``: the sparse path adds four (``_add4``); fewer raise (an
+    add past a narrower row went into the next event's bins, another thread's block, or
+    past the array's end: a lost update, a corrupt heap)."""
+    if out.shape[2] < 4:
+        raise ValueError("event_sum_bins: out needs at least 4 lanes")
     n_ev = out.shape[0]
     n_coll = coff.shape[0]
     # the pattern selection as an int64 value, not a literal: one compilation of each

@@ -27,15 +27,22 @@ def _transpose(r, ct):  # noqa: ANN001, ANN202
     return (jnp.cos(q) * c,)
 
 
-@jax.custom_jvp
-def _sin(q):  # noqa: ANN001, ANN202
-    return jnp.sin(q)
+def _make_sin(transpose):  # noqa: ANN001, ANN202
+    """``sin`` whose JVP is a ``linear_call`` of :func:`_tangent` with ``transpose``."""
+
+    @jax.custom_jvp
+    def sin(q):  # noqa: ANN001, ANN202
+        return jnp.sin(q)
+
+    @sin.defjvp
+    def _jvp(primals, tangents):  # noqa: ANN001, ANN202
+        (q,), (dq,) = primals, tangents
+        return sin(q), linear_call(_tangent, transpose, (q,), (dq,))[0]
+
+    return sin
 
 
-@_sin.defjvp
-def _sin_jvp(primals, tangents):  # noqa: ANN001, ANN202
-    (q,), (dq,) = primals, tangents
-    return _sin(q), linear_call(_tangent, _transpose, (q,), (dq,))[0]
+_sin = _make_sin(_transpose)
 
 
 def test_rules_are_installed_on_this_jax() -> None:
@@ -79,15 +86,7 @@ def test_a_forward_pass_never_traces_the_transpose() -> None:
         traced.append(1)
         return _transpose(r, ct)
 
-    @jax.custom_jvp
-    def sin(q):  # noqa: ANN001, ANN202
-        return jnp.sin(q)
-
-    @sin.defjvp
-    def _jvp(primals, tangents):  # noqa: ANN001, ANN202
-        (q,), (dq,) = primals, tangents
-        return sin(q), linear_call(_tangent, transpose, (q,), (dq,))[0]
-
+    sin = _make_sin(transpose)
     x = jnp.linspace(-1.0, 2.0, 5)
     np.testing.assert_allclose(jax.jacfwd(sin)(x), jnp.diag(jnp.cos(x)), rtol=1e-15)
     assert not traced

@@ -32,10 +32,21 @@ gradient is a plain sum of the chunks'. ``CoMoments`` work the same way with
 ``(a_x, a_y)``; a plain sum is its own ``T`` (``T_bar = S_bar``). The centres
 (``center`` fields) are constants, as in forward mode (their cotangent is unused).
 
-Non-finite state entries (e.g. the NaN ``M3``/``M4`` of a second-order-only state, or
-the moments of data with an infinite value) are treated as constants 0 in the
-pullback, so their zero cotangents never meet a NaN (``0 * NaN``): undefined values
-stay NaN in the first pass, their gradients are finite.
+Non-finite values, one rule per kind of leaf (undefined values stay NaN in the first
+pass either way):
+
+- a plain sum (yields, histogram bins) is a sum over events, so its share is too:
+  ``<S_bar, s_c> = sum_e <S_bar, s_e>``. A bin that is NaN because one event's entry is
+  NaN (a NaN reaching a soft cut) keeps its cotangent, which reaches every event's
+  addend (:func:`_per_event`): each event adds its own share, NaN in the parameters
+  its NaN reaches and nothing elsewhere, whatever chunk it lands in (the numba
+  pass's rule: :mod:`analysis.pipeline.backends.numba._fastrevhist`). Dropping the
+  chunk's NaN sum instead would drop every other event of that chunk with it.
+- a state's entries (e.g. the NaN ``M3``/``M4`` of a second-order-only state, or
+  the moments of data with an infinite value) are constants 0 where non-finite
+  (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``). A state
+  is not linear in its events (its mean), so this drop is per chunk: a NaN event
+  drops its chunk's share of that state's gradient.
 
 Everything here is pure JAX on pytrees of states (numpy in, JAX out), except
 :func:`prune` (numpy, on the host).
@@ -63,6 +74,21 @@ def _finite(x: Any) -> Any:
     x = jnp.asarray(x, dtype=jnp.float64)
     ok = jnp.isfinite(jax.lax.stop_gradient(x))
     return jnp.where(ok, x, 0.0)
+
+
+@jax.custom_jvp
+def _per_event(x: Any) -> Any:
+    """A plain sum ``x`` where its value is finite, else 0, its tangent (so its
+    cotangent) passed through: the pulled sum's value stays finite and the cotangent of
+    a NaN bin still reaches each event's addend (module docstring), where the NaN ones
+    give NaN in what they reach, the others their shares."""
+    return jnp.where(jnp.isfinite(x), x, 0.0)
+
+
+@_per_event.defjvp
+def _per_event_jvp(primals: tuple[Any], tangents: tuple[Any]) -> tuple[Any, Any]:
+    (x,), (dx,) = primals, tangents
+    return _per_event(x), dx
 
 
 def _div(num: Any, den: Any) -> Any:
@@ -191,7 +217,7 @@ def pulled_sum(states: Any, payload: list[tuple[Any, Any] | None]) -> Any:
             continue
         a, t_bar = entry
         if a is None:
-            total = total + jnp.sum(t_bar * _finite(s))
+            total = total + jnp.sum(t_bar * _per_event(jnp.asarray(s, dtype=jnp.float64)))
             continue
         for tb, t in zip(t_bar, sums_about(s, a), strict=True):
             total = total + jnp.sum(tb * t)

@@ -44,9 +44,12 @@ pass either way):
   chunk's NaN sum instead would drop every other event of that chunk with it.
 - a state's entries (e.g. the NaN ``M3``/``M4`` of a second-order-only state, or
   the moments of data with an infinite value) are constants 0 where non-finite
-  (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``). A state
-  is not linear in its events (its mean), so this drop is per chunk: a NaN event
-  drops its chunk's share of that state's gradient.
+  (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``) here. A
+  state is not linear in its events (its mean): a chunk's state with a NaN event's
+  entry is NaN as a whole, and the chunk's states' backward sweep meets it in every
+  entry, so every parameter any event of that chunk reaches gets NaN (the numba pass,
+  entry by entry, gives the others their shares; an exact per-event rule would need
+  the power sums about ``a`` from the entries themselves, not from the state).
 
 Everything here is pure JAX on pytrees of states (numpy in, JAX out), except
 :func:`prune` (numpy, on the host).

@@ -42,14 +42,18 @@ pass either way):
   its NaN reaches and nothing elsewhere, whatever chunk it lands in (the numba
   pass's rule: :mod:`analysis.pipeline.backends.numba._fastrevhist`). Dropping the
   chunk's NaN sum instead would drop every other event of that chunk with it.
-- a state's entries (e.g. the NaN ``M3``/``M4`` of a second-order-only state, or
-  the moments of data with an infinite value) are constants 0 where non-finite
-  (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``) here. A
-  state is not linear in its events (its mean): a chunk's state with a NaN event's
-  entry is NaN as a whole, and the chunk's states' backward sweep meets it in every
-  entry, so every parameter any event of that chunk reaches gets NaN (the numba pass,
-  entry by entry, gives the others their shares; an exact per-event rule would need
-  the power sums about ``a`` from the entries themselves, not from the state).
+- a state is not linear in its entries (its mean): one NaN entry makes the chunk's
+  state NaN as a whole, and the sweep through it meets the NaN in every entry. So the
+  kernel gives the pulled sum the state of the finite entries
+  (:func:`finite_entries`: each non-finite entry counts 0, its tangents passed
+  through), whose power sums' partials are each entry's own: the NaN entry adds NaN
+  to what it reaches, the others their shares, as for a sum (the JAX pipeline's
+  observables of entries:
+  :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; not its event sums'
+  moments, nor a state :func:`analysis.stats.derive` reads from a user's function,
+  which stay per chunk). A state's entries that are still non-finite (e.g. the NaN
+  ``M3``/``M4`` of a second-order-only state) are constants 0 in the pulled sum
+  (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``).
 
 Everything here is pure JAX on pytrees of states (numpy in, JAX out), except
 :func:`prune` (numpy, on the host).
@@ -67,7 +71,7 @@ import numpy as np
 from analysis.stats._core import CoMoments, Moments
 from analysis.stats.merge import is_state
 
-__all__ = ["from_sums", "prune", "pullback_payload", "pulled_sum", "sums_about"]
+__all__ = ["finite_entries", "from_sums", "prune", "pullback_payload", "pulled_sum", "sums_about"]
 
 _ORDER = 4  # Moments carry M2..M4
 
@@ -92,6 +96,49 @@ def _per_event(x: Any) -> Any:
 def _per_event_jvp(primals: tuple[Any], tangents: tuple[Any]) -> tuple[Any, Any]:
     (x,), (dx,) = primals, tangents
     return _per_event(x), dx
+
+
+@jax.custom_jvp
+def finite_entries(w: Any, *values: Any) -> tuple[Any, ...]:
+    """Entries (weights ``w``, their ``values``) for a pulled state: an entry with a
+    non-finite weight or value counts 0 (weight and values), so the state is that of
+    the finite entries and its power sums' partials are each entry's own; the tangents
+    pass through, times NaN where the entry's other part is non-finite (``dL/dw =
+    sum_r T_bar_r (x - a)^r`` is NaN for a NaN ``x``, ``dL/dx`` for a NaN ``w``: the
+    numba pass's per-entry cotangents). Finite entries: the same values and tangents.
+    See the module docstring (a state's non-finite values).
+
+    Parameters
+    ----------
+    w : array
+        The entries' weights.
+    *values : array
+        Their values (``x``, and ``y`` for ``CoMoments``), shaped as ``w``.
+
+    Returns
+    -------
+    tuple
+        ``(w, *values)`` with the non-finite entries 0.
+    """
+    ok = jnp.isfinite(w)
+    for v in values:
+        ok = ok & jnp.isfinite(v)
+    return tuple(jnp.where(ok, a, 0.0) for a in (w, *values))
+
+
+@finite_entries.defjvp
+def _finite_entries_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]
+                        ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    out = finite_entries(*primals)
+    fin = [jnp.isfinite(a) for a in primals]
+    scaled = []
+    for i, t in enumerate(tangents):
+        others = jnp.ones_like(fin[i])
+        for j, f in enumerate(fin):
+            if j != i:
+                others = others & f
+        scaled.append(t * jnp.where(others, 1.0, jnp.nan))
+    return out, tuple(scaled)
 
 
 def _div(num: Any, den: Any) -> Any:

@@ -157,17 +157,21 @@ def test_a_parameter_the_nan_event_does_not_reach() -> None:
 
 
 def test_the_nan_events_chunk_does_not_matter() -> None:
-    """Eight events, the fifth (no muons) with a NaN b-tag, the yields and ``jpt``
-    read, in chunks ``[0:3], [3:8]`` and ``[0:5], [5:8]`` (the NaN event in the second,
-    then the first): the JAX sweep's summed gradients are equal, NaN in the same
-    places (what the event reaches) and 1e-10 elsewhere (``mu_min``: every other
-    event's share, whichever of them share the NaN event's chunk), and the numba
-    pass's the same per chunk."""
-    plan, theta, widths, cols = setup(muons_config(), "nano_tt_v12.root")
+    """Eight events, the fifth (no muons) with a NaN b-tag, the yields, ``jpt`` and the
+    jets' pt moments read (sums over events, and a state of entries:
+    :func:`analysis.stats.pullback.finite_entries`), in chunks ``[0:3], [3:8]`` and
+    ``[0:5], [5:8]`` (the NaN event in the second, then the first): the JAX sweep's
+    summed gradients are equal, NaN in the same places (what the event reaches) and
+    1e-10 elsewhere (``mu_min``: every other event's share, whichever of them share the
+    NaN event's chunk), and the numba pass's the same per chunk."""
+    cfg = muons_config()
+    cfg["observables"] = [{"name": "jpt", "x": "jets.pt", "stats": ["mean", "std"]}]
+    plan, theta, widths, cols = setup(cfg, "nano_tt_v12.root")
     cols = slice_columns(cols, 0, 8)
     assert cols.collections["Muon"][0][4] == 0
     cols = with_nan(cols, 4)
-    payload = [e if n.startswith(("selected_", "histograms.jpt.")) else None for n, e in zip(
+    payload = [e if n.startswith(("selected_", "histograms.jpt.", "observables."))
+               else None for n, e in zip(
         state_paths(plan), hists_payload(cols, plan, theta, widths, seed=4), strict=True)]
     grads = []
     for cuts in ((0, 3, 8), (0, 5, 8)):
@@ -181,20 +185,3 @@ def test_the_nan_events_chunk_does_not_matter() -> None:
     assert np.isfinite(mu) and mu != 0.0
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.nanmax(np.abs(a)))
 
-
-@pytest.mark.slow  # the JAX sweep's compile
-@pytest.mark.xfail(strict=True, reason="a state is not linear in its events: the JAX sweep "
-                   "linearises sums_about at the chunk's NaN moments, so every parameter an "
-                   "event of the NaN event's chunk reaches is NaN (analysis.stats.pullback); "
-                   "the numba pass's entries are each their own (mu_min finite)")
-def test_an_observable_the_nan_event_fills() -> None:
-    """The jets' pt moments read, the NaN event (no muons) among them: on numba the
-    muons' threshold has the other events' shares; the JAX sweep's is NaN."""
-    cfg = muons_config()
-    cfg["observables"] = [{"name": "jpt", "x": "jets.pt", "stats": ["mean", "std"]}]
-    plan, theta, widths, cols = setup(cfg, "nano_tt_v12.root")
-    cols = with_nan(slice_columns(cols, 0, 8), 4)
-    payload = [e if n.startswith("observables.") else None for n, e in zip(
-        state_paths(plan), hists_payload(cols, plan, theta, widths, seed=4), strict=True)]
-    r = nan_as_the_jax_sweep(cols, plan, theta, widths, payload)
-    assert np.isfinite(r[plan.trainable_names.index("mu_min")])

@@ -67,6 +67,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from analysis.stats._core import CoMoments, Moments
 from analysis.stats.merge import is_state
@@ -126,19 +127,24 @@ def finite_entries(w: Any, *values: Any) -> tuple[Any, ...]:
     return tuple(jnp.where(ok, a, 0.0) for a in (w, *values))
 
 
-@finite_entries.defjvp
 def _finite_entries_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]
                         ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     out = finite_entries(*primals)
     fin = [jnp.isfinite(a) for a in primals]
     scaled = []
     for i, t in enumerate(tangents):
+        if isinstance(t, SymbolicZero):  # data (no tangent): none out, not 0 * NaN
+            scaled.append(t)
+            continue
         others = jnp.ones_like(fin[i])
         for j, f in enumerate(fin):
             if j != i:
                 others = others & f
         scaled.append(t * jnp.where(others, 1.0, jnp.nan))
     return out, tuple(scaled)
+
+
+finite_entries.defjvp(_finite_entries_jvp, symbolic_zeros=True)
 
 
 def _div(num: Any, den: Any) -> Any:

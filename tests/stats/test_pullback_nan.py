@@ -75,3 +75,19 @@ def test_a_nan_sum_keeps_its_cotangent() -> None:
     g = np.asarray(jax.grad(loss)(jnp.asarray(theta)))
     np.testing.assert_array_equal(np.isnan(g), [False, False, True, False])
     np.testing.assert_allclose(g[[0, 1, 3]], theta[[0, 1, 3]] * C[[0, 1, 3]], rtol=1e-15)
+
+
+def test_data_values_take_no_nan_tangent() -> None:
+    """Forward mode through :func:`finite_entries` with values that are data (no tangent)
+    and a NaN weight: the values' tangent is 0, not ``0 * NaN``; the NaN weight's own
+    tangent passes through."""
+    x = jnp.asarray(X)
+
+    def entries(t):
+        w = t * jnp.asarray(C)
+        return finite_entries(w.at[2].set(jnp.nan), x)
+
+    (w, fx), (dw, dx) = jax.jvp(entries, (jnp.float64(1.0),), (jnp.float64(1.0),))
+    assert float(w[2]) == 0.0 and float(fx[2]) == 0.0
+    np.testing.assert_array_equal(np.asarray(dx), np.zeros(len(X)))
+    np.testing.assert_array_equal(np.asarray(dw), np.where(np.arange(len(X)) == 2, 0.0, C))

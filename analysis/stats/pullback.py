@@ -104,9 +104,10 @@ def finite_entries(w: Any, *values: Any) -> tuple[Any, ...]:
     """Entries (weights ``w``, their ``values``) for a pulled state: an entry with a
     non-finite weight or value counts 0 (weight and values), so the state is that of
     the finite entries and its power sums' partials are each entry's own; the tangents
-    pass through, times NaN where the entry's other part is non-finite (``dL/dw =
-    sum_r T_bar_r (x - a)^r`` is NaN for a NaN ``x``, ``dL/dx`` for a NaN ``w``: the
-    numba pass's per-entry cotangents). Finite entries: the same values and tangents.
+    pass through, ``w``'s times NaN where a value is non-finite (``dL/dw = sum_r
+    T_bar_r (x - a)^r``), the values' where any part of the entry is (``dL/dx`` is
+    ``w`` times a polynomial in the values): the numba pass's per-entry cotangents.
+    Finite entries: the same values and tangents.
     See the module docstring (a state's non-finite values).
 
     Parameters
@@ -131,16 +132,14 @@ def _finite_entries_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]
                         ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     out = finite_entries(*primals)
     fin = [jnp.isfinite(a) for a in primals]
-    scaled = []
-    for i, t in enumerate(tangents):
-        if isinstance(t, SymbolicZero):  # data (no tangent): none out, not 0 * NaN
-            scaled.append(t)
-            continue
-        others = jnp.ones_like(fin[i])
-        for j, f in enumerate(fin):
-            if j != i:
-                others = others & f
-        scaled.append(t * jnp.where(others, 1.0, jnp.nan))
+    values_ok = jnp.ones_like(fin[0])
+    for f in fin[1:]:
+        values_ok = values_ok & f
+    # dL/dw is NaN where a value is; dL/dx (w times a polynomial in the values) where
+    # any part of the entry is
+    masks = [values_ok] + [values_ok & fin[0]] * (len(fin) - 1)
+    scaled = [t if isinstance(t, SymbolicZero)  # data (no tangent): none, not 0 * NaN
+              else t * jnp.where(ok, 1.0, jnp.nan) for t, ok in zip(tangents, masks, strict=True)]
     return out, tuple(scaled)
 
 

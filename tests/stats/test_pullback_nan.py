@@ -80,7 +80,8 @@ def test_a_nan_sum_keeps_its_cotangent() -> None:
 def test_data_values_take_no_nan_tangent() -> None:
     """Forward mode through :func:`finite_entries` with values that are data (no tangent)
     and a NaN weight: the values' tangent is 0, not ``0 * NaN``; the NaN weight's own
-    tangent passes through."""
+    tangent passes through; values with a tangent: NaN in the NaN weight's entry
+    (``dL/dx`` is ``w`` times a polynomial)."""
     x = jnp.asarray(X)
 
     def entries(t):
@@ -91,3 +92,9 @@ def test_data_values_take_no_nan_tangent() -> None:
     assert float(w[2]) == 0.0 and float(fx[2]) == 0.0
     np.testing.assert_array_equal(np.asarray(dx), np.zeros(len(X)))
     np.testing.assert_array_equal(np.asarray(dw), np.where(np.arange(len(X)) == 2, 0.0, C))
+
+    def scored(t):  # values with a tangent (a score's column): NaN where w is
+        return finite_entries(jnp.asarray(C).at[2].set(jnp.nan), t * x)
+
+    _, (_, dx) = jax.jvp(scored, (jnp.float64(1.0),), (jnp.float64(1.0),))
+    np.testing.assert_array_equal(np.isnan(np.asarray(dx)), np.arange(len(X)) == 2)

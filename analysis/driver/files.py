@@ -16,9 +16,10 @@ import glob
 import os
 import re
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from coffea.nanoevents import NanoAODSchema
 

@@ -3,7 +3,8 @@
 :class:`ChunkSource` is the part of :class:`analysis.driver.runner.Evaluator` (which
 inherits it) that reads what the plan needs from the first event of each dataset
 before any chunk is dispatched (:meth:`ChunkSource.validate_columns`: a missing
-collection, field or weight branch is one line) and makes coffea's work items with
+collection, field or weight branch is one line; read with uproot on the tree opened
+when the files are listed, :meth:`ChunkSource.first_event_at_open`) and makes coffea's work items with
 ``FileMeta.chunks`` from the entry counts read when the files were opened
 (:attr:`ChunkSource.chunks`). It uses the evaluator's ``fileset``, ``plan``,
 ``weight_branches``, ``skip_bad_files`` and ``chunksize``. Split out of

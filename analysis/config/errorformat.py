@@ -37,7 +37,6 @@ def _format_error(err: Any) -> str:
         del loc[1]
     if loc and loc[-1] == "[key]":  # a non-string mapping key, e.g. a parameter named 1
         loc.pop()
-    name = next((p for p in reversed(loc) if not p.isdigit()), "value")
     got = _show(err.get("input"))
     if typ == _ERR:
         loc += [p for p in ctx["where"].split(".") if p]
@@ -56,9 +55,9 @@ def _format_error(err: Any) -> str:
         msg = f"expected one of {ctx['expected']}, got {got}"
     elif typ in _LIMITS:
         key, op = _LIMITS[typ]
-        msg = f"{name} must be {op} {ctx[key]}, got {got}"
+        msg = f"must be {op} {ctx[key]}, got {got}"
     elif typ == "too_short":
-        msg = f"{name} must not be empty"
+        msg = "must not be empty"
     else:
         kind = next((v for k, v in _TYPE_NAMES.items() if typ.startswith(k + "_")), None)
         msg = f"expected {kind}, got {got}" if kind else err["msg"]

@@ -146,6 +146,12 @@ def open_file(
     raise BranchError(problem, collection)
 
 
+def _looked(entry: str, path: str) -> str:
+    """`` (looked for PATH)``: where a relative ``entry`` was looked for ("" where the
+    entry is that path already: a line says it once)."""
+    return "" if path == entry else f" (looked for {path})"
+
+
 def _same_file(where: str, path: str, earlier: str, what: str) -> None:
     """A file listed twice in a dataset is read once: one warning line says so."""
     import warnings
@@ -201,10 +207,10 @@ def resolve_fileset(
                 # a pattern; a file literally named so (tt[1].root) is read as written
                 matches = sorted(glob.glob(path))
                 if not matches:
-                    raise InputError(f"{where}: no file matches {entry!r} (looked for {path})")
+                    raise InputError(f"{where}: no file matches {entry!r}{_looked(entry, path)}")
                 paths.extend(matches)
             elif not os.path.exists(path):
-                raise InputError(f"{where}: no such file {entry!r} (looked for {path})")
+                raise InputError(f"{where}: no such file {entry!r}{_looked(entry, path)}")
             else:
                 paths.append(path)
         entries: dict[str, tuple[int, Any]] = {}

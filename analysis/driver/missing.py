@@ -12,9 +12,9 @@ __all__ = ["config_keys", "missing_branch_line", "read_by"]
 
 def config_keys(config: Any, name: str, dataset: str | None = None) -> list[str]:
     """The dotted keys of ``config`` whose text names ``name`` as a whole word (an
-    expression ``Jet.btagDeepB > 0``, a weight ``PSWeight[0]``); a list entry with a
-    ``name`` is keyed by it (``systematics[isr].up``). Keys under ``datasets.`` other than
-    ``datasets.<dataset>`` are left out.
+    expression ``Jet.btagDeepB > 0``, a weight ``PSWeight[0]``), written as the config
+    loader's messages write them (``systematics.0.up``, ``selection.objects.cuts.1.var``).
+    Keys under ``datasets.`` other than ``datasets.<dataset>`` are left out.
 
     Parameters
     ----------
@@ -40,8 +40,7 @@ def config_keys(config: Any, name: str, dataset: str | None = None) -> list[str]
                 walk(v, f"{path}.{k}" if path else str(k))
         elif isinstance(x, list):
             for i, v in enumerate(x):
-                label = v.get("name") if isinstance(v, dict) else None
-                walk(v, f"{path}[{label if isinstance(label, str) else i}]")
+                walk(v, f"{path}.{i}")
         elif isinstance(x, str) and word.search(x):
             out.append(path)
 

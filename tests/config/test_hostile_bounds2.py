@@ -35,7 +35,7 @@ def _fails(argv: list[str], capsys) -> str:
 
 def test_replicas_are_bounded(tmp_path):
     cfg = H.config_dict(tmp_path, optimizer={"replicas": 10**8})
-    assert _refused(cfg) == (f"<config>: optimizer.replicas: replicas must be <= {MAX_REPLICAS}"
+    assert _refused(cfg) == (f"<config>: optimizer.replicas: must be <= {MAX_REPLICAS}"
                              ", got 100000000")
     cfg["optimizer"]["replicas"] = MAX_REPLICAS
     config_from_dict(cfg)

@@ -220,8 +220,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
                 raise InputError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
             for name, value in params.items():  # as --set and the config's init are
                 problem = value_problem(self.config, name, value, soft=True)
-                if problem is not None:
-                    raise InputError(f"parameter {name}: {problem}")
+                if problem is not None:  # (one that names the parameter: said once)
+                    raise InputError(f"parameter {problem}" if problem.startswith(f"{name} ")
+                                     else f"parameter {name}: {problem}")
             values.update(params)
         for h in self.config.histograms:  # trainable edges stay in order (--set, grids)
             if h.trainable_edges:

@@ -127,7 +127,7 @@ def test_evaluator_run_refuses_a_fractional_count(small_data):
     with Evaluator(H.make_config(small_data, parameters=params)) as ev, \
             pytest.raises(InputError) as err:
         ev.run({"min_jets": 2.5})
-    assert str(err.value) == ("parameter min_jets: min_jets is a count threshold: expected an "
+    assert str(err.value) == ("parameter min_jets is a count threshold: expected an "
                               "integer, got 2.5")
 
 

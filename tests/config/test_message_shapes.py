@@ -8,10 +8,11 @@ and a missing absolute file path is named once.
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from analysis.cli.parser import main
 from tests.chunked_helpers import DY, NANOAOD_WARNINGS, analysis_config
-from tests.conftest import edited, one_line_error, write_config
+from tests.conftest import REPO, edited, one_line_error, write_config
 
 pytestmark = NANOAOD_WARNINGS
 
@@ -85,3 +86,19 @@ def test_the_keys_that_read_a_branch_are_dotted(tmp_path):
     conf = type("C", (), {"source": str(path)})()
     assert config_keys(conf, "PSWeight", "dy") == ["systematics.0.up", "systematics.0.down"]
     assert config_keys(conf, "jet_pt_min", "dy") == ["selection.objects.cuts.0.param"]
+
+
+@pytest.mark.parametrize("count, want", [
+    (-1, "selection.0.count: expected a string or a list, got -1"),
+    ({}, "selection.0.count: expected a string or a list, got {}"),
+    (["jets", 3], "selection.1.count.1: expected a string, got 3"),
+])
+def test_a_union_is_one_key_and_one_line(count, want, tmp_path, capsys):
+    """``count: str | list[str]``: pydantic's member names (``count.str``,
+    ``count.list[str]``) are no keys of the config; the members' lines are one."""
+    cfg = yaml.safe_load((REPO / "configs" / "agc_ttbar.yaml").read_text())
+    index = int(want.split(".")[1])
+    path = write_config(tmp_path, edited(cfg, f"selection/{index}/count", count))
+    capsys.readouterr()
+    assert main(["evaluate", str(path), "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    assert one_line_error(capsys.readouterr().err) == f"diffcoffea: error: {path}: {want}"

@@ -31,7 +31,9 @@ class ChunkSource:
     :class:`analysis.driver.runner.Evaluator`, whose attributes it uses)."""
 
     def validate_columns(self) -> None:
-        """Read what the plan needs from the first event of each dataset, here.
+        """Read what the plan needs from the first event of each dataset, here (or take
+        the outcome of that read made when the files were opened:
+        :meth:`first_event_at_open`).
 
         A missing collection, field or weight branch is then a one-line
         :class:`InputError` before any chunk is dispatched: coffea's futures

@@ -23,7 +23,12 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from analysis.config import likelihood as _lk
 from analysis.config.cutkeys import CutKeys
-from analysis.config.errorformat import _LIMITS, _TYPE_NAMES, _format_error, format_errors  # noqa: F401
+from analysis.config.errorformat import (  # noqa: F401
+    _LIMITS,
+    _TYPE_NAMES,
+    _format_error,
+    format_errors,
+)
 from analysis.config.inputs import DatasetConfig, EngineConfig, ExecutorConfig, GenerateConfig
 from analysis.config.names import check_names
 from analysis.config.observables import _EXPR, HistConfig, ObservableConfig  # noqa: F401

@@ -4,8 +4,8 @@
 inherits it) that reads what the plan needs from the first event of each dataset
 before any chunk is dispatched (:meth:`ChunkSource.validate_columns`: a missing
 collection, field or weight branch is one line; read with uproot on the tree opened
-when the files are listed, :meth:`ChunkSource.first_event_at_open`) and makes coffea's work items with
-``FileMeta.chunks`` from the entry counts read when the files were opened
+when the files are listed, :meth:`ChunkSource.first_event_at_open`) and makes coffea's
+work items with ``FileMeta.chunks`` from the entry counts read when the files were opened
 (:attr:`ChunkSource.chunks`). It uses the evaluator's ``fileset``, ``plan``,
 ``weight_branches``, ``skip_bad_files`` and ``chunksize``. Split out of
 :mod:`analysis.driver.runner`, which re-exports every name.
@@ -92,11 +92,11 @@ class ChunkSource:
             self._read_first_event(name, path, f[tree], tree)
 
     def _read_first_event(self, name: str, path: str, tree: Any, treename: str) -> None:
-        """Read the plan's columns from the first event of ``tree`` (``treename``): from a TTree with
-        uproot alone (:class:`~analysis.data.firstevent.FirstEvent`: the branches the plan
-        reads, not coffea's schema of every branch), and where that misses a name (or
-        the tree is an RNTuple) through coffea, whose words and closest names the
-        message keeps."""
+        """Read the plan's columns from the first event of ``tree`` (``treename``): from a
+        TTree with uproot alone (:class:`~analysis.data.firstevent.FirstEvent`: the
+        branches the plan reads, not coffea's schema of every branch), and where that
+        misses a name (or the tree is an RNTuple) through coffea, whose words and closest
+        names the message keeps."""
         read = {"weight_branch": self.weight_branches[name], "source": path,
                 "nonfinite": "drop"}
         if getattr(tree, "classname", None) == "TTree":

@@ -73,7 +73,8 @@ def test_a_missing_relative_file_says_where_it_was_looked_for(tmp_path, capsys):
     capsys.readouterr()
     assert main(["evaluate", str(path), "--output", str(tmp_path / "out"), "--quiet"]) == 2
     line = one_line_error(capsys.readouterr().err)
-    assert line.endswith(f"no such file 'data/dy.root' (looked for {tmp_path / 'data' / 'dy.root'})")
+    looked = tmp_path / "data" / "dy.root"
+    assert line.endswith(f"no such file 'data/dy.root' (looked for {looked})")
 
 
 def test_the_keys_that_read_a_branch_are_dotted(tmp_path):

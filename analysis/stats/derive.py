@@ -201,7 +201,8 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1,
     lists, tuples) whose leaves are states (:func:`~analysis.stats.moments`,
     :func:`~analysis.stats.comoments`, :func:`~analysis.stats.histogram`) or sums (real numbers or arrays). ``order``: 0
     (values only), 1 (Jacobian, default) or 2 (and Hessian), by forward-mode JAX
-    (cost and size grow with the number of parameters P). Anything else as a leaf, or
+    (cost grows with the number of parameters P; memory with the tangents of a block,
+    ``block``). Anything else as a leaf, or
     a non-finite parameter, raises naming it.
 
     ``theta`` may also be the :class:`PassTheta` that :func:`differentiable` gives
@@ -223,7 +224,7 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1,
     block : int, optional
         Keyword-only. Tangents per block of the forward derivatives
         (:func:`value_and_derivatives`: memory grows with the block, not with P); None
-        (default): from the size of the largest array ``fn`` closes over.
+        (default): from the size of the largest array ``fn`` reads or makes.
 
     Returns
     -------

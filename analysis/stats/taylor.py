@@ -96,11 +96,12 @@ def _symmetric(h: Any) -> np.ndarray:
 #: The fewest tangents of a block (:func:`tangent_block`): up to this many parameters run
 #: in one block whatever the chunk (the common case keeps jacfwd's one program).
 MIN_BLOCK = 8
-#: Default budget of one block, in tangent-elements: a block's tangents times the chunk's
-#: largest array (events x padded objects). Measured on configs/demo_score.yaml (two
-#: networks, ~1,000 weights): one tangent there holds ~600 float64 per event at once,
-#: so 2**22 is ~2-3 GB of tangents whatever the number of parameters.
-TANGENT_BUDGET = 2**20
+#: Default budget of one block, in tangent-elements: a block's tangents times the largest
+#: array of the chunk function (:func:`chunk_elements`). Measured on
+#: configs/demo_score.yaml (two networks, 1,053 parameters): the largest array is 131k
+#: elements at chunks of 1,000 events, and blocks of 117 tangents peaked at 1.3 GB (all
+#: at once: 6.7 GB); 2**24 gives blocks of 128 there and of 32 at chunks of 4,000.
+TANGENT_BUDGET = 2**24
 
 
 def tangent_block(n_params: int, elements: int, *, budget: int = TANGENT_BUDGET) -> int:
@@ -111,7 +112,8 @@ def tangent_block(n_params: int, elements: int, *, budget: int = TANGENT_BUDGET)
     n_params
         The number of parameters ``P`` (basis tangents).
     elements
-        The chunk's size: its largest array's number of elements (events x objects).
+        The chunk's size: its largest array's number of elements
+        (:func:`chunk_elements`).
     budget
         Block tangents times ``elements`` stay under it, but a block holds at least
         ``min(P, MIN_BLOCK)`` tangents.
@@ -125,11 +127,29 @@ def tangent_block(n_params: int, elements: int, *, budget: int = TANGENT_BUDGET)
     return max(min(n_params, MIN_BLOCK), min(n_params, fit))
 
 
+def _largest(jaxpr: Any) -> int:
+    """Elements of the largest value an equation of ``jaxpr`` (a ``jax.extend.core.Jaxpr``)
+    or of the jaxprs in its parameters (jit, scan, cond bodies) makes."""
+    best = 0
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            best = max(best, int(np.prod(getattr(v.aval, "shape", ()))))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's Jaxpr
+                if hasattr(inner, "eqns"):
+                    best = max(best, _largest(inner))
+    return best
+
+
 def chunk_elements(f: Callable[[Any], Any], t0: Any) -> int:
-    """The size (elements) of the largest array ``f`` closes over: its chunk's largest
-    column (one trace of ``f``, no computation)."""
+    """The size (elements) of the largest array ``f`` reads or makes on its chunk: its
+    columns (closed over), its count states (events x states), a network's hidden units
+    (objects x width); one trace of ``f``, no computation. A tangent of ``f`` holds
+    arrays of about this size."""
     closed = jax.make_jaxpr(f)(t0)
-    return max((int(np.prod(np.shape(c))) for c in closed.consts), default=1)
+    read = max((int(np.prod(np.shape(c))) for c in closed.consts), default=1)
+    return max(read, _largest(closed.jaxpr))
 
 
 def _jacfwd_blocks(fun: Callable[[Any], Any], t0: Any, block: int) -> tuple[Any, Any]:
@@ -180,7 +200,7 @@ def value_and_derivatives(f: Callable[[Any], Any], t0: Any, *, order: int,
         Keyword-only: tangents per block (``jax.jvp`` under ``jax.vmap``, blocks in
         sequence, so memory grows with the block, not with ``P``); ``>= P``: one block,
         ``jax.jacfwd``'s program. None: :func:`tangent_block` of the largest array ``f``
-        closes over (:func:`chunk_elements`; only traced when ``P > MIN_BLOCK``).
+        reads or makes (:func:`chunk_elements`; only traced when ``P > MIN_BLOCK``).
         Order 2 blocks both levels (a block's second-order tangents: ``block**2``).
     budget
         Keyword-only: :func:`tangent_block`'s budget when ``block`` is None.

@@ -20,7 +20,7 @@ from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import Backend, chunk_state
 from analysis.pipeline.backends.jax import passes
 from analysis.pipeline.plan import build_plan, initial_widths
-from analysis.stats.taylor import MIN_BLOCK, tangent_block, value_and_derivatives
+from analysis.stats.taylor import MIN_BLOCK, chunk_elements, tangent_block, value_and_derivatives
 from tests.chunked_helpers import read_columns
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,6 +101,23 @@ def test_the_default_block_follows_the_chunk() -> None:
     # 40 tangents of a 4,000-element chunk under a budget of 10 such tangents: 4 blocks of 10
     assert seen == [(4, 10, 40)]
     np.testing.assert_allclose(jac, jax.jacfwd(g)(jnp.ones(40)), rtol=1e-15)
+
+
+def test_the_chunk_size_counts_what_the_function_makes() -> None:
+    """An intermediate larger than every input (a network's hidden units, count states),
+    also inside a jitted function or a loop body, sets the size."""
+    x, y = np.ones(300), np.ones(7)
+
+    @jax.jit
+    def inner(t):
+        return jnp.sum(jnp.outer(jnp.asarray(x), jnp.asarray(y)) * t[0])
+
+    def looped(t):
+        return jax.lax.fori_loop(0, 2, lambda i, c: c + inner(t), 0.0)
+
+    assert chunk_elements(lambda t: jnp.sum(jnp.asarray(x) * t[0]), jnp.ones(3)) == 300
+    assert chunk_elements(inner, jnp.ones(3)) == 2100
+    assert chunk_elements(looped, jnp.ones(3)) == 2100
 
 
 def test_derive_passes_its_block_on() -> None:

@@ -50,9 +50,11 @@ __all__ = [
 ]
 
 
-def chunk_states(theta, widths, arrays, plan: Plan, shapes: Shapes):
-    """Mergeable states of one (padded) chunk as a pytree of float64 arrays."""
-    return setkernel.chunk_states(theta, widths, arrays, plan, shapes)
+def chunk_states(theta, widths, arrays, plan: Plan, shapes: Shapes, *, pulled: bool = False):
+    """Mergeable states of one (padded) chunk as a pytree of float64 arrays; ``pulled``:
+    with the states the reverse sweep's pulled sum reads
+    (:func:`analysis.pipeline.backends.jax.setkernel.chunk_states`)."""
+    return setkernel.chunk_states(theta, widths, arrays, plan, shapes, pulled=pulled)
 
 
 @partial(jax.jit, static_argnames=("plan", "shapes", "index"))

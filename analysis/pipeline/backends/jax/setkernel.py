@@ -49,6 +49,7 @@ from analysis.select.objects import (
     take,
 )
 from analysis.stats import _core
+from analysis.stats.pullback import finite_entries
 
 __all__ = ["chunk_states", "observable_entries", "possible_counts", "uncertain_counts"]
 
@@ -153,27 +154,38 @@ class _Chunk:
         return _core.moments_from_expectations(a, self.ev)
 
 
-def chunk_states(theta, widths, arrays, plan: Plan, shapes):
-    """Mergeable states of one padded chunk (module docstring), float64 pytree."""
+def chunk_states(theta, widths, arrays, plan: Plan, shapes, *, pulled: bool = False):
+    """Mergeable states of one padded chunk (module docstring), float64 pytree.
+    ``pulled``: ``(states, pulled states)``, the second with the observables' states of
+    their finite entries (:func:`analysis.stats.pullback.finite_entries`: what the
+    reverse sweep's pulled sum reads, so that a NaN entry does not make the whole
+    state NaN), the rest shared."""
     ch = _Chunk(theta, widths, arrays, plan, shapes)
     w_e = ch.ev * ch.p
     sumw, sumw2 = jnp.sum(w_e), jnp.sum(w_e * w_e)
-    observables = {}
+    observables, finite = {}, {}
     for obs, (xn, yn), order in zip(plan.observables, plan.sets.nodes, plan.sets.orders):
-        entry = {}
+        entry, fin = {}, {}
         if xn.kind in ("sum", "count"):
-            entry["moments"] = ch.event_sum(xn, order)
+            entry["moments"] = fin["moments"] = ch.event_sum(xn, order)
         else:
             cand = ch.candidates(xn)
             x, w = ch.entries(xn, cand)
             if obs.univariate:
                 entry["moments"] = _core.moments(x, w)
+                if pulled:
+                    fw, fx = finite_entries(w, x)
+                    fin["moments"] = _core.moments(fx, fw)
             if obs.bivariate:
                 y, _ = ch.entries(yn, cand)
                 entry["comoments"] = _core.comoments(x, y, w)
-        observables[obs.name] = entry
+                if pulled:
+                    fw, fx, fy = finite_entries(w, x, y)
+                    fin["comoments"] = _core.comoments(fx, fy, fw)
+        observables[obs.name], finite[obs.name] = entry, fin
     hists = histogram_states(theta, widths, arrays, plan, shapes, ch, _Chunk) if plan.hists else {}
-    return state_tree(sumw, sumw2, observables, **hists)
+    states = state_tree(sumw, sumw2, observables, **hists)
+    return (states, state_tree(sumw, sumw2, finite, **hists)) if pulled else states
 
 
 def uncertain_counts(theta, widths, arrays, plan: Plan, shapes) -> dict:

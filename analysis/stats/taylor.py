@@ -99,8 +99,8 @@ MIN_BLOCK = 8
 #: Default budget of one block, in tangent-elements: a block's tangents times the largest
 #: array of the chunk function (:func:`chunk_elements`). Measured on
 #: configs/demo_score.yaml (two networks, 1,053 parameters): the largest array is 131k
-#: elements at chunks of 1,000 events, and blocks of 117 tangents peaked at 1.3 GB (all
-#: at once: 6.7 GB); 2**24 gives blocks of 128 there and of 32 at chunks of 4,000.
+#: elements at chunks of 1,000 events (524k at 4,000); 2**24 gives 9 blocks of 117
+#: tangents there (peak 1.2-1.3 GB; all at once: 6.7 GB) and 33 of 32 at 4,000 (1.4 GB).
 TANGENT_BUDGET = 2**24
 
 

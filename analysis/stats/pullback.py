@@ -49,10 +49,16 @@ pass either way):
   through), whose power sums' partials are each entry's own: the NaN entry adds NaN
   to what it reaches, the others their shares, as for a sum (the JAX pipeline's
   observables, an event sum's entry being an event's weight and ``E[X^r 1_pass]``:
-  :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; not a state
-  :func:`analysis.stats.derive` reads from a user's function, which stays per chunk). A state's entries that are still non-finite (e.g. the NaN
-  ``M3``/``M4`` of a second-order-only state) are constants 0 in the pulled sum
-  (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``).
+  :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; a user's function
+  under :func:`analysis.stats.derive`: its second pass traces the function once more
+  within :func:`pulled_states`, where ``stats.moments``/``stats.comoments`` form their
+  states from :func:`pulled_entries`, and pulls those; the values are the plain trace's).
+  A state's entries that are still non-finite (e.g. the NaN ``M3``/``M4`` of a
+  second-order-only state) are constants 0 in the pulled sum (:func:`_finite`), so their
+  zero cotangents never meet a NaN (``0 * NaN``); an undefined mean (centre or ``dmean``
+  non-finite: the merged state of a NaN chunk, whose centre the merge may keep finite
+  or not depending on the chunks) counts 0 as a whole, so ``T_bar`` does not depend on
+  the chunking.
 
 Everything here is pure JAX on pytrees of states (numpy in, JAX out), except
 :func:`prune` (numpy, on the host).

@@ -53,7 +53,8 @@ def _run(events, bounds):
                 ht = jax.ops.segment_sum(jpt * soft_cut(jpt, ">", th["jet_min"], 5.0), jseg, n)
                 veto = jnp.log(soft_cut(mpt, "<", th["mu_min"], 3.0))
                 w = jnp.exp(jax.ops.segment_sum(veto, mseg, n))
-                return {"ht": stats.moments(ht, weight=w)}
+                nj = jax.ops.segment_sum(soft_cut(jpt, ">", th["jet_min"], 5.0), jseg, n)
+                return {"ht": stats.moments(ht, weight=w), "co": stats.comoments(nj, ht, weight=w)}
 
             parts.append(stats.derive(fn, theta))
         return sum(parts)
@@ -61,19 +62,29 @@ def _run(events, bounds):
     return run
 
 
-def _grad(events, bounds):
+def _loss(s):
+    co = s["co"]  # the means (their cotangents finite at a NaN state)
+    return stats.mean(s["ht"]) + 3.0 * (co.center_x + co.dmean_x) + 0.5 * (co.center_y + co.dmean_y)
+
+
+def _grad(events, bounds, loss=_loss):
     f = stats.differentiable(_run(events, bounds), mode="reverse")
     value = f(THETA)
-    g = jax.grad(lambda th: stats.mean(f(th)["ht"]))(THETA)
+    g = jax.grad(lambda th: loss(f(th)))(THETA)
     return value, {k: float(v) for k, v in g.items()}
 
 
 def test_nan_event_gradient_independent_of_chunking(events) -> None:
     bad = events[2]
-    one, two = [0, bad + 1, N], [0, bad, N]  # the NaN event last in a chunk, then first
-    v1, g1 = _grad(events, one)
-    _, g2 = _grad(events, two)
-    assert np.isnan(float(stats.mean(v1["ht"])))  # the value state stays NaN
-    assert np.isnan(g1["jet_min"]) and np.isnan(g2["jet_min"])  # the NaN event reaches it
-    assert np.isfinite(g1["mu_min"]) and g1["mu_min"] != 0.0
-    assert g2["mu_min"] == pytest.approx(g1["mu_min"], rel=1e-10)
+    # the NaN event last in a chunk, first in one, in one chunk of all
+    chunkings = ([0, bad + 1, N], [0, bad, N], [0, 3, bad + 2, 27, N])
+    for loss in (_loss, lambda s: s["co"].dmean_y):  # both states; the co-moments alone
+        grads = []
+        for bounds in chunkings:
+            value, g = _grad(events, bounds, loss)
+            assert np.isnan(float(stats.mean(value["ht"])))  # the value state stays NaN
+            assert np.isnan(float(value["co"].center_x + value["co"].dmean_x))
+            assert np.isnan(g["jet_min"])  # the NaN event reaches it
+            assert np.isfinite(g["mu_min"]) and g["mu_min"] != 0.0  # it does not reach this
+            grads.append(g["mu_min"])
+        assert grads == pytest.approx([grads[0]] * len(grads), rel=1e-10)

@@ -118,7 +118,7 @@ def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: P
     closed, (shapes, _) = jax.make_jaxpr(both, return_shape=True)(t0)
     _check_merged(shapes, theta)
     out_tree = jax.tree_util.tree_structure(shapes)
-    n_out = out_tree.num_leaves
+    n_out = len(jax.tree_util.tree_leaves(shapes))
     pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
     consts = list(closed.consts)
 

@@ -38,7 +38,14 @@ def events(shared_data):
     return jets, [np.asarray(m, dtype=np.float64) for m in mus], bad
 
 
-def _run(events, bounds):
+class _Widths:
+    """An object ``fn`` closes over: its chunks take the traced path (not compiled with
+    the arrays as arguments), whose pullback is built apart."""
+
+    jet = 5.0
+
+
+def _run(events, bounds, widths=None):
     jets, mus, _ = events
 
     def run(theta):
@@ -50,7 +57,8 @@ def _run(events, bounds):
             mseg = np.repeat(np.arange(b - a), [len(m) for m in mus[a:b]])
 
             def fn(th, jpt=jpt, jseg=jseg, mpt=mpt, mseg=mseg, n=b - a):
-                ht = jax.ops.segment_sum(jpt * soft_cut(jpt, ">", th["jet_min"], 5.0), jseg, n)
+                width = 5.0 if widths is None else widths.jet
+                ht = jax.ops.segment_sum(jpt * soft_cut(jpt, ">", th["jet_min"], width), jseg, n)
                 veto = jnp.log(soft_cut(mpt, "<", th["mu_min"], 3.0))
                 w = jnp.exp(jax.ops.segment_sum(veto, mseg, n))
                 nj = jax.ops.segment_sum(soft_cut(jpt, ">", th["jet_min"], 5.0), jseg, n)
@@ -67,8 +75,8 @@ def _loss(s):
     return stats.mean(s["ht"]) + 3.0 * (co.center_x + co.dmean_x) + 0.5 * (co.center_y + co.dmean_y)
 
 
-def _grad(events, bounds, loss=_loss):
-    f = stats.differentiable(_run(events, bounds), mode="reverse")
+def _grad(events, bounds, loss=_loss, widths=None):
+    f = stats.differentiable(_run(events, bounds, widths), mode="reverse")
     value = f(THETA)
     g = jax.grad(lambda th: loss(f(th)))(THETA)
     return value, {k: float(v) for k, v in g.items()}
@@ -88,3 +96,12 @@ def test_nan_event_gradient_independent_of_chunking(events) -> None:
             assert np.isfinite(g["mu_min"]) and g["mu_min"] != 0.0  # it does not reach this
             grads.append(g["mu_min"])
         assert grads == pytest.approx([grads[0]] * len(grads), rel=1e-10)
+
+
+@pytest.mark.filterwarnings("ignore:stats.derive")
+def test_nan_event_traced_path(events) -> None:
+    """The same on the traced path (a function closing over an object)."""
+    bad = events[2]
+    grads = [_grad(events, b, widths=_Widths())[1] for b in ([0, bad + 1, N], [0, bad, N])]
+    assert np.isnan(grads[0]["jet_min"]) and np.isfinite(grads[0]["mu_min"])
+    assert grads[1]["mu_min"] == pytest.approx(grads[0]["mu_min"], rel=1e-10)

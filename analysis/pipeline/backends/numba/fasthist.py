@@ -128,7 +128,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     tab = _memo(plan, ("static", regs), lambda: _joint_static(plan, regs))
     n_ev = int(variants[0].n_events)
     # the counts are the same arrays in every variant, the fields each variant's own
-    coff, base, flat, max_seq, _ = offsets(variants[0], tab.collections, plan.sets)
+    coff, base, flat, max_seq = offsets(variants[0], tab.collections, plan.sets)
     flats = [flat] + [chunk_fields(vc, tab.collections, plan.sets) for vc in variants[1:]]
     n_tot = int(base[-1])
     setspec = {s.name: s for s in plan.sets.sets}

@@ -191,12 +191,9 @@ def _restrict(dst, keep, g0, side2, n, pat, c, n_pat, ls2):
 
 @inline
 def _block(coff, n_cand, depth, n_cand2, lc2, depth2, n_states, n_cols, block, b):
-    """Block ``b``'s events ``e0:e1`` and the buffers both walks (:func:`candidates`,
-    :func:`~analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`) take for
-    them: ``(e0, e1, max_n, pos, tape, pos2, tape2, side2, chain, keep, states)``, each
-    set's positions and tape (:func:`_tuples`), the outer tuple's sides (:func:`_sides`),
-    the value functions' steps (:func:`_push`), the saved rows of ``pv_all`` (``n_cols``
-    patterns; :func:`_restrict`) and the states ``0 .. n_states - 1``."""
+    """Block ``b``'s events ``e0:e1``, ``max_n`` (:func:`_sizes`) and the buffers both
+    walks take: ``pos``, ``tape``, ``pos2``, ``tape2`` (:func:`_tuples`), ``side2``,
+    ``chain`` (:func:`_push`), ``keep`` (``n_cols`` patterns) and the states."""
     e0, e1 = b * block, min(coff.shape[1] - 1, (b + 1) * block)
     max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
     max_ops2 = _sizes(coff, n_cand2, depth2, e0, e1)[1] if lc2 >= 0 else 1
@@ -208,24 +205,17 @@ def _block(coff, n_cand, depth, n_cand2, lc2, depth2, n_states, n_cols, block, b
 
 @inline
 def _n_outer(n_cand, depth, n_cand2, lc2, depth2, e, pos2, tape2):
-    """Event ``e``'s passes of the walk: 0 where a set has fewer objects than a tuple
-    (nothing to walk), 1 for one set, else the outer set's tape (:func:`_tuples`, into
-    ``pos2``, ``tape2``) and its length."""
-    if n_cand[e] < depth + 1:
+    """Event ``e``'s passes of the walk: 0 where a set has fewer objects than a tuple,
+    1 for one set, else the length of the outer set's tape (into ``pos2``, ``tape2``)."""
+    if n_cand[e] < depth + 1 or (lc2 >= 0 and n_cand2[e] < depth2 + 1):
         return 0
-    if lc2 < 0:
-        return 1
-    if n_cand2[e] < depth2 + 1:
-        return 0
-    return _tuples(n_cand2[e], depth2, pos2, tape2)
+    return 1 if lc2 < 0 else _tuples(n_cand2[e], depth2, pos2, tape2)
 
 
 @inline
 def _push(gst, h, chain, g, c, side, pv_all, pd, pat, n_pat, tgt, ls, states):
-    """``gst[h + 1]``: the value function ``gst[h]`` stepped back over object ``g`` of
-    collection ``c`` on the patterns ``side`` takes (:func:`_step`; tangents ``pd``), the
-    step kept in ``chain[h]`` (object, collection, side: the transpose's); returns
-    ``h + 1``."""
+    """``gst[h + 1]``: ``gst[h]`` stepped back over object ``g`` of collection ``c``
+    (:func:`_step`), the step kept in ``chain[h]`` for the transpose; returns ``h + 1``."""
     clear(gst[h + 1], states, states.shape[0])
     _step(gst[h + 1], gst[h], 1.0, g, c, pv_all, pd, pat, n_pat, tgt, ls, side, states, True)
     chain[h, 0] = g
@@ -251,11 +241,9 @@ def _chain_g(gst, chain, coff, base, e, lc, lc2, pv_all, pd, pat, n_pat, tgt, st
 @inline
 def _chain_outer(gst, t, chain, side2, keep, coff, base, e, lc, order2, lo2, lc2, ls2, depth2,
                  pos2, g0, n, pv_all, pd, pat, n_pat, tgt, states):
-    """The outer tuple ``pos2``'s sides (:func:`_sides`) and ``G_2(b)`` from ``G =
-    gst[t]`` (module docstring: ``c2``'s objects in its rank order, last first,
-    :func:`_push`); returns ``h`` (``G_2(b) = gst[h]``). A second set of ``lc``:
-    ``G_2 = G`` and ``pv_all``'s rows restricted instead (:func:`_restrict`; the
-    caller's ``pd_all``'s)."""
+    """The outer tuple ``pos2``'s sides (:func:`_sides`) and ``G_2(b) = gst[h]`` from
+    ``G = gst[t]`` (module docstring); returns ``h``. A second set of ``lc``: ``G_2 = G``,
+    ``pv_all``'s rows restricted instead (the caller restricts ``pd_all``'s)."""
     n2 = coff[lc2, e + 1] - lo2
     _sides(side2, order2, lo2, n2, pos2, depth2)
     if lc2 == lc:
@@ -315,9 +303,8 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
             lo2 = coff[max(lc2, 0), e]
             g0 = base[lc] + lo
             if lc2 == lc:
-                for j in range(n):
-                    keep[j] = pv_all[g0 + j]
-                    keepd[j] = pd_all[g0 + j]
+                keep[:n] = pv_all[g0:g0 + n]
+                keepd[:n] = pd_all[g0:g0 + n]
             nops = _tuples(n_cand[e], depth, pos, tape)
             q = cand_off[e]
             for o in range(n_outer):
@@ -374,6 +361,5 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                             obj_out[q, depth + 1 + j] = order2[lo2 + pos2[j]]
                     q += 1
             if lc2 == lc:  # the rows restored
-                for j in range(n):
-                    pv_all[g0 + j] = keep[j]
-                    pd_all[g0 + j] = keepd[j]
+                pv_all[g0:g0 + n] = keep[:n]
+                pd_all[g0:g0 + n] = keepd[:n]

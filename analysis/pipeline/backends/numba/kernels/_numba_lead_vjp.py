@@ -114,8 +114,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
             lo2 = coff[max(lc2, 0), e]
             g0 = base[lc] + lo
             if lc2 == lc:
-                for j in range(n):
-                    keep[j] = pv_all[g0 + j]
+                keep[:n] = pv_all[g0:g0 + n]
             nops = _tuples(n_cand[e], depth, pos, tape)
             n_in = 0  # the inner tuples per outer one
             for i in range(nops):
@@ -141,8 +140,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                                      lc2, ls2, depth2, pos2, g0, n, pv_all, 0.0, pat, n_pat, tgt,
                                      states)
                     if lc2 == lc:
-                        for j in range(n):
-                            gkeep[j] = gp[g0 + j]
+                        gkeep[:n] = gp[g0:g0 + n]
                 B[n] = gst[h]
                 for m in range(n - 1, -1, -1):
                     B[m] = 0.0
@@ -210,8 +208,7 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                 _chain_t(T, T2, gp, gst, chain, t, h, pv_all, pat, n_pat, tgt, ls2, states)
                 Gbar += T
             if lc2 == lc:  # the rows restored
-                for j in range(n):
-                    pv_all[g0 + j] = keep[j]
+                pv_all[g0:g0 + n] = keep[:n]
             T[:] = Gbar  # G's chain transposed
             _chain_t(T, T2, gp, gst, chain, 0, t, pv_all, pat, n_pat, tgt, ls, states)
             for r in range(df.shape[1]):

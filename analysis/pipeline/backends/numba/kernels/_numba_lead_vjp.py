@@ -38,8 +38,10 @@ from analysis.pipeline.backends.numba.kernels._numba_lead import (
     OUT,
     _block,
     _chain_g,
-    _chain_outer,
     _n_outer,
+    _push,
+    _restrict,
+    _sides,
     _step,
     _take,
     _tuples,
@@ -58,19 +60,6 @@ def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, states):
     for p in range(n_pat[c]):
         if _take(pat, c, p, ls, side):
             gp[g, p] += scale * weight(0.0, F, G, tgt[c, p], states, ns, 0, states, False)
-
-
-@inline
-def _chain_t(T, T2, gp, gst, chain, lo, hi, pv_all, pat, n_pat, tgt, ls, states):
-    """The steps ``chain[lo:hi]`` of a value function (``_numba_lead._push``) transposed,
-    the last first: ``T`` the cotangent of ``gst[hi]`` in, of ``gst[lo]`` out; each step's
-    ``dL/dpi`` added to ``gp`` (``ls``: the set of the steps' sides)."""
-    for i in range(hi - 1, lo - 1, -1):
-        g, c, side = chain[i, 0], chain[i, 1], chain[i, 2]
-        _grad(gp, g, 1.0, T, gst[i], c, pat, n_pat, tgt, ls, side, states)
-        T2[:] = 0.0
-        _step(T2, T, 1.0, g, c, pv_all, 0.0, pat, n_pat, tgt, ls, side, states, False)
-        T[:] = T2
 
 
 @njit
@@ -134,13 +123,16 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                     if not live:
                         qs += n_in
                         continue
-                    # G_2(b), as candidates' (its steps kept); a second set of lc:
-                    # candidates' restriction, G_2 = G, and dL/dpi' before b's
-                    h = _chain_outer(gst, t, chain, side2, keep, coff, base, e, lc, order2, lo2,
-                                     lc2, ls2, depth2, pos2, g0, n, pv_all, 0.0, pat, n_pat, tgt,
-                                     states)
-                    if lc2 == lc:
+                    n2 = coff[lc2, e + 1] - lo2
+                    _sides(side2, order2, lo2, n2, pos2, depth2)
+                    if lc2 == lc:  # candidates' restriction, G_2 = G; dL/dpi' before b's
+                        _restrict(pv_all, keep, g0, side2, n, pat, lc, n_pat, ls2)
                         gkeep[:n] = gp[g0:g0 + n]
+                        n2 = 0
+                    for m in range(n2 - 1, -1, -1):  # G_2(b), as candidates' (steps kept)
+                        j = order2[lo2 + m]
+                        h = _push(gst, h, chain, base[lc2] + j, lc2, side2[j - lo2], pv_all, 0.0,
+                                  pat, n_pat, tgt, ls2, states)
                 B[n] = gst[h]
                 for m in range(n - 1, -1, -1):
                     B[m] = 0.0
@@ -204,13 +196,25 @@ def lead_vjp(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2
                         for p in range(n_pat[lc]):
                             if not _take(pat, lc, p, ls2, side2[j]):
                                 gp[g0 + j, p] = gkeep[j, p]
-                T[:] = Bbar[n]  # G_2(b)'s chain transposed, into G's cotangent
-                _chain_t(T, T2, gp, gst, chain, t, h, pv_all, pat, n_pat, tgt, ls2, states)
+                # G_2(b)'s chain transposed, into G's cotangent (this loop and G's below as
+                # one helper measured 1.03-1.04x slower)
+                T[:] = Bbar[n]
+                for i in range(h - 1, t - 1, -1):
+                    g, c, side = chain[i, 0], chain[i, 1], chain[i, 2]
+                    _grad(gp, g, 1.0, T, gst[i], c, pat, n_pat, tgt, ls2, side, states)
+                    T2[:] = 0.0
+                    _step(T2, T, 1.0, g, c, pv_all, 0.0, pat, n_pat, tgt, ls2, side, states, False)
+                    T[:] = T2
                 Gbar += T
             if lc2 == lc:  # the rows restored
                 pv_all[g0:g0 + n] = keep[:n]
             T[:] = Gbar  # G's chain transposed
-            _chain_t(T, T2, gp, gst, chain, 0, t, pv_all, pat, n_pat, tgt, ls, states)
+            for i in range(t - 1, -1, -1):
+                g, c, side = chain[i, 0], chain[i, 1], chain[i, 2]
+                _grad(gp, g, 1.0, T, gst[i], c, pat, n_pat, tgt, ls, side, states)
+                T2[:] = 0.0
+                _step(T2, T, 1.0, g, c, pv_all, 0.0, pat, n_pat, tgt, ls, side, states, False)
+                T[:] = T2
             for r in range(df.shape[1]):
                 acc = 0.0
                 for k in range(n_states):

@@ -103,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
 LONGEST_FIRST = (
     "likelihood/test_yaml_pipeline.py",  # both backends' soft passes (JAX: ~2 min cold)
     "pipeline/test_object_sets_hardcut.py",
-    "pipeline/test_fastkernel.py",
+    "pipeline/backends/numba/test_fastkernel.py",
     "optimize/test_optimize.py",
     "pipeline/test_object_sets_enumeration.py",
     "driver/test_chunked_invariance.py",
@@ -115,6 +115,21 @@ LONGEST_FIRST = (
     "data/test_cache_dask.py",
     "driver/test_parsl.py",
     "driver/test_final_passes.py",
+    # heavy files that collection order hands out late (session 20: CI's --durations of
+    # the 676 s run, and CPU seconds of cold -n 0 runs of tests/stats, tests/select and the
+    # root files): test_soft_fast_kernels.py (~50 s in CI) and test_soft_pass_weights.py
+    # (~19 s CPU) were the last two files, tests/stats the last folder
+    "test_soft_fast_kernels.py",
+    "pipeline/backends/numba/test_fastreverse_hists_sums.py",
+    "pipeline/backends/numba/test_fasthist_multislot.py",
+    "pipeline/backends/numba/test_fasthist.py",
+    "select/test_chainwalk.py",
+    "stats/test_derive_compiled.py",
+    "stats/test_reverse_mode.py",
+    "pipeline/backends/numba/test_fastreverse_hists_lead.py",
+    "stats/test_powsum.py",
+    "stats/test_grad.py",
+    "test_soft_pass_weights.py",
 )
 TESTS = Path(__file__).resolve().parent
 

@@ -88,9 +88,17 @@ def cmd_evaluate(args) -> int:
             report["histograms"] = histograms_section(
                 config, ev.plan, states, {**config.initial_params(), **overrides})
         if config.likelihood is not None:  # templates, Z and dZ/dparam at these parameters
+            from analysis.cli.statuslines import floor_line
             from analysis.optimize.lksection import likelihood_section
 
             report["likelihood"] = likelihood_section(config, ev.plan, states)
+            floor = floor_line(report["likelihood"])
+            if floor:  # Z from the floor: said, and flagged in results.json and the datacard
+                import warnings
+
+                from analysis.errors import DiffcoffeaWarning
+
+                warnings.warn(DiffcoffeaWarning(floor), stacklevel=1)
         report["derivatives"] = "forward" if order else None
     report["wall_time_s"] = time.perf_counter() - start
     out = output_dir(config, args)

@@ -74,12 +74,16 @@ def write_exports(section: dict[str, Any], outdir: Path) -> list[Path]:
     import tempfile
 
     from analysis.cli.jsonout import write_json
+    from analysis.cli.statuslines import floor_line
     from analysis.data.atomic import write_atomic
     from analysis.likelihood.export import combine_inputs, pyhf_workspace
 
     spec = pyhf_workspace(section)
     _validate(spec)
     card, hists = combine_inputs(section, shapes_file=SHAPES)
+    floor = floor_line(section)
+    if floor:  # the datacard says what the run said: Z from the floor
+        card = f"# WARNING: {floor}\n{card}"
     outdir = Path(outdir)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=outdir))

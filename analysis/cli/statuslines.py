@@ -9,7 +9,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["status_lines"]
+__all__ = ["floor_line", "status_lines"]
+
+
+def floor_line(section: Any) -> str | None:
+    """The warning of a ``likelihood`` section's ``floor_only`` where it warns
+    (:func:`analysis.optimize.lksection.floor_only`), else None."""
+    flag = section.get("floor_only") if isinstance(section, dict) else None
+    return flag["message"] if flag and flag.get("warn") else None
 
 
 def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) -> None:
@@ -37,6 +44,9 @@ def _print_final(report: dict[str, Any], outdir: Path, *, plots: bool = True) ->
     pulled = pull_warning(report.get("likelihood") or {})
     if pulled:  # the final hard-cut likelihood's mu = 0 fit
         console.print("warning " + pulled, highlight=False, markup=False)
+    floor = floor_line(report.get("likelihood"))
+    if floor:  # its Z from the floor (said at the start too)
+        console.print("warning " + floor, highlight=False, markup=False)
     print_warnings(report["datasets"], console)
     print_faults(report.get("faults"), console)
     where = f" and plots in {outdir}" if plots else ""

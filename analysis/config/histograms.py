@@ -60,7 +60,7 @@ class HistogramConfig(_Model):
     @classmethod
     def _edges(cls, v: list[float] | None) -> list[float] | None:
         if v is not None:
-            check_edges(v, "edges")
+            check_edges(v, "")  # the line names the key
         return v
 
     @model_validator(mode="after")

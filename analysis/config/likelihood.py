@@ -13,6 +13,8 @@ The names are a contract (held-out configs are written with exactly these)::
       channels: {sr: {histogram: ht}}   # a channel may add `selection:` (extra conditions)
       mc_stat: true
       upper_limit: false                # true: the expected CLs limit in results.json
+      floor: null                       # a number: the smallest background count to accept
+      clip_negative: false              # true: clip negative total background bins to 0
 
 * A histogram's ``x`` is any observable expression (:mod:`analysis.select.exprs`); its
   state is the exact expectation of the hard-cut histogram
@@ -174,11 +176,18 @@ class ChannelConfig(_Model):
 
 class LikelihoodConfig(_Model):
     """The binned model: channels, MC statistics (Barlow-Beeston lite); ``upper_limit``:
-    write the expected CLs limit in results.json without a ``cls_upper_limit`` term."""
+    write the expected CLs limit in results.json without a ``cls_upper_limit`` term;
+    ``floor``: the smallest expected count of a bin (None: 1e-9, and the commands warn
+    where bins whose background is that floor alone carry Z:
+    :func:`analysis.likelihood.floor_report`; a number: that count, accepted without
+    the warning); ``clip_negative``: a negative total background bin is set to 0 rather
+    than refused (:func:`analysis.likelihood.templates`)."""
 
     channels: dict[str, ChannelConfig] = Field(min_length=1)
     mc_stat: bool = True
     upper_limit: bool = False
+    floor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    clip_negative: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -333,7 +342,9 @@ def build_model(config: Any) -> Model | None:
         for s in config.systematics if s.type == "lnN"
     )
     signal = tuple(n for n in samples if config.datasets[n].role == "signal")
-    return Model(channels, signal, norms, mc_stat=lk.mc_stat)
+    floor = {} if lk.floor is None else {"floor": lk.floor}
+    return Model(channels, signal, norms, mc_stat=lk.mc_stat, clip_negative=lk.clip_negative,
+                 **floor)
 
 
 def model_states(stats: dict[str, Any], config: Any) -> dict[str, dict[str, Any]]:

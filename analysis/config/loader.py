@@ -23,7 +23,12 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from analysis.config import likelihood as _lk
 from analysis.config.cutkeys import CutKeys
-from analysis.config.errorformat import _LIMITS, _TYPE_NAMES, _format_error  # noqa: F401
+from analysis.config.errorformat import (  # noqa: F401
+    _LIMITS,
+    _TYPE_NAMES,
+    _format_error,
+    format_errors,
+)
 from analysis.config.inputs import DatasetConfig, EngineConfig, ExecutorConfig, GenerateConfig
 from analysis.config.names import check_names
 from analysis.config.observables import _EXPR, HistConfig, ObservableConfig  # noqa: F401
@@ -304,7 +309,7 @@ def config_from_dict(
     except ValidationError as exc:
         # every error of the file, one line each (up to MAX_ERRORS), so that one run
         # shows them all
-        lines = list(dict.fromkeys(_format_error(e) for e in exc.errors(include_url=False)))
+        lines = format_errors(exc.errors(include_url=False))
         shown = [f"{source}: {line}" for line in lines[:MAX_ERRORS]]
         if len(lines) > MAX_ERRORS:
             shown.append(f"{source}: (and {len(lines) - MAX_ERRORS} more errors)")

@@ -73,7 +73,7 @@ def _check_width(cls: type, v: float | str | None) -> float | str | None:
     if isinstance(v, float) and not math.isfinite(v):  # one line here, not one per member
         raise ValueError(f"expected a finite number, got {v!r}")
     if isinstance(v, str) or not v >= 0:
-        raise ValueError(f"width must be a number >= 0 or 'auto', got {v!r}")
+        raise ValueError(f"must be a number >= 0 or 'auto', got {v!r}")
     return v
 
 
@@ -112,7 +112,7 @@ class ParameterConfig(_Model):
             if not lo < hi:
                 raise _fail("bounds", f"lower bound {lo} must be below upper bound {hi}")
             if not lo <= self.init <= hi:
-                raise _fail("init", f"init {self.init} is outside bounds [{lo}, {hi}]")
+                raise _fail("init", f"{self.init} is outside bounds [{lo}, {hi}]")
         elif self.trainable:
             raise _fail("", "trainable parameter needs bounds: [lower, upper]")
         if self.integer and not float(self.init).is_integer():

@@ -3,8 +3,9 @@
 :class:`ChunkSource` is the part of :class:`analysis.driver.runner.Evaluator` (which
 inherits it) that reads what the plan needs from the first event of each dataset
 before any chunk is dispatched (:meth:`ChunkSource.validate_columns`: a missing
-collection, field or weight branch is one line) and makes coffea's work items with
-``FileMeta.chunks`` from the entry counts read when the files were opened
+collection, field or weight branch is one line; read with uproot on the tree opened
+when the files are listed, :meth:`ChunkSource.first_event_at_open`) and makes coffea's
+work items with ``FileMeta.chunks`` from the entry counts read when the files were opened
 (:attr:`ChunkSource.chunks`). It uses the evaluator's ``fileset``, ``plan``,
 ``weight_branches``, ``skip_bad_files`` and ``chunksize``. Split out of
 :mod:`analysis.driver.runner`, which re-exports every name.
@@ -12,8 +13,12 @@ collection, field or weight branch is one line) and makes coffea's work items wi
 
 from __future__ import annotations
 
+from typing import Any
+
+from analysis.data.branches import required_branches
 from analysis.data.columns import MissingBranchError, extract_columns
 from analysis.data.faults import describe
+from analysis.data.firstevent import FirstEvent
 from analysis.driver.files import EventSchema
 from analysis.driver.missing import missing_branch_line
 from analysis.errors import DiffcoffeaError, InputError
@@ -26,7 +31,9 @@ class ChunkSource:
     :class:`analysis.driver.runner.Evaluator`, whose attributes it uses)."""
 
     def validate_columns(self) -> None:
-        """Read what the plan needs from the first event of each dataset, here.
+        """Read what the plan needs from the first event of each dataset, here (or take
+        the outcome of that read made when the files were opened:
+        :meth:`first_event_at_open`).
 
         A missing collection, field or weight branch is then a one-line
         :class:`InputError` before any chunk is dispatched: coffea's futures
@@ -38,27 +45,12 @@ class ChunkSource:
         """
         if self._validated:
             return
-        import warnings
-
-        from coffea.nanoevents import NanoEventsFactory
-
         for name, ds in self.fileset.items():
             for path, tree in ds["files"].items():
+                if ds["entries"][path][0] == 0:
+                    continue  # an empty file: try the dataset's next one
                 try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", RuntimeWarning)
-                        events = NanoEventsFactory.from_root(
-                            {path: tree}, schemaclass=EventSchema, mode="virtual", entry_stop=1
-                        ).events()
-                    if len(events) == 0:
-                        continue  # an empty file: try the dataset's next one
-                    extract_columns(
-                        events,
-                        self.plan,
-                        weight_branch=self.weight_branches[name],
-                        source=path,
-                        nonfinite="drop",
-                    )
+                    self._check_first_event(name, path, tree)
                 except MissingBranchError as err:
                     raise InputError(missing_branch_line(err, path, name, self.config)) from None
                 except DiffcoffeaError:
@@ -71,6 +63,59 @@ class ChunkSource:
                     ) from err
                 break
         self._validated = True
+
+    def first_event_at_open(self, name: str, path: str, tree: Any) -> bool:
+        """The first-event check of ``path`` (a file of dataset ``name``) on its tree,
+        opened by :func:`~analysis.driver.files.resolve_fileset`: its outcome is kept for
+        :meth:`validate_columns`, which raises it in its turn (a file is opened once for
+        both). Returns whether the dataset's check is settled (``False``: the file would
+        be passed over, the next one is checked)."""
+        try:
+            self._read_first_event(name, path, tree, self.config.datasets[name].treename)
+            outcome: Exception | None = None
+        except Exception as err:  # noqa: BLE001  (raised by validate_columns)
+            outcome = err
+        self._first_events[path] = outcome
+        return outcome is None or not self.skip_bad_files or isinstance(outcome,
+                                                                        DiffcoffeaError)
+
+    def _check_first_event(self, name: str, path: str, tree: str) -> None:
+        """The first-event check of ``path``: its outcome at open, else its tree opened."""
+        if path in self._first_events:
+            outcome = self._first_events.pop(path)
+            if outcome is not None:
+                raise outcome
+            return
+        import uproot
+
+        with uproot.open(path) as f:
+            self._read_first_event(name, path, f[tree], tree)
+
+    def _read_first_event(self, name: str, path: str, tree: Any, treename: str) -> None:
+        """Read the plan's columns from the first event of ``tree`` (``treename``): from a
+        TTree with uproot alone (:class:`~analysis.data.firstevent.FirstEvent`: the
+        branches the plan reads, not coffea's schema of every branch), and where that
+        misses a name (or the tree is an RNTuple) through coffea, whose words and closest
+        names the message keeps."""
+        read = {"weight_branch": self.weight_branches[name], "source": path,
+                "nonfinite": "drop"}
+        if getattr(tree, "classname", None) == "TTree":
+            try:
+                extract_columns(FirstEvent(tree, required_branches(self.plan)), self.plan,
+                                **read)
+                return
+            except MissingBranchError:
+                pass  # coffea's names (and its own fields, Jet.charge) decide
+        import warnings
+
+        from coffea.nanoevents import NanoEventsFactory
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            events = NanoEventsFactory.from_root(
+                {path: treename}, schemaclass=EventSchema, mode="virtual", entry_stop=1
+            ).events()
+        extract_columns(events, self.plan, **read)
 
     @property
     def chunks(self) -> list:

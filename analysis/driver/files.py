@@ -16,6 +16,8 @@ import glob
 import os
 import re
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from coffea.nanoevents import NanoAODSchema
 from analysis.config.loader import Config
 from analysis.data.branches import branch_problem
 from analysis.data.faults import Fault, describe
+from analysis.driver.missing import read_by
 from analysis.errors import InputError
 from analysis.limits import regular_file
 
@@ -84,11 +87,20 @@ class BadFile(Exception):
 
 
 class BranchError(InputError):
-    """A branch the analysis needs is missing or inconsistent (not a bad file)."""
+    """A branch the analysis needs is missing or inconsistent (not a bad file): the
+    message and the ``collection`` whose branch it is."""
+
+    def __init__(self, message: str, collection: str = "") -> None:
+        super().__init__(message)
+        self.collection = collection
 
 
 def open_file(
-    path: str, treename: str, required: dict[str, tuple[str, ...]] | None = None
+    path: str,
+    treename: str,
+    required: dict[str, tuple[str, ...]] | None = None,
+    *,
+    first: Callable[[Any], Any] | None = None,
 ) -> tuple[int, bytes]:
     """``(entries, uuid)`` of tree ``treename`` in ``path``; :class:`BadFile` if unreadable,
     :class:`BranchError` naming the branch if one of ``required`` is missing or not one
@@ -96,7 +108,9 @@ def open_file(
 
     Opens the file and its tree and reads the branch list and entry count, which is
     all coffea's preprocessing would do, so a truncated file, a corrupt header or
-    tree, or a directory fails here, with one line, not in a worker.
+    tree, or a directory fails here, with one line, not in a worker. ``first``: called
+    with the open tree if it has entries and no problem (the driver's first-event check,
+    while the tree's branch list is read: it must not raise).
     """
     import uproot
 
@@ -116,14 +130,26 @@ def open_file(
             if not hasattr(tree, "num_entries"):
                 raise BadFile(f"{treename!r} is a {type(tree).__name__}, not a TTree")
             tree.keys()
-            problem = branch_problem(tree, required or {})
+            problem, collection = None, ""
+            for collection, fields in (required or {}).items():  # the first problem's
+                problem = branch_problem(tree, {collection: fields})
+                if problem is not None:
+                    break
             if problem is None:
+                if first is not None and tree.num_entries > 0:
+                    first(tree)
                 return int(tree.num_entries), f.file.fUUID
     except BadFile:
         raise
     except Exception as err:
         raise BadFile(f"not a readable ROOT file ({describe(err)})") from err
-    raise BranchError(problem)
+    raise BranchError(problem, collection)
+
+
+def _looked(entry: str, path: str) -> str:
+    """`` (looked for PATH)``: where a relative ``entry`` was looked for ("" where the
+    entry is that path already: a line says it once)."""
+    return "" if path == entry else f" (looked for {path})"
 
 
 def _same_file(where: str, path: str, earlier: str, what: str) -> None:
@@ -142,6 +168,7 @@ def resolve_fileset(
     *,
     skipped: list[Fault] | None = None,
     required: dict[str, tuple[str, ...]] | None = None,
+    first_event: Callable[[str, str, Any], bool] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{dataset: {"files": {path: treename}, "entries": {path: (n, uuid)}}}``, globs
     expanded and every file opened.
@@ -149,7 +176,9 @@ def resolve_fileset(
     Relative paths are relative to the config file's directory. Each file is opened
     with :func:`open_file`: an unreadable one is an :class:`InputError`, or, if a
     ``skipped`` list is given, appended to it as a :class:`~analysis.data.faults.Fault`
-    and left out.
+    and left out. ``first_event(dataset, path, tree)`` is called with each dataset's
+    open trees that have entries, in order, until it returns ``True`` (the driver's
+    first-event check, on the tree opened here rather than once more).
     """
     fileset: dict[str, dict[str, Any]] = {}
     for name, ds in config.datasets.items():
@@ -178,14 +207,18 @@ def resolve_fileset(
                 # a pattern; a file literally named so (tt[1].root) is read as written
                 matches = sorted(glob.glob(path))
                 if not matches:
-                    raise InputError(f"{where}: no file matches {entry!r} (looked for {path})")
+                    raise InputError(f"{where}: no file matches {entry!r}{_looked(entry, path)}")
                 paths.extend(matches)
             elif not os.path.exists(path):
-                raise InputError(f"{where}: no such file {entry!r} (looked for {path})")
+                raise InputError(f"{where}: no such file {entry!r}{_looked(entry, path)}")
             else:
                 paths.append(path)
         entries: dict[str, tuple[int, Any]] = {}
         first: dict[Any, str] = {}  # resolved path, and file UUID -> the path met first
+        looked = [first_event is None]  # the first-event check is settled for this dataset
+
+        def look(name: str, path: str, tree: Any, looked: list[bool] = looked) -> None:
+            looked[0] = first_event(name, path, tree)  # type: ignore[misc]
         for path in paths:
             remote = bool(_REMOTE.match(path))
             real = path if remote else os.path.realpath(path)
@@ -194,9 +227,11 @@ def resolve_fileset(
                 continue
             first[real] = path
             try:
-                n, uuid = open_file(path, ds.treename, required)
+                n, uuid = open_file(path, ds.treename, required,
+                                    first=None if looked[0] else partial(look, name, path))
             except BranchError as err:
-                raise InputError(f"{path}: {err} (datasets.{name})") from None
+                raise InputError(f"{path}: {err}{read_by(config, err.collection, name)}"
+                                 ) from None
             except BadFile as bad:
                 if skipped is None:
                     raise InputError(as_written(f"{path}: {bad} (datasets.{name})")) from bad

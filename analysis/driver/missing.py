@@ -7,14 +7,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["config_keys", "missing_branch_line"]
+__all__ = ["config_keys", "missing_branch_line", "read_by"]
 
 
 def config_keys(config: Any, name: str, dataset: str | None = None) -> list[str]:
     """The dotted keys of ``config`` whose text names ``name`` as a whole word (an
-    expression ``Jet.btagDeepB > 0``, a weight ``PSWeight[0]``); a list entry with a
-    ``name`` is keyed by it (``systematics[isr].up``). Keys under ``datasets.`` other than
-    ``datasets.<dataset>`` are left out.
+    expression ``Jet.btagDeepB > 0``, a weight ``PSWeight[0]``), written as the config
+    loader's messages write them (``systematics.0.up``, ``selection.objects.cuts.1.var``).
+    Keys under ``datasets.`` other than ``datasets.<dataset>`` are left out.
 
     Parameters
     ----------
@@ -40,8 +40,7 @@ def config_keys(config: Any, name: str, dataset: str | None = None) -> list[str]
                 walk(v, f"{path}.{k}" if path else str(k))
         elif isinstance(x, list):
             for i, v in enumerate(x):
-                label = v.get("name") if isinstance(v, dict) else None
-                walk(v, f"{path}[{label if isinstance(label, str) else i}]")
+                walk(v, f"{path}.{i}")
         elif isinstance(x, str) and word.search(x):
             out.append(path)
 
@@ -83,9 +82,31 @@ def missing_branch_line(err: Any, path: str, dataset: str, config: Any) -> str:
     """
     from analysis.data.columns import suggestion
 
-    keys = config_keys(config, err.name, dataset)
+    return f"{path}: no {err.what} {err.name!r}{suggestion(err.close)}" + read_by(
+        config, err.name, dataset)
+
+
+def read_by(config: Any, name: str, dataset: str) -> str:
+    """The end of a line about ``name`` (a branch, field or collection) in a file of
+    ``dataset``: ``"; read by KEY, ... for datasets.DATASET"`` (the config keys that name
+    it, :func:`config_keys`), or ``"; in datasets.DATASET"`` where no key names it.
+
+    Parameters
+    ----------
+    config : Config
+        The loaded config.
+    name : str
+        The branch, field or collection.
+    dataset : str
+        The dataset whose file lacks it.
+
+    Returns
+    -------
+    str
+    """
+    keys = config_keys(config, name, dataset) if name else []
     own = f"datasets.{dataset}"
     read = f"; read by {', '.join(keys)}" if keys else ""
     if not any(k.startswith(own + ".") for k in keys):
         read += f" for {own}" if keys else f"; in {own}"
-    return f"{path}: no {err.what} {err.name!r}{suggestion(err.close)}{read}"
+    return read

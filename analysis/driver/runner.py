@@ -146,9 +146,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
         process (the command line: vector's, see :mod:`analysis.driver.warmup`)."""
         self.config = config
         try:
-            self.backend = (backend if isinstance(backend, Backend) else
-                            Backend(backend or config.engine.backend,
-                                    device or config.engine.device))
+            self.backend = (backend if isinstance(backend, Backend) else Backend(
+                backend or config.engine.backend, device or config.engine.device,
+                tangent_block=config.engine.tangent_block))
             self.backend.check_device()
         except ValueError as err:
             raise InputError(f"{config.source}: engine: {err}") from None
@@ -172,10 +172,14 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
         self._parsl = None
         self._chunks: list | None = None
         self._validated = False
+        self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
+        #: each dataset's first-event check, made when its file was opened (path -> the
+        #: error, or None), until validate_columns raises or passes it
+        self._first_events: dict[str, Exception | None] = {}
         skipped: list[Fault] = []
         self.fileset = resolve_fileset(
             config, skipped=skipped if self.skip_bad_files else None,
-            required=required_branches(self.plan),
+            required=required_branches(self.plan), first_event=self.first_event_at_open,
         )
         for ds in self.fileset.values():
             # in every chunk's events.metadata (read by columns.py and faults.guarded)
@@ -183,7 +187,6 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
         #: every skipped chunk or file and every non-finite drop seen so far (all passes)
         self.faults = Faults(skipped)
         check_sizes(config, self.plan, events=self.largest_chunk)
-        self.weight_branches = {name: ds.weight for name, ds in config.datasets.items()}
         #: the validation split's part every pass weighs: ``(part, fraction)`` with part
         #: "train" or "held_out" (:func:`analysis.pipeline.split.part_factor`); ``None``: all
         #: events. Set by the optimisation loop around its passes.
@@ -217,8 +220,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
                 raise InputError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
             for name, value in params.items():  # as --set and the config's init are
                 problem = value_problem(self.config, name, value, soft=True)
-                if problem is not None:
-                    raise InputError(f"parameter {name}: {problem}")
+                if problem is not None:  # (one that names the parameter: said once)
+                    raise InputError(f"parameter {problem}" if problem.startswith(f"{name} ")
+                                     else f"parameter {name}: {problem}")
             values.update(params)
         for h in self.config.histograms:  # trainable edges stay in order (--set, grids)
             if h.trainable_edges:

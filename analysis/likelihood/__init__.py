@@ -21,7 +21,15 @@ from analysis.likelihood.covariance import fit_covariance
 from analysis.likelihood.expected import asimov, expected, mc_stat_widths, nll, nuisance_names
 from analysis.likelihood.export import combine_inputs, pyhf_workspace
 from analysis.likelihood.fit import FitResult, fit_status, profile, raise_for_fit
-from analysis.likelihood.histograms import check_templates, edges, templates
+from analysis.likelihood.histograms import (
+    FLOOR_SHARE,
+    NEGATIVE_TOLERANCE,
+    check_templates,
+    edges,
+    floor_report,
+    floor_share,
+    templates,
+)
 from analysis.likelihood.limit import (
     UpperLimit,
     background_asimov,
@@ -45,6 +53,8 @@ from analysis.likelihood.significance import (
 from analysis.likelihood.summary import results_section
 
 __all__ = [
+    "FLOOR_SHARE",
+    "NEGATIVE_TOLERANCE",
     "Channel",
     "FitError",
     "FitResult",
@@ -63,6 +73,8 @@ __all__ = [
     "expected",
     "fit_covariance",
     "fit_status",
+    "floor_report",
+    "floor_share",
     "mc_stat_widths",
     "mu_uncertainty",
     "nll",

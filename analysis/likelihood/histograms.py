@@ -2,11 +2,25 @@
 
 :func:`templates` turns states into the template pytree (JAX, traceable, the layout of
 the ``likelihood`` section of results.json) ``{channel: {dataset: {"nominal": {"sumw",
-"sumw2"}, "variations": {syst: {"up", "down"}}}}}`` (in-range bins, flow dropped);
+"sumw2"}, "variations": {syst: {"up", "down"}}}}}`` (in-range bins, flow dropped;
+negative total background bins clipped, see below);
 :func:`check_templates` refuses, in one line naming the bin, what would make the
 likelihood meaningless (non-finite values, negative sums of squared weights, a
-negative total background). :func:`edges` gives each channel's bin edges, checking that every template of the
-channel has them.
+negative total background). :func:`floor_report` says how much of Z comes from bins
+with signal whose background is the model's floor alone (:func:`floor_share`). :func:`edges`
+gives each channel's bin edges, checking that every template of the channel has them.
+
+**Negative background bins.** Negative-weight MC (NLO samples) can make a channel's
+total background ``B_b = sum_{s background} h_sb`` negative in a bin, of the nominal
+template or of a variation's. Where ``B_b < 0`` and either ``model.clip_negative`` or
+``-B_b <= NEGATIVE_TOLERANCE * scale`` (``scale``: the channel's nominal ``sum_s sum_b
+|h_sb|``, signal included: a soft tail's ``-1e-8`` against yields of order one), every
+background sample's entry of that template in bin ``b`` is set to 0 (the nominal's
+``sumw2`` too), so the total is 0 and the model's floor applies: ``h'_sb = h_sb [B_b >=
+0]``, like ``max(B_b, 0)`` a clip whose gradient is 0 where it clips (and the identity
+elsewhere: bins with ``B_b >= 0`` are passed through unchanged, bit for bit). A larger
+negative total is refused by :func:`check_templates`, naming ``clip_negative`` as the
+remedy (combine and pyhf users clip such templates to 0 in the same way).
 
 Pure maths: knows :mod:`analysis.stats`, nothing of files, coffea or the config.
 """
@@ -16,15 +30,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from analysis.errors import LikelihoodError
 from analysis.likelihood.model import Model
 from analysis.stats.histogram import Histogram
 
-__all__ = ["check_templates", "edges", "templates"]
+__all__ = ["FLOOR_SHARE", "NEGATIVE_TOLERANCE", "check_templates", "edges", "floor_report",
+           "floor_share", "templates"]
 
 Templates = dict[str, dict[str, dict[str, Any]]]
+
+#: a negative total background bin within this fraction of the channel's nominal scale
+#: (module docstring) is clipped to 0 by default: a soft tail's rounding, not a result
+NEGATIVE_TOLERANCE = 1e-6
 
 
 def _histogram(states: Mapping[str, Any], ds: str, key: str, where: str) -> Histogram:
@@ -128,7 +148,7 @@ def templates(states: Mapping[str, Any], model: Model) -> Templates:
                 f"likelihood: channel {c.name!r} has no signal dataset (datasets {sorted(chan)}, "
                 f"signal {list(model.signal)}); every channel needs one"
             )
-        out[c.name] = chan
+        out[c.name] = _clip_negative(chan, model)
     missing = set(model.signal) - {ds for chan in out.values() for ds in chan}
     for n in model.normalisations:
         missing |= set(n.datasets) - {ds for chan in out.values() for ds in chan}
@@ -137,6 +157,140 @@ def templates(states: Mapping[str, Any], model: Model) -> Templates:
             f"likelihood: datasets {sorted(missing)} of the model are in no channel"
         )
     return out
+
+
+def _clip_negative(chan: dict[str, Any], model: Model) -> dict[str, Any]:
+    """A channel's templates with its negative total background bins clipped to 0
+    (module docstring: ``model.clip_negative``, else within :data:`NEGATIVE_TOLERANCE`)."""
+    background = [ds for ds in chan if ds not in model.signal]
+    if not background:
+        return chan
+    scale = sum(jnp.sum(jnp.abs(t["nominal"]["sumw"])) for t in chan.values())
+    limit = -jnp.inf if model.clip_negative else -NEGATIVE_TOLERANCE * scale
+
+    def kept(rows: list[Any]) -> Any:
+        # clipped: a finite negative total within the limit; kept as is: the rest (>= 0;
+        # too negative, or not finite: check_templates refuses those)
+        total = sum(rows)
+        return ~((total < 0) & (total >= limit) & jnp.isfinite(total))
+
+    out = dict(chan)
+    keep = kept([chan[ds]["nominal"]["sumw"] for ds in background])
+    for ds in background:
+        nom = chan[ds]["nominal"]
+        out[ds] = {"nominal": {k: jnp.where(keep, nom[k], 0.0) for k in ("sumw", "sumw2")},
+                   "variations": {s: dict(v) for s, v in chan[ds]["variations"].items()}}
+    for s in {s for ds in background for s in chan[ds]["variations"]}:
+        for side in ("up", "down"):
+            keep = kept([chan[ds]["variations"][s][side] for ds in background])
+            for ds in background:
+                var = out[ds]["variations"][s]
+                var[side] = jnp.where(keep, var[side], 0.0)
+    return out
+
+
+def _bin_name(bin_edges: Mapping[str, Sequence[float]] | None, ch: str, i: int) -> str:
+    """``bin i`` with its range where the edges are known."""
+    if bin_edges is None:
+        return f"bin {i}"
+    e = bin_edges[ch]
+    return f"bin {i} [{e[i]:g}, {e[i + 1]:g})"
+
+
+#: the remedy a refused negative background names
+_CLIP = "set likelihood: {clip_negative: true} to clip such bins to 0"
+
+
+def floor_share(tmpl: Mapping[str, Any], model: Model) -> tuple[float, tuple | None]:
+    """The share of the Asimov ``q0`` that comes from bins whose background is the
+    model's floor alone, and the bin that gives most of it.
+
+    Per bin, with the nominal totals ``s`` (signal) and ``B`` (background) and ``b =
+    max(B, floor)``: ``q0_b = 2 [(s + b) ln(1 + s / b) - s]`` (0 where ``s <= 0``; the
+    one-bin Asimov ``q0`` without nuisances). A bin is *floor-only* where ``s > floor``
+    and ``B <= floor``: its expected count at ``mu = 0`` is the floor alone, so its
+    ``q0_b ~ 2 s ln(s / floor)`` measures the floor, not the analysis.
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`templates` (concrete float64 arrays ``(nbins,)``).
+    model : Model
+        The model.
+
+    Returns
+    -------
+    tuple
+        ``(share, worst)``: the floor-only bins' ``sum q0_b`` over every bin's (0.0
+        where none has signal), and ``(channel, bin, s, B)`` of the floor-only bin with
+        the largest ``q0_b`` (None where there is none).
+    """
+    total, floored, worst, most = 0.0, 0.0, None, -1.0
+    for ch, chan in tmpl.items():
+        nb = np.asarray(next(iter(chan.values()))["nominal"]["sumw"]).shape[0]
+        sums = {g: np.zeros(nb) for g in ("signal", "background")}
+        for ds, t in chan.items():
+            sums["signal" if ds in model.signal else "background"] += np.asarray(
+                t["nominal"]["sumw"], dtype=np.float64)
+        s, big_b = sums["signal"], sums["background"]
+        b = np.maximum(big_b, model.floor)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q0 = np.where(s > 0, 2.0 * ((s + b) * np.log1p(s / b) - s), 0.0)
+        only = (s > model.floor) & (big_b <= model.floor)
+        total += float(np.sum(q0))
+        floored += float(np.sum(q0[only]))
+        for i in np.flatnonzero(only):
+            if q0[i] > most:
+                most, worst = float(q0[i]), (ch, int(i), float(s[i]), float(big_b[i]))
+    return (floored / total if total > 0 else 0.0), worst
+
+
+#: the share of the Asimov q0 beyond which bins whose background is the floor alone make
+#: Z a measure of the floor (:func:`floor_report`): a tail bin that a background sample
+#: does not reach and that adds a little signal stays below it
+FLOOR_SHARE = 0.05
+
+
+def floor_report(
+    tmpl: Mapping[str, Any], model: Model, bin_edges: Mapping[str, Sequence[float]] | None = None
+) -> dict[str, Any] | None:
+    """What results.json says of the floor-only bins (:func:`floor_share`): ``{"share",
+    "channel", "bin", "signal", "background", "message"}`` (the share of ``q0`` they
+    carry, the one carrying most, and one line naming it, its background datasets and
+    the remedies), or None where no bin with signal has only the floor as background.
+    Above :data:`FLOOR_SHARE` Z measures the floor, not the analysis (a semileptonic
+    selection that keeps no Drell-Yan event gives Z ~ 30 from ``floor = 1e-9``): the
+    commands say ``message`` as a warning at the start and at the end.
+
+    Parameters
+    ----------
+    tmpl : Mapping[str, Any]
+        The template pytree of :func:`templates` (concrete float64 arrays ``(nbins,)``).
+    model : Model
+        The model.
+    bin_edges : Mapping[str, sequence of float] or None, optional
+        ``{channel: edges}`` (:func:`edges`) to name the bins by their ranges.
+
+    Returns
+    -------
+    dict or None
+        The report (floats, ints and the line), or None.
+    """
+    share, worst = floor_share(tmpl, model)
+    if worst is None:
+        return None
+    ch, i, s, b = worst
+    names = [ds for ds in tmpl[ch] if ds not in model.signal]
+    message = (
+        f"likelihood: channel {ch!r}, {_bin_name(bin_edges, ch, i)}: signal {s:g} over a "
+        f"background of {b:g} ({', '.join(names) or 'no background dataset'}): "
+        f"{100 * share:.3g} % of the Asimov q0 comes from bins whose background is the "
+        f"model's floor ({model.floor:g}) alone, so Z measures the floor there, not the "
+        "analysis; remedies: more background MC, a wider region (looser cuts, wider bins), "
+        "or likelihood: {floor: N} (the smallest background count to accept)"
+    )
+    return {"share": share, "channel": ch, "bin": i, "signal": s, "background": b,
+            "message": message}
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -151,8 +305,10 @@ def check_templates(
     """Refuse, in one line naming channel, dataset and bin, concrete templates with a
     non-finite value, a negative ``sumw2``, a negative total background, or an up/down
     variation whose total background (or total signal, where the nominal one is not
-    negative) is negative (naming the systematic too). Empty background bins are
-    allowed (the ``floor`` of the model applies).
+    negative) is negative (naming the systematic too; a negative background names
+    ``clip_negative``: :func:`templates` has clipped those it may). Empty background
+    bins are allowed (the ``floor`` of the model applies; :func:`floor_report` says
+    how much of Z they carry).
 
     Parameters
     ----------
@@ -172,10 +328,7 @@ def check_templates(
     """
 
     def bin_name(ch: str, i: int) -> str:
-        if bin_edges is None:
-            return f"bin {i}"
-        e = bin_edges[ch]
-        return f"bin {i} [{e[i]:g}, {e[i + 1]:g})"
+        return _bin_name(bin_edges, ch, i)
 
     for ch, chan in tmpl.items():
         background = None
@@ -212,7 +365,7 @@ def check_templates(
             raise LikelihoodError(
                 f"likelihood: channel {ch!r}, {bin_name(ch, i)}: total background sumw = "
                 f"{background[i]:g}; expected >= 0 (negative weights dominate the bin: "
-                "merge bins or change the edges)"
+                f"merge bins, change the edges, or {_CLIP})"
             )
         _check_variations(ch, chan, model, bin_name)
 
@@ -246,4 +399,5 @@ def _check_variations(ch: str, chan: Mapping[str, Any], model: Model, bin_name: 
                         f"likelihood: channel {ch!r}, systematic {s!r} {side}, dataset {ds!r}, "
                         f"{bin_name(ch, i)}: {side} template sumw = {rows[ds][i]:g} makes the "
                         f"total {group} {total[i]:g} (nominal {base[i]:g}); expected >= 0"
+                        + (f" ({_CLIP})" if group == "background" else "")
                     )

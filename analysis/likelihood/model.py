@@ -12,10 +12,12 @@ of a coffea processor's ``{dataset: stats.Derived}``):
   channel (default: every dataset of the states).
 * :class:`Normalisation` ``(name, datasets, kappa)``: an lnN uncertainty, the yields
   of ``datasets`` scaled by ``kappa ** theta``.
-* ``Model(channels, signal, normalisations=(), mc_stat=True, floor=1e-9)``: ``signal``
-  are the datasets scaled by the signal strength ``mu``; ``mc_stat`` adds the
-  Barlow-Beeston-lite factors; ``floor`` is the smallest expected count of a bin
-  (see :mod:`analysis.likelihood.expected`).
+* ``Model(channels, signal, normalisations=(), mc_stat=True, floor=1e-9,
+  clip_negative=False)``: ``signal`` are the datasets scaled by the signal strength
+  ``mu``; ``mc_stat`` adds the Barlow-Beeston-lite factors; ``floor`` is the smallest
+  expected count of a bin (see :mod:`analysis.likelihood.expected`); ``clip_negative``
+  sets a negative total background bin to 0 (see
+  :func:`~analysis.likelihood.histograms.templates`).
 
 The templates of a model (:func:`~analysis.likelihood.histograms.templates`, their
 edges and checks) are read from the states by :mod:`analysis.likelihood.histograms`.
@@ -205,6 +207,10 @@ class Model:
         Add Barlow-Beeston-lite MC-statistics factors, one per bin (default True).
     floor : float, optional
         The smallest expected count of a bin, ``> 0`` (default ``1e-9``).
+    clip_negative : bool, optional
+        Set every negative total background bin (nominal or a variation) to 0 rather
+        than refuse it (default False: only those within
+        :data:`~analysis.likelihood.histograms.NEGATIVE_TOLERANCE` of 0 are).
 
     Raises
     ------
@@ -217,6 +223,7 @@ class Model:
     normalisations: tuple[Normalisation, ...] = ()
     mc_stat: bool = True
     floor: float = 1e-9
+    clip_negative: bool = False
 
     def __post_init__(self) -> None:
         chans = tuple(self.channels)
@@ -256,6 +263,10 @@ class Model:
                         f"nuisance of channel {m.group(1)!r}, bin {m.group(2)}; rename it"
                     )
         _check_keys(chans)
+        if not isinstance(self.clip_negative, bool):
+            raise LikelihoodError(
+                f"likelihood: clip_negative: expected true or false, found {self.clip_negative!r}"
+            )
         if not (
             isinstance(self.floor, (int, float)) and self.floor > 0 and math.isfinite(self.floor)
         ):

@@ -12,14 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from analysis.optimize.bootstrap import bootstrap_uncertainty, bootstrap_values, spread
 from analysis.optimize.keepbest import track_hard, validation_entries
 from analysis.optimize.looptools import annealed_widths
-from analysis.optimize.objectives import (
-    bootstrap_uncertainty,
-    bootstrap_values,
-    objective_from_states,
-    step_observables,
-)
+from analysis.optimize.objectives import objective_from_states, step_observables
 
 __all__ = ["HardEvaluations"]
 
@@ -36,7 +32,7 @@ class HardEvaluations:
         """The hard-cut objective at ``params`` on the events of ``part`` ("all",
         "train", "held_out"; one values-only pass), with ``"uncertainty"``: its MC
         standard deviation over ``optimizer.replicas`` Poisson-bootstrap replicas from
-        the same pass (:func:`analysis.optimize.objectives.bootstrap_uncertainty`; the
+        the same pass (:func:`analysis.optimize.bootstrap.bootstrap_uncertainty`; the
         replicas' totals come from one pass per run, :meth:`replica_totals`)."""
         kept = "all" if self.ev.part is None else self.ev.part[0]
         self._use_part(part)
@@ -223,7 +219,7 @@ class HardEvaluations:
                     sums = {n: np.vstack([totals[n].part(part), r.lanes[i, part].sums])
                             for n, r in lanes.items()}
                     out["replicas"] = bootstrap_values(self.objective, states, sums)
-                    out["uncertainty"] = bootstrap_uncertainty(self.objective, states, sums)
+                    out["uncertainty"] = spread(out["replicas"])
                 res[i, part] = out
                 if keep:
                     sigma = wanted is None or (i, part) in wanted

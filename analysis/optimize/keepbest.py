@@ -16,8 +16,9 @@ states the first pass computed at its points are not computed again)
 start, the chosen point and the end (and the steps ``validation.every`` records), on
 all events too: the validation after the final evaluations reads its lanes from it
 (:meth:`~analysis.optimize.hardeval.HardEvaluations.validation`, no pass of its own).
-Where the replicas do not run (``optimizer.replicas`` below 2) the values stand without
-an uncertainty.
+Where the replicas do not run (``optimizer.replicas`` below 2), or the objective has a
+term they do not replicate (:func:`analysis.optimize.bootstrap.replicated`: ``target``,
+``python``, ``cls_upper_limit``), the values stand without an uncertainty.
 
 The result is the point with the lowest (best: the objective is minimised) hard-cut
 objective: on the held-out part when there is one (the training part's value is then

@@ -16,18 +16,23 @@ under ``final.soft`` / ``final.hard``.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from analysis.config.likelihood import build_model, model_states
+from analysis.errors import DiffcoffeaWarning
 from analysis.optimize.objectives import dataset_stats
 from analysis.pipeline.results import DatasetState, derivatives
 
-__all__ = ["histograms_section", "likelihood_section", "limit_level"]
+__all__ = ["floor_only", "floor_warning", "histograms_section", "likelihood_section",
+           "limit_level", "warn_floor"]
 
 
 def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) -> dict | None:
-    """The section (module docstring), or None without a ``likelihood:`` section.
-    Unusable templates raise :class:`analysis.likelihood.LikelihoodError` (one line)."""
+    """The section (module docstring), or None without a ``likelihood:`` section, with
+    ``floor_only`` where a bin with signal has only the floor as background
+    (:func:`floor_only`). Unusable templates raise
+    :class:`analysis.likelihood.LikelihoodError` (one line)."""
     from analysis import likelihood as lk  # the 'likelihood' extra: configs that have one
 
     model = build_model(config)
@@ -39,7 +44,8 @@ def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) 
     sumw = {n: st.sumw for n, st in states.items()}
     events = {n: st.events for n, st in states.items()}
     mstates = model_states(dataset_stats(config, plan, values, sumw, events), config)
-    lk.check_templates(lk.templates(mstates, model), model, lk.edges(mstates, model))
+    tmpl, edges = lk.templates(mstates, model), lk.edges(mstates, model)
+    lk.check_templates(tmpl, model, edges)
     result = lk.significance(mstates, model)
     level = limit_level(config)
     limit = None if level is None else lk.cls_limit(mstates, model, level=level)
@@ -59,8 +65,59 @@ def likelihood_section(config: Any, plan: Any, states: dict[str, DatasetState]) 
         grad = {n: float(v) for n, v in zip(names, g["z"])}
         if level is not None:
             limit_grad = {n: float(v) for n, v in zip(names, g["limit"])}
-    return lk.results_section(mstates, model, result, grad, limit=limit,
-                              limit_grad=limit_grad, level=0.05 if level is None else level)
+    out = lk.results_section(mstates, model, result, grad, limit=limit,
+                             limit_grad=limit_grad, level=0.05 if level is None else level)
+    flag = floor_only(config, tmpl, model, edges)
+    if flag is not None:
+        out["floor_only"] = flag
+    return out
+
+
+def floor_only(config: Any, tmpl: Any, model: Any, edges: Any = None) -> dict | None:
+    """results.json's ``likelihood.floor_only``: :func:`analysis.likelihood.floor_report`
+    of the templates with ``warn`` (whether the commands say its ``message`` as a warning:
+    the floor-only bins carry more than :data:`analysis.likelihood.FLOOR_SHARE` of
+    ``q0`` and ``likelihood.floor`` is not set, i.e. the floor is not a count the user
+    chose); None where no bin with signal has only the floor as background."""
+    from analysis import likelihood as lk
+
+    report = lk.floor_report(tmpl, model, edges)
+    if report is None:
+        return None
+    report["warn"] = bool(report["share"] > lk.FLOOR_SHARE and config.likelihood.floor is None)
+    return report
+
+
+def warn_floor(config: Any, plan: Any, states: dict[str, DatasetState]) -> None:
+    """Say :func:`floor_only`'s line as a warning where it warns, for the states of a
+    pass (``optimize``'s step 0: the start); nothing without a likelihood, where the
+    pass computed no templates or where :func:`analysis.likelihood.check_templates`
+    refuses them (the run's own check names that)."""
+    line = floor_warning(config, plan, states)
+    if line is not None:
+        warnings.warn(DiffcoffeaWarning(line), stacklevel=2)
+
+
+def floor_warning(config: Any, plan: Any, states: dict[str, DatasetState]) -> str | None:
+    """:func:`warn_floor`'s line, or None."""
+    from analysis import likelihood as lk
+
+    if config.likelihood is None or config.likelihood.floor is not None:
+        return None
+    model = build_model(config)
+    values = {n: st.derived.value for n, st in states.items()}
+    if not values or any("templates" not in v for v in values.values()):
+        return None  # a pass that computed no templates
+    sumw = {n: st.sumw for n, st in states.items()}
+    events = {n: st.events for n, st in states.items()}
+    mstates = model_states(dataset_stats(config, plan, values, sumw, events), config)
+    try:
+        tmpl, edges = lk.templates(mstates, model), lk.edges(mstates, model)
+        lk.check_templates(tmpl, model, edges)
+    except lk.LikelihoodError:
+        return None
+    flag = floor_only(config, tmpl, model, edges)
+    return flag["message"] if flag is not None and flag["warn"] else None
 
 
 def limit_level(config: Any) -> float | None:

@@ -57,6 +57,7 @@ from analysis.errors import ConfigError
 from analysis.optimize import checkpoint as _ckpt
 from analysis.optimize.edgecoords import with_edges
 from analysis.optimize.hardeval import HardEvaluations
+from analysis.optimize.lksection import warn_floor
 from analysis.optimize.looptools import (
     Coordinates,
     annealed_widths,
@@ -368,6 +369,7 @@ class Optimization(HardEvaluations):
             self.initial_states = self.last_states  # for the plots' initial histogram
         if k == 0:
             require_finite(res, k, self.outdir / CHECKPOINT)
+            warn_floor(self.config, self.plan, self.last_states)  # said again at the end
         elif why is not None:
             return self._stop(k, why)
         g_u, h_u = self.coords.chain(self.u, res["grad"], res["hess"])

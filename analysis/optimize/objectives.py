@@ -55,7 +55,7 @@ from analysis.config.terms import (
 )
 from analysis.errors import ConfigError, DiffcoffeaError
 from analysis.pipeline.plan import Plan, only_observables
-from analysis.pipeline.results import YIELDS, DatasetState, derivatives, statistics
+from analysis.pipeline.results import DatasetState, derivatives, statistics
 from analysis.spec.statistics import json_paths
 from analysis.stats._programs import program_call
 from analysis.stats.histogram import Histogram
@@ -67,8 +67,6 @@ __all__ = [
     "dataset_norm",
     "dataset_scales",
     "dataset_stats",
-    "bootstrap_uncertainty",
-    "bootstrap_values",
     "objective_from_states",
     "scaled_stats",
     "stat_paths",
@@ -375,55 +373,3 @@ def step_observables(objective: Objective, plan: Plan, order: int) -> tuple[str,
     served = Backend().chooser.refusal(reduced, Request(np.zeros(len(plan.param_names)),
                                                         np.zeros(plan.n_widths), order=order))
     return tuple(o.name for o in reduced.observables) if served is None else None
-
-
-
-def bootstrap_uncertainty(
-    objective: Objective, states: dict[str, DatasetState], replicas: dict[str, Any] | None
-) -> float | None:
-    """The Monte Carlo statistical standard deviation of the objective at ``states``:
-    the standard deviation (``ddof=1``) of the objective over the Poisson-bootstrap
-    replicas ``replicas`` (``{dataset: (4, K) array}``: per replica the number of
-    events, ``sumw``, ``selected_sumw`` and ``selected_sumw2``, of the same pass's
-    weights and cuts, :mod:`analysis.pipeline.replicas`). Each replica's yield, MC
-    variance and floor follow :func:`dataset_stats` from its own sums.
-
-    ``None`` without replicas, where fewer than half of them give a defined value (no
-    background), or for an objective with a term other than ``significance`` (its
-    other statistics, a likelihood's templates or a user's function, are not
-    replicated). dtypes: float64.
-    """
-    value = bootstrap_values(objective, states, replicas)
-    if value is None:
-        return None
-    good = np.isfinite(value)
-    if good.sum() < max(2, value.size // 2):
-        return None
-    return float(np.std(value[good], ddof=1))
-
-
-def bootstrap_values(
-    objective: Objective, states: dict[str, DatasetState], replicas: dict[str, Any] | None
-) -> np.ndarray | None:
-    """The objective in each Poisson-bootstrap replica (:func:`bootstrap_uncertainty`'s
-    arguments; ``(K,)`` float64, NaN where undefined): replicas of two points drawn from
-    the same events are paired (the spread of their difference is its MC uncertainty).
-    ``None`` where :func:`bootstrap_uncertainty` has no replicas to read."""
-    if replicas is None or not all(isinstance(t, SignificanceTerm) for t in objective.terms):
-        return None
-    values = {name: st.taylor()[0] for name, st in states.items()}
-    sumw = {name: st.sumw for name, st in states.items()}
-    events = {name: st.events for name, st in states.items()}
-    stats = objective.stats(values, sumw, events)
-    for name in states:
-        n_k, sumw_k, s1, s2 = (np.asarray(r, dtype=np.float64) for r in replicas[name])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            norm = np.array([dataset_norm(objective.config, name, float(x)) for x in sumw_k])
-            one_event = np.where(n_k > 0, norm * sumw_k / np.where(n_k > 0, n_k, 1.0), 0.0)
-        var = objective.variance_scale * norm * norm * s2
-        stats[name] = {**stats[name], "yield": norm * s1, "mc_variance": var,
-                       "mc_variance_floor": one_event * one_event,
-                       **dict(zip(YIELDS, (s1, s2), strict=True)), "sumw": sumw_k}
-    b = sum(stats[n]["yield"] for n in objective.background)
-    value = np.asarray(objective.value(stats), dtype=np.float64)
-    return np.where(np.isfinite(value) & (np.asarray(b) > 0), value, np.nan)

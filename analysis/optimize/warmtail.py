@@ -3,7 +3,7 @@
 After the loop, ``optimize`` reports every dataset's statistics with their derivatives
 (:func:`analysis.pipeline.results.dataset_report`: one program, traced, lowered and
 loaded from JAX's persistent cache in each new process) and keep-best's MC
-uncertainties (:func:`analysis.optimize.objectives.bootstrap_values`: the objective
+uncertainties (:func:`analysis.optimize.bootstrap.bootstrap_values`: the objective
 over the bootstrap replicas, about twenty JAX operations run one by one, each a program
 of its own). Each is compiled once per process, where it is first called. The loop's
 steps leave a core mostly idle (the main thread waits for the chunks' kernels), so
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.optimize.objectives import bootstrap_values
+from analysis.optimize.bootstrap import bootstrap_values, replicated
 from analysis.pipeline.results import dataset_report
 
 __all__ = ["warm_tail"]
@@ -53,7 +53,9 @@ def warm_tail(run: Any) -> threading.Thread | None:
         try:
             for state in states.values():  # the report's program
                 dataset_report(state, run.plan)
-            if replicas >= 2:  # the uncertainties' operations, on (4, K) placeholders
+            # the uncertainties' operations, on (4, K) placeholders (a likelihood's are
+            # its fits, replica by replica: compiled by the hard-cut evaluations)
+            if replicas >= 2 and replicated(run.objective) == "yields":
                 ones = {name: np.ones((4, replicas)) for name in states}
                 bootstrap_values(run.objective, states, ones)
         except Exception:  # noqa: BLE001  (best effort: the end compiles what is missing)

@@ -67,7 +67,7 @@ def _numba(choice: Backend) -> Engine:
 
 
 def _jax(choice: Backend) -> Engine:
-    return JaxBackend(choice.device, padding=choice.padding)
+    return JaxBackend(choice.device, padding=choice.padding, tangent_block=choice.tangent_block)
 
 
 #: The registered backends: name -> how a choice (:class:`Backend`: device, options)
@@ -209,6 +209,10 @@ class Backend:
         The JAX backend's bucket floors (:class:`analysis.pipeline.layout.Padding`; the
         numba backend does not pad): more padding changes no result, only how often the
         JAX kernels compile and how long a pass runs.
+    tangent_block
+        The JAX backend's tangents per block in a states pass's Jacobian
+        (:class:`analysis.pipeline.backends.jax.backend.JaxBackend`; None: from the chunk's
+        size): memory grows with the block, not with the number of parameters.
     """
 
     name: Literal["auto", "numba", "jax"] = "auto"
@@ -218,6 +222,7 @@ class Backend:
     scores_on_numba: bool = field(default=True, kw_only=True)
     numba_reverse: bool = field(default=True, kw_only=True)
     padding: Padding = field(default=Padding(), kw_only=True)
+    tangent_block: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -227,6 +232,11 @@ class Backend:
         if self.name == "numba" and self.device == "gpu":
             raise ValueError("backend 'numba' runs on the CPU only; use backend 'jax' "
                              "(or 'auto') with device 'gpu'")
+        if self.tangent_block is not None and (
+                isinstance(self.tangent_block, bool) or not isinstance(self.tangent_block, int)
+                or self.tangent_block < 1):
+            raise ValueError(f"tangent_block must be a positive integer or None, got "
+                             f"{self.tangent_block!r}")
 
     @property
     def engine(self) -> str:
@@ -241,6 +251,8 @@ class Backend:
                if not getattr(self, f)]
         if self.padding != Padding():
             off.append(f"padding={self.padding}")
+        if self.tangent_block is not None:
+            off.append(f"tangent_block={self.tangent_block}")
         return self._describe() + (f"; options {', '.join(off)}" if off else "")
 
     def _describe(self) -> str:

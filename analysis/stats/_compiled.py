@@ -141,8 +141,9 @@ _UNTRACEABLE = (
 )
 
 
-def _forward(f: Callable[[Any], Any], t0: Any, order: int) -> tuple[Any, Any, Any]:
-    """``value_and_derivatives(f, t0, order)`` as one compiled program whose arguments
+def _forward(f: Callable[[Any], Any], t0: Any, order: int,
+             block: int | None = None) -> tuple[Any, Any, Any]:
+    """``value_and_derivatives(f, t0, order, block)`` as one compiled program whose arguments
     are the chunk's arrays (the traced function's constants) and ``t0``; compiled the
     first time a structure (jaxpr text, constant shapes and dtypes, order) is met, kept
     for later chunks and passes of the same shapes (and on disk by JAX's persistent
@@ -156,7 +157,7 @@ def _forward(f: Callable[[Any], Any], t0: Any, order: int) -> tuple[Any, Any, An
             f"stats.derive: fn cannot be compiled (it needs concrete values: {why}); "
             "running it eagerly", RuntimeWarning, stacklevel=3,
         )
-        return value_and_derivatives(f, t0, order=order)
+        return value_and_derivatives(f, t0, order=order, block=block)
     out_tree = jax.tree_util.tree_structure(shapes)
     consts = list(closed.consts)
 
@@ -165,11 +166,11 @@ def _forward(f: Callable[[Any], Any], t0: Any, order: int) -> tuple[Any, Any, An
             def g(tt):
                 return jax.tree_util.tree_unflatten(out_tree, eval_jaxpr(jaxpr, consts, tt))
 
-            return value_and_derivatives(g, t, order=order)
+            return value_and_derivatives(g, t, order=order, block=block)
 
         return run
 
-    extra = (out_tree, _signature(consts), order)
+    extra = (out_tree, _signature(consts), order, block)
     return _cached_call(f"forward{order}", closed, extra, build, consts, t0, first=True)
 
 

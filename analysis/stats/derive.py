@@ -190,7 +190,8 @@ def _awkward_with_a_parameter(err: BaseException) -> bool:
     )
 
 
-def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
+def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1,
+           block: int | None = None) -> Any:
     """Evaluate ``fn(theta)`` with its derivatives: a :class:`Derived`.
 
     ``theta``: the parameters, any pytree of finite real numbers or arrays (a dict of
@@ -200,7 +201,8 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     lists, tuples) whose leaves are states (:func:`~analysis.stats.moments`,
     :func:`~analysis.stats.comoments`, :func:`~analysis.stats.histogram`) or sums (real numbers or arrays). ``order``: 0
     (values only), 1 (Jacobian, default) or 2 (and Hessian), by forward-mode JAX
-    (cost and size grow with the number of parameters P). Anything else as a leaf, or
+    (cost grows with the number of parameters P; memory with the tangents of a block,
+    ``block``). Anything else as a leaf, or
     a non-finite parameter, raises naming it.
 
     ``theta`` may also be the :class:`PassTheta` that :func:`differentiable` gives
@@ -219,6 +221,10 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
         to ``run`` in reverse mode.
     order : int, optional
         Keyword-only. 0 (values only), 1 (Jacobian, default) or 2 (and Hessian).
+    block : int, optional
+        Keyword-only. Tangents per block of the forward derivatives
+        (:func:`value_and_derivatives`: memory grows with the block, not with P); None
+        (default): from the size of the largest array ``fn`` reads or makes.
 
     Returns
     -------
@@ -230,6 +236,8 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
     """
     if order not in (0, 1, 2):
         raise ValueError(f"stats.derive: order: expected 0, 1 or 2, found {order!r}")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
+        raise ValueError(f"stats.derive: block: expected a positive integer or None, found {block!r}")
     forkguard.check()  # before any JAX work: a process forked after JAX started hangs in it
     ensure_configured()  # a worker's (or a notebook's) first derivative: analysis.runtime
     task = theta.task if isinstance(theta, PassTheta) else None
@@ -268,8 +276,9 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1) -> Any:
         value = _values(f, t0) if got is None else got
         return Derived(spec.names, _to_numpy(value), at=vec)
     got = compiled_call(f"forward{order}", fn, wrap,
-                        lambda f, t: value_and_derivatives(f, t, order=order), spec.key, t0)
-    value, jac, hess = _forward(f, t0, order) if got is None else got
+                        lambda f, t: value_and_derivatives(f, t, order=order, block=block),
+                        (spec.key, block), t0)
+    value, jac, hess = _forward(f, t0, order, block) if got is None else got
     # the JAX arrays as they are: their program runs while the next chunk is read
     # (Derived converts them to numpy when they are first read)
     if order == 0:

@@ -32,10 +32,27 @@ gradient is a plain sum of the chunks'. ``CoMoments`` work the same way with
 ``(a_x, a_y)``; a plain sum is its own ``T`` (``T_bar = S_bar``). The centres
 (``center`` fields) are constants, as in forward mode (their cotangent is unused).
 
-Non-finite state entries (e.g. the NaN ``M3``/``M4`` of a second-order-only state, or
-the moments of data with an infinite value) are treated as constants 0 in the
-pullback, so their zero cotangents never meet a NaN (``0 * NaN``): undefined values
-stay NaN in the first pass, their gradients are finite.
+Non-finite values, one rule per kind of leaf (undefined values stay NaN in the first
+pass either way):
+
+- a plain sum (yields, histogram bins) is a sum over events, so its share is too:
+  ``<S_bar, s_c> = sum_e <S_bar, s_e>``. A bin that is NaN because one event's entry is
+  NaN (a NaN reaching a soft cut) keeps its cotangent, which reaches every event's
+  addend (:func:`_per_event`): each event adds its own share, NaN in the parameters
+  its NaN reaches and nothing elsewhere, whatever chunk it lands in (the numba
+  pass's rule: :mod:`analysis.pipeline.backends.numba._fastrevhist`). Dropping the
+  chunk's NaN sum instead would drop every other event of that chunk with it.
+- a state is not linear in its entries (its mean): one NaN entry makes the chunk's
+  state NaN as a whole, and the sweep through it meets the NaN in every entry. So the
+  kernel gives the pulled sum the state of the finite entries
+  (:func:`finite_entries`: each non-finite entry counts 0, its tangents passed
+  through), whose power sums' partials are each entry's own: the NaN entry adds NaN
+  to what it reaches, the others their shares, as for a sum (the JAX pipeline's
+  observables, an event sum's entry being an event's weight and ``E[X^r 1_pass]``:
+  :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; not a state
+  :func:`analysis.stats.derive` reads from a user's function, which stays per chunk). A state's entries that are still non-finite (e.g. the NaN
+  ``M3``/``M4`` of a second-order-only state) are constants 0 in the pulled sum
+  (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``).
 
 Everything here is pure JAX on pytrees of states (numpy in, JAX out), except
 :func:`prune` (numpy, on the host).
@@ -49,11 +66,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from analysis.stats._core import CoMoments, Moments
 from analysis.stats.merge import is_state
 
-__all__ = ["from_sums", "prune", "pullback_payload", "pulled_sum", "sums_about"]
+__all__ = ["finite_entries", "from_sums", "prune", "pullback_payload", "pulled_sum", "sums_about"]
 
 _ORDER = 4  # Moments carry M2..M4
 
@@ -63,6 +81,68 @@ def _finite(x: Any) -> Any:
     x = jnp.asarray(x, dtype=jnp.float64)
     ok = jnp.isfinite(jax.lax.stop_gradient(x))
     return jnp.where(ok, x, 0.0)
+
+
+@jax.custom_jvp
+def _per_event(x: Any) -> Any:
+    """A plain sum ``x`` where its value is finite, else 0, its tangent (so its
+    cotangent) passed through: the pulled sum's value stays finite and the cotangent of
+    a NaN bin still reaches each event's addend (module docstring), where the NaN ones
+    give NaN in what they reach, the others their shares."""
+    return jnp.where(jnp.isfinite(x), x, 0.0)
+
+
+@_per_event.defjvp
+def _per_event_jvp(primals: tuple[Any], tangents: tuple[Any]) -> tuple[Any, Any]:
+    (x,), (dx,) = primals, tangents
+    return _per_event(x), dx
+
+
+@jax.custom_jvp
+def finite_entries(w: Any, *values: Any) -> tuple[Any, ...]:
+    """Entries (weights ``w``, their ``values``) for a pulled state: an entry with a
+    non-finite weight or value counts 0 (weight and values), so the state is that of
+    the finite entries and its power sums' partials are each entry's own; the tangents
+    pass through, ``w``'s times NaN where a value is non-finite (``dL/dw = sum_r
+    T_bar_r (x - a)^r``), the values' where any part of the entry is (``dL/dx`` is
+    ``w`` times a polynomial in the values): the numba pass's per-entry cotangents.
+    Finite entries: the same values and tangents.
+    See the module docstring (a state's non-finite values).
+
+    Parameters
+    ----------
+    w : array
+        The entries' weights.
+    *values : array
+        Their values (``x``, and ``y`` for ``CoMoments``), shaped as ``w``.
+
+    Returns
+    -------
+    tuple
+        ``(w, *values)`` with the non-finite entries 0.
+    """
+    ok = jnp.isfinite(w)
+    for v in values:
+        ok = ok & jnp.isfinite(v)
+    return tuple(jnp.where(ok, a, 0.0) for a in (w, *values))
+
+
+def _finite_entries_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]
+                        ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    out = finite_entries(*primals)
+    fin = [jnp.isfinite(a) for a in primals]
+    values_ok = jnp.ones_like(fin[0])
+    for f in fin[1:]:
+        values_ok = values_ok & f
+    # dL/dw is NaN where a value is; dL/dx (w times a polynomial in the values) where
+    # any part of the entry is
+    masks = [values_ok] + [values_ok & fin[0]] * (len(fin) - 1)
+    scaled = [t if isinstance(t, SymbolicZero)  # data (no tangent): none, not 0 * NaN
+              else t * jnp.where(ok, 1.0, jnp.nan) for t, ok in zip(tangents, masks, strict=True)]
+    return out, tuple(scaled)
+
+
+finite_entries.defjvp(_finite_entries_jvp, symbolic_zeros=True)
 
 
 def _div(num: Any, den: Any) -> Any:
@@ -191,7 +271,7 @@ def pulled_sum(states: Any, payload: list[tuple[Any, Any] | None]) -> Any:
             continue
         a, t_bar = entry
         if a is None:
-            total = total + jnp.sum(t_bar * _finite(s))
+            total = total + jnp.sum(t_bar * _per_event(jnp.asarray(s, dtype=jnp.float64)))
             continue
         for tb, t in zip(t_bar, sums_about(s, a), strict=True):
             total = total + jnp.sum(tb * t)

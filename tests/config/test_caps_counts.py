@@ -67,7 +67,7 @@ CASES = [
     (
         "cap of zero",
         edit("objects/muons/max_objects", 0),
-        "objects.muons.max_objects: max_objects must be >= 1, got 0",
+        "objects.muons.max_objects: must be >= 1, got 0",
     ),
     (
         "cap not an integer",

@@ -198,7 +198,7 @@ ERROR_CASES = {
     ),
     "workers < 1": (
         _set("executor", "workers", value=0),
-        "executor.workers: workers must be >= 1, got 0",
+        "executor.workers: must be >= 1, got 0",
     ),
     "address without dask": (
         _set("executor", "address", value="tcp://h:8786"),
@@ -214,7 +214,7 @@ ERROR_CASES = {
     ),
     "init outside bounds": (
         _set("parameters", "jet_pt_min", "init", value=500.0),
-        "parameters.jet_pt_min.init: init 500.0 is outside bounds [15.0, 200.0]",
+        "parameters.jet_pt_min.init: 500.0 is outside bounds [15.0, 200.0]",
     ),
     "trainable without bounds": (
         _drop("parameters", "jet_pt_min", "bounds"),
@@ -222,7 +222,7 @@ ERROR_CASES = {
     ),
     "negative width": (
         _set(*CUT0, "width", value=-1.0),
-        "selection.objects.cuts.0.width: width must be a number >= 0 or 'auto', got -1.0",
+        "selection.objects.cuts.0.width: must be a number >= 0 or 'auto', got -1.0",
     ),
     "missing files": (
         _drop("datasets", "ttbar", "files"),
@@ -232,7 +232,7 @@ ERROR_CASES = {
         _set("datasets", "ttbar", "files", value=[]),
         "datasets.ttbar.files: empty file list",
     ),
-    "no datasets": (_set("datasets", value={}), "datasets: datasets must not be empty"),
+    "no datasets": (_set("datasets", value={}), "datasets: must not be empty"),
     "xsec and scale": (
         _xsec_and_scale,
         "datasets.ttbar.scale: give either 'xsec' or 'scale', not both",
@@ -295,9 +295,9 @@ ERROR_CASES = {
     ),
     "anneal factor > 1": (
         _set("optimizer", value={"anneal": {"final_width_factor": 2.0}}),
-        "optimizer.anneal.final_width_factor: final_width_factor must be <= 1",
+        "optimizer.anneal.final_width_factor: must be <= 1",
     ),
-    "lumi not positive": (_set("lumi", value=0), "lumi: lumi must be > 0"),
+    "lumi not positive": (_set("lumi", value=0), "lumi: must be > 0"),
 }
 
 
@@ -316,7 +316,7 @@ def test_several_errors_are_all_reported_one_line_each(tmp_path: Path) -> None:
     lines = _error_for(tmp_path, mutate, one_line=False).splitlines()
     src = str(tmp_path / "cfg.yaml")
     assert len(lines) == 3 and all(line.startswith(f"{src}: executor.") for line in lines)
-    assert lines[0] == f"{src}: executor.workers: workers must be >= 1, got 0"
+    assert lines[0] == f"{src}: executor.workers: must be >= 1, got 0"
     assert any("executor.chunksize" in line for line in lines)
     assert any("executor.retries" in line for line in lines)
 
@@ -334,7 +334,7 @@ def test_an_unknown_key_does_not_hide_the_other_mistakes(tmp_path: Path) -> None
     src = str(tmp_path / "cfg.yaml")
     assert f"{src}: lumii: unknown key; did you mean 'lumi'?" in lines
     assert f"{src}: executor.chunksiz: unknown key; did you mean 'chunksize'?" in lines
-    assert f"{src}: executor.workers: workers must be >= 1, got 0" in lines
+    assert f"{src}: executor.workers: must be >= 1, got 0" in lines
     assert any(line.startswith(f"{src}: selection.objects.cuts.0.width:") for line in lines)
     assert len(lines) == 4, lines
 

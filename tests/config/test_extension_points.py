@@ -133,7 +133,7 @@ def test_terms_see_the_objective_as_their_typed_context():
         ({"type": "signif"}, "objective.terms.0.type: expected one of 'significance', 'target', 'python', 'discovery_significance', 'mu_uncertainty', 'cls_upper_limit', got 'signif'"),
         ({"type": "target", "stat": "sig.yield", "value": 1.0, "sigma_b": 0.1},
          "objective.terms.0.sigma_b: unknown key"),
-        ({"type": "significance", "sigma_b": -1}, "objective.terms.0.sigma_b: sigma_b must be >= 0"),
+        ({"type": "significance", "sigma_b": -1}, "objective.terms.0.sigma_b: must be >= 0"),
         ({"type": "target", "value": 1.0}, "objective.terms.0.stat: a target term needs 'stat'"),
     ],
 )  # fmt: skip

@@ -35,7 +35,7 @@ def _fails(argv: list[str], capsys) -> str:
 
 def test_replicas_are_bounded(tmp_path):
     cfg = H.config_dict(tmp_path, optimizer={"replicas": 10**8})
-    assert _refused(cfg) == (f"<config>: optimizer.replicas: replicas must be <= {MAX_REPLICAS}"
+    assert _refused(cfg) == (f"<config>: optimizer.replicas: must be <= {MAX_REPLICAS}"
                              ", got 100000000")
     cfg["optimizer"]["replicas"] = MAX_REPLICAS
     config_from_dict(cfg)
@@ -127,7 +127,7 @@ def test_evaluator_run_refuses_a_fractional_count(small_data):
     with Evaluator(H.make_config(small_data, parameters=params)) as ev, \
             pytest.raises(InputError) as err:
         ev.run({"min_jets": 2.5})
-    assert str(err.value) == ("parameter min_jets: min_jets is a count threshold: expected an "
+    assert str(err.value) == ("parameter min_jets is a count threshold: expected an "
                               "integer, got 2.5")
 
 

@@ -50,4 +50,4 @@ def test_the_branch_is_named(make, message, tmp_path, capsys) -> None:
     assert rc == 2
     line = one_line_error(capsys)
     assert line.startswith(f"diffcoffea: error: {path}: {message}"), line
-    assert line.endswith(" (datasets.d)")
+    assert line.endswith(" for datasets.d")

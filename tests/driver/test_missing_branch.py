@@ -38,7 +38,7 @@ def test_a_missing_field_names_the_config_key_and_the_closest_branches(tmp_path,
     line = _fails(tmp_path, cfg, capsys)
     assert "no field of Jet 'btagDeepCSV'" in line
     assert "did you mean 'btagDeepC" in line and "(or '" in line  # three closest names
-    assert "read by selection.objects.cuts[" in line and "].var" in line
+    assert "read by selection.objects.cuts.2.var" in line
     assert "datasets." in line
 
 
@@ -54,7 +54,7 @@ def test_a_weight_branch_missing_from_one_dataset_names_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("word, keys", [("genWeight", ["datasets.dy.weight"]),
-                                        ("PSWeight", ["systematics[isr].up"])])
+                                        ("PSWeight", ["systematics.0.up"])])
 def test_config_keys(word, keys, tmp_path):
     from analysis.driver.missing import config_keys
 
@@ -92,5 +92,5 @@ def test_a_weight_systematic_missing_from_one_dataset_names_it(tmp_path, capsys)
                            "down": "PSWeight[2]"}]
     line = _fails(tmp_path, cfg, capsys)
     assert "dy.root: no branch 'PSWeight'" in line
-    assert "systematics[isr].up" in line and "systematics[isr].down" in line
+    assert "systematics.0.up" in line and "systematics.0.down" in line
     assert line.endswith("for datasets.dy") and "datasets.ttbar" not in line

@@ -136,7 +136,8 @@ def test_negative_variation_is_refused():
         _check(_states(bkg_up=(-10.0, -8.0, -5.0)))
     assert one_line(err) == (
         "likelihood: channel 'sr', systematic 'jes' up, dataset 'bkg', bin 0 [0, 1): up "
-        "template sumw = -10 makes the total background -10 (nominal 10); expected >= 0")
+        "template sumw = -10 makes the total background -10 (nominal 10); expected >= 0 "
+        "(set likelihood: {clip_negative: true} to clip such bins to 0)")
     with pytest.raises(lk.LikelihoodError, match="systematic 'jes' up, dataset 'sig', bin 2"):
         _check(_states(sig_up=(2.0, 3.0, -1.0)))
 

@@ -21,7 +21,7 @@ _SCRIPT = textwrap.dedent(
     from jax import monitoring
     from analysis.driver.runner import Evaluator
     from analysis.optimize.loop import Optimization
-    from analysis.optimize.objectives import bootstrap_uncertainty
+    from analysis.optimize.bootstrap import bootstrap_uncertainty
     from analysis.optimize.warmtail import warm_tail
     from analysis.pipeline.results import dataset_report
     from tests import opt_helpers as H

@@ -5,8 +5,9 @@ the full parameter vector ``theta`` and the cut ``widths``
 (:func:`analysis.pipeline.backends.jax.setkernel.chunk_states`: every soft state is the exact
 expectation of the hard-cut state). It returns a pytree of mergeable states (yields,
 :class:`~analysis.stats.Moments`, :class:`~analysis.stats.CoMoments`).
-:func:`evaluate_chunk` jit-compiles it together with its Jacobian (``jacfwd``: few
-parameters, many outputs) and optionally Hessian with respect to the trainable
+:func:`evaluate_chunk` jit-compiles it together with its Jacobian (forward mode: few
+parameters, many outputs; the tangents in blocks whose size follows the chunk's, so a
+pass's memory does not grow with the number of parameters) and optionally Hessian with respect to the trainable
 parameters; it is defined at module level so that each worker compiles it once per
 bucket shape, not once per chunk. :func:`chunk_state`, :func:`grid_state`,
 :func:`observable_entries` and :func:`selected_weights` are the passes of
@@ -49,9 +50,11 @@ __all__ = [
 ]
 
 
-def chunk_states(theta, widths, arrays, plan: Plan, shapes: Shapes):
-    """Mergeable states of one (padded) chunk as a pytree of float64 arrays."""
-    return setkernel.chunk_states(theta, widths, arrays, plan, shapes)
+def chunk_states(theta, widths, arrays, plan: Plan, shapes: Shapes, *, pulled: bool = False):
+    """Mergeable states of one (padded) chunk as a pytree of float64 arrays; ``pulled``:
+    with the states the reverse sweep's pulled sum reads
+    (:func:`analysis.pipeline.backends.jax.setkernel.chunk_states`)."""
+    return setkernel.chunk_states(theta, widths, arrays, plan, shapes, pulled=pulled)
 
 
 @partial(jax.jit, static_argnames=("plan", "shapes", "index"))
@@ -103,8 +106,9 @@ def _with_trainable(theta_full, t, plan: Plan):
     )
 
 
-@partial(jax.jit, static_argnames=("plan", "shapes", "order"))
-def _evaluate(theta_full, widths, arrays, plan: Plan, shapes: Shapes, order: int):
+@partial(jax.jit, static_argnames=("plan", "shapes", "order", "block"))
+def _evaluate(theta_full, widths, arrays, plan: Plan, shapes: Shapes, order: int,
+              block: int | None = None):
     t0 = (
         theta_full[jnp.asarray(plan.trainable, dtype=jnp.int32)]
         if plan.trainable
@@ -114,15 +118,18 @@ def _evaluate(theta_full, widths, arrays, plan: Plan, shapes: Shapes, order: int
     def f(t):
         return chunk_states(_with_trainable(theta_full, t, plan), widths, arrays, plan, shapes)
 
-    return value_and_derivatives(f, t0, order=order)
+    return value_and_derivatives(f, t0, order=order, block=block)
 
 
-def evaluate_chunk(theta_full, widths, arrays, plan: Plan, shapes: Shapes, *, order: int = 1):
+def evaluate_chunk(theta_full, widths, arrays, plan: Plan, shapes: Shapes, *, order: int = 1,
+                   block: int | None = None):
     """States of one chunk with their Jacobian (``order=1``) and Hessian (``order=2``)
-    with respect to the trainable parameters, as numpy float64 pytrees."""
+    with respect to the trainable parameters, as numpy float64 pytrees; ``block``: the
+    tangents per block (:func:`analysis.stats.taylor.value_and_derivatives`; None: from
+    the chunk's size)."""
     theta_full = jnp.asarray(theta_full, dtype=jnp.float64)
     widths = jnp.asarray(widths, dtype=jnp.float64).reshape(plan.n_widths)
-    value, jac, hess = _evaluate(theta_full, widths, arrays, plan, shapes, order)
+    value, jac, hess = _evaluate(theta_full, widths, arrays, plan, shapes, order, block)
     to_np = partial(jax.tree_util.tree_map, lambda a: np.array(a, dtype=np.float64))
     return (
         to_np(value),
@@ -264,15 +271,18 @@ def enumeration_shapes(cols: ChunkColumns, plan: Plan, theta, widths, arrays,
 
 
 def chunk_state(cols: ChunkColumns, plan: Plan, theta, widths, *,
-                order: int = 1, padding: Padding | None = None) -> DatasetState:
+                order: int = 1, padding: Padding | None = None,
+                block: int | None = None) -> DatasetState:
     """One chunk's :class:`DatasetState`: its states with their Jacobian (``order=1``)
     and Hessian (``order=2``) w.r.t. the plan's trainable parameters (the reference:
     ``value_and_derivatives`` inside :func:`evaluate_chunk`'s jit); ``padding``: the
-    bucket floors (:func:`analysis.pipeline.layout.pad_columns`)."""
+    bucket floors (:func:`analysis.pipeline.layout.pad_columns`); ``block``: the
+    tangents per block (None: from the chunk's size)."""
     arrays, shapes = pad_columns(cols, plan, padding=padding)
     arrays, shapes, enumerated = enumeration_shapes(cols, plan, theta, widths, arrays, shapes)
     shapes = candidate_shapes(cols, plan, theta, widths, arrays, shapes)
-    value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order)
+    value, jac, hess = evaluate_chunk(theta, widths, arrays, plan, shapes, order=order,
+                                      block=block)
     return DatasetState(events=cols.n_events, sumw=float(np.sum(cols.weight)),
                         derived=Derived(plan.trainable_names, value, jac, hess),
                         enumeration=enumerated)

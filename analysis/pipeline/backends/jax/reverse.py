@@ -58,8 +58,9 @@ def _pullback(theta_full, widths, arrays, columns, payload, plan: Plan, shapes: 
 
     def scalar(t, cols):
         full = _with_trainable(theta_full, t, plan)
-        states = chunk_states(full, widths, {**arrays, **cols}, plan, shapes)
-        return pulled_sum(states, payload), states
+        states, finite = chunk_states(full, widths, {**arrays, **cols}, plan, shapes,
+                                      pulled=True)
+        return pulled_sum(finite, payload), states
 
     (grad, g_cols), states = jax.grad(scalar, argnums=(0, 1), has_aux=True)(
         theta_full[idx], columns)

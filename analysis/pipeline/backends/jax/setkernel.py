@@ -49,6 +49,7 @@ from analysis.select.objects import (
     take,
 )
 from analysis.stats import _core
+from analysis.stats.pullback import finite_entries
 
 __all__ = ["chunk_states", "observable_entries", "possible_counts", "uncertain_counts"]
 
@@ -145,35 +146,56 @@ class _Chunk:
         return leading(self.probs, self.lays, self.sp.model, self.th, node.slots, rank, self.cw,
                        max_tuples=None if capped else MAX_TUPLES, possible=self.possible)
 
-    def event_sum(self, node, order: int):
+    def event_sum(self, node, order: int, *, pulled: bool = False):
+        """The event sum's moments; ``pulled``: ``(moments, those of the finite events)``
+        (:func:`analysis.stats.pullback.finite_entries`, an event's entry being its weight
+        and its ``E[X^r 1_pass]``)."""
         c = self.sp.collection_of(node.head)
         values = {node.head: 1.0 if node.kind == "count" else self.field(c, node.field)}
         a = sum_moments(self.probs, self.lays, self.sp.model, self.th, values, self.cw,
                         order=order)
-        return _core.moments_from_expectations(a, self.ev)
+        state = _core.moments_from_expectations(a, self.ev)
+        if not pulled:
+            return state
+        fw, *fa = finite_entries(self.ev, *(a[:, r] for r in range(a.shape[-1])))
+        return state, _core.moments_from_expectations(jnp.stack(fa, axis=-1), fw)
 
 
-def chunk_states(theta, widths, arrays, plan: Plan, shapes):
-    """Mergeable states of one padded chunk (module docstring), float64 pytree."""
+def chunk_states(theta, widths, arrays, plan: Plan, shapes, *, pulled: bool = False):
+    """Mergeable states of one padded chunk (module docstring), float64 pytree.
+    ``pulled``: ``(states, pulled states)``, the second with the observables' states of
+    their finite entries (:func:`analysis.stats.pullback.finite_entries`: what the
+    reverse sweep's pulled sum reads, so that a NaN entry does not make the whole
+    state NaN), the rest shared."""
     ch = _Chunk(theta, widths, arrays, plan, shapes)
     w_e = ch.ev * ch.p
     sumw, sumw2 = jnp.sum(w_e), jnp.sum(w_e * w_e)
-    observables = {}
+    observables, finite = {}, {}
     for obs, (xn, yn), order in zip(plan.observables, plan.sets.nodes, plan.sets.orders):
-        entry = {}
+        entry, fin = {}, {}
         if xn.kind in ("sum", "count"):
-            entry["moments"] = ch.event_sum(xn, order)
+            if pulled:
+                entry["moments"], fin["moments"] = ch.event_sum(xn, order, pulled=True)
+            else:
+                entry["moments"] = ch.event_sum(xn, order)
         else:
             cand = ch.candidates(xn)
             x, w = ch.entries(xn, cand)
             if obs.univariate:
                 entry["moments"] = _core.moments(x, w)
+                if pulled:
+                    fw, fx = finite_entries(w, x)
+                    fin["moments"] = _core.moments(fx, fw)
             if obs.bivariate:
                 y, _ = ch.entries(yn, cand)
                 entry["comoments"] = _core.comoments(x, y, w)
-        observables[obs.name] = entry
+                if pulled:
+                    fw, fx, fy = finite_entries(w, x, y)
+                    fin["comoments"] = _core.comoments(fx, fy, fw)
+        observables[obs.name], finite[obs.name] = entry, fin
     hists = histogram_states(theta, widths, arrays, plan, shapes, ch, _Chunk) if plan.hists else {}
-    return state_tree(sumw, sumw2, observables, **hists)
+    states = state_tree(sumw, sumw2, observables, **hists)
+    return (states, state_tree(sumw, sumw2, finite, **hists)) if pulled else states
 
 
 def uncertain_counts(theta, widths, arrays, plan: Plan, shapes) -> dict:

@@ -20,7 +20,7 @@ from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.jax import passes as kernel
 from analysis.pipeline.backends.numba import _fastleading, fastkernel
-from analysis.pipeline.backends.numba.kernels import _numba_lead, _numba_lead_vjp
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead, _numba_lead_vjp
 from analysis.pipeline.plan import build_plan, initial_widths
 from analysis.select.lanes.arith import LANES
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
@@ -125,7 +125,10 @@ def _two_sets(rng, counts):
     coff = np.zeros((2, counts.shape[1] + 1), np.int64)
     coff[:, 1:] = np.cumsum(counts, axis=1)
     base = np.array([0, coff[0, -1], coff[0, -1] + coff[1, -1]])
-    pat = np.zeros((2, 3, 1), np.int64)
+    # int8 patterns, as the pipeline's tables (analysis.pipeline.backends.numba._fasttables):
+    # the walk and its VJP run the versions the pipeline's tests compiled (an int64 table
+    # compiled a version of each of its own, ~30 s cold)
+    pat = np.zeros((2, 3, 1), np.int8)
     pat[:, 1:, 0] = 1
     tgt = np.array([[[k if p == 0 else (min(k // 3 + 1, 2) * 3 + k % 3 if c == 0 else
                                         k // 3 * 3 + min(k % 3 + 1, 2)) for k in range(9)]
@@ -155,7 +158,10 @@ def test_two_sets_walk_and_its_vjp_equal_central_differences() -> None:
         w = np.zeros((n_q, LANES))
         obj = np.zeros((n_q, 3), np.int64)
         df_l = np.zeros((9, LANES))
-        _numba_lead.candidates(*sets, pv, pd, *tables, f, df_l, off, 2, w, obj, 0, 3)
+        args = (*sets, pv, pd, *tables, f, df_l, off, 2, w, obj)
+        # compiled as the pipeline compiles it (SLP on, as _fastleading.walk_key): a first
+        # call here must not cache a build of its own
+        _numba_dp.compiled(_numba_lead.candidates, args)(*args, 0, 3)
         return w
 
     pd = np.zeros(pv.shape + (LANES,))

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from analysis.pipeline.backend import chunk_state
-from analysis.pipeline.backends.numba.kernels import _numba_lead, _numba_lead_vjp
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead, _numba_lead_vjp
 from analysis.select.lanes.arith import LANES
 from tests.chunked_helpers import NANOAOD_WARNINGS, slice_columns
 from tests.conftest import numba_refusal
@@ -106,7 +106,9 @@ def test_pullback_equals_the_jax_sweep() -> None:
 # patterns (none, A, B, both); the count state 3 a + b of A's and B's members (capped at 2).
 _TGT = np.array([[[min(k // 3 + (p & 1), 2) * 3 + min(k % 3 + (p >> 1), 2) for k in range(9)]
                   for p in range(4)]], np.int64)
-_PAT = np.array([[[p & 1, p >> 1] for p in range(4)]], np.int64)
+# int8 as the pipeline's tables: the walk and its VJP run the pipeline's versions (an int64
+# table compiled a version of each of its own)
+_PAT = np.array([[[p & 1, p >> 1] for p in range(4)]], np.int8)
 
 
 def _events(rng, counts):
@@ -155,8 +157,9 @@ def _walk(coff, base, orders, depths, outer, pv, pd, f, df_l):
     obj = np.zeros((int(off[-1]), depths[0] + depths[1] + 2), np.int64)
     sets = (coff, base, orders[inner], counts.copy(), 0, inner, depths[inner], orders[outer],
             counts.copy(), 0, outer, depths[outer])
-    _numba_lead.candidates(*sets, pv, pd, _PAT, np.array([4]), _TGT, f, df_l, off, 2, w, obj,
-                           0, 4)
+    args = (*sets, pv, pd, _PAT, np.array([4]), _TGT, f, df_l, off, 2, w, obj)
+    # compiled as the pipeline compiles it (SLP on): a first call here caches no other build
+    _numba_dp.compiled(_numba_lead.candidates, args)(*args, 0, 4)
     d_in = depths[inner] + 1
     split = [(tuple(r[:d_in]), tuple(r[d_in:])) for r in obj]
     keys = [k if inner == 0 else k[::-1] for k in split]

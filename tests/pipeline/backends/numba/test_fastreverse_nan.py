@@ -128,25 +128,81 @@ def test_a_nan_event_with_every_histogram_as_the_jax_sweep() -> None:
         assert r[names.index(n)] == 0.0, n
 
 
-@pytest.mark.slow  # the JAX sweep's compile
-@pytest.mark.xfail(strict=True, reason="the JAX sweep's pulled sum drops the cotangent of a "
-                   "chunk's non-finite sum (analysis.stats.pullback._finite: every event's "
-                   "share of it); the numba pass keeps the other events' shares")
-def test_a_parameter_the_nan_event_does_not_reach() -> None:
-    """Muons in the selection, the NaN event without muons, the yields read: the muons'
-    threshold's gradient is finite on both, and the JAX sweep's is 0 (the chunk's NaN
-    yields' cotangent dropped) where the numba pass adds the other events' shares."""
+def muons_config() -> dict:
+    """:func:`nan_config` with muons in the selection (at most one, a trainable
+    threshold ``mu_min``) and the soft field histogram ``jpt`` alone."""
     cfg = nan_config()
     cfg["parameters"]["mu_min"] = {"init": 8.0, "bounds": [0.0, 50.0]}
     cfg["objects"]["muons"] = {"collection": "Muon", "cuts": [
         {"var": "pt", "op": ">", "param": "mu_min", "width": 3.0}]}
     cfg["selection"].append({"count": "muons", "op": "<=", "value": 1})
     cfg["histograms"] = cfg["histograms"][:1]
-    plan, theta, widths, cols = setup(cfg, "nano_tt_v12.root")
+    return cfg
+
+
+@pytest.mark.slow  # the JAX sweep's compile
+def test_a_parameter_the_nan_event_does_not_reach() -> None:
+    """Muons in the selection, the NaN event without muons, the yields read: the muons'
+    threshold's gradient is finite on both, the other events' shares of the chunk's
+    NaN yields (the pulled sum keeps a NaN sum's cotangent,
+    :func:`analysis.stats.pullback._per_event`)."""
+    plan, theta, widths, cols = setup(muons_config(), "nano_tt_v12.root")
     cols = slice_columns(cols, 0, 8)
     assert cols.collections["Muon"][0][1] == 0
     cols = with_nan(cols, 1)
     payload = [e if n.startswith("selected_") else None for n, e in zip(
+        state_paths(plan), hists_payload(cols, plan, theta, widths, seed=4), strict=True)]
+    r = nan_as_the_jax_sweep(cols, plan, theta, widths, payload)
+    assert np.isfinite(r[plan.trainable_names.index("mu_min")])
+
+
+@pytest.mark.parametrize("x", ["jets.pt", "sum(jets.pt)"])
+def test_the_nan_events_chunk_does_not_matter(x: str) -> None:
+    """Eight events, the fifth (no muons) with a NaN b-tag, the yields, ``jpt`` and the
+    moments of ``x`` read (sums over events, and a state of entries, the jets' pt or an
+    event sum's ``E[X^r 1_pass]``: :func:`analysis.stats.pullback.finite_entries`), in
+    chunks ``[0:3], [3:8]`` and ``[0:5], [5:8]`` (the NaN event in the second, then the
+    first): the JAX sweep's summed gradients are equal, NaN in the same places (what the
+    event reaches) and 1e-10 elsewhere (``mu_min``: every other event's share, whichever
+    of them share the NaN event's chunk), and the numba pass's the same per chunk."""
+    cfg = muons_config()
+    cfg["observables"] = [{"name": "obs", "x": x, "stats": ["mean", "std"]}]
+    plan, theta, widths, cols = setup(cfg, "nano_tt_v12.root")
+    cols = slice_columns(cols, 0, 8)
+    assert cols.collections["Muon"][0][4] == 0
+    cols = with_nan(cols, 4)
+    payload = [e if n.startswith(("selected_", "histograms.jpt.", "observables."))
+               else None for n, e in zip(
+        state_paths(plan), hists_payload(cols, plan, theta, widths, seed=4), strict=True)]
+    # as a loss of the stats reads: no T_r above the order (an event sum's M3/M4 are NaN,
+    # constants 0 in the pulled sum, which is then its power sums' alone: linear)
+    order = plan.sets.orders[0]
+    payload = [(e[0], e[1][: order + 1] + (0.0,) * (4 - order)) if n.startswith(
+        "observables.") else e for n, e in zip(state_paths(plan), payload, strict=True)]
+    grads = []
+    for cuts in ((0, 3, 8), (0, 5, 8)):
+        g = sum(nan_as_the_jax_sweep(slice_columns(cols, lo, hi), plan, theta, widths, payload)
+                for lo, hi in zip(cuts, cuts[1:]))
+        grads.append(g)
+    a, b = grads
+    names = plan.trainable_names
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+    mu = a[names.index("mu_min")]
+    assert np.isfinite(mu) and mu != 0.0
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.nanmax(np.abs(a)))
+
+
+@pytest.mark.slow  # the JAX sweep's compile
+def test_an_event_sum_the_nan_event_fills() -> None:
+    """``sum(jets.pt)``'s moments read, the NaN event (no muons) among them: the muons'
+    threshold has the other events' shares on both backends (the pulled sum reads the
+    moments of the finite events: :func:`analysis.stats.pullback.finite_entries`,
+    :func:`analysis.pipeline.backends.numba._revobs.coefficients`)."""
+    cfg = muons_config()
+    cfg["observables"] = [{"name": "ht", "x": "sum(jets.pt)", "stats": ["mean", "std"]}]
+    plan, theta, widths, cols = setup(cfg, "nano_tt_v12.root")
+    cols = with_nan(slice_columns(cols, 0, 8), 4)
+    payload = [e if n.startswith("observables.") else None for n, e in zip(
         state_paths(plan), hists_payload(cols, plan, theta, widths, seed=4), strict=True)]
     r = nan_as_the_jax_sweep(cols, plan, theta, widths, payload)
     assert np.isfinite(r[plan.trainable_names.index("mu_min")])

@@ -74,10 +74,14 @@ class EngineConfig(_Model):
     """Which backend computes the passes, on which device
     (:class:`analysis.pipeline.backend.Backend`): ``backend: auto`` (numba where it
     serves the plan, JAX for the rest), ``numba`` or ``jax``; ``device: cpu`` or ``gpu``
-    (the JAX kernel's device; the numba kernels run on the CPU only)."""
+    (the JAX kernel's device; the numba kernels run on the CPU only);
+    ``tangent_block: N`` the JAX kernel's Jacobian N tangents at a time (memory ~N x the
+    chunk; default: one block up to 8 parameters, past that as many as fit a budget,
+    :func:`analysis.stats.taylor.tangent_block`; results do not depend on it)."""
 
     backend: Literal["auto", "numba", "jax"] = "auto"
     device: Literal["cpu", "gpu"] = "cpu"
+    tangent_block: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:

@@ -146,9 +146,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
         process (the command line: vector's, see :mod:`analysis.driver.warmup`)."""
         self.config = config
         try:
-            self.backend = (backend if isinstance(backend, Backend) else
-                            Backend(backend or config.engine.backend,
-                                    device or config.engine.device))
+            self.backend = (backend if isinstance(backend, Backend) else Backend(
+                backend or config.engine.backend, device or config.engine.device,
+                tangent_block=config.engine.tangent_block))
             self.backend.check_device()
         except ValueError as err:
             raise InputError(f"{config.source}: engine: {err}") from None

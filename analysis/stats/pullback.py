@@ -48,10 +48,9 @@ pass either way):
   (:func:`finite_entries`: each non-finite entry counts 0, its tangents passed
   through), whose power sums' partials are each entry's own: the NaN entry adds NaN
   to what it reaches, the others their shares, as for a sum (the JAX pipeline's
-  observables of entries:
-  :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; not its event sums'
-  moments, nor a state :func:`analysis.stats.derive` reads from a user's function,
-  which stay per chunk). A state's entries that are still non-finite (e.g. the NaN
+  observables, an event sum's entry being an event's weight and ``E[X^r 1_pass]``:
+  :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; not a state
+  :func:`analysis.stats.derive` reads from a user's function, which stays per chunk). A state's entries that are still non-finite (e.g. the NaN
   ``M3``/``M4`` of a second-order-only state) are constants 0 in the pulled sum
   (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``).
 

@@ -162,3 +162,19 @@ def test_the_backend_option_reaches_the_jax_kernel(shared_data) -> None:
     assert "tangent_block=1" in Backend("jax", tangent_block=1).describe()
     with pytest.raises(ValueError, match="tangent_block"):
         Backend("jax", tangent_block=0)
+
+
+def test_the_yaml_key_reaches_the_evaluators_backend() -> None:
+    """``engine: {tangent_block: N}`` is the backend's option; 0 is refused naming the key."""
+    from analysis.driver.runner import Evaluator
+    from analysis.errors import ConfigError
+
+    data = yaml.safe_load((REPO / "configs" / "ttbar.yaml").read_text())
+    data["engine"] = {"backend": "jax", "tangent_block": 3}
+    config = config_from_dict(data, source="t.yaml", base_dir=REPO / "configs")
+    assert config.engine.tangent_block == 3
+    with Evaluator(config, cache=False) as ev:
+        assert ev.backend.tangent_block == 3
+    data["engine"]["tangent_block"] = 0
+    with pytest.raises(ConfigError, match=r"engine\.tangent_block"):
+        config_from_dict(data, source="t.yaml", base_dir=REPO / "configs")

@@ -146,12 +146,19 @@ class _Chunk:
         return leading(self.probs, self.lays, self.sp.model, self.th, node.slots, rank, self.cw,
                        max_tuples=None if capped else MAX_TUPLES, possible=self.possible)
 
-    def event_sum(self, node, order: int):
+    def event_sum(self, node, order: int, *, pulled: bool = False):
+        """The event sum's moments; ``pulled``: ``(moments, those of the finite events)``
+        (:func:`analysis.stats.pullback.finite_entries`, an event's entry being its weight
+        and its ``E[X^r 1_pass]``)."""
         c = self.sp.collection_of(node.head)
         values = {node.head: 1.0 if node.kind == "count" else self.field(c, node.field)}
         a = sum_moments(self.probs, self.lays, self.sp.model, self.th, values, self.cw,
                         order=order)
-        return _core.moments_from_expectations(a, self.ev)
+        state = _core.moments_from_expectations(a, self.ev)
+        if not pulled:
+            return state
+        fw, *fa = finite_entries(self.ev, *(a[:, r] for r in range(a.shape[-1])))
+        return state, _core.moments_from_expectations(jnp.stack(fa, axis=-1), fw)
 
 
 def chunk_states(theta, widths, arrays, plan: Plan, shapes, *, pulled: bool = False):
@@ -167,7 +174,10 @@ def chunk_states(theta, widths, arrays, plan: Plan, shapes, *, pulled: bool = Fa
     for obs, (xn, yn), order in zip(plan.observables, plan.sets.nodes, plan.sets.orders):
         entry, fin = {}, {}
         if xn.kind in ("sum", "count"):
-            entry["moments"] = fin["moments"] = ch.event_sum(xn, order)
+            if pulled:
+                entry["moments"], fin["moments"] = ch.event_sum(xn, order, pulled=True)
+            else:
+                entry["moments"] = ch.event_sum(xn, order)
         else:
             cand = ch.candidates(xn)
             x, w = ch.entries(xn, cand)

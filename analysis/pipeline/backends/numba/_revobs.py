@@ -86,15 +86,20 @@ def coefficients(read, a_e: np.ndarray, ev: np.ndarray, order: int
                  ) -> tuple[np.ndarray, np.ndarray]:
     """``(c, dev)``: ``c`` ``(R + 1,)`` with ``dL/dA_e[m] = ev_e c_m`` and ``dev`` ``(E,)``
     ``dL/dev_e`` of the payload's entry ``read`` (its anchor and cotangents) for an event
-    sum of order ``order`` with moments ``a_e`` ``(E, >= order + 1)`` (module docstring)."""
+    sum of order ``order`` with moments ``a_e`` ``(E, >= order + 1)`` (module docstring).
+    The power sums ``U`` are the finite events' (an event whose ``ev_e`` or ``a_e`` is
+    non-finite counts 0), so a NaN event gives NaN in its own ``dev_e`` and, through
+    its moments' Jacobian, in what it reaches, not in every event's ``c``: the JAX
+    sweep's :func:`analysis.stats.pullback.finite_entries`."""
     a = float(read.a)
     a_e = np.asarray(a_e[:, : order + 1], np.float64)
     a0 = a_e[:, 0]
     own = np.where(a0 != 0, a_e[:, 1] / np.where(a0 != 0, a0, 1.0), 0.0)
     # about each event's own mean first, then about a (no cancellation of raw powers)
     s = _shift(_shift(a_e, -own), own - a)  # (E, R + 1) E[(X - a)^k 1]
+    ok = np.isfinite(ev) & np.isfinite(s).all(axis=1)
     u = np.zeros(5)
-    u[: order + 1] = ev @ s
+    u[: order + 1] = np.where(ok, ev, 0.0) @ np.where(ok[:, None], s, 0.0)
     tb = np.asarray([float(t) for t in read.t_bar], np.float64)
     g = np.asarray(_power_grads(order)(jnp.asarray(u), jnp.float64(a), jnp.asarray(tb)),
                    np.float64)[: order + 1]

@@ -22,6 +22,11 @@ with these.
   anything.
 - :func:`vectorised`: the same for a loop called whole (no block range), compiled for
   the types of its arguments without running it.
+- :func:`writes`: a loop's host callers pass every array it only reads read-only
+  (:func:`host_args`), whichever array they hold: numba compiles a version per
+  argument type and a read-only array (``np.asarray`` of a JAX array, a column
+  read from a file) types apart from a writable one, so that a loop fed both kinds
+  compiled twice (seconds of a first run each).
 - :func:`specialise`: a primitive of the lane arithmetic whose implementation is chosen
   at compile time from its arguments' types (numba's ``overload``, the same policy,
   inlined): the walk's steps are written once over "lane vectors" and compiled per
@@ -39,12 +44,13 @@ from __future__ import annotations
 import os
 
 import numba
+import numpy as np
 from numba.extending import overload
 
 from analysis._compat.numba import guard_cache
 
-__all__ = ["POLICY", "SHARED", "compiled", "depends", "elementwise", "inline", "inlines_folder",
-           "njit", "specialise", "specialise_on", "vectorised"]
+__all__ = ["POLICY", "SHARED", "compiled", "depends", "elementwise", "host_args", "inline",
+           "inlines_folder", "njit", "specialise", "specialise_on", "vectorised", "writes"]
 
 #: numba's options of every loop (module docstring); own processors' FFI callbacks
 #: (:mod:`analysis.select.singlekernels`) compile with them too.
@@ -155,6 +161,60 @@ def specialise_on(arg: str, *cases):
 _COMPILED: set = set()
 
 
+def writes(kernel, *names: str):
+    """Declare the arguments ``names`` of ``kernel`` (a compiled loop) the arrays it
+    writes: :func:`host_args` passes its other arrays read-only.
+
+    Parameters
+    ----------
+    kernel : numba dispatcher
+        The loop.
+    *names : str
+        Its arguments that it writes (its outputs).
+
+    Returns
+    -------
+    numba dispatcher
+        ``kernel``, marked.
+    """
+    code = kernel.py_func.__code__
+    out = {code.co_varnames.index(n) for n in names}
+    kernel.reads = tuple(i for i in range(code.co_argcount) if i not in out)
+    return kernel
+
+
+def _readonly(a):
+    """``a``, or a read-only view of it (no copy) where it is a writable array."""
+    if not isinstance(a, np.ndarray) or not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def host_args(kernel, args: tuple) -> tuple:
+    """``args`` of ``kernel`` with the arrays it only reads (:func:`writes`) read-only:
+    one compiled version for either kind its callers hold; ``args`` as they are for a
+    loop not marked.
+
+    Parameters
+    ----------
+    kernel : numba dispatcher
+        The loop.
+    args : tuple
+        Its leading arguments (a block range may follow).
+
+    Returns
+    -------
+    tuple
+        The arguments to call it with.
+    """
+    reads = getattr(kernel, "reads", None)
+    if reads is None:
+        return args
+    return tuple(_readonly(a) if i in reads else a for i, a in enumerate(args))
+
+
 def _kinds(args: tuple) -> tuple:
     """What of ``args`` chooses a compiled version (cheap to read, unlike
     ``numba.typeof``): each array's dimensions, dtype and contiguity, each other
@@ -175,6 +235,7 @@ def compiled(kernel, args: tuple):
     slower): the kernel's callers build its arguments with fixed dtypes."""
     key = (kernel, _kinds(args))
     if key not in _COMPILED:
+        args = host_args(kernel, args)
         old = numba.config.SLP_VECTORIZE
         numba.config.SLP_VECTORIZE = 1
         try:
@@ -190,7 +251,11 @@ def vectorised(kernel, args: tuple):
     loop that takes no block range, such as the histogram fills) with the SLP
     vectorizer on, as :func:`compiled` does, without calling it (numba's
     ``Dispatcher.compile``, which reads the disk cache first). A later call with other
-    argument types compiles a second version without it (the same results, slower)."""
+    argument types compiles a second version without it (the same results, slower).
+    Returns the kernel, or for a loop marked by :func:`writes` a call of it through
+    :func:`host_args`."""
+    marked = getattr(kernel, "reads", None) is not None
+    args = host_args(kernel, args)
     if kernel not in _COMPILED:
         old = numba.config.SLP_VECTORIZE
         numba.config.SLP_VECTORIZE = 1
@@ -199,4 +264,6 @@ def vectorised(kernel, args: tuple):
         finally:
             numba.config.SLP_VECTORIZE = old
         _COMPILED.add(kernel)
+    if marked:
+        return lambda *a: kernel(*host_args(kernel, a))
     return kernel

@@ -22,6 +22,7 @@ import numpy as np
 
 from analysis.pipeline.backends.numba.kernels import _numba_sums
 from analysis.runtime.environment import settings
+from analysis.select.lanes.policy import host_args
 
 __all__: list[str] = []  # internal to the numba kernel
 
@@ -47,8 +48,10 @@ def splits(n: int, parts: int) -> list[int]:
 
 
 def _run_blocks(kernel, args: tuple, n_blocks: int, threads: int | None = None) -> None:
-    """``kernel(*args, b0, b1)`` over all blocks, in contiguous ranges on the pool."""
+    """``kernel(*args, b0, b1)`` over all blocks, in contiguous ranges on the pool (its
+    read-only arguments as such: :func:`analysis.select.lanes.policy.host_args`)."""
     threads = max(1, min(_threads(threads), n_blocks))
+    args = host_args(kernel, args)
     _run_slices(lambda b0, b1: kernel(*args, b0, b1), splits(n_blocks, threads))
 
 
@@ -58,8 +61,10 @@ def _run_dynamic(kernel, args: tuple, n_blocks: int, threads: int | None = None)
     blocks of uneven cost even out at the end). A kernel whose outputs are per block or
     per item gives the same results however the blocks are shared. Few calls per
     thread: each returns to Python and takes the GIL, which a thread reading the next
-    chunk (:mod:`analysis.data.overlap`) may hold for up to the switch interval."""
+    chunk (:mod:`analysis.data.overlap`) may hold for up to the switch interval. The
+    read-only arguments as :func:`_run_blocks`."""
     threads = max(1, min(_threads(threads), n_blocks))
+    args = host_args(kernel, args)
     if threads == 1:
         kernel(*args, 0, n_blocks)
         return

@@ -67,6 +67,7 @@ from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
 from analysis.select import chainwalk
+from analysis.select.lanes.policy import host_args
 
 __all__ = ["BLOCK", "evaluate_columns", "observable_entries", "observable_states",
            "selected_weights"]
@@ -218,6 +219,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
         walk = _numba_dp.compiled(chainwalk.cut_walk, args)
         flat, obj = flats[tab.collections[0]], coff[0]
         ys = np.zeros((n_blocks, 2, np1)) if yields else None
+        sums_args = host_args(_numba_sums.block_sums, (ev, pe, np1, BLOCK, ys))
 
         def blocks(b0: int, b1: int) -> None:
             # one hand-off per chunk: a thread's blocks' cut probabilities (its events'
@@ -228,7 +230,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
                        int(obj[min(b1 * BLOCK, n_ev)]))
             walk(*args, b0, b1)
             if ys is not None:
-                _numba_sums.block_sums(ev, pe, np1, BLOCK, ys, b0, b1)
+                _numba_sums.block_sums(*sums_args, b0, b1)
 
         _run_blocks(blocks, (), n_blocks, threads)
         ys = None if ys is None else ys.sum(axis=0)

@@ -48,9 +48,11 @@ from analysis.select.lanes.buffers import (
 from analysis.select.lanes.policy import (
     compiled,
     elementwise,
+    host_args,
     inline,
     njit,
     vectorised,
+    writes,
 )
 from analysis.select.lanes.steps import (
     backward,
@@ -84,7 +86,8 @@ def soft_values(v: np.ndarray, t: float, width: float, greater: bool, inclusive:
     v = np.asarray(v, dtype=np.float64)
     out = np.empty_like(v) if out is None else out
     hard = not width > 0.0  # NaN fails the step, as in soft_pass
-    soft_argument(v, float(t), float(width), greater, inclusive, absolute, hard, out)
+    soft_argument(*host_args(soft_argument, (v, float(t), float(width), greater, inclusive,
+                                            absolute, hard, out)))
     if hard:
         return out
     with np.errstate(over="ignore"):
@@ -113,6 +116,9 @@ def soft_argument(v, t, width, greater, inclusive, absolute, hard, out):
         out[i] = (x - t if greater else t - x) / w
 
 
+
+
+writes(soft_argument, "out")
 @elementwise
 def soft_finish(e):
     """``e = 1 / (1 + e)`` in place (``e = exp(-z / width) >= 0`` or NaN:
@@ -296,6 +302,9 @@ def accumulate(eoff, x, y, has_y, wo, ev, cx, cy, block, out, b0, b1):
                     axpy(acc[k], t[k], dw)
 
 
+
+
+writes(accumulate, "out")
 @njit
 def centre_sums(eoff, x, y, wo, ev, block, out, b0, b1):
     """Blocks ``b0:b1``: ``out[b] = (W, sum w x, sum w y)`` of one observable's entries
@@ -311,3 +320,6 @@ def centre_sums(eoff, x, y, wo, ev, block, out, b0, b1):
                 out[b, 0] += w
                 out[b, 1] += w * x[j]
                 out[b, 2] += w * y[j]
+
+
+writes(centre_sums, "out")

@@ -32,7 +32,7 @@ import numpy as np
 from analysis.pipeline.backends.numba.kernels._numba_dp import LANES
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
 from analysis.select.lanes.cuts import inverse_width, soft_slope
-from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.policy import inline, njit, writes
 
 __all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_soft"]
 
@@ -255,6 +255,9 @@ def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
         _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, LANES)
 
 
+
+
+writes(fill, "sumw", "sumw2")
 @njit
 def fill_soft(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
     """:func:`fill` with each entry spread over the bins at the soft bins' width ``width
@@ -294,3 +297,6 @@ def fill_soft(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
                     sumw2[v, j, r] += f2 * d
                     sumw[v, j + 1, r] -= f * d
                     sumw2[v, j + 1, r] -= f2 * d
+
+
+writes(fill_soft, "sumw", "sumw2")

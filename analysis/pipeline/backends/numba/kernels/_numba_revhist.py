@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
-from analysis.select.lanes.policy import njit
+from analysis.select.lanes.policy import njit, writes
 
 __all__ = ["entry_cotangents"]
 
@@ -93,3 +93,6 @@ def entry_cotangents(off, x, p, ev, factors, weight, edges, width, sbar, sbar2, 
                     d += t
                     ebar[k, j] -= w * t
             gx[i] = w * d
+
+
+writes(entry_cotangents, "g", "gx", "ebar", "sumw", "sumw2")

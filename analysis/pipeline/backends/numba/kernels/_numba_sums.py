@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.select.lanes.policy import njit, specialise_on
+from analysis.select.lanes.policy import njit, specialise_on, writes
 
 __all__ = ["block_sums", "event_lane"]
 
@@ -53,3 +53,6 @@ def block_sums(ev, pe, np1, block, out, b0, b1):
         for k in range(np1):
             out[b, 0, k] = acc[0, k]
             out[b, 1, k] = acc[1, k]
+
+
+writes(block_sums, "out")

@@ -57,7 +57,9 @@ WRITTEN_FOR = "0.68.1"
 #: Attributes of classes that a subclass here overrides or calls are listed as
 #: ``Class.member`` (the instance attributes that :class:`CheckedCacheFile` reads,
 #: ``_source_stamp``, ``_version`` and ``_index_path``, are checked on an instance by
-#: ``tests/_compat/test_numba.py``).
+#: ``tests/_compat/test_numba.py``, with the cache's ``_cache_path`` and ``_name`` that
+#: the notice of a miss reads). The runtime's and entry points' names are used by
+#: :mod:`analysis._compat.numbaruntime`.
 PRIVATE: dict[str, tuple[str, str, str]] = {
     "FunctionCache": ("numba.core.caching", "FunctionCache", "a kernel's on-disk cache"),
     "FunctionCache.load_overload": ("numba.core.caching", "FunctionCache.load_overload",

@@ -6,19 +6,15 @@ A kernel's cache miss is an INFO record on the ``analysis._compat.numba`` logger
 handler that :func:`analysis.cli.parser.main` attaches for one call, prints the first
 of that call and no other. Its "said once" flag is its own, not the module's: a second
 ``main()`` in the same process (a notebook, the tests) says it again where it compiles
-again. The flag is a byte of memory shared with the processes forked from this one: the
-futures executor's workers (forked, with the handler) compile a pass's kernels before
-the main process does, so the first of them to miss says it, at the start of the
-minutes of silence, and no other process of the run does (two workers missing within
-the same microseconds could both print: the flag is not locked). Workers started
-afresh (dask, parsl, a ``spawn`` or ``forkserver`` start) have no handler and compile in
-silence; the main process's line, where it compiles too, is the run's.
+again. Only the process that attached it prints: a worker forked from it (the futures
+executor) inherits the handler but compiles in silence; the main process's line is the
+run's.
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
+import os
 import sys
 from typing import TextIO
 
@@ -41,14 +37,9 @@ class CompileNotice(logging.Handler):
     def __init__(self, *, stream: TextIO | None = None) -> None:
         super().__init__(logging.INFO)
         self.stream = stream
-        # "said": one anonymous shared page, the same memory in the processes forked after
-        self._said = mmap.mmap(-1, 1)
+        self.said = False
+        self._pid = os.getpid()
         self._level = logging.NOTSET
-
-    @property
-    def said(self) -> bool:
-        """Whether this run (this process or one forked from it) has said it."""
-        return self._said[0] == 1
 
     def emit(self, record: logging.LogRecord) -> None:
         """Print the record's message, where it is the first cache miss said here.
@@ -61,9 +52,9 @@ class CompileNotice(logging.Handler):
         """
         from analysis._compat.numba import COMPILING_KEY
 
-        if self.said or not hasattr(record, COMPILING_KEY):
+        if self.said or os.getpid() != self._pid or not hasattr(record, COMPILING_KEY):
             return
-        self._said[0] = 1
+        self.said = True
         stream = self.stream if self.stream is not None else sys.stderr
         print(f"diffcoffea: {record.getMessage()}", file=stream, flush=True)
 

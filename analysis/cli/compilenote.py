@@ -6,9 +6,11 @@ A kernel's cache miss is an INFO record on the ``analysis._compat.numba`` logger
 handler that :func:`analysis.cli.parser.main` attaches for one call, prints the first
 of that call and no other. Its "said once" flag is its own, not the module's: a second
 ``main()`` in the same process (a notebook, the tests) says it again where it compiles
-again. Only the process that attached it prints: a worker forked from it (the futures
-executor) inherits the handler but compiles in silence; the main process's line is the
-run's.
+again. Only the process that attached it prints: a process forked from it inherits the
+handler but prints nothing (a pool of them: one line each otherwise). Workers started
+afresh (the futures executor's loky pool, dask, parsl) have no handler: they compile a
+pass's kernels in silence, and the main process's line, when it compiles too (after
+the pass), is the run's.
 """
 
 from __future__ import annotations

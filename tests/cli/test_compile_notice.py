@@ -37,9 +37,13 @@ KERNELS = textwrap.dedent('''
         return x + 1.0
 
 
-    def run(args):
+    def square(x):
+        return x * x
+
+
+    def run(args, fns=(twice, plus_one)):
         """Fresh dispatchers of the same functions: a warm cache loads them."""
-        for fn in (twice, plus_one):
+        for fn in fns:
             kernel = numba.njit(cache=True)(fn)
             guard_cache(kernel._cache)
             assert kernel(1.5) == fn(1.5)
@@ -84,6 +88,38 @@ def test_each_call_says_its_own_and_quiet_says_none(command, capsys):
     command()
     assert parser.main(["evaluate", "x.yaml"]) == 0
     assert capsys.readouterr().err.count(LINE) == 1
+
+
+FORKED = textwrap.dedent('''
+    import multiprocessing, sys
+    import noticekernels
+    from analysis.cli.compilenote import CompileNotice
+
+    notice = CompileNotice().attach()
+    worker = multiprocessing.get_context("fork").Process(target=noticekernels.run, args=(None,))
+    worker.start()
+    worker.join()
+    print("worker done", file=sys.stderr, flush=True)
+    assert worker.exitcode == 0
+    noticekernels.run(None, (noticekernels.twice, noticekernels.square))  # loaded; compiled
+    print("main done", notice.said, file=sys.stderr, flush=True)
+''')
+
+
+def test_only_the_main_process_says_it(tmp_path):
+    """A process forked from the one that attached the notice inherits it but prints
+    nothing (a pool of such workers: one line each otherwise); the main process, missing
+    later, says it."""
+    (tmp_path / "noticekernels.py").write_text(KERNELS)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    run = subprocess.run([sys.executable, "-c", FORKED], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr.count(LINE) == 1, run.stderr
+    assert run.stderr.index(LINE) > run.stderr.index("worker done")
+    assert "main done True" in run.stderr
+    assert len(list((tmp_path / "numba").rglob("*square*.nbi"))) == 1  # main missed too
 
 
 def _cli(cache: Path, out: Path) -> str:

@@ -113,16 +113,13 @@ def chunk_fields(cols, collections, sets) -> dict:
             else {f_: np.zeros(0) for f_ in fields.get(c, ())} for c in collections}
 
 
-def offsets(cols, collections, sets) -> tuple[np.ndarray, np.ndarray, dict, int, list]:
-    """``(coff, base, flats, max_seq, counts)`` of the chunk ``cols`` over
-    ``collections``: ``coff``, ``base`` and ``max_seq`` of
+def offsets(cols, collections, sets) -> tuple[np.ndarray, np.ndarray, dict, int]:
+    """``(coff, base, flats, max_seq)`` of the chunk ``cols`` over ``collections``:
+    ``coff``, ``base`` and ``max_seq`` of
     :meth:`~analysis.pipeline.layout.ChunkColumns.object_offsets` (kept with the columns:
-    never written by a caller), ``flats`` of :func:`chunk_fields`, ``counts[c]`` the objects
-    per event (the chunk's own arrays; zeros for a collection absent from it)."""
+    never written by a caller), ``flats`` of :func:`chunk_fields`."""
     coff, base, max_seq = cols.object_offsets(tuple(collections))
-    counts = [cols.collections[c][0] if c in cols.collections
-              else np.zeros(int(cols.n_events), np.int64) for c in collections]
-    return coff, base, chunk_fields(cols, collections, sets), max_seq, counts
+    return coff, base, chunk_fields(cols, collections, sets), max_seq
 
 
 def chain(tgt: np.ndarray) -> np.ndarray:

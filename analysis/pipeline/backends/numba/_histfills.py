@@ -29,9 +29,10 @@ from analysis.pipeline.backends.numba.kernels import (
 from analysis.pipeline.histplan import factor_values
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
+from analysis.select.certain import certain_objects
 from analysis.stats.histogram import Histogram
 
-__all__ = ["edge_lanes", "fill_key", "soft_width"]
+__all__ = ["edge_lanes", "fill_key", "set_objects", "soft_width", "summed_values"]
 
 _SUMS = ("sum", "count")
 
@@ -150,6 +151,25 @@ def edge_lanes(spec, trainable, n_edges: int) -> np.ndarray:
     for j, par in enumerate(spec.edge_params or (), start=1):
         elane[j] = 1 + _par_index(trainable, par)
     return elane
+
+
+def set_objects(tab, base: np.ndarray, ci: int, name: str, pv: np.ndarray) -> tuple:
+    """``(has, cert, ins)`` of set ``name`` of collection ``ci`` (the event-sum kernels'
+    and their adjoint's): ``has[p]`` 1 where pattern ``p`` holds the set, and which objects
+    are certain (:func:`analysis.select.certain.certain_objects`, the one definition of
+    both backends) from the pattern probabilities ``pv`` ``(N, P)`` (values)."""
+    has = np.ascontiguousarray(tab.pat[ci, :, tab.local[name]] == 1, dtype=np.int64)
+    n_pat = int(tab.n_pat[ci])
+    return (has, *certain_objects(pv[base[ci]: base[ci + 1], :n_pat], has[:n_pat] == 1))
+
+
+def summed_values(node, flats: dict, coll: str, n_obj: int) -> np.ndarray:
+    """The ``n_obj`` values per object that an event sum ``node`` adds (float64,
+    contiguous): ones for ``count(S)``, ``S``'s field (its ``abs``) for ``sum(S.f)``."""
+    if node.kind == "count":
+        return np.ones(n_obj)
+    vals = np.asarray(flats[coll][node.field], np.float64)[:n_obj]
+    return np.ascontiguousarray(np.abs(vals) if node.absolute else vals)
 
 
 def fill_key(spec) -> tuple:

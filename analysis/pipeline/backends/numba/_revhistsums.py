@@ -26,13 +26,17 @@ import numpy as np
 
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
 from analysis.pipeline.backends.numba._fastsens import per_set
-from analysis.pipeline.backends.numba._histfills import _factors, soft_width
+from analysis.pipeline.backends.numba._histfills import (
+    _factors,
+    set_objects,
+    soft_width,
+    summed_values,
+)
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum
 from analysis.pipeline.backends.numba.kernels._numba_esum_adj import event_sum_vjp
 from analysis.pipeline.backends.numba.kernels._numba_esum_soft import event_sum_soft_bins
 from analysis.pipeline.histplan import too_many_uncertain
 from analysis.pipeline.plan import Plan
-from analysis.select.certain import certain_objects
 from analysis.stats.histogram import Histogram
 
 __all__: list[str] = []  # internal to the numba kernel
@@ -63,16 +67,8 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
         node = spec.node
         coll = run.sets.collection_of(node.head)
         ci = tab.collections.index(coll)
-        n_pat = int(tab.n_pat[ci])
-        has = np.ascontiguousarray(tab.pat[ci, :, tab.local[node.head]] == 1, dtype=np.int64)
-        cert, inside = certain_objects(ins.pv_all[base[ci]: base[ci + 1], :n_pat],
-                                       has[:n_pat] == 1)
-        n_obj = int(coff[ci, -1])
-        if node.kind == "count":
-            vals = np.ones(n_obj)
-        else:
-            vals = np.asarray(sel.flats[coll][node.field], np.float64)[:n_obj]
-            vals = np.ascontiguousarray(np.abs(vals) if node.absolute else vals)
+        has, cert, inside = set_objects(tab, base, ci, node.head, ins.pv_all)
+        vals = summed_values(node, sel.flats, coll, int(coff[ci, -1]))
         edges = np.array(spec.edges_of(theta), np.float64)
         soft = soft_width(spec.width_index, widths)
         factors = _factors(plan, fill.specs, cols, weight, rows)

@@ -55,7 +55,6 @@ from analysis.pipeline.histplan import GROUPS, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
-from analysis.select.certain import certain_objects
 
 __all__ = ["evaluate_columns"]
 
@@ -128,7 +127,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     tab = _memo(plan, ("static", regs), lambda: _joint_static(plan, regs))
     n_ev = int(variants[0].n_events)
     # the counts are the same arrays in every variant, the fields each variant's own
-    coff, base, flat, max_seq, _ = offsets(variants[0], tab.collections, plan.sets)
+    coff, base, flat, max_seq = offsets(variants[0], tab.collections, plan.sets)
     flats = [flat] + [chunk_fields(vc, tab.collections, plan.sets) for vc in variants[1:]]
     n_tot = int(base[-1])
     setspec = {s.name: s for s in plan.sets.sets}
@@ -260,19 +259,11 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
             continue
         s = node.head
         coll = plan.sets.collection_of(s)
-        if s not in of_set:
+        if s not in of_set:  # which objects the kernel enumerates
             ci = tab.collections.index(coll)
-            has = np.ascontiguousarray(tab.pat[ci, :, tab.local[s]] == 1, dtype=np.int64)
-            # which objects the kernel enumerates: the one definition of both backends
-            of_set[s] = (ci, has, *certain_objects(
-                pv_all[base[ci]: base[ci + 1], : tab.n_pat[ci], 0], has[: tab.n_pat[ci]] == 1))
+            of_set[s] = (ci, *_histfills.set_objects(tab, base, ci, s, pv_all[:, :, 0]))
         ci, has, cert, ins = of_set[s]
-        n_obj = int(coff[ci, -1])
-        if node.kind == "count":
-            vals = np.ones(n_obj)
-        else:
-            vals = np.asarray(flats[coll][node.field], dtype=np.float64)
-            vals = np.ascontiguousarray(np.abs(vals) if node.absolute else vals)
+        vals = _histfills.summed_values(node, flats, coll, int(coff[ci, -1]))
         edges = np.array(spec.edges_of(theta), np.float64)  # writable: one compiled type
         out = _work(f"hist_es{k}_{len(es)}", (n_ev, len(edges) + 1, width))
         unc = np.zeros(n_ev, np.int64)

@@ -167,7 +167,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
 
     # per collection: offsets, own set probabilities (soft cuts), pattern probabilities
     n_coll = len(tab.collections)
-    coff, base, flats, max_seq, _ = offsets(cols, tab.collections, sp)
+    coff, base, flats, max_seq = offsets(cols, tab.collections, sp)
     n_lanes = _numba_dp.LANES  # not `lanes`: the argument says whether ev has them
     fused = fused and tab.one_set and not any(
         obs.x.kind in ("sum", "count", "index", "call") for obs in plan.observables)

@@ -168,7 +168,7 @@ def _selection(cols: ChunkColumns, run: Plan, theta: np.ndarray, widths: np.ndar
     """The selection of ``run`` (without scores) on ``cols``: per collection offsets and
     fields, per set its own soft cuts, the event weights."""
     tab = _tables(run)
-    coff, base, flats, max_seq, _ = offsets(cols, tab.collections, run.sets)
+    coff, base, flats, max_seq = offsets(cols, tab.collections, run.sets)
     sets = []  # per set (global index): (collection index, cuts, raw values, (s, ds/dt))
     q_of = {}
     for gs, c in enumerate(tab.set_coll):

@@ -186,6 +186,55 @@ def _restrict(pv_all, keep, g0, side2, n, pat, c, n_pat, ls2):
             pv_all[g0 + j, p] = keep[j, p] if _take(pat, c, p, ls2, side2[j]) else 0.0
 
 
+@inline
+def _block(coff, n_cand, depth, n_cand2, lc2, depth2, n_states, n_cols, block, b):
+    """Block ``b``'s events ``e0:e1``, ``max_n`` (:func:`_sizes`) and the buffers both
+    walks take: ``pos``, ``tape``, ``pos2``, ``tape2`` (:func:`_tuples`), ``side2``,
+    ``chain`` (:func:`_push`), ``keep`` (``n_cols`` patterns) and the states."""
+    e0, e1 = b * block, min(coff.shape[1] - 1, (b + 1) * block)
+    max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
+    max_ops2 = _sizes(coff, n_cand2, depth2, e0, e1)[1] if lc2 >= 0 else 1
+    return (e0, e1, max_n, np.empty(depth + 1, np.int64), np.empty((max_ops, 3), np.int64),
+            np.empty(depth2 + 1, np.int64), np.empty((max_ops2, 3), np.int64),
+            np.empty(max_n, np.int64), np.empty((max_n, 3), np.int64),
+            np.empty((max_n, n_cols)), np.arange(n_states))
+
+
+@inline
+def _n_outer(n_cand, depth, n_cand2, lc2, depth2, e, pos2, tape2):
+    """Event ``e``'s passes of the walk: 0 where a set has fewer objects than a tuple,
+    1 for one set, else the length of the outer set's tape (into ``pos2``, ``tape2``)."""
+    if n_cand[e] < depth + 1 or (lc2 >= 0 and n_cand2[e] < depth2 + 1):
+        return 0
+    return 1 if lc2 < 0 else _tuples(n_cand2[e], depth2, pos2, tape2)
+
+
+@inline
+def _push(gst, h, chain, g, c, side, pv_all, pd, pat, n_pat, tgt, ls, states):
+    """``gst[h + 1]``: ``gst[h]`` stepped back over object ``g`` of collection ``c``
+    (:func:`_step`), the step kept in ``chain[h]`` for the transpose; returns ``h + 1``."""
+    clear(gst[h + 1], states, states.shape[0])
+    _step(gst[h + 1], gst[h], 1.0, g, c, pv_all, pd, pat, n_pat, tgt, ls, side, states, True)
+    chain[h, 0] = g
+    chain[h, 1] = c
+    chain[h, 2] = side
+    return h + 1
+
+
+@inline
+def _chain_g(gst, chain, coff, base, e, lc, lc2, pv_all, pd, pat, n_pat, tgt, states):
+    """``G`` (module docstring): from the pass table in ``gst[0]``, every object of the
+    collections other than ``lc`` and ``lc2``, last first (:func:`_push`); returns its
+    steps' count ``t`` (``G = gst[t]``)."""
+    t = 0
+    for c in range(coff.shape[0] - 1, -1, -1):
+        if c == lc or c == lc2:
+            continue
+        for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
+            t = _push(gst, t, chain, base[c] + i, c, 2, pv_all, pd, pat, n_pat, tgt, 0, states)
+    return t
+
+
 @njit
 def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2, depth2,
                pv_all, pd_all, pat, n_pat, tgt, f, df, cand_off, block, w_out, obj_out, b0, b1):
@@ -206,59 +255,35 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
     (its tuple, the first set's), the outer tuple's first, each row of ``obj_out`` the
     first set's ``depth + 1`` objects then its ``depth2 + 1``. ``pv_all`` and ``pd_all``
     are written and restored (a second set of ``lc``)."""
-    n_ev = coff.shape[1] - 1
     n_states = f.shape[0]
     for b in range(b0, b1):
-        e0, e1 = b * block, min(n_ev, (b + 1) * block)
-        max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
-        max_ops2 = _sizes(coff, n_cand2, depth2, e0, e1)[1] if lc2 >= 0 else 1
-        pos2 = np.empty(depth2 + 1, np.int64)
-        tape2 = np.empty((max_ops2, 3), np.int64)
+        e0, e1, max_n, pos, tape, pos2, tape2, side2, chain, keep, states = _block(
+            coff, n_cand, depth, n_cand2, lc2, depth2, n_states, pv_all.shape[1], block, b)
         gst = np.empty((max_n + 1, n_states, LANES))
         B = np.empty((max_n + 1, n_states, LANES))
         V = np.empty((depth + 1, n_states, LANES))
         T = np.empty((n_states, LANES))
         H = np.empty(LANES)
         acc = np.empty(LANES)
-        pos = np.empty(depth + 1, np.int64)
-        tape = np.empty((max_ops, 3), np.int64)
-        states = np.arange(n_states)
-        side2 = np.empty(max_n, np.int64)  # the outer tuple's sides; a set of lc: saved rows
-        keep = np.empty((max_n, pv_all.shape[1]))
         keepd = np.empty((max_n, pv_all.shape[1], LANES))
         for e in range(e0, e1):
+            n_outer = _n_outer(n_cand, depth, n_cand2, lc2, depth2, e, pos2, tape2)
+            if n_outer == 0:
+                continue
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
-            kc = n_cand[e]  # the objects a tuple may hold: rank positions 0 .. kc - 1
-            if kc < depth + 1:
-                continue
-            n_outer = 1  # one set: one pass of the walk below, on G
-            if lc2 >= 0:
-                if n_cand2[e] < depth2 + 1:
-                    continue
-                n_outer = _tuples(n_cand2[e], depth2, pos2, tape2)
             for k in range(n_states):
                 for r in range(LANES):
                     gst[0, k, r] = df[k, r]
                 gst[0, k, 0] = f[k]
-            # the value functions: every other collection's objects, last first, then B over
-            # lc's rank positions (a helper of these loops, inlined: measured 2x slower)
-            t = 0
-            for c in range(coff.shape[0] - 1, -1, -1):
-                if c == lc or c == lc2:
-                    continue
-                for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
-                    clear(gst[t + 1], states, n_states)
-                    _step(gst[t + 1], gst[t], 1.0, base[c] + i, c, pv_all, pd_all, pat, n_pat,
-                          tgt, ls, 2, states, True)
-                    t += 1
+            t = _chain_g(gst, chain, coff, base, e, lc, lc2, pv_all, pd_all, pat, n_pat, tgt,
+                         states)
             lo2 = coff[max(lc2, 0), e]
             g0 = base[lc] + lo
             if lc2 == lc:
-                for j in range(n):
-                    keep[j] = pv_all[g0 + j]
-                    keepd[j] = pd_all[g0 + j]
-            nops = _tuples(kc, depth, pos, tape)
+                keep[:n] = pv_all[g0:g0 + n]
+                keepd[:n] = pd_all[g0:g0 + n]
+            nops = _tuples(n_cand[e], depth, pos, tape)
             q = cand_off[e]
             for o in range(n_outer):
                 h = t  # gst[h]: the value function after the outer tuple's collection
@@ -277,14 +302,14 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                                 for r in range(LANES):
                                     pd_all[g0 + j, p, r] = keepd[j, p, r] if ok else 0.0
                         n2 = 0
-                    # the outer tuple's positions last first: after it every pattern, its
-                    # members in the set, the others above it out of it (G_2 of the docstring)
+                    # G_2(b): written out in each walk (a helper shared with lead_vjp measured
+                    # 1.03-1.05x slower, both walks)
                     for m in range(n2 - 1, -1, -1):
                         j = order2[lo2 + m]
-                        clear(gst[h + 1], states, n_states)
-                        _step(gst[h + 1], gst[h], 1.0, base[lc2] + j, lc2, pv_all, pd_all, pat,
-                              n_pat, tgt, ls2, side2[j - lo2], states, True)
-                        h += 1
+                        h = _push(gst, h, chain, base[lc2] + j, lc2, side2[j - lo2], pv_all,
+                                  pd_all, pat, n_pat, tgt, ls2, states)
+                # B, then the tuples' steps: written out in each walk (as inlined helpers
+                # shared with lead_vjp they measured 1.25-1.4x slower, both walks)
                 B[n] = gst[h]
                 for m in range(n - 1, -1, -1):
                     clear(B[m], states, n_states)
@@ -325,6 +350,5 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                             obj_out[q, depth + 1 + j] = order2[lo2 + pos2[j]]
                     q += 1
             if lc2 == lc:  # the rows restored
-                for j in range(n):
-                    pv_all[g0 + j] = keep[j]
-                    pd_all[g0 + j] = keepd[j]
+                pv_all[g0:g0 + n] = keep[:n]
+                pd_all[g0:g0 + n] = keepd[:n]

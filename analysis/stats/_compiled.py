@@ -26,7 +26,7 @@ from analysis.stats._programs import compile_flat
 from analysis.stats.merge import describe_difference
 from analysis.stats.offsets import forget_bounds
 from analysis.stats.passes import PassTheta, Pullback
-from analysis.stats.pullback import pulled_sum
+from analysis.stats.pullback import pulled_states, pulled_sum
 from analysis.stats.taylor import _to_numpy, value_and_derivatives
 
 __all__: list[str] = []
@@ -99,7 +99,9 @@ def _pullback_body(pay_tree: Any) -> Callable[..., Any]:
     def body(f, t, pay):
         def scalar(tt):
             states = f(tt)
-            return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), states
+            with pulled_states():  # the states of the finite entries (pullback.py)
+                pulled = f(tt)
+            return pulled_sum(pulled, jax.tree_util.tree_unflatten(pay_tree, pay)), states
 
         return jax.grad(scalar, has_aux=True)(t)
 
@@ -108,9 +110,15 @@ def _pullback_body(pay_tree: Any) -> Callable[..., Any]:
 
 def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: PassTheta):
     """The chunk's states and ``grad <T_bar, T_c(theta)>`` (one reverse sweep)."""
-    closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    def both(t):
+        with pulled_states():  # the states of the finite entries (pullback.py)
+            pulled = f(t)
+        return f(t), pulled
+
+    closed, (shapes, _) = jax.make_jaxpr(both, return_shape=True)(t0)
     _check_merged(shapes, theta)
     out_tree = jax.tree_util.tree_structure(shapes)
+    n_out = len(jax.tree_util.tree_leaves(shapes))
     pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
     consts = list(closed.consts)
 
@@ -118,8 +126,8 @@ def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: P
         def grad_and_states(consts, t, pay):
             def scalar(tt):
                 flat = eval_jaxpr(jaxpr, consts, tt)
-                states = jax.tree_util.tree_unflatten(out_tree, flat)
-                return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), flat
+                pulled = jax.tree_util.tree_unflatten(out_tree, flat[n_out:])
+                return pulled_sum(pulled, jax.tree_util.tree_unflatten(pay_tree, pay)), flat[:n_out]
 
             return jax.grad(scalar, has_aux=True)(t)
 

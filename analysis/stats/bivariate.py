@@ -12,6 +12,7 @@ from analysis.stats import _core
 from analysis.stats._inputs import _options
 from analysis.stats._statefns import LinearFit
 from analysis.stats.dispatch import _flat_prepared, _run2
+from analysis.stats.pullback import pulled_entries
 
 __all__ = ["LinearFit", "comoments", "corr", "covar", "linear_fit", "moments"]
 
@@ -214,7 +215,8 @@ def moments(x: Any, weight: Any = None) -> _core.Moments:
         ``W = 0`` (a neutral element of :func:`merge`) for empty input.
     """
     p = _flat_prepared(x, None, weight, "moments")
-    return _core.moments(jnp.asarray(p.x), jnp.asarray(p.w))
+    w, xs = pulled_entries(jnp.asarray(p.w), jnp.asarray(p.x))
+    return _core.moments(xs, w)
 
 
 def comoments(x: Any, y: Any, weight: Any = None) -> _core.CoMoments:
@@ -242,4 +244,5 @@ def comoments(x: Any, y: Any, weight: Any = None) -> _core.CoMoments:
         :func:`merge`) for empty input.
     """
     p = _flat_prepared(x, y, weight, "comoments")
-    return _core.comoments(jnp.asarray(p.x), jnp.asarray(p.y), jnp.asarray(p.w))
+    w, xs, ys = pulled_entries(jnp.asarray(p.w), jnp.asarray(p.x), jnp.asarray(p.y))
+    return _core.comoments(xs, ys, w)

@@ -49,10 +49,16 @@ pass either way):
   through), whose power sums' partials are each entry's own: the NaN entry adds NaN
   to what it reaches, the others their shares, as for a sum (the JAX pipeline's
   observables, an event sum's entry being an event's weight and ``E[X^r 1_pass]``:
-  :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; not a state
-  :func:`analysis.stats.derive` reads from a user's function, which stays per chunk). A state's entries that are still non-finite (e.g. the NaN
-  ``M3``/``M4`` of a second-order-only state) are constants 0 in the pulled sum
-  (:func:`_finite`), so their zero cotangents never meet a NaN (``0 * NaN``).
+  :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; a user's function
+  under :func:`analysis.stats.derive`: its second pass traces the function once more
+  within :func:`pulled_states`, where ``stats.moments``/``stats.comoments`` form their
+  states from :func:`pulled_entries`, and pulls those; the values are the plain trace's).
+  A state's entries that are still non-finite (e.g. the NaN ``M3``/``M4`` of a
+  second-order-only state) are constants 0 in the pulled sum (:func:`_finite`), so their
+  zero cotangents never meet a NaN (``0 * NaN``); an undefined mean (centre or ``dmean``
+  non-finite: the merged state of a NaN chunk, whose centre the merge may keep finite
+  or not depending on the chunks) counts 0 as a whole, so ``T_bar`` does not depend on
+  the chunking.
 
 Everything here is pure JAX on pytrees of states (numpy in, JAX out), except
 :func:`prune` (numpy, on the host).
@@ -60,7 +66,10 @@ Everything here is pure JAX on pytrees of states (numpy in, JAX out), except
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -71,7 +80,10 @@ from jax.custom_derivatives import SymbolicZero
 from analysis.stats._core import CoMoments, Moments
 from analysis.stats.merge import is_state
 
-__all__ = ["finite_entries", "from_sums", "prune", "pullback_payload", "pulled_sum", "sums_about"]
+__all__ = [
+    "finite_entries", "from_sums", "prune", "pulled_entries", "pulled_states", "pullback_payload",
+    "pulled_sum", "sums_about",
+]
 
 _ORDER = 4  # Moments carry M2..M4
 
@@ -145,6 +157,42 @@ def _finite_entries_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]
 finite_entries.defjvp(_finite_entries_jvp, symbolic_zeros=True)
 
 
+# True while a chunk function is traced for its pulled sum (:func:`pulled_states`): a
+# context of the trace, not an option (the same function's values trace without it)
+_PULLED: contextvars.ContextVar[bool] = contextvars.ContextVar("pulled_states", default=False)
+
+
+@contextlib.contextmanager
+def pulled_states() -> Iterator[None]:
+    """Within: the states that :func:`pulled_entries` guards are those of their finite
+    entries (for a pulled sum only; the chunk's value states are traced without it)."""
+    token = _PULLED.set(True)
+    try:
+        yield
+    finally:
+        _PULLED.reset(token)
+
+
+def pulled_entries(w: Any, *values: Any) -> tuple[Any, ...]:
+    """The entries a state is formed from: :func:`finite_entries` within
+    :func:`pulled_states`, else unchanged (``stats.moments``/``stats.comoments`` in a
+    user's function under :func:`analysis.stats.derive`'s second reverse pass).
+
+    Parameters
+    ----------
+    w : array
+        The entries' weights.
+    *values : array
+        Their values, shaped as ``w``.
+
+    Returns
+    -------
+    tuple
+        ``(w, *values)``.
+    """
+    return finite_entries(w, *values) if _PULLED.get() else (w, *values)
+
+
 def _div(num: Any, den: Any) -> Any:
     ok = den != 0
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
@@ -170,13 +218,16 @@ def sums_about(state: Any, a: Any) -> tuple[Any, ...]:
     ``(W, Sx, Sy, Sxx, Syy, Sxy)`` of the deviations from ``(a_x, a_y)``. Non-finite
     entries count as 0 (see the module docstring)."""
     if isinstance(state, Moments):
-        w, c, dm, m2, m3, m4 = (_finite(v) for v in state)
-        delta = (c - a) + dm
+        w, _, _, m2, m3, m4 = (_finite(v) for v in state)
+        # an undefined mean (centre or dmean non-finite; a merge may keep either finite)
+        # counts 0 as a whole, so the merged state's sums never depend on the chunking
+        delta = _finite((jnp.asarray(state.center, dtype=jnp.float64) - a) + state.dmean)
         return tuple(_shift([w, jnp.zeros_like(w), m2, m3, m4], delta))
     if isinstance(state, CoMoments):
-        w, cx, dx, cy, dy, cxx, cyy, cxy = (_finite(v) for v in state)
+        w, _, _, _, _, cxx, cyy, cxy = (_finite(v) for v in state)
         ax, ay = a
-        ex, ey = (cx - ax) + dx, (cy - ay) + dy
+        ex = _finite((jnp.asarray(state.center_x, dtype=jnp.float64) - ax) + state.dmean_x)
+        ey = _finite((jnp.asarray(state.center_y, dtype=jnp.float64) - ay) + state.dmean_y)
         return (w, w * ex, w * ey, cxx + w * ex * ex, cyy + w * ey * ey, cxy + w * ex * ey)
     raise TypeError(f"sums_about: expected Moments or CoMoments, found {type(state).__name__}")
 

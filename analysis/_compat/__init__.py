@@ -1,6 +1,7 @@
 """The one place that uses JAX's and numba's private parts (no public API says them).
 
-One module per library (:mod:`analysis._compat.jax`, :mod:`analysis._compat.numba`;
+One module per library (:mod:`analysis._compat.jax`, :mod:`analysis._compat.numba`, whose
+runtime and entry points are :mod:`analysis._compat.numbaruntime`'s;
 :mod:`analysis._compat.jaxstate` reads JAX's state without importing JAX), each private
 use a small named function with a test in ``tests/_compat/`` that names the attribute
 and the library's version when a release changes it. No other module of ``analysis`` or

@@ -7,8 +7,10 @@ code without refreshing numba's registries and key it by LLVM's SLP setting too
 other source files its machine code inlines and check its files before unpickling them
 (:class:`CheckedCacheFile`): both through :func:`guard_cache`, which every cached kernel
 of the package goes through (the njit policy, :mod:`analysis.select.lanes.policy`, and
-:func:`cached_cfunc`); start numba's extensions and runtime on a thread of its own
-(:func:`compiler_lock`, :func:`initialise_runtime` and the entry points' flag). Nothing
+:func:`cached_cfunc`); say, once, that kernels compile (:data:`COMPILING`, an INFO
+record on the ``analysis._compat.numba`` logger at each cache miss). Starting numba's
+extensions and runtime on a thread of its own is :mod:`analysis._compat.numbaruntime`'s
+(its names are in :data:`PRIVATE` too). Nothing
 else in ``analysis`` or ``processors`` imports ``numba.core``
 (``tests/_compat/test_private_imports.py``); when a newer numba changes one of these,
 ``tests/_compat/test_numba.py`` names the attribute and numba's version.
@@ -38,15 +40,13 @@ __all__ = [
     "CheckedCacheFile",
     "CompatError",
     "FastLoadCache",
+    "COMPILING",
+    "COMPILING_KEY",
     "Unusable",
+    "cache_home",
     "cached_cfunc",
-    "claim_entry_points",
-    "compiler_lock",
-    "entry_points_flag",
     "guard_cache",
-    "initialise_runtime",
     "read_checked",
-    "run_entry_points",
     "sources_digest",
 ]
 
@@ -57,7 +57,9 @@ WRITTEN_FOR = "0.68.1"
 #: Attributes of classes that a subclass here overrides or calls are listed as
 #: ``Class.member`` (the instance attributes that :class:`CheckedCacheFile` reads,
 #: ``_source_stamp``, ``_version`` and ``_index_path``, are checked on an instance by
-#: ``tests/_compat/test_numba.py``).
+#: ``tests/_compat/test_numba.py``, with the cache's ``_cache_path`` and ``_name`` that
+#: the notice of a miss reads). The runtime's and entry points' names are used by
+#: :mod:`analysis._compat.numbaruntime`.
 PRIVATE: dict[str, tuple[str, str, str]] = {
     "FunctionCache": ("numba.core.caching", "FunctionCache", "a kernel's on-disk cache"),
     "FunctionCache.load_overload": ("numba.core.caching", "FunctionCache.load_overload",
@@ -143,9 +145,47 @@ class FastLoadCache(FunctionCache):
 
             rtsys.initialize(target_context)  # what the registries' refresh starts first
             with self._guard_against_spurious_io_errors():
-                return self._load_overload(sig, target_context)
+                loaded = self._load_overload(sig, target_context)
         except Exception:  # noqa: BLE001  (numba's own load, its own errors)
-            return super().load_overload(sig, target_context)
+            loaded = super().load_overload(sig, target_context)
+        if loaded is None:  # numba compiles it next: the only exact "this will take a while"
+            _log.info(COMPILING, cache_home(self),
+                      extra={COMPILING_KEY: getattr(self, "_name", "?")})
+        return loaded
+
+
+#: The INFO record of a cache miss (``%s``: :func:`cache_home`); the command line prints
+#: the first of a run (:mod:`analysis.cli.compilenote`), other callers see one per kernel
+#: where they log at INFO.
+COMPILING = ("compiling the numba kernels for this plan (first run, or after the package "
+             "changed: a few minutes; later runs load them from the cache in %s)")
+#: The attribute of that record holding the kernel's name (what tells it from others).
+COMPILING_KEY = "numba_compiling"
+
+
+def cache_home(cache: Any) -> str:
+    """Where numba keeps a kernel's cache, as a user can find it: ``NUMBA_CACHE_DIR``
+    where set; the ``__pycache__`` folders beside the sources (numba's default) under
+    the folder holding the package; else (a read-only install: numba's folder in the
+    user's cache) the kernel's own folder.
+
+    Parameters
+    ----------
+    cache : numba cache
+        The kernel's (its ``_cache_path``: numba's locator's choice).
+
+    Returns
+    -------
+    str
+        The folder, in words.
+    """
+    if numba.config.CACHE_DIR:
+        return str(numba.config.CACHE_DIR)
+    path = str(getattr(cache, "_cache_path", ""))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.basename(path) == "__pycache__" and path.startswith(root + os.sep):
+        return f"the __pycache__ folders under {root}"
+    return path or "numba's cache"
 
 
 _log = logging.getLogger("analysis._compat.numba")
@@ -378,71 +418,3 @@ def cached_cfunc(sig: Any, depends: tuple[str, ...] = ()) -> Any:
         return res
 
     return decorate
-
-
-def compiler_lock() -> Any:
-    """numba's global compiler lock (held while numba compiles or initialises).
-
-    Returns
-    -------
-    context manager
-        The lock.
-    """
-    from numba.core.compiler_lock import global_compiler_lock
-
-    return global_compiler_lock
-
-
-def initialise_runtime() -> None:
-    """Initialise numba's runtime for the CPU target (what the first call of a cached
-    kernel does).
-
-    Returns
-    -------
-    None
-    """
-    from numba.core.registry import cpu_target
-    from numba.core.runtime import rtsys
-
-    rtsys.initialize(cpu_target.target_context)
-
-
-def entry_points_flag() -> bool | None:
-    """numba's flag "the extensions' entry points have run"; ``None`` where this numba
-    keeps none (then only :func:`run_entry_points` is safe).
-
-    Returns
-    -------
-    bool or None
-        The flag.
-    """
-    from numba.core import entrypoints
-
-    flag = getattr(entrypoints, "_already_initialized", None)
-    return None if flag is None else bool(flag)
-
-
-def claim_entry_points() -> None:
-    """Set numba's flag "the extensions' entry points have run" (before running them,
-    as numba does: an extension may compile).
-
-    Returns
-    -------
-    None
-    """
-    from numba.core import entrypoints
-
-    entrypoints._already_initialized = True
-
-
-def run_entry_points() -> None:
-    """numba's own ``init_all``: every extension's entry point, once per process.
-
-    Returns
-    -------
-    None
-    """
-    from numba.core import entrypoints
-
-    entrypoints.init_all()
-

@@ -23,6 +23,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from analysis import runtime
+from analysis.cli.compilenote import CompileNotice
 from analysis.errors import DiffcoffeaError, DiffcoffeaWarning, causes
 from analysis.runtime.forkguard import ForkAfterJaxError
 
@@ -345,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         handler.setFormatter(logging.Formatter("diffcoffea: debug: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.DEBUG)
+    # a cache miss of a numba kernel: one line before minutes of compiling (--quiet: none)
+    notice = None if getattr(args, "quiet", False) else CompileNotice().attach()
     if argv is None and gc.isenabled():
         gc.disable()
         args.gc_paused = True
@@ -383,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         if handler is not None:
             log.removeHandler(handler)
             log.setLevel(level)
+        if notice is not None:
+            notice.detach()
         if argv is None:  # the process ends next: no collection over what it kept
             gc.freeze()
             if getattr(args, "gc_paused", False):

@@ -56,7 +56,7 @@ def _entry_points(skip: Collection[str]) -> None:
     those whose module is in a top-level package of ``skip``."""
     from importlib import metadata
 
-    from analysis._compat import numba as numba_compat
+    from analysis._compat import numbaruntime as numba_compat
 
     done = numba_compat.entry_points_flag()
     if not skip or done is None:
@@ -82,7 +82,7 @@ def _initialise_numba(skip: Collection[str] = (),
     and numba's runtime, as the first call of a cached kernel would run them (not the
     registries: module docstring); ``extensions`` is set once the entry points have
     run."""
-    from analysis._compat import numba as numba_compat
+    from analysis._compat import numbaruntime as numba_compat
 
     with numba_compat.compiler_lock():
         _entry_points(skip)
@@ -104,7 +104,7 @@ def numba_ready() -> None:
     -------
     None
     """
-    from analysis._compat import numba as numba_compat
+    from analysis._compat import numbaruntime as numba_compat
 
     with numba_compat.compiler_lock():
         pass

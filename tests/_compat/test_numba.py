@@ -17,6 +17,7 @@ from numba.core import caching, codegen
 
 from analysis._compat import CompatError, lookup
 from analysis._compat import numba as cn
+from analysis._compat import numbaruntime as cr
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,21 +101,24 @@ def test_the_package_kernels_load_fast_with_checked_files():
 
     assert type(_numba_sums.block_sums._cache) is cn.FastLoadCache
     assert type(_numba_sums.block_sums._cache._cache_file) is cn.CheckedCacheFile
+    # what the notice of a miss reads (cache_home, the record's kernel name)
+    assert os.path.isabs(_numba_sums.block_sums._cache._cache_path)
+    assert "block_sums" in _numba_sums.block_sums._cache._name
 
 
 def test_entry_points_flag_and_runtime():
-    flag = cn.entry_points_flag()
+    flag = cr.entry_points_flag()
     assert flag is not None, (
         f"numba {numba.__version__} has no numba.core.entrypoints._already_initialized")
-    cn.run_entry_points()  # numba's own: idempotent
-    assert cn.entry_points_flag() is True
-    cn.claim_entry_points()
-    assert cn.entry_points_flag() is True
-    cn.initialise_runtime()
+    cr.run_entry_points()  # numba's own: idempotent
+    assert cr.entry_points_flag() is True
+    cr.claim_entry_points()
+    assert cr.entry_points_flag() is True
+    cr.initialise_runtime()
 
 
 def test_compiler_lock_is_numbas_reentrant_lock():
-    lock = cn.compiler_lock()
+    lock = cr.compiler_lock()
     assert lock is _resolve("global_compiler_lock")
     with lock:
         with lock:  # re-entrant: numba's compilations nest (warm-up holds it around them)

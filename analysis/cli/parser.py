@@ -310,6 +310,10 @@ _default_showwarning = warnings.showwarning
 _JAX_CACHE_WARNING = r"Error (reading|writing) persistent compilation cache entry"
 #: the line that a pass runs on the JAX reference on the CPU (analysis.pipeline.backend)
 _FALLBACK_WARNING = r"the \w+ pass runs on the JAX reference"
+#: numba's pedantic IR check on the loop variables of an inlined walk (a cold compile of
+#: the demo's kernels printed one, asking the user to report it to numba): the code is
+#: right (each kernel is checked against JAX and enumeration); shown with --debug
+_NUMBA_SCOPE_WARNING = r"variable '.*' is not in scope"
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -354,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
+            if not getattr(args, "debug", False):
+                warnings.filterwarnings("ignore", message=_NUMBA_SCOPE_WARNING)
             if getattr(args, "quiet", False):
                 # JAX warns for every program it cannot read from or write to its
                 # persistent cache (a full disk: dozens of lines); it compiles them

@@ -33,3 +33,27 @@ def test_quiet_silences_jax_cache_warnings(monkeypatch, capsys, quiet):
     err = capsys.readouterr().err
     assert ("No space left on device" in err) is not quiet
     assert "another library's warning" in err  # only JAX's cache warnings are silenced
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_numbas_pedantic_scope_warning_only_with_debug(monkeypatch, capsys, debug):
+    """numba's "variable '...' is not in scope" IR check (a cold compile of the demo's
+    kernels printed it, asking the user to report it to numba) is shown with --debug only."""
+    from numba.core.errors import NumbaIRAssumptionWarning
+
+    def command(args):
+        warnings.warn("variable '_lambda__v166__vphi34_0_2.1' is not in scope.",
+                      NumbaIRAssumptionWarning, stacklevel=1)
+        warnings.warn("another library's warning", stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(parser, "_command", lambda name: command)
+    monkeypatch.setattr(parser, "_default_showwarning",
+                        lambda message, *a, **k: print(message, file=sys.stderr))
+    argv = ["evaluate", "configs/demo.yaml"] + (["--debug"] if debug else [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert parser.main(argv) == 0
+    err = capsys.readouterr().err
+    assert ("is not in scope" in err) is debug
+    assert "another library's warning" in err

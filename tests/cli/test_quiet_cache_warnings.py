@@ -14,6 +14,18 @@ _FULL = ("Error writing persistent compilation cache entry for 'jit_step': OSErr
          "[Errno 28] No space left on device")
 
 
+def _stderr_of(monkeypatch, capsys, command, flags: list[str]) -> str:
+    """What ``main`` prints on stderr running ``command`` as ``evaluate`` with ``flags``."""
+    monkeypatch.setattr(parser, "_command", lambda name: command)
+    # Python's own display (pytest records warnings instead of printing them)
+    monkeypatch.setattr(parser, "_default_showwarning",
+                        lambda message, *a, **k: print(message, file=sys.stderr))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert parser.main(["evaluate", "configs/demo.yaml", *flags]) == 0
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("quiet", [True, False])
 def test_quiet_silences_jax_cache_warnings(monkeypatch, capsys, quiet):
     def command(args):
@@ -22,15 +34,7 @@ def test_quiet_silences_jax_cache_warnings(monkeypatch, capsys, quiet):
         warnings.warn("another library's warning", stacklevel=1)
         return 0
 
-    monkeypatch.setattr(parser, "_command", lambda name: command)
-    # Python's own display (pytest records warnings instead of printing them)
-    monkeypatch.setattr(parser, "_default_showwarning",
-                        lambda message, *a, **k: print(message, file=sys.stderr))
-    argv = ["evaluate", "configs/demo.yaml"] + (["--quiet"] if quiet else [])
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        assert parser.main(argv) == 0
-    err = capsys.readouterr().err
+    err = _stderr_of(monkeypatch, capsys, command, ["--quiet"] if quiet else [])
     assert ("No space left on device" in err) is not quiet
     assert "another library's warning" in err  # only JAX's cache warnings are silenced
 
@@ -47,13 +51,6 @@ def test_numbas_pedantic_scope_warning_only_with_debug(monkeypatch, capsys, debu
         warnings.warn("another library's warning", stacklevel=1)
         return 0
 
-    monkeypatch.setattr(parser, "_command", lambda name: command)
-    monkeypatch.setattr(parser, "_default_showwarning",
-                        lambda message, *a, **k: print(message, file=sys.stderr))
-    argv = ["evaluate", "configs/demo.yaml"] + (["--debug"] if debug else [])
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        assert parser.main(argv) == 0
-    err = capsys.readouterr().err
+    err = _stderr_of(monkeypatch, capsys, command, ["--debug"] if debug else [])
     assert ("is not in scope" in err) is debug
     assert "another library's warning" in err

@@ -255,8 +255,8 @@ def vectorised(kernel, args: tuple):
     Returns the kernel, or for a loop marked by :func:`writes` a call of it through
     :func:`host_args`."""
     marked = getattr(kernel, "reads", None) is not None
-    args = host_args(kernel, args)
     if kernel not in _COMPILED:
+        args = host_args(kernel, args)
         old = numba.config.SLP_VECTORIZE
         numba.config.SLP_VECTORIZE = 1
         try:

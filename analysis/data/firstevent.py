@@ -37,6 +37,7 @@ class FirstEvent:
         self._tree = tree
         self._wanted = {c: tuple(f) for c, f in wanted.items()}
         self._branches = list(tree.keys())
+        self._names = set(self._branches)
         heads = dict.fromkeys(k.split("_", 1)[0] for k in self._branches)
         #: the top-level names, as coffea's NanoAOD schema gives them (counters left out)
         self.fields = [h for h in heads if not (h.startswith("n") and h[1:] in heads)]
@@ -57,7 +58,7 @@ class FirstEvent:
     def _read(self, name: str) -> Any:
         if name not in self.fields:
             raise KeyError(name)
-        names = set(self._branches)
+        names = self._names
         if name in names:  # a branch of its own (genWeight; PSWeight, counted by nPSWeight)
             return self._array(name)
         prefix = f"{name}_"

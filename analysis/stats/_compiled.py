@@ -93,32 +93,71 @@ def _check_merged(states: Any, theta: PassTheta) -> None:
         )
 
 
-def _pullback_body(pay_tree: Any) -> Callable[..., Any]:
-    """``(f, t, pay) -> (grad <T_bar, T_c(t)>, states)``: one reverse sweep."""
+def _all_finite(value: Any) -> bool:
+    """Whether every leaf of a chunk's states and sums (numpy) is finite."""
+    return all(bool(np.all(np.isfinite(v))) for v in jax.tree_util.tree_leaves(value))
+
+
+def _pullback_body(pay_tree: Any, *, guarded: bool = False) -> Callable[..., Any]:
+    """``(f, t, pay) -> (grad <T_bar, T_c(t)>, states)``: one trace of ``f``, one reverse
+    sweep. ``guarded``: ``f`` traced within :func:`pulled_states` (its states those of
+    their finite entries), the gradient only (:func:`_chunk_pullback`)."""
 
     def body(f, t, pay):
         def scalar(tt):
             states = f(tt)
-            with pulled_states():  # the states of the finite entries (pullback.py)
-                pulled = f(tt)
-            return pulled_sum(pulled, jax.tree_util.tree_unflatten(pay_tree, pay)), states
+            return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), states
 
-        return jax.grad(scalar, has_aux=True)(t)
+        if not guarded:
+            return jax.grad(scalar, has_aux=True)(t)
+        with pulled_states():  # the states of the finite entries (pullback.py)
+            return jax.grad(lambda tt: scalar(tt)[0])(t)
 
     return body
 
 
-def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: PassTheta):
-    """The chunk's states and ``grad <T_bar, T_c(theta)>`` (one reverse sweep)."""
-    def both(t):
-        with pulled_states():  # the states of the finite entries (pullback.py)
-            pulled = f(t)
-        return f(t), pulled
+def _chunk_pullback(fn: Any, wrap: Callable[[Any], Callable[[Any], Any]],
+                    f: Callable[[Any], Any], t0: Any, names: tuple[str, ...],
+                    theta: PassTheta, key: Any) -> Pullback:
+    """The chunk's states and ``grad <T_bar, T_c(theta)>`` (:func:`compiled_call`, else
+    the traced :func:`_pullback`). The plain states are pulled where every value of the
+    chunk is finite: every entry of its ``stats.moments``/``comoments`` states is then
+    finite, and those states are the states of their finite entries, bit for bit. A chunk
+    with a non-finite value (a NaN entry's) takes its gradient from a second program,
+    ``fn`` traced within :func:`pulled_states` (:mod:`analysis.stats.pullback`), built
+    and run for such chunks only: finite chunks trace and sweep ``fn`` once."""
+    pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
+    key = (key, pay_tree, tuple((np.shape(x), str(np.result_type(x))) for x in pay))
+    got = compiled_call("pullback", fn, wrap, _pullback_body(pay_tree), key, t0, pay)
+    if got is None:
+        return _pullback(f, t0, names, theta)
+    grad, value = got
+    _check_merged(value, theta)
+    value = _to_numpy(value)
+    if not _all_finite(value):
+        grad = compiled_call("pullback_guarded", fn, wrap,
+                             _pullback_body(pay_tree, guarded=True), key, t0, pay)
+        if grad is None:
+            grad = _traced_sweep("pullback_guarded", f, t0, theta)[0]
+    return Pullback(names, value, np.asarray(grad, dtype=np.float64))
 
-    closed, (shapes, _) = jax.make_jaxpr(both, return_shape=True)(t0)
-    _check_merged(shapes, theta)
+
+def _traced_sweep(kind: str, f: Callable[[Any], Any], t0: Any, theta: PassTheta,
+                  check: bool = False) -> tuple[Any, Any]:
+    """``(grad <T_bar, T_c(t0)>, states)`` of ``f`` traced to a jaxpr (within
+    :func:`pulled_states` for ``kind`` ``"pullback_guarded"``), compiled from the
+    second sight of its structure on; ``check``: the states' structure against the
+    merged states first."""
+    if kind == "pullback_guarded":
+        # a new function: make_jaxpr would give f's plain trace again from JAX's cache
+        # of traces, whose key does not hold the context
+        with pulled_states():  # the states of the finite entries (pullback.py)
+            closed, shapes = jax.make_jaxpr(lambda t: f(t), return_shape=True)(t0)
+    else:
+        closed, shapes = jax.make_jaxpr(f, return_shape=True)(t0)
+    if check:
+        _check_merged(shapes, theta)
     out_tree = jax.tree_util.tree_structure(shapes)
-    n_out = len(jax.tree_util.tree_leaves(shapes))
     pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
     consts = list(closed.consts)
 
@@ -126,17 +165,27 @@ def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: P
         def grad_and_states(consts, t, pay):
             def scalar(tt):
                 flat = eval_jaxpr(jaxpr, consts, tt)
-                pulled = jax.tree_util.tree_unflatten(out_tree, flat[n_out:])
-                return pulled_sum(pulled, jax.tree_util.tree_unflatten(pay_tree, pay)), flat[:n_out]
+                states = jax.tree_util.tree_unflatten(out_tree, flat)
+                return pulled_sum(states, jax.tree_util.tree_unflatten(pay_tree, pay)), flat
 
             return jax.grad(scalar, has_aux=True)(t)
 
         return grad_and_states
 
     extra = (out_tree, pay_tree, [np.shape(p) for p in pay], _signature(consts))
-    grad, flat = _cached_call("pullback", closed, extra, build, consts, t0, pay)
-    value = jax.tree_util.tree_unflatten(out_tree, flat)
-    return Pullback(names, _to_numpy(value), np.asarray(grad, dtype=np.float64))
+    grad, flat = _cached_call(kind, closed, extra, build, consts, t0, pay)
+    return grad, jax.tree_util.tree_unflatten(out_tree, flat)
+
+
+def _pullback(f: Callable[[Any], Any], t0: Any, names: tuple[str, ...], theta: PassTheta):
+    """The chunk's states and ``grad <T_bar, T_c(theta)>`` on the traced path (one
+    reverse sweep; a chunk with a non-finite value: the guarded one, as in
+    :func:`_chunk_pullback`)."""
+    grad, value = _traced_sweep("pullback", f, t0, theta, check=True)
+    value = _to_numpy(value)
+    if not _all_finite(value):
+        grad = _traced_sweep("pullback_guarded", f, t0, theta)[0]
+    return Pullback(names, value, np.asarray(grad, dtype=np.float64))
 
 
 #: What tracing a chunk function raises when it needs concrete values (Python control

@@ -85,6 +85,7 @@ from analysis.stats._compiled import (  # noqa: F401  (re-exported)
     _SEEN_MAX,
     _cached_call,
     _check_merged,
+    _chunk_pullback,
     _forward,
     _pullback,
     _pullback_body,
@@ -261,16 +262,7 @@ def derive(fn: Callable[[Any], Any], theta: Any, *, order: int = 1,
 
     f = wrap(fn)
     if task == "pullback":
-        pay, pay_tree = jax.tree_util.tree_flatten(theta.payload)
-        got = compiled_call(
-            "pullback", fn, wrap, _pullback_body(pay_tree),
-            (spec.key, pay_tree, tuple((np.shape(x), str(np.result_type(x))) for x in pay)),
-            t0, pay)
-        if got is None:
-            return _pullback(f, t0, spec.names, theta)
-        grad, value = got
-        _check_merged(value, theta)
-        return Pullback(spec.names, _to_numpy(value), np.asarray(grad, dtype=np.float64))
+        return _chunk_pullback(fn, wrap, f, t0, spec.names, theta, spec.key)
     if task == "values":
         got = compiled_call("values", fn, wrap, lambda f, t: f(t), spec.key, t0)
         value = _values(f, t0) if got is None else got

@@ -50,9 +50,12 @@ pass either way):
   to what it reaches, the others their shares, as for a sum (the JAX pipeline's
   observables, an event sum's entry being an event's weight and ``E[X^r 1_pass]``:
   :func:`analysis.pipeline.backends.jax.setkernel.chunk_states`; a user's function
-  under :func:`analysis.stats.derive`: its second pass traces the function once more
-  within :func:`pulled_states`, where ``stats.moments``/``stats.comoments`` form their
-  states from :func:`pulled_entries`, and pulls those; the values are the plain trace's).
+  under :func:`analysis.stats.derive`: its second pass pulls the plain states of a
+  chunk whose values are all finite (every entry is then finite: the same states, bit
+  for bit), and the gradient of a chunk with a non-finite value comes from one more
+  sweep, the function traced within :func:`pulled_states`, where
+  ``stats.moments``/``stats.comoments`` form their states from :func:`pulled_entries`;
+  the values are the plain ones, NaN: :func:`analysis.stats._compiled._chunk_pullback`).
   A state's entries that are still non-finite (e.g. the NaN ``M3``/``M4`` of a
   second-order-only state) are constants 0 in the pulled sum (:func:`_finite`), so their
   zero cotangents never meet a NaN (``0 * NaN``); an undefined mean (centre or ``dmean``
@@ -157,15 +160,18 @@ def _finite_entries_jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]
 finite_entries.defjvp(_finite_entries_jvp, symbolic_zeros=True)
 
 
-# True while a chunk function is traced for its pulled sum (:func:`pulled_states`): a
-# context of the trace, not an option (the same function's values trace without it)
+# True while a chunk function is traced for the guarded pulled sum of a chunk with a
+# non-finite value (:func:`pulled_states`): a context of that trace, not an option (the
+# user's function calls stats.moments, which no argument of derive reaches; the same
+# function's values and plain pull trace without it)
 _PULLED: contextvars.ContextVar[bool] = contextvars.ContextVar("pulled_states", default=False)
 
 
 @contextlib.contextmanager
 def pulled_states() -> Iterator[None]:
     """Within: the states that :func:`pulled_entries` guards are those of their finite
-    entries (for a pulled sum only; the chunk's value states are traced without it)."""
+    entries (for the pulled sum of a chunk with a non-finite value only; the chunk's
+    values and the plain pull are traced without it)."""
     token = _PULLED.set(True)
     try:
         yield
@@ -176,7 +182,8 @@ def pulled_states() -> Iterator[None]:
 def pulled_entries(w: Any, *values: Any) -> tuple[Any, ...]:
     """The entries a state is formed from: :func:`finite_entries` within
     :func:`pulled_states`, else unchanged (``stats.moments``/``stats.comoments`` in a
-    user's function under :func:`analysis.stats.derive`'s second reverse pass).
+    user's function under :func:`analysis.stats.derive`'s second reverse pass, in the
+    sweep of a chunk with a non-finite value).
 
     Parameters
     ----------

@@ -31,9 +31,10 @@ A weight variation's factor scales its histogram's bins' cotangents per event (o
 for the histograms of one set of entries). The value states of every histogram come from
 the same fills (the pass's Pullback carries the chunk's states, as the JAX sweep's).
 
-Histograms of event sums (``sum``, ``count``) and of indexed objects are not pulled back
-here (:data:`KINDS`; the numba rules refuse them in a pullback pass), nor per-object scale
-factors (no numba rule).
+This module pulls back the kinds of :data:`KINDS`; leading objects and candidate tuples
+(:mod:`analysis.pipeline.backends.numba._revhistlead`, a subclass of :class:`Reads`) and
+event sums (:mod:`analysis.pipeline.backends.numba._revhistsums`) extend it. Per-object
+scale factors: no numba rule.
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ probabilities to the histogram states.
 filled from one set of entries: a histogram, its channel templates and their weight
 variations), :func:`_run_fills` runs the
 tasks on threads (each fill its own sequential sum: no bit depends on the threads) and
-makes the states. Hard bins fill with
-:func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`; soft bins (a histogram's
-``width > 0``) with :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill_soft`,
+makes the states. Hard and soft bins (a histogram's
+``width > 0``) fill with :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`,
 at the edges of the pass's parameters (trainable edges: their tangents in the lanes of
 their parameters), the meaning of :mod:`analysis.stats.softbins`.
 """
@@ -129,14 +128,11 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
         x = np.ascontiguousarray(np.abs(x) if node.absolute else x, dtype=np.float64)
         head = (off, x, np.ascontiguousarray(p), evs[ekey, region], factors, weight,
                 np.asarray(group[0].edges_of(theta), np.float64))
+        # soft bins (width > 0): their edges' tangents in their parameters' lanes
         soft = soft_width(group[0].width_index, widths)
-        if soft > 0.0:  # soft bins, their edges' tangents in their parameters' lanes
-            elane = edge_lanes(group[0], trainable, len(edges))
-            tasks.append((x.shape[0] * len(edges) * (2 + len(group)), _numba_fill.fill_soft,
-                          (*head, soft, elane, sumw, sumw2), finish))
-        else:
-            tasks.append((x.shape[0] * (2 + len(group)), _numba_fill.fill,
-                          (*head, sumw, sumw2), finish))
+        elane = edge_lanes(group[0], trainable, len(edges))
+        tasks.append((x.shape[0] * (len(edges) if soft > 0.0 else 1) * (2 + len(group)),
+                      _numba_fill.fill, (*head, soft, elane, sumw, sumw2), finish))
 
 
 def soft_width(width_index: int | None, widths) -> float:

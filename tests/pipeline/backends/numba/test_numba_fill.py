@@ -228,7 +228,8 @@ def test_fill_is_numpy(lanes):
     off, x, p, ev, factors, weight, edges = fill_inputs(lanes, lanes)
     sumw = np.zeros((3, len(edges) + 1, lanes))
     sumw2 = np.zeros_like(sumw)
-    args = (off, x, p, ev, factors, weight, edges, sumw, sumw2)
+    args = (off, x, p, ev, factors, weight, edges, 0.0, np.zeros(len(edges), np.int64), sumw,
+            sumw2)
     _numba_dp.vectorised(_numba_fill.fill, args)(*args)  # as fasthist._run_fills
     ref = reference_fill(off, x, p, ev, factors, weight, edges, lanes)
     np.testing.assert_array_equal(sumw, ref[0])

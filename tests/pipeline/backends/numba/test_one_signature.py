@@ -30,9 +30,8 @@ fastreverse.chunk_pullback(cols, plan, theta, widths, hists_payload(cols, plan, 
 plan, theta, widths = soft_setup()
 for order in (0, 1):
     chunk_state(columns(300, plan), plan, theta, widths, order=order, backend="numba")
-kernels = {"fill": _numba_fill.fill, "fill_soft": _numba_fill.fill_soft,
-           "accumulate": _numba_dp.accumulate, "centre_sums": _numba_dp.centre_sums,
-           "soft_argument": _numba_dp.soft_argument,
+kernels = {"fill": _numba_fill.fill, "accumulate": _numba_dp.accumulate,
+           "centre_sums": _numba_dp.centre_sums, "soft_argument": _numba_dp.soft_argument,
            "entry_cotangents": _numba_revhist.entry_cotangents}
 print(json.dumps({k: [str(s) for s in v.signatures] for k, v in kernels.items()}))
 """

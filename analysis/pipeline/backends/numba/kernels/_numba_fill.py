@@ -13,10 +13,11 @@ threads changes a bit:
   move once, then each side's moved cuts).
 - :func:`fill`: the histogram sums of one set of entries for several weight variations,
   over the lanes that carry the value and the tangents only (``sumw.shape[2]``: 4 or 8;
-  the other lanes of the walk are zero). One call per histogram group; the calls run
-  side by side on threads, each a sequential sum in entry order; :func:`fill_soft`: soft bins, each entry spread over the bins with the trainable
-  edges' tangents (the bins of an entry, hard and soft:
-  :mod:`analysis.pipeline.backends.numba.kernels._numba_softbins`).
+  the other lanes of the walk are zero), hard bins or soft (each entry spread over the
+  bins, the trainable edges' tangents: the bins of an entry,
+  :mod:`analysis.pipeline.backends.numba.kernels._numba_softbins`). One call
+  per histogram group; the calls run side by side on threads, each a sequential sum in
+  entry order.
 
 Cuts are given as arrays over the cuts ``m`` in their order: ``c_ls[m]`` the set
 (position in its collection), ``c_col[m]`` the row of ``cols`` (``(M, N)``: the cuts'
@@ -34,7 +35,7 @@ from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabi
 from analysis.select.lanes.cuts import inverse_width, soft_slope
 from analysis.select.lanes.policy import inline, njit, writes
 
-__all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill", "fill_soft"]
+__all__ = ["cut_patterns", "cut_patterns4", "cut_patterns_pair", "fill"]
 
 
 # Objects per sub-block: the cuts run cut by cut over a sub-block (their parameters
@@ -197,15 +198,16 @@ def _lanes_of(p, i, ev, e, w, n_l):
 
 
 @inline
-def _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, n_l):
-    """The loop of :func:`fill` over ``n_l`` lanes (a constant after inlining: 4 or
-    ``LANES``), the running sums ``sumw[v, b]`` and ``sumw2[v, b]`` side by side in an
-    array of the loop's own, which no other array can alias, so that LLVM keeps an
-    entry's loads and stores together (with ``sumw`` and ``sumw2`` updated in place,
-    a 4-lane fill took 0.82 ms for 75k entries and one variation against 0.61, 2.5
-    against 1.3 for nine); each event's factors ``f`` and ``f^2 weight[e]`` made once.
+def _fill(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2, n_l, soft):
+    """The loop of :func:`fill` over ``n_l`` lanes, soft bins or hard (``soft``, and
+    ``n_l`` for hard bins: constants after inlining; with both kinds in one loop the hard
+    fill took 1.4 times as long). The running sums ``sumw[v, b]`` and ``sumw2[v, b]`` side
+    by side in an array of the loop's own, which no other array can alias, so that LLVM
+    keeps an entry's loads and stores together (in place, a 4-lane hard fill took 0.82 ms
+    for 75k entries and one variation against 0.61, 2.5 against 1.3 for nine; a 4-lane
+    soft fill of nine 1.37 times as long); each event's ``f`` and ``f^2 weight[e]`` made once.
     The same additions in the same order: the same floats."""
-    n_v, n_b = sumw.shape[0], sumw.shape[1]
+    n_v, n_b, n_e = sumw.shape[0], sumw.shape[1], edges.shape[0]
     acc = np.empty((n_v, n_b, 2 * n_l))
     for v in range(n_v):
         for b in range(n_b):
@@ -213,6 +215,8 @@ def _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, n_l):
                 acc[v, b, r] = sumw[v, b, r]
                 acc[v, b, n_l + r] = sumw2[v, b, r]
     w = np.empty(n_l)
+    q = np.empty(n_b)
+    ds = np.empty(n_e)
     fe = np.empty(n_v)
     f2e = np.empty(n_v)
     for e in range(off.shape[0] - 1):
@@ -225,13 +229,36 @@ def _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, n_l):
         for i in range(off[e], off[e + 1]):
             _lanes_of(p, i, ev, e, w, n_l)
             # an entry of probability 0 at x = 0: its value may be garbage (as the JAX kernel's)
-            b = hard_bin(edges, x[i] if w[0] != 0.0 else 0.0)
+            xi = x[i] if w[0] != 0.0 else 0.0
+            if soft:  # whether the trainable edges move the entry's bins
+                moves = bin_probabilities(edges, xi, width, q, ds)
+            else:
+                hb = hard_bin(edges, xi)
             for v in range(n_v):
-                a = acc[v, b]
                 f, f2 = fe[v], f2e[v]
-                for r in range(n_l):
-                    a[r] += f * w[r]
-                    a[n_l + r] += f2 * w[r]
+                if not soft:  # its hard bin alone (a NaN weight NaN there only)
+                    a = acc[v, hb]
+                    for r in range(n_l):
+                        a[r] += f * w[r]
+                        a[n_l + r] += f2 * w[r]
+                    continue
+                for b in range(n_b):
+                    a = acc[v, b]
+                    qb = q[b]
+                    for r in range(n_l):
+                        a[r] += f * (w[r] * qb)
+                        a[n_l + r] += f2 * (w[r] * qb)
+                if not moves:
+                    continue
+                for j in range(n_e):
+                    r = elane[j]
+                    if r < 1 or r >= n_l:
+                        continue
+                    d = w[0] * ds[j]
+                    acc[v, j, r] += f * d
+                    acc[v, j, n_l + r] += f2 * d
+                    acc[v, j + 1, r] -= f * d
+                    acc[v, j + 1, n_l + r] -= f2 * d
     for v in range(n_v):
         for b in range(n_b):
             for r in range(n_l):
@@ -240,63 +267,24 @@ def _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, n_l):
 
 
 @njit
-def fill(off, x, p, ev, factors, weight, edges, sumw, sumw2):
+def fill(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
     """Histogram sums of the entries of event ``e``, ``off[e]:off[e + 1]`` (values
     ``x[i]``, probability lanes ``p[i]``) with the event weights ``ev[e]`` (lanes) times
-    each variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] +=
-    f^2 weight[e] w`` with ``w = ev[e] p[i]`` (the product rule in lanes), over the
-    first ``sumw.shape[2]`` lanes (4 or 8: the value and the tangents), ``b`` the hard
-    bin (:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.hard_bin`; an
-    entry of probability 0 at ``x = 0``). Entries in order: one sequential sum per bin
-    and variation."""
-    if sumw.shape[2] <= 4:  # the value and at most 3 tangents
-        _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, 4)
+    each variation's factor ``factors[v, e]``: ``sumw[v, b] += f w q_b``, ``sumw2[v, b]
+    += f^2 weight[e] w q_b`` with ``w = ev[e] p[i]`` (the product rule in lanes) over the
+    first ``sumw.shape[2]`` lanes (4 or 8: the value and the tangents), ``q_b`` the
+    entry's bins (:mod:`~analysis.pipeline.backends.numba.kernels._numba_softbins`: the
+    hard bin for ``width = 0``; an entry of probability 0 at ``x = 0``); soft bins add ``f
+    w_0 dq_b`` and ``f^2 weight[e] w_0 dq_b`` in the lane of each trainable edge
+    (``elane[j]``: its lane, below 1 a fixed edge). Entries in order: one sequential sum
+    per bin and variation."""
+    n_l = sumw.shape[2]
+    if width > 0.0:  # the lanes read at run time: as constants, 8 lanes took 1.3x
+        _fill(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2, n_l, True)
+    elif n_l <= 4:  # the value and at most 3 tangents
+        _fill(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2, 4, False)
     else:
-        _fill_hard(off, x, p, ev, factors, weight, edges, sumw, sumw2, LANES)
-
-
+        _fill(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2, LANES, False)
 
 
 writes(fill, "sumw", "sumw2")
-@njit
-def fill_soft(off, x, p, ev, factors, weight, edges, width, elane, sumw, sumw2):
-    """:func:`fill` with each entry spread over the bins at the soft bins' width ``width
-    > 0`` (:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`):
-    ``sumw[v, b] += f (w q_b + w_0 dq_b)``, ``sumw2[v, b] += f^2 weight[e] (w q_b + w_0
-    dq_b)``, ``dq_b`` the derivative in the lane of each trainable edge (``elane[j]``:
-    its lane, below 1 a fixed edge), over the first ``sumw.shape[2]`` lanes."""
-    n_l = sumw.shape[2]
-    n_b = sumw.shape[1]
-    n_e = edges.shape[0]
-    w = np.empty(n_l)
-    q = np.empty(n_b)
-    ds = np.empty(n_e)
-    for e in range(off.shape[0] - 1):
-        we = weight[e]
-        for i in range(off[e], off[e + 1]):
-            _lanes_of(p, i, ev, e, w, n_l)
-            # whether the trainable edges move the entry's bins
-            moves = bin_probabilities(edges, x[i] if w[0] != 0.0 else 0.0, width, q, ds)
-            for v in range(factors.shape[0]):
-                f = factors[v, e]
-                f2 = f * f * we
-                for b in range(n_b):
-                    qb = q[b]
-                    o, o2 = sumw[v, b], sumw2[v, b]
-                    for r in range(n_l):
-                        o[r] += f * (w[r] * qb)
-                        o2[r] += f2 * (w[r] * qb)
-                if not moves:
-                    continue
-                for j in range(n_e):
-                    r = elane[j]
-                    if r < 1 or r >= n_l:
-                        continue
-                    d = w[0] * ds[j]
-                    sumw[v, j, r] += f * d
-                    sumw2[v, j, r] += f2 * d
-                    sumw[v, j + 1, r] -= f * d
-                    sumw2[v, j + 1, r] -= f2 * d
-
-
-writes(fill_soft, "sumw", "sumw2")

@@ -2,11 +2,12 @@
 
 Run from the repository root (``PYTHONPATH=$PWD``)::
 
-    python scripts/check_states.py dump OUT.pkl [--configs GLOB] [--orders 0,1] [--reverse]
+    python scripts/check_states.py dump OUT.pkl [--configs GLOBS] [--exclude GLOBS] \
+        [--orders 0,1] [--reverse]
     python scripts/check_states.py compare A.pkl B.pkl [--tol 1e-14]
 
-``dump`` builds, for every ``configs/*.yaml`` (``--configs``: a glob of the stem, e.g.
-``'agc_*'``), the evaluator ``diffcoffea evaluate`` builds
+``dump`` builds, for every ``configs/*.yaml`` (``--configs``, ``--exclude``: globs of the
+stem, comma-separated, e.g. ``'agc_*,demo'``), the evaluator ``diffcoffea evaluate`` builds
 (:func:`analysis.cli.commands.make_evaluator`, on the config's engine and chunk size;
 score inputs standardised first, as the command line does) and runs one states pass at
 the config's start parameters and widths per derivative order. It stores every leaf of
@@ -23,9 +24,10 @@ recorded with its one-line reason (``failed``), and the dump goes on.
 ``compare`` prints, per config, pass and leaf family (``value``/``jac`` and the state
 kind, datasets and observables merged), the max relative difference
 ``max|a - b| / max|a|`` over the family's leaves (each leaf scaled by its own largest
-value; NaN equals NaN at the same place), ``bit for bit`` where it is 0, the leaves
-missing on either side and the passes that failed (of the configs both dumps ran: a
-``--configs`` dump compares against the whole base). Exit 1 if a difference exceeds
+value; NaN equals NaN at the same place), ``bit for bit`` where it is 0 (a pass all bit for bit: one line, unless ``-v``), the leaves
+missing on either side and the passes that failed, of the passes both dumps ran (a dump
+of some configs or orders compares against a whole base; the others are listed as not
+compared). Exit 1 if a difference exceeds
 ``--tol`` (default 1e-14), a leaf is missing or differs in shape, or a pass failed on
 one side only; else 0.
 """
@@ -133,15 +135,22 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def _matches(stem: str, patterns: str) -> bool:
+    return any(fnmatch.fnmatch(stem, g.strip()) for g in patterns.split(",") if g.strip())
+
+
 def dump(out_path: str, pattern: str = "*", orders: tuple[int, ...] = (0, 1),
-         reverse: bool = False) -> dict[str, Any]:
+         reverse: bool = False, exclude: str = "") -> dict[str, Any]:
     """Run the passes (module docstring) and pickle ``{"leaves", "failed", "meta"}``."""
     paths = sorted(p for p in (REPO / "configs").glob("*.yaml")
-                   if fnmatch.fnmatch(p.stem, pattern))
+                   if _matches(p.stem, pattern) and not _matches(p.stem, exclude))
     if not paths:
         raise SystemExit(f"no config matches configs/{pattern}.yaml")
     leaves: dict[str, np.ndarray] = {}
     failed: dict[str, str] = {}
+    result = {"leaves": leaves, "failed": failed,
+              "meta": {"configs": [], "orders": list(orders), "reverse": reverse,
+                       "repo": str(REPO)}}
     start = time.perf_counter()
     for path in paths:
         t0 = time.perf_counter()
@@ -151,13 +160,12 @@ def dump(out_path: str, pattern: str = "*", orders: tuple[int, ...] = (0, 1),
             failed[path.stem] = _one_line(err)
         note = f" FAILED {failed[path.stem]}" if path.stem in failed else ""
         _say(f"{path.stem}: {time.perf_counter() - t0:.1f} s{note}")
+        result["meta"]["configs"].append(path.stem)
+        # written after each config: an interrupted dump keeps (and compares) those done
+        with open(out_path, "wb") as f:
+            pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
     for key, reason in failed.items():
         _say(f"failed {key}: {reason}")
-    result = {"leaves": leaves, "failed": failed,
-              "meta": {"configs": [p.stem for p in paths], "orders": list(orders),
-                       "reverse": reverse, "repo": str(REPO)}}
-    with open(out_path, "wb") as f:
-        pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
     _say(f"wrote {out_path}: {len(leaves)} leaves, {len(failed)} failed, "
          f"{time.perf_counter() - start:.1f} s")
     return result
@@ -199,24 +207,30 @@ def relative_difference(a: np.ndarray, b: np.ndarray) -> float:
     return diff / scale if scale > 0 else diff
 
 
+def _run_of(key: str) -> str:
+    """The pass of a leaf or failure key: ``config/order``, ``config/reverse`` or ``config``."""
+    return "/".join(key.split("/")[:2])
+
+
 def compare(a: dict[str, Any], b: dict[str, Any], tol: float = 1e-14,
-            write=print) -> int:
-    """Print the comparison of two dumps (module docstring); the exit code."""
+            write=print, verbose: bool = False) -> int:
+    """Print the comparison of two dumps (module docstring); the exit code. A pass whose
+    families are all bit for bit is one line unless ``verbose``."""
     la, lb = a["leaves"], b["leaves"]
     fa, fb = a.get("failed", {}), b.get("failed", {})
-    ma, mb = a.get("meta", {}), b.get("meta", {})
-    configs = set(ma.get("configs", ())) & set(mb.get("configs", ()))
-    orders = {str(o) for o in set(ma.get("orders", ())) & set(mb.get("orders", ()))}
-    if ma.get("reverse") and mb.get("reverse"):
-        orders.add("reverse")
-    if ma and mb:  # a dump of some configs or passes (--configs, --orders): those of both
-        write(f"compared: {len(configs)} configs, passes {', '.join(sorted(orders))}")
-
-        def both(key: str) -> bool:
-            parts = key.split("/")
-            return parts[0] in configs and (len(parts) == 1 or parts[1] in orders)
-
-        la, lb, fa, fb = ({k: v for k, v in x.items() if both(k)} for x in (la, lb, fa, fb))
+    # the passes both dumps ran (or failed): a dump of some configs or orders (--configs,
+    # --exclude, --orders) compares against a whole base; a config that failed as a
+    # whole counts as every pass of it
+    ran = [{_run_of(k) for k in (*x, *y)} for x, y in ((la, fa), (lb, fb))]
+    configs = [{r.split("/")[0] for r in side} for side in ran]
+    both = (ran[0] & ran[1]) | {r for r in ran[0] | ran[1]
+                                if "/" not in r and r in configs[0] & configs[1]}
+    for side, mine in (("A", ran[0]), ("B", ran[1])):
+        alone = sorted(r for r in mine - both if r.split("/")[0] not in both)
+        if alone:
+            write(f"not compared, only in {side}: {', '.join(alone)}")
+    la, lb, fa, fb = ({k: v for k, v in x.items() if _run_of(k) in both
+                       or k.split("/")[0] in both} for x in (la, lb, fa, fb))
     worst: dict[tuple[str, str], tuple[float, str]] = {}
     count: dict[tuple[str, str], int] = {}
     for key in sorted(set(la) & set(lb)):
@@ -226,16 +240,19 @@ def compare(a: dict[str, Any], b: dict[str, Any], tol: float = 1e-14,
             worst[fam] = (d, key)
         count[fam] = count.get(fam, 0) + 1
     bad = False
-    last = None
-    for (run, fam), (d, key) in sorted(worst.items()):
-        if run != last:
-            write(run)
-            last = run
-        verdict = "bit for bit" if d == 0 else f"{d:.3e} (largest: {key})"
-        if d > tol:
-            verdict += f"  > {tol:g}"
-            bad = True
-        write(f"  {fam} ({count[run, fam]} leaves): {verdict}")
+    for run in sorted({r for r, _ in worst}):
+        fams = sorted((fam, d, key) for (r, fam), (d, key) in worst.items() if r == run)
+        if not verbose and all(d == 0 for _, d, _ in fams):  # one line for the pass
+            n = sum(count[run, fam] for fam, _, _ in fams)
+            write(f"{run}: bit for bit ({len(fams)} families, {n} leaves)")
+            continue
+        write(run)
+        for fam, d, key in fams:
+            verdict = "bit for bit" if d == 0 else f"{d:.3e} (largest: {key})"
+            if d > tol:
+                verdict += f"  > {tol:g}"
+                bad = True
+            write(f"  {fam} ({count[run, fam]} leaves): {verdict}")
     for side, x, y in (("A", la, lb), ("B", lb, la)):
         gone = sorted(set(x) - set(y))
         if gone:
@@ -261,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("dump", help="run every config's passes and pickle the leaves")
     d.add_argument("out")
-    d.add_argument("--configs", default="*", help="glob of config stems (default: all)")
+    d.add_argument("--configs", default="*", help="globs of config stems, comma-separated (default: all)")
+    d.add_argument("--exclude", default="", help="globs of config stems left out")
     d.add_argument("--orders", default="0,1", help="derivative orders (default 0,1)")
     d.add_argument("--reverse", action="store_true",
                    help="also the reverse-mode objective and gradient")
@@ -269,16 +287,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--tol", type=float, default=1e-14)
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="every family, also of passes that are bit for bit")
     args = parser.parse_args(argv)
     if args.cmd == "dump":
         orders = tuple(int(o) for o in args.orders.split(",") if o.strip())
-        dump(args.out, args.configs, orders, args.reverse)
+        dump(args.out, args.configs, orders, args.reverse, args.exclude)
         return 0
     dumps = []
     for p in (args.a, args.b):
         with open(p, "rb") as f:
             dumps.append(pickle.load(f))
-    return compare(*dumps, tol=args.tol)
+    return compare(*dumps, tol=args.tol, verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -5,16 +5,13 @@ the same place only, missing leaves and one-sided failures reported, exit 1 beyo
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 
-_PATH = Path(__file__).resolve().parents[1] / "scripts" / "check_states.py"
-_spec = importlib.util.spec_from_file_location("check_states", _PATH)
-check_states = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check_states)
+from tests.conftest import REPO, load_script
+
+check_states = load_script(REPO / "scripts" / "check_states.py")
 
 _JAC = "cfg/1/ttbar/jac['observables']['jet_pt']['moments'].m2"
 _VAL = "cfg/1/dy/value['selected_sumw']"
@@ -26,9 +23,10 @@ def _dump(**leaves) -> dict:
     return {"leaves": base, "failed": {}}
 
 
-def _run(a: dict, b: dict, tol: float = 1e-14) -> tuple[int, str]:
+def _run(a: dict, b: dict, tol: float = 1e-14, verbose: bool = True) -> tuple[int, str]:
     lines: list[str] = []
-    return check_states.compare(a, b, tol=tol, write=lines.append), "\n".join(lines)
+    rc = check_states.compare(a, b, tol=tol, write=lines.append, verbose=verbose)
+    return rc, "\n".join(lines)
 
 
 def test_equal_dumps_are_bit_for_bit():
@@ -36,6 +34,7 @@ def test_equal_dumps_are_bit_for_bit():
     assert rc == 0
     assert "jac[observables][*][moments] (1 leaves): bit for bit" in text
     assert text.endswith("max relative difference 0.000e+00; same")
+    assert "cfg/1: bit for bit (2 families, 2 leaves)" in _run(_dump(), _dump(), verbose=False)[1]
 
 
 def test_a_difference_is_relative_to_the_leafs_largest_value():
@@ -55,19 +54,20 @@ def test_nan_equals_nan_at_the_same_place_only():
 def test_missing_leaves_and_one_sided_failures_fail():
     b = _dump()
     del b["leaves"][_VAL]
-    b["failed"]["cfg/0"] = "MemoryError: out of memory"
+    b["failed"]["cfg/1"] = "MemoryError: out of memory"
     rc, text = _run(_dump(), b)
     assert rc == 1
     assert f"1 leaves only in A:\n  {_VAL}" in text
-    assert "failed cfg/0: A: ran | B: MemoryError: out of memory" in text
+    assert "failed cfg/1: A: ran | B: MemoryError: out of memory" in text
 
 
 def test_a_dump_of_some_configs_and_passes_compares_those_of_both():
     a = _dump(**{"other/0/ttbar/sumw": np.array(1.0)})
-    a["meta"] = {"configs": ["cfg", "other"], "orders": [0, 1], "reverse": True}
     b = _dump()
     del b["leaves"]["cfg/reverse/auto/grad"]
-    b["meta"] = {"configs": ["cfg"], "orders": [1], "reverse": False}
     rc, text = _run(a, b)
-    assert rc == 0 and "compared: 1 configs, passes 1" in text
-    assert "other" not in text.replace("compared", "")
+    assert rc == 0
+    assert text.startswith("not compared, only in A: cfg/reverse, other/0\ncfg/1\n")
+    b["failed"]["other"] = "ConfigError: a config that failed as a whole"
+    rc, text = _run(a, b)
+    assert rc == 1 and "failed other: A: ran | B: ConfigError" in text

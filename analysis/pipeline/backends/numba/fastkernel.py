@@ -364,9 +364,9 @@ def observable_states(cols: ChunkColumns, plan: Plan, *, off_of: dict, flats: di
             if not fy:
                 tot[5:8] = 0.0
             if obs.univariate:
-                ventry["moments"], jentry["moments"] = moments_state(tot, cx, fx)
+                ventry["moments"], jentry["moments"] = moments_state(tot, cx)
             if obs.bivariate:
-                ventry["comoments"], jentry["comoments"] = comoments_state(tot, cx, cy, fx, fy)
+                ventry["comoments"], jentry["comoments"] = comoments_state(tot, cx, cy)
         vobs[obs.name] = ventry
         jobs[obs.name] = jentry
     return vobs, jobs

@@ -299,7 +299,16 @@ def moments(
     ``order`` < 4 computes the sums only up to that order (the higher ``Mk`` NaN).
     """
     center, d = _centre(x, w, segment_ids, num_segments, xp)
-    s = _power_sums(w, d, max(order, 1), segment_ids, num_segments, xp)
+    return moments_from_sums(_power_sums(w, d, max(order, 1), segment_ids, num_segments, xp),
+                             center, order=order, xp=xp)
+
+
+def moments_from_sums(s: Any, center: Any, *, order: int = 4, xp: Namespace = jnp) -> Moments:
+    """:class:`Moments` from the power sums ``s[k] = sum w d**k`` (``k = 0..max(order,
+    1)``, ``d = x - center``) of :func:`moments`' second pass, by its formulas; the
+    moments above ``order`` NaN, and all of them where ``center`` is not finite. Also
+    :func:`moments_from_expectations`' and the numba kernel's last step (its Jacobian by
+    ``jax.jvp`` of this: :mod:`analysis.pipeline.backends.numba._fastmoments`)."""
     sumw, s1 = s[0], s[1]
     r = safe_div(s1, sumw, 0.0, xp=xp)
     r2 = r * r
@@ -343,23 +352,13 @@ def moments_from_expectations(a: Array, w: Array) -> Moments:
     gradient). Empty input: zeros, as :func:`moments`.
     """
     a = jnp.asarray(a)
-    big_r = a.shape[-1] - 1
-    if big_r < 4:  # zeros now, NaN for M3/M4 at the end
-        a = jnp.concatenate([a, jnp.zeros(a.shape[:-1] + (4 - big_r,), a.dtype)], -1)
     own = jax.lax.stop_gradient(safe_div(a[:, 1], a[:, 0], 0.0))
     # powers about each entry's own centre
     b = jnp.stack(shift_powers(a, -own), axis=-1)
     sumw = jnp.sum(w * b[:, 0])
     center = jax.lax.stop_gradient(safe_div(jnp.sum(w * a[:, 1]), sumw, 0.0))
     s = [jnp.sum(w * t) for t in shift_powers(b, own - center)]
-    r = safe_div(s[1], sumw, 0.0)
-    r2 = r * r
-    m2 = _drop_rounding_residue(s[2] - sumw * r2, sumw * r2)
-    m3 = s[3] - 3.0 * r * s[2] + 2.0 * sumw * r2 * r
-    m4 = s[4] - 4.0 * r * s[3] + 6.0 * r2 * s[2] - 3.0 * sumw * r2 * r2
-    m2, m3, m4 = (m if k <= big_r else jnp.full_like(m, jnp.nan)
-                  for k, m in ((2, m2), (3, m3), (4, m4)))
-    return Moments(sumw, center, r, m2, m3, m4)
+    return moments_from_sums(s, center, order=a.shape[-1] - 1)
 
 
 def comoments(
@@ -377,6 +376,15 @@ def comoments(
     sumw, sx, sxx = _power_sums(w, dx, 2, segment_ids, num_segments, xp)
     _, sy, syy = _power_sums(w, dy, 2, segment_ids, num_segments, xp)
     sxy = _power_sums(dy if w is None else w * dy, dx, 1, segment_ids, num_segments, xp)[1]
+    return comoments_from_sums((sumw, sx, sxx, sy, syy, sxy), cx, cy, xp=xp)
+
+
+def comoments_from_sums(s: Any, cx: Any, cy: Any, *, xp: Namespace = jnp) -> CoMoments:
+    """:class:`CoMoments` from :func:`comoments`' second-pass sums ``s = (W, sum w dx,
+    sum w dx**2, sum w dy, sum w dy**2, sum w dx dy)`` about the constant centres ``cx``,
+    ``cy`` (``dx = x - cx``), by its formulas (NaN where a centre is not finite); also the
+    numba kernel's last step, as :func:`moments_from_sums`."""
+    sumw, sx, sxx, sy, syy, sxy = s
     rx = safe_div(sx, sumw, 0.0, xp=xp)
     ry = safe_div(sy, sumw, 0.0, xp=xp)
 

@@ -146,22 +146,6 @@ def _targets(model: CountModel, caps: np.ndarray, collections) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=64)
-def _pass_fn(model: CountModel):
-    """``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table` as one
-    compiled program (:func:`analysis.stats._programs.program_call`, keyed by the model's
-    description: its sets and counts)."""
-
-    def table(th, w):
-        return _jax_pass_table(model, th, w)[0]
-
-    def run(th, w, *, model_repr: str):
-        return table(th, w), jax.jacfwd(table)(th, w)
-
-    described = repr(model)
-    return lambda th, w: program_call("pass_table", run, th, w, model_repr=described)
-
-
 def _reduced(model: CountModel, f: np.ndarray, df: np.ndarray):
     """Caps lowered to the last state where ``f`` or ``df`` still changes along each
     count variable: the states above merge into the absorbing top one (same sums,
@@ -214,7 +198,7 @@ def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
     not reduced (``sp.model.counts`` must not be empty)."""
     th = np.array([_value(theta, p, v) for p, v in sp.thresholds])
     cw = np.array([0.0 if i is None else widths[i] for i in sp.count_widths])
-    f, slope = _pass_values(sp.model, th.tobytes(), cw.tobytes())  # (S,), (S, n_counts)
+    f, slope = _pass_fn(sp.model, th.tobytes(), cw.tobytes())  # (S,), (S, n_counts)
     df = np.zeros((f.shape[0], len(trainable)))
     for m, (param, _) in enumerate(sp.thresholds):
         k = _par_index(trainable, param)
@@ -224,13 +208,22 @@ def _pass_table(sp, theta: np.ndarray, widths: np.ndarray,
 
 
 @lru_cache(maxsize=16)
-def _pass_values(model, th: bytes, cw: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`analysis.pipeline.backends.numba._fasttables._pass_fn` at the thresholds and widths ``th``,
-    ``cw`` (float64 bytes): once per pass, not per chunk (an eager JAX call). Read-only.
-    The program takes the numpy arrays as they are: ``jnp.asarray`` of one is a compiled
-    program of its own per shape (JAX's ``stage``: 10-15 ms at a new process's first
-    step)."""
-    f_j, slope = _pass_fn(model)(np.frombuffer(th), np.frombuffer(cw))
+def _pass_fn(model: CountModel, th: bytes, cw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """``(f, df/dthresholds)`` of :func:`analysis.select.objects._pass_table` at the
+    thresholds and widths ``th``, ``cw`` (float64 bytes): once per pass, not per chunk, as
+    one compiled program (:func:`analysis.stats._programs.program_call`, keyed by the
+    model's description: its sets and counts). Read-only. The program takes the numpy
+    arrays as they are: ``jnp.asarray`` of one is a compiled program of its own per shape
+    (JAX's ``stage``: 10-15 ms at a new process's first step)."""
+
+    def table(t, w):
+        return _jax_pass_table(model, t, w)[0]
+
+    def run(t, w, *, model_repr: str):
+        return table(t, w), jax.jacfwd(table)(t, w)
+
+    f_j, slope = program_call("pass_table", run, np.frombuffer(th), np.frombuffer(cw),
+                              model_repr=repr(model))
     f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
     f.flags.writeable = slope.flags.writeable = False
     return f, slope

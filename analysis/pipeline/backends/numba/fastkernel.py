@@ -1,33 +1,22 @@
 """The pipeline kernel in numba: states and their Jacobian from unpadded columns.
 
-:func:`evaluate_columns` returns the same ``(value, jac)`` pytrees as
-:func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` (``selected_sumw``, ``selected_sumw2`` and
-per observable :class:`~analysis.stats.Moments` / :class:`~analysis.stats.CoMoments`;
-Jacobian leaves with a trailing axis over the plan's trainable parameters) directly
-from a chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan the numba backend's rules serve
-(:mod:`analysis.pipeline.backends.numba.rules`): ``order <= 1`` and observables of the kinds ``S.f``,
-``abs(S.f)``, per-event branches, ``sum(S.f)``, ``count(S)`` and the indexed
-expressions of one set (``S[i].f``, ``mass(S[0] + S[1] + S[2])``, ``mt(S[0], MET)``:
-:mod:`analysis.pipeline.backends.numba._fastleading`), with any object sets, joint counts over
-several sets and collections, branch cuts. It is a second implementation
-of one description: the recursions of :mod:`analysis.select.objects` (the JAX kernel
-:mod:`analysis.pipeline.backends.jax.setkernel`, the reference) as loops over each event's objects
-with forward-mode tangents (:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`, values only
-its variant without tangents; one collection with one set and neither event
-sums nor indexed observables, the common case, runs the one-set walk :func:`analysis.select.chainwalk.cut_walk`, bit for
-bit the same results). The pass table
-``f`` and its derivative come from :func:`analysis.select.objects._pass_table` itself
-(:mod:`analysis.pipeline.backends.numba._fasttables`). :func:`observable_entries` gives histogram
-entries and their soft weights from the same loops (value only).
+:func:`evaluate_columns` returns the ``(value, jac)`` pytrees of
+:func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` (the reference) from a
+chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan the numba rules
+serve (:mod:`analysis.pipeline.backends.numba.rules`). The selection is the recursions
+of :mod:`analysis.select.objects` as loops with forward-mode tangents
+(:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`; one collection with one set
+and neither event sums nor indexed observables, the common case, runs the one-set walk
+:func:`analysis.select.chainwalk.cut_walk`: bit for bit the same results); indexed
+observables: :mod:`analysis.pipeline.backends.numba._fastleading`; the pass table from
+its JAX definition (:mod:`analysis.pipeline.backends.numba._fasttables`). Moments: power
+sums about a constant centre (first pass), then the formulas of
+:mod:`analysis.stats._core` with their derivatives
+(:mod:`analysis.pipeline.backends.numba._fastmoments`). :func:`observable_entries`
+gives histogram entries and their soft weights from the same loops (value only).
 
-Moments: per-object and per-event entries about a constant centre (first pass), then
-the corrected two-pass formulas of :mod:`analysis.stats._core` and their derivatives;
-event sums from ``E[X^r 1_pass]`` as :func:`analysis.stats._core.moments_from_expectations`
-(:mod:`analysis.pipeline.backends.numba._fastmoments`).
-
-Events are processed in blocks of :data:`BLOCK` (a fixed size) on the kernel's threads
+Events are processed in blocks of :data:`BLOCK` on the kernel's threads
 (:mod:`analysis.pipeline.backends.numba._fastpool`: no result depends on their number).
-Compiled once per machine with ``cache=True``.
 """
 
 from __future__ import annotations
@@ -364,9 +353,9 @@ def observable_states(cols: ChunkColumns, plan: Plan, *, off_of: dict, flats: di
             if not fy:
                 tot[5:8] = 0.0
             if obs.univariate:
-                ventry["moments"], jentry["moments"] = moments_state(tot, cx, fx)
+                ventry["moments"], jentry["moments"] = moments_state(tot, cx)
             if obs.bivariate:
-                ventry["comoments"], jentry["comoments"] = comoments_state(tot, cx, cy, fx, fy)
+                ventry["comoments"], jentry["comoments"] = comoments_state(tot, cx, cy)
         vobs[obs.name] = ventry
         jobs[obs.name] = jentry
     return vobs, jobs

@@ -441,7 +441,8 @@ def test_soft_cut_is_the_one_definition(width, greater, inclusive):
 def test_reduced_pass_table_keeps_every_sum():
     plan, theta, widths = make_plan(sets_config())
     model = plan.sets.model
-    f, slope = _fasttables._pass_fn(model)(np.array([2.3, 2.0, 1.0]), np.array([1.0, 0, 0]))
+    f, slope = _fasttables._pass_fn(model, np.array([2.3, 2.0, 1.0]).tobytes(),
+                                     np.array([1.0, 0, 0]).tobytes())
     f, slope = np.asarray(f), np.asarray(slope)
     caps, f2, df2 = _fasttables._reduced(model, f, slope)
     assert tuple(caps + 1) != model.shape  # something was merged

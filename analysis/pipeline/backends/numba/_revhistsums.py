@@ -1,8 +1,7 @@
 """Reverse mode's histograms of event sums (``sum(S.f)``, ``count(S)``) on the numba kernel.
 
 Per event the forward kernel gives the bins' probabilities ``pb_eb = P(the region passes,
-X_e in bin b)`` (hard bins: :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`;
-soft bins: :func:`analysis.pipeline.backends.numba.kernels._numba_esum_soft.event_sum_soft_bins`),
+X_e in bin b)`` (hard and soft bins: :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`),
 and a histogram's share of the payload is ``L = sum_e ev_e sum_b c_eb pb_eb`` with the
 event's bins' cotangents ``c_eb = sum_v (f_ve sbar_vb + f_ve^2 weight_e sbar2_vb)`` (as
 :mod:`analysis.pipeline.backends.numba.kernels._numba_revhist`'s). So ``dL/dev_e = sum_b
@@ -34,7 +33,6 @@ from analysis.pipeline.backends.numba._histfills import (
 )
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum
 from analysis.pipeline.backends.numba.kernels._numba_esum_adj import event_sum_vjp
-from analysis.pipeline.backends.numba.kernels._numba_esum_soft import event_sum_soft_bins
 from analysis.pipeline.histplan import too_many_uncertain
 from analysis.pipeline.plan import Plan
 from analysis.stats.histogram import Histogram
@@ -81,13 +79,8 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
         # values only: no tangent, no lane of an edge
         head = (coff, base, pv3, np.zeros(ins.pv_all.shape + (_numba_dp.LANES,)), tab.n_pat,
                 ins.tgt, ins.f, np.zeros((ins.f.shape[0], _numba_dp.LANES)))
-        if soft > 0.0:
-            kernel, args = event_sum_soft_bins, (*head, *rest, soft,
-                                                 np.zeros(len(edges), np.int64), 1, BLOCK,
-                                                 out, unc)
-        else:
-            kernel, args = _numba_esum.event_sum_bins, (*head, *rest, 1, BLOCK, out, unc)
-        _run(kernel, args, n_ev, threads)
+        args = (*head, *rest, soft, np.zeros(len(edges), np.int64), 1, BLOCK, out, unc)
+        _run(_numba_esum.event_sum_bins, args, n_ev, threads)
         _check(unc, spec, coll)
         _values(fill, out, sel.ev, factors, weight, value)
         if not fill.read:

@@ -1,59 +1,55 @@
-"""The compiled histogram of event sums of :mod:`analysis.pipeline.backends.numba.fasthist` (numba, float64).
+"""The compiled histogram of event sums of :mod:`analysis.pipeline.backends.numba.fasthist` (numba, float64), hard and soft bins.
 
-Per event, ``P(the region passes and X in bin b)`` for ``X = sum_{j in S} v_j`` (a set
-``S`` of one collection; :func:`analysis.select.subsets.sum_bins` is the JAX reference,
-the same meaning and the same two methods), in lanes (lane 0 the value, then the
-tangents; the product rule), from the walk's tables (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`'s
-notation: ``tgt[c, p, k]`` the count state after adding an object of pattern ``p`` to
-state ``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangents,
+Per event ``P(the region passes and X in bin b)`` for ``X = sum_{j in S} v_j`` (a set
+``S`` of one collection), in lanes (lane 0 the value, then the tangents; the product
+rule): the meaning and the two methods (every subset; meet in the middle, the ``beta``
+sorted with prefix sums ``PG``) of the JAX reference
+:func:`analysis.select.subsets.sum_bins`, whose docstring derives them. From the walk's
+tables (:mod:`analysis.pipeline.backends.numba.kernels._numba_hist`'s notation:
+``tgt[c, p, k]`` the count state after adding an object of pattern ``p`` to state
+``k``, ``pv_all``/``pd_all`` the objects' pattern probabilities and tangents,
 ``fs``/``dfs`` the pass tables):
 
-- every object of the other collections, and every *certain* object of ``S``'s
-  collection, moves the forward count distribution ``F`` by one step (exact for any
-  probabilities); a certain object in ``S`` adds its value to every subset's sum ``x0``.
-  Certain: one pattern of probability exactly 1 in float64, or membership in ``S``
-  decided, every pattern on one side of ``S`` exactly 0 (a jet far above the soft pT
-  cut whose b-tag is uncertain: in ``S`` whatever its other patterns); the one
-  definition of both backends, :func:`analysis.select.certain.certain_objects`, made
-  on the host (``cert``, ``ins``);
-- the ``U`` uncertain objects are enumerated: up to :data:`ENUMERATE_UP_TO` (with at
-  most 3 tangents, in an event whose probabilities are all numbers) every subset
-  ``A`` (``F_A`` split by whether each object is in ``S``, ``P_A = <F_A, f>``, binned at
-  ``x0 + X_A``; each ``F_A`` over its live states only: the count of ``S`` is fixed by
-  ``A``, so few of the joint states hold anything); above, meet in the middle: the
-  first ``a = U // 2`` forward from ``F`` (over their live states likewise), the others
-  backward from ``f`` (value functions ``G_beta`` and sums ``X_beta``), the ``beta``
-  sorted by ``X_beta`` with prefix sums ``PG``; ``P(pass, X < e) = sum_alpha
-  <F_alpha, PG_{n(e - X_alpha)}>``, the bins their differences, and per ``alpha`` only
-  the edges its sums can cross take a lookup (below them the term is 0, above them
-  ``alpha``'s total). With a NaN among an event's probabilities or more than 3
-  tangents, the event meets in the middle over dense states and every edge.
+- every object of the other collections and every *certain* object of ``S``'s
+  collection (:func:`analysis.select.certain.certain_objects`, the one definition of
+  both backends, made on the host: ``cert``, ``ins``) moves the forward count
+  distribution ``F`` by one step; a certain object in ``S`` adds its value to ``x0``;
+- the ``U`` uncertain objects: up to :data:`ENUMERATE_UP_TO` (at most 3 tangents, an
+  event whose probabilities are all numbers) every subset ``A``, each ``F_A`` over its
+  live states only (the count of ``S`` is fixed by ``A``); above, meet in the middle
+  (the first ``U // 2`` forward over their live states, the others backward from
+  ``f``), per ``alpha`` only the edges its sums can cross taking a lookup. With a NaN
+  among an event's probabilities or more than 3 tangents, the event meets in the
+  middle over dense states and every edge.
 - where every pattern of ``S``'s collection outside ``S`` leaves the count states as
-  they are (``S`` a root set: an object out of it is in none of its sets), each subset
-  is a scalar ``W_A`` times the distribution over its in objects alone
-  (:func:`~analysis.pipeline.backends.numba.kernels._numba_esum_steps._subsets_w`); and
-  the enumeration's last object is not stepped at all: its two sides read ``W q <F_A,
-  f>`` and ``W <F_A, G>``, ``G`` its in patterns' value function made once per event.
-  The same products in another order than one step per object: within a few ulps of it
-  (the module's tests: 1e-10 against the enumeration oracle, 1e-12 against the JAX
-  reference).
+  they are, each subset is a scalar ``W_A`` times the distribution over its in objects
+  alone (:func:`~analysis.pipeline.backends.numba.kernels._numba_esum_steps._subsets_w`),
+  and the enumeration's last object is not stepped: its two sides read ``W q <F_A, f>``
+  and ``W <F_A, G>``, ``G`` its in patterns' value function. The same products in
+  another order: within a few ulps (the tests: 1e-10 against the enumeration oracle,
+  1e-12 against the JAX reference).
+- soft bins (``width > 0``, :mod:`analysis.stats.softbins`): every event meets in the
+  middle over dense states, each pair ``(alpha, beta)`` one subset, ``P_A = <F_alpha,
+  G_beta>`` at ``X_A = X_alpha + X_beta`` spread over every bin by
+  :func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`
+  (no prefix sums: every subset reaches every bin), the trainable edges' ``P_A d q_b /
+  d e_j`` in the lane of edge ``j``'s parameter (``elane[j]``; below 1 a fixed edge);
+  ``X_A`` carries no tangent. ``O(2^U (S + n_b) L)`` per event.
 
 An event of numbers (at most 3 tangents) with fewer objects than any state of nonzero
-pass value or tangent needs (:func:`_fewest`, once per call: breadth first over the
-patterns) cannot pass: it is not walked, only its uncertain objects are counted, and
-its bins are the exact zeros the walk would give (+0.0).
+pass value or tangent needs (:func:`_fewest`) cannot pass: it is not walked, its bins
+are the exact zeros the walk would give (+0.0).
 
 Cost per event: ``O(M P S L)`` for the folded objects, ``O(2^U P S L)`` (enumeration) or
 ``O(2^(U/2) (P S + n_c) L)`` (meet in the middle, ``n_c`` the edges crossed) for the
-uncertain ones (``S`` count states, ``P`` patterns, ``L`` lanes). Outputs per event (no sums), so
-blocks and threads change no bit. An event with more than :data:`MAX_UNCERTAIN`
-uncertain objects gets NaN and its count in ``n_unc`` (the host refuses it).
+uncertain ones (``S`` count states, ``P`` patterns, ``L`` lanes). Outputs per event (no
+sums), so blocks and threads change no bit. An event with more than
+:data:`MAX_UNCERTAIN` uncertain objects gets NaN and its count in ``n_unc`` (the host
+refuses it).
 
-Each step is called from one place in the loop (the halves, the sides in and out of
-``S``, the enumeration's last object and the meet in the middle's second half are loops
-around one call, not calls of their own): numba inlines every helper, so each call is
-typed, lowered and compiled again; one call per step made the kernel's cold compile
-about a third shorter.
+Each step is called from one place in the loop (loops around one call, not calls of
+their own): numba inlines every helper, so each call is typed, lowered and compiled
+again; one call per step made the kernel's cold compile about a third shorter.
 """
 
 from __future__ import annotations
@@ -77,9 +73,9 @@ from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
     _subsets_w,
     _times,
 )
-from analysis.pipeline.backends.numba.kernels._numba_softbins import hard_bin
+from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
 from analysis.select.lanes.arith import LANES
-from analysis.select.lanes.policy import njit
+from analysis.select.lanes.policy import inline, njit
 from analysis.select.lanes.steps import weight
 
 # bin_totals and fill_bins live in _numba_esum_fill (imported from here by the host)
@@ -99,13 +95,32 @@ _FIRST = 6
 MAX_UNCERTAIN = 24
 
 
+@inline
+def _spread(o, t, x, nl, edges, width, elane, q, ds):
+    """``o[b, r] += t[r] q_b(x)`` over the first ``nl`` lanes and, for each trainable
+    edge ``j`` (``elane[j]``: its lane), ``t[0] d q_b / d e_j`` into its lane."""
+    soft = bin_probabilities(edges, x, width, q, ds)
+    for b in range(o.shape[0]):
+        qb = q[b]
+        for r in range(nl):
+            o[b, r] += t[r] * qb
+    if soft:
+        for j in range(edges.shape[0]):
+            r = elane[j]
+            if r < 1 or r >= nl:
+                continue
+            d = t[0] * ds[j]
+            o[j, r] += d
+            o[j + 1, r] -= d
+
 
 @njit
 def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert, ins, vals,
-                   edges, nl, block, out, n_unc, b0, b1):
+                   edges, width, elane, nl, block, out, n_unc, b0, b1):
     """Events of blocks ``b0:b1`` (module docstring): ``out[e, b, :nl]`` =
     ``P(pass, X in bin b)`` and its tangents (bins as :func:`numpy.searchsorted` right over
-    ``edges``: underflow first, overflow last), ``n_unc[e]`` the event's uncertain objects
+    ``edges``: underflow first, overflow last; soft bins of ``width > 0``, ``elane`` per
+    edge its parameter's lane, 0: fixed), ``n_unc[e]`` the event's uncertain objects
     of collection ``cs``. ``coff`` ``(C, E + 1)`` object offsets, ``base`` ``(C + 1,)``
     global offsets; ``pv_all[g, p, 0]``, ``pd_all[g, p]`` (lane 0 zero) per global object;
     ``f``, ``df`` ``(S,)``, ``(S, LANES)`` the region's pass table and its tangents (lane 0
@@ -143,6 +158,8 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
     PG = np.zeros((2, n_states, LANES))  # GB's prefix sums: one more than GB
     C = np.zeros((nb + 1, LANES))
     tmp = np.zeros(LANES)
+    sq = np.zeros(nb)  # a subset's soft-bin probabilities
+    sd = np.zeros(nb - 1)  # ... and their derivatives in the edges
     GH = np.zeros((1, n_states, 4))  # grown for an event that needs more
     PH = np.zeros((2, n_states, 4))
     W = np.zeros((1 << _FIRST, 4))
@@ -188,7 +205,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
         n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
         # with at most 3 tangents in an event of numbers, F over its live states only
         # (FF[cur] over LL[cur, :nf]; the others exact zeros, never read), else dense
-        sparse = skip and nl <= 4
+        sparse = skip and nl <= 4 and width == 0.0
         cur = 0
         if sparse:
             FF[0, 0, 0], FF[0, 0, 1], FF[0, 0, 2], FF[0, 0, 3] = 1.0, 0.0, 0.0, 0.0
@@ -313,6 +330,16 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             m, mb = 1 << (n // 2), 1 << (n - n // 2)
             FA, XA, GB, XB = _halves(FA, XA, GB, XB, F, Fn, G0, x0, unc, n, tgt, cs, n_pat,
                                      pv_all, pd_all, base[cs], vals, states, has)
+            if width > 0.0:  # soft bins: each pair one subset, spread over every bin
+                for a in range(m):
+                    for b in range(mb):
+                        weight(tmp, FA[a], GB[b], states, states, n_states, 0, states, False)
+                        live = False
+                        for r in range(nl):
+                            live = live or tmp[r] != 0.0
+                        if live:  # a subset of probability and tangents 0 adds exact zeros
+                            _spread(o, tmp, XA[a] + XB[b], nl, edges, width, elane, sq, sd)
+                continue
             if PG.shape[0] < mb + 1:
                 PG = np.zeros((mb + 1, n_states, LANES))
         # meet in the middle: the second half's sums sorted and its value functions summed

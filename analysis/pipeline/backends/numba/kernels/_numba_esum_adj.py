@@ -30,8 +30,8 @@ same floats, so the same pair in the same bin). Then, ``L`` linear in every step
   (``F_j`` kept per object) and the ``beta`` root's ``dL/df`` per event (the trainable
   count thresholds: ``dL/df . df``, on the host).
 
-Soft bins (``width > 0``, :mod:`analysis.pipeline.backends.numba.kernels._numba_esum_soft`:
-every subset reaches every bin) take the same trees, each pair at ``X_A = X_alpha +
+Soft bins (``width > 0``, the forward kernel's soft path: every subset reaches every
+bin) take the same trees, each pair at ``X_A = X_alpha +
 X_beta`` weighted by ``s(X_A) = sum_b c_b q_b(X_A)`` (``q_b`` the soft-bin probabilities,
 :func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`) in
 place of its bin's cotangent: ``dL/dF_alpha = sum_beta s G_beta``, ``dL/dG_beta =

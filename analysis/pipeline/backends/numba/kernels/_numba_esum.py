@@ -56,29 +56,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.pipeline.backends.numba.kernels._numba_esum_fill import bin_totals, fill_bins
 from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
+    FOUR,
     _add4,
+    _d4,
     _dense,
     _dot4,
     _fewest,
-    _halves,
     _live_step,
     _numbers,
     _out_factor,
     _partition,
     _partition_buffers,
-    _pull4,
     _subsets,
     _subsets_w,
     _times,
 )
 from analysis.pipeline.backends.numba.kernels._numba_softbins import bin_probabilities, hard_bin
-from analysis.select.lanes.arith import LANES
+from analysis.select.lanes.arith import LANES, clear_at
 from analysis.select.lanes.policy import inline, njit
-from analysis.select.lanes.steps import weight
+from analysis.select.lanes.steps import backward, weight
 
-# bin_totals and fill_bins live in _numba_esum_fill (imported from here by the host)
 __all__ = ["ENUMERATE_UP_TO", "LANES", "MAX_UNCERTAIN", "bin_totals", "event_sum_bins", "fill_bins"]
 
 #: every subset up to this many uncertain objects, meet in the middle above (measured,
@@ -183,26 +181,19 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             G0[k, r] = df[k, r]
     need = _fewest(tgt, n_pat, G0, nl)
     for e in range(b0 * block, min(n_ev, b1 * block)):
-        n_obj = 0
-        for c in range(n_coll):
-            n_obj += coff[c, e + 1] - coff[c, e]
-        skip = _numbers(coff, base, pv_all, n_pat, e)
-        if n_obj < need and nl <= 4 and skip:
-            # fewer objects than any passing state needs (an event of numbers, at most 3
-            # tangents: the sparse path): only its uncertain objects are counted; its bins
-            # are the exact zeros that path gives (each term a number times a zero f and
-            # zero tangents, added to +0.0)
-            n = 0
-            for i in range(coff[cs, e], coff[cs, e + 1]):
-                if not cert[i]:
-                    n += 1
-            n_unc[e] = n
-            if n > MAX_UNCERTAIN:
-                out[e, :, :] = np.nan
-            else:
-                out[e, :, :] = 0.0
-            continue
         n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
+        n_unc[e] = n
+        o = out[e]
+        o[:, :] = 0.0
+        if n > MAX_UNCERTAIN:
+            o[:, :] = np.nan
+            continue
+        skip = _numbers(coff, base, pv_all, n_pat, e)
+        if n + m < need and nl <= 4 and skip:
+            # fewer objects than any passing state needs (an event of numbers, at most 3
+            # tangents): its bins are the exact zeros the sparse path gives (each term a
+            # number times a zero f and zero tangents, added to +0.0)
+            continue
         # with at most 3 tangents in an event of numbers, F over its live states only
         # (FF[cur] over LL[cur, :nf]; the others exact zeros, never read), else dense
         sparse = skip and nl <= 4 and width == 0.0
@@ -239,12 +230,6 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 continue
             _dense(Fn, F, tgt, c, n_pat, pv_all, pd_all, g, w_all, has, states, False)
             F, Fn = Fn, F
-        n_unc[e] = n
-        o = out[e]
-        o[:, :] = 0.0
-        if n > MAX_UNCERTAIN:
-            o[:, :] = np.nan
-            continue
         if sparse:
             # the subsets of the first objects (all of them up to ENUMERATE_UP_TO, else
             # the first half), each over its live states
@@ -303,8 +288,15 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                                     GH[a, k, 0], GH[a, k, 1], GH[a, k, 2], GH[a, k, 3] = _times(
                                         q, (GH[a, k, 0], GH[a, k, 1], GH[a, k, 2], GH[a, k, 3]))
                                 continue
-                            _pull4(GH[a + mb] if side else PH[0], G0 if tail else GH[a], tgt, cs,
-                                   n_pat, pv_all, pd_all, g, states, side, has)
+                            # the side's value function (the walk's backward step)
+                            Gn = GH[a + mb] if side else PH[0]
+                            for k in range(states.shape[0]):
+                                clear_at(Gn, k, FOUR)
+                            for p in range(n_pat[cs]):
+                                if has[p] == side:
+                                    v = pv_all[g, p, 0]
+                                    backward(Gn, G0 if tail else GH[a], v, v, _d4(pd_all, g, p),
+                                             tgt[cs, p], states, states.shape[0], 0)
                         if not out_still:
                             GH[a, :, :] = PH[0, :, :]
                         XB[a + mb] = XB[a] + vals[g - base[cs]]
@@ -326,10 +318,33 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 continue
         else:
             # every state and lane (lanes from nl on carry nothing that is read): the first
-            # half forward from F, the second backward from the pass table (the last first)
+            # half forward from F, the second backward from the pass table (the last
+            # first); subset a + h holds object j in S (its in patterns, its value added),
+            # a does not (the out patterns, in place through Fn). One loop over the halves
+            # and the sides: the step is compiled once
             m, mb = 1 << (n // 2), 1 << (n - n // 2)
-            FA, XA, GB, XB = _halves(FA, XA, GB, XB, F, Fn, G0, x0, unc, n, tgt, cs, n_pat,
-                                     pv_all, pd_all, base[cs], vals, states, has)
+            if FA.shape[0] < m:
+                FA = np.zeros((m, n_states, LANES))
+            if XA.shape[0] < m:
+                XA = np.zeros(m)
+            if GB.shape[0] < mb:
+                GB = np.zeros((mb, n_states, LANES))
+            if XB.shape[0] < mb:
+                XB = np.zeros(mb)
+            FA[0], XA[0], GB[0], XB[0] = F, x0, G0, 0.0
+            for half in range(2):
+                back = half == 1
+                H, X = (GB, XB) if back else (FA, XA)
+                h = 1
+                for j in range(n - n // 2 if back else n // 2):
+                    g = unc[n - 1 - j if back else j]
+                    for a in range(h):
+                        for side in range(2):  # in S (a new subset), then out of it
+                            _dense(Fn if side else H[a + h], H[a], tgt, cs, n_pat, pv_all,
+                                   pd_all, g, 1 - side, has, states, back)
+                        H[a, :, :] = Fn
+                        X[a + h] = X[a] + vals[g - base[cs]]
+                    h *= 2
             if width > 0.0:  # soft bins: each pair one subset, spread over every bin
                 for a in range(m):
                     for b in range(mb):
@@ -387,3 +402,60 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
             o[0, r] = C[0, r]
             for k in range(1, nb):
                 o[k, r] = C[k, r] - C[k - 1, r]
+
+
+@njit
+def fill_bins(pb, ev, factors, weight, sumw, sumw2, b_lo, b_hi):
+    """Histogram sums of the bins ``b_lo:b_hi`` (each bin's own sums: a range per thread
+    gives the same bits) of per-event bin probabilities ``pb[e, b]`` (lanes, from
+    :func:`event_sum_bins`) with the event weights ``ev[e]`` (lanes) times each
+    variation's factor ``factors[v, e]``: ``sumw[v, b] += f w``, ``sumw2[v, b] += f^2
+    weight[e] w``, ``w = ev[e] pb[e, b]`` (the product rule), over the first
+    ``sumw.shape[2]`` lanes; events in order (one sequential sum per bin and variation,
+    as :func:`analysis.pipeline.backends.numba.kernels._numba_fill.fill`); a bin of an
+    event with probability and tangents exactly 0 is left out (it adds exact zeros)."""
+    nl = sumw.shape[2]
+    w = np.empty(nl)
+    for e in range(pb.shape[0]):
+        ev0 = ev[e, 0]
+        we = weight[e]
+        # every factor of the event finite: a bin of probability and tangents 0 adds
+        # exact zeros (x - x is 0 only for a finite x)
+        finite = we - we == 0.0
+        for r in range(nl):
+            finite = finite and ev[e, r] - ev[e, r] == 0.0
+        for v in range(factors.shape[0]):
+            finite = finite and factors[v, e] - factors[v, e] == 0.0
+        for b in range(b_lo, b_hi):
+            p0 = pb[e, b, 0]
+            if finite and p0 == 0.0:
+                empty = True
+                for r in range(1, nl):
+                    empty = empty and pb[e, b, r] == 0.0
+                if empty:
+                    continue  # the event's other bins hold its probability
+            w[0] = p0 * ev0
+            for r in range(1, nl):
+                w[r] = p0 * ev[e, r] + ev0 * pb[e, b, r]
+            for v in range(factors.shape[0]):
+                f = factors[v, e]
+                f2 = f * f * we
+                for r in range(nl):
+                    sumw[v, b, r] += f * w[r]
+                    sumw2[v, b, r] += f2 * w[r]
+
+
+@njit
+def bin_totals(bins, into):
+    """``into[e, r] = sum_b bins[e, b, r]`` (``bins`` ``(E, B, W)``: per event and bin
+    ``P(pass, X in b)`` with tangents, :func:`event_sum_bins`), the bins added in order
+    from bin 0: the floats of copying bin 0 and adding the others one by one (numpy on
+    the strided ``(E, W)`` slices of ``bins`` took 12 ms per 50k events, this loop well
+    under one)."""
+    n_bins = bins.shape[1]
+    for e in range(bins.shape[0]):
+        for r in range(bins.shape[2]):
+            acc = bins[e, 0, r]
+            for b in range(1, n_bins):
+                acc += bins[e, b, r]
+            into[e, r] = acc

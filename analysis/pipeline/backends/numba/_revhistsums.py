@@ -1,23 +1,18 @@
 """Reverse mode's histograms of event sums (``sum(S.f)``, ``count(S)``) on the numba kernel.
 
 Per event the forward kernel gives the bins' probabilities ``pb_eb = P(the region passes,
-X_e in bin b)`` (hard bins: :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`;
-soft bins: :func:`analysis.pipeline.backends.numba.kernels._numba_esum_soft.event_sum_soft_bins`),
-and a histogram's share of the payload is ``L = sum_e ev_e sum_b c_eb pb_eb`` with the
-event's bins' cotangents ``c_eb = sum_v (f_ve sbar_vb + f_ve^2 weight_e sbar2_vb)`` (as
+X_e in bin b)`` (hard and soft bins:
+:func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`), and a
+histogram's share of the payload is ``L = sum_e ev_e sum_b c_eb pb_eb`` with ``c_eb =
+sum_v (f_ve sbar_vb + f_ve^2 weight_e sbar2_vb)`` (as
 :mod:`analysis.pipeline.backends.numba.kernels._numba_revhist`'s). So ``dL/dev_e = sum_b
-c_eb pb_eb``, and the other cotangents are those of what ``pb`` reads: the objects' own
-set probabilities ``q_js`` (through their pattern probabilities, multilinear in them:
+c_eb pb_eb``; the other cotangents are those of what ``pb`` reads: the objects' set
+probabilities (through their pattern probabilities:
 :func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`), the trainable
-count thresholds (the pass table) and the trainable edges (soft bins).
-
-The values by one forward pass (no tangents; its fill,
-:func:`analysis.pipeline.backends.numba.kernels._numba_esum_fill.fill_bins`, the value
-states), then one backward sweep per event gives ``dL/dpi`` of every object, ``dL/df``
-of the pass table and, soft bins, ``dL/de`` of the edges
+count thresholds and, soft bins, the trainable edges. The values by one forward pass
+without tangents (its fill gives the value states), then one backward sweep per event
 (:func:`analysis.pipeline.backends.numba.kernels._numba_esum_adj.event_sum_vjp`),
-whatever the number of parameters; an event with a NaN among its probabilities too
-(NaN where the NaN reaches, as the JAX sweep).
+whatever the number of parameters; an event with a NaN among its probabilities too.
 """
 
 from __future__ import annotations
@@ -34,7 +29,6 @@ from analysis.pipeline.backends.numba._histfills import (
 )
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum
 from analysis.pipeline.backends.numba.kernels._numba_esum_adj import event_sum_vjp
-from analysis.pipeline.backends.numba.kernels._numba_esum_soft import event_sum_soft_bins
 from analysis.pipeline.histplan import too_many_uncertain
 from analysis.pipeline.plan import Plan
 from analysis.stats.histogram import Histogram
@@ -81,14 +75,11 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
         # values only: no tangent, no lane of an edge
         head = (coff, base, pv3, np.zeros(ins.pv_all.shape + (_numba_dp.LANES,)), tab.n_pat,
                 ins.tgt, ins.f, np.zeros((ins.f.shape[0], _numba_dp.LANES)))
-        if soft > 0.0:
-            kernel, args = event_sum_soft_bins, (*head, *rest, soft,
-                                                 np.zeros(len(edges), np.int64), 1, BLOCK,
-                                                 out, unc)
-        else:
-            kernel, args = _numba_esum.event_sum_bins, (*head, *rest, 1, BLOCK, out, unc)
-        _run(kernel, args, n_ev, threads)
-        _check(unc, spec, coll)
+        args = (*head, *rest, soft, np.zeros(len(edges), np.int64), 1, BLOCK, out, unc)
+        _run(_numba_esum.event_sum_bins, args, n_ev, threads)
+        top = int(unc.max(initial=0))
+        if top > _numba_esum.MAX_UNCERTAIN:  # more than the kernel enumerates
+            raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)
         _values(fill, out, sel.ev, factors, weight, value)
         if not fill.read:
             continue  # the value states alone (_fastrevhist._Fill.read)
@@ -102,13 +93,6 @@ def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad
 def _run(kernel, args: tuple, n_ev: int, threads: int | None) -> None:
     """``kernel`` over the chunk's events, in blocks of :data:`BLOCK` on the pool."""
     _run_dynamic(_numba_dp.compiled(kernel, args), args, max(1, -(-n_ev // BLOCK)), threads)
-
-
-def _check(unc: np.ndarray, spec, coll) -> None:
-    """Refuse an event of more uncertain objects than the kernel enumerates."""
-    top = int(unc.max(initial=0))
-    if top > _numba_esum.MAX_UNCERTAIN:
-        raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)
 
 
 def _adjoint(head: tuple, rest: tuple, soft: float, ins, cev: np.ndarray, tab, dq: dict,
@@ -135,7 +119,7 @@ def _adjoint(head: tuple, rest: tuple, soft: float, ins, cev: np.ndarray, tab, d
 def _values(fill, out: np.ndarray, ev: np.ndarray, factors: np.ndarray, weight: np.ndarray,
             value: dict) -> None:
     """The fill's value states from the bins' values ``out[:, :, 0]`` (the forward
-    pass's fill, :func:`analysis.pipeline.backends.numba.kernels._numba_esum_fill.fill_bins`)."""
+    pass's fill, :func:`analysis.pipeline.backends.numba.kernels._numba_esum.fill_bins`)."""
     n_b = out.shape[1]
     sumw = np.zeros((len(fill.specs), n_b, 1))
     sumw2 = np.zeros_like(sumw)

@@ -50,7 +50,6 @@ from analysis.pipeline.backends.numba._histtables import (
 )
 from analysis.pipeline.backends.numba.fastkernel import _inputs, _work
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum, _numba_hist
-from analysis.pipeline.backends.numba.kernels._numba_esum_soft import event_sum_soft_bins
 from analysis.pipeline.histplan import GROUPS, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -238,11 +237,10 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
                 theta, widths, trainable, width: int, k: int, threads) -> tuple[dict, dict]:
     """Per :func:`analysis.pipeline.backends.numba._histfills.fill_key` of the event-sum
     specs (region, x, bins), ``(E, bins, width)``: each event's ``P(region passes, X in
-    bin b)`` and tangents (hard bins:
-    :func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`; soft bins,
-    the spec's width > 0 at ``widths``:
-    :func:`analysis.pipeline.backends.numba.kernels._numba_esum_soft.event_sum_soft_bins`,
-    trainable edges' tangents in their parameters' lanes of ``trainable``), from the
+    bin b)`` and tangents
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`; soft bins
+    where the spec's width at ``widths`` is > 0, trainable edges' tangents in their
+    parameters' lanes of ``trainable``), from the
     walk's pattern probabilities, before the next walk reuses them; per collection
     ``(E,)`` the uncertain objects of each event (the most over the specs). More than
     :data:`analysis.pipeline.backends.numba.kernels._numba_esum.MAX_UNCERTAIN`: the
@@ -272,13 +270,9 @@ def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, 
             block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
             head = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
                     np.ascontiguousarray(dfs[q]), ci, has, cert, ins, vals, edges)
-            soft = _histfills.soft_width(spec.width_index, widths)
-            if soft > 0.0:  # every subset's sum spread over the bins
-                kernel = event_sum_soft_bins
-                args = (*head, soft, _histfills.edge_lanes(spec, trainable, len(edges)), nl,
-                        block, out, unc)
-            else:
-                kernel, args = _numba_esum.event_sum_bins, (*head, nl, block, out, unc)
+            args = (*head, _histfills.soft_width(spec.width_index, widths),
+                    _histfills.edge_lanes(spec, trainable, len(edges)), nl, block, out, unc)
+            kernel = _numba_esum.event_sum_bins
             _run_dynamic(_numba_dp.compiled(kernel, args), args, n_blocks, threads)
         top = int(unc.max(initial=0))
         if top > _numba_esum.MAX_UNCERTAIN:

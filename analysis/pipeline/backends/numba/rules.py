@@ -269,7 +269,7 @@ def _states_only(spec, plan: Plan, request: Request, options) -> str | None:
                 "branches")
     if request.kind not in ("states", "replicas"):  # a bootstrap pass's values are states
         return f"histograms in a {request.kind} pass run in the JAX kernel"
-    return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum_soft)
+    return None  # soft bins and trainable edges too (numba/_histfills, _numba_esum)
 
 
 for _kind in ("field", "branch", "sum", "count"):

@@ -55,7 +55,8 @@ def kernel_bins(ev: dict, tangents: list[tuple[int, int]], name: str = "jets",
     nl = 1 + len(tangents)
     out = np.full((n_ev, len(edges) + 1, max(4, nl)), 7.0)
     unc = np.zeros(n_ev, np.int64)
-    args = (*kernel_inputs(ev, tangents, name), edges, nl, n_ev, out, unc)
+    args = (*kernel_inputs(ev, tangents, name), edges, 0.0, np.zeros(len(edges), np.int64), nl,
+            n_ev, out, unc)
     if kernel is None:
         # the pipeline's build (SLP on, the pipeline's argument types): the one in numba's
         # cache, which a direct call (a build of its own, keyed apart) would compile again
@@ -359,6 +360,7 @@ def test_an_out_of_fewer_than_four_lanes_is_refused() -> None:
     edges = np.asarray(EDGES, np.float64)
     for lanes in (1, 3):
         out = np.zeros((n_ev, len(edges) + 1, lanes))
-        args = (*kernel_inputs(ev, [], "jets"), edges, 1, n_ev, out, np.zeros(n_ev, np.int64))
+        args = (*kernel_inputs(ev, [], "jets"), edges, 0.0, np.zeros(len(edges), np.int64), 1,
+                n_ev, out, np.zeros(n_ev, np.int64))
         with pytest.raises(ValueError, match="at least 4 lanes"):
             compiled(_numba_esum.event_sum_bins, args)(*args, 0, 1)

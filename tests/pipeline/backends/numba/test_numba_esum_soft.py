@@ -1,7 +1,7 @@
 """Soft bins and trainable edges of event sums on the numba kernel (issue 50: "both backends:
 soft bins run on numba where the histogram runs today").
 
-- The compiled kernel (:func:`analysis.pipeline.backends.numba.kernels._numba_esum_soft.event_sum_soft_bins`)
+- The compiled kernel (:func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins` at ``width > 0``)
   on tests/pipeline/backends/numba/test_numba_esum.py's events (0 to 8 uncertain jets, a
   sum over ``jets`` and over the nested ``bjets``, certain objects in and out of the set)
   against the enumeration oracle with each configuration's sum spread by the issue's
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from analysis.pipeline.backend import chunk_state
-from analysis.pipeline.backends.numba.kernels import _numba_esum_soft
+from analysis.pipeline.backends.numba.kernels import _numba_esum
 from analysis.select.lanes.policy import compiled
 from analysis.select.subsets import sum_bins
 from tests.chunked_helpers import NANOAOD_WARNINGS
@@ -61,7 +61,7 @@ def soft_bins_of(ev: dict, tangents: list[tuple[int, int]], name: str = "jets",
     unc = np.zeros(n_ev, np.int64)
     args = (*kernel_inputs(ev, tangents, name), edges, width, elane, nl, n_ev, out, unc)
     # the pipeline's build (as kernel_bins): the one in numba's cache
-    compiled(_numba_esum_soft.event_sum_soft_bins, args)(*args, 0, 1)
+    compiled(_numba_esum.event_sum_bins, args)(*args, 0, 1)
     return out[..., :nl], unc
 
 

@@ -1,52 +1,39 @@
 """The adjoint of the histogram of event sums (hard and soft bins): one backward sweep per event (numba, float64).
 
 The forward kernel (:mod:`analysis.pipeline.backends.numba.kernels._numba_esum`, its
-notation) gives per event ``pb_b = P(the region passes, X in bin b)``; reverse mode
-reads ``L_e = sum_b c_b pb_b`` (``c``: the bins' cotangents, the event weight in them).
-With the folded objects (every object of the other collections and the certain ones of
-``S``'s collection, in the forward kernel's order) ``F = T_M ... T_1 delta_0`` and the
-``U`` uncertain objects of ``S``'s collection split as the forward kernel splits them
-(all of them forward up to :data:`~analysis.pipeline.backends.numba.kernels._numba_esum.ENUMERATE_UP_TO`,
-else the first ``U // 2`` forward from ``F`` and the others backward from the pass
-table ``f``),
+notation) gives per event ``pb_b = P(pass, X in bin b)``; reverse mode reads ``L_e =
+sum_b c_b pb_b`` (``c``: the bins' cotangents). With ``F`` the folded objects'
+distribution (in the forward kernel's order) and the ``U`` uncertain objects split as
+the forward kernel splits them (all forward up to its ``ENUMERATE_UP_TO``, else the
+first ``U // 2`` forward and the others backward from the pass table ``f``),
 
     L_e = sum_{alpha, beta} c_{b(alpha, beta)} <F_alpha, G_beta>
 
-over the subsets ``alpha`` of the first part (``F_alpha``: ``F`` stepped by each
-object's in or out patterns, a binary tree kept level by level) and ``beta`` of the
-second (``G_beta``: ``f`` stepped back likewise; one ``beta``, ``f`` itself, when every
-object is forward). Each pair's bin is the forward kernel's: ``x0 + X_alpha``'s hard
-bin when ``beta`` is empty, else the sorted ``X_beta`` below ``edges[k] - X_alpha`` (the
-same floats, so the same pair in the same bin). Then, ``L`` linear in every step:
+over the subsets ``alpha`` of the first part (``F`` stepped by each object's in or out
+patterns: a binary tree kept level by level) and ``beta`` of the second (``f`` stepped
+back likewise; ``f`` alone when every object is forward), each pair in the forward
+kernel's bin (the same floats compared). ``L`` is linear in every step, so:
 
 - ``dL/dF_alpha = sum_k c_k (PG[i_k] - PG[i_{k-1}])`` (``PG`` the prefix sums of the
   sorted ``G_beta``, ``i_k`` the ``beta`` below edge ``k``) and ``dL/dG_beta`` from a
-  difference array over the sorted ``beta`` (``c_k F_alpha`` in at ``i_{k-1}``, out at
-  ``i_k``), summed in order;
-- each tree back to its root by the transposed steps (``Fbar[k] += pi_p Cbar[tgt(p,
-  k)]`` forward, ``Gbar[tgt(p, k)] += pi_p Cbar[k]`` backward), each pattern's
+  difference array over the sorted ``beta``;
+- each tree back to its root by the transposed steps (:func:`_step_t`), each pattern's
   ``dL/dpi_p`` the product of its step's input with its output's cotangent, the
-  ``alpha`` root's cotangent ``dL/dF`` back through the folded objects the same way
-  (``F_j`` kept per object) and the ``beta`` root's ``dL/df`` per event (the trainable
-  count thresholds: ``dL/df . df``, on the host).
+  ``alpha`` root's ``dL/dF`` back through the folded objects (``F_j`` kept per object)
+  and the ``beta`` root's ``dL/df`` per event (the count thresholds: ``dL/df . df`` on
+  the host).
 
-Soft bins (``width > 0``, :mod:`analysis.pipeline.backends.numba.kernels._numba_esum_soft`:
-every subset reaches every bin) take the same trees, each pair at ``X_A = X_alpha +
-X_beta`` weighted by ``s(X_A) = sum_b c_b q_b(X_A)`` (``q_b`` the soft-bin probabilities,
-:func:`~analysis.pipeline.backends.numba.kernels._numba_softbins.bin_probabilities`) in
-place of its bin's cotangent: ``dL/dF_alpha = sum_beta s G_beta``, ``dL/dG_beta =
-sum_alpha s F_alpha``, and the trainable edges' ``dL/de_j = sum_A P_A (c_j - c_{j+1})
-dq_j/de_j`` with ``P_A = <F_alpha, G_beta>`` (``ebar[e, j]``, per event).
+Soft bins (``width > 0``): the same trees, each pair at ``X_A = X_alpha + X_beta``
+weighted by ``s(X_A) = sum_b c_b q_b(X_A)`` in place of its bin's cotangent, and the
+trainable edges' ``dL/de_j = sum_A P_A (c_j - c_{j+1}) dq_j/de_j`` (``ebar[e, j]``).
 
 Cost per event ``O((M + 2^(U - U/2) + 2^(U/2)) P S + 2^(U/2) n_b S)`` (soft bins: ``2^U
-(S + n_b)`` for the pairs), once, whatever the number of parameters. An event with a NaN
-among its probabilities takes the same sweep (every pattern, every state: the NaN
-reaches what it touches, as in the forward kernel's dense path and the JAX sweep); an
-event of numbers with fewer objects than any state of nonzero ``f`` or ``df`` needs
-(:func:`~analysis.pipeline.backends.numba.kernels._numba_esum_steps._fewest`) has every
-derivative 0. Outputs per object and per event (no sums): blocks and threads change no
-bit. The same sums as forward tangents in another order: within rounding of them
-(the tests: 1e-10 against the JAX sweep).
+(S + n_b)`` for the pairs), whatever the number of parameters. An event with a NaN
+among its probabilities takes the same sweep (the NaN reaches what it touches, as in the
+JAX sweep); an event of numbers with fewer objects than any state of nonzero ``f`` or
+``df`` needs has every derivative 0. Outputs per object and per event (no sums): blocks
+and threads change no bit; the forward tangents' sums in another order (the tests: 1e-10
+against the JAX sweep).
 """
 
 from __future__ import annotations
@@ -172,7 +159,6 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
     ``(N, P, 1)``: values only) and ``G0`` ``(S, 1 + K)`` the pass table and its tangents
     (which states can matter), ``cbar`` ``(E, bins)`` the bins' cotangents."""
     n_ev = cbar.shape[0]
-    n_coll = coff.shape[0]
     n_states = f.shape[0]
     n_e = edges.shape[0]
     need = _fewest(tgt, n_pat, G0, G0.shape[1])
@@ -194,15 +180,12 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
     ds = np.zeros(n_e)  # ... and their derivatives in the edges
     for e in range(b0 * block, min(n_ev, b1 * block)):
         fbar[e, :] = 0.0
-        n_obj = 0
-        for c in range(n_coll):
-            n_obj += coff[c, e + 1] - coff[c, e]
         if width > 0.0:
             ebar[e, :] = 0.0
-        if n_obj < need and _numbers(coff, base, pv, n_pat, e):
+        n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
+        if n + m < need and _numbers(coff, base, pv, n_pat, e):
             continue  # every derivative 0 (gp stays as it is: 0)
         # fold, in the forward kernel's order
-        n, m, x0 = _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol)
         FS[0, :] = 0.0
         FS[0, 0] = 1.0
         for j in range(m):

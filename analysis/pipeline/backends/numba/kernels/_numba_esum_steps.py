@@ -1,30 +1,23 @@
 """The steps of :mod:`analysis.pipeline.backends.numba.kernels._numba_esum` (numba, float64)
-on the count-state walk's steps (:mod:`~analysis.select.lanes.steps`):
-an object's step of a count distribution over its live states, the enumeration of every
-subset of the uncertain objects (with scalar weights where the out patterns move no
-count; over every state and lane: the meet in the middle's halves of both event-sum
-kernels, :func:`_halves`), an object's value functions, and the per-event checks (the
-fewest objects that can pass, whether every probability is a number) and the one
-partition of an event's objects into the folded and the enumerated.
+on the count-state walk's steps (:mod:`~analysis.select.lanes.steps`): an object's step
+of a count distribution over its live states or over every state, the enumeration of
+every subset of the uncertain objects (with scalar weights where the out patterns move
+no count), and the per-event checks and partition shared with the adjoint
+(:mod:`~analysis.pipeline.backends.numba.kernels._numba_esum_adj`).
 
 Four lanes (value and at most 3 tangents: the tangents ``_d4`` as 4 numbers, and a
 dot product's ``inner`` a tuple of 4, select the walk's four-lane form at compile time,
-:mod:`~analysis.select.lanes.arith`); the same operations in the same
-order as the recursions, so the same floats.
+:mod:`~analysis.select.lanes.arith`); the same operations in the same order as the
+recursions, so the same floats.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.select.lanes.arith import clear_at, registers, row_mul_add
+from analysis.select.lanes.arith import registers, row_mul_add
 from analysis.select.lanes.policy import inline
-from analysis.select.lanes.steps import (
-    backward,
-    clear,
-    forward_live,
-    weight,
-)
+from analysis.select.lanes.steps import clear, forward_live, weight
 
 __all__: list[str] = []
 
@@ -39,17 +32,6 @@ def _d4(pd, g, p):
 
 
 @inline
-def _nil(pv, pd, g, p, nl):
-    """Whether pattern ``p`` of object ``g`` has probability 0 and no tangent in the first
-    ``nl`` lanes (its terms are exact zeros)."""
-    zero = pv[g, p, 0] == 0.0
-    for r in range(1, nl):  # no return inside the loop: measured 7x slower inlined
-        if pd[g, p, r] != 0.0:
-            zero = False
-    return zero
-
-
-@inline
 def _live_step(A, la, na, B, lb, mark, tgt, c, n_pat, pv, pd, g, nl, which, has):
     """``B = sum_p pi_p shift_p(A)`` over object ``g``'s patterns of collection ``c`` with
     ``has[p] == which`` (``which = -1``: every pattern), from ``A``'s live states
@@ -60,7 +42,11 @@ def _live_step(A, la, na, B, lb, mark, tgt, c, n_pat, pv, pd, g, nl, which, has)
     out. For events whose probabilities are all numbers."""
     cnt = 0
     for p in range(n_pat[c]):
-        if (which >= 0 and has[p] != which) or _nil(pv, pd, g, p, nl):
+        nil = pv[g, p, 0] == 0.0
+        for r in range(1, nl):  # no return inside the loop: measured 7x slower inlined
+            if pd[g, p, r] != 0.0:
+                nil = False
+        if (which >= 0 and has[p] != which) or nil:
             continue
         v = pv[g, p, 0]
         cnt = forward_live(B, A, v, _d4(pd, g, p), tgt[c, p], la, na, mark, lb, cnt)
@@ -88,58 +74,6 @@ def _dense(Gn, G, tgt, c, n_pat, pv, pd, g, which, has, states, back):
         for k in range(states.shape[0]):
             i, j = (k, row[k]) if back else (row[k], k)
             row_mul_add(Gn, i, v, v, G, j, 0, dv)
-
-
-@inline
-def _halves(FA, XA, GB, XB, F, Fn, G0, x0, unc, n, tgt, cs, n_pat, pv, pd, base_cs, vals, states,
-            has):
-    """The two halves of a meet in the middle over every state and lane (:func:`_dense`):
-    the ``2^na`` subsets (``na = n // 2``) of the objects ``unc[:na]`` forward from ``F``
-    into ``FA``, ``XA`` (from ``x0``), and the ``2^(n - na)`` of ``unc[na:n]`` backward
-    from ``G0`` (the last object first) into ``GB``, ``XB`` (from 0); subset ``a + m``
-    holds object ``t`` in ``S`` (its step over the in patterns, its value added), ``a``
-    does not (the out patterns, in place through the scratch ``Fn``). One loop over the
-    halves and the sides: the step is compiled once. Returns ``(FA, XA, GB, XB)``, each
-    grown where the event needs more."""
-    na = n // 2
-    if FA.shape[0] < (1 << na):
-        FA = np.zeros((1 << na, FA.shape[1], FA.shape[2]))
-    if XA.shape[0] < (1 << na):
-        XA = np.zeros(1 << na)
-    if GB.shape[0] < (1 << (n - na)):
-        GB = np.zeros((1 << (n - na), GB.shape[1], GB.shape[2]))
-    if XB.shape[0] < (1 << (n - na)):
-        XB = np.zeros(1 << (n - na))
-    FA[0] = F
-    XA[0] = x0
-    GB[0] = G0
-    XB[0] = 0.0
-    for half in range(2):
-        back = half == 1
-        H, X = (GB, XB) if back else (FA, XA)
-        m = 1
-        for t in range(n - na if back else na):
-            g = unc[n - 1 - t if back else t]
-            for a in range(m):
-                for side in range(2):  # in S (a new subset), then out of it (in place)
-                    _dense(Fn if side else H[a + m], H[a], tgt, cs, n_pat, pv, pd, g, 1 - side,
-                           has, states, back)
-                H[a, :, :] = Fn
-                X[a + m] = X[a] + vals[g - base_cs]
-            m *= 2
-    return FA, XA, GB, XB
-
-
-@inline
-def _pull4(Gn, G, tgt, c, n_pat, pv, pd, g, states, which, has):
-    """``Gn[k] = sum_p pi_p G[tgt(p, k)]`` over object ``g``'s patterns with ``has[p] ==
-    which``, every state, four lanes (:func:`walk.backward`)."""
-    for k in range(states.shape[0]):
-        clear_at(Gn, k, FOUR)
-    for p in range(n_pat[c]):
-        if has[p] == which:
-            v = pv[g, p, 0]
-            backward(Gn, G, v, v, _d4(pd, g, p), tgt[c, p], states, states.shape[0], 0)
 
 
 @inline

@@ -1,31 +1,22 @@
 """The event sums' vector-Jacobian product: reverse mode for ``E[X^m 1_pass]`` (numba, float64).
 
-An event sum ``X = sum_{j in s} x_j`` has the moments ``A[m] = E[X^m 1_pass] = G^m_0[0]``
-of the walk's backward recursion (:func:`analysis.select.lanes.steps.sums_backward`,
-:func:`analysis.select.objects.sum_moments`, the reference)
-
-    G^m_j[k] = sum_p pi_jp sum_{i <= m} C(m, i) x_jp^i G^{m-i}_{j+1}[tgt(p, k)],
-    G^0_n = f, G^{m>0}_n = 0
-
-(``x_jp``: object ``j``'s value where pattern ``p`` holds ``s``, else 0). Given the
-cotangents ``c_m = dL/dA[m]`` of one event, ``L`` is linear in each step, so with the
-adjoint distributions (the transposed steps, forward from the first object)
+An event sum's moments ``A[m] = E[X^m 1_pass] = G^m_0[0]`` come from the walk's backward
+recursion over the objects ``j`` (:func:`analysis.select.lanes.steps.sums_backward`; the
+reference and its recursion: :func:`analysis.select.objects.sum_moments`; ``x_jp``
+object ``j``'s value where pattern ``p`` holds ``s``, else 0). Given ``c_m = dL/dA[m]``
+of one event, ``L`` is linear in each step, so with the adjoint distributions (the
+transposed steps, forward from the first object, :func:`sums_forward_t`)
 
     Lam_0[m, k] = c_m [k = 0],
     Lam_{j+1}[m', tgt(p, k)] += pi_jp sum_i C(m' + i, i) x_jp^i Lam_j[m' + i, k]
 
-(:func:`sums_forward_t`; ``Lam_j[m'] = sum_m c_m C(m, m') E[X_{<j}^{m - m'}; state]``), the
-derivatives are
-
-    dL/dpi_jp = sum_{m, k} Lam_j[m, k] sum_i C(m, i) x_jp^i G^{m-i}_{j+1}[tgt(p, k)],
-    dL/df[k]  = Lam_n[0, k]
-
-(``dL/dpi_jp = sum_{m', k} a_p[m', k] G^{m'}_{j+1}[tgt(p, k)]`` with ``a_p`` the term
-``Lam``'s step scatters, :func:`sums_forward_t`, so the derivative costs one product per
-term): one backward sweep of ``G`` (the walk's own step; kept per object), then one
-forward sweep of ``Lam``, per event and event sum, whatever the number of parameters. A pattern of probability exactly 0 adds nothing to ``Lam`` nor ``G`` and
-reads ``x = 0`` in its derivative (as the reference, where its powers of ``x`` could be
-``0 x inf``). Outputs per object and per event (no sums): blocks and threads change no bit.
+the derivatives are ``dL/dpi_jp = sum_{m', k} a_p[m', k] G^{m'}_{j+1}[tgt(p, k)]`` (``a_p``
+the term ``Lam``'s step scatters: one product per term) and ``dL/df[k] = Lam_n[0, k]``:
+one backward sweep of ``G`` (kept per object), then one forward sweep of ``Lam``, per
+event and event sum, whatever the number of parameters. A pattern of probability
+exactly 0 adds nothing and reads ``x = 0`` in its derivative (as the reference, where its
+powers of ``x`` could be ``0 x inf``). Outputs per object and per event (no sums): blocks
+and threads change no bit.
 """
 
 from __future__ import annotations
@@ -36,15 +27,6 @@ from analysis.select.lanes.policy import inline, njit
 from analysis.select.lanes.steps import sequence, sums_backward
 
 __all__ = ["sums_forward_t", "sums_vjp"]
-
-
-@inline
-def _powers(xp, x):
-    """``xp[i] = x^i``."""
-    v = 1.0
-    for i in range(xp.shape[0]):
-        xp[i] = v
-        v *= x
 
 
 @inline
@@ -128,7 +110,11 @@ def sums_vjp(coff, base, pv_all, n_pat, tgt, f, df, sum_x, sum_has, binom, cm, m
                     Ln[:] = 0.0
                     for p in range(n_pat[c]):
                         pv = pv_all[g, p]
-                        _powers(xp, sum_x[o, g] * sum_has[o, c, p] if pv != 0.0 else 0.0)
+                        x = sum_x[o, g] * sum_has[o, c, p] if pv != 0.0 else 0.0
+                        v = 1.0
+                        for i in range(r1):  # xp[i] = x^i
+                            xp[i] = v
+                            v *= x
                         gp[g, p] += sums_forward_t(Ln, L, pv, xp, binom, tgt[c, p], states,
                                                    n_states, G[j + 1])
                     L, Ln = Ln, L

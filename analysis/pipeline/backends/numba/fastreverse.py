@@ -300,14 +300,13 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     dev = dy * pe  # dL/dev_e
     if pulled is not None:  # the observables' entries (one row)
         dp += pulled.pbar
-        dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
+        dev += _fastpayload.after_walk(pulled, run, ev, walk, bars)
     by_walks = None
     if walked:  # event sums' and indexed observables' states (one row): their walks' vjp
         # the candidates the histograms pull back too: one vector-Jacobian product there
         defer = hist.pulled_keys((None, 0)) if hist is not None else frozenset()
-        by_walks = _revobs.pull(walked, run, tab, keep[0], cols, sel.q_of, theta, widths,
-                                sel.counts_tr, ev, max_seq=sel.max_seq, block=fastkernel.BLOCK,
-                                threads=threads, defer=defer)
+        by_walks = _revobs.pull(walked, run, sel, keep[0], cols, theta, widths,
+                                block=fastkernel.BLOCK, threads=threads, defer=defer)
         dev += by_walks.dev
     if hist is not None:  # the histograms' entries (one row), then the other selections
         pbar, evbar = hist.after_walk((None, 0), cols, run, sel, walk, theta, widths, grad,

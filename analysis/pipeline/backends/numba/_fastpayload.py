@@ -12,8 +12,8 @@ polynomial in its deviations (:func:`entry_cotangents`); the reverse pass
 and the pass probabilities (the walk's vector-Jacobian product) and to the score columns.
 Entries here: observables of kinds ``S.f`` (and ``abs``) and branches; event sums and
 indexed observables are pulled back through their walks
-(:mod:`analysis.pipeline.backends.numba._revobs`); :func:`reads`: the first state the
-pass cannot pull back (an observable of another kind), or None.
+(:mod:`analysis.pipeline.backends.numba._revobs`); the pass pulls back every
+observable kind (:func:`reads`: only a payload that does not fit the plan is refused).
 """
 
 from __future__ import annotations
@@ -28,11 +28,6 @@ from analysis.pipeline.results import YIELDS, state_names
 
 __all__: list[str] = []  # internal to the numba kernel
 
-#: the observable kinds whose states the numba reverse pass pulls back: entries here,
-#: event sums and indexed observables in :mod:`analysis.pipeline.backends.numba._revobs`
-ENTRIES = ("field", "branch")
-KINDS = (*ENTRIES, "sum", "count", "index", "call")
-
 
 class Read(NamedTuple):
     """One observable state the payload reads."""
@@ -45,8 +40,7 @@ class Read(NamedTuple):
 
 def parse(plan: Plan, payload: list) -> tuple[tuple[float, float], list[Read]] | str:
     """``((a1, a2), reads)``: the yields' cotangents and the observable states the payload
-    reads (``plan``: without scores), or the name of the first state it reads that the
-    numba pass cannot pull back."""
+    reads (``plan``: without scores), or why the payload does not fit the plan's states."""
     if plan.hists:  # the histograms' states: _fastrevhist
         rest = split(plan, payload)
         if isinstance(rest, str):
@@ -66,9 +60,6 @@ def parse(plan: Plan, payload: list) -> tuple[tuple[float, float], list[Read]] |
             continue
         _, obs_name, state = name.split(".")
         i = index[obs_name]
-        obs = plan.observables[i]
-        if obs.x.kind not in KINDS or (obs.y is not None and obs.y.kind not in KINDS):
-            return name
         a, t_bar = entry
         a = (float(np.asarray(a[0])), float(np.asarray(a[1]))) if state == "comoments" \
             else float(np.asarray(a))
@@ -77,8 +68,7 @@ def parse(plan: Plan, payload: list) -> tuple[tuple[float, float], list[Read]] |
 
 
 def reads(plan: Plan, payload: list) -> str | None:
-    """None when the numba pass pulls back every state ``payload`` reads, else the first
-    state it cannot."""
+    """None when ``payload`` fits the states of ``plan``, else why not (:func:`parse`)."""
     out = parse(plan, payload)
     return out if isinstance(out, str) else None
 
@@ -118,13 +108,16 @@ class Pulled(NamedTuple):
 
     pbar: np.ndarray  # (E,) dL/dP_e from branch observables' entry weights ev_e P_e
     wbar: dict  # global set index -> (N_c,) dL/d(object weight), field observables
-    parts: list  # per read: (read, x, y, dL/dw per entry, the signs of abs(x), abs(y))
+    # per read: (read, x, y, dL/dw per entry, the signs of abs(x), abs(y), and for a
+    # field its set's global index and objects per event, else None and None)
+    parts: list
 
 
 def before_walk(reads: list[Read], plan: Plan, cols, flats: dict, coff: np.ndarray, tab,
                 ev: np.ndarray) -> Pulled:
     """The cotangents of the pass probabilities and of the objects' weights the payload's
-    observable states give (``plan`` without scores; ``flats``, ``coff``: the walk's
+    ``reads`` of observables of kinds ``S.f`` and branches give (``plan`` without scores;
+    ``flats``, ``coff``: the walk's
     fields and offsets per collection, ``tab`` its tables; ``ev`` ``(E,)`` the event
     weights times the soft branch cuts)."""
     from analysis.pipeline.backends.numba.fastkernel import _values
@@ -134,35 +127,29 @@ def before_walk(reads: list[Read], plan: Plan, cols, flats: dict, coff: np.ndarr
     parts = []
     for read in reads:
         obs = plan.observables[read.index]
-        if obs.x.kind not in ENTRIES:  # an event sum or indexed observable (_revobs)
-            continue
         x = _values(obs.x, cols, plan, flats, {})
         y = None if read.state == "moments" else _values(obs.y, cols, plan, flats, {})
         dw, _, _ = entry_cotangents(read, x, y, np.ones(1))
         signs = [_sign(node, cols, plan, flats) for node in (obs.x, obs.y)]
+        gs = counts = None
         if obs.x.kind == "field":
             gs = tab.gidx[obs.x.head]
-            ci = tab.collections.index(plan.sets.collection_of(obs.x.head))
-            rep = np.repeat(ev, np.diff(coff[ci]))
-            wbar[gs] = wbar.get(gs, 0.0) + rep * dw
+            counts = np.diff(coff[tab.collections.index(plan.sets.collection_of(obs.x.head))])
+            wbar[gs] = wbar.get(gs, 0.0) + np.repeat(ev, counts) * dw
         else:
             pbar += ev * dw
-        parts.append((read, x, y, dw, signs))
+        parts.append((read, x, y, dw, signs, gs, counts))
     return Pulled(pbar, wbar, parts)
 
 
-def after_walk(pulled: Pulled, plan: Plan, coff: np.ndarray, tab, ev: np.ndarray,
-               walk, bars: dict) -> np.ndarray:
+def after_walk(pulled: Pulled, plan: Plan, ev: np.ndarray, walk, bars: dict) -> np.ndarray:
     """``(E,)`` ``dL/dev_e`` from the observables' entry weights, and their values'
     cotangents into the score columns' ``bars`` (one row) where a value is a score's
     column; ``walk``: the sensitivities' walk (its ``pe``, objects' weights ``ow``)."""
     evbar = np.zeros(ev.shape[0])
-    for read, x, y, dw, signs in pulled.parts:
+    for read, x, y, dw, signs, gs, counts in pulled.parts:
         obs = plan.observables[read.index]
-        if obs.x.kind == "field":
-            gs = tab.gidx[obs.x.head]
-            ci = tab.collections.index(plan.sets.collection_of(obs.x.head))
-            counts = np.diff(coff[ci])
+        if gs is not None:  # a field: its objects' weights
             ow = walk.ow[gs]
             w = np.repeat(ev, counts) * ow
             evbar += np.bincount(np.repeat(np.arange(ev.shape[0]), counts), weights=ow * dw,

@@ -1,7 +1,7 @@
 """Reverse mode for the observables without entries of their own on the numba kernel.
 
 Event sums (``sum(S.f)``, ``count(S)``) and indexed observables (``S[i].f``,
-``mass(S[0] + S[1])``) read by a pullback payload: each kind's share (:data:`SHARES`)
+``mass(S[0] + S[1])``) read by a pullback payload: each kind's share (:func:`pull`)
 adds its cotangents of every object's pattern probabilities ``dL/dpi_jp`` (its walk's
 vector-Jacobian product), of the event weights and of the trainable count thresholds;
 :func:`pull` chains the pattern probabilities to each set's own probability (``pi`` is
@@ -108,18 +108,18 @@ def coefficients(read, a_e: np.ndarray, ev: np.ndarray, order: int
     return c, s @ g
 
 
-def _sums(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: np.ndarray,
-          ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, wq: dict, *,
+def _sums(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndarray,
+          ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *,
           max_seq: int, block: int, threads: int | None) -> None:
     """The event sums' share (module docstring) for the payload's ``reads`` of kinds
     ``sum``/``count`` (``plan`` without scores), added to ``gp`` ``(N, P)`` ``dL/dpi``,
     ``dev`` ``(E,)`` ``dL/dev_e`` and ``dfs`` ``(E, K)`` ``dL/d(count threshold)``:
     ``wt`` the value walk's :class:`~analysis.pipeline.backends.numba.fastkernel._Weights`
     (its per-event moments ``sa``, offsets ``coff``, fields ``flats``, candidates
-    ``cands``), ``cols`` the chunk's columns, ``ins`` the walk's tables
+    ``cands``), ``ins`` the walk's tables
     (:func:`analysis.pipeline.backends.numba._fastsens.inputs`), ``base`` each
     collection's first global index, ``ev`` ``(E,)`` the event weights times the soft
-    branch cuts; ``wq`` the candidates' cotangents (:func:`_leads`; none here)."""
+    branch cuts."""
     coff = wt.coff
     n_ev = coff.shape[1] - 1
     sums = [r.index for r in reads]
@@ -136,14 +136,14 @@ def _sums(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: n
         _run_blocks(_numba_esum_vjp.sums_vjp, args, max(1, -(-n_ev // block)), threads)
 
 
-def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: np.ndarray,
-           ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, wq: dict, *,
-           max_seq: int, block: int, threads: int | None) -> None:
+def _leads(reads: list, plan: Plan, wt, cols, ev: np.ndarray, dev: np.ndarray) -> dict:
     """The indexed observables' share (module docstring) for the payload's ``reads`` of
-    kinds ``index``/``call``; the arguments of :func:`_sums`, the candidates' ``dL/dw(a)``
-    added to ``wq`` (per :func:`analysis.pipeline.backends.numba._fastleading.key`; their
-    vector-Jacobian product: :func:`pull`)."""
+    kinds ``index``/``call`` (the arguments of :func:`_sums`; ``cols`` the chunk's
+    columns): ``dL/dev_e`` added to ``dev``, and the candidates' ``dL/dw(a)`` per
+    :func:`analysis.pipeline.backends.numba._fastleading.key` (their vector-Jacobian
+    product: :func:`pull`)."""
     n_ev = wt.coff.shape[1] - 1
+    wq: dict = {}
     for read in reads:
         obs = plan.observables[read.index]
         k = _fastleading.key(obs.x)
@@ -158,6 +158,7 @@ def _leads(reads: list, plan: Plan, tab, wt, cols, ins: _fastsens.Inputs, base: 
         wq[k] = wq.get(k, 0.0) + evq * dw
         dev += np.bincount(np.repeat(np.arange(n_ev), per_event), weights=w * dw,
                            minlength=n_ev)
+    return wq
 
 
 def cands_vjp(cand: _fastleading.Candidates, coff: np.ndarray, base: np.ndarray, tab,
@@ -177,10 +178,9 @@ def cands_vjp(cand: _fastleading.Candidates, coff: np.ndarray, base: np.ndarray,
     _run_blocks(_numba_lead_vjp.lead_vjp, args, max(1, -(-n_ev // block)), threads)
 
 
-#: each kind's share, in this order (each adds into the same cotangents)
-SHARES = {("sum", "count"): _sums, ("index", "call"): _leads}
-#: the observable kinds pulled back here
-KINDS = tuple(k for kinds in SHARES for k in kinds)
+#: the observable kinds pulled back here: event sums (:func:`_sums`), indexed (:func:`_leads`)
+SUMS, LEADS = ("sum", "count"), ("index", "call")
+KINDS = SUMS + LEADS
 
 
 class Pulled(NamedTuple):
@@ -196,28 +196,26 @@ class Pulled(NamedTuple):
     wq: dict | None = None
 
 
-def pull(reads: list, plan: Plan, tab, wt, cols, q_of: dict, theta: np.ndarray,
-         widths: np.ndarray, counts_tr: tuple[int, ...], ev: np.ndarray, *, max_seq: int,
+def pull(reads: list, plan: Plan, sel, wt, cols, theta: np.ndarray, widths: np.ndarray, *,
          block: int, threads: int | None, defer: frozenset = frozenset()) -> Pulled:
     """The share of the payload's ``reads`` of kinds :data:`KINDS` (``plan`` without
-    scores; ``wt`` its value walk, :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`'
-    ``keep``; ``q_of`` each set's own probabilities; ``ev`` ``(E,)`` the event weights
-    times the soft branch cuts); the candidates of the keys ``defer`` without their
-    vector-Jacobian product (:attr:`Pulled.wq`)."""
-    coff = wt.coff
+    scores; ``sel`` its selection, :func:`analysis.pipeline.backends.numba.fastreverse._selection`:
+    tables, each set's own probabilities, the event weights times the soft branch cuts;
+    ``wt`` its value walk, :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`'
+    ``keep``); the candidates of the keys ``defer`` without their vector-Jacobian product
+    (:attr:`Pulled.wq`)."""
+    coff, tab, base = wt.coff, sel.tab, sel.base
     n_ev = coff.shape[1] - 1
-    base = np.zeros(coff.shape[0] + 1, np.int64)
-    base[1:] = np.cumsum(coff[:, -1])
-    ins = _fastsens.inputs(tab, plan.sets, base, q_of, theta, widths, counts_tr)
+    ins = _fastsens.inputs(tab, plan.sets, base, sel.q_of, theta, widths, sel.counts_tr)
     gp = np.zeros_like(ins.pv_all)
     dev = np.zeros(n_ev)
-    dfs = np.zeros((n_ev, len(counts_tr)))
-    wq: dict = {}  # (set, depth) -> (Q,) dL/dw(a) (_leads)
-    for kinds, share in SHARES.items():
-        mine = [r for r in reads if plan.observables[r.index].x.kind in kinds]
-        if mine:
-            share(mine, plan, tab, wt, cols, ins, base, ev, gp, dev, dfs, wq, max_seq=max_seq,
-                  block=block, threads=threads)
+    dfs = np.zeros((n_ev, len(sel.counts_tr)))
+    sums, leads = ([r for r in reads if plan.observables[r.index].x.kind in k]
+                   for k in (SUMS, LEADS))
+    if sums:
+        _sums(sums, plan, tab, wt, ins, base, sel.ev, gp, dev, dfs, max_seq=sel.max_seq,
+              block=block, threads=threads)
+    wq = _leads(leads, plan, wt, cols, sel.ev, dev)  # (set, depth) -> (Q,) dL/dw(a)
     for k, w in wq.items():
         if k not in defer:
             cands_vjp(wt.cands[k], coff, base, tab, ins, w, gp, dfs, block=block,

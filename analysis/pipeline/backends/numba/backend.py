@@ -87,7 +87,7 @@ class NumbaBackend:
         if plan.scores and kind in ("states", "entries", "selected"):
             run = scorecols.bare(plan)
         if kind in ("entries", "selected") and (run.hists or run.regions):
-            run = _without_histograms(run)
+            run = dataclasses.replace(run, hists=(), regions=())  # they read neither
         if kind == "states":  # the sweeps' plans: blocks of tangents (blocks.plans)
             return Prepared(self, plan, request,
                             data=blocks.plans(run, request.order, _numba_dp.LANES - 1))
@@ -150,9 +150,3 @@ class NumbaBackend:
                                                      rows=req.yield_rows, threads=threads,
                                                      trace=self.trace)
         raise ValueError(f"the numba backend does not compute {kind}")
-
-
-def _without_histograms(plan: Plan) -> Plan:
-    """``plan`` without its histograms and channel regions (entries and selected weights
-    read the selection and the observables only)."""
-    return dataclasses.replace(plan, hists=(), regions=())

@@ -2,53 +2,36 @@
 
 For a pullback payload (:mod:`analysis.stats.pullback`) that reads only the selected
 yields ``Y = sum_e y_e`` and ``Y2 = sum_e y_e^2`` (``y_e = ev_e P_e``: the event weight
-times the soft branch cuts, times the probability that the event passes; what a
-``significance`` objective reads), the chunk's share of the gradient is the gradient of
-``L_c = a1 Y + a2 Y2`` (``a1``, ``a2``: the merged yields' cotangents), by the chain rule
-on values only:
+times the soft branch cuts, times the event's pass probability), the chunk's share of the
+gradient is that of ``L_c = a1 Y + a2 Y2`` (``a1``, ``a2``: the merged yields'
+cotangents), by the chain rule on values only:
 
 - ``dL_c/dy_e = a1 + 2 a2 y_e``, so ``dL_c/dP_e = ev_e dL_c/dy_e`` and
   ``dL_c/dev_e = P_e dL_c/dy_e``;
 - per object and set, ``dP_e/dq_js`` (``q_js``: the product of set ``s``'s own cuts;
-  exact: one collection with one set on the chain,
-  :func:`analysis.select.chainwalk.sens_walk`; any other
-  count model, several sets per collection with their parents, several collections,
-  joint counts, through each object's pattern probabilities,
-  :mod:`analysis.pipeline.backends.numba._fastsens`)
-  and ``dq_js/dt`` = the other cuts' product times the soft cut's derivative in its
-  threshold (``ds/dx = -ds/dt`` in its value: the cotangent of a learned score's
-  column, then the network's vjp, :func:`analysis.pipeline.scorecols.score_columns`);
-- per event, ``dev_e/dt`` likewise (an event-level score's column);
-- trainable count thresholds: ``dP_e/dtheta = sum_k F_n[k] df[k]/dtheta``.
+  one collection with one set: the chain, :func:`analysis.select.chainwalk.sens_walk`;
+  any other count model: :mod:`analysis.pipeline.backends.numba._fastsens`), and
+  ``dq_js/dt`` = the other cuts' product times the soft cut's derivative in its
+  threshold (``ds/dx = -ds/dt`` in its value: a learned score's column's cotangent,
+  then the network's vjp, :func:`analysis.pipeline.scorecols.score_columns`);
+- per event, ``dev_e/dt`` likewise; trainable count thresholds:
+  ``dP_e/dtheta = sum_k F_n[k] df[k]/dtheta``.
 
 What else a payload reads adds its cotangents to ``dL/dP_e``, ``dL/dev_e``, the sets'
-own probabilities and the count thresholds, chained with the walk's as above: the
-entries of observables of kinds ``S.f`` (and ``abs``) and branches
-(:mod:`analysis.pipeline.backends.numba._fastpayload`; an object's weight through the
-walk's vector-Jacobian product,
-:func:`analysis.pipeline.backends.numba.kernels._numba_sens.pattern_sensitivities`),
-event sums and indexed observables (their walks' vector-Jacobian products,
-:mod:`analysis.pipeline.backends.numba._revobs`; their per-event moments and candidates
-from the value walk below), histograms and templates in every selection they are filled
-from (:mod:`analysis.pipeline.backends.numba._fastrevhist`, those of leading objects and
-event sums :mod:`analysis.pipeline.backends.numba._revhistlead`,
-:mod:`analysis.pipeline.backends.numba._revhistsums`).
+own probabilities and the count thresholds: observables of kinds ``S.f`` and branches
+(:mod:`~analysis.pipeline.backends.numba._fastpayload`, an object's weight through the
+walk's vector-Jacobian product), event sums and indexed observables
+(:mod:`~analysis.pipeline.backends.numba._revobs`), histograms in every selection they
+are filled from (:mod:`~analysis.pipeline.backends.numba._fastrevhist`,
+:mod:`~analysis.pipeline.backends.numba._revhistlead`,
+:mod:`~analysis.pipeline.backends.numba._revhistsums`).
 
-One walk per event for any number of parameters (the networks' weights, the cut
-thresholds), which also gives the chunk's value states (its pass probabilities and
-objects' weights: the yields and the observables of kinds ``S.f`` and branches, as
-:func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns` computes them at
-``order=0``: the same floats, but for the objects' weights where trainable count
-thresholds keep more count states on the chain, whose sums then split the last state's
-probability over more terms, and in the general model where an object's weight is summed
-over its patterns on the host: within an ulp or two); observables of other kinds (event
-sums, indexed objects) take their value states from that function (on the score columns:
-:func:`analysis.pipeline.scorecols.bare`).
-
-Exact: the same derivative as ``jax.grad`` of the JAX kernel
-(:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them). The
-numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say where it does not apply
-(other kernels' plans); the chooser then runs the JAX sweep.
+One walk per event for any number of parameters, which also gives the value states
+where they read only pass probabilities and objects' weights (:func:`_value_states`);
+otherwise they come from :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`.
+Exact: the derivative of ``jax.grad`` of the JAX kernel
+(:mod:`analysis.pipeline.backends.jax.reverse`, the reference; tests compare them); the
+numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say which plans it serves.
 """
 
 from __future__ import annotations
@@ -127,7 +110,10 @@ def _value_states(cols: ChunkColumns, plan: Plan, off_of: dict, flats: dict, ev:
     the sensitivities' walk: the event weights ``ev``, pass probabilities ``pe`` (``(E,)``)
     and objects' weights ``wo_of[set]`` (``(N_c,)``; collection ``c``'s offsets
     ``off_of[c]``, fields ``flats[c]``), in lane 0 of
-    :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`' inputs."""
+    :func:`analysis.pipeline.backends.numba.fastkernel.observable_states`' inputs: the
+    floats of ``evaluate_columns`` at ``order=0`` (without its walk, a fifth of the pass),
+    but within an ulp or two for objects' weights that trainable count thresholds (more
+    states on the chain) or the general model (summed over patterns here) add otherwise."""
     lanes = fastkernel._numba_dp.LANES
 
     def lane0(a: np.ndarray) -> np.ndarray:
@@ -314,14 +300,13 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     dev = dy * pe  # dL/dev_e
     if pulled is not None:  # the observables' entries (one row)
         dp += pulled.pbar
-        dev += _fastpayload.after_walk(pulled, run, coff, tab, ev, walk, bars)
+        dev += _fastpayload.after_walk(pulled, run, ev, walk, bars)
     by_walks = None
     if walked:  # event sums' and indexed observables' states (one row): their walks' vjp
         # the candidates the histograms pull back too: one vector-Jacobian product there
         defer = hist.pulled_keys((None, 0)) if hist is not None else frozenset()
-        by_walks = _revobs.pull(walked, run, tab, keep[0], cols, sel.q_of, theta, widths,
-                                sel.counts_tr, ev, max_seq=sel.max_seq, block=fastkernel.BLOCK,
-                                threads=threads, defer=defer)
+        by_walks = _revobs.pull(walked, run, sel, keep[0], cols, theta, widths,
+                                block=fastkernel.BLOCK, threads=threads, defer=defer)
         dev += by_walks.dev
     if hist is not None:  # the histograms' entries (one row), then the other selections
         pbar, evbar = hist.after_walk((None, 0), cols, run, sel, walk, theta, widths, grad,

@@ -168,8 +168,7 @@ def _reverse_pass(node, plan: Plan, request: Request, options) -> str | None:
 
         name = reads(scorecols.bare(plan), request.pullback)
         if name is not None:
-            return (f"the objective reads {name} (no numba reverse rule for its "
-                    "observable's kind)")
+            return f"the objective reads {name} (they do not fit the plan's states)"
     return None
 
 

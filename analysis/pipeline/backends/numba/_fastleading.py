@@ -166,7 +166,7 @@ def walk_key(k: tuple, plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all,
               depth2)
     if len(n_cand):
         args = (coff, base, *walked, pv_all, pd_all, tab.pat, tab.n_pat, tgt, f, df_l, off, block,
-                w, obj)
+                w, obj, None, None, None)
         _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
     return Candidates(off, w, obj, order, n_cand,
                       tuple(x[0] for x in walks) if ci2 >= 0 else (), walked)

@@ -1,19 +1,18 @@
 """Indexed observables on the numba kernel: candidates, their weights and values.
 
-An observable ``S[i].f``, ``mass(S[0] + S[1] + S[2])``, ``deltaR(S[0], S[1])`` or
-``mt(S[0], MET)`` of one indexed set ``S`` has one entry per candidate tuple of ``S``'s
-collection (:func:`analysis.select.objects.leading`: its weight ``P(the tuple is S[0],
-..., S[r] and the event passes)``, its value the expression of the tuple's objects).
-:func:`walk` gives each ``(set, depth)``'s candidates of one chunk from the walk of
-:mod:`analysis.pipeline.backends.numba.kernels._numba_lead` (only the tuples of the ``k_e`` objects of event
-``e`` that can be in the set, :func:`_possible`: ``C(k_e, r + 1)`` per event, where the
-JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest ``k_e``); :func:`values` their values with the expression kinds' own definitions
-(:mod:`analysis.select.functions`, the same JAX functions the JAX kernel runs, eagerly
-on the candidates' columns); histograms of such expressions fill the candidates
-(:mod:`analysis.pipeline.backends.numba._histmulti`). Two indexed sets, of two collections
-(``mass(jets[0] + muons[0])``) or of one (``mass(bjets[0] + jets[0])``): the pairs of their
-tuples, one walk (:mod:`~analysis.pipeline.backends.numba.kernels._numba_lead`); three sets
-stay on the JAX kernel (:mod:`analysis.pipeline.backends.numba.rules`).
+An observable ``S[i].f``, ``mass(S[0] + S[1] + S[2])``, ``deltaR(S[0], S[1])`` or ``mt(S[0],
+MET)`` of one indexed set ``S`` has one entry per candidate tuple of ``S``'s collection
+(:func:`analysis.select.objects.leading`: its weight ``P(the tuple is S[0], ..., S[r] and
+the event passes)``, its value the expression of the tuple's objects). :func:`walk` gives
+each ``(set, depth)``'s candidates of a chunk from the walk of
+:mod:`analysis.pipeline.backends.numba.kernels._numba_lead`, only the tuples of the
+``k_e`` objects of event ``e`` that can be in the set (:func:`_possible`: ``C(k_e, r +
+1)`` per event, where the JAX kernel carries ``C(K, r + 1)``, ``K`` the chunk's largest
+``k_e``); :func:`values` their values by the expression kinds' own definitions
+(:mod:`analysis.select.functions`, run eagerly on the candidates' columns). Two indexed
+sets, of two collections (``mass(jets[0] + muons[0])``) or of one (``mass(bjets[0] +
+jets[0])``): the pairs of their tuples, one walk; three sets stay on the JAX kernel
+(:mod:`analysis.pipeline.backends.numba.rules`).
 """
 
 from __future__ import annotations
@@ -32,21 +31,18 @@ __all__: list[str] = []  # internal to the numba kernel
 
 
 class Candidates(NamedTuple):
-    """One :func:`key`'s candidates of a chunk: ``off`` ``(E + 1,)`` per event,
-    ``w`` ``(Q, LANES)`` weights with tangents, ``obj`` ``(Q, depth + 1)`` the tuple's
-    objects (indices into the collection's flat columns, highest ranked first; two sets:
-    the inner set's, then the outer's, :attr:`sets`);
-    ``order``, ``n_cand`` the walk's rank order (:func:`_possible_first`: its reverse mode,
-    :mod:`analysis.pipeline.backends.numba._revobs`, walks the same tuples)."""
+    """One :func:`key`'s candidates of a chunk: ``off`` ``(E + 1,)`` per event, ``w``
+    ``(Q, LANES)`` weights with tangents, ``obj`` ``(Q, depth + 1)`` the tuple's objects
+    (indices into the collection's flat columns, highest ranked first; two sets: the
+    inner set's, then the outer's, :attr:`sets`)."""
 
     off: np.ndarray
     w: np.ndarray
     obj: np.ndarray
-    order: np.ndarray
-    n_cand: np.ndarray
     sets: tuple[str, ...] = ()  # two indexed sets: their order in ``obj``'s columns
-    #: the walk's arguments of its sets (:func:`~analysis.pipeline.backends.numba.kernels.
-    #: _numba_lead.candidates`' ``order ... depth2``): its reverse mode's too
+    #: the walk's arguments ``order ... depth2`` of
+    #: :func:`~analysis.pipeline.backends.numba.kernels._numba_lead.candidates` (its
+    #: transpose's too; ``order``: :func:`_possible_first`'s)
     walked: tuple = ()
 
 
@@ -166,10 +162,9 @@ def walk_key(k: tuple, plan: Plan, tab, coff, base, flats: dict, pv_all, pd_all,
               depth2)
     if len(n_cand):
         args = (coff, base, *walked, pv_all, pd_all, tab.pat, tab.n_pat, tgt, f, df_l, off, block,
-                w, obj)
+                w, obj, None, None, None)
         _run_blocks(_numba_dp.compiled(_numba_lead.candidates, args), args, n_blocks, threads)
-    return Candidates(off, w, obj, order, n_cand,
-                      tuple(x[0] for x in walks) if ci2 >= 0 else (), walked)
+    return Candidates(off, w, obj, tuple(x[0] for x in walks) if ci2 >= 0 else (), walked)
 
 
 def _column(cand: Candidates, node, k: int) -> int:

@@ -1,22 +1,14 @@
 """Histograms of candidate tuples on the numba kernel: ``mass(S[0] + S[1])``, ``deltaR(S[0], S[1])``.
 
-A histogram of an expression of several indexed objects of one set ``S`` (kind
-``call``: ``mass(jets[0] + jets[1])``, ``pt(jets[0] + jets[1] + jets[2])``; or of two sets,
-``mass(jets[0] + muons[0])``, ``mass(bjets[0] + jets[0])``: a tuple is then a pair of the
-sets' tuples) has one entry per candidate tuple ``a`` of ``S``'s collection
-(:mod:`analysis.pipeline.backends.numba._fastleading`): fill weight ``ev_e w(a)``, ``w(a)
-= P(a is S[0], ..., S[r] and the histogram's region passes)`` with its tangents in
-lanes, value the expression of the tuple's objects; the entries of the JAX reference
-(:func:`analysis.pipeline.backends.jax.histkernel.histogram_states` over
-:func:`analysis.select.objects.leading`). Forward: :func:`candidates` walks each
-region's tuples on the histogram walk's pattern probabilities and that region's pass
-table (:mod:`analysis.pipeline.backends.numba.fasthist`; the observables' candidates of
-region 0 are the same and taken as they are), :func:`entries` gives them to the fills of
-:mod:`analysis.pipeline.backends.numba._histfills` (hard and soft bins, trainable edges,
-weight variations, as every other histogram's). Reverse mode:
-:mod:`analysis.pipeline.backends.numba._revhistlead` (each tuple's weight cotangent from
-its entry's). Values are data (:mod:`analysis.select.functions`: they read fields and
-branches, no parameter), so no value has a cotangent.
+A histogram of an expression of several indexed objects (kind ``call``; of one set, or of
+two whose tuples pair up: ``mass(jets[0] + muons[0])``) has one entry per candidate tuple
+``a`` (:mod:`analysis.pipeline.backends.numba._fastleading`): fill weight ``ev_e w(a)``
+with its tangents in lanes, value the expression of the tuple's objects; the JAX
+reference's entries (:func:`analysis.pipeline.backends.jax.histkernel.histogram_states`).
+:func:`candidates` walks each region's tuples on that region's pass table (region 0's
+observables' candidates taken as they are), :func:`entries` gives them to the fills of
+:mod:`analysis.pipeline.backends.numba._histfills`. Reverse mode:
+:mod:`analysis.pipeline.backends.numba._revhistlead` (values are data: no cotangent).
 """
 
 from __future__ import annotations

@@ -1,31 +1,20 @@
-"""Reverse mode's histograms of leading objects (``S[d].f``) on the numba kernel.
+"""Reverse mode's histograms of leading objects (``S[d].f``) and candidate tuples on the numba kernel.
 
-A histogram of ``S[d].f`` has one entry per object ``j`` of ``S``'s collection, its fill
-weight ``ev_e lw_j`` with ``lw_j = P(j is S[d] and the region passes)`` (the forward
-walk's leading weight, :mod:`analysis.pipeline.backends.numba.kernels._numba_hist`). That
-is the sum of the candidate tuples' weights ``w(a)``
-(:mod:`analysis.pipeline.backends.numba.kernels._numba_lead`) over the tuples ``a = (a_0,
-..., a_d)`` whose last member is ``j``. So, with the entries' cotangents ``dL/dw_j`` of
-the fields' kernel (:func:`analysis.pipeline.backends.numba.kernels._numba_revhist.entry_cotangents`:
-hard and soft bins, trainable edges, weight variations):
-
-- every candidate's ``dL/dw(a) = ev_e dL/dw_{a_d}``, which the candidates walk's
-  vector-Jacobian product (:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`)
-  turns into the objects' pattern probabilities' and the trainable count thresholds'
-  cotangents, chained to the sets' own probabilities
-  (:func:`analysis.pipeline.backends.numba._fastsens.set_sensitivities`) as the indexed
-  observables' are (:mod:`analysis.pipeline.backends.numba._revobs`);
-- ``dL/dev_e += sum_j lw_j dL/dw_j``; a value that is a score's column and the trainable
-  edges as the fields' (:mod:`analysis.pipeline.backends.numba._fastrevhist`).
-
-A histogram of candidate tuples (``mass(S[0] + S[1])``,
-:mod:`analysis.pipeline.backends.numba._histmulti`) has the tuples themselves as entries
-(fill weight ``ev_e w(a)``): ``dL/dw(a) = ev_e dL/dw_a`` directly, the rest as above
-(its values are data: no cotangent).
-
-Each selection the histograms are filled from (a shift side, a channel region) is its own
-walk, as the fields': the ``lw_j`` are the candidates walk's values on its tables (so the
-value states equal the forward kernel's up to the order of the sums).
+A histogram of ``S[d].f`` has one entry per object ``j`` of ``S``'s collection, fill weight
+``ev_e lw_j`` with ``lw_j = P(j is S[d] and the region passes)``: the sum of the weights
+``w(a)`` of the candidate tuples (:mod:`analysis.pipeline.backends.numba.kernels._numba_lead`)
+whose last member is ``j``; one of candidate tuples
+(:mod:`analysis.pipeline.backends.numba._histmulti`) has the tuples as entries (fill weight
+``ev_e w(a)``; their values are data: no cotangent). From the entries' cotangents of the
+fields' kernel (:func:`analysis.pipeline.backends.numba.kernels._numba_revhist.entry_cotangents`:
+hard and soft bins, trainable edges, weight variations), every candidate's ``dL/dw(a) =
+ev_e dL/dw_{a_d}`` (tuples: ``ev_e dL/dw_a``) goes through the walk's transpose to the
+pattern probabilities and count thresholds, chained to the sets' own probabilities as the
+indexed observables' are (:mod:`analysis.pipeline.backends.numba._revobs`); ``dL/dev_e +=
+sum_j lw_j dL/dw_j``; a value that is a score's column and the trainable edges as the
+fields' (:mod:`analysis.pipeline.backends.numba._fastrevhist`). Each selection (a shift
+side, a channel region) is its own walk, as the fields': the value states equal the
+forward kernel's up to the order of the sums.
 """
 
 from __future__ import annotations
@@ -147,15 +136,15 @@ class Reads(_fastrevhist.Reads):
             k = _fastleading.key(node)
             if k in have and k not in walks:  # one walk per key and pass
                 c = have[k]
-                wq = np.array(seed[k], np.float64) if k in seed else np.zeros(c.w.shape[0])
-                walks[k] = _Lead(c.walked[2], c.order, c.n_cand, c, wq)
+                walks[k] = _Lead(c, np.array(seed[k], np.float64) if k in seed
+                                 else np.zeros(c.w.shape[0]))
             elif k not in walks:
-                walks[k] = _candidates(*k, run, sel, ins, threads)
+                walks[k] = _candidates(k, run, sel, ins, threads)
             lead = walks[k]
             tuples = node.kind in _histmulti.KINDS  # entries: the tuples, else the objects
             last = None if tuples else lead.cand.obj[:, k[1]]
             lw = (lead.cand.w[:, 0] if tuples else np.bincount(
-                last, weights=lead.cand.w[:, 0], minlength=int(sel.coff[lead.ci, -1])))
+                last, weights=lead.cand.w[:, 0], minlength=int(sel.coff[lead.cand.walked[2], -1])))
             self._tuples = lead
             x, raw, off, _, g, gx, ebar, sumw, sumw2 = self._run(
                 f, cols, run, sel, lw, theta, widths, True, {}, threads)
@@ -183,24 +172,16 @@ class Reads(_fastrevhist.Reads):
 class _Lead(NamedTuple):
     """One ``(set, depth)``'s candidates on a selection's tables."""
 
-    ci: int  # the set's collection
-    order: np.ndarray  # each event's objects in rank order, those that can be in the set first
-    n_cand: np.ndarray  # (E,) how many can
     cand: _fastleading.Candidates  # the tuples, their weights (values in lane 0)
     wq: np.ndarray  # (Q,) the tuples' weights' cotangents (zeros: to be added)
 
 
-def _candidates(name, depth, run: Plan, sel, ins: _fastsens.Inputs,
-                threads: int | None) -> _Lead:
+def _candidates(k: tuple, run: Plan, sel, ins: _fastsens.Inputs, threads: int | None) -> _Lead:
     """The candidate tuples of :func:`analysis.pipeline.backends.numba._fastleading.key`
-    ``(name, depth)`` (one set's, or two sets' as tuples) on the selection's tables and
-    pattern probabilities ``ins``: :func:`analysis.pipeline.backends.numba._fastleading.walk`'s
-    walk without tangents."""
-    coff = sel.coff
-    n_blocks = max(1, -(-(coff.shape[1] - 1) // BLOCK))
+    ``k`` on the selection's tables and pattern probabilities ``ins``, without tangents."""
+    n_blocks = max(1, -(-(sel.coff.shape[1] - 1) // BLOCK))
     lanes = _numba_dp.LANES
-    cand = _fastleading.walk_key((name, depth), run, sel.tab, coff, sel.base, sel.flats,
-                                 ins.pv_all, np.zeros(ins.pv_all.shape + (lanes,)), ins.tgt,
-                                 ins.f, np.zeros((ins.f.shape[0], lanes)), BLOCK, n_blocks,
-                                 threads)
-    return _Lead(cand.walked[2], cand.order, cand.n_cand, cand, np.zeros(cand.w.shape[0]))
+    cand = _fastleading.walk_key(k, run, sel.tab, sel.coff, sel.base, sel.flats, ins.pv_all,
+                                 np.zeros(ins.pv_all.shape + (lanes,)), ins.tgt, ins.f,
+                                 np.zeros((ins.f.shape[0], lanes)), BLOCK, n_blocks, threads)
+    return _Lead(cand, np.zeros(cand.w.shape[0]))

@@ -36,7 +36,7 @@ payload's power sums are sums over entries, so each entry's cotangents are
 :func:`analysis.pipeline.backends.numba._fastpayload.entry_cotangents`' ``(dL/dW, dL/dx,
 dL/dy)``: ``dL/dw(a) = ev_e dL/dW``, ``dL/dev_e += sum_a w(a) dL/dW``, through the
 candidates walk's vector-Jacobian product
-(:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`).
+(:func:`analysis.pipeline.backends.numba.kernels._numba_lead.candidates`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from analysis.pipeline.backends.numba._fastmoments import _shift
 from analysis.pipeline.backends.numba._fastpayload import entry_cotangents
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
 from analysis.pipeline.backends.numba.fastkernel import event_sum_inputs
-from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead_vjp
+from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead
 from analysis.pipeline.plan import Plan
 from analysis.stats._core import Moments
 from analysis.stats.pullback import sums_about
@@ -165,17 +165,17 @@ def cands_vjp(cand: _fastleading.Candidates, coff: np.ndarray, base: np.ndarray,
               ins: _fastsens.Inputs, wq: np.ndarray, gp: np.ndarray, dfs: np.ndarray, *,
               block: int, threads: int | None) -> None:
     """The candidates walk's vector-Jacobian product
-    (:func:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp.lead_vjp`) of
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_lead.candidates`) of
     ``cand``'s tuples' ``wq`` ``(Q,)`` ``dL/dw(a)``, added to ``gp`` ``(N, P)`` ``dL/dpi``
     and ``dfs`` ``(E, K)`` (``coff``, ``base``, ``tab``, ``ins``: the selection's offsets,
     first global indices, tables and pattern probabilities)."""
     n_ev = coff.shape[1] - 1
     if not n_ev:
         return
-    args = (coff, base, *cand.walked, ins.pv_all, tab.pat, tab.n_pat, ins.tgt, ins.f,
-            np.ascontiguousarray(ins.df), cand.off, np.ascontiguousarray(wq, np.float64),
-            block, gp, dfs)
-    _run_blocks(_numba_lead_vjp.lead_vjp, args, max(1, -(-n_ev // block)), threads)
+    args = (coff, base, *cand.walked, ins.pv_all, 0.0, tab.pat, tab.n_pat, ins.tgt, ins.f,
+            np.ascontiguousarray(ins.df), cand.off, block, None, None,
+            np.ascontiguousarray(wq, np.float64), gp, dfs)
+    _run_blocks(_numba_lead.candidates, args, max(1, -(-n_ev // block)), threads)
 
 
 #: the observable kinds pulled back here: event sums (:func:`_sums`), indexed (:func:`_leads`)

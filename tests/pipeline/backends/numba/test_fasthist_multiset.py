@@ -20,7 +20,7 @@ from analysis.config.loader import config_from_dict
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.jax import passes as kernel
 from analysis.pipeline.backends.numba import _fastleading, fastkernel
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead, _numba_lead_vjp
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead
 from analysis.pipeline.plan import build_plan, initial_widths
 from analysis.select.lanes.arith import LANES
 from tests.chunked_helpers import NANOAOD_WARNINGS, read_columns, slice_columns
@@ -158,7 +158,7 @@ def test_two_sets_walk_and_its_vjp_equal_central_differences() -> None:
         w = np.zeros((n_q, LANES))
         obj = np.zeros((n_q, 3), np.int64)
         df_l = np.zeros((9, LANES))
-        args = (*sets, pv, pd, *tables, f, df_l, off, 2, w, obj)
+        args = (*sets, pv, pd, *tables, f, df_l, off, 2, w, obj, None, None, None)
         # compiled as the pipeline compiles it (SLP on, as _fastleading.walk_key): a first
         # call here must not cache a build of its own
         _numba_dp.compiled(_numba_lead.candidates, args)(*args, 0, 3)
@@ -173,7 +173,8 @@ def test_two_sets_walk_and_its_vjp_equal_central_differences() -> None:
     np.testing.assert_allclose(w[:, 1], fd, rtol=1e-7, atol=1e-9)
     wbar = rng.normal(size=n_q)
     gp, dfs = np.zeros_like(pv), np.zeros((counts.shape[1], 2))
-    _numba_lead_vjp.lead_vjp(*sets, pv, *tables, f, df, off, wbar, 2, gp, dfs, 0, 3)
+    _numba_lead.candidates(*sets, pv, 0.0, *tables, f, df, off, 2, None, None, wbar, gp, dfs,
+                           0, 3)
     np.testing.assert_allclose(np.sum(gp * d), wbar @ fd, rtol=1e-7)
     for r in range(2):
         fd_f = (walk(pv, f + h * df[:, r], 0 * pd)[:, 0] - walk(pv, f - h * df[:, r],

@@ -168,7 +168,7 @@ def test_one_candidates_walk_per_set_and_depth_in_a_pullback(monkeypatch) -> Non
     walked: list = []
     real = _revhistlead._candidates
     monkeypatch.setattr(_revhistlead, "_candidates",
-                        lambda *a, **k: walked.append(a[:2]) or real(*a, **k))
+                        lambda *a, **k: walked.append(a[0]) or real(*a, **k))
     pulled: list = []  # each vector-Jacobian product's candidates
     vjp = _revobs.cands_vjp
     monkeypatch.setattr(_revobs, "cands_vjp",

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from analysis.pipeline.backend import chunk_state
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead, _numba_lead_vjp
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_lead
 from analysis.select.lanes.arith import LANES
 from tests.chunked_helpers import NANOAOD_WARNINGS, slice_columns
 from tests.conftest import numba_refusal
@@ -157,7 +157,7 @@ def _walk(coff, base, orders, depths, outer, pv, pd, f, df_l):
     obj = np.zeros((int(off[-1]), depths[0] + depths[1] + 2), np.int64)
     sets = (coff, base, orders[inner], counts.copy(), 0, inner, depths[inner], orders[outer],
             counts.copy(), 0, outer, depths[outer])
-    args = (*sets, pv, pd, _PAT, np.array([4]), _TGT, f, df_l, off, 2, w, obj)
+    args = (*sets, pv, pd, _PAT, np.array([4]), _TGT, f, df_l, off, 2, w, obj, None, None, None)
     # compiled as the pipeline compiles it (SLP on): a first call here caches no other build
     _numba_dp.compiled(_numba_lead.candidates, args)(*args, 0, 4)
     d_in = depths[inner] + 1
@@ -206,8 +206,8 @@ def test_one_collection_walk_equals_enumeration(depths, outer) -> None:
     np.testing.assert_allclose(w[:, 1], fd, rtol=1e-7, atol=1e-9)
     wbar = rng.normal(size=w.shape[0])
     gp, dfs = np.zeros_like(pv), np.zeros((len(counts), 2))
-    _numba_lead_vjp.lead_vjp(*sets, pv, _PAT, np.array([4]), _TGT, f, df, off, wbar, 2, gp,
-                             dfs, 0, 4)
+    _numba_lead.candidates(*sets, pv, 0.0, _PAT, np.array([4]), _TGT, f, df, off, 2, None, None,
+                           wbar, gp, dfs, 0, 4)
     assert np.array_equal(pv, pv0)
     np.testing.assert_allclose(np.sum(gp * d), wbar @ fd, rtol=1e-7)
     for r in range(2):

@@ -19,7 +19,7 @@ import pytest
 from analysis.pipeline import scorecols
 from analysis.pipeline.backends.jax import reverse as jax_reverse
 from analysis.pipeline.backends.numba import fastreverse
-from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead, _numba_lead_vjp
+from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead
 from analysis.pipeline.results import state_names
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_sets import (
@@ -231,8 +231,8 @@ def test_candidates_vjp_equals_enumeration(depth: int) -> None:
     w = np.zeros((int(off[-1]), LANES))
     obj = np.zeros((int(off[-1]), depth + 1), np.int64)
     _numba_lead.candidates(coff, np.array([0, n]), order, n_cand, 0, ls, depth, order, n_cand,
-                           -1, 0, 0, pv, pd, PAT, np.array([3]), tgt, f, df_l, off, 2, w, obj, 0,
-                           3)
+                           -1, 0, 0, pv, pd, PAT, np.array([3]), tgt, f, df_l, off, 2, w, obj, None,
+                           None, None, 0, 3)
 
     def loss(e, pv):
         lo, hi = coff[0, e], coff[0, e + 1]
@@ -245,9 +245,9 @@ def test_candidates_vjp_equals_enumeration(depth: int) -> None:
         return total
 
     gp, dfs = np.zeros_like(pv), np.zeros((counts.size, 2))
-    _numba_lead_vjp.lead_vjp(coff, np.array([0, n]), order, n_cand, 0, ls, depth, order, n_cand, -1,
-                         0, 0, pv, PAT,
-                         np.array([3]), tgt, f, df, off, wbar, 2, gp, dfs, 0, 3)
+    _numba_lead.candidates(coff, np.array([0, n]), order, n_cand, 0, ls, depth, order, n_cand, -1,
+                           0, 0, pv, 0.0, PAT, np.array([3]), tgt, f, df, off, 2, None, None,
+                           wbar, gp, dfs, 0, 3)
     for e in range(counts.size):
         for j in range(coff[0, e], coff[0, e + 1]):
             for p in range(3):

@@ -1,71 +1,45 @@
-"""The compiled candidate walk of :mod:`analysis.pipeline.backends.numba._fastleading` (numba, float64).
+"""The compiled candidate walk of :mod:`analysis.pipeline.backends.numba._fastleading` and its
+transpose (numba, float64).
 
 The weights of :func:`analysis.select.objects.leading` for one indexed set ``s`` of
-collection ``c`` at depth ``r`` (``s[0]`` ... ``s[r]``): per event, every increasing
-``(r + 1)``-tuple ``a`` of rank positions of ``c``'s objects (in
-:func:`itertools.combinations` order) with
+collection ``c`` at depth ``r``: per event, every increasing ``(r + 1)``-tuple ``a`` of
+rank positions of ``c``'s objects (:func:`itertools.combinations` order) with
 
 ``w(a) = P(the members of s ranked at or above a_r are exactly a, and the event passes)``
 
-from the count recursions of :mod:`analysis.pipeline.backends.numba.kernels._numba_dp` (same tables,
-``tgt[c, p, k]`` the count state after adding an object of pattern ``p`` to ``k``):
+from the count tables of :mod:`analysis.select.lanes.steps` (``tgt[c, p, k]``, the pass
+table ``f``): ``G`` the value function of every other collection's objects from ``f``
+backward; ``B_m`` that of ``c``'s rank positions ``m, m + 1, ...`` (every pattern), then
+``G`` (``B_n = G``); from ``delta_0``, a member's step keeps the patterns holding ``s``
+(``I``), any other position above ``a_r`` those without it (``O``):
+``w(a) = < I_{a_r} O ... I_{a_0} O ... delta_0, B_{a_r + 1} >``. The tuples are walked
+depth first from one enumeration (:func:`_tuples`, a tape), each prefix's distribution
+kept per depth, so a prefix is stepped once for all of its extensions: ``O(sum_{j <= r}
+C(k, j + 1) P S + n P S)`` per event (``k`` of the ``n`` objects can be in the set, ``P``
+patterns, ``S`` count states), only sums of non-negative products, in lanes (value, then
+tangents). Outputs are per candidate: blocks change no bit.
 
-- ``G``: the value function of every other collection's objects, from the pass table
-  ``f`` backward (the count state does not depend on the order objects are added in);
-- ``B_m``: the value function of ``c``'s rank positions ``m, m + 1, ...`` (all
-  patterns), then ``G``; ``B_n = G``;
-- the tuple's forward distribution: from ``delta_0``, a member's step keeps the
-  patterns holding ``s`` (``I``), any other position above ``a_r`` the patterns without
-  it (``O``), so ``w(a) = < I_{a_r} O ... I_{a_0} O ... delta_0, B_{a_r + 1} >``.
+Two indexed sets (``s2`` of ``c2`` at depth ``r2``, in its own rank order): a candidate
+is a pair ``(a, b)`` of their tuples. The outer set (the one with fewer tuples) is
+walked once per outer tuple ``b``: ``G_2(b) = X_0 ... X_{n_2 - 1} G`` over ``c2``'s
+objects (``X_m = I`` on ``s2``'s patterns for ``b``'s members, ``O`` for the others
+ranked above ``b_{r2}``, every pattern after), then the one-set walk with ``G_2(b)`` in
+place of ``G``. Of one collection (``c2 = c``), "``b`` leads ``s2``" restricts each
+object's patterns alone, ``pi'_{jp} = pi_{jp} [p agrees with b at j]``, so ``G_2(b) =
+G`` and the one-set walk runs on ``pi'`` (written over the event's rows of ``pv_all``
+and ``pd_all`` and restored bit for bit; blocks hold disjoint events: a second
+restriction tested in each step measured 2-3x slower). The same sums of products as
+the reference (:func:`analysis.select.leading.leading`; derivation there).
 
-The steps are those of :mod:`analysis.select.lanes.steps` (a forward
-step restricted to the patterns with or without ``s``, :func:`_step`). The tuples are
-walked depth first (one enumeration, :func:`_tuples`, a tape that the value walk and its
-transpose replay), each prefix's distribution kept per depth and carried by ``O`` along
-the scan, so a prefix is stepped once for all of its
-extensions: ``O(sum_{j <= r} C(k, j + 1) P S + n P S)`` per event (``n`` objects, ``k``
-of them can be in the set, ``P`` patterns, ``S`` count states), only sums of non-negative products. Every quantity in
-lanes (lane 0 the value, then its tangents; the product rule). Outputs are per
-candidate (no sums): the result does not depend on how blocks are split.
-
-Two indexed sets of two collections (``s`` of ``c`` at depth ``r``, ``s2`` of ``c2 != c``
-at depth ``r2``, each in its own rank order): a candidate is a pair ``(a, b)``,
-
-``w(a, b) = P(the members of s ranked at or above a_r are exactly a, those of s2 ranked
-at or above b_{r2} exactly b, and the event passes)``.
-
-The objects pass independently and the count state does not depend on the order they
-are added in, so ``c2``'s objects are walked right after ``G`` (which now leaves out
-``c`` and ``c2``), backward in ``s2``'s rank order with ``b``'s constraints:
-``G_2(b) = X_0 X_1 ... X_{n_2 - 1} G`` with ``X_m = I`` (on ``s2``'s patterns) for
-``b``'s members, ``O`` for the other positions above ``b_{r2}``, every pattern after
-it; then ``w(a, b)`` is the one-set walk of ``s`` above with ``G_2(b)`` in place of
-``G``. The outer set ``s2`` is the one with fewer tuples (the walk runs once per outer
-tuple): ``O(T_2 (n_2 P S + the one-set walk))`` per event. The same weights as the JAX
-reference's two collections (:func:`analysis.select.leading.leading`: the set with fewer
-candidates constrained per candidate, the other walked in rank order on each). Two sets
-of one collection share objects (the reference's Cartesian product lets one object be
-both sets' member, on the patterns holding both).
-
-Two indexed sets of one collection (``s2`` of ``c2 = c``, each in its own rank order):
-``w(a, b)`` sums the probabilities of the pattern configurations of ``c``'s objects
-consistent with both tuples and with the pass table. "``b`` leads ``s2``" constrains each
-object alone (``b``'s members hold ``s2``, the other objects ranked above ``b_{r2}`` in
-``s2``'s order do not, the rest are free), and the objects are independent, so it is a
-per-object restriction of the pattern probabilities, ``pi'_{jp} = pi_{jp} [p agrees with
-b at j]``, whatever order the objects are walked in. The one-set walk of ``s`` above on
-``pi'`` is then, term by term, the sum over the configurations consistent with ``a``
-too: ``w(a, b)`` for every ``a``, an object holding both sets on the patterns with both
-bits. So the outer loop is the two-collection one with ``G_2(b) = G`` and ``pi'`` in
-place of ``pi`` for the walked objects, ``O(T_2 (one-set walk))`` per event; the
-reference's two sets of one collection (:func:`analysis.select.leading.leading`: each
-pair one backward pass, its objects' patterns restricted by both tuples, ``pi ok``) give
-the same sums of products. ``pi'`` is written over the event's rows of ``pv_all`` and
-``pd_all`` (and restored, bit for bit, after the event; blocks hold disjoint events, so
-threads never share a row): the steps read ``pi`` as before (a second restriction
-tested in each step measured 2-3x slower on the one-set walk).
-
-Reverse mode: :mod:`analysis.pipeline.backends.numba.kernels._numba_lead_vjp`.
+Reverse mode (``wbar`` given: values only): ``L = sum_a wbar_a w(a)`` is linear in each
+step, so per event the same walk runs (each tape step's input kept) and then its
+transpose in reverse order: a tuple's end ``dL/dpi_{a_r p} += wbar_a <V, B_{a_r +
+1}[tgt(p, .)]>`` (``p`` holding ``s``), ``Vbar += wbar_a I^T B_{a_r + 1}``, ``Bbar_{a_r
++ 1} += wbar_a I V``; a step ``V' = X V``: ``dL/dpi_{jp} += <V, Vbar'[tgt(p, .)]>``,
+``Vbar += X^T Vbar'``; the chains of ``B``, ``G_2(b)`` (summed over ``b``) and ``G``
+likewise, ``dL/df = Gbar`` at the end. One collection's second set: ``dL/dpi = [p agrees
+with b] dL/dpi'``. A transposed forward step is the backward step (:func:`_step`) and
+the reverse; about three value walks, whatever the number of parameters.
 """
 
 from __future__ import annotations
@@ -113,6 +87,16 @@ def _step(dst, src, scale, g, c, pv_all, pd, pat, n_pat, tgt, ls, side, states, 
 
 
 @inline
+def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, states):
+    """``gp[g, p] += scale sum_k F[k] G[tgt(p, k)]`` over the patterns ``side`` takes
+    (:func:`_step`'s): a transposed step's pattern derivatives."""
+    ns = states.shape[0]
+    for p in range(n_pat[c]):
+        if _take(pat, c, p, ls, side):
+            gp[g, p] += scale * weight(0.0, F, G, tgt[c, p], states, ns, 0, states, False)
+
+
+@inline
 def _sizes(coff, n_cand, depth, e0, e1):
     """``(max_n, max_ops)`` over events ``e0:e1``: the most objects of an event (bounds
     each collection's) and the tape's length of :func:`_tuples` (at most two steps per
@@ -133,8 +117,7 @@ def _tuples(kc, depth, pos, tape):
     ``0 .. kc - 1`` (:func:`itertools.combinations` order) as a tape: ``tape[i] = (kind,
     level, position)``, ``IN`` the position joins the prefix (one level down), ``LEAF``
     it ends a tuple, ``OUT`` it leaves its level for good (recorded only where a next
-    position at that level can still start a tuple); returns the tape's length. The
-    value walk (:func:`candidates`) and its transpose (:func:`lead_vjp`) replay it."""
+    position at that level can still start a tuple); returns the tape's length."""
     lv = 0
     pos[0] = 0
     nops = 0
@@ -168,8 +151,7 @@ def _tuples(kc, depth, pos, tape):
 def _sides(side2, order2, lo2, n2, pos2, depth2):
     """``side2[j]`` of the outer tuple ``pos2`` (rank positions in ``order2``) for the
     ``n2`` objects of an event from ``lo2`` (flat ``lo2 + j``): 1 its members, 0 the other
-    objects ranked above its last, 2 the rest (module docstring; :func:`_take`'s ``side``
-    of each object's step)."""
+    objects ranked above its last, 2 the rest (:func:`_take`'s ``side``)."""
     for m in range(n2):
         side2[order2[lo2 + m] - lo2] = 0 if m < pos2[depth2] else 2
     for j in range(depth2 + 1):
@@ -177,36 +159,25 @@ def _sides(side2, order2, lo2, n2, pos2, depth2):
 
 
 @inline
-def _restrict(pv_all, keep, g0, side2, n, pat, c, n_pat, ls2):
-    """The rows ``g0 .. g0 + n - 1`` of ``pv_all`` (a second set ``ls2`` of the walked
-    collection ``c``): the saved ``keep`` on the patterns that agree with ``side2``
-    (:func:`_sides`, :func:`_take`), 0 on the others (module docstring)."""
+def _restrict(x, keep, g0, side2, n, pat, c, n_pat, ls2):
+    """The rows ``g0 .. g0 + n - 1`` of ``x`` (``pv_all`` or ``pd_all`` of the walked
+    collection ``c``, a second set ``ls2`` of it): the saved ``keep`` on the patterns that
+    agree with ``side2`` (:func:`_sides`, :func:`_take`), 0 on the others."""
     for j in range(n):
         for p in range(n_pat[c]):
-            pv_all[g0 + j, p] = keep[j, p] if _take(pat, c, p, ls2, side2[j]) else 0.0
+            if _take(pat, c, p, ls2, side2[j]):
+                x[g0 + j, p] = keep[j, p]
+            else:
+                x[g0 + j, p] = 0.0
 
 
 @inline
-def _block(coff, n_cand, depth, n_cand2, lc2, depth2, n_states, n_cols, block, b):
-    """Block ``b``'s events ``e0:e1``, ``max_n`` (:func:`_sizes`) and the buffers both
-    walks take: ``pos``, ``tape``, ``pos2``, ``tape2`` (:func:`_tuples`), ``side2``,
-    ``chain`` (:func:`_push`), ``keep`` (``n_cols`` patterns) and the states."""
-    e0, e1 = b * block, min(coff.shape[1] - 1, (b + 1) * block)
-    max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
-    max_ops2 = _sizes(coff, n_cand2, depth2, e0, e1)[1] if lc2 >= 0 else 1
-    return (e0, e1, max_n, np.empty(depth + 1, np.int64), np.empty((max_ops, 3), np.int64),
-            np.empty(depth2 + 1, np.int64), np.empty((max_ops2, 3), np.int64),
-            np.empty(max_n, np.int64), np.empty((max_n, 3), np.int64),
-            np.empty((max_n, n_cols)), np.arange(n_states))
-
-
-@inline
-def _n_outer(n_cand, depth, n_cand2, lc2, depth2, e, pos2, tape2):
-    """Event ``e``'s passes of the walk: 0 where a set has fewer objects than a tuple,
-    1 for one set, else the length of the outer set's tape (into ``pos2``, ``tape2``)."""
-    if n_cand[e] < depth + 1 or (lc2 >= 0 and n_cand2[e] < depth2 + 1):
-        return 0
-    return 1 if lc2 < 0 else _tuples(n_cand2[e], depth2, pos2, tape2)
+def _any(wbar, q0, q1):
+    """Whether a cotangent of ``wbar[q0:q1]`` is not 0 (the others' transposes add 0)."""
+    for q in range(q0, q1):
+        if wbar[q] != 0.0:
+            return True
+    return False
 
 
 @inline
@@ -221,70 +192,92 @@ def _push(gst, h, chain, g, c, side, pv_all, pd, pat, n_pat, tgt, ls, states):
     return h + 1
 
 
-@inline
-def _chain_g(gst, chain, coff, base, e, lc, lc2, pv_all, pd, pat, n_pat, tgt, states):
-    """``G`` (module docstring): from the pass table in ``gst[0]``, every object of the
-    collections other than ``lc`` and ``lc2``, last first (:func:`_push`); returns its
-    steps' count ``t`` (``G = gst[t]``)."""
-    t = 0
-    for c in range(coff.shape[0] - 1, -1, -1):
-        if c == lc or c == lc2:
-            continue
-        for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
-            t = _push(gst, t, chain, base[c] + i, c, 2, pv_all, pd, pat, n_pat, tgt, 0, states)
-    return t
-
-
 @njit
 def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, ls2, depth2,
-               pv_all, pd_all, pat, n_pat, tgt, f, df, cand_off, block, w_out, obj_out, b0, b1):
-    """Blocks ``b0:b1``: ``w_out[q]`` (lanes) and ``obj_out[q]`` (the tuple's objects,
-    indices into collection ``lc``'s flat arrays, highest ranked first) of candidate
-    ``q`` in ``cand_off[e]:cand_off[e + 1]`` of event ``e`` (``C(k_e, depth + 1)``,
-    ``k_e = n_cand[e]``). ``order[coff[lc, e] + i]``: the object at rank position ``i``,
-    the ``k_e`` objects that can be in the set first (in rank order), then those that
-    cannot (probability and tangents exactly 0 for every pattern holding it: their
-    steps are the same in or after the tuple, so they are walked last and never
-    enumerated); ``ls``: the set's
-    position in ``lc``'s patterns; ``pv_all``/``pd_all``: pattern probabilities and
-    tangents per global object (``base[c] + i``; tangents' lane 0 zero); ``f``/``df``:
-    the pass table and its tangents in lanes (lane 0 zero). A second indexed set
-    (``lc2 >= 0``: its collection, another than ``lc``; ``ls2``, ``depth2``, ``order2``,
-    ``n_cand2`` as the first set's; ``lc2 = -1``: one set, the others unread; ``lc2 = lc``:
-    a second set of the same collection, module docstring): the candidates are the pairs
-    (its tuple, the first set's), the outer tuple's first, each row of ``obj_out`` the
-    first set's ``depth + 1`` objects then its ``depth2 + 1``. ``pv_all`` and ``pd_all``
-    are written and restored (a second set of ``lc``)."""
+               pv_all, pd_all, pat, n_pat, tgt, f, df, cand_off, block, w_out, obj_out, wbar,
+               gp, dfs, b0, b1):
+    """Blocks ``b0:b1`` of events: the walk of candidates ``q`` in ``cand_off[e]:cand_off[e
+    + 1]`` of event ``e`` (``C(k_e, depth + 1)``, ``k_e = n_cand[e]``), or its transpose.
+
+    ``order[coff[lc, e] + i]``: the object at rank position ``i``, the ``k_e`` objects
+    that can be in the set first (in rank order), then those that cannot (probability
+    and tangents exactly 0 on every pattern holding it: walked last, never enumerated);
+    ``ls``: the set's position in ``lc``'s patterns; ``pv_all``: pattern probabilities
+    per global object (``base[c] + i``); ``f``: the pass table. A second indexed set
+    (``lc2 >= 0``: its collection, ``lc`` itself or another; ``ls2``, ``depth2``,
+    ``order2``, ``n_cand2`` as the first set's; ``lc2 = -1``: one set, the others
+    unread): the candidates are the pairs, the outer tuple's first.
+
+    The walk (``wbar`` None; ``gp``, ``dfs`` None): ``pd_all`` ``(N, P, LANES)`` and
+    ``df`` ``(S, LANES)`` the tangents (lane 0 zero); outputs ``w_out[q]`` (lanes) and
+    ``obj_out[q]`` (the tuple's objects, indices into ``lc``'s flat arrays, highest
+    ranked first; two sets: the first set's ``depth + 1``, then the second's).
+
+    The transpose (``w_out``, ``obj_out`` None; ``pd_all`` 0.0: values only): ``wbar[q]``
+    the cotangent of candidate ``q``'s weight, ``df`` ``(S, K)``; added to: ``gp[g, p] =
+    dL/dpi_gp``, ``dfs[e, r] = sum_k dL/df[k] df[k, r]``.
+
+    Each mode's own code is pruned at compile time (numba drops the branches ``x is not
+    None`` of an argument typed None). ``pv_all`` and ``pd_all`` are written and restored
+    (a second set of ``lc``)."""
     n_states = f.shape[0]
     for b in range(b0, b1):
-        e0, e1, max_n, pos, tape, pos2, tape2, side2, chain, keep, states = _block(
-            coff, n_cand, depth, n_cand2, lc2, depth2, n_states, pv_all.shape[1], block, b)
-        gst = np.empty((max_n + 1, n_states, LANES))
-        B = np.empty((max_n + 1, n_states, LANES))
-        V = np.empty((depth + 1, n_states, LANES))
-        T = np.empty((n_states, LANES))
-        H = np.empty(LANES)
-        acc = np.empty(LANES)
-        keepd = np.empty((max_n, pv_all.shape[1], LANES))
+        e0, e1 = b * block, min(coff.shape[1] - 1, (b + 1) * block)
+        max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
+        max_ops2 = _sizes(coff, n_cand2, depth2, e0, e1)[1] if lc2 >= 0 else 1
+        pos, pos2 = np.empty(depth + 1, np.int64), np.empty(depth2 + 1, np.int64)
+        tape, tape2 = np.empty((max_ops, 3), np.int64), np.empty((max_ops2, 3), np.int64)
+        side2, chain = np.empty(max_n, np.int64), np.empty((max_n, 3), np.int64)
+        keep, states = np.empty((max_n, pv_all.shape[1])), np.arange(n_states)
+        if w_out is not None:  # the walk: lanes
+            lanes = (LANES,)
+            keepd = np.empty((max_n, pv_all.shape[1], LANES))
+            H = np.empty(LANES)
+            acc = np.empty(LANES)
+        if wbar is not None:  # the transpose: values, each step's input kept
+            lanes = ()
+            Gbar = np.empty(n_states)
+            Bbar = np.empty((max_n + 1, n_states))
+            Vbar = np.empty((depth + 1, n_states))
+            T2 = np.empty(n_states)
+            tape_v = np.empty((max_ops, n_states))
+            gkeep = np.empty((max_n, pv_all.shape[1]))
+        gst = np.empty((max_n + 1, n_states) + lanes)
+        B = np.empty((max_n + 1, n_states) + lanes)
+        V = np.empty((depth + 1, n_states) + lanes)
+        T = np.empty((n_states,) + lanes)
         for e in range(e0, e1):
-            n_outer = _n_outer(n_cand, depth, n_cand2, lc2, depth2, e, pos2, tape2)
-            if n_outer == 0:
-                continue
+            if n_cand[e] < depth + 1 or (lc2 >= 0 and n_cand2[e] < depth2 + 1):
+                continue  # a set has fewer objects than a tuple
+            if wbar is not None:
+                if not _any(wbar, cand_off[e], cand_off[e + 1]):
+                    continue
+            n_outer = 1 if lc2 < 0 else _tuples(n_cand2[e], depth2, pos2, tape2)
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
-            for k in range(n_states):
-                for r in range(LANES):
-                    gst[0, k, r] = df[k, r]
-                gst[0, k, 0] = f[k]
-            t = _chain_g(gst, chain, coff, base, e, lc, lc2, pv_all, pd_all, pat, n_pat, tgt,
-                         states)
+            if w_out is not None:
+                gst[0] = df
+                gst[0, :, 0] = f
+            if wbar is not None:
+                gst[0] = f
+                Gbar[:] = 0.0  # two sets: the outer tuples' shares summed
+            t = 0  # G (module docstring): every object of the other collections, last first
+            for c in range(coff.shape[0] - 1, -1, -1):
+                if c != lc and c != lc2:
+                    for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
+                        t = _push(gst, t, chain, base[c] + i, c, 2, pv_all, pd_all, pat,
+                                  n_pat, tgt, 0, states)
             lo2 = coff[max(lc2, 0), e]
             g0 = base[lc] + lo
             if lc2 == lc:
                 keep[:n] = pv_all[g0:g0 + n]
-                keepd[:n] = pd_all[g0:g0 + n]
+                if w_out is not None:
+                    keepd[:n] = pd_all[g0:g0 + n]
             nops = _tuples(n_cand[e], depth, pos, tape)
-            q = cand_off[e]
+            n_in = 0  # the inner tuples per outer one
+            for i in range(nops):
+                n_in += tape[i, 0] == LEAF
+            qs = cand_off[e]
             for o in range(n_outer):
                 h = t  # gst[h]: the value function after the outer tuple's collection
                 if lc2 >= 0:
@@ -292,35 +285,43 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                     pos2[lv] = m2
                     if kind != LEAF:
                         continue
+                    if wbar is not None:
+                        if not _any(wbar, qs, qs + n_in):
+                            qs += n_in
+                            continue
                     n2 = coff[lc2, e + 1] - lo2
                     _sides(side2, order2, lo2, n2, pos2, depth2)
                     if lc2 == lc:  # its restriction on the walked objects themselves, G_2 = G
                         _restrict(pv_all, keep, g0, side2, n, pat, lc, n_pat, ls2)
-                        for j in range(n):
-                            for p in range(n_pat[lc]):
-                                ok = _take(pat, lc, p, ls2, side2[j])
-                                for r in range(LANES):
-                                    pd_all[g0 + j, p, r] = keepd[j, p, r] if ok else 0.0
+                        if w_out is not None:
+                            _restrict(pd_all, keepd, g0, side2, n, pat, lc, n_pat, ls2)
+                        if wbar is not None:
+                            gkeep[:n] = gp[g0:g0 + n]  # dL/dpi' before b's
                         n2 = 0
-                    # G_2(b): written out in each walk (a helper shared with lead_vjp measured
-                    # 1.03-1.05x slower, both walks)
+                    # G_2(b): written out here (a helper measured 1.03-1.05x slower)
                     for m in range(n2 - 1, -1, -1):
                         j = order2[lo2 + m]
                         h = _push(gst, h, chain, base[lc2] + j, lc2, side2[j - lo2], pv_all,
                                   pd_all, pat, n_pat, tgt, ls2, states)
-                # B, then the tuples' steps: written out in each walk (as inlined helpers
-                # shared with lead_vjp they measured 1.25-1.4x slower, both walks)
+                # B, then the tuples' steps: written out here (as inlined helpers they
+                # measured 1.25-1.4x slower)
                 B[n] = gst[h]
                 for m in range(n - 1, -1, -1):
                     clear(B[m], states, n_states)
                     _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
                           n_pat, tgt, ls, 2, states, True)
                 V[0] = 0.0
-                V[0, 0, 0] = 1.0
+                if w_out is not None:
+                    V[0, 0, 0] = 1.0
+                if wbar is not None:
+                    V[0, 0] = 1.0
+                q = qs
                 for i in range(nops):
                     kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
                     g = base[lc] + order[lo + m]
                     pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
+                    if wbar is not None:
+                        tape_v[i] = V[lv]
                     if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
                         clear(V[lv + 1], states, n_states)
                         _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
@@ -332,23 +333,92 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                               states, False)
                         V[lv] = T
                         continue
-                    # the last member: w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
-                    for r in range(LANES):
-                        acc[r] = 0.0
-                    Bn = B[m + 1]
-                    for p in range(n_pat[lc]):
-                        if pat[lc, p, ls] != 1:
-                            continue
-                        weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
-                        lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
-                    for r in range(LANES):
-                        w_out[q, r] = acc[r]
-                    for j in range(depth + 1):
-                        obj_out[q, j] = order[lo + pos[j]]
-                    if lc2 >= 0:
-                        for j in range(depth2 + 1):
-                            obj_out[q, depth + 1 + j] = order2[lo2 + pos2[j]]
-                    q += 1
+                    if w_out is not None:  # w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
+                        for r in range(LANES):
+                            acc[r] = 0.0
+                        Bn = B[m + 1]
+                        for p in range(n_pat[lc]):
+                            if pat[lc, p, ls] != 1:
+                                continue
+                            weight(H, V[lv], Bn, tgt[lc, p], states, n_states, 0, states, False)
+                            lin_add(acc, pv_all[g, p], H, H[0], pd_all[g, p])
+                        for r in range(LANES):
+                            w_out[q, r] = acc[r]
+                        for j in range(depth + 1):
+                            obj_out[q, j] = order[lo + pos[j]]
+                        if lc2 >= 0:
+                            for j in range(depth2 + 1):
+                                obj_out[q, depth + 1 + j] = order2[lo2 + pos2[j]]
+                        q += 1
+                if wbar is not None:  # the transpose, in reverse order (the last tuple first)
+                    Vbar[:] = 0.0
+                    Bbar[:] = 0.0
+                    q = qs + n_in
+                    for i in range(nops - 1, -1, -1):
+                        kind, lv, m = tape[i, 0], tape[i, 1], tape[i, 2]
+                        g = base[lc] + order[lo + m]
+                        vin = tape_v[i]
+                        if kind == LEAF:
+                            q -= 1
+                            wq = wbar[q]
+                            if wq != 0.0:
+                                _grad(gp, g, wq, vin, B[m + 1], lc, pat, n_pat, tgt, ls, 1,
+                                      states)
+                                _step(Vbar[lv], B[m + 1], wq, g, lc, pv_all, 0.0, pat, n_pat,
+                                      tgt, ls, 1, states, True)
+                                _step(Bbar[m + 1], vin, wq, g, lc, pv_all, 0.0, pat, n_pat, tgt,
+                                      ls, 1, states, False)
+                        elif kind == OUT:
+                            _grad(gp, g, 1.0, vin, Vbar[lv], lc, pat, n_pat, tgt, ls, 0, states)
+                            T[:] = 0.0
+                            _step(T, Vbar[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0,
+                                  states, True)
+                            Vbar[lv] = T
+                        else:
+                            _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1,
+                                  states)
+                            _step(Vbar[lv], Vbar[lv + 1], 1.0, g, lc, pv_all, 0.0, pat, n_pat,
+                                  tgt, ls, 1, states, True)
+                            Vbar[lv + 1] = 0.0
+                    for m in range(n):  # the chain of B transposed
+                        g = base[lc] + order[lo + m]
+                        _grad(gp, g, 1.0, Bbar[m], B[m + 1], lc, pat, n_pat, tgt, ls, 2, states)
+                        _step(Bbar[m + 1], Bbar[m], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls,
+                              2, states, False)
+                    if lc2 < 0:
+                        Gbar[:] = Bbar[n]
+                    else:
+                        if lc2 == lc:  # dL/dpi = [p agrees with b] dL/dpi'
+                            for j in range(n):
+                                for p in range(n_pat[lc]):
+                                    if not _take(pat, lc, p, ls2, side2[j]):
+                                        gp[g0 + j, p] = gkeep[j, p]
+                        # G_2(b)'s chain transposed, into G's cotangent (this loop and G's
+                        # below as one helper measured 1.03-1.07x slower)
+                        T[:] = Bbar[n]
+                        for i in range(h - 1, t - 1, -1):
+                            g, c, side = chain[i, 0], chain[i, 1], chain[i, 2]
+                            _grad(gp, g, 1.0, T, gst[i], c, pat, n_pat, tgt, ls2, side, states)
+                            T2[:] = 0.0
+                            _step(T2, T, 1.0, g, c, pv_all, 0.0, pat, n_pat, tgt, ls2, side,
+                                  states, False)
+                            T[:] = T2
+                        Gbar += T
+                qs += n_in
             if lc2 == lc:  # the rows restored
                 pv_all[g0:g0 + n] = keep[:n]
-                pd_all[g0:g0 + n] = keepd[:n]
+                if w_out is not None:
+                    pd_all[g0:g0 + n] = keepd[:n]
+            if wbar is not None:
+                T[:] = Gbar  # G's chain transposed
+                for i in range(t - 1, -1, -1):
+                    g, c, side = chain[i, 0], chain[i, 1], chain[i, 2]
+                    _grad(gp, g, 1.0, T, gst[i], c, pat, n_pat, tgt, ls, side, states)
+                    T2[:] = 0.0
+                    _step(T2, T, 1.0, g, c, pv_all, 0.0, pat, n_pat, tgt, ls, side, states, False)
+                    T[:] = T2
+                for r in range(df.shape[1]):
+                    s = 0.0
+                    for k in range(n_states):
+                        s += T[k] * df[k, r]
+                    dfs[e, r] += s

@@ -192,12 +192,13 @@ class Backend:
 
     fused
         ``True``: a plan of one collection with one object set runs the one-set walk
-        (:func:`analysis.select.chainwalk.cut_walk`); ``False``: the general loop
-        (:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`).
+        (:func:`analysis.select.chainwalk.cut_walk`); ``False``: the general walk
+        (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk`, one region).
     value_loop
-        ``True``: values only (``order=0``) run the general loop compiled without tangents
-        (one lane: :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` with
-        ``pd_all = df = 0.0``); ``False``: the loop with tangents.
+        ``True``: values only (``order=0``) of a plan the fused walk does not serve run
+        the loop compiled without tangents (one lane:
+        :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` with
+        ``pd_all = df = 0.0``); ``False``: the general walk.
     scores_on_numba
         ``True``: plans with learned scores run on the numba kernel at ``order=0`` (each
         network once on the chunk's rows, its column a field); ``False``: on the JAX kernel.

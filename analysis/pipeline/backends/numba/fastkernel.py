@@ -4,12 +4,15 @@
 :func:`analysis.pipeline.backends.jax.passes.evaluate_chunk` (the reference) from a
 chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan the numba rules
 serve (:mod:`analysis.pipeline.backends.numba.rules`). The selection is the recursions
-of :mod:`analysis.select.objects` as loops with forward-mode tangents
-(:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`; one collection with one set
-and neither event sums nor indexed observables, the common case, runs the one-set walk
-:func:`analysis.select.chainwalk.cut_walk`: bit for bit the same results); indexed
-observables: :mod:`analysis.pipeline.backends.numba._fastleading`; the pass table from
-its JAX definition (:mod:`analysis.pipeline.backends.numba._fasttables`). Moments: power
+of :mod:`analysis.select.objects` as loops with forward-mode tangents: the histograms'
+walk :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk` with one region,
+the selection (one collection with one set and neither event sums nor indexed
+observables, the common case, runs the one-set walk
+:func:`analysis.select.chainwalk.cut_walk`; values only run
+:func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` without tangents: bit
+for bit the same results); indexed observables:
+:mod:`analysis.pipeline.backends.numba._fastleading`; the pass table from its JAX
+definition (:mod:`analysis.pipeline.backends.numba._fasttables`). Moments: power
 sums about a constant centre (first pass), then the formulas of
 :mod:`analysis.stats._core` with their derivatives
 (:mod:`analysis.pipeline.backends.numba._fastmoments`). :func:`observable_entries`
@@ -51,7 +54,7 @@ from analysis.pipeline.backends.numba._fasttables import (
     one_sided,
     walk_table,
 )
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_sums
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_hist, _numba_sums
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
@@ -104,9 +107,10 @@ class _Weights(NamedTuple):
 
     tab: _Tables
     coff: np.ndarray  # (C, E + 1) object offsets per collection
+    base: np.ndarray  # (C + 1,) each collection's first global object index
     flats: dict  # collection -> {field: flat values}
     pe: np.ndarray  # (E, LANES) P(event passes)
-    ow: np.ndarray  # (slots, N, LANES) P(object in its set and the event passes)
+    ow: np.ndarray  # (slots, N, LANES) P(object in its set and the event passes), by global index
     slot_of: dict  # set name -> slot of ow
     sums: list  # observable indices of event sums, in sa's order
     sa: np.ndarray  # (sums, E, R + 1, LANES) E[X^r 1_pass]
@@ -156,7 +160,6 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     n_blocks = max(1, -(-n_ev // BLOCK))
 
     # per collection: offsets, own set probabilities (soft cuts), pattern probabilities
-    n_coll = len(tab.collections)
     coff, base, flats, max_seq = offsets(cols, tab.collections, sp)
     n_lanes = _numba_dp.LANES  # not `lanes`: the argument says whether ev has them
     fused = fused and tab.one_set and not any(
@@ -178,18 +181,11 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     slot_of = {s: k for k, s in enumerate(dict.fromkeys(
         o.x.head for o in plan.observables if o.x.kind == "field"))}
     sums = [i for i, o in enumerate(plan.observables) if o.x.kind in ("sum", "count")]
-    set_slot = np.array([slot_of.get(n, -1) for n in tab.set_names], np.int64)
-    pat_need = np.zeros(tab.pat.shape[:2], np.bool_)
-    for ci in range(n_coll):
-        for ls in range(int(tab.n_coll_sets[ci])):
-            if set_slot[tab.coll_sets[ci, ls]] >= 0:
-                pat_need[ci] |= tab.pat[ci, :, ls] == 1
     sum_x, sum_has, binom = event_sum_inputs(plan, tab, base, flats, sums)
     big_r = binom.shape[0] - 1
-    n_all = max([int(coff[tab.collections.index(sp.collection_of(n)), -1]) for n in slot_of]
-                + [1])
+    # object weights by global index (base: each collection's first)
     pe = _work("pe", (n_ev, n_lanes))
-    ow = _work("ow", (max(len(slot_of), 1), n_all, n_lanes))
+    ow = _work("ow", (max(len(slot_of), 1), max(int(base[-1]), 1), n_lanes))
     sa = np.zeros((len(sums), n_ev, big_r + 1, n_lanes))
     ev = (np.ascontiguousarray(cols.weight, dtype=np.float64)
           if not lanes and not plan.event_cuts else
@@ -204,7 +200,7 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
                 np.array([c.greater for c in cuts], np.bool_), par, f[on],
                 # nothing to differentiate: the walk without tangents (the same floats)
                 0.0 if np.all(par < 0) and not np.any(df_l) else df_l[on],
-                bool(set_slot[0] >= 0), max(max_seq, 1), BLOCK, pe, ow[0])
+                bool(tab.set_names[0] in slot_of), max(max_seq, 1), BLOCK, pe, ow[0])
         walk = _numba_dp.compiled(chainwalk.cut_walk, args)
         flat, obj = flats[tab.collections[0]], coff[0]
         ys = np.zeros((n_blocks, 2, np1)) if yields else None
@@ -223,17 +219,38 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
 
         _run_blocks(blocks, (), n_blocks, threads)
         ys = None if ys is None else ys.sum(axis=0)
-    elif n_ev:  # values only: the same loop compiled without tangents (lane 0, 0.0 for them)
-        bare = value_loop and not trainable
+    elif n_ev and not tab.collections:  # no objects: each event at the table's state 0
+        pe[:] = df_l[0]
+        pe[:, 0] = f[0]
+    elif n_ev and value_loop and not trainable:
+        # values only: the general loop compiled without tangents (one lane), faster than
+        # the walk's 8 lanes at order 0 (CPU: tests' features() 70 vs 94 ms, 20k events;
+        # bench_params' values pass 1.26 vs 1.59 s; tests' sets_config() the other way,
+        # 364 vs 201 ms)
+        set_slot = np.array([slot_of.get(n, -1) for n in tab.set_names], np.int64)
+        pat_need = np.zeros(tab.pat.shape[:2], np.bool_)
+        for ci in range(len(tab.collections)):
+            for ls in range(int(tab.n_coll_sets[ci])):
+                if set_slot[tab.coll_sets[ci, ls]] >= 0:
+                    pat_need[ci] |= tab.pat[ci, :, ls] == 1
         _run_blocks(_numba_dp.select, (
-            coff, base, pv_all, 0.0 if bare else pd_all, tab.coll_sets, tab.n_coll_sets, tab.pat,
-            tab.n_pat, pat_need, tgt, f, 0.0 if bare else df_l, set_slot, sum_x, sum_has, binom,
-            max(max_seq, 1), BLOCK, pe, ow, sa,
-        ), n_blocks, threads)
+            coff, base, pv_all, 0.0, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
+            pat_need, tgt, f, 0.0, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK,
+            pe, ow, sa), n_blocks, threads)
+    elif n_ev:  # every other plan: the histograms' walk of region 0, one variant (h = 0)
+        none = np.zeros(0, np.int64)
+        walk_pe, walk_ow = pe.reshape(1, 1, n_ev, n_lanes), ow.reshape((1, *ow.shape))
+        args = (coff, base, np.arange(n_tot, dtype=np.int64), pv_two, pd_all, 0, tab.pat,
+                tab.n_pat, tgt, f[None], df_l[None], np.zeros(len(slot_of), np.int64),
+                np.array([tab.collections.index(sp.collection_of(s)) for s in slot_of], np.int64),
+                np.array([tab.local[s] for s in slot_of], np.int64), none, none, none, none, none,
+                np.zeros((1, 1, f.shape[0]), np.bool_), sum_x, sum_has, binom, max(max_seq, 1),
+                0, BLOCK, walk_pe, walk_ow, np.zeros((1, 0, 0, n_lanes)), sa)
+        _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
 
     cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,
                                BLOCK, n_blocks, threads) if not fused else {})
-    return _Weights(tab, coff, flats, pe, ow, slot_of, sums, sa, ev, cands, n_blocks, np1, ys)
+    return _Weights(tab, coff, base, flats, pe, ow, slot_of, sums, sa, ev, cands, n_blocks, np1, ys)
 
 
 def _values(node, cols: ChunkColumns, plan: Plan, flats: dict, cands: dict) -> np.ndarray:
@@ -252,8 +269,9 @@ def _values(node, cols: ChunkColumns, plan: Plan, flats: dict, cands: dict) -> n
 def _reads(wt: _Weights, plan: Plan) -> tuple[dict, dict]:
     """``(off_of, wo_of)`` of :func:`observable_states` from the walk ``wt``."""
     off_of = {c: wt.coff[ci] for ci, c in enumerate(wt.tab.collections)}
-    return off_of, {s: wt.ow[k, : int(off_of[plan.sets.collection_of(s)][-1])]
-                    for s, k in wt.slot_of.items()}
+    at = {c: slice(int(wt.base[ci]), int(wt.base[ci + 1]))
+          for ci, c in enumerate(wt.tab.collections)}
+    return off_of, {s: wt.ow[k, at[plan.sets.collection_of(s)]] for s, k in wt.slot_of.items()}
 
 
 def _entries(x, plan: Plan, off_of: dict, wo_of: dict, pe: np.ndarray,

@@ -1,6 +1,8 @@
-"""The numba kernel's general loop for values only (analysis.pipeline.backends.numba.kernels._numba_dp.select
-compiled without tangents, pd_all = df = 0.0): the same floats as the loop with tangents at order 0 (its value lane), and the JAX kernel's
-values."""
+"""The numba kernel's loop for values only (order 0, a plan the fused walk does not
+serve): :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` compiled
+without tangents (``pd_all = df = 0.0``); ``value_loop=False``: the general walk
+(:func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk`). The same floats
+either way, and the JAX kernel's values."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from analysis.pipeline.backends.jax.passes import evaluate_chunk
 from analysis.pipeline.backends.numba import fastkernel
-from analysis.pipeline.backends.numba.kernels import _numba_dp
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_hist
 from analysis.pipeline.layout import pad_columns
 from tests.pipeline.backends.numba.test_fastkernel import (
     RTOL,
@@ -31,15 +33,17 @@ def test_value_loop_is_lane_zero(width, which, monkeypatch):
         plan, theta, widths = features(width=width)
     assert not (fastkernel._tables(plan).one_set and which == "sets")
     cols = synthetic(3 * fastkernel.BLOCK // 2, seed=7, ties=width == 0.0, big=12)
-    ran = []  # whether select ran with tangents (pd_all an array) or without (0.0)
-    kernel = _numba_dp.select
-    monkeypatch.setattr(_numba_dp, "select",
-                        lambda *a: ran.append(not isinstance(a[3], float)) or kernel(*a))
+    ran = []  # select without tangents ("select"), the walk ("walk")
+    kernel, compiled = _numba_dp.select, _numba_dp.compiled
+    monkeypatch.setattr(_numba_dp, "select", lambda *a: ran.append(
+        "select" if isinstance(a[3], float) else "select tangents") or kernel(*a))
+    monkeypatch.setattr(_numba_dp, "compiled", lambda k, a: ran.extend(
+        ["walk"] if k is _numba_hist.walk else []) or compiled(k, a))
     v0, j0 = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
-    assert j0 is None and ran and not any(ran)
+    assert j0 is None and set(ran) == {"select"}
     ran.clear()
     v1, _ = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0, value_loop=False)
-    assert ran and all(ran)
+    assert set(ran) == {"walk"}
     for a, b in zip(jax.tree_util.tree_leaves(v0), jax.tree_util.tree_leaves(v1), strict=True):
         assert np.array_equal(a, b, equal_nan=True)
     arrays, shapes = pad_columns(cols, plan)

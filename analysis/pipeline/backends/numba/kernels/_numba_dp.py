@@ -151,9 +151,9 @@ def select(
     coff, base, pv_all, pd_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f, df,
     set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
 ):
-    """Blocks ``b0:b1``: ``pe[e] = (P, dP)``; ``ow[slot, j] = (w, dw)`` for every object
-    ``j`` of a set with a slot; ``sa[o, e, r] = (E[X_o^r 1], d...)`` per event sum ``o``
-    (``sum_x[o, g]``: the value of object ``g``; ``sum_has[o, c, p]``: 1 where pattern
+    """Blocks ``b0:b1``: ``pe[e] = (P, dP)``; ``ow[slot, g] = (w, dw)`` for every object
+    ``g`` (global index) of a set with a slot; ``sa[o, e, r] = (E[X_o^r 1], d...)`` per
+    event sum ``o`` (``sum_x[o, g]``: the value of object ``g``; ``sum_has[o, c, p]``: 1 where pattern
     ``p`` of collection ``c`` holds the summed set). ``pv_all[base[c] + i]``,
     ``pd_all[...]``: pattern probabilities and tangents of object ``i`` of collection
     ``c``; ``f``, ``df``: the pass table, ``df`` in lanes (lane 0 zero); ``pat_need[c,
@@ -165,7 +165,9 @@ def select(
     LANES)`` and ``df`` ``(S, LANES)`` give the loop with tangents; ``pd_all = df = 0.0``
     the loop for values only (buffers of one lane, the outputs' lane 0, their other
     lanes set to zero: the same floats as lane 0 of the first; ``value_loop`` of
-    :class:`analysis.pipeline.backend.Backend`)."""
+    :class:`analysis.pipeline.backend.Backend`). Only the second runs: with tangents
+    the kernel runs :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk`
+    (the same floats, several times faster)."""
     n_ev = pe.shape[0]
     n_states = f.shape[0]
     n_sums = sum_x.shape[0]
@@ -221,13 +223,12 @@ def select(
                         slot = set_slot[coll_sets[c, ls]]
                         if slot < 0:
                             continue
-                        jj = g - base[c]
                         acc = vec_zero(H[0], buf)
                         for p in range(n_pat[c]):
                             if pat[c, p, ls] != 1:
                                 continue
                             acc = vec_mul_add(acc, pv_all[g, p], H[p], tangents(pd_all, g, p))
-                        store_row(ow[slot, jj], acc)
+                        store_row(ow[slot, g], acc)
                 for o in range(n_sums):
                     for p in range(n_pat[c]):
                         xp[p] = sum_x[o, g] * sum_has[o, c, p]

@@ -22,7 +22,7 @@ from analysis.pipeline.backends.numba._histtables import _memo, _region_plan
 from analysis.pipeline.backends.numba.fastkernel import _event_weights, _run_blocks
 from analysis.pipeline.backends.numba.kernels import (
     _numba_dp,
-    _numba_esum,
+    _numba_esum_fill,
     _numba_fill,
 )
 from analysis.pipeline.histplan import factor_values
@@ -108,7 +108,7 @@ def _fill_side(plan: Plan, shift, c: ChunkColumns, fills: dict, wk: dict, theta,
             n_b = pb.shape[1]
             cuts = splits(n_b, max(1, min(fastkernel._threads(threads), n_b)))
             for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-                tasks.append((pb.shape[0] * (hi - lo) * (1 + len(group)), _numba_esum.fill_bins,
+                tasks.append((pb.shape[0] * (hi - lo) * (1 + len(group)), _numba_esum_fill.fill_bins,
                               (*args, lo, hi), finish if lo == 0 else _nothing))
             continue
         if node.kind in _histmulti.KINDS:  # candidate tuples (their own walk's weights)

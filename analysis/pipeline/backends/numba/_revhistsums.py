@@ -27,7 +27,7 @@ from analysis.pipeline.backends.numba._histfills import (
     soft_width,
     summed_values,
 )
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum, _numba_esum_fill
 from analysis.pipeline.backends.numba.kernels._numba_esum_adj import event_sum_vjp
 from analysis.pipeline.histplan import too_many_uncertain
 from analysis.pipeline.plan import Plan
@@ -119,11 +119,11 @@ def _adjoint(head: tuple, rest: tuple, soft: float, ins, cev: np.ndarray, tab, d
 def _values(fill, out: np.ndarray, ev: np.ndarray, factors: np.ndarray, weight: np.ndarray,
             value: dict) -> None:
     """The fill's value states from the bins' values ``out[:, :, 0]`` (the forward
-    pass's fill, :func:`analysis.pipeline.backends.numba.kernels._numba_esum.fill_bins`)."""
+    pass's fill, :func:`analysis.pipeline.backends.numba.kernels._numba_esum_fill.fill_bins`)."""
     n_b = out.shape[1]
     sumw = np.zeros((len(fill.specs), n_b, 1))
     sumw2 = np.zeros_like(sumw)
-    _numba_esum.fill_bins(np.ascontiguousarray(out[:, :, :1]), np.ascontiguousarray(ev[:, None]),
+    _numba_esum_fill.fill_bins(np.ascontiguousarray(out[:, :, :1]), np.ascontiguousarray(ev[:, None]),
                           np.ascontiguousarray(factors), weight, sumw, sumw2, 0, n_b)
     for v, s in enumerate(fill.specs):
         value[s.group][s.key] = Histogram(s.edges, sumw[v, :, 0], sumw2[v, :, 0])

@@ -49,7 +49,12 @@ from analysis.pipeline.backends.numba._histtables import (
     _walk_static,
 )
 from analysis.pipeline.backends.numba.fastkernel import _inputs, _work
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum, _numba_hist
+from analysis.pipeline.backends.numba.kernels import (
+    _numba_dp,
+    _numba_esum,
+    _numba_esum_fill,
+    _numba_hist,
+)
 from analysis.pipeline.histplan import GROUPS, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
@@ -203,7 +208,7 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     if (n_ev and not ow_keys and not lw_keys and not obs_sums and n_var == 1
             and set(regions) <= set(by_region)):
         for r in regions:  # bin by bin, in order (a compiled loop: numpy's sums were slower)
-            _numba_esum.bin_totals(es[by_region[r]], pe[0, rpos[r]])
+            _numba_esum_fill.bin_totals(es[by_region[r]], pe[0, rpos[r]])
     elif n_ev:
         if trace is not None:
             trace.update(itertools.product(sides, regions))  # (side, region): one each

@@ -23,7 +23,7 @@ import pytest
 
 from analysis.pipeline.backend import chunk_state
 from analysis.pipeline.backends.numba._fasttables import _targets
-from analysis.pipeline.backends.numba.kernels import _numba_esum
+from analysis.pipeline.backends.numba.kernels import _numba_esum, _numba_esum_fill
 from analysis.select._recursions import _pass_table, _pattern_probs
 from analysis.select.certain import certain_objects
 from analysis.select.lanes.policy import compiled
@@ -314,7 +314,7 @@ def test_bin_totals_add_the_bins_in_order():
     for b in range(1, bins.shape[1]):
         np.add(ref, bins[:, b], out=ref)
     out = np.full((2, 300, 4), 9.0)
-    _numba_esum.bin_totals(bins, out[1])
+    _numba_esum_fill.bin_totals(bins, out[1])
     np.testing.assert_array_equal(out[1].view(np.int64), ref.view(np.int64))
     assert np.all(out[0] == 9.0)
 
@@ -339,12 +339,12 @@ def test_fill_bins_sums_each_bin_in_event_order_whatever_the_bin_ranges():
             ref[v] += f * w
             ref2[v] += f * f * weight[e] * w
     whole = [np.zeros((n_v, n_b, width)) for _ in range(2)]
-    _numba_esum.fill_bins(pb, ev, factors, weight, *whole, 0, n_b)
+    _numba_esum_fill.fill_bins(pb, ev, factors, weight, *whole, 0, n_b)
     np.testing.assert_array_equal(whole[0], ref)
     np.testing.assert_array_equal(whole[1], ref2)
     parts = [np.zeros((n_v, n_b, width)) for _ in range(2)]
     for lo, hi in ((0, 2), (2, 5), (5, n_b)):
-        _numba_esum.fill_bins(pb, ev, factors, weight, *parts, lo, hi)
+        _numba_esum_fill.fill_bins(pb, ev, factors, weight, *parts, lo, hi)
     for a, b in zip(parts, whole, strict=True):
         np.testing.assert_array_equal(a.view(np.int64), b.view(np.int64))
 

@@ -205,6 +205,16 @@ def test_each_histogram_alone(only: str) -> None:
     assert np.abs(np.asarray(ref.derived.grad)).max() > 1e-6
 
 
+#: Chunks of 0, 1 and 3 events of the v12 file for :func:`threads_and_tiny_chunks`. The
+#: 1-event chunk is event 7, the one of events 5, 6, 7 with the most jets (10): it pads
+#: to the 3-event chunk's static shapes (the JAX sweep's ``Shapes``: the per-event object
+#: axis and, for leading objects, the candidates' counts, at the widths and at width 0),
+#: so the two share the JAX sweep's compiles. Event 3 (5 jets) was one compile more for
+#: event sums and two for leading objects (their counts differ at width 0), ~40 s CPU
+#: each, cold, on 2 busy cores.
+TINY_SPANS = ((0, 0), (7, 8), (5, 8))
+
+
 def threads_and_tiny_chunks(cols, plan, theta, widths, payload, *, spans) -> Any:
     """The numba pullback on 1 and 3 threads gives the same bits (returned: the 1-thread
     state), and on the events ``spans`` (``(start, stop)``), at ``widths`` and at width

@@ -18,6 +18,7 @@ import pytest
 from analysis.pipeline.backends.numba import fastreverse
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_hists import (
+    TINY_SPANS,
     check,
     hists_config,
     hists_payload,
@@ -87,7 +88,7 @@ def test_hard_widths_tiny_chunks_and_threads() -> None:
                for n, e in zip(state_paths(plan), hists_payload(cols, plan, theta, widths,
                                                                 seed=2), strict=True)]
     threads_and_tiny_chunks(cols, plan, theta, widths, payload,
-                            spans=((0, 0), (3, 4), (5, 8)))
+                            spans=TINY_SPANS)
 
 
 def test_leading_and_event_sum_histograms_served() -> None:

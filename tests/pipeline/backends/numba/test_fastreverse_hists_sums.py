@@ -23,6 +23,7 @@ from analysis.stats.pullback import pulled_sum
 from tests.chunked_helpers import slice_columns
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_hists import (
+    TINY_SPANS,
     differences_agree,
     hists_config,
     hists_payload,
@@ -154,7 +155,7 @@ def test_hard_widths_tiny_chunks_and_threads(monkeypatch) -> None:
                                                                 seed=2), strict=True)]
     monkeypatch.setattr(_revhistsums, "BLOCK", 16)
     threads_and_tiny_chunks(cols, plan, theta, widths, payload,
-                            spans=((0, 0), (3, 4), (5, 8)))
+                            spans=TINY_SPANS)
 
 
 def with_nan(cols, event: int = 2):

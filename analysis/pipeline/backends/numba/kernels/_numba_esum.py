@@ -48,8 +48,13 @@ sums), so blocks and threads change no bit. An event with more than
 refuses it).
 
 Each step is called from one place in the loop (loops around one call, not calls of
-their own): numba inlines every helper, so each call is typed, lowered and compiled
-again; one call per step made the kernel's cold compile about a third shorter.
+their own): numba inlines a helper at every call, typed, lowered and compiled again; one
+call per step made the kernel's cold compile about a third shorter. The steps run once
+per event (the partition, the subsets' enumeration, the pass table's checks) are compiled
+once as functions of their own instead (:mod:`._numba_esum_steps`), and arrays are copied
+by loops, not by numba's array assignment (its shape check's error path): together 45 to
+33 s of CPU for a cold build, the same floats, the same speed within noise; the steps of
+the inner loops (an object's step, the dot products) stay inlined.
 """
 
 from __future__ import annotations
@@ -91,6 +96,15 @@ ENUMERATE_UP_TO = 5
 _FIRST = 6
 #: as :data:`analysis.select.subsets.MAX_UNCERTAIN`
 MAX_UNCERTAIN = 24
+
+
+@inline
+def _copy(dst, src):
+    """``dst[:, :] = src`` as a loop: numba's array assignment checks the shapes with an
+    error path (its message formatting) that cost ~5 s of the kernel's cold compile."""
+    for i in range(dst.shape[0]):
+        for j in range(dst.shape[1]):
+            dst[i, j] = src[i, j]
 
 
 @inline
@@ -298,7 +312,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                                     backward(Gn, G0 if tail else GH[a], v, v, _d4(pd_all, g, p),
                                              tgt[cs, p], states, states.shape[0], 0)
                         if not out_still:
-                            GH[a, :, :] = PH[0, :, :]
+                            _copy(GH[a], PH[0])
                         XB[a + mb] = XB[a] + vals[g - base[cs]]
                     mb *= 2
             if n <= ENUMERATE_UP_TO:
@@ -331,7 +345,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                 GB = np.zeros((mb, n_states, LANES))
             if XB.shape[0] < mb:
                 XB = np.zeros(mb)
-            FA[0], XA[0], GB[0], XB[0] = F, x0, G0, 0.0
+            _copy(FA[0], F)
+            _copy(GB[0], G0)
+            XA[0], XB[0] = x0, 0.0
             for half in range(2):
                 back = half == 1
                 H, X = (GB, XB) if back else (FA, XA)
@@ -342,7 +358,7 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
                         for side in range(2):  # in S (a new subset), then out of it
                             _dense(Fn if side else H[a + h], H[a], tgt, cs, n_pat, pv_all,
                                    pd_all, g, 1 - side, has, states, back)
-                        H[a, :, :] = Fn
+                        _copy(H[a], Fn)
                         X[a + h] = X[a] + vals[g - base[cs]]
                     h *= 2
             if width > 0.0:  # soft bins: each pair one subset, spread over every bin
@@ -364,7 +380,9 @@ def event_sum_bins(coff, base, pv_all, pd_all, n_pat, tgt, f, df, cs, has, cert,
         P, H = (PH, GH) if sparse else (PG, GB)
         P[0] = 0.0
         for i in range(mb):
-            P[i + 1] = P[i] + H[order[i]]
+            for k in range(P.shape[1]):
+                for r in range(P.shape[2]):
+                    P[i + 1, k, r] = P[i, k, r] + H[order[i], k, r]
         if sparse:
             # per first-half subset only the edges its sums can cross take a lookup:
             # P(pass, X < e) is 0 below them and the subset's total above

@@ -9,6 +9,12 @@ Four lanes (value and at most 3 tangents: the tangents ``_d4`` as 4 numbers, and
 dot product's ``inner`` a tuple of 4, select the walk's four-lane form at compile time,
 :mod:`~analysis.select.lanes.arith`); the same operations in the same order as the
 recursions, so the same floats.
+
+An object's step and the dot products run in the kernels' inner loops and are inlined
+(:data:`~analysis.select.lanes.policy.inline`); the steps run once per event are compiled
+once as functions of their own (:data:`~analysis.select.lanes.policy.njit`): inlined at
+each call they were typed and compiled again in every caller (the kernel's cold build:
+:mod:`._numba_esum`'s docstring).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.select.lanes.arith import registers, row_mul_add
-from analysis.select.lanes.policy import inline
+from analysis.select.lanes.policy import inline, njit
 from analysis.select.lanes.steps import clear, forward_live, weight
 
 __all__: list[str] = []
@@ -99,7 +105,7 @@ def _add4(o, b, t):
     o[b, 3] += t[3]
 
 
-@inline
+@njit
 def _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl):
     """The empty subset: ``SA[0]`` the distribution ``FF[cur]`` over its nonzero live
     states (``LL[cur, :nf]`` of it; into ``LA[0, :NA[0]]``), lanes from ``nl`` to 4 zero,
@@ -119,7 +125,7 @@ def _root(FF, LL, cur, nf, x0, SA, LA, NA, XA, nl):
     XA[0] = x0
 
 
-@inline
+@njit
 def _out_factor(pv, pd, g, cs, n_pat, has):
     """Object ``g``'s probability of being out of ``S`` (its patterns of ``cs`` without
     ``S`` summed in order) and its 3 tangents, as a tuple."""
@@ -133,7 +139,7 @@ def _out_factor(pv, pd, g, cs, n_pat, has):
     return q0, q1, q2, q3
 
 
-@inline
+@njit
 def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs, n_pat, pv, pd,
                nl, has, vals, start):
     """:func:`_subsets` when every pattern of ``cs`` outside ``S`` leaves the count
@@ -162,7 +168,7 @@ def _subsets_w(FF, LL, cur, nf, x0, unc, count, SA, LA, NA, W, XA, mark, tgt, cs
         m *= 2
 
 
-@inline
+@njit
 def _subsets(FF, LL, cur, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, tgt, cs, n_pat, pv,
              pd, nl, has, vals, start):
     """Every subset ``A`` of the objects ``unc[:count]`` (global indices; ``vals`` local,
@@ -188,7 +194,7 @@ def _subsets(FF, LL, cur, nf, x0, unc, count, SA, SN, LA, LN, NA, NN, XA, mark, 
     return SA, SN, LA, LN, NA, NN
 
 
-@inline
+@njit
 def _fewest(tgt, n_pat, G0, nl):
     """The fewest objects (steps of any pattern of any collection, breadth first from
     the empty state 0 over ``tgt``) that reach a state of nonzero ``f`` or tangent
@@ -219,7 +225,7 @@ def _fewest(tgt, n_pat, G0, nl):
     return need
 
 
-@inline
+@njit
 def _partition_buffers(coff, lo, hi):
     """``(unc, fold, fcol)`` for :func:`_partition` over the events ``lo:hi``: each as
     long as the most objects of one of them (at least 1)."""
@@ -232,7 +238,7 @@ def _partition_buffers(coff, lo, hi):
     return np.zeros(most, np.int64), np.zeros(most, np.int64), np.zeros(most, np.int64)
 
 
-@inline
+@njit
 def _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol):
     """Event ``e``'s objects in the kernels' order (collection by collection): the
     uncertain ones of ``cs`` into ``unc`` (global indices), every other object (the
@@ -258,7 +264,7 @@ def _partition(coff, base, cs, cert, ins, vals, e, unc, fold, fcol):
     return n, m, x0
 
 
-@inline
+@njit
 def _numbers(coff, base, pv_all, n_pat, e):
     """Whether every pattern probability of event ``e`` is a number (no NaN)."""
     for c in range(coff.shape[0]):

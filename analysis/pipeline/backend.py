@@ -196,9 +196,9 @@ class Backend:
         (:func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk`, one region).
     value_loop
         ``True``: values only (``order=0``) of a plan the fused walk does not serve run
-        the loop compiled without tangents (one lane:
-        :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` with
-        ``pd_all = df = 0.0``); ``False``: the general walk.
+        the general walk compiled without tangents (one lane:
+        :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk` with
+        ``pd_all = dfs = 0.0``); ``False``: the same walk in its 8 lanes.
     scores_on_numba
         ``True``: plans with learned scores run on the numba kernel at ``order=0`` (each
         network once on the chunk's rows, its column a field); ``False``: on the JAX kernel.

@@ -214,16 +214,17 @@ def test_loop_options_are_keyword_only_and_reach_the_kernels(monkeypatch):
                                 numba_reverse=True)
     assert "options" not in Backend().describe()
     assert Backend(numba_reverse=False).describe().endswith("; options numba_reverse=False")
-    ran: list = []
+    ran: list = []  # the kernels compiled; the walk in its lanes as "lanes"
     real = _numba_dp.compiled
-    monkeypatch.setattr(_numba_dp, "compiled", lambda k, a: ran.append(k) or real(k, a))
+    monkeypatch.setattr(_numba_dp, "compiled", lambda k, a: ran.append(
+        "lanes" if k is _numba_hist.walk and not isinstance(a[4], float) else k) or real(k, a))
     config = load_config(CONFIGS / "ttbar.yaml")
     with Evaluator(config, chunksize=100, backend="numba") as ev:
         fast = ev.run(order=0)
-    assert ran and _numba_hist.walk not in ran  # the fused loop or the value loop
+    assert ran and "lanes" not in ran  # the fused loop or the walk without tangents
     ran.clear()
     with Evaluator(config, chunksize=100,
                    backend=Backend("numba", fused=False, value_loop=False)) as ev:
         general = ev.run(order=0)
-    assert _numba_hist.walk in ran and chainwalk.cut_walk not in ran
+    assert "lanes" in ran and chainwalk.cut_walk not in ran
     assert _assert_states_equal(fast, general) > 10

@@ -17,10 +17,9 @@ joint count state after adding an object of collection ``c`` and pattern ``p`` t
   ``G^0 = f``, ``G^{m>0} = 0`` (:func:`sums_backward`: one pattern's term;
   :func:`analysis.select.objects.sum_moments`).
 
-Every kernel that walks the count states (the selection loops of ``_numba_dp``
-and the patterns' sensitivities of ``_numba_sens``, the histogram walk of ``_numba_hist``, the leading
-candidates of ``_numba_lead``, the sensitivities of ``_numba_sens``, the event sums'
-subsets of ``_numba_esum``) calls these steps;
+Every kernel that walks the count states (the walk of the selection and the histograms,
+``_numba_hist``, the leading candidates of ``_numba_lead``, the patterns' sensitivities
+of ``_numba_sens``, the event sums' subsets of ``_numba_esum``) calls these steps;
 what differs between them is which states a step runs over and what it is given:
 
 - the states: ``states[:ns]`` (every state, or the states reachable after the objects

@@ -1,14 +1,16 @@
 """The numba kernel's static tables of a plan (numpy; cached per plan and count model).
 
 :class:`_Tables`: the count model's sets, patterns and pattern codes as integer arrays
-for the loops of :mod:`analysis.pipeline.backends.numba.kernels._numba_dp`; :func:`_targets`: the count state
+for the walks (:mod:`analysis.select.lanes.steps`); :func:`_targets`: the count state
 after adding one object of each pattern; :func:`_pass_fn`: the pass table and its
 derivative from their one definition (:func:`analysis.select.objects._pass_table`, in
 JAX), :func:`_pass_table` at a plan's thresholds with its tangents; :func:`_reduced`:
 the count caps lowered to the last state where the table changes (:func:`walk_table`: the
 three for a walk); :func:`one_sided`:
 cuts as the threshold cuts the loops know; :func:`offsets`: a chunk's objects per
-collection as the loops index them (kept with its columns), :func:`chunk_fields` its fields.
+collection as the loops index them (kept with its columns), :func:`chunk_fields` its fields;
+:func:`walk_args`: the arguments of the walk
+(:func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk`) from them.
 Used by the numba kernel's host modules only.
 """
 
@@ -227,3 +229,35 @@ def _pass_fn(model: CountModel, th: bytes, cw: bytes) -> tuple[np.ndarray, np.nd
     f, slope = np.asarray(f_j, np.float64), np.asarray(slope, np.float64)
     f.flags.writeable = slope.flags.writeable = False
     return f, slope
+
+
+def walk_args(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, max_seq: int, pv_all,
+              pd_all, h: int, tgt: np.ndarray, fs: np.ndarray, dfs, ow_keys: list,
+              sums: tuple, block: int, pe: np.ndarray, ow: np.ndarray, sa: np.ndarray, *,
+              rankidx: np.ndarray | None = None, leading: tuple | None = None,
+              lw_keys: list = (), lw: np.ndarray | None = None) -> tuple:
+    """The arguments of :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk`
+    before its block range, over ``tab``'s count model (``sets``: the plan's sets): the
+    object offsets ``coff``, ``base``, ``max_seq`` (:func:`offsets`), the pattern
+    probabilities and tangents ``pv_all``, ``pd_all`` (``0.0``: values alone) with the
+    second variant's value lane ``h``, the targets and pass tables ``tgt``, ``fs``,
+    ``dfs`` (``0.0`` with ``pd_all``), object-weight slots ``ow_keys`` ``[(region
+    position, set), ...]``, the event sums' ``(sum_x, sum_has, binom)``, the outputs.
+    ``rankidx``: the walk order (None: the objects' own); ``leading``: ``(ld_keys,
+    ld_mask, ld_c, ld_ls, ld_d)`` of the leading targets ``[(set, depth), ...]`` with their
+    weight slots ``lw_keys`` ``[(region position, set, depth), ...]`` into ``lw`` (None:
+    none)."""
+    if leading is None:
+        none = np.zeros(0, np.int64)
+        leading = ([], np.zeros((1, 1, fs.shape[1]), np.bool_), none, none, none)
+    ld_keys, ld_mask, ld_c, ld_ls, ld_d = leading
+    idx = np.arange(int(base[-1]), dtype=np.int64) if rankidx is None else rankidx
+    return (coff, base, idx, pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
+            np.array([q for q, _ in ow_keys], np.int64),
+            np.array([tab.collections.index(sets.collection_of(s)) for _, s in ow_keys],
+                     np.int64),
+            np.array([tab.local[s] for _, s in ow_keys], np.int64), ld_c, ld_ls, ld_d,
+            np.array([q for q, _, _ in lw_keys], np.int64),
+            np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64), ld_mask,
+            *sums, max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow,
+            np.zeros((1, 0, 0, pe.shape[-1])) if lw is None else lw, sa)

@@ -39,7 +39,7 @@ from analysis.pipeline import hardcut, scorecols
 from analysis.pipeline.backends.numba import _fastleading, _histfills, _histmulti, fastkernel
 from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks, patterns_into
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
-from analysis.pipeline.backends.numba._fasttables import chunk_fields, offsets
+from analysis.pipeline.backends.numba._fasttables import chunk_fields, offsets, walk_args
 from analysis.pipeline.backends.numba._histfills import _fill_side, _run_fills, fill_key
 from analysis.pipeline.backends.numba._histtables import (
     _joint_static,
@@ -182,11 +182,8 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
     if h:
         dfs = dfs.copy()
         dfs[:, :, h: h + nl] = dfs[:, :, :nl]
-    tgt, ld_mask, ld_c, ld_ls, ld_d = _memo(
-        plan, ("walk", regs, caps.tobytes(), tuple(ld_keys)),
-        lambda: _walk_static(plan, regs, caps.tobytes(), tuple(ld_keys)))
-    ow_c = np.array([tab.collections.index(setspec[s].collection) for _, s in ow_keys], np.int64)
-    ow_ls = np.array([tab.local[s] for _, s in ow_keys], np.int64)
+    tgt, *leading = _memo(plan, ("walk", regs, caps.tobytes(), tuple(ld_keys)),
+                          lambda: _walk_static(plan, regs, caps.tobytes(), tuple(ld_keys)))
     # the observables' event sums of region 0 (its pass table is the walk's first)
     sum_x, sum_has, binom = fastkernel.event_sum_inputs(plan, tab, base, flats[0], obs_sums)
     sa = np.zeros((len(obs_sums), n_ev, binom.shape[0], lanes))
@@ -213,12 +210,10 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
         if trace is not None:
             trace.update(itertools.product(sides, regions))  # (side, region): one each
         block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
-        args = (coff, base, ranks[0], pv_all, pd_all, h, tab.pat, tab.n_pat, tgt, fs, dfs,
-                np.array([rpos[r] for r, _ in ow_keys], np.int64), ow_c, ow_ls, ld_c, ld_ls, ld_d,
-                np.array([rpos[r] for r, _, _ in lw_keys], np.int64),
-                np.array([ld_keys.index((s, d)) for _, s, d in lw_keys], np.int64),
-                ld_mask, sum_x, sum_has, binom,
-                max(max_seq, 1), int(ld_d.max(initial=0)), block, pe, ow, lw, sa)
+        args = walk_args(tab, plan.sets, coff, base, max_seq, pv_all, pd_all, h, tgt, fs, dfs,
+                         [(rpos[r], s) for r, s in ow_keys], (sum_x, sum_has, binom), block,
+                         pe, ow, sa, rankidx=ranks[0], leading=(ld_keys, *leading),
+                         lw_keys=[(rpos[r], s, d) for r, s, d in lw_keys], lw=lw)
         _run_dynamic(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
     cands = {}
     if observables and any(_fastleading.key(o.x) for o in plan.observables):

@@ -5,12 +5,10 @@
 chunk's :class:`~analysis.pipeline.layout.ChunkColumns`, for every plan the numba rules
 serve (:mod:`analysis.pipeline.backends.numba.rules`). The selection is the recursions
 of :mod:`analysis.select.objects` as loops with forward-mode tangents: the histograms'
-walk :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk` with one region,
-the selection (one collection with one set and neither event sums nor indexed
-observables, the common case, runs the one-set walk
-:func:`analysis.select.chainwalk.cut_walk`; values only run
-:func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` without tangents: bit
-for bit the same results); indexed observables:
+walk :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk` with one region
+(values only: the same walk compiled without tangents, bit for bit lane 0), or for one
+collection with one set and neither event sums nor indexed observables, the common
+case, the one-set walk :func:`analysis.select.chainwalk.cut_walk`; indexed observables:
 :mod:`analysis.pipeline.backends.numba._fastleading`; the pass table from its JAX
 definition (:mod:`analysis.pipeline.backends.numba._fasttables`). Moments: power
 sums about a constant centre (first pass), then the formulas of
@@ -52,6 +50,7 @@ from analysis.pipeline.backends.numba._fasttables import (
     chain,
     offsets,
     one_sided,
+    walk_args,
     walk_table,
 )
 from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_hist, _numba_sums
@@ -222,30 +221,14 @@ def _weights(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, *, order: 
     elif n_ev and not tab.collections:  # no objects: each event at the table's state 0
         pe[:] = df_l[0]
         pe[:, 0] = f[0]
-    elif n_ev and value_loop and not trainable:
-        # values only: the general loop compiled without tangents (one lane), faster than
-        # the walk's 8 lanes at order 0 (CPU: tests' features() 70 vs 94 ms, 20k events;
-        # bench_params' values pass 1.26 vs 1.59 s; tests' sets_config() the other way,
-        # 364 vs 201 ms)
-        set_slot = np.array([slot_of.get(n, -1) for n in tab.set_names], np.int64)
-        pat_need = np.zeros(tab.pat.shape[:2], np.bool_)
-        for ci in range(len(tab.collections)):
-            for ls in range(int(tab.n_coll_sets[ci])):
-                if set_slot[tab.coll_sets[ci, ls]] >= 0:
-                    pat_need[ci] |= tab.pat[ci, :, ls] == 1
-        _run_blocks(_numba_dp.select, (
-            coff, base, pv_all, 0.0, tab.coll_sets, tab.n_coll_sets, tab.pat, tab.n_pat,
-            pat_need, tgt, f, 0.0, set_slot, sum_x, sum_has, binom, max(max_seq, 1), BLOCK,
-            pe, ow, sa), n_blocks, threads)
-    elif n_ev:  # every other plan: the histograms' walk of region 0, one variant (h = 0)
-        none = np.zeros(0, np.int64)
-        walk_pe, walk_ow = pe.reshape(1, 1, n_ev, n_lanes), ow.reshape((1, *ow.shape))
-        args = (coff, base, np.arange(n_tot, dtype=np.int64), pv_two, pd_all, 0, tab.pat,
-                tab.n_pat, tgt, f[None], df_l[None], np.zeros(len(slot_of), np.int64),
-                np.array([tab.collections.index(sp.collection_of(s)) for s in slot_of], np.int64),
-                np.array([tab.local[s] for s in slot_of], np.int64), none, none, none, none, none,
-                np.zeros((1, 1, f.shape[0]), np.bool_), sum_x, sum_has, binom, max(max_seq, 1),
-                0, BLOCK, walk_pe, walk_ow, np.zeros((1, 0, 0, n_lanes)), sa)
+    elif n_ev:  # every other plan: the histograms' walk of region 0, one variant (h = 0),
+        # values only (value_loop) compiled without tangents (pd_all = dfs = 0.0: numbers
+        # for lane vectors, the same floats as lane 0 of the 8 lanes)
+        values = value_loop and not trainable
+        args = walk_args(tab, sp, coff, base, max_seq, pv_two, 0.0 if values else pd_all, 0,
+                         tgt, f[None], 0.0 if values else df_l[None],
+                         [(0, s) for s in slot_of], (sum_x, sum_has, binom), BLOCK,
+                         pe.reshape(1, 1, n_ev, n_lanes), ow.reshape((1, *ow.shape)), sa)
         _run_blocks(_numba_dp.compiled(_numba_hist.walk, args), args, n_blocks, threads)
 
     cands = (_fastleading.walk(plan, tab, coff, base, flats, pv_all, pd_all, tgt, f, df_l,

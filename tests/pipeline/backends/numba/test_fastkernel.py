@@ -467,7 +467,7 @@ def one_set_config(*, width: float, inverted: bool, field_observables: bool = Tr
 @pytest.mark.parametrize("inverted, n_min", [(False, 2.3), (True, 0.6)])
 def test_fused_one_set_loop(width, inverted, n_min, n, field_observables, monkeypatch):
     # The one-set walk (analysis.select.chainwalk.cut_walk) against the JAX kernel (1e-12) and
-    # against the general loops of _numba_dp (the same operations in the same order:
+    # against the general walk of _numba_hist (the same operations in the same order:
     # bit for bit), with and without per-object weights.
     plan, theta, widths = make_plan(one_set_config(
         width=width, inverted=inverted, field_observables=field_observables))

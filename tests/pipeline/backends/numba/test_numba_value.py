@@ -1,8 +1,7 @@
-"""The numba kernel's loop for values only (order 0, a plan the fused walk does not
-serve): :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` compiled
-without tangents (``pd_all = df = 0.0``); ``value_loop=False``: the general walk
-(:func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk`). The same floats
-either way, and the JAX kernel's values."""
+"""The numba kernel's walk for values only (order 0, a plan the fused walk does not
+serve): :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk` compiled
+without tangents (``pd_all = dfs = 0.0``); ``value_loop=False``: the same walk in its 8
+lanes. The same floats either way, and the JAX kernel's values."""
 
 from __future__ import annotations
 
@@ -33,17 +32,16 @@ def test_value_loop_is_lane_zero(width, which, monkeypatch):
         plan, theta, widths = features(width=width)
     assert not (fastkernel._tables(plan).one_set and which == "sets")
     cols = synthetic(3 * fastkernel.BLOCK // 2, seed=7, ties=width == 0.0, big=12)
-    ran = []  # select without tangents ("select"), the walk ("walk")
-    kernel, compiled = _numba_dp.select, _numba_dp.compiled
-    monkeypatch.setattr(_numba_dp, "select", lambda *a: ran.append(
-        "select" if isinstance(a[3], float) else "select tangents") or kernel(*a))
+    ran = []  # the walk without tangents ("values"), in its lanes ("lanes")
+    compiled = _numba_dp.compiled
     monkeypatch.setattr(_numba_dp, "compiled", lambda k, a: ran.extend(
-        ["walk"] if k is _numba_hist.walk else []) or compiled(k, a))
+        [("values" if isinstance(a[4], float) else "lanes")] if k is _numba_hist.walk
+        else []) or compiled(k, a))
     v0, j0 = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0)
-    assert j0 is None and set(ran) == {"select"}
+    assert j0 is None and ran == ["values"]
     ran.clear()
     v1, _ = fastkernel.evaluate_columns(cols, plan, theta, widths, order=0, value_loop=False)
-    assert set(ran) == {"walk"}
+    assert ran == ["lanes"]
     for a, b in zip(jax.tree_util.tree_leaves(v0), jax.tree_util.tree_leaves(v1), strict=True):
         assert np.array_equal(a, b, equal_nan=True)
     arrays, shapes = pad_columns(cols, plan)

@@ -1,71 +1,30 @@
-"""The compiled loops of :mod:`analysis.pipeline.backends.numba.fastkernel` (numba, float64).
+"""The element-wise loops of :mod:`analysis.pipeline.backends.numba.fastkernel` (numba, float64).
 
-Per event, the objects of every collection of the plan are taken in the count model's
-collection order (:class:`analysis.select.objects.CountModel`), each with its
-pattern probabilities ``pi_p`` (which sets hold it) and their tangents (forward mode,
-one per trainable parameter). With ``tgt[c, p, k]`` the joint count state after
-adding an object of pattern ``p`` to state ``k`` and ``f`` the pass table:
-
-- forward distributions ``F_0 = delta_0``, ``F_{j+1}[tgt(p, k)] += pi_jp F_j[k]``;
-- value functions ``G_N = f``, ``G_j[k] = sum_p pi_jp G_{j+1}[tgt(p, k)]``; the
-  event's pass probability is ``P = G_0[0]``;
-- the weight of object ``j`` in set ``s``: ``P(j in s and the event passes) =
-  sum_{p contains s} pi_jp sum_k F_j[k] G_{j+1}[tgt(p, k)]``;
-- event sums ``X = sum_{j in s} x_j``: ``E[X^r 1_pass]`` by the backward recursion
-  ``G_r(k) <- sum_p pi_p sum_{i <= r} C(r, i) x_p^i G_{r-i}(tgt_p(k))`` from
-  ``G_0 = f`` (:func:`analysis.select.objects.sum_moments`).
-
-These are the recursions of :mod:`analysis.select.objects` (same tables), written
-as loops (the steps of the first three: :mod:`analysis.select.lanes.steps`,
-shared by every kernel that walks the count states); tests check them piece by piece
-against it and against enumeration.
-Events are processed in blocks; per-block partial sums are added in block order.
+The soft cut's probabilities of an array (:func:`soft_values`, :func:`soft_array`) and
+an observable's power sums from the walk's weights (:func:`centre_sums`,
+:func:`accumulate`); lanes: value, then tangents
+(:mod:`analysis.select.lanes.arith`). The walk that gives the weights:
+:func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk` and the one-set walk
+:func:`analysis.select.chainwalk.cut_walk`. Events are processed in blocks; per-block
+partial sums are added in block order.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.select.lanes.arith import (
-    LANES,
-    axpy,
-    lin,
-    vec_zero,
-    zero_at,
-)
-from analysis.select.lanes.buffers import (
-    keep_sum,
-    lane_buffer,
-    lane_buffer4,
-    no_tangent,
-    set_value,
-    set_vec,
-    store_row,
-    table_init,
-    tangents,
-    vec_mul_add,
-)
+from analysis.select.lanes.arith import LANES, axpy, lin
 from analysis.select.lanes.policy import (
     compiled,
     elementwise,
     host_args,
-    inline,
     njit,
     vectorised,
     writes,
 )
-from analysis.select.lanes.steps import (
-    backward,
-    clear,
-    forward,
-    sequence,
-    sums_backward,
-    weight,
-)
 
 __all__ = [
-    "LANES", "accumulate", "any_slot", "centre_sums", "compiled", "select",
-    "soft_array", "soft_values", "vectorised",
+    "LANES", "accumulate", "centre_sums", "compiled", "soft_array", "soft_values", "vectorised",
 ]
 
 
@@ -135,127 +94,6 @@ def soft_array(v: np.ndarray, t: float, width: float, greater: bool, inclusive: 
     iw = 1.0 / width if width > 0.0 else 0.0
     ds = s * (1.0 - s) * iw
     return s, (-ds if greater else ds)
-
-
-@inline
-def any_slot(set_slot):
-    """Whether a set has a slot (per-object weights asked for: forward distributions)."""
-    for s in range(set_slot.shape[0]):
-        if set_slot[s] >= 0:
-            return True
-    return False
-
-
-@njit
-def select(
-    coff, base, pv_all, pd_all, coll_sets, n_coll_sets, pat, n_pat, pat_need, tgt, f, df,
-    set_slot, sum_x, sum_has, binom, max_seq, block, pe, ow, sa, b0, b1,
-):
-    """Blocks ``b0:b1``: ``pe[e] = (P, dP)``; ``ow[slot, g] = (w, dw)`` for every object
-    ``g`` (global index) of a set with a slot; ``sa[o, e, r] = (E[X_o^r 1], d...)`` per
-    event sum ``o`` (``sum_x[o, g]``: the value of object ``g``; ``sum_has[o, c, p]``: 1 where pattern
-    ``p`` of collection ``c`` holds the summed set). ``pv_all[base[c] + i]``,
-    ``pd_all[...]``: pattern probabilities and tangents of object ``i`` of collection
-    ``c``; ``f``, ``df``: the pass table, ``df`` in lanes (lane 0 zero); ``pat_need[c,
-    p]``: pattern ``p`` holds a set with a slot. Pattern 0 (in no set) adds nothing to
-    any count (``tgt[c, 0, k] = k``). All outputs in lanes: value, then tangents.
-
-    One source for two variants, chosen at compile time by the tangent arguments
-    (:mod:`~analysis.select.lanes.arith`): ``pd_all`` ``(N, P,
-    LANES)`` and ``df`` ``(S, LANES)`` give the loop with tangents; ``pd_all = df = 0.0``
-    the loop for values only (buffers of one lane, the outputs' lane 0, their other
-    lanes set to zero: the same floats as lane 0 of the first; ``value_loop`` of
-    :class:`analysis.pipeline.backend.Backend`). Only the second runs: with tangents
-    the kernel runs :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk`
-    (the same floats, several times faster)."""
-    n_ev = pe.shape[0]
-    n_states = f.shape[0]
-    n_sums = sum_x.shape[0]
-    big_r = binom.shape[0] - 1
-    p_max = pat.shape[1]
-    need_fwd = any_slot(set_slot)
-    for b in range(b0, b1):
-        seq_c = np.empty(max_seq, np.int64)
-        seq_g = np.empty(max_seq, np.int64)
-        F = lane_buffer(max_seq + 1 if need_fwd else 1, n_states, df)
-        G = lane_buffer(1, n_states, df)[0]
-        Gn = lane_buffer(1, n_states, df)[0]
-        H = lane_buffer(1, p_max, df)[0]
-        Gm = lane_buffer4(n_sums, big_r + 1, n_states, df)
-        Gmn = lane_buffer4(n_sums, big_r + 1, n_states, df)
-        buf = np.empty(LANES)
-        xp = np.empty(p_max)
-        states = np.arange(n_states)
-        for e in range(b * block, min(n_ev, (b + 1) * block)):
-            n = sequence(coff, base, e, seq_c, seq_g)
-            # forward distributions (only for per-object weights)
-            if need_fwd:
-                for k in range(n_states):
-                    zero_at(F[0], k)
-                set_value(F[0], 0, 1.0)
-                for j in range(n):
-                    c = seq_c[j]
-                    g = seq_g[j]
-                    clear(F[j + 1], states, n_states)
-                    for p in range(n_pat[c]):
-                        pv = pv_all[g, p]
-                        forward(F[j + 1], F[j], pv, pv, tangents(pd_all, g, p), tgt[c, p],
-                                states, n_states, 0, states, False)
-            # backward value functions, object weights, event sums
-            for k in range(n_states):
-                table_init(G, k, f, df)
-            for o in range(n_sums):
-                for m in range(big_r + 1):
-                    for k in range(n_states):
-                        if m == 0:
-                            set_vec(Gm[o, m], k, G[k])
-                        else:
-                            zero_at(Gm[o, m], k)
-            for j in range(n - 1, -1, -1):
-                c = seq_c[j]
-                g = seq_g[j]
-                if need_fwd:
-                    for p in range(n_pat[c]):
-                        if pat_need[c, p]:
-                            keep_sum(H, p, weight(H[p], F[j], G, tgt[c, p], states, n_states,
-                                                  0, states, False))
-                    for ls in range(n_coll_sets[c]):
-                        slot = set_slot[coll_sets[c, ls]]
-                        if slot < 0:
-                            continue
-                        acc = vec_zero(H[0], buf)
-                        for p in range(n_pat[c]):
-                            if pat[c, p, ls] != 1:
-                                continue
-                            acc = vec_mul_add(acc, pv_all[g, p], H[p], tangents(pd_all, g, p))
-                        store_row(ow[slot, g], acc)
-                for o in range(n_sums):
-                    for p in range(n_pat[c]):
-                        xp[p] = sum_x[o, g] * sum_has[o, c, p]
-                    for m in range(big_r + 1):
-                        clear(Gmn[o, m], states, n_states)
-                    for p in range(n_pat[c]):
-                        pv = pv_all[g, p]
-                        # a pattern of probability exactly 0 adds nothing: skip it (its
-                        # powers of x may overflow: 0 x inf)
-                        if pv == 0.0 and no_tangent(pd_all, g, p):
-                            continue
-                        sums_backward(Gmn[o], Gm[o], pv, tangents(pd_all, g, p), xp[p], binom,
-                                      tgt[c, p], states, n_states, buf)
-                    for m in range(big_r + 1):
-                        for k in range(n_states):
-                            set_vec(Gm[o, m], k, Gmn[o, m, k])
-                clear(Gn, states, n_states)
-                for p in range(n_pat[c]):
-                    pv = pv_all[g, p]
-                    backward(Gn, G, pv, pv, tangents(pd_all, g, p), tgt[c, p], states,
-                             n_states, 0)
-                for k in range(n_states):
-                    set_vec(G, k, Gn[k])
-            store_row(pe[e], G[0])
-            for o in range(n_sums):
-                for m in range(big_r + 1):
-                    store_row(sa[o, e, m], Gm[o, m, 0])
 
 
 @njit

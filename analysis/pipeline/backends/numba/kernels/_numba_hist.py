@@ -1,4 +1,6 @@
-"""The compiled walk of :mod:`analysis.pipeline.backends.numba.fasthist` (numba, float64).
+"""The compiled walk of :mod:`analysis.pipeline.backends.numba.fasthist` and of the
+selection's general plans in :mod:`analysis.pipeline.backends.numba.fastkernel` (numba,
+float64).
 
 One walk per event over the objects of every collection (each collection in the rank
 order of its indexed set, if it has one: the count state does not depend on the order
@@ -6,7 +8,7 @@ objects are added in), for several pass tables ``f_r`` at once (the selection an
 channels' regions on one joint count state space: they share the objects' pattern
 probabilities and the forward distributions, and differ only in ``f``). With
 ``tgt[c, p, k]`` the count state after adding an object of pattern ``p`` to state ``k``
-(:mod:`analysis.pipeline.backends.numba.kernels._numba_dp`'s notation):
+(:mod:`analysis.select.lanes.steps`' notation):
 
 - forward distributions ``F_{j+1}[tgt(p, k)] += pi_jp F_j[k]`` (``F_0 = delta_0``);
 - for a leading target ``(s, d)`` (``s[d]``), ``L_j[t, k]``: the distribution of the
@@ -24,6 +26,12 @@ The steps are those of :mod:`analysis.select.lanes.steps`, over the
 states reachable so far. Every quantity in lanes (lane 0 the value, then its tangents;
 the product rule ``(a b)' = a' b + a b'``); only sums of non-negative products. Outputs are per event
 or per object (no sums), so the result does not depend on how blocks are split.
+
+Values alone (``pd_all = dfs = 0.0``: order 0) compile the same source without
+tangents: every lane vector a number (:mod:`~analysis.select.lanes.arith`'s primitives
+and :mod:`~analysis.pipeline.backends.numba.kernels.lane_layouts` specialised on it), the
+operations of lane 0 without the tangent terms (which add exact zeros there: the same
+floats); the outputs' lane 0, their other lanes zero.
 
 Two variants per walk. With at most 3 tangents (4 lanes), the 8 lanes hold two
 variants of the same walk (two shift sides: their own pattern probabilities, the same
@@ -50,10 +58,13 @@ from analysis.pipeline.backends.numba.kernels.lane_layouts import (
     coefficients,
     first_page,
     lane_shape,
+    no_tangents,
+    summed,
     table_pair,
     unit,
 )
-from analysis.select.lanes.arith import LANES, mul_add
+from analysis.select.lanes.arith import LANES, _lanes, _pages, mul_add, zero_at
+from analysis.select.lanes.buffers import lane_buffer4, set_vec, store_row, tangents
 from analysis.select.lanes.policy import inline, njit, specialise_on
 from analysis.select.lanes.steps import (
     backward,
@@ -69,11 +80,7 @@ __all__ = [
 ]
 
 
-@inline
-def store(out, out_hi, acc, h):
-    """``out = acc[:len(out)]`` (one variant, ``h = 0``: the outputs may keep only the
-    lanes that carry something), or ``out[:h] = acc[:h]`` and ``out_hi[:h] = acc[h:]``
-    (two: each variant's lanes from 0)."""
+def _store_lanes(out, out_hi, acc, h):
     if h:
         for r in range(h):
             out[r] = acc[r]
@@ -81,6 +88,14 @@ def store(out, out_hi, acc, h):
     else:
         for r in range(out.shape[0]):
             out[r] = acc[r]
+
+
+@specialise_on("acc", (_lanes, _store_lanes), lambda out, out_hi, acc, h: store_row(out, acc))
+def store(out, out_hi, acc, h):
+    """``out = acc[:len(out)]`` (one variant, ``h = 0``: the outputs may keep only the
+    lanes that carry something), or ``out[:h] = acc[:h]`` and ``out_hi[:h] = acc[h:]``
+    (two: each variant's lanes from 0); a number (values alone) into ``out[0]``, its
+    other lanes zero."""
 
 
 def _store_pages(out, i, j, acc, h):
@@ -92,7 +107,7 @@ def _store_pair(out, i, j, acc, h):
     store(out[0, i, j], out[-1, i, j], acc, h)
 
 
-@specialise_on("acc", (lambda t: t.ndim == 2, _store_pages), _store_pair)
+@specialise_on("acc", (_pages, _store_pages), _store_pair)
 def store_sides(out, i, j, acc, h):
     """The variants' outputs ``out[v, i, j]`` from the lane vector ``acc``: one or a pair
     (:func:`store` into ``out[0]`` and ``out[-1]``), or two pairs in pages (page ``q``
@@ -165,8 +180,9 @@ def walk(
     (the same twice for one), ``pd_all`` ``(N, P, LANES)`` their tangents (value lanes 0
     and ``h`` zero); ``h``: the second variant's value lane (4), or 0 for one variant;
     ``fs``/``dfs``: ``(R, S)`` pass tables and ``(R, S, LANES)`` tangents (value lanes
-    zero). Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position
-    in collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
+    zero); ``pd_all = dfs = 0.0``: values alone (one variant, module docstring).
+    Object-weight slots ``o``: region ``ow_r[o]``, set ``ow_ls[o]`` (its position in
+    collection ``ow_c[o]``'s patterns) into ``ow[o, g]``; leading targets ``l``: set
     ``ld_ls[l]`` of collection ``ld_c[l]`` at depth ``ld_d[l]``, ``ld_mask[l, t, k]``
     the states ``L[t]`` can hold (:func:`leading_support`); leading slots ``o``:
     region ``lw_r[o]``, target ``lw_l[o]`` into ``lw[o, g]``; ``pe[r, e]``: ``P_r``
@@ -203,8 +219,9 @@ def walk(
         rs = np.empty((max_seq + 1, n_states), np.int64)
         nr = np.empty(max_seq + 1, np.int64)
         mark = np.empty(n_states, np.bool_)
-        # lane vectors of LANES, or (2, LANES) in the paged layout (constants: LLVM
-        # folds the strides; pd_all's shape would leave them to be read at run time)
+        # lane vectors of LANES, (2, LANES) in the paged layout, numbers for values alone
+        # (constants: LLVM folds the strides; pd_all's shape would leave them to be read
+        # at run time)
         lv = lane_shape(pd_all)
         F = np.zeros((max_seq + 1 if n_ow else 1, n_states) + lv)
         L = np.zeros((max(n_ld, 1), max_seq + 1 if n_ld else 1, max_d + 1, n_states) + lv)
@@ -212,12 +229,11 @@ def walk(
         Gn = np.zeros((n_reg, n_states) + lv)
         rl = np.empty((max(n_ld, 1), max_d + 1, max_seq + 1, n_states), np.int64)
         nl = np.empty((max(n_ld, 1), max_d + 1, max_seq + 1), np.int64)
-        inner = np.empty(lv)
+        inner = np.empty((1,) + lv)[0]  # a weight's inner sum (unused for values)
         acc_of = np.empty((1,) + lv)  # a weight's sum (mul_add adds into a row)
-        acc = acc_of[0]
         one = np.empty(LANES)  # the event sums' buffer (one variant)
-        Gm = np.zeros((n_sums, big_r + 1, n_states, LANES))
-        Gmn = np.zeros((n_sums, big_r + 1, n_states, LANES))
+        Gm = lane_buffer4(n_sums, big_r + 1, n_states, pd_all)  # (.., LANES): one variant
+        Gmn = lane_buffer4(n_sums, big_r + 1, n_states, pd_all)
         xp = np.empty(pat.shape[1])
         for e in range(b * block, min(n_ev, (b + 1) * block)):
             n = sequence(coff, base, e, seq_c, seq_g)
@@ -233,20 +249,20 @@ def walk(
                         for j in range((n if n_coll > 1 else max_seq) + 1):
                             nl[lt, m, j] = _within(rs[j], nr[j], ld_mask[lt, m], rl[lt, m, j])
             if n_ow:
-                unit(F[0, 0], h)
+                unit(F[0], 0, h)
                 for j in range(n - 1):  # F_n: read by no weight (they read F_0 .. F_{n-1})
                     c = seq_c[j]
                     g = seq_g[j]
                     clear(F[j + 1], rs[j + 1], nr[j + 1])
                     for p in range(n_pat[c]):
                         a, a_hi = coefficients(pv_all, pd_all, g, p)
-                        forward(F[j + 1], F[j], a, a_hi, pd_all[g, p], tgt[c, p], rs[j], nr[j],
-                                h, mark, False)
+                        forward(F[j + 1], F[j], a, a_hi, tangents(pd_all, g, p), tgt[c, p],
+                                rs[j], nr[j], h, mark, False)
             for lt in range(n_ld):
                 dmax = ld_d[lt]
                 for m in range(dmax + 1):
                     L[lt, 0, m, 0] = 0.0
-                unit(L[lt, 0, 0, 0], h)
+                unit(L[lt, 0, 0], 0, h)
                 for j in range(n - 1):  # L_n: read by no weight, as F_n
                     c = seq_c[j]
                     g = seq_g[j]
@@ -256,19 +272,19 @@ def walk(
                         step = 1 if (c == ld_c[lt] and pat[c, p, ld_ls[lt]] == 1) else 0
                         a, a_hi = coefficients(pv_all, pd_all, g, p)
                         for m in range(dmax + 1 - step):
-                            forward(L[lt, j + 1, m + step], L[lt, j, m], a, a_hi, pd_all[g, p],
-                                    tgt[c, p], rl[lt, m, j], nl[lt, m, j], h, mark, False)
+                            forward(L[lt, j + 1, m + step], L[lt, j, m], a, a_hi,
+                                    tangents(pd_all, g, p), tgt[c, p], rl[lt, m, j],
+                                    nl[lt, m, j], h, mark, False)
             for q in range(n_reg):
                 for i in range(nr[n]):
                     k = rs[n, i]
-                    table_pair(G[q], k, fs[q, k], dfs[q, k], h)
+                    table_pair(G[q], k, fs[q, k], tangents(dfs, q, k), h)
             for o in range(n_sums):
                 for i in range(nr[n]):
                     k = rs[n, i]
-                    g0 = first_page(G[0, k])  # one variant: one page
-                    for m in range(big_r + 1):
-                        for r in range(LANES):
-                            Gm[o, m, k, r] = g0[r] if m == 0 else 0.0
+                    set_vec(Gm[o, 0], k, first_page(G[0, k]))  # one variant: one page
+                    for m in range(1, big_r + 1):
+                        zero_at(Gm[o, m], k)
             for j in range(n - 1, -1, -1):
                 c = seq_c[j]
                 g = seq_g[j]
@@ -284,31 +300,26 @@ def walk(
                         dm = ld_d[lt]
                         q, ls, Fj = lw_r[o - n_ow], ld_ls[lt], L[lt, j, dm]
                         ks, nk = rl[lt, dm, j], nl[lt, dm, j]
-                    acc[:] = 0.0
+                    acc_of[0] = 0.0
                     for p in range(n_pat[c]):
                         if pat[c, p, ls] != 1:
                             continue
-                        weight(inner, Fj, G[q], tgt[c, p], ks, nk, h, mark, False)
+                        v = weight(inner, Fj, G[q], tgt[c, p], ks, nk, h, mark, False)
                         a, a_hi = coefficients(pv_all, pd_all, g, p)
-                        mul_add(acc_of, 0, a, a_hi, inner, h, pd_all[g, p])
+                        mul_add(acc_of, 0, a, a_hi, summed(inner, v), h, tangents(pd_all, g, p))
                     if o < n_ow:
-                        store_sides(ow, o, g, acc, h)
+                        store_sides(ow, o, g, acc_of[0], h)
                     else:
-                        store_sides(lw, o - n_ow, g, acc, h)
+                        store_sides(lw, o - n_ow, g, acc_of[0], h)
                 for o in range(n_sums):
                     for p in range(n_pat[c]):
                         xp[p] = sum_x[o, g] * sum_has[o, c, p]
                     for m in range(big_r + 1):
                         clear(Gmn[o, m], rs[j], nr[j])
                     for p in range(n_pat[c]):
-                        d0 = first_page(pd_all[g, p])  # one variant: one page
-                        if pv_all[g, p, 0] == 0.0:  # nothing to add (and 0 x inf)
-                            nil = True
-                            for r in range(1, LANES):
-                                if d0[r] != 0.0:
-                                    nil = False
-                            if nil:
-                                continue
+                        d0 = first_page(tangents(pd_all, g, p))  # one variant: one page
+                        if pv_all[g, p, 0] == 0.0 and no_tangents(d0):  # nothing to add
+                            continue  # (and 0 x inf)
                         sums_backward(Gmn[o], Gm[o], pv_all[g, p, 0], d0, xp[p],
                                       binom, tgt[c, p], rs[j], nr[j], one)
                 if n_sums:
@@ -317,14 +328,14 @@ def walk(
                     clear(Gn[q], rs[j], nr[j])
                     for p in range(n_pat[c]):
                         a, a_hi = coefficients(pv_all, pd_all, g, p)
-                        backward(Gn[q], G[q], a, a_hi, pd_all[g, p], tgt[c, p], rs[j], nr[j], h)
+                        backward(Gn[q], G[q], a, a_hi, tangents(pd_all, g, p), tgt[c, p], rs[j],
+                                 nr[j], h)
                 G, Gn = Gn, G  # the new value functions; the old buffer is reused
             for q in range(n_reg):
                 store_sides(pe, q, e, G[q, 0], h)
             for o in range(n_sums):
                 for m in range(big_r + 1):
-                    for r in range(LANES):
-                        sa[o, e, m, r] = Gm[o, m, 0, r]
+                    store_row(sa[o, e, m], Gm[o, m, 0])
 
 
 def leading_support(tgt: np.ndarray, n_pat: np.ndarray, pat: np.ndarray, ld_c: np.ndarray,

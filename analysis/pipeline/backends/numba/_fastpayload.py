@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from analysis.pipeline.backends.numba._fastrevhist import bar_key, split
+from analysis.pipeline.backends.numba._fastrevhist import bar_key, per_event, split
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import YIELDS, state_names
 
@@ -152,8 +152,7 @@ def after_walk(pulled: Pulled, plan: Plan, ev: np.ndarray, walk, bars: dict) -> 
         if gs is not None:  # a field: its objects' weights
             ow = walk.ow[gs]
             w = np.repeat(ev, counts) * ow
-            evbar += np.bincount(np.repeat(np.arange(ev.shape[0]), counts), weights=ow * dw,
-                                 minlength=ev.shape[0])
+            evbar += per_event(counts, ow * dw)
         else:
             w = ev * walk.pe
             evbar += walk.pe * dw

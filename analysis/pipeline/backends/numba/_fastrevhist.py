@@ -97,6 +97,13 @@ def split(plan: Plan, payload: list) -> tuple[list, list] | str:
     return list(payload[n_h: len(payload) - n_t]), [cots.get(s) for s in plan.hists]
 
 
+def per_event(counts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``(E,)`` each event's sum of its entries' ``weights`` (``counts[e]`` entries of
+    event ``e``, in event order)."""
+    n_ev = counts.shape[0]
+    return np.bincount(np.repeat(np.arange(n_ev), counts), weights=weights, minlength=n_ev)
+
+
 class _Fill(NamedTuple):
     """One fill: the specs filled from one set of entries and their bins' cotangents."""
 
@@ -201,27 +208,38 @@ class Reads:
         pbar, evbar = np.zeros(n_ev), np.zeros(n_ev)
         rows: dict = {}
         for fill in self.fills.get(key, ()):
-            spec = fill.specs[0]
-            node = spec.node
+            node = fill.specs[0].node
             p = walk.pe if node.kind == "branch" else walk.ow[sel.tab.gidx[node.head]]
-            x, raw, off, gs, g, gx, ebar, sumw, sumw2 = self._run(
-                fill, cols, run, sel, p, theta, widths, True, rows, threads)
-            for v, s in enumerate(fill.specs):
-                self.value[s.group][s.key] = Histogram(s.edges, sumw[v], sumw2[v])
-            if not fill.read:
-                continue  # the value states alone (_Fill.read)
+            done = self._fill(fill, cols, run, sel, p, theta, widths, grad, bars,
+                              bar_key(node, run), rows, threads)
+            if done is None:
+                continue
+            off, gs, g = done
             if gs is None:
                 pbar += sel.ev * g
                 evbar += walk.pe * g
             else:
-                evbar += np.bincount(np.repeat(np.arange(n_ev), np.diff(off)), weights=p * g,
-                                     minlength=n_ev)
-            bkey = bar_key(node, run)
-            if bkey in bars:  # a score's column (d|v|/dv = sign(v))
-                bars[bkey][:, : gx.size] += gx * np.sign(raw) if node.absolute else gx
-            for j, par in enumerate(spec.edge_params or (), start=1):
-                grad[:, par] += ebar[j]
+                evbar += per_event(np.diff(off), p * g)
         return pbar, evbar
+
+    def _fill(self, fill: _Fill, cols, run: Plan, sel, p: np.ndarray, theta, widths,
+              grad: np.ndarray, bars: dict, bkey: str | None, rows: dict,
+              threads: int | None) -> tuple | None:
+        """:meth:`_run` with the entries' probabilities ``p``: the value states into
+        :attr:`value`; read (:class:`_Fill`), the values' cotangents into ``bars[bkey]``
+        (a score's column, ``d|v|/dv = sign(v)``), the trainable edges' into ``grad`` and
+        ``(off, gs, g)`` (the entries' offsets, set, ``dL/dw``) returned, else None."""
+        _, raw, off, gs, g, gx, ebar, sumw, sumw2 = self._run(
+            fill, cols, run, sel, p, theta, widths, True, rows, threads)
+        for v, s in enumerate(fill.specs):
+            self.value[s.group][s.key] = Histogram(s.edges, sumw[v], sumw2[v])
+        if not fill.read:
+            return None
+        if bkey in bars:
+            bars[bkey][:, : gx.size] += gx * np.sign(raw) if fill.specs[0].node.absolute else gx
+        for j, par in enumerate(fill.specs[0].edge_params or (), start=1):
+            grad[:, par] += ebar[j]
+        return off, gs, g
 
     def selections(self, cols, run: Plan):
         """Every selection but the nominal region 0 (module docstring), as ``(key,

@@ -33,10 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
-from analysis.pipeline.backends.numba._fasttables import (
-    _Tables,
-    walk_table,
-)
+from analysis.pipeline.backends.numba._fasttables import _Tables
 from analysis.pipeline.backends.numba.kernels import _numba_sens
 
 __all__: list[str] = []  # internal to the numba kernel
@@ -83,19 +80,6 @@ def set_sensitivities(hp: np.ndarray, q: list[np.ndarray], codes: np.ndarray,
     return out
 
 
-def per_set(hp: np.ndarray, qs_of: list, base: np.ndarray, pat: np.ndarray,
-            n_pat: np.ndarray) -> dict:
-    """``{global set: (N_c,) dP/dq_js}`` of every collection: :func:`set_sensitivities`
-    of each collection's rows of ``hp`` (``(N, P)`` ``dP/dpi_jp``, or the cotangents
-    ``dL/dpi_jp``), ``qs_of`` as :attr:`Inputs.qs_of`, ``base`` ``(C + 1,)`` first
-    global index, ``pat[ci]`` the collection's pattern codes, ``n_pat[ci]`` its patterns."""
-    out = {}
-    for ci, (gsets, qs) in enumerate(qs_of):
-        d = set_sensitivities(hp[base[ci]: base[ci + 1]], qs, pat[ci], int(n_pat[ci]))
-        out.update(zip(gsets, d, strict=True))
-    return out
-
-
 def object_weights(hp: np.ndarray, pv: np.ndarray, codes: np.ndarray, n_pat: int,
                    ls: int) -> np.ndarray:
     """``P(j in set ls and the event passes) = sum_{p holds ls} pi_jp H_jp`` (pattern
@@ -108,20 +92,36 @@ def object_weights(hp: np.ndarray, pv: np.ndarray, codes: np.ndarray, n_pat: int
 
 
 class Inputs(NamedTuple):
-    """The walk's tables for one chunk (:func:`inputs`)."""
+    """The walk's tables for one chunk's selection (:func:`inputs`)."""
 
     tgt: np.ndarray  # (C, P, S) the count state after an object of each pattern
     f: np.ndarray  # (S,) the pass table
     df: np.ndarray  # (S, K) its derivatives in the trainable count thresholds
     pv_all: np.ndarray  # (N, P) every object's pattern probabilities
     qs_of: list  # per collection: (global set indices, their own probabilities)
+    base: np.ndarray  # (C + 1,) each collection's first global object index
+    pat: np.ndarray  # (C, P, S_c) the pattern codes (_fasttables._Tables.pat)
+    n_pat: np.ndarray  # (C,) each collection's patterns
+
+    def per_set(self, hp: np.ndarray) -> dict:
+        """``{global set: (N_c,) dP/dq_js}`` of every collection: :func:`set_sensitivities`
+        of each collection's rows of ``hp`` (``(N, P)`` ``dP/dpi_jp``, or ``dL/dpi_jp``)."""
+        out = {}
+        for ci, (gsets, qs) in enumerate(self.qs_of):
+            d = set_sensitivities(hp[self.base[ci]: self.base[ci + 1]], qs, self.pat[ci],
+                                  int(self.n_pat[ci]))
+            out.update(zip(gsets, d, strict=True))
+        return out
 
 
-def inputs(tab: _Tables, sets, base: np.ndarray, q_of: dict, theta: np.ndarray,
-           widths: np.ndarray, counts_tr: tuple[int, ...]) -> Inputs:
-    """The tables the walks of reverse mode read (:func:`walk`'s arguments)."""
+def inputs(tab: _Tables, table: tuple, base: np.ndarray, q_of: dict) -> Inputs:
+    """The tables the walks of reverse mode read (:func:`walk`'s ``ins``): ``table`` the
+    walk's ``(tgt, f, df)`` (:func:`analysis.pipeline.backends.numba._fasttables.walk_table`),
+    ``base`` ``(C + 1,)`` each collection's first global index, ``q_of[gs]`` the own
+    probabilities ``(N_c,)`` of every set (global index ``gs``)."""
     n_tot = int(base[-1])
-    tgt, f, df = walk_table(tab, sets, theta, widths, counts_tr)
+    tgt, f, df = table
+    df = np.ascontiguousarray(df)  # the kernels' argument
     pv_all = np.zeros((max(n_tot, 1), tab.pat.shape[1]))
     qs_of = []
     for ci in range(len(tab.collections)):
@@ -132,39 +132,36 @@ def inputs(tab: _Tables, sets, base: np.ndarray, q_of: dict, theta: np.ndarray,
         n_pat = int(tab.n_pat[ci])
         pv_all[base[ci]: base[ci + 1], :n_pat] = pattern_probabilities(
             qs, tab.pat[ci], n_pat, n_obj)
-    return Inputs(tgt, f, df, pv_all, qs_of)
+    return Inputs(tgt, f, df, pv_all, qs_of, base, tab.pat, tab.n_pat)
 
 
-def walk(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, q_of: dict,
-         theta: np.ndarray, widths: np.ndarray, counts_tr: tuple[int, ...],
-         want_w: set, *, max_seq: int, block: int, threads: int | None,
-         wbar: dict | None = None) -> Walk:
-    """The sensitivities' walk of one chunk (module docstring): ``tab`` the plan's tables,
-    ``sets`` its :class:`~analysis.pipeline.plan.SetsPlan` (the pass table), ``coff``
-    ``(C, E + 1)`` object offsets per collection, ``base`` ``(C + 1,)`` first global
-    index, ``q_of[gs]`` the own probabilities ``(N_c,)`` of every set (global index
-    ``gs``), ``counts_tr`` the trainable count thresholds' parameters, ``want_w`` the
-    global set indices whose objects' weights are asked for. ``wbar`` given (``wbar[gs]``:
-    ``(N_c,)`` ``dL/dw_js``, the objects' weights' cotangents, for some sets): also the
-    walk's vector-Jacobian product for them (``dq_w``, ``dfw``)."""
+def walk(coff: np.ndarray, ins: Inputs, want_w: set, *, max_seq: int, block: int,
+         threads: int | None, wbar: dict | None = None) -> Walk:
+    """The sensitivities' walk of one chunk (module docstring): ``coff`` ``(C, E + 1)``
+    object offsets per collection, ``ins`` the walk's tables and
+    pattern probabilities (:func:`inputs`), ``want_w`` the global set indices whose
+    objects' weights are asked for. ``wbar`` given (``wbar[gs]``: ``(N_c,)``
+    ``dL/dw_js``, the objects' weights' cotangents, for some sets): also the walk's
+    vector-Jacobian product for them (``dq_w``, ``dfw``)."""
     n_ev = coff.shape[1] - 1
+    tgt, f, df, pv_all, qs_of, base, pat, n_pat = ins
     n_tot = int(base[-1])
-    p_max = tab.pat.shape[1]
-    tgt, f, df, pv_all, qs_of = inputs(tab, sets, base, q_of, theta, widths, counts_tr)
+    p_max = pat.shape[1]
+    n_k = df.shape[1]
     adjoint = wbar is not None
     cw = np.zeros((max(n_tot, 1) if adjoint else 1, p_max))
     for ci, (gsets, _) in enumerate(qs_of):
         for ls, gs in enumerate(gsets):
             if adjoint and wbar and gs in wbar:  # a pattern's cotangent: its sets' sum
-                held = tab.pat[ci, : int(tab.n_pat[ci]), ls] == 1
+                held = pat[ci, : int(n_pat[ci]), ls] == 1
                 cw[base[ci]: base[ci + 1], : held.size] += np.outer(wbar[gs], held)
     pe = np.zeros(n_ev)
     hp = np.zeros((max(n_tot, 1), p_max))
     gp = np.zeros((max(n_tot, 1), p_max) if adjoint else (1, 1))
-    dfe = np.zeros((n_ev, len(counts_tr)))
-    dfw = np.zeros((n_ev if adjoint else 0, len(counts_tr)))
+    dfe = np.zeros((n_ev, n_k))
+    dfw = np.zeros((n_ev if adjoint else 0, n_k))
     if n_ev:
-        args = (coff, base, pv_all, tab.n_pat, tgt, f, np.ascontiguousarray(df), cw, adjoint,
+        args = (coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint,
                 max(max_seq, 1), block, pe, hp, dfe, gp, dfw)
         _run_blocks(_numba_sens.pattern_sensitivities, args, max(1, -(-n_ev // block)),
                     threads)
@@ -173,8 +170,8 @@ def walk(tab: _Tables, sets, coff: np.ndarray, base: np.ndarray, q_of: dict,
         for ls, gs in enumerate(gsets):
             if gs in want_w:
                 ow[gs] = object_weights(hp[base[ci]: base[ci + 1]],
-                                        pv_all[base[ci]: base[ci + 1]], tab.pat[ci],
-                                        int(tab.n_pat[ci]), ls)
-    dq = per_set(hp, qs_of, base, tab.pat, tab.n_pat)
-    dq_w = per_set(gp, qs_of, base, tab.pat, tab.n_pat) if adjoint else None
+                                        pv_all[base[ci]: base[ci + 1]], pat[ci],
+                                        int(n_pat[ci]), ls)
+    dq = ins.per_set(hp)
+    dq_w = ins.per_set(gp) if adjoint else None
     return Walk(pe, dq, ow, dfe, dq_w, dfw if adjoint else None)

@@ -16,22 +16,25 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba import _histmulti, fastkernel
-from analysis.pipeline.backends.numba._fastpool import splits, yield_sums
+from analysis.pipeline.backends.numba._fastpatterns import balanced_blocks
+from analysis.pipeline.backends.numba._fastpool import _run_dynamic, splits, yield_sums
 from analysis.pipeline.backends.numba._fasttables import _par_index
 from analysis.pipeline.backends.numba._histtables import _memo, _region_plan
 from analysis.pipeline.backends.numba.fastkernel import _event_weights, _run_blocks
 from analysis.pipeline.backends.numba.kernels import (
     _numba_dp,
+    _numba_esum,
     _numba_esum_fill,
     _numba_fill,
 )
-from analysis.pipeline.histplan import factor_values
+from analysis.pipeline.histplan import factor_values, too_many_uncertain
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.select.certain import certain_objects
 from analysis.stats.histogram import Histogram
 
-__all__ = ["edge_lanes", "fill_key", "set_objects", "soft_width", "summed_values"]
+__all__ = ["edge_lanes", "event_sum_bins", "fill_key", "set_objects", "soft_width",
+           "summed_values"]
 
 _SUMS = ("sum", "count")
 
@@ -157,6 +160,40 @@ def set_objects(tab, base: np.ndarray, ci: int, name: str, pv: np.ndarray) -> tu
     has = np.ascontiguousarray(tab.pat[ci, :, tab.local[name]] == 1, dtype=np.int64)
     n_pat = int(tab.n_pat[ci])
     return (has, *certain_objects(pv[base[ci]: base[ci + 1], :n_pat], has[:n_pat] == 1))
+
+
+def event_sum_bins(spec, sets, tab, walk: tuple, flats: dict, theta, widths, trainable,
+                   out: np.ndarray, objects: dict, *, block: int,
+                   threads: int | None) -> tuple[tuple, np.ndarray]:
+    """Each event's ``P(region passes, X in bin b)`` of the event sum ``spec`` and its
+    tangents in ``trainable`` into ``out`` ``(E, bins, >= 4)``
+    (:func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`, its
+    arguments ``walk = (coff, base, pv_all, pd_all, n_pat, tgt, f, df)`` first), in
+    blocks of about ``block`` events; which objects it enumerates once per set, kept in
+    ``objects``. Returns its arguments after ``walk`` (its adjoint's too) and ``(E,)``
+    each event's uncertain objects (too many: :func:`~analysis.pipeline.histplan.too_many_uncertain`)."""
+    node = spec.node
+    coff, base, pv_all = walk[:3]
+    coll = sets.collection_of(node.head)
+    if node.head not in objects:
+        ci = tab.collections.index(coll)
+        objects[node.head] = (ci, *set_objects(tab, base, ci, node.head, pv_all[:, :, 0]))
+    ci = objects[node.head][0]
+    vals = summed_values(node, flats, coll, int(coff[ci, -1]))
+    edges = np.array(spec.edges_of(theta), np.float64)  # writable: one compiled type
+    rest = (*objects[node.head], vals, edges)
+    n_ev = out.shape[0]
+    unc = np.zeros(n_ev, np.int64)
+    if n_ev:
+        block, n_blocks = balanced_blocks(n_ev, block, threads)
+        args = (*walk, *rest, soft_width(spec.width_index, widths),
+                edge_lanes(spec, trainable, len(edges)), len(trainable) + 1, block, out, unc)
+        kernel = _numba_esum.event_sum_bins
+        _run_dynamic(_numba_dp.compiled(kernel, args), args, n_blocks, threads)
+    top = int(unc.max(initial=0))
+    if top > _numba_esum.MAX_UNCERTAIN:  # more than the kernel enumerates
+        raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)
+    return rest, unc
 
 
 def summed_values(node, flats: dict, coll: str, n_obj: int) -> np.ndarray:

@@ -26,15 +26,13 @@ import numpy as np
 from analysis.pipeline.backends.numba import (
     _fastleading,
     _fastrevhist,
-    _fastsens,
     _histmulti,
     _revhistsums,
     _revobs,
 )
+from analysis.pipeline.backends.numba._fastrevhist import per_event
 from analysis.pipeline.backends.numba._revobs import Pulled
-from analysis.pipeline.backends.numba.kernels import _numba_dp
 from analysis.pipeline.plan import Plan
-from analysis.stats.histogram import Histogram
 
 __all__: list[str] = []  # internal to the numba kernel
 
@@ -95,22 +93,20 @@ class Reads(_fastrevhist.Reads):
         lead, sums = self.lead.get(key, ()), self.sums.get(key, ())
         if not lead and not sums:
             return by
-        tab = sel.tab
         n_ev = sel.ev.shape[0]
-        ins = _fastsens.inputs(tab, run.sets, sel.base, sel.q_of, theta, widths, sel.counts_tr)
-        gp = np.zeros_like(ins.pv_all)
+        gp = np.zeros_like(sel.ins.pv_all)
         dfs = np.zeros((n_ev, len(sel.counts_tr)))
         # the nominal selection's candidates, where the value walk gave them, and the
         # indexed observables' cotangents of them left to this pass (_revobs)
         nominal = by is not None and key == (None, 0)
-        read = self._leading(lead, cols, run, sel, ins, theta, widths, grad, bars, dev, gp, dfs,
+        read = self._leading(lead, cols, run, sel, theta, widths, grad, bars, dev, gp, dfs,
                              threads, by.cands or {} if nominal else {},
                              by.wq or {} if nominal else {})
-        dq = _fastsens.per_set(gp, ins.qs_of, sel.base, tab.pat, tab.n_pat)
+        dq = sel.ins.per_set(gp)
         dcount = dfs.sum(axis=0)
         if sums:
-            sq, sc = _revhistsums.pull(sums, self.plan, cols, run, sel, ins, theta, widths,
-                                       grad, dev, self.value, threads=threads)
+            sq, sc = _revhistsums.pull(sums, self.plan, cols, run, sel, theta, widths, grad,
+                                       dev, self.value, threads=threads)
             read = read or any(f.read for f in sums)
             dq = {gs: d + sq[gs] for gs, d in dq.items()}
             dcount = dcount + sc
@@ -120,15 +116,14 @@ class Reads(_fastrevhist.Reads):
             return Pulled(dq, np.zeros(n_ev), dcount)
         return Pulled({gs: d + by.dq[gs] for gs, d in dq.items()}, by.dev, dcount + by.dcount)
 
-    def _leading(self, fills, cols, run: Plan, sel, ins: _fastsens.Inputs, theta, widths,
-                 grad: np.ndarray, bars: dict, dev: np.ndarray, gp: np.ndarray,
-                 dfs: np.ndarray, threads: int | None, have: dict, seed: dict) -> bool:
+    def _leading(self, fills, cols, run: Plan, sel, theta, widths, grad: np.ndarray,
+                 bars: dict, dev: np.ndarray, gp: np.ndarray, dfs: np.ndarray,
+                 threads: int | None, have: dict, seed: dict) -> bool:
         """The fills of leading objects (module docstring): ``dL/dpi`` into ``gp``, the
         count thresholds' per event into ``dfs``; whether any was read. ``have``: the
         selection's candidates already walked in this pass, per ``(set, depth)``;
         ``seed``: the indexed observables' ``dL/dw(a)`` of some of them (the sum's one
         vector-Jacobian product here)."""
-        n_ev = sel.ev.shape[0]
         walks: dict = {}  # _fastleading.key -> its candidates (_Lead)
         pulled: set = set()  # the keys a read fill pulls back
         for f in fills:
@@ -139,33 +134,26 @@ class Reads(_fastrevhist.Reads):
                 walks[k] = _Lead(c, np.array(seed[k], np.float64) if k in seed
                                  else np.zeros(c.w.shape[0]))
             elif k not in walks:
-                walks[k] = _candidates(k, run, sel, ins, threads)
+                walks[k] = _candidates(k, run, sel, threads)
             lead = walks[k]
             tuples = node.kind in _histmulti.KINDS  # entries: the tuples, else the objects
             last = None if tuples else lead.cand.obj[:, k[1]]
             lw = (lead.cand.w[:, 0] if tuples else np.bincount(
                 last, weights=lead.cand.w[:, 0], minlength=int(sel.coff[lead.cand.walked[2], -1])))
             self._tuples = lead
-            x, raw, off, _, g, gx, ebar, sumw, sumw2 = self._run(
-                f, cols, run, sel, lw, theta, widths, True, {}, threads)
-            for v, s in enumerate(f.specs):
-                self.value[s.group][s.key] = Histogram(s.edges, sumw[v], sumw2[v])
-            if not f.read:
-                continue  # the value states alone (_fastrevhist._Fill.read)
+            # a score's column; a tuple's value is data (numba/_histmulti)
+            bkey = None if tuples else f"{run.sets.collection_of(node.slots[0][0])}:{node.field}"
+            done = self._fill(f, cols, run, sel, lw, theta, widths, grad, bars, bkey, {}, threads)
+            if done is None:
+                continue
+            off, _, g = done
             pulled.add(k)
             lead.wq[:] += np.repeat(sel.ev, np.diff(lead.cand.off)) * (g if tuples else g[last])
-            dev += np.bincount(np.repeat(np.arange(n_ev), np.diff(off)), weights=lw * g,
-                               minlength=n_ev)
-            # a score's column (d|v|/dv = sign(v)); a tuple's value is data (numba/_histmulti)
-            bkey = None if tuples else f"{run.sets.collection_of(node.slots[0][0])}:{node.field}"
-            if bkey in bars:
-                bars[bkey][:, : gx.size] += gx * np.sign(raw) if node.absolute else gx
-            for j, par in enumerate(f.specs[0].edge_params or (), start=1):
-                grad[:, par] += ebar[j]
+            dev += per_event(np.diff(off), lw * g)
         for k, lead in walks.items():  # one per key (a 0 cotangent would meet a NaN event)
             if k in pulled:
-                _revobs.cands_vjp(lead.cand, sel.coff, sel.base, sel.tab, ins, lead.wq, gp, dfs,
-                                  block=BLOCK, threads=threads)
+                _revobs.cands_vjp(lead.cand, sel.coff, sel.ins, lead.wq, gp, dfs, block=BLOCK,
+                                  threads=threads)
         return bool(pulled)
 
 
@@ -176,12 +164,12 @@ class _Lead(NamedTuple):
     wq: np.ndarray  # (Q,) the tuples' weights' cotangents (zeros: to be added)
 
 
-def _candidates(k: tuple, run: Plan, sel, ins: _fastsens.Inputs, threads: int | None) -> _Lead:
+def _candidates(k: tuple, run: Plan, sel, threads: int | None) -> _Lead:
     """The candidate tuples of :func:`analysis.pipeline.backends.numba._fastleading.key`
-    ``k`` on the selection's tables and pattern probabilities ``ins``, without tangents."""
+    ``k`` on the selection's tables and pattern probabilities, without tangents."""
     n_blocks = max(1, -(-(sel.coff.shape[1] - 1) // BLOCK))
-    lanes = _numba_dp.LANES
+    ins = sel.ins
+    pd0, df0 = sel.zero_tangents
     cand = _fastleading.walk_key(k, run, sel.tab, sel.coff, sel.base, sel.flats, ins.pv_all,
-                                 np.zeros(ins.pv_all.shape + (lanes,)), ins.tgt, ins.f,
-                                 np.zeros((ins.f.shape[0], lanes)), BLOCK, n_blocks, threads)
+                                 pd0, ins.tgt, ins.f, df0, BLOCK, n_blocks, threads)
     return _Lead(cand, np.zeros(cand.w.shape[0]))

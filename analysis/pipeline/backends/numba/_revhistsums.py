@@ -20,16 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.pipeline.backends.numba._fastpool import _run_dynamic
-from analysis.pipeline.backends.numba._fastsens import per_set
-from analysis.pipeline.backends.numba._histfills import (
-    _factors,
-    set_objects,
-    soft_width,
-    summed_values,
-)
-from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum, _numba_esum_fill
+from analysis.pipeline.backends.numba._histfills import _factors, event_sum_bins, soft_width
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum_fill
 from analysis.pipeline.backends.numba.kernels._numba_esum_adj import event_sum_vjp
-from analysis.pipeline.histplan import too_many_uncertain
 from analysis.pipeline.plan import Plan
 from analysis.stats.histogram import Histogram
 
@@ -41,50 +34,39 @@ KINDS = ("sum", "count")
 BLOCK = 1024
 
 
-def pull(fills: list, plan: Plan, cols, run: Plan, sel, ins, theta, widths, grad: np.ndarray,
+def pull(fills: list, plan: Plan, cols, run: Plan, sel, theta, widths, grad: np.ndarray,
          dev: np.ndarray, value: dict, *, threads: int | None = None) -> tuple[dict, np.ndarray]:
-    """The fills of event sums of one selection (``sel``, ``run`` its plan without scores,
-    ``ins`` its tables, :func:`analysis.pipeline.backends.numba._fastsens.inputs`; ``plan``:
-    the pass's, for the weight variations): their value states into ``value``,
+    """The fills of event sums of one selection (``sel``, ``run`` its plan without scores;
+    ``plan``: the pass's, for the weight variations): their value states into ``value``,
     ``dL/dev_e`` added to ``dev``, the trainable edges' cotangents to ``grad`` (one row);
     returns ``({global set: (N_c,) dL/dq_js}, (K,) dL/d(count threshold))``."""
-    tab, coff, base = sel.tab, sel.coff, sel.base
+    tab, coff, ins = sel.tab, sel.coff, sel.ins
     n_ev = sel.ev.shape[0]
     dq = {gs: np.zeros(int(coff[tab.collections.index(c), -1]))
           for gs, c in enumerate(tab.set_coll)}
     dcount = np.zeros(len(sel.counts_tr))
     weight = np.ascontiguousarray(cols.weight, dtype=np.float64)
     rows: dict = {}
-    pv3 = np.ascontiguousarray(ins.pv_all[:, :, None])
+    objects: dict = {}  # which objects the kernel enumerates, per set
+    # values only: no tangent, no lane of an edge
+    pd0, df0 = sel.zero_tangents
+    walk = (coff, sel.base, np.ascontiguousarray(ins.pv_all[:, :, None]), pd0, ins.n_pat,
+            ins.tgt, ins.f, df0)
     for fill in fills:
         spec = fill.specs[0]
-        node = spec.node
-        coll = run.sets.collection_of(node.head)
-        ci = tab.collections.index(coll)
-        has, cert, inside = set_objects(tab, base, ci, node.head, ins.pv_all)
-        vals = summed_values(node, sel.flats, coll, int(coff[ci, -1]))
-        edges = np.array(spec.edges_of(theta), np.float64)
-        soft = soft_width(spec.width_index, widths)
-        factors = _factors(plan, fill.specs, cols, weight, rows)
-        c = factors.T @ fill.sbar + (factors * factors * weight).T @ fill.sbar2  # (E, B)
-        cev = np.ascontiguousarray(c * sel.ev[:, None])
-        rest = (ci, has, cert, inside, vals, edges)
         # values in lane 0; four lanes: the hard kernel's sparse path adds four
-        out = np.zeros((n_ev, len(edges) + 1, 4))
-        unc = np.zeros(n_ev, np.int64)
-        # values only: no tangent, no lane of an edge
-        head = (coff, base, pv3, np.zeros(ins.pv_all.shape + (_numba_dp.LANES,)), tab.n_pat,
-                ins.tgt, ins.f, np.zeros((ins.f.shape[0], _numba_dp.LANES)))
-        args = (*head, *rest, soft, np.zeros(len(edges), np.int64), 1, BLOCK, out, unc)
-        _run(_numba_esum.event_sum_bins, args, n_ev, threads)
-        top = int(unc.max(initial=0))
-        if top > _numba_esum.MAX_UNCERTAIN:  # more than the kernel enumerates
-            raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)
+        out = np.zeros((n_ev, len(spec.edges) + 1, 4))
+        rest, _ = event_sum_bins(spec, run.sets, tab, walk, sel.flats, theta, widths, (), out,
+                                 objects, block=BLOCK, threads=threads)
+        factors = _factors(plan, fill.specs, cols, weight, rows)
         _values(fill, out, sel.ev, factors, weight, value)
         if not fill.read:
             continue  # the value states alone (_fastrevhist._Fill.read)
+        c = factors.T @ fill.sbar + (factors * factors * weight).T @ fill.sbar2  # (E, B)
         dev += np.einsum("eb,eb->e", c, out[:, :, 0])
-        ebar = _adjoint(head, rest, soft, ins, cev, tab, dq, dcount, threads)
+        soft = soft_width(spec.width_index, widths)
+        ebar = _adjoint(walk, rest, soft, ins, np.ascontiguousarray(c * sel.ev[:, None]), dq,
+                        dcount, threads)
         for j, par in enumerate(spec.edge_params or () if soft > 0.0 else (), start=1):
             grad[:, par] += ebar[:, j].sum()  # hard bins: the edges move no bin's value
     return dq, dcount
@@ -95,14 +77,14 @@ def _run(kernel, args: tuple, n_ev: int, threads: int | None) -> None:
     _run_dynamic(_numba_dp.compiled(kernel, args), args, max(1, -(-n_ev // BLOCK)), threads)
 
 
-def _adjoint(head: tuple, rest: tuple, soft: float, ins, cev: np.ndarray, tab, dq: dict,
+def _adjoint(walk: tuple, rest: tuple, soft: float, ins, cev: np.ndarray, dq: dict,
              dcount: np.ndarray, threads: int | None) -> np.ndarray:
     """The cotangents by one backward sweep per event
     (:func:`analysis.pipeline.backends.numba.kernels._numba_esum_adj.event_sum_vjp`;
-    ``head``, ``rest``: the forward kernel's arguments before and after ``cs``) added to
-    ``dq`` and ``dcount``; returns ``(E, edges)`` the edges' ``dL/de`` per event (soft
-    bins; ``(E, 0)`` hard bins)."""
-    coff, base, pv3, _, n_pats, tgt, f, _ = head
+    ``walk``, ``rest``: the forward kernel's arguments before and after ``cs``, ``ins``
+    the selection's tables) added to ``dq`` and ``dcount``; returns ``(E, edges)`` the
+    edges' ``dL/de`` per event (soft bins; ``(E, 0)`` hard bins)."""
+    coff, base, pv3, _, n_pats, tgt, f, _ = walk
     n_ev = cev.shape[0]
     gp = np.zeros(ins.pv_all.shape)
     fbar = np.zeros((n_ev, ins.f.shape[0]))
@@ -110,7 +92,7 @@ def _adjoint(head: tuple, rest: tuple, soft: float, ins, cev: np.ndarray, tab, d
     g0 = np.ascontiguousarray(np.column_stack([ins.f, ins.df]))
     args = (coff, base, pv3, n_pats, tgt, f, g0, *rest, soft, cev, BLOCK, gp, fbar, ebar)
     _run(event_sum_vjp, args, n_ev, threads)
-    for gs, dd in per_set(gp, ins.qs_of, base, tab.pat, n_pats).items():
+    for gs, dd in ins.per_set(gp).items():
         dq[gs] += dd
     dcount += fbar.sum(axis=0) @ ins.df
     return ebar
@@ -119,11 +101,13 @@ def _adjoint(head: tuple, rest: tuple, soft: float, ins, cev: np.ndarray, tab, d
 def _values(fill, out: np.ndarray, ev: np.ndarray, factors: np.ndarray, weight: np.ndarray,
             value: dict) -> None:
     """The fill's value states from the bins' values ``out[:, :, 0]`` (the forward
-    pass's fill, :func:`analysis.pipeline.backends.numba.kernels._numba_esum_fill.fill_bins`)."""
+    pass's fill, :func:`analysis.pipeline.backends.numba.kernels._numba_esum_fill.fill_bins`,
+    compiled as the forward pass compiles it: :func:`analysis.select.lanes.policy.vectorised`)."""
     n_b = out.shape[1]
     sumw = np.zeros((len(fill.specs), n_b, 1))
     sumw2 = np.zeros_like(sumw)
-    _numba_esum_fill.fill_bins(np.ascontiguousarray(out[:, :, :1]), np.ascontiguousarray(ev[:, None]),
-                          np.ascontiguousarray(factors), weight, sumw, sumw2, 0, n_b)
+    args = (np.ascontiguousarray(out[:, :, :1]), np.ascontiguousarray(ev[:, None]),
+            np.ascontiguousarray(factors), weight, sumw, sumw2, 0, n_b)
+    _numba_dp.vectorised(_numba_esum_fill.fill_bins, args)(*args)
     for v, s in enumerate(fill.specs):
         value[s.group][s.key] = Histogram(s.edges, sumw[v, :, 0], sumw2[v, :, 0])

@@ -53,6 +53,7 @@ from analysis.pipeline.backends.numba import _fastleading, _fastsens
 from analysis.pipeline.backends.numba._fastmoments import _shift
 from analysis.pipeline.backends.numba._fastpayload import entry_cotangents
 from analysis.pipeline.backends.numba._fastpool import _run_blocks
+from analysis.pipeline.backends.numba._fastrevhist import per_event
 from analysis.pipeline.backends.numba.fastkernel import event_sum_inputs
 from analysis.pipeline.backends.numba.kernels import _numba_esum_vjp, _numba_lead
 from analysis.pipeline.plan import Plan
@@ -108,22 +109,19 @@ def coefficients(read, a_e: np.ndarray, ev: np.ndarray, order: int
     return c, s @ g
 
 
-def _sums(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndarray,
-          ev: np.ndarray, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray, *,
-          max_seq: int, block: int, threads: int | None) -> None:
+def _sums(reads: list, plan: Plan, sel, wt, gp: np.ndarray, dev: np.ndarray, dfs: np.ndarray,
+          *, block: int, threads: int | None) -> None:
     """The event sums' share (module docstring) for the payload's ``reads`` of kinds
     ``sum``/``count`` (``plan`` without scores), added to ``gp`` ``(N, P)`` ``dL/dpi``,
     ``dev`` ``(E,)`` ``dL/dev_e`` and ``dfs`` ``(E, K)`` ``dL/d(count threshold)``:
-    ``wt`` the value walk's :class:`~analysis.pipeline.backends.numba.fastkernel._Weights`
-    (its per-event moments ``sa``, offsets ``coff``, fields ``flats``, candidates
-    ``cands``), ``ins`` the walk's tables
-    (:func:`analysis.pipeline.backends.numba._fastsens.inputs`), ``base`` each
-    collection's first global index, ``ev`` ``(E,)`` the event weights times the soft
-    branch cuts."""
-    coff = wt.coff
+    ``sel`` the selection (:func:`pull`: its tables, event weights times the soft branch
+    cuts ``ev``), ``wt`` the value walk's
+    :class:`~analysis.pipeline.backends.numba.fastkernel._Weights` (its per-event moments
+    ``sa``, offsets ``coff``, fields ``flats``)."""
+    coff, base, ins, ev = wt.coff, sel.base, sel.ins, sel.ev
     n_ev = coff.shape[1] - 1
     sums = [r.index for r in reads]
-    sum_x, sum_has, binom = event_sum_inputs(plan, tab, base, wt.flats, sums)
+    sum_x, sum_has, binom = event_sum_inputs(plan, sel.tab, base, wt.flats, sums)
     cm = np.zeros((len(sums), n_ev, binom.shape[0]))
     for o, read in enumerate(reads):
         order = plan.sets.orders[read.index]
@@ -131,8 +129,8 @@ def _sums(reads: list, plan: Plan, tab, wt, ins: _fastsens.Inputs, base: np.ndar
         cm[o, :, : order + 1] = ev[:, None] * c
         dev += d
     if n_ev:
-        args = (coff, base, ins.pv_all, tab.n_pat, ins.tgt, ins.f, np.ascontiguousarray(ins.df),
-                sum_x, sum_has, binom, cm, max(max_seq, 1), block, gp, dfs)
+        args = (coff, base, ins.pv_all, ins.n_pat, ins.tgt, ins.f, ins.df, sum_x, sum_has,
+                binom, cm, max(sel.max_seq, 1), block, gp, dfs)
         _run_blocks(_numba_esum_vjp.sums_vjp, args, max(1, -(-n_ev // block)), threads)
 
 
@@ -142,39 +140,36 @@ def _leads(reads: list, plan: Plan, wt, cols, ev: np.ndarray, dev: np.ndarray) -
     columns): ``dL/dev_e`` added to ``dev``, and the candidates' ``dL/dw(a)`` per
     :func:`analysis.pipeline.backends.numba._fastleading.key` (their vector-Jacobian
     product: :func:`pull`)."""
-    n_ev = wt.coff.shape[1] - 1
     wq: dict = {}
     for read in reads:
         obs = plan.observables[read.index]
         k = _fastleading.key(obs.x)
         cand = wt.cands[k]
-        per_event = np.diff(cand.off)
-        evq = np.repeat(ev, per_event)
+        counts = np.diff(cand.off)
+        evq = np.repeat(ev, counts)
         x = _fastleading.values(obs.x, cand, plan, wt.flats, cols.events)
         y = (None if read.state == "moments"
              else _fastleading.values(obs.y, cand, plan, wt.flats, cols.events))
         w = cand.w[:, 0]
         dw, _, _ = entry_cotangents(read, x, y, evq * w)
         wq[k] = wq.get(k, 0.0) + evq * dw
-        dev += np.bincount(np.repeat(np.arange(n_ev), per_event), weights=w * dw,
-                           minlength=n_ev)
+        dev += per_event(counts, w * dw)
     return wq
 
 
-def cands_vjp(cand: _fastleading.Candidates, coff: np.ndarray, base: np.ndarray, tab,
-              ins: _fastsens.Inputs, wq: np.ndarray, gp: np.ndarray, dfs: np.ndarray, *,
-              block: int, threads: int | None) -> None:
+def cands_vjp(cand: _fastleading.Candidates, coff: np.ndarray, ins: _fastsens.Inputs,
+              wq: np.ndarray, gp: np.ndarray, dfs: np.ndarray, *, block: int,
+              threads: int | None) -> None:
     """The candidates walk's vector-Jacobian product
     (:func:`analysis.pipeline.backends.numba.kernels._numba_lead.candidates`) of
     ``cand``'s tuples' ``wq`` ``(Q,)`` ``dL/dw(a)``, added to ``gp`` ``(N, P)`` ``dL/dpi``
-    and ``dfs`` ``(E, K)`` (``coff``, ``base``, ``tab``, ``ins``: the selection's offsets,
-    first global indices, tables and pattern probabilities)."""
+    and ``dfs`` ``(E, K)`` (``coff``, ``ins``: the selection's offsets and tables with
+    its pattern probabilities)."""
     n_ev = coff.shape[1] - 1
     if not n_ev:
         return
-    args = (coff, base, *cand.walked, ins.pv_all, 0.0, tab.pat, tab.n_pat, ins.tgt, ins.f,
-            np.ascontiguousarray(ins.df), cand.off, block, None, None,
-            np.ascontiguousarray(wq, np.float64), gp, dfs)
+    args = (coff, ins.base, *cand.walked, ins.pv_all, 0.0, ins.pat, ins.n_pat, ins.tgt, ins.f,
+            ins.df, cand.off, block, None, None, np.ascontiguousarray(wq, np.float64), gp, dfs)
     _run_blocks(_numba_lead.candidates, args, max(1, -(-n_ev // block)), threads)
 
 
@@ -196,30 +191,26 @@ class Pulled(NamedTuple):
     wq: dict | None = None
 
 
-def pull(reads: list, plan: Plan, sel, wt, cols, theta: np.ndarray, widths: np.ndarray, *,
-         block: int, threads: int | None, defer: frozenset = frozenset()) -> Pulled:
+def pull(reads: list, plan: Plan, sel, wt, cols, *, block: int, threads: int | None,
+         defer: frozenset = frozenset()) -> Pulled:
     """The share of the payload's ``reads`` of kinds :data:`KINDS` (``plan`` without
     scores; ``sel`` its selection, :func:`analysis.pipeline.backends.numba.fastreverse._selection`:
     tables, each set's own probabilities, the event weights times the soft branch cuts;
     ``wt`` its value walk, :func:`analysis.pipeline.backends.numba.fastkernel.evaluate_columns`'
     ``keep``); the candidates of the keys ``defer`` without their vector-Jacobian product
     (:attr:`Pulled.wq`)."""
-    coff, tab, base = wt.coff, sel.tab, sel.base
+    coff, ins = wt.coff, sel.ins
     n_ev = coff.shape[1] - 1
-    ins = _fastsens.inputs(tab, plan.sets, base, sel.q_of, theta, widths, sel.counts_tr)
     gp = np.zeros_like(ins.pv_all)
     dev = np.zeros(n_ev)
     dfs = np.zeros((n_ev, len(sel.counts_tr)))
     sums, leads = ([r for r in reads if plan.observables[r.index].x.kind in k]
                    for k in (SUMS, LEADS))
     if sums:
-        _sums(sums, plan, tab, wt, ins, base, sel.ev, gp, dev, dfs, max_seq=sel.max_seq,
-              block=block, threads=threads)
+        _sums(sums, plan, sel, wt, gp, dev, dfs, block=block, threads=threads)
     wq = _leads(leads, plan, wt, cols, sel.ev, dev)  # (set, depth) -> (Q,) dL/dw(a)
     for k, w in wq.items():
         if k not in defer:
-            cands_vjp(wt.cands[k], coff, base, tab, ins, w, gp, dfs, block=block,
-                      threads=threads)
-    dq = _fastsens.per_set(gp, ins.qs_of, base, tab.pat, tab.n_pat)
-    return Pulled(dq, dev, dfs.sum(axis=0), wt.cands,
+            cands_vjp(wt.cands[k], coff, ins, w, gp, dfs, block=block, threads=threads)
+    return Pulled(ins.per_set(gp), dev, dfs.sum(axis=0), wt.cands,
                   {k: w for k, w in wq.items() if k in defer})

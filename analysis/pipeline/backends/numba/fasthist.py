@@ -51,11 +51,10 @@ from analysis.pipeline.backends.numba._histtables import (
 from analysis.pipeline.backends.numba.fastkernel import _inputs, _work
 from analysis.pipeline.backends.numba.kernels import (
     _numba_dp,
-    _numba_esum,
     _numba_esum_fill,
     _numba_hist,
 )
-from analysis.pipeline.histplan import GROUPS, too_many_uncertain
+from analysis.pipeline.histplan import GROUPS
 from analysis.pipeline.layout import ChunkColumns
 from analysis.pipeline.plan import Plan
 from analysis.pipeline.results import state_tree
@@ -236,47 +235,26 @@ def _walk(variants: list[ChunkColumns], plan: Plan, specs, theta, widths, traina
 def _event_sums(specs, plan: Plan, tab, tgt, coff, base, flats, pv_all, pd_all, fs, dfs, rpos,
                 theta, widths, trainable, width: int, k: int, threads) -> tuple[dict, dict]:
     """Per :func:`analysis.pipeline.backends.numba._histfills.fill_key` of the event-sum
-    specs (region, x, bins), ``(E, bins, width)``: each event's ``P(region passes, X in
-    bin b)`` and tangents
-    (:func:`analysis.pipeline.backends.numba.kernels._numba_esum.event_sum_bins`; soft bins
-    where the spec's width at ``widths`` is > 0, trainable edges' tangents in their
-    parameters' lanes of ``trainable``), from the
-    walk's pattern probabilities, before the next walk reuses them; per collection
-    ``(E,)`` the uncertain objects of each event (the most over the specs). More than
-    :data:`analysis.pipeline.backends.numba.kernels._numba_esum.MAX_UNCERTAIN`: the
-    one-line :func:`analysis.pipeline.histplan.too_many_uncertain`."""
+    specs, ``(E, bins, width)`` each event's bins' probabilities and tangents
+    (:func:`analysis.pipeline.backends.numba._histfills.event_sum_bins`) from the walk's
+    pattern probabilities, before the next walk reuses them; per collection ``(E,)`` the
+    uncertain objects of each event (the most over the specs)."""
     n_ev = int(coff.shape[1] - 1)
-    nl = len(trainable) + 1
     es: dict = {}
     n_unc: dict = {}
-    of_set: dict = {}  # set -> (collection index, has, cert, ins): one per set, not per region
+    objects: dict = {}  # which objects the kernel enumerates: one per set, not per region
     for spec in specs:
-        node = spec.node
         key = fill_key(spec)
-        if node.kind not in _SUMS or key in es:
+        if spec.node.kind not in _SUMS or key in es:
             continue
-        s = node.head
-        coll = plan.sets.collection_of(s)
-        if s not in of_set:  # which objects the kernel enumerates
-            ci = tab.collections.index(coll)
-            of_set[s] = (ci, *_histfills.set_objects(tab, base, ci, s, pv_all[:, :, 0]))
-        ci, has, cert, ins = of_set[s]
-        vals = _histfills.summed_values(node, flats, coll, int(coff[ci, -1]))
-        edges = np.array(spec.edges_of(theta), np.float64)  # writable: one compiled type
-        out = _work(f"hist_es{k}_{len(es)}", (n_ev, len(edges) + 1, width))
-        unc = np.zeros(n_ev, np.int64)
+        coll = plan.sets.collection_of(spec.node.head)
         q = rpos[spec.region]
-        if n_ev:
-            block, n_blocks = balanced_blocks(n_ev, WALK_BLOCK, threads)
-            head = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
-                    np.ascontiguousarray(dfs[q]), ci, has, cert, ins, vals, edges)
-            args = (*head, _histfills.soft_width(spec.width_index, widths),
-                    _histfills.edge_lanes(spec, trainable, len(edges)), nl, block, out, unc)
-            kernel = _numba_esum.event_sum_bins
-            _run_dynamic(_numba_dp.compiled(kernel, args), args, n_blocks, threads)
-        top = int(unc.max(initial=0))
-        if top > _numba_esum.MAX_UNCERTAIN:
-            raise too_many_uncertain(spec, coll, int(np.argmax(unc)), top)
+        out = _work(f"hist_es{k}_{len(es)}", (n_ev, len(spec.edges) + 1, width))
+        walk = (coff, base, pv_all, pd_all, tab.n_pat, tgt, np.ascontiguousarray(fs[q]),
+                np.ascontiguousarray(dfs[q]))
+        _, unc = _histfills.event_sum_bins(spec, plan.sets, tab, walk, flats, theta, widths,
+                                           trainable, out, objects, block=WALK_BLOCK,
+                                           threads=threads)
         es[key] = out
         n_unc[coll] = unc if coll not in n_unc else np.maximum(n_unc[coll], unc)
     return es, n_unc

@@ -36,8 +36,10 @@ numba rules (:mod:`analysis.pipeline.backends.numba.rules`) say which plans it s
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections import Counter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -84,21 +86,20 @@ def _others(s: list[np.ndarray], c: int, base: np.ndarray) -> np.ndarray:
     return out
 
 
-def _one_set_walk(plan: Plan, coff: np.ndarray, q: np.ndarray, theta, widths,
-                  counts_tr: tuple[int, ...], want_w: bool, max_seq: int,
-                  threads: int | None) -> _fastsens.Walk:
+def _one_set_walk(sel: _Selection, want_w: bool, threads: int | None) -> _fastsens.Walk:
     """The sensitivities' walk of one collection with one set: the chain
     (:func:`analysis.select.chainwalk.sens_walk`)."""
-    tgt, f, df = walk_table(_tables(plan), plan.sets, theta, widths, counts_tr)
+    tgt, f, df = sel.table
     states = chain(tgt[0, 1])  # the chain's states (one without counts)
     f, df = np.ascontiguousarray(f[states]), np.ascontiguousarray(df[states])
+    coff = sel.coff[0]
     n_ev, n_obj = coff.shape[0] - 1, int(coff[-1])
     pe, dq = np.zeros(n_ev), np.zeros(n_obj)
     fn = np.zeros((n_ev, f.shape[0]))
     ow = np.zeros(n_obj if want_w else 0)
     if n_ev:
-        args = (coff, np.ascontiguousarray(q), f, want_w, max(max_seq, 1), fastkernel.BLOCK,
-                pe, dq, fn, ow)
+        args = (coff, np.ascontiguousarray(sel.q_of[0]), f, want_w, max(sel.max_seq, 1),
+                fastkernel.BLOCK, pe, dq, fn, ow)
         fastkernel._run_blocks(chainwalk.sens_walk, args,
                                max(1, -(-n_ev // fastkernel.BLOCK)), threads)
     return _fastsens.Walk(pe, {0: dq}, {0: ow} if want_w else {}, fn @ df)
@@ -132,8 +133,10 @@ def _value_states(cols: ChunkColumns, plan: Plan, off_of: dict, flats: dict, ev:
     return value
 
 
-class _Selection(NamedTuple):
-    """One selection of a chunk (its columns, a region's cuts), ready for the walk."""
+@dataclasses.dataclass
+class _Selection:
+    """One selection of a chunk (its columns, a region's cuts), ready for the walk, with
+    the tables its walk and every share of its cotangents read (each made once)."""
 
     tab: Any  # the plan's tables (_fasttables._Tables)
     coff: np.ndarray  # (C, E + 1) object offsets per collection
@@ -147,12 +150,27 @@ class _Selection(NamedTuple):
     w: np.ndarray  # (E,) the event weights
     ev: np.ndarray  # (E,) times the soft event cuts
     counts_tr: tuple  # the trainable count thresholds' parameters
+    table: tuple  # the walk's (tgt, f, df) (_fasttables.walk_table)
+
+    @functools.cached_property
+    def ins(self) -> _fastsens.Inputs:
+        """The walk's tables and every object's pattern probabilities
+        (:func:`analysis.pipeline.backends.numba._fastsens.inputs`; the chain reads none)."""
+        return _fastsens.inputs(self.tab, self.table, self.base, self.q_of)
+
+    @functools.cached_property
+    def zero_tangents(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(pd_all, df)``: zero tangents ``(N, P, LANES)`` and ``(S, LANES)`` for the
+        forward kernels run on values only (event sums' bins, leading candidates)."""
+        lanes = fastkernel._numba_dp.LANES
+        return (np.zeros(self.ins.pv_all.shape + (lanes,)),
+                np.zeros((self.ins.f.shape[0], lanes)))
 
 
 def _selection(cols: ChunkColumns, run: Plan, theta: np.ndarray, widths: np.ndarray
                ) -> _Selection:
     """The selection of ``run`` (without scores) on ``cols``: per collection offsets and
-    fields, per set its own soft cuts, the event weights."""
+    fields, per set its own soft cuts, the event weights, the walk's tables."""
     tab = _tables(run)
     coff, base, flats, max_seq = offsets(cols, tab.collections, run.sets)
     sets = []  # per set (global index): (collection index, cuts, raw values, (s, ds/dt))
@@ -173,21 +191,34 @@ def _selection(cols: ChunkColumns, run: Plan, theta: np.ndarray, widths: np.ndar
     ev = _others([s for s, _ in esoft], -1, w)
     counts_tr = tuple(p for p, _ in run.sets.thresholds if p is not None and p in run.trainable)
     return _Selection(tab, coff, base, flats, max_seq, sets, q_of, ecuts, esoft, w, ev,
-                      counts_tr)
+                      counts_tr, walk_table(tab, run.sets, theta, widths, counts_tr))
 
 
-def _walk(sel: _Selection, run: Plan, theta, widths, want_w: set, wbar: dict | None,
-          threads: int | None) -> _fastsens.Walk:
+def _walk(sel: _Selection, want_w: set, wbar: dict | None, threads: int | None
+          ) -> _fastsens.Walk:
     """The sensitivities' walk of a selection: the chain's for one collection with one
     set, else the general one (with ``wbar``, the objects' weights' cotangents: its
     vector-Jacobian product too)."""
     if sel.tab.one_set and wbar is None:
-        return _one_set_walk(run, sel.coff[0], sel.q_of[0], theta, widths, sel.counts_tr,
-                             bool(want_w), sel.max_seq, threads)
+        return _one_set_walk(sel, bool(want_w), threads)
     # any count model, or the walk's vector-Jacobian product (observables read)
-    return _fastsens.walk(sel.tab, run.sets, sel.coff, sel.base, sel.q_of, theta, widths,
-                          sel.counts_tr, want_w, max_seq=sel.max_seq, block=fastkernel.BLOCK,
-                          threads=threads, wbar=wbar)
+    return _fastsens.walk(sel.coff, sel.ins, want_w, max_seq=sel.max_seq,
+                          block=fastkernel.BLOCK, threads=threads, wbar=wbar)
+
+
+def _to_cuts(dl: np.ndarray, cuts, soft: list, base: np.ndarray, keys: list,
+             raw: list | None, grad: np.ndarray, bars: dict) -> None:
+    """``dl`` (``(R, n)``), the cotangents of ``base`` times the cuts' soft values ``soft``
+    (per cut ``(s, ds/dt)``), chained to each cut's threshold (``grad``) and to its
+    values' score column ``bars[keys[c]]`` (``ds/dx = -ds/dt``; an ``abs`` cut of the
+    values ``raw``: times their sign)."""
+    for c, cut in enumerate(cuts):
+        g = dl * (_others([s for s, _ in soft], c, base) * soft[c][1])  # dL/dt
+        if cut.param is not None:
+            grad[:, cut.param] += g.sum(axis=1)
+        if keys[c] in bars:
+            bars[keys[c]][:, : base.shape[0]] -= (g * np.sign(raw[c]) if raw is not None
+                                                  and cut.absolute else g)
 
 
 def _chain(sel: _Selection, walk: _fastsens.Walk, dp: np.ndarray, dev: np.ndarray,
@@ -197,30 +228,17 @@ def _chain(sel: _Selection, walk: _fastsens.Walk, dp: np.ndarray, dev: np.ndarra
     event sums' and indexed observables' walks, :func:`analysis.pipeline.backends.numba._revobs.pull`),
     chained to the cuts' thresholds and the count thresholds (added to ``grad``,
     ``(R, P)``) and to the score columns (``bars``)."""
-    n_ev = sel.ev.shape[0]
-    tab, coff, esoft, w = sel.tab, sel.coff, sel.esoft, sel.w
-    for c, cut in enumerate(sel.ecuts):
-        g = dev * (_others([s for s, _ in esoft], c, w) * esoft[c][1])  # dL/dt per event
-        if cut.param is not None:
-            grad[:, cut.param] += g.sum(axis=1)
-        key = f"event:{cut.key}"
-        if key in bars:
-            bars[key][:, :n_ev] -= g  # ds/dx = -ds/dt
+    _to_cuts(dev, sel.ecuts, sel.esoft, sel.w, [f"event:{c.key}" for c in sel.ecuts], None,
+             grad, bars)
     for gs, (ci, cuts, raw, soft) in enumerate(sel.sets):
-        coll = tab.collections[ci]
-        dlq = np.repeat(dp, np.diff(coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
+        dlq = np.repeat(dp, np.diff(sel.coff[ci]), axis=1) * walk.dq[gs]  # dL/dq_j
         if walk.dq_w is not None:  # the objects' weights' share (the walk's vjp)
             dlq += walk.dq_w[gs]
         if by_walks is not None:
             dlq += by_walks.dq[gs]
-        n_obj = dlq.shape[1]
-        for c, cut in enumerate(cuts):
-            g = dlq * (_others([s for s, _ in soft], c, np.ones(n_obj)) * soft[c][1])
-            if cut.param is not None:
-                grad[:, cut.param] += g.sum(axis=1)
-            key = f"{coll}:{cut.field}"
-            if key in bars:
-                bars[key][:, :n_obj] -= g * np.sign(raw[c]) if cut.absolute else g
+        coll = sel.tab.collections[ci]
+        _to_cuts(dlq, cuts, soft, np.ones(dlq.shape[1]), [f"{coll}:{c.field}" for c in cuts],
+                 raw, grad, bars)
     if sel.counts_tr:
         g = dp @ walk.dfe  # (R, K)
         if walk.dfw is not None:
@@ -288,7 +306,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
                                        threads=threads).items():
             wbar = {} if wbar is None else wbar
             wbar[gs] = wbar.get(gs, 0.0) + wb
-    walk = _walk(sel, run, theta, widths, want_w, wbar, threads)
+    walk = _walk(sel, want_w, wbar, threads)
     if value is None:
         off_of = {c: coff[ci] for ci, c in enumerate(tab.collections)}
         value = _value_states(cols, run, off_of, flats, ev, walk.pe,
@@ -305,8 +323,8 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
     if walked:  # event sums' and indexed observables' states (one row): their walks' vjp
         # the candidates the histograms pull back too: one vector-Jacobian product there
         defer = hist.pulled_keys((None, 0)) if hist is not None else frozenset()
-        by_walks = _revobs.pull(walked, run, sel, keep[0], cols, theta, widths,
-                                block=fastkernel.BLOCK, threads=threads, defer=defer)
+        by_walks = _revobs.pull(walked, run, sel, keep[0], cols, block=fastkernel.BLOCK,
+                                threads=threads, defer=defer)
         dev += by_walks.dev
     if hist is not None:  # the histograms' entries (one row), then the other selections
         pbar, evbar = hist.after_walk((None, 0), cols, run, sel, walk, theta, widths, grad,
@@ -325,8 +343,7 @@ def _shares(cols: ChunkColumns, plan: Plan, theta: Any, widths: Any, cots, *,
         wbar = hist.before_walk(key, side, sub, other, theta, widths, threads=threads)
         if trace is not None:
             trace[None if column is None else (column, factor), key[1]] += 1
-        walk = _walk(other, sub, theta, widths, hist.want_w(key, other.tab), wbar or None,
-                     threads)
+        walk = _walk(other, hist.want_w(key, other.tab), wbar or None, threads)
         pbar, evbar = hist.after_walk(key, side, sub, other, walk, theta, widths, grad, at,
                                       threads=threads)
         lead = hist.pull(key, side, sub, other, theta, widths, grad, at, evbar, None,

@@ -17,7 +17,8 @@ import pytest
 
 from analysis.pipeline.backend import run_once
 from analysis.pipeline.backends.jax import reverse as jax_reverse
-from analysis.pipeline.backends.numba import _revhistsums, fastreverse
+from analysis.pipeline.backends.numba import _fastsens, _revhistsums, fastreverse
+from analysis.pipeline.backends.numba.kernels import _numba_dp, _numba_esum_fill
 from analysis.pipeline.request import Request
 from analysis.stats.pullback import pulled_sum
 from tests.chunked_helpers import slice_columns
@@ -156,6 +157,33 @@ def test_hard_widths_tiny_chunks_and_threads(monkeypatch) -> None:
     monkeypatch.setattr(_revhistsums, "BLOCK", 16)
     threads_and_tiny_chunks(cols, plan, theta, widths, payload,
                             spans=TINY_SPANS)
+
+
+def test_each_selection_makes_its_tables_once(monkeypatch) -> None:
+    """A pullback reading every state (HT and the leading jet's pT as observables too:
+    their walks' shares; histograms of fields, event sums and a leading object) over the
+    nominal selection, a shift's sides and a channel region: each selection's walk tables
+    and pattern probabilities (``_fastsens.inputs``) are made once, for its walk and the
+    observables' and histograms' shares alike; the event sums' fills are compiled by the
+    kernels' one policy (``vectorised``: the SLP vectorizer on in a reverse-only process)."""
+    cfg = sums_config()
+    cfg["observables"] += [{"name": "hto", "x": "sum(jets.pt)", "stats": ["mean", "std"]},
+                           {"name": "j0", "x": "jets[0].pt", "stats": ["mean"]}]
+    cfg["histograms"].append({"name": "j1", "x": "jets[1].pt", "edges": [20.0, 60.0, 300.0]})
+    plan, theta, widths, cols = setup(cfg, "nano_tt_v12.root")
+    cols = slice_columns(cols, 0, 200)
+    payload = hists_payload(cols, plan, theta, widths, seed=6)
+    made: list = []  # each call's own probabilities (held: their ids stay unique)
+    real = _fastsens.inputs
+    monkeypatch.setattr(_fastsens, "inputs", lambda *a: made.append(a[3]) or real(*a))
+    kernels: list = []
+    vectorised = _numba_dp.vectorised
+    monkeypatch.setattr(_numba_dp, "vectorised",
+                        lambda k, args: kernels.append(k) or vectorised(k, args))
+    fastreverse.chunk_pullback(cols, plan, theta, widths, payload)
+    assert len(made) >= 3  # the nominal selection, the shift's sides, the region
+    assert len({id(q) for q in made}) == len(made)
+    assert _numba_esum_fill.fill_bins in kernels
 
 
 def with_nan(cols, event: int = 2):

@@ -200,8 +200,9 @@ def test_pattern_sensitivities_equal_enumeration() -> None:
     q_of = {jets: rng.uniform(0.05, 0.95, n_jet.sum()), bjets: rng.uniform(0.05, 0.95, n_jet.sum()),
             muons: rng.uniform(0.05, 0.95, n_mu.sum())}
     q_of[bjets][1] = 1.0  # a hard cut too
-    walk = _fastsens.walk(tab, plan.sets, coff, base, q_of, theta, widths, (),
-                          {jets, bjets}, max_seq=7, block=2, threads=1)
+    table = _fasttables.walk_table(tab, plan.sets, theta, widths, ())
+    walk = _fastsens.walk(coff, _fastsens.inputs(tab, table, base, q_of), {jets, bjets},
+                          max_seq=7, block=2, threads=1)
     f, _ = _fasttables._pass_table(plan.sets, theta, widths, ())
     shape = plan.sets.model.shape
     model = plan.sets.model

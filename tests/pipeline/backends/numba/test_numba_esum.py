@@ -281,7 +281,7 @@ def test_event_sums_alone_take_each_region_yield_from_their_bins(monkeypatch) ->
     """Only event-sum histograms (in the selection and in a channel region, with a
     shift): no walk runs, each region's P(pass) is the sum of its bins,
     and values and Jacobians (the selected yield included) equal the JAX kernel's."""
-    from analysis.pipeline.backends.numba import fasthist
+    from analysis.pipeline.backends.numba import _histfills, fasthist
 
     cfg = esum_config()
     cfg["histograms"] = [h for h in cfg["histograms"] if h["x"].startswith(("sum(", "count("))]
@@ -296,7 +296,8 @@ def test_event_sums_alone_take_each_region_yield_from_their_bins(monkeypatch) ->
         ran.append(getattr(getattr(kernel, "py_func", kernel), "__name__", str(kernel)))
         return real(kernel, *args, **kw)
 
-    monkeypatch.setattr(fasthist, "_run_dynamic", recorded)
+    for module in (fasthist, _histfills):  # the walk; the event sums' bins
+        monkeypatch.setattr(module, "_run_dynamic", recorded)
     state = compare(plan, columns(96, plan, seed=5), theta, widths, order=1)
     assert "event_sum_bins" in ran and "walk" not in ran
     assert {"ht1", "all", "ht1:jes:up"} <= set(state.derived.value["templates"])

@@ -49,7 +49,7 @@ def pattern_sensitivities(coff, base, pv_all, n_pat, tgt, f, df, cw, adjoint, ma
     (G_{j+1}'s step with ``pi cw``)`` (backward), and ``dL/dpi_jp = sum_k (F_j[k]
     lam_{j+1}[tgt(p, k)] + mu_j[k] G_{j+1}[tgt(p, k)]) + cw_jp H_jp``: the steps of
     :mod:`~analysis.select.lanes.steps`. The steps of
-    :func:`analysis.pipeline.backends.numba.kernels._numba_dp.select` for values (the
+    :func:`analysis.pipeline.backends.numba.kernels._numba_hist.walk` for values (the
     same order of terms: the same ``P``)."""
     n_ev = pe.shape[0]
     n_states = f.shape[0]

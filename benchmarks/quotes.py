@@ -20,8 +20,9 @@ __all__ = ["QUOTE", "Quote", "pages", "quotes", "records", "refresh", "stale"]
 ROOT = Path(__file__).resolve().parents[1]
 
 #: a quoted figure: the number, its unit, then the record (and a detail's key) in parentheses
+#: (after a space or a line break: a quote wrapped by the page's line length is one too)
 QUOTE = re.compile(
-    r"(?P<number>\d+(?:\.\d+)?)(?P<unit> ?(?:x|s|ms|GB|MB|%)?) "
+    r"(?P<number>\d+(?:\.\d+)?)(?P<unit> ?(?:x|s|ms|GB|MB|%)?)\s+"
     r"\(`benchmarks/results/(?P<name>[\w.]+)\.json`(?:, `(?P<key>\w+)`)?\)")
 
 Quote = tuple[str, str, "str | None"]

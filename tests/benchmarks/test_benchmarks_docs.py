@@ -47,6 +47,7 @@ def test_a_stale_quote_is_caught_and_refreshed(tmp_path):
             "1.23 s (`benchmarks/results/pass.cached.json`, `plain_s`)")
     assert len(quotes(good)) == 2 and stale(good, entries) == []
     for wrong in ("0.31x (`benchmarks/results/pass.cached.json`)",
+                  "0.31x\n(`benchmarks/results/pass.cached.json`)",  # wrapped at a line's end
                   "1.2 s (`benchmarks/results/pass.cached.json`, `floor_s`)",
                   "0.30x (`benchmarks/results/pass.first.json`)"):
         assert len(stale(wrong, entries)) == 1, wrong

@@ -280,8 +280,8 @@ class HardEvaluations:
         update left the parameters unchanged; the hard one needs values only. The
         Hessian of the soft objective (how sharp the optimum is, per parameter, in
         parameter units) is computed only when asked for (``output.hessian``) or
-        already part of every step (``method: newton``): a second-order pass costs
-        about ten first-order ones.
+        already part of every step (``method: newton``): a second-order pass runs on
+        the JAX reference and costs hundreds of first-order ones (docs/guide/optimisation.md).
         The hard one is keep-best's lane at that point on the loop's events where the
         report reads nothing more of its states (:meth:`_kept_final`): no pass.
         """

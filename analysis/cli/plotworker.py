@@ -7,8 +7,8 @@ parent may hold JAX's threads) when the command starts, before JAX loads, so tha
 imports run beside the parent's; once they are done it forks the other workers (it
 holds no threads; the imports are paid once, not once a worker: the core they would
 take is the one the command's own imports and first steps run beside). Each worker has
-a pipe for its jobs and one for its replies; the processes are a session of their own,
-ended together. A figure is then a job: a function of
+a pipe for its jobs and one for its replies; the started one ends (and reaps) those it
+forked. A figure is then a job: a function of
 :mod:`analysis.cli.plots` or :mod:`analysis.cli.lkplots` and its arguments (plain data:
 results.json's report, filled ``hist.Hist`` objects), pickled to a worker's stdin. The
 workers draw with the same code and style as the parent would, so the PNGs are the
@@ -147,10 +147,12 @@ class PlotWorkers:
 
     def close(self, *, kill: bool = False) -> None:
         """End the workers: their job pipes closed (they exit; the started one once the
-        ones it forked have), or all killed (their session)."""
+        ones it forked have), or killed: the started one terminated, which kills and
+        reaps those it forked (an orphan is never reaped where the machine's first
+        process does not), their whole session killed where it does not end at once."""
         proc = self._procs[0].proc if self._procs else None
         if kill and proc is not None:
-            _kill(proc)
+            proc.terminate()
         for channel in self._procs:
             try:
                 channel.stdin.close()
@@ -158,21 +160,16 @@ class PlotWorkers:
                 pass
         if proc is not None:
             try:
-                proc.wait(timeout=None if kill else 30)
+                proc.wait(timeout=5 if kill else 30)
             except subprocess.TimeoutExpired:
-                _kill(proc)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:  # already gone
+                    proc.kill()
                 proc.wait()
         for channel in self._procs:
             channel.stdout.close()
         self._procs = []
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill the workers' session: the started worker and those it forked."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:  # already gone
-        proc.kill()
 
 
 def _read(channel: _Channel) -> tuple[bool, Any]:
@@ -206,7 +203,20 @@ def serve(forked: str = "") -> None:
 
     _pyplot()  # matplotlib, mplhep and the style while the parent starts
     pairs = [tuple(int(fd) for fd in p.split(",")) for p in forked.split(";") if p]
-    children = []
+    children: list[int] = []
+    me = os.getpid()
+
+    def terminated(signum, frame) -> None:  # the parent ends us: those we forked too
+        if os.getpid() == me:
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except OSError:  # already gone
+                    pass
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, terminated)
     sys.stderr.flush()  # nothing buffered is written twice
     for k, (jobs, replies) in enumerate(pairs):
         try:
@@ -214,6 +224,7 @@ def serve(forked: str = "") -> None:
         except OSError:  # its pipes closed below: the parent draws its jobs
             break
         if pid == 0:  # a worker with the imports done: its own pipes only
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             out.close()
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)

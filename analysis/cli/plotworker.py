@@ -1,10 +1,14 @@
 """Plots drawn in worker processes while the command goes on (``optimize``'s PNGs).
 
 Drawing a figure is matplotlib's layout and rendering, pure Python on one core, and
-importing matplotlib, mplhep and the CMS style costs about as much as one figure. A
-:class:`PlotWorkers` starts its processes (``python -c``, not a fork: the parent may
-hold JAX's threads) when the command starts, before JAX loads, so that their imports
-run beside the parent's; a figure is then a job: a function of
+importing matplotlib, mplhep and the CMS style costs about as much as one figure (~0.7 s
+of CPU). A :class:`PlotWorkers` starts one process (``python -c``, not a fork: the
+parent may hold JAX's threads) when the command starts, before JAX loads, so that its
+imports run beside the parent's; once they are done it forks the other workers (it
+holds no threads; the imports are paid once, not once a worker: the core they would
+take is the one the command's own imports and first steps run beside). Each worker has
+a pipe for its jobs and one for its replies; the started one ends (and reaps) those it
+forked. A figure is then a job: a function of
 :mod:`analysis.cli.plots` or :mod:`analysis.cli.lkplots` and its arguments (plain data:
 results.json's report, filled ``hist.Hist`` objects), pickled to a worker's stdin. The
 workers draw with the same code and style as the parent would, so the PNGs are the
@@ -39,6 +43,14 @@ def _resolve(name: str):
     return getattr(importlib.import_module(module), attr)
 
 
+class _Channel:
+    """A worker's pipes: jobs written to ``stdin``, replies read from ``stdout``; ``proc``
+    the process started for it (None for the workers it forked)."""
+
+    def __init__(self, stdin: Any, stdout: Any, proc: subprocess.Popen | None = None) -> None:
+        self.stdin, self.stdout, self.proc = stdin, stdout, proc
+
+
 class PlotWorkers:
     """``workers`` processes that draw plots (module docstring); a context manager.
 
@@ -54,20 +66,37 @@ class PlotWorkers:
     """
 
     def __init__(self, workers: int = 2) -> None:
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[_Channel] = []  # one a worker, the started one first
         self._queued: list[float] = []
         self._jobs: list[tuple[int, int]] = []  # (worker, its job number), in order
         self._local: list[Any] = []
-        env = child_env()  # the workers import this analysis package
-        for _ in range(max(0, int(workers))):
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-c", "from analysis.cli.plotworker import serve; serve()"],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-            except OSError:
-                break  # the jobs run here
-            self._procs.append(proc)
-            self._queued.append(0.0)
+        n = max(0, int(workers))
+        if not n:
+            return
+        # the forked workers' pipes: (their jobs' read end, our write end), (our read
+        # end of their replies, their write end); only their ends go to the process
+        extra = [(os.pipe(), os.pipe()) for _ in range(n - 1)]
+        theirs = [fd for (jobs, _), (_, replies) in extra for fd in (jobs, replies)]
+        spec = ";".join(f"{jobs},{replies}" for (jobs, _), (_, replies) in extra)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c",
+                 f"from analysis.cli.plotworker import serve; serve({spec!r})"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env(),
+                pass_fds=theirs, start_new_session=True)  # the workers import this package
+        except OSError:  # the jobs run here
+            proc = None
+        for fd in theirs:
+            os.close(fd)
+        if proc is None:
+            for (_, ours), (back, _) in extra:
+                os.close(ours)
+                os.close(back)
+            return
+        self._procs.append(_Channel(proc.stdin, proc.stdout, proc))
+        for (_, ours), (back, _) in extra:
+            self._procs.append(_Channel(os.fdopen(ours, "wb"), os.fdopen(back, "rb")))
+        self._queued = [0.0] * len(self._procs)
 
     def __enter__(self) -> PlotWorkers:
         return self
@@ -99,9 +128,9 @@ class PlotWorkers:
         """Every job's return value in submission order, once all are done; the first
         failed job's error raised (a worker that died: RuntimeError)."""
         replies: dict[int, list[Any]] = {}
-        for k, proc in enumerate(self._procs):
+        for k, channel in enumerate(self._procs):
             n = sum(1 for w, _ in self._jobs if w == k)
-            replies[k] = [_read(proc) for _ in range(n)]
+            replies[k] = [_read(channel) for _ in range(n)]
         jobs, local = self._jobs, self._local
         self._jobs, self._local = [], []  # every reply read: the workers take new jobs
         self._queued = [0.0] * len(self._procs)
@@ -117,34 +146,39 @@ class PlotWorkers:
         return out
 
     def close(self, *, kill: bool = False) -> None:
-        """End the workers: their stdin closed (they exit), or killed."""
-        for proc in self._procs:
-            if kill:
-                proc.kill()
-            elif proc.stdin is not None:
-                proc.stdin.close()
-        for proc in self._procs:
+        """End the workers: their job pipes closed (they exit; the started one once the
+        ones it forked have), or killed: the started one terminated, which kills and
+        reaps those it forked (an orphan is never reaped where the machine's first
+        process does not), their whole session killed where it does not end at once."""
+        proc = self._procs[0].proc if self._procs else None
+        if kill and proc is not None:
+            proc.terminate()
+        for channel in self._procs:
             try:
-                proc.wait(timeout=None if kill else 30)
+                channel.stdin.close()
+            except OSError:  # a job not read by a worker that died
+                pass
+        if proc is not None:
+            try:
+                proc.wait(timeout=5 if kill else 30)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:  # already gone
+                    proc.kill()
                 proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
-            if proc.stdin is not None and not proc.stdin.closed:
-                proc.stdin.close()
+        for channel in self._procs:
+            channel.stdout.close()
         self._procs = []
 
 
-def _read(proc: subprocess.Popen) -> tuple[bool, Any]:
-    stdout = proc.stdout
-    assert stdout is not None
-    head = stdout.read(8)
+def _read(channel: _Channel) -> tuple[bool, Any]:
+    head = channel.stdout.read(8)
     if len(head) < 8:
-        code = proc.wait()
-        return False, RuntimeError(f"a plot worker exited with status {code} before its "
-                                   "plots were drawn")
-    return pickle.loads(stdout.read(int.from_bytes(head, "little")))
+        status = "" if channel.proc is None else f" with status {channel.proc.wait()}"
+        return False, RuntimeError(f"a plot worker exited{status} before its plots were "
+                                   "drawn")
+    return pickle.loads(channel.stdout.read(int.from_bytes(head, "little")))
 
 
 def _reply(out, ok: bool, value: Any) -> None:
@@ -157,24 +191,68 @@ def _reply(out, ok: bool, value: Any) -> None:
     out.flush()
 
 
-def serve() -> None:
-    """A worker's loop: jobs from stdin, replies ``(ok, value or error)`` on stdout,
-    until stdin closes. What the plotting prints goes to stderr."""
+def serve(forked: str = "") -> None:
+    """The started worker: the imports, then a worker forked for each ``"jobs,replies"``
+    pair of pipe descriptors in ``forked`` (``;``-separated), then its own loop
+    (:func:`_serve`) on stdin and stdout. What the plotting prints goes to stderr."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent ends us
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints must not corrupt the replies
     sys.stdout = sys.stderr
-    stdin = sys.stdin.buffer
     from analysis.cli.figures import _pyplot
 
     _pyplot()  # matplotlib, mplhep and the style while the parent starts
+    pairs = [tuple(int(fd) for fd in p.split(",")) for p in forked.split(";") if p]
+    children: list[int] = []
+    me = os.getpid()
+
+    def terminated(signum, frame) -> None:  # the parent ends us: those we forked too
+        if os.getpid() == me:
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except OSError:  # already gone
+                    pass
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, terminated)
+    sys.stderr.flush()  # nothing buffered is written twice
+    for k, (jobs, replies) in enumerate(pairs):
+        try:
+            pid = os.fork()
+        except OSError:  # its pipes closed below: the parent draws its jobs
+            break
+        if pid == 0:  # a worker with the imports done: its own pipes only
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            out.close()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            for j, fds in enumerate(pairs):
+                if j != k:
+                    for fd in fds:
+                        os.close(fd)
+            _serve(os.fdopen(jobs, "rb"), os.fdopen(replies, "wb"), [])
+        children.append(pid)
+    for fds in pairs:
+        for fd in fds:
+            os.close(fd)
+    _serve(sys.stdin.buffer, out, children)
+
+
+def _serve(jobs, out, children: list[int]) -> None:
+    """A worker's loop: jobs from ``jobs``, replies ``(ok, value or error)`` on ``out``,
+    until ``jobs`` closes; then, ``children`` (the workers it forked) waited for, exit."""
     while True:
-        head = stdin.read(8)
+        head = jobs.read(8)
         if len(head) < 8:  # the parent is done: every figure was written (and synced)
             out.close()
             sys.stderr.flush()
+            for pid in children:  # (they exit as their pipes close: at the same time)
+                os.waitpid(pid, 0)
             os._exit(0)  # skips the interpreter's teardown (~0.15 s the parent waits for)
-        name, args, kwargs = pickle.loads(stdin.read(int.from_bytes(head, "little")))
+        name, args, kwargs = pickle.loads(jobs.read(int.from_bytes(head, "little")))
         try:
             value = _resolve(name)(*args, **kwargs)
         except Exception as err:

@@ -109,3 +109,58 @@ def test_optimize_draws_while_it_reports_and_reports_the_same(small_data, tmp_pa
     assert plots.plot_history(report, here) == [here / "objective.png", here / "parameters.png"]
     for name in ("objective.png", "parameters.png"):
         assert (here / name).read_bytes() == (plotted / name).read_bytes(), name
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux: /proc)."""
+    import os
+
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs /proc")
+def test_one_process_started_the_others_forked_after_its_imports(tmp_path) -> None:
+    """Two workers: one process started (matplotlib imported once), the second forked
+    from it; each draws the same bytes as this process; closing ends both, and so does
+    killing (an error in the command): the forked one reaped, not left a zombie."""
+    import os
+    import time
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    data = _data()
+    plots.draw_histogram(data, "dy", here)
+    plots.draw_histogram(data, "ttbar", here)
+    for kill in (False, True):
+        workers = PlotWorkers(2)
+        assert len(workers._procs) == 2
+        started = workers._procs[0].proc
+        assert started is not None and workers._procs[1].proc is None
+        workers.submit("analysis.cli.plots.draw_histogram", data, "dy", there)  # worker 0
+        workers.submit("analysis.cli.plots.draw_histogram", data, "ttbar", there)  # worker 1
+        assert workers._jobs == [(0, 0), (1, 0)]
+        assert workers.wait() == [there / "hist_dy.png", there / "hist_ttbar.png"]
+        for name in ("hist_dy.png", "hist_ttbar.png"):
+            assert (there / name).read_bytes() == (here / name).read_bytes(), name
+        forked = _children(started.pid)
+        assert len(forked) == 1, forked  # the second worker, and no process more
+        if kill:  # while both draw
+            workers.submit("analysis.cli.plots.draw_overlay", data, there, cost=2.0)
+            workers.submit("analysis.cli.plots.draw_overlay", data, there)
+        workers.close(kill=kill)
+        assert started.poll() is not None
+        for _ in range(100):  # gone: reaped by the started one (no zombie left to init)
+            if not os.path.exists(f"/proc/{forked[0]}"):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"forked worker {forked[0]} left (kill={kill})")

@@ -1,8 +1,8 @@
 """The end's programs compiled beside the loop (:func:`analysis.optimize.warmtail.warm_tail`):
 in a fresh process (the programs are per process), after the first step the thread
-compiles the report's program and the bootstrap replicas' operations, and the end's
-calls then compile nothing. That the results are the same with it as without is
-``tests/cli/test_plotworker.py`` (with plots, the thread runs; without, it does not)."""
+compiles the hard-cut values' program (order 0), the report's program and the bootstrap
+replicas' operations, and the end's calls then compile nothing. That the results are
+the same with it as without is ``tests/cli/test_plotworker.py`` (with plots, the thread runs; without, it does not)."""
 
 from __future__ import annotations
 
@@ -46,8 +46,16 @@ _SCRIPT = textwrap.dedent(
         rng = np.random.default_rng(0)
         reps = {name: rng.uniform(1.0, 2.0, (4, 20)) for name in run.initial_states}
         sigma = bootstrap_uncertainty(run.objective, run.initial_states, reps)
-        out["after"] = len(traced) - n
         out["ok"] = bool(reports) and sigma is not None and bool(np.isfinite(sigma))
+        out["after"] = len(traced) - n
+        # keep-best's hard-cut values (order 0, its passes' own states): no program more
+        from analysis.stats import _programs
+        n = sum(1 for key in _programs._CALLS if key[0] == "objective")
+        hard = run.hard(run.params())
+        out["hard_objective_programs"] = sum(
+            1 for key in _programs._CALLS if key[0] == "objective") - n
+        out["ok"] = out["ok"] and (hard["objective"] is None
+                                   or bool(np.isfinite(hard["objective"])))
     print(json.dumps(out))
     """
 )
@@ -61,3 +69,4 @@ def test_the_end_compiles_nothing_after_the_warm_up(small_data):
     assert out["ok"]
     assert out["warm"] > 0  # the thread compiled the programs ...
     assert out["after"] == 0, out  # ... that the report and the uncertainties then run
+    assert out["hard_objective_programs"] == 0, out  # ... and the hard-cut values' program

@@ -64,6 +64,7 @@ import numpy as np
 from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
     FOUR,
     _add4,
+    _copy,
     _d4,
     _dense,
     _dot4,
@@ -96,15 +97,6 @@ ENUMERATE_UP_TO = 5
 _FIRST = 6
 #: as :data:`analysis.select.subsets.MAX_UNCERTAIN`
 MAX_UNCERTAIN = 24
-
-
-@inline
-def _copy(dst, src):
-    """``dst[:, :] = src`` as a loop: numba's array assignment checks the shapes with an
-    error path (its message formatting) that cost ~5 s of the kernel's cold compile."""
-    for i in range(dst.shape[0]):
-        for j in range(dst.shape[1]):
-            dst[i, j] = src[i, j]
 
 
 @inline

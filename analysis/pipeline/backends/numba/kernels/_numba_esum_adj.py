@@ -42,6 +42,8 @@ import numpy as np
 
 from analysis.pipeline.backends.numba.kernels._numba_esum import ENUMERATE_UP_TO
 from analysis.pipeline.backends.numba.kernels._numba_esum_steps import (
+    _add,
+    _copy,
     _fewest,
     _numbers,
     _partition,
@@ -203,9 +205,9 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
             PG = np.zeros((1 + (1 << nb), n_states))
             D = np.zeros((1 + (1 << nb), n_states))
         # the trees: subset a + 2^t holds object t (in S), a does not (the forward's bits)
-        FT[1, :] = FS[m]
+        _copy(FT[1], FS[m])
         XT[1] = x0
-        GT[1, :] = f
+        _copy(GT[1], f)
         XB[1] = 0.0
         _grow(FT, XT, GT, XB, unc, n, na, tgt, cs, n_pat, pv, has, vals, base[cs])
         ma, mb = 1 << na, 1 << nb
@@ -225,7 +227,7 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
             xs = XB[mb: 2 * mb][order]
             PG[0, :] = 0.0
             for i in range(mb):
-                PG[i + 1, :] = PG[i, :] + GT[mb + order[i], :]
+                _add(PG[i + 1], PG[i], GT[mb + order[i]])
             D[: mb + 1, :] = 0.0
             for a in range(ma):
                 xa = XT[ma + a]
@@ -249,13 +251,13 @@ def event_sum_vjp(coff, base, pv, n_pat, tgt, f, G0, cs, has, cert, ins, vals, e
                     prev = i
             acc[:] = 0.0
             for i in range(mb):
-                acc += D[i]
-                GTb[mb + order[i], :] = acc
+                _add(acc, acc, D[i])
+                _copy(GTb[mb + order[i]], acc)
         # the trees back to their roots, level by level
         _shrink(FTb, FT, GTb, GT, unc, n, na, tgt, cs, n_pat, pv, has, gp)
-        fbar[e, :] = GTb[1]
+        _copy(fbar[e], GTb[1])
         # the folded objects, last first
-        Fb[:] = FTb[1]
+        _copy(Fb, FTb[1])
         for j in range(m - 1, -1, -1):
             Fb2[:] = 0.0
             _step_t(Fb2, FS[j], Fb, tgt, fcol[j], n_pat, pv, fold[j], -1, has, False, gp)

@@ -22,13 +22,46 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.select.lanes.arith import registers, row_mul_add
-from analysis.select.lanes.policy import inline, njit
+from analysis.select.lanes.policy import inline, njit, specialise_on
 from analysis.select.lanes.steps import clear, forward_live, weight
 
 __all__: list[str] = []
 
 #: a dot product's ``inner`` in four lanes (:func:`walk.weight` returns the 4 lanes)
 FOUR = (0.0, 0.0, 0.0, 0.0)
+
+
+def _copy1(dst, src):
+    for i in range(dst.shape[0]):
+        dst[i] = src[i]
+
+
+def _copy2(dst, src):
+    for i in range(dst.shape[0]):
+        for j in range(dst.shape[1]):
+            dst[i, j] = src[i, j]
+
+
+def _copy3(dst, src):
+    for i in range(dst.shape[0]):
+        for j in range(dst.shape[1]):
+            for k in range(dst.shape[2]):
+                dst[i, j, k] = src[i, j, k]
+
+
+@specialise_on("dst", (lambda t: t.ndim == 1, _copy1), (lambda t: t.ndim == 2, _copy2), _copy3)
+def _copy(dst, src):
+    """``dst[...] = src`` (1 to 3 dimensions, the same shape) as loops: numba's array
+    assignment checks the shapes with an error path (its message formatting) that cost
+    ~5 s of :mod:`._numba_esum`'s cold compile."""
+
+
+@inline
+def _add(dst, a, b):
+    """``dst[i] = a[i] + b[i]`` (1-D; ``dst`` may be ``a``: ``+=``) as a loop, as
+    :func:`_copy`."""
+    for i in range(dst.shape[0]):
+        dst[i] = a[i] + b[i]
 
 
 @inline

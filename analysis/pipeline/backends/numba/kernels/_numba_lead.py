@@ -40,12 +40,21 @@ transpose in reverse order: a tuple's end ``dL/dpi_{a_r p} += wbar_a <V, B_{a_r 
 likewise, ``dL/df = Gbar`` at the end. One collection's second set: ``dL/dpi = [p agrees
 with b] dL/dpi'``. A transposed forward step is the backward step (:func:`_step`) and
 the reverse; about three value walks, whatever the number of parameters.
+
+The steps of the tuples' walk (:func:`_step`, :func:`_grad`) are inlined; those run once
+per block, event, outer tuple or object of a chain (:func:`_sizes`, :func:`_tuples`,
+:func:`_sides`, :func:`_restrict`, :func:`_push`) are compiled once as functions of their
+own (inlined, each was typed and compiled again at each of its calls), and arrays are
+copied by loops (:func:`~._numba_esum_steps._copy`: numba's array assignment compiles a
+shape check's error path): a cold build of both modes 60-61 -> 40-47 s of CPU, the same
+bits, the same speed within noise.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from analysis.pipeline.backends.numba.kernels._numba_esum_steps import _add, _copy
 from analysis.select.lanes.arith import LANES, lin_add
 from analysis.select.lanes.policy import inline, njit, specialise_on
 from analysis.select.lanes.steps import backward, clear, forward, weight
@@ -96,7 +105,7 @@ def _grad(gp, g, scale, F, G, c, pat, n_pat, tgt, ls, side, states):
             gp[g, p] += scale * weight(0.0, F, G, tgt[c, p], states, ns, 0, states, False)
 
 
-@inline
+@njit
 def _sizes(coff, n_cand, depth, e0, e1):
     """``(max_n, max_ops)`` over events ``e0:e1``: the most objects of an event (bounds
     each collection's) and the tape's length of :func:`_tuples` (at most two steps per
@@ -111,7 +120,7 @@ def _sizes(coff, n_cand, depth, e0, e1):
     return max_n, ops
 
 
-@inline
+@njit
 def _tuples(kc, depth, pos, tape):
     """The depth-first walk of the increasing ``(depth + 1)``-tuples of rank positions
     ``0 .. kc - 1`` (:func:`itertools.combinations` order) as a tape: ``tape[i] = (kind,
@@ -147,7 +156,7 @@ def _tuples(kc, depth, pos, tape):
     return nops
 
 
-@inline
+@njit
 def _sides(side2, order2, lo2, n2, pos2, depth2):
     """``side2[j]`` of the outer tuple ``pos2`` (rank positions in ``order2``) for the
     ``n2`` objects of an event from ``lo2`` (flat ``lo2 + j``): 1 its members, 0 the other
@@ -158,15 +167,15 @@ def _sides(side2, order2, lo2, n2, pos2, depth2):
         side2[order2[lo2 + pos2[j]] - lo2] = 1
 
 
-@inline
+@njit
 def _restrict(x, keep, g0, side2, n, pat, c, n_pat, ls2):
     """The rows ``g0 .. g0 + n - 1`` of ``x`` (``pv_all`` or ``pd_all`` of the walked
     collection ``c``, a second set ``ls2`` of it): the saved ``keep`` on the patterns that
     agree with ``side2`` (:func:`_sides`, :func:`_take`), 0 on the others."""
     for j in range(n):
         for p in range(n_pat[c]):
-            if _take(pat, c, p, ls2, side2[j]):
-                x[g0 + j, p] = keep[j, p]
+            if _take(pat, c, p, ls2, side2[j]):  # a number, or lanes: one copy for both
+                _copy(x[g0 + j, p:p + 1], keep[j, p:p + 1])
             else:
                 x[g0 + j, p] = 0.0
 
@@ -180,7 +189,7 @@ def _any(wbar, q0, q1):
     return False
 
 
-@inline
+@njit
 def _push(gst, h, chain, g, c, side, pv_all, pd, pat, n_pat, tgt, ls, states):
     """``gst[h + 1]``: ``gst[h]`` stepped back over object ``g`` of collection ``c``
     (:func:`_step`), the step kept in ``chain[h]`` for the transpose; returns ``h + 1``."""
@@ -221,6 +230,9 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
     None`` of an argument typed None). ``pv_all`` and ``pd_all`` are written and restored
     (a second set of ``lc``)."""
     n_states = f.shape[0]
+    # every pattern (the other collections' objects in G) as an int64 value, not a
+    # literal: one compilation of _push, not one per constant
+    every = np.int64(2)
     for b in range(b0, b1):
         e0, e1 = b * block, min(coff.shape[1] - 1, (b + 1) * block)
         max_n, max_ops = _sizes(coff, n_cand, depth, e0, e1)
@@ -256,23 +268,25 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
             lo = coff[lc, e]
             n = coff[lc, e + 1] - lo
             if w_out is not None:
-                gst[0] = df
-                gst[0, :, 0] = f
+                _copy(gst[0], df)
+                _copy(gst[0, :, 0], f)
             if wbar is not None:
-                gst[0] = f
+                _copy(gst[0], f)
                 Gbar[:] = 0.0  # two sets: the outer tuples' shares summed
-            t = 0  # G (module docstring): every object of the other collections, last first
+            # G (module docstring): every object of the other collections, last first (t an
+            # int64, not the literal 0: one compilation of _push)
+            t = np.int64(0)
             for c in range(coff.shape[0] - 1, -1, -1):
                 if c != lc and c != lc2:
                     for i in range(coff[c, e + 1] - 1, coff[c, e] - 1, -1):
-                        t = _push(gst, t, chain, base[c] + i, c, 2, pv_all, pd_all, pat,
-                                  n_pat, tgt, 0, states)
+                        t = _push(gst, t, chain, base[c] + i, c, every, pv_all, pd_all, pat,
+                                  n_pat, tgt, ls, states)
             lo2 = coff[max(lc2, 0), e]
             g0 = base[lc] + lo
             if lc2 == lc:
-                keep[:n] = pv_all[g0:g0 + n]
+                _copy(keep[:n], pv_all[g0:g0 + n])
                 if w_out is not None:
-                    keepd[:n] = pd_all[g0:g0 + n]
+                    _copy(keepd[:n], pd_all[g0:g0 + n])
             nops = _tuples(n_cand[e], depth, pos, tape)
             n_in = 0  # the inner tuples per outer one
             for i in range(nops):
@@ -296,7 +310,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                         if w_out is not None:
                             _restrict(pd_all, keepd, g0, side2, n, pat, lc, n_pat, ls2)
                         if wbar is not None:
-                            gkeep[:n] = gp[g0:g0 + n]  # dL/dpi' before b's
+                            _copy(gkeep[:n], gp[g0:g0 + n])  # dL/dpi' before b's
                         n2 = 0
                     # G_2(b): written out here (a helper measured 1.03-1.05x slower)
                     for m in range(n2 - 1, -1, -1):
@@ -305,7 +319,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                                   pd_all, pat, n_pat, tgt, ls2, states)
                 # B, then the tuples' steps: written out here (as inlined helpers they
                 # measured 1.25-1.4x slower)
-                B[n] = gst[h]
+                _copy(B[n], gst[h])
                 for m in range(n - 1, -1, -1):
                     clear(B[m], states, n_states)
                     _step(B[m], B[m + 1], 1.0, base[lc] + order[lo + m], lc, pv_all, pd_all, pat,
@@ -321,7 +335,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                     g = base[lc] + order[lo + m]
                     pos[lv] = m  # the member at this level (an OUT's is replaced before a LEAF)
                     if wbar is not None:
-                        tape_v[i] = V[lv]
+                        _copy(tape_v[i], V[lv])
                     if kind == IN:  # (a helper of these two steps, inlined: measured 2x slower)
                         clear(V[lv + 1], states, n_states)
                         _step(V[lv + 1], V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls,
@@ -331,7 +345,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                         clear(T, states, n_states)
                         _step(T, V[lv], 1.0, g, lc, pv_all, pd_all, pat, n_pat, tgt, ls, 0,
                               states, False)
-                        V[lv] = T
+                        _copy(V[lv], T)
                         continue
                     if w_out is not None:  # w = sum_{p holds s} < pi_p V, B_{m+1}[tgt(p, .)] >
                         for r in range(LANES):
@@ -373,7 +387,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                             T[:] = 0.0
                             _step(T, Vbar[lv], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls, 0,
                                   states, True)
-                            Vbar[lv] = T
+                            _copy(Vbar[lv], T)
                         else:
                             _grad(gp, g, 1.0, vin, Vbar[lv + 1], lc, pat, n_pat, tgt, ls, 1,
                                   states)
@@ -386,7 +400,7 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                         _step(Bbar[m + 1], Bbar[m], 1.0, g, lc, pv_all, 0.0, pat, n_pat, tgt, ls,
                               2, states, False)
                     if lc2 < 0:
-                        Gbar[:] = Bbar[n]
+                        _copy(Gbar, Bbar[n])
                     else:
                         if lc2 == lc:  # dL/dpi = [p agrees with b] dL/dpi'
                             for j in range(n):
@@ -395,28 +409,28 @@ def candidates(coff, base, order, n_cand, lc, ls, depth, order2, n_cand2, lc2, l
                                         gp[g0 + j, p] = gkeep[j, p]
                         # G_2(b)'s chain transposed, into G's cotangent (this loop and G's
                         # below as one helper measured 1.03-1.07x slower)
-                        T[:] = Bbar[n]
+                        _copy(T, Bbar[n])
                         for i in range(h - 1, t - 1, -1):
                             g, c, side = chain[i, 0], chain[i, 1], chain[i, 2]
                             _grad(gp, g, 1.0, T, gst[i], c, pat, n_pat, tgt, ls2, side, states)
                             T2[:] = 0.0
                             _step(T2, T, 1.0, g, c, pv_all, 0.0, pat, n_pat, tgt, ls2, side,
                                   states, False)
-                            T[:] = T2
-                        Gbar += T
+                            _copy(T, T2)
+                        _add(Gbar, Gbar, T)
                 qs += n_in
             if lc2 == lc:  # the rows restored
-                pv_all[g0:g0 + n] = keep[:n]
+                _copy(pv_all[g0:g0 + n], keep[:n])
                 if w_out is not None:
-                    pd_all[g0:g0 + n] = keepd[:n]
+                    _copy(pd_all[g0:g0 + n], keepd[:n])
             if wbar is not None:
-                T[:] = Gbar  # G's chain transposed
+                _copy(T, Gbar)  # G's chain transposed
                 for i in range(t - 1, -1, -1):
                     g, c, side = chain[i, 0], chain[i, 1], chain[i, 2]
                     _grad(gp, g, 1.0, T, gst[i], c, pat, n_pat, tgt, ls, side, states)
                     T2[:] = 0.0
                     _step(T2, T, 1.0, g, c, pv_all, 0.0, pat, n_pat, tgt, ls, side, states, False)
-                    T[:] = T2
+                    _copy(T, T2)
                 for r in range(df.shape[1]):
                     s = 0.0
                     for k in range(n_states):

@@ -146,13 +146,18 @@ class DiffProcessor(processor.ProcessorABC):
         """``{dataset: output}`` of one chunk's columns (no file access), computed by the
         prepared pass (each backend on its device)."""
         job = self.job
-        if job.unit_weights:  # a copy: the cache keeps the real weights
-            cols = dataclasses.replace(cols, weight=np.ones_like(cols.weight))
+        # derived columns (cols.replace): the cache keeps the real weights, and the
+        # chunk's object offsets and derived weights, made once, serve every step
+        if job.unit_weights:
+            cols = cols.replace(weight=cols.derived_weight(
+                "unit", lambda: np.ones_like(cols.weight)))
         part = job.part
         if part is not None and part[0] != "all" and cols.n_events:
             if cols.uid is None:
                 raise ValueError("a validation split needs the events' uid (columns from a file)")
-            cols = dataclasses.replace(cols, weight=cols.weight * part_factor(cols.uid, *part))
+            base = cols
+            cols = cols.replace(weight=cols.derived_weight(
+                ("part", *part), lambda: base.weight * part_factor(base.uid, *part)))
         if job.histograms:
             filled = {i: self._fill(i, cols, *spec) for i, spec in enumerate(job.histograms)}
             return {dataset: filled[0] if job.one_histogram else filled}

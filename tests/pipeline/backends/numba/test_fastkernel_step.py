@@ -127,3 +127,87 @@ def test_a_chunks_offsets_are_made_once_and_kept_with_its_columns():
     del cols, moved, cut, counts, first, again
     gc.collect()
     assert kept() is None
+
+
+def test_a_points_walk_tables_are_made_once_and_copied_to_each_chunk(monkeypatch):
+    """The pass table of a point (targets, table, tangents: numpy work per call) once per
+    point, not per chunk: a second chunk at the same point gets the same floats without
+    making them again, as copies (a caller writing into its arrays changes no later
+    chunk's); another point gets its own."""
+    from analysis.pipeline.backends.numba import _fasttables
+
+    plan, theta, widths = step_plan()
+    tab = _fasttables._tables(plan)
+    tab.walks.clear()
+    made: list[int] = []
+    real = _fasttables._walk_table
+    monkeypatch.setattr(_fasttables, "_walk_table", lambda *a: made.append(1) or real(*a))
+    trainable = plan.trainable
+    first = _fasttables.walk_table(tab, plan.sets, theta, widths, trainable)
+    ref = real(tab, plan.sets, np.asarray(theta, np.float64), np.asarray(widths, np.float64),
+               trainable)
+    assert bits(first) == bits(ref) and made == [1]
+    for a in first:
+        a[...] = -1  # the caller's own copy
+    again = _fasttables.walk_table(tab, plan.sets, theta, widths, trainable)
+    assert bits(again) == bits(ref) and made == [1]
+    other = np.array(theta, np.float64)
+    other[list(plan.param_names).index("min_jets")] += 0.5
+    moved = _fasttables.walk_table(tab, plan.sets, other, widths, trainable)
+    assert made == [1, 1] and bits(moved) != bits(ref)
+    assert bits(moved) == bits(real(tab, plan.sets, other, np.asarray(widths, np.float64),
+                                     trainable))
+
+
+def test_a_parts_weights_are_made_once_per_cached_chunk(small_data, monkeypatch):
+    """A validation part's event weights (the weights times the part's factor, hashed
+    from the events' uid) once per cached chunk, not on every pass: the cached passes
+    after the first make none, and their states are, bit for bit, a pass's that reads
+    the files (weights made afresh)."""
+    import processors.diff_processor as dp
+
+    config = make_config(small_data)
+    made: list[int] = []
+    real = dp.part_factor
+    monkeypatch.setattr(dp, "part_factor", lambda *a: made.append(1) or real(*a))
+    part = ("train", 0.3)
+    with Evaluator(config) as ev:
+        ev.run(order=1)  # fills the cache
+        ev.part = part
+        ev.run(order=1)
+        made.clear()
+        cached = ev.run(order=1)
+        assert made == []  # kept with the cached columns
+        n_chunks = len(ev.chunks)
+    with Evaluator(config, cache=False) as fresh:
+        fresh.part = part
+        read = fresh.run(order=1)
+    assert len(made) == n_chunks > 1  # read from the files: made for each chunk
+    for name in read:
+        assert bits((cached[name].derived.value, cached[name].derived.jac)) == bits(
+            (read[name].derived.value, read[name].derived.jac))
+
+
+def test_derived_weights_are_kept_while_weight_and_uid_are_the_same_arrays():
+    """``ChunkColumns.derived_weight``: made once per key; made again where the weights
+    or the uid are other arrays (columns derived with other weights share the memo, and
+    must not get the first columns' result); not pickled."""
+    import pickle
+
+    cols = synthetic(100, seed=3)
+    cols.uid = np.linspace(0.0, 0.99, 100)
+    made: list[int] = []
+
+    def make(c):
+        return lambda: made.append(1) or c.weight * 2.0
+
+    first = cols.derived_weight("k", make(cols))
+    assert cols.derived_weight("k", make(cols)) is first and made == [1]
+    assert cols.replace(events={}).derived_weight("k", make(cols)) is first
+    other = cols.replace(weight=cols.weight + 1.0)
+    np.testing.assert_array_equal(other.derived_weight("k", make(other)), other.weight * 2.0)
+    assert made == [1, 1]
+    moved = cols.replace(uid=cols.uid[::-1].copy())
+    assert moved.derived_weight("k", make(moved)) is not first and made == [1, 1, 1]
+    back = pickle.loads(pickle.dumps(cols))
+    assert not back._weights

@@ -12,6 +12,7 @@ chunk).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -91,9 +92,10 @@ class ChunkColumns:
             None: made now. Else made once per ``key`` and kept with these columns (as
             :meth:`derived_weight` keeps its weights: a cached chunk's training steps walk
             the same training events every pass, ~5 ms of CPU per 100k demo events to
-            copy, and the copy's memory, ~70 % of the columns' at fraction 0.3, is not
-            counted by the column cache); made again where any of these columns' arrays
-            is not the one it was made from.
+            copy; the copy's memory, ~70 % of the columns' at fraction 0.3, counts in the
+            column cache's budget, which lets it go where it does not fit:
+            :meth:`analysis.data.cache.ColumnCache.recount`); made again where any of
+            these columns' arrays is not the one it was made from.
 
         Returns
         -------
@@ -134,6 +136,27 @@ class ChunkColumns:
         if key is not None:
             self._subsets[key] = (sources, out)
         return out
+
+    def memo_nbytes(self) -> int:
+        """Bytes of the arrays these columns' memos keep (:meth:`object_offsets`,
+        :meth:`derived_weight`, :meth:`subset` with a key): memory the fields do not
+        show, which :meth:`analysis.data.cache.ColumnCache.recount` adds to the chunk's.
+
+        Returns
+        -------
+        int
+            0 where nothing is kept.
+        """
+        offsets = sum(a.nbytes for _, (coff, base, _m) in self._offsets.values()
+                      for a in (coff, base))
+        weights = sum(out.nbytes for *_, out in self._weights.values())
+        subsets = sum(_nbytes(vars(out)[f.name]) for _, out in self._subsets.values()
+                      for f in dataclasses.fields(out))
+        return int(offsets + weights + subsets)
+
+    def forget_subsets(self) -> None:
+        """Let go of the subsets :meth:`subset` keeps (a later call makes them again)."""
+        self._subsets.clear()
 
     def object_offsets(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, int]:
         """The objects of the collections ``names`` as the host loops index them, made
@@ -184,6 +207,17 @@ class ChunkColumns:
         out._weights = self._weights
         out._subsets = self._subsets
         return out
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the arrays in a field of :class:`ChunkColumns` (nested dicts and tuples)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return 0
 
 
 # --- padding to bucket sizes -----------------------------------------------------

@@ -180,3 +180,28 @@ def test_a_part_walks_its_events_only_with_the_weighted_chunks_states(chunk) -> 
     none = cols.subset(np.zeros(cols.n_events, bool))
     walked, worst = _check_part(plan, config, none, PART)
     assert walked == 0 and worst == 0.0
+
+
+def test_the_column_cache_counts_a_kept_part_and_lets_it_go_past_its_budget(chunk) -> None:
+    """What a pass keeps with cached columns (the part's events, its weights, the object
+    offsets) counts in the cache's budget (``ColumnCache.recount``, called after each
+    cached pass); where the columns and their part no longer fit, the part is let go
+    (made again on each pass) and the cache stays within its budget."""
+    from analysis.data.cache import ColumnCache
+    from analysis.data.spill import columns_nbytes
+
+    _, _, whole = chunk
+    own = columns_nbytes(whole)
+    for budget, kept in ((4 * own, True), (own + own // 10, False)):
+        cache = ColumnCache(budget=budget)
+        assert cache.put(("k",), whole)
+        cols = cache.get(("k",))
+        part = cols.subset(lambda c=cols: c.uid >= 0.3, key=("part", "train", 0.3))
+        cols.object_offsets(tuple(cols.collections))
+        cache.recount(("k",))
+        assert bool(cols._subsets) is kept
+        assert cache.memory_bytes == own + cols.memo_nbytes() <= budget
+        if kept:  # the part's arrays are counted
+            assert cols.memo_nbytes() >= columns_nbytes(part)
+        cache.recount(("k",))  # counted once, not once per pass
+        assert cache.memory_bytes == own + cols.memo_nbytes()

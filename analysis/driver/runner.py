@@ -326,6 +326,8 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
                 i: proc.evaluate(items[i].dataset, self.cache.get(self._key(items[i])))
                 for i in sorted(here)
             }) if here else {}
+            for i in here:  # what the pass kept with the columns counts in the budget
+                self.cache.recount(self._key(items[i]))
             remote, lost = self._gather(pending)
         finally:
             for *_, future in pending:  # none left running if this pass failed

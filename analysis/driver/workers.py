@@ -30,7 +30,9 @@ def evaluate_kept(kept, proc, key: tuple, dataset: str) -> dict | None:
     store): the driver then reads the chunk again."""
     if not kept.holds(key):
         return None
-    return proc.evaluate(dataset, kept.get(key))
+    out = proc.evaluate(dataset, kept.get(key))
+    kept.recount(key)  # what the pass kept with the columns counts in the budget
+    return out
 
 
 class WorkerTasks:

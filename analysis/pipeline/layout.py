@@ -3,7 +3,8 @@
 :class:`ChunkColumns` is what :func:`analysis.data.columns.extract_columns` builds from
 NanoEvents and what the column cache keeps (with the object offsets the numba loops
 index, :meth:`ChunkColumns.object_offsets`, and weights derived from the chunk's own, a
-validation part's, :meth:`ChunkColumns.derived_weight`, made on a chunk's first pass);
+validation part's, :meth:`ChunkColumns.derived_weight`, and a part's events alone,
+:meth:`ChunkColumns.subset`, made on a chunk's first pass);
 :func:`pad_columns` turns it into the fixed-shape arrays the JAX kernels compile for (a
 few bucket sizes per axis, so a long run compiles a handful of shapes, not one per
 chunk).
@@ -11,6 +12,7 @@ chunk).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,7 +24,7 @@ from analysis.pipeline.plan import Plan
 __all__ = ["ChunkColumns", "Padding", "Shapes", "bucket", "pad_columns"]
 
 #: ChunkColumns' memos (instance attributes, not fields: never pickled)
-_MEMOS = ("_offsets", "_weights")
+_MEMOS = ("_offsets", "_weights", "_subsets")
 
 
 @dataclass
@@ -50,13 +52,14 @@ class ChunkColumns:
         # counted or compared)
         self._offsets: dict[tuple[str, ...], tuple] = {}
         self._weights: dict[Hashable, tuple] = {}
+        self._subsets: dict[Hashable, tuple] = {}
 
     def __getstate__(self) -> dict:
         # columns sent to or from a worker travel without the memos (rebuilt there once)
         return {k: v for k, v in self.__dict__.items() if k not in _MEMOS}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _offsets={}, _weights={})
+        self.__dict__.update(state, _offsets={}, _weights={}, _subsets={})
 
     def derived_weight(self, key: Hashable, make: Callable[[], np.ndarray]) -> np.ndarray:
         """``make()``: per-event weights made from these columns' ``weight`` and ``uid``
@@ -72,6 +75,88 @@ class ChunkColumns:
         out = make()
         self._weights[key] = (self.weight, self.uid, out)
         return out
+
+    def subset(self, keep: np.ndarray | Callable[[], np.ndarray], *,
+               key: Hashable | None = None) -> ChunkColumns:
+        """The columns of the events where ``keep`` is True, in their order: a chunk of
+        ``keep.sum()`` events whose ``weight``, ``uid``, per-event branches and each
+        collection's counts are those events' entries and whose flat values are those
+        events' objects, back to back (new arrays: these columns are not touched).
+
+        Parameters
+        ----------
+        keep
+            Bool ``(n_events,)``, or a function returning it (called only where the
+            subset is made, not on a kept one's return).
+        key
+            None: made now. Else made once per ``key`` and kept with these columns (as
+            :meth:`derived_weight` keeps its weights: a cached chunk's training steps walk
+            the same training events every pass, ~5 ms of CPU per 100k demo events to
+            copy; the copy's memory, ~70 % of the columns' at fraction 0.3, counts in the
+            column cache's budget, which lets it go where it does not fit:
+            :meth:`analysis.data.cache.ColumnCache.recount`); made again where any of
+            these columns' arrays is not the one it was made from.
+
+        Returns
+        -------
+        ChunkColumns
+            Every field a dataclass field of these columns has, with fresh memos.
+            ``keep`` all False, or a chunk of 0 events: a chunk of 0 events with the same
+            branches, collections and fields (empty arrays of their dtypes).
+
+        Raises
+        ------
+        ValueError
+            ``keep`` not of shape ``(n_events,)``.
+        """
+        sources = None
+        if key is not None:
+            # identity of every array the subset copies (a replace()d copy shares the memo)
+            sources = (self.weight, self.uid, *self.events.values(),
+                       *(a for counts, flat in self.collections.values()
+                         for a in (counts, *flat.values())))
+            kept = self._subsets.get(key)
+            if kept is not None and len(kept[0]) == len(sources) and all(
+                    a is b for a, b in zip(kept[0], sources, strict=True)):
+                return kept[1]
+        mask = np.asarray(keep() if callable(keep) else keep, dtype=bool)
+        if mask.shape != (int(self.n_events),):
+            raise ValueError(f"subset: keep has shape {mask.shape}, expected "
+                             f"({int(self.n_events)},) (one per event)")
+        collections = {}
+        for name, (counts, flat) in self.collections.items():
+            counts = np.asarray(counts)
+            objects = np.repeat(mask, counts)  # each object kept with its event
+            collections[name] = (counts[mask], {f: v[objects] for f, v in flat.items()})
+        out = replace(self, n_events=int(np.count_nonzero(mask)),
+                      weight=np.asarray(self.weight)[mask],
+                      events={k: np.asarray(v)[mask] for k, v in self.events.items()},
+                      collections=collections,
+                      uid=None if self.uid is None else np.asarray(self.uid)[mask])
+        if key is not None:
+            self._subsets[key] = (sources, out)
+        return out
+
+    def memo_nbytes(self) -> int:
+        """Bytes of the arrays these columns' memos keep (:meth:`object_offsets`,
+        :meth:`derived_weight`, :meth:`subset` with a key): memory the fields do not
+        show, which :meth:`analysis.data.cache.ColumnCache.recount` adds to the chunk's.
+
+        Returns
+        -------
+        int
+            0 where nothing is kept.
+        """
+        offsets = sum(a.nbytes for _, (coff, base, _m) in self._offsets.values()
+                      for a in (coff, base))
+        weights = sum(out.nbytes for *_, out in self._weights.values())
+        subsets = sum(_nbytes(vars(out)[f.name]) for _, out in self._subsets.values()
+                      for f in dataclasses.fields(out))
+        return int(offsets + weights + subsets)
+
+    def forget_subsets(self) -> None:
+        """Let go of the subsets :meth:`subset` keeps (a later call makes them again)."""
+        self._subsets.clear()
 
     def object_offsets(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, int]:
         """The objects of the collections ``names`` as the host loops index them, made
@@ -113,14 +198,26 @@ class ChunkColumns:
 
     def replace(self, **changes: Any) -> ChunkColumns:
         """:func:`dataclasses.replace` of these columns (``changes``: fields), sharing
-        :meth:`object_offsets`' and :meth:`derived_weight`'s memos: columns derived each
+        :meth:`object_offsets`', :meth:`derived_weight`'s and :meth:`subset`'s memos: columns derived each
         pass from cached ones (moved fields, learned scores, a part's weights) keep the
         cached counts, and their offsets with them (each memo checks what it was made
         from)."""
         out = replace(self, **changes)
         out._offsets = self._offsets
         out._weights = self._weights
+        out._subsets = self._subsets
         return out
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the arrays in a field of :class:`ChunkColumns` (nested dicts and tuples)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return 0
 
 
 # --- padding to bucket sizes -----------------------------------------------------

@@ -5,6 +5,7 @@ is beyond the network's (a zip bomb), is refused before anything is read."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import zipfile
@@ -16,7 +17,13 @@ from analysis import stats
 from analysis.errors import InputError
 from analysis.select.weights import load_weights, save_weights
 
-LIKE = stats.mlp(3, hidden=(4,), seed=0)
+
+@functools.cache
+def like() -> stats.MLP:
+    """The network the files are checked against: built on first use, not at import
+    (its initialisation compiles JAX programs, which every test process paid while
+    collecting, whether it ran these tests or not)."""
+    return stats.mlp(3, hidden=(4,), seed=0)
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +32,8 @@ def deadline():
 
     def fail(*_):
         raise AssertionError("load_weights did not return within 10 s")
+
+    like()  # built before the alarm is set: its first build compiles (seconds under load)
 
     old = signal.signal(signal.SIGALRM, fail)
     signal.alarm(10)
@@ -35,19 +44,19 @@ def deadline():
 
 def refused(path, pattern: str) -> str:
     with pytest.raises(InputError, match=pattern) as err:
-        load_weights(path, LIKE)
+        load_weights(path, like())
     assert "\n" not in str(err.value)
     return str(err.value)
 
 
 @pytest.mark.parametrize("std", [0.0, -1.0])
 def test_standardisation_std_not_positive(tmp_path, std):
-    path = save_weights(tmp_path / "w.npz", LIKE, standard=stats.Standardisation(
+    path = save_weights(tmp_path / "w.npz", like(), standard=stats.Standardisation(
         np.zeros(3), np.array([1.0, std, 2.0])))
     refused(path, rf"w.npz: standardisation.std\[1\] = {std:g}: expected values > 0")
-    good = save_weights(tmp_path / "g.npz", LIKE, standard=stats.Standardisation(
+    good = save_weights(tmp_path / "g.npz", like(), standard=stats.Standardisation(
         np.zeros(3), np.array([1.0, 0.5, 2.0])))
-    assert load_weights(good, LIKE)[1].std[1] == 0.5
+    assert load_weights(good, like())[1].std[1] == 0.5
 
 
 def test_not_regular_files(tmp_path):
@@ -90,6 +99,6 @@ def test_zip_bomb(tmp_path):
 
 
 def test_a_good_file_still_loads(tmp_path):
-    path = save_weights(tmp_path / "ok.npz", LIKE)
-    net, standard = load_weights(path, LIKE)
+    path = save_weights(tmp_path / "ok.npz", like())
+    net, standard = load_weights(path, like())
     assert standard is None and net.n_inputs == 3

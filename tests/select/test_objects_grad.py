@@ -7,6 +7,8 @@ and weighted sums of the leading-jet pT, the dijet and trijet masses and m(l b).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,13 +56,21 @@ def events(seed: int = 3, n: int = 12):
     return lays, cols
 
 
-LAYS, COLS = events()
+@functools.cache
+def data():
+    """:func:`events` built on first use, not at import (``jnp.asarray`` and the layouts
+    compile JAX programs, which every test process paid while collecting this file, whose
+    only test is slow). Eager even when first asked for inside ``outputs``' trace: the
+    cached arrays are constants, never tracers."""
+    with jax.ensure_compile_time_eval():
+        return events()
 
 
 @jax.jit
 def outputs(theta):
+    lays, cols = data()
     jet_pt, btag, lep_pt = theta[0], theta[1], theta[2]
-    jet, mu, el = COLS["Jet"], COLS["Muon"], COLS["Electron"]
+    jet, mu, el = cols["Jet"], cols["Muon"], cols["Electron"]
     probs = {
         "jets": soft_pass(jet["pt"], jet_pt, 5.0, greater=True, inclusive=False),
         "bjets": soft_pass(jet["btag"], btag, 0.05, greater=True, inclusive=False),
@@ -68,16 +78,16 @@ def outputs(theta):
         "electrons": soft_pass(el["pt"], lep_pt, 2.0, greater=True, inclusive=False),
     }
     th = jnp.asarray([3.0, 1.0, 1.0])
-    p = event_pass(probs, LAYS, MODEL, th)
-    w = object_weights(probs, LAYS, MODEL, th)
+    p = event_pass(probs, lays, MODEL, th)
+    w = object_weights(probs, lays, MODEL, th)
     rank = {"jets": jet["pt"], "bjets": jet["pt"], "muons": mu["pt"]}
 
     def vec(coll, ix):
-        return P4(*(take(COLS[coll][f], ix) for f in ("pt", "eta", "phi", "mass")))
+        return P4(*(take(cols[coll][f], ix) for f in ("pt", "eta", "phi", "mass")))
 
-    (j0,), w1 = leading(probs, LAYS, MODEL, th, [("jets", 0)], rank)
-    (a, b, c), w3 = leading(probs, LAYS, MODEL, th, [("jets", 0), ("jets", 1), ("jets", 2)], rank)
-    (m0, b0), wlb = leading(probs, LAYS, MODEL, th, [("muons", 0), ("bjets", 0)], rank)
+    (j0,), w1 = leading(probs, lays, MODEL, th, [("jets", 0)], rank)
+    (a, b, c), w3 = leading(probs, lays, MODEL, th, [("jets", 0), ("jets", 1), ("jets", 2)], rank)
+    (m0, b0), wlb = leading(probs, lays, MODEL, th, [("muons", 0), ("bjets", 0)], rank)
     return jnp.stack(
         [
             jnp.sum(p),

@@ -324,12 +324,21 @@ def test_chunk_state_routes_and_engine_jax():
     assert float(fast.derived.value["selected_sumw"]) == float(v["selected_sumw"])
     assert_close(ref.derived.value, fast.derived.value, RTOL, "chunk_state value")
     assert_close(ref.derived.jac, fast.derived.jac, RTOL, "chunk_state jacobian")
-    hess = chunk_state(cols, plan, theta, widths, order=2)  # Hessians: the JAX kernel
-    assert hess.derived.hess is not None
     with pytest.raises(ValueError, match="backend must be one of auto, numba, jax"):
         chunk_state(cols, plan, theta, widths, backend="cuda")
     with pytest.raises(ValueError, match="order 2"):
         chunk_state(cols, plan, theta, widths, order=2, backend="numba")
+
+
+# Slow: the order-2 program of this plan compiles for ~10-17 s CPU cold. The default run
+# routes order 2 through the same chooser (``Backend()``, auto) to the JAX kernel and
+# checks the Hessians against finite differences in
+# tests/optimize/test_objectives.py::test_hessian_matches_finite_differences_of_gradient.
+@pytest.mark.slow
+def test_chunk_state_order_2_runs_the_jax_kernel():
+    plan, theta, widths = features()
+    hess = chunk_state(synthetic(300, seed=9, big=7), plan, theta, widths, order=2)
+    assert hess.derived.hess is not None
 
 
 def test_independent_of_thread_count(monkeypatch):

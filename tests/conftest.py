@@ -323,19 +323,6 @@ def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
 # cache, fork hooks, malloc: analysis.runtime); importing analysis does none of it.
 runtime.configure()
 
-# The tests compile far more XLA programs than they run (each reference, transform and
-# shape once, on small inputs, from a cold cache in CI): JAX's public switch
-# ``jax_disable_most_optimizations`` (XLA's backend optimisation level 0) takes 15-35 %
-# of the CPU off JAX-heavy tests, cold (process CPU: tests/likelihood/test_grad.py 70.6 ->
-# 59.7 s, test_fastreverse_hists_sums' tiny chunks 122.4 -> 91.1 s, the object sets' soft
-# pipeline against enumeration 31.3 -> 23.1 s). No fast math either way. Set here and in
-# the environment, which the processes the tests start inherit;
-# JAX_DISABLE_MOST_OPTIMIZATIONS=0 keeps XLA's optimisations.
-os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-jax.config.update("jax_disable_most_optimizations",
-                  os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"].strip().lower()
-                  not in ("0", "false", "no", "off", ""))
-
 
 @pytest.fixture(autouse=True)
 def _settings_read_per_test():

@@ -17,21 +17,8 @@ __all__ = ["columns_nbytes"]
 
 
 def columns_nbytes(cols: ChunkColumns) -> int:
-    """Bytes held by the arrays of ``cols``."""
-    fields = dataclasses.fields(cols)
-    return sum(a.nbytes for f in fields for a in _arrays(getattr(cols, f.name)))
-
-
-def _arrays(value: Any) -> list[np.ndarray]:
-    """Every array in a nest of dicts, tuples and lists (``ChunkColumns.collections``
-    holds ``{name: (counts, {field: values})}``)."""
-    if isinstance(value, np.ndarray):
-        return [value]
-    if isinstance(value, dict):
-        return [a for v in value.values() for a in _arrays(v)]
-    if isinstance(value, (tuple, list)):
-        return [a for v in value for a in _arrays(v)]
-    return []
+    """Bytes held by the arrays of ``cols`` (:meth:`ChunkColumns.nbytes`)."""
+    return cols.nbytes()
 
 
 def _own(value: Any) -> Any:

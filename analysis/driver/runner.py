@@ -88,7 +88,7 @@ from analysis.driver.files import (  # noqa: F401  (re-exported)
 )
 from analysis.driver.passkinds import PassKinds, empty_columns, empty_state  # noqa: F401
 from analysis.driver.warmup import NumbaWarmUp, numba_ready
-from analysis.driver.workers import WORKER_POLL, WorkerTasks  # noqa: F401  (re-exported)
+from analysis.driver.workers import WORKER_POLL, WorkerTasks, evaluate_kept  # noqa: F401
 from analysis.errors import InputError
 from analysis.pipeline.backend import Backend
 from analysis.pipeline.bounds import check_sizes
@@ -323,11 +323,9 @@ class Evaluator(ChunkSource, Executors, WorkerTasks, FaultReports, PassKinds):
             # thread, as the chunks read: one set of the kernels' per-thread scratch;
             # all of them in one hand-off, not a wake-up of each thread per chunk)
             done = on_chunk_thread(lambda: {
-                i: proc.evaluate(items[i].dataset, self.cache.get(self._key(items[i])))
+                i: evaluate_kept(self.cache, proc, self._key(items[i]), items[i].dataset)
                 for i in sorted(here)
             }) if here else {}
-            for i in here:  # what the pass kept with the columns counts in the budget
-                self.cache.recount(self._key(items[i]))
             remote, lost = self._gather(pending)
         finally:
             for *_, future in pending:  # none left running if this pass failed

@@ -25,13 +25,15 @@ WORKER_POLL = 1.0
 
 
 def evaluate_kept(kept, proc, key: tuple, dataset: str) -> dict | None:
-    """In a worker: ``proc.evaluate(dataset, columns)`` for a chunk its store ``kept``
-    holds; ``None`` if it does not (a new process at the same address, or a dropped
-    store): the driver then reads the chunk again."""
+    """``proc.evaluate(dataset, columns)`` for a chunk the store ``kept`` holds (a
+    worker's, or the driver's own cache), then what the pass kept with the columns
+    counted in its budget (:meth:`ColumnCache.recount`); ``None`` if it does not hold it
+    (a new process at the same address, or a dropped store): the driver then reads the
+    chunk again."""
     if not kept.holds(key):
         return None
     out = proc.evaluate(dataset, kept.get(key))
-    kept.recount(key)  # what the pass kept with the columns counts in the budget
+    kept.recount(key)
     return out
 
 

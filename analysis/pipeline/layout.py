@@ -59,7 +59,7 @@ class ChunkColumns:
         return {k: v for k, v in self.__dict__.items() if k not in _MEMOS}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _offsets={}, _weights={}, _subsets={})
+        self.__dict__.update(state, **{memo: {} for memo in _MEMOS})
 
     def derived_weight(self, key: Hashable, make: Callable[[], np.ndarray]) -> np.ndarray:
         """``make()``: per-event weights made from these columns' ``weight`` and ``uid``
@@ -150,9 +150,14 @@ class ChunkColumns:
         offsets = sum(a.nbytes for _, (coff, base, _m) in self._offsets.values()
                       for a in (coff, base))
         weights = sum(out.nbytes for *_, out in self._weights.values())
-        subsets = sum(_nbytes(vars(out)[f.name]) for _, out in self._subsets.values()
-                      for f in dataclasses.fields(out))
+        subsets = sum(out.nbytes() for _, out in self._subsets.values())
         return int(offsets + weights + subsets)
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays of these columns' fields (not their memos:
+        :meth:`memo_nbytes`)."""
+        return sum(a.nbytes for f in dataclasses.fields(self)
+                   for a in _arrays(getattr(self, f.name)))
 
     def forget_subsets(self) -> None:
         """Let go of the subsets :meth:`subset` keeps (a later call makes them again)."""
@@ -198,26 +203,26 @@ class ChunkColumns:
 
     def replace(self, **changes: Any) -> ChunkColumns:
         """:func:`dataclasses.replace` of these columns (``changes``: fields), sharing
-        :meth:`object_offsets`', :meth:`derived_weight`'s and :meth:`subset`'s memos: columns derived each
-        pass from cached ones (moved fields, learned scores, a part's weights) keep the
+        :meth:`object_offsets`', :meth:`derived_weight`'s and :meth:`subset`'s
+        memos: columns derived each pass from cached ones (moved fields, learned scores, a part's weights) keep the
         cached counts, and their offsets with them (each memo checks what it was made
         from)."""
         out = replace(self, **changes)
-        out._offsets = self._offsets
-        out._weights = self._weights
-        out._subsets = self._subsets
+        for memo in _MEMOS:
+            setattr(out, memo, getattr(self, memo))
         return out
 
 
-def _nbytes(value: Any) -> int:
-    """Bytes of the arrays in a field of :class:`ChunkColumns` (nested dicts and tuples)."""
+def _arrays(value: Any) -> list[np.ndarray]:
+    """Every array in a nest of dicts, tuples and lists (``ChunkColumns.collections``
+    holds ``{name: (counts, {field: values})}``)."""
     if isinstance(value, np.ndarray):
-        return value.nbytes
+        return [value]
     if isinstance(value, dict):
-        return sum(_nbytes(v) for v in value.values())
+        return [a for v in value.values() for a in _arrays(v)]
     if isinstance(value, (tuple, list)):
-        return sum(_nbytes(v) for v in value)
-    return 0
+        return [a for v in value for a in _arrays(v)]
+    return []
 
 
 # --- padding to bucket sizes -----------------------------------------------------

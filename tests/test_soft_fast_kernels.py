@@ -71,9 +71,16 @@ def _close(got, want) -> None:
 # 2, 3, 4: the handlers with the count of states a constant (singlekernels.CONSTANT_STATES),
 # each its own build; 1, 5, 6: the one build for any count (top -1, targets ``*_sn``). 6
 # runs that build as 5 does, against the same dense recursion: slow (its JAX programs
-# compile for ~5-10 s CPU), [5-False] checks the same in the default run.
+# compile for ~5-10 s CPU), [5-False] checks the same in the default run. 2 and 4: slow
+# (each build's three kernels compile for ~35 s CPU cold), covered in the default run by
+# [3-True] (every mode and the second order against the same dense recursion: the same
+# kernel functions, the count of states a constant) and by tests/test_soft_pass_weights.py
+# on the s2 and s4 builds themselves (test_values_against_enumeration[1-0.0] and [3-0.0]:
+# values against enumeration; test_many_events_in_blocks_against_enumeration: s4's
+# tangent against central differences)
 @pytest.mark.parametrize("states, second", [
-    (1, False), (2, False), (3, True), (4, False), (5, False),
+    (1, False), pytest.param(2, False, marks=pytest.mark.slow), (3, True),
+    pytest.param(4, False, marks=pytest.mark.slow), (5, False),
     pytest.param(6, False, marks=pytest.mark.slow)])
 def test_kernels_against_dense_recursion(states: int, second: bool) -> None:
     q, off, ev = _lists(states)

@@ -64,7 +64,11 @@ def test_blocked_sums_keep_numpy_precision_on_many_elements() -> None:
         assert abs(got[k] - exact) <= 1e-15 * abs(exact)
 
 
-@pytest.mark.parametrize("n", SIZES[1:])
+# n = _BLOCK (blocks, no tail) slow: its derivatives run the blocked part as 3 * _BLOCK + 5
+# does (blocks and a tail, the same reference, default), and its values against the exact
+# sums stay default (test_values_and_precision_against_exact_sums[256])
+@pytest.mark.parametrize("n", [SIZES[1], pytest.param(SIZES[2], marks=pytest.mark.slow),
+                               SIZES[3]])
 def test_derivatives_equal_those_of_plain_sums(n: int) -> None:
     v, d = data(n, seed=1)
     f = lambda v, d: power_sums(v, d, ORDER)  # noqa: E731

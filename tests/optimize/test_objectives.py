@@ -43,6 +43,11 @@ OBJECTIVES = {
     "python": [{"type": "python", "function": "tests.userlosses:soft_ratio", "weight": 0.5}],
 }
 OBJECTIVES["sum"] = [t for terms in OBJECTIVES.values() for t in terms]
+# [target] and [python] (their objective programs, ~10 s each cold) are slow: covered by
+# [sum], which holds their terms (the same finite-difference oracle, the same objective
+# program path); [significance] and [sum] run by default
+KINDS = [pytest.param(k, marks=pytest.mark.slow) if k in ("target", "python") else k
+         for k in OBJECTIVES]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +104,7 @@ def _stencil(f) -> np.ndarray:
     return central_difference(at, center, STEPS, points=5)
 
 
-@pytest.mark.parametrize("kind", list(OBJECTIVES))
+@pytest.mark.parametrize("kind", KINDS)
 def test_gradient_matches_finite_differences(evaluated, kind):
     center, around = evaluated(kind)
     grad = center["grad"]
@@ -111,7 +116,7 @@ def test_gradient_matches_finite_differences(evaluated, kind):
     np.testing.assert_allclose(g_u, fd_u, rtol=1e-6, atol=1e-8 * np.abs(g_u).max())
 
 
-@pytest.mark.parametrize("kind", list(OBJECTIVES))
+@pytest.mark.parametrize("kind", KINDS)
 def test_hessian_matches_finite_differences_of_gradient(evaluated, kind):
     center, around = evaluated(kind)
     hess = center["hess"]

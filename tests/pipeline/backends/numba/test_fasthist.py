@@ -74,6 +74,12 @@ CONFIG = {
 }
 
 
+#: the events of the tests of :func:`setup`'s soft plan: one JAX compilation of that
+#: plan's kernel serves them all (the jit is keyed by the plan and the padded shapes,
+#: which the events' multiplicities set)
+SOFT_EVENTS = {"n": 300, "seed": 8}
+
+
 def columns(n: int, plan, *, seed: int = 1, ties: bool = False):
     cols = synthetic(n, seed=seed, ties=ties)
     rng = np.random.default_rng(seed + 7)
@@ -129,7 +135,7 @@ def compare(plan, cols, theta, widths, *, order: int = 1):
                                                 (True, True, 3.0), (True, False, 2.0)])
 def test_templates_and_variations_equal_the_jax_kernel(hard, ties, n_jets):
     plan, theta, widths = setup(hard=hard, n_jets=n_jets)
-    state = compare(plan, columns(700, plan, ties=ties), theta, widths)
+    state = compare(plan, columns(**SOFT_EVENTS, plan=plan, ties=ties), theta, widths)
     value, jac = state.derived.value, state.derived.jac
     keys = set(value["templates"])
     assert {"b1", "b2:jes:up", "b1:isr:down", "mu:met:up", "all:jes:down"} <= keys
@@ -181,7 +187,7 @@ def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch)
     # one comparison with the JAX kernel records both (each JAX shape compiles anew)
     monkeypatch.setattr(fasthist._numba_hist, "walk", recorded)
     monkeypatch.setattr(fasthist._numba_dp, "compiled", lambda kernel, args: kernel)
-    compare(plan, columns(400, plan, seed=5), theta, widths)
+    compare(plan, columns(**SOFT_EVENTS, plan=plan), theta, widths)
     # the nominal walk, then one per shift (two sides each), or per side (a pair asked
     # for, then each side alone)
     assert sizes == ([1, 2, 1, 1, 2, 1, 1] if extra_param else [1, 2, 2]), sizes
@@ -189,15 +195,29 @@ def test_shift_sides_share_a_walk_when_the_lanes_allow(extra_param, monkeypatch)
     assert walks == expect, walks
 
 
-def test_two_shifts_of_one_column_walk_as_two_pairs(monkeypatch):
-    """Two shifts of Jet.pt (four sides, 3 tangents): one walk of two pairs in pages
-    (lane vectors ``(2, 8)``), MET's shift a pair; the JAX kernel's states, and each
-    side's the bits of its walk as a pair."""
+def two_shifts_and_observables():
+    """``(plan, theta, widths, columns)``: :data:`CONFIG` with a second shift of Jet.pt
+    (``jer``: four sides of one column, MET's shift a pair) and observables of every kind
+    beside the histograms and templates, on 200 events. Two tests read it: one JAX
+    compilation of the plan's kernel at order 1 serves both."""
     cfg = copy.deepcopy(CONFIG)
     cfg["systematics"].insert(1, {"name": "jer", "type": "shift", "field": "Jet.pt",
                                   "up": 1.01, "down": 0.99})
+    cfg["observables"] = [
+        {"name": "jpt", "x": "jets.pt", "stats": ["mean", "std"]},
+        {"name": "nb", "x": "count(bjets)", "stats": ["mean"]},
+        {"name": "ht", "x": "sum(jets.pt)", "stats": ["mean", "std"]},
+        {"name": "lead", "x": "jets[1].pt", "stats": ["mean"]},
+        {"name": "met", "x": "MET.pt", "stats": ["mean"]}]
     plan, theta, widths = make_plan(cfg)
-    cols = columns(400, plan, seed=6)
+    return plan, theta, widths, columns(200, plan, seed=4)
+
+
+def test_two_shifts_of_one_column_walk_as_two_pairs(monkeypatch):
+    """Two shifts of Jet.pt (four sides, 3 tangents; observables beside): one walk of
+    two pairs in pages (lane vectors ``(2, 8)``), MET's shift a pair; the JAX kernel's
+    states, and each side's the bits of its walk as a pair."""
+    plan, theta, widths, cols = two_shifts_and_observables()
     sizes = walk_sizes(monkeypatch)
     walks = []
     orig = fasthist._numba_hist.walk
@@ -234,7 +254,7 @@ def test_shift_sides_walk_apart_when_their_orders_differ(monkeypatch):
     side's order (ties in the original order) differs from the other's, so the two
     sides walk apart, each in its own order; still the JAX kernel's result."""
     plan, theta, widths = setup()
-    cols = columns(300, plan, seed=8)
+    cols = columns(**SOFT_EVENTS, plan=plan)
     counts, flat = cols.collections["Jet"]
     pt = flat["pt"].copy()
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -256,7 +276,7 @@ def test_a_chunk_evaluated_again_after_its_arrays_were_replaced(monkeypatch):
     shift walk apart), and a replaced weight branch is read: the JAX kernel's result on
     the new arrays."""
     plan, theta, widths = setup()
-    cols = columns(300, plan, seed=8)
+    cols = columns(**SOFT_EVENTS, plan=plan)
     sizes = walk_sizes(monkeypatch)
     compare(plan, cols, theta, widths)
     assert sizes[:2] == [1, 2], sizes  # the order holds: jes walks as a pair
@@ -284,18 +304,12 @@ def test_observables_beside_histograms_and_order_0():
 
 def test_one_walk_of_the_selection_per_shift_side():
     """Observables of every kind beside histograms and templates: each shift side's
-    selection (and channel regions) walked once per chunk, counted by the backend's
-    ``trace`` (the observables read the nominal walk; they used to walk region 0 again),
-    and the states equal the JAX kernel's."""
-    cfg = copy.deepcopy(CONFIG)
-    cfg["observables"] = [
-        {"name": "jpt", "x": "jets.pt", "stats": ["mean", "std"]},
-        {"name": "nb", "x": "count(bjets)", "stats": ["mean"]},
-        {"name": "ht", "x": "sum(jets.pt)", "stats": ["mean", "std"]},
-        {"name": "lead", "x": "jets[1].pt", "stats": ["mean"]},
-        {"name": "met", "x": "MET.pt", "stats": ["mean"]}]
-    plan, theta, widths = make_plan(cfg)
-    cols = columns(200, plan, seed=4)
+    selection (and channel regions) walked once per chunk, the sides of Jet.pt's two
+    shifts in pages and MET's as a pair, counted by the backend's ``trace`` (the
+    observables read the nominal walk; they used to walk region 0 again), and the states
+    equal the JAX kernel's."""
+    plan, theta, widths, cols = two_shifts_and_observables()
+    assert len({s.key for s in plan.shifts}) == 2 < len(plan.shifts) // 2  # two of a column
     trace: Counter = Counter()
     numba = NumbaBackend(trace=trace)
     for order in (0, 1):

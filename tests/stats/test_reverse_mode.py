@@ -89,7 +89,8 @@ def test_reverse_equals_forward_on_every_chunking(data) -> None:
     x, y = data
     reference = None
     for bounds in CHUNKINGS:
-        for reverse_order in (False, True):
+        # one chunk merges alone: its reverse order is the same pass (not run twice)
+        for reverse_order in (False, True)[: 1 + (len(bounds) > 2)]:
             run = runner(x, y, bounds, reverse_order=reverse_order)
             fwd = stats.differentiable(run, mode="forward")
             rev = stats.differentiable(run, mode="reverse")

@@ -15,19 +15,20 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from analysis.pipeline.backends.jax import reverse as jax_reverse
 from analysis.pipeline.backends.numba import fastreverse
+from tests.chunked_helpers import slice_columns
 from tests.conftest import numba_refusal
 from tests.pipeline.backends.numba.test_fastreverse_hists import (
     TINY_SPANS,
     check,
     hists_config,
     hists_payload,
-    same_as_jax,
     setup,
     state_paths,
     threads_and_tiny_chunks,
 )
-from tests.pipeline.backends.numba.test_fastreverse_sets import FILES
+from tests.pipeline.backends.numba.test_fastreverse_sets import FILES, zero_filled
 
 
 def lead_config(*, btag: str = "btagDeepFlavB") -> dict:
@@ -65,29 +66,50 @@ def test_leading_histograms_equal_the_jax_sweep(name: str) -> None:
     assert trace == Counter({(side, r): 1 for side in sides for r in (0, 1, 2)})
 
 
-@pytest.mark.parametrize("only", [
-    "templates.lead", *(pytest.param(o, marks=pytest.mark.slow)  # a JAX sweep compile each
-      for o in ("histograms.j0", "histograms.b1", "histograms.a0"))])
+def tiny_payload(cols, plan, theta, widths) -> list:
+    """The payload of :func:`test_hard_widths_tiny_chunks_and_threads`: the histograms'
+    and the leading template's (its shift sides, weight variations) cotangents, the
+    rest None."""
+    return [e if n.startswith(("templates.lead", "histograms.")) else None
+            for n, e in zip(state_paths(plan), hists_payload(cols, plan, theta, widths,
+                                                             seed=2), strict=True)]
+
+
+@pytest.mark.parametrize("only", ["templates.lead", "histograms.j0", "histograms.b1",
+                                  "histograms.a0"])
 def test_each_leading_histogram_alone(only: str) -> None:
     """One leading object's histogram read at a time (a template in a channel region:
     with its shift sides and weight variations), nothing else: the numba pullback equals
-    the JAX sweep (a share that cancels elsewhere cannot hide)."""
+    the JAX sweep (a share that cancels elsewhere cannot hide). On the 3-event chunk of
+    :data:`TINY_SPANS` (the histograms and the region filled there: asserted), the JAX
+    sweep's payload :func:`tiny_payload`'s tree (the other histograms' cotangents 0: the
+    same gradient), so that every case shares
+    :func:`test_hard_widths_tiny_chunks_and_threads`' one compile (the whole file was a
+    compile each, ~40 s CPU cold)."""
     plan, theta, widths, cols = setup(lead_config(), "nano_tt_v12.root")
     payload = hists_payload(cols, plan, theta, widths, seed=1, only=only)
     assert numba_refusal(plan, 0, theta, pullback=payload) is None
-    _, ref = same_as_jax(cols, plan, theta, widths, payload)
-    assert np.abs(np.asarray(ref.derived.grad)).max() > 1e-6
+    tree = tiny_payload(cols, plan, theta, widths)
+    filled = [e if e is not None or t is None else zero_filled([None], [t])[0]
+              for e, t in zip(payload, tree, strict=True)]
+    assert [e is None for e in filled] == [t is None for t in tree]
+    part = slice_columns(cols, *TINY_SPANS[2])
+    got = fastreverse.chunk_pullback(part, plan, theta, widths, payload)
+    ref = jax_reverse.chunk_pullback(part, plan, theta, widths, filled)
+    g, r = np.asarray(got.derived.grad), np.asarray(ref.derived.grad)
+    assert np.abs(r).max() > 1e-6  # the case survives the slice
+    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10 * np.abs(r).max())
+    hist = only.split(".")[1].split(":")[0]
+    for key, h in ref.derived.value[only.split(".")[0]].items():
+        if key.split(":")[0] == hist:  # every side and variation filled in the 3 events
+            assert np.abs(np.asarray(h.sumw_flow)).max() > 0, key
 
 
 def test_hard_widths_tiny_chunks_and_threads() -> None:
     """Every width 0 and chunks of 0, 1 and 3 events: the numba pullback equals the JAX
     sweep; 1 and 3 threads give the same bits."""
     plan, theta, widths, cols = setup(lead_config(), "nano_tt_v12.root")
-    # the histograms and the leading template's (its shift sides, weight variations)
-    payload = [e if n.startswith(("templates.lead", "histograms.")) else None
-               for n, e in zip(state_paths(plan), hists_payload(cols, plan, theta, widths,
-                                                                seed=2), strict=True)]
-    threads_and_tiny_chunks(cols, plan, theta, widths, payload,
+    threads_and_tiny_chunks(cols, plan, theta, widths, tiny_payload(cols, plan, theta, widths),
                             spans=TINY_SPANS)
 
 

@@ -204,9 +204,9 @@ class ChunkColumns:
     def replace(self, **changes: Any) -> ChunkColumns:
         """:func:`dataclasses.replace` of these columns (``changes``: fields), sharing
         :meth:`object_offsets`', :meth:`derived_weight`'s and :meth:`subset`'s
-        memos: columns derived each pass from cached ones (moved fields, learned scores, a part's weights) keep the
-        cached counts, and their offsets with them (each memo checks what it was made
-        from)."""
+        memos: columns derived each pass from cached ones (moved fields, learned scores,
+        a part's weights) keep the cached counts, and their offsets with them (each memo
+        checks what it was made from)."""
         out = replace(self, **changes)
         for memo in _MEMOS:
             setattr(out, memo, getattr(self, memo))

@@ -75,10 +75,15 @@ def _loss(s):
     return stats.mean(s["ht"]) + 3.0 * (co.center_x + co.dmean_x) + 0.5 * (co.center_y + co.dmean_y)
 
 
-def _grad(events, bounds, loss=_loss, widths=None):
-    f = stats.differentiable(_run(events, bounds, widths), mode="reverse")
-    value = f(THETA)
-    g = jax.grad(lambda th: loss(f(th)))(THETA)
+def _reverse(events, bounds, widths=None):
+    """The reverse-mode pass of ``events`` chunked at ``bounds``."""
+    return stats.differentiable(_run(events, bounds, widths), mode="reverse")
+
+
+def _grad(f, loss=_loss):
+    """``(states, gradient of loss)`` at THETA: the merged states out of the gradient's
+    own passes (no separate values pass)."""
+    g, value = jax.grad(lambda th: (loss(s := f(th)), s), has_aux=True)(THETA)
     return value, {k: float(v) for k, v in g.items()}
 
 
@@ -89,15 +94,13 @@ def test_nan_event_gradient_independent_of_chunking(events) -> None:
     losses = (_loss, lambda s: s["co"].dmean_y)  # both states; the co-moments alone
     grads: list[list[float]] = [[] for _ in losses]
     for bounds in chunkings:
-        f = stats.differentiable(_run(events, bounds), mode="reverse")
+        f = _reverse(events, bounds)  # one pass object for both losses
         for loss, seen in zip(losses, grads, strict=True):
-            # the merged states out of the gradient's own passes (no third values pass)
-            g, value = jax.grad(lambda th, loss=loss, f=f: (loss(s := f(th)), s),
-                                has_aux=True)(THETA)
+            value, g = _grad(f, loss)
             assert np.isnan(float(stats.mean(value["ht"])))  # the value state stays NaN
             assert np.isnan(float(value["co"].center_x + value["co"].dmean_x))
-            assert np.isnan(float(g["jet_min"]))  # the NaN event reaches it
-            mu = float(g["mu_min"])
+            assert np.isnan(g["jet_min"])  # the NaN event reaches it
+            mu = g["mu_min"]
             assert np.isfinite(mu) and mu != 0.0  # it does not reach this
             seen.append(mu)
     for seen in grads:
@@ -108,6 +111,6 @@ def test_nan_event_gradient_independent_of_chunking(events) -> None:
 def test_nan_event_traced_path(events) -> None:
     """The same on the traced path (a function closing over an object)."""
     bad = events[2]
-    grads = [_grad(events, b, widths=_Widths())[1] for b in ([0, bad + 1, N], [0, bad, N])]
+    grads = [_grad(_reverse(events, b, _Widths()))[1] for b in ([0, bad + 1, N], [0, bad, N])]
     assert np.isnan(grads[0]["jet_min"]) and np.isfinite(grads[0]["mu_min"])
     assert grads[1]["mu_min"] == pytest.approx(grads[0]["mu_min"], rel=1e-10)
